@@ -1,0 +1,18 @@
+"""The one error type users see: a message fit for stderr or a UI banner, never a traceback."""
+
+from __future__ import annotations
+
+
+class StabScopeError(Exception):
+    """A user-facing failure with a specific message (file, line/offset, what was expected)."""
+
+    def __init__(self, message: str, *, path: str | None = None, line: int | None = None) -> None:
+        where = ""
+        if path is not None:
+            where = f"{path}"
+            if line is not None:
+                where += f", line {line}"
+            where += ": "
+        super().__init__(where + message)
+        self.path = path
+        self.line = line

@@ -1,0 +1,59 @@
+"""The canonical metric names: the data contract every producer maps onto.
+
+Units are part of the contract: losses in nats, norms are L2 norms, times in seconds,
+memory in GB (GiB as torch reports it), power in W.
+Namespaced extras such as ``grad_norm/layer.3`` are allowed and kept as they are.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Final
+
+RUN_RANK: Final = -1
+"""Rank used for run-level series (loss reported once per step, global grad norm, LR)."""
+
+CANONICAL_METRICS: Final[dict[str, str]] = {
+    "loss": "training loss (nats/token)",
+    "val_loss": "validation loss (nats/token)",
+    "lr": "learning rate of the first param group",
+    "grad_norm": "global gradient L2 norm, before clipping",
+    "grad_norm_clipped": "global gradient L2 norm, after clipping",
+    "clip_coef": "clip coefficient min(1, max_norm/(norm+1e-6))",
+    "grad_norm_local": "this rank's gradient L2 norm before the all-reduce",
+    "tokens": "tokens consumed so far (cumulative count)",
+    "step_time_s": "wall time of one optimizer step (s)",
+    "throughput_tok_s": "tokens per second",
+    "loss_scale": "fp16 dynamic loss scale",
+    "nonfinite_grads": "count of non-finite gradient values / skipped steps",
+    "expert_load_max_over_mean": "MoE: max expert load over mean expert load",
+    "router_z_loss": "MoE: router z-loss",
+    "gpu_mem_gb": "GPU memory in use (GB)",
+    "gpu_util": "GPU utilisation (0-100 %)",
+    "gpu_temp_c": "GPU temperature (deg C)",
+    "gpu_power_w": "GPU power draw (W)",
+    "mfu": "model FLOPs utilisation (0-1)",
+    "skipped_iterations": "iterations skipped by the trainer (count per log interval)",
+    "nan_iterations": "iterations with NaN (count per log interval)",
+    "epoch": "epoch (fractional)",
+}
+
+PER_RANK_METRICS: Final[frozenset[str]] = frozenset(
+    {"grad_norm_local", "step_time_s", "gpu_mem_gb", "gpu_util", "gpu_temp_c", "gpu_power_w"}
+)
+"""Metrics that are naturally per rank; the rest are normally run-level (rank -1)."""
+
+_NAME_RE: Final = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_./:@%+\-]{0,199}$")
+
+
+def is_valid_metric_name(name: str) -> bool:
+    """True for a canonical or namespaced metric name (``grad_norm/layer.3``); no spaces."""
+    return bool(_NAME_RE.match(name)) and ".." not in name
+
+
+def unit_of(metric: str) -> str:
+    """Short unit label for chart axes, from the canonical description ('' when unknown)."""
+    base = metric.split("/", 1)[0]
+    desc = CANONICAL_METRICS.get(base, "")
+    m = re.search(r"\(([^()]*)\)\s*$", desc)
+    return m.group(1) if m else ""
