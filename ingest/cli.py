@@ -1,0 +1,349 @@
+"""``stabscope`` / ``python -m ingest``: the command line over the store.
+
+Every subcommand takes ``--store PATH`` (default: ``$STABSCOPE_STORE`` or the embedded store) and
+``--json`` where it prints data. Failures exit non-zero with one paragraph on stderr, no traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from ingest.errors import StabScopeError
+
+EXIT_ERROR = 2
+
+
+def _store(args: argparse.Namespace) -> Any:
+    from ingest.store import Store
+
+    return Store(args.store)
+
+
+@contextmanager
+def _progress(desc: str, unit: str = "B") -> Iterator[Callable[[int, int], None]]:
+    """A tqdm bar on stderr fed by ``progress(done, total)`` callbacks (silent when not a terminal)."""
+    from tqdm import tqdm
+
+    bar = tqdm(desc=desc, unit=unit, unit_scale=True, file=sys.stderr, disable=None, leave=False)
+
+    def update(done: int, total: int) -> None:
+        bar.total = total
+        bar.n = done
+        bar.refresh()
+
+    try:
+        yield update
+    finally:
+        bar.close()
+
+
+def _print_json(obj: Any) -> None:
+    print(
+        json.dumps(obj, indent=2, default=str, allow_nan=False)
+        if not _has_nonfinite(obj)
+        else json.dumps(_nonfinite_to_str(obj), indent=2, default=str)
+    )
+
+
+def _has_nonfinite(obj: Any) -> bool:
+    try:
+        json.dumps(obj, allow_nan=False, default=str)
+        return False
+    except ValueError:
+        return True
+
+
+def _nonfinite_to_str(obj: Any) -> Any:
+    """JSON has no NaN/Inf: write them as the strings "nan"/"inf"/"-inf" (parsers of scripts can)."""
+    if (isinstance(obj, float) and obj != obj) or obj in (float("inf"), float("-inf")):
+        return str(obj)
+    if isinstance(obj, dict):
+        return {k: _nonfinite_to_str(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_nonfinite_to_str(v) for v in obj]
+    return obj
+
+
+# ----------------------------------------------------------------------------- commands
+
+
+def cmd_compact(args: argparse.Namespace) -> int:
+    store = _store(args)
+    with _progress(f"compact {args.run}") as progress:
+        report = store.compact(args.run, args.shard_dir, progress=progress)
+    _report_ingest(args, report)
+    return 0
+
+
+def _report_ingest(args: argparse.Namespace, report: Any) -> None:
+    if args.json:
+        _print_json(report.to_json())
+        return
+    print(
+        f"{report.run}: {report.rows} rows from {report.frames} frames in {report.segments} segments "
+        f"(generation {report.gen})"
+    )
+    if report.rejected:
+        print(f"  rejected {report.rejected} records, e.g.:", file=sys.stderr)
+        for example in report.rejected_examples:
+            print(f"    {example}", file=sys.stderr)
+    for torn in report.torn:
+        print(f"  note: {torn}", file=sys.stderr)
+
+
+def cmd_watch(args: argparse.Namespace) -> int:
+    from ingest.watch import watch
+
+    store = _store(args)
+    watch(
+        store,
+        args.run,
+        Path(args.shard_dir),
+        interval_s=args.interval,
+        once=args.once,
+        on_alert=args.on_alert,
+        log=lambda msg: print(msg, file=sys.stderr, flush=True),
+    )
+    return 0
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    store = _store(args)
+    runs = store.list_runs()
+    if args.json:
+        _print_json([r.to_json() for r in runs])
+        return 0
+    if not runs:
+        print(f"no runs in {store.root}: `stabscope demo` adds demo runs, `stabscope import LOG` a log")
+        return 0
+    print(f"{'name':32} {'status':9} {'steps':>19} {'ranks':>5}  metrics")
+    for r in runs:
+        steps = f"{r.first_step}..{r.last_step}"
+        print(f"{r.name:32} {r.status:9} {steps:>19} {r.ranks:>5}  {', '.join(r.metrics)}")
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    store = _store(args)
+    info = store.run_info(args.run)
+    out = info.to_json()
+    out["events"] = [{"step": e.step, "kind": e.kind, "label": e.label} for e in store.events(args.run)]
+    out["rejected_examples"] = info.rejected_examples
+    if args.json:
+        _print_json(out)
+        return 0
+    for key in ("name", "status", "source", "steps", "n_steps", "ranks", "rows", "metrics", "rejected"):
+        print(f"{key:>10}: {out[key]}")
+    for e in out["events"][:20]:
+        print(f"     event: step {e['step']}: {e['kind']} {e['label']}")
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    store = _store(args)
+    target = args.output or f"{args.run}.{args.format}"
+    rows = store.export(args.run, args.format, target)
+    print(f"wrote {rows} rows to {target}", file=sys.stderr)
+    return 0
+
+
+def cmd_delete(args: argparse.Namespace) -> int:
+    store = _store(args)
+    store.delete_run(args.run)
+    print(f"deleted run {args.run}", file=sys.stderr)
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from ingest.demo import seed_demo_store
+
+    store = _store(args)
+    with _progress("demo runs", unit="run") as progress:
+        names = seed_demo_store(store, force=True, progress=progress)
+    print(f"demo runs in {store.root}: {', '.join(names)}", file=sys.stderr)
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from ingest.store import default_store_path
+
+    app = Path(__file__).resolve().parents[1] / "app.py"
+    if not app.exists():
+        raise StabScopeError(f"cannot find the app at {app}: install StabScope from its source tree")
+    env = dict(os.environ)
+    env["STABSCOPE_STORE"] = str(Path(args.store).expanduser() if args.store else default_store_path())
+    cmd = [
+        sys.executable,
+        "-m",
+        "streamlit",
+        "run",
+        str(app),
+        "--server.port",
+        str(args.port),
+        "--server.headless",
+        "true",
+        "--browser.gatherUsageStats",
+        "false",
+    ]
+    print(f"StabScope on http://localhost:{args.port} (store {env['STABSCOPE_STORE']})", file=sys.stderr)
+    try:
+        return subprocess.call(cmd, env=env)
+    except KeyboardInterrupt:
+        return 0
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    from ingest.importer import import_logs
+
+    store = _store(args)
+    with _progress("import") as progress:
+        results = import_logs(store, [Path(p) for p in args.paths], run=args.run, fmt=args.format, progress=progress)
+    for res in results:
+        if args.json:
+            print(json.dumps(res, default=str))
+        else:
+            print(
+                f"{res['run']}: {res['rows']} rows of {', '.join(res['metrics'])} "
+                f"(steps {res['steps'][0]}..{res['steps'][1]}, format {res['format']}, "
+                f"{res['skipped']} lines skipped)"
+            )
+    return 0
+
+
+def cmd_spikes(args: argparse.Namespace) -> int:
+    store = _store(args)
+    store.run_info(args.run)
+    spikes = store.spikes(args.run)
+    if args.json:
+        _print_json(spikes)
+        return 0
+    if not spikes:
+        print(f"{args.run}: no spikes detected")
+    for s in spikes:
+        state = "recovered" if s["recovered"] else "DIVERGED"
+        ratio = s.get("ratio")
+        ratio_txt = f"{ratio:.2f}x" if isinstance(ratio, float) else str(ratio)
+        print(
+            f"{s['metric']:>10} step {s['start']}-{s['end']} (peak {s['peak']}, {ratio_txt}) {state}: "
+            f"{s['cause']} ({s['confidence']:.0%})"
+        )
+        print(f"{'':>12}path: " + " -> ".join(f"{n['node']}={n['answer']}" for n in s.get("path", [])))
+        for action in s.get("actions", []):
+            print(f"{'':>12}- {action}")
+    return 0
+
+
+def cmd_diagnose(args: argparse.Namespace) -> int:
+    store = _store(args)
+    store.run_info(args.run)
+    spikes = store.spikes(args.run)
+    hit = [s for s in spikes if s["start"] <= args.step <= s["end"]]
+    if not hit:
+        near = ", ".join(f"{s['start']}-{s['end']}" for s in spikes[:10]) or "none"
+        raise StabScopeError(f"no detected spike of run {args.run!r} covers step {args.step} (spikes at steps: {near})")
+    s = min(hit, key=lambda s: abs(s["peak"] - args.step))
+    if args.json:
+        _print_json(s)
+        return 0
+    print(
+        f"{s['metric']} spike at step {s['peak']} ({s['start']}-{s['end']}): cause {s['cause']} "
+        f"(confidence {s['confidence']:.0%}), {'recovered' if s['recovered'] else 'diverged'}"
+    )
+    for node in s.get("path", []):
+        ev = ", ".join(f"{k}={v}" for k, v in node.get("evidence", {}).items())
+        print(f"  [{node['node']}] {node.get('question', '')} -> {node['answer']}  ({ev})")
+    print("actions:")
+    for action in s.get("actions", []):
+        print(f"  - {action}")
+    return 0
+
+
+# ----------------------------------------------------------------------------- parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="stabscope", description=__doc__.splitlines()[0])
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--store",
+        default=None,
+        help="store directory (default: $STABSCOPE_STORE or ~/.local/share/stabscope/store)",
+    )
+    common.add_argument("--json", action="store_true", help="machine-readable output on stdout")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def add(name: str, fn: Callable[[argparse.Namespace], int], help_: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, parents=[common], help=help_, description=help_)
+        p.set_defaults(fn=fn)
+        return p
+
+    p = add("compact", cmd_compact, "fold archived per-rank shards into a run")
+    p.add_argument("shard_dir")
+    p.add_argument("--run", required=True)
+    p = add("watch", cmd_watch, "tail a live shard directory into a run until interrupted")
+    p.add_argument("shard_dir")
+    p.add_argument("--run", required=True)
+    p.add_argument("--interval", type=float, default=2.0, help="seconds between passes (default 2)")
+    p.add_argument("--once", action="store_true", help="fold in what is there and exit")
+    p.add_argument("--on-alert", default=None, metavar="CMD", help="shell command run with each alert as JSON on stdin")
+    add("runs", cmd_runs, "list the runs in the store")
+    p = add("show", cmd_show, "show one run's catalog entry and events")
+    p.add_argument("run")
+    p = add("export", cmd_export, "export a run's full-fidelity long table")
+    p.add_argument("run")
+    p.add_argument("--format", choices=["csv", "parquet"], default="csv")
+    p.add_argument("-o", "--output", default=None, help="output file (default RUN.FORMAT)")
+    p = add("delete", cmd_delete, "delete a run and its files")
+    p.add_argument("run")
+    p = add("serve", cmd_serve, "start the dashboard (Streamlit)")
+    p.add_argument("--port", type=int, default=8501)
+    add("demo", cmd_demo, "(re)create the demo runs in the store")
+    p = add("import", cmd_import, "import training logs (auto-detected format)")
+    p.add_argument("paths", nargs="+")
+    p.add_argument("--run", default=None, help="run name (default: derived from the file name)")
+    p.add_argument("--format", default=None, help="force a format (see the error listing candidates)")
+    p = add("spikes", cmd_spikes, "list a run's detected spikes with cause and actions")
+    p.add_argument("run")
+    p = add("diagnose", cmd_diagnose, "explain the spike at a step")
+    p.add_argument("run")
+    p.add_argument("--step", type=int, required=True)
+    _add_training_commands(add)
+    return parser
+
+
+def _add_training_commands(add: Callable[..., argparse.ArgumentParser]) -> None:
+    """``demo-train`` lives with the training side (ingest.train_demo) when present."""
+    try:
+        from ingest.train_demo import add_cli
+    except ImportError:
+        return
+    add_cli(add)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.fn(args))
+    except StabScopeError as exc:
+        print(f"stabscope {args.command}: error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        return 130
+    except (OSError, ValueError) as exc:
+        if os.environ.get("STABSCOPE_DEBUG"):
+            raise
+        print(f"stabscope {args.command}: error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,83 @@
+"""``stabscope import``: read foreign logs with ``ingest.formats`` and store them as runs."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ingest.errors import StabScopeError
+from ingest.store import ProgressFn, Store, validate_run_name
+
+MAX_IMPORT_BYTES = 4 * 1024**3
+"""Largest total input accepted by one import (4 GiB); uploads have their own, smaller bound."""
+
+
+def default_run_name(paths: Sequence[Path]) -> str:
+    """A run name from the first path: its stem (or its folder's name for generic file names)."""
+    first = paths[0]
+    stem = first.stem if first.is_file() else first.name
+    if stem.lower() in {
+        "metrics",
+        "main",
+        "trainer_state",
+        "trainer_log",
+        "run",
+        "log",
+        "wandb-history",
+    } or stem.startswith("events.out"):
+        stem = f"{first.resolve().parent.name}-{stem}" if first.is_file() else stem
+    name = re.sub(r"[^A-Za-z0-9._-]+", "-", stem).strip("-.") or "imported"
+    return name[:128]
+
+
+def import_logs(
+    store: Store,
+    paths: Sequence[Path],
+    *,
+    run: str | None = None,
+    fmt: str | None = None,
+    progress: ProgressFn | None = None,
+) -> list[dict[str, Any]]:
+    """Import ``paths`` as one run; returns the ``--json`` objects (run, format, rows, metrics, steps,
+    skipped). Nothing is written unless the whole input parsed."""
+    from ingest.formats import read_log
+
+    for p in paths:
+        if not p.exists():
+            raise StabScopeError(f"{p}: no such file or directory")
+    total = sum(_size(p) for p in paths)
+    if total > MAX_IMPORT_BYTES:
+        raise StabScopeError(
+            f"input is {total / 1e9:.1f} GB; the limit for one import is {MAX_IMPORT_BYTES / 1e9:.1f} GB"
+        )
+    name = validate_run_name(run or default_run_name(paths))
+    parsed = read_log(list(paths), format=fmt, progress=progress, custom_dir=store.root / "formats")
+    if parsed.table.num_rows == 0:
+        raise StabScopeError(
+            f"{paths[0]}: no metric records found in the {parsed.format} input ({parsed.skipped} lines skipped)"
+        )
+    report = store.import_parsed(name, parsed)
+    steps = parsed.table.column("step")
+    metrics = sorted(set(parsed.table.column("metric").to_pylist()))
+    import pyarrow.compute as pc
+
+    return [
+        {
+            "run": name,
+            "format": parsed.format,
+            "rows": report.rows,
+            "metrics": metrics,
+            "steps": [pc.min(steps).as_py(), pc.max(steps).as_py()],
+            "skipped": parsed.skipped,
+            "skipped_examples": [f"{f}: line {ln}: {why}" for f, ln, why in parsed.skipped_examples],
+            "events": len(parsed.events),
+        }
+    ]
+
+
+def _size(path: Path) -> int:
+    if path.is_dir():
+        return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+    return path.stat().st_size

@@ -1,0 +1,226 @@
+"""Every SQL statement StabScope runs, named and parameterised.
+
+Values (run names, steps, metric names, file lists) are always bound as parameters (``?``/``$name``),
+never formatted into the SQL text. Callers live in ``ingest.store``; they hand back Arrow tables or
+numpy arrays, never cursors.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# --------------------------------------------------------------------------- catalog schema
+
+CATALOG_SCHEMA: Final = [
+    """CREATE TABLE IF NOT EXISTS runs (
+        name VARCHAR PRIMARY KEY,
+        created TIMESTAMP NOT NULL,
+        updated TIMESTAMP NOT NULL,
+        source VARCHAR NOT NULL,
+        status VARCHAR NOT NULL,
+        gen INTEGER NOT NULL,
+        first_step BIGINT,
+        last_step BIGINT,
+        n_steps BIGINT NOT NULL DEFAULT 0,
+        n_rows BIGINT NOT NULL DEFAULT 0,
+        ranks INTEGER NOT NULL DEFAULT 0,
+        metrics VARCHAR NOT NULL DEFAULT '[]',
+        rank_metrics VARCHAR NOT NULL DEFAULT '[]',
+        meta VARCHAR NOT NULL DEFAULT '{}',
+        rejected BIGINT NOT NULL DEFAULT 0,
+        rejected_examples VARCHAR NOT NULL DEFAULT '[]',
+        heat_bucket BIGINT NOT NULL DEFAULT 1,
+        analysis_gen INTEGER NOT NULL DEFAULT 0
+    )""",
+    """CREATE TABLE IF NOT EXISTS offsets (
+        run VARCHAR NOT NULL, file VARCHAR NOT NULL, byte_offset BIGINT NOT NULL,
+        PRIMARY KEY (run, file)
+    )""",
+    """CREATE TABLE IF NOT EXISTS staged (
+        run VARCHAR NOT NULL, file VARCHAR NOT NULL, seq BIGINT NOT NULL, PRIMARY KEY (run, file)
+    )""",
+    """CREATE TABLE IF NOT EXISTS events (
+        run VARCHAR NOT NULL, step BIGINT NOT NULL, kind VARCHAR NOT NULL,
+        label VARCHAR NOT NULL, detail VARCHAR NOT NULL
+    )""",
+    """CREATE TABLE IF NOT EXISTS spikes (
+        run VARCHAR NOT NULL, idx INTEGER NOT NULL, metric VARCHAR NOT NULL,
+        start_step BIGINT NOT NULL, peak_step BIGINT NOT NULL, end_step BIGINT NOT NULL,
+        ratio DOUBLE, recovered BOOLEAN NOT NULL, cause VARCHAR NOT NULL, confidence DOUBLE NOT NULL,
+        detail VARCHAR NOT NULL, PRIMARY KEY (run, idx)
+    )""",
+    """CREATE TABLE IF NOT EXISTS settings (key VARCHAR PRIMARY KEY, value VARCHAR NOT NULL)""",
+]
+
+# --------------------------------------------------------------------------- catalog statements
+
+LIST_RUNS: Final = """
+SELECT name, created, updated, source, status, gen, first_step, last_step, n_steps, n_rows, ranks,
+       metrics, rank_metrics, meta, rejected, rejected_examples, heat_bucket, analysis_gen
+FROM runs ORDER BY created, name
+"""
+GET_RUN: Final = """
+SELECT name, created, updated, source, status, gen, first_step, last_step, n_steps, n_rows, ranks,
+       metrics, rank_metrics, meta, rejected, rejected_examples, heat_bucket, analysis_gen
+FROM runs WHERE name = ?
+"""
+INSERT_RUN: Final = """
+INSERT INTO runs (name, created, updated, source, status, gen, meta)
+VALUES (?, now(), now(), ?, ?, 0, ?)
+"""
+UPDATE_RUN_META: Final = "UPDATE runs SET meta = ?, updated = now() WHERE name = ?"
+UPDATE_RUN_STATUS: Final = "UPDATE runs SET status = ?, updated = now() WHERE name = ?"
+ADD_REJECTED: Final = """
+UPDATE runs SET rejected = rejected + ?, rejected_examples = ?, updated = now() WHERE name = ?
+"""
+COMMIT_GENERATION: Final = """
+UPDATE runs SET gen = ?, first_step = ?, last_step = ?, n_steps = ?, n_rows = ?, ranks = ?,
+       metrics = ?, rank_metrics = ?, heat_bucket = ?, updated = now()
+WHERE name = ?
+"""
+SET_ANALYSIS_GEN: Final = "UPDATE runs SET analysis_gen = ? WHERE name = ?"
+DELETE_RUN: Final = "DELETE FROM runs WHERE name = ?"
+DELETE_RUN_OFFSETS: Final = "DELETE FROM offsets WHERE run = ?"
+DELETE_RUN_STAGED: Final = "DELETE FROM staged WHERE run = ?"
+DELETE_RUN_EVENTS: Final = "DELETE FROM events WHERE run = ?"
+DELETE_RUN_SPIKES: Final = "DELETE FROM spikes WHERE run = ?"
+
+GET_OFFSETS: Final = "SELECT file, byte_offset FROM offsets WHERE run = ?"
+UPSERT_OFFSET: Final = """
+INSERT INTO offsets (run, file, byte_offset) VALUES (?, ?, ?)
+ON CONFLICT (run, file) DO UPDATE SET byte_offset = excluded.byte_offset
+"""
+ADD_STAGED: Final = "INSERT INTO staged (run, file, seq) VALUES (?, ?, ?)"
+GET_STAGED: Final = "SELECT file, seq FROM staged WHERE run = ? ORDER BY seq"
+NEXT_STAGED_SEQ: Final = "SELECT coalesce(max(seq), 0) + 1 FROM staged WHERE run = ?"
+CLEAR_STAGED: Final = "DELETE FROM staged WHERE run = ?"
+
+ADD_EVENT: Final = "INSERT INTO events (run, step, kind, label, detail) VALUES (?, ?, ?, ?, ?)"
+GET_EVENTS: Final = "SELECT DISTINCT step, kind, label, detail FROM events WHERE run = ? ORDER BY step, kind, label"
+
+ADD_SPIKE: Final = """
+INSERT INTO spikes (run, idx, metric, start_step, peak_step, end_step, ratio, recovered, cause,
+                    confidence, detail)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+"""
+GET_SPIKES: Final = "SELECT detail FROM spikes WHERE run = ? ORDER BY idx"
+SPIKE_SUMMARY: Final = """
+SELECT run, count(*) AS n_spikes, max(ratio) AS worst_ratio,
+       bool_or(NOT recovered) AS any_diverged
+FROM spikes GROUP BY run
+"""
+
+GET_SETTING: Final = "SELECT value FROM settings WHERE key = ?"
+SET_SETTING: Final = """
+INSERT INTO settings (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value
+"""
+
+# --------------------------------------------------------------------------- Parquet data
+
+MERGE_LONG: Final = """
+COPY (
+    SELECT rank, step, metric, value, wall_time FROM (
+        SELECT rank, step, metric, value, wall_time, _ord FROM read_parquet($sources, union_by_name = true)
+    )
+    QUALIFY row_number() OVER (PARTITION BY rank, step, metric ORDER BY _ord DESC) = 1
+    ORDER BY metric, rank, step
+) TO $target (FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE 122880)
+"""
+"""Fold staged batches into the previous generation: duplicates keep the last write (highest _ord)."""
+
+LONG_SUMMARY: Final = """
+SELECT min(step), max(step), count(DISTINCT step), count(*),
+       count(DISTINCT rank) FILTER (WHERE rank >= 0)
+FROM read_parquet($files)
+"""
+LONG_METRICS: Final = """
+SELECT metric, bool_or(rank >= 0) AS per_rank FROM read_parquet($files) GROUP BY metric ORDER BY metric
+"""
+
+BUILD_ROLLUP: Final = """
+COPY (
+    SELECT metric, step,
+           count(*) AS n,
+           count(*) FILTER (WHERE NOT isfinite(value)) AS n_nonfinite,
+           avg(value) FILTER (WHERE isfinite(value)) AS mean,
+           min(value) FILTER (WHERE isfinite(value)) AS min,
+           max(value) FILTER (WHERE isfinite(value)) AS max,
+           stddev_pop(value) FILTER (WHERE isfinite(value)) AS std,
+           arg_min(rank, value) FILTER (WHERE isfinite(value)) AS argmin_rank,
+           arg_max(rank, value) FILTER (WHERE isfinite(value)) AS argmax_rank
+    FROM read_parquet($files) WHERE rank >= 0
+    GROUP BY metric, step ORDER BY metric, step
+) TO $target (FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE 122880)
+"""
+"""Cross-rank rollup per (metric, step): a 1,000-rank run opens as fast as a single-rank one."""
+
+BUILD_RANK_BUCKETS: Final = """
+COPY (
+    SELECT metric, rank, step // $width AS bucket, min(step) AS first_step, max(step) AS last_step,
+           avg(value) FILTER (WHERE isfinite(value)) AS mean,
+           max(value) FILTER (WHERE isfinite(value)) AS max,
+           count(*) FILTER (WHERE NOT isfinite(value)) AS n_nonfinite
+    FROM read_parquet($files) WHERE rank >= 0
+    GROUP BY metric, rank, bucket ORDER BY metric, rank, bucket
+) TO $target (FORMAT parquet, COMPRESSION zstd)
+"""
+"""Per-rank step buckets materialised at compaction so the rank x step heatmap skips the raw table."""
+
+SERIES_RUN_LEVEL: Final = """
+SELECT step, value FROM read_parquet($files)
+WHERE metric = $metric AND rank = $rank AND step BETWEEN $lo AND $hi
+ORDER BY step
+"""
+SERIES_RUN_LEVEL_BUCKETS: Final = """
+SELECT min(step) AS step, arg_min(step, value) AS min_step, arg_max(step, value) AS max_step,
+       min(value) AS min, max(value) AS max, avg(value) FILTER (WHERE isfinite(value)) AS mean,
+       count(*) FILTER (WHERE NOT isfinite(value)) AS n_nonfinite
+FROM read_parquet($files)
+WHERE metric = $metric AND rank = $rank AND step BETWEEN $lo AND $hi
+GROUP BY floor((step - $lo) * $buckets / ($hi - $lo + 1))
+ORDER BY step
+"""
+SERIES_ROLLUP: Final = """
+SELECT step, mean, min, max, n_nonfinite FROM read_parquet($files)
+WHERE metric = $metric AND step BETWEEN $lo AND $hi ORDER BY step
+"""
+SERIES_ROLLUP_BUCKETS: Final = """
+SELECT min(step) AS step, arg_min(step, min) AS min_step, arg_max(step, max) AS max_step,
+       min(min) AS min, max(max) AS max, avg(mean) AS mean, sum(n_nonfinite) AS n_nonfinite
+FROM read_parquet($files)
+WHERE metric = $metric AND step BETWEEN $lo AND $hi
+GROUP BY floor((step - $lo) * $buckets / ($hi - $lo + 1))
+ORDER BY step
+"""
+RANK_HEATMAP: Final = """
+SELECT rank, floor((first_step - $lo) * $buckets / ($hi - $lo + 1)) AS col, min(first_step) AS step,
+       avg(mean) AS mean, max(max) AS max
+FROM read_parquet($files)
+WHERE metric = $metric AND first_step BETWEEN $lo AND $hi
+GROUP BY rank, col ORDER BY rank, col
+"""
+RANK_SERIES: Final = """
+SELECT step, value FROM read_parquet($files)
+WHERE metric = $metric AND rank = $rank AND step BETWEEN $lo AND $hi ORDER BY step
+"""
+RANK_MATRIX: Final = """
+SELECT rank, step, value FROM read_parquet($files)
+WHERE metric = $metric AND rank >= 0 ORDER BY rank, step
+"""
+ALL_RUN_LEVEL: Final = """
+SELECT metric, step, value FROM read_parquet($files) WHERE rank = -1 ORDER BY metric, step
+"""
+EXPORT_LONG: Final = """
+COPY (SELECT step, rank, metric, value, wall_time FROM read_parquet($files) ORDER BY metric, rank, step)
+TO $target (FORMAT csv, HEADER true)
+"""
+EXPORT_LONG_PARQUET: Final = """
+COPY (SELECT step, rank, metric, value, wall_time FROM read_parquet($files) ORDER BY metric, rank, step)
+TO $target (FORMAT parquet, COMPRESSION zstd)
+"""
+HAS_RUN_LEVEL: Final = """
+SELECT count(*) FROM (SELECT 1 FROM read_parquet($files) WHERE metric = $metric AND rank = -1 LIMIT 1)
+"""
+READ_LONG: Final = """
+SELECT step, rank, metric, value, wall_time FROM read_parquet($files) ORDER BY metric, rank, step
+"""

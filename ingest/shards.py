@@ -1,0 +1,362 @@
+"""Per-rank metric shards: the append-only, crash-safe format a training job writes.
+
+Layout: ``SHARD_DIR/rank-00003/seg-<unix_ns>-<pid>.ssf`` for rank 3 (``rank-run`` holds nothing
+special: run-level rows live in any rank's segments with ``rank = -1``). Each writer opens a fresh
+segment, so a restarted job never appends to a file that a crash may have torn.
+
+A segment is a sequence of frames::
+
+    magic b"SSF1" | kind u8 | 3 reserved bytes | payload length u32 LE | crc32 u32 LE | payload
+
+kind 1 = metrics: an Arrow IPC stream holding one record batch in *wide* form
+(``rank`` int32, ``step`` int64, ``wall_time`` float64, then one float64 column per metric;
+null = not logged at that row, NaN = logged as NaN).
+kind 2 = events: UTF-8 JSON list of ``{"step", "kind", "label", "detail"}``.
+kind 3 = metadata: UTF-8 JSON object, merged into the run's metadata.
+
+A torn last frame (length past the end of the file, or a CRC mismatch at the very end) is an
+unfinished write: readers stop before it and, when the file grows, pick up from there. A bad frame in
+the middle is reported with its byte offset and skipped by scanning for the next magic.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import time
+import zlib
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from stab_core.metrics import RUN_RANK, is_valid_metric_name
+
+MAGIC = b"SSF1"
+HEADER = struct.Struct("<4sB3xII")
+KIND_METRICS = 1
+KIND_EVENTS = 2
+KIND_META = 3
+SEGMENT_SUFFIX = ".ssf"
+MAX_FRAME_BYTES = 256 * 1024 * 1024
+
+
+def rank_dir_name(rank: int) -> str:
+    """Directory name for a rank's segments (``rank-00003``); run-level-only writers use ``rank-run``."""
+    return "rank-run" if rank == RUN_RANK else f"rank-{rank:05d}"
+
+
+class ShardWriter:
+    """Buffered, crash-safe writer of one rank's metrics.
+
+    ``write`` only appends to an in-memory buffer; a frame is written (one ``write`` + ``flush``
+    syscall pair) when ``max_buffer_rows`` rows are buffered or ``flush_interval_s`` seconds have
+    passed since the last flush, and on ``close``. Cost per ``write`` is a dict update: cheap
+    enough for every step.
+    """
+
+    def __init__(
+        self,
+        shard_dir: str | os.PathLike[str],
+        rank: int,
+        *,
+        flush_interval_s: float = 2.0,
+        max_buffer_rows: int = 4096,
+        fsync: bool = False,
+    ) -> None:
+        if rank < RUN_RANK:
+            raise ValueError(f"rank must be >= -1, got {rank}")
+        self.rank = rank
+        self.flush_interval_s = flush_interval_s
+        self.max_buffer_rows = max_buffer_rows
+        self._fsync = fsync
+        directory = Path(shard_dir) / rank_dir_name(rank)
+        directory.mkdir(parents=True, exist_ok=True)
+        self.path = directory / f"seg-{time.time_ns():020d}-{os.getpid()}{SEGMENT_SUFFIX}"
+        self._file = open(self.path, "ab")  # noqa: SIM115 - held open for the writer's life
+        self._rows: list[tuple[int, int, float, Mapping[str, float]]] = []
+        self._events: list[dict[str, Any]] = []
+        self._last_flush = time.monotonic()
+
+    def write(
+        self,
+        step: int,
+        metrics: Mapping[str, float] | None = None,
+        *,
+        run_level: Mapping[str, float] | None = None,
+        wall_time: float | None = None,
+    ) -> None:
+        """Buffer this rank's ``metrics`` and the run-level ``run_level`` ones for ``step``."""
+        now = time.time() if wall_time is None else wall_time
+        if metrics:
+            self._rows.append((self.rank, int(step), now, dict(metrics)))
+        if run_level:
+            self._rows.append((RUN_RANK, int(step), now, dict(run_level)))
+        if len(self._rows) >= self.max_buffer_rows or time.monotonic() - self._last_flush >= self.flush_interval_s:
+            self.flush()
+
+    def write_columns(
+        self,
+        steps: Any,
+        columns: Mapping[str, Any],
+        *,
+        rank: int | None = None,
+        wall_time: Any = None,
+    ) -> None:
+        """Write many steps at once from arrays (generators, replays): one frame, no buffering."""
+        self.flush()
+        n = len(steps)
+        arrays: dict[str, pa.Array] = {
+            "rank": pa.array([self.rank if rank is None else rank] * n, pa.int32()),
+            "step": pa.array(steps, pa.int64()),
+            "wall_time": pa.array([time.time()] * n if wall_time is None else wall_time, pa.float64()),
+        }
+        for name, values in columns.items():
+            _check_metric(name)
+            arrays[name] = pa.array(values, pa.float64())
+        self._write_frame(KIND_METRICS, _ipc_bytes(pa.table(arrays)))
+
+    def event(self, step: int, kind: str, label: str = "", **detail: Any) -> None:
+        """Record a run event (schedule transition, checkpoint, data switch...) at ``step``."""
+        self._events.append({"step": int(step), "kind": kind, "label": label, "detail": detail})
+
+    def write_meta(self, meta: Mapping[str, Any]) -> None:
+        """Write run metadata (batch sizes, world size, scheduler settings) once, immediately."""
+        self._write_frame(KIND_META, json.dumps(dict(meta), default=str).encode())
+
+    def flush(self) -> None:
+        """Write buffered rows and events as frames; safe to call at any time."""
+        if self._rows:
+            self._write_frame(KIND_METRICS, _ipc_bytes(_rows_to_table(self._rows)))
+            self._rows = []
+        if self._events:
+            self._write_frame(KIND_EVENTS, json.dumps(self._events, default=str).encode())
+            self._events = []
+        self._last_flush = time.monotonic()
+
+    def close(self) -> None:
+        """Flush and close the segment."""
+        if not self._file.closed:
+            self.flush()
+            self._file.close()
+
+    def __enter__(self) -> ShardWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _write_frame(self, kind: int, payload: bytes) -> None:
+        header = HEADER.pack(MAGIC, kind, len(payload), zlib.crc32(payload))
+        self._file.write(header + payload)
+        self._file.flush()
+        if self._fsync:
+            os.fsync(self._file.fileno())
+
+
+def _check_metric(name: str) -> None:
+    if name in ("rank", "step", "wall_time") or not is_valid_metric_name(name):
+        raise ValueError(f"invalid metric name {name!r}: use canonical names such as 'loss'")
+
+
+def _rows_to_table(rows: list[tuple[int, int, float, Mapping[str, float]]]) -> pa.Table:
+    names: dict[str, None] = {}
+    for _, _, _, metrics in rows:
+        for name in metrics:
+            names.setdefault(name, None)
+    columns: dict[str, pa.Array] = {
+        "rank": pa.array([r[0] for r in rows], pa.int32()),
+        "step": pa.array([r[1] for r in rows], pa.int64()),
+        "wall_time": pa.array([r[2] for r in rows], pa.float64()),
+    }
+    for name in names:
+        _check_metric(name)
+        columns[name] = pa.array([_as_float(r[3].get(name)) for r in rows], pa.float64())
+    return pa.table(columns)
+
+
+def _as_float(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+def _ipc_bytes(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return bytes(sink.getvalue().to_pybytes())
+
+
+# --------------------------------------------------------------------------- reading
+
+
+@dataclass
+class FrameError:
+    """A frame that could not be read: where it is and why."""
+
+    path: str
+    offset: int
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: byte {self.offset}: {self.reason}"
+
+
+@dataclass
+class SegmentRead:
+    """What one pass over a segment produced.
+
+    ``end_offset`` is where the next pass must resume (the start of a torn/unfinished last frame,
+    or the end of the file). ``torn_tail`` tells whether such an unfinished frame exists.
+    """
+
+    path: str
+    metrics: list[pa.Table] = field(default_factory=list)
+    events: list[dict[str, Any]] = field(default_factory=list)
+    meta: dict[str, Any] = field(default_factory=dict)
+    errors: list[FrameError] = field(default_factory=list)
+    end_offset: int = 0
+    torn_tail: bool = False
+    frames: int = 0
+
+
+def list_segments(shard_dir: str | os.PathLike[str]) -> list[Path]:
+    """All segment files under ``shard_dir`` in a stable order (rank directory, then name)."""
+    root = Path(shard_dir)
+    if not root.is_dir():
+        return []
+    return sorted(p for p in root.glob(f"rank-*/*{SEGMENT_SUFFIX}") if p.is_file())
+
+
+def read_segment(path: str | os.PathLike[str], offset: int = 0) -> SegmentRead:
+    """Read every complete frame of a segment from byte ``offset`` on."""
+    with open(path, "rb") as f:
+        f.seek(offset)
+        data = f.read()
+    out = SegmentRead(path=str(path), end_offset=offset)
+    for frame_offset, kind, payload, error in _iter_frames(data):
+        at = offset + frame_offset
+        if error == "torn":
+            out.torn_tail = True
+            out.end_offset = at
+            return out
+        if error is not None:
+            out.errors.append(FrameError(str(path), at, error))
+            continue
+        try:
+            _decode_frame(kind, payload, out)
+            out.frames += 1
+        except (pa.ArrowInvalid, ValueError, UnicodeDecodeError, KeyError) as exc:
+            out.errors.append(FrameError(str(path), at, f"undecodable frame of kind {kind}: {exc}"))
+    out.end_offset = offset + len(data)
+    return out
+
+
+def _iter_frames(data: bytes) -> Iterator[tuple[int, int, bytes, str | None]]:
+    """Yield ``(offset, kind, payload, error)``; error ``"torn"`` ends the iteration."""
+    pos, size = 0, len(data)
+    while pos < size:
+        if size - pos < HEADER.size:
+            yield pos, 0, b"", "torn"
+            return
+        magic, kind, length, crc = HEADER.unpack_from(data, pos)
+        if magic != MAGIC or length > MAX_FRAME_BYTES:
+            nxt = data.find(MAGIC, pos + 1)
+            yield pos, 0, b"", f"bad frame header (expected magic {MAGIC!r})"
+            if nxt < 0:
+                return
+            pos = nxt
+            continue
+        end = pos + HEADER.size + length
+        if end > size:
+            yield pos, kind, b"", "torn"
+            return
+        payload = data[pos + HEADER.size : end]
+        if zlib.crc32(payload) != crc:
+            # A CRC failure on the very last frame is a write in progress, not corruption.
+            if end == size:
+                yield pos, kind, b"", "torn"
+                return
+            yield pos, kind, b"", "CRC mismatch (corrupt frame skipped)"
+        elif kind not in (KIND_METRICS, KIND_EVENTS, KIND_META):
+            yield pos, kind, b"", f"unknown frame kind {kind}"
+        else:
+            yield pos, kind, payload, None
+        pos = end
+
+
+def _decode_frame(kind: int, payload: bytes, out: SegmentRead) -> None:
+    if kind == KIND_METRICS:
+        table = pa.ipc.open_stream(payload).read_all()
+        for required in ("rank", "step"):
+            if required not in table.column_names:
+                raise ValueError(f"metrics frame lacks column {required!r}")
+        out.metrics.append(table)
+    elif kind == KIND_EVENTS:
+        events = json.loads(payload.decode())
+        if not isinstance(events, list):
+            raise ValueError("events frame is not a JSON list")
+        for e in events:
+            out.events.append(
+                {
+                    "step": int(e["step"]),
+                    "kind": str(e["kind"]),
+                    "label": str(e.get("label", "")),
+                    "detail": e.get("detail", {}),
+                }
+            )
+    else:
+        meta = json.loads(payload.decode())
+        if not isinstance(meta, dict):
+            raise ValueError("metadata frame is not a JSON object")
+        out.meta.update(meta)
+
+
+LONG_SCHEMA = pa.schema(
+    [
+        ("rank", pa.int32()),
+        ("step", pa.int64()),
+        ("metric", pa.string()),
+        ("value", pa.float64()),
+        ("wall_time", pa.float64()),
+    ]
+)
+"""The canonical long form every producer ends in: one row per (rank, step, metric)."""
+
+
+def wide_to_long(table: pa.Table) -> pa.Table:
+    """Unpivot a wide metrics batch into ``LONG_SCHEMA`` rows, dropping nulls (not-logged) only."""
+    ranks = table.column("rank").cast(pa.int32())
+    steps = table.column("step").cast(pa.int64())
+    wall = (
+        table.column("wall_time").cast(pa.float64())
+        if "wall_time" in table.column_names
+        else pa.nulls(table.num_rows, pa.float64())
+    )
+    parts = []
+    for name in table.column_names:
+        if name in ("rank", "step", "wall_time"):
+            continue
+        values = table.column(name).cast(pa.float64())
+        mask = values.is_valid()
+        n = pc.sum(mask).as_py() or 0
+        if n == 0:
+            continue
+        parts.append(
+            pa.table(
+                {
+                    "rank": ranks.filter(mask),
+                    "step": steps.filter(mask),
+                    "metric": pa.array([name] * n, pa.string()),
+                    "value": values.filter(mask),
+                    "wall_time": wall.filter(mask),
+                },
+                schema=LONG_SCHEMA,
+            )
+        )
+    if not parts:
+        return LONG_SCHEMA.empty_table()
+    return pa.concat_tables(parts)
