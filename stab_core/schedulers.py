@@ -603,24 +603,22 @@ def schedule_transitions(
     found: list[Transition] = []
     runs = _runs(direction)
     for position, (sign, first, last) in enumerate(runs):
-        # interval i joins samples i and i+1
+        # run intervals first..last join samples first..last+1
         lr_before, lr_after = float(lr_values[first]), float(lr_values[last + 1])
         change = relative(lr_before, lr_after)
+        if sign == 0 or abs(change) < rel_change:
+            continue
         span_steps = int(int_steps[last + 1] - int_steps[first])
-        previous = runs[position - 1] if position > 0 else None
-        if sign == 1 and abs(change) >= rel_change:
-            abrupt = bool(np.all(is_jump[first : last + 1]))
-            if last + 1 < lr_values.size - 1 and not abrupt:
-                found.append(
-                    Transition(int(int_steps[last + 1]), "warmup_end", change, lr_before, lr_after, span_steps)
-                )
-            fell_before = any(run[0] == -1 for run in runs[:position])
-            if fell_before and previous is not None:
-                restart_step = int(int_steps[first + 1]) if is_jump[first] else int(int_steps[first])
-                found.append(Transition(restart_step, "cycle_restart", change, lr_before, lr_after, span_steps))
-        if sign == -1 and abs(change) >= rel_change and previous is not None and previous[0] == 0:
-            stable_steps = int(int_steps[previous[2] + 1] - int_steps[previous[1]])
-            if stable_steps >= min_stable_steps:
+        abrupt = bool(np.all(is_jump[first : last + 1]))  # reported as lr_jump, not as a ramp's end
+        previous_sign = runs[position - 1][0] if position > 0 else None
+        if sign == 1 and not abrupt and last + 1 < lr_values.size - 1:
+            found.append(Transition(int(int_steps[last + 1]), "warmup_end", change, lr_before, lr_after, span_steps))
+        if sign == 1 and any(run[0] == -1 for run in runs[:position]):
+            restart_step = int(int_steps[first + 1]) if is_jump[first] else int(int_steps[first])
+            found.append(Transition(restart_step, "cycle_restart", change, lr_before, lr_after, span_steps))
+        if sign == -1 and not abrupt and previous_sign == 0:
+            _, stable_first, stable_last = runs[position - 1]
+            if int(int_steps[stable_last + 1] - int_steps[stable_first]) >= min_stable_steps:
                 found.append(Transition(int(int_steps[first]), "decay_start", change, lr_before, lr_after, span_steps))
     for i in np.flatnonzero(is_jump):
         found.append(
