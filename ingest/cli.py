@@ -338,10 +338,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_ERROR
     except KeyboardInterrupt:
         return 130
-    except (OSError, ValueError) as exc:
+    except Exception as exc:  # the contract: one paragraph, never a traceback (STABSCOPE_DEBUG=1 shows it)
         if os.environ.get("STABSCOPE_DEBUG"):
             raise
-        print(f"stabscope {args.command}: error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        text = " ".join(str(exc).split())
+        print(f"stabscope {args.command}: error: {type(exc).__name__}: {text}", file=sys.stderr)
         return EXIT_ERROR
 
 

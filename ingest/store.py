@@ -178,14 +178,20 @@ class Store:
     @contextlib.contextmanager
     def _catalog(self, read_only: bool = False) -> Iterator[duckdb.DuckDBPyConnection]:
         """A short-lived catalog connection: the file lock is held only for one unit of work, so the
-        app, ``watch`` and the CLI can take turns; a busy lock is retried for up to 20 s."""
+        app, ``watch`` and the CLI take turns; a lock held by another process is retried for 20 s.
+
+        Connections always open read-write: DuckDB refuses a read-only and a read-write connection
+        to one file inside one process, and threads of the app and ``watch`` may share a process.
+        ``read_only`` documents intent only.
+        """
+        del read_only
         deadline = time.monotonic() + _LOCK_RETRY_S
         while True:
             try:
-                con = duckdb.connect(str(self.catalog_path), read_only=read_only and self.catalog_path.exists())
+                con = duckdb.connect(str(self.catalog_path))
                 break
-            except duckdb.IOException as exc:
-                if "lock" not in str(exc).lower() or time.monotonic() > deadline:
+            except (duckdb.IOException, duckdb.ConnectionException) as exc:
+                if time.monotonic() > deadline:
                     raise StabScopeError(f"cannot open the store catalog {self.catalog_path}: {exc}") from exc
                 time.sleep(0.05)
         try:
@@ -665,6 +671,8 @@ class Store:
             raise StabScopeError(f"unknown export format {fmt!r}: expected 'csv' or 'parquet'")
         files = self._files(name, "long", info.gen)
         target = Path(target)
+        if not target.parent.is_dir():
+            raise StabScopeError(f"cannot write {target}: folder {target.parent} does not exist")
         tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
         if not files:
             pq.write_table(LONG_SCHEMA.empty_table(), tmp) if fmt == "parquet" else tmp.write_text(

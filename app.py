@@ -1,0 +1,34 @@
+"""StabScope: the Streamlit entry point (``stabscope serve`` or ``streamlit run app.py``).
+
+Pages only lay out widgets and call ``stab_core``/``ingest``; the store lives at ``$STABSCOPE_STORE``
+(default ``~/.local/share/stabscope/store``) and holds demo runs from the first start on.
+"""
+
+import streamlit as st
+
+from pages.common import ensure_demo_runs
+
+st.set_page_config(page_title="StabScope", page_icon="📈", layout="wide")
+
+PAGES = {
+    "Runs": [
+        st.Page("pages/runs.py", title="Runs", icon="🗂️", default=True, url_path="runs"),
+        st.Page("pages/upload.py", title="Upload", icon="⬆️", url_path="upload"),
+    ],
+    "Diagnose": [
+        st.Page("pages/overview.py", title="Run overview", icon="📈", url_path="overview"),
+        st.Page("pages/compare.py", title="Compare", icon="🔀", url_path="compare"),
+        st.Page("pages/ranks.py", title="Ranks", icon="🧮", url_path="ranks"),
+        st.Page("pages/spikes.py", title="Spikes", icon="⚡", url_path="spikes"),
+        st.Page("pages/tree.py", title="Decision tree", icon="🌳", url_path="tree"),
+    ],
+    "Plan": [
+        st.Page("pages/scheduler.py", title="Scheduler", icon="🎚️", url_path="scheduler"),
+        st.Page("pages/cost.py", title="Cost of rollback", icon="💸", url_path="cost"),
+        st.Page("pages/checklist.py", title="Pre-flight checklist", icon="✅", url_path="checklist"),
+        st.Page("pages/scenarios.py", title="Scenarios", icon="🎓", url_path="scenarios"),
+    ],
+}
+
+ensure_demo_runs()
+st.navigation(PAGES).run()

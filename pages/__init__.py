@@ -1,0 +1,1 @@
+"""Streamlit pages: layout only; the work happens in ``stab_core`` and ``ingest``."""

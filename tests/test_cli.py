@@ -1,0 +1,104 @@
+"""The CLI contract: subcommands, --store/STABSCOPE_STORE, --json shapes, exit codes, no tracebacks."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.test_store import write_run
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def stabscope(
+    *args: str, store: Path | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "ingest", *args]
+    if store is not None:
+        cmd += ["--store", str(store)]
+    full_env = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
+    return subprocess.run(cmd, capture_output=True, text=True, env=full_env, cwd=REPO, timeout=300, check=False)
+
+
+@pytest.fixture(scope="module")
+def compacted(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("cli")
+    write_run(root / "shards", ranks=2, steps=50, spike_step=40)
+    proc = stabscope("compact", str(root / "shards"), "--run", "cli-run", store=root / "store")
+    assert proc.returncode == 0, proc.stderr
+    return root
+
+
+def test_runs_json_contract(compacted: Path) -> None:
+    proc = stabscope("runs", "--json", store=compacted / "store")
+    assert proc.returncode == 0, proc.stderr
+    [run] = json.loads(proc.stdout)
+    assert run["name"] == "cli-run" and run["steps"] == [0, 49] and run["ranks"] == 2
+    assert run["metrics"] == ["grad_norm_local", "loss", "lr"]
+
+
+def test_store_env_variable_is_the_default(compacted: Path) -> None:
+    proc = stabscope("runs", "--json", env={"STABSCOPE_STORE": str(compacted / "store")})
+    assert [r["name"] for r in json.loads(proc.stdout)] == ["cli-run"]
+
+
+def test_export_csv_has_contract_columns(compacted: Path) -> None:
+    out = compacted / "out.csv"
+    proc = stabscope("export", "cli-run", "--format", "csv", "-o", str(out), store=compacted / "store")
+    assert proc.returncode == 0, proc.stderr
+    with out.open() as f:
+        rows = list(csv.DictReader(f))
+    assert {"step", "rank", "metric", "value"} <= set(rows[0])
+    assert len(rows) == 2 * 50 + 2 * 50
+    loss40 = [r for r in rows if r["metric"] == "loss" and r["step"] == "40"]
+    assert loss40[0]["rank"] == "-1" and float(loss40[0]["value"]) > 10
+
+
+def test_show_json(compacted: Path) -> None:
+    proc = stabscope("show", "cli-run", "--json", store=compacted / "store")
+    data = json.loads(proc.stdout)
+    assert data["events"] == [{"step": 50, "kind": "warmup_end", "label": "warmup done"}]
+    assert data["meta"]["world_size"] == 2
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("show", "nope"), "no run named 'nope'"),
+        (("show", "../x"), "invalid run name"),
+        (("compact", "/does/not/exist", "--run", "x"), "does not exist"),
+        (("export", "cli-run", "--format", "csv", "-o", "/proc/forbidden/x.csv"), "error"),
+    ],
+)
+def test_failures_exit_nonzero_with_one_paragraph_and_no_traceback(
+    compacted: Path, args: tuple[str, ...], message: str
+) -> None:
+    proc = stabscope(*args, store=compacted / "store")
+    assert proc.returncode != 0
+    assert message in proc.stderr
+    assert "Traceback" not in proc.stderr and proc.stderr.count("\n") <= 3
+
+
+def test_delete_removes_run_and_files(tmp_path: Path) -> None:
+    write_run(tmp_path / "shards", ranks=1, steps=5)
+    store = tmp_path / "store"
+    assert stabscope("compact", str(tmp_path / "shards"), "--run", "gone", store=store).returncode == 0
+    assert (store / "runs" / "run=gone").is_dir()
+    assert stabscope("delete", "gone", store=store).returncode == 0
+    assert json.loads(stabscope("runs", "--json", store=store).stdout) == []
+    assert not (store / "runs" / "run=gone").exists()
+
+
+def test_watch_once_and_json_compact_report(tmp_path: Path) -> None:
+    write_run(tmp_path / "shards", ranks=1, steps=20)
+    store = tmp_path / "store"
+    proc = stabscope("watch", str(tmp_path / "shards"), "--run", "w", "--once", store=store)
+    assert proc.returncode == 0, proc.stderr
+    proc = stabscope("compact", str(tmp_path / "shards"), "--run", "w", "--json", store=store)
+    assert json.loads(proc.stdout)["rows"] == 0  # already folded in by watch

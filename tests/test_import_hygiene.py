@@ -1,0 +1,55 @@
+"""The dependency direction: stab_core is pure (no streamlit, no duckdb); ingest never pulls in streamlit."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+PROBE = """
+import importlib, pkgutil, sys
+import {package}
+for mod in pkgutil.walk_packages({package}.__path__, "{package}."):
+    if mod.name.split(".")[-1] in {skip!r}:
+        continue
+    importlib.import_module(mod.name)
+bad = sorted(m for m in sys.modules if m.split(".")[0] in {forbidden!r})
+print(",".join(bad))
+"""
+
+
+def _imported_forbidden(package: str, forbidden: set[str], skip: set[str] = frozenset()) -> str:  # type: ignore[assignment]
+    code = PROBE.format(package=package, forbidden=forbidden, skip=skip)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True)
+    return proc.stdout.strip()
+
+
+def test_stab_core_imports_neither_streamlit_nor_duckdb() -> None:
+    assert _imported_forbidden("stab_core", {"streamlit", "duckdb"}) == ""
+
+
+def test_ingest_imports_no_streamlit() -> None:
+    assert _imported_forbidden("ingest", {"streamlit"}, skip={"__main__"}) == ""
+
+
+def test_the_probe_would_notice_a_violation() -> None:
+    # pages import streamlit: the same probe must report it, or the two tests above prove nothing.
+    assert "streamlit" in _imported_forbidden(
+        "pages",
+        {"streamlit"},
+        skip={
+            "runs",
+            "upload",
+            "overview",
+            "compare",
+            "ranks",
+            "spikes",
+            "tree",
+            "scheduler",
+            "cost",
+            "checklist",
+            "scenarios",
+        },
+    )
