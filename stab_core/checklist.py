@@ -1,0 +1,721 @@
+"""The pre-flight checklist: eight things to settle before launching a long pre-training run.
+
+P0 items must pass before launch, P1 items should. Each item is graded from a normalised run config
+(``CONFIG_KEYS``; ``ingest.configs`` maps Megatron-LM, Hugging Face Trainer and torchtitan files onto
+it) and from facts read off the run's own data (``RUN_FACT_KEYS``; :func:`run_facts` computes them
+from a ``RunView``). What neither can answer is left ``unknown`` for the user to tick by hand, with
+the evidence that was found. :func:`checklist_markdown` renders the results for a launch review.
+
+Sources for the thresholds: restart warmup 1/4-1/3 of the warmup and at most 5 cycles
+(``stab_core.schedulers``); min_lr = 0.1 x peak (Hoffmann et al. 2022, Chinchilla); max_norm 1.0 (GPT-3,
+Llama, Megatron-LM default); checkpoint interval by Young (1974) / Daly (2006) with failures at the
+Llama 3 405B rate (``stab_core.cost``); router z-loss ~1e-3 (Zoph et al. 2022, ST-MoE) or
+auxiliary-loss-free bias balancing (Wang et al. 2024; DeepSeek-V3).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+
+from stab_core.clipping import clipping_stats
+from stab_core.cost import LLAMA3_405B_FAILURES, daly_interval, expected_waste_per_failure
+from stab_core.runview import RunView
+from stab_core.schedulers import (
+    MAX_ADVISED_CYCLES,
+    RESTART_WARMUP_MAX_FRACTION,
+    RESTART_WARMUP_MIN_FRACTION,
+    schedule_transitions,
+)
+
+Status = Literal["pass", "fail", "unknown"]
+Priority = Literal["P0", "P1"]
+
+MAX_WARMUP_FRACTION = 0.25
+"""A warmup longer than this fraction of the run spends the budget at low LR."""
+SANE_MAX_NORM = (0.05, 5.0)
+"""max_norm outside this range clips nearly always (below) or never (above); 1.0 is the common default."""
+MAX_CLIP_RATIO = 0.5
+"""Clipping more than half of the post-warmup steps means max_norm is too low or the run is sick."""
+MIN_LR_RATIO_FLOOR = 0.01
+"""min_lr / peak below this is a decay to (practically) zero."""
+INTERVAL_TOLERANCE = (0.5, 2.0)
+"""Checkpoint interval / optimum within this band costs at most ~25 % more overhead than the optimum."""
+MAX_LR_JUMP = 0.5
+"""A one-step LR rise above 50 % of the previous LR (or 10 % of peak) is a hard jump."""
+
+
+@dataclass(frozen=True)
+class ChecklistItem:
+    """One pre-flight item: ``id``, ``priority`` (P0 must, P1 should), ``title``, ``why`` (one
+    sentence), ``how_to_check`` (what to look at, in the config or the run)."""
+
+    id: str
+    priority: Priority
+    title: str
+    why: str
+    how_to_check: str
+
+
+@dataclass(frozen=True)
+class ItemResult:
+    """How one item fared: ``status`` pass / fail / unknown (left for the user to tick),
+    ``evidence`` (what was found, with numbers and units), ``applicable`` (False when the item does
+    not concern this run, e.g. MoE checks on a dense model; such items pass)."""
+
+    item: ChecklistItem
+    status: Status
+    evidence: tuple[str, ...]
+    applicable: bool = True
+
+    @property
+    def id(self) -> str:
+        """The item's id."""
+        return self.item.id
+
+    @property
+    def priority(self) -> Priority:
+        """The item's priority."""
+        return self.item.priority
+
+
+CHECKLIST: tuple[ChecklistItem, ...] = (
+    ChecklistItem(
+        "warmup",
+        "P0",
+        "Warmup configured",
+        "Adam's second-moment estimates are noise in the first steps, and full-LR updates on them blow up.",
+        "Set warmup_steps > 0 and at most a quarter of the run (common: 0.1-2 % of total steps, e.g. 2,000).",
+    ),
+    ChecklistItem(
+        "grad_clipping",
+        "P0",
+        "Gradient clipping on, sane max_norm, clip ratio logged",
+        "Clipping caps the update a single bad batch can make, and its clip ratio is the early warning.",
+        "max_norm between 0.05 and 5 (1.0 is the default); log grad_norm (pre-clip) or clip_coef each step.",
+    ),
+    ChecklistItem(
+        "min_lr_ratio",
+        "P0",
+        "LR floor above zero (min_lr_ratio > 0)",
+        "Decaying to zero lets gradient noise drive the tail of the run and makes any restart an unbounded jump.",
+        "min_lr / peak_lr > 0; 0.1 is the default (Megatron min_lr, torchtitan min_lr_factor, HF cosine_with_min_lr).",
+    ),
+    ChecklistItem(
+        "checkpoint_interval",
+        "P0",
+        "Checkpoint interval sized by Young/Daly, restore rehearsed",
+        "Each failure or rollback redoes half an interval on every GPU; a restore never tried fails when needed.",
+        "Interval within 0.5-2x of the Young/Daly optimum ~sqrt(2 x write time x MTBF); rehearse one restore.",
+    ),
+    ChecklistItem(
+        "nonfinite_guard",
+        "P0",
+        "Non-finite guard",
+        "A NaN or Inf that reaches the weights is unrecoverable without a rollback.",
+        "NaN/Inf check on loss and grads, and dynamic loss scaling (fp16) or bf16 with fp32 master weights.",
+    ),
+    ChecklistItem(
+        "restart_warmup",
+        "P1",
+        "Warmup restarts at schedule transitions",
+        "A hard LR jump at a cycle restart or data switch is the classic trigger of a loss spike.",
+        "At each cycle restart / data switch, re-warm over 1/4-1/3 of the warmup; num_cycles <= 5.",
+    ),
+    ChecklistItem(
+        "moe_router",
+        "P1",
+        "MoE: router z-loss or bias balancing, expert load logged",
+        "Router logits that grow unchecked make expert loads seesaw and the loss spike.",
+        "Router z-loss (~1e-3) or auxiliary-loss-free bias balancing on; log expert load max/mean per step.",
+    ),
+    ChecklistItem(
+        "per_rank_provenance",
+        "P1",
+        "Per-rank metrics and batch provenance logged",
+        "Without them a spike cannot be traced to a rank (hardware) or a batch (data).",
+        "Each rank logs its local grad norm and loss; the data loader logs which samples formed each batch.",
+    ),
+)
+"""The eight items in launch-review order (P0 first)."""
+
+ITEMS_BY_ID: dict[str, ChecklistItem] = {item.id: item for item in CHECKLIST}
+
+CONFIG_KEYS: dict[str, str] = {
+    "source_format": "where the config came from: megatron, hf_trainer, hf_model, torchtitan, stabscope",
+    "model": "model name or description (text)",
+    "total_steps": "optimizer steps of the whole run",
+    "warmup_steps": "LR warmup length (steps)",
+    "peak_lr": "peak learning rate",
+    "min_lr": "LR floor at the end of the decay",
+    "min_lr_ratio": "min_lr / peak_lr (0-1)",
+    "lr_decay_style": "decay shape (cosine, linear, wsd, constant, ...)",
+    "num_cycles": "LR cycles (1 = no restarts)",
+    "restart_warmup_steps": "re-warmup length at each cycle restart or data switch (steps)",
+    "transition_steps": "steps of planned data-recipe switches or schedule transitions (list of steps)",
+    "max_norm": "gradient clipping threshold (L2 norm; 0 = off)",
+    "precision": "training precision: bf16, fp16, fp8 or fp32",
+    "fp32_master_weights": "fp32 master copy of the weights kept (bool)",
+    "loss_scale_mode": "fp16 loss scaling: dynamic or static",
+    "nan_check": "NaN/Inf check on loss and gradients enabled (bool)",
+    "checkpoint_enabled": "checkpointing enabled (bool)",
+    "checkpoint_interval_steps": "steps between checkpoints",
+    "checkpoint_write_s": "time to write one checkpoint (s)",
+    "restore_rehearsed": "a restore from checkpoint was rehearsed end to end (bool)",
+    "mtbf_hours": "mean time between job interruptions (h); default from the Llama 3 405B rate",
+    "step_time_s": "wall time of one optimizer step (s)",
+    "gpus": "GPUs in the job (count)",
+    "world_size": "data-parallel ranks (count)",
+    "per_rank_batch_size": "samples per data-parallel rank per step",
+    "global_batch_size": "samples per optimizer step",
+    "seq_len": "tokens per sample",
+    "num_experts": "MoE experts per layer (1 or absent = dense)",
+    "router_z_loss_coeff": "MoE router z-loss coefficient (0 = off)",
+    "router_aux_loss_coeff": "MoE load-balancing auxiliary loss coefficient (0 = off)",
+    "router_bias_balancing": "MoE auxiliary-loss-free bias balancing on (bool)",
+    "expert_load_logged": "MoE expert load logged per step (bool)",
+    "per_rank_metrics_logged": "each rank logs its own metrics (bool)",
+    "batch_provenance_logged": "the samples of each batch are logged (bool)",
+    "key_sources": "for each key above, the source key it was read from (dict)",
+}
+"""The normalised run-config keys the checklist reads; every key is optional."""
+
+RUN_FACT_KEYS: dict[str, str] = {
+    "clip_ratio_logged": "grad_norm (pre-clip) or clip_coef is logged, so the clip ratio is known (bool)",
+    "clip_ratio": "fraction of post-warmup steps that were clipped (0-1)",
+    "max_norm": "clipping threshold from the run's metadata (L2 norm)",
+    "per_rank_metrics": "at least one metric is logged per rank, for more than one rank (bool)",
+    "batch_provenance_logged": "batch provenance is logged (bool)",
+    "expert_load_logged": "expert_load_max_over_mean is logged (bool)",
+    "nonfinite_guard_logged": "loss_scale, nonfinite_grads, skipped or NaN iteration counts are logged (bool)",
+    "nonfinite_steps": "logged steps with a non-finite loss or grad norm (count)",
+    "max_lr_jump": "largest one-step relative LR rise found in the lr series (fraction; 9 = 10x)",
+    "max_lr_jump_step": "step where that rise landed",
+    "warmup_steps": "steps until the LR first peaks (steps)",
+    "total_steps": "last logged step + 1 (steps)",
+    "step_time_s": "median step time (s)",
+    "gpus": "GPUs in the job, from the run's metadata (count)",
+}
+"""Facts about a run's own data that answer checklist items (see :func:`run_facts`)."""
+
+
+# --------------------------------------------------------------------------------------------------
+# Reading the inputs
+# --------------------------------------------------------------------------------------------------
+
+
+def _number(source: Mapping[str, Any], key: str) -> float | None:
+    value = source.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
+        raise ValueError(f"{key} must be a number, got {value!r} ({type(value).__name__})")
+    return float(value)
+
+
+def _flag(source: Mapping[str, Any], key: str) -> bool | None:
+    value = source.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, bool | np.bool_):
+        raise ValueError(f"{key} must be true or false, got {value!r} ({type(value).__name__})")
+    return bool(value)
+
+
+def _first_number(key: str, *sources: Mapping[str, Any]) -> float | None:
+    for source in sources:
+        value = _number(source, key)
+        if value is not None:
+            return value
+    return None
+
+
+def _first_flag(key: str, *sources: Mapping[str, Any]) -> bool | None:
+    for source in sources:
+        value = _flag(source, key)
+        if value is not None:
+            return value
+    return None
+
+
+def _from(config: Mapping[str, Any], key: str) -> str:
+    """' (from clip_grad)' when the normaliser recorded the source key."""
+    sources = config.get("key_sources")
+    if isinstance(sources, Mapping) and sources.get(key) and sources[key] != key:
+        return f" (from {sources[key]})"
+    return ""
+
+
+def _combine(parts: Sequence[Status]) -> Status:
+    if "fail" in parts:
+        return "fail"
+    if "unknown" in parts or not parts:
+        return "unknown"
+    return "pass"
+
+
+# --------------------------------------------------------------------------------------------------
+# The items
+# --------------------------------------------------------------------------------------------------
+
+Grade = tuple[Status, list[str], bool]
+
+
+def _check_warmup(config: Mapping[str, Any], facts: Mapping[str, Any]) -> Grade:
+    warmup = _number(config, "warmup_steps")
+    origin = "config" + _from(config, "warmup_steps")
+    if warmup is None:
+        warmup = _number(facts, "warmup_steps")
+        origin = "the run's LR series"
+    total = _first_number("total_steps", config, facts)
+    if warmup is None:
+        return "unknown", ["no warmup setting found in the config or the LR series; tick once checked"], True
+    if warmup <= 0:
+        return "fail", [f"warmup_steps = 0 ({origin}): the first updates run at full LR"], True
+    if total is None or total <= 0:
+        return "pass", [f"warmup {warmup:,.0f} steps ({origin}); total steps unknown, compare by hand"], True
+    fraction = warmup / total
+    evidence = [f"warmup {warmup:,.0f} steps = {100 * fraction:.2f} % of {total:,.0f} total steps ({origin})"]
+    if fraction > MAX_WARMUP_FRACTION:
+        evidence.append(f"longer than {100 * MAX_WARMUP_FRACTION:.0f} % of the run: the budget is spent at low LR")
+        return "fail", evidence, True
+    return "pass", evidence, True
+
+
+def _check_clipping(config: Mapping[str, Any], facts: Mapping[str, Any]) -> Grade:
+    parts: list[Status] = []
+    evidence: list[str] = []
+    max_norm = _first_number("max_norm", config, facts)
+    low, high = SANE_MAX_NORM
+    if max_norm is None:
+        parts.append("unknown")
+        evidence.append("max_norm not found; tick once clipping is confirmed on")
+    elif not math.isfinite(max_norm) or max_norm <= 0:
+        parts.append("fail")
+        evidence.append(f"clipping is off (max_norm = {max_norm:g}{_from(config, 'max_norm')})")
+    elif not low <= max_norm <= high:
+        parts.append("fail")
+        evidence.append(f"max_norm = {max_norm:g}{_from(config, 'max_norm')} is outside {low:g}-{high:g}")
+    else:
+        parts.append("pass")
+        evidence.append(f"max_norm = {max_norm:g}{_from(config, 'max_norm')}")
+    logged = _flag(facts, "clip_ratio_logged")
+    if logged is None:
+        parts.append("unknown")
+        evidence.append("no run data: confirm grad_norm (pre-clip) or clip_coef is logged every step")
+    elif logged:
+        parts.append("pass")
+        evidence.append("clip ratio is known from the run (grad_norm or clip_coef logged)")
+    else:
+        parts.append("fail")
+        evidence.append("the run logs neither grad_norm nor clip_coef: the clip ratio is invisible")
+    ratio = _number(facts, "clip_ratio")
+    if ratio is not None and math.isfinite(ratio):
+        if ratio > MAX_CLIP_RATIO:
+            parts.append("fail")
+            evidence.append(
+                f"{100 * ratio:.0f} % of post-warmup steps were clipped (> {100 * MAX_CLIP_RATIO:.0f} %): "
+                "max_norm is too low or the run is sick"
+            )
+        else:
+            evidence.append(f"{100 * ratio:.1f} % of post-warmup steps were clipped")
+    return _combine(parts), evidence, True
+
+
+def _check_min_lr(config: Mapping[str, Any], facts: Mapping[str, Any]) -> Grade:
+    ratio = _number(config, "min_lr_ratio")
+    if ratio is None:
+        min_lr, peak = _number(config, "min_lr"), _number(config, "peak_lr")
+        if min_lr is not None and peak:
+            ratio = min_lr / peak
+    if ratio is None:
+        return "unknown", ["no LR floor found in the config; tick once min_lr / peak_lr > 0 is confirmed"], True
+    text = f"min_lr_ratio = {ratio:.3g}{_from(config, 'min_lr_ratio')}"
+    if ratio < MIN_LR_RATIO_FLOOR:
+        return "fail", [text + f": below {MIN_LR_RATIO_FLOOR:g}, the LR decays to practically 0 (use 0.1)"], True
+    return "pass", [text], True
+
+
+def _check_checkpoints(config: Mapping[str, Any], facts: Mapping[str, Any]) -> Grade:
+    if _flag(config, "checkpoint_enabled") is False:
+        return "fail", ["checkpointing is disabled in the config"], True
+    parts: list[Status] = []
+    evidence: list[str] = []
+    interval_steps = _number(config, "checkpoint_interval_steps")
+    step_time = _first_number("step_time_s", config, facts)
+    write_s = _number(config, "checkpoint_write_s")
+    mtbf = _number(config, "mtbf_hours")
+    gpus = _first_number("gpus", config, facts)
+    if mtbf is None and gpus:
+        mtbf = LLAMA3_405B_FAILURES.mtbf_hours_at(int(gpus))
+        mtbf_text = f"MTBF {mtbf:.2f} h (Llama 3 405B failure rate scaled to {gpus:,.0f} GPUs)"
+    else:
+        mtbf_text = f"MTBF {mtbf:.2f} h (config)" if mtbf is not None else ""
+    if interval_steps is not None and interval_steps <= 0:
+        parts.append("fail")
+        evidence.append("checkpoint interval is 0: no periodic checkpoints")
+    elif None in (interval_steps, step_time, write_s, mtbf):
+        missing = [
+            name
+            for name, value in (
+                ("checkpoint_interval_steps", interval_steps),
+                ("step_time_s", step_time),
+                ("checkpoint_write_s", write_s),
+                ("mtbf_hours or gpus", mtbf),
+            )
+            if value is None
+        ]
+        parts.append("unknown")
+        evidence.append("cannot size the interval without " + ", ".join(missing))
+    else:
+        assert interval_steps is not None and step_time is not None and write_s is not None and mtbf is not None
+        interval_h = interval_steps * step_time / 3600.0
+        optimum_h = daly_interval(write_s / 3600.0, mtbf)
+        ratio = interval_h / optimum_h
+        evidence.append(
+            f"every {interval_steps:,.0f} steps x {step_time:g} s = {interval_h:.2f} h; Daly optimum "
+            f"{optimum_h:.2f} h for a {write_s:g} s write and {mtbf_text} ({ratio:.2f}x)"
+        )
+        low, high = INTERVAL_TOLERANCE
+        if low <= ratio <= high:
+            parts.append("pass")
+        else:
+            parts.append("fail")
+            waste_now = expected_waste_per_failure(interval_h, 0.0)
+            waste_best = expected_waste_per_failure(optimum_h, 0.0)
+            evidence.append(
+                f"outside {low:g}-{high:g}x of the optimum: {waste_now:.2f} h redone per failure vs "
+                f"{waste_best:.2f} h at the optimum"
+                if ratio > high
+                else f"outside {low:g}-{high:g}x of the optimum: checkpoint writes eat the run"
+            )
+    rehearsed = _flag(config, "restore_rehearsed")
+    if rehearsed is None:
+        parts.append("unknown")
+        evidence.append("tick once a restore from checkpoint has been rehearsed end to end")
+    elif rehearsed:
+        parts.append("pass")
+        evidence.append("restore rehearsed")
+    else:
+        parts.append("fail")
+        evidence.append("restore not rehearsed")
+    return _combine(parts), evidence, True
+
+
+def _check_nonfinite(config: Mapping[str, Any], facts: Mapping[str, Any]) -> Grade:
+    parts: list[Status] = []
+    evidence: list[str] = []
+    precision = config.get("precision")
+    master = _flag(config, "fp32_master_weights")
+    mode = config.get("loss_scale_mode")
+    if precision is None:
+        parts.append("unknown")
+        evidence.append("precision not found in the config")
+    elif precision == "fp16":
+        if mode == "dynamic":
+            parts.append("pass")
+            evidence.append("fp16 with dynamic loss scaling (overflowing steps are skipped)")
+        elif mode == "static":
+            parts.append("fail")
+            evidence.append("fp16 with a static loss scale: an overflow goes straight into the weights")
+        else:
+            parts.append("unknown")
+            evidence.append("fp16 but the loss-scaling mode is unknown; confirm it is dynamic")
+    elif precision in ("bf16", "fp8"):
+        if master is False:
+            parts.append("fail")
+            evidence.append(f"{precision} without fp32 master weights: small updates round away and errors pile up")
+        else:
+            parts.append("pass")
+            note = "" if master else " (framework default)"
+            evidence.append(f"{precision} with fp32 master weights{note}")
+    elif precision == "fp32":
+        parts.append("pass")
+        evidence.append("fp32 training")
+    else:
+        parts.append("unknown")
+        evidence.append(f"unrecognised precision {precision!r}")
+    nan_check = _flag(config, "nan_check")
+    guard_logged = _flag(facts, "nonfinite_guard_logged")
+    if nan_check is True:
+        parts.append("pass")
+        evidence.append("NaN/Inf check on loss and grads enabled" + _from(config, "nan_check"))
+    elif nan_check is False:
+        parts.append("fail")
+        evidence.append("NaN/Inf check disabled" + _from(config, "nan_check"))
+    elif guard_logged:
+        parts.append("pass")
+        evidence.append("the run logs loss scale or skipped/non-finite step counts")
+    else:
+        parts.append("unknown")
+        evidence.append("no evidence of a NaN/Inf check; tick once the trainer checks loss and grads")
+    nonfinite_steps = _number(facts, "nonfinite_steps")
+    if nonfinite_steps:
+        evidence.append(f"{nonfinite_steps:.0f} logged steps had a non-finite loss or grad norm")
+    return _combine(parts), evidence, True
+
+
+def _check_restart_warmup(config: Mapping[str, Any], facts: Mapping[str, Any]) -> Grade:
+    parts: list[Status] = []
+    evidence: list[str] = []
+    cycles = _number(config, "num_cycles")
+    switches = config.get("transition_steps") or []
+    if not isinstance(switches, list | tuple):
+        raise ValueError(f"transition_steps must be a list of steps, got {switches!r}")
+    if cycles is not None and cycles > MAX_ADVISED_CYCLES:
+        parts.append("fail")
+        evidence.append(f"num_cycles = {cycles:.0f} > {MAX_ADVISED_CYCLES}: restarts too many, cycles too short")
+    has_transitions = (cycles is not None and cycles > 1) or len(switches) > 0
+    warmup = _first_number("warmup_steps", config, facts)
+    restart = _number(config, "restart_warmup_steps")
+    if has_transitions:
+        planned = f"{cycles:.0f} cycles" if cycles and cycles > 1 else ""
+        if switches:
+            planned += (", " if planned else "") + f"{len(switches)} planned switch(es) at step(s) "
+            planned += ", ".join(f"{int(s):,}" for s in switches)
+        if restart is None or warmup is None:
+            parts.append("unknown")
+            evidence.append(f"{planned}; restart warmup or warmup length unknown")
+        else:
+            low, high = RESTART_WARMUP_MIN_FRACTION * warmup, RESTART_WARMUP_MAX_FRACTION * warmup
+            text = f"{planned}; restart warmup {restart:,.0f} steps vs 1/4-1/3 of warmup = {low:,.0f}-{high:,.0f}"
+            ok = low - 0.5 <= restart <= high + 0.5
+            parts.append("pass" if ok else "fail")
+            evidence.append(text + ("" if ok else " (a hard LR jump)" if restart < low else " (too long)"))
+    elif cycles is not None:
+        parts.append("pass")
+        evidence.append("one LR cycle and no planned switches: no transitions to re-warm")
+    jump = _number(facts, "max_lr_jump")
+    if jump is not None:
+        step = _number(facts, "max_lr_jump_step")
+        where = f" at step {step:,.0f}" if step is not None else ""
+        if jump > MAX_LR_JUMP:
+            parts.append("fail")
+            evidence.append(f"the run's LR rose {100 * jump:.0f} % in one logged step{where}: a hard LR jump")
+        else:
+            parts.append("pass")
+            evidence.append("no hard LR jump in the run's LR series")
+    if not parts:
+        return "unknown", ["no schedule settings or LR series; tick once restarts are re-warmed"], True
+    return _combine(parts), evidence, True
+
+
+def _check_moe(config: Mapping[str, Any], facts: Mapping[str, Any]) -> Grade:
+    experts = _number(config, "num_experts")
+    load_logged = _first_flag("expert_load_logged", facts, config)
+    if experts is None and load_logged:
+        experts = math.nan
+    if experts is None:
+        return "unknown", ["number of experts unknown; tick if dense, or check router settings if MoE"], True
+    if math.isfinite(experts) and experts <= 1:
+        return "pass", ["dense model: not applicable"], False
+    parts: list[Status] = []
+    evidence: list[str] = [f"MoE with {experts:.0f} experts" if math.isfinite(experts) else "MoE (expert load logged)"]
+    z_loss = _number(config, "router_z_loss_coeff")
+    bias = _flag(config, "router_bias_balancing")
+    aux = _number(config, "router_aux_loss_coeff")
+    if (z_loss or 0) > 0 or bias:
+        parts.append("pass")
+        on = [f"z-loss {z_loss:g}" if z_loss else "", "bias balancing" if bias else ""]
+        evidence.append("router stabilised: " + ", ".join(t for t in on if t))
+    elif z_loss is not None or bias is not None:
+        parts.append("fail")
+        evidence.append("neither router z-loss nor bias balancing is on: nothing bounds the router logits")
+    else:
+        parts.append("unknown")
+        evidence.append("router z-loss / bias balancing settings not found")
+    if aux is not None:
+        evidence.append(f"auxiliary balance loss {aux:g}")
+    if load_logged is None:
+        parts.append("unknown")
+        evidence.append("tick once expert load (max/mean) is logged per step")
+    elif load_logged:
+        parts.append("pass")
+        evidence.append("expert load is logged")
+    else:
+        parts.append("fail")
+        evidence.append("expert load is not logged: a seesaw cannot be seen")
+    return _combine(parts), evidence, True
+
+
+def _check_per_rank(config: Mapping[str, Any], facts: Mapping[str, Any]) -> Grade:
+    parts: list[Status] = []
+    evidence: list[str] = []
+    per_rank = _first_flag("per_rank_metrics", facts)
+    if per_rank is None:
+        per_rank = _flag(config, "per_rank_metrics_logged")
+    if per_rank is None:
+        parts.append("unknown")
+        evidence.append("tick once each rank logs its local grad norm and loss")
+    else:
+        parts.append("pass" if per_rank else "fail")
+        evidence.append("per-rank metrics logged" if per_rank else "only run-level metrics are logged")
+    provenance = _first_flag("batch_provenance_logged", facts, config)
+    if provenance is None:
+        parts.append("unknown")
+        evidence.append("tick once the data loader logs which samples formed each batch")
+    else:
+        parts.append("pass" if provenance else "fail")
+        evidence.append("batch provenance logged" if provenance else "batch provenance not logged")
+    return _combine(parts), evidence, True
+
+
+_GRADERS: dict[str, Callable[[Mapping[str, Any], Mapping[str, Any]], Grade]] = {
+    "warmup": _check_warmup,
+    "grad_clipping": _check_clipping,
+    "min_lr_ratio": _check_min_lr,
+    "checkpoint_interval": _check_checkpoints,
+    "nonfinite_guard": _check_nonfinite,
+    "restart_warmup": _check_restart_warmup,
+    "moe_router": _check_moe,
+    "per_rank_provenance": _check_per_rank,
+}
+
+
+def evaluate_checklist(config: Mapping[str, Any] | None, metrics: Mapping[str, Any] | None) -> list[ItemResult]:
+    """Grade the eight items, in ``CHECKLIST`` order.
+
+    ``config``: a normalised run config (keys in ``CONFIG_KEYS``, all optional; None when there is
+    none). ``metrics``: facts from the run's data (keys in ``RUN_FACT_KEYS``; :func:`run_facts`).
+    Raises ValueError when a key holds a value of the wrong type.
+    """
+    cfg: Mapping[str, Any] = config or {}
+    facts: Mapping[str, Any] = metrics or {}
+    unknown_keys = sorted(set(cfg) - set(CONFIG_KEYS))
+    if unknown_keys:
+        raise ValueError(f"unknown config keys {unknown_keys}; the normalised keys are listed in CONFIG_KEYS")
+    results = []
+    for item in CHECKLIST:
+        status, evidence, applicable = _GRADERS[item.id](cfg, facts)
+        results.append(ItemResult(item=item, status=status, evidence=tuple(evidence), applicable=applicable))
+    return results
+
+
+def failing_p0(results: Sequence[ItemResult]) -> list[ItemResult]:
+    """The P0 items that fail: a launch blocker each."""
+    return [r for r in results if r.priority == "P0" and r.status == "fail"]
+
+
+# --------------------------------------------------------------------------------------------------
+# Facts from a run's data
+# --------------------------------------------------------------------------------------------------
+
+
+def run_facts(view: RunView) -> dict[str, Any]:
+    """The checklist facts (``RUN_FACT_KEYS``) that a run's own data answers; absent keys stay unknown."""
+    facts: dict[str, Any] = {}
+    meta = view.meta
+    if isinstance(meta.get("max_norm"), int | float) and not isinstance(meta.get("max_norm"), bool):
+        facts["max_norm"] = float(meta["max_norm"])
+    if isinstance(meta.get("gpus"), int) and not isinstance(meta.get("gpus"), bool):
+        facts["gpus"] = int(meta["gpus"])
+    if isinstance(meta.get("batch_provenance_logged"), bool):
+        facts["batch_provenance_logged"] = meta["batch_provenance_logged"]
+    facts["clip_ratio_logged"] = view.has("grad_norm") or view.has("clip_coef")
+    facts["per_rank_metrics"] = any(m.ranks.size > 1 and bool(m.present.any()) for m in view.per_rank.values())
+    facts["expert_load_logged"] = view.has("expert_load_max_over_mean")
+    facts["nonfinite_guard_logged"] = any(
+        view.has(name) for name in ("loss_scale", "nonfinite_grads", "skipped_iterations", "nan_iterations")
+    )
+    facts["nonfinite_steps"] = _nonfinite_steps(view)
+    if view.has("lr"):
+        facts.update(_lr_facts(view))
+    if view.has("loss") or view.has("lr"):
+        last = max(int(view.series[m].steps[-1]) for m in ("loss", "lr") if view.has(m))
+        facts["total_steps"] = last + 1
+    if view.has("step_time_s"):
+        times = view.series["step_time_s"].values
+        finite = times[np.isfinite(times)]
+        if finite.size:
+            facts["step_time_s"] = float(np.median(finite))
+    ratio = _post_warmup_clip_ratio(view, facts.get("max_norm"), facts.get("warmup_steps", 0))
+    if ratio is not None:
+        facts["clip_ratio"] = ratio
+    return facts
+
+
+def _nonfinite_steps(view: RunView) -> int:
+    bad: set[int] = set()
+    for name in ("loss", "grad_norm"):
+        if view.has(name):
+            series = view.series[name]
+            bad.update(int(s) for s in series.steps[~np.isfinite(series.values)])
+    return len(bad)
+
+
+def _lr_facts(view: RunView) -> dict[str, Any]:
+    lr = view.series["lr"]
+    facts: dict[str, Any] = {}
+    transitions = schedule_transitions(lr.steps, lr.values)
+    rises = [t for t in transitions if t.kind == "lr_jump" and t.rel_change > 0]
+    if rises:
+        biggest = max(rises, key=lambda t: t.rel_change)
+        facts["max_lr_jump"] = float(biggest.rel_change)
+        facts["max_lr_jump_step"] = int(biggest.step)
+    else:
+        facts["max_lr_jump"] = 0.0
+    first_peak = next((t for t in transitions if t.kind == "warmup_end"), None)
+    if first_peak is not None and first_peak.lr_before < first_peak.lr_after:
+        facts["warmup_steps"] = int(first_peak.step - lr.steps[0])
+    return facts
+
+
+def _post_warmup_clip_ratio(view: RunView, max_norm: float | None, warmup_steps: int) -> float | None:
+    if not view.has("grad_norm") or max_norm is None or not (math.isfinite(max_norm) and max_norm > 0):
+        return None
+    norms = view.series["grad_norm"]
+    keep = norms.steps >= warmup_steps
+    if not keep.any():
+        return None
+    stats = clipping_stats(norms.values[keep], max_norm)
+    return None if math.isnan(stats.overall_clip_ratio) else stats.overall_clip_ratio
+
+
+# --------------------------------------------------------------------------------------------------
+# Markdown for a launch review
+# --------------------------------------------------------------------------------------------------
+
+_STATUS_LABEL: dict[Status, str] = {"pass": "PASS", "fail": "FAIL", "unknown": "TO CHECK (tick by hand)"}
+
+
+def checklist_markdown(results: Sequence[ItemResult], title: str = "Pre-flight checklist") -> str:
+    """The results as a Markdown launch review: a verdict, then P0 and P1 items as task-list entries
+    (passed items ticked, failing and unknown ones open) with their evidence, why and how to check."""
+    lines = [f"# {title}", ""]
+    blockers = failing_p0(results)
+    open_p0 = [r for r in results if r.priority == "P0" and r.status == "unknown"]
+    if blockers:
+        verdict = f"NOT READY: {len(blockers)} P0 item(s) fail ({', '.join(r.id for r in blockers)})."
+    elif open_p0:
+        verdict = f"NOT YET: {len(open_p0)} P0 item(s) to check by hand ({', '.join(r.id for r in open_p0)})."
+    else:
+        verdict = "READY: every P0 item passes."
+    lines += [f"**Verdict: {verdict}**", ""]
+    for priority, heading in (("P0", "P0: must pass before launch"), ("P1", "P1: should pass")):
+        chosen = [r for r in results if r.priority == priority]
+        if not chosen:
+            continue
+        counts = {s: sum(r.status == s for r in chosen) for s in ("pass", "fail", "unknown")}
+        lines += [
+            f"## {heading}",
+            "",
+            f"{counts['pass']} pass, {counts['fail']} fail, {counts['unknown']} to check by hand.",
+            "",
+        ]
+        for r in chosen:
+            box = "x" if r.status == "pass" else " "
+            label = _STATUS_LABEL[r.status] + ("" if r.applicable else " (not applicable)")
+            lines.append(f"- [{box}] **{r.item.title}** (`{r.id}`): {label}")
+            lines += [f"  - {_one_line(e)}" for e in r.evidence]
+            lines.append(f"  - Why: {r.item.why}")
+            lines.append(f"  - How to check: {r.item.how_to_check}")
+        lines.append("")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
