@@ -520,16 +520,24 @@ def largest_lr_change(
 
 
 def _fill_short_flats(
-    direction: npt.NDArray[np.int64], int_steps: npt.NDArray[np.int64], max_flat_steps: int
+    direction: npt.NDArray[np.int64],
+    int_steps: npt.NDArray[np.int64],
+    delta: FloatArray,
+    max_flat_steps: int,
+    quantum: float,
 ) -> npt.NDArray[np.int64]:
-    """Treat a flat run shorter than ``max_flat_steps`` between two moves in the same direction as
-    that move: a slowly changing LR logged with few digits repeats values inside a ramp."""
+    """Treat a flat run between two moves in the same direction as part of that move when it is
+    short (< ``max_flat_steps``) or, for an LR logged with few digits, when both moves are one or
+    two logging quanta: a slowly changing LR written that way repeats values inside a ramp."""
     filled = direction.copy()
     for sign, first, last in _runs(direction):
         if sign != 0 or first == 0 or last == direction.size - 1:
             continue
-        flat_steps = int(int_steps[last + 1] - int_steps[first])
-        if flat_steps < max_flat_steps and direction[first - 1] == direction[last + 1]:
+        if direction[first - 1] != direction[last + 1]:
+            continue
+        short = int(int_steps[last + 1] - int_steps[first]) < max_flat_steps
+        rounding = quantum > 0 and max(abs(delta[first - 1]), abs(delta[last + 1])) <= 2.5 * quantum
+        if short or rounding:
             filled[first : last + 1] = direction[first - 1]
     return filled
 
@@ -544,19 +552,48 @@ def _runs(values: npt.NDArray[np.int64]) -> list[tuple[int, int, int]]:
     return [(int(values[s]), int(s), int(e)) for s, e in zip(starts, ends, strict=True)]
 
 
+def _logging_quantum(delta: FloatArray) -> float:
+    """The LR's logging resolution when it was written with few digits (0 when it was not).
+
+    A rounded slow ramp moves in equal steps of one quantum; it is recognised when at least 10
+    changes exist and half of them have the same size (to 3 significant digits).
+    """
+    changes = np.abs(delta[delta != 0])
+    if changes.size < 10:
+        return 0.0
+    magnitudes, counts = np.unique(np.round(np.log10(changes), 3), return_counts=True)
+    return float(10.0 ** magnitudes[np.argmax(counts)]) if counts.max() * 2 >= changes.size else 0.0
+
+
 def _jump_intervals(
     int_steps: npt.NDArray[np.int64], lr: FloatArray, rel: FloatArray, rel_change: float, jump_factor: float
 ) -> npt.NDArray[np.bool_]:
-    """Intervals whose slope towers over their neighbours' (a discontinuity, not a ramp)."""
-    slope = np.abs(np.diff(lr)) / np.diff(int_steps)
+    """Intervals whose slope towers over the mean slope on both sides (a discontinuity, not a ramp
+    and not a kink), and which exceed a few logging quanta when the LR was written with few digits."""
+    delta = np.diff(lr)
+    slope = np.abs(delta) / np.diff(int_steps)
+    min_jump = 2.5 * _logging_quantum(delta)
     n = slope.size
     half_window = 5
     is_jump = np.zeros(n, dtype=bool)
-    for i in np.flatnonzero(np.abs(rel) >= rel_change):
-        neighbours = np.concatenate((slope[max(0, i - half_window) : i], slope[i + 1 : min(n, i + 1 + half_window)]))
-        baseline = float(np.median(neighbours)) if neighbours.size else 0.0
-        is_jump[i] = slope[i] > jump_factor * baseline
+    for i in np.flatnonzero((np.abs(rel) >= rel_change) & (np.abs(delta) > min_jump)):
+        before = slope[max(0, i - half_window) : i]
+        after = slope[i + 1 : i + 1 + half_window]
+        side_means = [float(side.mean()) for side in (before, after) if side.size]
+        is_jump[i] = slope[i] > jump_factor * max(side_means, default=0.0)
     return is_jump
+
+
+def _is_decay_from_a_plateau(fall_steps: npt.NDArray[np.int64], fall_lr: FloatArray, stable_steps: int) -> bool:
+    """Tell a genuine stable phase (WSD) from the top of a cosine logged with few digits, which also
+    reads as flat for a while: a real plateau is long next to the decay (>= 1/4 of it), or the decay
+    starts steeply (its first 10 % of steps take >= 5 % of the drop; a cosine's take 2.4 %)."""
+    fall_span = int(fall_steps[-1] - fall_steps[0])
+    if stable_steps >= 0.25 * fall_span:
+        return True
+    drop = float(fall_lr[0] - fall_lr[-1])
+    early = float(fall_lr[0] - np.interp(fall_steps[0] + 0.1 * fall_span, fall_steps, fall_lr))
+    return drop > 0 and early >= 0.05 * drop
 
 
 def schedule_transitions(
@@ -571,9 +608,11 @@ def schedule_transitions(
     A rise followed by anything else ends a warmup (``warmup_end`` at the peak); a rise after a fall is
     a ``cycle_restart`` (at the trough, or at the landing step when the rise is abrupt; an abrupt rise
     has no ``warmup_end``); a fall after a stable phase of at least max(10 steps, 1 % of the series)
-    is a ``decay_start``; an interval whose relative change
-    is at least ``rel_change`` and whose slope exceeds ``jump_factor`` times the median slope of its
-    5 neighbours on each side is an ``lr_jump`` (a ramp's slopes are alike, a jump's is not). Only
+    is a ``decay_start`` when the phase is a real plateau, not the flat-looking top of a cosine logged
+    with few digits (see :func:`_is_decay_from_a_plateau`); an interval whose relative change
+    is at least ``rel_change`` and whose slope exceeds ``jump_factor`` times the mean slope of the
+    5 intervals on either side is an ``lr_jump`` (a ramp's slopes are alike, a kink has the new slope
+    on one side, a jump towers over both). Only
     phases whose relative change reaches ``rel_change`` count. Non-finite LR samples are ignored.
     """
     _require_ratio("floor_ratio", floor_ratio)
@@ -594,7 +633,7 @@ def schedule_transitions(
     direction = np.where(delta > tolerance, 1, np.where(delta < -tolerance, -1, 0)).astype(np.int64)
     span = int(int_steps[-1] - int_steps[0])
     min_stable_steps = max(10, span // 100)
-    direction = _fill_short_flats(direction, int_steps, min_stable_steps)
+    direction = _fill_short_flats(direction, int_steps, delta, min_stable_steps, _logging_quantum(delta))
     is_jump = _jump_intervals(int_steps, lr_values, rel, rel_change, jump_factor)
 
     def relative(before: float, after: float) -> float:
@@ -618,7 +657,11 @@ def schedule_transitions(
             found.append(Transition(restart_step, "cycle_restart", change, lr_before, lr_after, span_steps))
         if sign == -1 and not abrupt and previous_sign == 0:
             _, stable_first, stable_last = runs[position - 1]
-            if int(int_steps[stable_last + 1] - int_steps[stable_first]) >= min_stable_steps:
+            stable_steps = int(int_steps[stable_last + 1] - int_steps[stable_first])
+            fall = slice(first, last + 2)
+            if stable_steps >= min_stable_steps and _is_decay_from_a_plateau(
+                int_steps[fall], lr_values[fall], stable_steps
+            ):
                 found.append(Transition(int(int_steps[first]), "decay_start", change, lr_before, lr_after, span_steps))
     for i in np.flatnonzero(is_jump):
         found.append(

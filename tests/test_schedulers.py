@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -331,3 +333,26 @@ def test_transitions_ignore_unlogged_samples_and_short_series() -> None:
     assert _kinds(schedule_transitions(steps, lr)) == [(200, "warmup_end"), (3000, "decay_start")]
     with pytest.raises(ValueError, match="rel_change"):
         schedule_transitions(steps, lr, rel_change=0.0)
+
+
+def test_transitions_of_an_lr_logged_with_few_digits() -> None:
+    steps = np.arange(T)
+    for schedule in (lr_at(steps, T, peak_lr=1e-4), warmup_cosine_lr(steps, T, peak_lr=6e-4)):
+        found = schedule_transitions(steps, np.round(schedule, 6))  # 1e-6 resolution, as llm.c writes it
+        assert all(t.kind in ("warmup_end", "cycle_restart") for t in found)
+        assert abs(found[0].step - 2000) <= 10
+
+
+REAL_LOGS = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "real_logs"
+
+
+def test_transitions_of_a_real_llmc_log() -> None:
+    log = REAL_LOGS / "mng_llmc_gpt2_124m" / "main.log"
+    if not log.exists():
+        pytest.skip(f"../shared absent: {log}")
+    rows = re.findall(r"s:(\d+) trl:\S+ lr:(\S+) norm:\S+", log.read_text())
+    steps = np.array([int(step) for step, _ in rows])
+    lr = np.array([float(value) for _, value in rows])
+    # PROVENANCE: linear warmup over 700 steps to 6.0e-4, then a decay to 0, lr printed with 6 decimals
+    assert _kinds(schedule_transitions(steps, lr)) == [(699, "warmup_end")]
+    assert _kinds(schedule_transitions(steps[::50], lr[::50])) == [(700, "warmup_end")]
