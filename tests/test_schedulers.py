@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import re
 import warnings
 from pathlib import Path
@@ -113,9 +114,14 @@ def test_resumed_scheduler_continues_on_the_identical_curve(stop_at: int) -> Non
 
     first = WarmupCosineRestartScheduler(_optimizer(1e-3), *settings)
     _lrs_over(first, stop_at)
-    scheduler_state, optimizer_state = first.state_dict(), first.optimizer.state_dict()
+    # a checkpoint: written with torch.save, read back with torch.load's safe default
+    buffer = io.BytesIO()
+    torch.save({"scheduler": first.state_dict(), "optimizer": first.optimizer.state_dict()}, buffer)
+    buffer.seek(0)
+    checkpoint = torch.load(buffer, weights_only=True)
+    scheduler_state, optimizer_state = checkpoint["scheduler"], checkpoint["optimizer"]
 
-    # restore in the order torch recommends, and the state survives torch.save's restrictions
+    # restore in the order torch recommends
     optimizer = _optimizer(1e-3)
     resumed = WarmupCosineRestartScheduler(optimizer, *settings)
     optimizer.load_state_dict(optimizer_state)
