@@ -267,19 +267,19 @@ Grade = tuple[Status, list[str], bool]
 
 def _check_warmup(config: Mapping[str, Any], facts: Mapping[str, Any]) -> Grade:
     warmup = _number(config, "warmup_steps")
-    origin = "config" + _from(config, "warmup_steps")
+    origin = _from(config, "warmup_steps") or " (config)"
     if warmup is None:
         warmup = _number(facts, "warmup_steps")
-        origin = "the run's LR series"
+        origin = " (the run's LR series)"
     total = _first_number("total_steps", config, facts)
     if warmup is None:
         return "unknown", ["no warmup setting found in the config or the LR series; tick once checked"], True
     if warmup <= 0:
-        return "fail", [f"warmup_steps = 0 ({origin}): the first updates run at full LR"], True
+        return "fail", [f"warmup_steps = 0{origin}: the first updates run at full LR"], True
     if total is None or total <= 0:
-        return "pass", [f"warmup {warmup:,.0f} steps ({origin}); total steps unknown, compare by hand"], True
+        return "pass", [f"warmup {warmup:,.0f} steps{origin}; total steps unknown, compare by hand"], True
     fraction = warmup / total
-    evidence = [f"warmup {warmup:,.0f} steps = {100 * fraction:.2f} % of {total:,.0f} total steps ({origin})"]
+    evidence = [f"warmup {warmup:,.0f} steps = {100 * fraction:.2f} % of {total:,.0f} total steps{origin}"]
     if fraction > MAX_WARMUP_FRACTION:
         evidence.append(f"longer than {100 * MAX_WARMUP_FRACTION:.0f} % of the run: the budget is spent at low LR")
         return "fail", evidence, True
