@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import io
 import re
+import subprocess
+import sys
 import warnings
 from pathlib import Path
 
@@ -362,3 +364,16 @@ def test_transitions_of_a_real_llmc_log() -> None:
     # PROVENANCE: linear warmup over 700 steps to 6.0e-4, then a decay to 0, lr printed with 6 decimals
     assert _kinds(schedule_transitions(steps, lr)) == [(699, "warmup_end")]
     assert _kinds(schedule_transitions(steps[::50], lr[::50])) == [(700, "warmup_end")]
+
+
+def test_formulas_and_metrics_cost_no_torch_import() -> None:
+    probe = (
+        "import sys, stab_core.schedulers as s, stab_core.clipping as c\n"
+        "s.lr_at(5, 100, 10, 5, 2); s.schedule_transitions([0, 1, 2], [0.0, 1.0, 1.0])\n"
+        "c.clipping_stats(s.lr_at([5, 6], 100, 10, 5, 2), 1.0)\n"
+        "print('torch' in sys.modules)"
+    )
+    repo = Path(__file__).resolve().parents[1]
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=repo, check=True)
+    assert result.stdout.strip() == "False"
+    assert WarmupCosineRestartScheduler.__mro__[2] is torch.optim.lr_scheduler.LRScheduler
