@@ -1,0 +1,595 @@
+"""A run's analyses in one call, the JSON form of a spike, and the generated runs that measure them.
+
+:func:`analyze_run` is what the store materialises per run generation: the gradient SNR series (with
+the estimator it came from), clipping statistics, and the loss and grad-norm spike events, each with
+its root-cause :class:`~stab_core.diagnosis.Diagnosis`. :func:`spike_to_dict` is the JSON contract of
+``stabscope spikes --json``.
+
+:func:`synthetic_run` builds a run (numpy, seeded) with spikes of every class injected, each with the
+signature its node of the decision tree looks for; :func:`evaluate_detection` measures detection
+precision/recall and classification accuracy on many of them (for ``bench/``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import numpy as np
+import numpy.typing as npt
+
+from stab_core.clipping import ClipStats, clipping_stats
+from stab_core.diagnosis import (
+    Diagnosis,
+    DiagnosisContext,
+    DiagnosisParams,
+    diagnose,
+    prepare_context,
+)
+from stab_core.runview import FloatArray, IntArray, RankMatrix, RunEvent, RunView, Series
+from stab_core.snr import SnrCollapse, SnrSeries, detect_snr_collapse, gradient_snr
+from stab_core.spikes import (
+    GRAD_NORM_SPIKE_PARAMS,
+    LOSS_SPIKE_PARAMS,
+    SpikeEvent,
+    SpikeParams,
+    detect_spikes,
+    event_at_step,
+    link_grad_norm_lead,
+)
+
+
+@dataclass(frozen=True)
+class AnalysisParams:
+    """Settings of :func:`analyze_run`: spike thresholds per metric, how far before a loss spike a
+    grad-norm spike still counts as leading it (``max_lead_steps``, steps), the tree's thresholds,
+    and the clipping window (logged steps) and saturation fraction."""
+
+    loss_spikes: SpikeParams = LOSS_SPIKE_PARAMS
+    grad_norm_spikes: SpikeParams = GRAD_NORM_SPIKE_PARAMS
+    max_lead_steps: int = 50
+    diagnosis: DiagnosisParams = field(default_factory=DiagnosisParams)
+    clip_window: int = 100
+    clip_saturation: float = 0.9
+
+
+@dataclass(frozen=True)
+class DiagnosedSpike:
+    """A spike event and the tree's verdict on it."""
+
+    spike: SpikeEvent
+    diagnosis: Diagnosis
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON contract object (:func:`spike_to_dict`)."""
+        return spike_to_dict(self.spike, self.diagnosis)
+
+
+@dataclass(frozen=True)
+class RunAnalysis:
+    """Everything materialised for one run.
+
+    ``snr``: the SNR series (None without a grad norm), its ``estimator`` says which one;
+    ``snr_collapses``: where it fell ``snr_collapse_factor`` below its level; ``clip_steps`` and
+    ``clip``: clipping statistics on the grad-norm steps (None when max_norm is unknown and no
+    ``clip_coef`` was logged); ``spikes``: loss then grad-norm events, each diagnosed, by start.
+    """
+
+    run: str
+    snr: SnrSeries | None
+    snr_collapses: list[SnrCollapse]
+    clip_steps: IntArray | None
+    clip: ClipStats | None
+    spikes: list[DiagnosedSpike]
+
+    def spike_dicts(self) -> list[dict[str, Any]]:
+        """The spikes as JSON-ready dicts (``stabscope spikes --json``)."""
+        return [item.to_dict() for item in self.spikes]
+
+    def spike_at(self, step: int, metric: str | None = None) -> DiagnosedSpike | None:
+        """The event that covers ``step`` (from its start to its recovery, or end when none), loss first."""
+        for item in sorted(self.spikes, key=lambda d: d.spike.metric != "loss"):
+            spike = item.spike
+            until = spike.recovery_step if spike.recovery_step is not None else spike.end
+            if (metric is None or spike.metric == metric) and spike.start <= step <= until:
+                return item
+        return None
+
+
+def _json_number(value: float | None) -> float | None:
+    """Non-finite numbers have no JSON form: they become null."""
+    if value is None or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def _json_evidence(evidence: dict[str, Any]) -> dict[str, Any]:
+    return {key: _json_number(value) if isinstance(value, float) else value for key, value in evidence.items()}
+
+
+def spike_to_dict(spike: SpikeEvent, diagnosis: Diagnosis) -> dict[str, Any]:
+    """The JSON object of one spike (``stabscope spikes --json``); non-finite numbers become null.
+
+    Contract fields: ``start``, ``peak``, ``end`` (steps), ``metric``, ``ratio`` (peak over baseline),
+    ``recovered``, ``cause``, ``confidence`` (0-1), ``path`` (nodes visited: ``node``, ``number``,
+    ``question``, ``answer``, ``evidence``), ``actions``. Also: ``z``, ``duration``, ``steps_lost``,
+    ``diverged``, ``nonfinite``, ``recovery_step``, ``baseline``, ``peak_value``, ``n_samples``,
+    ``grad_norm_lead_steps``, ``grad_norm_led``, ``leaf``, ``missing``.
+    """
+    return {
+        "start": spike.start,
+        "peak": spike.peak,
+        "end": spike.end,
+        "metric": spike.metric,
+        "ratio": _json_number(spike.ratio),
+        "recovered": spike.recovered,
+        "cause": diagnosis.cause,
+        "confidence": round(diagnosis.confidence, 4),
+        "path": [
+            {
+                "node": visit.node,
+                "number": visit.number,
+                "question": visit.question,
+                "answer": visit.answer,
+                "evidence": _json_evidence(dict(visit.evidence)),
+            }
+            for visit in diagnosis.path
+        ],
+        "actions": list(diagnosis.actions),
+        "leaf": diagnosis.leaf,
+        "missing": list(diagnosis.missing),
+        "z": _json_number(spike.z),
+        "duration": spike.duration,
+        "steps_lost": spike.steps_lost,
+        "diverged": spike.diverged,
+        "nonfinite": spike.nonfinite,
+        "recovery_step": spike.recovery_step,
+        "baseline": _json_number(spike.baseline),
+        "peak_value": _json_number(spike.peak_value),
+        "n_samples": spike.n_samples,
+        "grad_norm_lead_steps": spike.grad_norm_lead_steps,
+        "grad_norm_led": spike.grad_norm_led,
+    }
+
+
+def _aligned(series: Series, steps: IntArray) -> FloatArray:
+    """``series`` at ``steps`` (NaN where it was not logged)."""
+    index = np.minimum(np.searchsorted(series.steps, steps), max(series.steps.size - 1, 0))
+    out = np.full(steps.size, np.nan)
+    if series.steps.size:
+        hit = series.steps[index] == steps
+        out[hit] = series.values[index[hit]]
+    return out
+
+
+def _max_norm(view: RunView, norms: FloatArray, coef: FloatArray | None) -> float | None:
+    """The run's max_norm from meta, else inferred from a logged clip_coef (coef*(norm+1e-6) on
+    clipped steps; any value above every norm when none was clipped)."""
+    value = view.meta.get("max_norm")
+    if isinstance(value, int | float) and math.isfinite(value) and value > 0:
+        return float(value)
+    if coef is None:
+        return None
+    clipped = np.isfinite(coef) & (coef < 1.0) & np.isfinite(norms)
+    if clipped.any():
+        return float(np.median(coef[clipped] * (norms[clipped] + 1e-6)))
+    finite = norms[np.isfinite(norms)]
+    return float(2.0 * finite.max()) if finite.size and finite.max() > 0 else None
+
+
+def run_clip_stats(view: RunView, window: int = 100, saturation: float = 0.9) -> tuple[IntArray, ClipStats] | None:
+    """Clipping statistics on the grad-norm steps (:func:`stab_core.clipping.clipping_stats`), or None
+    without a grad norm or without both max_norm (meta) and a logged ``clip_coef``."""
+    grad = view.series.get("grad_norm")
+    if grad is None or grad.steps.size == 0:
+        return None
+    logged = view.series.get("clip_coef")
+    coef = _aligned(logged, grad.steps) if logged is not None else None
+    max_norm = _max_norm(view, grad.values, coef)
+    if max_norm is None:
+        return None
+    return grad.steps, clipping_stats(grad.values, max_norm, coef, window=window, saturation=saturation)
+
+
+def _detect(view: RunView, params: AnalysisParams) -> list[SpikeEvent]:
+    grad = view.series.get("grad_norm")
+    grad_events: list[SpikeEvent] = []
+    if grad is not None and grad.steps.size:
+        grad_events = detect_spikes(grad.steps, grad.values, "grad_norm", params.grad_norm_spikes)
+    loss_events: list[SpikeEvent] = []
+    loss = view.series.get("loss")
+    if loss is not None and loss.steps.size:
+        loss_events = detect_spikes(loss.steps, loss.values, "loss", params.loss_spikes)
+        loss_events = link_grad_norm_lead(loss_events, grad_events, params.max_lead_steps)
+    return loss_events + grad_events
+
+
+def analyze_run(view: RunView, params: AnalysisParams | None = None) -> RunAnalysis:
+    """SNR, clipping statistics and diagnosed spikes of one run (pure: the store persists them)."""
+    p = params if params is not None else AnalysisParams()
+    d = p.diagnosis
+    snr = gradient_snr(view, d.proxy_window, d.ema_beta)
+    context = prepare_context(view, d, snr)
+    collapses = detect_snr_collapse(snr, d.snr_collapse_factor, d.snr_level_window) if snr is not None else []
+    clip = run_clip_stats(view, p.clip_window, p.clip_saturation)
+    spikes = [DiagnosedSpike(spike, diagnose(view, spike, d, context)) for spike in _detect(view, p)]
+    return RunAnalysis(
+        run=view.name,
+        snr=snr,
+        snr_collapses=collapses,
+        clip_steps=clip[0] if clip is not None else None,
+        clip=clip[1] if clip is not None else None,
+        spikes=spikes,
+    )
+
+
+def explain_step(
+    view: RunView,
+    step: int,
+    metric: str = "loss",
+    params: AnalysisParams | None = None,
+    context: DiagnosisContext | None = None,
+) -> DiagnosedSpike:
+    """Diagnose the spike at ``step`` (``stabscope diagnose RUN --step N``): the detected event covering
+    it if there is one, else an event built at the first logged sample at or after ``step``."""
+    p = params if params is not None else AnalysisParams()
+    series = view.series.get(metric)
+    if series is None or series.steps.size == 0:
+        raise ValueError(f"run {view.name!r} has no {metric!r} series; it has {sorted(view.series)}")
+    ctx = context if context is not None else prepare_context(view, p.diagnosis)
+    for spike in _detect(view, p):
+        until = spike.recovery_step if spike.recovery_step is not None else spike.end
+        if spike.metric == metric and spike.start <= step <= until:
+            return DiagnosedSpike(spike, diagnose(view, spike, p.diagnosis, ctx))
+    spike_params = p.grad_norm_spikes if metric.startswith("grad_norm") else p.loss_spikes
+    event = event_at_step(series.steps, series.values, step, metric, spike_params)
+    grad = view.series.get("grad_norm")
+    if grad is not None and metric != "grad_norm":
+        grad_events = detect_spikes(grad.steps, grad.values, "grad_norm", p.grad_norm_spikes)
+        event = link_grad_norm_lead([event], grad_events, p.max_lead_steps)[0]
+    return DiagnosedSpike(event, diagnose(view, event, p.diagnosis, ctx))
+
+
+# --------------------------------------------------------------------------------------------------
+# Generated runs with injected spikes, and the detection/classification measurement
+# --------------------------------------------------------------------------------------------------
+
+SPIKE_CLASSES: Final[tuple[str, ...]] = (
+    "numerical",
+    "lr_transition",
+    "rank_fault",
+    "router",
+    "data_outlier_recovered",
+    "data_outlier_diverged",
+    "unknown",
+)
+"""Injectable spike classes; both data_outlier ones have cause ``data_outlier``."""
+
+
+def cause_of(spike_class: str) -> str:
+    """The tree's cause for an injected class."""
+    return "data_outlier" if spike_class.startswith("data_outlier") else spike_class
+
+
+@dataclass(frozen=True)
+class InjectedSpike:
+    """Ground truth: a spike of ``spike_class`` whose loss rises at ``step``."""
+
+    spike_class: str
+    step: int
+
+    @property
+    def cause(self) -> str:
+        return cause_of(self.spike_class)
+
+
+@dataclass(frozen=True)
+class SyntheticRun:
+    """A generated run and the spikes injected into it."""
+
+    view: RunView
+    injected: tuple[InjectedSpike, ...]
+
+
+@dataclass(frozen=True)
+class SyntheticRunSpec:
+    """How to generate a run: spike classes in order (``data_outlier_diverged`` only last), steps per
+    spike segment, logging interval (steps), ranks (per-rank ``grad_norm_local`` logged when
+    ``per_rank``), an MoE router series (``moe``), rounding of the logged values (``quantise``),
+    a 200-step logging gap in each segment (``gaps``), LR transitions also logged as events
+    (``lr_events``), numerical faults as a collapsing fp16 loss scale instead of NaN (``loss_scale``)."""
+
+    classes: tuple[str, ...]
+    segment_steps: int = 1500
+    log_every: int = 1
+    ranks: int = 4
+    per_rank: bool = True
+    moe: bool = True
+    quantise: bool = False
+    gaps: bool = False
+    lr_events: bool = True
+    loss_scale: bool = False
+
+    def __post_init__(self) -> None:
+        unknown = [c for c in self.classes if c not in SPIKE_CLASSES]
+        if unknown:
+            raise ValueError(f"unknown spike classes {unknown}; choose from {SPIKE_CLASSES}")
+        if "data_outlier_diverged" in self.classes[:-1]:
+            raise ValueError("data_outlier_diverged never recovers: it must be the last class")
+        if self.segment_steps < 800:
+            raise ValueError(f"segment_steps must be >= 800 (precursor and recovery room), got {self.segment_steps}")
+        if self.log_every < 1 or self.ranks < 2:
+            raise ValueError("log_every must be >= 1 and ranks >= 2")
+
+
+_WARMUP_STEPS: Final = 300
+_FIRST_SEGMENT: Final = 600
+_PRECURSOR_STEPS: Final = 150
+_B_SMALL: Final = 8.0
+
+
+@dataclass
+class _Signals:
+    """Per-step ground-truth signals being built (mutable while injecting)."""
+
+    steps: IntArray
+    loss: FloatArray
+    lr: FloatArray
+    g_sq: FloatArray  # |G|^2
+    trace: FloatArray  # S = tr(Sigma)
+    norm_noise: FloatArray  # std of the step-level log-noise shared by the logged norms
+    local_factor: FloatArray  # (ranks, steps) extra factor on each rank's local norm
+    global_factor: FloatArray  # extra factor on the global norm
+    load: FloatArray
+    loss_scale: FloatArray
+    nan_loss: npt.NDArray[np.bool_]
+    events: list[RunEvent]
+
+
+def _base_signals(spec: SyntheticRunSpec, n: int, rng: np.random.Generator) -> _Signals:
+    steps = np.arange(n, dtype=np.int64)
+    t = steps.astype(np.float64)
+    # heavy-tailed (Student t, 4 dof) loss noise: honest about the tails real losses have
+    loss = (2.5 + 6.0 * np.exp(-t / 400.0)) * (1.0 + 0.01 * rng.standard_t(4, n))
+    peak = 3e-4
+    decay = np.cos(0.5 * np.pi * np.clip((t - _WARMUP_STEPS) / (1.2 * n), 0.0, 1.0))
+    lr = np.where(t < _WARMUP_STEPS, peak * (t + 1) / _WARMUP_STEPS, peak * np.maximum(decay, 0.1))
+    g_sq = 0.05 * (1.0 + 20.0 * np.exp(-t / 100.0))
+    return _Signals(
+        steps=steps,
+        loss=loss,
+        lr=lr,
+        g_sq=g_sq,
+        trace=np.full(n, 0.05 * 64.0),  # B_simple = 64 examples
+        norm_noise=np.full(n, 0.05),
+        local_factor=np.ones((spec.ranks, n)),
+        global_factor=np.ones(n),
+        load=1.3 * (1.0 + 0.02 * rng.standard_normal(n)),
+        loss_scale=np.full(n, 65536.0),
+        nan_loss=np.zeros(n, dtype=bool),
+        events=[],
+    )
+
+
+def _bump(sig: _Signals, at: int, factor: float, length: int) -> None:
+    """Multiply the loss from ``at`` by ``factor`` decaying back to 1 over ``length`` steps."""
+    span = np.arange(length, dtype=np.float64)
+    sig.loss[at : at + length] *= 1.0 + (factor - 1.0) * np.exp(-span / max(1.0, length / 3.0))
+
+
+def _inject(sig: _Signals, spike_class: str, at: int, spec: SyntheticRunSpec, rng: np.random.Generator) -> None:
+    if spike_class == "numerical":
+        if spec.loss_scale:
+            # fp16 overflow cascade: the scale halves every step from 5 steps before the spike
+            halvings = np.clip(np.arange(sig.loss_scale.size) - (at - 5), 0, 12)
+            sig.loss_scale[at - 5 :] = 65536.0 / 2.0 ** halvings[at - 5 :]
+            sig.loss_scale[at + 8 :] = 65536.0 / 2.0**12
+            _bump(sig, at, 2.5, 6)
+        else:
+            sig.nan_loss[at : at + 3] = True
+            sig.global_factor[at] = np.inf
+    elif spike_class == "lr_transition":
+        jump = at - 10
+        sig.lr[jump:] *= 4.0  # e.g. a cycle restart straight from a decayed LR to the peak
+        if spec.lr_events:
+            sig.events.append(RunEvent(step=jump, kind="cycle_restart", label="restart without warmup"))
+        sig.global_factor[at - 5 : at + 5] *= 2.5
+        sig.local_factor[:, at - 5 : at + 5] *= 2.5
+        _bump(sig, at, 1.8, 8)
+    elif spike_class == "rank_fault":
+        bad = int(rng.integers(spec.ranks))
+        sig.local_factor[bad, at - 1 : at + 2] *= 15.0
+        sig.global_factor[at - 1 : at + 2] *= 15.0 / spec.ranks
+        _bump(sig, at, 1.6, 3)
+    elif spike_class == "router":
+        ramp = np.linspace(1.0, 2.5, 20)
+        sig.load[at - 20 : at] *= ramp
+        sig.load[at : at + 20] *= 2.5
+        sig.global_factor[at : at + 3] *= 2.0
+        sig.local_factor[:, at : at + 3] *= 2.0
+        _bump(sig, at, 1.6, 5)
+    elif spike_class.startswith("data_outlier"):
+        # gradient noise swells before the spike: tr(Sigma) x10 and erratic logged norms
+        sig.trace[at - _PRECURSOR_STEPS : at] *= 10.0
+        sig.norm_noise[at - _PRECURSOR_STEPS : at] = 0.4
+        sig.global_factor[at : at + 3] *= 3.0
+        sig.local_factor[:, at : at + 3] *= 3.0
+        if spike_class == "data_outlier_recovered":
+            _bump(sig, at, 2.0, 6)
+        else:
+            sig.loss[at:] *= 2.0 + 0.002 * np.arange(sig.loss.size - at)
+            sig.global_factor[at:] *= 3.0
+            sig.local_factor[:, at:] *= 3.0
+    else:  # unknown: a spike with no precursor of any kind
+        sig.global_factor[at : at + 2] *= 2.0
+        sig.local_factor[:, at : at + 2] *= 2.0
+        _bump(sig, at, 1.8, 2)
+
+
+def _logged(values: FloatArray, keep: npt.NDArray[np.bool_], decimals: int | None) -> FloatArray:
+    out = values[keep]
+    return np.round(out, decimals) if decimals is not None else out
+
+
+def synthetic_run(spec: SyntheticRunSpec, seed: int = 0, name: str = "synthetic") -> SyntheticRun:
+    """A generated run with one spike of each of ``spec.classes``, in order, one per segment.
+
+    Ground truth follows the two-batch model (McCandlish et al. 2018): E|G_B|^2 = |G|^2 + tr(Sigma)/B
+    with B = 8 examples per rank and 8 x ranks globally; logged norms carry multiplicative noise.
+    """
+    rng = np.random.default_rng(seed)
+    n = _FIRST_SEGMENT + spec.segment_steps * len(spec.classes)
+    sig = _base_signals(spec, n, rng)
+    injected = []
+    for index, spike_class in enumerate(spec.classes):
+        segment = _FIRST_SEGMENT + index * spec.segment_steps
+        # room for the precursor and a quiet level before it; on the logging grid
+        at = segment + spec.segment_steps // 2
+        at -= at % spec.log_every
+        _inject(sig, spike_class, at, spec, rng)
+        injected.append(InjectedSpike(spike_class, at))
+
+    b_big = _B_SMALL * spec.ranks
+    # a step-level factor shared by every rank (how hard the step's data is) and 5 % per-rank noise
+    shared = sig.norm_noise * rng.standard_normal(n)
+    noise_global = np.exp(shared + 0.05 * rng.standard_normal(n))
+    noise_local = np.exp(shared + 0.05 * rng.standard_normal((spec.ranks, n)))
+    grad_norm = np.sqrt(sig.g_sq + sig.trace / b_big) * noise_global * sig.global_factor
+    local = np.sqrt(sig.g_sq + sig.trace / _B_SMALL) * noise_local * sig.local_factor
+    loss = np.where(sig.nan_loss, np.nan, sig.loss)
+
+    keep = sig.steps % spec.log_every == 0
+    if spec.gaps:
+        for index in range(len(spec.classes)):
+            gap_start = _FIRST_SEGMENT + index * spec.segment_steps + 50
+            keep[gap_start : gap_start + 200] = False
+    steps = sig.steps[keep]
+    loss_decimals, norm_decimals = (3, 2) if spec.quantise else (None, None)
+    series = {
+        "loss": Series(steps, _logged(loss, keep, loss_decimals)),
+        "grad_norm": Series(steps, _logged(grad_norm, keep, norm_decimals)),
+        "lr": Series(steps, _logged(sig.lr, keep, None)),
+    }
+    if spec.moe:
+        series["expert_load_max_over_mean"] = Series(steps, _logged(sig.load, keep, None))
+    if spec.loss_scale:
+        series["loss_scale"] = Series(steps, _logged(sig.loss_scale, keep, None))
+    per_rank = {}
+    if spec.per_rank:
+        values = local[:, keep]
+        if spec.quantise:
+            values = np.round(values, 2)
+        per_rank["grad_norm_local"] = RankMatrix(
+            ranks=np.arange(spec.ranks, dtype=np.int64),
+            steps=steps,
+            values=values,
+            present=np.ones(values.shape, dtype=bool),
+        )
+    meta: dict[str, Any] = {
+        "per_rank_batch_size": _B_SMALL,
+        "global_batch_size": b_big,
+        "world_size": spec.ranks,
+        "max_norm": 1.0,
+    }
+    if not spec.moe:
+        meta["num_experts"] = 1
+    view = RunView(name=name, series=series, per_rank=per_rank, events=tuple(sig.events), meta=meta)
+    return SyntheticRun(view=view, injected=tuple(injected))
+
+
+def random_spec(rng: np.random.Generator) -> SyntheticRunSpec:
+    """A random mix: 3-5 classes (rank faults only with per-rank data, router only on MoE), sometimes a diverged ending,
+    every-step or every-5-steps logging, quantised values, logging gaps, MoE or dense."""
+    per_rank = bool(rng.random() < 0.6)
+    moe = bool(rng.random() < 0.5)
+    needs = {"rank_fault": per_rank, "router": moe, "data_outlier_diverged": False}
+    pool = [c for c in SPIKE_CLASSES if needs.get(c, True)]
+    count = int(rng.integers(3, 6))
+    classes = [str(c) for c in rng.choice(pool, size=min(count, len(pool)), replace=False)]
+    if rng.random() < 0.3:
+        classes.append("data_outlier_diverged")
+    return SyntheticRunSpec(
+        classes=tuple(classes),
+        log_every=int(rng.choice([1, 1, 5])),
+        per_rank=per_rank,
+        moe=moe,
+        quantise=bool(rng.random() < 0.3),
+        gaps=bool(rng.random() < 0.3),
+        lr_events=bool(rng.random() < 0.5),
+        loss_scale=bool(rng.random() < 0.5),
+    )
+
+
+def match_detections(
+    injected: Sequence[InjectedSpike], detected: Sequence[DiagnosedSpike], tolerance_steps: int
+) -> list[tuple[InjectedSpike, DiagnosedSpike | None]]:
+    """Pair each injected spike with the detected one whose start lies within ``tolerance_steps``
+    of it (the nearest; each detection is used once)."""
+    used: set[int] = set()
+    pairs: list[tuple[InjectedSpike, DiagnosedSpike | None]] = []
+    for truth in injected:
+        best: tuple[int, int] | None = None
+        for index, item in enumerate(detected):
+            distance = abs(item.spike.start - truth.step)
+            if index not in used and distance <= tolerance_steps and (best is None or distance < best[0]):
+                best = (distance, index)
+        if best is None:
+            pairs.append((truth, None))
+        else:
+            used.add(best[1])
+            pairs.append((truth, detected[best[1]]))
+    return pairs
+
+
+def evaluate_detection(n_runs: int, seed: int) -> dict[str, Any]:
+    """Detection and classification of loss spikes on ``n_runs`` generated runs (:func:`random_spec`).
+
+    Returns ``runs``, ``injected``, ``detected``, ``true_positives``, ``precision`` (matched detections
+    / detections), ``recall`` (matched injected / injected), ``classification_accuracy`` (right cause
+    among matched), ``recovery_accuracy`` (recovered flag right among matched data outliers), and
+    ``per_class`` {class: {injected, detected, correct}} and ``confusion`` {true cause: {cause: n}}.
+    """
+    if n_runs < 1:
+        raise ValueError(f"n_runs must be >= 1, got {n_runs}")
+    rng = np.random.default_rng(seed)
+    per_class = {c: {"injected": 0, "detected": 0, "correct": 0} for c in SPIKE_CLASSES}
+    confusion: dict[str, dict[str, int]] = {}
+    detected_total = matched_total = correct_total = 0
+    recovery_checked = recovery_right = 0
+    injected_total = 0
+    for run_index in range(n_runs):
+        spec = random_spec(rng)
+        run = synthetic_run(spec, seed=int(rng.integers(2**31)), name=f"eval-{run_index}")
+        analysis = analyze_run(run.view)
+        loss_spikes = [item for item in analysis.spikes if item.spike.metric == "loss"]
+        detected_total += len(loss_spikes)
+        for truth, found in match_detections(run.injected, loss_spikes, 10 + 2 * spec.log_every):
+            injected_total += 1
+            per_class[truth.spike_class]["injected"] += 1
+            if found is None:
+                continue
+            matched_total += 1
+            per_class[truth.spike_class]["detected"] += 1
+            cause = found.diagnosis.cause
+            confusion.setdefault(truth.cause, {}).setdefault(cause, 0)
+            confusion[truth.cause][cause] += 1
+            if cause == truth.cause:
+                correct_total += 1
+                per_class[truth.spike_class]["correct"] += 1
+            if truth.cause == "data_outlier":
+                recovery_checked += 1
+                recovery_right += found.spike.recovered == (truth.spike_class == "data_outlier_recovered")
+    return {
+        "runs": n_runs,
+        "injected": injected_total,
+        "detected": detected_total,
+        "true_positives": matched_total,
+        "precision": matched_total / detected_total if detected_total else math.nan,
+        "recall": matched_total / injected_total if injected_total else math.nan,
+        "classification_accuracy": correct_total / matched_total if matched_total else math.nan,
+        "recovery_accuracy": recovery_right / recovery_checked if recovery_checked else math.nan,
+        "per_class": per_class,
+        "confusion": confusion,
+    }
