@@ -1,0 +1,175 @@
+"""Readers for the logs people already have, auto-detected, mapped onto canonical metric names.
+
+Public API::
+
+    detect(paths, *, custom_dir=None) -> [(format name, confidence 0-1), ...]   best first
+    read_log(paths, format=None, progress=None, *, custom_dir=None) -> ParsedLog
+    FORMATS: name -> reader (``name``, ``description``, ``sniff(head, path)``, ``read(paths)``)
+
+``format`` forces a reader (``"custom:NAME"`` for a saved user regex format, see
+:mod:`ingest.formats.custom`). Ambiguous or unknown input raises ``StabScopeError`` listing the
+candidates and how to force one; so does a file no reader can parse (with file and line).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Final
+
+from ingest.errors import StabScopeError
+from ingest.formats._common import TABLE_SCHEMA, ParsedLog, Progress, read_head
+from ingest.formats.base import Reader
+from ingest.formats.csv_wide import WideCsvReader
+from ingest.formats.deepspeed_csv import DeepSpeedCsvReader
+from ingest.formats.hf_trainer_state import HFTrainerStateReader
+from ingest.formats.jsonl import JsonlReader
+from ingest.formats.lightning_csv import LightningCsvReader
+from ingest.formats.llamafactory import LlamaFactoryReader
+from ingest.formats.llmc import LlmcConsoleReader, LlmcMainLogReader
+from ingest.formats.megatron import MegatronDeepSpeedReader, MegatronReader
+from ingest.formats.megatron_golden import MegatronGoldenReader
+from ingest.formats.mlflow import MlflowReader
+from ingest.formats.modded_nanogpt import ModdedNanoGPTReader
+from ingest.formats.nanogpt import NanoGPTReader
+from ingest.formats.parquet import ParquetReader
+from ingest.formats.tensorboard import TensorBoardReader
+from ingest.formats.tensorboard_csv import TensorBoardCsvReader
+from ingest.formats.torchtitan import TorchtitanReader
+from ingest.formats.wandb_csv import WandbCsvReader
+from ingest.formats.wandb_history import WandbHistoryReader
+
+__all__ = [
+    "FORMATS",
+    "TABLE_SCHEMA",
+    "ParsedLog",
+    "Reader",
+    "detect",
+    "read_log",
+]
+
+FORMATS: Final[dict[str, Reader]] = {
+    r.name: r
+    for r in (
+        WideCsvReader(),
+        TensorBoardCsvReader(),
+        WandbCsvReader(),
+        LightningCsvReader(),
+        DeepSpeedCsvReader(),
+        JsonlReader(),
+        WandbHistoryReader(),
+        LlamaFactoryReader(),
+        HFTrainerStateReader(),
+        MegatronGoldenReader(),
+        TensorBoardReader(),
+        MegatronReader(),
+        MegatronDeepSpeedReader(),
+        LlmcMainLogReader(),
+        LlmcConsoleReader(),
+        ModdedNanoGPTReader(),
+        TorchtitanReader(),
+        NanoGPTReader(),
+        MlflowReader(),
+        ParquetReader(),
+    )
+}
+"""Every built-in reader, by name (the one table readers are registered in)."""
+
+MIN_CONFIDENCE: Final = 0.3
+"""Below this, a format is not a candidate."""
+AMBIGUITY_MARGIN: Final = 0.1
+"""Two candidates closer than this are ambiguous: the user must choose."""
+
+
+def _readers(custom_dir: Path | None) -> dict[str, Reader]:
+    readers = dict(FORMATS)
+    if custom_dir is not None:
+        from ingest.formats.custom import load_custom_formats
+
+        for name, reader in load_custom_formats(custom_dir).items():
+            readers["custom:" + name] = reader
+    return readers
+
+
+def detect(paths: Sequence[Path], *, custom_dir: Path | None = None) -> list[tuple[str, float]]:
+    """Candidate formats for ``paths`` with a confidence (0-1), best first.
+
+    Each path is sniffed from its first 256 KiB (a folder from its file names); a format's confidence
+    is its lowest over the paths, since one reader must read them all. Formats under
+    ``MIN_CONFIDENCE`` are left out.
+    """
+    readers = _readers(custom_dir)
+    scores: dict[str, float] = {}
+    for path in (Path(p) for p in paths):
+        head = read_head(path)
+        for name, reader in readers.items():
+            if path.is_dir() and not reader.accepts_directories:
+                score = 0.0
+            else:
+                try:
+                    score = float(reader.sniff(head, path))
+                except (OSError, ValueError, UnicodeDecodeError):
+                    score = 0.0
+            scores[name] = min(scores.get(name, 1.0), score)
+    ranked = sorted(((n, s) for n, s in scores.items() if s >= MIN_CONFIDENCE), key=lambda x: -x[1])
+    return [(n, round(s, 3)) for n, s in ranked]
+
+
+def _check_paths(paths: Sequence[Path]) -> list[Path]:
+    if not paths:
+        raise StabScopeError("no input files given")
+    out = []
+    for p in (Path(x) for x in paths):
+        if not p.exists():
+            raise StabScopeError("no such file or folder", path=str(p))
+        out.append(p)
+    return out
+
+
+def read_log(
+    paths: Sequence[Path],
+    format: str | None = None,
+    progress: Progress | None = None,
+    *,
+    custom_dir: Path | None = None,
+) -> ParsedLog:
+    """Read one run from ``paths`` (files of one format: a log and its continuations, a folder).
+
+    ``format`` forces a reader; otherwise the best detected one is used when it is unambiguous.
+    ``progress(done_bytes, total_bytes)`` is called as the input is consumed.
+    Raises ``StabScopeError`` for unknown/ambiguous input (listing candidates and ``--format NAME``)
+    and for a file that cannot be read (file, line or byte offset, what was expected).
+    """
+    checked = _check_paths(paths)
+    readers = _readers(custom_dir)
+    if format is not None:
+        reader = readers.get(format)
+        if reader is None:
+            if format.startswith("custom:") and custom_dir is None:
+                raise StabScopeError(f"custom format {format!r} needs the store's formats folder")
+            known = ", ".join(sorted(readers))
+            raise StabScopeError(f"unknown format {format!r}; known formats: {known}")
+        return reader.read(checked, progress)
+    candidates = detect(checked, custom_dir=custom_dir)
+    names = ", ".join(f"{n} ({c:.2f})" for n, c in candidates[:5])
+    where = ", ".join(str(p) for p in checked[:3]) + (" ..." if len(checked) > 3 else "")
+    if not candidates:
+        per_file = _per_file_best(checked, readers)
+        hint = f" (per file: {per_file})" if per_file else ""
+        raise StabScopeError(
+            f"{where}: format not recognised{hint}; force one with --format NAME "
+            f"(formats: {', '.join(sorted(readers))})"
+        )
+    if len(candidates) > 1 and candidates[1][1] >= candidates[0][1] - AMBIGUITY_MARGIN:
+        raise StabScopeError(f"{where}: ambiguous format, candidates: {names}; choose one with --format NAME")
+    return readers[candidates[0][0]].read(checked, progress)
+
+
+def _per_file_best(paths: list[Path], readers: dict[str, Reader]) -> str:
+    """'file: best format' for inputs that mix formats (empty when nothing fits any file)."""
+    parts = []
+    for p in paths:
+        best = detect([p]) if p.exists() else []
+        if best:
+            parts.append(f"{p.name}: {best[0][0]}")
+    return "; ".join(parts) if len(parts) > 1 else ""

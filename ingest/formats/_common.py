@@ -1,0 +1,489 @@
+"""What every reader shares: the ``ParsedLog`` result, the row builder that turns reader output into
+the canonical long table (with rollback detection), vectorised value parsing and chunked file input.
+
+Readers append columns in file order to a :class:`LogBuilder`; ``finish`` then
+1. detects restarts: within one *stream* (one independent step sequence: a text log and its
+   continuation files, one TensorBoard directory, one per-metric CSV) a step that goes *down* starts
+   a new segment that re-logs steps ``[s0, s1]`` already seen; it is recorded as a ``rollback``
+   event and every earlier row of that stream at a step ``>= s0`` is dropped (the later segment
+   wins, as TensorBoard's own loader purges orphaned steps);
+2. keeps the last row of each ``(rank, metric, step)``;
+3. sorts by metric, rank, step.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+import pyarrow.compute as _pc
+
+from ingest.errors import StabScopeError
+from ingest.formats.aliases import canonical_name, to_canonical_unit
+from stab_core.metrics import RUN_RANK
+from stab_core.runview import RunEvent
+
+pc: Any = _pc  # pyarrow-stubs overloads reject valid calls on generic arrays
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+Progress = Callable[[int, int], None]
+
+MAX_SKIPPED_EXAMPLES: Final = 5
+CHUNK_BYTES: Final = 4 * 1024 * 1024
+
+TABLE_SCHEMA: Final[pa.Schema] = pa.schema(
+    {
+        "rank": pa.int32(),
+        "step": pa.int64(),
+        "metric": pa.string(),
+        "value": pa.float64(),
+        "wall_time": pa.float64(),
+    }
+)
+"""The canonical long form every reader produces."""
+
+
+@dataclass
+class ParsedLog:
+    """One run read from a log: the canonical long table plus what the log says about the run.
+
+    ``table``: ``rank`` int32 (-1 = run level), ``step`` int64, ``metric`` string (canonical name or
+    the sanitised foreign one), ``value`` float64 (NaN/Inf kept), ``wall_time`` float64 (seconds since
+    the epoch; null when unknown). ``skipped``: input lines (or records) that carried no metric;
+    ``skipped_examples``: the first few as ``(file, line number or byte offset, reason)``.
+    """
+
+    format: str
+    table: pa.Table
+    events: list[RunEvent] = field(default_factory=list)
+    meta: dict[str, Any] = field(default_factory=dict)
+    skipped: int = 0
+    skipped_examples: list[tuple[str, int, str]] = field(default_factory=list)
+    source_files: list[str] = field(default_factory=list)
+
+    @property
+    def metrics(self) -> list[str]:
+        """Distinct metric names, sorted."""
+        return sorted(pc.unique(self.table["metric"]).to_pylist())
+
+    @property
+    def step_range(self) -> tuple[int, int] | None:
+        """``(first, last)`` step over all rows, None for an empty table."""
+        if self.table.num_rows == 0:
+            return None
+        mm = pc.min_max(self.table["step"])
+        return int(mm["min"].as_py()), int(mm["max"].as_py())
+
+    def series(self, metric: str, rank: int = RUN_RANK) -> tuple[IntArray, FloatArray]:
+        """``(steps, values)`` of one metric and rank, sorted by step (numpy, for callers and tests)."""
+        t = self.table
+        mask = pc.and_(pc.equal(t["metric"], metric), pc.equal(t["rank"], rank))
+        sub = t.filter(mask)
+        steps = sub["step"].to_numpy()
+        values = sub["value"].to_numpy()
+        order = np.argsort(steps, kind="stable")
+        return steps[order].astype(np.int64), values[order].astype(np.float64)
+
+
+# --------------------------------------------------------------------------- value parsing
+
+_NUMBER_WITH_UNIT: Final = (
+    r"^(?P<num>[-+]?(?:[0-9][0-9,]*\.?[0-9]*(?:[eE][-+]?[0-9]+)?|\.[0-9]+(?:[eE][-+]?[0-9]+)?"
+    r"|(?i:nan|inf|infinity)))\s*(?P<unit>[A-Za-zµ%/]*)\s*(?:\(\s*(?P<pct>[-+]?[0-9.]+)\s*%\s*\))?$"
+)
+
+
+@dataclass
+class ConvertedValues:
+    """Floats parsed from raw strings: ``values`` (NaN where a string did not parse, see ``ok``),
+    the unit written after the number (one per distinct unit) and an optional ``(xx%)`` companion."""
+
+    values: FloatArray
+    ok: npt.NDArray[np.bool_]
+    units: list[tuple[str, npt.NDArray[np.bool_]]]
+    pct: FloatArray | None
+
+
+def parse_numbers(raw: Any) -> ConvertedValues:
+    """Parse strings such as ``1.244E+01``, ``nan``, ``10,550``, ``8410ms``, ``160.86GiB(90.19%)``.
+
+    Vectorised (Arrow compute): the plain cast is tried first; units, thousands separators and a
+    trailing ``(NN%)`` fall back to one regex extraction over the whole column.
+    """
+    strings = raw.cast(pa.string()) if raw.type != pa.string() else raw
+    n = len(strings)
+    try:
+        values = pc.cast(strings, pa.float64()).to_numpy(zero_copy_only=False)
+        ok = np.ones(n, dtype=bool)
+        if strings.null_count:
+            ok = ~np.asarray(strings.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+            values = np.where(ok, values, np.nan)
+        return ConvertedValues(values.astype(np.float64), ok, [], None)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        pass
+    cleaned = pc.replace_substring(pc.utf8_trim_whitespace(strings), "-nan", "nan")
+    parts = pc.extract_regex(cleaned, _NUMBER_WITH_UNIT)
+    ok = np.asarray(parts.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+    nums = pc.replace_substring(parts.field("num"), ",", "")
+    values = np.full(n, np.nan)
+    if ok.any():
+        parsed = pc.cast(nums.filter(pa.array(ok)), pa.float64()).to_numpy(zero_copy_only=False)
+        values[ok] = parsed
+    unit_col = parts.field("unit")
+    units: list[tuple[str, npt.NDArray[np.bool_]]] = []
+    for u in pc.unique(unit_col.filter(pa.array(ok))).to_pylist():
+        if u:
+            mask = np.asarray(pc.equal(unit_col, u).fill_null(False).to_numpy(zero_copy_only=False))
+            units.append((str(u), mask & ok))
+    pct: FloatArray | None = None
+    pct_col = parts.field("pct")
+    has_pct = pc.and_(pc.is_valid(pct_col), pc.greater(pc.utf8_length(pct_col), 0)).fill_null(False)
+    if pc.any(has_pct).as_py():
+        pct_mask = np.asarray(has_pct.to_numpy(zero_copy_only=False), dtype=bool)
+        pct = np.full(n, np.nan)
+        pct[pct_mask] = pc.cast(pct_col.filter(has_pct), pa.float64()).to_numpy(zero_copy_only=False)
+    return ConvertedValues(values, ok, units, pct)
+
+
+def parse_timestamps(raw: Any, fmt: str = "%Y-%m-%d %H:%M:%S") -> FloatArray:
+    """Seconds since the epoch (NaN when unparseable) of strings like ``2026-05-20 02:22:56,141``.
+
+    The first 19 characters are parsed with ``fmt``; a ``,mmm`` or ``.ffffff`` fraction after them is
+    added. Logs print local time without a zone: it is read as UTC (the offset is unknowable).
+    """
+    strings = raw.cast(pa.string()) if raw.type != pa.string() else raw
+    head = pc.utf8_slice_codeunits(strings, 0, 19)
+    ts = pc.strptime(head, format=fmt, unit="s", error_is_null=True)
+    seconds = pc.cast(ts, pa.int64()).to_numpy(zero_copy_only=False).astype(np.float64)
+    seconds = np.where(np.asarray(ts.is_valid().to_numpy(zero_copy_only=False)), seconds, np.nan)
+    frac = pc.extract_regex(strings, r"^.{19}[,.](?P<f>[0-9]{1,9})")
+    if frac.null_count < len(frac):
+        digits = frac.field("f")
+        valid = np.asarray(frac.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+        fvals = np.zeros(len(strings))
+        if valid.any():
+            d = digits.filter(pa.array(valid))
+            num = pc.cast(d, pa.float64()).to_numpy(zero_copy_only=False)
+            scale = np.power(10.0, pc.utf8_length(d).to_numpy(zero_copy_only=False).astype(np.float64))
+            fvals[valid] = num / scale
+        seconds = seconds + fvals
+    return seconds.astype(np.float64)
+
+
+# --------------------------------------------------------------------------- the builder
+
+
+@dataclass
+class _Piece:
+    rank: npt.NDArray[np.int32]
+    step: IntArray
+    metric_id: int
+    value: FloatArray
+    wall_time: FloatArray | None
+    stream: int
+    seq: IntArray
+
+
+class LogBuilder:
+    """Collects rows (one metric per ``add`` call, in file order) and builds the ``ParsedLog``."""
+
+    def __init__(self, paths: Sequence[Path], progress: Progress | None = None) -> None:
+        self.paths = [Path(p) for p in paths]
+        self.total_bytes = sum(_size(p) for p in self.paths)
+        self.done_bytes = 0
+        self._progress = progress
+        self._pieces: list[_Piece] = []
+        self._metric_ids: dict[str, int] = {}
+        self._seq_next = 0
+        self.events: list[RunEvent] = []
+        self.meta: dict[str, Any] = {}
+        self.skipped = 0
+        self.skipped_examples: list[tuple[str, int, str]] = []
+        self.source_files: list[str] = []
+
+    # -- progress and bookkeeping
+    def advance(self, nbytes: int) -> None:
+        """Report ``nbytes`` more input consumed to the progress callback."""
+        self.done_bytes += nbytes
+        if self._progress is not None:
+            self._progress(min(self.done_bytes, self.total_bytes), self.total_bytes)
+
+    def source(self, path: Path) -> None:
+        """Record a file the log was read from."""
+        s = str(path)
+        if s not in self.source_files:
+            self.source_files.append(s)
+
+    def skip(self, path: Path | str, where: int, reason: str, count: int = 1) -> None:
+        """Count ``count`` skipped lines/records; keep the first few as examples."""
+        self.skipped += count
+        if len(self.skipped_examples) < MAX_SKIPPED_EXAMPLES:
+            self.skipped_examples.append((str(path), int(where), reason))
+
+    def want_examples(self) -> bool:
+        """True while more skipped-line examples would be kept."""
+        return len(self.skipped_examples) < MAX_SKIPPED_EXAMPLES
+
+    def reserve(self, n: int) -> int:
+        """Reserve ``n`` sequence numbers (file order) and return the first."""
+        base = self._seq_next
+        self._seq_next += n
+        return base
+
+    def event(self, step: int, kind: str, label: str = "", **detail: Any) -> None:
+        """Record a run event read from the log."""
+        self.events.append(RunEvent(step=int(step), kind=kind, label=label, detail=dict(detail)))
+
+    # -- rows
+    def add(
+        self,
+        metric: str,
+        steps: Any,
+        values: Any,
+        *,
+        rank: int | Any = RUN_RANK,
+        wall_time: Any = None,
+        stream: int = 0,
+        seq: Any = None,
+        unit: str | None = None,
+        canonical: bool = False,
+    ) -> None:
+        """Append one metric's rows. ``metric`` is a raw key unless ``canonical``; ``unit`` scales
+        values to the canonical unit. ``seq`` (file order) defaults to fresh sequence numbers."""
+        step_arr = np.asarray(steps, dtype=np.int64)
+        n = step_arr.shape[0]
+        if n == 0:
+            return
+        value_arr = np.asarray(values, dtype=np.float64)
+        if canonical:
+            name = metric
+        else:
+            name, key_unit = canonical_name(metric)
+            unit = unit or key_unit
+        name, value_arr = to_canonical_unit(name, unit, value_arr)
+        rank_arr = np.full(n, rank, dtype=np.int32) if np.isscalar(rank) else np.asarray(rank, dtype=np.int32)
+        wall = None if wall_time is None else np.asarray(wall_time, dtype=np.float64)
+        if wall is not None and wall.ndim == 0:
+            wall = np.full(n, float(wall))
+        seq_arr = (
+            np.arange(self.reserve(n), self._seq_next, dtype=np.int64)
+            if seq is None
+            else np.asarray(seq, dtype=np.int64)
+        )
+        mid = self._metric_ids.setdefault(name, len(self._metric_ids))
+        self._pieces.append(_Piece(rank_arr, step_arr, mid, value_arr, wall, stream, seq_arr))
+
+    @property
+    def row_count(self) -> int:
+        """Rows added so far (before de-duplication)."""
+        return sum(p.step.shape[0] for p in self._pieces)
+
+    # -- result
+    def finish(self, format_name: str) -> ParsedLog:
+        """Detect rollbacks, keep the later segment, de-duplicate and sort: the ``ParsedLog``."""
+        table = self._build_table()
+        return ParsedLog(
+            format=format_name,
+            table=table,
+            events=sorted(self.events, key=lambda e: (e.step, e.kind)),
+            meta=self.meta,
+            skipped=self.skipped,
+            skipped_examples=list(self.skipped_examples),
+            source_files=list(self.source_files),
+        )
+
+    def _build_table(self) -> pa.Table:
+        if not self._pieces:
+            return TABLE_SCHEMA.empty_table()
+        pieces = self._pieces
+        rank = np.concatenate([p.rank for p in pieces])
+        step = np.concatenate([p.step for p in pieces])
+        value = np.concatenate([p.value for p in pieces])
+        seq = np.concatenate([p.seq for p in pieces])
+        mid = np.concatenate([np.full(p.step.shape[0], p.metric_id, np.int32) for p in pieces])
+        stream = np.concatenate([np.full(p.step.shape[0], p.stream, np.int64) for p in pieces])
+        has_wall = any(p.wall_time is not None for p in pieces)
+        wall = (
+            np.concatenate(
+                [p.wall_time if p.wall_time is not None else np.full(p.step.shape[0], np.nan) for p in pieces]
+            )
+            if has_wall
+            else None
+        )
+        self._pieces = []
+        keep = self._drop_replayed(stream, mid, rank, seq, step)
+        if not keep.all():
+            rank, step, value, seq, mid = rank[keep], step[keep], value[keep], seq[keep], mid[keep]
+            wall = None if wall is None else wall[keep]
+        # last row wins per (metric, rank, step): order by seq, then stably by the key
+        order = np.argsort(seq, kind="stable")
+        group_key = mid.astype(np.int64)[order] * (1 << 32) + (rank.astype(np.int64)[order] + 1)
+        order = order[np.lexsort((step[order], group_key))]
+        s_step, s_key = step[order], mid.astype(np.int64)[order] * (1 << 32) + rank[order] + 1
+        last = np.ones(order.shape[0], dtype=bool)
+        last[:-1] = (s_step[1:] != s_step[:-1]) | (s_key[1:] != s_key[:-1])
+        order = order[last]
+        names = sorted(self._metric_ids, key=self._metric_ids.__getitem__)
+        # final order: by metric *name*, rank, step
+        name_rank = np.argsort(np.argsort(np.array(names, dtype=object)))
+        o2 = np.lexsort((step[order], rank[order], name_rank[mid[order]]))
+        order = order[o2]
+        dictionary = pa.DictionaryArray.from_arrays(pa.array(mid[order], pa.int32()), pa.array(names))
+        wall_col = (
+            pa.nulls(order.shape[0], pa.float64())
+            if wall is None
+            else pa.array(wall[order], pa.float64(), mask=np.isnan(wall[order]))
+        )
+        return pa.table(
+            [
+                pa.array(rank[order], pa.int32()),
+                pa.array(step[order], pa.int64()),
+                dictionary.cast(pa.string()),
+                pa.array(value[order], pa.float64()),
+                wall_col,
+            ],
+            schema=TABLE_SCHEMA,
+        )
+
+    def _drop_replayed(
+        self,
+        stream: IntArray,
+        mid: npt.NDArray[np.int32],
+        rank: npt.NDArray[np.int32],
+        seq: IntArray,
+        step: IntArray,
+    ) -> npt.NDArray[np.bool_]:
+        """Rows to keep after purging what later restarts replayed; records ``rollback`` events.
+
+        A series is one metric of one rank in one stream, in file order. Where its step goes down
+        (to ``s0``) a restart replays steps; the series' earlier rows at steps ``>= s0`` are dropped
+        (TensorBoard purges the same way, per tag). Restarts of one stream seen in several metrics
+        are merged into one event ``{replayed_from: s0, replayed_to: s1}`` (``s1``: the last step
+        logged before the restart).
+        """
+        keep = np.ones(step.shape[0], dtype=bool)
+        group = (stream.astype(np.int64) * (1 << 20) + mid.astype(np.int64)) * (1 << 24) + (rank + 1)
+        order = np.lexsort((seq, group))
+        g, st = group[order], step[order]
+        same = g[1:] == g[:-1]
+        down = np.flatnonzero(same & (st[1:] < st[:-1])) + 1
+        if down.shape[0] == 0:
+            return keep
+        ranges: dict[int, list[tuple[int, int]]] = {}
+        bounds = np.flatnonzero(~same) + 1
+        starts = np.concatenate([[0], bounds])
+        ends = np.concatenate([bounds, [g.shape[0]]])
+        for gi in np.unique(np.searchsorted(starts, down, side="right") - 1):
+            lo, hi = int(starts[gi]), int(ends[gi])
+            seg = st[lo:hi]
+            local_down = down[(down >= lo) & (down < hi)] - lo
+            restart_at = np.full(seg.shape[0], np.iinfo(np.int64).max, dtype=np.int64)
+            restart_at[local_down] = seg[local_down]
+            later_min = np.minimum.accumulate(restart_at[::-1])[::-1]
+            later_min = np.concatenate([later_min[1:], [np.iinfo(np.int64).max]])
+            keep[order[lo:hi][seg >= later_min]] = False
+            running_max = np.maximum.accumulate(seg)
+            s_id = int(stream[order[lo]])
+            for i in local_down.tolist():
+                ranges.setdefault(s_id, []).append((int(seg[i]), int(running_max[i - 1])))
+        for spans in ranges.values():
+            for s0, s1 in _merge_spans(spans):
+                self.event(s0, "rollback", f"restart replayed steps {s0}-{s1}", replayed_from=s0, replayed_to=s1)
+        return keep
+
+
+def _merge_spans(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Overlapping replayed ranges (one restart seen through several metrics) merged into one."""
+    merged: list[tuple[int, int]] = []
+    for s0, s1 in sorted(spans):
+        if merged and s0 <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], s1))
+        else:
+            merged.append((s0, s1))
+    return merged
+
+
+# --------------------------------------------------------------------------- file input
+
+
+def _size(path: Path) -> int:
+    if path.is_dir():
+        return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def read_head(path: Path, nbytes: int = 256 * 1024) -> bytes:
+    """The first ``nbytes`` of a file (b'' for a directory or an unreadable file)."""
+    if path.is_dir():
+        return b""
+    try:
+        with open(path, "rb") as f:
+            return f.read(nbytes)
+    except OSError:
+        return b""
+
+
+def open_error(path: Path, exc: OSError) -> StabScopeError:
+    """The error for a file that cannot be opened at all."""
+    return StabScopeError(f"cannot read file: {exc.strerror or exc}", path=str(path))
+
+
+_ANSI: Final = re.compile(rb"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def iter_line_chunks(path: Path, builder: LogBuilder, chunk_bytes: int = CHUNK_BYTES) -> Iterator[tuple[bytes, int]]:
+    """``(chunk, number of its first line)``: whole lines, about ``chunk_bytes`` at a time.
+
+    Memory stays bounded by the chunk size whatever the file size; ANSI colour codes are removed.
+    """
+    try:
+        f = open(path, "rb")  # noqa: SIM115 - closed in the finally below
+    except OSError as exc:
+        raise open_error(path, exc) from exc
+    line_no = 1
+    carry = b""
+    try:
+        while True:
+            block = f.read(chunk_bytes)
+            if not block:
+                break
+            builder.advance(len(block))
+            data = carry + block
+            cut = data.rfind(b"\n")
+            if cut < 0:
+                carry = data
+                continue
+            chunk, carry = data[: cut + 1], data[cut + 1 :]
+            if b"\x1b" in chunk:
+                chunk = _ANSI.sub(b"", chunk)
+            yield chunk, line_no
+            line_no += chunk.count(b"\n")
+        if carry:
+            if b"\x1b" in carry:
+                carry = _ANSI.sub(b"", carry)
+            yield carry + b"\n", line_no
+    finally:
+        f.close()
+
+
+def decode_head(head: bytes) -> str:
+    """Head bytes as text (invalid UTF-8 replaced); a partial last line is dropped."""
+    cut = head.rfind(b"\n")
+    if 0 < cut < len(head) - 1:
+        head = head[: cut + 1]
+    return _ANSI.sub(b"", head).decode("utf-8", errors="replace")
+
+
+def looks_binary(head: bytes) -> bool:
+    """True when the head holds NUL bytes: not a text file."""
+    return b"\x00" in head[:4096]

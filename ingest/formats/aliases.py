@@ -1,0 +1,231 @@
+"""Foreign metric names -> canonical names (``stab_core.metrics``), and units -> canonical units.
+
+Every reader funnels its raw keys through :func:`canonical_name`; values that carry a unit
+(``8410ms``, ``160.86GiB``, ``3.63%``, a key such as ``elapsed time per iteration (ms)``) go
+through :func:`to_canonical_unit` so that times end up in seconds, memory in GiB and MFU as a
+fraction, as the canonical contract requires. Unknown names are kept, sanitised to a valid
+metric name (no spaces).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Final
+
+import numpy as np
+import numpy.typing as npt
+
+from stab_core.metrics import CANONICAL_METRICS, is_valid_metric_name
+
+FloatArray = npt.NDArray[np.float64]
+
+
+def normalise_key(raw: str) -> str:
+    """Lower-case, with runs of spaces, ``_`` and ``-`` folded to one space: the alias lookup key."""
+    return re.sub(r"[\s_\-]+", " ", raw.strip().lower()).strip()
+
+
+_ALIASES: Final[dict[str, tuple[str, ...]]] = {
+    "loss": (
+        "loss",
+        "lm loss",
+        "train loss",
+        "training loss",
+        "trl",
+        "train/loss",
+        "train/lm loss",
+        "training/loss",
+        "loss/train",
+        "train/train loss",
+        "train lm loss",
+        "loss/lm loss",
+    ),
+    "val_loss": (
+        "val loss",
+        "tel",
+        "eval loss",
+        "eval/loss",
+        "val/loss",
+        "valid loss",
+        "valid/loss",
+        "validation loss",
+        "validation/loss",
+        "loss/val",
+        "loss/validation",
+        "lm loss validation",
+        "validation/lm loss",
+        "val lm loss",
+        "eval/lm loss",
+        "test/loss",
+    ),
+    "lr": (
+        "lr",
+        "learning rate",
+        "learning rate/lr",
+        "train/learning rate",
+        "train/lr",
+        "optimizer/lr",
+        "lr/lr",
+        "learning rate/learning rate",
+    ),
+    "grad_norm": (
+        "grad norm",
+        "norm",
+        "gradient norm",
+        "grad norm/total",
+        "train/grad norm",
+        "global grad norm",
+        "total grad norm",
+        "gnorm",
+        "grad norm total",
+        "grad norm/grad norm",
+    ),
+    "grad_norm_clipped": ("grad norm clipped", "grad norm after clip", "clipped grad norm"),
+    "clip_coef": ("clip coef", "clip coefficient"),
+    "loss_scale": ("loss scale", "loss scaler", "train/loss scale", "loss scale/loss scale"),
+    "skipped_iterations": ("number of skipped iterations", "skipped iterations", "skipped iters"),
+    "nan_iterations": ("number of nan iterations", "nan iterations", "nan iters"),
+    "tokens": (
+        "tokens",
+        "consumed tokens",
+        "num tokens",
+        "num input tokens seen",
+        "total tokens",
+        "tokens seen",
+        "train/num tokens",
+        "train/tokens",
+        "train/num input tokens seen",
+    ),
+    "throughput_tok_s": (
+        "tok/s",
+        "tokens/s",
+        "tokens per second",
+        "tokens per sec",
+        "tps",
+        "wps",
+        "throughput",
+        "tokens/sec",
+        "throughput/tokens per second",
+    ),
+    "step_time_s": (
+        "step time",
+        "step time s",
+        "iteration time",
+        "iter time",
+        "time per iteration",
+        "elapsed time per iteration",
+        "batch time",
+        "train/step time",
+    ),
+    "mfu": ("mfu", "bf16 mfu", "model flops utilization", "model flops utilisation"),
+    "gpu_mem_gb": ("memory", "gpu memory", "mem", "mem allocated", "memory allocated"),
+    "gpu_util": ("gpu util", "gpu utilization", "gpu utilisation"),
+    "gpu_temp_c": ("gpu temp", "gpu temperature"),
+    "gpu_power_w": ("gpu power", "gpu power draw"),
+    "router_z_loss": ("router z loss", "z loss"),
+    "epoch": ("epoch", "train/epoch"),
+}
+
+ALIASES: Final[dict[str, str]] = {
+    normalise_key(alias): canonical for canonical, aliases in _ALIASES.items() for alias in aliases
+}
+"""Normalised foreign key -> canonical metric name."""
+
+_KEY_UNITS: Final[dict[str, tuple[str, str]]] = {
+    # keys whose name says the unit; value: (canonical or kept name, unit)
+    "mem allocated bytes": ("gpu_mem_gb", "B"),
+    "mem max allocated bytes": ("gpu_mem_max_gb", "B"),
+}
+
+TIME_UNITS: Final[dict[str, float]] = {
+    "ns": 1e-9,
+    "us": 1e-6,
+    "µs": 1e-6,
+    "ms": 1e-3,
+    "s": 1.0,
+    "sec": 1.0,
+    "secs": 1.0,
+    "min": 60.0,
+    "h": 3600.0,
+}
+"""Factor to seconds."""
+MEMORY_UNITS: Final[dict[str, float]] = {
+    "b": 2.0**-30,
+    "bytes": 2.0**-30,
+    "kb": 2.0**-20,
+    "kib": 2.0**-20,
+    "mb": 2.0**-10,
+    "mib": 2.0**-10,
+    "gb": 1.0,
+    "gib": 1.0,
+    "tb": 1024.0,
+    "tib": 1024.0,
+}
+"""Factor to GiB (the canonical 'GB' is GiB as torch reports it)."""
+
+_UNIT_IN_KEY: Final = re.compile(r"^(?P<base>.*?)\s*\((?P<unit>[A-Za-zµ%]+)\)\s*$")
+_INVALID_CHARS: Final = re.compile(r"[^A-Za-z0-9_./:@%+\-]+")
+
+
+def sanitise_name(raw: str) -> str:
+    """A valid metric name for an unknown key: spaces and odd characters become ``_``.
+
+    >>> sanitise_name("eval mean token accuracy")
+    'eval_mean_token_accuracy'
+    """
+    name = _INVALID_CHARS.sub("_", raw.strip())
+    name = re.sub(r"_+", "_", name).strip("_")
+    name = re.sub(r"\.{2,}", ".", name)
+    name = name.lstrip(".:@%+-/")
+    if not name:
+        name = "metric"
+    name = name[:200]
+    if not is_valid_metric_name(name):  # pragma: no cover - the substitutions above guarantee it
+        name = "metric_" + re.sub(r"[^A-Za-z0-9_]", "_", name)[:190]
+    return name
+
+
+def canonical_name(raw: str) -> tuple[str, str | None]:
+    """``(metric name, unit implied by the key or None)`` for a foreign key.
+
+    ``lm loss`` -> ``('loss', None)``; ``elapsed time per iteration (ms)`` -> ``('step_time_s', 'ms')``;
+    ``eval_mean_token_accuracy`` -> ``('eval_mean_token_accuracy', None)`` (kept, unknown).
+    """
+    key = normalise_key(raw)
+    if key in _KEY_UNITS:
+        return _KEY_UNITS[key]
+    unit: str | None = None
+    m = _UNIT_IN_KEY.match(key)
+    if m and (m["unit"] in TIME_UNITS or m["unit"] in MEMORY_UNITS or m["unit"] == "%"):
+        key, unit = m["base"], m["unit"]
+    if key in ALIASES:
+        return ALIASES[key], unit
+    if raw.strip() in CANONICAL_METRICS:
+        return raw.strip(), unit
+    base = raw.strip()
+    if m and unit is not None:
+        base = re.sub(r"\s*\([^()]*\)\s*$", "", base)
+    return sanitise_name(base), unit
+
+
+def to_canonical_unit(name: str, unit: str | None, values: FloatArray) -> tuple[str, FloatArray]:
+    """Scale ``values`` logged in ``unit`` to the canonical unit of ``name``.
+
+    Times become seconds and memory GiB (an unknown metric gets ``_s``/``_gb`` appended so the
+    unit stays visible); ``%`` becomes a fraction for ``mfu`` (canonical 0-1) and is kept for the
+    rest (``gpu_util`` is canonically 0-100).
+    """
+    if not unit:
+        return name, values
+    u = unit.strip()
+    if u in TIME_UNITS:
+        if name not in CANONICAL_METRICS and not name.endswith("_s"):
+            name += "_s"
+        return name, values * TIME_UNITS[u]
+    if u.lower() in MEMORY_UNITS:
+        if name not in CANONICAL_METRICS and not name.endswith("_gb"):
+            name += "_gb"
+        return name, values * MEMORY_UNITS[u.lower()]
+    if u == "%" and name == "mfu":
+        return name, values / 100.0
+    return name, values

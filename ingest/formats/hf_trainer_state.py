@@ -1,0 +1,95 @@
+"""Hugging Face Trainer ``trainer_state.json``: ``log_history`` holds the training entries
+(``loss``, ``grad_norm``, ``learning_rate``, ``epoch``, ``num_tokens``..., ``step``) interleaved with
+evaluation entries (``eval_loss``, ``eval_runtime``...) and ends with a summary entry
+(``train_runtime``, ``train_loss``, ``total_flos``) that describes the run, not a step: it goes to
+``meta['train_summary']``, as do ``max_steps``, ``train_batch_size`` and the logging settings."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ingest.errors import StabScopeError
+from ingest.formats._common import LogBuilder, open_error
+from ingest.formats.base import Reader
+
+_SUMMARY_KEYS = {"train_runtime", "train_samples_per_second", "train_steps_per_second", "total_flos", "train_loss"}
+_META = {
+    "max_steps": "total_steps",
+    "train_batch_size": "per_rank_batch_size",
+    "logging_steps": "logging_steps",
+    "eval_steps": "eval_steps",
+    "num_train_epochs": "num_train_epochs",
+    "global_step": "last_step",
+}
+
+
+class HFTrainerStateReader(Reader):
+    name = "hf_trainer_state"
+    description = "Hugging Face Trainer trainer_state.json (log_history with train and eval entries)"
+
+    def sniff(self, head: bytes, path: Path) -> float:
+        text = head.lstrip()
+        if not text.startswith(b"{"):
+            return 0.0
+        return 0.95 if re.search(rb'"log_history"\s*:\s*\[', head) else 0.0
+
+    def fill(self, paths: Sequence[Path], builder: LogBuilder) -> None:
+        for stream, path in enumerate(paths):
+            builder.source(path)
+            state = _load(path)
+            builder.advance(path.stat().st_size)
+            history = state.get("log_history")
+            if not isinstance(history, list):
+                raise StabScopeError("expected a 'log_history' list", path=str(path), line=1)
+            for key, meta_key in _META.items():
+                if isinstance(state.get(key), (int, float)):
+                    builder.meta.setdefault(meta_key, state[key])
+            columns: dict[str, tuple[list[int], list[float]]] = {}
+            seq: dict[str, list[int]] = {}
+            base = builder.reserve(len(history))
+            for i, entry in enumerate(history):
+                if not isinstance(entry, dict) or not isinstance(entry.get("step"), (int, float)):
+                    builder.skip(path, 0, f"log_history[{i}] has no step")
+                    continue
+                if _SUMMARY_KEYS & entry.keys() and "loss" not in entry and "eval_loss" not in entry:
+                    builder.meta["train_summary"] = {k: v for k, v in entry.items() if k != "step"}
+                    continue
+                step = int(entry["step"])
+                for key, value in entry.items():
+                    number = _number(value)
+                    if key == "step" or number is None:
+                        continue
+                    steps, values = columns.setdefault(key, ([], []))
+                    steps.append(step)
+                    values.append(number)
+                    seq.setdefault(key, []).append(base + i)
+            for key, (steps, values) in columns.items():
+                builder.add(key, steps, values, seq=seq[key], stream=stream)
+
+
+def _load(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise open_error(path, exc) from exc
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise StabScopeError(f"invalid JSON: {exc.msg} (column {exc.colno})", path=str(path), line=exc.lineno) from exc
+    if not isinstance(data, dict):
+        raise StabScopeError("expected a JSON object", path=str(path), line=1)
+    return data
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str) and value.strip().lower() in ("nan", "inf", "-inf", "infinity", "-infinity"):
+        return float(value)
+    return None

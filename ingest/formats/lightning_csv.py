@@ -1,0 +1,72 @@
+"""PyTorch Lightning ``CSVLogger`` ``metrics.csv``: a wide, sparse table whose header is the union of
+all logged keys (sorted), with ``epoch`` and ``step`` columns; a training row fills the per-step
+columns, a validation row the ``val_*`` ones, an epoch row the ``*_epoch`` aggregates.
+
+A key logged with ``on_step`` and ``on_epoch`` appears twice (``train_loss_step``/``train_loss_epoch``):
+the ``_step`` one is the per-step series and is stored under the base name (``train_loss`` -> ``loss``);
+the ``_epoch`` aggregate keeps its name. ``hparams.yaml`` next to the file goes to ``meta``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ingest.formats._common import LogBuilder
+from ingest.formats._tabular import add_wide, csv_header, iter_csv
+from ingest.formats.aliases import canonical_name
+from ingest.formats.base import Reader
+
+_HPARAM_META = {
+    "lr": "peak_lr",
+    "learning_rate": "peak_lr",
+    "max_seq_len": "seq_len",
+    "batch_size": "per_rank_batch_size",
+}
+
+
+class LightningCsvReader(Reader):
+    name = "lightning_csv"
+    description = "PyTorch Lightning CSVLogger metrics.csv (sparse rows; epoch and step columns)"
+
+    def sniff(self, head: bytes, path: Path) -> float:
+        header = csv_header(head)
+        if not header or "step" not in header or "epoch" not in header:
+            return 0.0
+        suffixed = any(c.endswith(("_step", "_epoch")) for c in header)
+        lines = head.split(b"\n")[1:20]
+        sparse = any(b",," in ln or ln.rstrip(b"\r").endswith(b",") for ln in lines)
+        if suffixed or sparse:
+            return 0.9
+        return 0.6 if path.name == "metrics.csv" else 0.45
+
+    def fill(self, paths: Sequence[Path], builder: LogBuilder) -> None:
+        for path in paths:
+            builder.source(path)
+            _hparams(path.parent / "hparams.yaml", builder)
+            for table, line in iter_csv(path, builder):
+                names = set(table.column_names)
+
+                def keymap(column: str, names: set[str] = names) -> tuple[str, str | None]:
+                    if column.endswith("_step") and column[: -len("_step")] + "_epoch" in names:
+                        column = column[: -len("_step")]
+                    return canonical_name(column)
+
+                add_wide(builder, table, step_col="step", keymap=keymap, where=(path, line))
+
+
+def _hparams(path: Path, builder: LogBuilder) -> None:
+    if not path.is_file():
+        return
+    try:
+        data: Any = yaml.safe_load(path.read_text(encoding="utf-8", errors="replace"))
+    except (OSError, yaml.YAMLError):
+        return
+    if isinstance(data, dict):
+        builder.meta["hparams"] = data
+        for key, meta_key in _HPARAM_META.items():
+            if key in data and meta_key not in builder.meta:
+                builder.meta[meta_key] = data[key]

@@ -1,0 +1,114 @@
+"""llm.c: the ``main.log`` its trainer writes and the console output of ``train_gpt2.cu``/``train_gpt2.c``.
+
+``main.log`` (one record per line): ``s:<step> trl:<train loss> lr:<lr> norm:<grad norm>``,
+``s:<step> tel:<val loss>``, ``s:<step> eval:<HellaSwag accuracy>``; steps are 0-based.
+
+Console: ``step    1/74 | loss 11.009430 (+nanz)| norm 15.3807 (+nanz)| lr 8.57e-07 | 8462.85 ms |
+-100.0% bf16 MFU | 61925 tok/s`` (older: ``| train loss ...``), the CPU trainer's ``step 0: train loss
+5.35 (took 1234.5 ms)``, and ``val loss 3.28`` / ``HellaSwag: 2500/10042 = 0.2489`` lines without a
+step. The console prints ``step+1``; steps are stored 0-based so both files of one run agree, and
+a val line belongs to the iteration whose train line follows it (as in ``main.log``).
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from ingest.formats.aliases import canonical_name
+from ingest.formats.textlog import LineKind, TextLogReader
+
+_NUM: Final = r"[-+]?(?:[0-9]+\.?[0-9]*(?:[eE][-+]?[0-9]+)?|\.[0-9]+|nan|-?inf)"
+
+_MAIN_KEYS: Final = {
+    "trl": ("loss", None),
+    "tel": ("val_loss", None),
+    "lr": ("lr", None),
+    "norm": ("grad_norm", None),
+    "eval": ("hellaswag_acc", None),
+}
+
+
+def _main_key(key: str) -> tuple[str, str | None]:
+    return _MAIN_KEYS.get(key, canonical_name(key))
+
+
+_CONSOLE_KEYS: Final = {
+    "loss": ("loss", None),
+    "train loss": ("loss", None),
+    "norm": ("grad_norm", None),
+    "lr": ("lr", None),
+    "ms": ("step_time_s", "ms"),
+    "took": ("step_time_s", "ms"),
+    "tok/s": ("throughput_tok_s", None),
+    "val loss": ("val_loss", None),
+    "HellaSwag": ("hellaswag_acc", None),
+}
+
+
+def _console_key(key: str) -> tuple[str, str | None]:
+    if key.endswith("MFU"):
+        return ("mfu", "%")
+    return _CONSOLE_KEYS.get(key, canonical_name(key))
+
+
+class LlmcMainLogReader(TextLogReader):
+    name = "llmc_main"
+    description = "llm.c main.log: 's:N trl:x lr:x norm:x' and 's:N tel:x' lines"
+    kinds = (
+        LineKind(
+            name="record",
+            prefix=r"s:(?P<step>[0-9]+)[ \t]+",
+            pairs=r"(?P<key>[A-Za-z_]+):(?P<val>\S+)",
+            keymap=_main_key,
+        ),
+    )
+
+    def score(self, n_metric_lines: int, text: str) -> float:
+        return 0.95 if n_metric_lines >= 2 else 0.8
+
+
+_CONSOLE_PAIRS: Final = (
+    r"(?P<key>[A-Za-z][A-Za-z ]*?)[ \t]+(?P<val>" + _NUM + r")(?=[ \t(|)]|$)"
+    r"|(?P<val2>" + _NUM + r")[ \t]*(?P<key2>ms|%[ \t]*[A-Za-z0-9]+[ \t]+MFU|tok/s)"
+)
+_Z_SCORE: Final = r"\([-+]?(?:[0-9.]+|nan|inf)z\)"
+
+
+class LlmcConsoleReader(TextLogReader):
+    name = "llmc_console"
+    description = "llm.c console output: 'step N/M | loss x | norm x | lr x | ms | MFU | tok/s'"
+    kinds = (
+        LineKind(
+            name="step",
+            prefix=r"step[ \t]+(?P<step>[0-9]+)/(?P<total>[0-9]+)[ \t]*\|",
+            pairs=_CONSOLE_PAIRS,
+            keymap=_console_key,
+            ignore=_Z_SCORE,
+            sentinels={"mfu": -100.0},
+            step_offset=-1,
+        ),
+        LineKind(
+            name="cpu_step",
+            prefix=r"step[ \t]+(?P<step>[0-9]+):[ \t]*(?=train loss[ \t]+\S+[ \t]+\(took)",
+            pairs=_CONSOLE_PAIRS,
+            keymap=_console_key,
+        ),
+        LineKind(
+            name="val",
+            prefix=r"(?=val loss[ \t])",
+            pairs=r"(?P<key>val loss)[ \t]+(?P<val>" + _NUM + ")",
+            keymap=_console_key,
+            fill_next=True,
+        ),
+        LineKind(
+            name="hellaswag",
+            prefix=r"(?=HellaSwag:)",
+            pairs=r"(?P<key>HellaSwag):[ \t]*[0-9]+/[0-9]+[ \t]*=[ \t]*(?P<val>" + _NUM + ")",
+            keymap=_console_key,
+            ignore=r"[0-9]+/[0-9]+",
+            fill_next=True,
+        ),
+    )
+
+    def score(self, n_metric_lines: int, text: str) -> float:
+        return 0.9 if n_metric_lines >= 2 else 0.75

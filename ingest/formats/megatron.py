@@ -1,0 +1,209 @@
+"""Megatron-LM and Megatron-DeepSpeed console logs.
+
+Metric lines (both): `` iteration   100/  500000 | consumed samples: 51200 | elapsed time per iteration
+(ms): 1234.5 | learning rate: 1.0E-04 | global batch size: 512 | lm loss: 7.399E+00 | loss scale: 1.0 |
+grad norm: 2.918 | number of skipped iterations: 0 | number of nan iterations: 0 |`` (optionally
+behind a ``[date time]`` stamp), ``validation loss at iteration N | lm loss value: x | lm loss PPL: y |``
+and the per-rank ``[Rank N] (after K iterations) memory (MB) | allocated: ... | max reserved: ...``.
+Megatron-DeepSpeed adds DeepSpeed's engine lines: ``[Rank 0] step=10, skipped=0, lr=[...], mom=[...]``
+and ``steps: 10 loss: 10.87 iter time (s): 1.23 samples/sec: 103.7``.
+
+The ``arguments`` dump goes to ``meta`` (batch sizes, world size, clip, planned iterations,
+sequence length, model shape); every other non-metric line is skipped and counted.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Final
+
+from ingest.formats.aliases import canonical_name, sanitise_name
+from ingest.formats.textlog import LineKind, TextLogReader
+
+_TS: Final = r"(?:\[(?P<ts>[0-9]{4}-[0-9]{2}-[0-9]{2}[ T][0-9]{2}:[0-9]{2}:[0-9]{2}(?:[.,][0-9]+)?)\][ \t]*)?"
+_PIPE_PAIRS: Final = r"[ \t]*(?P<key>[^|:\n]*[^|:\s]):[ \t]*(?P<val>[^\s|]+)[ \t]*(?=\||$)"
+_NUMBER_LITERAL: Final = r"[-+]?(?:[0-9][0-9.]*(?:[eE][-+]?[0-9]+)?|nan|inf)"
+
+_ITERATION_KEYS: Final = {
+    "consumed samples": ("consumed_samples", None),
+    "throughput per GPU (TFLOP/s/GPU)": ("tflops_per_gpu", None),
+    "TFLOPs": ("tflops_per_gpu", None),
+    "samples per second": ("samples_per_s", None),
+    "global batch size": ("global_batch_size", None),
+}
+
+
+def _iteration_key(key: str) -> tuple[str, str | None]:
+    return _ITERATION_KEYS.get(key, canonical_name(key))
+
+
+_MEMORY_KEYS: Final = {
+    "allocated": "gpu_mem_gb",
+    "max allocated": "gpu_mem_max_gb",
+    "reserved": "gpu_mem_reserved_gb",
+    "max reserved": "gpu_mem_max_reserved_gb",
+}
+
+
+def _memory_key(key: str) -> tuple[str, str | None]:
+    return (_MEMORY_KEYS.get(key, sanitise_name(key) + "_gb"), "MB")
+
+
+def _validation_key(key: str) -> tuple[str, str | None]:
+    if key == "lm loss value":
+        return ("val_loss", None)
+    if key == "lm loss PPL":
+        return ("val_ppl", None)
+    return ("val_" + sanitise_name(key.removesuffix(" value")), None)
+
+
+def _ds_key(key: str) -> tuple[str, str | None] | None:
+    if key == "skipped":
+        return ("ds_skipped_steps_total", None)
+    if key == "samples/sec":
+        return ("samples_per_s", None)
+    return canonical_name(key)
+
+
+MEGATRON_KINDS: Final = (
+    LineKind(
+        name="iteration",
+        prefix=r"[ \t]*" + _TS + r"iteration[ \t]+(?P<step>[0-9]+)[ \t]*/[ \t]*(?P<total>[0-9]+)[ \t]*\|",
+        pairs=_PIPE_PAIRS,
+        keymap=_iteration_key,
+    ),
+    LineKind(
+        name="memory",
+        prefix=(
+            r"[ \t]*\[Rank[ \t]+(?P<rank>[0-9]+)\][ \t]*\(after[ \t]+(?P<step>[0-9]+)[ \t]+iterations\)"
+            r"[ \t]*memory[ \t]*\(MB\)[ \t]*\|"
+        ),
+        pairs=_PIPE_PAIRS,
+        keymap=_memory_key,
+        all_per_rank=True,
+    ),
+    LineKind(
+        name="validation",
+        prefix=r"[ \t]*" + _TS + r"validation loss at (?:iteration[ \t]+(?P<step>[0-9]+))?[^|\n]*\|",
+        pairs=_PIPE_PAIRS,
+        keymap=_validation_key,
+    ),
+)
+
+DEEPSPEED_KINDS: Final = (
+    LineKind(
+        name="ds_step",
+        prefix=(
+            r"(?:\[(?P<ts>[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}(?:,[0-9]+)?)\][ \t]*)?"
+            r"(?:\[[^\]\n]*\][ \t]*)*\[Rank[ \t]+(?P<rank>[0-9]+)\][ \t]*step=(?P<step>[0-9]+),[ \t]*"
+        ),
+        pairs=r"(?P<key>skipped|lr)=\[?(?P<val>" + _NUMBER_LITERAL + ")",
+        keymap=_ds_key,
+        ignore=_NUMBER_LITERAL,
+    ),
+    LineKind(
+        name="ds_loss",
+        prefix=r"(?:\[[^\]\n]*\][ \t]*)*steps:[ \t]*(?P<step>[0-9]+)[ \t]+",
+        pairs=r"(?P<key>[A-Za-z][A-Za-z/ ()]*?):[ \t]*(?P<val>" + _NUMBER_LITERAL + ")",
+        keymap=_ds_key,
+    ),
+)
+
+_ARG_LINE: Final = re.compile(r"^\s+([A-Za-z_][A-Za-z0-9_]*) \.{2,} (.*?)\s*$", re.M)
+_DEEPSPEED_MARKERS: Final = re.compile(
+    r"\[Rank \d+\] step=\d+|^steps: \d+ loss:|\[INFO\] \[[A-Za-z_]+\.py:\d+:|DeepSpeed|^\s+deepspeed \.{2,}",
+    re.M,
+)
+_MEGATRON_MARKERS: Final = re.compile(
+    r"-{3,} arguments -{3,}|^using world size: \d+|> building \w+ model|^\s*iteration\s+\d+/", re.M
+)
+
+_ARG_META: Final = {
+    "global_batch_size": "global_batch_size",
+    "micro_batch_size": "per_rank_batch_size",
+    "world_size": "world_size",
+    "clip_grad": "max_norm",
+    "train_iters": "total_steps",
+    "seq_length": "seq_len",
+    "lr": "peak_lr",
+    "min_lr": "min_lr",
+    "lr_warmup_iters": "warmup_steps",
+    "lr_decay_style": "lr_decay_style",
+    "tensor_model_parallel_size": "tensor_parallel",
+    "pipeline_model_parallel_size": "pipeline_parallel",
+    "data_parallel_size": "data_parallel",
+}
+
+
+def _value(text: str) -> Any:
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return text
+
+
+def megatron_meta(text: str) -> dict[str, Any]:
+    """Run facts from Megatron's argument dump and startup lines."""
+    meta: dict[str, Any] = {}
+    start = text.find("arguments ---")
+    if start >= 0:
+        end = text.find("end of arguments", start)
+        args = {k: _value(v) for k, v in _ARG_LINE.findall(text[start : end if end > 0 else None])}
+        if args:
+            meta["args"] = args
+            for arg, key in _ARG_META.items():
+                if arg in args and args[arg] not in ("None", None):
+                    meta[key] = args[arg]
+            shape = [
+                f"{args[k]} {label}"
+                for k, label in (
+                    ("num_layers", "layers"),
+                    ("hidden_size", "hidden"),
+                    ("num_attention_heads", "heads"),
+                    ("ffn_hidden_size", "ffn"),
+                    ("num_experts", "experts"),
+                )
+                if args.get(k) not in (None, "None")
+            ]
+            if shape:
+                meta["model"] = ", ".join(shape)
+    m = re.search(r"using world size: (\d+)", text)
+    if m:
+        meta["world_size"] = int(m.group(1))
+    return meta
+
+
+class MegatronReader(TextLogReader):
+    name = "megatron"
+    description = "Megatron-LM console: 'iteration N/ M | ... | lm loss: x | grad norm: x | ...'"
+    kinds = MEGATRON_KINDS
+
+    def score(self, n_metric_lines: int, text: str) -> float:
+        return 0.7 if _DEEPSPEED_MARKERS.search(text) else 0.92
+
+    def markers(self, text: str) -> float:
+        if not _MEGATRON_MARKERS.search(text):
+            return 0.0
+        return 0.45 if _DEEPSPEED_MARKERS.search(text) else 0.6
+
+    def meta_from_head(self, text: str) -> dict[str, Any]:
+        return megatron_meta(text)
+
+
+class MegatronDeepSpeedReader(TextLogReader):
+    name = "megatron_deepspeed"
+    description = "Megatron-DeepSpeed console: Megatron iteration lines plus DeepSpeed engine lines"
+    kinds = MEGATRON_KINDS + DEEPSPEED_KINDS
+
+    def score(self, n_metric_lines: int, text: str) -> float:
+        return 0.95 if _DEEPSPEED_MARKERS.search(text) else 0.6
+
+    def markers(self, text: str) -> float:
+        if not _MEGATRON_MARKERS.search(text):
+            return 0.0
+        return 0.6 if _DEEPSPEED_MARKERS.search(text) else 0.45
+
+    def meta_from_head(self, text: str) -> dict[str, Any]:
+        return megatron_meta(text)

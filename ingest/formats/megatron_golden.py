@@ -1,0 +1,69 @@
+"""Megatron-LM CI golden values: ``{"lm loss": {"start_step": 1, "end_step": 24000, "step_interval": 5,
+"values": {"1": 12.66, "5": 12.64, ...}}, "num-zeros": {...}, "mem-allocated-bytes": {...},
+"iteration-time": {...}}`` (older files: ``"values": [..]`` indexed from ``start_step`` every
+``step_interval``). ``"nan"`` strings are kept as NaN: they are evidence, not gaps to close.
+Memory in bytes becomes ``gpu_mem_gb`` / ``gpu_mem_max_gb`` (GiB) at run level (the file does not
+say which rank measured it); ``iteration-time`` (s) becomes ``step_time_s``."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from ingest.errors import StabScopeError
+from ingest.formats._common import LogBuilder, parse_numbers
+from ingest.formats.base import Reader
+from ingest.formats.hf_trainer_state import _load
+
+_SIGNATURE = re.compile(rb'^\s*\{\s*"[^"]+"\s*:\s*\{\s*"start_step"\s*:')
+
+
+class MegatronGoldenReader(Reader):
+    name = "megatron_golden"
+    description = "Megatron-LM golden-values JSON: {metric: {start_step, end_step, step_interval, values}}"
+
+    def sniff(self, head: bytes, path: Path) -> float:
+        return 0.95 if _SIGNATURE.match(head) else 0.0
+
+    def fill(self, paths: Sequence[Path], builder: LogBuilder) -> None:
+        stream = 0
+        for path in paths:
+            builder.source(path)
+            data = _load(path)
+            builder.advance(path.stat().st_size)
+            for metric, spec in data.items():
+                if not isinstance(spec, dict) or "values" not in spec:
+                    builder.skip(path, 1, f"{metric!r} has no 'values'")
+                    continue
+                steps, raw = _steps_values(spec, path, metric)
+                conv = parse_numbers(pa.array([str(v) for v in raw], pa.string()))
+                if not conv.ok.all():
+                    bad = int(np.flatnonzero(~conv.ok)[0])
+                    builder.skip(
+                        path,
+                        1,
+                        f"{metric!r}: value {raw[bad]!r} at step {steps[bad]} is not a number",
+                        int((~conv.ok).sum()),
+                    )
+                builder.add(metric, steps[conv.ok], conv.values[conv.ok], stream=stream)
+                stream += 1
+
+
+def _steps_values(spec: dict[str, Any], path: Path, metric: str) -> tuple[np.ndarray, list[Any]]:
+    values = spec["values"]
+    if isinstance(values, dict):
+        try:
+            pairs = sorted((int(k), v) for k, v in values.items())
+        except ValueError as exc:
+            raise StabScopeError(f"{metric!r}: step keys must be integers ({exc})", path=str(path), line=1) from exc
+        return np.array([p[0] for p in pairs], dtype=np.int64), [p[1] for p in pairs]
+    if isinstance(values, list):
+        start = int(spec.get("start_step", 1))
+        interval = int(spec.get("step_interval", 1)) or 1
+        return start + interval * np.arange(len(values), dtype=np.int64), list(values)
+    raise StabScopeError(f"{metric!r}: 'values' must be an object or a list", path=str(path), line=1)

@@ -1,0 +1,729 @@
+"""TensorBoard event files (``events.out.tfevents.*``): one file, or a folder tree of them.
+
+Framing (TFRecord): ``uint64 length | uint32 masked_crc32c(length) | payload | uint32
+masked_crc32c(payload)``; the payload is a ``tensorflow.Event`` protobuf. Both CRCs are verified with
+the ``crc32c`` package. A record whose payload CRC fails is reported (file, byte offset) and skipped;
+one whose length CRC fails breaks the framing, so the reader scans forward for the next position where
+a length and its CRC agree, reports the bytes it jumped, and continues. A truncated last record (a
+file still being written) is reported and ignored.
+
+Scalars: ``Summary.Value.simple_value`` (TF1, PyTorch's SummaryWriter) and scalar tensors
+(TF2/Keras: ``tensor`` with dtype DT_FLOAT/DT_DOUBLE in ``tensor_content`` or ``float_val`` /
+``double_val``, plugin ``scalars``). Other summaries (histograms, images, text, graphs) are ignored.
+
+Folder trees: every ``rank_N`` (``rankN``, ``rank-N``) folder holds rank N's data (torchtitan writes
+one per rank); other sub-folders (``train/``, ``validation/``) prefix their tags (``validation/epoch_loss``).
+Files of one folder are read in the order of their creation time (in the file name) as one stream,
+so a restart that re-logs steps is detected as a rollback and the later segment wins, as in
+TensorBoard's own loader.
+
+Speed: no per-field Python objects. Records are framed by predicting the next ones from the
+period of the record lengths and verifying the predictions with numpy; records with the same
+*layout* (every byte equal except the wall time, the step's varint payload and the value) are
+decoded together: one record of each layout is parsed by the small protobuf decoder below, and the
+layout's fields are then sliced out of all matching records at once.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final
+
+import crc32c
+import numpy as np
+import numpy.typing as npt
+
+from ingest.errors import StabScopeError
+from ingest.formats._common import LogBuilder, open_error
+from ingest.formats.base import Reader
+from stab_core.metrics import RUN_RANK
+
+U8 = npt.NDArray[np.uint8]
+I64 = npt.NDArray[np.int64]
+
+_MASK_DELTA: Final = 0xA282EAD8
+_BLOCK_BYTES: Final = 64 * 1024 * 1024
+_MAX_RECORD: Final = 1 << 31
+_FILE_RE: Final = re.compile(r"(^|\.)tfevents(\.|$)")
+_RANK_DIR: Final = re.compile(r"^rank[_\-]?(\d+)$")
+_GATHER_ROWS: Final = 1 << 16
+
+DT_FLOAT: Final = 1
+DT_DOUBLE: Final = 2
+_SCALAR_PLUGINS: Final = (b"", b"scalars")
+
+
+def masked_crc(data: bytes | memoryview) -> int:
+    """TFRecord's masked CRC32C of ``data``."""
+    crc = crc32c.crc32c(data)
+    return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF
+
+
+def _mask_array(crc: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
+    return (((crc >> np.uint64(15)) | (crc << np.uint64(17))) + np.uint64(_MASK_DELTA)) & np.uint64(0xFFFFFFFF)
+
+
+def is_event_file(path: Path) -> bool:
+    """True for a TensorBoard event file name (``events.out.tfevents.<time>.<host>...``)."""
+    return bool(_FILE_RE.search(path.name))
+
+
+# --------------------------------------------------------------------------- protobuf decoding
+
+
+def _varint(buf: bytes, pos: int) -> tuple[int, int]:
+    result = 0
+    shift = 0
+    while True:
+        if pos >= len(buf):
+            raise ValueError("truncated varint")
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if b < 0x80:
+            return result, pos
+        shift += 7
+        if shift > 63:
+            raise ValueError("varint too long")
+
+
+def _fields(buf: bytes, start: int, end: int) -> Iterator[tuple[int, int, int, int, int]]:
+    """``(field number, wire type, value start, value end, varint value)`` of a message span."""
+    pos = start
+    while pos < end:
+        key, pos = _varint(buf, pos)
+        number, wire = key >> 3, key & 7
+        if wire == 0:
+            v0 = pos
+            value, pos = _varint(buf, pos)
+            yield number, wire, v0, pos, value
+        elif wire == 1:
+            yield number, wire, pos, pos + 8, 0
+            pos += 8
+        elif wire == 2:
+            length, pos = _varint(buf, pos)
+            yield number, wire, pos, pos + length, length
+            pos += length
+        elif wire == 5:
+            yield number, wire, pos, pos + 4, 0
+            pos += 4
+        else:
+            raise ValueError(f"unsupported wire type {wire}")
+        if pos > end:
+            raise ValueError("field runs past its message")
+
+
+@dataclass
+class ScalarSlot:
+    """Where one scalar value lies in a record: byte offset, dtype (``<f4``/``<f8``) and tag."""
+
+    tag: str
+    offset: int
+    dtype: str
+
+
+@dataclass
+class Layout:
+    """A record's decoded structure: enough to slice every record of the same layout at once."""
+
+    length: int
+    wall_offset: int | None = None
+    step_offset: int | None = None
+    step_length: int = 0
+    slots: list[ScalarSlot] = field(default_factory=list)
+    variable: set[int] = field(default_factory=set)
+    """Byte positions that may differ between records of this layout (values, wall time)."""
+
+
+def decode_event(buf: bytes) -> Layout:
+    """Decode one Event payload into its :class:`Layout` (scalar values and where they are)."""
+    layout = Layout(length=len(buf))
+    for number, wire, start, end, _ in _fields(buf, 0, len(buf)):
+        if number == 1 and wire == 1:
+            layout.wall_offset = start
+            layout.variable.update(range(start, end))
+        elif number == 2 and wire == 0:
+            layout.step_offset, layout.step_length = start, end - start
+        elif number == 5 and wire == 2:
+            for vnum, vwire, vstart, vend, _ in _fields(buf, start, end):
+                if vnum == 1 and vwire == 2:
+                    slot = _decode_value(buf, vstart, vend)
+                    if slot is not None:
+                        layout.slots.append(slot)
+                        width = 4 if slot.dtype == "<f4" else 8
+                        layout.variable.update(range(slot.offset, slot.offset + width))
+    return layout
+
+
+def _decode_value(buf: bytes, start: int, end: int) -> ScalarSlot | None:
+    tag = ""
+    simple: int | None = None
+    tensor: tuple[int, int] | None = None
+    plugin = b""
+    for number, wire, vs, ve, _ in _fields(buf, start, end):
+        if number == 1 and wire == 2:
+            tag = buf[vs:ve].decode("utf-8", "replace")
+        elif number == 2 and wire == 5:
+            simple = vs
+        elif number == 8 and wire == 2:
+            tensor = (vs, ve)
+        elif number == 9 and wire == 2:
+            plugin = _plugin_name(buf, vs, ve)
+    if simple is not None:
+        return ScalarSlot(tag, simple, "<f4")
+    if tensor is not None and plugin in _SCALAR_PLUGINS:
+        found = _tensor_scalar(buf, *tensor)
+        if found is not None:
+            return ScalarSlot(tag, found[0], found[1])
+    return None
+
+
+def _plugin_name(buf: bytes, start: int, end: int) -> bytes:
+    for number, wire, vs, ve, _ in _fields(buf, start, end):
+        if number == 1 and wire == 2:
+            for pn, pw, ps, pe, _ in _fields(buf, vs, ve):
+                if pn == 1 and pw == 2:
+                    return buf[ps:pe]
+    return b""
+
+
+def _tensor_scalar(buf: bytes, start: int, end: int) -> tuple[int, str] | None:
+    dtype = 0
+    content: tuple[int, int] | None = None
+    floats: tuple[int, int, int] | None = None  # (start, end, wire)
+    doubles: tuple[int, int, int] | None = None
+    for number, wire, vs, ve, value in _fields(buf, start, end):
+        if number == 1 and wire == 0:
+            dtype = value
+        elif number == 2 and wire == 2:
+            for dn, dw, ds, de, _ in _fields(buf, vs, ve):
+                if dn == 2 and dw == 2:
+                    for sn, sw, _, _, size in _fields(buf, ds, de):
+                        if sn == 1 and sw == 0 and size != 1:
+                            return None  # not a scalar
+        elif number == 4 and wire == 2:
+            content = (vs, ve)
+        elif number == 5:
+            floats = (vs, ve, wire)
+        elif number == 6:
+            doubles = (vs, ve, wire)
+    width = {DT_FLOAT: 4, DT_DOUBLE: 8}.get(dtype)
+    if width is None:
+        return None
+    dt = "<f4" if width == 4 else "<f8"
+    if content is not None and content[1] - content[0] == width:
+        return content[0], dt
+    packed = floats if dtype == DT_FLOAT else doubles
+    if packed is not None and packed[1] - packed[0] == width:
+        return packed[0], dt
+    return None
+
+
+# --------------------------------------------------------------------------- framing
+
+
+@dataclass
+class _Frames:
+    starts: I64
+    lengths: I64
+    end: int
+    corrupt: list[tuple[int, str]] = field(default_factory=list)
+
+
+def frame_records(data: bytes, final: bool) -> _Frames:
+    """Find the records of ``data`` (record starts and payload lengths), checking length CRCs.
+
+    Stops at an incomplete last record (``end`` = where the next read must resume) unless ``final``,
+    where it is reported as truncated.
+    """
+    u8 = np.frombuffer(data, dtype=np.uint8)
+    n = len(data)
+    starts: list[I64] = []
+    lengths: list[I64] = []
+    corrupt: list[tuple[int, str]] = []
+    pos = 0
+    while pos + 12 <= n:
+        s, ln, pos = _frame_run(data, u8, pos)
+        if s.size:
+            ok, bad_at = _check_length_crcs(data, u8, s, ln)
+            starts.append(s[:ok])
+            lengths.append(ln[:ok])
+            if bad_at is None:
+                continue
+            pos = int(s[ok])
+        if pos + 12 > n:
+            break
+        (length,) = struct.unpack_from("<Q", data, pos)
+        if masked_crc(data[pos : pos + 8]) != struct.unpack_from("<I", data, pos + 8)[0] or length > _MAX_RECORD:
+            nxt = _resync(data, pos + 1)
+            corrupt.append((pos, f"bad length CRC; skipped {nxt - pos} bytes to the next valid record"))
+            pos = nxt
+            continue
+        break  # a valid header whose record does not fit: incomplete
+    if final and pos < n:
+        corrupt.append((pos, f"truncated record ({n - pos} bytes at the end of the file)"))
+        pos = n
+    empty = np.zeros(0, np.int64)
+    return _Frames(
+        np.concatenate(starts) if starts else empty,
+        np.concatenate(lengths) if lengths else empty,
+        pos,
+        corrupt,
+    )
+
+
+def _frame_run(data: bytes, u8: U8, pos: int) -> tuple[I64, I64, int]:
+    """Frame consecutive records from ``pos``: a short sequential walk, then predicted in bulk."""
+    n = len(data)
+    walk_s: list[int] = []
+    walk_l: list[int] = []
+    p = pos
+    while len(walk_s) < 64 and p + 12 <= n:
+        (length,) = struct.unpack_from("<Q", data, p)
+        if length > _MAX_RECORD or p + 16 + length > n:
+            break
+        walk_s.append(p)
+        walk_l.append(length)
+        p += 16 + length
+    s_arr = np.asarray(walk_s, np.int64)
+    l_arr = np.asarray(walk_l, np.int64)
+    if len(walk_s) < 64:
+        return s_arr, l_arr, p
+    period = _period(walk_l)
+    if period is None:
+        return s_arr, l_arr, p
+    pattern = np.roll(np.asarray(walk_l[:period], np.int64), -(len(walk_l) % period))
+    sizes = pattern + 16
+    block = int(sizes.sum())
+    offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    k = (n - p) // block + 1
+    pred_s = (p + np.arange(k, dtype=np.int64)[:, None] * block + offsets[None, :]).ravel()
+    pred_l = np.tile(pattern, k)
+    fits = pred_s + 16 + pred_l <= n
+    if not fits.all():
+        first_out = int(np.argmin(fits))
+        pred_s, pred_l = pred_s[:first_out], pred_l[:first_out]
+    if pred_s.size == 0:
+        return s_arr, l_arr, p
+    got = _gather_u64(u8, pred_s)
+    wrong = np.flatnonzero(got != pred_l.astype(np.uint64))
+    m = int(wrong[0]) if wrong.size else pred_s.size
+    pred_s, pred_l = pred_s[:m], pred_l[:m]
+    end = int(pred_s[-1] + 16 + pred_l[-1]) if m else p
+    return np.concatenate([s_arr, pred_s]), np.concatenate([l_arr, pred_l]), end
+
+
+def _period(lengths: list[int]) -> int | None:
+    for q in range(1, 17):
+        if all(lengths[i] == lengths[i - q] for i in range(q, len(lengths))):
+            return q
+    return None
+
+
+def _gather_u64(u8: U8, starts: I64) -> npt.NDArray[np.uint64]:
+    out = np.zeros(starts.shape[0], np.uint64)
+    for k in range(8):
+        out |= u8[starts + k].astype(np.uint64) << np.uint64(8 * k)
+    return out
+
+
+def _gather_u32(u8: U8, starts: I64) -> npt.NDArray[np.uint64]:
+    out = np.zeros(starts.shape[0], np.uint64)
+    for k in range(4):
+        out |= u8[starts + k].astype(np.uint64) << np.uint64(8 * k)
+    return out
+
+
+def _check_length_crcs(data: bytes, u8: U8, starts: I64, lengths: I64) -> tuple[int, int | None]:
+    """``(number of leading records whose length CRC is right, index of the first wrong or None)``.
+
+    The CRC of a length field depends on the length only, so it is computed once per distinct length.
+    """
+    stored = _gather_u32(u8, starts + 8)
+    uniq, inverse = np.unique(lengths, return_inverse=True)
+    expected_u = np.array([masked_crc(struct.pack("<Q", int(v))) for v in uniq], np.uint64)
+    bad = np.flatnonzero(stored != expected_u[inverse])
+    if bad.size == 0:
+        return starts.shape[0], None
+    return int(bad[0]), int(bad[0])
+
+
+def _resync(data: bytes, pos: int) -> int:
+    """The next offset after ``pos`` where a length field and its CRC agree (or the end)."""
+    n = len(data)
+    unpack_q = struct.Struct("<Q").unpack_from
+    unpack_i = struct.Struct("<I").unpack_from
+    while pos + 12 <= n:
+        (length,) = unpack_q(data, pos)
+        if length <= _MAX_RECORD and masked_crc(data[pos : pos + 8]) == unpack_i(data, pos + 8)[0]:
+            return pos
+        pos += 1
+    return n
+
+
+# --------------------------------------------------------------------------- decoding in bulk
+
+
+@dataclass
+class _Scalars:
+    """Scalars decoded from one block of records, per (tag, layout)."""
+
+    parts: list[tuple[str, I64, npt.NDArray[np.float64], npt.NDArray[np.float64], I64]] = field(default_factory=list)
+    """(tag, record index, value, wall time, step)."""
+
+
+def _gather_rows(u8: U8, starts: I64, width: int) -> U8:
+    idx = starts[:, None] + np.arange(width, dtype=np.int64)[None, :]
+    np.minimum(idx, u8.shape[0] - 1, out=idx)
+    rows: U8 = u8[idx]
+    return rows
+
+
+def decode_block(data: bytes, starts: I64, lengths: I64) -> tuple[_Scalars, list[tuple[int, str]]]:
+    """Decode the payloads at ``starts`` (record starts) in bulk; returns scalars and bad records."""
+    u8 = np.frombuffer(data, dtype=np.uint8)
+    out = _Scalars()
+    bad: list[tuple[int, str]] = []
+    if starts.size == 0:
+        return out, bad
+    payload = starts + 12
+    keys = _layout_keys(u8, payload, lengths)
+    order = np.lexsort((np.arange(keys.shape[0]), keys))
+    sorted_keys = keys[order]
+    bounds = np.flatnonzero(np.diff(sorted_keys)) + 1
+    for group in np.split(order, bounds):
+        _decode_group(data, u8, payload, lengths, group, out, bad)
+    return out, bad
+
+
+def _layout_keys(u8: U8, payload: I64, lengths: I64) -> npt.NDArray[np.uint64]:
+    """A hash of what usually tells layouts apart: length, step-varint length, first tag bytes."""
+    n = payload.shape[0]
+    head = _gather_rows(u8, payload, 10)
+    std = (head[:, 0] == 0x09) & (head[:, 9] == 0x10) & (lengths >= 12)
+    vlen = np.zeros(n, np.int64)
+    if std.any():
+        var = _gather_rows(u8, payload + 10, 10)
+        ends = np.argmax(var < 0x80, axis=1) + 1
+        vlen = np.where(std, ends, 0)
+    tail = _gather_rows(u8, payload + 10 + vlen, 24)
+    within = np.arange(24)[None, :] < (lengths - 10 - vlen)[:, None]
+    tail = np.where(within, tail, 0).astype(np.uint64)
+    h = lengths.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15) ^ vlen.astype(np.uint64)
+    for k in range(24):
+        h = (h ^ tail[:, k]) * np.uint64(0x100000001B3)
+    return h
+
+
+def _decode_group(
+    data: bytes,
+    u8: U8,
+    payload: I64,
+    lengths: I64,
+    group: I64,
+    out: _Scalars,
+    bad: list[tuple[int, str]],
+) -> None:
+    remaining = group
+    misses = 0
+    while remaining.size:
+        first = int(remaining[0])
+        start, length = int(payload[first]), int(lengths[first])
+        try:
+            layout = decode_event(data[start : start + length])
+        except ValueError as exc:
+            bad.append((start - 12, f"undecodable Event protobuf ({exc})"))
+            remaining = remaining[1:]
+            continue
+        matched, remaining = _match_layout(u8, payload, lengths, remaining, layout, data[start : start + length])
+        misses = misses + 1 if matched.size == 1 else 0
+        _extract(u8, payload, matched, layout, out)
+        if misses > 64 and remaining.size:
+            _decode_one_by_one(data, u8, payload, lengths, remaining, out, bad)
+            return
+
+
+def _match_layout(u8: U8, payload: I64, lengths: I64, rows: I64, layout: Layout, template: bytes) -> tuple[I64, I64]:
+    same_len = lengths[rows] == layout.length
+    candidates = rows[same_len]
+    others = rows[~same_len]
+    if candidates.size <= 1:
+        return candidates, others
+    fixed = np.array(sorted(set(range(layout.length)) - layout.variable - _step_bytes(layout)), np.int64)
+    tmpl = np.frombuffer(template, np.uint8)
+    ok = np.ones(candidates.size, bool)
+    msb_pos = np.array(sorted(_step_bytes(layout)), np.int64)
+    for lo in range(0, candidates.size, _GATHER_ROWS):
+        sel = candidates[lo : lo + _GATHER_ROWS]
+        rows_u8 = _gather_rows(u8, payload[sel], layout.length)
+        good = (rows_u8[:, fixed] == tmpl[fixed]).all(axis=1) if fixed.size else np.ones(sel.size, bool)
+        if msb_pos.size:
+            good &= ((rows_u8[:, msb_pos] & 0x80) == (tmpl[msb_pos] & 0x80)).all(axis=1)
+        ok[lo : lo + _GATHER_ROWS] = good
+    return candidates[ok], np.concatenate([candidates[~ok], others])
+
+
+def _step_bytes(layout: Layout) -> set[int]:
+    if layout.step_offset is None:
+        return set()
+    return set(range(layout.step_offset, layout.step_offset + layout.step_length))
+
+
+def _extract(u8: U8, payload: I64, rows: I64, layout: Layout, out: _Scalars) -> None:
+    if rows.size == 0 or not layout.slots:
+        return
+    base = payload[rows]
+    if layout.wall_offset is not None:
+        wall = _gather_rows(u8, base + layout.wall_offset, 8).copy().view("<f8").ravel().astype(np.float64)
+    else:
+        wall = np.full(rows.size, np.nan)
+    if layout.step_offset is not None:
+        raw = _gather_rows(u8, base + layout.step_offset, layout.step_length).astype(np.int64)
+        steps = np.zeros(rows.size, np.int64)
+        for k in range(layout.step_length):
+            steps |= (raw[:, k] & 0x7F) << (7 * k)
+    else:
+        steps = np.zeros(rows.size, np.int64)
+    for slot in layout.slots:
+        width = 4 if slot.dtype == "<f4" else 8
+        values = _gather_rows(u8, base + slot.offset, width).copy().view(slot.dtype).ravel().astype(np.float64)
+        out.parts.append((slot.tag, rows, values, wall, steps))
+
+
+def _decode_one_by_one(
+    data: bytes, u8: U8, payload: I64, lengths: I64, rows: I64, out: _Scalars, bad: list[tuple[int, str]]
+) -> None:
+    for r in rows.tolist():
+        start, length = int(payload[r]), int(lengths[r])
+        try:
+            layout = decode_event(data[start : start + length])
+        except ValueError as exc:
+            bad.append((start - 12, f"undecodable Event protobuf ({exc})"))
+            continue
+        _extract(u8, payload, np.array([r], np.int64), layout, out)
+
+
+# --------------------------------------------------------------------------- files and folders
+
+
+@dataclass
+class EventSource:
+    """Event files of one folder: one rank's (or one sub-run's) stream."""
+
+    rank: int
+    prefix: str
+    files: list[Path]
+
+
+def event_sources(paths: Sequence[Path]) -> list[EventSource]:
+    """Group the event files under ``paths`` by folder; ``rank_N`` folders give the rank."""
+    found: list[tuple[Path, Path]] = []
+    for p in paths:
+        if p.is_dir():
+            found.extend((p, f) for f in p.rglob("*") if f.is_file() and is_event_file(f))
+        else:
+            found.append((p.parent, p))
+    by_dir: dict[tuple[int, str], list[Path]] = {}
+    for root, f in found:
+        rel = f.parent.relative_to(root).parts if f.parent != root else ()
+        rank = RUN_RANK
+        prefix_parts = []
+        for part in rel:
+            m = _RANK_DIR.match(part)
+            if m:
+                rank = int(m.group(1))
+            else:
+                prefix_parts.append(part)
+        by_dir.setdefault((rank, "/".join(prefix_parts)), []).append(f)
+    prefixes = {prefix for _, prefix in by_dir}
+    keep_prefix = len(prefixes) > 1
+    return [
+        EventSource(rank, prefix if keep_prefix else "", sorted(files, key=_file_order))
+        for (rank, prefix), files in sorted(by_dir.items())
+    ]
+
+
+def _file_order(path: Path) -> tuple[int, str]:
+    m = re.search(r"tfevents\.(\d+)", path.name)
+    return (int(m.group(1)) if m else 0, path.name)
+
+
+class TensorBoardReader(Reader):
+    name = "tensorboard"
+    description = "TensorBoard event files (events.out.tfevents.*), a file or a folder tree; rank_N/ folders"
+    accepts_directories = True
+
+    def sniff(self, head: bytes, path: Path) -> float:
+        if path.is_dir():
+            return 0.95 if any(is_event_file(f) for f in path.rglob("*") if f.is_file()) else 0.0
+        if len(head) >= 12:
+            (length,) = struct.unpack_from("<Q", head, 0)
+            if masked_crc(head[:8]) == struct.unpack_from("<I", head, 8)[0] and length < _MAX_RECORD:
+                return 0.97
+        return 0.4 if is_event_file(path) else 0.0
+
+    def fill(self, paths: Sequence[Path], builder: LogBuilder) -> None:
+        sources = event_sources(paths)
+        if not sources:
+            raise StabScopeError("no TensorBoard event files (events.out.tfevents.*) found", path=str(paths[0]))
+        for stream, source in enumerate(sources):
+            for path in source.files:
+                builder.source(path)
+                self._read_file(path, source, stream, builder)
+        if any(s.rank != RUN_RANK for s in sources):
+            builder.meta.setdefault("world_size", len({s.rank for s in sources if s.rank != RUN_RANK}))
+
+    def _read_file(self, path: Path, source: EventSource, stream: int, builder: LogBuilder) -> None:
+        try:
+            f = open(path, "rb")  # noqa: SIM115 - closed below
+        except OSError as exc:
+            raise open_error(path, exc) from exc
+        file_offset = 0
+        carry = b""
+        records = 0
+        try:
+            while True:
+                block = f.read(_BLOCK_BYTES)
+                final = not block
+                data = carry + block
+                builder.advance(len(block))
+                if not data:
+                    break
+                frames = frame_records(data, final)
+                for offset, reason in frames.corrupt:
+                    builder.skip(path, file_offset + offset, f"byte offset {file_offset + offset}: {reason}")
+                good = _payload_crc_ok(data, frames, path, file_offset, builder)
+                scalars, bad = decode_block(data, frames.starts[good], frames.lengths[good])
+                for offset, reason in bad:
+                    builder.skip(path, file_offset + offset, f"byte offset {file_offset + offset}: {reason}")
+                records += int(good.sum())
+                base = builder.reserve(int(frames.starts.size))
+                idx_map = np.flatnonzero(good)
+                for tag, rows, values, wall, steps in scalars.parts:
+                    name = f"{source.prefix}/{tag}" if source.prefix else tag
+                    builder.add(
+                        name,
+                        steps,
+                        values,
+                        rank=source.rank,
+                        wall_time=wall,
+                        stream=stream,
+                        seq=base + idx_map[rows],
+                    )
+                file_offset += frames.end
+                carry = data[frames.end :]
+                if final:
+                    break
+        finally:
+            f.close()
+        if records == 0 and file_offset > 0 and builder.row_count == 0:
+            raise StabScopeError(
+                "not a TensorBoard event file: expected TFRecord framing (length, masked CRC32C)",
+                path=str(path),
+                line=0,
+            )
+
+
+def _payload_crc_ok(
+    data: bytes, frames: _Frames, path: Path, file_offset: int, builder: LogBuilder
+) -> npt.NDArray[np.bool_]:
+    """Verify each record's payload CRC (crc32c package, one call per record)."""
+    if frames.starts.size == 0:
+        return np.zeros(0, bool)
+    starts = (frames.starts + 12).tolist()
+    ends = (frames.starts + 12 + frames.lengths).tolist()
+    crc = crc32c.crc32c
+    computed = np.fromiter((crc(data[s:e]) for s, e in zip(starts, ends, strict=True)), np.uint64, len(starts))
+    u8 = np.frombuffer(data, dtype=np.uint8)
+    stored = _gather_u32(u8, frames.starts + 12 + frames.lengths)
+    ok: npt.NDArray[np.bool_] = _mask_array(computed) == stored
+    for i in np.flatnonzero(~ok)[:1000].tolist():
+        off = file_offset + int(frames.starts[i])
+        builder.skip(path, off, f"byte offset {off}: bad payload CRC; record skipped")
+    return ok
+
+
+# --------------------------------------------------------------------------- writing (tests, benchmarks)
+
+
+def _encode_varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        b = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def _record(payload: bytes) -> bytes:
+    header = struct.pack("<Q", len(payload))
+    return header + struct.pack("<I", masked_crc(header)) + payload + struct.pack("<I", masked_crc(payload))
+
+
+def scalar_event(tag: str, step: int, value: float, wall_time: float, *, tensor: bool = False) -> bytes:
+    """One Event payload holding one scalar: ``simple_value`` (TF1/PyTorch) or a DT_FLOAT tensor (TF2)."""
+    tag_b = tag.encode()
+    if tensor:
+        tensor_msg = b"\x08\x01\x12\x00\x22\x04" + struct.pack("<f", value)
+        plugin = b"\x0a\x07scalars"
+        metadata = b"\x0a" + _encode_varint(len(plugin)) + plugin
+        value_msg = (
+            b"\x0a"
+            + _encode_varint(len(tag_b))
+            + tag_b
+            + b"\x42"
+            + _encode_varint(len(tensor_msg))
+            + tensor_msg
+            + b"\x4a"
+            + _encode_varint(len(metadata))
+            + metadata
+        )
+    else:
+        value_msg = b"\x0a" + _encode_varint(len(tag_b)) + tag_b + b"\x15" + struct.pack("<f", value)
+    summary = b"\x0a" + _encode_varint(len(value_msg)) + value_msg
+    return (
+        b"\x09"
+        + struct.pack("<d", wall_time)
+        + b"\x10"
+        + _encode_varint(step)
+        + b"\x2a"
+        + _encode_varint(len(summary))
+        + summary
+    )
+
+
+def write_scalar_events(
+    path: Path,
+    tags: Sequence[str],
+    steps: Sequence[int] | I64,
+    values: npt.NDArray[np.float64],
+    *,
+    wall_start: float = 1.7e9,
+    tensor: bool = False,
+) -> int:
+    """Write a TensorBoard event file: for each step, one record per tag (``values[step_i, tag_j]``).
+
+    A test and benchmark helper (TensorBoard's own writer needs seconds per 100k scalars); the
+    files are byte-compatible with what PyTorch's SummaryWriter writes for ``add_scalar``.
+    Returns the number of scalars written.
+    """
+    steps_list = [int(s) for s in steps]
+    with open(path, "wb") as f:
+        f.write(_record(b"\x09" + struct.pack("<d", wall_start) + b"\x1a\x0dbrain.Event:2"))
+        chunk: list[bytes] = []
+        for i, step in enumerate(steps_list):
+            wall = wall_start + 0.1 * i
+            for j, tag in enumerate(tags):
+                chunk.append(_record(scalar_event(tag, step, float(values[i, j]), wall, tensor=tensor)))
+            if len(chunk) > 100_000:
+                f.write(b"".join(chunk))
+                chunk = []
+        f.write(b"".join(chunk))
+    return len(steps_list) * len(tags)

@@ -1,0 +1,574 @@
+"""The engine behind every text-log reader: metric lines found by regex over big chunks.
+
+A format is a list of :class:`LineKind` s. A kind's ``prefix`` regex recognises a metric line at its
+start and captures the step (and, when the line says them, the rank, a timestamp and the planned
+total of steps); its ``pairs`` regex then finds the ``key: value`` pairs in the rest of the line.
+
+Speed: parsing every line in Python would cost microseconds per line. Instead, the first line of each
+*layout* (the same keys in the same order) is parsed slowly and turned into a *skeleton*: one regex for
+the whole line with a capture group per value. All skeletons are OR-ed into one regex and run with
+``findall`` over a 4 MiB chunk; the columns of captured strings are then converted by Arrow in bulk.
+A chunk goes through the slow path only when it holds a metric line no skeleton fits (a new layout,
+which then becomes a skeleton). Memory is bounded by the chunk size plus the parsed columns.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+import pyarrow.compute as _pc
+
+from ingest.formats._common import (
+    LogBuilder,
+    decode_head,
+    iter_line_chunks,
+    looks_binary,
+    parse_numbers,
+    parse_timestamps,
+)
+from ingest.formats.aliases import canonical_name, to_canonical_unit
+from ingest.formats.base import Reader
+from stab_core.metrics import PER_RANK_METRICS, RUN_RANK
+
+pc: Any = _pc  # pyarrow-stubs overloads reject valid calls on generic arrays
+
+KeyMap = Callable[[str], "tuple[str, str | None] | None"]
+
+PER_RANK_NAMES: Final = PER_RANK_METRICS | {
+    "gpu_mem_max_gb",
+    "gpu_mem_reserved_gb",
+    "gpu_mem_max_reserved_gb",
+    "gpu_mem_pct",
+    "tflops",
+}
+"""Metrics a line reports for the rank that printed it (the rest are run-level, rank -1)."""
+
+VALUE_PATTERN: Final = rb"([^\s|,]+(?:,[0-9]{3})*)"
+"""How a value token looks inside a learned skeleton (thousands separators allowed)."""
+
+MAX_SKELETONS_PER_KIND: Final = 32
+
+
+@dataclass(frozen=True)
+class LineKind:
+    """One kind of metric line.
+
+    ``prefix``: regex matched at the line start; named groups ``step`` (optional when the line has
+    none: the step is then taken from the previous metric line), ``rank``, ``ts``, ``total``; no
+    unnamed capturing groups. ``pairs``: regex over the rest of the line with groups ``key``/``val``
+    (or ``val2``/``key2`` for value-before-key text such as ``8462.85 ms``). ``keymap`` maps a raw
+    key to ``(metric, unit)`` (None drops the key); the default is the alias table. ``ignore``:
+    regex for decorations that change from line to line without being metrics (z-scores).
+    """
+
+    name: str
+    prefix: str
+    pairs: str
+    keymap: KeyMap | None = None
+    all_per_rank: bool = False
+    ignore: str | None = None
+    ts_format: str = "%Y-%m-%d %H:%M:%S"
+    sentinels: dict[str, float] = field(default_factory=dict)
+    """metric -> raw value meaning 'not measured' (nanoGPT's mfu of -100 %), dropped."""
+    step_offset: int = 0
+    """Added to the printed step (llm.c's console prints step+1)."""
+    fill_next: bool = False
+    """A line without a step belongs to the *next* metric line's step (else the previous one's)."""
+    per_rank_keys: frozenset[str] = frozenset()
+    """Extra metrics that this kind reports per printing rank (torchtitan's per-GPU tps)."""
+
+    def compiled(self) -> tuple[re.Pattern[bytes], re.Pattern[bytes], list[str]]:
+        """``(prefix regex, pairs regex, prefix group names in group order)``."""
+        prefix = re.compile(self.prefix.encode())
+        if prefix.groups != len(prefix.groupindex):
+            raise ValueError(f"line kind {self.name}: prefix must use named groups only")
+        names = sorted(prefix.groupindex, key=prefix.groupindex.__getitem__)
+        return prefix, re.compile(self.pairs.encode()), names
+
+
+@dataclass
+class _Skeleton:
+    kind: int
+    source: bytes
+    n_groups: int
+    prefix_names: list[str]
+    keys: tuple[str, ...]
+    regex: re.Pattern[bytes]
+
+
+@dataclass
+class _Block:
+    """Rows of one layout in one chunk, as raw captured strings."""
+
+    kind: int
+    keys: tuple[str, ...]
+    rows: list[int] = field(default_factory=list)
+    step: Any = field(default_factory=list)
+    """list of bytes (slow path) or a binary Arrow array (fast path); same for the columns below"""
+    rank: Any = field(default_factory=list)
+    ts: Any = field(default_factory=list)
+    total: list[Any] = field(default_factory=list)
+    values: list[Any] = field(default_factory=list)
+
+
+def _generalise_literal(text: bytes, ignore: re.Pattern[bytes] | None) -> bytes:
+    """Regex for literal text between values: whitespace runs match any run of blanks."""
+    out: list[bytes] = []
+    pos = 0
+    spans = [] if ignore is None else [m.span() for m in ignore.finditer(text)]
+    for start, end in [*spans, (len(text), len(text))]:
+        piece = text[pos:start]
+        for i, word in enumerate(re.split(rb"[ \t]+", piece)):
+            if i:
+                out.append(rb"[ \t]*")
+            out.append(re.escape(word))
+        if end > start and ignore is not None:
+            out.append(b"(?:" + ignore.pattern + b")")
+        pos = end
+    return b"".join(out)
+
+
+def _strip_group_names(pattern: str) -> bytes:
+    return re.sub(r"\(\?P<\w+>", "(", pattern).encode()
+
+
+class TextLogReader(Reader):
+    """A text-log format made of :class:`LineKind` s (see the module docstring for how it runs)."""
+
+    kinds: Sequence[LineKind] = ()
+    per_rank_default = 0
+    """Rank for per-rank metrics on lines that do not say which rank printed them."""
+
+    def __init__(self) -> None:
+        self._compiled = [k.compiled() for k in self.kinds]
+        any_prefix = b"|".join(b"(?:" + _strip_group_names(k.prefix) + b")" for k in self.kinds)
+        self._candidate = re.compile(b"^(?:" + any_prefix + b")", re.M)
+        self._ignores = [None if k.ignore is None else re.compile(k.ignore.encode()) for k in self.kinds]
+
+    # ------------------------------------------------------------------ detection
+    def count_metric_lines(self, text: str) -> int:
+        """Lines of ``text`` that a kind recognises and that carry at least one value."""
+        n = 0
+        for line in text.splitlines()[:20000]:
+            raw = line.encode()
+            for prefix, pairs, _ in self._compiled:
+                m = prefix.match(raw)
+                if m and pairs.search(raw, m.end()):
+                    n += 1
+                    break
+        return n
+
+    def markers(self, text: str) -> float:
+        """Confidence from tell-tale non-metric lines (banners) when no metric line is in the head."""
+        return 0.0
+
+    def sniff(self, head: bytes, path: Path) -> float:
+        if path.is_dir() or not head or looks_binary(head):
+            return 0.0
+        text = decode_head(head)
+        n = self.count_metric_lines(text)
+        if n == 0:
+            return self.markers(text)
+        return self.score(n, text)
+
+    def score(self, n_metric_lines: int, text: str) -> float:
+        """Confidence given ``n_metric_lines`` recognised lines in the head."""
+        return min(0.9, 0.7 + 0.05 * n_metric_lines)
+
+    def meta_from_head(self, text: str) -> dict[str, Any]:
+        """Run facts stated in the first chunk (argument dumps, banners)."""
+        return {}
+
+    # ------------------------------------------------------------------ reading
+    def fill(self, paths: Sequence[Path], builder: LogBuilder) -> None:
+        state = _EngineState(self)
+        for path in paths:
+            builder.source(path)
+            first = True
+            for chunk, first_line in iter_line_chunks(path, builder):
+                if first and not builder.meta:
+                    builder.meta.update(self.meta_from_head(chunk[: 1 << 20].decode("utf-8", "replace")))
+                first = False
+                state.process(chunk, first_line, path, builder)
+        if state.total_steps is not None:
+            builder.meta.setdefault("total_steps", state.total_steps)
+
+
+class _EngineState:
+    """Skeletons learned so far and the step carried between chunks."""
+
+    def __init__(self, reader: TextLogReader) -> None:
+        self.reader = reader
+        self.kinds = reader.kinds
+        self.compiled = reader._compiled
+        self.skeletons: list[_Skeleton] = []
+        self.fast: re.Pattern[bytes] | None = None
+        self.last_step: int | None = None
+        self.total_steps: int | None = None
+        self._keymaps: dict[tuple[int, str], tuple[str, str | None] | None] = {}
+
+    # -- skeletons
+    def learn(self, kind_i: int, line: bytes, m: re.Match[bytes], pairs: list[re.Match[bytes]]) -> None:
+        if sum(1 for s in self.skeletons if s.kind == kind_i) >= MAX_SKELETONS_PER_KIND:
+            return
+        kind = self.kinds[kind_i]
+        names = self.compiled[kind_i][2]
+        parts = [_strip_group_names(kind.prefix)]
+        pos = m.end()
+        keys: list[str] = []
+        values: list[bytes] = []
+        for pm in pairs:
+            vg = _value_group(pm)
+            start, end = pm.span(vg)
+            parts.append(_generalise_literal(line[pos:start], self.reader._ignores[kind_i]))
+            parts.append(VALUE_PATTERN)
+            pos = end
+            keys.append(_key_of(pm))
+            values.append(pm.group(vg))
+        parts.append(_generalise_literal(line[pos:].rstrip(b" \t\r"), self.reader._ignores[kind_i]))
+        parts.append(rb"[ \t\r]*$")
+        source = b"".join(parts)
+        try:
+            regex = re.compile(b"^" + source, re.M)
+        except re.error:
+            return
+        check = regex.match(line)
+        n_prefix = len(names)
+        if check is None or list(check.groups()[n_prefix:]) != values:
+            return  # values with blanks inside: this layout stays on the slow path
+        self.skeletons.append(_Skeleton(kind_i, source, n_prefix + len(values), names, tuple(keys), regex))
+        self.fast = re.compile(b"^(?:" + b"|".join(b"(?:" + s.source + b")" for s in self.skeletons) + b")", re.M)
+
+    # -- chunks
+    def process(self, chunk: bytes, first_line: int, path: Path, builder: LogBuilder) -> None:
+        n_candidates = len(self.reader._candidate.findall(chunk))
+        n_lines = chunk.count(b"\n")
+        n_blank = chunk.count(b"\n\n") + chunk.count(b"\n\r\n") + (1 if chunk.startswith(b"\n") else 0)
+        if n_candidates == 0:
+            self._count_skipped(chunk, first_line, path, builder, n_lines - n_blank)
+            return
+        if self.fast is not None:
+            rows = self.fast.findall(chunk)
+            if len(rows) == n_candidates:
+                blocks, empty = self._blocks_from_fast(rows)
+                self._count_skipped(chunk, first_line, path, builder, n_lines - n_blank - n_candidates)
+                if empty:
+                    builder.skipped += empty
+                self._emit(blocks, len(rows), builder)
+                return
+        blocks, n_rows = self._slow(chunk, first_line, path, builder)
+        self._emit(blocks, n_rows, builder)
+
+    def _count_skipped(self, chunk: bytes, first_line: int, path: Path, builder: LogBuilder, count: int) -> None:
+        if count <= 0:
+            return
+        builder.skipped += count
+        if not builder.want_examples():
+            return
+        for i, line in enumerate(chunk.split(b"\n")):
+            if not builder.want_examples():
+                break
+            if line.strip() and not self.reader._candidate.match(line):
+                builder.skipped_examples.append((str(path), first_line + i, _reason(line)))
+
+    def _blocks_from_fast(self, rows: list[Any]) -> tuple[list[_Block], int]:
+        cols = [pa.array(c, pa.binary()) for c in zip(*rows, strict=True)]
+        if len(self.skeletons) == 1:
+            return [self._block_from_columns(self.skeletons[0], cols, None)], 0
+        blocks: list[_Block] = []
+        offset = 0
+        empty = 0
+        for sk in self.skeletons:
+            sub = cols[offset : offset + sk.n_groups]
+            offset += sk.n_groups
+            if not sub:
+                continue
+            # a matched skeleton always fills its last value group (values are never empty);
+            # for a layout without values, any non-empty group marks its rows
+            markers = sub[-1:] if sk.keys else sub
+            present = np.zeros(len(rows), dtype=bool)
+            for col in markers:
+                present |= np.asarray(pc.binary_length(col).to_numpy(zero_copy_only=False)) > 0
+            idx = np.flatnonzero(present)
+            if idx.shape[0] == 0:
+                continue
+            if not sk.keys:
+                empty += int(idx.shape[0])
+                continue
+            blocks.append(self._block_from_columns(sk, [c.take(idx) for c in sub], idx.tolist()))
+        return blocks, empty
+
+    def _block_from_columns(self, sk: _Skeleton, cols: list[Any], rows: list[int] | None) -> _Block:
+        n = len(cols[0]) if cols else 0
+        block = _Block(sk.kind, sk.keys, rows=list(range(n)) if rows is None else rows)
+        by_name = dict(zip(sk.prefix_names, cols[: len(sk.prefix_names)], strict=True))
+        block.step = by_name.get("step", [])
+        block.rank = by_name.get("rank", [])
+        block.ts = by_name.get("ts", [])
+        total = by_name.get("total")
+        block.total = [total[0].as_py()] if total is not None and len(total) else []
+        block.values = list(cols[len(sk.prefix_names) :])
+        return block
+
+    def _match_kind(self, line: bytes) -> tuple[int, re.Match[bytes]] | None:
+        for kind_i, (prefix, _, _) in enumerate(self.compiled):
+            m = prefix.match(line)
+            if m:
+                return kind_i, m
+        return None
+
+    def _slow(self, chunk: bytes, first_line: int, path: Path, builder: LogBuilder) -> tuple[list[_Block], int]:
+        blocks: dict[tuple[int, tuple[str, ...]], _Block] = {}
+        row = 0
+        for i, line in enumerate(chunk.split(b"\n")):
+            if not line.strip(b" \t\r"):
+                continue
+            found = self._match_kind(line)
+            if found is None:
+                builder.skip(path, first_line + i, _reason(line))
+                continue
+            kind_i, m = found
+            pairs_re = self.compiled[kind_i][1]
+            keys: tuple[str, ...]
+            values: list[bytes]
+            for sk in self.skeletons:
+                if sk.kind != kind_i:
+                    continue
+                mm = sk.regex.match(line)
+                if mm is not None:
+                    keys = sk.keys
+                    values = list(mm.groups()[len(sk.prefix_names) :])
+                    break
+            else:
+                pairs = list(pairs_re.finditer(line, m.end()))
+                self.learn(kind_i, line, m, pairs)
+                keys = tuple(_key_of(pm) for pm in pairs)
+                values = [pm.group(_value_group(pm)) for pm in pairs]
+            if not keys:
+                builder.skip(path, first_line + i, "metric line without values: " + _reason(line))
+                continue
+            block = blocks.get((kind_i, keys))
+            if block is None:
+                block = blocks[(kind_i, keys)] = _Block(kind_i, keys, values=[[] for _ in keys])
+            gd = m.groupdict()
+            block.rows.append(row)
+            block.step.append(gd.get("step") or b"")
+            if "rank" in gd:
+                block.rank.append(gd.get("rank") or b"")
+            if "ts" in gd:
+                block.ts.append(gd.get("ts") or b"")
+            if gd.get("total") and not block.total:
+                block.total.append(gd["total"])
+            for col, v in zip(block.values, values, strict=True):
+                col.append(v)
+            row += 1
+        return list(blocks.values()), row
+
+    # -- conversion
+    def _keymap(self, kind_i: int, key: str) -> tuple[str, str | None] | None:
+        cache_key = (kind_i, key)
+        if cache_key not in self._keymaps:
+            km = self.kinds[kind_i].keymap
+            self._keymaps[cache_key] = km(key) if km is not None else canonical_name(key)
+        return self._keymaps[cache_key]
+
+    def _emit(self, blocks: list[_Block], n_rows: int, builder: LogBuilder) -> None:
+        base = builder.reserve(n_rows)
+        steps_by_block = [self._steps(b) for b in blocks]
+        # lines without a step take the previous metric line's step (in file order)
+        known_rows = np.concatenate(
+            [np.asarray(b.rows, np.int64)[s >= 0] for b, s in zip(blocks, steps_by_block, strict=True)]
+            or [np.zeros(0, np.int64)]
+        )
+        known_steps = np.concatenate([s[s >= 0] for s in steps_by_block] or [np.zeros(0, np.int64)])
+        order = np.argsort(known_rows, kind="stable")
+        known_rows, known_steps = known_rows[order], known_steps[order]
+        for block, steps in zip(blocks, steps_by_block, strict=True):
+            rows = np.asarray(block.rows, dtype=np.int64)
+            missing = steps < 0
+            if missing.any():
+                steps = steps.copy()
+                steps[missing] = self._fill(rows[missing], known_rows, known_steps, self.kinds[block.kind])
+            valid = steps >= 0
+            if not valid.all():
+                rows, steps = rows[valid], steps[valid]
+                block = _filter_block(block, valid)
+            if steps.shape[0] == 0:
+                continue
+            self._emit_block(block, rows + base, steps, builder)
+        if known_steps.shape[0]:
+            self.last_step = int(known_steps[-1])
+
+    def _fill(
+        self,
+        rows: npt.NDArray[np.int64],
+        known_rows: npt.NDArray[np.int64],
+        known_steps: npt.NDArray[np.int64],
+        kind: LineKind,
+    ) -> npt.NDArray[np.int64]:
+        """Steps for lines that print none: the previous (or next) metric line's step."""
+        pos = np.searchsorted(known_rows, rows) - 1
+        prev = np.where(pos >= 0, known_steps[np.maximum(pos, 0)] if known_steps.size else -1, -1)
+        if self.last_step is not None:
+            prev = np.where(prev < 0, self.last_step, prev)
+        if not kind.fill_next:
+            return np.asarray(prev, np.int64)
+        nxt = np.searchsorted(known_rows, rows, side="right")
+        has_next = nxt < known_rows.shape[0]
+        after = np.where(prev >= 0, prev + 1, -1)
+        if known_steps.size:
+            return np.asarray(
+                np.where(has_next, known_steps[np.minimum(nxt, known_rows.shape[0] - 1)], after), np.int64
+            )
+        return np.asarray(after, np.int64)
+
+    def _steps(self, block: _Block) -> npt.NDArray[np.int64]:
+        n = len(block.rows)
+        if len(block.step) == 0:
+            return np.full(n, -1, dtype=np.int64)
+        if block.total and self.total_steps is None:
+            total = block.total[0]
+            text = total.decode() if isinstance(total, bytes) else str(total)
+            if text.isdigit():
+                self.total_steps = int(text)
+        offset = self.kinds[block.kind].step_offset
+        if _all_present(block.step):
+            arr = _arrow(block.step).cast(pa.string()).cast(pa.int64()).to_numpy()
+            return np.asarray(arr, np.int64) + offset
+        steps = _arrow(block.step).to_pylist()
+        return np.array([int(s) + offset if s else -1 for s in steps], dtype=np.int64)
+
+    def _emit_block(
+        self, block: _Block, seq: npt.NDArray[np.int64], steps: npt.NDArray[np.int64], builder: LogBuilder
+    ) -> None:
+        kind = self.kinds[block.kind]
+        line_rank: npt.NDArray[np.int32] | None = None
+        if len(block.rank) and _all_present(block.rank):
+            line_rank = np.asarray(_arrow(block.rank).cast(pa.string()).cast(pa.int32()).to_numpy(), np.int32)
+        wall = None
+        if len(block.ts) and _all_present(block.ts):
+            wall = parse_timestamps(_arrow(block.ts).cast(pa.string()), kind.ts_format)
+        stream = 0 if line_rank is None else line_rank + 1
+        for key, raw in zip(block.keys, block.values, strict=True):
+            mapped = self._keymap(block.kind, key)
+            if mapped is None:
+                continue
+            name, key_unit = mapped
+            conv = parse_numbers(_arrow(raw).cast(pa.string()))
+            sentinel = kind.sentinels.get(name)
+            if sentinel is not None:
+                conv.ok &= conv.values != sentinel
+            per_rank = kind.all_per_rank or name in PER_RANK_NAMES or name in kind.per_rank_keys
+            if per_rank:
+                rank: Any = self.reader.per_rank_default if line_rank is None else line_rank
+            else:
+                rank = RUN_RANK
+            groups: list[tuple[str | None, npt.NDArray[np.bool_]]] = [(u, m) for u, m in conv.units]
+            unit_rows = np.zeros(len(conv.values), dtype=bool)
+            for _, m in groups:
+                unit_rows |= m
+            groups.append((key_unit, conv.ok & ~unit_rows))
+            for unit, mask in groups:
+                if not mask.any():
+                    continue
+                out_name, out_values = to_canonical_unit(name, unit, conv.values[mask])
+                _add_masked(builder, out_name, steps, out_values, mask, rank, wall, stream, seq)
+            if conv.pct is not None:
+                pmask = conv.ok & ~np.isnan(conv.pct)
+                pct_name = out_pct_name(name)
+                _add_masked(builder, pct_name, steps, conv.pct[pmask], pmask, rank, wall, stream, seq)
+
+
+def out_pct_name(name: str) -> str:
+    """Name of a ``(NN%)`` companion value: ``gpu_mem_gb`` -> ``gpu_mem_pct``."""
+    return (name[:-3] if name.endswith("_gb") else name) + "_pct"
+
+
+def _add_masked(
+    builder: LogBuilder,
+    name: str,
+    steps: npt.NDArray[np.int64],
+    values: npt.NDArray[np.float64],
+    mask: npt.NDArray[np.bool_],
+    rank: Any,
+    wall: npt.NDArray[np.float64] | None,
+    stream: Any,
+    seq: npt.NDArray[np.int64],
+) -> None:
+    r = rank[mask] if isinstance(rank, np.ndarray) else rank
+    st = stream[mask] if isinstance(stream, np.ndarray) else stream
+    if isinstance(st, np.ndarray):
+        # one stream per printing rank: split so each keeps its own step sequence
+        for s in np.unique(st):
+            sel = st == s
+            builder.add(
+                name,
+                steps[mask][sel],
+                values[sel],
+                rank=r[sel] if isinstance(r, np.ndarray) else r,
+                wall_time=None if wall is None else wall[mask][sel],
+                stream=int(s),
+                seq=seq[mask][sel],
+                canonical=True,
+            )
+        return
+    builder.add(
+        name,
+        steps[mask],
+        values,
+        rank=r,
+        wall_time=None if wall is None else wall[mask],
+        stream=int(st),
+        seq=seq[mask],
+        canonical=True,
+    )
+
+
+def _filter_block(block: _Block, valid: npt.NDArray[np.bool_]) -> _Block:
+    keep = np.flatnonzero(valid)
+
+    def pick(col: Any) -> Any:
+        return _arrow(col).take(keep) if len(col) else col
+
+    return _Block(
+        block.kind,
+        block.keys,
+        rows=[block.rows[i] for i in keep.tolist()],
+        step=pick(block.step),
+        rank=pick(block.rank),
+        ts=pick(block.ts),
+        total=block.total,
+        values=[pick(col) for col in block.values],
+    )
+
+
+def _value_group(pm: re.Match[bytes]) -> str:
+    return "val" if pm.groupdict().get("val") is not None else "val2"
+
+
+def _key_of(pm: re.Match[bytes]) -> str:
+    gd = pm.groupdict()
+    key = gd.get("key") if gd.get("key") is not None else gd.get("key2")
+    return (key or b"").decode("utf-8", "replace").strip()
+
+
+def _arrow(col: Any) -> Any:
+    return col if isinstance(col, pa.Array) else pa.array(col, pa.binary())
+
+
+def _all_present(col: Any) -> bool:
+    if isinstance(col, pa.Array):
+        return len(col) > 0 and col.null_count == 0 and pc.min(pc.binary_length(col)).as_py() > 0
+    return len(col) > 0 and all(col)
+
+
+def _reason(line: bytes) -> str:
+    text = line.decode("utf-8", "replace").strip()
+    return "not a metric line: " + (text[:80] + ("..." if len(text) > 80 else ""))
