@@ -38,15 +38,14 @@ Progress = Callable[[int, int], None]
 MAX_SKIPPED_EXAMPLES: Final = 5
 CHUNK_BYTES: Final = 4 * 1024 * 1024
 
-TABLE_SCHEMA: Final[pa.Schema] = pa.schema(
-    {
-        "rank": pa.int32(),
-        "step": pa.int64(),
-        "metric": pa.string(),
-        "value": pa.float64(),
-        "wall_time": pa.float64(),
-    }
-)
+_COLUMN_TYPES: Final[dict[str, pa.DataType]] = {
+    "rank": pa.int32(),
+    "step": pa.int64(),
+    "metric": pa.string(),
+    "value": pa.float64(),
+    "wall_time": pa.float64(),
+}
+TABLE_SCHEMA: Final[pa.Schema] = pa.schema(_COLUMN_TYPES)
 """The canonical long form every reader produces."""
 
 

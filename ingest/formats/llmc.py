@@ -86,12 +86,14 @@ class LlmcConsoleReader(TextLogReader):
             ignore=_Z_SCORE,
             sentinels={"mfu": -100.0},
             step_offset=-1,
+            run_level=True,
         ),
         LineKind(
             name="cpu_step",
             prefix=r"step[ \t]+(?P<step>[0-9]+):[ \t]*(?=train loss[ \t]+\S+[ \t]+\(took)",
             pairs=_CONSOLE_PAIRS,
             keymap=_console_key,
+            run_level=True,
         ),
         LineKind(
             name="val",

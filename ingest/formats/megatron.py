@@ -71,6 +71,7 @@ MEGATRON_KINDS: Final = (
         prefix=r"[ \t]*" + _TS + r"iteration[ \t]+(?P<step>[0-9]+)[ \t]*/[ \t]*(?P<total>[0-9]+)[ \t]*\|",
         pairs=_PIPE_PAIRS,
         keymap=_iteration_key,
+        run_level=True,
     ),
     LineKind(
         name="memory",
@@ -87,6 +88,7 @@ MEGATRON_KINDS: Final = (
         prefix=r"[ \t]*" + _TS + r"validation loss at (?:iteration[ \t]+(?P<step>[0-9]+))?[^|\n]*\|",
         pairs=_PIPE_PAIRS,
         keymap=_validation_key,
+        run_level=True,
     ),
 )
 
@@ -100,12 +102,14 @@ DEEPSPEED_KINDS: Final = (
         pairs=r"(?P<key>skipped|lr)=\[?(?P<val>" + _NUMBER_LITERAL + ")",
         keymap=_ds_key,
         ignore=_NUMBER_LITERAL,
+        run_level=True,
     ),
     LineKind(
         name="ds_loss",
         prefix=r"(?:\[[^\]\n]*\][ \t]*)*steps:[ \t]*(?P<step>[0-9]+)[ \t]+",
         pairs=r"(?P<key>[A-Za-z][A-Za-z/ ()]*?):[ \t]*(?P<val>" + _NUMBER_LITERAL + ")",
         keymap=_ds_key,
+        run_level=True,
     ),
 )
 

@@ -51,6 +51,8 @@ class MegatronGoldenReader(Reader):
                         int((~conv.ok).sum()),
                     )
                 builder.add(metric, steps[conv.ok], conv.values[conv.ok], stream=stream)
+                if isinstance(spec.get("end_step"), int):
+                    builder.meta["total_steps"] = max(builder.meta.get("total_steps", 0), spec["end_step"])
                 stream += 1
 
 

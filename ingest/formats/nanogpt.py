@@ -35,6 +35,7 @@ class NanoGPTReader(TextLogReader):
             pairs=r"(?P<key>[A-Za-z][A-Za-z_ ]*?)[ \t]+(?P<val>[^\s,]+)",
             keymap=_iter_key,
             sentinels={"mfu": -100.0},
+            run_level=True,
         ),
         LineKind(
             name="eval",

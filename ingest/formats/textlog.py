@@ -26,6 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as _pc
 
 from ingest.formats._common import (
+    CHUNK_BYTES,
     LogBuilder,
     decode_head,
     iter_line_chunks,
@@ -83,6 +84,8 @@ class LineKind:
     """A line without a step belongs to the *next* metric line's step (else the previous one's)."""
     per_rank_keys: frozenset[str] = frozenset()
     """Extra metrics that this kind reports per printing rank (torchtitan's per-GPU tps)."""
+    run_level: bool = False
+    """Every value is run-level (Megatron's iteration line reports the whole job's step time)."""
 
     def compiled(self) -> tuple[re.Pattern[bytes], re.Pattern[bytes], list[str]]:
         """``(prefix regex, pairs regex, prefix group names in group order)``."""
@@ -145,6 +148,8 @@ class TextLogReader(Reader):
     kinds: Sequence[LineKind] = ()
     per_rank_default = 0
     """Rank for per-rank metrics on lines that do not say which rank printed them."""
+    chunk_bytes = CHUNK_BYTES
+    """Bytes read per chunk (bounds memory; tests lower it to cross chunk boundaries)."""
 
     def __init__(self) -> None:
         self._compiled = [k.compiled() for k in self.kinds]
@@ -192,7 +197,7 @@ class TextLogReader(Reader):
         for path in paths:
             builder.source(path)
             first = True
-            for chunk, first_line in iter_line_chunks(path, builder):
+            for chunk, first_line in iter_line_chunks(path, builder, self.chunk_bytes):
                 if first and not builder.meta:
                     builder.meta.update(self.meta_from_head(chunk[: 1 << 20].decode("utf-8", "replace")))
                 first = False
@@ -465,12 +470,14 @@ class _EngineState:
             sentinel = kind.sentinels.get(name)
             if sentinel is not None:
                 conv.ok &= conv.values != sentinel
-            per_rank = kind.all_per_rank or name in PER_RANK_NAMES or name in kind.per_rank_keys
+            per_rank = kind.all_per_rank or (
+                not kind.run_level and (name in PER_RANK_NAMES or name in kind.per_rank_keys)
+            )
             if per_rank:
                 rank: Any = self.reader.per_rank_default if line_rank is None else line_rank
             else:
                 rank = RUN_RANK
-            groups: list[tuple[str | None, npt.NDArray[np.bool_]]] = [(u, m) for u, m in conv.units]
+            groups: list[tuple[str | None, npt.NDArray[np.bool_]]] = [(u, m & conv.ok) for u, m in conv.units]
             unit_rows = np.zeros(len(conv.values), dtype=bool)
             for _, m in groups:
                 unit_rows |= m
