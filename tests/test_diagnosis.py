@@ -1,0 +1,225 @@
+"""The decision tree: its data, drawing it, walking it by hand, and answering it from generated runs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from stab_core.analysis import SyntheticRunSpec, synthetic_run
+from stab_core.diagnosis import (
+    CAUSES,
+    DECISION_TREE,
+    NODE_IDS,
+    DiagnosisParams,
+    _leave_one_out_medians,
+    build_tree,
+    diagnose,
+    prepare_context,
+    tree_to_dot,
+    walk_tree,
+)
+from stab_core.runview import RankMatrix, RunEvent, RunView, Series
+from stab_core.spikes import SpikeEvent, detect_spikes
+
+# ------------------------------------------------------------------------------------ the tree as data
+
+
+def test_tree_has_five_nodes_in_the_issue_order() -> None:
+    assert [n.id for n in DECISION_TREE.nodes] == list(NODE_IDS)
+    assert [n.number for n in DECISION_TREE.nodes] == [1, 2, 3, 4, 5]
+    assert DECISION_TREE.root == "numerical"
+    assert {leaf.cause for leaf in DECISION_TREE.leaves} == set(CAUSES)
+
+
+def test_every_edge_lands_on_a_node_or_leaf_and_every_answer_has_one() -> None:
+    ids = {n.id for n in DECISION_TREE.nodes} | {leaf.id for leaf in DECISION_TREE.leaves}
+    assert all(target in ids for _, target, _ in DECISION_TREE.edges())
+    for node in DECISION_TREE.nodes[:4]:
+        assert {e.answer for e in node.edges} == {"yes", "no", "unknown"}
+        assert DECISION_TREE.leaf(node.target("yes")).cause != "unknown"
+    last = DECISION_TREE.node("snr_collapse")
+    assert last.target("yes, recovered") == "leaf_data_outlier_recovered"
+    assert last.target("yes, diverged") == "leaf_data_outlier_diverged"
+    with pytest.raises(ValueError, match="no edge"):
+        last.target("yes")
+
+
+def test_thresholds_are_written_into_the_questions() -> None:
+    tree = build_tree(DiagnosisParams(rank_ratio=5.0, snr_collapse_factor=4.0))
+    assert "5x" in tree.node("rank_concentration").question
+    assert tree.node("snr_collapse").thresholds["snr_collapse_factor"] == 4.0
+    with pytest.raises(ValueError, match="rank_ratio"):
+        DiagnosisParams(rank_ratio=1.0)
+
+
+def test_tree_to_dot_highlights_exactly_the_path() -> None:
+    plain = tree_to_dot()
+    assert plain.startswith("digraph") and "penwidth=3" not in plain
+    for node_id in NODE_IDS:
+        assert f"  {node_id} [shape=diamond" in plain
+    diagnosis = walk_tree({"numerical": "no", "lr_transition": "unknown", "rank_concentration": "yes"})
+    dot = tree_to_dot(diagnosis)
+    bold = [line for line in dot.splitlines() if "penwidth=3" in line]
+    # no/unknown share targets: only the answer given is bold
+    assert bold == [
+        '  numerical -> lr_transition [label="no", penwidth=3, color=red];',
+        '  lr_transition -> rank_concentration [label="unknown", penwidth=3, color=red];',
+        '  rank_concentration -> leaf_rank_fault [label="yes", penwidth=3, color=red];',
+    ]
+    assert dot.count('fillcolor="#ffd966"') == 3 and dot.count('fillcolor="#f4cccc"') == 1
+    by_ids = tree_to_dot(["numerical", "leaf_numerical"])
+    assert '  numerical -> leaf_numerical [label="yes", penwidth=3, color=red];' in by_ids
+
+
+# ------------------------------------------------------------------------------------ walking by hand
+
+
+def test_manual_walk_with_unknowns() -> None:
+    diagnosis = walk_tree(
+        {
+            "numerical": "no",
+            "lr_transition": "no",
+            "rank_concentration": "unknown",
+            "router": "no",
+            "snr_collapse": "yes",
+        },
+        recovered=True,
+    )
+    assert diagnosis.cause == "data_outlier" and diagnosis.leaf == "leaf_data_outlier_recovered"
+    assert diagnosis.confidence == pytest.approx(0.8)
+    assert diagnosis.missing == [DECISION_TREE.node("rank_concentration").settled_by]
+    assert diagnosis.visited_ids() == [*NODE_IDS, "leaf_data_outlier_recovered"]
+    assert "step of the spike" in diagnosis.actions[1]  # placeholder filled without evidence
+
+
+def test_manual_walk_stops_at_the_first_yes_and_all_no_is_unknown() -> None:
+    first = walk_tree({"numerical": "yes", "lr_transition": "yes"})
+    assert first.cause == "numerical" and len(first.path) == 1 and first.confidence == 1.0
+    none = walk_tree(dict.fromkeys(NODE_IDS, "no"))
+    assert none.cause == "unknown" and none.confidence == pytest.approx(0.5)
+    blank = walk_tree({})
+    assert blank.cause == "unknown" and blank.confidence == 0.0 and len(blank.missing) == 5
+    diverged = walk_tree({"snr_collapse": "yes"}, recovered=False)
+    assert diverged.leaf == "leaf_data_outlier_diverged"
+    assert diverged.confidence == pytest.approx(0.8**4)
+
+
+def test_manual_walk_rejects_bad_input() -> None:
+    with pytest.raises(ValueError, match="unknown node ids"):
+        walk_tree({"nodes": "yes"})
+    with pytest.raises(ValueError, match="'yes', 'no' or 'unknown'"):
+        walk_tree({"numerical": "maybe"})
+    with pytest.raises(ValueError, match="recovered"):
+        walk_tree({"snr_collapse": "yes"})
+
+
+# ------------------------------------------------------------------------------------ answered from data
+
+
+def test_leave_one_out_medians_known_answers() -> None:
+    np.testing.assert_allclose(_leave_one_out_medians(np.array([1.0, 2.0, 3.0, 10.0])), [3, 3, 2, 2])
+    np.testing.assert_allclose(_leave_one_out_medians(np.array([9.0, 1.0, 5.0])), [3, 7, 5])
+    np.testing.assert_allclose(_leave_one_out_medians(np.array([2.0, 20.0])), [20, 2])
+
+
+def _loss_spike_of(view: RunView, near: int) -> SpikeEvent:
+    loss = view.series["loss"]
+    grad = view.series["grad_norm"]
+    events = detect_spikes(loss.steps, loss.values, "loss", grad_norm=grad)
+    return min(events, key=lambda e: abs(e.start - near))
+
+
+@pytest.mark.parametrize(
+    ("spike_class", "cause", "per_rank"),
+    [
+        ("numerical", "numerical", True),
+        ("lr_transition", "lr_transition", False),
+        ("rank_fault", "rank_fault", True),
+        ("router", "router", False),
+        ("data_outlier_recovered", "data_outlier", True),
+        ("data_outlier_recovered", "data_outlier", False),
+        ("data_outlier_diverged", "data_outlier", True),
+        ("unknown", "unknown", True),
+    ],
+)
+def test_each_injected_class_is_classified(spike_class: str, cause: str, per_rank: bool) -> None:
+    run = synthetic_run(SyntheticRunSpec(classes=(spike_class,), per_rank=per_rank, lr_events=False), seed=7)
+    (truth,) = run.injected
+    spike = _loss_spike_of(run.view, truth.step)
+    assert abs(spike.start - truth.step) <= 2
+    diagnosis = diagnose(run.view, spike)
+    assert diagnosis.cause == cause
+    assert diagnosis.path[-1].answer == ("no" if cause == "unknown" else "yes")
+    if cause == "data_outlier":
+        expected_leaf = "leaf_data_outlier_" + ("recovered" if spike_class.endswith("recovered") else "diverged")
+        assert diagnosis.leaf == expected_leaf
+        assert diagnosis.path[-1].evidence["estimator"] == ("two_batch" if per_rank else "temporal_proxy")
+    if not per_rank and len(diagnosis.path) >= 3:
+        assert diagnosis.path[2].answer == "unknown"
+        assert DECISION_TREE.node("rank_concentration").settled_by in diagnosis.missing
+
+
+def test_evidence_names_the_bad_rank_and_the_transition() -> None:
+    run = synthetic_run(SyntheticRunSpec(classes=("rank_fault",)), seed=3)
+    diagnosis = diagnose(run.view, _loss_spike_of(run.view, run.injected[0].step))
+    rank_visit = diagnosis.path[-1]
+    bad_rank = int(np.argmax(run.view.per_rank["grad_norm_local"].values[:, run.injected[0].step]))
+    assert rank_visit.evidence["worst_rank"] == bad_rank
+    assert float(rank_visit.evidence["worst_ratio"]) > 10.0  # type: ignore[arg-type]
+    assert rank_visit.evidence["outlier_ranks"] == 1
+    assert f"Inspect rank {bad_rank}'s node" in diagnosis.actions[0]
+
+    lr_run = synthetic_run(SyntheticRunSpec(classes=("lr_transition",), lr_events=False), seed=3)
+    lr_diag = diagnose(lr_run.view, _loss_spike_of(lr_run.view, lr_run.injected[0].step))
+    evidence = lr_diag.path[1].evidence
+    assert evidence["lr_change_step"] == lr_run.injected[0].step - 10
+    assert float(evidence["lr_rel_change"]) == pytest.approx(3.0, rel=0.05)  # type: ignore[arg-type]  # LR x4
+
+
+def test_logged_events_settle_node_2_without_an_lr_series() -> None:
+    run = synthetic_run(SyntheticRunSpec(classes=("unknown",)), seed=5)
+    spike = _loss_spike_of(run.view, run.injected[0].step)
+    series = {k: v for k, v in run.view.series.items() if k != "lr"}
+    no_lr = RunView("no-lr", series=series, per_rank=run.view.per_rank, meta=run.view.meta)
+    assert diagnose(no_lr, spike).path[1].answer == "unknown"
+    switch = RunEvent(step=spike.start - 30, kind="data_switch", label="new mixture")
+    with_event = RunView("event", series=series, per_rank=run.view.per_rank, events=(switch,), meta=run.view.meta)
+    diagnosis = diagnose(with_event, spike)
+    assert diagnosis.cause == "lr_transition"
+    assert diagnosis.path[1].evidence["transition_kind"] == "data_switch"
+    assert diagnosis.path[1].evidence["steps_since_transition"] == 30
+
+
+def test_loss_scale_collapse_is_numerical() -> None:
+    run = synthetic_run(SyntheticRunSpec(classes=("numerical",), loss_scale=True), seed=2)
+    spike = _loss_spike_of(run.view, run.injected[0].step)
+    assert not spike.nonfinite
+    diagnosis = diagnose(run.view, spike)
+    assert diagnosis.cause == "numerical"
+    assert float(diagnosis.path[0].evidence["loss_scale_drop"]) >= 8.0  # type: ignore[arg-type]
+    assert diagnosis.confidence == pytest.approx(0.85)
+
+
+def test_dense_model_answers_router_no_and_per_rank_loss_is_used() -> None:
+    steps = np.arange(2000)
+    rng = np.random.default_rng(0)
+    loss = 3.0 * (1 + 0.01 * rng.standard_normal(2000))
+    loss[1500] *= 2.0
+    rank_loss = np.tile(loss, (4, 1)) * (1 + 0.01 * rng.standard_normal((4, 2000)))
+    rank_loss[1, 1500] *= 8.0
+    view = RunView(
+        "dense",
+        series={"loss": Series(steps, loss)},
+        per_rank={"loss": RankMatrix(np.arange(4), steps, rank_loss, np.ones((4, 2000), dtype=bool))},
+        meta={"num_experts": 1},
+    )
+    (spike,) = detect_spikes(steps, loss)
+    diagnosis = diagnose(view, spike, context=prepare_context(view))
+    assert diagnosis.cause == "rank_fault"
+    assert diagnosis.path[2].evidence["metric"] == "loss" and diagnosis.path[2].evidence["worst_rank"] == 1
+    rank_loss[1, 1500] /= 8.0
+    healthy = RunView(view.name, series=view.series, per_rank={"loss": view.per_rank["loss"]}, meta=view.meta)
+    plain = diagnose(healthy, spike)
+    assert plain.path[3].answer == "no" and plain.path[3].evidence == {"moe": False}
+    assert plain.path[4].answer == "unknown"  # no grad norm: no SNR
+    assert plain.cause == "unknown"
