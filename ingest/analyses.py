@@ -8,19 +8,78 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import pyarrow as pa
+
 if TYPE_CHECKING:
     from ingest.store import Store
 
 
 def materialise(store: Store, name: str) -> None:
-    """Recompute the analyses of run ``name`` if its data generation moved on."""
+    """Recompute the analyses of run ``name`` if its data generation moved on.
+
+    Derived series (``snr``, ``b_simple``, ``clip_ratio``, ``clip_mean_coef``) go to the run's derived
+    Parquet file as run-level rows; spike events (with their diagnosis) to the catalog; what the UI must
+    say about them (which SNR estimator, collapses, overall clip ratio) to ``meta['analysis']``. A
+    failing analysis never fails the ingest: the error is kept in ``meta['analysis']['error']``.
+    """
+    from stab_core.analysis import analyze_run
+
     info = store.run_info(name)
-    if info.analysis_gen == info.gen:
+    if info.analysis_gen == info.gen or info.gen == 0:
         return
     try:
-        from stab_core.analysis import analyze_run  # noqa: F401
-    except ImportError:
+        analysis = analyze_run(store.run_view(name))
+    except Exception as exc:  # an analysis bug must not lose or block the data just ingested
+        store.write_analysis(name, info.gen, _derived_table([]), [], {"error": f"{type(exc).__name__}: {exc}"})
         return
+    parts: list[tuple[str, Any, Any]] = []
+    summary: dict[str, Any] = {
+        "snr_estimator": None,
+        "snr_label": None,
+        "overall_clip_ratio": None,
+        "snr_collapses": [],
+    }
+    if analysis.snr is not None:
+        parts.append(("snr", analysis.snr.steps, analysis.snr.values))
+        if analysis.snr.b_simple is not None:
+            parts.append(("b_simple", analysis.snr.steps, analysis.snr.b_simple))
+        summary.update(snr_estimator=analysis.snr.estimator, snr_label=analysis.snr.label)
+        summary["snr_collapses"] = [_plain(c) for c in analysis.snr_collapses]
+    if analysis.clip is not None and analysis.clip_steps is not None:
+        parts.append(("clip_ratio", analysis.clip_steps, analysis.clip.clip_ratio))
+        parts.append(("clip_mean_coef", analysis.clip_steps, analysis.clip.mean_coef))
+        summary["overall_clip_ratio"] = float(analysis.clip.overall_clip_ratio)
+        summary["max_norm"] = float(analysis.clip.max_norm)
+    store.write_analysis(name, info.gen, _derived_table(parts), analysis.spike_dicts(), summary)
+
+
+def _derived_table(parts: list[tuple[str, Any, Any]]) -> pa.Table:
+    import numpy as np
+
+    from ingest.shards import LONG_SCHEMA
+
+    if not parts:
+        return LONG_SCHEMA.empty_table()
+    steps = np.concatenate([np.asarray(s, np.int64) for _, s, _ in parts])
+    values = np.concatenate([np.asarray(v, np.float64) for _, _, v in parts])
+    metrics = [m for m, s, _ in parts for _ in range(len(s))]
+    return pa.table(
+        {
+            "rank": pa.array(np.full(steps.size, -1, np.int32)),
+            "step": pa.array(steps),
+            "metric": pa.array(metrics),
+            "value": pa.array(values),
+            "wall_time": pa.nulls(steps.size, pa.float64()),
+        },
+        schema=LONG_SCHEMA,
+    )
+
+
+def _plain(obj: Any) -> Any:
+    """A dataclass of numbers as a JSON-ready dict."""
+    import dataclasses
+
+    return {k: (v.item() if hasattr(v, "item") else v) for k, v in dataclasses.asdict(obj).items()}
 
 
 def run_step_time_s(store: Store, name: str) -> float | None:
