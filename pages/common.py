@@ -1,23 +1,66 @@
-"""What every page shares: the store handle, cached reads, the run picker, the Plotly theme.
+"""What every page shares: the store handle, cached reads, pickers, and the data shaping behind the charts.
 
-Everything cached here is keyed by the run's generation, so a run that grows (``watch``) is re-read
-and an unchanged one is not.
+Every cached read is keyed by the store root and the run's generation (``gen``; ``analysis_gen`` for
+analysis results), so a run that grows under ``watch`` is re-read and an unchanged one is not. Pages
+only lay out widgets; figures live in ``pages.charts``.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import io
+import math
+import re
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, cast
 
+import numpy as np
+import pandas as pd  # type: ignore[import-untyped]
 import streamlit as st
+from streamlit.errors import StreamlitAPIException
 
 from ingest.errors import StabScopeError
 from ingest.store import RunInfo, SeriesData, Store, default_store_path
+from stab_core.metrics import CANONICAL_METRICS, unit_of
+from stab_core.runview import RunEvent
+
+FULL_RES_MAX_STEPS = 5000
+"""A visible span of at most this many steps is read at full fidelity; wider spans are bucketed."""
+DISPLAY_BUCKETS = 1500
+"""Min/max buckets per chart when downsampled (about one per horizontal pixel of a wide chart)."""
+HEATMAP_BUCKETS = 400
+"""Step columns of the rank heatmap."""
+LIVE_REFRESH_S = 5.0
+"""How often pages re-read a live run (seconds)."""
+DEFAULT_USD_PER_GPU_HOUR = 2.0
+"""Price used when a run's metadata has none (the DeepSeek-V3 report's $2/GPU-hour)."""
+ALERT_WINDOW_STEPS = 200
+"""Trailing window for the clipping-saturation alert and 'recent' spikes (steps)."""
+OUTLIER_Z = 3.5
+"""Modified z-score (Iglewicz & Hoaglin 1993) beyond which a rank is an outlier in a step bucket."""
+OUTLIER_MIN_DEVIATION = 0.1
+"""... and at least this far (relative, 10 %) from the bucket's median: noise among identical ranks is not."""
+STRAGGLER_SHARE = 0.5
+"""A rank flagged in at least this share of step buckets is a persistent straggler, not a transient."""
+
+# ------------------------------------------------------------------------------------------- store
 
 
 @st.cache_resource(show_spinner=False)
-def get_store(path: str | None = None) -> Store:
-    """The store at ``path`` (default: ``$STABSCOPE_STORE`` or the embedded default)."""
-    return Store(path or default_store_path())
+def _store_at(root: str) -> Store:
+    return Store(root)
+
+
+def store_root() -> str:
+    """The active store's directory (``$STABSCOPE_STORE`` or the embedded default), resolved."""
+    return str(default_store_path().expanduser().resolve())
+
+
+def get_store() -> Store:
+    """The store at ``store_root()``: one handle per directory, shared by every session."""
+    return _store_at(store_root())
 
 
 def ensure_demo_runs() -> None:
@@ -28,7 +71,11 @@ def ensure_demo_runs() -> None:
     if store.get_setting(DEMO_SEEDED_KEY):
         return
     bar = st.progress(0.0, text="First start: writing demo runs through the real shard -> Parquet path…")
-    seed_demo_store(store, progress=lambda done, total: bar.progress(done / total, text=f"demo run {done}/{total}"))
+
+    def advance(done: int, total: int) -> None:
+        bar.progress(done / total, text=f"demo run {done}/{total}")
+
+    seed_demo_store(store, progress=advance)
     bar.empty()
 
 
@@ -37,28 +84,120 @@ def list_runs() -> list[RunInfo]:
     return get_store().list_runs()
 
 
-@st.cache_data(show_spinner=False, max_entries=256)
-def series(
-    run: str,
+def show_error(exc: Exception) -> None:
+    """A user-facing error banner (never a traceback)."""
+    st.error(str(exc), icon=":material/error:")
+
+
+def nav_link(page: str, label: str, icon: str | None = None) -> None:
+    """``st.page_link`` to another page; plain text when the page runs on its own (no navigation)."""
+    try:
+        st.page_link(page, label=label, icon=icon)
+    except StreamlitAPIException:
+        st.markdown(f"{icon or ''} {label} (open the **{Path(page).stem}** page)")
+
+
+def go_to(page: str) -> None:
+    """``st.switch_page`` when the app's navigation knows ``page``; nothing when a page runs on its own."""
+    try:
+        st.switch_page(page)
+    except StreamlitAPIException:
+        st.caption(f"Open the **{Path(page).stem}** page to continue.")
+
+
+# ------------------------------------------------------------------------------------- cached reads
+
+
+@st.cache_data(show_spinner=False, max_entries=512)
+def _series(
+    root: str,
+    name: str,
     gen: int,
+    analysis_gen: int,
     metric: str,
-    buckets: int | None = 2000,
+    start: int | None,
+    end: int | None,
+    buckets: int | None,
+    rank: int | None,
+) -> SeriesData:
+    return _store_at(root).read_series(name, metric, start=start, end=end, buckets=buckets, rank=rank)
+
+
+def read_series(
+    info: RunInfo,
+    metric: str,
+    *,
     start: int | None = None,
     end: int | None = None,
+    buckets: int | None = DISPLAY_BUCKETS,
     rank: int | None = None,
-    analysis_gen: int = 0,
 ) -> SeriesData:
-    """A (downsampled) series; ``gen``/``analysis_gen`` are cache keys that change when the run grows."""
-    return get_store().read_series(run, metric, buckets=buckets, start=start, end=end, rank=rank)
+    """``Store.read_series`` cached per run generation (see the store for the min/max buckets)."""
+    return _series(store_root(), info.name, info.gen, info.analysis_gen, metric, start, end, buckets, rank)
 
 
-def pick_run(key: str = "run", label: str = "Run") -> RunInfo | None:
+def auto_buckets(start: int, end: int) -> int | None:
+    """Full fidelity (None) for a span of at most ``FULL_RES_MAX_STEPS`` steps, else ``DISPLAY_BUCKETS``."""
+    return None if end - start + 1 <= FULL_RES_MAX_STEPS else DISPLAY_BUCKETS
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def _heatmap(
+    root: str, name: str, gen: int, metric: str, buckets: int, start: int | None, end: int | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    return _store_at(root).read_rank_heatmap(name, metric, buckets=buckets, start=start, end=end)
+
+
+def read_heatmap(
+    info: RunInfo, metric: str, buckets: int = HEATMAP_BUCKETS, start: int | None = None, end: int | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(ranks, steps, matrix)``: per-rank bucket means of ``metric`` (NaN where a rank logged nothing)."""
+    return _heatmap(store_root(), info.name, info.gen, metric, buckets, start, end)
+
+
+@st.cache_data(show_spinner=False, max_entries=256)
+def _events(root: str, name: str, gen: int) -> list[RunEvent]:
+    return _store_at(root).events(name)
+
+
+def read_events(info: RunInfo) -> list[RunEvent]:
+    """The run's events (schedule transitions, checkpoints, rollbacks, data switches) by step."""
+    return _events(store_root(), info.name, info.gen)
+
+
+@st.cache_data(show_spinner=False, max_entries=256)
+def _spikes(root: str, name: str, gen: int, analysis_gen: int) -> list[dict[str, Any]]:
+    return _store_at(root).spikes(name)
+
+
+def read_spikes(info: RunInfo) -> list[dict[str, Any]]:
+    """The run's materialised spike events (the ``stabscope spikes --json`` objects)."""
+    return _spikes(store_root(), info.name, info.gen, info.analysis_gen)
+
+
+def last_value(info: RunInfo, metric: str) -> float:
+    """The last finite logged value of ``metric`` (NaN when none)."""
+    if metric not in info.metrics or info.last_step is None or info.first_step is None:
+        return math.nan
+    tail = read_series(info, metric, start=max(info.first_step, info.last_step - 1000), buckets=None)
+    finite = tail.values[np.isfinite(tail.values)]
+    if finite.size:
+        return float(finite[-1])
+    whole = read_series(info, metric)
+    finite = whole.values[np.isfinite(whole.values)]
+    return float(finite[-1]) if finite.size else math.nan
+
+
+# ------------------------------------------------------------------------------------------ pickers
+
+
+def pick_run(key: str = "run", label: str = "Run", runs: Sequence[RunInfo] | None = None) -> RunInfo | None:
     """A run selectbox that remembers the choice across pages (``?run=NAME`` in the URL works too)."""
-    runs = list_runs()
+    runs = list(list_runs() if runs is None else runs)
     if not runs:
         st.info(
-            "No runs yet. Upload a log on the **Upload** page, or run `stabscope demo` / "
-            "`stabscope compact SHARD_DIR --run NAME`."
+            "No runs yet. Upload a log on the **Upload** page, or run `stabscope compact SHARD_DIR --run NAME` "
+            "(or `stabscope watch ...` for a live run)."
         )
         return None
     names = [r.name for r in runs]
@@ -69,19 +208,567 @@ def pick_run(key: str = "run", label: str = "Run") -> RunInfo | None:
     return runs[names.index(name)]
 
 
-def show_error(exc: StabScopeError) -> None:
-    """A user-facing error banner (never a traceback)."""
-    st.error(str(exc), icon="🚫")
+def step_range(info: RunInfo, key: str) -> tuple[int, int]:
+    """The visible step range: a range slider that also follows a live run's growing last step.
+
+    Charts may set ``st.session_state[key]`` from a box selection (see ``zoom_to_selection``).
+    """
+    lo, hi = int(info.first_step or 0), int(info.last_step or 0)
+    if hi <= lo:
+        return lo, hi
+    seen_key = f"{key}__last"
+    current = st.session_state.get(key)
+    if current is not None:
+        a, b = int(current[0]), int(current[1])
+        if b == st.session_state.get(seen_key) or b > hi:  # the user was watching the end: follow it
+            b = hi
+        st.session_state[key] = (max(lo, min(a, hi)), max(lo, min(b, hi)))
+    st.session_state[seen_key] = hi
+    if key not in st.session_state:
+        st.session_state[key] = (lo, hi)
+    value = cast(tuple[int, int], st.slider("Steps shown", lo, hi, key=key, help="Drag, or box-select on a chart"))
+    return int(value[0]), int(value[1])
 
 
-def plot_layout(title: str, y_title: str, log_y: bool = False, height: int = 320) -> dict[str, Any]:
-    """The shared Plotly layout: labelled axes with units, compact margins, readable in both themes."""
-    return {
-        "title": {"text": title, "font": {"size": 15}},
-        "height": height,
-        "margin": {"l": 60, "r": 20, "t": 40, "b": 40},
-        "xaxis": {"title": {"text": "step"}},
-        "yaxis": {"title": {"text": y_title}, "type": "log" if log_y else "linear"},
-        "legend": {"orientation": "h", "y": -0.25},
-        "hovermode": "x unified",
-    }
+def zoom_to_selection(chart_key: str, range_key: str) -> None:
+    """``on_select`` callback: a box selected on a chart becomes the visible step range (re-queried)."""
+    event = st.session_state.get(chart_key) or {}
+    boxes = (event.get("selection") or {}).get("box") or []
+    if not boxes:
+        return
+    xs = boxes[0].get("x") or []
+    if len(xs) == 2:
+        a, b = sorted(round(float(x)) for x in xs)
+        st.session_state[range_key] = (a, max(b, a + 1))
+
+
+def reset_range(range_key: str) -> None:
+    """Button callback: show the whole run again."""
+    st.session_state.pop(range_key, None)
+
+
+# --------------------------------------------------------------------------------- series shaping
+
+
+def ema(steps: np.ndarray, values: np.ndarray, weight: float) -> np.ndarray:
+    """Debiased EMA for display, with ``weight`` per *step* (TensorBoard's smoothing slider, per step).
+
+    Applied per point as ``stab_core.snr.ema`` with beta = weight ** (median step spacing), so the
+    smoothing looks the same whether a chart shows every step or min/max buckets of many steps.
+    """
+    from stab_core.snr import ema as bias_corrected_ema
+
+    if not 0.0 <= weight < 1.0:
+        raise ValueError(f"EMA weight must lie in [0, 1), got {weight!r}")
+    if values.size == 0 or weight == 0.0:
+        return np.asarray(values, dtype=np.float64)
+    spacing = float(np.median(np.diff(steps))) if steps.size > 1 else 1.0
+    return bias_corrected_ema(values, weight ** max(spacing, 1.0))
+
+
+def metric_label(metric: str) -> str:
+    """Axis title: the metric with its unit (``loss (nats/token)``)."""
+    unit = unit_of(metric)
+    return f"{metric} ({unit})" if unit else metric
+
+
+def describe(metric: str) -> str:
+    """The canonical description of a metric, or the name itself."""
+    return CANONICAL_METRICS.get(metric.split("/", 1)[0], metric)
+
+
+def shown_frame(shown: dict[str, SeriesData], ema_weight: float = 0.0) -> pd.DataFrame:
+    """Exactly what a chart shows, long form: metric, step, value (mean), min, max, ema, bucketed."""
+    parts = []
+    for label, s in shown.items():
+        parts.append(
+            pd.DataFrame(
+                {
+                    "metric": label,
+                    "step": s.steps,
+                    "value": s.values,
+                    "min": s.min,
+                    "max": s.max,
+                    "ema": ema(s.steps, s.values, ema_weight) if ema_weight > 0 else s.values,
+                    "bucketed": s.bucketed,
+                }
+            )
+        )
+    columns = ["metric", "step", "value", "min", "max", "ema", "bucketed"]
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=columns)
+
+
+def to_bytes(frame: pd.DataFrame, fmt: str) -> bytes:
+    """``frame`` as CSV or Parquet bytes for a download button."""
+    if fmt == "csv":
+        return bytes(frame.to_csv(index=False).encode())
+    buffer = io.BytesIO()
+    frame.to_parquet(buffer, index=False)
+    return buffer.getvalue()
+
+
+def full_export(name: str, fmt: str) -> bytes:
+    """The run's full-fidelity long table (``Store.export``) as bytes; called only when downloaded."""
+    with tempfile.TemporaryDirectory(prefix="stabscope-export-") as folder:
+        target = Path(folder) / f"{name}.{fmt}"
+        get_store().export(name, fmt, target)
+        return target.read_bytes()
+
+
+# -------------------------------------------------------------------------------------------- ranks
+
+
+def rank_outliers(ranks: np.ndarray, steps: np.ndarray, matrix: np.ndarray) -> pd.DataFrame:
+    """Each rank against the cross-rank median of every step bucket, most deviant first.
+
+    Per bucket the modified z-score ``0.6745*(x - median)/MAD`` across ranks (Iglewicz & Hoaglin
+    1993; ``stab_core.spikes.robust_zscore``), with the MAD floored at 1 % of |median| so identical
+    ranks do not turn noise into outliers. Columns: ``rank``, ``mean`` (over buckets),
+    ``deviation_pct`` (mean relative deviation from the median, %), ``peak_deviation_pct`` and
+    ``peak_step`` (the bucket where it deviates most), ``max_z``, ``flagged_pct`` (% of buckets with
+    |z| > ``OUTLIER_Z`` and a deviation of at least ``OUTLIER_MIN_DEVIATION``), ``kind``
+    (``straggler`` when flagged in >= ``STRAGGLER_SHARE`` of buckets, ``transient`` when flagged at
+    all, else ``normal``).
+    """
+    from stab_core.spikes import robust_zscore
+
+    columns = ["rank", "mean", "deviation_pct", "peak_deviation_pct", "peak_step", "max_z", "flagged_pct", "kind"]
+    if ranks.size < 3 or matrix.size == 0:
+        return pd.DataFrame(columns=columns)
+    with np.errstate(all="ignore"):
+        median = np.nanmedian(matrix, axis=0)
+        relative = (matrix - median) / np.abs(median)
+    z = np.full(matrix.shape, np.nan)
+    for j in range(matrix.shape[1]):
+        column = matrix[:, j]
+        if np.isfinite(column).sum() >= 3:
+            z[:, j] = robust_zscore(column, mad_floor=0.01 * abs(float(median[j])))
+    rows = []
+    for i, rank in enumerate(ranks.tolist()):
+        rel, zs = relative[i], np.abs(z[i])
+        valid = np.isfinite(rel)
+        if not valid.any():
+            continue
+        peak = int(np.nanargmax(np.abs(np.where(valid, rel, 0.0))))
+        scored = np.isfinite(zs) & valid
+        outlier = (zs > OUTLIER_Z) & (np.abs(rel) >= OUTLIER_MIN_DEVIATION)
+        flagged = float(np.mean(outlier[scored])) if scored.any() else 0.0
+        rows.append(
+            {
+                "rank": int(rank),
+                "mean": float(np.nanmean(matrix[i])),
+                "deviation_pct": 100 * float(np.nanmean(rel)),
+                "peak_deviation_pct": 100 * float(rel[peak]),
+                "peak_step": int(steps[peak]),
+                "max_z": float(np.nanmax(zs)) if np.isfinite(zs).any() else math.nan,
+                "flagged_pct": 100 * flagged,
+                "kind": "straggler" if flagged >= STRAGGLER_SHARE else "transient" if flagged > 0 else "normal",
+            }
+        )
+    frame = pd.DataFrame(rows, columns=columns)
+    order = np.lexsort((-frame["peak_deviation_pct"].abs().to_numpy(), -frame["flagged_pct"].to_numpy()))
+    return frame.iloc[order].reset_index(drop=True)
+
+
+# ------------------------------------------------------------------------------------------ compare
+
+_SEED_SUFFIX = re.compile(r"[-_.]?(?:seed|s)[-_]?\d+$", re.IGNORECASE)
+
+
+def seed_group(info: RunInfo) -> str:
+    """The group a run belongs to: ``meta['seed_group']``, else its name without a seed suffix
+    (``gpt-seed3``, ``gpt_s3``, ``gpt-s-3`` -> ``gpt``)."""
+    explicit = info.meta.get("seed_group")
+    if isinstance(explicit, str) and explicit:
+        return explicit
+    return _SEED_SUFFIX.sub("", info.name) or info.name
+
+
+@dataclass
+class Line:
+    """One compared curve: a run, or a seed group's mean with a band (``lower``/``upper``).
+
+    ``smooth`` is the EMA of ``y`` (computed per run on its step axis, before any grouping).
+    """
+
+    label: str
+    x: np.ndarray
+    y: np.ndarray
+    smooth: np.ndarray | None = None
+    lower: np.ndarray | None = None
+    upper: np.ndarray | None = None
+    members: tuple[str, ...] = ()
+
+
+def to_x(info: RunInfo, s: SeriesData, axis: str) -> np.ndarray:
+    """The x coordinate of each point: its step, or the cumulative ``tokens`` logged at that step."""
+    if axis == "step":
+        return s.steps.astype(np.float64)
+    tokens = read_series(info, "tokens")
+    if tokens.steps.size == 0:
+        raise StabScopeError(f"run {info.name} logged no `tokens` series: align by step instead")
+    return np.asarray(np.interp(s.steps, tokens.steps, tokens.values), dtype=np.float64)
+
+
+GROUP_GRID_POINTS = 6000
+"""Most points of the shared grid a seed group is averaged on (the union of the runs' x when smaller)."""
+
+
+def group_lines(runs: Sequence[Line], groups: dict[str, str], band: str) -> list[Line]:
+    """Seeds of a group -> one mean line with a ``minmax`` or ``std`` band across the seeds.
+
+    Each run (a ``Line`` labelled with its run name) is interpolated onto the union of the runs' x
+    (or ``GROUP_GRID_POINTS`` even points when that is larger; NaN outside the run's own range); the mean, band and the
+    smoothed mean are taken over the runs that have data at each point. A group of one stays as is.
+    """
+    if band not in ("minmax", "std"):
+        raise ValueError(f"band must be 'minmax' or 'std', got {band!r}")
+    members: dict[str, list[Line]] = {}
+    for line in runs:
+        members.setdefault(groups.get(line.label, line.label), []).append(line)
+    out = []
+    for group, lines in members.items():
+        if len(lines) == 1:
+            out.append(lines[0])
+            continue
+        lo = min(float(np.nanmin(line.x)) for line in lines)
+        hi = max(float(np.nanmax(line.x)) for line in lines)
+        union = np.unique(np.concatenate([line.x[np.isfinite(line.x)] for line in lines]))
+        grid = union if union.size <= GROUP_GRID_POINTS else np.linspace(lo, hi, GROUP_GRID_POINTS)
+        stack = np.vstack([_interp_within(grid, line.x, line.y) for line in lines])
+        mean, lower, upper = _band(stack, band)
+        smooth = None
+        if all(line.smooth is not None for line in lines):
+            smooth = _band(np.vstack([_interp_within(grid, ln.x, ln.smooth) for ln in lines]), band)[0]  # type: ignore[arg-type]
+        names = tuple(line.label for line in lines)
+        out.append(Line(f"{group} (mean of {len(lines)})", grid, mean, smooth, lower, upper, names))
+    return out
+
+
+def _band(stack: np.ndarray, band: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(mean, lower, upper) over the rows of ``stack``, ignoring NaN (empty columns give NaN)."""
+    import warnings
+
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore", RuntimeWarning)
+        mean = np.nanmean(stack, axis=0)
+        if band == "minmax":
+            return mean, np.nanmin(stack, axis=0), np.nanmax(stack, axis=0)
+        std = np.nanstd(stack, axis=0)
+        return mean, mean - std, mean + std
+
+
+def _interp_within(grid: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    keep = np.isfinite(x) & np.isfinite(y)
+    x, y = x[keep], y[keep]
+    if x.size == 0:
+        return np.full(grid.shape, np.nan)
+    out = np.asarray(np.interp(grid, x, y), dtype=np.float64)
+    out[(grid < x[0]) | (grid > x[-1])] = np.nan
+    return out
+
+
+# ------------------------------------------------------------------------------------------- spikes
+
+
+@st.cache_data(show_spinner=False, max_entries=256)
+def _priced_spikes(
+    root: str, name: str, gen: int, analysis_gen: int, gpus: int, usd: float, step_time_s: float
+) -> tuple[list[dict[str, Any]], Any]:
+    from ingest.analyses import price_run_spikes
+
+    return price_run_spikes(_store_at(root), name, gpus=gpus, usd_per_gpu_hour=usd, step_time_s=step_time_s)
+
+
+def run_cost_inputs(info: RunInfo) -> tuple[float, int, float]:
+    """(step time in s, GPUs, USD per GPU-hour): ``ingest.analyses.run_step_time_s``, the metadata's
+    ``gpus``/``world_size`` (else one GPU per rank) and ``usd_per_gpu_hour`` (else the default)."""
+    from ingest.analyses import run_step_time_s
+
+    step_time = run_step_time_s(get_store(), info.name) or 0.0
+    gpus = info.meta.get("gpus") or info.meta.get("world_size") or max(info.ranks, 1)
+    usd = info.meta.get("usd_per_gpu_hour", DEFAULT_USD_PER_GPU_HOUR)
+    return float(step_time), int(gpus), float(usd)
+
+
+def priced_spikes(info: RunInfo) -> pd.DataFrame:
+    """The spike table: one row per event with its outcome, cause and price, priced the same way as
+    the Cost page (``ingest.analyses.price_run_spikes``: lost steps, or a rollback when diverged)."""
+    columns = [
+        "#",
+        "metric",
+        "peak step",
+        "start",
+        "end",
+        "ratio",
+        "duration",
+        "outcome",
+        "cause",
+        "confidence",
+        "steps lost",
+        "GPU-hours lost",
+        "USD lost",
+    ]
+    step_time, gpus, usd = run_cost_inputs(info)
+    spikes, bill = _priced_spikes(store_root(), info.name, info.gen, info.analysis_gen, gpus, usd, step_time)
+    rows = [
+        {
+            "#": i,
+            "metric": s["metric"],
+            "peak step": int(s["peak"]),
+            "start": int(s["start"]),
+            "end": int(s["end"]),
+            "ratio": _float(s.get("ratio")),
+            "duration": int(s["end"]) - int(s["start"]) + 1,
+            "outcome": "recovered" if s["recovered"] else "diverged",
+            "cause": s["cause"],
+            "confidence": float(s["confidence"]),
+            "steps lost": bill.steps_charged[i],
+            "GPU-hours lost": bill.per_spike[i].gpu_hours,
+            "USD lost": bill.per_spike[i].usd,
+        }
+        for i, s in enumerate(spikes)
+    ]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def money(usd: float) -> str:
+    """US dollars for display: cents below $100 (a short spike on a few GPUs costs cents)."""
+    return f"${usd:,.2f}" if abs(usd) < 100 else f"${usd:,.0f}"
+
+
+def _float(x: Any) -> float:
+    try:
+        return float(x)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+# ------------------------------------------------------------------------------------------- alerts
+
+
+@st.cache_data(show_spinner=False, max_entries=256)
+def _alerts(root: str, name: str, gen: int, analysis_gen: int) -> list[str]:
+    info = _store_at(root).run_info(name)
+    return compute_alerts(info)
+
+
+def run_alerts(info: RunInfo) -> list[str]:
+    """Alerts for a run (cached per generation): diverged or recent spikes, saturated clipping, stragglers."""
+    return _alerts(store_root(), info.name, info.gen, info.analysis_gen)
+
+
+def compute_alerts(info: RunInfo) -> list[str]:
+    """Sentences for the banner and the Runs table; see ``run_alerts``."""
+    from stab_core.clipping import clipping_stats
+
+    alerts = []
+    last = int(info.last_step or 0)
+    for s in read_spikes(info):
+        if not s["recovered"]:
+            alerts.append(f"diverging: {s['metric']} spike from step {s['start']} has not recovered")
+        elif info.status == "live" and int(s["peak"]) >= last - ALERT_WINDOW_STEPS:
+            alerts.append(f"new spike: {s['metric']} x{_float(s.get('ratio')):.1f} at step {s['peak']}")
+    max_norm = info.meta.get("max_norm")
+    if "grad_norm" in info.metrics and isinstance(max_norm, int | float) and max_norm > 0:
+        tail = read_series(info, "grad_norm", start=max(0, last - ALERT_WINDOW_STEPS + 1), buckets=None)
+        coef = read_series(info, "clip_coef", start=max(0, last - ALERT_WINDOW_STEPS + 1), buckets=None)
+        if tail.values.size >= 10:
+            logged = coef.values if coef.values.size == tail.values.size else None
+            stats = clipping_stats(tail.values, float(max_norm), logged, window=tail.values.size)
+            if stats.saturated[-1]:
+                alerts.append(f"clipping saturated: {stats.clip_ratio[-1]:.0%} of the last {tail.values.size} steps")
+    for metric in ("step_time_s", "grad_norm_local"):
+        if metric in info.rank_metrics and info.ranks >= 3:
+            table = rank_outliers(*read_heatmap(info, metric))
+            for row in table[table["kind"] == "straggler"].itertuples():
+                alerts.append(f"straggler: rank {row.rank} {metric} {row.deviation_pct:+.0f}% vs the median")
+    return alerts
+
+
+def alert_banner(runs: Sequence[RunInfo]) -> None:
+    """Warning banners for the live runs' alerts (the Runs table lists every run's)."""
+    for info in runs:
+        if info.status == "live":
+            for alert in run_alerts(info):
+                st.warning(f"**{info.name}**: {alert}", icon=":material/notifications_active:")
+
+
+def run_catalog(runs: Sequence[RunInfo], summary: dict[str, dict[str, Any]]) -> pd.DataFrame:
+    """The Runs table: one row per run with its last loss, spikes, worst spike, alerts and tags."""
+    rows = []
+    for r in runs:
+        s = summary.get(r.name, {})
+        tags = r.meta.get("tags", [])
+        rows.append(
+            {
+                "name": r.name,
+                "status": r.status,
+                "steps": r.n_steps,
+                "first–last": f"{r.first_step}–{r.last_step}" if r.first_step is not None else "",
+                "ranks": r.ranks,
+                "last loss": last_value(r, "loss"),
+                "spikes": int(s.get("n_spikes", 0)),
+                "worst spike (x)": _float(s.get("worst_ratio")),
+                "alerts": "; ".join(run_alerts(r)),
+                "tags": ", ".join(map(str, tags)) if isinstance(tags, list) else str(tags),
+                "rejected": r.rejected,
+                "updated": r.updated,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+# ---------------------------------------------------------------------------------------- scheduler
+
+
+def scheduler_snippet(
+    total_steps: int,
+    warmup_steps: int,
+    restart_warmup_steps: int,
+    num_cycles: int,
+    min_lr_ratio: float,
+    peak_lr: float,
+) -> str:
+    """Python that builds ``WarmupCosineRestartScheduler`` with these settings (runs as written)."""
+    return f"""import torch
+
+from stab_core.schedulers import WarmupCosineRestartScheduler
+
+model = torch.nn.Linear(16, 16)  # your model
+optimizer = torch.optim.AdamW(model.parameters(), lr={peak_lr!r})  # lr = the peak LR
+scheduler = WarmupCosineRestartScheduler(
+    optimizer,
+    total_steps={total_steps},
+    warmup_steps={warmup_steps},
+    restart_warmup_steps={restart_warmup_steps},
+    num_cycles={num_cycles},
+    min_lr_ratio={min_lr_ratio!r},
+)
+# in the training loop, after each optimizer.step():
+#     scheduler.step()
+"""
+
+
+# ------------------------------------------------------------------------------------ decision tree
+
+
+def diagnosis_of(spike: dict[str, Any]) -> Any:
+    """The stored spike's verdict as a ``stab_core.diagnosis.Diagnosis`` (for ``tree_to_dot``)."""
+    from stab_core.diagnosis import Diagnosis, NodeVisit
+
+    path = [
+        NodeVisit(p["node"], int(p.get("number", i + 1)), p.get("question", ""), p["answer"], p.get("evidence") or {})
+        for i, p in enumerate(spike.get("path", []))
+    ]
+    leaf = spike.get("leaf") or f"leaf_{spike['cause']}"
+    return Diagnosis(
+        cause=spike["cause"],
+        confidence=float(spike["confidence"]),
+        path=path,
+        leaf=leaf,
+        actions=list(spike.get("actions", [])),
+        missing=list(spike.get("missing", [])),
+    )
+
+
+def evidence_text(evidence: dict[str, Any], limit: int = 6) -> str:
+    """``key = value`` lines of a node's evidence, numbers to 4 significant digits, unknowns left out."""
+    lines = []
+    for key, value in evidence.items():
+        if value is None or key == "manual":
+            continue
+        shown = f"{value:.4g}" if isinstance(value, float) else str(value)
+        lines.append(f"{key} = {shown}")
+    return "\n".join(lines[:limit] + ([f"… {len(lines) - limit} more"] if len(lines) > limit else []))
+
+
+def dot_with_evidence(dot: str, diagnosis: Any | None) -> str:
+    """``tree_to_dot`` output laid out for a page: the questions in one column with each "yes" leaf
+    beside its question, and each visited node's evidence drawn as a note on the left of it."""
+    from stab_core.diagnosis import DECISION_TREE
+
+    extra = ["  graph [nodesep=0.3, ranksep=0.35, fontsize=11];", "  node [fontsize=11];"]
+    for node in DECISION_TREE.nodes:
+        yes = [e.target for e in node.edges if e.answer.startswith("yes")]
+        extra.append(f"  {{rank=same; {node.id}; {yes[0]}}}" if len(yes) == 1 else "")
+    for visit in diagnosis.path if diagnosis is not None else []:
+        text = evidence_text(dict(visit.evidence))
+        if not text:
+            continue
+        note = f"ev_{visit.node}"
+        label = text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\l") + "\\l"
+        extra += [
+            f'  {note} [shape=note, fontsize=9, color="#868e96", fontcolor="#343a40", label="{label}"];',
+            f'  {note} -> {visit.node} [style=dashed, arrowhead=none, color="#adb5bd"];',
+            f"  {{rank=same; {note}; {visit.node}}}",
+        ]
+    body = dot.rstrip().rstrip("}")
+    return body + "\n".join(line for line in extra if line) + "\n}\n"
+
+
+# ------------------------------------------------------------------------------------------ uploads
+
+MAX_UPLOAD_BYTES = 200 * 1024**2
+"""Largest total upload accepted (bytes); matches ``server.maxUploadSize`` in .streamlit/config.toml."""
+_UNSAFE_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def safe_filename(name: str, fallback: str = "upload") -> str:
+    """A browser-supplied file name reduced to a plain base name: no folders, no ``..``, no leading dot,
+    only letters, digits and ``._-`` (at most 128 characters)."""
+    base = name.replace("\\", "/").rsplit("/", 1)[-1]
+    cleaned = _UNSAFE_CHARS.sub("_", base).lstrip(".")
+    while ".." in cleaned:
+        cleaned = cleaned.replace("..", ".")
+    return cleaned[-128:] or fallback
+
+
+def stage_uploads(files: Sequence[tuple[str, bytes]]) -> list[Path]:
+    """Write uploaded ``(name, bytes)`` pairs into a new private (0700) temporary folder under safe,
+    unique names; the caller removes the folder (``shutil.rmtree(paths[0].parent)``)."""
+    total = sum(len(data) for _, data in files)
+    if total > MAX_UPLOAD_BYTES:
+        raise StabScopeError(
+            f"the upload is {total / 1024**2:.1f} MiB; the limit is {MAX_UPLOAD_BYTES / 1024**2:.0f} MiB "
+            "(import bigger logs with `stabscope import FILE`)"
+        )
+    folder = Path(tempfile.mkdtemp(prefix="stabscope-upload-"))
+    paths: list[Path] = []
+    for i, (name, data) in enumerate(files):
+        target = folder / safe_filename(name, f"upload-{i}")
+        if target.exists():
+            target = folder / f"{i}-{target.name}"
+        target.write_bytes(data)
+        paths.append(target)
+    return paths
+
+
+def upload_run_name(filename: str) -> str:
+    """A default run name from an uploaded file's name (its stem, made a valid run name)."""
+    from ingest.importer import default_run_name
+
+    return default_run_name([Path(safe_filename(filename)).with_suffix("")])
+
+
+def parsed_summary(parsed: Any) -> pd.DataFrame:
+    """Per metric of a ``ParsedLog``: rows, ranks, first/last step, min/max finite value, non-finite count."""
+    columns = ["metric", "rows", "ranks", "first step", "last step", "min", "max", "non-finite"]
+    table = parsed.table.select(["rank", "step", "metric", "value"]).to_pandas()
+    if table.empty:
+        return pd.DataFrame(columns=columns)
+    table["finite"] = table["value"].where(np.isfinite(table["value"]))
+    table["nonfinite"] = ~np.isfinite(table["value"])
+    grouped = table.groupby("metric")
+    out = pd.DataFrame(
+        {
+            "rows": grouped.size(),
+            "ranks": grouped["rank"].nunique(),
+            "first step": grouped["step"].min(),
+            "last step": grouped["step"].max(),
+            "min": grouped["finite"].min(),
+            "max": grouped["finite"].max(),
+            "non-finite": grouped["nonfinite"].sum().astype(int),
+        }
+    )
+    return out.reset_index()[columns]

@@ -1,44 +1,124 @@
-"""Runs: the catalog of the store and a quick look at the selected run's loss."""
+"""Runs: the catalog of the store; search, filter, select one run to open or several to compare; delete."""
 
 from __future__ import annotations
 
-import plotly.graph_objects as go
+import pandas as pd  # type: ignore[import-untyped]
 import streamlit as st
 
-from pages.common import list_runs, plot_layout, series
+from ingest.errors import StabScopeError
+from pages.charts import Panel, panels_figure
+from pages.common import (
+    LIVE_REFRESH_S,
+    alert_banner,
+    get_store,
+    list_runs,
+    nav_link,
+    read_events,
+    read_series,
+    read_spikes,
+    run_catalog,
+    show_error,
+)
+
+COLUMNS = {
+    "last loss": st.column_config.NumberColumn(format="%.4f", help="Last finite logged loss (nats/token)"),
+    "worst spike (x)": st.column_config.NumberColumn(format="%.1f", help="Largest spike: peak over baseline"),
+    "spikes": st.column_config.NumberColumn(help="Spike events the analyses detected"),
+    "alerts": st.column_config.TextColumn(width="medium"),
+    "updated": st.column_config.DatetimeColumn(format="YYYY-MM-DD HH:mm"),
+}
 
 st.title("Runs")
+if deleted := st.session_state.pop("runs_deleted", None):
+    st.success(f"Deleted {', '.join(deleted)}.")
 runs = list_runs()
 if not runs:
-    st.info("No runs yet. Upload a log on the **Upload** page, or run `stabscope demo`.")
+    st.info(
+        "No runs in this store yet. Upload a training log (Megatron, HF Trainer, TensorBoard, CSV, JSONL...) or "
+        "point `stabscope watch SHARD_DIR --run NAME` at a training job's shards."
+    )
+    nav_link("pages/upload.py", "Upload logs", icon="⬆️")
     st.stop()
 
-st.dataframe(
-    [
-        {
-            "name": r.name,
-            "status": r.status,
-            "steps": f"{r.first_step}–{r.last_step}",
-            "ranks": r.ranks,
-            "metrics": ", ".join(r.metrics),
-        }
-        for r in runs
-    ],
-    hide_index=True,
-    width="stretch",
-)
-names = [r.name for r in runs]
-name = st.selectbox("Run", names, key="runs_select")
-run = runs[names.index(name)]
-st.session_state["selected_run"] = name
-if "loss" not in run.metrics:
-    st.info(f"Run {name} has no `loss` series (metrics: {', '.join(run.metrics) or 'none'}).")
-    st.stop()
-s = series(name, run.gen, "loss", 2000, analysis_gen=run.analysis_gen)
-fig = go.Figure()
-fig.add_scatter(x=s.steps, y=s.max, mode="lines", line={"width": 0}, showlegend=False, hoverinfo="skip")
-fig.add_scatter(x=s.steps, y=s.min, mode="lines", line={"width": 0}, fill="tonexty", name="min–max")
-fig.add_scatter(x=s.steps, y=s.values, mode="lines", name="loss")
-fig.update_layout(**plot_layout(f"{name}: loss", "loss (nats/token)"))
-st.plotly_chart(fig, width="stretch")
-st.caption(f"{s.steps.size} points (min/max per bucket kept, so no single-step spike is hidden).")
+alert_banner(runs)
+c1, c2, c3, c4 = st.columns([3, 2, 1.4, 1.2], vertical_alignment="bottom")
+query = c1.text_input("Search", key="runs_search", placeholder="name or tag")
+statuses = c2.multiselect("Status", ["live", "finished"], default=[], key="runs_status", placeholder="any")
+only_alerts = c3.checkbox("Only runs with alerts", key="runs_alerts")
+with c4:
+    nav_link("pages/upload.py", "Upload logs", icon="⬆️")
+
+
+def filtered(table: pd.DataFrame) -> pd.DataFrame:
+    keep = pd.Series(True, index=table.index)
+    if query:
+        text = table["name"] + " " + table["tags"]
+        keep &= text.str.contains(query, case=False, regex=False)
+    if statuses:
+        keep &= table["status"].isin(statuses)
+    if only_alerts:
+        keep &= table["alerts"] != ""
+    return table[keep].reset_index(drop=True)
+
+
+@st.fragment(run_every=LIVE_REFRESH_S if any(r.status == "live" for r in runs) else None)
+def catalog() -> None:
+    runs_now = {r.name: r for r in list_runs()}
+    table = filtered(run_catalog(list(runs_now.values()), get_store().spike_summary()))
+    st.caption(f"{len(table)} of {len(runs_now)} runs. Select rows to open one run or compare several.")
+    event = st.dataframe(
+        table,
+        hide_index=True,
+        width="stretch",
+        column_config=COLUMNS,
+        on_select="rerun",
+        selection_mode="multi-row",
+        key="runs_table",
+    )
+    chosen = [str(table.iloc[i]["name"]) for i in event.selection.rows if i < len(table)]
+    if not chosen:
+        return
+    st.session_state["selected_run"] = chosen[0]
+    st.session_state["compare_runs"] = chosen
+    links = st.columns(4)
+    with links[0]:
+        nav_link("pages/overview.py", f"Open {chosen[0]}", icon="📈")
+    with links[1]:
+        nav_link("pages/spikes.py", "Its spikes", icon="⚡")
+    with links[2]:
+        nav_link("pages/ranks.py", "Its ranks", icon="🧮")
+    if len(chosen) > 1:
+        with links[3]:
+            nav_link("pages/compare.py", f"Compare {len(chosen)} runs", icon="🔀")
+    preview(chosen[0])
+    with st.expander(f"Delete {len(chosen)} selected run(s)"):
+        st.write("Removes " + ", ".join(f"**{n}**" for n in chosen) + " and their Parquet files from the store.")
+        sure = st.checkbox("Yes, delete them", key="runs_delete_confirm")
+        if st.button("Delete", type="primary", disabled=not sure, key="runs_delete"):
+            try:
+                for name in chosen:
+                    get_store().delete_run(name)
+            except StabScopeError as exc:
+                show_error(exc)
+                return
+            st.session_state.pop("selected_run", None)
+            st.session_state["runs_deleted"] = chosen
+            st.rerun()
+
+
+def preview(name: str) -> None:
+    info = get_store().run_info(name)
+    loss = read_series(info, "loss")
+    if loss.steps.size == 0:
+        st.info(f"Run **{name}** has no `loss` series (metrics: {', '.join(info.metrics) or 'none'}).")
+        return
+    fig = panels_figure(
+        [Panel(f"{name}: loss", "loss (nats/token)", [("loss", loss)])],
+        read_events(info),
+        read_spikes(info),
+        panel_height=260,
+    )
+    st.plotly_chart(fig, key="runs_preview", config={"displaylogo": False})
+
+
+catalog()

@@ -1,0 +1,134 @@
+"""Upload: drop logs, see what will be imported (format, metrics, steps, rejected lines), then commit."""
+
+from __future__ import annotations
+
+import shutil
+
+import pandas as pd  # type: ignore[import-untyped]
+import streamlit as st
+
+from ingest.errors import StabScopeError
+from ingest.formats import FORMATS, detect, read_log
+from pages.common import (
+    MAX_UPLOAD_BYTES,
+    get_store,
+    nav_link,
+    parsed_summary,
+    show_error,
+    stage_uploads,
+    upload_run_name,
+)
+
+AUTO = "auto-detect"
+
+st.title("Upload logs")
+files = st.file_uploader(
+    "Training logs of one run (a log and its continuations)",
+    accept_multiple_files=True,
+    key="up_files",
+    help=f"Up to {MAX_UPLOAD_BYTES // 1024**2} MiB in all. The format is detected from the contents.",
+)
+with st.expander(f"The {len(FORMATS)} formats read"):
+    st.dataframe(pd.DataFrame([{"format": n, "what": r.description} for n, r in FORMATS.items()]), hide_index=True)
+if not files:
+    st.info(
+        "Drop one or more log files here: Megatron-LM / DeepSpeed console logs, HF `trainer_state.json`, "
+        "TensorBoard event files, W&B / TensorBoard CSV exports, JSONL, llm.c, nanoGPT, torchtitan... "
+        "You will see a preview before anything is stored."
+    )
+    st.stop()
+
+signature = tuple((f.file_id, f.name, f.size) for f in files)
+staged = st.session_state.get("up_stage")
+if not staged or staged[0] != signature:
+    if staged:
+        shutil.rmtree(staged[1][0].parent, ignore_errors=True)
+    try:
+        staged = (signature, stage_uploads([(f.name, f.getvalue()) for f in files]))
+    except StabScopeError as exc:
+        show_error(exc)
+        st.stop()
+    st.session_state["up_stage"] = staged
+    st.session_state.pop("up_parsed", None)
+paths = staged[1]
+store = get_store()
+candidates = detect(paths, custom_dir=store.root / "formats")
+c1, c2 = st.columns(2)
+best = f"{AUTO} ({candidates[0][0]}, {candidates[0][1]:.0%})" if candidates else f"{AUTO} (no match)"
+choice = c1.selectbox("Format", [best, *FORMATS], key="up_format", help="Override when the detection is wrong")
+fmt = None if choice == best else choice
+name = c2.text_input("Run name", upload_run_name(files[0].name), key="up_name")
+
+parsed = st.session_state.get("up_parsed")
+if parsed is None or parsed[0] != (signature, fmt):
+    bar = st.progress(0.0, text="Reading…")
+
+    def advance(done: int, total: int) -> None:
+        bar.progress(min(done / max(total, 1), 1.0), text=f"Reading… {done / 1024**2:.1f} MiB")
+
+    try:
+        log = read_log(
+            paths,
+            format=fmt,
+            progress=advance,
+            custom_dir=store.root / "formats",
+        )
+    except StabScopeError as exc:
+        bar.empty()
+        show_error(exc)
+        if candidates:
+            st.caption("Candidates: " + ", ".join(f"{n} ({c:.0%})" for n, c in candidates))
+        st.stop()
+    bar.empty()
+    parsed = ((signature, fmt), log)
+    st.session_state["up_parsed"] = parsed
+log = parsed[1]
+span = log.step_range
+st.subheader("Preview")
+m1, m2, m3, m4 = st.columns(4)
+m1.metric("Format", log.format)
+m2.metric("Rows", f"{log.table.num_rows:,}")
+m3.metric("Steps", f"{span[0]:,}–{span[1]:,}" if span else "none")
+m4.metric("Rejected lines", f"{log.skipped:,}")
+st.dataframe(parsed_summary(log), hide_index=True, key="up_summary")
+if log.skipped_examples:
+    st.caption("Rejected lines (first few), with the reason:")
+    st.dataframe(pd.DataFrame(log.skipped_examples, columns=["file", "line", "reason"]), hide_index=True)
+if log.events:
+    st.caption(f"{len(log.events)} events: " + ", ".join(sorted({e.kind for e in log.events})))
+
+config = st.file_uploader(
+    "Run config (optional, for the pre-flight checklist): YAML, JSON, TOML or a Megatron arguments dump",
+    type=["yaml", "yml", "json", "toml", "txt", "log", "args"],
+    key="up_config",
+)
+config_meta: dict[str, str] = {}
+if config is not None:
+    from ingest.configs import read_run_config
+
+    try:
+        mapped = read_run_config(config.getvalue(), config.name)
+        config_meta = {"config_text": config.getvalue().decode("utf-8", "replace"), "config_filename": config.name}
+        st.caption(f"Config {config.name}: {len(mapped)} checklist keys mapped ({', '.join(sorted(mapped)[:8])}…).")
+    except StabScopeError as exc:
+        show_error(exc)
+
+if log.table.num_rows == 0:
+    st.error("No metric records found: nothing to import. Try forcing another format.", icon=":material/error:")
+    st.stop()
+exists = name in {r.name for r in store.list_runs()}
+if exists:
+    st.warning(f"A run named **{name}** exists: importing merges into it (repeated steps take the new value).")
+if st.button(f"Import as run {name}", type="primary", key="up_import"):
+    try:
+        log.meta.update(config_meta)
+        report = store.import_parsed(name, log)
+    except StabScopeError as exc:
+        show_error(exc)
+        st.stop()
+    shutil.rmtree(paths[0].parent, ignore_errors=True)
+    for key in ("up_stage", "up_parsed"):
+        st.session_state.pop(key, None)
+    st.session_state["selected_run"] = name
+    st.success(f"Imported {report.rows:,} rows into run **{name}** (generation {report.gen}).")
+    nav_link("pages/overview.py", f"Open {name}", icon=":material/show_chart:")

@@ -1,0 +1,153 @@
+"""Shared fixtures: small real stores written through ShardWriter -> Store.compact (no mocks).
+
+``small_store`` holds one run, ``SMALL_RUN``: 4 ranks x 2,000 steps with known features that tests
+assert on (the constants below). ``write_run`` is the generic builder behind it, for tests that need
+several runs (seeds to compare, a run without per-rank data, a live run).
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+if str(REPO_ROOT) not in sys.path:  # AppTest scripts import `pages.*` from the repo root
+    sys.path.insert(0, str(REPO_ROOT))
+
+from ingest.shards import LONG_SCHEMA, ShardWriter  # noqa: E402
+from ingest.store import Store  # noqa: E402
+
+SMALL_RUN = "small"
+N_RANKS = 4
+N_STEPS = 2000
+WARMUP_STEPS = 200
+PEAK_LR = 3e-4
+LOSS_SPIKE_STEPS = (1200, 1206)
+"""Loss is multiplied by ``LOSS_SPIKE_FACTOR`` on steps [1200, 1206) and recovers after."""
+LOSS_SPIKE_FACTOR = 3.0
+GRAD_SPIKE_STEP = 1198
+"""Global grad norm is 20x its level here: it leads the loss spike by 2 steps."""
+OUTLIER_RANK = 2
+OUTLIER_STEPS = (1500, 1600)
+"""Rank 2's local grad norm is 4x the other ranks' on steps [1500, 1600)."""
+SLOW_RANK = 3
+SLOW_FACTOR = 1.3
+"""Rank 3's step time is 1.3x the others' on every step (a straggler)."""
+STEP_TIME_S = 0.5
+MAX_NORM = 1.0
+EVENTS = (
+    (WARMUP_STEPS, "warmup_end", "warmup ends"),
+    (500, "checkpoint", "ckpt-500"),
+    (1000, "data_switch", "recipe v2"),
+    (1000, "checkpoint", "ckpt-1000"),
+    (1500, "checkpoint", "ckpt-1500"),
+)
+
+
+@dataclass
+class RunSpec:
+    """What ``write_run`` generates; every feature can be switched off."""
+
+    name: str = SMALL_RUN
+    seed: int = 0
+    n_ranks: int = N_RANKS
+    n_steps: int = N_STEPS
+    loss_floor: float = 2.0
+    loss_spike: tuple[int, int] | None = LOSS_SPIKE_STEPS
+    grad_spike_step: int | None = GRAD_SPIKE_STEP
+    outlier_rank: int | None = OUTLIER_RANK
+    slow_rank: int | None = SLOW_RANK
+    per_rank: bool = True
+    events: tuple[tuple[int, str, str], ...] = EVENTS
+    meta: dict[str, object] = field(default_factory=dict)
+
+
+def loss_curve(steps: np.ndarray, floor: float) -> np.ndarray:
+    """The noise-free loss of generated runs (nats/token): ``floor + 8*exp(-step/400)``."""
+    return floor + 8.0 * np.exp(-steps / 400.0)
+
+
+def lr_curve(steps: np.ndarray, n_steps: int) -> np.ndarray:
+    """Linear warmup to PEAK_LR over WARMUP_STEPS, then cosine decay to 10 % at the last step."""
+    progress = np.clip((steps - WARMUP_STEPS) / max(n_steps - 1 - WARMUP_STEPS, 1), 0, 1)
+    decay = PEAK_LR * (0.1 + 0.9 * 0.5 * (1 + np.cos(np.pi * progress)))
+    return np.where(steps < WARMUP_STEPS, PEAK_LR * steps / WARMUP_STEPS, decay)
+
+
+def write_run(store: Store, spec: RunSpec, *, status: str = "finished") -> Store:
+    """Generate ``spec`` as per-rank shards and compact them into ``store`` (the real pipeline)."""
+    rng = np.random.default_rng(spec.seed)
+    steps = np.arange(spec.n_steps, dtype=np.int64)
+    loss = loss_curve(steps.astype(float), spec.loss_floor) * (1 + 0.01 * rng.standard_normal(steps.size))
+    if spec.loss_spike:
+        loss[spec.loss_spike[0] : spec.loss_spike[1]] *= LOSS_SPIKE_FACTOR
+    grad = 1.0 + 0.3 * np.exp(-steps / 300.0) + 0.05 * rng.standard_normal(steps.size)
+    if spec.grad_spike_step is not None:
+        grad[spec.grad_spike_step] *= 20.0
+    coef = np.minimum(1.0, MAX_NORM / (grad + 1e-6))
+    run_level = {
+        "loss": loss,
+        "lr": lr_curve(steps.astype(float), spec.n_steps),
+        "grad_norm": grad,
+        "grad_norm_clipped": grad * coef,
+        "clip_coef": coef,
+        "tokens": (steps + 1) * 65536.0,
+    }
+    wall = 1.7e9 + steps * STEP_TIME_S
+    meta = {
+        "world_size": spec.n_ranks,
+        "global_batch_size": 32 * spec.n_ranks,
+        "per_rank_batch_size": 32,
+        "max_norm": MAX_NORM,
+        "gpus": spec.n_ranks,
+        "step_time_s": STEP_TIME_S,
+        "tags": ["test", f"seed{spec.seed}"],
+        **spec.meta,
+    }
+    with tempfile.TemporaryDirectory(prefix="stabscope-test-shards-") as shard_dir:
+        with ShardWriter(shard_dir, 0) as writer:
+            writer.write_meta(meta)
+            for step, kind, label in spec.events:
+                writer.event(step, kind, label)
+            writer.write_columns(steps, run_level, rank=-1, wall_time=wall)
+        for rank in range(spec.n_ranks if spec.per_rank else 0):
+            local = grad * np.sqrt(spec.n_ranks) * (1 + 0.05 * rng.standard_normal(steps.size))
+            if rank == spec.outlier_rank:
+                local[OUTLIER_STEPS[0] : OUTLIER_STEPS[1]] *= 4.0
+            step_time = STEP_TIME_S * (1 + 0.02 * rng.standard_normal(steps.size))
+            if rank == spec.slow_rank:
+                step_time *= SLOW_FACTOR
+            with ShardWriter(shard_dir, rank) as writer:
+                writer.write_columns(
+                    steps,
+                    {"grad_norm_local": local, "step_time_s": step_time, "gpu_temp_c": 60.0 + rank + 0 * local},
+                    wall_time=wall,
+                )
+        store.compact(spec.name, shard_dir, status=status)
+    ensure_analysed(store, spec.name)
+    return store
+
+
+def ensure_analysed(store: Store, name: str) -> None:
+    """Materialise the run's spike analyses with ``stab_core.analysis`` when the store's own hook has
+    not (a no-op once ``ingest.analyses.materialise`` writes them at compaction)."""
+    info = store.run_info(name)
+    if info.analysis_gen == info.gen:
+        return
+    from stab_core.analysis import analyze_run
+
+    analysis = analyze_run(store.run_view(name))
+    store.write_analysis(name, info.gen, LONG_SCHEMA.empty_table(), analysis.spike_dicts())
+
+
+@pytest.fixture
+def small_store(tmp_path: Path) -> Store:
+    """A store holding ``SMALL_RUN``: 4 ranks x 2,000 steps, a loss spike at steps 1200-1205 led by a
+    grad-norm spike at 1198, rank 2's local grad norm 4x on steps 1500-1599, rank 3 a 1.3x slow
+    straggler, LR warmup over 200 steps, and the ``EVENTS``."""
+    return write_run(Store(tmp_path / "store"), RunSpec())
