@@ -30,7 +30,7 @@ import numpy as np
 import numpy.typing as npt
 
 from stab_core.runview import FloatArray, IntArray, RunView
-from stab_core.spikes import SpikeParams, rolling_robust_zscore
+from stab_core.spikes import SpikeParams, rolling_level
 
 Estimator = Literal["two_batch", "temporal_proxy"]
 
@@ -363,11 +363,11 @@ def collapse_ratio(snr: SnrSeries, level_window: int = 255) -> tuple[FloatArray,
     """(level, level / value) per sample: ``level`` is the causal rolling level of the SNR (the
     larger of the median of the last ``level_window`` finite samples and of the most recent
     level_window/4, refreshed every level_window/4 samples, from level_window/4 samples on; see
-    :func:`stab_core.spikes.rolling_robust_zscore`); a ratio of 3 means the SNR is a third of its
+    :func:`stab_core.spikes.rolling_level`); a ratio of 3 means the SNR is a third of its
     recent level. NaN where undefined."""
     if level_window < 2:
         raise ValueError(f"level_window must be >= 2 samples, got {level_window}")
-    level = rolling_robust_zscore(snr.values, _level_params(level_window)).level
+    level = rolling_level(snr.values, _level_params(level_window))
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = np.where(snr.values > 0, level / snr.values, np.where(level > 0, np.inf, np.nan))
     return level, ratio

@@ -231,15 +231,19 @@ def _window_median(rows: FloatArray) -> FloatArray:
     return 0.5 * (rows[:, upper - 1] + rows[:, upper])
 
 
-def _strided_median_mad(finite_values: FloatArray, ends: IntArray, window: int) -> tuple[FloatArray, FloatArray]:
-    """Median and MAD of ``finite_values[max(0, e - window):e]`` for each window end ``e``."""
+def _strided_median_mad(
+    finite_values: FloatArray, ends: IntArray, window: int, with_mad: bool = True
+) -> tuple[FloatArray, FloatArray]:
+    """Median and MAD (NaN unless ``with_mad``) of ``finite_values[max(0, e - window):e]`` for each
+    window end ``e``."""
     medians = np.empty(ends.size)
-    mads = np.empty(ends.size)
+    mads = np.full(ends.size, np.nan)
     short = ends < window
     for k in np.flatnonzero(short):
         chunk = finite_values[: ends[k]]
         medians[k] = np.median(chunk)
-        mads[k] = np.median(np.abs(chunk - medians[k]))
+        if with_mad:
+            mads[k] = np.median(np.abs(chunk - medians[k]))
     full = np.flatnonzero(~short)
     if full.size:
         windows = sliding_window_view(finite_values, window)
@@ -247,10 +251,11 @@ def _strided_median_mad(finite_values: FloatArray, ends: IntArray, window: int) 
             index = full[first : first + _BLOCK_WINDOWS]
             rows = windows[ends[index] - window]  # fancy indexing copies: safe to partition in place
             median = _window_median(rows)
-            np.subtract(rows, median[:, None], out=rows)
-            np.abs(rows, out=rows)
             medians[index] = median
-            mads[index] = _window_median(rows)
+            if with_mad:
+                np.subtract(rows, median[:, None], out=rows)
+                np.abs(rows, out=rows)
+                mads[index] = _window_median(rows)
     return medians, mads
 
 
@@ -268,22 +273,58 @@ def logging_resolution(values: npt.ArrayLike) -> float:
     return float(np.min(np.diff(distinct)))
 
 
-def _per_window_baseline(finite_values: FloatArray, params: SpikeParams) -> tuple[FloatArray, FloatArray]:
-    """Level and floored MAD of window k (k = 0, 1, ...), which ends at finite sample stride*(k+1)
-    (exclusive) and serves the finite samples stride*(k+1) .. stride*(k+2)-1. NaN where the window
-    holds fewer than ``min_history`` samples."""
-    stride = params.stride
-    ends = stride * np.arange(1, max(finite_values.size - 1, 0) // stride + 1, dtype=np.int64)
+def _window_ends(n_finite: int, params: SpikeParams) -> IntArray:
+    """Window k ends (exclusive) at finite sample stride*(k+1) and serves the finite samples
+    stride*(k+1) .. stride*(k+2)-1."""
+    return params.stride * np.arange(1, max(n_finite - 1, 0) // params.stride + 1, dtype=np.int64)
+
+
+def _window_levels(finite_values: FloatArray, params: SpikeParams, with_mad: bool) -> tuple[FloatArray, FloatArray]:
+    """Level and raw MAD of each window (:func:`_window_ends`); NaN where it holds fewer than
+    ``min_history`` samples."""
+    ends = _window_ends(finite_values.size, params)
     usable = ends >= params.min_history
     median = np.full(ends.size, np.nan)
     mad = np.full(ends.size, np.nan)
-    median[usable], mad[usable] = _strided_median_mad(finite_values, ends[usable], params.window)
-    recent = _window_median(finite_values[: ends[-1]].reshape(-1, stride).copy()) if ends.size else median
-    level = np.fmax(median, recent)
-    level[~usable] = np.nan
-    resolution = logging_resolution(finite_values)
-    floor = np.maximum(params.rel_mad_floor * np.abs(level), max(params.abs_mad_floor, resolution))
-    return level, np.fmax(mad, floor)
+    median[usable], mad[usable] = _strided_median_mad(finite_values, ends[usable], params.window, with_mad)
+    if ends.size:
+        recent = _window_median(finite_values[: ends[-1]].reshape(-1, params.stride).copy())
+        level = np.fmax(median, recent)
+        level[~usable] = np.nan
+    else:
+        level = median
+    return level, mad
+
+
+def _expand(per_window: FloatArray, finite: npt.NDArray[np.bool_], stride: int) -> FloatArray:
+    """Per-sample values from per-window ones: finite sample j takes window j // stride - 1; a
+    non-finite sample takes the window serving the next finite sample; NaN where none."""
+    n_finite = int(finite.sum()) if not finite.all() else finite.size
+    dense = np.full(n_finite, np.nan)
+    covered = min(per_window.size * stride, max(n_finite - stride, 0))
+    if covered:
+        # broadcast each window's value over its stride of samples, without a temporary
+        whole = covered // stride
+        dense[stride : stride + whole * stride].reshape(whole, stride)[:] = per_window[:whole, None]
+        dense[stride + whole * stride : stride + covered] = per_window[min(whole, per_window.size - 1)]
+    if n_finite == finite.size:
+        return dense
+    out = np.empty(finite.size)
+    out[finite] = dense
+    bad = np.flatnonzero(~finite)
+    history = bad - np.arange(bad.size)  # finite samples logged before each non-finite one
+    slot = np.minimum(history // stride - 1, per_window.size - 1)
+    out[bad] = np.nan
+    out[bad[slot >= 0]] = per_window[slot[slot >= 0]]
+    return out
+
+
+def rolling_level(values: npt.ArrayLike, params: SpikeParams) -> FloatArray:
+    """Just the ``level`` of :func:`rolling_robust_zscore` (no MAD: half the cost)."""
+    x = _as_float_array(values, "values")
+    finite = np.isfinite(x)
+    level, _ = _window_levels(x[finite], params, with_mad=False)
+    return _expand(level, finite, params.stride)
 
 
 def rolling_robust_zscore(values: npt.ArrayLike, params: SpikeParams = LOSS_SPIKE_PARAMS) -> RollingBaseline:
@@ -291,39 +332,28 @@ def rolling_robust_zscore(values: npt.ArrayLike, params: SpikeParams = LOSS_SPIK
     logged before it (see :class:`RollingBaseline`), refreshed every ``params.stride`` samples."""
     x = _as_float_array(values, "values")
     finite = np.isfinite(x)
-    all_finite = bool(finite.all())
-    finite_values = x if all_finite else x[finite]
-    window_level, window_scale = _per_window_baseline(finite_values, params)
-    m, stride = finite_values.size, params.stride
-    lead_in = np.full(min(stride, m), np.nan)  # the first stride samples have no window behind them
-    level = np.concatenate((lead_in, np.repeat(window_level, stride)))[:m]
-    scale = np.concatenate((lead_in, np.repeat(window_scale, stride)))[:m]
-    if not all_finite:
-        # a non-finite sample is judged by the window serving the next finite sample
-        bad = np.flatnonzero(~finite)
-        history = bad - np.arange(bad.size)  # finite samples logged before each non-finite one
-        slot = np.minimum(history // stride - 1, window_level.size - 1)
-        has_window = slot >= 0
-        full_level, full_scale = np.empty(x.size), np.empty(x.size)
-        full_level[finite], full_scale[finite] = level, scale
-        full_level[bad], full_scale[bad] = np.nan, np.nan
-        full_level[bad[has_window]] = window_level[slot[has_window]]
-        full_scale[bad[has_window]] = window_scale[slot[has_window]]
-        level, scale = full_level, full_scale
-    z = x - level
+    finite_values = x if finite.all() else x[finite]
+    window_level, window_mad = _window_levels(finite_values, params, with_mad=True)
+    resolution = logging_resolution(finite_values)
+    floor = np.maximum(params.rel_mad_floor * np.abs(window_level), max(params.abs_mad_floor, resolution))
+    window_scale = np.fmax(window_mad, floor)
+    level = _expand(window_level, finite, params.stride)
+    scale = _expand(window_scale, finite, params.stride)
+    z = x - level  # NaN where there is no level; inf - level for +inf samples, reset below
     z /= scale
     z *= MAD_TO_Z
-    if not all_finite:
-        z[~finite] = np.nan
+    z[~finite] = np.nan
     return RollingBaseline(level=level, scale=scale, z=z)
 
 
-def _flag_samples(x: FloatArray, baseline: RollingBaseline, params: SpikeParams) -> npt.NDArray[np.bool_]:
-    finite = np.isfinite(x)
+def _flagged_indices(x: FloatArray, baseline: RollingBaseline, params: SpikeParams) -> IntArray:
+    """Indices of non-finite samples and of samples past both the z and the ratio rule, sorted."""
     with np.errstate(invalid="ignore"):
-        high_z = baseline.z >= params.z_threshold
-        ratio_ok = (baseline.level <= 0) | (x >= params.min_ratio * baseline.level)
-    return ~finite | (high_z & ratio_ok)
+        candidates = np.flatnonzero(baseline.z >= params.z_threshold)
+    level = baseline.level[candidates]
+    ratio_ok = (level <= 0) | (x[candidates] >= params.min_ratio * level)
+    nonfinite = np.flatnonzero(~np.isfinite(x))
+    return np.union1d(candidates[ratio_ok], nonfinite).astype(np.int64)
 
 
 def _in_band(x: FloatArray, base: float, scale: float, params: SpikeParams) -> npt.NDArray[np.bool_]:
@@ -415,7 +445,7 @@ def detect_spikes(
     if x.size == 0:
         return []
     baseline = rolling_robust_zscore(x, chosen)
-    flagged = np.flatnonzero(_flag_samples(x, baseline, chosen))
+    flagged = _flagged_indices(x, baseline, chosen)
     events: list[SpikeEvent] = []
     cursor = 0  # flagged[cursor:] are not yet inside an event
     while cursor < flagged.size:
