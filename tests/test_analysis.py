@@ -21,6 +21,7 @@ from stab_core.analysis import (
     evaluate_detection,
     explain_step,
     match_detections,
+    random_spec,
     run_clip_stats,
     spike_to_dict,
     synthetic_run,
@@ -190,3 +191,13 @@ def test_evaluate_detection_on_a_few_runs() -> None:
     assert math.isclose(result["recall"], result["true_positives"] / result["injected"])
     with pytest.raises(ValueError, match="n_runs"):
         evaluate_detection(0, 0)
+
+
+def test_random_spec_only_injects_what_the_run_can_show() -> None:
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        spec = random_spec(rng)
+        assert 3 <= len(spec.classes) <= 6 and len(set(spec.classes)) == len(spec.classes)
+        assert spec.per_rank or "rank_fault" not in spec.classes
+        assert spec.moe or "router" not in spec.classes
+        assert "data_outlier_diverged" not in spec.classes[:-1]

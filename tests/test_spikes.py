@@ -22,6 +22,7 @@ from stab_core.spikes import (
     link_grad_norm_lead,
     logging_resolution,
     robust_zscore,
+    rolling_level,
     rolling_robust_zscore,
 )
 
@@ -351,3 +352,10 @@ def test_megatron_moe_spikes_with_missing_samples() -> None:
     assert {3850, 4260} <= set(starts)
     assert starts[3850].ratio == pytest.approx(3.411 / 2.459, rel=0.02)
     assert starts[3850].recovery_step == 3855
+
+
+def test_rolling_level_is_the_baseline_level_without_the_mad() -> None:
+    x = _noisy_loss(3000) + np.linspace(0, 2, 3000)
+    x[[10, 1000, 2999]] = np.nan
+    params = SpikeParams(window=31, stride=8, min_history=8)
+    np.testing.assert_array_equal(rolling_level(x, params), rolling_robust_zscore(x, params).level)
