@@ -2,7 +2,7 @@
 
 It produces the metrics StabScope reads (canonical names, ``stab_core.metrics``), per rank and per
 run, from a small physical model, vectorised over ranks x steps (float32 per-rank arrays; 256 ranks x
-200k steps x 8 metrics in seconds):
+200k steps x 7 per-rank + 9 run-level metrics take ~5-9 s on 2 busy cores, ~4 GB peak):
 
 Loss: a power law in steps, L(t) = L_inf + A*(t + t0)^-alpha (Kaplan et al. 2020; Hoffmann et al.
 2022), A set so that L(0) = ``loss_start``, plus ``lr_loss_coef`` x lr/peak_lr (the part of the loss

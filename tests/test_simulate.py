@@ -296,6 +296,25 @@ def test_gaps_stop_and_rank_gaps() -> None:
     assert all(e.step < 2500 for e in run.events)
 
 
+def test_sparse_logging_keeps_mechanisms_visible() -> None:
+    spec = plain(
+        steps=20_000,
+        log_every=10,
+        precision="fp16",
+        mechanisms=(
+            DataOutlierSpike(8000, ramp_steps=600),
+            RankFault(12_000, rank=1, duration_steps=20),
+            NumericalFault(16_000, kind="loss_scale_collapse", duration_steps=200),
+        ),
+    )
+    run = simulate_run(spec, 0)
+    assert np.array_equal(run.steps, np.arange(0, 20_000, 10))
+    assert run.per_rank["loss"].shape == (4, 2000)
+    found = sorted((start, cause) for start, _, cause, _ in analysed(run))
+    assert found == [(8010, "data_outlier"), (12_010, "rank_fault"), (16_000, "numerical")]
+    assert run.run_level["loss_scale"][run.steps == 16_190][0] == 1.0
+
+
 def test_to_view_is_float64_and_carries_no_truth() -> None:
     run = simulate_run(demo_specs()[2], 0)
     view = run.to_view()
