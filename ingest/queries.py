@@ -117,54 +117,29 @@ INSERT INTO settings (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET 
 
 # --------------------------------------------------------------------------- Parquet data
 
-MERGE_LONG: Final = """
-COPY (
-    SELECT rank, step, metric, value, wall_time FROM (
-        SELECT rank, step, metric, value, wall_time, _ord FROM read_parquet($sources, union_by_name = true)
-    )
-    QUALIFY row_number() OVER (PARTITION BY rank, step, metric ORDER BY _ord DESC) = 1
-    ORDER BY metric, rank, step
-) TO $target (FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE 122880)
+BLOCK_INDEX: Final = """
+SELECT metric, rank, count(*), min(step), max(step) FROM read_parquet($files)
+GROUP BY metric, rank ORDER BY metric, rank
 """
-"""Fold staged batches into the previous generation: duplicates keep the last write (highest _ord)."""
+"""The (metric, rank) blocks of a long file written before files carried their block index."""
 
-LONG_SUMMARY: Final = """
-SELECT min(step), max(step), count(DISTINCT step), count(*),
-       count(DISTINCT rank) FILTER (WHERE rank >= 0)
-FROM read_parquet($files)
-"""
-LONG_METRICS: Final = """
-SELECT metric, bool_or(rank >= 0) AS per_rank FROM read_parquet($files) GROUP BY metric ORDER BY metric
-"""
+COUNT_STEPS: Final = "SELECT count(DISTINCT step) FROM read_parquet($files)"
 
 BUILD_ROLLUP: Final = """
-COPY (
-    SELECT metric, step,
-           count(*) AS n,
-           count(*) FILTER (WHERE NOT isfinite(value)) AS n_nonfinite,
-           avg(value) FILTER (WHERE isfinite(value)) AS mean,
-           min(value) FILTER (WHERE isfinite(value)) AS min,
-           max(value) FILTER (WHERE isfinite(value)) AS max,
-           stddev_pop(value) FILTER (WHERE isfinite(value)) AS std,
-           arg_min(rank, value) FILTER (WHERE isfinite(value)) AS argmin_rank,
-           arg_max(rank, value) FILTER (WHERE isfinite(value)) AS argmax_rank
-    FROM read_parquet($files) WHERE rank >= 0
-    GROUP BY metric, step ORDER BY metric, step
-) TO $target (FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE 122880)
+SELECT metric, step,
+       count(*) AS n,
+       count(*) FILTER (WHERE NOT isfinite(value)) AS n_nonfinite,
+       avg(value) FILTER (WHERE isfinite(value)) AS mean,
+       min(value) FILTER (WHERE isfinite(value)) AS min,
+       max(value) FILTER (WHERE isfinite(value)) AS max,
+       stddev_pop(value) FILTER (WHERE isfinite(value)) AS std,
+       arg_min(rank, value) FILTER (WHERE isfinite(value)) AS argmin_rank,
+       arg_max(rank, value) FILTER (WHERE isfinite(value)) AS argmax_rank
+FROM read_parquet($files) WHERE rank >= 0 AND metric = $metric
+GROUP BY metric, step ORDER BY step
 """
-"""Cross-rank rollup per (metric, step): a 1,000-rank run opens as fast as a single-rank one."""
-
-BUILD_RANK_BUCKETS: Final = """
-COPY (
-    SELECT metric, rank, step // $width AS bucket, min(step) AS first_step, max(step) AS last_step,
-           avg(value) FILTER (WHERE isfinite(value)) AS mean,
-           max(value) FILTER (WHERE isfinite(value)) AS max,
-           count(*) FILTER (WHERE NOT isfinite(value)) AS n_nonfinite
-    FROM read_parquet($files) WHERE rank >= 0
-    GROUP BY metric, rank, bucket ORDER BY metric, rank, bucket
-) TO $target (FORMAT parquet, COMPRESSION zstd)
-"""
-"""Per-rank step buckets materialised at compaction so the rank x step heatmap skips the raw table."""
+"""Cross-rank rollup per step of one metric; the merge computes it in memory unless the metric's
+step span is too wide for that (``store.DENSE_SPAN_MAX``)."""
 
 SERIES_RUN_LEVEL: Final = """
 SELECT step, value FROM read_parquet($files)

@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from stab_core.metrics import RUN_RANK, is_valid_metric_name
 
@@ -110,10 +110,10 @@ class ShardWriter:
         """Write many steps at once from arrays (generators, replays): one frame, no buffering."""
         self.flush()
         n = len(steps)
-        arrays: dict[str, pa.Array] = {
-            "rank": pa.array([self.rank if rank is None else rank] * n, pa.int32()),
+        arrays: dict[str, pa.Array[Any]] = {
+            "rank": pa.array(np.full(n, self.rank if rank is None else rank, np.int32)),
             "step": pa.array(steps, pa.int64()),
-            "wall_time": pa.array([time.time()] * n if wall_time is None else wall_time, pa.float64()),
+            "wall_time": pa.array(np.full(n, time.time()) if wall_time is None else wall_time, pa.float64()),
         }
         for name, values in columns.items():
             _check_metric(name)
@@ -168,7 +168,7 @@ def _rows_to_table(rows: list[tuple[int, int, float, Mapping[str, float]]]) -> p
     for _, _, _, metrics in rows:
         for name in metrics:
             names.setdefault(name, None)
-    columns: dict[str, pa.Array] = {
+    columns: dict[str, pa.Array[Any]] = {
         "rank": pa.array([r[0] for r in rows], pa.int32()),
         "step": pa.array([r[1] for r in rows], pa.int64()),
         "wall_time": pa.array([r[2] for r in rows], pa.float64()),
@@ -315,20 +315,24 @@ def _decode_frame(kind: int, payload: bytes, out: SegmentRead) -> None:
         out.meta.update(meta)
 
 
-LONG_SCHEMA = pa.schema(
-    [
-        ("rank", pa.int32()),
-        ("step", pa.int64()),
-        ("metric", pa.string()),
-        ("value", pa.float64()),
-        ("wall_time", pa.float64()),
-    ]
-)
+_LONG_FIELDS: dict[str, pa.DataType] = {
+    "rank": pa.int32(),
+    "step": pa.int64(),
+    "metric": pa.string(),
+    "value": pa.float64(),
+    "wall_time": pa.float64(),
+}
+LONG_SCHEMA = pa.schema(_LONG_FIELDS)
 """The canonical long form every producer ends in: one row per (rank, step, metric)."""
 
 
-def wide_to_long(table: pa.Table) -> pa.Table:
-    """Unpivot a wide metrics batch into ``LONG_SCHEMA`` rows, dropping nulls (not-logged) only."""
+PART_SCHEMA = pa.schema({name: kind for name, kind in _LONG_FIELDS.items() if name != "metric"})
+"""One metric's rows of a long table (``LONG_SCHEMA`` less the ``metric`` column)."""
+
+
+def wide_to_long_parts(table: pa.Table) -> list[tuple[str, pa.Table]]:
+    """Unpivot a wide metrics batch into one ``PART_SCHEMA`` table per metric column (in column
+    order), dropping nulls (not logged) only. Columns without nulls are passed on without a copy."""
     ranks = table.column("rank").cast(pa.int32())
     steps = table.column("step").cast(pa.int64())
     wall = (
@@ -336,27 +340,31 @@ def wide_to_long(table: pa.Table) -> pa.Table:
         if "wall_time" in table.column_names
         else pa.nulls(table.num_rows, pa.float64())
     )
-    parts = []
+    parts: list[tuple[str, pa.Table]] = []
     for name in table.column_names:
         if name in ("rank", "step", "wall_time"):
             continue
         values = table.column(name).cast(pa.float64())
-        mask = values.is_valid()
-        n = pc.sum(mask).as_py() or 0
-        if n == 0:
+        columns: list[Any] = [ranks, steps, values, wall]
+        if values.null_count == len(values):
             continue
-        parts.append(
-            pa.table(
-                {
-                    "rank": ranks.filter(mask),
-                    "step": steps.filter(mask),
-                    "metric": pa.array([name] * n, pa.string()),
-                    "value": values.filter(mask),
-                    "wall_time": wall.filter(mask),
-                },
-                schema=LONG_SCHEMA,
-            )
-        )
+        if values.null_count:
+            mask = values.is_valid()
+            columns = [c.filter(mask) for c in columns]
+        parts.append((name, pa.Table.from_arrays(columns, schema=PART_SCHEMA)))
+    return parts
+
+
+def wide_to_long(table: pa.Table) -> pa.Table:
+    """Unpivot a wide metrics batch into ``LONG_SCHEMA`` rows, dropping nulls (not-logged) only."""
+    parts = wide_to_long_parts(table)
     if not parts:
         return LONG_SCHEMA.empty_table()
-    return pa.concat_tables(parts)
+    return pa.concat_tables(
+        [
+            pa.Table.from_arrays(
+                [*part.columns[:2], pa.repeat(pa.scalar(name), part.num_rows), *part.columns[2:]], schema=LONG_SCHEMA
+            )
+            for name, part in parts
+        ]
+    )

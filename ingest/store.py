@@ -17,8 +17,10 @@ next run finishes the work (files no transaction refers to are garbage).
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
+import queue
 import re
 import shutil
 import threading
@@ -37,7 +39,7 @@ import pyarrow.parquet as pq
 
 from ingest import queries as q
 from ingest.errors import StabScopeError
-from ingest.shards import LONG_SCHEMA, list_segments, read_segment, wide_to_long
+from ingest.shards import LONG_SCHEMA, PART_SCHEMA, list_segments, read_segment, wide_to_long_parts
 from stab_core.metrics import RUN_RANK
 from stab_core.runview import RankMatrix, RunEvent, RunView, Series
 
@@ -333,8 +335,8 @@ class Store:
             if path.stat().st_size <= start:
                 continue
             seg = read_segment(path, start)
-            for table in seg.metrics:
-                stager.add(wide_to_long(table))
+            if seg.metrics:
+                stager.add_parts(wide_to_long_parts(pa.concat_tables(seg.metrics, promote_options="default")))
             events.extend(seg.events)
             meta.update(seg.meta)
             report.frames += seg.frames
@@ -483,25 +485,13 @@ class Store:
         if not staged:
             return info.gen
         gen = info.gen + 1
-        run_dir = self.run_dir(name)
         sources = self._files(name, "long", info.gen) + staged
-        long_path = _tmp_target(run_dir / "long" / f"g{gen:06d}.parquet")
-        self._engine().execute(q.MERGE_LONG, {"sources": sources, "target": str(long_path)})
-        summary = _one(self._engine().execute(q.LONG_SUMMARY, {"files": [str(long_path)]}))
-        assert summary is not None
-        first, last, n_steps, n_rows, ranks = summary
-        metric_rows = self._engine().execute(q.LONG_METRICS, {"files": [str(long_path)]}).fetchall()
-        rollup_path = _tmp_target(run_dir / "rollup" / f"g{gen:06d}.parquet")
-        self._engine().execute(q.BUILD_ROLLUP, {"files": [str(long_path)], "target": str(rollup_path)})
-        span = 0 if first is None else int(last) - int(first) + 1
-        width = max(1, -(-span // HEATMAP_MAX_BUCKETS))
-        rankb_path = _tmp_target(run_dir / "rankb" / f"g{gen:06d}.parquet")
-        self._engine().execute(
-            q.BUILD_RANK_BUCKETS, {"files": [str(long_path)], "target": str(rankb_path), "width": width}
-        )
+        merged = _merge_sources(self._engine(), sources, self.run_dir(name), gen)
         _failpoint("after_merge_files")
-        for tmp in (long_path, rollup_path, rankb_path):
+        for tmp in (merged.long_path, merged.rollup_path, merged.rankb_path):
             tmp.rename(_final_path(tmp))
+        first, last, n_steps, n_rows, ranks = merged.first, merged.last, merged.n_steps, merged.n_rows, merged.ranks
+        metric_rows, width = merged.metric_rows, merged.width
         metrics = sorted(m for m, _ in metric_rows)
         rank_metrics = sorted(m for m, per_rank in metric_rows if per_rank)
         with self._catalog() as con:
@@ -536,8 +526,16 @@ class Store:
 
         analyses.materialise(self, name)
 
-    def write_analysis(self, name: str, gen: int, derived: pa.Table, spikes: Sequence[dict[str, Any]]) -> None:
-        """Atomically replace ``name``'s derived series and spike events with those of ``gen``."""
+    def write_analysis(
+        self,
+        name: str,
+        gen: int,
+        derived: pa.Table,
+        spikes: Sequence[dict[str, Any]],
+        summary: dict[str, Any] | None = None,
+    ) -> None:
+        """Atomically replace ``name``'s derived series, spike events and ``meta['analysis']`` (``summary``)
+        with those of generation ``gen``."""
         path = self.run_dir(name) / "derived" / f"a{gen:06d}.parquet"
         tmp = _tmp_target(path)
         pq.write_table(_conform_long(derived), tmp, compression="zstd")
@@ -562,6 +560,11 @@ class Store:
                         json.dumps(s, default=str),
                     ],
                 )
+            if summary is not None:
+                row = _one(con.execute(q.GET_RUN, [name]))
+                assert row is not None
+                meta = {**json.loads(row[13]), "analysis": summary}
+                con.execute(q.UPDATE_RUN_META, [json.dumps(meta, default=str), name])
             con.execute(q.SET_ANALYSIS_GEN, [gen, name])
             con.execute("COMMIT")
         self._collect_garbage(name)
@@ -707,42 +710,644 @@ class Store:
 
 
 class _Stager:
-    """Accumulates long rows and writes them as staging Parquet files of at most ``STAGE_ROWS`` rows."""
+    """Accumulates long rows per metric and writes them as staging Parquet files of at most
+    ``STAGE_ROWS`` rows, each sorted by (metric, rank, step) with no repeated key (the last write of
+    a key wins) and indexed by block in its footer, ready for the merge (see ``_merge_sources``)."""
 
     def __init__(self, store: Store, name: str) -> None:
         self.folder = store.run_dir(name) / "staging"
         self.folder.mkdir(parents=True, exist_ok=True)
         self.prefix = f"{time.time_ns():020d}-{uuid.uuid4().hex[:8]}"
-        self.pending: list[pa.Table] = []
+        self.pending: dict[str, list[pa.Table]] = {}
         self.pending_rows = 0
         self.rows = 0
         self.files: list[str] = []
+        self.written = 0
+        self.blocks: list[list[Any]] = []
+        self.open_file: tuple[_BackgroundWriter, Path, Path] | None = None
 
     def add(self, table: pa.Table) -> None:
-        if table.num_rows == 0:
-            return
-        self.pending.append(table)
-        self.pending_rows += table.num_rows
+        """Add a ``LONG_SCHEMA`` table (any order)."""
+        self.add_parts(_parts_by_metric(table))
+
+    def add_parts(self, parts: Sequence[tuple[str, pa.Table]]) -> None:
+        """Add ``(metric, PART_SCHEMA table)`` pairs, as ``wide_to_long_parts`` makes them."""
+        for metric, part in parts:
+            if part.num_rows == 0:
+                continue
+            self.pending.setdefault(metric, []).append(part)
+            self.pending_rows += part.num_rows
+            self.rows += part.num_rows
         if self.pending_rows >= STAGE_ROWS:
             self._write()
 
     def _write(self) -> None:
-        table = pa.concat_tables(self.pending)
-        # _ord orders writes: the highest wins when (rank, step, metric) repeats.
-        base = (len(self.files) + 1) << 40
-        table = table.append_column("_ord", pa.array(np.arange(base, base + table.num_rows, dtype=np.int64)))
-        path = self.folder / f"{self.prefix}-{len(self.files):05d}.parquet"
+        self._close_previous()
+        metrics = sorted(self.pending)
+        path = self.folder / f"{self.prefix}-{self.written:05d}.parquet"
         tmp = _tmp_target(path)
-        pq.write_table(table, tmp, compression="zstd")
-        tmp.rename(path)
-        self.files.append(str(path))
-        self.rows += table.num_rows
-        self.pending, self.pending_rows = [], 0
+        writer = _BackgroundWriter(tmp, _LONG_SCHEMA_DICT, _STAGE_WRITE_OPTIONS)
+        for code, metric in enumerate(metrics):
+            part = _sort_unique(pa.concat_tables(self.pending.pop(metric)).combine_chunks())
+            self.blocks.extend(_blocks_of(metric, part))
+            writer.write(_with_metric(part, metrics, code), STAGE_ROW_GROUP)
+        # The file is finished while the caller reads the next batch; _close_previous waits for it.
+        self.open_file = (writer, tmp, path)
+        self.written += 1
+        self.pending, self.pending_rows = {}, 0
+
+    def _close_previous(self) -> None:
+        if self.open_file is not None:
+            writer, tmp, path = self.open_file
+            writer.close({INDEX_KEY: json.dumps(self.blocks)})
+            tmp.rename(path)
+            self.files.append(str(path))
+            self.open_file, self.blocks = None, []
 
     def finish(self) -> list[str]:
         if self.pending:
             self._write()
+        self._close_previous()
         return self.files
+
+
+# --------------------------------------------------------------------------- columnar merge
+#
+# Staged files and every generation's long file are sorted by (metric, rank, step) without repeated
+# keys, and carry in their footer an index of their (metric, rank) blocks: rows, first and last step.
+# A merge is then a k-way merge of sorted runs, one block at a time: the blocks of one (metric, rank)
+# from several sources are streamed in priority order when their step ranges are disjoint and
+# ascending (the append-only case: no sort, no hash table), else concatenated and de-duplicated
+# (the last write wins). The cross-rank rollup and the rank buckets are computed on the way, one
+# metric at a time, so memory is bounded by a row group per source plus one metric's step span.
+
+INDEX_KEY = "stabscope_index"
+"""Footer key of the block index: a JSON list of ``[metric, rank, rows, first_step, last_step]``."""
+
+STAGE_ROW_GROUP = 65_536
+LONG_ROW_GROUP = 122_880
+"""Rows per row group of the long file: a 5,000-step window of one rank decodes one or two groups."""
+
+DENSE_SPAN_MAX = 1 << 22
+"""Largest step span (last - first + 1) of one metric whose rollup is accumulated in memory
+(dense arrays, ~60 bytes a step: 250 MB at most); wider metrics are rolled up by DuckDB."""
+
+Block = tuple[str, int, int, int, int]
+"""``(metric, rank, rows, first_step, last_step)``: one sorted run of a (metric, rank) in a file."""
+
+_LONG_SCHEMA_DICT_FIELDS: dict[str, pa.DataType] = {
+    "rank": pa.int32(),
+    "step": pa.int64(),
+    "metric": pa.dictionary(pa.int32(), pa.string()),
+    "value": pa.float64(),
+    "wall_time": pa.float64(),
+}
+_LONG_SCHEMA_DICT = pa.schema(_LONG_SCHEMA_DICT_FIELDS)
+"""``LONG_SCHEMA`` with the metric names dictionary-encoded, as files are written (read back as strings)."""
+_READ_SCHEMA = pa.schema({name: _LONG_SCHEMA_DICT_FIELDS[name] for name in ("step", "value", "wall_time")})
+"""The columns a merge reads from a source (the block index gives metric and rank)."""
+# Staged files live for one merge: encodings that cost nothing to write (runs, deltas) and a fast
+# codec. The long file is read for years: zstd, with the floats split by byte for it.
+_STAGE_WRITE_OPTIONS: dict[str, Any] = {
+    "compression": "lz4",
+    "use_dictionary": ["rank", "metric"],
+    "write_statistics": ["rank", "step", "metric"],
+    "column_encoding": {"step": "DELTA_BINARY_PACKED", "value": "BYTE_STREAM_SPLIT", "wall_time": "BYTE_STREAM_SPLIT"},
+    "store_schema": False,
+}
+_LONG_WRITE_OPTIONS: dict[str, Any] = {
+    "compression": "zstd",
+    "use_dictionary": ["rank", "metric"],
+    "write_statistics": ["rank", "step", "metric"],
+    "column_encoding": {"step": "DELTA_BINARY_PACKED", "value": "PLAIN", "wall_time": "BYTE_STREAM_SPLIT"},
+    "store_schema": False,
+}
+_ROLLUP_WRITE_OPTIONS: dict[str, Any] = {
+    "compression": "zstd",
+    "use_dictionary": ["metric"],
+    "write_statistics": ["metric", "step"],
+    "store_schema": False,
+}
+_RANKB_WRITE_OPTIONS: dict[str, Any] = {
+    "compression": "zstd",
+    "use_dictionary": ["metric", "rank"],
+    "write_statistics": ["metric", "rank", "first_step"],
+    "store_schema": False,
+}
+
+
+def _parts_by_metric(table: pa.Table) -> list[tuple[str, pa.Table]]:
+    """A ``LONG_SCHEMA`` table as ``(metric, PART_SCHEMA table)`` pairs, rows kept in arrival order."""
+    if table.num_rows == 0:
+        return []
+    encoded = table.column("metric").combine_chunks().dictionary_encode()
+    codes = encoded.indices.to_numpy(zero_copy_only=False)
+    order = np.argsort(codes, kind="stable")
+    cuts = np.flatnonzero(np.diff(codes[order])) + 1
+    rest = table.select(PART_SCHEMA.names)
+    return [
+        (str(encoded.dictionary[int(codes[order[a]])]), rest.take(order[a:b]))
+        for a, b in zip(np.r_[0, cuts], np.r_[cuts, codes.size], strict=True)
+    ]
+
+
+def _sort_unique(part: pa.Table) -> pa.Table:
+    """``part`` sorted by (rank, step) keeping the last arrival of a repeated key; a table already
+    in strictly ascending order (the usual case) is returned as it is."""
+    ranks = part.column("rank").to_numpy()
+    steps = part.column("step").to_numpy()
+    if _strictly_ascending(ranks, steps):
+        return part
+    order = np.argsort(steps, kind="stable")
+    order = order[np.argsort(ranks[order], kind="stable")]
+    r, s = ranks[order], steps[order]
+    last = np.ones(order.size, bool)
+    last[:-1] = (r[1:] != r[:-1]) | (s[1:] != s[:-1])
+    return part.take(order[last])
+
+
+def _strictly_ascending(ranks: np.ndarray, steps: np.ndarray) -> bool:
+    if ranks.size < 2:
+        return True
+    d_rank, d_step = np.diff(ranks), np.diff(steps)
+    return bool(np.all((d_rank > 0) | ((d_rank == 0) & (d_step > 0))))
+
+
+def _blocks_of(metric: str, part: pa.Table) -> list[list[Any]]:
+    """The index entries of a part sorted by (rank, step)."""
+    ranks = part.column("rank").to_numpy()
+    steps = part.column("step").to_numpy()
+    if ranks.size == 0:
+        return []
+    cuts = np.flatnonzero(ranks[1:] != ranks[:-1]) + 1
+    starts, ends = np.r_[0, cuts], np.r_[cuts, ranks.size]
+    return [
+        [metric, int(ranks[a]), int(b - a), int(steps[a]), int(steps[b - 1])]
+        for a, b in zip(starts.tolist(), ends.tolist(), strict=True)
+    ]
+
+
+def _with_metric(part: pa.Table, metrics: list[str], code: int) -> pa.Table:
+    n = part.num_rows
+    metric = pa.DictionaryArray.from_arrays(np.full(n, code, np.int32), pa.array(metrics, pa.string()))
+    rank, step, value, wall_time = part.columns
+    return pa.Table.from_arrays([rank, step, metric, value, wall_time], schema=_LONG_SCHEMA_DICT)
+
+
+@dataclass(frozen=True)
+class _Piece:
+    """Rows ``[start, end)`` of source ``source``: one block, first and last step ``lo``/``hi``."""
+
+    source: int
+    start: int
+    end: int
+    lo: int
+    hi: int
+
+
+class _SourceReader:
+    """Reads row ranges of a sorted source, in ascending order, a row group at a time; keeps the
+    group it is in until it is used up (the next block of the file usually starts there)."""
+
+    def __init__(self, path: str) -> None:
+        self.file = pq.ParquetFile(path)
+        meta = self.file.metadata
+        sizes = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
+        self.starts = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)])
+        self._cached: tuple[int, pa.Table] | None = None
+
+    def rows(self, start: int, end: int) -> Iterator[pa.Table]:
+        group = int(np.searchsorted(self.starts, start, side="right")) - 1
+        while start < end:
+            table = self._group(group)
+            first, stop = int(self.starts[group]), min(end, int(self.starts[group + 1]))
+            yield table.slice(start - first, stop - start)
+            if stop == int(self.starts[group + 1]):
+                self._cached = None
+            start, group = stop, group + 1
+
+    def _group(self, group: int) -> pa.Table:
+        if self._cached is None or self._cached[0] != group:
+            table = self.file.read_row_group(group, columns=_READ_SCHEMA.names)
+            self._cached = (group, table if table.schema == _READ_SCHEMA else table.cast(_READ_SCHEMA))
+        return self._cached[1]
+
+
+def _block_chunks(readers: list[_SourceReader], pieces: list[_Piece]) -> Iterator[pa.Table]:
+    """The rows of one (metric, rank) in step order, one key once (the highest source wins)."""
+    if all(a.hi < b.lo for a, b in itertools.pairwise(pieces)):
+        for p in pieces:
+            yield from readers[p.source].rows(p.start, p.end)
+        return
+    table = pa.concat_tables([t for p in pieces for t in readers[p.source].rows(p.start, p.end)]).combine_chunks()
+    steps = table.column("step").to_numpy()
+    order = np.argsort(steps, kind="stable")
+    ordered = steps[order]
+    last = np.ones(order.size, bool)
+    last[:-1] = ordered[1:] != ordered[:-1]
+    yield table.take(order[last])
+
+
+class _RollupAccumulator:
+    """Cross-rank statistics of one metric per step over ``[lo, hi]``, fed one rank at a time
+    (each rank's steps strictly ascending). Mean and variance by Welford's update (Welford 1962;
+    Chan, Golub & LeVeque 1983), stable when the mean dwarfs the spread; ties of min/max go to
+    the lowest rank."""
+
+    def __init__(self, lo: int, hi: int) -> None:
+        span = hi - lo + 1
+        self.lo = lo
+        self.n = np.zeros(span, np.int64)
+        self.n_nonfinite = np.zeros(span, np.int64)
+        self.count = np.zeros(span, np.int64)
+        self.mean = np.zeros(span)
+        self.m2 = np.zeros(span)
+        self.min = np.full(span, np.inf)
+        self.max = np.full(span, -np.inf)
+        self.argmin = np.zeros(span, np.int32)
+        self.argmax = np.zeros(span, np.int32)
+
+    def add(self, rank: int, chunk: _Chunk) -> None:
+        idx = chunk.steps - self.lo
+        dense = int(idx[-1]) - int(idx[0]) + 1 == idx.size
+        where: slice | np.ndarray = slice(int(idx[0]), int(idx[-1]) + 1) if dense else idx
+        self.n[where] += 1
+        values = chunk.values
+        if not chunk.all_finite:
+            self.n_nonfinite[where] += chunk.nonfinite
+            where, values = idx[chunk.finite], values[chunk.finite]
+            if values.size == 0:
+                return
+        count = self.count[where] + 1
+        mean = self.mean[where]
+        delta = values - mean
+        mean = mean + delta / count
+        self.m2[where] += delta * (values - mean)
+        self.mean[where] = mean
+        self.count[where] = count
+        low = self.min[where]
+        lower = values < low
+        self.min[where] = np.where(lower, values, low)
+        self.argmin[where] = np.where(lower, rank, self.argmin[where])
+        high = self.max[where]
+        higher = values > high
+        self.max[where] = np.where(higher, values, high)
+        self.argmax[where] = np.where(higher, rank, self.argmax[where])
+
+    def table(self, metric: str) -> pa.Table:
+        """Rows for the steps some rank logged, as ``BUILD_ROLLUP`` defines them."""
+        at = np.flatnonzero(self.n > 0)
+        count = self.count[at]
+        none = count == 0
+
+        def col(values: np.ndarray) -> pa.Array[Any]:
+            array: pa.Array[Any] = pa.array(values, mask=none if none.any() else None)
+            return array
+
+        return pa.table(
+            {
+                "metric": pa.repeat(pa.scalar(metric), at.size),
+                "step": pa.array(at + self.lo),
+                "n": pa.array(self.n[at]),
+                "n_nonfinite": pa.array(self.n_nonfinite[at]),
+                "mean": col(self.mean[at]),
+                "min": col(self.min[at]),
+                "max": col(self.max[at]),
+                "std": col(np.sqrt(self.m2[at] / np.maximum(count, 1))),
+                "argmin_rank": col(self.argmin[at]),
+                "argmax_rank": col(self.argmax[at]),
+            }
+        )
+
+
+@dataclass
+class _Chunk:
+    """Consecutive rows of one (metric, rank) as numpy arrays (``nonfinite`` is meaningful only
+    when not ``all_finite``)."""
+
+    table: pa.Table
+    steps: np.ndarray
+    values: np.ndarray
+    all_finite: bool
+    finite: np.ndarray
+    nonfinite: np.ndarray
+
+    @classmethod
+    def of(cls, table: pa.Table) -> _Chunk:
+        values_col = table.column("value")
+        values = values_col.to_numpy()
+        finite = np.isfinite(values)
+        if finite.all():
+            return cls(table, table.column("step").to_numpy(), values, True, finite, finite)
+        # NULL (a value-less record) is neither finite nor non-finite, as in SQL.
+        nonfinite = ~finite & values_col.is_valid().to_numpy() if values_col.null_count else ~finite
+        return cls(table, table.column("step").to_numpy(), values, False, finite, nonfinite)
+
+
+class _RankBuckets:
+    """Per-rank step buckets of width ``width`` for the heatmap: per (metric, rank, step // width)
+    the first and last step, the mean and max of the finite values and the count of the others."""
+
+    def __init__(self, width: int) -> None:
+        self.width = width
+        self.tables: list[pa.Table] = []
+        self._parts: list[tuple[np.ndarray, ...]] = []
+
+    def add(self, chunk: _Chunk) -> None:
+        buckets = np.floor_divide(chunk.steps, self.width)
+        starts = np.r_[0, np.flatnonzero(np.diff(buckets)) + 1]
+        ends = np.r_[starts[1:], buckets.size]
+        if chunk.all_finite:
+            finite_values, highs = chunk.values, chunk.values
+            counts = ends - starts
+            nonfinite = np.zeros(starts.size, np.int64)
+        else:
+            finite_values = np.where(chunk.finite, chunk.values, 0.0)
+            highs = np.where(chunk.finite, chunk.values, -np.inf)
+            counts = np.add.reduceat(chunk.finite.astype(np.int64), starts)
+            nonfinite = np.add.reduceat(chunk.nonfinite.astype(np.int64), starts)
+        self._parts.append(
+            (
+                buckets[starts],
+                chunk.steps[starts],
+                chunk.steps[ends - 1],
+                np.add.reduceat(finite_values, starts),
+                counts,
+                np.maximum.reduceat(highs, starts),
+                nonfinite,
+            )
+        )
+
+    def finish_block(self, metric: str, rank: int) -> None:
+        """Close the block of (metric, rank): join buckets split across chunks into one row."""
+        if not self._parts:
+            return
+        bucket, first, last, total, count, high, nonfinite = (np.concatenate(c) for c in zip(*self._parts, strict=True))
+        self._parts = []
+        starts = np.r_[0, np.flatnonzero(np.diff(bucket)) + 1]
+        if starts.size < bucket.size:
+            ends = np.r_[starts[1:], bucket.size]
+            bucket, first, last = bucket[starts], first[starts], last[ends - 1]
+            total, count = np.add.reduceat(total, starts), np.add.reduceat(count, starts)
+            high, nonfinite = np.maximum.reduceat(high, starts), np.add.reduceat(nonfinite, starts)
+        none = count == 0
+        mask = none if none.any() else None
+        self.tables.append(
+            pa.table(
+                {
+                    "metric": pa.repeat(pa.scalar(metric), bucket.size),
+                    "rank": pa.array(np.full(bucket.size, rank, np.int32)),
+                    "bucket": pa.array(bucket),
+                    "first_step": pa.array(first),
+                    "last_step": pa.array(last),
+                    "mean": pa.array(total / np.maximum(count, 1), mask=mask),
+                    "max": pa.array(high, mask=mask),
+                    "n_nonfinite": pa.array(nonfinite),
+                }
+            )
+        )
+
+
+class _BackgroundWriter:
+    """A Parquet file written by a worker thread: encoding and compression (which release the GIL)
+    overlap the caller's reading and arithmetic; at most two tables wait in the queue."""
+
+    def __init__(self, path: Path, schema: pa.Schema, options: dict[str, Any]) -> None:
+        self._writer = pq.ParquetWriter(path, schema, **options)
+        self._queue: queue.Queue[tuple[pa.Table, int | None] | None] = queue.Queue(maxsize=2)
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name=f"write {path.name}", daemon=True)
+        self._thread.start()
+
+    def write(self, table: pa.Table, row_group_size: int | None = None) -> None:
+        if self._error is not None:
+            raise self._error
+        self._queue.put((table, row_group_size))
+
+    def _run(self) -> None:
+        while (item := self._queue.get()) is not None:
+            if self._error is None:
+                try:
+                    self._writer.write_table(item[0], row_group_size=item[1])
+                except BaseException as exc:  # handed to the caller in close()
+                    self._error = exc
+
+    def close(self, metadata: dict[str, str] | None = None) -> None:
+        """Wait for the queued tables, add footer ``metadata`` and close; re-raises a write error."""
+        self._queue.put(None)
+        self._thread.join()
+        if self._error is not None:
+            self._writer.close()
+            raise self._error
+        if metadata:
+            self._writer.add_key_value_metadata(metadata)
+        self._writer.close()
+
+
+class _LongWriter:
+    """Writes the long file in row groups of ``LONG_ROW_GROUP`` rows and its block index."""
+
+    def __init__(self, path: Path, metrics: list[str]) -> None:
+        self.dictionary = pa.array(metrics, pa.string())
+        self.codes = {m: i for i, m in enumerate(metrics)}
+        self.writer = _BackgroundWriter(path, _LONG_SCHEMA_DICT, _LONG_WRITE_OPTIONS)
+        self.buffer: list[pa.Table] = []
+        self.buffered = 0
+
+    def add(self, metric: str, rank: int, chunk: pa.Table) -> None:
+        n = chunk.num_rows
+        self.buffer.append(
+            pa.Table.from_arrays(
+                [
+                    pa.array(np.full(n, rank, np.int32)),
+                    chunk.column("step"),
+                    pa.DictionaryArray.from_arrays(np.full(n, self.codes[metric], np.int32), self.dictionary),
+                    chunk.column("value"),
+                    chunk.column("wall_time"),
+                ],
+                schema=_LONG_SCHEMA_DICT,
+            )
+        )
+        self.buffered += n
+        if self.buffered >= LONG_ROW_GROUP:
+            self._flush(final=False)
+
+    def _flush(self, final: bool) -> None:
+        table = pa.concat_tables(self.buffer)
+        keep = table.num_rows if final else table.num_rows - table.num_rows % LONG_ROW_GROUP
+        self.writer.write(table.slice(0, keep), LONG_ROW_GROUP)
+        rest = table.slice(keep)
+        self.buffer, self.buffered = ([rest] if rest.num_rows else []), rest.num_rows
+
+    def close(self, blocks: list[list[Any]]) -> None:
+        if self.buffered:
+            self._flush(final=True)
+        self.writer.close({INDEX_KEY: json.dumps(blocks)})
+
+
+@dataclass
+class _MergeResult:
+    """What a merge wrote (temporary paths) and the catalog figures of the new generation."""
+
+    long_path: Path
+    rollup_path: Path
+    rankb_path: Path
+    first: int | None
+    last: int | None
+    n_steps: int
+    n_rows: int
+    ranks: int
+    metric_rows: list[tuple[str, bool]]
+    width: int
+
+
+def _source_blocks(engine: duckdb.DuckDBPyConnection, path: str) -> list[Block]:
+    """A source's block index: from its footer, else (a long file written before the index
+    existed, sorted by metric, rank, step all the same) computed by DuckDB."""
+    meta = pq.read_metadata(path).metadata or {}
+    raw = meta.get(INDEX_KEY.encode())
+    if raw is not None:
+        return [(str(m), int(r), int(n), int(lo), int(hi)) for m, r, n, lo, hi in json.loads(raw)]
+    if Path(path).parent.name == "staging":
+        raise StabScopeError(
+            f"{path}: staged file without a block index (written by an older StabScope): finish the "
+            "compaction with that version, or delete the run and compact it again"
+        )
+    rows = engine.execute(q.BLOCK_INDEX, {"files": [path]}).fetchall()
+    return [(str(m), int(r), int(n), int(lo), int(hi)) for m, r, n, lo, hi in rows]
+
+
+def _plan(blocks_by_source: list[list[Block]]) -> dict[tuple[str, int], list[_Piece]]:
+    plan: dict[tuple[str, int], list[_Piece]] = {}
+    for source, blocks in enumerate(blocks_by_source):
+        offset = 0
+        for metric, rank, n, lo, hi in blocks:
+            plan.setdefault((metric, rank), []).append(_Piece(source, offset, offset + n, lo, hi))
+            offset += n
+    return plan
+
+
+_ROLLUP_SCHEMA_FIELDS: dict[str, pa.DataType] = {
+    "metric": pa.string(),
+    "step": pa.int64(),
+    "n": pa.int64(),
+    "n_nonfinite": pa.int64(),
+    "mean": pa.float64(),
+    "min": pa.float64(),
+    "max": pa.float64(),
+    "std": pa.float64(),
+    "argmin_rank": pa.int32(),
+    "argmax_rank": pa.int32(),
+}
+_ROLLUP_SCHEMA = pa.schema(_ROLLUP_SCHEMA_FIELDS)
+_RANKB_SCHEMA_FIELDS: dict[str, pa.DataType] = {
+    "metric": pa.string(),
+    "rank": pa.int32(),
+    "bucket": pa.int64(),
+    "first_step": pa.int64(),
+    "last_step": pa.int64(),
+    "mean": pa.float64(),
+    "max": pa.float64(),
+    "n_nonfinite": pa.int64(),
+}
+_RANKB_SCHEMA = pa.schema(_RANKB_SCHEMA_FIELDS)
+
+
+def _merge_sources(engine: duckdb.DuckDBPyConnection, sources: list[str], run_dir: Path, gen: int) -> _MergeResult:
+    """Merge sorted sources (lowest priority first) into the long, rollup and rank-bucket files of ``gen``."""
+    plan = _plan([_source_blocks(engine, path) for path in sources])
+    keys = sorted(plan)
+    pieces = [p for ps in plan.values() for p in ps]
+    first = min((p.lo for p in pieces), default=None)
+    last = max((p.hi for p in pieces), default=None)
+    span = 0 if first is None or last is None else last - first + 1
+    metrics = sorted({m for m, _ in keys})
+    result = _MergeResult(
+        long_path=_tmp_target(run_dir / "long" / f"g{gen:06d}.parquet"),
+        rollup_path=_tmp_target(run_dir / "rollup" / f"g{gen:06d}.parquet"),
+        rankb_path=_tmp_target(run_dir / "rankb" / f"g{gen:06d}.parquet"),
+        first=first,
+        last=last,
+        n_steps=0,
+        n_rows=0,
+        ranks=len({r for _, r in keys if r >= 0}),
+        metric_rows=[(m, any(k == m and r >= 0 for k, r in keys)) for m in metrics],
+        width=max(1, -(-span // HEATMAP_MAX_BUCKETS)),
+    )
+    merger = _Merger(sources, plan, result, span)
+    for metric in metrics:
+        merger.merge_metric(metric, [r for m, r in keys if m == metric])
+    merger.close(engine)
+    return result
+
+
+class _Merger:
+    """Streams every block of a plan into the new generation's files (see ``_merge_sources``)."""
+
+    def __init__(
+        self, sources: list[str], plan: dict[tuple[str, int], list[_Piece]], result: _MergeResult, span: int
+    ) -> None:
+        self.readers = [_SourceReader(path) for path in sources]
+        self.plan = plan
+        self.result = result
+        self.steps_seen = np.zeros(span if span <= DENSE_SPAN_MAX else 0, bool)
+        self.long = _LongWriter(result.long_path, sorted({m for m, _ in plan}))
+        self.rollup = _BackgroundWriter(result.rollup_path, _ROLLUP_SCHEMA, _ROLLUP_WRITE_OPTIONS)
+        self.rankb = _BackgroundWriter(result.rankb_path, _RANKB_SCHEMA, _RANKB_WRITE_OPTIONS)
+        self.rank_buckets = _RankBuckets(result.width)
+        self.wide_metrics: list[str] = []
+        self.blocks: list[list[Any]] = []
+
+    def merge_metric(self, metric: str, ranks: list[int]) -> None:
+        rank_pieces = [p for r in ranks if r >= 0 for p in self.plan[(metric, r)]]
+        acc = None
+        if rank_pieces:
+            lo, hi = min(p.lo for p in rank_pieces), max(p.hi for p in rank_pieces)
+            if hi - lo + 1 <= DENSE_SPAN_MAX:
+                acc = _RollupAccumulator(lo, hi)
+            else:
+                self.wide_metrics.append(metric)
+        for rank in ranks:
+            self._merge_block(metric, rank, acc)
+        if acc is not None:
+            self.rollup.write(acc.table(metric))
+        if self.rank_buckets.tables:
+            self.rankb.write(pa.concat_tables(self.rank_buckets.tables).cast(_RANKB_SCHEMA))
+            self.rank_buckets.tables = []
+
+    def _merge_block(self, metric: str, rank: int, acc: _RollupAccumulator | None) -> None:
+        rows, lo, hi = 0, 0, 0
+        for table in _block_chunks(self.readers, self.plan[(metric, rank)]):
+            chunk = _Chunk.of(table)
+            self.long.add(metric, rank, table)
+            if self.steps_seen.size and self.result.first is not None:
+                self.steps_seen[chunk.steps - self.result.first] = True
+            if rank >= 0:
+                if acc is not None:
+                    acc.add(rank, chunk)
+                self.rank_buckets.add(chunk)
+            lo = int(chunk.steps[0]) if rows == 0 else lo
+            hi = int(chunk.steps[-1])
+            rows += chunk.steps.size
+        if rank >= 0:
+            self.rank_buckets.finish_block(metric, rank)
+        self.blocks.append([metric, rank, rows, lo, hi])
+        self.result.n_rows += rows
+
+    def close(self, engine: duckdb.DuckDBPyConnection) -> None:
+        """Finish the files; metrics too wide for the in-memory rollup are rolled up by DuckDB."""
+        self.long.close(self.blocks)
+        files = [str(self.result.long_path)]
+        for metric in self.wide_metrics:
+            table = engine.sql(q.BUILD_ROLLUP, params={"files": files, "metric": metric}).to_arrow_table()
+            self.rollup.write(table.cast(_ROLLUP_SCHEMA))
+        self.rollup.close()
+        self.rankb.close()
+        if self.steps_seen.size:
+            self.result.n_steps = int(np.count_nonzero(self.steps_seen))
+        elif self.result.n_rows:
+            row = _one(engine.execute(q.COUNT_STEPS, {"files": files}))
+            self.result.n_steps = int(row[0]) if row else 0
 
 
 def _tmp_target(path: Path) -> Path:
