@@ -229,8 +229,7 @@ def cmd_spikes(args: argparse.Namespace) -> int:
         print(f"{args.run}: no spikes detected")
     for s in spikes:
         state = "recovered" if s["recovered"] else "DIVERGED"
-        ratio = s.get("ratio")
-        ratio_txt = f"{ratio:.2f}x" if isinstance(ratio, float) else str(ratio)
+        ratio_txt = _ratio_text(s.get("ratio"))
         print(
             f"{s['metric']:>10} step {s['start']}-{s['end']} (peak {s['peak']}, {ratio_txt}) {state}: "
             f"{s['cause']} ({s['confidence']:.0%})"
@@ -244,26 +243,45 @@ def cmd_spikes(args: argparse.Namespace) -> int:
 def cmd_diagnose(args: argparse.Namespace) -> int:
     store = _store(args)
     store.run_info(args.run)
-    spikes = store.spikes(args.run)
-    hit = [s for s in spikes if s["start"] <= args.step <= s["end"]]
-    if not hit:
-        near = ", ".join(f"{s['start']}-{s['end']}" for s in spikes[:10]) or "none"
-        raise StabScopeError(f"no detected spike of run {args.run!r} covers step {args.step} (spikes at steps: {near})")
-    s = min(hit, key=lambda s: abs(s["peak"] - args.step))
+    hit = [s for s in store.spikes(args.run) if s["start"] <= args.step <= s["end"] and s["metric"] == args.metric]
+    note = ""
+    if hit:
+        s = min(hit, key=lambda s: abs(s["peak"] - args.step))
+    else:
+        # A spike seen elsewhere (or below our thresholds): walk the tree for this step anyway.
+        from stab_core.analysis import explain_step
+
+        try:
+            s = explain_step(store.run_view(args.run), args.step, args.metric).to_dict()
+        except ValueError as exc:
+            raise StabScopeError(str(exc)) from exc
+        note = f"(no detected {args.metric} spike covers step {args.step}: the step was diagnosed as if it were one)"
     if args.json:
         _print_json(s)
         return 0
+    if note:
+        print(note)
     print(
-        f"{s['metric']} spike at step {s['peak']} ({s['start']}-{s['end']}): cause {s['cause']} "
-        f"(confidence {s['confidence']:.0%}), {'recovered' if s['recovered'] else 'diverged'}"
+        f"{s['metric']} spike at step {s['peak']} ({s['start']}-{s['end']}, {_ratio_text(s.get('ratio'))}): "
+        f"cause {s['cause']} (confidence {s['confidence']:.0%}), {'recovered' if s['recovered'] else 'diverged'}"
     )
     for node in s.get("path", []):
-        ev = ", ".join(f"{k}={v}" for k, v in node.get("evidence", {}).items())
-        print(f"  [{node['node']}] {node.get('question', '')} -> {node['answer']}  ({ev})")
+        ev = ", ".join(f"{k}={_short(v)}" for k, v in node.get("evidence", {}).items())
+        print(f"  [{node['node']}] {node.get('question', '')}\n      -> {node['answer']}  ({ev})")
+    if s.get("missing"):
+        print("data that would settle the unknown nodes: " + "; ".join(s["missing"]))
     print("actions:")
     for action in s.get("actions", []):
         print(f"  - {action}")
     return 0
+
+
+def _ratio_text(ratio: Any) -> str:
+    return f"{ratio:.2f}x" if isinstance(ratio, int | float) else "ratio n/a"
+
+
+def _short(value: Any) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
 # ----------------------------------------------------------------------------- parser
@@ -315,6 +333,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("diagnose", cmd_diagnose, "explain the spike at a step")
     p.add_argument("run")
     p.add_argument("--step", type=int, required=True)
+    p.add_argument("--metric", default="loss", help="metric the spike is in (default loss)")
     _add_training_commands(add)
     return parser
 

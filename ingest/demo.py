@@ -33,7 +33,12 @@ def write_simulated_shards(sim: Any, shard_dir: Path, wall_start: float = 1.7e9)
                 for e in sim.events:
                     writer.event(e.step, e.kind, e.label, **e.detail)
                 writer.write_columns(steps, sim.run_level, rank=-1, wall_time=wall)
-            columns = {name: matrix[rank] for name, matrix in sim.per_rank.items()}
+            present = None if sim.present_rank is None else sim.present_rank[rank]
+            # A rank that logged nothing at a step is a gap (null), not a logged NaN.
+            columns = {
+                name: matrix[rank] if present is None else np.ma.masked_array(matrix[rank], mask=~present)
+                for name, matrix in sim.per_rank.items()
+            }
             if columns:
                 writer.write_columns(steps, columns, wall_time=wall)
 
