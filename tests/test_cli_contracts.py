@@ -56,7 +56,9 @@ def test_import_json_contract_then_spikes_and_diagnose(tmp_path: Path) -> None:
     assert rows and float(rows[0].split(",")[3]) > 15
 
 
-@pytest.mark.parametrize("content", [b"\x00\x01\x02 binary garbage \xff\xfe" * 50, b"hello world\nnot a log\n"])
+@pytest.mark.parametrize(
+    "content", [b"\x00\x01\x02 binary garbage \xff\xfe" * 50, b"hello world\nnot a log\n"], ids=["binary", "text"]
+)
 def test_refused_input_leaves_the_store_unchanged(tmp_path: Path, content: bytes) -> None:
     store = tmp_path / "store"
     log = _llmc_log(tmp_path / "main.log", steps=50, spike=40)
