@@ -180,6 +180,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise StabScopeError(f"cannot find the app at {app}: install StabScope from its source tree")
     env = dict(os.environ)
     env["STABSCOPE_STORE"] = str(Path(args.store).expanduser() if args.store else default_store_path())
+    if not args.no_demo:
+        # Seed here, with a terminal progress bar, so the first page the browser opens is instant.
+        from ingest.demo import seed_demo_store
+        from ingest.store import Store
+
+        with _progress("first start: demo runs", unit="run") as progress:
+            seed_demo_store(Store(env["STABSCOPE_STORE"]), progress=progress)
+    else:
+        env["STABSCOPE_NO_DEMO"] = "1"
     cmd = [
         sys.executable,
         "-m",
@@ -323,6 +332,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run")
     p = add("serve", cmd_serve, "start the dashboard (Streamlit)")
     p.add_argument("--port", type=int, default=8501)
+    p.add_argument("--no-demo", action="store_true", help="do not add the demo runs to an empty store")
     add("demo", cmd_demo, "(re)create the demo runs in the store")
     p = add("import", cmd_import, "import training logs (auto-detected format)")
     p.add_argument("paths", nargs="+")
