@@ -43,6 +43,7 @@ from ingest.formats.base import Reader
 from stab_core.metrics import RUN_RANK
 
 U8 = npt.NDArray[np.uint8]
+W64 = npt.NDArray[np.uint64]
 I64 = npt.NDArray[np.int64]
 
 _MASK_DELTA: Final = 0xA282EAD8
@@ -51,6 +52,8 @@ _MAX_RECORD: Final = 1 << 31
 _FILE_RE: Final = re.compile(r"(^|\.)tfevents(\.|$)")
 _RANK_DIR: Final = re.compile(r"^rank[_\-]?(\d+)$")
 _GATHER_ROWS: Final = 1 << 16
+_PAD: Final = 160
+"""Zero bytes appended to a block so that fixed-width gathers never read past its end."""
 
 DT_FLOAT: Final = 1
 DT_DOUBLE: Final = 2
@@ -240,16 +243,16 @@ def frame_records(data: bytes, final: bool) -> _Frames:
     Stops at an incomplete last record (``end`` = where the next read must resume) unless ``final``,
     where it is reported as truncated.
     """
-    u8 = np.frombuffer(data, dtype=np.uint8)
+    w64 = words_at(data)
     n = len(data)
     starts: list[I64] = []
     lengths: list[I64] = []
     corrupt: list[tuple[int, str]] = []
     pos = 0
     while pos + 12 <= n:
-        s, ln, pos = _frame_run(data, u8, pos)
+        s, ln, pos = _frame_run(data, w64, pos)
         if s.size:
-            ok, bad_at = _check_length_crcs(data, u8, s, ln)
+            ok, bad_at = _check_length_crcs(data, w64, s, ln)
             starts.append(s[:ok])
             lengths.append(ln[:ok])
             if bad_at is None:
@@ -276,7 +279,7 @@ def frame_records(data: bytes, final: bool) -> _Frames:
     )
 
 
-def _frame_run(data: bytes, u8: U8, pos: int) -> tuple[I64, I64, int]:
+def _frame_run(data: bytes, w64: npt.NDArray[np.uint64], pos: int) -> tuple[I64, I64, int]:
     """Frame consecutive records from ``pos``: a short sequential walk, then predicted in bulk."""
     n = len(data)
     walk_s: list[int] = []
@@ -309,7 +312,7 @@ def _frame_run(data: bytes, u8: U8, pos: int) -> tuple[I64, I64, int]:
         pred_s, pred_l = pred_s[:first_out], pred_l[:first_out]
     if pred_s.size == 0:
         return s_arr, l_arr, p
-    got = _gather_u64(u8, pred_s)
+    got = _gather_u64(w64, pred_s)
     wrong = np.flatnonzero(got != pred_l.astype(np.uint64))
     m = int(wrong[0]) if wrong.size else pred_s.size
     pred_s, pred_l = pred_s[:m], pred_l[:m]
@@ -324,26 +327,30 @@ def _period(lengths: list[int]) -> int | None:
     return None
 
 
-def _gather_u64(u8: U8, starts: I64) -> npt.NDArray[np.uint64]:
-    out = np.zeros(starts.shape[0], np.uint64)
-    for k in range(8):
-        out |= u8[starts + k].astype(np.uint64) << np.uint64(8 * k)
+def words_at(data: bytes) -> npt.NDArray[np.uint64]:
+    """``w[i]`` = the little-endian uint64 at byte ``i`` of ``data`` (an unaligned strided view:
+    one fancy-index gather reads 8 bytes)."""
+    n = max(len(data) - 7, 0)
+    view: npt.NDArray[np.uint64] = np.ndarray((n,), dtype="<u8", buffer=data, offset=0, strides=(1,))
+    return view
+
+
+def _gather_u64(w64: npt.NDArray[np.uint64], starts: I64) -> npt.NDArray[np.uint64]:
+    out: npt.NDArray[np.uint64] = w64[starts]
     return out
 
 
-def _gather_u32(u8: U8, starts: I64) -> npt.NDArray[np.uint64]:
-    out = np.zeros(starts.shape[0], np.uint64)
-    for k in range(4):
-        out |= u8[starts + k].astype(np.uint64) << np.uint64(8 * k)
+def _gather_u32(w64: npt.NDArray[np.uint64], starts: I64) -> npt.NDArray[np.uint64]:
+    out: npt.NDArray[np.uint64] = w64[starts] & np.uint64(0xFFFFFFFF)
     return out
 
 
-def _check_length_crcs(data: bytes, u8: U8, starts: I64, lengths: I64) -> tuple[int, int | None]:
+def _check_length_crcs(data: bytes, w64: npt.NDArray[np.uint64], starts: I64, lengths: I64) -> tuple[int, int | None]:
     """``(number of leading records whose length CRC is right, index of the first wrong or None)``.
 
     The CRC of a length field depends on the length only, so it is computed once per distinct length.
     """
-    stored = _gather_u32(u8, starts + 8)
+    stored = _gather_u32(w64, starts + 8)
     uniq, inverse = np.unique(lengths, return_inverse=True)
     expected_u = np.array([masked_crc(struct.pack("<Q", int(v))) for v in uniq], np.uint64)
     bad = np.flatnonzero(stored != expected_u[inverse])
@@ -376,20 +383,26 @@ class _Scalars:
     """(tag, record index, value, wall time, step)."""
 
 
-def _gather_rows(u8: U8, starts: I64, width: int) -> U8:
-    idx = starts[:, None] + np.arange(width, dtype=np.int64)[None, :]
-    np.minimum(idx, u8.shape[0] - 1, out=idx)
-    rows: U8 = u8[idx]
+def _gather_rows(w64: npt.NDArray[np.uint64], starts: I64, width: int) -> U8:
+    """Bytes ``[start, start + width)`` for each start, as an ``(n, width)`` uint8 matrix.
+
+    ``w64`` must view a buffer padded with at least ``width + 8`` bytes past any row's end."""
+    n_words = (width + 7) // 8
+    idx = starts[:, None] + 8 * np.arange(n_words, dtype=np.int64)[None, :]
+    np.minimum(idx, w64.shape[0] - 1, out=idx)
+    words = np.ascontiguousarray(w64[idx])
+    rows: U8 = words.view(np.uint8).reshape(starts.shape[0], n_words * 8)[:, :width]
     return rows
 
 
 def decode_block(data: bytes, starts: I64, lengths: I64) -> tuple[_Scalars, list[tuple[int, str]]]:
     """Decode the payloads at ``starts`` (record starts) in bulk; returns scalars and bad records."""
-    u8 = np.frombuffer(data, dtype=np.uint8)
     out = _Scalars()
     bad: list[tuple[int, str]] = []
     if starts.size == 0:
         return out, bad
+    padded = data + bytes(_PAD)
+    u8 = words_at(padded)
     payload = starts + 12
     keys = _layout_keys(u8, payload, lengths)
     order = np.lexsort((np.arange(keys.shape[0]), keys))
@@ -400,28 +413,65 @@ def decode_block(data: bytes, starts: I64, lengths: I64) -> tuple[_Scalars, list
     return out, bad
 
 
-def _layout_keys(u8: U8, payload: I64, lengths: I64) -> npt.NDArray[np.uint64]:
-    """A hash of what usually tells layouts apart: length, step-varint length, first tag bytes."""
-    n = payload.shape[0]
-    head = _gather_rows(u8, payload, 10)
-    std = (head[:, 0] == 0x09) & (head[:, 9] == 0x10) & (lengths >= 12)
-    vlen = np.zeros(n, np.int64)
-    if std.any():
-        var = _gather_rows(u8, payload + 10, 10)
-        ends = np.argmax(var < 0x80, axis=1) + 1
-        vlen = np.where(std, ends, 0)
-    tail = _gather_rows(u8, payload + 10 + vlen, 24)
-    within = np.arange(24)[None, :] < (lengths - 10 - vlen)[:, None]
-    tail = np.where(within, tail, 0).astype(np.uint64)
-    h = lengths.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15) ^ vlen.astype(np.uint64)
-    for k in range(24):
-        h = (h ^ tail[:, k]) * np.uint64(0x100000001B3)
-    return h
+def _byte(w64: W64, at: I64, k: int = 0) -> I64:
+    """Byte ``k`` of the word at each position (the byte at ``at + k``)."""
+    out: I64 = ((w64[np.minimum(at, w64.shape[0] - 1)] >> np.uint64(8 * k)) & np.uint64(0xFF)).astype(np.int64)
+    return out
+
+
+def _varint_width(w64: W64, at: I64) -> I64:
+    """Bytes of the varint at each position (1 or 2; 3 stands for 'longer')."""
+    word = w64[np.minimum(at, w64.shape[0] - 1)]
+    b0 = word & np.uint64(0x80)
+    b1 = word & np.uint64(0x8000)
+    width: I64 = np.where(b0 == 0, 1, np.where(b1 == 0, 2, 3)).astype(np.int64)
+    return width
+
+
+def _layout_keys(u8: W64, payload: I64, lengths: I64) -> npt.NDArray[np.uint64]:
+    """A hash of what tells layouts apart in the common record shape (one scalar per Event, short
+    tag): record length, length of the step varint and the tag bytes (first and last 16). Records of
+    another shape are keyed by their length only; the exact check happens per group afterwards."""
+    last = u8.shape[0] - 1
+    prime = np.uint64(0x100000001B3)
+    h = lengths.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+    w0 = u8[np.minimum(payload, last)]
+    w9 = u8[np.minimum(payload + 9, last)]  # 0x10, then the step varint
+    std = ((w0 & np.uint64(0xFF)) == 0x09) & ((w9 & np.uint64(0xFF)) == 0x10) & (lengths >= 24)
+    if not std.any():
+        return h
+    vlen = np.ones(payload.shape[0], np.int64)
+    more = np.ones(payload.shape[0], bool)
+    for k in range(1, 8):  # the varint: bytes with the high bit set, then one without
+        more &= ((w9 >> np.uint64(8 * k - 1)) & np.uint64(1)) == 1
+        vlen += more
+    # Event.summary 0x2a <len> | Summary.value 0x0a <len> | Value.tag 0x0a <len> | tag bytes
+    w = u8[np.minimum(payload + 10 + vlen, last)]
+    std &= (w & np.uint64(0x80FF80FF80FF)) == np.uint64(0x0A000A00002A)
+    tag_len = ((w >> np.uint64(40)) & np.uint64(0xFF)).astype(np.int64)
+    tag_start = payload + 16 + vlen
+    std &= tag_start + tag_len <= payload + lengths
+    key = h ^ (vlen.astype(np.uint64) << np.uint64(56)) ^ tag_len.astype(np.uint64)
+    last_start = tag_start + np.maximum(tag_len - 16, 0)
+    for at, valid in (
+        (tag_start, tag_len),
+        (tag_start + 8, tag_len - 8),
+        (last_start, np.minimum(tag_len, 8)),
+        (last_start + 8, np.minimum(tag_len, 16) - 8),
+    ):
+        word = u8[np.minimum(at, last)]
+        nbytes = np.clip(valid, 0, 8).astype(np.uint64)
+        keep = np.where(
+            nbytes >= 8, np.uint64(0xFFFFFFFFFFFFFFFF), (np.uint64(1) << (np.uint64(8) * nbytes)) - np.uint64(1)
+        )
+        key = (key ^ (word & keep)) * prime
+    result: npt.NDArray[np.uint64] = np.where(std, key, h)
+    return result
 
 
 def _decode_group(
     data: bytes,
-    u8: U8,
+    u8: W64,
     payload: I64,
     lengths: I64,
     group: I64,
@@ -447,23 +497,31 @@ def _decode_group(
             return
 
 
-def _match_layout(u8: U8, payload: I64, lengths: I64, rows: I64, layout: Layout, template: bytes) -> tuple[I64, I64]:
+def _match_layout(u8: W64, payload: I64, lengths: I64, rows: I64, layout: Layout, template: bytes) -> tuple[I64, I64]:
+    """Split ``rows`` into those with ``layout`` (every fixed byte equal to the template's, the step
+    varint's continuation bits too) and the rest. Compares 8 bytes per gather."""
     same_len = lengths[rows] == layout.length
     candidates = rows[same_len]
     others = rows[~same_len]
     if candidates.size <= 1:
         return candidates, others
-    fixed = np.array(sorted(set(range(layout.length)) - layout.variable - _step_bytes(layout)), np.int64)
-    tmpl = np.frombuffer(template, np.uint8)
+    mask = np.full(layout.length, 0xFF, np.uint8)
+    for i in layout.variable:
+        mask[i] = 0
+    for i in _step_bytes(layout):
+        mask[i] = 0x80
+    n_words = (layout.length + 7) // 8
+    padded_mask = np.zeros(n_words * 8, np.uint8)
+    padded_mask[: layout.length] = mask
+    padded_tmpl = np.zeros(n_words * 8, np.uint8)
+    padded_tmpl[: layout.length] = np.frombuffer(template, np.uint8)
+    word_mask = padded_mask.view("<u8")
+    word_tmpl = padded_tmpl.view("<u8") & word_mask
+    base = payload[candidates]
     ok = np.ones(candidates.size, bool)
-    msb_pos = np.array(sorted(_step_bytes(layout)), np.int64)
-    for lo in range(0, candidates.size, _GATHER_ROWS):
-        sel = candidates[lo : lo + _GATHER_ROWS]
-        rows_u8 = _gather_rows(u8, payload[sel], layout.length)
-        good = (rows_u8[:, fixed] == tmpl[fixed]).all(axis=1) if fixed.size else np.ones(sel.size, bool)
-        if msb_pos.size:
-            good &= ((rows_u8[:, msb_pos] & 0x80) == (tmpl[msb_pos] & 0x80)).all(axis=1)
-        ok[lo : lo + _GATHER_ROWS] = good
+    for j in range(n_words):
+        if word_mask[j]:
+            ok &= (u8[base + 8 * j] & word_mask[j]) == word_tmpl[j]
     return candidates[ok], np.concatenate([candidates[~ok], others])
 
 
@@ -473,12 +531,12 @@ def _step_bytes(layout: Layout) -> set[int]:
     return set(range(layout.step_offset, layout.step_offset + layout.step_length))
 
 
-def _extract(u8: U8, payload: I64, rows: I64, layout: Layout, out: _Scalars) -> None:
+def _extract(u8: W64, payload: I64, rows: I64, layout: Layout, out: _Scalars) -> None:
     if rows.size == 0 or not layout.slots:
         return
     base = payload[rows]
     if layout.wall_offset is not None:
-        wall = _gather_rows(u8, base + layout.wall_offset, 8).copy().view("<f8").ravel().astype(np.float64)
+        wall = u8[base + layout.wall_offset].view("<f8").astype(np.float64)
     else:
         wall = np.full(rows.size, np.nan)
     if layout.step_offset is not None:
@@ -490,12 +548,16 @@ def _extract(u8: U8, payload: I64, rows: I64, layout: Layout, out: _Scalars) -> 
         steps = np.zeros(rows.size, np.int64)
     for slot in layout.slots:
         width = 4 if slot.dtype == "<f4" else 8
-        values = _gather_rows(u8, base + slot.offset, width).copy().view(slot.dtype).ravel().astype(np.float64)
+        word = u8[base + slot.offset]
+        if width == 4:
+            values = (word & np.uint64(0xFFFFFFFF)).astype(np.uint32).view("<f4").astype(np.float64)
+        else:
+            values = word.view("<f8").astype(np.float64)
         out.parts.append((slot.tag, rows, values, wall, steps))
 
 
 def _decode_one_by_one(
-    data: bytes, u8: U8, payload: I64, lengths: I64, rows: I64, out: _Scalars, bad: list[tuple[int, str]]
+    data: bytes, u8: W64, payload: I64, lengths: I64, rows: I64, out: _Scalars, bad: list[tuple[int, str]]
 ) -> None:
     for r in rows.tolist():
         start, length = int(payload[r]), int(lengths[r])
@@ -637,9 +699,8 @@ def _payload_crc_ok(
     starts = (frames.starts + 12).tolist()
     ends = (frames.starts + 12 + frames.lengths).tolist()
     crc = crc32c.crc32c
-    computed = np.fromiter((crc(data[s:e]) for s, e in zip(starts, ends, strict=True)), np.uint64, len(starts))
-    u8 = np.frombuffer(data, dtype=np.uint8)
-    stored = _gather_u32(u8, frames.starts + 12 + frames.lengths)
+    computed = np.array([crc(data[s:e]) for s, e in zip(starts, ends, strict=True)], np.uint64)
+    stored = _gather_u32(words_at(data + bytes(8)), frames.starts + 12 + frames.lengths)
     ok: npt.NDArray[np.bool_] = _mask_array(computed) == stored
     for i in np.flatnonzero(~ok)[:1000].tolist():
         off = file_offset + int(frames.starts[i])

@@ -1,0 +1,178 @@
+"""TensorBoard event files: our TFRecord/protobuf reader against TensorBoard's own loader, tensor
+scalars, rank folders, corrupt records, restarts."""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ingest.errors import StabScopeError
+from ingest.formats import detect, read_log
+from ingest.formats.tensorboard import (
+    _encode_varint,
+    _record,
+    decode_event,
+    masked_crc,
+    scalar_event,
+    write_scalar_events,
+)
+
+TAGS = ["loss", "grad_norm", "lr", "model/layer.0/act_rms"]
+
+
+def _write(path: Path, steps: np.ndarray, *, tensor: bool = False, seed: int = 0) -> np.ndarray:
+    values = np.random.default_rng(seed).normal(size=(steps.shape[0], len(TAGS))).astype(np.float32)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_scalar_events(path, TAGS, steps, values.astype(np.float64), tensor=tensor)
+    return values.astype(np.float64)
+
+
+def test_masked_crc_matches_tensorboards_writer() -> None:
+    record_writer = pytest.importorskip("tensorboard.summary.writer.record_writer")
+    assert masked_crc(b"") == 0xA282EAD8  # crc32c("") = 0, so the mask leaves the delta
+    for data in (b"\x00" * 8, struct.pack("<Q", 46), b"brain.Event:2", bytes(range(256))):
+        assert masked_crc(data) == record_writer.masked_crc32c(data)
+
+
+def test_round_trip_agrees_with_tensorboards_own_loader(tmp_path: Path) -> None:
+    loader_mod = pytest.importorskip("tensorboard.backend.event_processing.event_file_loader")
+    path = tmp_path / "events.out.tfevents.1700000000.host"
+    steps = np.arange(0, 300 * 7, 7)  # crosses the 1- to 2-byte step varint at 128
+    values = _write(path, steps)
+    ours = read_log([path])
+    assert ours.format == "tensorboard"
+    expected: dict[tuple[str, int], float] = {}
+    for event in loader_mod.LegacyEventFileLoader(str(path)).Load():
+        for v in event.summary.value:
+            expected[(v.tag, event.step)] = float(v.simple_value)
+    assert len(expected) == steps.shape[0] * len(TAGS)
+    table = ours.table.to_pydict()
+    got = {(m, s): v for m, s, v in zip(table["metric"], table["step"], table["value"], strict=True)}
+    canonical = {"loss": "loss", "grad_norm": "grad_norm", "lr": "lr"}
+    assert {(canonical.get(t, t), s) for t, s in expected} == set(got)
+    for (tag, step), value in expected.items():
+        assert got[(canonical.get(tag, tag), step)] == value
+    # and the values are the float32s we wrote
+    s, v = ours.series("grad_norm")
+    assert np.array_equal(s, steps)
+    assert np.array_equal(v, values[:, 1])
+    wall = [w for m, w in zip(table["metric"], table["wall_time"], strict=True) if m == "loss"]
+    assert wall[0] == pytest.approx(1.7e9) and wall[1] == pytest.approx(1.7e9 + 0.1)
+
+
+def test_tf2_tensor_scalars_float_double_and_float_val(tmp_path: Path) -> None:
+    path = tmp_path / "events.out.tfevents.1.host.v2"
+    records = [_record(scalar_event("epoch_loss", i, 1.0 / (i + 1), 100.0 + i, tensor=True)) for i in range(5)]
+    # a DT_DOUBLE tensor in tensor_content, and a DT_FLOAT in float_val (packed)
+    for step, tensor_msg in (
+        (7, b"\x08\x02\x12\x00\x22\x08" + struct.pack("<d", 0.125)),
+        (8, b"\x08\x01\x12\x00\x2a\x04" + struct.pack("<f", 0.25)),
+        (9, b"\x08\x01\x12\x04\x12\x02\x08\x03\x22\x0c" + struct.pack("<3f", 1, 2, 3)),  # shape [3]: not scalar
+    ):
+        tag = b"epoch_loss"
+        value = b"\x0a" + bytes([len(tag)]) + tag + b"\x42" + _encode_varint(len(tensor_msg)) + tensor_msg
+        summary = b"\x0a" + _encode_varint(len(value)) + value
+        payload = (
+            b"\x09" + struct.pack("<d", 200.0) + b"\x10" + bytes([step]) + b"\x2a" + bytes([len(summary)]) + summary
+        )
+        records.append(_record(payload))
+    path.write_bytes(b"".join(records))
+    parsed = read_log([path])
+    steps, values = parsed.series("epoch_loss")
+    assert steps.tolist() == [0, 1, 2, 3, 4, 7, 8]
+    assert values[:5] == pytest.approx([1.0, 0.5, 1 / 3, 0.25, 0.2], rel=1e-6)
+    assert values[5] == 0.125 and values[6] == 0.25
+
+
+def test_rank_folders_and_sub_runs(tmp_path: Path) -> None:
+    root = tmp_path / "tb"
+    steps = np.arange(50)
+    v0 = _write(root / "rank_0" / "events.out.tfevents.100.h", steps, seed=1)
+    v3 = _write(root / "rank_3" / "events.out.tfevents.100.h", steps, seed=2)
+    assert detect([root])[0][0] == "tensorboard"
+    parsed = read_log([root])
+    s, v = parsed.series("loss", rank=3)
+    assert np.array_equal(s, steps) and np.array_equal(v, v3[:, 0])
+    s, v = parsed.series("loss", rank=0)
+    assert np.array_equal(v, v0[:, 0])
+    assert parsed.meta["world_size"] == 2
+    assert parsed.series("loss", rank=-1)[0].size == 0
+
+
+def test_payload_crc_error_is_reported_and_skipped(tmp_path: Path) -> None:
+    path = tmp_path / "events.out.tfevents.1.h"
+    _write(path, np.arange(100))
+    data = bytearray(path.read_bytes())
+    # corrupt one byte inside the payload of the 10th scalar record (after the file_version record)
+    offsets = _record_offsets(bytes(data))
+    bad_offset = offsets[10]
+    data[bad_offset + 12 + 3] ^= 0xFF
+    path.write_bytes(bytes(data))
+    parsed = read_log([path])
+    assert parsed.skipped == 1
+    file, where, reason = parsed.skipped_examples[0]
+    assert file == str(path) and where == bad_offset
+    assert "bad payload CRC" in reason and f"byte offset {bad_offset}" in reason
+    assert parsed.table.num_rows == 100 * len(TAGS) - 1
+
+
+def test_length_crc_error_resyncs_to_next_record(tmp_path: Path) -> None:
+    path = tmp_path / "events.out.tfevents.1.h"
+    _write(path, np.arange(100))
+    data = bytearray(path.read_bytes())
+    offsets = _record_offsets(bytes(data))
+    data[offsets[200]] ^= 0x01  # the length field itself: framing is lost here
+    path.write_bytes(bytes(data))
+    parsed = read_log([path])
+    assert parsed.table.num_rows == 100 * len(TAGS) - 1
+    _, where, reason = parsed.skipped_examples[0]
+    assert where == offsets[200] and "bad length CRC" in reason
+
+
+def test_truncated_tail_is_reported(tmp_path: Path) -> None:
+    path = tmp_path / "events.out.tfevents.1.h"
+    _write(path, np.arange(20))
+    data = path.read_bytes()
+    path.write_bytes(data[:-10])
+    parsed = read_log([path])
+    assert parsed.table.num_rows == 20 * len(TAGS) - 1
+    assert "truncated record" in parsed.skipped_examples[0][2]
+
+
+def test_restart_in_a_second_file_is_a_rollback(tmp_path: Path) -> None:
+    first = tmp_path / "run" / "events.out.tfevents.1000.h"
+    second = tmp_path / "run" / "events.out.tfevents.2000.h"
+    _write(first, np.arange(0, 120), seed=1)
+    later = _write(second, np.arange(100, 200), seed=2)
+    parsed = read_log([tmp_path / "run"])
+    steps, values = parsed.series("loss")
+    assert steps.tolist() == list(range(200))
+    assert np.array_equal(values[100:], later[:, 0])
+    rollbacks = [e for e in parsed.events if e.kind == "rollback"]
+    assert [e.detail for e in rollbacks] == [{"replayed_from": 100, "replayed_to": 119}]
+
+
+def test_not_an_event_file_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "events.out.tfevents.1.h"
+    path.write_bytes(b"this is not a TFRecord file at all, just text\n" * 3)
+    with pytest.raises(StabScopeError) as err:
+        read_log([path], format="tensorboard")
+    assert str(path) in str(err.value)
+
+
+def test_decode_event_reports_slots() -> None:
+    layout = decode_event(scalar_event("a/b", 300, 1.5, 10.0))
+    assert layout.step_length == 2
+    assert [(s.tag, s.dtype) for s in layout.slots] == [("a/b", "<f4")]
+
+
+def _record_offsets(data: bytes) -> list[int]:
+    offsets, pos = [], 0
+    while pos + 12 <= len(data):
+        (length,) = struct.unpack_from("<Q", data, pos)
+        offsets.append(pos)
+        pos += 16 + length
+    return offsets
