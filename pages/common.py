@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import math
+import os
 import re
 import tempfile
 from collections.abc import Sequence
@@ -23,6 +24,7 @@ from streamlit.errors import StreamlitAPIException
 
 from ingest.errors import StabScopeError
 from ingest.store import RunInfo, SeriesData, Store, default_store_path
+from stab_core.analysis import AnalysisParams
 from stab_core.metrics import CANONICAL_METRICS, unit_of
 from stab_core.runview import RunEvent
 
@@ -36,6 +38,8 @@ LIVE_REFRESH_S = 5.0
 """How often pages re-read a live run (seconds)."""
 DEFAULT_USD_PER_GPU_HOUR = 2.0
 """Price used when a run's metadata has none (the DeepSeek-V3 report's $2/GPU-hour)."""
+CLIP_SATURATION = AnalysisParams.clip_saturation
+"""Trailing clip ratio (the analyses' ``clip_ratio``) at which clipping counts as saturated (0.9)."""
 ALERT_WINDOW_STEPS = 200
 """Trailing window for the clipping-saturation alert and 'recent' spikes (steps)."""
 OUTLIER_Z = 3.5
@@ -68,7 +72,7 @@ def ensure_demo_runs() -> None:
     from ingest.demo import DEMO_SEEDED_KEY, seed_demo_store
 
     store = get_store()
-    if store.get_setting(DEMO_SEEDED_KEY):
+    if os.environ.get("STABSCOPE_NO_DEMO") or store.get_setting(DEMO_SEEDED_KEY):
         return
     bar = st.progress(0.0, text="First start: writing demo runs through the real shard -> Parquet path…")
 
@@ -560,8 +564,6 @@ def run_alerts(info: RunInfo) -> list[str]:
 
 def compute_alerts(info: RunInfo) -> list[str]:
     """Sentences for the banner and the Runs table; see ``run_alerts``."""
-    from stab_core.clipping import clipping_stats
-
     alerts = []
     last = int(info.last_step or 0)
     for s in read_spikes(info):
@@ -569,15 +571,10 @@ def compute_alerts(info: RunInfo) -> list[str]:
             alerts.append(f"diverging: {s['metric']} spike from step {s['start']} has not recovered")
         elif info.status == "live" and int(s["peak"]) >= last - ALERT_WINDOW_STEPS:
             alerts.append(f"new spike: {s['metric']} x{_float(s.get('ratio')):.1f} at step {s['peak']}")
-    max_norm = info.meta.get("max_norm")
-    if "grad_norm" in info.metrics and isinstance(max_norm, int | float) and max_norm > 0:
-        tail = read_series(info, "grad_norm", start=max(0, last - ALERT_WINDOW_STEPS + 1), buckets=None)
-        coef = read_series(info, "clip_coef", start=max(0, last - ALERT_WINDOW_STEPS + 1), buckets=None)
-        if tail.values.size >= 10:
-            logged = coef.values if coef.values.size == tail.values.size else None
-            stats = clipping_stats(tail.values, float(max_norm), logged, window=tail.values.size)
-            if stats.saturated[-1]:
-                alerts.append(f"clipping saturated: {stats.clip_ratio[-1]:.0%} of the last {tail.values.size} steps")
+    clip = read_series(info, "clip_ratio", start=max(0, last - ALERT_WINDOW_STEPS + 1), buckets=None)
+    finite = clip.values[np.isfinite(clip.values)]
+    if finite.size and finite[-1] >= CLIP_SATURATION:
+        alerts.append(f"clipping saturated: {finite[-1]:.0%} of the last steps clipped")
     for metric in ("step_time_s", "grad_norm_local"):
         if metric in info.rank_metrics and info.ranks >= 3:
             table = rank_outliers(*read_heatmap(info, metric))

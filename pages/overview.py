@@ -95,9 +95,11 @@ def charts(name: str) -> None:
     )
     if missing:
         st.caption("Not shown — " + "; ".join(missing))
-    if "snr" in shown:
-        source = run.meta.get("snr_estimator") or ("two-batch noise scale" if run.rank_metrics else "temporal proxy")
-        st.caption(f"SNR estimator: {source}.")
+    analysis = run.meta.get("analysis") or {}
+    if "snr" in shown and analysis.get("snr_label"):
+        st.caption(f"SNR: {analysis['snr_label']}.")
+    if analysis.get("error"):
+        st.warning(f"The analyses failed on this run: {analysis['error']}", icon=":material/warning:")
     st.button("Show the whole run", on_click=reset_range, args=("ov_range",), key="ov_reset")
     frame = shown_frame(shown, ema_weight)
     e1, e2, e3, e4 = st.columns(4)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
 import pandas as pd  # type: ignore[import-untyped]
 import streamlit as st
@@ -75,7 +76,7 @@ if parsed is None or parsed[0] != (signature, fmt):
         )
     except StabScopeError as exc:
         bar.empty()
-        show_error(exc)
+        show_error(StabScopeError(str(exc).replace(f"{paths[0].parent}/", "")))
         if candidates:
             st.caption("Candidates: " + ", ".join(f"{n} ({c:.0%})" for n, c in candidates))
         st.stop()
@@ -93,7 +94,8 @@ m4.metric("Rejected lines", f"{log.skipped:,}")
 st.dataframe(parsed_summary(log), hide_index=True, key="up_summary")
 if log.skipped_examples:
     st.caption("Rejected lines (first few), with the reason:")
-    st.dataframe(pd.DataFrame(log.skipped_examples, columns=["file", "line", "reason"]), hide_index=True)
+    rejected = pd.DataFrame(log.skipped_examples, columns=["file", "line", "reason"])
+    st.dataframe(rejected.assign(file=rejected["file"].map(lambda f: Path(f).name)), hide_index=True)
 if log.events:
     st.caption(f"{len(log.events)} events: " + ", ".join(sorted({e.kind for e in log.events})))
 

@@ -7,10 +7,13 @@ several runs (seeds to compare, a run without per-rank data, a live run).
 
 from __future__ import annotations
 
+import base64
+import json
 import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -19,7 +22,9 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:  # AppTest scripts import `pages.*` from the repo root
     sys.path.insert(0, str(REPO_ROOT))
 
-from ingest.shards import LONG_SCHEMA, ShardWriter  # noqa: E402
+from streamlit.testing.v1 import AppTest  # noqa: E402
+
+from ingest.shards import ShardWriter  # noqa: E402
 from ingest.store import Store  # noqa: E402
 
 SMALL_RUN = "small"
@@ -63,6 +68,8 @@ class RunSpec:
     outlier_rank: int | None = OUTLIER_RANK
     slow_rank: int | None = SLOW_RANK
     per_rank: bool = True
+    run_level: tuple[str, ...] = ("loss", "lr", "grad_norm", "grad_norm_clipped", "clip_coef", "tokens")
+    """Run-level metrics written (a subset makes a run that lacks some signals)."""
     events: tuple[tuple[int, str, str], ...] = EVENTS
     meta: dict[str, object] = field(default_factory=dict)
 
@@ -114,7 +121,8 @@ def write_run(store: Store, spec: RunSpec, *, status: str = "finished") -> Store
             writer.write_meta(meta)
             for step, kind, label in spec.events:
                 writer.event(step, kind, label)
-            writer.write_columns(steps, run_level, rank=-1, wall_time=wall)
+            chosen = {name: values for name, values in run_level.items() if name in spec.run_level}
+            writer.write_columns(steps, chosen, rank=-1, wall_time=wall)
         for rank in range(spec.n_ranks if spec.per_rank else 0):
             local = grad * np.sqrt(spec.n_ranks) * (1 + 0.05 * rng.standard_normal(steps.size))
             if rank == spec.outlier_rank:
@@ -129,20 +137,7 @@ def write_run(store: Store, spec: RunSpec, *, status: str = "finished") -> Store
                     wall_time=wall,
                 )
         store.compact(spec.name, shard_dir, status=status)
-    ensure_analysed(store, spec.name)
     return store
-
-
-def ensure_analysed(store: Store, name: str) -> None:
-    """Materialise the run's spike analyses with ``stab_core.analysis`` when the store's own hook has
-    not (a no-op once ``ingest.analyses.materialise`` writes them at compaction)."""
-    info = store.run_info(name)
-    if info.analysis_gen == info.gen:
-        return
-    from stab_core.analysis import analyze_run
-
-    analysis = analyze_run(store.run_view(name))
-    store.write_analysis(name, info.gen, LONG_SCHEMA.empty_table(), analysis.spike_dicts())
 
 
 @pytest.fixture
@@ -151,3 +146,40 @@ def small_store(tmp_path: Path) -> Store:
     grad-norm spike at 1198, rank 2's local grad norm 4x on steps 1500-1599, rank 3 a 1.3x slow
     straggler, LR warmup over 200 steps, and the ``EVENTS``."""
     return write_run(Store(tmp_path / "store"), RunSpec())
+
+
+@pytest.fixture(scope="module")
+def module_store(tmp_path_factory: pytest.TempPathFactory) -> Store:
+    """The ``small_store`` contents, built once per test module: for tests that only read."""
+    return write_run(Store(tmp_path_factory.mktemp("module") / "store"), RunSpec())
+
+
+@pytest.fixture
+def app_store(module_store: Store, monkeypatch: pytest.MonkeyPatch) -> Store:
+    """``module_store`` as the store the pages open (``STABSCOPE_STORE``); do not modify it."""
+    monkeypatch.setenv("STABSCOPE_STORE", str(module_store.root))
+    return module_store
+
+
+@pytest.fixture
+def own_app_store(small_store: Store, monkeypatch: pytest.MonkeyPatch) -> Store:
+    """A fresh ``small_store`` as the store the pages open, for tests that add or delete runs."""
+    monkeypatch.setenv("STABSCOPE_STORE", str(small_store.root))
+    return small_store
+
+
+def open_page(name: str) -> AppTest:
+    """An AppTest of ``pages/<name>.py`` (call ``.run()``)."""
+    return AppTest.from_file(str(REPO_ROOT / "pages" / f"{name}.py"), default_timeout=30)
+
+
+def figure_of(at: AppTest, index: int = 0) -> dict[str, Any]:
+    """The ``index``-th Plotly chart of an AppTest run as a figure dict."""
+    return dict(json.loads(at.get("plotly_chart")[index].proto.spec))
+
+
+def plotly_values(data: Any) -> np.ndarray:
+    """A trace's ``x``/``y`` as numpy (plotly writes numeric arrays as base64 typed arrays)."""
+    if isinstance(data, dict):
+        return np.frombuffer(base64.b64decode(data["bdata"]), dtype=np.dtype(data["dtype"]))
+    return np.asarray(data, dtype=float)

@@ -1,0 +1,82 @@
+"""Runs page (AppTest): the catalog's values, search and status filters, selection, delete, empty store."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pandas as pd  # type: ignore[import-untyped]
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from ingest.store import Store
+from tests.conftest import SLOW_RANK, SMALL_RUN, RunSpec, open_page, write_run
+
+
+def _table(at: AppTest) -> pd.DataFrame:
+    return at.dataframe(key="runs_table").value
+
+
+def test_catalog_shows_the_runs_values(app_store: Store) -> None:
+    at = open_page("runs").run()
+    assert not at.exception
+    row = _table(at).set_index("name").loc[SMALL_RUN]
+    loss = app_store.read_series(SMALL_RUN, "loss")
+    assert row["status"] == "finished" and row["steps"] == 2000 and row["ranks"] == 4
+    assert row["last loss"] == pytest.approx(float(loss.values[-1]))
+    summary = app_store.spike_summary()[SMALL_RUN]
+    assert row["spikes"] == summary["n_spikes"] >= 1
+    assert row["worst spike (x)"] == pytest.approx(summary["worst_ratio"])
+    straggler = re.search(rf"straggler: rank {SLOW_RANK} step_time_s \+(\d+)% vs the median", row["alerts"])
+    assert straggler and 25 <= int(straggler.group(1)) <= 35  # 1.3x slower: about +30 %
+    assert "test" in row["tags"]
+
+
+def test_search_and_status_filter(own_app_store: Store) -> None:
+    write_run(own_app_store, RunSpec(name="other-run", per_rank=False, seed=5))
+    at = open_page("runs").run()
+    assert sorted(_table(at)["name"]) == ["other-run", SMALL_RUN]
+    at.text_input(key="runs_search").input("other").run()
+    assert list(_table(at)["name"]) == ["other-run"]
+    at.text_input(key="runs_search").input("").run()
+    at.multiselect(key="runs_status").set_value(["live"]).run()
+    assert _table(at).empty
+    assert any("0 of 2 runs" in c.value for c in at.caption)
+    at.multiselect(key="runs_status").set_value([]).run()
+    at.checkbox(key="runs_alerts").check().run()
+    assert list(_table(at)["name"]) == [SMALL_RUN]  # the run without per-rank data has no straggler alert
+
+
+def test_selecting_runs_opens_and_compares(own_app_store: Store) -> None:
+    write_run(own_app_store, RunSpec(name="second", seed=3))
+    at = open_page("runs").run()
+    at.session_state["runs_table"] = {"selection": {"rows": [0, 1], "columns": []}}
+    at.run()
+    assert not at.exception
+    assert at.session_state["selected_run"] == SMALL_RUN
+    assert at.session_state["compare_runs"] == [SMALL_RUN, "second"]
+    chart = at.get("plotly_chart")[0].proto.spec
+    assert f"{SMALL_RUN}: loss" in chart
+
+
+def test_delete_needs_confirmation(own_app_store: Store) -> None:
+    write_run(own_app_store, RunSpec(name="doomed", per_rank=False, seed=7))
+    at = open_page("runs").run()
+    names = list(_table(at)["name"])
+    at.session_state["runs_table"] = {"selection": {"rows": [names.index("doomed")], "columns": []}}
+    at.run()
+    assert at.button(key="runs_delete").disabled
+    at.checkbox(key="runs_delete_confirm").check().run()
+    at.button(key="runs_delete").click().run()
+    assert not at.exception
+    assert [r.name for r in own_app_store.list_runs()] == [SMALL_RUN]
+    assert any("Deleted doomed" in s.value for s in at.success)
+    assert not own_app_store.run_dir(SMALL_RUN).parent.joinpath("run=doomed").exists()
+
+
+def test_empty_store_explains_what_to_do(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("STABSCOPE_STORE", str(tmp_path / "empty"))
+    Store(tmp_path / "empty")
+    at = open_page("runs").run()
+    assert not at.exception
+    assert "No runs in this store yet" in at.info[0].value

@@ -1,0 +1,67 @@
+"""Spikes page (AppTest): the table of detected spikes with their price, zoom and diagnosis of the selected one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ingest.store import Store
+from tests.conftest import (
+    GRAD_SPIKE_STEP,
+    LOSS_SPIKE_FACTOR,
+    LOSS_SPIKE_STEPS,
+    SLOW_FACTOR,
+    STEP_TIME_S,
+    RunSpec,
+    figure_of,
+    open_page,
+    plotly_values,
+    write_run,
+)
+
+
+def test_table_lists_the_injected_spikes_with_their_cost(app_store: Store) -> None:
+    at = open_page("spikes").run()
+    assert not at.exception
+    table = at.dataframe(key="sp_table").value.set_index("metric")
+    loss = table.loc["loss"]
+    assert LOSS_SPIKE_STEPS[0] <= loss["peak step"] < LOSS_SPIKE_STEPS[1]
+    assert loss["ratio"] == pytest.approx(LOSS_SPIKE_FACTOR, rel=0.15)
+    assert loss["outcome"] == "recovered"
+    grad = table.loc["grad_norm"]
+    assert grad["peak step"] == GRAD_SPIKE_STEP and grad["ratio"] > 10  # 20x the grad-norm level
+    # priced with the run's own logged step time on its 4 GPUs at $2/GPU-hour: the median over steps of
+    # the cross-rank mean, three ranks at 0.5 s and one at 1.3 x 0.5 s -> 0.5375 s
+    step_time = STEP_TIME_S * (3 + SLOW_FACTOR) / 4
+    expected_usd = table["steps lost"] * step_time * 4 / 3600 * 2.0
+    np.testing.assert_allclose(table["USD lost"], expected_usd, rtol=0.01)
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["Spike events"] == str(len(table)) and metrics["Diverged"] == "0"
+    assert float(metrics["Cost"].lstrip("$")) == pytest.approx(expected_usd.sum(), abs=0.006)
+
+
+def test_selecting_a_spike_zooms_and_explains_it(app_store: Store) -> None:
+    at = open_page("spikes").run()
+    spikes = app_store.spikes("small")
+    grad_index = next(i for i, s in enumerate(spikes) if s["metric"] == "grad_norm")
+    at.selectbox(key="sp_idx").set_value(grad_index).run()
+    assert not at.exception
+    fig = figure_of(at)
+    x = plotly_values(next(t for t in fig["data"] if t.get("name") == "loss")["x"])
+    assert x.min() == GRAD_SPIKE_STEP - 50 and x.max() == GRAD_SPIKE_STEP + 50  # padded window, every step
+    assert f"Cause: `{spikes[grad_index]['cause']}`" in " ".join(m.value for m in at.markdown)
+    path = at.dataframe[1].value
+    assert list(path["node"]) == [f"{p['number']}. {p['node']}" for p in spikes[grad_index]["path"]]
+    assert path["answer"].iloc[0] == "no"  # no non-finite value: not a numerical fault
+    at.button(key="sp_zoom").click().run()
+    assert at.session_state["ov_range"] == (GRAD_SPIKE_STEP - 50, GRAD_SPIKE_STEP + 50)
+
+
+def test_a_clean_run_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = write_run(Store(tmp_path / "s"), RunSpec(name="clean", loss_spike=None, grad_spike_step=None))
+    monkeypatch.setenv("STABSCOPE_STORE", str(store.root))
+    at = open_page("spikes").run()
+    assert not at.exception
+    assert "No loss or grad-norm spike detected in **clean**" in at.success[0].value

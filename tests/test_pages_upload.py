@@ -1,0 +1,90 @@
+"""Upload page (AppTest): a preview of what will be imported (format, metrics, steps, rejected lines), then
+the import; size bound, unreadable input and a run config for the checklist."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from ingest.store import Store
+from pages import common
+from tests.conftest import open_page
+
+REAL_LOGS = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "real_logs"
+CSV = b"step,loss,lr\n1,2.50,0.001\n2,2.25,0.002\n3,2.00,0.003\n"
+JSONL = b'{"step": 1, "loss": 2.5}\nnot json\n{"step": 2, "loss": 2.25}\n{"step": 3, "loss": 2.0}\n'
+
+
+@pytest.fixture
+def empty_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Store:
+    monkeypatch.setenv("STABSCOPE_STORE", str(tmp_path / "store"))
+    return Store(tmp_path / "store")
+
+
+def _metrics(at: AppTest) -> dict[str, str]:
+    return {m.label: m.value for m in at.metric}
+
+
+def test_preview_then_import(empty_store: Store) -> None:
+    at = open_page("upload").run()
+    assert "Drop one or more log files" in at.info[0].value
+    at.file_uploader(key="up_files").upload("../../my run.jsonl", JSONL, "application/json").run()
+    assert not at.exception
+    assert at.text_input(key="up_name").value == "my_run"  # the browser's path is never used
+    m = _metrics(at)
+    assert m["Format"] == "jsonl" and m["Rows"] == "3" and m["Steps"] == "1–3" and m["Rejected lines"] == "1"
+    summary = at.dataframe[1].value.set_index("metric")
+    assert summary.loc["loss", "rows"] == 3 and summary.loc["loss", "min"] == 2.0
+    rejected = at.dataframe[2].value
+    assert list(rejected["file"]) == ["my_run.jsonl"] and list(rejected["line"]) == [2]
+    assert "not a JSON object" in rejected["reason"].iloc[0]
+    assert empty_store.list_runs() == []  # nothing stored before the user commits
+    at.button(key="up_import").click().run()
+    assert "Imported 3 rows into run **my_run**" in at.success[0].value
+    np.testing.assert_allclose(empty_store.read_series("my_run", "loss").values, [2.5, 2.25, 2.0])
+    assert empty_store.run_info("my_run").rejected == 1
+
+
+def test_real_hf_trainer_state(empty_store: Store) -> None:
+    path = REAL_LOGS / "hf_trainer_state_tinyllama_sft" / "trainer_state.json"
+    if not path.exists():
+        pytest.skip("../shared absent: the real public logs are not on this machine")
+    at = open_page("upload").run()
+    at.file_uploader(key="up_files").upload(path.name, path.read_bytes(), "application/json").run()
+    assert not at.exception
+    assert str(at.selectbox(key="up_format").value).startswith("auto-detect (hf_trainer_state")
+    assert _metrics(at)["Steps"] == "15–2,800"  # PROVENANCE: 186 train entries 15..2790, eval to 2800
+    summary = at.dataframe[1].value.set_index("metric")
+    assert summary.loc["loss", "rows"] == 186 and summary.loc["val_loss", "rows"] == 14
+    at.text_input(key="up_name").input("tinyllama").run()
+    at.button(key="up_import").click().run()
+    loss = empty_store.read_series("tinyllama", "loss")
+    assert loss.values[0] == pytest.approx(2.0762) and loss.steps[0] == 15
+
+
+def test_oversized_and_unreadable_uploads_are_refused(empty_store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(common, "MAX_UPLOAD_BYTES", 50)
+    at = open_page("upload").run()
+    at.file_uploader(key="up_files").upload("big.csv", CSV, "text/csv").run()
+    assert "the limit is" in at.error[0].value and "stabscope import" in at.error[0].value
+    assert not at.button  # nothing staged, nothing to import
+    monkeypatch.setattr(common, "MAX_UPLOAD_BYTES", 10**6)
+    at = open_page("upload").run()
+    at.file_uploader(key="up_files").upload("noise.bin", bytes(range(256)) * 8).run()
+    assert not at.exception
+    assert at.error and not at.button  # a clear message and nothing to import
+
+
+def test_run_config_is_kept_for_the_checklist(empty_store: Store) -> None:
+    at = open_page("upload").run()
+    at.file_uploader(key="up_files").upload("run.csv", CSV, "text/csv").run()
+    config = b"train_iters: 10000\nlr_warmup_iters: 500\nclip_grad: 1.0\nmin_lr: 3.0e-5\nlr: 3.0e-4\nbf16: true\n"
+    at.file_uploader(key="up_config").upload("megatron.yaml", config, "text/yaml").run()
+    assert not at.exception
+    assert any("checklist keys mapped" in c.value for c in at.caption)
+    at.button(key="up_import").click().run()
+    meta = empty_store.run_info("run").meta
+    assert meta["config_filename"] == "megatron.yaml" and "train_iters: 10000" in meta["config_text"]
