@@ -78,7 +78,10 @@ def to_float(col: Any) -> tuple[np.ndarray, np.ndarray]:
     present = np.asarray(arr.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
     if pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type):
         conv = parse_numbers(arr.cast(pa.string()))
-        return conv.values, present & conv.ok
+        plain = conv.ok.copy()
+        for _, with_unit in conv.units:  # "12.5ms" in a numeric column: not a bare number
+            plain &= ~with_unit
+        return conv.values, present & plain
     if pa.types.is_boolean(arr.type) or not (
         pa.types.is_integer(arr.type) or pa.types.is_floating(arr.type) or pa.types.is_decimal(arr.type)
     ):
@@ -98,11 +101,14 @@ def add_wide(
     stream: int = 0,
     keymap: KeyMap | None = None,
     where: tuple[Path, int] | None = None,
+    text_cells_are_errors: bool = False,
 ) -> None:
     """Append every metric column of a wide ``table`` (one row per logged step) in row order.
 
     Rows without a step are skipped and counted (``where`` = file and the line of the table's
-    first row, for the examples).
+    first row, for the examples); so are text cells in metric columns when
+    ``text_cells_are_errors`` (CSV, where every column is meant to be numeric; JSON objects may hold
+    text fields that are not metrics).
     """
     steps_f, has_step = to_float(table[step_col])
     n = table.num_rows
@@ -130,6 +136,14 @@ def add_wide(
         if name in skip:
             continue
         values, present = to_float(table[name])
+        unreadable = np.asarray(table[name].is_valid(), dtype=bool) & ~present & ~bad
+        if text_cells_are_errors and unreadable.any() and pa.types.is_string(table[name].type):
+            first = int(np.flatnonzero(unreadable)[0])
+            reason = f"column {name!r}: {table[name][first].as_py()!r} is not a number"
+            if where is not None:
+                builder.skip(where[0], where[1] + first, reason, int(unreadable.sum()))
+            else:
+                builder.skipped += int(unreadable.sum())
         present &= ~bad
         if not present.any():
             continue

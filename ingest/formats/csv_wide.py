@@ -56,6 +56,7 @@ class WideCsvReader(Reader):
                     wall_col=find_column(table.column_names, WALL_COLUMNS),
                     ignore=(event_col,) if event_col else (),
                     where=(path, line),
+                    text_cells_are_errors=True,
                 )
 
 

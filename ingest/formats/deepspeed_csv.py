@@ -53,4 +53,4 @@ class DeepSpeedCsvReader(Reader):
             if path.name.startswith("Train_Samples_"):
                 builder.meta["step_unit"] = "samples"
             for table, line in iter_csv(path, builder):
-                add_wide(builder, table, step_col="step", stream=stream, where=(path, line))
+                add_wide(builder, table, step_col="step", stream=stream, where=(path, line), text_cells_are_errors=True)

@@ -55,7 +55,7 @@ class LightningCsvReader(Reader):
                         column = column[: -len("_step")]
                     return canonical_name(column)
 
-                add_wide(builder, table, step_col="step", keymap=keymap, where=(path, line))
+                add_wide(builder, table, step_col="step", keymap=keymap, where=(path, line), text_cells_are_errors=True)
 
 
 def _hparams(path: Path, builder: LogBuilder) -> None:

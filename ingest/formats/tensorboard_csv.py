@@ -42,4 +42,5 @@ class TensorBoardCsvReader(Reader):
                     wall_col="wall_time",
                     stream=stream,
                     where=(path, line),
+                    text_cells_are_errors=True,
                 )

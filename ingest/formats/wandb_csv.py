@@ -66,4 +66,12 @@ class WandbCsvReader(Reader):
                     name, unit = canonical_name(parts[1])
                     return (name + ("__" + parts[2][2:] if parts[2] else ""), unit)
 
-                add_wide(builder, table, step_col=step_col, stream=stream, keymap=keymap, where=(path, line))
+                add_wide(
+                    builder,
+                    table,
+                    step_col=step_col,
+                    stream=stream,
+                    keymap=keymap,
+                    where=(path, line),
+                    text_cells_are_errors=True,
+                )
