@@ -27,8 +27,7 @@ class Series:
     def __post_init__(self) -> None:
         if self.steps.shape != self.values.shape or self.steps.ndim != 1:
             raise ValueError(
-                f"steps and values must be 1-D and of equal length, got "
-                f"{self.steps.shape} and {self.values.shape}"
+                f"steps and values must be 1-D and of equal length, got {self.steps.shape} and {self.values.shape}"
             )
 
 
