@@ -1,0 +1,166 @@
+"""Scenarios: three worked spikes, each told from the stored runs and the stored analyses.
+
+What happened (the before run's loss with its detected spikes), what the decision tree concluded
+(causes, confidence and path as stored by the analyses, never the simulator's labels), what was done,
+what it cost (``priced_spikes``: the run's own step time, GPUs and price), and before vs after.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd  # type: ignore[import-untyped]
+import streamlit as st
+
+from ingest.store import RunInfo
+from pages.charts import Panel, compare_figure, panels_figure
+from pages.common import (
+    Line,
+    auto_buckets,
+    get_store,
+    list_runs,
+    money,
+    nav_link,
+    priced_spikes,
+    read_events,
+    read_series,
+    read_spikes,
+    run_cost_inputs,
+)
+from stab_core.simulate import scenarios
+
+
+def loss_of(info: RunInfo) -> Any:
+    """The run's loss, min/max-bucketed over its whole span so every spike survives."""
+    return read_series(info, "loss", buckets=auto_buckets(int(info.first_step or 0), int(info.last_step or 0)))
+
+
+def path_text(spike: dict[str, Any]) -> str:
+    """The decision path as 'node: answer → ...'."""
+    return " → ".join(f"{p['node']}: {p['answer']}" for p in spike.get("path", []))
+
+
+def config_changes(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
+    """The settings the remedy changed, as 'key: old → new'."""
+    keys = sorted((set(before) | set(after)) - {"key_sources", "source_format"})
+    return [f"`{k}`: {before.get(k, '—')} → {after.get(k, '—')}" for k in keys if before.get(k) != after.get(k)]
+
+
+def spike_bill(info: RunInfo) -> dict[str, float]:
+    """USD, GPU-hours and steps lost to the run's detected spikes (``priced_spikes``, zero when none)."""
+    table = priced_spikes(info)
+    return {column: float(table[column].sum()) for column in ("USD lost", "GPU-hours lost", "steps lost")}
+
+
+def seed_scenarios() -> None:
+    """Write the demo and scenario runs through the real shard path (what `stabscope demo` does)."""
+    from ingest.demo import seed_demo_store
+
+    bar = st.progress(0.0, text="Writing the demo and scenario runs…")
+
+    def advance(done: int, total: int) -> None:
+        bar.progress(done / total, text=f"run {done}/{total}")
+
+    seed_demo_store(get_store(), force=True, progress=advance)
+    bar.empty()
+
+
+st.title("Scenarios")
+st.caption(
+    "Three loss spikes on simulated runs at scale, each diagnosed by the same analyses that read your runs: "
+    "what happened, what the decision tree concluded, what was done, and what it cost."
+)
+catalog = {r.name: r for r in list_runs()}
+all_scenarios = scenarios()  # their text, fork step and run names (cheap); the runs are in the store
+missing = [s.name for sc in all_scenarios for s in (sc.before, sc.after) if s.name not in catalog]
+if missing:
+    st.info(
+        f"The scenario runs are not in this store (missing: {', '.join(missing)}). Add them with "
+        "`stabscope demo` on the command line, or with the button below: it (re)writes the demo and scenario "
+        "runs through the real shard → Parquet path (about 10 s)."
+    )
+    if st.button("Add the scenario runs", key="sc_seed", icon=":material/add:"):
+        seed_scenarios()
+        st.rerun()
+    st.stop()
+
+by_key = {sc.key: sc for sc in all_scenarios}
+key = st.radio("Scenario", list(by_key), format_func=lambda k: by_key[k].title, horizontal=True, key="sc_pick")
+sc = by_key[key]
+before, after = catalog[sc.before.name], catalog[sc.after.name]
+spikes = read_spikes(before)
+
+st.header(sc.title)
+st.subheader("1. What happened")
+st.markdown(sc.setup)
+panel = Panel("loss", "loss (nats/token)", [(before.name, loss_of(before))])
+st.plotly_chart(panels_figure([panel], read_events(before), spikes, panel_height=300), key="sc_before_chart")
+st.caption("Detected spikes are shaded in their diagnosed cause's colour; dashed lines mark the run's events.")
+
+st.subheader("2. What the decision tree concluded")
+if not spikes:
+    st.success(f"No spike detected in {before.name}.")
+else:
+    causes = sorted({s["cause"] for s in spikes})
+    diverged = sum(not s["recovered"] for s in spikes)
+    st.markdown(
+        f"The analyses found **{len(spikes)}** spike event(s) in `{before.name}` "
+        f"({diverged} diverged), diagnosed as " + ", ".join(f"**`{c}`**" for c in causes) + "."
+    )
+    st.dataframe(
+        pd.DataFrame(
+            {
+                "metric": s["metric"],
+                "peak step": int(s["peak"]),
+                "steps": f"{s['start']}–{s['end']}",
+                "ratio (x)": round(float(s.get("ratio") or float("nan")), 2),
+                "outcome": "recovered" if s["recovered"] else "diverged",
+                "cause": s["cause"],
+                "confidence": float(s["confidence"]),
+                "decision path": path_text(s),
+            }
+            for s in spikes
+        ),
+        hide_index=True,
+        key="sc_spikes",
+        column_config={"confidence": st.column_config.ProgressColumn(min_value=0.0, max_value=1.0, format="%.2f")},
+    )
+    worst = max(spikes, key=lambda s: (not s["recovered"], float(s.get("ratio") or 0)))
+    st.markdown(f"**The tree's advice** (for the `{worst['cause']}` spike at step {worst['peak']}):")
+    st.markdown("\n".join(f"1. {a}" for a in worst.get("actions", [])))
+    nav_link("pages/tree.py", "See the path in the decision tree", icon=":material/account_tree:")
+
+st.subheader("3. What was done")
+st.markdown(sc.remedy)
+changes = config_changes(before.meta.get("config") or {}, after.meta.get("config") or {})
+if changes:
+    st.markdown("Config changes: " + "; ".join(changes) + ".")
+st.session_state["selected_run"] = before.name  # the checklist page opens on this run
+nav_link("pages/checklist.py", "Grade this run on the pre-flight checklist", icon=":material/checklist:")
+
+st.subheader("4. What it cost")
+bills = {side: spike_bill(info) for side, info in (("before", before), ("after", after))}
+usd_before, usd_after = bills["before"]["USD lost"], bills["after"]["USD lost"]
+c1, c2, c3 = st.columns(3)
+for column, side in ((c1, "before"), (c2, "after")):
+    lost = f"{bills[side]['steps lost']:,.0f} steps lost"
+    column.metric(f"Spikes cost {side}", money(bills[side]["USD lost"]), lost, delta_color="off")
+c3.metric("Saved by the remedy", money(usd_before - usd_after))
+step_time, gpus, usd = run_cost_inputs(before)
+st.caption(
+    f"Priced with the run's own step time ({step_time:.3g} s), {gpus:,} GPUs at ${usd:g}/GPU-hour: recovered "
+    "spikes cost their lost steps, a diverged one the rollback to the last checkpoint before it "
+    f"({bills['before']['GPU-hours lost']:,.1f} vs {bills['after']['GPU-hours lost']:,.1f} GPU-hours)."
+)
+
+st.subheader("5. Before and after")
+lines = []
+for side, info in (("before", before), ("after", after)):
+    loss = loss_of(info)
+    lines.append(Line(f"{side}: {info.name}", loss.steps, loss.values))
+fig = compare_figure(lines, "step", "loss (nats/token)", log_y=False)
+fig.add_vline(
+    x=sc.fork_step, line={"dash": "dot", "color": "#868e96"}, annotation_text=f"fork at step {sc.fork_step:,}"
+)
+st.plotly_chart(fig, key="sc_compare_chart")
+st.caption(f"Both runs share every random draw up to step {sc.fork_step:,}; they differ only by the remedy.")
