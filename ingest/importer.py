@@ -60,7 +60,7 @@ def import_logs(
         )
     report = store.import_parsed(name, parsed)
     steps = parsed.table.column("step")
-    metrics = sorted(set(parsed.table.column("metric").to_pylist()))
+    metrics = sorted({str(m) for m in parsed.table.column("metric").to_pylist()})
     import pyarrow.compute as pc
 
     return [
