@@ -181,13 +181,26 @@ def parse_timestamps(raw: Any, fmt: str = "%Y-%m-%d %H:%M:%S") -> FloatArray:
 
 @dataclass
 class _Piece:
-    rank: npt.NDArray[np.int32]
+    """Rows of one metric from one ``add`` call. Arrays may be shared between the pieces of one
+    parsed line (steps, sequence numbers, wall times), so memory grows by ~8 bytes per value."""
+
+    rank: int | npt.NDArray[np.int32]
     step: IntArray
-    metric_id: int
     value: FloatArray
     wall_time: FloatArray | None
     stream: int
-    seq: IntArray
+    seq: int | IntArray
+    """An array, or the first of ``len(step)`` consecutive sequence numbers."""
+
+    def seq_array(self) -> IntArray:
+        if isinstance(self.seq, int):
+            return np.arange(self.seq, self.seq + self.step.shape[0], dtype=np.int64)
+        return self.seq
+
+    def rank_array(self) -> npt.NDArray[np.int32]:
+        if isinstance(self.rank, int):
+            return np.full(self.step.shape[0], self.rank, dtype=np.int32)
+        return self.rank
 
 
 class LogBuilder:
@@ -198,8 +211,7 @@ class LogBuilder:
         self.total_bytes = sum(_size(p) for p in self.paths)
         self.done_bytes = 0
         self._progress = progress
-        self._pieces: list[_Piece] = []
-        self._metric_ids: dict[str, int] = {}
+        self._pieces: dict[str, list[_Piece]] = {}
         self._seq_next = 0
         self.events: list[RunEvent] = []
         self.meta: dict[str, Any] = {}
@@ -267,22 +279,20 @@ class LogBuilder:
             name, key_unit = canonical_name(metric)
             unit = unit or key_unit
         name, value_arr = to_canonical_unit(name, unit, value_arr)
-        rank_arr = np.full(n, rank, dtype=np.int32) if np.isscalar(rank) else np.asarray(rank, dtype=np.int32)
+        rank_val: int | npt.NDArray[np.int32] = (
+            int(rank) if isinstance(rank, (int, np.integer)) else np.asarray(rank, dtype=np.int32)
+        )
         wall = None if wall_time is None else np.asarray(wall_time, dtype=np.float64)
         if wall is not None and wall.ndim == 0:
             wall = np.full(n, float(wall))
-        seq_arr = (
-            np.arange(self.reserve(n), self._seq_next, dtype=np.int64)
-            if seq is None
-            else np.asarray(seq, dtype=np.int64)
-        )
-        mid = self._metric_ids.setdefault(name, len(self._metric_ids))
-        self._pieces.append(_Piece(rank_arr, step_arr, mid, value_arr, wall, stream, seq_arr))
+        seq_val: int | IntArray = self.reserve(n) if seq is None else np.asarray(seq, dtype=np.int64)
+        piece = _Piece(rank_val, step_arr, value_arr, wall, int(stream), seq_val)
+        self._pieces.setdefault(name, []).append(piece)
 
     @property
     def row_count(self) -> int:
         """Rows added so far (before de-duplication)."""
-        return sum(p.step.shape[0] for p in self._pieces)
+        return sum(p.step.shape[0] for pieces in self._pieces.values() for p in pieces)
 
     # -- result
     def finish(self, format_name: str) -> ParsedLog:
@@ -299,103 +309,124 @@ class LogBuilder:
         )
 
     def _build_table(self) -> pa.Table:
-        if not self._pieces:
+        """One metric at a time (bounded temporaries): purge replayed rows, keep the last row of
+        each (rank, step), sort by (rank, step); columns are chunked per metric, never re-copied."""
+        names = sorted(self._pieces)
+        if not names:
             return TABLE_SCHEMA.empty_table()
-        pieces = self._pieces
-        rank = np.concatenate([p.rank for p in pieces])
-        step = np.concatenate([p.step for p in pieces])
-        value = np.concatenate([p.value for p in pieces])
-        seq = np.concatenate([p.seq for p in pieces])
-        mid = np.concatenate([np.full(p.step.shape[0], p.metric_id, np.int32) for p in pieces])
-        stream = np.concatenate([np.full(p.step.shape[0], p.stream, np.int64) for p in pieces])
-        has_wall = any(p.wall_time is not None for p in pieces)
-        wall = (
-            np.concatenate(
-                [p.wall_time if p.wall_time is not None else np.full(p.step.shape[0], np.nan) for p in pieces]
+        spans: dict[int, list[tuple[int, int]]] = {}
+        columns: dict[str, list[Any]] = {c: [] for c in TABLE_SCHEMA.names}
+        for code, name in enumerate(names):
+            pieces = self._pieces.pop(name)
+            rank, step, value, wall = _one_metric(pieces, spans)
+            n = step.shape[0]
+            columns["rank"].append(pa.array(rank, pa.int32()))
+            columns["step"].append(pa.array(step, pa.int64()))
+            columns["metric"].append(_metric_column(n, code, names))
+            columns["value"].append(pa.array(value, pa.float64()))
+            columns["wall_time"].append(
+                pa.nulls(n, pa.float64()) if wall is None else pa.array(wall, pa.float64(), mask=np.isnan(wall))
             )
-            if has_wall
-            else None
-        )
-        self._pieces = []
-        keep = self._drop_replayed(stream, mid, rank, seq, step)
-        if not keep.all():
-            rank, step, value, seq, mid = rank[keep], step[keep], value[keep], seq[keep], mid[keep]
-            wall = None if wall is None else wall[keep]
-        # last row wins per (metric, rank, step): order by seq, then stably by the key
-        order = np.argsort(seq, kind="stable")
-        group_key = mid.astype(np.int64)[order] * (1 << 32) + (rank.astype(np.int64)[order] + 1)
-        order = order[np.lexsort((step[order], group_key))]
-        s_step, s_key = step[order], mid.astype(np.int64)[order] * (1 << 32) + rank[order] + 1
-        last = np.ones(order.shape[0], dtype=bool)
-        last[:-1] = (s_step[1:] != s_step[:-1]) | (s_key[1:] != s_key[:-1])
-        order = order[last]
-        names = sorted(self._metric_ids, key=self._metric_ids.__getitem__)
-        # final order: by metric *name*, rank, step
-        name_rank = np.argsort(np.argsort(np.array(names, dtype=object)))
-        o2 = np.lexsort((step[order], rank[order], name_rank[mid[order]]))
-        order = order[o2]
-        dictionary = pa.DictionaryArray.from_arrays(pa.array(mid[order], pa.int32()), pa.array(names))
-        wall_col = (
-            pa.nulls(order.shape[0], pa.float64())
-            if wall is None
-            else pa.array(wall[order], pa.float64(), mask=np.isnan(wall[order]))
-        )
-        return pa.table(
-            [
-                pa.array(rank[order], pa.int32()),
-                pa.array(step[order], pa.int64()),
-                dictionary.cast(pa.string()),
-                pa.array(value[order], pa.float64()),
-                wall_col,
-            ],
+        for spans_of_stream in spans.values():
+            for s0, s1 in _merge_spans(spans_of_stream):
+                self.event(s0, "rollback", f"restart replayed steps {s0}-{s1}", replayed_from=s0, replayed_to=s1)
+        return pa.Table.from_arrays(
+            [pa.chunked_array(columns[c], TABLE_SCHEMA.field(c).type) for c in TABLE_SCHEMA.names],
             schema=TABLE_SCHEMA,
         )
 
-    def _drop_replayed(
-        self,
-        stream: IntArray,
-        mid: npt.NDArray[np.int32],
-        rank: npt.NDArray[np.int32],
-        seq: IntArray,
-        step: IntArray,
-    ) -> npt.NDArray[np.bool_]:
-        """Rows to keep after purging what later restarts replayed; records ``rollback`` events.
 
-        A series is one metric of one rank in one stream, in file order. Where its step goes down
-        (to ``s0``) a restart replays steps; the series' earlier rows at steps ``>= s0`` are dropped
-        (TensorBoard purges the same way, per tag). Restarts of one stream seen in several metrics
-        are merged into one event ``{replayed_from: s0, replayed_to: s1}`` (``s1``: the last step
-        logged before the restart).
-        """
-        keep = np.ones(step.shape[0], dtype=bool)
-        group = (stream.astype(np.int64) * (1 << 20) + mid.astype(np.int64)) * (1 << 24) + (rank + 1)
-        order = np.lexsort((seq, group))
-        g, st = group[order], step[order]
-        same = g[1:] == g[:-1]
-        down = np.flatnonzero(same & (st[1:] < st[:-1])) + 1
-        if down.shape[0] == 0:
-            return keep
-        ranges: dict[int, list[tuple[int, int]]] = {}
-        bounds = np.flatnonzero(~same) + 1
-        starts = np.concatenate([[0], bounds])
-        ends = np.concatenate([bounds, [g.shape[0]]])
-        for gi in np.unique(np.searchsorted(starts, down, side="right") - 1):
-            lo, hi = int(starts[gi]), int(ends[gi])
-            seg = st[lo:hi]
-            local_down = down[(down >= lo) & (down < hi)] - lo
-            restart_at = np.full(seg.shape[0], np.iinfo(np.int64).max, dtype=np.int64)
-            restart_at[local_down] = seg[local_down]
-            later_min = np.minimum.accumulate(restart_at[::-1])[::-1]
-            later_min = np.concatenate([later_min[1:], [np.iinfo(np.int64).max]])
-            keep[order[lo:hi][seg >= later_min]] = False
-            running_max = np.maximum.accumulate(seg)
-            s_id = int(stream[order[lo]])
-            for i in local_down.tolist():
-                ranges.setdefault(s_id, []).append((int(seg[i]), int(running_max[i - 1])))
-        for spans in ranges.values():
-            for s0, s1 in _merge_spans(spans):
-                self.event(s0, "rollback", f"restart replayed steps {s0}-{s1}", replayed_from=s0, replayed_to=s1)
+def _metric_column(n: int, code: int, names: list[str]) -> Any:
+    """``n`` copies of ``names[code]`` as a string array (built through a dictionary: no n strings)."""
+    indices: Any = pa.array(np.full(n, code, np.int32), pa.int32())
+    return pa.DictionaryArray.from_arrays(indices, pa.array(names, pa.string())).cast(pa.string())
+
+
+def _one_metric(
+    pieces: list[_Piece], spans: dict[int, list[tuple[int, int]]]
+) -> tuple[npt.NDArray[np.int32], IntArray, FloatArray, FloatArray | None]:
+    """``(rank, step, value, wall)`` of one metric, replayed rows purged, de-duplicated, sorted."""
+    step = np.concatenate([p.step for p in pieces])
+    value = np.concatenate([p.value for p in pieces])
+    same_rank = all(isinstance(p.rank, int) and p.rank == pieces[0].rank for p in pieces)
+    rank = (
+        np.full(step.shape[0], pieces[0].rank, np.int32)
+        if same_rank
+        else np.concatenate([p.rank_array() for p in pieces])
+    )
+    has_wall = any(p.wall_time is not None for p in pieces)
+    wall = (
+        np.concatenate([p.wall_time if p.wall_time is not None else np.full(p.step.shape[0], np.nan) for p in pieces])
+        if has_wall
+        else None
+    )
+    seq = np.concatenate([p.seq_array() for p in pieces])
+    streams = {p.stream for p in pieces}
+    single_series = same_rank and len(streams) == 1
+    if single_series:
+        if not np.all(seq[1:] > seq[:-1]):
+            order = np.argsort(seq, kind="stable")
+            step, value, rank, seq = step[order], value[order], rank[order], seq[order]
+            wall = None if wall is None else wall[order]
+        if np.all(step[1:] > step[:-1]):
+            return rank, step, value, wall  # the common case: nothing replayed, nothing repeated
+        stream = np.full(step.shape[0], next(iter(streams)), np.int64)
+    else:
+        stream = np.concatenate([np.full(p.step.shape[0], p.stream, np.int64) for p in pieces])
+    keep = _purge_replayed(stream, rank, seq, step, spans)
+    if not keep.all():
+        step, value, rank, seq, stream = step[keep], value[keep], rank[keep], seq[keep], stream[keep]
+        wall = None if wall is None else wall[keep]
+    # last row wins per (rank, step): order by seq, then stably by (rank, step)
+    order = np.argsort(seq, kind="stable")
+    order = order[np.lexsort((step[order], rank[order]))]
+    r, st = rank[order], step[order]
+    last = np.ones(order.shape[0], dtype=bool)
+    last[:-1] = (st[1:] != st[:-1]) | (r[1:] != r[:-1])
+    order = order[last]
+    return rank[order], step[order], value[order], None if wall is None else wall[order]
+
+
+def _purge_replayed(
+    stream: IntArray,
+    rank: npt.NDArray[np.int32],
+    seq: IntArray,
+    step: IntArray,
+    spans: dict[int, list[tuple[int, int]]],
+) -> npt.NDArray[np.bool_]:
+    """Rows of one metric to keep after purging what later restarts replayed.
+
+    A series is the metric on one rank in one stream, in file order. Where its step goes down
+    (to ``s0``) a restart replays steps; the series' earlier rows at steps ``>= s0`` are dropped
+    (TensorBoard purges the same way, per tag). Each restart's ``(s0, s1)`` (``s1``: the last step
+    logged before it) is added to ``spans[stream]``; restarts seen through several metrics of a
+    stream are merged into one event by the caller.
+    """
+    keep = np.ones(step.shape[0], dtype=bool)
+    group = stream * (1 << 24) + (rank.astype(np.int64) + 1)
+    order = np.lexsort((seq, group))
+    g, st = group[order], step[order]
+    same = g[1:] == g[:-1]
+    down = np.flatnonzero(same & (st[1:] < st[:-1])) + 1
+    if down.shape[0] == 0:
         return keep
+    bounds = np.flatnonzero(~same) + 1
+    starts = np.concatenate([[0], bounds])
+    ends = np.concatenate([bounds, [g.shape[0]]])
+    for gi in np.unique(np.searchsorted(starts, down, side="right") - 1):
+        lo, hi = int(starts[gi]), int(ends[gi])
+        seg = st[lo:hi]
+        local_down = down[(down >= lo) & (down < hi)] - lo
+        restart_at = np.full(seg.shape[0], np.iinfo(np.int64).max, dtype=np.int64)
+        restart_at[local_down] = seg[local_down]
+        later_min = np.minimum.accumulate(restart_at[::-1])[::-1]
+        later_min = np.concatenate([later_min[1:], [np.iinfo(np.int64).max]])
+        keep[order[lo:hi][seg >= later_min]] = False
+        running_max = np.maximum.accumulate(seg)
+        s_id = int(stream[order[lo]])
+        for i in local_down.tolist():
+            spans.setdefault(s_id, []).append((int(seg[i]), int(running_max[i - 1])))
+    return keep
 
 
 def _merge_spans(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:

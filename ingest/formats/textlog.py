@@ -214,7 +214,7 @@ class _EngineState:
         self.kinds = reader.kinds
         self.compiled = reader._compiled
         self.skeletons: list[_Skeleton] = []
-        self.fast: re.Pattern[bytes] | None = None
+        self.fast: re.Pattern[bytes] = _fast_regex([])
         self.last_step: int | None = None
         self.total_steps: int | None = None
         self._keymaps: dict[tuple[int, str], tuple[str, str | None] | None] = {}
@@ -249,66 +249,45 @@ class _EngineState:
         if check is None or list(check.groups()[n_prefix:]) != values:
             return  # values with blanks inside: this layout stays on the slow path
         self.skeletons.append(_Skeleton(kind_i, source, n_prefix + len(values), names, tuple(keys), regex))
-        self.fast = re.compile(b"^(?:" + b"|".join(b"(?:" + s.source + b")" for s in self.skeletons) + b")", re.M)
+        self.fast = _fast_regex(self.skeletons)
 
     # -- chunks
     def process(self, chunk: bytes, first_line: int, path: Path, builder: LogBuilder) -> None:
-        n_candidates = len(self.reader._candidate.findall(chunk))
-        n_lines = chunk.count(b"\n")
-        n_blank = chunk.count(b"\n\n") + chunk.count(b"\n\r\n") + (1 if chunk.startswith(b"\n") else 0)
-        if n_candidates == 0:
-            self._count_skipped(chunk, first_line, path, builder, n_lines - n_blank)
+        """Parse one chunk with a single regex pass: every non-blank line is either matched by a
+        skeleton (captured values) or by the trailing catch-all group, then handled one by one
+        (new layouts become skeletons; other lines are skipped and counted)."""
+        rows: list[Any] = self.fast.findall(chunk)
+        if not rows:
             return
-        if self.fast is not None:
-            rows = self.fast.findall(chunk)
-            if len(rows) == n_candidates:
-                blocks, empty = self._blocks_from_fast(rows)
-                self._count_skipped(chunk, first_line, path, builder, n_lines - n_blank - n_candidates)
-                if empty:
-                    builder.skipped += empty
-                self._emit(blocks, len(rows), builder)
-                return
-        blocks, n_rows = self._slow(chunk, first_line, path, builder)
-        self._emit(blocks, n_rows, builder)
+        cols: list[Any] = list(zip(*rows, strict=True)) if self.fast.groups > 1 else [rows]
+        fallback = cols[-1]
+        fallback_len = np.asarray(pc.binary_length(pa.array(fallback, pa.binary())).to_numpy(zero_copy_only=False))
+        others = np.flatnonzero(fallback_len > 0)
+        blocks = self._blocks_from_fast(cols[:-1], len(rows), others.shape[0] < len(rows))
+        if others.shape[0]:
+            blocks.extend(self._slow(fallback, others, chunk, first_line, path, builder))
+        self._emit(blocks, len(rows), builder)
 
-    def _count_skipped(self, chunk: bytes, first_line: int, path: Path, builder: LogBuilder, count: int) -> None:
-        if count <= 0:
-            return
-        builder.skipped += count
-        if not builder.want_examples():
-            return
-        for i, line in enumerate(chunk.split(b"\n")):
-            if not builder.want_examples():
-                break
-            if line.strip() and not self.reader._candidate.match(line):
-                builder.skipped_examples.append((str(path), first_line + i, _reason(line)))
-
-    def _blocks_from_fast(self, rows: list[Any]) -> tuple[list[_Block], int]:
-        cols = [pa.array(c, pa.binary()) for c in zip(*rows, strict=True)]
-        if len(self.skeletons) == 1:
-            return [self._block_from_columns(self.skeletons[0], cols, None)], 0
+    def _blocks_from_fast(self, cols: list[Any], n_rows: int, any_matched: bool) -> list[_Block]:
         blocks: list[_Block] = []
+        if not self.skeletons or not any_matched:
+            return blocks
+        arrays = [pa.array(c, pa.binary()) for c in cols]
         offset = 0
-        empty = 0
         for sk in self.skeletons:
-            sub = cols[offset : offset + sk.n_groups]
+            sub = arrays[offset : offset + sk.n_groups]
             offset += sk.n_groups
-            if not sub:
+            if not sub or not sk.keys:
                 continue
-            # a matched skeleton always fills its last value group (values are never empty);
-            # for a layout without values, any non-empty group marks its rows
-            markers = sub[-1:] if sk.keys else sub
-            present = np.zeros(len(rows), dtype=bool)
-            for col in markers:
-                present |= np.asarray(pc.binary_length(col).to_numpy(zero_copy_only=False)) > 0
+            # a matched skeleton always fills its last value group (values are never empty)
+            present = np.asarray(pc.binary_length(sub[-1]).to_numpy(zero_copy_only=False)) > 0
+            if present.all():
+                blocks.append(self._block_from_columns(sk, sub, None))
+                continue
             idx = np.flatnonzero(present)
-            if idx.shape[0] == 0:
-                continue
-            if not sk.keys:
-                empty += int(idx.shape[0])
-                continue
-            blocks.append(self._block_from_columns(sk, [c.take(idx) for c in sub], idx.tolist()))
-        return blocks, empty
+            if idx.shape[0]:
+                blocks.append(self._block_from_columns(sk, [c.take(idx) for c in sub], idx.tolist()))
+        return blocks
 
     def _block_from_columns(self, sk: _Skeleton, cols: list[Any], rows: list[int] | None) -> _Block:
         n = len(cols[0]) if cols else 0
@@ -329,35 +308,43 @@ class _EngineState:
                 return kind_i, m
         return None
 
-    def _slow(self, chunk: bytes, first_line: int, path: Path, builder: LogBuilder) -> tuple[list[_Block], int]:
+    def _slow(
+        self,
+        lines: Sequence[bytes],
+        indices: npt.NDArray[np.int64],
+        chunk: bytes,
+        first_line: int,
+        path: Path,
+        builder: LogBuilder,
+    ) -> list[_Block]:
+        """Lines no skeleton matched: parse each, learn its layout; count the non-metric ones."""
         blocks: dict[tuple[int, tuple[str, ...]], _Block] = {}
-        row = 0
-        for i, line in enumerate(chunk.split(b"\n")):
+        locator = _LineLocator(chunk, first_line)
+        for row in indices.tolist():
+            line = lines[row]
             if not line.strip(b" \t\r"):
                 continue
             found = self._match_kind(line)
             if found is None:
-                builder.skip(path, first_line + i, _reason(line))
+                builder.skipped += 1
+                if builder.want_examples():
+                    builder.skipped_examples.append((str(path), locator.line_of(line), _reason(line)))
                 continue
             kind_i, m = found
-            pairs_re = self.compiled[kind_i][1]
             keys: tuple[str, ...]
             values: list[bytes]
             for sk in self.skeletons:
-                if sk.kind != kind_i:
-                    continue
-                mm = sk.regex.match(line)
+                mm = sk.regex.match(line) if sk.kind == kind_i else None
                 if mm is not None:
-                    keys = sk.keys
-                    values = list(mm.groups()[len(sk.prefix_names) :])
+                    keys, values = sk.keys, list(mm.groups()[len(sk.prefix_names) :])
                     break
             else:
-                pairs = list(pairs_re.finditer(line, m.end()))
+                pairs = list(self.compiled[kind_i][1].finditer(line, m.end()))
                 self.learn(kind_i, line, m, pairs)
                 keys = tuple(_key_of(pm) for pm in pairs)
                 values = [pm.group(_value_group(pm)) for pm in pairs]
             if not keys:
-                builder.skip(path, first_line + i, "metric line without values: " + _reason(line))
+                builder.skip(path, locator.line_of(line), "metric line without values: " + _reason(line))
                 continue
             block = blocks.get((kind_i, keys))
             if block is None:
@@ -373,8 +360,7 @@ class _EngineState:
                 block.total.append(gd["total"])
             for col, v in zip(block.values, values, strict=True):
                 col.append(v)
-            row += 1
-        return list(blocks.values()), row
+        return list(blocks.values())
 
     # -- conversion
     def _keymap(self, kind_i: int, key: str) -> tuple[str, str | None] | None:
@@ -493,6 +479,30 @@ class _EngineState:
                 _add_masked(builder, pct_name, steps, conv.pct[pmask], pmask, rank, wall, stream, seq)
 
 
+def _fast_regex(skeletons: list[_Skeleton]) -> re.Pattern[bytes]:
+    """All skeletons OR-ed, then a catch-all group for any other non-empty line (always last)."""
+    alternatives = [b"(?:" + sk.source + b")" for sk in skeletons] + [rb"(.+)$"]
+    return re.compile(b"^(?:" + b"|".join(alternatives) + b")", re.M)
+
+
+class _LineLocator:
+    """Line numbers of lines of a chunk, found in order (only for the few skipped-line examples)."""
+
+    def __init__(self, chunk: bytes, first_line: int) -> None:
+        self.chunk = chunk
+        self.first_line = first_line
+        self.cursor = 0
+
+    def line_of(self, line: bytes) -> int:
+        pos = self.chunk.find(line, self.cursor)
+        while pos > 0 and self.chunk[pos - 1 : pos] != b"\n":
+            pos = self.chunk.find(line, pos + 1)
+        if pos < 0:
+            return self.first_line
+        self.cursor = pos + len(line)
+        return self.first_line + self.chunk.count(b"\n", 0, pos)
+
+
 def out_pct_name(name: str) -> str:
     """Name of a ``(NN%)`` companion value: ``gpu_mem_gb`` -> ``gpu_mem_pct``."""
     return (name[:-3] if name.endswith("_gb") else name) + "_pct"
@@ -509,6 +519,12 @@ def _add_masked(
     stream: Any,
     seq: npt.NDArray[np.int64],
 ) -> None:
+    if mask.all():  # share the block's arrays between its metrics: no copies
+        if isinstance(stream, np.ndarray):
+            mask = np.ones(steps.shape[0], dtype=bool)
+        else:
+            builder.add(name, steps, values, rank=rank, wall_time=wall, stream=int(stream), seq=seq, canonical=True)
+            return
     r = rank[mask] if isinstance(rank, np.ndarray) else rank
     st = stream[mask] if isinstance(stream, np.ndarray) else stream
     if isinstance(st, np.ndarray):
