@@ -471,10 +471,13 @@ def open_error(path: Path, exc: OSError) -> StabScopeError:
 _ANSI: Final = re.compile(rb"\x1b\[[0-9;?]*[A-Za-z]")
 
 
-def iter_line_chunks(path: Path, builder: LogBuilder, chunk_bytes: int = CHUNK_BYTES) -> Iterator[tuple[bytes, int]]:
+def iter_line_chunks(
+    path: Path, builder: LogBuilder, chunk_bytes: int = CHUNK_BYTES, first_chunk_bytes: int = 64 * 1024
+) -> Iterator[tuple[bytes, int]]:
     """``(chunk, number of its first line)``: whole lines, about ``chunk_bytes`` at a time.
 
     Memory stays bounded by the chunk size whatever the file size; ANSI colour codes are removed.
+    The first chunk is small: text readers learn a log's line layouts there, line by line.
     """
     try:
         f = open(path, "rb")  # noqa: SIM115 - closed in the finally below
@@ -482,9 +485,11 @@ def iter_line_chunks(path: Path, builder: LogBuilder, chunk_bytes: int = CHUNK_B
         raise open_error(path, exc) from exc
     line_no = 1
     carry = b""
+    size = min(chunk_bytes, first_chunk_bytes)
     try:
         while True:
-            block = f.read(chunk_bytes)
+            block = f.read(size)
+            size = chunk_bytes
             if not block:
                 break
             builder.advance(len(block))

@@ -104,6 +104,8 @@ class _Skeleton:
     prefix_names: list[str]
     keys: tuple[str, ...]
     regex: re.Pattern[bytes]
+    re2: str | None = None
+    """The same pattern for Arrow's RE2 ``extract_regex`` (None when RE2 cannot express it)."""
 
 
 @dataclass
@@ -214,7 +216,6 @@ class _EngineState:
         self.kinds = reader.kinds
         self.compiled = reader._compiled
         self.skeletons: list[_Skeleton] = []
-        self.fast: re.Pattern[bytes] = _fast_regex([])
         self.last_step: int | None = None
         self.total_steps: int | None = None
         self._keymaps: dict[tuple[int, str], tuple[str, str | None] | None] = {}
@@ -248,46 +249,42 @@ class _EngineState:
         n_prefix = len(names)
         if check is None or list(check.groups()[n_prefix:]) != values:
             return  # values with blanks inside: this layout stays on the slow path
-        self.skeletons.append(_Skeleton(kind_i, source, n_prefix + len(values), names, tuple(keys), regex))
-        self.fast = _fast_regex(self.skeletons)
+        sk = _Skeleton(kind_i, source, n_prefix + len(values), names, tuple(keys), regex)
+        sk.re2 = _re2_pattern(sk)
+        self.skeletons.append(sk)
 
     # -- chunks
     def process(self, chunk: bytes, first_line: int, path: Path, builder: LogBuilder) -> None:
-        """Parse one chunk with a single regex pass: every non-blank line is either matched by a
-        skeleton (captured values) or by the trailing catch-all group, then handled one by one
+        """Parse one chunk: the chunk becomes an Arrow array of lines (no copy), each skeleton is
+        matched against the lines not yet matched with Arrow's RE2 ``extract_regex`` (captured
+        values come back as Arrow columns); the remaining non-blank lines are handled one by one
         (new layouts become skeletons; other lines are skipped and counted)."""
-        rows: list[Any] = self.fast.findall(chunk)
-        if not rows:
+        lines = _lines_array(chunk)
+        n = len(lines)
+        if n == 0:
             return
-        cols: list[Any] = list(zip(*rows, strict=True)) if self.fast.groups > 1 else [rows]
-        fallback = cols[-1]
-        fallback_len = np.asarray(pc.binary_length(pa.array(fallback, pa.binary())).to_numpy(zero_copy_only=False))
-        others = np.flatnonzero(fallback_len > 0)
-        blocks = self._blocks_from_fast(cols[:-1], len(rows), others.shape[0] < len(rows))
-        if others.shape[0]:
-            blocks.extend(self._slow(fallback, others, chunk, first_line, path, builder))
-        self._emit(blocks, len(rows), builder)
-
-    def _blocks_from_fast(self, cols: list[Any], n_rows: int, any_matched: bool) -> list[_Block]:
+        offsets = np.frombuffer(lines.buffers()[1], dtype=np.int32, count=n + 1)
+        unmatched = np.diff(offsets) > 1  # a blank line is just its b"\n"
         blocks: list[_Block] = []
-        if not self.skeletons or not any_matched:
-            return blocks
-        arrays = [pa.array(c, pa.binary()) for c in cols]
-        offset = 0
         for sk in self.skeletons:
-            sub = arrays[offset : offset + sk.n_groups]
-            offset += sk.n_groups
-            if not sub or not sk.keys:
+            if sk.re2 is None or not sk.keys or not unmatched.any():
                 continue
-            # a matched skeleton always fills its last value group (values are never empty)
-            present = np.asarray(pc.binary_length(sub[-1]).to_numpy(zero_copy_only=False)) > 0
-            if present.all():
-                blocks.append(self._block_from_columns(sk, sub, None))
+            idx = np.flatnonzero(unmatched)
+            subset = lines if idx.shape[0] == n else lines.take(idx)
+            found = pc.extract_regex(subset, sk.re2)
+            valid = np.asarray(found.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+            if not valid.any():
                 continue
-            idx = np.flatnonzero(present)
-            if idx.shape[0]:
-                blocks.append(self._block_from_columns(sk, [c.take(idx) for c in sub], idx.tolist()))
-        return blocks
+            rows = idx[valid]
+            unmatched[rows] = False
+            every = bool(valid.all())
+            fields = [found.field(i) if every else found.field(i).filter(valid) for i in range(sk.n_groups)]
+            blocks.append(self._block_from_columns(sk, fields, rows.tolist()))
+        rest = np.flatnonzero(unmatched)
+        if rest.shape[0]:
+            texts = [t.rstrip(b"\n") for t in lines.take(rest).to_pylist()]
+            blocks.extend(self._slow(texts, rest, first_line, path, builder))
+        self._emit(blocks, n, builder)
 
     def _block_from_columns(self, sk: _Skeleton, cols: list[Any], rows: list[int] | None) -> _Block:
         n = len(cols[0]) if cols else 0
@@ -310,25 +307,20 @@ class _EngineState:
 
     def _slow(
         self,
-        lines: Sequence[bytes],
-        indices: npt.NDArray[np.int64],
-        chunk: bytes,
+        texts: list[bytes],
+        rows: npt.NDArray[np.int64],
         first_line: int,
         path: Path,
         builder: LogBuilder,
     ) -> list[_Block]:
         """Lines no skeleton matched: parse each, learn its layout; count the non-metric ones."""
         blocks: dict[tuple[int, tuple[str, ...]], _Block] = {}
-        locator = _LineLocator(chunk, first_line)
-        for row in indices.tolist():
-            line = lines[row]
+        for row, line in zip(rows.tolist(), texts, strict=True):
             if not line.strip(b" \t\r"):
                 continue
             found = self._match_kind(line)
             if found is None:
-                builder.skipped += 1
-                if builder.want_examples():
-                    builder.skipped_examples.append((str(path), locator.line_of(line), _reason(line)))
+                builder.skip(path, first_line + row, _reason(line))
                 continue
             kind_i, m = found
             keys: tuple[str, ...]
@@ -344,7 +336,7 @@ class _EngineState:
                 keys = tuple(_key_of(pm) for pm in pairs)
                 values = [pm.group(_value_group(pm)) for pm in pairs]
             if not keys:
-                builder.skip(path, locator.line_of(line), "metric line without values: " + _reason(line))
+                builder.skip(path, first_line + row, "metric line without values: " + _reason(line))
                 continue
             block = blocks.get((kind_i, keys))
             if block is None:
@@ -479,28 +471,46 @@ class _EngineState:
                 _add_masked(builder, pct_name, steps, conv.pct[pmask], pmask, rank, wall, stream, seq)
 
 
-def _fast_regex(skeletons: list[_Skeleton]) -> re.Pattern[bytes]:
-    """All skeletons OR-ed, then a catch-all group for any other non-empty line (always last)."""
-    alternatives = [b"(?:" + sk.source + b")" for sk in skeletons] + [rb"(.+)$"]
-    return re.compile(b"^(?:" + b"|".join(alternatives) + b")", re.M)
+def _lines_array(chunk: bytes) -> Any:
+    """The chunk's lines (each with its newline) as an Arrow binary array over the chunk's bytes."""
+    data = np.frombuffer(chunk, dtype=np.uint8)
+    ends = np.flatnonzero(data == 10) + 1
+    offsets = np.empty(ends.shape[0] + 1, dtype=np.int32)
+    offsets[0] = 0
+    offsets[1:] = ends
+    return pa.Array.from_buffers(
+        pa.binary(), ends.shape[0], [None, pa.py_buffer(memoryview(offsets)), pa.py_buffer(chunk)]
+    )
 
 
-class _LineLocator:
-    """Line numbers of lines of a chunk, found in order (only for the few skipped-line examples)."""
-
-    def __init__(self, chunk: bytes, first_line: int) -> None:
-        self.chunk = chunk
-        self.first_line = first_line
-        self.cursor = 0
-
-    def line_of(self, line: bytes) -> int:
-        pos = self.chunk.find(line, self.cursor)
-        while pos > 0 and self.chunk[pos - 1 : pos] != b"\n":
-            pos = self.chunk.find(line, pos + 1)
-        if pos < 0:
-            return self.first_line
-        self.cursor = pos + len(line)
-        return self.first_line + self.chunk.count(b"\n", 0, pos)
+def _re2_pattern(sk: _Skeleton) -> str | None:
+    """The skeleton for RE2 (anchored, groups named ``g0..``), or None if RE2 rejects it."""
+    source = sk.source.decode("utf-8", "surrogateescape")
+    if not source.endswith("$"):
+        return None
+    body = source[:-1]
+    out: list[str] = []
+    group = 0
+    i = 0
+    while i < len(body):  # name every capturing group: extract_regex returns named groups only
+        if body[i] == "\\":
+            out.append(body[i : i + 2])
+            i += 2
+            continue
+        if body[i] == "(" and not body.startswith("(?", i):
+            out.append(f"(?P<g{group}>")
+            group += 1
+        else:
+            out.append(body[i])
+        i += 1
+    if group != sk.n_groups:
+        return None
+    pattern = "^" + "".join(out) + r"\n?$"
+    try:
+        pc.extract_regex(pa.array([], pa.binary()), pattern)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None
+    return pattern
 
 
 def out_pct_name(name: str) -> str:

@@ -26,7 +26,7 @@ class TorchtitanReader(TextLogReader):
             prefix=(
                 r"(?:\[rank(?P<rank>[0-9]+)\]:)?(?:\[titan\][ \t]*)?"
                 r"(?:(?P<ts>[0-9]{4}-[0-9]{2}-[0-9]{2}[ T][0-9]{2}:[0-9]{2}:[0-9]{2}(?:[,.][0-9]+)?)"
-                r"[^\n]*?)?\bstep:[ \t]*(?P<step>[0-9]+)[ \t]+(?=[a-z_]+:)"
+                r"[^\n]*?)?\bstep:[ \t]*(?P<step>[0-9]+)[ \t]+"
             ),
             pairs=r"(?P<key>[A-Za-z_]+):[ \t]+(?P<val>[^\s]+)",
             per_rank_keys=frozenset({"throughput_tok_s"}),
