@@ -475,12 +475,10 @@ def _lines_array(chunk: bytes) -> Any:
     """The chunk's lines (each with its newline) as an Arrow binary array over the chunk's bytes."""
     data = np.frombuffer(chunk, dtype=np.uint8)
     ends = np.flatnonzero(data == 10) + 1
-    offsets = np.empty(ends.shape[0] + 1, dtype=np.int32)
+    offsets: Any = np.empty(ends.shape[0] + 1, dtype=np.int32)  # numpy arrays are buffers
     offsets[0] = 0
     offsets[1:] = ends
-    return pa.Array.from_buffers(
-        pa.binary(), ends.shape[0], [None, pa.py_buffer(memoryview(offsets)), pa.py_buffer(chunk)]
-    )
+    return pa.Array.from_buffers(pa.binary(), ends.shape[0], [None, pa.py_buffer(offsets), pa.py_buffer(chunk)])
 
 
 def _re2_pattern(sk: _Skeleton) -> str | None:
