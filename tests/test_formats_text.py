@@ -245,3 +245,29 @@ def test_registry_readers_have_names_and_descriptions() -> None:
     for name, reader in FORMATS.items():
         assert reader.name == name
         assert len(reader.description) > 10
+
+
+def test_echoed_source_code_and_nvidia_smi_are_skipped(tmp_path: Path) -> None:
+    source = [
+        "import os",
+        "def print0(s):",
+        "    print(s)",
+        "for step in range(train_steps + 1):",
+        '    print0(f"step:{step}/{train_steps} val_loss:{val_loss:.4f} train_time:{t:.0f}ms")',
+        '    print0(f"step:{step+1}/{train_steps} train_loss:{loss.item():.4f}")',
+        "=" * 100,
+        "+-----------------------------------------------------------------------------+",
+        "| NVIDIA-SMI 550.90.12              Driver Version: 550.90.12      CUDA Version: 12.6 |",
+        "|   0  NVIDIA H100 80GB HBM3          On  |   00000000:61:00.0 Off |    0 |",
+    ]
+    metrics = [
+        f"step:{i}/5 train_loss:{4.0 - i * 0.1:.4f} train_time:{i * 400}ms step_avg:400.00ms" for i in range(1, 6)
+    ]
+    path = tmp_path / "record.txt"
+    path.write_text("\n".join(source + metrics) + "\n")
+    assert detect([path])[0][0] == "modded_nanogpt"
+    parsed = read_log([path])
+    assert parsed.series("loss")[0].tolist() == [1, 2, 3, 4, 5]
+    assert parsed.skipped == len(source)
+    assert [ex[1] for ex in parsed.skipped_examples] == [1, 2, 3, 4, 5]
+    assert parsed.meta["gpus"] == 1
