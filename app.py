@@ -6,7 +6,7 @@ Pages only lay out widgets and call ``stab_core``/``ingest``; the store lives at
 
 import streamlit as st
 
-from pages.common import ensure_demo_runs
+from pages.common import LIVE_REFRESH_S, alert_banner, ensure_demo_runs, list_runs
 
 st.set_page_config(page_title="StabScope", page_icon="📈", layout="wide")
 
@@ -31,4 +31,14 @@ PAGES = {
 }
 
 ensure_demo_runs()
-st.navigation(PAGES).run()
+page = st.navigation(PAGES)
+
+
+@st.fragment(run_every=LIVE_REFRESH_S if any(r.status == "live" for r in list_runs()) else None)
+def live_alerts() -> None:
+    """Banners for the live runs' alerts (new spike, divergence, saturated clipping, straggler) on every page."""
+    alert_banner(list_runs())
+
+
+live_alerts()
+page.run()

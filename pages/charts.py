@@ -242,8 +242,8 @@ def heatmap_figure(
     )
     if selected is not None:
         fig.add_hline(y=selected, line={"color": "#fab005", "width": 2})
-    fig.update_layout(**base_layout(min(700, max(260, 18 * len(ranks) + 120))))
-    fig.update_layout(hovermode="closest")
+    fig.update_layout(**base_layout(min(700, max(220, 18 * len(ranks) + 90))))
+    fig.update_layout(hovermode="closest", margin={"b": 45})
     fig.update_yaxes(title_text="rank", autorange="reversed" if len(ranks) > 1 else True)
     return fig
 

@@ -602,13 +602,13 @@ def run_catalog(runs: Sequence[RunInfo], summary: dict[str, dict[str, Any]]) -> 
                 "name": r.name,
                 "status": r.status,
                 "steps": r.n_steps,
-                "first–last": f"{r.first_step}–{r.last_step}" if r.first_step is not None else "",
                 "ranks": r.ranks,
                 "last loss": last_value(r, "loss"),
                 "spikes": int(s.get("n_spikes", 0)),
                 "worst spike (x)": _float(s.get("worst_ratio")),
                 "alerts": "; ".join(run_alerts(r)),
                 "tags": ", ".join(map(str, tags)) if isinstance(tags, list) else str(tags),
+                "first–last": f"{r.first_step}–{r.last_step}" if r.first_step is not None else "",
                 "rejected": r.rejected,
                 "updated": r.updated,
             }
@@ -685,7 +685,8 @@ def dot_with_evidence(dot: str, diagnosis: Any | None) -> str:
     beside its question, and each visited node's evidence drawn as a note on the left of it."""
     from stab_core.diagnosis import DECISION_TREE
 
-    extra = ["  graph [nodesep=0.3, ranksep=0.35, fontsize=11];", "  node [fontsize=11];"]
+    # a white canvas keeps the black labels readable in the dark theme too
+    extra = ['  graph [nodesep=0.3, ranksep=0.35, fontsize=11, bgcolor="white"];', "  node [fontsize=11];"]
     for node in DECISION_TREE.nodes:
         yes = [e.target for e in node.edges if e.answer.startswith("yes")]
         extra.append(f"  {{rank=same; {node.id}; {yes[0]}}}" if len(yes) == 1 else "")

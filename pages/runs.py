@@ -9,7 +9,6 @@ from ingest.errors import StabScopeError
 from pages.charts import Panel, panels_figure
 from pages.common import (
     LIVE_REFRESH_S,
-    alert_banner,
     get_store,
     list_runs,
     nav_link,
@@ -22,9 +21,9 @@ from pages.common import (
 
 COLUMNS = {
     "last loss": st.column_config.NumberColumn(format="%.4f", help="Last finite logged loss (nats/token)"),
-    "worst spike (x)": st.column_config.NumberColumn(format="%.1f", help="Largest spike: peak over baseline"),
+    "worst spike (x)": st.column_config.NumberColumn(format="%.1f×", help="Largest spike: peak over baseline"),
     "spikes": st.column_config.NumberColumn(help="Spike events the analyses detected"),
-    "alerts": st.column_config.TextColumn(width="medium"),
+    "alerts": st.column_config.TextColumn(width="large"),
     "updated": st.column_config.DatetimeColumn(format="YYYY-MM-DD HH:mm"),
 }
 
@@ -40,11 +39,10 @@ if not runs:
     nav_link("pages/upload.py", "Upload logs", icon="⬆️")
     st.stop()
 
-alert_banner(runs)
 c1, c2, c3, c4 = st.columns([3, 2, 1.4, 1.2], vertical_alignment="bottom")
 query = c1.text_input("Search", key="runs_search", placeholder="name or tag")
 statuses = c2.multiselect("Status", ["live", "finished"], default=[], key="runs_status", placeholder="any")
-only_alerts = c3.checkbox("Only runs with alerts", key="runs_alerts")
+only_alerts = c3.checkbox("With alerts", key="runs_alerts", help="Only runs with an alert")
 with c4:
     nav_link("pages/upload.py", "Upload logs", icon="⬆️")
 

@@ -109,7 +109,8 @@ with right:
         f"**{spike['metric']}** x{float(spike.get('ratio') or float('nan')):.2f} over its baseline, steps "
         f"{spike['start']}–{spike['end']} (peak {spike['peak']}), {outcome}."
     )
-    st.markdown(f"### Cause: `{spike['cause']}` · confidence {float(spike['confidence']):.0%}")
+    st.markdown(f"#### Cause: `{spike['cause']}`")
+    st.progress(float(spike["confidence"]), text=f"confidence {float(spike['confidence']):.0%}")
     st.markdown("**What to do**\n" + "\n".join(f"1. {a}" for a in spike.get("actions", [])))
     if spike.get("missing"):
         st.caption("Would settle the unknown nodes: " + "; ".join(spike["missing"]))
