@@ -205,7 +205,7 @@ def test_progress_reports_bytes(tmp_path: Path) -> None:
 def test_garbage_is_refused_with_file_and_line(tmp_path: Path) -> None:
     path = tmp_path / "notes.txt"
     path.write_text("shopping list\n- eggs\n- milk\n")
-    with pytest.raises(StabScopeError, match="format not recognised") as err:
+    with pytest.raises(StabScopeError, match=r"line 1: format not recognised: .shopping list. is not a line") as err:
         read_log([path])
     assert str(path) in str(err.value)
     assert "--format" in str(err.value)
@@ -271,3 +271,12 @@ def test_echoed_source_code_and_nvidia_smi_are_skipped(tmp_path: Path) -> None:
     assert parsed.skipped == len(source)
     assert [ex[1] for ex in parsed.skipped_examples] == [1, 2, 3, 4, 5]
     assert parsed.meta["gpus"] == 1
+
+
+def test_files_of_different_formats_are_refused_with_each_format(tmp_path: Path) -> None:
+    a = tmp_path / "a.log"
+    b = tmp_path / "b.log"
+    a.write_text("s:1 trl:1.0\ns:2 trl:0.9\n")
+    b.write_text("iter 1: loss 2.0, time 1.00ms\niter 2: loss 1.9, time 1.00ms\n")
+    with pytest.raises(StabScopeError, match=r"different formats \(a\.log: llmc_main; b\.log: nanogpt\)"):
+        read_log([a, b])

@@ -154,22 +154,43 @@ def read_log(
     names = ", ".join(f"{n} ({c:.2f})" for n, c in candidates[:5])
     where = ", ".join(str(p) for p in checked[:3]) + (" ..." if len(checked) > 3 else "")
     if not candidates:
-        per_file = _per_file_best(checked, readers)
-        hint = f" (per file: {per_file})" if per_file else ""
-        raise StabScopeError(
-            f"{where}: format not recognised{hint}; force one with --format NAME "
-            f"(formats: {', '.join(sorted(readers))})"
-        )
+        raise _unrecognised(checked, readers)
     if len(candidates) > 1 and candidates[1][1] >= candidates[0][1] - AMBIGUITY_MARGIN:
         raise StabScopeError(f"{where}: ambiguous format, candidates: {names}; choose one with --format NAME")
     return readers[candidates[0][0]].read(checked, progress)
 
 
-def _per_file_best(paths: list[Path], readers: dict[str, Reader]) -> str:
-    """'file: best format' for inputs that mix formats (empty when nothing fits any file)."""
+def _unrecognised(paths: list[Path], readers: dict[str, Reader]) -> StabScopeError:
+    """The error for input no reader recognises: the first file and line, and how to force one."""
+    formats = ", ".join(sorted(readers))
+    per_file = _per_file_best(paths)
+    if per_file:
+        return StabScopeError(
+            f"the files are of different formats ({per_file}): import them separately, "
+            f"or force one with --format NAME (formats: {formats})"
+        )
+    first = paths[0]
+    line_no, excerpt = 1, ""
+    head = read_head(first, 64 * 1024)
+    if head and b"\x00" not in head[:4096]:
+        for i, raw in enumerate(head.split(b"\n")[:1000], start=1):
+            text = raw.decode("utf-8", "replace").strip()
+            if text:
+                line_no, excerpt = i, text[:80]
+                break
+    what = f"{excerpt!r} is not a line of any known log format" if excerpt else "no known log format"
+    return StabScopeError(
+        f"format not recognised: {what}; force one with --format NAME (formats: {formats})",
+        path=str(first),
+        line=line_no if excerpt else None,
+    )
+
+
+def _per_file_best(paths: list[Path]) -> str:
+    """'file: best format' for inputs that mix formats (empty when fewer than two files fit one)."""
     parts = []
     for p in paths:
-        best = detect([p]) if p.exists() else []
+        best = detect([p])
         if best:
             parts.append(f"{p.name}: {best[0][0]}")
     return "; ".join(parts) if len(parts) > 1 else ""
