@@ -1,0 +1,534 @@
+"""StabilityMonitor: the training side of ingest. A few lines in a training loop write each rank's shard.
+
+::
+
+    monitor = StabilityMonitor(shard_dir, model=ddp_model, per_rank_batch_size=8, scheduler=sched, max_norm=1.0)
+    for step in range(start, total):
+        loss = ...; loss.backward()
+        record = clip_grad_norm(ddp_model.parameters(), 1.0)
+        optimizer.step(); lr = sched.get_last_lr()[0]; sched.step()
+        monitor.log(step, loss=loss, lr=lr, clip_stats=record)
+    monitor.close()
+
+Every rank writes its own metrics (``grad_norm_local``, ``step_time_s``, ``loss``, GPU figures) under
+its rank; rank 0 alone writes the run-level series (rank -1: the cross-rank mean ``loss``, ``lr``,
+``grad_norm`` ...), the run metadata (once) and the events. Rows are buffered by
+:class:`ingest.shards.ShardWriter` and flushed every ``flush_interval_s`` seconds, so
+``stabscope watch`` sees the run grow while it trains.
+
+Under DDP a communication hook (:class:`GradNormHook`) measures each bucket before and after its
+all-reduce, which gives the gradient norm at two batch sizes: a rank's own batch (``grad_norm_local``)
+and the global batch (``grad_norm``), the inputs of the two-batch noise scale
+(:mod:`stab_core.snr`; McCandlish et al. 2018, arXiv:1812.06162). The idea of measuring inside a DDP
+comm hook follows k-diffusion's ``gns.py`` (Crowson).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ingest.errors import StabScopeError
+from ingest.shards import ShardWriter
+from stab_core.metrics import CANONICAL_METRICS, PER_RANK_METRICS, is_valid_metric_name
+
+if TYPE_CHECKING:
+    import torch
+    import torch.distributed as dist
+    from torch._C._distributed_c10d import GradBucket
+    from torch.nn.parallel import DistributedDataParallel
+    from torch.optim.lr_scheduler import LRScheduler
+
+    from stab_core.clipping import ClipRecord, ZClip
+
+GIB = float(2**30)
+
+DECAY_STYLES: dict[str, str] = {
+    "WarmupCosineRestartScheduler": "cosine",
+    "WarmupCosineScheduler": "cosine",
+    "WSDScheduler": "wsd",
+    "InverseSqrtScheduler": "inverse_sqrt",
+    "CosineAnnealingLR": "cosine",
+    "CosineAnnealingWarmRestarts": "cosine",
+    "LinearLR": "linear",
+    "ConstantLR": "constant",
+}
+"""``lr_decay_style`` (the checklist's key) of known scheduler classes."""
+
+_SCHEDULER_SETTINGS = (
+    "total_steps",
+    "warmup_steps",
+    "restart_warmup_steps",
+    "num_cycles",
+    "min_lr_ratio",
+    "decay_fraction",
+    "decay_shape",
+)
+
+
+# --------------------------------------------------------------------------------------------------
+# The DDP communication hook
+# --------------------------------------------------------------------------------------------------
+
+
+class GradNormHook:
+    """A DDP communication hook that all-reduces (averages) each gradient bucket like DDP's default
+    hook, and records the bucket's L2 norm before the all-reduce (this rank's gradient) and after it
+    (the gradient of the global batch).
+
+    Squared bucket norms add up to the squared norm of the whole gradient, so :meth:`take` returns
+    ``(sqrt(sum local_b^2), sqrt(sum global_b^2))`` over the buckets of the last synchronised backward
+    pass. Norms stay on the device until :meth:`take` (one host sync per step). Registered with
+    ``ddp_model.register_comm_hook`` on construction (before the first backward); DDP allows one
+    hook per model.
+    """
+
+    def __init__(self, ddp_model: DistributedDataParallel, process_group: dist.ProcessGroup | None = None) -> None:
+        import torch.distributed as dist
+        from torch.nn.parallel import DistributedDataParallel
+
+        if not isinstance(ddp_model, DistributedDataParallel):
+            raise StabScopeError(
+                f"the gradient-norm hook needs a DistributedDataParallel model, got {type(ddp_model).__name__}; "
+                "wrap the model in DDP first, or pass model=None (no grad_norm_local without DDP)"
+            )
+        self.process_group = process_group
+        self.world_size = dist.get_world_size(process_group)
+        self._local: list[torch.Tensor] = []
+        self._global: list[torch.Tensor] = []
+        self._pass_complete = False
+        _resolve_hook_annotations()
+        try:
+            ddp_model.register_comm_hook(self, _grad_norm_comm_hook)
+        except RuntimeError as exc:
+            raise StabScopeError(
+                f"cannot register the StabScope gradient-norm hook on this DDP model ({exc}); DDP allows one "
+                "communication hook per model: remove the other one, or pass model=None"
+            ) from exc
+
+    def _record_local(self, buffer: torch.Tensor, is_last: bool) -> None:
+        import torch
+
+        if self._pass_complete:  # a new backward pass: keep only the latest one
+            self._local, self._global = [], []
+            self._pass_complete = False
+        self._local.append(torch.linalg.vector_norm(buffer, dtype=torch.float32))
+        self._pass_complete = is_last
+
+    def _record_global(self, reduced: torch.Tensor) -> None:
+        import torch
+
+        self._global.append(torch.linalg.vector_norm(reduced, dtype=torch.float32))
+
+    def take(self) -> tuple[float, float] | None:
+        """(local, global) gradient L2 norms of the last synchronised backward; None when no bucket was
+        all-reduced since the last call (e.g. inside ``no_sync`` accumulation). Clears the record."""
+        import torch
+
+        if not self._local or len(self._local) != len(self._global):
+            self._local, self._global, self._pass_complete = [], [], False
+            return None
+        norms = torch.stack([torch.stack(self._local), torch.stack(self._global)]).double()
+        local, global_ = (float(x) for x in norms.square().sum(dim=1).sqrt().tolist())
+        self._local, self._global, self._pass_complete = [], [], False
+        return local, global_
+
+
+def _grad_norm_comm_hook(state: GradNormHook, bucket: GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """Average the bucket across ranks (DDP does not pre-divide for a custom hook), measuring it on
+    both sides of the all-reduce."""
+    import torch.distributed as dist
+
+    buffer = bucket.buffer()
+    state._record_local(buffer, bucket.is_last())
+    group = state.process_group if state.process_group is not None else dist.group.WORLD
+    future = dist.all_reduce(buffer, group=group, async_op=True).get_future()  # type: ignore[union-attr]
+
+    def average(done: torch.futures.Future[list[torch.Tensor]]) -> torch.Tensor:
+        reduced = done.value()[0].div_(state.world_size)
+        state._record_global(reduced)
+        return reduced
+
+    averaged: torch.futures.Future[torch.Tensor] = future.then(average)
+    return averaged
+
+
+def _resolve_hook_annotations() -> None:
+    """DDP compares the hook's annotations with the real ``dist.GradBucket`` and ``Future[Tensor]``
+    objects; ``from __future__ import annotations`` leaves strings there, which DDP rejects."""
+    import torch
+    from torch._C._distributed_c10d import GradBucket
+
+    _grad_norm_comm_hook.__annotations__.update({"bucket": GradBucket, "return": torch.futures.Future[torch.Tensor]})
+
+
+# --------------------------------------------------------------------------------------------------
+# GPU figures
+# --------------------------------------------------------------------------------------------------
+
+
+class _GpuSampler:
+    """GPU memory every step (peak allocated since the previous step, GiB), NVML utilisation,
+    temperature and power at most every ``interval_s`` seconds. NVML figures are dropped for good the
+    first time NVML is unavailable (no ``pynvml``), so a step never pays for a failing query twice."""
+
+    def __init__(self, device: int, interval_s: float) -> None:
+        self.device = device
+        self.interval_s = interval_s
+        self._nvml = True
+        self._last_sample = -math.inf
+
+    def sample(self) -> dict[str, float]:
+        import torch
+
+        metrics = {"gpu_mem_gb": torch.cuda.max_memory_allocated(self.device) / GIB}
+        torch.cuda.reset_peak_memory_stats(self.device)
+        now = time.monotonic()
+        if self._nvml and now - self._last_sample >= self.interval_s:
+            self._last_sample = now
+            try:
+                metrics["gpu_util"] = float(torch.cuda.utilization(self.device))
+                metrics["gpu_temp_c"] = float(torch.cuda.temperature(self.device))
+                metrics["gpu_power_w"] = float(torch.cuda.power_draw(self.device)) / 1000.0  # NVML reports mW
+            except (ModuleNotFoundError, ImportError, RuntimeError, ValueError):
+                self._nvml = False
+        return metrics
+
+
+# --------------------------------------------------------------------------------------------------
+# Metadata
+# --------------------------------------------------------------------------------------------------
+
+
+def scheduler_metadata(scheduler: LRScheduler) -> dict[str, Any]:
+    """The scheduler's settings under the checklist's config keys (``peak_lr``, ``min_lr``,
+    ``lr_decay_style``, ``total_steps``, ``warmup_steps`` ...), its class, its pitfall advice, and
+    its transition points (``schedule_transitions``: kind -> steps; ``transition_steps``: all of them)."""
+    name = type(scheduler).__name__
+    meta: dict[str, Any] = {"scheduler": name}
+    base_lrs = [float(lr) for lr in getattr(scheduler, "base_lrs", [])]
+    if base_lrs:
+        meta["peak_lr"] = base_lrs[0]
+        if len(base_lrs) > 1:
+            meta["peak_lrs"] = base_lrs
+    for key in _SCHEDULER_SETTINGS:
+        if hasattr(scheduler, key):
+            meta[key] = getattr(scheduler, key)
+    if "min_lr_ratio" in meta and base_lrs:
+        meta["min_lr"] = float(meta["min_lr_ratio"]) * base_lrs[0]
+    if name in DECAY_STYLES:
+        meta["lr_decay_style"] = DECAY_STYLES[name]
+    advice = getattr(scheduler, "advice", None)
+    if advice:
+        meta["scheduler_advice"] = list(advice)
+    transitions = schedule_events(scheduler)
+    if transitions:
+        grouped: dict[str, list[int]] = {}
+        for step, kind, _ in transitions:
+            grouped.setdefault(kind, []).append(step)
+        meta["schedule_transitions"] = grouped
+        meta["transition_steps"] = sorted({step for step, _, _ in transitions})
+    return meta
+
+
+def schedule_events(scheduler: LRScheduler) -> list[tuple[int, str, str]]:
+    """``(step, kind, label)`` of the scheduler's transitions, by step: what its ``transition_steps()``
+    reports (WarmupCosineRestartScheduler). A restart without a restart warmup is one jump, labelled so,
+    with no separate ``warmup_end``. Empty for schedulers that do not report transitions."""
+    report = getattr(scheduler, "transition_steps", None)
+    if not callable(report):
+        return []
+    points: Mapping[str, list[int]] = report()
+    restarts = {int(s) for s in points.get("cycle_restart", [])}
+    restart_warmup = int(getattr(scheduler, "restart_warmup_steps", 1))
+    events: list[tuple[int, str, str]] = []
+    for step in sorted(restarts):
+        label = "cycle restart, LR jumps to peak (no restart warmup)" if restart_warmup == 0 else "cycle restart"
+        events.append((step, "cycle_restart", label))
+    for step in (int(s) for s in points.get("warmup_end", [])):
+        if step not in restarts:
+            events.append((step, "warmup_end", "warmup ends: LR at peak"))
+    for kind, steps in points.items():
+        if kind not in ("cycle_restart", "warmup_end"):
+            events.extend((int(s), kind, kind.replace("_", " ")) for s in steps)
+    return sorted(events)
+
+
+def clipping_metadata(clipper: ZClip | None, max_norm: float | None) -> dict[str, Any]:
+    """Clipping settings: ``max_norm`` (the checklist's key; 0 = off) and a ``clipping`` description."""
+    if clipper is not None:
+        settings = {k: v for k, v in clipper.state_dict().items() if k in ("alpha", "z_thresh", "warmup_steps", "eps")}
+        limit = clipper.max_norm if clipper.max_norm is not None else max_norm
+        return {
+            "clipping": {"method": "zclip", **settings, "max_norm": limit, "nonfinite": clipper.nonfinite},
+            "max_norm": 0.0 if limit is None else float(limit),
+        }
+    if max_norm is not None:
+        return {"clipping": {"method": "global_norm", "max_norm": float(max_norm)}, "max_norm": float(max_norm)}
+    return {"clipping": {"method": "none"}, "max_norm": 0.0}
+
+
+# --------------------------------------------------------------------------------------------------
+# The monitor
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MonitorRecord:
+    """What :meth:`StabilityMonitor.log` recorded for one step.
+
+    ``rank_metrics``: this rank's row (canonical names, e.g. ``grad_norm_local``, ``step_time_s``).
+    ``run_metrics``: the run-level row (rank -1); computed on every rank, written by rank 0 only.
+    ``local_grad_norm`` / ``global_grad_norm``: the DDP hook's norms (L2, before clipping; None
+    without a DDP model). ``events``: the ``(kind, label)`` of the schedule transitions logged here.
+    """
+
+    step: int
+    rank_metrics: dict[str, float]
+    run_metrics: dict[str, float]
+    local_grad_norm: float | None = None
+    global_grad_norm: float | None = None
+    events: tuple[tuple[str, str], ...] = field(default_factory=tuple)
+
+
+def _as_float(name: str, value: Any) -> float:
+    if hasattr(value, "detach"):
+        value = value.detach()
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise StabScopeError(f"{name} must be a number or a one-element tensor, got {value!r}") from None
+
+
+def _check_extra_name(name: str) -> None:
+    if not is_valid_metric_name(name) or (name not in CANONICAL_METRICS and "/" not in name):
+        raise StabScopeError(
+            f"metric {name!r} is not a canonical name ({', '.join(sorted(CANONICAL_METRICS))}) nor a "
+            "namespaced extra such as 'grad_norm/layer.3'"
+        )
+
+
+class StabilityMonitor:
+    """Writes one rank's stability metrics, the run metadata and events as shards (see module doc).
+
+    Create it once per rank, after ``init_process_group`` and after wrapping the model in DDP, and call
+    :meth:`log` once per optimizer step on *every* rank: under a process group of more than one rank,
+    ``log`` all-reduces the loss (one scalar collective) so rank 0 can write the cross-rank mean.
+
+    ``shard_dir``: the run's shard directory (``stabscope compact/watch`` reads it).
+    ``model``: a DDP model to measure ``grad_norm_local`` and the global norm on (a comm hook is
+    registered); None for single-process training or when another hook is needed.
+    ``per_rank_batch_size`` / ``global_batch_size``: samples per rank / per optimizer step, the two
+    batch sizes of the noise scale (the global one defaults to per-rank x world size).
+    ``seq_len``: tokens per sample (gives ``tokens`` and ``throughput_tok_s`` with the batch sizes).
+    ``scheduler``, ``clipper`` / ``max_norm``: their settings go to the metadata; the scheduler's
+    transitions become ``warmup_end`` / ``cycle_restart`` events when the run reaches them.
+    ``meta``: anything else for the run metadata (``usd_per_gpu_hour``, ``tags``, model config ...).
+    ``gpu``: record GPU figures; default: when CUDA is initialised in this process.
+    """
+
+    def __init__(
+        self,
+        shard_dir: str | os.PathLike[str],
+        *,
+        model: torch.nn.Module | None = None,
+        rank: int | None = None,
+        world_size: int | None = None,
+        per_rank_batch_size: int | None = None,
+        global_batch_size: int | None = None,
+        seq_len: int | None = None,
+        scheduler: LRScheduler | None = None,
+        clipper: ZClip | None = None,
+        max_norm: float | None = None,
+        meta: Mapping[str, Any] | None = None,
+        flush_interval_s: float = 2.0,
+        gpu: bool | None = None,
+        gpu_sample_interval_s: float = 1.0,
+        process_group: dist.ProcessGroup | None = None,
+    ) -> None:
+        import torch
+        import torch.distributed as dist
+
+        self._distributed = dist.is_available() and dist.is_initialized()
+        self.process_group = process_group
+        self.rank = rank if rank is not None else (dist.get_rank(process_group) if self._distributed else 0)
+        self.world_size = (
+            world_size if world_size is not None else (dist.get_world_size(process_group) if self._distributed else 1)
+        )
+        if not 0 <= self.rank < self.world_size:
+            raise StabScopeError(f"rank {self.rank} is outside 0..{self.world_size - 1} (world size {self.world_size})")
+        self._reduce_loss = self._distributed and dist.get_world_size(process_group) > 1
+        self._collective_device = torch.device("cpu")
+        if self._reduce_loss and dist.get_backend(process_group) == "nccl":
+            self._collective_device = torch.device("cuda", torch.cuda.current_device())
+        self.hook = GradNormHook(model, process_group) if model is not None else None  # type: ignore[arg-type]
+        self.per_rank_batch_size = per_rank_batch_size
+        self.global_batch_size = global_batch_size or (
+            per_rank_batch_size * self.world_size if per_rank_batch_size else None
+        )
+        self.seq_len = seq_len
+        use_gpu = torch.cuda.is_available() and torch.cuda.is_initialized() if gpu is None else gpu  # type: ignore[no-untyped-call]
+        self._gpu = _GpuSampler(torch.cuda.current_device(), gpu_sample_interval_s) if use_gpu else None
+        self._transitions = schedule_events(scheduler) if scheduler is not None else []
+        self._last_step: int | None = None
+        self._last_time: float | None = None
+        self.writer = ShardWriter(shard_dir, self.rank, flush_interval_s=flush_interval_s)
+        if self.rank == 0:
+            self.writer.write_meta(
+                self._metadata(scheduler, clipper, max_norm, model is not None, use_gpu, dict(meta or {}))
+            )
+
+    # ------------------------------------------------------------------ metadata
+
+    def _metadata(
+        self,
+        scheduler: LRScheduler | None,
+        clipper: ZClip | None,
+        max_norm: float | None,
+        hooked: bool,
+        use_gpu: bool,
+        extra: dict[str, Any],
+    ) -> dict[str, Any]:
+        meta: dict[str, Any] = {"world_size": self.world_size, "per_rank_metrics_logged": True}
+        if self.per_rank_batch_size is not None:
+            meta["per_rank_batch_size"] = self.per_rank_batch_size
+        if self.global_batch_size is not None:
+            meta["global_batch_size"] = self.global_batch_size
+        if self.seq_len is not None:
+            meta["seq_len"] = self.seq_len
+        if use_gpu:
+            meta["gpus"] = self.world_size
+        meta["grad_norm_local_source"] = "ddp_comm_hook" if hooked else "none"
+        if scheduler is not None:
+            meta.update(scheduler_metadata(scheduler))
+        meta.update(clipping_metadata(clipper, max_norm))
+        meta.update(extra)
+        return meta
+
+    # ------------------------------------------------------------------ per step
+
+    def log(
+        self,
+        step: int,
+        *,
+        loss: float | torch.Tensor | None = None,
+        lr: float | None = None,
+        clip_stats: ClipRecord | None = None,
+        extra: Mapping[str, float] | None = None,
+    ) -> MonitorRecord:
+        """Record optimizer step ``step`` (call after ``optimizer.step()``, on every rank).
+
+        ``loss``: this rank's loss (nats/token); written per rank, and its cross-rank mean as the
+        run-level ``loss``. ``lr``: the LR this step used. ``clip_stats``: the clipper's record (its
+        pre-clip ``grad_norm``, ``grad_norm_clipped``, ``clip_coef``, ``nonfinite_grads``); without it
+        the hook's global norm is the run-level ``grad_norm``. ``extra``: more canonical or namespaced
+        metrics (per-rank names go to this rank's row, the rest to the run-level row).
+        ``step_time_s`` is the wall time since the previous ``log`` call (absent on the first).
+        """
+        now = time.perf_counter()
+        step = self._check_step(step)
+        rank_metrics: dict[str, float] = {}
+        run_metrics: dict[str, float] = {}
+        step_time = None if self._last_time is None else now - self._last_time
+        if step_time is not None:
+            rank_metrics["step_time_s"] = step_time
+        norms = self.hook.take() if self.hook is not None else None
+        if norms is not None:
+            rank_metrics["grad_norm_local"] = norms[0]
+            run_metrics["grad_norm"] = norms[1]
+        if loss is not None:
+            local_loss = _as_float("loss", loss)
+            rank_metrics["loss"] = local_loss
+            run_metrics["loss"] = self._mean_over_ranks(local_loss)
+        if lr is not None:
+            run_metrics["lr"] = _as_float("lr", lr)
+        if clip_stats is not None:
+            run_metrics.update(clip_stats.as_metrics())
+        self._add_throughput(step, step_time, rank_metrics, run_metrics)
+        if self._gpu is not None:
+            rank_metrics.update(self._gpu.sample())
+        for name, value in (extra or {}).items():
+            _check_extra_name(name)
+            (rank_metrics if name in PER_RANK_METRICS else run_metrics)[name] = _as_float(name, value)
+        events = self._reached_transitions(step)
+        self.writer.write(step, rank_metrics, run_level=run_metrics if self.rank == 0 else None)
+        self._last_step, self._last_time = step, now
+        return MonitorRecord(
+            step=step,
+            rank_metrics=rank_metrics,
+            run_metrics=run_metrics,
+            local_grad_norm=None if norms is None else norms[0],
+            global_grad_norm=None if norms is None else norms[1],
+            events=events,
+        )
+
+    def _check_step(self, step: int) -> int:
+        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+            raise StabScopeError(f"step must be an optimizer step count >= 0 (int), got {step!r}")
+        if self._last_step is not None and step <= self._last_step:
+            raise StabScopeError(
+                f"step {step} does not follow the previous logged step {self._last_step}: log each optimizer "
+                "step once, in order (a resumed run needs a new StabilityMonitor)"
+            )
+        return step
+
+    def _mean_over_ranks(self, value: float) -> float:
+        if not self._reduce_loss:
+            return value
+        import torch
+        import torch.distributed as dist
+
+        tensor = torch.tensor([value], dtype=torch.float64, device=self._collective_device)
+        dist.all_reduce(tensor, group=self.process_group)
+        return float(tensor.item()) / self.world_size
+
+    def _add_throughput(
+        self, step: int, step_time: float | None, rank_metrics: dict[str, float], run_metrics: dict[str, float]
+    ) -> None:
+        if self.seq_len is None or self.global_batch_size is None:
+            return
+        run_metrics["tokens"] = float((step + 1) * self.global_batch_size * self.seq_len)
+        if step_time is not None and step_time > 0 and self.per_rank_batch_size is not None:
+            rank_metrics["throughput_tok_s"] = self.per_rank_batch_size * self.seq_len / step_time
+
+    def _reached_transitions(self, step: int) -> tuple[tuple[str, str], ...]:
+        """Transitions in (previous logged step, step]; the first call reports only ``step`` itself, so
+        a resumed run does not repeat the ones it passed before."""
+        after = step - 1 if self._last_step is None else self._last_step
+        reached = tuple((kind, label) for at, kind, label in self._transitions if after < at <= step)
+        if self.rank == 0:
+            for kind, label in reached:
+                self.writer.event(step, kind, label)
+        return reached
+
+    # ------------------------------------------------------------------ events and lifetime
+
+    def event(self, step: int, kind: str, label: str = "", **detail: Any) -> None:
+        """Record a run event (``data_switch``, ``rollback`` ...) at ``step``; rank 0 writes it."""
+        if not kind or not is_valid_metric_name(kind):
+            raise StabScopeError(f"event kind must be a short name such as 'data_switch', got {kind!r}")
+        if self.rank == 0:
+            self.writer.event(step, kind, label, **detail)
+
+    def checkpoint(self, step: int, label: str = "", **detail: Any) -> None:
+        """Record that a checkpoint holding ``step`` was written, and flush so a crash keeps the record."""
+        self.event(step, "checkpoint", label or f"checkpoint at step {step}", **detail)
+        self.flush()
+
+    def flush(self) -> None:
+        """Write buffered rows and events now."""
+        self.writer.flush()
+
+    def close(self) -> None:
+        """Flush and close this rank's segment (the DDP hook keeps averaging gradients)."""
+        self.writer.close()
+
+    def __enter__(self) -> StabilityMonitor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

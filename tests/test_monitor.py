@@ -1,0 +1,249 @@
+"""StabilityMonitor: what it writes (through real shards and a real store), its schedule events and
+metadata, and — on a real 2-rank gloo DDP job — local/global gradient norms checked against norms
+computed by hand from the same parameters and batches."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from ingest.errors import StabScopeError
+from ingest.monitor import StabilityMonitor, clipping_metadata, schedule_events, scheduler_metadata
+from ingest.shards import list_segments, read_segment
+from ingest.store import Store
+from ingest.train_demo import DemoConfig, MarkovSource, batch_tokens, build_model, lm_loss
+from stab_core.clipping import ZClip, clip_grad_norm
+from stab_core.schedulers import WarmupCosineRestartScheduler
+
+PEAK_LR = 1e-3
+
+
+def _restart_scheduler(restart_warmup: int = 10) -> WarmupCosineRestartScheduler:
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(2))], lr=PEAK_LR)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        return WarmupCosineRestartScheduler(optimizer, 300, 30, restart_warmup, 2, 0.1)
+
+
+# -------------------------------------------------------------------------------- metadata and events
+
+
+def test_schedule_events_are_the_scheduler_transitions() -> None:
+    # T=300 in 2 cycles: restart at floor(300/2)=150; warmups end at 30 and 150+10.
+    assert schedule_events(_restart_scheduler(10)) == [
+        (30, "warmup_end", "warmup ends: LR at peak"),
+        (150, "cycle_restart", "cycle restart"),
+        (160, "warmup_end", "warmup ends: LR at peak"),
+    ]
+
+
+def test_a_restart_without_warmup_is_one_jump_event() -> None:
+    events = schedule_events(_restart_scheduler(0))
+    assert [(s, k) for s, k, _ in events] == [(30, "warmup_end"), (150, "cycle_restart")]
+    assert "no restart warmup" in events[1][2]
+
+
+def test_scheduler_metadata_uses_the_checklist_keys() -> None:
+    meta = scheduler_metadata(_restart_scheduler(0))
+    assert meta["scheduler"] == "WarmupCosineRestartScheduler" and meta["lr_decay_style"] == "cosine"
+    assert meta["peak_lr"] == PEAK_LR and meta["min_lr"] == pytest.approx(0.1 * PEAK_LR)
+    assert (meta["total_steps"], meta["warmup_steps"], meta["restart_warmup_steps"], meta["num_cycles"]) == (
+        300,
+        30,
+        0,
+        2,
+    )
+    assert meta["schedule_transitions"] == {"warmup_end": [30], "cycle_restart": [150]}
+    assert meta["transition_steps"] == [30, 150]
+    assert any("restart_warmup_steps = 0" in advice for advice in meta["scheduler_advice"])
+
+
+def test_clipping_metadata() -> None:
+    assert clipping_metadata(None, 1.0) == {"clipping": {"method": "global_norm", "max_norm": 1.0}, "max_norm": 1.0}
+    assert clipping_metadata(None, None)["max_norm"] == 0.0
+    zclip = clipping_metadata(ZClip(alpha=0.9, z_thresh=3.0, warmup_steps=10), None)
+    assert zclip["clipping"]["method"] == "zclip" and zclip["clipping"]["z_thresh"] == 3.0
+    assert zclip["clipping"]["alpha"] == 0.9 and zclip["max_norm"] == 0.0
+
+
+# -------------------------------------------------------------------------------- single process
+
+
+def _linear_model() -> torch.nn.Linear:
+    torch.manual_seed(0)
+    return torch.nn.Linear(4, 1)
+
+
+def test_single_process_run_round_trips_through_the_store(tmp_path: Path) -> None:
+    model = _linear_model()
+    scheduler = _restart_scheduler(10)
+    shards = tmp_path / "shards"
+    logged: dict[int, dict[str, float]] = {}
+    with StabilityMonitor(
+        shards, per_rank_batch_size=4, seq_len=16, scheduler=scheduler, max_norm=0.5, meta={"tags": ["t"]}
+    ) as monitor:
+        assert (monitor.rank, monitor.world_size, monitor.hook) == (0, 1, None)
+        for step in range(25, 36):
+            model.zero_grad()
+            loss = (model(torch.full((2, 4), float(step))) ** 2).mean()
+            loss.backward()
+            record = clip_grad_norm(model.parameters(), 0.5)
+            out = monitor.log(step, loss=loss.detach(), lr=1e-3 * step, clip_stats=record)
+            logged[step] = out.run_metrics
+            if step == 30:
+                assert out.events == (("warmup_end", "warmup ends: LR at peak"),)
+        monitor.checkpoint(33)
+    store = Store(tmp_path / "store")
+    store.compact("mon", shards)
+    info = store.run_info("mon")
+    assert (info.first_step, info.last_step, info.ranks) == (25, 35, 1)
+    loss = store.read_series("mon", "loss")
+    np.testing.assert_allclose(loss.values, [logged[s]["loss"] for s in range(25, 36)], rtol=1e-12)
+    np.testing.assert_allclose(store.read_series("mon", "lr").values, 1e-3 * np.arange(25, 36), rtol=1e-12)
+    grad = store.read_series("mon", "grad_norm").values
+    coef = store.read_series("mon", "clip_coef").values
+    np.testing.assert_allclose(coef, np.minimum(1.0, 0.5 / (grad + 1e-6)), rtol=1e-9)  # torch's coefficient
+    # tokens: (step + 1) x global batch (4) x seq_len (16)
+    np.testing.assert_allclose(store.read_series("mon", "tokens").values, (np.arange(25, 36) + 1) * 64.0)
+    step_time = store.read_series("mon", "step_time_s", rank=0)
+    assert step_time.steps[0] == 26 and np.all(step_time.values > 0)  # none on the first logged step
+    assert {e.kind: e.step for e in store.events("mon")} == {"warmup_end": 30, "checkpoint": 33}
+    meta = info.meta
+    assert (meta["world_size"], meta["per_rank_batch_size"], meta["global_batch_size"], meta["seq_len"]) == (
+        1,
+        4,
+        4,
+        16,
+    )
+    assert meta["max_norm"] == 0.5 and meta["transition_steps"] == [30, 150, 160] and meta["tags"] == ["t"]
+    if not torch.cuda.is_available():
+        assert not {"gpu_mem_gb", "gpu_util", "gpu_temp_c", "gpu_power_w"} & set(info.metrics)
+
+
+def test_a_resumed_monitor_does_not_repeat_passed_transitions(tmp_path: Path) -> None:
+    with StabilityMonitor(tmp_path, scheduler=_restart_scheduler(10)) as monitor:
+        assert monitor.log(151).events == ()  # 150 was passed before the restart
+        assert [k for k, _ in monitor.log(165).events] == ["warmup_end"]  # 160 lies in (151, 165]
+
+
+def test_rows_reach_the_segment_within_the_flush_interval(tmp_path: Path) -> None:
+    monitor = StabilityMonitor(tmp_path, flush_interval_s=0.2)
+    monitor.log(0, loss=3.0)
+    time.sleep(0.25)
+    monitor.log(1, loss=2.5)  # the interval has passed: this call writes a frame
+    [segment] = [p for p in list_segments(tmp_path) if p.parent.name == "rank-00000"]
+    tables = read_segment(segment).metrics
+    steps = sorted({s for t in tables for s in t.column("step").to_pylist()})
+    assert steps == [0, 1]
+    monitor.close()
+
+
+def test_bad_calls_get_specific_errors(tmp_path: Path) -> None:
+    with StabilityMonitor(tmp_path) as monitor:
+        monitor.log(5, loss=1.0)
+        with pytest.raises(StabScopeError, match="does not follow the previous logged step 5"):
+            monitor.log(5, loss=1.0)
+        with pytest.raises(StabScopeError, match="not a canonical name"):
+            monitor.log(6, extra={"my loss": 1.0})
+        with pytest.raises(StabScopeError, match="loss must be a number"):
+            monitor.log(7, loss="high")  # type: ignore[arg-type]
+        with pytest.raises(StabScopeError, match="needs a DistributedDataParallel model"):
+            StabilityMonitor(tmp_path, model=_linear_model(), world_size=1)
+
+
+# -------------------------------------------------------------------------------- 2 ranks, gloo, DDP
+
+NORM_STEPS = 3
+NORM_CONFIG = dict(ranks=2, steps=100, per_rank_batch_size=4, seq_len=32, seed=3)
+
+
+def _norm_worker(rank: int, out: str) -> None:
+    """One rank: DDP (small buckets, so the norms add up over several) + the monitor; dumps each step's
+    parameters (rank 0), the monitor's records and the clipper's norms."""
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{out}/rdzv", rank=rank, world_size=2)
+    config = DemoConfig(out=Path(out) / "shards", **NORM_CONFIG).resolved()  # type: ignore[arg-type]
+    source = MarkovSource(config.vocab_size, config.markov_branching, config.seed, config.markov_order)
+    model = DistributedDataParallel(build_model(config), bucket_cap_mb=0.05)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    records: list[dict[str, Any]] = []
+    with StabilityMonitor(config.out, model=model, per_rank_batch_size=4) as monitor:
+        for step in range(NORM_STEPS):
+            if rank == 0:
+                torch.save(model.module.state_dict(), f"{out}/params-{step}.pt")
+            tokens = torch.from_numpy(batch_tokens(config, source, rank, step))
+            loss = lm_loss(model, tokens)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()  # type: ignore[no-untyped-call]
+            clip = clip_grad_norm(model.parameters(), 0.05)
+            optimizer.step()
+            record = monitor.log(step, loss=loss.detach(), clip_stats=clip)
+            records.append(
+                {
+                    "local": record.local_grad_norm,
+                    "global": record.global_grad_norm,
+                    "clip_total_norm": clip.total_norm,
+                    "loss_local": record.rank_metrics["loss"],
+                    "loss_mean": record.run_metrics["loss"],
+                }
+            )
+    Path(f"{out}/records-{rank}.json").write_text(json.dumps(records))
+    dist.destroy_process_group()
+
+
+def _hand_norms(out: Path, step: int) -> tuple[list[float], float, list[float]]:
+    """Each rank's gradient norm without DDP, the norm of their average, and each rank's loss."""
+    config = DemoConfig(out=out, **NORM_CONFIG).resolved()  # type: ignore[arg-type]
+    source = MarkovSource(config.vocab_size, config.markov_branching, config.seed, config.markov_order)
+    grads, losses = [], []
+    for rank in range(2):
+        model = build_model(config)
+        model.load_state_dict(torch.load(out / f"params-{step}.pt", weights_only=True))
+        loss = lm_loss(model, torch.from_numpy(batch_tokens(config, source, rank, step)))
+        loss.backward()  # type: ignore[no-untyped-call]
+        grads.append(torch.cat([p.grad.double().flatten() for p in model.parameters() if p.grad is not None]))
+        losses.append(float(loss.detach()))
+    local = [float(g.norm()) for g in grads]
+    return local, float(((grads[0] + grads[1]) / 2).norm()), losses
+
+
+@pytest.mark.slow
+def test_two_rank_ddp_norms_match_norms_computed_by_hand(tmp_path: Path) -> None:
+    from torch.multiprocessing.spawn import spawn
+
+    spawn(_norm_worker, args=(str(tmp_path),), nprocs=2, join=True)  # type: ignore[no-untyped-call]
+    records = [json.loads((tmp_path / f"records-{r}.json").read_text()) for r in range(2)]
+    for step in range(NORM_STEPS):
+        local, global_norm, losses = _hand_norms(tmp_path, step)
+        assert local[0] != pytest.approx(local[1], rel=1e-3)  # different batches: the check has teeth
+        for rank in range(2):
+            got = records[rank][step]
+            assert got["local"] == pytest.approx(local[rank], rel=1e-5)
+            assert got["global"] == pytest.approx(global_norm, rel=1e-5)
+            assert got["clip_total_norm"] == pytest.approx(got["global"], rel=1e-5)  # the clipper sees the same
+            assert got["loss_local"] == pytest.approx(losses[rank], rel=1e-5)
+            assert got["loss_mean"] == pytest.approx(sum(losses) / 2, rel=1e-5)
+        # the global gradient averages two batches: shorter than either when they disagree
+        assert global_norm < max(local)
+    store = Store(tmp_path / "store")
+    store.compact("ddp", tmp_path / "shards")
+    info = store.run_info("ddp")
+    assert info.ranks == 2 and info.meta["global_batch_size"] == 8 and info.meta["world_size"] == 2
+    for rank in range(2):
+        series = store.read_series("ddp", "grad_norm_local", rank=rank)
+        np.testing.assert_allclose(series.values, [r["local"] for r in records[rank]], rtol=1e-12)
+    np.testing.assert_allclose(
+        store.read_series("ddp", "grad_norm").values, [r["clip_total_norm"] for r in records[0]], rtol=1e-12
+    )
+    assert math.isfinite(store.read_series("ddp", "loss").values.sum())
