@@ -106,6 +106,9 @@ def test_lightning_sparse_rows(tmp_path: Path) -> None:
     assert _value(parsed, "val_loss", 2999) == 3.5
     assert _value(parsed, "train_loss_epoch", 2999) == 3.9
     assert parsed.meta["peak_lr"] == 0.001 and parsed.meta["seq_len"] == 256
+    # the version folder itself works too
+    assert detect([folder])[0][0] == "lightning_csv"
+    assert read_log([folder]).table.equals(parsed.table)
 
 
 def test_deepspeed_csv_monitor_folder(tmp_path: Path) -> None:
@@ -248,6 +251,14 @@ def test_hf_trainer_state_train_eval_and_summary(tmp_path: Path) -> None:
     assert _value(parsed, "tokens", 20) == 4096
     assert "train_loss" not in parsed.metrics and parsed.meta["train_summary"]["train_runtime"] == 100.0
     assert parsed.meta["total_steps"] == 30 and parsed.meta["per_rank_batch_size"] == 4
+    # an output folder: the latest checkpoint's state holds the whole history
+    out = tmp_path / "output"
+    for n, history in ((200, state["log_history"][:1]), (1000, state["log_history"])):
+        (out / f"checkpoint-{n}").mkdir(parents=True)
+        (out / f"checkpoint-{n}" / "trainer_state.json").write_text(json.dumps({**state, "log_history": history}))
+    from_folder = read_log([out])
+    assert from_folder.source_files == [str(out / "checkpoint-1000" / "trainer_state.json")]
+    assert from_folder.table.to_pandas().equals(parsed.table.to_pandas())  # NaN-aware
 
 
 def test_megatron_golden_values_dict_and_list_forms(tmp_path: Path) -> None:

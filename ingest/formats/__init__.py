@@ -103,13 +103,10 @@ def detect(paths: Sequence[Path], *, custom_dir: Path | None = None) -> list[tup
     for path in (Path(p) for p in paths):
         head = read_head(path)
         for name, reader in readers.items():
-            if path.is_dir() and not reader.accepts_directories:
+            try:
+                score = float(reader.sniff_path(path, head))
+            except (OSError, ValueError, UnicodeDecodeError):
                 score = 0.0
-            else:
-                try:
-                    score = float(reader.sniff(head, path))
-                except (OSError, ValueError, UnicodeDecodeError):
-                    score = 0.0
             scores[name] = min(scores.get(name, 1.0), score)
     ranked = sorted(((n, s) for n, s in scores.items() if s >= MIN_CONFIDENCE), key=lambda x: -x[1])
     return [(n, round(s, 3)) for n, s in ranked]

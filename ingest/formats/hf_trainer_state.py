@@ -30,6 +30,7 @@ _META = {
 class HFTrainerStateReader(Reader):
     name = "hf_trainer_state"
     description = "Hugging Face Trainer trainer_state.json (log_history with train and eval entries)"
+    directory_files = ("trainer_state.json",)
 
     def sniff(self, head: bytes, path: Path) -> float:
         text = head.lstrip()

@@ -31,6 +31,7 @@ _HPARAM_META = {
 class LightningCsvReader(Reader):
     name = "lightning_csv"
     description = "PyTorch Lightning CSVLogger metrics.csv (sparse rows; epoch and step columns)"
+    directory_files = ("metrics.csv",)
 
     def sniff(self, head: bytes, path: Path) -> float:
         header = csv_header(head)

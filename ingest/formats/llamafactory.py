@@ -43,6 +43,7 @@ def duration_seconds(col: Any) -> np.ndarray:
 class LlamaFactoryReader(Reader):
     name = "llamafactory"
     description = "LLaMA-Factory trainer_log.jsonl: current_steps, total_steps, loss, learning_rate, ..."
+    directory_files = ("trainer_log.jsonl",)
 
     def sniff(self, head: bytes, path: Path) -> float:
         obj = first_object(head)

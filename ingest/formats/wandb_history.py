@@ -21,6 +21,7 @@ STEPS = ("trainer/global_step", "train/global_step", "_step")
 class WandbHistoryReader(Reader):
     name = "wandb_history"
     description = "W&B wandb-history.jsonl: objects with _step, _runtime, _timestamp"
+    directory_files = ("wandb-history.jsonl",)
 
     def sniff(self, head: bytes, path: Path) -> float:
         obj = first_object(head)
