@@ -178,6 +178,8 @@ RANK_SERIES: Final = """
 SELECT step, value FROM read_parquet($files)
 WHERE metric = $metric AND rank = $rank AND step BETWEEN $lo AND $hi ORDER BY step
 """
+ROLLUP_STEPS: Final = "SELECT step FROM read_parquet($files) WHERE metric = $metric ORDER BY step"
+"""Every step at which some rank logged ``metric`` (the step axis of its per-rank matrix)."""
 RANK_MATRIX: Final = """
 SELECT rank, step, value FROM read_parquet($files)
 WHERE metric = $metric AND rank >= 0 ORDER BY rank, step

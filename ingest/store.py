@@ -171,6 +171,10 @@ class Store:
         self.root.mkdir(parents=True, exist_ok=True)
         self.catalog_path = self.root / "catalog.duckdb"
         self._local = threading.local()
+        self._read_cache: dict[tuple[str, tuple[Any, ...]], list[tuple[Any, ...]]] = {}
+        self._read_cache_key: tuple[Any, ...] | None = None
+        self._read_cache_lock = threading.Lock()
+        self._blocks_cache: dict[str, dict[tuple[str, int], _Piece]] = {}
         with self._catalog() as con:
             for statement in q.CATALOG_SCHEMA:
                 con.execute(statement)
@@ -201,6 +205,52 @@ class Store:
         finally:
             con.close()
 
+    def _catalog_state(self) -> tuple[Any, ...]:
+        """What changes whenever any process commits to the catalog: identity, size and modification
+        time of the database file and of its write-ahead log."""
+        state: list[Any] = []
+        for path in (self.catalog_path, self.catalog_path.with_name(self.catalog_path.name + ".wal")):
+            try:
+                st = path.stat()
+            except FileNotFoundError:
+                state.append(None)
+                continue
+            state.append((st.st_ino, st.st_size, st.st_mtime_ns))
+        return tuple(state)
+
+    def _read(self, *queries: tuple[str, Sequence[Any]]) -> list[list[tuple[Any, ...]]]:
+        """Rows of each catalog query, answered from memory while the catalog files are unchanged.
+
+        Opening the catalog costs ~10-40 ms (it is opened per unit of work so that other processes
+        can write), and a page asks for the same rows several times per rerun; the queries missing
+        from memory run together on one connection. Any commit, by any process, changes the files'
+        state and empties the cache.
+        """
+        state = self._catalog_state()
+        keys = [(sql, tuple(params)) for sql, params in queries]
+        with self._read_cache_lock:
+            if state != self._read_cache_key:
+                self._read_cache, self._read_cache_key = {}, state
+            found = {k: self._read_cache[k] for k in keys if k in self._read_cache}
+        missing = [k for k in dict.fromkeys(keys) if k not in found]
+        if missing:
+            with self._catalog(read_only=True) as con:
+                for sql, params in missing:
+                    found[(sql, params)] = con.execute(sql, list(params)).fetchall()
+            with self._read_cache_lock:
+                if state == self._read_cache_key:
+                    self._read_cache.update({k: found[k] for k in missing})
+        return [found[k] for k in keys]
+
+    def _run_row(self, name: str) -> tuple[Any, ...] | None:
+        """The catalog row of ``name``, from the (cached) list of every run: one read serves a page."""
+        return next((row for row in self._read((q.LIST_RUNS, ()))[0] if row[0] == name), None)
+
+    def _run_extras(self, name: str) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+        """``(event rows, spike rows)`` of ``name``, read together (pages want both)."""
+        events, spikes = self._read((q.GET_EVENTS, (name,)), (q.GET_SPIKES, (name,)))
+        return events, spikes
+
     def _engine(self) -> duckdb.DuckDBPyConnection:
         """An in-memory DuckDB per thread for Parquet reads (no catalog lock involved)."""
         con = getattr(self._local, "engine", None)
@@ -211,6 +261,9 @@ class Store:
             con.execute("SET temp_directory = ?", [str(tmp)])
             con.execute("SET memory_limit = '3GB'")
             con.execute("SET preserve_insertion_order = false")
+            # Files of a generation never change (a new generation has new names): their footers
+            # can be parsed once per connection instead of once per query.
+            con.execute("SET parquet_metadata_cache = true")
             self._local.engine = con
         return con
 
@@ -223,21 +276,17 @@ class Store:
 
     def list_runs(self) -> list[RunInfo]:
         """Every run in the catalog, oldest first."""
-        with self._catalog(read_only=True) as con:
-            rows = con.execute(q.LIST_RUNS).fetchall()
-        return [_run_info(r) for r in rows]
+        return [_run_info(r) for r in self._read((q.LIST_RUNS, ()))[0]]
 
     def has_run(self, name: str) -> bool:
         """True when the catalog holds ``name`` (validated first)."""
         validate_run_name(name)
-        with self._catalog(read_only=True) as con:
-            return _one(con.execute(q.GET_RUN, [name])) is not None
+        return self._run_row(name) is not None
 
     def run_info(self, name: str) -> RunInfo:
         """The catalog row of ``name``; a clear error when there is no such run."""
         validate_run_name(name)
-        with self._catalog(read_only=True) as con:
-            row = _one(con.execute(q.GET_RUN, [name]))
+        row = self._run_row(name)
         if row is None:
             known = ", ".join(r.name for r in self.list_runs()[:10]) or "none"
             raise StabScopeError(f"no run named {name!r} in store {self.root} (runs: {known})")
@@ -246,27 +295,22 @@ class Store:
     def events(self, name: str) -> list[RunEvent]:
         """Run events (schedule transitions, checkpoints, rollbacks, data switches) by step."""
         validate_run_name(name)
-        with self._catalog(read_only=True) as con:
-            rows = con.execute(q.GET_EVENTS, [name]).fetchall()
+        rows = self._run_extras(name)[0]
         return [RunEvent(int(s), str(k), str(lbl), json.loads(d)) for s, k, lbl, d in rows]
 
     def spikes(self, name: str) -> list[dict[str, Any]]:
         """The materialised spike events of ``name`` (the ``stabscope spikes --json`` objects)."""
         validate_run_name(name)
-        with self._catalog(read_only=True) as con:
-            rows = con.execute(q.GET_SPIKES, [name]).fetchall()
-        return [json.loads(r[0]) for r in rows]
+        return [json.loads(r[0]) for r in self._run_extras(name)[1]]
 
     def spike_summary(self) -> dict[str, dict[str, Any]]:
         """Per run: number of spikes, worst ratio, whether any diverged."""
-        with self._catalog(read_only=True) as con:
-            rows = con.execute(q.SPIKE_SUMMARY).fetchall()
+        rows = self._read((q.SPIKE_SUMMARY, ()))[0]
         return {r[0]: {"n_spikes": int(r[1]), "worst_ratio": r[2], "any_diverged": bool(r[3])} for r in rows}
 
     def get_setting(self, key: str) -> str | None:
-        with self._catalog(read_only=True) as con:
-            row = _one(con.execute(q.GET_SETTING, [key]))
-        return None if row is None else str(row[0])
+        rows = self._read((q.GET_SETTING, (key,)))[0]
+        return str(rows[0][0]) if rows else None
 
     def set_setting(self, key: str, value: str) -> None:
         with self._catalog() as con:
@@ -632,8 +676,52 @@ class Store:
 
     def _has_run_level(self, info: RunInfo, metric: str) -> bool:
         files = self._files(info.name, "long", info.gen)
+        if not files:
+            return False
+        blocks = self._blocks(files[0])
+        if blocks is not None:
+            return (metric, RUN_RANK) in blocks
         row = _one(self._engine().execute(q.HAS_RUN_LEVEL, {"files": files, "metric": metric}))
         return bool(row and row[0])
+
+    def _blocks(self, path: str) -> dict[tuple[str, int], _Piece] | None:
+        """The block index in a long file's footer as row ranges by (metric, rank); None for a file
+        without one (files never change once written, so it is read once per path)."""
+        blocks = self._blocks_cache.get(path)
+        if blocks is None:
+            raw = (pq.read_metadata(path).metadata or {}).get(INDEX_KEY.encode())
+            if raw is None:
+                return None
+            blocks = {key: pieces[0] for key, pieces in _plan([_parse_blocks(raw)]).items()}
+            self._blocks_cache[path] = blocks
+        return blocks
+
+    def _rank_matrix(self, info: RunInfo, path: str, metric: str) -> RankMatrix:
+        """The per-rank matrix of ``metric``: each rank's block read straight from its row range (the
+        long file is sorted by metric, rank, step), on the step axis of the rollup (every step some
+        rank logged)."""
+        blocks = self._blocks(path)
+        if blocks is None:
+            return _rank_matrix(self._arrow(q.RANK_MATRIX, {"files": [path], "metric": metric}))
+        rank_blocks = sorted((r, p) for (m, r), p in blocks.items() if m == metric and r >= 0)
+        rollup = self._files(info.name, "rollup", info.gen)
+        if not rollup:
+            return _rank_matrix(self._arrow(q.RANK_MATRIX, {"files": [path], "metric": metric}))
+        axis = _col(self._arrow(q.ROLLUP_STEPS, {"files": rollup, "metric": metric}), "step", np.int64)
+        ranks = np.array([r for r, _ in rank_blocks], np.int64)
+        values = np.full((ranks.size, axis.size), np.nan)
+        present = np.zeros((ranks.size, axis.size), bool)
+        reader = _SourceReader(path)
+        for i, (_, piece) in enumerate(rank_blocks):
+            for table in reader.rows(piece.start, piece.end):
+                steps = table.column("step").to_numpy()
+                at, n = int(np.searchsorted(axis, steps[0])), steps.size
+                # Both runs of consecutive steps from the same first step: the same steps.
+                same = at + n <= axis.size and axis[at + n - 1] - axis[at] == n - 1 == steps[-1] - steps[0]
+                column: slice | np.ndarray = slice(at, at + n) if same else np.searchsorted(axis, steps)
+                values[i, column] = table.column("value").to_numpy()
+                present[i, column] = True
+        return RankMatrix(ranks, axis, values, present)
 
     def read_rank_heatmap(
         self, name: str, metric: str, *, buckets: int = 1000, start: int | None = None, end: int | None = None
@@ -703,7 +791,7 @@ class Store:
                     series[metric] = Series(s.steps, s.values)
             for metric in rank_metrics:
                 if metric in info.rank_metrics:
-                    per_rank[metric] = _rank_matrix(self._arrow(q.RANK_MATRIX, {"files": files, "metric": metric}))
+                    per_rank[metric] = self._rank_matrix(info, files[0], metric)
         return RunView(
             name=name, series=series, per_rank=per_rank, events=tuple(self.events(name)), meta=dict(info.meta)
         )
@@ -928,7 +1016,8 @@ class _SourceReader:
 
     def _group(self, group: int) -> pa.Table:
         if self._cached is None or self._cached[0] != group:
-            table = self.file.read_row_group(group, columns=_READ_SCHEMA.names)
+            # One thread: groups are small, and the merge's writer threads use the other core.
+            table = self.file.read_row_group(group, columns=_READ_SCHEMA.names, use_threads=False)
             self._cached = (group, table if table.schema == _READ_SCHEMA else table.cast(_READ_SCHEMA))
         return self._cached[1]
 
@@ -1204,10 +1293,9 @@ class _MergeResult:
 def _source_blocks(engine: duckdb.DuckDBPyConnection, path: str) -> list[Block]:
     """A source's block index: from its footer, else (a long file written before the index
     existed, sorted by metric, rank, step all the same) computed by DuckDB."""
-    meta = pq.read_metadata(path).metadata or {}
-    raw = meta.get(INDEX_KEY.encode())
+    raw = (pq.read_metadata(path).metadata or {}).get(INDEX_KEY.encode())
     if raw is not None:
-        return [(str(m), int(r), int(n), int(lo), int(hi)) for m, r, n, lo, hi in json.loads(raw)]
+        return _parse_blocks(raw)
     if Path(path).parent.name == "staging":
         raise StabScopeError(
             f"{path}: staged file without a block index (written by an older StabScope): finish the "
@@ -1215,6 +1303,10 @@ def _source_blocks(engine: duckdb.DuckDBPyConnection, path: str) -> list[Block]:
         )
     rows = engine.execute(q.BLOCK_INDEX, {"files": [path]}).fetchall()
     return [(str(m), int(r), int(n), int(lo), int(hi)) for m, r, n, lo, hi in rows]
+
+
+def _parse_blocks(raw: bytes) -> list[Block]:
+    return [(str(m), int(r), int(n), int(lo), int(hi)) for m, r, n, lo, hi in json.loads(raw)]
 
 
 def _plan(blocks_by_source: list[list[Block]]) -> dict[tuple[str, int], list[_Piece]]:
