@@ -176,3 +176,44 @@ def _record_offsets(data: bytes) -> list[int]:
         offsets.append(pos)
         pos += 16 + length
     return offsets
+
+
+@pytest.mark.parametrize("where", ["wall", "step", "value"])
+def test_corruption_in_a_varying_byte_is_caught_by_the_vectorised_crc(tmp_path: Path, where: str) -> None:
+    # records 1..200 share layouts: their CRCs are checked in bulk from the template's CRC
+    path = tmp_path / "events.out.tfevents.1.h"
+    _write(path, np.arange(1000, 1050))
+    data = bytearray(path.read_bytes())
+    offsets = _record_offsets(bytes(data))
+    target = offsets[77]
+    (length,) = struct.unpack_from("<Q", data, target)
+    payload = target + 12
+    position = {"wall": payload + 4, "step": payload + 10, "value": payload + length - 2}[where]
+    data[position] ^= 0x04
+    path.write_bytes(bytes(data))
+    parsed = read_log([path])
+    assert parsed.skipped == 1
+    assert parsed.skipped_examples[0][1] == target and "bad payload CRC" in parsed.skipped_examples[0][2]
+    assert parsed.table.num_rows == 50 * len(TAGS) - 1
+
+
+def test_vectorised_crc_equals_the_crc32c_package() -> None:
+    from ingest.formats.tensorboard import _payload_crcs_ok, words_at
+
+    rng = np.random.default_rng(5)
+    records = [
+        scalar_event("x/y", int(s), float(v), float(w))
+        for s, v, w in zip(
+            rng.integers(16384, 2_000_000, 300), rng.normal(size=300), rng.uniform(1e9, 2e9, 300), strict=True
+        )
+    ]
+    records = [r for r in records if len(r) == len(records[0])]
+    blob = b"".join(_record(r) for r in records)
+    starts = np.cumsum([0] + [16 + len(r) for r in records[:-1]]).astype(np.int64)
+    layout = decode_event(records[0])
+    ok = _payload_crcs_ok(words_at(blob + bytes(160)), starts + 12, layout, records[0])
+    assert ok.all() and ok.shape[0] == len(records) > 100
+    broken = bytearray(blob)
+    broken[int(starts[50]) + 12 + 24] ^= 0x01  # inside the value (payload bytes 23..26)
+    ok = _payload_crcs_ok(words_at(bytes(broken) + bytes(160)), starts + 12, layout, records[0])
+    assert np.flatnonzero(~ok).tolist() == [50]

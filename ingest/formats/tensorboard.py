@@ -405,7 +405,7 @@ def decode_block(data: bytes, starts: I64, lengths: I64) -> tuple[_Scalars, list
     u8 = words_at(padded)
     payload = starts + 12
     keys = _layout_keys(u8, payload, lengths)
-    order = np.lexsort((np.arange(keys.shape[0]), keys))
+    order = np.argsort(keys, kind="stable")
     sorted_keys = keys[order]
     bounds = np.flatnonzero(np.diff(sorted_keys)) + 1
     for group in np.split(order, bounds):
@@ -417,6 +417,10 @@ def _byte(w64: W64, at: I64, k: int = 0) -> I64:
     """Byte ``k`` of the word at each position (the byte at ``at + k``)."""
     out: I64 = ((w64[np.minimum(at, w64.shape[0] - 1)] >> np.uint64(8 * k)) & np.uint64(0xFF)).astype(np.int64)
     return out
+
+
+_BYTE_MASKS: Final = np.array([(1 << (8 * k)) - 1 for k in range(9)], dtype=np.uint64)
+"""``_BYTE_MASKS[k]`` keeps the low ``k`` bytes of a word."""
 
 
 def _varint_width(w64: W64, at: I64) -> I64:
@@ -440,14 +444,15 @@ def _layout_keys(u8: W64, payload: I64, lengths: I64) -> npt.NDArray[np.uint64]:
     std = ((w0 & np.uint64(0xFF)) == 0x09) & ((w9 & np.uint64(0xFF)) == 0x10) & (lengths >= 24)
     if not std.any():
         return h
-    vlen = np.ones(payload.shape[0], np.int64)
-    more = np.ones(payload.shape[0], bool)
-    for k in range(1, 8):  # the varint: bytes with the high bit set, then one without
-        more &= ((w9 >> np.uint64(8 * k - 1)) & np.uint64(1)) == 1
-        vlen += more
+    # the step varint starts at byte 1 of w9; its length is the index of the first byte whose
+    # high bit is clear: the lowest set bit of the inverted high bits
+    clear = ~w9 & np.uint64(0x8080808080808000)
+    std &= clear != 0
+    lowest = clear & (~clear + np.uint64(1))
+    vlen = ((np.log2(np.maximum(lowest, np.uint64(1)).astype(np.float64)).astype(np.int64) - 7) // 8).astype(np.int64)
     # Event.summary 0x2a <len> | Summary.value 0x0a <len> | Value.tag 0x0a <len> | tag bytes
     w = u8[np.minimum(payload + 10 + vlen, last)]
-    std &= (w & np.uint64(0x80FF80FF80FF)) == np.uint64(0x0A000A00002A)
+    std &= (w & np.uint64(0x80FF80FF80FF)) == np.uint64(0x0A000A002A)
     tag_len = ((w >> np.uint64(40)) & np.uint64(0xFF)).astype(np.int64)
     tag_start = payload + 16 + vlen
     std &= tag_start + tag_len <= payload + lengths
@@ -460,11 +465,7 @@ def _layout_keys(u8: W64, payload: I64, lengths: I64) -> npt.NDArray[np.uint64]:
         (last_start + 8, np.minimum(tag_len, 16) - 8),
     ):
         word = u8[np.minimum(at, last)]
-        nbytes = np.clip(valid, 0, 8).astype(np.uint64)
-        keep = np.where(
-            nbytes >= 8, np.uint64(0xFFFFFFFFFFFFFFFF), (np.uint64(1) << (np.uint64(8) * nbytes)) - np.uint64(1)
-        )
-        key = (key ^ (word & keep)) * prime
+        key = (key ^ (word & _BYTE_MASKS[np.clip(valid, 0, 8)])) * prime
     result: npt.NDArray[np.uint64] = np.where(std, key, h)
     return result
 
@@ -483,18 +484,78 @@ def _decode_group(
     while remaining.size:
         first = int(remaining[0])
         start, length = int(payload[first]), int(lengths[first])
+        template = data[start : start + length]
         try:
-            layout = decode_event(data[start : start + length])
+            layout = decode_event(template)
         except ValueError as exc:
-            bad.append((start - 12, f"undecodable Event protobuf ({exc})"))
+            bad.append((start - 12, _crc_or(u8, data, start, length, f"undecodable Event protobuf ({exc})")))
             remaining = remaining[1:]
             continue
-        matched, remaining = _match_layout(u8, payload, lengths, remaining, layout, data[start : start + length])
+        matched, remaining = _match_layout(u8, payload, lengths, remaining, layout, template)
         misses = misses + 1 if matched.size == 1 else 0
-        _extract(u8, payload, matched, layout, out)
+        ok = _payload_crcs_ok(u8, payload[matched], layout, template)
+        for r in matched[~ok].tolist():
+            bad.append((int(payload[r]) - 12, "bad payload CRC; record skipped"))
+        _extract(u8, payload, matched[ok], layout, out)
         if misses > 64 and remaining.size:
             _decode_one_by_one(data, u8, payload, lengths, remaining, out, bad)
             return
+
+
+_CRC_TABLES: dict[int, npt.NDArray[np.uint32]] = {}
+
+
+def _crc_byte_table(distance: int) -> npt.NDArray[np.uint32]:
+    """``T[b]``: what byte ``b`` followed by ``distance`` bytes contributes to a CRC32C.
+
+    CRC32C is affine in the message bits, so for messages of one length
+    ``crc(m) = crc(t) ^ XOR_p T_{d(p)}[m[p] ^ t[p]]`` over the positions where ``m`` and ``t``
+    differ, ``d(p)`` being the distance to the end. The tables come from the ``crc32c`` package.
+    """
+    table = _CRC_TABLES.get(distance)
+    if table is None:
+        tail = bytes(distance)
+        zero = crc32c.crc32c(b"\x00" + tail)
+        table = np.array([crc32c.crc32c(bytes([b]) + tail) ^ zero for b in range(256)], np.uint32)
+        _CRC_TABLES[distance] = table
+    return table
+
+
+def _payload_crcs_ok(u8: W64, base: I64, layout: Layout, template: bytes) -> npt.NDArray[np.bool_]:
+    """Exact payload CRC32C check of records that share ``template``'s layout, vectorised.
+
+    Only the bytes that may differ from the template (wall time, step, values) are read: the CRC of
+    each record is the template's CRC corrected by the table entries of those bytes (see
+    :func:`_crc_byte_table`), then compared with the stored, unmasked CRC.
+    """
+    n = base.shape[0]
+    if n == 0:
+        return np.zeros(0, bool)
+    length = layout.length
+    tmpl = np.frombuffer(template, np.uint8)
+    crc = np.full(n, crc32c.crc32c(template), np.uint32)
+    positions = sorted(layout.variable | _step_bytes(layout))
+    word_at = -8
+    word = np.zeros(n, np.uint64)
+    for p in positions:
+        if p >= word_at + 8:  # one gather reads 8 consecutive variable bytes
+            word_at = p
+            word = u8[base + p]
+        byte = ((word >> np.uint64(8 * (p - word_at))) & np.uint64(0xFF)).astype(np.uint8)
+        crc ^= _crc_byte_table(length - 1 - p)[byte ^ tmpl[p]]
+    stored = (u8[base + length] & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+    rot = stored - np.uint32(_MASK_DELTA)  # uint32 arithmetic wraps modulo 2**32
+    unmasked = (rot << np.uint32(15)) | (rot >> np.uint32(17))
+    ok: npt.NDArray[np.bool_] = crc == unmasked
+    return ok
+
+
+def _crc_or(u8: W64, data: bytes, start: int, length: int, reason: str) -> str:
+    """``reason``, unless the record's payload CRC is wrong (then that is the reason)."""
+    stored = int(u8[start + length] & np.uint64(0xFFFFFFFF))
+    if masked_crc(data[start : start + length]) != stored:
+        return "bad payload CRC; record skipped"
+    return reason
 
 
 def _match_layout(u8: W64, payload: I64, lengths: I64, rows: I64, layout: Layout, template: bytes) -> tuple[I64, I64]:
@@ -561,8 +622,12 @@ def _decode_one_by_one(
 ) -> None:
     for r in rows.tolist():
         start, length = int(payload[r]), int(lengths[r])
+        record = data[start : start + length]
+        if masked_crc(record) != int(u8[start + length] & np.uint64(0xFFFFFFFF)):
+            bad.append((start - 12, "bad payload CRC; record skipped"))
+            continue
         try:
-            layout = decode_event(data[start : start + length])
+            layout = decode_event(record)
         except ValueError as exc:
             bad.append((start - 12, f"undecodable Event protobuf ({exc})"))
             continue
@@ -658,13 +723,11 @@ class TensorBoardReader(Reader):
                 frames = frame_records(data, final)
                 for offset, reason in frames.corrupt:
                     builder.skip(path, file_offset + offset, f"byte offset {file_offset + offset}: {reason}")
-                good = _payload_crc_ok(data, frames, path, file_offset, builder)
-                scalars, bad = decode_block(data, frames.starts[good], frames.lengths[good])
-                for offset, reason in bad:
+                scalars, bad = decode_block(data, frames.starts, frames.lengths)
+                for offset, reason in sorted(bad):
                     builder.skip(path, file_offset + offset, f"byte offset {file_offset + offset}: {reason}")
-                records += int(good.sum())
+                records += int(frames.starts.size) - len(bad)
                 base = builder.reserve(int(frames.starts.size))
-                idx_map = np.flatnonzero(good)
                 for tag, rows, values, wall, steps in scalars.parts:
                     name = f"{source.prefix}/{tag}" if source.prefix else tag
                     builder.add(
@@ -674,7 +737,7 @@ class TensorBoardReader(Reader):
                         rank=source.rank,
                         wall_time=wall,
                         stream=stream,
-                        seq=base + idx_map[rows],
+                        seq=base + rows,
                     )
                 file_offset += frames.end
                 carry = data[frames.end :]
@@ -688,24 +751,6 @@ class TensorBoardReader(Reader):
                 path=str(path),
                 line=0,
             )
-
-
-def _payload_crc_ok(
-    data: bytes, frames: _Frames, path: Path, file_offset: int, builder: LogBuilder
-) -> npt.NDArray[np.bool_]:
-    """Verify each record's payload CRC (crc32c package, one call per record)."""
-    if frames.starts.size == 0:
-        return np.zeros(0, bool)
-    starts = (frames.starts + 12).tolist()
-    ends = (frames.starts + 12 + frames.lengths).tolist()
-    crc = crc32c.crc32c
-    computed = np.array([crc(data[s:e]) for s, e in zip(starts, ends, strict=True)], np.uint64)
-    stored = _gather_u32(words_at(data + bytes(8)), frames.starts + 12 + frames.lengths)
-    ok: npt.NDArray[np.bool_] = _mask_array(computed) == stored
-    for i in np.flatnonzero(~ok)[:1000].tolist():
-        off = file_offset + int(frames.starts[i])
-        builder.skip(path, off, f"byte offset {off}: bad payload CRC; record skipped")
-    return ok
 
 
 # --------------------------------------------------------------------------- writing (tests, benchmarks)
