@@ -438,6 +438,7 @@ class _EngineState:
         wall = None
         if len(block.ts) and _all_present(block.ts):
             wall = parse_timestamps(_arrow(block.ts).cast(pa.string()), kind.ts_format)
+            builder.meta.setdefault("wall_time_zone", "UTC assumed: the log prints local time without a zone")
         stream = 0 if line_rank is None else line_rank + 1
         for key, raw in zip(block.keys, block.values, strict=True):
             mapped = self._keymap(block.kind, key)
