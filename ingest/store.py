@@ -27,6 +27,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -39,7 +40,7 @@ import pyarrow.parquet as pq
 
 from ingest import queries as q
 from ingest.errors import StabScopeError
-from ingest.shards import LONG_SCHEMA, PART_SCHEMA, list_segments, read_segment, wide_to_long_parts
+from ingest.shards import LONG_SCHEMA, PART_SCHEMA, SegmentRead, list_segments, read_segment, wide_to_long_parts
 from stab_core.metrics import RUN_RANK
 from stab_core.runview import RankMatrix, RunEvent, RunView, Series
 
@@ -373,12 +374,9 @@ class Store:
         new_offsets: dict[str, int] = {}
         meta: dict[str, Any] = {}
         events: list[dict[str, Any]] = []
-        for path in segments:
-            key = str(path.resolve())
-            start = offsets.get(key, 0)
-            if path.stat().st_size <= start:
-                continue
-            seg = read_segment(path, start)
+        keyed = [(p, str(p.resolve())) for p in segments]
+        todo = [(p, key, offsets.get(key, 0)) for p, key in keyed if p.stat().st_size > offsets.get(key, 0)]
+        for (path, key, start), seg in zip(todo, _read_ahead(todo), strict=True):
             if seg.metrics:
                 stager.add_parts(wide_to_long_parts(pa.concat_tables(seg.metrics, promote_options="default")))
             events.extend(seg.events)
@@ -907,7 +905,7 @@ _LONG_WRITE_OPTIONS: dict[str, Any] = {
     "compression": "zstd",
     "use_dictionary": ["rank", "metric"],
     "write_statistics": ["rank", "step", "metric"],
-    "column_encoding": {"step": "DELTA_BINARY_PACKED", "value": "PLAIN", "wall_time": "BYTE_STREAM_SPLIT"},
+    "column_encoding": {"step": "DELTA_BINARY_PACKED", "value": "BYTE_STREAM_SPLIT", "wall_time": "BYTE_STREAM_SPLIT"},
     "store_schema": False,
 }
 _ROLLUP_WRITE_OPTIONS: dict[str, Any] = {
@@ -942,8 +940,7 @@ def _parts_by_metric(table: pa.Table) -> list[tuple[str, pa.Table]]:
 def _sort_unique(part: pa.Table) -> pa.Table:
     """``part`` sorted by (rank, step) keeping the last arrival of a repeated key; a table already
     in strictly ascending order (the usual case) is returned as it is."""
-    ranks = part.column("rank").to_numpy()
-    steps = part.column("step").to_numpy()
+    ranks, steps = _numpy(part.column("rank")), _numpy(part.column("step"))
     if _strictly_ascending(ranks, steps):
         return part
     order = np.argsort(steps, kind="stable")
@@ -952,6 +949,13 @@ def _sort_unique(part: pa.Table) -> pa.Table:
     last = np.ones(order.size, bool)
     last[:-1] = (r[1:] != r[:-1]) | (s[1:] != s[:-1])
     return part.take(order[last])
+
+
+def _numpy(column: pa.ChunkedArray[Any]) -> np.ndarray:
+    """A column without nulls as one numpy array (``ChunkedArray.to_numpy`` is slow on many chunks)."""
+    if column.num_chunks == 1:
+        return column.chunk(0).to_numpy()
+    return np.concatenate([chunk.to_numpy() for chunk in column.chunks]) if column.num_chunks else np.zeros(0)
 
 
 def _strictly_ascending(ranks: np.ndarray, steps: np.ndarray) -> bool:
@@ -963,8 +967,7 @@ def _strictly_ascending(ranks: np.ndarray, steps: np.ndarray) -> bool:
 
 def _blocks_of(metric: str, part: pa.Table) -> list[list[Any]]:
     """The index entries of a part sorted by (rank, step)."""
-    ranks = part.column("rank").to_numpy()
-    steps = part.column("step").to_numpy()
+    ranks, steps = _numpy(part.column("rank")), _numpy(part.column("step"))
     if ranks.size == 0:
         return []
     cuts = np.flatnonzero(ranks[1:] != ranks[:-1]) + 1
@@ -1440,6 +1443,18 @@ class _Merger:
         elif self.result.n_rows:
             row = _one(engine.execute(q.COUNT_STEPS, {"files": files}))
             self.result.n_steps = int(row[0]) if row else 0
+
+
+def _read_ahead(todo: Sequence[tuple[Path, str, int]]) -> Iterator[SegmentRead]:
+    """``read_segment`` of each ``(path, key, offset)``, the next one read by a worker thread while the
+    caller processes the current one (file reads and CRCs release the GIL): two segments in memory."""
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="read-ahead") as pool:
+        pending = pool.submit(read_segment, todo[0][0], todo[0][2]) if todo else None
+        for i in range(len(todo)):
+            assert pending is not None
+            current = pending.result()
+            pending = pool.submit(read_segment, todo[i + 1][0], todo[i + 1][2]) if i + 1 < len(todo) else None
+            yield current
 
 
 def _tmp_target(path: Path) -> Path:
