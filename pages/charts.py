@@ -16,7 +16,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from ingest.store import SeriesData
-from pages.common import Line, ema
+from pages.common import Line, cross_rank_band, ema
 from stab_core.runview import RunEvent
 
 PALETTE = ("#1c7ed6", "#d9480f", "#2b8a3e", "#7048e8", "#c2255c", "#0c8599", "#e67700", "#5c940d")
@@ -38,6 +38,8 @@ EVENT_STYLES = {
     "data_switch": ("#1971c2", "dash"),
 }
 _DEFAULT_EVENT_STYLE = ("#868e96", "dot")
+CLICK_GRID_POINTS = 20_000
+"""Most clickable markers laid over a heatmap (columns are thinned beyond that)."""
 
 
 @dataclass
@@ -69,7 +71,8 @@ def envelope_traces(s: SeriesData, label: str, color: str, ema_weight: float, le
     traces: list[go.Scatter] = []
     if s.steps.size == 0:
         return traces
-    band = bool(np.any(s.max != s.min)) and s.source != "none"
+    # a band only where one exists: bucket extremes, or the cross-rank spread of a per-rank metric
+    band = (s.bucketed or s.source == "ranks") and not np.array_equal(s.max, s.min, equal_nan=True)
     if band:
         band_name = "bucket min–max" if s.bucketed else "rank min–max"
         traces.append(
@@ -225,8 +228,8 @@ def heatmap_figure(
     """Rank x step heatmap of bucket means; ``relative`` colours by % deviation from each bucket's median."""
     z = matrix
     if relative and matrix.size:
+        median = cross_rank_band(matrix)[0]
         with np.errstate(all="ignore"):
-            median = np.nanmedian(matrix, axis=0)
             z = 100 * (matrix - median) / np.abs(median)
         z_title = "% vs cross-rank median"
     fig = go.Figure(
@@ -240,8 +243,23 @@ def heatmap_figure(
             hovertemplate="rank %{y}<br>step %{x}<br>%{z:.4g}<extra></extra>",
         )
     )
+    # Plotly reports no clicks on heatmap cells: near-invisible markers on a grid over it make a click pick a rank
+    stride = max(1, (len(ranks) * len(steps)) // CLICK_GRID_POINTS)
+    grid_x, grid_y = np.meshgrid(steps[::stride], ranks)
+    fig.add_trace(
+        go.Scatter(
+            x=grid_x.ravel(),
+            y=grid_y.ravel(),
+            mode="markers",
+            showlegend=False,
+            marker={"size": 6, "opacity": 0.01, "color": "#000"},
+            hovertemplate="rank %{y}: click to inspect<extra></extra>",
+        )
+    )
     if selected is not None:
-        fig.add_hline(y=selected, line={"color": "#fab005", "width": 2})
+        fig.add_hrect(
+            y0=selected - 0.5, y1=selected + 0.5, line={"color": "#fab005", "width": 2}, fillcolor="rgba(0,0,0,0)"
+        )
     fig.update_layout(**base_layout(min(700, max(220, 18 * len(ranks) + 90))))
     fig.update_layout(hovermode="closest", margin={"b": 45})
     fig.update_yaxes(title_text="rank", autorange="reversed" if len(ranks) > 1 else True)

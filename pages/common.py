@@ -12,6 +12,7 @@ import math
 import os
 import re
 import tempfile
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -110,6 +111,8 @@ def go_to(page: str) -> None:
 
 
 # ------------------------------------------------------------------------------------- cached reads
+# Cached values are plain dicts, tuples and arrays, never library classes: st.cache_data pickles them,
+# and a class reloaded by Streamlit's file watcher no longer pickles as the old one.
 
 
 @st.cache_data(show_spinner=False, max_entries=512)
@@ -123,8 +126,9 @@ def _series(
     end: int | None,
     buckets: int | None,
     rank: int | None,
-) -> SeriesData:
-    return _store_at(root).read_series(name, metric, start=start, end=end, buckets=buckets, rank=rank)
+) -> dict[str, Any]:
+    s = _store_at(root).read_series(name, metric, start=start, end=end, buckets=buckets, rank=rank)
+    return dict(vars(s))
 
 
 def read_series(
@@ -137,7 +141,9 @@ def read_series(
     rank: int | None = None,
 ) -> SeriesData:
     """``Store.read_series`` cached per run generation (see the store for the min/max buckets)."""
-    return _series(store_root(), info.name, info.gen, info.analysis_gen, metric, start, end, buckets, rank)
+    return SeriesData(
+        **_series(store_root(), info.name, info.gen, info.analysis_gen, metric, start, end, buckets, rank)
+    )
 
 
 def auto_buckets(start: int, end: int) -> int | None:
@@ -160,13 +166,13 @@ def read_heatmap(
 
 
 @st.cache_data(show_spinner=False, max_entries=256)
-def _events(root: str, name: str, gen: int) -> list[RunEvent]:
-    return _store_at(root).events(name)
+def _events(root: str, name: str, gen: int) -> list[tuple[int, str, str, dict[str, Any]]]:
+    return [(e.step, e.kind, e.label, dict(e.detail)) for e in _store_at(root).events(name)]
 
 
 def read_events(info: RunInfo) -> list[RunEvent]:
     """The run's events (schedule transitions, checkpoints, rollbacks, data switches) by step."""
-    return _events(store_root(), info.name, info.gen)
+    return [RunEvent(*e) for e in _events(store_root(), info.name, info.gen)]
 
 
 @st.cache_data(show_spinner=False, max_entries=256)
@@ -322,6 +328,13 @@ def full_export(name: str, fmt: str) -> bytes:
 # -------------------------------------------------------------------------------------------- ranks
 
 
+def cross_rank_band(matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per step column of a rank x step matrix: (median, min, max) over the ranks that logged (NaN if none)."""
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore", RuntimeWarning)  # a column no rank logged is all NaN
+        return np.nanmedian(matrix, axis=0), np.nanmin(matrix, axis=0), np.nanmax(matrix, axis=0)
+
+
 def rank_outliers(ranks: np.ndarray, steps: np.ndarray, matrix: np.ndarray) -> pd.DataFrame:
     """Each rank against the cross-rank median of every step bucket, most deviant first.
 
@@ -339,8 +352,8 @@ def rank_outliers(ranks: np.ndarray, steps: np.ndarray, matrix: np.ndarray) -> p
     columns = ["rank", "mean", "deviation_pct", "peak_deviation_pct", "peak_step", "max_z", "flagged_pct", "kind"]
     if ranks.size < 3 or matrix.size == 0:
         return pd.DataFrame(columns=columns)
+    median = cross_rank_band(matrix)[0]
     with np.errstate(all="ignore"):
-        median = np.nanmedian(matrix, axis=0)
         relative = (matrix - median) / np.abs(median)
     z = np.full(matrix.shape, np.nan)
     for j in range(matrix.shape[1]):
@@ -451,8 +464,6 @@ def group_lines(runs: Sequence[Line], groups: dict[str, str], band: str) -> list
 
 def _band(stack: np.ndarray, band: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(mean, lower, upper) over the rows of ``stack``, ignoring NaN (empty columns give NaN)."""
-    import warnings
-
     with warnings.catch_warnings(), np.errstate(all="ignore"):
         warnings.simplefilter("ignore", RuntimeWarning)
         mean = np.nanmean(stack, axis=0)
@@ -478,10 +489,13 @@ def _interp_within(grid: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray
 @st.cache_data(show_spinner=False, max_entries=256)
 def _priced_spikes(
     root: str, name: str, gen: int, analysis_gen: int, gpus: int, usd: float, step_time_s: float
-) -> tuple[list[dict[str, Any]], Any]:
+) -> tuple[list[dict[str, Any]], list[tuple[float, float, float]]]:
+    """The spikes and, per spike, (steps charged, GPU-hours, USD)."""
     from ingest.analyses import price_run_spikes
 
-    return price_run_spikes(_store_at(root), name, gpus=gpus, usd_per_gpu_hour=usd, step_time_s=step_time_s)
+    spikes, bill = price_run_spikes(_store_at(root), name, gpus=gpus, usd_per_gpu_hour=usd, step_time_s=step_time_s)
+    costs = [(float(n), c.gpu_hours, c.usd) for n, c in zip(bill.steps_charged, bill.per_spike, strict=True)]
+    return spikes, costs
 
 
 def run_cost_inputs(info: RunInfo) -> tuple[float, int, float]:
@@ -514,7 +528,7 @@ def priced_spikes(info: RunInfo) -> pd.DataFrame:
         "USD lost",
     ]
     step_time, gpus, usd = run_cost_inputs(info)
-    spikes, bill = _priced_spikes(store_root(), info.name, info.gen, info.analysis_gen, gpus, usd, step_time)
+    spikes, costs = _priced_spikes(store_root(), info.name, info.gen, info.analysis_gen, gpus, usd, step_time)
     rows = [
         {
             "#": i,
@@ -527,9 +541,9 @@ def priced_spikes(info: RunInfo) -> pd.DataFrame:
             "outcome": "recovered" if s["recovered"] else "diverged",
             "cause": s["cause"],
             "confidence": float(s["confidence"]),
-            "steps lost": bill.steps_charged[i],
-            "GPU-hours lost": bill.per_spike[i].gpu_hours,
-            "USD lost": bill.per_spike[i].usd,
+            "steps lost": costs[i][0],
+            "GPU-hours lost": costs[i][1],
+            "USD lost": costs[i][2],
         }
         for i, s in enumerate(spikes)
     ]

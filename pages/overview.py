@@ -31,7 +31,13 @@ PANELS = [
     ("clip ratio", "0–1", ["clip_ratio", "clip_coef"], "log `clip_coef`, or `grad_norm` and `max_norm`"),
     ("gradient SNR", "SNR", ["snr"], "log `grad_norm` (and `grad_norm_local` per rank for the two-batch SNR)"),
 ]
-LABELS = {"grad_norm": "pre-clip", "grad_norm_clipped": "post-clip", "clip_coef": "clip coefficient"}
+LABELS = {
+    "grad_norm": "pre-clip",
+    "grad_norm_clipped": "post-clip",
+    "clip_ratio": "clipped fraction (trailing window)",
+    "clip_coef": "clip coefficient",
+}
+FALLBACK_OF = {"clip_coef": "clip_ratio"}  # drawn only when the analyses' clip ratio is missing
 
 st.title("Run overview")
 info = pick_run("overview_run")
@@ -51,7 +57,7 @@ ema_weight = c1.slider(
     key="ov_ema",
     help="TensorBoard-style weight; the raw series stays visible under the smoothed one",
 )
-log_panels = c2.multiselect("Log-scale y", [p[0] for p in PANELS], default=[], key="ov_log")
+log_panels = c2.multiselect("Log-scale y", [p[0] for p in PANELS], default=["gradient SNR"], key="ov_log")
 others = [m for m in info.metrics if m not in {c for p in PANELS for c in p[2]}]
 extra = c3.multiselect("More panels", others, default=[], key="ov_extra", help="Any other logged metric")
 
@@ -66,6 +72,8 @@ def charts(name: str) -> None:
     for title, y_title, candidates, how in specs:
         curves: list[tuple[str, SeriesData]] = []
         for metric in candidates:
+            if FALLBACK_OF.get(metric) in shown:
+                continue
             s = read_series(run, metric, start=lo, end=hi, buckets=buckets)
             if s.steps.size:
                 curves.append((LABELS.get(metric, metric), s))

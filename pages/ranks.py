@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import numpy as np
 import streamlit as st
 
 from pages.charts import heatmap_figure, rank_vs_median_figure
@@ -10,6 +9,7 @@ from pages.common import (
     HEATMAP_BUCKETS,
     OUTLIER_Z,
     auto_buckets,
+    cross_rank_band,
     metric_label,
     pick_run,
     rank_outliers,
@@ -91,7 +91,7 @@ st.dataframe(
         "peak_deviation_pct": st.column_config.NumberColumn("peak dev. %", format="%+.1f"),
         "peak_step": st.column_config.NumberColumn("at step"),
         "max_z": st.column_config.NumberColumn("max |z|", format="%.1f"),
-        "flagged_pct": st.column_config.NumberColumn("% of time outlier", format="%.0f"),
+        "flagged_pct": st.column_config.NumberColumn("% of time outlier", format="%.1f"),
     },
 )
 st.caption(
@@ -101,9 +101,7 @@ st.caption(
 
 rank = st.selectbox("Rank", rank_list, key="rk_rank")
 own = read_series(info, metric, rank=rank, start=lo, end=hi, buckets=auto_buckets(lo, hi))
-with np.errstate(all="ignore"):
-    median = np.nanmedian(matrix, axis=0)
-    lower, upper = np.nanmin(matrix, axis=0), np.nanmax(matrix, axis=0)
+median, lower, upper = cross_rank_band(matrix)
 row = table[table["rank"] == rank]
 if len(row):
     r = row.iloc[0]

@@ -23,7 +23,7 @@ import pytest
 from ingest.demo import DEMO_SEEDED_KEY
 from ingest.shards import ShardWriter
 from ingest.store import Store
-from tests.conftest import REPO_ROOT, RunSpec, write_run
+from tests.conftest import REPO_ROOT, SMALL_RUN, RunSpec, write_run
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
@@ -207,4 +207,36 @@ def test_a_live_run_refreshes_itself(app: tuple[str, Store], browser: Any) -> No
     _grow(store, LIVE_RUN, 500, 899)  # the way `stabscope watch` folds new shards in
     page.get_by_text("Steps 0–899").wait_for(timeout=20_000)  # no reload: the fragment re-reads the run
     _check_page(page, "overview-live")
+    page.close()
+
+
+def test_box_select_rereads_the_range_and_a_heatmap_click_picks_a_rank(app: tuple[str, Store], browser: Any) -> None:
+    url, _ = app
+    page = browser.new_page(viewport={"width": 1280, "height": 1400})
+    page.goto(url)  # the entry page first: it registers the app's navigation
+    _settle(page)
+    page.goto(f"{url}/overview?run={SMALL_RUN}")
+    _settle(page)
+    chart = page.locator(".stPlotlyChart").first
+    chart.hover()
+    page.locator(".modebar-btn[data-title='Box Select']").first.click()
+    box = chart.bounding_box()
+    x, y = box["x"] + box["width"] * 0.45, box["y"] + 120
+    page.mouse.move(x, y)
+    page.mouse.down()
+    page.mouse.move(x + 90, y + 60, steps=8)
+    page.mouse.up()
+    _settle(page)
+    caption = page.get_by_text(re.compile(r"^Steps [\d,]+–[\d,]+: ")).first.inner_text()
+    first, last = (int(v.replace(",", "")) for v in re.findall(r"[\d,]+", caption)[:2])
+    assert 0 < first < last < 1999, caption  # the selected span, re-read at full fidelity
+    _check_page(page, "overview-box-select")
+
+    page.goto(f"{url}/ranks?run={SMALL_RUN}")
+    _settle(page)
+    assert page.get_by_text(re.compile(r"^Rank 2: ")).is_visible()  # the outlier rank is picked first
+    heat = page.locator(".stPlotlyChart").first.bounding_box()
+    page.mouse.click(heat["x"] + heat["width"] * 0.4, heat["y"] + 45)  # the top row: rank 0
+    _settle(page)
+    page.get_by_text(re.compile(r"^Rank 0: ")).wait_for(timeout=15_000)
     page.close()

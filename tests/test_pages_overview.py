@@ -36,7 +36,9 @@ def test_every_panel_on_one_step_axis_with_events(app_store: Store) -> None:
     titles = [a["text"] for a in fig["layout"]["annotations"]]
     assert titles == ["loss", "grad norm", "learning rate", "clip ratio", "gradient SNR"]
     names = {t.get("name") for t in fig["data"]}
-    assert {"loss", "pre-clip", "post-clip", "lr", "clip_ratio", "snr"} <= names
+    assert {"loss", "pre-clip", "post-clip", "lr", "clipped fraction (trailing window)", "snr"} <= names
+    assert "clip coefficient" not in names  # the logged clip_coef only stands in when clip_ratio is missing
+    assert fig["layout"]["yaxis5"]["type"] == "log"  # the SNR spans decades: log by default
     # linked zoom: every panel's x axis follows the first one
     assert all(fig["layout"][f"xaxis{i}"]["matches"] == "x5" for i in ("", 2, 3, 4))
     assert all(fig["layout"][f"xaxis{i}"]["range"] == [0, 1999] for i in ("", 2, 3, 4, 5))
