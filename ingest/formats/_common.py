@@ -285,7 +285,13 @@ class LogBuilder:
         wall = None if wall_time is None else np.asarray(wall_time, dtype=np.float64)
         if wall is not None and wall.ndim == 0:
             wall = np.full(n, float(wall))
-        seq_val: int | IntArray = self.reserve(n) if seq is None else np.asarray(seq, dtype=np.int64)
+        seq_val: int | IntArray
+        if seq is None:
+            seq_val = self.reserve(n)
+        elif isinstance(seq, (int, np.integer)):
+            seq_val = int(seq)  # the first of n consecutive sequence numbers
+        else:
+            seq_val = np.asarray(seq, dtype=np.int64)
         piece = _Piece(rank_val, step_arr, value_arr, wall, int(stream), seq_val)
         self._pieces.setdefault(name, []).append(piece)
 
@@ -337,9 +343,15 @@ class LogBuilder:
 
 
 def _metric_column(n: int, code: int, names: list[str]) -> Any:
-    """``n`` copies of ``names[code]`` as a string array (built through a dictionary: no n strings)."""
-    indices: Any = pa.array(np.full(n, code, np.int32), pa.int32())
-    return pa.DictionaryArray.from_arrays(indices, pa.array(names, pa.string())).cast(pa.string())
+    """``n`` copies of ``names[code]`` as a string array, built from two buffers (no n objects)."""
+    name = names[code].encode()
+    offsets: Any = np.arange(n + 1, dtype=np.int64) * len(name)
+    if n * len(name) < 2**31 - 1:
+        offsets = offsets.astype(np.int32)
+        return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(name * n)])
+    return pa.Array.from_buffers(pa.large_string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(name * n)]).cast(
+        pa.string()
+    )
 
 
 def _one_metric(

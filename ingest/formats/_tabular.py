@@ -20,7 +20,7 @@ import pyarrow.csv as pacsv
 import pyarrow.json as pajson
 
 from ingest.errors import StabScopeError
-from ingest.formats._common import CHUNK_BYTES, LogBuilder, open_error, parse_numbers
+from ingest.formats._common import LogBuilder, open_error, parse_numbers
 from stab_core.metrics import RUN_RANK
 
 pc: Any = _pc  # pyarrow-stubs overloads reject valid calls on generic arrays
@@ -132,22 +132,28 @@ def add_wide(
     if wall_col is not None:
         w, has_w = to_float(table[wall_col])
         wall = np.where(has_w, w, np.nan)
-    seq = np.arange(builder.reserve(n), builder.reserve(0), dtype=np.int64)
+    first_seq = builder.reserve(n)
+    seq: Any = None  # materialised only when a column is sparse
+    any_bad = bool(bad.any())
     skip = {step_col, rank_col, wall_col, *ignore}
     for name in table.column_names:
         if name in skip:
             continue
-        values, present = to_float(table[name])
-        unreadable = np.asarray(table[name].is_valid(), dtype=bool) & ~present & ~bad
-        if text_cells_are_errors and unreadable.any() and pa.types.is_string(table[name].type):
-            first = int(np.flatnonzero(unreadable)[0])
-            reason = f"column {name!r}: {table[name][first].as_py()!r} is not a number"
-            if where is not None:
-                builder.skip(where[0], where[1] + first, reason, int(unreadable.sum()))
-            else:
-                builder.skipped += int(unreadable.sum())
-        present &= ~bad
-        if not present.any():
+        column = table[name]
+        values, present = to_float(column)
+        if text_cells_are_errors and pa.types.is_string(column.type):
+            unreadable = np.asarray(column.is_valid(), dtype=bool) & ~present & ~bad
+            if unreadable.any():
+                first = int(np.flatnonzero(unreadable)[0])
+                reason = f"column {name!r}: {column[first].as_py()!r} is not a number"
+                if where is not None:
+                    builder.skip(where[0], where[1] + first, reason, int(unreadable.sum()))
+                else:
+                    builder.skipped += int(unreadable.sum())
+        if any_bad:
+            present &= ~bad
+        dense = bool(present.all())
+        if not dense and not present.any():
             continue
         metric, unit = (name, None)
         canonical = False
@@ -157,6 +163,21 @@ def add_wide(
                 continue
             metric, unit = mapped
             canonical = True
+        if dense:  # every row logged this metric: share the step/rank/wall arrays, no copies
+            builder.add(
+                metric,
+                steps,
+                values,
+                rank=ranks,
+                wall_time=wall,
+                stream=stream,
+                seq=first_seq,
+                unit=unit,
+                canonical=canonical,
+            )
+            continue
+        if seq is None:
+            seq = np.arange(first_seq, first_seq + n, dtype=np.int64)
         builder.add(
             metric,
             steps[present],
@@ -199,12 +220,10 @@ def iter_csv(path: Path, builder: LogBuilder, text_columns: Iterable[str] = ()) 
     for as_text in (False, True):
         types = {c: (pa.string() if (as_text or c in text) else pa.float64()) for c in header}
         convert = pacsv.ConvertOptions(column_types=types, null_values=[""], strings_can_be_null=True)
-        read = pacsv.ReadOptions(block_size=CHUNK_BYTES)
+        read = pacsv.ReadOptions(block_size=CSV_BLOCK_BYTES)
         row = 0
         try:
-            reader = pacsv.open_csv(path, read_options=read, convert_options=convert)
-            for batch in reader:
-                t = pa.Table.from_batches([batch])
+            for t in _csv_tables(path, read, convert):
                 start = row
                 row += t.num_rows
                 if row <= rows_done:
@@ -220,6 +239,20 @@ def iter_csv(path: Path, builder: LogBuilder, text_columns: Iterable[str] = ()) 
             if as_text:
                 raise StabScopeError(f"CSV parse error: {_arrow_message(exc)}", path=str(path), line=row + 2) from exc
             continue  # a column holds text: read everything as strings from the start
+
+
+CSV_WHOLE_FILE_BYTES: Final = 256 * 1024 * 1024
+"""CSV files up to this size are parsed in one multi-threaded call (the result is as large as
+the table anyway); larger ones stream in ``CSV_BLOCK_BYTES`` batches with bounded memory."""
+CSV_BLOCK_BYTES: Final = 16 * 1024 * 1024
+
+
+def _csv_tables(path: Path, read: pacsv.ReadOptions, convert: pacsv.ConvertOptions) -> Iterator[pa.Table]:
+    if _file_size(path) <= CSV_WHOLE_FILE_BYTES:
+        yield pacsv.read_csv(path, read_options=read, convert_options=convert)
+        return
+    for batch in pacsv.open_csv(path, read_options=read, convert_options=convert):
+        yield pa.Table.from_batches([batch])
 
 
 def _file_size(path: Path) -> int:
