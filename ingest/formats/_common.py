@@ -345,10 +345,10 @@ class LogBuilder:
 def _metric_column(n: int, code: int, names: list[str]) -> Any:
     """``n`` copies of ``names[code]`` as a string array, built from two buffers (no n objects)."""
     name = names[code].encode()
-    offsets: Any = np.arange(n + 1, dtype=np.int64) * len(name)
     if n * len(name) < 2**31 - 1:
-        offsets = offsets.astype(np.int32)
+        offsets: Any = np.arange(0, (n + 1) * len(name), len(name), dtype=np.int32)
         return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(name * n)])
+    offsets = np.arange(n + 1, dtype=np.int64) * len(name)
     return pa.Array.from_buffers(pa.large_string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(name * n)]).cast(
         pa.string()
     )
@@ -358,6 +358,12 @@ def _one_metric(
     pieces: list[_Piece], spans: dict[int, list[tuple[int, int]]]
 ) -> tuple[npt.NDArray[np.int32], IntArray, FloatArray, FloatArray | None]:
     """``(rank, step, value, wall)`` of one metric, replayed rows purged, de-duplicated, sorted."""
+    if len(pieces) == 1 and isinstance(pieces[0].rank, int):
+        only = pieces[0]
+        if only.step.shape[0] < 2 or np.all(only.step[1:] > only.step[:-1]):
+            # one ordered series as read: no copies beyond the rank column
+            n = only.step.shape[0]
+            return np.full(n, only.rank, np.int32), only.step, only.value, only.wall_time
     step = np.concatenate([p.step for p in pieces])
     value = np.concatenate([p.value for p in pieces])
     same_rank = all(isinstance(p.rank, int) and p.rank == pieces[0].rank for p in pieces)

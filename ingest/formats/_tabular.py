@@ -77,7 +77,11 @@ def to_float(col: Any) -> tuple[np.ndarray, np.ndarray]:
     arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
     if pa.types.is_null(arr.type):
         return np.zeros(len(arr)), np.zeros(len(arr), dtype=bool)
-    present = np.asarray(arr.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+    present = (
+        np.ones(len(arr), dtype=bool)
+        if arr.null_count == 0
+        else np.asarray(arr.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+    )
     if pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type):
         conv = parse_numbers(arr.cast(pa.string()))
         plain = conv.ok.copy()
@@ -88,8 +92,10 @@ def to_float(col: Any) -> tuple[np.ndarray, np.ndarray]:
         pa.types.is_integer(arr.type) or pa.types.is_floating(arr.type) or pa.types.is_decimal(arr.type)
     ):
         return np.zeros(len(arr)), np.zeros(len(arr), dtype=bool)
-    values = arr.cast(pa.float64()).fill_null(np.nan).to_numpy(zero_copy_only=False)
-    return np.asarray(values, dtype=np.float64), present
+    floats = arr.cast(pa.float64()) if arr.type != pa.float64() else arr
+    if floats.null_count:
+        floats = floats.fill_null(np.nan)
+    return np.asarray(floats.to_numpy(zero_copy_only=False), dtype=np.float64), present
 
 
 def add_wide(
