@@ -171,8 +171,26 @@ def _events(root: str, name: str, gen: int) -> list[tuple[int, str, str, dict[st
 
 
 def read_events(info: RunInfo) -> list[RunEvent]:
-    """The run's events (schedule transitions, checkpoints, rollbacks, data switches) by step."""
-    return [RunEvent(*e) for e in _events(store_root(), info.name, info.gen)]
+    """The run's logged events (schedule transitions, checkpoints, rollbacks, data switches) and the
+    transitions found in its logged LR (``stab_core.schedulers.schedule_transitions``), by step."""
+    logged = [RunEvent(*e) for e in _events(store_root(), info.name, info.gen)]
+    found = [RunEvent(*e) for e in _lr_transitions(store_root(), info.name, info.gen)]
+    fresh = [f for f in found if not any(e.kind == f.kind and abs(e.step - f.step) <= 5 for e in logged)]
+    return sorted(logged + fresh, key=lambda e: e.step)
+
+
+@st.cache_data(show_spinner=False, max_entries=256)
+def _lr_transitions(root: str, name: str, gen: int) -> list[tuple[int, str, str, dict[str, Any]]]:
+    from stab_core.schedulers import schedule_transitions
+
+    lr = _store_at(root).read_series(name, "lr")
+    if lr.steps.size < 3:
+        return []
+    try:
+        found = schedule_transitions(lr.steps, lr.values)
+    except ValueError:  # a log the detector cannot read (e.g. repeated steps): no markers, no error
+        return []
+    return [(t.step, t.kind, f"{t.rel_change:+.0%} LR (from the logged lr)", {}) for t in found]
 
 
 @st.cache_data(show_spinner=False, max_entries=256)

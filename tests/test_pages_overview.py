@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -10,7 +11,16 @@ from streamlit.testing.v1 import AppTest
 
 from ingest.store import Store
 from stab_core.snr import ema as bias_corrected_ema
-from tests.conftest import LOSS_SPIKE_STEPS, SMALL_RUN, RunSpec, figure_of, open_page, plotly_values, write_run
+from tests.conftest import (
+    LOSS_SPIKE_STEPS,
+    SMALL_RUN,
+    WARMUP_STEPS,
+    RunSpec,
+    figure_of,
+    open_page,
+    plotly_values,
+    write_run,
+)
 
 
 def _figure(at: AppTest) -> dict[str, Any]:
@@ -81,7 +91,7 @@ def test_log_toggle_and_extra_panel(app_store: Store) -> None:
     assert fig["layout"]["yaxis6"]["title"]["text"] == "step_time_s (s)"
 
 
-def test_long_run_is_bucketed_and_keeps_a_one_step_spike(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+def test_long_run_is_bucketed_and_keeps_a_one_step_spike(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     store = write_run(
         Store(tmp_path / "store"),
         RunSpec(name="long", n_steps=12_000, per_rank=False, loss_spike=(7001, 7002), grad_spike_step=None,
@@ -100,3 +110,13 @@ def test_long_run_is_bucketed_and_keeps_a_one_step_spike(tmp_path, monkeypatch: 
     assert any("min/max buckets of ~8 steps" in c.value for c in at.caption)
     missing = " ".join(c.value for c in at.caption)
     assert "grad norm" in missing and "learning rate" in missing  # panels the run cannot fill are named
+
+
+def test_transitions_found_in_the_logged_lr_are_marked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = write_run(Store(tmp_path / "store"), RunSpec(name="no-events", per_rank=False, events=()))
+    monkeypatch.setenv("STABSCOPE_STORE", str(store.root))
+    at = open_page("overview").run()
+    markers = [t for t in figure_of(at)["data"] if t.get("name") == "warmup_end"]
+    assert len(markers) == 5  # on every panel, though the run logged no event
+    steps = {x for x in markers[0]["x"] if x is not None}
+    assert len(steps) == 1 and abs(steps.pop() - WARMUP_STEPS) <= 1  # the LR peaks where the warmup ends
