@@ -1,0 +1,645 @@
+"""``stabscope demo-train``: real multi-process training that writes StabScope shards.
+
+Each rank is a process (``torch.multiprocessing.spawn``, ``torch.distributed`` on gloo, one CPU
+thread each) training a small causal transformer LM under DDP on tokens drawn from a second-order
+Markov source, so the loss falls from ln(vocab) towards the source's entropy. It uses the
+warmup-cosine-restart scheduler, global-norm clipping (or ZClip) and the :class:`StabilityMonitor`,
+and checkpoints every ``checkpoint_every`` steps (``--resume`` continues from the latest one).
+
+Provocations make a real instability the dashboard should find:
+
+- ``lr-jump``: no restart warmup at the cycle boundary, so the LR jumps from its floor to a high
+  peak in one step (the pitfall the restart warmup exists to prevent); the loss spikes after it.
+- ``outlier-batch``: the last rank trains on one repeated template sequence, which the source
+  never produces, for a few steps: that rank's loss and local gradient norm jump.
+
+torch is imported inside the functions, so ``stabscope`` commands that do not train pay nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import math
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from ingest.errors import StabScopeError
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+Provocation = Literal["none", "lr-jump", "outlier-batch"]
+ClipMethod = Literal["norm", "zclip"]
+PROVOCATIONS: tuple[str, ...] = ("none", "lr-jump", "outlier-batch")
+CHECKPOINT_DIR = "checkpoints"
+OUTLIER_STEPS = 5
+"""How many consecutive steps the outlier rank trains on the template (steps)."""
+DEFAULT_PEAK_LR = 2e-3
+"""AdamW peak LR of a normal demo run: the loss falls smoothly to near the source entropy."""
+LR_JUMP_PEAK_LR = 0.15
+"""``lr-jump``'s peak LR (75x the default). The first cycle's warmup ramps up to it and the model
+survives; at the restart the LR jumps from the floor (1 % of the peak) to it in one step and the loss
+spikes. Measured on 2 ranks x 240 steps, seeds 0-2: the loss peaks at 4.4-5.7x its pre-restart median
+within 30 steps and recovers within ~60 (a run without the provocation: 1.04x)."""
+LR_JUMP_MIN_LR_RATIO = 0.01
+
+
+# --------------------------------------------------------------------------------------------------
+# Configuration
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DemoConfig:
+    """One demo run. Steps are optimizer steps; batch sizes count sequences of ``seq_len`` tokens.
+
+    ``peak_lr`` (AdamW) defaults to ``DEFAULT_PEAK_LR`` (``LR_JUMP_PEAK_LR`` for ``lr-jump``),
+    ``min_lr_ratio`` to 0.1 (``LR_JUMP_MIN_LR_RATIO`` for ``lr-jump``), ``warmup_steps`` to steps/10
+    and ``restart_warmup_steps`` to warmup/3 (0 for ``lr-jump``).
+    ``checkpoint_every``: steps between checkpoints (0 = none).
+    """
+
+    out: Path
+    ranks: int = 2
+    steps: int = 300
+    provoke: Provocation = "none"
+    seed: int = 0
+    per_rank_batch_size: int = 8
+    seq_len: int = 64
+    vocab_size: int = 32
+    d_model: int = 64
+    n_layers: int = 2
+    n_heads: int = 4
+    markov_order: int = 1
+    markov_branching: int = 3
+    peak_lr: float | None = None
+    num_cycles: int = 2
+    warmup_steps: int | None = None
+    restart_warmup_steps: int | None = None
+    min_lr_ratio: float | None = None
+    clip: ClipMethod = "norm"
+    max_norm: float = 1.0
+    checkpoint_every: int = 0
+    resume: bool = False
+    progress_every: int = 50
+
+    def resolved(self) -> DemoConfig:
+        """The config with every default filled in and checked (raises StabScopeError)."""
+        if self.provoke not in PROVOCATIONS:
+            raise StabScopeError(f"--provoke must be one of {', '.join(PROVOCATIONS)}, got {self.provoke!r}")
+        if self.clip not in ("norm", "zclip"):
+            raise StabScopeError(f"--clip must be 'norm' or 'zclip', got {self.clip!r}")
+        if not 1 <= self.ranks <= 64:
+            raise StabScopeError(f"--ranks must be between 1 and 64 processes, got {self.ranks}")
+        if self.steps < 20 * self.num_cycles:
+            raise StabScopeError(
+                f"--steps {self.steps} is too short for {self.num_cycles} cycles: use at least {20 * self.num_cycles}"
+            )
+        if self.checkpoint_every < 0:
+            raise StabScopeError(f"--checkpoint-every must be >= 0 steps, got {self.checkpoint_every}")
+        warmup = self.warmup_steps if self.warmup_steps is not None else max(self.steps // 10, 1)
+        restart = self.restart_warmup_steps
+        if restart is None:
+            restart = 0 if self.provoke == "lr-jump" else max(warmup // 3, 1)
+        jump = self.provoke == "lr-jump"
+        peak = self.peak_lr if self.peak_lr is not None else (LR_JUMP_PEAK_LR if jump else DEFAULT_PEAK_LR)
+        if not (math.isfinite(peak) and peak > 0):
+            raise StabScopeError(f"--peak-lr must be a positive learning rate, got {peak}")
+        floor = self.min_lr_ratio if self.min_lr_ratio is not None else (LR_JUMP_MIN_LR_RATIO if jump else 0.1)
+        return replace(
+            self,
+            out=Path(self.out),
+            warmup_steps=warmup,
+            restart_warmup_steps=restart,
+            peak_lr=peak,
+            min_lr_ratio=floor,
+        )
+
+    @property
+    def cycle_starts(self) -> list[int]:
+        """First step of each cycle after the first (the restarts), as the scheduler computes them."""
+        from stab_core.schedulers import cycle_boundaries
+
+        return [int(b) for b in cycle_boundaries(self.steps, self.num_cycles)[1:-1]]
+
+    @property
+    def outlier_steps(self) -> tuple[int, int]:
+        """[first, end) steps of the outlier batches: 60 % into the run."""
+        first = int(0.6 * self.steps)
+        return first, first + OUTLIER_STEPS
+
+    @property
+    def outlier_rank(self) -> int:
+        return self.ranks - 1
+
+
+# --------------------------------------------------------------------------------------------------
+# Data: a Markov source
+# --------------------------------------------------------------------------------------------------
+
+
+class MarkovSource:
+    """Token sequences where each token depends on the ``order`` tokens before it: every context
+    allows ``branching`` successors with Dirichlet(1) probabilities.
+
+    ``entropy_nats`` is the mean conditional entropy over contexts (nats/token): the loss a perfect
+    model approaches (contexts are close to uniformly visited); an untrained model starts near
+    ln(vocab_size).
+    """
+
+    def __init__(self, vocab_size: int, branching: int, seed: int, order: int = 1) -> None:
+        if not 2 <= branching <= vocab_size:
+            raise StabScopeError(f"branching must lie in 2..vocab_size ({vocab_size}), got {branching}")
+        if order not in (1, 2):
+            raise StabScopeError(f"order must be 1 or 2 (tokens of context), got {order}")
+        rng = np.random.default_rng([seed, 7919])
+        contexts = vocab_size**order
+        self.vocab_size = vocab_size
+        self.order = order
+        self.successors = np.stack([rng.choice(vocab_size, branching, replace=False) for _ in range(contexts)])
+        self.probs = rng.dirichlet(np.ones(branching), size=contexts)
+        self.cumulative = np.cumsum(self.probs, axis=1)
+        self.cumulative[:, -1] = 1.0
+        self.entropy_nats = float(np.mean(-np.sum(self.probs * np.log(self.probs), axis=1)))
+
+    def sample(self, rng: np.random.Generator, batch: int, length: int) -> npt.NDArray[np.int64]:
+        """``batch`` sequences of ``length`` tokens; the first ``order`` are uniform."""
+        tokens = np.empty((batch, length), dtype=np.int64)
+        tokens[:, : self.order] = rng.integers(0, self.vocab_size, size=(batch, self.order))
+        last = self.successors.shape[1] - 1
+        for t in range(self.order, length):
+            context = tokens[:, t - 1] if self.order == 1 else tokens[:, t - 2] * self.vocab_size + tokens[:, t - 1]
+            choice = (rng.random(batch)[:, None] > self.cumulative[context]).sum(axis=1)
+            tokens[:, t] = self.successors[context, np.minimum(choice, last)]
+        return tokens
+
+
+def template_batch(config: DemoConfig, batch: int) -> npt.NDArray[np.int64]:
+    """The outlier batch: one random sequence (fixed per seed), repeated in every row."""
+    rng = np.random.default_rng([config.seed, 104729])
+    row = rng.integers(0, config.vocab_size, size=config.seq_len + 1)
+    return np.tile(row, (batch, 1))
+
+
+def batch_tokens(config: DemoConfig, source: MarkovSource, rank: int, step: int) -> npt.NDArray[np.int64]:
+    """Rank ``rank``'s input at ``step`` (``per_rank_batch_size`` x ``seq_len + 1`` token ids).
+
+    A function of (seed, rank, step) alone, so a resumed run sees exactly the batches it would have.
+    """
+    first, end = config.outlier_steps
+    if config.provoke == "outlier-batch" and rank == config.outlier_rank and first <= step < end:
+        return template_batch(config, config.per_rank_batch_size)
+    rng = np.random.default_rng([config.seed, rank, step])
+    return source.sample(rng, config.per_rank_batch_size, config.seq_len + 1)
+
+
+# --------------------------------------------------------------------------------------------------
+# Model
+# --------------------------------------------------------------------------------------------------
+
+
+def build_model(config: DemoConfig) -> nn.Module:
+    """A pre-LN causal transformer LM (``n_layers`` x ``d_model``, learned positions), seeded."""
+    import torch
+    from torch import nn
+
+    class TinyLM(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            d = config.d_model
+            self.embed = nn.Embedding(config.vocab_size, d)
+            self.position = nn.Parameter(torch.randn(config.seq_len, d) * 0.02)
+            layer = nn.TransformerEncoderLayer(d, config.n_heads, 4 * d, dropout=0.0, batch_first=True, norm_first=True)
+            self.blocks = nn.TransformerEncoder(layer, config.n_layers, enable_nested_tensor=False)
+            self.norm = nn.LayerNorm(d)
+            self.head = nn.Linear(d, config.vocab_size)
+            self.register_buffer(
+                "causal_mask", nn.Transformer.generate_square_subsequent_mask(config.seq_len), persistent=False
+            )
+
+        def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+            length = tokens.shape[1]
+            hidden = self.embed(tokens) + self.position[:length]
+            mask: torch.Tensor = self.causal_mask[:length, :length]  # type: ignore[index]
+            hidden = self.blocks(hidden, mask=mask, is_causal=True)
+            logits: torch.Tensor = self.head(self.norm(hidden))
+            return logits
+
+    torch.manual_seed(config.seed)
+    return TinyLM()
+
+
+def lm_loss(model: nn.Module, tokens: torch.Tensor) -> torch.Tensor:
+    """Mean next-token cross-entropy (nats/token)."""
+    from torch.nn import functional
+
+    logits = model(tokens[:, :-1])
+    loss: torch.Tensor = functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1))
+    return loss
+
+
+# --------------------------------------------------------------------------------------------------
+# The training loop (one rank)
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Trainer:
+    """The objects one rank trains with, rebuilt identically on resume."""
+
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+    clipper: Any
+
+
+def _build_trainer(config: DemoConfig, ddp: bool) -> _Trainer:
+    import warnings
+
+    import torch
+
+    from stab_core.clipping import ZClip
+    from stab_core.schedulers import WarmupCosineRestartScheduler
+
+    model = build_model(config)
+    if ddp:
+        from torch.nn.parallel import DistributedDataParallel
+
+        model = DistributedDataParallel(model)
+    assert config.peak_lr is not None and config.warmup_steps is not None
+    assert config.restart_warmup_steps is not None
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.peak_lr, betas=(0.9, 0.95), weight_decay=0.1)
+    with warnings.catch_warnings():
+        # lr-jump's missing restart warmup is the point; the advice still reaches the run metadata.
+        warnings.simplefilter("ignore", UserWarning)
+        scheduler = WarmupCosineRestartScheduler(
+            optimizer,
+            total_steps=config.steps,
+            warmup_steps=config.warmup_steps,
+            restart_warmup_steps=config.restart_warmup_steps,
+            num_cycles=config.num_cycles,
+            min_lr_ratio=config.min_lr_ratio if config.min_lr_ratio is not None else 0.1,
+        )
+    clipper = ZClip(max_norm=config.max_norm * 10) if config.clip == "zclip" else None
+    return _Trainer(model, optimizer, scheduler, clipper)
+
+
+def _unwrapped(model: nn.Module) -> nn.Module:
+    inner = getattr(model, "module", model)
+    assert hasattr(inner, "state_dict")
+    return inner  # type: ignore[no-any-return]
+
+
+def checkpoint_path(out: Path, step: int) -> Path:
+    """Where the checkpoint holding ``step`` (the last completed optimizer step) lives."""
+    return Path(out) / CHECKPOINT_DIR / f"step-{step:07d}.pt"
+
+
+def latest_checkpoint(out: Path) -> Path | None:
+    """The newest complete checkpoint under ``out`` (written atomically, so any listed one is whole)."""
+    found = sorted((Path(out) / CHECKPOINT_DIR).glob("step-*.pt"))
+    return found[-1] if found else None
+
+
+def _save_checkpoint(trainer: _Trainer, config: DemoConfig, step: int) -> Path:
+    import torch
+
+    target = checkpoint_path(config.out, step)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    state = {
+        "step": step,
+        "model": _unwrapped(trainer.model).state_dict(),
+        "optimizer": trainer.optimizer.state_dict(),
+        "scheduler": trainer.scheduler.state_dict(),
+        "clipper": None if trainer.clipper is None else trainer.clipper.state_dict(),
+        "config": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(config).items()},
+    }
+    tmp = target.with_suffix(f".tmp-{os.getpid()}")
+    torch.save(state, tmp)
+    os.replace(tmp, target)  # a kill mid-write leaves a .tmp file, never a torn checkpoint
+    return target
+
+
+def _restore(trainer: _Trainer, path: Path) -> int:
+    """Load a checkpoint; returns the last completed step it holds."""
+    import torch
+
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except (OSError, RuntimeError, EOFError) as exc:
+        raise StabScopeError(f"cannot load checkpoint {path}: {exc}") from exc
+    _unwrapped(trainer.model).load_state_dict(state["model"])
+    trainer.optimizer.load_state_dict(state["optimizer"])
+    trainer.scheduler.load_state_dict(state["scheduler"])
+    if trainer.clipper is not None:
+        if state["clipper"] is None:
+            raise StabScopeError(f"checkpoint {path} was written without ZClip; resume with --clip norm")
+        trainer.clipper.load_state_dict(state["clipper"])
+    return int(state["step"])
+
+
+def _clip(trainer: _Trainer, config: DemoConfig) -> Any:
+    from stab_core.clipping import clip_grad_norm
+
+    if trainer.clipper is not None:
+        return trainer.clipper.clip(trainer.model.parameters())
+    return clip_grad_norm(trainer.model.parameters(), config.max_norm)
+
+
+def train_rank(config: DemoConfig, rank: int, world_size: int, log: Callable[[str], None] | None = None) -> None:
+    """Train one rank from step 0 (or the latest checkpoint with ``config.resume``) to ``config.steps``.
+
+    Runs inside an initialised process group when ``world_size > 1`` (DDP + the monitor's hook).
+    """
+    import torch
+
+    from ingest.monitor import StabilityMonitor
+
+    config = config.resolved()
+    distributed = world_size > 1
+    trainer = _build_trainer(config, ddp=distributed)
+    start = 0
+    resumed_from = latest_checkpoint(config.out) if config.resume else None
+    if resumed_from is not None:
+        start = _restore(trainer, resumed_from) + 1
+    source = MarkovSource(config.vocab_size, config.markov_branching, config.seed, config.markov_order)
+    monitor = StabilityMonitor(
+        config.out,
+        model=trainer.model if distributed else None,
+        rank=rank,
+        world_size=world_size,
+        per_rank_batch_size=config.per_rank_batch_size,
+        seq_len=config.seq_len,
+        scheduler=trainer.scheduler,
+        clipper=trainer.clipper,
+        max_norm=config.max_norm,
+        meta=_run_meta(config, source),
+        flush_interval_s=1.0,
+    )
+    if resumed_from is not None:
+        monitor.event(start, "rollback", f"resumed from checkpoint {resumed_from.name}", checkpoint_step=start - 1)
+    started = time.monotonic()
+    with monitor:
+        for step in range(start, config.steps):
+            tokens = torch.from_numpy(batch_tokens(config, source, rank, step))
+            loss = lm_loss(trainer.model, tokens)
+            trainer.optimizer.zero_grad(set_to_none=True)
+            loss.backward()  # type: ignore[no-untyped-call]
+            record = _clip(trainer, config)
+            lr = float(trainer.optimizer.param_groups[0]["lr"])
+            trainer.optimizer.step()
+            trainer.scheduler.step()
+            logged = monitor.log(step, loss=loss.detach(), lr=lr, clip_stats=record)
+            done = step + 1
+            if config.checkpoint_every and done % config.checkpoint_every == 0 and done < config.steps:
+                if rank == 0:
+                    _save_checkpoint(trainer, config, step)
+                monitor.checkpoint(step)
+            if log is not None and rank == 0 and (done % config.progress_every == 0 or done == config.steps):
+                log(
+                    f"step {done}/{config.steps}  loss {logged.run_metrics['loss']:.3f}  lr {lr:.2e}  "
+                    f"grad_norm {record.total_norm:.2f}  ({time.monotonic() - started:.1f} s)"
+                )
+
+
+def _run_meta(config: DemoConfig, source: MarkovSource) -> dict[str, Any]:
+    first, end = config.outlier_steps
+    meta: dict[str, Any] = {
+        "source": "stabscope demo-train",
+        "model": f"causal transformer LM, {config.n_layers} layers x d={config.d_model}, vocab {config.vocab_size}",
+        "precision": "fp32",
+        "provoke": config.provoke,
+        "data": f"order-{config.markov_order} Markov source, {config.markov_branching} successors per context",
+        "data_entropy_nats": source.entropy_nats,
+        "checkpoint_enabled": config.checkpoint_every > 0,
+        "tags": ["demo-train", f"provoke:{config.provoke}"],
+    }
+    if config.checkpoint_every:
+        meta["checkpoint_interval_steps"] = config.checkpoint_every
+    if config.provoke == "outlier-batch":
+        meta["outlier_rank"], meta["outlier_steps"] = config.outlier_rank, [first, end]
+    return meta
+
+
+# --------------------------------------------------------------------------------------------------
+# Launching ranks
+# --------------------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _single_threaded_children() -> Iterator[None]:
+    """Spawned ranks inherit OMP/MKL settings at start-up: one thread each, or 2 ranks on 2 cores
+    oversubscribe and every step waits on the slowest thread."""
+    keys = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
+    saved = {k: os.environ.get(k) for k in keys}
+    os.environ.update({k: "1" for k in keys})
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def _rank_main(rank: int, config: DemoConfig, rendezvous: str, verbose: bool) -> None:
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    log = (lambda msg: print(msg, file=sys.stderr, flush=True)) if verbose else None
+    if config.ranks == 1:
+        train_rank(config, 0, 1, log)
+        return
+    dist.init_process_group("gloo", init_method=f"file://{rendezvous}", rank=rank, world_size=config.ranks)
+    try:
+        train_rank(config, rank, config.ranks, log)
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+def launch(config: DemoConfig, verbose: bool = False) -> None:
+    """Run ``config.ranks`` training processes (spawned, gloo) to completion; raises StabScopeError
+    with the failing rank's error."""
+    from torch.multiprocessing.spawn import ProcessExitedException, ProcessRaisedException, spawn
+
+    config = config.resolved()
+    config.out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="stabscope-rdzv-") as rdzv_dir, _single_threaded_children():
+        rendezvous = str(Path(rdzv_dir) / "store")
+        try:
+            spawn(_rank_main, args=(config, rendezvous, verbose), nprocs=config.ranks, join=True)  # type: ignore[no-untyped-call]
+        except ProcessRaisedException as exc:
+            last = str(exc).strip().splitlines()[-1] if str(exc).strip() else repr(exc)
+            raise StabScopeError(f"a training rank failed: {last}") from exc
+        except ProcessExitedException as exc:
+            raise StabScopeError(f"a training rank exited abnormally: {exc}") from exc
+
+
+# --------------------------------------------------------------------------------------------------
+# CLI
+# --------------------------------------------------------------------------------------------------
+
+
+def cmd_demo_train(args: argparse.Namespace) -> int:
+    """``stabscope demo-train``: train, then say how to ingest the shards."""
+    config = DemoConfig(
+        out=Path(args.out),
+        ranks=args.ranks,
+        steps=args.steps,
+        provoke=args.provoke,
+        seed=args.seed,
+        per_rank_batch_size=args.batch_size,
+        peak_lr=args.peak_lr,
+        min_lr_ratio=args.min_lr_ratio,
+        clip=args.clip,
+        max_norm=args.max_norm,
+        checkpoint_every=args.checkpoint_every,
+        resume=args.resume,
+    ).resolved()
+    if latest_checkpoint(config.out) is None and config.resume:
+        print(f"no checkpoint under {config.out / CHECKPOINT_DIR}: starting from step 0", file=sys.stderr)
+    print(
+        f"training {config.ranks} ranks x {config.steps} steps (provoke {config.provoke}); shards in {config.out}",
+        file=sys.stderr,
+        flush=True,
+    )
+    started = time.monotonic()
+    launch(config, verbose=not args.json)
+    elapsed = time.monotonic() - started
+    summary = {
+        "out": str(config.out),
+        "ranks": config.ranks,
+        "steps": config.steps,
+        "provoke": config.provoke,
+        "seconds": round(elapsed, 1),
+        "cycle_restarts": config.cycle_starts,
+    }
+    if args.json:
+        import json
+
+        print(json.dumps(summary))
+    else:
+        print(
+            f"done in {elapsed:.0f} s. Ingest with: stabscope compact {config.out} --run NAME",
+            file=sys.stderr,
+        )
+    return 0
+
+
+def add_cli(add: Callable[..., argparse.ArgumentParser]) -> None:
+    """Register ``demo-train`` through ingest.cli's ``add(name, fn, help)``."""
+    p = add(
+        "demo-train",
+        cmd_demo_train,
+        "train a small transformer LM on 2+ CPU processes (gloo) and write its shards",
+    )
+    p.add_argument("--ranks", type=int, default=2, help="training processes (default 2)")
+    p.add_argument("--steps", type=int, default=300, help="optimizer steps (default 300)")
+    p.add_argument("--out", required=True, help="shard directory to write (also holds checkpoints)")
+    p.add_argument("--provoke", choices=PROVOCATIONS, default="none", help="instability to provoke (default none)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--batch-size", type=int, default=8, help="sequences per rank per step (default 8)")
+    p.add_argument("--peak-lr", type=float, default=None, help="AdamW peak LR (default 2e-3; 0.15 for lr-jump)")
+    p.add_argument("--min-lr-ratio", type=float, default=None, help="LR floor / peak (default 0.1; 0.01 for lr-jump)")
+    p.add_argument("--clip", choices=("norm", "zclip"), default="norm", help="global-norm clipping or ZClip")
+    p.add_argument("--max-norm", type=float, default=1.0, help="clipping threshold (L2 norm, default 1)")
+    p.add_argument("--checkpoint-every", type=int, default=0, help="steps between checkpoints (0 = none)")
+    p.add_argument("--resume", action="store_true", help="continue from the latest checkpoint under --out")
+
+
+# --------------------------------------------------------------------------------------------------
+# Overhead measurement (the benchmark suite calls this)
+# --------------------------------------------------------------------------------------------------
+
+
+def measure_overhead(steps: int = 200) -> dict[str, float]:
+    """Per-step cost of the StabilityMonitor (with its DDP hook) plus clipping on the demo model.
+
+    Two single-rank DDP runs (gloo, one thread) of ``steps`` steps each from the same initial model and
+    data: a bare loop, and the same loop with ``clip_grad_norm`` + ``StabilityMonitor.log`` (shards
+    to a temporary directory). Returns median step times (s), the overhead (s and % of the bare step),
+    and the median time inside ``monitor.log`` and ``clip_grad_norm`` alone (s). Needs no process
+    group to exist yet.
+    """
+    import torch
+    import torch.distributed as dist
+
+    if steps < 10:
+        raise StabScopeError(f"measure_overhead needs at least 10 steps, got {steps}")
+    if dist.is_initialized():
+        raise StabScopeError("measure_overhead starts its own one-rank process group; call it outside one")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    with tempfile.TemporaryDirectory(prefix="stabscope-overhead-") as tmp:
+        dist.init_process_group("gloo", init_method=f"file://{tmp}/rdzv", rank=0, world_size=1)
+        try:
+            config = DemoConfig(out=Path(tmp) / "shards", ranks=1, steps=max(steps, 40)).resolved()
+            bare = _timed_loop(config, steps, monitored=False)
+            monitored = _timed_loop(config, steps, monitored=True)
+        finally:
+            dist.destroy_process_group()
+            torch.set_num_threads(threads)
+    bare_s = statistics.median(bare["step"])
+    monitored_s = statistics.median(monitored["step"])
+    return {
+        "steps": float(steps),
+        "bare_step_s": bare_s,
+        "monitored_step_s": monitored_s,
+        "overhead_s": monitored_s - bare_s,
+        "overhead_pct": 100.0 * (monitored_s - bare_s) / bare_s,
+        "monitor_log_s": statistics.median(monitored["log"]),
+        "clip_s": statistics.median(monitored["clip"]),
+    }
+
+
+def _timed_loop(config: DemoConfig, steps: int, monitored: bool) -> dict[str, list[float]]:
+    import torch
+    from torch.nn.parallel import DistributedDataParallel
+
+    from ingest.monitor import StabilityMonitor
+    from stab_core.clipping import clip_grad_norm
+
+    model = DistributedDataParallel(build_model(config))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    source = MarkovSource(config.vocab_size, config.markov_branching, config.seed, config.markov_order)
+    batches = [torch.from_numpy(batch_tokens(config, source, 0, s)) for s in range(steps)]
+    monitor = (
+        StabilityMonitor(config.out, model=model, per_rank_batch_size=config.per_rank_batch_size) if monitored else None
+    )
+    times: dict[str, list[float]] = {"step": [], "log": [], "clip": []}
+    for step, tokens in enumerate(batches):
+        begin = time.perf_counter()
+        loss = lm_loss(model, tokens)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()  # type: ignore[no-untyped-call]
+        if monitor is not None:
+            clip_begin = time.perf_counter()
+            record = clip_grad_norm(model.parameters(), config.max_norm)
+            times["clip"].append(time.perf_counter() - clip_begin)
+        optimizer.step()
+        if monitor is not None:
+            log_begin = time.perf_counter()
+            monitor.log(step, loss=loss.detach(), lr=1e-3, clip_stats=record)
+            times["log"].append(time.perf_counter() - log_begin)
+        else:
+            loss.item()  # the monitored loop reads the loss too; keep the host sync in both
+        times["step"].append(time.perf_counter() - begin)
+    if monitor is not None:
+        monitor.close()
+    warm = max(steps // 10, 5)  # first steps pay allocator and DDP bucket set-up
+    return {k: v[warm:] for k, v in times.items()}
