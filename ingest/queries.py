@@ -96,14 +96,16 @@ NEXT_STAGED_SEQ: Final = "SELECT coalesce(max(seq), 0) + 1 FROM staged WHERE run
 CLEAR_STAGED: Final = "DELETE FROM staged WHERE run = ?"
 
 ADD_EVENT: Final = "INSERT INTO events (run, step, kind, label, detail) VALUES (?, ?, ?, ?, ?)"
-GET_EVENTS: Final = "SELECT DISTINCT step, kind, label, detail FROM events WHERE run = ? ORDER BY step, kind, label"
 
 ADD_SPIKE: Final = """
 INSERT INTO spikes (run, idx, metric, start_step, peak_step, end_step, ratio, recovered, cause,
                     confidence, detail)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 """
-GET_SPIKES: Final = "SELECT detail FROM spikes WHERE run = ? ORDER BY idx"
+ALL_EVENTS: Final = """
+SELECT DISTINCT run, step, kind, label, detail FROM events ORDER BY run, step, kind, label
+"""
+ALL_SPIKES: Final = "SELECT run, detail FROM spikes ORDER BY run, idx"
 SPIKE_SUMMARY: Final = """
 SELECT run, count(*) AS n_spikes, max(ratio) AS worst_ratio,
        bool_or(NOT recovered) AS any_diverged
@@ -195,6 +197,7 @@ EXPORT_LONG_PARQUET: Final = """
 COPY (SELECT step, rank, metric, value, wall_time FROM read_parquet($files) ORDER BY metric, rank, step)
 TO $target (FORMAT parquet, COMPRESSION zstd)
 """
+DISTINCT_METRICS: Final = "SELECT DISTINCT metric FROM read_parquet($files)"
 HAS_RUN_LEVEL: Final = """
 SELECT count(*) FROM (SELECT 1 FROM read_parquet($files) WHERE metric = $metric AND rank = -1 LIMIT 1)
 """

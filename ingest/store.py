@@ -3,7 +3,9 @@
 On disk (``<store>`` defaults to ``$STABSCOPE_STORE`` or ``~/.local/share/stabscope/store``)::
 
     catalog.duckdb                        runs, shard offsets, staged batches, events, spikes
-    runs/run=<name>/long/g<gen>.parquet   (rank, step, metric, value, wall_time), sorted metric/rank/step
+    runs/run=<name>/long/g<gen>.parquet   (rank, step, metric, value, wall_time), sorted metric/rank/step,
+                                          with an index of its (metric, rank) row ranges in the footer
+    runs/run=<name>/runlevel/g<gen>.parquet the rank -1 rows of the long file (what the overview reads)
     runs/run=<name>/rollup/g<gen>.parquet cross-rank count/mean/min/max/std/argmin/argmax per step
     runs/run=<name>/rankb/g<gen>.parquet  per-rank step buckets for the rank x step heatmap
     runs/run=<name>/derived/a<gen>.parquet analyses materialised per generation (SNR, clip ratio)
@@ -36,6 +38,7 @@ from typing import Any
 import duckdb
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ingest import queries as q
@@ -175,7 +178,9 @@ class Store:
         self._read_cache: dict[tuple[str, tuple[Any, ...]], list[tuple[Any, ...]]] = {}
         self._read_cache_key: tuple[Any, ...] | None = None
         self._read_cache_lock = threading.Lock()
+        self._snapshot_cache: _CatalogSnapshot | None = None
         self._blocks_cache: dict[str, dict[tuple[str, int], _Piece]] = {}
+        self._derived_cache: dict[str, frozenset[str]] = {}
         with self._catalog() as con:
             for statement in q.CATALOG_SCHEMA:
                 con.execute(statement)
@@ -243,14 +248,24 @@ class Store:
                     self._read_cache.update({k: found[k] for k in missing})
         return [found[k] for k in keys]
 
-    def _run_row(self, name: str) -> tuple[Any, ...] | None:
-        """The catalog row of ``name``, from the (cached) list of every run: one read serves a page."""
-        return next((row for row in self._read((q.LIST_RUNS, ()))[0] if row[0] == name), None)
-
-    def _run_extras(self, name: str) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
-        """``(event rows, spike rows)`` of ``name``, read together (pages want both)."""
-        events, spikes = self._read((q.GET_EVENTS, (name,)), (q.GET_SPIKES, (name,)))
-        return events, spikes
+    def _snapshot(self) -> _CatalogSnapshot:
+        """Every run's catalog row, events and spikes, read on one connection and kept while the
+        catalog is unchanged: opening a run page costs one catalog connection, not one per call."""
+        runs, events, spikes = self._read((q.LIST_RUNS, ()), (q.ALL_EVENTS, ()), (q.ALL_SPIKES, ()))
+        with self._read_cache_lock:
+            snapshot = self._snapshot_cache
+            if snapshot is not None and snapshot.runs is runs:
+                return snapshot
+        by_run_events: dict[str, list[tuple[Any, ...]]] = {}
+        for row in events:
+            by_run_events.setdefault(row[0], []).append(row[1:])
+        by_run_spikes: dict[str, list[str]] = {}
+        for run, detail in spikes:
+            by_run_spikes.setdefault(run, []).append(detail)
+        snapshot = _CatalogSnapshot(runs, {r[0]: r for r in runs}, by_run_events, by_run_spikes)
+        with self._read_cache_lock:
+            self._snapshot_cache = snapshot
+        return snapshot
 
     def _engine(self) -> duckdb.DuckDBPyConnection:
         """An in-memory DuckDB per thread for Parquet reads (no catalog lock involved)."""
@@ -277,17 +292,17 @@ class Store:
 
     def list_runs(self) -> list[RunInfo]:
         """Every run in the catalog, oldest first."""
-        return [_run_info(r) for r in self._read((q.LIST_RUNS, ()))[0]]
+        return [_run_info(r) for r in self._snapshot().runs]
 
     def has_run(self, name: str) -> bool:
         """True when the catalog holds ``name`` (validated first)."""
         validate_run_name(name)
-        return self._run_row(name) is not None
+        return name in self._snapshot().by_name
 
     def run_info(self, name: str) -> RunInfo:
         """The catalog row of ``name``; a clear error when there is no such run."""
         validate_run_name(name)
-        row = self._run_row(name)
+        row = self._snapshot().by_name.get(name)
         if row is None:
             known = ", ".join(r.name for r in self.list_runs()[:10]) or "none"
             raise StabScopeError(f"no run named {name!r} in store {self.root} (runs: {known})")
@@ -296,13 +311,13 @@ class Store:
     def events(self, name: str) -> list[RunEvent]:
         """Run events (schedule transitions, checkpoints, rollbacks, data switches) by step."""
         validate_run_name(name)
-        rows = self._run_extras(name)[0]
+        rows = self._snapshot().events.get(name, [])
         return [RunEvent(int(s), str(k), str(lbl), json.loads(d)) for s, k, lbl, d in rows]
 
     def spikes(self, name: str) -> list[dict[str, Any]]:
         """The materialised spike events of ``name`` (the ``stabscope spikes --json`` objects)."""
         validate_run_name(name)
-        return [json.loads(r[0]) for r in self._run_extras(name)[1]]
+        return [json.loads(detail) for detail in self._snapshot().spikes.get(name, [])]
 
     def spike_summary(self) -> dict[str, dict[str, Any]]:
         """Per run: number of spikes, worst ratio, whether any diverged."""
@@ -511,7 +526,7 @@ class Store:
             staged = {r[0] for r in con.execute(q.GET_STAGED, [name]).fetchall()}
         keep = {f"g{info.gen:06d}.parquet", f"a{info.analysis_gen:06d}.parquet"}
         run_dir = self.run_dir(name)
-        for kind in ("long", "rollup", "rankb", "derived", "staging"):
+        for kind in ("long", "runlevel", "rollup", "rankb", "derived", "staging"):
             folder = run_dir / kind
             if not folder.is_dir():
                 continue
@@ -530,7 +545,7 @@ class Store:
         sources = self._files(name, "long", info.gen) + staged
         merged = _merge_sources(self._engine(), sources, self.run_dir(name), gen)
         _failpoint("after_merge_files")
-        for tmp in (merged.long_path, merged.rollup_path, merged.rankb_path):
+        for tmp in (merged.long_path, merged.runlevel_path, merged.rollup_path, merged.rankb_path):
             tmp.rename(_final_path(tmp))
         first, last, n_steps, n_rows, ranks = merged.first, merged.last, merged.n_steps, merged.n_rows, merged.ranks
         metric_rows, width = merged.metric_rows, merged.width
@@ -655,6 +670,10 @@ class Store:
                 n_nonfinite=_col(t, "n_nonfinite", np.int64),
             )
         params["rank"] = want_rank
+        if source == "rank" and not buckets:
+            window = self._block_window(files[0], metric, want_rank, int(lo), int(hi))
+            if window is not None:
+                return window
         if buckets:
             t = self._arrow(q.SERIES_RUN_LEVEL_BUCKETS, {**params, "buckets": int(buckets)})
             return _bucketed(metric, t, source)
@@ -667,10 +686,10 @@ class Store:
         if rank is not None and rank >= 0:
             return self._files(info.name, "long", info.gen), rank, "rank"
         if metric not in info.metrics:
-            return derived, RUN_RANK, "derived"
+            return [f for f in derived if metric in self._derived_metrics(f)], RUN_RANK, "derived"
         if metric in info.rank_metrics and not self._has_run_level(info, metric):
             return self._files(info.name, "rollup", info.gen), RUN_RANK, "ranks"
-        return self._files(info.name, "long", info.gen), RUN_RANK, "run"
+        return self._files(info.name, "runlevel", info.gen) or self._files(info.name, "long", info.gen), RUN_RANK, "run"
 
     def _has_run_level(self, info: RunInfo, metric: str) -> bool:
         files = self._files(info.name, "long", info.gen)
@@ -682,12 +701,47 @@ class Store:
         row = _one(self._engine().execute(q.HAS_RUN_LEVEL, {"files": files, "metric": metric}))
         return bool(row and row[0])
 
+    def _derived_metrics(self, path: str) -> frozenset[str]:
+        """The metrics a derived file holds (read once per file: files never change)."""
+        metrics = self._derived_cache.get(path)
+        if metrics is None:
+            rows = self._engine().execute(q.DISTINCT_METRICS, {"files": [path]}).fetchall()
+            metrics = self._derived_cache[path] = frozenset(str(r[0]) for r in rows)
+        return metrics
+
+    def _reader(self, path: str) -> _SourceReader:
+        """A row-range reader of ``path``, kept per thread (its footer is parsed once)."""
+        readers: dict[str, _SourceReader] = self._local.__dict__.setdefault("readers", {})
+        reader = readers.get(path)
+        if reader is None:
+            reader = readers[path] = _SourceReader(path)
+        return reader
+
+    def _block_window(self, path: str, metric: str, rank: int, lo: int, hi: int) -> SeriesData | None:
+        """Steps [lo, hi] of one (metric, rank) straight from its row range in the long file (None
+        for a file without a block index): a few thousand rows cost one or two row groups."""
+        blocks = self._blocks(path)
+        if blocks is None:
+            return None
+        piece = blocks.get((metric, rank))
+        if piece is None or hi < piece.lo or lo > piece.hi:
+            return _empty_series(metric)
+        start, end = piece.start, piece.end
+        if end - start == piece.hi - piece.lo + 1:  # one row per step: the rows are known exactly
+            start, end = start + max(0, lo - piece.lo), start + min(end - start, hi - piece.lo + 1)
+        tables = list(self._reader(path).rows(start, end))
+        table = pa.concat_tables(tables) if len(tables) != 1 else tables[0]
+        steps, values = _numpy(table.column("step")), table.column("value").to_numpy()
+        keep = slice(int(np.searchsorted(steps, lo)), int(np.searchsorted(steps, hi, side="right")))
+        steps, values = steps[keep], values[keep]
+        return SeriesData(metric, steps, values, values, values, "rank", False)
+
     def _blocks(self, path: str) -> dict[tuple[str, int], _Piece] | None:
         """The block index in a long file's footer as row ranges by (metric, rank); None for a file
         without one (files never change once written, so it is read once per path)."""
         blocks = self._blocks_cache.get(path)
         if blocks is None:
-            raw = (pq.read_metadata(path).metadata or {}).get(INDEX_KEY.encode())
+            raw = (self._reader(path).file.metadata.metadata or {}).get(INDEX_KEY.encode())
             if raw is None:
                 return None
             blocks = {key: pieces[0] for key, pieces in _plan([_parse_blocks(raw)]).items()}
@@ -732,8 +786,7 @@ class Store:
         hi = info.last_step if end is None else end
         if not files or metric not in info.rank_metrics or lo is None or hi is None:
             return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros((0, 0))
-        params = {"files": files, "metric": metric, "lo": int(lo), "hi": int(hi), "buckets": int(buckets)}
-        t = self._arrow(q.RANK_HEATMAP, params)
+        t = self._rank_buckets(files[0], metric, int(lo), int(hi), int(buckets))
         ranks_col, cols = _col(t, "rank", np.int64), _col(t, "col", np.int64)
         ranks = np.unique(ranks_col)
         ncols = int(cols.max()) + 1 if cols.size else 0
@@ -742,6 +795,37 @@ class Store:
         steps = np.full(ncols, -1, np.int64)
         steps[cols] = _col(t, "step", np.int64)
         return ranks, steps, matrix
+
+    def _rank_buckets(self, path: str, metric: str, lo: int, hi: int, buckets: int) -> pa.Table:
+        """``RANK_HEATMAP``'s rows (rank, col, step, mean, max) computed with numpy: the rank buckets
+        of ``metric`` are read from the row groups whose statistics can hold it and, sorted by rank
+        then step, grouped by runs of equal (rank, column)."""
+        meta = self._reader(path).file.metadata
+        groups = [g for g in range(meta.num_row_groups) if _may_hold(meta.row_group(g), "metric", metric)]
+        t = self._reader(path).file.read_row_groups(
+            groups, columns=["metric", "rank", "first_step", "mean", "max"], use_threads=False
+        )
+        t = t.filter(pc.equal(t.column("metric"), pa.scalar(metric)))
+        first = _numpy(t.column("first_step"))
+        inside = (first >= lo) & (first <= hi)
+        if not inside.any():
+            return pa.table({"rank": [], "col": [], "step": [], "mean": [], "max": []})
+        first, ranks = first[inside], _numpy(t.column("rank"))[inside]
+        cols = (first - lo) * buckets // (hi - lo + 1)
+        starts = np.flatnonzero(np.r_[True, (ranks[1:] != ranks[:-1]) | (cols[1:] != cols[:-1])])
+        mean = t.column("mean").to_numpy()[inside]
+        have = ~np.isnan(mean)  # a NULL mean (no finite value in the bucket) is left out, as avg() does
+        count = np.add.reduceat(have.astype(np.int64), starts)
+        total = np.add.reduceat(np.where(have, mean, 0.0), starts)
+        return pa.table(
+            {
+                "rank": ranks[starts],
+                "col": cols[starts],
+                "step": first[starts],
+                "mean": np.divide(total, count, out=np.full(total.size, np.nan), where=count > 0),
+                "max": np.fmax.reduceat(t.column("max").to_numpy()[inside], starts),
+            }
+        )
 
     def read_long(self, name: str, *, include_derived: bool = False) -> pa.Table:
         """The full-fidelity long table of ``name`` (``step, rank, metric, value, wall_time``)."""
@@ -781,7 +865,7 @@ class Store:
         series: dict[str, Series] = {}
         per_rank: dict[str, RankMatrix] = {}
         if files:
-            t = self._arrow(q.ALL_RUN_LEVEL, {"files": files})
+            t = self._arrow(q.ALL_RUN_LEVEL, {"files": self._files(name, "runlevel", info.gen) or files})
             series.update(_split_by_metric(t))
             for metric in info.rank_metrics:
                 if metric not in series:
@@ -793,6 +877,17 @@ class Store:
         return RunView(
             name=name, series=series, per_rank=per_rank, events=tuple(self.events(name)), meta=dict(info.meta)
         )
+
+
+@dataclass(frozen=True)
+class _CatalogSnapshot:
+    """Catalog rows as of one catalog state: runs (``LIST_RUNS`` order), and by run name the run's
+    row, its event rows (step, kind, label, detail) and its spike details (JSON)."""
+
+    runs: list[tuple[Any, ...]]
+    by_name: dict[str, tuple[Any, ...]]
+    events: dict[str, list[tuple[Any, ...]]]
+    spikes: dict[str, list[str]]
 
 
 class _Stager:
@@ -873,6 +968,10 @@ INDEX_KEY = "stabscope_index"
 STAGE_ROW_GROUP = 65_536
 LONG_ROW_GROUP = 122_880
 """Rows per row group of the long file: a 5,000-step window of one rank decodes one or two groups."""
+RUNLEVEL_ROW_GROUP = 65_536
+"""Row groups of the run-level extract (rank -1 rows only), which the overview reads."""
+RANKB_ROW_GROUP = 65_536
+"""Row groups of the rank buckets: a heatmap reads the groups of its metric only."""
 
 DENSE_SPAN_MAX = 1 << 22
 """Largest step span (last - first + 1) of one metric whose rollup is accumulated in memory
@@ -1018,11 +1117,14 @@ class _SourceReader:
             start, group = stop, group + 1
 
     def _group(self, group: int) -> pa.Table:
-        if self._cached is None or self._cached[0] != group:
-            # One thread: groups are small, and the merge's writer threads use the other core.
-            table = self.file.read_row_group(group, columns=_READ_SCHEMA.names, use_threads=False)
-            self._cached = (group, table if table.schema == _READ_SCHEMA else table.cast(_READ_SCHEMA))
-        return self._cached[1]
+        cached = self._cached
+        if cached is not None and cached[0] == group:
+            return cached[1]
+        # One thread: groups are small, and the merge's writer threads use the other core.
+        table = self.file.read_row_group(group, columns=_READ_SCHEMA.names, use_threads=False)
+        table = table if table.schema == _READ_SCHEMA else table.cast(_READ_SCHEMA)
+        self._cached = (group, table)
+        return table
 
 
 def _block_chunks(readers: list[_SourceReader], pieces: list[_Piece]) -> Iterator[pa.Table]:
@@ -1239,12 +1341,14 @@ class _BackgroundWriter:
 class _LongWriter:
     """Writes the long file in row groups of ``LONG_ROW_GROUP`` rows and its block index."""
 
-    def __init__(self, path: Path, metrics: list[str]) -> None:
+    def __init__(self, path: Path, metrics: list[str], row_group: int = LONG_ROW_GROUP) -> None:
         self.dictionary = pa.array(metrics, pa.string())
         self.codes = {m: i for i, m in enumerate(metrics)}
         self.writer = _BackgroundWriter(path, _LONG_SCHEMA_DICT, _LONG_WRITE_OPTIONS)
+        self.row_group = row_group
         self.buffer: list[pa.Table] = []
         self.buffered = 0
+        self.blocks: list[list[Any]] = []
 
     def add(self, metric: str, rank: int, chunk: pa.Table) -> None:
         n = chunk.num_rows
@@ -1261,20 +1365,21 @@ class _LongWriter:
             )
         )
         self.buffered += n
-        if self.buffered >= LONG_ROW_GROUP:
+        if self.buffered >= self.row_group:
             self._flush(final=False)
 
     def _flush(self, final: bool) -> None:
         table = pa.concat_tables(self.buffer)
-        keep = table.num_rows if final else table.num_rows - table.num_rows % LONG_ROW_GROUP
-        self.writer.write(table.slice(0, keep), LONG_ROW_GROUP)
+        keep = table.num_rows if final else table.num_rows - table.num_rows % self.row_group
+        self.writer.write(table.slice(0, keep), self.row_group)
         rest = table.slice(keep)
         self.buffer, self.buffered = ([rest] if rest.num_rows else []), rest.num_rows
 
-    def close(self, blocks: list[list[Any]]) -> None:
+    def close(self) -> None:
+        """Finish the file with the index of the blocks added (``add_block`` after each block)."""
         if self.buffered:
             self._flush(final=True)
-        self.writer.close({INDEX_KEY: json.dumps(blocks)})
+        self.writer.close({INDEX_KEY: json.dumps(self.blocks)})
 
 
 @dataclass
@@ -1282,6 +1387,7 @@ class _MergeResult:
     """What a merge wrote (temporary paths) and the catalog figures of the new generation."""
 
     long_path: Path
+    runlevel_path: Path
     rollup_path: Path
     rankb_path: Path
     first: int | None
@@ -1359,6 +1465,7 @@ def _merge_sources(engine: duckdb.DuckDBPyConnection, sources: list[str], run_di
     metrics = sorted({m for m, _ in keys})
     result = _MergeResult(
         long_path=_tmp_target(run_dir / "long" / f"g{gen:06d}.parquet"),
+        runlevel_path=_tmp_target(run_dir / "runlevel" / f"g{gen:06d}.parquet"),
         rollup_path=_tmp_target(run_dir / "rollup" / f"g{gen:06d}.parquet"),
         rankb_path=_tmp_target(run_dir / "rankb" / f"g{gen:06d}.parquet"),
         first=first,
@@ -1386,12 +1493,13 @@ class _Merger:
         self.plan = plan
         self.result = result
         self.steps_seen = np.zeros(span if span <= DENSE_SPAN_MAX else 0, bool)
-        self.long = _LongWriter(result.long_path, sorted({m for m, _ in plan}))
+        metrics = sorted({m for m, _ in plan})
+        self.long = _LongWriter(result.long_path, metrics)
+        self.runlevel = _LongWriter(result.runlevel_path, metrics, RUNLEVEL_ROW_GROUP)
         self.rollup = _BackgroundWriter(result.rollup_path, _ROLLUP_SCHEMA, _ROLLUP_WRITE_OPTIONS)
         self.rankb = _BackgroundWriter(result.rankb_path, _RANKB_SCHEMA, _RANKB_WRITE_OPTIONS)
         self.rank_buckets = _RankBuckets(result.width)
         self.wide_metrics: list[str] = []
-        self.blocks: list[list[Any]] = []
 
     def merge_metric(self, metric: str, ranks: list[int]) -> None:
         rank_pieces = [p for r in ranks if r >= 0 for p in self.plan[(metric, r)]]
@@ -1407,7 +1515,7 @@ class _Merger:
         if acc is not None:
             self.rollup.write(acc.table(metric))
         if self.rank_buckets.tables:
-            self.rankb.write(pa.concat_tables(self.rank_buckets.tables).cast(_RANKB_SCHEMA))
+            self.rankb.write(pa.concat_tables(self.rank_buckets.tables).cast(_RANKB_SCHEMA), RANKB_ROW_GROUP)
             self.rank_buckets.tables = []
 
     def _merge_block(self, metric: str, rank: int, acc: _RollupAccumulator | None) -> None:
@@ -1415,6 +1523,8 @@ class _Merger:
         for table in _block_chunks(self.readers, self.plan[(metric, rank)]):
             chunk = _Chunk.of(table)
             self.long.add(metric, rank, table)
+            if rank == RUN_RANK:
+                self.runlevel.add(metric, rank, table)
             if self.steps_seen.size and self.result.first is not None:
                 self.steps_seen[chunk.steps - self.result.first] = True
             if rank >= 0:
@@ -1426,12 +1536,15 @@ class _Merger:
             rows += chunk.steps.size
         if rank >= 0:
             self.rank_buckets.finish_block(metric, rank)
-        self.blocks.append([metric, rank, rows, lo, hi])
+        self.long.blocks.append([metric, rank, rows, lo, hi])
+        if rank == RUN_RANK:
+            self.runlevel.blocks.append([metric, rank, rows, lo, hi])
         self.result.n_rows += rows
 
     def close(self, engine: duckdb.DuckDBPyConnection) -> None:
         """Finish the files; metrics too wide for the in-memory rollup are rolled up by DuckDB."""
-        self.long.close(self.blocks)
+        self.long.close()
+        self.runlevel.close()
         files = [str(self.result.long_path)]
         for metric in self.wide_metrics:
             table = engine.sql(q.BUILD_ROLLUP, params={"files": files, "metric": metric}).to_arrow_table()
@@ -1443,6 +1556,16 @@ class _Merger:
         elif self.result.n_rows:
             row = _one(engine.execute(q.COUNT_STEPS, {"files": files}))
             self.result.n_steps = int(row[0]) if row else 0
+
+
+def _may_hold(group: Any, column: str, value: Any) -> bool:
+    """Whether a row group's statistics allow ``column == value`` (True without statistics)."""
+    for i in range(group.num_columns):
+        chunk = group.column(i)
+        if chunk.path_in_schema == column:
+            stats = chunk.statistics
+            return stats is None or not stats.has_min_max or bool(stats.min <= value <= stats.max)
+    return True
 
 
 def _read_ahead(todo: Sequence[tuple[Path, str, int]]) -> Iterator[SegmentRead]:
