@@ -15,6 +15,7 @@ which then becomes a skeleton). Memory is bounded by the chunk size plus the par
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -106,6 +107,8 @@ class _Skeleton:
     regex: re.Pattern[bytes]
     re2: str | None = None
     """The same pattern for Arrow's RE2 ``extract_regex`` (None when RE2 cannot express it)."""
+    engine: str = ""
+    """``re2`` or ``python``: the faster one for this skeleton, measured on its first chunk."""
 
 
 @dataclass
@@ -255,10 +258,12 @@ class _EngineState:
 
     # -- chunks
     def process(self, chunk: bytes, first_line: int, path: Path, builder: LogBuilder) -> None:
-        """Parse one chunk: the chunk becomes an Arrow array of lines (no copy), each skeleton is
-        matched against the lines not yet matched with Arrow's RE2 ``extract_regex`` (captured
-        values come back as Arrow columns); the remaining non-blank lines are handled one by one
-        (new layouts become skeletons; other lines are skipped and counted)."""
+        """Parse one chunk: each skeleton captures its lines' values in bulk, with Arrow's RE2
+        ``extract_regex`` over a zero-copy array of the lines or with Python's ``re`` over the
+        chunk, whichever measured faster for that skeleton on its first chunk (RE2 wins on short
+        lines, Python's backtracking engine on long ones with many groups). The remaining
+        non-blank lines are handled one by one (new layouts become skeletons; other lines are
+        skipped and counted)."""
         lines = _lines_array(chunk)
         n = len(lines)
         if n == 0:
@@ -267,24 +272,55 @@ class _EngineState:
         unmatched = np.diff(offsets) > 1  # a blank line is just its b"\n"
         blocks: list[_Block] = []
         for sk in self.skeletons:
-            if sk.re2 is None or not sk.keys or not unmatched.any():
+            if not sk.keys or not unmatched.any():
                 continue
-            idx = np.flatnonzero(unmatched)
-            subset = lines if idx.shape[0] == n else lines.take(idx)
-            found = pc.extract_regex(subset, sk.re2)
-            valid = np.asarray(found.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
-            if not valid.any():
-                continue
-            rows = idx[valid]
-            unmatched[rows] = False
-            every = bool(valid.all())
-            fields = [found.field(i) if every else found.field(i).filter(valid) for i in range(sk.n_groups)]
-            blocks.append(self._block_from_columns(sk, fields, rows.tolist()))
+            if sk.engine == "":
+                sk.engine = _fastest_engine(sk, chunk)
+            if sk.engine == "re2":
+                found = self._match_re2(sk, lines, unmatched)
+            else:
+                found = self._match_python(sk, chunk, offsets[:-1], unmatched)
+            if found is not None:
+                rows, fields = found
+                unmatched[rows] = False
+                blocks.append(self._block_from_columns(sk, fields, rows.tolist()))
         rest = np.flatnonzero(unmatched)
         if rest.shape[0]:
             texts = [t.rstrip(b"\n") for t in lines.take(rest).to_pylist()]
             blocks.extend(self._slow(texts, rest, first_line, path, builder))
         self._emit(blocks, n, builder)
+
+    @staticmethod
+    def _match_re2(
+        sk: _Skeleton, lines: Any, unmatched: npt.NDArray[np.bool_]
+    ) -> tuple[npt.NDArray[np.int64], list[Any]] | None:
+        idx = np.flatnonzero(unmatched)
+        subset = lines if idx.shape[0] == len(lines) else lines.take(idx)
+        found = pc.extract_regex(subset, sk.re2)
+        valid = np.asarray(found.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+        if not valid.any():
+            return None
+        every = bool(valid.all())
+        return idx[valid], [found.field(i) if every else found.field(i).filter(valid) for i in range(sk.n_groups)]
+
+    @staticmethod
+    def _match_python(
+        sk: _Skeleton, chunk: bytes, line_starts: npt.NDArray[np.int32], unmatched: npt.NDArray[np.bool_]
+    ) -> tuple[npt.NDArray[np.int64], list[Any]] | None:
+        starts: list[int] = []
+        groups: list[tuple[bytes, ...]] = []
+        for m in sk.regex.finditer(chunk):
+            starts.append(m.start())
+            groups.append(m.groups())
+        if not starts:
+            return None
+        rows = np.searchsorted(line_starts, np.asarray(starts, dtype=np.int64)).astype(np.int64)
+        keep = unmatched[rows]
+        cols = [pa.array(c, pa.binary()) for c in zip(*groups, strict=True)]
+        if not keep.all():
+            rows = rows[keep]
+            cols = [c.filter(pa.array(keep)) for c in cols]
+        return (rows, cols) if rows.shape[0] else None
 
     def _block_from_columns(self, sk: _Skeleton, cols: list[Any], rows: list[int] | None) -> _Block:
         n = len(cols[0]) if cols else 0
@@ -470,6 +506,22 @@ class _EngineState:
                 pmask = conv.ok & ~np.isnan(conv.pct)
                 pct_name = out_pct_name(name)
                 _add_masked(builder, pct_name, steps, conv.pct[pmask], pmask, rank, wall, stream, seq)
+
+
+def _fastest_engine(sk: _Skeleton, chunk: bytes) -> str:
+    """Time both engines once on a chunk (at most its first 256 KiB) and keep the faster."""
+    if sk.re2 is None:
+        return "python"
+    sample_end = chunk.rfind(b"\n", 0, 256 * 1024) + 1 or len(chunk)
+    sample = chunk[:sample_end]
+    sample_lines = _lines_array(sample)
+    t0 = time.perf_counter()
+    pc.extract_regex(sample_lines, sk.re2)
+    t1 = time.perf_counter()
+    found = [m.groups() for m in sk.regex.finditer(sample)]
+    _ = [pa.array(c, pa.binary()) for c in zip(*found, strict=True)]
+    t2 = time.perf_counter()
+    return "re2" if t1 - t0 <= t2 - t1 else "python"
 
 
 def _lines_array(chunk: bytes) -> Any:
