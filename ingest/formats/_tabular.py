@@ -197,13 +197,6 @@ def add_wide(
         )
 
 
-def canonical_keymap(name: str) -> tuple[str, str | None] | None:
-    """The default mapping through the alias table (used when a reader adds its own rules)."""
-    from ingest.formats.aliases import canonical_name
-
-    return canonical_name(name)
-
-
 # --------------------------------------------------------------------------- CSV
 
 

@@ -413,23 +413,8 @@ def decode_block(data: bytes, starts: I64, lengths: I64) -> tuple[_Scalars, list
     return out, bad
 
 
-def _byte(w64: W64, at: I64, k: int = 0) -> I64:
-    """Byte ``k`` of the word at each position (the byte at ``at + k``)."""
-    out: I64 = ((w64[np.minimum(at, w64.shape[0] - 1)] >> np.uint64(8 * k)) & np.uint64(0xFF)).astype(np.int64)
-    return out
-
-
 _BYTE_MASKS: Final = np.array([(1 << (8 * k)) - 1 for k in range(9)], dtype=np.uint64)
 """``_BYTE_MASKS[k]`` keeps the low ``k`` bytes of a word."""
-
-
-def _varint_width(w64: W64, at: I64) -> I64:
-    """Bytes of the varint at each position (1 or 2; 3 stands for 'longer')."""
-    word = w64[np.minimum(at, w64.shape[0] - 1)]
-    b0 = word & np.uint64(0x80)
-    b1 = word & np.uint64(0x8000)
-    width: I64 = np.where(b0 == 0, 1, np.where(b1 == 0, 2, 3)).astype(np.int64)
-    return width
 
 
 def _layout_keys(u8: W64, payload: I64, lengths: I64) -> npt.NDArray[np.uint64]:

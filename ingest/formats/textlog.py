@@ -158,8 +158,6 @@ class TextLogReader(Reader):
 
     def __init__(self) -> None:
         self._compiled = [k.compiled() for k in self.kinds]
-        any_prefix = b"|".join(b"(?:" + _strip_group_names(k.prefix) + b")" for k in self.kinds)
-        self._candidate = re.compile(b"^(?:" + any_prefix + b")", re.M)
         self._ignores = [None if k.ignore is None else re.compile(k.ignore.encode()) for k in self.kinds]
 
     # ------------------------------------------------------------------ detection
