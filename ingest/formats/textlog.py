@@ -6,10 +6,12 @@ total of steps); its ``pairs`` regex then finds the ``key: value`` pairs in the 
 
 Speed: parsing every line in Python would cost microseconds per line. Instead, the first line of each
 *layout* (the same keys in the same order) is parsed slowly and turned into a *skeleton*: one regex for
-the whole line with a capture group per value. All skeletons are OR-ed into one regex and run with
-``findall`` over a 4 MiB chunk; the columns of captured strings are then converted by Arrow in bulk.
-A chunk goes through the slow path only when it holds a metric line no skeleton fits (a new layout,
-which then becomes a skeleton). Memory is bounded by the chunk size plus the parsed columns.
+the whole line with a capture group per value. Each 4 MiB chunk becomes a zero-copy Arrow array of
+lines; every skeleton captures the values of all its lines at once (Arrow's RE2 ``extract_regex``, or
+Python's ``re`` over the chunk where that measured faster: long lines with many groups) and the
+captured columns are converted by Arrow in bulk. Only lines no skeleton fits go through Python one
+by one: non-metric lines (skipped and counted) and new layouts (which become skeletons). Memory is
+bounded by the chunk size plus the parsed columns.
 """
 
 from __future__ import annotations
