@@ -1,0 +1,178 @@
+"""Goal 6: the app. Time from ``streamlit run app.py`` to the first rendered overview chart in headless
+Chromium (Debian's ``/usr/bin/chromium`` through Playwright) on the demo store; and each rerun of the
+overview page on the full-size run, measured on the server with Streamlit's ``AppTest`` (the same
+script, session state and ``st.cache_data`` as a browser session; the browser's drawing is not in it).
+
+The browser is started before the clock; each repeat starts a fresh Streamlit process and a fresh
+browser context (no HTTP cache). The demo store is seeded once, before any timing.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from bench import REPO, Figure, Sizes, Unavailable, log, median, run_child, wait_with_rusage
+from bench.compaction import RUN, ensure_store
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
+CHART = ".js-plotly-plot .main-svg"
+RERUN_TARGET_S = 1.0
+START_TARGET_S = 3.0
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def demo_store(workdir: Path) -> Path:
+    """The embedded default's demo runs, written once through the real shard -> compact path."""
+    from ingest.demo import DEMO_SEEDED_KEY, seed_demo_store
+    from ingest.store import Store
+
+    path = workdir / "store-demo"
+    store = Store(path)
+    if not store.get_setting(DEMO_SEEDED_KEY):
+        seed_demo_store(store)
+    return path
+
+
+# ------------------------------------------------------------------------------- child targets
+
+
+def first_render(store: str, repeats: int, run: str | None, timeout_s: float) -> dict[str, Any]:
+    """Seconds from ``streamlit run`` to a visible overview chart, per repeat, and the server's peak RSS."""
+    try:
+        from playwright.sync_api import Error as PlaywrightError
+        from playwright.sync_api import sync_playwright
+    except ImportError as exc:
+        raise Unavailable(f"playwright is not installed ({exc})") from exc
+    if not Path(CHROMIUM).exists():
+        raise Unavailable(f"{CHROMIUM} is missing")
+    samples, rss = [], []
+    env = {**os.environ, "STABSCOPE_STORE": store}
+    if run is not None:
+        env["STABSCOPE_NO_DEMO"] = "1"
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        for _ in range(repeats):
+            port = _free_port()
+            url = f"http://127.0.0.1:{port}/overview" + (f"?run={run}" if run else "")
+            context = browser.new_context(viewport={"width": 1400, "height": 1000})
+            page = context.new_page()
+            cmd = [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true"]
+            cmd += ["--server.port", str(port), "--browser.gatherUsageStats", "false"]
+            start = time.perf_counter()
+            server = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            try:
+                _open_when_up(page, url, start + timeout_s, PlaywrightError)
+                page.wait_for_selector(CHART, state="visible", timeout=timeout_s * 1000)
+                samples.append(time.perf_counter() - start)
+            finally:
+                context.close()
+                server.terminate()
+                rss.append(wait_with_rusage(server, 30, "streamlit")[1])
+        browser.close()
+    return {"samples": samples, "server_rss_mb": rss}
+
+
+def _open_when_up(page: Any, url: str, deadline: float, error: type[Exception]) -> None:
+    while True:
+        try:
+            page.goto(url, wait_until="commit", timeout=5000)
+            return
+        except error:
+            if time.perf_counter() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+def overview_reruns(store: str, run: str, repeats: int) -> dict[str, Any]:
+    """Seconds of each rerun of the overview page script (AppTest), after the first run."""
+    os.environ["STABSCOPE_STORE"] = store
+    os.environ["STABSCOPE_NO_DEMO"] = "1"
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(str(REPO / "pages" / "overview.py"), default_timeout=600)
+    at.session_state["selected_run"] = run
+    start = time.perf_counter()
+    at.run()
+    first = time.perf_counter() - start
+    if at.exception:
+        raise RuntimeError(f"the overview page failed: {at.exception[0].message}")
+    charts = len(at.get("plotly_chart"))
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        at.run()
+        samples.append(time.perf_counter() - start)
+    return {"first_s": first, "samples": samples, "charts": charts}
+
+
+# ------------------------------------------------------------------------------- the goal
+
+
+def run(sizes: Sizes, workdir: Path) -> list[Figure]:
+    log("goal 6: demo store")
+    demo = demo_store(workdir)
+    reps = max(sizes.repeats, 3)
+    log("goal 6: streamlit run -> first rendered overview")
+    start = run_child("bench.app:first_render", {"store": str(demo), "repeats": reps, "run": None, "timeout_s": 120.0})
+    first = median(start.result["samples"])
+    figures = [
+        Figure(
+            "6",
+            "streamlit run -> first rendered overview (demo store, headless Chromium)",
+            first,
+            "s",
+            target=f"< {START_TARGET_S:.0f} s",
+            met=first < START_TARGET_S,
+            peak_rss_mb=median(start.result["server_rss_mb"]),
+            repeats=reps,
+            note="peak RSS is the Streamlit server's",
+            samples=start.result["samples"],
+        )
+    ]
+    store, inputs = ensure_store(workdir, sizes)
+    log(f"goal 6: overview reruns on {inputs.ranks} x {inputs.steps}")
+    reruns = run_child("bench.app:overview_reruns", {"store": str(store), "run": RUN, "repeats": max(sizes.repeats, 5)})
+    rerun = median(reruns.result["samples"])
+    figures.append(
+        Figure(
+            "6",
+            f"overview rerun on the {inputs.ranks} x {inputs.steps:,} run (server side, AppTest)",
+            rerun,
+            "s",
+            "first run of the page (cold caches)",
+            reruns.result["first_s"],
+            None,
+            f"< {RERUN_TARGET_S:.0f} s",
+            rerun < RERUN_TARGET_S and reruns.result["charts"] > 0,
+            reruns.peak_rss_mb,
+            max(sizes.repeats, 5),
+            f"{reruns.result['charts']} chart(s)",
+            samples=reruns.result["samples"],
+        )
+    )
+    log("goal 6: first rendered overview of the full-size run")
+    big = run_child("bench.app:first_render", {"store": str(store), "repeats": 1, "run": RUN, "timeout_s": 300.0})
+    figures.append(
+        Figure(
+            "6",
+            f"streamlit run -> first rendered overview of the {inputs.ranks} x {inputs.steps:,} run",
+            median(big.result["samples"]),
+            "s",
+            peak_rss_mb=median(big.result["server_rss_mb"]),
+            note="cold server caches; informative",
+            samples=big.result["samples"],
+        )
+    )
+    return figures

@@ -1,0 +1,210 @@
+"""Goal 2: importing foreign logs. TensorBoard event files against TensorBoard's own Python loader
+(``EventAccumulator``, keeping every scalar) and RustBoard's published ~1.5M scalars/s; wide CSV, JSON
+Lines and a Megatron-LM text log against the pyarrow ceiling on the same records (read + zstd Parquet).
+
+Ours is ``ingest.formats.read_log`` (detection skipped: the format is given): parse, validate (CRCs
+for event files), map names, build the long Arrow table. Storing it is goal 1's business; the end to
+end ``stabscope import`` rate is reported alongside for the event file.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from bench import Figure, Sizes, Unavailable, log, median, run_child
+from bench.data import LogInputs, log_inputs, spike_steps
+
+RUSTBOARD_SCALARS_PER_S = 1.5e6
+"""RustBoard's load rate on this kind of machine (issue 8), not measurable here (no Rust toolchain)."""
+
+
+# ------------------------------------------------------------------------------- child targets
+
+
+def ours_read_log(path: str, fmt: str) -> dict[str, Any]:
+    try:
+        from ingest.formats import read_log
+    except ImportError as exc:
+        raise Unavailable(f"ingest.formats not available yet ({exc})") from exc
+    start = time.perf_counter()
+    parsed = read_log([Path(path)], format=fmt)
+    seconds = time.perf_counter() - start
+    return {"seconds": seconds, "records": parsed.table.num_rows, "skipped": parsed.skipped}
+
+
+def ours_import(path: str, fmt: str, store: str) -> dict[str, Any]:
+    """``stabscope import`` into a fresh store: parse, stage, merge, rollups and analyses."""
+    import shutil
+
+    from ingest.importer import import_logs
+    from ingest.store import Store
+
+    shutil.rmtree(store, ignore_errors=True)
+    start = time.perf_counter()
+    out = import_logs(Store(store), [Path(path)], run="imported", fmt=fmt)
+    seconds = time.perf_counter() - start
+    shutil.rmtree(store, ignore_errors=True)
+    return {"seconds": seconds, "records": out[0]["rows"]}
+
+
+def pyarrow_ceiling(path: str, kind: str, target: str) -> dict[str, Any]:
+    """pyarrow reads ``path`` (``csv`` or ``jsonl``) and writes zstd Parquet; records = non-null
+    values outside the step/rank/wall-time columns (or rows, for a long table)."""
+    import pyarrow.csv as pcsv
+    import pyarrow.json as pjson
+    import pyarrow.parquet as pq
+
+    start = time.perf_counter()
+    table = pcsv.read_csv(path) if kind == "csv" else pjson.read_json(path)
+    pq.write_table(table, target, compression="zstd")
+    seconds = time.perf_counter() - start
+    Path(target).unlink()
+    if "metric" in table.column_names:
+        records = table.num_rows
+    else:
+        records = sum(table.num_rows - table.column(c).null_count for c in table.column_names if c != "step")
+    return {"seconds": seconds, "records": records}
+
+
+def event_accumulator(path: str, keep_all: bool, spike_at: list[int]) -> dict[str, Any]:
+    """TensorBoard's loader: every scalar (``size_guidance`` 0) or its default (10,000 per tag,
+    reservoir-sampled); how many of the loss spikes it kept."""
+    from tensorboard.backend.event_processing import event_accumulator as ea
+
+    guidance = {ea.SCALARS: 0} if keep_all else ea.DEFAULT_SIZE_GUIDANCE
+    start = time.perf_counter()
+    acc = ea.EventAccumulator(path, size_guidance=guidance)
+    acc.Reload()
+    seconds = time.perf_counter() - start
+    tags = acc.Tags()["scalars"]
+    scalars = sum(len(acc.Scalars(t)) for t in tags)
+    kept_steps = {e.step for e in acc.Scalars("train/loss")}
+    return {"seconds": seconds, "records": scalars, "spikes_kept": sum(s in kept_steps for s in spike_at)}
+
+
+# ------------------------------------------------------------------------------- the goal
+
+
+def _rates(entry: str, repeats: int, args: dict[str, Any]) -> tuple[list[float], list[float], dict[str, Any]]:
+    rates, rss, last = [], [], {}
+    for _ in range(repeats):
+        child = run_child(entry, args)
+        rates.append(child.result["records"] / child.result["seconds"])
+        rss.append(child.peak_rss_mb)
+        last = child.result
+    return rates, rss, last
+
+
+def run(sizes: Sizes, workdir: Path) -> list[Figure]:
+    log(f"goal 2: inputs {sizes.import_steps:,} steps, event file {sizes.tb_steps:,} steps x 8 tags")
+    inputs = log_inputs(workdir, sizes.import_steps, sizes.tb_steps)
+    figures = tensorboard_figures(sizes, workdir, inputs)
+    scratch = str(workdir / "ceiling.parquet")
+    cases = [
+        ("wide CSV", "csv_wide", inputs.wide_csv, inputs.wide_csv, "csv"),
+        ("JSON Lines", "jsonl", inputs.jsonl, inputs.jsonl, "jsonl"),
+        ("Megatron-LM text log", "megatron", inputs.megatron, inputs.megatron_csv, "csv"),
+    ]
+    for label, fmt, path, same_records, kind in cases:
+        log(f"goal 2: {label}")
+        ceiling, ceiling_rss, _ = _rates(
+            "bench.imports:pyarrow_ceiling", sizes.repeats, {"path": str(same_records), "kind": kind, "target": scratch}
+        )
+        ours, ours_rss, last = _rates("bench.imports:ours_read_log", sizes.repeats, {"path": str(path), "fmt": fmt})
+        ratio = median(ours) / median(ceiling)
+        source = "same file" if same_records == path else "the same values as CSV"
+        figures.append(
+            Figure(
+                "2",
+                f"read_log {label} ({fmt})",
+                median(ours),
+                "records/s",
+                f"pyarrow {kind} -> zstd Parquet ({source})",
+                median(ceiling),
+                ratio,
+                ">= 0.5x ceiling",
+                ratio >= 0.5,
+                median(ours_rss),
+                sizes.repeats,
+                f"{last['records']:,} records, {path.stat().st_size / 1e6:.0f} MB; ceiling peak RSS "
+                f"{median(ceiling_rss):.0f} MiB",
+                samples=ours,
+            )
+        )
+    log("goal 2: long CSV ceiling")
+    long_rates, long_rss, _ = _rates(
+        "bench.imports:pyarrow_ceiling", sizes.repeats, {"path": str(inputs.long_csv), "kind": "csv", "target": scratch}
+    )
+    figures.append(
+        Figure(
+            "2",
+            "pyarrow ceiling: long CSV -> zstd Parquet",
+            median(long_rates),
+            "records/s",
+            peak_rss_mb=median(long_rss),
+            repeats=sizes.repeats,
+            note="reference only: no trainer writes long CSV, so StabScope has no reader for it",
+            samples=long_rates,
+        )
+    )
+    return figures
+
+
+def tensorboard_figures(sizes: Sizes, workdir: Path, inputs: LogInputs) -> list[Figure]:
+    log("goal 2: TensorBoard event file")
+    path = str(inputs.tfevents)
+    spikes = spike_steps(inputs.tb_steps)
+    ours, ours_rss, last = _rates("bench.imports:ours_read_log", sizes.repeats, {"path": path, "fmt": "tensorboard"})
+    theirs, theirs_rss, _ = _rates(
+        "bench.imports:event_accumulator", sizes.repeats, {"path": path, "keep_all": True, "spike_at": spikes}
+    )
+    stored, stored_rss, _ = _rates(
+        "bench.imports:ours_import",
+        sizes.repeats,
+        {"path": path, "fmt": "tensorboard", "store": str(workdir / "store-import")},
+    )
+    ratio = median(ours) / median(theirs)
+    size_mb = inputs.tfevents.stat().st_size / 2**20
+    return [
+        Figure(
+            "2",
+            "TensorBoard EventAccumulator (all scalars kept)",
+            median(theirs),
+            "scalars/s",
+            peak_rss_mb=median(theirs_rss),
+            repeats=sizes.repeats,
+            note=f"{inputs.tb_records:,} scalars, one {size_mb:.0f} MiB event file",
+            samples=theirs,
+        ),
+        Figure(
+            "2",
+            "read_log TensorBoard event file (CRCs checked)",
+            median(ours),
+            "scalars/s",
+            "EventAccumulator",
+            median(theirs),
+            ratio,
+            f">= {RUSTBOARD_SCALARS_PER_S / 1e6:.1f}M/s (RustBoard) and >= 20x EventAccumulator",
+            median(ours) >= RUSTBOARD_SCALARS_PER_S and ratio >= 20,
+            median(ours_rss),
+            sizes.repeats,
+            f"{last['records']:,} records",
+            samples=ours,
+        ),
+        Figure(
+            "2",
+            "stabscope import of the event file (parse + store + analyses)",
+            median(stored),
+            "scalars/s",
+            "EventAccumulator",
+            median(theirs),
+            median(stored) / median(theirs),
+            "",
+            None,
+            median(stored_rss),
+            sizes.repeats,
+            samples=stored,
+        ),
+    ]

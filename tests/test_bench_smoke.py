@@ -1,0 +1,106 @@
+"""The benchmark harness at tiny size: the figures it computes are sane (not how fast anything is)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bench import TINY, Figure, run_child, speedup
+from bench.analyses import exponent
+from bench.compaction import RUN, compact_shards
+from bench.data import PER_RANK_METRICS, RUN_LEVEL_METRICS, log_inputs, rank_spike, run_inputs, spike_steps
+from bench.queries import check_spikes, heatmap, open_overview, spike_survival, window
+
+
+@pytest.fixture(scope="module")
+def tiny_store(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A 4-rank x 2,000-step run compacted through the real store; returns (workdir, store)."""
+    workdir = tmp_path_factory.mktemp("bench")
+    inputs = run_inputs(workdir, TINY.ranks, TINY.steps, csv=False)
+    store = workdir / "store"
+    result = compact_shards(str(inputs.shards), str(store))
+    assert result["records"] == inputs.records == TINY.ranks * TINY.steps * 8 + TINY.steps * 4
+    return workdir, store
+
+
+def test_exponent_and_speedup_known_answers() -> None:
+    assert exponent(1e6, 1.0, 4e6, 4.0) == pytest.approx(1.0)  # linear
+    assert exponent(10, 1.0, 20, 4.0) == pytest.approx(2.0)  # quadratic
+    assert speedup(0.5, 5.0) == pytest.approx(10.0)
+
+
+@pytest.mark.slow
+def test_spike_check_passes_when_all_kept_and_fails_when_one_is_hidden(tiny_store: tuple[Path, Path]) -> None:
+    _, store = tiny_store
+    loss_spikes = spike_steps(TINY.steps)
+    result = spike_survival(str(store), RUN, loss_spikes, rank_spike(TINY.ranks, TINY.steps)[1])
+    assert sorted(result["loss"]["found"]) == loss_spikes
+    assert result["loss"]["kept"] == result["loss"]["found"]
+    check_spikes(result)  # every injected spike is a bucket extreme of the downsampled series
+    hidden = {**result, "loss": {**result["loss"], "kept": result["loss"]["kept"][1:]}}
+    with pytest.raises(AssertionError, match=f"hid the spikes at \\[{loss_spikes[0]}\\]"):
+        check_spikes(hidden)
+    extra = {**result, "loss": {**result["loss"], "found": [*result["loss"]["found"], 7]}}
+    with pytest.raises(AssertionError, match="the full series has spikes"):
+        check_spikes(extra)
+
+
+@pytest.mark.slow
+def test_read_figures_cover_every_overview_query(tiny_store: tuple[Path, Path]) -> None:
+    _, store = tiny_store
+    overview = open_overview(str(store), RUN, repeats=2)
+    assert len(overview["samples"]) == 2 and all(s > 0 for s in overview["samples"])
+    assert {"list_runs", "series loss", "series snr", "events + spikes"} <= set(overview["parts"])
+    # the parts are the pieces of one open: they add up to its median (within the timer's noise)
+    assert sum(overview["parts"].values()) == pytest.approx(float(np.median(overview["samples"])), rel=0.5)
+    assert heatmap(str(store), RUN, repeats=1)["shape"][0] == TINY.ranks
+    assert window(str(store), RUN, rank=1, repeats=1)["points"] == min(5000, TINY.steps)
+
+
+@pytest.mark.slow
+def test_goal_1_figures_are_rates_and_ratios_of_the_same_run(tmp_path: Path) -> None:
+    from bench.compaction import run
+
+    ceiling, ours, growth = run(TINY, tmp_path)
+    assert ceiling.unit == ours.unit == "records/s" and ceiling.value > 0 and ours.value > 0
+    assert ours.baseline_value == ceiling.value
+    assert ours.ratio is not None and ours.ratio == pytest.approx(ours.value / ceiling.value)
+    assert isinstance(ours.met, bool) and ours.met == (ours.ratio >= 0.7)
+    assert growth.unit == "x" and 0 < growth.value < 20 and math.isfinite(growth.value)
+    assert ours.peak_rss_mb is not None
+    assert 30 < ours.peak_rss_mb < 8000
+
+
+def test_child_process_reports_its_result_and_its_own_peak_rss() -> None:
+    child = run_child("bench.analyses:noise_scale", {"ranks": 4, "steps": 3000})
+    assert child.result["seconds"] > 0
+    # generated with B_simple = tr(Sigma)/|G|^2 = 64: the estimator must land near it
+    assert 32 < child.result["b_simple"] < 128
+    assert 30 < child.peak_rss_mb < 4000 and child.wall_s > child.result["seconds"]
+
+
+def test_tensorboard_baseline_counts_scalars_and_spikes(tmp_path: Path) -> None:
+    inputs = log_inputs(tmp_path, 1000, 1000)
+    child = run_child(
+        "bench.imports:event_accumulator",
+        {"path": str(inputs.tfevents), "keep_all": True, "spike_at": spike_steps(1000)},
+    )
+    assert child.result["records"] == inputs.tb_records == 8000
+    assert child.result["spikes_kept"] == 5  # everything kept: all 5 spikes present
+
+
+def test_report_table_holds_value_baseline_and_ratio(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from bench import report
+
+    monkeypatch.setattr(report, "DOC", tmp_path / "performance.md")
+    (tmp_path / "performance.md").write_text("# Performance\n\nHand-written notes stay.\n")
+    fig = Figure("1", "compaction", 3.5e6, "records/s", "pyarrow ceiling", 5e6, 0.7, ">= 0.7x", True, 512.0, 3)
+    report.write_doc(TINY, [fig], [("5", "not available yet: x")], 10.0)
+    report.write_doc(TINY, [fig], [], 10.0)  # a second run replaces its section
+    text = (tmp_path / "performance.md").read_text()
+    assert text.count("<!-- bench:tiny:begin -->") == 1 and "Hand-written notes stay." in text
+    assert "3.50 M records/s" in text and "pyarrow ceiling: 5.00 M records/s" in text and "0.70x" in text
+    assert set(PER_RANK_METRICS).isdisjoint(RUN_LEVEL_METRICS)
