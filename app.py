@@ -8,25 +8,25 @@ import streamlit as st
 
 from pages.common import LIVE_REFRESH_S, alert_banner, ensure_demo_runs, list_runs
 
-st.set_page_config(page_title="StabScope", page_icon="📈", layout="wide")
+st.set_page_config(page_title="StabScope", page_icon=":material/monitoring:", layout="wide")
 
 PAGES = {
     "Runs": [
-        st.Page("pages/runs.py", title="Runs", icon="🗂️", default=True, url_path="runs"),
-        st.Page("pages/upload.py", title="Upload", icon="⬆️", url_path="upload"),
+        st.Page("pages/runs.py", title="Runs", icon=":material/table_rows:", default=True, url_path="runs"),
+        st.Page("pages/upload.py", title="Upload", icon=":material/upload_file:", url_path="upload"),
     ],
     "Diagnose": [
-        st.Page("pages/overview.py", title="Run overview", icon="📈", url_path="overview"),
-        st.Page("pages/compare.py", title="Compare", icon="🔀", url_path="compare"),
-        st.Page("pages/ranks.py", title="Ranks", icon="🧮", url_path="ranks"),
-        st.Page("pages/spikes.py", title="Spikes", icon="⚡", url_path="spikes"),
-        st.Page("pages/tree.py", title="Decision tree", icon="🌳", url_path="tree"),
+        st.Page("pages/overview.py", title="Run overview", icon=":material/show_chart:", url_path="overview"),
+        st.Page("pages/compare.py", title="Compare", icon=":material/compare_arrows:", url_path="compare"),
+        st.Page("pages/ranks.py", title="Ranks", icon=":material/grid_on:", url_path="ranks"),
+        st.Page("pages/spikes.py", title="Spikes", icon=":material/bolt:", url_path="spikes"),
+        st.Page("pages/tree.py", title="Decision tree", icon=":material/account_tree:", url_path="tree"),
     ],
     "Plan": [
-        st.Page("pages/scheduler.py", title="Scheduler", icon="🎚️", url_path="scheduler"),
-        st.Page("pages/cost.py", title="Cost of rollback", icon="💸", url_path="cost"),
-        st.Page("pages/checklist.py", title="Pre-flight checklist", icon="✅", url_path="checklist"),
-        st.Page("pages/scenarios.py", title="Scenarios", icon="🎓", url_path="scenarios"),
+        st.Page("pages/scheduler.py", title="Scheduler", icon=":material/tune:", url_path="scheduler"),
+        st.Page("pages/cost.py", title="Cost of rollback", icon=":material/payments:", url_path="cost"),
+        st.Page("pages/checklist.py", title="Pre-flight checklist", icon=":material/checklist:", url_path="checklist"),
+        st.Page("pages/scenarios.py", title="Scenarios", icon=":material/school:", url_path="scenarios"),
     ],
 }
 

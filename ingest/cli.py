@@ -172,6 +172,19 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+# Streamlit treats a folder named pages/ beside the entry script as an old-style multipage app until
+# app.py has called st.navigation once; a deep link (/overview) as the first request of a fresh server
+# would then run that page without app.py. Declaring the app navigation-driven before start-up avoids it.
+_SERVE_BOOT = (
+    "import sys\n"
+    "from streamlit.runtime.pages_manager import PagesManager\n"
+    "PagesManager.uses_pages_directory = False\n"
+    "from streamlit.web.cli import main\n"
+    "sys.argv = ['streamlit', *sys.argv[1:]]\n"
+    "sys.exit(main())\n"
+)
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     from ingest.store import default_store_path
 
@@ -191,8 +204,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         env["STABSCOPE_NO_DEMO"] = "1"
     cmd = [
         sys.executable,
-        "-m",
-        "streamlit",
+        "-c",
+        _SERVE_BOOT,
         "run",
         str(app),
         "--server.port",

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ingest.errors import StabScopeError
-from ingest.store import ProgressFn, Store, validate_run_name
+from ingest.store import ProgressFn, Store, skipped_example_texts, validate_run_name
 
 MAX_IMPORT_BYTES = 4 * 1024**3
 """Largest total input accepted by one import (4 GiB); uploads have their own, smaller bound."""
@@ -71,7 +71,7 @@ def import_logs(
             "metrics": metrics,
             "steps": [pc.min(steps).as_py(), pc.max(steps).as_py()],
             "skipped": parsed.skipped,
-            "skipped_examples": [f"{f}: line {ln}: {why}" for f, ln, why in parsed.skipped_examples],
+            "skipped_examples": skipped_example_texts(parsed),
             "events": len(parsed.events),
         }
     ]

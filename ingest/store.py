@@ -447,7 +447,7 @@ class Store:
 
     def import_parsed(self, name: str, parsed: Any) -> IngestReport:
         """Store a ``ingest.formats.ParsedLog`` as run ``name``."""
-        examples = [f"{f}: line {ln}: {why}" for f, ln, why in parsed.skipped_examples]
+        examples = skipped_example_texts(parsed)
         return self.import_table(
             name,
             parsed.table,
@@ -1589,6 +1589,13 @@ def _one(cursor: duckdb.DuckDBPyConnection) -> tuple[Any, ...] | None:
     """The first row of a result, consuming the rest (DuckDB wants results finished before reuse)."""
     rows = cursor.fetchall()
     return rows[0] if rows else None
+
+
+def skipped_example_texts(parsed: Any) -> list[str]:
+    """``file: line N: reason`` for each skipped example of a ParsedLog (``byte N`` for binary formats,
+    whose readers report byte offsets)."""
+    unit = "byte" if parsed.format == "tensorboard" else "line"
+    return [f"{f}: {unit} {pos}: {why}" for f, pos, why in parsed.skipped_examples]
 
 
 def _final_path(tmp: Path) -> Path:

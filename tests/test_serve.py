@@ -1,0 +1,46 @@
+"""`stabscope serve` (the README's first command) in a real browser: a deep link as the very first
+request of a fresh server must run inside app.py's navigation, not Streamlit's old pages/ mode."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ingest.store import Store
+from tests.conftest import REPO_ROOT, RunSpec, write_run
+from tests.test_browser import CHROMIUM, CHROMIUM_ARGS, VIEWPORT, _free_port, _wait_healthy
+
+pytestmark = [pytest.mark.slow, pytest.mark.browser]
+
+
+def test_serve_deep_link_first_request_keeps_the_app_navigation(tmp_path: Path) -> None:
+    playwright = pytest.importorskip("playwright.sync_api")
+    if not CHROMIUM.exists():
+        pytest.skip("Debian chromium is not installed (bash .ci/test installs it)")
+    store = tmp_path / "store"
+    write_run(Store(store), RunSpec())
+    port = _free_port()
+    log = tmp_path / "serve.log"
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    cmd = [sys.executable, "-m", "ingest", "serve", "--store", str(store), "--port", str(port), "--no-demo"]
+    with log.open("wb") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=tmp_path)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        _wait_healthy(url, proc, log)
+        with playwright.sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+            page = browser.new_page(viewport=VIEWPORT)
+            page.goto(f"{url}/overview")
+            page.get_by_text("Run overview").first.wait_for(timeout=60_000)
+            nav = page.locator('[data-testid="stSidebarNav"]').inner_text(timeout=30_000)
+            browser.close()
+        assert "Decision tree" in nav and "Cost of rollback" in nav
+        assert "common" not in nav.lower() and "charts" not in nav.lower()
+    finally:
+        proc.terminate()
+        proc.wait(30)
