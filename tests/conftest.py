@@ -183,3 +183,12 @@ def plotly_values(data: Any) -> np.ndarray:
     if isinstance(data, dict):
         return np.frombuffer(base64.b64decode(data["bdata"]), dtype=np.dtype(data["dtype"]))
     return np.asarray(data, dtype=float)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _no_test_touches_the_users_store(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Point the default store at a throwaway folder for the whole session: a test that forgets to
+    pass ``--store``/``STABSCOPE_STORE`` must never write into ``~/.local/share/stabscope``."""
+    import os
+
+    os.environ["STABSCOPE_STORE"] = str(tmp_path_factory.mktemp("default-store"))
