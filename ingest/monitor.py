@@ -101,6 +101,8 @@ class GradNormHook:
         self._local: list[torch.Tensor] = []
         self._global: list[torch.Tensor] = []
         self._pass_complete = False
+        self.last_bucket_count = 0
+        """How many buckets the last :meth:`take` summed over."""
         _resolve_hook_annotations()
         try:
             ddp_model.register_comm_hook(self, _grad_norm_comm_hook)
@@ -132,6 +134,7 @@ class GradNormHook:
         if not self._local or len(self._local) != len(self._global):
             self._local, self._global, self._pass_complete = [], [], False
             return None
+        self.last_bucket_count = len(self._local)
         norms = torch.stack([torch.stack(self._local), torch.stack(self._global)]).double()
         local, global_ = (float(x) for x in norms.square().sum(dim=1).sqrt().tolist())
         self._local, self._global, self._pass_complete = [], [], False

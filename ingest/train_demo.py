@@ -511,6 +511,12 @@ def cmd_demo_train(args: argparse.Namespace) -> int:
         checkpoint_every=args.checkpoint_every,
         resume=args.resume,
     ).resolved()
+    from ingest.shards import list_segments
+
+    if list_segments(config.out) and not config.resume:
+        raise StabScopeError(
+            f"{config.out} already holds shards of a run: pass --resume to continue it, or choose a new --out"
+        )
     if latest_checkpoint(config.out) is None and config.resume:
         print(f"no checkpoint under {config.out / CHECKPOINT_DIR}: starting from step 0", file=sys.stderr)
     print(
@@ -570,11 +576,13 @@ def add_cli(add: Callable[..., argparse.ArgumentParser]) -> None:
 def measure_overhead(steps: int = 200) -> dict[str, float]:
     """Per-step cost of the StabilityMonitor (with its DDP hook) plus clipping on the demo model.
 
-    Two single-rank DDP runs (gloo, one thread) of ``steps`` steps each from the same initial model and
-    data: a bare loop, and the same loop with ``clip_grad_norm`` + ``StabilityMonitor.log`` (shards
-    to a temporary directory). Returns median step times (s), the overhead (s and % of the bare step),
-    and the median time inside ``monitor.log`` and ``clip_grad_norm`` alone (s). Needs no process
-    group to exist yet.
+    Two single-rank DDP models (gloo, one thread) from the same initial weights train on the same
+    batches for ``steps`` steps, alternating step by step so that background load hits both alike:
+    a bare loop (DDP's default all-reduce), and the same loop with ``clip_grad_norm`` + the monitor's
+    hook + ``StabilityMonitor.log`` (shards to a temporary directory). Returns median step times (s),
+    the overhead (s and % of the bare step), and the median time inside ``monitor.log`` and
+    ``clip_grad_norm`` alone (s). The first 10 % of steps (allocator, DDP bucket set-up) are left out.
+    Needs no process group to exist yet.
     """
     import torch
     import torch.distributed as dist
@@ -589,57 +597,60 @@ def measure_overhead(steps: int = 200) -> dict[str, float]:
         dist.init_process_group("gloo", init_method=f"file://{tmp}/rdzv", rank=0, world_size=1)
         try:
             config = DemoConfig(out=Path(tmp) / "shards", ranks=1, steps=max(steps, 40)).resolved()
-            bare = _timed_loop(config, steps, monitored=False)
-            monitored = _timed_loop(config, steps, monitored=True)
+            times = _alternating_loops(config, steps)
         finally:
             dist.destroy_process_group()
             torch.set_num_threads(threads)
-    bare_s = statistics.median(bare["step"])
-    monitored_s = statistics.median(monitored["step"])
+    warm = max(steps // 10, 5)
+    median = {name: statistics.median(values[warm:]) for name, values in times.items()}
     return {
         "steps": float(steps),
-        "bare_step_s": bare_s,
-        "monitored_step_s": monitored_s,
-        "overhead_s": monitored_s - bare_s,
-        "overhead_pct": 100.0 * (monitored_s - bare_s) / bare_s,
-        "monitor_log_s": statistics.median(monitored["log"]),
-        "clip_s": statistics.median(monitored["clip"]),
+        "bare_step_s": median["bare"],
+        "monitored_step_s": median["monitored"],
+        "overhead_s": median["monitored"] - median["bare"],
+        "overhead_pct": 100.0 * (median["monitored"] - median["bare"]) / median["bare"],
+        "monitor_log_s": median["log"],
+        "clip_s": median["clip"],
     }
 
 
-def _timed_loop(config: DemoConfig, steps: int, monitored: bool) -> dict[str, list[float]]:
+def _alternating_loops(config: DemoConfig, steps: int) -> dict[str, list[float]]:
     import torch
     from torch.nn.parallel import DistributedDataParallel
 
     from ingest.monitor import StabilityMonitor
     from stab_core.clipping import clip_grad_norm
 
-    model = DistributedDataParallel(build_model(config))
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     source = MarkovSource(config.vocab_size, config.markov_branching, config.seed, config.markov_order)
     batches = [torch.from_numpy(batch_tokens(config, source, 0, s)) for s in range(steps)]
-    monitor = (
-        StabilityMonitor(config.out, model=model, per_rank_batch_size=config.per_rank_batch_size) if monitored else None
+    bare = DistributedDataParallel(build_model(config))
+    watched = DistributedDataParallel(build_model(config))
+    bare_optimizer = torch.optim.AdamW(bare.parameters(), lr=1e-3)
+    watched_optimizer = torch.optim.AdamW(watched.parameters(), lr=1e-3)
+    monitor = StabilityMonitor(
+        config.out, model=watched, per_rank_batch_size=config.per_rank_batch_size, seq_len=config.seq_len
     )
-    times: dict[str, list[float]] = {"step": [], "log": [], "clip": []}
-    for step, tokens in enumerate(batches):
-        begin = time.perf_counter()
-        loss = lm_loss(model, tokens)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()  # type: ignore[no-untyped-call]
-        if monitor is not None:
+    times: dict[str, list[float]] = {"bare": [], "monitored": [], "log": [], "clip": []}
+    with monitor:
+        for step, tokens in enumerate(batches):
+            begin = time.perf_counter()
+            loss = lm_loss(bare, tokens)
+            bare_optimizer.zero_grad(set_to_none=True)
+            loss.backward()  # type: ignore[no-untyped-call]
+            bare_optimizer.step()
+            loss.item()  # the monitored loop reads the loss too: same host sync in both
+            times["bare"].append(time.perf_counter() - begin)
+
+            begin = time.perf_counter()
+            loss = lm_loss(watched, tokens)
+            watched_optimizer.zero_grad(set_to_none=True)
+            loss.backward()  # type: ignore[no-untyped-call]
             clip_begin = time.perf_counter()
-            record = clip_grad_norm(model.parameters(), config.max_norm)
+            record = clip_grad_norm(watched.parameters(), config.max_norm)
             times["clip"].append(time.perf_counter() - clip_begin)
-        optimizer.step()
-        if monitor is not None:
+            watched_optimizer.step()
             log_begin = time.perf_counter()
             monitor.log(step, loss=loss.detach(), lr=1e-3, clip_stats=record)
             times["log"].append(time.perf_counter() - log_begin)
-        else:
-            loss.item()  # the monitored loop reads the loss too; keep the host sync in both
-        times["step"].append(time.perf_counter() - begin)
-    if monitor is not None:
-        monitor.close()
-    warm = max(steps // 10, 5)  # first steps pay allocator and DDP bucket set-up
-    return {k: v[warm:] for k, v in times.items()}
+            times["monitored"].append(time.perf_counter() - begin)
+    return times

@@ -107,6 +107,16 @@ def test_cli_registers_demo_train() -> None:
     assert (args.ranks, args.steps, args.out, args.provoke, args.clip) == (3, 120, "d", "outlier-batch", "norm")
 
 
+def test_demo_train_refuses_to_mix_two_runs_in_one_shard_directory(tmp_path: Path) -> None:
+    from ingest.shards import ShardWriter
+
+    with ShardWriter(tmp_path, 0) as writer:
+        writer.write(0, {"loss": 1.0})
+    args = build_parser().parse_args(["demo-train", "--out", str(tmp_path)])
+    with pytest.raises(StabScopeError, match="already holds shards of a run: pass --resume"):
+        cmd_demo_train(args)
+
+
 # -------------------------------------------------------------------------------- real runs
 
 JUMP_STEPS = 240
