@@ -33,7 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import duckdb
 import numpy as np
@@ -179,7 +179,7 @@ class Store:
         self._read_cache_key: tuple[Any, ...] | None = None
         self._read_cache_lock = threading.Lock()
         self._snapshot_cache: _CatalogSnapshot | None = None
-        self._blocks_cache: dict[str, dict[tuple[str, int], _Piece]] = {}
+        self._blocks_cache: dict[str, dict[tuple[str, int], list[_Piece]]] = {}
         self._derived_cache: dict[str, frozenset[str]] = {}
         with self._catalog() as con:
             for statement in q.CATALOG_SCHEMA:
@@ -382,36 +382,61 @@ class Store:
         self._finish_pending(name)
         with self._catalog(read_only=True) as con:
             offsets = {f: int(o) for f, o in con.execute(q.GET_OFFSETS, [name]).fetchall()}
-        report = IngestReport(run=name, segments=len(segments))
-        total = sum(max(p.stat().st_size - offsets.get(str(p.resolve()), 0), 0) for p in segments)
-        done = 0
-        stager = _Stager(self, name)
-        new_offsets: dict[str, int] = {}
-        meta: dict[str, Any] = {}
-        events: list[dict[str, Any]] = []
         keyed = [(p, str(p.resolve())) for p in segments]
         todo = [(p, key, offsets.get(key, 0)) for p, key in keyed if p.stat().st_size > offsets.get(key, 0)]
-        for (path, key, start), seg in zip(todo, _read_ahead(todo), strict=True):
-            if seg.metrics:
-                stager.add_parts(wide_to_long_parts(pa.concat_tables(seg.metrics, promote_options="default")))
-            events.extend(seg.events)
-            meta.update(seg.meta)
-            report.frames += seg.frames
-            report.rejected += len(seg.errors)
-            report.rejected_examples.extend(str(e) for e in seg.errors[:5])
-            if seg.torn_tail:
-                report.torn.append(f"{path}: byte {seg.end_offset}: unfinished last frame (kept for later)")
-            new_offsets[key] = seg.end_offset
-            done += seg.end_offset - start
-            if progress:
-                progress(done, total)
+        if todo and self.run_info(name).gen == 0:
+            try:
+                return self._compact_direct(name, segments, todo, progress, status)
+            except _NotAppendOnly:
+                pass  # repeated or out-of-order records: the staged merge sorts them out
+        report = IngestReport(run=name, segments=len(segments))
+        stager = _Stager(self, name)
+        folded = _Folded()
+        for parts in _segment_parts(todo, report, folded, progress):
+            stager.add_parts(parts)
         staged = stager.finish()
         report.rows = stager.rows
-        report.events = len(events)
+        report.events = len(folded.events)
         _failpoint("after_stage_files")
-        self._commit_stage(name, staged, new_offsets, events, meta, report, status)
+        self._commit_stage(name, staged, folded, report, status)
         _failpoint("after_stage_commit")
         report.gen = self._merge(name)
+        return report
+
+    def _compact_direct(
+        self,
+        name: str,
+        segments: list[Path],
+        todo: list[tuple[Path, str, int]],
+        progress: ProgressFn | None,
+        status: str,
+    ) -> IngestReport:
+        """The first generation of a run whose records arrive in order (each (metric, rank) strictly
+        ascending in steps, ranks in ascending order): written in one pass, without staging, in
+        blocks of (rank, metric). Raises ``_NotAppendOnly`` (having written nothing that counts)
+        when the input is not like that."""
+        report = IngestReport(run=name, segments=len(segments))
+        folded = _Folded()
+        merger = _DirectMerger(self.run_dir(name), gen=1)
+        try:
+            for parts in _segment_parts(todo, report, folded, progress):
+                merger.add(parts)
+            merged = merger.finish(self._engine())
+        except BaseException:
+            merger.abort()
+            raise
+        report.rows = merged.n_rows
+        report.events = len(folded.events)
+        _failpoint("after_stage_files")
+        _failpoint("after_merge_files")
+        for tmp in merged.paths():
+            tmp.rename(_final_path(tmp))
+        self._commit_stage(name, [], folded, report, status, (1, merged))
+        _failpoint("after_stage_commit")
+        _failpoint("after_merge_commit")
+        report.gen = 1
+        self._collect_garbage(name)
+        self._materialise_analysis(name)
         return report
 
     def import_table(
@@ -441,7 +466,7 @@ class Store:
             events=len(events),
         )
         ev = [{"step": e.step, "kind": e.kind, "label": e.label, "detail": e.detail} for e in events]
-        self._commit_stage(name, staged, {}, ev, meta or {}, report, "finished")
+        self._commit_stage(name, staged, _Folded(events=ev, meta=dict(meta or {})), report, "finished")
         report.gen = self._merge(name)
         return report
 
@@ -483,33 +508,36 @@ class Store:
         self,
         name: str,
         staged: list[str],
-        offsets: dict[str, int],
-        events: list[dict[str, Any]],
-        meta: dict[str, Any],
+        folded: _Folded,
         report: IngestReport,
         status: str,
+        generation: tuple[int, _MergeResult] | None = None,
     ) -> None:
+        """One transaction: staged files (or a whole new ``generation``), shard offsets, events,
+        metadata, rejected records and status."""
         with self._catalog() as con:
             con.execute("BEGIN TRANSACTION")
             seq = int(_one(con.execute(q.NEXT_STAGED_SEQ, [name]))[0])  # type: ignore[index]
             for i, path in enumerate(staged):
                 con.execute(q.ADD_STAGED, [name, path, seq + i])
-            for path, off in offsets.items():
+            for path, off in folded.offsets.items():
                 con.execute(q.UPSERT_OFFSET, [name, path, off])
-            for e in events:
+            for e in folded.events:
                 con.execute(
                     q.ADD_EVENT,
                     [name, e["step"], e["kind"], e["label"], json.dumps(e["detail"], default=str)],
                 )
             row = _one(con.execute(q.GET_RUN, [name]))
             assert row is not None
-            if meta:
-                merged = {**json.loads(row[13]), **meta}
+            if folded.meta:
+                merged = {**json.loads(row[13]), **folded.meta}
                 con.execute(q.UPDATE_RUN_META, [json.dumps(merged, default=str), name])
             if report.rejected:
                 examples = (json.loads(row[15]) + report.rejected_examples)[:20]
                 con.execute(q.ADD_REJECTED, [report.rejected, json.dumps(examples), name])
             con.execute(q.UPDATE_RUN_STATUS, [status, name])
+            if generation is not None:
+                _commit_generation(con, name, *generation)
             con.execute("COMMIT")
 
     def _finish_pending(self, name: str) -> None:
@@ -519,6 +547,7 @@ class Store:
         if staged:
             self._merge(name)
         self._collect_garbage(name)
+        self._materialise_analysis(name)  # a no-op unless a crash came between merge and analyses
 
     def _collect_garbage(self, name: str) -> None:
         info = self.run_info(name)
@@ -545,29 +574,11 @@ class Store:
         sources = self._files(name, "long", info.gen) + staged
         merged = _merge_sources(self._engine(), sources, self.run_dir(name), gen)
         _failpoint("after_merge_files")
-        for tmp in (merged.long_path, merged.runlevel_path, merged.rollup_path, merged.rankb_path):
+        for tmp in merged.paths():
             tmp.rename(_final_path(tmp))
-        first, last, n_steps, n_rows, ranks = merged.first, merged.last, merged.n_steps, merged.n_rows, merged.ranks
-        metric_rows, width = merged.metric_rows, merged.width
-        metrics = sorted(m for m, _ in metric_rows)
-        rank_metrics = sorted(m for m, per_rank in metric_rows if per_rank)
         with self._catalog() as con:
             con.execute("BEGIN TRANSACTION")
-            con.execute(
-                q.COMMIT_GENERATION,
-                [
-                    gen,
-                    first,
-                    last,
-                    n_steps or 0,
-                    n_rows or 0,
-                    ranks or 0,
-                    json.dumps(metrics),
-                    json.dumps(rank_metrics),
-                    width,
-                    name,
-                ],
-            )
+            _commit_generation(con, name, gen, merged)
             con.execute(q.CLEAR_STAGED, [name])
             con.execute("COMMIT")
         _failpoint("after_merge_commit")
@@ -723,29 +734,31 @@ class Store:
         blocks = self._blocks(path)
         if blocks is None:
             return None
-        piece = blocks.get((metric, rank))
-        if piece is None or hi < piece.lo or lo > piece.hi:
+        tables: list[pa.Table] = []
+        for piece in blocks.get((metric, rank), []):
+            if hi < piece.lo or lo > piece.hi:
+                continue
+            start, end = piece.start, piece.end
+            if end - start == piece.hi - piece.lo + 1:  # one row per step: the rows are known exactly
+                start, end = start + max(0, lo - piece.lo), start + min(end - start, hi - piece.lo + 1)
+            tables.extend(self._reader(path).rows(start, end))
+        if not tables:
             return _empty_series(metric)
-        start, end = piece.start, piece.end
-        if end - start == piece.hi - piece.lo + 1:  # one row per step: the rows are known exactly
-            start, end = start + max(0, lo - piece.lo), start + min(end - start, hi - piece.lo + 1)
-        tables = list(self._reader(path).rows(start, end))
         table = pa.concat_tables(tables) if len(tables) != 1 else tables[0]
         steps, values = _numpy(table.column("step")), table.column("value").to_numpy()
         keep = slice(int(np.searchsorted(steps, lo)), int(np.searchsorted(steps, hi, side="right")))
         steps, values = steps[keep], values[keep]
         return SeriesData(metric, steps, values, values, values, "rank", False)
 
-    def _blocks(self, path: str) -> dict[tuple[str, int], _Piece] | None:
-        """The block index in a long file's footer as row ranges by (metric, rank); None for a file
-        without one (files never change once written, so it is read once per path)."""
+    def _blocks(self, path: str) -> dict[tuple[str, int], list[_Piece]] | None:
+        """The block index in a long file's footer: the row ranges of each (metric, rank), in step
+        order; None for a file without one (files never change once written: read once per path)."""
         blocks = self._blocks_cache.get(path)
         if blocks is None:
             raw = (self._reader(path).file.metadata.metadata or {}).get(INDEX_KEY.encode())
             if raw is None:
                 return None
-            blocks = {key: pieces[0] for key, pieces in _plan([_parse_blocks(raw)]).items()}
-            self._blocks_cache[path] = blocks
+            blocks = self._blocks_cache[path] = _plan([_parse_blocks(raw)])
         return blocks
 
     def _rank_matrix(self, info: RunInfo, path: str, metric: str) -> RankMatrix:
@@ -763,9 +776,9 @@ class Store:
         ranks = np.array([r for r, _ in rank_blocks], np.int64)
         values = np.full((ranks.size, axis.size), np.nan)
         present = np.zeros((ranks.size, axis.size), bool)
-        reader = _SourceReader(path)
-        for i, (_, piece) in enumerate(rank_blocks):
-            for table in reader.rows(piece.start, piece.end):
+        reader = self._reader(path)
+        for i, (_, pieces) in enumerate(rank_blocks):
+            for table in (t for piece in pieces for t in reader.rows(piece.start, piece.end)):
                 steps = table.column("step").to_numpy()
                 at, n = int(np.searchsorted(axis, steps[0])), steps.size
                 # Both runs of consecutive steps from the same first step: the same steps.
@@ -1161,6 +1174,28 @@ class _RollupAccumulator:
         self.argmin = np.zeros(span, np.int32)
         self.argmax = np.zeros(span, np.int32)
 
+    _FIELDS = ("n", "n_nonfinite", "count", "mean", "m2", "min", "max", "argmin", "argmax")
+    _FILL: ClassVar[dict[str, float]] = {"min": np.inf, "max": -np.inf}
+
+    @property
+    def nbytes(self) -> int:
+        return sum(getattr(self, f).nbytes for f in self._FIELDS)
+
+    def cover(self, lo: int, hi: int) -> None:
+        """Grow the step range to hold [lo, hi] (by half as much again when it grows upwards)."""
+        end = self.lo + self.n.size
+        if lo >= self.lo and hi < end:
+            return
+        base = min(lo, self.lo)
+        size = max(hi + 1, end) - base
+        size += size // 2 if hi >= end else 0
+        for name in self._FIELDS:
+            old = getattr(self, name)
+            grown = np.full(size, self._FILL.get(name, 0), old.dtype)
+            grown[self.lo - base : self.lo - base + old.size] = old
+            setattr(self, name, grown)
+        self.lo = base
+
     def add(self, rank: int, chunk: _Chunk) -> None:
         idx = chunk.steps - self.lo
         dense = int(idx[-1]) - int(idx[0]) + 1 == idx.size
@@ -1357,7 +1392,7 @@ class _LongWriter:
                 [
                     pa.array(np.full(n, rank, np.int32)),
                     chunk.column("step"),
-                    pa.DictionaryArray.from_arrays(np.full(n, self.codes[metric], np.int32), self.dictionary),
+                    pa.DictionaryArray.from_arrays(np.full(n, self._code(metric), np.int32), self.dictionary),
                     chunk.column("value"),
                     chunk.column("wall_time"),
                 ],
@@ -1367,6 +1402,14 @@ class _LongWriter:
         self.buffered += n
         if self.buffered >= self.row_group:
             self._flush(final=False)
+
+    def _code(self, metric: str) -> int:
+        """The metric's index in the dictionary, which grows as metrics appear (older codes stay)."""
+        code = self.codes.get(metric)
+        if code is None:
+            code = self.codes[metric] = len(self.codes)
+            self.dictionary = pa.array(list(self.codes), pa.string())
+        return code
 
     def _flush(self, final: bool) -> None:
         table = pa.concat_tables(self.buffer)
@@ -1397,6 +1440,9 @@ class _MergeResult:
     ranks: int
     metric_rows: list[tuple[str, bool]]
     width: int
+
+    def paths(self) -> tuple[Path, ...]:
+        return (self.long_path, self.runlevel_path, self.rollup_path, self.rankb_path)
 
 
 def _source_blocks(engine: duckdb.DuckDBPyConnection, path: str) -> list[Block]:
@@ -1558,6 +1604,59 @@ class _Merger:
             self.result.n_steps = int(row[0]) if row else 0
 
 
+@dataclass
+class _Folded:
+    """What a compaction read besides metric rows: new byte offsets per segment, events, metadata."""
+
+    offsets: dict[str, int] = field(default_factory=dict)
+    events: list[dict[str, Any]] = field(default_factory=list)
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+def _segment_parts(
+    todo: Sequence[tuple[Path, str, int]], report: IngestReport, folded: _Folded, progress: ProgressFn | None
+) -> Iterator[list[tuple[str, pa.Table]]]:
+    """Each new segment's metric rows as ``wide_to_long_parts``; its frames, rejected records, torn
+    tail, events, metadata and end offset are recorded in ``report`` and ``folded`` on the way."""
+    total = sum(p.stat().st_size - start for p, _, start in todo)
+    done = 0
+    for (path, key, start), seg in zip(todo, _read_ahead(todo), strict=True):
+        if seg.metrics:
+            yield wide_to_long_parts(pa.concat_tables(seg.metrics, promote_options="default"))
+        folded.events.extend(seg.events)
+        folded.meta.update(seg.meta)
+        report.frames += seg.frames
+        report.rejected += len(seg.errors)
+        report.rejected_examples.extend(str(e) for e in seg.errors[:5])
+        if seg.torn_tail:
+            report.torn.append(f"{path}: byte {seg.end_offset}: unfinished last frame (kept for later)")
+        folded.offsets[key] = seg.end_offset
+        done += seg.end_offset - start
+        if progress:
+            progress(done, max(total, done))
+
+
+def _commit_generation(con: duckdb.DuckDBPyConnection, name: str, gen: int, merged: _MergeResult) -> None:
+    """Make ``gen`` current (inside the caller's transaction) with its catalog figures."""
+    metrics = sorted(m for m, _ in merged.metric_rows)
+    rank_metrics = sorted(m for m, per_rank in merged.metric_rows if per_rank)
+    con.execute(
+        q.COMMIT_GENERATION,
+        [
+            gen,
+            merged.first,
+            merged.last,
+            merged.n_steps,
+            merged.n_rows,
+            merged.ranks,
+            json.dumps(metrics),
+            json.dumps(rank_metrics),
+            merged.width,
+            name,
+        ],
+    )
+
+
 def _may_hold(group: Any, column: str, value: Any) -> bool:
     """Whether a row group's statistics allow ``column == value`` (True without statistics)."""
     for i in range(group.num_columns):
@@ -1566,6 +1665,188 @@ def _may_hold(group: Any, column: str, value: Any) -> bool:
             stats = chunk.statistics
             return stats is None or not stats.has_min_max or bool(stats.min <= value <= stats.max)
     return True
+
+
+class _NotAppendOnly(Exception):
+    """The input is not in order for a one-pass first generation (see ``Store._compact_direct``)."""
+
+
+ROLLUP_MEMORY_MAX = 512 * 2**20
+"""Bytes of rollup accumulators a one-pass compaction may hold (it holds every metric's at once)."""
+
+
+class _DirectMerger:
+    """Writes a run's first generation in one pass over its segments' parts: each (metric, rank)
+    goes to the long file as it arrives, so the file is ordered by blocks of (rank, metric), which
+    its block index records; rollups of every metric grow as steps arrive; rank buckets are closed
+    rank by rank and sorted by metric at the end. Anything that would need sorting or de-duplicating
+    raises ``_NotAppendOnly`` instead."""
+
+    def __init__(self, run_dir: Path, gen: int) -> None:
+        self.result = _MergeResult(
+            long_path=_tmp_target(run_dir / "long" / f"g{gen:06d}.parquet"),
+            runlevel_path=_tmp_target(run_dir / "runlevel" / f"g{gen:06d}.parquet"),
+            rollup_path=_tmp_target(run_dir / "rollup" / f"g{gen:06d}.parquet"),
+            rankb_path=_tmp_target(run_dir / "rankb" / f"g{gen:06d}.parquet"),
+            first=None,
+            last=None,
+            n_steps=0,
+            n_rows=0,
+            ranks=0,
+            metric_rows=[],
+            width=1,
+        )
+        self.unsorted_rankb = _tmp_target(run_dir / "rankb" / f"u{gen:06d}.parquet")
+        self.long = _LongWriter(self.result.long_path, [])
+        self.runlevel = _LongWriter(self.result.runlevel_path, [], RUNLEVEL_ROW_GROUP)
+        self.rankb = _BackgroundWriter(self.unsorted_rankb, _RANKB_SCHEMA, _RANKB_WRITE_OPTIONS)
+        self.rollups: dict[str, _RollupAccumulator] = {}
+        self.buckets: dict[tuple[str, int], _RankBuckets] = {}
+        self.last_step: dict[tuple[str, int], int] = {}
+        self.steps = _StepSet()
+        self.rank: int | None = None
+        self.width: int | None = None
+
+    def add(self, parts: list[tuple[str, pa.Table]]) -> None:
+        """One segment's parts (``wide_to_long_parts``)."""
+        parts = [(metric, part.combine_chunks()) for metric, part in parts]
+        if self.width is None and parts:
+            # The heatmap's bucket width depends on the run's step span: the first segment (a whole
+            # rank's history, as a rule) tells it; finish() checks and gives up if it was wrong.
+            lo = min(int(_numpy(t.column("step")).min()) for _, t in parts)
+            hi = max(int(_numpy(t.column("step")).max()) for _, t in parts)
+            self.width = _bucket_width(hi - lo + 1)
+        for metric, part in parts:
+            for rank, table in _split_by_rank(part):
+                self._add_block(metric, rank, table)
+
+    def _add_block(self, metric: str, rank: int, table: pa.Table) -> None:
+        chunk = _Chunk.of(table)
+        steps, key = chunk.steps, (metric, rank)
+        if steps[0] <= self.last_step.get(key, steps[0] - 1) or (steps.size > 1 and not (np.diff(steps) > 0).all()):
+            raise _NotAppendOnly(f"{metric} of rank {rank}: steps repeat or go back")
+        if rank >= 0 and self.rank is not None and rank < self.rank:
+            raise _NotAppendOnly(f"rank {rank} after rank {self.rank}")
+        if rank >= 0 and rank != self.rank:
+            self._close_buckets()
+            self.rank = rank
+        self.last_step[key] = int(steps[-1])
+        block = [metric, rank, int(steps.size), int(steps[0]), int(steps[-1])]
+        self.long.add(metric, rank, table)
+        self.long.blocks.append(block)
+        if rank == RUN_RANK:
+            self.runlevel.add(metric, rank, table)
+            self.runlevel.blocks.append(block)
+        self.steps.add(steps)
+        self.result.n_rows += steps.size
+        if rank >= 0:
+            acc = self.rollups.get(metric)
+            if acc is None:
+                acc = self.rollups[metric] = _RollupAccumulator(int(steps[0]), int(steps[-1]))
+            acc.cover(int(steps[0]), int(steps[-1]))
+            if sum(a.nbytes for a in self.rollups.values()) > ROLLUP_MEMORY_MAX:
+                raise _NotAppendOnly("rollups too wide for one pass")
+            acc.add(rank, chunk)
+            assert self.width is not None
+            self.buckets.setdefault(key, _RankBuckets(self.width)).add(chunk)
+
+    def _close_buckets(self) -> None:
+        for (metric, rank), buckets in self.buckets.items():
+            buckets.finish_block(metric, rank)
+            for table in buckets.tables:
+                self.rankb.write(table.cast(_RANKB_SCHEMA))
+        self.buckets = {}
+
+    def finish(self, engine: duckdb.DuckDBPyConnection) -> _MergeResult:
+        self._close_buckets()
+        self.long.close()
+        self.runlevel.close()
+        self.rankb.close()
+        r = self.result
+        r.first, r.last, r.n_steps = self.steps.first, self.steps.last, self.steps.count
+        r.width = _bucket_width(0 if r.first is None or r.last is None else r.last - r.first + 1)
+        if self.width is not None and r.width != self.width:
+            raise _NotAppendOnly("the first segment did not span the run")
+        keys = self.last_step
+        metrics = sorted({m for m, _ in keys})
+        r.metric_rows = [(m, m in self.rollups) for m in metrics]
+        r.ranks = len({rank for _, rank in keys if rank >= 0})
+        rollup = _BackgroundWriter(r.rollup_path, _ROLLUP_SCHEMA, _ROLLUP_WRITE_OPTIONS)
+        for metric in sorted(self.rollups):
+            rollup.write(self.rollups.pop(metric).table(metric))
+        rollup.close()
+        engine.execute(
+            q.SORT_RANK_BUCKETS,
+            {"files": [str(self.unsorted_rankb)], "target": str(r.rankb_path), "rows": RANKB_ROW_GROUP},
+        )
+        self.unsorted_rankb.unlink()
+        return r
+
+    def abort(self) -> None:
+        """Stop the writers and remove what was written (nothing of it is committed)."""
+        for writer in (self.long.writer, self.runlevel.writer, self.rankb):
+            with contextlib.suppress(Exception):
+                writer.close()
+        for path in (*self.result.paths(), self.unsorted_rankb):
+            path.unlink(missing_ok=True)
+
+
+class _StepSet:
+    """The distinct steps seen, as a growing bitmap from the first step seen."""
+
+    def __init__(self) -> None:
+        self.base = 0
+        self.seen = np.zeros(0, bool)
+
+    def add(self, steps: np.ndarray) -> None:
+        lo, hi = int(steps[0]), int(steps[-1])
+        if self.seen.size == 0:
+            self.base, self.seen = lo, np.zeros(hi - lo + 1, bool)
+        elif lo < self.base or hi >= self.base + self.seen.size:
+            base = min(lo, self.base)
+            size = max(hi + 1, self.base + self.seen.size) - base
+            if size > 8 * DENSE_SPAN_MAX:
+                raise _NotAppendOnly("step span too wide for one pass")
+            grown = np.zeros(size + size // 2 if hi >= self.base + self.seen.size else size, bool)
+            grown[self.base - base : self.base - base + self.seen.size] = self.seen
+            self.base, self.seen = base, grown
+        dense = hi - lo + 1 == steps.size
+        self.seen[slice(lo - self.base, hi - self.base + 1) if dense else steps - self.base] = True
+
+    @property
+    def count(self) -> int:
+        return int(np.count_nonzero(self.seen))
+
+    @property
+    def first(self) -> int | None:
+        hits = np.flatnonzero(self.seen)
+        return int(hits[0]) + self.base if hits.size else None
+
+    @property
+    def last(self) -> int | None:
+        hits = np.flatnonzero(self.seen)
+        return int(hits[-1]) + self.base if hits.size else None
+
+
+def _bucket_width(span: int) -> int:
+    """Steps per rank bucket for a run spanning ``span`` steps (at most ``HEATMAP_MAX_BUCKETS``)."""
+    return max(1, -(-span // HEATMAP_MAX_BUCKETS))
+
+
+def _split_by_rank(part: pa.Table) -> list[tuple[int, pa.Table]]:
+    """A part's rows by rank, in ascending rank order, each rank's rows in arrival order."""
+    ranks = _numpy(part.column("rank"))
+    if ranks.size == 0:
+        return []
+    if ranks[0] == ranks[-1] and bool((ranks == ranks[0]).all()):
+        return [(int(ranks[0]), part)]
+    order = np.argsort(ranks, kind="stable")
+    ordered = ranks[order]
+    cuts = np.flatnonzero(np.diff(ordered)) + 1
+    return [
+        (int(ordered[a]), part.take(order[a:b]))
+        for a, b in zip(np.r_[0, cuts].tolist(), np.r_[cuts, ordered.size].tolist(), strict=True)
+    ]
 
 
 def _read_ahead(todo: Sequence[tuple[Path, str, int]]) -> Iterator[SegmentRead]:
