@@ -125,12 +125,6 @@ GROUP BY metric, rank ORDER BY metric, rank
 """
 """The (metric, rank) blocks of a long file written before files carried their block index."""
 
-SORT_RANK_BUCKETS: Final = """
-COPY (SELECT * FROM read_parquet($files) ORDER BY metric, rank, bucket)
-TO $target (FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE $rows)
-"""
-"""Rank buckets written rank by rank (one-pass compaction), sorted so a metric's rows are together."""
-
 COUNT_STEPS: Final = "SELECT count(DISTINCT step) FROM read_parquet($files)"
 
 BUILD_ROLLUP: Final = """

@@ -421,7 +421,7 @@ class Store:
         try:
             for parts in _segment_parts(todo, report, folded, progress):
                 merger.add(parts)
-            merged = merger.finish(self._engine())
+            merged = merger.finish()
         except BaseException:
             merger.abort()
             raise
@@ -1753,11 +1753,11 @@ class _DirectMerger:
     def _close_buckets(self) -> None:
         for (metric, rank), buckets in self.buckets.items():
             buckets.finish_block(metric, rank)
-            for table in buckets.tables:
-                self.rankb.write(table.cast(_RANKB_SCHEMA))
+            for table in buckets.tables:  # one row group per (rank, metric): see _group_by_metric
+                self.rankb.write(table.cast(_RANKB_SCHEMA), max(table.num_rows, 1))
         self.buckets = {}
 
-    def finish(self, engine: duckdb.DuckDBPyConnection) -> _MergeResult:
+    def finish(self) -> _MergeResult:
         self._close_buckets()
         self.long.close()
         self.runlevel.close()
@@ -1775,10 +1775,7 @@ class _DirectMerger:
         for metric in sorted(self.rollups):
             rollup.write(self.rollups.pop(metric).table(metric))
         rollup.close()
-        engine.execute(
-            q.SORT_RANK_BUCKETS,
-            {"files": [str(self.unsorted_rankb)], "target": str(r.rankb_path), "rows": RANKB_ROW_GROUP},
-        )
+        _group_by_metric(self.unsorted_rankb, r.rankb_path, metrics)
         self.unsorted_rankb.unlink()
         return r
 
@@ -1789,6 +1786,25 @@ class _DirectMerger:
                 writer.close()
         for path in (*self.result.paths(), self.unsorted_rankb):
             path.unlink(missing_ok=True)
+
+
+def _group_by_metric(source: Path, target: Path, metrics: list[str]) -> None:
+    """Copy rank buckets written rank by rank (one row group per rank and metric) metric by metric,
+    so that a metric's rows lie together, ranks ascending: one metric's rows in memory at a time."""
+    file = pq.ParquetFile(source)
+    meta = file.metadata
+    groups: dict[str, list[int]] = {}
+    for g in range(meta.num_row_groups):
+        stats = meta.row_group(g).column(0).statistics  # "metric": one value per group
+        groups.setdefault(str(stats.min) if stats is not None and stats.has_min_max else "", []).append(g)
+    writer = _BackgroundWriter(target, _RANKB_SCHEMA, _RANKB_WRITE_OPTIONS)
+    try:
+        for metric in metrics:
+            if groups.get(metric):
+                table = file.read_row_groups(groups[metric], use_threads=False).cast(_RANKB_SCHEMA)
+                writer.write(table, RANKB_ROW_GROUP)
+    finally:
+        writer.close()
 
 
 class _StepSet:
