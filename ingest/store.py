@@ -606,7 +606,7 @@ class Store:
         with those of generation ``gen``."""
         path = self.run_dir(name) / "derived" / f"a{gen:06d}.parquet"
         tmp = _tmp_target(path)
-        pq.write_table(_conform_long(derived), tmp, compression="zstd")
+        _write_by_metric(_conform_long(derived), tmp)
         tmp.rename(path)
         with self._catalog() as con:
             con.execute("BEGIN TRANSACTION")
@@ -663,6 +663,10 @@ class Store:
         files, want_rank, source = self._series_source(info, metric, rank)
         if not files:
             return _empty_series(metric)
+        if buckets and len(files) == 1:
+            fast = self._bucketed_fast(files[0], source, metric, want_rank, int(lo), int(hi), int(buckets))
+            if fast is not None:
+                return fast
         params: dict[str, Any] = {"files": files, "metric": metric, "lo": int(lo), "hi": int(hi)}
         if source == "ranks":
             if buckets:
@@ -703,7 +707,7 @@ class Store:
         return self._files(info.name, "runlevel", info.gen) or self._files(info.name, "long", info.gen), RUN_RANK, "run"
 
     def _has_run_level(self, info: RunInfo, metric: str) -> bool:
-        files = self._files(info.name, "long", info.gen)
+        files = self._files(info.name, "runlevel", info.gen) or self._files(info.name, "long", info.gen)
         if not files:
             return False
         blocks = self._blocks(files[0])
@@ -716,16 +720,23 @@ class Store:
         """The metrics a derived file holds (read once per file: files never change)."""
         metrics = self._derived_cache.get(path)
         if metrics is None:
-            rows = self._engine().execute(q.DISTINCT_METRICS, {"files": [path]}).fetchall()
-            metrics = self._derived_cache[path] = frozenset(str(r[0]) for r in rows)
+            meta = self._reader(path).file.metadata
+            ranges = [_stats_range(meta.row_group(g), "metric") for g in range(meta.num_row_groups)]
+            if all(r is not None and r[0] == r[1] for r in ranges):  # one metric per row group
+                metrics = frozenset(str(r[0]) for r in ranges if r is not None)
+            else:
+                column = pq.read_table(path, columns=["metric"]).column("metric")
+                metrics = frozenset(str(m) for m in pc.unique(column).to_pylist())
+            self._derived_cache[path] = metrics
         return metrics
 
     def _reader(self, path: str) -> _SourceReader:
-        """A row-range reader of ``path``, kept per thread (its footer is parsed once)."""
+        """A reader of ``path``'s step and value row ranges, kept per thread (its footer is parsed
+        once)."""
         readers: dict[str, _SourceReader] = self._local.__dict__.setdefault("readers", {})
         reader = readers.get(path)
         if reader is None:
-            reader = readers[path] = _SourceReader(path)
+            reader = readers[path] = _SourceReader(path, ("step", "value"))
         return reader
 
     def _block_window(self, path: str, metric: str, rank: int, lo: int, hi: int) -> SeriesData | None:
@@ -749,6 +760,46 @@ class Store:
         keep = slice(int(np.searchsorted(steps, lo)), int(np.searchsorted(steps, hi, side="right")))
         steps, values = steps[keep], values[keep]
         return SeriesData(metric, steps, values, values, values, "rank", False)
+
+    def _bucketed_fast(
+        self, path: str, source: str, metric: str, rank: int, lo: int, hi: int, buckets: int
+    ) -> SeriesData | None:
+        """``SERIES_*_BUCKETS`` computed with numpy from the rows read straight from the file (no
+        query engine: opening a run should not pay for one); None where that is not possible (a file
+        without block index, NULL values), and the SQL runs instead."""
+        if source in ("run", "rank"):
+            window = self._block_window(path, metric, rank, lo, hi)
+            if window is None:
+                return None
+            return _min_max_buckets(
+                metric, source, window.steps, window.values, window.values, window.values, lo, hi, buckets
+            )
+        columns = ["step", "mean", "min", "max", "n_nonfinite"] if source == "ranks" else ["step", "value"]
+        table = self._metric_rows(path, metric, columns)
+        if table is None:
+            return None
+        steps = _numpy(table.column("step"))
+        if steps.size > 1 and not bool((np.diff(steps) > 0).all()):
+            order = np.argsort(steps, kind="stable")
+            table, steps = table.take(order), steps[order]
+        keep = slice(int(np.searchsorted(steps, lo)), int(np.searchsorted(steps, hi, side="right")))
+        table, steps = table.slice(keep.start, keep.stop - keep.start), steps[keep]
+        if source == "ranks":
+            low, high, mean = (table.column(c).to_numpy() for c in ("min", "max", "mean"))
+            nonfinite = _numpy(table.column("n_nonfinite")) if table.num_rows else np.zeros(0, np.int64)
+            return _min_max_buckets(
+                metric, source, steps, low, high, mean, lo, hi, buckets, nonfinite, nan_is_null=True
+            )
+        values = table.column("value").to_numpy()
+        return _min_max_buckets(metric, source, steps, values, values, values, lo, hi, buckets)
+
+    def _metric_rows(self, path: str, metric: str, columns: list[str]) -> pa.Table | None:
+        """The rows of ``metric`` of a small sorted-by-metric file, reading only the row groups whose
+        statistics can hold it; None when a column holds NULLs the SQL would treat differently."""
+        table = _read_metric(self._reader(path).file, metric, columns)
+        if "value" in columns and table.column("value").null_count:
+            return None
+        return table.combine_chunks()
 
     def _blocks(self, path: str) -> dict[tuple[str, int], list[_Piece]] | None:
         """The block index in a long file's footer: the row ranges of each (metric, rank), in step
@@ -813,12 +864,7 @@ class Store:
         """``RANK_HEATMAP``'s rows (rank, col, step, mean, max) computed with numpy: the rank buckets
         of ``metric`` are read from the row groups whose statistics can hold it and, sorted by rank
         then step, grouped by runs of equal (rank, column)."""
-        meta = self._reader(path).file.metadata
-        groups = [g for g in range(meta.num_row_groups) if _may_hold(meta.row_group(g), "metric", metric)]
-        t = self._reader(path).file.read_row_groups(
-            groups, columns=["metric", "rank", "first_step", "mean", "max"], use_threads=False
-        )
-        t = t.filter(pc.equal(t.column("metric"), pa.scalar(metric)))
+        t = _read_metric(self._reader(path).file, metric, ["rank", "first_step", "mean", "max"])
         first = _numpy(t.column("first_step"))
         inside = (first >= lo) & (first <= hi)
         if not inside.any():
@@ -1112,8 +1158,9 @@ class _SourceReader:
     """Reads row ranges of a sorted source, in ascending order, a row group at a time; keeps the
     group it is in until it is used up (the next block of the file usually starts there)."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, columns: Sequence[str] = _READ_SCHEMA.names) -> None:
         self.file = pq.ParquetFile(path)
+        self.schema = pa.schema([_READ_SCHEMA.field(c) for c in columns])
         meta = self.file.metadata
         sizes = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
         self.starts = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)])
@@ -1134,8 +1181,8 @@ class _SourceReader:
         if cached is not None and cached[0] == group:
             return cached[1]
         # One thread: groups are small, and the merge's writer threads use the other core.
-        table = self.file.read_row_group(group, columns=_READ_SCHEMA.names, use_threads=False)
-        table = table if table.schema == _READ_SCHEMA else table.cast(_READ_SCHEMA)
+        table = self.file.read_row_group(group, columns=self.schema.names, use_threads=False)
+        table = table if table.schema == self.schema else table.cast(self.schema)
         self._cached = (group, table)
         return table
 
@@ -1657,14 +1704,101 @@ def _commit_generation(con: duckdb.DuckDBPyConnection, name: str, gen: int, merg
     )
 
 
-def _may_hold(group: Any, column: str, value: Any) -> bool:
-    """Whether a row group's statistics allow ``column == value`` (True without statistics)."""
+def _min_max_buckets(
+    metric: str,
+    source: str,
+    steps: np.ndarray,
+    low: np.ndarray,
+    high: np.ndarray,
+    mean: np.ndarray,
+    lo: int,
+    hi: int,
+    buckets: int,
+    nonfinite: np.ndarray | None = None,
+    nan_is_null: bool = False,
+) -> SeriesData:
+    """Steps in ``buckets`` equal step ranges over [lo, hi] (``floor((step - lo) * buckets / span)``,
+    as the SQL groups them): first step, min of ``low`` and max of ``high`` with the step where each
+    is (the first, on ties), mean of the finite ``mean``, and the non-finite count (``nonfinite`` per
+    row when given, else the non-finite ``mean`` values). NaN orders above every number, as in DuckDB:
+    a bucket holding a NaN has NaN as its max, and as its min only when it holds nothing else; with
+    ``nan_is_null`` (NaN stands for SQL NULL) it is left out of both."""
+    if steps.size == 0:
+        return SeriesData(metric, steps, mean, low, high, source, True, steps, steps, np.zeros(0, np.int64))
+    starts = np.flatnonzero(np.r_[True, np.diff((steps - lo) * buckets // (hi - lo + 1)) != 0])
+    finite = np.isfinite(mean)
+    count = np.add.reduceat(finite.astype(np.int64), starts)
+    total = np.add.reduceat(np.where(finite, mean, 0.0), starts)
+    if nonfinite is None:
+        nonfinite = ~finite
+    small = np.fmin.reduceat(low, starts)
+    large = (np.fmax if nan_is_null else np.maximum).reduceat(high, starts)
+    return SeriesData(
+        metric,
+        steps[starts],
+        np.divide(total, count, out=np.full(total.size, np.nan), where=count > 0),
+        small,
+        large,
+        source,
+        True,
+        min_step=steps[_first_equal(low, small, starts)],
+        max_step=steps[_first_equal(high, large, starts)],
+        n_nonfinite=np.add.reduceat(nonfinite.astype(np.int64), starts),
+    )
+
+
+def _first_equal(values: np.ndarray, per_bucket: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """Index of the first value of each bucket equal to the bucket's figure (NaN equals NaN; a
+    bucket without one, all NULL, points at its first row)."""
+    lengths = np.diff(np.r_[starts, values.size])
+    wanted = np.repeat(per_bucket, lengths)
+    hits = np.flatnonzero((values == wanted) | (np.isnan(values) & np.isnan(wanted)))
+    first = starts.copy()
+    bucket = np.searchsorted(starts, hits, side="right") - 1
+    is_first = np.r_[True, bucket[1:] != bucket[:-1]] if hits.size else np.zeros(0, bool)
+    first[bucket[is_first]] = hits[is_first]
+    return first
+
+
+def _stats_range(group: Any, column: str) -> tuple[Any, Any] | None:
+    """``(min, max)`` of ``column`` in a row group's statistics, None without them."""
     for i in range(group.num_columns):
         chunk = group.column(i)
         if chunk.path_in_schema == column:
             stats = chunk.statistics
-            return stats is None or not stats.has_min_max or bool(stats.min <= value <= stats.max)
-    return True
+            return (stats.min, stats.max) if stats is not None and stats.has_min_max else None
+    return None
+
+
+def _read_metric(file: pq.ParquetFile, metric: str, columns: list[str]) -> pa.Table:
+    """``columns`` of the rows of ``metric`` of a file sorted by metric: row groups holding only it
+    are read without the metric column, groups it shares with others are read and filtered."""
+    meta = file.metadata
+    parts = []
+    for g in range(meta.num_row_groups):
+        bounds = _stats_range(meta.row_group(g), "metric")
+        if bounds is not None and bounds[0] == bounds[1] == metric:
+            parts.append(file.read_row_group(g, columns=columns, use_threads=False))
+        elif bounds is None or bounds[0] <= metric <= bounds[1]:
+            mixed = file.read_row_group(g, columns=["metric", *columns], use_threads=False)
+            parts.append(mixed.filter(pc.equal(mixed.column("metric"), pa.scalar(metric))).select(columns))
+    if not parts:
+        return file.schema_arrow.empty_table().select(columns)
+    return pa.concat_tables(parts)
+
+
+def _write_by_metric(table: pa.Table, path: Path) -> None:
+    """A long table sorted by metric and step, written one metric per row group (of at most 65,536
+    rows), so a reader of one metric reads its groups only and the metrics are in the statistics."""
+    table = table.sort_by([("metric", "ascending"), ("rank", "ascending"), ("step", "ascending")])
+    metrics = table.column("metric").to_numpy(zero_copy_only=False)
+    cuts = np.flatnonzero(metrics[1:] != metrics[:-1]) + 1 if metrics.size else np.zeros(0, np.int64)
+    with pq.ParquetWriter(path, LONG_SCHEMA, compression="zstd", store_schema=False) as writer:
+        for a, b in zip(np.r_[0, cuts].tolist(), np.r_[cuts, metrics.size].tolist(), strict=True):
+            if b > a:
+                writer.write_table(table.slice(a, b - a), row_group_size=RUNLEVEL_ROW_GROUP)
+        if not metrics.size:
+            writer.write_table(table)
 
 
 class _NotAppendOnly(Exception):

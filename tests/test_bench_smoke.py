@@ -64,7 +64,8 @@ def test_read_figures_cover_every_overview_query(tiny_store: tuple[Path, Path]) 
 def test_goal_1_figures_are_rates_and_ratios_of_the_same_run(tmp_path: Path) -> None:
     from bench.compaction import run
 
-    ceiling, ours, growth = run(TINY, tmp_path)
+    ceiling, ours, everything, growth = run(TINY, tmp_path)
+    assert everything.baseline_value == ceiling.value and everything.ratio is not None
     assert ceiling.unit == ours.unit == "records/s" and ceiling.value > 0 and ours.value > 0
     assert ours.baseline_value == ceiling.value
     assert ours.ratio is not None and ours.ratio == pytest.approx(ours.value / ceiling.value)
