@@ -739,9 +739,12 @@ class Store:
             reader = readers[path] = _SourceReader(path, ("step", "value"))
         return reader
 
-    def _block_window(self, path: str, metric: str, rank: int, lo: int, hi: int) -> SeriesData | None:
+    def _block_window(
+        self, path: str, metric: str, rank: int, lo: int, hi: int, nulls: bool = True
+    ) -> SeriesData | None:
         """Steps [lo, hi] of one (metric, rank) straight from its row range in the long file (None
-        for a file without a block index): a few thousand rows cost one or two row groups."""
+        for a file without a block index, or holding NULL values unless ``nulls``): a few thousand
+        rows cost one or two row groups."""
         blocks = self._blocks(path)
         if blocks is None:
             return None
@@ -752,11 +755,13 @@ class Store:
             start, end = piece.start, piece.end
             if end - start == piece.hi - piece.lo + 1:  # one row per step: the rows are known exactly
                 start, end = start + max(0, lo - piece.lo), start + min(end - start, hi - piece.lo + 1)
-            tables.extend(self._reader(path).rows(start, end))
+            tables.append(self._reader(path).range(start, end))
         if not tables:
             return _empty_series(metric)
         table = pa.concat_tables(tables) if len(tables) != 1 else tables[0]
-        steps, values = _numpy(table.column("step")), table.column("value").to_numpy()
+        if not nulls and table.column("value").null_count:
+            return None
+        steps, values = _numpy(table.column("step")), _numpy(table.column("value"), float)
         keep = slice(int(np.searchsorted(steps, lo)), int(np.searchsorted(steps, hi, side="right")))
         steps, values = steps[keep], values[keep]
         return SeriesData(metric, steps, values, values, values, "rank", False)
@@ -768,7 +773,7 @@ class Store:
         query engine: opening a run should not pay for one); None where that is not possible (a file
         without block index, NULL values), and the SQL runs instead."""
         if source in ("run", "rank"):
-            window = self._block_window(path, metric, rank, lo, hi)
+            window = self._block_window(path, metric, rank, lo, hi, nulls=False)
             if window is None:
                 return None
             return _min_max_buckets(
@@ -862,17 +867,18 @@ class Store:
 
     def _rank_buckets(self, path: str, metric: str, lo: int, hi: int, buckets: int) -> pa.Table:
         """``RANK_HEATMAP``'s rows (rank, col, step, mean, max) computed with numpy: the rank buckets
-        of ``metric`` are read from the row groups whose statistics can hold it and, sorted by rank
-        then step, grouped by runs of equal (rank, column)."""
-        t = _read_metric(self._reader(path).file, metric, ["rank", "first_step", "mean", "max"])
-        first = _numpy(t.column("first_step"))
-        inside = (first >= lo) & (first <= hi)
-        if not inside.any():
+        of ``metric`` (read from the row groups that hold it), sorted by rank then step, are grouped by
+        runs of equal (rank, column)."""
+        t = _read_metric(self._reader(path).file, metric, ["rank", "first_step", "mean", "max"], threads=True)
+        first, ranks = _numpy(t.column("first_step")), _numpy(t.column("rank"))
+        mean, high = _numpy(t.column("mean"), float), _numpy(t.column("max"), float)
+        if first.size and not (lo <= first.min() and first.max() <= hi):
+            inside = (first >= lo) & (first <= hi)
+            first, ranks, mean, high = first[inside], ranks[inside], mean[inside], high[inside]
+        if not first.size:
             return pa.table({"rank": [], "col": [], "step": [], "mean": [], "max": []})
-        first, ranks = first[inside], _numpy(t.column("rank"))[inside]
         cols = (first - lo) * buckets // (hi - lo + 1)
         starts = np.flatnonzero(np.r_[True, (ranks[1:] != ranks[:-1]) | (cols[1:] != cols[:-1])])
-        mean = t.column("mean").to_numpy()[inside]
         have = ~np.isnan(mean)  # a NULL mean (no finite value in the bucket) is left out, as avg() does
         count = np.add.reduceat(have.astype(np.int64), starts)
         total = np.add.reduceat(np.where(have, mean, 0.0), starts)
@@ -882,7 +888,7 @@ class Store:
                 "col": cols[starts],
                 "step": first[starts],
                 "mean": np.divide(total, count, out=np.full(total.size, np.nan), where=count > 0),
-                "max": np.fmax.reduceat(t.column("max").to_numpy()[inside], starts),
+                "max": np.fmax.reduceat(high, starts),
             }
         )
 
@@ -1109,11 +1115,17 @@ def _sort_unique(part: pa.Table) -> pa.Table:
     return part.take(order[last])
 
 
-def _numpy(column: pa.ChunkedArray[Any]) -> np.ndarray:
-    """A column without nulls as one numpy array (``ChunkedArray.to_numpy`` is slow on many chunks)."""
-    if column.num_chunks == 1:
-        return column.chunk(0).to_numpy()
-    return np.concatenate([chunk.to_numpy() for chunk in column.chunks]) if column.num_chunks else np.zeros(0)
+def _numpy(column: pa.ChunkedArray[Any], nulls_as: type | None = None) -> np.ndarray:
+    """A column as one numpy array (``ChunkedArray.to_numpy`` is slow on many chunks); a column
+    with nulls needs ``nulls_as=float`` (nulls become NaN)."""
+    chunks: list[np.ndarray]
+    if nulls_as is not None:
+        chunks = [c.to_numpy(zero_copy_only=False).astype(nulls_as, copy=False) for c in column.chunks]
+    else:
+        chunks = [c.to_numpy() for c in column.chunks]
+    if len(chunks) == 1:
+        return chunks[0]
+    return np.concatenate(chunks) if chunks else np.zeros(0)
 
 
 def _strictly_ascending(ranks: np.ndarray, steps: np.ndarray) -> bool:
@@ -1175,6 +1187,15 @@ class _SourceReader:
             if stop == int(self.starts[group + 1]):
                 self._cached = None
             start, group = stop, group + 1
+
+    def range(self, start: int, end: int) -> pa.Table:
+        """Rows [start, end) as one table, the row groups decoded in parallel (for reads, where
+        nothing else runs: the merge uses ``rows``)."""
+        first = int(np.searchsorted(self.starts, start, side="right")) - 1
+        last = int(np.searchsorted(self.starts, end, side="left"))
+        table = self.file.read_row_groups(list(range(first, last)), columns=self.schema.names, use_threads=True)
+        table = table if table.schema == self.schema else table.cast(self.schema)
+        return table.slice(start - int(self.starts[first]), end - start)
 
     def _group(self, group: int) -> pa.Table:
         cached = self._cached
@@ -1725,12 +1746,21 @@ def _min_max_buckets(
     ``nan_is_null`` (NaN stands for SQL NULL) it is left out of both."""
     if steps.size == 0:
         return SeriesData(metric, steps, mean, low, high, source, True, steps, steps, np.zeros(0, np.int64))
-    starts = np.flatnonzero(np.r_[True, np.diff((steps - lo) * buckets // (hi - lo + 1)) != 0])
+    # Bucket k holds the steps s with k * span <= (s - lo) * buckets < (k + 1) * span: it starts at
+    # the first step >= lo + ceil(k * span / buckets). Empty buckets give repeated starts.
+    span = hi - lo + 1
+    bounds = lo - (-np.arange(buckets, dtype=np.int64) * span // buckets)
+    starts = np.searchsorted(steps, bounds)
+    starts = starts[np.r_[True, np.diff(starts) > 0] & (starts < steps.size)]
     finite = np.isfinite(mean)
-    count = np.add.reduceat(finite.astype(np.int64), starts)
-    total = np.add.reduceat(np.where(finite, mean, 0.0), starts)
-    if nonfinite is None:
-        nonfinite = ~finite
+    if finite.all():
+        count = np.diff(np.r_[starts, steps.size])
+        total = np.add.reduceat(mean, starts)
+        nonfinite = np.zeros(starts.size, np.int64) if nonfinite is None else np.add.reduceat(nonfinite, starts)
+    else:
+        count = np.add.reduceat(finite.astype(np.int64), starts)
+        total = np.add.reduceat(np.where(finite, mean, 0.0), starts)
+        nonfinite = np.add.reduceat((~finite if nonfinite is None else nonfinite).astype(np.int64), starts)
     small = np.fmin.reduceat(low, starts)
     large = (np.fmax if nan_is_null else np.maximum).reduceat(high, starts)
     return SeriesData(
@@ -1743,21 +1773,23 @@ def _min_max_buckets(
         True,
         min_step=steps[_first_equal(low, small, starts)],
         max_step=steps[_first_equal(high, large, starts)],
-        n_nonfinite=np.add.reduceat(nonfinite.astype(np.int64), starts),
+        n_nonfinite=nonfinite,
     )
 
 
 def _first_equal(values: np.ndarray, per_bucket: np.ndarray, starts: np.ndarray) -> np.ndarray:
     """Index of the first value of each bucket equal to the bucket's figure (NaN equals NaN; a
     bucket without one, all NULL, points at its first row)."""
-    lengths = np.diff(np.r_[starts, values.size])
-    wanted = np.repeat(per_bucket, lengths)
-    hits = np.flatnonzero((values == wanted) | (np.isnan(values) & np.isnan(wanted)))
-    first = starts.copy()
-    bucket = np.searchsorted(starts, hits, side="right") - 1
-    is_first = np.r_[True, bucket[1:] != bucket[:-1]] if hits.size else np.zeros(0, bool)
-    first[bucket[is_first]] = hits[is_first]
-    return first
+    ends = np.r_[starts[1:], values.size]
+    wanted = np.repeat(per_bucket, ends - starts)
+    equal = values == wanted
+    if np.isnan(per_bucket).any():
+        equal |= np.isnan(values) & np.isnan(wanted)
+    hits = np.flatnonzero(equal)
+    if not hits.size:
+        return starts
+    first = hits[np.minimum(np.searchsorted(hits, starts), hits.size - 1)]
+    return np.where(first < ends, first, starts)
 
 
 def _stats_range(group: Any, column: str) -> tuple[Any, Any] | None:
@@ -1770,16 +1802,21 @@ def _stats_range(group: Any, column: str) -> tuple[Any, Any] | None:
     return None
 
 
-def _read_metric(file: pq.ParquetFile, metric: str, columns: list[str]) -> pa.Table:
-    """``columns`` of the rows of ``metric`` of a file sorted by metric: row groups holding only it
-    are read without the metric column, groups it shares with others are read and filtered."""
+def _read_metric(file: pq.ParquetFile, metric: str, columns: list[str], threads: bool = False) -> pa.Table:
+    """``columns`` of the rows of ``metric`` of a file sorted by metric, in file order: row groups
+    holding only it are read without the metric column, groups it shares are read and filtered."""
     meta = file.metadata
-    parts = []
-    for g in range(meta.num_row_groups):
-        bounds = _stats_range(meta.row_group(g), "metric")
-        if bounds is not None and bounds[0] == bounds[1] == metric:
-            parts.append(file.read_row_group(g, columns=columns, use_threads=False))
-        elif bounds is None or bounds[0] <= metric <= bounds[1]:
+    parts: list[pa.Table] = []
+    pure: list[int] = []
+    for g in range(meta.num_row_groups + 1):
+        bounds = _stats_range(meta.row_group(g), "metric") if g < meta.num_row_groups else None
+        if g < meta.num_row_groups and bounds is not None and bounds[0] == bounds[1] == metric:
+            pure.append(g)
+            continue
+        if pure:  # a run of groups of this metric alone ends here
+            parts.append(file.read_row_groups(pure, columns=columns, use_threads=threads))
+            pure = []
+        if g < meta.num_row_groups and (bounds is None or bounds[0] <= metric <= bounds[1]):
             mixed = file.read_row_group(g, columns=["metric", *columns], use_threads=False)
             parts.append(mixed.filter(pc.equal(mixed.column("metric"), pa.scalar(metric))).select(columns))
     if not parts:
@@ -1793,7 +1830,7 @@ def _write_by_metric(table: pa.Table, path: Path) -> None:
     table = table.sort_by([("metric", "ascending"), ("rank", "ascending"), ("step", "ascending")])
     metrics = table.column("metric").to_numpy(zero_copy_only=False)
     cuts = np.flatnonzero(metrics[1:] != metrics[:-1]) + 1 if metrics.size else np.zeros(0, np.int64)
-    with pq.ParquetWriter(path, LONG_SCHEMA, compression="zstd", store_schema=False) as writer:
+    with pq.ParquetWriter(path, LONG_SCHEMA, **_LONG_WRITE_OPTIONS) as writer:
         for a, b in zip(np.r_[0, cuts].tolist(), np.r_[cuts, metrics.size].tolist(), strict=True):
             if b > a:
                 writer.write_table(table.slice(a, b - a), row_group_size=RUNLEVEL_ROW_GROUP)
