@@ -79,8 +79,8 @@ FULL = Sizes(
 )
 QUICK = Sizes(
     label="quick",
-    ranks=32,
-    steps=20_000,
+    ranks=64,
+    steps=25_000,
     metrics=8,
     repeats=3,
     import_steps=100_000,

@@ -1867,10 +1867,14 @@ class _DirectMerger:
             metric_rows=[],
             width=1,
         )
-        self.unsorted_rankb = _tmp_target(run_dir / "rankb" / f"u{gen:06d}.parquet")
+        self.unsorted_rankb = _tmp_target(run_dir / "rankb" / f"u{gen:06d}.arrow")
         self.long = _LongWriter(self.result.long_path, [])
         self.runlevel = _LongWriter(self.result.runlevel_path, [], RUNLEVEL_ROW_GROUP)
-        self.rankb = _BackgroundWriter(self.unsorted_rankb, _RANKB_SCHEMA, _RANKB_WRITE_OPTIONS)
+        # Rank buckets arrive rank by rank; they are kept as Arrow IPC batches (no encoding) and
+        # copied metric by metric at the end, one metric's rows in memory at a time.
+        self.rankb_sink = pa.OSFile(str(self.unsorted_rankb), "wb")
+        self.rankb = pa.ipc.new_file(self.rankb_sink, _RANKB_SCHEMA)
+        self.rankb_metrics: list[str] = []
         self.rollups: dict[str, _RollupAccumulator] = {}
         self.buckets: dict[tuple[str, int], _RankBuckets] = {}
         self.last_step: dict[tuple[str, int], int] = {}
@@ -1924,8 +1928,10 @@ class _DirectMerger:
     def _close_buckets(self) -> None:
         for (metric, rank), buckets in self.buckets.items():
             buckets.finish_block(metric, rank)
-            for table in buckets.tables:  # one row group per (rank, metric): see _group_by_metric
-                self.rankb.write(table.cast(_RANKB_SCHEMA), max(table.num_rows, 1))
+            for table in buckets.tables:
+                for batch in table.cast(_RANKB_SCHEMA).to_batches():
+                    self.rankb.write_batch(batch)
+                    self.rankb_metrics.append(metric)
         self.buckets = {}
 
     def finish(self) -> _MergeResult:
@@ -1933,6 +1939,7 @@ class _DirectMerger:
         self.long.close()
         self.runlevel.close()
         self.rankb.close()
+        self.rankb_sink.close()
         r = self.result
         r.first, r.last, r.n_steps = self.steps.first, self.steps.last, self.steps.count
         r.width = _bucket_width(0 if r.first is None or r.last is None else r.last - r.first + 1)
@@ -1946,34 +1953,33 @@ class _DirectMerger:
         for metric in sorted(self.rollups):
             rollup.write(self.rollups.pop(metric).table(metric))
         rollup.close()
-        _group_by_metric(self.unsorted_rankb, r.rankb_path, metrics)
+        _group_by_metric(self.unsorted_rankb, self.rankb_metrics, r.rankb_path, metrics)
         self.unsorted_rankb.unlink()
         return r
 
     def abort(self) -> None:
         """Stop the writers and remove what was written (nothing of it is committed)."""
-        for writer in (self.long.writer, self.runlevel.writer, self.rankb):
+        for writer in (self.long.writer, self.runlevel.writer, self.rankb, self.rankb_sink):
             with contextlib.suppress(Exception):
                 writer.close()
         for path in (*self.result.paths(), self.unsorted_rankb):
             path.unlink(missing_ok=True)
 
 
-def _group_by_metric(source: Path, target: Path, metrics: list[str]) -> None:
-    """Copy rank buckets written rank by rank (one row group per rank and metric) metric by metric,
-    so that a metric's rows lie together, ranks ascending: one metric's rows in memory at a time."""
-    file = pq.ParquetFile(source)
-    meta = file.metadata
-    groups: dict[str, list[int]] = {}
-    for g in range(meta.num_row_groups):
-        stats = meta.row_group(g).column(0).statistics  # "metric": one value per group
-        groups.setdefault(str(stats.min) if stats is not None and stats.has_min_max else "", []).append(g)
+def _group_by_metric(source: Path, batch_metrics: list[str], target: Path, metrics: list[str]) -> None:
+    """Copy rank buckets kept rank by rank (Arrow IPC batches, ``batch_metrics[i]`` the metric of
+    batch i) metric by metric, so that a metric's rows lie together, ranks ascending."""
+    by_metric: dict[str, list[int]] = {}
+    for i, metric in enumerate(batch_metrics):
+        by_metric.setdefault(metric, []).append(i)
     writer = _BackgroundWriter(target, _RANKB_SCHEMA, _RANKB_WRITE_OPTIONS)
     try:
-        for metric in metrics:
-            if groups.get(metric):
-                table = file.read_row_groups(groups[metric], use_threads=False).cast(_RANKB_SCHEMA)
-                writer.write(table, RANKB_ROW_GROUP)
+        with pa.OSFile(str(source), "rb") as f:
+            reader = pa.ipc.open_file(f)
+            for metric in metrics:
+                if by_metric.get(metric):
+                    batches = [reader.get_batch(i) for i in by_metric[metric]]
+                    writer.write(pa.Table.from_batches(batches, _RANKB_SCHEMA), RANKB_ROW_GROUP)
     finally:
         writer.close()
 
