@@ -4,7 +4,8 @@
 says so), ``python -m bench --quick`` a pass of about a minute at reduced size; ``--goals 1,3`` picks
 goals. Every figure is the median over repeats, printed with the baseline measured in the same run, the
 ratio and the peak resident memory (RSS) of the process that did the work: each measured step runs in a
-child process (``bench.child``), whose peak RSS comes from ``wait4`` (``ru_maxrss``). Inputs are
+child process (``bench.child``), which reports its own peak (``VmHWM``; ``wait4``'s ``ru_maxrss`` only
+for processes that cannot report, such as the Streamlit server). Inputs are
 generated once per size under the work folder (``bench/results/`` by default, git-ignored); results
 are never reused between repeats (each repeat compacts into a fresh store, re-reads files, opens a
 fresh ``Store``), but the operating system's page cache is warm, as it is for a user re-opening a run.
@@ -30,6 +31,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_WORKDIR = REPO / "bench" / "results"
 RESULT_PREFIX = "BENCH_RESULT "
+PEAK_KEY = "_peak_rss_mb"
 
 
 class Unavailable(Exception):
@@ -148,7 +150,7 @@ class ChildRun:
 
 def run_child(entry: str, args: dict[str, Any] | None = None, *, timeout_s: float = 3600.0) -> ChildRun:
     """Run ``module:function(**args)`` in a fresh interpreter (``bench.child``) and return its
-    JSON result with the child's own peak RSS (from ``wait4``: not mixed with other children)."""
+    JSON result and the child's own peak RSS (not mixed with this process's or other children's)."""
     target = entry
     cmd = [sys.executable, "-m", "bench.child", entry, json.dumps(args or {})]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
@@ -168,7 +170,7 @@ def run_child(entry: str, args: dict[str, Any] | None = None, *, timeout_s: floa
     result = json.loads(lines[-1][len(RESULT_PREFIX) :])
     if result.get("unavailable"):
         raise Unavailable(str(result["unavailable"]))
-    return ChildRun(result, rss_mb, wall)
+    return ChildRun(result, float(result.pop(PEAK_KEY, rss_mb)), wall)
 
 
 def wait_with_rusage(proc: subprocess.Popen[Any], timeout_s: float, target: str) -> tuple[int, float]:
