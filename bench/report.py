@@ -30,6 +30,8 @@ def fmt_value(value: float | None, unit: str) -> str:
         return f"{value:.2f} s"
     if unit in ("x", "%"):
         return f"{value:.2f}{unit if unit == '%' else 'x'}"
+    if unit == "MiB":
+        return f"{value:,.0f} MiB"
     if unit == "recall":
         return f"{value:.2f} recall"
     return f"{value:g} {unit}"

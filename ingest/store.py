@@ -3,8 +3,10 @@
 On disk (``<store>`` defaults to ``$STABSCOPE_STORE`` or ``~/.local/share/stabscope/store``)::
 
     catalog.duckdb                        runs, shard offsets, staged batches, events, spikes
-    runs/run=<name>/long/g<gen>.parquet   (rank, step, metric, value, wall_time), sorted metric/rank/step,
-                                          with an index of its (metric, rank) row ranges in the footer
+    runs/run=<name>/long/g<gen>.parquet   (rank, step, metric, value, wall_time) in blocks of one
+                                          (metric, rank) sorted by step; the footer's index gives each
+                                          block's rows (merged generations: metric/rank/step order;
+                                          a first generation written in one pass: rank/metric order)
     runs/run=<name>/runlevel/g<gen>.parquet the rank -1 rows of the long file (what the overview reads)
     runs/run=<name>/rollup/g<gen>.parquet cross-rank count/mean/min/max/std/argmin/argmax per step
     runs/run=<name>/rankb/g<gen>.parquet  per-rank step buckets for the rank x step heatmap
