@@ -404,6 +404,9 @@ def train_rank(config: DemoConfig, rank: int, world_size: int, log: Callable[[st
             logged = monitor.log(step, loss=loss.detach(), lr=lr, clip_stats=record)
             done = step + 1
             if config.checkpoint_every and done % config.checkpoint_every == 0 and done < config.steps:
+                # Metrics up to this step reach the shards before the checkpoint exists: a crash between
+                # the two must not leave a resumable checkpoint whose earlier steps were never logged.
+                monitor.flush()
                 if rank == 0:
                     _save_checkpoint(trainer, config, step)
                 monitor.checkpoint(step)
