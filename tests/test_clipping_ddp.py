@@ -13,12 +13,11 @@ from typing import Any
 
 import pytest
 import torch
-import torch.distributed as dist
-from torch.multiprocessing.spawn import spawn
 
 from stab_core.clipping import ZClip, clip_coef, clip_grad_norm
+from tests.gloo import run_on_gloo
 
-pytestmark = pytest.mark.slow  # spawning two torch processes takes ~4 s
+pytestmark = pytest.mark.slow  # each group of two spawned torch processes takes ~3 s
 
 WORLD = 2
 MAX_NORM = 0.05
@@ -98,27 +97,30 @@ def _ddp_zclip(rank: int) -> dict[str, Any]:
     return {"records": records, "state": clipper.state_dict()}
 
 
-def _worker(rank: int, store: str, out_dir: str) -> None:
-    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=WORLD)
-    try:
-        results = {
-            "ddp_clip": _ddp_clip(rank),
-            "ddp_nan_skip": _ddp_nan_skip(rank),
-            "fsdp2_clip": _fsdp2_clip(rank),
-            "ddp_zclip": _ddp_zclip(rank),
-        }
-        torch.save(results, Path(out_dir) / f"rank{rank}.pt")
-    finally:
-        dist.destroy_process_group()
+def _ddp_worker(rank: int, out_dir: str) -> None:
+    results = {"ddp_clip": _ddp_clip(rank), "ddp_nan_skip": _ddp_nan_skip(rank), "ddp_zclip": _ddp_zclip(rank)}
+    torch.save(results, Path(out_dir) / f"ddp-rank{rank}.pt")
+
+
+def _fsdp2_worker(rank: int, out_dir: str) -> None:
+    torch.save({"fsdp2_clip": _fsdp2_clip(rank)}, Path(out_dir) / f"fsdp2-rank{rank}.pt")
+
+
+def _results(tmp_path_factory: pytest.TempPathFactory, worker: Any, name: str) -> list[dict[str, Any]]:
+    out_dir = tmp_path_factory.mktemp(name)
+    run_on_gloo(worker, WORLD, out_dir, str(out_dir))
+    return [torch.load(out_dir / f"{name}-rank{rank}.pt", weights_only=False) for rank in range(WORLD)]
+
+
+# Two process groups, not one: a failure in the FSDP2 (DTensor) path must not hide the DDP results.
+@pytest.fixture(scope="module")
+def ddp_results(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
+    return _results(tmp_path_factory, _ddp_worker, "ddp")
 
 
 @pytest.fixture(scope="module")
-def rank_results(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
-    out_dir = tmp_path_factory.mktemp("gloo")
-    spawn(  # type: ignore[no-untyped-call]
-        _worker, args=(str(out_dir / "store"), str(out_dir)), nprocs=WORLD, join=True
-    )
-    return [torch.load(out_dir / f"rank{rank}.pt", weights_only=False) for rank in range(WORLD)]
+def fsdp2_results(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
+    return _results(tmp_path_factory, _fsdp2_worker, "fsdp2")
 
 
 def _single_process_reference() -> tuple[float, list[torch.Tensor]]:
@@ -132,7 +134,8 @@ def _single_process_reference() -> tuple[float, list[torch.Tensor]]:
 
 
 @pytest.mark.parametrize("scenario", ["ddp_clip", "fsdp2_clip"])
-def test_clipped_gradients_match_a_single_process(rank_results: list[dict[str, Any]], scenario: str) -> None:
+def test_clipped_gradients_match_a_single_process(request: pytest.FixtureRequest, scenario: str) -> None:
+    rank_results = request.getfixturevalue("ddp_results" if scenario == "ddp_clip" else "fsdp2_results")
     norm, expected = _single_process_reference()
     assert norm > MAX_NORM, "the test must exercise clipping"
     for result in rank_results:
@@ -144,15 +147,15 @@ def test_clipped_gradients_match_a_single_process(rank_results: list[dict[str, A
             torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-8)
 
 
-def test_a_nan_on_one_rank_is_skipped_on_every_rank(rank_results: list[dict[str, Any]]) -> None:
-    for result in rank_results:
+def test_a_nan_on_one_rank_is_skipped_on_every_rank(ddp_results: list[dict[str, Any]]) -> None:
+    for result in ddp_results:
         total_norm, _, coef, clipped, skipped, *_ = result["ddp_nan_skip"]["record"]
         assert math.isnan(total_norm) and skipped and not clipped and coef == 0.0
         assert result["ddp_nan_skip"]["unchanged"], "AdamW moved the weights after a skipped step"
 
 
-def test_zclip_takes_the_same_decisions_on_every_rank(rank_results: list[dict[str, Any]]) -> None:
-    first, second = (result["ddp_zclip"] for result in rank_results)
+def test_zclip_takes_the_same_decisions_on_every_rank(ddp_results: list[dict[str, Any]]) -> None:
+    first, second = (result["ddp_zclip"] for result in ddp_results)
     # repr, because NaN z-scores (warm-up steps) never compare equal
     assert repr(first["records"]) == repr(second["records"])
     assert first["state"] == second["state"]

@@ -22,6 +22,7 @@ from ingest.store import Store
 from ingest.train_demo import DemoConfig, MarkovSource, batch_tokens, build_model, lm_loss
 from stab_core.clipping import ZClip, clip_grad_norm
 from stab_core.schedulers import WarmupCosineRestartScheduler
+from tests.gloo import run_on_gloo
 
 PEAK_LR = 1e-3
 
@@ -168,11 +169,8 @@ NORM_CONFIG = dict(ranks=2, steps=100, per_rank_batch_size=4, seq_len=32, seed=3
 def _norm_worker(rank: int, out: str) -> None:
     """One rank: DDP (small buckets, so the norms add up over several) + the monitor; dumps each step's
     parameters (rank 0), the monitor's records and the clipper's norms."""
-    import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
 
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{out}/rdzv", rank=rank, world_size=2)
     config = DemoConfig(out=Path(out) / "shards", **NORM_CONFIG).resolved()  # type: ignore[arg-type]
     source = MarkovSource(config.vocab_size, config.markov_branching, config.seed, config.markov_order)
     model = DistributedDataParallel(build_model(config), bucket_cap_mb=0.05)
@@ -200,7 +198,6 @@ def _norm_worker(rank: int, out: str) -> None:
                 }
             )
     Path(f"{out}/records-{rank}.json").write_text(json.dumps(records))
-    dist.destroy_process_group()
 
 
 def _hand_norms(out: Path, step: int) -> tuple[list[float], float, list[float]]:
@@ -221,9 +218,7 @@ def _hand_norms(out: Path, step: int) -> tuple[list[float], float, list[float]]:
 
 @pytest.mark.slow
 def test_two_rank_ddp_norms_match_norms_computed_by_hand(tmp_path: Path) -> None:
-    from torch.multiprocessing.spawn import spawn
-
-    spawn(_norm_worker, args=(str(tmp_path),), nprocs=2, join=True)  # type: ignore[no-untyped-call]
+    run_on_gloo(_norm_worker, 2, tmp_path, str(tmp_path))
     records = [json.loads((tmp_path / f"records-{r}.json").read_text()) for r in range(2)]
     for step in range(NORM_STEPS):
         local, global_norm, losses = _hand_norms(tmp_path, step)
