@@ -175,14 +175,21 @@ def cmd_demo(args: argparse.Namespace) -> int:
 # Streamlit treats a folder named pages/ beside the entry script as an old-style multipage app until
 # app.py has called st.navigation once; a deep link (/overview) as the first request of a fresh server
 # would then run that page without app.py. Declaring the app navigation-driven before start-up avoids it.
+#
+# The libraries behind the first page (DuckDB, Plotly, pandas, our own modules) are imported on a
+# thread while the server starts and the browser loads its bundle, instead of inside the first
+# session's script run, which the user waits for.
 _SERVE_BOOT = (
-    "import sys\n"
+    "import sys, threading\n"
+    "sys.path.insert(0, sys.argv.pop(1))\n"
     "from streamlit.runtime.pages_manager import PagesManager\n"
     "PagesManager.uses_pages_directory = False\n"
+    "threading.Thread(target=lambda: [__import__(m) for m in sys.argv.pop(1).split(',')], daemon=True).start()\n"
     "from streamlit.web.cli import main\n"
     "sys.argv = ['streamlit', *sys.argv[1:]]\n"
     "sys.exit(main())\n"
 )
+_PRELOAD = ("plotly.graph_objects", "pandas", "duckdb", "ingest.store", "pages.common", "pages.charts")
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -192,7 +199,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if not app.exists():
         raise StabScopeError(f"cannot find the app at {app}: install StabScope from its source tree")
     env = dict(os.environ)
-    env["STABSCOPE_STORE"] = str(Path(args.store).expanduser() if args.store else default_store_path())
+    env["STABSCOPE_STORE"] = str(Path(args.store).expanduser().resolve() if args.store else default_store_path())
     if not args.no_demo:
         # Seed here, with a terminal progress bar, so the first page the browser opens is instant.
         from ingest.demo import seed_demo_store
@@ -206,6 +213,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         sys.executable,
         "-c",
         _SERVE_BOOT,
+        str(app.parent),
+        ",".join(_PRELOAD),
         "run",
         str(app),
         "--server.port",

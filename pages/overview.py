@@ -109,10 +109,12 @@ def charts(name: str) -> None:
     if analysis.get("error"):
         st.warning(f"The analyses failed on this run: {analysis['error']}", icon=":material/warning:")
     st.button("Show the whole run", on_click=reset_range, args=("ov_range",), key="ov_reset")
-    frame = shown_frame(shown, ema_weight)
+    # Every export is built on click, not on each rerun: CSV of the shown points was ~0.2 s per rerun.
     e1, e2, e3, e4 = st.columns(4)
-    e1.download_button("Shown data (CSV)", to_bytes(frame, "csv"), f"{name}_{lo}-{hi}.csv", "text/csv")
-    e2.download_button("Shown data (Parquet)", to_bytes(frame, "parquet"), f"{name}_{lo}-{hi}.parquet")
+    shown_csv = lambda: to_bytes(shown_frame(shown, ema_weight), "csv")  # noqa: E731
+    shown_parquet = lambda: to_bytes(shown_frame(shown, ema_weight), "parquet")  # noqa: E731
+    e1.download_button("Shown data (CSV)", shown_csv, f"{name}_{lo}-{hi}.csv", "text/csv")
+    e2.download_button("Shown data (Parquet)", shown_parquet, f"{name}_{lo}-{hi}.parquet")
     e3.download_button("Full series (CSV)", lambda: full_export(name, "csv"), f"{name}.csv", "text/csv")
     e4.download_button("Full series (Parquet)", lambda: full_export(name, "parquet"), f"{name}.parquet")
 
