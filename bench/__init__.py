@@ -59,6 +59,11 @@ class Sizes:
     snr_steps: int
     overhead_steps: int
     """Training steps per measurement of goal 5."""
+    wide_ranks: int = 1_000
+    wide_steps: int = 1_000_000
+    """Goal 6's wide run (issue 6: an overview of a 1,000-rank x 1M-step run under 1 s per rerun)."""
+    wide_rank_every: int = 10
+    """Its per-rank metrics are logged every this many steps (the run-level ones every step)."""
 
     @property
     def records(self) -> int:
@@ -92,6 +97,8 @@ QUICK = Sizes(
     snr_ranks=64,
     snr_steps=20_000,
     overhead_steps=60,
+    wide_ranks=100,
+    wide_steps=100_000,
 )
 TINY = Sizes(
     label="tiny",
@@ -106,6 +113,8 @@ TINY = Sizes(
     snr_ranks=8,
     snr_steps=2_000,
     overhead_steps=10,
+    wide_ranks=8,
+    wide_steps=4_000,
 )
 """For the smoke test: every code path, in seconds."""
 

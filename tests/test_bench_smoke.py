@@ -105,3 +105,19 @@ def test_report_table_holds_value_baseline_and_ratio(tmp_path: Path, monkeypatch
     assert text.count("<!-- bench:tiny:begin -->") == 1 and "Hand-written notes stay." in text
     assert "3.50 M records/s" in text and "pyarrow ceiling: 5.00 M records/s" in text and "0.70x" in text
     assert set(PER_RANK_METRICS).isdisjoint(RUN_LEVEL_METRICS)
+
+
+def test_wide_run_logs_run_level_every_step_and_ranks_every_nth(tmp_path: Path) -> None:
+    from bench.app import wide_store
+    from ingest.store import Store
+
+    store_dir, records = wide_store(tmp_path, TINY)
+    ranks, steps, every = TINY.wide_ranks, TINY.wide_steps, TINY.wide_rank_every
+    assert records == steps * len(RUN_LEVEL_METRICS) + ranks * 2 * (steps // every)
+    store = Store(store_dir)
+    info = store.run_info(RUN)
+    assert (info.first_step, info.last_step, info.ranks) == (0, steps - 1, ranks)
+    assert store.read_series(RUN, "loss").steps.size == steps
+    local = store.read_series(RUN, "grad_norm_local", rank=ranks - 1)
+    assert np.array_equal(local.steps, np.arange(0, steps, every))
+    assert wide_store(tmp_path, TINY)[1] == records  # generated once, then reused
