@@ -623,6 +623,10 @@ def alert_banner(runs: Sequence[RunInfo]) -> None:
                 st.warning(f"**{info.name}**: {alert}", icon=":material/notifications_active:")
 
 
+MISSING = "—"
+"""How every table shows a value that does not exist (no spike yet, no per-rank data)."""
+
+
 def run_catalog(runs: Sequence[RunInfo], summary: dict[str, dict[str, Any]]) -> pd.DataFrame:
     """The Runs table: one row per run with its last loss, spikes, worst spike, alerts and tags."""
     rows = []
@@ -634,7 +638,7 @@ def run_catalog(runs: Sequence[RunInfo], summary: dict[str, dict[str, Any]]) -> 
                 "name": r.name,
                 "status": r.status,
                 "steps": r.n_steps,
-                "ranks": r.ranks,
+                "ranks": r.ranks or None,  # None: a run-level log (no per-rank data), shown as a dash
                 "last loss": last_value(r, "loss"),
                 "spikes": int(s.get("n_spikes", 0)),
                 "worst spike (x)": _float(s.get("worst_ratio")),

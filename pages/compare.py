@@ -9,6 +9,7 @@ import streamlit as st
 from ingest.errors import StabScopeError
 from pages.charts import compare_figure
 from pages.common import (
+    MISSING,
     Line,
     auto_buckets,
     ema,
@@ -99,7 +100,7 @@ table = pd.DataFrame(
         for line in shown
     ]
 )
-st.dataframe(table, hide_index=True, key="cmp_table")
+st.dataframe(table, hide_index=True, key="cmp_table", placeholder=MISSING)
 st.caption(
     "Seed groups average their runs on a shared grid (where at least one run has data); the band is the "
     "spread across seeds. Align by tokens uses each run's logged cumulative `tokens`."

@@ -5,7 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from ingest.analyses import price_run_spikes, run_step_time_s
-from pages.common import get_store, pick_run
+from pages.common import MISSING, get_store, pick_run
 from stab_core import cost
 
 st.title("Cost of rollback")
@@ -106,5 +106,6 @@ if run is not None:
                 for s, n, c in zip(spikes, bill.steps_charged, bill.per_spike, strict=True)
             ],
             hide_index=True,
+            placeholder=MISSING,
         )
         st.metric("Total", f"${bill.total.usd:,.2f}", f"{bill.total.gpu_hours:,.1f} GPU-hours", delta_color="off")

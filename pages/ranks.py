@@ -7,6 +7,7 @@ import streamlit as st
 from pages.charts import heatmap_figure, rank_vs_median_figure
 from pages.common import (
     HEATMAP_BUCKETS,
+    MISSING,
     OUTLIER_Z,
     auto_buckets,
     cross_rank_band,
@@ -93,6 +94,7 @@ st.dataframe(
         "max_z": st.column_config.NumberColumn("max |z|", format="%.1f"),
         "flagged_pct": st.column_config.NumberColumn("% of time outlier", format="%.1f"),
     },
+    placeholder=MISSING,
 )
 st.caption(
     f"Outlier: modified z-score across ranks > {OUTLIER_Z} in a step column; a straggler is one in at least "

@@ -9,6 +9,7 @@ from ingest.errors import StabScopeError
 from pages.charts import Panel, panels_figure
 from pages.common import (
     LIVE_REFRESH_S,
+    MISSING,
     get_store,
     list_runs,
     nav_link,
@@ -72,6 +73,7 @@ def catalog() -> None:
         on_select="rerun",
         selection_mode="multi-row",
         key="runs_table",
+        placeholder=MISSING,
     )
     chosen = [str(table.iloc[i]["name"]) for i in event.selection.rows if i < len(table)]
     if not chosen:

@@ -15,6 +15,7 @@ import streamlit as st
 from ingest.store import RunInfo
 from pages.charts import Panel, compare_figure, panels_figure
 from pages.common import (
+    MISSING,
     Line,
     auto_buckets,
     get_store,
@@ -124,6 +125,7 @@ else:
         hide_index=True,
         key="sc_spikes",
         column_config={"confidence": st.column_config.ProgressColumn(min_value=0.0, max_value=1.0, format="%.2f")},
+        placeholder=MISSING,
     )
     worst = max(spikes, key=lambda s: (not s["recovered"], float(s.get("ratio") or 0)))
     st.markdown(f"**The tree's advice** (for the `{worst['cause']}` spike at step {worst['peak']}):")

@@ -7,7 +7,7 @@ import pandas as pd  # type: ignore[import-untyped]
 import streamlit as st
 
 from pages.charts import schedule_figure
-from pages.common import list_runs, read_series, scheduler_snippet
+from pages.common import MISSING, list_runs, read_series, scheduler_snippet
 from stab_core.schedulers import (
     largest_lr_change,
     lr_at,
@@ -103,7 +103,7 @@ fig = schedule_figure(
     overlay,
 )
 st.plotly_chart(fig, key="sch_chart", config={"displaylogo": False})
-st.dataframe(pd.DataFrame(rows), hide_index=True, key="sch_jumps")
+st.dataframe(pd.DataFrame(rows), hide_index=True, key="sch_jumps", placeholder=MISSING)
 with st.expander(f"{len(transitions)} transition points", expanded=False):
     st.dataframe(
         pd.DataFrame(
@@ -120,6 +120,7 @@ with st.expander(f"{len(transitions)} transition points", expanded=False):
             ]
         ),
         hide_index=True,
+        placeholder=MISSING,
     )
 st.subheader("Use it")
 st.code(scheduler_snippet(total, warmup, restart, cycles, min_ratio, peak), language="python")

@@ -7,6 +7,7 @@ import streamlit as st
 
 from pages.charts import Panel, panels_figure
 from pages.common import (
+    MISSING,
     auto_buckets,
     evidence_text,
     go_to,
@@ -78,6 +79,7 @@ st.dataframe(
         "GPU-hours lost": st.column_config.NumberColumn(format="%.2f"),
         "USD lost": st.column_config.NumberColumn(format="$%.2f"),
     },
+    placeholder=MISSING,
 )
 if st.session_state.get("sp_idx", 0) >= len(spikes):
     st.session_state["sp_idx"] = 0
@@ -124,4 +126,4 @@ path_rows = [
     }
     for p in spike.get("path", [])
 ]
-st.dataframe(pd.DataFrame(path_rows), hide_index=True, key="sp_path", width="stretch")
+st.dataframe(pd.DataFrame(path_rows), hide_index=True, key="sp_path", width="stretch", placeholder=MISSING)

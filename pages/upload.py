@@ -12,6 +12,7 @@ from ingest.errors import StabScopeError
 from ingest.formats import FORMATS, detect, read_log
 from pages.common import (
     MAX_UPLOAD_BYTES,
+    MISSING,
     get_store,
     nav_link,
     parsed_summary,
@@ -91,7 +92,7 @@ m1.metric("Format", log.format)
 m2.metric("Rows", f"{log.table.num_rows:,}")
 m3.metric("Steps", f"{span[0]:,}–{span[1]:,}" if span else "none")
 m4.metric("Rejected lines", f"{log.skipped:,}")
-st.dataframe(parsed_summary(log), hide_index=True, key="up_summary")
+st.dataframe(parsed_summary(log), hide_index=True, key="up_summary", placeholder=MISSING)
 if log.skipped_examples:
     st.caption("Rejected lines (first few), with the reason:")
     rejected = pd.DataFrame(log.skipped_examples, columns=["file", "line", "reason"])

@@ -43,6 +43,9 @@ def test_search_and_status_filter(own_app_store: Store) -> None:
     assert _table(at).empty
     assert any("0 of 2 runs" in c.value for c in at.caption)
     at.multiselect(key="runs_status").set_value([]).run()
+    other = _table(at).set_index("name").loc["other-run"]
+    assert pd.isna(other["ranks"])  # no per-rank data: a dash, not "0 ranks"
+    assert at.dataframe(key="runs_table").proto.placeholder == "—"
     at.checkbox(key="runs_alerts").check().run()
     assert list(_table(at)["name"]) == [SMALL_RUN]  # the run without per-rank data has no straggler alert
 
