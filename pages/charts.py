@@ -39,6 +39,8 @@ EVENT_STYLES = {
 }
 _DEFAULT_EVENT_STYLE = ("#868e96", "dot")
 CLICK_GRID_POINTS = 20_000
+HEATMAP_SATURATION = 6.0
+"""The % heatmap's colours saturate at this many times the cells' median absolute deviation."""
 """Most clickable markers laid over a heatmap (columns are thinned beyond that)."""
 
 
@@ -238,6 +240,22 @@ def panels_figure(
     return fig
 
 
+def heatmap_colour_range(z: np.ndarray, relative: bool) -> tuple[float | None, float | None]:
+    """Colour limits that show ordinary rank-to-rank spread, so that one 100x spike saturates its own
+    cells instead of washing every other cell out to the middle colour. For % deviations: symmetric,
+    at ``HEATMAP_SATURATION`` times the median absolute deviation of the cells (at least +-1 %), which
+    outliers covering many cells (a straggler all run long) cannot move; otherwise the 1st-99th
+    percentile. None, None when nothing is finite."""
+    finite = z[np.isfinite(z)]
+    if not finite.size:
+        return None, None
+    if relative:
+        limit = max(HEATMAP_SATURATION * float(np.median(np.abs(finite))), 1.0)
+        return -limit, limit
+    low, high = (float(v) for v in np.percentile(finite, [1, 99]))
+    return (low, high) if high > low else (None, None)
+
+
 def heatmap_figure(
     ranks: np.ndarray, steps: np.ndarray, matrix: np.ndarray, z_title: str, relative: bool, selected: int | None
 ) -> go.Figure:
@@ -248,13 +266,15 @@ def heatmap_figure(
         with np.errstate(all="ignore"):
             z = 100 * (matrix - median) / np.abs(median)
         z_title = "% vs cross-rank median"
+    zmin, zmax = heatmap_colour_range(z, relative)
     fig = go.Figure(
         go.Heatmap(
             z=z,
             x=steps,
             y=ranks,
             colorscale="RdBu_r" if relative else "Viridis",
-            zmid=0 if relative else None,
+            zmin=zmin,
+            zmax=zmax,
             colorbar={"title": {"text": z_title, "side": "right"}},
             hovertemplate="rank %{y}<br>step %{x}<br>%{z:.4g}<extra></extra>",
         )
@@ -268,7 +288,7 @@ def heatmap_figure(
             y=grid_y.ravel(),
             mode="markers",
             showlegend=False,
-            marker={"size": 6, "opacity": 0.01, "color": "#000"},
+            marker={"size": 6, "color": "rgba(0,0,0,0)"},  # fully transparent: clickable, not drawn
             hovertemplate="rank %{y}: click to inspect<extra></extra>",
         )
     )

@@ -31,6 +31,24 @@ def test_outlier_rank_leads_the_table(app_store: Store) -> None:
     assert at.selectbox(key="rk_rank").value == OUTLIER_RANK
     heat = figure_of(at)["data"][0]
     assert heat["type"] == "heatmap" and list(plotly_values(heat["y"])) == [0, 1, 2, 3]
+    # the +300 % outlier saturates its cells; the colour range follows the ordinary spread instead
+    assert heat["zmin"] == -heat["zmax"] and 1.0 <= heat["zmax"] < 250
+    assert figure_of(at)["data"][1]["marker"]["color"] == "rgba(0,0,0,0)"  # the click grid is not drawn
+
+
+def test_heatmap_colour_range_known_answers() -> None:
+    import numpy as np
+
+    from pages.charts import heatmap_colour_range
+
+    deviation = np.concatenate([np.linspace(-10.0, 10.0, 1001), [300.0] * 100, [np.nan, np.inf]])
+    low, high = heatmap_colour_range(deviation, relative=True)
+    median_abs = float(np.median(np.abs(deviation[np.isfinite(deviation)])))  # 5.5: the spike barely moves it
+    assert high == -low == pytest.approx(6 * median_abs) and 30 < high < 40
+    assert heatmap_colour_range(np.zeros(5), relative=True) == (-1.0, 1.0)  # flat: at least +-1 %
+    assert heatmap_colour_range(np.arange(101.0), relative=False) == (1.0, 99.0)
+    assert heatmap_colour_range(np.full(3, np.nan), relative=False) == (None, None)
+    assert heatmap_colour_range(np.full(4, 7.0), relative=False) == (None, None)  # plotly picks its own
 
 
 def test_straggler_and_rank_vs_median(app_store: Store) -> None:
