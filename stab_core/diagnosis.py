@@ -626,6 +626,37 @@ def _rank_matrix(view: RunView) -> tuple[str, RankMatrix] | None:
     return None
 
 
+def _dense_rank_outlier(matrix: RankMatrix, a: int, b: int, rank_ratio: float) -> tuple[float, int, int, int] | None:
+    """The loop of :func:`_node_rank_concentration` over columns a..b-1 at once, when every rank logged a
+    finite value in each of them (else None: the loop handles the rest). (ratio, rank, step, outliers)
+    of the first column holding the largest ratio of a rank to the median of the others."""
+    if b <= a:
+        return None
+    values = matrix.values[:, a:b]
+    if values.shape[0] < 2 or not (matrix.present[:, a:b].all() and np.isfinite(values).all()):
+        return None
+    n = values.shape[0]
+    order = np.argsort(values, axis=0, kind="stable")
+    ranked = np.take_along_axis(values, order, axis=0)
+    position = np.empty_like(order)
+    np.put_along_axis(position, order, np.arange(n)[:, None], axis=0)
+
+    def remaining(j: int) -> FloatArray:
+        # j-th smallest of each column once the entry itself is removed
+        return np.take_along_axis(ranked, np.where(j < position, j, j + 1), axis=0)
+
+    m = n - 1
+    medians = remaining(m // 2) if m % 2 else 0.5 * (remaining(m // 2 - 1) + remaining(m // 2))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratios = values / medians
+    ratios = np.where(np.isnan(ratios), 0.0, ratios)
+    worst = np.argmax(ratios, axis=0)
+    peaks = ratios[worst, np.arange(b - a)]
+    column = int(np.argmax(peaks))
+    outliers = int((ratios[:, column] >= rank_ratio).sum())
+    return float(peaks[column]), int(matrix.ranks[worst[column]]), int(matrix.steps[a + column]), outliers
+
+
 def _node_rank_concentration(view: RunView, spike: SpikeEvent, p: DiagnosisParams) -> NodeResult:
     found = _rank_matrix(view)
     if found is None:
@@ -635,8 +666,8 @@ def _node_rank_concentration(view: RunView, spike: SpikeEvent, p: DiagnosisParam
     # the fault shows where the spike begins; later samples of a long event are its aftermath
     a, b = np.searchsorted(matrix.steps, [spike.onset - lookback, spike.start + lookback + 1])
     allowed = max(1, math.floor(p.rank_max_fraction * matrix.ranks.size))
-    best: tuple[float, int, int, int] | None = None  # ratio, rank, step, outliers
-    for column in range(a, b):
+    best = _dense_rank_outlier(matrix, a, b, p.rank_ratio)
+    for column in range(a, b) if best is None else ():
         present = matrix.present[:, column]
         values = matrix.values[present, column]
         ranks = matrix.ranks[present]

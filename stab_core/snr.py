@@ -30,7 +30,7 @@ import numpy as np
 import numpy.typing as npt
 
 from stab_core.runview import FloatArray, IntArray, RunView
-from stab_core.spikes import SpikeParams, rolling_level
+from stab_core.spikes import SpikeParams, level_windows, rolling_level
 
 Estimator = Literal["two_batch", "temporal_proxy"]
 
@@ -46,6 +46,10 @@ quantised) grad norm reads as 1e6 rather than infinity."""
 
 _EMA_MAX_EXPONENT: Final = 600.0
 """Blocks of the vectorised EMA are sized so that beta^-L stays below e^600 (no float64 overflow)."""
+
+_BLOCK_ELEMENTS: Final = 1 << 16
+"""Samples per block of the per-sample passes done in blocks (cache-sized temporaries that the
+allocator reuses, instead of fresh whole-series ones)."""
 
 
 @dataclass(frozen=True)
@@ -129,9 +133,14 @@ def _raw_estimates(
 ) -> tuple[FloatArray, FloatArray]:
     small, big = _validate_batches(b_small, b_big)
     g_small, g_big = _as_array(g_small_sq), _as_array(g_big_sq)
-    g_sq = (big * g_big - small * g_small) / (big - small)
-    trace_sigma = (g_small - g_big) / (1.0 / small - 1.0 / big)
-    return g_sq, trace_sigma
+    # (big * g_big - small * g_small) / (big - small), with one temporary fewer
+    g_sq = np.multiply(big, g_big)
+    g_sq -= small * g_small
+    g_sq /= big - small
+    g_sq = np.asarray(g_sq, dtype=np.float64)
+    trace_sigma = np.subtract(g_small, g_big)
+    trace_sigma /= 1.0 / small - 1.0 / big
+    return g_sq, np.asarray(trace_sigma, dtype=np.float64)
 
 
 def _guarded_ratio(trace_sigma: FloatArray, g_sq: FloatArray) -> FloatArray:
@@ -175,18 +184,41 @@ def ema(values: npt.ArrayLike, beta: float) -> FloatArray:
     x = _as_array(values)
     if x.ndim != 1:
         raise ValueError(f"ema needs a 1-D array, got shape {x.shape}")
-    finite = np.isfinite(x)
-    y = x[finite]
-    smoothed = y.copy() if beta == 0.0 else _blocked_ema(y, beta)
-    if finite.all():
-        return smoothed
-    filled = np.full(x.size, np.nan)
-    filled[finite] = smoothed
-    # carry the last finite average over non-finite samples
-    last = np.maximum.accumulate(np.where(finite, np.arange(x.size), -1))
-    has_previous = last >= 0
-    filled[has_previous] = filled[last[has_previous]]
-    return filled
+    return _ema_of_finite(x, np.isfinite(x), beta)
+
+
+def _ema_of_finite(x: FloatArray, finite: npt.NDArray[np.bool_], beta: float) -> FloatArray:
+    """:func:`ema` of ``x`` over the samples where ``finite`` holds (all of them must be finite)."""
+    return _emas_of_finite((x,), finite, beta)[0]
+
+
+def _emas_of_finite(series: tuple[FloatArray, ...], finite: npt.NDArray[np.bool_], beta: float) -> list[FloatArray]:
+    """:func:`ema` of each of ``series`` over the samples where ``finite`` holds (all finite there):
+    one carry index for all of them."""
+    if not (0.0 <= beta < 1.0):
+        raise ValueError(f"beta must be in [0, 1), got {beta!r}")
+    all_finite = bool(finite.all())
+    out: list[FloatArray] = []
+    last: IntArray | None = None
+    for x in series:
+        y = x if all_finite else x[finite]
+        smoothed = y.copy() if beta == 0.0 else _blocked_ema(y, beta)
+        if all_finite:
+            out.append(smoothed)
+            continue
+        if smoothed.size == 0:
+            out.append(np.full(x.size, np.nan))
+            continue
+        if last is None:
+            # each sample takes the average at the last finite sample up to it (carried over
+            # non-finite ones): the finite samples counted so far, minus one, index the smoothed series
+            last = np.cumsum(finite)
+            last -= 1
+            np.maximum(last, 0, out=last)
+        filled = smoothed[last]
+        filled[: int(np.argmax(finite))] = np.nan
+        out.append(filled)
+    return out
 
 
 def _blocked_ema(y: FloatArray, beta: float) -> FloatArray:
@@ -195,7 +227,23 @@ def _blocked_ema(y: FloatArray, beta: float) -> FloatArray:
     inverse = beta ** -np.arange(block, dtype=np.float64)  # beta^-k
     out = np.empty(y.size)
     state = 0.0
-    for first in range(0, y.size, block):
+    # whole blocks a group at a time, as a 2-D array: the same operations as the 1-D loop below,
+    # with only the carried state (one float per block) done in Python
+    whole = y.size // block
+    group = max(1, _BLOCK_ELEMENTS // block)
+    scale = powers / beta
+    for first_block in range(0, whole, group):
+        lo, hi = first_block * block, min(first_block + group, whole) * block
+        accumulated = np.cumsum(y[lo:hi].reshape(-1, block) * inverse, axis=1)
+        accumulated *= scale
+        accumulated *= 1.0 - beta
+        states = np.empty(accumulated.shape[0])
+        for row in range(states.size):
+            states[row] = state
+            state = float(accumulated[row, -1] + state * powers[-1])
+        accumulated += states[:, None] * powers
+        out[lo:hi] = accumulated.reshape(-1)
+    for first in range(whole * block, y.size, block):
         chunk = y[first : first + block]
         n = chunk.size
         # (1-beta) * sum_k beta^(t-k) y_k, computed as beta^t * cumsum(beta^-k y_k)
@@ -225,8 +273,7 @@ def noise_scale_ema(
     if g_sq.ndim != 1:
         raise ValueError(f"noise_scale_ema needs 1-D per-step arrays, got shape {g_sq.shape}")
     both = np.isfinite(g_sq) & np.isfinite(trace_sigma)
-    smooth_g = ema(np.where(both, g_sq, np.nan), beta)
-    smooth_s = ema(np.where(both, trace_sigma, np.nan), beta)
+    smooth_g, smooth_s = _emas_of_finite((g_sq, trace_sigma), both, beta)
     return NoiseScale(g_sq=smooth_g, trace_sigma=smooth_s, b_simple=_guarded_ratio(smooth_s, smooth_g))
 
 
@@ -315,6 +362,8 @@ def _rank_mean_square(view: RunView, steps: IntArray) -> FloatArray | None:
     matrix = view.per_rank.get("grad_norm_local")
     if matrix is None or matrix.ranks.size < 2:
         return None
+    if matrix.steps is steps or (matrix.steps.shape == steps.shape and np.array_equal(matrix.steps, steps)):
+        return _aligned_rank_mean_square(matrix.values, matrix.present)
     columns = np.searchsorted(matrix.steps, steps)
     columns = np.minimum(columns, matrix.steps.size - 1)
     on_axis = matrix.steps[columns] == steps
@@ -327,6 +376,24 @@ def _rank_mean_square(view: RunView, steps: IntArray) -> FloatArray | None:
         count += ok
     mean = np.full(steps.size, np.nan)
     np.divide(total, count, out=mean, where=count > 0)
+    return mean
+
+
+def _aligned_rank_mean_square(values: FloatArray, present: npt.NDArray[np.bool_]) -> FloatArray:
+    """:func:`_rank_mean_square` when the matrix has a column per step: the same sums, a block of
+    steps at a time, with no gather."""
+    ranks, n = values.shape
+    mean = np.full(n, np.nan)
+    for first in range(0, n, _BLOCK_ELEMENTS):
+        stop = min(first + _BLOCK_ELEMENTS, n)
+        total = np.zeros(stop - first)
+        count = np.zeros(stop - first)
+        for row in range(ranks):
+            local = values[row, first:stop]
+            ok = present[row, first:stop] & np.isfinite(local)
+            total += np.where(ok, local * local, 0.0)
+            count += ok
+        np.divide(total, count, out=mean[first:stop], where=count > 0)
     return mean
 
 
@@ -378,23 +445,42 @@ def detect_snr_collapse(snr: SnrSeries, factor: float = 3.0, level_window: int =
     (:func:`collapse_ratio`)."""
     if not factor > 1.0:
         raise ValueError(f"factor must be > 1, got {factor!r}")
-    level, ratio = collapse_ratio(snr, level_window)
-    with np.errstate(invalid="ignore"):
-        below = ratio >= factor
-    if not below.any():
+    if level_window < 2:
+        raise ValueError(f"level_window must be >= 2 samples, got {level_window}")
+    values = np.asarray(snr.values, dtype=np.float64)
+    windows = level_windows(values, _level_params(level_window))
+
+    def level_and_ratio(first: int, stop: int) -> tuple[FloatArray, FloatArray]:
+        # collapse_ratio's level and ratio on samples first..stop-1
+        level = windows.spread(windows.level, first, stop)
+        chunk = values[first:stop]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = np.where(chunk > 0, level / chunk, np.where(level > 0, np.inf, np.nan))
+        return level, ratio
+
+    found = []
+    for first in range(0, values.size, _BLOCK_ELEMENTS):
+        _, ratio = level_and_ratio(first, min(first + _BLOCK_ELEMENTS, values.size))
+        with np.errstate(invalid="ignore"):
+            found.append(np.flatnonzero(ratio >= factor) + first)
+    below = np.concatenate(found) if found else np.empty(0, dtype=np.int64)
+    if below.size == 0:
         return []
-    edges = np.diff(below.astype(np.int8), prepend=0, append=0)
-    firsts, lasts = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1) - 1
+    # runs of consecutive indices
+    breaks = np.flatnonzero(np.diff(below) > 1)
+    firsts = below[np.concatenate(([0], breaks + 1))]
+    lasts = below[np.concatenate((breaks, [below.size - 1]))]
     collapses: list[SnrCollapse] = []
-    for first, last in zip(firsts, lasts, strict=True):
-        worst = first + int(np.argmax(ratio[first : last + 1]))
+    for first, last in zip(firsts.tolist(), lasts.tolist(), strict=True):
+        level, ratio = level_and_ratio(first, last + 1)
+        worst = int(np.argmax(ratio))
         collapses.append(
             SnrCollapse(
                 start=int(snr.steps[first]),
                 end=int(snr.steps[last]),
-                min_step=int(snr.steps[worst]),
-                min_value=float(snr.values[worst]),
-                level=float(level[first]),
+                min_step=int(snr.steps[first + worst]),
+                min_value=float(values[first + worst]),
+                level=float(level[0]),
                 drop=float(ratio[worst]),
             )
         )

@@ -37,8 +37,13 @@ from stab_core.runview import FloatArray, IntArray, Series
 MAD_TO_Z: Final = 0.6745
 """Iglewicz-Hoaglin constant: the standard normal's 0.75 quantile (MAD/0.6745 estimates sigma)."""
 
-_BLOCK_WINDOWS: Final = 1 << 14
+_BLOCK_WINDOWS: Final = 1 << 12
 """Windows per block in the strided median (bounds memory to block * window floats)."""
+
+_BLOCK_ELEMENTS: Final = 1 << 16
+"""Samples per block wherever a per-sample pass is done in blocks: 512 KiB temporaries stay in cache
+and are reused by the allocator, where whole-series temporaries (80 MB at 10M samples) each cost
+fresh pages and a trip to memory."""
 
 _QUANTUM_SAMPLE: Final = 200_000
 """Samples used to estimate a series' logging resolution (its smallest positive difference)."""
@@ -188,11 +193,11 @@ def _validate_steps(steps: npt.ArrayLike, n: int) -> IntArray:
     step_array = np.asarray(steps)
     if step_array.ndim != 1 or step_array.shape[0] != n:
         raise ValueError(f"steps must be 1-D with one entry per value ({n}), got shape {step_array.shape}")
-    int_steps = step_array.astype(np.int64)
+    int_steps = step_array.astype(np.int64, copy=False)
     if n > 1:
-        diffs = np.diff(int_steps)
-        if np.any(diffs <= 0):
-            bad = int(np.argmax(diffs <= 0)) + 1
+        not_increasing = int_steps[1:] <= int_steps[:-1]
+        if not_increasing.any():
+            bad = int(np.argmax(not_increasing)) + 1
             raise ValueError(
                 f"steps must be strictly increasing; step {int(int_steps[bad])} at position {bad} "
                 f"follows {int(int_steps[bad - 1])}"
@@ -263,7 +268,11 @@ def logging_resolution(values: npt.ArrayLike) -> float:
     """Smallest positive difference between distinct finite values (a strided sample of at most
     200k of them): the resolution the series was printed with, ~0 for unrounded floats."""
     x = _as_float_array(values, "values")
-    x = x[np.isfinite(x)]
+    return _finite_resolution(x[np.isfinite(x)])
+
+
+def _finite_resolution(x: FloatArray) -> float:
+    """:func:`logging_resolution` of values already known to be finite (no n-sized filtering copy)."""
     if x.size < 2:
         return 0.0
     step = max(1, x.size // _QUANTUM_SAMPLE)
@@ -288,7 +297,11 @@ def _window_levels(finite_values: FloatArray, params: SpikeParams, with_mad: boo
     mad = np.full(ends.size, np.nan)
     median[usable], mad[usable] = _strided_median_mad(finite_values, ends[usable], params.window, with_mad)
     if ends.size:
-        recent = _window_median(finite_values[: ends[-1]].reshape(-1, params.stride).copy())
+        blocks = finite_values[: ends[-1]].reshape(-1, params.stride)
+        recent = np.empty(blocks.shape[0])
+        rows = max(1, _BLOCK_ELEMENTS // params.stride)
+        for first in range(0, blocks.shape[0], rows):
+            recent[first : first + rows] = _window_median(blocks[first : first + rows].copy())
         level = np.fmax(median, recent)
         level[~usable] = np.nan
     else:
@@ -331,14 +344,10 @@ def rolling_robust_zscore(values: npt.ArrayLike, params: SpikeParams = LOSS_SPIK
     """Causal rolling modified z-scores: each sample against the level and MAD of the finite samples
     logged before it (see :class:`RollingBaseline`), refreshed every ``params.stride`` samples."""
     x = _as_float_array(values, "values")
-    finite = np.isfinite(x)
-    finite_values = x if finite.all() else x[finite]
-    window_level, window_mad = _window_levels(finite_values, params, with_mad=True)
-    resolution = logging_resolution(finite_values)
-    floor = np.maximum(params.rel_mad_floor * np.abs(window_level), max(params.abs_mad_floor, resolution))
-    window_scale = np.fmax(window_mad, floor)
-    level = _expand(window_level, finite, params.stride)
-    scale = _expand(window_scale, finite, params.stride)
+    windows = _baseline_windows(x, params)
+    finite = windows.finite if windows.finite is not None else np.ones(x.size, dtype=bool)
+    level = _expand(windows.level, finite, params.stride)
+    scale = _expand(windows.scale, finite, params.stride)
     z = x - level  # NaN where there is no level; inf - level for +inf samples, reset below
     z /= scale
     z *= MAD_TO_Z
@@ -346,14 +355,97 @@ def rolling_robust_zscore(values: npt.ArrayLike, params: SpikeParams = LOSS_SPIK
     return RollingBaseline(level=level, scale=scale, z=z)
 
 
-def _flagged_indices(x: FloatArray, baseline: RollingBaseline, params: SpikeParams) -> IntArray:
-    """Indices of non-finite samples and of samples past both the z and the ratio rule, sorted."""
-    with np.errstate(invalid="ignore"):
-        candidates = np.flatnonzero(baseline.z >= params.z_threshold)
-    level = baseline.level[candidates]
-    ratio_ok = (level <= 0) | (x[candidates] >= params.min_ratio * level)
-    nonfinite = np.flatnonzero(~np.isfinite(x))
-    return np.union1d(candidates[ratio_ok], nonfinite).astype(np.int64)
+@dataclass(frozen=True)
+class _BaselineWindows:
+    """The :class:`RollingBaseline` before it is spread over the samples: ``level`` and floored
+    ``scale`` per window (:func:`_window_ends`), the positions of the non-finite samples (``bad``,
+    sorted) and the finite mask (None when every sample is finite)."""
+
+    level: FloatArray
+    scale: FloatArray
+    bad: IntArray
+    finite: npt.NDArray[np.bool_] | None
+    stride: int
+
+    def slots(self, index: IntArray) -> IntArray:
+        """Window serving each sample of ``index`` (sorted), -1 where none: finite sample j (in finite
+        order) takes window j // stride - 1; a non-finite one the window serving the next finite one."""
+        history = index - np.searchsorted(self.bad, index) if self.bad.size else index
+        return np.minimum(history // self.stride - 1, self.level.size - 1)
+
+    def at(self, i: int) -> tuple[float, float]:
+        """(level, scale) of sample ``i``: what :class:`RollingBaseline` holds there."""
+        slot = int(self.slots(np.array([i], dtype=np.int64))[0])
+        if slot < 0:
+            return math.nan, math.nan
+        return float(self.level[slot]), float(self.scale[slot])
+
+    def spread(self, per_window: FloatArray, first: int, stop: int) -> FloatArray:
+        """``per_window`` spread over samples first..stop-1 (as :func:`_expand` does for all of them)."""
+        stride = self.stride
+        before, inside = np.searchsorted(self.bad, [first, stop]) if self.bad.size else (0, 0)
+        if before == inside and per_window.size:
+            # every sample finite: sample first + k is finite sample first - before + k
+            first, stop = first - before, stop - before
+            lo = first // stride - 1
+            hi = (stop - 1) // stride  # one past the slot of the last sample
+            # the slots lo..hi-1, each over its stride of samples; NaN for the samples before window 0
+            values = np.repeat(per_window[max(lo, 0) : hi], stride)
+            head = min(stop, stride) - first if lo < 0 else 0
+            if head > 0:
+                values = np.concatenate((np.full(head, np.nan), values))
+            skip = 0 if lo < 0 else first - (lo + 1) * stride
+            return values[skip : skip + stop - first]
+        slot = self.slots(np.arange(first, stop, dtype=np.int64))
+        out = per_window[np.maximum(slot, 0)] if per_window.size else np.empty(stop - first)
+        out[slot < 0] = np.nan
+        return out
+
+
+def _baseline_windows(x: FloatArray, params: SpikeParams) -> _BaselineWindows:
+    """Level and floored MAD of each baseline window of ``x`` (see :func:`rolling_robust_zscore`)."""
+    finite = np.isfinite(x)
+    all_finite = bool(finite.all())
+    finite_values = x if all_finite else x[finite]
+    window_level, window_mad = _window_levels(finite_values, params, with_mad=True)
+    resolution = _finite_resolution(finite_values)
+    floor = np.maximum(params.rel_mad_floor * np.abs(window_level), max(params.abs_mad_floor, resolution))
+    window_scale = np.fmax(window_mad, floor)
+    bad = np.flatnonzero(~finite) if not all_finite else np.empty(0, dtype=np.int64)
+    return _BaselineWindows(window_level, window_scale, bad, None if all_finite else finite, params.stride)
+
+
+def level_windows(values: npt.ArrayLike, params: SpikeParams) -> _BaselineWindows:
+    """The level of :func:`rolling_level` per window (``scale`` is empty), to spread over any range of
+    samples with :meth:`_BaselineWindows.spread` rather than over the whole series at once."""
+    x = _as_float_array(values, "values")
+    finite = np.isfinite(x)
+    all_finite = bool(finite.all())
+    level, _ = _window_levels(x if all_finite else x[finite], params, with_mad=False)
+    bad = np.flatnonzero(~finite) if not all_finite else np.empty(0, dtype=np.int64)
+    return _BaselineWindows(level, np.empty(0), bad, None if all_finite else finite, params.stride)
+
+
+def _flagged_indices(x: FloatArray, windows: _BaselineWindows, params: SpikeParams) -> IntArray:
+    """Indices of non-finite samples and of samples past both the z and the ratio rule, sorted.
+
+    The same z as :func:`rolling_robust_zscore`, operation for operation, a block of samples at a time."""
+    found = [windows.bad]
+    block = max(params.stride, _BLOCK_ELEMENTS // params.stride * params.stride)
+    for first in range(0, x.size, block):
+        stop = min(first + block, x.size)
+        values = x[first:stop]
+        level = windows.spread(windows.level, first, stop)
+        z = values - level
+        z /= windows.spread(windows.scale, first, stop)
+        z *= MAD_TO_Z
+        with np.errstate(invalid="ignore"):
+            hit = np.flatnonzero(z >= params.z_threshold)
+        hit = hit[np.isfinite(values[hit])]
+        hit_level = level[hit]
+        ratio_ok = (hit_level <= 0) | (values[hit] >= params.min_ratio * hit_level)
+        found.append(hit[ratio_ok] + first)
+    return np.unique(np.concatenate(found)).astype(np.int64)
 
 
 def _in_band(x: FloatArray, base: float, scale: float, params: SpikeParams) -> npt.NDArray[np.bool_]:
@@ -444,14 +536,14 @@ def detect_spikes(
     chosen = params if params is not None else default_spike_params(metric)
     if x.size == 0:
         return []
-    baseline = rolling_robust_zscore(x, chosen)
-    flagged = _flagged_indices(x, baseline, chosen)
+    windows = _baseline_windows(x, chosen)
+    flagged = _flagged_indices(x, windows, chosen)
     events: list[SpikeEvent] = []
     cursor = 0  # flagged[cursor:] are not yet inside an event
     while cursor < flagged.size:
         first = int(flagged[cursor])
-        base = float(baseline.level[first])
-        scale = float(baseline.scale[first])
+        event_base, event_scale = windows.at(first)
+        base, scale = event_base, event_scale
         if not math.isfinite(base):
             # a non-finite value before any baseline exists: judge recovery against the first finite values
             base, scale = math.inf, 1.0
@@ -470,8 +562,6 @@ def detect_spikes(
             if later.size == 0 or int(later[0]) - recovery >= chosen.merge_gap:
                 break
             recovery = _first_true_from(x, int(later[0]) + 1, back_in_band)
-        event_base = float(baseline.level[first])
-        event_scale = float(baseline.scale[first])
         events.append(_build_event(metric, int_steps, x, first, last, recovery, event_base, event_scale))
         cursor = int(np.searchsorted(flagged, last, side="right"))
     if grad_norm is not None and not metric.startswith("grad_norm"):
@@ -520,8 +610,7 @@ def event_at_step(
     if first == x.size:
         raise ValueError(f"step {step} is after the last logged {metric} step ({int(int_steps[-1])})")
     chosen = params if params is not None else default_spike_params(metric)
-    baseline = rolling_robust_zscore(x, chosen)
-    base, scale = float(baseline.level[first]), float(baseline.scale[first])
+    base, scale = _baseline_windows(x, chosen).at(first)
     if not math.isfinite(base):
         raise ValueError(
             f"step {int(int_steps[first])} has no baseline yet: {metric} needs {chosen.min_history} "
