@@ -223,3 +223,25 @@ def test_dense_model_answers_router_no_and_per_rank_loss_is_used() -> None:
     assert plain.path[3].answer == "no" and plain.path[3].evidence == {"moe": False}
     assert plain.path[4].answer == "unknown"  # no grad norm: no SNR
     assert plain.cause == "unknown"
+
+
+def test_dense_rank_window_matches_the_column_loop() -> None:
+    """The all-columns-at-once answer of node 3 equals a per-column loop with np.median of the others
+    (ties, zeros, equal ranks included)."""
+    from stab_core.diagnosis import _dense_rank_outlier
+
+    rng = np.random.default_rng(11)
+    for _ in range(300):
+        ranks, columns = int(rng.integers(2, 9)), int(rng.integers(1, 12))
+        values = np.round(rng.exponential(1.0, (ranks, columns)), int(rng.integers(0, 3)))
+        values[rng.integers(0, ranks), rng.integers(0, columns)] *= rng.choice([1.0, 5.0, 50.0])
+        matrix = RankMatrix(np.arange(ranks) + 10, np.arange(columns) * 7, values, np.ones(values.shape, dtype=bool))
+        best: tuple[float, int, int, int] | None = None
+        for c in range(columns):
+            others = [np.median(np.delete(values[:, c], r)) for r in range(ranks)]
+            with np.errstate(divide="ignore", invalid="ignore"):
+                ratios = np.nan_to_num(values[:, c] / np.array(others), nan=0.0, posinf=np.inf)
+            worst = int(np.argmax(ratios))
+            if best is None or ratios[worst] > best[0]:
+                best = (float(ratios[worst]), 10 + worst, 7 * c, int((ratios >= 3.0).sum()))
+        assert _dense_rank_outlier(matrix, 0, columns, 3.0) == best

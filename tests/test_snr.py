@@ -191,3 +191,77 @@ def test_snr_drop_uses_fixed_step_windows() -> None:
     assert quiet.drop < 1.5
     empty = snr_drop(snr, before_step=10, lookback_steps=300, baseline_steps=300)
     assert empty.samples == 0 and math.isnan(empty.drop)
+
+
+@pytest.mark.parametrize("beta", [0.5, 0.99, 0.9999])
+def test_ema_matches_the_recurrence_across_blocks(beta: float) -> None:
+    """Long enough for the 2-D groups of whole blocks and a partial last block; NaN prefix and inf."""
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=150_001)
+    x[:7] = np.nan
+    x[rng.integers(0, x.size, 50)] = np.inf
+    np.testing.assert_allclose(ema(x, beta), _reference_ema(x, beta), rtol=1e-9, atol=1e-12, equal_nan=True)
+
+
+def test_two_batch_snr_same_with_a_gathered_or_an_aligned_rank_matrix() -> None:
+    """Per-rank norms with a column per step (no gather) and with extra columns give the same SNR."""
+    rng = np.random.default_rng(4)
+    steps = np.arange(0, 140_000, 2, dtype=np.int64)
+    local = 3.0 * np.exp(0.1 * rng.standard_normal((4, steps.size)))
+    local[rng.integers(0, 4, 30), rng.integers(0, steps.size, 30)] = np.nan
+    present = rng.random(local.shape) > 0.01
+    grad = Series(steps, 1.2 * np.exp(0.1 * rng.standard_normal(steps.size)))
+    meta = {"per_rank_batch_size": 8.0, "global_batch_size": 32.0}
+    ranks = np.arange(4, dtype=np.int64)
+    aligned = RunView(
+        "a", {"grad_norm": grad}, {"grad_norm_local": RankMatrix(ranks, steps, local, present)}, meta=meta
+    )
+    # interleave columns for odd steps nobody asks for: the gathering path
+    wide_steps = np.arange(0, 140_000, dtype=np.int64)
+    wide = np.full((4, wide_steps.size), 99.0)
+    wide[:, ::2] = local
+    wide_present = np.ones(wide.shape, dtype=bool)
+    wide_present[:, ::2] = present
+    gathered = RunView(
+        "g", {"grad_norm": grad}, {"grad_norm_local": RankMatrix(ranks, wide_steps, wide, wide_present)}, meta=meta
+    )
+    a, g = gradient_snr(aligned), gradient_snr(gathered)
+    assert a is not None and g is not None and a.estimator == "two_batch"
+    np.testing.assert_array_equal(a.values, g.values)
+    # and the mean square itself against a per-step reference
+    ok = present & np.isfinite(local)
+    with np.errstate(invalid="ignore"):
+        expected = np.where(ok, local * local, 0.0).sum(axis=0) / ok.sum(axis=0)
+    from stab_core.snr import _rank_mean_square
+
+    np.testing.assert_allclose(_rank_mean_square(aligned, steps), expected, rtol=1e-14)
+
+
+def test_detect_snr_collapse_matches_runs_of_the_whole_series_ratio() -> None:
+    rng = np.random.default_rng(5)
+    values = np.exp(0.2 * rng.standard_normal(150_000))
+    for at in rng.integers(300, values.size - 50, 40):
+        values[at : at + int(rng.integers(1, 30))] /= rng.choice([2.0, 5.0, 50.0])
+    values[rng.integers(0, values.size, 30)] = np.nan
+    values[rng.integers(0, values.size, 10)] = 0.0
+    snr = SnrSeries(np.arange(values.size, dtype=np.int64) * 3, values, "temporal_proxy", "", 100)
+    for factor, window in ((3.0, 255), (1.5, 31)):
+        level, ratio = collapse_ratio(snr, window)
+        with np.errstate(invalid="ignore"):
+            below = ratio >= factor
+        expected = []
+        i = 0
+        while i < values.size:
+            if not below[i]:
+                i += 1
+                continue
+            j = i
+            while j + 1 < values.size and below[j + 1]:
+                j += 1
+            worst = i + int(np.argmax(ratio[i : j + 1]))
+            expected.append((snr.steps[i], snr.steps[j], snr.steps[worst], values[worst], level[i], ratio[worst]))
+            i = j + 1
+        found = detect_snr_collapse(snr, factor, window)
+        assert len(expected) > 5
+        got = [(c.start, c.end, c.min_step, c.min_value, c.level, c.drop) for c in found]
+        np.testing.assert_array_equal(np.array(got, dtype=np.float64), np.array(expected, dtype=np.float64))

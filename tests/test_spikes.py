@@ -359,3 +359,153 @@ def test_rolling_level_is_the_baseline_level_without_the_mad() -> None:
     x[[10, 1000, 2999]] = np.nan
     params = SpikeParams(window=31, stride=8, min_history=8)
     np.testing.assert_array_equal(rolling_level(x, params), rolling_robust_zscore(x, params).level)
+
+
+# ------------------------------------------------------------------------------------ differential
+
+
+def _varied_series(rng: np.random.Generator) -> np.ndarray:
+    """Loss-like series with NaN/+-inf runs, a plateau, back-to-back spikes, rounding; sizes that
+    cross the 64k-sample blocks of the blockwise passes."""
+    n = int(rng.choice([1, 15, 16, 17, 64, 257, 3000, 70_000, 140_000]))
+    x = 3.0 + 0.05 * rng.standard_t(3, n)
+    kind = int(rng.integers(5))
+    if kind == 1:
+        x = np.round(x, 2)
+    elif kind == 2:
+        x[: n // 2] = 2.0  # plateau: a MAD of zero
+    elif kind == 3:
+        x = np.zeros(n)
+    for _ in range(int(rng.integers(0, 30))):
+        at, length = int(rng.integers(n)), int(rng.integers(1, 6))
+        what = int(rng.integers(5))
+        if what < 3:
+            x[at : at + length] = (np.nan, np.inf, -np.inf)[what]
+        else:
+            x[at : at + length] *= rng.choice([1.5, 3.0, 10.0, 100.0])  # runs of spikes back to back
+    if rng.random() < 0.05:
+        x[:] = np.nan
+    return x
+
+
+def _reference_events(x: np.ndarray, params: SpikeParams) -> list[tuple[int, int, int | None, float, float]]:
+    """(first, last, recovery, baseline, scale) per event, sample by sample from the whole-series
+    baseline: flag non-finite samples and those past the z and ratio rules; an event ends before the
+    first finite sample back in the band of its start's baseline; a flag within merge_gap joins it."""
+    base = rolling_robust_zscore(x, params)
+    with np.errstate(invalid="ignore"):
+        past = (base.z >= params.z_threshold) & ((base.level <= 0) | (x >= params.min_ratio * base.level))
+    flagged = np.flatnonzero(~np.isfinite(x) | past).tolist()
+    events, k = [], 0
+    while k < len(flagged):
+        first = flagged[k]
+        level, scale = float(base.level[first]), float(base.scale[first])
+        b, s = (level, scale) if np.isfinite(level) else (np.inf, 1.0)
+
+        def back(j: int, b: float = b, s: float = s) -> bool:
+            with np.errstate(invalid="ignore"):
+                return bool(
+                    np.isfinite(x[j])
+                    and (MAD_TO_Z * (x[j] - b) / s <= params.recover_z or (b > 0 and x[j] <= params.recover_ratio * b))
+                )
+
+        def recovery_after(i: int) -> int | None:
+            return next((j for j in range(i + 1, x.size) if back(j)), None)
+
+        recovery = recovery_after(first)
+        while True:
+            if recovery is None:
+                last = x.size - 1
+                break
+            last = recovery - 1
+            later = [f for f in flagged if f >= recovery]
+            if not later or later[0] - recovery >= params.merge_gap:
+                break
+            recovery = recovery_after(later[0])
+        events.append((first, last, recovery, level, scale))
+        k = next((i for i, f in enumerate(flagged) if f > last), len(flagged))
+    return events
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_detect_spikes_matches_a_sample_by_sample_reference(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    for _ in range(12):
+        x = _varied_series(rng)
+        steps = np.cumsum(rng.integers(1, 4, x.size))
+        window = int(rng.choice([5, 31, 63]))
+        params = SpikeParams(
+            window=window, stride=int(rng.integers(1, window + 1)), min_history=int(rng.integers(1, 80))
+        )
+        events = detect_spikes(steps, x, "loss", params)
+        expected = _reference_events(x, params)
+        assert len(events) == len(expected)
+        for event, (first, last, recovery, level, scale) in zip(events, expected, strict=True):
+            assert (event.start, event.end) == (steps[first], steps[last])
+            assert event.recovery_step == (None if recovery is None else steps[recovery])
+            np.testing.assert_array_equal([event.baseline], [level])
+            if np.isfinite(level) and np.isfinite(event.peak_value):
+                assert event.z == MAD_TO_Z * (event.peak_value - level) / scale
+        for step in rng.integers(0, int(steps[-1]) + 1, 3):
+            first = int(np.searchsorted(steps, step))
+            if first < x.size and np.isfinite(rolling_robust_zscore(x, params).level[first]):
+                assert (
+                    event_at_step(steps, x, int(step), "loss", params).baseline
+                    == rolling_robust_zscore(x, params).level[first]
+                )
+
+
+def test_rolling_baseline_matches_window_medians() -> None:
+    """Level and scale against np.median over each window of the finite history, across blocks."""
+    rng = np.random.default_rng(7)
+    x = 3.0 + 0.05 * rng.standard_t(3, 70_000)
+    x[rng.integers(0, x.size, 40)] = np.nan
+    params = SpikeParams(window=31, stride=8, min_history=8)
+    base = rolling_robust_zscore(x, params)
+    finite_values = x[np.isfinite(x)]
+    resolution = logging_resolution(x)
+    for i in rng.integers(0, x.size, 2000):
+        if not np.isfinite(x[i]):
+            continue
+        end = int(np.isfinite(x[:i]).sum()) // params.stride * params.stride  # the window serving i
+        if end < params.min_history:
+            assert np.isnan(base.level[i])
+            continue
+        window = finite_values[max(0, end - params.window) : end]
+        median = np.median(window)
+        level = max(median, np.median(finite_values[end - params.stride : end]))
+        scale = max(
+            np.median(np.abs(window - median)), params.rel_mad_floor * abs(level), params.abs_mad_floor, resolution
+        )
+        assert base.level[i] == pytest.approx(level, rel=1e-15)
+        assert base.scale[i] == pytest.approx(scale, rel=1e-15)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_blockwise_spread_matches_the_whole_series_expansion(seed: int) -> None:
+    """Per-window values spread over any range of samples equal the whole-series expansion there."""
+    from stab_core.spikes import _baseline_windows, _expand, level_windows
+
+    rng = np.random.default_rng(seed)
+    for _ in range(20):
+        x = _varied_series(rng)
+        if rng.random() < 0.5 and x.size > 100:
+            x[rng.integers(0, x.size // 3, 3)] = np.nan  # non-finite samples only before later blocks
+        window = int(rng.choice([5, 31, 63, 255]))
+        params = SpikeParams(
+            window=window, stride=int(rng.integers(1, window + 1)), min_history=int(rng.integers(1, 80))
+        )
+        windows = _baseline_windows(x, params)
+        finite = np.isfinite(x)
+        whole_level = _expand(windows.level, finite, params.stride)
+        whole_scale = _expand(windows.scale, finite, params.stride)
+        np.testing.assert_array_equal(
+            rolling_level(x, params), _expand(level_windows(x, params).level, finite, params.stride)
+        )
+        for _ in range(10):
+            first = int(rng.integers(0, x.size))
+            stop = int(rng.integers(first + 1, x.size + 1))
+            np.testing.assert_array_equal(windows.spread(windows.level, first, stop), whole_level[first:stop])
+            np.testing.assert_array_equal(windows.spread(windows.scale, first, stop), whole_scale[first:stop])
+            level, scale = windows.at(first)
+            np.testing.assert_array_equal([level, scale], [whole_level[first], whole_scale[first]])
