@@ -4,6 +4,7 @@ request of a fresh server must run inside app.py's navigation, not Streamlit's o
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -12,7 +13,7 @@ import pytest
 
 from ingest.store import Store
 from tests.conftest import REPO_ROOT, RunSpec, write_run
-from tests.test_browser import CHROMIUM, CHROMIUM_ARGS, VIEWPORT, _free_port, _wait_healthy
+from tests.test_browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, VIEWPORT, _free_port, _wait_healthy
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
@@ -44,3 +45,46 @@ def test_serve_deep_link_first_request_keeps_the_app_navigation(tmp_path: Path) 
     finally:
         proc.terminate()
         proc.wait(30)
+
+
+def test_streamlit_run_deep_link_first_request_in_dark_mode(tmp_path: Path) -> None:
+    """Plain ``streamlit run app.py`` (no serve wrapper): the first request of a fresh server is a deep
+    link from a browser that prefers dark. The page must run inside app.py's navigation (the pages
+    module leaves the old pages/ mode and reruns) and be drawn in the dark theme."""
+    playwright = pytest.importorskip("playwright.sync_api")
+    if not CHROMIUM.exists():
+        pytest.skip("Debian chromium is not installed (bash .ci/test installs it)")
+    store = tmp_path / "store"
+    write_run(Store(store), RunSpec())
+    port = _free_port()
+    log = tmp_path / "streamlit.log"
+    env = {**os.environ, "STABSCOPE_STORE": str(store), "STABSCOPE_NO_DEMO": "1"}
+    cmd = [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port), "--server.headless", "true"]
+    with log.open("wb") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=REPO_ROOT)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        _wait_healthy(url, proc, log)
+        with playwright.sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+            page = browser.new_context(viewport=VIEWPORT, color_scheme="dark").new_page()
+            page.goto(f"{url}/ranks")
+            page.get_by_text("Outlier ranks").first.wait_for(timeout=60_000)
+            page.locator(".js-plotly-plot .main-svg").first.wait_for(timeout=60_000)
+            nav = page.locator('[data-testid="stSidebarNav"]').inner_text(timeout=30_000)
+            background = page.evaluate("getComputedStyle(document.querySelector('.stApp')).backgroundColor")
+            text = page.evaluate("getComputedStyle(document.querySelector('h1')).color")
+            page.screenshot(path=str(ARTIFACTS / "ranks-dark.png"))
+            browser.close()
+        assert "Decision tree" in nav and "common" not in nav.lower()
+        back, fore = (_luminance(c) for c in (background, text))
+        assert back < 0.1 < 0.7 < fore, (background, text)  # dark page, light text
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+def _luminance(css_rgb: str) -> float:
+    """Relative luminance (0 black .. 1 white) of a CSS ``rgb(r, g, b)`` colour, sRGB weights."""
+    r, g, b = (int(v) / 255 for v in re.findall(r"\d+", css_rgb)[:3])
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b
