@@ -3,6 +3,7 @@ scalars, rank folders, corrupt records, restarts."""
 
 from __future__ import annotations
 
+import mmap
 import struct
 from pathlib import Path
 
@@ -217,3 +218,197 @@ def test_vectorised_crc_equals_the_crc32c_package() -> None:
     broken[int(starts[50]) + 12 + 24] ^= 0x01  # inside the value (payload bytes 23..26)
     ok = _payload_crcs_ok(words_at(bytes(broken) + bytes(160)), starts + 12, layout, records[0])
     assert np.flatnonzero(~ok).tolist() == [50]
+
+
+# --------------------------------------------------------------------------- the periodic-run fast path
+
+
+def _double_tensor_event(tag: str, step: int, value: float, wall: float) -> bytes:
+    tensor_msg = b"\x08\x02\x12\x00\x22\x08" + struct.pack("<d", value)
+    tag_b = tag.encode()
+    value_msg = b"\x0a" + _encode_varint(len(tag_b)) + tag_b + b"\x42" + _encode_varint(len(tensor_msg)) + tensor_msg
+    summary = b"\x0a" + _encode_varint(len(value_msg)) + value_msg
+    return (
+        b"\x09"
+        + struct.pack("<d", wall)
+        + b"\x10"
+        + _encode_varint(step)
+        + b"\x2a"
+        + _encode_varint(len(summary))
+        + summary
+    )
+
+
+def _histogram_event(tag: str, step: int, wall: float, blob: bytes) -> bytes:
+    tag_b = tag.encode()
+    value_msg = b"\x0a" + _encode_varint(len(tag_b)) + tag_b + b"\x2a" + _encode_varint(len(blob)) + blob
+    summary = b"\x0a" + _encode_varint(len(value_msg)) + value_msg
+    return (
+        b"\x09"
+        + struct.pack("<d", wall)
+        + b"\x10"
+        + _encode_varint(step)
+        + b"\x2a"
+        + _encode_varint(len(summary))
+        + summary
+    )
+
+
+def _varied_events(seed: int) -> bytes:
+    """An event file as various writers lay it out: periodic rows of scalars (float, TF2 float and
+    double tensors), step varints that grow mid-file, histograms in or out of the period, tags that
+    skip steps, two tags of one length that swap places, corrupt bytes, a truncated tail."""
+    rng = np.random.default_rng(seed)
+    n_tags = int(rng.integers(1, 10))
+    tags = [f"t{k}/" + "x" * int(rng.integers(1, 12)) for k in range(n_tags)]
+    tags.append("swap/aa")
+    tags.append("swap/bb")
+    kinds = rng.integers(0, 3, len(tags))  # simple_value, float tensor, double tensor
+    kinds[-1] = kinds[-2]  # the swapped tags keep the record lengths
+    start = int(rng.choice([0, 1, 120, 16300, 2_097_100]))
+    stride = int(rng.choice([1, 1, 3]))
+    per_record_wall = bool(rng.integers(0, 2))
+    histo_every = int(rng.choice([0, 1, 7]))
+    skip_every = int(rng.choice([0, 0, 37]))
+    records = [b"\x09" + struct.pack("<d", 1.7e9) + b"\x1a\x0dbrain.Event:2"]
+    for i in range(int(rng.integers(150, 400))):
+        step = start + stride * i
+        wall = 1.7e9 + 0.37 * i
+        row_tags = list(tags)
+        if i % 5 == 3:
+            row_tags[-2], row_tags[-1] = row_tags[-1], row_tags[-2]
+        if skip_every and i % skip_every == 0:
+            row_tags = row_tags[1:]
+        for k, tag in enumerate(row_tags):
+            w = wall + (rng.random() if per_record_wall else 0.0)
+            value = float(rng.normal()) * 10.0 ** int(rng.integers(-3, 4))
+            kind = kinds[tags.index(tag)]
+            if kind == 2:
+                records.append(_double_tensor_event(tag, step, value, w))
+            else:
+                records.append(scalar_event(tag, step, value, w, tensor=bool(kind)))
+            if histo_every and i % histo_every == 0 and k == 0:
+                records.append(_histogram_event("h/w", step, w, rng.bytes(24)))
+    data = bytearray(b"".join(_record(r) for r in records))
+    for _ in range(int(rng.integers(0, 4))):
+        data[int(rng.integers(0, len(data)))] ^= 1 << int(rng.integers(0, 8))
+    if rng.integers(0, 3) == 0:
+        data = data[: -int(rng.integers(1, 40))]
+    return bytes(data)
+
+
+def _parse(path: Path) -> tuple[object, ...]:
+    parsed = read_log([path], format="tensorboard")
+    table = parsed.table.to_pydict()
+    return (table, parsed.skipped, parsed.skipped_examples, [(e.step, e.kind, e.detail) for e in parsed.events])
+
+
+def _same(a: tuple[object, ...], b: tuple[object, ...]) -> bool:
+    ta, tb_ = a[0], b[0]
+    assert isinstance(ta, dict) and isinstance(tb_, dict)
+    for column in ta:
+        x = np.asarray(ta[column], dtype=object)
+        y = np.asarray(tb_[column], dtype=object)
+        if x.shape != y.shape:
+            return False
+        if column in ("value", "wall_time"):
+            xf = np.array([np.nan if v is None else v for v in x], float)
+            yf = np.array([np.nan if v is None else v for v in y], float)
+            if not np.array_equal(xf, yf, equal_nan=True):
+                return False
+        elif not np.array_equal(x, y):
+            return False
+    return a[1:] == b[1:]
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_fast_path_equals_the_general_decoder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int) -> None:
+    from ingest.formats import tensorboard as tb
+
+    path = tmp_path / "events.out.tfevents.1.h"
+    path.write_bytes(_varied_events(seed))
+    decoded = []
+    original = tb._fast_run
+
+    def counting(*args: object, **kwargs: object) -> object:
+        result = original(*args, **kwargs)  # type: ignore[arg-type]
+        if result is not None:
+            decoded.append(result.records - sum(s.shape[0] for s, _, _ in result.general))
+        return result
+
+    def both() -> tuple[object, ...]:
+        monkeypatch.setattr(tb, "_fast_run", counting)
+        fast = _parse(path)
+        monkeypatch.setattr(tb, "_fast_run", lambda *args, **kwargs: None)
+        assert _same(fast, _parse(path))
+        return fast
+
+    whole = both()
+    # small windows: records cut at window edges, windows grown for long records; then the read path
+    monkeypatch.setattr(tb, "_BLOCK_BYTES", 4096)
+    monkeypatch.setattr(tb, "_TAIL_BYTES", 1000)
+    windowed = both()
+    monkeypatch.setattr(mmap, "mmap", lambda *args, **kwargs: (_ for _ in ()).throw(OSError("no mmap")))
+    read = both()
+    # the same records and errors (reported block by block, so in another order)
+    for other in (windowed, read):
+        assert _same((*whole[:2], sorted(whole[2]), *whole[3:]), (*other[:2], sorted(other[2]), *other[3:]))  # type: ignore[call-overload]
+
+
+def test_most_varied_files_take_the_fast_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ingest.formats import tensorboard as tb
+
+    fast = 0
+    for seed in range(24):
+        data = _varied_events(seed)
+        frames = tb.frame_records(data + bytes(tb._PAD), len(data), True)
+        fast += frames.count - frames.starts.shape[0] > frames.count // 2
+    assert fast >= 12
+
+
+def test_fast_path_takes_summary_writer_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ingest.formats import tensorboard as tb
+
+    path = tmp_path / "events.out.tfevents.1.h"
+    values = _write(path, np.arange(0, 20_000, 7))
+    general: list[int] = []
+    original = tb.decode_block
+
+    def spy(data: bytes, starts: np.ndarray, lengths: np.ndarray) -> object:
+        general.append(int(starts.shape[0]))
+        return original(data, starts, lengths)
+
+    monkeypatch.setattr(tb, "decode_block", spy)
+    parsed = read_log([path])
+    assert sum(general) < 3 * 64 + 10  # a walk per run (the step varint grows twice) and the header
+    steps, v = parsed.series("loss")
+    assert np.array_equal(steps, np.arange(0, 20_000, 7)) and np.array_equal(v, values[:, 0])
+
+
+def test_distance_tables_are_crc32c_of_one_byte() -> None:
+    import crc32c
+
+    from ingest.formats.tensorboard import _crc_byte_table, _distance_tables
+
+    tables = _distance_tables(300)
+    for d in (0, 1, 2, 7, 8, 63, 300):
+        tail = bytes(d)
+        zero = crc32c.crc32c(b"\x00" + tail)
+        known = [crc32c.crc32c(bytes([b]) + tail) ^ zero for b in range(256)]
+        assert tables[d].tolist() == known
+        assert _crc_byte_table(d).tolist() == known
+    assert _crc_byte_table(5000).tolist()[1] == crc32c.crc32c(b"\x01" + bytes(5000)) ^ crc32c.crc32c(bytes(5001))
+
+
+def test_a_corrupt_length_inside_a_periodic_run_resyncs(tmp_path: Path) -> None:
+    path = tmp_path / "events.out.tfevents.1.h"
+    _write(path, np.arange(3000))
+    data = bytearray(path.read_bytes())
+    offsets = _record_offsets(bytes(data))
+    for k in (5000, 9001):  # the length CRC, then the length field
+        data[offsets[k] + (9 if k == 5000 else 0)] ^= 0x10
+    path.write_bytes(bytes(data))
+    parsed = read_log([path])
+    assert parsed.table.num_rows == 3000 * len(TAGS) - 2
+    assert [e[1] for e in parsed.skipped_examples] == [offsets[5000], offsets[9001]]
+    assert all("bad length CRC" in e[2] for e in parsed.skipped_examples)

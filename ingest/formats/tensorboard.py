@@ -26,12 +26,14 @@ layout's fields are then sliced out of all matching records at once.
 
 from __future__ import annotations
 
+import contextlib
+import mmap
 import re
 import struct
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
+from typing import BinaryIO, Final
 
 import crc32c
 import numpy as np
@@ -45,22 +47,36 @@ from stab_core.metrics import RUN_RANK
 U8 = npt.NDArray[np.uint8]
 W64 = npt.NDArray[np.uint64]
 I64 = npt.NDArray[np.int64]
+Data = bytes | memoryview
+"""A block of an event file: bytes read, or a window on the memory-mapped file."""
 
 _MASK_DELTA: Final = 0xA282EAD8
 _BLOCK_BYTES: Final = 64 * 1024 * 1024
 _MAX_RECORD: Final = 1 << 31
 _FILE_RE: Final = re.compile(r"(^|\.)tfevents(\.|$)")
 _RANK_DIR: Final = re.compile(r"^rank[_\-]?(\d+)$")
-_GATHER_ROWS: Final = 1 << 16
 _PAD: Final = 160
 """Zero bytes appended to a block so that fixed-width gathers never read past its end."""
+_PAD_BYTES: Final = bytes(_PAD)
+_TAIL_BYTES: Final = 1024 * 1024
+_WALK: Final = 64
+"""Records framed one by one before their lengths are searched for a period."""
+_MAX_FAST_PAYLOAD: Final = 1024
+_FIRST_CHUNK_ROWS: Final = 64
+_CHUNK_BYTES: Final = 2 * 1024 * 1024
+"""Rows of a periodic run are checked about this many bytes at a time (cache-sized)."""
+_SHORT_RUN: Final = 256
+_MAX_SHORT_RUNS: Final = 16
+"""After this many periodic runs shorter than ``_SHORT_RUN`` records, a block is left to the
+general decoder (periods that keep breaking)."""
+_CASTAGNOLI: Final = 0x82F63B78
 
 DT_FLOAT: Final = 1
 DT_DOUBLE: Final = 2
 _SCALAR_PLUGINS: Final = (b"", b"scalars")
 
 
-def masked_crc(data: bytes | memoryview) -> int:
+def masked_crc(data: Data) -> int:
     """TFRecord's masked CRC32C of ``data``."""
     crc = crc32c.crc32c(data)
     return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF
@@ -231,30 +247,62 @@ def _tensor_scalar(buf: bytes, start: int, end: int) -> tuple[int, str] | None:
 
 @dataclass
 class _Frames:
+    """The records of one block: those for the general decoder (``starts``, ``lengths``, ``index``:
+    their record numbers in the block) and the scalars of periodic runs, already decoded (``fast``)."""
+
     starts: I64
     lengths: I64
+    index: I64
+    count: int
+    """Records framed in all, both kinds."""
     end: int
     corrupt: list[tuple[int, str]] = field(default_factory=list)
+    fast: _Scalars = field(default_factory=lambda: _Scalars())
 
 
-def frame_records(data: bytes, final: bool) -> _Frames:
-    """Find the records of ``data`` (record starts and payload lengths), checking length CRCs.
+def frame_records(data: Data, n: int, final: bool) -> _Frames:
+    """Find the records of ``data[:n]`` (record starts and payload lengths), checking length CRCs.
 
-    Stops at an incomplete last record (``end`` = where the next read must resume) unless ``final``,
-    where it is reported as truncated.
+    ``data`` holds at least :data:`_PAD` bytes past ``n``. Where payload lengths repeat with a short
+    period, the records are checked and decoded right here, a run at a time (:func:`_fast_run`);
+    the others are returned for :func:`decode_block`. Stops at an incomplete last record (``end`` =
+    where the next read must resume) unless ``final``, where it is reported as truncated.
     """
     w64 = words_at(data)
-    n = len(data)
     starts: list[I64] = []
     lengths: list[I64] = []
+    index: list[I64] = []
     corrupt: list[tuple[int, str]] = []
+    fast = _Scalars()
+    count = 0
+    misses = 0
     pos = 0
+
+    def general(s: I64, ln: I64) -> None:
+        nonlocal count
+        starts.append(s)
+        lengths.append(ln)
+        index.append(np.arange(count, count + s.shape[0], dtype=np.int64))
+        count += s.shape[0]
+
     while pos + 12 <= n:
-        s, ln, pos = _frame_run(data, w64, pos)
+        walk_s, walk_l, after = _walk(data, n, pos)
+        period = _period(walk_l) if len(walk_s) == _WALK else None
+        if period is not None and misses < _MAX_SHORT_RUNS:
+            run = _fast_run(data, n, pos, walk_l[:period], count, fast)
+            if run is not None:
+                for s, ln, rows in run.general:
+                    starts.append(s)
+                    lengths.append(ln)
+                    index.append(rows)
+                count += run.records
+                pos = run.end
+                misses += run.records < _SHORT_RUN
+                continue
+        s, ln, pos = _frame_run(data, w64, n, walk_s, walk_l, after, period)
         if s.size:
             ok, bad_at = _check_length_crcs(data, w64, s, ln)
-            starts.append(s[:ok])
-            lengths.append(ln[:ok])
+            general(s[:ok], ln[:ok])
             if bad_at is None:
                 continue
             pos = int(s[ok])
@@ -262,7 +310,7 @@ def frame_records(data: bytes, final: bool) -> _Frames:
             break
         (length,) = struct.unpack_from("<Q", data, pos)
         if masked_crc(data[pos : pos + 8]) != struct.unpack_from("<I", data, pos + 8)[0] or length > _MAX_RECORD:
-            nxt = _resync(data, pos + 1)
+            nxt = _resync(data, n, pos + 1)
             corrupt.append((pos, f"bad length CRC; skipped {nxt - pos} bytes to the next valid record"))
             pos = nxt
             continue
@@ -274,29 +322,42 @@ def frame_records(data: bytes, final: bool) -> _Frames:
     return _Frames(
         np.concatenate(starts) if starts else empty,
         np.concatenate(lengths) if lengths else empty,
+        np.concatenate(index) if index else empty,
+        count,
         pos,
         corrupt,
+        fast,
     )
 
 
-def _frame_run(data: bytes, w64: npt.NDArray[np.uint64], pos: int) -> tuple[I64, I64, int]:
-    """Frame consecutive records from ``pos``: a short sequential walk, then predicted in bulk."""
-    n = len(data)
+def _walk(data: Data, n: int, pos: int) -> tuple[list[int], list[int], int]:
+    """Up to :data:`_WALK` consecutive records from ``pos``, by their length fields alone."""
     walk_s: list[int] = []
     walk_l: list[int] = []
     p = pos
-    while len(walk_s) < 64 and p + 12 <= n:
-        (length,) = struct.unpack_from("<Q", data, p)
+    unpack_q = struct.Struct("<Q").unpack_from
+    while len(walk_s) < _WALK and p + 12 <= n:
+        (length,) = unpack_q(data, p)
         if length > _MAX_RECORD or p + 16 + length > n:
             break
         walk_s.append(p)
         walk_l.append(length)
         p += 16 + length
+    return walk_s, walk_l, p
+
+
+def _frame_run(
+    data: Data,
+    w64: npt.NDArray[np.uint64],
+    n: int,
+    walk_s: list[int],
+    walk_l: list[int],
+    p: int,
+    period: int | None,
+) -> tuple[I64, I64, int]:
+    """Frame consecutive records after a walk: the walk's, then more predicted in bulk from its period."""
     s_arr = np.asarray(walk_s, np.int64)
     l_arr = np.asarray(walk_l, np.int64)
-    if len(walk_s) < 64:
-        return s_arr, l_arr, p
-    period = _period(walk_l)
     if period is None:
         return s_arr, l_arr, p
     pattern = np.roll(np.asarray(walk_l[:period], np.int64), -(len(walk_l) % period))
@@ -327,7 +388,7 @@ def _period(lengths: list[int]) -> int | None:
     return None
 
 
-def words_at(data: bytes) -> npt.NDArray[np.uint64]:
+def words_at(data: Data) -> npt.NDArray[np.uint64]:
     """``w[i]`` = the little-endian uint64 at byte ``i`` of ``data`` (an unaligned strided view:
     one fancy-index gather reads 8 bytes)."""
     n = max(len(data) - 7, 0)
@@ -345,7 +406,7 @@ def _gather_u32(w64: npt.NDArray[np.uint64], starts: I64) -> npt.NDArray[np.uint
     return out
 
 
-def _check_length_crcs(data: bytes, w64: npt.NDArray[np.uint64], starts: I64, lengths: I64) -> tuple[int, int | None]:
+def _check_length_crcs(data: Data, w64: npt.NDArray[np.uint64], starts: I64, lengths: I64) -> tuple[int, int | None]:
     """``(number of leading records whose length CRC is right, index of the first wrong or None)``.
 
     The CRC of a length field depends on the length only, so it is computed once per distinct length.
@@ -359,9 +420,8 @@ def _check_length_crcs(data: bytes, w64: npt.NDArray[np.uint64], starts: I64, le
     return int(bad[0]), int(bad[0])
 
 
-def _resync(data: bytes, pos: int) -> int:
-    """The next offset after ``pos`` where a length field and its CRC agree (or the end)."""
-    n = len(data)
+def _resync(data: Data, n: int, pos: int) -> int:
+    """The next offset after ``pos`` where a length field and its CRC agree (or ``n``)."""
     unpack_q = struct.Struct("<Q").unpack_from
     unpack_i = struct.Struct("<I").unpack_from
     while pos + 12 <= n:
@@ -370,6 +430,287 @@ def _resync(data: bytes, pos: int) -> int:
             return pos
         pos += 1
     return n
+
+
+# --------------------------------------------------------------------------- periodic runs
+
+
+@dataclass
+class _FastRecord:
+    """One record of a run's period, decoded from its first occurrence (the template)."""
+
+    j: int
+    offset: int
+    """Byte offset of the record in a period."""
+    layout: Layout
+    positions: list[int]
+    """Payload bytes that vary: wall time, values, step varint (in that order)."""
+    constant: int
+    """CRC32C of the template with those bytes zeroed."""
+
+
+@dataclass
+class _RunResult:
+    records: int
+    end: int
+    general: list[tuple[I64, I64, I64]]
+    """Records of the run left to the general decoder: (starts, lengths, record numbers)."""
+
+
+def _fast_run(data: Data, n: int, pos: int, lengths: list[int], first: int, out: _Scalars) -> _RunResult | None:
+    """Check and decode the records from ``pos`` whose payload lengths repeat ``lengths``, a period
+    (a *row* of ``len(lengths)`` records) at a time; None where this does not apply.
+
+    The first row is the template, decoded by :func:`decode_event`. Every row is then compared with
+    it in one pass over the bytes, all bytes but those that may vary (wall time, value, the step
+    varint's payload bits, payload CRC): the length fields (framing), their CRCs and each record's
+    layout are checked at once. The first row whose length field or length CRC differs ends the
+    run. The payload CRCs are checked from the template's (see :func:`_crc_byte_table`), gathering
+    only the bytes that vary, and the same gathered bytes give the wall times, steps and values.
+    Records whose fixed payload bytes differ, whose CRC fails, or whose template holds no scalar are
+    left to :func:`decode_block`, which reports errors as before.
+    """
+    q = len(lengths)
+    sizes = [16 + ln for ln in lengths]
+    offs = [0]
+    for s in sizes[:-1]:
+        offs.append(offs[-1] + s)
+    row_bytes = sum(sizes)
+    rows_avail = (n - pos) // row_bytes
+    if rows_avail < 2:
+        return None
+    row = bytes(data[pos : pos + row_bytes])
+    mask = bytearray(b"\xff" * row_bytes)
+    fast: list[_FastRecord] = []
+    for j, (o, length) in enumerate(zip(offs, lengths, strict=True)):
+        if masked_crc(row[o : o + 8]) != struct.unpack_from("<I", row, o + 8)[0]:
+            return None  # the general framing reports it
+        mask[o + 12 + length : o + 16 + length] = bytes(4)
+        payload = row[o + 12 : o + 12 + length]
+        try:
+            layout = decode_event(payload) if length <= _MAX_FAST_PAYLOAD else None
+        except ValueError:
+            layout = None
+        if layout is None or not layout.slots:
+            mask[o + 12 : o + 12 + length] = bytes(length)  # checked by the general decoder
+            continue
+        positions = _varying_bytes(layout)
+        if positions is None:
+            mask[o + 12 : o + 12 + length] = bytes(length)
+            continue
+        zeroed = bytearray(payload)
+        for p in positions:
+            zeroed[p] = 0
+            mask[o + 12 + p] = 0
+        for p in _step_bytes(layout):
+            mask[o + 12 + p] = 0x80
+        fast.append(_FastRecord(j, o, layout, positions, crc32c.crc32c(bytes(zeroed))))
+    if not fast:
+        return None
+    plan = _RunPlan(fast, lengths, offs, row_bytes, row, bytes(mask))
+    rows_done = 0
+    chunk = _FIRST_CHUNK_ROWS
+    stop = False
+    while rows_done < rows_avail and not stop:
+        m = min(chunk, rows_avail - rows_done)
+        m, stop = plan.chunk(data, pos + rows_done * row_bytes, m)
+        rows_done += m
+        chunk = min(chunk * 8, max(_FIRST_CHUNK_ROWS, _CHUNK_BYTES // row_bytes // 8 * 8))  # keeps rows' phase
+    if rows_done == 0:
+        return None
+    return _RunResult(rows_done * q, pos + rows_done * row_bytes, plan.finish(pos, first, rows_done, out))
+
+
+def _varying_bytes(layout: Layout) -> list[int] | None:
+    """Wall time, value and step bytes of a layout, in that order (None if they overlap)."""
+    positions: list[int] = []
+    if layout.wall_offset is not None:
+        positions.extend(range(layout.wall_offset, layout.wall_offset + 8))
+    for slot in layout.slots:
+        positions.extend(range(slot.offset, slot.offset + (4 if slot.dtype == "<f4" else 8)))
+    if layout.step_offset is not None:
+        positions.extend(range(layout.step_offset, layout.step_offset + layout.step_length))
+    if len(set(positions)) != len(positions) or set(positions) != layout.variable | _step_bytes(layout):
+        return None
+    return positions
+
+
+class _RunPlan:
+    """The per-run constants of :func:`_fast_run` and what its chunks found."""
+
+    def __init__(
+        self, fast: list[_FastRecord], lengths: list[int], offs: list[int], row_bytes: int, row: bytes, mask: bytes
+    ) -> None:
+        self.fast = fast
+        self.lengths = lengths
+        self.offs = np.asarray(offs, np.int64)
+        self.row_bytes = row_bytes
+        width = max(len(f.positions) for f in fast)
+        self.width = width
+        gather: list[int] = []
+        table_rows: list[int] = []
+        crc_at: list[int] = []
+        for f in fast:
+            length = lengths[f.j]
+            start = f.offset + 12
+            gather.extend(start + p for p in f.positions)
+            table_rows.extend(length - 1 - p for p in f.positions)
+            pad = width - len(f.positions)
+            gather.extend([0] * pad)  # any byte: its table is zero
+            table_rows.extend([-1] * pad)
+            crc_at.extend(range(start + length, start + length + 4))
+        tables = _distance_tables(max(r for r in table_rows))
+        zero_row = tables.shape[0]
+        self.table = np.concatenate([tables.ravel(), np.zeros(256, np.uint32)])
+        self.table_at = (np.asarray([zero_row if r < 0 else r for r in table_rows], np.intp) * 256)[:, None]
+        self.gather = np.asarray(gather, np.intp)
+        self.crc_at = np.asarray(crc_at, np.intp)
+        self.constant = np.asarray([f.constant for f in fast], np.uint32)[:, None]
+        self.row = np.frombuffer(row, np.uint8)
+        self.mask = np.frombuffer(mask, np.uint8)
+        self.tiled_rows = 0
+        self.tiled_phase = 0
+        self.tmpl_words = np.zeros(0, np.uint64)
+        self.mask_words = np.zeros(0, np.uint64)
+        self.gathered: list[U8] = []
+        self.ok: list[npt.NDArray[np.bool_]] = []
+        self.payload_bad: list[tuple[int, int]] = []  # (row, record in the period)
+        self.rows_seen = 0
+
+    def _tile(self, rows: int, phase: int) -> None:
+        """The template and mask of ``rows`` rows as words, after ``phase`` masked bytes."""
+        if rows <= self.tiled_rows and phase == self.tiled_phase:
+            return
+        nbytes = phase + rows * self.row_bytes
+        nw = (nbytes + 7) // 8
+        t = np.zeros(nw * 8, np.uint8)
+        t[phase:nbytes] = np.tile(self.row, rows)
+        mk = np.zeros(nw * 8, np.uint8)
+        mk[phase:nbytes] = np.tile(self.mask, rows)
+        self.tmpl_words = t.view("<u8") & mk.view("<u8")
+        self.mask_words = mk.view("<u8")
+        self.tiled_rows, self.tiled_phase = rows, phase
+
+    def chunk(self, data: Data, base: int, m: int) -> tuple[int, bool]:
+        """Check ``m`` rows from byte ``base``; returns (rows accepted, whether the run ends here)."""
+        row_bytes = self.row_bytes
+        # compare aligned words: start up to 7 bytes early (masked out)
+        phase = np.ndarray((1,), np.uint8, buffer=data, offset=base).ctypes.data % 8
+        phase = phase if phase <= base else 0
+        self._tile(m, phase)
+        nbytes = phase + m * row_bytes
+        nw = (nbytes + 7) // 8
+        words = np.ndarray((nw,), "<u8", buffer=data, offset=base - phase)
+        diff = words & self.mask_words[:nw]
+        diff ^= self.tmpl_words[:nw]
+        if nbytes % 8:
+            diff[-1] &= np.uint64((1 << (8 * (nbytes % 8))) - 1)
+        stop = False
+        if np.count_nonzero(diff):
+            bad_words = np.flatnonzero(diff)
+            d8 = diff.view(np.uint8)
+            at = (bad_words[:, None] * 8 + np.arange(8)).ravel()
+            at = at[d8[at] != 0] - phase
+            r = at // row_bytes
+            rec = np.searchsorted(self.offs, at % row_bytes, side="right") - 1
+            header = (at % row_bytes - self.offs[rec]) < 12
+            if header.any():
+                m = int(r[header].min())
+                stop = True
+            keep = r < m
+            self.payload_bad.extend(
+                (self.rows_seen + int(a), int(b))
+                for a, b in set(zip(r[keep].tolist(), rec[keep].tolist(), strict=True))
+            )
+        if m == 0:
+            return 0, stop
+        rows = np.ndarray((m, row_bytes), np.uint8, buffer=data, offset=base)
+        g = np.take(rows, self.gather, axis=1)  # (m, records * width)
+        idx = np.empty((self.gather.shape[0], m), np.intp)
+        np.add(np.ascontiguousarray(g.T), self.table_at, out=idx, casting="unsafe")
+        parts = np.take(self.table, idx)
+        crc = np.bitwise_xor.reduce(parts.reshape(len(self.fast), self.width, m), axis=1)
+        crc ^= self.constant
+        stored = np.take(rows, self.crc_at, axis=1).view("<u4").T
+        masked = ((crc >> np.uint32(15)) | (crc << np.uint32(17))) + np.uint32(_MASK_DELTA)
+        self.ok.append(masked == stored)
+        self.gathered.append(g)
+        self.rows_seen += m
+        return m, stop
+
+    def finish(self, pos: int, first: int, rows: int, out: _Scalars) -> list[tuple[I64, I64, I64]]:
+        """Emit the scalars of ``rows`` checked rows; return the records left to the general decoder."""
+        q = len(self.lengths)
+        g = np.concatenate(self.gathered) if len(self.gathered) > 1 else self.gathered[0]
+        ok = np.concatenate(self.ok, axis=1) if len(self.ok) > 1 else self.ok[0]
+        for r, j in self.payload_bad:
+            fi = next((k for k, f in enumerate(self.fast) if f.j == j), None)
+            if fi is not None:
+                ok[fi, r] = False
+        general: list[tuple[I64, I64, I64]] = []
+        fast_js = {f.j for f in self.fast}
+        for j in range(q):
+            if j not in fast_js:
+                at = np.arange(rows, dtype=np.int64)
+                self._leave(general, pos, first, j, at)
+        for fi, f in enumerate(self.fast):
+            good = ok[fi]
+            all_good = bool(good.all())
+            if not all_good:
+                self._leave(general, pos, first, f.j, np.flatnonzero(~good))
+            seg = g[:, fi * self.width : (fi + 1) * self.width]
+            if not all_good:
+                seg = seg[good]
+            record_rows = first + f.j + q * (np.arange(rows, dtype=np.int64) if all_good else np.flatnonzero(good))
+            _emit(seg, f.layout, record_rows, out)
+        return general
+
+    def _leave(self, general: list[tuple[I64, I64, I64]], pos: int, first: int, j: int, at: I64) -> None:
+        q = len(self.lengths)
+        starts = pos + at * self.row_bytes + int(self.offs[j])
+        general.append((starts, np.full(at.shape[0], self.lengths[j], np.int64), first + j + q * at))
+
+
+def _emit(seg: U8, layout: Layout, rows: I64, out: _Scalars) -> None:
+    """Wall times, steps and values of one record of a run from its gathered varying bytes."""
+    n = rows.shape[0]
+    if n == 0:
+        return
+    at = 0
+    if layout.wall_offset is not None:
+        wall = seg[:, 0:8].view("<f8")[:, 0].astype(np.float64)
+        at = 8
+    else:
+        wall = np.full(n, np.nan)
+    values: list[tuple[str, npt.NDArray[np.float64]]] = []
+    for slot in layout.slots:
+        width = 4 if slot.dtype == "<f4" else 8
+        values.append((slot.tag, seg[:, at : at + width].view(slot.dtype)[:, 0].astype(np.float64)))
+        at += width
+    steps = np.zeros(n, np.int64)
+    for k in range(layout.step_length if layout.step_offset is not None else 0):
+        steps |= (seg[:, at + k].astype(np.int64) & 0x7F) << (7 * k)
+    for tag, v in values:
+        out.parts.append((tag, rows, v, wall, steps))
+
+
+_DISTANCE_TABLES: list[npt.NDArray[np.uint32]] = []
+
+
+def _distance_tables(max_distance: int) -> npt.NDArray[np.uint32]:
+    """``D[d, b]`` for ``d <= max_distance``: what byte ``b`` followed by ``d`` bytes contributes
+    (by xor) to a CRC32C. ``D[0]`` is the byte-at-a-time table of the Castagnoli polynomial and
+    ``D[d + 1]`` is ``D[d]`` shifted through one more zero byte (CRCs are linear)."""
+    if not _DISTANCE_TABLES:
+        t = np.arange(256, dtype=np.uint32)
+        for _ in range(8):
+            t = (t >> np.uint32(1)) ^ (np.uint32(_CASTAGNOLI) * (t & np.uint32(1)))
+        _DISTANCE_TABLES.append(t)
+    base = _DISTANCE_TABLES[0]
+    while len(_DISTANCE_TABLES) <= max_distance:
+        prev = _DISTANCE_TABLES[-1]
+        _DISTANCE_TABLES.append((prev >> np.uint32(8)) ^ base[prev & np.uint32(0xFF)])
+    return np.stack(_DISTANCE_TABLES[: max_distance + 1])
 
 
 # --------------------------------------------------------------------------- decoding in bulk
@@ -395,14 +736,15 @@ def _gather_rows(w64: npt.NDArray[np.uint64], starts: I64, width: int) -> U8:
     return rows
 
 
-def decode_block(data: bytes, starts: I64, lengths: I64) -> tuple[_Scalars, list[tuple[int, str]]]:
-    """Decode the payloads at ``starts`` (record starts) in bulk; returns scalars and bad records."""
+def decode_block(data: Data, starts: I64, lengths: I64) -> tuple[_Scalars, list[tuple[int, str]]]:
+    """Decode the payloads at ``starts`` (record starts) in bulk; returns scalars and bad records.
+
+    ``data`` holds at least :data:`_PAD` bytes past its last record."""
     out = _Scalars()
     bad: list[tuple[int, str]] = []
     if starts.size == 0:
         return out, bad
-    padded = data + bytes(_PAD)
-    u8 = words_at(padded)
+    u8 = words_at(data)
     payload = starts + 12
     keys = _layout_keys(u8, payload, lengths)
     order = np.argsort(keys, kind="stable")
@@ -456,7 +798,7 @@ def _layout_keys(u8: W64, payload: I64, lengths: I64) -> npt.NDArray[np.uint64]:
 
 
 def _decode_group(
-    data: bytes,
+    data: Data,
     u8: W64,
     payload: I64,
     lengths: I64,
@@ -469,7 +811,7 @@ def _decode_group(
     while remaining.size:
         first = int(remaining[0])
         start, length = int(payload[first]), int(lengths[first])
-        template = data[start : start + length]
+        template = bytes(data[start : start + length])
         try:
             layout = decode_event(template)
         except ValueError as exc:
@@ -535,7 +877,7 @@ def _payload_crcs_ok(u8: W64, base: I64, layout: Layout, template: bytes) -> npt
     return ok
 
 
-def _crc_or(u8: W64, data: bytes, start: int, length: int, reason: str) -> str:
+def _crc_or(u8: W64, data: Data, start: int, length: int, reason: str) -> str:
     """``reason``, unless the record's payload CRC is wrong (then that is the reason)."""
     stored = int(u8[start + length] & np.uint64(0xFFFFFFFF))
     if masked_crc(data[start : start + length]) != stored:
@@ -603,11 +945,11 @@ def _extract(u8: W64, payload: I64, rows: I64, layout: Layout, out: _Scalars) ->
 
 
 def _decode_one_by_one(
-    data: bytes, u8: W64, payload: I64, lengths: I64, rows: I64, out: _Scalars, bad: list[tuple[int, str]]
+    data: Data, u8: W64, payload: I64, lengths: I64, rows: I64, out: _Scalars, bad: list[tuple[int, str]]
 ) -> None:
     for r in rows.tolist():
         start, length = int(payload[r]), int(lengths[r])
-        record = data[start : start + length]
+        record = bytes(data[start : start + length])
         if masked_crc(record) != int(u8[start + length] & np.uint64(0xFFFFFFFF)):
             bad.append((start - 12, "bad payload CRC; record skipped"))
             continue
@@ -694,26 +1036,24 @@ class TensorBoardReader(Reader):
             f = open(path, "rb")  # noqa: SIM115 - closed below
         except OSError as exc:
             raise open_error(path, exc) from exc
-        file_offset = 0
-        carry = b""
+        consumed = [0]
         records = 0
         try:
-            while True:
-                block = f.read(_BLOCK_BYTES)
-                final = not block
-                data = carry + block
-                builder.advance(len(block))
-                if not data:
-                    break
-                frames = frame_records(data, final)
+            for data, n, final, fresh in _windows(f, consumed):
+                builder.advance(fresh)
+                file_offset = consumed[0]
+                frames = frame_records(data, n, final)
                 for offset, reason in frames.corrupt:
                     builder.skip(path, file_offset + offset, f"byte offset {file_offset + offset}: {reason}")
                 scalars, bad = decode_block(data, frames.starts, frames.lengths)
                 for offset, reason in sorted(bad):
                     builder.skip(path, file_offset + offset, f"byte offset {file_offset + offset}: {reason}")
-                records += int(frames.starts.size) - len(bad)
-                base = builder.reserve(int(frames.starts.size))
-                for tag, rows, values, wall, steps in scalars.parts:
+                records += frames.count - len(bad)
+                base = builder.reserve(frames.count)
+                parts = [(tag, frames.index[rows], v, w, s) for tag, rows, v, w, s in scalars.parts]
+                parts.extend(frames.fast.parts)
+                parts.sort(key=lambda part: int(part[1][0]) if part[1].size else -1)  # file order per tag
+                for tag, rows, values, wall, steps in parts:
                     name = f"{source.prefix}/{tag}" if source.prefix else tag
                     builder.add(
                         name,
@@ -724,18 +1064,69 @@ class TensorBoardReader(Reader):
                         stream=stream,
                         seq=base + rows,
                     )
-                file_offset += frames.end
-                carry = data[frames.end :]
-                if final:
-                    break
+                consumed[0] = file_offset + frames.end
+                del data, frames
         finally:
             f.close()
-        if records == 0 and file_offset > 0 and builder.row_count == 0:
+        if records == 0 and consumed[0] > 0 and builder.row_count == 0:
             raise StabScopeError(
                 "not a TensorBoard event file: expected TFRecord framing (length, masked CRC32C)",
                 path=str(path),
                 line=0,
             )
+
+
+def _windows(f: BinaryIO, consumed: list[int]) -> Iterator[tuple[Data, int, bool, int]]:
+    """A file in blocks: ``(data, n, final, fresh)``. ``data[:n]`` starts at file offset
+    ``consumed[0]`` (the caller advances it past the records it framed) and ``data`` holds at least
+    :data:`_PAD` more bytes (file bytes or zeros); ``final`` on the last block, ``fresh``: bytes not
+    seen in earlier blocks.
+
+    The file is memory-mapped where possible (no copy; the last :data:`_TAIL_BYTES` are copied to be
+    zero-padded), else read a block at a time."""
+    try:
+        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    except (OSError, ValueError):  # empty file, or a file system without mmap
+        yield from _read_windows(f, consumed)
+        return
+    try:
+        view = memoryview(mm)
+        size = len(view)
+        covered = 0
+        want = _BLOCK_BYTES
+        last_n = -1
+        while consumed[0] < size:
+            start = consumed[0]
+            remaining = size - start
+            n = min(want, remaining - _TAIL_BYTES)
+            if n <= 0 or n == last_n:  # the rest, zero-padded (a record longer than the window grows it)
+                yield b"".join((view[start:], _PAD_BYTES)), remaining, True, size - covered
+                return
+            yield view[start : start + n + _PAD], n, False, max(start + n - covered, 0)
+            covered = max(covered, start + n)
+            stuck = consumed[0] == start
+            want = want * 2 if stuck else _BLOCK_BYTES
+            last_n = n if stuck else -1
+    finally:
+        del view
+        with contextlib.suppress(BufferError):  # arrays still view it: it closes when they go
+            mm.close()
+
+
+def _read_windows(f: BinaryIO, consumed: list[int]) -> Iterator[tuple[Data, int, bool, int]]:
+    carry = b""
+    while True:
+        block = f.read(_BLOCK_BYTES)
+        final = not block
+        n = len(carry) + len(block)
+        if not n:
+            return
+        data = b"".join((carry, block, _PAD_BYTES))
+        start = consumed[0]
+        yield data, n, final, len(block)
+        if final:
+            return
+        carry = data[consumed[0] - start : n]
 
 
 # --------------------------------------------------------------------------- writing (tests, benchmarks)
