@@ -17,11 +17,16 @@ Files of one folder are read in the order of their creation time (in the file na
 so a restart that re-logs steps is detected as a rollback and the later segment wins, as in
 TensorBoard's own loader.
 
-Speed: no per-field Python objects. Records are framed by predicting the next ones from the
-period of the record lengths and verifying the predictions with numpy; records with the same
-*layout* (every byte equal except the wall time, the step's varint payload and the value) are
-decoded together: one record of each layout is parsed by the small protobuf decoder below, and the
-layout's fields are then sliced out of all matching records at once.
+Speed: no per-field Python objects. The file is memory-mapped (read in blocks where it cannot be).
+Where payload lengths repeat with a short period (SummaryWriter logs the same tags every step), a
+run of such rows is checked against its first row in one masked pass over the bytes (framing,
+length CRCs and layouts at once); the payload CRCs come from the bytes that vary only (wall time,
+step, value: CRC32C is linear, so per-distance byte tables correct the template's CRC), and the
+same gathered bytes give the columns (:func:`_fast_run`). Other records are framed by predicting
+the next ones from the period of the record lengths and verifying the predictions with numpy;
+records with the same *layout* (every byte equal except the wall time, the step's varint payload
+and the value) are decoded together: one record of each layout is parsed by the small protobuf
+decoder below, and the layout's fields are then sliced out of all matching records at once.
 """
 
 from __future__ import annotations
