@@ -105,12 +105,17 @@ class ClipRecord:
 
 
 def _grads(parameters: torch.Tensor | Iterable[torch.Tensor]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-    """(parameters, their gradients) for the parameters that have a gradient."""
+    """(parameters, their gradients) for the parameters that have a gradient (one pass)."""
     import torch
 
-    params = [parameters] if isinstance(parameters, torch.Tensor) else list(parameters)
-    with_grad = [p for p in params if p.grad is not None]
-    return with_grad, [p.grad for p in with_grad if p.grad is not None]
+    params: list[torch.Tensor] = []
+    grads: list[torch.Tensor] = []
+    for p in (parameters,) if isinstance(parameters, torch.Tensor) else parameters:
+        g = p.grad
+        if g is not None:
+            params.append(p)
+            grads.append(g)
+    return params, grads
 
 
 def global_grad_norm(parameters: torch.Tensor | Iterable[torch.Tensor]) -> float:
@@ -125,12 +130,34 @@ def global_grad_norm(parameters: torch.Tensor | Iterable[torch.Tensor]) -> float
     return _norm_of(grads)
 
 
+def _uniform_plain(grads: list[torch.Tensor]) -> bool:
+    """Every gradient is a plain tensor (no DTensor or other subclass) on one device, of one dtype:
+    the case one ``torch._foreach_*`` call handles (single process, DDP)."""
+    import torch
+
+    first = grads[0]
+    device, dtype = first.device, first.dtype
+    plain = torch.Tensor
+    return all(type(g) is plain and g.device == device and g.dtype == dtype for g in grads)
+
+
 def _norm_of(grads: list[torch.Tensor]) -> float:
-    from torch.distributed.tensor import DTensor
-    from torch.nn.utils import get_total_norm
+    import torch
 
     if not grads:
         return 0.0
+    if _uniform_plain(grads):
+        # What torch.nn.utils.get_total_norm computes here (per-tensor norms, then the norm of
+        # their stack), without its regrouping by device and dtype and its per-norm .to() copies.
+        return float(torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)), 2.0))
+    return _mixed_norm_of(grads)
+
+
+def _mixed_norm_of(grads: list[torch.Tensor]) -> float:
+    """The norm when some gradients are DTensors (summed per device mesh) or devices/dtypes differ."""
+    from torch.distributed.tensor import DTensor
+    from torch.nn.utils import get_total_norm
+
     plain = [g for g in grads if not isinstance(g, DTensor)]
     by_mesh: dict[int, list[torch.Tensor]] = {}
     for g in grads:
@@ -151,7 +178,21 @@ def _nonfinite(squares: list[float]) -> float:
     return math.nan if any(math.isnan(s) for s in squares) else math.inf
 
 
+def _scalar_clip_coef(norm: float, max_norm: float) -> float:
+    """:func:`clip_coef` for one norm in plain floats (the same IEEE operations, no numpy call):
+    ``min(1, max_norm / (norm + 1e-6))``, NaN when the quotient is NaN."""
+    coef = max_norm / (norm + CLIP_EPS)
+    return coef if coef < 1.0 or coef != coef else 1.0
+
+
 def _scale(grads: list[torch.Tensor], coef: float) -> None:
+    import torch
+
+    if _uniform_plain(grads) and grads[0].dtype in (torch.float32, torch.float64):
+        # Bit-identical to g.mul_(coef) in these dtypes; for bf16/fp16 mul_ rounds the scalar to the
+        # tensor's dtype first and _foreach_mul_ does not, so those keep the loop.
+        torch._foreach_mul_(grads, coef)
+        return
     for g in grads:
         g.mul_(coef)
 
@@ -207,7 +248,7 @@ def clip_grad_norm(
     handled = _handle_nonfinite(params, grads, total_norm, nonfinite, max_norm)
     if handled is not None:
         return handled
-    coef = float(clip_coef(total_norm, max_norm))
+    coef = _scalar_clip_coef(total_norm, max_norm)
     clipped = coef < 1.0 or math.isnan(coef)
     if clipped:
         _scale(grads, coef)
@@ -314,7 +355,7 @@ class ZClip:
         limit, z = fixed_limit, math.nan
         if math.isfinite(total_norm):  # else the "clip" policy: torch's behaviour
             limit, z = self._observe(total_norm, fixed_limit)
-        coef = float(clip_coef(total_norm, limit))
+        coef = _scalar_clip_coef(total_norm, limit)
         clipped = coef < 1.0 or math.isnan(coef)
         if clipped:
             _scale(grads, coef)

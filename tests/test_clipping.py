@@ -153,6 +153,63 @@ def test_record_speaks_the_canonical_metric_names() -> None:
     assert metrics["grad_norm"] == 5.0 and metrics["nonfinite_grads"] == 0.0
 
 
+def _reference_clip(grads: list[torch.Tensor], max_norm: float) -> tuple[float, list[torch.Tensor]]:
+    """The previous implementation: torch's get_total_norm, numpy's clip_coef, one mul_ per tensor."""
+    total = float(torch.nn.utils.get_total_norm([g.clone() for g in grads], 2.0))
+    coef = float(clip_coef(total, max_norm))
+    scaled = [g.clone() for g in grads]
+    if coef < 1.0 or math.isnan(coef):
+        for g in scaled:
+            g.mul_(coef)
+    return total, scaled
+
+
+@pytest.mark.parametrize(
+    "dtypes", [(torch.float32,), (torch.float64,), (torch.bfloat16,), (torch.float32, torch.float64)]
+)
+@pytest.mark.parametrize("seed", range(6))
+def test_fast_path_is_bit_identical_to_the_reference(dtypes: tuple[torch.dtype, ...], seed: int) -> None:
+    """One _foreach_norm / _foreach_mul_ (and the mixed-dtype fallback) give exactly the norm and
+    gradients of get_total_norm + per-tensor mul_, clipped or not, over varied shapes and scales."""
+    generator = torch.Generator().manual_seed(seed)
+    count = int(torch.randint(1, 40, (1,), generator=generator))
+    params = []
+    for i in range(count):
+        shape = tuple(
+            int(d)
+            for d in torch.randint(1, 9, (int(torch.randint(1, 4, (1,), generator=generator)),), generator=generator)
+        )
+        scale = 10.0 ** float(torch.empty(1).uniform_(-4, 3, generator=generator))
+        p = torch.nn.Parameter(torch.zeros(shape, dtype=dtypes[i % len(dtypes)]))
+        p.grad = (torch.randn(shape, generator=generator, dtype=torch.float64) * scale).to(p.dtype)
+        params.append(p)
+    params.insert(count // 2, torch.nn.Parameter(torch.zeros(3)))  # no gradient: left out
+    grads = [p.grad for p in params if p.grad is not None]
+    for max_norm in (1e-3, 1.0, 1e6):
+        expected_norm, expected_grads = _reference_clip(grads, max_norm)
+        ours = [g.clone() for g in grads]
+        for p, g in zip((p for p in params if p.grad is not None), ours, strict=True):
+            p.grad = g
+        record = clip_grad_norm(params, max_norm)
+        assert record.total_norm == expected_norm
+        assert record.clip_coef == float(clip_coef(expected_norm, max_norm))
+        assert record.clipped == (record.clip_coef < 1.0)
+        for got, want in zip(ours, expected_grads, strict=True):
+            assert torch.equal(got, want)
+
+
+def test_scalar_coefficient_is_the_array_formula() -> None:
+    from stab_core.clipping import _scalar_clip_coef
+
+    norms = [0.0, 1e-9, 0.5, 1.0 - 1e-6, 1.0, 1.0 + 1e-6, 3.0, 1e30, math.inf, math.nan]
+    for max_norm in (1e-3, 1.0, 7.5, math.inf):
+        for norm in norms:
+            with np.errstate(invalid="ignore"):  # inf / inf
+                want = float(clip_coef(norm, max_norm))
+            got = _scalar_clip_coef(norm, max_norm)
+            assert got == want or (math.isnan(got) and math.isnan(want)), (norm, max_norm, got, want)
+
+
 # ---------------------------------------------------------------- ZClip
 
 
