@@ -134,11 +134,17 @@ class GradNormHook:
         if not self._local or len(self._local) != len(self._global):
             self._local, self._global, self._pass_complete = [], [], False
             return None
-        self.last_bucket_count = len(self._local)
-        norms = torch.stack([torch.stack(self._local), torch.stack(self._global)]).double()
-        local, global_ = (float(x) for x in norms.square().sum(dim=1).sqrt().tolist())
+        count = self.last_bucket_count = len(self._local)
+        # One stack and one host transfer; the few per-bucket norms are then summed in Python
+        # (float32 -> float64 squares are exact; fsum rounds the sum once).
+        norms = torch.stack(self._local + self._global).tolist()
         self._local, self._global, self._pass_complete = [], [], False
-        return local, global_
+        return _l2(norms[:count]), _l2(norms[count:])
+
+
+def _l2(norms: list[float]) -> float:
+    """L2 norm of a vector from the L2 norms of its parts (NaN/inf propagate)."""
+    return math.sqrt(math.fsum(x * x for x in norms))
 
 
 def _grad_norm_comm_hook(state: GradNormHook, bucket: GradBucket) -> torch.futures.Future[torch.Tensor]:

@@ -216,6 +216,34 @@ def _hand_norms(out: Path, step: int) -> tuple[list[float], float, list[float]]:
     return local, float(((grads[0] + grads[1]) / 2).norm()), losses
 
 
+def test_hook_take_sums_bucket_norms_in_quadrature() -> None:
+    """take() combines per-bucket norms as sqrt(sum of squares), keeps NaN/inf, and clears the record."""
+    from ingest.monitor import GradNormHook
+
+    hook = GradNormHook.__new__(GradNormHook)  # the bookkeeping alone, without a DDP model
+    cases = [
+        ([3.0, 4.0], [0.0, 5.0], 5.0, 5.0),
+        ([2.0, 3.0, 6.0], [1.0, 2.0, 2.0], 7.0, 3.0),
+        ([1e-20, 1e-20], [3e30, 4e30], math.sqrt(2) * 1e-20, 5e30),
+        ([1.0, math.inf], [math.nan, 1.0], math.inf, math.nan),
+    ]
+    for local, global_, want_local, want_global in cases:
+        hook._local = [torch.tensor(x, dtype=torch.float32) for x in local]
+        hook._global = [torch.tensor(x, dtype=torch.float32) for x in global_]
+        hook._pass_complete = True
+        got = hook.take()
+        assert got is not None and hook.last_bucket_count == len(local)
+        expected = [
+            float(torch.tensor(v, dtype=torch.float32).double().square().sum().sqrt()) for v in (local, global_)
+        ]
+        for value, want, reference in zip(got, (want_local, want_global), expected, strict=True):
+            if math.isnan(want):
+                assert math.isnan(value) and math.isnan(reference)
+            else:
+                assert value == pytest.approx(want, rel=1e-6) and value == pytest.approx(reference, rel=1e-15)
+        assert hook.take() is None  # cleared
+
+
 @pytest.mark.slow
 def test_two_rank_ddp_norms_match_norms_computed_by_hand(tmp_path: Path) -> None:
     run_on_gloo(_norm_worker, 2, tmp_path, str(tmp_path))
