@@ -579,11 +579,18 @@ def add_cli(add: Callable[..., argparse.ArgumentParser]) -> None:
 def measure_overhead(steps: int = 200) -> dict[str, float]:
     """Per-step cost of the StabilityMonitor (with its DDP hook) plus clipping on the demo model.
 
-    Two single-rank DDP models (gloo, one thread) from the same initial weights train on the same
-    batches for ``steps`` steps, alternating step by step so that background load hits both alike:
-    a bare loop (DDP's default all-reduce), and the same loop with ``clip_grad_norm`` + the monitor's
-    hook + ``StabilityMonitor.log`` (shards to a temporary directory). Returns median step times (s),
-    the overhead (s and % of the bare step), and the median time inside ``monitor.log`` and
+    Three single-rank DDP models (gloo, one thread) from the same initial weights train on the same
+    batches for ``steps`` steps, interleaved step by step (the order rotates every step) so that
+    background load hits all alike: a bare loop (DDP's default all-reduce, no clipping); the bare
+    loop plus ``torch.nn.utils.clip_grad_norm_`` (what a user clips with without StabScope); and the
+    monitored loop: ``clip_grad_norm`` + the monitor's hook + ``StabilityMonitor.log`` (shards to a
+    temporary directory). All three pass ``model.parameters()`` each step, as a training loop does.
+
+    Returns median step times (s); ``overhead_s`` / ``overhead_pct``: monitored minus bare medians
+    (the goal's figure, % of the bare step); ``overhead_paired_pct``: the median of the per-step
+    differences monitored - bare (each pair ran back to back on the same batch, so slow spells of a
+    shared machine cancel), % of the bare median; ``overhead_vs_torch_clip_pct``: monitored minus the
+    torch-clipping loop, % of that loop's median; and the median time inside ``monitor.log`` and
     ``clip_grad_norm`` alone (s). The first 10 % of steps (allocator, DDP bucket set-up) are left out.
     Needs no process group to exist yet.
     """
@@ -600,24 +607,29 @@ def measure_overhead(steps: int = 200) -> dict[str, float]:
         dist.init_process_group("gloo", init_method=f"file://{tmp}/rdzv", rank=0, world_size=1)
         try:
             config = DemoConfig(out=Path(tmp) / "shards", ranks=1, steps=max(steps, 40)).resolved()
-            times = _alternating_loops(config, steps)
+            times = _interleaved_loops(config, steps)
         finally:
             dist.destroy_process_group()
             torch.set_num_threads(threads)
     warm = max(steps // 10, 5)
-    median = {name: statistics.median(values[warm:]) for name, values in times.items()}
+    kept = {name: values[warm:] for name, values in times.items()}
+    median = {name: statistics.median(values) for name, values in kept.items()}
+    paired = statistics.median(m - b for m, b in zip(kept["monitored"], kept["bare"], strict=True))
     return {
         "steps": float(steps),
         "bare_step_s": median["bare"],
+        "torch_clip_step_s": median["torch_clip"],
         "monitored_step_s": median["monitored"],
         "overhead_s": median["monitored"] - median["bare"],
         "overhead_pct": 100.0 * (median["monitored"] - median["bare"]) / median["bare"],
+        "overhead_paired_pct": 100.0 * paired / median["bare"],
+        "overhead_vs_torch_clip_pct": 100.0 * (median["monitored"] - median["torch_clip"]) / median["torch_clip"],
         "monitor_log_s": median["log"],
         "clip_s": median["clip"],
     }
 
 
-def _alternating_loops(config: DemoConfig, steps: int) -> dict[str, list[float]]:
+def _interleaved_loops(config: DemoConfig, steps: int) -> dict[str, list[float]]:
     import torch
     from torch.nn.parallel import DistributedDataParallel
 
@@ -626,34 +638,47 @@ def _alternating_loops(config: DemoConfig, steps: int) -> dict[str, list[float]]
 
     source = MarkovSource(config.vocab_size, config.markov_branching, config.seed, config.markov_order)
     batches = [torch.from_numpy(batch_tokens(config, source, 0, s)) for s in range(steps)]
-    bare = DistributedDataParallel(build_model(config))
-    watched = DistributedDataParallel(build_model(config))
-    bare_optimizer = torch.optim.AdamW(bare.parameters(), lr=1e-3)
-    watched_optimizer = torch.optim.AdamW(watched.parameters(), lr=1e-3)
+    models = {name: DistributedDataParallel(build_model(config)) for name in ("bare", "torch_clip", "monitored")}
+    optimizers = {name: torch.optim.AdamW(model.parameters(), lr=1e-3) for name, model in models.items()}
+    watched = models["monitored"]
     monitor = StabilityMonitor(
         config.out, model=watched, per_rank_batch_size=config.per_rank_batch_size, seq_len=config.seq_len
     )
-    times: dict[str, list[float]] = {"bare": [], "monitored": [], "log": [], "clip": []}
+    times: dict[str, list[float]] = {"bare": [], "torch_clip": [], "monitored": [], "log": [], "clip": []}
+
+    def plain_step(name: str, tokens: torch.Tensor) -> None:
+        model, optimizer = models[name], optimizers[name]
+        begin = time.perf_counter()
+        loss = lm_loss(model, tokens)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()  # type: ignore[no-untyped-call]
+        if name == "torch_clip":
+            torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_norm)
+        optimizer.step()
+        loss.item()  # the monitored loop reads the loss too: same host sync in all loops
+        times[name].append(time.perf_counter() - begin)
+
+    def monitored_step(step: int, tokens: torch.Tensor) -> None:
+        optimizer = optimizers["monitored"]
+        begin = time.perf_counter()
+        loss = lm_loss(watched, tokens)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()  # type: ignore[no-untyped-call]
+        clip_begin = time.perf_counter()
+        record = clip_grad_norm(watched.parameters(), config.max_norm)
+        times["clip"].append(time.perf_counter() - clip_begin)
+        optimizer.step()
+        log_begin = time.perf_counter()
+        monitor.log(step, loss=loss.detach(), lr=1e-3, clip_stats=record)
+        times["log"].append(time.perf_counter() - log_begin)
+        times["monitored"].append(time.perf_counter() - begin)
+
+    order = ["bare", "torch_clip", "monitored"]
     with monitor:
         for step, tokens in enumerate(batches):
-            begin = time.perf_counter()
-            loss = lm_loss(bare, tokens)
-            bare_optimizer.zero_grad(set_to_none=True)
-            loss.backward()  # type: ignore[no-untyped-call]
-            bare_optimizer.step()
-            loss.item()  # the monitored loop reads the loss too: same host sync in both
-            times["bare"].append(time.perf_counter() - begin)
-
-            begin = time.perf_counter()
-            loss = lm_loss(watched, tokens)
-            watched_optimizer.zero_grad(set_to_none=True)
-            loss.backward()  # type: ignore[no-untyped-call]
-            clip_begin = time.perf_counter()
-            record = clip_grad_norm(watched.parameters(), config.max_norm)
-            times["clip"].append(time.perf_counter() - clip_begin)
-            watched_optimizer.step()
-            log_begin = time.perf_counter()
-            monitor.log(step, loss=loss.detach(), lr=1e-3, clip_stats=record)
-            times["log"].append(time.perf_counter() - log_begin)
-            times["monitored"].append(time.perf_counter() - begin)
+            for name in order[step % 3 :] + order[: step % 3]:  # each loop runs first, second, third in turn
+                if name == "monitored":
+                    monitored_step(step, tokens)
+                else:
+                    plain_step(name, tokens)
     return times

@@ -232,3 +232,9 @@ def test_measure_overhead_reports_consistent_timings() -> None:
     assert 0 < result["monitor_log_s"] < result["monitored_step_s"]
     assert 0 < result["clip_s"] < result["monitored_step_s"]
     assert result["overhead_pct"] == pytest.approx(100 * result["overhead_s"] / result["bare_step_s"])
+    torch_clip = result["torch_clip_step_s"]
+    assert torch_clip > 0 and result["overhead_vs_torch_clip_pct"] == pytest.approx(
+        100 * (result["monitored_step_s"] - torch_clip) / torch_clip
+    )
+    # a median of differences is not the difference of medians, but both sit well inside one step
+    assert abs(result["overhead_paired_pct"]) < 100
