@@ -321,10 +321,11 @@ class LogBuilder:
         if not names:
             return TABLE_SCHEMA.empty_table()
         spans: dict[int, list[tuple[int, int]]] = {}
+        shared: dict[Any, Any] = {}
         columns: dict[str, list[Any]] = {c: [] for c in TABLE_SCHEMA.names}
         for code, name in enumerate(names):
             pieces = self._pieces.pop(name)
-            rank, step, value, wall = _one_metric(pieces, spans)
+            rank, step, value, wall = _one_metric(pieces, spans, shared)
             n = step.shape[0]
             columns["rank"].append(pa.array(rank, pa.int32()))
             columns["step"].append(pa.array(step, pa.int64()))
@@ -354,16 +355,71 @@ def _metric_column(n: int, code: int, names: list[str]) -> Any:
     )
 
 
+def _ordered_series(
+    pieces: list[_Piece], shared: dict[Any, Any]
+) -> tuple[npt.NDArray[np.int32], IntArray, FloatArray, FloatArray | None] | None:
+    """Pieces of one series (one rank, one stream) already in file order with rising steps, or None.
+
+    Checked piece by piece (no concatenated temporaries); the concatenated step, rank and wall
+    arrays are kept in ``shared`` for the next metric read from the same lines (a text log's line
+    gives every metric on it the same step, sequence and wall-time arrays), so they are built once.
+    """
+    first = pieces[0]
+    if not all(isinstance(p.rank, int) and p.rank == first.rank and p.stream == first.stream for p in pieces):
+        return None
+    key: tuple[Any, ...] = tuple(
+        (id(p.step), id(p.seq) if isinstance(p.seq, np.ndarray) else p.seq, id(p.wall_time)) for p in pieces
+    )
+    key += (first.rank,)
+    if key not in shared:
+        shared[key] = _ordered_arrays(pieces)
+    found = shared[key]
+    if found is None:
+        return None
+    _pinned, step, rank, wall = found  # the pieces' arrays stay referenced: their ids stay unique
+    return rank, step, np.concatenate([p.value for p in pieces]), wall
+
+
+def _ordered_arrays(pieces: list[_Piece]) -> tuple[Any, IntArray, npt.NDArray[np.int32], FloatArray | None] | None:
+    last_seq = last_step = -(2**63)
+    for p in pieces:
+        if isinstance(p.seq, int):
+            seq_first, seq_last = p.seq, p.seq + p.step.shape[0] - 1
+        else:
+            if p.seq.shape[0] > 1 and not np.all(p.seq[1:] > p.seq[:-1]):
+                return None
+            seq_first, seq_last = int(p.seq[0]), int(p.seq[-1])
+        if seq_first <= last_seq or int(p.step[0]) <= last_step:
+            return None
+        if p.step.shape[0] > 1 and not np.all(p.step[1:] > p.step[:-1]):
+            return None
+        last_seq, last_step = seq_last, int(p.step[-1])
+    step = np.concatenate([p.step for p in pieces])
+    rank = np.full(step.shape[0], pieces[0].rank, np.int32)
+    wall = None
+    if any(p.wall_time is not None for p in pieces):
+        wall = np.concatenate(
+            [p.wall_time if p.wall_time is not None else np.full(p.step.shape[0], np.nan) for p in pieces]
+        )
+    pinned = [(p.step, p.seq, p.wall_time) for p in pieces]
+    return pinned, step, rank, wall
+
+
 def _one_metric(
-    pieces: list[_Piece], spans: dict[int, list[tuple[int, int]]]
+    pieces: list[_Piece], spans: dict[int, list[tuple[int, int]]], shared: dict[Any, Any] | None = None
 ) -> tuple[npt.NDArray[np.int32], IntArray, FloatArray, FloatArray | None]:
-    """``(rank, step, value, wall)`` of one metric, replayed rows purged, de-duplicated, sorted."""
+    """``(rank, step, value, wall)`` of one metric, replayed rows purged, de-duplicated, sorted.
+    ``shared``: arrays built for earlier metrics of the same table (see :func:`_ordered_series`)."""
     if len(pieces) == 1 and isinstance(pieces[0].rank, int):
         only = pieces[0]
         if only.step.shape[0] < 2 or np.all(only.step[1:] > only.step[:-1]):
             # one ordered series as read: no copies beyond the rank column
             n = only.step.shape[0]
             return np.full(n, only.rank, np.int32), only.step, only.value, only.wall_time
+    if shared is not None:
+        ordered = _ordered_series(pieces, shared)
+        if ordered is not None:
+            return ordered
     step = np.concatenate([p.step for p in pieces])
     value = np.concatenate([p.value for p in pieces])
     same_rank = all(isinstance(p.rank, int) and p.rank == pieces[0].rank for p in pieces)
@@ -511,16 +567,20 @@ def iter_line_chunks(
             if not block:
                 break
             builder.advance(len(block))
-            data = carry + block
-            cut = data.rfind(b"\n")
+            cut = block.rfind(b"\n")
             if cut < 0:
-                carry = data
+                carry += block
                 continue
-            chunk, carry = data[: cut + 1], data[cut + 1 :]
+            # one copy at most: the carried partial line joined to the block's whole lines
+            if carry:
+                chunk = b"".join((carry, memoryview(block)[: cut + 1]))
+            else:
+                chunk = block if cut == len(block) - 1 else block[: cut + 1]
+            carry = block[cut + 1 :]
             if b"\x1b" in chunk:
                 chunk = _ANSI.sub(b"", chunk)
             yield chunk, line_no
-            line_no += chunk.count(b"\n")
+            line_no += int(np.count_nonzero(np.frombuffer(chunk, dtype=np.uint8) == 10))
         if carry:
             if b"\x1b" in carry:
                 carry = _ANSI.sub(b"", carry)

@@ -16,6 +16,7 @@ bounded by the chunk size plus the parsed columns.
 
 from __future__ import annotations
 
+import functools
 import re
 import time
 from collections.abc import Callable, Sequence
@@ -30,6 +31,7 @@ import pyarrow.compute as _pc
 
 from ingest.formats._common import (
     CHUNK_BYTES,
+    ConvertedValues,
     LogBuilder,
     decode_head,
     iter_line_chunks,
@@ -58,6 +60,9 @@ VALUE_PATTERN: Final = rb"([^\s|,]+(?:,[0-9]{3})*)"
 """How a value token looks inside a learned skeleton (thousands separators allowed)."""
 
 MAX_SKELETONS_PER_KIND: Final = 32
+
+_PLAIN_VALUE: Final = r"^[^ \t\n\r\f\v|,]+(?:,[0-9]{3})*$"
+"""A value token as ``VALUE_PATTERN`` takes it, for RE2 (``\\s`` differs between the engines)."""
 
 
 @dataclass(frozen=True)
@@ -111,6 +116,30 @@ class _Skeleton:
     """The same pattern for Arrow's RE2 ``extract_regex`` (None when RE2 cannot express it)."""
     engine: str = ""
     """``re2`` or ``python``: the faster one for this skeleton, measured on its first chunk."""
+    plan: _Plan | None = None
+    """The same layout as fields between ``|`` (no regex over whole lines), where it can say so."""
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """A layout whose fields are separated by ``|``, checked and cut without a regex over the line.
+
+    Field 0 (up to and with the first ``|``) is matched by the kind's prefix alone (RE2, anchored);
+    every value field is ``before + value + after`` with the literal text exactly as on the learned
+    line; the fields after the last value are literal too (the last one up to trailing blanks). A
+    line with exactly ``n_pipes`` pipes that passes every check matches the skeleton with the same
+    values (the regex's other characters cannot match ``|``, so each part must match its own
+    field); lines that do not are left to the skeleton's regex, so the result never changes.
+    """
+
+    n_pipes: int
+    prefix_re2: str
+    values: tuple[tuple[bytes, bytes], ...]
+    """``(before, after)`` of value field ``i + 1``; ``after`` ends with the field's ``|``."""
+    literals: tuple[bytes, ...]
+    """Exact text (with its ``|``) of the fields between the last value field and the last one."""
+    last: bytes
+    """The text after the last ``|``, trailing blanks removed."""
 
 
 @dataclass
@@ -119,13 +148,18 @@ class _Block:
 
     kind: int
     keys: tuple[str, ...]
-    rows: list[int] = field(default_factory=list)
+    rows: Any = field(default_factory=list)
+    """line numbers in the chunk: a list (slow path) or an int64 array"""
     step: Any = field(default_factory=list)
     """list of bytes (slow path) or a binary Arrow array (fast path); same for the columns below"""
     rank: Any = field(default_factory=list)
     ts: Any = field(default_factory=list)
     total: list[Any] = field(default_factory=list)
     values: list[Any] = field(default_factory=list)
+    """raw strings per key, or float64 arrays already parsed (plain numbers only)"""
+    rank_ok: bool | None = None
+    ts_ok: bool | None = None
+    """Whether every line of the block says its rank / time (None: look at this block alone)."""
 
 
 def _generalise_literal(text: bytes, ignore: re.Pattern[bytes] | None) -> bytes:
@@ -254,6 +288,7 @@ class _EngineState:
             return  # values with blanks inside: this layout stays on the slow path
         sk = _Skeleton(kind_i, source, n_prefix + len(values), names, tuple(keys), regex)
         sk.re2 = _re2_pattern(sk)
+        sk.plan = _plan(kind, line, m, [pm.span(_value_group(pm)) for pm in pairs])
         self.skeletons.append(sk)
 
     # -- chunks
@@ -264,7 +299,8 @@ class _EngineState:
         lines, Python's backtracking engine on long ones with many groups). The remaining
         non-blank lines are handled one by one (new layouts become skeletons; other lines are
         skipped and counted)."""
-        lines = _lines_array(chunk)
+        split = _Split(chunk) if any(sk.plan is not None for sk in self.skeletons) else None
+        lines: Any = _lines_array(chunk) if split is None else split.lines
         n = len(lines)
         if n == 0:
             return
@@ -274,6 +310,14 @@ class _EngineState:
         for sk in self.skeletons:
             if not sk.keys or not unmatched.any():
                 continue
+            planned = None
+            if sk.plan is not None and split is not None:
+                planned = self._match_plan(sk, sk.plan, split, unmatched)
+                if planned is not None:
+                    unmatched[planned.rows] = False
+                    blocks.append(planned)
+                    if not unmatched.any():
+                        continue
             if sk.engine == "":
                 sk.engine = _fastest_engine(sk, chunk)
             if sk.engine == "re2":
@@ -283,12 +327,65 @@ class _EngineState:
             if found is not None:
                 rows, fields = found
                 unmatched[rows] = False
-                blocks.append(self._block_from_columns(sk, fields, rows.tolist()))
+                blocks.append(self._block_from_columns(sk, fields, rows))
+                if planned is not None:
+                    _decide_together(planned, blocks[-1])
         rest = np.flatnonzero(unmatched)
         if rest.shape[0]:
             texts = [t.rstrip(b"\n") for t in lines.take(rest).to_pylist()]
             blocks.extend(self._slow(texts, rest, first_line, path, builder))
         self._emit(blocks, n, builder)
+
+    def _match_plan(self, sk: _Skeleton, plan: _Plan, split: _Split, unmatched: npt.NDArray[np.bool_]) -> _Block | None:
+        """The lines of ``sk`` that its plan recognises, as a block (values already floats where
+        every one of a column is a plain number)."""
+        lines = np.flatnonzero(unmatched & (split.pipes_per_line == plan.n_pipes))
+        if lines.shape[0] == 0:
+            return None
+        n = lines.shape[0]
+        # every field of these lines in one take, field by field: field j is a zero-copy slice
+        index = (split.first_segment[lines][None, :] + np.arange(plan.n_pipes + 1)[:, None]).ravel()
+        fields = split.segments.take(pa.array(index))
+
+        def field(j: int) -> Any:
+            return fields.slice(j * n, n)
+
+        checks: list[Any] = []
+        raw: list[Any] = []
+        for i, (before, after) in enumerate(plan.values):
+            f = field(i + 1)
+            checks += [pc.starts_with(f, before), pc.ends_with(f, after)]
+            raw.append(pc.binary_slice(f, len(before), -len(after)))  # empty or overlapping: cast fails
+        for j, literal in enumerate(plan.literals, start=len(plan.values) + 1):
+            checks.append(pc.equal(field(j), literal))
+        last = pc.cast(field(plan.n_pipes), options=pc.CastOptions(pa.string(), allow_invalid_utf8=True))
+        checks.append(pc.equal(pc.ascii_rtrim(last, characters=" \t\r\n").cast(pa.binary()), plan.last))
+        head = field(0)
+        prefix = pc.extract_regex(head, plan.prefix_re2)
+        checks.append(prefix.is_valid())
+        ok = _bools(functools.reduce(pc.and_, checks))
+        if not ok.any():
+            return None
+        if not ok.all():
+            keep = pa.array(ok)
+            prefix, raw = prefix.filter(keep), [v.filter(keep) for v in raw]
+            lines = lines[ok]
+            ok = ok[ok]
+        values: list[Any] = []
+        for v in raw:
+            try:
+                values.append(np.asarray(pc.cast(v, pa.float64()).to_numpy(zero_copy_only=False), np.float64))
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                ok &= _bools(pc.match_substring_regex(v, _PLAIN_VALUE))  # units, 1,234: parsed later
+                values.append(v)
+        if not ok.any():
+            return None
+        cols = [prefix.field(name) for name in sk.prefix_names] + values
+        if not ok.all():
+            keep = pa.array(ok)
+            cols = [c[ok] if isinstance(c, np.ndarray) else c.filter(keep) for c in cols]
+            lines = lines[ok]
+        return self._block_from_columns(sk, cols, lines)
 
     @staticmethod
     def _match_re2(
@@ -322,7 +419,7 @@ class _EngineState:
             cols = [c.filter(pa.array(keep)) for c in cols]
         return (rows, cols) if rows.shape[0] else None
 
-    def _block_from_columns(self, sk: _Skeleton, cols: list[Any], rows: list[int] | None) -> _Block:
+    def _block_from_columns(self, sk: _Skeleton, cols: list[Any], rows: Any) -> _Block:
         n = len(cols[0]) if cols else 0
         block = _Block(sk.kind, sk.keys, rows=list(range(n)) if rows is None else rows)
         by_name = dict(zip(sk.prefix_names, cols[: len(sk.prefix_names)], strict=True))
@@ -469,10 +566,10 @@ class _EngineState:
     ) -> None:
         kind = self.kinds[block.kind]
         line_rank: npt.NDArray[np.int32] | None = None
-        if len(block.rank) and _all_present(block.rank):
+        if len(block.rank) and (_all_present(block.rank) if block.rank_ok is None else block.rank_ok):
             line_rank = np.asarray(_arrow(block.rank).cast(pa.string()).cast(pa.int32()).to_numpy(), np.int32)
         wall = None
-        if len(block.ts) and _all_present(block.ts):
+        if len(block.ts) and (_all_present(block.ts) if block.ts_ok is None else block.ts_ok):
             wall = parse_timestamps(_arrow(block.ts).cast(pa.string()), kind.ts_format)
             builder.meta.setdefault("wall_time_zone", "UTC assumed: the log prints local time without a zone")
         stream = 0 if line_rank is None else line_rank + 1
@@ -481,7 +578,10 @@ class _EngineState:
             if mapped is None:
                 continue
             name, key_unit = mapped
-            conv = parse_numbers(_arrow(raw).cast(pa.string()))
+            if isinstance(raw, np.ndarray):  # parsed by the plan: plain numbers, none missing
+                conv = ConvertedValues(raw, np.ones(raw.shape[0], dtype=bool), [], None)
+            else:
+                conv = parse_numbers(_arrow(raw).cast(pa.string()))
             sentinel = kind.sentinels.get(name)
             if sentinel is not None:
                 conv.ok &= conv.values != sentinel
@@ -506,6 +606,99 @@ class _EngineState:
                 pmask = conv.ok & ~np.isnan(conv.pct)
                 pct_name = out_pct_name(name)
                 _add_masked(builder, pct_name, steps, conv.pct[pmask], pmask, rank, wall, stream, seq)
+
+
+class _Split:
+    """A chunk cut after every newline and every ``|`` (one pass over its bytes): ``lines`` as for
+    :func:`_lines_array`, and one zero-copy binary array of ``segments``; line ``i``'s fields are
+    segments ``first_segment[i] + 0..pipes_per_line[i]``, each ending with its ``|`` (the last one
+    with the newline)."""
+
+    def __init__(self, chunk: bytes) -> None:
+        data = np.frombuffer(chunk, dtype=np.uint8)
+        seps = np.flatnonzero((data == 10) | (data == 124))
+        ends = np.flatnonzero(data[seps] == 10)  # the separators that end a line
+        n = ends.shape[0]
+        self.first_segment = np.empty(n, dtype=np.int64)
+        self.first_segment[:1] = 0
+        self.first_segment[1:] = ends[:-1] + 1
+        self.pipes_per_line = ends - self.first_segment
+        bounds: Any = np.empty(seps.shape[0] + 1, dtype=np.int32)
+        bounds[0] = 0
+        bounds[1:] = seps + 1
+        self.segments = pa.Array.from_buffers(
+            pa.binary(), seps.shape[0], [None, pa.py_buffer(bounds), pa.py_buffer(chunk)]
+        )
+        offsets: Any = np.empty(n + 1, dtype=np.int32)
+        offsets[0] = 0
+        offsets[1:] = bounds[1:][ends]
+        self.offsets: npt.NDArray[np.int32] = offsets
+        self.lines: Any = pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(chunk)])
+
+
+def _plan(kind: LineKind, line: bytes, m: re.Match[bytes], spans: list[tuple[int, int]]) -> _Plan | None:
+    """The ``|``-field plan of a layout learned from ``line`` (None where it cannot be one: a prefix
+    that does not end at the first ``|``, values not one per field right after it, ignored text)."""
+    if kind.ignore is not None or not spans or not _ends_with_pipe(kind.prefix):
+        return None
+    pipes = [i for i, c in enumerate(line) if c == 124]
+    if len(pipes) < len(spans) + 1 or m.end() != pipes[0] + 1:
+        return None
+    values: list[tuple[bytes, bytes]] = []
+    for i, (start, end) in enumerate(spans):
+        lo, hi = pipes[i] + 1, pipes[i + 1]
+        if not lo <= start < end <= hi:
+            return None
+        values.append((line[lo:start], line[end : hi + 1]))
+    literals = tuple(line[pipes[j - 1] + 1 : pipes[j] + 1] for j in range(len(spans) + 1, len(pipes)))
+    prefix = "^(?:" + kind.prefix + ")$"
+    try:
+        pc.extract_regex(pa.array([], pa.binary()), prefix)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None
+    return _Plan(len(pipes), prefix, tuple(values), literals, line[pipes[-1] + 1 :].rstrip(b" \t\r"))
+
+
+def _ends_with_pipe(pattern: str) -> bool:
+    """True when a regex ends with a literal ``\\|`` that every match ends with (no ``|``
+    alternative at the top level)."""
+    depth, i, in_class, last = 0, 0, False, ""
+    while i < len(pattern):
+        c = pattern[i]
+        token = pattern[i : i + 2] if c == "\\" else c
+        i += len(token)
+        if in_class:
+            in_class = c != "]"
+        elif c == "[":
+            in_class = True
+            if pattern.startswith("^", i):
+                i += 1
+            if pattern.startswith("]", i):
+                i += 1
+        elif c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+        elif c == "|" and depth == 0:
+            return False
+        last = token
+    return last == "\\|" and depth == 0 and not in_class
+
+
+def _decide_together(a: _Block, b: _Block) -> None:
+    """One skeleton's lines of a chunk, split between its plan and its regex: decide as the regex
+    alone would on all of them (wall times and ranks only where every line has one; the planned
+    total of the first line)."""
+    if len(a.rank) and len(b.rank):
+        a.rank_ok = b.rank_ok = _all_present(a.rank) and _all_present(b.rank)
+    if len(a.ts) and len(b.ts):
+        a.ts_ok = b.ts_ok = _all_present(a.ts) and _all_present(b.ts)
+    if len(a.rows) and len(b.rows):
+        a.total = b.total = a.total if a.rows[0] < b.rows[0] else b.total
+
+
+def _bools(mask: Any) -> npt.NDArray[np.bool_]:
+    return np.asarray(mask.fill_null(False).to_numpy(zero_copy_only=False), dtype=bool)
 
 
 def _fastest_engine(sk: _Skeleton, chunk: bytes) -> str:
@@ -559,8 +752,8 @@ def _re2_pattern(sk: _Skeleton) -> str | None:
     pattern = "^" + "".join(out) + r"\n?$"
     try:
         pc.extract_regex(pa.array([], pa.binary()), pattern)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        return None
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, UnicodeEncodeError):
+        return None  # UnicodeEncodeError: a learned literal that is not UTF-8
     return pattern
 
 
@@ -619,17 +812,21 @@ def _filter_block(block: _Block, valid: npt.NDArray[np.bool_]) -> _Block:
     keep = np.flatnonzero(valid)
 
     def pick(col: Any) -> Any:
+        if isinstance(col, np.ndarray):
+            return col[keep]
         return _arrow(col).take(keep) if len(col) else col
 
     return _Block(
         block.kind,
         block.keys,
-        rows=[block.rows[i] for i in keep.tolist()],
+        rows=np.asarray(block.rows, dtype=np.int64)[keep],
         step=pick(block.step),
         rank=pick(block.rank),
         ts=pick(block.ts),
         total=block.total,
         values=[pick(col) for col in block.values],
+        rank_ok=block.rank_ok,
+        ts_ok=block.ts_ok,
     )
 
 

@@ -1,0 +1,254 @@
+"""The ``|``-field plan of the text-log engine (textlog._Plan) against the regex engine it shortcuts.
+
+Every test that compares reads the same file twice: with plans (the default) and with plans turned
+off, so only the skeleton regexes run; the two must agree on every row, skipped line and event.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+import ingest.formats.textlog as textlog
+from ingest.formats import read_log
+from ingest.formats._common import LogBuilder, _one_metric, _Piece, iter_line_chunks
+from ingest.formats.megatron import MegatronDeepSpeedReader, MegatronReader
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "logs"
+
+
+def _read(path: Path, fmt: str, *, plans: bool, chunk_bytes: int | None = None) -> Any:
+    reader = {"megatron": MegatronReader, "megatron_deepspeed": MegatronDeepSpeedReader}[fmt]()
+    if chunk_bytes is not None:
+        reader.chunk_bytes = chunk_bytes
+    original = textlog._plan
+    if not plans:
+        textlog._plan = lambda *args: None  # type: ignore[assignment]
+    try:
+        return reader.read([path])
+    finally:
+        textlog._plan = original  # type: ignore[assignment]
+
+
+def _same(a: Any, b: Any) -> None:
+    key = ["metric", "rank", "step"]
+    ta, tb = a.table.sort_by([(k, "ascending") for k in key]), b.table.sort_by([(k, "ascending") for k in key])
+    assert ta.column_names == tb.column_names
+    for name in ta.column_names:
+        x, y = ta.column(name).to_pylist(), tb.column(name).to_pylist()
+        if name in ("value", "wall_time"):
+            np.testing.assert_array_equal(np.array(x, dtype=float), np.array(y, dtype=float), err_msg=name)
+        else:
+            assert x == y, name
+    assert a.skipped == b.skipped
+    assert a.skipped_examples == b.skipped_examples
+    assert [(e.step, e.kind, e.detail) for e in a.events] == [(e.step, e.kind, e.detail) for e in b.events]
+    assert a.meta == b.meta
+
+
+def _claimed(path: Path, fmt: str, chunk_bytes: int | None = None) -> int:
+    """Lines the plans took (so a comparison is not vacuous)."""
+    taken = 0
+    original = textlog._EngineState._match_plan
+
+    def counting(self: Any, *args: Any) -> Any:
+        nonlocal taken
+        block = original(self, *args)
+        taken += 0 if block is None else len(block.rows)
+        return block
+
+    textlog._EngineState._match_plan = counting  # type: ignore[method-assign]
+    try:
+        _read(path, fmt, plans=True, chunk_bytes=chunk_bytes)
+    finally:
+        textlog._EngineState._match_plan = original  # type: ignore[method-assign]
+    return taken
+
+
+VALUES = ["7.399E+00", "nan", "-nan", "inf", "-inf", "1,234", "12ms", "", "1 2", "0.5", "+3", ".25", "NaN", "1e5", "x"]
+
+
+def _iteration(rng: random.Random, step: int, total: int) -> str:
+    loss = rng.choice(VALUES) if rng.random() < 0.08 else f"{rng.uniform(1, 10):.6E}"
+    sep = " | " if rng.random() > 0.05 else "  |  "
+    lead = rng.choice([" ", " ", " ", "", "[2024-06-14 11:00:10] "])
+    fields = [
+        f"consumed samples: {step * 512}",
+        f"elapsed time per iteration (ms): {rng.uniform(700, 900):.1f}",
+        f"learning rate: {rng.uniform(0, 1e-3):.6E}",
+        "global batch size: 512",
+        f"lm loss: {loss}",
+        "loss scale: 1.0",
+        f"grad norm: {rng.choice(['0.800', '1.5', 'inf', 'nan'])}",
+        f"number of skipped iterations: {rng.choice([0, 0, 0, 1])}",
+        "number of nan iterations: 0",
+    ]
+    if rng.random() < 0.03:
+        fields.insert(2, "throughput per GPU (TFLOP/s/GPU): 300.5")
+    if rng.random() < 0.03:
+        fields.pop(rng.randrange(len(fields)))
+    if rng.random() < 0.02:
+        fields[3] = "global  batch size:512"
+    end = rng.choice([" |", " |", " |", " |  ", " |\r", "", " | extra"])
+    return f"{lead}iteration {step:>8d}/ {total:>8d}{sep}" + sep.join(fields) + end
+
+
+def _noise(rng: random.Random, step: int) -> str:
+    return rng.choice(
+        [
+            f" [Rank 0] (after {step} iterations) memory (MB) | allocated: 1024.5 | max allocated: 2048.0 | "
+            "reserved: 4096.0 | max reserved: 4096.0",
+            f" validation loss at iteration {step} | lm loss value: 7.9 | lm loss PPL: 2697.282 | ",
+            "a | b | c | d | e | f | g | h | i | j | k",
+            "| | | | | | | | | |",
+            "",
+            "   ",
+            "saving checkpoint at iteration 100 | 0.5 s",
+            f" iteration {step}/ 100 | lm loss | grad norm: 1 |",
+            "\tkwargs | {'a': 1}",
+        ]
+    )
+
+
+def _write_log(path: Path, seed: int, n: int = 3000) -> None:
+    rng = random.Random(seed)
+    lines: list[str] = []
+    step = 1
+    for _ in range(n):
+        if rng.random() < 0.1:
+            lines.append(_noise(rng, step))
+            continue
+        lines.append(_iteration(rng, step, 500000))
+        step += 1
+        if rng.random() < 0.003:
+            step = max(1, step - rng.randrange(1, 50))  # a restart re-logs steps
+    path.write_text("\n".join(lines) + "\n", newline="")
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_plan_equals_the_regex_engine_on_varied_lines(tmp_path: Path, seed: int) -> None:
+    path = tmp_path / "train.log"
+    _write_log(path, seed)
+    chunk = [None, 4096, 65536][seed % 3]
+    fast = _read(path, "megatron", plans=True, chunk_bytes=chunk)
+    slow = _read(path, "megatron", plans=False, chunk_bytes=chunk)
+    _same(fast, slow)
+    assert fast.table.num_rows > 10000
+    assert _claimed(path, "megatron", chunk) > 1500
+
+
+@pytest.mark.parametrize("name", ["megatron_lm_restart.log", "megatron_deepspeed.log"])
+def test_plan_equals_the_regex_engine_on_fixtures(name: str) -> None:
+    path = FIXTURES / name
+    if not path.exists():
+        pytest.skip(f"no fixture {name}")
+    fmt = "megatron_deepspeed" if "deepspeed" in name else "megatron"
+    for chunk in (None, 97, 1000):
+        _same(_read(path, fmt, plans=True, chunk_bytes=chunk), _read(path, fmt, plans=False, chunk_bytes=chunk))
+
+
+def test_plan_known_answers_nan_units_and_fallbacks(tmp_path: Path) -> None:
+    head = " iteration {:>8d}/      100 | consumed samples: {} | elapsed time per iteration (ms): {} | lm loss: {} |"
+    rows = [(1, 512, "1500.0", "7.5"), (2, 1024, "1,500.5", "nan"), (3, 1536, "1600.0", "inf"), (4, 2048, "", "7.0")]
+    rows += [(s, s * 512, "1000.0", f"{8 - s / 10000:.4f}") for s in range(5, 3000)]
+    path = tmp_path / "train.log"
+    path.write_text("\n".join(head.format(*r) for r in rows) + "\n")
+    parsed = read_log([path], format="megatron")
+    steps, loss = parsed.series("loss")
+    assert steps[:5].tolist() == [1, 2, 3, 4, 5]
+    assert loss[0] == 7.5 and np.isnan(loss[1]) and np.isinf(loss[2]) and loss[3] == 7.0
+    steps, secs = parsed.series("step_time_s")
+    assert steps[:4].tolist() == [1, 2, 3, 5]  # step 4 prints no value for it
+    assert secs[:3].tolist() == pytest.approx([1.5, 1.5005, 1.6])  # "1,500.5": thousands separator
+    assert parsed.meta.get("total_steps") == 100
+    assert parsed.skipped == 0
+    _same(parsed, _read(path, "megatron", plans=False))
+    assert _claimed(path, "megatron") >= 2000
+
+
+def test_ends_with_pipe() -> None:
+    assert textlog._ends_with_pipe(r"iteration[ \t]+(?P<step>[0-9]+)[ \t]*\|")
+    assert textlog._ends_with_pipe(r"(?:a|b)[^|\n]*\|")
+    assert not textlog._ends_with_pipe(r"a|b\|")  # top-level alternative: may end anywhere
+    assert not textlog._ends_with_pipe(r"a\\|")  # an escaped backslash, then an alternative
+    assert not textlog._ends_with_pipe(r"a[|]")
+    assert not textlog._ends_with_pipe(r"a\|[ \t]*")
+
+
+def test_split_fields_rebuild_every_line() -> None:
+    rng = random.Random(3)
+    text = b"".join(
+        b"|".join(bytes(rng.choice(b"ab |:") for _ in range(rng.randrange(6))) for _ in range(rng.randrange(1, 5)))
+        + b"\n"
+        for _ in range(500)
+    )
+    split = textlog._Split(text)
+    lines = split.lines.to_pylist()
+    assert b"".join(lines) == text
+    segments = split.segments.to_pylist()
+    for i, line in enumerate(lines):
+        k = int(split.first_segment[i])
+        fields = segments[k : k + int(split.pipes_per_line[i]) + 1]
+        assert b"".join(fields) == line
+        assert int(split.pipes_per_line[i]) == line.count(b"|")
+
+
+@pytest.mark.parametrize("chunk_bytes", [1, 7, 64, 1 << 20])
+def test_line_chunks_are_whole_lines_with_their_numbers(tmp_path: Path, chunk_bytes: int) -> None:
+    rng = random.Random(chunk_bytes)
+    lines = [b"x" * rng.randrange(0, 200) for _ in range(300)]
+    path = tmp_path / "a.log"
+    path.write_bytes(b"\n".join(lines) + b"\nlast line without newline")
+    got: list[bytes] = []
+    for chunk, first_line in iter_line_chunks(path, LogBuilder([path]), chunk_bytes, first_chunk_bytes=chunk_bytes):
+        assert chunk.endswith(b"\n")
+        assert first_line == len(got) + 1
+        got.extend(chunk[:-1].split(b"\n"))
+    assert got == [*lines, b"last line without newline"]
+
+
+def test_shared_series_arrays_equal_the_general_path() -> None:
+    rng = np.random.default_rng(0)
+    for trial in range(60):
+        pieces: list[_Piece] = []
+        seq, step = 0, 0
+        for _ in range(rng.integers(1, 6)):
+            n = int(rng.integers(1, 50))
+            if rng.random() < 0.2:
+                step = max(0, step - int(rng.integers(1, 30)))  # restart
+            steps = step + np.cumsum(rng.integers(0 if rng.random() < 0.1 else 1, 3, n)).astype(np.int64)
+            seqs: Any = seq if rng.random() < 0.5 else seq + np.arange(n, dtype=np.int64)
+            if rng.random() < 0.1 and not isinstance(seqs, int):
+                seqs = seqs[::-1].copy()  # out of file order
+            wall = rng.random(n) if rng.random() < 0.3 else None
+            pieces.append(_Piece(-1, steps, rng.random(n), wall, 0, seqs))
+            seq += n + int(rng.integers(0, 3))
+            step = int(steps[-1]) + 1
+        spans: dict[int, list[tuple[int, int]]] = {}
+        general = _one_metric(pieces, spans)
+        shared: dict[Any, Any] = {}
+        for _ in range(2):  # the second call reuses the shared arrays
+            spans_fast: dict[int, list[tuple[int, int]]] = {}
+            fast = _one_metric(pieces, spans_fast, shared)
+            assert spans_fast == spans
+            for x, y in zip(fast, general, strict=True):
+                if x is None or y is None:
+                    assert x is None and y is None
+                else:
+                    np.testing.assert_array_equal(x, y, err_msg=f"trial {trial}")
+
+
+def test_plan_keeps_bytes_that_are_not_utf8(tmp_path: Path) -> None:
+    path = tmp_path / "train.log"
+    body = "".join(
+        f" iteration {i:>8d}/      100 | lm loss: {7 - i / 100:.3f} | grad norm: 1.0 |\n" for i in range(1, 80)
+    ).encode()
+    path.write_bytes(body + b" iteration       80/      100 | lm loss: 6.2 | grad norm: 1.0 |\xff\n")
+    fast, slow = _read(path, "megatron", plans=True), _read(path, "megatron", plans=False)
+    _same(fast, slow)
+    assert pa.compute.max(fast.table["step"]).as_py() >= 79
