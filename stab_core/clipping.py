@@ -440,12 +440,16 @@ class ClipStats:
     saturation: float
 
 
+_STATS_BLOCK = 1 << 18
+"""Entries per block of ``clipping_stats`` (2 MB of float64: reused memory, not fresh pages)."""
+
+
 def _trailing_sum(values: FloatArray, window: int) -> FloatArray:
     """Sum over the last ``window`` entries ending at each index (fewer at the start)."""
-    cumulative = np.concatenate(([0.0], np.cumsum(values)))
-    ends = np.arange(1, values.size + 1)
-    starts = np.maximum(ends - window, 0)
-    return np.asarray(cumulative[ends] - cumulative[starts], dtype=np.float64)
+    sums = np.cumsum(values, dtype=np.float64)
+    if window < sums.size:
+        sums[window:] -= sums[:-window].copy()
+    return sums
 
 
 def _logged_coefficients(logged: npt.ArrayLike, expected_shape: tuple[int, ...]) -> FloatArray:
@@ -480,26 +484,42 @@ def clipping_stats(
     norms = np.asarray(grad_norm, dtype=np.float64)
     if norms.ndim != 1:
         raise ValueError(f"grad_norm must be a 1-D array of norms, got shape {norms.shape}")
-    nonfinite = ~np.isfinite(norms)
-    coef = _reconstructed_coef(norms, max_norm)
-    if clip_coef is not None:
-        logged = _logged_coefficients(clip_coef, norms.shape)
-        coef = np.where(np.isfinite(logged), logged, coef)
-    coef = np.where(nonfinite, np.nan, coef)
-    finite = ~nonfinite
-    clipped = finite & (coef < 1.0)
-    post_norm = np.where(finite, norms * coef, np.nan)
-
-    finite_count = _trailing_sum(finite.astype(np.float64), window)
-    clipped_count = _trailing_sum(clipped.astype(np.float64), window)
-    coef_sum = _trailing_sum(np.where(finite, coef, 0.0), window)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        clip_ratio = np.where(finite_count > 0, clipped_count / finite_count, np.nan)
-        mean_coef = np.where(finite_count > 0, coef_sum / finite_count, np.nan)
-    full_window = np.arange(norms.size) >= window - 1
-    saturated = full_window & (np.nan_to_num(clip_ratio, nan=0.0) >= saturation)
-    total_finite = int(finite.sum())
-    overall = float(clipped.sum()) / total_finite if total_finite else math.nan
+    logged = None if clip_coef is None else _logged_coefficients(clip_coef, norms.shape)
+    n = norms.size
+    clipped = np.empty(n, dtype=np.bool_)
+    coef = np.empty(n, dtype=np.float64)
+    post_norm = np.empty(n, dtype=np.float64)
+    nonfinite = np.empty(n, dtype=np.bool_)
+    clip_ratio = np.empty(n, dtype=np.float64)
+    mean_coef = np.empty(n, dtype=np.float64)
+    # Blocks of a few MB, each re-reading the ``window`` entries before it for the trailing sums: whole-
+    # series temporaries (80 MB each at 10M steps) made the time grow faster than the series.
+    for a in range(0, n, _STATS_BLOCK):
+        b = min(a + _STATS_BLOCK, n)
+        lead = min(a, window - 1)  # earlier entries that windows ending in [a, b) reach back to
+        part = slice(a - lead, b)
+        block_nonfinite = ~np.isfinite(norms[part])
+        block_coef = _reconstructed_coef(norms[part], max_norm)
+        if logged is not None:
+            block_logged = logged[part]
+            block_coef = np.where(np.isfinite(block_logged), block_logged, block_coef)
+        block_coef[block_nonfinite] = np.nan
+        finite = ~block_nonfinite
+        block_clipped = finite & (block_coef < 1.0)
+        finite_count = _trailing_sum(finite.astype(np.float64), window)[lead:]
+        clipped_count = _trailing_sum(block_clipped.astype(np.float64), window)[lead:]
+        coef_sum = _trailing_sum(np.where(finite, block_coef, 0.0), window)[lead:]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            clip_ratio[a:b] = np.where(finite_count > 0, clipped_count / finite_count, np.nan)
+            mean_coef[a:b] = np.where(finite_count > 0, coef_sum / finite_count, np.nan)
+        nonfinite[a:b] = block_nonfinite[lead:]
+        coef[a:b] = block_coef[lead:]
+        clipped[a:b] = block_clipped[lead:]
+        post_norm[a:b] = np.where(finite[lead:], norms[a:b] * block_coef[lead:], np.nan)
+    saturated = np.nan_to_num(clip_ratio, nan=0.0) >= saturation
+    saturated[: window - 1] = False  # a window that is not full yet never counts as saturated
+    total_finite = n - int(np.count_nonzero(nonfinite))
+    overall = float(np.count_nonzero(clipped)) / total_finite if total_finite else math.nan
     return ClipStats(
         clipped=np.asarray(clipped, dtype=np.bool_),
         coef=np.asarray(coef, dtype=np.float64),

@@ -380,3 +380,60 @@ def test_clipping_stats_on_a_real_llmc_run() -> None:
     assert stats.overall_clip_ratio == pytest.approx(np.mean(norms >= 1.0))
     # the first 100 steps (norm 15 -> ~2) clip every step: saturated; late training is not
     assert stats.saturated[at[99]] and not stats.saturated[at[19000] :].any()
+
+
+def _clipping_stats_reference(
+    norms: np.ndarray, max_norm: float, logged: np.ndarray | None, window: int
+) -> dict[str, np.ndarray]:
+    """Whole-series computation, written plainly (the shape of the code before it worked in blocks)."""
+    nonfinite = ~np.isfinite(norms)
+    coef = np.minimum(1.0, max_norm / (norms + 1e-6))
+    if logged is not None:
+        logged = np.minimum(logged, 1.0)
+        coef = np.where(np.isfinite(logged), logged, coef)
+    coef = np.where(nonfinite, np.nan, coef)
+    finite = ~nonfinite
+    clipped = finite & (coef < 1.0)
+    ratio, mean = np.full(norms.size, np.nan), np.full(norms.size, np.nan)
+    for i in range(norms.size):
+        lo = max(0, i - window + 1)
+        n_finite = finite[lo : i + 1].sum()
+        if n_finite:
+            ratio[i] = clipped[lo : i + 1].sum() / n_finite
+            mean[i] = coef[lo : i + 1][finite[lo : i + 1]].sum() / n_finite
+    post = np.where(finite, norms * coef, np.nan)
+    return {
+        "coef": coef,
+        "clipped": clipped,
+        "nonfinite": nonfinite,
+        "clip_ratio": ratio,
+        "mean_coef": mean,
+        "post_norm": post,
+    }
+
+
+@pytest.mark.parametrize("block", [7, 64, 1 << 18])
+def test_clipping_stats_in_blocks_matches_a_plain_loop(block: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    import stab_core.clipping as clipping
+
+    monkeypatch.setattr(clipping, "_STATS_BLOCK", block)
+    rng = np.random.default_rng(block)
+    for trial in range(12):
+        n = int(rng.integers(1, 700))
+        norms = np.abs(rng.standard_normal(n)) * rng.choice([0.5, 2.0, 20.0])
+        norms[rng.random(n) < 0.05] = np.nan
+        norms[rng.random(n) < 0.02] = np.inf
+        logged = None
+        if trial % 2:
+            logged = np.where(rng.random(n) < 0.3, np.nan, rng.random(n) * 1.5)
+        window = int(rng.choice([1, 3, 10, 100]))
+        got = clipping_stats(norms, 1.0, logged, window=window, saturation=0.5)
+        want = _clipping_stats_reference(norms, 1.0, logged, window)
+        for field in ("clipped", "nonfinite"):
+            assert np.array_equal(getattr(got, field), want[field]), field
+        for field in ("coef", "post_norm", "clip_ratio"):
+            np.testing.assert_array_equal(getattr(got, field), want[field], err_msg=field)
+        # running-sum differences cancel: absolute error ~ eps x the prefix sum (coefficients are in [0, 1])
+        np.testing.assert_allclose(got.mean_coef, want["mean_coef"], rtol=0, atol=1e-12)
+        full = np.arange(n) >= window - 1
+        assert np.array_equal(got.saturated, full & (np.nan_to_num(want["clip_ratio"]) >= 0.5))
