@@ -50,18 +50,21 @@ CATALOG_SCHEMA: Final = [
         detail VARCHAR NOT NULL, PRIMARY KEY (run, idx)
     )""",
     """CREATE TABLE IF NOT EXISTS settings (key VARCHAR PRIMARY KEY, value VARCHAR NOT NULL)""",
+    # The first generation of the current base (its files, then one delta part per generation up to
+    # ``gen``); NULL in catalogs written before deltas existed, meaning ``gen`` (no deltas).
+    "ALTER TABLE runs ADD COLUMN IF NOT EXISTS base_gen INTEGER",
 ]
 
 # --------------------------------------------------------------------------- catalog statements
 
 LIST_RUNS: Final = """
 SELECT name, created, updated, source, status, gen, first_step, last_step, n_steps, n_rows, ranks,
-       metrics, rank_metrics, meta, rejected, rejected_examples, heat_bucket, analysis_gen
+       metrics, rank_metrics, meta, rejected, rejected_examples, heat_bucket, analysis_gen, base_gen
 FROM runs ORDER BY created, name
 """
 GET_RUN: Final = """
 SELECT name, created, updated, source, status, gen, first_step, last_step, n_steps, n_rows, ranks,
-       metrics, rank_metrics, meta, rejected, rejected_examples, heat_bucket, analysis_gen
+       metrics, rank_metrics, meta, rejected, rejected_examples, heat_bucket, analysis_gen, base_gen
 FROM runs WHERE name = ?
 """
 INSERT_RUN: Final = """
@@ -74,10 +77,11 @@ ADD_REJECTED: Final = """
 UPDATE runs SET rejected = rejected + ?, rejected_examples = ?, updated = now() WHERE name = ?
 """
 COMMIT_GENERATION: Final = """
-UPDATE runs SET gen = ?, first_step = ?, last_step = ?, n_steps = ?, n_rows = ?, ranks = ?,
+UPDATE runs SET gen = ?, base_gen = ?, first_step = ?, last_step = ?, n_steps = ?, n_rows = ?, ranks = ?,
        metrics = ?, rank_metrics = ?, heat_bucket = ?, updated = now()
 WHERE name = ?
 """
+"""Make a generation current: a full one (``base_gen = gen``) or a delta on the current base."""
 SET_ANALYSIS_GEN: Final = "UPDATE runs SET analysis_gen = ? WHERE name = ?"
 DELETE_RUN: Final = "DELETE FROM runs WHERE name = ?"
 DELETE_RUN_OFFSETS: Final = "DELETE FROM offsets WHERE run = ?"
@@ -182,6 +186,10 @@ WHERE metric = $metric AND rank = $rank AND step BETWEEN $lo AND $hi ORDER BY st
 """
 ROLLUP_STEPS: Final = "SELECT step FROM read_parquet($files) WHERE metric = $metric ORDER BY step"
 """Every step at which some rank logged ``metric`` (the step axis of its per-rank matrix)."""
+ROLLUP_STEPS_DISTINCT: Final = """
+SELECT DISTINCT step FROM read_parquet($files) WHERE metric = $metric ORDER BY step
+"""
+"""``ROLLUP_STEPS`` over a base and its delta parts (a delta repeats the steps whose rows it replaces)."""
 RANK_MATRIX: Final = """
 SELECT rank, step, value FROM read_parquet($files)
 WHERE metric = $metric AND rank >= 0 ORDER BY rank, step

@@ -109,6 +109,9 @@ class RunInfo:
     rejected_examples: list[str]
     heat_bucket: int
     analysis_gen: int
+    base_gen: int = 0
+    """The generation whose full files the current one builds on; ``gen`` itself when it has no
+    delta parts (see ``Store._merge``)."""
 
     def to_json(self) -> dict[str, Any]:
         """The ``stabscope runs --json`` object (contract: name, steps, ranks, metrics)."""
@@ -344,6 +347,12 @@ class Store:
         path = self.run_dir(name) / kind / f"{prefix}{gen:06d}.parquet"
         return [str(path)] if path.exists() else []
 
+    def _part_files(self, info: RunInfo, kind: str) -> list[str]:
+        """The ``kind`` files of the current generation: its base's, then each delta part's, in order."""
+        if info.gen == 0:
+            return []
+        return [f for g in range(min(info.base_gen, info.gen), info.gen + 1) for f in self._files(info.name, kind, g)]
+
     # ------------------------------------------------------------------ writes
 
     def ensure_run(self, name: str, source: str, meta: dict[str, Any] | None = None) -> RunInfo:
@@ -555,9 +564,10 @@ class Store:
         info = self.run_info(name)
         with self._catalog(read_only=True) as con:
             staged = {r[0] for r in con.execute(q.GET_STAGED, [name]).fetchall()}
-        keep = {f"g{info.gen:06d}.parquet", f"a{info.analysis_gen:06d}.parquet"}
+        parts = range(min(info.base_gen, info.gen), info.gen + 1)
+        keep = {f"g{g:06d}.parquet" for g in parts} | {f"a{info.analysis_gen:06d}.parquet"}
         run_dir = self.run_dir(name)
-        for kind in ("long", "runlevel", "rollup", "rankb", "derived", "staging"):
+        for kind in ("long", "runlevel", "rollup", "rankb", "tail", "derived", "staging"):
             folder = run_dir / kind
             if not folder.is_dir():
                 continue
@@ -566,27 +576,45 @@ class Store:
                     path.unlink(missing_ok=True)
 
     def _merge(self, name: str) -> int:
-        """Fold staged batches into a new generation of long, rollup and rank-bucket files."""
+        """Fold staged batches into a new generation: a delta part on the current base when the
+        staged rows only extend each (metric, rank) past its last step (see ``_write_delta``), else
+        a full merge of the base, its deltas and the staged rows into new long, rollup and
+        rank-bucket files (which also consolidates the deltas)."""
         info = self.run_info(name)
         with self._catalog(read_only=True) as con:
             staged = [r[0] for r in con.execute(q.GET_STAGED, [name]).fetchall()]
         if not staged:
             return info.gen
         gen = info.gen + 1
-        sources = self._files(name, "long", info.gen) + staged
-        merged = _merge_sources(self._engine(), sources, self.run_dir(name), gen)
-        _failpoint("after_merge_files")
+        parts = [(long, next(iter(self._files(name, "tail", g)), None)) for g, long in self._part_gens(info)]
+        merged = _write_delta(self._engine(), info, parts, staged, self.run_dir(name), gen) if parts else None
+        if merged is not None:
+            base_gen = info.base_gen
+            _failpoint("after_delta_files")
+        else:
+            base_gen = gen
+            sources = [long for long, _ in parts] + staged
+            merged = _merge_sources(self._engine(), sources, self.run_dir(name), gen)
+            _failpoint("after_merge_files")
         for tmp in merged.paths():
             tmp.rename(_final_path(tmp))
         with self._catalog() as con:
             con.execute("BEGIN TRANSACTION")
-            _commit_generation(con, name, gen, merged)
+            _commit_generation(con, name, gen, merged, base_gen)
             con.execute(q.CLEAR_STAGED, [name])
             con.execute("COMMIT")
-        _failpoint("after_merge_commit")
+        _failpoint("after_delta_commit" if base_gen != gen else "after_merge_commit")
         self._collect_garbage(name)
         self._materialise_analysis(name)
         return gen
+
+    def _part_gens(self, info: RunInfo) -> list[tuple[int, str]]:
+        """``(generation, long file)`` of the current base and each of its delta parts."""
+        if info.gen == 0:
+            return []
+        return [
+            (g, f) for g in range(min(info.base_gen, info.gen), info.gen + 1) for f in self._files(info.name, "long", g)
+        ]
 
     # ------------------------------------------------------------------ analyses
 
@@ -665,6 +693,8 @@ class Store:
         files, want_rank, source = self._series_source(info, metric, rank)
         if not files:
             return _empty_series(metric)
+        if len(files) > 1:
+            return self._series_of_parts(files, source, metric, want_rank, int(lo), int(hi), buckets)
         if buckets and len(files) == 1:
             fast = self._bucketed_fast(files[0], source, metric, want_rank, int(lo), int(hi), int(buckets))
             if fast is not None:
@@ -698,23 +728,70 @@ class Store:
         steps, values = _col(t, "step", np.int64), _col(t, "value")
         return SeriesData(metric, steps, values, values, values, source, False)
 
+    def _series_of_parts(
+        self, files: list[str], source: str, metric: str, rank: int, lo: int, hi: int, buckets: int | None
+    ) -> SeriesData:
+        """``read_series`` over a base and its delta parts: as the single-file reads, on the rows
+        combined (rollup rows of a later part replace the earlier parts' from its first step on;
+        long and run-level rows of parts never share a (metric, rank, step))."""
+        if source == "ranks":
+            t = self._rollup_rows(files, metric, ["step", "mean", "min", "max", "n_nonfinite"])
+            steps = _numpy(t.column("step")) if t.num_rows else np.zeros(0, np.int64)
+            keep = slice(int(np.searchsorted(steps, lo)), int(np.searchsorted(steps, hi, side="right")))
+            t, steps = t.slice(keep.start, keep.stop - keep.start), steps[keep]
+            low, high, mean = (_col(t, c) for c in ("min", "max", "mean"))
+            nonfinite = _col(t, "n_nonfinite", np.int64)
+            if buckets:
+                args = (metric, source, steps, low, high, mean, lo, hi, buckets, nonfinite)
+                return _min_max_buckets(*args, nan_is_null=True)
+            return SeriesData(metric, steps, mean, low, high, source, False, n_nonfinite=nonfinite)
+        windows = [self._block_window(f, metric, rank, lo, hi, nulls=not buckets) for f in files]
+        if all(w is not None for w in windows):
+            steps = np.concatenate([w.steps for w in windows if w is not None]).astype(np.int64, copy=False)
+            values = np.concatenate([w.values for w in windows if w is not None]).astype(float, copy=False)
+            if buckets:
+                return _min_max_buckets(metric, source, steps, values, values, values, lo, hi, buckets)
+            if source == "rank" and not steps.size:
+                return _empty_series(metric)  # as ``_block_window`` says it
+            return SeriesData(metric, steps, values, values, values, source, False)
+        params: dict[str, Any] = {"files": files, "metric": metric, "lo": lo, "hi": hi, "rank": rank}
+        if buckets:
+            return _bucketed(metric, self._arrow(q.SERIES_RUN_LEVEL_BUCKETS, {**params, "buckets": buckets}), source)
+        t = self._arrow(q.SERIES_RUN_LEVEL, params)
+        steps, values = _col(t, "step", np.int64), _col(t, "value")
+        return SeriesData(metric, steps, values, values, values, source, False)
+
+    def _rollup_rows(self, files: list[str], metric: str, columns: list[str]) -> pa.Table:
+        """The rollup rows of ``metric`` over parts, by step: each part's rows before the first step
+        of any later part (whose rows replace them from there on)."""
+        tables = [_read_metric(self._reader(f).file, metric, columns).combine_chunks() for f in files]
+        cut: int | None = None
+        for i in reversed(range(len(tables))):
+            t = tables[i]
+            steps = _numpy(t.column("step")) if t.num_rows else np.zeros(0, np.int64)
+            if cut is not None:
+                t = tables[i] = t.slice(0, int(np.searchsorted(steps, cut)))
+            if steps.size:
+                cut = int(steps[0]) if cut is None else min(cut, int(steps[0]))
+        return pa.concat_tables(tables)
+
     def _series_source(self, info: RunInfo, metric: str, rank: int | None) -> tuple[list[str], int, str]:
         derived = self._files(info.name, "derived", info.analysis_gen)
         if rank is not None and rank >= 0:
-            return self._files(info.name, "long", info.gen), rank, "rank"
+            return self._part_files(info, "long"), rank, "rank"
         if metric not in info.metrics:
             return [f for f in derived if metric in self._derived_metrics(f)], RUN_RANK, "derived"
         if metric in info.rank_metrics and not self._has_run_level(info, metric):
-            return self._files(info.name, "rollup", info.gen), RUN_RANK, "ranks"
-        return self._files(info.name, "runlevel", info.gen) or self._files(info.name, "long", info.gen), RUN_RANK, "run"
+            return self._part_files(info, "rollup"), RUN_RANK, "ranks"
+        return self._part_files(info, "runlevel") or self._part_files(info, "long"), RUN_RANK, "run"
 
     def _has_run_level(self, info: RunInfo, metric: str) -> bool:
-        files = self._files(info.name, "runlevel", info.gen) or self._files(info.name, "long", info.gen)
+        files = self._part_files(info, "runlevel") or self._part_files(info, "long")
         if not files:
             return False
-        blocks = self._blocks(files[0])
-        if blocks is not None:
-            return (metric, RUN_RANK) in blocks
+        indexes = [self._blocks(f) for f in files]
+        if all(blocks is not None for blocks in indexes):
+            return any(blocks is not None and (metric, RUN_RANK) in blocks for blocks in indexes)
         row = _one(self._engine().execute(q.HAS_RUN_LEVEL, {"files": files, "metric": metric}))
         return bool(row and row[0])
 
@@ -819,24 +896,28 @@ class Store:
             blocks = self._blocks_cache[path] = _plan([_parse_blocks(raw)])
         return blocks
 
-    def _rank_matrix(self, info: RunInfo, path: str, metric: str) -> RankMatrix:
+    def _rank_matrix(self, info: RunInfo, paths: list[str], metric: str) -> RankMatrix:
         """The per-rank matrix of ``metric``: each rank's block read straight from its row range (the
         long file is sorted by metric, rank, step), on the step axis of the rollup (every step some
-        rank logged)."""
-        blocks = self._blocks(path)
-        if blocks is None:
-            return _rank_matrix(self._arrow(q.RANK_MATRIX, {"files": [path], "metric": metric}))
-        rank_blocks = sorted((r, p) for (m, r), p in blocks.items() if m == metric and r >= 0)
-        rollup = self._files(info.name, "rollup", info.gen)
-        if not rollup:
-            return _rank_matrix(self._arrow(q.RANK_MATRIX, {"files": [path], "metric": metric}))
-        axis = _col(self._arrow(q.ROLLUP_STEPS, {"files": rollup, "metric": metric}), "step", np.int64)
+        rank logged); over a base and its delta parts, each rank's blocks in part order."""
+        indexes = [self._blocks(path) for path in paths]
+        rollup = self._part_files(info, "rollup")
+        if not rollup or any(blocks is None for blocks in indexes):
+            return _rank_matrix(self._arrow(q.RANK_MATRIX, {"files": paths, "metric": metric}))
+        by_rank: dict[int, list[tuple[_SourceReader, _Piece]]] = {}
+        for path, blocks in zip(paths, indexes, strict=True):
+            assert blocks is not None
+            for (m, r), pieces in blocks.items():
+                if m == metric and r >= 0:
+                    by_rank.setdefault(r, []).extend((self._reader(path), p) for p in pieces)
+        rank_blocks = sorted(by_rank.items())
+        query = q.ROLLUP_STEPS if len(rollup) == 1 else q.ROLLUP_STEPS_DISTINCT
+        axis = _col(self._arrow(query, {"files": rollup, "metric": metric}), "step", np.int64)
         ranks = np.array([r for r, _ in rank_blocks], np.int64)
         values = np.full((ranks.size, axis.size), np.nan)
         present = np.zeros((ranks.size, axis.size), bool)
-        reader = self._reader(path)
-        for i, (_, pieces) in enumerate(rank_blocks):
-            for table in (t for piece in pieces for t in reader.rows(piece.start, piece.end)):
+        for i, (_, read) in enumerate(rank_blocks):
+            for table in (t for reader, piece in read for t in reader.rows(piece.start, piece.end)):
                 steps = table.column("step").to_numpy()
                 at, n = int(np.searchsorted(axis, steps[0])), steps.size
                 # Both runs of consecutive steps from the same first step: the same steps.
@@ -852,12 +933,12 @@ class Store:
         """``(ranks, steps, matrix)``: the per-rank mean of ``metric`` in ``buckets`` step columns,
         from the rank buckets materialised at compaction (NaN where a rank logged nothing)."""
         info = self.run_info(name)
-        files = self._files(name, "rankb", info.gen)
+        files = self._part_files(info, "rankb")
         lo = info.first_step if start is None else start
         hi = info.last_step if end is None else end
         if not files or metric not in info.rank_metrics or lo is None or hi is None:
             return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros((0, 0))
-        t = self._rank_buckets(files[0], metric, int(lo), int(hi), int(buckets))
+        t = self._rank_buckets(files, metric, int(lo), int(hi), int(buckets))
         ranks_col, cols = _col(t, "rank", np.int64), _col(t, "col", np.int64)
         ranks = np.unique(ranks_col)
         ncols = int(cols.max()) + 1 if cols.size else 0
@@ -867,13 +948,28 @@ class Store:
         steps[cols] = _col(t, "step", np.int64)
         return ranks, steps, matrix
 
-    def _rank_buckets(self, path: str, metric: str, lo: int, hi: int, buckets: int) -> pa.Table:
+    def _rank_buckets(self, paths: list[str], metric: str, lo: int, hi: int, buckets: int) -> pa.Table:
         """``RANK_HEATMAP``'s rows (rank, col, step, mean, max) computed with numpy: the rank buckets
         of ``metric`` (read from the row groups that hold it), sorted by rank then step, are grouped by
-        runs of equal (rank, column)."""
-        t = _read_metric(self._reader(path).file, metric, ["rank", "first_step", "mean", "max"], threads=True)
-        first, ranks = _numpy(t.column("first_step")), _numpy(t.column("rank"))
-        mean, high = _numpy(t.column("mean"), float), _numpy(t.column("max"), float)
+        runs of equal (rank, column). Over delta parts, a later part's row of a (rank, bucket)
+        replaces the earlier ones."""
+        if len(paths) == 1:
+            t = _read_metric(self._reader(paths[0]).file, metric, ["rank", "first_step", "mean", "max"], threads=True)
+            first, ranks = _numpy(t.column("first_step")), _numpy(t.column("rank"))
+            mean, high = _numpy(t.column("mean"), float), _numpy(t.column("max"), float)
+        else:
+            columns = ["rank", "bucket", "first_step", "mean", "max"]
+            tables = [_read_metric(self._reader(p).file, metric, columns).combine_chunks() for p in paths]
+            t = pa.concat_tables(tables)
+            part = np.concatenate([np.full(x.num_rows, i, np.int64) for i, x in enumerate(tables)])
+            ranks, bucket = _numpy(t.column("rank")), _numpy(t.column("bucket"))
+            order = np.lexsort((part, bucket, ranks))
+            ranks, bucket = ranks[order], bucket[order]
+            last = np.ones(order.size, bool)
+            last[:-1] = (ranks[1:] != ranks[:-1]) | (bucket[1:] != bucket[:-1])
+            order, ranks = order[last], ranks[last]
+            first = _numpy(t.column("first_step"))[order]
+            mean, high = _numpy(t.column("mean"), float)[order], _numpy(t.column("max"), float)[order]
         if first.size and not (lo <= first.min() and first.max() <= hi):
             inside = (first >= lo) & (first <= hi)
             first, ranks, mean, high = first[inside], ranks[inside], mean[inside], high[inside]
@@ -897,7 +993,7 @@ class Store:
     def read_long(self, name: str, *, include_derived: bool = False) -> pa.Table:
         """The full-fidelity long table of ``name`` (``step, rank, metric, value, wall_time``)."""
         info = self.run_info(name)
-        files = self._files(name, "long", info.gen)
+        files = self._part_files(info, "long")
         if include_derived:
             files += self._files(name, "derived", info.analysis_gen)
         if not files:
@@ -909,7 +1005,7 @@ class Store:
         info = self.run_info(name)
         if fmt not in ("csv", "parquet"):
             raise StabScopeError(f"unknown export format {fmt!r}: expected 'csv' or 'parquet'")
-        files = self._files(name, "long", info.gen)
+        files = self._part_files(info, "long")
         target = Path(target)
         if not target.parent.is_dir():
             raise StabScopeError(f"cannot write {target}: folder {target.parent} does not exist")
@@ -928,11 +1024,11 @@ class Store:
         """Full-fidelity ``RunView`` for analyses: run-level series (per-rank-only metrics become their
         cross-rank mean), the per-rank matrices of ``rank_metrics``, events and metadata."""
         info = self.run_info(name)
-        files = self._files(name, "long", info.gen)
+        files = self._part_files(info, "long")
         series: dict[str, Series] = {}
         per_rank: dict[str, RankMatrix] = {}
         if files:
-            t = self._arrow(q.ALL_RUN_LEVEL, {"files": self._files(name, "runlevel", info.gen) or files})
+            t = self._arrow(q.ALL_RUN_LEVEL, {"files": self._part_files(info, "runlevel") or files})
             series.update(_split_by_metric(t))
             for metric in info.rank_metrics:
                 if metric not in series:
@@ -940,7 +1036,7 @@ class Store:
                     series[metric] = Series(s.steps, s.values)
             for metric in rank_metrics:
                 if metric in info.rank_metrics:
-                    per_rank[metric] = self._rank_matrix(info, files[0], metric)
+                    per_rank[metric] = self._rank_matrix(info, files, metric)
         return RunView(
             name=name, series=series, per_rank=per_rank, events=tuple(self.events(name)), meta=dict(info.meta)
         )
@@ -1510,9 +1606,11 @@ class _MergeResult:
     ranks: int
     metric_rows: list[tuple[str, bool]]
     width: int
+    tail_path: Path | None = None
 
     def paths(self) -> tuple[Path, ...]:
-        return (self.long_path, self.runlevel_path, self.rollup_path, self.rankb_path)
+        tail = () if self.tail_path is None else (self.tail_path,)
+        return (self.long_path, self.runlevel_path, self.rollup_path, self.rankb_path, *tail)
 
 
 def _source_blocks(engine: duckdb.DuckDBPyConnection, path: str) -> list[Block]:
@@ -1591,6 +1689,7 @@ def _merge_sources(engine: duckdb.DuckDBPyConnection, sources: list[str], run_di
         ranks=len({r for _, r in keys if r >= 0}),
         metric_rows=[(m, any(k == m and r >= 0 for k, r in keys)) for m in metrics],
         width=max(1, -(-span // HEATMAP_MAX_BUCKETS)),
+        tail_path=_tmp_target(run_dir / "tail" / f"g{gen:06d}.parquet"),
     )
     merger = _Merger(sources, plan, result, span)
     for metric in metrics:
@@ -1616,6 +1715,8 @@ class _Merger:
         self.rankb = _BackgroundWriter(result.rankb_path, _RANKB_SCHEMA, _RANKB_WRITE_OPTIONS)
         self.rank_buckets = _RankBuckets(result.width)
         self.wide_metrics: list[str] = []
+        assert result.tail_path is not None
+        self.tail = _LongWriter(result.tail_path, metrics, RUNLEVEL_ROW_GROUP)
 
     def merge_metric(self, metric: str, ranks: list[int]) -> None:
         rank_pieces = [p for r in ranks if r >= 0 for p in self.plan[(metric, r)]]
@@ -1636,8 +1737,12 @@ class _Merger:
 
     def _merge_block(self, metric: str, rank: int, acc: _RollupAccumulator | None) -> None:
         rows, lo, hi = 0, 0, 0
-        for table in _block_chunks(self.readers, self.plan[(metric, rank)]):
+        pieces = self.plan[(metric, rank)]
+        tail = _TailBlock(metric, rank, _tail_start(max(p.hi for p in pieces), self.result)) if rank >= 0 else None
+        for table in _block_chunks(self.readers, pieces):
             chunk = _Chunk.of(table)
+            if tail is not None:
+                tail.add(chunk)
             self.long.add(metric, rank, table)
             if rank == RUN_RANK:
                 self.runlevel.add(metric, rank, table)
@@ -1652,6 +1757,8 @@ class _Merger:
             rows += chunk.steps.size
         if rank >= 0:
             self.rank_buckets.finish_block(metric, rank)
+        if tail is not None:
+            tail.write(self.tail)
         self.long.blocks.append([metric, rank, rows, lo, hi])
         if rank == RUN_RANK:
             self.runlevel.blocks.append([metric, rank, rows, lo, hi])
@@ -1661,6 +1768,7 @@ class _Merger:
         """Finish the files; metrics too wide for the in-memory rollup are rolled up by DuckDB."""
         self.long.close()
         self.runlevel.close()
+        self.tail.close()
         files = [str(self.result.long_path)]
         for metric in self.wide_metrics:
             table = engine.sql(q.BUILD_ROLLUP, params={"files": files, "metric": metric}).to_arrow_table()
@@ -1672,6 +1780,243 @@ class _Merger:
         elif self.result.n_rows:
             row = _one(engine.execute(q.COUNT_STEPS, {"files": files}))
             self.result.n_steps = int(row[0]) if row else 0
+
+
+# --------------------------------------------------------------------------- delta parts
+#
+# A live run grows at its end: each fold usually brings, for every (metric, rank), steps after the
+# last one stored. Such a fold is written as a delta part (long, run-level, rollup and rank-bucket
+# files of the new generation holding just what changes) instead of rewriting the whole run:
+#
+# - long / runlevel: the staged rows (no (metric, rank, step) of a part repeats one of another part);
+# - rollup: for each metric, every step from the first staged step of a rank >= 0 on, recomputed from
+#   all ranks' rows (the older rows of those steps read back from the parts): these rows replace the
+#   earlier parts' rows of the same and later steps;
+# - rank buckets: each staged (metric, rank)'s buckets, the one it shares with the older rows
+#   recomputed from them: these rows replace the earlier parts' rows of the same (rank, bucket).
+#
+# Older rows are read from the part that holds them: a full generation's tail file (the last rows of
+# each (metric, rank >= 0): its last bucket and the last ``TAIL_STEPS`` steps of the run) when it
+# covers them, else its long file. Reads combine the parts (see ``Store._part_files``).
+
+TAIL_STEPS = 128
+"""Steps at the end of the run whose rows a full generation also keeps in its small tail file: a
+rank up to this far behind the others catches up without reading the long file back."""
+
+DELTA_PARTS_MAX = 24
+"""Delta parts on one base before a fold consolidates them into a full generation (reads open every part)."""
+
+DELTA_ROWS_FRACTION = 0.25
+"""Rows in delta parts, as a fraction of the base's, before a fold consolidates them."""
+
+
+def _tail_start(hi: int, result: _MergeResult) -> int:
+    """First step of a (metric, rank)'s rows (last step ``hi``) that a full generation's tail keeps."""
+    assert result.last is not None
+    return min(hi // result.width * result.width, result.last - TAIL_STEPS + 1)
+
+
+class _TailBlock:
+    """The rows of one (metric, rank) from step ``start`` on, collected chunk by chunk for the tail file."""
+
+    def __init__(self, metric: str, rank: int, start: int) -> None:
+        self.metric, self.rank, self.start = metric, rank, start
+        self.tables: list[pa.Table] = []
+        self.steps: list[np.ndarray] = []
+
+    def add(self, chunk: _Chunk) -> None:
+        i = int(np.searchsorted(chunk.steps, self.start))
+        if i < chunk.steps.size:
+            self.tables.append(chunk.table.slice(i))
+            self.steps.append(chunk.steps[i:])
+
+    def write(self, writer: _LongWriter) -> None:
+        if not self.tables:
+            return
+        for table in self.tables:
+            writer.add(self.metric, self.rank, table)
+        rows = sum(s.size for s in self.steps)
+        writer.blocks.append([self.metric, self.rank, rows, int(self.steps[0][0]), int(self.steps[-1][-1])])
+
+
+class _OldRows:
+    """Rows of the current generation's parts, by (metric, rank) from a given step on (the end of a
+    block, as a delta needs them): from a part's tail file when it covers them, else its long file."""
+
+    def __init__(self, parts: list[tuple[str, str | None]], blocks: list[list[Block]]) -> None:
+        self.parts = parts
+        self.plan = _plan(blocks)
+        self.tails: list[dict[tuple[str, int], list[_Piece]]] = [
+            _plan([_parse_blocks(_footer_index(tail) or b"[]")]) if tail else {} for _, tail in parts
+        ]
+        self.readers: dict[str, _SourceReader] = {}
+
+    def _range(self, path: str, start: int, end: int) -> pa.Table:
+        """Rows [start, end) of ``path``; the row group last decoded is kept (blocks are asked for in
+        file order, and a small part holds many in one group)."""
+        reader = self.readers.get(path)
+        if reader is None:
+            reader = self.readers[path] = _SourceReader(path)
+        return pa.concat_tables(list(reader.rows(start, end)))
+
+    def rows_from(self, metric: str, rank: int, step: int) -> list[pa.Table]:
+        out: list[pa.Table] = []
+        pieces = [p for p in self.plan.get((metric, rank), []) if p.hi >= step]
+        for source in sorted({p.source for p in pieces}):
+            in_part = [p for p in pieces if p.source == source]
+            tail = self.tails[source].get((metric, rank), [])
+            if len(tail) == 1 and tail[0].lo <= max(step, in_part[0].lo) and tail[0].hi == in_part[-1].hi:
+                path, in_part = self.parts[source][1], tail
+            else:
+                path = self.parts[source][0]
+            assert path is not None
+            for p in in_part:
+                start = p.start
+                if p.end - p.start == p.hi - p.lo + 1:  # one row per step: the first row wanted is known
+                    start += max(0, step - p.lo)
+                table = self._range(path, start, p.end)
+                table = table.slice(int(np.searchsorted(table.column("step").to_numpy(), step)))
+                if table.num_rows:
+                    out.append(table)
+        return out
+
+
+def _footer_index(path: str) -> bytes | None:
+    raw: bytes | None = (pq.read_metadata(path).metadata or {}).get(INDEX_KEY.encode())
+    return raw
+
+
+def _write_delta(
+    engine: duckdb.DuckDBPyConnection,
+    info: RunInfo,
+    parts: list[tuple[str, str | None]],
+    staged: list[str],
+    run_dir: Path,
+    gen: int,
+) -> _MergeResult | None:
+    """Write the staged rows as delta part ``gen`` on the current parts (``(long file, tail file)``,
+    base first), or return None (nothing written) when they need a full merge instead: a staged
+    (metric, rank) reaching back to or before its stored last step, a rank below -1, a heatmap
+    bucket width that changes, a rollup too wide for memory, a base without block index, or deltas
+    that have piled up (``DELTA_PARTS_MAX``, ``DELTA_ROWS_FRACTION``)."""
+    if info.first_step is None or info.last_step is None or len(parts) > DELTA_PARTS_MAX:
+        return None
+    raw = [_footer_index(long) for long, _ in parts]
+    if any(r is None for r in raw):
+        return None
+    old_blocks = [_parse_blocks(r) for r in raw if r is not None]
+    base_rows = sum(n for _, _, n, _, _ in old_blocks[0])
+    new_blocks = [_source_blocks(engine, path) for path in staged]
+    staged_rows = sum(n for blocks in new_blocks for _, _, n, _, _ in blocks)
+    if info.n_rows - base_rows + staged_rows > DELTA_ROWS_FRACTION * base_rows:
+        return None
+    old = _OldRows(parts, old_blocks)
+    new_plan = _plan(new_blocks)
+    if not new_plan or any(r < RUN_RANK for _, r in (*old.plan, *new_plan)):
+        return None
+    old_hi = {k: max(p.hi for p in ps) for k, ps in old.plan.items()}
+    new_lo = {k: min(p.lo for p in ps) for k, ps in new_plan.items()}
+    new_hi = {k: max(p.hi for p in ps) for k, ps in new_plan.items()}
+    if any(k in old_hi and lo <= old_hi[k] for k, lo in new_lo.items()):
+        return None
+    first, last = min(info.first_step, *new_lo.values()), max(info.last_step, *new_hi.values())
+    width = _bucket_width(last - first + 1)
+    if width != info.heat_bucket:
+        return None
+    keys = sorted(set(old.plan) | set(new_plan))
+    span: dict[str, tuple[int, int]] = {}
+    for (metric, rank), pieces in (*old.plan.items(), *new_plan.items()):
+        if rank >= 0:
+            lo, hi = span.get(metric, (pieces[0].lo, pieces[0].hi))
+            span[metric] = (min(lo, *(p.lo for p in pieces)), max(hi, *(p.hi for p in pieces)))
+    if any(hi - lo + 1 > DENSE_SPAN_MAX for lo, hi in span.values()):
+        return None  # the full merge rolls such a metric up with DuckDB
+
+    metrics = sorted({m for m, _ in keys})
+    result = _MergeResult(
+        long_path=_tmp_target(run_dir / "long" / f"g{gen:06d}.parquet"),
+        runlevel_path=_tmp_target(run_dir / "runlevel" / f"g{gen:06d}.parquet"),
+        rollup_path=_tmp_target(run_dir / "rollup" / f"g{gen:06d}.parquet"),
+        rankb_path=_tmp_target(run_dir / "rankb" / f"g{gen:06d}.parquet"),
+        first=first,
+        last=last,
+        n_steps=info.n_steps,
+        n_rows=info.n_rows,
+        ranks=len({r for _, r in keys if r >= 0}),
+        metric_rows=[(m, any(k == m and r >= 0 for k, r in keys)) for m in metrics],
+        width=width,
+    )
+    readers = [_SourceReader(path) for path in staged]
+    long = _LongWriter(result.long_path, metrics)
+    runlevel = _LongWriter(result.runlevel_path, metrics, RUNLEVEL_ROW_GROUP)
+    rollup = _BackgroundWriter(result.rollup_path, _ROLLUP_SCHEMA, _ROLLUP_WRITE_OPTIONS)
+    rankb = _BackgroundWriter(result.rankb_path, _RANKB_SCHEMA, _RANKB_WRITE_OPTIONS)
+    new_steps: list[np.ndarray] = []
+    try:
+        for metric in sorted({m for m, _ in new_plan}):
+            ranks = sorted(r for m, r in new_plan if m == metric)
+            chunks: dict[int, list[_Chunk]] = {}
+            for rank in ranks:
+                chunks[rank] = [_Chunk.of(t) for t in _block_chunks(readers, new_plan[(metric, rank)]) if t.num_rows]
+                rows = sum(c.steps.size for c in chunks[rank])
+                block = [metric, rank, rows, int(chunks[rank][0].steps[0]), int(chunks[rank][-1].steps[-1])]
+                for writer in (long, runlevel) if rank == RUN_RANK else (long,):
+                    for c in chunks[rank]:
+                        writer.add(metric, rank, c.table)
+                    writer.blocks.append(block)
+                new_steps.extend(c.steps for c in chunks[rank])
+                result.n_rows += rows
+            per_rank = [r for r in ranks if r >= 0]
+            if not per_rank:
+                continue
+            # Rollup: every step from the first new one on, from all ranks' rows, rank by rank.
+            cut = min(new_lo[(metric, r)] for r in per_rank)
+            behind = {r for m, r in old.plan if m == metric and r >= 0 and old_hi[(m, r)] >= cut}
+            acc = _RollupAccumulator(cut, cut)
+            for rank in sorted(behind | set(per_rank)):
+                held = [_Chunk.of(t) for t in old.rows_from(metric, rank, cut)] if rank in behind else []
+                for c in (*held, *chunks.get(rank, [])):
+                    acc.cover(int(c.steps[0]), int(c.steps[-1]))
+                    acc.add(rank, c)
+            rollup.write(acc.table(metric))
+            # Rank buckets: each new block's, the bucket it shares with the older rows recomputed.
+            buckets = _RankBuckets(width)
+            for rank in per_rank:
+                prev = old_hi.get((metric, rank))
+                if prev is not None and prev // width == new_lo[(metric, rank)] // width:
+                    for t in old.rows_from(metric, rank, prev // width * width):
+                        buckets.add(_Chunk.of(t))
+                for c in chunks[rank]:
+                    buckets.add(c)
+                buckets.finish_block(metric, rank)
+            rankb.write(pa.concat_tables(buckets.tables).cast(_RANKB_SCHEMA), RANKB_ROW_GROUP)
+    finally:
+        long.close()
+        runlevel.close()
+        rollup.close()
+        rankb.close()
+    steps = np.unique(np.concatenate(new_steps))
+    known = steps[steps <= info.last_step]
+    if known.size:  # steps up to the old last step may be there already (another rank's, or run-level)
+        old_steps = [
+            _numpy(pq.read_table(path, columns=["step"], filters=[("step", ">=", int(known[0]))]).column("step"))
+            for path in _sibling_files(parts, ("rollup", "runlevel"))
+        ]
+        known = known[np.isin(known, np.concatenate([np.zeros(0, np.int64), *old_steps]), invert=True)]
+    result.n_steps += int(known.size + np.count_nonzero(steps > info.last_step))
+    return result
+
+
+def _sibling_files(parts: list[tuple[str, str | None]], kinds: Sequence[str]) -> list[str]:
+    """The ``kinds`` files of the same generations as the long files of ``parts``."""
+    out = []
+    for long, _ in parts:
+        path = Path(long)
+        for kind in kinds:
+            sibling = path.parent.parent / kind / path.name
+            if sibling.exists():
+                out.append(str(sibling))
+    return out
 
 
 @dataclass
@@ -1706,14 +2051,18 @@ def _segment_parts(
             progress(done, max(total, done))
 
 
-def _commit_generation(con: duckdb.DuckDBPyConnection, name: str, gen: int, merged: _MergeResult) -> None:
-    """Make ``gen`` current (inside the caller's transaction) with its catalog figures."""
+def _commit_generation(
+    con: duckdb.DuckDBPyConnection, name: str, gen: int, merged: _MergeResult, base_gen: int | None = None
+) -> None:
+    """Make ``gen`` current (inside the caller's transaction) with its catalog figures: a full
+    generation, or (``base_gen`` < ``gen``) a delta part on base ``base_gen``."""
     metrics = sorted(m for m, _ in merged.metric_rows)
     rank_metrics = sorted(m for m, per_rank in merged.metric_rows if per_rank)
     con.execute(
         q.COMMIT_GENERATION,
         [
             gen,
+            gen if base_gen is None else base_gen,
             merged.first,
             merged.last,
             merged.n_steps,
@@ -1868,6 +2217,7 @@ class _DirectMerger:
             ranks=0,
             metric_rows=[],
             width=1,
+            tail_path=_tmp_target(run_dir / "tail" / f"g{gen:06d}.parquet"),
         )
         self.unsorted_rankb = _tmp_target(run_dir / "rankb" / f"u{gen:06d}.arrow")
         self.long = _LongWriter(self.result.long_path, [])
@@ -1880,6 +2230,7 @@ class _DirectMerger:
         self.rollups: dict[str, _RollupAccumulator] = {}
         self.buckets: dict[tuple[str, int], _RankBuckets] = {}
         self.last_step: dict[tuple[str, int], int] = {}
+        self.tails: dict[tuple[str, int], pa.Table] = {}
         self.steps = _StepSet()
         self.rank: int | None = None
         self.width: int | None = None
@@ -1926,6 +2277,15 @@ class _DirectMerger:
             acc.add(rank, chunk)
             assert self.width is not None
             self.buckets.setdefault(key, _RankBuckets(self.width)).add(chunk)
+            self._keep_tail(key, table, self.width + TAIL_STEPS)
+
+    def _keep_tail(self, key: tuple[str, int], table: pa.Table, keep: int) -> None:
+        """Hold the last ``keep`` rows of each (metric, rank), copied (a slice would pin the
+        segment's buffers): they hold every row the tail file needs (``_tail_start``)."""
+        held = self.tails.get(key)
+        table = table if held is None else pa.concat_tables([held, table])
+        n = table.num_rows
+        self.tails[key] = table.take(np.arange(max(0, n - keep), n))
 
     def _close_buckets(self) -> None:
         for (metric, rank), buckets in self.buckets.items():
@@ -1957,6 +2317,13 @@ class _DirectMerger:
         rollup.close()
         _group_by_metric(self.unsorted_rankb, self.rankb_metrics, r.rankb_path, metrics)
         self.unsorted_rankb.unlink()
+        assert r.tail_path is not None
+        tail = _LongWriter(r.tail_path, metrics, RUNLEVEL_ROW_GROUP)
+        for metric, rank in sorted(self.tails):
+            block = _TailBlock(metric, rank, _tail_start(keys[(metric, rank)], r))
+            block.add(_Chunk.of(self.tails.pop((metric, rank))))
+            block.write(tail)
+        tail.close()
         return r
 
     def abort(self) -> None:
@@ -2112,6 +2479,7 @@ def _run_info(row: tuple[Any, ...]) -> RunInfo:
         rejected_examples=json.loads(row[15]),
         heat_bucket=int(row[16]),
         analysis_gen=int(row[17]),
+        base_gen=int(row[5]) if len(row) < 19 or row[18] is None else int(row[18]),
     )
 
 
