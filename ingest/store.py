@@ -10,8 +10,13 @@ On disk (``<store>`` defaults to ``$STABSCOPE_STORE`` or ``~/.local/share/stabsc
     runs/run=<name>/runlevel/g<gen>.parquet the rank -1 rows of the long file (what the overview reads)
     runs/run=<name>/rollup/g<gen>.parquet cross-rank count/mean/min/max/std/argmin/argmax per step
     runs/run=<name>/rankb/g<gen>.parquet  per-rank step buckets for the rank x step heatmap
+    runs/run=<name>/tail/g<gen>.parquet   a full generation's last rows of each (metric, rank >= 0)
     runs/run=<name>/derived/a<gen>.parquet analyses materialised per generation (SNR, clip ratio)
     runs/run=<name>/staging/*.parquet     batches read from shards, not yet merged
+
+A generation is a base (the files of generation ``base_gen``) plus one delta part per later
+generation up to ``gen``: a live fold that only extends each (metric, rank) writes just its rows
+and what they change (see "delta parts" below); anything else merges everything into a new base.
 
 Every write is two-phase: new files are written under temporary names and renamed, then one catalog
 transaction makes them current. A crash at any point leaves the previous generation readable, and the
