@@ -1831,9 +1831,9 @@ class _TailBlock:
 
     def add(self, chunk: _Chunk) -> None:
         i = int(np.searchsorted(chunk.steps, self.start))
-        if i < chunk.steps.size:
-            self.tables.append(chunk.table.slice(i))
-            self.steps.append(chunk.steps[i:])
+        if i < chunk.steps.size:  # copied: a slice would hold the whole row group until the tail is written
+            self.tables.append(chunk.table.take(np.arange(i, chunk.steps.size)))
+            self.steps.append(chunk.steps[i:].copy())
 
     def write(self, writer: _LongWriter) -> None:
         if not self.tables:
