@@ -174,22 +174,16 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 # Streamlit treats a folder named pages/ beside the entry script as an old-style multipage app until
 # app.py has called st.navigation once; a deep link (/overview) as the first request of a fresh server
-# would then run that page without app.py. Declaring the app navigation-driven before start-up avoids it.
-#
-# The libraries behind the first page (DuckDB, Plotly, pandas, our own modules) are imported on a
-# thread while the server starts and the browser loads its bundle, instead of inside the first
-# session's script run, which the user waits for.
+# would then run that page without app.py. Declaring the app navigation-driven before start-up avoids it
+# (pages.common also recovers from it, with one extra rerun, under a plain `streamlit run app.py`).
 _SERVE_BOOT = (
-    "import sys, threading\n"
-    "sys.path.insert(0, sys.argv.pop(1))\n"
+    "import sys\n"
     "from streamlit.runtime.pages_manager import PagesManager\n"
     "PagesManager.uses_pages_directory = False\n"
-    "threading.Thread(target=lambda: [__import__(m) for m in sys.argv.pop(1).split(',')], daemon=True).start()\n"
     "from streamlit.web.cli import main\n"
     "sys.argv = ['streamlit', *sys.argv[1:]]\n"
     "sys.exit(main())\n"
 )
-_PRELOAD = ("plotly.graph_objects", "pandas", "duckdb", "ingest.store", "pages.common", "pages.charts")
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -213,8 +207,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
         sys.executable,
         "-c",
         _SERVE_BOOT,
-        str(app.parent),
-        ",".join(_PRELOAD),
         "run",
         str(app),
         "--server.port",
