@@ -379,7 +379,7 @@ def rank_outliers(ranks: np.ndarray, steps: np.ndarray, matrix: np.ndarray) -> p
     """Each rank against the cross-rank median of every step bucket, most deviant first.
 
     Per bucket the modified z-score ``0.6745*(x - median)/MAD`` across ranks (Iglewicz & Hoaglin
-    1993; ``stab_core.spikes.robust_zscore``), with the MAD floored at 1 % of |median| so identical
+    1993; ``stab_core.spikes.robust_zscore_columns``), with the MAD floored at 1 % of |median| so identical
     ranks do not turn noise into outliers. Columns: ``rank``, ``mean`` (over buckets),
     ``deviation_pct`` (mean relative deviation from the median, %), ``peak_deviation_pct`` and
     ``peak_step`` (the bucket where it deviates most), ``max_z``, ``flagged_pct`` (% of buckets with
@@ -387,7 +387,7 @@ def rank_outliers(ranks: np.ndarray, steps: np.ndarray, matrix: np.ndarray) -> p
     (``straggler`` when flagged in >= ``STRAGGLER_SHARE`` of buckets, ``transient`` when flagged at
     all, else ``normal``).
     """
-    from stab_core.spikes import robust_zscore
+    from stab_core.spikes import robust_zscore_columns
 
     columns = ["rank", "mean", "deviation_pct", "peak_deviation_pct", "peak_step", "max_z", "flagged_pct", "kind"]
     if ranks.size < 3 or matrix.size == 0:
@@ -395,11 +395,7 @@ def rank_outliers(ranks: np.ndarray, steps: np.ndarray, matrix: np.ndarray) -> p
     median = cross_rank_band(matrix)[0]
     with np.errstate(all="ignore"):
         relative = (matrix - median) / np.abs(median)
-    z = np.full(matrix.shape, np.nan)
-    for j in range(matrix.shape[1]):
-        column = matrix[:, j]
-        if np.isfinite(column).sum() >= 3:
-            z[:, j] = robust_zscore(column, mad_floor=0.01 * abs(float(median[j])))
+    z = robust_zscore_columns(matrix, mad_floor=0.01 * np.abs(median), min_finite=3)
     rows = []
     for i, rank in enumerate(ranks.tolist()):
         rel, zs = relative[i], np.abs(z[i])

@@ -24,6 +24,7 @@ turn every wiggle into a spike.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Final
@@ -223,6 +224,27 @@ def robust_zscore(values: npt.ArrayLike, mad_floor: float = 0.0) -> FloatArray:
         return MAD_TO_Z * deviation / mad
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.where(deviation == 0, 0.0, MAD_TO_Z * deviation / 0.0)
+
+
+def robust_zscore_columns(matrix: npt.ArrayLike, mad_floor: npt.ArrayLike = 0.0, min_finite: int = 1) -> FloatArray:
+    """:func:`robust_zscore` of every column of a 2-D array at once (e.g. ranks x step buckets).
+
+    ``mad_floor`` is a scalar or one floor per column; columns with fewer than ``min_finite`` finite
+    values are all NaN. Identical, column by column, to calling :func:`robust_zscore` on each.
+    """
+    x = np.asarray(matrix, dtype=np.float64)
+    if x.ndim != 2:
+        raise ValueError(f"matrix must be 2-D (rows x columns), got shape {x.shape}")
+    finite = np.isfinite(x)
+    masked = np.where(finite, x, np.nan)
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns
+        median = np.nanmedian(masked, axis=0)
+        mad = np.maximum(np.nanmedian(np.abs(masked - median), axis=0), np.broadcast_to(mad_floor, median.shape))
+        deviation = masked - median
+        z = np.where(mad > 0, MAD_TO_Z * deviation / mad, np.where(deviation == 0, 0.0, MAD_TO_Z * deviation / 0.0))
+    z[:, finite.sum(axis=0) < max(min_finite, 1)] = np.nan
+    return np.asarray(z, dtype=np.float64)
 
 
 def _window_median(rows: FloatArray) -> FloatArray:

@@ -509,3 +509,31 @@ def test_blockwise_spread_matches_the_whole_series_expansion(seed: int) -> None:
             np.testing.assert_array_equal(windows.spread(windows.scale, first, stop), whole_scale[first:stop])
             level, scale = windows.at(first)
             np.testing.assert_array_equal([level, scale], [whole_level[first], whole_scale[first]])
+
+
+def test_robust_zscore_columns_matches_robust_zscore_per_column() -> None:
+    from stab_core.spikes import robust_zscore, robust_zscore_columns
+
+    rng = np.random.default_rng(11)
+    matrix = rng.normal(10.0, 1.0, size=(7, 40))
+    matrix[rng.random(matrix.shape) < 0.1] = np.nan
+    matrix[2, 5], matrix[4, 6] = np.inf, -np.inf
+    matrix[:, 7] = 3.0  # MAD 0: the floor decides
+    matrix[:, 8] = matrix[:, 11] = [3.0] * 6 + [4.0]  # MAD 0, one value off: +inf without a floor (11)
+    matrix[:5, 9] = np.nan  # two finite values: under min_finite
+    floors = np.where(np.arange(40) % 2, 0.0, 0.05)
+    got = robust_zscore_columns(matrix, mad_floor=floors, min_finite=3)
+    for j in range(matrix.shape[1]):
+        column = matrix[:, j]
+        if np.isfinite(column).sum() < 3:
+            assert np.isnan(got[:, j]).all()
+            continue
+        np.testing.assert_allclose(got[:, j], robust_zscore(column, mad_floor=floors[j]), rtol=1e-12)
+    assert (
+        got[6, 11] == np.inf and np.isfinite(got[6, 8]) and np.isnan(got[2, 5])
+    )  # unfloored zero MAD; a non-finite value scores NaN
+    np.testing.assert_array_equal(
+        robust_zscore_columns([[1.0], [2.0], [3.0], [4.0], [100.0]])[:, 0], robust_zscore([1.0, 2.0, 3.0, 4.0, 100.0])
+    )  # the docstring's example
+    with pytest.raises(ValueError, match="2-D"):
+        robust_zscore_columns([1.0, 2.0])
