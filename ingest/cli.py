@@ -176,10 +176,16 @@ def cmd_demo(args: argparse.Namespace) -> int:
 # app.py has called st.navigation once; a deep link (/overview) as the first request of a fresh server
 # would then run that page without app.py. Declaring the app navigation-driven before start-up avoids it
 # (pages.common also recovers from it, with one extra rerun, under a plain `streamlit run app.py`).
+#
+# It also imports what every page needs (numpy, pandas, DuckDB, Plotly, the page helpers) before the
+# server starts listening, as a server that preloads its app does: ready means ready, and the first
+# browser session does not wait ~0.5 s for them (Streamlit itself imports them lazily).
 _SERVE_BOOT = (
     "import sys\n"
+    "sys.path.insert(0, sys.argv.pop(1))\n"
     "from streamlit.runtime.pages_manager import PagesManager\n"
     "PagesManager.uses_pages_directory = False\n"
+    "import pages.common, pages.charts\n"
     "from streamlit.web.cli import main\n"
     "sys.argv = ['streamlit', *sys.argv[1:]]\n"
     "sys.exit(main())\n"
@@ -207,6 +213,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         sys.executable,
         "-c",
         _SERVE_BOOT,
+        str(app.parent),
         "run",
         str(app),
         "--server.port",
