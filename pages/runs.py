@@ -37,7 +37,7 @@ if not runs:
         "No runs in this store yet. Upload a training log (Megatron, HF Trainer, TensorBoard, CSV, JSONL...) or "
         "point `stabscope watch SHARD_DIR --run NAME` at a training job's shards."
     )
-    nav_link("pages/upload.py", "Upload logs", icon="⬆️")
+    nav_link("pages/upload.py", "Upload logs", icon=":material/upload_file:")
     st.stop()
 
 c1, c2, c3, c4 = st.columns([3, 2, 1.4, 1.2], vertical_alignment="bottom")
@@ -45,7 +45,7 @@ query = c1.text_input("Search", key="runs_search", placeholder="name or tag")
 statuses = c2.multiselect("Status", ["live", "finished"], default=[], key="runs_status", placeholder="any")
 only_alerts = c3.checkbox("With alerts", key="runs_alerts", help="Only runs with an alert")
 with c4:
-    nav_link("pages/upload.py", "Upload logs", icon="⬆️")
+    nav_link("pages/upload.py", "Upload logs", icon=":material/upload_file:")
 
 
 def filtered(table: pd.DataFrame) -> pd.DataFrame:
@@ -82,14 +82,14 @@ def catalog() -> None:
     st.session_state["compare_runs"] = chosen
     links = st.columns(4)
     with links[0]:
-        nav_link("pages/overview.py", f"Open {chosen[0]}", icon="📈")
+        nav_link("pages/overview.py", f"Open {chosen[0]}", icon=":material/show_chart:")
     with links[1]:
-        nav_link("pages/spikes.py", "Its spikes", icon="⚡")
+        nav_link("pages/spikes.py", "Its spikes", icon=":material/bolt:")
     with links[2]:
-        nav_link("pages/ranks.py", "Its ranks", icon="🧮")
+        nav_link("pages/ranks.py", "Its ranks", icon=":material/grid_on:")
     if len(chosen) > 1:
         with links[3]:
-            nav_link("pages/compare.py", f"Compare {len(chosen)} runs", icon="🔀")
+            nav_link("pages/compare.py", f"Compare {len(chosen)} runs", icon=":material/compare_arrows:")
     preview(chosen[0])
     with st.expander(f"Delete {len(chosen)} selected run(s)"):
         st.write("Removes " + ", ".join(f"**{n}**" for n in chosen) + " and their Parquet files from the store.")
