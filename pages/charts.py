@@ -216,8 +216,14 @@ def panels_figure(
     ema_weight: float = 0.0,
     x_range: tuple[int, int] | None = None,
     panel_height: int = 210,
+    drag_selects_steps: bool = False,
 ) -> go.Figure:
-    """Panels stacked on one shared step axis: zooming one zooms all (linked zoom, in the browser)."""
+    """Panels stacked on one shared step axis: zooming one zooms all (linked zoom, in the browser).
+
+    ``drag_selects_steps``: a drag selects a span of steps (full height) instead of zooming in the
+    browser, so that a page can re-read that span from the store (``zoom_to_selection``) at full
+    fidelity; a browser-side zoom would only magnify the downsampled buckets.
+    """
     fig = make_subplots(
         rows=len(panels), cols=1, shared_xaxes=True, vertical_spacing=0.06, subplot_titles=[p.title for p in panels]
     )
@@ -233,7 +239,7 @@ def panels_figure(
         fig.update_yaxes(title_text=panel.y_title, type="log" if panel.log_y else "linear", row=row, col=1)
     add_spike_shading(fig, spikes, x_range)
     fig.update_layout(**base_layout(panel_height * len(panels) + 150))
-    fig.update_layout(xaxis={"title": None}, dragmode="zoom")
+    fig.update_layout(xaxis={"title": None}, dragmode="select" if drag_selects_steps else "zoom", selectdirection="h")
     fig.update_xaxes(title_text="step", row=len(panels), col=1)
     if x_range:
         fig.update_xaxes(range=[x_range[0], x_range[1]])

@@ -276,7 +276,9 @@ def step_range(info: RunInfo, key: str) -> tuple[int, int]:
     st.session_state[seen_key] = hi
     if key not in st.session_state:
         st.session_state[key] = (lo, hi)
-    value = cast(tuple[int, int], st.slider("Steps shown", lo, hi, key=key, help="Drag, or box-select on a chart"))
+    value = cast(
+        tuple[int, int], st.slider("Steps shown", lo, hi, key=key, help="Drag the ends, or drag across a chart")
+    )
     return int(value[0]), int(value[1])
 
 

@@ -85,7 +85,7 @@ def charts(name: str) -> None:
     if not panels:
         st.info("Nothing to plot in this step range.")
         return
-    fig = panels_figure(panels, read_events(run), read_spikes(run), ema_weight, (lo, hi))
+    fig = panels_figure(panels, read_events(run), read_spikes(run), ema_weight, (lo, hi), drag_selects_steps=True)
     st.plotly_chart(
         fig,
         key="ov_chart",
@@ -98,8 +98,8 @@ def charts(name: str) -> None:
         "every step (full fidelity)" if buckets is None else f"min/max buckets of ~{(hi - lo + 1) // buckets} steps"
     )
     st.caption(
-        f"Steps {lo:,}–{hi:,}: {points:,} points, {detail}. Zoom to ≤5,000 steps (slider or box-select) to re-read "
-        f"every step; drag-zoom on one chart zooms all. Shaded bands: detected spikes, coloured by cause."
+        f"Steps {lo:,}–{hi:,}: {points:,} points, {detail}. Drag across a chart to zoom every panel to those "
+        f"steps, re-read from the store (every step at ≤5,000 steps). Shaded bands: detected spikes, coloured by cause."
     )
     if missing:
         st.caption("Not shown — " + "; ".join(missing))

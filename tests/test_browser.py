@@ -210,7 +210,7 @@ def test_a_live_run_refreshes_itself(app: tuple[str, Store], browser: Any) -> No
     page.close()
 
 
-def test_box_select_rereads_the_range_and_a_heatmap_click_picks_a_rank(app: tuple[str, Store], browser: Any) -> None:
+def test_a_drag_rereads_the_range_and_a_heatmap_click_picks_a_rank(app: tuple[str, Store], browser: Any) -> None:
     url, _ = app
     page = browser.new_page(viewport={"width": 1280, "height": 1400})
     page.goto(url)  # the entry page first: it registers the app's navigation
@@ -218,8 +218,6 @@ def test_box_select_rereads_the_range_and_a_heatmap_click_picks_a_rank(app: tupl
     page.goto(f"{url}/overview?run={SMALL_RUN}")
     _settle(page)
     chart = page.locator(".stPlotlyChart").first
-    chart.hover()
-    page.locator(".modebar-btn[data-title='Box Select']").first.click()
     box = chart.bounding_box()
     x, y = box["x"] + box["width"] * 0.45, box["y"] + 120
     page.mouse.move(x, y)
@@ -229,8 +227,10 @@ def test_box_select_rereads_the_range_and_a_heatmap_click_picks_a_rank(app: tupl
     _settle(page)
     caption = page.get_by_text(re.compile(r"^Steps [\d,]+–[\d,]+: ")).first.inner_text()
     first, last = (int(v.replace(",", "")) for v in re.findall(r"[\d,]+", caption)[:2])
-    assert 0 < first < last < 1999, caption  # the selected span, re-read at full fidelity
-    _check_page(page, "overview-box-select")
+    assert 0 < first < last < 1999, caption  # a plain drag (no tool picked) selected the span...
+    assert "every step (full fidelity)" in caption  # ...and it was re-read from the store
+    assert page.locator(".stPlotlyChart .selectionlayer path").count() == 0  # no stale box over the new span
+    _check_page(page, "overview-drag-zoom")
 
     page.goto(f"{url}/ranks?run={SMALL_RUN}")
     _settle(page)

@@ -52,6 +52,8 @@ def test_every_panel_on_one_step_axis_with_events(app_store: Store) -> None:
     # linked zoom: every panel's x axis follows the first one
     assert all(fig["layout"][f"xaxis{i}"]["matches"] == "x5" for i in ("", 2, 3, 4))
     assert all(fig["layout"][f"xaxis{i}"]["range"] == [0, 1999] for i in ("", 2, 3, 4, 5))
+    # a drag selects a span of steps (re-read from the store), not a browser-side zoom of the buckets
+    assert (fig["layout"]["dragmode"], fig["layout"]["selectdirection"]) == ("select", "h")
     checkpoints = [t for t in fig["data"] if t.get("name") == "checkpoint"]
     assert len(checkpoints) == 5  # one marker trace per panel
     assert [x for x in checkpoints[0]["x"] if x is not None] == [500, 500, 1000, 1000, 1500, 1500]
