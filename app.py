@@ -6,7 +6,7 @@ Pages only lay out widgets and call ``stab_core``/``ingest``; the store lives at
 
 import streamlit as st
 
-from pages.common import LIVE_REFRESH_S, alert_banner, ensure_demo_runs, list_runs
+from pages.warmup import warm_up_browser
 
 st.set_page_config(page_title="StabScope", page_icon=":material/monitoring:", layout="wide")
 
@@ -30,8 +30,13 @@ PAGES = {
     ],
 }
 
-ensure_demo_runs()
 page = st.navigation(PAGES)
+warm_up_browser(page.url_path)
+
+# after the warm-up: these imports are most of a fresh server's first run
+from pages.common import LIVE_REFRESH_S, alert_banner, ensure_demo_runs, list_runs  # noqa: E402
+
+ensure_demo_runs()
 
 
 @st.fragment(run_every=LIVE_REFRESH_S if any(r.status == "live" for r in list_runs()) else None)

@@ -50,28 +50,6 @@ OUTLIER_MIN_DEVIATION = 0.1
 STRAGGLER_SHARE = 0.5
 """A rank flagged in at least this share of step buckets is a persistent straggler, not a transient."""
 
-# ------------------------------------------------------------------------------------- navigation
-
-
-def ensure_app_navigation() -> None:
-    """Leave Streamlit's old pages/-folder mode if it is on, and rerun through app.py's navigation.
-
-    ``streamlit run app.py`` treats the folder named pages/ beside app.py as an old-style multipage app
-    until app.py calls ``st.navigation`` once; a deep link (``/overview``) as a fresh server's first
-    request would then run that page alone: no app.py, a sidebar of file names (common, charts...).
-    Every page imports this module first, so the first such run switches the mode off for the whole
-    server and starts over through app.py, which keeps the requested page. (``stabscope serve`` turns
-    the mode off before start-up and never gets here.)
-    """
-    from streamlit.runtime.pages_manager import PagesManager
-
-    if PagesManager.uses_pages_directory:
-        PagesManager.uses_pages_directory = False
-        st.rerun()
-
-
-ensure_app_navigation()
-
 # ------------------------------------------------------------------------------------------- store
 
 

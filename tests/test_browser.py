@@ -147,6 +147,11 @@ def _check_page(page: Any, name: str) -> None:
         "[data-testid='stMain'] [data-testid='stMarkdown'], [data-testid='stMain'] [data-testid='stMetric']",
     )
     assert overflow == 0, f"{name}: {overflow} elements cut off at the right edge"
+    # the warm-up elements (pages.warmup) load chart and table code early and are never seen
+    warmups = page.evaluate(
+        "() => [...document.querySelectorAll('.st-key-chunk_warmup')].map(e => e.getBoundingClientRect().right)"
+    )
+    assert all(right < 0 for right in warmups), f"{name}: a warm-up element is on screen at {warmups}"
 
 
 def test_every_page_opens_without_an_error(app: tuple[str, Store], browser: Any) -> None:
@@ -158,6 +163,9 @@ def test_every_page_opens_without_an_error(app: tuple[str, Store], browser: Any)
         _check_page(page, path)
         if text:
             assert page.get_by_text(text).first.is_visible(), f"/{path} does not show {text!r}"
+        if path in ("", "overview"):  # Runs (a table) and the overview (a chart) warm up their code early
+            warm = "[data-testid='stDataFrame']" if path == "" else ".stPlotlyChart"
+            assert page.locator(f".st-key-chunk_warmup {warm}").count() == 1, path
     page.close()
 
 
@@ -217,7 +225,7 @@ def test_a_drag_rereads_the_range_and_a_heatmap_click_picks_a_rank(app: tuple[st
     _settle(page)
     page.goto(f"{url}/overview?run={SMALL_RUN}")
     _settle(page)
-    chart = page.locator(".stPlotlyChart").first
+    chart = page.locator(".st-key-ov_chart")
     box = chart.bounding_box()
     x, y = box["x"] + box["width"] * 0.45, box["y"] + 120
     page.mouse.move(x, y)
@@ -235,7 +243,7 @@ def test_a_drag_rereads_the_range_and_a_heatmap_click_picks_a_rank(app: tuple[st
     page.goto(f"{url}/ranks?run={SMALL_RUN}")
     _settle(page)
     assert page.get_by_text(re.compile(r"^Rank 2: ")).is_visible()  # the outlier rank is picked first
-    heat = page.locator(".stPlotlyChart").first.bounding_box()
+    heat = page.locator(".st-key-rk_heat").bounding_box()
     page.mouse.click(heat["x"] + heat["width"] * 0.4, heat["y"] + 45)  # the top row: rank 0
     _settle(page)
     page.get_by_text(re.compile(r"^Rank 0: ")).wait_for(timeout=15_000)

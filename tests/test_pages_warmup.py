@@ -1,0 +1,67 @@
+"""The off-screen warm-up elements that make the browser load chart and table code early (AppTest)."""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from tests.conftest import REPO_ROOT
+
+
+def _warm(url_path: str) -> AppTest:
+    def script(path: str) -> None:
+        from pages.warmup import warm_up_browser
+
+        warm_up_browser(path)
+
+    return AppTest.from_function(script, args=(url_path,)).run()
+
+
+@pytest.mark.parametrize(
+    ("url_path", "charts", "tables"),
+    [("", 0, 1), ("runs", 0, 1), ("overview", 1, 0), ("ranks", 1, 1), ("tree", 0, 0), ("checklist", 0, 0)],
+)
+def test_each_page_warms_up_what_its_first_screen_draws(url_path: str, charts: int, tables: int) -> None:
+    at = _warm(url_path)
+    assert not at.exception
+    assert len(at.get("plotly_chart")) == charts
+    assert len(at.dataframe) == tables
+    styles = [e for e in at.get("html") if "st-key-chunk_warmup" in e.proto.body]
+    if charts or tables:
+        # one container holds them all, and CSS moves it off-screen out of the layout's flow
+        assert [b.key for b in at.main if getattr(b, "key", None) == "chunk_warmup"] == ["chunk_warmup"]
+        assert len(styles) == 1 and "position:absolute" in styles[0].proto.body
+    else:
+        assert not styles  # nothing on the page at all
+
+
+def test_the_warm_up_chart_is_a_real_one_point_figure() -> None:
+    at = _warm("overview")
+    spec = json.loads(at.get("plotly_chart")[0].proto.spec)
+    assert [(t["x"], t["y"]) for t in spec["data"]] == [([0], [0])]
+    assert json.loads(at.get("plotly_chart")[0].proto.config)["staticPlot"] is True
+
+
+def test_app_warms_up_before_it_imports_the_pages_libraries() -> None:
+    """The gain is the overlap with pages.common's imports: the call must come first in app.py."""
+    tree = ast.parse((REPO_ROOT / "app.py").read_text())
+    lines = {}
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and node.module == "pages.common":
+            lines["import"] = node.lineno
+        call = node.value if isinstance(node, ast.Expr) else None
+        if isinstance(call, ast.Call) and getattr(call.func, "id", None) == "warm_up_browser":
+            lines["warm"] = node.lineno
+    assert lines["warm"] < lines["import"]
+
+
+def test_the_warm_up_module_loads_none_of_the_pages_libraries() -> None:
+    heavy = ["pandas", "pyarrow", "duckdb", "ingest", "stab_core", "pages.common"]
+    code = f"import sys, pages.warmup; print([m for m in {heavy!r} if m in sys.modules])"
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
