@@ -121,3 +121,22 @@ def test_wide_run_logs_run_level_every_step_and_ranks_every_nth(tmp_path: Path) 
     local = store.read_series(RUN, "grad_norm_local", rank=ranks - 1)
     assert np.array_equal(local.steps, np.arange(0, steps, every))
     assert wide_store(tmp_path, TINY)[1] == records  # generated once, then reused
+
+
+@pytest.mark.slow
+@pytest.mark.browser
+def test_first_render_waits_for_the_pages_own_elements(tmp_path: Path) -> None:
+    """One repeat of goal 6's browser timing on a small store: the Runs table and the overview chart
+    (selected by their keys, so the off-screen warm-up elements of pages.warmup cannot stop the clock)."""
+    from bench.app import CHROMIUM, RUNS_TABLE, first_render
+    from ingest.store import Store
+    from tests.conftest import SMALL_RUN, RunSpec, write_run
+
+    if not Path(CHROMIUM).exists():
+        pytest.skip("Debian chromium is not installed")
+    store = write_run(Store(tmp_path / "store"), RunSpec())
+    screen = first_render(str(store.root), 1, SMALL_RUN, 90.0, path="", selector=RUNS_TABLE)
+    chart = first_render(str(store.root), 1, SMALL_RUN, 90.0)
+    for result in (screen, chart):
+        assert 0 < result["after_up"][0] < result["samples"][0] < 90
+        assert result["server_rss_mb"][0] > 50
