@@ -2,8 +2,8 @@
 
 Each pass is a ``Store.compact``: the byte offset of every segment is committed together with the
 data it covers, so a restarted watcher resumes exactly where the last committed pass ended (no record
-lost, none doubled). New alerts (a new spike, a diverged run, saturated clipping) are passed as JSON
-on stdin to ``--on-alert CMD``.
+lost, none doubled). New alerts (a new spike, a diverging run, saturated clipping, a straggler rank:
+``ingest.alerts``) are logged and passed as JSON on stdin to ``--on-alert CMD``.
 """
 
 from __future__ import annotations
@@ -15,37 +15,36 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ingest.alerts import run_alerts
 from ingest.errors import StabScopeError
 from ingest.store import Store
+from stab_core.alerts import Alert
 
 
-def alerts_between(before: list[dict[str, Any]], after: list[dict[str, Any]], run: str) -> list[dict[str, Any]]:
-    """Alerts for the spikes in ``after`` that ``before`` did not have (keyed by metric and peak step)."""
-    seen = {(s["metric"], s["peak"]) for s in before}
-    out = []
-    for s in after:
-        if (s["metric"], s["peak"]) in seen:
-            continue
-        kind = "diverging_run" if not s.get("recovered", True) else "new_spike"
-        out.append(
-            {
-                "alert": kind,
-                "run": run,
-                "step": s["peak"],
-                "metric": s["metric"],
-                "ratio": s.get("ratio"),
-                "cause": s.get("cause"),
-                "actions": s.get("actions", []),
-            }
-        )
-    return out
+def new_alerts(store: Store, run: str, seen: set[tuple[str, str, int]]) -> list[Alert]:
+    """The run's current alerts (``ingest.alerts.run_alerts``, as for a live run) whose key is not in
+    ``seen``; ``seen`` becomes the current keys, so an alert comes once while its condition lasts and
+    again if it clears and returns."""
+    current = run_alerts(store, run, live=True) if store.has_run(run) else []
+    fresh = [a for a in current if a.key not in seen]
+    seen.clear()
+    seen.update(a.key for a in current)
+    return fresh
+
+
+ALERT_COMMAND_TIMEOUT_EXIT = 124
+"""Exit code reported for an ``--on-alert`` command killed at its timeout (as timeout(1) reports it)."""
 
 
 def run_alert_command(command: str, alert: dict[str, Any], timeout_s: float = 30.0) -> int:
-    """Run the user's shell ``command`` with ``alert`` as JSON on stdin; returns its exit code."""
-    proc = subprocess.run(
-        command, shell=True, input=json.dumps(alert, default=str), text=True, timeout=timeout_s, check=False
-    )
+    """Run the user's shell ``command`` with ``alert`` as JSON on stdin; returns its exit code. A
+    command that hangs is killed after ``timeout_s`` seconds: the watcher must go on folding."""
+    try:
+        proc = subprocess.run(
+            command, shell=True, input=json.dumps(alert, default=str), text=True, timeout=timeout_s, check=False
+        )
+    except subprocess.TimeoutExpired:
+        return ALERT_COMMAND_TIMEOUT_EXIT
     return proc.returncode
 
 
@@ -65,18 +64,20 @@ def watch(
         raise StabScopeError(f"shard directory {shard_dir} does not exist")
     stop = stop or threading.Event()
     passes = 0
+    seen: set[tuple[str, str, int]] = set()
+    new_alerts(store, run, seen)  # what already held before this watcher started is not news
     try:
         while True:
-            before = store.spikes(run) if store.has_run(run) else []
             if any(shard_dir.glob("rank-*/*.ssf")):
                 report = store.compact(run, shard_dir, status="finished" if once else "live")
                 passes += 1
                 if report.rows or report.rejected:
                     log(f"{run}: +{report.rows} rows (generation {report.gen}, {report.rejected} rejected)")
-                for alert in alerts_between(before, store.spikes(run), run):
-                    log(f"ALERT {alert['alert']}: {run} step {alert['step']} ({alert['cause']})")
-                    if on_alert:
-                        run_alert_command(on_alert, alert)
+                for alert in new_alerts(store, run, seen):
+                    log(f"ALERT {alert.kind}: {alert.message}")
+                    code = run_alert_command(on_alert, alert.to_json()) if on_alert else 0
+                    if code:
+                        log(f"--on-alert command exited with {code} for the {alert.kind} alert")
             if once or stop.wait(interval_s):
                 break
     except KeyboardInterrupt:

@@ -16,7 +16,8 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from ingest.store import SeriesData
-from pages.common import Line, cross_rank_band, ema
+from pages.common import Line, ema
+from stab_core.alerts import cross_rank_band
 from stab_core.runview import RunEvent
 
 PALETTE = ("#1c7ed6", "#d9480f", "#2b8a3e", "#7048e8", "#c2255c", "#0c8599", "#e67700", "#5c940d")

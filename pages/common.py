@@ -14,7 +14,7 @@ import re
 import tempfile
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, cast
 
@@ -23,9 +23,10 @@ import pandas as pd  # type: ignore[import-untyped]
 import streamlit as st
 from streamlit.errors import StreamlitAPIException
 
+from ingest import alerts as ingest_alerts
 from ingest.errors import StabScopeError
 from ingest.store import RunInfo, SeriesData, Store, default_store_path
-from stab_core.analysis import AnalysisParams
+from stab_core.alerts import RankDeviation, rank_deviations
 from stab_core.metrics import CANONICAL_METRICS, unit_of
 from stab_core.runview import RunEvent
 
@@ -39,16 +40,6 @@ LIVE_REFRESH_S = 5.0
 """How often pages re-read a live run (seconds)."""
 DEFAULT_USD_PER_GPU_HOUR = 2.0
 """Price used when a run's metadata has none (the DeepSeek-V3 report's $2/GPU-hour)."""
-CLIP_SATURATION = AnalysisParams.clip_saturation
-"""Trailing clip ratio (the analyses' ``clip_ratio``) at which clipping counts as saturated (0.9)."""
-ALERT_WINDOW_STEPS = 200
-"""Trailing window for the clipping-saturation alert and 'recent' spikes (steps)."""
-OUTLIER_Z = 3.5
-"""Modified z-score (Iglewicz & Hoaglin 1993) beyond which a rank is an outlier in a step bucket."""
-OUTLIER_MIN_DEVIATION = 0.1
-"""... and at least this far (relative, 10 %) from the bucket's median: noise among identical ranks is not."""
-STRAGGLER_SHARE = 0.5
-"""A rank flagged in at least this share of step buckets is a persistent straggler, not a transient."""
 
 # ------------------------------------------------------------------------------------------- store
 
@@ -348,59 +339,11 @@ def full_export(name: str, fmt: str) -> bytes:
 # -------------------------------------------------------------------------------------------- ranks
 
 
-def cross_rank_band(matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per step column of a rank x step matrix: (median, min, max) over the ranks that logged (NaN if none)."""
-    with warnings.catch_warnings(), np.errstate(all="ignore"):
-        warnings.simplefilter("ignore", RuntimeWarning)  # a column no rank logged is all NaN
-        return np.nanmedian(matrix, axis=0), np.nanmin(matrix, axis=0), np.nanmax(matrix, axis=0)
-
-
 def rank_outliers(ranks: np.ndarray, steps: np.ndarray, matrix: np.ndarray) -> pd.DataFrame:
-    """Each rank against the cross-rank median of every step bucket, most deviant first.
-
-    Per bucket the modified z-score ``0.6745*(x - median)/MAD`` across ranks (Iglewicz & Hoaglin
-    1993; ``stab_core.spikes.robust_zscore_columns``), with the MAD floored at 1 % of |median| so identical
-    ranks do not turn noise into outliers. Columns: ``rank``, ``mean`` (over buckets),
-    ``deviation_pct`` (mean relative deviation from the median, %), ``peak_deviation_pct`` and
-    ``peak_step`` (the bucket where it deviates most), ``max_z``, ``flagged_pct`` (% of buckets with
-    |z| > ``OUTLIER_Z`` and a deviation of at least ``OUTLIER_MIN_DEVIATION``), ``kind``
-    (``straggler`` when flagged in >= ``STRAGGLER_SHARE`` of buckets, ``transient`` when flagged at
-    all, else ``normal``).
-    """
-    from stab_core.spikes import robust_zscore_columns
-
-    columns = ["rank", "mean", "deviation_pct", "peak_deviation_pct", "peak_step", "max_z", "flagged_pct", "kind"]
-    if ranks.size < 3 or matrix.size == 0:
-        return pd.DataFrame(columns=columns)
-    median = cross_rank_band(matrix)[0]
-    with np.errstate(all="ignore"):
-        relative = (matrix - median) / np.abs(median)
-    z = robust_zscore_columns(matrix, mad_floor=0.01 * np.abs(median), min_finite=3)
-    rows = []
-    for i, rank in enumerate(ranks.tolist()):
-        rel, zs = relative[i], np.abs(z[i])
-        valid = np.isfinite(rel)
-        if not valid.any():
-            continue
-        peak = int(np.nanargmax(np.abs(np.where(valid, rel, 0.0))))
-        scored = np.isfinite(zs) & valid
-        outlier = (zs > OUTLIER_Z) & (np.abs(rel) >= OUTLIER_MIN_DEVIATION)
-        flagged = float(np.mean(outlier[scored])) if scored.any() else 0.0
-        rows.append(
-            {
-                "rank": int(rank),
-                "mean": float(np.nanmean(matrix[i])),
-                "deviation_pct": 100 * float(np.nanmean(rel)),
-                "peak_deviation_pct": 100 * float(rel[peak]),
-                "peak_step": int(steps[peak]),
-                "max_z": float(np.nanmax(zs)) if np.isfinite(zs).any() else math.nan,
-                "flagged_pct": 100 * flagged,
-                "kind": "straggler" if flagged >= STRAGGLER_SHARE else "transient" if flagged > 0 else "normal",
-            }
-        )
-    frame = pd.DataFrame(rows, columns=columns)
-    order = np.lexsort((-frame["peak_deviation_pct"].abs().to_numpy(), -frame["flagged_pct"].to_numpy()))
-    return frame.iloc[order].reset_index(drop=True)
+    """``stab_core.alerts.rank_deviations`` as a table (most deviant rank first): ``rank``, ``mean``,
+    ``deviation_pct``, ``peak_deviation_pct``, ``peak_step``, ``max_z``, ``flagged_pct``, ``kind``."""
+    columns = [f.name for f in fields(RankDeviation)]
+    return pd.DataFrame([asdict(d) for d in rank_deviations(ranks, steps, matrix)], columns=columns)
 
 
 # ------------------------------------------------------------------------------------------ compare
@@ -583,34 +526,13 @@ def _float(x: Any) -> float:
 
 @st.cache_data(show_spinner=False, max_entries=256)
 def _alerts(root: str, name: str, gen: int, analysis_gen: int) -> list[str]:
-    info = _store_at(root).run_info(name)
-    return compute_alerts(info)
+    return [alert.message for alert in ingest_alerts.run_alerts(_store_at(root), name)]
 
 
 def run_alerts(info: RunInfo) -> list[str]:
-    """Alerts for a run (cached per generation): diverged or recent spikes, saturated clipping, stragglers."""
+    """Alerts for a run (cached per generation): diverged or recent spikes, saturated clipping,
+    stragglers; the same ones ``stabscope watch --on-alert`` sends (``ingest.alerts``)."""
     return _alerts(store_root(), info.name, info.gen, info.analysis_gen)
-
-
-def compute_alerts(info: RunInfo) -> list[str]:
-    """Sentences for the banner and the Runs table; see ``run_alerts``."""
-    alerts = []
-    last = int(info.last_step or 0)
-    for s in read_spikes(info):
-        if not s["recovered"]:
-            alerts.append(f"diverging: {s['metric']} spike from step {s['start']} has not recovered")
-        elif info.status == "live" and int(s["peak"]) >= last - ALERT_WINDOW_STEPS:
-            alerts.append(f"new spike: {s['metric']} x{_float(s.get('ratio')):.1f} at step {s['peak']}")
-    clip = read_series(info, "clip_ratio", start=max(0, last - ALERT_WINDOW_STEPS + 1), buckets=None)
-    finite = clip.values[np.isfinite(clip.values)]
-    if finite.size and finite[-1] >= CLIP_SATURATION:
-        alerts.append(f"clipping saturated: {finite[-1]:.0%} of the last steps clipped")
-    for metric in ("step_time_s", "grad_norm_local"):
-        if metric in info.rank_metrics and info.ranks >= 3:
-            table = rank_outliers(*read_heatmap(info, metric))
-            for row in table[table["kind"] == "straggler"].itertuples():
-                alerts.append(f"straggler: rank {row.rank} {metric} {row.deviation_pct:+.0f}% vs the median")
-    return alerts
 
 
 def alert_banner(runs: Sequence[RunInfo]) -> None:

@@ -8,9 +8,7 @@ from pages.charts import heatmap_figure, rank_vs_median_figure
 from pages.common import (
     HEATMAP_BUCKETS,
     MISSING,
-    OUTLIER_Z,
     auto_buckets,
-    cross_rank_band,
     metric_label,
     pick_run,
     rank_outliers,
@@ -19,6 +17,7 @@ from pages.common import (
     read_series,
     step_range,
 )
+from stab_core.alerts import OUTLIER_Z, cross_rank_band
 
 PREFERRED = ["grad_norm_local", "loss", "step_time_s", "gpu_temp_c", "gpu_power_w", "gpu_mem_gb", "gpu_util"]
 

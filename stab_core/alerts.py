@@ -1,0 +1,187 @@
+"""Alerts: what someone watching a run should hear about now, for the banners, the Runs table and
+``stabscope watch --on-alert``.
+
+Four kinds: a spike that has not recovered (``diverging_run``), a recent spike of a live run
+(``new_spike``), clipping that caps nearly every recent step (``clipping_saturated``: the fever pill
+is on for good, the LR or the data needs attention), and a rank that lags or deviates from the
+others all run long (``straggler``). Pure: numbers and spike dicts in, ``Alert`` objects out.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from stab_core.analysis import AnalysisParams
+from stab_core.spikes import robust_zscore_columns
+
+ALERT_WINDOW_STEPS = 200
+"""Trailing window (steps) for the clipping-saturation alert and for a spike to count as new."""
+CLIP_SATURATION = AnalysisParams.clip_saturation
+"""Trailing clip ratio (the analyses' ``clip_ratio``) at which clipping counts as saturated (0.9)."""
+OUTLIER_Z = 3.5
+"""Modified z-score (Iglewicz & Hoaglin 1993) beyond which a rank is an outlier in a step bucket."""
+OUTLIER_MIN_DEVIATION = 0.1
+"""... and at least this far (relative, 10 %) from the bucket's median: noise among identical ranks is not."""
+STRAGGLER_SHARE = 0.5
+"""A rank flagged in at least this share of step buckets is a persistent straggler, not a transient."""
+STRAGGLER_BUCKETS = 400
+"""Step buckets of the rank x step matrix that straggler alerts are judged on."""
+STRAGGLER_METRICS = ("step_time_s", "grad_norm_local")
+"""Per-rank metrics whose persistent outliers are alerted."""
+
+FloatArray = npt.NDArray[np.float64]
+
+
+@dataclass(frozen=True)
+class RankDeviation:
+    """One rank against the cross-rank median of each step bucket.
+
+    ``mean``: its mean over buckets (the metric's unit); ``deviation_pct``: its mean relative
+    deviation from the median (%); ``peak_deviation_pct`` at ``peak_step``: the bucket where it
+    deviates most; ``max_z``: its largest |modified z-score|; ``flagged_pct``: % of buckets where it
+    is an outlier; ``kind``: ``straggler``, ``transient`` or ``normal``.
+    """
+
+    rank: int
+    mean: float
+    deviation_pct: float
+    peak_deviation_pct: float
+    peak_step: int
+    max_z: float
+    flagged_pct: float
+    kind: str
+
+
+@dataclass(frozen=True)
+class Alert:
+    """One alert. ``step``: where it happened (a spike's peak or start, the last step for clipping,
+    the most deviant bucket for a straggler); ``detail``: the numbers behind it."""
+
+    kind: str
+    run: str
+    step: int
+    metric: str
+    message: str
+    detail: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def key(self) -> tuple[str, str, int]:
+        """What stays the same while the condition lasts: a watcher alerts once per key."""
+        if self.kind == "straggler":
+            return (self.kind, self.metric, int(self.detail["rank"]))
+        if self.kind == "clipping_saturated":
+            return (self.kind, self.metric, 0)
+        return (self.kind, self.metric, self.step)
+
+    def to_json(self) -> dict[str, Any]:
+        """The object ``watch --on-alert CMD`` writes to the command's stdin."""
+        return {"alert": self.kind, "run": self.run, "step": self.step, "metric": self.metric,
+                "message": self.message, **self.detail}  # fmt: skip
+
+
+def cross_rank_band(matrix: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """Per step column of a rank x step matrix: (median, min, max) over the ranks that logged (NaN if none)."""
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore", RuntimeWarning)  # a column no rank logged is all NaN
+        return np.nanmedian(matrix, axis=0), np.nanmin(matrix, axis=0), np.nanmax(matrix, axis=0)
+
+
+def rank_deviations(
+    ranks: npt.NDArray[np.integer[Any]], steps: npt.NDArray[np.integer[Any]], matrix: FloatArray
+) -> list[RankDeviation]:
+    """Each rank against the cross-rank median of every step bucket, most deviant first.
+
+    Per bucket the modified z-score ``0.6745*(x - median)/MAD`` across ranks (Iglewicz & Hoaglin
+    1993; ``stab_core.spikes.robust_zscore_columns``), with the MAD floored at 1 % of |median| so
+    identical ranks do not turn noise into outliers. A rank is an outlier in a bucket when |z| >
+    ``OUTLIER_Z`` and it is at least ``OUTLIER_MIN_DEVIATION`` from the median; a straggler when that
+    holds in at least ``STRAGGLER_SHARE`` of its buckets. Fewer than 3 ranks have no robust median: [].
+    """
+    if ranks.size < 3 or matrix.size == 0:
+        return []
+    median = cross_rank_band(matrix)[0]
+    with np.errstate(all="ignore"):
+        relative = (matrix - median) / np.abs(median)
+    z = np.abs(robust_zscore_columns(matrix, mad_floor=0.01 * np.abs(median), min_finite=3))
+    out = []
+    for i, rank in enumerate(ranks.tolist()):
+        rel, zs = relative[i], z[i]
+        valid = np.isfinite(rel)
+        if not valid.any():
+            continue
+        peak = int(np.nanargmax(np.abs(np.where(valid, rel, 0.0))))
+        scored = np.isfinite(zs) & valid
+        outlier = (zs > OUTLIER_Z) & (np.abs(rel) >= OUTLIER_MIN_DEVIATION)
+        flagged = float(np.mean(outlier[scored])) if scored.any() else 0.0
+        out.append(
+            RankDeviation(
+                rank=int(rank),
+                mean=float(np.nanmean(matrix[i])),
+                deviation_pct=100 * float(np.nanmean(rel)),
+                peak_deviation_pct=100 * float(rel[peak]),
+                peak_step=int(steps[peak]),
+                max_z=float(np.nanmax(zs)) if np.isfinite(zs).any() else float("nan"),
+                flagged_pct=100 * flagged,
+                kind="straggler" if flagged >= STRAGGLER_SHARE else "transient" if flagged > 0 else "normal",
+            )
+        )
+    out.sort(key=lambda d: (-d.flagged_pct, -abs(d.peak_deviation_pct)))
+    return out
+
+
+def spike_alerts(run: str, spikes: Sequence[Mapping[str, Any]], last_step: int, live: bool) -> list[Alert]:
+    """A spike that has not recovered, always; a recovered one only while the run is live and its
+    peak is within ``ALERT_WINDOW_STEPS`` of ``last_step`` (an old, recovered spike is history)."""
+    out = []
+    for s in spikes:
+        common = {"ratio": s.get("ratio"), "cause": s.get("cause"), "actions": list(s.get("actions") or [])}
+        if not s.get("recovered", True):
+            message = f"diverging: {s['metric']} spike from step {s['start']} has not recovered"
+            out.append(Alert("diverging_run", run, int(s["start"]), str(s["metric"]), message, common))
+        elif live and int(s["peak"]) >= last_step - ALERT_WINDOW_STEPS:
+            message = f"new spike: {s['metric']} x{_number(s.get('ratio')):.1f} at step {s['peak']}"
+            out.append(Alert("new_spike", run, int(s["peak"]), str(s["metric"]), message, common))
+    return out
+
+
+def clipping_alert(run: str, steps: npt.NDArray[np.integer[Any]], clip_ratio: FloatArray) -> Alert | None:
+    """Saturated clipping: the last finite trailing clip ratio (fraction of recent steps clipped) at
+    or above ``CLIP_SATURATION``. Give it the series' last ``ALERT_WINDOW_STEPS`` steps."""
+    finite = np.isfinite(clip_ratio)
+    if not finite.any():
+        return None
+    last = int(np.flatnonzero(finite)[-1])
+    ratio = float(clip_ratio[last])
+    if ratio < CLIP_SATURATION:
+        return None
+    message = f"clipping saturated: {ratio:.0%} of the last steps clipped"
+    return Alert("clipping_saturated", run, int(steps[last]), "clip_ratio", message, {"clipped_fraction": ratio})
+
+
+def straggler_alerts(run: str, metric: str, deviations: Sequence[RankDeviation]) -> list[Alert]:
+    """One alert per persistent outlier rank of ``metric`` (``rank_deviations``' stragglers)."""
+    return [
+        Alert(
+            "straggler",
+            run,
+            d.peak_step,
+            metric,
+            f"straggler: rank {d.rank} {metric} {d.deviation_pct:+.0f}% vs the median",
+            {"rank": d.rank, "deviation_pct": d.deviation_pct, "flagged_pct": d.flagged_pct},
+        )
+        for d in deviations
+        if d.kind == "straggler"
+    ]
+
+
+def _number(x: Any) -> float:
+    try:
+        return float(x)
+    except (TypeError, ValueError):
+        return float("nan")
