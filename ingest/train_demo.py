@@ -406,7 +406,10 @@ def train_rank(config: DemoConfig, rank: int, world_size: int, log: Callable[[st
             if config.checkpoint_every and done % config.checkpoint_every == 0 and done < config.steps:
                 # Metrics up to this step reach the shards before the checkpoint exists: a crash between
                 # the two must not leave a resumable checkpoint whose earlier steps were never logged.
+                # Every rank's, not only rank 0's: a rank that is behind would lose those steps.
                 monitor.flush()
+                if distributed:
+                    torch.distributed.barrier()
                 if rank == 0:
                     _save_checkpoint(trainer, config, step)
                 monitor.checkpoint(step)

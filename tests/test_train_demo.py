@@ -238,3 +238,44 @@ def test_measure_overhead_reports_consistent_timings() -> None:
     )
     # a median of differences is not the difference of medians, but both sit well inside one step
     assert abs(result["overhead_paired_pct"]) < 100
+
+
+def _slow_rank_one_worker(rank: int, out: str, seen_file: str) -> None:
+    """Train 2 ranks with checkpoints, rank 1 flushing its metrics late; rank 0 notes, at each
+    checkpoint it writes, the last step rank 1's shard already holds."""
+    import ingest.train_demo as train_demo
+    from ingest.monitor import StabilityMonitor
+    from ingest.shards import list_segments, read_segment
+
+    if rank == 1:
+        flush = StabilityMonitor.flush
+
+        def late_flush(self: StabilityMonitor) -> None:
+            time.sleep(0.5)
+            flush(self)
+
+        StabilityMonitor.flush = late_flush  # type: ignore[method-assign]
+    else:
+        save = train_demo._save_checkpoint
+
+        def noting_save(trainer: object, config: DemoConfig, step: int) -> Path:
+            segments = [p for p in list_segments(out) if p.parent.name == "rank-00001"]
+            logged = [int(s) for p in segments for t in read_segment(p).metrics for s in t.column("step").to_pylist()]
+            with open(seen_file, "a") as f:
+                f.write(f"{step} {max(logged, default=-1)}\n")
+            return save(trainer, config, step)  # type: ignore[arg-type]
+
+        train_demo._save_checkpoint = noting_save  # type: ignore[assignment]
+    config = DemoConfig(out=Path(out), ranks=2, steps=40, checkpoint_every=20, seed=3)
+    train_demo.train_rank(config, rank, 2)
+
+
+@pytest.mark.slow
+def test_every_rank_has_logged_a_step_before_its_checkpoint_exists(tmp_path: Path) -> None:
+    from tests.gloo import run_on_gloo
+
+    seen = tmp_path / "seen.txt"
+    run_on_gloo(_slow_rank_one_worker, 2, tmp_path / "gloo", str(tmp_path / "out"), str(seen))
+    rows = [tuple(map(int, line.split())) for line in seen.read_text().splitlines()]
+    assert [step for step, _ in rows] == [19]  # checkpoints after steps 20 and 40: the last is the run's end
+    assert all(rank1_last >= step for step, rank1_last in rows), rows
