@@ -15,6 +15,7 @@ import pyarrow as pa
 import pytest
 
 import ingest.formats.textlog as textlog
+from ingest.errors import StabScopeError
 from ingest.formats import read_log
 from ingest.formats._common import LogBuilder, _one_metric, _Piece, iter_line_chunks
 from ingest.formats.megatron import MegatronDeepSpeedReader, MegatronReader
@@ -252,3 +253,65 @@ def test_plan_keeps_bytes_that_are_not_utf8(tmp_path: Path) -> None:
     fast, slow = _read(path, "megatron", plans=True), _read(path, "megatron", plans=False)
     _same(fast, slow)
     assert pa.compute.max(fast.table["step"]).as_py() >= 79
+
+
+def _read_with(path: Path, workers: int, chunk_bytes: int | None = None) -> Any:
+    reader = MegatronReader()
+    reader.workers = workers
+    if chunk_bytes is not None:
+        reader.chunk_bytes = chunk_bytes
+    return reader.read([path])
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_threaded_chunks_equal_one_thread(tmp_path: Path, seed: int) -> None:
+    """Chunks matched on a pool (many small chunks, so many in flight at once and lines cut at
+    every boundary) give the rows, order, skipped lines and events that one thread gives."""
+    path = tmp_path / "train.log"
+    _write_log(path, seed)
+    one = _read_with(path, 1, 4096)
+    for workers in (2, 4):
+        many = _read_with(path, workers, 4096)
+        _same(many, one)
+        for name in one.table.column_names:  # same order too, not just the same rows
+            x, y = many.table[name].to_pylist(), one.table[name].to_pylist()
+            if name in ("value", "wall_time"):  # NaN == NaN here
+                np.testing.assert_array_equal(np.array(x, dtype=float), np.array(y, dtype=float), err_msg=name)
+            else:
+                assert x == y, name
+        assert many.skipped_examples == one.skipped_examples
+
+
+def test_threaded_reports_a_bad_line_in_a_later_chunk_and_learns_late_layouts(tmp_path: Path) -> None:
+    """A malformed line far from the first chunk keeps its own line number, and a layout first
+    seen mid-file (learned while later chunks were already matched) still takes its lines."""
+    head = " iteration {:>6d}/  10000 | consumed samples: {} | lm loss: {:.6E} | grad norm: 0.5 |"
+    late = " iteration {:>6d}/  10000 | consumed samples: {} | lm loss: {:.6E} | loss scale: 2.0 |"
+    lines = [head.format(s, s * 8, 10 - s / 1000) for s in range(1, 3001)]
+    lines[2000] = "garbage | not | a | metric"
+    lines += [late.format(s, s * 8, 7 - s / 1000) for s in range(3001, 4001)]
+    path = tmp_path / "train.log"
+    path.write_text("\n".join(lines) + "\n")
+    for workers in (1, 2):
+        out = _read_with(path, workers, 8192)
+        assert out.skipped == 1
+        assert out.skipped_examples == [(str(path), 2001, "not a metric line: garbage | not | a | metric")]
+        metrics = out.table["metric"].to_pylist()
+        steps = out.table["step"].to_pylist()
+        assert [s for m, s in zip(metrics, steps, strict=True) if m == "loss_scale"] == list(range(3001, 4001))
+        assert metrics.count("loss") == 3999
+    _same(_read_with(path, 2, 8192), _read_with(path, 1, 8192))
+
+
+@pytest.mark.parametrize("text", ["", "\n\n", " iteration 1/ 10 | lm loss: 2.5 |", "not a metric line\n"])
+def test_threaded_tiny_and_empty_files(tmp_path: Path, text: str) -> None:
+    path = tmp_path / "train.log"
+    path.write_text(text)
+    try:
+        one = _read_with(path, 1)
+    except StabScopeError as exc:  # no metrics: the same error either way
+        with pytest.raises(StabScopeError, match="no metrics found"):
+            _read_with(path, 2)
+        assert "no metrics found" in str(exc)
+        return
+    _same(_read_with(path, 2), one)

@@ -21,9 +21,12 @@ layouts (which become skeletons). Memory is bounded by the chunk size plus the p
 from __future__ import annotations
 
 import functools
+import os
 import re
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -164,6 +167,8 @@ class _Block:
     rank_ok: bool | None = None
     ts_ok: bool | None = None
     """Whether every line of the block says its rank / time (None: look at this block alone)."""
+    steps: npt.NDArray[np.int64] | None = None
+    """The step column parsed (-1 where a line prints none), once :meth:`_EngineState._parse_steps` ran."""
 
 
 def _generalise_literal(text: bytes, ignore: re.Pattern[bytes] | None) -> bytes:
@@ -195,6 +200,8 @@ class TextLogReader(Reader):
     """Rank for per-rank metrics on lines that do not say which rank printed them."""
     chunk_bytes = CHUNK_BYTES
     """Bytes read per chunk (bounds memory; tests lower it to cross chunk boundaries)."""
+    workers = min(4, os.cpu_count() or 1)
+    """Threads matching chunks; at most ``workers + 1`` chunks are in flight (memory bound)."""
 
     def __init__(self) -> None:
         self._compiled = [k.compiled() for k in self.kinds]
@@ -236,17 +243,43 @@ class TextLogReader(Reader):
 
     # ------------------------------------------------------------------ reading
     def fill(self, paths: Sequence[Path], builder: LogBuilder) -> None:
+        """Read ``paths`` in order. Chunks are matched on a small thread pool (numpy and Arrow's
+        kernels release the GIL, so the bulk work runs on every core) while this thread reads
+        ahead; each chunk is then finished here, in file order (new layouts learned, skipped
+        lines reported, rows emitted), so the result is the same as reading one chunk at a time."""
         state = _EngineState(self)
-        for path in paths:
-            builder.source(path)
-            first = True
-            for chunk, first_line in iter_line_chunks(path, builder, self.chunk_bytes):
-                if first and not builder.meta:
-                    builder.meta.update(self.meta_from_head(chunk[: 1 << 20].decode("utf-8", "replace")))
-                first = False
-                state.process(chunk, first_line, path, builder)
+        ahead = self.workers + 1  # chunks matched or queued at once: bounds memory
+        with ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="textlog") as pool:
+            for path in paths:
+                builder.source(path)
+                pending: deque[tuple[Future[_Matched], bytes, int]] = deque()
+                for chunk, first_line in iter_line_chunks(path, builder, self.chunk_bytes):
+                    if first_line == 1 and not builder.meta:
+                        builder.meta.update(self.meta_from_head(chunk[: 1 << 20].decode("utf-8", "replace")))
+                    if not state.skeletons:  # nothing to match yet (pending is empty): learn now
+                        state.process(chunk, first_line, path, builder)
+                        continue
+                    if len(pending) >= ahead:
+                        state.finish(*pending.popleft(), path, builder)
+                    pending.append((pool.submit(state.match, chunk, tuple(state.skeletons)), chunk, first_line))
+                while pending:
+                    state.finish(*pending.popleft(), path, builder)
         if state.total_steps is not None:
             builder.meta.setdefault("total_steps", state.total_steps)
+
+
+@dataclass
+class _Matched:
+    """One chunk matched against the skeletons known when it was queued (no builder, no learning:
+    safe on a worker thread)."""
+
+    skeletons: int
+    """How many skeletons it was matched against: fewer than now means a stale match."""
+    lines: Any
+    """The chunk's lines, a binary Arrow array (see :func:`_lines_array`)."""
+    blocks: list[_Block]
+    rest: npt.NDArray[np.int64]
+    """Non-blank lines no skeleton took (line numbers in the chunk)."""
 
 
 class _EngineState:
@@ -297,21 +330,42 @@ class _EngineState:
 
     # -- chunks
     def process(self, chunk: bytes, first_line: int, path: Path, builder: LogBuilder) -> None:
+        """Parse one chunk now, on this thread (see :meth:`match` and :meth:`finish`)."""
+        self.finish(self.match(chunk, tuple(self.skeletons)), chunk, first_line, path, builder)
+
+    def finish(
+        self, matched: Future[_Matched] | _Matched, chunk: bytes, first_line: int, path: Path, builder: LogBuilder
+    ) -> None:
+        """The in-order half of a chunk: lines no skeleton took go one by one (new layouts become
+        skeletons; other lines are skipped and reported with their line number), then the rows are
+        emitted. A match made before the skeletons of earlier chunks were learned is redone."""
+        found = matched.result() if isinstance(matched, Future) else matched
+        if found.skeletons != len(self.skeletons):
+            found = self.match(chunk, tuple(self.skeletons))
+        if len(found.lines) == 0:
+            return
+        blocks = found.blocks
+        if found.rest.shape[0]:
+            texts = [t.rstrip(b"\n") for t in found.lines.take(found.rest).to_pylist()]
+            blocks = blocks + self._slow(texts, found.rest, first_line, path, builder)
+        self._emit(blocks, len(found.lines), builder)
+
+    def match(self, chunk: bytes, skeletons: tuple[_Skeleton, ...]) -> _Matched:
         """Parse one chunk: each skeleton captures its lines' values in bulk, with Arrow's RE2
         ``extract_regex`` over a zero-copy array of the lines or with Python's ``re`` over the
         chunk, whichever measured faster for that skeleton on its first chunk (RE2 wins on short
         lines, Python's backtracking engine on long ones with many groups). The remaining
-        non-blank lines are handled one by one (new layouts become skeletons; other lines are
-        skipped and counted)."""
-        split = _Split(chunk) if any(sk.plan is not None for sk in self.skeletons) else None
+        non-blank lines are left to :meth:`finish`. Reads the state, never changes it (but for
+        a skeleton's engine, chosen once): safe on a worker thread."""
+        split = _Split(chunk) if any(sk.plan is not None for sk in skeletons) else None
         lines: Any = _lines_array(chunk) if split is None else split.lines
         n = len(lines)
         if n == 0:
-            return
+            return _Matched(len(skeletons), lines, [], np.zeros(0, np.int64))
         offsets = np.frombuffer(lines.buffers()[1], dtype=np.int32, count=n + 1)
         unmatched = np.diff(offsets) > 1  # a blank line is just its b"\n"
         blocks: list[_Block] = []
-        for sk in self.skeletons:
+        for sk in skeletons:
             if not sk.keys or not unmatched.any():
                 continue
             planned = None
@@ -334,11 +388,9 @@ class _EngineState:
                 blocks.append(self._block_from_columns(sk, fields, rows))
                 if planned is not None:
                     _decide_together(planned, blocks[-1])
-        rest = np.flatnonzero(unmatched)
-        if rest.shape[0]:
-            texts = [t.rstrip(b"\n") for t in lines.take(rest).to_pylist()]
-            blocks.extend(self._slow(texts, rest, first_line, path, builder))
-        self._emit(blocks, n, builder)
+        for block in blocks:  # the last bulk conversion, while on the worker thread
+            block.steps = self._parse_steps(block)
+        return _Matched(len(skeletons), lines, blocks, np.flatnonzero(unmatched))
 
     def _match_plan(self, sk: _Skeleton, plan: _Plan, split: _Split, unmatched: npt.NDArray[np.bool_]) -> _Block | None:
         """The lines of ``sk`` that its plan recognises, as a block (values already floats where
@@ -558,6 +610,12 @@ class _EngineState:
             text = total.decode() if isinstance(total, bytes) else str(total)
             if text.isdigit():
                 self.total_steps = int(text)
+        return block.steps if block.steps is not None else self._parse_steps(block)
+
+    def _parse_steps(self, block: _Block) -> npt.NDArray[np.int64]:
+        """The block's steps as printed plus the kind's offset, -1 where a line prints none."""
+        if len(block.step) == 0:
+            return np.full(len(block.rows), -1, dtype=np.int64)
         offset = self.kinds[block.kind].step_offset
         if _all_present(block.step):
             arr = _arrow(block.step).cast(pa.string()).cast(pa.int64()).to_numpy()
