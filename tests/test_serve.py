@@ -70,7 +70,9 @@ def test_streamlit_run_deep_link_first_request_in_dark_mode(tmp_path: Path) -> N
             page = browser.new_context(viewport=VIEWPORT, color_scheme="dark").new_page()
             page.goto(f"{url}/ranks")
             page.get_by_text("Outlier ranks").first.wait_for(timeout=60_000)
-            page.locator(".js-plotly-plot .main-svg").first.wait_for(timeout=60_000)
+            page.locator(".st-key-rk_heat .main-svg").first.wait_for(timeout=60_000)  # the heatmap, not the warm-up
+            page.locator("[data-testid='stSelectbox']").first.wait_for(timeout=30_000)  # widgets drawn too
+            page.wait_for_timeout(1000)
             nav = page.locator('[data-testid="stSidebarNav"]').inner_text(timeout=30_000)
             background = page.evaluate("getComputedStyle(document.querySelector('.stApp')).backgroundColor")
             text = page.evaluate("getComputedStyle(document.querySelector('h1')).color")
