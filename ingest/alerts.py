@@ -3,7 +3,13 @@ table and for ``stabscope watch --on-alert`` (the rules are ``stab_core.alerts``
 
 from __future__ import annotations
 
-from ingest.store import Store
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ingest.store import RunInfo, Store
 from stab_core.alerts import (
     ALERT_WINDOW_STEPS,
     STRAGGLER_BUCKETS,
@@ -19,20 +25,46 @@ from stab_core.alerts import (
 def run_alerts(store: Store, name: str, *, live: bool | None = None) -> list[Alert]:
     """Alerts of run ``name`` now: diverging and (when live) recent spikes, saturated clipping over
     the last ``ALERT_WINDOW_STEPS`` steps, straggler ranks of ``STRAGGLER_METRICS`` (runs with at
-    least 3 ranks). ``live`` defaults to the catalog's status."""
+    least 3 ranks). ``live`` defaults to the catalog's status.
+
+    Read from ``meta['analysis']['alerts']`` when the analyses of the current generation stored them
+    (``ingest.analyses.materialise``), else computed from the store.
+    """
     info = store.run_info(name)
+    live = info.status == "live" if live is None else live
+    stored = (info.meta.get("analysis") or {}).get("alerts")
+    if info.analysis_gen == info.gen and isinstance(stored, list):
+        alerts = [Alert.from_json(a) for a in stored]
+    else:
+        alerts = compute_alerts(store, info)
+    return [a for a in alerts if live or a.kind != "new_spike"]
+
+
+def compute_alerts(
+    store: Store,
+    info: RunInfo,
+    spikes: Sequence[Mapping[str, Any]] | None = None,
+    clip_ratio: tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]] | None = None,
+) -> list[Alert]:
+    """Every alert of the run as if it were live (``new_spike`` included), from its spikes, the last
+    ``ALERT_WINDOW_STEPS`` steps of its clip ratio and its rank heatmaps. ``spikes`` and
+    ``clip_ratio`` (steps, values) default to what the store holds; the analyses pass their fresh ones."""
     if info.first_step is None or info.last_step is None:
         return []
-    last = int(info.last_step)
-    live = info.status == "live" if live is None else live
-    alerts = spike_alerts(name, store.spikes(name), last, live)
-    # clip_ratio is derived by the analyses (empty when the run logs no clipping)
-    clip = store.read_series(name, "clip_ratio", start=max(int(info.first_step), last - ALERT_WINDOW_STEPS + 1))
-    saturated = clipping_alert(name, clip.steps, clip.values)
+    name, last = info.name, int(info.last_step)
+    alerts = spike_alerts(name, store.spikes(name) if spikes is None else spikes, last, live=True)
+    window_start = max(int(info.first_step), last - ALERT_WINDOW_STEPS + 1)
+    if clip_ratio is None:
+        # clip_ratio is derived by the analyses (empty when the run logs no clipping)
+        clip = store.read_series(name, "clip_ratio", start=window_start)
+        clip_ratio = (clip.steps, clip.values)
+    steps, values = clip_ratio
+    recent = steps >= window_start
+    saturated = clipping_alert(name, steps[recent], values[recent])
     if saturated is not None:
         alerts.append(saturated)
     for metric in STRAGGLER_METRICS:
         if metric in info.rank_metrics and info.ranks >= 3:
-            ranks, steps, matrix = store.read_rank_heatmap(name, metric, buckets=STRAGGLER_BUCKETS)
-            alerts += straggler_alerts(name, metric, rank_deviations(ranks, steps, matrix))
+            ranks, bucket_steps, matrix = store.read_rank_heatmap(name, metric, buckets=STRAGGLER_BUCKETS)
+            alerts += straggler_alerts(name, metric, rank_deviations(ranks, bucket_steps, matrix))
     return alerts

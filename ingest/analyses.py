@@ -22,6 +22,9 @@ def materialise(store: Store, name: str) -> None:
     say about them (which SNR estimator, collapses, overall clip ratio) to ``meta['analysis']``. A
     failing analysis never fails the ingest: the error is kept in ``meta['analysis']['error']``.
     """
+    import numpy as np
+
+    from ingest.alerts import compute_alerts
     from stab_core.analysis import analyze_run
 
     info = store.run_info(name)
@@ -45,12 +48,17 @@ def materialise(store: Store, name: str) -> None:
             parts.append(("b_simple", analysis.snr.steps, analysis.snr.b_simple))
         summary.update(snr_estimator=analysis.snr.estimator, snr_label=analysis.snr.label)
         summary["snr_collapses"] = [_plain(c) for c in analysis.snr_collapses]
+    clip = (np.empty(0, np.int64), np.empty(0, np.float64))
     if analysis.clip is not None and analysis.clip_steps is not None:
+        clip = (np.asarray(analysis.clip_steps, np.int64), np.asarray(analysis.clip.clip_ratio, np.float64))
         parts.append(("clip_ratio", analysis.clip_steps, analysis.clip.clip_ratio))
         parts.append(("clip_mean_coef", analysis.clip_steps, analysis.clip.mean_coef))
         summary["overall_clip_ratio"] = float(analysis.clip.overall_clip_ratio)
         summary["max_norm"] = float(analysis.clip.max_norm)
-    store.write_analysis(name, info.gen, _derived_table(parts), analysis.spike_dicts(), summary)
+    spikes = analysis.spike_dicts()
+    # the Runs table, the banners and watch read these instead of computing them on each first read
+    summary["alerts"] = [a.to_json() for a in compute_alerts(store, info, spikes, clip)]
+    store.write_analysis(name, info.gen, _derived_table(parts), spikes, summary)
 
 
 def _derived_table(parts: list[tuple[str, Any, Any]]) -> pa.Table:

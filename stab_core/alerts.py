@@ -84,6 +84,14 @@ class Alert:
         return {"alert": self.kind, "run": self.run, "step": self.step, "metric": self.metric,
                 "message": self.message, **self.detail}  # fmt: skip
 
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> Alert:
+        """The inverse of ``to_json``."""
+        own = ("alert", "run", "step", "metric", "message")
+        detail = {k: v for k, v in obj.items() if k not in own}
+        kind, run, metric, message = (str(obj[k]) for k in ("alert", "run", "metric", "message"))
+        return cls(kind, run, int(obj["step"]), metric, message, detail)
+
 
 def cross_rank_band(matrix: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray]:
     """Per step column of a rank x step matrix: (median, min, max) over the ranks that logged (NaN if none)."""

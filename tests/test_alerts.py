@@ -160,3 +160,24 @@ def test_a_hanging_alert_command_does_not_stop_the_watcher(tmp_path: Path) -> No
     sink = tmp_path / "got.json"
     assert run_alert_command(f"cat > {sink}", {"alert": "straggler", "rank": 2}) == 0
     assert json.loads(sink.read_text()) == {"alert": "straggler", "rank": 2}
+
+
+def test_alerts_round_trip_through_json() -> None:
+    alert = Alert("straggler", "job", 274, "step_time_s", "m", {"rank": 3, "deviation_pct": 29.5})
+    assert Alert.from_json(json.loads(json.dumps(alert.to_json()))) == alert
+
+
+def test_compaction_stores_the_alerts_the_store_would_compute(tmp_path: Path) -> None:
+    from ingest.alerts import compute_alerts
+
+    shards, store = tmp_path / "shards", Store(tmp_path / "store")
+    _write_steps(shards, 0, 800)
+    store.compact("job", shards, status="live")
+    info = store.run_info("job")
+    stored = info.meta["analysis"]["alerts"]
+    assert {a["alert"] for a in stored} >= {"straggler", "clipping_saturated", "new_spike"}
+    # what the analyses stored from their fresh results == what the store's own reads give
+    assert [Alert.from_json(a) for a in stored] == compute_alerts(store, info)
+    assert run_alerts(store, "job") == [Alert.from_json(a) for a in stored]  # live: every kind
+    store.set_status("job", "finished")
+    assert "new_spike" not in {a.kind for a in run_alerts(store, "job")}  # a finished run has no news
