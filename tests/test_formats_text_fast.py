@@ -315,3 +315,46 @@ def test_threaded_tiny_and_empty_files(tmp_path: Path, text: str) -> None:
         assert "no metrics found" in str(exc)
         return
     _same(_read_with(path, 2), one)
+
+
+def test_digits_alike() -> None:
+    alike = textlog._digits_alike
+    assert alike(r"[ \t]*(?:\[(?P<ts>[0-9]{4}-[0-9]{2})\][ \t]*)?iteration[ \t]+(?P<step>[0-9]+)[ \t]*\|")
+    assert alike(r"(?P<step>\d+)\w*[^|\n]*.\|") and alike(r"(?:a|[^0-9])\b\|") and alike(r"\s*\S+\|")
+    assert not alike(r"step 1(?P<step>[0-9]+)\|")  # a digit literal
+    assert not alike(r"(?P<step>[1-9][0-9]*)\|")  # a class with some digits only
+    assert not alike(r"[^5]\|") and not alike(r"(?P<a>[0-9])(?P=a)\|") and not alike(r"(?=[0-9])\|")
+    assert not alike(r"([")  # not a regex
+
+
+def _heads(rng: random.Random, n: int) -> list[bytes]:
+    out: list[bytes] = []
+    step = rng.choice([1, 95, 9990, 10**7 - 5])
+    for _ in range(n):
+        lead = rng.choice([b" ", b" ", b"", b"[2024-06-14 11:00:10] ", b"[2024-06-14T11:00:10.5] ", b"\t"])
+        head = lead + b"iteration %*d/ %8d |" % (rng.choice([8, 8, 8, 3, 12]), step, rng.choice([100, 500000]))
+        if rng.random() < 0.05:
+            head = rng.choice([b" iteration x/ 10 |", b"iteration |", b" iteration 1/2/3 |", b"validation |", b"|"])
+        out.append(head)
+        step += rng.randrange(1, 3)
+    return out
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_head_by_shape_equals_the_regex(seed: int) -> None:
+    rng = random.Random(seed)
+    heads = _heads(rng, rng.choice([70, 500, 3000]))
+    tail = b" lm loss: 1.0 |\n"
+    text = b"".join(h + tail for h in heads)
+    split = textlog._Split(text)
+    kind = MegatronReader.kinds[0]
+    plan = textlog._Plan(2, "^(?:" + kind.prefix + ")$", ((b" lm loss: ", b" |"),), (), b"", True)
+    assert textlog._digits_alike(plan.prefix_re2)
+    lines = np.arange(len(heads), dtype=np.int64)
+    head = split.segments.take(pa.array(split.first_segment[lines]))
+    got = textlog._match_head(plan, split, lines, head)
+    want = textlog.pc.extract_regex(head, plan.prefix_re2)
+    assert got.is_valid().to_pylist() == want.is_valid().to_pylist()
+    valid = want.is_valid()
+    assert got.filter(valid).to_pylist() == want.filter(valid).to_pylist()
+    assert [f.name for f in got.type] == [f.name for f in want.type]

@@ -551,13 +551,24 @@ def iter_line_chunks(
     """``(chunk, number of its first line)``: whole lines, about ``chunk_bytes`` at a time.
 
     Memory stays bounded by the chunk size whatever the file size; ANSI colour codes are removed.
-    The first chunk is small: text readers learn a log's line layouts there, line by line.
+    The first chunk is small: text readers learn a log's line layouts there, line by line. Readers
+    that count each chunk's lines anyway use :func:`iter_whole_lines` (no second count).
     """
+    line_no = 1
+    for chunk in iter_whole_lines(path, builder, chunk_bytes, first_chunk_bytes):
+        yield chunk, line_no
+        line_no += int(np.count_nonzero(np.frombuffer(chunk, dtype=np.uint8) == 10))
+
+
+def iter_whole_lines(
+    path: Path, builder: LogBuilder, chunk_bytes: int = CHUNK_BYTES, first_chunk_bytes: int = 64 * 1024
+) -> Iterator[bytes]:
+    """The chunks of :func:`iter_line_chunks` without their line numbers: each ends with a newline,
+    so a chunk's first line number is 1 + the newlines of the chunks before it."""
     try:
         f = open(path, "rb")  # noqa: SIM115 - closed in the finally below
     except OSError as exc:
         raise open_error(path, exc) from exc
-    line_no = 1
     carry = b""
     size = min(chunk_bytes, first_chunk_bytes)
     try:
@@ -579,12 +590,11 @@ def iter_line_chunks(
             carry = block[cut + 1 :]
             if b"\x1b" in chunk:
                 chunk = _ANSI.sub(b"", chunk)
-            yield chunk, line_no
-            line_no += int(np.count_nonzero(np.frombuffer(chunk, dtype=np.uint8) == 10))
+            yield chunk
         if carry:
             if b"\x1b" in carry:
                 carry = _ANSI.sub(b"", carry)
-            yield carry + b"\n", line_no
+            yield carry + b"\n"
     finally:
         f.close()
 

@@ -21,6 +21,7 @@ layouts (which become skeletons). Memory is bounded by the chunk size plus the p
 from __future__ import annotations
 
 import functools
+import importlib
 import os
 import re
 import time
@@ -41,7 +42,7 @@ from ingest.formats._common import (
     ConvertedValues,
     LogBuilder,
     decode_head,
-    iter_line_chunks,
+    iter_whole_lines,
     looks_binary,
     parse_numbers,
     parse_timestamps,
@@ -147,6 +148,8 @@ class _Plan:
     """Exact text (with its ``|``) of the fields between the last value field and the last one."""
     last: bytes
     """The text after the last ``|``, trailing blanks removed."""
+    head_alike: bool = False
+    """The prefix cannot tell one digit from another (see :func:`_match_head`)."""
 
 
 @dataclass
@@ -201,7 +204,9 @@ class TextLogReader(Reader):
     chunk_bytes = CHUNK_BYTES
     """Bytes read per chunk (bounds memory; tests lower it to cross chunk boundaries)."""
     workers = min(4, os.cpu_count() or 1)
-    """Threads matching chunks; at most ``workers + 1`` chunks are in flight (memory bound)."""
+    """Threads matching chunks."""
+    in_flight = 0
+    """Chunks matched or queued at once (0: ``workers``), the one being finished included: bounds memory."""
 
     def __init__(self) -> None:
         self._compiled = [k.compiled() for k in self.kinds]
@@ -248,22 +253,23 @@ class TextLogReader(Reader):
         ahead; each chunk is then finished here, in file order (new layouts learned, skipped
         lines reported, rows emitted), so the result is the same as reading one chunk at a time."""
         state = _EngineState(self)
-        ahead = self.workers + 1  # chunks matched or queued at once: bounds memory
+        ahead = self.in_flight or self.workers  # chunks matched or queued at once: bounds memory
         with ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="textlog") as pool:
             for path in paths:
                 builder.source(path)
-                pending: deque[tuple[Future[_Matched], bytes, int]] = deque()
-                for chunk, first_line in iter_line_chunks(path, builder, self.chunk_bytes):
-                    if first_line == 1 and not builder.meta:
+                line_no = 1  # of the next chunk to finish: the workers count each chunk's lines
+                pending: deque[tuple[Future[_Matched], bytes]] = deque()
+                for i, chunk in enumerate(iter_whole_lines(path, builder, self.chunk_bytes)):
+                    if i == 0 and not builder.meta:
                         builder.meta.update(self.meta_from_head(chunk[: 1 << 20].decode("utf-8", "replace")))
                     if not state.skeletons:  # nothing to match yet (pending is empty): learn now
-                        state.process(chunk, first_line, path, builder)
+                        line_no += state.process(chunk, line_no, path, builder)
                         continue
                     if len(pending) >= ahead:
-                        state.finish(*pending.popleft(), path, builder)
-                    pending.append((pool.submit(state.match, chunk, tuple(state.skeletons)), chunk, first_line))
+                        line_no += state.finish(*pending.popleft(), line_no, path, builder)
+                    pending.append((pool.submit(state.match, chunk, tuple(state.skeletons)), chunk))
                 while pending:
-                    state.finish(*pending.popleft(), path, builder)
+                    line_no += state.finish(*pending.popleft(), line_no, path, builder)
         if state.total_steps is not None:
             builder.meta.setdefault("total_steps", state.total_steps)
 
@@ -329,26 +335,28 @@ class _EngineState:
         self.skeletons.append(sk)
 
     # -- chunks
-    def process(self, chunk: bytes, first_line: int, path: Path, builder: LogBuilder) -> None:
+    def process(self, chunk: bytes, first_line: int, path: Path, builder: LogBuilder) -> int:
         """Parse one chunk now, on this thread (see :meth:`match` and :meth:`finish`)."""
-        self.finish(self.match(chunk, tuple(self.skeletons)), chunk, first_line, path, builder)
+        return self.finish(self.match(chunk, tuple(self.skeletons)), chunk, first_line, path, builder)
 
     def finish(
         self, matched: Future[_Matched] | _Matched, chunk: bytes, first_line: int, path: Path, builder: LogBuilder
-    ) -> None:
+    ) -> int:
         """The in-order half of a chunk: lines no skeleton took go one by one (new layouts become
         skeletons; other lines are skipped and reported with their line number), then the rows are
-        emitted. A match made before the skeletons of earlier chunks were learned is redone."""
+        emitted. A match made before the skeletons of earlier chunks were learned is redone.
+        Returns the chunk's number of lines (the next chunk's first line number follows)."""
         found = matched.result() if isinstance(matched, Future) else matched
         if found.skeletons != len(self.skeletons):
             found = self.match(chunk, tuple(self.skeletons))
         if len(found.lines) == 0:
-            return
+            return 0
         blocks = found.blocks
         if found.rest.shape[0]:
             texts = [t.rstrip(b"\n") for t in found.lines.take(found.rest).to_pylist()]
             blocks = blocks + self._slow(texts, found.rest, first_line, path, builder)
         self._emit(blocks, len(found.lines), builder)
+        return len(found.lines)
 
     def match(self, chunk: bytes, skeletons: tuple[_Skeleton, ...]) -> _Matched:
         """Parse one chunk: each skeleton captures its lines' values in bulk, with Arrow's RE2
@@ -417,7 +425,7 @@ class _EngineState:
         last = pc.cast(field(plan.n_pipes), options=pc.CastOptions(pa.string(), allow_invalid_utf8=True))
         checks.append(pc.equal(pc.ascii_rtrim(last, characters=" \t\r\n").cast(pa.binary()), plan.last))
         head = field(0)
-        prefix = pc.extract_regex(head, plan.prefix_re2)
+        prefix = _match_head(plan, split, lines, head)
         checks.append(prefix.is_valid())
         ok = _bools(functools.reduce(pc.and_, checks))
         if not ok.any():
@@ -696,6 +704,8 @@ class _Split:
         offsets[1:] = bounds[1:][ends]
         self.offsets: npt.NDArray[np.int32] = offsets
         self.lines: Any = pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(chunk)])
+        self.bounds: npt.NDArray[np.int32] = bounds
+        self.chunk = chunk
 
 
 def _plan(kind: LineKind, line: bytes, m: re.Match[bytes], spans: list[tuple[int, int]]) -> _Plan | None:
@@ -718,7 +728,170 @@ def _plan(kind: LineKind, line: bytes, m: re.Match[bytes], spans: list[tuple[int
         pc.extract_regex(pa.array([], pa.binary()), prefix)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         return None
-    return _Plan(len(pipes), prefix, tuple(values), literals, line[pipes[-1] + 1 :].rstrip(b" \t\r"))
+    last = line[pipes[-1] + 1 :].rstrip(b" \t\r")
+    return _Plan(len(pipes), prefix, tuple(values), literals, last, _digits_alike(prefix))
+
+
+_ZERO_DIGITS: Final = bytes.maketrans(b"123456789", b"000000000")
+_DIGIT_CATEGORIES: Final = {"DIGIT": True, "WORD": True, "NOT_SPACE": True, "NOT_LINEBREAK": True}
+_NO_DIGIT_CATEGORIES: Final = {"NOT_DIGIT", "NOT_WORD", "SPACE", "LINEBREAK"}
+_sre_parser: Any = importlib.import_module("re._parser")
+
+
+def _digits_alike(pattern: str) -> bool:
+    """True when ``pattern`` cannot tell one ASCII digit from another (no digit literal, no class
+    holding some digits but not all, no back-reference): it then matches a text exactly as it
+    matches the text with every digit made ``0``, with the same group spans."""
+    try:
+        return _alike(_sre_parser.parse(pattern))
+    except (re.error, TypeError, ValueError):
+        return False
+
+
+def _alike(items: Any) -> bool:
+    for op, av in items:
+        name = str(op)
+        if name in ("LITERAL", "NOT_LITERAL"):
+            if 48 <= av <= 57:
+                return False
+        elif name == "IN":
+            if _class_digits(av) not in (0, 10):
+                return False
+        elif name in ("ANY", "AT"):
+            continue
+        elif name == "SUBPATTERN":
+            if not _alike(av[3]):
+                return False
+        elif name in ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT"):
+            if not _alike(av[2]):
+                return False
+        elif name == "BRANCH":
+            if not all(_alike(branch) for branch in av[1]):
+                return False
+        elif name == "ATOMIC_GROUP":
+            if not _alike(av):
+                return False
+        else:  # back-references, look-arounds, anything else: not proven alike
+            return False
+    return True
+
+
+def _class_digits(items: Any) -> int:
+    """How many of the ten digits a character class holds (-1: not known)."""
+    count = 0
+    for digit in range(48, 58):
+        hit, negate = False, False
+        for op, av in items:
+            name = str(op)
+            if name == "NEGATE":
+                negate = True
+            elif name == "LITERAL":
+                hit |= av == digit
+            elif name == "RANGE":
+                hit |= av[0] <= digit <= av[1]
+            elif name == "CATEGORY":
+                cat = str(av).removeprefix("CATEGORY_").removeprefix("UNI_")
+                if cat in _DIGIT_CATEGORIES:
+                    hit = True
+                elif cat not in _NO_DIGIT_CATEGORIES:
+                    return -1
+            else:
+                return -1
+        count += hit != negate
+    return count
+
+
+def _match_head(plan: _Plan, split: _Split, lines: npt.NDArray[np.int64], head: Any) -> Any:
+    """The prefix matched on field 0 of ``lines`` (``head``), as ``extract_regex`` gives it.
+
+    Where the prefix treats all digits alike (:func:`_digits_alike`), fields of one *shape* (the
+    same bytes once every digit is made ``0``: Megatron pads its counters to a fixed width, so a
+    chunk holds one or two) match or fail together, with their groups at the same places: the
+    prefix runs once on the shape, and each group is cut from a numpy gather of fixed-width rows.
+    Fields of other shapes (a few tried per chunk) go through the regex."""
+    if not plan.head_alike or lines.shape[0] < 64:
+        return pc.extract_regex(head, plan.prefix_re2)
+    first = split.first_segment[lines]
+    starts = split.bounds[first]
+    widths = split.bounds[first + 1] - starts
+    data = np.frombuffer(split.chunk, dtype=np.uint8)
+    left = np.ones(lines.shape[0], dtype=bool)
+    regex = np.zeros(lines.shape[0], dtype=bool)  # lines left to the regex
+    found: list[tuple[npt.NDArray[np.int64], Any, tuple[tuple[int, int], ...]]] = []
+    for _ in range(_MAX_SHAPES):
+        todo = np.flatnonzero(left)
+        if todo.shape[0] == 0:
+            break
+        width = int(widths[todo[0]])
+        todo = todo[widths[todo] == width]
+        grid = np.lib.stride_tricks.sliding_window_view(data, width)[starts[todo]]
+        shapes = grid.tobytes().translate(_ZERO_DIGITS)
+        shape = shapes[:width]
+        if shapes == shape * todo.shape[0]:  # one shape (the usual case): one comparison
+            members = todo
+        else:
+            rows = np.frombuffer(shapes, dtype=f"V{width}")
+            same = rows == rows[0]
+            members, grid = todo[same], grid[same]
+        left[members] = False
+        spans = _shape_spans(plan.prefix_re2, shape)
+        if spans is not None:
+            found.append((members, grid, spans))
+        else:
+            regex[members] = True
+    if not found:
+        return pc.extract_regex(head, plan.prefix_re2)
+    names = [f.name for f in pc.extract_regex(head.slice(0, 0), plan.prefix_re2).type]
+    parts: list[list[Any]] = [[] for _ in names]
+    order: list[npt.NDArray[np.int64]] = []
+    for members, grid, spans in found:
+        m = members.shape[0]
+        order.append(members)
+        for part, (a, b) in zip(parts, spans, strict=True):
+            w = max(b - a, 0)
+            values: Any = np.ascontiguousarray(grid[:, a:b]) if w else np.zeros(0, np.uint8)
+            offsets: Any = np.arange(0, (m + 1) * w, w, dtype=np.int32) if w else np.zeros(m + 1, np.int32)
+            part.append(pa.Array.from_buffers(pa.binary(), m, [None, pa.py_buffer(offsets), pa.py_buffer(values)]))
+    valid = [np.ones(members.shape[0], dtype=bool) for members, _, _ in found]
+    rest = np.flatnonzero(regex | left)
+    if rest.shape[0]:
+        slow = pc.extract_regex(head.take(pa.array(rest)), plan.prefix_re2)
+        order.append(rest)
+        valid.append(_bools(slow.is_valid()))
+        for i, part in enumerate(parts):
+            part.append(slow.field(i))
+    cols = [pa.concat_arrays(part) if len(part) > 1 else part[0] for part in parts]
+    ok = np.concatenate(valid)
+    if len(order) > 1:  # back to line order
+        inverse = np.empty(lines.shape[0], dtype=np.int64)
+        inverse[np.concatenate(order)] = np.arange(lines.shape[0])
+        take = pa.array(inverse)
+        cols = [c.take(take) for c in cols]
+        ok = ok[inverse]
+    if ok.all():
+        return pa.StructArray.from_arrays(cols, names=names)
+    return pa.StructArray.from_arrays(cols, names=names, mask=pa.array(~ok))
+
+
+_MAX_SHAPES: Final = 4
+
+
+@functools.lru_cache(maxsize=256)
+def _shape_spans(prefix_re2: str, shape: bytes) -> tuple[tuple[int, int], ...] | None:
+    """Where each group of the prefix (``^(?:...)$``) falls in ``shape``, None when it does not
+    match (or the engines disagree on the groups: then the regex decides, line by line)."""
+    try:
+        found = re.fullmatch(prefix_re2.encode(), shape)
+    except re.error:
+        return None
+    if found is None:
+        return None
+    names = sorted(found.re.groupindex, key=found.re.groupindex.__getitem__)
+    spans = tuple(found.span(name) for name in names)
+    re2 = pc.extract_regex(pa.array([shape], pa.binary()), prefix_re2)
+    if not re2[0].is_valid or [re2.field(n)[0].as_py() for n in names] != [shape[a:b] for a, b in spans]:
+        return None
+    return spans
 
 
 def _ends_with_pipe(pattern: str) -> bool:
