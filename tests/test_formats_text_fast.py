@@ -358,3 +358,30 @@ def test_head_by_shape_equals_the_regex(seed: int) -> None:
     valid = want.is_valid()
     assert got.filter(valid).to_pylist() == want.filter(valid).to_pylist()
     assert [f.name for f in got.type] == [f.name for f in want.type]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_table_built_on_threads_equals_one_thread(monkeypatch: pytest.MonkeyPatch, seed: int) -> None:
+    import ingest.formats._common as common
+
+    def build(parallel_rows: int) -> Any:
+        monkeypatch.setattr(common, "PARALLEL_BUILD_ROWS", parallel_rows)
+        rng = np.random.default_rng(seed)
+        builder = LogBuilder([])
+        for piece in range(40):
+            steps = np.arange(piece * 50, piece * 50 + 60) - rng.integers(0, 120) * (rng.random() < 0.2)
+            seq = builder.reserve(steps.shape[0])
+            for name in ("loss", "grad_norm", "lr", "tokens_per_s"):
+                stream = int(rng.integers(0, 3))
+                wall = None if name == "lr" else rng.random(steps.shape[0])
+                builder.add(name, steps, rng.random(steps.shape[0]), seq=seq, stream=stream, wall_time=wall)
+        builder.add("loss", [5, 6], [1.0, 2.0], rank=np.array([0, 1]), canonical=True)
+        return builder.finish("test")
+
+    one, threaded = build(1 << 62), build(0)
+    assert one.table.equals(threaded.table)
+    assert [c.num_chunks for c in one.table.columns] == [c.num_chunks for c in threaded.table.columns]
+    assert [(e.step, e.kind, e.label, e.detail) for e in one.events] == [
+        (e.step, e.kind, e.label, e.detail) for e in threaded.events
+    ]
+    assert any(e.kind == "rollback" for e in one.events)

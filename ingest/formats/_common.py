@@ -13,8 +13,10 @@ Readers append columns in file order to a :class:`LogBuilder`; ``finish`` then
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -37,6 +39,9 @@ Progress = Callable[[int, int], None]
 
 MAX_SKIPPED_EXAMPLES: Final = 5
 CHUNK_BYTES: Final = 4 * 1024 * 1024
+BUILD_THREADS: Final = min(2, os.cpu_count() or 1)
+PARALLEL_BUILD_ROWS: Final = 1 << 20
+"""Tables of at least this many rows are built on ``BUILD_THREADS`` threads."""
 
 _COLUMN_TYPES: Final[dict[str, pa.DataType]] = {
     "rank": pa.int32(),
@@ -315,30 +320,47 @@ class LogBuilder:
         )
 
     def _build_table(self) -> pa.Table:
-        """One metric at a time (bounded temporaries): purge replayed rows, keep the last row of
-        each (rank, step), sort by (rank, step); columns are chunked per metric, never re-copied."""
+        """Metric by metric (bounded temporaries): purge replayed rows, keep the last row of each
+        (rank, step), sort by (rank, step); columns are chunked per metric, never re-copied. Big
+        tables build two metrics at a time (numpy and Arrow copy without the GIL); the result, the
+        rollback spans included, is gathered in metric order, so it does not depend on timing."""
         names = sorted(self._pieces)
         if not names:
             return TABLE_SCHEMA.empty_table()
-        spans: dict[int, list[tuple[int, int]]] = {}
         shared: dict[Any, Any] = {}
-        columns: dict[str, list[Any]] = {c: [] for c in TABLE_SCHEMA.names}
-        for code, name in enumerate(names):
-            pieces = self._pieces.pop(name)
-            rank, step, value, wall = _one_metric(pieces, spans, shared)
+
+        def build(code: int) -> tuple[list[Any], dict[int, list[tuple[int, int]]]]:
+            spans_of_metric: dict[int, list[tuple[int, int]]] = {}
+            pieces = self._pieces.pop(names[code])
+            rank, step, value, wall = _one_metric(pieces, spans_of_metric, shared)
             n = step.shape[0]
-            columns["rank"].append(pa.array(rank, pa.int32()))
-            columns["step"].append(pa.array(step, pa.int64()))
-            columns["metric"].append(_metric_column(n, code, names))
-            columns["value"].append(pa.array(value, pa.float64()))
-            columns["wall_time"].append(
-                pa.nulls(n, pa.float64()) if wall is None else pa.array(wall, pa.float64(), mask=np.isnan(wall))
-            )
+            arrays = [
+                pa.array(rank, pa.int32()),
+                pa.array(step, pa.int64()),
+                _metric_column(n, code, names),
+                pa.array(value, pa.float64()),
+                pa.nulls(n, pa.float64()) if wall is None else pa.array(wall, pa.float64(), mask=np.isnan(wall)),
+            ]
+            return arrays, spans_of_metric
+
+        codes = range(len(names))
+        if self.row_count >= PARALLEL_BUILD_ROWS and len(names) > 1 and BUILD_THREADS > 1:
+            with ThreadPoolExecutor(max_workers=BUILD_THREADS, thread_name_prefix="build") as pool:
+                built = list(pool.map(build, codes))
+        else:
+            built = [build(code) for code in codes]
+        spans: dict[int, list[tuple[int, int]]] = {}
+        for _, spans_of_metric in built:  # in metric order: as one thread would have found them
+            for stream, found in spans_of_metric.items():
+                spans.setdefault(stream, []).extend(found)
         for spans_of_stream in spans.values():
             for s0, s1 in _merge_spans(spans_of_stream):
                 self.event(s0, "rollback", f"restart replayed steps {s0}-{s1}", replayed_from=s0, replayed_to=s1)
         return pa.Table.from_arrays(
-            [pa.chunked_array(columns[c], TABLE_SCHEMA.field(c).type) for c in TABLE_SCHEMA.names],
+            [
+                pa.chunked_array([arrays[i] for arrays, _ in built], TABLE_SCHEMA.field(c).type)
+                for i, c in enumerate(TABLE_SCHEMA.names)
+            ],
             schema=TABLE_SCHEMA,
         )
 

@@ -206,7 +206,8 @@ class TextLogReader(Reader):
     workers = min(4, os.cpu_count() or 1)
     """Threads matching chunks."""
     in_flight = 0
-    """Chunks matched or queued at once (0: ``workers``), the one being finished included: bounds memory."""
+    """Chunks matched or queued at once (0: ``workers + 1``, so no worker idles while this thread
+    finishes a chunk; ``workers`` measured no lower peak RSS and no faster at 28 MB and 283 MB)."""
 
     def __init__(self) -> None:
         self._compiled = [k.compiled() for k in self.kinds]
@@ -253,7 +254,7 @@ class TextLogReader(Reader):
         ahead; each chunk is then finished here, in file order (new layouts learned, skipped
         lines reported, rows emitted), so the result is the same as reading one chunk at a time."""
         state = _EngineState(self)
-        ahead = self.in_flight or self.workers  # chunks matched or queued at once: bounds memory
+        ahead = self.in_flight or self.workers + 1  # chunks matched or queued at once: bounds memory
         with ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="textlog") as pool:
             for path in paths:
                 builder.source(path)
