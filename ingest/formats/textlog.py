@@ -730,7 +730,8 @@ def _plan(kind: LineKind, line: bytes, m: re.Match[bytes], spans: list[tuple[int
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         return None
     last = line[pipes[-1] + 1 :].rstrip(b" \t\r")
-    return _Plan(len(pipes), prefix, tuple(values), literals, last, _digits_alike(prefix))
+    # an ASCII pattern means the same to Python's bytes regex (shapes) and to RE2 (other lines)
+    return _Plan(len(pipes), prefix, tuple(values), literals, last, prefix.isascii() and _digits_alike(prefix))
 
 
 _ZERO_DIGITS: Final = bytes.maketrans(b"123456789", b"000000000")
