@@ -476,6 +476,13 @@ def _rank_main(rank: int, config: DemoConfig, rendezvous: str, verbose: bool) ->
         dist.barrier()
     finally:
         dist.destroy_process_group()
+    # Trained, shards closed, group gone: leave without interpreter teardown. Now and then torch's
+    # objects are destroyed in an order that aborts ("terminate called without an active exception",
+    # SIGABRT) after all the work is saved, and spawn would report the run as failed. An error above
+    # still propagates to spawn as before.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def launch(config: DemoConfig, verbose: bool = False) -> None:
