@@ -525,14 +525,15 @@ def _float(x: Any) -> float:
 
 
 @st.cache_data(show_spinner=False, max_entries=256)
-def _alerts(root: str, name: str, gen: int, analysis_gen: int) -> list[str]:
-    return [alert.message for alert in ingest_alerts.run_alerts(_store_at(root), name)]
+def _alerts(root: str, name: str, gen: int, analysis_gen: int, status: str) -> list[str]:
+    # status is in the key: a run that stops being live keeps its generation but loses its "new spike"
+    return [alert.message for alert in ingest_alerts.run_alerts(_store_at(root), name, live=status == "live")]
 
 
 def run_alerts(info: RunInfo) -> list[str]:
     """Alerts for a run (cached per generation): diverged or recent spikes, saturated clipping,
     stragglers; the same ones ``stabscope watch --on-alert`` sends (``ingest.alerts``)."""
-    return _alerts(store_root(), info.name, info.gen, info.analysis_gen)
+    return _alerts(store_root(), info.name, info.gen, info.analysis_gen, info.status)
 
 
 def alert_banner(runs: Sequence[RunInfo]) -> None:

@@ -181,3 +181,21 @@ def test_compaction_stores_the_alerts_the_store_would_compute(tmp_path: Path) ->
     assert run_alerts(store, "job") == [Alert.from_json(a) for a in stored]  # live: every kind
     store.set_status("job", "finished")
     assert "new_spike" not in {a.kind for a in run_alerts(store, "job")}  # a finished run has no news
+
+
+def test_the_pages_drop_a_new_spike_once_the_run_is_no_longer_live(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Runs table and banners cache alerts per generation; stopping a live run keeps the generation."""
+    from pages import common
+
+    shards, store = tmp_path / "shards", Store(tmp_path / "store")
+    _write_steps(shards, 0, 800)
+    store.compact("job", shards, status="live")
+    monkeypatch.setenv("STABSCOPE_STORE", str(store.root))
+    live = common.run_alerts(store.run_info("job"))
+    assert any(m.startswith("new spike: loss") for m in live), live
+    store.set_status("job", "finished")
+    finished = common.run_alerts(store.run_info("job"))
+    assert not any(m.startswith("new spike") for m in finished)
+    assert [m for m in live if not m.startswith("new spike")] == finished
