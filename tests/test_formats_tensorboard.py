@@ -18,6 +18,7 @@ from ingest.formats.tensorboard import (
     decode_event,
     masked_crc,
     scalar_event,
+    summary_event,
     write_scalar_events,
 )
 
@@ -75,11 +76,7 @@ def test_tf2_tensor_scalars_float_double_and_float_val(tmp_path: Path) -> None:
     ):
         tag = b"epoch_loss"
         value = b"\x0a" + bytes([len(tag)]) + tag + b"\x42" + _encode_varint(len(tensor_msg)) + tensor_msg
-        summary = b"\x0a" + _encode_varint(len(value)) + value
-        payload = (
-            b"\x09" + struct.pack("<d", 200.0) + b"\x10" + bytes([step]) + b"\x2a" + bytes([len(summary)]) + summary
-        )
-        records.append(_record(payload))
+        records.append(_record(summary_event(value, step, 200.0)))
     path.write_bytes(b"".join(records))
     parsed = read_log([path])
     steps, values = parsed.series("epoch_loss")
@@ -227,31 +224,13 @@ def _double_tensor_event(tag: str, step: int, value: float, wall: float) -> byte
     tensor_msg = b"\x08\x02\x12\x00\x22\x08" + struct.pack("<d", value)
     tag_b = tag.encode()
     value_msg = b"\x0a" + _encode_varint(len(tag_b)) + tag_b + b"\x42" + _encode_varint(len(tensor_msg)) + tensor_msg
-    summary = b"\x0a" + _encode_varint(len(value_msg)) + value_msg
-    return (
-        b"\x09"
-        + struct.pack("<d", wall)
-        + b"\x10"
-        + _encode_varint(step)
-        + b"\x2a"
-        + _encode_varint(len(summary))
-        + summary
-    )
+    return summary_event(value_msg, step, wall)
 
 
 def _histogram_event(tag: str, step: int, wall: float, blob: bytes) -> bytes:
     tag_b = tag.encode()
     value_msg = b"\x0a" + _encode_varint(len(tag_b)) + tag_b + b"\x2a" + _encode_varint(len(blob)) + blob
-    summary = b"\x0a" + _encode_varint(len(value_msg)) + value_msg
-    return (
-        b"\x09"
-        + struct.pack("<d", wall)
-        + b"\x10"
-        + _encode_varint(step)
-        + b"\x2a"
-        + _encode_varint(len(summary))
-        + summary
-    )
+    return summary_event(value_msg, step, wall)
 
 
 def _varied_events(seed: int) -> bytes:

@@ -1174,6 +1174,11 @@ def scalar_event(tag: str, step: int, value: float, wall_time: float, *, tensor:
         )
     else:
         value_msg = b"\x0a" + _encode_varint(len(tag_b)) + tag_b + b"\x15" + struct.pack("<f", value)
+    return summary_event(value_msg, step, wall_time)
+
+
+def summary_event(value_msg: bytes, step: int, wall_time: float) -> bytes:
+    """One Event payload (wall time in s, step) whose Summary holds the one encoded ``Summary.Value``."""
     summary = b"\x0a" + _encode_varint(len(value_msg)) + value_msg
     return (
         b"\x09"
