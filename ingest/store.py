@@ -1613,6 +1613,42 @@ class _MergeResult:
     width: int
     tail_path: Path | None = None
 
+    @classmethod
+    def of_generation(
+        cls,
+        run_dir: Path,
+        gen: int,
+        keys: Sequence[tuple[str, int]],
+        *,
+        first: int | None,
+        last: int | None,
+        n_steps: int,
+        n_rows: int,
+        width: int,
+        tail: bool = False,
+    ) -> _MergeResult:
+        """Temporary paths of generation ``gen``'s files (and its tail file with ``tail``), with ranks and
+        metric rows counted from the merged (metric, rank) ``keys``."""
+
+        def target(kind: str) -> Path:
+            return _tmp_target(run_dir / kind / f"g{gen:06d}.parquet")
+
+        metrics = sorted({m for m, _ in keys})
+        return cls(
+            long_path=target("long"),
+            runlevel_path=target("runlevel"),
+            rollup_path=target("rollup"),
+            rankb_path=target("rankb"),
+            ranks=len({r for _, r in keys if r >= 0}),
+            metric_rows=[(m, any(k == m and r >= 0 for k, r in keys)) for m in metrics],
+            first=first,
+            last=last,
+            n_steps=n_steps,
+            n_rows=n_rows,
+            width=width,
+            tail_path=target("tail") if tail else None,
+        )
+
     def paths(self) -> tuple[Path, ...]:
         tail = () if self.tail_path is None else (self.tail_path,)
         return (self.long_path, self.runlevel_path, self.rollup_path, self.rankb_path, *tail)
@@ -1682,19 +1718,9 @@ def _merge_sources(engine: duckdb.DuckDBPyConnection, sources: list[str], run_di
     last = max((p.hi for p in pieces), default=None)
     span = 0 if first is None or last is None else last - first + 1
     metrics = sorted({m for m, _ in keys})
-    result = _MergeResult(
-        long_path=_tmp_target(run_dir / "long" / f"g{gen:06d}.parquet"),
-        runlevel_path=_tmp_target(run_dir / "runlevel" / f"g{gen:06d}.parquet"),
-        rollup_path=_tmp_target(run_dir / "rollup" / f"g{gen:06d}.parquet"),
-        rankb_path=_tmp_target(run_dir / "rankb" / f"g{gen:06d}.parquet"),
-        first=first,
-        last=last,
-        n_steps=0,
-        n_rows=0,
-        ranks=len({r for _, r in keys if r >= 0}),
-        metric_rows=[(m, any(k == m and r >= 0 for k, r in keys)) for m in metrics],
-        width=max(1, -(-span // HEATMAP_MAX_BUCKETS)),
-        tail_path=_tmp_target(run_dir / "tail" / f"g{gen:06d}.parquet"),
+    width = max(1, -(-span // HEATMAP_MAX_BUCKETS))
+    result = _MergeResult.of_generation(
+        run_dir, gen, keys, tail=True, first=first, last=last, n_steps=0, n_rows=0, width=width
     )
     merger = _Merger(sources, plan, result, span)
     for metric in metrics:
@@ -1938,18 +1964,8 @@ def _write_delta(
         return None  # the full merge rolls such a metric up with DuckDB
 
     metrics = sorted({m for m, _ in keys})
-    result = _MergeResult(
-        long_path=_tmp_target(run_dir / "long" / f"g{gen:06d}.parquet"),
-        runlevel_path=_tmp_target(run_dir / "runlevel" / f"g{gen:06d}.parquet"),
-        rollup_path=_tmp_target(run_dir / "rollup" / f"g{gen:06d}.parquet"),
-        rankb_path=_tmp_target(run_dir / "rankb" / f"g{gen:06d}.parquet"),
-        first=first,
-        last=last,
-        n_steps=info.n_steps,
-        n_rows=info.n_rows,
-        ranks=len({r for _, r in keys if r >= 0}),
-        metric_rows=[(m, any(k == m and r >= 0 for k, r in keys)) for m in metrics],
-        width=width,
+    result = _MergeResult.of_generation(
+        run_dir, gen, keys, first=first, last=last, n_steps=info.n_steps, n_rows=info.n_rows, width=width
     )
     readers = [_SourceReader(path) for path in staged]
     long = _LongWriter(result.long_path, metrics)
