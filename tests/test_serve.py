@@ -3,10 +3,12 @@ request of a fresh server must run inside app.py's navigation, not Streamlit's o
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,33 +20,46 @@ from tests.test_browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, VIEWPORT, _fr
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
 
-def test_serve_deep_link_first_request_keeps_the_app_navigation(tmp_path: Path) -> None:
-    playwright = pytest.importorskip("playwright.sync_api")
+@contextlib.contextmanager
+def _fresh_server(tmp_path: Path, serve: bool) -> Iterator[str]:
+    """A fresh server on a store holding one generated run: ``stabscope serve`` or plain
+    ``streamlit run app.py``; yields its URL once its health check answers."""
     if not CHROMIUM.exists():
         pytest.skip("Debian chromium is not installed (bash .ci/test installs it)")
     store = tmp_path / "store"
     write_run(Store(store), RunSpec())
     port = _free_port()
-    log = tmp_path / "serve.log"
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
-    cmd = [sys.executable, "-m", "ingest", "serve", "--store", str(store), "--port", str(port), "--no-demo"]
+    log = tmp_path / "server.log"
+    if serve:
+        env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+        cmd = [sys.executable, "-m", "ingest", "serve", "--store", str(store), "--port", str(port), "--no-demo"]
+    else:
+        env = {**os.environ, "STABSCOPE_STORE": str(store), "STABSCOPE_NO_DEMO": "1"}
+        cmd = [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port),
+               "--server.headless", "true"]  # fmt: skip
+    cwd = tmp_path if serve else REPO_ROOT  # serve must find the app from anywhere
     with log.open("wb") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=tmp_path)
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=cwd)
     try:
         url = f"http://127.0.0.1:{port}"
         _wait_healthy(url, proc, log)
-        with playwright.sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-            page = browser.new_page(viewport=VIEWPORT)
-            page.goto(f"{url}/overview")
-            page.get_by_text("Run overview").first.wait_for(timeout=60_000)
-            nav = page.locator('[data-testid="stSidebarNav"]').inner_text(timeout=30_000)
-            browser.close()
-        assert "Decision tree" in nav and "Cost of rollback" in nav
-        assert "common" not in nav.lower() and "charts" not in nav.lower()
+        yield url
     finally:
         proc.terminate()
         proc.wait(30)
+
+
+def test_serve_deep_link_first_request_keeps_the_app_navigation(tmp_path: Path) -> None:
+    playwright = pytest.importorskip("playwright.sync_api")
+    with _fresh_server(tmp_path, serve=True) as url, playwright.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport=VIEWPORT)
+        page.goto(f"{url}/overview")
+        page.get_by_text("Run overview").first.wait_for(timeout=60_000)
+        nav = page.locator('[data-testid="stSidebarNav"]').inner_text(timeout=30_000)
+        browser.close()
+    assert "Decision tree" in nav and "Cost of rollback" in nav
+    assert "common" not in nav.lower() and "charts" not in nav.lower()
 
 
 def test_streamlit_run_deep_link_first_request_in_dark_mode(tmp_path: Path) -> None:
@@ -52,38 +67,22 @@ def test_streamlit_run_deep_link_first_request_in_dark_mode(tmp_path: Path) -> N
     link from a browser that prefers dark. The page must run inside app.py's navigation (the pages
     module leaves the old pages/ mode and reruns) and be drawn in the dark theme."""
     playwright = pytest.importorskip("playwright.sync_api")
-    if not CHROMIUM.exists():
-        pytest.skip("Debian chromium is not installed (bash .ci/test installs it)")
-    store = tmp_path / "store"
-    write_run(Store(store), RunSpec())
-    port = _free_port()
-    log = tmp_path / "streamlit.log"
-    env = {**os.environ, "STABSCOPE_STORE": str(store), "STABSCOPE_NO_DEMO": "1"}
-    cmd = [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port), "--server.headless", "true"]
-    with log.open("wb") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=REPO_ROOT)
-    try:
-        url = f"http://127.0.0.1:{port}"
-        _wait_healthy(url, proc, log)
-        with playwright.sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-            page = browser.new_context(viewport=VIEWPORT, color_scheme="dark").new_page()
-            page.goto(f"{url}/ranks")
-            page.get_by_text("Outlier ranks").first.wait_for(timeout=60_000)
-            page.locator(".st-key-rk_heat .main-svg").first.wait_for(timeout=60_000)  # the heatmap, not the warm-up
-            page.locator("[data-testid='stSelectbox']").first.wait_for(timeout=30_000)  # widgets drawn too
-            page.wait_for_timeout(1000)
-            nav = page.locator('[data-testid="stSidebarNav"]').inner_text(timeout=30_000)
-            background = page.evaluate("getComputedStyle(document.querySelector('.stApp')).backgroundColor")
-            text = page.evaluate("getComputedStyle(document.querySelector('h1')).color")
-            page.screenshot(path=str(ARTIFACTS / "ranks-dark.png"))
-            browser.close()
-        assert "Decision tree" in nav and "common" not in nav.lower()
-        back, fore = (_luminance(c) for c in (background, text))
-        assert back < 0.1 < 0.7 < fore, (background, text)  # dark page, light text
-    finally:
-        proc.terminate()
-        proc.wait(30)
+    with _fresh_server(tmp_path, serve=False) as url, playwright.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        page = browser.new_context(viewport=VIEWPORT, color_scheme="dark").new_page()
+        page.goto(f"{url}/ranks")
+        page.get_by_text("Outlier ranks").first.wait_for(timeout=60_000)
+        page.locator(".st-key-rk_heat .main-svg").first.wait_for(timeout=60_000)  # the heatmap, not the warm-up
+        page.locator("[data-testid='stSelectbox']").first.wait_for(timeout=30_000)  # widgets drawn too
+        page.wait_for_timeout(1000)
+        nav = page.locator('[data-testid="stSidebarNav"]').inner_text(timeout=30_000)
+        background = page.evaluate("getComputedStyle(document.querySelector('.stApp')).backgroundColor")
+        text = page.evaluate("getComputedStyle(document.querySelector('h1')).color")
+        page.screenshot(path=str(ARTIFACTS / "ranks-dark.png"))
+        browser.close()
+    assert "Decision tree" in nav and "common" not in nav.lower()
+    back, fore = (_luminance(c) for c in (background, text))
+    assert back < 0.1 < 0.7 < fore, (background, text)  # dark page, light text
 
 
 def _luminance(css_rgb: str) -> float:
