@@ -158,7 +158,9 @@ def _grad_norm_comm_hook(state: GradNormHook, bucket: GradBucket) -> torch.futur
     future = dist.all_reduce(buffer, group=group, async_op=True).get_future()  # type: ignore[union-attr]
 
     def average(done: torch.futures.Future[list[torch.Tensor]]) -> torch.Tensor:
-        reduced = done.value()[0].div_(state.world_size)
+        reduced = done.value()[0]
+        if state.world_size > 1:  # a sum over one rank is already its mean: skip a pass over the bucket
+            reduced.div_(state.world_size)
         state._record_global(reduced)
         return reduced
 

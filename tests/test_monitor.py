@@ -274,3 +274,31 @@ def test_two_rank_ddp_norms_match_norms_computed_by_hand(tmp_path: Path) -> None
         store.read_series("ddp", "grad_norm").values, [r["clip_total_norm"] for r in records[0]], rtol=1e-12
     )
     assert math.isfinite(store.read_series("ddp", "loss").values.sum())
+
+
+def test_one_rank_ddp_hook_norms_equal_the_gradient_norm(tmp_path: Path) -> None:
+    """On one rank the all-reduce leaves the bucket as it is (the hook skips dividing by 1): local and
+    global norms are both the gradient's norm, and DDP's gradients are the plain model's."""
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    config = DemoConfig(out=tmp_path / "shards", ranks=1, steps=40).resolved()
+    source = MarkovSource(config.vocab_size, config.markov_branching, config.seed, config.markov_order)
+    tokens = torch.from_numpy(batch_tokens(config, source, 0, 0))
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/rdzv", rank=0, world_size=1)
+    try:
+        plain = build_model(config)
+        ddp = DistributedDataParallel(build_model(config))
+        ddp.module.load_state_dict(plain.state_dict())
+        monitor = StabilityMonitor(config.out, model=ddp)
+        lm_loss(plain, tokens).backward()  # type: ignore[no-untyped-call]
+        lm_loss(ddp, tokens).backward()  # type: ignore[no-untyped-call]
+        assert monitor.hook is not None
+        local, global_norm = monitor.hook.take()  # type: ignore[misc]
+        monitor.close()
+    finally:
+        dist.destroy_process_group()
+    by_hand = float(torch.cat([p.grad.double().flatten() for p in plain.parameters() if p.grad is not None]).norm())
+    assert local == global_norm == pytest.approx(by_hand, rel=1e-5)
+    for a, b in zip(plain.parameters(), ddp.module.parameters(), strict=True):
+        assert a.grad is not None and b.grad is not None and torch.equal(a.grad, b.grad)
