@@ -59,9 +59,11 @@ def import_logs(
             f"{paths[0]}: no metric records found in the {parsed.format} input ({parsed.skipped} lines skipped)"
         )
     report = store.import_parsed(name, parsed)
-    steps = parsed.table.column("step")
-    metrics = sorted({str(m) for m in parsed.table.column("metric").to_pylist()})
     import pyarrow.compute as pc
+
+    steps = parsed.table.column("step")
+    # the distinct names only: a Python string per row took ~1 s for a 9M-row log
+    metrics = sorted(str(m) for m in pc.unique(parsed.table.column("metric")).to_pylist())
 
     return [
         {
