@@ -1190,9 +1190,23 @@ _RANKB_WRITE_OPTIONS: dict[str, Any] = {
 
 
 def _parts_by_metric(table: pa.Table) -> list[tuple[str, pa.Table]]:
-    """A ``LONG_SCHEMA`` table as ``(metric, PART_SCHEMA table)`` pairs, rows kept in arrival order."""
+    """A ``LONG_SCHEMA`` table as ``(metric, PART_SCHEMA table)`` pairs, rows kept in arrival order.
+    Batches whose metric column is a one-name dictionary (as ``read_log`` builds them) are parts as
+    they are: no hashing, sorting or copying of their rows."""
     if table.num_rows == 0:
         return []
+    if pa.types.is_dictionary(table.schema.field("metric").type):
+        parts: list[tuple[str, pa.Table]] = []
+        for batch in table.to_batches():
+            metric: Any = batch.column("metric")  # a DictionaryArray
+            if len(metric.dictionary) == 1 and metric.null_count == 0:
+                parts.append((str(metric.dictionary[0]), pa.Table.from_batches([batch]).select(PART_SCHEMA.names)))
+            elif batch.num_rows:
+                decoded = pa.Table.from_batches([batch]).set_column(
+                    LONG_SCHEMA.get_field_index("metric"), "metric", metric.dictionary_decode()
+                )
+                parts.extend(_parts_by_metric(decoded))
+        return parts
     encoded = table.column("metric").combine_chunks().dictionary_encode()
     codes = encoded.indices.to_numpy(zero_copy_only=False)
     order = np.argsort(codes, kind="stable")
@@ -2473,7 +2487,14 @@ def _conform_long(table: pa.Table) -> pa.Table:
         raise StabScopeError(f"table lacks the long-form columns {missing} (expected {LONG_SCHEMA.names})")
     if "wall_time" not in table.column_names:
         table = table.append_column("wall_time", pa.nulls(table.num_rows, pa.float64()))
-    return table.select(LONG_SCHEMA.names).cast(LONG_SCHEMA)
+    schema = LONG_SCHEMA
+    metric_type = table.schema.field("metric").type
+    if pa.types.is_dictionary(metric_type) and pa.types.is_string(metric_type.value_type):
+        # read_log's dictionary column stays one (see _parts_by_metric): no string per row
+        schema = schema.set(
+            schema.get_field_index("metric"), pa.field("metric", _LONG_SCHEMA_DICT.field("metric").type)
+        )
+    return table.select(LONG_SCHEMA.names).cast(schema)
 
 
 def _finite_or_none(x: Any) -> float | None:

@@ -714,7 +714,7 @@ def parsed_summary(parsed: Any) -> pd.DataFrame:
         return pd.DataFrame(columns=columns)
     table["finite"] = table["value"].where(np.isfinite(table["value"]))
     table["nonfinite"] = ~np.isfinite(table["value"])
-    grouped = table.groupby("metric")
+    grouped = table.groupby("metric", observed=True)  # a categorical column from read_log's dictionary
     out = pd.DataFrame(
         {
             "rows": grouped.size(),

@@ -243,3 +243,60 @@ def test_rejected_records_are_counted_and_kept_in_catalog(tmp_path: Path) -> Non
     assert info.rejected == 1 and "byte" in info.rejected_examples[0]
     # Steps 0-1 and 3 survive; step 2 was in the corrupt frame (reported above, not silently lost).
     assert sorted({r[0] for r in export_rows(store, "r")}) == [0, 1, 3]
+
+
+def _long_rows() -> dict[str, list[object]]:
+    """A small long table: three metrics, two ranks, rows out of order, one key written twice."""
+    return {
+        "rank": [0, 1, 0, -1, 1, 0, -1, 0],
+        "step": [2, 1, 1, 1, 2, 3, 2, 2],
+        "metric": ["loss", "loss", "loss", "lr", "grad_norm_local", "loss", "lr", "loss"],
+        "value": [2.0, 1.5, 3.0, 0.1, 7.0, 1.0, 0.2, 2.5],
+        "wall_time": [None, None, 10.0, None, None, None, None, None],
+    }
+
+
+def test_import_of_a_dictionary_metric_column_equals_plain_strings(tmp_path: Path) -> None:
+    """read_log's tables carry the metric as a one-name dictionary per chunk; the store takes such
+    chunks as parts without decoding them, falls back for a dictionary of several names, and stores
+    exactly what the plain-string table gives (the last write of a repeated key wins)."""
+    import pyarrow as pa
+
+    from ingest.store import _parts_by_metric
+
+    plain = pa.table(_long_rows())
+    dictionary = pa.dictionary(pa.int32(), pa.string())
+    one_name_chunks = pa.concat_tables(
+        [
+            pa.Table.from_batches([batch]).set_column(
+                2,
+                "metric",
+                pa.DictionaryArray.from_arrays(
+                    pa.array(np.zeros(batch.num_rows, np.int32)), pa.array([batch.column(2)[0].as_py()])
+                ),
+            )
+            for batch in plain.slice(0, 3).to_batches() + plain.slice(3, 1).to_batches()
+        ]
+    )
+    mixed = plain.slice(4).set_column(2, "metric", plain.slice(4).column("metric").cast(dictionary))
+
+    def rows_by_metric(parts: list[tuple[str, pa.Table]]) -> dict[str, list[tuple[int, int, float]]]:
+        out: dict[str, list[tuple[int, int, float]]] = {}
+        for metric, part in parts:
+            columns = [part.column(c).to_pylist() for c in ("rank", "step", "value")]
+            out.setdefault(metric, []).extend(zip(*columns, strict=True))
+        return out
+
+    parts = _parts_by_metric(one_name_chunks) + _parts_by_metric(mixed)
+    assert rows_by_metric(parts) == rows_by_metric(_parts_by_metric(plain))
+    assert [m for m, _ in _parts_by_metric(one_name_chunks)] == ["loss", "lr"]  # one part per chunk
+    stores = {}
+    for label, table in {"plain": plain, "dictionary": pa.concat_tables([one_name_chunks, mixed])}.items():
+        store = Store(tmp_path / label)
+        store.import_table("r", table, source="test")
+        stores[label] = store
+    for metric, rank in (("loss", 0), ("loss", 1), ("lr", -1), ("grad_norm_local", 1)):
+        a, b = (s.read_series("r", metric, rank=rank) for s in stores.values())
+        np.testing.assert_array_equal(a.steps, b.steps)
+        np.testing.assert_array_equal(a.values, b.values)
+    assert stores["dictionary"].read_series("r", "loss", rank=0).values.tolist() == [3.0, 2.5, 1.0]

@@ -46,12 +46,13 @@ PARALLEL_BUILD_ROWS: Final = 1 << 20
 _COLUMN_TYPES: Final[dict[str, pa.DataType]] = {
     "rank": pa.int32(),
     "step": pa.int64(),
-    "metric": pa.string(),
+    "metric": pa.dictionary(pa.int32(), pa.string()),
     "value": pa.float64(),
     "wall_time": pa.float64(),
 }
 TABLE_SCHEMA: Final[pa.Schema] = pa.schema(_COLUMN_TYPES)
-"""The canonical long form every reader produces."""
+"""The canonical long form every reader produces. ``metric`` is dictionary-encoded, one chunk per
+metric (each chunk's dictionary holds its one name)."""
 
 
 @dataclass
@@ -375,15 +376,11 @@ def null_floats(n: int) -> Any:
 
 
 def _metric_column(n: int, code: int, names: list[str]) -> Any:
-    """``n`` copies of ``names[code]`` as a string array, built from two buffers (no n objects)."""
-    name = names[code].encode()
-    if n * len(name) < 2**31 - 1:
-        offsets: Any = np.arange(0, (n + 1) * len(name), len(name), dtype=np.int32)
-        return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(name * n)])
-    offsets = np.arange(n + 1, dtype=np.int64) * len(name)
-    return pa.Array.from_buffers(pa.large_string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(name * n)]).cast(
-        pa.string()
-    )
+    """``n`` rows of metric ``names[code]``: a one-name dictionary over zero codes. The codes are
+    calloc'd (pages mapped on first touch), so the column costs no writes; ``n`` copies of the name
+    as plain strings were 126 MB and ~10% of reading a 9M-row Megatron log."""
+    codes: Any = np.zeros(n, dtype=np.int32)  # numpy arrays are buffers
+    return pa.DictionaryArray.from_arrays(pa.array(codes), pa.array([names[code]], pa.string()))
 
 
 def _ordered_series(
