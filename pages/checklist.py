@@ -6,6 +6,9 @@ follow from the graded and ticked items (``stab_core.checklist``).
 
 from __future__ import annotations
 
+import pages  # noqa: F401  # first: a deep link's first run leaves Streamlit's pages/ mode here
+
+# isort: split
 import hashlib
 from dataclasses import replace
 from typing import Any

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import pages  # noqa: F401  # first: a deep link's first run leaves Streamlit's pages/ mode here
+
+# isort: split
 import numpy as np
 import pandas as pd  # type: ignore[import-untyped]
 import streamlit as st

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import pages  # noqa: F401  # first: a deep link's first run leaves Streamlit's pages/ mode here
+
+# isort: split
 import streamlit as st
 
 from ingest.analyses import price_run_spikes, run_step_time_s

@@ -7,6 +7,9 @@ what it cost (``priced_spikes``: the run's own step time, GPUs and price), and b
 
 from __future__ import annotations
 
+import pages  # noqa: F401  # first: a deep link's first run leaves Streamlit's pages/ mode here
+
+# isort: split
 from typing import Any
 
 import pandas as pd  # type: ignore[import-untyped]

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import pages  # noqa: F401  # first: a deep link's first run leaves Streamlit's pages/ mode here
+
+# isort: split
 from typing import Any
 
 import streamlit as st

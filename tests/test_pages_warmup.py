@@ -65,3 +65,48 @@ def test_the_warm_up_module_loads_none_of_the_pages_libraries() -> None:
     code = f"import sys, pages.warmup; print([m for m in {heavy!r} if m in sys.modules])"
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+PAGE_SCRIPTS = sorted(
+    p.stem for p in (REPO_ROOT / "pages").glob("*.py") if p.stem not in ("__init__", "common", "charts", "warmup")
+)
+
+_OLD_MODE_RUN = """
+import runpy, sys
+import streamlit as st
+from streamlit.runtime.pages_manager import PagesManager
+
+class Rerun(Exception):
+    pass
+
+def rerun(*args, **kwargs):
+    raise Rerun
+
+st.rerun = rerun
+PagesManager.uses_pages_directory = True  # a fresh `streamlit run` server, deep link to this page
+before = set(sys.modules)
+try:
+    runpy.run_path(sys.argv[1], run_name="__main__")
+except Rerun:
+    heavy = ["pandas", "pyarrow", "duckdb", "numpy", "ingest", "stab_core", "pages.common"]
+    print(sorted(m for m in heavy if m in sys.modules and m not in before))
+else:
+    print("no rerun")
+"""
+
+
+@pytest.mark.parametrize("page", PAGE_SCRIPTS)
+def test_a_deep_link_reruns_into_app_before_the_pages_libraries_load(page: str) -> None:
+    """A fresh server runs a deep-linked page alone (Streamlit's pages/ mode) until the ``pages``
+    package switches that off and reruns through app.py. Each page imports the package first, so that
+    rerun costs nothing: importing ``ingest.store`` first cost 0.3 s before app.py could ask the
+    browser for Plotly's chunk (streamlit run -> overview 3.10 -> 2.68 s in the quick bench)."""
+    assert len(PAGE_SCRIPTS) == 11
+    out = subprocess.run(
+        [sys.executable, "-c", _OLD_MODE_RUN, str(REPO_ROOT / "pages" / f"{page}.py")],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert out.stdout.strip() == "[]", out.stderr[-2000:]
