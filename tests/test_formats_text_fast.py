@@ -17,7 +17,7 @@ import pytest
 import ingest.formats.textlog as textlog
 from ingest.errors import StabScopeError
 from ingest.formats import read_log
-from ingest.formats._common import LogBuilder, _one_metric, _Piece, iter_line_chunks
+from ingest.formats._common import LogBuilder, _one_metric, _Piece, iter_line_chunks, iter_whole_lines
 from ingest.formats.megatron import MegatronDeepSpeedReader, MegatronReader
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "logs"
@@ -219,6 +219,26 @@ def test_line_chunks_are_whole_lines_with_their_numbers(tmp_path: Path, chunk_by
         assert first_line == len(got) + 1
         got.extend(chunk[:-1].split(b"\n"))
     assert got == [*lines, b"last line without newline"]
+
+
+@pytest.mark.parametrize("chunk_bytes", [1, 100, 1 << 16, 3 << 16])
+@pytest.mark.parametrize("ending", [b"", b"\n", b"\r\n"])
+def test_line_chunks_around_the_probe(tmp_path: Path, chunk_bytes: int, ending: bytes) -> None:
+    """Chunks are read at their exact size up to a newline found by a 64 KiB probe: lines longer
+    than the probe and the chunk, a newline as the last byte of a chunk, an empty file, a file
+    whose last line has no newline; every byte comes back once, with ANSI colours removed."""
+    lines = [b"a" * 70_000, b"", b"b" * (chunk_bytes - 1), b"\x1b[31mred\x1b[0m", b"c" * 200_000, b"tail"]
+    path = tmp_path / "a.log"
+    path.write_bytes(ending.join(lines) + ending if ending else b"\n".join(lines))
+    builder = LogBuilder([path])
+    chunks = list(iter_whole_lines(path, builder, chunk_bytes, first_chunk_bytes=chunk_bytes))
+    assert all(c.endswith(b"\n") for c in chunks)
+    sep = ending or b"\n"
+    assert b"".join(chunks)[: -len(sep)].split(sep) == [*lines[:3], b"red", *lines[4:]]
+    assert all(len(c) < chunk_bytes + 200_000 + 2 for c in chunks)  # at most one line past the size
+    empty = tmp_path / "empty.log"
+    empty.write_bytes(b"")
+    assert list(iter_whole_lines(empty, LogBuilder([empty]), chunk_bytes)) == []
 
 
 def test_shared_series_arrays_equal_the_general_path() -> None:

@@ -592,39 +592,53 @@ def iter_whole_lines(
     path: Path, builder: LogBuilder, chunk_bytes: int = CHUNK_BYTES, first_chunk_bytes: int = 64 * 1024
 ) -> Iterator[bytes]:
     """The chunks of :func:`iter_line_chunks` without their line numbers: each ends with a newline,
-    so a chunk's first line number is 1 + the newlines of the chunks before it."""
+    so a chunk's first line number is 1 + the newlines of the chunks before it.
+
+    Each chunk is read at its exact size: from where the last one ended to the first newline at or
+    after ``chunk_bytes`` further (found by a small read there). A block cut at its last newline
+    and joined to the partial line before it cost a copy of every chunk, holding the GIL: ~10% of
+    reading a Megatron log on the threaded path."""
     try:
         f = open(path, "rb")  # noqa: SIM115 - closed in the finally below
     except OSError as exc:
         raise open_error(path, exc) from exc
-    carry = b""
+    fd = f.fileno()
+    pos = 0
     size = min(chunk_bytes, first_chunk_bytes)
     try:
         while True:
-            block = f.read(size)
+            chunk = os.pread(fd, _line_end(fd, pos + size) - pos, pos)
             size = chunk_bytes
-            if not block:
+            if not chunk:
                 break
-            builder.advance(len(block))
-            cut = block.rfind(b"\n")
-            if cut < 0:
-                carry += block
-                continue
-            # one copy at most: the carried partial line joined to the block's whole lines
-            if carry:
-                chunk = b"".join((carry, memoryview(block)[: cut + 1]))
-            else:
-                chunk = block if cut == len(block) - 1 else block[: cut + 1]
-            carry = block[cut + 1 :]
+            pos += len(chunk)
+            builder.advance(len(chunk))
             if b"\x1b" in chunk:
                 chunk = _ANSI.sub(b"", chunk)
+            if not chunk.endswith(b"\n"):  # the file's last line has no newline (or it shrank meanwhile)
+                chunk += b"\n"
             yield chunk
-        if carry:
-            if b"\x1b" in carry:
-                carry = _ANSI.sub(b"", carry)
-            yield carry + b"\n"
+    except OSError as exc:
+        raise StabScopeError(f"cannot read file: {exc.strerror or exc}", path=str(path)) from exc
     finally:
         f.close()
+
+
+_PROBE_BYTES: Final = 64 * 1024
+
+
+def _line_end(fd: int, at: int) -> int:
+    """The offset just past the first newline at or after byte ``at - 1`` of ``fd`` (a chunk that
+    ends at ``at`` ends on a whole line when byte ``at - 1`` is one), or the end of the file."""
+    pos = at - 1
+    while True:
+        probe = os.pread(fd, _PROBE_BYTES, pos)
+        if not probe:
+            return pos
+        found = probe.find(b"\n")
+        if found >= 0:
+            return pos + found + 1
+        pos += len(probe)
 
 
 def decode_head(head: bytes) -> str:
