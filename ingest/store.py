@@ -50,6 +50,7 @@ import pyarrow.parquet as pq
 
 from ingest import queries as q
 from ingest.errors import StabScopeError
+from ingest.paths import default_store_path
 from ingest.shards import LONG_SCHEMA, PART_SCHEMA, SegmentRead, list_segments, read_segment, wide_to_long_parts
 from stab_core.metrics import RUN_RANK
 from stab_core.runview import RankMatrix, RunEvent, RunView, Series
@@ -65,15 +66,6 @@ HEATMAP_MAX_BUCKETS = 4096
 
 _RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _LOCK_RETRY_S = 20.0
-
-
-def default_store_path() -> Path:
-    """``$STABSCOPE_STORE``, else ``$XDG_DATA_HOME/stabscope/store`` (``~/.local/share/...``)."""
-    env = os.environ.get("STABSCOPE_STORE")
-    if env:
-        return Path(env).expanduser()
-    data_home = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(data_home) / "stabscope" / "store"
 
 
 def validate_run_name(name: str) -> str:

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from ingest.store import Store
+from tests.conftest import REPO_ROOT
 from tests.test_store import write_run
 
 REPO = Path(__file__).resolve().parents[1]
@@ -102,3 +104,40 @@ def test_watch_once_and_json_compact_report(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     proc = stabscope("compact", str(tmp_path / "shards"), "--run", "w", "--json", store=store)
     assert json.loads(proc.stdout)["rows"] == 0  # already folded in by watch
+
+
+@pytest.mark.slow
+def test_serve_seeds_the_demo_runs_before_it_answers(tmp_path: Path) -> None:
+    """The README's first command on a fresh store: the server process writes the demo runs (with a
+    progress bar on a terminal) before its health check answers, so the first page has them."""
+    from ingest.demo import DEMO_SEEDED_KEY
+    from tests.test_browser import _free_port, _wait_healthy
+
+    store_path, port, log = tmp_path / "store", _free_port(), tmp_path / "serve.log"
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    env.pop("STABSCOPE_NO_DEMO", None)
+    cmd = [sys.executable, "-m", "ingest", "serve", "--store", str(store_path), "--port", str(port)]
+    with log.open("wb") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=tmp_path)
+    try:
+        _wait_healthy(f"http://127.0.0.1:{port}", proc, log)
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    store = Store(store_path)
+    assert store.get_setting(DEMO_SEEDED_KEY) == "1"
+    assert {"demo-dense-1b", "s1-moe-7b-before"} <= {r.name for r in store.list_runs()}
+    assert f"StabScope on http://localhost:{port}" in log.read_text()  # (the bar is silent off a terminal)
+
+
+def test_serve_reports_a_store_it_cannot_seed_in_one_line(tmp_path: Path) -> None:
+    """A store path that is a file: the server process stops before it listens, with the CLI's one
+    paragraph error and status 2, no traceback."""
+    blocked = tmp_path / "not-a-dir"
+    blocked.write_text("a file where the store should be")
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    env.pop("STABSCOPE_NO_DEMO", None)
+    cmd = [sys.executable, "-m", "ingest", "serve", "--store", str(blocked / "store"), "--port", "1"]
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert "stabscope serve: error:" in done.stderr and "Traceback" not in done.stderr
