@@ -443,3 +443,27 @@ def test_metric_column_is_one_name_per_chunk() -> None:
     assert [n[0] for n in names] == sorted(n[0] for n in names)
     assert all(chunk.null_count == 0 and not any(chunk.indices.to_pylist()) for chunk in column.chunks)
     assert sorted(set(column.to_pylist())) == [n[0] for n in names]
+
+
+def test_line_chunks_keep_a_line_that_grows_while_it_is_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A live log: a chunk read ends at the end of the file in the middle of a line, and the writer
+    finishes that line before the next read. The line comes back whole, not cut in two."""
+    import os
+
+    path = tmp_path / "live.log"
+    path.write_bytes(b"first\nsecond half-writ")
+    real_pread = os.pread
+    reads: list[bytes] = []
+
+    def pread(fd: int, n: int, offset: int) -> bytes:
+        data = real_pread(fd, n, offset)
+        reads.append(data)
+        if data == b"second half-writ":  # the chunk itself, cut mid-line: the writer goes on now
+            with path.open("ab") as f:
+                f.write(b"ten\nthird\n")
+        return data
+
+    monkeypatch.setattr(os, "pread", pread)
+    chunks = list(iter_whole_lines(path, LogBuilder([path]), chunk_bytes=4, first_chunk_bytes=4))
+    assert b"second half-writ" in reads  # the case happened
+    assert b"".join(chunks).split(b"\n") == [b"first", b"second half-written", b"third", b""]

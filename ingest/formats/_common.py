@@ -613,10 +613,16 @@ def iter_whole_lines(
                 break
             pos += len(chunk)
             builder.advance(len(chunk))
+            while not chunk.endswith(b"\n"):  # the end of the file, mid-line: a writer may be adding to it
+                rest = os.pread(fd, _line_end(fd, pos + 1) - pos, pos)
+                if not rest:  # the file's last line has no newline
+                    chunk += b"\n"
+                    break
+                chunk += rest
+                pos += len(rest)
+                builder.advance(len(rest))
             if b"\x1b" in chunk:
                 chunk = _ANSI.sub(b"", chunk)
-            if not chunk.endswith(b"\n"):  # the file's last line has no newline (or it shrank meanwhile)
-                chunk += b"\n"
             yield chunk
     except OSError as exc:
         raise StabScopeError(f"cannot read file: {exc.strerror or exc}", path=str(path)) from exc
