@@ -64,7 +64,7 @@ def materialise(store: Store, name: str) -> None:
 def _derived_table(parts: list[tuple[str, Any, Any]]) -> pa.Table:
     import numpy as np
 
-    from ingest.shards import LONG_SCHEMA
+    from ingest.shards import LONG_SCHEMA, null_floats
 
     if not parts:
         return LONG_SCHEMA.empty_table()
@@ -77,7 +77,7 @@ def _derived_table(parts: list[tuple[str, Any, Any]]) -> pa.Table:
             "step": pa.array(steps),
             "metric": pa.array(metrics),
             "value": pa.array(values),
-            "wall_time": pa.nulls(steps.size, pa.float64()),
+            "wall_time": null_floats(steps.size),
         },
         schema=LONG_SCHEMA,
     )

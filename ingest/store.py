@@ -51,7 +51,15 @@ import pyarrow.parquet as pq
 from ingest import queries as q
 from ingest.errors import StabScopeError
 from ingest.paths import default_store_path
-from ingest.shards import LONG_SCHEMA, PART_SCHEMA, SegmentRead, list_segments, read_segment, wide_to_long_parts
+from ingest.shards import (
+    LONG_SCHEMA,
+    PART_SCHEMA,
+    SegmentRead,
+    list_segments,
+    null_floats,
+    read_segment,
+    wide_to_long_parts,
+)
 from stab_core.metrics import RUN_RANK
 from stab_core.runview import RankMatrix, RunEvent, RunView, Series
 
@@ -2478,7 +2486,7 @@ def _conform_long(table: pa.Table) -> pa.Table:
     if missing:
         raise StabScopeError(f"table lacks the long-form columns {missing} (expected {LONG_SCHEMA.names})")
     if "wall_time" not in table.column_names:
-        table = table.append_column("wall_time", pa.nulls(table.num_rows, pa.float64()))
+        table = table.append_column("wall_time", null_floats(table.num_rows))
     schema = LONG_SCHEMA
     metric_type = table.schema.field("metric").type
     if pa.types.is_dictionary(metric_type) and pa.types.is_string(metric_type.value_type):

@@ -422,7 +422,7 @@ def test_null_floats_is_all_null_and_survives_parquet(tmp_path: Path, n: int) ->
     Parquet round trip, and equal to ``pa.nulls`` (which it replaces for speed)."""
     import pyarrow.parquet as pq
 
-    from ingest.formats._common import null_floats
+    from ingest.shards import null_floats
 
     col = null_floats(n)
     col.validate(full=True)

@@ -28,6 +28,7 @@ import pyarrow.compute as _pc
 
 from ingest.errors import StabScopeError
 from ingest.formats.aliases import canonical_name, to_canonical_unit
+from ingest.shards import null_floats
 from stab_core.metrics import RUN_RANK
 from stab_core.runview import RunEvent
 
@@ -333,19 +334,19 @@ class LogBuilder:
             return TABLE_SCHEMA.empty_table()
         shared: dict[Any, Any] = {}
 
-        def build(code: int) -> tuple[list[Any], dict[int, list[tuple[int, int]]]]:
+        def build(code: int) -> tuple[list[list[Any]], dict[int, list[tuple[int, int]]]]:
             spans_of_metric: dict[int, list[tuple[int, int]]] = {}
             pieces = self._pieces.pop(names[code])
             rank, step, value, wall = _one_metric(pieces, spans_of_metric, shared)
             n = step.shape[0]
-            arrays = [
-                pa.array(rank, pa.int32()),
-                pa.array(step, pa.int64()),
-                _metric_column(n, code, names),
-                _float_column(value),
-                null_floats(n) if wall is None else pa.array(wall, pa.float64(), mask=np.isnan(wall)),
+            chunks: list[list[Any]] = [  # per column: its chunks for this metric
+                [pa.array(rank, pa.int32())],
+                [pa.array(step, pa.int64())],
+                [_metric_column(n, code, names)],
+                [pa.array(v, pa.float64()) for v in (value if isinstance(value, list) else [value])],
+                [null_floats(n) if wall is None else pa.array(wall, pa.float64(), mask=np.isnan(wall))],
             ]
-            return arrays, spans_of_metric
+            return chunks, spans_of_metric
 
         codes = range(len(names))
         if self.row_count >= PARALLEL_BUILD_ROWS and len(names) > 1 and BUILD_THREADS > 1:
@@ -362,31 +363,11 @@ class LogBuilder:
                 self.event(s0, "rollback", f"restart replayed steps {s0}-{s1}", replayed_from=s0, replayed_to=s1)
         return pa.Table.from_arrays(
             [
-                pa.chunked_array([ch for arrays, _ in built for ch in _chunks(arrays[i])], TABLE_SCHEMA.field(c).type)
+                pa.chunked_array([ch for chunks, _ in built for ch in chunks[i]], TABLE_SCHEMA.field(c).type)
                 for i, c in enumerate(TABLE_SCHEMA.names)
             ],
             schema=TABLE_SCHEMA,
         )
-
-
-def _float_column(values: Values) -> Any:
-    """A float64 column from an array, or from its pieces in order (one chunk each, no copy)."""
-    if isinstance(values, list):
-        return pa.chunked_array([pa.array(v, pa.float64()) for v in values], pa.float64())
-    return pa.array(values, pa.float64())
-
-
-def _chunks(column: Any) -> list[Any]:
-    return list(column.chunks) if isinstance(column, pa.ChunkedArray) else [column]
-
-
-def null_floats(n: int) -> Any:
-    """An all-null float64 column of ``n`` rows. ``pa.nulls`` fills its 8 bytes a row: 20-170 ms for
-    nine 1M-row columns here, the largest single cost of building a text log's table. Calloc'd zeros
-    are pages the kernel maps on first touch, and nothing reads the values under a null."""
-    bitmap: Any = np.zeros((n + 7) // 8, dtype=np.uint8)  # numpy arrays are buffers
-    data: Any = np.zeros(n)
-    return pa.Array.from_buffers(pa.float64(), n, [pa.py_buffer(bitmap), pa.py_buffer(data)], null_count=n)
 
 
 def _metric_column(n: int, code: int, names: list[str]) -> Any:
