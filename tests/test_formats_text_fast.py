@@ -416,23 +416,6 @@ def test_table_built_on_threads_equals_one_thread(monkeypatch: pytest.MonkeyPatc
     assert any(e.kind == "rollback" for e in one.events)
 
 
-@pytest.mark.parametrize("n", [0, 1, 7, 8, 9, 100_003])
-def test_null_floats_is_all_null_and_survives_parquet(tmp_path: Path, n: int) -> None:
-    """The wall-time column of a log without times: every row null, NaN in numpy, null after a
-    Parquet round trip, and equal to ``pa.nulls`` (which it replaces for speed)."""
-    import pyarrow.parquet as pq
-
-    from ingest.shards import null_floats
-
-    col = null_floats(n)
-    col.validate(full=True)
-    assert (len(col), col.null_count, col.type) == (n, n, pa.float64())
-    assert col.equals(pa.nulls(n, pa.float64()))
-    assert np.isnan(col.to_numpy(zero_copy_only=False)).sum() == n
-    pq.write_table(pa.table({"wall_time": col}), tmp_path / "w.parquet")
-    assert pq.read_table(tmp_path / "w.parquet").column("wall_time").null_count == n
-
-
 def test_metric_column_is_one_name_per_chunk() -> None:
     """The long table's metric column: one chunk per metric, each a dictionary holding that one
     name over zero codes (what the store takes as a part without decoding), in name order."""

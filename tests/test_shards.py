@@ -5,9 +5,12 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
-from ingest.shards import HEADER, ShardWriter, list_segments, read_segment, wide_to_long
+from ingest.shards import HEADER, ShardWriter, list_segments, null_floats, read_segment, wide_to_long
 
 
 def _long_rows(path: Path, offset: int = 0) -> list[tuple[int, int, str, float]]:
@@ -103,3 +106,16 @@ def test_restarted_writer_opens_a_new_segment(tmp_path: Path) -> None:
     with ShardWriter(tmp_path, rank=1) as b:
         b.write(1, {"loss": 1.0})
     assert a.path != b.path and len(list_segments(tmp_path)) == 2
+
+
+@pytest.mark.parametrize("n", [0, 1, 7, 8, 9, 100_003])
+def test_null_floats_is_all_null_and_survives_parquet(tmp_path: Path, n: int) -> None:
+    """A wall-time column where none was logged: every row null, NaN in numpy, null after a
+    Parquet round trip, and equal to ``pa.nulls`` (which it replaces for speed)."""
+    col = null_floats(n)
+    col.validate(full=True)
+    assert (len(col), col.null_count, col.type) == (n, n, pa.float64())
+    assert col.equals(pa.nulls(n, pa.float64()))
+    assert np.isnan(col.to_numpy(zero_copy_only=False)).sum() == n
+    pq.write_table(pa.table({"wall_time": col}), tmp_path / "w.parquet")
+    assert pq.read_table(tmp_path / "w.parquet").column("wall_time").null_count == n
