@@ -11,9 +11,10 @@ torch import.
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -104,8 +105,17 @@ class ClipRecord:
 # --------------------------------------------------------------------------------------------------
 
 
-def _grads(parameters: torch.Tensor | Iterable[torch.Tensor]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-    """(parameters, their gradients) for the parameters that have a gradient (one pass)."""
+class _Gradients(NamedTuple):
+    """The parameters that have a gradient, their gradients, and (when the gradients tile whole
+    storages, see :func:`_flat_buffers`) those storages as flat tensors, else None."""
+
+    params: list[torch.Tensor]
+    grads: list[torch.Tensor]
+    flat: list[torch.Tensor] | None
+
+
+def _grads(parameters: torch.Tensor | Iterable[torch.Tensor]) -> _Gradients:
+    """The parameters with a gradient and their gradients (one pass), and their flat buffers."""
     import torch
 
     params: list[torch.Tensor] = []
@@ -115,7 +125,7 @@ def _grads(parameters: torch.Tensor | Iterable[torch.Tensor]) -> tuple[list[torc
         if g is not None:
             params.append(p)
             grads.append(g)
-    return params, grads
+    return _Gradients(params, grads, _flat_buffers(grads) if grads else None)
 
 
 def global_grad_norm(parameters: torch.Tensor | Iterable[torch.Tensor]) -> float:
@@ -126,8 +136,7 @@ def global_grad_norm(parameters: torch.Tensor | Iterable[torch.Tensor]) -> float
     shards' contributions across the mesh (one collective per mesh). Returns 0.0 when no parameter
     has a gradient. Costs one device-to-host sync.
     """
-    _, grads = _grads(parameters)
-    return _norm_of(grads)
+    return _norm_of(_grads(parameters))
 
 
 def _uniform_plain(grads: list[torch.Tensor]) -> bool:
@@ -141,16 +150,106 @@ def _uniform_plain(grads: list[torch.Tensor]) -> bool:
     return all(type(g) is plain and g.device == device and g.dtype == dtype for g in grads)
 
 
-def _norm_of(grads: list[torch.Tensor]) -> float:
+class _FlatLayout(NamedTuple):
+    """The last gradients :func:`_flat_buffers` found tiling their storages (held weakly, so a model
+    that is gone is not kept alive), and for each storage the index of a gradient on it and its size
+    in elements."""
+
+    grads: tuple[weakref.ref[torch.Tensor], ...]
+    owners: tuple[tuple[int, int], ...]
+
+
+_last_flat_layout: _FlatLayout | None = None
+
+
+def _flat_buffers(grads: list[torch.Tensor]) -> list[torch.Tensor] | None:
+    """The storages that the (uniform, plain) gradients tile exactly, each as one flat tensor; None
+    when any gradient is not such a tile (its own tensor, strided, overlapping, or sharing its storage
+    with anything that is not one of these gradients).
+
+    DDP with ``gradient_as_bucket_view=True`` keeps every gradient as a view of a few flat buckets
+    (contiguous gradient buffers such as Megatron's do the same): one kernel per bucket then does
+    what one kernel per tensor did. Exact tiling is required, so scaling a buffer scales these
+    gradients and nothing else. The layout found is remembered: DDP hands out the same view tensors
+    every step, so the next call only checks that they are the same objects.
+    """
+    global _last_flat_layout
+    last = _last_flat_layout
+    if last is not None and _same_tensors(last, grads):
+        owners = last.owners
+    else:
+        found = _tiled_storages(grads) if _uniform_plain(grads) else None
+        if found is None:
+            return None
+        owners = found
+        _last_flat_layout = _FlatLayout(tuple(weakref.ref(g) for g in grads), owners)
+    return [grads[index].as_strided((numel,), (1,), 0) for index, numel in owners]
+
+
+def _same_tensors(layout: _FlatLayout, grads: list[torch.Tensor]) -> bool:
+    """``grads`` are the very tensor objects the layout was found for."""
+    return len(layout.grads) == len(grads) and all(ref() is g for ref, g in zip(layout.grads, grads, strict=True))
+
+
+def _tiled_storages(grads: list[torch.Tensor]) -> tuple[tuple[int, int], ...] | None:
+    """For each storage the gradients tile exactly: (index of a gradient on it, its size in elements)."""
+    spans: dict[int, list[tuple[int, int]]] = {}
+    owner_of: dict[int, int] = {}
+    for index, g in enumerate(grads):
+        if not g.is_contiguous():
+            return None
+        storage = g.untyped_storage()
+        key = storage.data_ptr()
+        if key not in owner_of:
+            if storage.nbytes() == g.numel() * g.element_size():  # a tensor of its own: no gain
+                return None
+            owner_of[key] = index
+        spans.setdefault(key, []).append((int(g.storage_offset()), g.numel()))
+    owners: list[tuple[int, int]] = []
+    for key, tiles in spans.items():
+        tiles.sort()
+        end = 0
+        for offset, numel in tiles:
+            if offset != end:
+                return None
+            end += numel
+        owner = grads[owner_of[key]]
+        if end * owner.element_size() != owner.untyped_storage().nbytes():
+            return None
+        owners.append((owner_of[key], end))
+    return tuple(owners)
+
+
+def _norm_of(gradients: _Gradients) -> float:
     import torch
 
+    grads = gradients.grads
     if not grads:
         return 0.0
+    if gradients.flat is not None:
+        return _flat_norm(gradients.flat, grads[0].dtype)
     if _uniform_plain(grads):
         # What torch.nn.utils.get_total_norm computes here (per-tensor norms, then the norm of
         # their stack), without its regrouping by device and dtype and its per-norm .to() copies.
         return float(torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)), 2.0))
     return _mixed_norm_of(grads)
+
+
+def _flat_norm(buffers: list[torch.Tensor], dtype: torch.dtype) -> float:
+    """The L2 norm of the gradients held in flat buffers, accumulated in float64 and then rounded to
+    the gradients' dtype, as torch's norm is.
+
+    Why float64: DDP lays its buckets out anew after the first iteration (in the order gradients became
+    ready), so a run resumed from a checkpoint meets a different layout at its first step than the
+    uninterrupted run did. A float32 sum depends on that layout at ~1e-7; the float64 sum at ~1e-14,
+    which the rounding to float32 removes (unless the two sums straddle a float32 rounding boundary,
+    odds ~1e-6 per resume), so ZClip's statistics stay bit-identical across a resume.
+    """
+    import torch
+
+    norms = [torch.linalg.vector_norm(b, 2.0, dtype=torch.float64) for b in buffers]
+    total = norms[0] if len(norms) == 1 else torch.linalg.vector_norm(torch.stack(norms), 2.0)
+    return float(total.to(dtype))
 
 
 def _mixed_norm_of(grads: list[torch.Tensor]) -> float:
@@ -185,9 +284,14 @@ def _scalar_clip_coef(norm: float, max_norm: float) -> float:
     return coef if coef < 1.0 or coef != coef else 1.0
 
 
-def _scale(grads: list[torch.Tensor], coef: float) -> None:
+def _scale(gradients: _Gradients, coef: float) -> None:
     import torch
 
+    grads = gradients.grads
+    if gradients.flat is not None:
+        for buffer in gradients.flat:  # the buffers hold exactly these gradients: the same mul_
+            buffer.mul_(coef)
+        return
     if _uniform_plain(grads) and grads[0].dtype in (torch.float32, torch.float64):
         # Bit-identical to g.mul_(coef) in these dtypes; for bf16/fp16 mul_ rounds the scalar to the
         # tensor's dtype first and _foreach_mul_ does not, so those keep the loop.
@@ -208,21 +312,19 @@ def _first_nonfinite(grads: list[torch.Tensor]) -> str:
     return "every gradient is finite here: the sum of squares overflowed, or another shard holds the NaN"
 
 
-def _handle_nonfinite(
-    params: list[torch.Tensor], grads: list[torch.Tensor], total_norm: float, policy: str, limit: float
-) -> ClipRecord | None:
+def _handle_nonfinite(gradients: _Gradients, total_norm: float, policy: str, limit: float) -> ClipRecord | None:
     """Apply the non-finite policy; None when the norm is finite or the policy is ``clip``."""
     if math.isfinite(total_norm) or policy == "clip":
         return None
     if policy == "raise":
         raise NonFiniteGradientError(
-            f"global gradient norm is {total_norm} ({_first_nonfinite(grads)}); "
+            f"global gradient norm is {total_norm} ({_first_nonfinite(gradients.grads)}); "
             "the optimizer step would write NaN/inf into the weights"
         )
     # Dropping the gradients (grad = None) makes every torch optimizer leave these parameters and
     # their moments untouched; zeroed gradients would still move AdamW weights through momentum
     # and weight decay.
-    for p in params:
+    for p in gradients.params:
         p.grad = None
     return ClipRecord(total_norm, 0.0, 0.0, False, True, limit)
 
@@ -240,18 +342,23 @@ def clip_grad_norm(
     :class:`NonFiniteGradientError`; ``clip`` does what torch does (scales by a NaN or 0
     coefficient). Works under DDP (gradients are already all-reduced) and FSDP2 / DTensor (see
     :func:`global_grad_norm`); the norm is global, so every rank takes the same decision.
+
+    Cheapest with DDP's ``gradient_as_bucket_view=True``: the gradients then tile DDP's buckets, and
+    each bucket takes one norm (summed in float64, so the result does not depend on how DDP lays the
+    bucket out) and one multiply. Pass a parameter list made once: ``model.parameters()`` walks the
+    module tree on every call.
     """
     _require_max_norm(max_norm)
     _require_policy(nonfinite)
-    params, grads = _grads(parameters)
-    total_norm = _norm_of(grads)
-    handled = _handle_nonfinite(params, grads, total_norm, nonfinite, max_norm)
+    gradients = _grads(parameters)
+    total_norm = _norm_of(gradients)
+    handled = _handle_nonfinite(gradients, total_norm, nonfinite, max_norm)
     if handled is not None:
         return handled
     coef = _scalar_clip_coef(total_norm, max_norm)
     clipped = coef < 1.0 or math.isnan(coef)
     if clipped:
-        _scale(grads, coef)
+        _scale(gradients, coef)
     return ClipRecord(total_norm, total_norm * coef, coef, clipped, False, max_norm)
 
 
@@ -346,10 +453,10 @@ class ZClip:
 
     def clip(self, parameters: torch.Tensor | Iterable[torch.Tensor]) -> ClipRecord:
         """Clip the gradients in place (call after backward, before ``optimizer.step()``)."""
-        params, grads = _grads(parameters)
-        total_norm = _norm_of(grads)
+        gradients = _grads(parameters)
+        total_norm = _norm_of(gradients)
         fixed_limit = math.inf if self.max_norm is None else self.max_norm
-        handled = _handle_nonfinite(params, grads, total_norm, self.nonfinite, fixed_limit)
+        handled = _handle_nonfinite(gradients, total_norm, self.nonfinite, fixed_limit)
         if handled is not None:
             return handled
         limit, z = fixed_limit, math.nan
@@ -358,7 +465,7 @@ class ZClip:
         coef = _scalar_clip_coef(total_norm, limit)
         clipped = coef < 1.0 or math.isnan(coef)
         if clipped:
-            _scale(grads, coef)
+            _scale(gradients, coef)
         return ClipRecord(total_norm, total_norm * coef, coef, clipped, False, limit, z)
 
     def _observe(self, total_norm: float, fixed_limit: float) -> tuple[float, float]:

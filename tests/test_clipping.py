@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import math
 import re
+import weakref
 from dataclasses import astuple
 from pathlib import Path
 
@@ -16,6 +18,7 @@ from stab_core.clipping import (
     ClipRecord,
     NonFiniteGradientError,
     ZClip,
+    _grads,
     clip_coef,
     clip_grad_norm,
     clipping_stats,
@@ -196,6 +199,127 @@ def test_fast_path_is_bit_identical_to_the_reference(dtypes: tuple[torch.dtype, 
         assert record.clipped == (record.clip_coef < 1.0)
         for got, want in zip(ours, expected_grads, strict=True):
             assert torch.equal(got, want)
+
+
+# ---------------------------------------------------------------- gradients that tile flat buffers
+
+FLAT_SHAPES = [(64, 32), (32,), (7, 5, 3), (1,), (300,), (17, 40), (40,)]
+
+
+def _flat_layout(values: list[torch.Tensor], order: list[int]) -> tuple[list[torch.nn.Parameter], torch.Tensor]:
+    """Parameters whose gradients are views of one flat buffer, laid out in ``order`` (as DDP's
+    ``gradient_as_bucket_view`` buckets are, first in parameter order, then in the order the
+    gradients became ready)."""
+    buffer = torch.empty(sum(v.numel() for v in values))
+    offsets, at = {}, 0
+    for index in order:
+        offsets[index], at = at, at + values[index].numel()
+    params = []
+    for index, value in enumerate(values):
+        p = torch.nn.Parameter(torch.zeros(value.shape))
+        view = buffer[offsets[index] : offsets[index] + value.numel()].view(value.shape)
+        view.copy_(value)
+        p.grad = view
+        params.append(p)
+    return params, buffer
+
+
+def _flat_values(seed: int) -> list[torch.Tensor]:
+    generator = torch.Generator().manual_seed(seed)
+    return [torch.randn(shape, generator=generator) * 0.3 for shape in FLAT_SHAPES]
+
+
+@pytest.mark.parametrize("max_norm", [1e-3, 1.0, 1e6])
+def test_flat_buffer_path_gives_the_rounded_exact_norm_and_torchs_multiply(max_norm: float) -> None:
+    values = _flat_values(0)
+    params, buffer = _flat_layout(values, list(range(len(values))))
+    assert _grads(params).flat is not None
+    record = clip_grad_norm(params, max_norm)
+    exact = torch.cat([v.double().flatten() for v in values]).norm()
+    assert record.total_norm == float(exact.to(torch.float32))  # float64 sum, rounded once
+    assert record.clip_coef == float(clip_coef(record.total_norm, max_norm))
+    assert record.clipped == (max_norm < 1e6)
+    for p, value in zip(params, values, strict=True):
+        want = value.clone()
+        if record.clipped:
+            want.mul_(record.clip_coef)
+        assert torch.equal(p.grad, want)
+    assert buffer.data_ptr() == params[0].grad.data_ptr()  # scaled in place, still DDP's bucket
+
+
+def test_flat_norm_is_the_same_in_every_layout() -> None:
+    """DDP lays its bucket out anew after the first step, so a resumed run meets another layout at its
+    first step than the uninterrupted run did; the norm and ZClip's state must not notice. A float32
+    sum over the buffer does notice: the check has teeth."""
+    values = _flat_values(1)
+    in_order = list(range(len(values)))
+    orders = [in_order, in_order[::-1], [3, 0, 6, 2, 5, 1, 4], [6, 4, 2, 0, 1, 3, 5]]
+    norms, float32_sums, states = set(), set(), set()
+    for order in orders:
+        clipper = ZClip(warmup_steps=2)
+        for _ in range(4):
+            params, buffer = _flat_layout(values, order)
+            record = clipper.clip(params)
+        norms.add(record.total_norm)
+        float32_sums.add(float(buffer.square().sum()))
+        states.add(json.dumps(clipper.state_dict()))
+    assert len(norms) == 1 and len(states) == 1
+    assert len(float32_sums) > 1
+
+
+def test_a_subset_of_a_shared_buffer_is_clipped_alone() -> None:
+    """Clipping some of the gradients in a buffer must scale those and leave the rest untouched."""
+    values = _flat_values(2)
+    params, _ = _flat_layout(values, list(range(len(values))))
+    kept = [p.grad.clone() for p in params[4:]]
+    assert _grads(params[:4]).flat is None
+    record = clip_grad_norm(params[:4], 1e-3)
+    assert record.total_norm == pytest.approx(float(torch.cat([v.flatten() for v in values[:4]]).norm()), rel=1e-6)
+    for p, value in zip(params[:4], values[:4], strict=True):
+        assert torch.equal(p.grad, value * record.clip_coef)
+    for p, before in zip(params[4:], kept, strict=True):
+        assert torch.equal(p.grad, before)
+
+
+@pytest.mark.parametrize("layout", ["gap", "strided", "own tensors"])
+def test_gradients_that_do_not_tile_a_buffer_take_the_per_tensor_path(layout: str) -> None:
+    values = _flat_values(3)
+    if layout == "own tensors":
+        params = _params_with_grads(*[v.flatten().tolist() for v in values])
+    else:
+        params, buffer = _flat_layout(values, list(range(len(values))))
+        if layout == "gap":  # the last gradient moves one element along: the buffer is not tiled
+            buffer2 = torch.zeros(buffer.numel() + 1)
+            buffer2[: buffer.numel()] = buffer
+            last = values[-1].numel()
+            params[-1].grad = buffer2[buffer.numel() - last + 1 :].view(values[-1].shape)
+            values[-1] = params[-1].grad.clone()
+        else:
+            params[2].grad = torch.randn(5, 7, 3).transpose(0, 1)  # (7, 5, 3), not contiguous
+            values[2] = params[2].grad.clone()
+    assert _grads(params).flat is None
+    record = clip_grad_norm(params, 1e-3)
+    assert record.total_norm == pytest.approx(float(torch.cat([v.double().flatten() for v in values]).norm()), rel=1e-6)
+    for p, value in zip(params, values, strict=True):
+        torch.testing.assert_close(p.grad.reshape(value.shape), value * record.clip_coef, rtol=0, atol=0)
+
+
+def test_the_remembered_layout_follows_new_gradients_and_keeps_nothing_alive() -> None:
+    values = _flat_values(4)
+    first, _ = _flat_layout(values, list(range(len(values))))
+    clip_grad_norm(first, 1e6)
+    # the same parameters, new gradient tensors in another layout (DDP's rebuilt bucket)
+    second, buffer = _flat_layout(values, list(reversed(range(len(values)))))
+    for p, new in zip(first, second, strict=True):
+        p.grad = new.grad
+    record = clip_grad_norm(first, 1e-3)
+    for p, value in zip(first, values, strict=True):
+        assert torch.equal(p.grad, value * record.clip_coef)
+    assert buffer.abs().sum() < torch.cat([v.flatten() for v in values]).abs().sum()  # the new buffer was scaled
+    alive = weakref.ref(buffer)
+    del first, second, buffer, p, new
+    gc.collect()
+    assert alive() is None
 
 
 def test_scalar_coefficient_is_the_array_formula() -> None:

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import torch
 
-from stab_core.clipping import ZClip, clip_coef, clip_grad_norm
+from stab_core.clipping import ZClip, _grads, clip_coef, clip_grad_norm
 from tests.gloo import run_on_gloo
 
 pytestmark = pytest.mark.slow  # each group of two spawned torch processes takes ~3 s
@@ -47,11 +47,16 @@ def _loss(model: torch.nn.Module, inputs: torch.Tensor) -> torch.Tensor:
     return output.pow(2).mean()
 
 
-def _ddp_clip(rank: int) -> dict[str, Any]:
-    model = torch.nn.parallel.DistributedDataParallel(_model())
+def _ddp_clip(rank: int, bucket_view: bool = False) -> dict[str, Any]:
+    model = torch.nn.parallel.DistributedDataParallel(_model(), gradient_as_bucket_view=bucket_view)
     _backward(_loss(model, _rank_slice(_batch(), rank)))
+    flat = _grads(model.parameters()).flat
     record = clip_grad_norm(model.parameters(), MAX_NORM)
-    return {"record": astuple(record), "grads": [p.grad.clone() for p in model.parameters() if p.grad is not None]}
+    return {
+        "record": astuple(record),
+        "grads": [p.grad.clone() for p in model.parameters() if p.grad is not None],
+        "flat_buffers": None if flat is None else len(flat),
+    }
 
 
 def _ddp_nan_skip(rank: int) -> dict[str, Any]:
@@ -98,7 +103,12 @@ def _ddp_zclip(rank: int) -> dict[str, Any]:
 
 
 def _ddp_worker(rank: int, out_dir: str) -> None:
-    results = {"ddp_clip": _ddp_clip(rank), "ddp_nan_skip": _ddp_nan_skip(rank), "ddp_zclip": _ddp_zclip(rank)}
+    results = {
+        "ddp_clip": _ddp_clip(rank),
+        "ddp_bucket_view_clip": _ddp_clip(rank, bucket_view=True),
+        "ddp_nan_skip": _ddp_nan_skip(rank),
+        "ddp_zclip": _ddp_zclip(rank),
+    }
     torch.save(results, Path(out_dir) / f"ddp-rank{rank}.pt")
 
 
@@ -133,9 +143,9 @@ def _single_process_reference() -> tuple[float, list[torch.Tensor]]:
     return norm, [g * coef for g in grads]
 
 
-@pytest.mark.parametrize("scenario", ["ddp_clip", "fsdp2_clip"])
+@pytest.mark.parametrize("scenario", ["ddp_clip", "ddp_bucket_view_clip", "fsdp2_clip"])
 def test_clipped_gradients_match_a_single_process(request: pytest.FixtureRequest, scenario: str) -> None:
-    rank_results = request.getfixturevalue("ddp_results" if scenario == "ddp_clip" else "fsdp2_results")
+    rank_results = request.getfixturevalue("fsdp2_results" if scenario == "fsdp2_clip" else "ddp_results")
     norm, expected = _single_process_reference()
     assert norm > MAX_NORM, "the test must exercise clipping"
     for result in rank_results:
@@ -145,6 +155,14 @@ def test_clipped_gradients_match_a_single_process(request: pytest.FixtureRequest
         assert post_norm == pytest.approx(MAX_NORM, rel=1e-4)
         for got, want in zip(result[scenario]["grads"], expected, strict=True):
             torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-8)
+
+
+def test_bucket_view_gradients_are_clipped_as_one_flat_buffer(ddp_results: list[dict[str, Any]]) -> None:
+    """With gradient_as_bucket_view the gradients tile DDP's bucket: the clipper takes the flat path
+    (one norm and one multiply per bucket); DDP's own per-tensor gradients do not tile anything."""
+    for result in ddp_results:
+        assert result["ddp_bucket_view_clip"]["flat_buffers"] == 1
+        assert result["ddp_clip"]["flat_buffers"] is None
 
 
 def test_a_nan_on_one_rank_is_skipped_on_every_rank(ddp_results: list[dict[str, Any]]) -> None:
