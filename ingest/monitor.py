@@ -149,18 +149,24 @@ def _l2(norms: list[float]) -> float:
 
 def _grad_norm_comm_hook(state: GradNormHook, bucket: GradBucket) -> torch.futures.Future[torch.Tensor]:
     """Average the bucket across ranks (DDP does not pre-divide for a custom hook), measuring it on
-    both sides of the all-reduce."""
+    both sides of the all-reduce (on one rank there is nothing to reduce)."""
+    import torch
     import torch.distributed as dist
 
     buffer = bucket.buffer()
     state._record_local(buffer, bucket.is_last())
+    if state.world_size == 1:
+        # The mean over one rank is the bucket itself: no collective, no Python callback, and its
+        # global norm is the local one. DDP's default hook would still all-reduce it.
+        state._global.append(state._local[-1])
+        done: torch.futures.Future[torch.Tensor] = torch.futures.Future()
+        done.set_result(buffer)
+        return done
     group = state.process_group if state.process_group is not None else dist.group.WORLD
     future = dist.all_reduce(buffer, group=group, async_op=True).get_future()  # type: ignore[union-attr]
 
     def average(done: torch.futures.Future[list[torch.Tensor]]) -> torch.Tensor:
-        reduced = done.value()[0]
-        if state.world_size > 1:  # a sum over one rank is already its mean: skip a pass over the bucket
-            reduced.div_(state.world_size)
+        reduced = done.value()[0].div_(state.world_size)
         state._record_global(reduced)
         return reduced
 

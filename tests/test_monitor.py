@@ -276,9 +276,11 @@ def test_two_rank_ddp_norms_match_norms_computed_by_hand(tmp_path: Path) -> None
     assert math.isfinite(store.read_series("ddp", "loss").values.sum())
 
 
-def test_one_rank_ddp_hook_norms_equal_the_gradient_norm(tmp_path: Path) -> None:
-    """On one rank the all-reduce leaves the bucket as it is (the hook skips dividing by 1): local and
-    global norms are both the gradient's norm, and DDP's gradients are the plain model's."""
+@pytest.mark.parametrize("bucket_view", [False, True])
+def test_one_rank_ddp_hook_norms_equal_the_gradient_norm(tmp_path: Path, bucket_view: bool) -> None:
+    """On one rank the hook hands DDP its bucket back without a collective: local and global norms
+    are both the gradient's norm, and DDP's gradients (copied out of the bucket, or views of it) are
+    the plain model's."""
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
 
@@ -288,7 +290,7 @@ def test_one_rank_ddp_hook_norms_equal_the_gradient_norm(tmp_path: Path) -> None
     dist.init_process_group("gloo", init_method=f"file://{tmp_path}/rdzv", rank=0, world_size=1)
     try:
         plain = build_model(config)
-        ddp = DistributedDataParallel(build_model(config))
+        ddp = DistributedDataParallel(build_model(config), gradient_as_bucket_view=bucket_view)
         ddp.module.load_state_dict(plain.state_dict())
         monitor = StabilityMonitor(config.out, model=ddp)
         lm_loss(plain, tokens).backward()  # type: ignore[no-untyped-call]
