@@ -231,6 +231,9 @@ def test_measure_overhead_reports_consistent_timings() -> None:
     assert result["overhead_s"] == pytest.approx(result["monitored_step_s"] - result["bare_step_s"])
     assert 0 < result["monitor_log_s"] < result["monitored_step_s"]
     assert 0 < result["clip_s"] < result["monitored_step_s"]
+    assert result["clip_and_log_pct"] == pytest.approx(
+        100 * (result["clip_s"] + result["monitor_log_s"]) / result["bare_step_s"]
+    )
     assert result["overhead_pct"] == pytest.approx(100 * result["overhead_s"] / result["bare_step_s"])
     torch_clip = result["torch_clip_step_s"]
     assert torch_clip > 0 and result["overhead_vs_torch_clip_pct"] == pytest.approx(
