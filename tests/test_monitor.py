@@ -276,6 +276,45 @@ def test_two_rank_ddp_norms_match_norms_computed_by_hand(tmp_path: Path) -> None
     assert math.isfinite(store.read_series("ddp", "loss").values.sum())
 
 
+LATE_RANK_DELAY_S = 1.5
+LOSS_STEPS = 4
+
+
+def _late_rank_worker(rank: int, out: str) -> None:
+    """Rank 1 logs each step 1.5 s after rank 0; rank 0 records how long its own ``log`` calls took
+    and what its records say the cross-rank loss mean is."""
+    losses = [[1.0, 2.0, 4.0, 8.0], [3.0, 5.0, 0.5, 0.25]][rank]
+    took, means = [], []
+    with StabilityMonitor(Path(out) / "shards") as monitor:
+        records = []
+        for step, loss in enumerate(losses):
+            if rank == 1:
+                time.sleep(LATE_RANK_DELAY_S)
+            start = time.perf_counter()
+            records.append(monitor.log(step, loss=loss))
+            took.append(time.perf_counter() - start)
+        means = [r.run_metrics["loss"] for r in records]  # waits for the reductions now
+    Path(f"{out}/late-{rank}.json").write_text(json.dumps({"took": took, "means": means}))
+
+
+@pytest.mark.slow
+def test_log_does_not_wait_for_the_other_ranks_loss(tmp_path: Path) -> None:
+    """The cross-rank loss mean is all-reduced without blocking ``log``: a rank that is 1.5 s behind
+    does not hold the others up there (a blocking all-reduce made every call wait for it), and every
+    step's mean still reaches the run-level row, the last one when the monitor closes."""
+    run_on_gloo(_late_rank_worker, 2, tmp_path, str(tmp_path))
+    first = json.loads((tmp_path / "late-0.json").read_text())
+    assert max(first["took"]) < LATE_RANK_DELAY_S / 3
+    assert first["means"] == [2.0, 3.5, 2.25, 4.125]
+    store = Store(tmp_path / "store")
+    store.compact("late", tmp_path / "shards")
+    series = store.read_series("late", "loss")
+    np.testing.assert_array_equal(series.steps, np.arange(LOSS_STEPS))
+    np.testing.assert_array_equal(series.values, first["means"])
+    rank_one = store.read_series("late", "loss", rank=1)
+    np.testing.assert_array_equal(rank_one.values, [3.0, 5.0, 0.5, 0.25])
+
+
 @pytest.mark.parametrize("bucket_view", [False, True])
 def test_one_rank_ddp_hook_norms_equal_the_gradient_norm(tmp_path: Path, bucket_view: bool) -> None:
     """On one rank the hook hands DDP its bucket back without a collective: local and global norms
