@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import math
 import os
 import statistics
@@ -588,11 +589,12 @@ def add_cli(add: Callable[..., argparse.ArgumentParser]) -> None:
 # --------------------------------------------------------------------------------------------------
 
 
-def measure_overhead(steps: int = 200) -> dict[str, float]:
+def measure_overhead(steps: int = 200, ranks: int = 1) -> dict[str, float]:
     """Per-step cost of the StabilityMonitor (with its DDP hook) plus clipping on the demo model.
 
-    Three single-rank DDP models (gloo, one thread) from the same initial weights train on the same
-    batches for ``steps`` steps, interleaved step by step (the order rotates every step) so that
+    Three DDP models (gloo, one thread a rank; one rank, or ``ranks`` spawned processes, each timing
+    its own loops, rank 0's times reported) from the same initial weights train on the same batches
+    for ``steps`` steps, interleaved step by step (the order rotates every step) so that
     background load hits all alike: a bare loop (DDP's default all-reduce, no clipping); the bare
     loop plus ``torch.nn.utils.clip_grad_norm_`` (what a user clips with without StabScope); and the
     monitored loop: ``clip_grad_norm`` + the monitor's hook + ``StabilityMonitor.log`` (shards to a
@@ -609,23 +611,52 @@ def measure_overhead(steps: int = 200) -> dict[str, float]:
     The first 10 % of steps (allocator, DDP bucket set-up) are left out. Needs no process group to
     exist yet.
     """
-    import torch
     import torch.distributed as dist
 
     if steps < 10:
         raise StabScopeError(f"measure_overhead needs at least 10 steps, got {steps}")
+    if not 1 <= ranks <= 8:
+        raise StabScopeError(f"measure_overhead runs 1 to 8 ranks, got {ranks}")
     if dist.is_initialized():
-        raise StabScopeError("measure_overhead starts its own one-rank process group; call it outside one")
+        raise StabScopeError("measure_overhead starts its own process group; call it outside one")
+    with tempfile.TemporaryDirectory(prefix="stabscope-overhead-") as tmp:
+        if ranks == 1:
+            times = _overhead_rank(0, 1, tmp, steps)
+        else:
+            from torch.multiprocessing.spawn import spawn
+
+            with _single_threaded_children():
+                spawn(_overhead_rank_main, args=(ranks, tmp, steps), nprocs=ranks, join=True)  # type: ignore[no-untyped-call]
+            times = json.loads((Path(tmp) / "times.json").read_text())
+    return _overhead_summary(times, steps) | {"ranks": float(ranks)}
+
+
+def _overhead_rank(rank: int, ranks: int, tmp: str, steps: int) -> dict[str, list[float]]:
+    """One rank of :func:`measure_overhead`: its loops' step times (s)."""
+    import torch
+    import torch.distributed as dist
+
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
-    with tempfile.TemporaryDirectory(prefix="stabscope-overhead-") as tmp:
-        dist.init_process_group("gloo", init_method=f"file://{tmp}/rdzv", rank=0, world_size=1)
-        try:
-            config = DemoConfig(out=Path(tmp) / "shards", ranks=1, steps=max(steps, 40)).resolved()
-            times = _interleaved_loops(config, steps)
-        finally:
-            dist.destroy_process_group()
-            torch.set_num_threads(threads)
+    dist.init_process_group("gloo", init_method=f"file://{tmp}/rdzv", rank=rank, world_size=ranks)
+    try:
+        config = DemoConfig(out=Path(tmp) / "shards", ranks=ranks, steps=max(steps, 40)).resolved()
+        return _interleaved_loops(config, steps)
+    finally:
+        dist.destroy_process_group()
+        torch.set_num_threads(threads)
+
+
+def _overhead_rank_main(rank: int, ranks: int, tmp: str, steps: int) -> None:
+    times = _overhead_rank(rank, ranks, tmp, steps)
+    if rank == 0:
+        (Path(tmp) / "times.json").write_text(json.dumps(times))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)  # as _rank_main: no interpreter teardown after the work is saved
+
+
+def _overhead_summary(times: dict[str, list[float]], steps: int) -> dict[str, float]:
     warm = max(steps // 10, 5)
     kept = {name: values[warm:] for name, values in times.items()}
     median = {name: statistics.median(values) for name, values in kept.items()}

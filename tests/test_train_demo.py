@@ -225,9 +225,10 @@ def test_a_killed_run_resumes_on_the_identical_schedule_and_clipper_trajectory(t
 
 
 @pytest.mark.slow
-def test_measure_overhead_reports_consistent_timings() -> None:
-    result = measure_overhead(steps=60)
-    assert result["steps"] == 60
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_measure_overhead_reports_consistent_timings(ranks: int) -> None:
+    result = measure_overhead(steps=60, ranks=ranks)
+    assert result["steps"] == 60 and result["ranks"] == ranks
     assert result["overhead_s"] == pytest.approx(result["monitored_step_s"] - result["bare_step_s"])
     assert 0 < result["monitor_log_s"] < result["monitored_step_s"]
     assert 0 < result["clip_s"] < result["monitored_step_s"]
