@@ -464,6 +464,21 @@ def _single_threaded_children() -> Iterator[None]:
                 os.environ[key] = value
 
 
+@contextlib.contextmanager
+def main_module_hidden() -> Iterator[None]:
+    """Spawned processes first re-run the parent's ``__main__`` file: a notebook's, a script's without
+    an ``if __name__ == "__main__"`` guard, Streamlit's ``AppTest`` temporary script. The ranks need
+    nothing from it, so while this is open the children see an empty ``__main__``."""
+    import types
+
+    main = sys.modules["__main__"]
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        yield
+    finally:
+        sys.modules["__main__"] = main
+
+
 def _rank_main(rank: int, config: DemoConfig, rendezvous: str, verbose: bool) -> None:
     import torch
     import torch.distributed as dist
@@ -495,7 +510,11 @@ def launch(config: DemoConfig, verbose: bool = False) -> None:
 
     config = config.resolved()
     config.out.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="stabscope-rdzv-") as rdzv_dir, _single_threaded_children():
+    with (
+        tempfile.TemporaryDirectory(prefix="stabscope-rdzv-") as rdzv_dir,
+        _single_threaded_children(),
+        main_module_hidden(),
+    ):
         rendezvous = str(Path(rdzv_dir) / "store")
         try:
             spawn(_rank_main, args=(config, rendezvous, verbose), nprocs=config.ranks, join=True)  # type: ignore[no-untyped-call]
@@ -625,7 +644,7 @@ def measure_overhead(steps: int = 200, ranks: int = 1) -> dict[str, float]:
         else:
             from torch.multiprocessing.spawn import spawn
 
-            with _single_threaded_children():
+            with _single_threaded_children(), main_module_hidden():
                 spawn(_overhead_rank_main, args=(ranks, tmp, steps), nprocs=ranks, join=True)  # type: ignore[no-untyped-call]
             times = json.loads((Path(tmp) / "times.json").read_text())
     return _overhead_summary(times, steps) | {"ranks": float(ranks)}

@@ -13,7 +13,6 @@ from __future__ import annotations
 import faulthandler
 import os
 import sys
-import types
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch.multiprocessing.spawn import ProcessExitedException, ProcessRaisedException, spawn
+
+from ingest.train_demo import main_module_hidden
 
 STDERR_TAIL_LINES = 25
 
@@ -53,16 +54,13 @@ def run_on_gloo(worker: Callable[..., None], world: int, work_dir: Path, *args: 
     that failed, with the tail of what each rank wrote to stderr.
     """
     work_dir.mkdir(parents=True, exist_ok=True)
-    # A spawned child first re-runs the parent's __main__ file. Streamlit's AppTest.from_function leaves
-    # its temporary script there, which fails outside AppTest; the ranks need nothing from __main__.
-    main = sys.modules["__main__"]
-    sys.modules["__main__"] = types.ModuleType("__main__")
+    # Streamlit's AppTest.from_function leaves its temporary script as __main__, which a spawned child
+    # would re-run first.
     try:
-        spawn(_rank_entry, args=(world, str(work_dir), worker, args), nprocs=world, join=True)  # type: ignore[no-untyped-call]
+        with main_module_hidden():
+            spawn(_rank_entry, args=(world, str(work_dir), worker, args), nprocs=world, join=True)  # type: ignore[no-untyped-call]
     except (ProcessExitedException, ProcessRaisedException) as error:
         raise AssertionError(f"{error}\n{_stderr_tails(work_dir, world)}") from None
-    finally:
-        sys.modules["__main__"] = main
 
 
 def _stderr_tails(work_dir: Path, world: int) -> str:

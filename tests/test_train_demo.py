@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+import types
 from pathlib import Path
 
 import numpy as np
@@ -226,7 +227,16 @@ def test_a_killed_run_resumes_on_the_identical_schedule_and_clipper_trajectory(t
 
 @pytest.mark.slow
 @pytest.mark.parametrize("ranks", [1, 2])
-def test_measure_overhead_reports_consistent_timings(ranks: int) -> None:
+def test_measure_overhead_reports_consistent_timings(
+    ranks: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The caller's __main__ is a script that fails when run again, as Streamlit's AppTest leaves it:
+    # spawned ranks must not re-run it.
+    script = tmp_path / "caller.py"
+    script.write_text("raise SystemExit('the caller script ran again in a spawned rank')\n")
+    caller = types.ModuleType("__main__")
+    caller.__file__ = str(script)
+    monkeypatch.setitem(sys.modules, "__main__", caller)
     result = measure_overhead(steps=60, ranks=ranks)
     assert result["steps"] == 60 and result["ranks"] == ranks
     assert result["overhead_s"] == pytest.approx(result["monitored_step_s"] - result["bare_step_s"])
