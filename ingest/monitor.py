@@ -2,10 +2,12 @@
 
 ::
 
+    ddp_model = DistributedDataParallel(model, gradient_as_bucket_view=True)  # clipping: one norm a bucket
+    params = list(ddp_model.parameters())  # listed once: parameters() walks the module tree each call
     monitor = StabilityMonitor(shard_dir, model=ddp_model, per_rank_batch_size=8, scheduler=sched, max_norm=1.0)
     for step in range(start, total):
         loss = ...; loss.backward()
-        record = clip_grad_norm(ddp_model.parameters(), 1.0)
+        record = clip_grad_norm(params, 1.0)
         optimizer.step(); lr = sched.get_last_lr()[0]; sched.step()
         monitor.log(step, loss=loss, lr=lr, clip_stats=record)
     monitor.close()
@@ -304,8 +306,8 @@ class _LossMean:
     """The cross-rank mean of one step's loss, all-reduced without blocking the training loop: the
     collective is started by :meth:`StabilityMonitor.log` and read once it has arrived (a later
     ``log`` polls it), or waited for when it must be (``flush``, ``close``, a read of the record's
-    ``run_metrics``). A blocking scalar all-reduce cost ~1 ms a step on the 2-rank
-    gloo demo (4-5% of its step): the ranks' latency and skew, paid on every step."""
+    ``run_metrics``). A blocking scalar all-reduce cost ~1 ms a step on the 2-rank gloo demo (4-5%
+    of its step): the ranks' latency and skew, paid on every step."""
 
     def __init__(self, local_loss: float, world_size: int, device: torch.device, group: Any) -> None:
         import torch
@@ -335,7 +337,8 @@ class MonitorRecord:
 
     ``rank_metrics``: this rank's row (canonical names, e.g. ``grad_norm_local``, ``step_time_s``).
     ``run_metrics``: the run-level row (rank -1); computed on every rank, written by rank 0 only (its
-    cross-rank ``loss`` mean is waited for on first access, see :class:`_LossMean`).
+    cross-rank ``loss`` mean is waited for on first access, see :class:`_LossMean`);
+    ``partial_run_metrics`` is the same row without that mean, readable without waiting.
     ``local_grad_norm`` / ``global_grad_norm``: the DDP hook's norms (L2, before clipping; None
     without a DDP model). ``events``: the ``(kind, label)`` of the schedule transitions logged here.
     """
