@@ -237,7 +237,14 @@ def test_a_drag_rereads_the_range_and_a_heatmap_click_picks_a_rank(app: tuple[st
     first, last = (int(v.replace(",", "")) for v in re.findall(r"[\d,]+", caption)[:2])
     assert 0 < first < last < 1999, caption  # a plain drag (no tool picked) selected the span...
     assert "every step (full fidelity)" in caption  # ...and it was re-read from the store
-    assert page.locator(".stPlotlyChart .selectionlayer path").count() == 0  # no stale box over the new span
+    # No stale box over the new span that a user can see. Streamlit sometimes leaves the previous
+    # run's chart in the page for a while, hidden at zero width, with the drag's box in it (seen on
+    # a slow machine); that one does not count.
+    visible_boxes = page.evaluate(
+        "() => [...document.querySelectorAll('.stPlotlyChart .selectionlayer path')]"
+        ".filter(p => p.closest('.stPlotlyChart').getBoundingClientRect().width > 0).length"
+    )
+    assert visible_boxes == 0
     _check_page(page, "overview-drag-zoom")
 
     page.goto(f"{url}/ranks?run={SMALL_RUN}")
