@@ -106,11 +106,13 @@ class ClipRecord:
 
 
 class _Gradients(NamedTuple):
-    """The parameters that have a gradient, their gradients, and (when the gradients tile whole
+    """The parameters that have a gradient, their gradients, whether those are plain tensors on one
+    device of one dtype (:func:`_uniform_plain`, checked once a call), and (when they tile whole
     storages, see :func:`_flat_buffers`) those storages as flat tensors, else None."""
 
     params: list[torch.Tensor]
     grads: list[torch.Tensor]
+    uniform: bool
     flat: list[torch.Tensor] | None
 
 
@@ -125,7 +127,11 @@ def _grads(parameters: torch.Tensor | Iterable[torch.Tensor]) -> _Gradients:
         if g is not None:
             params.append(p)
             grads.append(g)
-    return _Gradients(params, grads, _flat_buffers(grads) if grads else None)
+    last = _last_flat_layout
+    if last is not None and _same_tensors(last, grads):  # DDP's bucket views again: known uniform
+        return _Gradients(params, grads, True, _flat_views(grads, last.owners))
+    uniform = bool(grads) and _uniform_plain(grads)
+    return _Gradients(params, grads, uniform, _flat_buffers(grads) if uniform else None)
 
 
 def global_grad_norm(parameters: torch.Tensor | Iterable[torch.Tensor]) -> float:
@@ -171,18 +177,17 @@ def _flat_buffers(grads: list[torch.Tensor]) -> list[torch.Tensor] | None:
     (contiguous gradient buffers such as Megatron's do the same): one kernel per bucket then does
     what one kernel per tensor did. Exact tiling is required, so scaling a buffer scales these
     gradients and nothing else. The layout found is remembered: DDP hands out the same view tensors
-    every step, so the next call only checks that they are the same objects.
+    every step, so :func:`_grads` then only checks that they are the same objects.
     """
     global _last_flat_layout
-    last = _last_flat_layout
-    if last is not None and _same_tensors(last, grads):
-        owners = last.owners
-    else:
-        found = _tiled_storages(grads) if _uniform_plain(grads) else None
-        if found is None:
-            return None
-        owners = found
-        _last_flat_layout = _FlatLayout(tuple(weakref.ref(g) for g in grads), owners)
+    owners = _tiled_storages(grads)
+    if owners is None:
+        return None
+    _last_flat_layout = _FlatLayout(tuple(weakref.ref(g) for g in grads), owners)
+    return _flat_views(grads, owners)
+
+
+def _flat_views(grads: list[torch.Tensor], owners: tuple[tuple[int, int], ...]) -> list[torch.Tensor]:
     return [grads[index].as_strided((numel,), (1,), 0) for index, numel in owners]
 
 
@@ -228,7 +233,7 @@ def _norm_of(gradients: _Gradients) -> float:
         return 0.0
     if gradients.flat is not None:
         return _flat_norm(gradients.flat, grads[0].dtype)
-    if _uniform_plain(grads):
+    if gradients.uniform:
         # What torch.nn.utils.get_total_norm computes here (per-tensor norms, then the norm of
         # their stack), without its regrouping by device and dtype and its per-norm .to() copies.
         return float(torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)), 2.0))
@@ -292,7 +297,7 @@ def _scale(gradients: _Gradients, coef: float) -> None:
         for buffer in gradients.flat:  # the buffers hold exactly these gradients: the same mul_
             buffer.mul_(coef)
         return
-    if _uniform_plain(grads) and grads[0].dtype in (torch.float32, torch.float64):
+    if gradients.uniform and grads[0].dtype in (torch.float32, torch.float64):
         # Bit-identical to g.mul_(coef) in these dtypes; for bf16/fp16 mul_ rounds the scalar to the
         # tensor's dtype first and _foreach_mul_ does not, so those keep the loop.
         torch._foreach_mul_(grads, coef)
