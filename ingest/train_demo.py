@@ -494,35 +494,41 @@ def _rank_main(rank: int, config: DemoConfig, rendezvous: str, verbose: bool) ->
         dist.barrier()
     finally:
         dist.destroy_process_group()
-    # Trained, shards closed, group gone: leave without interpreter teardown. Now and then torch's
-    # objects are destroyed in an order that aborts ("terminate called without an active exception",
-    # SIGABRT) after all the work is saved, and spawn would report the run as failed. An error above
-    # still propagates to spawn as before.
+    _exit_rank()
+
+
+def _exit_rank() -> None:
+    """Leave a spawned rank whose work is saved without interpreter teardown. Now and then torch's
+    objects are destroyed in an order that aborts ("terminate called without an active exception",
+    SIGABRT) after all the work is saved, and spawn would report the run as failed. An error before
+    this call still propagates to spawn."""
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
 
 
-def launch(config: DemoConfig, verbose: bool = False) -> None:
-    """Run ``config.ranks`` training processes (spawned, gloo) to completion; raises StabScopeError
-    with the failing rank's error."""
+def _spawn_ranks(entry: Callable[..., None], args: tuple[Any, ...], ranks: int) -> None:
+    """Run ``entry(rank, *args)`` on ``ranks`` spawned processes (one thread each, the caller's
+    ``__main__`` hidden); raises StabScopeError with the failing rank's error."""
     from torch.multiprocessing.spawn import ProcessExitedException, ProcessRaisedException, spawn
 
-    config = config.resolved()
-    config.out.mkdir(parents=True, exist_ok=True)
-    with (
-        tempfile.TemporaryDirectory(prefix="stabscope-rdzv-") as rdzv_dir,
-        _single_threaded_children(),
-        main_module_hidden(),
-    ):
-        rendezvous = str(Path(rdzv_dir) / "store")
+    with _single_threaded_children(), main_module_hidden():
         try:
-            spawn(_rank_main, args=(config, rendezvous, verbose), nprocs=config.ranks, join=True)  # type: ignore[no-untyped-call]
+            spawn(entry, args=args, nprocs=ranks, join=True)  # type: ignore[no-untyped-call]
         except ProcessRaisedException as exc:
             last = str(exc).strip().splitlines()[-1] if str(exc).strip() else repr(exc)
             raise StabScopeError(f"a training rank failed: {last}") from exc
         except ProcessExitedException as exc:
             raise StabScopeError(f"a training rank exited abnormally: {exc}") from exc
+
+
+def launch(config: DemoConfig, verbose: bool = False) -> None:
+    """Run ``config.ranks`` training processes (spawned, gloo) to completion; raises StabScopeError
+    with the failing rank's error."""
+    config = config.resolved()
+    config.out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="stabscope-rdzv-") as rdzv_dir:
+        _spawn_ranks(_rank_main, (config, str(Path(rdzv_dir) / "store"), verbose), config.ranks)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -642,10 +648,7 @@ def measure_overhead(steps: int = 200, ranks: int = 1) -> dict[str, float]:
         if ranks == 1:
             times = _overhead_rank(0, 1, tmp, steps)
         else:
-            from torch.multiprocessing.spawn import spawn
-
-            with _single_threaded_children(), main_module_hidden():
-                spawn(_overhead_rank_main, args=(ranks, tmp, steps), nprocs=ranks, join=True)  # type: ignore[no-untyped-call]
+            _spawn_ranks(_overhead_rank_main, (ranks, tmp, steps), ranks)
             times = json.loads((Path(tmp) / "times.json").read_text())
     return _overhead_summary(times, steps) | {"ranks": float(ranks)}
 
@@ -670,9 +673,7 @@ def _overhead_rank_main(rank: int, ranks: int, tmp: str, steps: int) -> None:
     times = _overhead_rank(rank, ranks, tmp, steps)
     if rank == 0:
         (Path(tmp) / "times.json").write_text(json.dumps(times))
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)  # as _rank_main: no interpreter teardown after the work is saved
+    _exit_rank()
 
 
 def _overhead_summary(times: dict[str, list[float]], steps: int) -> dict[str, float]:
