@@ -12,7 +12,9 @@ st.set_page_config(page_title="StabScope", page_icon=":material/monitoring:", la
 
 PAGES = {
     "Runs": [
-        st.Page("pages/runs.py", title="Runs", icon=":material/table_rows:", default=True, url_path="runs"),
+        # Served at "/"; a typed /runs is the hidden alias below (a default page's url_path is only its id)
+        st.Page("pages/runs.py", title="Runs", icon=":material/table_rows:", default=True, url_path="home"),
+        st.Page("pages/runs.py", title="Runs", icon=":material/table_rows:", url_path="runs", visibility="hidden"),
         st.Page("pages/upload.py", title="Upload", icon=":material/upload_file:", url_path="upload"),
     ],
     "Diagnose": [

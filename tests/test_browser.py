@@ -35,6 +35,7 @@ LIVE_RUN = "live-run"
 # url path -> text the page must show
 PAGES = {
     "": "Runs",
+    "runs": "Runs",  # typed, or from an old bookmark: the default page's own name
     "upload": "Upload logs",
     "overview": "Run overview",
     "compare": "Compare runs",
@@ -161,6 +162,7 @@ def test_every_page_opens_without_an_error(app: tuple[str, Store], browser: Any)
         page.goto(f"{url}/{path}")
         _settle(page)
         _check_page(page, path)
+        assert page.get_by_text("Page not found").count() == 0, f"/{path} is not a page"
         if text:
             assert page.get_by_text(text).first.is_visible(), f"/{path} does not show {text!r}"
         if path in ("", "overview"):  # Runs (a table) and the overview (a chart) warm up their code early
