@@ -138,6 +138,10 @@ class ShardWriter:
             self._events = []
         self._last_flush = time.monotonic()
 
+    @property
+    def closed(self) -> bool:
+        return self._file.closed
+
     def close(self) -> None:
         """Flush and close the segment."""
         if not self._file.closed:
@@ -190,7 +194,8 @@ def _numpy_column(values: Any, kind: pa.DataType, present: Any = None) -> Any:
     not logged in that row, which is not the same as a NaN one)."""
     n = values.shape[0]
     missing = 0 if present is None else n - int(np.count_nonzero(present))
-    bitmap = None if not missing else pa.py_buffer(np.packbits(present, bitorder="little"))
+    bits: Any = None if not missing else np.packbits(present, bitorder="little")  # numpy arrays are buffers
+    bitmap = None if bits is None else pa.py_buffer(bits)
     return pa.Array.from_buffers(kind, n, [bitmap, pa.py_buffer(values)], null_count=missing)
 
 
