@@ -10,7 +10,11 @@
         record = clip_grad_norm(params, 1.0)
         optimizer.step(); lr = sched.get_last_lr()[0]; sched.step()
         monitor.log(step, loss=loss, lr=lr, clip_stats=record)
-    monitor.close()
+        if (step + 1) % checkpoint_every == 0:
+            monitor.sync()  # every rank: the rows of the steps the checkpoint holds are on disk
+            ...  # save the checkpoint (rank 0), then
+            monitor.checkpoint(step)
+    monitor.close()  # every rank
 
 Every rank writes its own metrics (``grad_norm_local``, ``step_time_s``, ``loss``, GPU figures) under
 its rank; rank 0 alone writes the run-level series (rank -1: the cross-rank mean ``loss``, ``lr``,
@@ -297,38 +301,161 @@ def clipping_metadata(clipper: ZClip | None, max_norm: float | None) -> dict[str
 # --------------------------------------------------------------------------------------------------
 
 
-_MAX_LOSSES_IN_FLIGHT = 1000
-"""Logged steps whose loss mean may be outstanding before ``log`` waits (a rank that far behind is
-stuck, and the rows must not pile up)."""
+LOSS_MEAN_INTERVAL_S = 0.5
+"""About how often (rank 0's wall time) the ranks all-reduce the losses logged since the last time."""
+_MAX_LOSS_BATCH = 64
+"""Most steps one loss all-reduce carries (bounds how far the run-level rows lag on fast steps)."""
+_PROPOSAL_LEAD = 8
+"""A batch proposes the size of the batch this many after it, so a rank may run that many batches
+ahead of the slowest before it waits for a proposal."""
+_MAX_BATCHES_IN_FLIGHT = 100
+_FAILED_EXIT_WAIT_S = 1.0
+"""Loss all-reduces that may be outstanding before ``log`` waits (a rank that far behind is stuck,
+and the rows must not pile up)."""
 
 
 class _LossMean:
-    """The cross-rank mean of one step's loss, all-reduced without blocking the training loop: the
-    collective is started by :meth:`StabilityMonitor.log` and read once it has arrived (a later
-    ``log`` polls it), or waited for when it must be (``flush``, ``close``, a read of the record's
-    ``run_metrics``). A blocking scalar all-reduce cost ~1 ms a step on the 2-rank gloo demo (4-5%
-    of its step): the ranks' latency and skew, paid on every step."""
+    """The cross-rank mean of one step's loss: known once the all-reduce carrying it has arrived."""
 
-    def __init__(self, local_loss: float, world_size: int, device: torch.device, group: Any) -> None:
-        import torch
-        import torch.distributed as dist
-
-        self._tensor = torch.tensor([local_loss], dtype=torch.float64, device=device)
-        self._work = dist.all_reduce(self._tensor, group=group, async_op=True)
-        self._world_size = world_size
-        self._value: float | None = None
+    def __init__(self, step: int) -> None:
+        self.step = step
+        self.batch: _LossBatch | None = None
+        """The all-reduce carrying this loss; None until the batch it belongs to is full."""
+        self.index = 0
+        self.mean: float | None = None
 
     def arrived(self) -> bool:
         """True once the mean can be read without waiting."""
-        return self._work is None or bool(self._work.is_completed())
+        return self.mean is not None or (self.batch is not None and self.batch.arrived())
 
     def value(self) -> float:
-        if self._value is None:
-            assert self._work is not None
-            self._work.wait()
-            self._value = float(self._tensor.item()) / self._world_size
-            self._work = None
-        return self._value
+        if self.mean is None:
+            if self.batch is None:
+                raise StabScopeError(
+                    f"the cross-rank loss mean of step {self.step} is all-reduced together with the next "
+                    f"steps' losses (about every {LOSS_MEAN_INTERVAL_S} s) and has not been sent yet: read "
+                    "it after the monitor's close(), or read this rank's loss from rank_metrics"
+                )
+            self.batch.finish()
+        assert self.mean is not None
+        return self.mean
+
+
+class _LossBatch:
+    """One asynchronous all-reduce of several steps' losses, plus rank 0's proposal for the size of a
+    later batch (the other ranks add 0, so the sum is rank 0's number, the same on every rank)."""
+
+    def __init__(
+        self, means: list[_LossMean], losses: list[float], proposal: int, world_size: int, device: Any, group: Any
+    ) -> None:
+        import torch
+        import torch.distributed as dist
+
+        self._means = means
+        for index, mean in enumerate(means):
+            mean.batch, mean.index = self, index
+        self._tensor = torch.tensor([*losses, float(proposal)], dtype=torch.float64, device=device)
+        self._work = dist.all_reduce(self._tensor, group=group, async_op=True)
+        self._world_size = world_size
+        self.proposal = 0
+
+    def arrived(self) -> bool:
+        return self._work is None or bool(self._work.is_completed())
+
+    def finish(self) -> None:
+        """Wait for the all-reduce and hand each step its mean."""
+        if self._work is None:
+            return
+        self._work.wait()
+        self._work = None
+        *sums, proposal = self._tensor.tolist()
+        for mean, total in zip(self._means, sums, strict=True):
+            mean.mean = total / self._world_size
+        self.proposal = int(proposal)
+
+
+class _LossReducer:
+    """The cross-rank mean of every logged loss, without a collective on every step.
+
+    One scalar all-reduce a step cost 4-7% of the 2-rank gloo demo's 27 ms step (each rank pinned to
+    a core; the collective's threads share it with the training step), whether ``log`` waited for it
+    or not. So the losses of about ``LOSS_MEAN_INTERVAL_S`` seconds of steps go in one all-reduce:
+    one a step for steps that long or longer, up to ``_MAX_LOSS_BATCH`` for fast ones.
+
+    Every rank must cut its batches at the same steps, and only rank 0's clock decides: the first
+    ``_PROPOSAL_LEAD`` batches hold one step each, and each batch carries rank 0's proposal for the
+    size of the batch that many after it. Every rank reads a proposal before it needs it; a rank
+    waits for one only when it runs that many batches ahead of another (DDP keeps ranks within a
+    step of each other).
+    """
+
+    def __init__(self, rank: int, world_size: int, device: Any, group: Any) -> None:
+        self._rank, self._world_size, self._device, self._group = rank, world_size, device, group
+        self._sizes: deque[int] = deque([1] * _PROPOSAL_LEAD)
+        """Agreed sizes of the next batches, the one being filled first."""
+        self._filling: list[tuple[_LossMean, float]] = []
+        self._in_flight: deque[_LossBatch] = deque()
+        self._step_times: deque[float] = deque(maxlen=8)
+        self.reductions = 0
+        """How many all-reduces of losses this rank has started."""
+
+    def add(self, step: int, loss: float, step_time: float | None) -> _LossMean:
+        """Queue this step's loss; sends the batch once it holds the agreed number of steps."""
+        if step_time is not None:
+            self._step_times.append(step_time)
+        mean = _LossMean(step)
+        self._filling.append((mean, loss))
+        if len(self._filling) >= self._next_size():
+            self._sizes.popleft()
+            self._send()
+        return mean
+
+    def collect(self, wait: bool) -> None:
+        """Read the batches that arrived (all sent ones with ``wait``), in order: their proposals
+        are the sizes of later batches."""
+        while self._in_flight and (
+            wait or self._in_flight[0].arrived() or len(self._in_flight) > _MAX_BATCHES_IN_FLIGHT
+        ):
+            batch = self._in_flight.popleft()
+            batch.finish()
+            self._sizes.append(batch.proposal)
+
+    def settle(self, timeout_s: float) -> None:
+        """Read the batches that arrive within ``timeout_s`` (a failed run's exit: a batch that a
+        failed rank never joined does not arrive)."""
+        deadline = time.monotonic() + timeout_s
+        while self._in_flight and time.monotonic() < deadline:
+            self.collect(wait=False)
+            if self._in_flight and not self._in_flight[0].arrived():
+                time.sleep(0.01)
+
+    def send_the_rest(self) -> None:
+        """Send the losses of a batch that is not full yet (``sync`` and ``close``, which every rank
+        calls after the same steps, so every rank sends the same rest and skips the same size)."""
+        if self._filling:
+            self._sizes.popleft()
+            self._send()
+
+    def _next_size(self) -> int:
+        while not self._sizes:  # the batch that proposes it was sent at least one batch ago
+            self.collect(wait=False)
+            if not self._sizes:
+                self._in_flight[0].finish()
+        return self._sizes[0]
+
+    def _send(self) -> None:
+        means = [mean for mean, _ in self._filling]
+        losses = [loss for _, loss in self._filling]
+        self._filling = []
+        proposal = self._proposal() if self._rank == 0 else 0
+        self._in_flight.append(_LossBatch(means, losses, proposal, self._world_size, self._device, self._group))
+        self.reductions += 1
+
+    def _proposal(self) -> int:
+        if not self._step_times:
+            return 1
+        typical = sorted(self._step_times)[len(self._step_times) // 2]
+        return max(1, min(_MAX_LOSS_BATCH, round(LOSS_MEAN_INTERVAL_S / max(typical, 1e-9))))
 
 
 @dataclass(frozen=True)
@@ -336,9 +463,10 @@ class MonitorRecord:
     """What :meth:`StabilityMonitor.log` recorded for one step.
 
     ``rank_metrics``: this rank's row (canonical names, e.g. ``grad_norm_local``, ``step_time_s``).
-    ``run_metrics``: the run-level row (rank -1); computed on every rank, written by rank 0 only (its
-    cross-rank ``loss`` mean is waited for on first access, see :class:`_LossMean`);
-    ``partial_run_metrics`` is the same row without that mean, readable without waiting.
+    ``run_metrics``: the run-level row (rank -1); computed on every rank, written by rank 0 only. Its
+    cross-rank ``loss`` mean travels with later steps' losses (:class:`_LossReducer`): reading it
+    waits for that all-reduce, and raises a :class:`StabScopeError` if its batch has not been sent
+    yet (it has after ``close``). ``partial_run_metrics`` is the same row without that mean.
     ``local_grad_norm`` / ``global_grad_norm``: the DDP hook's norms (L2, before clipping; None
     without a DDP model). ``events``: the ``(kind, label)`` of the schedule transitions logged here.
     """
@@ -379,10 +507,11 @@ class StabilityMonitor:
     """Writes one rank's stability metrics, the run metadata and events as shards (see module doc).
 
     Create it once per rank, after ``init_process_group`` and after wrapping the model in DDP, and call
-    :meth:`log` once per optimizer step on *every* rank: under a process group of more than one rank,
-    ``log`` starts an all-reduce of the loss (one scalar collective) so rank 0 can write the
-    cross-rank mean. It does not wait for it: a step's run-level row is written by a later ``log``
-    once the mean has arrived, or by ``flush`` / ``close``.
+    :meth:`log` once per optimizer step on *every* rank, and :meth:`close` on every rank: under a
+    process group of more than one rank the ranks all-reduce their losses so rank 0 can write the
+    cross-rank mean, without waiting and about every ``LOSS_MEAN_INTERVAL_S`` seconds (one collective
+    for several fast steps, see :class:`_LossReducer`). A step's run-level row is written once its
+    mean has arrived: within about that interval, by a later ``log``, ``flush`` or ``close``.
 
     ``shard_dir``: the run's shard directory (``stabscope compact/watch`` reads it).
     ``model``: a DDP model to measure ``grad_norm_local`` and the global norm on (a comm hook is
@@ -426,10 +555,12 @@ class StabilityMonitor:
         )
         if not 0 <= self.rank < self.world_size:
             raise StabScopeError(f"rank {self.rank} is outside 0..{self.world_size - 1} (world size {self.world_size})")
-        self._reduce_loss = self._distributed and dist.get_world_size(process_group) > 1
-        self._collective_device = torch.device("cpu")
-        if self._reduce_loss and dist.get_backend(process_group) == "nccl":
-            self._collective_device = torch.device("cuda", torch.cuda.current_device())
+        self._losses: _LossReducer | None = None
+        if self._distributed and dist.get_world_size(process_group) > 1:
+            device = torch.device("cpu")
+            if dist.get_backend(process_group) == "nccl":
+                device = torch.device("cuda", torch.cuda.current_device())
+            self._losses = _LossReducer(self.rank, self.world_size, device, process_group)
         self.hook = GradNormHook(model, process_group) if model is not None else None  # type: ignore[arg-type]
         self.per_rank_batch_size = per_rank_batch_size
         self.global_batch_size = global_batch_size or (
@@ -509,7 +640,7 @@ class StabilityMonitor:
             run_metrics["grad_norm"] = norms[1]
         if loss is not None:
             rank_metrics["loss"] = _as_float("loss", loss)
-            if not self._reduce_loss:
+            if self._losses is None:
                 run_metrics["loss"] = rank_metrics["loss"]
         if lr is not None:
             run_metrics["lr"] = _as_float("lr", lr)
@@ -521,11 +652,11 @@ class StabilityMonitor:
         for name, value in (extra or {}).items():
             _check_extra_name(name)
             (rank_metrics if name in PER_RANK_METRICS else run_metrics)[name] = _as_float(name, value)
-        # Started once every argument is checked: a call that raises must not leave a collective
-        # that the other ranks never join.
+        # Queued once every argument is checked: a call that raises must not leave a loss that the
+        # other ranks' batches lack.
         loss_mean = None
-        if loss is not None and self._reduce_loss:
-            loss_mean = _LossMean(rank_metrics["loss"], self.world_size, self._collective_device, self.process_group)
+        if loss is not None and self._losses is not None:
+            loss_mean = self._losses.add(step, rank_metrics["loss"], step_time)
         events = self._reached_transitions(step)
         wall_time = time.time()
         record = MonitorRecord(
@@ -543,20 +674,22 @@ class StabilityMonitor:
         self._last_step, self._last_time = step, now
         return record
 
-    def _write_pending(self, wait: bool) -> None:
-        """Write the run-level rows whose loss mean has arrived, in step order; with ``wait`` (or when
-        too many are in flight) wait for the rest. Every rank waits for its own, so every rank's
-        collectives complete."""
+    def _write_pending(self, wait: bool, without_mean: bool = False) -> None:
+        """Write the run-level rows whose loss mean has arrived, in step order; with ``wait``, wait
+        for the means already sent (every rank waits for its own, so its collectives complete). With
+        ``without_mean`` (a failed run's exit), write the rest without their loss."""
+        if self._losses is not None:
+            self._losses.collect(wait)
         while self._pending:
             record, wall_time = self._pending[0]
             mean = record.loss_mean
-            if mean is not None and not mean.arrived() and not wait and len(self._pending) <= _MAX_LOSSES_IN_FLIGHT:
+            arrived = mean is None or mean.arrived()
+            if not arrived and not without_mean:
                 return
             self._pending.popleft()
-            if mean is not None:
-                mean.value()
             if self.rank == 0:
-                self.writer.write(record.step, run_level=record.run_metrics, wall_time=wall_time)
+                row = record.run_metrics if arrived else record.partial_run_metrics
+                self.writer.write(record.step, run_level=row, wall_time=wall_time)
 
     def _check_step(self, step: int) -> int:
         if isinstance(step, bool) or not isinstance(step, int) or step < 0:
@@ -602,17 +735,43 @@ class StabilityMonitor:
         self.flush()
 
     def flush(self) -> None:
-        """Write buffered rows and events now (waiting for the loss means still in flight)."""
+        """Write buffered rows and events now, waiting for the loss means already sent. The run-level
+        rows of the last steps (about ``LOSS_MEAN_INTERVAL_S`` seconds) wait for their batch: only
+        ``sync`` and ``close`` send a batch early, since every rank must send it and a flush may be
+        one rank's."""
         self._write_pending(wait=True)
         self.writer.flush()
 
+    def sync(self) -> None:
+        """Write every row logged so far, the run-level ones with their loss mean: call it on every
+        rank after the same step, before saving a checkpoint, so that a crash after the checkpoint
+        cannot lose the run-level rows of the steps it holds (a :meth:`flush` leaves the last
+        ``LOSS_MEAN_INTERVAL_S`` seconds of them waiting for their batch)."""
+        if self._losses is not None:
+            self._losses.send_the_rest()
+        self.flush()
+
     def close(self) -> None:
-        """Flush and close this rank's segment (the DDP hook keeps averaging gradients)."""
+        """Send the last losses, write every row and close this rank's segment (call it on every
+        rank; the DDP hook keeps averaging gradients)."""
+        if self.writer.closed:
+            return
+        if self._losses is not None:
+            self._losses.send_the_rest()
         self._write_pending(wait=True)
         self.writer.close()
 
     def __enter__(self) -> StabilityMonitor:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
+        if exc_type is None:
+            self.close()
+            return
+        # A failed step may have left the ranks at different steps: a new collective could pair
+        # with another rank's unrelated one, or wait for a rank that is gone. Keep every row, with
+        # the means that arrive within a second.
+        if self._losses is not None:
+            self._losses.settle(_FAILED_EXIT_WAIT_S)
+        self._write_pending(wait=False, without_mean=True)
+        self.writer.close()

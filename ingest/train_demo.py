@@ -409,8 +409,9 @@ def train_rank(config: DemoConfig, rank: int, world_size: int, log: Callable[[st
             if config.checkpoint_every and done % config.checkpoint_every == 0 and done < config.steps:
                 # Metrics up to this step reach the shards before the checkpoint exists: a crash between
                 # the two must not leave a resumable checkpoint whose earlier steps were never logged.
-                # Every rank's, not only rank 0's: a rank that is behind would lose those steps.
-                monitor.flush()
+                # Every rank's, not only rank 0's: a rank that is behind would lose those steps; and
+                # the run-level rows too, whose loss means wait for a batch that sync sends now.
+                monitor.sync()
                 if distributed:
                     torch.distributed.barrier()
                 if rank == 0:
@@ -418,7 +419,7 @@ def train_rank(config: DemoConfig, rank: int, world_size: int, log: Callable[[st
                 monitor.checkpoint(step)
             if log is not None and rank == 0 and (done % config.progress_every == 0 or done == config.steps):
                 log(
-                    f"step {done}/{config.steps}  loss {logged.run_metrics['loss']:.3f}  lr {lr:.2e}  "
+                    f"step {done}/{config.steps}  loss {logged.rank_metrics['loss']:.3f} (rank 0)  lr {lr:.2e}  "
                     f"grad_norm {record.total_norm:.2f}  ({time.monotonic() - started:.1f} s)"
                 )
 
