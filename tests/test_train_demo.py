@@ -237,7 +237,9 @@ def test_measure_overhead_reports_consistent_timings(
     caller = types.ModuleType("__main__")
     caller.__file__ = str(script)
     monkeypatch.setitem(sys.modules, "__main__", caller)
+    affinity = os.sched_getaffinity(0)
     result = measure_overhead(steps=60, ranks=ranks)
+    assert os.sched_getaffinity(0) == affinity  # one rank runs pinned in this process: given back
     assert result["steps"] == 60 and result["ranks"] == ranks
     assert result["overhead_s"] == pytest.approx(result["monitored_step_s"] - result["bare_step_s"])
     assert 0 < result["monitor_log_s"] < result["monitored_step_s"]
