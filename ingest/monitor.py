@@ -309,9 +309,10 @@ _PROPOSAL_LEAD = 8
 """A batch proposes the size of the batch this many after it, so a rank may run that many batches
 ahead of the slowest before it waits for a proposal."""
 _MAX_BATCHES_IN_FLIGHT = 100
-_FAILED_EXIT_WAIT_S = 1.0
 """Loss all-reduces that may be outstanding before ``log`` waits (a rank that far behind is stuck,
 and the rows must not pile up)."""
+_FAILED_EXIT_WAIT_S = 1.0
+"""How long a failed run's exit waits for the loss means already sent."""
 
 
 class _LossMean:
@@ -321,7 +322,6 @@ class _LossMean:
         self.step = step
         self.batch: _LossBatch | None = None
         """The all-reduce carrying this loss; None until the batch it belongs to is full."""
-        self.index = 0
         self.mean: float | None = None
 
     def arrived(self) -> bool:
@@ -352,8 +352,8 @@ class _LossBatch:
         import torch.distributed as dist
 
         self._means = means
-        for index, mean in enumerate(means):
-            mean.batch, mean.index = self, index
+        for mean in means:
+            mean.batch = self
         self._tensor = torch.tensor([*losses, float(proposal)], dtype=torch.float64, device=device)
         self._work = dist.all_reduce(self._tensor, group=group, async_op=True)
         self._world_size = world_size
@@ -437,7 +437,7 @@ class _LossReducer:
             self._send()
 
     def _next_size(self) -> int:
-        while not self._sizes:  # the batch that proposes it was sent at least one batch ago
+        while not self._sizes:  # the batch that proposes it was sent _PROPOSAL_LEAD batches ago
             self.collect(wait=False)
             if not self._sizes:
                 self._in_flight[0].finish()
