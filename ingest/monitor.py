@@ -753,9 +753,7 @@ class StabilityMonitor:
 
     def close(self) -> None:
         """Send the last losses, write every row and close this rank's segment (call it on every
-        rank; the DDP hook keeps averaging gradients)."""
-        if self.writer.closed:
-            return
+        rank; the DDP hook keeps averaging gradients). A second call does nothing."""
         if self._losses is not None:
             self._losses.send_the_rest()
         self._write_pending(wait=True)

@@ -138,10 +138,6 @@ class ShardWriter:
             self._events = []
         self._last_flush = time.monotonic()
 
-    @property
-    def closed(self) -> bool:
-        return self._file.closed
-
     def close(self) -> None:
         """Flush and close the segment."""
         if not self._file.closed:
@@ -184,7 +180,7 @@ def _rows_to_table(rows: list[tuple[int, int, float, Mapping[str, float]]]) -> p
         _check_metric(name)
         logged = [r[3].get(name) for r in rows]
         present = None if None not in logged else np.array([v is not None for v in logged])
-        values = np.array([0.0 if v is None else v for v in logged] if present is not None else logged, np.float64)
+        values = np.array([0.0 if v is None else v for v in logged], np.float64)  # 0.0: read as null
         columns[name] = _numpy_column(values, pa.float64(), present)
     return pa.Table.from_arrays(list(columns.values()), names=list(columns))
 
