@@ -162,9 +162,12 @@ class GradNormHook:
             self._clear()
             return None
         count = self.last_bucket_count = len(self._local)
-        # One stack and one host transfer; the few per-bucket norms are then summed in Python
-        # (float32 -> float64 squares are exact; fsum rounds the sum once).
-        norms = torch.stack(self._local + self._global).tolist()
+        parts = self._local + self._global
+        # On the CPU there is nothing to transfer and a float each costs less than a stack; a GPU's
+        # norms come in one stack and one host transfer. The few per-bucket norms are then summed
+        # in Python (float32 -> float64 squares are exact; fsum rounds the sum once).
+        on_cpu = parts[0].device.type == "cpu"
+        norms = [float(n) for n in parts] if on_cpu else torch.stack(parts).tolist()
         self._clear()
         return _l2(norms[:count]), _l2(norms[count:])
 
