@@ -26,10 +26,10 @@ GOALS = {
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     size = parser.add_mutually_exclusive_group()
-    size.add_argument("--quick", action="store_true", help="reduced sizes: about a minute")
+    size.add_argument("--quick", action="store_true", help="reduced sizes, one repeat each: about a minute")
     size.add_argument("--tiny", action="store_true", help=argparse.SUPPRESS)  # the smoke test's sizes
     parser.add_argument("--goals", default=",".join(GOALS), help="comma-separated goals to run (default: all)")
-    parser.add_argument("--repeats", type=int, help="repeats per figure (default: 3)")
+    parser.add_argument("--repeats", type=int, help="repeats per figure (default: 3; 1 with --quick)")
     parser.add_argument("--workdir", type=Path, default=DEFAULT_WORKDIR, help="generated inputs and stores")
     parser.add_argument("--no-doc", action="store_true", help="do not write docs/performance.md")
     args = parser.parse_args(argv)

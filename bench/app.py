@@ -201,7 +201,7 @@ def overview_reruns(store: str, run: str, repeats: int) -> dict[str, Any]:
 def run(sizes: Sizes, workdir: Path) -> list[Figure]:
     log("goal 6: demo store")
     demo = demo_store(workdir)
-    reps = max(sizes.repeats, 3)
+    reps = sizes.repeats  # a Chromium and a server start each: the slowest repeats of the suite
     log("goal 6: streamlit run -> first rendered overview")
     start = run_child("bench.app:first_render", {"store": str(demo), "repeats": reps, "run": None, "timeout_s": 120.0})
     first = median(start.result["samples"])
