@@ -7,7 +7,7 @@
     monitor = StabilityMonitor(shard_dir, model=ddp_model, per_rank_batch_size=8, scheduler=sched, max_norm=1.0)
     for step in range(start, total):
         loss = ...; loss.backward()
-        record = clip_grad_norm(params, 1.0)
+        record = clip_grad_norm(params, 1.0, measured=monitor.measured_norms())  # the hook's bucket norms
         optimizer.step(); lr = sched.get_last_lr()[0]; sched.step()
         monitor.log(step, loss=loss, lr=lr, clip_stats=record)
         if (step + 1) % checkpoint_every == 0:
