@@ -7,7 +7,7 @@
     monitor = StabilityMonitor(shard_dir, model=ddp_model, per_rank_batch_size=8, scheduler=sched, max_norm=1.0)
     for step in range(start, total):
         loss = ...; loss.backward()
-        record = clip_grad_norm(params, 1.0, measured=monitor.measured_norms())  # the hook's bucket norms
+        record = clip_grad_norm(params, 1.0)
         optimizer.step(); lr = sched.get_last_lr()[0]; sched.step()
         monitor.log(step, loss=loss, lr=lr, clip_stats=record)
         if (step + 1) % checkpoint_every == 0:
@@ -41,7 +41,6 @@ from typing import TYPE_CHECKING, Any
 
 from ingest.errors import StabScopeError
 from ingest.shards import ShardWriter
-from stab_core.clipping import MeasuredNorms, buffer_norm
 from stab_core.metrics import CANONICAL_METRICS, PER_RANK_METRICS, is_valid_metric_name
 
 if TYPE_CHECKING:
@@ -90,9 +89,7 @@ class GradNormHook:
 
     Squared bucket norms add up to the squared norm of the whole gradient, so :meth:`take` returns
     ``(sqrt(sum local_b^2), sqrt(sum global_b^2))`` over the buckets of the last synchronised backward
-    pass. The global norms are the clipper's own measure (:func:`stab_core.clipping.buffer_norm`), and
-    :meth:`measured` hands them to it, so that it need not read every gradient again. Norms stay on
-    the device until :meth:`take` (one host sync per step). Registered with
+    pass. Norms stay on the device until :meth:`take` (one host sync per step). Registered with
     ``ddp_model.register_comm_hook`` on construction (before the first backward); DDP allows one
     hook per model.
     """
@@ -110,8 +107,6 @@ class GradNormHook:
         self.world_size = dist.get_world_size(process_group)
         self._local: list[torch.Tensor] = []
         self._global: list[torch.Tensor] = []
-        self._buffers: list[tuple[int, int, int]] = []
-        """(address, elements, version counter) of each bucket when its global norm was measured."""
         self._pass_complete = False
         self.last_bucket_count = 0
         """How many buckets the last :meth:`take` summed over."""
@@ -128,38 +123,23 @@ class GradNormHook:
         import torch
 
         if self._pass_complete:  # a new backward pass: keep only the latest one
-            self._clear()
-        if self.world_size == 1:  # the bucket is already the global gradient: one measure for both
-            self._record_global(buffer)
-            self._local.append(self._global[-1])
-        else:
-            self._local.append(torch.linalg.vector_norm(buffer, dtype=torch.float32))
+            self._local, self._global = [], []
+            self._pass_complete = False
+        self._local.append(torch.linalg.vector_norm(buffer, dtype=torch.float32))
         self._pass_complete = is_last
 
     def _record_global(self, reduced: torch.Tensor) -> None:
-        self._global.append(buffer_norm(reduced))
-        self._buffers.append((reduced.data_ptr(), reduced.numel(), reduced._version))
+        import torch
 
-    def _clear(self) -> None:
-        self._local, self._global, self._buffers, self._pass_complete = [], [], [], False
-
-    def _complete(self) -> bool:
-        return bool(self._local) and len(self._local) == len(self._global)
-
-    def measured(self) -> MeasuredNorms | None:
-        """The global norms of the last synchronised backward's buckets, for the clipper
-        (:class:`stab_core.clipping.MeasuredNorms`); None before a complete pass."""
-        if not self._complete():
-            return None
-        return MeasuredNorms(tuple(self._buffers), tuple(self._global))
+        self._global.append(torch.linalg.vector_norm(reduced, dtype=torch.float32))
 
     def take(self) -> tuple[float, float] | None:
         """(local, global) gradient L2 norms of the last synchronised backward; None when no bucket was
         all-reduced since the last call (e.g. inside ``no_sync`` accumulation). Clears the record."""
         import torch
 
-        if not self._complete():
-            self._clear()
+        if not self._local or len(self._local) != len(self._global):
+            self._local, self._global, self._pass_complete = [], [], False
             return None
         count = self.last_bucket_count = len(self._local)
         parts = self._local + self._global
@@ -168,7 +148,7 @@ class GradNormHook:
         # in Python (float32 -> float64 squares are exact; fsum rounds the sum once).
         on_cpu = parts[0].device.type == "cpu"
         norms = [float(n) for n in parts] if on_cpu else torch.stack(parts).tolist()
-        self._clear()
+        self._local, self._global, self._pass_complete = [], [], False
         return _l2(norms[:count]), _l2(norms[count:])
 
 
@@ -186,8 +166,9 @@ def _grad_norm_comm_hook(state: GradNormHook, bucket: GradBucket) -> torch.futur
     buffer = bucket.buffer()
     state._record_local(buffer, bucket.is_last())
     if state.world_size == 1:
-        # The mean over one rank is the bucket itself: no collective and no Python callback.
-        # DDP's default hook would still all-reduce it.
+        # The mean over one rank is the bucket itself: no collective, no Python callback, and its
+        # global norm is the local one. DDP's default hook would still all-reduce it.
+        state._global.append(state._local[-1])
         done: torch.futures.Future[torch.Tensor] = torch.futures.Future()
         done.set_result(buffer)
         return done
@@ -630,14 +611,6 @@ class StabilityMonitor:
         return meta
 
     # ------------------------------------------------------------------ per step
-
-    def measured_norms(self) -> MeasuredNorms | None:
-        """The hook's norms of DDP's gradient buckets after the last backward's all-reduce, for the
-        clipper: ``clip_grad_norm(params, max_norm, measured=monitor.measured_norms())`` (or
-        ``ZClip.clip``) then reads the gradients only to scale them, and measures them itself where
-        these no longer hold (see :class:`stab_core.clipping.MeasuredNorms`). None without the hook
-        or before a synchronised backward. Call it after backward and before :meth:`log`."""
-        return self.hook.measured() if self.hook is not None else None
 
     def log(
         self,

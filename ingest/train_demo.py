@@ -41,8 +41,6 @@ if TYPE_CHECKING:
     import torch
     from torch import nn
 
-    from ingest.monitor import StabilityMonitor
-
 Provocation = Literal["none", "lr-jump", "outlier-batch"]
 ClipMethod = Literal["norm", "zclip"]
 PROVOCATIONS: tuple[str, ...] = ("none", "lr-jump", "outlier-batch")
@@ -355,13 +353,12 @@ def _restore(trainer: _Trainer, path: Path) -> int:
     return int(state["step"])
 
 
-def _clip(trainer: _Trainer, config: DemoConfig, monitor: StabilityMonitor) -> Any:
+def _clip(trainer: _Trainer, config: DemoConfig) -> Any:
     from stab_core.clipping import clip_grad_norm
 
-    measured = monitor.measured_norms()  # the hook's norms of the all-reduced buckets (DDP only)
     if trainer.clipper is not None:
-        return trainer.clipper.clip(trainer.params, measured)
-    return clip_grad_norm(trainer.params, config.max_norm, measured=measured)
+        return trainer.clipper.clip(trainer.params)
+    return clip_grad_norm(trainer.params, config.max_norm)
 
 
 def train_rank(config: DemoConfig, rank: int, world_size: int, log: Callable[[str], None] | None = None) -> None:
@@ -403,7 +400,7 @@ def train_rank(config: DemoConfig, rank: int, world_size: int, log: Callable[[st
             loss = lm_loss(trainer.model, tokens)
             trainer.optimizer.zero_grad(set_to_none=True)
             loss.backward()  # type: ignore[no-untyped-call]
-            record = _clip(trainer, config, monitor)
+            record = _clip(trainer, config)
             lr = float(trainer.optimizer.param_groups[0]["lr"])
             trainer.optimizer.step()
             trainer.scheduler.step()
@@ -626,9 +623,9 @@ def measure_overhead(steps: int = 200, ranks: int = 1) -> dict[str, float]:
     for ``steps`` steps, interleaved step by step (the order rotates every step) so that
     background load hits all alike: a bare loop (DDP's default all-reduce, no clipping); the bare
     loop plus ``torch.nn.utils.clip_grad_norm_`` (what a user clips with without StabScope); and the
-    monitored loop: ``clip_grad_norm`` (given the hook's bucket norms, as the demo clips) + the
-    monitor's hook + ``StabilityMonitor.log`` (shards to a temporary directory). All three are built
-    as the demo trains: DDP with ``gradient_as_bucket_view=True``, and the parameter list made once.
+    monitored loop: ``clip_grad_norm`` + the monitor's hook + ``StabilityMonitor.log`` (shards to a
+    temporary directory). All three are built as the demo trains: DDP with
+    ``gradient_as_bucket_view=True``, and the parameter list made once.
 
     Returns median step times (s); ``overhead_s`` / ``overhead_pct``: monitored minus bare medians
     (the goal's figure, % of the bare step); ``overhead_paired_pct``: the median of the per-step
@@ -761,7 +758,7 @@ def _interleaved_loops(config: DemoConfig, steps: int) -> dict[str, list[float]]
         optimizer.zero_grad(set_to_none=True)
         loss.backward()  # type: ignore[no-untyped-call]
         clip_begin = time.perf_counter()
-        record = clip_grad_norm(params["monitored"], config.max_norm, measured=monitor.measured_norms())
+        record = clip_grad_norm(params["monitored"], config.max_norm)
         times["clip"].append(time.perf_counter() - clip_begin)
         optimizer.step()
         log_begin = time.perf_counter()

@@ -225,16 +225,13 @@ def _tiled_storages(grads: list[torch.Tensor]) -> tuple[tuple[int, int], ...] | 
     return tuple(owners)
 
 
-def _norm_of(gradients: _Gradients, measured: MeasuredNorms | None = None) -> float:
+def _norm_of(gradients: _Gradients) -> float:
     import torch
 
     grads = gradients.grads
     if not grads:
         return 0.0
     if gradients.flat is not None:
-        known = _measured_for(gradients.flat, measured) if measured is not None else None
-        if known is not None:
-            return _combined(known, grads[0].dtype)
         return _flat_norm(gradients.flat, grads[0].dtype)
     if gradients.uniform:
         # What torch.nn.utils.get_total_norm computes here (per-tensor norms, then the norm of
@@ -253,60 +250,11 @@ def _flat_norm(buffers: list[torch.Tensor], dtype: torch.dtype) -> float:
     which the rounding to float32 removes (unless the two sums straddle a float32 rounding boundary,
     odds ~1e-6 per resume), so ZClip's statistics stay bit-identical across a resume.
     """
-    return _combined([buffer_norm(b) for b in buffers], dtype)
-
-
-def buffer_norm(buffer: torch.Tensor) -> torch.Tensor:
-    """The L2 norm of one flat gradient buffer, accumulated in float64: a 0-d float64 tensor, left
-    on the buffer's device. The per-buffer term of the clipper's norm, and what
-    :class:`MeasuredNorms` carries to it from where the buffer was written."""
     import torch
 
-    norm: torch.Tensor = torch.linalg.vector_norm(buffer, 2.0, dtype=torch.float64)
-    return norm
-
-
-def _combined(norms: list[torch.Tensor], dtype: torch.dtype) -> float:
-    """The norm of the concatenated buffers from their :func:`buffer_norm`, rounded to ``dtype``."""
-    import torch
-
+    norms = [torch.linalg.vector_norm(b, 2.0, dtype=torch.float64) for b in buffers]
     total = norms[0] if len(norms) == 1 else torch.linalg.vector_norm(torch.stack(norms), 2.0)
     return float(total.to(dtype))
-
-
-@dataclass(frozen=True)
-class MeasuredNorms:
-    """:func:`buffer_norm` of flat gradient buffers, measured where they were last written, so that
-    clipping need not read every gradient a second time: StabScope's DDP hook measures each bucket
-    right after its all-reduce (``StabilityMonitor.measured_norms()``).
-
-    ``buffers``: per buffer, its first address (``data_ptr``), its size (elements) and its version
-    counter when it was measured; ``norms``: the norms, in the same order. The clipper uses them only
-    when its gradients' flat buffers are exactly these buffers and none was written since (the same
-    version counter: any in-place change, such as a GradScaler's unscale, bumps it); otherwise it
-    measures the gradients itself. Either way the norm is the same, bit for bit.
-    """
-
-    buffers: tuple[tuple[int, int, int], ...]
-    norms: tuple[torch.Tensor, ...]
-
-
-def _measured_for(flat: list[torch.Tensor], measured: MeasuredNorms) -> list[torch.Tensor] | None:
-    """The measured norms of ``flat``'s buffers in their order; None unless every one of them was
-    measured and is unchanged since."""
-    if len(flat) != len(measured.buffers):
-        return None
-    by_address = {
-        address: (numel, version, norm)
-        for (address, numel, version), norm in zip(measured.buffers, measured.norms, strict=True)
-    }
-    norms: list[torch.Tensor] = []
-    for buffer in flat:
-        known = by_address.get(buffer.data_ptr())
-        if known is None or known[:2] != (buffer.numel(), buffer._version):
-            return None
-        norms.append(known[2])
-    return norms
 
 
 def _mixed_norm_of(grads: list[torch.Tensor]) -> float:
@@ -390,7 +338,6 @@ def clip_grad_norm(
     parameters: torch.Tensor | Iterable[torch.Tensor],
     max_norm: float,
     nonfinite: NonFinitePolicy = "skip",
-    measured: MeasuredNorms | None = None,
 ) -> ClipRecord:
     """Clip the global gradient norm to ``max_norm`` in place, as ``torch.nn.utils.clip_grad_norm_``.
 
@@ -404,14 +351,12 @@ def clip_grad_norm(
     Cheapest with DDP's ``gradient_as_bucket_view=True``: the gradients then tile DDP's buckets, and
     each bucket takes one norm (summed in float64, so the result does not depend on how DDP lays the
     bucket out) and one multiply. Pass a parameter list made once: ``model.parameters()`` walks the
-    module tree on every call. ``measured``: the buckets' norms as the monitor's hook measured them
-    after the all-reduce (``monitor.measured_norms()``); used only where still valid (see
-    :class:`MeasuredNorms`), they save reading every gradient again.
+    module tree on every call.
     """
     _require_max_norm(max_norm)
     _require_policy(nonfinite)
     gradients = _grads(parameters)
-    total_norm = _norm_of(gradients, measured)
+    total_norm = _norm_of(gradients)
     handled = _handle_nonfinite(gradients, total_norm, nonfinite, max_norm)
     if handled is not None:
         return handled
@@ -511,13 +456,10 @@ class ZClip:
         """True once the warm-up has produced the EMA statistics."""
         return self.mean is not None
 
-    def clip(
-        self, parameters: torch.Tensor | Iterable[torch.Tensor], measured: MeasuredNorms | None = None
-    ) -> ClipRecord:
-        """Clip the gradients in place (call after backward, before ``optimizer.step()``);
-        ``measured`` as in :func:`clip_grad_norm`."""
+    def clip(self, parameters: torch.Tensor | Iterable[torch.Tensor]) -> ClipRecord:
+        """Clip the gradients in place (call after backward, before ``optimizer.step()``)."""
         gradients = _grads(parameters)
-        total_norm = _norm_of(gradients, measured)
+        total_norm = _norm_of(gradients)
         fixed_limit = math.inf if self.max_norm is None else self.max_norm
         handled = _handle_nonfinite(gradients, total_norm, self.nonfinite, fixed_limit)
         if handled is not None:

@@ -16,11 +16,9 @@ import torch
 
 from stab_core.clipping import (
     ClipRecord,
-    MeasuredNorms,
     NonFiniteGradientError,
     ZClip,
     _grads,
-    buffer_norm,
     clip_coef,
     clip_grad_norm,
     clipping_stats,
@@ -322,58 +320,6 @@ def test_the_remembered_layout_follows_new_gradients_and_keeps_nothing_alive() -
     del first, second, buffer, p, new
     gc.collect()
     assert alive() is None
-
-
-def _two_buckets(seed: int) -> tuple[list[torch.nn.Parameter], list[torch.Tensor]]:
-    """Parameters whose gradients tile two flat buffers, as DDP's buckets; and the buffers."""
-    values = _flat_values(seed)
-    first, a = _flat_layout(values[:3], [2, 0, 1])
-    second, b = _flat_layout(values[3:], [0, 1, 2, 3])
-    return first + second, [a, b]
-
-
-def _measured(buffers: list[torch.Tensor], scale: float = 1.0) -> MeasuredNorms:
-    """What the monitor's hook records, in another order than the clipper's (bucket order)."""
-    order = buffers[::-1]
-    return MeasuredNorms(
-        tuple((b.data_ptr(), b.numel(), b._version) for b in order), tuple(scale * buffer_norm(b) for b in order)
-    )
-
-
-@pytest.mark.parametrize("max_norm", [1e-3, 1e6])
-def test_measured_bucket_norms_give_the_clipper_the_same_record_without_reading_the_gradients(max_norm: float) -> None:
-    params, buffers = _two_buckets(5)
-    reference, _ = _two_buckets(5)
-    want = clip_grad_norm(reference, max_norm)
-    got = clip_grad_norm(params, max_norm, measured=_measured(buffers))
-    assert astuple(got) == astuple(want)  # bit for bit, whichever order the norms came in
-    for p, q in zip(params, reference, strict=True):
-        assert torch.equal(p.grad, q.grad)
-    # they were used: doubled norms double the clipper's norm (exactly: scaling by 2 rounds nothing)
-    params, buffers = _two_buckets(5)
-    assert clip_grad_norm(params, 1e30, measured=_measured(buffers, 2.0)).total_norm == 2 * want.total_norm
-    params, buffers = _two_buckets(5)
-    doubled = _measured(buffers, 2.0)
-    assert ZClip(max_norm=1e30).clip(params, doubled).total_norm == 2 * want.total_norm
-
-
-@pytest.mark.parametrize("change", ["written since", "another buffer", "one bucket missing", "fewer elements"])
-def test_measured_norms_that_no_longer_hold_are_not_used(change: str) -> None:
-    params, buffers = _two_buckets(6)
-    truth = global_grad_norm(params)
-    doubled = _measured(buffers, 2.0)
-    if change == "written since":  # e.g. a GradScaler's unscale between backward and clipping
-        buffers[1].mul_(1.0)
-    elif change == "another buffer":
-        measured_ones = buffers  # alive, so the new buffers cannot reuse their addresses
-        params, buffers = _two_buckets(6)  # the same values in new buffers
-        assert all(b.data_ptr() != m.data_ptr() for b, m in zip(buffers, measured_ones, strict=True))
-    elif change == "one bucket missing":
-        doubled = MeasuredNorms(doubled.buffers[:1], doubled.norms[:1])
-    else:
-        (address, numel, version), *rest = doubled.buffers
-        doubled = MeasuredNorms(((address, numel - 1, version), *rest), doubled.norms)
-    assert clip_grad_norm(params, 1e30, measured=doubled).total_norm == truth
 
 
 def test_scalar_coefficient_is_the_array_formula() -> None:
