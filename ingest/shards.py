@@ -165,7 +165,7 @@ def _check_metric(name: str) -> None:
 
 def _rows_to_table(rows: list[tuple[int, int, float, Mapping[str, float]]]) -> pa.Table:
     """The buffered rows as one wide table. Built from numpy buffers, not ``pa.array`` of lists:
-    ``pa.array`` imports pandas on first use, ~0.8 s and ~50 MB inside a training step (the
+    ``pa.array`` imports pandas on first use, 0.35-0.8 s and ~50 MB inside a training step (the
     monitor's first flush showed up as a step-time spike of its own)."""
     names: dict[str, None] = {}
     for _, _, _, metrics in rows:
