@@ -7,6 +7,7 @@ off, so only the skeleton regexes run; the two must agree on every row, skipped 
 from __future__ import annotations
 
 import random
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -189,22 +190,40 @@ def test_ends_with_pipe() -> None:
     assert not textlog._ends_with_pipe(r"a\|[ \t]*")
 
 
-def test_split_fields_rebuild_every_line() -> None:
-    rng = random.Random(3)
-    text = b"".join(
+def _random_pipe_text(seed: int, n_lines: int) -> bytes:
+    rng = random.Random(seed)
+    return b"".join(
         b"|".join(bytes(rng.choice(b"ab |:") for _ in range(rng.randrange(6))) for _ in range(rng.randrange(1, 5)))
         + b"\n"
-        for _ in range(500)
+        for _ in range(n_lines)
     )
+
+
+def _assert_split_rebuilds(text: bytes) -> None:
     split = textlog._Split(text)
     lines = split.lines.to_pylist()
     assert b"".join(lines) == text
+    assert len(lines) == text.count(b"\n")
     segments = split.segments.to_pylist()
     for i, line in enumerate(lines):
         k = int(split.first_segment[i])
         fields = segments[k : k + int(split.pipes_per_line[i]) + 1]
         assert b"".join(fields) == line
         assert int(split.pipes_per_line[i]) == line.count(b"|")
+
+
+def test_split_fields_rebuild_every_line() -> None:
+    _assert_split_rebuilds(_random_pipe_text(3, 500))
+
+
+def test_split_reuses_its_masks_across_sizes_and_threads() -> None:
+    # A thread keeps its masks from chunk to chunk: a shorter chunk after a longer one must see only
+    # its own bytes (stale separators past its end would add fields), and threads must not share them.
+    texts = [_random_pipe_text(seed, n) for seed, n in ((4, 2000), (5, 30), (6, 700), (7, 1))]
+    for text in texts:
+        _assert_split_rebuilds(text)
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        list(pool.map(_assert_split_rebuilds, texts * 3))
 
 
 @pytest.mark.parametrize("chunk_bytes", [1, 7, 64, 1 << 20])
