@@ -1,0 +1,120 @@
+"""The store's catalog units of work: the file lock is held for one unit and released after it, errors
+roll back, and threads, nested units and several stores of one process take turns."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from ingest.store import Store
+
+REPO = Path(__file__).resolve().parents[1]
+
+_PROBE = """
+import sys, duckdb
+from ingest import queries as q
+try:
+    con = duckdb.connect(sys.argv[1])
+except duckdb.IOException as exc:
+    print("locked:", exc)
+    sys.exit(3)
+print(con.execute(q.GET_SETTING, [sys.argv[2]]).fetchall()[0][0])
+"""
+
+
+def _other_process_reads(store: Store, key: str) -> tuple[int, str]:
+    """What another process gets when it opens the catalog now: (exit status, its output)."""
+    done = subprocess.run(
+        [sys.executable, "-c", _PROBE, str(store.catalog_path), key],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
+    )
+    return done.returncode, done.stdout.strip()
+
+
+def test_the_catalog_lock_is_held_only_inside_a_unit_of_work(tmp_path: Path) -> None:
+    store = Store(tmp_path / "store")
+    store.set_setting("colour", "teal")
+    assert _other_process_reads(store, "colour") == (0, "teal")  # committed, checkpointed, released
+    with store._catalog():
+        status, out = _other_process_reads(store, "colour")
+        assert status == 3 and "lock" in out
+        with store._catalog() as inner:  # a nested unit of the same thread reuses the attachment
+            assert inner.execute("SELECT 1").fetchall() == [(1,)]
+        assert _other_process_reads(store, "colour")[0] == 3  # still the outer unit's
+    assert _other_process_reads(store, "colour") == (0, "teal")
+
+
+def test_an_error_inside_a_unit_rolls_back_and_releases_the_catalog(tmp_path: Path) -> None:
+    store = Store(tmp_path / "store")
+    store.set_setting("colour", "teal")
+    from ingest import queries as q
+
+    with pytest.raises(RuntimeError, match="half-way"), store._catalog() as con:
+        con.execute("BEGIN TRANSACTION")
+        con.execute(q.SET_SETTING, ["colour", "mauve"])
+        raise RuntimeError("half-way")
+    assert store.get_setting("colour") == "teal"
+    assert _other_process_reads(store, "colour") == (0, "teal")
+    store.set_setting("colour", "ochre")  # the next unit attaches afresh
+    assert _other_process_reads(store, "colour") == (0, "ochre")
+
+
+def test_threads_and_two_stores_take_turns(tmp_path: Path) -> None:
+    stores = [Store(tmp_path / "a"), Store(tmp_path / "b")]
+    errors: list[BaseException] = []
+
+    def work(t: int) -> None:
+        try:
+            for i in range(15):
+                outer, inner = stores[(t + i) % 2], stores[(t + i + 1) % 2]
+                with outer._catalog():  # a unit of one store while the other's is opened inside it
+                    inner.set_setting(f"t{t}", str(i))
+                outer.set_setting(f"t{t}", str(i))
+        except BaseException as exc:  # reported below, on the test's thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    for store in stores:
+        assert [store.get_setting(f"t{t}") for t in range(6)] == ["14"] * 6
+        assert _other_process_reads(store, "t0") == (0, "14")
+
+
+def test_a_unit_waits_for_another_process_that_holds_the_catalog(tmp_path: Path) -> None:
+    store = Store(tmp_path / "store")
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time, duckdb; c = duckdb.connect(sys.argv[1]); print('held', flush=True); time.sleep(1.5)",
+            str(store.catalog_path),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        store.set_setting("colour", "teal")  # retried until the other process lets go
+    finally:
+        holder.wait(timeout=60)
+    assert store.get_setting("colour") == "teal"
+
+
+def test_two_spellings_of_one_store_share_the_attachment(tmp_path: Path) -> None:
+    (tmp_path / "store").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "store")
+    a, b = Store(tmp_path / "store"), Store(tmp_path / "link" / ".." / "link")
+    with a._catalog():
+        b.set_setting("colour", "teal")  # DuckDB refuses one file attached twice in one database
+    assert a.get_setting("colour") == "teal"
