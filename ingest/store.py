@@ -299,9 +299,9 @@ class Store:
     def _read(self, *queries: tuple[str, Sequence[Any]]) -> list[list[tuple[Any, ...]]]:
         """Rows of each catalog query, answered from memory while the catalog files are unchanged.
 
-        Opening the catalog costs ~10-40 ms (it is opened per unit of work so that other processes
-        can write), and a page asks for the same rows several times per rerun; the queries missing
-        from memory run together on one connection. Any commit, by any process, changes the files'
+        Reading the catalog takes a unit of work (attach, queries, detach: ~10 ms on a 2-core VM,
+        so that other processes can write in between), and a page asks for the same rows several
+        times per rerun; the queries missing from memory run together in one unit. Any commit, by any process, changes the files'
         state and empties the cache.
         """
         state = self._catalog_state()
