@@ -301,8 +301,8 @@ class Store:
 
         Reading the catalog takes a unit of work (attach, queries, detach: ~10 ms on a 2-core VM,
         so that other processes can write in between), and a page asks for the same rows several
-        times per rerun; the queries missing from memory run together in one unit. Any commit, by any process, changes the files'
-        state and empties the cache.
+        times per rerun; the queries missing from memory run together in one unit. Any commit, by
+        any process, changes the files' state and empties the cache.
         """
         state = self._catalog_state()
         keys = [(sql, tuple(params)) for sql, params in queries]
