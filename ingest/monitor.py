@@ -34,6 +34,7 @@ from __future__ import annotations
 import math
 import os
 import time
+import warnings
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -47,6 +48,7 @@ if TYPE_CHECKING:
     import torch
     import torch.distributed as dist
     from torch._C._distributed_c10d import GradBucket
+    from torch.amp import GradScaler
     from torch.nn.parallel import DistributedDataParallel
     from torch.optim.lr_scheduler import LRScheduler
 
@@ -94,7 +96,17 @@ class GradNormHook:
     hook per model.
     """
 
-    def __init__(self, ddp_model: DistributedDataParallel, process_group: dist.ProcessGroup | None = None) -> None:
+    grad_scaler: GradScaler | None = None
+    """The job's ``torch.amp.GradScaler`` (fp16): its scale is divided out of the norms."""
+    _scale: torch.Tensor | None = None
+    """The loss scale the recorded backward pass ran with (None: not scaled)."""
+
+    def __init__(
+        self,
+        ddp_model: DistributedDataParallel,
+        process_group: dist.ProcessGroup | None = None,
+        grad_scaler: GradScaler | None = None,
+    ) -> None:
         import torch.distributed as dist
         from torch.nn.parallel import DistributedDataParallel
 
@@ -104,6 +116,7 @@ class GradNormHook:
                 "wrap the model in DDP first, or pass model=None (no grad_norm_local without DDP)"
             )
         self.process_group = process_group
+        self.grad_scaler = grad_scaler
         self.world_size = dist.get_world_size(process_group)
         self._local: list[torch.Tensor] = []
         self._global: list[torch.Tensor] = []
@@ -122,9 +135,10 @@ class GradNormHook:
     def _record_local(self, buffer: torch.Tensor, is_last: bool) -> None:
         import torch
 
-        if self._pass_complete:  # a new backward pass: keep only the latest one
+        if self._pass_complete or not self._local:  # a new backward pass: keep only the latest one
             self._local, self._global = [], []
             self._pass_complete = False
+            self._scale = _loss_scale_now(self.grad_scaler)
         self._local.append(torch.linalg.vector_norm(buffer, dtype=torch.float32))
         self._pass_complete = is_last
 
@@ -143,13 +157,40 @@ class GradNormHook:
             return None
         count = self.last_bucket_count = len(self._local)
         parts = self._local + self._global
+        if self._scale is not None:
+            parts.append(self._scale.to(device=parts[0].device, dtype=parts[0].dtype).reshape(()))
         # On the CPU there is nothing to transfer and a float each costs less than a stack; a GPU's
-        # norms come in one stack and one host transfer. The few per-bucket norms are then summed
-        # in Python (float32 -> float64 squares are exact; fsum rounds the sum once).
+        # norms (and the loss scale) come in one stack and one host transfer. The few per-bucket
+        # norms are then summed in Python (float32 -> float64 squares are exact; fsum rounds once).
         on_cpu = parts[0].device.type == "cpu"
         norms = [float(n) for n in parts] if on_cpu else torch.stack(parts).tolist()
-        self._local, self._global, self._pass_complete = [], [], False
-        return _l2(norms[:count]), _l2(norms[count:])
+        scale = norms.pop() if self._scale is not None else 1.0
+        self._local, self._global, self._pass_complete, self._scale = [], [], False, None
+        return _l2(norms[:count]) / scale, _l2(norms[count : 2 * count]) / scale
+
+
+def _loss_scale_now(grad_scaler: GradScaler | None) -> torch.Tensor | None:
+    """The scale a GradScaler multiplies the loss by now (a copy: ``update`` changes it in place), as
+    a tensor on its device, read without a host sync; None without a scaler, or one that is off or
+    has not scaled a loss yet."""
+    if grad_scaler is None or not grad_scaler.is_enabled():
+        return None
+    scale = getattr(grad_scaler, "_scale", None)  # get_scale() would sync with the GPU every step
+    return None if scale is None else scale.detach().clone()
+
+
+def loss_scale_factor(hook_norm: float, clipper_norm: float) -> float:
+    """The power of two by which the hook's global norm exceeds the clipper's pre-clip norm of the
+    same gradient: the fp16 loss scale when the backward ran on scaled gradients and the clipper saw
+    them unscaled, else 1.0 (equal norms, non-finite or zero ones, or a ratio that is no power of
+    two, as when the clipper was given other parameters)."""
+    if not (math.isfinite(hook_norm) and math.isfinite(clipper_norm)) or hook_norm <= 0 or clipper_norm <= 0:
+        return 1.0
+    ratio = hook_norm / clipper_norm
+    power = round(math.log2(ratio))
+    if power == 0 or abs(ratio / 2.0**power - 1.0) > 1e-4:
+        return 1.0
+    return 2.0**power
 
 
 def _l2(norms: list[float]) -> float:
@@ -526,6 +567,10 @@ class StabilityMonitor:
     transitions become ``warmup_end`` / ``cycle_restart`` events when the run reaches them.
     ``meta``: anything else for the run metadata (``usd_per_gpu_hour``, ``tags``, model config ...).
     ``gpu``: record GPU figures; default: when CUDA is initialised in this process.
+    ``grad_scaler``: the ``torch.amp.GradScaler`` of an fp16 job. The hook measures the gradients
+    while they are still multiplied by the loss scale; with the scaler it divides the scale out.
+    Without it, a step logged with ``clip_stats`` is corrected too (the clipper's norm of the
+    unscaled gradient gives the scale), and a warning says so once.
     """
 
     def __init__(
@@ -546,6 +591,7 @@ class StabilityMonitor:
         gpu: bool | None = None,
         gpu_sample_interval_s: float = 1.0,
         process_group: dist.ProcessGroup | None = None,
+        grad_scaler: GradScaler | None = None,
     ) -> None:
         import torch
         import torch.distributed as dist
@@ -564,7 +610,8 @@ class StabilityMonitor:
             if dist.get_backend(process_group) == "nccl":
                 device = torch.device("cuda", torch.cuda.current_device())
             self._losses = _LossReducer(self.rank, self.world_size, device, process_group)
-        self.hook = GradNormHook(model, process_group) if model is not None else None  # type: ignore[arg-type]
+        self.hook = GradNormHook(model, process_group, grad_scaler) if model is not None else None  # type: ignore[arg-type]
+        self._warned_scaled = False
         self.per_rank_batch_size = per_rank_batch_size
         self.global_batch_size = global_batch_size or (
             per_rank_batch_size * self.world_size if per_rank_batch_size else None
@@ -638,6 +685,8 @@ class StabilityMonitor:
         if step_time is not None:
             rank_metrics["step_time_s"] = step_time
         norms = self.hook.take() if self.hook is not None else None
+        if norms is not None and clip_stats is not None:
+            norms = self._unscaled(norms, clip_stats.total_norm)
         if norms is not None:
             rank_metrics["grad_norm_local"] = norms[0]
             run_metrics["grad_norm"] = norms[1]
@@ -676,6 +725,23 @@ class StabilityMonitor:
         self._write_pending(wait=False)
         self._last_step, self._last_time = step, now
         return record
+
+    def _unscaled(self, norms: tuple[float, float], clipper_norm: float) -> tuple[float, float]:
+        """The hook's norms without an fp16 loss scale it was not told of: the clipper's norm of the
+        same (unscaled) gradient gives the scale exactly (a power of two)."""
+        factor = loss_scale_factor(norms[1], clipper_norm)
+        if factor == 1.0:
+            return norms
+        if not self._warned_scaled:
+            self._warned_scaled = True
+            warnings.warn(
+                f"the DDP hook measured gradients {factor:g}x the clipper's: the backward ran on "
+                "loss-scaled gradients (fp16 GradScaler). grad_norm_local is divided by that scale; "
+                "pass grad_scaler=scaler to StabilityMonitor so that steps without clip_stats are too",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+        return norms[0] / factor, norms[1] / factor
 
     def _write_pending(self, wait: bool, without_mean: bool = False) -> None:
         """Write the run-level rows whose loss mean has arrived, in step order; with ``wait``, wait

@@ -472,3 +472,58 @@ def test_the_readme_training_loop_runs_and_its_shards_hold_every_step(tmp_path: 
     local = store.read_series("readme", "grad_norm_local", rank=0).values
     # one rank: the same gradient, summed in float32 by the hook and in float64 by the clipper
     np.testing.assert_allclose(local, store.read_series("readme", "grad_norm").values, rtol=1e-5)
+
+
+def test_loss_scale_factor_known_answers() -> None:
+    from ingest.monitor import loss_scale_factor
+
+    assert loss_scale_factor(1315.765 * 1.00000003, 1315.765 / 1024) == 1024.0
+    assert loss_scale_factor(0.5, 1.0) == 0.5  # a scale backed off below 1
+    assert loss_scale_factor(2.0, 2.0) == 1.0  # no scaling
+    assert loss_scale_factor(3.0, 1.0) == 1.0  # no power of two: the clipper saw other parameters
+    assert loss_scale_factor(2.01, 1.0) == 1.0
+    assert loss_scale_factor(math.inf, 1.0) == 1.0 and loss_scale_factor(1.0, math.nan) == 1.0
+    assert loss_scale_factor(0.0, 1.0) == 1.0 and loss_scale_factor(1.0, 0.0) == 1.0
+
+
+@pytest.mark.parametrize("mode", ["scaler", "scaler_no_clip_stats", "from_clipper", "clip_a_subset"])
+def test_fp16_loss_scale_is_divided_out_of_the_hook_norms(tmp_path: Path, mode: str) -> None:
+    """Under a GradScaler the hook sees gradients times the loss scale. With the scaler, or from the
+    clipper's unscaled norm, grad_norm_local is the true one, for a scale that changes every step."""
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/rdzv", rank=0, world_size=1)
+    try:
+        torch.manual_seed(0)
+        model = DistributedDataParallel(torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Linear(16, 4)))
+        params = list(model.parameters())
+        optimizer = torch.optim.SGD(params, lr=0.01)
+        amp = mode != "clip_a_subset"
+        scaler = torch.amp.GradScaler("cpu", init_scale=1024.0, growth_interval=1, enabled=amp)
+        monitor = StabilityMonitor(
+            tmp_path / "shards", model=model, grad_scaler=scaler if mode.startswith("scaler") else None
+        )
+        seen: list[tuple[float, float, float]] = []
+        with warnings.catch_warnings(record=True) as caught, monitor:
+            warnings.simplefilter("always")
+            for step in range(4):
+                optimizer.zero_grad()
+                scaler.scale(model(torch.randn(6, 8)).pow(2).mean()).backward()
+                scaler.unscale_(optimizer)
+                true_norm = float(torch.linalg.vector_norm(torch.cat([p.grad.reshape(-1) for p in params])))
+                clipped = params[:2] if mode == "clip_a_subset" else params
+                record = clip_grad_norm(clipped, 100.0)
+                scale = scaler.get_scale()
+                scaler.step(optimizer)
+                scaler.update()  # doubles the scale: the hook must keep the one its backward ran with
+                logged = monitor.log(step, clip_stats=None if mode == "scaler_no_clip_stats" else record)
+                assert logged.local_grad_norm is not None and logged.global_grad_norm is not None
+                seen.append((logged.local_grad_norm, true_norm, scale))
+        assert [s for _, _, s in seen] == ([1024.0, 2048.0, 4096.0, 8192.0] if amp else [1.0] * 4)
+        for local, true_norm, _ in seen:
+            assert local == pytest.approx(true_norm, rel=1e-5)
+        scaled = [w for w in caught if "loss-scaled" in str(w.message)]
+        assert len(scaled) == (1 if mode == "from_clipper" else 0)  # once, and only when it guessed
+    finally:
+        dist.destroy_process_group()
