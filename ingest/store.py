@@ -241,6 +241,12 @@ class _CatalogAttacher:
                 if time.monotonic() > deadline:
                     raise StabScopeError(f"cannot open the store catalog {path}: {exc}") from exc
                 time.sleep(0.05)
+            except duckdb.Error as exc:  # DuckDB's registry of open files came along with a fork
+                raise StabScopeError(
+                    f"cannot open the store catalog {path} in this process: DuckDB has it open already "
+                    f"({exc}); a process forked while another of its threads was using the store must "
+                    "open the store after that thread is done (or start with the 'spawn' method)"
+                ) from exc
 
 
 _CATALOGS = _CatalogAttacher()

@@ -118,3 +118,70 @@ def test_two_spellings_of_one_store_share_the_attachment(tmp_path: Path) -> None
     with a._catalog():
         b.set_setting("colour", "teal")  # DuckDB refuses one file attached twice in one database
     assert a.get_setting("colour") == "teal"
+
+
+_FORK = """
+import os, sys, threading, time
+from ingest.errors import StabScopeError
+from ingest.store import Store
+
+store = Store(sys.argv[1])
+store.set_setting("colour", "teal")
+
+
+def in_child(work) -> int:
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os._exit(work())
+        except BaseException:
+            os._exit(9)
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+
+
+def write() -> int:  # the child's own catalog database
+    value = store.get_setting("colour")
+    store.set_setting("child", "was here")
+    return 0 if value == "teal" else 1
+
+
+def refused() -> int:  # DuckDB's registry says the file is open: a clear error, not a hang
+    try:
+        store.get_setting("colour")
+    except StabScopeError as exc:
+        return 3 if "forked" in str(exc) else 4
+    return 5
+
+
+idle = in_child(write)
+inside, release = threading.Event(), threading.Event()
+
+
+def hold() -> None:
+    with store._catalog():
+        inside.set()
+        release.wait(30)
+
+
+holder = threading.Thread(target=hold)
+holder.start()
+inside.wait(30)
+held = in_child(refused)
+release.set()
+holder.join()
+print(idle, held, store.get_setting("child"), store.get_setting("colour"))
+"""
+
+
+def test_a_forked_child_opens_the_catalog_on_its_own(tmp_path: Path) -> None:
+    """A child forked while the store is idle uses its own catalog database (not its parent's);
+    one forked during another thread's unit of work gets a clear error, and the parent carries on."""
+    done = subprocess.run(
+        [sys.executable, "-c", _FORK, str(tmp_path / "store")],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "0 3 was here teal"
