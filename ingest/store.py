@@ -241,11 +241,12 @@ class _CatalogAttacher:
                 if time.monotonic() > deadline:
                     raise StabScopeError(f"cannot open the store catalog {path}: {exc}") from exc
                 time.sleep(0.05)
-            except duckdb.Error as exc:  # DuckDB's registry of open files came along with a fork
+            except duckdb.Error as exc:  # the file is in DuckDB's registry of this process already
                 raise StabScopeError(
-                    f"cannot open the store catalog {path} in this process: DuckDB has it open already "
-                    f"({exc}); a process forked while another of its threads was using the store must "
-                    "open the store after that thread is done (or start with the 'spawn' method)"
+                    f"cannot open the store catalog {path}: DuckDB has it open already in this process "
+                    f"({exc}). Close any other DuckDB connection to that file; a process forked while "
+                    "another of its threads was using the store must wait for that thread (or use the "
+                    "'spawn' start method)"
                 ) from exc
 
 
