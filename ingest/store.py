@@ -195,6 +195,7 @@ class _CatalogAttacher:
         self._attached: dict[str, tuple[str, int]] = {}  # real path -> (alias, depth)
         self._aliases = itertools.count()
         self._inherited: list[duckdb.DuckDBPyConnection] = []
+        self._units = 0  # units of work on the current database
 
     def forget_after_fork(self) -> None:
         """In a forked child: start afresh. The parent's database is kept referenced, never closed
@@ -229,6 +230,16 @@ class _CatalogAttacher:
                 else:
                     del self._attached[key]
                     db.execute(f"DETACH {alias}")
+                    self._recycle_when_idle()
+
+    def _recycle_when_idle(self) -> None:
+        """Start a new database every ``CATALOG_RECYCLE_UNITS`` units, between units: each ATTACH
+        leaves DuckDB a few hundred bytes it keeps (+8 MiB over 40,000 units), which a dashboard
+        serving a live run for weeks would otherwise accumulate."""
+        self._units += 1
+        if self._units >= CATALOG_RECYCLE_UNITS and not self._attached and self._db is not None:
+            self._db.close()
+            self._db, self._units = None, 0
 
     def _attach(self, db: duckdb.DuckDBPyConnection, path: str) -> str:
         alias = f"catalog_{next(self._aliases)}"
@@ -249,6 +260,9 @@ class _CatalogAttacher:
                     "'spawn' start method)"
                 ) from exc
 
+
+CATALOG_RECYCLE_UNITS = 5000
+"""Catalog units of work a process runs on one in-memory DuckDB before it starts a new one."""
 
 _CATALOGS = _CatalogAttacher()
 if hasattr(os, "register_at_fork"):
