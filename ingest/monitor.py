@@ -685,7 +685,7 @@ class StabilityMonitor:
         if step_time is not None:
             rank_metrics["step_time_s"] = step_time
         norms = self.hook.take() if self.hook is not None else None
-        if norms is not None and clip_stats is not None:
+        if norms is not None and clip_stats is not None and self.hook.grad_scaler is None:  # type: ignore[union-attr]
             norms = self._unscaled(norms, clip_stats.total_norm)
         if norms is not None:
             rank_metrics["grad_norm_local"] = norms[0]
