@@ -672,7 +672,10 @@ class _EngineState:
             for unit, mask in groups:
                 if not mask.any():
                     continue
-                out_name, out_values = to_canonical_unit(name, unit, conv.values[mask])
+                # every value kept (the usual case): no copy, which on the main thread cost ~20%
+                # of a Megatron read (72 MB of fresh pages for a 9M-value log)
+                kept = conv.values if mask.all() else conv.values[mask]
+                out_name, out_values = to_canonical_unit(name, unit, kept)
                 _add_masked(builder, out_name, steps, out_values, mask, rank, wall, stream, seq)
             if conv.pct is not None:
                 pmask = conv.ok & ~np.isnan(conv.pct)
