@@ -6,7 +6,9 @@ off, so only the skeleton regexes run; the two must agree on every row, skipped 
 
 from __future__ import annotations
 
+import os
 import random
+import struct
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -140,8 +142,20 @@ def _write_log(path: Path, seed: int, n: int = 3000) -> None:
     path.write_text("\n".join(lines) + "\n", newline="")
 
 
+@pytest.fixture(params=["c", "arrow"])
+def field_engine(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The plan's fields checked by the C extension (``_fields.c``) or by Arrow's kernels."""
+    if request.param == "c" and textlog._fields is None:
+        if os.environ.get("CI"):
+            pytest.fail("ingest.formats._fields was not built: `pip install -e .` needs a C compiler")
+        pytest.skip("ingest.formats._fields not built (no C compiler at install time)")
+    if request.param == "arrow":
+        monkeypatch.setattr(textlog, "_fields", None)
+    return str(request.param)
+
+
 @pytest.mark.parametrize("seed", range(6))
-def test_plan_equals_the_regex_engine_on_varied_lines(tmp_path: Path, seed: int) -> None:
+def test_plan_equals_the_regex_engine_on_varied_lines(tmp_path: Path, seed: int, field_engine: str) -> None:
     path = tmp_path / "train.log"
     _write_log(path, seed)
     chunk = [None, 4096, 65536][seed % 3]
@@ -153,7 +167,7 @@ def test_plan_equals_the_regex_engine_on_varied_lines(tmp_path: Path, seed: int)
 
 
 @pytest.mark.parametrize("name", ["megatron_lm_restart.log", "megatron_deepspeed.log"])
-def test_plan_equals_the_regex_engine_on_fixtures(name: str) -> None:
+def test_plan_equals_the_regex_engine_on_fixtures(name: str, field_engine: str) -> None:
     path = FIXTURES / name
     if not path.exists():
         pytest.skip(f"no fixture {name}")
@@ -162,7 +176,7 @@ def test_plan_equals_the_regex_engine_on_fixtures(name: str) -> None:
         _same(_read(path, fmt, plans=True, chunk_bytes=chunk), _read(path, fmt, plans=False, chunk_bytes=chunk))
 
 
-def test_plan_known_answers_nan_units_and_fallbacks(tmp_path: Path) -> None:
+def test_plan_known_answers_nan_units_and_fallbacks(tmp_path: Path, field_engine: str) -> None:
     head = " iteration {:>8d}/      100 | consumed samples: {} | elapsed time per iteration (ms): {} | lm loss: {} |"
     rows = [(1, 512, "1500.0", "7.5"), (2, 1024, "1,500.5", "nan"), (3, 1536, "1600.0", "inf"), (4, 2048, "", "7.0")]
     rows += [(s, s * 512, "1000.0", f"{8 - s / 10000:.4f}") for s in range(5, 3000)]
@@ -292,7 +306,7 @@ def test_shared_series_arrays_equal_the_general_path() -> None:
                     np.testing.assert_array_equal(flat, y, err_msg=f"trial {trial}")
 
 
-def test_plan_keeps_bytes_that_are_not_utf8(tmp_path: Path) -> None:
+def test_plan_keeps_bytes_that_are_not_utf8(tmp_path: Path, field_engine: str) -> None:
     path = tmp_path / "train.log"
     body = "".join(
         f" iteration {i:>8d}/      100 | lm loss: {7 - i / 100:.3f} | grad norm: 1.0 |\n" for i in range(1, 80)
@@ -400,7 +414,7 @@ def test_head_by_shape_equals_the_regex(seed: int) -> None:
     assert textlog._digits_alike(plan.prefix_re2)
     lines = np.arange(len(heads), dtype=np.int64)
     head = split.segments.take(pa.array(split.first_segment[lines]))
-    got = textlog._match_head(plan, split, lines, head)
+    got = textlog._match_head(plan, split, lines)
     want = textlog.pc.extract_regex(head, plan.prefix_re2)
     assert got.is_valid().to_pylist() == want.is_valid().to_pylist()
     valid = want.is_valid()
@@ -470,3 +484,65 @@ def test_line_chunks_keep_a_line_that_grows_while_it_is_read(tmp_path: Path, mon
     chunks = list(iter_whole_lines(path, LogBuilder([path]), chunk_bytes=4, first_chunk_bytes=4))
     assert b"second half-writ" in reads  # the case happened
     assert b"".join(chunks).split(b"\n") == [b"first", b"second half-written", b"third", b""]
+
+
+# ------------------------------------------------------------------ the C extension on its own
+
+
+def _c_fields() -> Any:
+    if textlog._fields is None:
+        if os.environ.get("CI"):
+            pytest.fail("ingest.formats._fields was not built: `pip install -e .` needs a C compiler")
+        pytest.skip("ingest.formats._fields not built (no C compiler at install time)")
+    return textlog._fields
+
+
+def _bits(x: float) -> bytes:
+    return struct.pack("<d", x)
+
+
+def test_c_parse_plain_known_answers() -> None:
+    fields = _c_fields()
+    known = {b"512": 512.0, b"9.997900E+00": 9.9979, b"2.275200E-04": 2.2752e-4, b"-0": -0.0, b"0.0": 0.0}
+    known |= {b"1e22": 1e22, b"1e-22": 1e-22, b"0e400": 0.0, b"007.50": 7.5, b"9007199254740992": 2.0**53}
+    for text, want in known.items():
+        assert _bits(fields.parse_plain(text)) == _bits(want), text
+    # left to Arrow: not the plain grammar, or not exact in one IEEE operation
+    for text in [b"", b"-", b".5", b"5.", b"+3", b"1,234", b"12ms", b"nan", b"inf", b"1e", b"1e+", b"0x10", b" 1"]:
+        assert fields.parse_plain(text) is None, text
+    for text in [b"1e23", b"1e-23", b"9007199254740993", b"12345678901234567890", b"1e12345"]:
+        assert fields.parse_plain(text) is None, text
+
+
+def test_c_parse_plain_is_correctly_rounded() -> None:
+    """Every value the fast path takes is the double Python's (correctly rounded) parser gives."""
+    fields = _c_fields()
+    rng = random.Random(7)
+    taken = 0
+    for _ in range(20000):
+        digits = "".join(rng.choice("0123456789") for _ in range(rng.randint(1, 19)))
+        cut = rng.randint(1, len(digits))
+        text = digits[:cut] + ("." + digits[cut:] if cut < len(digits) else "")
+        if rng.random() < 0.7:
+            text += rng.choice("eE") + rng.choice(["", "+", "-"]) + str(rng.randint(0, 30))
+        text = ("-" if rng.random() < 0.3 else "") + text
+        got = fields.parse_plain(text.encode())
+        if got is not None:
+            taken += 1
+            assert _bits(got) == _bits(float(text)), text
+    assert taken > 5000  # the comparison is not vacuous
+
+
+def test_c_match_fields_rejects_what_does_not_fit() -> None:
+    fields = _c_fields()
+    split = textlog._Split(b" iteration 1/ 2 | lm loss: 7.5 |\n")
+    ok, values, slow = np.empty(1, np.bool_), np.empty((1, 1)), np.empty((1, 1), np.bool_)
+    args = (split.chunk, split.bounds, split.first_segment, 2, (b" lm loss: ",), (b" |",), (), b"")
+    fields.match_fields(*args, ok, values, slow)
+    assert ok.tolist() == [True] and values.tolist() == [[7.5]] and slow.tolist() == [[False]]
+    with pytest.raises(ValueError, match="inconsistent"):
+        fields.match_fields(*args[:3], 3, *args[4:], ok, values, slow)  # pipes do not fit the plan
+    with pytest.raises(ValueError, match="inconsistent"):
+        fields.match_fields(*args, ok, np.empty(0), slow)
+    with pytest.raises(IndexError, match="outside the chunk"):
+        fields.match_fields(*args[:2], np.array([5], np.int64), *args[3:], ok, values, slow)

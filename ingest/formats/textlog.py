@@ -54,6 +54,11 @@ from stab_core.metrics import PER_RANK_METRICS, RUN_RANK
 
 pc: Any = _pc  # pyarrow-stubs overloads reject valid calls on generic arrays
 
+try:  # built by `pip install` where a C compiler is at hand; without it the Arrow path decides alike
+    from ingest.formats import _fields
+except ImportError:  # pragma: no cover - depends on the install
+    _fields = None  # type: ignore[assignment]
+
 KeyMap = Callable[[str], "tuple[str, str | None] | None"]
 
 PER_RANK_NAMES: Final = PER_RANK_METRICS | {
@@ -408,37 +413,25 @@ class _EngineState:
         lines = np.flatnonzero(unmatched & (split.pipes_per_line == plan.n_pipes))
         if lines.shape[0] == 0:
             return None
-        n = lines.shape[0]
-        # every field of these lines in one take, field by field: field j is a zero-copy slice
-        index = (split.first_segment[lines][None, :] + np.arange(plan.n_pipes + 1)[:, None]).ravel()
-        fields = split.segments.take(pa.array(index))
-
-        def field(j: int) -> Any:
-            return fields.slice(j * n, n)
-
-        checks: list[Any] = []
-        raw: list[Any] = []
-        for i, (before, after) in enumerate(plan.values):
-            f = field(i + 1)
-            checks += [pc.starts_with(f, before), pc.ends_with(f, after)]
-            raw.append(pc.binary_slice(f, len(before), -len(after)))  # empty or overlapping: cast fails
-        for j, literal in enumerate(plan.literals, start=len(plan.values) + 1):
-            checks.append(pc.equal(field(j), literal))
-        last = pc.cast(field(plan.n_pipes), options=pc.CastOptions(pa.string(), allow_invalid_utf8=True))
-        checks.append(pc.equal(pc.ascii_rtrim(last, characters=" \t\r\n").cast(pa.binary()), plan.last))
-        head = field(0)
-        prefix = _match_head(plan, split, lines, head)
-        checks.append(prefix.is_valid())
-        ok = _bools(functools.reduce(pc.and_, checks))
+        prefix = _match_head(plan, split, lines)
+        if _fields is not None:
+            ok, raw = _plan_fields_c(plan, split, lines, _bools(prefix.is_valid()))
+        else:
+            ok, raw = _plan_fields_arrow(plan, split, lines)
+            ok &= _bools(prefix.is_valid())
         if not ok.any():
             return None
         if not ok.all():
             keep = pa.array(ok)
-            prefix, raw = prefix.filter(keep), [v.filter(keep) for v in raw]
+            prefix = prefix.filter(keep)
+            raw = [v[ok] if isinstance(v, np.ndarray) else v.filter(keep) for v in raw]
             lines = lines[ok]
             ok = ok[ok]
         values: list[Any] = []
         for v in raw:
+            if isinstance(v, np.ndarray):
+                values.append(v)
+                continue
             try:
                 values.append(np.asarray(pc.cast(v, pa.float64()).to_numpy(zero_copy_only=False), np.float64))
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
@@ -730,6 +723,57 @@ def _scratch_masks(size: int) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.boo
     return masks[0][:size], masks[1][:size]
 
 
+def _plan_fields_arrow(
+    plan: _Plan, split: _Split, lines: npt.NDArray[np.int64]
+) -> tuple[npt.NDArray[np.bool_], list[Any]]:
+    """``(ok, raw)`` of the planned ``lines`` with Arrow kernels: whether each line's fixed text
+    (field 0 aside) is as planned, and each value field's text (a binary array per field)."""
+    n = lines.shape[0]
+    index = (split.first_segment[lines][None, :] + np.arange(1, plan.n_pipes + 1)[:, None]).ravel()
+    fields = split.segments.take(pa.array(index))  # every field but the first in one take, field by field
+
+    def field(j: int) -> Any:
+        return fields.slice((j - 1) * n, n)
+
+    checks: list[Any] = []
+    raw: list[Any] = []
+    for i, (before, after) in enumerate(plan.values):
+        f = field(i + 1)
+        checks += [pc.starts_with(f, before), pc.ends_with(f, after)]
+        raw.append(pc.binary_slice(f, len(before), -len(after)))  # empty or overlapping: cast fails
+    for j, literal in enumerate(plan.literals, start=len(plan.values) + 1):
+        checks.append(pc.equal(field(j), literal))
+    last = pc.cast(field(plan.n_pipes), options=pc.CastOptions(pa.string(), allow_invalid_utf8=True))
+    checks.append(pc.equal(pc.ascii_rtrim(last, characters=" \t\r\n").cast(pa.binary()), plan.last))
+    return _bools(functools.reduce(pc.and_, checks)), raw
+
+
+def _plan_fields_c(
+    plan: _Plan, split: _Split, lines: npt.NDArray[np.int64], head_ok: npt.NDArray[np.bool_]
+) -> tuple[npt.NDArray[np.bool_], list[Any]]:
+    """What :func:`_plan_fields_arrow` decides, in one C pass over the lines (``_fields.c``), with
+    the values of plain numbers already parsed, and ``head_ok`` folded into ``ok``. A field where a
+    line kept by ``ok`` holds anything else is cut out and left to Arrow's cast as on that path."""
+    assert _fields is not None
+    n, nv = lines.shape[0], len(plan.values)
+    first = np.ascontiguousarray(split.first_segment[lines])
+    ok = np.empty(n, dtype=np.bool_)
+    values = np.empty((nv, n), dtype=np.float64)
+    slow = np.empty((nv, n), dtype=np.bool_)
+    befores = tuple(b for b, _ in plan.values)
+    afters = tuple(a for _, a in plan.values)
+    _fields.match_fields(
+        split.chunk, split.bounds, first, plan.n_pipes, befores, afters, plan.literals, plan.last, ok, values, slow
+    )
+    ok &= head_ok
+    raw: list[Any] = list(values)
+    for j in np.flatnonzero(np.any(slow & ok, axis=1)):
+        before, after = plan.values[j]
+        f = split.segments.take(first + (j + 1))
+        raw[j] = pc.binary_slice(f, len(before), -len(after))
+    return ok, raw
+
+
 def _plan(kind: LineKind, line: bytes, m: re.Match[bytes], spans: list[tuple[int, int]]) -> _Plan | None:
     """The ``|``-field plan of a layout learned from ``line`` (None where it cannot be one: a prefix
     that does not end at the first ``|``, values not one per field right after it, ignored text)."""
@@ -824,17 +868,17 @@ def _class_digits(items: Any) -> int:
     return count
 
 
-def _match_head(plan: _Plan, split: _Split, lines: npt.NDArray[np.int64], head: Any) -> Any:
-    """The prefix matched on field 0 of ``lines`` (``head``), as ``extract_regex`` gives it.
+def _match_head(plan: _Plan, split: _Split, lines: npt.NDArray[np.int64]) -> Any:
+    """The prefix matched on field 0 of ``lines``, as ``extract_regex`` gives it.
 
     Where the prefix treats all digits alike (:func:`_digits_alike`), fields of one *shape* (the
     same bytes once every digit is made ``0``: Megatron pads its counters to a fixed width, so a
     chunk holds one or two) match or fail together, with their groups at the same places: the
     prefix runs once on the shape, and each group is cut from a numpy gather of fixed-width rows.
     Fields of other shapes (a few tried per chunk) go through the regex."""
-    if not plan.head_alike or lines.shape[0] < 64:
-        return pc.extract_regex(head, plan.prefix_re2)
     first = split.first_segment[lines]
+    if not plan.head_alike or lines.shape[0] < 64:
+        return pc.extract_regex(split.segments.take(first), plan.prefix_re2)
     starts = split.bounds[first]
     widths = split.bounds[first + 1] - starts
     data = np.frombuffer(split.chunk, dtype=np.uint8)
@@ -863,8 +907,8 @@ def _match_head(plan: _Plan, split: _Split, lines: npt.NDArray[np.int64], head: 
         else:
             regex[members] = True
     if not found:
-        return pc.extract_regex(head, plan.prefix_re2)
-    names = [f.name for f in pc.extract_regex(head.slice(0, 0), plan.prefix_re2).type]
+        return pc.extract_regex(split.segments.take(first), plan.prefix_re2)
+    names = [f.name for f in pc.extract_regex(pa.array([], pa.binary()), plan.prefix_re2).type]
     parts: list[list[Any]] = [[] for _ in names]
     order: list[npt.NDArray[np.int64]] = []
     for members, grid, spans in found:
@@ -878,7 +922,7 @@ def _match_head(plan: _Plan, split: _Split, lines: npt.NDArray[np.int64], head: 
     valid = [np.ones(members.shape[0], dtype=bool) for members, _, _ in found]
     rest = np.flatnonzero(regex | left)
     if rest.shape[0]:
-        slow = pc.extract_regex(head.take(pa.array(rest)), plan.prefix_re2)
+        slow = pc.extract_regex(split.segments.take(first[rest]), plan.prefix_re2)
         order.append(rest)
         valid.append(_bools(slow.is_valid()))
         for i, part in enumerate(parts):
