@@ -11,7 +11,7 @@ setup(
         Extension(
             "ingest.formats._fields",
             ["ingest/formats/_fields.c"],
-            extra_compile_args=["-O2"],
+            extra_compile_args=["-O3"],
             optional=True,
         )
     ]

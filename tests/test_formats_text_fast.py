@@ -226,11 +226,30 @@ def _assert_split_rebuilds(text: bytes) -> None:
         assert int(split.pipes_per_line[i]) == line.count(b"|")
 
 
-def test_split_fields_rebuild_every_line() -> None:
+def test_split_fields_rebuild_every_line(field_engine: str) -> None:
     _assert_split_rebuilds(_random_pipe_text(3, 500))
 
 
-def test_split_reuses_its_masks_across_sizes_and_threads() -> None:
+def test_split_in_c_equals_numpy() -> None:
+    """The C split (16 bytes at a time, then the tail) gives numpy's arrays on any bytes: NULs,
+    runs of separators, text after the last newline, every length around the 16-byte steps."""
+    fields = _c_fields()
+    rng = random.Random(11)
+    texts = [b"", b"\n", b"|", b"abc", b"|" * 40, b"\n" * 33, b"a|b\x00|c\nno newline|"]
+    texts += [bytes(rng.choice(b"ab|\n\x00 ") for _ in range(n)) for n in range(0, 70)]
+    texts += [_random_pipe_text(seed, 300) for seed in range(3)]
+    for text in texts:
+        for got, want in zip(textlog._split_c(text), textlog._split_numpy(text), strict=True):
+            assert got.dtype == want.dtype and got.tolist() == want.tolist(), text
+    n_segments, n_lines = fields.count_separators(b"a|b\nc|")
+    assert (n_segments, n_lines) == (3, 1)
+    wrong = (np.empty(n_segments, np.int32), np.empty(n_lines, np.int64), np.empty(n_lines, np.int64))
+    with pytest.raises(ValueError, match="count_separators"):  # one segment short: never written past
+        fields.split_fields(b"a|b\nc|", *wrong, np.empty(n_lines + 1, np.int32))
+
+
+def test_split_reuses_its_masks_across_sizes_and_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(textlog, "_fields", None)  # the masks belong to the numpy split
     # A thread keeps its masks from chunk to chunk: a shorter chunk after a longer one must see only
     # its own bytes (stale separators past its end would add fields), and threads must not share them.
     texts = [_random_pipe_text(seed, n) for seed, n in ((4, 2000), (5, 30), (6, 700), (7, 1))]

@@ -17,11 +17,17 @@
  *
  * The caller owns the layout: bounds are the chunk's segment boundaries (a segment ends with its
  * '|' or newline), first[i] the first segment of line i, which has exactly n_pipes pipes.
+ *
+ * count_separators and split_fields cut a chunk into those segments (what textlog._Split did with
+ * eight numpy passes and their temporaries): one pass counts, the caller allocates, one pass fills.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 #define MAX_FIELDS 256
 
@@ -180,6 +186,114 @@ done:
     return result;
 }
 
+
+/* Bit k of the result is set where p[k] is '|' or '\n' (16 bytes). */
+#ifdef __SSE2__
+static inline unsigned separators16(const unsigned char *p) {
+    __m128i v = _mm_loadu_si128((const __m128i *)p);
+    __m128i hits = _mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('|')), _mm_cmpeq_epi8(v, _mm_set1_epi8('\n')));
+    return (unsigned)_mm_movemask_epi8(hits);
+}
+#else
+static inline unsigned separators16(const unsigned char *p) {
+    unsigned mask = 0;
+    for (int k = 0; k < 16; k++) mask |= (unsigned)(p[k] == '|' || p[k] == '\n') << k;
+    return mask;
+}
+#endif
+
+static PyObject *count_separators(PyObject *self, PyObject *args) {
+    Py_buffer chunk;
+    if (!PyArg_ParseTuple(args, "y*", &chunk)) return NULL;
+    const unsigned char *d = chunk.buf;
+    Py_ssize_t len = chunk.len, i = 0, seps = 0, lines = 0;
+    Py_BEGIN_ALLOW_THREADS;
+    for (; i + 16 <= len; i += 16) {
+        unsigned mask = separators16(d + i);
+        while (mask) {
+            lines += d[i + __builtin_ctz(mask)] == '\n';
+            mask &= mask - 1;
+            seps++;
+        }
+    }
+    for (; i < len; i++) {
+        seps += d[i] == '|' || d[i] == '\n';
+        lines += d[i] == '\n';
+    }
+    Py_END_ALLOW_THREADS;
+    PyBuffer_Release(&chunk);
+    return Py_BuildValue("nn", seps, lines);
+}
+
+/* One separator at position pos (segment index seg) into the outputs; a newline ends line *line. */
+static inline void take_separator(const unsigned char *d, Py_ssize_t pos, Py_ssize_t seg, int32_t *bounds,
+                                  int64_t *first, int64_t *pipes, int32_t *offsets, Py_ssize_t *line,
+                                  Py_ssize_t *line_first) {
+    bounds[seg + 1] = (int32_t)(pos + 1);
+    if (d[pos] == '\n') {
+        first[*line] = *line_first;
+        pipes[*line] = seg - *line_first;
+        offsets[*line + 1] = (int32_t)(pos + 1);
+        ++*line;
+        *line_first = seg + 1;
+    }
+}
+
+static PyObject *split_fields(PyObject *self, PyObject *args) {
+    Py_buffer chunk, bounds_buf, first_buf, pipes_buf, offsets_buf;
+    if (!PyArg_ParseTuple(args, "y*w*w*w*w*", &chunk, &bounds_buf, &first_buf, &pipes_buf, &offsets_buf)) return NULL;
+    PyObject *result = NULL;
+    const unsigned char *d = chunk.buf;
+    Py_ssize_t len = chunk.len;
+    Py_ssize_t max_seps = bounds_buf.len / (Py_ssize_t)sizeof(int32_t) - 1;
+    Py_ssize_t max_lines = first_buf.len / (Py_ssize_t)sizeof(int64_t);
+    if (len > INT32_MAX || max_seps < 0 || offsets_buf.len < (max_lines + 1) * (Py_ssize_t)sizeof(int32_t) ||
+        pipes_buf.len < max_lines * (Py_ssize_t)sizeof(int64_t)) {
+        PyErr_SetString(PyExc_ValueError, "split_fields: output sizes do not fit (see count_separators)");
+        goto done;
+    }
+    int32_t *bounds = bounds_buf.buf, *offsets = offsets_buf.buf;
+    int64_t *first = first_buf.buf, *pipes = pipes_buf.buf;
+    Py_ssize_t i = 0, seg = 0, line = 0, line_first = 0;
+    int overflow = 0;
+    Py_BEGIN_ALLOW_THREADS;
+    bounds[0] = 0;
+    offsets[0] = 0;
+    for (; i + 16 <= len && !overflow; i += 16) {
+        unsigned mask = separators16(d + i);
+        while (mask) {
+            Py_ssize_t pos = i + __builtin_ctz(mask);
+            mask &= mask - 1;
+            if (seg >= max_seps || (d[pos] == '\n' && line >= max_lines)) {
+                overflow = 1;
+                break;
+            }
+            take_separator(d, pos, seg++, bounds, first, pipes, offsets, &line, &line_first);
+        }
+    }
+    for (; i < len && !overflow; i++) {
+        if (d[i] != '|' && d[i] != '\n') continue;
+        if (seg >= max_seps || (d[i] == '\n' && line >= max_lines)) {
+            overflow = 1;
+            break;
+        }
+        take_separator(d, i, seg++, bounds, first, pipes, offsets, &line, &line_first);
+    }
+    Py_END_ALLOW_THREADS;
+    if (overflow || seg != max_seps || line != max_lines) {
+        PyErr_SetString(PyExc_ValueError, "split_fields: the outputs were not sized by count_separators");
+        goto done;
+    }
+    result = Py_NewRef(Py_None);
+done:
+    PyBuffer_Release(&chunk);
+    PyBuffer_Release(&bounds_buf);
+    PyBuffer_Release(&first_buf);
+    PyBuffer_Release(&pipes_buf);
+    PyBuffer_Release(&offsets_buf);
+    return result;
+}
+
 static PyObject *parse_one(PyObject *self, PyObject *args) {
     const char *text;
     Py_ssize_t len;
@@ -193,6 +307,11 @@ static PyMethodDef methods[] = {
     {"match_fields", match_fields, METH_VARARGS,
      "match_fields(chunk, bounds, first, n_pipes, befores, afters, fixed, last, ok, values, slow)\n\n"
      "Check and parse the '|'-separated lines of a chunk against a plan (see the module source)."},
+    {"count_separators", count_separators, METH_VARARGS,
+     "count_separators(chunk) -> (segments, lines): how many '|' and newlines, and how many newlines."},
+    {"split_fields", split_fields, METH_VARARGS,
+     "split_fields(chunk, bounds, first, pipes, offsets): fill the segment bounds (int32, segments + 1),\n"
+     "each line's first segment and pipe count (int64, lines) and line offsets (int32, lines + 1)."},
     {"parse_plain", parse_one, METH_VARARGS,
      "parse_plain(text) -> float | None: the exact fast path alone (None: left to the caller)."},
     {NULL, NULL, 0, NULL},

@@ -677,36 +677,62 @@ class _EngineState:
 
 
 class _Split:
-    """A chunk cut after every newline and every ``|`` (one pass over its bytes): ``lines`` as for
+    """A chunk cut after every newline and every ``|`` (by ``_fields.c`` where built, else numpy; text
+    after the last newline is in no line): ``lines`` as for
     :func:`_lines_array`, and one zero-copy binary array of ``segments``; line ``i``'s fields are
     segments ``first_segment[i] + 0..pipes_per_line[i]``, each ending with its ``|`` (the last one
     with the newline)."""
 
     def __init__(self, chunk: bytes) -> None:
-        data = np.frombuffer(chunk, dtype=np.uint8)
-        newline, pipe = _scratch_masks(data.shape[0])
-        np.equal(data, 10, out=newline)
-        np.equal(data, 124, out=pipe)
-        seps = np.flatnonzero(np.bitwise_or(newline, pipe, out=newline))
-        ends = np.flatnonzero(data[seps] == 10)  # the separators that end a line
-        n = ends.shape[0]
-        self.first_segment = np.empty(n, dtype=np.int64)
-        self.first_segment[:1] = 0
-        self.first_segment[1:] = ends[:-1] + 1
-        self.pipes_per_line = ends - self.first_segment
-        bounds: Any = np.empty(seps.shape[0] + 1, dtype=np.int32)
-        bounds[0] = 0
-        bounds[1:] = seps + 1
+        if _fields is not None:
+            bounds, self.first_segment, self.pipes_per_line, offsets = _split_c(chunk)
+        else:
+            bounds, self.first_segment, self.pipes_per_line, offsets = _split_numpy(chunk)
+        n = self.first_segment.shape[0]
+        buffers: Any = (bounds, offsets)  # numpy arrays are buffers (the stubs do not say so)
         self.segments = pa.Array.from_buffers(
-            pa.binary(), seps.shape[0], [None, pa.py_buffer(bounds), pa.py_buffer(chunk)]
+            pa.binary(), bounds.shape[0] - 1, [None, pa.py_buffer(buffers[0]), pa.py_buffer(chunk)]
         )
-        offsets: Any = np.empty(n + 1, dtype=np.int32)
-        offsets[0] = 0
-        offsets[1:] = bounds[1:][ends]
         self.offsets: npt.NDArray[np.int32] = offsets
-        self.lines: Any = pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(chunk)])
+        self.lines: Any = pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(buffers[1]), pa.py_buffer(chunk)])
         self.bounds: npt.NDArray[np.int32] = bounds
         self.chunk = chunk
+
+
+_SplitArrays = tuple[npt.NDArray[np.int32], npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int32]]
+
+
+def _split_c(chunk: bytes) -> _SplitArrays:
+    """``(bounds, first_segment, pipes_per_line, offsets)`` of :class:`_Split`, by ``_fields.c``."""
+    assert _fields is not None
+    n_segments, n_lines = _fields.count_separators(chunk)
+    bounds = np.empty(n_segments + 1, dtype=np.int32)
+    first = np.empty(n_lines, dtype=np.int64)
+    pipes = np.empty(n_lines, dtype=np.int64)
+    offsets = np.empty(n_lines + 1, dtype=np.int32)
+    _fields.split_fields(chunk, bounds, first, pipes, offsets)
+    return bounds, first, pipes, offsets
+
+
+def _split_numpy(chunk: bytes) -> _SplitArrays:
+    """What :func:`_split_c` gives, with numpy (when the extension is not built)."""
+    data = np.frombuffer(chunk, dtype=np.uint8)
+    newline, pipe = _scratch_masks(data.shape[0])
+    np.equal(data, 10, out=newline)
+    np.equal(data, 124, out=pipe)
+    seps = np.flatnonzero(np.bitwise_or(newline, pipe, out=newline))
+    ends = np.flatnonzero(data[seps] == 10)  # the separators that end a line
+    n = ends.shape[0]
+    first = np.empty(n, dtype=np.int64)
+    first[:1] = 0
+    first[1:] = ends[:-1] + 1
+    bounds: Any = np.empty(seps.shape[0] + 1, dtype=np.int32)
+    bounds[0] = 0
+    bounds[1:] = seps + 1
+    offsets: Any = np.empty(n + 1, dtype=np.int32)
+    offsets[0] = 0
+    offsets[1:] = bounds[1:][ends]
+    return bounds, first, ends - first, offsets
 
 
 _scratch = threading.local()
