@@ -422,7 +422,7 @@ def _heads(rng: random.Random, n: int) -> list[bytes]:
 
 
 @pytest.mark.parametrize("seed", range(8))
-def test_head_by_shape_equals_the_regex(seed: int) -> None:
+def test_head_by_shape_equals_the_regex(seed: int, field_engine: str) -> None:
     rng = random.Random(seed)
     heads = _heads(rng, rng.choice([70, 500, 3000]))
     tail = b" lm loss: 1.0 |\n"
@@ -565,3 +565,16 @@ def test_c_match_fields_rejects_what_does_not_fit() -> None:
         fields.match_fields(*args, ok, np.empty(0), slow)
     with pytest.raises(IndexError, match="outside the chunk"):
         fields.match_fields(*args[:2], np.array([5], np.int64), *args[3:], ok, values, slow)
+
+
+def test_c_match_shape_known_answers() -> None:
+    fields = _c_fields()
+    text = b" it 12/ 30 |a\n it 99/ 00 |b\n it 1x/ 30 |c\n it 123/ 30 |d\n"
+    split = textlog._Split(text)
+    same = np.empty(4, np.bool_)
+    fields.match_shape(split.chunk, split.bounds, split.first_segment, b" it 00/ 00 |", same)
+    assert same.tolist() == [True, True, False, False]  # a letter for a digit; one byte wider
+    with pytest.raises(IndexError, match="outside the chunk"):
+        fields.match_shape(split.chunk, split.bounds, np.array([99], np.int64), b"x", same)
+    with pytest.raises(ValueError, match="shorter"):
+        fields.match_shape(split.chunk, split.bounds, split.first_segment, b"x", np.empty(1, np.bool_))

@@ -294,6 +294,52 @@ done:
     return result;
 }
 
+/* same[i]: field 0 of line i is shape once its digits are made '0' (textlog._match_head). */
+static PyObject *match_shape(PyObject *self, PyObject *args) {
+    Py_buffer chunk, bounds_buf, first_buf, shape, same_buf;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*w*", &chunk, &bounds_buf, &first_buf, &shape, &same_buf)) return NULL;
+    PyObject *result = NULL;
+    Py_ssize_t n = first_buf.len / (Py_ssize_t)sizeof(int64_t);
+    Py_ssize_t n_segments = bounds_buf.len / (Py_ssize_t)sizeof(int32_t) - 1;
+    if (same_buf.len < n) {
+        PyErr_SetString(PyExc_ValueError, "match_shape: the output is shorter than the lines");
+        goto done;
+    }
+    const unsigned char *d = chunk.buf, *want = shape.buf;
+    const int32_t *bounds = bounds_buf.buf;
+    const int64_t *first = first_buf.buf;
+    unsigned char *same = same_buf.buf;
+    int bad_index = 0;
+    Py_BEGIN_ALLOW_THREADS;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t f = first[i];
+        if (f < 0 || f + 1 > n_segments || bounds[f] < 0 || bounds[f + 1] > chunk.len) {
+            bad_index = 1;
+            break;
+        }
+        Py_ssize_t s = bounds[f], width = bounds[f + 1] - s;
+        int match = width == shape.len;
+        for (Py_ssize_t k = 0; match && k < width; k++) {
+            unsigned char c = d[s + k];
+            match = (c >= '0' && c <= '9' ? '0' : c) == want[k];
+        }
+        same[i] = (unsigned char)match;
+    }
+    Py_END_ALLOW_THREADS;
+    if (bad_index) {
+        PyErr_SetString(PyExc_IndexError, "match_shape: a line's segments lie outside the chunk");
+        goto done;
+    }
+    result = Py_NewRef(Py_None);
+done:
+    PyBuffer_Release(&chunk);
+    PyBuffer_Release(&bounds_buf);
+    PyBuffer_Release(&first_buf);
+    PyBuffer_Release(&shape);
+    PyBuffer_Release(&same_buf);
+    return result;
+}
+
 static PyObject *parse_one(PyObject *self, PyObject *args) {
     const char *text;
     Py_ssize_t len;
@@ -312,6 +358,8 @@ static PyMethodDef methods[] = {
     {"split_fields", split_fields, METH_VARARGS,
      "split_fields(chunk, bounds, first, pipes, offsets): fill the segment bounds (int32, segments + 1),\n"
      "each line's first segment and pipe count (int64, lines) and line offsets (int32, lines + 1)."},
+    {"match_shape", match_shape, METH_VARARGS,
+     "match_shape(chunk, bounds, first, shape, same): which lines' field 0 has shape once digits are '0'."},
     {"parse_plain", parse_one, METH_VARARGS,
      "parse_plain(text) -> float | None: the exact fast path alone (None: left to the caller)."},
     {NULL, NULL, 0, NULL},

@@ -900,36 +900,30 @@ def _match_head(plan: _Plan, split: _Split, lines: npt.NDArray[np.int64]) -> Any
     Where the prefix treats all digits alike (:func:`_digits_alike`), fields of one *shape* (the
     same bytes once every digit is made ``0``: Megatron pads its counters to a fixed width, so a
     chunk holds one or two) match or fail together, with their groups at the same places: the
-    prefix runs once on the shape, and each group is cut from a numpy gather of fixed-width rows.
+    prefix runs once on the shape (lines are sorted by shape in ``_fields.c``, or numpy without it),
+    and each group is cut from a numpy gather of fixed-width rows.
     Fields of other shapes (a few tried per chunk) go through the regex."""
     first = split.first_segment[lines]
     if not plan.head_alike or lines.shape[0] < 64:
         return pc.extract_regex(split.segments.take(first), plan.prefix_re2)
     starts = split.bounds[first]
     widths = split.bounds[first + 1] - starts
-    data = np.frombuffer(split.chunk, dtype=np.uint8)
     left = np.ones(lines.shape[0], dtype=bool)
     regex = np.zeros(lines.shape[0], dtype=bool)  # lines left to the regex
-    found: list[tuple[npt.NDArray[np.int64], Any, tuple[tuple[int, int], ...]]] = []
+    found: list[tuple[npt.NDArray[np.int64], tuple[tuple[int, int], ...]]] = []
     for _ in range(_MAX_SHAPES):
         todo = np.flatnonzero(left)
         if todo.shape[0] == 0:
             break
         width = int(widths[todo[0]])
         todo = todo[widths[todo] == width]
-        grid = np.lib.stride_tricks.sliding_window_view(data, width)[starts[todo]]
-        shapes = grid.tobytes().translate(_ZERO_DIGITS)
-        shape = shapes[:width]
-        if shapes == shape * todo.shape[0]:  # one shape (the usual case): one comparison
-            members = todo
-        else:
-            rows = np.frombuffer(shapes, dtype=f"V{width}")
-            same = rows == rows[0]
-            members, grid = todo[same], grid[same]
+        start = int(starts[todo[0]])
+        shape = split.chunk[start : start + width].translate(_ZERO_DIGITS)
+        members = todo[_same_shape(split, first[todo], starts[todo], shape)]
         left[members] = False
         spans = _shape_spans(plan.prefix_re2, shape)
         if spans is not None:
-            found.append((members, grid, spans))
+            found.append((members, spans))
         else:
             regex[members] = True
     if not found:
@@ -937,15 +931,15 @@ def _match_head(plan: _Plan, split: _Split, lines: npt.NDArray[np.int64]) -> Any
     names = [f.name for f in pc.extract_regex(pa.array([], pa.binary()), plan.prefix_re2).type]
     parts: list[list[Any]] = [[] for _ in names]
     order: list[npt.NDArray[np.int64]] = []
-    for members, grid, spans in found:
+    for members, spans in found:
         m = members.shape[0]
         order.append(members)
         for part, (a, b) in zip(parts, spans, strict=True):
             w = max(b - a, 0)
-            values: Any = np.ascontiguousarray(grid[:, a:b]) if w else np.zeros(0, np.uint8)
+            values: Any = _fixed_width_rows(split.chunk, starts[members] + a, w) if w else np.zeros(0, np.uint8)
             offsets: Any = np.arange(0, (m + 1) * w, w, dtype=np.int32) if w else np.zeros(m + 1, np.int32)
             part.append(pa.Array.from_buffers(pa.binary(), m, [None, pa.py_buffer(offsets), pa.py_buffer(values)]))
-    valid = [np.ones(members.shape[0], dtype=bool) for members, _, _ in found]
+    valid = [np.ones(members.shape[0], dtype=bool) for members, _ in found]
     rest = np.flatnonzero(regex | left)
     if rest.shape[0]:
         slow = pc.extract_regex(split.segments.take(first[rest]), plan.prefix_re2)
@@ -967,6 +961,31 @@ def _match_head(plan: _Plan, split: _Split, lines: npt.NDArray[np.int64]) -> Any
 
 
 _MAX_SHAPES: Final = 4
+
+
+def _same_shape(
+    split: _Split, first: npt.NDArray[np.int64], starts: npt.NDArray[np.int32], shape: bytes
+) -> npt.NDArray[np.bool_]:
+    """Which of these lines' field 0 (all ``len(shape)`` bytes long) has ``shape`` once its digits
+    are made ``0``."""
+    same = np.empty(first.shape[0], dtype=np.bool_)
+    if _fields is not None:
+        _fields.match_shape(split.chunk, split.bounds, np.ascontiguousarray(first), shape, same)
+        return same
+    grid = _fixed_width_rows(split.chunk, starts, len(shape))
+    shapes = grid.tobytes().translate(_ZERO_DIGITS)
+    if shapes == shape * first.shape[0]:  # one shape (the usual case): one comparison
+        same[:] = True
+    else:
+        same[:] = np.frombuffer(shapes, dtype=f"V{len(shape)}") == np.void(shape)
+    return same
+
+
+def _fixed_width_rows(chunk: bytes, starts: npt.NDArray[Any], width: int) -> npt.NDArray[np.uint8]:
+    """The ``width`` bytes at each of ``starts`` (all within the chunk), one row each, contiguous."""
+    every_start = np.ndarray(buffer=chunk, dtype=f"V{width}", shape=(len(chunk) - width + 1,), strides=(1,))
+    rows: npt.NDArray[np.uint8] = every_start[starts].view(np.uint8).reshape(-1, width)
+    return rows
 
 
 @functools.lru_cache(maxsize=256)
