@@ -120,13 +120,32 @@ class ConvertedValues:
     pct: FloatArray | None
 
 
+def utf8_or_null(raw: Any) -> Any:
+    """``raw`` (binary or string) as a string array, a value that is not valid UTF-8 (a corrupted
+    byte in an uploaded log) null: it is no number or time, and Arrow's string kernels are defined on
+    valid text only (the plain cast raised ``ArrowInvalid`` out of the reader)."""
+    if raw.type == pa.string():
+        return raw
+    try:
+        return raw.cast(pa.string())
+    except pa.ArrowInvalid:
+        return pa.array([_utf8_or_none(v) for v in raw.to_pylist()], pa.string())
+
+
+def _utf8_or_none(value: bytes | None) -> str | None:
+    try:
+        return None if value is None else value.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
 def parse_numbers(raw: Any) -> ConvertedValues:
     """Parse strings such as ``1.244E+01``, ``nan``, ``10,550``, ``8410ms``, ``160.86GiB(90.19%)``.
 
     Vectorised (Arrow compute): the plain cast is tried first; units, thousands separators and a
     trailing ``(NN%)`` fall back to one regex extraction over the whole column.
     """
-    strings = raw.cast(pa.string()) if raw.type != pa.string() else raw
+    strings = utf8_or_null(raw)
     n = len(strings)
     try:
         values = pc.cast(strings, pa.float64()).to_numpy(zero_copy_only=False)
@@ -167,7 +186,7 @@ def parse_timestamps(raw: Any, fmt: str = "%Y-%m-%d %H:%M:%S") -> FloatArray:
     The first 19 characters are parsed with ``fmt``; a ``,mmm`` or ``.ffffff`` fraction after them is
     added. Logs print local time without a zone: it is read as UTC (the offset is unknowable).
     """
-    strings = raw.cast(pa.string()) if raw.type != pa.string() else raw
+    strings = utf8_or_null(raw)
     head = pc.utf8_slice_codeunits(strings, 0, 19)
     ts = pc.strptime(head, format=fmt, unit="s", error_is_null=True)
     seconds = pc.cast(ts, pa.int64()).to_numpy(zero_copy_only=False).astype(np.float64)

@@ -28,6 +28,7 @@ from ingest.formats._common import (
     looks_binary,
     parse_numbers,
     parse_timestamps,
+    utf8_or_null,
 )
 from ingest.formats.aliases import canonical_name
 from ingest.formats.base import Reader
@@ -156,7 +157,7 @@ class CustomRegexReader(Reader):
                     continue
                 if n_groups == 1:
                     matches = [(m,) for m in matches]
-                cols = [pa.array(c, pa.binary()).cast(pa.string()) for c in zip(*matches, strict=True)]
+                cols = [utf8_or_null(pa.array(c, pa.binary())) for c in zip(*matches, strict=True)]
                 group_cols = {g: cols[self._chunk_re.groupindex[g] - 1] for g in index}
                 self._emit(group_cols, builder)
 

@@ -646,7 +646,7 @@ class _EngineState:
             if isinstance(raw, np.ndarray):  # parsed by the plan: plain numbers, none missing
                 conv = ConvertedValues(raw, np.ones(raw.shape[0], dtype=bool), [], None)
             else:
-                conv = parse_numbers(_arrow(raw).cast(pa.string()))
+                conv = parse_numbers(_arrow(raw))
             sentinel = kind.sentinels.get(name)
             if sentinel is not None:
                 conv.ok &= conv.values != sentinel
