@@ -148,6 +148,8 @@ static PyObject *match_fields(PyObject *self, PyObject *args) {
             bad_index = 1;
             break;
         }
+        for (Py_ssize_t k = f; k <= f + n_pipes; k++) bad_index |= bound[k] > bound[k + 1];
+        if (bad_index) break; /* every read below stays inside the line's own bytes */
         int good = 1;
         for (int j = 0; j < nv; j++) {
             Py_ssize_t s = bound[f + 1 + j], e = bound[f + 2 + j], size = e - s;
@@ -172,7 +174,7 @@ static PyObject *match_fields(PyObject *self, PyObject *args) {
     }
     Py_END_ALLOW_THREADS;
     if (bad_index) {
-        PyErr_SetString(PyExc_IndexError, "match_fields: a line's segments lie outside the chunk");
+        PyErr_SetString(PyExc_IndexError, "match_fields: a line's segments lie outside the chunk or out of order");
         goto done;
     }
     result = Py_NewRef(Py_None);
