@@ -11,8 +11,9 @@ lines; every skeleton captures the values of all its lines at once (Arrow's RE2 
 Python's ``re`` over the chunk where that measured faster: long lines with many groups) and the
 captured columns are converted by Arrow in bulk. A layout whose fields are separated by ``|``
 (Megatron's ``iteration`` line) also gets a *plan* that skips the long regex: the chunk is cut at
-every newline and ``|`` in one numpy pass, each field's literal text is compared exactly, the prefix
-regex runs on the first field only and the values are cast to floats in bulk; lines the plan does
+every newline and ``|``, each field's literal text is compared exactly, the prefix regex runs on the
+first field only and the values are parsed in bulk (one C pass per line in ``_fields.c`` where the
+extension is built; numpy and Arrow kernels otherwise, with the same result); lines the plan does
 not take fall through to the skeleton's regex, so the result is the same (see :class:`_Plan`). Only
 lines no skeleton fits go through Python one by one: non-metric lines (skipped and counted) and new
 layouts (which become skeletons). Memory is bounded by the chunk size plus the parsed columns.
