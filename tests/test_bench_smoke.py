@@ -140,3 +140,16 @@ def test_first_render_waits_for_the_pages_own_elements(tmp_path: Path) -> None:
     for result in (screen, chart):
         assert 0 < result["after_up"][0] < result["samples"][0] < 90
         assert result["server_rss_mb"][0] > 50
+
+
+def test_megatron_read_reports_its_records_and_engine(tmp_path: Path) -> None:
+    from bench.imports import ours_read_log
+    from ingest.formats import textlog
+
+    path = tmp_path / "train.log"
+    line = " iteration {:>8d}/      100 | lm loss: {:.4E} | grad norm: 1.5 | learning rate: 3.0E-4 |\n"
+    path.write_text("".join(line.format(i, 8 - i / 100) for i in range(1, 101)))
+    result = ours_read_log(str(path), "megatron")
+    assert result["records"] == 300 and result["skipped"] == 0
+    built = textlog._fields is not None
+    assert result["engine"] == ("the C extension" if built else "numpy/Arrow (the C extension is not built)")
