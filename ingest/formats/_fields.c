@@ -113,6 +113,12 @@ static int literals_of(PyObject *seq, Literal *out, Py_ssize_t limit, const char
     return (int)n;
 }
 
+/* The end of a function that took buffers: release them all; NULL where it set an error, else None. */
+static PyObject *release_all(Py_buffer **buffers, int count) {
+    for (int k = 0; k < count; k++) PyBuffer_Release(buffers[k]);
+    return PyErr_Occurred() ? NULL : Py_NewRef(Py_None);
+}
+
 static PyObject *match_fields(PyObject *self, PyObject *args) {
     Py_buffer chunk, bounds, first, ok, values, slow;
     Py_ssize_t n_pipes;
@@ -122,7 +128,7 @@ static PyObject *match_fields(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "y*y*y*nOOOy#w*w*w*", &chunk, &bounds, &first, &n_pipes, &befores_obj, &afters_obj,
                           &fixed_obj, &last, &last_len, &ok, &values, &slow))
         return NULL;
-    PyObject *result = NULL;
+    Py_buffer *buffers[] = {&chunk, &bounds, &first, &ok, &values, &slow};
     Literal befores[MAX_FIELDS], afters[MAX_FIELDS], fixed[MAX_FIELDS];
     int nv = literals_of(befores_obj, befores, MAX_FIELDS, "befores");
     int na = nv < 0 ? -1 : literals_of(afters_obj, afters, MAX_FIELDS, "afters");
@@ -173,19 +179,10 @@ static PyObject *match_fields(PyObject *self, PyObject *args) {
         ok_out[i] = (unsigned char)good;
     }
     Py_END_ALLOW_THREADS;
-    if (bad_index) {
+    if (bad_index)
         PyErr_SetString(PyExc_IndexError, "match_fields: a line's segments lie outside the chunk or out of order");
-        goto done;
-    }
-    result = Py_NewRef(Py_None);
 done:
-    PyBuffer_Release(&chunk);
-    PyBuffer_Release(&bounds);
-    PyBuffer_Release(&first);
-    PyBuffer_Release(&ok);
-    PyBuffer_Release(&values);
-    PyBuffer_Release(&slow);
-    return result;
+    return release_all(buffers, 6);
 }
 
 
@@ -244,7 +241,7 @@ static inline void take_separator(const unsigned char *d, Py_ssize_t pos, Py_ssi
 static PyObject *split_fields(PyObject *self, PyObject *args) {
     Py_buffer chunk, bounds_buf, first_buf, pipes_buf, offsets_buf;
     if (!PyArg_ParseTuple(args, "y*w*w*w*w*", &chunk, &bounds_buf, &first_buf, &pipes_buf, &offsets_buf)) return NULL;
-    PyObject *result = NULL;
+    Py_buffer *buffers[] = {&chunk, &bounds_buf, &first_buf, &pipes_buf, &offsets_buf};
     const unsigned char *d = chunk.buf;
     Py_ssize_t len = chunk.len;
     Py_ssize_t max_seps = bounds_buf.len / (Py_ssize_t)sizeof(int32_t) - 1;
@@ -282,25 +279,17 @@ static PyObject *split_fields(PyObject *self, PyObject *args) {
         take_separator(d, i, seg++, bounds, first, pipes, offsets, &line, &line_first);
     }
     Py_END_ALLOW_THREADS;
-    if (overflow || seg != max_seps || line != max_lines) {
+    if (overflow || seg != max_seps || line != max_lines)
         PyErr_SetString(PyExc_ValueError, "split_fields: the outputs were not sized by count_separators");
-        goto done;
-    }
-    result = Py_NewRef(Py_None);
 done:
-    PyBuffer_Release(&chunk);
-    PyBuffer_Release(&bounds_buf);
-    PyBuffer_Release(&first_buf);
-    PyBuffer_Release(&pipes_buf);
-    PyBuffer_Release(&offsets_buf);
-    return result;
+    return release_all(buffers, 5);
 }
 
 /* same[i]: field 0 of line i is shape once its digits are made '0' (textlog._match_head). */
 static PyObject *match_shape(PyObject *self, PyObject *args) {
     Py_buffer chunk, bounds_buf, first_buf, shape, same_buf;
     if (!PyArg_ParseTuple(args, "y*y*y*y*w*", &chunk, &bounds_buf, &first_buf, &shape, &same_buf)) return NULL;
-    PyObject *result = NULL;
+    Py_buffer *buffers[] = {&chunk, &bounds_buf, &first_buf, &shape, &same_buf};
     Py_ssize_t n = first_buf.len / (Py_ssize_t)sizeof(int64_t);
     Py_ssize_t n_segments = bounds_buf.len / (Py_ssize_t)sizeof(int32_t) - 1;
     if (same_buf.len < n) {
@@ -328,18 +317,9 @@ static PyObject *match_shape(PyObject *self, PyObject *args) {
         same[i] = (unsigned char)match;
     }
     Py_END_ALLOW_THREADS;
-    if (bad_index) {
-        PyErr_SetString(PyExc_IndexError, "match_shape: a line's segments lie outside the chunk");
-        goto done;
-    }
-    result = Py_NewRef(Py_None);
+    if (bad_index) PyErr_SetString(PyExc_IndexError, "match_shape: a line's segments lie outside the chunk");
 done:
-    PyBuffer_Release(&chunk);
-    PyBuffer_Release(&bounds_buf);
-    PyBuffer_Release(&first_buf);
-    PyBuffer_Release(&shape);
-    PyBuffer_Release(&same_buf);
-    return result;
+    return release_all(buffers, 5);
 }
 
 static PyObject *parse_one(PyObject *self, PyObject *args) {
@@ -367,6 +347,6 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_fields", NULL, -1, methods};
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, .m_name = "_fields", .m_size = -1, .m_methods = methods};
 
 PyMODINIT_FUNC PyInit__fields(void) { return PyModule_Create(&module); }
