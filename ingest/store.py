@@ -2637,15 +2637,42 @@ def _bucketed(metric: str, t: pa.Table, source: str) -> SeriesData:
 
 
 def _split_by_metric(t: pa.Table) -> dict[str, Series]:
-    metrics = np.asarray(t.column("metric").to_numpy(zero_copy_only=False), dtype=object)
-    steps, values = _col(t, "step", np.int64), _col(t, "value")
+    """One ``Series`` per metric of a table sorted by metric, each column copied once. A Python
+    string per row to find the boundaries cost 2.8 s of a 9M-row import's 4.1 s ``run_view``."""
+    n = t.num_rows
     out: dict[str, Series] = {}
-    if metrics.size == 0:
+    if n == 0:
         return out
-    cuts = np.flatnonzero(metrics[1:] != metrics[:-1]) + 1
-    for a, b in zip(np.r_[0, cuts], np.r_[cuts, metrics.size], strict=True):
-        out[str(metrics[a])] = Series(steps[a:b].copy(), values[a:b].copy())
+    metric, steps, values = t.column("metric"), t.column("step"), t.column("value")
+    starts = _run_starts(metric)
+    for a, b in zip(starts, [*starts[1:], n], strict=True):
+        out[str(metric[a].as_py())] = Series(_owned(steps.slice(a, b - a), np.int64), _owned(values.slice(a, b - a)))
     return out
+
+
+def _run_starts(column: Any) -> list[int]:
+    """The first row of each run of equal values (Arrow compares, chunk by chunk)."""
+    starts: list[int] = []
+    offset, previous = 0, None
+    for chunk in column.chunks:
+        if len(chunk) == 0:
+            continue
+        if pa.types.is_dictionary(chunk.type):
+            chunk = chunk.cast(chunk.type.value_type)
+        if previous is None or chunk[0].as_py() != previous:
+            starts.append(offset)
+        if len(chunk) > 1:
+            changed = pc.not_equal(chunk.slice(1), chunk.slice(0, len(chunk) - 1))
+            starts.extend((pc.indices_nonzero(changed).to_numpy() + (offset + 1)).tolist())
+        previous = chunk[-1].as_py()
+        offset += len(chunk)
+    return starts
+
+
+def _owned(column: Any, dtype: Any = np.float64) -> np.ndarray:
+    """``column`` as a numpy array of its own (a zero-copy view of Arrow's memory is read-only)."""
+    values = np.asarray(column.to_numpy(zero_copy_only=False), dtype=dtype)
+    return values if values.flags.writeable else values.copy()
 
 
 def _rank_matrix(t: pa.Table) -> RankMatrix:

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
 from ingest.errors import StabScopeError
@@ -300,3 +301,23 @@ def test_import_of_a_dictionary_metric_column_equals_plain_strings(tmp_path: Pat
         np.testing.assert_array_equal(a.steps, b.steps)
         np.testing.assert_array_equal(a.values, b.values)
     assert stores["dictionary"].read_series("r", "loss", rank=0).values.tolist() == [3.0, 2.5, 1.0]
+
+
+def test_split_by_metric_cuts_a_sorted_table_at_each_metric() -> None:
+    from ingest.store import _split_by_metric
+
+    rng = np.random.default_rng(5)
+    names = sorted(["grad_norm", "loss", "lr", "z/extra"])
+    counts = [3, 1, 0, 5]
+    metric = [m for m, c in zip(names, counts, strict=True) for _ in range(c)]
+    steps = np.concatenate([np.arange(c, dtype=np.int64) * 10 for c in counts])
+    values = rng.normal(size=steps.size)
+    table = pa.table({"metric": metric, "step": steps, "value": values})
+    chunked = pa.Table.from_batches(table.to_batches(max_chunksize=2))  # boundaries inside and between chunks
+    dictionary = table.set_column(0, "metric", table.column("metric").dictionary_encode())
+    for t in (table, chunked, dictionary):
+        got = _split_by_metric(t)
+        assert list(got) == ["grad_norm", "loss", "z/extra"]
+        assert got["grad_norm"].steps.tolist() == [0, 10, 20] and got["loss"].steps.tolist() == [0]
+        assert got["z/extra"].values.tolist() == values[4:].tolist()
+    assert _split_by_metric(table.slice(0, 0)) == {}
