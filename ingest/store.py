@@ -40,7 +40,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Final
 
 import duckdb
 import numpy as np
@@ -2637,17 +2637,40 @@ def _bucketed(metric: str, t: pa.Table, source: str) -> SeriesData:
 
 
 def _split_by_metric(t: pa.Table) -> dict[str, Series]:
-    """One ``Series`` per metric of a table sorted by metric, each column copied once. A Python
-    string per row to find the boundaries cost 2.8 s of a 9M-row import's 4.1 s ``run_view``."""
+    """One ``Series`` per metric (by name), steps ascending, from rows in any order. Each metric's
+    runs of rows are gathered and copied once; only a metric whose steps then come out of order is
+    sorted. A Python string per row to find the runs cost 2.8 s of a 9M-row import's 4.1 s
+    ``run_view``; Arrow's compares take 0.1 s."""
     n = t.num_rows
-    out: dict[str, Series] = {}
     if n == 0:
-        return out
+        return {}
+    starts = _run_starts(t.column("metric"))
+    if len(starts) > _MAX_METRIC_RUNS:  # rows shuffled: one sort beats gathering thousands of runs
+        t = t.sort_by([("metric", "ascending"), ("step", "ascending")])
+        starts = _run_starts(t.column("metric"))
     metric, steps, values = t.column("metric"), t.column("step"), t.column("value")
-    starts = _run_starts(metric)
+    runs: dict[str, list[tuple[int, int]]] = {}
     for a, b in zip(starts, [*starts[1:], n], strict=True):
-        out[str(metric[a].as_py())] = Series(_owned(steps.slice(a, b - a), np.int64), _owned(values.slice(a, b - a)))
+        runs.setdefault(str(metric[a].as_py()), []).append((a, b - a))
+    out: dict[str, Series] = {}
+    for name in sorted(runs):
+        step = _gathered(steps, runs[name], np.int64)
+        value = _gathered(values, runs[name], np.float64)
+        if step.size > 1 and not np.all(step[1:] >= step[:-1]):
+            order = np.argsort(step, kind="stable")
+            step, value = step[order], value[order]
+        out[name] = Series(step, value)
     return out
+
+
+_MAX_METRIC_RUNS: Final = 10_000
+
+
+def _gathered(column: Any, runs: list[tuple[int, int]], dtype: Any) -> np.ndarray:
+    """The rows of ``runs`` (offset, length) of a chunked column, in order, as one array of its own."""
+    if len(runs) == 1:
+        return _owned(column.slice(*runs[0]), dtype)
+    return np.concatenate([np.asarray(column.slice(a, k).to_numpy(zero_copy_only=False), dtype) for a, k in runs])
 
 
 def _run_starts(column: Any) -> list[int]:

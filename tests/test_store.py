@@ -321,3 +321,15 @@ def test_split_by_metric_cuts_a_sorted_table_at_each_metric() -> None:
         assert got["grad_norm"].steps.tolist() == [0, 10, 20] and got["loss"].steps.tolist() == [0]
         assert got["z/extra"].values.tolist() == values[4:].tolist()
     assert _split_by_metric(table.slice(0, 0)) == {}
+    # rows in any order (a scan without ORDER BY): each metric gathered and sorted by step
+    order = rng.permutation(steps.size)
+    shuffled = table.take(pa.array(order))
+    blocks = pa.concat_tables([table.slice(4), table.slice(0, 4)])  # two runs of one metric
+    for t in (shuffled, blocks):
+        got = _split_by_metric(t)
+        assert list(got) == ["grad_norm", "loss", "z/extra"]
+        assert got["grad_norm"].steps.tolist() == [0, 10, 20]
+        assert got["z/extra"].values.tolist() == values[4:].tolist()
+    many = pa.table({"metric": ["a", "b"] * 6000, "step": np.repeat(np.arange(6000), 2), "value": np.zeros(12000)})
+    got = _split_by_metric(many)  # 12,000 runs: sorted once instead of gathered
+    assert got["a"].steps.tolist() == list(range(6000)) and got["b"].steps.tolist() == list(range(6000))
