@@ -70,12 +70,15 @@ def _derived_table(parts: list[tuple[str, Any, Any]]) -> pa.Table:
         return LONG_SCHEMA.empty_table()
     steps = np.concatenate([np.asarray(s, np.int64) for _, s, _ in parts])
     values = np.concatenate([np.asarray(v, np.float64) for _, _, v in parts])
-    metrics = [m for m, s, _ in parts for _ in range(len(s))]
+    # each row's name from its part's code: a Python string per row took 0.13 s for 1M derived rows
+    codes = np.repeat(np.arange(len(parts), dtype=np.int32), [len(s) for _, s, _ in parts])
+    names = pa.array([m for m, _, _ in parts], pa.string())
+    metrics = pa.DictionaryArray.from_arrays(codes, names).cast(pa.string())
     return pa.table(
         {
             "rank": pa.array(np.full(steps.size, -1, np.int32)),
             "step": pa.array(steps),
-            "metric": pa.array(metrics),
+            "metric": metrics,
             "value": pa.array(values),
             "wall_time": null_floats(steps.size),
         },
