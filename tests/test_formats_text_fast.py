@@ -623,3 +623,22 @@ def test_a_corrupted_byte_in_a_value_drops_that_value_only(tmp_path: Path, field
     assert steps.tolist() == list(range(2, 80)) and set(norm.tolist()) == {1.5}
     _same(parsed, _read(path, "megatron", plans=False))
     assert utf8_or_null(pa.array([b"1.5", b"1\xff5", None], pa.binary())).to_pylist() == ["1.5", None, None]
+
+
+def test_a_layout_wider_than_the_c_pass_takes_reads_the_same(tmp_path: Path, field_engine: str) -> None:
+    """Past _fields.c's 256 value fields the Arrow path takes the layout (no error out of the C call)."""
+    width = textlog._C_MAX_FIELDS + 44
+    body = "".join(
+        f" iteration {i:>8d}/      100 | lm loss: {7 - i / 100:.3f} |"
+        + "".join(f" k{j}: {i * j} |" for j in range(width))
+        + "\n"
+        for i in range(1, 70)
+    )
+    path = tmp_path / "wide.log"
+    path.write_text(body)
+    parsed = read_log([path], format="megatron")
+    assert parsed.skipped == 0
+    steps, loss = parsed.series("loss")
+    assert steps.tolist() == list(range(1, 70)) and loss[0] == 6.99
+    _same(parsed, _read(path, "megatron", plans=False))
+    assert _claimed(path, "megatron") > 40  # through the plan (the first chunk learns the layout line by line)

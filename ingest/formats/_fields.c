@@ -29,7 +29,7 @@
 #include <emmintrin.h>
 #endif
 
-#define MAX_FIELDS 256
+#define MAX_FIELDS 256 /* textlog._C_MAX_FIELDS: a wider layout is left to Arrow and never comes here */
 
 static const double EXACT_POWERS[23] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11,
                                         1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};

@@ -60,6 +60,9 @@ try:  # built by `pip install` where a C compiler is at hand; without it the Arr
 except ImportError:  # pragma: no cover - depends on the install
     _fields = None  # type: ignore[assignment]
 
+_C_MAX_FIELDS: Final = 256
+"""The most value (or fixed) fields ``_fields.c`` takes in a layout (its ``MAX_FIELDS``); wider ones use Arrow."""
+
 KeyMap = Callable[[str], "tuple[str, str | None] | None"]
 
 PER_RANK_NAMES: Final = PER_RANK_METRICS | {
@@ -415,7 +418,7 @@ class _EngineState:
         if lines.shape[0] == 0:
             return None
         prefix = _match_head(plan, split, lines)
-        if _fields is not None:
+        if _fields is not None and max(len(plan.values), len(plan.literals)) <= _C_MAX_FIELDS:
             ok, raw = _plan_fields_c(plan, split, lines, _bools(prefix.is_valid()))
         else:
             ok, raw = _plan_fields_arrow(plan, split, lines)
