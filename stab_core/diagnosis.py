@@ -544,7 +544,8 @@ def _node_numerical(view: RunView, spike: SpikeEvent, p: DiagnosisParams) -> Nod
             low = float(recent.min())
             drop = level / low if low > 0 else math.inf
             evidence.update(loss_scale_level=level, loss_scale_min=low, loss_scale_drop=drop)
-            collapsed = drop >= p.loss_scale_collapse or low <= p.loss_scale_floor
+            # a bf16 run prints a constant scale of 1.0: the floor counts only when the scale fell to it
+            collapsed = drop >= p.loss_scale_collapse or (low <= p.loss_scale_floor and level > low)
     counts = [evidence[k] for k in ("nonfinite_loss", "nonfinite_grad_norm", "nan_iterations", "nonfinite_grads")]
     nonfinite = spike.nonfinite or any(isinstance(c, int | float) and c > 0 for c in counts)
     if nonfinite:

@@ -200,6 +200,22 @@ def test_loss_scale_collapse_is_numerical() -> None:
     assert diagnosis.confidence == pytest.approx(0.85)
 
 
+def test_a_constant_loss_scale_of_one_is_no_collapse() -> None:
+    """bf16 Megatron runs print ``loss scale: 1.0`` on every line: at the floor, but it never fell."""
+    run = synthetic_run(SyntheticRunSpec(classes=("data_outlier_recovered",)), seed=2)
+    spike = _loss_spike_of(run.view, run.injected[0].step)
+    loss = run.view.series["loss"]
+    ones = Series(loss.steps, np.ones(loss.steps.size))
+    base = run.view
+    view = RunView("bf16", series={**base.series, "loss_scale": ones}, per_rank=base.per_rank, meta=base.meta)
+    node = diagnose(view, spike).path[0]
+    assert node.answer == "no"
+    assert node.evidence["loss_scale_min"] == 1.0 and node.evidence["loss_scale_drop"] == 1.0
+    fell = Series(loss.steps, np.where(loss.steps < spike.start - 5, 2.0, 1.0))  # 2 -> 1: fell to the floor
+    view = RunView("fp16", series={**base.series, "loss_scale": fell}, per_rank=base.per_rank, meta=base.meta)
+    assert diagnose(view, spike).path[0].answer == "yes"
+
+
 def test_dense_model_answers_router_no_and_per_rank_loss_is_used() -> None:
     steps = np.arange(2000)
     rng = np.random.default_rng(0)
