@@ -128,8 +128,8 @@ def test_wide_run_logs_run_level_every_step_and_ranks_every_nth(tmp_path: Path) 
 def test_first_render_waits_for_the_pages_own_elements(tmp_path: Path) -> None:
     """One repeat of goal 6's browser timing on a small store: the Runs table and the overview chart
     (selected by their keys, so the off-screen warm-up elements of pages.warmup cannot stop the clock),
-    and the floor's bare chart."""
-    from bench.app import CHROMIUM, FLOOR_APP, FLOOR_CHART, RUNS_TABLE, first_render
+    and the floor's bare chart and table."""
+    from bench.app import CHROMIUM, FLOOR_APP, FLOOR_CHART, FLOOR_TABLE, RUNS_TABLE, first_render
     from ingest.store import Store
     from tests.conftest import SMALL_RUN, RunSpec, write_run
 
@@ -139,7 +139,8 @@ def test_first_render_waits_for_the_pages_own_elements(tmp_path: Path) -> None:
     screen = first_render(str(store.root), 1, SMALL_RUN, 90.0, path="", selector=RUNS_TABLE)
     chart = first_render(str(store.root), 1, SMALL_RUN, 90.0)
     floor = first_render(str(store.root), 1, None, 90.0, path="", selector=FLOOR_CHART, script=FLOOR_APP)
-    for result in (screen, chart, floor):
+    table = first_render(str(store.root), 1, None, 90.0, path="?element=table", selector=FLOOR_TABLE, script=FLOOR_APP)
+    for result in (screen, chart, floor, table):
         assert 0 < result["after_up"][0] < result["samples"][0] < 90
         assert result["server_rss_mb"][0] > 50
 
