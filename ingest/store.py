@@ -2667,10 +2667,12 @@ _MAX_METRIC_RUNS: Final = 10_000
 
 
 def _gathered(column: Any, runs: list[tuple[int, int]], dtype: Any) -> np.ndarray:
-    """The rows of ``runs`` (offset, length) of a chunked column, in order, as one array of its own."""
-    if len(runs) == 1:
-        return _owned(column.slice(*runs[0]), dtype)
-    return np.concatenate([np.asarray(column.slice(a, k).to_numpy(zero_copy_only=False), dtype) for a, k in runs])
+    """The rows of ``runs`` (offset, length) of a chunked column, in order, as one array of its own
+    (a zero-copy view of Arrow's memory is read-only: one run is copied only then)."""
+    parts = [np.asarray(column.slice(a, k).to_numpy(zero_copy_only=False), dtype) for a, k in runs]
+    if len(parts) > 1:
+        return np.concatenate(parts)
+    return parts[0] if parts[0].flags.writeable else parts[0].copy()
 
 
 def _run_starts(column: Any) -> list[int]:
@@ -2690,12 +2692,6 @@ def _run_starts(column: Any) -> list[int]:
         previous = chunk[-1].as_py()
         offset += len(chunk)
     return starts
-
-
-def _owned(column: Any, dtype: Any = np.float64) -> np.ndarray:
-    """``column`` as a numpy array of its own (a zero-copy view of Arrow's memory is read-only)."""
-    values = np.asarray(column.to_numpy(zero_copy_only=False), dtype=dtype)
-    return values if values.flags.writeable else values.copy()
 
 
 def _rank_matrix(t: pa.Table) -> RankMatrix:
