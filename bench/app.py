@@ -13,7 +13,6 @@ browser context (no HTTP cache). The demo store is seeded once, before any timin
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -144,10 +143,7 @@ def first_render(
             if serve:  # the demo store is already seeded: --no-demo only skips the check
                 cmd = [sys.executable, "-m", "ingest", "serve", "--store", store, "--port", str(port), "--no-demo"]
             start = time.perf_counter()
-            # serve runs streamlit as its child: a session of their own, so that SIGINT reaches both
-            server = subprocess.Popen(
-                cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=serve
-            )
+            server = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             try:
                 up = _wait_healthy(f"http://127.0.0.1:{port}", server, start + timeout_s)
                 page.goto(url, wait_until="commit", timeout=timeout_s * 1000)
@@ -159,10 +155,7 @@ def first_render(
                     raise RuntimeError(f"/{path} ran outside app.py's navigation (Streamlit's old pages/ mode)")
             finally:
                 context.close()
-                if serve:
-                    os.killpg(server.pid, signal.SIGINT)
-                else:
-                    server.terminate()
+                server.terminate()
                 rss.append(wait_with_rusage(server, 30, "streamlit")[1])
         browser.close()
     return {"samples": samples, "after_up": after_up, "server_rss_mb": rss}
@@ -255,7 +248,7 @@ def run(sizes: Sizes, workdir: Path) -> list[Figure]:
             target=f"< {START_TARGET_S:.0f} s",
             met=first_served < START_TARGET_S,
             repeats=reps,
-            note="two interpreters start (the CLI, then Streamlit); page libraries load before the server listens; "
+            note="Streamlit in the CLI's own process; page libraries load before the server listens; "
             f"{median(served.result['after_up']):.2f} s after it was up",
             samples=served.result["samples"],
         ),

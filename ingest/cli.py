@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -172,78 +171,60 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
-# Streamlit treats a folder named pages/ beside the entry script as an old-style multipage app until
-# app.py has called st.navigation once; a deep link (/overview) as the first request of a fresh server
-# would then run that page without app.py. Declaring the app navigation-driven before start-up avoids it
-# (pages.common also recovers from it, with one extra rerun, under a plain `streamlit run app.py`).
-#
-# It also imports what every page needs (numpy, pandas, DuckDB, Plotly, the page helpers) before the
-# server starts listening, as a server that preloads its app does: ready means ready, and the first
-# browser session does not wait ~0.5 s for them (Streamlit itself imports them lazily).
-_SERVE_BOOT = (
-    "import sys\n"
-    "sys.path.insert(0, sys.argv.pop(1))\n"
-    "from streamlit.runtime.pages_manager import PagesManager\n"
-    "PagesManager.uses_pages_directory = False\n"
-    "import pages.common, pages.charts\n"
-    "from ingest.cli import seed_before_serving\n"
-    "status = seed_before_serving()\n"
-    "if status:\n"
-    "    sys.exit(status)\n"
-    "from streamlit.web.cli import main\n"
-    "sys.argv = ['streamlit', *sys.argv[1:]]\n"
-    "sys.exit(main())\n"
-)
-
-
-def seed_before_serving() -> int:
-    """In ``serve``'s server process, before it listens: write the demo runs on a first start, with
-    a terminal progress bar, so the first page the browser opens is instant. Here rather than in the
-    CLI's own process: the server loads the store's libraries anyway, and the CLI then starts it
-    without loading them twice (~0.3 s). Returns the exit status (errors reported as the CLI does)."""
-    if os.environ.get("STABSCOPE_NO_DEMO"):
-        return 0
-
-    def seed() -> int:
-        from ingest.demo import seed_demo_store
-        from ingest.store import Store
-
-        with _progress("first start: demo runs", unit="run") as progress:
-            seed_demo_store(Store(os.environ["STABSCOPE_STORE"]), progress=progress)
-        return 0
-
-    return _reported("serve", seed)
-
-
 def cmd_serve(args: argparse.Namespace) -> int:
+    """Start Streamlit on app.py in this process (a second interpreter would cost a start-up, and a
+    ``kill`` of the CLI would leave it serving as an orphan)."""
     from ingest.paths import default_store_path
 
     app = Path(__file__).resolve().parents[1] / "app.py"
     if not app.exists():
         raise StabScopeError(f"cannot find the app at {app}: install StabScope from its source tree")
-    env = dict(os.environ)
-    env["STABSCOPE_STORE"] = str(Path(args.store).expanduser().resolve() if args.store else default_store_path())
+    store = Path(args.store).expanduser().resolve() if args.store else default_store_path()
+    os.environ["STABSCOPE_STORE"] = str(store)
     if args.no_demo:
-        env["STABSCOPE_NO_DEMO"] = "1"
-    cmd = [
-        sys.executable,
-        "-c",
-        _SERVE_BOOT,
-        str(app.parent),
-        "run",
-        str(app),
-        "--server.port",
-        str(args.port),
-        "--server.headless",
-        "true",
-        "--browser.gatherUsageStats",
-        "false",
-    ]
-    print(f"StabScope on http://localhost:{args.port} (store {env['STABSCOPE_STORE']})", file=sys.stderr)
+        os.environ["STABSCOPE_NO_DEMO"] = "1"
+    print(f"StabScope on http://localhost:{args.port} (store {store})", file=sys.stderr)
+    sys.path.insert(0, str(app.parent))
+    _prepare_server()
+    if not args.no_demo:
+        _seed_demo_runs(store)
+    from streamlit.web.cli import main as streamlit_main
+
+    flags = ["--server.port", str(args.port), "--server.headless", "true", "--browser.gatherUsageStats", "false"]
     try:
-        return subprocess.call(cmd, env=env)
-    except KeyboardInterrupt:
-        return 0
+        streamlit_main(args=["run", str(app), *flags], prog_name="streamlit")
+    except SystemExit as exc:  # click ends its command with sys.exit
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else EXIT_ERROR)
+    return 0
+
+
+def _prepare_server() -> None:
+    """Before the server listens.
+
+    Streamlit treats a folder named pages/ beside the entry script as an old-style multipage app until
+    app.py has called st.navigation once; a deep link (/overview) as the first request of a fresh
+    server would then run that page without app.py. Declaring the app navigation-driven before
+    start-up avoids it (pages.common also recovers from it, with one extra rerun, under a plain
+    ``streamlit run app.py``).
+
+    It also imports what every page needs (numpy, pandas, DuckDB, Plotly, the page helpers), as a
+    server that preloads its app does: ready means ready, and the first browser session does not wait
+    ~0.5 s for them (Streamlit itself imports them lazily)."""
+    from streamlit.runtime.pages_manager import PagesManager
+
+    PagesManager.uses_pages_directory = False
+    import pages.charts
+    import pages.common  # noqa: F401
+
+
+def _seed_demo_runs(store_path: Path) -> None:
+    """Write the demo runs on a first start, with a terminal progress bar, before the server listens:
+    the first page the browser opens is then instant."""
+    from ingest.demo import seed_demo_store
+    from ingest.store import Store
+
+    with _progress("first start: demo runs", unit="run") as progress:
+        seed_demo_store(Store(store_path), progress=progress)
 
 
 def cmd_import(args: argparse.Namespace) -> int:

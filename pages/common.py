@@ -25,7 +25,8 @@ from streamlit.errors import StreamlitAPIException
 
 from ingest import alerts as ingest_alerts
 from ingest.errors import StabScopeError
-from ingest.store import RunInfo, SeriesData, Store, default_store_path
+from ingest.paths import default_store_path
+from ingest.store import RunInfo, SeriesData, Store
 from stab_core.alerts import RankDeviation, rank_deviations
 from stab_core.metrics import CANONICAL_METRICS, unit_of
 from stab_core.runview import RunEvent

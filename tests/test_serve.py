@@ -1,5 +1,6 @@
-"""`stabscope serve` (the README's first command) in a real browser: a deep link as the very first
-request of a fresh server must run inside app.py's navigation, not Streamlit's old pages/ mode."""
+"""`stabscope serve` (the README's first command): in a real browser, a deep link as the very first
+request of a fresh server must run inside app.py's navigation, not Streamlit's old pages/ mode; and
+the server stops with the process the user started."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import os
 import re
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,15 +19,22 @@ from ingest.store import Store
 from tests.conftest import REPO_ROOT, RunSpec, write_run
 from tests.test_browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, VIEWPORT, _free_port, _wait_healthy
 
-pytestmark = [pytest.mark.slow, pytest.mark.browser]
+pytestmark = pytest.mark.slow
 
 
 @contextlib.contextmanager
 def _fresh_server(tmp_path: Path, serve: bool) -> Iterator[str]:
-    """A fresh server on a store holding one generated run: ``stabscope serve`` or plain
-    ``streamlit run app.py``; yields its URL once its health check answers."""
+    """:func:`_server`'s URL, for a test that opens it in Chromium."""
     if not CHROMIUM.exists():
         pytest.skip("Debian chromium is not installed (bash .ci/test installs it)")
+    with _server(tmp_path, serve) as (url, _):
+        yield url
+
+
+@contextlib.contextmanager
+def _server(tmp_path: Path, serve: bool) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """A fresh server on a store holding one generated run: ``stabscope serve`` or plain
+    ``streamlit run app.py``; yields its URL and process once its health check answers."""
     store = tmp_path / "store"
     write_run(Store(store), RunSpec())
     port = _free_port()
@@ -43,12 +52,24 @@ def _fresh_server(tmp_path: Path, serve: bool) -> Iterator[str]:
     try:
         url = f"http://127.0.0.1:{port}"
         _wait_healthy(url, proc, log)
-        yield url
+        yield url, proc
     finally:
         proc.terminate()
         proc.wait(30)
 
 
+def test_serve_stops_when_its_process_is_killed(tmp_path: Path) -> None:
+    """``kill PID`` of ``stabscope serve`` (SIGTERM, as a supervisor or a user sends it) stops the
+    server: Streamlit runs in the CLI's own process. It used to run as a child, which went on serving
+    the port as an orphan after the CLI was killed."""
+    with _server(tmp_path, serve=True) as (url, proc):
+        proc.terminate()
+        assert proc.wait(30) == 0  # Streamlit's own SIGTERM handler: a clean stop
+        with pytest.raises(OSError):  # nothing answers on the port any more
+            urllib.request.urlopen(f"{url}/_stcore/health", timeout=5)
+
+
+@pytest.mark.browser
 def test_serve_deep_link_first_request_keeps_the_app_navigation(tmp_path: Path) -> None:
     playwright = pytest.importorskip("playwright.sync_api")
     with _fresh_server(tmp_path, serve=True) as url, playwright.sync_playwright() as p:
@@ -62,6 +83,7 @@ def test_serve_deep_link_first_request_keeps_the_app_navigation(tmp_path: Path) 
     assert "common" not in nav.lower() and "charts" not in nav.lower()
 
 
+@pytest.mark.browser
 def test_streamlit_run_deep_link_first_request_in_dark_mode(tmp_path: Path) -> None:
     """Plain ``streamlit run app.py`` (no serve wrapper): the first request of a fresh server is a deep
     link from a browser that prefers dark. The page must run inside app.py's navigation (the pages
