@@ -210,11 +210,22 @@ def _prepare_server() -> None:
     It also imports what every page needs (numpy, pandas, DuckDB, Plotly, the page helpers), as a
     server that preloads its app does: ready means ready, and the first browser session does not wait
     ~0.5 s for them (Streamlit itself imports them lazily)."""
+    import logging
+
     from streamlit.runtime.pages_manager import PagesManager
 
     PagesManager.uses_pages_directory = False
-    import pages.charts
-    import pages.common  # noqa: F401
+    # Decorating a cached function before the server's runtime exists makes Streamlit check its
+    # settings against a stand-in and warn "No runtime found" once per function; the caches
+    # themselves are made on first call, inside the runtime. The user would see only noise.
+    caching = logging.getLogger("streamlit.runtime.caching.cache_data_api")
+    level = caching.level
+    caching.setLevel(logging.ERROR)
+    try:
+        import pages.charts
+        import pages.common  # noqa: F401
+    finally:
+        caching.setLevel(level)
 
 
 def _seed_demo_runs(store_path: Path) -> None:

@@ -127,7 +127,9 @@ def test_serve_seeds_the_demo_runs_before_it_answers(tmp_path: Path) -> None:
     store = Store(store_path)
     assert store.get_setting(DEMO_SEEDED_KEY) == "1"
     assert {"demo-dense-1b", "s1-moe-7b-before"} <= {r.name for r in store.list_runs()}
-    assert f"StabScope on http://localhost:{port}" in log.read_text()  # (the bar is silent off a terminal)
+    output = log.read_text()
+    assert f"StabScope on http://localhost:{port}" in output  # (the bar is silent off a terminal)
+    assert "WARNING" not in output, output  # e.g. Streamlit's "No runtime found" for each cached function
 
 
 def test_serve_reports_a_store_it_cannot_seed_in_one_line(tmp_path: Path) -> None:
