@@ -130,6 +130,9 @@ def test_serve_seeds_the_demo_runs_before_it_answers(tmp_path: Path) -> None:
     output = log.read_text()
     assert f"StabScope on http://localhost:{port}" in output  # (the bar is silent off a terminal)
     assert "WARNING" not in output, output  # e.g. Streamlit's "No runtime found" for each cached function
+    # no lookup of the machine's external address (.streamlit/config.toml names the server address):
+    # found, it prints "External URL"; not found (no internet), "Did not auto detect external IP"
+    assert "External URL" not in output and "external IP" not in output, output
 
 
 def test_serve_reports_a_store_it_cannot_seed_in_one_line(tmp_path: Path) -> None:
