@@ -186,6 +186,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     print(f"StabScope on http://localhost:{args.port} (store {store})", file=sys.stderr)
     sys.path.insert(0, str(app.parent))
     _prepare_server()
+    _print_network_url(args.port)
     if not args.no_demo:
         _seed_demo_runs(store)
     from streamlit.web.cli import main as streamlit_main
@@ -226,6 +227,16 @@ def _prepare_server() -> None:
         import pages.common  # noqa: F401
     finally:
         caching.setLevel(level)
+
+
+def _print_network_url(port: int) -> None:
+    """The address other machines reach this one at (Streamlit no longer prints it: the app's
+    config names the server address, so that it does not look its external address up online)."""
+    from streamlit import net_util
+
+    address = net_util.get_internal_ip()  # a UDP socket's own address: nothing is sent
+    if address and not address.startswith("127."):
+        print(f"  from another machine: http://{address}:{port}", file=sys.stderr)
 
 
 def _seed_demo_runs(store_path: Path) -> None:
