@@ -171,82 +171,49 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+# `serve` runs app.py's server in this very process (os.execv: same PID, so a `kill` of the command
+# stops the server; a child would be left serving as an orphan). The server side lives in
+# pages/server.py: ingest never loads Streamlit.
+_SERVE_BOOT = (
+    "import sys\nsys.path.insert(0, sys.argv.pop(1))\nfrom pages.server import main\nsys.exit(main(int(sys.argv[1])))\n"
+)
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
-    """Start Streamlit on app.py in this process (a second interpreter would cost a start-up, and a
-    ``kill`` of the CLI would leave it serving as an orphan)."""
+    """Replace this process with the dashboard's server (pages/server.py) on the chosen store."""
     from ingest.paths import default_store_path
 
-    app = Path(__file__).resolve().parents[1] / "app.py"
-    if not app.exists():
-        raise StabScopeError(f"cannot find the app at {app}: install StabScope from its source tree")
+    root = Path(__file__).resolve().parents[1]
+    if not (root / "app.py").exists() or not (root / "pages" / "server.py").exists():
+        raise StabScopeError(f"cannot find the app in {root}: install StabScope from its source tree")
     store = Path(args.store).expanduser().resolve() if args.store else default_store_path()
     os.environ["STABSCOPE_STORE"] = str(store)
     if args.no_demo:
         os.environ["STABSCOPE_NO_DEMO"] = "1"
     print(f"StabScope on http://localhost:{args.port} (store {store})", file=sys.stderr)
-    sys.path.insert(0, str(app.parent))
-    _prepare_server()
-    _print_network_url(args.port)
-    if not args.no_demo:
-        _seed_demo_runs(store)
-    from streamlit.web.cli import main as streamlit_main
-
-    flags = ["--server.port", str(args.port), "--server.headless", "true", "--browser.gatherUsageStats", "false"]
+    sys.stdout.flush()
+    sys.stderr.flush()
     try:
-        streamlit_main(args=["run", str(app), *flags], prog_name="streamlit")
-    except SystemExit as exc:  # click ends its command with sys.exit
-        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else EXIT_ERROR)
-    return 0
+        os.execv(sys.executable, [sys.executable, "-c", _SERVE_BOOT, str(root), str(args.port)])
+    except OSError as exc:
+        raise StabScopeError(f"cannot start the server ({sys.executable}): {exc}") from exc
+    return 0  # not reached: execv does not return
 
 
-def _prepare_server() -> None:
-    """Before the server listens.
+def seed_before_serving() -> int:
+    """In the server process, before it listens: write the demo runs on a first start, with a
+    terminal progress bar, so the first page the browser opens is instant. Returns the exit status
+    (errors reported as the CLI does)."""
 
-    Streamlit treats a folder named pages/ beside the entry script as an old-style multipage app until
-    app.py has called st.navigation once; a deep link (/overview) as the first request of a fresh
-    server would then run that page without app.py. Declaring the app navigation-driven before
-    start-up avoids it (pages.common also recovers from it, with one extra rerun, under a plain
-    ``streamlit run app.py``).
+    def seed() -> int:
+        from ingest.demo import seed_demo_store
+        from ingest.store import Store
 
-    It also imports what every page needs (numpy, pandas, DuckDB, Plotly, the page helpers), as a
-    server that preloads its app does: ready means ready, and the first browser session does not wait
-    ~0.5 s for them (Streamlit itself imports them lazily)."""
-    import logging
+        with _progress("first start: demo runs", unit="run") as progress:
+            seed_demo_store(Store(os.environ["STABSCOPE_STORE"]), progress=progress)
+        return 0
 
-    from streamlit.runtime.pages_manager import PagesManager
-
-    PagesManager.uses_pages_directory = False
-    # Decorating a cached function before the server's runtime exists makes Streamlit check its
-    # settings against a stand-in and warn "No runtime found" once per function; the caches
-    # themselves are made on first call, inside the runtime. The user would see only noise.
-    caching = logging.getLogger("streamlit.runtime.caching.cache_data_api")
-    level = caching.level
-    caching.setLevel(logging.ERROR)
-    try:
-        import pages.charts
-        import pages.common  # noqa: F401
-    finally:
-        caching.setLevel(level)
-
-
-def _print_network_url(port: int) -> None:
-    """The address other machines reach this one at (Streamlit no longer prints it: the app's
-    config names the server address, so that it does not look its external address up online)."""
-    from streamlit import net_util
-
-    address = net_util.get_internal_ip()  # a UDP socket's own address: nothing is sent
-    if address and not address.startswith("127."):
-        print(f"  from another machine: http://{address}:{port}", file=sys.stderr)
-
-
-def _seed_demo_runs(store_path: Path) -> None:
-    """Write the demo runs on a first start, with a terminal progress bar, before the server listens:
-    the first page the browser opens is then instant."""
-    from ingest.demo import seed_demo_store
-    from ingest.store import Store
-
-    with _progress("first start: demo runs", unit="run") as progress:
-        seed_demo_store(Store(store_path), progress=progress)
+    return _reported("serve", seed)
 
 
 def cmd_import(args: argparse.Namespace) -> int:

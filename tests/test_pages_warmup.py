@@ -68,7 +68,9 @@ def test_the_warm_up_module_loads_none_of_the_pages_libraries() -> None:
 
 
 PAGE_SCRIPTS = sorted(
-    p.stem for p in (REPO_ROOT / "pages").glob("*.py") if p.stem not in ("__init__", "common", "charts", "warmup")
+    p.stem
+    for p in (REPO_ROOT / "pages").glob("*.py")
+    if p.stem not in ("__init__", "common", "charts", "warmup", "server")  # server: serve's process, not a page
 )
 
 _OLD_MODE_RUN = """
