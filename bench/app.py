@@ -248,7 +248,7 @@ def run(sizes: Sizes, workdir: Path) -> list[Figure]:
             target=f"< {START_TARGET_S:.0f} s",
             met=first_served < START_TARGET_S,
             repeats=reps,
-            note="Streamlit in the CLI's own process; page libraries load before the server listens; "
+            note="the CLI execs the server (one process); page libraries load before the server listens; "
             f"{median(served.result['after_up']):.2f} s after it was up",
             samples=served.result["samples"],
         ),
