@@ -15,9 +15,9 @@ def main(port: int) -> int:
     status."""
     _prepare_server()
     _print_network_url(port)
-    if not os.environ.get("STABSCOPE_NO_DEMO"):
-        from ingest.cli import seed_before_serving
+    from ingest.cli import EXIT_ERROR, seed_before_serving
 
+    if not os.environ.get("STABSCOPE_NO_DEMO"):
         status = seed_before_serving()
         if status:
             return status
@@ -28,7 +28,7 @@ def main(port: int) -> int:
     try:
         streamlit_main(args=["run", str(app), *flags], prog_name="streamlit")
     except SystemExit as exc:  # click ends its command with sys.exit
-        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else EXIT_ERROR)
     return 0
 
 
