@@ -218,10 +218,15 @@ def seed_before_serving() -> int:
 
 def cmd_import(args: argparse.Namespace) -> int:
     from ingest.importer import import_logs
+    from ingest.run_meta import parse_assignments
 
+    user_meta, removals = parse_assignments(args.meta)  # refused before anything is written
     store = _store(args)
     with _progress("import") as progress:
         results = import_logs(store, [Path(p) for p in args.paths], run=args.run, fmt=args.format, progress=progress)
+    if user_meta or removals:
+        for res in results:
+            store.update_meta(res["run"], user_meta, removals)
     for res in results:
         if args.json:
             print(json.dumps(res, default=str))
@@ -292,6 +297,27 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_meta(args: argparse.Namespace) -> int:
+    """Print a run's settable metadata, or set (``KEY=VALUE``) and remove (``KEY=``) keys."""
+    from ingest.run_meta import parse_assignments, settable_meta, user_keys
+
+    store = _store(args)
+    info = store.run_info(args.run)
+    if args.assignments:
+        updates, removals = parse_assignments(args.assignments)
+        info = store.update_meta(args.run, updates, removals)
+    shown = settable_meta(info.meta)
+    if args.json:
+        _print_json(shown)
+        return 0
+    if not shown:
+        print(f"{args.run}: no run metadata set; e.g. `stabscope meta {args.run} gpus=8 usd_per_gpu_hour=2.0`")
+    mine = user_keys(info.meta)
+    for key, value in shown.items():
+        print(f"{key:>22} = {value}" + ("  (set by you)" if key in mine else "  (from the log)"))
+    return 0
+
+
 def _ratio_text(ratio: Any) -> str:
     return f"{ratio:.2f}x" if isinstance(ratio, int | float) else "ratio n/a"
 
@@ -345,6 +371,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("paths", nargs="+")
     p.add_argument("--run", default=None, help="run name (default: derived from the file name)")
     p.add_argument("--format", default=None, help="force a format (see the error listing candidates)")
+    p.add_argument(
+        "--meta",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="set run metadata (repeatable; see `stabscope meta --help`); it wins over what the log states",
+    )
+    p = add(
+        "meta",
+        cmd_meta,
+        "print or set a run's metadata: gpus, usd_per_gpu_hour, step_time_s, max_norm, precision, "
+        "tokens_per_step, num_experts, planned_steps, world_size, tensor/pipeline_parallel_size, save_interval "
+        "(KEY= removes a key; the analyses re-run)",
+    )
+    p.add_argument("run")
+    p.add_argument("assignments", nargs="*", metavar="KEY=VALUE")
     p = add("spikes", cmd_spikes, "list a run's detected spikes with cause and actions")
     p.add_argument("run")
     p = add("diagnose", cmd_diagnose, "explain the spike at a step")

@@ -187,6 +187,54 @@ def normalise_config(raw: Mapping[str, Any], *, filename: str = "<config>") -> d
     return _validated(out, filename)
 
 
+_CONFIG_TO_RUN_META: tuple[tuple[str, str], ...] = (
+    ("total_steps", "planned_steps"),
+    ("max_norm", "max_norm"),
+    ("precision", "precision"),
+    ("num_experts", "num_experts"),
+    ("checkpoint_interval_steps", "save_interval"),
+    ("gpus", "gpus"),
+    ("step_time_s", "step_time_s"),
+)
+"""Normalised config keys (``CONFIG_KEYS``) that are also run metadata keys (``ingest.run_meta``), by name."""
+
+
+def run_meta_from_config(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The run metadata a normalised config states: planned steps, max_norm, precision, experts, checkpoint
+    interval, GPUs, step time, and tokens per step (global batch x sequence length). A value outside a
+    metadata key's range (e.g. ``max_norm`` 0 = clipping off, ``fp8``) is left out."""
+    from ingest.run_meta import coerce_meta_value
+
+    found: dict[str, Any] = {}
+    for config_key, meta_key in _CONFIG_TO_RUN_META:
+        if config.get(config_key) is not None:
+            found[meta_key] = config[config_key]
+    batch, seq = config.get("global_batch_size"), config.get("seq_len")
+    if _is_number(batch) and _is_number(seq):
+        found["tokens_per_step"] = batch * seq
+    meta: dict[str, Any] = {}
+    for key, value in found.items():
+        try:
+            meta[key] = coerce_meta_value(key, value)
+        except StabScopeError:
+            continue
+    return meta
+
+
+def meta_with_config_facts(meta: Mapping[str, Any]) -> dict[str, Any]:
+    """An imported run's ``meta`` plus what its attached config (``config_text``, kept by the Upload page)
+    states (``run_meta_from_config``) where the log itself said nothing. A config that no longer parses
+    adds nothing: it was checked when it was attached."""
+    text = meta.get("config_text")
+    if not isinstance(text, str):
+        return dict(meta)
+    try:
+        config = read_run_config(text, str(meta.get("config_filename") or "config"))
+    except StabScopeError:
+        return dict(meta)
+    return {**run_meta_from_config(config), **meta}
+
+
 # --------------------------------------------------------------------------------------------------
 # Parsing
 # --------------------------------------------------------------------------------------------------

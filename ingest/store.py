@@ -51,6 +51,7 @@ import pyarrow.parquet as pq
 from ingest import queries as q
 from ingest.errors import StabScopeError
 from ingest.paths import default_store_path
+from ingest.run_meta import merge_meta
 from ingest.shards import (
     LONG_SCHEMA,
     PART_SCHEMA,
@@ -451,8 +452,25 @@ class Store:
             if row is None:
                 con.execute(q.INSERT_RUN, [name, source, "finished", json.dumps(meta or {}, default=str)])
             elif meta:
-                merged = {**json.loads(row[13]), **meta}
+                merged = merge_meta(json.loads(row[13]), meta)
                 con.execute(q.UPDATE_RUN_META, [json.dumps(merged, default=str), name])
+        return self.run_info(name)
+
+    def update_meta(self, name: str, updates: dict[str, Any], remove: Sequence[str] = ()) -> RunInfo:
+        """Set the user's metadata of run ``name`` (validated values, see ``ingest.run_meta``) and delete
+        the keys in ``remove``. The keys are recorded as the user's, so a later import's parsed values do
+        not replace them; the analyses re-run, since spikes and diagnosis read ``max_norm``, ``precision``
+        and ``num_experts``."""
+        self.run_info(name)
+        with self._catalog() as con:
+            con.execute("BEGIN TRANSACTION")
+            row = _one(con.execute(q.GET_RUN, [name]))
+            assert row is not None
+            merged = merge_meta(json.loads(row[13]), updates, by_user=True, remove=remove)
+            con.execute(q.UPDATE_RUN_META, [json.dumps(merged, default=str), name])
+            con.execute(q.SET_ANALYSIS_GEN, [0, name])  # materialise recomputes when analysis_gen != gen
+            con.execute("COMMIT")
+        self._materialise_analysis(name)
         return self.run_info(name)
 
     def compact(
@@ -571,13 +589,15 @@ class Store:
 
     def import_parsed(self, name: str, parsed: Any) -> IngestReport:
         """Store a ``ingest.formats.ParsedLog`` as run ``name``."""
+        from ingest.configs import meta_with_config_facts  # local: yaml/toml only load for an import
+
         examples = skipped_example_texts(parsed)
         return self.import_table(
             name,
             parsed.table,
             source=f"import:{parsed.format}:" + ",".join(parsed.source_files),
             events=parsed.events,
-            meta=parsed.meta,
+            meta=meta_with_config_facts(parsed.meta),
             rejected=parsed.skipped,
             rejected_examples=examples,
         )
@@ -629,7 +649,7 @@ class Store:
             row = _one(con.execute(q.GET_RUN, [name]))
             assert row is not None
             if folded.meta:
-                merged = {**json.loads(row[13]), **folded.meta}
+                merged = merge_meta(json.loads(row[13]), folded.meta)
                 con.execute(q.UPDATE_RUN_META, [json.dumps(merged, default=str), name])
             if report.rejected:
                 examples = (json.loads(row[15]) + report.rejected_examples)[:20]

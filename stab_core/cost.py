@@ -18,7 +18,7 @@ Sources:
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 SECONDS_PER_HOUR = 3600.0
@@ -51,6 +51,83 @@ class GpuCost:
 
 
 ZERO_COST = GpuCost(0.0, 0.0)
+
+DEFAULT_USD_PER_GPU_HOUR = 2.0
+"""Price (USD per GPU-hour) used when a run's metadata has none: the DeepSeek-V3 report's $2/GPU-hour."""
+
+
+@dataclass(frozen=True)
+class CostInputs:
+    """What a run's spikes are priced with, and where each figure came from.
+
+    ``step_time_s`` (s per optimizer step; None = unknown, so nothing can be priced), ``gpus`` (count),
+    ``usd_per_gpu_hour`` (USD). The ``*_source`` strings say where each came from, in words a page
+    can show: ``"measured"``/``"metadata"``/``"wall times"``/``"unknown"`` for the step time,
+    ``"metadata gpus"``/``"world_size"``/``"ranks logged"`` for the GPUs, ``"metadata"``/``"assumed"``
+    for the price.
+    """
+
+    step_time_s: float | None
+    step_time_source: str
+    gpus: int
+    gpus_source: str
+    usd_per_gpu_hour: float
+    usd_source: str
+
+    @property
+    def priced(self) -> bool:
+        """True when every input is known, so a cost in GPU-hours and USD can be stated."""
+        return self.step_time_s is not None
+
+    def describe(self) -> str:
+        """One line for a page: ``8 GPUs (metadata gpus) x 0.14 s/step (metadata) at $2/GPU-hour (assumed)``."""
+        step = f"{self.step_time_s:.3g} s/step" if self.step_time_s is not None else "unknown s/step"
+        return (
+            f"{self.gpus:,} GPUs ({self.gpus_source}) x {step} ({self.step_time_source}) "
+            f"at ${self.usd_per_gpu_hour:g}/GPU-hour ({self.usd_source})"
+        )
+
+
+def _positive_number(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) and value > 0 else None
+
+
+def resolve_cost_inputs(
+    meta: Mapping[str, object],
+    ranks: int,
+    *,
+    measured_step_time_s: float | None,
+    wall_step_time_s: float | None,
+) -> CostInputs:
+    """The one rule every page prices a run with.
+
+    GPUs: ``meta['gpus']``, else ``meta['world_size']``, else the ranks logged (at least 1). Price:
+    ``meta['usd_per_gpu_hour']``, else ``DEFAULT_USD_PER_GPU_HOUR`` labelled "assumed". Step time (s):
+    the median logged ``step_time_s`` (``measured_step_time_s``), else ``meta['step_time_s']``, else the
+    median spacing of the log's wall-clock times (``wall_step_time_s``), else unknown (never 1 s assumed).
+    """
+    step: float | None
+    gpus_meta, world = _positive_number(meta.get("gpus")), _positive_number(meta.get("world_size"))
+    if gpus_meta is not None:
+        gpus, gpus_source = int(gpus_meta), "metadata gpus"
+    elif world is not None:
+        gpus, gpus_source = int(world), "world_size"
+    else:
+        gpus, gpus_source = max(int(ranks), 1), "ranks logged"
+    usd = meta.get("usd_per_gpu_hour")
+    if isinstance(usd, int | float) and not isinstance(usd, bool) and math.isfinite(usd) and usd >= 0:
+        price, usd_source = float(usd), "metadata"
+    else:
+        price, usd_source = DEFAULT_USD_PER_GPU_HOUR, "assumed"
+    candidates = (
+        (_positive_number(measured_step_time_s), "measured"),
+        (_positive_number(meta.get("step_time_s")), "metadata"),
+        (_positive_number(wall_step_time_s), "wall times"),
+    )
+    step, step_source = next(((v, src) for v, src in candidates if v is not None), (None, "unknown"))
+    return CostInputs(step, step_source, gpus, gpus_source, price, usd_source)
 
 
 # --------------------------------------------------------------------------------------------------

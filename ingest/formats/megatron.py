@@ -18,7 +18,8 @@ import re
 from typing import Any, Final
 
 from ingest.formats.aliases import canonical_name, sanitise_name
-from ingest.formats.textlog import LineKind, TextLogReader
+from ingest.formats.planned import PlannedStepsTextLogReader
+from ingest.formats.textlog import LineKind
 
 _TS: Final = r"(?:\[(?P<ts>[0-9]{4}-[0-9]{2}-[0-9]{2}[ T][0-9]{2}:[0-9]{2}:[0-9]{2}(?:[.,][0-9]+)?)\][ \t]*)?"
 _PIPE_PAIRS: Final = r"[ \t]*(?P<key>[^|:\n]*[^|:\s]):[ \t]*(?P<val>[^\s|]+)[ \t]*(?=\||$)"
@@ -173,13 +174,51 @@ def megatron_meta(text: str) -> dict[str, Any]:
             ]
             if shape:
                 meta["model"] = ", ".join(shape)
+            meta.update(_run_meta_from_args(args))
     m = re.search(r"using world size: (\d+)", text)
     if m:
         meta["world_size"] = int(m.group(1))
     return meta
 
 
-class MegatronReader(TextLogReader):
+def _run_meta_from_args(args: dict[str, Any]) -> dict[str, Any]:
+    """The run metadata keys (``ingest.run_meta.META_KEYS``) the argument dump states: world and parallel
+    sizes, clip_grad as max_norm (0 = clipping off: left out), precision, planned steps, tokens per
+    step (global batch x sequence length), experts (None = a dense model: 1) and the checkpoint interval."""
+
+    def whole(name: str) -> int | None:
+        value = args.get(name)
+        return value if isinstance(value, int) and value > 0 else None
+
+    meta: dict[str, Any] = {}
+    for arg, key in (
+        ("world_size", "world_size"),
+        ("tensor_model_parallel_size", "tensor_parallel_size"),
+        ("pipeline_model_parallel_size", "pipeline_parallel_size"),
+        ("train_iters", "planned_steps"),
+        ("save_interval", "save_interval"),
+        ("num_experts", "num_experts"),
+    ):
+        if whole(arg) is not None:
+            meta[key] = whole(arg)
+    if args.get("num_experts") == "None":
+        meta["num_experts"] = 1
+    clip = args.get("clip_grad")
+    if isinstance(clip, int | float) and clip > 0:
+        meta["max_norm"] = float(clip)
+    if args.get("bf16") == "True":
+        meta["precision"] = "bf16"
+    elif args.get("fp16") == "True":
+        meta["precision"] = "fp16"
+    elif args.get("bf16") == "False" and args.get("fp16") == "False":
+        meta["precision"] = "fp32"
+    batch, seq = whole("global_batch_size"), whole("seq_length")
+    if batch is not None and seq is not None:
+        meta["tokens_per_step"] = batch * seq
+    return meta
+
+
+class MegatronReader(PlannedStepsTextLogReader):
     name = "megatron"
     description = "Megatron-LM console: 'iteration N/ M | ... | lm loss: x | grad norm: x | ...'"
     kinds = MEGATRON_KINDS
@@ -196,7 +235,7 @@ class MegatronReader(TextLogReader):
         return megatron_meta(text)
 
 
-class MegatronDeepSpeedReader(TextLogReader):
+class MegatronDeepSpeedReader(PlannedStepsTextLogReader):
     name = "megatron_deepspeed"
     description = "Megatron-DeepSpeed console: Megatron iteration lines plus DeepSpeed engine lines"
     kinds = MEGATRON_KINDS + DEEPSPEED_KINDS
