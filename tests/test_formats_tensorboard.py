@@ -1,5 +1,5 @@
 """TensorBoard event files: our TFRecord/protobuf reader against TensorBoard's own loader, tensor
-scalars, rank folders, corrupt records, restarts."""
+scalars, rank folders, corrupt records, restarts, and files of different writers kept apart."""
 
 from __future__ import annotations
 
@@ -151,6 +151,66 @@ def test_restart_in_a_second_file_is_a_rollback(tmp_path: Path) -> None:
     assert np.array_equal(values[100:], later[:, 0])
     rollbacks = [e for e in parsed.events if e.kind == "rollback"]
     assert [e.detail for e in rollbacks] == [{"replayed_from": 100, "replayed_to": 119}]
+
+
+KERAS = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "real_logs" / "tfevents_keras_mnist_toy"
+# PROVENANCE.txt: train epoch_loss 0.2974 -> 0.0319 at steps 0..9; validation's 10 points at the same steps
+KERAS_TRAIN_LOSS = [0.29735518, 0.13642873, 0.09945375, 0.07711282, 0.06438939]
+KERAS_VAL_LOSS = [0.14290412, 0.10422502, 0.08732965, 0.08505525, 0.08215231]
+
+
+def _keras_files() -> list[Path]:
+    files = sorted(KERAS.glob("*/events.out.tfevents.*"))
+    if len(files) != 2:
+        pytest.skip("../shared absent: the real Keras tfevents files are not on this machine")
+    return files
+
+
+@pytest.mark.parametrize("how", ["folder", "two files", "flat copies"])
+def test_keras_train_and_validation_stay_apart(tmp_path: Path, how: str) -> None:
+    files = _keras_files()
+    if how == "folder":
+        parsed = read_log([KERAS])
+    elif how == "two files":
+        parsed = read_log(files)
+    else:  # an upload: the files without their folders
+        for f in files:
+            (tmp_path / f.name).write_bytes(f.read_bytes())
+        parsed = read_log(sorted(tmp_path.iterdir()))
+    for name, first in (("train/epoch_loss", KERAS_TRAIN_LOSS), ("validation/epoch_loss", KERAS_VAL_LOSS)):
+        steps, values = parsed.series(name)
+        assert steps.tolist() == list(range(10))
+        np.testing.assert_allclose(values[:5], first, rtol=1e-6)
+    assert parsed.series("validation/evaluation_loss_vs_iterations")[0].tolist() == list(range(1500, 15001, 1500))
+    assert parsed.table.num_rows == 60  # 2 train tags + 4 validation tags, 10 points each
+    assert parsed.events == []  # the validation file repeats no step of a stream: no rollback
+
+
+def test_concurrent_writers_of_one_process_are_not_a_restart(tmp_path: Path) -> None:
+    a = _write(tmp_path / "events.out.tfevents.1000.host.42.0", np.arange(20), seed=1)
+    b = _write(tmp_path / "events.out.tfevents.1001.host.42.1", np.arange(20), seed=2)
+    # the job restarts as pid 77 from step 10 and opens its two writers again
+    restart = _write(tmp_path / "events.out.tfevents.2000.host.77.0", np.arange(10, 30), seed=3)
+    _write(tmp_path / "events.out.tfevents.2000.host.77.1", np.arange(20, 30), seed=4)
+    parsed = read_log(sorted(tmp_path.iterdir()))
+    steps, values = parsed.series("writer-1/loss")
+    assert steps.tolist() == list(range(30))
+    np.testing.assert_array_equal(values[:10], a[:10, 0])
+    np.testing.assert_array_equal(values[10:], restart[:, 0])
+    steps, values = parsed.series("writer-2/loss")
+    assert steps.tolist() == list(range(30))  # its restart re-logs nothing: no rollback of its own
+    np.testing.assert_array_equal(values[:20], b[:, 0])
+    assert [e.detail for e in parsed.events if e.kind == "rollback"] == [{"replayed_from": 10, "replayed_to": 19}]
+
+
+def test_file_names_that_say_the_split_keep_it(tmp_path: Path) -> None:
+    train = _write(tmp_path / "train-events.out.tfevents.1000.h", np.arange(5), seed=1)
+    val = _write(tmp_path / "val-events.out.tfevents.1000.h", np.arange(5), seed=2)
+    parsed = read_log(sorted(tmp_path.iterdir()))
+    # train/loss and validation/loss, which the aliases map onto the canonical names
+    np.testing.assert_array_equal(parsed.series("loss")[1], train[:, 0])
+    np.testing.assert_array_equal(parsed.series("val_loss")[1], val[:, 0])
+    assert parsed.events == []
 
 
 def test_not_an_event_file_is_refused(tmp_path: Path) -> None:

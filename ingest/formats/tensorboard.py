@@ -11,11 +11,14 @@ Scalars: ``Summary.Value.simple_value`` (TF1, PyTorch's SummaryWriter) and scala
 (TF2/Keras: ``tensor`` with dtype DT_FLOAT/DT_DOUBLE in ``tensor_content`` or ``float_val`` /
 ``double_val``, plugin ``scalars``). Other summaries (histograms, images, text, graphs) are ignored.
 
-Folder trees: every ``rank_N`` (``rankN``, ``rank-N``) folder holds rank N's data (torchtitan writes
-one per rank); other sub-folders (``train/``, ``validation/``) prefix their tags (``validation/epoch_loss``).
-Files of one folder are read in the order of their creation time (in the file name) as one stream,
-so a restart that re-logs steps is detected as a rollback and the later segment wins, as in
-TensorBoard's own loader.
+Folder trees and several files (:func:`event_sources`, one rule for a folder, files given one by one
+and an upload's flat folder): every ``rank_N`` (``rankN``, ``rank-N``) folder holds rank N's data
+(torchtitan writes one per rank); other sub-folders (``train/``, ``validation/``) prefix their tags
+(``validation/epoch_loss``). Concurrent writers of one process in one folder (Keras's train and
+validation files uploaded together) are kept apart the same way. The other files of one folder are
+read in the order of their creation time (in the file name) as one stream, so a restart that
+re-logs steps is detected as a rollback and the later segment wins, as in TensorBoard's own loader;
+steps that repeat across streams are never a rollback.
 
 Speed: no per-field Python objects. The file is memory-mapped (read in blocks where it cannot be).
 Where payload lengths repeat with a short period (SummaryWriter logs the same tags every step), a
@@ -33,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import mmap
+import os
 import re
 import struct
 from collections.abc import Iterator, Sequence
@@ -45,7 +49,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ingest.errors import StabScopeError
-from ingest.formats._common import LogBuilder, open_error
+from ingest.formats._common import LogBuilder, open_error, read_head
 from ingest.formats.base import Reader
 from stab_core.metrics import RUN_RANK
 
@@ -971,7 +975,7 @@ def _decode_one_by_one(
 
 @dataclass
 class EventSource:
-    """Event files of one folder: one rank's (or one sub-run's) stream."""
+    """Event files of one writer: one rank's, one sub-folder's or one concurrent writer's stream."""
 
     rank: int
     prefix: str
@@ -979,13 +983,32 @@ class EventSource:
 
 
 def event_sources(paths: Sequence[Path]) -> list[EventSource]:
-    """Group the event files under ``paths`` by folder; ``rank_N`` folders give the rank."""
+    """Group the event files under ``paths`` into streams, and name each stream's tags.
+
+    The one rule for a folder import, files given one by one and an upload's flat folder:
+
+    - a file's folder relative to the inputs' common folder gives its stream: ``rank_N`` folders
+      give the rank, other folders (``train/``, ``validation/``) prefix the tags
+      (``validation/epoch_loss``) when the inputs span more than one of them;
+    - in one folder, files of one process (the same ``host.pid`` in their names) with different
+      writer ids were open at the same time (Keras writes ``train`` and ``validation`` this way), so
+      each writer is its own stream, never a restart of another; so are files whose names say
+      ``train``/``val``/``eval``/``test``. Such writers are named by that word, by what they log
+      (Keras logs ``evaluation_*_vs_iterations`` on its validation writer only), else ``writer-K``
+      (the K-th writer of its process);
+    - the other files of one folder are one stream read in creation order, so a restart that
+      re-logs steps is a rollback, as in TensorBoard's own loader.
+
+    Two streams never share a (tag, rank): rows of one file never overwrite another's.
+    """
     found: list[tuple[Path, Path]] = []
+    files_given = [Path(os.path.abspath(p)) for p in paths if not p.is_dir()]
+    file_root = Path(os.path.commonpath([str(f.parent) for f in files_given])) if files_given else None
     for p in paths:
         if p.is_dir():
-            found.extend((p, f) for f in p.rglob("*") if f.is_file() and is_event_file(f))
-        else:
-            found.append((p.parent, p))
+            found.extend((p, f) for f in sorted(p.rglob("*")) if f.is_file() and is_event_file(f))
+        elif file_root is not None:
+            found.append((file_root, Path(os.path.abspath(p))))
     by_dir: dict[tuple[int, str], list[Path]] = {}
     for root, f in found:
         rel = f.parent.relative_to(root).parts if f.parent != root else ()
@@ -998,12 +1021,77 @@ def event_sources(paths: Sequence[Path]) -> list[EventSource]:
             else:
                 prefix_parts.append(part)
         by_dir.setdefault((rank, "/".join(prefix_parts)), []).append(f)
-    prefixes = {prefix for _, prefix in by_dir}
-    keep_prefix = len(prefixes) > 1
+    keep_dir = len({prefix for _, prefix in by_dir}) > 1
+    by_writer: dict[tuple[int, str], list[Path]] = {}
+    for (rank, prefix), files in by_dir.items():
+        for label, members in writer_labels(files).items():
+            full = "/".join(part for part in (prefix if keep_dir else "", label) if part)
+            by_writer.setdefault((rank, full), []).extend(members)
     return [
-        EventSource(rank, prefix if keep_prefix else "", sorted(files, key=_file_order))
-        for (rank, prefix), files in sorted(by_dir.items())
+        EventSource(rank, prefix, sorted(files, key=_file_order)) for (rank, prefix), files in sorted(by_writer.items())
     ]
+
+
+_WRITER_NAME: Final = re.compile(r"tfevents\.\d+\.(.+)\.(\d+)\.(\d+)(?:\.v2)?$")
+"""``events.out.tfevents.<time>.<host>.<pid>.<writer id>[.v2]`` (TensorFlow 2, PyTorch)."""
+_SPLIT_WORD: Final = re.compile(r"(?:^|[^a-z])(train|training|val|valid|validation|eval|evaluation|test)(?:[^a-z]|$)")
+_KERAS_VALIDATION_TAG: Final = re.compile(r"^evaluation_.+_vs_iterations$")
+
+
+def writer_labels(files: Sequence[Path]) -> dict[str, list[Path]]:
+    """The files of one folder by writer: ``""`` for one stream of continuations, else a label."""
+    words = {f: _split_word(f.name) for f in files}
+    if len({w for w in words.values() if w}) > 1:
+        out: dict[str, list[Path]] = {}
+        for f, word in words.items():
+            out.setdefault(word, []).append(f)
+        return out
+    processes: dict[tuple[str, str], dict[int, list[Path]]] = {}
+    for f in files:
+        m = _WRITER_NAME.search(f.name)
+        if m:
+            processes.setdefault((m.group(1), m.group(2)), {}).setdefault(int(m.group(3)), []).append(f)
+    label_of: dict[Path, str] = {}
+    for writers in processes.values():
+        if len(writers) < 2:
+            continue
+        ids = sorted(writers)
+        labels = _content_labels([writers[i] for i in ids]) or [f"writer-{k}" for k in range(1, len(ids) + 1)]
+        for writer_id, label in zip(ids, labels, strict=True):
+            label_of.update((f, label) for f in writers[writer_id])
+    out = {}
+    for f in files:
+        out.setdefault(label_of.get(f, ""), []).append(f)
+    return out
+
+
+def _split_word(name: str) -> str:
+    """``train``/``validation``/... where a file's name (before ``tfevents``) says which split it logs."""
+    m = _SPLIT_WORD.search(name.lower().split("tfevents", 1)[0])
+    if not m:
+        return ""
+    word = m.group(1)
+    return {"training": "train", "val": "validation", "valid": "validation", "evaluation": "eval"}.get(word, word)
+
+
+def _content_labels(writers: list[list[Path]]) -> list[str] | None:
+    """``train``/``validation`` for Keras's two writers of one process (only its validation writer
+    logs ``evaluation_*_vs_iterations``), else None."""
+    if len(writers) != 2:
+        return None
+    keras_val = [any(_KERAS_VALIDATION_TAG.match(t) for f in files for t in head_tags(f)) for files in writers]
+    if keras_val.count(True) != 1:
+        return None
+    return ["validation" if is_val else "train" for is_val in keras_val]
+
+
+def head_tags(path: Path, nbytes: int = 1024 * 1024) -> set[str]:
+    """The scalar tags in the first ``nbytes`` of an event file (decoded as the reader decodes them)."""
+    head = read_head(path, nbytes)
+    data = head + _PAD_BYTES
+    frames = frame_records(data, len(head), final=False)
+    scalars, _ = decode_block(data, frames.starts, frames.lengths)
+    return {part[0] for part in (*scalars.parts, *frames.fast.parts)}
 
 
 def _file_order(path: Path) -> tuple[int, str]:
