@@ -15,6 +15,7 @@ from typing import Any
 from ingest.errors import StabScopeError
 from ingest.formats._common import LogBuilder, open_error
 from ingest.formats.base import Reader
+from ingest.formats.planned import note_planned_steps
 
 _SUMMARY_KEYS = {"train_runtime", "train_samples_per_second", "train_steps_per_second", "total_flos", "train_loss"}
 _META = {
@@ -70,6 +71,7 @@ class HFTrainerStateReader(Reader):
                     seq.setdefault(key, []).append(base + i)
             for key, (steps, values) in columns.items():
                 builder.add(key, steps, values, seq=seq[key], stream=stream)
+        note_planned_steps(builder.meta)  # max_steps
 
 
 def _load(path: Path) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from ingest.formats._tabular import to_float
 from ingest.formats.aliases import canonical_name
 from ingest.formats.base import Reader
 from ingest.formats.jsonl import first_object, read_jsonl
+from ingest.formats.planned import note_planned_steps
 
 pc: Any = _pc  # pyarrow-stubs overloads reject valid calls on generic arrays
 
@@ -54,6 +55,7 @@ class LlamaFactoryReader(Reader):
     def fill(self, paths: Sequence[Path], builder: LogBuilder) -> None:
         read_jsonl(paths, builder, step_candidates=("current_steps",), keymap=_keymap, wall_candidates=())
         _elapsed(paths, builder)
+        note_planned_steps(builder.meta)
 
     # the elapsed time column is text: a second, cheap pass reads it with the total steps
 

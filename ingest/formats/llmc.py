@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Final
 
 from ingest.formats.aliases import canonical_name
+from ingest.formats.planned import PlannedStepsTextLogReader
 from ingest.formats.textlog import LineKind, TextLogReader
 
 _NUM: Final = r"[-+]?(?:[0-9]+\.?[0-9]*(?:[eE][-+]?[0-9]+)?|\.[0-9]+|nan|-?inf)"
@@ -74,7 +75,7 @@ _CONSOLE_PAIRS: Final = (
 _Z_SCORE: Final = r"\([-+]?(?:[0-9.]+|nan|inf)z\)"
 
 
-class LlmcConsoleReader(TextLogReader):
+class LlmcConsoleReader(PlannedStepsTextLogReader):
     name = "llmc_console"
     description = "llm.c console output: 'step N/M | loss x | norm x | lr x | ms | MFU | tok/s'"
     kinds = (

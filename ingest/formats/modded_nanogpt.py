@@ -11,10 +11,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ingest.formats.textlog import LineKind, TextLogReader
+from ingest.formats.planned import PlannedStepsTextLogReader
+from ingest.formats.textlog import LineKind
 
 
-class ModdedNanoGPTReader(TextLogReader):
+class ModdedNanoGPTReader(PlannedStepsTextLogReader):
     name = "modded_nanogpt"
     description = "modded-nanogpt record log: 'step:N/M train_loss:x train_time:Nms step_avg:x'"
     kinds = (

@@ -14,10 +14,11 @@ import math
 import re
 from typing import Any
 
-from ingest.formats.textlog import LineKind, TextLogReader
+from ingest.formats.planned import PlannedStepsTextLogReader
+from ingest.formats.textlog import LineKind
 
 
-class TorchtitanReader(TextLogReader):
+class TorchtitanReader(PlannedStepsTextLogReader):
     name = "torchtitan"
     description = "torchtitan console: 'step: N  loss: x  grad_norm: x  memory: xGiB(x%)  tps: N  mfu: x%'"
     kinds = (
