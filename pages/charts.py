@@ -7,13 +7,13 @@ never read the store. Every axis is labelled with its unit.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import plotly.graph_objects as go
-from plotly.subplots import make_subplots
 
 from ingest.store import SeriesData
 from pages.common import Line, ema
@@ -39,6 +39,27 @@ EVENT_STYLES = {
     "data_switch": ("#1971c2", "dash"),
 }
 _DEFAULT_EVENT_STYLE = ("#868e96", "dot")
+MIN_BAND_PX = 5
+"""Outline width of an incident's band: a one-step incident is this many pixels wide at any zoom."""
+HEAD_FRACTION = 0.05
+"""Share of the shown steps (the warmup's) left out of a panel's default y range."""
+RANGE_PAD = 0.1
+"""Padding of a default y range, as a share of its span, on each side."""
+PEAK_STRETCH = 1.0
+"""An incident peak up to this many spans above the default range stretches it; further out it is marked."""
+TITLE_GAP_PX = 34
+"""Pixels between stacked panels: room for the lower panel's title."""
+# Okabe-Ito colours (distinguishable with the common colour-vision deficiencies), one per canonical series
+SERIES_COLORS = {
+    "loss": "#0072B2",
+    "val_loss": "#D55E00",
+    "grad_norm": "#E69F00",
+    "grad_norm_clipped": "#56B4E9",
+    "lr": "#009E73",
+    "clip_ratio": "#CC79A7",
+    "clip_coef": "#CC79A7",
+    "snr": "#888888",  # mid grey: readable on the light and the dark theme
+}
 CLICK_GRID_POINTS = 20_000
 HEATMAP_SATURATION = 6.0
 """The % heatmap's colours saturate at this many times the cells' median absolute deviation."""
@@ -171,14 +192,24 @@ def event_traces(events: Sequence[RunEvent], y0: float, y1: float, legend: bool)
     return traces
 
 
-def add_spike_shading(fig: go.Figure, spikes: Sequence[dict[str, Any]], x_range: tuple[int, int] | None) -> None:
-    """Shade each spike's [start, end] on every panel, coloured by its diagnosed cause."""
+def _spike_color(spike: dict[str, Any]) -> str:
+    return CAUSE_COLORS.get(spike.get("cause") or "unknown", CAUSE_COLORS["unknown"])
+
+
+def add_spike_shading(
+    fig: go.Figure, spikes: Sequence[dict[str, Any]], x_range: tuple[int, int] | None, selected: int | None = None
+) -> None:
+    """Shade each incident's [start, end] on every panel, coloured by its diagnosed cause.
+
+    The band's outline is ``MIN_BAND_PX`` pixels wide, so a one-step incident stays a visible band at any
+    zoom (a 1-step span is a hairline below ~1,000 px per 1,000 steps). ``selected`` (an index into
+    ``spikes``) is drawn darker."""
     causes_seen: set[str] = set()
     shapes = list(fig.layout.shapes or ())
-    for s in spikes:
+    for i, s in enumerate(spikes):
         if x_range and (s["end"] < x_range[0] or s["start"] > x_range[1]):
             continue
-        color = CAUSE_COLORS.get(s.get("cause", "unknown"), CAUSE_COLORS["unknown"])
+        color = _spike_color(s)
         # One full-height shape per spike, set in one layout update: the panels share their x axis,
         # and add_vrect per spike and panel cost ~1.5 s per rerun on runs with many spikes.
         shapes.append(
@@ -191,12 +222,12 @@ def add_spike_shading(fig: go.Figure, spikes: Sequence[dict[str, Any]], x_range:
                 "y0": 0,
                 "y1": 1,
                 "fillcolor": color,
-                "opacity": 0.18,
-                "line": {"width": 0},
+                "opacity": 0.5 if i == selected else 0.22,
+                "line": {"width": MIN_BAND_PX, "color": color},
                 "layer": "below",
             }
         )
-        causes_seen.add(s.get("cause", "unknown"))
+        causes_seen.add(s.get("cause") or "unknown")
     fig.update_layout(shapes=shapes)
     for cause in sorted(causes_seen):
         fig.add_trace(
@@ -205,9 +236,183 @@ def add_spike_shading(fig: go.Figure, spikes: Sequence[dict[str, Any]], x_range:
                 y=[None],
                 mode="markers",
                 name=f"spike: {cause}",
-                marker={"symbol": "square", "size": 12, "color": CAUSE_COLORS.get(cause)},
+                legendgroup=f"spike:{cause}",
+                marker={"symbol": "square", "size": 12, "color": CAUSE_COLORS.get(cause, CAUSE_COLORS["unknown"])},
             )
         )
+
+
+def incident_peaks(spike: dict[str, Any]) -> list[tuple[str, int, float | None]]:
+    """(metric, peak step, peak value or None) of every metric in an incident: its ``members`` when the
+    analyses give them, else the entry's own metric and peak."""
+    members = spike.get("members") or [spike]
+    peaks = []
+    for m in members:
+        value = m.get("peak_value")
+        peaks.append((str(m["metric"]), int(m["peak"]), float(value) if value is not None else None))
+    return peaks
+
+
+def _value_at(curves: Sequence[tuple[str, SeriesData]], metric: str, step: int) -> float | None:
+    """The largest drawn value of ``metric`` at ``step`` (or in the bucket holding it); None if not drawn."""
+    for _, s in curves:
+        if s.metric != metric or not s.steps.size:
+            continue
+        i = max(int(np.searchsorted(s.steps, step, side="right")) - 1, 0)
+        return float(s.max[i])
+    return None
+
+
+def peak_markers(
+    curves: Sequence[tuple[str, SeriesData]],
+    spikes: Sequence[dict[str, Any]],
+    y_range: tuple[float, float] | None,
+    log_y: bool,
+    x_range: tuple[int, int] | None,
+    shown_legend: set[str],
+) -> list[go.Scatter]:
+    """A marker at every incident peak of a metric drawn in this panel, coloured by cause. A peak above
+    the panel's y range (or non-finite) sits at the top edge as an up-triangle labelled with its value,
+    so an off-scale spike is never silently cut off. ``customdata`` is the incident's index."""
+    drawn = {s.metric for _, s in curves}
+    by_cause: dict[str, dict[str, list[Any]]] = {}
+    for i, spike in enumerate(spikes):
+        for metric, step, value in incident_peaks(spike):
+            if metric not in drawn or (x_range and not x_range[0] <= step <= x_range[1]):
+                continue
+            if value is None:
+                value = _value_at(curves, metric, step)
+            finite = value is not None and math.isfinite(value)
+            top = None if y_range is None else (10 ** y_range[1] if log_y else y_range[1])
+            off_scale = not finite or (top is not None and value is not None and value > top)
+            if off_scale and top is None:
+                continue  # nothing finite to place it against
+            y = _edge(y_range, log_y) if off_scale else value
+            label = "non-finite" if not finite else f"{value:.4g}"
+            ratio = spike.get("ratio")
+            times = f" x{float(ratio):.2f}" if ratio is not None else ""
+            hover = (
+                f"incident #{i}: {metric} {label}{times} at step {step:,}<br>cause: {spike.get('cause', 'unknown')}"
+                + (" (above this axis)" if off_scale else "")
+            )
+            cause = spike.get("cause") or "unknown"
+            m = by_cause.setdefault(cause, {"x": [], "y": [], "symbol": [], "text": [], "hover": [], "index": []})
+            m["x"].append(step)
+            m["y"].append(y)
+            m["symbol"].append("triangle-up" if off_scale else "diamond")
+            m["text"].append(f"↑ {label}" if off_scale else "")
+            m["hover"].append(hover)
+            m["index"].append(i)
+    traces = []
+    for cause, m in sorted(by_cause.items()):
+        traces.append(
+            go.Scatter(
+                x=m["x"],
+                y=m["y"],
+                mode="markers+text",
+                text=m["text"],
+                textposition="bottom center",
+                textfont={"size": 11, "color": CAUSE_COLORS.get(cause, CAUSE_COLORS["unknown"])},
+                marker={
+                    "symbol": m["symbol"],
+                    "size": 11,
+                    "color": CAUSE_COLORS.get(cause, CAUSE_COLORS["unknown"]),
+                    "line": {"width": 1, "color": "#ffffff"},
+                },
+                customdata=m["index"],
+                hovertext=m["hover"],
+                hovertemplate="%{hovertext}<extra></extra>",
+                name=f"spike: {cause}",
+                legendgroup=f"spike:{cause}",
+                showlegend=False,
+                cliponaxis=False,
+            )
+        )
+        shown_legend.add(cause)
+    return traces
+
+
+def _edge(y_range: tuple[float, float] | None, log_y: bool) -> float | None:
+    """A y value just inside the top of the range (data units; the range is log10 units on a log axis)."""
+    if y_range is None:
+        return None
+    y = y_range[1] - 0.04 * (y_range[1] - y_range[0])
+    return float(10**y if log_y else y)
+
+
+def robust_y_range(
+    curves: Sequence[tuple[np.ndarray, np.ndarray]],
+    peaks: Sequence[float] = (),
+    log_y: bool = False,
+    head_fraction: float = HEAD_FRACTION,
+) -> tuple[float, float] | None:
+    """A y range for a panel that warmup and far outliers do not set.
+
+    ``curves``: (steps, values) pairs drawn in the panel. The values from the first ``head_fraction`` of
+    the shown steps are left out (the warmup's loss of 11 or grad norm of 15 would flatten a run that sits
+    at 3.3 and 0.3), and the range spans the 0.5-99.5 % quantiles of the rest, padded by ``RANGE_PAD`` of
+    that span. An incident peak (``peaks``, same units) above it stretches the range to show it when it
+    lies within ``PEAK_STRETCH`` spans of the top; one further out stays off scale (``peak_markers`` marks
+    it at the edge). On a log axis (``log_y``) the range is in log10 units, as Plotly takes it, and only
+    positive values count. None when no finite value is shown (let Plotly autorange).
+    """
+    finite = [(np.asarray(s), np.asarray(v, dtype=np.float64)) for s, v in curves if np.size(s)]
+    if not finite:
+        return None
+    first = min(float(s.min()) for s, _ in finite)
+    last = max(float(s.max()) for s, _ in finite)
+    cut = first + head_fraction * (last - first)
+
+    def usable(v: np.ndarray) -> np.ndarray:
+        keep = np.isfinite(v) & (v > 0) if log_y else np.isfinite(v)
+        return np.log10(v[keep]) if log_y else v[keep]
+
+    tail = np.concatenate([usable(v[s >= cut]) for s, v in finite])
+    if not tail.size:  # everything shown is in the head (a zoom into the warmup): use it all
+        tail = np.concatenate([usable(v) for _, v in finite])
+    if not tail.size:
+        return None
+    low, high = (float(q) for q in np.quantile(tail, [0.005, 0.995]))
+    span = high - low
+    if span <= 0:
+        span = max(abs(high) * 0.05, 1e-12) if not log_y else 0.1
+    for p in peaks:
+        if not math.isfinite(p) or (log_y and p <= 0):
+            continue
+        q = math.log10(p) if log_y else p
+        if high < q <= high + PEAK_STRETCH * span:
+            high = q
+    lowest = float(tail.min())
+    pad_low, pad_high = low - RANGE_PAD * span, high + RANGE_PAD * span
+    if not log_y and lowest >= 0 > pad_low:  # a non-negative series (LR, norms) never needs a negative axis
+        pad_low = 0.0
+    return pad_low, pad_high
+
+
+def _panel_peaks(panel: Panel, spikes: Sequence[dict[str, Any]], x_range: tuple[int, int] | None) -> list[float]:
+    drawn = {s.metric for _, s in panel.curves}
+    peaks = []
+    for spike in spikes:
+        for metric, step, value in incident_peaks(spike):
+            if metric in drawn and (not x_range or x_range[0] <= step <= x_range[1]):
+                v = _value_at(panel.curves, metric, step) if value is None else value
+                if v is not None:
+                    peaks.append(v)
+    return peaks
+
+
+def series_color(metric: str, fallback_index: int) -> str:
+    """The colour of a series: fixed per canonical metric (so pre-clip and post-clip grad norm, LR and the
+    clip ratio never share one), else the palette in order."""
+    return SERIES_COLORS.get(metric, PALETTE[fallback_index % len(PALETTE)])
+
+
+def _panel_domains(n: int, height: int, top: int, bottom: int) -> list[tuple[float, float]]:
+    """Paper-fraction y domains of ``n`` stacked panels, top first, with room for each title above."""
+    plot = max(height - top - bottom, 60)
+    gap = min(TITLE_GAP_PX / plot, 0.3 / max(n, 1))
+    each = (1 - gap * (n - 1)) / n
+    return [(max(0.0, 1 - (r + 1) * each - r * gap), min(1.0, 1 - r * (each + gap))) for r in range(n)]
 
 
 def panels_figure(
@@ -218,33 +423,105 @@ def panels_figure(
     x_range: tuple[int, int] | None = None,
     panel_height: int = 210,
     drag_selects_steps: bool = False,
+    full_y_range: bool = False,
+    selected: int | None = None,
 ) -> go.Figure:
-    """Panels stacked on one shared step axis: zooming one zooms all (linked zoom, in the browser).
+    """Panels stacked on one step axis: every trace is on the one x axis, so zooming one zooms all and a
+    hover shows every panel's values at that step (``hoversubplots="axis"``, one spike line through all).
 
+    Each panel's y range is ``robust_y_range`` (warmup and far outliers left out, detected incident peaks
+    kept or marked at the edge) unless ``full_y_range``. ``selected``: index of the incident drawn darker.
     ``drag_selects_steps``: a drag selects a span of steps (full height) instead of zooming in the
     browser, so that a page can re-read that span from the store (``zoom_to_selection``) at full
     fidelity; a browser-side zoom would only magnify the downsampled buckets.
     """
-    fig = make_subplots(
-        rows=len(panels), cols=1, shared_xaxes=True, vertical_spacing=0.06, subplot_titles=[p.title for p in panels]
-    )
-    for row, panel in enumerate(panels, start=1):
+    height = panel_height * len(panels) + 150
+    layout = base_layout(height)
+    domains = _panel_domains(len(panels), height, layout["margin"]["t"], layout["margin"]["b"])
+    fig = go.Figure()
+    n = len(panels)
+    titles = []
+    legend_causes: set[str] = set()
+    axis_layout: dict[str, Any] = {}
+    for row, (panel, domain) in enumerate(zip(panels, domains, strict=True), start=1):
+        yref = "y" if row == 1 else f"y{row}"
         for i, (label, s) in enumerate(panel.curves):
-            color = PALETTE[(row - 1 + i) % len(PALETTE)]
+            color = series_color(s.metric, row - 1 + i)
             for trace in envelope_traces(s, label, color, ema_weight):
-                fig.add_trace(trace, row=row, col=1)
+                fig.add_trace(trace.update(xaxis="x", yaxis=yref))
         span = _y_span(panel.curves, panel.log_y)
+        y_range = (
+            None
+            if full_y_range
+            else robust_y_range(
+                [(s.steps, v) for _, s in panel.curves for v in (s.min, s.max)],
+                _panel_peaks(panel, spikes, x_range),
+                panel.log_y,
+            )
+        )
         if span and events:
             for trace in event_traces(events, *span, legend=row == 1):
-                fig.add_trace(trace, row=row, col=1)
-        fig.update_yaxes(title_text=panel.y_title, type="log" if panel.log_y else "linear", row=row, col=1)
-    add_spike_shading(fig, spikes, x_range)
-    fig.update_layout(**base_layout(panel_height * len(panels) + 150))
-    fig.update_layout(xaxis={"title": None}, dragmode="select" if drag_selects_steps else "zoom", selectdirection="h")
-    fig.update_xaxes(title_text="step", row=len(panels), col=1)
+                fig.add_trace(trace.update(xaxis="x", yaxis=yref))
+        shown_range = y_range if y_range is not None else _autorange_of(span, panel.log_y)
+        for trace in peak_markers(panel.curves, spikes, shown_range, panel.log_y, x_range, legend_causes):
+            fig.add_trace(trace.update(xaxis="x", yaxis=yref))
+        axis: dict[str, Any] = {
+            "domain": list(domain),
+            "anchor": "x",
+            "title": {"text": panel.y_title},
+            "type": "log" if panel.log_y else "linear",
+        }
+        if y_range is not None:
+            axis["range"] = list(y_range)
+        axis_layout["yaxis" if row == 1 else f"yaxis{row}"] = axis
+        # titles as annotations at the panel's top left: the modebar (top right) never covers them
+        titles.append(
+            {
+                "text": panel.title,
+                "xref": "paper",
+                "yref": "paper",
+                "x": 0,
+                "xanchor": "left",
+                "y": domain[1],
+                "yanchor": "bottom",
+                "showarrow": False,
+                "font": {"size": 14},
+            }
+        )
+    fig.update_layout(**layout)
+    fig.update_layout(
+        **axis_layout,
+        annotations=titles,
+        hoversubplots="axis",
+        dragmode="select" if drag_selects_steps else "zoom",
+        selectdirection="h",
+        xaxis={
+            "anchor": "y" if n == 1 else f"y{n}",
+            "domain": [0, 1],
+            "title": {"text": "step"},
+            "showspikes": True,
+            "spikemode": "across",
+            "spikesnap": "cursor",
+            "spikethickness": 1,
+            "spikedash": "solid",
+            "spikecolor": "#868e96",
+        },
+    )
+    add_spike_shading(fig, spikes, x_range, selected)
     if x_range:
         fig.update_xaxes(range=[x_range[0], x_range[1]])
     return fig
+
+
+def _autorange_of(span: tuple[float, float] | None, log_y: bool) -> tuple[float, float] | None:
+    """The range Plotly's autorange will show (data extremes), in axis units, for placing edge markers."""
+    if span is None:
+        return None
+    if log_y:
+        if span[0] <= 0 or span[1] <= 0:
+            return None
+        return math.log10(span[0]), math.log10(span[1])
+    return span
 
 
 def heatmap_colour_range(z: np.ndarray, relative: bool) -> tuple[float | None, float | None]:

@@ -5,9 +5,10 @@ from __future__ import annotations
 import pages  # noqa: F401  # first: a deep link's first run leaves Streamlit's pages/ mode here
 
 # isort: split
+import numpy as np
 import streamlit as st
 
-from ingest.store import SeriesData
+from ingest.store import RunInfo, SeriesData
 from pages.charts import Panel, panels_figure
 from pages.common import (
     LIVE_REFRESH_S,
@@ -25,6 +26,7 @@ from pages.common import (
     to_bytes,
     zoom_to_selection,
 )
+from pages.view_url import NO_INCIDENT, restore_from_url, write_url
 
 # (panel title, y-axis title, candidate metrics in order, what to do when none is there)
 PANELS = [
@@ -42,6 +44,59 @@ LABELS = {
 }
 FALLBACK_OF = {"clip_coef": "clip_ratio"}  # drawn only when the analyses' clip ratio is missing
 
+
+def incident_window(run: RunInfo, spike: dict[str, object]) -> tuple[int, int]:
+    """The steps shown for one incident: its span padded by 3x its length (at least 50 steps) each side."""
+    start, end = int(str(spike["start"])), int(str(spike["end"]))
+    pad = max(50, 3 * (end - start + 1))
+    return max(int(run.first_step or 0), start - pad), min(int(run.last_step or 0), end + pad)
+
+
+def zoom_to_incident(name: str) -> None:
+    """Incident picker callback: show that incident's steps."""
+    idx = st.session_state.get("ov_incident", NO_INCIDENT)
+    run = get_store().run_info(name)
+    spikes = read_spikes(run)
+    if 0 <= idx < len(spikes):
+        st.session_state["ov_range"] = incident_window(run, spikes[idx])
+
+
+def pick_from_chart(name: str) -> None:
+    """Chart selection callback: a drag zooms to its steps; a click on an incident's marker selects it."""
+    event = st.session_state.get("ov_chart") or {}
+    selection = event.get("selection") or {}
+    if selection.get("box"):
+        zoom_to_selection("ov_chart", "ov_range")
+        return
+    for point in selection.get("points") or []:
+        index = point.get("customdata")
+        if isinstance(index, list):
+            index = index[0] if index else None
+        if isinstance(index, int | float):
+            st.session_state["ov_incident"] = int(index)
+            st.session_state["ov_incident_clicked"] = True  # the picker above the fragment must redraw
+            zoom_to_incident(name)
+            return
+
+
+def incident_label(spikes: list[dict[str, object]], i: int) -> str:
+    """The incident picker's text for option ``i``."""
+    if i == NO_INCIDENT:
+        return f"none of {len(spikes)} detected"
+    spike = spikes[i]
+    return f"#{i}: {spike['metric']} at step {int(str(spike['peak'])):,} ({spike['cause']})"
+
+
+def snr_explanation(run: RunInfo) -> str:
+    """Why the run has no SNR series: the analyses' own reason when they give one, else what is missing."""
+    reason = (run.meta.get("analysis") or {}).get("snr_reason")
+    if reason:
+        return str(reason)
+    if "grad_norm" not in run.metrics:
+        return "no `grad_norm` was logged; log `grad_norm` (and `grad_norm_local` per rank for the two-batch SNR)"
+    return "the analyses computed none for this run (too few finite `grad_norm` steps?)"
+
+
 st.title("Run overview")
 info = pick_run("overview_run")
 if info is None:
@@ -50,6 +105,8 @@ if info.first_step is None:
     st.info(f"Run **{info.name}** has no metric records yet. If `stabscope watch` is feeding it, wait a few seconds.")
     st.stop()
 
+spikes_of_run = read_spikes(info)
+restore_from_url(spikes_of_run)
 c1, c2, c3 = st.columns([1, 1, 2])
 ema_weight = c1.slider(
     "EMA smoothing (per step)",
@@ -63,12 +120,32 @@ ema_weight = c1.slider(
 log_panels = c2.multiselect("Log-scale y", [p[0] for p in PANELS], default=["gradient SNR"], key="ov_log")
 others = [m for m in info.metrics if m not in {c for p in PANELS for c in p[2]}]
 extra = c3.multiselect("More panels", others, default=[], key="ov_extra", help="Any other logged metric")
+c4, c5 = st.columns([3, 1])
+if st.session_state.get("ov_incident", NO_INCIDENT) >= len(spikes_of_run):
+    st.session_state["ov_incident"] = NO_INCIDENT
+incident = c4.selectbox(
+    "Incident",
+    [NO_INCIDENT, *range(len(spikes_of_run))],
+    key="ov_incident",
+    format_func=lambda i: incident_label(spikes_of_run, i),
+    on_change=zoom_to_incident,
+    args=(info.name,),
+    help="Shows that incident's steps and marks it darker; a click on a marker on the chart picks one too",
+)
+full_y = c5.toggle(
+    "Show full y range",
+    key="ov_full_y",
+    help="By default each panel's y axis leaves out the first 5% of the steps (warmup) and far outliers; "
+    "a detected incident's peak beyond it is marked at the panel's top edge",
+)
 
 
 @st.fragment(run_every=LIVE_REFRESH_S if info.status == "live" else None)
 def charts(name: str) -> None:
     run = get_store().run_info(name)  # re-read: a live run grows between refreshes
     lo, hi = step_range(run, "ov_range")
+    spikes = read_spikes(run)
+    write_url(name, lo, hi, run, spikes, incident)
     buckets = auto_buckets(lo, hi)
     panels, shown, missing = [], {}, []
     specs = PANELS + [(m, metric_label(m), [m], "") for m in extra]
@@ -78,37 +155,72 @@ def charts(name: str) -> None:
             if FALLBACK_OF.get(metric) in shown:
                 continue
             s = read_series(run, metric, start=lo, end=hi, buckets=buckets)
-            if s.steps.size:
+            if s.steps.size and np.isfinite(s.values).any():
                 curves.append((LABELS.get(metric, metric), s))
                 shown[metric] = s
         if curves:
             panels.append(Panel(title, y_title, curves, log_y=title in log_panels))
+        elif title == "gradient SNR":
+            missing.append(f"**{title}**: not computed, {snr_explanation(run)}")
         elif how:
             missing.append(f"**{title}**: not in this run ({how})")
     if not panels:
         st.info("Nothing to plot in this step range.")
         return
-    fig = panels_figure(panels, read_events(run), read_spikes(run), ema_weight, (lo, hi), drag_selects_steps=True)
+    fig = panels_figure(
+        panels,
+        read_events(run),
+        spikes,
+        ema_weight,
+        (lo, hi),
+        drag_selects_steps=True,
+        full_y_range=full_y,
+        selected=incident if incident >= 0 else None,
+    )
     st.plotly_chart(
         fig,
         key="ov_chart",
-        on_select=lambda: zoom_to_selection("ov_chart", "ov_range"),
-        selection_mode="box",
+        on_select=lambda: pick_from_chart(name),
+        selection_mode=("box", "points"),
         config={"displaylogo": False},
     )
+    if st.session_state.pop("ov_incident_clicked", False):
+        st.rerun()  # the whole page: the incident picker sits outside this fragment
     points = sum(s.steps.size for s in shown.values())
     detail = (
         "every step (full fidelity)" if buckets is None else f"min/max buckets of ~{(hi - lo + 1) // buckets} steps"
     )
     st.caption(
         f"Steps {lo:,}–{hi:,}: {points:,} points, {detail}. Drag across a chart to zoom every panel to those "
-        f"steps, re-read from the store (every step at ≤5,000 steps). Shaded bands: detected spikes, coloured by cause."
+        f"steps, re-read from the store (every step at ≤5,000 steps). Shaded bands and diamonds: the {len(spikes)} "
+        "detected incidents, coloured by cause (an up-triangle at a panel's top edge: a peak above its y axis)."
+        + ("" if full_y else " Y axes leave out the warmup (first 5% of the steps) and far outliers.")
     )
+    if 0 <= incident < len(spikes):
+        spike = spikes[incident]
+        ratio = spike.get("ratio")
+        st.markdown(
+            f"**Incident #{incident}**: `{spike['metric']}`"
+            + (f" x{float(ratio):.2f} over its baseline" if ratio is not None else "")
+            + f", steps {int(spike['start']):,}–{int(spike['end']):,} (peak {int(spike['peak']):,}), "
+            f"cause `{spike['cause']}` at {float(spike.get('confidence') or 0):.0%} confidence. "
+            "The Spikes page has its diagnosis and what to do."
+        )
     if missing:
         st.caption("Not shown — " + "; ".join(missing))
     analysis = run.meta.get("analysis") or {}
     if "snr" in shown and analysis.get("snr_label"):
         st.caption(f"SNR: {analysis['snr_label']}.")
+    if analysis.get("logging_end"):
+        end = analysis["logging_end"]
+        st.caption(
+            f"Logging stopped at step {int(end['step']):,}: {end.get('reason') or 'no metric is finite after it'}."
+        )
+    if analysis.get("gaps"):
+        spans = ", ".join(f"{int(a):,}–{int(b):,}" for a, b in analysis["gaps"][:8])
+        st.caption(f"No finite value of any metric in steps {spans}.")
+    for item in analysis.get("not_run") or []:
+        st.caption(f"Not run — {item.get('detector')}: {item.get('reason')}")
     if analysis.get("error"):
         st.warning(f"The analyses failed on this run: {analysis['error']}", icon=":material/warning:")
     st.button("Show the whole run", on_click=reset_range, args=("ov_range",), key="ov_reset")

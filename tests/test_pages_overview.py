@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 from typing import Any
 
@@ -9,7 +10,9 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from ingest.store import Store
+from ingest.store import SeriesData, Store
+from pages.charts import peak_markers, robust_y_range
+from pages.view_url import parse_steps
 from stab_core.snr import ema as bias_corrected_ema
 from tests.conftest import (
     LOSS_SPIKE_STEPS,
@@ -49,9 +52,19 @@ def test_every_panel_on_one_step_axis_with_events(app_store: Store) -> None:
     assert {"loss", "pre-clip", "post-clip", "lr", "clipped fraction (trailing window)", "snr"} <= names
     assert "clip coefficient" not in names  # the logged clip_coef only stands in when clip_ratio is missing
     assert fig["layout"]["yaxis5"]["type"] == "log"  # the SNR spans decades: log by default
-    # linked zoom: every panel's x axis follows the first one
-    assert all(fig["layout"][f"xaxis{i}"]["matches"] == "x5" for i in ("", 2, 3, 4))
-    assert all(fig["layout"][f"xaxis{i}"]["range"] == [0, 1999] for i in ("", 2, 3, 4, 5))
+    # one step axis (was: five x axes linked by `matches`): every trace is on it, so a zoom moves every
+    # panel and one hover reads every panel at that step
+    assert [k for k in fig["layout"] if k.startswith("xaxis")] == ["xaxis"]
+    assert {t.get("xaxis", "x") for t in fig["data"]} == {"x"}
+    assert {t.get("yaxis", "y") for t in fig["data"]} == {"y", "y2", "y3", "y4", "y5"}
+    assert fig["layout"]["xaxis"]["range"] == [0, 1999]
+    assert (fig["layout"]["hovermode"], fig["layout"]["hoversubplots"]) == ("x unified", "axis")
+    assert fig["layout"]["xaxis"]["showspikes"] and fig["layout"]["xaxis"]["spikemode"] == "across"
+    # the panels are stacked top to bottom without overlapping, each title just above its own panel
+    domains = [fig["layout"][f"yaxis{i}"]["domain"] for i in ("", 2, 3, 4, 5)]
+    assert all(upper[0] > lower[1] for upper, lower in itertools.pairwise(domains))
+    assert [a["y"] for a in fig["layout"]["annotations"]] == [d[1] for d in domains]
+    assert all(a["x"] == 0 and a["xanchor"] == "left" for a in fig["layout"]["annotations"])  # not under the modebar
     # a drag selects a span of steps (re-read from the store), not a browser-side zoom of the buckets
     assert (fig["layout"]["dragmode"], fig["layout"]["selectdirection"]) == ("select", "h")
     checkpoints = [t for t in fig["data"] if t.get("name") == "checkpoint"]
@@ -122,3 +135,133 @@ def test_transitions_found_in_the_logged_lr_are_marked(tmp_path: Path, monkeypat
     assert len(markers) == 5  # on every panel, though the run logged no event
     steps = {x for x in markers[0]["x"] if x is not None}
     assert len(steps) == 1 and abs(steps.pop() - WARMUP_STEPS) <= 1  # the LR peaks where the warmup ends
+
+
+# ------------------------------------------------------------------------------------- default y range
+
+REAL = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "real_logs"
+
+
+def test_a_warmup_head_does_not_set_the_y_range() -> None:
+    steps = np.arange(1000)
+    values = 1.0 + 0.01 * np.sin(steps / 7.0)
+    values[:30] = 100.0  # a warmup head 100x the run's level (3% of the steps)
+    low, high = robust_y_range([(steps, values)])
+    assert 0.98 < low < 0.99 and 1.01 < high < 1.02  # the tail's 0.5-99.5% band, padded by 10% of its span
+    # the known answer without the head rule: 3% of the points at 100 sit inside the 99.5% quantile
+    assert robust_y_range([(steps, values)], head_fraction=0.0)[1] > 99  # type: ignore[index]
+
+
+def test_an_incident_peak_stretches_the_range_or_is_marked_at_the_edge() -> None:
+    steps = np.arange(1000)
+    values = 1.0 + 0.01 * np.sin(steps / 7.0)
+    values[500] = 1.025  # near: within one span (0.02) above the band
+    near = robust_y_range([(steps, values)], peaks=[1.025])
+    assert near is not None and near[1] > 1.025
+    values[700] = 50.0  # far: 2,500 spans above
+    far = robust_y_range([(steps, values)], peaks=[1.025, 50.0])
+    assert far is not None and far[1] < 1.05
+    series = SeriesData("grad_norm", steps, values, values, values, "runlevel", False)
+    spikes = [
+        {"metric": "grad_norm", "start": 500, "peak": 500, "end": 500, "peak_value": 1.025, "cause": "unknown"},
+        {"metric": "grad_norm", "start": 700, "peak": 700, "end": 700, "peak_value": 50.0, "cause": "numerical"},
+    ]
+    traces = peak_markers([("pre-clip", series)], spikes, far, False, None, set())
+    by_index = {int(i): (t, k) for t in traces for k, i in enumerate(t.customdata)}
+    inside, at_500 = by_index[0]
+    assert inside.marker.symbol[at_500] == "diamond" and inside.y[at_500] == pytest.approx(1.025)
+    edge, at_700 = by_index[1]
+    assert edge.marker.symbol[at_700] == "triangle-up" and edge.text[at_700] == "↑ 50"
+    assert far[0] < edge.y[at_700] <= far[1]  # drawn just inside the top edge, not off the chart
+
+
+def test_log_range_is_in_decades() -> None:
+    steps = np.arange(1000)
+    values = 10.0 ** (1 + np.sin(steps / 50.0))  # 1 to 100
+    low, high = robust_y_range([(steps, values)], log_y=True)  # type: ignore[misc]
+    assert -0.3 < low < 0.0 and 2.0 < high < 2.3  # log10 units, as Plotly takes a log axis' range
+
+
+def _llmc_store(tmp_path: Path) -> Store:
+    path = REAL / "mng_llmc_gpt2_124m" / "main.log"
+    if not path.is_file():
+        pytest.skip(f"../shared absent: no llm.c log at {path}")
+    from ingest.formats import read_log
+
+    store = Store(tmp_path / "store")
+    store.import_parsed("llmc", read_log([path]))
+    return store
+
+
+def test_llmc_spikes_are_visible_at_the_default_view(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The user's report: on llm.c's GPT-2 log step 0 (loss 11, grad norm 15) set the axes and no spike showed."""
+    store = _llmc_store(tmp_path)
+    monkeypatch.setenv("STABSCOPE_STORE", str(store.root))
+    at = open_page("overview").run()
+    assert not at.exception
+    fig = _figure(at)
+    loss_range, norm_range = fig["layout"]["yaxis"]["range"], fig["layout"]["yaxis2"]["range"]
+    assert 3.0 < loss_range[0] < 3.3 and 4.0 < loss_range[1] < 5.0  # the run sits at 3.3-3.5, not 11
+    assert 0.1 < norm_range[0] < 0.25 and 0.4 < norm_range[1] < 1.0  # it sits at ~0.27, not 15
+    peaks = {int(s["peak"]): s for s in store.spikes("llmc")}
+    assert {7435, 9025} <= set(peaks)
+    markers = [t for t in fig["data"] if t.get("customdata") is not None and t.get("yaxis") == "y2"]
+    marked = {
+        int(x): (symbol, text)
+        for t in markers
+        for x, symbol, text in zip(t["x"], t["marker"]["symbol"], t["text"], strict=True)
+    }
+    assert marked[9025] == ("triangle-up", "↑ 2.02") and marked[7435] == ("triangle-up", "↑ 1.44")  # off scale
+    assert set(marked) == {int(s["peak"]) for s in peaks.values() if s["metric"] == "grad_norm"}
+    # every incident has its band, at least MIN_BAND_PX wide whatever the zoom
+    shapes = fig["layout"]["shapes"]
+    assert len(shapes) == len(peaks) and all(s["line"]["width"] >= 5 for s in shapes)
+    # the pre-clip norm, LR and loss each in their own colour
+    colours = {t.get("name"): t["line"]["color"] for t in fig["data"] if t.get("mode") == "lines" and "line" in t}
+    assert len({colours["loss"], colours["pre-clip"], colours["lr"], colours["val_loss"]}) == 4
+    at.toggle(key="ov_full_y").set_value(True).run()
+    assert "range" not in _figure(at)["layout"]["yaxis2"]  # the whole range again: Plotly's autorange
+
+
+# ------------------------------------------------------------------------------------------ the URL
+
+
+def test_the_zoom_round_trips_through_the_url(app_store: Store) -> None:
+    at = open_page("overview").run()
+    assert "steps" not in at.query_params  # the whole run: no parameter
+    at.slider(key="ov_range").set_value((1190, 1210)).run()
+    assert at.query_params["steps"] == "1190-1210" and at.query_params["run"] == SMALL_RUN
+    link = open_page("overview")
+    link.query_params.update(at.query_params)
+    link.run()
+    assert not link.exception
+    assert link.slider(key="ov_range").value == (1190, 1210)
+    assert any("Steps 1,190–1,210" in c.value for c in link.caption)
+    assert _figure(link)["layout"]["xaxis"]["range"] == [1190, 1210]
+    link.button(key="ov_reset").click().run()
+    assert "steps" not in link.query_params
+
+
+def test_picking_an_incident_zooms_to_it_and_a_link_reopens_it(app_store: Store) -> None:
+    spikes = app_store.spikes(SMALL_RUN)
+    if not spikes:
+        pytest.fail(f"no incident detected in {SMALL_RUN}: {app_store.run_info(SMALL_RUN).meta.get('analysis')}")
+    at = open_page("overview").run()
+    at.selectbox(key="ov_incident").set_value(0).run()
+    start, end = int(spikes[0]["start"]), int(spikes[0]["end"])
+    pad = max(50, 3 * (end - start + 1))
+    assert at.slider(key="ov_range").value == (max(0, start - pad), min(1999, end + pad))
+    assert at.query_params["incident"] == str(spikes[0]["peak"])
+    fig = _figure(at)
+    assert max(s["opacity"] for s in fig["layout"]["shapes"]) == 0.5  # the picked one, darker
+    assert any("Incident #0" in m.value for m in at.markdown)
+    link = open_page("overview")
+    link.query_params.update(at.query_params)
+    link.run()
+    assert link.selectbox(key="ov_incident").value == 0
+    assert link.slider(key="ov_range").value == at.slider(key="ov_range").value
+
+
+def test_parse_steps() -> None:
+    assert parse_steps("1200-1400") == (1200, 1400)
+    assert parse_steps(None) is None and parse_steps("x-1") is None and parse_steps("5-5") is None
