@@ -195,17 +195,57 @@ def read_spikes(info: RunInfo) -> list[dict[str, Any]]:
     return _spikes(store_root(), info.name, info.gen, info.analysis_gen)
 
 
+@st.cache_data(show_spinner=False, max_entries=512)
+def _last_finite(root: str, name: str, gen: int, metric: str) -> tuple[int, float] | None:
+    from ingest.run_status import last_finite as store_last_finite
+
+    return store_last_finite(_store_at(root), name, metric)
+
+
+def last_finite(info: RunInfo, metric: str) -> tuple[int | None, float]:
+    """(step, value) of the last finite logged value of ``metric`` at full fidelity, ``(None, NaN)``
+    when there is none: the one figure the Runs table and Compare both show as a run's last value."""
+    found = _last_finite(store_root(), info.name, info.gen, metric)
+    return (None, math.nan) if found is None else found
+
+
 def last_value(info: RunInfo, metric: str) -> float:
-    """The last finite logged value of ``metric`` (NaN when none)."""
-    if metric not in info.metrics or info.last_step is None or info.first_step is None:
+    """The last finite logged value of ``metric`` (NaN when none); its step is ``last_finite``'s."""
+    return last_finite(info, metric)[1]
+
+
+@st.cache_data(show_spinner=False, max_entries=512)
+def _run_status(root: str, name: str, gen: int, status: str, planned: int | None, stated: Any) -> str:
+    # planned/stated (the metadata's planned steps and step count) are in the key: a user may set them
+    from ingest.run_status import run_status as store_run_status
+
+    return store_run_status(_store_at(root), name)
+
+
+def run_status(info: RunInfo) -> str:
+    """``live``, ``finished`` (reached its planned steps), ``stopped at N of M`` (ended before them)
+    or ``ended at step N`` (no planned steps known): ``ingest.run_status.run_status``."""
+    from ingest.run_status import planned_steps
+
+    planned, stated = planned_steps(info.meta), info.meta.get("last_step")
+    return _run_status(store_root(), info.name, info.gen, info.status, planned, stated)
+
+
+BEST_WINDOW = 50
+"""Logged values in the rolling median whose lowest point is a run's "best" figure: one noisy batch
+does not make it."""
+
+
+def best_smoothed(values: np.ndarray, window: int = BEST_WINDOW) -> float:
+    """The lowest point of the trailing rolling median of ``window`` consecutive finite values (the
+    median of all of them when fewer); NaN when there are none. Units: those of ``values``."""
+    finite = np.asarray(values, dtype=np.float64)
+    finite = finite[np.isfinite(finite)]
+    if finite.size == 0:
         return math.nan
-    tail = read_series(info, metric, start=max(info.first_step, info.last_step - 1000), buckets=None)
-    finite = tail.values[np.isfinite(tail.values)]
-    if finite.size:
-        return float(finite[-1])
-    whole = read_series(info, metric)
-    finite = whole.values[np.isfinite(whole.values)]
-    return float(finite[-1]) if finite.size else math.nan
+    if finite.size < window:
+        return float(np.median(finite))
+    return float(pd.Series(finite).rolling(window).median().min())
 
 
 # ------------------------------------------------------------------------------------------ pickers
@@ -550,18 +590,21 @@ MISSING = "—"
 
 
 def run_catalog(runs: Sequence[RunInfo], summary: dict[str, dict[str, Any]]) -> pd.DataFrame:
-    """The Runs table: one row per run with its last loss, spikes, worst spike, alerts and tags."""
+    """The Runs table: one row per run with its status (``run_status``), last finite loss and its step
+    (``last_finite``, as Compare shows them), spikes, worst spike, alerts and tags."""
     rows = []
     for r in runs:
         s = summary.get(r.name, {})
         tags = r.meta.get("tags", [])
+        loss_step, loss = last_finite(r, "loss")
         rows.append(
             {
                 "name": r.name,
-                "status": r.status,
+                "status": run_status(r),
                 "steps": r.n_steps,
                 "ranks": r.ranks or None,  # None: a run-level log (no per-rank data), shown as a dash
-                "last loss": last_value(r, "loss"),
+                "last loss": loss,
+                "last loss step": loss_step,
                 "spikes": int(s.get("n_spikes", 0)),
                 "worst spike (x)": _float(s.get("worst_ratio")),
                 "alerts": "; ".join(run_alerts(r)),
@@ -571,7 +614,8 @@ def run_catalog(runs: Sequence[RunInfo], summary: dict[str, dict[str, Any]]) -> 
                 "updated": r.updated,
             }
         )
-    return pd.DataFrame(rows)
+    table = pd.DataFrame(rows)
+    return table.astype({"last loss step": "Int64"}) if rows else table
 
 
 # ---------------------------------------------------------------------------------------- scheduler

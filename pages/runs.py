@@ -24,12 +24,23 @@ from pages.common import (
 )
 
 COLUMNS = {
-    "last loss": st.column_config.NumberColumn(format="%.4f", help="Last finite logged loss (nats/token)"),
+    "status": st.column_config.TextColumn(
+        width="medium",
+        help="live: still being written · finished: reached its planned steps · stopped at N of M: the last "
+        "finite value is at step N of M planned · ended at step N: the log states no planned steps",
+    ),
+    "last loss": st.column_config.NumberColumn(
+        format="%.4f", help="Last finite logged loss (nats/token), at the step in 'last loss step'"
+    ),
+    "last loss step": st.column_config.NumberColumn(format="%d", help="The step of the last finite logged loss"),
     "worst spike (x)": st.column_config.NumberColumn(format="%.1f×", help="Largest spike: peak over baseline"),
     "spikes": st.column_config.NumberColumn(help="Spike events the analyses detected"),
     "alerts": st.column_config.TextColumn(width="large"),
     "updated": st.column_config.DatetimeColumn(format="YYYY-MM-DD HH:mm"),
 }
+
+STATUS_FILTERS = {"live": "live", "finished": "finished", "stopped early": "stopped", "ended": "ended"}
+"""Status filter label -> the first word of the statuses it keeps (``ingest.run_status.STATUS_WORDS``)."""
 
 st.title("Runs")
 if deleted := st.session_state.pop("runs_deleted", None):
@@ -45,7 +56,14 @@ if not runs:
 
 c1, c2, c3, c4 = st.columns([3, 2, 1.4, 1.2], vertical_alignment="bottom")
 query = c1.text_input("Search", key="runs_search", placeholder="name or tag")
-statuses = c2.multiselect("Status", ["live", "finished"], default=[], key="runs_status", placeholder="any")
+statuses = c2.multiselect(
+    "Status",
+    list(STATUS_FILTERS),
+    default=[],
+    key="runs_status",
+    placeholder="any",
+    help="stopped: ended before its planned steps; ended: the log states no planned steps",
+)
 only_alerts = c3.checkbox("With alerts", key="runs_alerts", help="Only runs with an alert")
 with c4:
     nav_link("pages/upload.py", "Upload logs", icon=":material/upload_file:")
@@ -57,7 +75,8 @@ def filtered(table: pd.DataFrame) -> pd.DataFrame:
         text = table["name"] + " " + table["tags"]
         keep &= text.str.contains(query, case=False, regex=False)
     if statuses:
-        keep &= table["status"].isin(statuses)
+        first_word = table["status"].str.split().str[0]
+        keep &= first_word.isin([STATUS_FILTERS[s] for s in statuses])
     if only_alerts:
         keep &= table["alerts"] != ""
     return table[keep].reset_index(drop=True)

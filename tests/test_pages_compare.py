@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
+import pandas as pd  # type: ignore[import-untyped]
 import pytest
 from streamlit.testing.v1 import AppTest
 
 from ingest.store import Store
 from tests.conftest import SMALL_RUN, RunSpec, open_page, write_run
+from tests.real_runs import RUNS, import_real_runs
 
 SEEDS = ("gpt-seed0", "gpt-seed1", "gpt-seed2")
 
@@ -65,3 +69,27 @@ def test_a_run_without_tokens_is_left_out_with_a_reason(seeds_store: Store, monk
     assert list(at.dataframe[0].value["line"]) == [SEEDS[0]]
     at.selectbox(key="cmp_metric").set_value("grad_norm").run()
     assert "**no-tokens** has no `grad_norm`" in at.warning[0].value
+
+
+@pytest.fixture(scope="module")
+def real_store(tmp_path_factory: pytest.TempPathFactory) -> Store:
+    return import_real_runs(tmp_path_factory.mktemp("real") / "store")
+
+
+def test_compare_agrees_with_runs_and_its_best_is_smoothed(real_store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    text = RUNS["llmc"].read_text()
+    train = [(int(s), float(v)) for s, v in re.findall(r"^s:(\d+) trl:(\S+)", text, re.M)]
+    val = [float(v) for v in re.findall(r"^s:\d+ tel:(\S+)", text, re.M)]
+    at = _open(real_store, monkeypatch, ["llmc", "megds"])
+    assert not at.exception
+    row = at.dataframe[0].value.set_index("line").loc["llmc"]
+    assert (row["last loss step"], row["final loss"]) == (19559, pytest.approx(3.2217)) == train[-1]
+    runs_page = open_page("runs").run()
+    runs_row = runs_page.dataframe(key="runs_table").value.set_index("name").loc["llmc"]
+    assert (row["last loss step"], row["final loss"]) == (runs_row["last loss step"], runs_row["last loss"])
+    # best: the lowest 50-value rolling median (3.2575), not the luckiest batch (3.1022 at step 18017)
+    losses = pd.Series([v for _, v in train])
+    assert row["best loss (rolling median of 50)"] == pytest.approx(losses.rolling(50).median().min())
+    assert row["best loss (rolling median of 50)"] > losses.min() + 0.1
+    assert row["best val_loss"] == pytest.approx(min(val))  # 3.2722, the last eval
+    assert at.dataframe[0].value.set_index("line").loc["megds", "last loss step"] == 62

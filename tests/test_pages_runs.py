@@ -11,6 +11,7 @@ from streamlit.testing.v1 import AppTest
 
 from ingest.store import Store
 from tests.conftest import SLOW_RANK, SMALL_RUN, RunSpec, open_page, write_run
+from tests.real_runs import RUNS, import_real_runs
 
 
 def _table(at: AppTest) -> pd.DataFrame:
@@ -22,8 +23,9 @@ def test_catalog_shows_the_runs_values(app_store: Store) -> None:
     assert not at.exception
     row = _table(at).set_index("name").loc[SMALL_RUN]
     loss = app_store.read_series(SMALL_RUN, "loss")
-    assert row["status"] == "finished" and row["steps"] == 2000 and row["ranks"] == 4
-    assert row["last loss"] == pytest.approx(float(loss.values[-1]))
+    # the generated run states no planned steps: it "ended" at its last step (it was "finished" before #20)
+    assert row["status"] == "ended at step 1999" and row["steps"] == 2000 and row["ranks"] == 4
+    assert row["last loss"] == pytest.approx(float(loss.values[-1])) and row["last loss step"] == 1999
     summary = app_store.spike_summary()[SMALL_RUN]
     assert row["spikes"] == summary["n_spikes"] >= 1
     assert row["worst spike (x)"] == pytest.approx(summary["worst_ratio"])
@@ -83,3 +85,28 @@ def test_empty_store_explains_what_to_do(tmp_path: Path, monkeypatch: pytest.Mon
     at = open_page("runs").run()
     assert not at.exception
     assert "No runs in this store yet" in at.info[0].value
+
+
+@pytest.fixture(scope="module")
+def real_store(tmp_path_factory: pytest.TempPathFactory) -> Store:
+    return import_real_runs(tmp_path_factory.mktemp("real") / "store")
+
+
+def test_runs_that_ended_before_their_planned_steps_say_where(
+    real_store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("STABSCOPE_STORE", str(real_store.root))
+    at = open_page("runs").run()
+    assert not at.exception
+    table = _table(at).set_index("name")
+    assert table.loc["megds", "status"] == "stopped at 62 of 1000"  # "iteration 62/ 1000" was its last line
+    assert table.loc["mixtral-h100", "status"] == "stopped at 22685 of 24000"  # "nan" from 22690 on
+    assert table.loc["llmc", "status"] == "ended at step 19560"  # main.log states no planned steps
+    last_train = re.findall(r"^s:(\d+) trl:(\S+)", RUNS["llmc"].read_text(), re.M)[-1]  # s:19559 trl:3.2217
+    assert table.loc["llmc", "last loss step"] == int(last_train[0])
+    assert table.loc["llmc", "last loss"] == pytest.approx(float(last_train[1]))
+    assert table.loc["mixtral-h100", "last loss step"] == 22685
+    at.multiselect(key="runs_status").set_value(["stopped early"]).run()
+    assert sorted(_table(at)["name"]) == ["megds", "mixtral-h100"]
+    at.multiselect(key="runs_status").set_value(["ended", "finished"]).run()
+    assert list(_table(at)["name"]) == ["llmc"]
