@@ -1108,6 +1108,18 @@ class Store:
             return LONG_SCHEMA.empty_table()
         return self._arrow(q.READ_LONG, {"files": files})
 
+    def read_wall_times(self, name: str, metric: str = "loss") -> tuple[np.ndarray, np.ndarray]:
+        """(steps, wall-clock times in s) of ``metric``'s run-level rows that carry a wall time, by step."""
+        files = self._part_files(self.run_info(name), "long")
+        if not files:
+            return np.empty(0, np.int64), np.empty(0, np.float64)
+        # the long files are sorted by metric: the filter prunes row groups of the other metrics
+        table = pq.read_table(
+            files, columns=["step", "wall_time"], filters=[("metric", "=", metric), ("rank", "=", RUN_RANK)]
+        ).filter(pc.is_valid(pc.field("wall_time")))
+        order = np.argsort(table.column("step").to_numpy(), kind="stable")
+        return table.column("step").to_numpy()[order], table.column("wall_time").to_numpy()[order]
+
     def export(self, name: str, fmt: str, target: str | os.PathLike[str]) -> int:
         """Write the full-fidelity long table as CSV or Parquet to ``target``; returns rows written."""
         info = self.run_info(name)

@@ -7,8 +7,8 @@ import pages  # noqa: F401  # first: a deep link's first run leaves Streamlit's 
 # isort: split
 import streamlit as st
 
-from ingest.analyses import price_run_spikes, run_step_time_s
-from pages.common import MISSING, get_store, pick_run
+from pages.common import MISSING, money, pick_run, priced_spikes, run_cost
+from pages.run_meta import run_settings
 from stab_core import cost
 
 st.title("Cost of rollback")
@@ -77,38 +77,33 @@ st.write(
 st.subheader("A stored run's spikes, priced")
 run = pick_run(key="cost_run")
 if run is not None:
-    store = get_store()
-    measured = run_step_time_s(store, run.name)
-    f1, f2 = st.columns(2)
-    run_gpus = f1.number_input(
-        "GPUs of this run", 1, 1_000_000, int(run.meta.get("gpus", max(run.ranks, 1))), key="cost_run_gpus"
-    )
-    step_s = f2.number_input(
-        "Step time (s)",
-        0.001,
-        3600.0,
-        float(measured or 1.0),
-        key="cost_step_s",
-        help="Measured from the run's step_time_s" if measured else "Not logged: enter it",
-    )
-    spikes, bill = price_run_spikes(store, run.name, gpus=int(run_gpus), usd_per_gpu_hour=usd, step_time_s=step_s)
-    if not spikes:
+    run_settings(run, "cost")
+    inputs = run_cost(run)
+    table = priced_spikes(run)  # the Spikes page's table: one computation, the same inputs
+    st.caption(f"Priced with {inputs.describe()}, as on the Spikes page.")
+    if not inputs.priced:
+        st.warning(
+            f"{run.name} logs no step time and no wall-clock times, so its spikes' cost is unknown: log "
+            "`step_time_s`, or set the step time under **Run settings**.",
+            icon=":material/timer_off:",
+        )
+    if table.empty:
         st.info(f"No spikes detected in {run.name}: nothing to price.")
     else:
         st.dataframe(
-            [
-                {
-                    "peak step": s["peak"],
-                    "metric": s["metric"],
-                    "cause": s["cause"],
-                    "recovered": s["recovered"],
-                    "steps charged": int(n),
-                    "GPU-hours": round(c.gpu_hours, 1),
-                    "USD": round(c.usd, 2),
-                }
-                for s, n, c in zip(spikes, bill.steps_charged, bill.per_spike, strict=True)
-            ],
+            table[["peak step", "metric", "cause", "outcome", "steps lost", "GPU-hours lost", "USD lost"]],
             hide_index=True,
+            key="cost_table",
+            column_config={
+                "GPU-hours lost": st.column_config.NumberColumn(format="%.2f"),
+                "USD lost": st.column_config.NumberColumn(format="$%.2f"),
+            },
             placeholder=MISSING,
         )
-        st.metric("Total", f"${bill.total.usd:,.2f}", f"{bill.total.gpu_hours:,.1f} GPU-hours", delta_color="off")
+        total_usd, total_hours = float(table["USD lost"].sum()), float(table["GPU-hours lost"].sum())
+        st.metric(
+            "Total",
+            money(total_usd) if inputs.priced else "unknown",
+            f"{total_hours:,.2f} GPU-hours" if inputs.priced else f"{table['steps lost'].sum():,.0f} steps",
+            delta_color="off",
+        )

@@ -21,8 +21,9 @@ from pages.common import (
     read_events,
     read_series,
     read_spikes,
-    run_cost_inputs,
+    run_cost,
 )
+from pages.run_meta import run_settings
 
 ZOOM_PANELS = [
     ("loss", "loss (nats/token)", ["loss"]),
@@ -51,6 +52,7 @@ if st.session_state.pop("goto_overview", False):
 info = pick_run("spikes_run")
 if info is None:
     st.stop()
+run_settings(info, "sp")
 spikes = read_spikes(info)
 if not spikes:
     if info.analysis_gen != info.gen:
@@ -62,14 +64,21 @@ if not spikes:
     st.stop()
 
 table = priced_spikes(info)
-step_time, gpus, usd = run_cost_inputs(info)
+inputs = run_cost(info)
 m1, m2, m3, m4 = st.columns(4)
 m1.metric("Spike events", len(table))
 m2.metric("Diverged", int((table["outcome"] == "diverged").sum()))
 m3.metric("Steps lost", f"{table['steps lost'].sum():,.0f}")
 m4.metric(
-    "Cost", money(float(table["USD lost"].sum())), help=f"{gpus} GPUs x {step_time:.3g} s/step at ${usd:g}/GPU-hour"
+    "Cost",
+    money(float(table["USD lost"].sum())) if inputs.priced else "unknown",
+    help=inputs.describe(),
 )
+if not inputs.priced:
+    st.caption(
+        "Cost unknown: the run logs no step time and no wall-clock times. Log `step_time_s`, or set the step "
+        "time under **Run settings**."
+    )
 st.dataframe(
     table,
     hide_index=True,
