@@ -236,6 +236,12 @@ def cmd_import(args: argparse.Namespace) -> int:
                 f"(steps {res['steps'][0]}..{res['steps'][1]}, format {res['format']}, "
                 f"{res['skipped']} lines skipped)"
             )
+            if res.get("config"):
+                print(f"  config: {res['config']}")
+            for skipped in res.get("skipped_files", []):
+                print(f"  skipped {skipped['file']}: {skipped['why']}")
+            for note in res.get("notes", []):
+                print(f"  note: {note}")
     return 0
 
 

@@ -41,8 +41,10 @@ def import_logs(
     progress: ProgressFn | None = None,
 ) -> list[dict[str, Any]]:
     """Import ``paths`` as one run; returns the ``--json`` objects (run, format, rows, metrics, steps,
-    skipped). Nothing is written unless the whole input parsed."""
-    from ingest.formats import read_log
+    skipped lines, and from :func:`ingest.import_inputs.read_inputs`: the logs read, the config
+    used, the files skipped with why, notes on combined logs). Nothing is written unless the whole
+    input parsed."""
+    from ingest.import_inputs import read_inputs
 
     for p in paths:
         if not p.exists():
@@ -53,7 +55,8 @@ def import_logs(
             f"input is {total / 1e9:.1f} GB; the limit for one import is {MAX_IMPORT_BYTES / 1e9:.1f} GB"
         )
     name = validate_run_name(run or default_run_name(paths))
-    parsed = read_log(list(paths), format=fmt, progress=progress, custom_dir=store.root / "formats")
+    read = read_inputs(list(paths), fmt=fmt, progress=progress, custom_dir=store.root / "formats")
+    parsed = read.parsed
     if parsed.table.num_rows == 0:
         raise StabScopeError(
             f"{paths[0]}: no metric records found in the {parsed.format} input ({parsed.skipped} lines skipped)"
@@ -75,6 +78,7 @@ def import_logs(
             "skipped": parsed.skipped,
             "skipped_examples": skipped_example_texts(parsed),
             "events": len(parsed.events),
+            **read.summary(),
         }
     ]
 

@@ -1,0 +1,318 @@
+"""Which of an import's inputs are logs, which is the run's config, and what is skipped and why.
+
+One rule for ``stabscope import DIR`` (or several files) and the Upload page's files:
+
+- a folder that one reader recognises as a whole (a TensorBoard tree, a Lightning ``version_N``
+  folder, an MLflow run) is read by it; its other files are a config or skipped;
+- otherwise each file is sorted on its own: a file some reader recognises is a log, a YAML, JSON or
+  TOML mapping (or a Megatron arguments dump) is a config, anything else is skipped with the reason
+  (``README.md: documentation, not a training log``). Hidden files and folders are left out.
+
+Logs of different formats are read one format at a time and combined: a metric that two of them
+hold with the same values at the same steps is kept once; where they disagree both are kept (the
+later one namespaced by its file) and a note says which metric, at which steps.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ingest.errors import StabScopeError
+from ingest.formats import AMBIGUITY_MARGIN, FORMATS, TABLE_SCHEMA, ParsedLog, detect, read_log
+from ingest.formats._common import Progress, looks_binary, read_head
+from ingest.formats.tensorboard import is_event_file
+
+CONFIG_SUFFIXES: Final = (".yaml", ".yml", ".json", ".toml")
+_DOC_NAME: Final = re.compile(r"^(readme|provenance|license|licence|notice|changelog|authors|citation)\b", re.I)
+_DOC_SUFFIXES: Final = (".md", ".rst", ".html", ".pdf", ".png", ".jpg", ".jpeg", ".svg", ".ipynb", ".py", ".sh")
+
+
+@dataclass
+class SortedInputs:
+    """An import's inputs sorted: ``logs`` to read (files, or folders a reader takes whole), the
+    ``config`` used as the run's config, and ``skipped`` ``(file, why)`` for the rest."""
+
+    logs: list[Path] = field(default_factory=list)
+    formats: dict[Path, str] = field(default_factory=dict)
+    """The format each log was recognised as (absent: read them together, detected as one)."""
+    config: Path | None = None
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    roots: list[Path] = field(default_factory=list)
+    """The folders given (file names are shown relative to them)."""
+
+
+@dataclass
+class ImportRead:
+    """What an import read: the log, the inputs as sorted, and notes on logs that were combined."""
+
+    parsed: ParsedLog
+    inputs: SortedInputs
+    notes: list[str] = field(default_factory=list)
+
+    def summary(self) -> dict[str, Any]:
+        """The JSON fields the CLI and the page show: log files read, the config, files skipped (with
+        why) and notes on logs combined."""
+        return {
+            "logs": [_shown(Path(f), self.inputs.roots) for f in self.parsed.source_files],
+            "config": self.inputs.config.name if self.inputs.config else None,
+            "skipped_files": [{"file": f, "why": why} for f, why in self.inputs.skipped],
+            "notes": list(self.notes),
+        }
+
+
+def read_inputs(
+    paths: Sequence[Path],
+    *,
+    fmt: str | None = None,
+    progress: Progress | None = None,
+    custom_dir: Path | None = None,
+) -> ImportRead:
+    """Read ``paths`` as one run: the logs among them (see the module's rule), with the config's
+    text in ``meta`` (``config_text``, ``config_filename``). ``fmt`` forces a reader for every path.
+    Raises ``StabScopeError`` when no input is a log, naming each file and why it is not one."""
+    paths = [Path(p) for p in paths]
+    if fmt is not None:
+        return ImportRead(read_log(paths, format=fmt, progress=progress, custom_dir=custom_dir), SortedInputs(paths))
+    if len(paths) == 1 and paths[0].is_file():
+        # one file: it is the log, and read_log's own error says where it stops being one
+        return ImportRead(read_log(paths, progress=progress, custom_dir=custom_dir), SortedInputs(paths))
+    inputs = sort_inputs(paths, custom_dir=custom_dir)
+    if not inputs.logs:
+        raise _no_log(inputs)
+    groups: dict[str, list[Path]] = {}
+    for log in inputs.logs:
+        groups.setdefault(inputs.formats.get(log, ""), []).append(log)
+    # each group is detected again as a whole: an ambiguous log is refused as read_log refuses it
+    parts = [read_log(group, progress=progress, custom_dir=custom_dir) for group in groups.values()]
+    parsed, notes = (parts[0], []) if len(parts) == 1 else combine(parts)
+    if inputs.config is not None:
+        parsed.meta["config_text"] = inputs.config.read_bytes().decode("utf-8", "replace")
+        parsed.meta["config_filename"] = inputs.config.name
+    return ImportRead(parsed, inputs, notes)
+
+
+def sort_inputs(paths: Sequence[Path], *, custom_dir: Path | None = None) -> SortedInputs:
+    """Sort ``paths`` into logs, the config and skipped files (see the module's rule)."""
+    out = SortedInputs()
+    loose: list[tuple[Path, Path]] = []  # (file, the folder it is named relative to)
+    for path in (Path(p) for p in paths):
+        if not path.exists():
+            raise StabScopeError("no such file or folder", path=str(path))
+        if path.is_file():
+            loose.append((path, path.parent))
+            continue
+        out.roots.append(path)
+        whole = _whole_folder_format(path, custom_dir)
+        files = [f for f in sorted(path.rglob("*")) if f.is_file() and not _hidden(f.relative_to(path))]
+        if whole is None:
+            loose.extend((f, path) for f in files)
+            continue
+        out.logs.append(path)
+        out.formats[path] = whole
+        taken = _taken_by(whole, path)
+        loose.extend((f, path) for f in files if taken is not None and f not in taken)
+    together = detect([f for f, _ in loose], custom_dir=custom_dir) if loose else []
+    configs: list[tuple[int, Path, str]] = []
+    for f, root in loose:
+        name = str(f.relative_to(root))
+        best = _log_format(f, custom_dir)
+        if best and not _is_documentation(f):
+            out.logs.append(f)
+            if not _one_format(together):
+                out.formats[f] = best
+            continue
+        keys = _config_keys(f)
+        if keys is not None:
+            configs.append((keys, f, name))
+        else:
+            out.skipped.append((name, _why_not_a_log(f, best)))
+    if configs:
+        configs.sort(key=lambda c: (-c[0], c[2]))
+        out.config = configs[0][1]
+        for _, _, name in configs[1:]:
+            out.skipped.append((name, f"another config: {configs[0][2]} is the run's config"))
+    return out
+
+
+def _shown(path: Path, roots: list[Path]) -> str:
+    """``path`` relative to the folder given that holds it, else its name."""
+    for root in roots:
+        if path.is_relative_to(root):
+            return str(path.relative_to(root))
+    return path.name
+
+
+def _one_format(candidates: list[tuple[str, float]]) -> bool:
+    """Whether detection over all the loose files found one clear format for all of them."""
+    return bool(candidates) and (len(candidates) == 1 or candidates[1][1] < candidates[0][1] - AMBIGUITY_MARGIN)
+
+
+def _hidden(rel: Path) -> bool:
+    return any(part.startswith(".") for part in rel.parts)
+
+
+def _whole_folder_format(folder: Path, custom_dir: Path | None) -> str | None:
+    """The format a reader recognises ``folder`` as, as a whole, when one clearly does."""
+    candidates = detect([folder], custom_dir=custom_dir)
+    return candidates[0][0] if _one_format(candidates) else None
+
+
+def _taken_by(fmt: str, folder: Path) -> set[Path] | None:
+    """The files of ``folder`` its reader reads (None: the reader takes the whole folder)."""
+    if fmt == "tensorboard":
+        return {f for f in folder.rglob("*") if f.is_file() and is_event_file(f)}
+    reader = FORMATS.get(fmt)
+    if reader is None or reader.accepts_directories:
+        return None
+    return set(reader.expand(folder))
+
+
+def _log_format(path: Path, custom_dir: Path | None) -> str:
+    candidates = detect([path], custom_dir=custom_dir)
+    return candidates[0][0] if candidates else ""
+
+
+def _is_documentation(path: Path) -> bool:
+    """README, PROVENANCE, LICENSE... and Markdown, pictures, code: about a run, never its log
+    (a PROVENANCE.txt that quotes log lines would otherwise be read as more log)."""
+    return bool(_DOC_NAME.match(path.name)) or path.suffix.lower() in _DOC_SUFFIXES
+
+
+def _config_keys(path: Path) -> int | None:
+    """How many checklist keys ``path`` maps to when it is a run config, else None."""
+    from ingest.configs import MAX_CONFIG_BYTES, read_run_config
+
+    if path.stat().st_size > MAX_CONFIG_BYTES:
+        return None
+    data = path.read_bytes()
+    if path.suffix.lower() not in CONFIG_SUFFIXES and b"arguments --" not in data:
+        return None
+    try:
+        mapped = read_run_config(data, path.name)
+    except StabScopeError:
+        return None
+    return len([k for k in mapped if k not in ("source_format", "key_sources")])
+
+
+def _why_not_a_log(path: Path, best: str) -> str:
+    """One short reason a file is not read as a log."""
+    if _is_documentation(path):
+        return "documentation, not a training log"
+    head = read_head(path, 64 * 1024)
+    if not head:
+        return "empty"
+    if looks_binary(head):
+        return "not a training log (binary, no known format)"
+    for raw in head.split(b"\n")[:1000]:
+        text = raw.decode("utf-8", "replace").strip()
+        if text:
+            return f"not a training log (its first line {text[:60]!r} is no known log format)"
+    return "not a training log"
+
+
+def _no_log(inputs: SortedInputs) -> StabScopeError:
+    """The error when no input is a log: each file and why it is not one."""
+    listed = [f"{name}: {why}" for name, why in inputs.skipped]
+    if inputs.config is not None:
+        listed.insert(0, f"{inputs.config.name}: a run config, not a log")
+    what = "; ".join(listed[:12]) + (f"; and {len(listed) - 12} more" if len(listed) > 12 else "")
+    return StabScopeError(f"no training log among the inputs ({what or 'no files'})")
+
+
+# --------------------------------------------------------------------------- logs of several formats
+
+
+def combine(parts: Sequence[ParsedLog]) -> tuple[ParsedLog, list[str]]:
+    """One ``ParsedLog`` from logs of different formats, and a note for each metric two of them hold.
+
+    Rows of one metric at the same (rank, step) with the same value are kept once; where the values
+    differ, the later log's metric is kept under ``<its file stem>/<metric>``, so no row is lost."""
+    notes: list[str] = []
+    series: dict[str, list[tuple[ParsedLog, pa.Table]]] = {}
+    for part in parts:
+        codes = pc.cast(part.table.column("metric"), pa.string()).combine_chunks().dictionary_encode()
+        indices = np.asarray(codes.indices.to_numpy(zero_copy_only=False))
+        for code, metric in enumerate(codes.dictionary.to_pylist()):
+            rows = part.table.filter(pa.array(indices == code)).select(["rank", "step", "value", "wall_time"])
+            series.setdefault(str(metric), []).append((part, rows))
+    tables: list[pa.Table] = []
+    for metric, found in series.items():
+        base_log, base = found[0]
+        for log, rows in found[1:]:
+            same, differ, steps = _compare(base, rows)
+            first, other = _label(base_log), _label(log)
+            if differ:
+                renamed = f"{Path(other).stem}/{metric}"
+                shown = ", ".join(str(s) for s in steps[:5]) + (" ..." if len(steps) > 5 else "")
+                notes.append(
+                    f"{metric}: {other} and {first} disagree at {differ} steps ({shown}); "
+                    f"both kept, {other}'s as {renamed}"
+                )
+                tables.append(_with_name(rows, renamed))
+                continue
+            if same:
+                notes.append(f"{metric}: {other} repeats {first} at {same} steps with the same values; kept once")
+            base = _union(base, rows)
+        tables.append(_with_name(base, metric))
+    meta: dict[str, Any] = {}
+    for part in reversed(parts):
+        meta.update(part.meta)
+    combined = ParsedLog(
+        format="+".join(p.format for p in parts),
+        table=pa.concat_tables(tables) if tables else TABLE_SCHEMA.empty_table(),
+        events=sorted((e for p in parts for e in p.events), key=lambda e: (e.step, e.kind)),
+        meta=meta,
+        skipped=sum(p.skipped for p in parts),
+        skipped_examples=[x for p in parts for x in p.skipped_examples],
+        source_files=[f for p in parts for f in p.source_files],
+    )
+    return combined, notes
+
+
+def _label(log: ParsedLog) -> str:
+    return Path(log.source_files[0]).name if log.source_files else log.format
+
+
+def _keys(rows: pa.Table) -> np.ndarray[Any, np.dtype[np.int64]]:
+    rank = rows.column("rank").to_numpy().astype(np.int64)
+    step = rows.column("step").to_numpy().astype(np.int64)
+    keys: np.ndarray[Any, np.dtype[np.int64]] = (rank + 1) * (1 << 40) + step
+    return keys
+
+
+def _compare(a: pa.Table, b: pa.Table) -> tuple[int, int, list[int]]:
+    """Rows at the same (rank, step) in ``a`` and ``b``: how many agree, how many differ, and the
+    steps where they differ."""
+    _, ia, ib = np.intersect1d(_keys(a), _keys(b), return_indices=True)
+    va = a.column("value").to_numpy()[ia]
+    vb = b.column("value").to_numpy()[ib]
+    agree = np.isclose(va, vb, rtol=1e-9, atol=0.0, equal_nan=True) | (va == vb)
+    steps = b.column("step").to_numpy()[ib][~agree]
+    return int(agree.sum()), int((~agree).sum()), sorted({int(s) for s in steps})
+
+
+def _union(a: pa.Table, b: pa.Table) -> pa.Table:
+    """``a``'s rows plus ``b``'s at (rank, step) that ``a`` lacks, sorted by (rank, step)."""
+    extra = b.filter(pa.array(~np.isin(_keys(b), _keys(a))))
+    both = pa.concat_tables([a, extra])
+    order: np.ndarray[Any, np.dtype[np.int64]] = np.argsort(_keys(both), kind="stable")
+    return both.take(order)
+
+
+def _with_name(rows: pa.Table, metric: str) -> pa.Table:
+    """``rows`` in ``TABLE_SCHEMA`` with a one-name dictionary ``metric`` column (as readers build)."""
+    n = rows.num_rows
+    codes: np.ndarray[Any, np.dtype[np.int32]] = np.zeros(n, np.int32)
+    column = pa.DictionaryArray.from_arrays(codes, pa.array([metric], pa.string()))
+    return pa.Table.from_arrays(
+        [rows.column("rank"), rows.column("step"), column, rows.column("value"), rows.column("wall_time")],
+        schema=TABLE_SCHEMA,
+    )

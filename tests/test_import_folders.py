@@ -1,0 +1,94 @@
+"""Folder imports (issue #20 item 13): the logs among a folder's files are read, a config is the run's
+config, the rest is listed as skipped with why; logs of two formats are combined without losing rows."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ingest.errors import StabScopeError
+from ingest.import_inputs import read_inputs
+from ingest.importer import import_logs
+from ingest.store import Store
+
+REAL_LOGS = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "real_logs"
+
+
+def _real(name: str) -> Path:
+    folder = REAL_LOGS / name
+    if not folder.is_dir():
+        pytest.skip(f"../shared absent: the real public log folder {name} is not on this machine")
+    return folder
+
+
+def test_lightning_folder_reads_the_log_takes_the_config_and_skips_provenance(tmp_path: Path) -> None:
+    folder = _real("lightning_csv_slm_124m")
+    store = Store(tmp_path / "store")
+    [res] = import_logs(store, [folder], run="slm")
+    assert res["format"] == "lightning_csv" and res["logs"] == ["metrics.csv"]
+    assert res["config"] == "hparams.yaml"
+    assert res["skipped_files"] == [{"file": "PROVENANCE.txt", "why": "documentation, not a training log"}]
+    meta = store.run_info("slm").meta
+    assert meta["config_filename"] == "hparams.yaml" and "d_model: 768" in meta["config_text"]
+    assert res["rows"] == 8522 and res["steps"] == [49, 140739]
+
+
+@pytest.mark.parametrize(
+    ("name", "fmt", "log"),
+    [
+        ("mng_llmc_gpt2_124m", "llmc_main", "main.log"),
+        ("torchtitan_qwen3_14b_run217", "torchtitan", "run.log"),
+        ("megatron_mixtral8x7b_h100", "megatron_golden", "golden_values_dev_dgx_h100.json"),
+        # its PROVENANCE.txt quotes log lines: documentation all the same, never more log
+        ("bigscience_megds_perf_log", "megatron_deepspeed", "meg_ds_3d_gpt2_perf_n16-ds-off.out"),
+    ],
+)
+def test_a_log_beside_its_provenance_imports(name: str, fmt: str, log: str) -> None:
+    read = read_inputs([_real(name)])
+    assert read.parsed.format == fmt
+    assert read.summary()["logs"] == [log]
+    assert read.inputs.skipped == [("PROVENANCE.txt", "documentation, not a training log")]
+
+
+def test_the_same_run_in_two_formats_is_kept_once() -> None:
+    # PROVENANCE: trainer_log.jsonl and trainer_state.json log the same 1,742 losses (steps 5..8710)
+    read = read_inputs([_real("llamafactory_luojiu7b_cpt")])
+    assert read.parsed.format == "llamafactory+hf_trainer_state"
+    steps, values = read.parsed.series("loss")
+    assert steps.size == 1742 and steps[0] == 5 and steps[-1] == 8710
+    assert values[0] == pytest.approx(1.7484)
+    assert any(n.startswith("loss: trainer_state.json repeats trainer_log.jsonl at 1742 steps") for n in read.notes)
+    assert "elapsed_time_s" in read.parsed.metrics  # what only one of them logs is kept too
+
+
+def test_logs_that_disagree_are_both_kept_and_named(tmp_path: Path) -> None:
+    (tmp_path / "a.jsonl").write_text("".join(f'{{"step": {s}, "loss": {4 - s / 10}}}\n' for s in range(1, 6)))
+    (tmp_path / "b.log").write_text("".join(f"s:{s} trl:{3 - s / 10}\n" for s in range(4, 8)))
+    read = read_inputs([tmp_path])
+    assert read.parsed.series("loss")[0].tolist() == [1, 2, 3, 4, 5]
+    steps, values = read.parsed.series("b/loss")
+    assert steps.tolist() == [4, 5, 6, 7]
+    np.testing.assert_allclose(values, [2.6, 2.5, 2.4, 2.3])
+    [note] = read.notes
+    assert note == "loss: b.log and a.jsonl disagree at 2 steps (4, 5); both kept, b.log's as b/loss"
+
+
+def test_a_folder_without_a_log_names_each_file_and_why(tmp_path: Path) -> None:
+    (tmp_path / "README.md").write_text("# my run\n")
+    (tmp_path / "notes.txt").write_text("shopping list\n")
+    (tmp_path / "config.yaml").write_text("train_iters: 1000\nlr: 0.001\n")
+    with pytest.raises(StabScopeError) as err:
+        read_inputs([tmp_path])
+    message = str(err.value)
+    assert message.startswith("no training log among the inputs (config.yaml: a run config, not a log; ")
+    assert "README.md: documentation, not a training log" in message
+    assert "notes.txt: not a training log (its first line 'shopping list' is no known log format)" in message
+
+
+def test_the_keras_folder_lists_what_it_skipped(tmp_path: Path) -> None:
+    read = read_inputs([_real("tfevents_keras_mnist_toy")])
+    assert read.parsed.table.num_rows == 60 and read.parsed.events == []
+    assert [p.split("/")[0] for p in read.summary()["logs"]] == ["train", "validation"]
+    assert read.inputs.skipped == [("PROVENANCE.txt", "documentation, not a training log")]
