@@ -20,12 +20,14 @@ from stab_core.alerts import (
     spike_alerts,
     straggler_alerts,
 )
+from stab_core.ranklayout import comparison_groups, stage_layout
 
 
 def run_alerts(store: Store, name: str, *, live: bool | None = None) -> list[Alert]:
     """Alerts of run ``name`` now: diverging and (when live) recent spikes, saturated clipping over
     the last ``ALERT_WINDOW_STEPS`` steps, straggler ranks of ``STRAGGLER_METRICS`` (runs with at
-    least 3 ranks). ``live`` defaults to the catalog's status.
+    least 3 ranks; each rank against its own pipeline stage when meta ``pipeline_parallel_size`` is
+    known). ``live`` defaults to the catalog's status.
 
     Read from ``meta['analysis']['alerts']`` when the analyses of the current generation stored them
     (``ingest.analyses.materialise``), else computed from the store.
@@ -66,5 +68,7 @@ def compute_alerts(
     for metric in STRAGGLER_METRICS:
         if metric in info.rank_metrics and info.ranks >= 3:
             ranks, bucket_steps, matrix = store.read_rank_heatmap(name, metric, buckets=STRAGGLER_BUCKETS)
-            alerts += straggler_alerts(name, metric, rank_deviations(ranks, bucket_steps, matrix))
+            # a rank is judged against its own pipeline stage when the metadata gives the layout
+            groups = comparison_groups(stage_layout(info.meta, ranks), ranks)
+            alerts += straggler_alerts(name, metric, rank_deviations(ranks, bucket_steps, matrix, groups=groups))
     return alerts

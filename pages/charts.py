@@ -17,7 +17,7 @@ import plotly.graph_objects as go
 
 from ingest.store import SeriesData
 from pages.common import Line, ema
-from stab_core.alerts import cross_rank_band
+from stab_core.alerts import OUTLIER_MIN_DEVIATION, cross_rank_band
 from stab_core.runview import RunEvent
 
 PALETTE = ("#1c7ed6", "#d9480f", "#2b8a3e", "#7048e8", "#c2255c", "#0c8599", "#e67700", "#5c940d")
@@ -527,30 +527,50 @@ def _autorange_of(span: tuple[float, float] | None, log_y: bool) -> tuple[float,
 def heatmap_colour_range(z: np.ndarray, relative: bool) -> tuple[float | None, float | None]:
     """Colour limits that show ordinary rank-to-rank spread, so that one 100x spike saturates its own
     cells instead of washing every other cell out to the middle colour. For % deviations: symmetric,
-    at ``HEATMAP_SATURATION`` times the median absolute deviation of the cells (at least +-1 %), which
-    outliers covering many cells (a straggler all run long) cannot move; otherwise the 1st-99th
-    percentile. None, None when nothing is finite."""
+    at ``HEATMAP_SATURATION`` times the median |deviation| of the cells (a robust quantile: outliers
+    covering up to half the cells cannot move it), and never inside the outlier threshold
+    (``OUTLIER_MIN_DEVIATION``, 10 %): a rank steadily 2.5 % off stays pale, and a rank the outlier
+    table flags (at least 10 % off) is the one in full colour. Otherwise the 1st-99th percentile.
+    None, None when nothing is finite."""
     finite = z[np.isfinite(z)]
     if not finite.size:
         return None, None
     if relative:
-        limit = max(HEATMAP_SATURATION * float(np.median(np.abs(finite))), 1.0)
+        limit = max(HEATMAP_SATURATION * float(np.median(np.abs(finite))), 100 * OUTLIER_MIN_DEVIATION)
         return -limit, limit
     low, high = (float(v) for v in np.percentile(finite, [1, 99]))
     return (low, high) if high > low else (None, None)
 
 
 def heatmap_figure(
-    ranks: np.ndarray, steps: np.ndarray, matrix: np.ndarray, z_title: str, relative: bool, selected: int | None
+    ranks: np.ndarray,
+    steps: np.ndarray,
+    matrix: np.ndarray,
+    z_title: str,
+    relative: bool,
+    selected: int | None,
+    *,
+    deviation_pct: np.ndarray | None = None,
+    deviation_title: str = "% vs cross-rank median",
+    last_step: int | None = None,
 ) -> go.Figure:
-    """Rank x step heatmap of bucket means; ``relative`` colours by % deviation from each bucket's median."""
+    """Rank x step heatmap of bucket means (``steps``: each column's first step; the last column ends
+    at ``last_step``); ``relative`` colours by % deviation from each column's median, or by
+    ``deviation_pct`` (e.g. from each rank's pipeline stage, ``stab_core.alerts.peer_deviation_pct``)."""
     z = matrix
     if relative and matrix.size:
-        median = cross_rank_band(matrix)[0]
-        with np.errstate(all="ignore"):
-            z = 100 * (matrix - median) / np.abs(median)
-        z_title = "% vs cross-rank median"
+        if deviation_pct is None:
+            median = cross_rank_band(matrix)[0]
+            with np.errstate(all="ignore"):
+                deviation_pct = 100 * (matrix - median) / np.abs(median)
+        z, z_title = deviation_pct, deviation_title
     zmin, zmax = heatmap_colour_range(z, relative)
+    # each column's whole steps, for the hover: "step 7" or "steps 10–12"
+    ends = np.r_[steps[1:] - 1, steps[-1:]]
+    if last_step is not None and ends.size:
+        ends[-1] = max(int(ends[-1]), int(last_step))
+    column_steps = zip(steps.tolist(), ends.tolist(), strict=True)
+    spans = [f"step {a:,}" if b <= a else f"steps {a:,}–{b:,}" for a, b in column_steps]
     fig = go.Figure(
         go.Heatmap(
             z=z,
@@ -560,7 +580,8 @@ def heatmap_figure(
             zmin=zmin,
             zmax=zmax,
             colorbar={"title": {"text": z_title, "side": "right"}},
-            hovertemplate="rank %{y}<br>step %{x}<br>%{z:.4g}<extra></extra>",
+            customdata=np.broadcast_to(np.array(spans, dtype=object), np.shape(z)),
+            hovertemplate="rank %{y}<br>%{customdata}<br>%{z:.4g}<extra></extra>",
         )
     )
     # Plotly reports no clicks on heatmap cells: near-invisible markers on a grid over it make a click pick a rank
@@ -583,6 +604,12 @@ def heatmap_figure(
     fig.update_layout(**base_layout(min(700, max(220, 18 * len(ranks) + 90))))
     fig.update_layout(hovermode="closest", margin={"b": 45})
     fig.update_yaxes(title_text="rank", autorange="reversed" if len(ranks) > 1 else True)
+    # steps are whole numbers: a few columns get one tick each (Plotly would put ticks at 0.5 steps)
+    fig.update_xaxes(title_text="step", tickformat=",d")
+    if 0 < steps.size <= 20:
+        fig.update_xaxes(tickmode="array", tickvals=steps.tolist())
+    if steps.size == 1:
+        fig.update_xaxes(range=[float(steps[0]) - 0.5, float(steps[0]) + 0.5])
     return fig
 
 
@@ -595,8 +622,10 @@ def rank_vs_median_figure(
     upper: np.ndarray,
     y_title: str,
     events: Sequence[RunEvent] = (),
+    peers: str = "all ranks",
 ) -> go.Figure:
-    """One rank's series against the cross-rank median with the other ranks' min–max band."""
+    """One rank's series against its peers' median with their min–max band (``peers``: who they are,
+    e.g. "all ranks" or "stage 3's ranks")."""
     fig = go.Figure()
     fig.add_trace(go.Scatter(x=steps, y=upper, mode="lines", line={"width": 0}, hoverinfo="skip", showlegend=False))
     fig.add_trace(
@@ -607,7 +636,7 @@ def rank_vs_median_figure(
             line={"width": 0},
             fill="tonexty",
             opacity=0.2,
-            name="all ranks min–max",
+            name=f"{peers} min–max",
             fillcolor="rgba(134,142,150,0.25)",
         )
     )
@@ -616,7 +645,7 @@ def rank_vs_median_figure(
             x=steps,
             y=median,
             mode="lines",
-            name="cross-rank median",
+            name="cross-rank median" if peers == "all ranks" else f"{peers} median",
             line={"color": "#495057", "width": 1.5, "dash": "dash"},
         )
     )

@@ -26,11 +26,8 @@ from streamlit.errors import StreamlitAPIException
 from ingest import alerts as ingest_alerts
 from ingest.errors import StabScopeError
 from ingest.paths import default_store_path
-from ingest.run_meta import REVISION_FIELD
 from ingest.store import RunInfo, SeriesData, Store
 from stab_core.alerts import RankDeviation, rank_deviations
-from stab_core.cost import DEFAULT_USD_PER_GPU_HOUR as DEFAULT_USD_PER_GPU_HOUR  # re-exported for the pages
-from stab_core.cost import CostInputs
 from stab_core.metrics import CANONICAL_METRICS, unit_of
 from stab_core.runview import RunEvent
 
@@ -42,6 +39,8 @@ HEATMAP_BUCKETS = 400
 """Step columns of the rank heatmap."""
 LIVE_REFRESH_S = 5.0
 """How often pages re-read a live run (seconds)."""
+DEFAULT_USD_PER_GPU_HOUR = 2.0
+"""Price used when a run's metadata has none (the DeepSeek-V3 report's $2/GPU-hour)."""
 
 # ------------------------------------------------------------------------------------------- store
 
@@ -114,7 +113,6 @@ def _series(
     name: str,
     gen: int,
     analysis_gen: int,
-    meta_rev: int,
     metric: str,
     start: int | None,
     end: int | None,
@@ -136,9 +134,7 @@ def read_series(
 ) -> SeriesData:
     """``Store.read_series`` cached per run generation (see the store for the min/max buckets)."""
     return SeriesData(
-        **_series(
-            store_root(), info.name, info.gen, info.analysis_gen, meta_revision(info), metric, start, end, buckets, rank
-        )
+        **_series(store_root(), info.name, info.gen, info.analysis_gen, metric, start, end, buckets, rank)
     )
 
 
@@ -157,8 +153,17 @@ def _heatmap(
 def read_heatmap(
     info: RunInfo, metric: str, buckets: int = HEATMAP_BUCKETS, start: int | None = None, end: int | None = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(ranks, steps, matrix)``: per-rank bucket means of ``metric`` (NaN where a rank logged nothing)."""
-    return _heatmap(store_root(), info.name, info.gen, metric, buckets, start, end)
+    """``(ranks, steps, matrix)``: per-rank bucket means of ``metric`` (NaN where a rank logged nothing),
+    one column per step bucket some rank logged in (``steps``: each column's first logged step)."""
+    ranks, steps, matrix = _heatmap(store_root(), info.name, info.gen, metric, buckets, start, end)
+    logged = steps >= 0  # the store marks a bucket no rank logged in with step -1: no column for it
+    return ranks, steps[logged], matrix[:, logged]
+
+
+def logged_ranks(info: RunInfo) -> np.ndarray:
+    """The ranks that logged any per-rank metric of the run, ascending."""
+    found = [_heatmap(store_root(), info.name, info.gen, m, 1, None, None)[0] for m in info.rank_metrics]
+    return np.unique(np.concatenate(found)) if found else np.zeros(0, np.int64)
 
 
 @st.cache_data(show_spinner=False, max_entries=256)
@@ -190,19 +195,13 @@ def _lr_transitions(root: str, name: str, gen: int) -> list[tuple[int, str, str,
 
 
 @st.cache_data(show_spinner=False, max_entries=256)
-def _spikes(root: str, name: str, gen: int, analysis_gen: int, meta_rev: int) -> list[dict[str, Any]]:
+def _spikes(root: str, name: str, gen: int, analysis_gen: int) -> list[dict[str, Any]]:
     return _store_at(root).spikes(name)
 
 
 def read_spikes(info: RunInfo) -> list[dict[str, Any]]:
     """The run's materialised spike events (the ``stabscope spikes --json`` objects)."""
-    return _spikes(store_root(), info.name, info.gen, info.analysis_gen, meta_revision(info))
-
-
-def meta_revision(info: RunInfo) -> int:
-    """How many times a user changed the run's metadata: part of every cached analysis read's key, since
-    such a change re-runs the analyses without a new data generation (``Store.update_meta``)."""
-    return int(info.meta.get(REVISION_FIELD) or 0)
+    return _spikes(store_root(), info.name, info.gen, info.analysis_gen)
 
 
 @st.cache_data(show_spinner=False, max_entries=512)
@@ -390,11 +389,20 @@ def full_export(name: str, fmt: str) -> bytes:
 # -------------------------------------------------------------------------------------------- ranks
 
 
-def rank_outliers(ranks: np.ndarray, steps: np.ndarray, matrix: np.ndarray) -> pd.DataFrame:
+def rank_outliers(
+    ranks: np.ndarray,
+    steps: np.ndarray,
+    matrix: np.ndarray,
+    groups: np.ndarray | None = None,
+    straggles: bool = True,
+) -> pd.DataFrame:
     """``stab_core.alerts.rank_deviations`` as a table (most deviant rank first): ``rank``, ``mean``,
-    ``deviation_pct``, ``peak_deviation_pct``, ``peak_step``, ``max_z``, ``flagged_pct``, ``kind``."""
+    ``deviation_pct``, ``peak_deviation_pct``, ``peak_step``, ``max_z``, ``flagged_pct``, ``kind``.
+    ``groups``: each rank's comparison group (its pipeline stage); ``straggles``: whether the metric's
+    persistent outliers are stragglers (``stab_core.alerts.STRAGGLER_METRICS``)."""
     columns = [f.name for f in fields(RankDeviation)]
-    return pd.DataFrame([asdict(d) for d in rank_deviations(ranks, steps, matrix)], columns=columns)
+    rows = rank_deviations(ranks, steps, matrix, groups=groups, straggles=straggles)
+    return pd.DataFrame([asdict(d) for d in rows], columns=columns)
 
 
 # ------------------------------------------------------------------------------------------ compare
@@ -497,39 +505,31 @@ def _interp_within(grid: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray
 
 
 @st.cache_data(show_spinner=False, max_entries=256)
-def _cost_inputs(root: str, name: str, gen: int, meta_rev: int) -> dict[str, Any]:
-    from ingest.run_cost import run_cost_inputs as inputs_of_run
+def _priced_spikes(
+    root: str, name: str, gen: int, analysis_gen: int, gpus: int, usd: float, step_time_s: float
+) -> tuple[list[dict[str, Any]], list[tuple[float, float, float]]]:
+    """The spikes and, per spike, (steps charged, GPU-hours, USD)."""
+    from ingest.analyses import price_run_spikes
 
-    return asdict(inputs_of_run(_store_at(root), name))
-
-
-def run_cost(info: RunInfo) -> CostInputs:
-    """The GPUs, USD per GPU-hour and step time every page prices ``info``'s spikes with, each with where
-    it came from (``stab_core.cost.resolve_cost_inputs``: metadata, else measured, else assumed/unknown)."""
-    return CostInputs(**_cost_inputs(store_root(), info.name, info.gen, meta_revision(info)))
+    spikes, bill = price_run_spikes(_store_at(root), name, gpus=gpus, usd_per_gpu_hour=usd, step_time_s=step_time_s)
+    costs = [(float(n), c.gpu_hours, c.usd) for n, c in zip(bill.steps_charged, bill.per_spike, strict=True)]
+    return spikes, costs
 
 
 def run_cost_inputs(info: RunInfo) -> tuple[float, int, float]:
-    """(step time in s, NaN when unknown; GPUs; USD per GPU-hour) of :func:`run_cost`."""
-    inputs = run_cost(info)
-    step = inputs.step_time_s if inputs.step_time_s is not None else math.nan
-    return step, inputs.gpus, inputs.usd_per_gpu_hour
+    """(step time in s, GPUs, USD per GPU-hour): ``ingest.analyses.run_step_time_s``, the metadata's
+    ``gpus``/``world_size`` (else one GPU per rank) and ``usd_per_gpu_hour`` (else the default)."""
+    from ingest.analyses import run_step_time_s
 
-
-@st.cache_data(show_spinner=False, max_entries=256)
-def _priced_spikes(
-    root: str, name: str, gen: int, analysis_gen: int, inputs: dict[str, Any]
-) -> tuple[list[dict[str, Any]], list[tuple[float, float, float]]]:
-    """The spikes and, per spike, (steps charged, GPU-hours, USD) priced with ``inputs`` (a CostInputs)."""
-    from ingest.run_cost import priced_run_spikes
-
-    return priced_run_spikes(_store_at(root), name, CostInputs(**inputs))
+    step_time = run_step_time_s(get_store(), info.name) or 0.0
+    gpus = info.meta.get("gpus") or info.meta.get("world_size") or max(info.ranks, 1)
+    usd = info.meta.get("usd_per_gpu_hour", DEFAULT_USD_PER_GPU_HOUR)
+    return float(step_time), int(gpus), float(usd)
 
 
 def priced_spikes(info: RunInfo) -> pd.DataFrame:
-    """The spike table: one row per event with its outcome, cause and price, with :func:`run_cost`'s inputs
-    (``ingest.run_cost.priced_run_spikes``: lost steps, or a rollback when diverged). The Spikes and Cost
-    pages both show this table; GPU-hours and USD are NaN (unknown) when the step time is."""
+    """The spike table: one row per event with its outcome, cause and price, priced the same way as
+    the Cost page (``ingest.analyses.price_run_spikes``: lost steps, or a rollback when diverged)."""
     columns = [
         "#",
         "metric",
@@ -545,8 +545,8 @@ def priced_spikes(info: RunInfo) -> pd.DataFrame:
         "GPU-hours lost",
         "USD lost",
     ]
-    inputs = asdict(run_cost(info))
-    spikes, costs = _priced_spikes(store_root(), info.name, info.gen, info.analysis_gen, inputs)
+    step_time, gpus, usd = run_cost_inputs(info)
+    spikes, costs = _priced_spikes(store_root(), info.name, info.gen, info.analysis_gen, gpus, usd, step_time)
     rows = [
         {
             "#": i,
@@ -584,7 +584,7 @@ def _float(x: Any) -> float:
 
 
 @st.cache_data(show_spinner=False, max_entries=256)
-def _alerts(root: str, name: str, gen: int, analysis_gen: int, meta_rev: int, status: str) -> list[str]:
+def _alerts(root: str, name: str, gen: int, analysis_gen: int, status: str) -> list[str]:
     # status is in the key: a run that stops being live keeps its generation but loses its "new spike"
     return [alert.message for alert in ingest_alerts.run_alerts(_store_at(root), name, live=status == "live")]
 
@@ -592,7 +592,7 @@ def _alerts(root: str, name: str, gen: int, analysis_gen: int, meta_rev: int, st
 def run_alerts(info: RunInfo) -> list[str]:
     """Alerts for a run (cached per generation): diverged or recent spikes, saturated clipping,
     stragglers; the same ones ``stabscope watch --on-alert`` sends (``ingest.alerts``)."""
-    return _alerts(store_root(), info.name, info.gen, info.analysis_gen, meta_revision(info), info.status)
+    return _alerts(store_root(), info.name, info.gen, info.analysis_gen, info.status)
 
 
 def alert_banner(runs: Sequence[RunInfo]) -> None:

@@ -1,4 +1,7 @@
-"""Ranks: a rank x step heatmap, the straggler and outlier ranks with their deviation, one rank vs the median."""
+"""Ranks: a rank x step heatmap, the straggler and outlier ranks with their deviation, one rank vs the median.
+
+Each rank is compared with its peers: the ranks of its own pipeline stage when the run's metadata gives
+the layout, else all ranks. Ranks that logged nothing are named."""
 
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ from pages.common import (
     HEATMAP_BUCKETS,
     MISSING,
     auto_buckets,
+    logged_ranks,
     metric_label,
     pick_run,
     rank_outliers,
@@ -20,7 +24,17 @@ from pages.common import (
     read_series,
     step_range,
 )
-from stab_core.alerts import OUTLIER_Z, cross_rank_band
+from stab_core.alerts import OUTLIER_MIN_DEVIATION, OUTLIER_Z, STRAGGLER_METRICS, cross_rank_band, peer_deviation_pct
+from stab_core.ranklayout import (
+    MIN_PEERS,
+    StageLayout,
+    comparison_groups,
+    compress_ranks,
+    expected_world_size,
+    meta_int,
+    missing_ranks,
+    stage_layout,
+)
 
 PREFERRED = ["grad_norm_local", "loss", "step_time_s", "gpu_temp_c", "gpu_power_w", "gpu_mem_gb", "gpu_util"]
 
@@ -38,6 +52,60 @@ def pick_rank_from(source_key: str, ranks: list[int]) -> None:
             st.session_state["rk_rank"] = rank
 
 
+def is_memory(metric: str) -> bool:
+    """GPU memory metrics: they differ between pipeline stages by design."""
+    return metric.startswith("gpu_mem") or "memory" in metric
+
+
+def ranks_text(ranks: list[int]) -> str:
+    """``rank 47`` / ``ranks 17, 40`` / ``ranks 3–9``."""
+    return ("rank " if len(ranks) == 1 else "ranks ") + compress_ranks(ranks)
+
+
+def missing_sentence(meta: dict[str, object], logged: list[int]) -> str | None:
+    """ "Rank 47 logged nothing: 63 of 64 ranks have data (world size 64 in the run's metadata)." or None."""
+    missing = missing_ranks(meta, logged)
+    if not missing:
+        return None
+    world = expected_world_size(meta, logged)
+    source = (
+        f"world size {world} in the run's metadata"
+        if meta_int(meta, ("world_size",)) == world
+        else f"ranks 0–{world - 1}, up to the highest rank that logged"
+    )
+    text = ranks_text(missing)
+    return f"{text[0].upper()}{text[1:]} logged nothing: {len(logged)} of {world} ranks have data ({source})."
+
+
+def comparison_sentence(metric: str, layout: StageLayout | None, grouped: bool) -> str:
+    """Who each rank is compared with, and why memory flags no straggler when that cannot be by stage."""
+    stage_memory = "the first stage holds the embedding, the last the output layer and the loss"
+    if grouped and layout is not None:
+        text = (
+            f"Each rank is compared with the ranks of its own pipeline stage ({layout.stages} stages of "
+            f"{layout.ranks_per_stage} ranks, from the run's metadata)"
+        )
+        return text + (f": memory differs between stages by design ({stage_memory})." if is_memory(metric) else ".")
+    if layout is not None and layout.stages > 1:
+        where = (
+            f"Its {layout.stages} pipeline stages have fewer than {MIN_PEERS} ranks each that logged, "
+            "so each rank is compared with all ranks"
+        )
+    elif layout is not None:
+        where = "One pipeline stage: each rank is compared with all ranks"
+    else:
+        where = (
+            "The pipeline layout is unknown (add `pipeline_parallel_size` and `world_size` to the run's "
+            "metadata to compare each rank with its own stage), so each rank is compared with all ranks"
+        )
+    if is_memory(metric):
+        return (
+            f"{where}. Memory differences between pipeline stages are expected ({stage_memory}): "
+            "memory flags no straggler."
+        )
+    return where + "."
+
+
 st.title("Ranks")
 info = pick_run("ranks_run")
 if info is None:
@@ -49,8 +117,12 @@ if not info.rank_metrics:
         "most uploaded logs are written by rank 0 alone."
     )
     st.stop()
+everyone = [int(r) for r in logged_ranks(info)]
+if (absent := missing_sentence(info.meta, everyone)) is not None:
+    st.warning(absent, icon=":material/person_off:")
 if info.ranks < 3:
     st.caption("Fewer than 3 ranks: there is no robust cross-rank median to compare against.")
+layout = stage_layout(info.meta, everyone)
 options = sorted(info.rank_metrics, key=lambda m: (PREFERRED.index(m) if m in PREFERRED else 99, m))
 c1, c2 = st.columns([2, 1], vertical_alignment="bottom")
 metric = c1.selectbox("Per-rank metric", options, key="rk_metric")
@@ -61,12 +133,23 @@ if ranks.size == 0:
     st.info(f"No per-rank `{metric}` in steps {lo}–{hi}.")
     st.stop()
 rank_list = [int(r) for r in ranks]
-table = rank_outliers(ranks, steps, matrix)
+groups = comparison_groups(layout, ranks)
+table = rank_outliers(ranks, steps, matrix, groups, straggles=metric in STRAGGLER_METRICS)
 st.session_state["rk_table_ranks"] = [int(r) for r in table["rank"]]
 if "rk_rank" not in st.session_state or st.session_state["rk_rank"] not in rank_list:
     st.session_state["rk_rank"] = int(table["rank"].iloc[0]) if len(table) else rank_list[0]
 
-fig = heatmap_figure(ranks, steps, matrix, metric_label(metric), relative, st.session_state["rk_rank"])
+fig = heatmap_figure(
+    ranks,
+    steps,
+    matrix,
+    metric_label(metric),
+    relative,
+    st.session_state["rk_rank"],
+    deviation_pct=peer_deviation_pct(matrix, groups) if relative else None,
+    deviation_title="% vs its stage's median" if groups is not None else "% vs cross-rank median",
+    last_step=hi,
+)
 st.plotly_chart(
     fig,
     key="rk_heat",
@@ -74,13 +157,20 @@ st.plotly_chart(
     selection_mode="points",
     config={"displaylogo": False},
 )
-width = (hi - lo + 1) / max(steps.size, 1)
-st.caption(
-    f"{ranks.size} ranks x {steps.size} columns of ~{width:,.0f} steps (each cell: the rank's mean). "
-    "Click a cell or a table row to inspect that rank."
-)
+span = hi - lo + 1
+if steps.size == 1:
+    columns = f"1 column: step {int(steps[0]):,}, the only step with per-rank `{metric}` in steps {lo:,}–{hi:,}"
+elif span <= HEATMAP_BUCKETS:
+    columns = f"{steps.size} columns, one per step with per-rank `{metric}`"
+else:
+    narrow, wide = span // HEATMAP_BUCKETS, -(-span // HEATMAP_BUCKETS)
+    width = f"{narrow}" if narrow == wide else f"{narrow}–{wide}"
+    columns = f"{steps.size} columns of {width} steps (each cell: the rank's mean)"
+silent = sorted(set(everyone) - set(rank_list))
+silent_note = f" {ranks_text(silent).capitalize()} logged no `{metric}` here." if silent else ""
+st.caption(f"{ranks.size} ranks x {columns}.{silent_note} Click a cell or a table row to inspect that rank.")
 
-flagged = table[table["kind"] != "normal"]
+flagged = table[~table["kind"].isin(["normal", "unknown"])]
 st.subheader(f"Outlier ranks: {len(flagged)} of {ranks.size}")
 st.dataframe(
     table,
@@ -98,20 +188,31 @@ st.dataframe(
     },
     placeholder=MISSING,
 )
+kinds = (
+    "a straggler (step time and local gradient norm make one) is one in at least half of the columns"
+    if metric in STRAGGLER_METRICS
+    else "a persistent one (not a straggler: step time is what makes one) is one in at least half of the columns"
+)
 st.caption(
-    f"Outlier: modified z-score across ranks > {OUTLIER_Z} in a step column; a straggler is one in at least "
-    "half of the columns, a transient one in fewer."
+    f"Outlier: modified z-score among its peers > {OUTLIER_Z} and at least {OUTLIER_MIN_DEVIATION:.0%} from "
+    f"their median in a step column; {kinds}, a transient one in fewer; unknown: fewer than {MIN_PEERS} "
+    f"peers logged with it. {comparison_sentence(metric, layout, groups is not None)}"
 )
 
 rank = st.selectbox("Rank", rank_list, key="rk_rank")
 own = read_series(info, metric, rank=rank, start=lo, end=hi, buckets=auto_buckets(lo, hi))
-median, lower, upper = cross_rank_band(matrix)
+peers_rows = slice(None) if groups is None else groups == groups[rank_list.index(rank)]
+median, lower, upper = cross_rank_band(matrix[peers_rows])
+peers = "all ranks" if groups is None else f"stage {int(groups[rank_list.index(rank)])}'s ranks"
 row = table[table["rank"] == rank]
 if len(row):
     r = row.iloc[0]
+    versus = "the median" if groups is None else "its stage's median"
     st.markdown(
-        f"Rank **{rank}**: mean {r['mean']:.4g}, {r['deviation_pct']:+.1f}% vs the median on average, "
+        f"Rank **{rank}**: mean {r['mean']:.4g}, {r['deviation_pct']:+.1f}% vs {versus} on average, "
         f"peak {r['peak_deviation_pct']:+.1f}% at step {int(r['peak_step']):,} — **{r['kind']}**."
     )
-fig = rank_vs_median_figure(rank, own, steps, median, lower, upper, metric_label(metric), read_events(info))
+fig = rank_vs_median_figure(
+    rank, own, steps, median, lower, upper, metric_label(metric), read_events(info), peers=peers
+)
 st.plotly_chart(fig, key="rk_rank_chart", config={"displaylogo": False})

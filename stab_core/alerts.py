@@ -3,8 +3,13 @@
 
 Four kinds: a spike that has not recovered (``diverging_run``), a recent spike of a live run
 (``new_spike``), clipping that caps nearly every recent step (``clipping_saturated``: the fever pill
-is on for good, the LR or the data needs attention), and a rank that lags or deviates from the
-others all run long (``straggler``). Pure: numbers and spike dicts in, ``Alert`` objects out.
+is on for good, the LR or the data needs attention), and a rank that lags or deviates from its
+peers all run long (``straggler``). Pure: numbers and spike dicts in, ``Alert`` objects out.
+
+A rank's peers are the ranks of its own pipeline stage when the layout is known
+(``stab_core.ranklayout``), else all ranks. Only ``STRAGGLER_METRICS`` make a straggler: a rank whose
+memory, temperature or power stays apart from its peers is ``persistent``, worth a look, but not
+slow (memory by pipeline stage differs by design).
 """
 
 from __future__ import annotations
@@ -33,7 +38,11 @@ STRAGGLER_SHARE = 0.5
 STRAGGLER_BUCKETS = 400
 """Step buckets of the rank x step matrix that straggler alerts are judged on."""
 STRAGGLER_METRICS = ("step_time_s", "grad_norm_local")
-"""Per-rank metrics whose persistent outliers are alerted."""
+"""Per-rank metrics whose persistent outliers are stragglers, and alerted."""
+RANK_KINDS = ("straggler", "persistent", "transient", "normal", "unknown")
+"""``RankDeviation.kind``: an outlier in at least ``STRAGGLER_SHARE`` of the columns (a straggler for
+``STRAGGLER_METRICS``, ``persistent`` for any other metric), in fewer (``transient``), in none
+(``normal``), or never compared (``unknown``: fewer than 3 peers logged with it)."""
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -45,7 +54,7 @@ class RankDeviation:
     ``mean``: its mean over buckets (the metric's unit); ``deviation_pct``: its mean relative
     deviation from the median (%); ``peak_deviation_pct`` at ``peak_step``: the bucket where it
     deviates most; ``max_z``: its largest |modified z-score|; ``flagged_pct``: % of buckets where it
-    is an outlier; ``kind``: ``straggler``, ``transient`` or ``normal``.
+    is an outlier (NaN when never compared); ``kind``: one of ``RANK_KINDS``.
     """
 
     rank: int
@@ -100,23 +109,60 @@ def cross_rank_band(matrix: FloatArray) -> tuple[FloatArray, FloatArray, FloatAr
         return np.nanmedian(matrix, axis=0), np.nanmin(matrix, axis=0), np.nanmax(matrix, axis=0)
 
 
-def rank_deviations(
-    ranks: npt.NDArray[np.integer[Any]], steps: npt.NDArray[np.integer[Any]], matrix: FloatArray
-) -> list[RankDeviation]:
-    """Each rank against the cross-rank median of every step bucket, most deviant first.
+def peer_median(matrix: FloatArray, groups: npt.NDArray[np.integer[Any]] | None = None) -> FloatArray:
+    """Per cell of a rank x step matrix: the median, in its step column, of the rank's peers (the
+    ranks of its group, e.g. its pipeline stage; all ranks when ``groups`` is None). NaN if none logged."""
+    if groups is None:
+        return np.broadcast_to(cross_rank_band(matrix)[0], matrix.shape).copy()
+    out = np.full(matrix.shape, np.nan)
+    for group in np.unique(groups):
+        rows = groups == group
+        out[rows] = cross_rank_band(matrix[rows])[0]
+    return out
 
-    Per bucket the modified z-score ``0.6745*(x - median)/MAD`` across ranks (Iglewicz & Hoaglin
-    1993; ``stab_core.spikes.robust_zscore_columns``), with the MAD floored at 1 % of |median| so
-    identical ranks do not turn noise into outliers. A rank is an outlier in a bucket when |z| >
-    ``OUTLIER_Z`` and it is at least ``OUTLIER_MIN_DEVIATION`` from the median; a straggler when that
-    holds in at least ``STRAGGLER_SHARE`` of its buckets. Fewer than 3 ranks have no robust median: [].
+
+def peer_deviation_pct(matrix: FloatArray, groups: npt.NDArray[np.integer[Any]] | None = None) -> FloatArray:
+    """Each cell's deviation from its peers' median in its step column (``peer_median``), in %."""
+    with np.errstate(all="ignore"):
+        median = peer_median(matrix, groups)
+        return np.asarray(100 * (matrix - median) / np.abs(median), dtype=np.float64)
+
+
+def _peer_zscores(matrix: FloatArray, groups: npt.NDArray[np.integer[Any]] | None) -> FloatArray:
+    """|modified z-score| of each cell among its peers in its column (NaN with fewer than 3 peers)."""
+    if groups is None:
+        median = cross_rank_band(matrix)[0]
+        return np.abs(robust_zscore_columns(matrix, mad_floor=0.01 * np.abs(median), min_finite=3))
+    out = np.full(matrix.shape, np.nan)
+    for group in np.unique(groups):
+        rows = groups == group
+        out[rows] = _peer_zscores(matrix[rows], None)
+    return out
+
+
+def rank_deviations(
+    ranks: npt.NDArray[np.integer[Any]],
+    steps: npt.NDArray[np.integer[Any]],
+    matrix: FloatArray,
+    *,
+    groups: npt.NDArray[np.integer[Any]] | None = None,
+    straggles: bool = True,
+) -> list[RankDeviation]:
+    """Each rank against its peers' median of every step bucket, most deviant first.
+
+    Peers: the ranks of the same ``groups`` entry (its pipeline stage, ``ranklayout.comparison_groups``),
+    or all ranks. Per bucket the modified z-score ``0.6745*(x - median)/MAD`` among the peers
+    (Iglewicz & Hoaglin 1993; ``stab_core.spikes.robust_zscore_columns``), with the MAD floored at
+    1 % of |median| so identical ranks do not turn noise into outliers. A rank is an outlier in a
+    bucket when |z| > ``OUTLIER_Z`` and it is at least ``OUTLIER_MIN_DEVIATION`` from the median; in
+    at least ``STRAGGLER_SHARE`` of its buckets it is a ``straggler`` (``straggles``: the metric is
+    one of ``STRAGGLER_METRICS``) or else ``persistent``. Fewer than 3 ranks have no robust median: [].
     """
     if ranks.size < 3 or matrix.size == 0:
         return []
-    median = cross_rank_band(matrix)[0]
-    with np.errstate(all="ignore"):
-        relative = (matrix - median) / np.abs(median)
-    z = np.abs(robust_zscore_columns(matrix, mad_floor=0.01 * np.abs(median), min_finite=3))
+    relative = peer_deviation_pct(matrix, groups) / 100
+    z = _peer_zscores(matrix, groups)
+    persistent = "straggler" if straggles else "persistent"
     out = []
     for i, rank in enumerate(ranks.tolist()):
         rel, zs = relative[i], z[i]
@@ -126,7 +172,11 @@ def rank_deviations(
         peak = int(np.nanargmax(np.abs(np.where(valid, rel, 0.0))))
         scored = np.isfinite(zs) & valid
         outlier = (zs > OUTLIER_Z) & (np.abs(rel) >= OUTLIER_MIN_DEVIATION)
-        flagged = float(np.mean(outlier[scored])) if scored.any() else 0.0
+        flagged = float(np.mean(outlier[scored])) if scored.any() else float("nan")
+        if not scored.any():
+            kind = "unknown"
+        else:
+            kind = persistent if flagged >= STRAGGLER_SHARE else "transient" if flagged > 0 else "normal"
         out.append(
             RankDeviation(
                 rank=int(rank),
@@ -136,10 +186,10 @@ def rank_deviations(
                 peak_step=int(steps[peak]),
                 max_z=float(np.nanmax(zs)) if np.isfinite(zs).any() else float("nan"),
                 flagged_pct=100 * flagged,
-                kind="straggler" if flagged >= STRAGGLER_SHARE else "transient" if flagged > 0 else "normal",
+                kind=kind,
             )
         )
-    out.sort(key=lambda d: (-d.flagged_pct, -abs(d.peak_deviation_pct)))
+    out.sort(key=lambda d: (-np.nan_to_num(d.flagged_pct), -abs(d.peak_deviation_pct)))
     return out
 
 

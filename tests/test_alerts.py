@@ -199,3 +199,125 @@ def test_the_pages_drop_a_new_spike_once_the_run_is_no_longer_live(
     finished = common.run_alerts(store.run_info("job"))
     assert not any(m.startswith("new spike") for m in finished)
     assert [m for m in live if not m.startswith("new spike")] == finished
+
+
+# ------------------------------------------------------------------ pipeline stages and missing ranks
+
+PIPELINE_WORLD = 64
+PIPELINE_STAGES = 4
+SLOW_PIPELINE_RANK = 22
+"""Its step time is 1.2x its stage's (a straggler)."""
+STEADY_RANK = 5
+"""Its step time is a steady 1.025x the others' (not an outlier: under the 10 % threshold)."""
+SILENT_RANK = 41
+"""Logs nothing at all."""
+
+
+def write_pipeline_run(
+    shards: Path, steps: int = 120, *, layout_meta: bool = True, stages: int = 4, every: int = 1
+) -> None:
+    """A 64-rank job whose pipeline has ``stages`` stages of contiguous ranks (Megatron's order): the first
+    and last stage hold 13 % more GPU memory (embedding; output layer and loss), rank 22 is 20 % slower
+    in step time, rank 5 a steady 2.5 % slower, rank 41 logs nothing. ``layout_meta``: whether the run's
+    metadata gives ``pipeline_parallel_size`` and ``tensor_parallel_size`` (``world_size`` always);
+    ``every``: the ranks log every that many steps (the run-level loss every step)."""
+    rng = np.random.default_rng(20)
+    index = np.arange(steps)
+    per_stage = PIPELINE_WORLD // stages
+    meta: dict[str, object] = {"world_size": PIPELINE_WORLD, "max_norm": 1.0}
+    if layout_meta:
+        meta |= {"pipeline_parallel_size": stages, "tensor_parallel_size": 4}
+    with ShardWriter(shards, -1) as writer:
+        writer.write_meta(meta)
+        writer.write_columns(index, {"loss": 3.0 - index / steps + 0.01 * rng.standard_normal(steps)}, rank=-1)
+    index = index[::every]
+    for rank in range(PIPELINE_WORLD):
+        if rank == SILENT_RANK:
+            continue
+        stage = rank // per_stage
+        noise = rng.standard_normal((2, index.size))
+        memory = 40.0 * (1.13 if stage in (0, stages - 1) else 1.0) * (1 + 0.002 * noise[0])
+        slow = 1.2 if rank == SLOW_PIPELINE_RANK else 1.025 if rank == STEADY_RANK else 1.0
+        time_s = 0.8 * slow * (1 + 0.005 * noise[1])
+        with ShardWriter(shards, rank) as writer:
+            writer.write_columns(index, {"step_time_s": time_s, "gpu_mem_gb": memory}, rank=rank)
+
+
+def test_stage_layout_from_the_metadata() -> None:
+    from stab_core.ranklayout import comparison_groups, expected_world_size, missing_ranks, stage_layout
+
+    ranks = np.arange(64)
+    layout = stage_layout({"world_size": 64, "pipeline_parallel_size": 4, "tensor_parallel_size": 4}, ranks)
+    assert layout is not None and (layout.stages, layout.ranks_per_stage) == (4, 16)
+    assert layout.stage_of([0, 15, 16, 47, 63]).tolist() == [0, 0, 1, 2, 3]  # pipeline outermost: contiguous
+    # the Megatron reader's key, a number as text, and the highest rank + 1 when world_size is absent
+    assert stage_layout({"pipeline_parallel": "16"}, ranks) == layout.__class__(16, 64)
+    assert stage_layout({}, ranks) is None  # no layout: unknown, not guessed
+    assert stage_layout({"world_size": 64, "pipeline_parallel_size": 5}, ranks) is None  # 64 ranks, 5 stages?
+    assert stage_layout({"world_size": 64, "pipeline_parallel_size": 4, "tensor_parallel_size": 3}, ranks) is None
+    assert stage_layout({"world_size": 64, "pipeline_parallel_size": True}, ranks) is None
+    assert expected_world_size({"world_size": 8}, [0, 1, 11]) == 12  # a rank above world_size: it existed
+    assert expected_world_size({}, []) is None
+    assert missing_ranks({"world_size": 64}, [r for r in ranks if r not in (17, 40)]) == [17, 40]
+    assert missing_ranks({}, [0, 1, 3]) == [2]  # below the highest rank that logged
+    # a stage of 2 ranks cannot be told from its peers: all ranks are compared together
+    assert comparison_groups(stage_layout({"pipeline_parallel_size": 32}, ranks), ranks) is None
+    assert comparison_groups(layout, np.delete(ranks, range(16, 30))) is None  # 30, 31 left
+    assert comparison_groups(layout, ranks).tolist() == layout.stage_of(ranks).tolist()  # type: ignore[union-attr]
+
+
+def test_compress_ranks_known_answers() -> None:
+    from stab_core.ranklayout import compress_ranks
+
+    assert compress_ranks([40, 17]) == "17, 40"
+    assert compress_ranks([3, 4, 5, 6, 9, 11, 12]) == "3–6, 9, 11, 12"
+    assert compress_ranks(range(8, 64)) == "8–63"
+    assert compress_ranks([]) == ""
+
+
+def test_memory_by_stage_is_not_a_straggler() -> None:
+    """16 stages of 4 ranks (the BigScience log's TP4 x PP16): the first and last stage hold 13 % more.
+    Against all ranks they are persistent outliers; against their own stage nobody is; and memory
+    never makes a straggler whatever the comparison."""
+    from stab_core.ranklayout import StageLayout
+
+    ranks, steps = np.arange(64), np.arange(10)
+    stage = StageLayout(16, 64).stage_of(ranks)
+    memory = np.where(np.isin(stage, [0, 15]), 17.5, 15.5)[:, None] * np.ones((64, 10))
+    memory[9, 4:] *= 1.2  # one rank of stage 2 leaks memory from step 4 on: 60 % of its columns
+    everyone = rank_deviations(ranks, steps, memory, straggles=False)
+    assert {d.rank for d in everyone if d.kind == "persistent"} == {0, 1, 2, 3, 60, 61, 62, 63, 9}
+    assert "straggler" not in {d.kind for d in everyone}
+    by_stage = rank_deviations(ranks, steps, memory, groups=stage, straggles=False)
+    assert [(d.rank, d.kind, d.flagged_pct) for d in by_stage if d.kind != "normal"] == [(9, "persistent", 60.0)]
+    assert by_stage[0].deviation_pct == pytest.approx(12.0)  # 0 % in 4 columns, +20 % in 6
+    # what the old rules said of the same numbers: the first and last stage were stragglers
+    old = rank_deviations(ranks, steps, memory)
+    assert {d.rank for d in old if d.kind == "straggler"} == {0, 1, 2, 3, 60, 61, 62, 63, 9}
+    # a rank whose peers did not log with it is not compared: unknown, not normal
+    lonely = rank_deviations(np.arange(3), np.arange(2), np.array([[1.0, np.nan], [1.0, np.nan], [1.0, 2.0]]))
+    assert [(d.rank, d.kind) for d in lonely] == [(0, "normal"), (1, "normal"), (2, "normal")]
+    unscored = rank_deviations(np.arange(4), np.arange(2), np.array([[1.0, np.nan], [1.0, np.nan], [1.0, np.nan],
+                                                                     [np.nan, 2.0]]))  # fmt: skip
+    assert [(d.rank, d.kind) for d in unscored][-1] == (3, "unknown") and np.isnan(unscored[-1].flagged_pct)
+
+
+def test_pipeline_run_alerts_the_slow_rank_not_the_memory_stages(tmp_path: Path) -> None:
+    """64 ranks written by ShardWriter, compacted: the 20 % slower rank is the one straggler alert
+    (its deviation measured against its own stage), the +13 % memory stages and the steady +2.5 %
+    rank are not, and the rank that logged nothing is named by ``missing_ranks``."""
+    from ingest.alerts import compute_alerts
+    from stab_core.ranklayout import missing_ranks
+
+    write_pipeline_run(tmp_path / "shards")
+    store = Store(tmp_path / "store")
+    store.compact("pp", tmp_path / "shards")
+    info = store.run_info("pp")
+    assert info.ranks == 63 and info.meta["pipeline_parallel_size"] == 4
+    stragglers = [a for a in compute_alerts(store, info, spikes=[]) if a.kind == "straggler"]
+    assert [(a.metric, a.detail["rank"]) for a in stragglers] == [("step_time_s", SLOW_PIPELINE_RANK)]
+    assert stragglers[0].detail["deviation_pct"] == pytest.approx(20.0, abs=1.0)
+    assert set(stragglers[0].to_json()) == {"alert", "run", "step", "metric", "message", "rank", "deviation_pct",
+                                            "flagged_pct"}  # fmt: skip
+    ranks = store.read_rank_heatmap("pp", "step_time_s", buckets=10)[0]
+    assert missing_ranks(info.meta, ranks) == [SILENT_RANK]
