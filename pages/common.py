@@ -26,8 +26,11 @@ from streamlit.errors import StreamlitAPIException
 from ingest import alerts as ingest_alerts
 from ingest.errors import StabScopeError
 from ingest.paths import default_store_path
+from ingest.run_meta import REVISION_FIELD
 from ingest.store import RunInfo, SeriesData, Store
 from stab_core.alerts import RankDeviation, rank_deviations
+from stab_core.cost import DEFAULT_USD_PER_GPU_HOUR as DEFAULT_USD_PER_GPU_HOUR  # re-exported for the pages
+from stab_core.cost import CostInputs
 from stab_core.metrics import CANONICAL_METRICS, unit_of
 from stab_core.runview import RunEvent
 
@@ -39,8 +42,6 @@ HEATMAP_BUCKETS = 400
 """Step columns of the rank heatmap."""
 LIVE_REFRESH_S = 5.0
 """How often pages re-read a live run (seconds)."""
-DEFAULT_USD_PER_GPU_HOUR = 2.0
-"""Price used when a run's metadata has none (the DeepSeek-V3 report's $2/GPU-hour)."""
 
 # ------------------------------------------------------------------------------------------- store
 
@@ -113,6 +114,7 @@ def _series(
     name: str,
     gen: int,
     analysis_gen: int,
+    meta_rev: int,
     metric: str,
     start: int | None,
     end: int | None,
@@ -134,7 +136,9 @@ def read_series(
 ) -> SeriesData:
     """``Store.read_series`` cached per run generation (see the store for the min/max buckets)."""
     return SeriesData(
-        **_series(store_root(), info.name, info.gen, info.analysis_gen, metric, start, end, buckets, rank)
+        **_series(
+            store_root(), info.name, info.gen, info.analysis_gen, meta_revision(info), metric, start, end, buckets, rank
+        )
     )
 
 
@@ -195,13 +199,19 @@ def _lr_transitions(root: str, name: str, gen: int) -> list[tuple[int, str, str,
 
 
 @st.cache_data(show_spinner=False, max_entries=256)
-def _spikes(root: str, name: str, gen: int, analysis_gen: int) -> list[dict[str, Any]]:
+def _spikes(root: str, name: str, gen: int, analysis_gen: int, meta_rev: int) -> list[dict[str, Any]]:
     return _store_at(root).spikes(name)
 
 
 def read_spikes(info: RunInfo) -> list[dict[str, Any]]:
     """The run's materialised spike events (the ``stabscope spikes --json`` objects)."""
-    return _spikes(store_root(), info.name, info.gen, info.analysis_gen)
+    return _spikes(store_root(), info.name, info.gen, info.analysis_gen, meta_revision(info))
+
+
+def meta_revision(info: RunInfo) -> int:
+    """How many times a user changed the run's metadata: part of every cached analysis read's key, since
+    such a change re-runs the analyses without a new data generation (``Store.update_meta``)."""
+    return int(info.meta.get(REVISION_FIELD) or 0)
 
 
 @st.cache_data(show_spinner=False, max_entries=512)
@@ -505,31 +515,39 @@ def _interp_within(grid: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray
 
 
 @st.cache_data(show_spinner=False, max_entries=256)
-def _priced_spikes(
-    root: str, name: str, gen: int, analysis_gen: int, gpus: int, usd: float, step_time_s: float
-) -> tuple[list[dict[str, Any]], list[tuple[float, float, float]]]:
-    """The spikes and, per spike, (steps charged, GPU-hours, USD)."""
-    from ingest.analyses import price_run_spikes
+def _cost_inputs(root: str, name: str, gen: int, meta_rev: int) -> dict[str, Any]:
+    from ingest.run_cost import run_cost_inputs as inputs_of_run
 
-    spikes, bill = price_run_spikes(_store_at(root), name, gpus=gpus, usd_per_gpu_hour=usd, step_time_s=step_time_s)
-    costs = [(float(n), c.gpu_hours, c.usd) for n, c in zip(bill.steps_charged, bill.per_spike, strict=True)]
-    return spikes, costs
+    return asdict(inputs_of_run(_store_at(root), name))
+
+
+def run_cost(info: RunInfo) -> CostInputs:
+    """The GPUs, USD per GPU-hour and step time every page prices ``info``'s spikes with, each with where
+    it came from (``stab_core.cost.resolve_cost_inputs``: metadata, else measured, else assumed/unknown)."""
+    return CostInputs(**_cost_inputs(store_root(), info.name, info.gen, meta_revision(info)))
 
 
 def run_cost_inputs(info: RunInfo) -> tuple[float, int, float]:
-    """(step time in s, GPUs, USD per GPU-hour): ``ingest.analyses.run_step_time_s``, the metadata's
-    ``gpus``/``world_size`` (else one GPU per rank) and ``usd_per_gpu_hour`` (else the default)."""
-    from ingest.analyses import run_step_time_s
+    """(step time in s, NaN when unknown; GPUs; USD per GPU-hour) of :func:`run_cost`."""
+    inputs = run_cost(info)
+    step = inputs.step_time_s if inputs.step_time_s is not None else math.nan
+    return step, inputs.gpus, inputs.usd_per_gpu_hour
 
-    step_time = run_step_time_s(get_store(), info.name) or 0.0
-    gpus = info.meta.get("gpus") or info.meta.get("world_size") or max(info.ranks, 1)
-    usd = info.meta.get("usd_per_gpu_hour", DEFAULT_USD_PER_GPU_HOUR)
-    return float(step_time), int(gpus), float(usd)
+
+@st.cache_data(show_spinner=False, max_entries=256)
+def _priced_spikes(
+    root: str, name: str, gen: int, analysis_gen: int, inputs: dict[str, Any]
+) -> tuple[list[dict[str, Any]], list[tuple[float, float, float]]]:
+    """The spikes and, per spike, (steps charged, GPU-hours, USD) priced with ``inputs`` (a CostInputs)."""
+    from ingest.run_cost import priced_run_spikes
+
+    return priced_run_spikes(_store_at(root), name, CostInputs(**inputs))
 
 
 def priced_spikes(info: RunInfo) -> pd.DataFrame:
-    """The spike table: one row per event with its outcome, cause and price, priced the same way as
-    the Cost page (``ingest.analyses.price_run_spikes``: lost steps, or a rollback when diverged)."""
+    """The spike table: one row per event with its outcome, cause and price, with :func:`run_cost`'s inputs
+    (``ingest.run_cost.priced_run_spikes``: lost steps, or a rollback when diverged). The Spikes and Cost
+    pages both show this table; GPU-hours and USD are NaN (unknown) when the step time is."""
     columns = [
         "#",
         "metric",
@@ -545,8 +563,8 @@ def priced_spikes(info: RunInfo) -> pd.DataFrame:
         "GPU-hours lost",
         "USD lost",
     ]
-    step_time, gpus, usd = run_cost_inputs(info)
-    spikes, costs = _priced_spikes(store_root(), info.name, info.gen, info.analysis_gen, gpus, usd, step_time)
+    inputs = asdict(run_cost(info))
+    spikes, costs = _priced_spikes(store_root(), info.name, info.gen, info.analysis_gen, inputs)
     rows = [
         {
             "#": i,
@@ -584,7 +602,7 @@ def _float(x: Any) -> float:
 
 
 @st.cache_data(show_spinner=False, max_entries=256)
-def _alerts(root: str, name: str, gen: int, analysis_gen: int, status: str) -> list[str]:
+def _alerts(root: str, name: str, gen: int, analysis_gen: int, meta_rev: int, status: str) -> list[str]:
     # status is in the key: a run that stops being live keeps its generation but loses its "new spike"
     return [alert.message for alert in ingest_alerts.run_alerts(_store_at(root), name, live=status == "live")]
 
@@ -592,7 +610,7 @@ def _alerts(root: str, name: str, gen: int, analysis_gen: int, status: str) -> l
 def run_alerts(info: RunInfo) -> list[str]:
     """Alerts for a run (cached per generation): diverged or recent spikes, saturated clipping,
     stragglers; the same ones ``stabscope watch --on-alert`` sends (``ingest.alerts``)."""
-    return _alerts(store_root(), info.name, info.gen, info.analysis_gen, info.status)
+    return _alerts(store_root(), info.name, info.gen, info.analysis_gen, meta_revision(info), info.status)
 
 
 def alert_banner(runs: Sequence[RunInfo]) -> None:
