@@ -6,7 +6,9 @@ from __future__ import annotations
 class StabScopeError(Exception):
     """A user-facing failure with a specific message (file, line/offset, what was expected)."""
 
-    def __init__(self, message: str, *, path: str | None = None, line: int | None = None) -> None:
+    def __init__(
+        self, message: str, *, path: str | None = None, line: int | None = None, page: str | None = None
+    ) -> None:
         where = ""
         if path is not None:
             where = f"{path}"
@@ -16,3 +18,5 @@ class StabScopeError(Exception):
         super().__init__(where + message)
         self.path = path
         self.line = line
+        self.page_message = where + page if page is not None else None
+        """The same failure in the dashboard's words (``message`` may name a CLI flag)."""

@@ -83,8 +83,9 @@ def list_runs() -> list[RunInfo]:
 
 
 def show_error(exc: Exception) -> None:
-    """A user-facing error banner (never a traceback)."""
-    st.error(str(exc), icon=":material/error:")
+    """A user-facing error banner (never a traceback), in the page's words where the error has them
+    (``StabScopeError.page_message``: "the Format box" rather than the CLI's ``--format NAME``)."""
+    st.error(getattr(exc, "page_message", None) or str(exc), icon=":material/error:")
 
 
 def nav_link(page: str, label: str, icon: str | None = None) -> None:

@@ -12,7 +12,8 @@ import pandas as pd  # type: ignore[import-untyped]
 import streamlit as st
 
 from ingest.errors import StabScopeError
-from ingest.formats import FORMATS, detect, read_log
+from ingest.formats import FORMATS, detect
+from ingest.import_inputs import ImportRead, read_inputs
 from pages.common import (
     MAX_UPLOAD_BYTES,
     MISSING,
@@ -26,12 +27,22 @@ from pages.common import (
 
 AUTO = "auto-detect"
 
+
+def without_staging(exc: StabScopeError, folder: Path) -> StabScopeError:
+    """``exc`` with the private staging folder left out of its file names (the user's are shown)."""
+    out = StabScopeError(str(exc).replace(f"{folder}/", ""))
+    if exc.page_message is not None:
+        out.page_message = exc.page_message.replace(f"{folder}/", "")
+    return out
+
+
 st.title("Upload logs")
 files = st.file_uploader(
-    "Training logs of one run (a log and its continuations)",
+    "Training logs of one run (a log and its continuations, or the files of its folder)",
     accept_multiple_files=True,
     key="up_files",
-    help=f"Up to {MAX_UPLOAD_BYTES // 1024**2} MiB in all. The format is detected from the contents.",
+    help=f"Up to {MAX_UPLOAD_BYTES // 1024**2} MiB in all. The format is detected from the contents; "
+    "files that are not logs (a README, a config) are listed as skipped, a config is kept as the run's.",
 )
 with st.expander(f"The {len(FORMATS)} formats read"):
     st.dataframe(pd.DataFrame([{"format": n, "what": r.description} for n, r in FORMATS.items()]), hide_index=True)
@@ -72,22 +83,19 @@ if parsed is None or parsed[0] != (signature, fmt):
         bar.progress(min(done / max(total, 1), 1.0), text=f"Reading… {done / 1024**2:.1f} MiB")
 
     try:
-        log = read_log(
-            paths,
-            format=fmt,
-            progress=advance,
-            custom_dir=store.root / "formats",
-        )
+        # the same reading as `stabscope import`: logs picked among the files, writers kept apart
+        read = read_inputs(paths, fmt=fmt, progress=advance, custom_dir=store.root / "formats")
     except StabScopeError as exc:
         bar.empty()
-        show_error(StabScopeError(str(exc).replace(f"{paths[0].parent}/", "")))
+        show_error(without_staging(exc, paths[0].parent))
         if candidates:
             st.caption("Candidates: " + ", ".join(f"{n} ({c:.0%})" for n, c in candidates))
         st.stop()
     bar.empty()
-    parsed = ((signature, fmt), log)
+    parsed = ((signature, fmt), read)
     st.session_state["up_parsed"] = parsed
-log = parsed[1]
+read_result: ImportRead = parsed[1]
+log = read_result.parsed
 span = log.step_range
 st.subheader("Preview")
 m1, m2, m3, m4 = st.columns(4)
@@ -102,6 +110,18 @@ if log.skipped_examples:
     st.dataframe(rejected.assign(file=rejected["file"].map(lambda f: Path(f).name)), hide_index=True)
 if log.events:
     st.caption(f"{len(log.events)} events: " + ", ".join(sorted({e.kind for e in log.events})))
+found = read_result.summary()
+if found["config"] or found["skipped_files"]:
+    used = f"Read {', '.join(found['logs'])}" + (f"; run config: {found['config']}" if found["config"] else "")
+    st.caption(used + ".")
+if found["skipped_files"]:
+    st.caption("Skipped (not logs):")
+    st.dataframe(pd.DataFrame(found["skipped_files"]), hide_index=True, key="up_skipped")
+for note in found["notes"]:  # logs of two formats combined: where they disagree, both series are kept
+    if "disagree" in note:
+        st.warning(note, icon=":material/call_split:")
+    else:
+        st.caption(note)
 
 config = st.file_uploader(
     "Run config (optional, for the pre-flight checklist): YAML, JSON, TOML or a Megatron arguments dump",
@@ -120,7 +140,10 @@ if config is not None:
         show_error(exc)
 
 if log.table.num_rows == 0:
-    st.error("No metric records found: nothing to import. Try forcing another format.", icon=":material/error:")
+    st.error(
+        "No metric records found: nothing to import. Choose another format in the Format box.",
+        icon=":material/error:",
+    )
     st.stop()
 exists = name in {r.name for r in store.list_runs()}
 if exists:

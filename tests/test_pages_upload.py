@@ -88,3 +88,57 @@ def test_run_config_is_kept_for_the_checklist(empty_store: Store) -> None:
     at.button(key="up_import").click().run()
     meta = empty_store.run_info("run").meta
     assert meta["config_filename"] == "megatron.yaml" and "train_iters: 10000" in meta["config_text"]
+
+
+def test_keras_train_and_validation_files_uploaded_together(empty_store: Store) -> None:
+    folder = REAL_LOGS / "tfevents_keras_mnist_toy"
+    files = sorted(folder.glob("*/events.out.tfevents.*"))
+    if len(files) != 2:
+        pytest.skip("../shared absent: the real Keras tfevents files are not on this machine")
+    at = open_page("upload").run()
+    uploader = at.file_uploader(key="up_files")
+    for f in files:  # the browser sends the names only: train/ and validation/ are lost
+        uploader.upload(f.name, f.read_bytes(), "application/octet-stream")
+    at.run()
+    assert not at.exception and not at.error
+    m = _metrics(at)
+    assert m["Format"] == "tensorboard" and m["Rows"] == "60" and m["Steps"] == "0–15,000"
+    assert not any("events:" in c.value for c in at.caption)  # no rollback invented across the two files
+    summary = at.dataframe[1].value.set_index("metric")
+    assert summary.loc["train/epoch_loss", "rows"] == 10 and summary.loc["validation/epoch_loss", "rows"] == 10
+    at.text_input(key="up_name").input("keras").run()
+    at.button(key="up_import").click().run()
+    # PROVENANCE.txt: train epoch_loss 0.2974 -> 0.0319 over steps 0..9; validation's own 10 points
+    train = empty_store.read_series("keras", "train/epoch_loss")
+    val = empty_store.read_series("keras", "validation/epoch_loss")
+    assert list(train.steps) == list(range(10)) and list(val.steps) == list(range(10))
+    assert train.values[0] == pytest.approx(0.2974, abs=1e-4) and train.values[-1] == pytest.approx(0.0319, abs=1e-4)
+    assert val.values[0] == pytest.approx(0.1429, abs=1e-4)
+    assert not [e for e in empty_store.events("keras") if e["kind"] == "rollback"]
+
+
+def test_a_run_folder_upload_skips_what_is_not_a_log(empty_store: Store) -> None:
+    folder = REAL_LOGS / "lightning_csv_slm_124m"
+    if not folder.is_dir():
+        pytest.skip("../shared absent: the real public logs are not on this machine")
+    at = open_page("upload").run()
+    uploader = at.file_uploader(key="up_files")
+    for name in ("metrics.csv", "hparams.yaml", "PROVENANCE.txt"):
+        uploader.upload(name, (folder / name).read_bytes(), "text/plain")
+    at.run()
+    assert not at.exception and not at.error
+    assert _metrics(at)["Format"] == "lightning_csv"
+    skipped = at.dataframe[-1].value  # after the preview and any rejected lines
+    assert skipped.to_dict("records") == [{"file": "PROVENANCE.txt", "why": "documentation, not a training log"}]
+    assert any("run config: hparams.yaml" in c.value for c in at.caption)
+    at.button(key="up_import").click().run()
+    assert empty_store.run_info(at.text_input(key="up_name").value).meta["config_filename"] == "hparams.yaml"
+
+
+def test_an_unrecognised_upload_speaks_of_the_format_box(empty_store: Store) -> None:
+    at = open_page("upload").run()
+    at.file_uploader(key="up_files").upload("notes.txt", b"shopping list\n- eggs\n").run()
+    [error] = at.error
+    assert "choose the format in the Format box" in error.value
+    assert "--format" not in error.value and "stabscope-upload-" not in error.value
+    assert error.value.startswith("notes.txt, line 1: format not recognised")

@@ -134,7 +134,8 @@ def read_log(
 
     ``format`` forces a reader; otherwise the best detected one is used when it is unambiguous.
     ``progress(done_bytes, total_bytes)`` is called as the input is consumed.
-    Raises ``StabScopeError`` for unknown/ambiguous input (listing candidates and ``--format NAME``)
+    Raises ``StabScopeError`` for unknown/ambiguous input (listing candidates and ``--format NAME``;
+    its ``page_message`` says the same in the Upload page's words)
     and for a file that cannot be read (file, line or byte offset, what was expected).
     """
     checked = _check_paths(paths)
@@ -153,7 +154,10 @@ def read_log(
     if not candidates:
         raise _unrecognised(checked, readers)
     if len(candidates) > 1 and candidates[1][1] >= candidates[0][1] - AMBIGUITY_MARGIN:
-        raise StabScopeError(f"{where}: ambiguous format, candidates: {names}; choose one with --format NAME")
+        raise StabScopeError(
+            f"{where}: ambiguous format, candidates: {names}; choose one with --format NAME",
+            page=f"{where}: ambiguous format, candidates: {names}; choose one in the Format box",
+        )
     return readers[candidates[0][0]].read(checked, progress)
 
 
@@ -164,7 +168,9 @@ def _unrecognised(paths: list[Path], readers: dict[str, Reader]) -> StabScopeErr
     if per_file:
         return StabScopeError(
             f"the files are of different formats ({per_file}): import them separately, "
-            f"or force one with --format NAME (formats: {formats})"
+            f"or force one with --format NAME (formats: {formats})",
+            page=f"the files are of different formats ({per_file}): upload them separately, "
+            "or choose one in the Format box",
         )
     first = paths[0]
     line_no, excerpt = 1, ""
@@ -180,6 +186,7 @@ def _unrecognised(paths: list[Path], readers: dict[str, Reader]) -> StabScopeErr
         f"format not recognised: {what}; force one with --format NAME (formats: {formats})",
         path=str(first),
         line=line_no if excerpt else None,
+        page=f"format not recognised: {what}; choose the format in the Format box",
     )
 
 
