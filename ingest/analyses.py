@@ -41,7 +41,19 @@ def materialise(store: Store, name: str) -> None:
         "snr_label": None,
         "overall_clip_ratio": None,
         "snr_collapses": [],
+        "snr_reason": analysis.snr_reason,
+        "not_run": [{"detector": name, "reason": why} for name, why in analysis.not_run],
+        "logging_end": None,
+        "gaps": [],
     }
+    if analysis.gaps is not None:
+        summary["gaps"] = [[int(a), int(b)] for a, b in analysis.gaps.gaps]
+        if analysis.gaps.end is not None:
+            summary["logging_end"] = {
+                "step": int(analysis.gaps.end),
+                "reason": "every metric logged from this step on is non-finite (step time and memory included): "
+                "the logging stopped; no training fault is shown by it",
+            }
     if analysis.snr is not None:
         parts.append(("snr", analysis.snr.steps, analysis.snr.values))
         if analysis.snr.b_simple is not None:

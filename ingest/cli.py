@@ -247,33 +247,74 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 def cmd_spikes(args: argparse.Namespace) -> int:
     store = _store(args)
-    store.run_info(args.run)
+    info = store.run_info(args.run)
     spikes = store.spikes(args.run)
     if args.json:
         _print_json(spikes)
         return 0
+    analysis = info.meta.get("analysis") or {}
     if not spikes:
-        print(f"{args.run}: no spikes detected")
+        print(f"{args.run}: no incident detected")
     for s in spikes:
         state = "recovered" if s["recovered"] else "DIVERGED"
-        ratio_txt = _ratio_text(s.get("ratio"))
-        print(
-            f"{s['metric']:>10} step {s['start']}-{s['end']} (peak {s['peak']}, {ratio_txt}) {state}: "
-            f"{s['cause']} ({s['confidence']:.0%})"
-        )
+        print(f"{_headline(s)} {state}: {s['cause']} ({s['confidence']:.0%})")
+        if s.get("summary"):
+            print(f"{'':>12}{s['summary']}")
         print(f"{'':>12}path: " + " -> ".join(f"{n['node']}={n['answer']}" for n in s.get("path", [])))
         for action in s.get("actions", []):
             print(f"{'':>12}- {action}")
+    for line in _run_notes(analysis):
+        print(line)
     return 0
+
+
+def _headline(s: dict[str, Any]) -> str:
+    """One incident in a line: its kind, steps, every metric in it and how far each moved."""
+    members = s.get("members") or [s]
+    moved = [f"{m['metric']} {_ratio_text(m.get('ratio'))}" for m in members]
+    moved += [
+        f"{metric} {_ratio_text(ratio)} (below its threshold)" for metric, ratio in (s.get("co_moves") or {}).items()
+    ]
+    kind = s.get("kind", "spike").replace("_", " ")
+    until = s.get("until", s["end"])
+    return f"{kind} at step {s['peak']} ({s['start']}-{until}): " + ", ".join(moved) + ";"
+
+
+def _run_notes(analysis: dict[str, Any]) -> list[str]:
+    """What the analyses could not do on this run, and where its logging stopped or had gaps."""
+    notes = []
+    end = analysis.get("logging_end")
+    if isinstance(end, dict):
+        notes.append(f"logging stopped at step {end.get('step')}: {end.get('reason')}")
+    gaps = analysis.get("gaps") or []
+    if gaps:
+        shown = ", ".join(f"{a}-{b}" for a, b in gaps[:5]) + (" ..." if len(gaps) > 5 else "")
+        notes.append(f"{len(gaps)} logging gap(s) left out of the analyses: steps {shown}")
+    for item in analysis.get("not_run") or []:
+        notes.append(f"not run: {item.get('detector')}: {item.get('reason')}")
+    return notes
 
 
 def cmd_diagnose(args: argparse.Namespace) -> int:
     store = _store(args)
     store.run_info(args.run)
-    hit = [s for s in store.spikes(args.run) if s["start"] <= args.step <= s["end"] and s["metric"] == args.metric]
+    spikes = store.spikes(args.run)
+    hit = [s for s in spikes if _covers(s, args.step, args.metric)]
     note = ""
     if hit:
         s = min(hit, key=lambda s: abs(s["peak"] - args.step))
+    elif not args.force:
+        nearest = _nearest(spikes, args.step)
+        if args.json:
+            _print_json({"step": args.step, "incident": None, "nearest": nearest})
+            return 0
+        print(f"no incident covers step {args.step} of {args.run}: nothing to diagnose there.")
+        for n in nearest:
+            print(f"  nearest {n['side']}: {n['kind']} at step {n['peak']} ({n['start']}-{n['until']}), {n['cause']}")
+        if not nearest:
+            print("  the run has no detected incident.")
+        print("  (--force walks the tree for this step as if it were a spike)")
+        return 0
     else:
         # A spike seen elsewhere (or below our thresholds): walk the tree for this step anyway.
         from stab_core.analysis import explain_step
@@ -282,16 +323,16 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
             s = explain_step(store.run_view(args.run), args.step, args.metric).to_dict()
         except ValueError as exc:
             raise StabScopeError(str(exc)) from exc
-        note = f"(no detected {args.metric} spike covers step {args.step}: the step was diagnosed as if it were one)"
+        note = f"(no detected {args.metric} incident covers step {args.step}: the step was diagnosed as if it were one)"
     if args.json:
         _print_json(s)
         return 0
     if note:
         print(note)
-    print(
-        f"{s['metric']} spike at step {s['peak']} ({s['start']}-{s['end']}, {_ratio_text(s.get('ratio'))}): "
-        f"cause {s['cause']} (confidence {s['confidence']:.0%}), {'recovered' if s['recovered'] else 'diverged'}"
-    )
+    state = "recovered" if s["recovered"] else "diverged"
+    print(f"{_headline(s)} cause {s['cause']} (confidence {s['confidence']:.0%}), {state}")
+    if s.get("summary"):
+        print(f"  {s['summary']}")
     for node in s.get("path", []):
         ev = ", ".join(f"{k}={_short(v)}" for k, v in node.get("evidence", {}).items())
         print(f"  [{node['node']}] {node.get('question', '')}\n      -> {node['answer']}  ({ev})")
@@ -300,7 +341,41 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
     print("actions:")
     for action in s.get("actions", []):
         print(f"  - {action}")
+    withheld = [c for c in s.get("action_evidence", []) if c.get("holds") is False]
+    for check in withheld:
+        print(f"  (not advised: {check['action']} -- its premise '{check['premise']}' does not hold in this run)")
     return 0
+
+
+def _covers(s: dict[str, Any], step: int, metric: str) -> bool:
+    """Does incident ``s`` hold ``metric`` over ``step`` (from a member's start to its recovery)?"""
+    for m in s.get("members") or [s]:
+        until = m.get("recovery_step") if m.get("recovery_step") is not None else m["end"]
+        if m["metric"] == metric and m["start"] <= step <= until:
+            return True
+    return False
+
+
+def _nearest(spikes: list[dict[str, Any]], step: int) -> list[dict[str, Any]]:
+    """The closest incident before and after ``step``."""
+    before = [s for s in spikes if s["start"] < step]
+    after = [s for s in spikes if s["start"] > step]
+    out = []
+    for side, group, key in (("before", before, max), ("after", after, min)):
+        if group:
+            s = key(group, key=lambda s: s["start"])
+            out.append(
+                {
+                    "side": side,
+                    "kind": s.get("kind", "spike"),
+                    "start": s["start"],
+                    "peak": s["peak"],
+                    "until": s.get("until", s["end"]),
+                    "metrics": s.get("metrics", [s["metric"]]),
+                    "cause": s["cause"],
+                }
+            )
+    return out
 
 
 def cmd_meta(args: argparse.Namespace) -> int:
@@ -399,6 +474,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run")
     p.add_argument("--step", type=int, required=True)
     p.add_argument("--metric", default="loss", help="metric the spike is in (default loss)")
+    p.add_argument(
+        "--force", action="store_true", help="walk the tree for the step even when no detected incident covers it"
+    )
     _add_training_commands(add)
     return parser
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 import numpy as np
@@ -26,7 +26,19 @@ from stab_core.diagnosis import (
     DiagnosisContext,
     DiagnosisParams,
     diagnose,
+    diagnose_early,
     prepare_context,
+)
+from stab_core.incidents import (
+    Incident,
+    IncidentKind,
+    LoggingGaps,
+    detect_climbs,
+    early_rises,
+    group_incidents,
+    logging_gaps,
+    window_ratio,
+    without_steps,
 )
 from stab_core.runview import FloatArray, IntArray, RankMatrix, RunEvent, RunView, Series
 from stab_core.snr import SnrCollapse, SnrSeries, detect_snr_collapse, gradient_snr
@@ -57,14 +69,15 @@ class AnalysisParams:
 
 @dataclass(frozen=True)
 class DiagnosedSpike:
-    """A spike event and the tree's verdict on it."""
+    """An incident (its primary event ``spike``, and all of it in ``incident``) and the verdict on it."""
 
     spike: SpikeEvent
     diagnosis: Diagnosis
+    incident: Incident | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON contract object (:func:`spike_to_dict`)."""
-        return spike_to_dict(self.spike, self.diagnosis)
+        return spike_to_dict(self.spike, self.diagnosis, self.incident)
 
 
 @dataclass(frozen=True)
@@ -74,7 +87,10 @@ class RunAnalysis:
     ``snr``: the SNR series (None without a grad norm), its ``estimator`` says which one;
     ``snr_collapses``: where it fell ``snr_collapse_factor`` below its level; ``clip_steps`` and
     ``clip``: clipping statistics on the grad-norm steps (None when max_norm is unknown and no
-    ``clip_coef`` was logged); ``spikes``: loss then grad-norm events, each diagnosed, by start.
+    ``clip_coef`` was logged); ``spikes``: the incidents, each diagnosed, by start; ``gaps``: where
+    the run logged nothing usable (left out of every analysis); ``not_run``: (detector, why) for each
+    detector the run's data could not feed; ``snr_reason``: why there is no SNR series (None when
+    there is one).
     """
 
     run: str
@@ -83,19 +99,29 @@ class RunAnalysis:
     clip_steps: IntArray | None
     clip: ClipStats | None
     spikes: list[DiagnosedSpike]
+    gaps: LoggingGaps | None = None
+    not_run: list[tuple[str, str]] = field(default_factory=list)
+    snr_reason: str | None = None
 
     def spike_dicts(self) -> list[dict[str, Any]]:
         """The spikes as JSON-ready dicts (``stabscope spikes --json``)."""
         return [item.to_dict() for item in self.spikes]
 
     def spike_at(self, step: int, metric: str | None = None) -> DiagnosedSpike | None:
-        """The event that covers ``step`` (from its start to its recovery, or end when none), loss first."""
-        for item in sorted(self.spikes, key=lambda d: d.spike.metric != "loss"):
-            spike = item.spike
-            until = spike.recovery_step if spike.recovery_step is not None else spike.end
-            if (metric is None or spike.metric == metric) and spike.start <= step <= until:
+        """The incident that covers ``step`` (from its first start to its last recovery, or end when
+        none) and holds ``metric`` (any metric when None)."""
+        return incident_at(self.spikes, step, metric)
+
+
+def incident_at(items: Sequence[DiagnosedSpike], step: int, metric: str | None = None) -> DiagnosedSpike | None:
+    """The item of ``items`` whose incident covers ``step`` and holds ``metric`` (any when None)."""
+    for item in items:
+        members = item.incident.members if item.incident is not None else (item.spike,)
+        for member in members:
+            until = member.recovery_step if member.recovery_step is not None else member.end
+            if (metric is None or member.metric == metric) and member.start <= step <= until:
                 return item
-        return None
+    return None
 
 
 def _json_number(value: float | None) -> float | None:
@@ -109,15 +135,35 @@ def _json_evidence(evidence: dict[str, Any]) -> dict[str, Any]:
     return {key: _json_number(value) if isinstance(value, float) else value for key, value in evidence.items()}
 
 
-def spike_to_dict(spike: SpikeEvent, diagnosis: Diagnosis) -> dict[str, Any]:
+def _member_dict(event: SpikeEvent) -> dict[str, Any]:
+    return {
+        "metric": event.metric,
+        "start": event.start,
+        "peak": event.peak,
+        "end": event.end,
+        "ratio": _json_number(event.ratio),
+        "peak_value": _json_number(event.peak_value),
+        "baseline": _json_number(event.baseline),
+        "recovered": event.recovered,
+        "recovery_step": event.recovery_step,
+    }
+
+
+def spike_to_dict(spike: SpikeEvent, diagnosis: Diagnosis, incident: Incident | None = None) -> dict[str, Any]:
     """The JSON object of one spike (``stabscope spikes --json``); non-finite numbers become null.
 
     Contract fields: ``start``, ``peak``, ``end`` (steps), ``metric``, ``ratio`` (peak over baseline),
     ``recovered``, ``cause``, ``confidence`` (0-1), ``path`` (nodes visited: ``node``, ``number``,
     ``question``, ``answer``, ``evidence``), ``actions``. Also: ``z``, ``duration``, ``steps_lost``,
     ``diverged``, ``nonfinite``, ``recovery_step``, ``baseline``, ``peak_value``, ``n_samples``,
-    ``grad_norm_lead_steps``, ``grad_norm_led``, ``leaf``, ``missing``.
+    ``grad_norm_lead_steps``, ``grad_norm_led``, ``leaf``, ``missing``; per incident: ``kind``
+    (``spike``, ``early_instability``, ``climb``), ``metrics`` and ``members`` (every detected event
+    in it: metric, start, peak, end, ratio, peak_value, baseline, recovered, recovery_step),
+    ``co_moves`` (metric -> peak over level for watched metrics not detected in it), ``until`` (its
+    last step), ``action_evidence`` (each action of the verdict's leaf: action, premise, holds
+    true/false/null, evidence), ``summary`` (the verdict in a sentence).
     """
+    members = incident.members if incident is not None else (spike,)
     return {
         "start": spike.start,
         "peak": spike.peak,
@@ -151,7 +197,20 @@ def spike_to_dict(spike: SpikeEvent, diagnosis: Diagnosis) -> dict[str, Any]:
         "n_samples": spike.n_samples,
         "grad_norm_lead_steps": spike.grad_norm_lead_steps,
         "grad_norm_led": spike.grad_norm_led,
+        "kind": incident.kind if incident is not None else "spike",
+        "metrics": list(dict.fromkeys(m.metric for m in members)),
+        "members": [_member_dict(m) for m in members],
+        "co_moves": {k: _json_number(v) for k, v in (incident.co_moves if incident is not None else {}).items()},
+        "until": incident.until if incident is not None else _until(spike),
+        "action_evidence": [
+            {**check.to_json(), "evidence": _json_evidence(dict(check.evidence))} for check in diagnosis.checks
+        ],
+        "summary": diagnosis.summary,
     }
+
+
+def _until(event: SpikeEvent) -> int:
+    return event.recovery_step if event.recovery_step is not None else event.end
 
 
 def _aligned(series: Series, steps: IntArray) -> FloatArray:
@@ -193,28 +252,129 @@ def run_clip_stats(view: RunView, window: int = 100, saturation: float = 0.9) ->
     return grad.steps, clipping_stats(grad.values, max_norm, coef, window=window, saturation=saturation)
 
 
-def _detect(view: RunView, params: AnalysisParams) -> list[SpikeEvent]:
+def _interval(steps: IntArray) -> int:
+    return max(1, int(np.median(np.diff(steps[:2_000])))) if steps.size >= 2 else 1
+
+
+def _early_limit(loss: Series, params: SpikeParams) -> int:
+    """The step before which an incident is early: the loss's ``window``-th finite sample (the
+    detector's baseline is full from there on)."""
+    finite = loss.steps[np.isfinite(loss.values)]
+    return int(finite[min(params.window, finite.size) - 1]) if finite.size else 0
+
+
+def find_incidents(view: RunView, params: AnalysisParams | None = None) -> list[Incident]:
+    """The run's incidents: loss and grad-norm spikes (:func:`detect_spikes`), early rises and climbs of
+    the loss (:mod:`stab_core.incidents`), grouped so that overlapping ones are one incident. A loss
+    event's leading grad-norm spike is linked to it (``grad_norm_lead_steps``). A grad-norm-only
+    incident lost no steps unless the loss rose above its level inside it."""
+    p = params if params is not None else AnalysisParams()
     grad = view.series.get("grad_norm")
+    loss = view.series.get("loss")
+    found: list[tuple[SpikeEvent, IncidentKind]] = []
     grad_events: list[SpikeEvent] = []
     if grad is not None and grad.steps.size:
-        grad_events = detect_spikes(grad.steps, grad.values, "grad_norm", params.grad_norm_spikes)
-    loss_events: list[SpikeEvent] = []
-    loss = view.series.get("loss")
+        grad_events = detect_spikes(grad.steps, grad.values, "grad_norm", p.grad_norm_spikes)
+        found += [(event, "spike") for event in grad_events]
+    interval = 1
     if loss is not None and loss.steps.size:
-        loss_events = detect_spikes(loss.steps, loss.values, "loss", params.loss_spikes)
-        loss_events = link_grad_norm_lead(loss_events, grad_events, params.max_lead_steps)
-    return loss_events + grad_events
+        interval = _interval(loss.steps)
+        found += [(event, "spike") for event in detect_spikes(loss.steps, loss.values, "loss", p.loss_spikes)]
+        found += [
+            (event, "early_instability") for event in early_rises(loss.steps, loss.values, p.loss_spikes.min_history)
+        ]
+        early_until = _early_limit(loss, p.loss_spikes)
+        found += [
+            (event, "early_instability" if event.start < early_until else "climb")
+            for event in detect_climbs(loss.steps, loss.values)
+        ]
+    incidents = []
+    for kind, members in group_incidents(found, join_steps=3 * interval, max_lead_steps=p.max_lead_steps):
+        primary = members[0]
+        if primary.metric == "loss":
+            primary = link_grad_norm_lead([primary], [m for m in members if m.metric == "grad_norm"], p.max_lead_steps)[
+                0
+            ]
+        start, until = min(m.start for m in members), max(_until(m) for m in members)
+        co_moves: dict[str, float] = {}
+        for metric, series in (("loss", loss), ("grad_norm", grad)):
+            if all(m.metric != metric for m in members):
+                ratio = window_ratio(series, start, until)
+                if ratio is not None:
+                    co_moves[metric] = ratio
+        if primary.metric != "loss" and co_moves.get("loss", 0.0) < p.loss_spikes.recover_ratio:
+            # the loss stayed within its band: no progress was lost
+            primary = replace(primary, steps_lost=0)
+        incidents.append(Incident(kind, (primary, *members[1:]), co_moves))
+    return incidents
+
+
+def _diagnosed(
+    view: RunView, incidents: Sequence[Incident], p: AnalysisParams, context: DiagnosisContext
+) -> list[DiagnosedSpike]:
+    out = []
+    for index, incident in enumerate(incidents):
+        earlier = [(other.start, other.until) for other in incidents[:index]]
+        if incident.kind == "early_instability":
+            diagnosis = diagnose_early(view, incident.primary, p.diagnosis, until=incident.until)
+        else:
+            diagnosis = diagnose(view, incident.primary, p.diagnosis, context, until=incident.until, earlier=earlier)
+        out.append(DiagnosedSpike(incident.primary, diagnosis, incident))
+    return out
+
+
+def _not_run(view: RunView, p: AnalysisParams, snr: SnrSeries | None) -> tuple[list[tuple[str, str]], str | None]:
+    """Detectors the run's data cannot feed, and why; and why there is no SNR (None when there is)."""
+    not_run: list[tuple[str, str]] = []
+    for metric, params in (("loss", p.loss_spikes), ("grad_norm", p.grad_norm_spikes)):
+        series = view.series.get(metric)
+        finite = int(np.isfinite(series.values).sum()) if series is not None else 0
+        if series is None:
+            not_run.append((f"{metric} spikes", f"the run logs no {metric}"))
+        elif finite <= params.min_history:
+            not_run.append(
+                (
+                    f"{metric} spikes",
+                    f"{finite} {metric} samples: the spike detector needs more than {params.min_history} (it "
+                    "compares each sample with the median of the ones before it); only the early-instability "
+                    "check ran"
+                    if metric == "loss"
+                    else f"{finite} {metric} samples: the spike detector needs more than {params.min_history}",
+                )
+            )
+    reason = None
+    grad = view.series.get("grad_norm")
+    if grad is None:
+        reason = (
+            "no SNR: the run logs no gradient norm; log the global grad norm before clipping (and per-rank "
+            "local norms with the batch sizes for the two-batch estimator)"
+        )
+    elif snr is None or not np.isfinite(snr.values).any():
+        window = snr.window if snr is not None else p.diagnosis.proxy_window
+        count = int(np.isfinite(grad.values).sum())
+        reason = (
+            f"no SNR yet: {count} grad-norm samples, the SNR proxy needs {window} (a rolling window); log "
+            "per-rank local grad norms and the batch sizes for the two-batch estimator"
+        )
+    if reason is not None:
+        not_run.append(("snr", reason))
+    return not_run, reason
 
 
 def analyze_run(view: RunView, params: AnalysisParams | None = None) -> RunAnalysis:
-    """SNR, clipping statistics and diagnosed spikes of one run (pure: the store persists them)."""
+    """SNR, clipping statistics and diagnosed incidents of one run (pure: the store persists them).
+    Steps where every metric is non-finite or absent (:func:`stab_core.incidents.logging_gaps`) are
+    left out: the logging stopped there, training did not blow up."""
     p = params if params is not None else AnalysisParams()
     d = p.diagnosis
+    gaps = logging_gaps(view)
+    view = without_steps(view, gaps.dead_steps)
     snr = gradient_snr(view, d.proxy_window, d.ema_beta)
     context = prepare_context(view, d, snr)
     collapses = detect_snr_collapse(snr, d.snr_collapse_factor, d.snr_level_window) if snr is not None else []
     clip = run_clip_stats(view, p.clip_window, p.clip_saturation)
-    spikes = [DiagnosedSpike(spike, diagnose(view, spike, d, context)) for spike in _detect(view, p)]
+    spikes = _diagnosed(view, find_incidents(view, p), p, context)
+    not_run, snr_reason = _not_run(view, p, snr)
     return RunAnalysis(
         run=view.name,
         snr=snr,
@@ -222,6 +382,9 @@ def analyze_run(view: RunView, params: AnalysisParams | None = None) -> RunAnaly
         clip_steps=clip[0] if clip is not None else None,
         clip=clip[1] if clip is not None else None,
         spikes=spikes,
+        gaps=gaps,
+        not_run=not_run,
+        snr_reason=snr_reason,
     )
 
 
@@ -232,24 +395,27 @@ def explain_step(
     params: AnalysisParams | None = None,
     context: DiagnosisContext | None = None,
 ) -> DiagnosedSpike:
-    """Diagnose the spike at ``step`` (``stabscope diagnose RUN --step N``): the detected event covering
-    it if there is one, else an event built at the first logged sample at or after ``step``."""
+    """Diagnose the incident at ``step`` (``stabscope diagnose RUN --step N --force``): the incident
+    covering it if there is one, else an event built at the first logged sample of ``metric`` at or
+    after ``step``, walked as if it were a spike (for a spike seen elsewhere or below the thresholds)."""
     p = params if params is not None else AnalysisParams()
+    view = without_steps(view, logging_gaps(view).dead_steps)
     series = view.series.get(metric)
     if series is None or series.steps.size == 0:
         raise ValueError(f"run {view.name!r} has no {metric!r} series; it has {sorted(view.series)}")
     ctx = context if context is not None else prepare_context(view, p.diagnosis)
-    for spike in _detect(view, p):
-        until = spike.recovery_step if spike.recovery_step is not None else spike.end
-        if spike.metric == metric and spike.start <= step <= until:
-            return DiagnosedSpike(spike, diagnose(view, spike, p.diagnosis, ctx))
+    incidents = find_incidents(view, p)
+    found = incident_at(_diagnosed(view, incidents, p, ctx), step, metric)
+    if found is not None:
+        return found
     spike_params = p.grad_norm_spikes if metric.startswith("grad_norm") else p.loss_spikes
     event = event_at_step(series.steps, series.values, step, metric, spike_params)
     grad = view.series.get("grad_norm")
     if grad is not None and metric != "grad_norm":
         grad_events = detect_spikes(grad.steps, grad.values, "grad_norm", p.grad_norm_spikes)
         event = link_grad_norm_lead([event], grad_events, p.max_lead_steps)[0]
-    return DiagnosedSpike(event, diagnose(view, event, p.diagnosis, ctx))
+    earlier = [(i.start, i.until) for i in incidents if i.start < event.start]
+    return DiagnosedSpike(event, diagnose(view, event, p.diagnosis, ctx, earlier=earlier))
 
 
 # --------------------------------------------------------------------------------------------------

@@ -30,14 +30,24 @@ import numpy.typing as npt
 
 from stab_core.runview import FloatArray, IntArray, RankMatrix, RunView, Series
 from stab_core.schedulers import Transition, largest_lr_change, schedule_transitions
-from stab_core.snr import SnrSeries, gradient_snr, snr_drop
+from stab_core.snr import SnrSeries, gradient_snr, snr_drop, temporal_snr_proxy
 from stab_core.spikes import SpikeEvent
 
 Answer = Literal["yes", "no", "unknown"]
-Cause = Literal["numerical", "lr_transition", "rank_fault", "router", "data_outlier", "unknown"]
+Cause = Literal["numerical", "lr_transition", "rank_fault", "router", "data_outlier", "early_instability", "unknown"]
 Evidence = dict[str, float | int | str | bool | None]
 
-CAUSES: Final[tuple[str, ...]] = ("numerical", "lr_transition", "rank_fault", "router", "data_outlier", "unknown")
+CAUSES: Final[tuple[str, ...]] = (
+    "numerical",
+    "lr_transition",
+    "rank_fault",
+    "router",
+    "data_outlier",
+    "early_instability",
+    "unknown",
+)
+"""The tree's causes, plus ``early_instability``: the verdict on an incident that begins before the
+spike detector has a baseline (the first steps of a run), which the tree does not walk."""
 
 TRANSITION_EVENT_KINDS: Final = frozenset({"schedule_transition", "cycle_restart", "data_switch", "warmup_end"})
 """Logged run events that count as a schedule transition at node 2."""
@@ -128,6 +138,8 @@ class TreeNode:
     settled_by: str
     thresholds: dict[str, float]
     edges: tuple[TreeEdge, ...]
+    to_log: str = ""
+    """What to log so that the node can be answered (said when it could not be)."""
 
     def target(self, answer: str) -> str:
         for edge in self.edges:
@@ -185,6 +197,8 @@ LEAF_ACTIONS: Final[dict[str, tuple[str, ...]]] = {
     ),
     "leaf_lr_transition": (
         "Add a warmup restart at the transition (step {transition_step}): re-ramp the LR instead of jumping.",
+        "Lengthen the warmup or lower the peak LR: the spike began {steps_since_transition} steps after the "
+        "warmup reached its peak LR.",
         "Size restart_warmup at 1/4-1/3 of the initial warmup (e.g. 500-700 steps for a 2,000-step warmup).",
         "For a data-recipe switch, re-warm the LR from a lower value as well.",
     ),
@@ -200,7 +214,8 @@ LEAF_ACTIONS: Final[dict[str, tuple[str, ...]]] = {
         "Lower the router's learning rate.",
     ),
     "leaf_data_outlier_recovered": (
-        "Keep gradient clipping on: it absorbed this spike.",
+        "Keep gradient clipping on: it capped the grad norm ({clip_peak_grad_norm:.3g} before clipping) at "
+        "max_norm {max_norm:g} during this spike.",
         "Find the batches around step {start} and skip or deduplicate them in the data pipeline.",
     ),
     "leaf_data_outlier_diverged": (
@@ -210,17 +225,98 @@ LEAF_ACTIONS: Final[dict[str, tuple[str, ...]]] = {
         "Lower the peak LR.",
     ),
     "leaf_unknown": (
-        "Log the missing signals listed and diagnose again.",
+        "Log {missing_signals} and diagnose again: they settle the questions this log leaves open.",
         "Inspect the batches around step {start}.",
         "Re-run from the previous checkpoint to see whether the spike repeats (data) or not (transient).",
     ),
+    "leaf_early_instability": (
+        "Lower the peak LR or lengthen the warmup: from step {start} the loss rose to {ratio:.2f}x its lowest "
+        "value so far, with the LR at {lr_at_start:.3g}.",
+        "Check the initialisation scale and the first batches (tokenizer, masking, labels): a healthy loss "
+        "falls from the first steps.",
+        "Restart from the beginning (or the last checkpoint before step {start}) with those changes: the loss "
+        "has not come back to its level.",
+    ),
 }
 
-_PLACEHOLDER_FALLBACKS: Final[dict[str, str]] = {
-    "worst_rank": "the outlier",
-    "transition_step": "of the transition",
-    "start": "of the spike",
+
+@dataclass(frozen=True)
+class Premise:
+    """What an action takes for granted about the run: ``condition`` in words (shown when it cannot be
+    checked, e.g. in a walk by hand) and ``otherwise`` (said instead of the action when the data
+    cannot check it: what to log)."""
+
+    name: str
+    condition: str
+    otherwise: str | None = None
+
+
+PREMISES: Final[dict[str, Premise]] = {
+    "clip_absorbed": Premise(
+        "clip_absorbed",
+        "the grad norm before clipping exceeded max_norm during the spike",
+        "Record the run's max_norm (clip threshold) and log the grad norm before clipping: this log cannot "
+        "tell whether clipping capped this spike.",
+    ),
+    "not_recovered": Premise("not_recovered", "the loss did not come back to its level"),
+    "fp16": Premise(
+        "fp16",
+        "the run trains in fp16",
+        "Record the run's precision (fp16 or bf16): moving to bf16 helps only an fp16 run.",
+    ),
+    "loss_scale_fell": Premise(
+        "loss_scale_fell",
+        "the fp16 loss scale fell before the spike",
+        "Log the fp16 loss scale: whether it kept halving cannot be told from this log.",
+    ),
+    "nonfinite_seen": Premise("nonfinite_seen", "non-finite values were logged around the spike"),
+    "transition_is_restart": Premise(
+        "transition_is_restart", "the transition is a restart, LR jump or data switch (not the initial warmup)"
+    ),
+    "transition_is_warmup_end": Premise("transition_is_warmup_end", "the transition is the end of the initial warmup"),
+    "transition_is_data_switch": Premise("transition_is_data_switch", "the transition is a data-recipe switch"),
+    "signals_missing": Premise("signals_missing", "some question of the tree could not be answered"),
+    "lr_logged": Premise(
+        "lr_logged",
+        "the LR is logged",
+        "Log the LR: whether the instability came with the warmup's rise cannot be told from this log.",
+    ),
 }
+
+ACTION_PREMISES: Final[dict[str, str]] = {
+    LEAF_ACTIONS["leaf_numerical"][0]: "not_recovered",
+    LEAF_ACTIONS["leaf_numerical"][1]: "fp16",
+    LEAF_ACTIONS["leaf_numerical"][2]: "loss_scale_fell",
+    LEAF_ACTIONS["leaf_numerical"][3]: "nonfinite_seen",
+    LEAF_ACTIONS["leaf_lr_transition"][0]: "transition_is_restart",
+    LEAF_ACTIONS["leaf_lr_transition"][1]: "transition_is_warmup_end",
+    LEAF_ACTIONS["leaf_lr_transition"][2]: "transition_is_restart",
+    LEAF_ACTIONS["leaf_lr_transition"][3]: "transition_is_data_switch",
+    LEAF_ACTIONS["leaf_rank_fault"][2]: "not_recovered",
+    LEAF_ACTIONS["leaf_data_outlier_recovered"][0]: "clip_absorbed",
+    LEAF_ACTIONS["leaf_unknown"][0]: "signals_missing",
+    LEAF_ACTIONS["leaf_early_instability"][0]: "lr_logged",
+    LEAF_ACTIONS["leaf_early_instability"][2]: "not_recovered",
+}
+"""The premise each action rests on (actions not listed rest on the verdict alone)."""
+
+_L = LEAF_ACTIONS
+GENERIC_ACTIONS: Final[dict[str, str]] = {
+    _L["leaf_lr_transition"][0]: "Add a warmup restart at the transition: re-ramp the LR instead of jumping.",
+    _L["leaf_lr_transition"][1]: "Lengthen the warmup or lower the peak LR.",
+    _L["leaf_rank_fault"][
+        0
+    ]: "Inspect the outlier rank's node (GPU errors, ECC, thermals, interconnect) and its data shard.",
+    _L["leaf_data_outlier_recovered"][0]: "Keep gradient clipping on.",
+    _L["leaf_data_outlier_recovered"][1]: "Find the batches where the spike began and skip or deduplicate them in the "
+    "data pipeline.",
+    _L["leaf_data_outlier_diverged"][0]: "Roll back to a checkpoint ~100 steps before the spike.",
+    _L["leaf_unknown"][1]: "Inspect the batches where the spike began.",
+}
+"""What an action says when the numbers it names are not known (a walk by hand)."""
+
+PremiseCheck = tuple[bool | None, Evidence]
+"""A premise checked against a run: holds (True/False, None when the data cannot tell) and the numbers."""
 
 
 def build_tree(params: DiagnosisParams | None = None) -> DecisionTree:
@@ -242,6 +338,7 @@ def build_tree(params: DiagnosisParams | None = None) -> DecisionTree:
             settled_by="the spike's own series (always available); loss_scale for fp16 runs",
             thresholds={"loss_scale_collapse": p.loss_scale_collapse, "loss_scale_floor": p.loss_scale_floor},
             edges=chain("leaf_numerical", "lr_transition"),
+            to_log="the loss at every step",
         ),
         TreeNode(
             id="lr_transition",
@@ -256,6 +353,7 @@ def build_tree(params: DiagnosisParams | None = None) -> DecisionTree:
             "data_switch, warmup_end)",
             thresholds={"lr_window_steps": p.lr_window_steps, "lr_rel_change": p.lr_rel_change},
             edges=chain("leaf_lr_transition", "rank_concentration"),
+            to_log="the learning rate (lr) at every logged step",
         ),
         TreeNode(
             id="rank_concentration",
@@ -268,6 +366,7 @@ def build_tree(params: DiagnosisParams | None = None) -> DecisionTree:
             settled_by="per-rank grad_norm_local (or per-rank loss) for at least 2 ranks around the spike",
             thresholds={"rank_ratio": p.rank_ratio, "rank_max_fraction": p.rank_max_fraction},
             edges=chain("leaf_rank_fault", "router"),
+            to_log="per-rank gradient norms (grad_norm_local) or per-rank losses",
         ),
         TreeNode(
             id="router",
@@ -277,9 +376,12 @@ def build_tree(params: DiagnosisParams | None = None) -> DecisionTree:
                 f"Did the expert load imbalance (max/mean) jump >= {p.router_jump:g}x over its level in "
                 f"the {p.router_lead_steps} steps before the spike?"
             ),
-            settled_by="expert_load_max_over_mean (MoE runs), or meta num_experts = 1 for a dense model",
+            settled_by="expert_load_max_over_mean (MoE runs); for a dense model, the run's metadata num_experts=1 "
+            "(stabscope meta RUN num_experts=1, or Run settings in the dashboard)",
             thresholds={"router_jump": p.router_jump, "router_lead_steps": p.router_lead_steps},
             edges=chain("leaf_router", "snr_collapse"),
+            to_log="the MoE expert load (expert_load_max_over_mean), or num_experts=1 in the run's metadata "
+            "for a dense model",
         ),
         TreeNode(
             id="snr_collapse",
@@ -297,6 +399,7 @@ def build_tree(params: DiagnosisParams | None = None) -> DecisionTree:
                 TreeEdge("no", "leaf_unknown"),
                 TreeEdge("unknown", "leaf_unknown"),
             ),
+            to_log="the global gradient norm before clipping (grad_norm)",
         ),
     )
     leaves = (
@@ -347,14 +450,30 @@ class NodeVisit:
 
 
 @dataclass(frozen=True)
+class ActionCheck:
+    """An action and the premise it rests on, checked against the run: ``holds`` True (said), False
+    (not said), None (the data cannot tell: ``otherwise`` was said instead, if the premise has one)."""
+
+    action: str
+    premise: str | None
+    holds: bool | None
+    evidence: Evidence = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, object]:
+        return {"action": self.action, "premise": self.premise, "holds": self.holds, "evidence": dict(self.evidence)}
+
+
+@dataclass(frozen=True)
 class Diagnosis:
     """Where the walk ended and why.
 
     ``cause``: one of :data:`CAUSES`. ``confidence`` (0-1): the strength of the deciding "yes" (0.6 at
     its threshold, 1 well beyond it or for a non-finite value), times ``unknown_penalty`` per unknown
-    node passed; for ``unknown`` it is half the fraction of the five nodes that could be answered
-    (how thoroughly the known causes were ruled out). ``path``: the nodes visited in order. ``leaf``:
-    the leaf id. ``actions``: what to do. ``missing``: the data that would settle each unknown node.
+    node passed; 0 for ``unknown`` (no cause is held). ``path``: the nodes visited in order.
+    ``leaf``: the leaf id. ``actions``: what to do, each one whose premise holds in the run's data (or
+    what to log where the data cannot tell). ``missing``: the data that would settle each unknown
+    node. ``checks``: every action of the leaf with its premise and evidence. ``summary``: the
+    verdict in one sentence. ``answered``: how many nodes on the path were answered yes/no.
     """
 
     cause: Cause
@@ -363,6 +482,12 @@ class Diagnosis:
     leaf: str
     actions: list[str]
     missing: list[str]
+    checks: list[ActionCheck] = field(default_factory=list)
+    summary: str = ""
+
+    @property
+    def answered(self) -> int:
+        return sum(visit.answer != "unknown" for visit in self.path)
 
     def visited_ids(self) -> list[str]:
         """Node ids of the path, then the leaf: what :func:`tree_to_dot` highlights."""
@@ -378,25 +503,79 @@ class NodeResult:
     strength: float = 1.0
 
 
-class _Fallback(dict[str, object]):
-    def __missing__(self, key: str) -> object:
-        return _PLACEHOLDER_FALLBACKS.get(key, "?")
+def _format(action: str, facts: Mapping[str, object]) -> str | None:
+    """The action with its ``{placeholders}`` filled from ``facts``; None when one is not known (an
+    action never names a step or rank it does not have)."""
+    known = {key: value for key, value in facts.items() if value is not None}
+    try:
+        return action.format_map(known)
+    except (KeyError, ValueError, TypeError):
+        return None
 
 
-def _actions(leaf: TreeLeaf, facts: Mapping[str, object]) -> list[str]:
-    known = _Fallback({key: value for key, value in facts.items() if value is not None})
-    return [action.format_map(known) for action in leaf.actions]
+def checked_actions(
+    leaf_actions: Sequence[str],
+    facts: Mapping[str, object],
+    premises: Mapping[str, PremiseCheck],
+    manual: bool = False,
+) -> tuple[list[str], list[ActionCheck]]:
+    """The actions to say and every action's check. ``premises`` maps premise names to their check on
+    the run. In a walk by hand (``manual``) there is no run: an action whose premise is not in
+    ``premises`` is said as "If <condition>: <action>", and actions that need a run's numbers (a
+    step, a rank) are left out."""
+    said: list[str] = []
+    checks: list[ActionCheck] = []
+    for template in leaf_actions:
+        name = ACTION_PREMISES.get(template)
+        text = _format(template, facts) or GENERIC_ACTIONS.get(template)
+        if manual and name not in premises:
+            if text is None:
+                continue
+            if name is not None:
+                text = f"If {PREMISES[name].condition}: {text[0].lower()}{text[1:]}"
+            said.append(text)
+            checks.append(ActionCheck(text, name, None))
+            continue
+        holds, evidence = premises.get(name, (None, {})) if name is not None else (True, {})
+        if holds is True and text is not None:
+            said.append(text)
+            checks.append(ActionCheck(text, name, True, evidence))
+        elif holds is None and name is not None and PREMISES[name].otherwise is not None:
+            instead = PREMISES[name].otherwise or ""
+            said.append(instead)
+            checks.append(ActionCheck(instead, name, None, evidence))
+        else:
+            checks.append(ActionCheck(text or template, name, False if holds is not None else None, evidence))
+    return said, checks
+
+
+def _summary(leaf: TreeLeaf, path: Sequence[NodeVisit]) -> str:
+    answered = sum(visit.answer != "unknown" for visit in path)
+    if leaf.cause != "unknown":
+        return f"{leaf.title}."
+    if answered == len(path):
+        return f"No known cause matched: all {answered} questions of the tree were answered no."
+    return (
+        f"Cause not identified: {answered} of {len(path)} questions answered from the data, "
+        f"{len(path) - answered} could not be (see what to log)."
+    )
+
+
+PremiseReader = Callable[[Sequence[NodeVisit]], tuple[dict[str, object], dict[str, PremiseCheck]]]
+"""Given the path walked, the facts actions are written with and the premises checked on the run."""
 
 
 def _walk(
     tree: DecisionTree,
     answer_node: Callable[[TreeNode], NodeResult],
     recovered: bool | None,
-    facts: Mapping[str, object],
     unknown_penalty: float,
+    read_premises: PremiseReader | None,
 ) -> Diagnosis:
+    """Walk from the root; ``read_premises`` None is a walk by hand (no run to check premises on)."""
     path: list[NodeVisit] = []
     missing: list[str] = []
+    to_log: list[str] = []
     penalty = 1.0
     current = tree.root
     strength = 1.0
@@ -407,6 +586,7 @@ def _walk(
         label: str = result.answer
         if result.answer == "unknown":
             missing.append(node.settled_by)
+            to_log.append(node.to_log or node.settled_by)
             penalty *= unknown_penalty
         elif result.answer == "yes":
             strength = result.strength
@@ -416,21 +596,22 @@ def _walk(
                 label = "yes, recovered" if recovered else "yes, diverged"
         current = node.target(label)
     leaf = tree.leaf(current)
-    all_facts: dict[str, object] = dict(facts)
+    facts, premises = read_premises(path) if read_premises is not None else ({}, {})
     for visit in path:
-        all_facts.update(visit.evidence)
-    if leaf.cause == "unknown":
-        answered = sum(visit.answer != "unknown" for visit in path)
-        confidence = 0.5 * answered / len(tree.nodes)
-    else:
-        confidence = strength * penalty
+        facts.update({k: v for k, v in visit.evidence.items() if v is not None})
+    facts["missing_signals"] = "; ".join(to_log) if to_log else None
+    premises["signals_missing"] = (bool(missing), {"missing": len(missing)})
+    confidence = 0.0 if leaf.cause == "unknown" else strength * penalty
+    actions, checks = checked_actions(leaf.actions, facts, premises, manual=read_premises is None)
     return Diagnosis(
         cause=leaf.cause,
         confidence=float(min(1.0, max(0.0, confidence))),
         path=path,
         leaf=leaf.id,
-        actions=_actions(leaf, all_facts),
+        actions=actions,
         missing=missing,
+        checks=checks,
+        summary=_summary(leaf, path),
     )
 
 
@@ -453,7 +634,7 @@ def walk_tree(
         answer = cast(Answer, answers.get(node.id, "unknown"))
         return NodeResult(answer, {"manual": True}, 1.0)
 
-    return _walk(tree, manual, recovered, {}, unknown_penalty)
+    return _walk(tree, manual, recovered, unknown_penalty, None)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -467,6 +648,7 @@ class DiagnosisContext:
 
     snr: SnrSeries | None
     lr_usable: bool
+    grad_norm: Series | None = None
 
 
 def prepare_context(
@@ -477,7 +659,7 @@ def prepare_context(
     chosen = snr if snr is not None else gradient_snr(view, p.proxy_window, p.ema_beta)
     lr = view.series.get("lr")
     lr_usable = lr is not None and int(np.isfinite(lr.values).sum()) >= 2
-    return DiagnosisContext(snr=chosen, lr_usable=lr_usable)
+    return DiagnosisContext(snr=chosen, lr_usable=lr_usable, grad_norm=view.series.get("grad_norm"))
 
 
 def _interval(steps: IntArray) -> int:
@@ -744,13 +926,46 @@ def _node_router(view: RunView, spike: SpikeEvent, p: DiagnosisParams) -> NodeRe
     return NodeResult("no", evidence)
 
 
-def _node_snr_collapse(spike: SpikeEvent, p: DiagnosisParams, context: DiagnosisContext) -> NodeResult:
+def _without_earlier(
+    snr: SnrSeries, grad: Series | None, lo: int, hi: int, spans: Sequence[tuple[int, int]], interval: int
+) -> tuple[SnrSeries, int]:
+    """The SNR over lo..hi-1 without the samples of earlier incidents (``spans``), and how many grad-norm
+    or SNR samples were left out. The temporal proxy is recomputed from the grad norm with those samples
+    removed (one outlier stays in its rolling window for ``window`` samples: that tail is the earlier
+    incident's, not a precursor); the two-batch estimate has the incidents' own samples masked."""
+    if snr.estimator == "temporal_proxy" and grad is not None:
+        a, b = np.searchsorted(grad.steps, [lo - 2 * snr.window * interval, hi])
+        steps, values = grad.steps[a:b], grad.values[a:b]
+        keep = np.ones(steps.size, dtype=bool)
+        for start, end in spans:
+            c, d = np.searchsorted(steps, [start, end + 1])
+            keep[c:d] = False
+        return temporal_snr_proxy(steps[keep], values[keep], snr.window), int((~keep).sum())
+    a, b = np.searchsorted(snr.steps, [lo, hi])
+    steps, masked = snr.steps[a:b], snr.values[a:b].copy()
+    hidden = 0
+    for start, end in spans:
+        c, d = np.searchsorted(steps, [start, end + 1])
+        hidden += int(np.isfinite(masked[c:d]).sum())
+        masked[c:d] = np.nan
+    return SnrSeries(steps, masked, snr.estimator, snr.label, snr.window, snr.batch), hidden
+
+
+def _node_snr_collapse(
+    spike: SpikeEvent, p: DiagnosisParams, context: DiagnosisContext, earlier: Sequence[tuple[int, int]] = ()
+) -> NodeResult:
     snr = context.snr
     if snr is None or snr.steps.size == 0:
         return NodeResult("unknown", {"snr_available": False})
     interval = _interval(snr.steps)
     lookback = max(p.snr_lookback_steps, 10 * interval)
     baseline = max(p.snr_baseline_steps, 10 * interval)
+    lo = spike.onset - lookback - baseline
+    # an earlier incident's SNR fall (and the rolling window still carrying it) is its own, not a precursor
+    spans = [(start, until) for start, until in earlier if start < spike.onset and until >= lo - 2 * snr.window]
+    hidden = 0
+    if spans:
+        snr, hidden = _without_earlier(snr, context.grad_norm, lo, spike.onset, spans, interval)
     drop = snr_drop(snr, spike.onset, lookback, baseline)
     evidence: Evidence = {
         "estimator": snr.estimator,
@@ -763,6 +978,8 @@ def _node_snr_collapse(spike: SpikeEvent, p: DiagnosisParams, context: Diagnosis
         "samples": drop.samples,
         "recovered": spike.recovered,
         "recovery_step": spike.recovery_step,
+        "earlier_incident_start": max(start for start, _ in spans) if spans else None,
+        "samples_left_out_for_earlier_incidents": hidden,
     }
     if drop.samples == 0:
         return NodeResult("unknown", evidence)
@@ -773,29 +990,200 @@ def _node_snr_collapse(spike: SpikeEvent, p: DiagnosisParams, context: Diagnosis
     return NodeResult("no", evidence)
 
 
+def _lr_never_fell_before(view: RunView, step: int) -> bool | None:
+    """True when the logged LR did not fall anywhere before ``step`` (it is still in, or just out of,
+    the initial warmup); None without a usable LR."""
+    lr = view.series.get("lr")
+    if lr is None:
+        return None
+    end = int(np.searchsorted(lr.steps, step, side="right"))
+    values = lr.values[:end]
+    values = values[np.isfinite(values)]
+    if values.size < 2:
+        return None
+    return bool((np.diff(values) >= -1e-12 * np.abs(values[:-1]).max()).all())
+
+
+def _clip_premise(view: RunView, lo: int, hi: int) -> PremiseCheck:
+    """Did clipping act in steps lo..hi? From a logged ``clip_coef`` (< 1 means it scaled the
+    gradients), else from the pre-clip ``grad_norm`` against the run's ``max_norm``."""
+    grad = view.series.get("grad_norm")
+    evidence: Evidence = {"max_norm": None, "clip_peak_grad_norm": None, "clipped_steps": None}
+    if grad is not None:
+        norms = _window(grad, lo, hi)[1]
+        norms = norms[np.isfinite(norms)]
+        if norms.size:
+            evidence["clip_peak_grad_norm"] = float(norms.max())
+    coef = view.series.get("clip_coef")
+    if coef is not None:
+        values = _window(coef, lo, hi)[1]
+        values = values[np.isfinite(values)]
+        if values.size:
+            clipped = int((values < 1.0 - 1e-6).sum())
+            evidence["clipped_steps"] = clipped
+            evidence["clip_coef_min"] = float(values.min())
+            max_norm = view.meta.get("max_norm")
+            if isinstance(max_norm, int | float) and max_norm > 0:
+                evidence["max_norm"] = float(max_norm)
+            return clipped > 0, evidence
+    max_norm = view.meta.get("max_norm")
+    if not (isinstance(max_norm, int | float) and math.isfinite(max_norm) and max_norm > 0):
+        return None, evidence
+    evidence["max_norm"] = float(max_norm)
+    peak = evidence["clip_peak_grad_norm"]
+    if not isinstance(peak, float):
+        return None, evidence
+    return peak > float(max_norm), evidence
+
+
+def _precision_premise(view: RunView) -> PremiseCheck:
+    """Is the run fp16? From meta ``precision`` (or ``fp16``/``bf16`` flags), else from the loss scale:
+    a dynamic scale that moves means fp16, a constant 1.0 means no scaler (bf16/fp32)."""
+    precision = view.meta.get("precision")
+    if isinstance(precision, str) and precision:
+        return precision.lower() == "fp16", {"precision": precision, "source": "meta"}
+    for flag, value in (("fp16", True), ("bf16", False)):
+        if view.meta.get(flag) is True:
+            return value, {"precision": flag, "source": f"meta {flag}"}
+    scale = view.series.get("loss_scale")
+    if scale is not None:
+        values = scale.values[np.isfinite(scale.values)]
+        if values.size:
+            low, high = float(values.min()), float(values.max())
+            if high > low or low > 1.0:
+                return True, {"loss_scale_min": low, "loss_scale_max": high, "source": "loss_scale moves"}
+            return False, {"loss_scale_min": low, "loss_scale_max": high, "source": "loss_scale constant 1"}
+    return None, {"precision": None}
+
+
+def _premises(view: RunView, spike: SpikeEvent, until: int, path: Sequence[NodeVisit]) -> dict[str, PremiseCheck]:
+    """Every premise an action may rest on, checked on the run around ``spike`` (onset .. ``until``)."""
+    evidence = {visit.node: visit.evidence for visit in path}
+    numerical = evidence.get("numerical", {})
+    counts = [numerical.get(k) for k in ("nonfinite_loss", "nonfinite_grad_norm", "nan_iterations", "nonfinite_grads")]
+    nonfinite = bool(spike.nonfinite) or any(isinstance(c, int | float) and c > 0 for c in counts)
+    fp16 = _precision_premise(view)
+    drop = numerical.get("loss_scale_drop")
+    if isinstance(drop, int | float):
+        scale_fell: PremiseCheck = (drop >= 2.0, {"loss_scale_drop": drop})
+    else:
+        scale_fell = (False if fp16[0] is False else None, {"loss_scale_logged": "loss_scale" in view.series})
+    transition = evidence.get("lr_transition", {})
+    kind = transition.get("transition_kind")
+    step = transition.get("transition_step")
+    initial = _lr_never_fell_before(view, int(step)) if isinstance(step, int) else None
+    warmup = kind in ("warmup_end", "lr_rise") and initial is True
+    about: Evidence = {"transition_kind": kind, "transition_step": step, "lr_never_fell_before": initial}
+    recovered = spike.recovered and not spike.diverged
+    lr = view.series.get("lr")
+    lr_at_start = None
+    if lr is not None:
+        a = int(np.searchsorted(lr.steps, spike.start, side="right")) - 1
+        if a >= 0 and math.isfinite(lr.values[a]):
+            lr_at_start = float(lr.values[a])
+    return {
+        "not_recovered": (not recovered, {"recovered": recovered, "recovery_step": spike.recovery_step}),
+        "fp16": fp16,
+        "loss_scale_fell": scale_fell,
+        "nonfinite_seen": (nonfinite, {"nonfinite": nonfinite}),
+        "transition_is_restart": (kind is not None and not warmup, about),
+        "transition_is_warmup_end": (warmup, about),
+        "transition_is_data_switch": (kind == "data_switch", about),
+        "clip_absorbed": _clip_premise(view, spike.onset, until),
+        "lr_logged": (lr_at_start is not None, {"lr_at_start": lr_at_start}),
+    }
+
+
+def _facts(spike: SpikeEvent, premises: Mapping[str, PremiseCheck]) -> dict[str, object]:
+    facts: dict[str, object] = {"start": spike.start, "ratio": spike.ratio if math.isfinite(spike.ratio) else None}
+    for _, evidence in premises.values():
+        facts.update({k: v for k, v in evidence.items() if v is not None})
+    return facts
+
+
 def diagnose(
     view: RunView,
     spike: SpikeEvent,
     params: DiagnosisParams | None = None,
     context: DiagnosisContext | None = None,
+    *,
+    until: int | None = None,
+    earlier: Sequence[tuple[int, int]] = (),
 ) -> Diagnosis:
-    """Walk the tree for one spike from the run's data around it (see the module docstring).
+    """Walk the tree for one spike (or incident, whose primary event ``spike`` is) from the run's data
+    around it (see the module docstring), and check each action's premise on the data.
 
+    ``until``: the incident's last step (default: the spike's recovery, else its end), the window in
+    which clipping is looked for. ``earlier``: (start, until) of the run's earlier incidents; an SNR
+    fall inside one of them (or inside the SNR's memory after it) is that incident's, not a precursor.
     ``context`` carries per-run work (the SNR and its level); pass the same one for every spike of a
     run, else it is computed here."""
     p = params if params is not None else DiagnosisParams()
     ctx = context if context is not None else prepare_context(view, p)
+    last = until if until is not None else (spike.recovery_step if spike.recovery_step is not None else spike.end)
     tree = build_tree(p)
     answerers: dict[str, Callable[[], NodeResult]] = {
         "numerical": lambda: _node_numerical(view, spike, p),
         "lr_transition": lambda: _node_lr_transition(view, spike, p, ctx),
         "rank_concentration": lambda: _node_rank_concentration(view, spike, p),
         "router": lambda: _node_router(view, spike, p),
-        "snr_collapse": lambda: _node_snr_collapse(spike, p, ctx),
+        "snr_collapse": lambda: _node_snr_collapse(spike, p, ctx, earlier),
     }
-    facts = {"start": spike.start}
+
+    def read_premises(path: Sequence[NodeVisit]) -> tuple[dict[str, object], dict[str, PremiseCheck]]:
+        premises = _premises(view, spike, last, path)
+        return _facts(spike, premises), premises
+
     return _walk(
-        tree, lambda node: answerers[node.id](), spike.recovered and not spike.diverged, facts, p.unknown_penalty
+        tree,
+        lambda node: answerers[node.id](),
+        spike.recovered and not spike.diverged,
+        p.unknown_penalty,
+        read_premises,
+    )
+
+
+EARLY_INSTABILITY_LEAF: Final = TreeLeaf(
+    "leaf_early_instability",
+    "early_instability",
+    "Early instability: the loss rose over its starting level",
+    LEAF_ACTIONS["leaf_early_instability"],
+)
+"""The verdict on an incident in a run's first steps, before the tree has the history it needs."""
+
+
+def diagnose_early(
+    view: RunView, spike: SpikeEvent, params: DiagnosisParams | None = None, *, until: int | None = None
+) -> Diagnosis:
+    """The verdict on an early-instability incident: node 1 is asked (a non-finite loss is a numerical
+    fault whenever it happens, and then the whole tree is walked); otherwise the verdict is
+    ``early_instability``, with confidence from how far the loss rose (0.6 at 1.3x, 1 from 5.2x)."""
+    p = params if params is not None else DiagnosisParams()
+    numerical = _node_numerical(view, spike, p)
+    if numerical.answer == "yes":
+        return diagnose(view, spike, p, until=until)
+    tree = build_tree(p)
+    node = tree.node("numerical")
+    path = [NodeVisit(node.id, node.number, node.question, numerical.answer, numerical.evidence)]
+    last = until if until is not None else (spike.recovery_step if spike.recovery_step is not None else spike.end)
+    premises = _premises(view, spike, last, path)
+    facts = _facts(spike, premises)
+    facts.update({k: v for k, v in numerical.evidence.items() if v is not None})
+    actions, checks = checked_actions(EARLY_INSTABILITY_LEAF.actions, facts, premises)
+    ratio = spike.ratio if math.isfinite(spike.ratio) else 5.2
+    return Diagnosis(
+        cause="early_instability",
+        confidence=_strength(ratio, 1.3),
+        path=path,
+        leaf=EARLY_INSTABILITY_LEAF.id,
+        actions=actions,
+        missing=[],
+        checks=checks,
+        summary=(
+            f"Early instability: from step {spike.start} the loss rose to {ratio:.2f}x its lowest value so far "
+            f"(peak at step {spike.peak}), "
+            + ("and came back to its level." if spike.recovered else "and has not come back to its level.")
+        ),
     )
 
 

@@ -491,7 +491,7 @@ def _first_true_from(x: FloatArray, start: int, test: Callable[[FloatArray], npt
     return None
 
 
-def _build_event(
+def build_event(
     metric: str,
     steps: IntArray,
     x: FloatArray,
@@ -501,6 +501,8 @@ def _build_event(
     base: float,
     scale: float,
 ) -> SpikeEvent:
+    """The event of samples ``first..last`` (indices into ``steps``/``x``) judged against ``base``
+    (the level before it) and ``scale`` (its spread), recovering at index ``recovery`` (None: never)."""
     segment = x[first : last + 1]
     bad = ~np.isfinite(segment)
     nonfinite = bool(bad.any())
@@ -584,7 +586,7 @@ def detect_spikes(
             if later.size == 0 or int(later[0]) - recovery >= chosen.merge_gap:
                 break
             recovery = _first_true_from(x, int(later[0]) + 1, back_in_band)
-        events.append(_build_event(metric, int_steps, x, first, last, recovery, event_base, event_scale))
+        events.append(build_event(metric, int_steps, x, first, last, recovery, event_base, event_scale))
         cursor = int(np.searchsorted(flagged, last, side="right"))
     if grad_norm is not None and not metric.startswith("grad_norm"):
         grad_events = detect_spikes(grad_norm.steps, grad_norm.values, "grad_norm")
@@ -640,4 +642,4 @@ def event_at_step(
         )
     recovery = _first_true_from(x, first + 1, lambda chunk: _in_band(chunk, base, scale, chosen))
     last = recovery - 1 if recovery is not None else x.size - 1
-    return _build_event(metric, int_steps, x, first, last, recovery, base, scale)
+    return build_event(metric, int_steps, x, first, last, recovery, base, scale)

@@ -1,0 +1,348 @@
+"""What happened to a run, as a user acts on it: logging gaps, early instability, climbs, and incidents.
+
+A loss spike and the grad-norm spike that comes with it are one incident, not two: counts, steps lost
+and dollars are per incident. Steps where every logged metric is non-finite or absent, step time and
+memory included, are a gap in the logging (or its end), not a numerical fault: a NaN loss from an
+overflow leaves the step time, the LR and the memory finite.
+
+The spike detector (:mod:`stab_core.spikes`) needs ``min_history`` samples before it can judge one;
+:func:`early_rises` covers the samples before that (a loss that rises many-fold over its starting
+value), and :func:`detect_climbs` a sustained rise over the lowest level reached, which a rolling
+baseline follows up and so never flags.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Final, Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from stab_core.runview import FloatArray, IntArray, RankMatrix, RunView, Series
+from stab_core.spikes import SpikeEvent, build_event
+
+IncidentKind = Literal["spike", "early_instability", "climb"]
+
+EARLY_MIN_RATIO: Final = 1.3
+"""An early sample this many times the lowest loss before it is instability (a loss falls at the start)."""
+CLIMB_MIN_RATIO: Final = 1.3
+"""A smoothed loss this many times the lowest smoothed level reached is a climb ..."""
+CLIMB_MIN_SAMPLES: Final = 8
+"""... when it stays that high for at least this many logged samples."""
+RECOVER_RATIO: Final = 1.1
+"""An early rise or a climb has recovered once the loss is back within this factor of its level."""
+CLIMB_SMOOTH: Final = 5
+"""Samples in the trailing median that smooths the loss for :func:`detect_climbs` (one-sample spikes vanish)."""
+_CLIMB_MAX_POINTS: Final = 40_000
+"""Above this many samples, climbs are looked for on block medians (a climb spans many samples)."""
+
+_TRAINING_MATH: Final = frozenset(
+    {"clip_coef", "num-zeros", "num_zeros", "router_z_loss", "expert_load_max_over_mean", "nonfinite_grads", "snr"}
+)
+
+
+def is_training_math(metric: str) -> bool:
+    """True for metrics a numerical fault can turn non-finite (losses, gradient norms, the loss scale,
+    router statistics); False for bookkeeping a fault leaves finite (step time, memory, LR, tokens,
+    throughput, counters)."""
+    base = metric.split("/", 1)[0]
+    return "loss" in base or base.startswith("grad_norm") or base in _TRAINING_MATH
+
+
+# --------------------------------------------------------------------------------------------------
+# Logging gaps
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LoggingGaps:
+    """Where a run logged nothing usable: ``gaps`` are (first, last) step ranges with finite data after
+    them; ``end`` is the first step of a trailing such range (logging stopped), None if it did not;
+    ``dead_steps`` every such step (sorted)."""
+
+    gaps: tuple[tuple[int, int], ...]
+    end: int | None
+    dead_steps: IntArray
+
+    @property
+    def any(self) -> bool:
+        return self.dead_steps.size > 0
+
+
+def _nonfinite_steps(view: RunView) -> IntArray:
+    parts = [s.steps[~np.isfinite(s.values)] for s in view.series.values()]
+    for matrix in view.per_rank.values():
+        bad = matrix.present & ~np.isfinite(matrix.values)
+        parts.append(matrix.steps[bad.any(axis=0)])
+    return np.unique(np.concatenate(parts)) if parts else np.empty(0, np.int64)
+
+
+def _logged_at(steps: IntArray, candidates: IntArray) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.intp]]:
+    index = np.minimum(np.searchsorted(steps, candidates), max(steps.size - 1, 0))
+    hit = steps[index] == candidates if steps.size else np.zeros(candidates.size, dtype=bool)
+    return hit, index
+
+
+def logging_gaps(view: RunView) -> LoggingGaps:
+    """The steps at which every metric the run logged there is non-finite, at least one of them
+    bookkeeping (:func:`is_training_math` False): the logger wrote placeholders, training did not
+    blow up. Only steps holding some non-finite value are examined, so the cost follows them."""
+    candidates = _nonfinite_steps(view)
+    if candidates.size == 0:
+        return LoggingGaps((), None, candidates)
+    alive = np.zeros(candidates.size, dtype=bool)  # some finite value logged at the step
+    bookkeeping_dead = np.zeros(candidates.size, dtype=bool)
+    for name, series in view.series.items():
+        hit, index = _logged_at(series.steps, candidates)
+        finite = hit & np.isfinite(series.values[index]) if series.steps.size else hit
+        alive |= finite
+        if not is_training_math(name):
+            bookkeeping_dead |= hit & ~finite
+    for name, matrix in view.per_rank.items():
+        hit, index = _logged_at(matrix.steps, candidates)
+        columns = matrix.values[:, index] if matrix.steps.size else np.empty((0, candidates.size))
+        present = matrix.present[:, index] if matrix.steps.size else columns.astype(bool)
+        finite = (present & np.isfinite(columns)).any(axis=0) & hit
+        dead = (present & ~np.isfinite(columns)).any(axis=0) & hit
+        alive |= finite
+        if not is_training_math(name):
+            bookkeeping_dead |= dead
+    dead_steps = candidates[~alive & bookkeeping_dead]
+    if dead_steps.size == 0:
+        return LoggingGaps((), None, dead_steps)
+    last_alive = _last_finite_step(view)
+    ranges: list[tuple[int, int]] = []
+    # consecutive dead candidates (no finite step between them) form one range
+    breaks = np.flatnonzero(np.diff(np.searchsorted(candidates, dead_steps)) != 1) + 1
+    for chunk in np.split(dead_steps, breaks):
+        ranges.append((int(chunk[0]), int(chunk[-1])))
+    end = None
+    if last_alive is None or ranges[-1][0] > last_alive:
+        end = ranges.pop()[0]
+    return LoggingGaps(tuple(ranges), end, dead_steps)
+
+
+def _last_finite_step(view: RunView) -> int | None:
+    last: int | None = None
+    for series in view.series.values():
+        finite = np.flatnonzero(np.isfinite(series.values))
+        if finite.size:
+            step = int(series.steps[finite[-1]])
+            last = step if last is None else max(last, step)
+    for matrix in view.per_rank.values():
+        columns = np.flatnonzero((matrix.present & np.isfinite(matrix.values)).any(axis=0))
+        if columns.size:
+            step = int(matrix.steps[columns[-1]])
+            last = step if last is None else max(last, step)
+    return last
+
+
+def without_steps(view: RunView, dead_steps: IntArray) -> RunView:
+    """``view`` with the samples at ``dead_steps`` removed from every series and rank matrix (they are
+    absent, not evidence)."""
+    if dead_steps.size == 0:
+        return view
+    series = {}
+    for name, s in view.series.items():
+        keep = ~np.isin(s.steps, dead_steps, assume_unique=True)
+        series[name] = s if keep.all() else Series(s.steps[keep], s.values[keep])
+    per_rank = {}
+    for name, m in view.per_rank.items():
+        keep = ~np.isin(m.steps, dead_steps, assume_unique=True)
+        per_rank[name] = m if keep.all() else RankMatrix(m.ranks, m.steps[keep], m.values[:, keep], m.present[:, keep])
+    return replace(view, series=series, per_rank=per_rank)
+
+
+# --------------------------------------------------------------------------------------------------
+# Early instability and climbs
+# --------------------------------------------------------------------------------------------------
+
+
+def _finite(steps: IntArray, values: FloatArray) -> tuple[IntArray, FloatArray]:
+    keep = np.isfinite(values)
+    return (steps, values) if keep.all() else (steps[keep], values[keep])
+
+
+def _recovery(x: FloatArray, start: int, level: float) -> int | None:
+    back = np.flatnonzero(x[start:] <= RECOVER_RATIO * level)
+    return start + int(back[0]) if back.size else None
+
+
+def early_rises(steps: IntArray, values: FloatArray, history: int, metric: str = "loss") -> list[SpikeEvent]:
+    """Rises in the first ``history`` finite samples, where the spike detector has no baseline yet: a
+    sample at least :data:`EARLY_MIN_RATIO` times the lowest value before it. The event's baseline is
+    that lowest value; it recovers at the first sample back within :data:`RECOVER_RATIO` of it."""
+    s, x = _finite(steps, values)
+    events: list[SpikeEvent] = []
+    i = 1
+    limit = min(history, x.size)
+    while i < limit:
+        level = float(np.min(x[:i]))
+        if level > 0 and x[i] >= EARLY_MIN_RATIO * level:
+            recovery = _recovery(x, i + 1, level)
+            last = (recovery - 1) if recovery is not None else x.size - 1
+            events.append(build_event(metric, s, x, i, last, recovery, level, max(abs(level) * 0.01, 1e-12)))
+            if recovery is None:
+                break
+            i = recovery + 1
+            continue
+        i += 1
+    return events
+
+
+def _smoothed(x: FloatArray) -> tuple[FloatArray, IntArray, int]:
+    """Trailing median of :data:`CLIMB_SMOOTH` samples (medians of blocks of samples on long series),
+    the index into ``x`` of each smoothed point's last sample, and the samples per point."""
+    block = max(1, x.size // _CLIMB_MAX_POINTS)
+    if block > 1:
+        n = (x.size // block) * block
+        points = np.median(x[:n].reshape(-1, block), axis=1)
+        return points, np.arange(block - 1, n, block, dtype=np.int64), block
+    padded = np.concatenate([np.full(CLIMB_SMOOTH - 1, x[0]), x])
+    windows = np.lib.stride_tricks.sliding_window_view(padded, CLIMB_SMOOTH)
+    return np.median(windows, axis=1), np.arange(x.size, dtype=np.int64), 1
+
+
+def detect_climbs(steps: IntArray, values: FloatArray, metric: str = "loss") -> list[SpikeEvent]:
+    """Sustained rises: the smoothed series (:func:`_smoothed`) stays at least :data:`CLIMB_MIN_RATIO`
+    times the lowest smoothed level reached before it for :data:`CLIMB_MIN_SAMPLES` samples or more.
+    The event starts at the step where that lowest level was reached, has it as baseline, and recovers
+    once the smoothed series is back within :data:`RECOVER_RATIO` of it."""
+    s, x = _finite(steps, values)
+    if x.size < CLIMB_MIN_SAMPLES + CLIMB_SMOOTH:
+        return []
+    smooth, last_index, block = _smoothed(x)
+    floor = np.minimum.accumulate(smooth)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        high = (floor > 0) & (smooth >= CLIMB_MIN_RATIO * floor)
+    events: list[SpikeEvent] = []
+    i = 0
+    points_needed = max(1, math.ceil(CLIMB_MIN_SAMPLES / block))
+    while i < smooth.size:
+        if not high[i]:
+            i += 1
+            continue
+        j = i
+        while j < smooth.size and high[j]:
+            j += 1
+        if j - i >= points_needed:
+            level = float(floor[i])
+            origin = int(last_index[int(np.flatnonzero(smooth[: i + 1] == level)[-1])])
+            # the climb leaves the band after the lowest raw sample behind the lowest smoothed point
+            lo = max(0, origin - max(block, CLIMB_SMOOTH) + 1)
+            bottom = lo + int(np.argmin(x[lo : origin + 1]))
+            level = float(x[bottom])
+            # ... at the sample after the last one within the band before the smoothed series rose
+            rise = int(last_index[i])
+            inside = np.flatnonzero(x[bottom : rise + 1] <= RECOVER_RATIO * level)
+            first = min(rise, bottom + int(inside[-1]) + 1) if inside.size else bottom
+            high_end = int(last_index[j - 1])
+            recovery = _recovery(x, max(first + 1, high_end), level)
+            last = (recovery - 1) if recovery is not None else x.size - 1
+            scale = max(abs(level) * 0.01, 1e-12)
+            events.append(build_event(metric, s, x, first, max(first, last), recovery, level, scale))
+            if recovery is None:
+                break
+            i = max(j, int(np.searchsorted(last_index, recovery)) + 1)
+            continue
+        i = j
+    return events
+
+
+# --------------------------------------------------------------------------------------------------
+# Incidents
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Incident:
+    """One thing that happened: ``members`` are the detected events in it (``primary`` first: the loss
+    event if there is one, else the largest). ``co_moves``: for watched metrics with no detected member,
+    their peak over their level inside the incident (e.g. the loss at 1.09x during a grad-norm spike).
+    ``kind``: a ``spike`` from the detector, ``early_instability`` (begins before the detector has a
+    full baseline: the first ``window`` samples) or a ``climb``."""
+
+    kind: IncidentKind
+    members: tuple[SpikeEvent, ...]
+    co_moves: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def primary(self) -> SpikeEvent:
+        return self.members[0]
+
+    @property
+    def start(self) -> int:
+        return min(m.start for m in self.members)
+
+    @property
+    def until(self) -> int:
+        """The last step of the incident: the latest recovery, or end when one never recovered."""
+        return max(_until(m) for m in self.members)
+
+    @property
+    def metrics(self) -> list[str]:
+        return list(dict.fromkeys(m.metric for m in self.members))
+
+
+def _until(event: SpikeEvent) -> int:
+    return event.recovery_step if event.recovery_step is not None else event.end
+
+
+def _primary_order(event: SpikeEvent) -> tuple[int, float]:
+    ratio = event.ratio if math.isfinite(event.ratio) else math.inf
+    return (0 if event.metric == "loss" else 1, -ratio)
+
+
+def group_incidents(
+    events: Sequence[tuple[SpikeEvent, IncidentKind]], join_steps: int, max_lead_steps: int
+) -> list[tuple[IncidentKind, list[SpikeEvent]]]:
+    """Events whose spans (start .. recovery) overlap or lie within ``join_steps`` of each other, or a
+    grad-norm event that starts at most ``max_lead_steps`` before a loss event, are one incident. The
+    kind is the first member's unless a detected ``spike`` is in it ... early instability wins over both."""
+    ordered = sorted(events, key=lambda item: (item[0].start, item[0].metric != "grad_norm"))
+    groups: list[tuple[IncidentKind, list[SpikeEvent]]] = []
+    reach = -math.inf
+    for event, kind in ordered:
+        lead_ok = event.metric == "loss" and any(
+            m.metric.startswith("grad_norm") and 0 <= event.start - m.start <= max_lead_steps
+            for m in (groups[-1][1] if groups else [])
+        )
+        join = 0 if kind == "climb" or kind == "early_instability" else join_steps
+        if groups and (event.start <= reach + join or lead_ok):
+            old_kind, members = groups[-1]
+            members.append(event)
+            groups[-1] = (_merged_kind(old_kind, kind), members)
+        else:
+            groups.append((kind, [event]))
+            reach = -math.inf
+        reach = max(reach, _until(event))
+    return [(kind, sorted(members, key=_primary_order)) for kind, members in groups]
+
+
+def _merged_kind(a: IncidentKind, b: IncidentKind) -> IncidentKind:
+    for kind in ("early_instability", "spike", "climb"):
+        if kind in (a, b):
+            return kind  # type: ignore[return-value]
+    return a
+
+
+def window_ratio(series: Series | None, start: int, until: int, baseline: float | None = None) -> float | None:
+    """The series' largest finite value in ``start..until`` over its median in the 63 samples before
+    ``start`` (or over ``baseline``): how far a metric moved inside an incident. None without data."""
+    if series is None or series.steps.size == 0:
+        return None
+    a, b = np.searchsorted(series.steps, [start, until + 1])
+    inside = series.values[a:b]
+    inside = inside[np.isfinite(inside)]
+    if inside.size == 0:
+        return None
+    if baseline is None:
+        before = series.values[max(0, a - 63) : a]
+        before = before[np.isfinite(before)]
+        if before.size == 0:
+            return None
+        baseline = float(np.median(before))
+    return float(inside.max() / baseline) if baseline > 0 else None
