@@ -15,7 +15,10 @@ later one namespaced by its file) and a note says which metric, at which steps.
 
 from __future__ import annotations
 
+import hashlib
+import os
 import re
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -103,11 +106,13 @@ def sort_inputs(paths: Sequence[Path], *, custom_dir: Path | None = None) -> Sor
     """Sort ``paths`` into logs, the config and skipped files (see the module's rule)."""
     out = SortedInputs()
     loose: list[tuple[Path, Path]] = []  # (file, the folder it is named relative to)
+    given = [Path(os.path.abspath(p)) for p in paths if Path(p).is_file()]
+    files_root = Path(os.path.commonpath([str(f.parent) for f in given])) if given else Path()
     for path in (Path(p) for p in paths):
         if not path.exists():
             raise StabScopeError("no such file or folder", path=str(path))
         if path.is_file():
-            loose.append((path, path.parent))
+            loose.append((Path(os.path.abspath(path)), files_root))
             continue
         out.roots.append(path)
         whole = _whole_folder_format(path, custom_dir)
@@ -119,6 +124,7 @@ def sort_inputs(paths: Sequence[Path], *, custom_dir: Path | None = None) -> Sor
         out.formats[path] = whole
         taken = _taken_by(whole, path)
         loose.extend((f, path) for f in files if taken is not None and f not in taken)
+    loose = _without_copies(loose, out)
     together = detect([f for f, _ in loose], custom_dir=custom_dir) if loose else []
     configs: list[tuple[int, Path, str]] = []
     for f, root in loose:
@@ -140,6 +146,26 @@ def sort_inputs(paths: Sequence[Path], *, custom_dir: Path | None = None) -> Sor
         for _, _, name in configs[1:]:
             out.skipped.append((name, f"another config: {configs[0][2]} is the run's config"))
     return out
+
+
+def _without_copies(files: list[tuple[Path, Path]], out: SortedInputs) -> list[tuple[Path, Path]]:
+    """``files`` less byte-for-byte copies of an earlier one (listed as skipped): a log uploaded
+    twice would otherwise repeat its own steps, which reads as a restart."""
+    kept: list[tuple[Path, Path]] = []
+    seen: dict[tuple[int, str], Path] = {}
+    sizes = Counter(f.stat().st_size for f, _ in files)
+    for f, root in files:
+        size = f.stat().st_size
+        if sizes[size] < 2:
+            kept.append((f, root))
+            continue
+        digest = hashlib.sha256(f.read_bytes()).hexdigest()
+        first = seen.setdefault((size, digest), f)
+        if first == f:
+            kept.append((f, root))
+        else:
+            out.skipped.append((str(f.relative_to(root)), f"a copy of {_shown(first, [root])}"))
+    return kept
 
 
 def _shown(path: Path, roots: list[Path]) -> str:

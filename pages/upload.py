@@ -13,7 +13,7 @@ import streamlit as st
 
 from ingest.errors import StabScopeError
 from ingest.formats import FORMATS, detect
-from ingest.import_inputs import ImportRead, read_inputs
+from ingest.import_inputs import ImportRead, read_inputs, sort_inputs
 from pages.common import (
     MAX_UPLOAD_BYTES,
     MISSING,
@@ -69,6 +69,9 @@ if not staged or staged[0] != signature:
 paths = staged[1]
 store = get_store()
 candidates = detect(paths, custom_dir=store.root / "formats")
+if not candidates and len(paths) > 1:  # a README or a config among the logs: rate the logs alone
+    logs = sort_inputs(paths, custom_dir=store.root / "formats").logs
+    candidates = detect(logs, custom_dir=store.root / "formats") if logs else []
 c1, c2 = st.columns(2)
 best = f"{AUTO} ({candidates[0][0]}, {candidates[0][1]:.0%})" if candidates else f"{AUTO} (no match)"
 choice = c1.selectbox("Format", [best, *FORMATS], key="up_format", help="Override when the detection is wrong")

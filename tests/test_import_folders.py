@@ -92,3 +92,16 @@ def test_the_keras_folder_lists_what_it_skipped(tmp_path: Path) -> None:
     assert read.parsed.table.num_rows == 60 and read.parsed.events == []
     assert [p.split("/")[0] for p in read.summary()["logs"]] == ["train", "validation"]
     assert read.inputs.skipped == [("PROVENANCE.txt", "documentation, not a training log")]
+
+
+def test_a_file_given_twice_is_read_once(tmp_path: Path) -> None:
+    log = tmp_path / "a" / "train.jsonl"
+    log.parent.mkdir()
+    log.write_text("".join(f'{{"step": {s}, "loss": {4 - s / 10}}}\n' for s in range(1, 6)))
+    copy = tmp_path / "b" / "train.jsonl"
+    copy.parent.mkdir()
+    copy.write_bytes(log.read_bytes())
+    read = read_inputs([log, copy])
+    assert read.parsed.series("loss")[0].tolist() == [1, 2, 3, 4, 5]
+    assert read.parsed.events == []  # its steps "repeating" in the copy are no restart
+    assert read.inputs.skipped == [("b/train.jsonl", "a copy of a/train.jsonl")]

@@ -128,6 +128,7 @@ def test_a_run_folder_upload_skips_what_is_not_a_log(empty_store: Store) -> None
     at.run()
     assert not at.exception and not at.error
     assert _metrics(at)["Format"] == "lightning_csv"
+    assert str(at.selectbox(key="up_format").value).startswith("auto-detect (lightning_csv")
     skipped = at.dataframe[-1].value  # after the preview and any rejected lines
     assert skipped.to_dict("records") == [{"file": "PROVENANCE.txt", "why": "documentation, not a training log"}]
     assert any("run config: hparams.yaml" in c.value for c in at.caption)
