@@ -34,20 +34,10 @@ from stab_core.snr import SnrSeries, gradient_snr, snr_drop, temporal_snr_proxy
 from stab_core.spikes import SpikeEvent
 
 Answer = Literal["yes", "no", "unknown"]
-Cause = Literal["numerical", "lr_transition", "rank_fault", "router", "data_outlier", "early_instability", "unknown"]
+Cause = Literal["numerical", "lr_transition", "rank_fault", "router", "data_outlier", "unknown"]
 Evidence = dict[str, float | int | str | bool | None]
 
-CAUSES: Final[tuple[str, ...]] = (
-    "numerical",
-    "lr_transition",
-    "rank_fault",
-    "router",
-    "data_outlier",
-    "early_instability",
-    "unknown",
-)
-"""The tree's causes, plus ``early_instability``: the verdict on an incident that begins before the
-spike detector has a baseline (the first steps of a run), which the tree does not walk."""
+CAUSES: Final[tuple[str, ...]] = ("numerical", "lr_transition", "rank_fault", "router", "data_outlier", "unknown")
 
 TRANSITION_EVENT_KINDS: Final = frozenset({"schedule_transition", "cycle_restart", "data_switch", "warmup_end"})
 """Logged run events that count as a schedule transition at node 2."""
@@ -1145,19 +1135,21 @@ def diagnose(
 
 EARLY_INSTABILITY_LEAF: Final = TreeLeaf(
     "leaf_early_instability",
-    "early_instability",
+    "unknown",
     "Early instability: the loss rose over its starting level",
     LEAF_ACTIONS["leaf_early_instability"],
 )
-"""The verdict on an incident in a run's first steps, before the tree has the history it needs."""
+"""The verdict on an incident in a run's first steps, before the tree has the history it needs: what
+happened is known (the loss rose over its starting level), its root cause is not (cause ``unknown``)."""
 
 
 def diagnose_early(
     view: RunView, spike: SpikeEvent, params: DiagnosisParams | None = None, *, until: int | None = None
 ) -> Diagnosis:
     """The verdict on an early-instability incident: node 1 is asked (a non-finite loss is a numerical
-    fault whenever it happens, and then the whole tree is walked); otherwise the verdict is
-    ``early_instability``, with confidence from how far the loss rose (0.6 at 1.3x, 1 from 5.2x)."""
+    fault whenever it happens, and then the whole tree is walked); otherwise the leaf is
+    :data:`EARLY_INSTABILITY_LEAF`: cause ``unknown`` (confidence 0: the log shows the instability,
+    not its cause), its actions checked on the run like any other."""
     p = params if params is not None else DiagnosisParams()
     numerical = _node_numerical(view, spike, p)
     if numerical.answer == "yes":
@@ -1172,8 +1164,8 @@ def diagnose_early(
     actions, checks = checked_actions(EARLY_INSTABILITY_LEAF.actions, facts, premises)
     ratio = spike.ratio if math.isfinite(spike.ratio) else 5.2
     return Diagnosis(
-        cause="early_instability",
-        confidence=_strength(ratio, 1.3),
+        cause="unknown",
+        confidence=0.0,
         path=path,
         leaf=EARLY_INSTABILITY_LEAF.id,
         actions=actions,

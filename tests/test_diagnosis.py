@@ -28,8 +28,7 @@ def test_tree_has_five_nodes_in_the_issue_order() -> None:
     assert [n.id for n in DECISION_TREE.nodes] == list(NODE_IDS)
     assert [n.number for n in DECISION_TREE.nodes] == [1, 2, 3, 4, 5]
     assert DECISION_TREE.root == "numerical"
-    # early_instability is the verdict on incidents before the tree has its history: no leaf of the tree
-    assert {leaf.cause for leaf in DECISION_TREE.leaves} | {"early_instability"} == set(CAUSES)
+    assert {leaf.cause for leaf in DECISION_TREE.leaves} == set(CAUSES)
 
 
 def test_every_edge_lands_on_a_node_or_leaf_and_every_answer_has_one() -> None:
