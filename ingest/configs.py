@@ -235,6 +235,74 @@ def meta_with_config_facts(meta: Mapping[str, Any]) -> dict[str, Any]:
     return {**run_meta_from_config(config), **meta}
 
 
+_RUN_META_TO_CONFIG: tuple[tuple[str, str], ...] = (
+    ("planned_steps", "total_steps"),
+    ("max_norm", "max_norm"),
+    ("precision", "precision"),
+    ("num_experts", "num_experts"),
+    ("save_interval", "checkpoint_interval_steps"),
+    ("gpus", "gpus"),
+    ("world_size", "gpus"),  # a run's world size is its GPU count; the checklist's world_size is DP ranks
+    ("step_time_s", "step_time_s"),
+    ("data_parallel", "world_size"),
+)
+_LOG_ARGS_SOURCE = "the log's argument dump"
+
+
+def config_from_run_meta(meta: Mapping[str, Any]) -> dict[str, Any]:
+    """The checklist config (``CONFIG_KEYS``) a stored run's metadata states, ``{}`` when it states none.
+
+    In order of precedence: the metadata a user set (``stabscope meta``, the Run settings form), the config
+    text attached at upload (``config_text``), Megatron's argument dump kept at import (``meta['args']``),
+    then the settings a log reader stored (``total_steps``, ``warmup_steps``, ``peak_lr``, ...).
+    ``key_sources`` says which one each key came from.
+    """
+    from ingest.run_meta import user_keys
+
+    out = _Mapped()
+    owned = user_keys(meta)
+    layers: list[tuple[dict[str, Any], dict[str, str]]] = []
+    for run_key, config_key in _RUN_META_TO_CONFIG:
+        value = meta.get(run_key)
+        if run_key in owned and value is not None:
+            layers.append(({config_key: value}, {config_key: f"run metadata {run_key} (set by you)"}))
+    text = meta.get("config_text")
+    if isinstance(text, str):
+        try:
+            attached = read_run_config(text, str(meta.get("config_filename") or "config"))
+            layers.append((attached, dict(attached.get("key_sources") or {})))
+        except StabScopeError:
+            pass  # checked when it was attached; a config that no longer parses states nothing
+    args = meta.get("args")
+    if isinstance(args, Mapping) and args:
+        # the format reader keeps the dump's values as text ('True', 'None'): read them as the dump wrote them
+        literal = {str(k): _literal(v) if isinstance(v, str) else v for k, v in args.items()}
+        try:
+            dump = normalise_config(literal, filename=_LOG_ARGS_SOURCE)
+            if dump.get("source_format") == "megatron":
+                layers.append((dump, {k: f"{_LOG_ARGS_SOURCE}: {v}" for k, v in dump["key_sources"].items()}))
+        except StabScopeError:
+            pass
+    stated = {k: v for k, v in meta.items() if k in CONFIG_KEYS and k not in ("world_size", "key_sources")}
+    layers.append((stated, {k: f"run metadata {k}" for k in stated}))
+    for run_key, config_key in _RUN_META_TO_CONFIG:
+        if meta.get(run_key) is not None:
+            layers.append(({config_key: meta[run_key]}, {config_key: f"run metadata {run_key}"}))
+    for values, sources in layers:
+        for key, value in values.items():
+            if key in ("source_format", "key_sources") or key in out.values or value is None:
+                continue
+            try:
+                out.set(key, _coerce(key, value, sources.get(key, key), "run metadata"), sources.get(key, key))
+            except StabScopeError:
+                continue
+    if not out.values:
+        return {}
+    out.set("source_format", "stored run", "")
+    _derive(out)
+    return {**out.values, "key_sources": dict(out.sources)}
+
+
 # --------------------------------------------------------------------------------------------------
 # Parsing
 # --------------------------------------------------------------------------------------------------

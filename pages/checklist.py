@@ -15,7 +15,7 @@ from typing import Any
 
 import streamlit as st
 
-from ingest.configs import FORMATS, ConfigFormat, read_run_config
+from ingest.configs import FORMATS, ConfigFormat, config_from_run_meta, read_run_config
 from ingest.errors import StabScopeError
 from pages.common import get_store, list_runs, show_error, store_root
 from stab_core.checklist import ItemResult, checklist_markdown, evaluate_checklist, failing_p0, run_facts
@@ -27,13 +27,12 @@ FORMAT_CHOICES: dict[str, ConfigFormat | None] = {"auto-detect": None, **{f: f f
 
 
 def stored_config(meta: dict[str, Any]) -> dict[str, Any] | None:
-    """A run's normalised config: ``meta['config']`` (simulated runs) or the config text kept by the Upload page."""
+    """A run's normalised config: ``meta['config']`` (simulated runs), else what its metadata states
+    (``ingest.configs.config_from_run_meta``: the settings a user set, the config kept by the Upload page,
+    the argument dump parsed at import, the settings a log reader found); None when it states nothing."""
     if isinstance(meta.get("config"), dict):
         return dict(meta["config"])
-    text = meta.get("config_text")
-    if isinstance(text, str):
-        return read_run_config(text, str(meta.get("config_filename") or "stored config"))
-    return None
+    return config_from_run_meta(meta) or None
 
 
 @st.cache_data(show_spinner="Reading the run…", max_entries=64)
@@ -62,18 +61,16 @@ st.caption(
 left, right = st.columns(2)
 upload = left.file_uploader(
     "Run config: YAML, JSON, TOML (Megatron-LM, HF Trainer, torchtitan) or a Megatron arguments dump",
-    type=["yaml", "yml", "json", "toml", "txt", "log", "args"],
+    type=["yaml", "yml", "json", "toml", "txt", "log", "out", "args"],
     key="ck_upload",
 )
 fmt = left.selectbox("Format", list(FORMAT_CHOICES), key="ck_format")
 names = [r.name for r in list_runs()]
-wanted = st.session_state.get("selected_run")
-run_name = right.selectbox(
-    "Stored run (its config and its own metrics)",
-    [NO_RUN, *names],
-    index=names.index(wanted) + 1 if wanted in names else 0,
-    key="ck_run",
-)
+wanted = st.session_state.get("selected_run") or st.query_params.get("run")  # as pages.common.pick_run
+if wanted in names and wanted != st.session_state.get("ck_followed"):
+    st.session_state["ck_run"] = wanted  # a run picked on another page since this page last followed one
+    st.session_state["ck_followed"] = wanted
+run_name = right.selectbox("Stored run (its config and its own metrics)", [NO_RUN, *names], key="ck_run")
 
 uploaded: dict[str, Any] | None = None
 stored: dict[str, Any] | None = None
@@ -86,10 +83,16 @@ try:
         if not mapped:
             left.warning(f"No checklist setting recognised in {upload.name}: is it a trainer config?")
     if run_name != NO_RUN:
-        st.session_state["selected_run"] = run_name
+        st.session_state["selected_run"] = st.session_state["ck_followed"] = run_name
         stored, facts = run_inputs(store_root(), run_name, get_store().run_info(run_name).gen)
         if stored is None:
-            right.caption(f"{run_name} has no stored config: only its metrics answer items.")
+            right.caption(
+                f"{run_name}'s log states no settings and none were set: only its metrics answer items "
+                "(set them with `Run settings` on the Cost or Spikes page, or upload the config here)."
+            )
+        else:
+            stated = sorted(set(stored) - {"source_format", "key_sources"})
+            right.caption(f"{run_name}: {len(stated)} settings from its log and metadata ({', '.join(stated[:8])}…).")
     results = evaluate_checklist(merged_config(stored, uploaded), facts)
 except (StabScopeError, ValueError) as exc:
     show_error(exc)

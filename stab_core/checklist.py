@@ -199,6 +199,9 @@ RUN_FACT_KEYS: dict[str, str] = {
     "total_steps": "last logged step + 1 (steps)",
     "step_time_s": "median step time (s)",
     "gpus": "GPUs in the job, from the run's metadata (count)",
+    "lr_peak": "highest logged LR",
+    "lr_floor_ratio": "last logged LR / the highest (0-1; ~0 = the LR decays to zero)",
+    "lr_floor_step": "step of that last logged LR",
 }
 """Facts about a run's own data that answer checklist items (see :func:`run_facts`)."""
 
@@ -332,12 +335,25 @@ def _check_min_lr(config: Mapping[str, Any], facts: Mapping[str, Any]) -> Grade:
         min_lr, peak = _number(config, "min_lr"), _number(config, "peak_lr")
         if min_lr is not None and peak:
             ratio = min_lr / peak
+    evidence = [] if ratio is None else [f"min_lr_ratio = {ratio:.3g}{_from(config, 'min_lr_ratio')}"]
+    logged, peak_lr, low_step = (_number(facts, k) for k in ("lr_floor_ratio", "lr_peak", "lr_floor_step"))
+    if logged is not None and peak_lr is not None and low_step is not None:
+        seen = f"the logged LR ends at {logged:.3g} x its peak {peak_lr:.3g} (step {low_step:,.0f})"
+        if logged < MIN_LR_RATIO_FLOOR:
+            # what the run did answers the item, whatever its config says
+            evidence.append(f"{seen}: below {MIN_LR_RATIO_FLOOR:g}, it decays to practically 0 (use 0.1)")
+            return "fail", evidence, True
+        evidence.append(seen)
     if ratio is None:
-        return "unknown", ["no LR floor found in the config; tick once min_lr / peak_lr > 0 is confirmed"], True
-    text = f"min_lr_ratio = {ratio:.3g}{_from(config, 'min_lr_ratio')}"
+        return (
+            "unknown",
+            [*evidence, "no LR floor found in the config; tick once min_lr / peak_lr > 0 is confirmed"],
+            True,
+        )
     if ratio < MIN_LR_RATIO_FLOOR:
-        return "fail", [text + f": below {MIN_LR_RATIO_FLOOR:g}, the LR decays to practically 0 (use 0.1)"], True
-    return "pass", [text], True
+        evidence[0] += f": below {MIN_LR_RATIO_FLOOR:g}, the LR decays to practically 0 (use 0.1)"
+        return "fail", evidence, True
+    return "pass", evidence, True
 
 
 def _check_checkpoints(config: Mapping[str, Any], facts: Mapping[str, Any]) -> Grade:
@@ -658,6 +674,13 @@ def _lr_facts(view: RunView) -> dict[str, Any]:
         facts["max_lr_jump_step"] = int(biggest.step)
     else:
         facts["max_lr_jump"] = 0.0
+    finite = np.isfinite(lr.values)
+    values, steps = lr.values[finite], lr.steps[finite]
+    if values.size and float(values.max()) > 0:
+        # the LR the run ends on: a dip that re-warms (a restart) is not the floor, the end of the decay is
+        facts["lr_peak"] = float(values.max())
+        facts["lr_floor_ratio"] = float(values[-1] / values.max())
+        facts["lr_floor_step"] = int(steps[-1])
     first_peak = next((t for t in transitions if t.kind == "warmup_end"), None)
     if first_peak is not None and first_peak.lr_before < first_peak.lr_after:
         facts["warmup_steps"] = int(first_peak.step - lr.steps[0])

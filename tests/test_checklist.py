@@ -284,3 +284,25 @@ def test_run_facts_on_a_smooth_schedule_without_per_rank_data() -> None:
     assert facts["max_lr_jump"] == 0.0
     assert facts["per_rank_metrics"] is False
     assert facts["clip_ratio"] == 0.0
+
+
+@pytest.mark.parametrize(
+    ("config", "end", "status"),
+    [
+        ({}, 0.0, "fail"),  # llm.c-like: the logged LR decays to 0, which answers the item with no config
+        ({"min_lr_ratio": 0.1}, 0.0, "fail"),  # the data beats a config that claims a floor
+        ({}, 0.1, "unknown"),  # ends at 10 % of its peak: no config floor to compare, tick by hand
+        ({"min_lr_ratio": 0.1}, 0.1, "pass"),
+        ({"min_lr_ratio": 0.0}, 0.1, "fail"),  # a config floor of 0 fails even before the run gets there
+    ],
+)
+def test_lr_floor_answered_from_the_logged_lr(config: dict[str, Any], end: float, status: str) -> None:
+    steps = np.arange(1000)
+    peak = 6e-4
+    lr = peak * np.where(steps < 100, steps / 100, 1 - (1 - end) * (steps - 100) / 899)
+    facts = run_facts(make_view(lr, np.full(1000, 0.3), per_rank=False))
+    assert facts["lr_peak"] == pytest.approx(peak) and facts["lr_floor_step"] == 999
+    assert facts["lr_floor_ratio"] == pytest.approx(end, abs=1e-12)
+    result = by_id(evaluate_checklist(config, facts))["min_lr_ratio"]
+    assert result.status == status
+    assert f"the logged LR ends at {end:.3g} x its peak 0.0006 (step 999)" in " ".join(result.evidence)

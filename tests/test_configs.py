@@ -330,3 +330,64 @@ def test_read_run_config_file_errors(tmp_path: Path) -> None:
     big.write_bytes(b"a" * (MAX_CONFIG_BYTES + 1))
     with pytest.raises(StabScopeError, match="limit"):
         read_run_config_file(big)
+
+
+# ----------------------------------------------------------------------------- configs <-> run metadata
+
+
+def test_run_meta_from_megatron_and_torchtitan_configs() -> None:
+    from ingest.configs import run_meta_from_config
+
+    megatron = run_meta_from_config(read_run_config(MEGATRON_YAML, "megatron.yaml"))
+    assert megatron == {
+        "planned_steps": 500_000,
+        "max_norm": 1.0,
+        "precision": "bf16",
+        "num_experts": 64,
+        "save_interval": 1000,
+        "gpus": 512,
+        "tokens_per_step": 1024 * 4096,
+    }
+    titan = run_meta_from_config(read_run_config(TORCHTITAN_TOML.encode(), "llama3_70b.toml"))
+    assert titan == {
+        "planned_steps": 100_000,
+        "max_norm": 1.0,
+        "precision": "bf16",
+        "save_interval": 500,
+        "gpus": 2048,
+        "step_time_s": 9.5,
+    }
+
+
+def test_an_attached_config_fills_the_run_metadata_the_log_left_out() -> None:
+    from ingest.configs import meta_with_config_facts
+
+    meta = meta_with_config_facts({"max_norm": 0.5, "config_text": TORCHTITAN_TOML, "config_filename": "t.toml"})
+    assert meta["max_norm"] == 0.5  # the log's own statement stays
+    assert (meta["planned_steps"], meta["gpus"], meta["precision"]) == (100_000, 2048, "bf16")
+
+
+def test_the_checklist_reads_the_argument_dump_kept_at_import(tmp_path: Path) -> None:
+    from ingest.configs import config_from_run_meta
+    from ingest.importer import import_logs
+    from ingest.store import Store
+
+    log = REAL_LOGS / "bigscience_megds_perf_log" / "meg_ds_3d_gpt2_perf_n16-ds-off.out"
+    if not log.exists():
+        pytest.skip(f"real log {log} is absent (the shared real_logs folder is not on this machine)")
+    store = Store(tmp_path / "store")
+    import_logs(store, [log], run="megds")
+    cfg = config_from_run_meta(store.run_info("megds").meta)
+    # the dump: train_iters 1000, fp16 True with loss_scale 12, clip_grad 1.0, min_lr 1e-5 of lr 1.5e-4,
+    # save_interval 500, world size 64 with data-parallel size 1
+    assert (cfg["total_steps"], cfg["precision"], cfg["loss_scale_mode"]) == (1000, "fp16", "static")
+    assert (cfg["max_norm"], cfg["checkpoint_interval_steps"], cfg["gpus"], cfg["world_size"]) == (1.0, 500, 64, 1)
+    assert cfg["min_lr_ratio"] == pytest.approx(1e-5 / 1.5e-4)
+    assert cfg["key_sources"]["total_steps"] == "the log's argument dump: train_iters"
+    assert cfg == {**read_run_config_file(log), "source_format": "stored run", "key_sources": cfg["key_sources"]}
+    # a value the user set wins over the dump's, and says so
+    store.update_meta("megds", {"max_norm": 0.5, "precision": "bf16"})
+    cfg = config_from_run_meta(store.run_info("megds").meta)
+    assert (cfg["max_norm"], cfg["precision"]) == (0.5, "bf16")
+    assert cfg["key_sources"]["max_norm"] == "run metadata max_norm (set by you)"
+    assert config_from_run_meta({}) == {}

@@ -86,7 +86,11 @@ def test_upload_on_top_of_a_stored_run_fixes_its_p0(demo_store: Path) -> None:
     at.file_uploader(key="ck_upload").set_value(("fix.yaml", fix, "text/yaml")).run()
     assert not at.exception and not at.error
     assert _status(at, "min_lr_ratio") == "PASS" and _status(at, "checkpoint_interval") == "PASS"
-    assert any(m.value == "- min_lr_ratio = 0.1" for m in at.markdown)
+    # the uploaded floor, and the run's own LR, which ends at 3.65 % of its peak (above 1 %): not a decay to 0
+    assert any(
+        m.value == "- min_lr_ratio = 0.1\n- the logged LR ends at 0.0365 x its peak 0.00012 (step 4,449)"
+        for m in at.markdown
+    )
     assert _metrics(at)["P0 failing"] == "0"
     assert _review(at).startswith(f"# Pre-flight checklist: fix.yaml + {S3_BEFORE}")
 
@@ -154,3 +158,62 @@ def test_unrecognised_config_is_flagged(demo_store: Path) -> None:
     assert any(c.value == "notes.yaml: read as `unknown`, 0 checklist keys mapped." for c in at.caption)
     assert any("No checklist setting recognised in notes.yaml" in w.value for w in at.warning)
     assert _metrics(at)["To tick by hand"] == "8"
+
+
+# ----------------------------------------------------------------------------- real logs, stored runs
+
+REAL_LOGS = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "real_logs"
+MEGDS = REAL_LOGS / "bigscience_megds_perf_log" / "meg_ds_3d_gpt2_perf_n16-ds-off.out"
+LLMC = REAL_LOGS / "mng_llmc_gpt2_124m" / "main.log"
+
+
+@pytest.fixture
+def real_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Store:
+    from ingest.importer import import_logs
+
+    for log in (MEGDS, LLMC):
+        if not log.exists():
+            pytest.skip(f"real log {log} is absent (the shared real_logs folder is not on this machine)")
+    store = Store(tmp_path / "store")
+    import_logs(store, [MEGDS], run="megds")
+    import_logs(store, [LLMC], run="llmc")
+    monkeypatch.setenv("STABSCOPE_STORE", str(store.root))
+    return store
+
+
+def test_the_run_selected_on_another_page_is_graded_with_its_parsed_config(real_store: Store) -> None:
+    at = open_page("checklist")
+    at.session_state["selected_run"] = "megds"  # what pick_run leaves after another page
+    at.run()
+    assert not at.exception and at.selectbox(key="ck_run").value == "megds"
+    assert not any("no stored config" in c.value or "states no settings" in c.value for c in at.caption)
+    text = "\n".join(m.value for m in at.markdown)
+    # from the argument dump kept at import: clip_grad 1.0, min_lr 1e-5 / lr 1.5e-4, fp16 with a static scale
+    assert "max_norm = 1 (from the log's argument dump: clip_grad)" in text
+    assert "min_lr_ratio = 0.0667 (from the log's argument dump: min_lr / peak_lr)" in text
+    # grad norm 68 -> 8 against max_norm 1: every step after warmup was clipped
+    assert _status(at, "grad_clipping") == "FAIL" and "100 % of post-warmup steps were clipped" in text
+    # picking another run on another page moves the checklist to it; (none) picked here stays picked
+    at.session_state["selected_run"] = "llmc"
+    at.run()
+    assert at.selectbox(key="ck_run").value == "llmc"
+    at.selectbox(key="ck_run").set_value("(none)").run()
+    assert at.selectbox(key="ck_run").value == "(none)"
+
+
+def test_an_lr_that_decays_to_zero_fails_the_floor(real_store: Store) -> None:
+    at = open_page("checklist").run()
+    at.selectbox(key="ck_run").set_value("llmc").run()
+    assert not at.exception
+    # llm.c: linear decay from 6e-4 to 0 at step 19,560 (PROVENANCE.txt), no config
+    assert _status(at, "min_lr_ratio") == "FAIL"
+    assert any("the logged LR ends at 0 x its peak 0.0006 (step 19,559)" in m.value for m in at.markdown)
+
+
+def test_the_uploader_takes_a_megatron_out_log(real_store: Store) -> None:
+    at = open_page("checklist").run()
+    assert ".out" in at.file_uploader(key="ck_upload").proto.type
+    at.file_uploader(key="ck_upload").set_value((MEGDS.name, MEGDS.read_bytes(), "text/plain")).run()
+    assert not at.exception and all(e.icon == ":material/block:" for e in at.error)  # only the P0 verdict
+    assert any(f"{MEGDS.name}: read as `megatron`" in c.value for c in at.caption)
+    assert _status(at, "warmup") == "PASS"  # 8 warmup steps of 1,000 from the dump
