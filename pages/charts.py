@@ -49,6 +49,12 @@ PEAK_STRETCH = 1.0
 """An incident peak up to this many spans above the default range stretches it; further out it is marked."""
 TITLE_GAP_PX = 34
 """Pixels between stacked panels: room for the lower panel's title."""
+MIN_RELATIVE_SPAN = 0.05
+"""A default y range spans at least this share of the series' level (linear axes)."""
+MIN_LOG_SPAN = 0.05
+"""A default log y range spans at least this many decades."""
+LEGEND_ROW_PX = 26
+"""Height of one row of a horizontal legend."""
 # Okabe-Ito colours (distinguishable with the common colour-vision deficiencies), one per canonical series
 SERIES_COLORS = {
     "loss": "#0072B2",
@@ -374,8 +380,12 @@ def robust_y_range(
         return None
     low, high = (float(q) for q in np.quantile(tail, [0.005, 0.995]))
     span = high - low
-    if span <= 0:
-        span = max(abs(high) * 0.05, 1e-12) if not log_y else 0.1
+    # never narrower than MIN_RELATIVE_SPAN of the level: a flat LR logged to 6 decimals would
+    # otherwise fill the panel with its rounding steps
+    least = MIN_LOG_SPAN if log_y else max(MIN_RELATIVE_SPAN * max(abs(low), abs(high)), 1e-12)
+    if span < least:
+        middle = (low + high) / 2
+        low, high, span = middle - least / 2, middle + least / 2, least
     for p in peaks:
         if not math.isfinite(p) or (log_y and p <= 0):
             continue
@@ -510,6 +520,10 @@ def panels_figure(
     add_spike_shading(fig, spikes, x_range, selected)
     if x_range:
         fig.update_xaxes(range=[x_range[0], x_range[1]])
+    # room under the plots for every legend row (entries of a group stack: ~3 a row at 1280 px), none cut off
+    entries = sum(1 for t in fig.data if t.showlegend is not False and t.name)
+    extra = max(0, LEGEND_ROW_PX * math.ceil(entries / 3) - (layout["margin"]["b"] - 60))
+    fig.update_layout(height=height + extra, margin={"b": layout["margin"]["b"] + extra})
     return fig
 
 

@@ -31,6 +31,20 @@ ZOOM_PANELS = [
     ("learning rate", "LR", ["lr"]),
 ]
 
+SPIKE_COLUMNS = [
+    "#",
+    "metric",
+    "peak step",
+    "steps",
+    "ratio",
+    "outcome",
+    "cause",
+    "confidence",
+    "steps lost",
+    "GPU-hours lost",
+    "USD lost",
+]
+
 
 def select_row() -> None:
     """Table selection callback: the selected row becomes the spike shown below."""
@@ -79,17 +93,29 @@ if not inputs.priced:
         "Cost unknown: the run logs no step time and no wall-clock times. Log `step_time_s`, or set the step "
         "time under **Run settings**."
     )
+# start, end and duration shown as one "steps" column: all thirteen columns overflowed 1280 px
+table["steps"] = [f"{a}" if a == b else f"{a}–{b}" for a, b in zip(table["start"], table["end"], strict=True)]
 st.dataframe(
     table,
     hide_index=True,
     key="sp_table",
     on_select=select_row,
     selection_mode="single-row",
+    width="stretch",
+    column_order=SPIKE_COLUMNS,
+    # pixel widths that add up to the ~800 px a 1280 px window leaves beside the sidebar
     column_config={
-        "ratio": st.column_config.NumberColumn("ratio (x)", format="%.2f"),
-        "confidence": st.column_config.ProgressColumn(min_value=0.0, max_value=1.0, format="%.2f"),
-        "GPU-hours lost": st.column_config.NumberColumn(format="%.2f"),
-        "USD lost": st.column_config.NumberColumn(format="$%.2f"),
+        "#": st.column_config.NumberColumn(width=34),
+        "metric": st.column_config.TextColumn(width=84),
+        "peak step": st.column_config.NumberColumn("peak", format="%d", width=56),
+        "steps": st.column_config.TextColumn(width=84, help="first–last step of the spike"),
+        "ratio": st.column_config.NumberColumn("ratio (x)", format="%.2f", width=60),
+        "outcome": st.column_config.TextColumn(width=74),
+        "cause": st.column_config.TextColumn(width=90),
+        "confidence": st.column_config.ProgressColumn(min_value=0.0, max_value=1.0, format="%.2f", width=84),
+        "steps lost": st.column_config.NumberColumn(format="%d", width=64),
+        "GPU-hours lost": st.column_config.NumberColumn("GPU-h lost", format="%.2f", width=66),
+        "USD lost": st.column_config.NumberColumn(format="$%.2f", width=62),
     },
     placeholder=MISSING,
 )

@@ -147,7 +147,8 @@ def test_a_warmup_head_does_not_set_the_y_range() -> None:
     values = 1.0 + 0.01 * np.sin(steps / 7.0)
     values[:30] = 100.0  # a warmup head 100x the run's level (3% of the steps)
     low, high = robust_y_range([(steps, values)])
-    assert 0.98 < low < 0.99 and 1.01 < high < 1.02  # the tail's 0.5-99.5% band, padded by 10% of its span
+    # the tail's 0.5-99.5% band (0.99-1.01), widened to 5% of its level and padded by 10% of that
+    assert low == pytest.approx(1 - 0.6 * 0.0505, abs=1e-3) and high == pytest.approx(1 + 0.6 * 0.0505, abs=1e-3)
     # the known answer without the head rule: 3% of the points at 100 sit inside the 99.5% quantile
     assert robust_y_range([(steps, values)], head_fraction=0.0)[1] > 99  # type: ignore[index]
 
@@ -265,3 +266,10 @@ def test_picking_an_incident_zooms_to_it_and_a_link_reopens_it(app_store: Store)
 def test_parse_steps() -> None:
     assert parse_steps("1200-1400") == (1200, 1400)
     assert parse_steps(None) is None and parse_steps("x-1") is None and parse_steps("5-5") is None
+
+
+def test_a_flat_series_is_not_magnified_into_its_rounding_steps() -> None:
+    steps = np.arange(200)
+    lr = np.where(steps < 150, 594e-6, 593e-6)  # an LR logged to 6 decimals: one rounding step
+    low, high = robust_y_range([(steps, lr)])  # type: ignore[misc]
+    assert high - low >= 0.05 * 594e-6 and low < 593e-6 < 594e-6 < high
