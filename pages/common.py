@@ -447,12 +447,19 @@ class Line:
 
 
 def to_x(info: RunInfo, s: SeriesData, axis: str) -> np.ndarray:
-    """The x coordinate of each point: its step, or the cumulative ``tokens`` logged at that step."""
+    """The x coordinate of each point: its step, or the cumulative ``tokens`` logged at that step, else
+    ``meta['tokens_per_step']`` x the steps done by then (the first logged step counts as the first)."""
     if axis == "step":
         return s.steps.astype(np.float64)
     tokens = read_series(info, "tokens")
     if tokens.steps.size == 0:
-        raise StabScopeError(f"run {info.name} logged no `tokens` series: align by step instead")
+        per_step = info.meta.get("tokens_per_step")
+        if isinstance(per_step, int) and per_step > 0 and info.first_step is not None:
+            return (s.steps.astype(np.float64) - info.first_step + 1) * per_step
+        raise StabScopeError(
+            f"run {info.name} logged no `tokens` series and has no tokens_per_step: align by step instead, "
+            "or set its tokens per step under Run settings (Cost or Spikes page)"
+        )
     return np.asarray(np.interp(s.steps, tokens.steps, tokens.values), dtype=np.float64)
 
 
