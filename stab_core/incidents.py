@@ -115,8 +115,17 @@ def logging_gaps(view: RunView) -> LoggingGaps:
         return LoggingGaps((), None, dead_steps)
     last_alive = _last_finite_step(view)
     ranges: list[tuple[int, int]] = []
-    # consecutive dead candidates (no finite step between them) form one range
-    breaks = np.flatnonzero(np.diff(np.searchsorted(candidates, dead_steps)) != 1) + 1
+    # consecutive dead steps with no finite value logged between them form one range
+    alive_between = np.zeros(max(dead_steps.size - 1, 0), dtype=bool)
+    for series in view.series.values():
+        finite_steps = series.steps[np.isfinite(series.values)]
+        lo, hi = np.searchsorted(finite_steps, dead_steps[:-1], "right"), np.searchsorted(finite_steps, dead_steps[1:])
+        alive_between |= hi > lo
+    for matrix in view.per_rank.values():
+        finite_steps = matrix.steps[(matrix.present & np.isfinite(matrix.values)).any(axis=0)]
+        lo, hi = np.searchsorted(finite_steps, dead_steps[:-1], "right"), np.searchsorted(finite_steps, dead_steps[1:])
+        alive_between |= hi > lo
+    breaks = np.flatnonzero(alive_between) + 1
     for chunk in np.split(dead_steps, breaks):
         ranges.append((int(chunk[0]), int(chunk[-1])))
     end = None

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -271,3 +274,55 @@ def test_dense_rank_window_matches_the_column_loop() -> None:
             if best is None or ratios[worst] > best[0]:
                 best = (float(ratios[worst]), 10 + worst, 7 * c, int((ratios >= 3.0).sum()))
         assert _dense_rank_outlier(matrix, 0, columns, 3.0) == best
+
+
+# ------------------------------------------------------------------ actions rest on checked premises
+
+
+def _incident(view: RunView, cause: str) -> dict[str, Any]:
+    from stab_core.analysis import analyze_run
+
+    found = [d for d in analyze_run(view).spike_dicts() if d["cause"] == cause and d["metric"] == "loss"]
+    assert found, f"no {cause} incident"
+    return found[0]
+
+
+def _check(item: dict[str, Any], premise: str) -> dict[str, Any]:
+    (check,) = [c for c in item["action_evidence"] if c["premise"] == premise]
+    return check
+
+
+def _outlier_run(**meta: Any) -> RunView:
+    view = synthetic_run(SyntheticRunSpec(classes=("data_outlier_recovered",)), seed=3).view
+    merged = {k: v for k, v in {**view.meta, **meta}.items() if v is not None}
+    return replace(view, meta=merged)
+
+
+def test_clipping_is_credited_only_when_the_pre_clip_norm_exceeded_max_norm() -> None:
+    below = _incident(_outlier_run(max_norm=50.0), "data_outlier")
+    check = _check(below, "clip_absorbed")
+    assert check["holds"] is False and check["evidence"]["clip_peak_grad_norm"] < 50.0
+    assert not any("clipping" in a.lower() for a in below["actions"])
+    above = _incident(_outlier_run(max_norm=0.05), "data_outlier")
+    check = _check(above, "clip_absorbed")
+    assert check["holds"] is True and check["evidence"]["clip_peak_grad_norm"] > 0.05
+    assert above["actions"][0].startswith("Keep gradient clipping on: it capped the grad norm (")
+    assert "at max_norm 0.05 during this spike" in above["actions"][0]
+
+
+def test_without_a_known_max_norm_stabscope_says_what_to_log_instead() -> None:
+    unknown = _incident(_outlier_run(max_norm=None), "data_outlier")
+    check = _check(unknown, "clip_absorbed")
+    assert check["holds"] is None
+    assert unknown["actions"][0].startswith("Record the run's max_norm (clip threshold)")
+    assert not any(a.startswith("Keep gradient clipping on") for a in unknown["actions"])
+
+
+def test_bf16_and_rollback_advice_rest_on_the_run() -> None:
+    base = synthetic_run(SyntheticRunSpec(classes=("numerical",), loss_scale=True), seed=5).view
+    fp16 = _incident(base, "numerical")  # a dynamic loss scale that halves: an fp16 run
+    assert _check(fp16, "fp16")["holds"] is True and any("bf16" in a for a in fp16["actions"])
+    assert fp16["recovered"] and _check(fp16, "not_recovered")["holds"] is False
+    assert not any(a.startswith("Roll back") for a in fp16["actions"])
+    bf16 = _incident(replace(base, meta={**base.meta, "precision": "bf16"}), "numerical")
+    assert _check(bf16, "fp16")["holds"] is False and not any("bf16" in a for a in bf16["actions"])
