@@ -257,3 +257,37 @@ def test_a_drag_rereads_the_range_and_a_heatmap_click_picks_a_rank(app: tuple[st
     _settle(page)
     page.get_by_text(re.compile(r"^Rank 0: ")).wait_for(timeout=15_000)
     page.close()
+
+
+def _overlap(a: dict[str, float], b: dict[str, float]) -> bool:
+    """Whether two bounding boxes (x, y, width, height) share any pixel."""
+    apart_x = a["x"] >= b["x"] + b["width"] or b["x"] >= a["x"] + a["width"]
+    apart_y = a["y"] >= b["y"] + b["height"] or b["y"] >= a["y"] + a["height"]
+    return not (apart_x or apart_y)
+
+
+def test_an_overview_link_reopens_its_zoom_and_the_modebar_clears_the_titles(
+    app: tuple[str, Store], browser: Any
+) -> None:
+    url, store = app
+    page = browser.new_page(viewport={"width": 1280, "height": 1400})
+    page.goto(url)  # the entry page first: it registers the app's navigation
+    _settle(page)
+    page.goto(f"{url}/overview?run={SMALL_RUN}&steps=1100-1300")
+    _settle(page)
+    page.get_by_text("Steps 1,100–1,300").first.wait_for(timeout=15_000)  # the link's zoom, not the whole run
+    assert "steps=1100-1300" in page.url and f"run={SMALL_RUN}" in page.url
+    chart = page.locator(".st-key-ov_chart")
+    box = chart.bounding_box()
+    page.mouse.move(box["x"] + box["width"] * 0.5, box["y"] + 150)  # the modebar shows on hover
+    page.wait_for_timeout(800)
+    modebar = chart.locator(".modebar").first.bounding_box()
+    titles = [t.bounding_box() for t in chart.locator(".annotation-text").all()]
+    assert modebar is not None and titles
+    overlaps = [t for t in titles if t and _overlap(t, modebar)]
+    assert not overlaps, f"the modebar {modebar} covers titles {overlaps}"
+    # every detected incident in the span has its marker drawn (one diamond or edge triangle per metric)
+    incidents = [s for s in store.spikes(SMALL_RUN) if 1100 <= int(s["peak"]) <= 1300]
+    assert incidents and chart.locator(".scatterlayer .point").count() >= len(incidents)
+    _check_page(page, "overview-link-zoom")
+    page.close()
