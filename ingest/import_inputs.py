@@ -34,6 +34,10 @@ from ingest.formats._common import Progress, looks_binary, read_head
 from ingest.formats.tensorboard import is_event_file
 
 CONFIG_SUFFIXES: Final = (".yaml", ".yml", ".json", ".toml")
+WEAK_LOG_CONFIDENCE: Final = 0.6
+"""A file that parses as a run config is a config unless a reader rates it at least this much as a log."""
+_CONFIG_NAME: Final = re.compile(r"config|hparams|args|params|settings", re.I)
+"""Names that say "config": preferred to other mappings (a tokenizer.json), then the most keys mapped."""
 _DOC_NAME: Final = re.compile(r"^(readme|provenance|license|licence|notice|changelog|authors|citation)\b", re.I)
 _DOC_SUFFIXES: Final = (".md", ".rst", ".html", ".pdf", ".png", ".jpg", ".jpeg", ".svg", ".ipynb", ".py", ".sh")
 
@@ -123,46 +127,61 @@ def sort_inputs(paths: Sequence[Path], *, custom_dir: Path | None = None) -> Sor
         out.logs.append(path)
         out.formats[path] = whole
         taken = _taken_by(whole, path)
-        loose.extend((f, path) for f in files if taken is not None and f not in taken)
-    loose = _without_copies(loose, out)
-    together = detect([f for f, _ in loose], custom_dir=custom_dir) if loose else []
-    configs: list[tuple[int, Path, str]] = []
+        if taken is None:
+            continue
+        for f in files:
+            if f in taken:
+                continue
+            if f.name in {t.name for t in taken}:  # checkpoint-200/trainer_state.json beside -2800's
+                chosen = ", ".join(str(t.relative_to(path)) for t in sorted(taken))
+                out.skipped.append((str(f.relative_to(path)), f"an earlier {f.name}: {chosen} is read"))
+            else:
+                loose.append((f, path))
+    logs: list[tuple[Path, Path, str]] = []
+    configs: list[tuple[int, int, Path, str]] = []
     for f, root in loose:
         name = str(f.relative_to(root))
-        best = _log_format(f, custom_dir)
-        if best and not _is_documentation(f):
-            out.logs.append(f)
-            if not _one_format(together):
-                out.formats[f] = best
-            continue
+        best, confidence = _log_format(f, custom_dir)
         keys = _config_keys(f)
+        # a config.json is one JSON object, which the JSON Lines reader rates weakly as a log
+        weak = keys is not None and confidence < WEAK_LOG_CONFIDENCE
+        if best and not weak and not _is_documentation(f):
+            logs.append((f, root, best))
+            continue
         if keys is not None:
-            configs.append((keys, f, name))
+            configs.append((-keys, 0 if _CONFIG_NAME.search(f.name) else 1, f, name))
         else:
             out.skipped.append((name, _why_not_a_log(f, best)))
+    logs = _without_copies(logs, out)
+    together = detect([f for f, _, _ in logs], custom_dir=custom_dir) if logs else []
+    for f, _, best in logs:
+        out.logs.append(f)
+        if not _one_format(together):
+            out.formats[f] = best
     if configs:
-        configs.sort(key=lambda c: (-c[0], c[2]))
-        out.config = configs[0][1]
-        for _, _, name in configs[1:]:
-            out.skipped.append((name, f"another config: {configs[0][2]} is the run's config"))
+        configs.sort(key=lambda c: (c[1], c[0], len(c[3]), c[3]))  # named a config first, then most keys
+        out.config = configs[0][2]
+        for *_, name in configs[1:]:
+            out.skipped.append((name, f"another config: {configs[0][3]} is the run's config"))
     return out
 
 
-def _without_copies(files: list[tuple[Path, Path]], out: SortedInputs) -> list[tuple[Path, Path]]:
-    """``files`` less byte-for-byte copies of an earlier one (listed as skipped): a log uploaded
+def _without_copies(logs: list[tuple[Path, Path, str]], out: SortedInputs) -> list[tuple[Path, Path, str]]:
+    """``logs`` less byte-for-byte copies of an earlier one (listed as skipped): a log uploaded
     twice would otherwise repeat its own steps, which reads as a restart."""
-    kept: list[tuple[Path, Path]] = []
+    kept: list[tuple[Path, Path, str]] = []
     seen: dict[tuple[int, str], Path] = {}
-    sizes = Counter(f.stat().st_size for f, _ in files)
-    for f, root in files:
+    sizes = Counter(f.stat().st_size for f, _, _ in logs)
+    for f, root, fmt in logs:
         size = f.stat().st_size
         if sizes[size] < 2:
-            kept.append((f, root))
+            kept.append((f, root, fmt))
             continue
-        digest = hashlib.sha256(f.read_bytes()).hexdigest()
+        with f.open("rb") as handle:
+            digest = hashlib.file_digest(handle, "sha256").hexdigest()
         first = seen.setdefault((size, digest), f)
         if first == f:
-            kept.append((f, root))
+            kept.append((f, root, fmt))
         else:
             out.skipped.append((str(f.relative_to(root)), f"a copy of {_shown(first, [root])}"))
     return kept
@@ -201,9 +220,10 @@ def _taken_by(fmt: str, folder: Path) -> set[Path] | None:
     return set(reader.expand(folder))
 
 
-def _log_format(path: Path, custom_dir: Path | None) -> str:
+def _log_format(path: Path, custom_dir: Path | None) -> tuple[str, float]:
+    """The best format ``path`` is recognised as, with its confidence (``""``, 0 when none)."""
     candidates = detect([path], custom_dir=custom_dir)
-    return candidates[0][0] if candidates else ""
+    return candidates[0] if candidates else ("", 0.0)
 
 
 def _is_documentation(path: Path) -> bool:
@@ -225,7 +245,11 @@ def _config_keys(path: Path) -> int | None:
         mapped = read_run_config(data, path.name)
     except StabScopeError:
         return None
-    return len([k for k in mapped if k not in ("source_format", "key_sources")])
+    # "model" alone is no evidence: a tokenizer.json has a top-level "model" too
+    keys = len([k for k in mapped if k not in ("source_format", "key_sources", "model")])
+    # a tokenizer.json or dataset index is a mapping too: it is a config when it maps a checklist
+    # key or its name says so (Lightning's hparams.yaml maps none)
+    return keys if keys or _CONFIG_NAME.search(path.name) else None
 
 
 def _why_not_a_log(path: Path, best: str) -> str:

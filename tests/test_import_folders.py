@@ -3,6 +3,7 @@ config, the rest is listed as skipped with why; logs of two formats are combined
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -105,3 +106,28 @@ def test_a_file_given_twice_is_read_once(tmp_path: Path) -> None:
     assert read.parsed.series("loss")[0].tolist() == [1, 2, 3, 4, 5]
     assert read.parsed.events == []  # its steps "repeating" in the copy are no restart
     assert read.inputs.skipped == [("b/train.jsonl", "a copy of a/train.jsonl")]
+
+
+def test_a_checkpoint_folder_reads_the_last_trainer_state(tmp_path: Path) -> None:
+    real = _real("hf_trainer_state_tinyllama_sft") / "trainer_state.json"
+    state = json.loads(real.read_text())
+    early = dict(state, log_history=[e for e in state["log_history"] if e.get("step", 0) <= 200])
+    (tmp_path / "checkpoint-200").mkdir()
+    (tmp_path / "checkpoint-200" / "trainer_state.json").write_text(json.dumps(early))
+    (tmp_path / "checkpoint-2800").mkdir()
+    (tmp_path / "checkpoint-2800" / "trainer_state.json").write_bytes(real.read_bytes())
+    (tmp_path / "checkpoint-2800" / "optimizer.pt").write_bytes(bytes(range(256)) * 4)
+    (tmp_path / "checkpoint-2800" / "tokenizer.json").write_text('{"version": "1.0", "model": {}}')
+    (tmp_path / "checkpoint-2800" / "config.json").write_text('{"model_type": "llama", "hidden_size": 2048}')
+    read = read_inputs([tmp_path])
+    assert read.parsed.format == "hf_trainer_state"
+    assert read.parsed.series("loss")[0].size == 186  # the last checkpoint's whole history, once
+    assert read.inputs.config is not None and read.inputs.config.name == "config.json"
+    assert dict(read.inputs.skipped) == {
+        "checkpoint-200/trainer_state.json": "an earlier trainer_state.json: "
+        "checkpoint-2800/trainer_state.json is read",
+        "checkpoint-2800/optimizer.pt": "not a training log (binary, no known format)",
+        "checkpoint-2800/tokenizer.json": "not a training log (its first line "
+        + repr('{"version": "1.0", "model": {}}')
+        + " is no known log format)",
+    }
