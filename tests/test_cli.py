@@ -151,3 +151,19 @@ def test_serve_reports_a_store_it_cannot_seed_in_one_line(tmp_path: Path) -> Non
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
     assert done.returncode == 2, done.stderr
     assert "stabscope serve: error:" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_diagnose_on_a_step_without_an_incident_says_so_and_names_the_nearest(compacted: Path) -> None:
+    # the run has a loss spike at step 40; step 20 is an ordinary step (issue #20: no verdict there)
+    store = compacted / "store"
+    quiet = stabscope("diagnose", "cli-run", "--step", "20", store=store)
+    assert quiet.returncode == 0, quiet.stderr
+    assert "no incident covers step 20 of cli-run" in quiet.stdout and "nearest after" in quiet.stdout
+    assert "actions:" not in quiet.stdout
+    data = json.loads(stabscope("diagnose", "cli-run", "--step", "20", "--json", store=store).stdout)
+    assert data["incident"] is None and [n["side"] for n in data["nearest"]] == ["after"]
+    assert data["nearest"][0]["start"] <= 40 <= data["nearest"][0]["until"]
+    spike = json.loads(stabscope("diagnose", "cli-run", "--step", "40", "--json", store=store).stdout)
+    assert spike["start"] <= 40 <= spike["until"] and "action_evidence" in spike and "members" in spike
+    forced = stabscope("diagnose", "cli-run", "--step", "20", "--force", store=store)
+    assert forced.returncode == 0 and "diagnosed as if it were one" in forced.stdout

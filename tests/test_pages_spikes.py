@@ -30,8 +30,12 @@ def test_table_lists_the_injected_spikes_with_their_cost(app_store: Store) -> No
     assert LOSS_SPIKE_STEPS[0] <= loss["peak step"] < LOSS_SPIKE_STEPS[1]
     assert loss["ratio"] == pytest.approx(LOSS_SPIKE_FACTOR, rel=0.15)
     assert loss["outcome"] == "recovered"
-    grad = table.loc["grad_norm"]
-    assert grad["peak step"] == GRAD_SPIKE_STEP and grad["ratio"] > 10  # 20x the grad-norm level
+    # the grad-norm spike two steps before the loss spike is the same incident: one row, not two (#20)
+    assert len(table) == 1
+    (incident,) = app_store.spikes("small")
+    (grad,) = [m for m in incident["members"] if m["metric"] == "grad_norm"]
+    assert grad["peak"] == GRAD_SPIKE_STEP and grad["ratio"] > 10  # 20x the grad-norm level
+    assert incident["metrics"] == ["loss", "grad_norm"] and incident["grad_norm_lead_steps"] == 2
     # priced with the run's own logged step time on its 4 GPUs at $2/GPU-hour: the median over steps of
     # the cross-rank mean, three ranks at 0.5 s and one at 1.3 x 0.5 s -> 0.5375 s
     step_time = STEP_TIME_S * (3 + SLOW_FACTOR) / 4
@@ -45,18 +49,19 @@ def test_table_lists_the_injected_spikes_with_their_cost(app_store: Store) -> No
 def test_selecting_a_spike_zooms_and_explains_it(app_store: Store) -> None:
     at = open_page("spikes").run()
     spikes = app_store.spikes("small")
-    grad_index = next(i for i, s in enumerate(spikes) if s["metric"] == "grad_norm")
-    at.selectbox(key="sp_idx").set_value(grad_index).run()
+    index = 0  # the one incident: the loss spike and the grad-norm spike that led it
+    at.selectbox(key="sp_idx").set_value(index).run()
     assert not at.exception
     fig = figure_of(at)
     x = plotly_values(next(t for t in fig["data"] if t.get("name") == "loss")["x"])
-    assert x.min() == GRAD_SPIKE_STEP - 50 and x.max() == GRAD_SPIKE_STEP + 50  # padded window, every step
-    assert f"Cause: `{spikes[grad_index]['cause']}`" in " ".join(m.value for m in at.markdown)
+    lo, hi = spikes[index]["start"] - 50, spikes[index]["end"] + 50
+    assert x.min() == lo and x.max() == hi and lo < GRAD_SPIKE_STEP < hi  # padded window, every step
+    assert f"Cause: `{spikes[index]['cause']}`" in " ".join(m.value for m in at.markdown)
     path = at.dataframe[1].value
-    assert list(path["node"]) == [f"{p['number']}. {p['node']}" for p in spikes[grad_index]["path"]]
+    assert list(path["node"]) == [f"{p['number']}. {p['node']}" for p in spikes[index]["path"]]
     assert path["answer"].iloc[0] == "no"  # no non-finite value: not a numerical fault
     at.button(key="sp_zoom").click().run()
-    assert at.session_state["ov_range"] == (GRAD_SPIKE_STEP - 50, GRAD_SPIKE_STEP + 50)
+    assert at.session_state["ov_range"] == (lo, hi)
 
 
 def test_a_clean_run_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
