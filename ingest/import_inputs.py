@@ -33,6 +33,9 @@ from ingest.formats import AMBIGUITY_MARGIN, FORMATS, TABLE_SCHEMA, ParsedLog, d
 from ingest.formats._common import Progress, looks_binary, read_head
 from ingest.formats.tensorboard import is_event_file
 
+SEPARATE_FILE_FORMATS: Final = frozenset({"hf_trainer_state", "megatron_golden", "parquet"})
+"""Formats whose files are each a whole log (not a log and its continuations): read one by one and
+combined, so that rows two files hold at one step are compared rather than the last one kept."""
 CONFIG_SUFFIXES: Final = (".yaml", ".yml", ".json", ".toml")
 WEAK_LOG_CONFIDENCE: Final = 0.6
 """A file that parses as a run config is a config unless a reader rates it at least this much as a log."""
@@ -97,8 +100,14 @@ def read_inputs(
     groups: dict[str, list[Path]] = {}
     for log in inputs.logs:
         groups.setdefault(inputs.formats.get(log, ""), []).append(log)
-    # each group is detected again as a whole: an ambiguous log is refused as read_log refuses it
-    parts = [read_log(group, progress=progress, custom_dir=custom_dir) for group in groups.values()]
+    parts: list[ParsedLog] = []
+    for name, group in groups.items():
+        if name in SEPARATE_FILE_FORMATS:
+            # each file its own log, so that two that disagree at a step are both kept and named
+            parts.extend(read_log([f], progress=progress, custom_dir=custom_dir) for f in group)
+        else:
+            # detected again as a whole: an ambiguous log is refused as read_log refuses it
+            parts.append(read_log(group, progress=progress, custom_dir=custom_dir))
     parsed, notes = (parts[0], []) if len(parts) == 1 else combine(parts)
     if inputs.config is not None:
         parsed.meta["config_text"] = inputs.config.read_bytes().decode("utf-8", "replace")
@@ -156,8 +165,8 @@ def sort_inputs(paths: Sequence[Path], *, custom_dir: Path | None = None) -> Sor
     together = detect([f for f, _, _ in logs], custom_dir=custom_dir) if logs else []
     for f, _, best in logs:
         out.logs.append(f)
-        if not _one_format(together):
-            out.formats[f] = best
+        # one group when the logs are of one format together, else a group per format
+        out.formats[f] = together[0][0] if _one_format(together) else best
     if configs:
         configs.sort(key=lambda c: (c[1], c[0], len(c[3]), c[3]))  # named a config first, then most keys
         out.config = configs[0][2]
@@ -281,11 +290,14 @@ def _no_log(inputs: SortedInputs) -> StabScopeError:
 
 
 def combine(parts: Sequence[ParsedLog]) -> tuple[ParsedLog, list[str]]:
-    """One ``ParsedLog`` from logs of different formats, and a note for each metric two of them hold.
+    """One ``ParsedLog`` from several logs (of different formats, or whole logs of one), and a note
+    for each metric two of them hold.
 
     Rows of one metric at the same (rank, step) with the same value are kept once; where the values
     differ, the later log's metric is kept under ``<its file stem>/<metric>``, so no row is lost."""
     notes: list[str] = []
+    used = {str(m) for part in parts for m in part.metrics}
+    labels = _labels(parts)
     series: dict[str, list[tuple[ParsedLog, pa.Table]]] = {}
     for part in parts:
         codes = pc.cast(part.table.column("metric"), pa.string()).combine_chunks().dictionary_encode()
@@ -298,9 +310,9 @@ def combine(parts: Sequence[ParsedLog]) -> tuple[ParsedLog, list[str]]:
         base_log, base = found[0]
         for log, rows in found[1:]:
             same, differ, steps = _compare(base, rows)
-            first, other = _label(base_log), _label(log)
+            first, other = labels[id(base_log)], labels[id(log)]
             if differ:
-                renamed = f"{Path(other).stem}/{metric}"
+                renamed = _free_name(f"{Path(other).with_suffix('')}/{metric}", used)
                 shown = ", ".join(str(s) for s in steps[:5]) + (" ..." if len(steps) > 5 else "")
                 notes.append(
                     f"{metric}: {other} and {first} disagree at {differ} steps ({shown}); "
@@ -316,7 +328,7 @@ def combine(parts: Sequence[ParsedLog]) -> tuple[ParsedLog, list[str]]:
     for part in reversed(parts):
         meta.update(part.meta)
     combined = ParsedLog(
-        format="+".join(p.format for p in parts),
+        format="+".join(dict.fromkeys(p.format for p in parts)),
         table=pa.concat_tables(tables) if tables else TABLE_SCHEMA.empty_table(),
         events=sorted((e for p in parts for e in p.events), key=lambda e: (e.step, e.kind)),
         meta=meta,
@@ -327,8 +339,24 @@ def combine(parts: Sequence[ParsedLog]) -> tuple[ParsedLog, list[str]]:
     return combined, notes
 
 
-def _label(log: ParsedLog) -> str:
-    return Path(log.source_files[0]).name if log.source_files else log.format
+def _free_name(name: str, used: set[str]) -> str:
+    """``name``, or ``name-2``, ``name-3``... when a metric of that name exists (then taken)."""
+    free, k = name, 1
+    while free in used:
+        k += 1
+        free = f"{name}-{k}"
+    used.add(free)
+    return free
+
+
+def _labels(parts: Sequence[ParsedLog]) -> dict[int, str]:
+    """Each log's first file name, with its folder where two logs share the name (by ``id``)."""
+    files = [Path(p.source_files[0]) if p.source_files else Path(p.format) for p in parts]
+    names = Counter(f.name for f in files)
+    return {
+        id(part): f"{f.parent.name}/{f.name}" if names[f.name] > 1 else f.name
+        for part, f in zip(parts, files, strict=True)
+    }
 
 
 def _keys(rows: pa.Table) -> np.ndarray[Any, np.dtype[np.int64]]:

@@ -131,3 +131,27 @@ def test_a_checkpoint_folder_reads_the_last_trainer_state(tmp_path: Path) -> Non
         + repr('{"version": "1.0", "model": {}}')
         + " is no known log format)",
     }
+
+
+def test_two_trainer_states_that_disagree_are_both_kept(tmp_path: Path) -> None:
+    real = _real("hf_trainer_state_tinyllama_sft") / "trainer_state.json"
+    state = json.loads(real.read_text())
+    other = json.loads(real.read_text())
+    for entry in other["log_history"]:
+        if entry.get("step") == 15 and "loss" in entry:
+            entry["loss"] = 9.5  # another run's first logged loss (the real one is 2.0762)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    (tmp_path / "a" / "trainer_state.json").write_text(json.dumps(state))
+    (tmp_path / "b" / "trainer_state.json").write_text(json.dumps(other))
+    read = read_inputs([tmp_path / "a" / "trainer_state.json", tmp_path / "b" / "trainer_state.json"])
+    assert read.parsed.format == "hf_trainer_state"
+    assert read.parsed.series("loss")[1][0] == pytest.approx(2.0762)
+    steps, values = read.parsed.series("b/trainer_state/loss")
+    assert steps.size == 186 and values[0] == 9.5  # the second file's series, whole
+    assert (
+        "loss: b/trainer_state.json and a/trainer_state.json disagree at 1 steps (15); "
+        "both kept, b/trainer_state.json's as b/trainer_state/loss"
+    ) in read.notes
+    repeated = "val_loss: b/trainer_state.json repeats a/trainer_state.json at 14 steps"
+    assert any(n.startswith(repeated) for n in read.notes)
