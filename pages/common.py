@@ -8,6 +8,7 @@ only lay out widgets; figures live in ``pages.charts``.
 from __future__ import annotations
 
 import io
+import itertools
 import math
 import os
 import re
@@ -728,7 +729,9 @@ def evidence_text(evidence: dict[str, Any], limit: int = 6) -> str:
 
 def dot_with_evidence(dot: str, diagnosis: Any | None) -> str:
     """``tree_to_dot`` output laid out for a page: the questions in one column with each "yes" leaf
-    beside its question, and each visited node's evidence drawn as a note on the left of it."""
+    beside its question, the leaves of a question with several (node 5) stacked below it rather than
+    side by side (a narrower graph is scaled down less to fit a column: larger text), and each
+    visited node's evidence drawn as a note on the left of it."""
     from stab_core.diagnosis import DECISION_TREE
 
     # a white canvas keeps the black labels readable in the dark theme too
@@ -736,6 +739,9 @@ def dot_with_evidence(dot: str, diagnosis: Any | None) -> str:
     for node in DECISION_TREE.nodes:
         yes = [e.target for e in node.edges if e.answer.startswith("yes")]
         extra.append(f"  {{rank=same; {node.id}; {yes[0]}}}" if len(yes) == 1 else "")
+        if len(yes) > 1:
+            leaves = list(dict.fromkeys(e.target for e in node.edges))
+            extra += [f"  {a} -> {b} [style=invis];" for a, b in itertools.pairwise(leaves)]
     for visit in diagnosis.path if diagnosis is not None else []:
         text = evidence_text(dict(visit.evidence))
         if not text:
@@ -748,7 +754,17 @@ def dot_with_evidence(dot: str, diagnosis: Any | None) -> str:
             f"  {{rank=same; {note}; {visit.node}}}",
         ]
     body = dot.rstrip().rstrip("}")
-    return body + "\n".join(line for line in extra if line) + "\n}\n"
+    return "\n".join(map(_rounded_question, body.split("\n"))) + "\n".join(line for line in extra if line) + "\n}\n"
+
+
+def _rounded_question(line: str) -> str:
+    """A question drawn as a rounded box rather than a diamond: about a third as wide around the same
+    text, so the graph is scaled down less to fit a page column."""
+    if "shape=diamond" not in line:
+        return line
+    if 'style="filled,bold"' in line:  # on the path
+        return line.replace("shape=diamond", "shape=box").replace('style="filled,bold"', 'style="filled,bold,rounded"')
+    return line.replace("shape=diamond", 'shape=box, style="rounded"')
 
 
 # ------------------------------------------------------------------------------------------ uploads

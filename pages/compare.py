@@ -164,7 +164,7 @@ columns = {
     BEST_COL: st.column_config.NumberColumn(
         format=number,
         help=f"The lowest point of a rolling median of {BEST_WINDOW} consecutive logged values: one noisy "
-        "batch does not make it (a seed group: the mean of its runs')",
+        "batch does not make it (a run with fewer values: their median; a seed group: the mean of its runs')",
     ),
     "best val_loss": st.column_config.NumberColumn(format="%.4f", help="The lowest logged validation loss"),
 }

@@ -39,8 +39,8 @@ COLUMNS = {
     "updated": st.column_config.DatetimeColumn(format="YYYY-MM-DD HH:mm"),
 }
 
+# status filter label -> the first word of the statuses it keeps (ingest.run_status.STATUS_WORDS)
 STATUS_FILTERS = {"live": "live", "finished": "finished", "stopped early": "stopped", "ended": "ended"}
-"""Status filter label -> the first word of the statuses it keeps (``ingest.run_status.STATUS_WORDS``)."""
 
 st.title("Runs")
 if deleted := st.session_state.pop("runs_deleted", None):
