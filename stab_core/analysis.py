@@ -316,7 +316,7 @@ def _diagnosed(
     for index, incident in enumerate(incidents):
         earlier = [(other.start, other.until) for other in incidents[:index]]
         if incident.kind == "early_instability":
-            diagnosis = diagnose_early(view, incident.primary, p.diagnosis, until=incident.until)
+            diagnosis = diagnose_early(view, incident.primary, p.diagnosis, until=incident.until, facts=context.facts)
         else:
             diagnosis = diagnose(view, incident.primary, p.diagnosis, context, until=incident.until, earlier=earlier)
         out.append(DiagnosedSpike(incident.primary, diagnosis, incident))

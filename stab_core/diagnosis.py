@@ -639,6 +639,7 @@ class DiagnosisContext:
     snr: SnrSeries | None
     lr_usable: bool
     grad_norm: Series | None = None
+    facts: RunFacts | None = None
 
 
 def prepare_context(
@@ -649,7 +650,9 @@ def prepare_context(
     chosen = snr if snr is not None else gradient_snr(view, p.proxy_window, p.ema_beta)
     lr = view.series.get("lr")
     lr_usable = lr is not None and int(np.isfinite(lr.values).sum()) >= 2
-    return DiagnosisContext(snr=chosen, lr_usable=lr_usable, grad_norm=view.series.get("grad_norm"))
+    return DiagnosisContext(
+        snr=chosen, lr_usable=lr_usable, grad_norm=view.series.get("grad_norm"), facts=run_facts(view)
+    )
 
 
 def _interval(steps: IntArray) -> int:
@@ -980,18 +983,37 @@ def _node_snr_collapse(
     return NodeResult("no", evidence)
 
 
-def _lr_never_fell_before(view: RunView, step: int) -> bool | None:
-    """True when the logged LR did not fall anywhere before ``step`` (it is still in, or just out of,
-    the initial warmup); None without a usable LR."""
+@dataclass(frozen=True)
+class RunFacts:
+    """What the premises of actions read from the whole run, computed once per run: the first step at
+    which the logged LR fell (None if it never did, or without an LR) and whether the run is fp16."""
+
+    lr_logged: bool
+    first_lr_fall: int | None
+    fp16: PremiseCheck
+
+
+def run_facts(view: RunView) -> RunFacts:
     lr = view.series.get("lr")
-    if lr is None:
+    first_fall = None
+    logged = False
+    if lr is not None:
+        finite = np.isfinite(lr.values)
+        steps, values = lr.steps[finite], lr.values[finite]
+        logged = values.size >= 2
+        if logged:
+            tolerance = 1e-12 * float(np.abs(values).max())
+            falls = np.flatnonzero(np.diff(values) < -tolerance)
+            first_fall = int(steps[falls[0] + 1]) if falls.size else None
+    return RunFacts(lr_logged=logged, first_lr_fall=first_fall, fp16=_precision_premise(view))
+
+
+def _lr_never_fell_before(facts: RunFacts, step: int) -> bool | None:
+    """True when the logged LR did not fall anywhere up to ``step`` (it is still in, or just out of, the
+    initial warmup); None without a usable LR."""
+    if not facts.lr_logged:
         return None
-    end = int(np.searchsorted(lr.steps, step, side="right"))
-    values = lr.values[:end]
-    values = values[np.isfinite(values)]
-    if values.size < 2:
-        return None
-    return bool((np.diff(values) >= -1e-12 * np.abs(values[:-1]).max()).all())
+    return facts.first_lr_fall is None or facts.first_lr_fall > step
 
 
 def _clip_premise(view: RunView, lo: int, hi: int) -> PremiseCheck:
@@ -1046,13 +1068,15 @@ def _precision_premise(view: RunView) -> PremiseCheck:
     return None, {"precision": None}
 
 
-def _premises(view: RunView, spike: SpikeEvent, until: int, path: Sequence[NodeVisit]) -> dict[str, PremiseCheck]:
+def _premises(
+    view: RunView, spike: SpikeEvent, until: int, path: Sequence[NodeVisit], facts: RunFacts
+) -> dict[str, PremiseCheck]:
     """Every premise an action may rest on, checked on the run around ``spike`` (onset .. ``until``)."""
     evidence = {visit.node: visit.evidence for visit in path}
     numerical = evidence.get("numerical", {})
     counts = [numerical.get(k) for k in ("nonfinite_loss", "nonfinite_grad_norm", "nan_iterations", "nonfinite_grads")]
     nonfinite = bool(spike.nonfinite) or any(isinstance(c, int | float) and c > 0 for c in counts)
-    fp16 = _precision_premise(view)
+    fp16 = facts.fp16
     drop = numerical.get("loss_scale_drop")
     if isinstance(drop, int | float):
         scale_fell: PremiseCheck = (drop >= 2.0, {"loss_scale_drop": drop})
@@ -1061,7 +1085,7 @@ def _premises(view: RunView, spike: SpikeEvent, until: int, path: Sequence[NodeV
     transition = evidence.get("lr_transition", {})
     kind = transition.get("transition_kind")
     step = transition.get("transition_step")
-    initial = _lr_never_fell_before(view, int(step)) if isinstance(step, int) else None
+    initial = _lr_never_fell_before(facts, int(step)) if isinstance(step, int) else None
     warmup = kind in ("warmup_end", "lr_rise") and initial is True
     about: Evidence = {"transition_kind": kind, "transition_step": step, "lr_never_fell_before": initial}
     recovered = spike.recovered and not spike.diverged
@@ -1121,7 +1145,7 @@ def diagnose(
     }
 
     def read_premises(path: Sequence[NodeVisit]) -> tuple[dict[str, object], dict[str, PremiseCheck]]:
-        premises = _premises(view, spike, last, path)
+        premises = _premises(view, spike, last, path, ctx.facts or run_facts(view))
         return _facts(spike, premises), premises
 
     return _walk(
@@ -1144,7 +1168,12 @@ happened is known (the loss rose over its starting level), its root cause is not
 
 
 def diagnose_early(
-    view: RunView, spike: SpikeEvent, params: DiagnosisParams | None = None, *, until: int | None = None
+    view: RunView,
+    spike: SpikeEvent,
+    params: DiagnosisParams | None = None,
+    *,
+    until: int | None = None,
+    facts: RunFacts | None = None,
 ) -> Diagnosis:
     """The verdict on an early-instability incident: node 1 is asked (a non-finite loss is a numerical
     fault whenever it happens, and then the whole tree is walked); otherwise the leaf is
@@ -1158,10 +1187,10 @@ def diagnose_early(
     node = tree.node("numerical")
     path = [NodeVisit(node.id, node.number, node.question, numerical.answer, numerical.evidence)]
     last = until if until is not None else (spike.recovery_step if spike.recovery_step is not None else spike.end)
-    premises = _premises(view, spike, last, path)
-    facts = _facts(spike, premises)
-    facts.update({k: v for k, v in numerical.evidence.items() if v is not None})
-    actions, checks = checked_actions(EARLY_INSTABILITY_LEAF.actions, facts, premises)
+    premises = _premises(view, spike, last, path, facts or run_facts(view))
+    said = _facts(spike, premises)
+    said.update({k: v for k, v in numerical.evidence.items() if v is not None})
+    actions, checks = checked_actions(EARLY_INSTABILITY_LEAF.actions, said, premises)
     ratio = spike.ratio if math.isfinite(spike.ratio) else 5.2
     return Diagnosis(
         cause="unknown",
