@@ -200,7 +200,8 @@ def spike_alerts(run: str, spikes: Sequence[Mapping[str, Any]], last_step: int, 
     for s in spikes:
         common = {"ratio": s.get("ratio"), "cause": s.get("cause"), "actions": list(s.get("actions") or [])}
         if not s.get("recovered", True):
-            message = f"diverging: {s['metric']} spike from step {s['start']} has not recovered"
+            what = {"early_instability": "early instability", "climb": "climb"}.get(str(s.get("kind")), "spike")
+            message = f"diverging: {s['metric']} {what} from step {s['start']} has not recovered"
             out.append(Alert("diverging_run", run, int(s["start"]), str(s["metric"]), message, common))
         elif live and int(s["peak"]) >= last_step - ALERT_WINDOW_STEPS:
             message = f"new spike: {s['metric']} x{_number(s.get('ratio')):.1f} at step {s['peak']}"
