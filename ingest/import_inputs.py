@@ -125,7 +125,7 @@ def sort_inputs(paths: Sequence[Path], *, custom_dir: Path | None = None) -> Sor
         if not path.exists():
             raise StabScopeError("no such file or folder", path=str(path))
         if path.is_file():
-            loose.append((Path(os.path.abspath(path)), files_root))
+            loose.append((path, files_root))
             continue
         out.roots.append(path)
         whole = _whole_folder_format(path, custom_dir)
@@ -149,7 +149,7 @@ def sort_inputs(paths: Sequence[Path], *, custom_dir: Path | None = None) -> Sor
     logs: list[tuple[Path, Path, str]] = []
     configs: list[tuple[int, int, Path, str]] = []
     for f, root in loose:
-        name = str(f.relative_to(root))
+        name = _shown(f, [root])
         best, confidence = _log_format(f, custom_dir)
         keys = _config_keys(f)
         # a config.json is one JSON object, which the JSON Lines reader rates weakly as a log
@@ -192,7 +192,7 @@ def _without_copies(logs: list[tuple[Path, Path, str]], out: SortedInputs) -> li
         if first == f:
             kept.append((f, root, fmt))
         else:
-            out.skipped.append((str(f.relative_to(root)), f"a copy of {_shown(first, [root])}"))
+            out.skipped.append((_shown(f, [root]), f"a copy of {_shown(first, [root])}"))
     return kept
 
 
@@ -201,6 +201,8 @@ def _shown(path: Path, roots: list[Path]) -> str:
     for root in roots:
         if path.is_relative_to(root):
             return str(path.relative_to(root))
+        if Path(os.path.abspath(path)).is_relative_to(os.path.abspath(root)):  # a file given as ../x
+            return str(Path(os.path.abspath(path)).relative_to(os.path.abspath(root)))
     return path.name
 
 

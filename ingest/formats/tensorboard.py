@@ -1001,16 +1001,16 @@ def event_sources(paths: Sequence[Path]) -> list[EventSource]:
 
     Two streams never share a (tag, rank): rows of one file never overwrite another's.
     """
-    found: list[tuple[Path, Path]] = []
+    found: list[tuple[Path, Path, Path]] = []  # (the folder it is named from, the file, the file as given)
     files_given = [Path(os.path.abspath(p)) for p in paths if not p.is_dir()]
     file_root = Path(os.path.commonpath([str(f.parent) for f in files_given])) if files_given else None
     for p in paths:
         if p.is_dir():
-            found.extend((p, f) for f in sorted(p.rglob("*")) if f.is_file() and is_event_file(f))
+            found.extend((p, f, f) for f in sorted(p.rglob("*")) if f.is_file() and is_event_file(f))
         elif file_root is not None:
-            found.append((file_root, Path(os.path.abspath(p))))
+            found.append((file_root, Path(os.path.abspath(p)), p))
     by_dir: dict[tuple[int, str], list[Path]] = {}
-    for root, f in found:
+    for root, f, given in found:
         rel = f.parent.relative_to(root).parts if f.parent != root else ()
         rank = RUN_RANK
         prefix_parts = []
@@ -1020,7 +1020,7 @@ def event_sources(paths: Sequence[Path]) -> list[EventSource]:
                 rank = int(m.group(1))
             else:
                 prefix_parts.append(part)
-        by_dir.setdefault((rank, "/".join(prefix_parts)), []).append(f)
+        by_dir.setdefault((rank, "/".join(prefix_parts)), []).append(given)
     keep_dir = len({prefix for _, prefix in by_dir}) > 1
     by_writer: dict[tuple[int, str], list[Path]] = {}
     for (rank, prefix), files in by_dir.items():
