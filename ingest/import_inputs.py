@@ -90,7 +90,9 @@ def read_inputs(
     Raises ``StabScopeError`` when no input is a log, naming each file and why it is not one."""
     paths = [Path(p) for p in paths]
     if fmt is not None:
-        return ImportRead(read_log(paths, format=fmt, progress=progress, custom_dir=custom_dir), SortedInputs(paths))
+        inputs = _forced_inputs(paths)
+        parsed = read_log(inputs.logs or paths, format=fmt, progress=progress, custom_dir=custom_dir)
+        return ImportRead(_with_config(parsed, inputs.config), inputs)
     if len(paths) == 1 and paths[0].is_file():
         # one file: it is the log, and read_log's own error says where it stops being one
         return ImportRead(read_log(paths, progress=progress, custom_dir=custom_dir), SortedInputs(paths))
@@ -109,10 +111,32 @@ def read_inputs(
             # detected again as a whole: an ambiguous log is refused as read_log refuses it
             parts.append(read_log(group, progress=progress, custom_dir=custom_dir))
     parsed, notes = (parts[0], []) if len(parts) == 1 else combine(parts)
-    if inputs.config is not None:
-        parsed.meta["config_text"] = inputs.config.read_bytes().decode("utf-8", "replace")
-        parsed.meta["config_filename"] = inputs.config.name
-    return ImportRead(parsed, inputs, notes)
+    return ImportRead(_with_config(parsed, inputs.config), inputs, notes)
+
+
+def _with_config(parsed: ParsedLog, config: Path | None) -> ParsedLog:
+    """``parsed`` with the config's text in its meta (the keys the Upload page's config box sets)."""
+    if config is not None:
+        parsed.meta["config_text"] = config.read_bytes().decode("utf-8", "replace")
+        parsed.meta["config_filename"] = config.name
+    return parsed
+
+
+def _forced_inputs(paths: list[Path]) -> SortedInputs:
+    """With a format chosen, every file is read by it except documentation and a config among
+    several files (a folder goes to the reader whole, as it chooses its files)."""
+    out = SortedInputs(roots=[p for p in paths if p.is_dir()])
+    if len(paths) < 2 or out.roots:
+        out.logs = list(paths)
+        return out
+    for f in paths:
+        if _is_documentation(f):
+            out.skipped.append((f.name, "documentation, not a training log"))
+        elif out.config is None and f.suffix.lower() in CONFIG_SUFFIXES and _config_keys(f) is not None:
+            out.config = f
+        else:
+            out.logs.append(f)
+    return out
 
 
 def sort_inputs(paths: Sequence[Path], *, custom_dir: Path | None = None) -> SortedInputs:

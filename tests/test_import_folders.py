@@ -155,3 +155,16 @@ def test_two_trainer_states_that_disagree_are_both_kept(tmp_path: Path) -> None:
     ) in read.notes
     repeated = "val_loss: b/trainer_state.json repeats a/trainer_state.json at 14 steps"
     assert any(n.startswith(repeated) for n in read.notes)
+
+
+def test_a_chosen_format_reads_the_logs_not_the_readme(tmp_path: Path) -> None:
+    log = tmp_path / "train.txt"
+    log.write_text("".join(f"s:{s} trl:{3 - s / 10}\n" for s in range(1, 5)))
+    readme = tmp_path / "README.md"
+    readme.write_text("s:99 trl:0.1\n")  # quotes a log line: still documentation
+    config = tmp_path / "config.yaml"
+    config.write_text("train_iters: 1000\n")
+    read = read_inputs([log, readme, config], fmt="llmc_main")
+    assert read.parsed.series("loss")[0].tolist() == [1, 2, 3, 4]
+    assert read.inputs.skipped == [("README.md", "documentation, not a training log")]
+    assert read.parsed.meta["config_filename"] == "config.yaml"
