@@ -50,8 +50,10 @@ def manual_walk() -> Any:
 
 
 def leaf_title(leaf_id: str, cause: str) -> str:
-    """The leaf's title; the cause itself for a verdict the tree has no leaf for."""
-    return DECISION_TREE.leaf(leaf_id).title if DECISION_TREE.is_leaf(leaf_id) else cause.replace("_", " ")
+    """The leaf's title; for a verdict the tree has no leaf for (an early instability), its own name."""
+    if DECISION_TREE.is_leaf(leaf_id):
+        return DECISION_TREE.leaf(leaf_id).title
+    return (leaf_id.removeprefix("leaf_") or cause).replace("_", " ").capitalize()
 
 
 def show_walk(diagnosis: Any, manual: bool) -> None:
@@ -98,6 +100,12 @@ def actions_for(diagnosis: Any, manual: bool) -> list[str]:
     return [a for a in diagnosis.actions if not any(p.fullmatch(a) for p in needs_run)]
 
 
+def all_answered_no(diagnosis: Any) -> bool:
+    """Whether every question of the tree was asked and answered no (every known cause ruled out)."""
+    answers = {visit.node: visit.answer for visit in diagnosis.path}
+    return all(answers.get(node.id) == "no" for node in DECISION_TREE.nodes)
+
+
 def verdict_sentence(diagnosis: Any, summary: str) -> str:
     """The verdict in words: the diagnosis's own summary where it has one; for no cause found, whether
     every question was answered no (nothing known matched) or some could not be answered."""
@@ -105,15 +113,16 @@ def verdict_sentence(diagnosis: Any, summary: str) -> str:
         return summary
     if diagnosis.cause != "unknown":
         return f"Cause **`{diagnosis.cause}`** · confidence **{diagnosis.confidence:.0%}**"
-    unanswered = sum(visit.answer == "unknown" for visit in diagnosis.path)
-    if unanswered == 0:
+    if all_answered_no(diagnosis):
         return f"No known cause matched: all {len(diagnosis.path)} questions were answered **no**."
-    return f"Cause not identified: {unanswered} of {len(diagnosis.path)} questions could not be answered."
+    unanswered = sum(visit.answer == "unknown" for visit in diagnosis.path)
+    asked, total = len(diagnosis.path), len(DECISION_TREE.nodes)
+    return f"Cause not identified: {asked} of {total} questions asked, {unanswered} could not be answered."
 
 
 def show_verdict(diagnosis: Any, manual: bool, summary: str = "") -> None:
     title = leaf_title(diagnosis.leaf, diagnosis.cause)
-    if diagnosis.cause == "unknown" and diagnosis.path and all(v.answer == "no" for v in diagnosis.path):
+    if diagnosis.cause == "unknown" and all_answered_no(diagnosis):
         title = "No known cause matched"  # not "not identified": every known cause was ruled out
     st.markdown(f"### {title}")
     if summary.rstrip(".") == title:  # a summary that only repeats the title says nothing more

@@ -9,6 +9,7 @@ import pytest
 from ingest.store import Store
 from stab_core.diagnosis import DECISION_TREE
 from tests.conftest import open_page
+from tests.real_runs import import_real_runs
 
 # What a step placeholder becomes when a walk by hand has no run to take the step from.
 PLACEHOLDER_TEXTS = ("step of the spike", "step of the transition", "rank the outlier", "{", "}")
@@ -104,3 +105,21 @@ def test_no_spikes_yet_still_draws_the_tree(tmp_path: Path, monkeypatch: pytest.
     assert not at.exception
     assert "No detected spikes in the store yet" in at.info[0].value
     assert 'snr_collapse [shape=box, style="rounded"' in _dot(at)
+
+
+def test_real_runs_incidents_read_in_words(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = import_real_runs(tmp_path / "real")
+    monkeypatch.setenv("STABSCOPE_STORE", str(store.root))
+    at = open_page("tree")
+    at.session_state["selected_run"] = "megds"  # a perf test that blew up in its first steps
+    at.run()
+    assert not at.exception
+    spike = store.spikes("megds")[0]
+    leaf = spike["leaf"]
+    title = (
+        DECISION_TREE.leaf(leaf).title if DECISION_TREE.is_leaf(leaf) else leaf.removeprefix("leaf_").replace("_", " ")
+    )
+    assert "No known cause matched" not in _text(at)  # only node 1 was asked: nothing was ruled out
+    assert f"### {title}".lower() in _text(at).lower()  # a verdict the tree has no leaf for reads in words
+    assert "{" not in _text(at) and "step of the spike" not in _text(at)
+    assert at.code[0].value.startswith("spike_nonfinite = False")  # node 1's numbers, readable
