@@ -103,13 +103,26 @@ def read_inputs(
     for log in inputs.logs:
         groups.setdefault(inputs.formats.get(log, ""), []).append(log)
     parts: list[ParsedLog] = []
+    failed: list[tuple[list[Path], StabScopeError]] = []
+    # whole-log formats: each file its own log, so that two that disagree at a step are both kept
+    # and named; other groups are detected again as a whole (an ambiguous log is refused as
+    # read_log refuses it)
+    units: list[list[Path]] = []
     for name, group in groups.items():
-        if name in SEPARATE_FILE_FORMATS:
-            # each file its own log, so that two that disagree at a step are both kept and named
-            parts.extend(read_log([f], progress=progress, custom_dir=custom_dir) for f in group)
-        else:
-            # detected again as a whole: an ambiguous log is refused as read_log refuses it
-            parts.append(read_log(group, progress=progress, custom_dir=custom_dir))
+        units.extend([[f] for f in group] if name in SEPARATE_FILE_FORMATS else [group])
+    for unit in units:
+        try:
+            parts.append(read_log(unit, progress=progress, custom_dir=custom_dir))
+        except StabScopeError as exc:
+            failed.append((unit, exc))
+    if not parts:
+        raise failed[0][1]
+    for unit, error in failed:  # other logs were read: these are listed, not fatal
+        inputs.logs = [log for log in inputs.logs if log not in unit]
+        for log in unit:
+            taken = _taken_by(inputs.formats.get(log, ""), log) if log.is_dir() else None
+            names = sorted(_shown(f, inputs.roots) for f in taken) if taken else [_shown(log, inputs.roots)]
+            inputs.skipped.extend((name, f"unreadable: {error}") for name in names)
     parsed, notes = (parts[0], []) if len(parts) == 1 else combine(parts)
     return ImportRead(_with_config(parsed, inputs.config), inputs, notes)
 

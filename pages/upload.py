@@ -119,7 +119,9 @@ if found["config"] or found["skipped_files"]:
     st.caption(used + ".")
 if found["skipped_files"]:
     st.caption("Skipped (not logs):")
-    st.dataframe(pd.DataFrame(found["skipped_files"]), hide_index=True, key="up_skipped")
+    skipped = pd.DataFrame(found["skipped_files"])
+    skipped["why"] = skipped["why"].str.replace(f"{paths[0].parent}/", "", regex=False)  # no staging path
+    st.dataframe(skipped, hide_index=True, key="up_skipped")
 for note in found["notes"]:  # logs of two formats combined: where they disagree, both series are kept
     if "disagree" in note:
         st.warning(note, icon=":material/call_split:")

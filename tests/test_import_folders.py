@@ -168,3 +168,12 @@ def test_a_chosen_format_reads_the_logs_not_the_readme(tmp_path: Path) -> None:
     assert read.parsed.series("loss")[0].tolist() == [1, 2, 3, 4]
     assert read.inputs.skipped == [("README.md", "documentation, not a training log")]
     assert read.parsed.meta["config_filename"] == "config.yaml"
+
+
+def test_an_unreadable_log_beside_a_readable_one_is_listed(tmp_path: Path) -> None:
+    (tmp_path / "train.jsonl").write_text("".join(f'{{"step": {s}, "loss": {4 - s / 10}}}\n' for s in range(1, 4)))
+    (tmp_path / "trainer_state.json").write_text('{"log_history": [{"step": 1, "loss": 2.0}')  # cut short
+    read = read_inputs([tmp_path])
+    assert read.parsed.series("loss")[0].tolist() == [1, 2, 3]
+    [(name, why)] = read.inputs.skipped
+    assert name == "trainer_state.json" and why.startswith("unreadable: ") and "JSON" in why
