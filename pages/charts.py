@@ -67,6 +67,8 @@ SERIES_COLORS = {
     "snr": "#888888",  # mid grey: readable on the light and the dark theme
 }
 CLICK_GRID_POINTS = 20_000
+FLAGGED_RANK_COLOUR = "#2b8a3e"
+"""Rings and rank labels of the ranks the outlier table flags (green: apart from the red-blue % scale)."""
 HEATMAP_SATURATION = 6.0
 """The % heatmap's colours saturate at this many times the cells' median absolute deviation."""
 """Most clickable markers laid over a heatmap (columns are thinned beyond that)."""
@@ -356,10 +358,10 @@ def robust_y_range(
 
     ``curves``: (steps, values) pairs drawn in the panel. The values from the first ``head_fraction`` of
     the shown steps are left out (the warmup's loss of 11 or grad norm of 15 would flatten a run that sits
-    at 3.3 and 0.3), and the range spans the 0.5-99.5 % quantiles of the rest, padded by ``RANGE_PAD`` of
-    that span. An incident peak (``peaks``, same units) above it stretches the range to show it when it
-    lies within ``PEAK_STRETCH`` spans of the top; one further out stays off scale (``peak_markers`` marks
-    it at the edge). On a log axis (``log_y``) the range is in log10 units, as Plotly takes it, and only
+    at 3.3 and 0.3), and the range spans the 0.5-99.5 % quantiles of the rest (at least
+    ``MIN_RELATIVE_SPAN`` of their level), stretched to every value and incident peak (``peaks``, same
+    units) within ``PEAK_STRETCH`` spans of it, padded by ``RANGE_PAD`` of the span. A value or peak
+    further out stays off scale (``peak_markers`` marks an incident's at the edge). On a log axis (``log_y``) the range is in log10 units, as Plotly takes it, and only
     positive values count. None when no finite value is shown (let Plotly autorange).
     """
     finite = [(np.asarray(s), np.asarray(v, dtype=np.float64)) for s, v in curves if np.size(s)]
@@ -386,12 +388,12 @@ def robust_y_range(
     if span < least:
         middle = (low + high) / 2
         low, high, span = middle - least / 2, middle + least / 2, least
-    for p in peaks:
-        if not math.isfinite(p) or (log_y and p <= 0):
-            continue
-        q = math.log10(p) if log_y else p
-        if high < q <= high + PEAK_STRETCH * span:
-            high = q
+    # near outliers and incident peaks (within PEAK_STRETCH spans) stay on the chart; far ones do not
+    reach_low, reach_high = low - PEAK_STRETCH * span, high + PEAK_STRETCH * span
+    usable_peaks = [math.log10(p) if log_y else p for p in peaks if math.isfinite(p) and (p > 0 or not log_y)]
+    near = np.concatenate([tail, np.asarray(usable_peaks, dtype=np.float64)])
+    near = near[(near >= reach_low) & (near <= reach_high)]
+    low, high = min(low, float(near.min(initial=low))), max(high, float(near.max(initial=high)))
     lowest = float(tail.min())
     pad_low, pad_high = low - RANGE_PAD * span, high + RANGE_PAD * span
     if not log_y and lowest >= 0 > pad_low:  # a non-negative series (LR, norms) never needs a negative axis
@@ -567,10 +569,14 @@ def heatmap_figure(
     deviation_pct: np.ndarray | None = None,
     deviation_title: str = "% vs cross-rank median",
     last_step: int | None = None,
+    flagged: Sequence[int] = (),
+    rings: Sequence[tuple[int, int]] = (),
 ) -> go.Figure:
     """Rank x step heatmap of bucket means (``steps``: each column's first step; the last column ends
     at ``last_step``); ``relative`` colours by % deviation from each column's median, or by
-    ``deviation_pct`` (e.g. from each rank's pipeline stage, ``stab_core.alerts.peer_deviation_pct``)."""
+    ``deviation_pct`` (e.g. from each rank's pipeline stage, ``stab_core.alerts.peer_deviation_pct``).
+    ``flagged``: the ranks the outlier table flags, their rank labels in colour; ``rings``: (rank, step)
+    cells to ring (a transient's largest deviation: one column wide, it could hide among 400)."""
     z = matrix
     if relative and matrix.size:
         if deviation_pct is None:
@@ -618,6 +624,19 @@ def heatmap_figure(
     fig.update_layout(**base_layout(min(700, max(220, 18 * len(ranks) + 90))))
     fig.update_layout(hovermode="closest", margin={"b": 45})
     fig.update_yaxes(title_text="rank", autorange="reversed" if len(ranks) > 1 else True)
+    if rings:
+        fig.add_trace(
+            go.Scatter(
+                x=[step for _, step in rings],
+                y=[rank for rank, _ in rings],
+                mode="markers",
+                showlegend=False,
+                marker={"symbol": "circle-open", "size": 14, "color": FLAGGED_RANK_COLOUR, "line": {"width": 2.5}},
+                hovertemplate="rank %{y}: flagged, most deviant at step %{x}<extra></extra>",
+            )
+        )
+    if flagged:
+        fig.update_yaxes(**_rank_ticks(ranks, flagged))
     # steps are whole numbers: a few columns get one tick each (Plotly would put ticks at 0.5 steps)
     fig.update_xaxes(title_text="step", tickformat=",d")
     if 0 < steps.size <= 20:
@@ -625,6 +644,22 @@ def heatmap_figure(
     if steps.size == 1:
         fig.update_xaxes(range=[float(steps[0]) - 0.5, float(steps[0]) + 0.5])
     return fig
+
+
+def _rank_ticks(ranks: np.ndarray, flagged: Sequence[int]) -> dict[str, Any]:
+    """Y ticks of a rank heatmap: every 1, 2, 5, 10 ... ranks (about a dozen), the flagged ranks' own
+    labels in colour (of flagged neighbours, the first: their rows are coloured anyway), and no regular
+    label close enough to a flagged one to overlap it."""
+    every = next(k for k in (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 10**9) if len(ranks) / k <= 12)
+    near = max(0, math.ceil(len(ranks) / 40) - 1)  # rows closer than ~14 px (a 700-px heatmap) would overlap
+    marked: set[int] = set()
+    for rank in sorted(flagged):
+        if all(abs(rank - m) > near for m in marked):
+            marked.add(rank)
+    regular = [r for r in ranks.tolist() if r % every == 0 and all(abs(r - f) > near for f in marked)]
+    values = sorted(set(regular) | marked)
+    text = [f"<span style='color:{FLAGGED_RANK_COLOUR}'><b>{r} ▸</b></span>" if r in marked else str(r) for r in values]
+    return {"tickmode": "array", "tickvals": values, "ticktext": text}
 
 
 def rank_vs_median_figure(

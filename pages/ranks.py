@@ -36,6 +36,7 @@ from stab_core.ranklayout import (
     stage_layout,
 )
 
+MARKED_RANKS = 16  # transient ranks ringed on the heatmap at their peak (the most deviant first)
 PREFERRED = ["grad_norm_local", "loss", "step_time_s", "gpu_temp_c", "gpu_power_w", "gpu_mem_gb", "gpu_util"]
 
 
@@ -138,6 +139,10 @@ table = rank_outliers(ranks, steps, matrix, groups, straggles=metric in STRAGGLE
 st.session_state["rk_table_ranks"] = [int(r) for r in table["rank"]]
 if "rk_rank" not in st.session_state or st.session_state["rk_rank"] not in rank_list:
     st.session_state["rk_rank"] = int(table["rank"].iloc[0]) if len(table) else rank_list[0]
+flagged = table[~table["kind"].isin(["normal", "unknown"])]
+if is_memory(metric) and groups is None:
+    # said before the picture: without the stage layout, whole stages stand apart in memory
+    st.info(comparison_sentence(metric, layout, grouped=False), icon=":material/info:")
 
 fig = heatmap_figure(
     ranks,
@@ -149,6 +154,12 @@ fig = heatmap_figure(
     deviation_pct=peer_deviation_pct(matrix, groups) if relative else None,
     deviation_title="% vs its stage's median" if groups is not None else "% vs cross-rank median",
     last_step=hi,
+    flagged=[int(r) for r in flagged["rank"]],
+    rings=[
+        (int(r), int(s))
+        for r, s, k in flagged[["rank", "peak_step", "kind"]].itertuples(index=False)
+        if k == "transient"
+    ][:MARKED_RANKS],
 )
 st.plotly_chart(
     fig,
@@ -170,7 +181,6 @@ silent = sorted(set(everyone) - set(rank_list))
 silent_note = f" {ranks_text(silent).capitalize()} logged no `{metric}` here." if silent else ""
 st.caption(f"{ranks.size} ranks x {columns}.{silent_note} Click a cell or a table row to inspect that rank.")
 
-flagged = table[~table["kind"].isin(["normal", "unknown"])]
 st.subheader(f"Outlier ranks: {len(flagged)} of {ranks.size}")
 st.dataframe(
     table,
@@ -193,10 +203,14 @@ kinds = (
     if metric in STRAGGLER_METRICS
     else "a persistent one (not a straggler: step time is what makes one) is one in at least half of the columns"
 )
+transients = int((flagged["kind"] == "transient").sum())
+ringed = f"the {MARKED_RANKS} most deviant transient ones are" if transients > MARKED_RANKS else "transient ones are"
+compared = "" if is_memory(metric) and groups is None else f" {comparison_sentence(metric, layout, groups is not None)}"
 st.caption(
     f"Outlier: modified z-score among its peers > {OUTLIER_Z} and at least {OUTLIER_MIN_DEVIATION:.0%} from "
     f"their median in a step column; {kinds}, a transient one in fewer; unknown: fewer than {MIN_PEERS} "
-    f"peers logged with it. {comparison_sentence(metric, layout, groups is not None)}"
+    f"peers logged with it. Flagged ranks have their label in green; {ringed} ringed at their largest "
+    f"deviation.{compared}"
 )
 
 rank = st.selectbox("Rank", rank_list, key="rk_rank")

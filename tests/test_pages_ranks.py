@@ -42,6 +42,10 @@ def test_outlier_rank_leads_the_table(app_store: Store) -> None:
     # the +300 % outlier saturates its cells; the colour range follows the ordinary spread instead
     assert heat["zmin"] == -heat["zmax"] and 1.0 <= heat["zmax"] < 250
     assert figure_of(at)["data"][1]["marker"]["color"] == "rgba(0,0,0,0)"  # the click grid is not drawn
+    # the one-column transient is ringed at its peak, so that it cannot hide among 400 columns
+    ring = figure_of(at)["data"][-1]
+    assert ring["marker"]["symbol"] == "circle-open" and list(plotly_values(ring["y"])) == [OUTLIER_RANK]
+    assert OUTLIER_STEPS[0] - 5 <= plotly_values(ring["x"])[0] < OUTLIER_STEPS[1]
 
 
 def test_heatmap_colour_range_known_answers() -> None:
@@ -129,6 +133,12 @@ def test_pipeline_run_flags_the_slow_rank_not_the_memory_stages(
     others = np.delete(z, [ranks.index(SLOW_PIPELINE_RANK), ranks.index(STEADY_RANK)], axis=0)
     assert np.nanpercentile(np.abs(others), 99) < 0.2 * heat["zmax"]
     assert SILENT_RANK not in ranks and len(ranks) == 63
+    # the straggler's label is the one in colour (its whole row is; only a transient is ringed)
+    assert [t.get("marker", {}).get("symbol") for t in figure_of(at)["data"]] == [None, None]
+    yaxis = figure_of(at)["layout"]["yaxis"]
+    assert [t for t in yaxis["ticktext"] if "<b>" in t] == [
+        f"<span style='color:#2b8a3e'><b>{SLOW_PIPELINE_RANK} ▸</b></span>"
+    ]
 
     at.selectbox(key="rk_metric").set_value("gpu_mem_gb").run()
     table = at.dataframe(key="rk_table").value
@@ -148,10 +158,9 @@ def test_memory_without_a_stage_layout_flags_no_straggler(tmp_path: Path, monkey
     table = at.dataframe(key="rk_table").value
     apart = set(table.loc[table["kind"] != "normal", "rank"])
     assert apart == {0, 1, 2, 3, 60, 61, 62, 63} and set(table["kind"]) == {"persistent", "normal"}
-    caption = at.caption[-1].value
+    [note] = [i.value for i in at.info]  # said above the heatmap, where whole stages stand apart
     assert (
-        "The pipeline layout is unknown" in caption
-        and "Memory differences between pipeline stages are expected" in caption
+        "The pipeline layout is unknown" in note and "Memory differences between pipeline stages are expected" in note
     )
     at.selectbox(key="rk_metric").set_value("step_time_s").run()
     table = at.dataframe(key="rk_table").value
