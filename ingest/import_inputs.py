@@ -8,9 +8,12 @@ One rule for ``stabscope import DIR`` (or several files) and the Upload page's f
   TOML mapping (or a Megatron arguments dump) is a config, anything else is skipped with the reason
   (``README.md: documentation, not a training log``). Hidden files and folders are left out.
 
-Logs of different formats are read one format at a time and combined: a metric that two of them
-hold with the same values at the same steps is kept once; where they disagree both are kept (the
-later one namespaced by its file) and a note says which metric, at which steps.
+Logs of different formats are read one format at a time and combined, and so are the files of a
+whole-log format (``trainer_state.json``, golden values, Parquet): a metric that two of them hold
+with the same values at the same steps is kept once; where they disagree both are kept (the later
+one namespaced by its file) and a note says which metric, at which steps. A byte-for-byte copy is
+skipped (it would read as a restart); a log that fails to read beside others that read is listed
+as skipped with the reason. The import fails only when no file is a log.
 """
 
 from __future__ import annotations
@@ -52,7 +55,7 @@ class SortedInputs:
 
     logs: list[Path] = field(default_factory=list)
     formats: dict[Path, str] = field(default_factory=dict)
-    """The format each log was recognised as (absent: read them together, detected as one)."""
+    """The format each log was recognised as: one group per format, read together."""
     config: Path | None = None
     skipped: list[tuple[str, str]] = field(default_factory=list)
     roots: list[Path] = field(default_factory=list)
