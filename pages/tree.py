@@ -85,19 +85,26 @@ def show_walk(diagnosis: Any, manual: bool) -> None:
         st.markdown(f"**Reached: {leaf_title(diagnosis.leaf, diagnosis.cause)}** :red-badge[{diagnosis.cause}]")
 
 
+_PLACEHOLDER = re.compile(r"\{([A-Za-z_]*)[^{}]*\}")
+
+
+def _needs_a_step(template: str) -> bool:
+    """Whether a leaf action's text names a step of the run (``{start}``, ``{transition_step}``...)."""
+    return any("step" in name or name in ("start", "end", "peak") for name in _PLACEHOLDER.findall(template))
+
+
 def _template_pattern(template: str) -> re.Pattern[str]:
     """A leaf action's text with each ``{placeholder}`` matching anything: finds the action it became."""
-    parts = re.split(r"\{[^{}]*\}", template)
-    return re.compile(".+?".join(re.escape(part) for part in parts), re.S)
+    return re.compile(".+?".join(re.escape(part) for part in _PLACEHOLDER.split(template)[::2]), re.S)
 
 
 def actions_for(diagnosis: Any, manual: bool) -> list[str]:
-    """The diagnosis's actions; on a walk by hand, none that needs a step or a number of a run (there
-    is no run: such an action would read "around step of the spike")."""
+    """The diagnosis's actions; on a walk by hand, none that needs a step of the run (there is no
+    run: such an action would read "around step of the spike")."""
     if not manual or not DECISION_TREE.is_leaf(diagnosis.leaf):
         return list(diagnosis.actions)
-    needs_run = [_template_pattern(t) for t in DECISION_TREE.leaf(diagnosis.leaf).actions if "{" in t]
-    return [a for a in diagnosis.actions if not any(p.fullmatch(a) for p in needs_run)]
+    needs_step = [_template_pattern(t) for t in DECISION_TREE.leaf(diagnosis.leaf).actions if _needs_a_step(t)]
+    return [a for a in diagnosis.actions if not any(p.fullmatch(a) for p in needs_step)]
 
 
 def all_answered_no(diagnosis: Any) -> bool:
