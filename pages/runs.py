@@ -27,7 +27,8 @@ COLUMNS = {
     "status": st.column_config.TextColumn(
         width="medium",
         help="live: still being written · finished: reached its planned steps · stopped at N of M: the last "
-        "finite value is at step N of M planned · ended at step N: the log states no planned steps",
+        "finite value is at step N of M planned · ended at step N: the log states no planned steps (set them "
+        "under Run settings on the Cost or Spikes page)",
     ),
     "last loss": st.column_config.NumberColumn(
         format="%.4f", help="Last finite logged loss (nats/token), at the step in 'last loss step'"

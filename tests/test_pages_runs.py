@@ -110,3 +110,14 @@ def test_runs_that_ended_before_their_planned_steps_say_where(
     assert sorted(_table(at)["name"]) == ["megds", "mixtral-h100"]
     at.multiselect(key="runs_status").set_value(["ended", "finished"]).run()
     assert list(_table(at)["name"]) == ["llmc"]
+
+
+def test_planned_steps_the_user_sets_change_the_status_at_once(own_app_store: Store) -> None:
+    at = open_page("runs").run()
+    assert _table(at).set_index("name").loc[SMALL_RUN, "status"] == "ended at step 1999"
+    own_app_store.update_meta(SMALL_RUN, {"planned_steps": 5000})
+    at.run()
+    assert _table(at).set_index("name").loc[SMALL_RUN, "status"] == "stopped at 1999 of 5000"
+    own_app_store.update_meta(SMALL_RUN, {"planned_steps": 2000})  # steps 0..1999: all 2,000 of them
+    at.run()
+    assert _table(at).set_index("name").loc[SMALL_RUN, "status"] == "finished"
