@@ -64,7 +64,7 @@ def ranks_text(ranks: list[int]) -> str:
 
 
 def missing_sentence(meta: dict[str, object], logged: list[int]) -> str | None:
-    """ "Rank 47 logged nothing: 63 of 64 ranks have data (world size 64 in the run's metadata)." or None."""
+    """The sentence naming the ranks that logged nothing (``Rank 47 logged nothing: 63 of 64 ...``), or None."""
     missing = missing_ranks(meta, logged)
     if not missing:
         return None
@@ -89,11 +89,14 @@ def comparison_sentence(metric: str, layout: StageLayout | None, grouped: bool) 
         return text + (f": memory differs between stages by design ({stage_memory})." if is_memory(metric) else ".")
     if layout is not None and layout.stages > 1:
         where = (
-            f"Its {layout.stages} pipeline stages have fewer than {MIN_PEERS} ranks each that logged, "
+            f"Some of its {layout.stages} pipeline stages have fewer than {MIN_PEERS} ranks that logged, "
             "so each rank is compared with all ranks"
         )
     elif layout is not None:
         where = "One pipeline stage: each rank is compared with all ranks"
+        return where + (
+            ": memory flags no straggler, step time and local gradient norm do." if is_memory(metric) else "."
+        )
     else:
         where = (
             "The pipeline layout is unknown (add `pipeline_parallel_size` and `world_size` to the run's "
