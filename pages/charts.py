@@ -361,8 +361,9 @@ def robust_y_range(
     at 3.3 and 0.3), and the range spans the 0.5-99.5 % quantiles of the rest (at least
     ``MIN_RELATIVE_SPAN`` of their level), stretched to every value and incident peak (``peaks``, same
     units) within ``PEAK_STRETCH`` spans of it, padded by ``RANGE_PAD`` of the span. A value or peak
-    further out stays off scale (``peak_markers`` marks an incident's at the edge). On a log axis (``log_y``) the range is in log10 units, as Plotly takes it, and only
-    positive values count. None when no finite value is shown (let Plotly autorange).
+    further out stays off scale (``peak_markers`` marks an incident's at the edge). On a log axis
+    (``log_y``) the range is in log10 units, as Plotly takes it, and only positive values count. None
+    when no finite value is shown (let Plotly autorange).
     """
     finite = [(np.asarray(s), np.asarray(v, dtype=np.float64)) for s, v in curves if np.size(s)]
     if not finite:

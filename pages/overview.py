@@ -61,24 +61,6 @@ def zoom_to_incident(name: str) -> None:
         st.session_state["ov_range"] = incident_window(run, spikes[idx])
 
 
-def pick_from_chart(name: str) -> None:
-    """Chart selection callback: a drag zooms to its steps; a click on an incident's marker selects it."""
-    event = st.session_state.get("ov_chart") or {}
-    selection = event.get("selection") or {}
-    if selection.get("box"):
-        zoom_to_selection("ov_chart", "ov_range")
-        return
-    for point in selection.get("points") or []:
-        index = point.get("customdata")
-        if isinstance(index, list):
-            index = index[0] if index else None
-        if isinstance(index, int | float):
-            st.session_state["ov_incident"] = int(index)
-            st.session_state["ov_incident_clicked"] = True  # the picker above the fragment must redraw
-            zoom_to_incident(name)
-            return
-
-
 def incident_label(spikes: list[dict[str, object]], i: int) -> str:
     """The incident picker's text for option ``i``."""
     if i == NO_INCIDENT:
@@ -130,7 +112,7 @@ incident = c4.selectbox(
     format_func=lambda i: incident_label(spikes_of_run, i),
     on_change=zoom_to_incident,
     args=(info.name,),
-    help="Shows that incident's steps and marks it darker; a click on a marker on the chart picks one too",
+    help="Shows that incident's steps and marks it darker",
 )
 full_y = c5.toggle(
     "Show full y range",
@@ -180,20 +162,19 @@ def charts(name: str) -> None:
     st.plotly_chart(
         fig,
         key="ov_chart",
-        on_select=lambda: pick_from_chart(name),
-        selection_mode=("box", "points"),
+        on_select=lambda: zoom_to_selection("ov_chart", "ov_range"),
+        # a click cannot pick an incident: Plotly reports no click while a drag selects steps
+        selection_mode="box",
         config={"displaylogo": False},
     )
-    if st.session_state.pop("ov_incident_clicked", False):
-        st.rerun()  # the whole page: the incident picker sits outside this fragment
     points = sum(s.steps.size for s in shown.values())
     detail = (
         "every step (full fidelity)" if buckets is None else f"min/max buckets of ~{(hi - lo + 1) // buckets} steps"
     )
     st.caption(
         f"Steps {lo:,}–{hi:,}: {points:,} points, {detail}. Drag across a chart to zoom every panel to those "
-        f"steps, re-read from the store (every step at ≤5,000 steps). Shaded bands and diamonds: the {len(spikes)} "
-        "detected incidents, coloured by cause (an up-triangle at a panel's top edge: a peak above its y axis)."
+        f"steps, re-read from the store (every step at ≤5,000 steps). Shaded bands and diamonds: detected incidents "
+        f"({len(spikes)} in the run), coloured by cause (an up-triangle at a panel's top: a peak above its y axis)."
         + ("" if full_y else " Y axes leave out the warmup (first 5% of the steps) and far outliers.")
     )
     if 0 <= incident < len(spikes):
