@@ -506,6 +506,7 @@ def panels_figure(
         **axis_layout,
         annotations=titles,
         hoversubplots="axis",
+        hoverdistance=8,  # the unified hover lists an incident marker only near the cursor, not 20 px away
         dragmode="select" if drag_selects_steps else "zoom",
         selectdirection="h",
         xaxis={

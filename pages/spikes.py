@@ -141,8 +141,9 @@ for title, y_title, metrics in ZOOM_PANELS:
         panels.append(Panel(title, y_title, curves))
 left, right = st.columns([3, 2])
 with left:
-    st.plotly_chart(panels_figure(panels, read_events(info), spikes, 0.0, (lo, hi), panel_height=170), key="sp_chart")
-    st.caption(f"Steps {lo:,}–{hi:,} at full fidelity; the spike is shaded in its cause's colour.")
+    chart = panels_figure(panels, read_events(info), spikes, 0.0, (lo, hi), panel_height=170, selected=idx)
+    st.plotly_chart(chart, key="sp_chart")
+    st.caption(f"Steps {lo:,}–{hi:,} at full fidelity; the spike is shaded in its cause's colour (darker: this one).")
 with right:
     outcome = "recovered" if spike["recovered"] else "**diverged**"
     st.markdown(

@@ -70,3 +70,19 @@ def test_a_clean_run_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     at = open_page("spikes").run()
     assert not at.exception
     assert "No loss or grad-norm spike detected in **clean**" in at.success[0].value
+
+
+def test_the_selected_spike_is_the_darker_band_and_the_table_fits(app_store: Store) -> None:
+    at = open_page("spikes").run()
+    spikes = app_store.spikes("small")
+    at.selectbox(key="sp_idx").set_value(len(spikes) - 1).run()
+    shapes = figure_of(at)["layout"]["shapes"]
+    shown = [s for s in shapes if s["opacity"] == 0.5]
+    assert len(shown) == 1 and shown[0]["x0"] == int(spikes[-1]["start"]) - 0.5
+    # start, end and duration are one "steps" column, so that the table fits a 1280 px window
+    table = at.dataframe(key="sp_table")
+    assert "steps" in table.value.columns
+    first = spikes[0]
+    assert table.value["steps"].iloc[0] == (
+        str(first["start"]) if first["start"] == first["end"] else f"{first['start']}–{first['end']}"
+    )
