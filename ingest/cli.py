@@ -116,17 +116,22 @@ def cmd_watch(args: argparse.Namespace) -> int:
 
 def cmd_runs(args: argparse.Namespace) -> int:
     store = _store(args)
+    from ingest.run_status import run_status
+
     runs = store.list_runs()
+    # "finished" in the catalog means nothing writes the run any more; how far it got is the status text
+    texts = {r.name: run_status(store, r.name) for r in runs}
     if args.json:
-        _print_json([r.to_json() for r in runs])
+        _print_json([{**r.to_json(), "status_text": texts[r.name]} for r in runs])
         return 0
     if not runs:
         print(f"no runs in {store.root}: `stabscope demo` adds demo runs, `stabscope import LOG` a log")
         return 0
-    print(f"{'name':32} {'status':9} {'steps':>19} {'ranks':>5}  metrics")
+    width = max(9, *(len(t) for t in texts.values()))
+    print(f"{'name':32} {'status':{width}} {'steps':>19} {'ranks':>5}  metrics")
     for r in runs:
         steps = f"{r.first_step}..{r.last_step}"
-        print(f"{r.name:32} {r.status:9} {steps:>19} {r.ranks:>5}  {', '.join(r.metrics)}")
+        print(f"{r.name:32} {texts[r.name]:{width}} {steps:>19} {r.ranks:>5}  {', '.join(r.metrics)}")
     return 0
 
 

@@ -366,8 +366,8 @@ def build_tree(params: DiagnosisParams | None = None) -> DecisionTree:
                 f"Did the expert load imbalance (max/mean) jump >= {p.router_jump:g}x over its level in "
                 f"the {p.router_lead_steps} steps before the spike?"
             ),
-            settled_by="expert_load_max_over_mean (MoE runs); for a dense model, the run's metadata num_experts=1 "
-            "(stabscope meta RUN num_experts=1, or Run settings in the dashboard)",
+            settled_by="expert_load_max_over_mean (MoE runs), or num_experts = 1 in the run's metadata for a "
+            "dense model",
             thresholds={"router_jump": p.router_jump, "router_lead_steps": p.router_lead_steps},
             edges=chain("leaf_router", "snr_collapse"),
             to_log="the MoE expert load (expert_load_max_over_mean), or num_experts=1 in the run's metadata "

@@ -167,3 +167,11 @@ def test_diagnose_on_a_step_without_an_incident_says_so_and_names_the_nearest(co
     assert spike["start"] <= 40 <= spike["until"] and "action_evidence" in spike and "members" in spike
     forced = stabscope("diagnose", "cli-run", "--step", "20", "--force", store=store)
     assert forced.returncode == 0 and "diagnosed as if it were one" in forced.stdout
+
+
+def test_runs_says_how_far_a_run_got(compacted: Path) -> None:
+    # the run states no planned steps: it ended at its last step, it did not "finish" anything (#20)
+    proc = stabscope("runs", store=compacted / "store")
+    assert proc.returncode == 0 and "ended at step 49" in proc.stdout and "finished" not in proc.stdout
+    [run] = json.loads(stabscope("runs", "--json", store=compacted / "store").stdout)
+    assert run["status"] == "finished" and run["status_text"] == "ended at step 49"
