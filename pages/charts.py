@@ -53,6 +53,8 @@ MIN_RELATIVE_SPAN = 0.05
 """A default y range spans at least this share of the series' level (linear axes)."""
 MIN_LOG_SPAN = 0.05
 """A default log y range spans at least this many decades."""
+UNDERLAY_WIDTHS = {"grad_norm_clipped": 4.0}
+"""Series drawn under the others, wider (px): the post-clip norm, equal to the pre-clip one when unclipped."""
 LEGEND_ROW_PX = 26
 """Height of one row of a horizontal legend."""
 # Okabe-Ito colours (distinguishable with the common colour-vision deficiencies), one per canonical series
@@ -82,6 +84,8 @@ class Panel:
     y_title: str
     curves: list[tuple[str, SeriesData]] = field(default_factory=list)
     log_y: bool = False
+    min_span: float = 0.0
+    """Smallest default y span in axis units (linear axes), e.g. 0.05 for a 0-1 fraction that sits at 0."""
 
 
 def base_layout(height: int, x_title: str = "step") -> dict[str, Any]:
@@ -97,9 +101,11 @@ def base_layout(height: int, x_title: str = "step") -> dict[str, Any]:
     }
 
 
-def envelope_traces(s: SeriesData, label: str, color: str, ema_weight: float, legend: bool = True) -> list[go.Scatter]:
-    """Mean line, min/max band (only where it differs from the line) and, when smoothing, the EMA on top
-    with the raw line kept visible underneath."""
+def envelope_traces(
+    s: SeriesData, label: str, color: str, ema_weight: float, legend: bool = True, width: float = 1.6
+) -> list[go.Scatter]:
+    """Mean line (``width`` px), min/max band (only where it differs from the line) and, when smoothing,
+    the EMA on top with the raw line kept visible underneath."""
     traces: list[go.Scatter] = []
     if s.steps.size == 0:
         return traces
@@ -139,7 +145,7 @@ def envelope_traces(s: SeriesData, label: str, color: str, ema_weight: float, le
             y=s.values,
             mode="lines",
             name=f"{label} (raw)" if smoothing else label,
-            line={"color": color, "width": 1 if smoothing else 1.6},
+            line={"color": color, "width": 1 if smoothing else width},
             opacity=0.35 if smoothing else 1.0,
             legendgroup=label,
             showlegend=legend,
@@ -353,6 +359,7 @@ def robust_y_range(
     peaks: Sequence[float] = (),
     log_y: bool = False,
     head_fraction: float = HEAD_FRACTION,
+    min_span: float = 0.0,
 ) -> tuple[float, float] | None:
     """A y range for a panel that warmup and far outliers do not set.
 
@@ -363,7 +370,7 @@ def robust_y_range(
     units) within ``PEAK_STRETCH`` spans of it, padded by ``RANGE_PAD`` of the span. A value or peak
     further out stays off scale (``peak_markers`` marks an incident's at the edge). On a log axis
     (``log_y``) the range is in log10 units, as Plotly takes it, and only positive values count. None
-    when no finite value is shown (let Plotly autorange).
+    when no finite value is shown (let Plotly autorange). ``min_span``: the least span on a linear axis.
     """
     finite = [(np.asarray(s), np.asarray(v, dtype=np.float64)) for s, v in curves if np.size(s)]
     if not finite:
@@ -385,7 +392,7 @@ def robust_y_range(
     span = high - low
     # never narrower than MIN_RELATIVE_SPAN of the level: a flat LR logged to 6 decimals would
     # otherwise fill the panel with its rounding steps
-    least = MIN_LOG_SPAN if log_y else max(MIN_RELATIVE_SPAN * max(abs(low), abs(high)), 1e-12)
+    least = MIN_LOG_SPAN if log_y else max(MIN_RELATIVE_SPAN * max(abs(low), abs(high)), min_span, 1e-12)
     if span < least:
         middle = (low + high) / 2
         low, high, span = middle - least / 2, middle + least / 2, least
@@ -458,9 +465,14 @@ def panels_figure(
     axis_layout: dict[str, Any] = {}
     for row, (panel, domain) in enumerate(zip(panels, domains, strict=True), start=1):
         yref = "y" if row == 1 else f"y{row}"
-        for i, (label, s) in enumerate(panel.curves):
+        # an underlay (post-clip norm) first and wider: where it equals the pre-clip norm (no clipping)
+        # it shows as a halo round it instead of hiding it
+        order = sorted(range(len(panel.curves)), key=lambda i: panel.curves[i][1].metric not in UNDERLAY_WIDTHS)
+        for i in order:
+            label, s = panel.curves[i]
             color = series_color(s.metric, row - 1 + i)
-            for trace in envelope_traces(s, label, color, ema_weight):
+            width = UNDERLAY_WIDTHS.get(s.metric, 1.6)
+            for trace in envelope_traces(s, label, color, ema_weight, width=width):
                 fig.add_trace(trace.update(xaxis="x", yaxis=yref))
         span = _y_span(panel.curves, panel.log_y)
         y_range = (
@@ -470,6 +482,7 @@ def panels_figure(
                 [(s.steps, v) for _, s in panel.curves for v in (s.min, s.max)],
                 _panel_peaks(panel, spikes, x_range),
                 panel.log_y,
+                min_span=panel.min_span,
             )
         )
         if span and events:

@@ -43,6 +43,7 @@ LABELS = {
     "clip_coef": "clip coefficient",
 }
 FALLBACK_OF = {"clip_coef": "clip_ratio"}  # drawn only when the analyses' clip ratio is missing
+MIN_SPANS = {"clip ratio": 0.05}  # a fraction that sits at 0 is not magnified into its float noise
 
 
 def incident_window(run: RunInfo, spike: dict[str, object]) -> tuple[int, int]:
@@ -141,7 +142,7 @@ def charts(name: str) -> None:
                 curves.append((LABELS.get(metric, metric), s))
                 shown[metric] = s
         if curves:
-            panels.append(Panel(title, y_title, curves, log_y=title in log_panels))
+            panels.append(Panel(title, y_title, curves, log_y=title in log_panels, min_span=MIN_SPANS.get(title, 0.0)))
         elif title == "gradient SNR":
             missing.append(f"**{title}**: not computed, {snr_explanation(run)}")
         elif how:

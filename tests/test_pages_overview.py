@@ -276,3 +276,22 @@ def test_a_flat_series_is_not_magnified_into_its_rounding_steps() -> None:
     lr = np.where(steps < 150, 594e-6, 593e-6)  # an LR logged to 6 decimals: one rounding step
     low, high = robust_y_range([(steps, lr)])  # type: ignore[misc]
     assert high - low >= 0.05 * 594e-6 and low < 593e-6 < 594e-6 < high
+
+
+def test_a_fraction_at_zero_is_not_magnified_into_float_noise() -> None:
+    steps = np.arange(3000)
+    clipped = np.zeros(3000)
+    clipped[160] = 6e-13  # the float noise a trailing-window mean leaves (seen on demo-fp16-350m)
+    low, high = robust_y_range([(steps, clipped)], min_span=0.05)  # type: ignore[misc]
+    assert low == 0.0 and high >= 0.025  # 0 to a few percent, not 0 to 600 femto
+
+
+def test_pre_clip_norm_is_drawn_over_a_wider_post_clip_norm(app_store: Store) -> None:
+    """Unclipped steps have equal norms: the post-clip line used to hide the pre-clip one (same place,
+    drawn later) and share the LR's green."""
+    fig = _figure(open_page("overview").run())
+    names = [t.get("name") for t in fig["data"]]
+    pre, post, lr = (_trace(fig, n) for n in ("pre-clip", "post-clip", "lr"))
+    assert names.index("post-clip") < names.index("pre-clip")  # underneath
+    assert post["line"]["width"] > pre["line"]["width"]  # a halo round the pre-clip line where they agree
+    assert len({pre["line"]["color"], post["line"]["color"], lr["line"]["color"]}) == 3
