@@ -37,6 +37,7 @@ EVENT_STYLES = {
     "checkpoint": ("#adb5bd", "dot"),
     "rollback": ("#c92a2a", "dashdot"),
     "data_switch": ("#1971c2", "dash"),
+    "logging_end": ("#495057", "dashdot"),
 }
 _DEFAULT_EVENT_STYLE = ("#868e96", "dot")
 MIN_BAND_PX = 5

@@ -27,6 +27,7 @@ from pages.common import (
     zoom_to_selection,
 )
 from pages.view_url import NO_INCIDENT, restore_from_url, write_url
+from stab_core.runview import RunEvent
 
 # (panel title, y-axis title, candidate metrics in order, what to do when none is there)
 PANELS = [
@@ -71,13 +72,27 @@ def incident_label(spikes: list[dict[str, object]], i: int) -> str:
 
 
 def snr_explanation(run: RunInfo) -> str:
-    """Why the run has no SNR series: the analyses' own reason when they give one, else what is missing."""
+    """Why the run has no SNR series: the analyses' own reason (``snr_reason``) when they give one, else
+    what the run lacks."""
     reason = (run.meta.get("analysis") or {}).get("snr_reason")
     if reason:
         return str(reason)
     if "grad_norm" not in run.metrics:
-        return "no `grad_norm` was logged; log `grad_norm` (and `grad_norm_local` per rank for the two-batch SNR)"
-    return "the analyses computed none for this run (too few finite `grad_norm` steps?)"
+        return (
+            "not computed, no `grad_norm` was logged; log `grad_norm` (and `grad_norm_local` per rank for the "
+            "two-batch SNR)"
+        )
+    return "not computed by the analyses for this run (too few finite `grad_norm` steps?)"
+
+
+def with_logging_end(events: list[RunEvent], run: RunInfo) -> list[RunEvent]:
+    """The run's events and, when the analyses found one, the step from which logging stopped: it
+    explains panels that are empty from there on."""
+    end = (run.meta.get("analysis") or {}).get("logging_end")
+    if not end:
+        return events
+    label = f"logging stopped: {end.get('reason') or 'no metric is finite from here on'}"
+    return sorted([*events, RunEvent(int(end["step"]), "logging_end", label, {})], key=lambda e: e.step)
 
 
 st.title("Run overview")
@@ -144,7 +159,7 @@ def charts(name: str) -> None:
         if curves:
             panels.append(Panel(title, y_title, curves, log_y=title in log_panels, min_span=MIN_SPANS.get(title, 0.0)))
         elif title == "gradient SNR":
-            missing.append(f"**{title}**: not computed, {snr_explanation(run)}")
+            missing.append(f"**{title}**: {snr_explanation(run)}")
         elif how:
             missing.append(f"**{title}**: not in this run ({how})")
     if not panels:
@@ -152,7 +167,7 @@ def charts(name: str) -> None:
         return
     fig = panels_figure(
         panels,
-        read_events(run),
+        with_logging_end(read_events(run), run),
         spikes,
         ema_weight,
         (lo, hi),
@@ -202,7 +217,8 @@ def charts(name: str) -> None:
         spans = ", ".join(f"{int(a):,}–{int(b):,}" for a, b in analysis["gaps"][:8])
         st.caption(f"No finite value of any metric in steps {spans}.")
     for item in analysis.get("not_run") or []:
-        st.caption(f"Not run — {item.get('detector')}: {item.get('reason')}")
+        if item.get("detector") != "snr":  # the SNR's reason is given with the panels not shown
+            st.caption(f"Not run — {item.get('detector')}: {item.get('reason')}")
     if analysis.get("error"):
         st.warning(f"The analyses failed on this run: {analysis['error']}", icon=":material/warning:")
     st.button("Show the whole run", on_click=reset_range, args=("ov_range",), key="ov_reset")
