@@ -26,7 +26,7 @@ from pages.common import (
     to_bytes,
     zoom_to_selection,
 )
-from pages.view_url import NO_INCIDENT, restore_from_url, write_url
+from pages.view_url import NO_INCIDENT, incident_window, restore_from_url, write_url
 from stab_core.runview import RunEvent
 
 # (panel title, y-axis title, candidate metrics in order, what to do when none is there)
@@ -45,13 +45,6 @@ LABELS = {
 }
 FALLBACK_OF = {"clip_coef": "clip_ratio"}  # drawn only when the analyses' clip ratio is missing
 MIN_SPANS = {"clip ratio": 0.05}  # a fraction that sits at 0 is not magnified into its float noise
-
-
-def incident_window(run: RunInfo, spike: dict[str, object]) -> tuple[int, int]:
-    """The steps shown for one incident: its span padded by 3x its length (at least 50 steps) each side."""
-    start, end = int(str(spike["start"])), int(str(spike["end"]))
-    pad = max(50, 3 * (end - start + 1))
-    return max(int(run.first_step or 0), start - pad), min(int(run.last_step or 0), end + pad)
 
 
 def zoom_to_incident(name: str) -> None:
@@ -104,7 +97,7 @@ if info.first_step is None:
     st.stop()
 
 spikes_of_run = read_spikes(info)
-restore_from_url(spikes_of_run)
+restore_from_url(info, spikes_of_run)
 c1, c2, c3 = st.columns([1, 1, 2])
 ema_weight = c1.slider(
     "EMA smoothing (per step)",

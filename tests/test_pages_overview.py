@@ -264,6 +264,10 @@ def test_picking_an_incident_zooms_to_it_and_a_link_reopens_it(app_store: Store)
     link.run()
     assert link.selectbox(key="ov_incident").value == 0
     assert link.slider(key="ov_range").value == at.slider(key="ov_range").value
+    typed = open_page("overview")  # a link that names the incident only opens on its steps
+    typed.query_params.update({"run": SMALL_RUN, "incident": str(spikes[0]["peak"])})
+    typed.run()
+    assert typed.slider(key="ov_range").value == at.slider(key="ov_range").value
 
 
 def test_parse_steps() -> None:
