@@ -131,6 +131,28 @@ full_y = c5.toggle(
 )
 
 
+def explain_missing(run: RunInfo, shown: dict[str, SeriesData], missing: list[str]) -> None:
+    """What the chart cannot show and why: panels not drawn, where logging stopped, gaps, detectors not run."""
+    if missing:
+        st.caption("Not shown — " + "; ".join(missing))
+    analysis = run.meta.get("analysis") or {}
+    if "snr" in shown and analysis.get("snr_label"):
+        st.caption(f"SNR: {analysis['snr_label']}.")
+    if analysis.get("logging_end"):
+        end = analysis["logging_end"]
+        st.caption(
+            f"Logging stopped at step {int(end['step']):,}: {end.get('reason') or 'no metric is finite after it'}."
+        )
+    if analysis.get("gaps"):
+        spans = ", ".join(f"{int(a):,}–{int(b):,}" for a, b in analysis["gaps"][:8])
+        st.caption(f"No finite value of any metric in steps {spans}.")
+    for item in analysis.get("not_run") or []:
+        if item.get("detector") != "snr":  # the SNR's reason is given with the panels not shown
+            st.caption(f"Not run — {item.get('detector')}: {item.get('reason')}")
+    if analysis.get("error"):
+        st.warning(f"The analyses failed on this run: {analysis['error']}", icon=":material/warning:")
+
+
 @st.fragment(run_every=LIVE_REFRESH_S if info.status == "live" else None)
 def charts(name: str) -> None:
     run = get_store().run_info(name)  # re-read: a live run grows between refreshes
@@ -142,6 +164,7 @@ def charts(name: str) -> None:
     specs = PANELS + [(m, metric_label(m), [m], "") for m in extra]
     for title, y_title, candidates, how in specs:
         curves: list[tuple[str, SeriesData]] = []
+        unplottable = []  # logged here, but not one finite value: an empty panel would say nothing
         for metric in candidates:
             if FALLBACK_OF.get(metric) in shown:
                 continue
@@ -149,14 +172,21 @@ def charts(name: str) -> None:
             if s.steps.size and np.isfinite(s.values).any():
                 curves.append((LABELS.get(metric, metric), s))
                 shown[metric] = s
+            elif s.steps.size:
+                unplottable.append(metric)
         if curves:
             panels.append(Panel(title, y_title, curves, log_y=title in log_panels, min_span=MIN_SPANS.get(title, 0.0)))
+        elif unplottable:
+            names = ", ".join(f"`{m}`" for m in unplottable)
+            missing.append(f"**{title}**: {names} logged, but no finite value in steps {lo:,}–{hi:,}")
         elif title == "gradient SNR":
             missing.append(f"**{title}**: {snr_explanation(run)}")
         elif how:
             missing.append(f"**{title}**: not in this run ({how})")
     if not panels:
-        st.info("Nothing to plot in this step range.")
+        st.info(f"Nothing to plot in steps {lo:,}–{hi:,}.")
+        explain_missing(run, shown, missing)
+        st.button("Show the whole run", on_click=reset_range, args=("ov_range",), key="ov_reset")
         return
     fig = panels_figure(
         panels,
@@ -196,24 +226,7 @@ def charts(name: str) -> None:
             f"cause `{spike['cause']}` at {float(spike.get('confidence') or 0):.0%} confidence. "
             "The Spikes page has its diagnosis and what to do."
         )
-    if missing:
-        st.caption("Not shown — " + "; ".join(missing))
-    analysis = run.meta.get("analysis") or {}
-    if "snr" in shown and analysis.get("snr_label"):
-        st.caption(f"SNR: {analysis['snr_label']}.")
-    if analysis.get("logging_end"):
-        end = analysis["logging_end"]
-        st.caption(
-            f"Logging stopped at step {int(end['step']):,}: {end.get('reason') or 'no metric is finite after it'}."
-        )
-    if analysis.get("gaps"):
-        spans = ", ".join(f"{int(a):,}–{int(b):,}" for a, b in analysis["gaps"][:8])
-        st.caption(f"No finite value of any metric in steps {spans}.")
-    for item in analysis.get("not_run") or []:
-        if item.get("detector") != "snr":  # the SNR's reason is given with the panels not shown
-            st.caption(f"Not run — {item.get('detector')}: {item.get('reason')}")
-    if analysis.get("error"):
-        st.warning(f"The analyses failed on this run: {analysis['error']}", icon=":material/warning:")
+    explain_missing(run, shown, missing)
     st.button("Show the whole run", on_click=reset_range, args=("ov_range",), key="ov_reset")
     # Every export is built on click, not on each rerun: CSV of the shown points was ~0.2 s per rerun.
     e1, e2, e3, e4 = st.columns(4)

@@ -327,3 +327,9 @@ def test_mixtral_golden_values_say_why_panels_are_empty(tmp_path: Path, monkeypa
         assert f"Logging stopped at step {step:,}" in captions
         line = next(t for t in fig["data"] if t.get("name") == "logging_end")
         assert {x for x in line["x"] if x is not None} == {step}
+    # zoomed into the NaN tail: the loss is named as logged-but-not-finite, not as absent
+    at.slider(key="ov_range").set_value((22_700, 24_000)).run()
+    assert not at.exception and not at.get("plotly_chart")
+    assert "Nothing to plot in steps 22,700–24,000." in at.info[0].value
+    captions = " ".join(c.value for c in at.caption)
+    assert "**loss**: `loss` logged, but no finite value in steps 22,700–24,000" in captions
