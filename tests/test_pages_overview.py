@@ -333,3 +333,17 @@ def test_mixtral_golden_values_say_why_panels_are_empty(tmp_path: Path, monkeypa
     assert "Nothing to plot in steps 22,700–24,000." in at.info[0].value
     captions = " ".join(c.value for c in at.caption)
     assert "**loss**: `loss` logged, but no finite value in steps 22,700–24,000" in captions
+
+
+def test_every_metric_of_an_incident_is_marked_on_its_own_panel(app_store: Store) -> None:
+    spikes = app_store.spikes(SMALL_RUN)
+    fig = _figure(open_page("overview").run())
+    marked = {(t["yaxis"], int(x)) for t in fig["data"] if t.get("customdata") is not None for x in t["x"]}
+    panel_of = {"loss": "y", "grad_norm": "y2"}
+    expected = {
+        (panel_of[m["metric"]], int(m["peak"]))
+        for s in spikes
+        for m in (s.get("members") or [s])
+        if m["metric"] in panel_of
+    }
+    assert expected and marked == expected  # a loss spike and its grad-norm twin: a marker on each panel
