@@ -251,6 +251,8 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 
 def cmd_spikes(args: argparse.Namespace) -> int:
+    from stab_core.analysis import analysis_notes, incident_headline, verdict_words
+
     store = _store(args)
     info = store.run_info(args.run)
     spikes = store.spikes(args.run)
@@ -261,46 +263,20 @@ def cmd_spikes(args: argparse.Namespace) -> int:
     if not spikes:
         print(f"{args.run}: no incident detected")
     for s in spikes:
-        state = "recovered" if s["recovered"] else "DIVERGED"
-        print(f"{_headline(s)} {state}: {s['cause']} ({s['confidence']:.0%})")
+        print(f"{incident_headline(s)}; {verdict_words(s)}")
         if s.get("summary"):
             print(f"{'':>12}{s['summary']}")
         print(f"{'':>12}path: " + " -> ".join(f"{n['node']}={n['answer']}" for n in s.get("path", [])))
         for action in s.get("actions", []):
             print(f"{'':>12}- {action}")
-    for line in _run_notes(analysis):
+    for line in analysis_notes(analysis):
         print(line)
     return 0
 
 
-def _headline(s: dict[str, Any]) -> str:
-    """One incident in a line: its kind, steps, every metric in it and how far each moved."""
-    members = s.get("members") or [s]
-    moved = [f"{m['metric']} {_ratio_text(m.get('ratio'))}" for m in members]
-    moved += [
-        f"{metric} {_ratio_text(ratio)} (below its threshold)" for metric, ratio in (s.get("co_moves") or {}).items()
-    ]
-    kind = s.get("kind", "spike").replace("_", " ")
-    until = s.get("until", s["end"])
-    return f"{kind} at step {s['peak']} ({s['start']}-{until}): " + ", ".join(moved) + ";"
-
-
-def _run_notes(analysis: dict[str, Any]) -> list[str]:
-    """What the analyses could not do on this run, and where its logging stopped or had gaps."""
-    notes = []
-    end = analysis.get("logging_end")
-    if isinstance(end, dict):
-        notes.append(f"logging stopped at step {end.get('step')}: {end.get('reason')}")
-    gaps = analysis.get("gaps") or []
-    if gaps:
-        shown = ", ".join(f"{a}-{b}" for a, b in gaps[:5]) + (" ..." if len(gaps) > 5 else "")
-        notes.append(f"{len(gaps)} logging gap(s) left out of the analyses: steps {shown}")
-    for item in analysis.get("not_run") or []:
-        notes.append(f"not run: {item.get('detector')}: {item.get('reason')}")
-    return notes
-
-
 def cmd_diagnose(args: argparse.Namespace) -> int:
+    from stab_core.analysis import incident_headline, verdict_words
+
     store = _store(args)
     store.run_info(args.run)
     spikes = store.spikes(args.run)
@@ -325,17 +301,19 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
         from stab_core.analysis import explain_step
 
         try:
-            s = explain_step(store.run_view(args.run), args.step, args.metric).to_dict()
+            s = explain_step(store.run_view(args.run), args.step, args.metric or "loss").to_dict()
         except ValueError as exc:
             raise StabScopeError(str(exc)) from exc
-        note = f"(no detected {args.metric} incident covers step {args.step}: the step was diagnosed as if it were one)"
+        note = (
+            f"(no detected {args.metric or 'loss'} incident covers step {args.step}: the step was diagnosed as if "
+            "it were one)"
+        )
     if args.json:
         _print_json(s)
         return 0
     if note:
         print(note)
-    state = "recovered" if s["recovered"] else "diverged"
-    print(f"{_headline(s)} cause {s['cause']} (confidence {s['confidence']:.0%}), {state}")
+    print(f"{incident_headline(s)}; {verdict_words(s)}")
     if s.get("summary"):
         print(f"  {s['summary']}")
     for node in s.get("path", []):
@@ -352,8 +330,11 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
     return 0
 
 
-def _covers(s: dict[str, Any], step: int, metric: str) -> bool:
-    """Does incident ``s`` hold ``metric`` over ``step`` (from a member's start to its recovery)?"""
+def _covers(s: dict[str, Any], step: int, metric: str | None) -> bool:
+    """Does incident ``s`` cover ``step`` (from its start to its last recovery), with ``metric`` (when
+    given) among its members over that step?"""
+    if metric is None:
+        return int(s["start"]) <= step <= int(s.get("until", s["end"]))
     for m in s.get("members") or [s]:
         until = m.get("recovery_step") if m.get("recovery_step") is not None else m["end"]
         if m["metric"] == metric and m["start"] <= step <= until:
@@ -402,10 +383,6 @@ def cmd_meta(args: argparse.Namespace) -> int:
     for key, value in shown.items():
         print(f"{key:>22} = {value}" + ("  (set by you)" if key in mine else "  (from the log)"))
     return 0
-
-
-def _ratio_text(ratio: Any) -> str:
-    return f"{ratio:.2f}x" if isinstance(ratio, int | float) else "ratio n/a"
 
 
 def _short(value: Any) -> str:
@@ -478,7 +455,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("diagnose", cmd_diagnose, "explain the spike at a step")
     p.add_argument("run")
     p.add_argument("--step", type=int, required=True)
-    p.add_argument("--metric", default="loss", help="metric the spike is in (default loss)")
+    p.add_argument("--metric", default=None, help="only an incident holding this metric (default: any)")
     p.add_argument(
         "--force", action="store_true", help="walk the tree for the step even when no detected incident covers it"
     )

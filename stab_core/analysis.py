@@ -13,7 +13,7 @@ precision/recall and classification accuracy on many of them (for ``bench/``).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
@@ -207,6 +207,58 @@ def spike_to_dict(spike: SpikeEvent, diagnosis: Diagnosis, incident: Incident | 
         ],
         "summary": diagnosis.summary,
     }
+
+
+def _ratio_words(ratio: Any) -> str:
+    return f"{ratio:.2f}x" if isinstance(ratio, int | float) and math.isfinite(ratio) else "non-finite"
+
+
+def incident_headline(item: Mapping[str, Any]) -> str:
+    """One incident (a :func:`spike_to_dict` object) in a line: its kind, steps, every metric in it and
+    how far each moved, e.g. "spike at step 7435 (7435-7436): grad_norm 5.14x, loss 1.09x (under its
+    spike threshold)"."""
+    members = item.get("members") or [item]
+    largest: dict[str, float] = {}
+    for m in members:
+        ratio = m.get("ratio")
+        value = float(ratio) if isinstance(ratio, int | float) else math.inf
+        largest[m["metric"]] = max(largest.get(m["metric"], -math.inf), value)
+    moved = [f"{metric} {_ratio_words(ratio)}" for metric, ratio in largest.items()]
+    for metric, ratio in (item.get("co_moves") or {}).items():
+        if isinstance(ratio, int | float) and ratio < 1.0:
+            moved.append(f"{metric} at {ratio:.2f}x its level")
+        else:
+            moved.append(f"{metric} {_ratio_words(ratio)} (under its spike threshold)")
+    kind = str(item.get("kind", "spike")).replace("_", " ")
+    return f"{kind} at step {item['peak']} ({item['start']}-{item.get('until', item['end'])}): " + ", ".join(moved)
+
+
+def verdict_words(item: Mapping[str, Any]) -> str:
+    """The outcome and cause of an incident in words: "recovered; cause lr_transition (87%)", or
+    "DIVERGED; cause unknown" (no confidence is quoted for a cause that is not held)."""
+    state = "recovered" if item.get("recovered") else "DIVERGED"
+    cause = str(item.get("cause", "unknown"))
+    if cause == "unknown":
+        return f"{state}; cause unknown"
+    return f"{state}; cause {cause} ({float(item.get('confidence') or 0.0):.0%})"
+
+
+def analysis_notes(summary: Mapping[str, Any]) -> list[str]:
+    """What a run's analyses could not do and where its logging stopped or had gaps, in sentences, from
+    ``meta['analysis']`` (the summary :mod:`ingest.analyses` stores)."""
+    notes = []
+    end = summary.get("logging_end")
+    if isinstance(end, Mapping):
+        notes.append(f"Logging stopped at step {end.get('step')}: {end.get('reason')}.")
+    gaps = summary.get("gaps") or []
+    if gaps:
+        shown = ", ".join(f"{a}-{b}" for a, b in gaps[:5]) + (" ..." if len(gaps) > 5 else "")
+        notes.append(
+            f"{len(gaps)} logging gap(s), where every metric is non-finite, left out of the analyses: steps {shown}."
+        )
+    for item in summary.get("not_run") or []:
+        notes.append(f"Not run: {item.get('detector')}: {item.get('reason')}.")
+    return notes
 
 
 def _until(event: SpikeEvent) -> int:
