@@ -560,6 +560,7 @@ def priced_spikes(info: RunInfo) -> pd.DataFrame:
     columns = [
         "#",
         "metric",
+        "incident",
         "peak step",
         "start",
         "end",
@@ -578,11 +579,12 @@ def priced_spikes(info: RunInfo) -> pd.DataFrame:
         {
             "#": i,
             "metric": s["metric"],
+            "incident": incident_words(s),
             "peak step": int(s["peak"]),
-            "start": int(s["start"]),
-            "end": int(s["end"]),
+            "start": incident_span(s)[0],
+            "end": incident_span(s)[1],
             "ratio": _float(s.get("ratio")),
-            "duration": int(s["end"]) - int(s["start"]) + 1,
+            "duration": incident_span(s)[1] - incident_span(s)[0] + 1,
             "outcome": "recovered" if s["recovered"] else "diverged",
             "cause": s["cause"],
             "confidence": float(s["confidence"]),
@@ -593,6 +595,20 @@ def priced_spikes(info: RunInfo) -> pd.DataFrame:
         for i, s in enumerate(spikes)
     ]
     return pd.DataFrame(rows, columns=columns)
+
+
+def incident_span(s: dict[str, Any]) -> tuple[int, int]:
+    """First and last step of an incident out of its band: over all its members (a grad-norm spike that
+    led the loss starts the incident)."""
+    members = s.get("members") or [s]
+    return min(int(m["start"]) for m in members), max(int(m["end"]) for m in members)
+
+
+def incident_words(s: dict[str, Any]) -> str:
+    """An incident's kind and metrics in a few words ("loss + grad_norm", "early instability: loss")."""
+    metrics = " + ".join(s.get("metrics") or [s["metric"]])
+    kind = str(s.get("kind") or "spike")
+    return metrics if kind == "spike" else f"{kind.replace('_', ' ')}: {metrics}"
 
 
 def money(usd: float) -> str:

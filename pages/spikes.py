@@ -1,4 +1,5 @@
-"""Spikes: the detected spike events of a run; selecting one zooms the charts to it and shows its diagnosis."""
+"""Spikes: the incidents of a run (a loss spike and its grad-norm twin are one); selecting one zooms the
+charts to it and shows its diagnosis, the actions its data supports and those it does not."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ from pages.common import (
     auto_buckets,
     evidence_text,
     go_to,
+    incident_span,
+    incident_words,
     money,
     nav_link,
     pick_run,
@@ -24,6 +27,7 @@ from pages.common import (
     run_cost,
 )
 from pages.run_meta import run_settings
+from stab_core.analysis import analysis_notes, incident_headline
 
 ZOOM_PANELS = [
     ("loss", "loss (nats/token)", ["loss"]),
@@ -33,7 +37,7 @@ ZOOM_PANELS = [
 
 SPIKE_COLUMNS = [
     "#",
-    "metric",
+    "incident",
     "peak step",
     "steps",
     "ratio",
@@ -68,6 +72,7 @@ if info is None:
     st.stop()
 run_settings(info, "sp")
 spikes = read_spikes(info)
+notes = analysis_notes(info.meta.get("analysis") or {}) if info.analysis_gen == info.gen else []
 if not spikes:
     if info.analysis_gen != info.gen:
         st.info(f"The analyses have not run on **{info.name}**'s latest data yet; they run after each compaction.")
@@ -75,12 +80,14 @@ if not spikes:
         st.success(
             f"No loss or grad-norm spike detected in **{info.name}** (steps {info.first_step}–{info.last_step})."
         )
+    for note in notes:
+        st.caption(note)
     st.stop()
 
 table = priced_spikes(info)
 inputs = run_cost(info)
 m1, m2, m3, m4 = st.columns(4)
-m1.metric("Spike events", len(table))
+m1.metric("Incidents", len(table), help="A loss spike and the grad-norm spike with it count once.")
 m2.metric("Diverged", int((table["outcome"] == "diverged").sum()))
 m3.metric("Steps lost", f"{table['steps lost'].sum():,.0f}")
 m4.metric(
@@ -106,9 +113,9 @@ st.dataframe(
     # pixel widths that add up to the ~800 px a 1280 px window leaves beside the sidebar
     column_config={
         "#": st.column_config.NumberColumn(width=34),
-        "metric": st.column_config.TextColumn(width=84),
+        "incident": st.column_config.TextColumn(width=110, help="its kind and the metrics that spiked in it"),
         "peak step": st.column_config.NumberColumn("peak", format="%d", width=56),
-        "steps": st.column_config.TextColumn(width=84, help="first–last step of the spike"),
+        "steps": st.column_config.TextColumn(width=84, help="first–last step of the incident out of its band"),
         "ratio": st.column_config.NumberColumn("ratio (x)", format="%.2f", width=60),
         "outcome": st.column_config.TextColumn(width=74),
         "cause": st.column_config.TextColumn(width=90),
@@ -119,20 +126,23 @@ st.dataframe(
     },
     placeholder=MISSING,
 )
+for note in notes:
+    st.caption(note)
 if st.session_state.get("sp_idx", 0) >= len(spikes):
     st.session_state["sp_idx"] = 0
 idx = st.selectbox(
-    "Spike",
+    "Incident",
     range(len(spikes)),
     key="sp_idx",
-    format_func=lambda i: f"#{i}: {spikes[i]['metric']} at step {spikes[i]['peak']} ({spikes[i]['cause']})",
+    format_func=lambda i: f"#{i}: {incident_words(spikes[i])} at step {spikes[i]['peak']} ({spikes[i]['cause']})",
 )
 spike = spikes[idx]
 st.session_state["selected_spike"] = (info.name, idx)
 
 first, last = int(info.first_step or 0), int(info.last_step or 0)
-pad = max(50, 3 * (int(spike["end"]) - int(spike["start"]) + 1))
-lo, hi = max(first, int(spike["start"]) - pad), min(last, int(spike["end"]) + pad)
+span = incident_span(spike)
+pad = max(50, 3 * (span[1] - span[0] + 1))
+lo, hi = max(first, span[0] - pad), min(last, span[1] + pad)
 panels = []
 for title, y_title, metrics in ZOOM_PANELS:
     curves = [(m, read_series(info, m, start=lo, end=hi, buckets=auto_buckets(lo, hi))) for m in metrics]
@@ -146,13 +156,23 @@ with left:
     st.caption(f"Steps {lo:,}–{hi:,} at full fidelity; the spike is shaded in its cause's colour (darker: this one).")
 with right:
     outcome = "recovered" if spike["recovered"] else "**diverged**"
-    st.markdown(
-        f"**{spike['metric']}** x{float(spike.get('ratio') or float('nan')):.2f} over its baseline, steps "
-        f"{spike['start']}–{spike['end']} (peak {spike['peak']}), {outcome}."
-    )
+    st.markdown(f"{incident_headline(spike).capitalize()}; {outcome}.")
+    if spike.get("summary"):
+        st.markdown(str(spike["summary"]))
     st.markdown(f"#### Cause: `{spike['cause']}`")
-    st.progress(float(spike["confidence"]), text=f"confidence {float(spike['confidence']):.0%}")
+    if spike["cause"] != "unknown":
+        st.progress(float(spike["confidence"]), text=f"confidence {float(spike['confidence']):.0%}")
     st.markdown("**What to do**\n" + "\n".join(f"1. {a}" for a in spike.get("actions", [])))
+    withheld = [c for c in spike.get("action_evidence", []) if c.get("holds") is False]
+    if withheld:
+        with st.expander(f"Not advised for this incident ({len(withheld)})"):
+            st.markdown(
+                "\n".join(
+                    f"- ~~{c['action']}~~ — not so here: {c.get('premise', '').replace('_', ' ')} "
+                    f"({evidence_text(c.get('evidence') or {}).replace(chr(10), '; ') or 'no data'})"
+                    for c in withheld
+                )
+            )
     if spike.get("missing"):
         st.caption("Would settle the unknown nodes: " + "; ".join(spike["missing"]))
     nav_link("pages/tree.py", "See the path in the decision tree", icon=":material/account_tree:")

@@ -42,7 +42,7 @@ def test_table_lists_the_injected_spikes_with_their_cost(app_store: Store) -> No
     expected_usd = table["steps lost"] * step_time * 4 / 3600 * 2.0
     np.testing.assert_allclose(table["USD lost"], expected_usd, rtol=0.01)
     metrics = {m.label: m.value for m in at.metric}
-    assert metrics["Spike events"] == str(len(table)) and metrics["Diverged"] == "0"
+    assert metrics["Incidents"] == str(len(table)) and metrics["Diverged"] == "0"
     assert float(metrics["Cost"].lstrip("$")) == pytest.approx(expected_usd.sum(), abs=0.006)
 
 
@@ -54,8 +54,9 @@ def test_selecting_a_spike_zooms_and_explains_it(app_store: Store) -> None:
     assert not at.exception
     fig = figure_of(at)
     x = plotly_values(next(t for t in fig["data"] if t.get("name") == "loss")["x"])
-    lo, hi = spikes[index]["start"] - 50, spikes[index]["end"] + 50
-    assert x.min() == lo and x.max() == hi and lo < GRAD_SPIKE_STEP < hi  # padded window, every step
+    # the window covers the whole incident, from the grad-norm spike that led it, padded by 50 steps
+    lo, hi = GRAD_SPIKE_STEP - 50, max(m["end"] for m in spikes[index]["members"]) + 50
+    assert x.min() == lo and x.max() == hi  # padded window, every step
     assert f"Cause: `{spikes[index]['cause']}`" in " ".join(m.value for m in at.markdown)
     path = at.dataframe[1].value
     assert list(path["node"]) == [f"{p['number']}. {p['node']}" for p in spikes[index]["path"]]
@@ -82,7 +83,30 @@ def test_the_selected_spike_is_the_darker_band_and_the_table_fits(app_store: Sto
     # start, end and duration are one "steps" column, so that the table fits a 1280 px window
     table = at.dataframe(key="sp_table")
     assert "steps" in table.value.columns
-    first = spikes[0]
-    assert table.value["steps"].iloc[0] == (
-        str(first["start"]) if first["start"] == first["end"] else f"{first['start']}–{first['end']}"
-    )
+    # the incident's steps run from the grad-norm spike that led it to the loss spike's end
+    first, last = GRAD_SPIKE_STEP, max(m["end"] for m in spikes[0]["members"])
+    assert table.value["steps"].iloc[0] == f"{first}–{last}" and table.value["incident"].iloc[0] == "loss + grad_norm"
+
+
+def test_real_runs_read_as_incidents_with_what_could_not_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.real_runs import import_real_runs
+
+    store = import_real_runs(tmp_path / "real")
+    monkeypatch.setenv("STABSCOPE_STORE", str(store.root))
+    at = open_page("spikes")
+    at.session_state["selected_run"] = "megds"
+    at.run()
+    assert not at.exception
+    table = at.dataframe(key="sp_table").value
+    # 12.4 -> 48.1 over steps 1-4, back by 29; then 11.65 -> 20.44 from step 35 to the end (read from the log)
+    assert list(table["incident"]) == ["early instability: loss"] * 2
+    assert list(table["outcome"]) == ["recovered", "diverged"]
+    captions = " ".join(c.value for c in at.caption)
+    assert "Not run: snr: no SNR yet: 62 grad-norm samples" in captions
+    at = open_page("spikes")
+    at.session_state["selected_run"] = "mixtral-h100"
+    at.run()
+    assert not at.exception
+    captions = " ".join(c.value for c in at.caption)
+    assert "Logging stopped at step 22690" in captions
+    assert list(at.dataframe(key="sp_table").value["peak step"]) == [3850, 4260]  # nothing at the NaN tail
