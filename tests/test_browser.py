@@ -40,7 +40,7 @@ PAGES = {
     "overview": "Run overview",
     "compare": "Compare runs",
     "ranks": "Outlier ranks",
-    "spikes": "Spike events",
+    "spikes": "Incidents",
     "tree": "Decision tree",
     "scheduler": "Largest per-step LR change",
     "cost": "Cost of rollback",

@@ -70,7 +70,8 @@ def test_the_warm_up_module_loads_none_of_the_pages_libraries() -> None:
 PAGE_SCRIPTS = sorted(
     p.stem
     for p in (REPO_ROOT / "pages").glob("*.py")
-    if p.stem not in ("__init__", "common", "charts", "warmup", "server")  # server: serve's process, not a page
+    # not pages: shared modules (server: serve's process; run_meta: a form; view_url: URL parameters)
+    if p.stem not in ("__init__", "common", "charts", "warmup", "server", "run_meta", "view_url")
 )
 
 _OLD_MODE_RUN = """
