@@ -27,6 +27,7 @@ from stab_core.diagnosis import (
     DiagnosisParams,
     diagnose,
     diagnose_early,
+    logging_interval,
     prepare_context,
 )
 from stab_core.incidents import (
@@ -118,8 +119,7 @@ def incident_at(items: Sequence[DiagnosedSpike], step: int, metric: str | None =
     for item in items:
         members = item.incident.members if item.incident is not None else (item.spike,)
         for member in members:
-            until = member.recovery_step if member.recovery_step is not None else member.end
-            if (metric is None or member.metric == metric) and member.start <= step <= until:
+            if (metric is None or member.metric == metric) and member.start <= step <= member.until:
                 return item
     return None
 
@@ -201,7 +201,7 @@ def spike_to_dict(spike: SpikeEvent, diagnosis: Diagnosis, incident: Incident | 
         "metrics": list(dict.fromkeys(m.metric for m in members)),
         "members": [_member_dict(m) for m in members],
         "co_moves": {k: _json_number(v) for k, v in (incident.co_moves if incident is not None else {}).items()},
-        "until": incident.until if incident is not None else _until(spike),
+        "until": incident.until if incident is not None else spike.until,
         "action_evidence": [
             {**check.to_json(), "evidence": _json_evidence(dict(check.evidence))} for check in diagnosis.checks
         ],
@@ -261,10 +261,6 @@ def analysis_notes(summary: Mapping[str, Any]) -> list[str]:
     return notes
 
 
-def _until(event: SpikeEvent) -> int:
-    return event.recovery_step if event.recovery_step is not None else event.end
-
-
 def _aligned(series: Series, steps: IntArray) -> FloatArray:
     """``series`` at ``steps`` (NaN where it was not logged)."""
     index = np.minimum(np.searchsorted(series.steps, steps), max(series.steps.size - 1, 0))
@@ -304,10 +300,6 @@ def run_clip_stats(view: RunView, window: int = 100, saturation: float = 0.9) ->
     return grad.steps, clipping_stats(grad.values, max_norm, coef, window=window, saturation=saturation)
 
 
-def _interval(steps: IntArray) -> int:
-    return max(1, int(np.median(np.diff(steps[:2_000])))) if steps.size >= 2 else 1
-
-
 def _early_limit(loss: Series, params: SpikeParams) -> int:
     """The step before which an incident is early: the loss's ``window``-th finite sample (the
     detector's baseline is full from there on)."""
@@ -330,7 +322,7 @@ def find_incidents(view: RunView, params: AnalysisParams | None = None) -> list[
         found += [(event, "spike") for event in grad_events]
     interval = 1
     if loss is not None and loss.steps.size:
-        interval = _interval(loss.steps)
+        interval = logging_interval(loss.steps)
         found += [(event, "spike") for event in detect_spikes(loss.steps, loss.values, "loss", p.loss_spikes)]
         found += [
             (event, "early_instability") for event in early_rises(loss.steps, loss.values, p.loss_spikes.min_history)
@@ -347,7 +339,7 @@ def find_incidents(view: RunView, params: AnalysisParams | None = None) -> list[
             primary = link_grad_norm_lead([primary], [m for m in members if m.metric == "grad_norm"], p.max_lead_steps)[
                 0
             ]
-        start, until = min(m.start for m in members), max(_until(m) for m in members)
+        start, until = min(m.start for m in members), max(m.until for m in members)
         co_moves: dict[str, float] = {}
         for metric, series in (("loss", loss), ("grad_norm", grad)):
             if all(m.metric != metric for m in members):

@@ -655,7 +655,7 @@ def prepare_context(
     )
 
 
-def _interval(steps: IntArray) -> int:
+def logging_interval(steps: IntArray) -> int:
     """Typical logging interval in steps: the median gap over ~1,000 evenly picked samples (cheap
     enough to ask per spike on a 10M-step run)."""
     if steps.size < 2:
@@ -695,7 +695,8 @@ def _positive_total(view: RunView, metric: str, lo: int, hi: int) -> float | Non
 
 def _node_numerical(view: RunView, spike: SpikeEvent, p: DiagnosisParams) -> NodeResult:
     lookback = max(
-        p.numerical_lookback_steps, 2 * _interval(view.series[spike.metric].steps) if spike.metric in view.series else 0
+        p.numerical_lookback_steps,
+        2 * logging_interval(view.series[spike.metric].steps) if spike.metric in view.series else 0,
     )
     lo, hi = spike.onset - lookback, spike.end
     evidence: Evidence = {
@@ -739,7 +740,7 @@ def _node_lr_transition(view: RunView, spike: SpikeEvent, p: DiagnosisParams, co
         return NodeResult("unknown", {"lr_logged": False, "transition_events": 0})
     window = p.lr_window_steps
     if lr is not None:
-        window = max(window, 3 * _interval(lr.steps))
+        window = max(window, 3 * logging_interval(lr.steps))
     onset = spike.onset
     evidence: Evidence = {"window_steps": window, "lr_rel_change": None, "lr_change_step": None}
     rel_change = 0.0
@@ -838,7 +839,7 @@ def _node_rank_concentration(view: RunView, spike: SpikeEvent, p: DiagnosisParam
     if found is None:
         return NodeResult("unknown", {"ranks": int(max((m.ranks.size for m in view.per_rank.values()), default=0))})
     metric, matrix = found
-    lookback = max(p.rank_lookback_steps, 2 * _interval(matrix.steps))
+    lookback = max(p.rank_lookback_steps, 2 * logging_interval(matrix.steps))
     # the fault shows where the spike begins; later samples of a long event are its aftermath
     a, b = np.searchsorted(matrix.steps, [spike.onset - lookback, spike.start + lookback + 1])
     allowed = max(1, math.floor(p.rank_max_fraction * matrix.ranks.size))
@@ -904,7 +905,7 @@ def _node_router(view: RunView, spike: SpikeEvent, p: DiagnosisParams) -> NodeRe
             return NodeResult("no", {"moe": False})
         return NodeResult("unknown", {"expert_load_logged": False})
     steps, values = load
-    lead = max(p.router_lead_steps, 3 * _interval(steps))
+    lead = max(p.router_lead_steps, 3 * logging_interval(steps))
     a, b, c = np.searchsorted(steps, [spike.onset - lead - p.router_baseline_steps, spike.onset - lead, spike.peak + 1])
     before, recent = values[a:b], values[b:c]
     before, recent = before[np.isfinite(before)], recent[np.isfinite(recent)]
@@ -950,7 +951,7 @@ def _node_snr_collapse(
     snr = context.snr
     if snr is None or snr.steps.size == 0:
         return NodeResult("unknown", {"snr_available": False})
-    interval = _interval(snr.steps)
+    interval = logging_interval(snr.steps)
     lookback = max(p.snr_lookback_steps, 10 * interval)
     baseline = max(p.snr_baseline_steps, 10 * interval)
     lo = spike.onset - lookback - baseline
@@ -1134,7 +1135,7 @@ def diagnose(
     run, else it is computed here."""
     p = params if params is not None else DiagnosisParams()
     ctx = context if context is not None else prepare_context(view, p)
-    last = until if until is not None else (spike.recovery_step if spike.recovery_step is not None else spike.end)
+    last = until if until is not None else spike.until
     tree = build_tree(p)
     answerers: dict[str, Callable[[], NodeResult]] = {
         "numerical": lambda: _node_numerical(view, spike, p),
@@ -1186,7 +1187,7 @@ def diagnose_early(
     tree = build_tree(p)
     node = tree.node("numerical")
     path = [NodeVisit(node.id, node.number, node.question, numerical.answer, numerical.evidence)]
-    last = until if until is not None else (spike.recovery_step if spike.recovery_step is not None else spike.end)
+    last = until if until is not None else spike.until
     premises = _premises(view, spike, last, path, facts or run_facts(view))
     said = _facts(spike, premises)
     said.update({k: v for k, v in numerical.evidence.items() if v is not None})

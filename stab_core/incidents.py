@@ -289,15 +289,11 @@ class Incident:
     @property
     def until(self) -> int:
         """The last step of the incident: the latest recovery, or end when one never recovered."""
-        return max(_until(m) for m in self.members)
+        return max(m.until for m in self.members)
 
     @property
     def metrics(self) -> list[str]:
         return list(dict.fromkeys(m.metric for m in self.members))
-
-
-def _until(event: SpikeEvent) -> int:
-    return event.recovery_step if event.recovery_step is not None else event.end
 
 
 def _primary_order(event: SpikeEvent) -> tuple[int, float]:
@@ -327,7 +323,7 @@ def group_incidents(
         else:
             groups.append((kind, [event]))
             reach = -math.inf
-        reach = max(reach, _until(event))
+        reach = max(reach, event.until)
     return [(kind, sorted(members, key=_primary_order)) for kind, members in groups]
 
 

@@ -160,6 +160,11 @@ class SpikeEvent:
     grad_norm_led: bool | None = None
 
     @property
+    def until(self) -> int:
+        """The step the event is over: its recovery step, else its last step."""
+        return self.recovery_step if self.recovery_step is not None else self.end
+
+    @property
     def onset(self) -> int:
         """The first step of the disturbance: the earlier of ``start`` and a leading grad-norm spike."""
         lead = self.grad_norm_lead_steps
