@@ -73,10 +73,17 @@ class LoggingGaps:
 
 
 def _nonfinite_steps(view: RunView) -> IntArray:
-    parts = [s.steps[~np.isfinite(s.values)] for s in view.series.values()]
-    for matrix in view.per_rank.values():
-        bad = matrix.present & ~np.isfinite(matrix.values)
-        parts.append(matrix.steps[bad.any(axis=0)])
+    """Steps holding a non-finite value: of the run-level series (a step where every metric is
+    non-finite holds one there too), or of the rank matrices for a run that logs none. A series whose
+    sum is finite holds no non-finite value and costs one pass."""
+    parts = []
+    for s in view.series.values():
+        if not np.isfinite(np.add.reduce(s.values)):
+            parts.append(s.steps[~np.isfinite(s.values)])
+    if not view.series:
+        for matrix in view.per_rank.values():
+            bad = matrix.present & ~np.isfinite(matrix.values)
+            parts.append(matrix.steps[bad.any(axis=0)])
     return np.unique(np.concatenate(parts)) if parts else np.empty(0, np.int64)
 
 
@@ -171,8 +178,10 @@ def without_steps(view: RunView, dead_steps: IntArray) -> RunView:
 
 
 def _finite(steps: IntArray, values: FloatArray) -> tuple[IntArray, FloatArray]:
+    if np.isfinite(np.add.reduce(values)):
+        return steps, values  # one pass: a finite sum means every value is finite
     keep = np.isfinite(values)
-    return (steps, values) if keep.all() else (steps[keep], values[keep])
+    return steps[keep], values[keep]
 
 
 def _recovery(x: FloatArray, start: int, level: float) -> int | None:
