@@ -72,13 +72,20 @@ class LoggingGaps:
         return self.dead_steps.size > 0
 
 
+def _all_finite(values: FloatArray) -> bool:
+    """One pass: a finite sum means every value is finite (an overflowing sum only sends the caller
+    down the slower exact path)."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        return bool(np.isfinite(np.add.reduce(values)))
+
+
 def _nonfinite_steps(view: RunView) -> IntArray:
     """Steps holding a non-finite value: of the run-level series (a step where every metric is
     non-finite holds one there too), or of the rank matrices for a run that logs none. A series whose
     sum is finite holds no non-finite value and costs one pass."""
     parts = []
     for s in view.series.values():
-        if not np.isfinite(np.add.reduce(s.values)):
+        if not _all_finite(s.values):
             parts.append(s.steps[~np.isfinite(s.values)])
     if not view.series:
         for matrix in view.per_rank.values():
@@ -178,8 +185,8 @@ def without_steps(view: RunView, dead_steps: IntArray) -> RunView:
 
 
 def _finite(steps: IntArray, values: FloatArray) -> tuple[IntArray, FloatArray]:
-    if np.isfinite(np.add.reduce(values)):
-        return steps, values  # one pass: a finite sum means every value is finite
+    if _all_finite(values):
+        return steps, values
     keep = np.isfinite(values)
     return steps[keep], values[keep]
 
