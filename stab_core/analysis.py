@@ -160,8 +160,9 @@ def spike_to_dict(spike: SpikeEvent, diagnosis: Diagnosis, incident: Incident | 
     (``spike``, ``early_instability``, ``climb``), ``metrics`` and ``members`` (every detected event
     in it: metric, start, peak, end, ratio, peak_value, baseline, recovered, recovery_step),
     ``co_moves`` (metric -> peak over level for watched metrics not detected in it), ``until`` (its
-    last step), ``action_evidence`` (each action of the verdict's leaf: action, premise, holds
-    true/false/null, evidence), ``summary`` (the verdict in a sentence).
+    last step), ``rank_outlier`` (the rank that stood out in it: metric, rank, step, ratio to the
+    others' median; null when none did), ``action_evidence`` (each action of the verdict's leaf:
+    action, premise, holds true/false/null, evidence), ``summary`` (the verdict in a sentence).
     """
     members = incident.members if incident is not None else (spike,)
     return {
@@ -202,11 +203,28 @@ def spike_to_dict(spike: SpikeEvent, diagnosis: Diagnosis, incident: Incident | 
         "members": [_member_dict(m) for m in members],
         "co_moves": {k: _json_number(v) for k, v in (incident.co_moves if incident is not None else {}).items()},
         "until": incident.until if incident is not None else spike.until,
+        "rank_outlier": _rank_outlier(diagnosis),
         "action_evidence": [
             {**check.to_json(), "evidence": _json_evidence(dict(check.evidence))} for check in diagnosis.checks
         ],
         "summary": diagnosis.summary,
     }
+
+
+def _rank_outlier(diagnosis: Diagnosis) -> dict[str, Any] | None:
+    """The rank that stood out in the incident (node 3 answered yes): metric, rank, step and its ratio
+    to the median of the other ranks; None when no rank did or the ranks were not logged."""
+    for visit in diagnosis.path:
+        if visit.node == "rank_concentration" and visit.answer == "yes":
+            e = visit.evidence
+            ratio = e.get("worst_ratio")
+            return {
+                "metric": e.get("metric"),
+                "rank": e.get("worst_rank"),
+                "step": e.get("worst_step"),
+                "ratio": _json_number(ratio) if isinstance(ratio, float) else None,
+            }
+    return None
 
 
 def _ratio_words(ratio: Any) -> str:
@@ -229,6 +247,12 @@ def incident_headline(item: Mapping[str, Any]) -> str:
             moved.append(f"{metric} at {ratio:.2f}x its level")
         else:
             moved.append(f"{metric} {_ratio_words(ratio)} (under its spike threshold)")
+    outlier = item.get("rank_outlier")
+    if isinstance(outlier, Mapping):
+        moved.append(
+            f"rank {outlier.get('rank')}'s {outlier.get('metric')} {_ratio_words(outlier.get('ratio'))} the median "
+            "of the other ranks"
+        )
     kind = str(item.get("kind", "spike")).replace("_", " ")
     return f"{kind} at step {item['peak']} ({item['start']}-{item.get('until', item['end'])}): " + ", ".join(moved)
 
