@@ -353,7 +353,8 @@ def build_tree(params: DiagnosisParams | None = None) -> DecisionTree:
                 f"Is one rank's local grad norm (or loss) >= {p.rank_ratio:g}x the median of the other "
                 f"ranks, with at most {p.rank_max_fraction:.0%} of the ranks that far out?"
             ),
-            settled_by="per-rank grad_norm_local (or per-rank loss) for at least 2 ranks around the spike",
+            settled_by="per-rank gradient norms (grad_norm_local, or any per-rank grad norm) or per-rank losses for "
+            "at least 2 ranks around the spike",
             thresholds={"rank_ratio": p.rank_ratio, "rank_max_fraction": p.rank_max_fraction},
             edges=chain("leaf_rank_fault", "router"),
             to_log="per-rank gradient norms (grad_norm_local) or per-rank losses",
@@ -795,8 +796,18 @@ def _leave_one_out_medians(values: FloatArray) -> FloatArray:
     return 0.5 * (remaining(np.full(n, m // 2 - 1)) + remaining(np.full(n, m // 2)))
 
 
+RANK_EVIDENCE_METRICS: Final = ("grad_norm_local", "grad_norm", "loss")
+"""Per-rank series node 3 reads first, in this order; after them any other per-rank gradient-norm or loss
+series (a trainer's per-rank folders may log ``grad_norm`` or a namespaced loss per rank)."""
+
+
 def _rank_matrix(view: RunView) -> tuple[str, RankMatrix] | None:
-    for metric in ("grad_norm_local", "loss"):
+    others = sorted(
+        name
+        for name in view.per_rank
+        if name not in RANK_EVIDENCE_METRICS and (name.startswith("grad_norm") or "loss" in name.split("/")[-1])
+    )
+    for metric in (*RANK_EVIDENCE_METRICS, *others):
         matrix = view.per_rank.get(metric)
         if matrix is not None and matrix.ranks.size >= 2:
             return metric, matrix

@@ -326,3 +326,28 @@ def test_bf16_and_rollback_advice_rest_on_the_run() -> None:
     assert not any(a.startswith("Roll back") for a in fp16["actions"])
     bf16 = _incident(replace(base, meta={**base.meta, "precision": "bf16"}), "numerical")
     assert _check(bf16, "fp16")["holds"] is False and not any("bf16" in a for a in bf16["actions"])
+
+
+def test_node_3_reads_a_per_rank_grad_norm_and_one_rank_of_two_counts() -> None:
+    # torchtitan's per-rank TensorBoard folders: each rank logs its own `grad_norm`; rank 1's jumps 14x at
+    # step 1,798 while rank 0 stays flat (issue #21 item 4); the run-level series are the ranks' means
+    from stab_core.analysis import analyze_run
+
+    rng = np.random.default_rng(4)
+    steps = np.arange(1, 3001, dtype=np.int64)
+    per_rank = 1.0 + 0.02 * rng.standard_normal((2, steps.size))
+    per_rank[1, 1797] *= 14.0
+    loss = 3.0 + 0.01 * rng.standard_normal(steps.size)
+    loss[1797:1800] *= 1.5
+    view = RunView(
+        "titan-ranks",
+        series={"loss": Series(steps, loss), "grad_norm": Series(steps, per_rank.mean(axis=0))},
+        per_rank={"grad_norm": RankMatrix(np.array([0, 1]), steps, per_rank, np.ones(per_rank.shape, dtype=bool))},
+        meta={"num_experts": 1},
+    )
+    (item,) = [d for d in analyze_run(view).spike_dicts() if d["start"] <= 1798 <= d["until"]]
+    node3 = next(p for p in item["path"] if p["node"] == "rank_concentration")
+    assert node3["answer"] == "yes" and node3["evidence"]["metric"] == "grad_norm"
+    assert node3["evidence"]["worst_rank"] == 1 and node3["evidence"]["worst_step"] == 1798
+    assert node3["evidence"]["ranks"] == 2 and node3["evidence"]["outlier_ranks"] == 1
+    assert item["cause"] == "rank_fault" and "Inspect rank 1's node" in item["actions"][0]
