@@ -223,12 +223,20 @@ def seed_before_serving() -> int:
 
 def cmd_import(args: argparse.Namespace) -> int:
     from ingest.importer import import_logs
+    from ingest.metric_map import parse_map_args
     from ingest.run_meta import parse_assignments
 
     user_meta, removals = parse_assignments(args.meta)  # refused before anything is written
     store = _store(args)
     with _progress("import") as progress:
-        results = import_logs(store, [Path(p) for p in args.paths], run=args.run, fmt=args.format, progress=progress)
+        results = import_logs(
+            store,
+            [Path(p) for p in args.paths],
+            run=args.run,
+            fmt=args.format,
+            progress=progress,
+            metric_map=parse_map_args(args.map),
+        )
     if user_meta or removals:
         for res in results:
             store.update_meta(res["run"], user_meta, removals)
@@ -440,6 +448,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         metavar="KEY=VALUE",
         help="set run metadata (repeatable; see `stabscope meta --help`); it wins over what the log states",
+    )
+    p.add_argument(
+        "--map",
+        action="append",
+        default=[],
+        metavar="NAME=ROLE",
+        help="store the log's metric NAME as the canonical ROLE (e.g. --map my_loss=loss; repeatable); "
+        "remembered with the run and applied again to later imports into it",
     )
     p = add(
         "meta",

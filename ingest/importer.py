@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,11 +39,13 @@ def import_logs(
     run: str | None = None,
     fmt: str | None = None,
     progress: ProgressFn | None = None,
+    metric_map: Mapping[str, str] | None = None,
 ) -> list[dict[str, Any]]:
     """Import ``paths`` as one run; returns the ``--json`` objects (run, format, rows, metrics, steps,
     skipped lines, and from :func:`ingest.import_inputs.read_inputs`: the logs read, the config
     used, the files skipped with why, notes on combined logs). Nothing is written unless the whole
-    input parsed."""
+    input parsed. ``metric_map`` (``--map NAME=ROLE``) renames metrics to roles; it is remembered
+    with the run and applied again to what is imported into it later (``ingest.metric_map``)."""
     from ingest.import_inputs import read_inputs
 
     for p in paths:
@@ -56,7 +58,7 @@ def import_logs(
         )
     name = validate_run_name(run or default_run_name(paths))
     read = read_inputs(list(paths), fmt=fmt, progress=progress, custom_dir=store.root / "formats")
-    parsed = read.parsed
+    parsed = remembered_map_applied(store, name, read.parsed, metric_map or {})
     if parsed.table.num_rows == 0:
         raise StabScopeError(
             f"{paths[0]}: no metric records found in the {parsed.format} input ({parsed.skipped} lines skipped)"
@@ -81,6 +83,15 @@ def import_logs(
             **read.summary(),
         }
     ]
+
+
+def remembered_map_applied(store: Store, run: str, parsed: Any, given: Mapping[str, str]) -> Any:
+    """``parsed`` with the user's mapping (``given``, and what run ``run`` remembers) applied."""
+    from ingest.metric_map import apply_metric_map, stored_map
+
+    known = {r.name: r for r in store.list_runs()}
+    remembered = stored_map(known[run].meta) if run in known else {}
+    return apply_metric_map(parsed, given, remembered)
 
 
 def _size(path: Path) -> int:

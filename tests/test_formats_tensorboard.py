@@ -177,7 +177,8 @@ def test_keras_train_and_validation_stay_apart(tmp_path: Path, how: str) -> None
         for f in files:
             (tmp_path / f.name).write_bytes(f.read_bytes())
         parsed = read_log(sorted(tmp_path.iterdir()))
-    for name, first in (("train/epoch_loss", KERAS_TRAIN_LOSS), ("validation/epoch_loss", KERAS_VAL_LOSS)):
+    # the train writer's epoch_loss is the run's loss, the validation writer's its val_loss (#21 item 3)
+    for name, first in (("loss", KERAS_TRAIN_LOSS), ("val_loss", KERAS_VAL_LOSS)):
         steps, values = parsed.series(name)
         assert steps.tolist() == list(range(10))
         np.testing.assert_allclose(values[:5], first, rtol=1e-6)

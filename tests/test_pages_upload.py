@@ -105,12 +105,12 @@ def test_keras_train_and_validation_files_uploaded_together(empty_store: Store) 
     assert m["Format"] == "tensorboard" and m["Rows"] == "60" and m["Steps"] == "0–15,000"
     assert not any("events:" in c.value for c in at.caption)  # no rollback invented across the two files
     summary = at.dataframe[1].value.set_index("metric")
-    assert summary.loc["train/epoch_loss", "rows"] == 10 and summary.loc["validation/epoch_loss", "rows"] == 10
+    assert summary.loc["loss", "rows"] == 10 and summary.loc["val_loss", "rows"] == 10  # #21 item 3
     at.text_input(key="up_name").input("keras").run()
     at.button(key="up_import").click().run()
     # PROVENANCE.txt: train epoch_loss 0.2974 -> 0.0319 over steps 0..9; validation's own 10 points
-    train = empty_store.read_series("keras", "train/epoch_loss")
-    val = empty_store.read_series("keras", "validation/epoch_loss")
+    train = empty_store.read_series("keras", "loss")
+    val = empty_store.read_series("keras", "val_loss")
     assert list(train.steps) == list(range(10)) and list(val.steps) == list(range(10))
     assert train.values[0] == pytest.approx(0.2974, abs=1e-4) and train.values[-1] == pytest.approx(0.0319, abs=1e-4)
     assert val.values[0] == pytest.approx(0.1429, abs=1e-4)

@@ -185,12 +185,12 @@ def test_tfevents_keras_toy() -> None:
     root = REAL / "tfevents_keras_mnist_toy"
     assert detect([root])[0][0] == "tensorboard"
     parsed = read_log([root])
-    steps, loss = parsed.series("train/epoch_loss")
+    steps, loss = parsed.series("loss")  # the train writer's epoch_loss (#21 item 3)
     assert steps.tolist() == list(range(10))
     assert loss[0] == pytest.approx(0.2974, abs=1e-4) and loss[-1] == pytest.approx(0.0319, abs=1e-4)
     assert parsed.series("train/epoch_accuracy")[0].shape[0] == 10
     v_steps, _ = parsed.series("validation/evaluation_loss_vs_iterations")
     assert v_steps.tolist() == list(range(1500, 15001, 1500))
-    assert parsed.series("validation/epoch_loss")[0].shape[0] == 10
+    assert parsed.series("val_loss")[0].shape[0] == 10  # the validation writer's epoch_loss
     assert parsed.skipped == 0
     assert not parsed.events

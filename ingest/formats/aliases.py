@@ -26,6 +26,15 @@ def normalise_key(raw: str) -> str:
 
 
 _ALIASES: Final[dict[str, tuple[str, ...]]] = {
+    # The trainers' own names, taken from their sources (TensorBoard tags, W&B keys, CSV columns):
+    # torchtitan (metrics.py: MetricsProcessor.log / log_validation), Megatron-LM (training.py:
+    # training_log), NeMo (reduced_train_loss, 'train_step_timing in s'), Hugging Face (integrations:
+    # rewrite_logs adds train/ and eval/), Lightning (self.log names, '_step' of on_step+on_epoch),
+    # Composer (loss/train/total), OLMo (trainer.py: train/CrossEntropyLoss, optim/...), MaxText
+    # (train.py: learning/..., perf/...), Keras (epoch_loss of the train / validation writer, whose
+    # folder or writer label the TensorBoard reader puts before the tag).
+    # HF's 'train/train_loss' (the whole run's mean, logged once at the end) and Megatron's bare
+    # 'throughput' tag (TFLOP/s/GPU, not tokens) are deliberately absent: they are kept as they are.
     "loss": (
         "loss",
         "lm loss",
@@ -36,9 +45,15 @@ _ALIASES: Final[dict[str, tuple[str, ...]]] = {
         "train/lm loss",
         "training/loss",
         "loss/train",
-        "train/train loss",
         "train lm loss",
         "loss/lm loss",
+        "loss metrics/global avg loss",  # torchtitan
+        "reduced train loss",  # NeMo
+        "train loss step",  # Lightning: on_step and on_epoch
+        "loss/train/total",  # Composer
+        "train/crossentropyloss",  # OLMo
+        "learning/loss",  # MaxText
+        "train/epoch loss",  # Keras, train writer
     ),
     "val_loss": (
         "val loss",
@@ -57,6 +72,8 @@ _ALIASES: Final[dict[str, tuple[str, ...]]] = {
         "val lm loss",
         "eval/lm loss",
         "test/loss",
+        "validation metrics/loss",  # torchtitan
+        "validation/epoch loss",  # Keras, validation writer
     ),
     "lr": (
         "lr",
@@ -67,6 +84,8 @@ _ALIASES: Final[dict[str, tuple[str, ...]]] = {
         "optimizer/lr",
         "lr/lr",
         "learning rate/learning rate",
+        "optim/learning rate group0",  # OLMo: the first param group
+        "learning/current learning rate",  # MaxText
     ),
     "grad_norm": (
         "grad norm",
@@ -79,8 +98,15 @@ _ALIASES: Final[dict[str, tuple[str, ...]]] = {
         "gnorm",
         "grad norm total",
         "grad norm/grad norm",
+        "optim/total grad norm",  # OLMo
+        "learning/raw grad norm",  # MaxText: before clipping
     ),
-    "grad_norm_clipped": ("grad norm clipped", "grad norm after clip", "clipped grad norm"),
+    "grad_norm_clipped": (
+        "grad norm clipped",
+        "grad norm after clip",
+        "clipped grad norm",
+        "learning/grad norm",  # MaxText: the gradients applied, after clipping
+    ),
     "clip_coef": ("clip coef", "clip coefficient"),
     "loss_scale": ("loss scale", "loss scaler", "train/loss scale", "loss scale/loss scale"),
     "skipped_iterations": ("number of skipped iterations", "skipped iterations", "skipped iters"),
@@ -89,6 +115,8 @@ _ALIASES: Final[dict[str, tuple[str, ...]]] = {
         "tokens",
         "consumed tokens",
         "num tokens",
+        "n tokens seen",  # torchtitan
+        "throughput/total tokens",  # OLMo
         "num input tokens seen",
         "total tokens",
         "tokens seen",
@@ -103,9 +131,12 @@ _ALIASES: Final[dict[str, tuple[str, ...]]] = {
         "tokens per sec",
         "tps",
         "wps",
-        "throughput",
         "tokens/sec",
         "throughput/tokens per second",
+        "throughput(tps)",  # torchtitan, per device
+        "throughput/device/tokens per second",  # OLMo, per device
+        "throughput/tokens per sec",  # Composer, all devices
+        "perf/per device tokens per sec",  # MaxText
     ),
     "step_time_s": (
         "step time",
@@ -116,9 +147,19 @@ _ALIASES: Final[dict[str, tuple[str, ...]]] = {
         "elapsed time per iteration",
         "batch time",
         "train/step time",
+        "train step timing in s",  # NeMo
+        "time metrics/end to end",  # torchtitan 'time_metrics/end_to_end(s)'
+        "perf/step time seconds",  # MaxText
     ),
     "mfu": ("mfu", "bf16 mfu", "model flops utilization", "model flops utilisation"),
-    "gpu_mem_gb": ("memory", "gpu memory", "mem", "mem allocated", "memory allocated"),
+    "gpu_mem_gb": (
+        "memory",
+        "gpu memory",
+        "mem",
+        "mem allocated",
+        "memory allocated",
+        "memory/max reserved",  # torchtitan 'memory/max_reserved(GiB)', what its console calls memory
+    ),
     "gpu_util": ("gpu util", "gpu utilization", "gpu utilisation"),
     "gpu_temp_c": ("gpu temp", "gpu temperature"),
     "gpu_power_w": ("gpu power", "gpu power draw"),
@@ -130,6 +171,26 @@ ALIASES: Final[dict[str, str]] = {
     normalise_key(alias): canonical for canonical, aliases in _ALIASES.items() for alias in aliases
 }
 """Normalised foreign key -> canonical metric name."""
+
+
+def _slash_folded(aliases: dict[str, str]) -> dict[str, str]:
+    """The table with ``/`` read as a space, where that leaves one meaning: TensorBoard's CSV download
+    names its file after the tag with ``/`` written as ``_`` (``loss_metrics_global_avg_loss``)."""
+    folded: dict[str, set[str]] = {}
+    for key, canonical in aliases.items():
+        folded.setdefault(key.replace("/", " "), set()).add(canonical)
+    return {key: next(iter(targets)) for key, targets in folded.items() if len(targets) == 1}
+
+
+_SLASH_FOLDED: Final[dict[str, str]] = _slash_folded(ALIASES)
+
+_LR_MONITOR: Final = re.compile(
+    r"^lr [a-z0-9]*(?:adam|adamw|sgd|sgdw|lion|lionw|adafactor|adagrad|rmsprop|lamb|lars|muon|shampoo|adan|adamax)"
+    r"[a-z0-9]*(?: \d+)?(?:/(?:pg1|group0))?$"
+)
+"""The learning rate of the first param group as the LR monitors name it after the optimizer class:
+Lightning's ``lr-AdamW`` (``lr-AdamW/pg1`` with several groups, counted from 1), Composer's
+``lr-DecoupledAdamW/group0`` (counted from 0); other groups are kept as they are."""
 
 _KEY_UNITS: Final[dict[str, tuple[str, str]]] = {
     # keys whose name says the unit; value: (canonical or kept name, unit)
@@ -200,6 +261,11 @@ def canonical_name(raw: str) -> tuple[str, str | None]:
         key, unit = m["base"], m["unit"]
     if key in ALIASES:
         return ALIASES[key], unit
+    if _LR_MONITOR.match(key):
+        return "lr", unit
+    folded = key.replace("/", " ")
+    if folded in _SLASH_FOLDED and folded not in CANONICAL_METRICS:
+        return _SLASH_FOLDED[folded], unit
     if raw.strip() in CANONICAL_METRICS:
         return raw.strip(), unit
     base = raw.strip()
