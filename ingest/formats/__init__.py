@@ -35,6 +35,7 @@ from ingest.formats.nanogpt import NanoGPTReader
 from ingest.formats.parquet import ParquetReader
 from ingest.formats.tensorboard import TensorBoardReader
 from ingest.formats.tensorboard_csv import TensorBoardCsvReader
+from ingest.formats.textlog import TextLogReader
 from ingest.formats.torchtitan import TorchtitanReader
 from ingest.formats.wandb_csv import WandbCsvReader
 from ingest.formats.wandb_history import WandbHistoryReader
@@ -91,25 +92,47 @@ def _readers(custom_dir: Path | None) -> dict[str, Reader]:
     return readers
 
 
+HEAD_BYTES: Final = 256 * 1024
+"""The head every path is sniffed from first."""
+LONG_HEAD_BYTES: Final = 2 * 1024 * 1024
+"""The head a file is sniffed from again when no format fits its first ``HEAD_BYTES``: banners,
+argument dumps, nvidia-smi tables or a pasted config can fill those before the first metric line."""
+
+
 def detect(paths: Sequence[Path], *, custom_dir: Path | None = None) -> list[tuple[str, float]]:
     """Candidate formats for ``paths`` with a confidence (0-1), best first.
 
-    Each path is sniffed from its first 256 KiB (a folder from its file names); a format's confidence
-    is its lowest over the paths, since one reader must read them all. Formats under
-    ``MIN_CONFIDENCE`` are left out.
+    Each path is sniffed from its first 256 KiB, or its first 2 MiB when nothing fits those (a
+    folder from its file names); a format's confidence is its lowest over the paths, since one
+    reader must read them all. Formats under ``MIN_CONFIDENCE`` are left out.
     """
     readers = _readers(custom_dir)
     scores: dict[str, float] = {}
     for path in (Path(p) for p in paths):
-        head = read_head(path)
-        for name, reader in readers.items():
-            try:
-                score = float(reader.sniff_path(path, head))
-            except (OSError, ValueError, UnicodeDecodeError):
-                score = 0.0
+        found = _sniff(path, read_head(path, HEAD_BYTES), readers)
+        if max(found.values(), default=0.0) < MIN_CONFIDENCE and _size_over(path, HEAD_BYTES):
+            found = _sniff(path, read_head(path, LONG_HEAD_BYTES), readers)
+        for name, score in found.items():
             scores[name] = min(scores.get(name, 1.0), score)
     ranked = sorted(((n, s) for n, s in scores.items() if s >= MIN_CONFIDENCE), key=lambda x: -x[1])
     return [(n, round(s, 3)) for n, s in ranked]
+
+
+def _sniff(path: Path, head: bytes, readers: dict[str, Reader]) -> dict[str, float]:
+    scores = {}
+    for name, reader in readers.items():
+        try:
+            scores[name] = float(reader.sniff_path(path, head))
+        except (OSError, ValueError, UnicodeDecodeError):
+            scores[name] = 0.0
+    return scores
+
+
+def _size_over(path: Path, nbytes: int) -> bool:
+    try:
+        return path.is_file() and path.stat().st_size > nbytes
+    except OSError:
+        return False
 
 
 def _check_paths(paths: Sequence[Path]) -> list[Path]:
@@ -182,12 +205,33 @@ def _unrecognised(paths: list[Path], readers: dict[str, Reader]) -> StabScopeErr
                 line_no, excerpt = i, text[:80]
                 break
     what = f"{excerpt!r} is not a line of any known log format" if excerpt else "no known log format"
+    closest = closest_formats(first, readers)
     return StabScopeError(
-        f"format not recognised: {what}; force one with --format NAME (formats: {formats})",
+        f"format not recognised: {what}; {closest}; force one with --format NAME (formats: {formats})",
         path=str(first),
         line=line_no if excerpt else None,
-        page=f"format not recognised: {what}; choose the format in the Format box",
+        page=f"format not recognised: {what}; {closest}; choose the format in the Format box",
     )
+
+
+CLOSEST_SHOWN: Final = 3
+
+
+def closest_formats(path: Path, readers: dict[str, Reader] | None = None) -> str:
+    """Which formats came closest to ``path``'s head and why, one clause (for a refusal): each text
+    reader counts the head lines that hold its metric line after text it does not expect."""
+    head = read_head(path, LONG_HEAD_BYTES if _size_over(path, HEAD_BYTES) else HEAD_BYTES)
+    misses = []
+    for reader in (readers or FORMATS).values():
+        miss = reader.near_miss(head) if head and isinstance(reader, TextLogReader) else None
+        if miss is not None:
+            misses.append(miss)
+    misses.sort(key=lambda m: -m[0])
+    shown = [text for closeness, text in misses[:CLOSEST_SHOWN] if closeness > 0]
+    if not shown:
+        n_lines = sum(1 for line in head.splitlines() if line.strip())
+        return f"no format came close: none of the {n_lines:,} head lines holds any reader's metric line"
+    return "closest: " + "; ".join(shown)
 
 
 def _per_file_best(paths: list[Path]) -> str:

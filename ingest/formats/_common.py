@@ -587,6 +587,36 @@ def open_error(path: Path, exc: OSError) -> StabScopeError:
 
 _ANSI: Final = re.compile(rb"\x1b\[[0-9;?]*[A-Za-z]")
 
+_LAUNCHER_HOST: Final = r"(?:[A-Za-z][A-Za-z0-9_.-]*:[ \t]+)?"
+"""pdsh / DeepSpeed's multi-node runner: ``node017: `` (a host names no rank)."""
+_LAUNCHER_RANK: Final = r"(?:(?:\[(?:default|rank)|[ \t]*)(?P<lrank>[0-9]+)(?:\]:[ \t]?|:[ \t]))?"
+"""``torchrun --tee 3``'s ``[default7]:``, newer torchrun's ``[rank7]:``, ``srun -l``'s ``7: ``."""
+_LAUNCHER_TIME: Final = (
+    r"(?:\[?[0-9]{4}-[0-9]{2}-[0-9]{2}[ T][0-9]{2}:[0-9]{2}:[0-9]{2}(?:[.,][0-9]+)?Z?\]?[ \t]*(?:-[ \t]*)?)??"
+)
+"""A time stamp before the trainer's text (lazy: a reader that captures it itself still does)."""
+_LAUNCHER_LEVEL: Final = (
+    r"(?:(?:[A-Za-z_][A-Za-z0-9_.]*[ \t]+-[ \t]+)?\[?(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\]?"
+    r"(?::[A-Za-z0-9_.]*)*[ \t]*(?:-[ \t]*)?)??"
+)
+"""A log level (``INFO``, ``[INFO]``, Python logging's ``INFO:root:`` or ``name - INFO - ``)."""
+LAUNCHER_PREFIX: Final = _LAUNCHER_HOST + _LAUNCHER_RANK + _LAUNCHER_TIME + _LAUNCHER_LEVEL
+"""What launchers and loggers put before a trainer's own text, as one regex matched at the line
+start: host, rank (named group ``lrank``), time stamp, log level, each optional, in that order. The
+text engine (:mod:`ingest.formats.textlog`) puts it before every line kind of every text format, so
+detection and reading see through it alike. ANSI codes and NUL bytes are removed from the bytes
+before (:func:`clean_text`)."""
+
+
+def clean_text(chunk: bytes) -> bytes:
+    """``chunk`` without ANSI colour codes and NUL bytes (a node's log cut by a crash is padded with
+    NULs where the file system had allocated blocks not yet written)."""
+    if b"\x1b" in chunk:
+        chunk = _ANSI.sub(b"", chunk)
+    if b"\x00" in chunk:
+        chunk = chunk.replace(b"\x00", b"")
+    return chunk
+
 
 def iter_line_chunks(
     path: Path, builder: LogBuilder, chunk_bytes: int = CHUNK_BYTES, first_chunk_bytes: int = 64 * 1024
@@ -636,9 +666,7 @@ def iter_whole_lines(
                 chunk += rest
                 pos += len(rest)
                 builder.advance(len(rest))
-            if b"\x1b" in chunk:
-                chunk = _ANSI.sub(b"", chunk)
-            yield chunk
+            yield clean_text(chunk)
     except OSError as exc:
         raise StabScopeError(f"cannot read file: {exc.strerror or exc}", path=str(path)) from exc
     finally:
@@ -667,9 +695,18 @@ def decode_head(head: bytes) -> str:
     cut = head.rfind(b"\n")
     if 0 < cut < len(head) - 1:
         head = head[: cut + 1]
-    return _ANSI.sub(b"", head).decode("utf-8", errors="replace")
+    return clean_text(head).decode("utf-8", errors="replace")
+
+
+_TEXT_CONTROLS: Final = bytes(range(32)).translate(None, b"\t\n\r\x0c\x1b")
+"""Control bytes a text log does not hold (NUL aside: see :func:`looks_binary`)."""
 
 
 def looks_binary(head: bytes) -> bool:
-    """True when the head holds NUL bytes: not a text file."""
-    return b"\x00" in head[:4096]
+    """True when the head is not text: NUL bytes, unless they are only the padding of a cut log
+    (then the rest holds no other control byte)."""
+    sample = head[:4096]
+    if b"\x00" not in sample:
+        return False
+    rest = head.replace(b"\x00", b"")[:4096]
+    return not rest or len(rest.translate(None, _TEXT_CONTROLS)) < len(rest)

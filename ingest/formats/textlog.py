@@ -41,6 +41,7 @@ import pyarrow.compute as _pc
 
 from ingest.formats._common import (
     CHUNK_BYTES,
+    LAUNCHER_PREFIX,
     ConvertedValues,
     LogBuilder,
     decode_head,
@@ -113,9 +114,15 @@ class LineKind:
     run_level: bool = False
     """Every value is run-level (Megatron's iteration line reports the whole job's step time)."""
 
+    @property
+    def full_prefix(self) -> str:
+        """``prefix`` behind the launcher and logger prefixes every text format may carry
+        (:data:`ingest.formats._common.LAUNCHER_PREFIX`, group ``lrank``): handled here, once."""
+        return LAUNCHER_PREFIX + self.prefix
+
     def compiled(self) -> tuple[re.Pattern[bytes], re.Pattern[bytes], list[str]]:
         """``(prefix regex, pairs regex, prefix group names in group order)``."""
-        prefix = re.compile(self.prefix.encode())
+        prefix = re.compile(self.full_prefix.encode())
         if prefix.groups != len(prefix.groupindex):
             raise ValueError(f"line kind {self.name}: prefix must use named groups only")
         names = sorted(prefix.groupindex, key=prefix.groupindex.__getitem__)
@@ -177,6 +184,8 @@ class _Block:
     total: list[Any] = field(default_factory=list)
     values: list[Any] = field(default_factory=list)
     """raw strings per key, or float64 arrays already parsed (plain numbers only)"""
+    lrank: Any = field(default_factory=list)
+    """The rank a launcher prefix names (``[default3]:``), empty where a line has none."""
     rank_ok: bool | None = None
     ts_ok: bool | None = None
     """Whether every line of the block says its rank / time (None: look at this block alone)."""
@@ -225,9 +234,10 @@ class TextLogReader(Reader):
 
     # ------------------------------------------------------------------ detection
     def count_metric_lines(self, text: str) -> int:
-        """Lines of ``text`` that a kind recognises and that carry at least one value."""
+        """Lines of ``text`` (a head: its size bounds the work) that a kind recognises at the line
+        start, behind any launcher prefix, and that carry at least one value."""
         n = 0
-        for line in text.splitlines()[:20000]:
+        for line in text.splitlines():
             raw = line.encode()
             for prefix, pairs, _ in self._compiled:
                 m = prefix.match(raw)
@@ -235,6 +245,32 @@ class TextLogReader(Reader):
                     n += 1
                     break
         return n
+
+    def near_miss(self, head: bytes) -> tuple[int, str]:
+        """For a refusal: ``(lines holding a metric line of this format after text it does not
+        take, why)``, the why naming how many head lines matched and the first such line."""
+        lines = [line for line in decode_head(head).splitlines() if line.strip()]
+        matched = self.count_metric_lines("\n".join(lines))
+        anywhere = [
+            (re.compile(kind.prefix.encode()), pairs)
+            for kind, (_, pairs, _) in zip(self.kinds, self._compiled, strict=True)
+        ]
+        inside, first = 0, ""
+        for line in lines:
+            raw = line.encode()
+            for prefix, pairs in anywhere:
+                m = prefix.search(raw)
+                if m and m.start() > 0 and pairs.search(raw, m.end()):
+                    inside += 1
+                    first = first or line.strip()
+                    break
+        quoted = re.search(r"'([^']+)'", self.description)
+        shape = quoted.group(1) if quoted else self.kinds[0].name if self.kinds else self.name
+        shape = shape if len(shape) <= 40 else shape[:37].rstrip() + "..."
+        why = f"{self.name}: {matched:,} of {len(lines):,} head lines matched its {shape!r} line"
+        if inside:
+            why += f", {inside:,} hold it after other text (first: {first[:60]!r})"
+        return inside, why
 
     def markers(self, text: str) -> float:
         """Confidence from tell-tale non-metric lines (banners) when no metric line is in the head."""
@@ -309,6 +345,8 @@ class _EngineState:
         self.skeletons: list[_Skeleton] = []
         self.last_step: int | None = None
         self.total_steps: int | None = None
+        self.run_ranks: dict[int, int] = {}
+        """kind -> the launcher rank whose lines give that kind's run-level rows."""
         self._keymaps: dict[tuple[int, str], tuple[str, str | None] | None] = {}
 
     # -- skeletons
@@ -317,7 +355,7 @@ class _EngineState:
             return
         kind = self.kinds[kind_i]
         names = self.compiled[kind_i][2]
-        parts = [_strip_group_names(kind.prefix)]
+        parts = [_strip_group_names(kind.full_prefix)]
         pos = m.end()
         keys: list[str] = []
         values: list[bytes] = []
@@ -488,6 +526,7 @@ class _EngineState:
         by_name = dict(zip(sk.prefix_names, cols[: len(sk.prefix_names)], strict=True))
         block.step = by_name.get("step", [])
         block.rank = by_name.get("rank", [])
+        block.lrank = by_name.get("lrank", [])
         block.ts = by_name.get("ts", [])
         total = by_name.get("total")
         block.total = [total[0].as_py()] if total is not None and len(total) else []
@@ -542,6 +581,7 @@ class _EngineState:
             block.step.append(gd.get("step") or b"")
             if "rank" in gd:
                 block.rank.append(gd.get("rank") or b"")
+            block.lrank.append(gd.get("lrank") or b"")
             if "ts" in gd:
                 block.ts.append(gd.get("ts") or b"")
             if gd.get("total") and not block.total:
@@ -641,6 +681,18 @@ class _EngineState:
         if len(block.ts) and (_all_present(block.ts) if block.ts_ok is None else block.ts_ok):
             wall = parse_timestamps(_arrow(block.ts).cast(pa.string()), kind.ts_format)
             builder.meta.setdefault("wall_time_zone", "UTC assumed: the log prints local time without a zone")
+        launcher = _launcher_ranks(block.lrank)
+        run_rows: npt.NDArray[np.bool_] | None = None
+        if launcher is not None:
+            # one log of every rank's lines: each line's per-rank values are its rank's; the
+            # run-level values come from one rank only (the lowest that printed this kind first),
+            # since the other ranks print the same run-level figures again
+            named = launcher >= 0
+            run_rank = self.run_ranks.setdefault(block.kind, int(launcher[named].min()))
+            builder.meta.setdefault("run_level_rank", run_rank)
+            run_rows = ~named | (launcher == run_rank)
+            if line_rank is None:
+                line_rank = np.where(named, launcher, self.reader.per_rank_default).astype(np.int32)
         stream = 0 if line_rank is None else line_rank + 1
         for key, raw in zip(block.keys, block.values, strict=True):
             mapped = self._keymap(block.kind, key)
@@ -661,6 +713,8 @@ class _EngineState:
                 rank: Any = self.reader.per_rank_default if line_rank is None else line_rank
             else:
                 rank = RUN_RANK
+                if run_rows is not None:
+                    conv.ok = conv.ok & run_rows
             groups: list[tuple[str | None, npt.NDArray[np.bool_]]] = [(u, m & conv.ok) for u, m in conv.units]
             unit_rows = np.zeros(len(conv.values), dtype=bool)
             for _, m in groups:
@@ -819,7 +873,7 @@ def _plan(kind: LineKind, line: bytes, m: re.Match[bytes], spans: list[tuple[int
             return None
         values.append((line[lo:start], line[end : hi + 1]))
     literals = tuple(line[pipes[j - 1] + 1 : pipes[j] + 1] for j in range(len(spans) + 1, len(pipes)))
-    prefix = "^(?:" + kind.prefix + ")$"
+    prefix = "^(?:" + kind.full_prefix + ")$"
     try:
         pc.extract_regex(pa.array([], pa.binary()), prefix)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
@@ -1159,6 +1213,21 @@ def _add_masked(
     )
 
 
+def _launcher_ranks(col: Any) -> npt.NDArray[np.int32] | None:
+    """The rank each line's launcher prefix names (-1: none), or None when no line names one."""
+    if len(col) == 0:
+        return None
+    if isinstance(col, pa.Array):
+        lengths = pc.binary_length(col).fill_null(0)
+        if (pc.max(lengths).as_py() or 0) == 0:
+            return None
+        text = pc.if_else(pc.equal(lengths, 0), pa.scalar(b"-1", pa.binary()), col.fill_null(b"-1"))
+        return np.asarray(text.cast(pa.string()).cast(pa.int32()).to_numpy(zero_copy_only=False), np.int32)
+    if not any(col):
+        return None
+    return np.array([int(r) if r else -1 for r in col], dtype=np.int32)
+
+
 def _filter_block(block: _Block, valid: npt.NDArray[np.bool_]) -> _Block:
     keep = np.flatnonzero(valid)
 
@@ -1173,6 +1242,7 @@ def _filter_block(block: _Block, valid: npt.NDArray[np.bool_]) -> _Block:
         rows=np.asarray(block.rows, dtype=np.int64)[keep],
         step=pick(block.step),
         rank=pick(block.rank),
+        lrank=pick(block.lrank),
         ts=pick(block.ts),
         total=block.total,
         values=[pick(col) for col in block.values],

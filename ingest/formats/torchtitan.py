@@ -1,4 +1,5 @@
-"""torchtitan console output (``torchrun`` stdout, optionally ``[rankN]:``-prefixed):
+"""torchtitan console output (``torchrun`` stdout; a ``[rankN]:`` prefix is the text engine's, see
+``ingest.formats._common.LAUNCHER_PREFIX``):
 
 ``[rank0]:[titan] 2026-05-20 02:23:14,182 - root - INFO - step: 10  loss:  6.92163  grad_norm: 60.5000
 memory: 169.10GiB(94.81%)  tps: 10,550  tflops: 888.93  mfu: 39.51%``
@@ -25,7 +26,7 @@ class TorchtitanReader(PlannedStepsTextLogReader):
         LineKind(
             name="step",
             prefix=(
-                r"(?:\[rank(?P<rank>[0-9]+)\]:)?(?:\[titan\][ \t]*)?"
+                r"(?:\[titan\][ \t]*)?"
                 r"(?:(?P<ts>[0-9]{4}-[0-9]{2}-[0-9]{2}[ T][0-9]{2}:[0-9]{2}:[0-9]{2}(?:[,.][0-9]+)?)"
                 r"[^\n]*?)?\bstep:[ \t]*(?P<step>[0-9]+)[ \t]+"
             ),
