@@ -20,13 +20,17 @@ from typing import Final
 from ingest.errors import StabScopeError
 from ingest.formats._common import TABLE_SCHEMA, ParsedLog, Progress, read_head
 from ingest.formats.base import Reader
+from ingest.formats.composer import ComposerReader
 from ingest.formats.csv_wide import WideCsvReader
 from ingest.formats.deepspeed_csv import DeepSpeedCsvReader
+from ingest.formats.deepspeed_stdout import DeepSpeedStdoutReader
+from ingest.formats.gpt_neox import GptNeoXReader
 from ingest.formats.hf_trainer_state import HFTrainerStateReader
 from ingest.formats.jsonl import JsonlReader
 from ingest.formats.lightning_csv import LightningCsvReader
 from ingest.formats.llamafactory import LlamaFactoryReader
 from ingest.formats.llmc import LlmcConsoleReader, LlmcMainLogReader
+from ingest.formats.maxtext import MaxTextReader
 from ingest.formats.megatron import MegatronDeepSpeedReader, MegatronReader
 from ingest.formats.megatron_golden import MegatronGoldenReader
 from ingest.formats.mlflow import MlflowReader
@@ -37,6 +41,7 @@ from ingest.formats.tensorboard import TensorBoardReader
 from ingest.formats.tensorboard_csv import TensorBoardCsvReader
 from ingest.formats.textlog import TextLogReader
 from ingest.formats.torchtitan import TorchtitanReader
+from ingest.formats.torchtune import TorchtuneReader
 from ingest.formats.wandb_csv import WandbCsvReader
 from ingest.formats.wandb_history import WandbHistoryReader
 
@@ -69,6 +74,11 @@ FORMATS: Final[dict[str, Reader]] = {
         LlmcConsoleReader(),
         ModdedNanoGPTReader(),
         TorchtitanReader(),
+        MaxTextReader(),
+        ComposerReader(),
+        GptNeoXReader(),
+        TorchtuneReader(),
+        DeepSpeedStdoutReader(),
         NanoGPTReader(),
         MlflowReader(),
         ParquetReader(),

@@ -241,6 +241,8 @@ class MegatronDeepSpeedReader(PlannedStepsTextLogReader):
     kinds = MEGATRON_KINDS + DEEPSPEED_KINDS
 
     def score(self, n_metric_lines: int, text: str) -> float:
+        if not _MEGATRON_MARKERS.search(text):
+            return 0.6  # DeepSpeed's engine lines without Megatron's: deepspeed_stdout's log
         return 0.95 if _DEEPSPEED_MARKERS.search(text) else 0.6
 
     def markers(self, text: str) -> float:
