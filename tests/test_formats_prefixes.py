@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from ingest.errors import StabScopeError
-from ingest.formats import detect, read_log
+from ingest.formats import detect, read_log, textlog
 
 REAL_LOGS = Path(__file__).resolve().parents[2] / "shared" / "data" / "real_logs"
 
@@ -65,8 +65,18 @@ def _write(path: Path, lines: list[str]) -> Path:
     return path
 
 
+@pytest.fixture(params=["c", "numpy"])
+def field_engine(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Megatron's '|' layout cut by the C extension (``_fields.c``) or by numpy and Arrow."""
+    if request.param == "c" and textlog._fields is None:
+        pytest.skip("ingest.formats._fields not built (no C compiler at install time)")
+    if request.param == "numpy":
+        monkeypatch.setattr(textlog, "_fields", None)
+    return str(request.param)
+
+
 @pytest.mark.parametrize("shape", sorted(PREFIXES))
-def test_megatron_line_behind_every_launcher_prefix(tmp_path: Path, shape: str) -> None:
+def test_megatron_line_behind_every_launcher_prefix(tmp_path: Path, shape: str, field_engine: str) -> None:
     plain = read_log([_write(tmp_path / "plain.log", _megatron_lines(40))])
     path = _write(tmp_path / "prefixed.log", _megatron_lines(40, PREFIXES[shape]))
     assert detect([path])[0][0] == "megatron"

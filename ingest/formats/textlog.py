@@ -681,19 +681,27 @@ class _EngineState:
         if len(block.ts) and (_all_present(block.ts) if block.ts_ok is None else block.ts_ok):
             wall = parse_timestamps(_arrow(block.ts).cast(pa.string()), kind.ts_format)
             builder.meta.setdefault("wall_time_zone", "UTC assumed: the log prints local time without a zone")
+        stream: Any = 0 if line_rank is None else line_rank + 1
+        run_stream = stream
+        rank_of_line: Any = line_rank
         launcher = _launcher_ranks(block.lrank)
         run_rows: npt.NDArray[np.bool_] | None = None
         if launcher is not None:
             # one log of every rank's lines: each line's per-rank values are its rank's; the
             # run-level values come from one rank only (the lowest that printed this kind first),
             # since the other ranks print the same run-level figures again
+            lowest, highest = int(launcher.min()), int(launcher.max())
             named = launcher >= 0
             run_rank = self.run_ranks.setdefault(block.kind, int(launcher[named].min()))
             builder.meta.setdefault("run_level_rank", run_rank)
-            run_rows = ~named | (launcher == run_rank)
+            if lowest != highest or lowest != run_rank:  # else every line is the run rank's: all kept
+                run_rows = ~named | (launcher == run_rank)
             if line_rank is None:
-                line_rank = np.where(named, launcher, self.reader.per_rank_default).astype(np.int32)
-        stream = 0 if line_rank is None else line_rank + 1
+                if lowest == highest:  # one rank's lines (the usual file): scalars, no per-row copies
+                    rank_of_line = self.reader.per_rank_default if lowest < 0 else lowest
+                else:
+                    rank_of_line = np.where(named, launcher, self.reader.per_rank_default).astype(np.int32)
+                stream, run_stream = rank_of_line + 1, 0
         for key, raw in zip(block.keys, block.values, strict=True):
             mapped = self._keymap(block.kind, key)
             if mapped is None:
@@ -709,10 +717,11 @@ class _EngineState:
             per_rank = kind.all_per_rank or (
                 not kind.run_level and (name in PER_RANK_NAMES or name in kind.per_rank_keys)
             )
+            line_stream = stream
             if per_rank:
-                rank: Any = self.reader.per_rank_default if line_rank is None else line_rank
+                rank: Any = self.reader.per_rank_default if rank_of_line is None else rank_of_line
             else:
-                rank = RUN_RANK
+                rank, line_stream = RUN_RANK, run_stream
                 if run_rows is not None:
                     conv.ok = conv.ok & run_rows
             groups: list[tuple[str | None, npt.NDArray[np.bool_]]] = [(u, m & conv.ok) for u, m in conv.units]
@@ -727,11 +736,11 @@ class _EngineState:
                 # of a Megatron read (72 MB of fresh pages for a 9M-value log)
                 kept = conv.values if mask.all() else conv.values[mask]
                 out_name, out_values = to_canonical_unit(name, unit, kept)
-                _add_masked(builder, out_name, steps, out_values, mask, rank, wall, stream, seq)
+                _add_masked(builder, out_name, steps, out_values, mask, rank, wall, line_stream, seq)
             if conv.pct is not None:
                 pmask = conv.ok & ~np.isnan(conv.pct)
                 pct_name = out_pct_name(name)
-                _add_masked(builder, pct_name, steps, conv.pct[pmask], pmask, rank, wall, stream, seq)
+                _add_masked(builder, pct_name, steps, conv.pct[pmask], pmask, rank, wall, line_stream, seq)
 
 
 class _Split:
