@@ -14,6 +14,8 @@ import streamlit as st
 from ingest.errors import StabScopeError
 from ingest.formats import FORMATS, detect
 from ingest.import_inputs import ImportRead, read_inputs, sort_inputs
+from ingest.importer import remembered_map_applied
+from ingest.metric_map import resolve_map
 from pages.common import (
     MAX_UPLOAD_BYTES,
     MISSING,
@@ -24,8 +26,10 @@ from pages.common import (
     stage_uploads,
     upload_run_name,
 )
+from stab_core.metrics import CANONICAL_METRICS
 
 AUTO = "auto-detect"
+KEEP_NAMES = "(keep every name)"
 
 
 def without_staging(exc: StabScopeError, folder: Path) -> StabScopeError:
@@ -144,6 +148,30 @@ if config is not None:
     except StabScopeError as exc:
         show_error(exc)
 
+# a metric the alias table does not know can take a role (the CLI's --map); remembered with the run
+unmapped = [m for m in log.metrics if m not in CANONICAL_METRICS]
+metric_map: dict[str, str] = {}
+if unmapped:
+    u1, u2 = st.columns(2)
+    chosen = u1.selectbox(
+        "Use a metric as",
+        [KEEP_NAMES, *unmapped],
+        key="up_map_metric",
+        help="For a metric StabScope does not recognise (e.g. your loss under another name): "
+        "store it as one of the roles the analyses read. Remembered with the run for later uploads.",
+    )
+    if chosen != KEEP_NAMES:
+        role = u2.selectbox(
+            "Role", list(CANONICAL_METRICS), key="up_map_role", format_func=lambda r: f"{r}: {CANONICAL_METRICS[r]}"
+        )
+        metric_map = {chosen: role}
+        try:
+            resolve_map(metric_map, log.metrics)
+            st.caption(f"**{chosen}** will be stored as **{role}**.")
+        except StabScopeError as exc:
+            show_error(exc)
+            metric_map = {}
+
 if log.table.num_rows == 0:
     st.error(
         "No metric records found: nothing to import. Choose another format in the Format box.",
@@ -156,7 +184,7 @@ if exists:
 if st.button(f"Import as run {name}", type="primary", key="up_import"):
     try:
         log.meta.update(config_meta)
-        report = store.import_parsed(name, log)
+        report = store.import_parsed(name, remembered_map_applied(store, name, log, metric_map))
     except StabScopeError as exc:
         show_error(exc)
         st.stop()

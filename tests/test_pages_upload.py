@@ -143,3 +143,31 @@ def test_an_unrecognised_upload_speaks_of_the_format_box(empty_store: Store) -> 
     assert "choose the format in the Format box" in error.value
     assert "--format" not in error.value and "stabscope-upload-" not in error.value
     assert error.value.startswith("notes.txt, line 1: format not recognised")
+
+
+CUSTOM = b"step,my_objective,lr\n1,2.50,0.001\n2,2.25,0.002\n3,2.00,0.003\n"
+
+
+def test_a_metric_mapped_to_a_role_is_remembered(empty_store: Store) -> None:
+    """The Upload page's 'Use a metric as' select does what `import --map` does (#21 item 3)."""
+    at = open_page("upload").run()
+    at.file_uploader(key="up_files").upload("objective.csv", CUSTOM, "text/csv").run()
+    assert not at.exception
+    assert at.selectbox(key="up_map_metric").options == ["(keep every name)", "my_objective"]  # lr has its role
+    at.selectbox(key="up_map_metric").select("my_objective").run()
+    at.selectbox(key="up_map_role").select("lr").run()  # the log has lr already: refused on the page
+    assert "the log already has lr" in at.error[0].value and "--map" not in at.error[0].value
+    at.selectbox(key="up_map_role").select("loss").run()
+    assert not at.error
+    assert any("**my_objective** will be stored as **loss**" in c.value for c in at.caption)
+    at.button(key="up_import").click().run()
+    assert "Imported 6 rows into run **objective**" in at.success[0].value
+    assert empty_store.read_series("objective", "loss").values.tolist() == [2.5, 2.25, 2.0]
+    assert empty_store.run_info("objective").meta["metric_map"] == {"my_objective": "loss"}
+    # a later upload into the run is mapped the same way without choosing again
+    at = open_page("upload").run()
+    later = b"step,my_objective,lr\n4,1.75,0.004\n"
+    at.file_uploader(key="up_files").upload("objective.csv", later, "text/csv").run()
+    at.button(key="up_import").click().run()
+    assert empty_store.read_series("objective", "loss").values.tolist() == [2.5, 2.25, 2.0, 1.75]
+    assert "my_objective" not in empty_store.run_info("objective").metrics
