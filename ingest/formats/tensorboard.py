@@ -20,6 +20,11 @@ read in the order of their creation time (in the file name) as one stream, so a 
 re-logs steps is detected as a rollback and the later segment wins, as in TensorBoard's own loader;
 steps that repeat across streams are never a rollback.
 
+Names: a tag, with its stream's prefix, goes through the one alias table of every reader
+(``ingest/formats/aliases.py``, via ``LogBuilder.add``): Keras's ``train/epoch_loss`` is ``loss`` and
+``validation/epoch_loss`` is ``val_loss``; torchtitan's ``loss_metrics/global_avg_loss`` in each
+``rank_N`` folder is rank N's ``loss``; a tag the table does not know keeps its name.
+
 Speed: no per-field Python objects. The file is memory-mapped (read in blocks where it cannot be).
 Where payload lengths repeat with a short period (SummaryWriter logs the same tags every step), a
 run of such rows is checked against its first row in one masked pass over the bytes (framing,
