@@ -143,6 +143,7 @@ def test_parse_timestamps() -> None:
         ("lr-AdamW", "lr"),
         ("lr-AdamW/pg1", "lr"),
         ("lr-AdamW/pg2", "lr-AdamW/pg2"),  # a second param group: kept
+        ("lr-AdamW-1", "lr-AdamW-1"),  # a second AdamW optimizer: kept
         # Composer
         ("loss/train/total", "loss"),
         ("lr-DecoupledAdamW/group0", "lr"),

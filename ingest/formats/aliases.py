@@ -186,11 +186,12 @@ _SLASH_FOLDED: Final[dict[str, str]] = _slash_folded(ALIASES)
 
 _LR_MONITOR: Final = re.compile(
     r"^lr [a-z0-9]*(?:adam|adamw|sgd|sgdw|lion|lionw|adafactor|adagrad|rmsprop|lamb|lars|muon|shampoo|adan|adamax)"
-    r"[a-z0-9]*(?: \d+)?(?:/(?:pg1|group0))?$"
+    r"[a-z0-9]*(?:/(?:pg1|group0))?$"
 )
 """The learning rate of the first param group as the LR monitors name it after the optimizer class:
 Lightning's ``lr-AdamW`` (``lr-AdamW/pg1`` with several groups, counted from 1), Composer's
-``lr-DecoupledAdamW/group0`` (counted from 0); other groups are kept as they are."""
+``lr-DecoupledAdamW/group0`` (counted from 0); other groups, and Lightning's second optimizer of a
+class (``lr-AdamW-1``), are kept as they are."""
 
 _KEY_UNITS: Final[dict[str, tuple[str, str]]] = {
     # keys whose name says the unit; value: (canonical or kept name, unit)
