@@ -15,7 +15,7 @@ from ingest.errors import StabScopeError
 from ingest.formats import FORMATS, detect
 from ingest.import_inputs import ImportRead, read_inputs, sort_inputs
 from ingest.importer import remembered_map_applied
-from ingest.metric_map import resolve_map
+from ingest.metric_map import resolve_map, stored_map
 from pages.common import (
     MAX_UPLOAD_BYTES,
     MISSING,
@@ -178,9 +178,13 @@ if log.table.num_rows == 0:
         icon=":material/error:",
     )
     st.stop()
-exists = name in {r.name for r in store.list_runs()}
-if exists:
+runs = {r.name: r for r in store.list_runs()}
+if name in runs:
     st.warning(f"A run named **{name}** exists: importing merges into it (repeated steps take the new value).")
+    remembered = {n: r for n, r in stored_map(runs[name].meta).items() if n in log.metrics}
+    if remembered:
+        said = ", ".join(f"**{n}** is stored as **{r}**" for n, r in remembered.items())
+        st.caption(f"As before in this run: {said}.")
 if st.button(f"Import as run {name}", type="primary", key="up_import"):
     try:
         log.meta.update(config_meta)

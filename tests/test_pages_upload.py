@@ -168,6 +168,7 @@ def test_a_metric_mapped_to_a_role_is_remembered(empty_store: Store) -> None:
     at = open_page("upload").run()
     later = b"step,my_objective,lr\n4,1.75,0.004\n"
     at.file_uploader(key="up_files").upload("objective.csv", later, "text/csv").run()
+    assert any("As before in this run: **my_objective** is stored as **loss**" in c.value for c in at.caption)
     at.button(key="up_import").click().run()
     assert empty_store.read_series("objective", "loss").values.tolist() == [2.5, 2.25, 2.0, 1.75]
     assert "my_objective" not in empty_store.run_info("objective").metrics
