@@ -122,3 +122,26 @@ def test_metric_lines_indented_among_prose_are_found(fmt: str, tmp_path: Path) -
     for metric in want.metrics:
         for rank in (-1, 0):
             assert _series(got, metric, rank) == _series(want, metric, rank)
+
+
+@pytest.mark.parametrize("fmt", TRAINERS)
+@pytest.mark.parametrize("launcher", ["[rank0]:", "[default0]:", "node017: "])
+def test_launcher_prefixed_lines_read_alike(fmt: str, launcher: str, tmp_path: Path) -> None:
+    # the prefix layer of the text engine (not the readers) sees through torchrun's and pdsh's prefixes
+    original = (FIXTURES / f"{fmt}.log").read_text()
+    prefixed = tmp_path / f"{fmt}.log"
+    prefixed.write_text("".join(launcher + line + "\n" for line in original.splitlines()))
+    assert detect([prefixed])[0][0] == fmt
+    got, want = read_log([prefixed]), read_log([FIXTURES / f"{fmt}.log"])
+    assert got.metrics == want.metrics
+    for metric in want.metrics:
+        assert _series(got, metric) == _series(want, metric)
+        assert _series(got, metric, 0) == _series(want, metric, 0)
+    assert got.meta.get("planned_steps") == want.meta.get("planned_steps")
+
+
+def test_composer_epoch_progress_is_not_claimed(tmp_path: Path) -> None:
+    # [epoch=E][batch=b/T] counts b within the epoch: no global step to put the values at
+    log = tmp_path / "epochs.log"
+    log.write_text("[epoch=1][batch=10/50]:\n\t Train loss/train/total: 7.1000\n\t Train time/batch: 9\n")
+    assert "composer" not in dict(detect([log]))

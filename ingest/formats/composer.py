@@ -35,7 +35,8 @@ _TRAIN_KEYS: Final = {
     "throughput/device/mfu": ("mfu", None),  # already a fraction
 }
 _FIRST_GROUP_LR: Final = re.compile(r"^lr-[^/]+/group0$")
-_HEADER: Final = re.compile(r"^[ \t]*\[batch=[0-9]+(?:/[0-9]+)?\]:", re.M)
+_HEADER: Final = re.compile(r"(?<!\])\[batch=([0-9]+)(?:/([0-9]+))?\]:[ \t\r]*$", re.M)
+"""The progress line, at a line's end (a launcher prefix may come before it), not behind ``[epoch=E]``."""
 
 
 def _train_key(key: str) -> tuple[str, str | None]:
@@ -79,5 +80,5 @@ class ComposerReader(PlannedStepsTextLogReader):
         return 0.95 if _HEADER.search(text) and "Train " in text else 0.0
 
     def meta_from_head(self, text: str) -> dict[str, Any]:
-        m = re.search(r"^[ \t]*\[batch=[0-9]+/([0-9]+)\]:", text, re.M)
-        return {"total_steps": int(m.group(1))} if m else {}
+        m = _HEADER.search(text)
+        return {"total_steps": int(m.group(2))} if m and m.group(2) else {}
