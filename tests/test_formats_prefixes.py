@@ -231,6 +231,7 @@ def test_real_logs_read_the_same_behind_a_launcher_prefix(
     parsed = read_log([prefixed])
     assert parsed.format == original.format
     assert parsed.metrics == original.metrics
+    assert parsed.skipped == original.skipped  # a blank line behind its prefix is still blank
     for rank in sorted(set(original.table.column("rank").to_pylist())):
         got, want = parsed.series(metric, rank), original.series(metric, rank)
         np.testing.assert_array_equal(got[0], want[0])

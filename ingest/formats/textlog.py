@@ -551,7 +551,7 @@ class _EngineState:
         """Lines no skeleton matched: parse each, learn its layout; count the non-metric ones."""
         blocks: dict[tuple[int, tuple[str, ...]], _Block] = {}
         for row, line in zip(rows.tolist(), texts, strict=True):
-            if not line.strip(b" \t\r"):
+            if not line.strip(b" \t\r") or _BARE_PREFIX.fullmatch(line):
                 continue
             found = self._match_kind(line)
             if found is None:
@@ -1220,6 +1220,10 @@ def _add_masked(
         seq=seq[mask],
         canonical=True,
     )
+
+
+_BARE_PREFIX: Final = re.compile(LAUNCHER_PREFIX.encode() + rb"[ \t\r]*")
+"""A line that is a launcher prefix alone (an empty line of the trainer's): blank, not skipped."""
 
 
 def _launcher_ranks(col: Any) -> npt.NDArray[np.int32] | None:
