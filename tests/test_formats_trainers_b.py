@@ -60,6 +60,8 @@ def test_composer_progress_then_indented_lines() -> None:
 
 
 def test_gpt_neox_iteration_lines() -> None:
+    # the log also holds a DeeperSpeed engine line ([Rank 0] step=10, ...): still GPT-NeoX's log
+    assert [name for name, _ in detect([FIXTURES / "gpt_neox.log"])][:1] == ["gpt_neox"]
     parsed = read_log([FIXTURES / "gpt_neox.log"])
     assert _series(parsed, "loss") == {10: 7.123456, 20: 6.5, 30: 6.0}
     assert _series(parsed, "lr") == {10: 1e-4, 20: 2e-4, 30: 3e-4}

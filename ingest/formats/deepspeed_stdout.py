@@ -35,6 +35,7 @@ def _timer_key(key: str) -> tuple[str, str | None]:
     return _TIMER_KEYS.get(key) or (sanitise_name(key), None)
 
 
+_TRAINER_ITERATION: Final = re.compile(r"(?:^|\|)[ \t]*(?:\[[^\]\n]*\][ \t]*)*iteration[ \t]+\d+[ \t]*/", re.M)
 _ENGINE_LINE: Final = re.compile(r"\[Rank \d+\] step=\d+, skipped=|^[ \t]*steps: \d+ loss: |global_step=\d+, ", re.M)
 
 
@@ -56,7 +57,8 @@ class DeepSpeedStdoutReader(TextLogReader):
     )
 
     def score(self, n_metric_lines: int, text: str) -> float:
-        # Megatron-DeepSpeed prints the same engine lines next to Megatron's iteration lines
-        if re.search(r"^[ \t]*(?:\[[^\]\n]*\][ \t]*)*iteration[ \t]+\d+[ \t]*/", text, re.M):
+        # Megatron-DeepSpeed and GPT-NeoX (on DeeperSpeed) print the same engine lines next to
+        # their own iteration lines: those logs are theirs
+        if _TRAINER_ITERATION.search(text):
             return 0.5
         return 0.95 if _ENGINE_LINE.search(text) else 0.85
