@@ -10,7 +10,9 @@ metric logged since the last print (``<TAB>``: a tab)::
     <TAB> Eval metrics/eval/LanguageCrossEntropy: 3.2100
 
 The step is the ``[batch=N/M]`` count (``M`` is the planned count when ``max_duration`` is in batches);
-the ``Train``/``Eval`` lines belong to the progress line above them. Floats are printed with 4
+the ``Train``/``Eval`` lines belong to the progress line above them. The ``time/*`` counters are read at
+the batch's start (``time/batch`` is ``N - 1`` under ``[batch=N/M]``), so ``time/token`` keeps its name
+rather than becoming the canonical ``tokens`` (which would be one batch short at every step). Floats are printed with 4
 decimals (``format_log_data_value``). Runs whose duration is in epochs print ``[epoch=E][batch=b/T]``
 with ``b`` counted within the epoch: no global step, so they are not claimed.
 """
@@ -31,7 +33,6 @@ _TRAIN_KEYS: Final = {
     "l2_norm/grad_global": ("grad_norm", None),  # llm-foundry's OptimizerMonitor (older name)
     "l2_norm/grad/global": ("grad_norm", None),
     "throughput/tokens_per_sec": ("throughput_tok_s", None),  # the whole job's, not per device
-    "time/token": ("tokens", None),
     "throughput/device/mfu": ("mfu", None),  # already a fraction
 }
 _FIRST_GROUP_LR: Final = re.compile(r"^lr-[^/]+/group0$")
