@@ -24,6 +24,7 @@ from ingest.formats.composer import ComposerReader
 from ingest.formats.csv_wide import WideCsvReader
 from ingest.formats.deepspeed_csv import DeepSpeedCsvReader
 from ingest.formats.deepspeed_stdout import DeepSpeedStdoutReader
+from ingest.formats.fairseq import FairseqReader
 from ingest.formats.gpt_neox import GptNeoXReader
 from ingest.formats.hf_trainer_state import HFTrainerStateReader
 from ingest.formats.jsonl import JsonlReader
@@ -36,6 +37,8 @@ from ingest.formats.megatron_golden import MegatronGoldenReader
 from ingest.formats.mlflow import MlflowReader
 from ingest.formats.modded_nanogpt import ModdedNanoGPTReader
 from ingest.formats.nanogpt import NanoGPTReader
+from ingest.formats.nemo import NemoProgressReader, NemoTqdmReader
+from ingest.formats.olmo import OlmoReader
 from ingest.formats.parquet import ParquetReader
 from ingest.formats.tensorboard import TensorBoardReader
 from ingest.formats.tensorboard_csv import TensorBoardCsvReader
@@ -79,6 +82,10 @@ FORMATS: Final[dict[str, Reader]] = {
         GptNeoXReader(),
         TorchtuneReader(),
         DeepSpeedStdoutReader(),
+        FairseqReader(),
+        OlmoReader(),
+        NemoProgressReader(),
+        NemoTqdmReader(),
         NanoGPTReader(),
         MlflowReader(),
         ParquetReader(),
