@@ -1140,9 +1140,15 @@ class Store:
         tmp.replace(target)
         return info.n_rows
 
-    def run_view(self, name: str, rank_metrics: Sequence[str] = ("grad_norm_local", "loss", "step_time_s")) -> RunView:
+    def run_view(self, name: str, rank_metrics: Sequence[str] | None = None) -> RunView:
         """Full-fidelity ``RunView`` for analyses: run-level series (per-rank-only metrics become their
-        cross-rank mean), the per-rank matrices of ``rank_metrics``, events and metadata."""
+        cross-rank mean), the per-rank matrices of ``rank_metrics`` (default: ``step_time_s`` and every
+        per-rank gradient norm or loss, which the decision tree's node 3 reads), events and metadata."""
+        from stab_core.diagnosis import is_rank_evidence
+
+        if rank_metrics is None:
+            info = self.run_info(name)
+            rank_metrics = ["step_time_s", *(m for m in info.rank_metrics if is_rank_evidence(m))]
         info = self.run_info(name)
         files = self._part_files(info, "long")
         series: dict[str, Series] = {}

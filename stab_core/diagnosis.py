@@ -801,12 +801,13 @@ RANK_EVIDENCE_METRICS: Final = ("grad_norm_local", "grad_norm", "loss")
 series (a trainer's per-rank folders may log ``grad_norm`` or a namespaced loss per rank)."""
 
 
+def is_rank_evidence(metric: str) -> bool:
+    """A per-rank series node 3 can read: a gradient norm or a loss."""
+    return metric.startswith("grad_norm") or "loss" in metric.split("/")[-1]
+
+
 def _rank_matrix(view: RunView) -> tuple[str, RankMatrix] | None:
-    others = sorted(
-        name
-        for name in view.per_rank
-        if name not in RANK_EVIDENCE_METRICS and (name.startswith("grad_norm") or "loss" in name.split("/")[-1])
-    )
+    others = sorted(name for name in view.per_rank if name not in RANK_EVIDENCE_METRICS and is_rank_evidence(name))
     for metric in (*RANK_EVIDENCE_METRICS, *others):
         matrix = view.per_rank.get(metric)
         if matrix is not None and matrix.ranks.size >= 2:

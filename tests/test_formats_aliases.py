@@ -233,6 +233,29 @@ def test_torchtitan_loss_spike_is_found(tmp_path: Path, capsys: pytest.CaptureFi
     assert [(i["metric"], i["peak"]) for i in incidents] == [("loss", 200)]
 
 
+def test_one_rank_spiking_alone_in_per_rank_folders_is_a_rank_fault(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue #21 item 4: rank 1's grad_norm jumps 14x at step 200 while rank 0 stays flat; node 3 reads
+    the per-rank grad_norm (not only grad_norm_local) and one rank of two far out counts."""
+    import json
+
+    from ingest.cli import main
+
+    steps, loss = _loss_curve()
+    grad_norm = np.ones((2, steps.size), dtype=np.float32)
+    grad_norm[1, 199] = 14.0
+    _torchtitan_ranks(tmp_path / "tb", steps, loss, grad_norm)
+    store = str(tmp_path / "store")
+    assert main(["import", str(tmp_path / "tb"), "--run", "titan", "--store", store]) == 0
+    capsys.readouterr()
+    assert main(["spikes", "titan", "--json", "--store", store]) == 0
+    (incident,) = json.loads(capsys.readouterr().out)
+    assert incident["cause"] == "rank_fault" and incident["peak"] == 200
+    assert incident["rank_outlier"]["rank"] == 1 and incident["rank_outlier"]["metric"] == "grad_norm"
+    assert incident["rank_outlier"]["ratio"] == pytest.approx(14.0)
+
+
 HF_NAMES = ("train/loss", "train/grad_norm", "train/learning_rate", "eval/loss")
 HF_ROWS = [(10, 2.5, 1.25, 1e-4, None), (20, 2.25, 1.0, 2e-4, 2.375), (30, 2.0, 0.75, 3e-4, None)]
 
