@@ -154,6 +154,34 @@ def test_olmo_pasted_among_prose_ignores_prose_with_equals_signs(tmp_path: Path)
     assert set(parsed.metrics) == {"loss", "grad_norm", "tokens"}
 
 
+def test_olmo_core_console_names_eta_and_suffixed_values(tmp_path: Path) -> None:
+    """OLMo-core's ConsoleLoggerCallback: `,eta=` in the header, `???` for an unknown max_steps, its
+    own metric names, `1.20E-05`, and `1.050B` (over 1e9, rounded with a suffix: skipped, not misread)."""
+    path = tmp_path / "olmo_core.log"
+    path.write_text(
+        "2025-03-02 08:00:01.000\tnode-0:0\tolmo_core.train.callbacks.console_logger:79\tINFO\t"
+        "[step=1/10000,epoch=0]\n"
+        "    train/CE loss=10.92\n    train/PPL=55,331\n    optim/total grad norm=3.104\n"
+        "    optim/LR (group 0)=1.20E-05\n    throughput/total tokens=4,194,304\n    throughput/device/TPS=31,285\n"
+        "2025-03-02 08:10:01.000\tnode-0:0\tolmo_core.train.callbacks.console_logger:79\tINFO\t"
+        "[step=250/10000,epoch=0,eta=11h2m]\n"
+        "    train/CE loss=4.218\n    optim/total grad norm=0.3817\n    optim/LR (group 0)=0.0003\n"
+        "    throughput/total tokens=1.050B\n    throughput/device/TPS=31,402\n"
+        "2025-03-02 08:20:01.000\tnode-0:0\tolmo_core.train.callbacks.console_logger:79\tINFO\t"
+        "[step=500/???,epoch=0]\n"
+        "    train/CE loss=3.907\n"
+    )
+    assert _picked(path) == "olmo"
+    parsed = read_log([path])
+    assert _series(parsed, "loss") == ([1, 250, 500], [10.92, 4.218, 3.907])
+    assert _series(parsed, "grad_norm") == ([1, 250], [3.104, 0.3817])
+    assert _series(parsed, "lr") == ([1, 250], [1.20e-05, 0.0003])
+    assert _series(parsed, "tokens") == ([1], [4194304.0])
+    assert _series(parsed, "throughput_tok_s", rank=0) == ([1, 250], [31285.0, 31402.0])
+    assert _series(parsed, "train/PPL") == ([1], [55331.0])
+    assert parsed.meta["planned_steps"] == 10000
+
+
 # ---------------------------------------------------------------------------- NeMo
 
 

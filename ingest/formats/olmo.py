@@ -1,4 +1,5 @@
-"""OLMo's console log (``olmo/train.py``, ``Trainer.log_metrics_to_console``).
+"""OLMo's console log (``olmo/train.py``, ``Trainer.log_metrics_to_console``; OLMo-core's
+``ConsoleLoggerCallback`` prints the same record).
 
 Every ``console_log_interval`` steps rank 0 logs one record over several lines: a header
 ``[step=N/M]`` (newer: ``[step=N/M,epoch=E]``; ``M`` is ``max_steps``) behind the logger's
@@ -13,6 +14,9 @@ Canonical roles: ``train/CrossEntropyLoss`` -> ``loss``, ``optim/total_grad_norm
 ``throughput/device/tokens_per_second`` -> ``throughput_tok_s`` of rank 0 (the printing device's own
 rate). The rest keep their names (``train/Perplexity``, ``train/ZLoss``; ``System/Peak GPU Memory
 (MB)`` stays in OLMo's decimal megabytes, the max over ranks, as ``System/Peak_GPU_Memory_MB``).
+OLMo-core names them ``train/CE loss``, ``optim/total grad norm``, ``optim/LR (group 0)``,
+``throughput/total tokens`` and ``throughput/device/TPS``, adds ``,eta=...`` to the header and prints
+values of 1e9 and over with a suffix (``1.234B``, rounded): such lines are skipped, not misread.
 """
 
 from __future__ import annotations
@@ -32,6 +36,12 @@ _KEYS: Final[dict[str, tuple[str, str | None] | None]] = {
     "optim/learning_rate_group0": ("lr", None),
     "throughput/total_tokens": ("tokens", None),
     "throughput/device/tokens_per_second": ("throughput_tok_s", None),
+    # OLMo-core (olmo_core/train: common.py, callbacks/speed_monitor.py, train_module)
+    "train/CE loss": ("loss", None),
+    "optim/total grad norm": ("grad_norm", None),
+    "optim/LR (group 0)": ("lr", None),
+    "throughput/total tokens": ("tokens", None),
+    "throughput/device/TPS": ("throughput_tok_s", None),
     "step": None,  # the header's own step, read by the prefix
 }
 
@@ -42,12 +52,15 @@ def _olmo_key(key: str) -> tuple[str, str | None] | None:
     return (sanitise_name(key), None)
 
 
+_HEADER_TAIL: Final = r"(?:,epoch=[0-9]+)?(?:,eta=[^\]\n\r]*)?\]"
+"""After ``[step=N/M``: OLMo-core adds ``,eta=3h12m`` (and prints ``???`` for an unknown ``M``)."""
+
 OLMO_KINDS: Final = (
     LineKind(
         name="header",
         # the header carries no metric: its `step=N` is read as a pair (dropped by the keymap) so
         # that the line counts as a metric line and the lines below it take its step
-        prefix=r"[^\n\r]*?\[(?=step=(?P<step>[0-9]+)/(?P<total>[0-9]+)(?:,epoch=[0-9]+)?\])",
+        prefix=r"[^\n\r]*?\[(?=step=(?P<step>[0-9]+)/(?:(?P<total>[0-9]+)|\?\?\?)" + _HEADER_TAIL + ")",
         pairs=r"(?P<key>step)=(?P<val>[0-9]+)",
         keymap=_olmo_key,
         run_level=True,
@@ -63,7 +76,7 @@ OLMO_KINDS: Final = (
     ),
 )
 
-_HEADER: Final = re.compile(r"\[step=[0-9]+/[0-9]+(?:,epoch=[0-9]+)?\]")
+_HEADER: Final = re.compile(r"\[step=[0-9]+/(?:[0-9]+|\?\?\?)" + _HEADER_TAIL)
 
 
 class OlmoReader(PlannedStepsTextLogReader):
