@@ -180,15 +180,22 @@ def test_binary_files_are_still_not_text(tmp_path: Path) -> None:
 def test_metric_lines_after_300_lines_of_banner_and_argument_dump(tmp_path: Path) -> None:
     """300 lines of an argument dump with long values (data paths, a pasted config: 330 KB, more
     than the first 256 KiB sniffed) and an nvidia-smi table before the first iteration line."""
-    banner = ["=" * 100, "------------------------ arguments ------------------------"]
+    banner = [
+        "=" * 100,
+        "------------------------ arguments ------------------------",
+        "  clip_grad " + "." * 30 + " 1.0",
+    ]
     banner += [f"  data_path_{i} " + "." * 30 + " " + "/lustre/datasets/shard_" * 40 + f"{i}" for i in range(300)]
     banner += ["-------------------- end of arguments ---------------------"]
     banner += ["| NVIDIA-SMI 550.90.12   Driver Version: 550.90.12   CUDA Version: 12.6 |"] * 40
     assert len("\n".join(banner)) > 256 * 1024
-    path = _write(tmp_path / "banner.log", banner + _megatron_lines(50, "[default0]:"))
+    path = _write(
+        tmp_path / "banner.log", ["[default0]:" + line for line in banner] + _megatron_lines(50, "[default0]:")
+    )
     assert detect([path])[0][0] == "megatron"
     parsed = read_log([path])
     np.testing.assert_array_equal(parsed.series("loss")[0], np.arange(1, 51))
+    assert parsed.meta["max_norm"] == 1.0  # the argument dump read behind its prefix too
 
 
 def test_refusal_names_the_formats_that_came_closest(tmp_path: Path) -> None:
@@ -208,6 +215,7 @@ def test_refusal_names_the_formats_that_came_closest(tmp_path: Path) -> None:
         read_log([path])
 
 
+@pytest.mark.parametrize("prefix", [b"0: ", b"[default0]:"])
 @pytest.mark.parametrize(
     ("folder", "name", "metric", "expected"),
     [
@@ -217,9 +225,10 @@ def test_refusal_names_the_formats_that_came_closest(tmp_path: Path) -> None:
     ],
 )
 def test_real_logs_read_the_same_behind_a_launcher_prefix(
-    tmp_path: Path, folder: str, name: str, metric: str, expected: str
+    tmp_path: Path, folder: str, name: str, metric: str, expected: str, prefix: bytes
 ) -> None:
-    """The real logs, every line prefixed as ``srun -l`` would on task 0: the same table."""
+    """The real logs, every line prefixed as ``srun -l`` or ``torchrun --tee 3`` would on rank 0:
+    the same table, and the same facts from the argument dump and banners."""
     source = REAL_LOGS / folder / name
     if not source.exists():
         pytest.skip(f"real log absent: {source} (see its PROVENANCE.txt)")
@@ -227,11 +236,16 @@ def test_real_logs_read_the_same_behind_a_launcher_prefix(
     assert original.format.startswith(expected)
     prefixed = tmp_path / name
     raw = source.read_bytes().removeprefix(b"[rank0]:")
-    prefixed.write_bytes(b"".join(b"0: " + line.removeprefix(b"[rank0]:") for line in raw.splitlines(keepends=True)))
+    prefixed.write_bytes(b"".join(prefix + line.removeprefix(b"[rank0]:") for line in raw.splitlines(keepends=True)))
     parsed = read_log([prefixed])
     assert parsed.format == original.format
     assert parsed.metrics == original.metrics
     assert parsed.skipped == original.skipped  # a blank line behind its prefix is still blank
+    launcher_keys = {"run_level_rank"}
+    assert {k: v for k, v in parsed.meta.items() if k not in launcher_keys} == {
+        k: v for k, v in original.meta.items() if k not in launcher_keys
+    }
+    assert len(original.meta) >= 6  # world size, batch sizes, planned steps ...: the dump was read
     for rank in sorted(set(original.table.column("rank").to_pylist())):
         got, want = parsed.series(metric, rank), original.series(metric, rank)
         np.testing.assert_array_equal(got[0], want[0])

@@ -608,6 +608,22 @@ detection and reading see through it alike. ANSI codes and NUL bytes are removed
 before (:func:`clean_text`)."""
 
 
+_LAUNCHER_LEAD: Final = re.compile("^" + _LAUNCHER_HOST + _LAUNCHER_RANK, re.M)
+_RANK_LEAD: Final = re.compile("^" + _LAUNCHER_RANK, re.M)
+_HOST_LEAD: Final = re.compile("^" + _LAUNCHER_HOST[3:-2], re.M)
+
+
+def strip_launcher_prefixes(text: str) -> str:
+    """``text`` with each line's rank prefix removed, and its host prefix where most lines carry
+    one (``Overriding: max_iters = 3`` alone is text, not a host): what a reader's banner and
+    argument-dump parsing (``meta_from_head``, ``markers``) sees, so that their line-anchored
+    patterns fit a ``[default0]:``-prefixed log as they fit a bare one."""
+    lines = text.count("\n") + 1
+    if len(_HOST_LEAD.findall(text)) * 2 > lines - text.count("\n\n"):
+        return _LAUNCHER_LEAD.sub("", text)
+    return _RANK_LEAD.sub("", text)
+
+
 def clean_text(chunk: bytes) -> bytes:
     """``chunk`` without ANSI colour codes and NUL bytes (a node's log cut by a crash is padded with
     NULs where the file system had allocated blocks not yet written)."""

@@ -49,6 +49,7 @@ from ingest.formats._common import (
     looks_binary,
     parse_numbers,
     parse_timestamps,
+    strip_launcher_prefixes,
 )
 from ingest.formats.aliases import canonical_name, to_canonical_unit
 from ingest.formats.base import Reader
@@ -279,7 +280,7 @@ class TextLogReader(Reader):
     def sniff(self, head: bytes, path: Path) -> float:
         if path.is_dir() or not head or looks_binary(head):
             return 0.0
-        text = decode_head(head)
+        text = strip_launcher_prefixes(decode_head(head))
         n = self.count_metric_lines(text)
         if n == 0:
             return self.markers(text)
@@ -308,7 +309,8 @@ class TextLogReader(Reader):
                 pending: deque[tuple[Future[_Matched], bytes]] = deque()
                 for i, chunk in enumerate(iter_whole_lines(path, builder, self.chunk_bytes)):
                     if i == 0 and not builder.meta:
-                        builder.meta.update(self.meta_from_head(chunk[: 1 << 20].decode("utf-8", "replace")))
+                        head = strip_launcher_prefixes(chunk[: 1 << 20].decode("utf-8", "replace"))
+                        builder.meta.update(self.meta_from_head(head))
                     if not state.skeletons:  # nothing to match yet (pending is empty): learn now
                         line_no += state.process(chunk, line_no, path, builder)
                         continue
