@@ -17,6 +17,16 @@ extension is built; numpy and Arrow kernels otherwise, with the same result); li
 not take fall through to the skeleton's regex, so the result is the same (see :class:`_Plan`). Only
 lines no skeleton fits go through Python one by one: non-metric lines (skipped and counted) and new
 layouts (which become skeletons). Memory is bounded by the chunk size plus the parsed columns.
+
+Launcher prefixes are handled here, once, for every text format: each kind's prefix regex is put
+behind :data:`~ingest.formats._common.LAUNCHER_PREFIX` (pdsh's ``host: ``, ``[defaultN]:``,
+``[rankN]:``, srun's ``N: ``, a time stamp, a log level), so detection, skeletons and ``|`` plans
+all see through it; ANSI codes and NUL bytes are removed from the bytes before. Where a line's
+prefix names a rank, its per-rank values (memory, tokens/s of that GPU; ``PER_RANK_NAMES``) are that
+rank's series, and its run-level values (loss, lr, the global grad norm) are kept from one rank
+only: the lowest rank among the first block of that kind's lines (``meta['run_level_rank']``), since
+every rank prints the same run-level figures; a line without a rank prefix is the run's. A block
+whose lines all name one rank keeps scalar rank and stream (no per-row copies: as fast as a bare log).
 """
 
 from __future__ import annotations
