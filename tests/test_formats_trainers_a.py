@@ -108,6 +108,26 @@ def test_fairseq_hydra_and_new_simple_lines_pasted_indented_among_prose(tmp_path
     assert parsed.skipped == 3  # the three prose lines
 
 
+def test_fairseq_09_bare_json_lines_are_fairseq_not_jsonl(tmp_path: Path) -> None:
+    """fairseq <= 0.9 printed the JSON records bare (no logger prefix): a JSON-lines file to the eye."""
+    path = tmp_path / "train.log"
+    path.write_text(
+        '{"epoch": 1, "update": 0.091, "loss": "11.204", "nll_loss": "11.112", "ppl": "2213.57", "wps": "20481", '
+        '"num_updates": "100", "lr": "1.25e-05", "gnorm": "3.187", "clip": "1", "oom": "0", "loss_scale": "64"}\n'
+        '{"epoch": 1, "update": 0.182, "loss": "9.804", "nll_loss": "9.651", "ppl": "804.22", "wps": "20610", '
+        '"num_updates": "200", "lr": "2.5e-05", "gnorm": "1.954", "clip": "1", "oom": "0", "loss_scale": "64"}\n'
+        '{"epoch": 1, "valid_loss": "9.301", "valid_nll_loss": "9.152", "valid_ppl": "568.99", '
+        '"valid_num_updates": "200"}\n'
+    )
+    assert _picked(path) == "fairseq"
+    parsed = read_log([path])
+    steps, loss = _series(parsed, "loss")
+    assert steps == [100, 200]
+    assert loss == pytest.approx([11.204 * LN2, 9.804 * LN2], rel=1e-12)
+    assert _series(parsed, "grad_norm") == ([100, 200], [3.187, 1.954])
+    assert _series(parsed, "val_loss")[1] == pytest.approx([9.301 * LN2], rel=1e-12)
+
+
 # ---------------------------------------------------------------------------- OLMo
 
 
