@@ -608,6 +608,12 @@ detection and reading see through it alike. ANSI codes and NUL bytes are removed
 before (:func:`clean_text`)."""
 
 
+LAUNCHER_LEAD: Final = re.compile(
+    (_LAUNCHER_HOST + _LAUNCHER_RANK + _LAUNCHER_TIME + _LAUNCHER_LEVEL).replace(")??", ")?").encode()
+)
+"""``LAUNCHER_PREFIX`` taking all it can (bytes): where a line's own text starts at the latest.
+Detection tries a format's line there and at the line start (which, with what is between, the
+reader's lazy ``LAUNCHER_PREFIX`` also finds), instead of every way of splitting the prefix."""
 _LAUNCHER_LEAD: Final = re.compile("^" + _LAUNCHER_HOST + _LAUNCHER_RANK, re.M)
 _RANK_LEAD: Final = re.compile("^" + _LAUNCHER_RANK, re.M)
 _HOST_LEAD: Final = re.compile("^" + _LAUNCHER_HOST[3:-2], re.M)

@@ -51,6 +51,7 @@ import pyarrow.compute as _pc
 
 from ingest.formats._common import (
     CHUNK_BYTES,
+    LAUNCHER_LEAD,
     LAUNCHER_PREFIX,
     ConvertedValues,
     LogBuilder,
@@ -241,6 +242,10 @@ class TextLogReader(Reader):
 
     def __init__(self) -> None:
         self._compiled = [k.compiled() for k in self.kinds]
+        self._bare = [
+            (re.compile(k.prefix.encode()), pairs) for k, (_, pairs, _) in zip(self.kinds, self._compiled, strict=True)
+        ]
+        """Each kind's own prefix (no launcher part) and its pairs: detection's regexes."""
         self._ignores = [None if k.ignore is None else re.compile(k.ignore.encode()) for k in self.kinds]
 
     # ------------------------------------------------------------------ detection
@@ -248,10 +253,9 @@ class TextLogReader(Reader):
         """Lines of ``text`` (a head: its size bounds the work) that a kind recognises at the line
         start, behind any launcher prefix, and that carry at least one value."""
         n = 0
-        for line in text.splitlines():
-            raw = line.encode()
-            for prefix, pairs, _ in self._compiled:
-                m = prefix.match(raw)
+        for raw, lead in _head_lines(text):
+            for prefix, pairs in self._bare:
+                m = prefix.match(raw) or (prefix.match(raw, lead) if lead else None)
                 if m and pairs.search(raw, m.end()):
                     n += 1
                     break
@@ -262,10 +266,7 @@ class TextLogReader(Reader):
         take, why)``, the why naming how many head lines matched and the first such line."""
         lines = [line for line in decode_head(head).splitlines() if line.strip()]
         matched = self.count_metric_lines("\n".join(lines))
-        anywhere = [
-            (re.compile(kind.prefix.encode()), pairs)
-            for kind, (_, pairs, _) in zip(self.kinds, self._compiled, strict=True)
-        ]
+        anywhere = self._bare
         inside, first = 0, ""
         for line in lines:
             raw = line.encode()
@@ -290,7 +291,7 @@ class TextLogReader(Reader):
     def sniff(self, head: bytes, path: Path) -> float:
         if path.is_dir() or not head or looks_binary(head):
             return 0.0
-        text = strip_launcher_prefixes(decode_head(head))
+        text = _sniff_text(head)
         n = self.count_metric_lines(text)
         if n == 0:
             return self.markers(text)
@@ -331,6 +332,23 @@ class TextLogReader(Reader):
                     line_no += state.finish(*pending.popleft(), line_no, path, builder)
         if state.total_steps is not None:
             builder.meta.setdefault("total_steps", state.total_steps)
+
+
+@functools.lru_cache(maxsize=4)
+def _sniff_text(head: bytes) -> str:
+    """A head as the readers' ``sniff`` reads it (every reader is handed the same head)."""
+    return strip_launcher_prefixes(decode_head(head))
+
+
+@functools.lru_cache(maxsize=4)
+def _head_lines(text: str) -> tuple[tuple[bytes, int], ...]:
+    """Each line of a head and where its own text starts behind a launcher prefix (0: none)."""
+    out = []
+    for line in text.splitlines():
+        raw = line.encode()
+        lead = LAUNCHER_LEAD.match(raw)
+        out.append((raw, lead.end() if lead else 0))
+    return tuple(out)
 
 
 @dataclass
