@@ -209,6 +209,12 @@ def test_refusal_names_the_formats_that_came_closest(tmp_path: Path) -> None:
     assert "format not recognised" in text
     assert "closest: megatron: 0 of 31 head lines matched its 'iteration N/ M" in text
     assert "30 hold it after other text (first: '<<host 7 | gpu 0>>  iteration" in text
+    # the line quoted is the text as a reader sees it: no colour codes, no NUL padding
+    path.write_bytes(
+        b"\x00" * 100 + b"\x1b[31mjob 42\x1b[0m on partition gpu\n" + "\n".join(lines[1:]).encode() + b"\n"
+    )
+    with pytest.raises(StabScopeError, match="line 1: format not recognised: 'job 42 on partition gpu' is not a line"):
+        read_log([path])
     # nothing close at all: said so, not a list of unrelated formats
     path = _write(tmp_path / "notes.txt", ["shopping list", "eggs", "milk"])
     with pytest.raises(StabScopeError, match="no format came close: none of the 3 head lines"):

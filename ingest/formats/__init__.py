@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Final
 
 from ingest.errors import StabScopeError
-from ingest.formats._common import TABLE_SCHEMA, ParsedLog, Progress, read_head
+from ingest.formats._common import TABLE_SCHEMA, ParsedLog, Progress, clean_text, looks_binary, read_head
 from ingest.formats.base import Reader
 from ingest.formats.composer import ComposerReader
 from ingest.formats.csv_wide import WideCsvReader
@@ -215,9 +215,9 @@ def _unrecognised(paths: list[Path], readers: dict[str, Reader]) -> StabScopeErr
     first = paths[0]
     line_no, excerpt = 1, ""
     head = read_head(first, 64 * 1024)
-    if head and b"\x00" not in head[:4096]:
+    if head and not looks_binary(head):
         for i, raw in enumerate(head.split(b"\n")[:1000], start=1):
-            text = raw.decode("utf-8", "replace").strip()
+            text = clean_text(raw).decode("utf-8", "replace").strip()
             if text:
                 line_no, excerpt = i, text[:80]
                 break
