@@ -256,3 +256,31 @@ def test_real_logs_read_the_same_behind_a_launcher_prefix(
         got, want = parsed.series(metric, rank), original.series(metric, rank)
         np.testing.assert_array_equal(got[0], want[0])
         np.testing.assert_array_equal(got[1], want[1])
+
+
+def test_upload_page_reads_a_prefixed_all_ranks_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a new user does first: upload the log of a 4-rank torchtitan job run with torchrun's
+    ``[rankN]:`` prefixes. The preview says torchtitan, and the import stores one run-level loss a
+    step and each rank's tokens/s."""
+    from streamlit.testing.v1 import AppTest
+
+    from ingest.store import Store
+    from tests.conftest import open_page
+
+    monkeypatch.setenv("STABSCOPE_STORE", str(tmp_path / "store"))
+    store = Store(tmp_path / "store")
+    lines = [_torchtitan_line(s, r, "[rank{rank}]:") for s in range(1, 21) for r in (1, 0, 3, 2)]
+    at: AppTest = open_page("upload").run()
+    at.file_uploader(key="up_files").upload("titan.log", ("\n".join(lines) + "\n").encode()).run()
+    assert not at.exception and not at.error
+    assert {m.label: m.value for m in at.metric}["Format"] == "torchtitan"
+    at.button(key="up_import").click().run()
+    run = at.text_input(key="up_name").value
+    np.testing.assert_allclose(store.read_series(run, "loss").values, [_loss(s) for s in range(1, 21)], rtol=1e-6)
+    assert store.run_info(run).ranks == 4
+    # a log no reader takes: the page names the closest format, in the page's words
+    odd = [f"<<gpu {i % 8}>> " + line for i, line in enumerate(_megatron_lines(10))]
+    at.file_uploader(key="up_files").upload("odd.log", ("\n".join(odd) + "\n").encode()).run()
+    [error] = at.error
+    assert "closest: megatron: 0 of 10 head lines matched its 'iteration N/ M" in error.value
+    assert "choose the format in the Format box" in error.value and "--format" not in error.value
