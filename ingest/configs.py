@@ -275,7 +275,7 @@ def config_from_run_meta(meta: Mapping[str, Any]) -> dict[str, Any]:
             pass  # checked when it was attached; a config that no longer parses states nothing
     args = meta.get("args")
     if isinstance(args, Mapping) and args:
-        # the format reader keeps the dump's values as text ('True', 'None'): read them as the dump wrote them
+        # the format reader keeps the dump's values typed (runs stored before 2026-12-02 hold them as text)
         literal = {str(k): _literal(v) if isinstance(v, str) else v for k, v in args.items()}
         try:
             dump = normalise_config(literal, filename=_LOG_ARGS_SOURCE)
@@ -367,28 +367,43 @@ def _parse_toml(text: str, filename: str) -> Any:
 
 
 def _parse_megatron_args(text: str, filename: str) -> dict[str, Any]:
-    """The ``---- arguments ----`` block of a Megatron-LM log: ``  name ........ value`` per line."""
+    """The ``---- arguments ----`` block of a Megatron-LM log: ``  name ........ value`` per line (a config
+    upload: a line of another shape, or a block that never ends, is an error with file and line)."""
+    return megatron_args(text, filename, strict=True)
+
+
+def megatron_args(text: str, filename: str = "<log>", *, strict: bool = False) -> dict[str, Any]:
+    """The arguments Megatron-LM dumps at start-up (``  name ........ value`` lines between
+    ``---- arguments ----`` and ``---- end of arguments ----``), values as Python literals. The one
+    parser of that block, for config uploads (``strict``: any other line is an error) and for the text
+    log readers (lenient: other lines, e.g. another rank's interleaved output, are passed over; a block
+    cut short ends where the text does; no block gives ``{}``)."""
     start = _ARGS_START.search(text)
     if start is None:
-        raise StabScopeError("no '---- arguments ----' block found (a Megatron-LM start-up log)", path=filename)
+        if strict:
+            raise StabScopeError("no '---- arguments ----' block found (a Megatron-LM start-up log)", path=filename)
+        return {}
     end = _ARGS_END.search(text, start.end())
-    if end is None:
+    if end is None and strict:
         header_line = text.count("\n", 0, start.start()) + 1
         raise StabScopeError(
             "the arguments block never ends ('end of arguments' missing)", path=filename, line=header_line
         )
     first_line = text.count("\n", 0, start.end()) + 1
     args: dict[str, Any] = {}
-    for offset, line in enumerate(text[start.end() : end.start()].splitlines()):
+    block = text[start.end() : end.start() if end is not None else len(text)]
+    for offset, line in enumerate(block.splitlines()):
         if not line.strip():
             continue
         match = _ARGS_LINE.match(line)
         if match is None:
-            raise StabScopeError(
-                f"expected 'name .... value' in the arguments block, found {line.strip()[:80]!r}",
-                path=filename,
-                line=first_line + offset,
-            )
+            if strict:
+                raise StabScopeError(
+                    f"expected 'name .... value' in the arguments block, found {line.strip()[:80]!r}",
+                    path=filename,
+                    line=first_line + offset,
+                )
+            continue
         args[match.group(1)] = _literal(match.group(2))
     return args
 

@@ -391,3 +391,21 @@ def test_the_checklist_reads_the_argument_dump_kept_at_import(tmp_path: Path) ->
     assert (cfg["max_norm"], cfg["precision"]) == (0.5, "bf16")
     assert cfg["key_sources"]["max_norm"] == "run metadata max_norm (set by you)"
     assert config_from_run_meta({}) == {}
+
+
+def test_the_argument_dump_states_the_same_facts_read_as_a_log_or_as_a_config() -> None:
+    """One parser for Megatron's argument dump (#22): the log reader and a config upload of the same
+    .out agree. megds: TP 4 x PP 16 on 64 GPUs is DP 1, so one replica contributes the whole global
+    batch of 1,024 (the micro batch of 4 is not the two-batch estimator's small batch)."""
+    from ingest.formats import read_log
+
+    path = REAL_LOGS / "bigscience_megds_perf_log" / "meg_ds_3d_gpt2_perf_n16-ds-off.out"
+    if not path.exists():
+        pytest.skip(f"../shared absent: {path}")
+    meta = read_log([path]).meta
+    config = read_run_config_file(path)
+    assert meta["per_rank_batch_size"] == config["per_rank_batch_size"] == 1024
+    assert meta["micro_batch_size"] == 4 and meta["global_batch_size"] == config["global_batch_size"] == 1024
+    assert meta["world_size"] == config["gpus"] == 64 and config["world_size"] == 1  # the checklist's DP ranks
+    assert meta["max_norm"] == config["max_norm"] == 1.0 and meta["precision"] == "fp16"
+    assert meta["args"]["fp16"] is True and meta["args"]["clip_grad"] == 1.0

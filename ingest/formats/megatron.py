@@ -114,7 +114,6 @@ DEEPSPEED_KINDS: Final = (
     ),
 )
 
-_ARG_LINE: Final = re.compile(r"^\s+([A-Za-z_][A-Za-z0-9_]*) \.{2,} (.*?)\s*$", re.M)
 _DEEPSPEED_MARKERS: Final = re.compile(
     r"\[Rank \d+\] step=\d+|^steps: \d+ loss:|\[INFO\] \[[A-Za-z_]+\.py:\d+:|DeepSpeed|^\s+deepspeed \.{2,}",
     re.M,
@@ -125,7 +124,7 @@ _MEGATRON_MARKERS: Final = re.compile(
 
 _ARG_META: Final = {
     "global_batch_size": "global_batch_size",
-    "micro_batch_size": "per_rank_batch_size",
+    "micro_batch_size": "micro_batch_size",
     "world_size": "world_size",
     "clip_grad": "max_norm",
     "train_iters": "total_steps",
@@ -140,45 +139,55 @@ _ARG_META: Final = {
 }
 
 
-def _value(text: str) -> Any:
-    for cast in (int, float):
-        try:
-            return cast(text)
-        except ValueError:
-            pass
-    return text
-
-
 def megatron_meta(text: str) -> dict[str, Any]:
-    """Run facts from Megatron's argument dump and startup lines."""
+    """Run facts from Megatron's argument dump (parsed by :func:`ingest.configs.megatron_args`, the one
+    parser of that block) and startup lines."""
+    from ingest.configs import megatron_args
+
     meta: dict[str, Any] = {}
-    start = text.find("arguments ---")
-    if start >= 0:
-        end = text.find("end of arguments", start)
-        args = {k: _value(v) for k, v in _ARG_LINE.findall(text[start : end if end > 0 else None])}
-        if args:
-            meta["args"] = args
-            for arg, key in _ARG_META.items():
-                if arg in args and args[arg] not in ("None", None):
-                    meta[key] = args[arg]
-            shape = [
-                f"{args[k]} {label}"
-                for k, label in (
-                    ("num_layers", "layers"),
-                    ("hidden_size", "hidden"),
-                    ("num_attention_heads", "heads"),
-                    ("ffn_hidden_size", "ffn"),
-                    ("num_experts", "experts"),
-                )
-                if args.get(k) not in (None, "None")
-            ]
-            if shape:
-                meta["model"] = ", ".join(shape)
-            meta.update(_run_meta_from_args(args))
+    args = megatron_args(text)
+    if args:
+        meta["args"] = {
+            k: v if isinstance(v, int | float | str | bool) or v is None else str(v) for k, v in args.items()
+        }
+        for arg, key in _ARG_META.items():
+            if args.get(arg) is not None:
+                meta[key] = args[arg]
+        shape = [
+            f"{args[k]} {label}"
+            for k, label in (
+                ("num_layers", "layers"),
+                ("hidden_size", "hidden"),
+                ("num_attention_heads", "heads"),
+                ("ffn_hidden_size", "ffn"),
+                ("num_experts", "experts"),
+            )
+            if args.get(k) is not None
+        ]
+        if shape:
+            meta["model"] = ", ".join(shape)
+        meta.update(_run_meta_from_args(args))
     m = re.search(r"using world size: (\d+)", text)
     if m:
         meta["world_size"] = int(m.group(1))
+    batch = _per_replica_batch(meta)
+    if batch is not None:
+        meta["per_rank_batch_size"] = batch
     return meta
+
+
+def _per_replica_batch(meta: dict[str, Any]) -> int | None:
+    """Samples one data-parallel replica contributes to a step's gradient (global batch / DP size; the
+    micro batch times the accumulation steps): the two-batch noise scale's small batch. DP size from
+    the dump, else world size / (tensor x pipeline parallel)."""
+    gbs, dp = meta.get("global_batch_size"), meta.get("data_parallel")
+    if not isinstance(dp, int):
+        world, tp, pp = meta.get("world_size"), meta.get("tensor_parallel", 1), meta.get("pipeline_parallel", 1)
+        if isinstance(world, int) and isinstance(tp, int) and isinstance(pp, int) and tp * pp > 0:
+            dp = world // (tp * pp)
+    if isinstance(gbs, int) and isinstance(dp, int) and dp > 0:
+        return gbs // dp
+    return None
 
 
 def _run_meta_from_args(args: dict[str, Any]) -> dict[str, Any]:
@@ -188,7 +197,7 @@ def _run_meta_from_args(args: dict[str, Any]) -> dict[str, Any]:
 
     def whole(name: str) -> int | None:
         value = args.get(name)
-        return value if isinstance(value, int) and value > 0 else None
+        return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
     meta: dict[str, Any] = {}
     for arg, key in (
@@ -201,16 +210,16 @@ def _run_meta_from_args(args: dict[str, Any]) -> dict[str, Any]:
     ):
         if whole(arg) is not None:
             meta[key] = whole(arg)
-    if args.get("num_experts") == "None":
+    if "num_experts" in args and args["num_experts"] is None:
         meta["num_experts"] = 1
     clip = args.get("clip_grad")
-    if isinstance(clip, int | float) and clip > 0:
+    if isinstance(clip, int | float) and not isinstance(clip, bool) and clip > 0:
         meta["max_norm"] = float(clip)
-    if args.get("bf16") == "True":
+    if args.get("bf16") is True:
         meta["precision"] = "bf16"
-    elif args.get("fp16") == "True":
+    elif args.get("fp16") is True:
         meta["precision"] = "fp16"
-    elif args.get("bf16") == "False" and args.get("fp16") == "False":
+    elif args.get("bf16") is False and args.get("fp16") is False:
         meta["precision"] = "fp32"
     batch, seq = whole("global_batch_size"), whole("seq_length")
     if batch is not None and seq is not None:
