@@ -4,12 +4,12 @@ table and for ``stabscope watch --on-alert`` (the rules are ``stab_core.alerts``
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
-from ingest.store import RunInfo, Store
+from ingest.run_info import RunInfo
 from stab_core.alerts import (
     ALERT_WINDOW_STEPS,
     STRAGGLER_BUCKETS,
@@ -23,7 +23,20 @@ from stab_core.alerts import (
 from stab_core.ranklayout import comparison_groups, stage_layout
 
 
-def run_alerts(store: Store, name: str, *, live: bool | None = None) -> list[Alert]:
+class AlertSource(Protocol):
+    """What the alerts read from a store (``ingest.store.Store`` is one): typed here rather than imported,
+    since the store runs the analyses, and with them the alerts, after each merge."""
+
+    def run_info(self, name: str) -> RunInfo: ...
+
+    def spikes(self, name: str) -> list[dict[str, Any]]: ...
+
+    def read_series(self, name: str, metric: str, *, start: int | None = None) -> Any: ...
+
+    def read_rank_heatmap(self, name: str, metric: str, *, buckets: int) -> Any: ...
+
+
+def run_alerts(store: AlertSource, name: str, *, live: bool | None = None) -> list[Alert]:
     """Alerts of run ``name`` now: diverging and (when live) recent spikes, saturated clipping over
     the last ``ALERT_WINDOW_STEPS`` steps, straggler ranks of ``STRAGGLER_METRICS`` (runs with at
     least 3 ranks; each rank against its own pipeline stage when meta ``pipeline_parallel_size`` is
@@ -43,7 +56,7 @@ def run_alerts(store: Store, name: str, *, live: bool | None = None) -> list[Ale
 
 
 def compute_alerts(
-    store: Store,
+    store: AlertSource,
     info: RunInfo,
     spikes: Sequence[Mapping[str, Any]] | None = None,
     clip_ratio: tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]] | None = None,

@@ -6,15 +6,34 @@ the stored results instead of recomputing them.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 import pyarrow as pa
 
-if TYPE_CHECKING:
-    from ingest.store import Store
+from ingest.alerts import AlertSource
+from stab_core.runview import RunEvent, RunView
 
 
-def materialise(store: Store, name: str) -> None:
+class AnalysisStore(AlertSource, Protocol):
+    """What the analyses read and write (``ingest.store.Store`` is one): typed here rather than imported,
+    since the store calls :func:`materialise` after each merge."""
+
+    def run_view(self, name: str) -> RunView: ...
+
+    def events(self, name: str) -> list[RunEvent]: ...
+
+    def write_analysis(
+        self,
+        name: str,
+        gen: int,
+        derived: pa.Table,
+        spikes: Sequence[dict[str, Any]],
+        summary: dict[str, Any] | None = None,
+    ) -> None: ...
+
+
+def materialise(store: AnalysisStore, name: str) -> None:
     """Recompute the analyses of run ``name`` if its data generation moved on.
 
     Derived series (``snr``, ``b_simple``, ``clip_ratio``, ``clip_mean_coef``) go to the run's derived
@@ -105,7 +124,7 @@ def _plain(obj: Any) -> Any:
     return {k: (v.item() if hasattr(v, "item") else v) for k, v in dataclasses.asdict(obj).items()}
 
 
-def run_step_time_s(store: Store, name: str) -> float | None:
+def run_step_time_s(store: AnalysisStore, name: str) -> float | None:
     """The run's typical step time (s): median of ``step_time_s`` if logged, else ``meta['step_time_s']``,
     else the median spacing of wall-clock times between steps."""
     import numpy as np
@@ -123,7 +142,13 @@ def run_step_time_s(store: Store, name: str) -> float | None:
 
 
 def price_run_spikes(
-    store: Store, name: str, *, gpus: int, usd_per_gpu_hour: float, step_time_s: float, restart_overhead_s: float = 0.0
+    store: AnalysisStore,
+    name: str,
+    *,
+    gpus: int,
+    usd_per_gpu_hour: float,
+    step_time_s: float,
+    restart_overhead_s: float = 0.0,
 ) -> tuple[list[dict[str, Any]], Any]:
     """The run's detected spikes priced with its own step time (s) and ``gpus``: recovered spikes cost
     their lost steps, diverged ones a rollback to the last ``checkpoint`` event before them (or their

@@ -38,7 +38,6 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import Any, ClassVar, Final, NamedTuple
 
@@ -51,6 +50,7 @@ import pyarrow.parquet as pq
 from ingest import queries as q
 from ingest.errors import StabScopeError
 from ingest.paths import default_store_path
+from ingest.run_info import RunInfo
 from ingest.run_meta import merge_meta
 from ingest.shards import (
     LONG_SCHEMA,
@@ -91,51 +91,6 @@ def _failpoint(stage: str) -> None:
     """Crash here when ``STABSCOPE_CRASH_AT`` names this stage: the crash-safety tests use it."""
     if os.environ.get("STABSCOPE_CRASH_AT") == stage:
         os._exit(137)
-
-
-@dataclass(frozen=True)
-class RunInfo:
-    """One catalog row. Steps are optimizer steps; ``ranks`` counts ranks with per-rank data."""
-
-    name: str
-    created: datetime
-    updated: datetime
-    source: str
-    status: str
-    gen: int
-    first_step: int | None
-    last_step: int | None
-    n_steps: int
-    n_rows: int
-    ranks: int
-    metrics: list[str]
-    rank_metrics: list[str]
-    meta: dict[str, Any]
-    rejected: int
-    rejected_examples: list[str]
-    heat_bucket: int
-    analysis_gen: int
-    base_gen: int = 0
-    """The generation whose full files the current one builds on; ``gen`` itself when it has no
-    delta parts (see ``Store._merge``)."""
-
-    def to_json(self) -> dict[str, Any]:
-        """The ``stabscope runs --json`` object (contract: name, steps, ranks, metrics)."""
-        return {
-            "name": self.name,
-            "steps": [self.first_step, self.last_step],
-            "n_steps": self.n_steps,
-            "ranks": self.ranks,
-            "metrics": self.metrics,
-            "rank_metrics": self.rank_metrics,
-            "rows": self.n_rows,
-            "status": self.status,
-            "source": self.source,
-            "created": self.created.isoformat(),
-            "updated": self.updated.isoformat(),
-            "rejected": self.rejected,
-            "meta": self.meta,
-        }
 
 
 @dataclass
