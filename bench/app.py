@@ -49,10 +49,10 @@ def _free_port() -> int:
 def demo_store(workdir: Path) -> Path:
     """The embedded default's demo runs, written once through the real shard -> compact path."""
     from ingest.demo import DEMO_SEEDED_KEY, seed_demo_store
-    from ingest.store import Store
+    from ingest.run_analyses import open_analysed_store
 
     path = workdir / "store-demo"
-    store = Store(path)
+    store = open_analysed_store(path)
     if not store.get_setting(DEMO_SEEDED_KEY):
         seed_demo_store(store)
     return path

@@ -51,11 +51,11 @@ def ours_import(path: str, fmt: str, store: str) -> dict[str, Any]:
     import shutil
 
     from ingest.importer import import_logs
-    from ingest.store import Store
+    from ingest.run_analyses import open_analysed_store
 
     shutil.rmtree(store, ignore_errors=True)
     start = time.perf_counter()
-    out = import_logs(Store(store), [Path(path)], run="imported", fmt=fmt)
+    out = import_logs(open_analysed_store(store), [Path(path)], run="imported", fmt=fmt)
     seconds = time.perf_counter() - start
     shutil.rmtree(store, ignore_errors=True)
     return {"seconds": seconds, "records": out[0]["rows"]}

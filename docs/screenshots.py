@@ -39,10 +39,10 @@ def main() -> None:
 
     sys.path.insert(0, str(REPO))
     from ingest.demo import seed_demo_store
-    from ingest.store import Store
+    from ingest.run_analyses import open_analysed_store
 
     with tempfile.TemporaryDirectory(prefix="stabscope-shots-") as tmp:
-        store = Store(Path(tmp) / "store")
+        store = open_analysed_store(Path(tmp) / "store")
         seed_demo_store(store)
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))

@@ -21,9 +21,9 @@ EXIT_ERROR = 2
 
 
 def _store(args: argparse.Namespace) -> Any:
-    from ingest.store import Store
+    from ingest.run_analyses import open_analysed_store
 
-    return Store(args.store)
+    return open_analysed_store(args.store)
 
 
 @contextmanager
@@ -212,10 +212,10 @@ def seed_before_serving() -> int:
 
     def seed() -> int:
         from ingest.demo import seed_demo_store
-        from ingest.store import Store
+        from ingest.run_analyses import open_analysed_store
 
         with _progress("first start: demo runs", unit="run") as progress:
-            seed_demo_store(Store(os.environ["STABSCOPE_STORE"]), progress=progress)
+            seed_demo_store(open_analysed_store(os.environ["STABSCOPE_STORE"]), progress=progress)
         return 0
 
     return _reported("serve", seed)

@@ -47,9 +47,9 @@ def priced_run_spikes(
     store: Store, name: str, inputs: CostInputs
 ) -> tuple[list[dict[str, Any]], list[tuple[float, float, float]]]:
     """The run's spikes and, per spike, (steps charged, GPU-hours, USD): recovered spikes cost their lost
-    steps, diverged ones the rollback to the last checkpoint before them (``ingest.analyses``). With an
+    steps, diverged ones the rollback to the last checkpoint before them (``ingest.run_analyses``). With an
     unknown step time the steps are still counted and the GPU-hours and USD are NaN (unknown, not 0)."""
-    from ingest.analyses import price_run_spikes
+    from ingest.run_analyses import price_run_spikes
 
     step = inputs.step_time_s if inputs.step_time_s is not None else 1.0  # 1.0 only counts steps; costs dropped
     spikes, bill = price_run_spikes(

@@ -1,6 +1,6 @@
 """One catalog row of a run (:class:`RunInfo`): what the store, the alerts and the pages read about a run.
 
-Its own module, below ``ingest.store``, so that readers of a run's row (``ingest.alerts``) need not import
+Its own module, below ``ingest.store``, so that readers of a run's row (``ingest.run_alerts``) need not import
 the store: the store runs the analyses and alerts after each merge, and data flows one way.
 """
 

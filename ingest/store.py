@@ -225,11 +225,30 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_CATALOGS.forget_after_fork)
 
 
-class Store:
-    """A StabScope store rooted at a directory (created on first use)."""
+GenerationHook = Callable[["Store", str], None]
+"""Called with the store and a run's name after each new generation of that run is published (and on
+recovery, and after a metadata change): ``ingest.run_analyses.materialise`` is the one the product passes."""
 
-    def __init__(self, root: str | os.PathLike[str] | None = None) -> None:
+
+def open_store(root: str | os.PathLike[str] | None = None, *, on_generation: GenerationHook | None = None) -> Store:
+    """The store at ``root`` (default: ``$STABSCOPE_STORE`` or the embedded default). Without
+    ``on_generation`` nothing is computed after a merge; ``ingest.run_analyses.open_analysed_store`` passes
+    the analyses."""
+    return Store(root, on_generation=on_generation)
+
+
+class Store:
+    """A StabScope store rooted at a directory (created on first use). ``on_generation`` runs after each
+    new generation of a run (see :data:`GenerationHook`)."""
+
+    def __init__(
+        self,
+        root: str | os.PathLike[str] | None = None,
+        *,
+        on_generation: GenerationHook | None = None,
+    ) -> None:
         self.root = Path(root).expanduser() if root is not None else default_store_path()
+        self._on_generation = on_generation
         self.root.mkdir(parents=True, exist_ok=True)
         self.catalog_path = self.root / "catalog.duckdb"
         self._local = threading.local()
@@ -682,10 +701,9 @@ class Store:
     # ------------------------------------------------------------------ analyses
 
     def _materialise_analysis(self, name: str) -> None:
-        """Hook for the per-generation analyses (SNR, clipping, spikes); see ``ingest.analyses``."""
-        from ingest import analyses  # local: analyses import this module
-
-        analyses.materialise(self, name)
+        """Run the ``on_generation`` hook (the analyses, ``ingest.run_analyses.materialise``) on ``name``."""
+        if self._on_generation is not None:
+            self._on_generation(self, name)
 
     def write_analysis(
         self,

@@ -3,7 +3,7 @@
 Each pass is a ``Store.compact``: the byte offset of every segment is committed together with the
 data it covers, so a restarted watcher resumes exactly where the last committed pass ended (no record
 lost, none doubled). New alerts (a new spike, a diverging run, saturated clipping, a straggler rank:
-``ingest.alerts``) are logged and passed as JSON on stdin to ``--on-alert CMD``.
+``ingest.run_alerts``) are logged and passed as JSON on stdin to ``--on-alert CMD``.
 """
 
 from __future__ import annotations
@@ -15,14 +15,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ingest.alerts import run_alerts
 from ingest.errors import StabScopeError
+from ingest.run_alerts import run_alerts
 from ingest.store import Store
 from stab_core.alerts import Alert
 
 
 def new_alerts(store: Store, run: str, seen: set[tuple[str, str, int]]) -> list[Alert]:
-    """The run's current alerts (``ingest.alerts.run_alerts``, as for a live run) whose key is not in
+    """The run's current alerts (``ingest.run_alerts.run_alerts``, as for a live run) whose key is not in
     ``seen``; ``seen`` becomes the current keys, so an alert comes once while its condition lasts and
     again if it clears and returns."""
     current = run_alerts(store, run, live=True) if store.has_run(run) else []

@@ -24,7 +24,7 @@ import pandas as pd  # type: ignore[import-untyped]
 import streamlit as st
 from streamlit.errors import StreamlitAPIException
 
-from ingest import alerts as ingest_alerts
+from ingest import run_alerts as ingest_alerts
 from ingest.errors import StabScopeError
 from ingest.paths import default_store_path
 from ingest.run_meta import REVISION_FIELD
@@ -49,7 +49,9 @@ LIVE_REFRESH_S = 5.0
 
 @st.cache_resource(show_spinner=False)
 def _store_at(root: str) -> Store:
-    return Store(root)
+    from ingest.run_analyses import open_analysed_store
+
+    return open_analysed_store(root)
 
 
 def store_root() -> str:
@@ -634,7 +636,7 @@ def _alerts(root: str, name: str, gen: int, analysis_gen: int, meta_rev: int, st
 
 def run_alerts(info: RunInfo) -> list[str]:
     """Alerts for a run (cached per generation): diverged or recent spikes, saturated clipping,
-    stragglers; the same ones ``stabscope watch --on-alert`` sends (``ingest.alerts``)."""
+    stragglers; the same ones ``stabscope watch --on-alert`` sends (``ingest.run_alerts``)."""
     return _alerts(store_root(), info.name, info.gen, info.analysis_gen, meta_revision(info), info.status)
 
 

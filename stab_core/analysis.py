@@ -269,7 +269,7 @@ def verdict_words(item: Mapping[str, Any]) -> str:
 
 def analysis_notes(summary: Mapping[str, Any]) -> list[str]:
     """What a run's analyses could not do and where its logging stopped or had gaps, in sentences, from
-    ``meta['analysis']`` (the summary :mod:`ingest.analyses` stores)."""
+    ``meta['analysis']`` (the summary :mod:`ingest.run_analyses` stores)."""
     notes = []
     end = summary.get("logging_end")
     if isinstance(end, Mapping):

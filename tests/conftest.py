@@ -24,6 +24,7 @@ if str(REPO_ROOT) not in sys.path:  # AppTest scripts import `pages.*` from the 
 
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
+from ingest.run_analyses import open_analysed_store  # noqa: E402
 from ingest.shards import ShardWriter  # noqa: E402
 from ingest.store import Store  # noqa: E402
 
@@ -145,13 +146,13 @@ def small_store(tmp_path: Path) -> Store:
     """A store holding ``SMALL_RUN``: 4 ranks x 2,000 steps, a loss spike at steps 1200-1205 led by a
     grad-norm spike at 1198, rank 2's local grad norm 4x on steps 1500-1599, rank 3 a 1.3x slow
     straggler, LR warmup over 200 steps, and the ``EVENTS``."""
-    return write_run(Store(tmp_path / "store"), RunSpec())
+    return write_run(open_analysed_store(tmp_path / "store"), RunSpec())
 
 
 @pytest.fixture(scope="module")
 def module_store(tmp_path_factory: pytest.TempPathFactory) -> Store:
     """The ``small_store`` contents, built once per test module: for tests that only read."""
-    return write_run(Store(tmp_path_factory.mktemp("module") / "store"), RunSpec())
+    return write_run(open_analysed_store(tmp_path_factory.mktemp("module") / "store"), RunSpec())
 
 
 @pytest.fixture

@@ -122,9 +122,9 @@ def build_store(root: Path, goldens: Sequence[Mapping[str, Any]]) -> Any:
     seeds them, each real log imported as `stabscope import` imports it."""
     from ingest.demo import seed_demo_store
     from ingest.importer import import_logs
-    from ingest.store import Store
+    from ingest.run_analyses import open_analysed_store
 
-    store = Store(root)
+    store = open_analysed_store(root)
     if any(str(g["log"]).startswith("demo:") for g in goldens):
         seed_demo_store(store)
     for golden in goldens:

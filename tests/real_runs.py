@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from ingest.importer import import_logs
+from ingest.run_analyses import open_analysed_store
 from ingest.store import Store
 
 REAL = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "real_logs"
@@ -23,7 +24,7 @@ step 22685 of 24000, and llm.c's main.log (train lines to step 19559, a last val
 
 def import_real_runs(root: Path) -> Store:
     """A store at ``root`` holding ``RUNS``, imported as ``stabscope import`` does."""
-    store = Store(root)
+    store = open_analysed_store(root)
     for name, path in RUNS.items():
         if not path.exists():
             pytest.skip(f"../shared absent: no real log at {path}")

@@ -1,4 +1,4 @@
-"""Alerts (stab_core.alerts, ingest.alerts) and their delivery by ``stabscope watch --on-alert``."""
+"""Alerts (stab_core.alerts, ingest.run_alerts) and their delivery by ``stabscope watch --on-alert``."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ingest.alerts import run_alerts
+from ingest.run_alerts import run_alerts
+from ingest.run_analyses import open_analysed_store
 from ingest.shards import ShardWriter
-from ingest.store import Store
 from stab_core.alerts import (
     CLIP_SATURATION,
     Alert,
@@ -147,7 +147,7 @@ def test_watch_sends_each_kind_of_alert_once_to_the_command(tmp_path: Path) -> N
     assert third == []  # nothing new: the same spike, clipping and straggler
     assert "ALERT clipping_saturated: clipping saturated: 100% of the last steps clipped" not in proc.stderr
     # the dashboard reads the same alerts
-    now = {a.key: a for a in run_alerts(Store(store), "job", live=True)}
+    now = {a.key: a for a in run_alerts(open_analysed_store(store), "job", live=True)}
     assert now[("straggler", "step_time_s", 3)].detail["deviation_pct"] == pytest.approx(30.0, abs=1.5)
     assert now[("clipping_saturated", "clip_ratio", 0)].message == "clipping saturated: 100% of the last steps clipped"
 
@@ -168,9 +168,9 @@ def test_alerts_round_trip_through_json() -> None:
 
 
 def test_compaction_stores_the_alerts_the_store_would_compute(tmp_path: Path) -> None:
-    from ingest.alerts import compute_alerts
+    from ingest.run_alerts import compute_alerts
 
-    shards, store = tmp_path / "shards", Store(tmp_path / "store")
+    shards, store = tmp_path / "shards", open_analysed_store(tmp_path / "store")
     _write_steps(shards, 0, 800)
     store.compact("job", shards, status="live")
     info = store.run_info("job")
@@ -189,7 +189,7 @@ def test_the_pages_drop_a_new_spike_once_the_run_is_no_longer_live(
     """The Runs table and banners cache alerts per generation; stopping a live run keeps the generation."""
     from pages import common
 
-    shards, store = tmp_path / "shards", Store(tmp_path / "store")
+    shards, store = tmp_path / "shards", open_analysed_store(tmp_path / "store")
     _write_steps(shards, 0, 800)
     store.compact("job", shards, status="live")
     monkeypatch.setenv("STABSCOPE_STORE", str(store.root))
@@ -306,11 +306,11 @@ def test_pipeline_run_alerts_the_slow_rank_not_the_memory_stages(tmp_path: Path)
     """64 ranks written by ShardWriter, compacted: the 20 % slower rank is the one straggler alert
     (its deviation measured against its own stage), the +13 % memory stages and the steady +2.5 %
     rank are not, and the rank that logged nothing is named by ``missing_ranks``."""
-    from ingest.alerts import compute_alerts
+    from ingest.run_alerts import compute_alerts
     from stab_core.ranklayout import missing_ranks
 
     write_pipeline_run(tmp_path / "shards")
-    store = Store(tmp_path / "store")
+    store = open_analysed_store(tmp_path / "store")
     store.compact("pp", tmp_path / "shards")
     info = store.run_info("pp")
     assert info.ranks == 63 and info.meta["pipeline_parallel_size"] == 4

@@ -109,12 +109,12 @@ def test_report_table_holds_value_baseline_and_ratio(tmp_path: Path, monkeypatch
 
 def test_wide_run_logs_run_level_every_step_and_ranks_every_nth(tmp_path: Path) -> None:
     from bench.app import wide_store
-    from ingest.store import Store
+    from ingest.run_analyses import open_analysed_store
 
     store_dir, records = wide_store(tmp_path, TINY)
     ranks, steps, every = TINY.wide_ranks, TINY.wide_steps, TINY.wide_rank_every
     assert records == steps * len(RUN_LEVEL_METRICS) + ranks * 2 * (steps // every)
-    store = Store(store_dir)
+    store = open_analysed_store(store_dir)
     info = store.run_info(RUN)
     assert (info.first_step, info.last_step, info.ranks) == (0, steps - 1, ranks)
     assert store.read_series(RUN, "loss").steps.size == steps
@@ -130,12 +130,12 @@ def test_first_render_waits_for_the_pages_own_elements(tmp_path: Path) -> None:
     (selected by their keys, so the off-screen warm-up elements of pages.warmup cannot stop the clock),
     and the floor's bare chart and table."""
     from bench.app import CHROMIUM, FLOOR_APP, FLOOR_CHART, FLOOR_TABLE, RUNS_TABLE, first_render
-    from ingest.store import Store
+    from ingest.run_analyses import open_analysed_store
     from tests.conftest import SMALL_RUN, RunSpec, write_run
 
     if not Path(CHROMIUM).exists():
         pytest.skip("Debian chromium is not installed")
-    store = write_run(Store(tmp_path / "store"), RunSpec())
+    store = write_run(open_analysed_store(tmp_path / "store"), RunSpec())
     screen = first_render(str(store.root), 1, SMALL_RUN, 90.0, path="", selector=RUNS_TABLE)
     chart = first_render(str(store.root), 1, SMALL_RUN, 90.0)
     floor = first_render(str(store.root), 1, None, 90.0, path="", selector=FLOOR_CHART, script=FLOOR_APP)

@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 from ingest.demo import DEMO_SEEDED_KEY
+from ingest.run_analyses import open_analysed_store
 from ingest.shards import ShardWriter
 from ingest.store import Store
 from tests.conftest import REPO_ROOT, SMALL_RUN, RunSpec, write_run
@@ -88,7 +89,7 @@ def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Store]]
     if missing:
         pytest.skip(f"app.py lists pages not written yet: {missing}")
     root = tmp_path_factory.mktemp("e2e")
-    store = write_run(Store(root / "store"), RunSpec())
+    store = write_run(open_analysed_store(root / "store"), RunSpec())
     for i in range(3):
         write_run(store, RunSpec(name=f"gpt-seed{i}", seed=20 + i, per_rank=False, loss_floor=2 + 0.05 * i))
     _grow(store, LIVE_RUN, 0, 499)

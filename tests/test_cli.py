@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ingest.store import Store
+from ingest.run_analyses import open_analysed_store
 from tests.conftest import REPO_ROOT
 from tests.test_store import write_run
 
@@ -124,7 +124,7 @@ def test_serve_seeds_the_demo_runs_before_it_answers(tmp_path: Path) -> None:
     finally:
         proc.terminate()
         proc.wait(30)
-    store = Store(store_path)
+    store = open_analysed_store(store_path)
     assert store.get_setting(DEMO_SEEDED_KEY) == "1"
     assert {"demo-dense-1b", "s1-moe-7b-before"} <= {r.name for r in store.list_runs()}
     output = log.read_text()

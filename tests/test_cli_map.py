@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from ingest.cli import EXIT_ERROR, main
-from ingest.store import Store
+from ingest.run_analyses import open_analysed_store
 
 FIRST = "step,my_objective,learning_rate,tok_acc\n1,2.5,0.001,0.1\n2,2.25,0.001,0.2\n3,2.0,0.001,0.3\n"
 LATER = "step,my_objective,learning_rate,tok_acc\n4,1.75,0.001,0.4\n5,1.5,0.001,0.5\n"
@@ -27,7 +27,7 @@ def test_map_round_trip_and_later_imports(tmp_path: Path) -> None:
     later.write_text(LATER)
     store = tmp_path / "store"
     assert _import(store, first, "--map", "my_objective=loss") == 0
-    s = Store(store)
+    s = open_analysed_store(store)
     assert s.run_info("r").meta["metric_map"] == {"my_objective": "loss"}
     assert s.read_series("r", "loss").values.tolist() == [2.5, 2.25, 2.0]
     assert "my_objective" not in s.run_info("r").metrics
@@ -49,7 +49,7 @@ def test_a_second_map_adds_to_the_remembered_one(tmp_path: Path) -> None:
     store = tmp_path / "store"
     assert _import(store, first, "--map", "my_objective=loss") == 0
     assert _import(store, later, "--map", "tok_acc=val_loss") == 0
-    s = Store(store)
+    s = open_analysed_store(store)
     assert s.run_info("r").meta["metric_map"] == {"my_objective": "loss", "tok_acc": "val_loss"}
     assert s.read_series("r", "loss").values.tolist() == [2.5, 2.25, 2.0, 1.75, 1.5]
     assert s.read_series("r", "val_loss").values.tolist() == [0.4, 0.5]
@@ -61,7 +61,7 @@ def test_names_as_the_user_types_them(tmp_path: Path) -> None:
     store = tmp_path / "store"
     # the log keeps it as my_objective_nats: the name as typed in the file is found too
     assert _import(store, path, "--map", "my objective (nats)=loss") == 0
-    assert Store(store).read_series("r", "loss").values.tolist() == [3.0, 2.0]
+    assert open_analysed_store(store).read_series("r", "loss").values.tolist() == [3.0, 2.0]
 
 
 @pytest.mark.parametrize(
@@ -84,7 +84,7 @@ def test_refusals(tmp_path: Path, capsys: pytest.CaptureFixture[str], pair: str,
     assert err.count("\n") == 1  # one paragraph
     if "NAME=ROLE" not in says:
         assert "The log's metrics: lr, my_objective, tok_acc." in err  # learning_rate is lr by the alias table
-    assert Store(store).list_runs() == []  # nothing written
+    assert open_analysed_store(store).list_runs() == []  # nothing written
 
 
 def test_two_names_for_one_role_are_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -101,7 +101,7 @@ def test_wandb_companions_follow_the_mapped_metric(tmp_path: Path) -> None:
     path.write_text("Step,run - objective,run - objective__MIN,run - objective__MAX\n1,2.0,1.5,2.5\n2,1.0,0.5,1.5\n")
     store = tmp_path / "store"
     assert _import(store, path, "--map", "objective=loss") == 0
-    s = Store(store)
+    s = open_analysed_store(store)
     assert s.read_series("r", "loss").values.tolist() == [2.0, 1.0]
     assert s.read_series("r", "loss__min").values.tolist() == [1.5, 0.5]
     assert s.read_series("r", "loss__max").values.tolist() == [2.5, 1.5]

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from ingest.cli import EXIT_ERROR, main
-from ingest.store import Store
+from ingest.run_analyses import open_analysed_store
 
 REAL_LOGS = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "real_logs"
 MEGDS = REAL_LOGS / "bigscience_megds_perf_log" / "meg_ds_3d_gpt2_perf_n16-ds-off.out"
@@ -47,7 +47,7 @@ def test_megatron_argument_dump_fills_the_run_metadata(tmp_path: Path, capsys: p
 
 def test_meta_round_trip_removal_and_reanalysis(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["import", str(_need(MEGDS)), "--run", "megds", "--store", str(tmp_path)]) == 0
-    store = Store(tmp_path)
+    store = open_analysed_store(tmp_path)
     assert store.run_info("megds").meta["analysis"]["max_norm"] == 1.0
     meta = _meta_json(tmp_path, "megds", capsys, "gpus=64", "usd_per_gpu_hour=2.5", "max_norm=0.5", "precision=BF16")
     assert (meta["gpus"], meta["usd_per_gpu_hour"], meta["max_norm"], meta["precision"]) == (64, 2.5, 0.5, "bf16")
@@ -79,7 +79,7 @@ def test_meta_round_trip_removal_and_reanalysis(tmp_path: Path, capsys: pytest.C
 def test_bad_metadata_exits_2_with_one_paragraph(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], pair: str, words: str
 ) -> None:
-    store = Store(tmp_path)
+    store = open_analysed_store(tmp_path)
     store.ensure_run("r", "test")
     assert main(["meta", "r", pair, "--store", str(tmp_path)]) == EXIT_ERROR
     err = capsys.readouterr().err
@@ -92,10 +92,10 @@ def test_import_meta_sets_keys_and_a_bad_one_imports_nothing(
 ) -> None:
     log = str(_need(LLMC))
     assert main(["import", log, "--run", "llmc", "--meta", "gpus=ten", "--store", str(tmp_path)]) == EXIT_ERROR
-    assert not Store(tmp_path).has_run("llmc")
+    assert not open_analysed_store(tmp_path).has_run("llmc")
     args = ["--meta", "gpus=8", "--meta", "tokens_per_step=524288", "--meta", "max_norm=1.0"]
     assert main(["import", log, "--run", "llmc", *args, "--store", str(tmp_path)]) == 0
     meta = _meta_json(tmp_path, "llmc", capsys)
     assert meta == {"gpus": 8, "max_norm": 1.0, "tokens_per_step": 524288}
-    info = Store(tmp_path).run_info("llmc")
+    info = open_analysed_store(tmp_path).run_info("llmc")
     assert info.meta["analysis"].get("max_norm") == 1.0  # the clip statistics now run on llm.c's 1.0

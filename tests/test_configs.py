@@ -370,12 +370,12 @@ def test_an_attached_config_fills_the_run_metadata_the_log_left_out() -> None:
 def test_the_checklist_reads_the_argument_dump_kept_at_import(tmp_path: Path) -> None:
     from ingest.configs import config_from_run_meta
     from ingest.importer import import_logs
-    from ingest.store import Store
+    from ingest.run_analyses import open_analysed_store
 
     log = REAL_LOGS / "bigscience_megds_perf_log" / "meg_ds_3d_gpt2_perf_n16-ds-off.out"
     if not log.exists():
         pytest.skip(f"real log {log} is absent (the shared real_logs folder is not on this machine)")
-    store = Store(tmp_path / "store")
+    store = open_analysed_store(tmp_path / "store")
     import_logs(store, [log], run="megds")
     cfg = config_from_run_meta(store.run_info("megds").meta)
     # the dump: train_iters 1000, fp16 True with loss_scale 12, clip_grad 1.0, min_lr 1e-5 of lr 1.5e-4,

@@ -264,11 +264,11 @@ def test_upload_page_reads_a_prefixed_all_ranks_log(tmp_path: Path, monkeypatch:
     step and each rank's tokens/s."""
     from streamlit.testing.v1 import AppTest
 
-    from ingest.store import Store
+    from ingest.run_analyses import open_analysed_store
     from tests.conftest import open_page
 
     monkeypatch.setenv("STABSCOPE_STORE", str(tmp_path / "store"))
-    store = Store(tmp_path / "store")
+    store = open_analysed_store(tmp_path / "store")
     lines = [_torchtitan_line(s, r, "[rank{rank}]:") for s in range(1, 21) for r in (1, 0, 3, 2)]
     at: AppTest = open_page("upload").run()
     at.file_uploader(key="up_files").upload("titan.log", ("\n".join(lines) + "\n").encode()).run()

@@ -12,7 +12,7 @@ import pytest
 from ingest.errors import StabScopeError
 from ingest.import_inputs import read_inputs
 from ingest.importer import import_logs
-from ingest.store import Store
+from ingest.run_analyses import open_analysed_store
 
 REAL_LOGS = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "real_logs"
 
@@ -26,7 +26,7 @@ def _real(name: str) -> Path:
 
 def test_lightning_folder_reads_the_log_takes_the_config_and_skips_provenance(tmp_path: Path) -> None:
     folder = _real("lightning_csv_slm_124m")
-    store = Store(tmp_path / "store")
+    store = open_analysed_store(tmp_path / "store")
     [res] = import_logs(store, [folder], run="slm")
     assert res["format"] == "lightning_csv" and res["logs"] == ["metrics.csv"]
     assert res["config"] == "hparams.yaml"

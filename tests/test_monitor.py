@@ -17,8 +17,8 @@ import torch
 
 from ingest.errors import StabScopeError
 from ingest.monitor import StabilityMonitor, clipping_metadata, schedule_events, scheduler_metadata
+from ingest.run_analyses import open_analysed_store
 from ingest.shards import list_segments, read_segment
-from ingest.store import Store
 from ingest.train_demo import DemoConfig, MarkovSource, batch_tokens, build_model, lm_loss
 from stab_core.clipping import ZClip, clip_grad_norm
 from stab_core.schedulers import WarmupCosineRestartScheduler
@@ -102,7 +102,7 @@ def test_single_process_run_round_trips_through_the_store(tmp_path: Path) -> Non
             if step == 30:
                 assert out.events == (("warmup_end", "warmup ends: LR at peak"),)
         monitor.checkpoint(33)
-    store = Store(tmp_path / "store")
+    store = open_analysed_store(tmp_path / "store")
     store.compact("mon", shards)
     info = store.run_info("mon")
     assert (info.first_step, info.last_step, info.ranks) == (25, 35, 1)
@@ -266,7 +266,7 @@ def test_two_rank_ddp_norms_match_norms_computed_by_hand(tmp_path: Path) -> None
     # DDP rebuilds its buckets after the first step: one bucket at step 0, several (0.05 MB each) after,
     # so the sums over buckets are checked too
     assert records[0][0]["buckets"] >= 1 and min(r["buckets"] for r in records[0][1:]) > 1
-    store = Store(tmp_path / "store")
+    store = open_analysed_store(tmp_path / "store")
     store.compact("ddp", tmp_path / "shards")
     info = store.run_info("ddp")
     assert info.ranks == 2 and info.meta["global_batch_size"] == 8 and info.meta["world_size"] == 2
@@ -309,7 +309,7 @@ def test_log_does_not_wait_for_the_other_ranks_loss(tmp_path: Path) -> None:
     first = json.loads((tmp_path / "late-0.json").read_text())
     assert max(first["took"]) < LATE_RANK_DELAY_S / 3
     assert first["means"] == [2.0, 3.5, 2.25, 4.125]
-    store = Store(tmp_path / "store")
+    store = open_analysed_store(tmp_path / "store")
     store.compact("late", tmp_path / "shards")
     series = store.read_series("late", "loss")
     np.testing.assert_array_equal(series.steps, np.arange(LOSS_STEPS))
@@ -353,7 +353,7 @@ def test_fast_steps_share_one_loss_all_reduce(tmp_path: Path) -> None:
     # yet), then up to 64 steps a batch: one all-reduce a step would be 300
     assert 9 + math.ceil((FAST_STEPS - 9) / 64) <= got["reductions"] <= 20
     assert "step 299" in got["unsent_error"] and "close()" in got["unsent_error"]
-    store = Store(tmp_path / "store")
+    store = open_analysed_store(tmp_path / "store")
     store.compact("fast", tmp_path / "shards")
     loss = store.read_series("fast", "loss")
     np.testing.assert_array_equal(loss.steps, np.arange(FAST_STEPS))
@@ -386,7 +386,7 @@ def test_a_failed_step_exits_without_a_collective_and_keeps_the_rows(tmp_path: P
     run_on_gloo(_failing_worker, 2, tmp_path, str(tmp_path))
     # steps 0-8 went one a batch (the first proposals), the batch from step 9 on was never sent
     assert [json.loads((tmp_path / f"failed-{r}.json").read_text())["reductions"] for r in range(2)] == [9, 9]
-    store = Store(tmp_path / "store")
+    store = open_analysed_store(tmp_path / "store")
     store.compact("failed", tmp_path / "shards")
     lr = store.read_series("failed", "lr")
     np.testing.assert_array_equal(lr.steps, np.arange(FAILED_AT + 1))  # every run-level row rank 0 logged
@@ -464,7 +464,7 @@ def test_the_readme_training_loop_runs_and_its_shards_hold_every_step(tmp_path: 
         exec(snippet.replace('"/shards/job42"', repr(str(tmp_path / "shards"))), scope)
     finally:
         dist.destroy_process_group()
-    store = Store(tmp_path / "store")
+    store = open_analysed_store(tmp_path / "store")
     store.compact("readme", tmp_path / "shards")
     for metric in ("loss", "lr", "grad_norm", "clip_coef"):
         np.testing.assert_array_equal(store.read_series("readme", metric).steps, np.arange(12))

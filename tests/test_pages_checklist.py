@@ -11,6 +11,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from ingest.demo import seed_demo_store
+from ingest.run_analyses import open_analysed_store
 from ingest.store import Store
 from tests.conftest import open_page
 
@@ -22,7 +23,7 @@ P0_IDS = ("warmup", "grad_clipping", "min_lr_ratio", "checkpoint_interval", "non
 def demo_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The demo store (demo and scenario runs through the real shard path), written once (~10 s)."""
     root = tmp_path_factory.mktemp("checklist") / "store"
-    seed_demo_store(Store(root))
+    seed_demo_store(open_analysed_store(root))
     return root
 
 
@@ -174,7 +175,7 @@ def real_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Store:
     for log in (MEGDS, LLMC):
         if not log.exists():
             pytest.skip(f"real log {log} is absent (the shared real_logs folder is not on this machine)")
-    store = Store(tmp_path / "store")
+    store = open_analysed_store(tmp_path / "store")
     import_logs(store, [MEGDS], run="megds")
     import_logs(store, [LLMC], run="llmc")
     monkeypatch.setenv("STABSCOPE_STORE", str(store.root))

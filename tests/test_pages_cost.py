@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from ingest.run_analyses import open_analysed_store
 from ingest.store import Store
 
 PAGE = Path(__file__).resolve().parents[1] / "pages" / "cost.py"
@@ -16,7 +17,7 @@ PAGE = Path(__file__).resolve().parents[1] / "pages" / "cost.py"
 @pytest.fixture
 def empty_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("STABSCOPE_STORE", str(tmp_path / "store"))
-    Store(tmp_path / "store")
+    open_analysed_store(tmp_path / "store")
     return tmp_path / "store"
 
 
@@ -87,7 +88,7 @@ def test_llmc_is_unknown_until_its_step_time_is_set_then_priced_exactly(
 
     if not LLMC.exists():
         pytest.skip(f"real log {LLMC} is absent (the shared real_logs folder is not on this machine)")
-    store = Store(tmp_path / "store")
+    store = open_analysed_store(tmp_path / "store")
     monkeypatch.setenv("STABSCOPE_STORE", str(store.root))
     import_logs(store, [LLMC], run="llmc")
     at = open_page("cost").run()

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from ingest.run_analyses import open_analysed_store
 from ingest.store import SeriesData, Store
 from pages.charts import peak_markers, robust_y_range
 from pages.view_url import parse_steps
@@ -108,7 +109,7 @@ def test_log_toggle_and_extra_panel(app_store: Store) -> None:
 
 def test_long_run_is_bucketed_and_keeps_a_one_step_spike(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     store = write_run(
-        Store(tmp_path / "store"),
+        open_analysed_store(tmp_path / "store"),
         RunSpec(name="long", n_steps=12_000, per_rank=False, loss_spike=(7001, 7002), grad_spike_step=None,
                 run_level=("loss",), events=()),
     )  # fmt: skip
@@ -131,7 +132,7 @@ def test_long_run_is_bucketed_and_keeps_a_one_step_spike(tmp_path: Path, monkeyp
 
 
 def test_transitions_found_in_the_logged_lr_are_marked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    store = write_run(Store(tmp_path / "store"), RunSpec(name="no-events", per_rank=False, events=()))
+    store = write_run(open_analysed_store(tmp_path / "store"), RunSpec(name="no-events", per_rank=False, events=()))
     monkeypatch.setenv("STABSCOPE_STORE", str(store.root))
     at = open_page("overview").run()
     markers = [t for t in figure_of(at)["data"] if t.get("name") == "warmup_end"]
@@ -192,7 +193,7 @@ def _llmc_store(tmp_path: Path) -> Store:
         pytest.skip(f"../shared absent: no llm.c log at {path}")
     from ingest.formats import read_log
 
-    store = Store(tmp_path / "store")
+    store = open_analysed_store(tmp_path / "store")
     store.import_parsed("llmc", read_log([path]))
     return store
 
@@ -309,7 +310,7 @@ def test_mixtral_golden_values_say_why_panels_are_empty(tmp_path: Path, monkeypa
         pytest.skip(f"../shared absent: no Mixtral golden values at {path}")
     from ingest.formats import read_log
 
-    store = Store(tmp_path / "store")
+    store = open_analysed_store(tmp_path / "store")
     store.import_parsed("mixtral", read_log([path]))
     monkeypatch.setenv("STABSCOPE_STORE", str(store.root))
     at = open_page("overview").run()

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from ingest.run_analyses import open_analysed_store
 from ingest.store import Store
 from tests.conftest import (
     OUTLIER_RANK,
@@ -82,7 +83,7 @@ def test_straggler_and_rank_vs_median(app_store: Store) -> None:
 
 
 def test_run_without_per_rank_data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    store = write_run(Store(tmp_path / "s"), RunSpec(name="rank0-only", per_rank=False, events=()))
+    store = write_run(open_analysed_store(tmp_path / "s"), RunSpec(name="rank0-only", per_rank=False, events=()))
     monkeypatch.setenv("STABSCOPE_STORE", str(store.root))
     at = open_page("ranks").run()
     assert not at.exception
@@ -103,7 +104,7 @@ def _z(trace: dict[str, object]) -> np.ndarray:
 
 def _pipeline_page(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **kwargs: object) -> AppTest:
     write_pipeline_run(tmp_path / "shards", **kwargs)  # type: ignore[arg-type]
-    Store(tmp_path / "store").compact("pp", tmp_path / "shards")
+    open_analysed_store(tmp_path / "store").compact("pp", tmp_path / "shards")
     monkeypatch.setenv("STABSCOPE_STORE", str(tmp_path / "store"))
     at = open_page("ranks").run()
     assert not at.exception
@@ -183,7 +184,7 @@ def test_real_megatron_deepspeed_log(tmp_path: Path, monkeypatch: pytest.MonkeyP
     first and last pipeline stage hold 13 % more (17.5 vs 15.5 GB allocated)."""
     from ingest.formats import read_log
 
-    store = Store(tmp_path / "store")
+    store = open_analysed_store(tmp_path / "store")
     store.import_parsed("megds", read_log([REAL_MEGDS]))
     monkeypatch.setenv("STABSCOPE_STORE", str(store.root))
     at = open_page("ranks").run()

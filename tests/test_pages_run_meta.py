@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from ingest.errors import StabScopeError
-from ingest.store import Store
+from ingest.run_analyses import open_analysed_store
 
 REAL_LOGS = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "real_logs"
 LLMC = REAL_LOGS / "mng_llmc_gpt2_124m" / "main.log"
@@ -31,7 +31,7 @@ def test_llmc_aligns_by_tokens_once_its_tokens_per_step_is_set(tmp_path: Path, m
 
     if not LLMC.exists():
         pytest.skip(f"real log {LLMC} is absent (the shared real_logs folder is not on this machine)")
-    store = Store(tmp_path / "store")
+    store = open_analysed_store(tmp_path / "store")
     monkeypatch.setenv("STABSCOPE_STORE", str(store.root))
     import_logs(store, [LLMC], run="llmc")
     loss = store.read_series("llmc", "loss")

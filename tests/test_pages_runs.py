@@ -9,6 +9,7 @@ import pandas as pd  # type: ignore[import-untyped]
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from ingest.run_analyses import open_analysed_store
 from ingest.store import Store
 from tests.conftest import SLOW_RANK, SMALL_RUN, RunSpec, open_page, write_run
 from tests.real_runs import RUNS, import_real_runs
@@ -81,7 +82,7 @@ def test_delete_needs_confirmation(own_app_store: Store) -> None:
 
 def test_empty_store_explains_what_to_do(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("STABSCOPE_STORE", str(tmp_path / "empty"))
-    Store(tmp_path / "empty")
+    open_analysed_store(tmp_path / "empty")
     at = open_page("runs").run()
     assert not at.exception
     assert "No runs in this store yet" in at.info[0].value

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from ingest.analyses import price_run_spikes, run_step_time_s
 from ingest.demo import seed_demo_store
+from ingest.run_analyses import open_analysed_store, price_run_spikes, run_step_time_s
 from ingest.store import Store
 from pages.charts import CAUSE_COLORS
 from tests.conftest import open_page
@@ -28,14 +28,14 @@ LAST_NODE = {"router": "router: yes", "lr_transition": "lr_transition: yes", "da
 def demo_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The demo store (demo and scenario runs through the real shard path), written once (~10 s)."""
     root = tmp_path_factory.mktemp("scenarios") / "store"
-    seed_demo_store(Store(root))
+    seed_demo_store(open_analysed_store(root))
     return root
 
 
 @pytest.fixture
 def demo_store(demo_root: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Store]:
     monkeypatch.setenv("STABSCOPE_STORE", str(demo_root))
-    yield Store(demo_root)
+    yield open_analysed_store(demo_root)
 
 
 def _open(key: str) -> AppTest:

@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from ingest.run_analyses import open_analysed_store
 from ingest.store import Store
 from tests.conftest import (
     GRAD_SPIKE_STEP,
@@ -66,7 +67,7 @@ def test_selecting_a_spike_zooms_and_explains_it(app_store: Store) -> None:
 
 
 def test_a_clean_run_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    store = write_run(Store(tmp_path / "s"), RunSpec(name="clean", loss_spike=None, grad_spike_step=None))
+    store = write_run(open_analysed_store(tmp_path / "s"), RunSpec(name="clean", loss_spike=None, grad_spike_step=None))
     monkeypatch.setenv("STABSCOPE_STORE", str(store.root))
     at = open_page("spikes").run()
     assert not at.exception

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from ingest.run_analyses import open_analysed_store
 from ingest.store import Store
 from stab_core.diagnosis import DECISION_TREE
 from tests.conftest import open_page
@@ -100,7 +101,7 @@ def test_manual_walk_with_every_answer_no_says_nothing_matched() -> None:
 
 def test_no_spikes_yet_still_draws_the_tree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("STABSCOPE_STORE", str(tmp_path / "empty"))
-    Store(tmp_path / "empty")
+    open_analysed_store(tmp_path / "empty")
     at = open_page("tree").run()
     assert not at.exception
     assert "No detected spikes in the store yet" in at.info[0].value

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from ingest.run_analyses import open_analysed_store
 from ingest.store import Store
 from pages import common
 from tests.conftest import open_page
@@ -21,7 +22,7 @@ JSONL = b'{"step": 1, "loss": 2.5}\nnot json\n{"step": 2, "loss": 2.25}\n{"step"
 @pytest.fixture
 def empty_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Store:
     monkeypatch.setenv("STABSCOPE_STORE", str(tmp_path / "store"))
-    return Store(tmp_path / "store")
+    return open_analysed_store(tmp_path / "store")
 
 
 def _metrics(at: AppTest) -> dict[str, str]:

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from ingest.formats import read_log
+from ingest.run_analyses import open_analysed_store
 from ingest.run_status import last_finite, last_finite_step, planned_steps, run_status, status_text
 from ingest.store import Store
 from tests.conftest import RunSpec, write_run
@@ -29,7 +30,7 @@ def _imported(store: Store, name: str, path: Path) -> Store:
 
 def test_a_perf_run_killed_at_62_of_1000_iterations_stopped(tmp_path: Path) -> None:
     # the log's last metric line is "iteration       62/    1000 | ... lm loss: 2.043871E+01"
-    store = _imported(Store(tmp_path / "s"), "megds", MEGDS)
+    store = _imported(open_analysed_store(tmp_path / "s"), "megds", MEGDS)
     meta = store.run_info("megds").meta
     assert meta["planned_steps"] == 1000 == planned_steps(meta)
     assert last_finite(store, "megds", "loss") == (62, pytest.approx(20.43871))
@@ -38,7 +39,7 @@ def test_a_perf_run_killed_at_62_of_1000_iterations_stopped(tmp_path: Path) -> N
 
 def test_golden_values_that_turn_to_nan_stopped_where_they_did(tmp_path: Path) -> None:
     # every metric of the H100 file is numeric to step 22685, then the string "nan" to end_step 24000
-    store = _imported(Store(tmp_path / "s"), "mixtral", MIXTRAL_H100)
+    store = _imported(open_analysed_store(tmp_path / "s"), "mixtral", MIXTRAL_H100)
     info = store.run_info("mixtral")
     assert info.last_step == 24000 and planned_steps(info.meta) == 24000
     assert last_finite_step(store, "mixtral") == 22685
@@ -46,7 +47,7 @@ def test_golden_values_that_turn_to_nan_stopped_where_they_did(tmp_path: Path) -
 
 
 def test_a_log_without_planned_steps_ended_rather_than_finished(tmp_path: Path) -> None:
-    store = _imported(Store(tmp_path / "s"), "llmc", LLMC)
+    store = _imported(open_analysed_store(tmp_path / "s"), "llmc", LLMC)
     last_train = re.findall(r"^s:(\d+) trl:(\S+)", LLMC.read_text(), re.M)[-1]  # s:19559 trl:3.2217
     assert last_finite(store, "llmc", "loss") == (int(last_train[0]), pytest.approx(float(last_train[1])))
     assert "planned_steps" not in store.run_info("llmc").meta  # main.log states no total
@@ -55,13 +56,16 @@ def test_a_log_without_planned_steps_ended_rather_than_finished(tmp_path: Path) 
 
 
 def test_a_run_that_reached_its_planned_steps_finished(tmp_path: Path) -> None:
-    store = _imported(Store(tmp_path / "s"), "titan", TITAN)  # "total steps 10" ... "step: 10 loss: 6.92163"
+    # "total steps 10" ... "step: 10 loss: 6.92163"
+    store = _imported(open_analysed_store(tmp_path / "s"), "titan", TITAN)
     assert store.run_info("titan").meta["planned_steps"] == 10
     assert run_status(store, "titan") == "finished"
 
 
 def test_the_users_planned_steps_win_and_live_stays_live(tmp_path: Path) -> None:
-    store = write_run(Store(tmp_path / "s"), RunSpec(name="job", per_rank=False, meta={"planned_steps": 5000}))
+    store = write_run(
+        open_analysed_store(tmp_path / "s"), RunSpec(name="job", per_rank=False, meta={"planned_steps": 5000})
+    )
     assert run_status(store, "job") == "stopped at 1999 of 5000"  # steps 0..1999 of 5,000
     assert planned_steps({"planned_steps": 5000, "total_steps": 2000}) == 5000
     assert planned_steps({"total_steps": 2000.0}) == 2000

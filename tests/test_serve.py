@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from ingest.store import Store
+from ingest.run_analyses import open_analysed_store
 from tests.conftest import REPO_ROOT, RunSpec, write_run
 from tests.test_browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, VIEWPORT, _free_port, _wait_healthy
 
@@ -36,7 +36,7 @@ def _server(tmp_path: Path, serve: bool) -> Iterator[tuple[str, subprocess.Popen
     """A fresh server on a store holding one generated run: ``stabscope serve`` or plain
     ``streamlit run app.py``; yields its URL and process once its health check answers."""
     store = tmp_path / "store"
-    write_run(Store(store), RunSpec())
+    write_run(open_analysed_store(store), RunSpec())
     port = _free_port()
     log = tmp_path / "server.log"
     if serve:

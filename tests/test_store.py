@@ -15,6 +15,7 @@ import pyarrow as pa
 import pytest
 
 from ingest.errors import StabScopeError
+from ingest.run_analyses import open_analysed_store
 from ingest.shards import ShardWriter
 from ingest.store import Store, validate_run_name
 from ingest.watch import watch
@@ -47,7 +48,7 @@ def export_rows(store: Store, run: str) -> list[tuple[int, int, str, float]]:
 
 def test_compact_builds_catalog_and_is_idempotent(tmp_path: Path) -> None:
     write_run(tmp_path / "shards")
-    store = Store(tmp_path / "store")
+    store = open_analysed_store(tmp_path / "store")
     first = store.compact("r1", tmp_path / "shards")
     assert first.rows == 3 * 400 + 2 * 400 and first.rejected == 0
     info = store.run_info("r1")
@@ -70,7 +71,7 @@ def test_duplicates_keep_the_last_write(tmp_path: Path) -> None:
     time.sleep(0.01)
     with ShardWriter(shards, 0) as w:  # a restarted job replays step 6
         w.write(6, {"grad_norm_local": 4.0})
-    store = Store(tmp_path / "store")
+    store = open_analysed_store(tmp_path / "store")
     store.compact("dup", shards)
     assert [(s, v) for s, _, _, v in export_rows(store, "dup")] == [(5, 2.0), (6, 4.0)]
     # Later records for an already-compacted step also replace it.
@@ -87,7 +88,7 @@ def test_duplicates_keep_the_last_write(tmp_path: Path) -> None:
 def test_crash_mid_compaction_then_rerun_equals_clean_run(tmp_path: Path, stage: str) -> None:
     shards = tmp_path / "shards"
     write_run(shards)
-    clean = Store(tmp_path / "clean")
+    clean = open_analysed_store(tmp_path / "clean")
     clean.compact("r", shards)
     expected = export_rows(clean, "r")
 
@@ -95,17 +96,17 @@ def test_crash_mid_compaction_then_rerun_equals_clean_run(tmp_path: Path, stage:
     # A first generation exists before the crash, so "previous state readable" is checked too.
     with ShardWriter(tmp_path / "early", 0) as w:
         w.write(0, {"grad_norm_local": 1.0})
-    Store(crashed_store).compact("r", tmp_path / "early")
+    open_analysed_store(crashed_store).compact("r", tmp_path / "early")
     cmd = [sys.executable, "-m", "ingest", "compact", str(shards), "--run", "r", "--store", str(crashed_store)]
     env = {**os.environ, "STABSCOPE_CRASH_AT": stage, "PYTHONPATH": str(REPO)}
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=REPO, check=False)
     assert proc.returncode == 137, proc.stderr
-    readable = Store(crashed_store)
+    readable = open_analysed_store(crashed_store)
     assert readable.run_info("r").n_rows >= 1  # previous (or new) generation still readable
     env.pop("STABSCOPE_CRASH_AT")
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=REPO, check=False)
     assert proc.returncode == 0, proc.stderr
-    after = Store(crashed_store)
+    after = open_analysed_store(crashed_store)
     assert export_rows(after, "r") == expected
     # No orphan files: only the current generation and nothing staged remain.
     run_dir = after.run_dir("r")
@@ -115,7 +116,7 @@ def test_crash_mid_compaction_then_rerun_equals_clean_run(tmp_path: Path, stage:
 
 def test_watch_picks_up_appends_and_resumes_after_restart(tmp_path: Path) -> None:
     shards = tmp_path / "shards"
-    store = Store(tmp_path / "store")
+    store = open_analysed_store(tmp_path / "store")
     writer = ShardWriter(shards, 0, max_buffer_rows=10_000, flush_interval_s=3600)
     for s in range(100):
         writer.write(s, {"grad_norm_local": float(s)})
@@ -126,7 +127,7 @@ def test_watch_picks_up_appends_and_resumes_after_restart(tmp_path: Path) -> Non
         writer.write(s, {"grad_norm_local": float(s)})
     writer.flush()
     # A "restarted" watcher (new Store object, same files) folds in exactly the 50 new records.
-    store2 = Store(tmp_path / "store")
+    store2 = open_analysed_store(tmp_path / "store")
     report = store2.compact("live", shards)
     assert report.rows == 50
     writer.close()
@@ -139,7 +140,7 @@ def test_watch_picks_up_appends_and_resumes_after_restart(tmp_path: Path) -> Non
 
 def test_live_watch_folds_in_new_records_within_seconds(tmp_path: Path) -> None:
     shards = tmp_path / "shards"
-    store = Store(tmp_path / "store")
+    store = open_analysed_store(tmp_path / "store")
     writer = ShardWriter(shards, 0, flush_interval_s=0.1)
     writer.write(0, {"grad_norm_local": 1.0})
     writer.flush()
@@ -171,7 +172,7 @@ def test_downsampled_read_keeps_a_single_step_spike(tmp_path: Path) -> None:
     loss[73_411] = 20.0
     with ShardWriter(tmp_path / "s", 0) as w:
         w.write_columns(steps, {"loss": loss}, rank=-1)
-    store = Store(tmp_path / "store")
+    store = open_analysed_store(tmp_path / "store")
     store.compact("big", tmp_path / "s")
     s = store.read_series("big", "loss", buckets=200)
     assert s.bucketed and 190 <= s.steps.size <= 200
@@ -184,7 +185,7 @@ def test_downsampled_read_keeps_a_single_step_spike(tmp_path: Path) -> None:
 
 def test_cross_rank_rollup_and_heatmap(tmp_path: Path) -> None:
     write_run(tmp_path / "shards", ranks=3)
-    store = Store(tmp_path / "store")
+    store = open_analysed_store(tmp_path / "store")
     store.compact("r", tmp_path / "shards")
     s = store.read_series("r", "grad_norm_local")
     assert s.source == "ranks"
@@ -201,7 +202,7 @@ def test_cross_rank_rollup_and_heatmap(tmp_path: Path) -> None:
 @pytest.mark.parametrize("name", ["../etc", "a/b", "a\\b", "..", "", "x'; DROP TABLE runs; --", "-x", "a" * 200])
 def test_hostile_run_names_are_refused(tmp_path: Path, name: str) -> None:
     write_run(tmp_path / "shards", ranks=1, steps=10)
-    store = Store(tmp_path / "store")
+    store = open_analysed_store(tmp_path / "store")
     store.compact("safe", tmp_path / "shards")
     with pytest.raises(StabScopeError, match="invalid run name"):
         validate_run_name(name)
@@ -215,7 +216,7 @@ def test_hostile_run_names_are_refused(tmp_path: Path, name: str) -> None:
 
 def test_metric_names_are_bound_not_interpolated(tmp_path: Path) -> None:
     write_run(tmp_path / "shards", ranks=1, steps=10)
-    store = Store(tmp_path / "store")
+    store = open_analysed_store(tmp_path / "store")
     store.compact("r", tmp_path / "shards")
     assert store.read_series("r", "loss' OR '1'='1").steps.size == 0
     assert store.read_series("r", "loss").steps.size == 10
@@ -232,7 +233,7 @@ def test_rejected_records_are_counted_and_kept_in_catalog(tmp_path: Path) -> Non
     with ShardWriter(shards, 0, max_buffer_rows=1) as w2:  # ...and add a later good segment
         w2.write(3, {"grad_norm_local": 1.0})
     # The corrupt frame is the last of its file: treated as an unfinished write, not lost data.
-    store = Store(tmp_path / "store")
+    store = open_analysed_store(tmp_path / "store")
     report = store.compact("r", shards)
     assert report.torn and report.rows == 3
     # Append another good frame behind it: now it is a corrupt middle frame and gets rejected.
@@ -293,7 +294,7 @@ def test_import_of_a_dictionary_metric_column_equals_plain_strings(tmp_path: Pat
     assert [m for m, _ in _parts_by_metric(one_name_chunks)] == ["loss", "lr"]  # one part per chunk
     stores = {}
     for label, table in {"plain": plain, "dictionary": pa.concat_tables([one_name_chunks, mixed])}.items():
-        store = Store(tmp_path / label)
+        store = open_analysed_store(tmp_path / label)
         store.import_table("r", table, source="test")
         stores[label] = store
     for metric, rank in (("loss", 0), ("loss", 1), ("lr", -1), ("grad_norm_local", 1)):

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from ingest.run_analyses import open_analysed_store
 from ingest.store import Store
 
 REPO = Path(__file__).resolve().parents[1]
@@ -39,7 +40,7 @@ def _other_process_reads(store: Store, key: str) -> tuple[int, str]:
 
 
 def test_the_catalog_lock_is_held_only_inside_a_unit_of_work(tmp_path: Path) -> None:
-    store = Store(tmp_path / "store")
+    store = open_analysed_store(tmp_path / "store")
     store.set_setting("colour", "teal")
     assert _other_process_reads(store, "colour") == (0, "teal")  # committed, checkpointed, released
     with store._catalog():
@@ -52,7 +53,7 @@ def test_the_catalog_lock_is_held_only_inside_a_unit_of_work(tmp_path: Path) -> 
 
 
 def test_an_error_inside_a_unit_rolls_back_and_releases_the_catalog(tmp_path: Path) -> None:
-    store = Store(tmp_path / "store")
+    store = open_analysed_store(tmp_path / "store")
     store.set_setting("colour", "teal")
     from ingest import queries as q
 
@@ -67,7 +68,7 @@ def test_an_error_inside_a_unit_rolls_back_and_releases_the_catalog(tmp_path: Pa
 
 
 def test_threads_and_two_stores_take_turns(tmp_path: Path) -> None:
-    stores = [Store(tmp_path / "a"), Store(tmp_path / "b")]
+    stores = [open_analysed_store(tmp_path / "a"), open_analysed_store(tmp_path / "b")]
     errors: list[BaseException] = []
 
     def work(t: int) -> None:
@@ -92,7 +93,7 @@ def test_threads_and_two_stores_take_turns(tmp_path: Path) -> None:
 
 
 def test_a_unit_waits_for_another_process_that_holds_the_catalog(tmp_path: Path) -> None:
-    store = Store(tmp_path / "store")
+    store = open_analysed_store(tmp_path / "store")
     holder = subprocess.Popen(
         [
             sys.executable,
@@ -114,7 +115,7 @@ def test_a_unit_waits_for_another_process_that_holds_the_catalog(tmp_path: Path)
 def test_two_spellings_of_one_store_share_the_attachment(tmp_path: Path) -> None:
     (tmp_path / "store").mkdir()
     (tmp_path / "link").symlink_to(tmp_path / "store")
-    a, b = Store(tmp_path / "store"), Store(tmp_path / "link" / ".." / "link")
+    a, b = open_analysed_store(tmp_path / "store"), open_analysed_store(tmp_path / "link" / ".." / "link")
     with a._catalog():
         b.set_setting("colour", "teal")  # DuckDB refuses one file attached twice in one database
     assert a.get_setting("colour") == "teal"
@@ -193,7 +194,7 @@ def test_the_catalog_database_is_recycled_between_units(tmp_path: Path, monkeypa
     import ingest.store as store_module
 
     monkeypatch.setattr(store_module, "CATALOG_RECYCLE_UNITS", 3)
-    store = Store(tmp_path / "store")
+    store = open_analysed_store(tmp_path / "store")
     databases = []  # kept alive, so that their ids stay distinct
     for i in range(10):
         with store._catalog():

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from ingest.run_analyses import open_analysed_store
 from ingest.shards import ShardWriter
 from ingest.store import Store
 from ingest.watch import watch
@@ -126,7 +127,7 @@ def assert_same_run(live: Store, clean: Store) -> None:
 
 def test_incremental_folds_read_as_one_pass(tmp_path: Path) -> None:
     shards = tmp_path / "shards"
-    live = Store(tmp_path / "live")
+    live = open_analysed_store(tmp_path / "live")
     for i, (increment, as_delta) in enumerate(increments()):
         write_increment(shards, increment)
         before = live.run_info(RUN) if live.has_run(RUN) else None
@@ -136,7 +137,7 @@ def test_incremental_folds_read_as_one_pass(tmp_path: Path) -> None:
             assert before is not None and info.base_gen == before.base_gen < info.gen, f"increment {i}: not a delta"
         else:
             assert info.base_gen == info.gen, f"increment {i}: expected a full generation"
-        clean = Store(tmp_path / f"clean{i}")
+        clean = open_analysed_store(tmp_path / f"clean{i}")
         clean.compact(RUN, shards, status="live")
         assert_same_run(live, clean)
     # Files: the base and one part per delta generation, nothing else.
@@ -146,7 +147,7 @@ def test_incremental_folds_read_as_one_pass(tmp_path: Path) -> None:
         assert sorted(p.name for p in (live.run_dir(RUN) / kind).iterdir()) == parts
     # A re-run adds nothing; a restarted store (new object) reads the same.
     assert live.compact(RUN, shards).rows == 0
-    assert_same_run(Store(tmp_path / "live"), clean)
+    assert_same_run(open_analysed_store(tmp_path / "live"), clean)
 
 
 def test_deltas_pile_up_then_consolidate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -154,7 +155,7 @@ def test_deltas_pile_up_then_consolidate(tmp_path: Path, monkeypatch: pytest.Mon
 
     monkeypatch.setattr(store_module, "DELTA_PARTS_MAX", 3)
     shards = tmp_path / "shards"
-    live = Store(tmp_path / "live")
+    live = open_analysed_store(tmp_path / "live")
     rng = np.random.default_rng(3)
     write_increment(shards, [_block(rng, r, 0, 499) for r in (-1, 0, 1)])
     live.compact(RUN, shards)
@@ -166,7 +167,7 @@ def test_deltas_pile_up_then_consolidate(tmp_path: Path, monkeypatch: pytest.Mon
         bases.append((info.gen, info.base_gen))
     # Up to 4 parts (the base and 3 deltas) on a base, then a fold consolidates them.
     assert bases == [(2, 1), (3, 1), (4, 1), (5, 5), (6, 5), (7, 5), (8, 5), (9, 9)]
-    clean = Store(tmp_path / "clean")
+    clean = open_analysed_store(tmp_path / "clean")
     clean.compact(RUN, shards)
     assert_same_run(live, clean)
 
@@ -176,7 +177,7 @@ def test_a_delta_on_a_base_without_tail_file_reads_the_long_file(tmp_path: Path)
     shards = tmp_path / "shards"
     rng = np.random.default_rng(5)
     write_increment(shards, [_block(rng, r, 0, 8999) for r in (-1, 0, 1, 2)])
-    live = Store(tmp_path / "live")
+    live = open_analysed_store(tmp_path / "live")
     live.compact(RUN, shards)
     for path in (live.run_dir(RUN) / "tail").iterdir():
         path.unlink()
@@ -184,7 +185,7 @@ def test_a_delta_on_a_base_without_tail_file_reads_the_long_file(tmp_path: Path)
     live.compact(RUN, shards)
     info = live.run_info(RUN)
     assert info.base_gen == 1 and info.gen == 2
-    clean = Store(tmp_path / "clean")
+    clean = open_analysed_store(tmp_path / "clean")
     clean.compact(RUN, shards)
     assert_same_run(live, clean)
 
@@ -196,21 +197,21 @@ def test_crash_mid_delta_then_rerun_equals_clean_run(tmp_path: Path, stage: str)
     steps = increments()
     write_increment(shards, steps[0][0])
     crashed = tmp_path / "crashed"
-    Store(crashed).compact(RUN, shards)
+    open_analysed_store(crashed).compact(RUN, shards)
     write_increment(shards, steps[1][0])
     cmd = [sys.executable, "-m", "ingest", "compact", str(shards), "--run", RUN, "--store", str(crashed)]
     env = {**os.environ, "STABSCOPE_CRASH_AT": stage, "PYTHONPATH": str(REPO)}
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=REPO, check=False)
     assert proc.returncode == 137, proc.stderr
-    readable = Store(crashed).run_info(RUN)
+    readable = open_analysed_store(crashed).run_info(RUN)
     assert readable.n_rows > 0 and readable.gen == (2 if stage == "after_delta_commit" else 1)
     env.pop("STABSCOPE_CRASH_AT")
     # The re-run is a watch pass (it finishes the interrupted fold, then folds nothing new).
-    store = Store(crashed)
+    store = open_analysed_store(crashed)
     assert watch(store, RUN, shards, once=True) == 1
     info = store.run_info(RUN)
     assert (info.gen, info.base_gen) == (2, 1)
-    clean = Store(tmp_path / "clean")
+    clean = open_analysed_store(tmp_path / "clean")
     clean.compact(RUN, shards)
     assert_same_run(store, clean)
     run_dir = store.run_dir(RUN)

@@ -19,7 +19,7 @@ import torch
 
 from ingest.cli import build_parser
 from ingest.errors import StabScopeError
-from ingest.store import Store
+from ingest.run_analyses import open_analysed_store
 from ingest.train_demo import (
     LR_JUMP_MIN_LR_RATIO,
     LR_JUMP_PEAK_LR,
@@ -130,7 +130,7 @@ def test_lr_jump_run_ingests_with_both_ranks_and_spikes_at_the_restart(tmp_path:
             "--ranks", "2", "--steps", str(JUMP_STEPS), "--out", str(tmp_path / "shards"), "--provoke", "lr-jump"
         )
     )
-    store = Store(tmp_path / "store")
+    store = open_analysed_store(tmp_path / "store")
     report = store.compact("jump", tmp_path / "shards")
     assert report.rejected == 0
     info = store.run_info("jump")
@@ -169,7 +169,7 @@ SPIKE_RATIO = 2.0
 @pytest.mark.slow
 def test_outlier_batches_raise_that_ranks_loss_and_local_grad_norm(tmp_path: Path) -> None:
     finish(demo_train("--ranks", "2", "--steps", "80", "--out", str(tmp_path), "--provoke", "outlier-batch"))
-    store = Store(tmp_path / "store")
+    store = open_analysed_store(tmp_path / "store")
     store.compact("outlier", tmp_path)
     start, end = DemoConfig(out=tmp_path, steps=80, provoke="outlier-batch").outlier_steps
     loss = {r: store.read_series("outlier", "loss", rank=r).values for r in (0, 1)}
@@ -214,7 +214,7 @@ def test_a_killed_run_resumes_on_the_identical_schedule_and_clipper_trajectory(t
             torch.testing.assert_close(b["model"][name], tensor, rtol=1e-6, atol=1e-7, msg=name)
 
     # The shards of the killed-and-resumed run ingest into the same series (re-logged steps: last write wins).
-    store = Store(tmp_path / "store")
+    store = open_analysed_store(tmp_path / "store")
     store.compact("straight", straight)
     store.compact("resumed", killed)
     for metric in ("lr", "loss", "grad_norm", "clip_coef"):

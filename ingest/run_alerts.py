@@ -43,7 +43,7 @@ def run_alerts(store: AlertSource, name: str, *, live: bool | None = None) -> li
     known). ``live`` defaults to the catalog's status.
 
     Read from ``meta['analysis']['alerts']`` when the analyses of the current generation stored them
-    (``ingest.analyses.materialise``), else computed from the store.
+    (``ingest.run_analyses.materialise``), else computed from the store.
     """
     info = store.run_info(name)
     live = info.status == "live" if live is None else live

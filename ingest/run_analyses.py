@@ -1,17 +1,21 @@
 """Materialise each run's analyses (SNR, clipping statistics, spikes with their diagnosis) per generation.
 
-Called by the store after every merge, so a run that grows is re-analysed; pages and the CLI read
-the stored results instead of recomputing them.
+:func:`materialise` is the store's ``on_generation`` hook: a store opened with
+:func:`open_analysed_store` (the CLI, the pages, ``watch``, the demo) re-analyses a run after every
+merge, and pages and the CLI read the stored results instead of recomputing them. A store opened
+without it (``ingest.store.open_store``) only stores data.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import Any, Protocol
 
 import pyarrow as pa
 
-from ingest.alerts import AlertSource
+from ingest.run_alerts import AlertSource
+from ingest.store import Store, open_store
 from stab_core.runview import RunEvent, RunView
 
 
@@ -33,6 +37,12 @@ class AnalysisStore(AlertSource, Protocol):
     ) -> None: ...
 
 
+def open_analysed_store(root: str | os.PathLike[str] | None = None) -> Store:
+    """The store at ``root`` (default: ``$STABSCOPE_STORE`` or the embedded default) that re-runs the
+    analyses of a run after each new generation of it: how the product opens a store."""
+    return open_store(root, on_generation=materialise)
+
+
 def materialise(store: AnalysisStore, name: str) -> None:
     """Recompute the analyses of run ``name`` if its data generation moved on.
 
@@ -43,7 +53,7 @@ def materialise(store: AnalysisStore, name: str) -> None:
     """
     import numpy as np
 
-    from ingest.alerts import compute_alerts
+    from ingest.run_alerts import compute_alerts
     from stab_core.analysis import analyze_run
 
     info = store.run_info(name)
