@@ -21,15 +21,8 @@ import numpy as np
 import numpy.typing as npt
 
 from stab_core.clipping import ClipStats, clipping_stats
-from stab_core.diagnosis import (
-    Diagnosis,
-    DiagnosisContext,
-    DiagnosisParams,
-    diagnose,
-    diagnose_early,
-    logging_interval,
-    prepare_context,
-)
+from stab_core.decision_tree import Diagnosis, DiagnosisParams
+from stab_core.diagnosis import DiagnosisContext, diagnose, diagnose_early, logging_interval, prepare_context
 from stab_core.incidents import (
     Incident,
     IncidentKind,
