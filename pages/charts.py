@@ -17,18 +17,20 @@ import plotly.graph_objects as go
 
 from ingest.store import SeriesData
 from pages.common import Line, ema
+from stab_core import causes
 from stab_core.alerts import OUTLIER_MIN_DEVIATION, cross_rank_band
 from stab_core.runview import RunEvent
 
 PALETTE = ("#1c7ed6", "#d9480f", "#2b8a3e", "#7048e8", "#c2255c", "#0c8599", "#e67700", "#5c940d")
 CAUSE_COLORS = {
-    "numerical": "#c92a2a",
-    "lr_transition": "#e67700",
-    "rank_fault": "#7048e8",
-    "router": "#1c7ed6",
-    "data_outlier": "#2b8a3e",
-    "unknown": "#868e96",
+    causes.NUMERICAL: "#c92a2a",
+    causes.LR_TRANSITION: "#e67700",
+    causes.RANK_FAULT: "#7048e8",
+    causes.ROUTER: "#1c7ed6",
+    causes.DATA_OUTLIER: "#2b8a3e",
+    causes.UNKNOWN: "#868e96",
 }
+"""A colour per cause of :data:`stab_core.causes.CAUSES` (a test checks none is missing)."""
 EVENT_STYLES = {
     "schedule_transition": ("#e67700", "dash"),
     "warmup_end": ("#e67700", "dot"),

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import Any, get_args
 
 import numpy as np
 import pytest
 
 from stab_core.analysis import SyntheticRunSpec, synthetic_run
-from stab_core.causes import CAUSES
+from stab_core.causes import CAUSES, Cause
 from stab_core.decision_tree import DECISION_TREE, NODE_IDS, DiagnosisParams, build_tree, tree_to_dot, walk_tree
 from stab_core.diagnosis import _leave_one_out_medians, diagnose, prepare_context
 from stab_core.runview import RankMatrix, RunEvent, RunView, Series
@@ -23,6 +23,15 @@ def test_tree_has_five_nodes_in_the_issue_order() -> None:
     assert [n.number for n in DECISION_TREE.nodes] == [1, 2, 3, 4, 5]
     assert DECISION_TREE.root == "numerical"
     assert {leaf.cause for leaf in DECISION_TREE.leaves} == set(CAUSES)
+
+
+def test_the_cause_vocabulary_is_spelled_once() -> None:
+    """The Literal type, the tuple, the pages' colours and the JSON contract's names agree."""
+    from pages.charts import CAUSE_COLORS
+
+    assert set(get_args(Cause)) == set(CAUSES) and len(CAUSES) == len(set(CAUSES))
+    assert set(CAUSE_COLORS) == set(CAUSES)  # every cause has a colour, and no colour an unknown cause
+    assert CAUSES[-1] == "unknown"
 
 
 def test_every_edge_lands_on_a_node_or_leaf_and_every_answer_has_one() -> None:
