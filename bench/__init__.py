@@ -1,14 +1,15 @@
 """StabScope's benchmark suite (issue 8): each goal measured against a baseline run in the same session.
 
 ``python -m bench`` runs every goal at full size (256 ranks x 200k steps x 8 metrics where the issue
-says so), ``python -m bench --quick`` a pass of about a minute at reduced size; ``--goals 1,3`` picks
-goals. Every figure is the median over repeats, printed with the baseline measured in the same run, the
-ratio and the peak resident memory (RSS) of the process that did the work: each measured step runs in a
-child process (``bench.child``), which reports its own peak (``VmHWM``; ``wait4``'s ``ru_maxrss`` only
-for processes that cannot report, such as the Streamlit server). Inputs are
-generated once per size under the work folder (``bench/results/`` by default, git-ignored); results
-are never reused between repeats (each repeat compacts into a fresh store, re-reads files, opens a
-fresh ``Store``), but the operating system's page cache is warm, as it is for a user re-opening a run.
+says so), ``python -m bench --quick`` a shorter pass at reduced size; ``--goals 1,3`` picks goals
+(docs/performance.md says how long each takes). Every figure is the median over repeats, printed with
+the baseline measured in the same run, the ratio or difference to it and the peak resident memory (RSS)
+of the process that did the work: each measured step runs in a child process (``bench.child``), which
+reports its own peak (``VmHWM``; ``wait4``'s ``ru_maxrss`` only for processes that cannot report, such
+as the Streamlit server). Inputs are generated once per size under the work folder (``bench/results/``
+by default, git-ignored); results are never reused between repeats (each repeat compacts into a fresh
+store, re-reads files, opens a fresh ``Store``), but the operating system's page cache is warm, as it is
+for a user re-opening a run.
 
 Modules, one per goal: ``compaction`` (1), ``imports`` (2), ``queries`` (3), ``analyses`` (4),
 ``training`` (5), ``app`` (6); ``data`` writes the inputs, ``report`` the table in docs/performance.md.
@@ -89,7 +90,7 @@ QUICK = Sizes(
     ranks=64,
     steps=25_000,
     metrics=8,
-    repeats=1,  # a one-minute look (issue 8), not the measurement: the full suite takes medians of 3
+    repeats=1,  # a quick look (issue 8), not the measurement: the full suite takes medians of 3
     import_steps=100_000,
     tb_steps=20_000,
     naive_steps=5_000,
@@ -116,14 +117,15 @@ TINY = Sizes(
     wide_ranks=8,
     wide_steps=4_000,
 )
-"""For the smoke test: every code path, in seconds."""
+"""For the smoke test: every code path, at the smallest sizes that reach it."""
 
 
 @dataclass
 class Figure:
     """One line of the table: ``value`` in ``unit`` (median over ``repeats``), its baseline, the ratio
-    (``value / baseline`` for rates, ``baseline / value`` for times: above 1 is better), the goal's
-    target in words and whether it is met (None where the figure has no target)."""
+    (``value / baseline`` for rates, ``baseline / value`` for times: above 1 is better) and, where the
+    target is a same-run difference, ``difference`` (the median ``value`` minus the median baseline, in
+    ``unit``), the goal's target in words and whether it is met (None where the figure has no target)."""
 
     goal: str
     name: str
@@ -138,6 +140,7 @@ class Figure:
     repeats: int = 1
     note: str = ""
     samples: list[float] = field(default_factory=list)
+    difference: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

@@ -26,12 +26,12 @@ GOALS = {
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     size = parser.add_mutually_exclusive_group()
-    size.add_argument("--quick", action="store_true", help="reduced sizes, one repeat each: about a minute")
+    size.add_argument("--quick", action="store_true", help="reduced sizes, one repeat each: a look for regressions")
     size.add_argument("--tiny", action="store_true", help=argparse.SUPPRESS)  # the smoke test's sizes
     parser.add_argument("--goals", default=",".join(GOALS), help="comma-separated goals to run (default: all)")
     parser.add_argument("--repeats", type=int, help="repeats per figure (default: 3; 1 with --quick)")
     parser.add_argument("--workdir", type=Path, default=DEFAULT_WORKDIR, help="generated inputs and stores")
-    parser.add_argument("--no-doc", action="store_true", help="do not write docs/performance.md")
+    parser.add_argument("--no-doc", action="store_true", help="do not write the table in docs/performance.md")
     args = parser.parse_args(argv)
     sizes = TINY if args.tiny else QUICK if args.quick else FULL
     if args.repeats:
@@ -45,8 +45,10 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     figures: list[Figure] = []
     skipped: list[tuple[str, str]] = []
+    goal_seconds: dict[str, float] = {}
     failed = False
     for goal in wanted:
+        goal_start = time.perf_counter()
         try:
             figures += importlib.import_module(GOALS[goal]).run(sizes, workdir)
         except Unavailable as exc:
@@ -55,12 +57,14 @@ def main(argv: list[str] | None = None) -> int:
             failed = True
             traceback.print_exc()
             skipped.append((goal, f"FAILED: {type(exc).__name__}: {exc}"))
-        log(f"goal {goal} done")
+        goal_seconds[goal] = time.perf_counter() - goal_start
+        log(f"goal {goal} done in {goal_seconds[goal]:.0f} s")
     wall = time.perf_counter() - start
     print(text_table(figures, skipped))
     save_json(workdir / "results.json", sizes, figures, skipped)
     if not args.no_doc and not args.tiny:
-        write_doc(sizes, figures, skipped, wall)
+        command = " ".join(["python -m bench", *(sys.argv[1:] if argv is None else argv)])
+        write_doc(sizes, figures, skipped, wall, command=command, goal_seconds=goal_seconds)
         log("docs/performance.md updated")
     missed = [f.name for f in figures if f.met is False]
     if missed:

@@ -93,18 +93,78 @@ def test_tensorboard_baseline_counts_scalars_and_spikes(tmp_path: Path) -> None:
     assert child.result["spikes_kept"] == 5  # everything kept: all 5 spikes present
 
 
-def test_report_table_holds_value_baseline_and_ratio(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def _figure(goal: str, value: float) -> Figure:
+    """A rate of ``value`` records/s against a same-run ceiling of 5M records/s, target met."""
+    return Figure(
+        goal,
+        f"figure of goal {goal}",
+        value,
+        "records/s",
+        baseline="pyarrow ceiling",
+        baseline_value=5e6,
+        ratio=value / 5e6,
+        target=">= 0.7x",
+        met=True,
+        peak_rss_mb=512.0,
+        repeats=3,
+    )
+
+
+def test_report_table_holds_value_baseline_and_ratio(tmp_path: Path) -> None:
     from bench import report
 
-    monkeypatch.setattr(report, "DOC", tmp_path / "performance.md")
-    (tmp_path / "performance.md").write_text("# Performance\n\nHand-written notes stay.\n")
-    fig = Figure("1", "compaction", 3.5e6, "records/s", "pyarrow ceiling", 5e6, 0.7, ">= 0.7x", True, 512.0, 3)
-    report.write_doc(TINY, [fig], [("5", "not available yet: x")], 10.0)
-    report.write_doc(TINY, [fig], [], 10.0)  # a second run replaces its section
-    text = (tmp_path / "performance.md").read_text()
-    assert text.count("<!-- bench:tiny:begin -->") == 1 and "Hand-written notes stay." in text
-    assert "3.50 M records/s" in text and "pyarrow ceiling: 5.00 M records/s" in text and "0.70x" in text
+    doc = tmp_path / "performance.md"
+    doc.write_text("# Performance\n\nHand-written notes stay.\n")
+    skipped = [("5", "FAILED: RuntimeError: child failed (exit 1):\nTraceback ...")]
+    render = Figure("6", "first render", 7.27, "s", "the floor", 5.81, 0.80, "within 1.0 s", False, difference=1.46)
+    figures = [_figure("1", 3.5e6), render]
+    report.write_doc(TINY, figures, skipped, 90.0, goal_seconds={"1": 60.0, "5": 30.0}, doc=doc)
+    text = doc.read_text()
+    assert text.startswith("# Performance\n\nHand-written notes stay.\n\n<!-- bench:begin -->")  # appended
+    assert (
+        "| 1 | figure of goal 1 | 3.50 M records/s | pyarrow ceiling: 5.00 M records/s | 0.70x | >= 0.7x | yes |"
+        in text
+    )
+    assert "| 5 | FAILED: RuntimeError: child failed (exit 1): |" in text and "Traceback" not in text
+    assert "| 7.27 s | the floor: 5.81 s | 0.80x, +1.46 s | within 1.0 s | **no** |" in text
+    assert text.index("| 1 |") < text.index("| 5 |") < text.index("| 6 |")
+    assert "goals 1, 5, 6: `python -m bench`" in text and "took 1.5 min (per goal 1: 1.0, 5: 0.5 min)" in text
     assert set(PER_RANK_METRICS).isdisjoint(RUN_LEVEL_METRICS)
+
+
+def test_report_replaces_only_the_generated_table_of_the_doc(tmp_path: Path) -> None:
+    """On a copy of the real doc: the hand-written text around the markers is kept byte for byte, and
+    a second run's table replaces the first's."""
+    from bench import report
+
+    doc = tmp_path / "performance.md"
+    doc.write_text(report.DOC.read_text())
+    before, _, after = doc.read_text().partition(report.BEGIN)
+    after = after.partition(report.END)[2]
+    report.write_doc(TINY, [_figure("1", 3.5e6)], [], 60.0, command="python -m bench --tiny", doc=doc)
+    report.write_doc(TINY, [_figure("1", 4.5e6)], [], 120.0, command="python -m bench --tiny", doc=doc)
+    text = doc.read_text()
+    assert text.startswith(before) and text.endswith(after)
+    assert text.count(report.BEGIN) == text.count(report.END) == 1
+    assert "4.50 M records/s" in text and "3.50 M records/s" not in text
+    assert "`python -m bench --tiny`" in text and "took 2.0 min" in text
+
+
+def test_report_keeps_other_goals_of_the_same_machine_and_size(tmp_path: Path) -> None:
+    """``--goals 5`` after a run of goals 1 and 5: goal 1's row stays (its run listed), goal 5's is
+    replaced; a run at another size starts the table afresh."""
+    from bench import QUICK, report
+
+    doc = tmp_path / "performance.md"
+    report.write_doc(TINY, [_figure("1", 1e6), _figure("5", 2e6)], [], 60.0, command="first", doc=doc)
+    report.write_doc(TINY, [_figure("5", 3e6)], [], 60.0, command="second", doc=doc)
+    text = doc.read_text()
+    assert "1.00 M records/s" in text and "2.00 M records/s" not in text and "3.00 M records/s" in text
+    assert text.index("| 1 | figure of goal 1") < text.index("| 5 | figure of goal 5")
+    assert "- goal 1: `first`" in text and "- goal 5: `second`" in text
+    report.write_doc(QUICK, [_figure("5", 4e6)], [], 60.0, command="third", doc=doc)
+    text = doc.read_text()
+    assert "1.00 M records/s" not in text and "`first`" not in text and "4.00 M records/s" in text
 
 
 def test_wide_run_logs_run_level_every_step_and_ranks_every_nth(tmp_path: Path) -> None:
