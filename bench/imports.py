@@ -37,12 +37,12 @@ def ours_read_log(path: str, fmt: str) -> dict[str, Any]:
     # library initialisation, as imports are: pyarrow imports pandas on its first conversion from
     # numpy (0.15-0.2 s here), which the ceilings never make and a running app has long done
     pa.array(np.zeros(1))
-    from ingest.formats import textlog
+    from ingest.formats import textlog_pipes
 
     start = time.perf_counter()
     parsed = read_log([Path(path)], format=fmt)
     seconds = time.perf_counter() - start
-    engine = "the C extension" if textlog._fields is not None else "numpy/Arrow (the C extension is not built)"
+    engine = "the C extension" if textlog_pipes.C_EXTENSION_BUILT else "numpy/Arrow (the C extension is not built)"
     return {"seconds": seconds, "records": parsed.table.num_rows, "skipped": parsed.skipped, "engine": engine}
 
 

@@ -207,12 +207,76 @@ def test_first_render_waits_for_the_pages_own_elements(tmp_path: Path) -> None:
 
 def test_megatron_read_reports_its_records_and_engine(tmp_path: Path) -> None:
     from bench.imports import ours_read_log
-    from ingest.formats import textlog
+    from ingest.formats import textlog_pipes
 
     path = tmp_path / "train.log"
     line = " iteration {:>8d}/      100 | lm loss: {:.4E} | grad norm: 1.5 | learning rate: 3.0E-4 |\n"
     path.write_text("".join(line.format(i, 8 - i / 100) for i in range(1, 101)))
     result = ours_read_log(str(path), "megatron")
     assert result["records"] == 300 and result["skipped"] == 0
-    built = textlog._fields is not None
+    built = textlog_pipes.C_EXTENSION_BUILT
     assert result["engine"] == ("the C extension" if built else "numpy/Arrow (the C extension is not built)")
+
+
+# ------------------------------------------------------------------------------------------ goal 5
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_measure_overhead_reports_consistent_timings(
+    ranks: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+    import sys
+    import types
+
+    from bench.training import measure_overhead
+
+    # The caller's __main__ is a script that fails when run again, as Streamlit's AppTest leaves it:
+    # spawned ranks must not re-run it.
+    script = tmp_path / "caller.py"
+    script.write_text("raise SystemExit('the caller script ran again in a spawned rank')\n")
+    caller = types.ModuleType("__main__")
+    caller.__file__ = str(script)
+    monkeypatch.setitem(sys.modules, "__main__", caller)
+    affinity = os.sched_getaffinity(0)
+    result = measure_overhead(steps=60, ranks=ranks)
+    assert os.sched_getaffinity(0) == affinity  # one rank runs pinned in this process: given back
+    assert result["steps"] == 60 and result["ranks"] == ranks
+    assert result["overhead_s"] == pytest.approx(result["monitored_step_s"] - result["bare_step_s"])
+    assert 0 < result["monitor_log_s"] < result["monitored_step_s"]
+    assert 0 < result["clip_s"] < result["monitored_step_s"]
+    assert result["clip_and_log_pct"] == pytest.approx(
+        100 * (result["clip_s"] + result["monitor_log_s"]) / result["bare_step_s"]
+    )
+    assert result["overhead_pct"] == pytest.approx(100 * result["overhead_s"] / result["bare_step_s"])
+    torch_clip = result["torch_clip_step_s"]
+    assert torch_clip > 0 and result["overhead_vs_torch_clip_pct"] == pytest.approx(
+        100 * (result["monitored_step_s"] - torch_clip) / torch_clip
+    )
+    # a median of differences is not the difference of medians, but both sit well inside one step
+    assert abs(result["overhead_paired_pct"]) < 100
+
+
+def test_goal_5_figures_are_same_run_ratios_against_torch_clipping_and_the_bare_step() -> None:
+    from bench.training import MIN_RUNS, overhead_figures
+
+    assert MIN_RUNS >= 5  # the "median of at least 5 interleaved runs"
+    # five runs, each with its own machine speed: monitored / torch-clip = 1.01, 1.03, 1.00, 1.015, 1.05
+    factors = [1.01, 1.03, 1.00, 1.015, 1.05]
+    results = [
+        {"ranks": 2.0, "bare_step_s": 0.009 * s, "torch_clip_step_s": 0.010 * s, "monitored_step_s": 0.010 * s * f}
+        | {"monitor_log_s": 1e-4, "clip_s": 2e-4}
+        for s, f in zip([1.0, 2.0, 1.5, 1.2, 0.8], factors, strict=True)
+    ]
+    goal, bare = overhead_figures(results, [300.0, 310.0, 305.0, 300.0, 320.0])
+    assert goal.goal == bare.goal == "5" and "2 rank(s)" in goal.name and goal.repeats == 5
+    assert goal.ratio == pytest.approx(1 / 1.015)  # the median run's own ratio, not a ratio of medians
+    assert goal.met is True and "1.50 %" in goal.note and goal.target.startswith("<= 2 %")
+    assert goal.unit == bare.unit == "ms" and goal.baseline_value == pytest.approx(10.0 * 1.2)
+    assert bare.ratio == pytest.approx(0.9 / 1.015) and bare.met is None and bare.target == ""
+    assert goal.peak_rss_mb == 305.0 and goal.samples == pytest.approx(
+        [10.0 * s * f for s, f in zip([1.0, 2.0, 1.5, 1.2, 0.8], factors, strict=True)]
+    )
+    slower = [r | {"monitored_step_s": r["torch_clip_step_s"] * 1.025} for r in results]
+    assert overhead_figures(slower, [300.0] * 5)[0].met is False

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from ingest.errors import StabScopeError
-from ingest.formats import detect, read_log, textlog
+from ingest.formats import detect, read_log, textlog_pipes
 
 REAL_LOGS = Path(__file__).resolve().parents[2] / "shared" / "data" / "real_logs"
 
@@ -68,10 +68,10 @@ def _write(path: Path, lines: list[str]) -> Path:
 @pytest.fixture(params=["c", "numpy"])
 def field_engine(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Megatron's '|' layout cut by the C extension (``_fields.c``) or by numpy and Arrow."""
-    if request.param == "c" and textlog._fields is None:
+    if request.param == "c" and textlog_pipes._fields is None:
         pytest.skip("ingest.formats._fields not built (no C compiler at install time)")
     if request.param == "numpy":
-        monkeypatch.setattr(textlog, "_fields", None)
+        monkeypatch.setattr(textlog_pipes, "_fields", None)
     return str(request.param)
 
 

@@ -1,4 +1,4 @@
-"""The ``|``-field plan of the text-log engine (textlog._Plan) against the regex engine it shortcuts.
+"""The ``|``-field plan of the text-log engine (textlog_pipes.Plan) against the regex engine it shortcuts.
 
 Every test that compares reads the same file twice: with plans (the default) and with plans turned
 off, so only the skeleton regexes run; the two must agree on every row, skipped line and event.
@@ -17,7 +17,9 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-import ingest.formats.textlog as textlog
+import ingest.formats.textlog_engine as engine
+import ingest.formats.textlog_patterns as patterns
+import ingest.formats.textlog_pipes as pipes
 from ingest.errors import StabScopeError
 from ingest.formats import read_log
 from ingest.formats._common import LogBuilder, _one_metric, _Piece, iter_line_chunks, iter_whole_lines, utf8_or_null
@@ -30,13 +32,13 @@ def _read(path: Path, fmt: str, *, plans: bool, chunk_bytes: int | None = None) 
     reader = {"megatron": MegatronReader, "megatron_deepspeed": MegatronDeepSpeedReader}[fmt]()
     if chunk_bytes is not None:
         reader.chunk_bytes = chunk_bytes
-    original = textlog._plan
+    original = patterns.plan_for
     if not plans:
-        textlog._plan = lambda *args: None  # type: ignore[assignment]
+        patterns.plan_for = lambda *args: None  # type: ignore[assignment]
     try:
         return reader.read([path])
     finally:
-        textlog._plan = original  # type: ignore[assignment]
+        patterns.plan_for = original  # type: ignore[assignment]
 
 
 def _same(a: Any, b: Any) -> None:
@@ -66,7 +68,7 @@ def _plain_names(table: pa.Table) -> pa.Table:
 def _claimed(path: Path, fmt: str, chunk_bytes: int | None = None) -> int:
     """Lines the plans took (so a comparison is not vacuous)."""
     taken = 0
-    original = textlog._EngineState._match_plan
+    original = engine.EngineState._match_plan
 
     def counting(self: Any, *args: Any) -> Any:
         nonlocal taken
@@ -74,11 +76,11 @@ def _claimed(path: Path, fmt: str, chunk_bytes: int | None = None) -> int:
         taken += 0 if block is None else len(block.rows)
         return block
 
-    textlog._EngineState._match_plan = counting  # type: ignore[method-assign]
+    engine.EngineState._match_plan = counting  # type: ignore[method-assign]
     try:
         _read(path, fmt, plans=True, chunk_bytes=chunk_bytes)
     finally:
-        textlog._EngineState._match_plan = original  # type: ignore[method-assign]
+        engine.EngineState._match_plan = original  # type: ignore[method-assign]
     return taken
 
 
@@ -145,12 +147,12 @@ def _write_log(path: Path, seed: int, n: int = 3000) -> None:
 @pytest.fixture(params=["c", "arrow"])
 def field_engine(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """The plan's fields checked by the C extension (``_fields.c``) or by Arrow's kernels."""
-    if request.param == "c" and textlog._fields is None:
+    if request.param == "c" and pipes._fields is None:
         if os.environ.get("CI"):
             pytest.fail("ingest.formats._fields was not built: `pip install -e .` needs a C compiler")
         pytest.skip("ingest.formats._fields not built (no C compiler at install time)")
     if request.param == "arrow":
-        monkeypatch.setattr(textlog, "_fields", None)
+        monkeypatch.setattr(pipes, "_fields", None)
     return str(request.param)
 
 
@@ -202,12 +204,12 @@ def test_plan_known_answers_nan_units_and_fallbacks(tmp_path: Path, field_engine
 
 
 def test_ends_with_pipe() -> None:
-    assert textlog._ends_with_pipe(r"iteration[ \t]+(?P<step>[0-9]+)[ \t]*\|")
-    assert textlog._ends_with_pipe(r"(?:a|b)[^|\n]*\|")
-    assert not textlog._ends_with_pipe(r"a|b\|")  # top-level alternative: may end anywhere
-    assert not textlog._ends_with_pipe(r"a\\|")  # an escaped backslash, then an alternative
-    assert not textlog._ends_with_pipe(r"a[|]")
-    assert not textlog._ends_with_pipe(r"a\|[ \t]*")
+    assert pipes.ends_with_pipe(r"iteration[ \t]+(?P<step>[0-9]+)[ \t]*\|")
+    assert pipes.ends_with_pipe(r"(?:a|b)[^|\n]*\|")
+    assert not pipes.ends_with_pipe(r"a|b\|")  # top-level alternative: may end anywhere
+    assert not pipes.ends_with_pipe(r"a\\|")  # an escaped backslash, then an alternative
+    assert not pipes.ends_with_pipe(r"a[|]")
+    assert not pipes.ends_with_pipe(r"a\|[ \t]*")
 
 
 def _random_pipe_text(seed: int, n_lines: int) -> bytes:
@@ -220,7 +222,7 @@ def _random_pipe_text(seed: int, n_lines: int) -> bytes:
 
 
 def _assert_split_rebuilds(text: bytes) -> None:
-    split = textlog._Split(text)
+    split = pipes.Split(text)
     lines = split.lines.to_pylist()
     assert b"".join(lines) == text
     assert len(lines) == text.count(b"\n")
@@ -245,7 +247,7 @@ def test_split_in_c_equals_numpy() -> None:
     texts += [bytes(rng.choice(b"ab|\n\x00 ") for _ in range(n)) for n in range(0, 70)]
     texts += [_random_pipe_text(seed, 300) for seed in range(3)]
     for text in texts:
-        for got, want in zip(textlog._split_c(text), textlog._split_numpy(text), strict=True):
+        for got, want in zip(pipes.split_c(text), pipes.split_numpy(text), strict=True):
             assert got.dtype == want.dtype and got.tolist() == want.tolist(), text
     n_segments, n_lines = fields.count_separators(b"a|b\nc|")
     assert (n_segments, n_lines) == (3, 1)
@@ -255,7 +257,7 @@ def test_split_in_c_equals_numpy() -> None:
 
 
 def test_split_reuses_its_masks_across_sizes_and_threads(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(textlog, "_fields", None)  # the masks belong to the numpy split
+    monkeypatch.setattr(pipes, "_fields", None)  # the masks belong to the numpy split
     # A thread keeps its masks from chunk to chunk: a shorter chunk after a longer one must see only
     # its own bytes (stale separators past its end would add fields), and threads must not share them.
     texts = [_random_pipe_text(seed, n) for seed, n in ((4, 2000), (5, 30), (6, 700), (7, 1))]
@@ -405,7 +407,7 @@ def test_threaded_tiny_and_empty_files(tmp_path: Path, text: str) -> None:
 
 
 def test_digits_alike() -> None:
-    alike = textlog._digits_alike
+    alike = pipes.digits_alike
     assert alike(r"[ \t]*(?:\[(?P<ts>[0-9]{4}-[0-9]{2})\][ \t]*)?iteration[ \t]+(?P<step>[0-9]+)[ \t]*\|")
     assert alike(r"(?P<step>\d+)\w*[^|\n]*.\|") and alike(r"(?:a|[^0-9])\b\|") and alike(r"\s*\S+\|")
     assert not alike(r"step 1(?P<step>[0-9]+)\|")  # a digit literal
@@ -433,14 +435,14 @@ def test_head_by_shape_equals_the_regex(seed: int, field_engine: str) -> None:
     heads = _heads(rng, rng.choice([70, 500, 3000]))
     tail = b" lm loss: 1.0 |\n"
     text = b"".join(h + tail for h in heads)
-    split = textlog._Split(text)
+    split = pipes.Split(text)
     kind = MegatronReader.kinds[0]
-    plan = textlog._Plan(2, "^(?:" + kind.prefix + ")$", ((b" lm loss: ", b" |"),), (), b"", True)
-    assert textlog._digits_alike(plan.prefix_re2)
+    plan = pipes.Plan(2, "^(?:" + kind.prefix + ")$", ((b" lm loss: ", b" |"),), (), b"", True)
+    assert pipes.digits_alike(plan.prefix_re2)
     lines = np.arange(len(heads), dtype=np.int64)
     head = split.segments.take(pa.array(split.first_segment[lines]))
-    got = textlog._match_head(plan, split, lines)
-    want = textlog.pc.extract_regex(head, plan.prefix_re2)
+    got = pipes.match_head(plan, split, lines)
+    want = pipes.pc.extract_regex(head, plan.prefix_re2)
     assert got.is_valid().to_pylist() == want.is_valid().to_pylist()
     valid = want.is_valid()
     assert got.filter(valid).to_pylist() == want.filter(valid).to_pylist()
@@ -515,11 +517,11 @@ def test_line_chunks_keep_a_line_that_grows_while_it_is_read(tmp_path: Path, mon
 
 
 def _c_fields() -> Any:
-    if textlog._fields is None:
+    if pipes._fields is None:
         if os.environ.get("CI"):
             pytest.fail("ingest.formats._fields was not built: `pip install -e .` needs a C compiler")
         pytest.skip("ingest.formats._fields not built (no C compiler at install time)")
-    return textlog._fields
+    return pipes._fields
 
 
 def _bits(x: float) -> bytes:
@@ -560,7 +562,7 @@ def test_c_parse_plain_is_correctly_rounded() -> None:
 
 def test_c_match_fields_rejects_what_does_not_fit() -> None:
     fields = _c_fields()
-    split = textlog._Split(b" iteration 1/ 2 | lm loss: 7.5 |\n")
+    split = pipes.Split(b" iteration 1/ 2 | lm loss: 7.5 |\n")
     ok, values, slow = np.empty(1, np.bool_), np.empty((1, 1)), np.empty((1, 1), np.bool_)
     args = (split.chunk, split.bounds, split.first_segment, 2, (b" lm loss: ",), (b" |",), (), b"")
     fields.match_fields(*args, ok, values, slow)
@@ -580,7 +582,7 @@ def test_c_match_fields_rejects_what_does_not_fit() -> None:
 def test_c_match_shape_known_answers() -> None:
     fields = _c_fields()
     text = b" it 12/ 30 |a\n it 99/ 00 |b\n it 1x/ 30 |c\n it 123/ 30 |d\n"
-    split = textlog._Split(text)
+    split = pipes.Split(text)
     same = np.empty(4, np.bool_)
     fields.match_shape(split.chunk, split.bounds, split.first_segment, b" it 00/ 00 |", same)
     assert same.tolist() == [True, True, False, False]  # a letter for a digit; one byte wider
@@ -633,7 +635,7 @@ def test_a_corrupted_byte_in_a_value_drops_that_value_only(tmp_path: Path, field
 
 def test_a_layout_wider_than_the_c_pass_takes_reads_the_same(tmp_path: Path, field_engine: str) -> None:
     """Past _fields.c's 256 value fields the Arrow path takes the layout (no error out of the C call)."""
-    width = textlog._C_MAX_FIELDS + 44
+    width = pipes.C_MAX_FIELDS + 44
     body = "".join(
         f" iteration {i:>8d}/      100 | lm loss: {7 - i / 100:.3f} |"
         + "".join(f" k{j}: {i * j} |" for j in range(width))

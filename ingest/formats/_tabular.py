@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import csv
 import json
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, Final
 
@@ -21,6 +21,7 @@ import pyarrow.json as pajson
 
 from ingest.errors import StabScopeError
 from ingest.formats._common import LogBuilder, open_error, parse_numbers
+from ingest.formats.aliases import KeyMap
 from stab_core.metrics import RUN_RANK
 
 pc: Any = _pc  # pyarrow-stubs overloads reject valid calls on generic arrays
@@ -42,9 +43,6 @@ WALL_COLUMNS: Final = ("wall_time", "Wall time", "timestamp", "_timestamp", "tim
 
 JSON_CHUNK_BYTES: Final = 64 * 1024 * 1024
 """JSON Lines are parsed by Arrow 64 MiB at a time (its per-call type inference is not free)."""
-
-KeyMap = Callable[[str], "tuple[str, str | None] | None"]
-
 
 def find_column(names: Iterable[str], candidates: Iterable[str]) -> str | None:
     """The first of ``candidates`` present in ``names`` (exact, then case-insensitive)."""

@@ -10,6 +10,7 @@ metric name (no spaces).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Final
 
 import numpy as np
@@ -18,6 +19,10 @@ import numpy.typing as npt
 from stab_core.metrics import CANONICAL_METRICS, is_valid_metric_name
 
 FloatArray = npt.NDArray[np.float64]
+
+KeyMap = Callable[[str], "tuple[str, str | None] | None"]
+"""A reader's own key mapping: raw key -> ``(metric, unit)`` as :func:`canonical_name` gives it, or
+None to drop the key (the default everywhere is :func:`canonical_name`)."""
 
 
 def normalise_key(raw: str) -> str:

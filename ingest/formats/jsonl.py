@@ -15,7 +15,8 @@ import numpy as np
 import pyarrow as pa
 
 from ingest.formats._common import LogBuilder, decode_head
-from ingest.formats._tabular import STEP_COLUMNS, WALL_COLUMNS, KeyMap, add_wide, find_column, iter_jsonl
+from ingest.formats._tabular import STEP_COLUMNS, WALL_COLUMNS, add_wide, find_column, iter_jsonl
+from ingest.formats.aliases import KeyMap
 from ingest.formats.base import Reader
 
 
