@@ -33,16 +33,19 @@ def _analysis_module() -> Any:
 
 def spike_analysis(steps: int) -> dict[str, Any]:
     """``analyze_run`` on a generated 4-rank run of about ``steps`` steps with 24 injected spikes."""
+    from stab_core.simulate import SPIKE_CLASSES, SyntheticRunSpec, synthetic_run
+
     analysis = _analysis_module()
-    classes = tuple(c for c in analysis.SPIKE_CLASSES if c != "data_outlier_diverged") * 4
-    spec = analysis.SyntheticRunSpec(classes=classes, segment_steps=max(800, (steps - 600) // len(classes)))
-    run = analysis.synthetic_run(spec, seed=3)
-    n = int(run.view.series["loss"].steps.size)
+    classes = tuple(c for c in SPIKE_CLASSES if c != "data_outlier_diverged") * 4
+    spec = SyntheticRunSpec(classes=classes, segment_steps=max(800, (steps - 600) // len(classes)))
+    run = synthetic_run(spec, seed=3)
+    view = run.to_view()
+    n = int(view.series["loss"].steps.size)
     start = time.perf_counter()
-    result = analysis.analyze_run(run.view)
+    result = analysis.analyze_run(view)
     seconds = time.perf_counter() - start
     found = {s.spike.peak for s in result.spikes if s.spike.metric == "loss"}
-    return {"seconds": seconds, "steps": n, "injected": len(run.injected), "loss_spikes": len(found)}
+    return {"seconds": seconds, "steps": n, "injected": len(run.truth.spikes), "loss_spikes": len(found)}
 
 
 def noise_scale(ranks: int, steps: int) -> dict[str, Any]:
@@ -75,9 +78,10 @@ def noise_scale(ranks: int, steps: int) -> dict[str, Any]:
 
 
 def detection_quality(n_runs: int, seed: int) -> dict[str, Any]:
-    analysis = _analysis_module()
+    from stab_core.evaluation import evaluate_detection
+
     start = time.perf_counter()
-    result = analysis.evaluate_detection(n_runs, seed)
+    result = evaluate_detection(n_runs, seed)
     result = {k: v for k, v in result.items() if isinstance(v, int | float)}
     return {**result, "seconds": time.perf_counter() - start}
 

@@ -9,25 +9,26 @@ import numpy as np
 import pytest
 
 from stab_core.analysis import (
-    SPIKE_CLASSES,
     AnalysisParams,
     DiagnosedSpike,
-    InjectedSpike,
     RunAnalysis,
-    SyntheticRun,
-    SyntheticRunSpec,
     analyze_run,
-    cause_of,
-    evaluate_detection,
     explain_step,
-    match_detections,
-    random_spec,
     run_clip_stats,
     spike_to_dict,
-    synthetic_run,
 )
 from stab_core.diagnosis import walk_tree
+from stab_core.evaluation import evaluate_detection, match_detections
 from stab_core.runview import RunView, Series
+from stab_core.simulate import (
+    SPIKE_CLASSES,
+    InjectedSpike,
+    SimulatedRun,
+    SyntheticRunSpec,
+    cause_of,
+    random_spec,
+    synthetic_run,
+)
 from stab_core.spikes import SpikeEvent, SpikeParams
 
 ALL_CLASSES = (
@@ -43,42 +44,43 @@ CONTRACT_FIELDS = {"start", "peak", "end", "metric", "ratio", "recovered", "caus
 
 
 @pytest.fixture(scope="module")
-def full_run() -> tuple[SyntheticRun, RunAnalysis]:
+def full_run() -> tuple[SimulatedRun, RunAnalysis]:
     run = synthetic_run(SyntheticRunSpec(classes=ALL_CLASSES, log_every=1), seed=11)
-    return run, analyze_run(run.view)
+    return run, analyze_run(run.to_view())
 
 
-def test_every_injected_class_is_found_and_classified(full_run: tuple[SyntheticRun, RunAnalysis]) -> None:
+def test_every_injected_class_is_found_and_classified(full_run: tuple[SimulatedRun, RunAnalysis]) -> None:
     run, analysis = full_run
     loss = [item for item in analysis.spikes if item.spike.metric == "loss"]
     assert len(loss) == len(ALL_CLASSES)
-    for truth, found in match_detections(run.injected, loss, 10):
+    for truth, found in match_detections(run.truth.spikes, loss, 10):
         assert found is not None, truth
         assert found.diagnosis.cause == truth.cause, (truth, found.diagnosis.path)
     diverged = [item for item in loss if item.spike.diverged and not item.spike.nonfinite]
     assert [item.diagnosis.leaf for item in diverged] == ["leaf_data_outlier_diverged"]
 
 
-def test_run_analysis_carries_snr_and_clip_stats(full_run: tuple[SyntheticRun, RunAnalysis]) -> None:
+def test_run_analysis_carries_snr_and_clip_stats(full_run: tuple[SimulatedRun, RunAnalysis]) -> None:
     run, analysis = full_run
+    view = run.to_view()
     assert analysis.run == "synthetic"
     assert analysis.snr is not None and analysis.snr.estimator == "two_batch"
-    assert analysis.snr.steps.size == run.view.series["grad_norm"].steps.size
+    assert analysis.snr.steps.size == view.series["grad_norm"].steps.size
     # the precursors of both data outliers are SNR collapses
     collapse_starts = [c.start for c in analysis.snr_collapses]
-    for truth in run.injected:
+    for truth in run.truth.spikes:
         if truth.cause == "data_outlier":
-            assert any(truth.step - 150 <= start < truth.step for start in collapse_starts)
-    norms = run.view.series["grad_norm"].values
+            assert any(truth.onset - 150 <= start < truth.onset for start in collapse_starts)
+    norms = view.series["grad_norm"].values
     assert analysis.clip is not None and analysis.clip_steps is not None
     finite = np.isfinite(norms)
     # torch's rule, max_norm 1: clipped when 1 / (norm + 1e-6) < 1
     expected = float((norms[finite] + 1e-6 > 1.0).sum()) / finite.sum()
     assert analysis.clip.overall_clip_ratio == pytest.approx(expected, abs=1e-3)
-    assert np.array_equal(analysis.clip_steps, run.view.series["grad_norm"].steps)
+    assert np.array_equal(analysis.clip_steps, view.series["grad_norm"].steps)
 
 
-def test_spike_dicts_follow_the_json_contract(full_run: tuple[SyntheticRun, RunAnalysis]) -> None:
+def test_spike_dicts_follow_the_json_contract(full_run: tuple[SimulatedRun, RunAnalysis]) -> None:
     _, analysis = full_run
     dicts = analysis.spike_dicts()
     text = json.dumps(dicts, allow_nan=False)  # strict JSON: no NaN/Infinity anywhere
@@ -105,19 +107,20 @@ def test_spike_to_dict_values() -> None:
     assert DiagnosedSpike(spike, diagnosis).to_dict() == item
 
 
-def test_spike_at_and_explain_step(full_run: tuple[SyntheticRun, RunAnalysis]) -> None:
+def test_spike_at_and_explain_step(full_run: tuple[SimulatedRun, RunAnalysis]) -> None:
     run, analysis = full_run
-    router_step = next(t.step for t in run.injected if t.spike_class == "router")
+    view = run.to_view()
+    router_step = next(t.onset for t in run.truth.spikes if t.spike_class == "router")
     found = analysis.spike_at(router_step + 1)
     assert found is not None and found.spike.metric == "loss" and found.diagnosis.cause == "router"
     assert analysis.spike_at(router_step + 1, metric="grad_norm") is not None
     assert analysis.spike_at(100) is None
-    explained = explain_step(run.view, router_step)
+    explained = explain_step(view, router_step)
     assert explained.spike.start == router_step and explained.diagnosis.cause == "router"
-    quiet = explain_step(run.view, router_step - 400)
+    quiet = explain_step(view, router_step - 400)
     assert quiet.spike.ratio == pytest.approx(1.0, abs=0.1) and quiet.spike.recovered
     with pytest.raises(ValueError, match="no 'val_loss' series"):
-        explain_step(run.view, 10, metric="val_loss")
+        explain_step(view, 10, metric="val_loss")
 
 
 def test_clip_stats_need_max_norm_or_a_logged_coefficient() -> None:
@@ -154,7 +157,7 @@ def test_params_reach_detection() -> None:
     spec = SyntheticRunSpec(classes=("unknown",))
     run = synthetic_run(spec, seed=1)
     strict = AnalysisParams(loss_spikes=SpikeParams(min_ratio=5.0, recover_ratio=1.1))
-    assert [i for i in analyze_run(run.view, strict).spikes if i.spike.metric == "loss"] == []
+    assert [i for i in analyze_run(run.to_view(), strict).spikes if i.spike.metric == "loss"] == []
 
 
 def test_synthetic_spec_validation_and_layout() -> None:
@@ -163,10 +166,11 @@ def test_synthetic_spec_validation_and_layout() -> None:
     with pytest.raises(ValueError, match="unknown spike classes"):
         SyntheticRunSpec(classes=("meteor",))
     run = synthetic_run(SyntheticRunSpec(classes=("router", "unknown"), log_every=5, gaps=True, quantise=True), seed=0)
-    steps = run.view.series["loss"].steps
+    view = run.to_view()
+    steps = view.series["loss"].steps
     assert np.all(steps % 5 == 0) and np.diff(steps).max() > 200  # logging gaps
-    assert np.allclose(run.view.series["grad_norm"].values, np.round(run.view.series["grad_norm"].values, 2))
-    assert all(t.step % 5 == 0 for t in run.injected)
+    assert np.allclose(view.series["grad_norm"].values, np.round(view.series["grad_norm"].values, 2))
+    assert all(t.onset % 5 == 0 for t in run.truth.spikes)
     assert cause_of("data_outlier_diverged") == "data_outlier" and set(SPIKE_CLASSES) == set(ALL_CLASSES)
 
 
@@ -175,9 +179,13 @@ def test_match_detections_pairs_nearest_once() -> None:
         spike = SpikeEvent("loss", start, start, start, 2.0, 1.0, 2.0, 9.0, 1, True, start + 1, False, False, 1, 1)
         return DiagnosedSpike(spike, walk_tree({}))
 
-    truths = [InjectedSpike("router", 100), InjectedSpike("unknown", 104), InjectedSpike("numerical", 500)]
+    truths = [
+        InjectedSpike("router", 100, 100, 1.0),
+        InjectedSpike("unknown", 104, 104, 1.0),
+        InjectedSpike("numerical", 500, 500, 1.0),
+    ]
     pairs = match_detections(truths, [found(103), found(101), found(900)], tolerance_steps=5)
-    assert [(t.step, None if f is None else f.spike.start) for t, f in pairs] == [(100, 101), (104, 103), (500, None)]
+    assert [(t.onset, None if f is None else f.spike.start) for t, f in pairs] == [(100, 101), (104, 103), (500, None)]
 
 
 def test_evaluate_detection_on_a_few_runs() -> None:

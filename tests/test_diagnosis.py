@@ -8,11 +8,11 @@ from typing import Any, get_args
 import numpy as np
 import pytest
 
-from stab_core.analysis import SyntheticRunSpec, synthetic_run
 from stab_core.causes import CAUSES, Cause
 from stab_core.decision_tree import DECISION_TREE, NODE_IDS, DiagnosisParams, build_tree, tree_to_dot, walk_tree
 from stab_core.diagnosis import _leave_one_out_medians, diagnose, prepare_context
 from stab_core.runview import RankMatrix, RunEvent, RunView, Series
+from stab_core.simulate import SyntheticRunSpec, synthetic_run
 from stab_core.spikes import SpikeEvent, detect_spikes
 
 # ------------------------------------------------------------------------------------ the tree as data
@@ -157,10 +157,11 @@ def _loss_spike_of(view: RunView, near: int) -> SpikeEvent:
 )
 def test_each_injected_class_is_classified(spike_class: str, cause: str, per_rank: bool) -> None:
     run = synthetic_run(SyntheticRunSpec(classes=(spike_class,), per_rank=per_rank, lr_events=False), seed=7)
-    (truth,) = run.injected
-    spike = _loss_spike_of(run.view, truth.step)
-    assert abs(spike.start - truth.step) <= 2
-    diagnosis = diagnose(run.view, spike)
+    view = run.to_view()
+    (truth,) = run.truth.spikes
+    spike = _loss_spike_of(view, truth.onset)
+    assert abs(spike.start - truth.onset) <= 2
+    diagnosis = diagnose(view, spike)
     assert diagnosis.cause == cause
     assert diagnosis.path[-1].answer == ("no" if cause == "unknown" else "yes")
     if cause == "data_outlier":
@@ -174,29 +175,32 @@ def test_each_injected_class_is_classified(spike_class: str, cause: str, per_ran
 
 def test_evidence_names_the_bad_rank_and_the_transition() -> None:
     run = synthetic_run(SyntheticRunSpec(classes=("rank_fault",)), seed=3)
-    diagnosis = diagnose(run.view, _loss_spike_of(run.view, run.injected[0].step))
+    view = run.to_view()
+    diagnosis = diagnose(view, _loss_spike_of(view, run.truth.spikes[0].onset))
     rank_visit = diagnosis.path[-1]
-    bad_rank = int(np.argmax(run.view.per_rank["grad_norm_local"].values[:, run.injected[0].step]))
+    bad_rank = int(np.argmax(view.per_rank["grad_norm_local"].values[:, run.truth.spikes[0].onset]))
     assert rank_visit.evidence["worst_rank"] == bad_rank
     assert float(rank_visit.evidence["worst_ratio"]) > 10.0  # type: ignore[arg-type]
     assert rank_visit.evidence["outlier_ranks"] == 1
     assert f"Inspect rank {bad_rank}'s node" in diagnosis.actions[0]
 
     lr_run = synthetic_run(SyntheticRunSpec(classes=("lr_transition",), lr_events=False), seed=3)
-    lr_diag = diagnose(lr_run.view, _loss_spike_of(lr_run.view, lr_run.injected[0].step))
+    lr_view = lr_run.to_view()
+    lr_diag = diagnose(lr_view, _loss_spike_of(lr_view, lr_run.truth.spikes[0].onset))
     evidence = lr_diag.path[1].evidence
-    assert evidence["lr_change_step"] == lr_run.injected[0].step - 10
+    assert evidence["lr_change_step"] == lr_run.truth.spikes[0].onset - 10
     assert float(evidence["lr_rel_change"]) == pytest.approx(3.0, rel=0.05)  # type: ignore[arg-type]  # LR x4
 
 
 def test_logged_events_settle_node_2_without_an_lr_series() -> None:
     run = synthetic_run(SyntheticRunSpec(classes=("unknown",)), seed=5)
-    spike = _loss_spike_of(run.view, run.injected[0].step)
-    series = {k: v for k, v in run.view.series.items() if k != "lr"}
-    no_lr = RunView("no-lr", series=series, per_rank=run.view.per_rank, meta=run.view.meta)
+    view = run.to_view()
+    spike = _loss_spike_of(view, run.truth.spikes[0].onset)
+    series = {k: v for k, v in view.series.items() if k != "lr"}
+    no_lr = RunView("no-lr", series=series, per_rank=view.per_rank, meta=view.meta)
     assert diagnose(no_lr, spike).path[1].answer == "unknown"
     switch = RunEvent(step=spike.start - 30, kind="data_switch", label="new mixture")
-    with_event = RunView("event", series=series, per_rank=run.view.per_rank, events=(switch,), meta=run.view.meta)
+    with_event = RunView("event", series=series, per_rank=view.per_rank, events=(switch,), meta=view.meta)
     diagnosis = diagnose(with_event, spike)
     assert diagnosis.cause == "lr_transition"
     assert diagnosis.path[1].evidence["transition_kind"] == "data_switch"
@@ -205,9 +209,10 @@ def test_logged_events_settle_node_2_without_an_lr_series() -> None:
 
 def test_loss_scale_collapse_is_numerical() -> None:
     run = synthetic_run(SyntheticRunSpec(classes=("numerical",), loss_scale=True), seed=2)
-    spike = _loss_spike_of(run.view, run.injected[0].step)
+    view = run.to_view()
+    spike = _loss_spike_of(view, run.truth.spikes[0].onset)
     assert not spike.nonfinite
-    diagnosis = diagnose(run.view, spike)
+    diagnosis = diagnose(view, spike)
     assert diagnosis.cause == "numerical"
     assert float(diagnosis.path[0].evidence["loss_scale_drop"]) >= 8.0  # type: ignore[arg-type]
     assert diagnosis.confidence == pytest.approx(0.85)
@@ -216,10 +221,10 @@ def test_loss_scale_collapse_is_numerical() -> None:
 def test_a_constant_loss_scale_of_one_is_no_collapse() -> None:
     """bf16 Megatron runs print ``loss scale: 1.0`` on every line: at the floor, but it never fell."""
     run = synthetic_run(SyntheticRunSpec(classes=("data_outlier_recovered",)), seed=2)
-    spike = _loss_spike_of(run.view, run.injected[0].step)
-    loss = run.view.series["loss"]
+    base = run.to_view()
+    spike = _loss_spike_of(base, run.truth.spikes[0].onset)
+    loss = base.series["loss"]
     ones = Series(loss.steps, np.ones(loss.steps.size))
-    base = run.view
     view = RunView("bf16", series={**base.series, "loss_scale": ones}, per_rank=base.per_rank, meta=base.meta)
     node = diagnose(view, spike).path[0]
     assert node.answer == "no"
@@ -293,7 +298,7 @@ def _check(item: dict[str, Any], premise: str) -> dict[str, Any]:
 
 
 def _outlier_run(**meta: Any) -> RunView:
-    view = synthetic_run(SyntheticRunSpec(classes=("data_outlier_recovered",)), seed=3).view
+    view = synthetic_run(SyntheticRunSpec(classes=("data_outlier_recovered",)), seed=3).to_view()
     merged = {k: v for k, v in {**view.meta, **meta}.items() if v is not None}
     return replace(view, meta=merged)
 
@@ -319,7 +324,7 @@ def test_without_a_known_max_norm_stabscope_says_what_to_log_instead() -> None:
 
 
 def test_bf16_and_rollback_advice_rest_on_the_run() -> None:
-    base = synthetic_run(SyntheticRunSpec(classes=("numerical",), loss_scale=True), seed=5).view
+    base = synthetic_run(SyntheticRunSpec(classes=("numerical",), loss_scale=True), seed=5).to_view()
     fp16 = _incident(base, "numerical")  # a dynamic loss scale that halves: an fp16 run
     assert _check(fp16, "fp16")["holds"] is True and any("bf16" in a for a in fp16["actions"])
     assert fp16["recovered"] and _check(fp16, "not_recovered")["holds"] is False

@@ -140,14 +140,15 @@ def test_group_incidents_joins_by_overlap_and_lead_only() -> None:
 
 
 def test_the_rank_that_stood_out_is_part_of_the_incident() -> None:
-    from stab_core.analysis import SyntheticRunSpec, incident_headline, synthetic_run
+    from stab_core.analysis import incident_headline
+    from stab_core.simulate import SyntheticRunSpec, synthetic_run
 
     run = synthetic_run(SyntheticRunSpec(classes=("rank_fault",)), seed=2)
-    (item,) = analyze_run(run.view).spike_dicts()
-    # the generator multiplies one rank's local grad norm by 15 at the spike (stab_core.analysis._inject)
+    (item,) = analyze_run(run.to_view()).spike_dicts()
+    # the generator multiplies one rank's local grad norm by 15 at the spike (stab_core.simulate.signatures)
     outlier = item["rank_outlier"]
     assert item["cause"] == "rank_fault" and outlier["metric"] == "grad_norm_local"
-    assert 10.0 < outlier["ratio"] < 20.0 and abs(outlier["step"] - run.injected[0].step) <= 1
+    assert 10.0 < outlier["ratio"] < 20.0 and abs(outlier["step"] - run.truth.spikes[0].onset) <= 1
     assert f"rank {outlier['rank']}'s grad_norm_local" in incident_headline(item)
     quiet = synthetic_run(SyntheticRunSpec(classes=("unknown",)), seed=2)
-    assert all(d["rank_outlier"] is None for d in analyze_run(quiet.view).spike_dicts())
+    assert all(d["rank_outlier"] is None for d in analyze_run(quiet.to_view()).spike_dicts())
