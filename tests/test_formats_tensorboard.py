@@ -12,15 +12,8 @@ import pytest
 
 from ingest.errors import StabScopeError
 from ingest.formats import detect, read_log
-from ingest.formats.tensorboard import (
-    _encode_varint,
-    _record,
-    decode_event,
-    masked_crc,
-    scalar_event,
-    summary_event,
-    write_scalar_events,
-)
+from ingest.formats.tensorboard_events import decode_event, masked_crc
+from tests.tfevents_writers import encode_varint, record, scalar_event, summary_event, write_scalar_events
 
 TAGS = ["loss", "grad_norm", "lr", "model/layer.0/act_rms"]
 
@@ -67,7 +60,7 @@ def test_round_trip_agrees_with_tensorboards_own_loader(tmp_path: Path) -> None:
 
 def test_tf2_tensor_scalars_float_double_and_float_val(tmp_path: Path) -> None:
     path = tmp_path / "events.out.tfevents.1.host.v2"
-    records = [_record(scalar_event("epoch_loss", i, 1.0 / (i + 1), 100.0 + i, tensor=True)) for i in range(5)]
+    records = [record(scalar_event("epoch_loss", i, 1.0 / (i + 1), 100.0 + i, tensor=True)) for i in range(5)]
     # a DT_DOUBLE tensor in tensor_content, and a DT_FLOAT in float_val (packed)
     for step, tensor_msg in (
         (7, b"\x08\x02\x12\x00\x22\x08" + struct.pack("<d", 0.125)),
@@ -75,8 +68,8 @@ def test_tf2_tensor_scalars_float_double_and_float_val(tmp_path: Path) -> None:
         (9, b"\x08\x01\x12\x04\x12\x02\x08\x03\x22\x0c" + struct.pack("<3f", 1, 2, 3)),  # shape [3]: not scalar
     ):
         tag = b"epoch_loss"
-        value = b"\x0a" + bytes([len(tag)]) + tag + b"\x42" + _encode_varint(len(tensor_msg)) + tensor_msg
-        records.append(_record(summary_event(value, step, 200.0)))
+        value = b"\x0a" + bytes([len(tag)]) + tag + b"\x42" + encode_varint(len(tensor_msg)) + tensor_msg
+        records.append(record(summary_event(value, step, 200.0)))
     path.write_bytes(b"".join(records))
     parsed = read_log([path])
     steps, values = parsed.series("epoch_loss")
@@ -257,7 +250,7 @@ def test_corruption_in_a_varying_byte_is_caught_by_the_vectorised_crc(tmp_path: 
 
 
 def test_vectorised_crc_equals_the_crc32c_package() -> None:
-    from ingest.formats.tensorboard import _payload_crcs_ok, words_at
+    from ingest.formats.tensorboard_records import _payload_crcs_ok, words_at
 
     rng = np.random.default_rng(5)
     records = [
@@ -267,7 +260,7 @@ def test_vectorised_crc_equals_the_crc32c_package() -> None:
         )
     ]
     records = [r for r in records if len(r) == len(records[0])]
-    blob = b"".join(_record(r) for r in records)
+    blob = b"".join(record(r) for r in records)
     starts = np.cumsum([0] + [16 + len(r) for r in records[:-1]]).astype(np.int64)
     layout = decode_event(records[0])
     ok = _payload_crcs_ok(words_at(blob + bytes(160)), starts + 12, layout, records[0])
@@ -284,13 +277,13 @@ def test_vectorised_crc_equals_the_crc32c_package() -> None:
 def _double_tensor_event(tag: str, step: int, value: float, wall: float) -> bytes:
     tensor_msg = b"\x08\x02\x12\x00\x22\x08" + struct.pack("<d", value)
     tag_b = tag.encode()
-    value_msg = b"\x0a" + _encode_varint(len(tag_b)) + tag_b + b"\x42" + _encode_varint(len(tensor_msg)) + tensor_msg
+    value_msg = b"\x0a" + encode_varint(len(tag_b)) + tag_b + b"\x42" + encode_varint(len(tensor_msg)) + tensor_msg
     return summary_event(value_msg, step, wall)
 
 
 def _histogram_event(tag: str, step: int, wall: float, blob: bytes) -> bytes:
     tag_b = tag.encode()
-    value_msg = b"\x0a" + _encode_varint(len(tag_b)) + tag_b + b"\x2a" + _encode_varint(len(blob)) + blob
+    value_msg = b"\x0a" + encode_varint(len(tag_b)) + tag_b + b"\x2a" + encode_varint(len(blob)) + blob
     return summary_event(value_msg, step, wall)
 
 
@@ -329,7 +322,7 @@ def _varied_events(seed: int) -> bytes:
                 records.append(scalar_event(tag, step, value, w, tensor=bool(kind)))
             if histo_every and i % histo_every == 0 and k == 0:
                 records.append(_histogram_event("h/w", step, w, rng.bytes(24)))
-    data = bytearray(b"".join(_record(r) for r in records))
+    data = bytearray(b"".join(record(r) for r in records))
     for _ in range(int(rng.integers(0, 4))):
         data[int(rng.integers(0, len(data)))] ^= 1 << int(rng.integers(0, 8))
     if rng.integers(0, 3) == 0:
@@ -364,11 +357,12 @@ def _same(a: tuple[object, ...], b: tuple[object, ...]) -> bool:
 @pytest.mark.parametrize("seed", range(16))
 def test_fast_path_equals_the_general_decoder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int) -> None:
     from ingest.formats import tensorboard as tb
+    from ingest.formats import tensorboard_records as tb_records
 
     path = tmp_path / "events.out.tfevents.1.h"
     path.write_bytes(_varied_events(seed))
     decoded = []
-    original = tb._fast_run
+    original = tb_records._fast_run
 
     def counting(*args: object, **kwargs: object) -> object:
         result = original(*args, **kwargs)  # type: ignore[arg-type]
@@ -377,9 +371,9 @@ def test_fast_path_equals_the_general_decoder(tmp_path: Path, monkeypatch: pytes
         return result
 
     def both() -> tuple[object, ...]:
-        monkeypatch.setattr(tb, "_fast_run", counting)
+        monkeypatch.setattr(tb_records, "_fast_run", counting)
         fast = _parse(path)
-        monkeypatch.setattr(tb, "_fast_run", lambda *args, **kwargs: None)
+        monkeypatch.setattr(tb_records, "_fast_run", lambda *args, **kwargs: None)
         assert _same(fast, _parse(path))
         return fast
 
@@ -396,12 +390,12 @@ def test_fast_path_equals_the_general_decoder(tmp_path: Path, monkeypatch: pytes
 
 
 def test_most_varied_files_take_the_fast_path(monkeypatch: pytest.MonkeyPatch) -> None:
-    from ingest.formats import tensorboard as tb
+    from ingest.formats import tensorboard_records as tb_records
 
     fast = 0
     for seed in range(24):
         data = _varied_events(seed)
-        frames = tb.frame_records(data + bytes(tb._PAD), len(data), True)
+        frames = tb_records.frame_records(data + bytes(tb_records.PAD), len(data), final=True)
         fast += frames.count - frames.starts.shape[0] > frames.count // 2
     assert fast >= 12
 
@@ -428,16 +422,16 @@ def test_fast_path_takes_summary_writer_files(tmp_path: Path, monkeypatch: pytes
 def test_distance_tables_are_crc32c_of_one_byte() -> None:
     import crc32c
 
-    from ingest.formats.tensorboard import _crc_byte_table, _distance_tables
+    from ingest.formats.tensorboard_events import crc_byte_table, distance_tables
 
-    tables = _distance_tables(300)
+    tables = distance_tables(300)
     for d in (0, 1, 2, 7, 8, 63, 300):
         tail = bytes(d)
         zero = crc32c.crc32c(b"\x00" + tail)
         known = [crc32c.crc32c(bytes([b]) + tail) ^ zero for b in range(256)]
         assert tables[d].tolist() == known
-        assert _crc_byte_table(d).tolist() == known
-    assert _crc_byte_table(5000).tolist()[1] == crc32c.crc32c(b"\x01" + bytes(5000)) ^ crc32c.crc32c(bytes(5001))
+        assert crc_byte_table(d).tolist() == known
+    assert crc_byte_table(5000).tolist()[1] == crc32c.crc32c(b"\x01" + bytes(5000)) ^ crc32c.crc32c(bytes(5001))
 
 
 def test_a_corrupt_length_inside_a_periodic_run_resyncs(tmp_path: Path) -> None:
