@@ -480,9 +480,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_training_commands(add: Callable[..., argparse.ArgumentParser]) -> None:
-    """``demo-train`` lives with the training side (ingest.train_demo) when present."""
+    """``demo-train`` lives with the training side (ingest.training.demo_trainer) when present."""
     try:
-        from ingest.train_demo import add_cli
+        from ingest.training.demo_trainer import add_cli
     except ImportError:
         return
     add_cli(add)

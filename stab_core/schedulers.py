@@ -1,24 +1,24 @@
-"""Learning-rate schedules as one vectorised formula each, the torch schedulers that train with them,
-and metrics of a schedule (its largest per-step change and its transition points).
+"""Learning-rate schedules as one vectorised formula each, and metrics of a schedule (its largest
+per-step change and its transition points).
 
 Every schedule is a pure numpy function ``f(steps, total_steps, warmup_steps, ..., peak_lr)`` returning
-the LR (in the optimizer's units) at each optimizer step. The torch schedulers call exactly that
-function, so a preview plotted from it is exactly what trains.
+the LR (in the optimizer's units) at each optimizer step. The torch schedulers
+(:mod:`stab_core.torch_schedulers`) call exactly that function, so a preview plotted from it is
+exactly what trains.
 
 Steps are optimizer steps counted from 0 (the scheduler's ``last_epoch``).
 
-The torch schedulers are defined on first access (module ``__getattr__``), so code that only needs the
-formulas or the metrics (the decision tree, the checklist, the UI) does not pay torch's ~1 s import.
+This module imports numpy only, so code that needs the formulas or the metrics (the decision tree,
+the checklist, the pages' schedule previews) does not pay torch's import; the torch classes live in
+:mod:`stab_core.torch_schedulers`.
 """
 
 from __future__ import annotations
 
-import functools
 import math
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -183,7 +183,9 @@ def lr_at(
     return np.asarray(np.where(step_values >= total_steps, min_lr, lr), dtype=np.float64)
 
 
-def _validate_single_cycle(total_steps: int, warmup_steps: int, min_lr_ratio: float, peak_lr: float) -> None:
+def validate_single_cycle(total_steps: int, warmup_steps: int, min_lr_ratio: float, peak_lr: float) -> None:
+    """Raise ValueError when one-cycle settings (warmup-cosine, WSD, inverse square root) cannot
+    describe a schedule."""
     _require_int("total_steps", total_steps, 1)
     _require_int("warmup_steps", warmup_steps, 0)
     _require_ratio("min_lr_ratio", min_lr_ratio)
@@ -209,7 +211,7 @@ def warmup_cosine_lr(
 
     The common LLM default (e.g. Chinchilla, Hoffmann et al. 2022, decay to 10 % of peak).
     """
-    _validate_single_cycle(total_steps, warmup_steps, min_lr_ratio, peak_lr)
+    validate_single_cycle(total_steps, warmup_steps, min_lr_ratio, peak_lr)
     step_values = _as_steps(steps)
     min_lr = min_lr_ratio * peak_lr
     progress = np.clip((step_values - warmup_steps) / (total_steps - warmup_steps), 0.0, 1.0)
@@ -233,7 +235,7 @@ def wsd_lr(
     decay to ``min_lr_ratio*peak_lr`` at T: linear, or ``1-sqrt`` (``1 - sqrt(progress)``, the shape
     Hägele et al. found best). Held at the floor after T.
     """
-    _validate_single_cycle(total_steps, warmup_steps, min_lr_ratio, peak_lr)
+    validate_single_cycle(total_steps, warmup_steps, min_lr_ratio, peak_lr)
     _require_ratio("decay_fraction", decay_fraction)
     if decay_shape not in ("linear", "1-sqrt"):
         raise ValueError(f"decay_shape must be 'linear' or '1-sqrt', got {decay_shape!r}")
@@ -266,7 +268,7 @@ def inverse_sqrt_lr(
     ``min_lr_ratio*peak_lr``; from step T on it holds its value at T. ``warmup_steps`` must be >= 1
     (it is the decay's time scale).
     """
-    _validate_single_cycle(total_steps, warmup_steps, min_lr_ratio, peak_lr)
+    validate_single_cycle(total_steps, warmup_steps, min_lr_ratio, peak_lr)
     if warmup_steps < 1:
         raise ValueError("inverse_sqrt_lr needs warmup_steps >= 1: it sets the decay's time scale")
     step_values = np.minimum(_as_steps(steps), float(total_steps))
@@ -519,191 +521,3 @@ def schedule_transitions(
         )
     found.sort(key=lambda t: (t.step, t.kind))
     return found
-
-
-# --------------------------------------------------------------------------------------------------
-# torch schedulers: built on first use, so the formulas and metrics above cost no torch import
-# --------------------------------------------------------------------------------------------------
-
-TORCH_SCHEDULER_NAMES: tuple[str, ...] = (
-    "WarmupCosineRestartScheduler",
-    "WarmupCosineScheduler",
-    "WSDScheduler",
-    "InverseSqrtScheduler",
-)
-"""The LRScheduler subclasses this module provides (``from stab_core.schedulers import ...``)."""
-
-
-def __getattr__(name: str) -> Any:
-    if name in TORCH_SCHEDULER_NAMES:
-        return _torch_schedulers()[name]
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *TORCH_SCHEDULER_NAMES])
-
-
-@functools.cache
-def _torch_schedulers() -> dict[str, type]:
-    """Define the LRScheduler subclasses (importing torch) and publish them as module attributes."""
-    from torch.optim import Optimizer
-    from torch.optim.lr_scheduler import LRScheduler
-
-    class _FormulaScheduler(LRScheduler):
-        """An LRScheduler whose LR at step t is ``formula(t, peak_lr=base_lr)`` for each param group.
-
-        The LR is a closed form of ``last_epoch``, so a resumed run (``load_state_dict``) is on the
-        identical curve; loading also re-applies the LR of the restored step to the optimizer, whichever
-        order the optimizer and the scheduler are restored in.
-        """
-
-        def _formula(self, step: int, peak_lr: float) -> float:
-            raise NotImplementedError
-
-        def get_lr(self) -> list[float | Any]:
-            return [self._formula(self.last_epoch, float(base_lr)) for base_lr in self.base_lrs]
-
-        def _get_closed_form_lr(self) -> list[float]:
-            return [self._formula(self.last_epoch, float(base_lr)) for base_lr in self.base_lrs]
-
-        def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-            super().load_state_dict(state_dict)
-            lrs = self._get_closed_form_lr()
-            for group, lr in zip(self.optimizer.param_groups, lrs, strict=True):
-                group["lr"] = lr
-            self._last_lr = list(lrs)
-
-    class WarmupCosineRestartScheduler(_FormulaScheduler):
-        """Warmup, cosine decay, and restarts that warm up again from the floor (see :func:`lr_at`).
-
-        ``peak`` is each param group's own initial lr. Invalid settings raise ValueError; the known
-        pitfalls (:func:`scheduler_warnings`) are emitted with ``warnings.warn`` and kept in
-        ``self.advice``. Call ``step()`` once per optimizer step, after ``optimizer.step()``.
-        """
-
-        def __init__(
-            self,
-            optimizer: Optimizer,
-            total_steps: int,
-            warmup_steps: int = 2000,
-            restart_warmup_steps: int = 500,
-            num_cycles: int = 3,
-            min_lr_ratio: float = 0.1,
-            last_epoch: int = -1,
-        ) -> None:
-            self.advice = scheduler_warnings(total_steps, warmup_steps, restart_warmup_steps, num_cycles, min_lr_ratio)
-            for sentence in self.advice:
-                warnings.warn(sentence, UserWarning, stacklevel=2)
-            self.total_steps = total_steps
-            self.warmup_steps = warmup_steps
-            self.restart_warmup_steps = restart_warmup_steps
-            self.num_cycles = num_cycles
-            self.min_lr_ratio = min_lr_ratio
-            super().__init__(optimizer, last_epoch)
-
-        def _formula(self, step: int, peak_lr: float) -> float:
-            return float(
-                lr_at(
-                    step,
-                    self.total_steps,
-                    self.warmup_steps,
-                    self.restart_warmup_steps,
-                    self.num_cycles,
-                    self.min_lr_ratio,
-                    peak_lr,
-                )
-            )
-
-        def transition_steps(self) -> dict[str, list[int]]:
-            """Where this schedule changes phase (steps): cycle restarts and warmup ends, for run metadata."""
-            bounds = cycle_boundaries(self.total_steps, self.num_cycles)
-            restarts = [int(b) for b in bounds[1:-1]]
-            warmup_ends = [self.warmup_steps] + [r + self.restart_warmup_steps for r in restarts]
-            return {"cycle_restart": restarts, "warmup_end": warmup_ends}
-
-    class WarmupCosineScheduler(_FormulaScheduler):
-        """Baseline scheduler for :func:`warmup_cosine_lr`; ``peak`` is each group's initial lr."""
-
-        def __init__(
-            self,
-            optimizer: Optimizer,
-            total_steps: int,
-            warmup_steps: int = 2000,
-            min_lr_ratio: float = 0.1,
-            last_epoch: int = -1,
-        ) -> None:
-            _validate_single_cycle(total_steps, warmup_steps, min_lr_ratio, 1.0)
-            self.total_steps = total_steps
-            self.warmup_steps = warmup_steps
-            self.min_lr_ratio = min_lr_ratio
-            super().__init__(optimizer, last_epoch)
-
-        def _formula(self, step: int, peak_lr: float) -> float:
-            return float(warmup_cosine_lr(step, self.total_steps, self.warmup_steps, self.min_lr_ratio, peak_lr))
-
-    class WSDScheduler(_FormulaScheduler):
-        """Baseline scheduler for :func:`wsd_lr`; ``peak`` is each group's initial lr."""
-
-        def __init__(
-            self,
-            optimizer: Optimizer,
-            total_steps: int,
-            warmup_steps: int = 2000,
-            min_lr_ratio: float = 0.0,
-            decay_fraction: float = 0.1,
-            decay_shape: Literal["linear", "1-sqrt"] = "linear",
-            last_epoch: int = -1,
-        ) -> None:
-            wsd_lr(0, total_steps, warmup_steps, min_lr_ratio, 1.0, decay_fraction, decay_shape)
-            self.total_steps = total_steps
-            self.warmup_steps = warmup_steps
-            self.min_lr_ratio = min_lr_ratio
-            self.decay_fraction = decay_fraction
-            self.decay_shape: Literal["linear", "1-sqrt"] = decay_shape
-            super().__init__(optimizer, last_epoch)
-
-        def _formula(self, step: int, peak_lr: float) -> float:
-            return float(
-                wsd_lr(
-                    step,
-                    self.total_steps,
-                    self.warmup_steps,
-                    self.min_lr_ratio,
-                    peak_lr,
-                    self.decay_fraction,
-                    self.decay_shape,
-                )
-            )
-
-    class InverseSqrtScheduler(_FormulaScheduler):
-        """Baseline scheduler for :func:`inverse_sqrt_lr`; ``peak`` is each group's initial lr."""
-
-        def __init__(
-            self,
-            optimizer: Optimizer,
-            total_steps: int,
-            warmup_steps: int = 2000,
-            min_lr_ratio: float = 0.0,
-            last_epoch: int = -1,
-        ) -> None:
-            inverse_sqrt_lr(0, total_steps, warmup_steps, min_lr_ratio, 1.0)
-            self.total_steps = total_steps
-            self.warmup_steps = warmup_steps
-            self.min_lr_ratio = min_lr_ratio
-            super().__init__(optimizer, last_epoch)
-
-        def _formula(self, step: int, peak_lr: float) -> float:
-            return float(inverse_sqrt_lr(step, self.total_steps, self.warmup_steps, self.min_lr_ratio, peak_lr))
-
-    classes: dict[str, type] = {
-        "WarmupCosineRestartScheduler": WarmupCosineRestartScheduler,
-        "WarmupCosineScheduler": WarmupCosineScheduler,
-        "WSDScheduler": WSDScheduler,
-        "InverseSqrtScheduler": InverseSqrtScheduler,
-    }
-    for name, cls in classes.items():
-        cls.__module__, cls.__qualname__ = __name__, name  # picklable, and named as users import it
-    _FormulaScheduler.__module__, _FormulaScheduler.__qualname__ = __name__, "_FormulaScheduler"
-    globals().update(classes)
-    return classes

@@ -21,7 +21,7 @@ import torch
 import torch.distributed as dist
 from torch.multiprocessing.spawn import ProcessExitedException, ProcessRaisedException, spawn
 
-from ingest.train_demo import main_module_hidden
+from ingest.training.spawn import main_module_hidden
 
 STDERR_TAIL_LINES = 25
 

@@ -14,10 +14,11 @@ from typing import Any
 import pytest
 import torch
 
-from stab_core.clipping import ZClip, _grads, clip_coef, clip_grad_norm
+from stab_core.clipping import clip_coef
+from stab_core.torch_clipping import ZClip, _grads, clip_grad_norm
 from tests.gloo import run_on_gloo
 
-pytestmark = pytest.mark.slow  # each group of two spawned torch processes takes ~3 s
+pytestmark = pytest.mark.slow  # spawns groups of two torch processes
 
 WORLD = 2
 MAX_NORM = 0.05

@@ -16,12 +16,13 @@ import pytest
 import torch
 
 from ingest.errors import StabScopeError
-from ingest.monitor import StabilityMonitor, clipping_metadata, schedule_events, scheduler_metadata
 from ingest.run_analyses import open_analysed_store
 from ingest.shards import list_segments, read_segment
-from ingest.train_demo import DemoConfig, MarkovSource, batch_tokens, build_model, lm_loss
-from stab_core.clipping import ZClip, clip_grad_norm
-from stab_core.schedulers import WarmupCosineRestartScheduler
+from ingest.training.demo_trainer import DemoConfig, MarkovSource, batch_tokens, build_model, lm_loss
+from ingest.training.monitor import StabilityMonitor
+from ingest.training.run_metadata import clipping_metadata, schedule_events, scheduler_metadata
+from stab_core.torch_clipping import ZClip, clip_grad_norm
+from stab_core.torch_schedulers import WarmupCosineRestartScheduler
 from tests.gloo import run_on_gloo
 
 PEAK_LR = 1e-3
@@ -221,7 +222,7 @@ def _hand_norms(out: Path, step: int) -> tuple[list[float], float, list[float]]:
 
 def test_hook_take_sums_bucket_norms_in_quadrature() -> None:
     """take() combines per-bucket norms as sqrt(sum of squares), keeps NaN/inf, and clears the record."""
-    from ingest.monitor import GradNormHook
+    from ingest.training.ddp_hook import GradNormHook
 
     hook = GradNormHook.__new__(GradNormHook)  # the bookkeeping alone, without a DDP model
     cases = [
@@ -475,7 +476,7 @@ def test_the_readme_training_loop_runs_and_its_shards_hold_every_step(tmp_path: 
 
 
 def test_loss_scale_factor_known_answers() -> None:
-    from ingest.monitor import loss_scale_factor
+    from ingest.training.ddp_hook import loss_scale_factor
 
     assert loss_scale_factor(1315.765 * 1.00000003, 1315.765 / 1024) == 1024.0
     assert loss_scale_factor(0.5, 1.0) == 0.5  # a scale backed off below 1

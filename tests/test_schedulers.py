@@ -14,11 +14,7 @@ import pytest
 import torch
 
 from stab_core.schedulers import (
-    InverseSqrtScheduler,
     Transition,
-    WarmupCosineRestartScheduler,
-    WarmupCosineScheduler,
-    WSDScheduler,
     cycle_boundaries,
     inverse_sqrt_lr,
     largest_lr_change,
@@ -27,6 +23,12 @@ from stab_core.schedulers import (
     scheduler_warnings,
     warmup_cosine_lr,
     wsd_lr,
+)
+from stab_core.torch_schedulers import (
+    InverseSqrtScheduler,
+    WarmupCosineRestartScheduler,
+    WarmupCosineScheduler,
+    WSDScheduler,
 )
 
 T = 30000

@@ -10,7 +10,6 @@ import signal
 import subprocess
 import sys
 import time
-import types
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +19,7 @@ import torch
 from ingest.cli import build_parser
 from ingest.errors import StabScopeError
 from ingest.run_analyses import open_analysed_store
-from ingest.train_demo import (
+from ingest.training.demo_trainer import (
     LR_JUMP_MIN_LR_RATIO,
     LR_JUMP_PEAK_LR,
     DemoConfig,
@@ -28,7 +27,6 @@ from ingest.train_demo import (
     batch_tokens,
     checkpoint_path,
     cmd_demo_train,
-    measure_overhead,
     template_batch,
 )
 from stab_core.schedulers import lr_at
@@ -225,43 +223,12 @@ def test_a_killed_run_resumes_on_the_identical_schedule_and_clipper_trajectory(t
     assert len(rollbacks) == 1 and rollbacks[0].detail["checkpoint_step"] in (29, 59)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("ranks", [1, 2])
-def test_measure_overhead_reports_consistent_timings(
-    ranks: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # The caller's __main__ is a script that fails when run again, as Streamlit's AppTest leaves it:
-    # spawned ranks must not re-run it.
-    script = tmp_path / "caller.py"
-    script.write_text("raise SystemExit('the caller script ran again in a spawned rank')\n")
-    caller = types.ModuleType("__main__")
-    caller.__file__ = str(script)
-    monkeypatch.setitem(sys.modules, "__main__", caller)
-    affinity = os.sched_getaffinity(0)
-    result = measure_overhead(steps=60, ranks=ranks)
-    assert os.sched_getaffinity(0) == affinity  # one rank runs pinned in this process: given back
-    assert result["steps"] == 60 and result["ranks"] == ranks
-    assert result["overhead_s"] == pytest.approx(result["monitored_step_s"] - result["bare_step_s"])
-    assert 0 < result["monitor_log_s"] < result["monitored_step_s"]
-    assert 0 < result["clip_s"] < result["monitored_step_s"]
-    assert result["clip_and_log_pct"] == pytest.approx(
-        100 * (result["clip_s"] + result["monitor_log_s"]) / result["bare_step_s"]
-    )
-    assert result["overhead_pct"] == pytest.approx(100 * result["overhead_s"] / result["bare_step_s"])
-    torch_clip = result["torch_clip_step_s"]
-    assert torch_clip > 0 and result["overhead_vs_torch_clip_pct"] == pytest.approx(
-        100 * (result["monitored_step_s"] - torch_clip) / torch_clip
-    )
-    # a median of differences is not the difference of medians, but both sit well inside one step
-    assert abs(result["overhead_paired_pct"]) < 100
-
-
 def _slow_rank_one_worker(rank: int, out: str, seen_file: str) -> None:
     """Train 2 ranks with checkpoints, rank 1 flushing its metrics late; rank 0 notes, at each
     checkpoint it writes, the last step rank 1's shard already holds."""
-    import ingest.train_demo as train_demo
-    from ingest.monitor import StabilityMonitor
+    import ingest.training.demo_trainer as demo_trainer
     from ingest.shards import list_segments, read_segment
+    from ingest.training.monitor import StabilityMonitor
 
     if rank == 1:
         flush = StabilityMonitor.flush
@@ -272,7 +239,7 @@ def _slow_rank_one_worker(rank: int, out: str, seen_file: str) -> None:
 
         StabilityMonitor.flush = late_flush  # type: ignore[method-assign]
     else:
-        save = train_demo._save_checkpoint
+        save = demo_trainer._save_checkpoint
 
         def noting_save(trainer: object, config: DemoConfig, step: int) -> Path:
             segments = [p for p in list_segments(out) if p.parent.name == "rank-00001"]
@@ -281,9 +248,9 @@ def _slow_rank_one_worker(rank: int, out: str, seen_file: str) -> None:
                 f.write(f"{step} {max(logged, default=-1)}\n")
             return save(trainer, config, step)  # type: ignore[arg-type]
 
-        train_demo._save_checkpoint = noting_save  # type: ignore[assignment]
+        demo_trainer._save_checkpoint = noting_save  # type: ignore[assignment]
     config = DemoConfig(out=Path(out), ranks=2, steps=40, checkpoint_every=20, seed=3)
-    train_demo.train_rank(config, rank, 2)
+    demo_trainer.train_rank(config, rank, 2)
 
 
 @pytest.mark.slow

@@ -1,8 +1,8 @@
 """``stabscope demo-train``: real multi-process training that writes StabScope shards.
 
 Each rank is a process (``torch.multiprocessing.spawn``, ``torch.distributed`` on gloo, one CPU
-thread each) training a small causal transformer LM under DDP on tokens drawn from a second-order
-Markov source, so the loss falls from ln(vocab) towards the source's entropy. It uses the
+thread each) training a small causal transformer LM under DDP on tokens drawn from a Markov source
+(first or second order), so the loss falls from ln(vocab) towards the source's entropy. It uses the
 warmup-cosine-restart scheduler, global-norm clipping (or ZClip) and the :class:`StabilityMonitor`,
 and checkpoints every ``checkpoint_every`` steps (``--resume`` continues from the latest one).
 
@@ -13,21 +13,20 @@ Provocations make a real instability the dashboard should find:
 - ``outlier-batch``: the last rank trains on one repeated template sequence, which the source
   never produces, for a few steps: that rank's loss and local gradient norm jump.
 
-torch is imported inside the functions, so ``stabscope`` commands that do not train pay nothing.
+The benchmark of the monitor's cost (``bench.training``, goal 5) trains this model too. torch is
+imported inside the functions, so ``stabscope`` commands that do not train pay nothing.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import math
 import os
-import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -36,10 +35,15 @@ import numpy as np
 import numpy.typing as npt
 
 from ingest.errors import StabScopeError
+from ingest.training.spawn import exit_rank, spawn_ranks
 
 if TYPE_CHECKING:
     import torch
     from torch import nn
+
+    from stab_core.clipping import ClipRecord
+    from stab_core.torch_clipping import ZClip
+    from stab_core.torch_schedulers import WarmupCosineRestartScheduler
 
 Provocation = Literal["none", "lr-jump", "outlier-batch"]
 ClipMethod = Literal["norm", "zclip"]
@@ -264,17 +268,18 @@ class _Trainer:
     params: list[torch.Tensor]
     """The model's parameters, listed once: ``model.parameters()`` walks the module tree each call."""
     optimizer: torch.optim.Optimizer
-    scheduler: Any
-    clipper: Any
+    scheduler: WarmupCosineRestartScheduler
+    clipper: ZClip | None
+    """ZClip with ``--clip zclip``; None for global-norm clipping."""
 
 
-def _build_trainer(config: DemoConfig, ddp: bool) -> _Trainer:
+def _build_trainer(config: DemoConfig, *, ddp: bool) -> _Trainer:
     import warnings
 
     import torch
 
-    from stab_core.clipping import ZClip
-    from stab_core.schedulers import WarmupCosineRestartScheduler
+    from stab_core.torch_clipping import ZClip
+    from stab_core.torch_schedulers import WarmupCosineRestartScheduler
 
     model = build_model(config)
     if ddp:
@@ -353,8 +358,8 @@ def _restore(trainer: _Trainer, path: Path) -> int:
     return int(state["step"])
 
 
-def _clip(trainer: _Trainer, config: DemoConfig) -> Any:
-    from stab_core.clipping import clip_grad_norm
+def _clip(trainer: _Trainer, config: DemoConfig) -> ClipRecord:
+    from stab_core.torch_clipping import clip_grad_norm
 
     if trainer.clipper is not None:
         return trainer.clipper.clip(trainer.params)
@@ -368,7 +373,7 @@ def train_rank(config: DemoConfig, rank: int, world_size: int, log: Callable[[st
     """
     import torch
 
-    from ingest.monitor import StabilityMonitor
+    from ingest.training.monitor import StabilityMonitor
 
     config = config.resolved()
     distributed = world_size > 1
@@ -448,39 +453,8 @@ def _run_meta(config: DemoConfig, source: MarkovSource) -> dict[str, Any]:
 # --------------------------------------------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def _single_threaded_children() -> Iterator[None]:
-    """Spawned ranks inherit OMP/MKL settings at start-up: one thread each, or 2 ranks on 2 cores
-    oversubscribe and every step waits on the slowest thread."""
-    keys = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
-    saved = {k: os.environ.get(k) for k in keys}
-    os.environ.update({k: "1" for k in keys})
-    try:
-        yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-
-
-@contextlib.contextmanager
-def main_module_hidden() -> Iterator[None]:
-    """Spawned processes first re-run the parent's ``__main__`` file: a notebook's, a script's without
-    an ``if __name__ == "__main__"`` guard, Streamlit's ``AppTest`` temporary script. The ranks need
-    nothing from it, so while this is open the children see an empty ``__main__``."""
-    import types
-
-    main = sys.modules["__main__"]
-    sys.modules["__main__"] = types.ModuleType("__main__")
-    try:
-        yield
-    finally:
-        sys.modules["__main__"] = main
-
-
 def _rank_main(rank: int, config: DemoConfig, rendezvous: str, verbose: bool) -> None:
+    """One spawned rank of :func:`launch` (spawn passes its arguments positionally)."""
     import torch
     import torch.distributed as dist
 
@@ -495,41 +469,16 @@ def _rank_main(rank: int, config: DemoConfig, rendezvous: str, verbose: bool) ->
         dist.barrier()
     finally:
         dist.destroy_process_group()
-    _exit_rank()
+    exit_rank()
 
 
-def _exit_rank() -> None:
-    """Leave a spawned rank whose work is saved without interpreter teardown. Now and then torch's
-    objects are destroyed in an order that aborts ("terminate called without an active exception",
-    SIGABRT) after all the work is saved, and spawn would report the run as failed. An error before
-    this call still propagates to spawn."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
-
-
-def _spawn_ranks(entry: Callable[..., None], args: tuple[Any, ...], ranks: int) -> None:
-    """Run ``entry(rank, *args)`` on ``ranks`` spawned processes (one thread each, the caller's
-    ``__main__`` hidden); raises StabScopeError with the failing rank's error."""
-    from torch.multiprocessing.spawn import ProcessExitedException, ProcessRaisedException, spawn
-
-    with _single_threaded_children(), main_module_hidden():
-        try:
-            spawn(entry, args=args, nprocs=ranks, join=True)  # type: ignore[no-untyped-call]
-        except ProcessRaisedException as exc:
-            last = str(exc).strip().splitlines()[-1] if str(exc).strip() else repr(exc)
-            raise StabScopeError(f"a training rank failed: {last}") from exc
-        except ProcessExitedException as exc:
-            raise StabScopeError(f"a training rank exited abnormally: {exc}") from exc
-
-
-def launch(config: DemoConfig, verbose: bool = False) -> None:
+def launch(config: DemoConfig, *, verbose: bool = False) -> None:
     """Run ``config.ranks`` training processes (spawned, gloo) to completion; raises StabScopeError
     with the failing rank's error."""
     config = config.resolved()
     config.out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="stabscope-rdzv-") as rdzv_dir:
-        _spawn_ranks(_rank_main, (config, str(Path(rdzv_dir) / "store"), verbose), config.ranks)
+        spawn_ranks(_rank_main, (config, str(Path(rdzv_dir) / "store"), verbose), config.ranks)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -578,8 +527,6 @@ def cmd_demo_train(args: argparse.Namespace) -> int:
         "cycle_restarts": config.cycle_starts,
     }
     if args.json:
-        import json
-
         print(json.dumps(summary))
     else:
         print(
@@ -608,170 +555,3 @@ def add_cli(add: Callable[..., argparse.ArgumentParser]) -> None:
     p.add_argument("--max-norm", type=float, default=1.0, help="clipping threshold (L2 norm, default 1)")
     p.add_argument("--checkpoint-every", type=int, default=0, help="steps between checkpoints (0 = none)")
     p.add_argument("--resume", action="store_true", help="continue from the latest checkpoint under --out")
-
-
-# --------------------------------------------------------------------------------------------------
-# Overhead measurement (the benchmark suite calls this)
-# --------------------------------------------------------------------------------------------------
-
-
-def measure_overhead(steps: int = 200, ranks: int = 1) -> dict[str, float]:
-    """Per-step cost of the StabilityMonitor (with its DDP hook) plus clipping on the demo model.
-
-    Three DDP models (gloo, one thread a rank; one rank, or ``ranks`` spawned processes, each timing
-    its own loops, rank 0's times reported) from the same initial weights train on the same batches
-    for ``steps`` steps, interleaved step by step (the order rotates every step) so that
-    background load hits all alike: a bare loop (DDP's default all-reduce, no clipping); the bare
-    loop plus ``torch.nn.utils.clip_grad_norm_`` (what a user clips with without StabScope); and the
-    monitored loop: ``clip_grad_norm`` + the monitor's hook + ``StabilityMonitor.log`` (shards to a
-    temporary directory). All three are built as the demo trains: DDP with
-    ``gradient_as_bucket_view=True``, and the parameter list made once.
-
-    Returns median step times (s); ``overhead_s`` / ``overhead_pct``: monitored minus bare medians
-    (the goal's figure, % of the bare step); ``overhead_paired_pct``: the median of the per-step
-    differences monitored - bare (each pair ran back to back on the same batch, so slow spells of a
-    shared machine cancel), % of the bare median; ``overhead_vs_torch_clip_pct``: monitored minus the
-    torch-clipping loop, % of that loop's median; the median time inside ``monitor.log`` and
-    ``clip_grad_norm`` alone (s), and ``clip_and_log_pct``, their sum as % of the bare step: the
-    gross cost, which at one rank the hook partly pays back by skipping DDP's one-rank all-reduce.
-    The first 10 % of steps (allocator, DDP bucket set-up) are left out. Each rank runs pinned to a
-    core of its own where there are enough (:func:`_pin_to_own_core`; the caller's affinity is given
-    back). Needs no process group to exist yet.
-    """
-    import torch.distributed as dist
-
-    if steps < 10:
-        raise StabScopeError(f"measure_overhead needs at least 10 steps, got {steps}")
-    if not 1 <= ranks <= 8:
-        raise StabScopeError(f"measure_overhead runs 1 to 8 ranks, got {ranks}")
-    if dist.is_initialized():
-        raise StabScopeError("measure_overhead starts its own process group; call it outside one")
-    with tempfile.TemporaryDirectory(prefix="stabscope-overhead-") as tmp:
-        if ranks == 1:
-            times = _overhead_rank(0, 1, tmp, steps)
-        else:
-            _spawn_ranks(_overhead_rank_main, (ranks, tmp, steps), ranks)
-            times = json.loads((Path(tmp) / "times.json").read_text())
-    return _overhead_summary(times, steps) | {"ranks": float(ranks)}
-
-
-def _overhead_rank(rank: int, ranks: int, tmp: str, steps: int) -> dict[str, list[float]]:
-    """One rank of :func:`measure_overhead`: its loops' step times (s)."""
-    import torch
-    import torch.distributed as dist
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    cores = _pin_to_own_core(rank, ranks)
-    dist.init_process_group("gloo", init_method=f"file://{tmp}/rdzv", rank=rank, world_size=ranks)
-    try:
-        config = DemoConfig(out=Path(tmp) / "shards", ranks=ranks, steps=max(steps, 40)).resolved()
-        return _interleaved_loops(config, steps)
-    finally:
-        dist.destroy_process_group()
-        if cores is not None:
-            os.sched_setaffinity(0, cores)
-        torch.set_num_threads(threads)
-
-
-def _pin_to_own_core(rank: int, ranks: int) -> set[int] | None:
-    """Pin this process to one core of its own, as a real job gives each rank its cores, and return
-    the cores it had (None: not pinned, fewer usable cores than ranks or no affinity on this OS).
-
-    Unpinned, the 2-rank figures of the same code spread over 0.1-4.5% on a 2-core machine: the
-    ranks and their gloo threads migrated between the two cores at random. Pinned, each rank's
-    collective threads share its core with its training step, as they do on a GPU host, and the
-    spread is about a third of that."""
-    if not hasattr(os, "sched_setaffinity"):
-        return None
-    cores = os.sched_getaffinity(0)
-    if len(cores) < ranks:
-        return None
-    os.sched_setaffinity(0, {sorted(cores)[rank]})
-    return cores
-
-
-def _overhead_rank_main(rank: int, ranks: int, tmp: str, steps: int) -> None:
-    times = _overhead_rank(rank, ranks, tmp, steps)
-    if rank == 0:
-        (Path(tmp) / "times.json").write_text(json.dumps(times))
-    _exit_rank()
-
-
-def _overhead_summary(times: dict[str, list[float]], steps: int) -> dict[str, float]:
-    warm = max(steps // 10, 5)
-    kept = {name: values[warm:] for name, values in times.items()}
-    median = {name: statistics.median(values) for name, values in kept.items()}
-    paired = statistics.median(m - b for m, b in zip(kept["monitored"], kept["bare"], strict=True))
-    return {
-        "steps": float(steps),
-        "bare_step_s": median["bare"],
-        "torch_clip_step_s": median["torch_clip"],
-        "monitored_step_s": median["monitored"],
-        "overhead_s": median["monitored"] - median["bare"],
-        "overhead_pct": 100.0 * (median["monitored"] - median["bare"]) / median["bare"],
-        "overhead_paired_pct": 100.0 * paired / median["bare"],
-        "overhead_vs_torch_clip_pct": 100.0 * (median["monitored"] - median["torch_clip"]) / median["torch_clip"],
-        "monitor_log_s": median["log"],
-        "clip_s": median["clip"],
-        "clip_and_log_pct": 100.0 * (median["clip"] + median["log"]) / median["bare"],
-    }
-
-
-def _interleaved_loops(config: DemoConfig, steps: int) -> dict[str, list[float]]:
-    import torch
-    from torch.nn.parallel import DistributedDataParallel
-
-    from ingest.monitor import StabilityMonitor
-    from stab_core.clipping import clip_grad_norm
-
-    source = MarkovSource(config.vocab_size, config.markov_branching, config.seed, config.markov_order)
-    batches = [torch.from_numpy(batch_tokens(config, source, 0, s)) for s in range(steps)]
-    models = {
-        name: DistributedDataParallel(build_model(config), gradient_as_bucket_view=True)
-        for name in ("bare", "torch_clip", "monitored")
-    }
-    params = {name: list(model.parameters()) for name, model in models.items()}
-    optimizers = {name: torch.optim.AdamW(params[name], lr=1e-3) for name in models}
-    watched = models["monitored"]
-    monitor = StabilityMonitor(
-        config.out, model=watched, per_rank_batch_size=config.per_rank_batch_size, seq_len=config.seq_len
-    )
-    times: dict[str, list[float]] = {"bare": [], "torch_clip": [], "monitored": [], "log": [], "clip": []}
-
-    def plain_step(name: str, tokens: torch.Tensor) -> None:
-        model, optimizer = models[name], optimizers[name]
-        begin = time.perf_counter()
-        loss = lm_loss(model, tokens)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()  # type: ignore[no-untyped-call]
-        if name == "torch_clip":
-            torch.nn.utils.clip_grad_norm_(params[name], config.max_norm)
-        optimizer.step()
-        loss.item()  # the monitored loop reads the loss too: same host sync in all loops
-        times[name].append(time.perf_counter() - begin)
-
-    def monitored_step(step: int, tokens: torch.Tensor) -> None:
-        optimizer = optimizers["monitored"]
-        begin = time.perf_counter()
-        loss = lm_loss(watched, tokens)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()  # type: ignore[no-untyped-call]
-        clip_begin = time.perf_counter()
-        record = clip_grad_norm(params["monitored"], config.max_norm)
-        times["clip"].append(time.perf_counter() - clip_begin)
-        optimizer.step()
-        log_begin = time.perf_counter()
-        monitor.log(step, loss=loss.detach(), lr=1e-3, clip_stats=record)
-        times["log"].append(time.perf_counter() - log_begin)
-        times["monitored"].append(time.perf_counter() - begin)
-
-    order = ["bare", "torch_clip", "monitored"]
-    with monitor:
-        for step, tokens in enumerate(batches):
-            for name in order[step % 3 :] + order[: step % 3]:  # each loop runs first, second, third in turn
-                if name == "monitored":
-                    monitored_step(step, tokens)
-                else:
-                    plain_step(name, tokens)
-    return times
