@@ -140,9 +140,9 @@ _ARG_META: Final = {
 
 
 def megatron_meta(text: str) -> dict[str, Any]:
-    """Run facts from Megatron's argument dump (parsed by :func:`ingest.configs.megatron_args`, the one
+    """Run facts from Megatron's argument dump (parsed by :func:`ingest.config_parsing.megatron_args`, the one
     parser of that block) and startup lines."""
-    from ingest.configs import megatron_args
+    from ingest.config_parsing import megatron_args
 
     meta: dict[str, Any] = {}
     args = megatron_args(text)
