@@ -3,11 +3,12 @@ results): a multi-rank run as per-rank shards and the same records as wide CSV; 
 (wide CSV, JSON Lines, long CSV, a Megatron-LM console log, a TensorBoard event file) of the same
 8 metrics.
 
-Every input carries the same 5 one-step spikes of 100x in ``loss`` (``spike_steps``), and the shard
-run one more, on one rank only, in ``grad_norm_local`` (``rank_spike``): the downsampled reads of
-goal 3 must keep them all. Values are rounded to the few digits loggers print, so text files have
-realistic sizes.
-"""
+The values come from StabScope's one run generator (the physical model of
+:func:`stab_core.simulate.simulate_run`); this module holds only what is the benchmark's own: the
+sizes, the marker spikes, the rounding and the writing. Every input carries the same 5 one-step
+spikes of 100x in ``loss`` (``spike_steps``), and the shard run one more, on one rank only, in
+``grad_norm_local`` (``rank_spike``): the downsampled reads of goal 3 must keep them all. Values are
+rounded to the few digits loggers print, so text files have realistic sizes."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ import pyarrow as pa
 import pyarrow.csv as pcsv
 
 from ingest.shards import ShardWriter, list_segments, read_segment
+from stab_core.simulate import SimSpec, SimulatedRun, simulate_run
 
 PER_RANK_METRICS = (
     "grad_norm_local",
@@ -74,28 +76,73 @@ def _fresh(folder: Path) -> Path:
     return folder
 
 
-# ------------------------------------------------------------------------------- run-level curves
+# ------------------------------------------------------------------------------- the generated runs
+
+PER_RANK_DIGITS = {
+    "grad_norm_local": 4,
+    "step_time_s": 4,
+    "throughput_tok_s": 1,
+    "gpu_mem_gb": 2,
+    "gpu_util": 1,
+    "gpu_temp_c": 1,
+    "gpu_power_w": 1,
+    "expert_load_max_over_mean": 3,
+}
+"""Decimals each per-rank metric is written with (what loggers print)."""
+
+LOG_SEQ_LEN = 1024
+LOG_GLOBAL_BATCH = 512
+"""The single-run logs' batch: 512 sequences of 1,024 tokens a step (Megatron's ``global batch size``)."""
 
 
-def loss_curve(steps: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """A power-law decay with noise, rounded to 4 decimals, with the 5 spikes of 100x."""
-    n = steps.size
-    loss = 2.0 + 8.0 / np.sqrt(1.0 + steps / 2000.0) + 0.02 * rng.standard_normal(n)
-    for s in spike_steps(n):
+def _spec(name: str, steps: int, ranks: int, per_rank_batch: int, seq_len: int, per_rank: tuple[str, ...]) -> SimSpec:
+    """A plain run of the physical model: no injected mechanism and no checkpoint stalls (the marker
+    spikes are the only ones), warmup over 2% of the run then cosine decay to 10%, and a grad norm
+    that starts at most a few times its later level, so that nothing but the markers is 10x the
+    median the spike check compares with."""
+    return SimSpec(
+        name=name,
+        steps=max(steps, 2),
+        world_size=ranks,
+        per_rank_batch_size=per_rank_batch,
+        seq_len=seq_len,
+        step_time_s=0.8,
+        schedule_kwargs={"warmup_steps": max(steps // 50, 1), "min_lr_ratio": 0.1},
+        grad_norm_start=1.0,
+        checkpoint_interval_steps=None,
+        num_experts=8 if "expert_load_max_over_mean" in per_rank else 1,
+        per_rank_metrics=per_rank,
+    )
+
+
+def _with_loss_spikes(loss: np.ndarray) -> np.ndarray:
+    """The loss with the 5 marker spikes of 100x, rounded to 4 decimals."""
+    loss = loss.copy()
+    for s in spike_steps(loss.size):
         loss[s] *= SPIKE_FACTOR
     return np.round(loss, 4)
 
 
-def lr_curve(steps: np.ndarray) -> np.ndarray:
-    """Linear warmup over 2% of the run, then cosine decay to 10% (peak 3e-4)."""
-    n = max(int(steps.size), 1)
-    warm = max(n // 50, 1)
-    progress = np.clip((steps - warm) / max(n - warm, 1), 0.0, 1.0)
-    cosine = 0.1 + 0.9 * 0.5 * (1.0 + np.cos(np.pi * progress))
-    return np.round(3e-4 * np.where(steps < warm, (steps + 1) / warm, cosine), 10)
+def _run_level_of(run: SimulatedRun) -> dict[str, np.ndarray]:
+    """``RUN_LEVEL_METRICS`` of a generated run, rounded, with the loss's marker spikes."""
+    level = run.run_level
+    return {
+        "loss": _with_loss_spikes(level["loss"]),
+        "grad_norm": np.round(level["grad_norm"], 4),
+        "lr": np.round(level["lr"], 10),
+        "clip_coef": np.round(level["clip_coef"], 4),
+    }
+
+
+def _run_level_columns(steps: np.ndarray) -> dict[str, np.ndarray]:
+    """The run-level series of a one-rank run of ``steps.size`` steps."""
+    spec = _spec("bench-run-level", int(steps.size), 1, PER_RANK_BATCH, 4096, ())
+    return _run_level_of(simulate_run(spec, 10_000))
 
 
 def grad_norm_curve(steps: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Per-rank norms of bench/app.py's wide run (1,000 ranks at every 10th step): noise around a
+    constant drawn from ``rng`` rank by rank, since a run of that size is written one rank at a time."""
     return np.round(0.8 + 0.3 * np.abs(rng.standard_normal(steps.size)), 4)
 
 
@@ -132,9 +179,10 @@ def write_run_shards(shard_dir: Path, ranks: int, steps: int) -> None:
     all_steps = np.arange(steps, dtype=np.int64)
     wall = np.round(1.7e9 + all_steps * 0.8, 3)
     spike_rank, spike_step = rank_spike(ranks, steps)
+    run = simulate_run(_spec("bench-run", steps, ranks, PER_RANK_BATCH, 4096, PER_RANK_METRICS), 0)
+    run_level = _run_level_of(run)
     for rank in range(ranks):
-        rng = np.random.default_rng(rank)
-        columns = _rank_columns(rng, steps)
+        columns = {m: np.round(run.per_rank[m][rank].astype(np.float64), PER_RANK_DIGITS[m]) for m in PER_RANK_METRICS}
         if rank == spike_rank:
             columns["grad_norm_local"][spike_step] *= SPIKE_FACTOR
         with ShardWriter(shard_dir, rank) as writer:
@@ -147,7 +195,6 @@ def write_run_shards(shard_dir: Path, ranks: int, steps: int) -> None:
                         "generator": "bench.data",
                     }
                 )
-                run_level = _run_level_columns(all_steps)
             for a in range(0, steps, FRAME_STEPS):
                 b = min(a + FRAME_STEPS, steps)
                 if rank == 0:
@@ -155,32 +202,6 @@ def write_run_shards(shard_dir: Path, ranks: int, steps: int) -> None:
                         all_steps[a:b], {m: v[a:b] for m, v in run_level.items()}, rank=-1, wall_time=wall[a:b]
                     )
                 writer.write_columns(all_steps[a:b], {m: v[a:b] for m, v in columns.items()}, wall_time=wall[a:b])
-
-
-def _rank_columns(rng: np.random.Generator, steps: int) -> dict[str, np.ndarray]:
-    noise = rng.standard_normal((len(PER_RANK_METRICS), steps))
-    base = {
-        "grad_norm_local": (1.5, 0.2, 4),
-        "step_time_s": (0.8, 0.01, 4),
-        "throughput_tok_s": (40_960.0, 400.0, 1),
-        "gpu_mem_gb": (61.0, 0.3, 2),
-        "gpu_util": (97.0, 1.0, 1),
-        "gpu_temp_c": (71.0, 1.5, 1),
-        "gpu_power_w": (640.0, 12.0, 1),
-        "expert_load_max_over_mean": (1.3, 0.05, 3),
-    }
-    return {m: np.round(np.abs(mean + sd * noise[i]), digits) for i, (m, (mean, sd, digits)) in enumerate(base.items())}
-
-
-def _run_level_columns(steps: np.ndarray) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(10_000)
-    grad_norm = grad_norm_curve(steps, rng)
-    return {
-        "loss": loss_curve(steps, rng),
-        "grad_norm": grad_norm,
-        "lr": lr_curve(steps),
-        "clip_coef": np.round(np.minimum(1.0, 1.0 / (grad_norm + 1e-6)), 4),
-    }
 
 
 def wide_schema() -> pa.Schema:
@@ -258,20 +279,21 @@ def log_inputs(workdir: Path, steps: int, tb_steps: int) -> LogInputs:
 def log_table(steps: int) -> pa.Table:
     """``step`` and the 8 ``LOG_METRICS`` of one run."""
     s = np.arange(steps, dtype=np.int64)
-    rng = np.random.default_rng(7)
-    grad_norm = grad_norm_curve(s, rng)
-    clip = np.round(np.minimum(1.0, 1.0 / (grad_norm + 1e-6)), 4)
-    step_time = np.round(0.8 + 0.01 * np.abs(rng.standard_normal(steps)), 4)
+    level = simulate_run(_spec("bench-log", steps, 1, LOG_GLOBAL_BATCH, LOG_SEQ_LEN, ()), 7).run_level
+    grad_norm = np.round(level["grad_norm"][:steps], 4)
+    clip = np.round(level["clip_coef"][:steps], 4)
+    step_time = np.round(level["step_time_s"][:steps], 4)
+    tokens_per_step = LOG_GLOBAL_BATCH * LOG_SEQ_LEN
     columns = {
         "step": s,
-        "loss": loss_curve(s, rng),
+        "loss": _with_loss_spikes(level["loss"][:steps]),
         "grad_norm": grad_norm,
         "grad_norm_clipped": np.round(grad_norm * clip, 4),
-        "lr": lr_curve(s),
+        "lr": np.round(level["lr"][:steps], 10),
         "clip_coef": clip,
-        "tokens": ((s + 1) * 524_288).astype(np.float64),
+        "tokens": ((s + 1) * tokens_per_step).astype(np.float64),
         "step_time_s": step_time,
-        "throughput_tok_s": np.round(524_288 / step_time, 1),
+        "throughput_tok_s": np.round(tokens_per_step / step_time, 1),
     }
     return pa.table(columns)
 

@@ -15,8 +15,9 @@ other within a few samples, merge into one :class:`SpikeEvent`.
 
 Baselines are computed on the finite samples only, over a window of ``window`` *samples* (not steps),
 so a log written every N steps and a log with gaps need no special handling. The window median is
-refreshed every ``stride`` samples (a strided rolling median): cost O(n * window / stride), about
-0.2 s for 10M samples with the defaults, with a baseline that lags by at most ``stride - 1`` samples.
+refreshed every ``stride`` samples (a strided rolling median): cost O(n * window / stride), so a
+10M-sample series stays cheap with the defaults, with a baseline that lags by at most ``stride - 1``
+samples.
 The MAD is floored so that a quantised series (a MAD of zero) or a numerically-zero series cannot
 turn every wiggle into a spike.
 """
@@ -315,7 +316,7 @@ def _window_ends(n_finite: int, params: SpikeParams) -> IntArray:
     return params.stride * np.arange(1, max(n_finite - 1, 0) // params.stride + 1, dtype=np.int64)
 
 
-def _window_levels(finite_values: FloatArray, params: SpikeParams, with_mad: bool) -> tuple[FloatArray, FloatArray]:
+def _window_levels(finite_values: FloatArray, params: SpikeParams, *, with_mad: bool) -> tuple[FloatArray, FloatArray]:
     """Level and raw MAD of each window (:func:`_window_ends`); NaN where it holds fewer than
     ``min_history`` samples."""
     ends = _window_ends(finite_values.size, params)

@@ -16,6 +16,7 @@ from stab_core.cost import rollback_steps
 from stab_core.runview import RunEvent
 from stab_core.schedulers import lr_at
 from stab_core.simulate import (
+    OPTIONAL_PER_RANK_METRICS,
     PER_RANK_METRICS,
     BatchSkip,
     DataOutlierSpike,
@@ -271,6 +272,25 @@ def test_straggler_sets_the_pace_and_runs_hot() -> None:
     assert np.allclose(run.run_level["step_time_s"][window], times[:, window].max(axis=0) * 1.02, rtol=1e-5)
     assert np.median(run.per_rank["gpu_temp_c"][3, window]) > np.median(run.per_rank["gpu_temp_c"][3, ~window]) + 5
     assert np.median(run.per_rank["gpu_util"][:3, window]) < 0.8 * 99
+
+
+def test_optional_per_rank_throughput_and_expert_load() -> None:
+    """Asked-for per-rank metrics (the benchmark's): each rank's tokens over its own step time, and each
+    rank's expert load around the run's; adding them moves no other series."""
+    extra = (*PER_RANK_METRICS, *OPTIONAL_PER_RANK_METRICS)
+    spec = plain(num_experts=8, stragglers=(Straggler(3, 1000, 1500, slowdown=1.3),))
+    run, more = simulate_run(spec, 0), simulate_run(replace(spec, per_rank_metrics=extra), 0)
+    tokens = 32 * 4096
+    assert np.allclose(more.per_rank["throughput_tok_s"], tokens / more.per_rank["step_time_s"], rtol=1e-5)
+    load = more.per_rank["expert_load_max_over_mean"]
+    assert load.shape == (4, 3000) and load.min() >= 1.0
+    assert np.allclose(np.median(load, axis=0), more.run_level["expert_load_max_over_mean"], rtol=0.1)
+    for name in run.per_rank:
+        assert np.array_equal(run.per_rank[name], more.per_rank[name]), name
+    for name in run.run_level:
+        assert np.array_equal(run.run_level[name], more.run_level[name]), name
+    with pytest.raises(ValueError, match="needs num_experts > 1"):
+        plain(per_rank_metrics=("expert_load_max_over_mean",))
 
 
 def test_checkpoint_write_stalls_the_step() -> None:

@@ -22,6 +22,7 @@ from stab_core.simulate.output import InjectedSpike, SimTruth, SimulatedRun
 from stab_core.simulate.presets import Scenario, demo_specs, scenario_specs, scenarios
 from stab_core.simulate.signatures import SPIKE_CLASSES, SyntheticRunSpec, cause_of, random_spec, synthetic_run
 from stab_core.simulate.spec import (
+    OPTIONAL_PER_RANK_METRICS,
     PER_RANK_METRICS,
     BatchSkip,
     DataOutlierSpike,
@@ -37,6 +38,7 @@ from stab_core.simulate.spec import (
 )
 
 __all__ = [
+    "OPTIONAL_PER_RANK_METRICS",
     "PER_RANK_METRICS",
     "SPIKE_CLASSES",
     "BatchSkip",

@@ -95,7 +95,7 @@ def _normal32(seed: int, stream: int, shape: tuple[int, ...]) -> Float32Array:
     return _rng(seed, stream).standard_normal(shape, dtype=np.float32)
 
 
-def _spike_shape(t: FloatArray, onset: int, rise: int, recovery: float, diverge: bool) -> FloatArray:
+def _spike_shape(t: FloatArray, onset: int, rise: int, recovery: float, *, diverge: bool) -> FloatArray:
     """0 before ``onset``, a linear rise to 1 at ``onset + rise - 1``, then exp(-dt/recovery), or 1
     for ever when ``diverge``."""
     rise = max(int(rise), 1)
@@ -246,13 +246,13 @@ def _apply_mechanisms(spec: SimSpec, steps: IntArray, lr: FloatArray, stop: int)
         diverge = isinstance(mechanism, DataOutlierSpike) and mechanism.diverge
         if isinstance(mechanism, NumericalFault) and not mechanism.recovered:
             diverge = True
-        shape = _spike_shape(t, onset, mechanism.rise_steps, mechanism.recovery_steps, diverge)
+        shape = _spike_shape(t, onset, mechanism.rise_steps, mechanism.recovery_steps, diverge=diverge)
         if diverge:
             # a diverging run keeps climbing for a while, then sits on a high plateau
             shape = shape * (1.0 + 0.6 * (1.0 - np.exp(-np.maximum(t - peak, 0.0) / 150.0)))
         effects.loss_add += height * shape
         factor = getattr(mechanism, "grad_factor", 2.0)
-        lead_shape = _spike_shape(t, onset - 1, mechanism.rise_steps, mechanism.recovery_steps, diverge)
+        lead_shape = _spike_shape(t, onset - 1, mechanism.rise_steps, mechanism.recovery_steps, diverge=diverge)
         effects.grad_mult *= 1.0 + (factor - 1.0) * np.minimum(lead_shape, 1.0)
         _mechanism_extras(mechanism, spec, t, effects)
         recovered = not diverge
@@ -303,7 +303,7 @@ def _mechanism_extras(mechanism: Mechanism, spec: SimSpec, t: FloatArray, effect
 # One random stream per quantity (see _rng).
 _S_LOSS_STEP, _S_LOSS_RANK, _S_G_STEP, _S_S_STEP, _S_SHARD = 1, 2, 3, 4, 5
 _S_CROSS, _S_NORM, _S_OFFDIAG, _S_TIME, _S_TELEMETRY = 6, 7, 8, 9, 10
-_S_LOAD, _S_RANK_BIAS = 11, 12
+_S_LOAD, _S_RANK_BIAS, _S_RANK_LOAD = 11, 12, 13
 
 
 def simulate_run(spec: SimSpec, seed: int = 0) -> SimulatedRun:
@@ -335,7 +335,7 @@ def simulate_run(spec: SimSpec, seed: int = 0) -> SimulatedRun:
     _timing(spec, seed, all_steps, checkpoint_steps, per_rank, run_level)
     _numerics(spec, all_steps, effects, run_level)
     if spec.num_experts > 1:
-        _moe(spec, seed, t, effects, run_level)
+        _moe(spec, seed, t, effects, per_rank, run_level)
     _apply_nan(effects.nan_mask, per_rank, run_level)
 
     keep = all_steps < stop
@@ -519,6 +519,11 @@ def _timing(
     busy = compute / step_time.astype(np.float32)[None, :]  # fraction of the step each GPU computes
     if "step_time_s" in spec.per_rank_metrics:
         per_rank["step_time_s"] = compute + stall.astype(np.float32)[None, :]
+    if "throughput_tok_s" in spec.per_rank_metrics:
+        # each rank's own batch over its own time: a straggler's tokens/s falls with its compute
+        per_rank["throughput_tok_s"] = np.float32(spec.per_rank_batch_size * spec.seq_len) / (
+            compute + stall.astype(np.float32)[None, :]
+        )
     del compute
     bias = _rng(seed, _S_RANK_BIAS).standard_normal((4, w)).astype(np.float32)
     if "gpu_util" in spec.per_rank_metrics:
@@ -590,9 +595,17 @@ def _dynamic_loss_scale(steps: IntArray, forced: BoolArray, window: int) -> tupl
     return scale, overflow
 
 
-def _moe(spec: SimSpec, seed: int, t: FloatArray, effects: _Effects, run_level: dict[str, FloatArray]) -> None:
+def _moe(
+    spec: SimSpec,
+    seed: int,
+    t: FloatArray,
+    effects: _Effects,
+    per_rank: dict[str, Float32Array],
+    run_level: dict[str, FloatArray],
+) -> None:
     """Expert load max/mean: imbalance that settles after the first few hundred steps, log-normal
-    noise, lower once bias balancing is on, plus any seesaw; router z-loss follows the imbalance."""
+    noise, lower once bias balancing is on, plus any seesaw; router z-loss follows the imbalance.
+    Per rank (when asked for): the run's imbalance, each rank's router seeing its own tokens."""
     base = np.full_like(t, spec.expert_load_base)
     if spec.bias_balancing_from is not None:
         switched = np.clip((t - spec.bias_balancing_from) / 50.0, 0.0, 1.0)
@@ -602,6 +615,12 @@ def _moe(spec: SimSpec, seed: int, t: FloatArray, effects: _Effects, run_level: 
     load = 1.0 + (base - 1.0) * early * noise + effects.load_add
     run_level["expert_load_max_over_mean"] = load
     run_level["router_z_loss"] = 1.5e-3 * (1.0 + 0.5 * np.exp(-t / 1000.0)) * (load - 1.0 + 0.3) / 0.6
+    if "expert_load_max_over_mean" in spec.per_rank_metrics:
+        rank_load = _normal32(seed, _S_RANK_LOAD, (spec.world_size, t.size))
+        rank_load *= np.float32(0.03)
+        np.exp(rank_load, out=rank_load)
+        rank_load *= load.astype(np.float32)[None, :]
+        per_rank["expert_load_max_over_mean"] = np.maximum(rank_load, np.float32(1.0))
 
 
 def _apply_nan(mask: BoolArray, per_rank: dict[str, Float32Array], run_level: dict[str, FloatArray]) -> None:

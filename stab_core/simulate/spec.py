@@ -25,7 +25,11 @@ PER_RANK_METRICS: tuple[str, ...] = (
     "gpu_temp_c",
     "gpu_power_w",
 )
-"""Per-rank metrics the simulator can produce (a spec chooses a subset)."""
+"""Per-rank metrics of a spec by default (a spec chooses a subset)."""
+
+OPTIONAL_PER_RANK_METRICS: tuple[str, ...] = ("throughput_tok_s", "expert_load_max_over_mean")
+"""Per-rank metrics produced only when a spec asks for them: each rank's tokens/s, and each rank's
+expert load max/mean (MoE specs only; the run-level series times a per-rank factor)."""
 
 
 # --------------------------------------------------------------------------------------------------
@@ -276,9 +280,12 @@ class SimSpec:
             )
         if self.per_rank_batch_size < 1:
             raise ValueError(f"{self.name}: per_rank_batch_size must be >= 1, got {self.per_rank_batch_size}")
-        unknown = sorted(set(self.per_rank_metrics) - set(PER_RANK_METRICS))
+        known = PER_RANK_METRICS + OPTIONAL_PER_RANK_METRICS
+        unknown = sorted(set(self.per_rank_metrics) - set(known))
         if unknown:
-            raise ValueError(f"{self.name}: unknown per-rank metrics {unknown}; choose from {PER_RANK_METRICS}")
+            raise ValueError(f"{self.name}: unknown per-rank metrics {unknown}; choose from {known}")
+        if "expert_load_max_over_mean" in self.per_rank_metrics and self.num_experts < 2:
+            raise ValueError(f"{self.name}: a per-rank expert load needs num_experts > 1")
         if self.schedule not in SCHEDULE_FORMULAS and self.lr is None:
             raise ValueError(
                 f"{self.name}: unknown schedule {self.schedule!r}; choose from {sorted(SCHEDULE_FORMULAS)}"
