@@ -1,8 +1,15 @@
 """Streamlit pages: layout only; the work happens in ``stab_core`` and ``ingest``.
 
+The page scripts are the ones app.py lists in its navigation; the other modules here are what they
+share, each named by purpose: ``store_access`` (the one store handle and the cached reads),
+``widgets``, ``page_errors`` (the one place errors are drawn), ``charts`` and ``rank_charts`` (the
+figures), ``series_display``, ``compare_lines``, ``run_costs``, ``incident_view``, ``alert_banners``,
+``run_catalog``, ``rank_table``, ``uploads``, ``scheduler_code``, ``run_meta`` (a form), ``view_url``,
+``warmup`` and ``server`` (``stabscope serve``'s process, not a page).
+
 Importing this package leaves Streamlit's old pages/-folder mode if it is on, before any of the pages'
-heavy libraries load: every page script imports it first, before any other import (a page that
-imported ``ingest.store`` first made a fresh server's deep link 0.3 s slower).
+heavy libraries load: every page script imports it first, before any other import, so that a fresh
+server's deep link reruns through app.py before it has waited for them.
 """
 
 
@@ -14,7 +21,7 @@ def ensure_app_navigation() -> None:
     request would then run that page alone: no app.py, a sidebar of file names (common, charts...).
     The first such run switches the mode off for the whole server and starts over through app.py,
     which keeps the requested page. It happens here, in the package, so that the rerun comes before
-    the ~0.8 s of imports in ``pages.common`` and app.py can ask the browser for Plotly's chunk first
+    the page helpers' imports (``pages.store_access``...) and app.py can ask the browser for Plotly's chunk first
     (``pages.warmup.warm_up_browser``). (``stabscope serve`` turns the mode off before start-up.)
     """
     from streamlit.runtime.pages_manager import PagesManager

@@ -16,9 +16,9 @@ import numpy as np
 import plotly.graph_objects as go
 
 from ingest.store import SeriesData
-from pages.common import Line, ema
+from pages.compare_lines import Line
+from pages.series_display import ema
 from stab_core import causes
-from stab_core.alerts import OUTLIER_MIN_DEVIATION, cross_rank_band
 from stab_core.runview import RunEvent
 
 PALETTE = ("#1c7ed6", "#d9480f", "#2b8a3e", "#7048e8", "#c2255c", "#0c8599", "#e67700", "#5c940d")
@@ -71,12 +71,6 @@ SERIES_COLORS = {
     "clip_coef": "#CC79A7",
     "snr": "#888888",  # mid grey: readable on the light and the dark theme
 }
-CLICK_GRID_POINTS = 20_000
-FLAGGED_RANK_COLOUR = "#2b8a3e"
-"""Rings and rank labels of the ranks the outlier table flags (green: apart from the red-blue % scale)."""
-HEATMAP_SATURATION = 6.0
-"""The % heatmap's colours saturate at this many times the cells' median absolute deviation."""
-"""Most clickable markers laid over a heatmap (columns are thinned beyond that)."""
 
 
 @dataclass
@@ -105,7 +99,7 @@ def base_layout(height: int, x_title: str = "step") -> dict[str, Any]:
 
 
 def envelope_traces(
-    s: SeriesData, label: str, color: str, ema_weight: float, legend: bool = True, width: float = 1.6
+    s: SeriesData, label: str, color: str, ema_weight: float, *, legend: bool = True, width: float = 1.6
 ) -> list[go.Scatter]:
     """Mean line (``width`` px), min/max band (only where it differs from the line) and, when smoothing,
     the EMA on top with the raw line kept visible underneath."""
@@ -169,7 +163,7 @@ def envelope_traces(
     return traces
 
 
-def _y_span(curves: Sequence[tuple[str, SeriesData]], log_y: bool) -> tuple[float, float] | None:
+def data_y_span(curves: Sequence[tuple[str, SeriesData]], *, log_y: bool) -> tuple[float, float] | None:
     lows = [s.min[np.isfinite(s.min) & ((s.min > 0) if log_y else True)] for _, s in curves]
     highs = [s.max[np.isfinite(s.max)] for _, s in curves]
     lows, highs = [a for a in lows if a.size], [a for a in highs if a.size]
@@ -178,7 +172,7 @@ def _y_span(curves: Sequence[tuple[str, SeriesData]], log_y: bool) -> tuple[floa
     return float(min(a.min() for a in lows)), float(max(a.max() for a in highs))
 
 
-def event_traces(events: Sequence[RunEvent], y0: float, y1: float, legend: bool) -> list[go.Scatter]:
+def event_traces(events: Sequence[RunEvent], y0: float, y1: float, *, legend: bool) -> list[go.Scatter]:
     """One vertical-line trace per event kind (legend click hides a kind on every panel at once)."""
     by_kind: dict[str, list[RunEvent]] = {}
     for e in events:
@@ -228,7 +222,7 @@ def add_spike_shading(
             continue
         color = _spike_color(s)
         # One full-height shape per spike, set in one layout update: the panels share their x axis,
-        # and add_vrect per spike and panel cost ~1.5 s per rerun on runs with many spikes.
+        # and add_vrect per spike and panel made reruns slow on runs with many spikes.
         shapes.append(
             {
                 "type": "rect",
@@ -284,9 +278,10 @@ def peak_markers(
     curves: Sequence[tuple[str, SeriesData]],
     spikes: Sequence[dict[str, Any]],
     y_range: tuple[float, float] | None,
-    log_y: bool,
     x_range: tuple[int, int] | None,
     shown_legend: set[str],
+    *,
+    log_y: bool,
 ) -> list[go.Scatter]:
     """A marker at every incident peak of a metric drawn in this panel, coloured by cause. A peak above
     the panel's y range (or non-finite) sits at the top edge as an up-triangle labelled with its value,
@@ -304,7 +299,7 @@ def peak_markers(
             off_scale = not finite or (top is not None and value is not None and value > top)
             if off_scale and top is None:
                 continue  # nothing finite to place it against
-            y = _edge(y_range, log_y) if off_scale else value
+            y = _edge(y_range, log_y=log_y) if off_scale else value
             label = "non-finite" if not finite else f"{value:.4g}"
             ratio = spike.get("ratio")
             times = f" x{float(ratio):.2f}" if ratio is not None else ""
@@ -349,7 +344,7 @@ def peak_markers(
     return traces
 
 
-def _edge(y_range: tuple[float, float] | None, log_y: bool) -> float | None:
+def _edge(y_range: tuple[float, float] | None, *, log_y: bool) -> float | None:
     """A y value just inside the top of the range (data units; the range is log10 units on a log axis)."""
     if y_range is None:
         return None
@@ -360,6 +355,7 @@ def _edge(y_range: tuple[float, float] | None, log_y: bool) -> float | None:
 def robust_y_range(
     curves: Sequence[tuple[np.ndarray, np.ndarray]],
     peaks: Sequence[float] = (),
+    *,
     log_y: bool = False,
     head_fraction: float = HEAD_FRACTION,
     min_span: float = 0.0,
@@ -445,6 +441,7 @@ def panels_figure(
     ema_weight: float = 0.0,
     x_range: tuple[int, int] | None = None,
     panel_height: int = 210,
+    *,
     drag_selects_steps: bool = False,
     full_y_range: bool = False,
     selected: int | None = None,
@@ -477,22 +474,22 @@ def panels_figure(
             width = UNDERLAY_WIDTHS.get(s.metric, 1.6)
             for trace in envelope_traces(s, label, color, ema_weight, width=width):
                 fig.add_trace(trace.update(xaxis="x", yaxis=yref))
-        span = _y_span(panel.curves, panel.log_y)
+        span = data_y_span(panel.curves, log_y=panel.log_y)
         y_range = (
             None
             if full_y_range
             else robust_y_range(
                 [(s.steps, v) for _, s in panel.curves for v in (s.min, s.max)],
                 _panel_peaks(panel, spikes, x_range),
-                panel.log_y,
+                log_y=panel.log_y,
                 min_span=panel.min_span,
             )
         )
         if span and events:
             for trace in event_traces(events, *span, legend=row == 1):
                 fig.add_trace(trace.update(xaxis="x", yaxis=yref))
-        shown_range = y_range if y_range is not None else _autorange_of(span, panel.log_y)
-        for trace in peak_markers(panel.curves, spikes, shown_range, panel.log_y, x_range, legend_causes):
+        shown_range = y_range if y_range is not None else _autorange_of(span, log_y=panel.log_y)
+        for trace in peak_markers(panel.curves, spikes, shown_range, x_range, legend_causes, log_y=panel.log_y):
             fig.add_trace(trace.update(xaxis="x", yaxis=yref))
         axis: dict[str, Any] = {
             "domain": list(domain),
@@ -547,7 +544,7 @@ def panels_figure(
     return fig
 
 
-def _autorange_of(span: tuple[float, float] | None, log_y: bool) -> tuple[float, float] | None:
+def _autorange_of(span: tuple[float, float] | None, *, log_y: bool) -> tuple[float, float] | None:
     """The range Plotly's autorange will show (data extremes), in axis units, for placing edge markers."""
     if span is None:
         return None
@@ -558,176 +555,7 @@ def _autorange_of(span: tuple[float, float] | None, log_y: bool) -> tuple[float,
     return span
 
 
-def heatmap_colour_range(z: np.ndarray, relative: bool) -> tuple[float | None, float | None]:
-    """Colour limits that show ordinary rank-to-rank spread, so that one 100x spike saturates its own
-    cells instead of washing every other cell out to the middle colour. For % deviations: symmetric,
-    at ``HEATMAP_SATURATION`` times the median |deviation| of the cells (a robust quantile: outliers
-    covering up to half the cells cannot move it), and never inside the outlier threshold
-    (``OUTLIER_MIN_DEVIATION``, 10 %): a rank steadily 2.5 % off stays pale, and a rank the outlier
-    table flags (at least 10 % off) is the one in full colour. Otherwise the 1st-99th percentile.
-    None, None when nothing is finite."""
-    finite = z[np.isfinite(z)]
-    if not finite.size:
-        return None, None
-    if relative:
-        limit = max(HEATMAP_SATURATION * float(np.median(np.abs(finite))), 100 * OUTLIER_MIN_DEVIATION)
-        return -limit, limit
-    low, high = (float(v) for v in np.percentile(finite, [1, 99]))
-    return (low, high) if high > low else (None, None)
-
-
-def heatmap_figure(
-    ranks: np.ndarray,
-    steps: np.ndarray,
-    matrix: np.ndarray,
-    z_title: str,
-    relative: bool,
-    selected: int | None,
-    *,
-    deviation_pct: np.ndarray | None = None,
-    deviation_title: str = "% vs cross-rank median",
-    last_step: int | None = None,
-    flagged: Sequence[int] = (),
-    rings: Sequence[tuple[int, int]] = (),
-) -> go.Figure:
-    """Rank x step heatmap of bucket means (``steps``: each column's first step; the last column ends
-    at ``last_step``); ``relative`` colours by % deviation from each column's median, or by
-    ``deviation_pct`` (e.g. from each rank's pipeline stage, ``stab_core.alerts.peer_deviation_pct``).
-    ``flagged``: the ranks the outlier table flags, their rank labels in colour; ``rings``: (rank, step)
-    cells to ring (a transient's largest deviation: one column wide, it could hide among 400)."""
-    z = matrix
-    if relative and matrix.size:
-        if deviation_pct is None:
-            median = cross_rank_band(matrix)[0]
-            with np.errstate(all="ignore"):
-                deviation_pct = 100 * (matrix - median) / np.abs(median)
-        z, z_title = deviation_pct, deviation_title
-    zmin, zmax = heatmap_colour_range(z, relative)
-    # each column's whole steps, for the hover: "step 7" or "steps 10–12"
-    ends = np.r_[steps[1:] - 1, steps[-1:]]
-    if last_step is not None and ends.size:
-        ends[-1] = max(int(ends[-1]), int(last_step))
-    column_steps = zip(steps.tolist(), ends.tolist(), strict=True)
-    spans = [f"step {a:,}" if b <= a else f"steps {a:,}–{b:,}" for a, b in column_steps]
-    fig = go.Figure(
-        go.Heatmap(
-            z=z,
-            x=steps,
-            y=ranks,
-            colorscale="RdBu_r" if relative else "Viridis",
-            zmin=zmin,
-            zmax=zmax,
-            colorbar={"title": {"text": z_title, "side": "right"}},
-            customdata=np.broadcast_to(np.array(spans, dtype=object), np.shape(z)),
-            hovertemplate="rank %{y}<br>%{customdata}<br>%{z:.4g}<extra></extra>",
-        )
-    )
-    # Plotly reports no clicks on heatmap cells: near-invisible markers on a grid over it make a click pick a rank
-    stride = max(1, (len(ranks) * len(steps)) // CLICK_GRID_POINTS)
-    grid_x, grid_y = np.meshgrid(steps[::stride], ranks)
-    fig.add_trace(
-        go.Scatter(
-            x=grid_x.ravel(),
-            y=grid_y.ravel(),
-            mode="markers",
-            showlegend=False,
-            marker={"size": 6, "color": "rgba(0,0,0,0)"},  # fully transparent: clickable, not drawn
-            hovertemplate="rank %{y}: click to inspect<extra></extra>",
-        )
-    )
-    if selected is not None:
-        fig.add_hrect(
-            y0=selected - 0.5, y1=selected + 0.5, line={"color": "#fab005", "width": 2}, fillcolor="rgba(0,0,0,0)"
-        )
-    fig.update_layout(**base_layout(min(700, max(220, 18 * len(ranks) + 90))))
-    fig.update_layout(hovermode="closest", margin={"b": 45})
-    fig.update_yaxes(title_text="rank", autorange="reversed" if len(ranks) > 1 else True)
-    if rings:
-        fig.add_trace(
-            go.Scatter(
-                x=[step for _, step in rings],
-                y=[rank for rank, _ in rings],
-                mode="markers",
-                showlegend=False,
-                marker={"symbol": "circle-open", "size": 14, "color": FLAGGED_RANK_COLOUR, "line": {"width": 2.5}},
-                hovertemplate="rank %{y}: flagged, most deviant at step %{x}<extra></extra>",
-            )
-        )
-    if flagged:
-        fig.update_yaxes(**_rank_ticks(ranks, flagged))
-    # steps are whole numbers: a few columns get one tick each (Plotly would put ticks at 0.5 steps)
-    fig.update_xaxes(title_text="step", tickformat=",d")
-    if 0 < steps.size <= 20:
-        fig.update_xaxes(tickmode="array", tickvals=steps.tolist())
-    if steps.size == 1:
-        fig.update_xaxes(range=[float(steps[0]) - 0.5, float(steps[0]) + 0.5])
-    return fig
-
-
-def _rank_ticks(ranks: np.ndarray, flagged: Sequence[int]) -> dict[str, Any]:
-    """Y ticks of a rank heatmap: every 1, 2, 5, 10 ... ranks (about a dozen), the flagged ranks' own
-    labels in colour (of flagged neighbours, the first: their rows are coloured anyway), and no regular
-    label close enough to a flagged one to overlap it."""
-    every = next(k for k in (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 10**9) if len(ranks) / k <= 12)
-    near = max(0, math.ceil(len(ranks) / 40) - 1)  # rows closer than ~14 px (a 700-px heatmap) would overlap
-    marked: set[int] = set()
-    for rank in sorted(flagged):
-        if all(abs(rank - m) > near for m in marked):
-            marked.add(rank)
-    regular = [r for r in ranks.tolist() if r % every == 0 and all(abs(r - f) > near for f in marked)]
-    values = sorted(set(regular) | marked)
-    text = [f"<span style='color:{FLAGGED_RANK_COLOUR}'><b>{r} ▸</b></span>" if r in marked else str(r) for r in values]
-    return {"tickmode": "array", "tickvals": values, "ticktext": text}
-
-
-def rank_vs_median_figure(
-    rank: int,
-    own: SeriesData,
-    steps: np.ndarray,
-    median: np.ndarray,
-    lower: np.ndarray,
-    upper: np.ndarray,
-    y_title: str,
-    events: Sequence[RunEvent] = (),
-    peers: str = "all ranks",
-) -> go.Figure:
-    """One rank's series against its peers' median with their min–max band (``peers``: who they are,
-    e.g. "all ranks" or "stage 3's ranks")."""
-    fig = go.Figure()
-    fig.add_trace(go.Scatter(x=steps, y=upper, mode="lines", line={"width": 0}, hoverinfo="skip", showlegend=False))
-    fig.add_trace(
-        go.Scatter(
-            x=steps,
-            y=lower,
-            mode="lines",
-            line={"width": 0},
-            fill="tonexty",
-            opacity=0.2,
-            name=f"{peers} min–max",
-            fillcolor="rgba(134,142,150,0.25)",
-        )
-    )
-    fig.add_trace(
-        go.Scatter(
-            x=steps,
-            y=median,
-            mode="lines",
-            name="cross-rank median" if peers == "all ranks" else f"{peers} median",
-            line={"color": "#495057", "width": 1.5, "dash": "dash"},
-        )
-    )
-    for trace in envelope_traces(own, f"rank {rank}", PALETTE[1], 0.0):
-        fig.add_trace(trace)
-    span = _y_span([("", own)], False)
-    if span and events:
-        for trace in event_traces(events, *span, legend=True):
-            fig.add_trace(trace)
-    fig.update_layout(**base_layout(340))
-    fig.update_yaxes(title_text=y_title)
-    return fig
-
-
-def compare_figure(lines: Sequence[Line], x_title: str, y_title: str, log_y: bool) -> go.Figure:
+def compare_figure(lines: Sequence[Line], x_title: str, y_title: str, *, log_y: bool) -> go.Figure:
     """Runs overlaid; a seed group is its mean with a shaded band; a smoothed line on top keeps the raw
     one visible underneath."""
     fig = go.Figure()

@@ -17,7 +17,7 @@ import streamlit as st
 
 from ingest.configs import FORMATS, ConfigFormat, config_from_run_meta, read_run_config
 from ingest.errors import StabScopeError
-from pages.common import get_store, list_runs, show_error, store_root
+from pages.store_access import get_store, list_runs, store_root
 from stab_core.checklist import ItemResult, checklist_markdown, evaluate_checklist, failing_p0, run_facts
 
 NO_RUN = "(none)"
@@ -94,9 +94,8 @@ try:
             stated = sorted(set(stored) - {"source_format", "key_sources"})
             right.caption(f"{run_name}: {len(stated)} settings from its log and metadata ({', '.join(stated[:8])}…).")
     results = evaluate_checklist(merged_config(stored, uploaded), facts)
-except (StabScopeError, ValueError) as exc:
-    show_error(exc)
-    st.stop()
+except ValueError as exc:  # the core's check of a config value: the user's to fix, drawn by app.py
+    raise StabScopeError(str(exc)) from exc
 if uploaded is None and run_name == NO_RUN:
     st.info("Nothing to grade yet: upload a config or pick a stored run. Meanwhile every item is a box to tick.")
 

@@ -12,21 +12,10 @@ import streamlit as st
 from ingest.errors import StabScopeError
 from ingest.store import RunInfo, SeriesData
 from pages.charts import compare_figure
-from pages.common import (
-    BEST_WINDOW,
-    MISSING,
-    Line,
-    auto_buckets,
-    best_smoothed,
-    ema,
-    group_lines,
-    last_finite,
-    list_runs,
-    metric_label,
-    read_series,
-    seed_group,
-    to_x,
-)
+from pages.compare_lines import BEST_WINDOW, Line, best_smoothed, group_lines, seed_group, to_x
+from pages.series_display import ema, metric_label
+from pages.store_access import auto_buckets, last_finite, list_runs, read_series
+from pages.widgets import MISSING
 
 st.title("Compare runs")
 runs = {r.name: r for r in list_runs() if r.first_step is not None}
@@ -76,7 +65,7 @@ groups = {name: seed_group(runs[name]) for name in chosen}
 shown = group_lines(lines, groups, "minmax" if band == "min/max" else "std") if group else lines
 x_title = "step" if axis == "step" else "tokens"
 st.plotly_chart(
-    compare_figure(shown, x_title, metric_label(metric), log_y), key="cmp_chart", config={"displaylogo": False}
+    compare_figure(shown, x_title, metric_label(metric), log_y=log_y), key="cmp_chart", config={"displaylogo": False}
 )
 
 

@@ -10,23 +10,19 @@ import streamlit as st
 
 from ingest.store import RunInfo, SeriesData
 from pages.charts import Panel, panels_figure
-from pages.common import (
+from pages.page_errors import page_fragment
+from pages.series_display import metric_label, shown_frame, to_bytes
+from pages.store_access import (
     LIVE_REFRESH_S,
     auto_buckets,
     full_export,
     get_store,
-    metric_label,
-    pick_run,
     read_events,
     read_series,
     read_spikes,
-    reset_range,
-    shown_frame,
-    step_range,
-    to_bytes,
-    zoom_to_selection,
 )
 from pages.view_url import NO_INCIDENT, incident_window, restore_from_url, write_url
+from pages.widgets import pick_run, reset_range, step_range, zoom_to_selection
 from stab_core.runview import RunEvent
 
 # (panel title, y-axis title, candidate metrics in order, what to do when none is there)
@@ -153,7 +149,7 @@ def explain_missing(run: RunInfo, shown: dict[str, SeriesData], missing: list[st
         st.warning(f"The analyses failed on this run: {analysis['error']}", icon=":material/warning:")
 
 
-@st.fragment(run_every=LIVE_REFRESH_S if info.status == "live" else None)
+@page_fragment(run_every=LIVE_REFRESH_S if info.status == "live" else None)
 def charts(name: str) -> None:
     run = get_store().run_info(name)  # re-read: a live run grows between refreshes
     lo, hi = step_range(run, "ov_range")
@@ -228,7 +224,7 @@ def charts(name: str) -> None:
         )
     explain_missing(run, shown, missing)
     st.button("Show the whole run", on_click=reset_range, args=("ov_range",), key="ov_reset")
-    # Every export is built on click, not on each rerun: CSV of the shown points was ~0.2 s per rerun.
+    # Every export is built on click, not on each rerun: CSV of the shown points slowed every rerun.
     e1, e2, e3, e4 = st.columns(4)
     shown_csv = lambda: to_bytes(shown_frame(shown, ema_weight), "csv")  # noqa: E731
     shown_parquet = lambda: to_bytes(shown_frame(shown, ema_weight), "parquet")  # noqa: E731

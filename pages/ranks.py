@@ -10,20 +10,11 @@ import pages  # noqa: F401  # first: a deep link's first run leaves Streamlit's 
 # isort: split
 import streamlit as st
 
-from pages.charts import heatmap_figure, rank_vs_median_figure
-from pages.common import (
-    HEATMAP_BUCKETS,
-    MISSING,
-    auto_buckets,
-    logged_ranks,
-    metric_label,
-    pick_run,
-    rank_outliers,
-    read_events,
-    read_heatmap,
-    read_series,
-    step_range,
-)
+from pages.rank_charts import heatmap_figure, rank_vs_median_figure
+from pages.rank_table import rank_outliers
+from pages.series_display import metric_label
+from pages.store_access import HEATMAP_BUCKETS, auto_buckets, logged_ranks, read_events, read_heatmap, read_series
+from pages.widgets import MISSING, pick_run, step_range
 from stab_core.alerts import OUTLIER_MIN_DEVIATION, OUTLIER_Z, STRAGGLER_METRICS, cross_rank_band, peer_deviation_pct
 from stab_core.ranklayout import (
     MIN_PEERS,
@@ -78,7 +69,7 @@ def missing_sentence(meta: dict[str, object], logged: list[int]) -> str | None:
     return f"{text[0].upper()}{text[1:]} logged nothing: {len(logged)} of {world} ranks have data ({source})."
 
 
-def comparison_sentence(metric: str, layout: StageLayout | None, grouped: bool) -> str:
+def comparison_sentence(metric: str, layout: StageLayout | None, *, grouped: bool) -> str:
     """Who each rank is compared with, and why memory flags no straggler when that cannot be by stage."""
     stage_memory = "the first stage holds the embedding, the last the output layer and the loss"
     if grouped and layout is not None:
@@ -138,7 +129,7 @@ if ranks.size == 0:
     st.stop()
 rank_list = [int(r) for r in ranks]
 groups = comparison_groups(layout, ranks)
-table = rank_outliers(ranks, steps, matrix, groups, straggles=metric in STRAGGLER_METRICS)
+table = rank_outliers(ranks, steps, matrix, groups=groups, straggles=metric in STRAGGLER_METRICS)
 st.session_state["rk_table_ranks"] = [int(r) for r in table["rank"]]
 if "rk_rank" not in st.session_state or st.session_state["rk_rank"] not in rank_list:
     st.session_state["rk_rank"] = int(table["rank"].iloc[0]) if len(table) else rank_list[0]
@@ -152,8 +143,8 @@ fig = heatmap_figure(
     steps,
     matrix,
     metric_label(metric),
-    relative,
-    st.session_state["rk_rank"],
+    relative=relative,
+    selected=st.session_state["rk_rank"],
     deviation_pct=peer_deviation_pct(matrix, groups) if relative else None,
     deviation_title="% vs its stage's median" if groups is not None else "% vs cross-rank median",
     last_step=hi,
@@ -208,7 +199,8 @@ kinds = (
 )
 transients = int((flagged["kind"] == "transient").sum())
 ringed = f"the {MARKED_RANKS} most deviant transient ones are" if transients > MARKED_RANKS else "transient ones are"
-compared = "" if is_memory(metric) and groups is None else f" {comparison_sentence(metric, layout, groups is not None)}"
+grouped = groups is not None
+compared = "" if is_memory(metric) and not grouped else f" {comparison_sentence(metric, layout, grouped=grouped)}"
 st.caption(
     f"Outlier: modified z-score among its peers > {OUTLIER_Z} and at least {OUTLIER_MIN_DEVIATION:.0%} from "
     f"their median in a step column; {kinds}, a transient one in fewer; unknown: fewer than {MIN_PEERS} "

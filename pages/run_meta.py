@@ -10,7 +10,8 @@ import streamlit as st
 from ingest.errors import StabScopeError
 from ingest.run_meta import META_KEYS, PRECISIONS, coerce_meta_value, user_keys
 from ingest.store import RunInfo
-from pages.common import get_store, show_error
+from pages.page_errors import show_error
+from pages.store_access import get_store
 
 NOT_SET = "(not set)"
 

@@ -8,20 +8,11 @@ import pages  # noqa: F401  # first: a deep link's first run leaves Streamlit's 
 import pandas as pd  # type: ignore[import-untyped]
 import streamlit as st
 
-from ingest.errors import StabScopeError
 from pages.charts import Panel, panels_figure
-from pages.common import (
-    LIVE_REFRESH_S,
-    MISSING,
-    get_store,
-    list_runs,
-    nav_link,
-    read_events,
-    read_series,
-    read_spikes,
-    run_catalog,
-    show_error,
-)
+from pages.page_errors import page_fragment
+from pages.run_catalog import run_catalog
+from pages.store_access import LIVE_REFRESH_S, get_store, list_runs, read_events, read_series, read_spikes
+from pages.widgets import MISSING, nav_link
 
 COLUMNS = {
     "status": st.column_config.TextColumn(
@@ -83,7 +74,7 @@ def filtered(table: pd.DataFrame) -> pd.DataFrame:
     return table[keep].reset_index(drop=True)
 
 
-@st.fragment(run_every=LIVE_REFRESH_S if any(r.status == "live" for r in runs) else None)
+@page_fragment(run_every=LIVE_REFRESH_S if any(r.status == "live" for r in runs) else None)
 def catalog() -> None:
     runs_now = {r.name: r for r in list_runs()}
     table = filtered(run_catalog(list(runs_now.values()), get_store().spike_summary()))
@@ -118,12 +109,8 @@ def catalog() -> None:
         st.write("Removes " + ", ".join(f"**{n}**" for n in chosen) + " and their Parquet files from the store.")
         sure = st.checkbox("Yes, delete them", key="runs_delete_confirm")
         if st.button("Delete", type="primary", disabled=not sure, key="runs_delete"):
-            try:
-                for name in chosen:
-                    get_store().delete_run(name)
-            except StabScopeError as exc:
-                show_error(exc)
-                return
+            for name in chosen:
+                get_store().delete_run(name)
             st.session_state.pop("selected_run", None)
             st.session_state["runs_deleted"] = chosen
             st.rerun()

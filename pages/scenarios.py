@@ -17,20 +17,10 @@ import streamlit as st
 
 from ingest.store import RunInfo
 from pages.charts import Panel, compare_figure, panels_figure
-from pages.common import (
-    MISSING,
-    Line,
-    auto_buckets,
-    get_store,
-    list_runs,
-    money,
-    nav_link,
-    priced_spikes,
-    read_events,
-    read_series,
-    read_spikes,
-    run_cost_inputs,
-)
+from pages.compare_lines import Line
+from pages.run_costs import money, priced_spikes, run_cost_inputs
+from pages.store_access import auto_buckets, get_store, list_runs, read_events, read_series, read_spikes
+from pages.widgets import MISSING, nav_link
 from stab_core.simulate import scenarios
 
 

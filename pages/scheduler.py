@@ -9,8 +9,11 @@ import numpy as np
 import pandas as pd  # type: ignore[import-untyped]
 import streamlit as st
 
+from ingest.errors import StabScopeError
 from pages.charts import schedule_figure
-from pages.common import MISSING, list_runs, read_series, scheduler_snippet
+from pages.scheduler_code import scheduler_snippet
+from pages.store_access import list_runs, read_series
+from pages.widgets import MISSING
 from stab_core.schedulers import (
     largest_lr_change,
     lr_at,
@@ -37,9 +40,8 @@ steps = np.arange(total, dtype=np.int64)
 try:
     lr = lr_at(steps, total, warmup, restart, cycles, min_ratio, peak)
     advice = scheduler_warnings(total, warmup, restart, cycles, min_ratio)
-except ValueError as exc:
-    st.error(f"These settings do not describe a schedule: {exc}", icon=":material/error:")
-    st.stop()
+except ValueError as exc:  # the core's check of the settings: drawn by app.py as every page error is
+    raise StabScopeError(f"These settings do not describe a schedule: {exc}") from exc
 for sentence in advice:
     st.warning(sentence, icon=":material/warning:")
 if not advice:

@@ -4,10 +4,21 @@ a ``kill`` of the PID the user started stops the server."""
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
+import re
 import sys
 from pathlib import Path
+
+APP = Path(__file__).resolve().parents[1] / "app.py"
+"""The Streamlit entry point this process runs."""
+
+
+def page_scripts() -> list[str]:
+    """The page scripts app.py navigates to (``runs``, ``upload``...): the other modules of pages/ are
+    the helpers they import. A page script draws when it runs, so it is never imported ahead."""
+    return sorted(set(re.findall(r'st\.Page\("pages/(\w+)\.py"', APP.read_text())))
 
 
 def main(port: int) -> int:
@@ -23,10 +34,9 @@ def main(port: int) -> int:
             return status
     from streamlit.web.cli import main as streamlit_main
 
-    app = Path(__file__).resolve().parents[1] / "app.py"
     flags = ["--server.port", str(port), "--server.headless", "true", "--browser.gatherUsageStats", "false"]
     try:
-        streamlit_main(args=["run", str(app), *flags], prog_name="streamlit")
+        streamlit_main(args=["run", str(APP), *flags], prog_name="streamlit")
     except SystemExit as exc:  # click ends its command with sys.exit
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else EXIT_ERROR)
     return 0
@@ -38,12 +48,12 @@ def _prepare_server() -> None:
     Streamlit treats a folder named pages/ beside the entry script as an old-style multipage app until
     app.py has called st.navigation once; a deep link (/overview) as the first request of a fresh
     server would then run that page without app.py. Declaring the app navigation-driven before
-    start-up avoids it (pages.common also recovers from it, with one extra rerun, under a plain
-    ``streamlit run app.py``).
+    start-up avoids it (the ``pages`` package also recovers from it, with one extra rerun, under a
+    plain ``streamlit run app.py``).
 
-    It also imports what every page needs (numpy, pandas, DuckDB, Plotly, the page helpers), as a
+    It also imports what every page needs (numpy, pandas, DuckDB, Plotly: every page helper), as a
     server that preloads its app does: ready means ready, and the first browser session does not wait
-    ~0.5 s for them (Streamlit itself imports them lazily)."""
+    for them (Streamlit itself imports them lazily)."""
     from streamlit.runtime.pages_manager import PagesManager
 
     PagesManager.uses_pages_directory = False
@@ -53,9 +63,10 @@ def _prepare_server() -> None:
     caching = logging.getLogger("streamlit.runtime.caching.cache_data_api")
     level = caching.level
     caching.setLevel(logging.ERROR)
+    skipped = {"__init__", "server", *page_scripts()}
     try:
-        import pages.charts
-        import pages.common  # noqa: F401
+        for module in sorted(p.stem for p in APP.with_name("pages").glob("*.py") if p.stem not in skipped):
+            importlib.import_module(f"pages.{module}")
     finally:
         caching.setLevel(level)
 

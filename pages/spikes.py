@@ -10,23 +10,11 @@ import pandas as pd  # type: ignore[import-untyped]
 import streamlit as st
 
 from pages.charts import Panel, panels_figure
-from pages.common import (
-    MISSING,
-    auto_buckets,
-    evidence_text,
-    go_to,
-    incident_span,
-    incident_words,
-    money,
-    nav_link,
-    pick_run,
-    priced_spikes,
-    read_events,
-    read_series,
-    read_spikes,
-    run_cost,
-)
+from pages.incident_view import evidence_text, incident_span, incident_words
+from pages.run_costs import money, priced_spikes, run_cost
 from pages.run_meta import run_settings
+from pages.store_access import auto_buckets, read_events, read_series, read_spikes
+from pages.widgets import MISSING, go_to, nav_link, pick_run
 from stab_core.analysis import analysis_notes, incident_headline
 
 ZOOM_PANELS = [

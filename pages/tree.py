@@ -15,7 +15,9 @@ from typing import Any
 
 import streamlit as st
 
-from pages.common import diagnosis_of, dot_with_evidence, evidence_text, get_store, list_runs, pick_run, read_spikes
+from pages.incident_view import diagnosis_of, dot_with_evidence, evidence_text
+from pages.store_access import get_store, list_runs, read_spikes
+from pages.widgets import pick_run
 from stab_core.diagnosis import DECISION_TREE, tree_to_dot, walk_tree
 
 ANSWERS = ["no", "yes", "unknown"]
@@ -56,7 +58,7 @@ def leaf_title(leaf_id: str, cause: str) -> str:
     return (leaf_id.removeprefix("leaf_") or cause).replace("_", " ").capitalize()
 
 
-def show_walk(diagnosis: Any, manual: bool) -> None:
+def show_walk(diagnosis: Any, *, manual: bool) -> None:
     """Every question of the tree in order: asked ones with their answer and evidence, the rest greyed."""
     visits = {visit.node: visit for visit in diagnosis.path}
     for node in DECISION_TREE.nodes:
@@ -98,7 +100,7 @@ def _template_pattern(template: str) -> re.Pattern[str]:
     return re.compile(".+?".join(re.escape(part) for part in _PLACEHOLDER.split(template)[::2]), re.S)
 
 
-def actions_for(diagnosis: Any, manual: bool) -> list[str]:
+def actions_for(diagnosis: Any, *, manual: bool) -> list[str]:
     """The diagnosis's actions; on a walk by hand, none that needs a step of the run (there is no
     run: such an action would read "around step of the spike")."""
     if not manual or not DECISION_TREE.is_leaf(diagnosis.leaf):
@@ -127,7 +129,7 @@ def verdict_sentence(diagnosis: Any, summary: str) -> str:
     return f"Cause not identified: {asked} of {total} questions asked, {unanswered} could not be answered."
 
 
-def show_verdict(diagnosis: Any, manual: bool, summary: str = "") -> None:
+def show_verdict(diagnosis: Any, *, manual: bool, summary: str = "") -> None:
     title = leaf_title(diagnosis.leaf, diagnosis.cause)
     if diagnosis.cause == "unknown" and all_answered_no(diagnosis):
         title = "No known cause matched"  # not "not identified": every known cause was ruled out
@@ -137,7 +139,7 @@ def show_verdict(diagnosis: Any, manual: bool, summary: str = "") -> None:
     st.markdown(verdict_sentence(diagnosis, summary))
     if summary and diagnosis.cause != "unknown":
         st.markdown(f"Cause **`{diagnosis.cause}`** · confidence **{diagnosis.confidence:.0%}**")
-    actions = actions_for(diagnosis, manual)
+    actions = actions_for(diagnosis, manual=manual)
     if actions:
         st.markdown("**What to do**\n" + "\n".join(f"1. {a}" for a in actions))
     if diagnosis.missing:

@@ -16,16 +16,10 @@ from ingest.formats import FORMATS, detect
 from ingest.import_inputs import ImportRead, read_inputs, sort_inputs
 from ingest.importer import remembered_map_applied
 from ingest.metric_map import resolve_map, stored_map
-from pages.common import (
-    MAX_UPLOAD_BYTES,
-    MISSING,
-    get_store,
-    nav_link,
-    parsed_summary,
-    show_error,
-    stage_uploads,
-    upload_run_name,
-)
+from pages.page_errors import show_error
+from pages.store_access import get_store
+from pages.uploads import MAX_UPLOAD_BYTES, parsed_summary, stage_uploads, upload_run_name
+from pages.widgets import MISSING, nav_link
 from stab_core.metrics import CANONICAL_METRICS
 
 AUTO = "auto-detect"
@@ -63,11 +57,7 @@ staged = st.session_state.get("up_stage")
 if not staged or staged[0] != signature:
     if staged:
         shutil.rmtree(staged[1][0].parent, ignore_errors=True)
-    try:
-        staged = (signature, stage_uploads([(f.name, f.getvalue()) for f in files]))
-    except StabScopeError as exc:
-        show_error(exc)
-        st.stop()
+    staged = (signature, stage_uploads([(f.name, f.getvalue()) for f in files]))
     st.session_state["up_stage"] = staged
     st.session_state.pop("up_parsed", None)
 paths = staged[1]
@@ -186,12 +176,8 @@ if name in runs:
         said = ", ".join(f"**{n}** is stored as **{r}**" for n, r in remembered.items())
         st.caption(f"As before in this run: {said}.")
 if st.button(f"Import as run {name}", type="primary", key="up_import"):
-    try:
-        log.meta.update(config_meta)
-        report = store.import_parsed(name, remembered_map_applied(store, name, log, metric_map))
-    except StabScopeError as exc:
-        show_error(exc)
-        st.stop()
+    log.meta.update(config_meta)
+    report = store.import_parsed(name, remembered_map_applied(store, name, log, metric_map))
     shutil.rmtree(paths[0].parent, ignore_errors=True)
     for key in ("up_stage", "up_parsed"):
         st.session_state.pop(key, None)

@@ -1,7 +1,7 @@
 """Ask the browser for the code of a page's charts and tables before the page has data for them.
 
-Light on purpose: app.py imports it before the pages' libraries (``pages.common``), and only Streamlit
-is loaded by then.
+Light on purpose: app.py imports it before the pages' libraries (``pages.store_access`` and the other
+helpers), and only Streamlit is loaded by then.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ FIRST_SCREEN_ELEMENTS = {
     "scheduler": ("chart", "table"),
     "scenarios": ("chart", "table"),
 }
-"""The elements with a code chunk of their own (Plotly: 4.7 MB; the table grid) on each page's first screen."""
+"""The elements with a code chunk of their own (Plotly's, the largest; the table grid's) on each page's first
+screen."""
 
 
 def warm_up_browser(url_path: str) -> None:
@@ -27,9 +28,9 @@ def warm_up_browser(url_path: str) -> None:
     page at ``url_path`` ("" is the default page, Runs).
 
     app.py calls this before it imports the pages' libraries, so that the browser fetches and evaluates
-    the elements' code while the script imports (~0.8 s on a fresh server) and reads the store.
-    Otherwise a chunk starts loading only when the page's real element arrives: ~1.6 s for Plotly's
-    on a 2-core machine, 13 times what drawing the overview's chart then takes.
+    the elements' code while the script imports (most of a fresh server's first run) and reads the
+    store. Otherwise a chunk starts loading only when the page's real element arrives, and for
+    Plotly's that wait is many times what drawing the overview's chart then takes.
     """
     elements = FIRST_SCREEN_ELEMENTS.get(url_path or "runs", ())
     if not elements:

@@ -13,6 +13,7 @@ from streamlit.testing.v1 import AppTest
 from ingest.demo import seed_demo_store
 from ingest.run_analyses import open_analysed_store
 from ingest.store import Store
+from tests.app_pages import open_in_app
 from tests.conftest import open_page
 
 S3_BEFORE, S3_AFTER = "s3-dense-140b-before", "s3-dense-140b-after"
@@ -21,7 +22,7 @@ P0_IDS = ("warmup", "grad_clipping", "min_lr_ratio", "checkpoint_interval", "non
 
 @pytest.fixture(scope="module")
 def demo_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The demo store (demo and scenario runs through the real shard path), written once (~10 s)."""
+    """The demo store (demo and scenario runs through the real shard path), written once per module."""
     root = tmp_path_factory.mktemp("checklist") / "store"
     seed_demo_store(open_analysed_store(root))
     return root
@@ -140,8 +141,8 @@ def test_ticking_every_p0_by_hand_gives_launch(demo_store: Path) -> None:
     assert review.count("ticked by hand in the launch review") == 5
 
 
-def test_bad_configs_show_an_error_banner_with_the_file_name(demo_store: Path) -> None:
-    at = open_page("checklist").run()
+def test_bad_configs_show_an_error_banner_with_the_file_name(demo_store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    at = open_in_app("checklist", monkeypatch).run()
     at.file_uploader(key="ck_upload").set_value(("broken.yaml", b"a: [1, 2\nb: 3\n", "text/yaml")).run()
     assert not at.exception
     assert len(at.error) == 1 and at.error[0].value.startswith("broken.yaml, line 2: invalid YAML")

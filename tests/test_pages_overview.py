@@ -171,7 +171,7 @@ def test_an_incident_peak_stretches_the_range_or_is_marked_at_the_edge() -> None
         {"metric": "grad_norm", "start": 500, "peak": 500, "end": 500, "peak_value": 1.025, "cause": "unknown"},
         {"metric": "grad_norm", "start": 700, "peak": 700, "end": 700, "peak_value": 50.0, "cause": "numerical"},
     ]
-    traces = peak_markers([("pre-clip", series)], spikes, far, False, None, set())
+    traces = peak_markers([("pre-clip", series)], spikes, far, None, set(), log_y=False)
     by_index = {int(i): (t, k) for t in traces for k, i in enumerate(t.customdata)}
     inside, at_500 = by_index[0]
     assert inside.marker.symbol[at_500] == "diamond" and inside.y[at_500] == pytest.approx(1.025)

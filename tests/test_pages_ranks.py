@@ -52,7 +52,7 @@ def test_outlier_rank_leads_the_table(app_store: Store) -> None:
 def test_heatmap_colour_range_known_answers() -> None:
     import numpy as np
 
-    from pages.charts import heatmap_colour_range
+    from pages.rank_charts import heatmap_colour_range
 
     deviation = np.concatenate([np.linspace(-10.0, 10.0, 1001), [300.0] * 100, [np.nan, np.inf]])
     low, high = heatmap_colour_range(deviation, relative=True)

@@ -27,7 +27,7 @@ def test_settings_changes_set_changed_values_and_remove_emptied_ones() -> None:
 
 def test_llmc_aligns_by_tokens_once_its_tokens_per_step_is_set(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from ingest.importer import import_logs
-    from pages import common
+    from pages import compare_lines
 
     if not LLMC.exists():
         pytest.skip(f"real log {LLMC} is absent (the shared real_logs folder is not on this machine)")
@@ -36,9 +36,9 @@ def test_llmc_aligns_by_tokens_once_its_tokens_per_step_is_set(tmp_path: Path, m
     import_logs(store, [LLMC], run="llmc")
     loss = store.read_series("llmc", "loss")
     with pytest.raises(StabScopeError, match=re.escape("logged no `tokens` series and has no tokens_per_step")):
-        common.to_x(store.run_info("llmc"), loss, "tokens")
+        compare_lines.to_x(store.run_info("llmc"), loss, "tokens")
     store.update_meta("llmc", {"tokens_per_step": 524_288})  # PROVENANCE.txt: batch 524,288 tokens/step
-    x = common.to_x(store.run_info("llmc"), loss, "tokens")
+    x = compare_lines.to_x(store.run_info("llmc"), loss, "tokens")
     # steps 0..19,559: after the last one, 19,560 x 524,288 = 10.25B tokens (the record's ~10.26B)
     assert x[0] == 524_288 and x[-1] == 19_560 * 524_288
     assert np.all(np.diff(x) > 0)

@@ -14,7 +14,8 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from ingest.demo import seed_demo_store
-from ingest.run_analyses import open_analysed_store, price_run_spikes, run_step_time_s
+from ingest.run_analyses import open_analysed_store
+from ingest.run_cost import price_run_spikes, run_step_time_s
 from ingest.store import Store
 from pages.charts import CAUSE_COLORS
 from tests.conftest import open_page
@@ -26,7 +27,7 @@ LAST_NODE = {"router": "router: yes", "lr_transition": "lr_transition: yes", "da
 
 @pytest.fixture(scope="module")
 def demo_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The demo store (demo and scenario runs through the real shard path), written once (~10 s)."""
+    """The demo store (demo and scenario runs through the real shard path), written once per module."""
     root = tmp_path_factory.mktemp("scenarios") / "store"
     seed_demo_store(open_analysed_store(root))
     return root

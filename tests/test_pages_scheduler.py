@@ -8,6 +8,7 @@ from streamlit.testing.v1 import AppTest
 
 from ingest.store import Store
 from stab_core.schedulers import lr_at
+from tests.app_pages import open_in_app
 from tests.conftest import figure_of, open_page, plotly_values
 
 
@@ -53,8 +54,8 @@ def test_pitfalls_show_up_live(app_store: Store) -> None:
     assert any("num_cycles = 6 > 5" in w.value for w in at.warning)
 
 
-def test_invalid_settings_are_an_error_not_a_traceback(app_store: Store) -> None:
-    at = open_page("scheduler").run()
+def test_invalid_settings_are_an_error_not_a_traceback(app_store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    at = open_in_app("scheduler", monkeypatch).run()
     at.slider(key="sch_warmup").set_value(12_000).run()
     assert not at.exception
     assert "warmup_steps (12000) must be shorter than the first cycle (10000 steps" in at.error[0].value

@@ -11,7 +11,8 @@ from streamlit.testing.v1 import AppTest
 
 from ingest.run_analyses import open_analysed_store
 from ingest.store import Store
-from pages import common
+from pages import uploads
+from tests.app_pages import open_in_app
 from tests.conftest import open_page
 
 REAL_LOGS = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "real_logs"
@@ -67,12 +68,12 @@ def test_real_hf_trainer_state(empty_store: Store) -> None:
 
 
 def test_oversized_and_unreadable_uploads_are_refused(empty_store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(common, "MAX_UPLOAD_BYTES", 50)
-    at = open_page("upload").run()
+    monkeypatch.setattr(uploads, "MAX_UPLOAD_BYTES", 50)
+    at = open_in_app("upload", monkeypatch).run()
     at.file_uploader(key="up_files").upload("big.csv", CSV, "text/csv").run()
     assert "the limit is" in at.error[0].value and "stabscope import" in at.error[0].value
     assert not at.button  # nothing staged, nothing to import
-    monkeypatch.setattr(common, "MAX_UPLOAD_BYTES", 10**6)
+    monkeypatch.setattr(uploads, "MAX_UPLOAD_BYTES", 10**6)
     at = open_page("upload").run()
     at.file_uploader(key="up_files").upload("noise.bin", bytes(range(256)) * 8).run()
     assert not at.exception

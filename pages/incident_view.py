@@ -1,0 +1,91 @@
+"""A stored incident (a spike dict of ``stabscope spikes --json``) for display: its words and span, its
+verdict as a ``Diagnosis``, the evidence behind each answer, and the decision tree drawn with it."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+
+def incident_span(s: dict[str, Any]) -> tuple[int, int]:
+    """First and last step of an incident out of its band: over all its members (a grad-norm spike that
+    led the loss starts the incident)."""
+    members = s.get("members") or [s]
+    return min(int(m["start"]) for m in members), max(int(m["end"]) for m in members)
+
+
+def incident_words(s: dict[str, Any]) -> str:
+    """An incident's kind and metrics in a few words ("loss + grad_norm", "early instability: loss")."""
+    metrics = " + ".join(s.get("metrics") or [s["metric"]])
+    kind = str(s.get("kind") or "spike")
+    return metrics if kind == "spike" else f"{kind.replace('_', ' ')}: {metrics}"
+
+
+def diagnosis_of(spike: dict[str, Any]) -> Any:
+    """The stored spike's verdict as a ``stab_core.diagnosis.Diagnosis`` (for ``tree_to_dot``)."""
+    from stab_core.diagnosis import Diagnosis, NodeVisit
+
+    path = [
+        NodeVisit(p["node"], int(p.get("number", i + 1)), p.get("question", ""), p["answer"], p.get("evidence") or {})
+        for i, p in enumerate(spike.get("path", []))
+    ]
+    leaf = spike.get("leaf") or f"leaf_{spike['cause']}"
+    return Diagnosis(
+        cause=spike["cause"],
+        confidence=float(spike["confidence"]),
+        path=path,
+        leaf=leaf,
+        actions=list(spike.get("actions", [])),
+        missing=list(spike.get("missing", [])),
+    )
+
+
+def evidence_text(evidence: dict[str, Any], limit: int = 6) -> str:
+    """``key = value`` lines of a node's evidence, numbers to 4 significant digits, unknowns left out."""
+    lines = []
+    for key, value in evidence.items():
+        if value is None or key == "manual":
+            continue
+        shown = f"{value:.4g}" if isinstance(value, float) else str(value)
+        lines.append(f"{key} = {shown}")
+    return "\n".join(lines[:limit] + ([f"… {len(lines) - limit} more"] if len(lines) > limit else []))
+
+
+def dot_with_evidence(dot: str, diagnosis: Any | None) -> str:
+    """``tree_to_dot`` output laid out for a page: the questions in one column with each "yes" leaf
+    beside its question, the leaves of a question with several (node 5) stacked below it rather than
+    side by side (a narrower graph is scaled down less to fit a column: larger text), and each
+    visited node's evidence drawn as a note on the left of it."""
+    from stab_core.diagnosis import DECISION_TREE
+
+    # a white canvas keeps the black labels readable in the dark theme too
+    extra = ['  graph [nodesep=0.3, ranksep=0.35, fontsize=11, bgcolor="white"];', "  node [fontsize=11];"]
+    for node in DECISION_TREE.nodes:
+        yes = [e.target for e in node.edges if e.answer.startswith("yes")]
+        extra.append(f"  {{rank=same; {node.id}; {yes[0]}}}" if len(yes) == 1 else "")
+        if len(yes) > 1:
+            leaves = list(dict.fromkeys(e.target for e in node.edges))
+            extra += [f"  {a} -> {b} [style=invis];" for a, b in itertools.pairwise(leaves)]
+    for visit in diagnosis.path if diagnosis is not None else []:
+        text = evidence_text(dict(visit.evidence))
+        if not text:
+            continue
+        note = f"ev_{visit.node}"
+        label = text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\l") + "\\l"
+        extra += [
+            f'  {note} [shape=note, fontsize=9, color="#868e96", fontcolor="#343a40", label="{label}"];',
+            f'  {note} -> {visit.node} [style=dashed, arrowhead=none, color="#adb5bd"];',
+            f"  {{rank=same; {note}; {visit.node}}}",
+        ]
+    body = dot.rstrip().rstrip("}")
+    return "\n".join(map(_rounded_question, body.split("\n"))) + "\n".join(line for line in extra if line) + "\n}\n"
+
+
+def _rounded_question(line: str) -> str:
+    """A question drawn as a rounded box rather than a diamond: about a third as wide around the same
+    text, so the graph is scaled down less to fit a page column."""
+    if "shape=diamond" not in line:
+        return line
+    if 'style="filled,bold"' in line:  # on the path
+        return line.replace("shape=diamond", "shape=box").replace('style="filled,bold"', 'style="filled,bold,rounded"')
+    return line.replace("shape=diamond", 'shape=box, style="rounded"')

@@ -1,0 +1,42 @@
+"""The Runs page's catalog table: one row per run with its status, last loss, spikes, alerts and tags."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pandas as pd  # type: ignore[import-untyped]
+
+from ingest.store import RunInfo
+from pages.alert_banners import run_alerts
+from pages.store_access import last_finite, run_status
+from pages.widgets import float_or_nan
+
+
+def run_catalog(runs: Sequence[RunInfo], summary: dict[str, dict[str, Any]]) -> pd.DataFrame:
+    """The Runs table: one row per run with its status (``run_status``), last finite loss and its step
+    (``last_finite``, as Compare shows them), spikes, worst spike, alerts and tags."""
+    rows = []
+    for r in runs:
+        s = summary.get(r.name, {})
+        tags = r.meta.get("tags", [])
+        loss_step, loss = last_finite(r, "loss")
+        rows.append(
+            {
+                "name": r.name,
+                "status": run_status(r),
+                "steps": r.n_steps,
+                "ranks": r.ranks or None,  # None: a run-level log (no per-rank data), shown as a dash
+                "last loss": loss,
+                "last loss step": loss_step,
+                "spikes": int(s.get("n_spikes", 0)),
+                "worst spike (x)": float_or_nan(s.get("worst_ratio")),
+                "alerts": "; ".join(run_alerts(r)),
+                "tags": ", ".join(map(str, tags)) if isinstance(tags, list) else str(tags),
+                "first–last": f"{r.first_step}–{r.last_step}" if r.first_step is not None else "",
+                "rejected": r.rejected,
+                "updated": r.updated,
+            }
+        )
+    table = pd.DataFrame(rows)
+    return table.astype({"last loss step": "Int64"}) if rows else table
