@@ -1,5 +1,6 @@
 """What a stored run's spikes cost: the inputs read from the run (``stab_core.cost.resolve_cost_inputs``)
-and the priced spikes, one computation for the Spikes table, the Cost page and the scenarios."""
+and the priced spikes, one computation for the Spikes table, the Cost page and the scenarios (the
+arithmetic is ``stab_core.cost``; this module reads a run's inputs for it from the store)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from stab_core.cost import CostInputs, resolve_cost_inputs
+from stab_core.cost import CostInputs, SpikeBill, price_spikes, resolve_cost_inputs, rollback_steps
 
 if TYPE_CHECKING:
     from ingest.store import Store
@@ -43,14 +44,51 @@ def run_cost_inputs(store: Store, name: str) -> CostInputs:
     return resolve_cost_inputs(info.meta, info.ranks, measured_step_time_s=measured, wall_step_time_s=wall)
 
 
+def run_step_time_s(store: Store, name: str) -> float | None:
+    """The run's typical step time (s) as the run is priced (``run_cost_inputs``): the median logged
+    ``step_time_s``, else ``meta['step_time_s']``, else the median wall-clock seconds per step; None
+    when none is known."""
+    return run_cost_inputs(store, name).step_time_s
+
+
+def price_run_spikes(
+    store: Store,
+    name: str,
+    *,
+    gpus: int,
+    usd_per_gpu_hour: float,
+    step_time_s: float,
+    restart_overhead_s: float = 0.0,
+) -> tuple[list[dict[str, Any]], SpikeBill]:
+    """The run's detected spikes priced with ``step_time_s`` (s) and ``gpus``: recovered spikes cost
+    their lost steps, diverged ones a rollback to the last ``checkpoint`` event before them (or their
+    lost steps when no checkpoint was logged). Returns ``(spikes, bill)``."""
+    spikes = store.spikes(name)
+    checkpoints = [e.step for e in store.events(name) if e.kind == "checkpoint"]
+    redo: list[float] = []
+    for s in spikes:
+        try:
+            redo.append(float(rollback_steps(int(s["start"]), int(s["end"]), checkpoints)))
+        except ValueError:
+            redo.append(float(s.get("steps_lost", 0)))
+    bill = price_spikes(
+        [float(s.get("steps_lost", 0)) for s in spikes],
+        [not bool(s["recovered"]) for s in spikes],
+        step_time_s=step_time_s,
+        gpus=gpus,
+        usd_per_gpu_hour=usd_per_gpu_hour,
+        rollback_steps_diverged=redo,
+        restart_overhead_s=restart_overhead_s,
+    )
+    return spikes, bill
+
+
 def priced_run_spikes(
     store: Store, name: str, inputs: CostInputs
 ) -> tuple[list[dict[str, Any]], list[tuple[float, float, float]]]:
     """The run's spikes and, per spike, (steps charged, GPU-hours, USD): recovered spikes cost their lost
-    steps, diverged ones the rollback to the last checkpoint before them (``ingest.run_analyses``). With an
+    steps, diverged ones the rollback to the last checkpoint before them (``price_run_spikes``). With an
     unknown step time the steps are still counted and the GPU-hours and USD are NaN (unknown, not 0)."""
-    from ingest.run_analyses import price_run_spikes
-
     step = inputs.step_time_s if inputs.step_time_s is not None else 1.0  # 1.0 only counts steps; costs dropped
     spikes, bill = price_run_spikes(
         store, name, gpus=inputs.gpus, usd_per_gpu_hour=inputs.usd_per_gpu_hour, step_time_s=step

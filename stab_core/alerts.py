@@ -1,5 +1,6 @@
-"""Alerts: what someone watching a run should hear about now, for the banners, the Runs table and
-``stabscope watch --on-alert``.
+"""The alert rules: what someone watching a run should hear about now, for the banners, the Runs table
+and ``stabscope watch --on-alert``. A stored run's alerts (its inputs gathered from the store or from
+the analyses' fresh results, and the stored list) are ``ingest.run_alerts``.
 
 Four kinds: a spike that has not recovered (``diverging_run``), a recent spike of a live run
 (``new_spike``), clipping that caps nearly every recent step (``clipping_saturated``: the fever pill
@@ -161,17 +162,17 @@ def rank_deviations(
     if ranks.size < 3 or matrix.size == 0:
         return []
     relative = peer_deviation_pct(matrix, groups) / 100
-    z = _peer_zscores(matrix, groups)
+    zscores = _peer_zscores(matrix, groups)
     persistent = "straggler" if straggles else "persistent"
     out = []
     for i, rank in enumerate(ranks.tolist()):
-        rel, zs = relative[i], z[i]
-        valid = np.isfinite(rel)
+        rank_relative, rank_z = relative[i], zscores[i]
+        valid = np.isfinite(rank_relative)
         if not valid.any():
             continue
-        peak = int(np.nanargmax(np.abs(np.where(valid, rel, 0.0))))
-        scored = np.isfinite(zs) & valid
-        outlier = (zs > OUTLIER_Z) & (np.abs(rel) >= OUTLIER_MIN_DEVIATION)
+        peak = int(np.nanargmax(np.abs(np.where(valid, rank_relative, 0.0))))
+        scored = np.isfinite(rank_z) & valid
+        outlier = (rank_z > OUTLIER_Z) & (np.abs(rank_relative) >= OUTLIER_MIN_DEVIATION)
         flagged = float(np.mean(outlier[scored])) if scored.any() else float("nan")
         if not scored.any():
             kind = "unknown"
@@ -181,10 +182,10 @@ def rank_deviations(
             RankDeviation(
                 rank=int(rank),
                 mean=float(np.nanmean(matrix[i])),
-                deviation_pct=100 * float(np.nanmean(rel)),
-                peak_deviation_pct=100 * float(rel[peak]),
+                deviation_pct=100 * float(np.nanmean(rank_relative)),
+                peak_deviation_pct=100 * float(rank_relative[peak]),
                 peak_step=int(steps[peak]),
-                max_z=float(np.nanmax(zs)) if np.isfinite(zs).any() else float("nan"),
+                max_z=float(np.nanmax(rank_z)) if np.isfinite(rank_z).any() else float("nan"),
                 flagged_pct=100 * flagged,
                 kind=kind,
             )
@@ -193,7 +194,7 @@ def rank_deviations(
     return out
 
 
-def spike_alerts(run: str, spikes: Sequence[Mapping[str, Any]], last_step: int, live: bool) -> list[Alert]:
+def spike_alerts(run: str, spikes: Sequence[Mapping[str, Any]], last_step: int, *, live: bool) -> list[Alert]:
     """A spike that has not recovered, always; a recovered one only while the run is live and its
     peak is within ``ALERT_WINDOW_STEPS`` of ``last_step`` (an old, recovered spike is history)."""
     out = []
@@ -239,8 +240,9 @@ def straggler_alerts(run: str, metric: str, deviations: Sequence[RankDeviation])
     ]
 
 
-def _number(x: Any) -> float:
+def _number(value: Any) -> float:
+    """``value`` as a float, NaN when it is none (a spike dict's ``ratio`` may be None)."""
     try:
-        return float(x)
+        return float(value)
     except (TypeError, ValueError):
         return float("nan")
