@@ -1,10 +1,18 @@
-"""Goal 6: the app. Time from ``streamlit run app.py`` to the first rendered overview chart in headless
-Chromium (Debian's ``/usr/bin/chromium`` through Playwright) on the demo store; and each rerun of the
-overview page on the full-size run, measured on the server with Streamlit's ``AppTest`` (the same
-script, session state and ``st.cache_data`` as a browser session; the browser's drawing is not in it).
-The first renders' baselines are the floor of the machine at hand: ``streamlit run`` of a bare page that
-draws one two-point Plotly chart or one two-row table (``bench/floor_app.py``), timed the same way in
-the same run.
+"""Goal 6: the app. Time from ``streamlit run app.py`` and from ``stabscope serve`` to the first rendered
+overview chart in headless Chromium (Debian's ``/usr/bin/chromium`` through Playwright) on the demo
+store, and from the server's first healthy answer to the first screen (the Runs table drawn).
+
+The targets are differences to the floor of the machine at hand, measured in the same run the same
+way (issue 22): ``streamlit run`` of a bare page that draws one two-point Plotly chart or one two-row
+table (``bench/floor_app.py``). The first render may take at most ``FIRST_RENDER_MARGIN_S`` more than
+the chart's floor, for either command; the first screen at most ``FIRST_SCREEN_MARGIN_S`` more than
+the table's. What a machine pays for any Streamlit dashboard (the server's start, Streamlit's bundle,
+Plotly's code) is in the floor, so the target judges StabScope's own part on any machine; the absolute
+times stay in the table as information.
+
+Each rerun of the overview page on the full-size runs is measured on the server with Streamlit's
+``AppTest`` (the same script, session state and ``st.cache_data`` as a browser session; the browser's
+drawing is not in it), as information: no bare page has reruns to compare with.
 
 The browser is started before the clock; each repeat starts a fresh Streamlit process and a fresh
 browser context (no HTTP cache). The demo store is seeded once, before any timing.
@@ -35,9 +43,10 @@ FLOOR_CHART = ".st-key-floor_chart .js-plotly-plot .main-svg"
 FLOOR_TABLE = ".st-key-floor_table canvas"
 RUNS_TABLE = ".st-key-runs_table canvas"
 """The Runs page's catalog table, drawn: issue 6's first screen."""
-FIRST_SCREEN_TARGET_S = 2.0
-RERUN_TARGET_S = 1.0
-START_TARGET_S = 3.0
+FIRST_RENDER_MARGIN_S = 1.0
+"""Most seconds a first rendered overview may take beyond the bare chart page's (issue 22's goal 6)."""
+FIRST_SCREEN_MARGIN_S = 0.5
+"""Most seconds the first screen may take beyond the bare table page's (issue 22's goal 6)."""
 
 
 def _free_port() -> int:
@@ -112,6 +121,7 @@ def first_render(
     repeats: int,
     run: str | None,
     timeout_s: float,
+    *,
     serve: bool = False,
     path: str = "overview",
     selector: str = CHART,
@@ -201,67 +211,81 @@ def overview_reruns(store: str, run: str, repeats: int) -> dict[str, Any]:
 # ------------------------------------------------------------------------------- the goal
 
 
+def within_floor(
+    name: str,
+    value_s: float,
+    floor: str,
+    floor_s: float,
+    margin_s: float,
+    **extra: Any,
+) -> Figure:
+    """A time judged against the floor measured in the same run: met when it takes at most ``margin_s``
+    seconds more (the table shows the ratio and the difference)."""
+    return Figure(
+        "6",
+        name,
+        value_s,
+        "s",
+        floor,
+        floor_s,
+        speedup(value_s, floor_s),
+        target=f"<= the floor + {margin_s:.1f} s",
+        met=value_s - floor_s <= margin_s,
+        **extra,
+    )
+
+
 def run(sizes: Sizes, workdir: Path) -> list[Figure]:
     log("goal 6: demo store")
     demo = demo_store(workdir)
     reps = sizes.repeats  # a Chromium and a server start each: the slowest repeats of the suite
+    args: dict[str, Any] = {"store": str(demo), "repeats": reps, "run": None, "timeout_s": 120.0}
+    floor_chart = {"path": "", "selector": FLOOR_CHART, "script": FLOOR_APP}
     log("goal 6: the floor: streamlit run -> a bare page's one Plotly chart")
-    args = {"store": str(demo), "repeats": reps, "run": None, "timeout_s": 120.0}
-    floor = run_child("bench.app:first_render", {**args, "path": "", "selector": FLOOR_CHART, "script": FLOOR_APP})
-    floor_s = median(floor.result["samples"])
+    floor = run_child("bench.app:first_render", {**args, **floor_chart}).result
+    floor_s = median(floor["samples"])
     log("goal 6: streamlit run -> first rendered overview")
     start = run_child("bench.app:first_render", args)
-    first = median(start.result["samples"])
     log("goal 6: stabscope serve -> first rendered overview")
-    args = {"store": str(demo), "repeats": reps, "run": None, "timeout_s": 120.0, "serve": True}
-    served = run_child("bench.app:first_render", args)
-    first_served = median(served.result["samples"])
+    served = run_child("bench.app:first_render", {**args, "serve": True})
     log("goal 6: the floor: streamlit run -> a bare page's one table")
-    table_args = {**args, "serve": False, "path": "?element=table", "selector": FLOOR_TABLE, "script": FLOOR_APP}
-    table_floor = median(run_child("bench.app:first_render", table_args).result["after_up"])
+    floor_table = {"path": "?element=table", "selector": FLOOR_TABLE, "script": FLOOR_APP}
+    table_floor = median(run_child("bench.app:first_render", {**args, **floor_table}).result["after_up"])
     log("goal 6: stabscope serve -> first screen (the Runs table)")
-    args = {**args, "path": "", "selector": RUNS_TABLE}
-    screen = run_child("bench.app:first_render", args)
-    screen_s = median(screen.result["after_up"])
+    screen = run_child("bench.app:first_render", {**args, "serve": True, "path": "", "selector": RUNS_TABLE})
+    chart_floor = "the floor: streamlit run -> a bare page's one two-point Plotly chart"
+    first = median(start.result["samples"])
     figures = [
-        Figure(
-            "6",
+        within_floor(
             "streamlit run -> first rendered overview (demo store, headless Chromium)",
             first,
-            "s",
-            "the floor: streamlit run -> a bare page's one two-point Plotly chart",
+            chart_floor,
             floor_s,
-            speedup(first, floor_s),
-            target=f"< {START_TARGET_S:.0f} s",
-            met=first < START_TARGET_S,
+            FIRST_RENDER_MARGIN_S,
             peak_rss_mb=median(start.result["server_rss_mb"]),
             repeats=reps,
             note=f"peak RSS is the Streamlit server's; {median(start.result['after_up']):.2f} s after it was up "
-            f"(the floor: {median(floor.result['after_up']):.2f} s); StabScope's own part: {first - floor_s:.2f} s",
+            f"(the floor: {median(floor['after_up']):.2f} s)",
             samples=start.result["samples"],
         ),
-        Figure(
-            "6",
+        within_floor(
             "stabscope serve (the README's command) -> first rendered overview (demo store)",
-            first_served,
-            "s",
-            target=f"< {START_TARGET_S:.0f} s",
-            met=first_served < START_TARGET_S,
+            median(served.result["samples"]),
+            chart_floor,
+            floor_s,
+            FIRST_RENDER_MARGIN_S,
+            peak_rss_mb=median(served.result["server_rss_mb"]),
             repeats=reps,
             note="the CLI execs the server (one process); page libraries load before the server listens; "
             f"{median(served.result['after_up']):.2f} s after it was up",
             samples=served.result["samples"],
         ),
-        Figure(
-            "6",
-            "first screen (Runs table drawn) after the server is up, stabscope serve (demo store; issue 6)",
-            screen_s,
-            "s",
+        within_floor(
+            "first screen (Runs table drawn) after the server is up, stabscope serve (demo store)",
+            median(screen.result["after_up"]),
             "the floor: a bare page's one table, after streamlit run is up",
             table_floor,
-            speedup(screen_s, table_floor),
-            target=f"< {FIRST_SCREEN_TARGET_S:.0f} s",
-            met=screen_s < FIRST_SCREEN_TARGET_S,
+            FIRST_SCREEN_MARGIN_S,
             repeats=reps,
             note=f"from the health check's first answer; {median(screen.result['samples']):.2f} s from the command",
             samples=screen.result["after_up"],
@@ -291,23 +315,22 @@ def run(sizes: Sizes, workdir: Path) -> list[Figure]:
 
 
 def _rerun_figure(store: Path, label: str, sizes: Sizes, note: str = "") -> Figure:
-    """Goal 6's rerun figure: medians of the overview page's reruns on ``store``'s run (AppTest)."""
+    """Goal 6's rerun figure, information without a target: medians of the overview page's reruns on
+    ``store``'s run (AppTest), beside the page's first run."""
     log(f"goal 6: overview reruns on the {label}")
     repeats = max(sizes.repeats, 5)
     reruns = run_child("bench.app:overview_reruns", {"store": str(store), "run": RUN, "repeats": repeats})
-    rerun = median(reruns.result["samples"])
+    if not reruns.result["charts"]:
+        raise RuntimeError(f"the overview page drew no chart of the {label}")
     return Figure(
         "6",
         f"overview rerun on the {label} (server side, AppTest)",
-        rerun,
+        median(reruns.result["samples"]),
         "s",
         "first run of the page (cold caches)",
         reruns.result["first_s"],
-        None,
-        f"< {RERUN_TARGET_S:.0f} s",
-        rerun < RERUN_TARGET_S and reruns.result["charts"] > 0,
-        reruns.peak_rss_mb,
-        repeats,
-        "; ".join(filter(None, [f"{reruns.result['charts']} chart(s)", note])),
+        peak_rss_mb=reruns.peak_rss_mb,
+        repeats=repeats,
+        note="; ".join(filter(None, [f"{reruns.result['charts']} chart(s)", note])),
         samples=reruns.result["samples"],
     )
