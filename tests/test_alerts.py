@@ -1,4 +1,5 @@
-"""Alerts (stab_core.alerts, ingest.run_alerts) and their delivery by ``stabscope watch --on-alert``."""
+"""Alerts (the rules: stab_core.alerts; a stored run's: ingest.run_alerts) and their delivery by
+``stabscope watch --on-alert``."""
 
 from __future__ import annotations
 
@@ -66,7 +67,7 @@ def test_spike_alerts_diverging_always_recent_only_when_live() -> None:
     assert live[1].message == "diverging: loss spike from step 948 has not recovered"
     assert [a.kind for a in spike_alerts("r", spikes, last_step=1000, live=False)] == ["diverging_run"]
     # the window is ALERT_WINDOW_STEPS (200) behind the last step, inclusive
-    assert [a.step for a in spike_alerts("r", [_spike(800), _spike(799)], 1000, True)] == [800]
+    assert [a.step for a in spike_alerts("r", [_spike(800), _spike(799)], 1000, live=True)] == [800]
 
 
 def test_clipping_alert_at_the_saturation_threshold() -> None:
@@ -168,7 +169,7 @@ def test_alerts_round_trip_through_json() -> None:
 
 
 def test_compaction_stores_the_alerts_the_store_would_compute(tmp_path: Path) -> None:
-    from ingest.run_alerts import compute_alerts
+    from ingest.run_alerts import alerts_from_store
 
     shards, store = tmp_path / "shards", open_analysed_store(tmp_path / "store")
     _write_steps(shards, 0, 800)
@@ -176,8 +177,8 @@ def test_compaction_stores_the_alerts_the_store_would_compute(tmp_path: Path) ->
     info = store.run_info("job")
     stored = info.meta["analysis"]["alerts"]
     assert {a["alert"] for a in stored} >= {"straggler", "clipping_saturated", "new_spike"}
-    # what the analyses stored from their fresh results == what the store's own reads give
-    assert [Alert.from_json(a) for a in stored] == compute_alerts(store, info)
+    # what the analyses computed from the run in memory == what the store's own reads give
+    assert [Alert.from_json(a) for a in stored] == alerts_from_store(store, info)
     assert run_alerts(store, "job") == [Alert.from_json(a) for a in stored]  # live: every kind
     store.set_status("job", "finished")
     assert "new_spike" not in {a.kind for a in run_alerts(store, "job")}  # a finished run has no news
@@ -306,7 +307,7 @@ def test_pipeline_run_alerts_the_slow_rank_not_the_memory_stages(tmp_path: Path)
     """64 ranks written by ShardWriter, compacted: the 20 % slower rank is the one straggler alert
     (its deviation measured against its own stage), the +13 % memory stages and the steady +2.5 %
     rank are not, and the rank that logged nothing is named by ``missing_ranks``."""
-    from ingest.run_alerts import compute_alerts
+    from ingest.run_alerts import alerts_from_store
     from stab_core.ranklayout import missing_ranks
 
     write_pipeline_run(tmp_path / "shards")
@@ -314,7 +315,7 @@ def test_pipeline_run_alerts_the_slow_rank_not_the_memory_stages(tmp_path: Path)
     store.compact("pp", tmp_path / "shards")
     info = store.run_info("pp")
     assert info.ranks == 63 and info.meta["pipeline_parallel_size"] == 4
-    stragglers = [a for a in compute_alerts(store, info, spikes=[]) if a.kind == "straggler"]
+    stragglers = [a for a in alerts_from_store(store, info, spikes=[]) if a.kind == "straggler"]
     assert [(a.metric, a.detail["rank"]) for a in stragglers] == [("step_time_s", SLOW_PIPELINE_RANK)]
     assert stragglers[0].detail["deviation_pct"] == pytest.approx(20.0, abs=1.0)
     assert set(stragglers[0].to_json()) == {"alert", "run", "step", "metric", "message", "rank", "deviation_pct",
