@@ -231,6 +231,7 @@ def within_floor(
         speedup(value_s, floor_s),
         target=f"<= the floor + {margin_s:.1f} s",
         met=value_s - floor_s <= margin_s,
+        difference=value_s - floor_s,
         **extra,
     )
 
