@@ -1,5 +1,6 @@
 """Plotly figure builders shared by the pages: min/max envelopes, EMA overlays, event and spike markers,
-linked panels on one step axis, the rank heatmap, compared runs with seed bands, and LR schedules.
+linked panels on one step axis, compared runs with seed bands, and LR schedules (the Ranks page's
+figures are in ``pages.rank_charts``).
 
 Builders take plain data (``SeriesData``, numpy arrays, events, spike dicts) and return figures; they
 never read the store. Every axis is labelled with its unit.

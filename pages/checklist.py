@@ -66,7 +66,7 @@ upload = left.file_uploader(
 )
 fmt = left.selectbox("Format", list(FORMAT_CHOICES), key="ck_format")
 names = [r.name for r in list_runs()]
-wanted = st.session_state.get("selected_run") or st.query_params.get("run")  # as pages.common.pick_run
+wanted = st.session_state.get("selected_run") or st.query_params.get("run")  # as pages.widgets.pick_run
 if wanted in names and wanted != st.session_state.get("ck_followed"):
     st.session_state["ck_run"] = wanted  # a run picked on another page since this page last followed one
     st.session_state["ck_followed"] = wanted

@@ -191,6 +191,25 @@ def test_upload_a_log_through_the_file_input(app: tuple[str, Store], browser: An
     page.close()
 
 
+def test_a_page_error_is_one_banner_in_the_running_app(app: tuple[str, Store], browser: Any) -> None:
+    """A config that cannot be read ends the Checklist page with app.py's one banner (pages.page_errors):
+    the file and line, no exception box, no traceback."""
+    url, _ = app
+    page = browser.new_page(viewport=VIEWPORT)
+    page.goto(f"{url}/checklist")
+    _settle(page)
+    page.locator("[data-testid='stFileUploader'] input[type='file']").first.set_input_files(
+        [{"name": "broken.yaml", "mimeType": "text/yaml", "buffer": b"a: [1, 2\nb: 3\n"}]
+    )
+    banner = page.locator("[data-testid='stAlertContentError']")
+    banner.first.wait_for(timeout=30_000)
+    _settle(page)
+    assert banner.count() == 1 and "broken.yaml, line 2: invalid YAML" in banner.first.inner_text()
+    _check_page(page, "checklist-error")
+    assert "Traceback" not in page.content()
+    page.close()
+
+
 def test_scheduler_slider_updates_the_warnings(app: tuple[str, Store], browser: Any) -> None:
     url, _ = app
     page = browser.new_page(viewport=VIEWPORT)
