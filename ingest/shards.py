@@ -34,6 +34,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from ingest.long_schema import LONG_SCHEMA as LONG_SCHEMA  # re-exported: producers of long tables import it here
+from ingest.long_schema import PART_SCHEMA
 from stab_core.metrics import RUN_RANK, is_valid_metric_name
 
 MAGIC = b"SSF1"
@@ -165,8 +167,8 @@ def _check_metric(name: str) -> None:
 
 def _rows_to_table(rows: list[tuple[int, int, float, Mapping[str, float]]]) -> pa.Table:
     """The buffered rows as one wide table. Built from numpy buffers, not ``pa.array`` of lists:
-    ``pa.array`` imports pandas on first use, 0.35-0.8 s and ~50 MB inside a training step (the
-    monitor's first flush showed up as a step-time spike of its own)."""
+    ``pa.array`` imports pandas on first use, inside a training step (the monitor's first flush
+    showed up as a step-time spike of its own)."""
     names: dict[str, None] = {}
     for _, _, _, metrics in rows:
         for name in metrics:
@@ -327,25 +329,10 @@ def _decode_frame(kind: int, payload: bytes, out: SegmentRead) -> None:
         out.meta.update(meta)
 
 
-_LONG_FIELDS: dict[str, pa.DataType] = {
-    "rank": pa.int32(),
-    "step": pa.int64(),
-    "metric": pa.string(),
-    "value": pa.float64(),
-    "wall_time": pa.float64(),
-}
-LONG_SCHEMA = pa.schema(_LONG_FIELDS)
-"""The canonical long form every producer ends in: one row per (rank, step, metric)."""
-
-
-PART_SCHEMA = pa.schema({name: kind for name, kind in _LONG_FIELDS.items() if name != "metric"})
-"""One metric's rows of a long table (``LONG_SCHEMA`` less the ``metric`` column)."""
-
-
 def null_floats(n: int) -> Any:
-    """An all-null float64 column of ``n`` rows. ``pa.nulls`` fills its 8 bytes a row: 20-170 ms for
-    nine 1M-row columns, the largest single cost of building a text log's table. Calloc'd zeros
-    are pages the kernel maps on first touch, and nothing reads the values under a null."""
+    """An all-null float64 column of ``n`` rows. ``pa.nulls`` fills its 8 bytes a row, the largest
+    single cost of building a text log's table (see the benchmark); calloc'd zeros are pages the
+    kernel maps on first touch, and nothing reads the values under a null."""
     bitmap: Any = np.zeros((n + 7) // 8, dtype=np.uint8)  # numpy arrays are buffers
     data: Any = np.zeros(n)
     return pa.Array.from_buffers(pa.float64(), n, [pa.py_buffer(bitmap), pa.py_buffer(data)], null_count=n)

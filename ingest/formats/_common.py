@@ -28,6 +28,7 @@ import pyarrow.compute as _pc
 
 from ingest.errors import StabScopeError
 from ingest.formats.aliases import canonical_name, to_canonical_unit
+from ingest.long_schema import LONG_SCHEMA_DICT
 from ingest.shards import null_floats
 from stab_core.metrics import RUN_RANK
 from stab_core.runview import RunEvent
@@ -46,14 +47,7 @@ BUILD_THREADS: Final = min(2, os.cpu_count() or 1)
 PARALLEL_BUILD_ROWS: Final = 1 << 20
 """Tables of at least this many rows are built on ``BUILD_THREADS`` threads."""
 
-_COLUMN_TYPES: Final[dict[str, pa.DataType]] = {
-    "rank": pa.int32(),
-    "step": pa.int64(),
-    "metric": pa.dictionary(pa.int32(), pa.string()),
-    "value": pa.float64(),
-    "wall_time": pa.float64(),
-}
-TABLE_SCHEMA: Final[pa.Schema] = pa.schema(_COLUMN_TYPES)
+TABLE_SCHEMA: Final[pa.Schema] = LONG_SCHEMA_DICT
 """The canonical long form every reader produces, metric by metric, each sorted by (rank, step).
 ``metric`` is dictionary-encoded, one chunk per metric (each chunk's dictionary holds its one name);
 the other columns may be chunked more finely (a text log's values stay in their read chunks)."""
