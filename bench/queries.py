@@ -33,10 +33,11 @@ WINDOW_STEPS = 5000
 
 def _long_file(store: str, run: str) -> str:
     from ingest.store import Store
+    from ingest.store.layout import LONG, RunLayout
 
     s = Store(store)
     gen = s.run_info(run).gen
-    return str(s.run_dir(run) / "long" / f"g{gen:06d}.parquet")
+    return str(RunLayout(s.run_dir(run)).file(LONG, gen))
 
 
 # ------------------------------------------------------------------------------- child targets

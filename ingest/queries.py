@@ -1,7 +1,7 @@
 """Every SQL statement StabScope runs, named and parameterised.
 
 Values (run names, steps, metric names, file lists) are always bound as parameters (``?``/``$name``),
-never formatted into the SQL text. Callers live in ``ingest.store``; they hand back Arrow tables or
+never formatted into the SQL text. Callers live in the ``ingest.store`` package; they hand back Arrow tables or
 numpy arrays, never cursors.
 """
 
@@ -57,16 +57,30 @@ CATALOG_SCHEMA: Final = [
 
 # --------------------------------------------------------------------------- catalog statements
 
-LIST_RUNS: Final = """
-SELECT name, created, updated, source, status, gen, first_step, last_step, n_steps, n_rows, ranks,
-       metrics, rank_metrics, meta, rejected, rejected_examples, heat_bucket, analysis_gen, base_gen
-FROM runs ORDER BY created, name
-"""
-GET_RUN: Final = """
-SELECT name, created, updated, source, status, gen, first_step, last_step, n_steps, n_rows, ranks,
-       metrics, rank_metrics, meta, rejected, rejected_examples, heat_bucket, analysis_gen, base_gen
-FROM runs WHERE name = ?
-"""
+RUN_COLUMNS: Final = (
+    "name",
+    "created",
+    "updated",
+    "source",
+    "status",
+    "gen",
+    "first_step",
+    "last_step",
+    "n_steps",
+    "n_rows",
+    "ranks",
+    "metrics",
+    "rank_metrics",
+    "meta",
+    "rejected",
+    "rejected_examples",
+    "heat_bucket",
+    "analysis_gen",
+    "base_gen",
+)
+"""The columns of a run's row as ``LIST_RUNS`` and ``GET_RUN`` select them (callers read rows by these names)."""
+LIST_RUNS: Final = f"SELECT {', '.join(RUN_COLUMNS)} FROM runs ORDER BY created, name"
+GET_RUN: Final = f"SELECT {', '.join(RUN_COLUMNS)} FROM runs WHERE name = ?"
 INSERT_RUN: Final = """
 INSERT INTO runs (name, created, updated, source, status, gen, meta)
 VALUES (?, now(), now(), ?, ?, 0, ?)
@@ -122,14 +136,14 @@ INSERT INTO settings (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET 
 """
 
 # --------------------------------------------------------------------------- Parquet data
-
-BLOCK_INDEX: Final = """
-SELECT metric, rank, count(*), min(step), max(step) FROM read_parquet($files)
-GROUP BY metric, rank ORDER BY metric, rank
-"""
-"""The (metric, rank) blocks of a long file written before files carried their block index."""
+#
+# Reads of one (metric, rank), the downsampling, the heatmap and the per-rank matrix run in numpy on the
+# row ranges the files' block index gives (``ingest.store.read``); SQL is kept where DuckDB is the
+# better tool: out-of-core aggregation of a metric too wide for memory, scans of every row, ordered
+# copies of a whole run.
 
 COUNT_STEPS: Final = "SELECT count(DISTINCT step) FROM read_parquet($files)"
+"""Distinct steps of a merge whose step span is too wide for the in-memory bitmap."""
 
 BUILD_ROLLUP: Final = """
 SELECT metric, step,
@@ -145,60 +159,13 @@ FROM read_parquet($files) WHERE rank >= 0 AND metric = $metric
 GROUP BY metric, step ORDER BY step
 """
 """Cross-rank rollup per step of one metric; the merge computes it in memory unless the metric's
-step span is too wide for that (``store.DENSE_SPAN_MAX``)."""
+step span is too wide for that (``ingest.store.generation.DENSE_SPAN_MAX``)."""
 
-SERIES_RUN_LEVEL: Final = """
-SELECT step, value FROM read_parquet($files)
-WHERE metric = $metric AND rank = $rank AND step BETWEEN $lo AND $hi
-ORDER BY step
-"""
-SERIES_RUN_LEVEL_BUCKETS: Final = """
-SELECT min(step) AS step, arg_min(step, value) AS min_step, arg_max(step, value) AS max_step,
-       min(value) AS min, max(value) AS max, avg(value) FILTER (WHERE isfinite(value)) AS mean,
-       count(*) FILTER (WHERE NOT isfinite(value)) AS n_nonfinite
-FROM read_parquet($files)
-WHERE metric = $metric AND rank = $rank AND step BETWEEN $lo AND $hi
-GROUP BY floor((step - $lo) * $buckets / ($hi - $lo + 1))
-ORDER BY step
-"""
-SERIES_ROLLUP: Final = """
-SELECT step, mean, min, max, n_nonfinite FROM read_parquet($files)
-WHERE metric = $metric AND step BETWEEN $lo AND $hi ORDER BY step
-"""
-SERIES_ROLLUP_BUCKETS: Final = """
-SELECT min(step) AS step, arg_min(step, min) AS min_step, arg_max(step, max) AS max_step,
-       min(min) AS min, max(max) AS max, avg(mean) AS mean, sum(n_nonfinite) AS n_nonfinite
-FROM read_parquet($files)
-WHERE metric = $metric AND step BETWEEN $lo AND $hi
-GROUP BY floor((step - $lo) * $buckets / ($hi - $lo + 1))
-ORDER BY step
-"""
-RANK_HEATMAP: Final = """
-SELECT rank, floor((first_step - $lo) * $buckets / ($hi - $lo + 1)) AS col, min(first_step) AS step,
-       avg(mean) AS mean, max(max) AS max
-FROM read_parquet($files)
-WHERE metric = $metric AND first_step BETWEEN $lo AND $hi
-GROUP BY rank, col ORDER BY rank, col
-"""
-RANK_SERIES: Final = """
-SELECT step, value FROM read_parquet($files)
-WHERE metric = $metric AND rank = $rank AND step BETWEEN $lo AND $hi ORDER BY step
-"""
-ROLLUP_STEPS: Final = "SELECT step FROM read_parquet($files) WHERE metric = $metric ORDER BY step"
-"""Every step at which some rank logged ``metric`` (the step axis of its per-rank matrix)."""
-ROLLUP_STEPS_DISTINCT: Final = """
-SELECT DISTINCT step FROM read_parquet($files) WHERE metric = $metric ORDER BY step
-"""
-"""``ROLLUP_STEPS`` over a base and its delta parts (a delta repeats the steps whose rows it replaces)."""
-RANK_MATRIX: Final = """
-SELECT rank, step, value FROM read_parquet($files)
-WHERE metric = $metric AND rank >= 0 ORDER BY rank, step
-"""
 ALL_RUN_LEVEL: Final = """
 SELECT metric, step, value FROM read_parquet($files) WHERE rank = -1
 """
 """Every run-level row, in no promised order: the caller gathers each metric's runs of rows and sorts
-only a metric whose steps come out of order (an ORDER BY was 1.2 s of 9M rows, the scan 0.35 s)."""
+only a metric whose steps come out of order (cheaper than an ORDER BY over every row)."""
 EXPORT_LONG: Final = """
 COPY (SELECT step, rank, metric, value, wall_time FROM read_parquet($files) ORDER BY metric, rank, step)
 TO $target (FORMAT csv, HEADER true)
@@ -206,10 +173,6 @@ TO $target (FORMAT csv, HEADER true)
 EXPORT_LONG_PARQUET: Final = """
 COPY (SELECT step, rank, metric, value, wall_time FROM read_parquet($files) ORDER BY metric, rank, step)
 TO $target (FORMAT parquet, COMPRESSION zstd)
-"""
-DISTINCT_METRICS: Final = "SELECT DISTINCT metric FROM read_parquet($files)"
-HAS_RUN_LEVEL: Final = """
-SELECT count(*) FROM (SELECT 1 FROM read_parquet($files) WHERE metric = $metric AND rank = -1 LIMIT 1)
 """
 READ_LONG: Final = """
 SELECT step, rank, metric, value, wall_time FROM read_parquet($files) ORDER BY metric, rank, step

@@ -35,7 +35,7 @@ class RunInfo:
     analysis_gen: int
     base_gen: int = 0
     """The generation whose full files the current one builds on; ``gen`` itself when it has no
-    delta parts (see ``Store._merge``)."""
+    delta parts (see ``ingest.store.commit``)."""
 
     def to_json(self) -> dict[str, Any]:
         """The ``stabscope runs --json`` object (contract: name, steps, ranks, metrics)."""

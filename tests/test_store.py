@@ -264,7 +264,7 @@ def test_import_of_a_dictionary_metric_column_equals_plain_strings(tmp_path: Pat
     exactly what the plain-string table gives (the last write of a repeated key wins)."""
     import pyarrow as pa
 
-    from ingest.store import _parts_by_metric
+    from ingest.store.stage import parts_by_metric
 
     plain = pa.table(_long_rows())
     dictionary = pa.dictionary(pa.int32(), pa.string())
@@ -289,9 +289,9 @@ def test_import_of_a_dictionary_metric_column_equals_plain_strings(tmp_path: Pat
             out.setdefault(metric, []).extend(zip(*columns, strict=True))
         return out
 
-    parts = _parts_by_metric(one_name_chunks) + _parts_by_metric(mixed)
-    assert rows_by_metric(parts) == rows_by_metric(_parts_by_metric(plain))
-    assert [m for m, _ in _parts_by_metric(one_name_chunks)] == ["loss", "lr"]  # one part per chunk
+    parts = parts_by_metric(one_name_chunks) + parts_by_metric(mixed)
+    assert rows_by_metric(parts) == rows_by_metric(parts_by_metric(plain))
+    assert [m for m, _ in parts_by_metric(one_name_chunks)] == ["loss", "lr"]  # one part per chunk
     stores = {}
     for label, table in {"plain": plain, "dictionary": pa.concat_tables([one_name_chunks, mixed])}.items():
         store = open_analysed_store(tmp_path / label)
@@ -305,7 +305,7 @@ def test_import_of_a_dictionary_metric_column_equals_plain_strings(tmp_path: Pat
 
 
 def test_split_by_metric_cuts_a_sorted_table_at_each_metric() -> None:
-    from ingest.store import _split_by_metric
+    from ingest.store.read import split_by_metric
 
     rng = np.random.default_rng(5)
     names = sorted(["grad_norm", "loss", "lr", "z/extra"])
@@ -317,20 +317,20 @@ def test_split_by_metric_cuts_a_sorted_table_at_each_metric() -> None:
     chunked = pa.Table.from_batches(table.to_batches(max_chunksize=2))  # boundaries inside and between chunks
     dictionary = table.set_column(0, "metric", table.column("metric").dictionary_encode())
     for t in (table, chunked, dictionary):
-        got = _split_by_metric(t)
+        got = split_by_metric(t)
         assert list(got) == ["grad_norm", "loss", "z/extra"]
         assert got["grad_norm"].steps.tolist() == [0, 10, 20] and got["loss"].steps.tolist() == [0]
         assert got["z/extra"].values.tolist() == values[4:].tolist()
-    assert _split_by_metric(table.slice(0, 0)) == {}
+    assert split_by_metric(table.slice(0, 0)) == {}
     # rows in any order (a scan without ORDER BY): each metric gathered and sorted by step
     order = rng.permutation(steps.size)
     shuffled = table.take(pa.array(order))
     blocks = pa.concat_tables([table.slice(4), table.slice(0, 4)])  # two runs of one metric
     for t in (shuffled, blocks):
-        got = _split_by_metric(t)
+        got = split_by_metric(t)
         assert list(got) == ["grad_norm", "loss", "z/extra"]
         assert got["grad_norm"].steps.tolist() == [0, 10, 20]
         assert got["z/extra"].values.tolist() == values[4:].tolist()
     many = pa.table({"metric": ["a", "b"] * 6000, "step": np.repeat(np.arange(6000), 2), "value": np.zeros(12000)})
-    got = _split_by_metric(many)  # 12,000 runs: sorted once instead of gathered
+    got = split_by_metric(many)  # 12,000 runs: sorted once instead of gathered
     assert got["a"].steps.tolist() == list(range(6000)) and got["b"].steps.tolist() == list(range(6000))

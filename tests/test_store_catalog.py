@@ -191,18 +191,18 @@ def test_a_forked_child_opens_the_catalog_on_its_own(tmp_path: Path) -> None:
 def test_the_catalog_database_is_recycled_between_units(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every few thousand units the process starts a new in-memory DuckDB (what DuckDB keeps per
     ATTACH stays bounded), never in the middle of a unit, and the catalog's rows carry over."""
-    import ingest.store as store_module
+    import ingest.store.catalog as catalog_module
 
-    monkeypatch.setattr(store_module, "CATALOG_RECYCLE_UNITS", 3)
+    monkeypatch.setattr(catalog_module, "CATALOG_RECYCLE_UNITS", 3)
     store = open_analysed_store(tmp_path / "store")
     databases = []  # kept alive, so that their ids stay distinct
     for i in range(10):
         with store._catalog():
-            database = store_module._CATALOGS._db
+            database = catalog_module._CATALOGS._db
             with store._catalog():  # a nested unit ends inside the outer one: no recycling there
-                assert store_module._CATALOGS._db is database
+                assert catalog_module._CATALOGS._db is database
             store.set_setting("count", str(i))
-            assert store_module._CATALOGS._db is database
+            assert catalog_module._CATALOGS._db is database
         databases.append(database)
     assert len({id(d) for d in databases}) >= 3
     assert store.get_setting("count") == "9"

@@ -151,9 +151,9 @@ def test_incremental_folds_read_as_one_pass(tmp_path: Path) -> None:
 
 
 def test_deltas_pile_up_then_consolidate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import ingest.store as store_module
+    import ingest.store.delta as delta_module
 
-    monkeypatch.setattr(store_module, "DELTA_PARTS_MAX", 3)
+    monkeypatch.setattr(delta_module, "DELTA_PARTS_MAX", 3)
     shards = tmp_path / "shards"
     live = open_analysed_store(tmp_path / "live")
     rng = np.random.default_rng(3)
@@ -219,3 +219,31 @@ def test_crash_mid_delta_then_rerun_equals_clean_run(tmp_path: Path, stage: str)
         assert sorted(p.name for p in (run_dir / kind).iterdir()) == ["g000001.parquet", "g000002.parquet"]
     assert [p.name for p in (run_dir / "tail").iterdir()] == ["g000001.parquet"]
     assert not any((run_dir / "staging").iterdir())
+
+
+def test_delta_refusal_names_the_reason_a_fold_needs_a_full_merge() -> None:
+    """Whether a fold may be a delta part is a pure function of the run's row and the block indexes
+    (``(metric, rank, rows, first_step, last_step)`` per block), with a reason when it may not."""
+    from datetime import datetime
+
+    from ingest.run_info import RunInfo
+    from ingest.store.delta import DELTA_PARTS_MAX, delta_refusal
+
+    def info(n_rows: int, *, first: int | None = 0, last: int | None = 999, width: int = 1) -> RunInfo:
+        now = datetime(2026, 1, 1)
+        return RunInfo(
+            RUN, now, now, "test", "live", 1, first, last, 1000, n_rows, 2, ["loss"], ["loss"], {}, 0, [], width, 1, 1
+        )
+
+    base = [("loss", 0, 1000, 0, 999), ("loss", 1, 1000, 0, 999)]
+    ahead = [[("loss", 0, 10, 1000, 1009), ("loss", 1, 10, 1000, 1009)]]
+    assert delta_refusal(info(2000), [base], ahead) is None
+    assert delta_refusal(info(0, first=None, last=None), [base], ahead) == "the run has no rows yet"
+    assert "delta parts on the base" in str(delta_refusal(info(2000), [base] * (DELTA_PARTS_MAX + 1), ahead))
+    assert "no block index" in str(delta_refusal(info(2000), [base, None], ahead))
+    assert "of the base's rows" in str(delta_refusal(info(2000), [base], [[("loss", 0, 600, 1000, 1599)]]))
+    assert delta_refusal(info(2000), [base], []) == "nothing staged"
+    assert delta_refusal(info(2000), [base], [[("loss", -2, 1, 1000, 1000)]]) == "a rank below -1"
+    assert "reaches back" in str(delta_refusal(info(2000), [base], [[("loss", 0, 1, 999, 999)]]))
+    assert "bucket width" in str(delta_refusal(info(2000), [base], [[("loss", 0, 1, 4200, 4200)]]))
+    assert "too wide" in str(delta_refusal(info(2000), [base], ahead, dense_span_max=500))

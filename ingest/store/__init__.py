@@ -1,0 +1,47 @@
+"""The run store: per-rank shards and imported logs -> Parquet, catalogued and queried through DuckDB.
+
+On disk (``<store>`` defaults to ``$STABSCOPE_STORE`` or ``~/.local/share/stabscope/store``)::
+
+    catalog.duckdb                        runs, shard offsets, staged batches, events, spikes
+    runs/run=<name>/long/g<gen>.parquet   (rank, step, metric, value, wall_time) in blocks of one
+                                          (metric, rank) sorted by step; the footer's index gives each
+                                          block's rows (merged generations: metric/rank/step order;
+                                          a first generation written in one pass: rank/metric order)
+    runs/run=<name>/runlevel/g<gen>.parquet the rank -1 rows of the long file (what the overview reads)
+    runs/run=<name>/rollup/g<gen>.parquet cross-rank count/mean/min/max/std/argmin/argmax per step
+    runs/run=<name>/rankb/g<gen>.parquet  per-rank step buckets for the rank x step heatmap
+    runs/run=<name>/tail/g<gen>.parquet   a full generation's last rows of each (metric, rank >= 0)
+    runs/run=<name>/derived/a<gen>.parquet analyses materialised per generation (SNR, clip ratio)
+    runs/run=<name>/staging/*.parquet     batches read from shards, not yet merged
+
+A generation is a base (the files of generation ``base_gen``) plus one delta part per later
+generation up to ``gen``: a live fold that only extends each (metric, rank) writes just its rows
+and what they change (``delta``); anything else merges everything into a new base (``full_merge``);
+a run's first generation whose records arrive in order is written in one pass (``direct_merge``).
+All three feed the one ``generation.GenerationWriter``.
+
+Every write is two-phase (``commit``): new files are written under temporary names and renamed,
+then one catalog transaction makes them current. A crash at any point leaves the previous generation
+readable, and the next run finishes the work (files no transaction refers to are garbage).
+
+Modules, bottom up: ``types`` (what the store hands out), ``layout`` (every file name), ``catalog``
+(the DuckDB catalog), ``blocks`` (Parquet files by block), ``stage``, ``generation``, the planners
+``direct_merge``/``delta``/``full_merge``, ``commit``, ``downsample`` and ``read``, and ``facade``
+(``Store``, ``open_store``).
+"""
+
+from ingest.run_info import RunInfo
+from ingest.store.facade import GenerationHook, Store, open_store
+from ingest.store.types import IngestReport, ProgressFn, SeriesData, skipped_example_texts, validate_run_name
+
+__all__ = [
+    "GenerationHook",
+    "IngestReport",
+    "ProgressFn",
+    "RunInfo",
+    "SeriesData",
+    "Store",
+    "open_store",
+    "skipped_example_texts",
+    "validate_run_name",
+]

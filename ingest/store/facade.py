@@ -1,0 +1,367 @@
+"""``Store``: the one object the rest of StabScope holds, a thin facade over the catalog (``catalog``),
+the commit protocol (``commit``), the planners that write generations (``direct_merge``, ``delta``,
+``full_merge``) and the reads (``read``). See the package docstring for the files on disk.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+
+from ingest import queries
+from ingest.errors import StabScopeError
+from ingest.paths import default_store_path
+from ingest.run_info import RunInfo
+from ingest.run_meta import merge_meta
+from ingest.shards import list_segments
+from ingest.store.blocks import conform_long
+from ingest.store.catalog import Catalog, change_meta, fetch_one, run_info_of
+from ingest.store.commit import CommitProtocol, failpoint
+from ingest.store.direct_merge import DirectMerger, NotAppendOnly
+from ingest.store.layout import RunLayout, run_folder
+from ingest.store.read import StoreReader
+from ingest.store.stage import SegmentExtras, Stager, segment_parts
+from ingest.store.types import IngestReport, ProgressFn, SeriesData, skipped_example_texts, validate_run_name
+from stab_core.runview import RunEvent, RunView
+
+GenerationHook = Callable[["Store", str], None]
+"""Called with the store and a run's name after each new generation of that run is published (and on
+recovery, and after a metadata change): ``ingest.run_analyses.materialise`` is the one the product passes."""
+
+
+def open_store(root: str | os.PathLike[str] | None = None, *, on_generation: GenerationHook | None = None) -> Store:
+    """The store at ``root`` (default: ``$STABSCOPE_STORE`` or the embedded default). Without
+    ``on_generation`` nothing is computed after a merge; ``ingest.run_analyses.open_analysed_store`` passes
+    the analyses."""
+    return Store(root, on_generation=on_generation)
+
+
+class Store:
+    """A StabScope store rooted at a directory (created on first use). ``on_generation`` runs after each
+    new generation of a run (see :data:`GenerationHook`)."""
+
+    def __init__(
+        self,
+        root: str | os.PathLike[str] | None = None,
+        *,
+        on_generation: GenerationHook | None = None,
+    ) -> None:
+        self.root = Path(root).expanduser() if root is not None else default_store_path()
+        self._on_generation = on_generation
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.catalog_path = self.root / "catalog.duckdb"
+        self._catalog_db = Catalog(self.catalog_path)
+        self._reader = StoreReader(self.root)
+        self._commit = CommitProtocol(
+            self._catalog_db,
+            layout=self._layout,
+            run_info=self.run_info,
+            engine=self._reader.engine,
+            after_generation=self._materialise_analysis,
+        )
+
+    @contextlib.contextmanager
+    def _catalog(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A catalog connection for one unit of work (see ``catalog.Catalog.unit``)."""
+        with self._catalog_db.unit() as con:
+            yield con
+
+    def _layout(self, name: str) -> RunLayout:
+        return RunLayout(self.run_dir(name))
+
+    def _materialise_analysis(self, name: str) -> None:
+        """Run the ``on_generation`` hook (the analyses, ``ingest.run_analyses.materialise``) on ``name``."""
+        if self._on_generation is not None:
+            self._on_generation(self, name)
+
+    # ------------------------------------------------------------------ catalog reads
+
+    def list_runs(self) -> list[RunInfo]:
+        """Every run in the catalog, oldest first."""
+        return [run_info_of(r) for r in self._catalog_db.snapshot().runs]
+
+    def has_run(self, name: str) -> bool:
+        """True when the catalog holds ``name`` (validated first)."""
+        validate_run_name(name)
+        return name in self._catalog_db.snapshot().by_name
+
+    def run_info(self, name: str) -> RunInfo:
+        """The catalog row of ``name``; a clear error when there is no such run."""
+        validate_run_name(name)
+        row = self._catalog_db.snapshot().by_name.get(name)
+        if row is None:
+            known = ", ".join(r.name for r in self.list_runs()[:10]) or "none"
+            raise StabScopeError(f"no run named {name!r} in store {self.root} (runs: {known})")
+        return run_info_of(row)
+
+    def events(self, name: str) -> list[RunEvent]:
+        """Run events (schedule transitions, checkpoints, rollbacks, data switches) by step."""
+        validate_run_name(name)
+        rows = self._catalog_db.snapshot().events.get(name, [])
+        return [RunEvent(int(s), str(k), str(lbl), json.loads(d)) for s, k, lbl, d in rows]
+
+    def spikes(self, name: str) -> list[dict[str, Any]]:
+        """The materialised spike events of ``name`` (the ``stabscope spikes --json`` objects)."""
+        validate_run_name(name)
+        return [json.loads(detail) for detail in self._catalog_db.snapshot().spikes.get(name, [])]
+
+    def spike_summary(self) -> dict[str, dict[str, Any]]:
+        """Per run: number of spikes, worst ratio, whether any diverged."""
+        rows = self._catalog_db.read((queries.SPIKE_SUMMARY, ()))[0]
+        return {r[0]: {"n_spikes": int(r[1]), "worst_ratio": r[2], "any_diverged": bool(r[3])} for r in rows}
+
+    def get_setting(self, key: str) -> str | None:
+        rows = self._catalog_db.read((queries.GET_SETTING, (key,)))[0]
+        return str(rows[0][0]) if rows else None
+
+    def set_setting(self, key: str, value: str) -> None:
+        with self._catalog() as con:
+            con.execute(queries.SET_SETTING, [key, value])
+
+    def run_dir(self, name: str) -> Path:
+        """The folder of run ``name``'s files (see ``layout``)."""
+        return run_folder(self.root, name)
+
+    # ------------------------------------------------------------------ writes
+
+    def ensure_run(self, name: str, source: str, meta: dict[str, Any] | None = None) -> RunInfo:
+        """Create the catalog row for ``name`` if absent; merge ``meta`` into its metadata."""
+        validate_run_name(name)
+        with self._catalog() as con:
+            if fetch_one(con.execute(queries.GET_RUN, [name])) is None:
+                con.execute(queries.INSERT_RUN, [name, source, "finished", json.dumps(meta or {}, default=str)])
+            elif meta:
+                change_meta(con, name, lambda current: merge_meta(current, meta))
+        return self.run_info(name)
+
+    def update_meta(self, name: str, updates: dict[str, Any], remove: Sequence[str] = ()) -> RunInfo:
+        """Set the user's metadata of run ``name`` (validated values, see ``ingest.run_meta``) and delete
+        the keys in ``remove``. The keys are recorded as the user's, so a later import's parsed values do
+        not replace them; the analyses re-run, since spikes and diagnosis read ``max_norm``, ``precision``
+        and ``num_experts``."""
+        self.run_info(name)
+        with self._catalog() as con:
+            con.execute("BEGIN TRANSACTION")
+            change_meta(con, name, lambda current: merge_meta(current, updates, by_user=True, remove=remove))
+            con.execute(queries.SET_ANALYSIS_GEN, [0, name])  # materialise recomputes when analysis_gen != gen
+            con.execute("COMMIT")
+        self._materialise_analysis(name)
+        return self.run_info(name)
+
+    def compact(
+        self,
+        name: str,
+        shard_dir: str | os.PathLike[str],
+        *,
+        progress: ProgressFn | None = None,
+        status: str = "finished",
+    ) -> IngestReport:
+        """Fold every new frame of ``shard_dir``'s segments into run ``name``.
+
+        Idempotent (byte offsets per segment are committed with the staged data, so a second pass
+        adds nothing); streaming (at most ``stage.STAGE_ROWS`` rows are held); atomic (see ``commit``).
+        A run's first generation whose records arrive in order is written in one pass (``direct_merge``).
+        """
+        shard_root = Path(shard_dir)
+        if not shard_root.is_dir():
+            raise StabScopeError(f"shard directory {shard_root} does not exist or is not a directory")
+        segments = list_segments(shard_root)
+        if not segments and not self.has_run(name):
+            raise StabScopeError(
+                f"no shard segments (rank-*/*.ssf) under {shard_root}: is this a shard directory? "
+                "To import a log file use `stabscope import`."
+            )
+        self.ensure_run(name, f"shards:{shard_root.resolve()}")
+        self._commit.finish_pending(name)
+        with self._catalog() as con:
+            offsets = {f: int(o) for f, o in con.execute(queries.GET_OFFSETS, [name]).fetchall()}
+        keyed = [(p, str(p.resolve())) for p in segments]
+        todo = [(p, key, offsets.get(key, 0)) for p, key in keyed if p.stat().st_size > offsets.get(key, 0)]
+        if todo and self.run_info(name).gen == 0:
+            try:
+                return self._compact_in_one_pass(name, segments, todo, progress, status)
+            except NotAppendOnly:
+                pass  # repeated or out-of-order records: the staged merge sorts them out
+        report = IngestReport(run=name, segments=len(segments))
+        stager = Stager(self._layout(name))
+        extras = SegmentExtras()
+        for parts in segment_parts(todo, report, extras, progress):
+            stager.add_parts(parts)
+        staged = stager.finish()
+        report.rows = stager.rows
+        report.events = len(extras.events)
+        failpoint("after_stage_files")
+        self._commit.commit_stage(name, staged, extras, report, status)
+        failpoint("after_stage_commit")
+        report.gen = self._commit.merge(name)
+        return report
+
+    def _compact_in_one_pass(
+        self,
+        name: str,
+        segments: list[Path],
+        todo: list[tuple[Path, str, int]],
+        progress: ProgressFn | None,
+        status: str,
+    ) -> IngestReport:
+        """The first generation of a run whose records arrive in order, written in one pass without
+        staging (``direct_merge``). Raises ``NotAppendOnly`` (having written nothing that counts) when
+        the input is not like that."""
+        report = IngestReport(run=name, segments=len(segments))
+        extras = SegmentExtras()
+        merger = DirectMerger(self._layout(name), gen=1)
+        try:
+            for parts in segment_parts(todo, report, extras, progress):
+                merger.add(parts)
+            files = merger.finish()
+        except BaseException:
+            merger.abort()
+            raise
+        report.rows = files.n_rows
+        report.events = len(extras.events)
+        self._commit.commit_first_generation(name, files, extras, report, status)
+        report.gen = 1
+        return report
+
+    def import_table(
+        self,
+        name: str,
+        table: pa.Table,
+        *,
+        source: str,
+        events: Sequence[RunEvent] = (),
+        meta: dict[str, Any] | None = None,
+        rejected: int = 0,
+        rejected_examples: Sequence[str] = (),
+    ) -> IngestReport:
+        """Add a long-form table (``LONG_SCHEMA``) to run ``name`` (created if absent), atomically."""
+        validate_run_name(name)
+        table = conform_long(table)
+        self.ensure_run(name, source)
+        self._commit.finish_pending(name)
+        stager = Stager(self._layout(name))
+        stager.add(table)
+        staged = stager.finish()
+        report = IngestReport(
+            run=name,
+            rows=stager.rows,
+            rejected=rejected,
+            rejected_examples=list(rejected_examples)[:5],
+            events=len(events),
+        )
+        event_rows = [{"step": e.step, "kind": e.kind, "label": e.label, "detail": e.detail} for e in events]
+        extras = SegmentExtras(events=event_rows, meta=dict(meta or {}))
+        self._commit.commit_stage(name, staged, extras, report, "finished")
+        report.gen = self._commit.merge(name)
+        return report
+
+    def import_parsed(self, name: str, parsed: Any) -> IngestReport:
+        """Store a ``ingest.formats.ParsedLog`` as run ``name``."""
+        from ingest.configs import meta_with_config_facts  # local: yaml/toml only load for an import
+
+        examples = skipped_example_texts(parsed)
+        return self.import_table(
+            name,
+            parsed.table,
+            source=f"import:{parsed.format}:" + ",".join(parsed.source_files),
+            events=parsed.events,
+            meta=meta_with_config_facts(parsed.meta),
+            rejected=parsed.skipped,
+            rejected_examples=examples,
+        )
+
+    def set_status(self, name: str, status: str) -> None:
+        validate_run_name(name)
+        with self._catalog() as con:
+            con.execute(queries.UPDATE_RUN_STATUS, [status, name])
+
+    def delete_run(self, name: str) -> None:
+        """Remove a run: catalog rows first (so readers stop seeing it), then its files."""
+        self.run_info(name)
+        with self._catalog() as con:
+            con.execute("BEGIN TRANSACTION")
+            for statement in (
+                queries.DELETE_RUN,
+                queries.DELETE_RUN_OFFSETS,
+                queries.DELETE_RUN_STAGED,
+                queries.DELETE_RUN_EVENTS,
+                queries.DELETE_RUN_SPIKES,
+            ):
+                con.execute(statement, [name])
+            con.execute("COMMIT")
+        shutil.rmtree(self.run_dir(name), ignore_errors=True)
+
+    def write_analysis(
+        self,
+        name: str,
+        gen: int,
+        derived: pa.Table,
+        spikes: Sequence[dict[str, Any]],
+        summary: dict[str, Any] | None = None,
+    ) -> None:
+        """Atomically replace ``name``'s derived series, spike events and ``meta['analysis']`` (``summary``)
+        with those of generation ``gen``."""
+        self._commit.commit_analysis(name, gen, derived, spikes, summary)
+
+    # ------------------------------------------------------------------ reads
+
+    def read_series(
+        self,
+        name: str,
+        metric: str,
+        *,
+        start: int | None = None,
+        end: int | None = None,
+        buckets: int | None = None,
+        rank: int | None = None,
+    ) -> SeriesData:
+        """A metric of run ``name`` over steps [start, end], full fidelity or in ``buckets`` min/max buckets.
+
+        ``rank=None`` gives the run-level series when one was logged (rank -1), else the cross-rank
+        mean with the min/max band from the rollup; a rank >= 0 gives that rank's own series.
+        Derived metrics (``snr``, ``clip_ratio`` ...) are read the same way.
+        """
+        info = self.run_info(name)
+        return self._reader.read_series(
+            info, self._layout(name), metric, start=start, end=end, buckets=buckets, rank=rank
+        )
+
+    def read_rank_heatmap(
+        self, name: str, metric: str, *, buckets: int = 1000, start: int | None = None, end: int | None = None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(ranks, steps, matrix)``: the per-rank mean of ``metric`` in ``buckets`` step columns,
+        from the rank buckets materialised at compaction (NaN where a rank logged nothing)."""
+        info = self.run_info(name)
+        return self._reader.read_rank_heatmap(info, self._layout(name), metric, buckets=buckets, start=start, end=end)
+
+    def read_long(self, name: str, *, include_derived: bool = False) -> pa.Table:
+        """The full-fidelity long table of ``name`` (``step, rank, metric, value, wall_time``)."""
+        return self._reader.read_long(self.run_info(name), self._layout(name), include_derived=include_derived)
+
+    def read_wall_times(self, name: str, metric: str = "loss") -> tuple[np.ndarray, np.ndarray]:
+        """(steps, wall-clock times in s) of ``metric``'s run-level rows that carry a wall time, by step."""
+        return self._reader.read_wall_times(self.run_info(name), self._layout(name), metric)
+
+    def export(self, name: str, fmt: str, target: str | os.PathLike[str]) -> int:
+        """Write the full-fidelity long table as CSV or Parquet to ``target``; returns rows written."""
+        return self._reader.export(self.run_info(name), self._layout(name), fmt, target)
+
+    def run_view(self, name: str, rank_metrics: Sequence[str] | None = None) -> RunView:
+        """Full-fidelity ``RunView`` for analyses: run-level series (per-rank-only metrics become their
+        cross-rank mean), the per-rank matrices of ``rank_metrics`` (default: ``step_time_s`` and every
+        per-rank gradient norm or loss, which the decision tree's node 3 reads), events and metadata."""
+        from stab_core.diagnosis import is_rank_evidence
+
+        info = self.run_info(name)
+        if rank_metrics is None:
+            rank_metrics = ["step_time_s", *(m for m in info.rank_metrics if is_rank_evidence(m))]
+        return self._reader.run_view(info, self._layout(name), rank_metrics, self.events(name))
