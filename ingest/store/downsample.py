@@ -33,7 +33,10 @@ def downsample(
     value (False: a value-less record, read as NaN): such a row counts for its bucket's first step only,
     and a bucket of them alone has NaN figures."""
     if steps.size == 0:
-        return SeriesData(metric, steps, mean, low, high, source, True, steps, steps, np.zeros(0, np.int64))
+        no_counts = np.zeros(0, np.int64)
+        return SeriesData(
+            metric, steps, mean, low, high, source, bucketed=True, min_step=steps, max_step=steps, n_nonfinite=no_counts
+        )
     # Bucket k holds the steps s with k * span <= (s - lo) * buckets < (k + 1) * span: it starts at
     # the first step >= lo + ceil(k * span / buckets). Empty buckets give repeated starts.
     span = hi - lo + 1
@@ -64,7 +67,7 @@ def downsample(
         small,
         large,
         source,
-        True,
+        bucketed=True,
         min_step=steps[_first_equal(low, small, starts, valid)],
         max_step=steps[_first_equal(high, large, starts, valid)],
         n_nonfinite=nonfinite,

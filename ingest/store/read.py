@@ -154,7 +154,7 @@ class StoreReader:
                 nonfinite=nonfinite,
                 nan_is_null=True,
             )
-        return SeriesData(metric, steps, mean, low, high, "ranks", False, n_nonfinite=nonfinite)
+        return SeriesData(metric, steps, mean, low, high, "ranks", bucketed=False, n_nonfinite=nonfinite)
 
     def _rollup_rows(self, files: list[str], metric: str, columns: list[str]) -> pa.Table:
         """The rollup rows of ``metric`` over parts, by step: each part's rows before the first step
@@ -194,7 +194,7 @@ class StoreReader:
             )
         if source == "rank" and not steps.size:
             return empty_series(metric)
-        return SeriesData(metric, steps, values, values, values, source, False)
+        return SeriesData(metric, steps, values, values, values, source, bucketed=False)
 
     def _block_window(
         self, path: str, metric: str, rank: int, lo: int, hi: int

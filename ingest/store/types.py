@@ -52,7 +52,7 @@ class SeriesData:
 def empty_series(metric: str) -> SeriesData:
     """The series of a metric with no rows in the window asked for."""
     empty = np.zeros(0)
-    return SeriesData(metric, np.zeros(0, np.int64), empty, empty, empty, "none", False)
+    return SeriesData(metric, np.zeros(0, np.int64), empty, empty, empty, "none", bucketed=False)
 
 
 @dataclass
