@@ -6,6 +6,7 @@ Pages only lay out widgets and call ``stab_core``/``ingest``; the store lives at
 
 import streamlit as st
 
+from pages.token_gate import ask_for_token, session_unlocked
 from pages.warmup import warm_up_browser
 
 st.set_page_config(page_title="StabScope", page_icon=":material/monitoring:", layout="wide")
@@ -32,7 +33,12 @@ PAGES = {
     ],
 }
 
-page = st.navigation(PAGES)
+# The token gate comes first (pages.token_gate): a server started with a token shows a session nothing of
+# the store, not even the page list in the sidebar or the live runs' banners, until it has given it.
+unlocked = session_unlocked()
+page = st.navigation(PAGES, position="sidebar" if unlocked else "hidden")
+if not unlocked:
+    ask_for_token()  # stops this run: nothing below draws
 warm_up_browser(page.url_path)
 
 # after the warm-up: these imports are most of a fresh server's first run

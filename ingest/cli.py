@@ -180,7 +180,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
 # stops the server; a child would be left serving as an orphan). The server side lives in
 # pages/server.py: ingest never loads Streamlit.
 _SERVE_BOOT = (
-    "import sys\nsys.path.insert(0, sys.argv.pop(1))\nfrom pages.server import main\nsys.exit(main(int(sys.argv[1])))\n"
+    "import sys\nsys.path.insert(0, sys.argv.pop(1))\nfrom pages.server import main\n"
+    "sys.exit(main(int(sys.argv[1]), sys.argv[2]))\n"
 )
 
 
@@ -195,14 +196,67 @@ def cmd_serve(args: argparse.Namespace) -> int:
     os.environ["STABSCOPE_STORE"] = str(store)
     if args.no_demo:
         os.environ["STABSCOPE_NO_DEMO"] = "1"
-    print(f"StabScope on http://localhost:{args.port} (store {store})", file=sys.stderr)
+    host = args.host.strip().removeprefix("[").removesuffix("]")
+    _check_listen_address(host)
+    token = _serve_token(args)
+    if token is None:
+        os.environ.pop(SERVE_TOKEN_ENV, None)
+    else:  # the server reads it from its environment, which other users cannot read (unlike its argv)
+        os.environ[SERVE_TOKEN_ENV] = token
     sys.stdout.flush()
     sys.stderr.flush()
     try:
-        os.execv(sys.executable, [sys.executable, "-c", _SERVE_BOOT, str(root), str(args.port)])
+        os.execv(sys.executable, [sys.executable, "-c", _SERVE_BOOT, str(root), str(args.port), host])
     except OSError as exc:
         raise StabScopeError(f"cannot start the server ({sys.executable}): {exc}") from exc
     return 0  # not reached: execv does not return
+
+
+SERVE_TOKEN_ENV = "STABSCOPE_TOKEN"
+"""The environment variable holding the dashboard's shared access token (pages.token_gate reads it)."""
+
+
+def _serve_token(args: argparse.Namespace) -> str | None:
+    """The access token from --token, --token-file or $STABSCOPE_TOKEN, in that order; None when none is
+    given. Surrounding whitespace (a file's final newline) is not part of it."""
+    if args.token_file is not None:
+        path = Path(args.token_file).expanduser()
+        try:
+            token = path.read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise StabScopeError(
+                f"cannot read the access token from {path} (--token-file): {exc}. Give a readable UTF-8 "
+                "text file holding the token on its own, e.g. made with: python -c 'import secrets; "
+                f"print(secrets.token_urlsafe(24))' > {path} && chmod 600 {path}"
+            ) from exc
+        if not token:
+            raise StabScopeError(f"the access token file {path} (--token-file) is empty: write the token in it")
+        if path.stat().st_mode & 0o077:
+            print(f"stabscope serve: note: other users of this machine can read {path} (chmod 600 it)", file=sys.stderr)
+        return token
+    if args.token is not None:
+        if not args.token.strip():
+            raise StabScopeError("--token is empty: give the token, or leave --token out for no token")
+        return str(args.token).strip()
+    return os.environ.get(SERVE_TOKEN_ENV, "").strip() or None
+
+
+def _check_listen_address(host: str) -> None:
+    """Refuse, before the server starts, a --host the server could not listen on: a name that does not
+    resolve or an address that is not this machine's. Binds port 0 of it as Streamlit will bind it (an
+    address with a colon as IPv6, anything else as IPv4)."""
+    import socket
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.bind((host, 0))
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        raise StabScopeError(
+            f"cannot listen on --host {host!r}: {reason}. Give an address of this machine: 127.0.0.1 "
+            "(this machine only, the default), one of its network addresses, or 0.0.0.0 (every interface)"
+        ) from exc
 
 
 def seed_before_serving() -> int:
@@ -436,6 +490,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run")
     p = add("serve", cmd_serve, "start the dashboard (Streamlit)")
     p.add_argument("--port", type=int, default=8501)
+    p.add_argument(
+        "--host",
+        default="127.0.0.1",
+        metavar="ADDR",
+        help="address to listen on (default 127.0.0.1: this machine only; 0.0.0.0: every interface, then set a token)",
+    )
+    token = p.add_mutually_exclusive_group()
+    token.add_argument(
+        "--token-file",
+        default=None,
+        metavar="PATH",
+        help="viewers must enter the token this file holds (or set STABSCOPE_TOKEN)",
+    )
+    token.add_argument(
+        "--token",
+        default=None,
+        help="viewers must enter TOKEN (other users see it in `ps` until the server starts: prefer "
+        "--token-file or STABSCOPE_TOKEN)",
+    )
     p.add_argument("--no-demo", action="store_true", help="do not add the demo runs to an empty store")
     add("demo", cmd_demo, "(re)create the demo runs in the store")
     p = add("import", cmd_import, "import training logs (auto-detected format)")

@@ -10,7 +10,7 @@ import re
 import subprocess
 import sys
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 import pytest
@@ -32,18 +32,23 @@ def _fresh_server(tmp_path: Path, serve: bool) -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def _server(tmp_path: Path, serve: bool) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
-    """A fresh server on a store holding one generated run: ``stabscope serve`` or plain
-    ``streamlit run app.py``; yields its URL and process once its health check answers."""
+def _server(
+    tmp_path: Path, serve: bool, *, serve_args: Sequence[str] = (), env_extra: Mapping[str, str] | None = None
+) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """A fresh server on a store holding one generated run: ``stabscope serve`` (with ``serve_args``)
+    or plain ``streamlit run app.py``; yields its URL on 127.0.0.1 and its process once its health
+    check answers. Its output goes to ``tmp_path / "server.log"``."""
     store = tmp_path / "store"
     write_run(open_analysed_store(store), RunSpec())
     port = _free_port()
     log = tmp_path / "server.log"
+    base_env = {k: v for k, v in os.environ.items() if k != "STABSCOPE_TOKEN"}  # no token but the test's
     if serve:
-        env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
-        cmd = [sys.executable, "-m", "ingest", "serve", "--store", str(store), "--port", str(port), "--no-demo"]
+        env = {**base_env, "PYTHONPATH": str(REPO_ROOT), **(env_extra or {})}
+        cmd = [sys.executable, "-m", "ingest", "serve", "--store", str(store), "--port", str(port), "--no-demo",
+               *serve_args]  # fmt: skip
     else:
-        env = {**os.environ, "STABSCOPE_STORE": str(store), "STABSCOPE_NO_DEMO": "1"}
+        env = {**base_env, "STABSCOPE_STORE": str(store), "STABSCOPE_NO_DEMO": "1", **(env_extra or {})}
         cmd = [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port),
                "--server.headless", "true"]  # fmt: skip
     cwd = tmp_path if serve else REPO_ROOT  # serve must find the app from anywhere
