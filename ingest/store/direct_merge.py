@@ -124,6 +124,7 @@ class DirectMerger:
 
     def finish(self) -> GenerationFiles:
         self._close_buckets()
+        self.writer.finish_long_files()
         self.unsorted_writer.close()
         self.unsorted_sink.close()
         r = self.result

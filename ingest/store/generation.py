@@ -356,7 +356,7 @@ class GenerationWriter:
         self.rollup = BackgroundWriter(files.rollup_path, ROLLUP_SCHEMA, ROLLUP_WRITE_OPTIONS)
         self.rank_buckets = BackgroundWriter(files.rank_buckets_path, RANK_BUCKETS_SCHEMA, RANK_BUCKETS_WRITE_OPTIONS)
         self.tail = None if files.tail_path is None else LongWriter(files.tail_path, metrics, RUN_LEVEL_ROW_GROUP)
-        self._rows_open = True
+        self._open_row_files = [w for w in (self.long, self.run_level, self.tail) if w is not None]
 
     def add_rows(self, metric: str, rank: int, table: pa.Table) -> None:
         """Rows of (metric, rank) in step order: to the long file, and the run-level file for rank -1."""
@@ -384,14 +384,21 @@ class GenerationWriter:
         assert self.tail is not None
         block.write(self.tail)
 
+    def finish_long_files(self) -> None:
+        """Finish the long and run-level files (with their block index) once every row is in: their
+        writers' buffers are freed before a planner builds the rollup and rank buckets."""
+        self._finish(self.long, self.run_level)
+
     def close_rows(self) -> None:
-        """Finish the long, run-level and tail files (with their block index), e.g. to query the long
-        file before the rollup is complete."""
-        if self._rows_open:
-            self._rows_open = False
-            for writer in (self.long, self.run_level, self.tail):
-                if writer is not None:
-                    writer.close()
+        """Finish the long, run-level and tail files, e.g. to query the long file before the rollup
+        is complete."""
+        self._finish(*self._open_row_files)
+
+    def _finish(self, *writers: LongWriter) -> None:
+        for writer in writers:
+            if writer in self._open_row_files:
+                self._open_row_files.remove(writer)
+                writer.close()
 
     def close(self) -> GenerationFiles:
         self.close_rows()
