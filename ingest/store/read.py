@@ -40,6 +40,7 @@ from ingest.store.downsample import downsample
 from ingest.store.layout import DERIVED, LONG, RANK_BUCKETS, ROLLUP, RUN_LEVEL, RunLayout
 from ingest.store.types import SeriesData, empty_series
 from stab_core.metrics import RUN_RANK
+from stab_core.rank_heatmap import heatmap_columns
 from stab_core.runview import RankMatrix, RunEvent, RunView, Series
 
 _ROLLUP_COLUMNS: Final = ["step", "mean", "min", "max", "n_nonfinite"]
@@ -275,63 +276,38 @@ class StoreReader:
     def read_rank_heatmap(
         self, info: RunInfo, layout: RunLayout, metric: str, *, buckets: int, start: int | None, end: int | None
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """See ``Store.read_rank_heatmap``."""
+        """See ``Store.read_rank_heatmap``: the stored rank buckets grouped into columns by
+        ``stab_core.rank_heatmap.heatmap_columns``, the one grouping the analyses use in memory too."""
         files = layout.part_files(info, RANK_BUCKETS)
         lo = info.first_step if start is None else start
         hi = info.last_step if end is None else end
         if not files or metric not in info.rank_metrics or lo is None or hi is None:
             return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros((0, 0))
-        t = self._rank_buckets(files, metric, int(lo), int(hi), int(buckets))
-        ranks_col, cols = _column(t, "rank", np.int64), _column(t, "col", np.int64)
-        ranks = np.unique(ranks_col)
-        ncols = int(cols.max()) + 1 if cols.size else 0
-        matrix = np.full((ranks.size, ncols), np.nan)
-        matrix[np.searchsorted(ranks, ranks_col), cols] = _column(t, "mean")
-        steps = np.full(ncols, -1, np.int64)
-        steps[cols] = _column(t, "step", np.int64)
-        return ranks, steps, matrix
+        ranks, first, mean = self._rank_buckets(files, metric)
+        return heatmap_columns(ranks, first, mean, lo=int(lo), hi=int(hi), buckets=int(buckets))
 
-    def _rank_buckets(self, paths: list[str], metric: str, lo: int, hi: int, buckets: int) -> pa.Table:
-        """Heatmap cells (rank, col, step, mean, max): the rank buckets of ``metric`` (read from the row
-        groups that hold it), sorted by rank then step, grouped by runs of equal (rank, column): a
-        column's mean is the mean of its buckets' means, its step the first bucket's first step. Over
-        delta parts, a later part's row of a (rank, bucket) replaces the earlier ones."""
+    def _rank_buckets(self, paths: list[str], metric: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The rank buckets of ``metric`` (read from the row groups that hold it) as (rank, first step,
+        mean) sorted by rank then step. Over delta parts, a later part's row of a (rank, bucket)
+        replaces the earlier ones."""
         if len(paths) == 1:
-            t = read_metric(self._reader(paths[0]).file, metric, ["rank", "first_step", "mean", "max"], threads=True)
-            first, ranks = column_numpy(t.column("first_step")), column_numpy(t.column("rank"))
-            mean, high = column_numpy(t.column("mean"), float), column_numpy(t.column("max"), float)
-        else:
-            columns = ["rank", "bucket", "first_step", "mean", "max"]
-            tables = [read_metric(self._reader(p).file, metric, columns).combine_chunks() for p in paths]
-            t = pa.concat_tables(tables)
-            part = np.concatenate([np.full(x.num_rows, i, np.int64) for i, x in enumerate(tables)])
-            ranks, bucket = column_numpy(t.column("rank")), column_numpy(t.column("bucket"))
-            order = np.lexsort((part, bucket, ranks))
-            ranks, bucket = ranks[order], bucket[order]
-            last = np.ones(order.size, bool)
-            last[:-1] = (ranks[1:] != ranks[:-1]) | (bucket[1:] != bucket[:-1])
-            order, ranks = order[last], ranks[last]
-            first = column_numpy(t.column("first_step"))[order]
-            mean, high = column_numpy(t.column("mean"), float)[order], column_numpy(t.column("max"), float)[order]
-        if first.size and not (lo <= first.min() and first.max() <= hi):
-            inside = (first >= lo) & (first <= hi)
-            first, ranks, mean, high = first[inside], ranks[inside], mean[inside], high[inside]
-        if not first.size:
-            return pa.table({"rank": [], "col": [], "step": [], "mean": [], "max": []})
-        cols = (first - lo) * buckets // (hi - lo + 1)
-        starts = np.flatnonzero(np.r_[True, (ranks[1:] != ranks[:-1]) | (cols[1:] != cols[:-1])])
-        have = ~np.isnan(mean)  # a NULL mean (no finite value in the bucket) is left out, as avg() does
-        count = np.add.reduceat(have.astype(np.int64), starts)
-        total = np.add.reduceat(np.where(have, mean, 0.0), starts)
-        return pa.table(
-            {
-                "rank": ranks[starts],
-                "col": cols[starts],
-                "step": first[starts],
-                "mean": np.divide(total, count, out=np.full(total.size, np.nan), where=count > 0),
-                "max": np.fmax.reduceat(high, starts),
-            }
-        )
+            t = read_metric(self._reader(paths[0]).file, metric, ["rank", "first_step", "mean"], threads=True)
+            return (
+                column_numpy(t.column("rank")),
+                column_numpy(t.column("first_step")),
+                column_numpy(t.column("mean"), float),
+            )
+        columns = ["rank", "bucket", "first_step", "mean"]
+        tables = [read_metric(self._reader(p).file, metric, columns).combine_chunks() for p in paths]
+        t = pa.concat_tables(tables)
+        part = np.concatenate([np.full(x.num_rows, i, np.int64) for i, x in enumerate(tables)])
+        ranks, bucket = column_numpy(t.column("rank")), column_numpy(t.column("bucket"))
+        order = np.lexsort((part, bucket, ranks))
+        ranks, bucket = ranks[order], bucket[order]
+        last = np.ones(order.size, bool)
+        last[:-1] = (ranks[1:] != ranks[:-1]) | (bucket[1:] != bucket[:-1])
+        order, ranks = order[last], ranks[last]
+        return ranks, column_numpy(t.column("first_step"))[order], column_numpy(t.column("mean"), float)[order]
 
     # ------------------------------------------------------------------ whole tables
 
