@@ -8,11 +8,28 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bench import TINY, Figure, run_child, speedup
-from bench.analyses import exponent
+from bench import TINY, ChildRun, Figure, run_child, speedup
+from bench.analyses import (
+    LINEAR_EXPONENT_MAX,
+    against_floor,
+    exponent,
+    rank_mean_square_floor,
+    rolling_median_floor,
+    spike_analysis,
+)
 from bench.compaction import RUN, compact_shards
 from bench.data import PER_RANK_METRICS, RUN_LEVEL_METRICS, log_inputs, rank_spike, run_inputs, spike_steps
-from bench.queries import check_spikes, heatmap, open_overview, spike_survival, window
+from bench.queries import (
+    SPEEDUP_TARGETS,
+    against_raw,
+    check_spikes,
+    heatmap,
+    open_overview,
+    raw_window,
+    speedup_targets,
+    spike_survival,
+    window,
+)
 
 
 @pytest.fixture(scope="module")
@@ -58,6 +75,23 @@ def test_read_figures_cover_every_overview_query(tiny_store: tuple[Path, Path]) 
     assert sum(overview["parts"].values()) == pytest.approx(float(np.median(overview["samples"])), rel=0.5)
     assert heatmap(str(store), RUN, repeats=1)["shape"][0] == TINY.ranks
     assert window(str(store), RUN, rank=1, repeats=1)["points"] == min(5000, TINY.steps)
+    # the baseline reads the same window (same rank, same steps) from the raw long file
+    raw = raw_window(str(store), RUN, rank=1, repeats=2)
+    assert raw["points"] == min(5000, TINY.steps) and len(raw["samples"]) == 2
+
+
+def test_goal_3_targets_are_speedups_over_the_raw_table_of_the_same_run() -> None:
+    """Issue 22: each query's target is a speed-up over DuckDB on the raw long table measured in the
+    same run (a slower machine slows both), larger at full size where the raw table is 32x larger."""
+    full, quick = SPEEDUP_TARGETS["full"], SPEEDUP_TARGETS["quick"]
+    assert full.overview > quick.overview >= 1 and full.heatmap >= quick.heatmap > 1
+    assert speedup_targets("tiny") == quick and speedup_targets("full") == full
+    ours, raw = [0.010, 0.020, 0.040], [1.0, 3.0, 1.2]
+    figure = against_raw("overview", ours, "raw table", raw, 50.0, repeats=3)
+    assert figure.unit == "ms" and figure.value == pytest.approx(20.0) and figure.baseline_value == pytest.approx(1200)
+    assert figure.ratio == pytest.approx(60.0) and figure.met is True and figure.target == ">= 50x the raw table"
+    assert figure.samples == ours and figure.repeats == 3
+    assert against_raw("overview", ours, "raw table", raw, 61.0).met is False
 
 
 @pytest.mark.slow
@@ -76,11 +110,46 @@ def test_goal_1_figures_are_rates_and_ratios_of_the_same_run(tmp_path: Path) -> 
 
 
 def test_child_process_reports_its_result_and_its_own_peak_rss() -> None:
-    child = run_child("bench.analyses:noise_scale", {"ranks": 4, "steps": 3000})
-    assert child.result["seconds"] > 0
+    child = run_child("bench.analyses:noise_scale", {"ranks": 4, "steps": 3000, "rounds": 3})
+    assert child.result["seconds"] > 0 and child.result["floor_seconds"] > 0
+    assert len(child.result["samples"]) == len(child.result["floor_samples"]) == 3
     # generated with B_simple = tr(Sigma)/|G|^2 = 64: the estimator must land near it
     assert 32 < child.result["b_simple"] < 128
     assert 30 < child.peak_rss_mb < 4000 and child.wall_s > child.result["seconds"]
+
+
+def test_goal_4_floors_are_the_numpy_passes_they_name() -> None:
+    values = np.random.default_rng(0).standard_normal(1000)
+    medians = rolling_median_floor(values, 63, 16)
+    expected = [np.median(values[i : i + 63]) for i in range(0, 1000 - 63 + 1, 16)]
+    assert medians == pytest.approx(expected)
+    local = np.random.default_rng(1).random((5, 40))
+    assert rank_mean_square_floor(local) == pytest.approx(np.mean(local**2, axis=0))
+
+
+def test_goal_4_targets_are_multiples_of_the_floor_of_the_same_process() -> None:
+    """Issue 22: no absolute time; the analysis against its numpy floor timed interleaved with it,
+    and still linear in size."""
+
+    def child(samples: list[float], floors: list[float]) -> ChildRun:
+        return ChildRun({"samples": samples, "floor_samples": floors}, 300.0, 1.0)
+
+    children = [child([2.0, 2.2], [0.2, 0.25]), child([1.8], [0.2])]  # pooled medians 2.0 s and 0.2 s
+    figure = against_floor("spikes", children, "rolling median", 15.0, 1.0)
+    assert figure.value == pytest.approx(2.0) and figure.baseline_value == pytest.approx(0.2)
+    assert figure.ratio == pytest.approx(0.1) and figure.met is True and figure.repeats == 3
+    assert figure.samples == [2.0, 2.2, 1.8] and figure.peak_rss_mb == 300.0
+    assert figure.target.startswith("<= 15x the floor") and f"exponent <= {LINEAR_EXPONENT_MAX}" in figure.target
+    assert against_floor("spikes", children, "rolling median", 9.0, 1.0).met is False
+    assert against_floor("spikes", children, "rolling median", 15.0, LINEAR_EXPONENT_MAX + 0.1).met is False
+
+
+@pytest.mark.slow
+def test_spike_analysis_times_the_detector_interleaved_with_its_floor() -> None:
+    result = spike_analysis(TINY.spike_steps, rounds=2)
+    assert len(result["samples"]) == len(result["floor_samples"]) == 2
+    assert result["seconds"] > 0 and result["floor_seconds"] > 0
+    assert result["injected"] == 24 and result["steps"] > TINY.spike_steps * 0.9
 
 
 def test_tensorboard_baseline_counts_scalars_and_spikes(tmp_path: Path) -> None:
