@@ -185,26 +185,29 @@ def against_floor(
     floor: str,
     multiple_max: float,
     size_exponent: float,
+    *,
+    unit: str = "s",
     **extra: Any,
 ) -> Figure:
-    """An analysis's figure (s): its median beside its numpy floor's of the same processes; met when it
-    takes at most ``multiple_max`` floors and grows linearly (``size_exponent``)."""
+    """An analysis's figure in ``unit`` (s or ms): its median beside its numpy floor's of the same
+    processes; met when it takes at most ``multiple_max`` floors and grows linearly (``size_exponent``)."""
     seconds, floor_s = _pooled(children, "samples"), _pooled(children, "floor_samples")
     multiple = seconds / floor_s if floor_s > 0 else float("inf")
+    per_second = {"s": 1.0, "ms": 1000.0}[unit]
     return Figure(
         "4",
         name,
-        seconds,
-        "s",
+        seconds * per_second,
+        unit,
         floor,
-        floor_s,
+        floor_s * per_second,
         speedup(seconds, floor_s),
         target=f"<= {multiple_max:g}x the floor (ratio >= {1 / multiple_max:.3f}x), "
         f"linear (exponent <= {LINEAR_EXPONENT_MAX})",
         met=multiple <= multiple_max and size_exponent <= LINEAR_EXPONENT_MAX,
         peak_rss_mb=median([c.peak_rss_mb for c in children]),
         repeats=sum(len(c.result["samples"]) for c in children),
-        samples=[x for child in children for x in child.result["samples"]],
+        samples=[x * per_second for child in children for x in child.result["samples"]],
         **extra,
     )
 
@@ -244,6 +247,7 @@ def run(sizes: Sizes, workdir: Path) -> list[Figure]:
             "numpy floor: the mean over ranks of the squared local norms",
             NOISE_FLOOR_MULTIPLE_MAX,
             k_snr,
+            unit="ms",  # milliseconds at quick size
             note=f"{s_big / _pooled(snr_big, 'floor_samples'):.1f} floors; time ~ size^{k_snr:.2f} "
             f"({s_small * 1000:.1f} ms at {sizes.snr_ranks // 4} ranks); median B_simple {b['b_simple']:.1f} "
             f"(generated with {b['expected_b_simple']:.0f})",

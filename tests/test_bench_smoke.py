@@ -140,6 +140,9 @@ def test_goal_4_targets_are_multiples_of_the_floor_of_the_same_process() -> None
     assert figure.ratio == pytest.approx(0.1) and figure.met is True and figure.repeats == 3
     assert figure.samples == [2.0, 2.2, 1.8] and figure.peak_rss_mb == 300.0
     assert figure.target.startswith("<= 15x the floor") and f"exponent <= {LINEAR_EXPONENT_MAX}" in figure.target
+    in_ms = against_floor("noise scale", children, "mean square", 15.0, 1.0, unit="ms")
+    assert in_ms.value == pytest.approx(2000.0) and in_ms.baseline_value == pytest.approx(200.0)
+    assert in_ms.ratio == pytest.approx(0.1) and in_ms.samples == pytest.approx([2000.0, 2200.0, 1800.0])
     assert against_floor("spikes", children, "rolling median", 9.0, 1.0).met is False
     assert against_floor("spikes", children, "rolling median", 15.0, LINEAR_EXPONENT_MAX + 0.1).met is False
 
