@@ -13,6 +13,7 @@ On disk (``<store>`` defaults to ``$STABSCOPE_STORE`` or ``~/.local/share/stabsc
     runs/run=<name>/tail/g<gen>.parquet   a full generation's last rows of each (metric, rank >= 0)
     runs/run=<name>/derived/a<gen>.parquet analyses materialised per generation (SNR, clip ratio)
     runs/run=<name>/staging/*.parquet     batches read from shards, not yet merged
+    locks/run=<name>.lock                 the run's writer lock, naming who writes it now (``run_lock``)
 
 A generation is a base (the files of generation ``base_gen``) plus one delta part per later
 generation up to ``gen``: a live fold that only extends each (metric, rank) writes just its rows
@@ -27,20 +28,24 @@ readable, and the next run finishes the work (files no transaction refers to are
 Modules, bottom up: ``types`` (what the store hands out), ``layout`` (every file name), ``catalog``
 (the DuckDB catalog), ``blocks`` (Parquet files by block), ``stage``, ``generation``, the planners
 ``direct_merge``/``delta``/``full_merge``, ``commit``, ``downsample`` and ``read``, and ``facade``
-(``Store``, ``open_store``).
+(``Store``, ``open_store``). ``run_lock``: one writer per run across processes (``Store.writing``).
 """
 
 from ingest.run_info import RunInfo
 from ingest.store.facade import GenerationHook, Store, open_store
+from ingest.store.run_lock import DEFAULT_WRITER_WAIT_S, LockHolder, WriterBusy
 from ingest.store.types import IngestReport, ProgressFn, SeriesData, skipped_example_texts, validate_run_name
 
 __all__ = [
+    "DEFAULT_WRITER_WAIT_S",
     "GenerationHook",
     "IngestReport",
+    "LockHolder",
     "ProgressFn",
     "RunInfo",
     "SeriesData",
     "Store",
+    "WriterBusy",
     "open_store",
     "skipped_example_texts",
     "validate_run_name",

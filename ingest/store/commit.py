@@ -157,6 +157,11 @@ class CommitProtocol:
         self.collect_garbage(name)
         self.after_generation(name)  # a no-op unless a crash came between merge and analyses
 
+    def has_run(self, name: str) -> bool:
+        """True when the catalog holds a row for run ``name`` (read now, not from a cached snapshot)."""
+        with self.catalog.unit() as con:
+            return fetch_one(con.execute(queries.GET_RUN, [name])) is not None
+
     def collect_garbage(self, name: str) -> None:
         """Remove the files of run ``name`` that no committed state refers to."""
         info = self.run_info(name)
@@ -173,13 +178,20 @@ class CommitProtocol:
         summary: dict[str, Any] | None,
     ) -> None:
         """Replace ``name``'s derived series, spike events and ``meta['analysis']`` (``summary``) with
-        those of generation ``gen``: the file published first, then one transaction."""
+        those of generation ``gen``: the file published first, then one transaction. A run no longer in
+        the catalog (deleted while its analyses were computed) gets nothing: no file, no rows."""
+        if not self.has_run(name):
+            return
         path = self.layout(name).file(DERIVED, gen)
         tmp = tmp_target(path)
         write_by_metric(conform_long(derived), tmp)
         publish([tmp])
         with self.catalog.unit() as con:
             con.execute("BEGIN TRANSACTION")
+            if fetch_one(con.execute(queries.GET_RUN, [name])) is None:
+                con.execute("ROLLBACK")
+                path.unlink(missing_ok=True)
+                return
             con.execute(queries.DELETE_RUN_SPIKES, [name])
             for i, s in enumerate(spikes):
                 con.execute(

@@ -6,6 +6,8 @@
     <store>/runs/run=<name>/derived/a<gen:06d>.parquet  analyses materialised for generation <gen>
     <store>/runs/run=<name>/staging/<prefix>-<n:05d>.parquet  batches read, not yet merged
     <store>/runs/run=<name>/rankb/u<gen:06d>.arrow      a one-pass merge's rank buckets, before sorting
+    <store>/locks/run=<name>.lock                       the run's writer lock (``run_lock``)
+    <store>/locks/demo-seeding.lock                     the store's demo seeding lock
 
 A file is written under a temporary name (``<final name>.<8 hex>.tmp``) and renamed once complete;
 ``final_path`` undoes ``tmp_target``.
@@ -41,6 +43,21 @@ GENERATION_KINDS: Final = (LONG, RUN_LEVEL, ROLLUP, RANK_BUCKETS, TAIL)
 def run_folder(root: Path, name: str) -> Path:
     """The folder of run ``name`` (validated) in the store at ``root``."""
     return root / "runs" / f"run={validate_run_name(name)}"
+
+
+LOCKS: Final = "locks"
+"""The folder of the writer locks, beside ``runs`` (a run's lock outlives its folder while it is deleted)."""
+
+
+def run_lock_file(root: Path, name: str) -> Path:
+    """The writer lock file of run ``name`` (validated) in the store at ``root``."""
+    return root / LOCKS / f"run={validate_run_name(name)}.lock"
+
+
+def demo_seeding_lock_file(root: Path) -> Path:
+    """The lock held while the demo runs are written into the store at ``root`` (runs' locks are named
+    ``run=<name>.lock``, so this one is no run's)."""
+    return root / LOCKS / "demo-seeding.lock"
 
 
 def generation_name(gen: int) -> str:
