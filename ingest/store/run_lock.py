@@ -38,6 +38,10 @@ DEFAULT_WRITER_WAIT_S = 30.0
 POLL_S = 0.1
 """Seconds between two tries of a lock another writer holds."""
 
+LEAST_WAIT_S = 0.05
+"""Seconds a writer told not to wait still tries: a look at who holds a lock (``read_holder``) takes it,
+shared, for an instant, which must not make a free run look busy."""
+
 WAIT_REPORT_S = 0.5
 """Seconds between two calls of a waiter's ``on_wait`` (a progress bar that says who it waits for)."""
 
@@ -188,12 +192,13 @@ WaitReport = Callable[[LockHolder | None], None]
 @contextlib.contextmanager
 def held(path: Path, *, wait_s: float, busy: BusyMessage, on_wait: WaitReport | None = None) -> Iterator[None]:
     """Hold the lock file ``path`` (created if absent) for the ``with`` block, waiting for another holder
-    at most ``wait_s`` seconds (0: one try), then raising ``busy(holder, waited_s)``. A thread that holds
-    it already takes it again at once."""
+    at most ``wait_s`` seconds (0: no wait, see ``LEAST_WAIT_S``), then raising ``busy(holder, waited_s)``.
+    A thread that holds it already takes it again at once."""
     entry = _lock_file(path)
     started = time.monotonic()
-    deadline = started + max(wait_s, 0.0)
-    last_report = started - WAIT_REPORT_S  # report at once when the lock is taken
+    deadline = started + max(wait_s, LEAST_WAIT_S)
+    last_report = started - WAIT_REPORT_S  # the first wait is reported at once
+    step_s = POLL_S if wait_s > LEAST_WAIT_S else LEAST_WAIT_S / 5
 
     def waiting() -> None:
         nonlocal last_report
@@ -203,7 +208,7 @@ def held(path: Path, *, wait_s: float, busy: BusyMessage, on_wait: WaitReport | 
         if on_wait is not None and now - last_report >= WAIT_REPORT_S:
             last_report = now
             on_wait(read_holder(path))
-        time.sleep(min(POLL_S, max(deadline - now, 0.0)))
+        time.sleep(min(step_s, deadline - now))
 
     while not entry.thread_lock.acquire(blocking=False):
         waiting()
