@@ -2,6 +2,8 @@
 
 Every subcommand takes ``--store PATH`` (default: ``$STABSCOPE_STORE`` or the embedded store) and
 ``--json`` where it prints data. Failures exit non-zero with one paragraph on stderr, no traceback.
+The commands that write a run take ``--wait SECONDS``: how long to wait for another process writing the
+same run before exiting with status 1 (other failures exit 2).
 """
 
 from __future__ import annotations
@@ -18,12 +20,18 @@ from typing import Any
 from ingest.errors import StabScopeError
 
 EXIT_ERROR = 2
+WRITER_WAIT_S = 30.0
+"""Default of ``--wait``: seconds a write waits for another process writing the same run
+(``ingest.store.run_lock.DEFAULT_WRITER_WAIT_S``; not imported here, so that ``--help`` loads no store)."""
 
 
 def _store(args: argparse.Namespace) -> Any:
     from ingest.run_analyses import open_analysed_store
 
-    return open_analysed_store(args.store)
+    store = open_analysed_store(args.store)
+    if getattr(args, "wait", None) is not None:  # the writing commands' --wait
+        store.writer_wait_s = args.wait
+    return store
 
 
 @contextmanager
@@ -110,6 +118,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
         once=args.once,
         on_alert=args.on_alert,
         log=lambda msg: print(msg, file=sys.stderr, flush=True),
+        wait_s=args.wait,
     )
     return 0
 
@@ -166,14 +175,56 @@ def cmd_delete(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_check(args: argparse.Namespace) -> int:
+    from ingest.paths import default_store_path
+    from ingest.store.check import check_store, repair_store
+
+    root = Path(args.store).expanduser() if args.store else default_store_path()
+    if args.repair:
+        from ingest.run_analyses import materialise
+
+        report = repair_store(root, args.run, on_generation=materialise, wait_s=args.wait)
+    else:
+        report = check_store(root, args.run, wait_s=args.wait)
+    if args.json:
+        _print_json([f.to_json() for f in report.findings])
+    for f in [] if args.json else report.findings:
+        print(f.line(after_repair=args.repair))
+    what = f"run {args.run!r} of store {root}" if args.run else f"store {root}"
+    if report.clean:
+        done = f", after {sum(f.repaired for f in report.findings)} repair(s)" if report.findings else ""
+        print(f"stabscope check: {what} is clean{done}", file=sys.stderr)
+        return 0
+    left = sum(not f.repaired for f in report.findings)
+    hint = "" if args.repair else "; `stabscope check --repair` does what each line says"
+    print(f"stabscope check: {what}: {left} problem(s){hint}", file=sys.stderr)
+    return 1
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from ingest.demo import seed_demo_store
 
     store = _store(args)
     with _progress("demo runs", unit="run") as progress:
-        names = seed_demo_store(store, force=True, progress=progress)
-    print(f"demo runs in {store.root}: {', '.join(names)}", file=sys.stderr)
+        names = seed_demo_store(store, force=True, progress=progress, on_wait=_say_demo_wait(), wait_s=args.wait)
+    if names:
+        print(f"demo runs in {store.root}: {', '.join(names)}", file=sys.stderr)
+    else:
+        print(f"demo runs in {store.root}: written by another process meanwhile", file=sys.stderr)
     return 0
+
+
+def _say_demo_wait() -> Callable[[Any], None]:
+    """An ``on_wait`` for ``seed_demo_store``: one line on stderr, the first time, naming who prepares them."""
+    said: list[bool] = []
+
+    def waiting(holder: Any) -> None:
+        if not said:
+            said.append(True)
+            who = f" by {holder.describe()}" if holder is not None else ""
+            print(f"the demo runs are being prepared{who}: waiting for them", file=sys.stderr, flush=True)
+
+    return waiting
 
 
 # `serve` runs app.py's server in this very process (os.execv: same PID, so a `kill` of the command
@@ -269,7 +320,8 @@ def seed_before_serving() -> int:
         from ingest.run_analyses import open_analysed_store
 
         with _progress("first start: demo runs", unit="run") as progress:
-            seed_demo_store(open_analysed_store(os.environ["STABSCOPE_STORE"]), progress=progress)
+            store = open_analysed_store(os.environ["STABSCOPE_STORE"])
+            seed_demo_store(store, progress=progress, on_wait=_say_demo_wait())
         return 0
 
     return _reported("serve", seed)
@@ -454,6 +506,10 @@ def _short(value: Any) -> str:
 # ----------------------------------------------------------------------------- parser
 
 
+WRITING_COMMANDS = frozenset({"import", "compact", "watch", "delete", "demo", "meta"})
+"""The commands that write runs, so take ``--wait`` (one writer per run: ``ingest.store.run_lock``)."""
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="stabscope", description=__doc__.splitlines()[0])
     common = argparse.ArgumentParser(add_help=False)
@@ -468,6 +524,16 @@ def build_parser() -> argparse.ArgumentParser:
     def add(name: str, fn: Callable[[argparse.Namespace], int], help_: str) -> argparse.ArgumentParser:
         p = sub.add_parser(name, parents=[common], help=help_, description=help_)
         p.set_defaults(fn=fn)
+        if name in WRITING_COMMANDS:
+            p.add_argument(
+                "--wait",
+                type=float,
+                default=WRITER_WAIT_S,
+                metavar="SECONDS",
+                help=f"wait this long for another process writing the same run, then "
+                f"{'skip the pass (--once: exit with status 1)' if name == 'watch' else 'exit with status 1'} "
+                f"(default {WRITER_WAIT_S:g}; 0: do not wait)",
+            )
         return p
 
     p = add("compact", cmd_compact, "fold archived per-rank shards into a run")
@@ -510,6 +576,21 @@ def build_parser() -> argparse.ArgumentParser:
         "--token-file or STABSCOPE_TOKEN)",
     )
     p.add_argument("--no-demo", action="store_true", help="do not add the demo runs to an empty store")
+    p = add(
+        "check",
+        cmd_check,
+        "check the store's files and catalog like fsck (exit 1 when anything is wrong); --repair fixes what it can",
+    )
+    p.add_argument("run", nargs="?", default=None, help="check this run only (default: every run)")
+    p.add_argument(
+        "--repair",
+        action="store_true",
+        help="delete leftovers of killed writers, merge damaged runs again from their long files, rebuild a "
+        "missing or corrupt catalog from the run files",
+    )
+    p.add_argument(
+        "--wait", type=float, default=30.0, metavar="SECONDS", help="how long to wait for a run's writer (default 30)"
+    )
     add("demo", cmd_demo, "(re)create the demo runs in the store")
     p = add("import", cmd_import, "import training logs (auto-detected format)")
     p.add_argument("paths", nargs="+")
@@ -573,7 +654,7 @@ def _reported(command: str, call: Callable[[], int]) -> int:
         return call()
     except StabScopeError as exc:
         print(f"stabscope {command}: error: {exc}", file=sys.stderr)
-        return EXIT_ERROR
+        return int(getattr(exc, "exit_code", EXIT_ERROR))  # 1: another process writes the run (WriterBusy)
     except KeyboardInterrupt:
         return 130
     except Exception as exc:  # the contract: one paragraph, never a traceback (STABSCOPE_DEBUG=1 shows it)

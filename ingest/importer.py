@@ -58,12 +58,18 @@ def import_logs(
         )
     name = validate_run_name(run or default_run_name(paths))
     read = read_inputs(list(paths), fmt=fmt, progress=progress, custom_dir=store.root / "formats")
-    parsed = remembered_map_applied(store, name, read.parsed, metric_map or {})
-    if parsed.table.num_rows == 0:
+    from ingest.metric_map import resolve_map
+
+    resolve_map(metric_map or {}, read.parsed.metrics)  # a bad --map is refused before waiting for the run
+    if read.parsed.table.num_rows == 0:
         raise StabScopeError(
-            f"{paths[0]}: no metric records found in the {parsed.format} input ({parsed.skipped} lines skipped)"
+            f"{paths[0]}: no metric records found in the {read.parsed.format} input "
+            f"({read.parsed.skipped} lines skipped)"
         )
-    report = store.import_parsed(name, parsed)
+    # the run's remembered map is read and the rows written under one hold of the run's writer lock
+    with store.writing(name):
+        parsed = remembered_map_applied(store, name, read.parsed, metric_map or {})
+        report = store.import_parsed(name, parsed)
     import pyarrow.compute as pc
 
     steps = parsed.table.column("step")

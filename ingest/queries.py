@@ -85,6 +85,8 @@ INSERT_RUN: Final = """
 INSERT INTO runs (name, created, updated, source, status, gen, meta)
 VALUES (?, now(), now(), ?, ?, 0, ?)
 """
+RESTORE_RUN: Final = f"INSERT INTO runs ({', '.join(RUN_COLUMNS)}) VALUES ({', '.join('?' * len(RUN_COLUMNS))})"
+"""A whole run row (``RUN_COLUMNS`` order), as ``stabscope check --repair`` rebuilds a lost catalog."""
 UPDATE_RUN_META: Final = "UPDATE runs SET meta = ?, updated = now() WHERE name = ?"
 UPDATE_RUN_STATUS: Final = "UPDATE runs SET status = ?, updated = now() WHERE name = ?"
 ADD_REJECTED: Final = """
@@ -131,6 +133,7 @@ FROM spikes GROUP BY run
 """
 
 GET_SETTING: Final = "SELECT value FROM settings WHERE key = ?"
+ALL_SETTINGS: Final = "SELECT key, value FROM settings ORDER BY key"
 SET_SETTING: Final = """
 INSERT INTO settings (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value
 """

@@ -16,8 +16,9 @@ from typing import Any
 import numpy as np
 
 from ingest.store import Store
+from ingest.store.storage_errors import DamagedRunFile
 
-STATUS_WORDS = ("live", "finished", "stopped", "ended", "empty")
+STATUS_WORDS = ("live", "finished", "stopped", "ended", "empty", "damaged")
 """The first word of every status :func:`status_text` writes (what the Runs page filters on)."""
 
 FIRST_WINDOW_STEPS = 256
@@ -89,13 +90,21 @@ def status_text(status: str, reached: int | None, planned: int | None, first_ste
     return f"stopped at {reached} of {planned}"
 
 
+def damaged_status(name: str) -> str:
+    """The status of a run a file of which cannot be read, with the command that says what is wrong."""
+    return f"damaged: run `stabscope check {name} --repair`"
+
+
 def run_status(store: Store, name: str) -> str:
     """:func:`status_text` of run ``name``, from the catalog and its data (the trainer's own step
     count, ``meta['last_step']`` where a log states one, counts as reached)."""
     info = store.run_info(name)
     if info.status == "live":
         return "live"
-    reached = last_finite_step(store, name)
+    try:
+        reached = last_finite_step(store, name)
+    except DamagedRunFile:  # one damaged run must not hide the others' statuses
+        return damaged_status(name)
     stated = info.meta.get("last_step")
     if isinstance(stated, int) and not isinstance(stated, bool) and reached is not None:
         reached = max(reached, stated)

@@ -2,8 +2,10 @@
 
 Each pass is a ``Store.compact``: the byte offset of every segment is committed together with the
 data it covers, so a restarted watcher resumes exactly where the last committed pass ended (no record
-lost, none doubled). New alerts (a new spike, a diverging run, saturated clipping, a straggler rank:
-``ingest.run_alerts``) are logged and passed as JSON on stdin to ``--on-alert CMD``.
+lost, none doubled). A pass holds the run's writer lock (``Store.writing``): while another process writes
+the run (an import, a compact, another watcher) the pass waits up to ``wait_s``, then is skipped with one
+line and tried again at the next interval. New alerts (a new spike, a diverging run, saturated clipping,
+a straggler rank: ``ingest.run_alerts``) are logged and passed as JSON on stdin to ``--on-alert CMD``.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 from ingest.errors import StabScopeError
 from ingest.run_alerts import run_alerts
 from ingest.store import Store
+from ingest.store.run_lock import DEFAULT_WRITER_WAIT_S, WriterBusy
 from stab_core.alerts import Alert
 
 
@@ -58,18 +61,33 @@ def watch(
     on_alert: str | None = None,
     log: Callable[[str], None] = lambda _msg: None,
     stop: threading.Event | None = None,
+    wait_s: float = DEFAULT_WRITER_WAIT_S,
 ) -> int:
-    """Fold new records of ``shard_dir`` into ``run`` every ``interval_s`` seconds; returns passes made."""
+    """Fold new records of ``shard_dir`` into ``run`` every ``interval_s`` seconds; returns passes made.
+
+    A pass that waited ``wait_s`` seconds for another writer of the run is skipped (logged in one line)
+    and not counted; with ``once`` there is no later pass, so ``WriterBusy`` is raised instead."""
     if not shard_dir.is_dir():
         raise StabScopeError(f"shard directory {shard_dir} does not exist")
     stop = stop or threading.Event()
     passes = 0
+    gave_up = False
     seen: set[tuple[str, str, int]] = set()
     new_alerts(store, run, seen)  # what already held before this watcher started is not news
     try:
         while True:
             if any(shard_dir.glob("rank-*/*.ssf")):
-                report = store.compact(run, shard_dir, status="finished" if once else "live")
+                try:
+                    with store.writing(run, wait_s=wait_s):
+                        report = store.compact(run, shard_dir, status="finished" if once else "live")
+                except WriterBusy as busy:
+                    if once:
+                        gave_up = True  # the run is the other writer's: its status too
+                        raise
+                    log(f"{run}: pass skipped: {busy.short}; trying again in {interval_s:g} s")
+                    if stop.wait(interval_s):
+                        break
+                    continue
                 passes += 1
                 if report.rows or report.rejected:
                     log(f"{run}: +{report.rows} rows (generation {report.gen}, {report.rejected} rejected)")
@@ -83,6 +101,17 @@ def watch(
     except KeyboardInterrupt:
         pass
     finally:
-        if store.has_run(run):
-            store.set_status(run, "finished")
+        if not gave_up:
+            _mark_finished(store, run, log)
     return passes
+
+
+def _mark_finished(store: Store, run: str, log: Callable[[str], None]) -> None:
+    """Mark ``run`` finished as the watcher stops, unless another writer holds it now (then that writer
+    says what the run is)."""
+    try:
+        with store.writing(run, wait_s=0):
+            if store.has_run(run):
+                store.set_status(run, "finished")
+    except WriterBusy as busy:
+        log(f"{run}: status left as it is: {busy.short}")

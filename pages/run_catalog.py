@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
 import pandas as pd  # type: ignore[import-untyped]
 
+from ingest.run_status import damaged_status
 from ingest.store import RunInfo
+from ingest.store.storage_errors import DamagedRunFile
 from pages.alert_banners import run_alerts
 from pages.store_access import last_finite, run_status
 from pages.widgets import float_or_nan
@@ -20,18 +23,22 @@ def run_catalog(runs: Sequence[RunInfo], summary: dict[str, dict[str, Any]]) -> 
     for r in runs:
         s = summary.get(r.name, {})
         tags = r.meta.get("tags", [])
-        loss_step, loss = last_finite(r, "loss")
+        try:
+            loss_step, loss = last_finite(r, "loss")
+            status, alerts = run_status(r), "; ".join(run_alerts(r))
+        except DamagedRunFile:  # the other runs' rows are still shown; the run's own page says more
+            loss_step, loss, status, alerts = None, math.nan, damaged_status(r.name), ""
         rows.append(
             {
                 "name": r.name,
-                "status": run_status(r),
+                "status": status,
                 "steps": r.n_steps,
                 "ranks": r.ranks or None,  # None: a run-level log (no per-rank data), shown as a dash
                 "last loss": loss,
                 "last loss step": loss_step,
                 "spikes": int(s.get("n_spikes", 0)),
                 "worst spike (x)": float_or_nan(s.get("worst_ratio")),
-                "alerts": "; ".join(run_alerts(r)),
+                "alerts": alerts,
                 "tags": ", ".join(map(str, tags)) if isinstance(tags, list) else str(tags),
                 "first–last": f"{r.first_step}–{r.last_step}" if r.first_step is not None else "",
                 "rejected": r.rejected,

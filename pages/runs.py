@@ -8,8 +8,9 @@ import pages  # noqa: F401  # first: a deep link's first run leaves Streamlit's 
 import pandas as pd  # type: ignore[import-untyped]
 import streamlit as st
 
+from ingest.store import WriterBusy
 from pages.charts import Panel, panels_figure
-from pages.page_errors import page_fragment
+from pages.page_errors import page_fragment, show_error
 from pages.run_catalog import run_catalog
 from pages.store_access import LIVE_REFRESH_S, get_store, list_runs, read_events, read_series, read_spikes
 from pages.widgets import MISSING, nav_link
@@ -109,11 +110,32 @@ def catalog() -> None:
         st.write("Removes " + ", ".join(f"**{n}**" for n in chosen) + " and their Parquet files from the store.")
         sure = st.checkbox("Yes, delete them", key="runs_delete_confirm")
         if st.button("Delete", type="primary", disabled=not sure, key="runs_delete"):
-            for name in chosen:
-                get_store().delete_run(name)
-            st.session_state.pop("selected_run", None)
-            st.session_state["runs_deleted"] = chosen
-            st.rerun()
+            deleted, refused = delete_runs(chosen)
+            if deleted:
+                st.session_state.pop("selected_run", None)
+            if not refused:
+                st.session_state["runs_deleted"] = deleted
+                st.rerun()
+            if deleted:
+                st.success(f"Deleted {', '.join(deleted)}.")
+            for busy in refused:
+                show_error(busy)
+
+
+def delete_runs(names: list[str]) -> tuple[list[str], list[WriterBusy]]:
+    """Delete each run of ``names`` that nothing writes now; a run being written (a live ``watch``, an
+    import) is refused at once, with who writes it and since when, and the others are deleted."""
+    deleted: list[str] = []
+    refused: list[WriterBusy] = []
+    store = get_store()
+    for name in names:
+        try:
+            with store.writing(name, wait_s=0):
+                store.delete_run(name)
+            deleted.append(name)
+        except WriterBusy as busy:
+            refused.append(busy)
+    return deleted, refused
 
 
 def preview(name: str) -> None:

@@ -21,7 +21,7 @@ import streamlit as st
 
 from ingest.paths import default_store_path
 from ingest.run_meta import REVISION_FIELD
-from ingest.store import RunInfo, SeriesData, Store
+from ingest.store import LockHolder, RunInfo, SeriesData, Store
 from stab_core.runview import RunEvent
 
 FULL_RES_MAX_STEPS = 5000
@@ -54,18 +54,25 @@ def get_store() -> Store:
 
 
 def ensure_demo_runs() -> None:
-    """Seed the demo runs on a store's first start, with a progress bar (once per store)."""
-    from ingest.demo import DEMO_SEEDED_KEY, seed_demo_store
+    """Seed the demo runs on a store's first start, with a progress bar (once per store: the sessions and
+    processes that start meanwhile show that they are being prepared, with how many are in, then the runs)."""
+    from ingest.demo import DEMO_SEEDED_KEY, demo_run_names, seed_demo_store
 
     store = get_store()
     if os.environ.get("STABSCOPE_NO_DEMO") or store.get_setting(DEMO_SEEDED_KEY):
         return
     bar = st.progress(0.0, text="First start: writing demo runs through the real shard -> Parquet path…")
+    names = demo_run_names()
 
     def advance(done: int, total: int) -> None:
         bar.progress(done / total, text=f"demo run {done}/{total}")
 
-    seed_demo_store(store, progress=advance)
+    def waiting(_holder: LockHolder | None) -> None:
+        done = len({r.name for r in store.list_runs()} & set(names))
+        text = f"The demo runs are being prepared (by another session or process): {done}/{len(names)} ready…"
+        bar.progress(min(done / len(names), 1.0), text=text)
+
+    seed_demo_store(store, progress=advance, on_wait=waiting)
     bar.empty()
 
 

@@ -16,6 +16,7 @@ from ingest.formats import FORMATS, detect
 from ingest.import_inputs import ImportRead, read_inputs, sort_inputs
 from ingest.importer import remembered_map_applied
 from ingest.metric_map import resolve_map, stored_map
+from ingest.store import DEFAULT_WRITER_WAIT_S, LockHolder, validate_run_name
 from pages.page_errors import show_error
 from pages.store_access import get_store
 from pages.uploads import MAX_UPLOAD_BYTES, parsed_summary, stage_uploads, upload_run_name
@@ -24,6 +25,8 @@ from stab_core.metrics import CANONICAL_METRICS
 
 AUTO = "auto-detect"
 KEEP_NAMES = "(keep every name)"
+IMPORT_WAIT_S = DEFAULT_WRITER_WAIT_S
+"""Seconds an import waits for another process writing the same run (as the CLI's default ``--wait``)."""
 
 
 def without_staging(exc: StabScopeError, folder: Path) -> StabScopeError:
@@ -175,9 +178,36 @@ if name in runs:
     if remembered:
         said = ", ".join(f"**{n}** is stored as **{r}**" for n, r in remembered.items())
         st.caption(f"As before in this run: {said}.")
+
+
+def writer_now(run: str) -> LockHolder | None:
+    """Who writes run ``run`` now (another process, or another session of this dashboard); None for
+    nobody or a name that is not a run's (the import says why)."""
+    try:
+        return store.run_writer(validate_run_name(run))
+    except StabScopeError:
+        return None
+
+
+if (writer := writer_now(name)) is not None:
+    st.warning(
+        f"Run **{name}** is being written now by {writer.describe()}. Importing waits for it to finish "
+        f"(up to {IMPORT_WAIT_S:.0f} s).",
+        icon=":material/lock_clock:",
+    )
 if st.button(f"Import as run {name}", type="primary", key="up_import"):
     log.meta.update(config_meta)
-    report = store.import_parsed(name, remembered_map_applied(store, name, log, metric_map))
+    waiting_notice = st.empty()
+
+    def waiting(holder: LockHolder | None) -> None:
+        who = holder.describe() if holder is not None else "another process"
+        waiting_notice.info(f"Waiting for {who} to finish writing run **{name}**…", icon=":material/lock_clock:")
+
+    # one writer per run (ingest.store.run_lock): the remembered map is read and the rows written under one
+    # hold; a writer still busy after IMPORT_WAIT_S ends the page with its message (who, since when)
+    with store.writing(name, wait_s=IMPORT_WAIT_S, on_wait=waiting):
+        waiting_notice.empty()
+        report = store.import_parsed(name, remembered_map_applied(store, name, log, metric_map))
     shutil.rmtree(paths[0].parent, ignore_errors=True)
     for key in ("up_stage", "up_parsed"):
         st.session_state.pop(key, None)

@@ -24,6 +24,7 @@ import duckdb
 from ingest import queries
 from ingest.errors import StabScopeError
 from ingest.run_info import RunInfo
+from ingest.store.storage_errors import damaged_catalog, is_damaged_catalog, is_read_only
 
 if TYPE_CHECKING:
     from ingest.store.generation import GenerationFiles
@@ -102,21 +103,34 @@ class _CatalogAttacher:
     def _attach(self, db: duckdb.DuckDBPyConnection, path: str) -> str:
         alias = f"catalog_{next(self._aliases)}"
         deadline = time.monotonic() + LOCK_RETRY_S
+        mode = ""
         while True:
             try:
-                db.execute(f"ATTACH ? AS {alias}", [path])
+                db.execute(f"ATTACH ? AS {alias}{mode}", [path])
                 return alias
-            except (duckdb.IOException, duckdb.ConnectionException) as exc:
+            except duckdb.Error as exc:
+                if is_damaged_catalog(exc):  # its bytes are wrong: waiting would not help
+                    raise damaged_catalog(path, exc) from exc
+                if not mode and is_read_only(exc):  # a read-only store is read; its writes are refused
+                    mode = " (READ_ONLY)"
+                    continue
+                if mode:
+                    raise StabScopeError(f"cannot open the store catalog {path} even to read it: {exc}") from exc
+                if not isinstance(exc, duckdb.IOException | duckdb.ConnectionException):
+                    raise self._open_here_already(path, exc) from exc
                 if time.monotonic() > deadline:
                     raise StabScopeError(f"cannot open the store catalog {path}: {exc}") from exc
                 time.sleep(0.05)
-            except duckdb.Error as exc:  # the file is in DuckDB's registry of this process already
-                raise StabScopeError(
-                    f"cannot open the store catalog {path}: DuckDB has it open already in this process "
-                    f"({exc}). Close any other DuckDB connection to that file; a process forked while "
-                    "another of its threads was using the store must wait for that thread (or use the "
-                    "'spawn' start method)"
-                ) from exc
+
+    @staticmethod
+    def _open_here_already(path: str, exc: duckdb.Error) -> StabScopeError:
+        """The file is in DuckDB's registry of this process already."""
+        return StabScopeError(
+            f"cannot open the store catalog {path}: DuckDB has it open already in this process "
+            f"({exc}). Close any other DuckDB connection to that file; a process forked while "
+            "another of its threads was using the store must wait for that thread (or use the "
+            "'spawn' start method)"
+        )
 
 
 _CATALOGS = _CatalogAttacher()
@@ -146,7 +160,12 @@ class Catalog:
         self._snapshot: CatalogSnapshot | None = None
         with self.unit() as con:
             for statement in queries.CATALOG_SCHEMA:
-                con.execute(statement)
+                try:
+                    con.execute(statement)
+                except duckdb.InvalidInputException as exc:
+                    if not is_read_only(exc):
+                        raise
+                    break  # a read-only store: its catalog is read as it is
 
     @contextlib.contextmanager
     def unit(self) -> Iterator[duckdb.DuckDBPyConnection]:

@@ -1,17 +1,21 @@
 """``Store``: the one object the rest of StabScope holds, a thin facade over the catalog (``catalog``),
 the commit protocol (``commit``), the planners that write generations (``direct_merge``, ``delta``,
 ``full_merge``) and the reads (``read``). See the package docstring for the files on disk.
+
+Every method that writes a run holds the run's writer lock (``run_lock``, through ``Store.writing``), so
+one process at a time writes a run, whichever command or page started the write; reads take no lock.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import shutil
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import duckdb
 import numpy as np
@@ -27,15 +31,44 @@ from ingest.store.blocks import conform_long
 from ingest.store.catalog import Catalog, change_meta, fetch_one, run_info_of
 from ingest.store.commit import CommitProtocol, failpoint
 from ingest.store.direct_merge import DirectMerger, NotAppendOnly
-from ingest.store.layout import RunLayout, run_folder
+from ingest.store.layout import RunLayout, run_folder, run_lock_file
 from ingest.store.read import StoreReader
+from ingest.store.run_lock import DEFAULT_WRITER_WAIT_S, LockHolder, WaitReport, held, read_holder, run_busy
 from ingest.store.stage import SegmentExtras, Stager, segment_parts
+from ingest.store.storage_errors import write_failure
 from ingest.store.types import IngestReport, ProgressFn, SeriesData, skipped_example_texts, validate_run_name
 from stab_core.runview import RunEvent, RunView
 
 GenerationHook = Callable[["Store", str], None]
 """Called with the store and a run's name after each new generation of that run is published (and on
 recovery, and after a metadata change): ``ingest.run_analyses.materialise`` is the one the product passes."""
+
+READ_ATTEMPTS = 20
+"""Times a read starts again on a newer generation when a writer removed the files it began on."""
+
+_Args = ParamSpec("_Args")
+_Result = TypeVar("_Result")
+
+
+def _writes_run(
+    method: Callable[Concatenate[Store, str, _Args], _Result],
+) -> Callable[Concatenate[Store, str, _Args], _Result]:
+    """The decorated ``Store`` method writes the run named by its first argument: it runs holding that
+    run's writer lock (``Store.writing``, waiting up to ``Store.writer_wait_s`` for another writer)."""
+
+    def locked(self: Store, name: str, /, *args: _Args.args, **kwargs: _Args.kwargs) -> _Result:
+        with self.writing(name):
+            try:
+                return method(self, name, *args, **kwargs)
+            except (OSError, duckdb.Error) as exc:  # a full disk, a read-only store: one paragraph
+                failure = write_failure(self.root, exc)
+                if failure is None:
+                    raise
+                self._forget_failed_write(name)
+                raise failure from exc
+
+    functools.update_wrapper(locked, method)  # its name and docstring
+    return locked
 
 
 def open_store(root: str | os.PathLike[str] | None = None, *, on_generation: GenerationHook | None = None) -> Store:
@@ -57,6 +90,9 @@ class Store:
     ) -> None:
         self.root = Path(root).expanduser() if root is not None else default_store_path()
         self._on_generation = on_generation
+        self.writer_wait_s = DEFAULT_WRITER_WAIT_S
+        """Seconds a write waits for another process (or thread) writing the same run before it raises
+        ``run_lock.WriterBusy`` (the CLI's ``--wait``); ``writing`` can give a write its own."""
         self.root.mkdir(parents=True, exist_ok=True)
         self.catalog_path = self.root / "catalog.duckdb"
         self._catalog_db = Catalog(self.catalog_path)
@@ -78,6 +114,34 @@ class Store:
     def _layout(self, name: str) -> RunLayout:
         return RunLayout(self.run_dir(name))
 
+    @contextlib.contextmanager
+    def writing(self, name: str, *, wait_s: float | None = None, on_wait: WaitReport | None = None) -> Iterator[None]:
+        """Hold run ``name``'s writer lock for the ``with`` block: one writer per run across processes and
+        threads, dropped by the operating system if this process dies. Waits for another writer up to
+        ``wait_s`` seconds (default ``writer_wait_s``; 0: one try), calling ``on_wait(holder)`` now and
+        then meanwhile, then raises ``run_lock.WriterBusy`` naming the holder. Re-entrant: the writes
+        below take it again at once; a caller takes it first to give several writes one wait, or its own."""
+        path = run_lock_file(self.root, name)
+        with held(
+            path,
+            wait_s=self.writer_wait_s if wait_s is None else wait_s,
+            busy=lambda holder, waited_s: run_busy(name, path, holder, waited_s),
+            on_wait=on_wait,
+        ):
+            yield
+
+    def _forget_failed_write(self, name: str) -> None:
+        """Remove what a write of run ``name`` that the storage refused left (its staged and temporary
+        files, which no committed state refers to), so that a full disk gets its space back; on a
+        read-only store there is nothing to remove, and nothing can be."""
+        with contextlib.suppress(OSError, duckdb.Error, StabScopeError):
+            if self.has_run(name):
+                self._commit.collect_garbage(name)
+
+    def run_writer(self, name: str) -> LockHolder | None:
+        """Who writes run ``name`` now (pid, command, since when), or None; never waits."""
+        return read_holder(run_lock_file(self.root, name))
+
     def _materialise_analysis(self, name: str) -> None:
         """Run the ``on_generation`` hook (the analyses, ``ingest.run_analyses.materialise``) on ``name``."""
         if self._on_generation is not None:
@@ -86,8 +150,11 @@ class Store:
     # ------------------------------------------------------------------ catalog reads
 
     def list_runs(self) -> list[RunInfo]:
-        """Every run in the catalog, oldest first."""
-        return [run_info_of(r) for r in self._catalog_db.snapshot().runs]
+        """Every run with a committed generation, oldest first. A run's catalog row is made before its
+        first data are (``ensure_run``): until its first generation is committed, or when the writer was
+        killed before that, the run has nothing to show and is not listed."""
+        infos = (run_info_of(r) for r in self._catalog_db.snapshot().runs)
+        return [info for info in infos if info.gen > 0]
 
     def has_run(self, name: str) -> bool:
         """True when the catalog holds ``name`` (validated first)."""
@@ -133,6 +200,7 @@ class Store:
 
     # ------------------------------------------------------------------ writes
 
+    @_writes_run
     def ensure_run(self, name: str, source: str, meta: dict[str, Any] | None = None) -> RunInfo:
         """Create the catalog row for ``name`` if absent; merge ``meta`` into its metadata."""
         validate_run_name(name)
@@ -143,6 +211,7 @@ class Store:
                 change_meta(con, name, lambda current: merge_meta(current, meta))
         return self.run_info(name)
 
+    @_writes_run
     def update_meta(self, name: str, updates: dict[str, Any], remove: Sequence[str] = ()) -> RunInfo:
         """Set the user's metadata of run ``name`` (validated values, see ``ingest.run_meta``) and delete
         the keys in ``remove``. The keys are recorded as the user's, so a later import's parsed values do
@@ -157,6 +226,7 @@ class Store:
         self._materialise_analysis(name)
         return self.run_info(name)
 
+    @_writes_run
     def compact(
         self,
         name: str,
@@ -232,6 +302,7 @@ class Store:
         report.gen = 1
         return report
 
+    @_writes_run
     def import_table(
         self,
         name: str,
@@ -279,13 +350,16 @@ class Store:
             rejected_examples=examples,
         )
 
+    @_writes_run
     def set_status(self, name: str, status: str) -> None:
         validate_run_name(name)
         with self._catalog() as con:
             con.execute(queries.UPDATE_RUN_STATUS, [status, name])
 
+    @_writes_run
     def delete_run(self, name: str) -> None:
-        """Remove a run: catalog rows first (so readers stop seeing it), then its files."""
+        """Remove a run: catalog rows first (so readers stop seeing it), then its files. A run another
+        process is writing is not deleted: ``run_lock.WriterBusy`` once ``writer_wait_s`` has passed."""
         self.run_info(name)
         with self._catalog() as con:
             con.execute("BEGIN TRANSACTION")
@@ -300,6 +374,7 @@ class Store:
             con.execute("COMMIT")
         shutil.rmtree(self.run_dir(name), ignore_errors=True)
 
+    @_writes_run
     def write_analysis(
         self,
         name: str,
@@ -309,10 +384,26 @@ class Store:
         summary: dict[str, Any] | None = None,
     ) -> None:
         """Atomically replace ``name``'s derived series, spike events and ``meta['analysis']`` (``summary``)
-        with those of generation ``gen``."""
+        with those of generation ``gen``; nothing is written for a run no longer in the catalog (deleted)."""
         self._commit.commit_analysis(name, gen, derived, spikes, summary)
 
     # ------------------------------------------------------------------ reads
+
+    def _read_current(self, name: str, read: Callable[[RunInfo, RunLayout], _Result]) -> _Result:
+        """``read(info, layout)`` of run ``name``'s current committed generation, without waiting for its
+        writer. A writer publishes a new generation (or analyses) and then removes the files of the old
+        one, which a read begun on the old one may then miss: that read starts again on the new one. A
+        file missing while the run's generation stays the same is an error, as before."""
+        info = self.run_info(name)
+        for _ in range(READ_ATTEMPTS - 1):
+            try:
+                return read(info, self._layout(name))
+            except (FileNotFoundError, duckdb.IOException):
+                newer = self.run_info(name)
+                if (newer.gen, newer.analysis_gen) == (info.gen, info.analysis_gen):
+                    raise
+                info = newer
+        return read(info, self._layout(name))
 
     def read_series(
         self,
@@ -330,9 +421,11 @@ class Store:
         mean with the min/max band from the rollup; a rank >= 0 gives that rank's own series.
         Derived metrics (``snr``, ``clip_ratio`` ...) are read the same way.
         """
-        info = self.run_info(name)
-        return self._reader.read_series(
-            info, self._layout(name), metric, start=start, end=end, buckets=buckets, rank=rank
+        return self._read_current(
+            name,
+            lambda info, layout: self._reader.read_series(
+                info, layout, metric, start=start, end=end, buckets=buckets, rank=rank
+            ),
         )
 
     def read_rank_heatmap(
@@ -340,20 +433,26 @@ class Store:
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(ranks, steps, matrix)``: the per-rank mean of ``metric`` in ``buckets`` step columns,
         from the rank buckets materialised at compaction (NaN where a rank logged nothing)."""
-        info = self.run_info(name)
-        return self._reader.read_rank_heatmap(info, self._layout(name), metric, buckets=buckets, start=start, end=end)
+        return self._read_current(
+            name,
+            lambda info, layout: self._reader.read_rank_heatmap(
+                info, layout, metric, buckets=buckets, start=start, end=end
+            ),
+        )
 
     def read_long(self, name: str, *, include_derived: bool = False) -> pa.Table:
         """The full-fidelity long table of ``name`` (``step, rank, metric, value, wall_time``)."""
-        return self._reader.read_long(self.run_info(name), self._layout(name), include_derived=include_derived)
+        return self._read_current(
+            name, lambda info, layout: self._reader.read_long(info, layout, include_derived=include_derived)
+        )
 
     def read_wall_times(self, name: str, metric: str = "loss") -> tuple[np.ndarray, np.ndarray]:
         """(steps, wall-clock times in s) of ``metric``'s run-level rows that carry a wall time, by step."""
-        return self._reader.read_wall_times(self.run_info(name), self._layout(name), metric)
+        return self._read_current(name, lambda info, layout: self._reader.read_wall_times(info, layout, metric))
 
     def export(self, name: str, fmt: str, target: str | os.PathLike[str]) -> int:
         """Write the full-fidelity long table as CSV or Parquet to ``target``; returns rows written."""
-        return self._reader.export(self.run_info(name), self._layout(name), fmt, target)
+        return self._read_current(name, lambda info, layout: self._reader.export(info, layout, fmt, target))
 
     def run_view(self, name: str, rank_metrics: Sequence[str] | None = None) -> RunView:
         """Full-fidelity ``RunView`` for analyses: run-level series (per-rank-only metrics become their
@@ -361,7 +460,10 @@ class Store:
         per-rank gradient norm or loss, which the decision tree's node 3 reads), events and metadata."""
         from stab_core.diagnosis import is_rank_evidence
 
-        info = self.run_info(name)
-        if rank_metrics is None:
-            rank_metrics = ["step_time_s", *(m for m in info.rank_metrics if is_rank_evidence(m))]
-        return self._reader.run_view(info, self._layout(name), rank_metrics, self.events(name))
+        def view(info: RunInfo, layout: RunLayout) -> RunView:
+            wanted = rank_metrics
+            if wanted is None:
+                wanted = ["step_time_s", *(m for m in info.rank_metrics if is_rank_evidence(m))]
+            return self._reader.run_view(info, layout, wanted, self.events(name))
+
+        return self._read_current(name, view)

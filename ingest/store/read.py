@@ -38,6 +38,7 @@ from ingest.store.blocks import (
 )
 from ingest.store.downsample import downsample
 from ingest.store.layout import DERIVED, LONG, RANK_BUCKETS, ROLLUP, RUN_LEVEL, RunLayout
+from ingest.store.storage_errors import damaged_file, damaged_file_in
 from ingest.store.types import SeriesData, empty_series
 from stab_core.metrics import RUN_RANK
 from stab_core.rank_heatmap import heatmap_columns
@@ -75,15 +76,27 @@ class StoreReader:
 
     def _arrow(self, sql: str, params: dict[str, Any]) -> pa.Table:
         """Run a named parameterised query on the Parquet engine and return an Arrow table."""
-        table: pa.Table = self.engine().sql(sql, params=params).to_arrow_table()
+        try:
+            table: pa.Table = self.engine().sql(sql, params=params).to_arrow_table()
+        except duckdb.Error as exc:
+            raise self._damage_named(exc) from exc
         return table
 
+    def _damage_named(self, exc: duckdb.Error) -> Exception:
+        """A DuckDB read error on a damaged run file as ``storage_errors.damaged_file``; else ``exc``."""
+        path = damaged_file_in(str(exc), self.root)
+        return exc if path is None else damaged_file(path, exc)
+
     def _reader(self, path: str) -> SourceReader:
-        """A reader of ``path``'s step and value row ranges, kept per thread (its footer is parsed once)."""
+        """A reader of ``path``'s step and value row ranges, kept per thread (its footer is parsed once).
+        A file whose footer cannot be read (truncated, overwritten) is named as damaged."""
         readers: dict[str, SourceReader] = self._local.__dict__.setdefault("readers", {})
         reader = readers.get(path)
         if reader is None:
-            reader = readers[path] = SourceReader(path, ("step", "value"))
+            try:
+                reader = readers[path] = SourceReader(path, ("step", "value"))
+            except (OSError, pa.ArrowException) as exc:
+                raise damaged_file(path, exc) from exc
         return reader
 
     def _blocks(self, path: str) -> dict[tuple[str, int], list[Piece]]:
@@ -325,6 +338,8 @@ class StoreReader:
         files = layout.part_files(info, LONG)
         if not files:
             return np.empty(0, np.int64), np.empty(0, np.float64)
+        for path in files:  # a damaged file is named (Arrow's error on a list of files names none)
+            self._reader(path)
         # the long files are sorted by metric: the filter prunes row groups of the other metrics
         table = pq.read_table(
             files, columns=["step", "wall_time"], filters=[("metric", "=", metric), ("rank", "=", RUN_RANK)]
@@ -347,7 +362,11 @@ class StoreReader:
             )
         else:
             sql = queries.EXPORT_LONG if fmt == "csv" else queries.EXPORT_LONG_PARQUET
-            self.engine().execute(sql, {"files": files, "target": str(tmp)})
+            try:
+                self.engine().execute(sql, {"files": files, "target": str(tmp)})
+            except duckdb.Error as exc:
+                tmp.unlink(missing_ok=True)  # no half-written export left beside the target
+                raise self._damage_named(exc) from exc
         tmp.replace(target)
         return info.n_rows
 
