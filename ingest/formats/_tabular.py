@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import csv
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 import numpy as np
 import pyarrow as pa
@@ -20,7 +20,7 @@ import pyarrow.csv as pacsv
 import pyarrow.json as pajson
 
 from ingest.errors import StabScopeError
-from ingest.formats._common import LogBuilder, open_error, parse_numbers
+from ingest.formats._common import MAX_SKIPPED_EXAMPLES, LogBuilder, open_error, parse_numbers
 from ingest.formats.aliases import KeyMap
 from stab_core.metrics import RUN_RANK
 
@@ -41,8 +41,11 @@ STEP_COLUMNS: Final = (
 WALL_COLUMNS: Final = ("wall_time", "Wall time", "timestamp", "_timestamp", "time")
 """Column names read as wall-clock time (seconds since the epoch)."""
 
+MAX_STEP: Final = 2.0**62
+"""A step at or beyond this (``1e30`` in a damaged cell) is no step: an int64 cannot hold it."""
 JSON_CHUNK_BYTES: Final = 64 * 1024 * 1024
 """JSON Lines are parsed by Arrow 64 MiB at a time (its per-call type inference is not free)."""
+
 
 def find_column(names: Iterable[str], candidates: Iterable[str]) -> str | None:
     """The first of ``candidates`` present in ``names`` (exact, then case-insensitive)."""
@@ -120,7 +123,7 @@ def add_wide(
     n = table.num_rows
     if n == 0:
         return
-    bad = ~has_step | ~np.isfinite(steps_f)
+    bad = ~has_step | ~np.isfinite(steps_f) | (np.abs(steps_f) >= MAX_STEP)
     if bad.any():
         first_bad = int(np.flatnonzero(bad)[0])
         if where is not None:
@@ -204,23 +207,35 @@ def iter_csv(path: Path, builder: LogBuilder, text_columns: Iterable[str] = ()) 
     Every column but ``text_columns`` is read as float64 (a column that holds text is re-read as
     strings and parsed by :func:`to_float`): Arrow would otherwise infer a type from the first block
     and fail on sparse columns (Lightning's validation columns are empty for thousands of rows).
+    A row with too few or too many cells (the last line of a log cut by a crash, junk printed into
+    the file) is skipped and counted with its line; so are rows that follow it one line later than
+    their batch's line number says. A file that is not UTF-8 (a Latin-1 export) is read with its
+    invalid bytes replaced (U+FFFD): the cells that held them are then text, skipped and counted.
     """
     try:
         with open(path, "rb") as f:
-            header = csv_header(f.read(64 * 1024)) or []
+            head = f.read(64 * 1024)
     except OSError as exc:
         raise open_error(path, exc) from exc
+    header = csv_header(head) or []
     if not header:
         raise StabScopeError("expected a CSV header line (comma-separated column names)", path=str(path), line=1)
     text = set(text_columns)
+    size = _file_size(path)
+    # bytes that are not UTF-8 fail Arrow late: in a column name when it is read, in a skipped row
+    # inside Arrow's callback (printed to stderr, not raised); so they are replaced before
+    source: Any = path if first_invalid_utf8(path) is None else utf8_source(path, size)
     rows_done = 0
-    for as_text in (False, True):
+    as_text = False
+    while True:
+        invalid: list[pacsv.InvalidRow] = []
         types = {c: (pa.string() if (as_text or c in text) else pa.float64()) for c in header}
         convert = pacsv.ConvertOptions(column_types=types, null_values=[""], strings_can_be_null=True)
         read = pacsv.ReadOptions(block_size=CSV_BLOCK_BYTES)
+        parse = pacsv.ParseOptions(invalid_row_handler=row_skipper(invalid))
         row = 0
         try:
-            for t in _csv_tables(path, read, convert):
+            for t in _csv_tables(source, size, read, parse, convert):
                 start = row
                 row += t.num_rows
                 if row <= rows_done:
@@ -230,12 +245,96 @@ def iter_csv(path: Path, builder: LogBuilder, text_columns: Iterable[str] = ()) 
                     start = rows_done
                 rows_done = row
                 yield t, start + 2
-            builder.advance(_file_size(path))
-            return
         except pa.ArrowInvalid as exc:
+            if str(exc).startswith("Empty CSV file") or "cannot infer number of columns" in str(exc):
+                builder.advance(size)  # a header cut before its end: no rows (the reader says so)
+                return
             if as_text:
-                raise StabScopeError(f"CSV parse error: {_arrow_message(exc)}", path=str(path), line=row + 2) from exc
-            continue  # a column holds text: read everything as strings from the start
+                raise StabScopeError(_arrow_message(exc), path=str(path)) from exc
+            as_text = True  # a column holds text: read everything as strings from the start
+            continue
+        if invalid:
+            _skip_invalid_rows(path, source, invalid, builder)
+        builder.advance(size)
+        return
+
+
+def row_skipper(rows: list[pacsv.InvalidRow]) -> Callable[[pacsv.InvalidRow], Literal["skip"]]:
+    """An Arrow ``invalid_row_handler`` that skips each row with the wrong number of cells and keeps
+    it in ``rows`` (to be counted and reported)."""
+
+    def skip(row: pacsv.InvalidRow) -> Literal["skip"]:
+        rows.append(row)
+        return "skip"
+
+    return skip
+
+
+def _skip_invalid_rows(path: Path, source: Any, rows: list[pacsv.InvalidRow], builder: LogBuilder) -> None:
+    """Count the rows Arrow skipped for their number of cells, with the line of the first few (a
+    threaded read does not know them: the lines are then found by a single-threaded pass)."""
+    numbers = [r.number for r in rows[:MAX_SKIPPED_EXAMPLES]]
+    if None in numbers:
+        skipped: list[pacsv.InvalidRow] = []
+        if isinstance(source, pa.BufferReader):
+            source.seek(0)
+        try:
+            for _ in pacsv.open_csv(
+                source,
+                read_options=pacsv.ReadOptions(use_threads=False, block_size=CSV_BLOCK_BYTES),
+                parse_options=pacsv.ParseOptions(invalid_row_handler=row_skipper(skipped)),
+                convert_options=pacsv.ConvertOptions(check_utf8=False, column_types={}, strings_can_be_null=True),
+            ):
+                if len(skipped) >= MAX_SKIPPED_EXAMPLES:
+                    break
+        except pa.ArrowInvalid:
+            pass  # the lines stay unknown: the rows are still counted
+        found = [r.number for r in skipped[: len(numbers)]]
+        numbers = (found + [None] * len(numbers))[: len(numbers)]
+    for i, r in enumerate(rows):
+        shown = r.text if len(r.text) <= 60 else r.text[:57] + "..."
+        reason = f"expected {r.expected_columns} cells, found {r.actual_columns}: {shown!r}"
+        line = numbers[i] if i < len(numbers) else None
+        builder.skip(path, line if line is not None else 0, reason)
+
+
+def utf8_source(path: Path, size: int) -> pa.BufferReader:
+    """A CSV file that is not UTF-8, as UTF-8 with its invalid bytes replaced (U+FFFD); a file too
+    large to hold so is refused at its first invalid byte."""
+    if size > CSV_WHOLE_FILE_BYTES:
+        line, offset = first_invalid_utf8(path) or (0, 0)
+        raise StabScopeError(
+            f"byte {offset:,} is not UTF-8 text; expected a UTF-8 CSV file (re-save it as UTF-8, "
+            "e.g. iconv -f latin1 -t utf-8)",
+            path=str(path),
+            line=line,
+        )
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise open_error(path, exc) from exc
+    return pa.BufferReader(data.decode("utf-8", "replace").encode())
+
+
+def first_invalid_utf8(path: Path) -> tuple[int, int] | None:
+    """``(line, byte offset)`` of the first byte of ``path`` that is not UTF-8 text (None: all is)."""
+    done = lines = 0  # bytes and newlines before ``pending``
+    pending = b""  # a character cut by the block boundary
+    with open(path, "rb") as f:
+        while block := f.read(CSV_BLOCK_BYTES):
+            data = pending + block
+            try:
+                if not data.isascii():  # ASCII (most logs) is UTF-8: checked without decoding
+                    data.decode("utf-8")
+                pending = b""
+            except UnicodeDecodeError as exc:
+                if exc.reason != "unexpected end of data" or exc.start < len(data) - 3:
+                    return lines + data.count(b"\n", 0, exc.start) + 1, done + exc.start
+                pending = data[exc.start :]
+                data = data[: exc.start]
+            done += len(data)
+            lines += data.count(b"\n")
+    return (lines + 1, done) if pending else None
 
 
 CSV_WHOLE_FILE_BYTES: Final = 256 * 1024 * 1024
@@ -244,11 +343,19 @@ the table anyway); larger ones stream in ``CSV_BLOCK_BYTES`` batches with bounde
 CSV_BLOCK_BYTES: Final = 16 * 1024 * 1024
 
 
-def _csv_tables(path: Path, read: pacsv.ReadOptions, convert: pacsv.ConvertOptions) -> Iterator[pa.Table]:
-    if _file_size(path) <= CSV_WHOLE_FILE_BYTES:
-        yield pacsv.read_csv(path, read_options=read, convert_options=convert)
+def _csv_tables(
+    source: Any,
+    size: int,
+    read: pacsv.ReadOptions,
+    parse: pacsv.ParseOptions,
+    convert: pacsv.ConvertOptions,
+) -> Iterator[pa.Table]:
+    if isinstance(source, pa.BufferReader):
+        source.seek(0)
+    if size <= CSV_WHOLE_FILE_BYTES:
+        yield pacsv.read_csv(source, read_options=read, parse_options=parse, convert_options=convert)
         return
-    for batch in pacsv.open_csv(path, read_options=read, convert_options=convert):
+    for batch in pacsv.open_csv(source, read_options=read, parse_options=parse, convert_options=convert):
         yield pa.Table.from_batches([batch])
 
 
@@ -306,9 +413,12 @@ def _arrow_json(chunk: memoryview) -> pa.Table | None:
     try:
         source: Any = pa.BufferReader(pa.py_buffer(chunk))  # zero-copy over the chunk
         table = pajson.read_json(source, read_options=pajson.ReadOptions(block_size=1 << 20))
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        # Arrow takes keys that are not UTF-8 and fails only when a name is read (here, every name
+        # is): such a chunk goes line by line, where the lines holding one are skipped and counted
+        table.column_names  # noqa: B018 - reads every top-level name
+        return flatten(table)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, UnicodeDecodeError):
         return None
-    return flatten(table)
 
 
 def flatten(table: pa.Table) -> pa.Table:

@@ -46,6 +46,10 @@ class DeepSpeedCsvReader(Reader):
         files: list[Path] = []
         for p in paths:
             files.extend(_metric_files(p) if p.is_dir() else [p])
+            if p.is_dir():  # a CSV of the folder that is not a metric file: said, not silently left out
+                for other in sorted(set(p.rglob("*.csv")) - set(files)):
+                    first = read_head(other, 200).split(b"\n", 1)[0].decode("utf-8", "replace")
+                    builder.skip(other, 1, f"not read: its header {first[:60]!r} is not 'step,<metric>'")
         if not files:
             raise StabScopeError("expected CSV files with a 'step,<metric>' header", path=str(paths[0]))
         for stream, path in enumerate(files):

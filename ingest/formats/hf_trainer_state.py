@@ -76,9 +76,18 @@ class HFTrainerStateReader(Reader):
 
 def _load(path: Path) -> dict[str, Any]:
     try:
-        text = path.read_text(encoding="utf-8")
+        raw = path.read_bytes()
     except OSError as exc:
         raise open_error(path, exc) from exc
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise StabScopeError(
+            f"byte {exc.start:,} is not UTF-8 text (0x{raw[exc.start]:02x}); expected a UTF-8 JSON file "
+            "(re-save it as UTF-8)",
+            path=str(path),
+            line=raw.count(b"\n", 0, exc.start) + 1,
+        ) from exc
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:

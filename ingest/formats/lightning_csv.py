@@ -15,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from ingest.errors import StabScopeError
 from ingest.formats._common import LogBuilder
 from ingest.formats._tabular import add_wide, csv_header, iter_csv
 from ingest.formats.aliases import canonical_name
@@ -50,6 +51,13 @@ class LightningCsvReader(Reader):
             _hparams(path.parent / "hparams.yaml", builder)
             for table, line in iter_csv(path, builder):
                 names = set(table.column_names)
+                if "step" not in names:
+                    shown = ", ".join(list(table.column_names)[:8])
+                    raise StabScopeError(
+                        f"expected a header with a 'step' column (CSVLogger's 'epoch,step,...'); found: {shown}",
+                        path=str(path),
+                        line=1,
+                    )
 
                 def keymap(column: str, names: set[str] = names) -> tuple[str, str | None]:
                     if column.endswith("_step") and column[: -len("_step")] + "_epoch" in names:

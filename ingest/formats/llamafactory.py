@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as _pc
 
 from ingest.formats._common import LogBuilder
-from ingest.formats._tabular import to_float
+from ingest.formats._tabular import MAX_STEP, to_float
 from ingest.formats.aliases import canonical_name
 from ingest.formats.base import Reader
 from ingest.formats.jsonl import first_object, read_jsonl
@@ -76,11 +76,12 @@ def _elapsed(paths: Sequence[Path], builder: LogBuilder) -> None:
             steps, has = to_float(table["current_steps"])
             if "total_steps" in table.column_names and "total_steps" not in builder.meta:
                 total, has_total = to_float(table["total_steps"])
+                has_total &= np.isfinite(total) & (np.abs(total) < MAX_STEP)  # "total_steps": Infinity
                 if has_total.any():
                     builder.meta["total_steps"] = int(total[has_total][0])
             if "elapsed_time" in table.column_names and pa.types.is_string(table["elapsed_time"].type):
                 secs = duration_seconds(table["elapsed_time"].combine_chunks())
-                ok = has & ~np.isnan(secs)
+                ok = has & np.isfinite(steps) & (np.abs(steps) < MAX_STEP) & ~np.isnan(secs)
                 builder.add("elapsed_time_s", steps[ok].astype(np.int64), secs[ok], canonical=True, stream=1)
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -15,6 +16,7 @@ import yaml
 
 from ingest.errors import StabScopeError
 from ingest.formats._common import LogBuilder, parse_numbers, read_head
+from ingest.formats._tabular import MAX_STEP, first_invalid_utf8, row_skipper, to_float, utf8_source
 from ingest.formats.base import Reader
 
 
@@ -74,21 +76,31 @@ class MlflowReader(Reader):
 
 
 def _read_metric(path: Path, key: str, stream: int, builder: LogBuilder) -> None:
-    opts = pacsv.ParseOptions(delimiter=" ")
-    read = pacsv.ReadOptions(column_names=["ts", "value", "step"])
-    convert = pacsv.ConvertOptions(
-        column_types={"ts": pa.float64(), "value": pa.string(), "step": pa.float64()}, null_values=[]
-    )
+    """One metric file's ``<timestamp ms> <value> <step>`` lines; a line that is not one (too few or
+    too many fields, text where a number belongs) is skipped and counted."""
+    invalid: list[pacsv.InvalidRow] = []
+    opts = pacsv.ParseOptions(delimiter=" ", invalid_row_handler=row_skipper(invalid))
+    read = pacsv.ReadOptions(column_names=["ts", "value", "step"], use_threads=False)  # lines of skipped rows
+    convert = pacsv.ConvertOptions(column_types=dict.fromkeys(("ts", "value", "step"), pa.string()), null_values=[])
+    if not read_head(path, 1):
+        builder.skip(path, 1, "an empty metric file")
+        return
+    # bytes that are not UTF-8 are replaced first: Arrow fails on them late (see ``iter_csv``)
+    source: Any = path if first_invalid_utf8(path) is None else utf8_source(path, path.stat().st_size)
     try:
-        table = pacsv.read_csv(path, read_options=read, parse_options=opts, convert_options=convert)
+        table = pacsv.read_csv(source, read_options=read, parse_options=opts, convert_options=convert)
     except pa.ArrowInvalid as exc:
         raise StabScopeError(
             f"expected '<timestamp ms> <value> <step>' lines ({str(exc).splitlines()[0][:200]})", path=str(path)
         ) from exc
     builder.advance(path.stat().st_size)
+    for row in invalid:
+        shown = row.text if len(row.text) <= 60 else row.text[:57] + "..."
+        builder.skip(path, row.number or 0, f"expected '<timestamp ms> <value> <step>', found {shown!r}")
     conv = parse_numbers(table["value"].combine_chunks())
-    steps = table["step"].to_numpy()
-    ok = conv.ok & np.isfinite(steps)
+    steps, has_step = to_float(table["step"])
+    wall, has_wall = to_float(table["ts"])
+    ok = conv.ok & has_step & has_wall & np.isfinite(steps) & (np.abs(steps) < MAX_STEP)
     if not ok.all():
         bad = int(np.flatnonzero(~ok)[0])
         builder.skip(path, bad + 1, "expected '<timestamp ms> <value> <step>'", int((~ok).sum()))
@@ -96,7 +108,7 @@ def _read_metric(path: Path, key: str, stream: int, builder: LogBuilder) -> None
         key,
         steps[ok].astype(np.int64),
         conv.values[ok],
-        wall_time=table["ts"].to_numpy()[ok] / 1000.0,
+        wall_time=wall[ok] / 1000.0,
         stream=stream,
     )
 

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,9 +32,9 @@ class ParquetReader(Reader):
             builder.source(path)
             try:
                 pf = pq.ParquetFile(path)
-            except (pa.ArrowInvalid, OSError) as exc:
-                raise StabScopeError(f"not a readable Parquet file ({exc})", path=str(path)) from exc
-            names = pf.schema_arrow.names
+                names = pf.schema_arrow.names
+            except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:
+                raise StabScopeError(f"not a readable Parquet file ({_first_line(exc)})", path=str(path)) from exc
             long_form = set(names) >= LONG_COLUMNS
             step_col = "step" if long_form else find_column(names, STEP_COLUMNS)
             if step_col is None:
@@ -43,7 +43,7 @@ class ParquetReader(Reader):
                     path=str(path),
                 )
             row = 0
-            for batch in pf.iter_batches(batch_size=1 << 20):
+            for batch in _batches(pf, path):
                 table = pa.Table.from_batches([batch])
                 if long_form:
                     _add_long(builder, table, stream)
@@ -58,6 +58,38 @@ class ParquetReader(Reader):
                     )
                 row += table.num_rows
             builder.advance(path.stat().st_size)
+
+
+def _batches(pf: pq.ParquetFile, path: Path) -> Iterator[pa.RecordBatch]:
+    """``pf``'s rows in batches, row group by row group; a row group whose pages do not decode (a
+    file cut or damaged after its footer was written) is refused by its number and byte offset."""
+    for group in range(pf.num_row_groups):
+        try:
+            yield from pf.iter_batches(batch_size=1 << 20, row_groups=[group])
+        except (pa.ArrowException, OSError) as exc:
+            offset = _row_group_offset(pf, group)
+            raise StabScopeError(
+                f"row group {group} (from byte {offset:,}) does not decode: {_first_line(exc)}; "
+                "expected a Parquet file as written (the file is damaged: export it again)",
+                path=str(path),
+            ) from exc
+
+
+def _first_line(exc: BaseException) -> str:
+    """Arrow's message, its first line (it may hold a second, a blank one): the refusal is one line."""
+    text = " ".join(str(exc).split("\n", 1)[0].split())
+    return text[:200].rstrip(".") or type(exc).__name__
+
+
+def _row_group_offset(pf: pq.ParquetFile, group: int) -> int:
+    """The byte offset of row group ``group``'s first page (its first column chunk's)."""
+    meta = pf.metadata.row_group(group)
+    offsets = []
+    for c in range(meta.num_columns):
+        chunk = meta.column(c)
+        first = chunk.dictionary_page_offset if chunk.has_dictionary_page else None
+        offsets.append(first if first else chunk.data_page_offset)
+    return min(offsets, default=0)
 
 
 def _add_long(builder: LogBuilder, table: pa.Table, stream: int) -> None:

@@ -34,7 +34,7 @@ from collections import deque
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from ingest.formats._common import (
     CHUNK_BYTES,
@@ -50,6 +50,14 @@ from ingest.formats.textlog_engine import PER_RANK_NAMES, EngineState, MatchedCh
 from ingest.formats.textlog_patterns import ENGINE_ENV, LineKind
 
 __all__ = ["ENGINE_ENV", "PER_RANK_NAMES", "LineKind", "TextLogReader"]
+
+NEAR_MISS_LINE_CHARS: Final = 1000
+"""Characters of a head line a refusal looks for a format's metric line in (after other text)."""
+NEAR_MISS_BUDGET_CHARS: Final = 64 * 1024
+"""Characters of head lines, in all, a refusal searches so: enough to say which format came close."""
+_LAZY_LEAD: Final = re.compile(rb"^(?:\(\?:\[\^\\n\]\*\\r\)\?)?\[\^\\n(?:\\r)?\]\*\?")
+"""A prefix that opens with a lazy run of any line characters (``[^\\n]*?``, ``[^\\n\\r]*?``, after an
+optional ``(?:[^\\n]*\\r)?``): it matches at a line's start whenever it matches on the line."""
 
 
 class TextLogReader(Reader):
@@ -93,10 +101,17 @@ class TextLogReader(Reader):
         take, why)``, the why naming how many head lines matched and the first such line."""
         lines = [line for line in decode_head(head).splitlines() if line.strip()]
         matched = self.count_metric_lines("\n".join(lines))
-        anywhere = self._bare
-        inside, first = 0, ""
+        # a kind whose prefix may start anywhere on the line already matches at 0 when it matches at
+        # all, so only the others can sit after other text; and ``search`` retries the prefix at
+        # every position of the line, so each line is searched up to NEAR_MISS_LINE_CHARS and the
+        # head up to NEAR_MISS_BUDGET_CHARS (a 10^6-character line made the search quadratic in it)
+        anywhere = [(prefix, pairs) for prefix, pairs in self._bare if not _LAZY_LEAD.match(prefix.pattern)]
+        inside, first, budget = 0, "", NEAR_MISS_BUDGET_CHARS if anywhere else 0
         for line in lines:
-            raw = line.encode()
+            if budget <= 0:
+                break
+            raw = line[:NEAR_MISS_LINE_CHARS].encode()
+            budget -= len(raw)
             for prefix, pairs in anywhere:
                 m = prefix.search(raw)
                 if m and m.start() > 0 and pairs.search(raw, m.end()):

@@ -1,0 +1,318 @@
+"""A small valid input of every registered log format, and the mutations the fuzz suite applies to it.
+
+``SAMPLES[name]`` is one run in format ``name``: the files it consists of (a log, or a folder of
+them for the formats that read a folder), which of them is mutated, and what path is imported.
+Text samples are the fixtures under ``tests/fixtures/logs`` or lines written from the format's
+definition (the README format table's example line); the TensorBoard sample is an event file
+written by ``tests.tfevents_writers``, the Parquet sample a long table written by pyarrow.
+
+``apply_mutation`` turns the mutated file's bytes into a damaged variant: cut at a byte, bits
+flipped, junk and binary lines inserted, a 10^6-character line, CRLF line ends, UTF-16 and Latin-1
+re-encodings, NaN/Inf/empty values, decreasing and duplicate steps. Positions are fractions of the
+input (0 <= f < 1), so one drawn mutation applies to any sample and hypothesis can shrink it.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from tests.tfevents_writers import write_scalar_events
+
+FIXTURES: Final = Path(__file__).resolve().parent / "fixtures" / "logs"
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One valid run of a format: ``files`` (relative path -> bytes), the one ``target`` that is
+    mutated, and ``given``: the path handed to the importer (a file, or the folder holding them)."""
+
+    files: dict[str, bytes]
+    target: str
+    given: str
+
+    def write(self, root: Path, target_bytes: bytes | None = None) -> Path:
+        """Write the sample under ``root`` (the target replaced by ``target_bytes``); the path to import."""
+        for rel, data in self.files.items():
+            path = root / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(target_bytes if rel == self.target and target_bytes is not None else data)
+        return root / self.given
+
+
+def _file(name: str, text: str | bytes) -> Sample:
+    data = text.encode() if isinstance(text, str) else text
+    return Sample({name: data}, name, name)
+
+
+def _fixture(fixture: str, name: str | None = None) -> Sample:
+    return _file(name or fixture, (FIXTURES / fixture).read_bytes())
+
+
+def _lines(rows: list[str]) -> str:
+    return "\n".join(rows) + "\n"
+
+
+def _jsonl(rows: list[dict[str, object]]) -> str:
+    return _lines([json.dumps(r) for r in rows])
+
+
+def _tensorboard() -> bytes:
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "events.out.tfevents.1700000000.host"
+        steps = np.arange(1, 9, dtype=np.int64)
+        values = np.column_stack([3.0 - 0.1 * steps, 0.5 + 0.01 * steps, np.full(8, 1e-4)])
+        write_scalar_events(path, ["train/loss", "train/grad_norm", "train/lr"], steps, values)
+        return path.read_bytes()
+
+
+def _parquet() -> bytes:
+    steps = list(range(1, 9))
+    table = pa.table(
+        {
+            "rank": pa.array([-1] * 8 + [0] * 8, pa.int32()),
+            "step": pa.array(steps + steps, pa.int64()),
+            "metric": ["loss"] * 8 + ["grad_norm_local"] * 8,
+            "value": [3.0 - 0.1 * s for s in steps] + [0.5 + 0.01 * s for s in steps],
+            "wall_time": [1.7e9 + s for s in steps] * 2,
+        }
+    )
+    out = io.BytesIO()
+    pq.write_table(table, out)
+    return out.getvalue()
+
+
+def _samples() -> dict[str, Sample]:
+    steps = range(1, 9)
+    samples = {
+        "csv_wide": _file(
+            "run.csv",
+            _lines(["step,loss,grad_norm,lr"] + [f"{s},{3 - 0.1 * s:.4f},{0.5 + 0.01 * s:.3f},1e-4" for s in steps]),
+        ),
+        "tensorboard_csv": _file(
+            "run-train-tag-loss.csv",
+            _lines(["Wall time,Step,Value"] + [f"{1.7e9 + s:.1f},{10 * s},{3 - 0.1 * s:.4f}" for s in steps]),
+        ),
+        "wandb_csv": _file(
+            "wandb_export.csv",
+            _lines(
+                ['"Step","run-7 - train/loss","run-7 - train/loss__MIN","run-7 - train/loss__MAX"']
+                + [f'"{100 * s}","{3 - 0.1 * s:.3f}","{2.9 - 0.1 * s:.3f}","{3.1 - 0.1 * s:.3f}"' for s in steps]
+            ),
+        ),
+        "lightning_csv": _file(
+            "metrics.csv",
+            _lines(
+                ["epoch,step,train_loss_epoch,train_loss_step,val_loss"]
+                + [f"0,{50 * s - 1},,{4.0 - s / 100:.3f}," for s in steps]
+                + ["0,399,,,3.5", "0,399,3.9,,"]
+            ),
+        ),
+        "deepspeed_csv": Sample(
+            {
+                "ds_logs/Train_Samples_train_loss.csv": _lines(
+                    ["step,train_loss"] + [f"{512 * s},{10.5 - 0.25 * s}" for s in steps]
+                ).encode(),
+                "ds_logs/Train_Samples_lr.csv": _lines(
+                    ["step,lr"] + [f"{512 * s},{1e-5 * s:.1e}" for s in steps]
+                ).encode(),
+            },
+            "ds_logs/Train_Samples_train_loss.csv",
+            "ds_logs",
+        ),
+        "jsonl": _file(
+            "metrics.jsonl",
+            _jsonl([{"step": s, "loss": 3 - 0.1 * s, "optim": {"lr": 1e-4 * s, "name": "adamw"}} for s in steps]),
+        ),
+        "wandb_history": _file(
+            "wandb-history.jsonl",
+            _jsonl(
+                [
+                    {"_step": s, "_runtime": 4.0 * s, "_timestamp": 1.7e9 + 4 * s, "train/loss": 3 - 0.1 * s}
+                    for s in steps
+                ]
+            ),
+        ),
+        "llamafactory": _file(
+            "trainer_log.jsonl",
+            _jsonl(
+                [
+                    {
+                        "current_steps": 5 * s,
+                        "total_steps": 40,
+                        "loss": 2 - 0.1 * s,
+                        "learning_rate": 5e-5,
+                        "epoch": 0.1 * s,
+                        "percentage": 12.5 * s,
+                        "elapsed_time": f"0:0{s}:29",
+                        "remaining_time": "0:10:00",
+                    }
+                    for s in steps
+                ]
+            ),
+        ),
+        "hf_trainer_state": _file(
+            "trainer_state.json",
+            json.dumps(
+                {
+                    "global_step": 80,
+                    "max_steps": 80,
+                    "train_batch_size": 4,
+                    "log_history": [
+                        {"epoch": 0.1 * s, "grad_norm": 1.0, "learning_rate": 1e-5, "loss": 2 - 0.1 * s, "step": 10 * s}
+                        for s in steps
+                    ]
+                    + [{"epoch": 0.8, "eval_loss": 1.9, "eval_runtime": 3.5, "step": 80}],
+                },
+                indent=2,
+            ),
+        ),
+        "megatron_golden": _file(
+            "golden_values.json",
+            json.dumps(
+                {
+                    "lm loss": {
+                        "start_step": 1,
+                        "end_step": 36,
+                        "step_interval": 5,
+                        "values": {str(1 + 5 * i): 10.5 - 0.1 * i for i in range(8)},
+                    },
+                    "iteration-time": {"start_step": 1, "end_step": 11, "step_interval": 5, "values": [2.0, 1.0, 1.5]},
+                },
+                indent=2,
+            ),
+        ),
+        "tensorboard": _file("events.out.tfevents.1700000000.host", _tensorboard()),
+        "megatron": _fixture("megatron_lm_restart.log"),
+        "megatron_deepspeed": _fixture("megatron_deepspeed.log"),
+        "llmc_main": _file(
+            "main.log", _lines([f"s:{s} trl:{3 + 1 / (s + 1):.4f} lr:0.0006 norm:{0.5 + s % 3:.2f}" for s in steps])
+        ),
+        "llmc_console": _fixture("llmc_console.log"),
+        "modded_nanogpt": _file(
+            "record.txt",
+            _lines(
+                [f"step:{s}/8 train_loss:{4.0 - s * 0.1:.4f} train_time:{s * 400}ms step_avg:400.00ms" for s in steps]
+            ),
+        ),
+        "torchtitan": _fixture("torchtitan_color_2ranks.log"),
+        "maxtext": _fixture("maxtext.log"),
+        "composer": _fixture("composer.log"),
+        "gpt_neox": _fixture("gpt_neox.log"),
+        "torchtune": _fixture("torchtune.log"),
+        "deepspeed_stdout": _fixture("deepspeed_stdout.log"),
+        "fairseq": _fixture("fairseq_json.log"),
+        "olmo": _fixture("olmo_console.log"),
+        "nemo": _fixture("nemo2_progress.log"),
+        "nemo_tqdm": _fixture("nemo1_tqdm.log"),
+        "nanogpt": _fixture("nanogpt.log"),
+        "mlflow": Sample(
+            {
+                "mlruns/0/abc123/metrics/train/loss": _lines(
+                    [f"{1_700_000_000_000 + 1000 * s} {3 - 0.1 * s:.4f} {s}" for s in steps]
+                ).encode(),
+                "mlruns/0/abc123/metrics/lr": b"1700000000000 0.001 1\n",
+                "mlruns/0/abc123/params/batch_size": b"32",
+                "mlruns/0/abc123/meta.yaml": b"run_name: baseline\nrun_id: abc123\n",
+            },
+            "mlruns/0/abc123/metrics/train/loss",
+            "mlruns/0/abc123",
+        ),
+        "parquet": _file("long.parquet", _parquet()),
+    }
+    return samples
+
+
+SAMPLES: Final[dict[str, Sample]] = _samples()
+
+# --------------------------------------------------------------------------- mutations
+
+LONG_LINE_CHARS: Final = 1_000_000
+MUTATIONS: Final = (
+    "cut",
+    "bit_flip",
+    "junk_line",
+    "binary_line",
+    "long_line",
+    "crlf",
+    "utf16",
+    "latin1",
+    "bad_value",
+    "decreasing_steps",
+    "duplicate_step",
+)
+"""What ``apply_mutation`` can do to a file, by name."""
+BAD_VALUES: Final = (b"NaN", b"nan", b"-nan", b"inf", b"-Inf", b"Infinity", b"", b"1e999", b"null", b"--")
+JUNK_LINES: Final = (
+    b"Traceback (most recent call last):",
+    b"step: loss: grad_norm:",
+    b"{",
+    b'{"step": "x"}',
+    b",,,,",
+    b"iteration / | lm loss: |",
+    b"s:-1 trl:",
+    b"\xef\xbb\xbfBOM in the middle",
+)
+_NUMBER: Final = re.compile(rb"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
+
+
+def _at(fraction: float, n: int) -> int:
+    """An index in ``range(n)`` (0 when empty) for ``fraction`` in [0, 1)."""
+    return min(n - 1, int(fraction * n)) if n > 0 else 0
+
+
+def apply_mutation(data: bytes, kind: str, a: float, b: float, choice: int) -> bytes:
+    """``data`` damaged by mutation ``kind``; ``a`` and ``b`` (in [0, 1)) place it, ``choice`` picks
+    among its variants (which bit, which junk line, which bad value)."""
+    lines = data.split(b"\n")
+    if kind == "cut":
+        return data[: _at(a, len(data) + 1)]
+    if kind == "bit_flip":
+        if not data:
+            return data
+        i = _at(a, len(data))
+        return data[:i] + bytes([data[i] ^ (1 << (choice % 8))]) + data[i + 1 :]
+    if kind in ("junk_line", "binary_line", "long_line"):
+        if kind == "junk_line":
+            line = JUNK_LINES[choice % len(JUNK_LINES)]
+        elif kind == "binary_line":
+            line = bytes((choice * 37 + k * 101) % 256 for k in range(16 + choice % 48))
+        else:
+            line = (b"loss: 1.0 " * (LONG_LINE_CHARS // 10))[:LONG_LINE_CHARS]
+        i = _at(a, len(lines) + 1)
+        return b"\n".join([*lines[:i], line, *lines[i:]])
+    if kind == "crlf":
+        return data.replace(b"\r\n", b"\n").replace(b"\n", b"\r\n")
+    if kind == "utf16":
+        text = data.decode("utf-8", "replace")
+        return text.encode("utf-16" if choice % 2 else "utf-16-le")
+    if kind == "latin1":
+        i = _at(a, len(data) + 1)
+        text = (data[:i] + "µé°".encode() + data[i:]).decode("utf-8", "replace")
+        return text.encode("latin-1", "replace")
+    if kind == "bad_value":
+        numbers = list(_NUMBER.finditer(data))
+        if not numbers:
+            return data
+        m = numbers[_at(a, len(numbers))]
+        return data[: m.start()] + BAD_VALUES[choice % len(BAD_VALUES)] + data[m.end() :]
+    if kind == "decreasing_steps":
+        # a later stretch of lines moved before an earlier one: the steps go down, then up again
+        i, j = sorted((_at(a, len(lines)), _at(b, len(lines))))
+        if i == j:
+            return data
+        return b"\n".join(lines[:i] + lines[j:] + lines[i:j])
+    if kind == "duplicate_step":
+        i, j = _at(a, len(lines)), _at(b, len(lines) + 1)
+        return b"\n".join([*lines[:j], lines[i], *lines[j:]])
+    raise ValueError(f"unknown mutation {kind!r}")
