@@ -82,9 +82,10 @@ def write_failure(root: Path, exc: BaseException) -> StabScopeError | None:
     full = (isinstance(exc, OSError) and exc.errno in _FULL_ERRNOS) or any(words in str(exc) for words in _FULL)
     if full:
         return StabScopeError(
-            f"cannot write to the store {root}: {reason}. Nothing of this write was kept (the runs already "
-            "there are unchanged). Free space on that disk (or raise the file size limit), or give --store "
-            "(or STABSCOPE_STORE) a folder on a disk with room, then run the command again"
+            f"cannot write to the store {root}: {reason}. Every run keeps its last complete state (nothing "
+            "half-written is shown; what this write committed before it stopped is finished by the run's "
+            "next write). Free space on that disk (or raise the file size limit), or give --store (or "
+            "STABSCOPE_STORE) a folder on a disk with room, then run the command again"
         )
     if is_read_only(exc):
         return StabScopeError(
