@@ -33,7 +33,13 @@ COLUMNS = {
 }
 
 # status filter label -> the first word of the statuses it keeps (ingest.run_status.STATUS_WORDS)
-STATUS_FILTERS = {"live": "live", "finished": "finished", "stopped early": "stopped", "ended": "ended"}
+STATUS_FILTERS = {
+    "live": "live",
+    "finished": "finished",
+    "stopped early": "stopped",
+    "ended": "ended",
+    "damaged": "damaged",
+}
 
 st.title("Runs")
 if deleted := st.session_state.pop("runs_deleted", None):

@@ -122,3 +122,13 @@ def test_planned_steps_the_user_sets_change_the_status_at_once(own_app_store: St
     own_app_store.update_meta(SMALL_RUN, {"planned_steps": 2000})  # steps 0..1999: all 2,000 of them
     at.run()
     assert _table(at).set_index("name").loc[SMALL_RUN, "status"] == "finished"
+
+
+def test_the_status_filter_offers_every_status_a_listed_run_can_have(own_app_store: Store) -> None:
+    """Each first word ``ingest.run_status`` writes has a filter option, "damaged" included; "empty" needs
+    none, since a run with no committed generation is not listed."""
+    from ingest.run_status import STATUS_WORDS
+
+    at = open_page("runs").run()
+    options = {str(o).split()[0] for o in at.multiselect(key="runs_status").options}
+    assert options == set(STATUS_WORDS) - {"empty"}
