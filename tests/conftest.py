@@ -28,6 +28,8 @@ from ingest.run_analyses import open_analysed_store  # noqa: E402
 from ingest.shards import ShardWriter  # noqa: E402
 from ingest.store import Store  # noqa: E402
 
+pytest_plugins = ["tests.s3_server"]  # the s3_server / s3_url fixtures: a real moto server
+
 SMALL_RUN = "small"
 N_RANKS = 4
 N_STEPS = 2000
