@@ -1,0 +1,158 @@
+"""The experiment's statistics (stab_core.bootstrap) against known answers, and its results format's
+JSON round trip (ingest.training.experiment_results)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ingest.errors import StabScopeError
+from ingest.training.experiment_results import (
+    ARTICLE_CLAIMS,
+    ArmDifference,
+    ArmSummary,
+    ClaimCheck,
+    ExperimentResults,
+    Machine,
+    RunResult,
+    load_latest_results,
+    read_results,
+    results_from_json,
+    results_to_json,
+    write_results,
+)
+from stab_core.bootstrap import (
+    Interval,
+    bootstrap_mean,
+    bootstrap_paired_difference,
+    bootstrap_relative_change,
+)
+
+
+def test_constant_sample_has_a_point_interval() -> None:
+    got = bootstrap_mean([2.5] * 8)
+    assert (got.estimate, got.low, got.high, got.n) == (2.5, 2.5, 2.5, 8)
+    assert got.excludes_zero
+
+
+def test_two_point_sample_interval_spans_both_values() -> None:
+    # resampled means of [0, 1] are 0, 0.5, 1 with probabilities 1/4, 1/2, 1/4: the 95 % interval is [0, 1]
+    got = bootstrap_mean([0.0, 1.0], resamples=20_000, seed=3)
+    assert got.estimate == 0.5
+    assert (got.low, got.high) == (0.0, 1.0)
+    assert not got.excludes_zero
+
+
+def test_mean_interval_matches_the_normal_approximation() -> None:
+    # n = 400 values of sd 1: the mean's 95 % interval is about +-1.96 / sqrt(400) = +-0.098
+    x = np.random.default_rng(11).normal(5.0, 1.0, 400)
+    got = bootstrap_mean(x, seed=1)
+    half = 1.96 * x.std() / math.sqrt(x.size)
+    assert got.estimate == pytest.approx(x.mean())
+    assert got.low == pytest.approx(x.mean() - half, abs=0.015)
+    assert got.high == pytest.approx(x.mean() + half, abs=0.015)
+
+
+def test_paired_difference_of_a_constant_shift_is_exact() -> None:
+    baseline = np.array([3.0, 1.0, 4.0, 1.0, 5.0, 9.0, 2.0, 6.0])
+    got = bootstrap_paired_difference(baseline - 0.25, baseline)
+    assert (got.estimate, got.low, got.high) == pytest.approx((-0.25, -0.25, -0.25))
+    assert got.excludes_zero
+
+
+def test_identical_arms_differ_by_zero_and_nan_pairs_are_dropped() -> None:
+    a = np.array([1.0, np.nan, 0.0, 1.0])
+    b = np.array([1.0, 0.0, np.nan, 1.0])
+    got = bootstrap_paired_difference(a, b)
+    assert (got.estimate, got.low, got.high, got.n) == (0.0, 0.0, 0.0, 2)
+    assert not got.excludes_zero
+
+
+def test_relative_change_known_answer() -> None:
+    # spikes in 8 of 8 seeds without a remedy, in 1 of 8 with one: the rate is down 87.5 %
+    got = bootstrap_relative_change([1, 0, 0, 0, 0, 0, 0, 0], [1] * 8)
+    assert got.estimate == pytest.approx(-0.875)
+    assert got.low == pytest.approx(-1.0)
+    assert got.high <= -0.5
+    assert bootstrap_relative_change([1, 0], [0, 0]).empty
+
+
+def test_no_data_gives_an_empty_interval_and_bad_settings_raise() -> None:
+    assert bootstrap_mean([]).empty and bootstrap_mean([np.nan]).n == 0
+    with pytest.raises(ValueError):
+        bootstrap_mean([1.0], confidence=1.5)
+    with pytest.raises(ValueError):
+        bootstrap_paired_difference([1.0], [1.0, 2.0])
+
+
+def _results(experiment_id: str = "t1") -> ExperimentResults:
+    interval = Interval(0.5, 0.25, 0.75, 8)
+    run = RunResult(
+        mechanism="A",
+        arm="none",
+        seed=0,
+        run="exp-t1-A-none-s0",
+        transition_step=300,
+        spiked=True,
+        peak_ratio=2.5,
+        steps_to_recover=None,
+        recovered=False,
+        diverged=True,
+        final_val_loss=math.nan,
+        wall_time_s=12.5,
+        incidents=2,
+        snr_steps=(10, 20),
+        snr_values=(1.5, None),
+    )
+    return ExperimentResults(
+        experiment_id=experiment_id,
+        created_utc="2026-12-02T12:00:00Z",
+        command="stabscope experiment --quick",
+        config={"steps": 600, "mechanisms": ["A"]},
+        machine=Machine("host", 2, 0.5, "cpu", "2.13.0", "3.11.9"),
+        runs=(run,),
+        arms=(ArmSummary("A", "none", 1, {"spike_rate": interval}, "exp-t1-A-none"),),
+        differences=(ArmDifference("A", "restart", "none", "spike_rate", Interval(-0.5, -1.0, -0.25, 8)),),
+        claim_checks=(
+            ClaimCheck("spike_rate_down_90", "A", interval, interval, Interval(math.nan, math.nan, math.nan, 0), None),
+        ),
+        notes=("a note",),
+    )
+
+
+def test_results_round_trip_through_json(tmp_path: Path) -> None:
+    results = _results()
+    back = results_from_json(results_to_json(results))
+    assert back.runs[0].snr_values == (1.5, None)
+    assert math.isnan(back.runs[0].final_val_loss)
+    assert not back.runs[0].succeeded
+    assert back.claims == ARTICLE_CLAIMS
+    assert back.difference("A", "restart", "none", "spike_rate") is not None
+    assert back.difference("A", "restart", "none", "spike_rate").excludes_zero  # type: ignore[union-attr]
+    # equal apart from NaN (NaN != NaN): compare the JSON of both
+    assert results_to_json(back) == results_to_json(results)
+    path = write_results(tmp_path, results)
+    assert path == tmp_path / "experiments" / "t1.json"
+    assert read_results(path).source == str(path)
+
+
+def test_latest_results_prefer_the_store_over_the_docs_copy(tmp_path: Path) -> None:
+    docs = tmp_path / "docs.json"
+    docs.write_text(results_to_json(_results("docs")))
+    store = tmp_path / "store"
+    assert load_latest_results(store, docs).experiment_id == "docs"  # type: ignore[union-attr]
+    write_results(store, _results("older"))
+    newest = write_results(store, _results("newer"))
+    newest.touch()
+    assert load_latest_results(store, docs).experiment_id == "newer"  # type: ignore[union-attr]
+    assert load_latest_results(tmp_path / "none", None) is None
+
+
+def test_a_damaged_results_file_is_one_clear_error(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"schema_version": 1, "runs": []}')
+    with pytest.raises(StabScopeError, match=r"bad\.json"):
+        read_results(bad)
