@@ -14,6 +14,7 @@ naming the URL and the AWS setting to check.
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import os
 import threading
@@ -287,7 +288,7 @@ class ObjectStore:
                     found.append(ObjectInfo(item["Key"][strip:], int(item["Size"]), item["LastModified"].timestamp()))
         return found
 
-    def list_folders(self, prefix: str) -> list[str]:
+    def list_folders(self, prefix: str) -> builtins.list[str]:
         """The names of the "folders" right under ``prefix`` (keys up to the next ``/``), one request per 1,000."""
         full = self._k(prefix).rstrip("/") + "/"
         names: list[str] = []
