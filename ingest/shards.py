@@ -4,6 +4,12 @@ Layout: ``SHARD_DIR/rank-00003/seg-<unix_ns>-<pid>.ssf`` for rank 3 (``rank-run`
 special: run-level rows live in any rank's segments with ``rank = -1``). Each writer opens a fresh
 segment, so a restarted job never appends to a file that a crash may have torn.
 
+The shard location may also be an object-storage URL (``s3://bucket/job42/shards``): object storage
+has no append, so there each flush is one immutable segment object
+``rank-00003/seg-<unix_ns>-<pid>-<flush:06d>.ssf`` (``ingest.shard_objects``), whole or absent. Readers
+list segments through :func:`find_segments` (local files and objects alike, as :class:`SegmentRef`)
+and decode both with :func:`read_segment`.
+
 A segment is a sequence of frames::
 
     magic b"SSF1" | kind u8 | 3 reserved bytes | payload length u32 LE | crc32 u32 LE | payload
@@ -34,8 +40,11 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from ingest.errors import StabScopeError
 from ingest.long_schema import LONG_SCHEMA as LONG_SCHEMA  # re-exported: producers of long tables import it here
 from ingest.long_schema import PART_SCHEMA
+from ingest.object_store import is_object_url
+from ingest.shard_objects import ObjectSegmentSink, list_segment_objects, read_object_segment
 from stab_core.metrics import RUN_RANK, is_valid_metric_name
 
 MAGIC = b"SSF1"
@@ -59,6 +68,10 @@ class ShardWriter:
     syscall pair) when ``max_buffer_rows`` rows are buffered or ``flush_interval_s`` seconds have
     passed since the last flush, and on ``close``. Cost per ``write`` is a dict update: cheap
     enough for every step.
+
+    ``shard_dir`` may be an ``s3://`` URL: each flush's frames then become one segment object, put
+    by a background thread (``ingest.shard_objects.ObjectSegmentSink``) so the training step does
+    not wait for the upload; :meth:`flush` and :meth:`close` return once everything is stored.
     """
 
     def __init__(
@@ -76,10 +89,18 @@ class ShardWriter:
         self.flush_interval_s = flush_interval_s
         self.max_buffer_rows = max_buffer_rows
         self._fsync = fsync
-        directory = Path(shard_dir) / rank_dir_name(rank)
-        directory.mkdir(parents=True, exist_ok=True)
-        self.path = directory / f"seg-{time.time_ns():020d}-{os.getpid()}{SEGMENT_SUFFIX}"
-        self._file = open(self.path, "ab")  # noqa: SIM115 - held open for the writer's life
+        segment_name = f"seg-{time.time_ns():020d}-{os.getpid()}"
+        self._objects: ObjectSegmentSink | None = None
+        if is_object_url(shard_dir):
+            self._objects = ObjectSegmentSink(str(shard_dir), f"{rank_dir_name(rank)}/{segment_name}", SEGMENT_SUFFIX)
+            self.location = f"{str(shard_dir).rstrip('/')}/{rank_dir_name(rank)}/"
+        else:
+            directory = Path(shard_dir) / rank_dir_name(rank)
+            directory.mkdir(parents=True, exist_ok=True)
+            self.path = directory / f"{segment_name}{SEGMENT_SUFFIX}"
+            self.location = str(self.path)
+            self._file = open(self.path, "ab")  # noqa: SIM115 - held open for the writer's life
+        self._closed = False
         self._rows: list[tuple[int, int, float, Mapping[str, float]]] = []
         self._events: list[dict[str, Any]] = []
         self._last_flush = time.monotonic()
@@ -99,7 +120,7 @@ class ShardWriter:
         if run_level:
             self._rows.append((RUN_RANK, int(step), now, dict(run_level)))
         if len(self._rows) >= self.max_buffer_rows or time.monotonic() - self._last_flush >= self.flush_interval_s:
-            self.flush()
+            self._flush(wait=False)
 
     def write_columns(
         self,
@@ -110,7 +131,7 @@ class ShardWriter:
         wall_time: Any = None,
     ) -> None:
         """Write many steps at once from arrays (generators, replays): one frame, no buffering."""
-        self.flush()
+        self._flush(wait=False)
         n = len(steps)
         arrays: dict[str, pa.Array[Any]] = {
             "rank": pa.array(np.full(n, self.rank if rank is None else rank, np.int32)),
@@ -121,6 +142,7 @@ class ShardWriter:
             _check_metric(name)
             arrays[name] = pa.array(values, pa.float64())
         self._write_frame(KIND_METRICS, _ipc_bytes(pa.table(arrays)))
+        self._end_object(wait=False)
 
     def event(self, step: int, kind: str, label: str = "", **detail: Any) -> None:
         """Record a run event (schedule transition, checkpoint, data switch...) at ``step``."""
@@ -129,9 +151,26 @@ class ShardWriter:
     def write_meta(self, meta: Mapping[str, Any]) -> None:
         """Write run metadata (batch sizes, world size, scheduler settings) once, immediately."""
         self._write_frame(KIND_META, json.dumps(dict(meta), default=str).encode())
+        self._end_object(wait=False)
 
     def flush(self) -> None:
-        """Write buffered rows and events as frames; safe to call at any time."""
+        """Write buffered rows and events as frames; safe to call at any time. On object storage it
+        returns once every segment object flushed so far is stored (a crash then loses none of it)."""
+        self._flush(wait=True)
+
+    def close(self) -> None:
+        """Flush and close the segment (on object storage: wait for the last uploads)."""
+        if self._closed:
+            return
+        self._closed = True
+        self._flush(wait=False)
+        if self._objects is not None:
+            self._objects.close()
+        else:
+            self._file.close()
+
+    def _flush(self, *, wait: bool) -> None:
+        """The buffered rows and events as frames; ``wait``: until an object store has them too."""
         if self._rows:
             self._write_frame(KIND_METRICS, _ipc_bytes(_rows_to_table(self._rows)))
             self._rows = []
@@ -139,12 +178,12 @@ class ShardWriter:
             self._write_frame(KIND_EVENTS, json.dumps(self._events, default=str).encode())
             self._events = []
         self._last_flush = time.monotonic()
+        self._end_object(wait=wait)
 
-    def close(self) -> None:
-        """Flush and close the segment."""
-        if not self._file.closed:
-            self.flush()
-            self._file.close()
+    def _end_object(self, *, wait: bool) -> None:
+        """On object storage, the frames written since the last object become the next object."""
+        if self._objects is not None:
+            self._objects.seal(wait=wait)
 
     def __enter__(self) -> ShardWriter:
         return self
@@ -154,6 +193,9 @@ class ShardWriter:
 
     def _write_frame(self, kind: int, payload: bytes) -> None:
         header = HEADER.pack(MAGIC, kind, len(payload), zlib.crc32(payload))
+        if self._objects is not None:
+            self._objects.add(header + payload)
+            return
         self._file.write(header + payload)
         self._file.flush()
         if self._fsync:
@@ -237,34 +279,84 @@ class SegmentRead:
     frames: int = 0
 
 
+@dataclass(frozen=True)
+class SegmentRef:
+    """One segment as a listing found it: ``location`` is what :func:`read_segment` reads (a file
+    path or an object's ``s3://`` URL), ``key`` names it in the catalog's byte offsets (the resolved
+    path, or the URL), ``size`` its length in bytes when listed."""
+
+    location: str
+    key: str
+    size: int
+
+    def __str__(self) -> str:
+        return self.location
+
+
+def shard_location_name(location: str | os.PathLike[str]) -> str:
+    """A shard location as a run's source records it: the resolved directory, or the URL."""
+    if is_object_url(location):
+        return str(location).rstrip("/")
+    return str(Path(location).resolve())
+
+
 def list_segments(shard_dir: str | os.PathLike[str]) -> list[Path]:
-    """All segment files under ``shard_dir`` in a stable order (rank directory, then name)."""
+    """All segment files under a local ``shard_dir`` in a stable order (rank directory, then name);
+    :func:`find_segments` lists object storage too."""
     root = Path(shard_dir)
     if not root.is_dir():
         return []
     return sorted(p for p in root.glob(f"rank-*/*{SEGMENT_SUFFIX}") if p.is_file())
 
 
-def read_segment(path: str | os.PathLike[str], offset: int = 0) -> SegmentRead:
-    """Read every complete frame of a segment from byte ``offset`` on."""
-    with open(path, "rb") as f:
-        f.seek(offset)
-        data = f.read()
-    out = SegmentRead(path=str(path), end_offset=offset)
+def find_segments(location: str | os.PathLike[str]) -> list[SegmentRef]:
+    """Every segment under a shard location (a directory or an ``s3://`` URL), ordered by rank
+    directory, then name. A local directory that does not exist is a ``StabScopeError``; an object
+    prefix with nothing under it lists no segments."""
+    if is_object_url(location):
+        return [SegmentRef(url, url, size) for url, size in list_segment_objects(str(location), SEGMENT_SUFFIX)]
+    root = Path(location)
+    if not root.is_dir():
+        raise StabScopeError(f"shard directory {root} does not exist or is not a directory")
+    refs = []
+    for path in list_segments(root):
+        try:
+            refs.append(SegmentRef(str(path), str(path.resolve()), path.stat().st_size))
+        except FileNotFoundError:
+            continue  # removed between the listing and the stat: nothing of it to read
+    return refs
+
+
+def read_segment(path: str | os.PathLike[str] | SegmentRef, offset: int = 0) -> SegmentRead:
+    """Read every complete frame of a segment (a file path, an object URL or a :class:`SegmentRef`)
+    from byte ``offset`` on; errors name the file or object URL and the byte offset."""
+    location = path.location if isinstance(path, SegmentRef) else path
+    if is_object_url(location):
+        data = read_object_segment(str(location), offset)
+    else:
+        with open(location, "rb") as f:
+            f.seek(offset)
+            data = f.read()
+    label = str(location)
+    out = SegmentRead(path=label, end_offset=offset)
     for frame_offset, kind, payload, error in _iter_frames(data):
         at = offset + frame_offset
+        if error == "torn" and is_object_url(location):
+            # An object never grows: a frame it ends inside is damaged, not unfinished.
+            out.errors.append(FrameError(label, at, "truncated frame (the object ends inside it)"))
+            break
         if error == "torn":
             out.torn_tail = True
             out.end_offset = at
             return out
         if error is not None:
-            out.errors.append(FrameError(str(path), at, error))
+            out.errors.append(FrameError(label, at, error))
             continue
         try:
             _decode_frame(kind, payload, out)
             out.frames += 1
         except (pa.ArrowInvalid, ValueError, UnicodeDecodeError, KeyError) as exc:
-            out.errors.append(FrameError(str(path), at, f"undecodable frame of kind {kind}: {exc}"))
+            out.errors.append(FrameError(label, at, f"undecodable frame of kind {kind}: {exc}"))
     out.end_offset = offset + len(data)
     return out
 

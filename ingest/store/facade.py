@@ -26,7 +26,7 @@ from ingest.errors import StabScopeError
 from ingest.paths import default_store_path
 from ingest.run_info import RunInfo
 from ingest.run_meta import merge_meta
-from ingest.shards import list_segments
+from ingest.shards import SegmentRef, find_segments, shard_location_name
 from ingest.store.blocks import conform_long
 from ingest.store.catalog import Catalog, change_meta, fetch_one, run_info_of
 from ingest.store.commit import CommitProtocol, failpoint
@@ -241,21 +241,17 @@ class Store:
         adds nothing); streaming (at most ``stage.STAGE_ROWS`` rows are held); atomic (see ``commit``).
         A run's first generation whose records arrive in order is written in one pass (``direct_merge``).
         """
-        shard_root = Path(shard_dir)
-        if not shard_root.is_dir():
-            raise StabScopeError(f"shard directory {shard_root} does not exist or is not a directory")
-        segments = list_segments(shard_root)
+        segments = find_segments(shard_dir)
         if not segments and not self.has_run(name):
             raise StabScopeError(
-                f"no shard segments (rank-*/*.ssf) under {shard_root}: is this a shard directory? "
+                f"no shard segments (rank-*/*.ssf) under {shard_dir}: is this a shard directory? "
                 "To import a log file use `stabscope import`."
             )
-        self.ensure_run(name, f"shards:{shard_root.resolve()}")
+        self.ensure_run(name, f"shards:{shard_location_name(shard_dir)}")
         self._commit.finish_pending(name)
         with self._catalog() as con:
             offsets = {f: int(o) for f, o in con.execute(queries.GET_OFFSETS, [name]).fetchall()}
-        keyed = [(p, str(p.resolve())) for p in segments]
-        todo = [(p, key, offsets.get(key, 0)) for p, key in keyed if p.stat().st_size > offsets.get(key, 0)]
+        todo = [(s, s.key, offsets.get(s.key, 0)) for s in segments if s.size > offsets.get(s.key, 0)]
         if todo and self.run_info(name).gen == 0:
             try:
                 return self._compact_in_one_pass(name, segments, todo, progress, status)
@@ -278,8 +274,8 @@ class Store:
     def _compact_in_one_pass(
         self,
         name: str,
-        segments: list[Path],
-        todo: list[tuple[Path, str, int]],
+        segments: list[SegmentRef],
+        todo: list[tuple[SegmentRef, str, int]],
         progress: ProgressFn | None,
         status: str,
     ) -> IngestReport:

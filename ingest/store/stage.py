@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 
 from ingest.long_schema import LONG_SCHEMA, LONG_SCHEMA_DICT, PART_SCHEMA
-from ingest.shards import SegmentRead, read_segment, wide_to_long_parts
+from ingest.shards import SegmentRead, SegmentRef, read_segment, wide_to_long_parts
 from ingest.store.blocks import (
     INDEX_KEY,
     STAGE_ROW_GROUP,
@@ -174,29 +174,38 @@ class SegmentExtras:
 
 
 def segment_parts(
-    todo: Sequence[tuple[Path, str, int]], report: IngestReport, extras: SegmentExtras, progress: ProgressFn | None
+    todo: Sequence[tuple[SegmentRef, str, int]],
+    report: IngestReport,
+    extras: SegmentExtras,
+    progress: ProgressFn | None,
 ) -> Iterator[list[tuple[str, pa.Table]]]:
     """Each new segment's metric rows as ``wide_to_long_parts``; its frames, rejected records, torn
     tail, events, metadata and end offset are recorded in ``report`` and ``extras`` on the way."""
-    total = sum(p.stat().st_size - start for p, _, start in todo)
+    total = sum(segment.size - start for segment, _, start in todo)
     done = 0
     for (path, key, start), seg in zip(todo, read_ahead(todo), strict=True):
         if seg.metrics:
             yield wide_to_long_parts(pa.concat_tables(seg.metrics, promote_options="default"))
-        extras.events.extend(seg.events)
-        extras.meta.update(seg.meta)
-        report.frames += seg.frames
-        report.rejected += len(seg.errors)
-        report.rejected_examples.extend(str(e) for e in seg.errors[:5])
-        if seg.torn_tail:
-            report.torn.append(f"{path}: byte {seg.end_offset}: unfinished last frame (kept for later)")
-        extras.offsets[key] = seg.end_offset
+        record_segment(path, key, seg, report, extras)
         done += seg.end_offset - start
         if progress:
             progress(done, max(total, done))
 
 
-def read_ahead(todo: Sequence[tuple[Path, str, int]]) -> Iterator[SegmentRead]:
+def record_segment(path: object, key: str, seg: SegmentRead, report: IngestReport, extras: SegmentExtras) -> None:
+    """Record what a segment's read gave besides its rows (frames, rejected records, torn tail, events,
+    metadata, end offset under catalog ``key``): one bookkeeping for every compaction engine."""
+    extras.events.extend(seg.events)
+    extras.meta.update(seg.meta)
+    report.frames += seg.frames
+    report.rejected += len(seg.errors)
+    report.rejected_examples.extend(str(e) for e in seg.errors[:5])
+    if seg.torn_tail:
+        report.torn.append(f"{path}: byte {seg.end_offset}: unfinished last frame (kept for later)")
+    extras.offsets[key] = seg.end_offset
+
+
+def read_ahead(todo: Sequence[tuple[SegmentRef, str, int]]) -> Iterator[SegmentRead]:
     """``read_segment`` of each ``(path, key, offset)``, the next one read by a worker thread while the
     caller processes the current one (file reads and CRCs release the GIL): two segments in memory."""
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="read-ahead") as pool:
