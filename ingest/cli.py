@@ -113,7 +113,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
     watch(
         store,
         args.run,
-        Path(args.shard_dir),
+        args.shard_dir,
         interval_s=args.interval,
         once=args.once,
         on_alert=args.on_alert,
@@ -537,10 +537,10 @@ def build_parser() -> argparse.ArgumentParser:
         return p
 
     p = add("compact", cmd_compact, "fold archived per-rank shards into a run")
-    p.add_argument("shard_dir")
+    p.add_argument("shard_dir", help="the shard directory, or an s3://bucket/prefix shard location")
     p.add_argument("--run", required=True)
     p = add("watch", cmd_watch, "tail a live shard directory into a run until interrupted")
-    p.add_argument("shard_dir")
+    p.add_argument("shard_dir", help="the shard directory, or an s3://bucket/prefix shard location")
     p.add_argument("--run", required=True)
     p.add_argument("--interval", type=float, default=2.0, help="seconds between passes (default 2)")
     p.add_argument("--once", action="store_true", help="fold in what is there and exit")

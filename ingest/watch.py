@@ -1,4 +1,4 @@
-"""Tail a live shard directory into the store, surviving restarts.
+"""Tail a live shard directory (or ``s3://`` shard location) into the store, surviving restarts.
 
 Each pass is a ``Store.compact``: the byte offset of every segment is committed together with the
 data it covers, so a restarted watcher resumes exactly where the last committed pass ended (no record
@@ -11,14 +11,14 @@ a straggler rank: ``ingest.run_alerts``) are logged and passed as JSON on stdin 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import threading
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-from ingest.errors import StabScopeError
 from ingest.run_alerts import run_alerts
+from ingest.shards import find_segments
 from ingest.store import Store
 from ingest.store.run_lock import DEFAULT_WRITER_WAIT_S, WriterBusy
 from stab_core.alerts import Alert
@@ -54,7 +54,7 @@ def run_alert_command(command: str, alert: dict[str, Any], timeout_s: float = 30
 def watch(
     store: Store,
     run: str,
-    shard_dir: Path,
+    shard_dir: str | os.PathLike[str],
     *,
     interval_s: float = 2.0,
     once: bool = False,
@@ -63,12 +63,12 @@ def watch(
     stop: threading.Event | None = None,
     wait_s: float = DEFAULT_WRITER_WAIT_S,
 ) -> int:
-    """Fold new records of ``shard_dir`` into ``run`` every ``interval_s`` seconds; returns passes made.
+    """Fold new records of ``shard_dir`` (a directory or an ``s3://`` shard location) into ``run`` every
+    ``interval_s`` seconds; returns passes made.
 
     A pass that waited ``wait_s`` seconds for another writer of the run is skipped (logged in one line)
     and not counted; with ``once`` there is no later pass, so ``WriterBusy`` is raised instead."""
-    if not shard_dir.is_dir():
-        raise StabScopeError(f"shard directory {shard_dir} does not exist")
+    find_segments(shard_dir)  # a clear error now for a directory that does not exist, an unreachable bucket
     stop = stop or threading.Event()
     passes = 0
     gave_up = False
@@ -76,7 +76,7 @@ def watch(
     new_alerts(store, run, seen)  # what already held before this watcher started is not news
     try:
         while True:
-            if any(shard_dir.glob("rank-*/*.ssf")):
+            if find_segments(shard_dir):
                 try:
                     with store.writing(run, wait_s=wait_s):
                         report = store.compact(run, shard_dir, status="finished" if once else "live")

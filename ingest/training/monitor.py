@@ -118,7 +118,9 @@ class StabilityMonitor:
     :class:`~ingest.training.loss_sync.LossReducer`). A step's run-level row is written once its
     mean has arrived: within about that interval, by a later ``log``, ``flush`` or ``close``.
 
-    ``shard_dir``: the run's shard directory (``stabscope compact/watch`` reads it).
+    ``shard_dir``: the run's shard directory, or an ``s3://bucket/prefix`` shard location (one segment
+    object per flush, uploaded in the background; ``flush``/``sync``/``close`` wait for the uploads);
+    ``stabscope compact/watch`` reads either.
     ``model``: a DDP model to measure ``grad_norm_local`` and the global norm on (a comm hook is
     registered); None for single-process training or when another hook is needed.
     ``per_rank_batch_size`` / ``global_batch_size``: samples per rank / per optimizer step, the two
