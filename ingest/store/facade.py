@@ -34,7 +34,7 @@ from ingest.store.direct_merge import DirectMerger, NotAppendOnly
 from ingest.store.layout import RunLayout, run_folder, run_lock_file
 from ingest.store.read import StoreReader
 from ingest.store.run_lock import DEFAULT_WRITER_WAIT_S, LockHolder, WaitReport, held, read_holder, run_busy
-from ingest.store.stage import SegmentExtras, Stager, segment_parts
+from ingest.store.stage import PartsReader, SegmentExtras, Stager
 from ingest.store.storage_errors import write_failure
 from ingest.store.types import IngestReport, ProgressFn, SeriesData, skipped_example_texts, validate_run_name
 from stab_core.runview import RunEvent, RunView
@@ -234,13 +234,21 @@ class Store:
         *,
         progress: ProgressFn | None = None,
         status: str = "finished",
+        engine: str = "embedded",
+        master: str | None = None,
     ) -> IngestReport:
         """Fold every new frame of ``shard_dir``'s segments into run ``name``.
+
+        ``engine="spark"`` decodes and de-duplicates the frames on Spark at ``master`` (default
+        ``local[*]``; ``ingest.spark_engine``); the generation is written and committed the same way.
 
         Idempotent (byte offsets per segment are committed with the staged data, so a second pass
         adds nothing); streaming (at most ``stage.STAGE_ROWS`` rows are held); atomic (see ``commit``).
         A run's first generation whose records arrive in order is written in one pass (``direct_merge``).
         """
+        from ingest.spark_engine import parts_reader  # local: the engines sit above the store
+
+        read_parts = parts_reader(engine, master)
         segments = find_segments(shard_dir)
         if not segments and not self.has_run(name):
             raise StabScopeError(
@@ -254,13 +262,13 @@ class Store:
         todo = [(s, s.key, offsets.get(s.key, 0)) for s in segments if s.size > offsets.get(s.key, 0)]
         if todo and self.run_info(name).gen == 0:
             try:
-                return self._compact_in_one_pass(name, segments, todo, progress, status)
+                return self._compact_in_one_pass(name, segments, todo, progress, status, read_parts)
             except NotAppendOnly:
                 pass  # repeated or out-of-order records: the staged merge sorts them out
         report = IngestReport(run=name, segments=len(segments))
         stager = Stager(self._layout(name))
         extras = SegmentExtras()
-        for parts in segment_parts(todo, report, extras, progress):
+        for parts in read_parts(todo, report, extras, progress):
             stager.add_parts(parts)
         staged = stager.finish()
         report.rows = stager.rows
@@ -278,6 +286,7 @@ class Store:
         todo: list[tuple[SegmentRef, str, int]],
         progress: ProgressFn | None,
         status: str,
+        read_parts: PartsReader,
     ) -> IngestReport:
         """The first generation of a run whose records arrive in order, written in one pass without
         staging (``direct_merge``). Raises ``NotAppendOnly`` (having written nothing that counts) when
@@ -286,7 +295,7 @@ class Store:
         extras = SegmentExtras()
         merger = DirectMerger(self._layout(name), gen=1)
         try:
-            for parts in segment_parts(todo, report, extras, progress):
+            for parts in read_parts(todo, report, extras, progress):
                 merger.add(parts)
             files = merger.finish()
         except BaseException:

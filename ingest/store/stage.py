@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -171,6 +171,15 @@ class SegmentExtras:
     offsets: dict[str, int] = field(default_factory=dict)
     events: list[dict[str, Any]] = field(default_factory=list)
     meta: dict[str, Any] = field(default_factory=dict)
+
+
+SegmentTodo = Sequence[tuple[Any, str, int]]
+PartsReader = Callable[
+    [SegmentTodo, IngestReport, SegmentExtras, ProgressFn | None], Iterator[list[tuple[str, pa.Table]]]
+]
+"""How a compaction reads its new frames (``segment_parts``, or ``ingest.spark_engine``'s Spark engine):
+``(segment, catalog key, byte offset)`` of each segment with new bytes in, lists of ``(metric,
+PART_SCHEMA rows)`` out, the rest recorded in the report and extras (``record_segment``)."""
 
 
 def segment_parts(
