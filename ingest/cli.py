@@ -85,7 +85,7 @@ def _nonfinite_to_str(obj: Any) -> Any:
 def cmd_compact(args: argparse.Namespace) -> int:
     store = _store(args)
     with _progress(f"compact {args.run}") as progress:
-        report = store.compact(args.run, args.shard_dir, progress=progress)
+        report = store.compact(args.run, args.shard_dir, progress=progress, engine=args.engine, master=args.master)
     _report_ingest(args, report)
     return 0
 
@@ -539,6 +539,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("compact", cmd_compact, "fold archived per-rank shards into a run")
     p.add_argument("shard_dir", help="the shard directory, or an s3://bucket/prefix shard location")
     p.add_argument("--run", required=True)
+    p.add_argument(
+        "--engine",
+        choices=["embedded", "spark"],
+        default="embedded",
+        help="embedded: this process (default); spark: decode and de-duplicate on Spark (pip install -e '.[spark]')",
+    )
+    p.add_argument("--master", default=None, metavar="URL", help="Spark master for --engine spark (default local[*])")
     p = add("watch", cmd_watch, "tail a live shard directory into a run until interrupted")
     p.add_argument("shard_dir", help="the shard directory, or an s3://bucket/prefix shard location")
     p.add_argument("--run", required=True)
