@@ -290,6 +290,18 @@ def change_meta(con: duckdb.DuckDBPyConnection, name: str, change: Callable[[dic
     con.execute(queries.UPDATE_RUN_META, [json.dumps(meta, default=str), name])
 
 
+def delete_run_rows(con: duckdb.DuckDBPyConnection, name: str) -> None:
+    """Remove every catalog row of run ``name`` (inside the caller's transaction)."""
+    for statement in (
+        queries.DELETE_RUN,
+        queries.DELETE_RUN_OFFSETS,
+        queries.DELETE_RUN_STAGED,
+        queries.DELETE_RUN_EVENTS,
+        queries.DELETE_RUN_SPIKES,
+    ):
+        con.execute(statement, [name])
+
+
 def commit_generation(
     con: duckdb.DuckDBPyConnection, name: str, gen: int, files: GenerationFiles, base_gen: int | None = None
 ) -> None:

@@ -194,27 +194,29 @@ class CommitProtocol:
                 return
             con.execute(queries.DELETE_RUN_SPIKES, [name])
             for i, s in enumerate(spikes):
-                con.execute(
-                    queries.ADD_SPIKE,
-                    [
-                        name,
-                        i,
-                        s["metric"],
-                        s["start"],
-                        s["peak"],
-                        s["end"],
-                        _finite_or_none(s.get("ratio")),
-                        bool(s["recovered"]),
-                        s["cause"],
-                        float(s["confidence"]),
-                        json.dumps(s, default=str),
-                    ],
-                )
+                con.execute(queries.ADD_SPIKE, spike_row(name, i, s))
             if summary is not None:
                 change_meta(con, name, lambda meta: {**meta, "analysis": summary})
             con.execute(queries.SET_ANALYSIS_GEN, [gen, name])
             con.execute("COMMIT")
         self.collect_garbage(name)
+
+
+def spike_row(name: str, index: int, spike: dict[str, Any]) -> list[Any]:
+    """``queries.ADD_SPIKE``'s parameters for run ``name``'s ``index``-th spike object."""
+    return [
+        name,
+        index,
+        spike["metric"],
+        spike["start"],
+        spike["peak"],
+        spike["end"],
+        _finite_or_none(spike.get("ratio")),
+        bool(spike["recovered"]),
+        spike["cause"],
+        float(spike["confidence"]),
+        json.dumps(spike, default=str),
+    ]
 
 
 def _finite_or_none(x: Any) -> float | None:

@@ -13,9 +13,10 @@ import functools
 import json
 import os
 import shutil
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 import duckdb
 import numpy as np
@@ -23,12 +24,13 @@ import pyarrow as pa
 
 from ingest import queries
 from ingest.errors import StabScopeError
-from ingest.paths import default_store_path
+from ingest.object_store import ObjectUrl, is_object_url
+from ingest.paths import default_store_location
 from ingest.run_info import RunInfo
 from ingest.run_meta import merge_meta
 from ingest.shards import SegmentRef, find_segments, shard_location_name
 from ingest.store.blocks import conform_long
-from ingest.store.catalog import Catalog, change_meta, fetch_one, run_info_of
+from ingest.store.catalog import Catalog, change_meta, delete_run_rows, fetch_one, run_info_of
 from ingest.store.commit import CommitProtocol, failpoint
 from ingest.store.direct_merge import DirectMerger, NotAppendOnly
 from ingest.store.layout import RunLayout, run_folder, run_lock_file
@@ -38,6 +40,9 @@ from ingest.store.stage import PartsReader, SegmentExtras, Stager
 from ingest.store.storage_errors import write_failure
 from ingest.store.types import IngestReport, ProgressFn, SeriesData, skipped_example_texts, validate_run_name
 from stab_core.runview import RunEvent, RunView
+
+if TYPE_CHECKING:
+    from ingest.store.remote import RemoteRuns
 
 GenerationHook = Callable[["Store", str], None]
 """Called with the store and a run's name after each new generation of that run is published (and on
@@ -57,7 +62,7 @@ def _writes_run(
     run's writer lock (``Store.writing``, waiting up to ``Store.writer_wait_s`` for another writer)."""
 
     def locked(self: Store, name: str, /, *args: _Args.args, **kwargs: _Args.kwargs) -> _Result:
-        with self.writing(name):
+        with self.writing(name), self._publishing(name):
             try:
                 return method(self, name, *args, **kwargs)
             except (OSError, duckdb.Error) as exc:  # a full disk, a read-only store: one paragraph
@@ -71,24 +76,40 @@ def _writes_run(
     return locked
 
 
-def open_store(root: str | os.PathLike[str] | None = None, *, on_generation: GenerationHook | None = None) -> Store:
-    """The store at ``root`` (default: ``$STABSCOPE_STORE`` or the embedded default). Without
-    ``on_generation`` nothing is computed after a merge; ``ingest.run_analyses.open_analysed_store`` passes
-    the analyses."""
-    return Store(root, on_generation=on_generation)
+def open_store(
+    root: str | os.PathLike[str] | None = None,
+    *,
+    on_generation: GenerationHook | None = None,
+    cache_dir: str | os.PathLike[str] | None = None,
+) -> Store:
+    """The store at ``root``, a directory or an ``s3://bucket/prefix`` URL (default: ``$STABSCOPE_STORE``
+    or the embedded default). Without ``on_generation`` nothing is computed after a merge;
+    ``ingest.run_analyses.open_analysed_store`` passes the analyses. ``cache_dir``: see ``Store``."""
+    return Store(root, on_generation=on_generation, cache_dir=cache_dir)
 
 
 class Store:
-    """A StabScope store rooted at a directory (created on first use). ``on_generation`` runs after each
-    new generation of a run (see :data:`GenerationHook`)."""
+    """A StabScope store rooted at a directory (created on first use), or at an ``s3://bucket/prefix``
+    URL, whose local cache directory is then ``root`` (``cache_dir``, default ``remote.cache_dir_for``;
+    see ``remote``). ``on_generation`` runs after each new generation of a run (see :data:`GenerationHook`)."""
 
     def __init__(
         self,
         root: str | os.PathLike[str] | None = None,
         *,
         on_generation: GenerationHook | None = None,
+        cache_dir: str | os.PathLike[str] | None = None,
     ) -> None:
-        self.root = Path(root).expanduser() if root is not None else default_store_path()
+        location = os.fspath(root) if root is not None else default_store_location()
+        url = ObjectUrl.parse(location) if is_object_url(location) else None
+        if url is not None:
+            from ingest.store.remote import cache_dir_for
+
+            self.root = Path(cache_dir).expanduser() if cache_dir is not None else cache_dir_for(url)
+        else:
+            self.root = Path(location).expanduser()
+        self.location = str(url) if url is not None else str(self.root)
+        """What the user named: the directory, or the ``s3://`` URL (``root`` is then the local cache)."""
         self._on_generation = on_generation
         self.writer_wait_s = DEFAULT_WRITER_WAIT_S
         """Seconds a write waits for another process (or thread) writing the same run before it raises
@@ -104,6 +125,14 @@ class Store:
             engine=self._reader.engine,
             after_generation=self._materialise_analysis,
         )
+        self._writes_here: dict[str, int] = {}  # run -> writes of this process under way (nesting counted)
+        self._writes_lock = threading.Lock()
+        self._remote: RemoteRuns | None = None
+        if url is not None:
+            from ingest.store.remote import RemoteRuns
+
+            self._remote = RemoteRuns(self.location, self.root, self._catalog_db, self._writing_here)
+            self._remote.refresh(force=True)
 
     @contextlib.contextmanager
     def _catalog(self) -> Iterator[duckdb.DuckDBPyConnection]:
@@ -112,7 +141,50 @@ class Store:
             yield con
 
     def _layout(self, name: str) -> RunLayout:
-        return RunLayout(self.run_dir(name))
+        return RunLayout(self.run_dir(name), self._remote.fetch if self._remote is not None else None)
+
+    def _writing_here(self, name: str) -> bool:
+        with self._writes_lock:
+            return self._writes_here.get(name, 0) > 0
+
+    @contextlib.contextmanager
+    def _publishing(self, name: str) -> Iterator[None]:
+        """Around each write of run ``name`` (its writer lock held): on an object store, the outermost
+        write starts from the newest published state and publishes the run's state when it succeeds, or
+        drops what it left when it fails (``remote``); a local store needs nothing."""
+        remote = self._remote
+        if remote is None:
+            yield
+            return
+        with self._writes_lock:
+            depth = self._writes_here.get(name, 0)
+            self._writes_here[name] = depth + 1
+        try:
+            if depth == 0:
+                remote.begin_write(name)
+            try:
+                yield
+            except BaseException:
+                if depth == 0:
+                    with contextlib.suppress(StabScopeError, OSError, duckdb.Error):
+                        remote.abandon_write(name)
+                raise
+            if depth == 0:
+                remote.publish(name)
+        finally:
+            with self._writes_lock:
+                self._writes_here[name] -= 1
+
+    def refresh(self) -> None:
+        """On an object store: take every run's newest published state now (reads do it at most once per
+        ``remote.REFRESH_S``); a local store is always current."""
+        if self._remote is not None:
+            self._remote.refresh(force=True)
+
+    @property
+    def object_counters(self) -> dict[str, int] | None:
+        """Requests, bytes read and bytes written to object storage by this handle (None: a local store)."""
+        return self._remote.objects.counters.as_dict() if self._remote is not None else None
 
     @contextlib.contextmanager
     def writing(self, name: str, *, wait_s: float | None = None, on_wait: WaitReport | None = None) -> Iterator[None]:
@@ -153,21 +225,27 @@ class Store:
         """Every run with a committed generation, oldest first. A run's catalog row is made before its
         first data are (``ensure_run``): until its first generation is committed, or when the writer was
         killed before that, the run has nothing to show and is not listed."""
+        if self._remote is not None:
+            self._remote.refresh()
         infos = (run_info_of(r) for r in self._catalog_db.snapshot().runs)
         return [info for info in infos if info.gen > 0]
 
     def has_run(self, name: str) -> bool:
         """True when the catalog holds ``name`` (validated first)."""
         validate_run_name(name)
+        if self._remote is not None:
+            self._remote.refresh()
         return name in self._catalog_db.snapshot().by_name
 
     def run_info(self, name: str) -> RunInfo:
         """The catalog row of ``name``; a clear error when there is no such run."""
         validate_run_name(name)
+        if self._remote is not None:
+            self._remote.refresh()
         row = self._catalog_db.snapshot().by_name.get(name)
         if row is None:
             known = ", ".join(r.name for r in self.list_runs()[:10]) or "none"
-            raise StabScopeError(f"no run named {name!r} in store {self.root} (runs: {known})")
+            raise StabScopeError(f"no run named {name!r} in store {self.location} (runs: {known})")
         return run_info_of(row)
 
     def events(self, name: str) -> list[RunEvent]:
@@ -187,10 +265,19 @@ class Store:
         return {r[0]: {"n_spikes": int(r[1]), "worst_ratio": r[2], "any_diverged": bool(r[3])} for r in rows}
 
     def get_setting(self, key: str) -> str | None:
+        """A store setting (an object store's are objects, so every machine sees them)."""
         rows = self._catalog_db.read((queries.GET_SETTING, (key,)))[0]
-        return str(rows[0][0]) if rows else None
+        if rows or self._remote is None:
+            return str(rows[0][0]) if rows else None
+        value = self._remote.get_setting(key)
+        if value is not None:
+            with self._catalog() as con:
+                con.execute(queries.SET_SETTING, [key, value])
+        return value
 
     def set_setting(self, key: str, value: str) -> None:
+        if self._remote is not None:
+            self._remote.set_setting(key, value)
         with self._catalog() as con:
             con.execute(queries.SET_SETTING, [key, value])
 
@@ -368,14 +455,7 @@ class Store:
         self.run_info(name)
         with self._catalog() as con:
             con.execute("BEGIN TRANSACTION")
-            for statement in (
-                queries.DELETE_RUN,
-                queries.DELETE_RUN_OFFSETS,
-                queries.DELETE_RUN_STAGED,
-                queries.DELETE_RUN_EVENTS,
-                queries.DELETE_RUN_SPIKES,
-            ):
-                con.execute(statement, [name])
+            delete_run_rows(con, name)
             con.execute("COMMIT")
         shutil.rmtree(self.run_dir(name), ignore_errors=True)
 
@@ -404,6 +484,7 @@ class Store:
             try:
                 return read(info, self._layout(name))
             except (FileNotFoundError, duckdb.IOException):
+                self.refresh()  # on an object store, a newer manifest may have replaced the objects
                 newer = self.run_info(name)
                 if (newer.gen, newer.analysis_gen) == (info.gen, info.analysis_gen):
                     raise

@@ -16,7 +16,7 @@ A file is written under a temporary name (``<final name>.<8 hex>.tmp``) and rena
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Final
 
@@ -86,10 +86,13 @@ def same_generation(path: str | Path, kind: str) -> Path:
 
 
 class RunLayout:
-    """The files of one run: ``folder`` is ``run_folder(root, name)``."""
+    """The files of one run: ``folder`` is ``run_folder(root, name)``. ``fetch(path)``, given for a store
+    on object storage (``remote.RemoteRuns.fetch``), brings a committed file the local cache lacks and
+    says whether there was one."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, fetch: Callable[[Path], bool] | None = None) -> None:
         self.folder = folder
+        self.fetch = fetch
 
     def file(self, kind: str, gen: int) -> Path:
         """Generation ``gen``'s file of ``kind`` (the analyses of ``gen`` for ``DERIVED``)."""
@@ -98,7 +101,8 @@ class RunLayout:
     def existing(self, kind: str, gen: int) -> list[str]:
         """``[file(kind, gen)]`` when it exists, else ``[]``."""
         path = self.file(kind, gen)
-        return [str(path)] if path.exists() else []
+        found = path.exists() or (self.fetch is not None and self.fetch(path))
+        return [str(path)] if found else []
 
     def part_files(self, info: RunInfo, kind: str) -> list[str]:
         """The ``kind`` files of the current generation: its base's, then each delta part's, in order."""
