@@ -34,6 +34,14 @@ def _store(args: argparse.Namespace) -> Any:
     return store
 
 
+def _location(store: str, *, resolve: bool = False) -> str | Path:
+    """``--store``'s value: an ``s3://`` URL as it is, else a path (``~`` expanded)."""
+    if store.startswith("s3://"):
+        return store
+    path = Path(store).expanduser()
+    return path.resolve() if resolve else path
+
+
 @contextmanager
 def _progress(desc: str, unit: str = "B") -> Iterator[Callable[[int, int], None]]:
     """A tqdm bar on stderr fed by ``progress(done, total)`` callbacks (silent when not a terminal)."""
@@ -176,10 +184,10 @@ def cmd_delete(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from ingest.paths import default_store_path
+    from ingest.paths import default_store_location
     from ingest.store.check import check_store, repair_store
 
-    root = Path(args.store).expanduser() if args.store else default_store_path()
+    root = _location(args.store or default_store_location())
     if args.repair:
         from ingest.run_analyses import materialise
 
@@ -238,12 +246,12 @@ _SERVE_BOOT = (
 
 def cmd_serve(args: argparse.Namespace) -> int:
     """Replace this process with the dashboard's server (pages/server.py) on the chosen store."""
-    from ingest.paths import default_store_path
+    from ingest.paths import default_store_location
 
     root = Path(__file__).resolve().parents[1]
     if not (root / "app.py").exists() or not (root / "pages" / "server.py").exists():
         raise StabScopeError(f"cannot find the app in {root}: install StabScope from its source tree")
-    store = Path(args.store).expanduser().resolve() if args.store else default_store_path()
+    store = _location(args.store or default_store_location(), resolve=True)
     os.environ["STABSCOPE_STORE"] = str(store)
     if args.no_demo:
         os.environ["STABSCOPE_NO_DEMO"] = "1"
@@ -516,7 +524,7 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument(
         "--store",
         default=None,
-        help="store directory (default: $STABSCOPE_STORE or ~/.local/share/stabscope/store)",
+        help="store directory or s3://bucket/prefix (default: $STABSCOPE_STORE or ~/.local/share/stabscope/store)",
     )
     common.add_argument("--json", action="store_true", help="machine-readable output on stdout")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
