@@ -19,7 +19,8 @@ from typing import Any
 import numpy as np
 import streamlit as st
 
-from ingest.paths import default_store_path
+from ingest.object_store import is_object_url
+from ingest.paths import default_store_location
 from ingest.run_meta import REVISION_FIELD
 from ingest.store import LockHolder, RunInfo, SeriesData, Store
 from stab_core.runview import RunEvent
@@ -36,16 +37,18 @@ LIVE_REFRESH_S = 5.0
 
 @st.cache_resource(show_spinner=False)
 def store_at(root: str) -> Store:
-    """The store at ``root`` with the analyses hooked in: one handle per directory, shared by every
-    session (the cached reads below call it with their ``root`` key)."""
+    """The store at ``root`` (a directory or an ``s3://`` URL) with the analyses hooked in: one handle per
+    store, shared by every session (the cached reads below call it with their ``root`` key)."""
     from ingest.run_analyses import open_analysed_store
 
     return open_analysed_store(root)
 
 
 def store_root() -> str:
-    """The active store's directory (``$STABSCOPE_STORE`` or the embedded default), resolved."""
-    return str(default_store_path().expanduser().resolve())
+    """The active store (``$STABSCOPE_STORE`` or the embedded default): its directory, resolved, or its
+    ``s3://`` URL as it is (the store keeps its local cache itself)."""
+    location = default_store_location()
+    return location if is_object_url(location) else str(Path(location).expanduser().resolve())
 
 
 def get_store() -> Store:
