@@ -1,0 +1,209 @@
+"""The Spark compaction engine against the embedded one (issue #24's differential test): the same shards
+compacted by both engines, in two generations, read back identically through every read the pages use.
+
+The shards hold what real jobs leave behind: a step logged twice in one segment and the same steps again
+in a later segment (a restart that rewinds: the later write wins, and the job's ``rollback`` event is
+kept), a torn last frame completed before the second compaction, a corrupt frame in the middle of a
+segment (rejected with its byte offset), NaN and Inf values, and a per-rank metric only some ranks log,
+every fifth step. Spark runs for real, in local mode (one session for the module).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from ingest.errors import StabScopeError
+from ingest.run_analyses import open_analysed_store
+from ingest.shards import HEADER, ShardWriter, list_segments
+from ingest.spark_engine import parts_reader, rank_bounds, spark_session
+from ingest.store import Store
+from tests.test_store_incremental import assert_same_series
+
+pytest.importorskip("pyspark")
+
+RUN = "job"
+RANKS = 6
+STEPS = 3000
+"""Steps of the first generation; the second adds ``STEPS // 2`` more."""
+REWIND = 2600
+"""The restarted job resumes here, after the first had logged up to ``STEPS``."""
+SPARSE_RANKS = (1, 4)
+"""Only these ranks log ``gpu_util``, every fifth step."""
+REPO = Path(__file__).resolve().parents[1]
+MASTER = "local[2]"
+RESTART_SHIFT = 5.0
+"""The restarted job's loss is this much higher: which write won can be seen."""
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[Any]:
+    session = spark_session(MASTER)
+    yield session
+    session.stop()
+
+
+def _rank_columns(rng: np.random.Generator, rank: int, steps: np.ndarray) -> dict[str, np.ndarray]:
+    columns = {
+        "grad_norm_local": 1.0 + 0.1 * rng.standard_normal(steps.size) + 0.05 * rank,
+        "step_time_s": 0.5 + 0.01 * rng.standard_normal(steps.size),
+    }
+    columns["grad_norm_local"][steps == 1700] *= 30.0  # one rank-level spike on every rank
+    if rank in SPARSE_RANKS:
+        util = np.full(steps.size, np.nan)
+        util[steps % 5 == 0] = 80.0 + rng.standard_normal(int((steps % 5 == 0).sum()))
+        columns["gpu_util"] = util  # NaN here becomes "not logged" below
+    return columns
+
+
+def _run_columns(rng: np.random.Generator, steps: np.ndarray, shift: float = 0.0) -> dict[str, np.ndarray]:
+    loss = 3.0 * np.exp(-steps / 4000.0) + 0.02 * rng.standard_normal(steps.size) + shift
+    loss[(steps >= 1200) & (steps < 1206)] *= 4.0  # a loss spike the analyses find
+    loss[steps == 900] = np.nan
+    grad = 1.0 + 0.1 * rng.standard_normal(steps.size)
+    grad[steps == 1198] = np.inf
+    return {"loss": loss, "grad_norm": grad, "lr": np.minimum(1.0, steps / 200.0) * 3e-4}
+
+
+def _write(writer: ShardWriter, rank: int, steps: np.ndarray, rng: np.random.Generator, shift: float = 0.0) -> None:
+    """One rank's rows for ``steps`` in frames of 500 steps (``gpu_util`` only where logged)."""
+    for lo in range(0, steps.size, 500):
+        part = steps[lo : lo + 500]
+        columns = _rank_columns(rng, rank, part)
+        util = columns.pop("gpu_util", None)
+        writer.write_columns(part, columns, wall_time=1.7e9 + part * 0.5)
+        if util is not None:
+            logged = ~np.isnan(util)
+            writer.write_columns(part[logged], {"gpu_util": util[logged]}, wall_time=1.7e9 + part[logged] * 0.5)
+        if rank == 0:
+            writer.write_columns(part, _run_columns(rng, part, shift), rank=-1, wall_time=1.7e9 + part * 0.5)
+
+
+def _segments(shards: Path, rank: int) -> list[Path]:
+    return [p for p in list_segments(shards) if p.parent.name == f"rank-{rank:05d}"]
+
+
+def write_first_generation(shards: Path) -> bytes:
+    """The first job (steps 0..STEPS-1) and its restart from ``REWIND``; returns the bytes held back
+    from the torn last frame of rank 3's restart segment, which the second generation appends."""
+    rng = np.random.default_rng(7)
+    for rank in range(RANKS):
+        with ShardWriter(shards, rank) as writer:
+            if rank == 0:
+                writer.write_meta({"world_size": RANKS, "per_rank_batch_size": 4, "max_norm": 1.0})
+                writer.event(200, "warmup_end", "warmup ends")
+                writer.event(2000, "checkpoint", "ckpt-2000")
+            _write(writer, rank, np.arange(STEPS), rng)
+            again = np.arange(1000, 1010)  # the same steps again in the same segment: the later wins
+            writer.write_columns(again, {"step_time_s": np.full(again.size, 0.75)})
+    time.sleep(0.002)  # segment names carry the time: the restart's segments sort after the first job's
+    for rank in range(RANKS):
+        with ShardWriter(shards, rank) as writer:
+            if rank == 0:
+                writer.event(REWIND, "rollback", "resumed from checkpoint ckpt-2600", checkpoint_step=REWIND - 1)
+            _write(writer, rank, np.arange(REWIND, STEPS), rng, shift=RESTART_SHIFT)
+    first_job = _segments(shards, 2)[0]
+    data = bytearray(first_job.read_bytes())
+    data[HEADER.size + 40] ^= 0xFF  # a corrupt first frame: rejected, the rest of the segment read on
+    first_job.write_bytes(bytes(data))
+    restart = _segments(shards, 3)[-1]
+    with ShardWriter(shards, 3) as writer:
+        writer.write_columns(np.arange(STEPS, STEPS + 50), {"step_time_s": np.full(50, 0.5)})
+    last = _segments(shards, 3)[-1]
+    frame = last.read_bytes()
+    last.unlink()
+    with open(restart, "ab") as f:
+        f.write(frame[:40])  # a frame cut short: torn, kept for later
+    return frame[40:]
+
+
+def write_second_generation(shards: Path, held_back: bytes) -> None:
+    """Every rank logs ``STEPS // 2`` more steps; rank 3's torn frame is completed."""
+    rng = np.random.default_rng(8)
+    with open(_segments(shards, 3)[-1], "ab") as f:
+        f.write(held_back)
+    time.sleep(0.002)
+    for rank in range(RANKS):
+        with ShardWriter(shards, rank) as writer:
+            _write(writer, rank, np.arange(STEPS + 50, STEPS + STEPS // 2), rng)
+
+
+def compact(store: Store, shards: Path, engine: str) -> dict[str, Any]:
+    report = store.compact(RUN, shards, engine=engine, master=MASTER if engine == "spark" else None)
+    return {k: v for k, v in report.to_json().items() if k != "rows"}  # rows: counted before or after dedupe
+
+
+def assert_identical_runs(a: Store, b: Store) -> None:
+    """Every read the pages and the CLI make of ``RUN`` is the same in stores ``a`` and ``b``."""
+    ia, ib = a.run_info(RUN), b.run_info(RUN)
+    for field in ("gen", "first_step", "last_step", "n_steps", "n_rows", "ranks", "metrics", "rank_metrics"):
+        assert getattr(ia, field) == getattr(ib, field), field
+    assert (ia.rejected, ia.rejected_examples, ia.heat_bucket) == (ib.rejected, ib.rejected_examples, ib.heat_bucket)
+    assert {k: v for k, v in ia.meta.items()} == {k: v for k, v in ib.meta.items()}
+    ea, eb = a.read_long(RUN), b.read_long(RUN)
+    assert ea.schema == eb.schema and ea.num_rows == eb.num_rows
+    for column in eb.column_names:  # NaN equals NaN here
+        np.testing.assert_array_equal(ea.column(column).to_numpy(False), eb.column(column).to_numpy(False), column)
+    assert a.spikes(RUN) == b.spikes(RUN) and a.spikes(RUN)
+    assert a.events(RUN) == b.events(RUN)
+    windows = [{}, {"buckets": 64}, {"start": 2500, "end": 2700}, {"start": 1000, "end": 4000, "buckets": 37}]
+    for metric in ib.metrics:
+        for kw in windows:
+            assert_same_series(a.read_series(RUN, metric, **kw), b.read_series(RUN, metric, **kw), f"{metric} {kw}")
+    for metric in ib.rank_metrics:
+        for rank in (0, 1, 3):
+            kw = {"rank": rank, "buckets": 50}
+            assert_same_series(a.read_series(RUN, metric, **kw), b.read_series(RUN, metric, **kw), f"{metric} {kw}")
+        for kw in ({"buckets": 100}, {"buckets": 7, "start": 2500, "end": 2800}):
+            for x, y in zip(
+                a.read_rank_heatmap(RUN, metric, **kw), b.read_rank_heatmap(RUN, metric, **kw), strict=True
+            ):
+                np.testing.assert_array_equal(x, y, f"heatmap {metric} {kw}")
+
+
+def test_spark_engine_compacts_like_the_embedded_one(spark: Any, tmp_path: Path) -> None:
+    shards = tmp_path / "shards"
+    held_back = write_first_generation(shards)
+    embedded, sparked = open_analysed_store(tmp_path / "embedded"), open_analysed_store(tmp_path / "spark")
+    first = compact(embedded, shards, "embedded")
+    assert compact(sparked, shards, "spark") == first
+    assert first["rejected"] == 1 and "CRC" in first["rejected_examples"][0] and len(first["torn"]) == 1
+    assert_identical_runs(embedded, sparked)
+    rows = embedded.read_long(RUN).to_pandas()
+    loss = rows[rows.metric == "loss"].set_index("step").value
+    assert loss[2599] < 3.0 < RESTART_SHIFT < loss[2600] and loss[STEPS - 1] > RESTART_SHIFT  # the restart won
+    step_time = rows[(rows.metric == "step_time_s") & (rows.step == 1005)]
+    assert len(step_time) == RANKS and (step_time.value == 0.75).all()  # logged twice: the later write
+    assert not rows.duplicated(["rank", "step", "metric"]).any()
+    assert "rollback" in [e.kind for e in embedded.events(RUN)]
+
+    write_second_generation(shards, held_back)
+    second = compact(embedded, shards, "embedded")
+    assert compact(sparked, shards, "spark") == second
+    assert second["torn"] == [] and second["rejected"] == 0 and embedded.run_info(RUN).gen == 2
+    assert_identical_runs(embedded, sparked)
+    for fmt in ("csv", "parquet"):  # every exported row, byte for byte
+        a, b = tmp_path / f"a.{fmt}", tmp_path / f"b.{fmt}"
+        assert embedded.export(RUN, fmt, a) == sparked.export(RUN, fmt, b) == embedded.run_info(RUN).n_rows
+        assert a.read_bytes() == b.read_bytes()
+    # Nothing new: both engines add nothing, start no Spark job and keep the generation.
+    assert compact(sparked, shards, "spark")["gen"] == 2
+
+
+def test_rank_bounds_cut_ranks_into_ranges_of_about_the_target_bytes() -> None:
+    assert rank_bounds([0, 1, 2, 3], [10, 10, 10, 10], 20) == [2]
+    assert rank_bounds([0, 0, 1, 2, None], [15, 15, 10, 10, 99], 20) == [1]  # unnamed: no weight
+    assert rank_bounds([0, 1, 2, 3], [30, 5, 30, 5], 20) == [1, 3]
+    assert rank_bounds([5], [100], 1) == []
+
+
+def test_an_unknown_engine_or_a_master_without_spark_is_one_clear_error() -> None:
+    with pytest.raises(StabScopeError, match="unknown compaction engine"):
+        parts_reader("duckdb")
+    with pytest.raises(StabScopeError, match="--engine spark"):
+        parts_reader("embedded", "local[2]")
