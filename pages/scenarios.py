@@ -3,6 +3,8 @@
 What happened (the before run's loss with its detected spikes), what the decision tree concluded
 (causes, confidence and path as stored by the analyses, never the simulator's labels), what was done,
 what it cost (``priced_spikes``: the run's own step time, GPUs and price), and before vs after.
+Below them, the thesis measured (``thesis_section``): the newest ``stabscope experiment`` results
+(this store's, else the committed reference run) beside the article's claims.
 """
 
 from __future__ import annotations
@@ -15,12 +17,24 @@ from typing import Any
 import pandas as pd  # type: ignore[import-untyped]
 import streamlit as st
 
+from ingest.errors import StabScopeError
 from ingest.store import RunInfo
+from ingest.training import experiment_results
+from pages import experiment_view as xv
 from pages.charts import Panel, compare_figure, panels_figure
 from pages.compare_lines import Line
+from pages.page_errors import show_error
 from pages.run_costs import money, priced_spikes, run_cost_inputs
-from pages.store_access import auto_buckets, get_store, list_runs, read_events, read_series, read_spikes
-from pages.widgets import MISSING, nav_link
+from pages.store_access import (
+    auto_buckets,
+    get_store,
+    list_runs,
+    read_events,
+    read_series,
+    read_spikes,
+    store_root,
+)
+from pages.widgets import MISSING, go_to, nav_link
 from stab_core.simulate import scenarios
 
 
@@ -59,10 +73,87 @@ def seed_scenarios() -> None:
     bar.empty()
 
 
+THESIS_ANCHOR = "thesis"
+VERDICT_ICONS = {
+    xv.AGREES: ":material/check_circle:",
+    xv.DISAGREES: ":material/cancel:",
+    xv.NO_DIFFERENCE: ":material/remove_circle_outline:",
+    xv.UNCHECKED: ":material/help:",
+}
+
+
+def thesis_section(stored: set[str]) -> None:
+    """The thesis, measured: the newest experiment's results beside the article's claims (``stored``:
+    the store's run names, for the links to the arms' runs)."""
+    st.header("The thesis, measured: clipping vs warmup restarts", anchor=THESIS_ANCHOR)
+    try:
+        results = experiment_results.load_latest_results(store_root(), experiment_results.DOCS_RESULTS)
+    except StabScopeError as exc:  # a damaged results file: said once, the walkthroughs above stay
+        show_error(exc)
+        return
+    if results is None:
+        st.markdown(f"No experiment results yet: run `{xv.REPRODUCE}` to measure clipping against warmup restarts.")
+        return
+    docs = experiment_results.DOCS_RESULTS
+    st.markdown(
+        "Does clipping only cap a spike once it starts, while a warmup restart at the transition keeps it from "
+        "happening? Small real training runs with each remedy, on the same seeds, answer with numbers."
+    )
+    st.caption(xv.source_text(results, docs))
+    st.subheader("The article's claims against the measurement")
+    for claim, said in xv.claim_sentences(results):
+        st.markdown(f"**The article: “{claim.text}.”**")
+        for verdict, sentence in said:
+            st.markdown(f"{VERDICT_ICONS[verdict]} {sentence}")
+        if not said:
+            st.markdown(f"{VERDICT_ICONS[xv.UNCHECKED]} Not measured by this experiment.")
+    left, right = st.columns(2)
+    left.plotly_chart(xv.rate_figure(results, "spike_rate"), key="th_spike_rate")
+    right.plotly_chart(xv.rate_figure(results, "success_rate"), key="th_success_rate")
+    st.caption("Bars: the share of seeds; whiskers: its bootstrap 95% interval.")
+
+    mechanisms: list[str] = xv.mechanisms_of(results)
+    picked_mechanism = st.radio("Mechanism", mechanisms, format_func=xv.mechanism_name, key="th_mech", horizontal=True)
+    mechanism = str(picked_mechanism or mechanisms[0])
+    arms = xv.arms_of(results, mechanism)
+    st.dataframe(xv.arm_table(results, mechanism, stored), hide_index=True, key="th_arms", placeholder=MISSING)
+    st.caption(f"Each figure: the mean over seeds [its bootstrap 95% interval]. {xv.arms_legend(arms)}.")
+    differences = xv.difference_table(results, mechanism)
+    if len(differences):
+        st.markdown("**Differences between arms** (paired by seed: same data order in both arms)")
+        st.dataframe(differences, hide_index=True, key="th_diffs", placeholder=MISSING)
+        st.caption(
+            f"Arm minus baseline, mean over seed pairs [95% interval];{xv.SIGNIFICANT}: the interval excludes 0 "
+            f"(a significant difference); (n=1): a single seed pair, no interval. Rates differ in percentage points."
+        )
+    lines = xv.snr_lines(results, mechanism)
+    if lines:
+        st.plotly_chart(xv.snr_figure(lines), key="th_snr")
+        st.caption("Gradient SNR before the transition: each arm's mean over seeds, the band their min–max.")
+
+    in_store = {arm: [n for n in xv.arm_runs(results, mechanism, arm) if n in stored] for arm in arms}
+    if any(in_store.values()):
+        default = [a for a in ("none", "clip", "restart") if in_store.get(a)]
+        picked = st.multiselect(
+            "Arms to open on the Compare page", [a for a in arms if in_store[a]], default=default, key="th_pick"
+        )
+        if st.button(
+            "Open their runs on Compare", key="th_open", icon=":material/compare_arrows:", disabled=not picked
+        ):
+            st.session_state["compare_runs"] = [n for arm in picked for n in in_store[arm]]  # grouped into seed bands
+            go_to("pages/compare.py")
+    else:
+        st.caption(
+            "The runs behind these figures are not in this store; "
+            f"`{xv.REPRODUCE}` writes its runs into the store it measures."
+        )
+
+
 st.title("Scenarios")
 st.caption(
     "Three loss spikes on simulated runs at scale, each diagnosed by the same analyses that read your runs: "
-    "what happened, what the decision tree concluded, what was done, and what it cost."
+    "what happened, what the decision tree concluded, what was done, and what it cost. Below them: "
+    f"[the thesis, measured]({'#' + THESIS_ANCHOR}) — clipping against warmup restarts on real training runs."
 )
 catalog = {r.name: r for r in list_runs()}
 all_scenarios = scenarios()  # their text, fork step and run names (cheap); the runs are in the store
@@ -76,6 +167,7 @@ if missing:
     if st.button("Add the scenario runs", key="sc_seed", icon=":material/add:"):
         seed_scenarios()
         st.rerun()
+    thesis_section(set(catalog))
     st.stop()
 
 by_key = {sc.key: sc for sc in all_scenarios}
@@ -159,3 +251,5 @@ fig.add_vline(
 )
 st.plotly_chart(fig, key="sc_compare_chart")
 st.caption(f"Both runs share every random draw up to step {sc.fork_step:,}; they differ only by the remedy.")
+
+thesis_section(set(catalog))

@@ -1,0 +1,384 @@
+"""The thesis experiment's results as the Scenarios page shows them: the measured table per arm, the
+differences between arms, the article's claims set against the measurement in one sentence each, and
+the figures (spike incidence and success per arm with their intervals, the SNR before the transition).
+
+Plain functions of an :class:`~ingest.training.experiment_results.ExperimentResults`: no Streamlit,
+no store. Every number comes from the results as ``stabscope experiment`` computed them (means,
+bootstrap intervals, the claim checks' ``agrees``); nothing here recomputes a statistic.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd  # type: ignore[import-untyped]
+import plotly.graph_objects as go
+
+from ingest.training.experiment_results import (
+    ARMS,
+    DOCS_RESULTS,
+    MECHANISMS,
+    ArmDifference,
+    Claim,
+    ClaimCheck,
+    ExperimentResults,
+)
+from pages.charts import PALETTE, base_layout, compare_figure
+from pages.compare_lines import Line, group_lines
+from pages.widgets import MISSING
+from stab_core.bootstrap import Interval
+
+AGREES = "agrees"
+DISAGREES = "does not agree"
+NO_DIFFERENCE = "no significant difference"
+UNCHECKED = "cannot be checked"
+"""The four verdicts a claim can get for one mechanism."""
+
+REPRODUCE = "stabscope experiment"
+"""The command that produces the results (its options are in the results' ``command``)."""
+
+FIGURE_COLUMNS: dict[str, str] = {
+    "spike_rate": "spike incidence",
+    "peak_ratio": "peak ratio (x)",
+    "steps_to_recover": "steps to recover",
+    "divergence_rate": "divergence rate",
+    "success_rate": "success rate",
+    "final_val_loss": "final val loss (nats/byte)",
+    "wall_time_s": "wall time (s)",
+}
+"""The table's figures in column order, with their headings (units in brackets)."""
+RATES = frozenset({"spike_rate", "divergence_rate", "success_rate"})
+"""Figures that are shares of runs (shown as percentages; their differences in percentage points)."""
+_DECIMALS = {"peak_ratio": 2, "steps_to_recover": 0, "final_val_loss": 3, "wall_time_s": 0}
+
+
+# ------------------------------------------------------------------------------------------ numbers
+
+
+def _fixed(value: float, decimals: int, sign: str = "") -> str:
+    """``value`` to ``decimals`` places with thousands separators; a value that rounds to 0 is "0", never "-0"."""
+    rounded = round(value, decimals) + 0.0  # + 0.0 turns -0.0 into 0.0
+    return f"{rounded:{sign},.{decimals}f}"
+
+
+def value_text(figure: str, value: float) -> str:
+    """One value of ``figure`` as the page prints it: a percentage for a rate, else its own unit."""
+    if not math.isfinite(value):
+        return MISSING
+    if figure in RATES:
+        return f"{_fixed(100 * value, 0)}%"
+    return _fixed(value, _DECIMALS.get(figure, 2))
+
+
+def interval_text(figure: str, interval: Interval) -> str:
+    """``estimate [low, high]`` (MISSING when there was no data)."""
+    if interval.empty:
+        return MISSING
+    low, high = value_text(figure, interval.low), value_text(figure, interval.high)
+    return f"{value_text(figure, interval.estimate)} [{low}, {high}]"
+
+
+def difference_text(figure: str, interval: Interval) -> str:
+    """A difference between arms with its interval, signed: percentage points for a rate, else the
+    figure's unit."""
+    if interval.empty:
+        return MISSING
+    scale, decimals, unit = (100.0, 0, " pts") if figure in RATES else (1.0, _DECIMALS.get(figure, 2), "")
+    estimate, low, high = (_fixed(scale * v, decimals, "+") for v in (interval.estimate, interval.low, interval.high))
+    return f"{estimate}{unit} [{low}, {high}]"
+
+
+def change_text(value: float) -> str:
+    """A relative change as a signed percentage (-0.9 -> '-90%')."""
+    return f"{_fixed(100 * value, 0, '+')}%" if math.isfinite(value) else MISSING
+
+
+# ------------------------------------------------------------------------------------------- tables
+
+
+def mechanisms_of(results: ExperimentResults) -> list[str]:
+    """The mechanisms the results measured, in the order of ``MECHANISMS``."""
+    measured = {a.mechanism for a in results.arms}
+    return [m for m in MECHANISMS if m in measured] + sorted(measured - set(MECHANISMS))
+
+
+def arms_of(results: ExperimentResults, mechanism: str) -> list[str]:
+    """The mechanism's arms in the order of ``ARMS``."""
+    measured = {a.arm for a in results.arms if a.mechanism == mechanism}
+    return [a for a in ARMS if a in measured] + sorted(measured - set(ARMS))
+
+
+def arms_legend(arms: Sequence[str]) -> str:
+    """What each arm does, in one line: ``none: no remedy; clip: global clipping at 1.0; ...``."""
+    return "; ".join(f"**{arm}**: {ARMS.get(arm, arm)}" for arm in arms)
+
+
+def mechanism_name(mechanism: str) -> str:
+    """``A (LR jump at a schedule switch)``: the key with the description's head."""
+    return f"{mechanism} ({MECHANISMS[mechanism].split(' (')[0]})" if mechanism in MECHANISMS else mechanism
+
+
+def arm_runs(results: ExperimentResults, mechanism: str, arm: str) -> list[str]:
+    """The store names of the arm's runs, by seed."""
+    chosen = [r for r in results.runs if r.mechanism == mechanism and r.arm == arm]
+    return [r.run for r in sorted(chosen, key=lambda r: r.seed)]
+
+
+def arm_table(
+    results: ExperimentResults, mechanism: str, stored: set[str] | frozenset[str] = frozenset()
+) -> pd.DataFrame:
+    """One row per arm: seeds, each figure as ``estimate [95% interval]``, and how many of its runs
+    are in this store (``stored``: the store's run names)."""
+    rows = []
+    for arm in arms_of(results, mechanism):
+        summary = results.arm(mechanism, arm)
+        assert summary is not None  # arms_of lists only measured arms
+        row: dict[str, object] = {"arm": arm, "seeds": summary.seeds}
+        for figure, column in FIGURE_COLUMNS.items():
+            interval = summary.figures.get(figure)
+            row[column] = MISSING if interval is None else interval_text(figure, interval)
+        runs = arm_runs(results, mechanism, arm)
+        row["runs in this store"] = f"{sum(r in stored for r in runs)} of {len(runs)}"
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+SIGNIFICANT = " *"
+"""Marks a difference whose 95% interval excludes 0 (over at least ``MIN_PAIRS`` seed pairs)."""
+MIN_PAIRS = 2
+"""Seed pairs a difference needs to be marked: one pair's "interval" is a single value, not a range."""
+
+
+def difference_cell(figure: str, interval: Interval) -> str:
+    """A difference table's cell: ``difference_text``, ``SIGNIFICANT`` when its interval excludes 0,
+    the number of seed pairs when fewer than ``MIN_PAIRS``."""
+    if interval.empty:
+        return MISSING
+    if interval.n < MIN_PAIRS:
+        return f"{difference_text(figure, interval)} (n={interval.n})"
+    return difference_text(figure, interval) + (SIGNIFICANT if interval.excludes_zero else "")
+
+
+def difference_table(results: ExperimentResults, mechanism: str) -> pd.DataFrame:
+    """One row per comparison (arm minus baseline, paired by seed), one column per figure: the mean
+    difference [its 95% interval], marked ``SIGNIFICANT`` when the interval excludes 0."""
+    order = {a: i for i, a in enumerate(ARMS)}
+    chosen = [d for d in results.differences if d.mechanism == mechanism]
+    pairs = sorted({(d.baseline, d.arm) for d in chosen}, key=lambda p: (order.get(p[0], 99), order.get(p[1], 99)))
+    figures = [f for f in FIGURE_COLUMNS if any(d.figure == f for d in chosen)]
+    rows = []
+    for baseline, arm in pairs:
+        row: dict[str, object] = {"comparison": f"{arm} − {baseline}"}
+        for figure in figures:
+            found = results.difference(mechanism, arm, baseline, figure)
+            row[FIGURE_COLUMNS[figure]] = MISSING if found is None else difference_cell(figure, found.difference)
+        rows.append(row)
+    return pd.DataFrame(rows, columns=["comparison", *(FIGURE_COLUMNS[f] for f in figures)])
+
+
+# ----------------------------------------------------------------------------------- claim verdicts
+
+
+def claim_verdict(claim: Claim, check: ClaimCheck, difference: ArmDifference | None = None) -> str:
+    """What the measurement says of the claim for one mechanism.
+
+    ``UNCHECKED`` when the experiment could not check it (``agrees`` is None, or the change has no
+    data); ``NO_DIFFERENCE`` when the arms' difference is not significant (the change's interval, or
+    for a ``levels`` claim the paired difference's when given, includes 0), whatever ``agrees`` says:
+    an interval wide enough to hold both 0 and the claim confirms neither; else ``AGREES`` or
+    ``DISAGREES`` as the experiment's ``agrees`` says.
+    """
+    spread = claim_spread(check, difference)
+    if check.agrees is None or spread.empty:
+        return UNCHECKED
+    if not spread.excludes_zero:
+        return NO_DIFFERENCE
+    return AGREES if check.agrees else DISAGREES
+
+
+def claim_spread(check: ClaimCheck, difference: ArmDifference | None) -> Interval:
+    """The interval that says whether the arms differ: the paired difference when given, else the
+    relative change."""
+    if difference is not None and not difference.difference.empty:
+        return difference.difference
+    return check.measured_change
+
+
+def claimed_change(claim: Claim) -> float | None:
+    """The relative change the claim states (for ``levels``: arm over baseline, minus 1)."""
+    if claim.kind == "levels":
+        if claim.claimed_baseline and claim.claimed_arm is not None:
+            return claim.claimed_arm / claim.claimed_baseline - 1.0
+        return None
+    return claim.claimed_change
+
+
+def _direction(claim: Claim, check: ClaimCheck) -> str:
+    """For a significant change outside the claim: whether it went the claimed way, less or more."""
+    claimed, measured = claimed_change(claim), check.measured_change.estimate
+    if claimed is None or not math.isfinite(measured):
+        return ""
+    if claimed * measured < 0:
+        return ", the other way"
+    return ", a smaller change than claimed" if abs(measured) < abs(claimed) else ", a larger change than claimed"
+
+
+def claim_sentence(
+    claim: Claim, check: ClaimCheck, sample: str, difference: ArmDifference | None = None
+) -> tuple[str, str]:
+    """(verdict, one plain sentence) for one claim and one mechanism, from the measured numbers only.
+
+    ``sample``: the sample size and where it was measured (``sample_text``), said at the end.
+    """
+    verdict = claim_verdict(claim, check, difference)
+    figure, base, arm = claim.figure, check.measured_baseline, check.measured_arm
+    label = FIGURE_COLUMNS.get(figure, figure)
+    levels = (
+        f"{label} {value_text(figure, base.estimate)} with {claim.baseline} → "
+        f"{value_text(figure, arm.estimate)} with {claim.arm}"
+    )
+    head = f"Mechanism {mechanism_name(check.mechanism)}"
+    if verdict == UNCHECKED:
+        why = "nothing to compare"
+        if claim.kind == "relative_change" and base.estimate == 0:
+            why = f"no {label} in the {claim.baseline} arm, so nothing to reduce"
+        return verdict, f"{head}: cannot be checked — {why} ({levels}; {sample})."
+    if claim.kind == "relative_change":
+        change = check.measured_change
+        claimed = f"the claimed {change_text(claim.claimed_change or math.nan)}"
+        measured = (
+            f"{levels}, {change_text(change.estimate)} [95% CI {change_text(change.low)}, {change_text(change.high)}]"
+        )
+    else:
+        claimed = (
+            f"the claimed {value_text(figure, claim.claimed_baseline or math.nan)} → "
+            f"{value_text(figure, claim.claimed_arm or math.nan)}"
+        )
+        spread = claim_spread(check, difference)
+        shown = difference_text(figure, spread) if difference is not None else change_text(spread.estimate)
+        measured = f"{levels}, a difference of {shown}"
+    if verdict == NO_DIFFERENCE:
+        why = "neither confirmed nor ruled out" if check.agrees else "not what was measured either"
+        tail = f"no significant difference ({measured}: the interval includes 0), so {claimed} is {why}"
+    elif verdict == AGREES:
+        tail = f"agrees: {measured}, which holds {claimed}"
+    else:
+        tail = f"does not agree: {measured}, not {claimed}{_direction(claim, check)}"
+    return verdict, f"{head}: {tail}; {sample}."
+
+
+def claim_sentences(results: ExperimentResults) -> list[tuple[Claim, list[tuple[str, str]]]]:
+    """Each claim of the results with its (verdict, sentence) per mechanism that checked it."""
+    order = mechanisms_of(results)
+    out = []
+    for claim in results.claims:
+        checks = [c for c in results.claim_checks if c.claim == claim.key]
+        checks.sort(key=lambda c: order.index(c.mechanism) if c.mechanism in order else len(order))
+        said = []
+        for check in checks:
+            difference = results.difference(check.mechanism, claim.arm, claim.baseline, claim.figure)
+            n = min(check.measured_baseline.n, check.measured_arm.n)
+            said.append(claim_sentence(claim, check, sample_text(results, n), difference))
+        out.append((claim, said))
+    return out
+
+
+# ------------------------------------------------------------------------------------------- source
+
+
+def model_text(config: dict[str, object]) -> str:
+    """The trained model's size from the experiment's config, as far as it says."""
+    parts = []
+    for keys, unit in ((("n_layer", "layers"), "layers"), (("d_model", "width"), "wide")):
+        value = next((config[k] for k in keys if isinstance(config.get(k), int)), None)
+        if value is not None:
+            parts.append(f"{value} {unit}")
+    steps = config.get("steps")
+    text = f"byte-level GPT ({', '.join(parts)})" if parts else "small byte-level GPT"
+    return text + (f", {steps:,} steps" if isinstance(steps, int) else "")
+
+
+def sample_text(results: ExperimentResults, seeds: int) -> str:
+    """``8 seeds per arm, byte-level GPT (4 layers, 128 wide), 600 steps, 2 CPU cores``."""
+    m = results.machine
+    return f"{seeds} seeds per arm, {model_text(results.config)}, {m.cpus} {m.device.upper()} cores"
+
+
+def is_reference(results: ExperimentResults, docs_copy: Path = DOCS_RESULTS) -> bool:
+    """Whether the results are the committed reference run (not this store's own experiment)."""
+    return bool(results.source) and Path(results.source).resolve() == Path(docs_copy).resolve()
+
+
+def source_text(results: ExperimentResults, docs_copy: Path = DOCS_RESULTS) -> str:
+    """Where the figures come from, what they were measured on and how to reproduce them (markdown)."""
+    m = results.machine
+    origin = (
+        "the committed reference run (`docs/experiments/results.json`; this store has no experiment of its own)"
+        if is_reference(results, docs_copy)
+        else f"this store's experiment `{results.experiment_id}`"
+    )
+    load = f", load {m.load_average_1m:.1f}" if math.isfinite(m.load_average_1m) else ""
+    text = (
+        f"Measured on {results.created_utc[:10]}: {origin}; a {model_text(results.config)} trained on "
+        f"{m.cpus} {m.device.upper()} cores{load} (torch {m.torch_version}). Reproduce with "
+        f"`{results.command or REPRODUCE}`. Each interval is a bootstrap 95% interval over seeds."
+    )
+    if not results.complete:
+        text += " **A partial run:** " + " ".join(results.notes)
+    return text
+
+
+# ------------------------------------------------------------------------------------------ figures
+
+
+def rate_figure(results: ExperimentResults, figure: str) -> go.Figure:
+    """``figure`` (a rate) per arm, one bar per mechanism, with the 95% interval as whiskers."""
+    fig = go.Figure()
+    arms = [a for a in ARMS if any(s.arm == a for s in results.arms)]
+    for i, mechanism in enumerate(mechanisms_of(results)):
+        points = [(arm, s.figures.get(figure)) for arm in arms if (s := results.arm(mechanism, arm)) is not None]
+        shown = [(arm, iv) for arm, iv in points if iv is not None and not iv.empty]
+        fig.add_trace(
+            go.Bar(
+                x=[arm for arm, _ in shown],
+                y=[iv.estimate for _, iv in shown],
+                error_y={
+                    "type": "data",
+                    "array": [iv.high - iv.estimate for _, iv in shown],
+                    "arrayminus": [iv.estimate - iv.low for _, iv in shown],
+                },
+                name=f"{mechanism}: {MECHANISMS.get(mechanism, mechanism).split(' (')[0]}",
+                marker_color=PALETTE[i % len(PALETTE)],
+                customdata=[[iv.low, iv.high, iv.n] for _, iv in shown],
+                hovertemplate="%{y:.0%} [%{customdata[0]:.0%}, %{customdata[1]:.0%}], %{customdata[2]} seeds",
+            )
+        )
+    layout = base_layout(380, "arm")
+    layout["hovermode"] = "closest"
+    fig.update_layout(**layout, barmode="group")
+    fig.update_yaxes(title_text=f"{FIGURE_COLUMNS.get(figure, figure)} (share of runs)", range=[0, 1.05],
+                     tickformat=".0%")  # fmt: skip
+    return fig
+
+
+def snr_lines(results: ExperimentResults, mechanism: str) -> list[Line]:
+    """Each arm's gradient SNR before the transition as the mean of its seeds with a min/max band,
+    x in steps relative to the transition (negative: before it)."""
+    runs, groups = [], {}
+    for arm in arms_of(results, mechanism):
+        for r in (r for r in results.runs if r.mechanism == mechanism and r.arm == arm and r.snr_steps):
+            y = np.array([math.nan if v is None else v for v in r.snr_values], dtype=np.float64)
+            x = np.asarray(r.snr_steps, dtype=np.float64) - r.transition_step
+            runs.append(Line(r.run, x, y))
+            groups[r.run] = arm
+    return group_lines(runs, groups, "minmax")
+
+
+def snr_figure(lines: Sequence[Line]) -> go.Figure:
+    """The arms' SNR traces on one log axis, the transition at 0."""
+    fig = compare_figure(lines, "steps relative to the transition", "gradient SNR", log_y=True)
+    fig.add_vline(x=0, line={"dash": "dot", "color": "#868e96"}, annotation_text="transition")
+    return fig
