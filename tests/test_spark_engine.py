@@ -10,6 +10,10 @@ every fifth step. Spark runs for real, in local mode (one session for the module
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -149,7 +153,7 @@ def assert_identical_runs(a: Store, b: Store) -> None:
     assert ea.schema == eb.schema and ea.num_rows == eb.num_rows
     for column in eb.column_names:  # NaN equals NaN here
         np.testing.assert_array_equal(ea.column(column).to_numpy(False), eb.column(column).to_numpy(False), column)
-    assert a.spikes(RUN) == b.spikes(RUN) and a.spikes(RUN)
+    assert a.spikes(RUN) == b.spikes(RUN)
     assert a.events(RUN) == b.events(RUN)
     windows = [{}, {"buckets": 64}, {"start": 2500, "end": 2700}, {"start": 1000, "end": 4000, "buckets": 37}]
     for metric in ib.metrics:
@@ -174,6 +178,7 @@ def test_spark_engine_compacts_like_the_embedded_one(spark: Any, tmp_path: Path)
     assert compact(sparked, shards, "spark") == first
     assert first["rejected"] == 1 and "CRC" in first["rejected_examples"][0] and len(first["torn"]) == 1
     assert_identical_runs(embedded, sparked)
+    assert embedded.spikes(RUN)  # the loss spike (and the restart's jump) were found, and found alike
     rows = embedded.read_long(RUN).to_pandas()
     loss = rows[rows.metric == "loss"].set_index("step").value
     assert loss[2599] < 3.0 < RESTART_SHIFT < loss[2600] and loss[STEPS - 1] > RESTART_SHIFT  # the restart won
@@ -207,3 +212,50 @@ def test_an_unknown_engine_or_a_master_without_spark_is_one_clear_error() -> Non
         parts_reader("duckdb")
     with pytest.raises(StabScopeError, match="--engine spark"):
         parts_reader("embedded", "local[2]")
+
+
+def stabscope(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """The ``stabscope`` command line in a fresh process."""
+    return subprocess.run(
+        [sys.executable, "-m", "ingest", *args], capture_output=True, text=True, env=env, cwd=REPO, timeout=300
+    )
+
+
+def small_shards(shards: Path) -> int:
+    """Two ranks' shards; returns their record count."""
+    rng = np.random.default_rng(3)
+    for rank in range(2):
+        with ShardWriter(shards, rank) as writer:
+            _write(writer, rank, np.arange(600), rng)
+    return 2 * 600 * 2 + 600 // 5 + 600 * 3  # rank 1 logs gpu_util every fifth step
+
+
+def test_cli_compacts_with_the_spark_engine_end_to_end(tmp_path: Path) -> None:
+    records = small_shards(tmp_path / "shards")
+    done = stabscope(
+        "compact", str(tmp_path / "shards"), "--run", RUN, "--engine", "spark", "--master", "local[1]",
+        "--store", str(tmp_path / "spark"), "--json",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["rows"] == records
+    embedded = open_analysed_store(tmp_path / "embedded")
+    embedded.compact(RUN, tmp_path / "shards")
+    assert_identical_runs(embedded, open_analysed_store(tmp_path / "spark"))
+
+
+def test_without_pyspark_or_java_the_spark_engine_is_one_clear_paragraph(tmp_path: Path) -> None:
+    small_shards(tmp_path / "shards")
+    command = ("compact", str(tmp_path / "shards"), "--run", RUN, "--engine", "spark", "--store", str(tmp_path / "s"))
+    hidden = tmp_path / "no-pyspark" / "pyspark"
+    hidden.mkdir(parents=True)
+    (hidden / "__init__.py").write_text("raise ImportError(\"No module named 'pyspark' (hidden by the test)\")\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(hidden.parent), str(REPO)])}
+    done = stabscope(*command, env=env)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "pip install -e '.[spark]'" in done.stderr and "--engine embedded" in done.stderr
+    no_java = {k: v for k, v in os.environ.items() if k != "JAVA_HOME"}
+    no_java["PATH"] = str(Path(sys.executable).parent)
+    assert not (Path(sys.executable).parent / "java").exists()
+    done = stabscope(*command, env=no_java)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "needs Java 17" in done.stderr and "--engine embedded" in done.stderr
