@@ -12,6 +12,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 import uuid
@@ -59,10 +60,13 @@ def free_port() -> int:
 def start_server() -> S3Server:
     """Start moto's server on a free port and wait until it answers (a clear failure if it does not)."""
     port = free_port()
+    # The server logs every request on stderr: a pipe nobody reads fills up after a few hundred
+    # requests and then blocks the server (every later request times out), so it goes to a file.
+    log = tempfile.TemporaryFile()  # noqa: SIM115 - the server writes to it for its whole life
     process = subprocess.Popen(
         [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
+        stderr=log,
     )
     endpoint = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + SERVER_START_S
@@ -73,7 +77,8 @@ def start_server() -> S3Server:
         except OSError:
             if process.poll() is not None or time.monotonic() > deadline:
                 process.kill()
-                err = process.stderr.read().decode(errors="replace") if process.stderr else ""
+                log.seek(0)
+                err = log.read().decode(errors="replace")
                 raise RuntimeError(f"moto server on port {port} did not start: {err[-2000:]}") from None
             time.sleep(0.1)
 
