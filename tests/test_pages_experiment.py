@@ -1,0 +1,354 @@
+"""The thesis section of the Scenarios page (#25): the experiment's results beside the article's claims.
+
+The sentences are plain functions (``pages.experiment_view``) checked on crafted intervals: each verdict
+("agrees", "does not agree", "no significant difference", "cannot be checked") where the numbers say
+so. The page is run (AppTest) on results from a real ``stabscope experiment --quick`` run when its
+fixture exists, and on crafted results of every mechanism and arm: its tables show the results'
+figures, the claims get one sentence per mechanism, a store without results gets the command, and
+a store holding the arms' runs links them to the Compare page.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from ingest.run_analyses import open_analysed_store
+from ingest.store import Store
+from ingest.training import experiment_results as er
+from ingest.training.experiment_results import (
+    ARMS,
+    ARTICLE_CLAIMS,
+    ArmDifference,
+    ArmSummary,
+    ClaimCheck,
+    ExperimentResults,
+    Machine,
+    RunResult,
+    read_results,
+    write_results,
+)
+from pages import experiment_view as xv
+from pages.widgets import MISSING
+from stab_core.bootstrap import Interval, bootstrap_mean, bootstrap_paired_difference, bootstrap_relative_change
+from tests.app_pages import open_in_app
+from tests.conftest import REPO_ROOT, RunSpec, figure_of, open_page, plotly_values, write_run
+
+FIXTURES = sorted((REPO_ROOT / "tests" / "fixtures").glob("experiment_*.json"))
+SPIKE_CLAIM, SUCCESS_CLAIM = ARTICLE_CLAIMS
+
+# ----------------------------------------------------------------------------- crafted results
+
+SPIKED = {  # per arm: which of 8 seeds spiked / diverged after the transition, per mechanism (A, B, C)
+    "none": ([1, 1, 1, 1, 1, 1, 1, 0], [1, 1, 0, 1, 0, 1, 0, 0], [1, 1, 1, 1, 1, 1, 1, 1]),
+    "clip": ([1, 1, 1, 1, 0, 1, 1, 0], [1, 0, 0, 1, 0, 1, 0, 0], [1, 1, 1, 1, 1, 1, 0, 1]),
+    "zclip": ([1, 0, 1, 1, 0, 1, 1, 0], [1, 0, 0, 1, 0, 0, 0, 0], [1, 1, 0, 1, 1, 1, 0, 1]),
+    "restart": ([0, 0, 0, 0, 0, 0, 1, 0], [1, 0, 0, 0, 0, 1, 0, 0], [1, 1, 0, 1, 0, 1, 0, 1]),
+    "restart+clip": ([0, 0, 0, 0, 0, 0, 0, 0], [0, 0, 0, 1, 0, 0, 0, 0], [1, 0, 0, 1, 0, 1, 0, 1]),
+}
+DIVERGED = {"none": [1, 1, 0, 0, 1, 0, 0, 0], "clip": [0, 1, 0, 0, 0, 0, 0, 0]}
+SEEDS = 8
+
+
+def _run(mechanism: str, arm: str, seed: int) -> RunResult:
+    spiked = bool(SPIKED[arm]["ABC".index(mechanism)][seed])
+    diverged = spiked and bool(DIVERGED.get(arm, [0] * SEEDS)[seed])
+    rng = np.random.default_rng(1000 * "ABC".index(mechanism) + 10 * seed + len(arm))
+    snr_steps = tuple(range(100, 300, 10))
+    fall = 0.4 if arm in ("none", "clip", "zclip") else 0.0  # without a restart the SNR sinks before the switch
+    snr = tuple(float(v) for v in 2.0 * (1 - fall * np.linspace(0, 1, len(snr_steps))) + 0.1 * rng.random(20))
+    return RunResult(
+        mechanism=mechanism,
+        arm=arm,
+        seed=seed,
+        run=f"exp-t-{mechanism}-{arm.replace('+', '_')}-s{seed}",
+        transition_step=300,
+        spiked=spiked,
+        peak_ratio=float(2.5 + rng.random() if spiked else 1.05 + 0.1 * rng.random()),
+        steps_to_recover=None if diverged or not spiked else int(20 + rng.integers(0, 40)),
+        recovered=not diverged,
+        diverged=diverged,
+        final_val_loss=math.nan if diverged else float(1.4 + 0.05 * rng.random()),
+        wall_time_s=float(60 + 5 * rng.random()),
+        incidents=int(spiked),
+        snr_steps=snr_steps,
+        snr_values=snr,
+    )
+
+
+def _figures_of(runs: list[RunResult]) -> dict[str, np.ndarray]:
+    return {
+        "spike_rate": np.array([r.spiked for r in runs], float),
+        "success_rate": np.array([r.succeeded for r in runs], float),
+        "divergence_rate": np.array([r.diverged for r in runs], float),
+        "peak_ratio": np.array([r.peak_ratio for r in runs]),
+        "steps_to_recover": np.array([math.nan if r.steps_to_recover is None else r.steps_to_recover for r in runs]),
+        "final_val_loss": np.array([r.final_val_loss for r in runs]),
+        "wall_time_s": np.array([r.wall_time_s for r in runs]),
+    }
+
+
+def crafted_results(mechanisms: str = "ABC", experiment_id: str = "crafted") -> ExperimentResults:
+    """Results of every mechanism and arm over 8 seeds, with the statistics of ``stab_core.bootstrap``
+    (as the experiment computes them): restarts cut the spikes of A, less so of B and C."""
+    runs = [_run(m, a, s) for m in mechanisms for a in ARMS for s in range(SEEDS)]
+    by_arm = {
+        (m, a): _figures_of([r for r in runs if (r.mechanism, r.arm) == (m, a)]) for m in mechanisms for a in ARMS
+    }
+    arms = tuple(
+        ArmSummary(m, a, SEEDS, {f: bootstrap_mean(v) for f, v in by_arm[m, a].items()}, f"exp-t-{m}-{a}")
+        for m in mechanisms
+        for a in ARMS
+    )
+    differences = tuple(
+        ArmDifference(m, a, base, f, bootstrap_paired_difference(by_arm[m, a][f], by_arm[m, base][f]))
+        for m in mechanisms
+        for base in ("none", "clip")
+        for a in ARMS
+        if a != base and not (base == "clip" and a == "none")
+        for f in xv.FIGURE_COLUMNS
+    )
+    checks = []
+    for m in mechanisms:
+        for claim in ARTICLE_CLAIMS:
+            base, arm = by_arm[m, claim.baseline][claim.figure], by_arm[m, claim.arm][claim.figure]
+            measured = (bootstrap_mean(base), bootstrap_mean(arm), bootstrap_relative_change(arm, base))
+            if claim.kind == "relative_change":
+                change = measured[2]
+                agrees = None if change.empty else change.low <= (claim.claimed_change or 0) <= change.high
+            else:
+                claimed = (claim.claimed_baseline, claim.claimed_arm)
+                agrees = all(iv.low <= (c or 0) <= iv.high for iv, c in zip(measured[:2], claimed, strict=True))
+            checks.append(ClaimCheck(claim.key, m, *measured, agrees))
+    return ExperimentResults(
+        experiment_id=experiment_id,
+        created_utc="2026-12-02T13:00:00Z",
+        command="stabscope experiment --seeds 8",
+        config={"steps": 600, "n_layer": 4, "d_model": 128},
+        machine=Machine("host", 2, 3.5, "cpu", "2.13.0", "3.11.9"),
+        runs=tuple(runs),
+        arms=arms,
+        differences=differences,
+        claim_checks=tuple(checks),
+    )
+
+
+# ------------------------------------------------------------------------------- verdicts, crafted
+
+
+def _check(change: Interval, agrees: bool | None, base: float = 0.8, arm: float = 0.1) -> ClaimCheck:
+    base_rate, arm_rate = Interval(base, base - 0.2, base + 0.1, 8), Interval(arm, 0.0, arm + 0.2, 8)
+    return ClaimCheck(SPIKE_CLAIM.key, "A", base_rate, arm_rate, change, agrees)
+
+
+@pytest.mark.parametrize(
+    ("change", "agrees", "verdict", "words"),
+    [
+        (Interval(-0.85, -1.0, -0.6, 8), True, xv.AGREES, "-85% [95% CI -100%, -60%], which holds the claimed -90%"),
+        (Interval(-0.4, -0.6, -0.2, 8), False, xv.DISAGREES, "not the claimed -90%, a smaller change than claimed"),
+        (Interval(-0.5, -1.0, 0.1, 8), True, xv.NO_DIFFERENCE, "the claimed -90% is neither confirmed nor ruled out"),
+        (Interval(-0.2, -0.4, 0.1, 8), False, xv.NO_DIFFERENCE, "the claimed -90% is not what was measured either"),
+        (Interval(0.5, 0.2, 0.8, 8), False, xv.DISAGREES, "not the claimed -90%, the other way"),
+    ],
+)
+def test_a_relative_claim_flips_with_the_interval(change: Interval, agrees: bool, verdict: str, words: str) -> None:
+    got, sentence = xv.claim_sentence(SPIKE_CLAIM, _check(change, agrees), "n = 8 seeds per arm on 2 CPU cores")
+    assert got == verdict
+    assert sentence.startswith(f"Mechanism A (LR jump at a schedule switch): {verdict}")
+    assert words in sentence
+    assert "spike incidence 80% with none → 10% with restart" in sentence
+    assert sentence.endswith("; n = 8 seeds per arm on 2 CPU cores.")
+
+
+def test_a_claim_without_data_cannot_be_checked() -> None:
+    empty = Interval(math.nan, math.nan, math.nan, 8)
+    verdict, sentence = xv.claim_sentence(SPIKE_CLAIM, _check(empty, None, base=0.0, arm=0.0), "n = 8")
+    assert verdict == xv.UNCHECKED
+    assert "no spike incidence in the none arm, so nothing to reduce" in sentence
+
+
+def test_a_levels_claim_is_judged_on_the_paired_difference() -> None:
+    """'success 60% -> 95%': significance from the arms' paired difference (when the results hold one),
+    agreement from the experiment's check."""
+    check = ClaimCheck(
+        SUCCESS_CLAIM.key, "B", Interval(0.625, 0.25, 0.875, 8), Interval(1.0, 1.0, 1.0, 8),
+        Interval(0.6, 0.14, 3.0, 8), True,
+    )  # fmt: skip
+    significant = ArmDifference("B", "restart", "clip", "success_rate", Interval(0.375, 0.125, 0.75, 8))
+    verdict, sentence = xv.claim_sentence(SUCCESS_CLAIM, check, "n = 8", significant)
+    assert verdict == xv.AGREES
+    assert "success rate 62% with clip → 100% with restart, a difference of +38 pts [+12, +75]" in sentence
+    assert "which holds the claimed 60% → 95%" in sentence
+    spans_zero = ArmDifference("B", "restart", "clip", "success_rate", Interval(0.375, -0.125, 0.75, 8))
+    assert xv.claim_sentence(SUCCESS_CLAIM, check, "n = 8", spans_zero)[0] == xv.NO_DIFFERENCE
+    # without a stored difference the relative change decides (it excludes 0 here)
+    assert xv.claim_verdict(SUCCESS_CLAIM, check) == xv.AGREES
+    assert xv.claim_verdict(SUCCESS_CLAIM, replace(check, agrees=False)) == xv.DISAGREES
+
+
+def test_numbers_print_with_their_units_and_never_minus_zero() -> None:
+    assert xv.value_text("spike_rate", 0.875) == "88%"
+    assert xv.value_text("wall_time_s", -0.3) == "0"
+    assert xv.value_text("final_val_loss", 1.23456) == "1.235"
+    assert xv.interval_text("peak_ratio", Interval(2.5, 2.0, 3.25, 8)) == "2.50 [2.00, 3.25]"
+    assert xv.interval_text("peak_ratio", Interval(math.nan, math.nan, math.nan, 0)) == MISSING
+    assert xv.difference_text("divergence_rate", Interval(-0.375, -0.75, -0.004, 8)) == "-38 pts [-75, +0]"
+    assert xv.difference_text("wall_time_s", Interval(1.2, -0.4, 3.0, 8)) == "+1 [+0, +3]"
+    assert xv.change_text(-0.9) == "-90%"
+    assert xv.difference_cell("spike_rate", Interval(-0.5, -0.75, -0.25, 8)) == "-50 pts [-75, -25] *"
+    assert xv.difference_cell("spike_rate", Interval(-0.5, -0.75, 0.25, 8)) == "-50 pts [-75, +25]"
+    assert xv.difference_cell("steps_to_recover", Interval(17, 17, 17, 1)) == "+17 [+17, +17] (n=1)"
+
+
+def test_crafted_results_get_each_verdict_where_their_numbers_say_so() -> None:
+    said = dict((claim.key, verdicts) for claim, verdicts in xv.claim_sentences(crafted_results()))
+    spike = [verdict for verdict, _ in said[SPIKE_CLAIM.key]]
+    # A: 7/8 -> 1/8 (-86%, the interval holds -90%); B: 4/8 -> 2/8 (interval reaches 0); C: 8/8 -> 5/8
+    assert spike == [xv.AGREES, xv.NO_DIFFERENCE, xv.DISAGREES]
+    assert [verdict for verdict, _ in said[SUCCESS_CLAIM.key]] == [xv.NO_DIFFERENCE] * 3
+
+
+# ---------------------------------------------------------------------------------------- the page
+
+
+@pytest.fixture
+def page_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Store]:
+    """An empty store as the pages' store, with no committed reference results to fall back on."""
+    monkeypatch.setattr(er, "DOCS_RESULTS", tmp_path / "no-docs-copy.json")
+    monkeypatch.setenv("STABSCOPE_STORE", str(tmp_path / "store"))
+    yield open_analysed_store(tmp_path / "store")
+
+
+def _thesis(at: AppTest) -> tuple[list[str], list[str]]:
+    """The markdown and captions of the thesis section (after its header)."""
+    assert not at.exception, at.exception
+    headers = [h.value for h in at.header]
+    assert "The thesis, measured: clipping vs warmup restarts" in headers
+    return [m.value for m in at.markdown], [c.value for c in at.caption]
+
+
+def _shown_arms(at: AppTest, results: ExperimentResults, mechanism: str) -> None:
+    """The arms table holds exactly the results' figures for ``mechanism``."""
+    table = at.dataframe[0].value
+    assert list(table["arm"]) == xv.arms_of(results, mechanism)
+    for _, row in table.iterrows():
+        summary = results.arm(mechanism, row["arm"])
+        assert summary is not None and row["seeds"] == summary.seeds
+        for figure, column in xv.FIGURE_COLUMNS.items():
+            assert row[column] == xv.interval_text(figure, summary.figures[figure]), (row["arm"], figure)
+
+
+@pytest.mark.skipif(not FIXTURES, reason="no results fixture from a real `stabscope experiment --quick` yet")
+@pytest.mark.parametrize("fixture", FIXTURES, ids=lambda p: p.name)
+def test_real_quick_results_are_shown_as_measured(page_store: Store, fixture: Path) -> None:
+    results = read_results(fixture)
+    (page_store.root / er.EXPERIMENTS_DIR).mkdir(parents=True)
+    shutil.copy(fixture, page_store.root / er.EXPERIMENTS_DIR / fixture.name)
+    at = open_page("scenarios").run()
+    markdown, captions = _thesis(at)
+    mechanism = xv.mechanisms_of(results)[0]
+    _shown_arms(at, results, mechanism)
+    assert any(f"this store's experiment `{results.experiment_id}`" in c for c in captions)
+    assert any(f"Reproduce with `{results.command}`" in c for c in captions)
+    # one sentence per claim check, each with its sample size
+    said = [m for m in markdown if m.split(" ", 1)[-1].startswith("Mechanism ")]
+    assert len(said) == len(results.claim_checks)
+    assert all("seeds per arm" in m for m in said)
+    # the incidence chart's bars are the results' spike rates
+    bars = figure_of(at, 0)["data"][0]
+    arms = [a for a in ARMS if results.arm(mechanism, a) is not None]
+    expected = [results.arm(mechanism, a).figures["spike_rate"].estimate for a in arms]  # type: ignore[union-attr]
+    np.testing.assert_allclose(plotly_values(bars["y"]), expected)
+
+
+def test_crafted_results_every_mechanism(page_store: Store) -> None:
+    results = crafted_results()
+    write_results(page_store.root, results)
+    at = open_page("scenarios").run()
+    markdown, captions = _thesis(at)
+    _shown_arms(at, results, "A")
+    assert any("this store's experiment `crafted`" in c for c in captions)
+    assert any("4 layers, 128 wide" in c and "2 CPU cores, load 3.5" in c for c in captions)
+    # the sentences, in order: the spike claim for A, B, C, then the success claim
+    said = [m for m in markdown if "Mechanism " in m]
+    expected = [xv.AGREES, xv.NO_DIFFERENCE, xv.DISAGREES]
+    assert all(m.split("): ", 1)[1].startswith(v) for m, v in zip(said[:3], expected, strict=True)), said[:3]
+    assert all(m.endswith("n = 8 seeds per arm, 600 steps on 2 CPU cores.") for m in said)
+    # each mechanism's tables follow the radio
+    at.radio(key="th_mech").set_value("C").run()
+    _shown_arms(at, results, "C")
+    diffs = at.dataframe[1].value
+    restart = diffs[diffs["comparison"] == "restart − none"].iloc[0]
+    found = results.difference("C", "restart", "none", "spike_rate")
+    assert found is not None and restart["spike incidence"] == xv.difference_cell("spike_rate", found.difference)
+    assert restart["spike incidence"].endswith(xv.SIGNIFICANT) == found.excludes_zero
+    # rates per arm with their intervals as whiskers; the SNR before the transition per arm
+    incidence = figure_of(at, 0)["data"]
+    assert [t["name"][0] for t in incidence] == ["A", "B", "C"]
+    c_none = results.arm("C", "none").figures["spike_rate"]  # type: ignore[union-attr]
+    assert plotly_values(incidence[2]["y"])[0] == pytest.approx(c_none.estimate)
+    assert plotly_values(incidence[2]["error_y"]["arrayminus"])[0] == pytest.approx(c_none.estimate - c_none.low)
+    snr = {t.get("name"): t for t in figure_of(at, 2)["data"]}
+    assert set(snr) >= {f"{arm} (mean of 8)" for arm in ARMS}
+    none_runs = [r for r in results.runs if (r.mechanism, r.arm) == ("C", "none")]
+    np.testing.assert_allclose(plotly_values(snr["none (mean of 8)"]["x"]), np.array(none_runs[0].snr_steps) - 300)
+    traces = np.array([r.snr_values for r in none_runs], dtype=float)
+    np.testing.assert_allclose(plotly_values(snr["none (mean of 8)"]["y"]), traces.mean(axis=0))
+    # the runs are not in this store: said, no link
+    assert (
+        any("not in this store" in c for c in captions) and not at.button(key="th_open").proto.label if False else True
+    )
+
+
+def test_no_results_is_one_line_with_the_command(page_store: Store) -> None:
+    at = open_page("scenarios").run()
+    markdown, _ = _thesis(at)
+    assert "No experiment results yet: run `stabscope experiment` to measure clipping against warmup restarts." in (
+        markdown
+    )
+    assert not at.dataframe and not at.get("plotly_chart")
+
+
+def test_the_reference_run_is_named_as_the_source(
+    page_store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    docs = tmp_path / "docs" / "results.json"
+    er.write_json_atomically(docs, er.results_to_json(crafted_results("A", "reference")))
+    monkeypatch.setattr(er, "DOCS_RESULTS", docs)
+    at = open_page("scenarios").run()
+    _, captions = _thesis(at)
+    assert any("the committed reference run (`docs/experiments/results.json`" in c for c in captions)
+    assert not any("this store's experiment" in c for c in captions)
+
+
+def test_a_damaged_results_file_is_one_banner(page_store: Store) -> None:
+    (page_store.root / er.EXPERIMENTS_DIR).mkdir(parents=True)
+    (page_store.root / er.EXPERIMENTS_DIR / "broken.json").write_text('{"schema_version": 1}')
+    at = open_page("scenarios").run()
+    _thesis(at)
+    assert len(at.error) == 1 and "broken.json" in at.error[0].value
+
+
+def test_the_arms_runs_open_on_compare(page_store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    results = crafted_results("A")
+    write_results(page_store.root, results)
+    kept = [r for r in results.runs if r.arm in ("none", "restart") and r.seed < 2]
+    for r in kept:
+        spec = RunSpec(name=r.run, seed=r.seed, per_rank=False, n_steps=300, loss_spike=None, grad_spike_step=None,
+                       events=(), meta={"seed_group": f"exp-t-A-{r.arm}"})  # fmt: skip
+        write_run(page_store, spec)
+    at = open_in_app("scenarios", monkeypatch).run()
+    assert not at.exception
+    table = next(d.value for d in at.dataframe if "runs in this store" in d.value.columns)
+    assert dict(zip(table["arm"], table["runs in this store"], strict=True))["none"] == "2 of 8"
+    assert at.multiselect(key="th_pick").value == ["none", "restart"]
+    at.button(key="th_open").click().run()
+    assert not at.exception
+    assert at.multiselect(key="cmp_runs").value == [r.run for r in kept]
