@@ -21,6 +21,7 @@ from ingest.training.experiment_results import (
     ARMS,
     DOCS_RESULTS,
     MECHANISMS,
+    SUMMARY_FIGURES,
     ArmDifference,
     Claim,
     ClaimCheck,
@@ -46,10 +47,11 @@ FIGURE_COLUMNS: dict[str, str] = {
     "steps_to_recover": "steps to recover",
     "divergence_rate": "divergence rate",
     "success_rate": "success rate",
-    "final_val_loss": "final val loss (nats/byte)",
+    "final_val_loss": "final val loss",
     "wall_time_s": "wall time (s)",
 }
-"""The table's figures in column order, with their headings (units in brackets)."""
+"""The table's figures in column order, with their headings (units in brackets; the loss is in
+nats/byte, said in the column's help: ``SUMMARY_FIGURES``)."""
 RATES = frozenset({"spike_rate", "divergence_rate", "success_rate"})
 """Figures that are shares of runs (shown as percentages; their differences in percentage points)."""
 _DECIMALS = {"peak_ratio": 2, "steps_to_recover": 0, "final_val_loss": 3, "wall_time_s": 0}
@@ -119,6 +121,11 @@ def arms_legend(arms: Sequence[str]) -> str:
 def mechanism_name(mechanism: str) -> str:
     """``A (LR jump at a schedule switch)``: the key with the description's head."""
     return f"{mechanism} ({MECHANISMS[mechanism].split(' (')[0]})" if mechanism in MECHANISMS else mechanism
+
+
+def column_help() -> dict[str, str]:
+    """Each figure column's heading -> what it measures, with its unit (the results' own words)."""
+    return {column: SUMMARY_FIGURES.get(figure, column) for figure, column in FIGURE_COLUMNS.items()}
 
 
 def arm_runs(results: ExperimentResults, mechanism: str, arm: str) -> list[str]:
@@ -302,9 +309,11 @@ def model_text(config: dict[str, object]) -> str:
 
 
 def sample_text(results: ExperimentResults, seeds: int) -> str:
-    """``8 seeds per arm, byte-level GPT (4 layers, 128 wide), 600 steps, 2 CPU cores``."""
+    """``n = 8 seeds per arm, 600 steps on 2 CPU cores``: the sample size and where it was measured."""
     m = results.machine
-    return f"{seeds} seeds per arm, {model_text(results.config)}, {m.cpus} {m.device.upper()} cores"
+    steps = results.config.get("steps")
+    trained = f", {steps:,} steps" if isinstance(steps, int) else ""
+    return f"n = {seeds} seeds per arm{trained} on {m.cpus} {m.device.upper()} cores"
 
 
 def is_reference(results: ExperimentResults, docs_copy: Path = DOCS_RESULTS) -> bool:

@@ -32,7 +32,6 @@ from pages.store_access import (
     read_events,
     read_series,
     read_spikes,
-    store_root,
 )
 from pages.widgets import MISSING, go_to, nav_link
 from stab_core.simulate import scenarios
@@ -87,7 +86,7 @@ def thesis_section(stored: set[str]) -> None:
     the store's run names, for the links to the arms' runs)."""
     st.header("The thesis, measured: clipping vs warmup restarts", anchor=THESIS_ANCHOR)
     try:
-        results = experiment_results.load_latest_results(store_root(), experiment_results.DOCS_RESULTS)
+        results = experiment_results.load_latest_results(get_store().root, experiment_results.DOCS_RESULTS)
     except StabScopeError as exc:  # a damaged results file: said once, the walkthroughs above stay
         show_error(exc)
         return
@@ -116,12 +115,14 @@ def thesis_section(stored: set[str]) -> None:
     picked_mechanism = st.radio("Mechanism", mechanisms, format_func=xv.mechanism_name, key="th_mech", horizontal=True)
     mechanism = str(picked_mechanism or mechanisms[0])
     arms = xv.arms_of(results, mechanism)
-    st.dataframe(xv.arm_table(results, mechanism, stored), hide_index=True, key="th_arms", placeholder=MISSING)
+    helps = {heading: st.column_config.TextColumn(help=text) for heading, text in xv.column_help().items()}
+    table = xv.arm_table(results, mechanism, stored)
+    st.dataframe(table, hide_index=True, key="th_arms", placeholder=MISSING, column_config=helps)
     st.caption(f"Each figure: the mean over seeds [its bootstrap 95% interval]. {xv.arms_legend(arms)}.")
     differences = xv.difference_table(results, mechanism)
     if len(differences):
         st.markdown("**Differences between arms** (paired by seed: same data order in both arms)")
-        st.dataframe(differences, hide_index=True, key="th_diffs", placeholder=MISSING)
+        st.dataframe(differences, hide_index=True, key="th_diffs", placeholder=MISSING, column_config=helps)
         st.caption(
             f"Arm minus baseline, mean over seed pairs [95% interval];{xv.SIGNIFICANT}: the interval excludes 0 "
             f"(a significant difference); (n=1): a single seed pair, no interval. Rates differ in percentage points."
