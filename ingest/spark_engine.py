@@ -41,6 +41,7 @@ import os
 import re
 import shutil
 import sys
+import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
 from typing import Any
@@ -66,6 +67,18 @@ the driver holds one such partition's rows at a time."""
 SEGMENT_MARK = -2
 """The rank of the records that carry a segment's bookkeeping (``SegmentRead`` without its rows):
 below every real rank, so they reach the driver first, in segment order."""
+
+SPARK_LOG_CONFIG = """\
+rootLogger.level = error
+rootLogger.appenderRef.stderr.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n%ex
+"""
+"""The driver JVM's log4j2 configuration: errors only (Spark's default prints its warnings about
+the host name and native libraries on every start)."""
 
 _RANK_DIR = re.compile(r"(?:^|/)rank-(\d+|run)/[^/]+$")
 
@@ -110,6 +123,7 @@ def spark_session(master: str) -> Any:
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.driver.memory", "1g")
+        .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{_log_config_file()}")
     )
     if master.startswith("local"):  # executors are this machine's Python: the one running StabScope
         builder = builder.config("spark.pyspark.python", sys.executable)
@@ -120,6 +134,15 @@ def spark_session(master: str) -> Any:
         raise StabScopeError(f"Spark did not start with master {master!r}: {first_line}") from exc
     _session.sparkContext.setLogLevel("ERROR")
     return _session
+
+
+def _log_config_file() -> str:
+    """``SPARK_LOG_CONFIG`` as a file the JVM can read (written again at each start: it is tiny)."""
+    path = os.path.join(tempfile.gettempdir(), f"stabscope-spark-log4j2-{os.getuid()}.properties")
+    with tempfile.NamedTemporaryFile("w", dir=os.path.dirname(path), delete=False, encoding="utf-8") as f:
+        f.write(SPARK_LOG_CONFIG)
+    os.replace(f.name, path)  # whole: another process may be starting Spark with it now
+    return path
 
 
 class SparkParts:
