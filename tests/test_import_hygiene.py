@@ -77,3 +77,9 @@ def test_the_training_side_loads_no_pandas_duckdb_or_streamlit() -> None:
     code = TRAINING_PROBE.format(forbidden={"pandas", "duckdb", "streamlit"})
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True)
     assert proc.stdout.strip() == ""
+
+
+def test_the_embedded_default_imports_neither_spark_nor_boto3() -> None:
+    # The default install and the dashboard never need the Spark engine or an S3 client: every ingest
+    # module (the Spark engine's included: it imports PySpark inside its functions) loads without them.
+    assert _imported_forbidden("ingest", {"pyspark", "py4j", "boto3", "botocore"}, skip={"__main__"}) == ""
