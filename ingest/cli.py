@@ -649,12 +649,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_training_commands(add: Callable[..., argparse.ArgumentParser]) -> None:
-    """``demo-train`` lives with the training side (ingest.training.demo_trainer) when present."""
+    """``demo-train`` and ``experiment`` live with the training side (ingest.training) when present."""
     try:
         from ingest.training.demo_trainer import add_cli
+        from ingest.training.experiment_cli import add_cli as add_experiment_cli
     except ImportError:
         return
     add_cli(add)
+    add_experiment_cli(add)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
