@@ -30,6 +30,11 @@ from ingest.errors import StabScopeError
 SCHEME: Final = "s3://"
 DELETE_BATCH: Final = 1000
 """Keys one DeleteObjects request may name (the S3 limit)."""
+DOWNLOAD_CHUNK: Final = 1 << 20
+"""Bytes a download writes at a time."""
+
+_CLIENTS: dict[tuple[str | None, str | None], Any] = {}
+_CLIENTS_LOCK = threading.Lock()
 
 
 def is_object_url(location: object) -> bool:
@@ -121,8 +126,12 @@ class ObjectStore:
             raise StabScopeError(
                 f"{self.url}: object storage needs boto3, which is not installed (pip install boto3)"
             ) from exc
-        config = Config(retries={"max_attempts": 3, "mode": "standard"}, connect_timeout=5, read_timeout=60)
-        self._client = boto3.client("s3", endpoint_url=self.endpoint, region_name=_region(), config=config)
+        with _CLIENTS_LOCK:  # one client per endpoint and region: making one loads botocore's models
+            where = (self.endpoint, _region())
+            if where not in _CLIENTS:
+                config = Config(retries={"max_attempts": 3, "mode": "standard"}, connect_timeout=5, read_timeout=60)
+                _CLIENTS[where] = boto3.client("s3", endpoint_url=self.endpoint, region_name=_region(), config=config)
+            self._client = _CLIENTS[where]
 
     # ------------------------------------------------------------------ errors and counting
 
@@ -170,6 +179,8 @@ class ObjectStore:
                 f"cannot {what} {where} at {endpoint}: {exc}. Check AWS_ENDPOINT_URL, AWS_DEFAULT_REGION "
                 "and the credentials"
             ) from exc
+        except FileNotFoundError:  # a missing object, said by the caller (``download``)
+            raise
         except OSError as exc:  # pyarrow's S3 filesystem reports its failures as OSError
             raise StabScopeError(
                 f"cannot {what} {where} at {endpoint}: {exc}. Check AWS_ENDPOINT_URL and the credentials"
@@ -240,13 +251,24 @@ class ObjectStore:
 
     def download(self, key: str, local_path: str | os.PathLike[str]) -> int:
         """Copy ``key`` to ``local_path`` (written under a temporary name, then renamed: a reader never
-        sees half a file); returns its size in bytes."""
+        sees half a file); returns its size in bytes. A missing object is ``FileNotFoundError``."""
         target = Path(local_path)
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = target.with_name(f"{target.name}.{uuid.uuid4().hex[:8]}.tmp")
+        from botocore.exceptions import ClientError
+
         try:
             with self._errors("download", key):
-                self._client.download_file(self.url.bucket, self._k(key), str(tmp))
+                try:  # one GET streamed to disk: fewer round trips than the managed transfer's HEAD + GETs
+                    body = self._client.get_object(Bucket=self.url.bucket, Key=self._k(key))["Body"]
+                except ClientError as exc:
+                    if self._code(exc) in ("NoSuchKey", "404"):
+                        self._count()
+                        raise FileNotFoundError(f"{self.url}/{key}: no such object") from exc
+                    raise
+                with tmp.open("wb") as out:
+                    for chunk in body.iter_chunks(DOWNLOAD_CHUNK):
+                        out.write(chunk)
             size = tmp.stat().st_size
             tmp.replace(target)
         finally:

@@ -164,10 +164,16 @@ class Store:
                 remote.begin_write(name)
             try:
                 yield
-            except BaseException:
+            except BaseException as exc:
                 if depth == 0:
                     with contextlib.suppress(StabScopeError, OSError, duckdb.Error):
                         remote.abandon_write(name)
+                if isinstance(exc, FileNotFoundError):  # a newer manifest replaced what this write read
+                    raise StabScopeError(
+                        f"run {name!r} of {self.location}: another machine published a new state of this run "
+                        "while this write read the previous one, so nothing of this write is visible. This "
+                        f"machine's cache now holds the newer state: run the command again ({exc})"
+                    ) from exc
                 raise
             if depth == 0:
                 remote.publish(name)

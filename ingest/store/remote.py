@@ -37,6 +37,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Final
 
@@ -45,7 +46,18 @@ from ingest.errors import StabScopeError
 from ingest.object_store import ObjectStore, ObjectUrl, endpoint_url
 from ingest.store.catalog import Catalog, delete_run_rows, fetch_one, run_info_of
 from ingest.store.commit import failpoint, spike_row
-from ingest.store.layout import DERIVED, GENERATION_KINDS, RunLayout, part_generations, run_folder, run_lock_file
+from ingest.store.layout import (
+    DERIVED,
+    GENERATION_KINDS,
+    RANK_BUCKETS,
+    ROLLUP,
+    RUN_LEVEL,
+    TAIL,
+    RunLayout,
+    part_generations,
+    run_folder,
+    run_lock_file,
+)
 from ingest.store.manifest import Manifest, manifest_key, manifest_seq, new_object_key, run_prefix, setting_key
 from ingest.store.run_lock import WriterBusy, held, run_busy
 from ingest.store.types import validate_run_name
@@ -54,6 +66,11 @@ REFRESH_S: Final = 2.0
 """Seconds between two listings of the manifests for reads (a page render asks for the runs many times)."""
 
 STATE_FOLDER: Final = "remote"
+
+SMALL_KINDS: Final = frozenset({RUN_LEVEL, ROLLUP, RANK_BUCKETS, TAIL, DERIVED})
+"""The kinds of file fetched together when a read needs one (the long file is fetched alone)."""
+FETCH_THREADS: Final = 4
+"""Downloads at a time."""
 
 
 def cache_dir_for(url: ObjectUrl) -> Path:
@@ -73,8 +90,7 @@ class RemoteRuns:
     ``writing_here(name)`` tells whether this process is writing run ``name`` now."""
 
     def __init__(self, url: str, root: Path, catalog: Catalog, writing_here: Callable[[str], bool]) -> None:
-        self.objects = ObjectStore(url)
-        self.objects.check_bucket()
+        self.objects = ObjectStore(url)  # a missing bucket fails the first listing, in one paragraph
         self.url = self.objects.url
         self.root = root
         self.catalog = catalog
@@ -129,31 +145,45 @@ class RemoteRuns:
 
     def fetch(self, path: Path) -> bool:
         """Download the object the cache's manifest names for the cached file ``path``: True when there
-        is one (``path`` now exists), False when the manifest names none. An object deleted meanwhile (a
-        newer manifest replaced it) is ``FileNotFoundError``, which a read answers by starting again on
-        the newer state."""
+        is one (``path`` now exists), False when the manifest names none. A file of a small kind brings
+        every small file of the run's state the cache lacks with it, in parallel: opening a run reads
+        each of them, and one round of downloads costs about what one does. An object deleted meanwhile
+        (a newer manifest replaced it) is ``FileNotFoundError``, which a read answers by starting again
+        on the newer state."""
         try:
             rel = path.relative_to(self.root).as_posix()
         except ValueError:
             return False
         parts = rel.split("/")
-        if len(parts) < 3 or parts[0] != "runs" or not parts[1].startswith("run="):
+        if len(parts) < 4 or parts[0] != "runs" or not parts[1].startswith("run="):
             return False
         name = parts[1].removeprefix("run=")
         with self._state_lock:
-            entry = self.load_state(name)["objects"].get(rel)
-        if entry is None:
+            objects = self.load_state(name)["objects"]
+        if rel not in objects:
             return False
-        if not self.objects.exists(entry["key"]):
-            raise FileNotFoundError(f"{self.url}/{entry['key']} (for {path}) was replaced by a newer state")
-        self.objects.download(entry["key"], path)
+        wanted = [rel]
+        if parts[2] in SMALL_KINDS:
+            wanted += [
+                r for r in objects if r != rel and r.split("/")[2] in SMALL_KINDS and not (self.root / r).exists()
+            ]
+        with ThreadPoolExecutor(min(len(wanted), FETCH_THREADS)) as pool:
+            done = [pool.submit(self._download, name, r, objects[r]) for r in wanted]
+        done[0].result()  # the others are fetched ahead: a read that needs one fetches it again
+        return True
+
+    def _download(self, name: str, rel: str, entry: dict[str, Any]) -> None:
+        path = self.root / rel
+        try:
+            self.objects.download(entry["key"], path)
+        except FileNotFoundError as exc:
+            raise FileNotFoundError(f"{self.url}/{entry['key']} (for {path}) was replaced by a newer state") from exc
         stat = path.stat()
         with self._state_lock:
             state = self.load_state(name)
             if state["objects"].get(rel) == entry:
                 state["local"][rel] = [stat.st_size, stat.st_mtime_ns]
                 self._save_state(name, state)
-        return True
 
     # ------------------------------------------------------------------ sync
 
