@@ -118,9 +118,18 @@ def arms_legend(arms: Sequence[str]) -> str:
     return "; ".join(f"**{arm}**: {ARMS.get(arm, arm)}" for arm in arms)
 
 
+POOLED = "all"
+"""The mechanism name of a claim check pooled over every mechanism (the experiment's ``POOLED``)."""
+
+
 def mechanism_name(mechanism: str) -> str:
     """``A (LR jump at a schedule switch)``: the key with the description's head."""
     return f"{mechanism} ({MECHANISMS[mechanism].split(' (')[0]})" if mechanism in MECHANISMS else mechanism
+
+
+def mechanism_head(mechanism: str) -> str:
+    """How a sentence about one mechanism (or all of them pooled) starts."""
+    return "All mechanisms pooled" if mechanism == POOLED else f"Mechanism {mechanism_name(mechanism)}"
 
 
 def column_help() -> dict[str, str]:
@@ -247,7 +256,7 @@ def claim_sentence(
         f"{label} {value_text(figure, base.estimate)} with {claim.baseline} → "
         f"{value_text(figure, arm.estimate)} with {claim.arm}"
     )
-    head = f"Mechanism {mechanism_name(check.mechanism)}"
+    head = mechanism_head(check.mechanism)
     if verdict == UNCHECKED:
         why = "nothing to compare"
         if claim.kind == "relative_change" and base.estimate == 0:
@@ -288,7 +297,7 @@ def claim_sentences(results: ExperimentResults) -> list[tuple[Claim, list[tuple[
         for check in checks:
             difference = results.difference(check.mechanism, claim.arm, claim.baseline, claim.figure)
             n = min(check.measured_baseline.n, check.measured_arm.n)
-            said.append(claim_sentence(claim, check, sample_text(results, n), difference))
+            said.append(claim_sentence(claim, check, sample_text(results, n, check.mechanism), difference))
         out.append((claim, said))
     return out
 
@@ -308,12 +317,37 @@ def model_text(config: dict[str, object]) -> str:
     return text + (f", {steps:,} steps" if isinstance(steps, int) else "")
 
 
-def sample_text(results: ExperimentResults, seeds: int) -> str:
-    """``n = 8 seeds per arm, 600 steps on 2 CPU cores``: the sample size and where it was measured."""
+def sample_text(results: ExperimentResults, n: int, mechanism: str = "") -> str:
+    """``n = 8 seeds per arm, 600 steps on 2 CPU cores``: the sample size and where it was measured
+    (pooled over mechanisms, ``n`` counts (mechanism, seed) pairs)."""
     m = results.machine
     steps = results.config.get("steps")
     trained = f", {steps:,} steps" if isinstance(steps, int) else ""
-    return f"n = {seeds} seeds per arm{trained} on {m.cpus} {m.device.upper()} cores"
+    unit = "runs per arm over all mechanisms" if mechanism == POOLED else "seeds per arm"
+    return f"n = {n} {unit}{trained} on {m.cpus} {m.device.upper()} cores"
+
+
+CHOICES = (("restart", "clip"), ("restart+clip", "restart"))
+"""The comparisons a user choosing a remedy asks about: a restart instead of clipping, and whether
+clipping on top of a restart adds anything."""
+CHOICE_FIGURES = ("spike_rate", "success_rate", "peak_ratio", "final_val_loss")
+
+
+def choice_sentence(results: ExperimentResults, mechanism: str, arm: str, baseline: str) -> str | None:
+    """``restart`` instead of ``clip`` for one mechanism: each figure's paired difference with its
+    interval and whether it is significant; None when the results hold no such comparison."""
+    parts = []
+    for figure in CHOICE_FIGURES:
+        found = results.difference(mechanism, arm, baseline, figure)
+        if found is None or found.difference.empty:
+            continue
+        significant = "significant" if found.excludes_zero else NO_DIFFERENCE
+        if found.difference.n < MIN_PAIRS:
+            significant = f"n={found.difference.n}, no interval"
+        parts.append(f"{FIGURE_COLUMNS[figure]} {difference_text(figure, found.difference)} ({significant})")
+    if not parts:
+        return None
+    return f"{mechanism_head(mechanism)}, {arm} rather than {baseline}: " + "; ".join(parts) + "."
 
 
 def is_reference(results: ExperimentResults, docs_copy: Path = DOCS_RESULTS) -> bool:

@@ -106,6 +106,16 @@ def thesis_section(stored: set[str]) -> None:
             st.markdown(f"{VERDICT_ICONS[verdict]} {sentence}")
         if not said:
             st.markdown(f"{VERDICT_ICONS[xv.UNCHECKED]} Not measured by this experiment.")
+    choices = [
+        line
+        for mechanism in xv.mechanisms_of(results)
+        for arm, baseline in xv.CHOICES
+        if (line := xv.choice_sentence(results, mechanism, arm, baseline))
+    ]
+    if choices:
+        st.subheader("Warmup restart or clipping?")
+        st.markdown("\n".join(f"- {line}" for line in choices))
+        st.caption("Paired differences (arm minus the other, same seeds), mean [95% interval]; rates in points.")
     left, right = st.columns(2)
     left.plotly_chart(xv.rate_figure(results, "spike_rate"), key="th_spike_rate")
     right.plotly_chart(xv.rate_figure(results, "success_rate"), key="th_success_rate")

@@ -53,6 +53,14 @@ SPIKED = {  # per arm: which of 8 seeds spiked / diverged after the transition, 
     "restart": ([0, 0, 0, 0, 0, 0, 1, 0], [1, 0, 0, 0, 0, 1, 0, 0], [1, 1, 0, 1, 0, 1, 0, 1]),
     "restart+clip": ([0, 0, 0, 0, 0, 0, 0, 0], [0, 0, 0, 1, 0, 0, 0, 0], [1, 0, 0, 1, 0, 1, 0, 1]),
 }
+COMPARED_PAIRS = (
+    *((arm, "none") for arm in ARMS if arm != "none"),
+    ("restart", "clip"),
+    ("restart", "zclip"),
+    ("restart+clip", "restart"),
+    ("restart+clip", "clip"),
+)
+"""The (arm, baseline) pairs the experiment reports differences of."""
 DIVERGED = {"none": [1, 1, 0, 0, 1, 0, 0, 0], "clip": [0, 1, 0, 0, 0, 0, 0, 0]}
 SEEDS = 8
 
@@ -110,15 +118,18 @@ def crafted_results(mechanisms: str = "ABC", experiment_id: str = "crafted") -> 
     differences = tuple(
         ArmDifference(m, a, base, f, bootstrap_paired_difference(by_arm[m, a][f], by_arm[m, base][f]))
         for m in mechanisms
-        for base in ("none", "clip")
-        for a in ARMS
-        if a != base and not (base == "clip" and a == "none")
+        for a, base in COMPARED_PAIRS
         for f in xv.FIGURE_COLUMNS
     )
     checks = []
-    for m in mechanisms:
+    pooled = {
+        (xv.POOLED, a): {f: np.concatenate([by_arm[m, a][f] for m in mechanisms]) for f in xv.FIGURE_COLUMNS}
+        for a in ARMS
+    }
+    for m in [*mechanisms, xv.POOLED]:
         for claim in ARTICLE_CLAIMS:
-            base, arm = by_arm[m, claim.baseline][claim.figure], by_arm[m, claim.arm][claim.figure]
+            figures = pooled if m == xv.POOLED else by_arm
+            base, arm = figures[m, claim.baseline][claim.figure], figures[m, claim.arm][claim.figure]
             measured = (bootstrap_mean(base), bootstrap_mean(arm), bootstrap_relative_change(arm, base))
             if claim.kind == "relative_change":
                 change = measured[2]
@@ -210,9 +221,25 @@ def test_numbers_print_with_their_units_and_never_minus_zero() -> None:
 def test_crafted_results_get_each_verdict_where_their_numbers_say_so() -> None:
     said = dict((claim.key, verdicts) for claim, verdicts in xv.claim_sentences(crafted_results()))
     spike = [verdict for verdict, _ in said[SPIKE_CLAIM.key]]
-    # A: 7/8 -> 1/8 (-86%, the interval holds -90%); B: 4/8 -> 2/8 (interval reaches 0); C: 8/8 -> 5/8
-    assert spike == [xv.AGREES, xv.NO_DIFFERENCE, xv.DISAGREES]
-    assert [verdict for verdict, _ in said[SUCCESS_CLAIM.key]] == [xv.NO_DIFFERENCE] * 3
+    # A: 7/8 -> 1/8 (-86%, the interval holds -90%); B: 4/8 -> 2/8 (interval reaches 0); C: 8/8 -> 5/8;
+    # pooled: 19/24 -> 8/24 (-58%, significant, the interval leaves -90% out)
+    assert spike == [xv.AGREES, xv.NO_DIFFERENCE, xv.DISAGREES, xv.DISAGREES]
+    assert said[SPIKE_CLAIM.key][3][1].startswith("All mechanisms pooled: does not agree: spike incidence 79% with")
+    assert "n = 24 runs per arm over all mechanisms, 600 steps on 2 CPU cores." in said[SPIKE_CLAIM.key][3][1]
+    assert [verdict for verdict, _ in said[SUCCESS_CLAIM.key]][:3] == [xv.NO_DIFFERENCE] * 3
+
+
+def test_the_choice_between_remedies_is_said_from_the_paired_differences() -> None:
+    results = crafted_results()
+    line = xv.choice_sentence(results, "A", "restart", "clip")
+    assert line is not None and line.startswith("Mechanism A (LR jump at a schedule switch), restart rather than clip:")
+    for figure in xv.CHOICE_FIGURES:
+        found = results.difference("A", "restart", "clip", figure)
+        assert found is not None
+        said = "significant" if found.excludes_zero else xv.NO_DIFFERENCE
+        assert f"{xv.FIGURE_COLUMNS[figure]} {xv.difference_text(figure, found.difference)} ({said})" in line
+    assert "spike incidence -62 pts [-88, -25] (significant)" in line  # 6/8 -> 1/8 spiked, paired by seed
+    assert xv.choice_sentence(results, "A", "restart", "restart+clip") is None  # not a compared pair
 
 
 # ---------------------------------------------------------------------------------------- the page
@@ -276,11 +303,16 @@ def test_crafted_results_every_mechanism(page_store: Store) -> None:
     _shown_arms(at, results, "A")
     assert any("this store's experiment `crafted`" in c for c in captions)
     assert any("4 layers, 128 wide" in c and "2 CPU cores, load 3.5" in c for c in captions)
-    # the sentences, in order: the spike claim for A, B, C, then the success claim
-    said = [m for m in markdown if "Mechanism " in m]
+    # one sentence per claim and mechanism, in order: the spike claim for A, B, C, pooled, then success
+    said = [m for m in markdown if m.startswith(":material/")]
+    assert len(said) == len(results.claim_checks) == 8
     expected = [xv.AGREES, xv.NO_DIFFERENCE, xv.DISAGREES]
     assert all(m.split("): ", 1)[1].startswith(v) for m, v in zip(said[:3], expected, strict=True)), said[:3]
-    assert all(m.endswith("n = 8 seeds per arm, 600 steps on 2 CPU cores.") for m in said)
+    assert all(m.endswith("n = 8 seeds per arm, 600 steps on 2 CPU cores.") for m in said[:3])
+    # the choice between the remedies: a restart rather than clipping, clipping on top of a restart
+    choices = next(m for m in markdown if m.startswith("- Mechanism A")).split("\n")
+    pairs = [("restart", "clip"), ("restart+clip", "restart")]
+    assert choices == [f"- {xv.choice_sentence(results, m, a, b)}" for m in "ABC" for a, b in pairs]
     # each mechanism's tables follow the radio
     at.radio(key="th_mech").set_value("C").run()
     _shown_arms(at, results, "C")
