@@ -60,9 +60,10 @@ ENGINES = ("embedded", "spark")
 DEFAULT_MASTER = "local[*]"
 """The Spark master when none is given: every core of this machine."""
 
-PARTITION_BYTES = 64 * 2**20
-"""Shard bytes per partition of the sorted rows (at most: fewer when the cluster has more cores):
-the driver holds one such partition's rows at a time."""
+PARTITION_BYTES = 16 * 2**20
+"""Shard bytes per partition of the sorted rows (at most: fewer when the cluster has more cores).
+A partition's rows come to the driver whole, as long rows about 3x their shard bytes, and the driver
+holds two (the one read and the one prefetched) within its 1 GiB heap."""
 
 SEGMENT_MARK = -2
 """The rank of the records that carry a segment's bookkeeping (``SegmentRead`` without its rows):
@@ -130,10 +131,18 @@ def spark_session(master: str) -> Any:
     try:
         _session = builder.getOrCreate()
     except Exception as exc:  # the JVM did not start or the master refused: one paragraph
-        first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise StabScopeError(f"Spark did not start with master {master!r}: {first_line}") from exc
+        raise StabScopeError(f"Spark did not start with master {master!r}: {_first_line(exc)}") from exc
     _session.sparkContext.setLogLevel("ERROR")
     return _session
+
+
+def _first_line(exc: BaseException) -> str:
+    """The first line of an exception's message (a Java exception's ``str`` can itself fail)."""
+    try:
+        text = str(exc).strip()
+    except Exception:
+        text = ""
+    return (text.splitlines() or [type(exc).__name__])[0]
 
 
 def _log_config_file() -> str:
@@ -167,7 +176,7 @@ class SparkParts:
         rows_total, rows_done = 0, 0
         rank: int | None = None
         parts: list[tuple[str, pa.Table]] = []
-        for (key_rank, metric, index), payload in self._sorted_rows(todo).toLocalIterator(prefetchPartitions=True):
+        for (key_rank, metric, index), payload in self._records(todo):
             if key_rank == SEGMENT_MARK:
                 segment, key, _ = todo[index]
                 record_segment(segment, key, payload[0], report, extras)
@@ -184,6 +193,18 @@ class SparkParts:
                 progress(total_bytes * rows_done // max(rows_total, 1), total_bytes)
         if parts:
             yield parts
+
+    def _records(self, todo: SegmentTodo) -> Iterator[tuple[tuple[int, str, int], Any]]:
+        """The job's records in partition order; a failed job is one paragraph."""
+        try:
+            yield from self._sorted_rows(todo).toLocalIterator(prefetchPartitions=True)
+        except StabScopeError:
+            raise
+        except Exception as exc:  # Py4J and PySpark errors carry the JVM's stack trace: its first line
+            raise StabScopeError(
+                f"the Spark compaction job on master {self.master!r} failed: {_first_line(exc)} "
+                "(Spark's log above names the failed task; nothing was committed)"
+            ) from exc
 
     def _sorted_rows(self, todo: SegmentTodo) -> Any:
         """The job's RDD: ``((rank, metric, 0), Arrow IPC rows)`` per (rank, metric), de-duplicated
