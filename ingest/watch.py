@@ -76,7 +76,9 @@ def watch(
     new_alerts(store, run, seen)  # what already held before this watcher started is not news
     try:
         while True:
-            if find_segments(shard_dir):
+            # Once the run exists, compact lists the segments itself: one listing a pass (on object
+            # storage a LIST request per 1,000 objects), not two.
+            if store.has_run(run) or find_segments(shard_dir):
                 try:
                     with store.writing(run, wait_s=wait_s):
                         report = store.compact(run, shard_dir, status="finished" if once else "live")
