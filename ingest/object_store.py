@@ -5,10 +5,10 @@ under its prefix, with keys relative to it. Endpoint, region and credentials com
 AWS settings: ``AWS_ENDPOINT_URL_S3`` / ``AWS_ENDPOINT_URL`` (a non-AWS server), ``AWS_DEFAULT_REGION``
 / ``AWS_REGION``, and boto3's credential chain (``AWS_ACCESS_KEY_ID`` ..., ``~/.aws``, instance roles).
 
-Writes go through boto3 (pyarrow's multipart uploads fail against some servers); random-access reads
-of Parquet files go through pyarrow's S3 filesystem (``open_input``), which reads a footer and single
-row groups by range requests. boto3 and pyarrow's S3 support are imported only when an object store is
-opened, so the embedded default never needs them. Every failure is one ``StabScopeError`` paragraph
+Everything goes through boto3 (pyarrow's S3 multipart uploads fail against some servers), random-access
+reads of Parquet files too: ``open_input`` is a file whose reads are ranged GETs, so ``pq.ParquetFile``
+reads a footer and single row groups, and every request is counted. boto3 is imported only when an
+object store is opened, so the embedded default never needs it. Every failure is one ``StabScopeError`` paragraph
 naming the URL and the AWS setting to check.
 """
 
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import io
 import os
 import threading
 import uuid
@@ -118,7 +119,6 @@ class ObjectStore:
         self.endpoint = endpoint_url()
         self.counters = ObjectCounters()
         self._lock = threading.Lock()
-        self._fs: Any = None
         try:
             import boto3
             from botocore.config import Config
@@ -143,7 +143,7 @@ class ObjectStore:
 
     @contextlib.contextmanager
     def _errors(self, what: str, key: str = "") -> Iterator[None]:
-        """Turn a boto3/botocore/pyarrow failure of ``what`` into one paragraph naming the URL and the setting."""
+        """Turn a boto3/botocore failure of ``what`` into one paragraph naming the URL and the setting."""
         from botocore.exceptions import BotoCoreError, ClientError, EndpointConnectionError, NoCredentialsError
 
         where = f"{self.url}/{key}" if key else str(self.url)
@@ -181,7 +181,7 @@ class ObjectStore:
             ) from exc
         except FileNotFoundError:  # a missing object, said by the caller (``download``)
             raise
-        except OSError as exc:  # pyarrow's S3 filesystem reports its failures as OSError
+        except OSError as exc:  # a local file that cannot be written or read
             raise StabScopeError(
                 f"cannot {what} {where} at {endpoint}: {exc}. Check AWS_ENDPOINT_URL and the credentials"
             ) from exc
@@ -276,25 +276,11 @@ class ObjectStore:
         self._count(read=size)
         return size
 
-    def open_input(self, key: str) -> Any:
-        """A pyarrow random-access file over ``key``: ``pq.ParquetFile`` on it reads by range requests.
-        (Its requests are not counted here: pyarrow makes them.)"""
-        with self._errors("open", key):
-            return self._filesystem().open_input_file(f"{self.url.bucket}/{self._k(key)}")
-
-    def _filesystem(self) -> Any:
-        if self._fs is None:
-            from pyarrow import fs
-
-            options: dict[str, Any] = {}
-            if self.endpoint:
-                parts = urlsplit(self.endpoint)
-                options["endpoint_override"] = parts.netloc or parts.path
-                options["scheme"] = parts.scheme or "https"
-            if _region():
-                options["region"] = _region()
-            self._fs = fs.S3FileSystem(**options)
-        return self._fs
+    def open_input(self, key: str, size: int | None = None) -> RangeFile:
+        """A random-access file over ``key`` (its ``size`` in bytes, when known, saves a request): each
+        read is one ranged GET, counted here; ``pq.ParquetFile`` on it reads the footer, then only the
+        row groups asked for."""
+        return RangeFile(self, key, self.size(key) if size is None else size)
 
     def list(self, prefix: str = "") -> list[ObjectInfo]:
         """Every object whose key (relative) starts with ``prefix``, by key."""
@@ -359,3 +345,38 @@ class ObjectStore:
                     exc.response["Error"]["Code"] = "NoSuchBucket"
                 raise
         self._count()
+
+
+class RangeFile(io.RawIOBase):
+    """A read-only, seekable file over one object of ``store``, read by ranged GETs (``open_input``)."""
+
+    def __init__(self, store: ObjectStore, key: str, size: int) -> None:
+        super().__init__()
+        self._store, self._key, self._size, self._pos = store, key, size, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
+        self._pos = max(0, base + offset)
+        return self._pos
+
+    def size(self) -> int:
+        return self._size
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+        end = min(self._size, self._pos + len(view))
+        if end <= self._pos:
+            return 0
+        data = self._store.get_bytes(self._key, self._pos, end)
+        view[: len(data)] = data
+        self._pos += len(data)
+        return len(data)

@@ -16,7 +16,7 @@ import pytest
 from ingest.errors import StabScopeError
 from ingest.object_store import ObjectStore
 from ingest.run_analyses import materialise
-from ingest.store import Store, open_store
+from ingest.store import Store, open_store, remote
 from ingest.store.manifest import manifest_seq
 from tests.conftest import RunSpec, write_run
 
@@ -191,3 +191,25 @@ def test_parquet_footer_reads_by_range(s3_url: str, tmp_path: Path) -> None:
     (key,) = [o.key for o in objects.list("runs/run=r/long/")]
     with objects.open_input(key) as f:
         assert pq.ParquetFile(f).metadata.num_rows == 400
+
+
+def test_one_ranks_window_reads_the_long_object_by_ranges(
+    s3_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(remote, "RANGED_MIN_BYTES", 0)  # a long file of a few row groups is read by ranges
+    local = open_store(tmp_path / "local", on_generation=materialise)
+    writer = s3_store(s3_url, tmp_path / "writer")
+    for store in (local, writer):
+        write_run(store, RunSpec(name="r", n_steps=20_000, n_ranks=4))
+    reader = s3_store(s3_url, tmp_path / "reader")
+    before = dict(reader.object_counters or {})
+    window = reader.read_series("r", "grad_norm_local", rank=2, start=14_000, end=18_999)
+    expected = local.read_series("r", "grad_norm_local", rank=2, start=14_000, end=18_999)
+    assert window.steps.tolist() == expected.steps.tolist() == list(range(14_000, 19_000))
+    assert window.values.tolist() == expected.values.tolist()
+    read = (reader.object_counters or {})["bytes_read"] - before["bytes_read"]
+    (long_object,) = ObjectStore(s3_url).list("runs/run=r/long/")
+    assert 0 < read < long_object.size / 2
+    whole = reader.read_series("r", "grad_norm_local", rank=1, buckets=100)
+    assert whole.values.tolist() == local.read_series("r", "grad_norm_local", rank=1, buckets=100).values.tolist()
+    assert not list((tmp_path / "reader" / "runs" / "run=r").rglob("long/*.parquet"))  # never fetched whole

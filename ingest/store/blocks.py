@@ -96,8 +96,9 @@ class SourceReader:
     """Reads row ranges of a sorted source, in ascending order, a row group at a time; keeps the
     group it is in until it is used up (the next block of the file usually starts there)."""
 
-    def __init__(self, path: str, columns: Sequence[str] = READ_SCHEMA.names) -> None:
-        self.file = pq.ParquetFile(path)
+    def __init__(self, path: str, columns: Sequence[str] = READ_SCHEMA.names, source: Any = None) -> None:
+        """``source``: a file object to read instead of the file at ``path`` (an object read by ranges)."""
+        self.file = pq.ParquetFile(path if source is None else source)
         self.schema = pa.schema([READ_SCHEMA.field(c) for c in columns])
         meta = self.file.metadata
         sizes = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]

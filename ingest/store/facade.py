@@ -132,6 +132,7 @@ class Store:
             from ingest.store.remote import RemoteRuns
 
             self._remote = RemoteRuns(self.location, self.root, self._catalog_db, self._writing_here)
+            self._reader.open_remote = self._remote.open_ranged
             self._remote.refresh(force=True)
 
     @contextlib.contextmanager
@@ -141,7 +142,10 @@ class Store:
             yield con
 
     def _layout(self, name: str) -> RunLayout:
-        return RunLayout(self.run_dir(name), self._remote.fetch if self._remote is not None else None)
+        remote = self._remote
+        if remote is None:
+            return RunLayout(self.run_dir(name))
+        return RunLayout(self.run_dir(name), remote.fetch, remote.ranged)
 
     def _writing_here(self, name: str) -> bool:
         with self._writes_lock:

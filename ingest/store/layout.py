@@ -88,11 +88,18 @@ def same_generation(path: str | Path, kind: str) -> Path:
 class RunLayout:
     """The files of one run: ``folder`` is ``run_folder(root, name)``. ``fetch(path)``, given for a store
     on object storage (``remote.RemoteRuns.fetch``), brings a committed file the local cache lacks and
-    says whether there was one."""
+    says whether there was one; ``ranged(path)`` whether such a file can be read where it is, by ranges
+    (``remote.RemoteRuns.ranged``), instead."""
 
-    def __init__(self, folder: Path, fetch: Callable[[Path], bool] | None = None) -> None:
+    def __init__(
+        self,
+        folder: Path,
+        fetch: Callable[[Path], bool] | None = None,
+        ranged: Callable[[Path], bool] | None = None,
+    ) -> None:
         self.folder = folder
         self.fetch = fetch
+        self.ranged = ranged
 
     def file(self, kind: str, gen: int) -> Path:
         """Generation ``gen``'s file of ``kind`` (the analyses of ``gen`` for ``DERIVED``)."""
@@ -107,6 +114,15 @@ class RunLayout:
     def part_files(self, info: RunInfo, kind: str) -> list[str]:
         """The ``kind`` files of the current generation: its base's, then each delta part's, in order."""
         return [f for g in part_generations(info) for f in self.existing(kind, g)]
+
+    def part_sources(self, info: RunInfo, kind: str) -> list[str]:
+        """``part_files``, for a read of a few row ranges: a file the local cache of an object store lacks
+        is named without being fetched when it can be read by ranges where it is."""
+        ranged = self.ranged
+        if ranged is None:
+            return self.part_files(info, kind)
+        paths = [self.file(kind, g) for g in part_generations(info)]
+        return [str(p) for p in paths if p.exists() or ranged(p) or (self.fetch is not None and self.fetch(p))]
 
     def staging_file(self, prefix: str, index: int) -> Path:
         return self.folder / STAGING / f"{prefix}-{index:05d}.parquet"

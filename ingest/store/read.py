@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import threading
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -57,6 +57,9 @@ class StoreReader:
         self._local = threading.local()
         self._blocks_cache: dict[str, dict[tuple[str, int], list[Piece]]] = {}
         self._derived_cache: dict[str, frozenset[str]] = {}
+        self.open_remote: Callable[[str], Any] | None = None
+        """For an object store: a file object reading the object of a cache path by ranges (a file that
+        ``layout.RunLayout.part_sources`` named without fetching it)."""
 
     def engine(self) -> duckdb.DuckDBPyConnection:
         """An in-memory DuckDB per thread for Parquet reads (no catalog lock involved)."""
@@ -94,7 +97,9 @@ class StoreReader:
         reader = readers.get(path)
         if reader is None:
             try:
-                reader = readers[path] = SourceReader(path, ("step", "value"))
+                remote = self.open_remote if self.open_remote is not None and not os.path.exists(path) else None
+                source = remote(path) if remote is not None else None
+                reader = readers[path] = SourceReader(path, ("step", "value"), source)
             except (OSError, pa.ArrowException) as exc:
                 raise damaged_file(path, exc) from exc
         return reader
@@ -136,8 +141,8 @@ class StoreReader:
     ) -> tuple[list[str], int, str]:
         """The files to read, the rank to read in them, and the series' source: ``rank`` (one rank's
         rows), ``derived`` (an analysis), ``ranks`` (the rollup of a per-rank-only metric) or ``run``."""
-        if rank is not None and rank >= 0:
-            return layout.part_files(info, LONG), rank, "rank"
+        if rank is not None and rank >= 0:  # a few row ranges of the long file
+            return layout.part_sources(info, LONG), rank, "rank"
         if metric not in info.metrics:
             derived = layout.existing(DERIVED, info.analysis_gen)
             return [f for f in derived if metric in self._derived_metrics(f)], RUN_RANK, "derived"

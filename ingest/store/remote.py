@@ -43,7 +43,7 @@ from typing import Any, Final
 
 from ingest import queries
 from ingest.errors import StabScopeError
-from ingest.object_store import ObjectStore, ObjectUrl, endpoint_url
+from ingest.object_store import ObjectStore, ObjectUrl, RangeFile, endpoint_url
 from ingest.store.catalog import Catalog, delete_run_rows, fetch_one, run_info_of
 from ingest.store.commit import failpoint, spike_row
 from ingest.store.layout import (
@@ -71,6 +71,10 @@ SMALL_KINDS: Final = frozenset({RUN_LEVEL, ROLLUP, RANK_BUCKETS, TAIL, DERIVED})
 """The kinds of file fetched together when a read needs one (the long file is fetched alone)."""
 FETCH_THREADS: Final = 4
 """Downloads at a time."""
+RANGED_MIN_BYTES = 16 << 20
+"""A long file at least this large is read by ranges when a read needs a few of its row ranges (one
+rank's window); a smaller one is fetched whole: a row group of it is a large part of it, and the next
+read finds it in the cache."""
 
 
 def cache_dir_for(url: ObjectUrl) -> Path:
@@ -150,20 +154,16 @@ class RemoteRuns:
         each of them, and one round of downloads costs about what one does. An object deleted meanwhile
         (a newer manifest replaced it) is ``FileNotFoundError``, which a read answers by starting again
         on the newer state."""
-        try:
-            rel = path.relative_to(self.root).as_posix()
-        except ValueError:
+        found = self._run_file(path)
+        if found is None:
             return False
-        parts = rel.split("/")
-        if len(parts) < 4 or parts[0] != "runs" or not parts[1].startswith("run="):
-            return False
-        name = parts[1].removeprefix("run=")
+        name, rel = found
         with self._state_lock:
             objects = self.load_state(name)["objects"]
         if rel not in objects:
             return False
         wanted = [rel]
-        if parts[2] in SMALL_KINDS:
+        if rel.split("/")[2] in SMALL_KINDS:
             wanted += [
                 r for r in objects if r != rel and r.split("/")[2] in SMALL_KINDS and not (self.root / r).exists()
             ]
@@ -171,6 +171,39 @@ class RemoteRuns:
             done = [pool.submit(self._download, name, r, objects[r]) for r in wanted]
         done[0].result()  # the others are fetched ahead: a read that needs one fetches it again
         return True
+
+    def _run_file(self, path: str | Path) -> tuple[str, str] | None:
+        """(run name, path relative to the cache root) of a cached run file ``path``, or None."""
+        try:
+            rel = Path(path).relative_to(self.root).as_posix()
+        except ValueError:
+            return None
+        parts = rel.split("/")
+        if len(parts) < 4 or parts[0] != "runs" or not parts[1].startswith("run="):
+            return None
+        return parts[1].removeprefix("run="), rel
+
+    def _entry(self, path: str | Path) -> dict[str, Any] | None:
+        """The manifest entry (object key, size) the cache reflects for the cached file ``path``, or None."""
+        found = self._run_file(path)
+        if found is None:
+            return None
+        with self._state_lock:
+            entry: dict[str, Any] | None = self.load_state(found[0])["objects"].get(found[1])
+        return entry
+
+    def ranged(self, path: Path) -> bool:
+        """True when the manifest names an object for the cached file ``path`` that is large enough to be
+        read by ranges (``RANGED_MIN_BYTES``; ``open_ranged`` reads it); a smaller one is fetched whole."""
+        entry = self._entry(path)
+        return entry is not None and int(entry["size"]) >= RANGED_MIN_BYTES
+
+    def open_ranged(self, path: str) -> RangeFile:
+        """A file reading the object of the cached file ``path`` by ranged GETs (``RemoteRuns.ranged``)."""
+        entry = self._entry(path)
+        if entry is None:
+            raise FileNotFoundError(f"{path}: no object in the manifest this cache reflects")
+        return self.objects.open_input(entry["key"], entry["size"])
 
     def _download(self, name: str, rel: str, entry: dict[str, Any]) -> None:
         path = self.root / rel
