@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd  # type: ignore[import-untyped]
@@ -47,11 +48,11 @@ FIGURE_COLUMNS: dict[str, str] = {
     "steps_to_recover": "steps to recover",
     "divergence_rate": "divergence rate",
     "success_rate": "success rate",
-    "final_val_loss": "final val loss",
+    "final_val_loss": "final val loss (nats/byte)",
     "wall_time_s": "wall time (s)",
 }
-"""The table's figures in column order, with their headings (units in brackets; the loss is in
-nats/byte, said in the column's help: ``SUMMARY_FIGURES``)."""
+"""The tables' figures in order, with their labels (units in brackets; rates are shares of runs)."""
+SEEDS_ROW, STORED_ROW = "seeds", "runs in this store"
 RATES = frozenset({"spike_rate", "divergence_rate", "success_rate"})
 """Figures that are shares of runs (shown as percentages; their differences in percentage points)."""
 _DECIMALS = {"peak_ratio": 2, "steps_to_recover": 0, "final_val_loss": 3, "wall_time_s": 0}
@@ -89,6 +90,10 @@ def difference_text(figure: str, interval: Interval) -> str:
     if interval.empty:
         return MISSING
     scale, decimals, unit = (100.0, 0, " pts") if figure in RATES else (1.0, _DECIMALS.get(figure, 2), "")
+    if not unit and interval.excludes_zero:  # a significant difference never prints as "+0.00"
+        nearest = min(abs(interval.low), abs(interval.high))
+        while decimals < _DECIMALS.get(figure, 2) + 2 and round(nearest, decimals) == 0:
+            decimals += 1
     estimate, low, high = (_fixed(scale * v, decimals, "+") for v in (interval.estimate, interval.low, interval.high))
     return f"{estimate}{unit} [{low}, {high}]"
 
@@ -132,9 +137,10 @@ def mechanism_head(mechanism: str) -> str:
     return "All mechanisms pooled" if mechanism == POOLED else f"Mechanism {mechanism_name(mechanism)}"
 
 
-def column_help() -> dict[str, str]:
-    """Each figure column's heading -> what it measures, with its unit (the results' own words)."""
-    return {column: SUMMARY_FIGURES.get(figure, column) for figure, column in FIGURE_COLUMNS.items()}
+def column_help(results: ExperimentResults, mechanism: str) -> dict[str, str]:
+    """The tables' column headings -> what they are: each arm's remedy, each figure with its unit."""
+    arms = {arm: ARMS.get(arm, arm) for arm in arms_of(results, mechanism)}
+    return {**arms, **{difference_heading(f): SUMMARY_FIGURES.get(f, f) for f in FIGURE_COLUMNS}}
 
 
 def arm_runs(results: ExperimentResults, mechanism: str, arm: str) -> list[str]:
@@ -146,20 +152,21 @@ def arm_runs(results: ExperimentResults, mechanism: str, arm: str) -> list[str]:
 def arm_table(
     results: ExperimentResults, mechanism: str, stored: set[str] | frozenset[str] = frozenset()
 ) -> pd.DataFrame:
-    """One row per arm: seeds, each figure as ``estimate [95% interval]``, and how many of its runs
-    are in this store (``stored``: the store's run names)."""
-    rows = []
-    for arm in arms_of(results, mechanism):
+    """One column per arm, one row per figure as ``estimate [95% interval]``, with the seeds and how
+    many of the arm's runs are in this store (``stored``: the store's run names)."""
+    arms = arms_of(results, mechanism)
+    rows: list[dict[str, str]] = [{"figure": SEEDS_ROW}, *({"figure": label} for label in FIGURE_COLUMNS.values())]
+    rows.append({"figure": STORED_ROW})
+    for arm in arms:
         summary = results.arm(mechanism, arm)
         assert summary is not None  # arms_of lists only measured arms
-        row: dict[str, object] = {"arm": arm, "seeds": summary.seeds}
-        for figure, column in FIGURE_COLUMNS.items():
+        rows[0][arm] = str(summary.seeds)
+        for row, figure in zip(rows[1:], FIGURE_COLUMNS, strict=False):
             interval = summary.figures.get(figure)
-            row[column] = MISSING if interval is None else interval_text(figure, interval)
+            row[arm] = MISSING if interval is None else interval_text(figure, interval)
         runs = arm_runs(results, mechanism, arm)
-        row["runs in this store"] = f"{sum(r in stored for r in runs)} of {len(runs)}"
-        rows.append(row)
-    return pd.DataFrame(rows)
+        rows[-1][arm] = f"{sum(r in stored for r in runs)} of {len(runs)}"
+    return pd.DataFrame(rows, columns=["figure", *arms])
 
 
 SIGNIFICANT = " *"
@@ -168,14 +175,21 @@ MIN_PAIRS = 2
 """Seed pairs a difference needs to be marked: one pair's "interval" is a single value, not a range."""
 
 
+def difference_heading(figure: str) -> str:
+    """A figure's column in the differences table: rates differ in percentage points."""
+    label = FIGURE_COLUMNS.get(figure, figure)
+    return f"{label.split(' (')[0]} (pts)" if figure in RATES else label
+
+
 def difference_cell(figure: str, interval: Interval) -> str:
-    """A difference table's cell: ``difference_text``, ``SIGNIFICANT`` when its interval excludes 0,
-    the number of seed pairs when fewer than ``MIN_PAIRS``."""
+    """A difference table's cell: ``difference_text`` (without the unit its heading gives),
+    ``SIGNIFICANT`` when its interval excludes 0, the number of seed pairs when fewer than ``MIN_PAIRS``."""
     if interval.empty:
         return MISSING
+    text = difference_text(figure, interval).replace(" pts", "")
     if interval.n < MIN_PAIRS:
-        return f"{difference_text(figure, interval)} (n={interval.n})"
-    return difference_text(figure, interval) + (SIGNIFICANT if interval.excludes_zero else "")
+        return f"{text} (n={interval.n})"
+    return text + (SIGNIFICANT if interval.excludes_zero else "")
 
 
 def difference_table(results: ExperimentResults, mechanism: str) -> pd.DataFrame:
@@ -190,9 +204,9 @@ def difference_table(results: ExperimentResults, mechanism: str) -> pd.DataFrame
         row: dict[str, object] = {"comparison": f"{arm} − {baseline}"}
         for figure in figures:
             found = results.difference(mechanism, arm, baseline, figure)
-            row[FIGURE_COLUMNS[figure]] = MISSING if found is None else difference_cell(figure, found.difference)
+            row[difference_heading(figure)] = MISSING if found is None else difference_cell(figure, found.difference)
         rows.append(row)
-    return pd.DataFrame(rows, columns=["comparison", *(FIGURE_COLUMNS[f] for f in figures)])
+    return pd.DataFrame(rows, columns=["comparison", *(difference_heading(f) for f in figures)])
 
 
 # ----------------------------------------------------------------------------------- claim verdicts
@@ -305,16 +319,24 @@ def claim_sentences(results: ExperimentResults) -> list[tuple[Claim, list[tuple[
 # ------------------------------------------------------------------------------------------- source
 
 
-def model_text(config: dict[str, object]) -> str:
-    """The trained model's size from the experiment's config, as far as it says."""
+def model_text(config: dict[str, Any]) -> str:
+    """The trained model's size from the experiment's config (its ``shape``), as far as it says."""
+    nested = config.get("shape")
+    shape: dict[str, Any] = nested if isinstance(nested, dict) else config
     parts = []
-    for keys, unit in ((("n_layer", "layers"), "layers"), (("d_model", "width"), "wide")):
-        value = next((config[k] for k in keys if isinstance(config.get(k), int)), None)
-        if value is not None:
-            parts.append(f"{value} {unit}")
+    for key, unit in (("n_layers", "layers"), ("d_model", "wide")):
+        if isinstance(shape.get(key), int):
+            parts.append(f"{shape[key]} {unit}")
+    if isinstance(shape.get("experts"), int) and shape["experts"] > 0:
+        parts.append(f"{shape['experts']} experts")
     steps = config.get("steps")
     text = f"byte-level GPT ({', '.join(parts)})" if parts else "small byte-level GPT"
     return text + (f", {steps:,} steps" if isinstance(steps, int) else "")
+
+
+def seeds_per_arm(results: ExperimentResults) -> int:
+    """The fewest seeds any arm was trained with."""
+    return min((a.seeds for a in results.arms), default=0)
 
 
 def sample_text(results: ExperimentResults, n: int, mechanism: str = "") -> str:
@@ -324,9 +346,12 @@ def sample_text(results: ExperimentResults, n: int, mechanism: str = "") -> str:
     steps = results.config.get("steps")
     trained = f", {steps:,} steps" if isinstance(steps, int) else ""
     unit = "runs per arm over all mechanisms" if mechanism == POOLED else "seeds per arm"
-    return f"n = {n} {unit}{trained} on {m.cpus} {m.device.upper()} cores"
+    few = f" (fewer than {MIN_SEEDS}: a check of the pipeline, not an answer)" if n < MIN_SEEDS else ""
+    return f"n = {n} {unit}{few}{trained} on {m.cpus} {m.device.upper()} cores"
 
 
+MIN_SEEDS = 8
+"""Seeds per arm the experiment's answer rests on (the issue's minimum; ``--quick`` trains 2)."""
 CHOICES = (("restart", "clip"), ("restart+clip", "restart"))
 """The comparisons a user choosing a remedy asks about: a restart instead of clipping, and whether
 clipping on top of a restart adds anything."""
@@ -415,7 +440,8 @@ def snr_lines(results: ExperimentResults, mechanism: str) -> list[Line]:
         for r in (r for r in results.runs if r.mechanism == mechanism and r.arm == arm and r.snr_steps):
             y = np.array([math.nan if v is None else v for v in r.snr_values], dtype=np.float64)
             x = np.asarray(r.snr_steps, dtype=np.float64) - r.transition_step
-            runs.append(Line(r.run, x, y))
+            known = np.isfinite(y)  # the SNR needs a window of steps first: no axis for the steps before
+            runs.append(Line(r.run, x[known], y[known]))
             groups[r.run] = arm
     return group_lines(runs, groups, "minmax")
 

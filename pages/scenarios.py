@@ -115,7 +115,10 @@ def thesis_section(stored: set[str]) -> None:
     if choices:
         st.subheader("Warmup restart or clipping?")
         st.markdown("\n".join(f"- {line}" for line in choices))
-        st.caption("Paired differences (arm minus the other, same seeds), mean [95% interval]; rates in points.")
+        st.caption(
+            "Paired differences (arm minus the other, same seeds), mean [95% interval]; rates in percentage "
+            f"points; {xv.sample_text(results, xv.seeds_per_arm(results))}."
+        )
     left, right = st.columns(2)
     left.plotly_chart(xv.rate_figure(results, "spike_rate"), key="th_spike_rate")
     right.plotly_chart(xv.rate_figure(results, "success_rate"), key="th_success_rate")
@@ -125,7 +128,9 @@ def thesis_section(stored: set[str]) -> None:
     picked_mechanism = st.radio("Mechanism", mechanisms, format_func=xv.mechanism_name, key="th_mech", horizontal=True)
     mechanism = str(picked_mechanism or mechanisms[0])
     arms = xv.arms_of(results, mechanism)
-    helps = {heading: st.column_config.TextColumn(help=text) for heading, text in xv.column_help().items()}
+    helps = {
+        heading: st.column_config.TextColumn(help=text) for heading, text in xv.column_help(results, mechanism).items()
+    }
     table = xv.arm_table(results, mechanism, stored)
     st.dataframe(table, hide_index=True, key="th_arms", placeholder=MISSING, column_config=helps)
     st.caption(f"Each figure: the mean over seeds [its bootstrap 95% interval]. {xv.arms_legend(arms)}.")

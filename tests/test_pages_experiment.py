@@ -142,7 +142,7 @@ def crafted_results(mechanisms: str = "ABC", experiment_id: str = "crafted") -> 
         experiment_id=experiment_id,
         created_utc="2026-12-02T13:00:00Z",
         command="stabscope experiment --seeds 8",
-        config={"steps": 600, "n_layer": 4, "d_model": 128},
+        config={"steps": 600, "shape": {"d_model": 128, "n_layers": 4, "experts": 0}},
         machine=Machine("host", 2, 3.5, "cpu", "2.13.0", "3.11.9"),
         runs=tuple(runs),
         arms=arms,
@@ -213,8 +213,12 @@ def test_numbers_print_with_their_units_and_never_minus_zero() -> None:
     assert xv.difference_text("divergence_rate", Interval(-0.375, -0.75, -0.004, 8)) == "-38 pts [-75, +0]"
     assert xv.difference_text("wall_time_s", Interval(1.2, -0.4, 3.0, 8)) == "+1 [+0, +3]"
     assert xv.change_text(-0.9) == "-90%"
-    assert xv.difference_cell("spike_rate", Interval(-0.5, -0.75, -0.25, 8)) == "-50 pts [-75, -25] *"
-    assert xv.difference_cell("spike_rate", Interval(-0.5, -0.75, 0.25, 8)) == "-50 pts [-75, +25]"
+    assert xv.difference_cell("spike_rate", Interval(-0.5, -0.75, -0.25, 8)) == "-50 [-75, -25] *"
+    assert xv.difference_heading("spike_rate") == "spike incidence (pts)"
+    assert xv.difference_cell("spike_rate", Interval(-0.5, -0.75, 0.25, 8)) == "-50 [-75, +25]"
+    # a significant difference keeps the digits that show it; one that is not stays at the figure's precision
+    assert xv.difference_text("peak_ratio", Interval(-0.003, -0.006, -0.001, 8)) == "-0.003 [-0.006, -0.001]"
+    assert xv.difference_text("peak_ratio", Interval(0.003, -0.006, 0.012, 8)) == "+0.00 [-0.01, +0.01]"
     assert xv.difference_cell("steps_to_recover", Interval(17, 17, 17, 1)) == "+17 [+17, +17] (n=1)"
 
 
@@ -261,15 +265,17 @@ def _thesis(at: AppTest) -> tuple[list[str], list[str]]:
     return [m.value for m in at.markdown], [c.value for c in at.caption]
 
 
-def _shown_arms(at: AppTest, results: ExperimentResults, mechanism: str) -> None:
-    """The arms table holds exactly the results' figures for ``mechanism``."""
-    table = at.dataframe[0].value
-    assert list(table["arm"]) == xv.arms_of(results, mechanism)
-    for _, row in table.iterrows():
-        summary = results.arm(mechanism, row["arm"])
-        assert summary is not None and row["seeds"] == summary.seeds
-        for figure, column in xv.FIGURE_COLUMNS.items():
-            assert row[column] == xv.interval_text(figure, summary.figures[figure]), (row["arm"], figure)
+def _shown_arms(at: AppTest, results: ExperimentResults, mechanism: str, stored: int = 0) -> None:
+    """The arms table holds exactly the results' figures for ``mechanism``: a column per arm."""
+    table = next(d.value for d in at.dataframe if "figure" in d.value.columns).set_index("figure")
+    assert list(table.columns) == xv.arms_of(results, mechanism)
+    assert list(table.index) == [xv.SEEDS_ROW, *xv.FIGURE_COLUMNS.values(), xv.STORED_ROW]
+    for arm in table.columns:
+        summary = results.arm(mechanism, arm)
+        assert summary is not None and table.loc[xv.SEEDS_ROW, arm] == str(summary.seeds)
+        for figure, label in xv.FIGURE_COLUMNS.items():
+            assert table.loc[label, arm] == xv.interval_text(figure, summary.figures[figure]), (arm, figure)
+        assert table.loc[xv.STORED_ROW, arm] == f"{stored if arm in ('none', 'restart') else 0} of {summary.seeds}"
 
 
 @pytest.mark.skipif(not FIXTURES, reason="no results fixture from a real `stabscope experiment --quick` yet")
@@ -316,11 +322,14 @@ def test_crafted_results_every_mechanism(page_store: Store) -> None:
     # each mechanism's tables follow the radio
     at.radio(key="th_mech").set_value("C").run()
     _shown_arms(at, results, "C")
-    diffs = at.dataframe[1].value
-    restart = diffs[diffs["comparison"] == "restart − none"].iloc[0]
-    found = results.difference("C", "restart", "none", "spike_rate")
-    assert found is not None and restart["spike incidence"] == xv.difference_cell("spike_rate", found.difference)
-    assert restart["spike incidence"].endswith(xv.SIGNIFICANT) == found.excludes_zero
+    diffs = at.dataframe[1].value.set_index("comparison")
+    assert set(diffs.index) == {f"{a} − {b}" for a, b in COMPARED_PAIRS}
+    for figure in xv.FIGURE_COLUMNS:
+        found = results.difference("C", "restart", "none", figure)
+        assert found is not None
+        cell = diffs.loc["restart − none", xv.difference_heading(figure)]
+        assert cell == xv.difference_cell(figure, found.difference)
+        assert cell.endswith(xv.SIGNIFICANT) == (found.excludes_zero and found.difference.n >= xv.MIN_PAIRS)
     # rates per arm with their intervals as whiskers; the SNR before the transition per arm
     incidence = figure_of(at, 0)["data"]
     assert [t["name"][0] for t in incidence] == ["A", "B", "C"]
@@ -378,8 +387,7 @@ def test_the_arms_runs_open_on_compare(page_store: Store, monkeypatch: pytest.Mo
         write_run(page_store, spec)
     at = open_in_app("scenarios", monkeypatch).run()
     assert not at.exception
-    table = next(d.value for d in at.dataframe if "runs in this store" in d.value.columns)
-    assert dict(zip(table["arm"], table["runs in this store"], strict=True))["none"] == "2 of 8"
+    _shown_arms(at, results, "A", stored=2)
     assert at.multiselect(key="th_pick").value == ["none", "restart"]
     at.button(key="th_open").click().run()
     assert not at.exception
