@@ -20,9 +20,10 @@ this module adds (``RemoteRuns``):
   never goes stale; a newer manifest names new files.
 
 What the cache reflects of each run is kept in ``<cache>/remote/run=<name>.json``: the manifest's
-sequence number and objects, the size and modification time of each cached file (a rewritten file,
-such as a run's analyses after a metadata change, is uploaded again), and ``dirty`` while a write is
-under way. Deleting the cache directory loses nothing: the next open rebuilds it from the manifests.
+sequence number and objects, and ``dirty`` while a write is under way; and in
+``<cache>/remote/local/run=<name>.json`` the size and modification time of each cached file (a
+rewritten file, such as a run's analyses after a metadata change, is uploaded again). Deleting the
+cache directory loses nothing: the next open rebuilds it from the manifests.
 """
 
 from __future__ import annotations
@@ -108,24 +109,26 @@ class RemoteRuns:
     def _state_path(self, name: str) -> Path:
         return self.root / STATE_FOLDER / f"run={name}.json"
 
+    def _local_path(self, name: str) -> Path:
+        return self.root / STATE_FOLDER / "local" / f"run={name}.json"
+
     def load_state(self, name: str) -> dict[str, Any]:
-        """What the cache reflects of run ``name`` (see the module docstring)."""
-        try:
-            state: dict[str, Any] = json.loads(self._state_path(name).read_text())
-        except (FileNotFoundError, ValueError):
-            state = {}
+        """What the cache reflects of run ``name`` (see the module docstring). ``local`` (each cached
+        file's size and mtime) lives in a file of its own: readers record what they fetched there without
+        the writer lock, and may lose an entry to a race, which costs only an upload again; the rest is
+        written under the run's writer lock."""
+        state: dict[str, Any] = _read_json(self._state_path(name))
         state.setdefault("seq", 0)
         state.setdefault("objects", {})
-        state.setdefault("local", {})
         state.setdefault("dirty", False)
+        state["local"] = _read_json(self._local_path(name))
         return state
 
     def _save_state(self, name: str, state: dict[str, Any]) -> None:
-        path = self._state_path(name)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f"{path.name}.{uuid.uuid4().hex[:8]}.tmp")
-        tmp.write_text(json.dumps(state))
-        tmp.replace(path)
+        """Save ``state`` (under the run's writer lock), its ``local`` part too when it has one."""
+        if "local" in state:
+            _write_json(self._local_path(name), state["local"])
+        _write_json(self._state_path(name), {k: v for k, v in state.items() if k != "local"})
 
     # ------------------------------------------------------------------ reads of the objects
 
@@ -215,8 +218,7 @@ class RemoteRuns:
         with self._state_lock:
             state = self.load_state(name)
             if state["objects"].get(rel) == entry:
-                state["local"][rel] = [stat.st_size, stat.st_mtime_ns]
-                self._save_state(name, state)
+                _write_json(self._local_path(name), {**state["local"], rel: [stat.st_size, stat.st_mtime_ns]})
 
     # ------------------------------------------------------------------ sync
 
@@ -286,6 +288,7 @@ class RemoteRuns:
                     (self.root / rel).unlink(missing_ok=True)
         if manifest is None:
             self._state_path(name).unlink(missing_ok=True)
+            self._local_path(name).unlink(missing_ok=True)
             return
         with self._state_lock:
             self._save_state(
@@ -302,7 +305,7 @@ class RemoteRuns:
         with self._state_lock:
             state = self.load_state(name)
             state["dirty"] = True
-            self._save_state(name, state)
+            self._save_state(name, {k: v for k, v in state.items() if k != "local"})
 
     def abandon_write(self, name: str) -> None:
         """A write of run ``name`` failed: drop what it left in the cache, take the published state again."""
@@ -388,6 +391,22 @@ class RemoteRuns:
 
     def set_setting(self, key: str, value: str) -> None:
         self.objects.put_bytes(setting_key(key), value.encode())
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        found = json.loads(path.read_text())
+    except (FileNotFoundError, ValueError):
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
+def _write_json(path: Path, value: dict[str, Any]) -> None:
+    """Write ``value`` to ``path`` under a temporary name, then rename: a reader never sees half of it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.name}.{uuid.uuid4().hex[:8]}.tmp")
+    tmp.write_text(json.dumps(value))
+    tmp.replace(path)
 
 
 def _writer() -> str:
