@@ -23,10 +23,10 @@ import numpy as np
 import pytest
 
 from ingest.errors import StabScopeError
-from ingest.run_analyses import open_analysed_store
+from ingest.run_analyses import materialise, open_analysed_store
 from ingest.shards import HEADER, ShardWriter, list_segments
 from ingest.spark_engine import parts_reader, rank_bounds, spark_session
-from ingest.store import Store
+from ingest.store import Store, open_store
 from tests.test_store_incremental import assert_same_series
 
 pytest.importorskip("pyspark")
@@ -46,7 +46,9 @@ RESTART_SHIFT = 5.0
 
 
 @pytest.fixture(scope="module")
-def spark() -> Iterator[Any]:
+def spark(s3_server: Any) -> Iterator[Any]:
+    """The module's Spark session, started once the S3 server's settings are in the environment (the
+    executors, Python processes of the JVM, inherit it at start)."""
     session = spark_session(MASTER)
     yield session
     session.stop()
@@ -198,6 +200,40 @@ def test_spark_engine_compacts_like_the_embedded_one(spark: Any, tmp_path: Path)
         assert a.read_bytes() == b.read_bytes()
     # Nothing new: both engines add nothing, start no Spark job and keep the generation.
     assert compact(sparked, shards, "spark")["gen"] == 2
+
+
+def write_object_job(shards: str, steps: range, *, seed: int, restart_at: int | None = None) -> None:
+    """A job writing to an ``s3://`` shard location (one object per flush), and its restart."""
+    rng = np.random.default_rng(seed)
+    for rank in range(3):
+        with ShardWriter(shards, rank) as writer:
+            _write(writer, rank, np.arange(steps.start, steps.stop), rng)
+    if restart_at is not None:
+        time.sleep(0.002)
+        for rank in range(3):
+            with ShardWriter(shards, rank) as writer:
+                if rank == 0:
+                    writer.event(restart_at, "rollback", "resumed", checkpoint_step=restart_at - 1)
+                _write(writer, rank, np.arange(restart_at, steps.stop), rng, shift=RESTART_SHIFT)
+
+
+def test_spark_engine_reads_s3_shards_into_an_s3_store_like_the_embedded_one(
+    spark: Any, s3_url: str, tmp_path: Path
+) -> None:
+    shards = s3_url.replace("/store", "/job/shards")
+    stores = {
+        engine: open_store(s3_url + f"-{engine}", on_generation=materialise, cache_dir=tmp_path / engine)
+        for engine in ("embedded", "spark")
+    }
+    write_object_job(shards, range(0, 1500), seed=1, restart_at=1300)
+    assert compact(stores["spark"], shards, "spark") == compact(stores["embedded"], shards, "embedded")
+    write_object_job(shards, range(1500, 2200), seed=2)
+    assert compact(stores["spark"], shards, "spark") == compact(stores["embedded"], shards, "embedded")
+    assert stores["spark"].run_info(RUN).gen == 2
+    assert_identical_runs(stores["embedded"], stores["spark"])
+    # A fresh cache of the Spark-written store reads the published generation: the same run again.
+    again = open_store(s3_url + "-spark", on_generation=materialise, cache_dir=tmp_path / "fresh")
+    assert_identical_runs(stores["embedded"], again)
 
 
 def test_rank_bounds_cut_ranks_into_ranges_of_about_the_target_bytes() -> None:
