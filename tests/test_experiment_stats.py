@@ -156,3 +156,65 @@ def test_a_damaged_results_file_is_one_clear_error(tmp_path: Path) -> None:
     bad.write_text('{"schema_version": 1, "runs": []}')
     with pytest.raises(StabScopeError, match=r"bad\.json"):
         read_results(bad)
+
+
+def _run(arm: str, seed: int, *, spiked: bool, val: float, recovered: bool = True) -> RunResult:
+    return RunResult(
+        mechanism="A",
+        arm=arm,
+        seed=seed,
+        run=f"exp-x-A-{arm}-s{seed}",
+        transition_step=400,
+        spiked=spiked,
+        peak_ratio=2.0 if spiked else 1.1,
+        steps_to_recover=50 if spiked and recovered else None,
+        recovered=spiked and recovered,
+        diverged=False,
+        final_val_loss=val,
+        wall_time_s=10.0,
+        incidents=1,
+    )
+
+
+def test_summaries_differences_and_claims_from_known_runs() -> None:
+    from ingest.training.experiment_summary import arm_differences, claim_checks, summarise_arms
+
+    runs = [_run("none", s, spiked=True, val=2.5, recovered=s % 2 == 0) for s in range(8)]
+    runs += [_run("clip", s, spiked=True, val=2.4, recovered=s < 2) for s in range(8)]
+    runs += [_run("restart", s, spiked=False, val=2.2) for s in range(8)]
+    arms = {a.arm: a for a in summarise_arms(runs, {("A", "none"): "exp-x-A-none"})}
+    assert arms["none"].figures["spike_rate"].estimate == 1.0
+    assert arms["none"].figures["success_rate"].estimate == 0.5
+    assert arms["clip"].figures["success_rate"].estimate == 0.25
+    assert arms["restart"].figures["steps_to_recover"].empty  # no spike, nothing to recover from
+    assert arms["none"].seed_group == "exp-x-A-none"
+    diffs = {(d.arm, d.baseline, d.figure): d for d in arm_differences(runs)}
+    spike = diffs[("restart", "none", "spike_rate")].difference
+    assert (spike.estimate, spike.low, spike.high) == (-1.0, -1.0, -1.0)
+    assert diffs[("restart", "clip", "final_val_loss")].difference.estimate == pytest.approx(-0.2)
+    assert diffs[("restart", "clip", "final_val_loss")].excludes_zero
+    checks = {c.claim: c for c in claim_checks(runs)}
+    # every spike gone is -100 %: the claimed -90 % lies outside the measured (degenerate) interval
+    assert checks["spike_rate_down_90"].measured_change.estimate == -1.0
+    assert checks["spike_rate_down_90"].agrees is False
+    success = checks["success_60_to_95"]
+    assert (success.measured_baseline.estimate, success.measured_arm.estimate) == (0.25, 1.0)
+    assert success.agrees is False  # 60 % is outside clip's interval of 2 successes in 8
+
+
+def test_report_tables_show_the_measured_cells() -> None:
+    from ingest.training.experiment import ExperimentConfig
+    from ingest.training.experiment_cli import build_results
+    from ingest.training.experiment_report import report
+
+    runs = [_run("none", s, spiked=True, val=2.5) for s in range(4)]
+    runs += [_run("restart", s, spiked=False, val=2.25) for s in range(4)]
+    config = ExperimentConfig("x", mechanisms=("A",), arms=("none", "restart"), seeds=4).resolved()
+    results = build_results(config, "stabscope experiment", _results().machine, "now", runs, planned=8)
+    assert results.complete
+    text = report(results)
+    assert "| none | 4 | 100% [100%, 100%]" in text
+    assert "| restart - none | -100 pp [-100, -100] **(CI excludes 0)**" in text
+    assert "-0.250 [-0.250, -0.250] **(CI excludes 0)**" in text
+    partial = build_results(config, "stabscope experiment", _results().machine, "now", runs[:3], planned=8)
+    assert not partial.complete and "3 of 8" in partial.notes[0]

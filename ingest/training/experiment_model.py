@@ -19,8 +19,9 @@ VOCAB = 256
 
 @dataclass(frozen=True)
 class ModelShape:
-    """``experts`` 0: dense MLPs; >= 2: every MLP is a top-1 routed set of that many experts (Switch
-    style: the token's output is its expert's output times the router's probability)."""
+    """``experts`` 0: dense MLPs; >= 2: the last block's MLP is a top-1 routed set of that many experts
+    (Switch style: the token's output is its expert's output times the router's probability; one MoE
+    layer keeps mechanism C's runs near the dense ones' cost on CPU)."""
 
     d_model: int = 64
     n_layers: int = 2
@@ -75,12 +76,12 @@ def build_gpt(shape: ModelShape, seed: int) -> nn.Module:
             return out.view_as(x)
 
     class Block(nn.Module):
-        def __init__(self) -> None:
+        def __init__(self, routed: bool) -> None:
             super().__init__()
             self.norm1 = nn.LayerNorm(shape.d_model)
             self.attn = Attention()
             self.norm2 = nn.LayerNorm(shape.d_model)
-            self.mlp = TopOneMoE() if shape.experts >= 2 else mlp()
+            self.mlp = TopOneMoE() if routed else mlp()
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             x = x + self.attn(self.norm1(x))
@@ -92,7 +93,8 @@ def build_gpt(shape: ModelShape, seed: int) -> nn.Module:
             super().__init__()
             self.embed = nn.Embedding(VOCAB, shape.d_model)
             self.position = nn.Parameter(torch.randn(shape.seq_len, shape.d_model) * 0.02)
-            self.blocks = nn.ModuleList(Block() for _ in range(shape.n_layers))
+            last = shape.n_layers - 1
+            self.blocks = nn.ModuleList(Block(i == last and shape.experts >= 2) for i in range(shape.n_layers))
             self.norm = nn.LayerNorm(shape.d_model)
             self.head = nn.Linear(shape.d_model, VOCAB)
 
