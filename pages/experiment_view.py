@@ -22,7 +22,6 @@ from ingest.training.experiment_results import (
     ARMS,
     DOCS_RESULTS,
     MECHANISMS,
-    SUMMARY_FIGURES,
     ArmDifference,
     Claim,
     ClaimCheck,
@@ -138,9 +137,8 @@ def mechanism_head(mechanism: str) -> str:
 
 
 def column_help(results: ExperimentResults, mechanism: str) -> dict[str, str]:
-    """The tables' column headings -> what they are: each arm's remedy, each figure with its unit."""
-    arms = {arm: ARMS.get(arm, arm) for arm in arms_of(results, mechanism)}
-    return {**arms, **{difference_heading(f): SUMMARY_FIGURES.get(f, f) for f in FIGURE_COLUMNS}}
+    """The arms table's columns -> the remedy each arm applies."""
+    return {arm: ARMS.get(arm, arm) for arm in arms_of(results, mechanism)}
 
 
 def arm_runs(results: ExperimentResults, mechanism: str, arm: str) -> list[str]:
@@ -192,21 +190,27 @@ def difference_cell(figure: str, interval: Interval) -> str:
     return text + (SIGNIFICANT if interval.excludes_zero else "")
 
 
-def difference_table(results: ExperimentResults, mechanism: str) -> pd.DataFrame:
-    """One row per comparison (arm minus baseline, paired by seed), one column per figure: the mean
-    difference [its 95% interval], marked ``SIGNIFICANT`` when the interval excludes 0."""
+NO_REMEDY = "none"
+"""The arm every remedy is measured against."""
+
+
+def difference_table(results: ExperimentResults, mechanism: str, against_none: bool) -> pd.DataFrame:
+    """The paired differences (arm minus baseline, same seeds) of each remedy against no remedy
+    (``against_none``) or of the remedies against each other: a column per comparison, a row per
+    figure, each cell the mean difference [its 95% interval], marked ``SIGNIFICANT`` when the interval
+    excludes 0. Empty when the results hold no such comparison."""
     order = {a: i for i, a in enumerate(ARMS)}
-    chosen = [d for d in results.differences if d.mechanism == mechanism]
+    chosen = [d for d in results.differences if d.mechanism == mechanism and (d.baseline == NO_REMEDY) == against_none]
     pairs = sorted({(d.baseline, d.arm) for d in chosen}, key=lambda p: (order.get(p[0], 99), order.get(p[1], 99)))
     figures = [f for f in FIGURE_COLUMNS if any(d.figure == f for d in chosen)]
     rows = []
-    for baseline, arm in pairs:
-        row: dict[str, object] = {"comparison": f"{arm} − {baseline}"}
-        for figure in figures:
+    for figure in figures:
+        row = {"figure": difference_heading(figure)}
+        for baseline, arm in pairs:
             found = results.difference(mechanism, arm, baseline, figure)
-            row[difference_heading(figure)] = MISSING if found is None else difference_cell(figure, found.difference)
+            row[f"{arm} − {baseline}"] = MISSING if found is None else difference_cell(figure, found.difference)
         rows.append(row)
-    return pd.DataFrame(rows, columns=["comparison", *(difference_heading(f) for f in figures)])
+    return pd.DataFrame(rows, columns=["figure", *(f"{arm} − {baseline}" for baseline, arm in pairs)])
 
 
 # ----------------------------------------------------------------------------------- claim verdicts

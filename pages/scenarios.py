@@ -134,14 +134,19 @@ def thesis_section(stored: set[str]) -> None:
     table = xv.arm_table(results, mechanism, stored)
     st.dataframe(table, hide_index=True, key="th_arms", placeholder=MISSING, column_config=helps)
     st.caption(f"Each figure: the mean over seeds [its bootstrap 95% interval]. {xv.arms_legend(arms)}.")
-    differences = xv.difference_table(results, mechanism)
-    if len(differences):
-        st.markdown("**Differences between arms** (paired by seed: same data order in both arms)")
-        st.dataframe(differences, hide_index=True, key="th_diffs", placeholder=MISSING, column_config=helps)
-        st.caption(
-            f"Arm minus baseline, mean over seed pairs [95% interval];{xv.SIGNIFICANT}: the interval excludes 0 "
-            f"(a significant difference); (n=1): a single seed pair, no interval. Rates differ in percentage points."
-        )
+    for against_none, title, key in (
+        (True, "Each remedy against no remedy", "th_diffs_none"),
+        (False, "The remedies against each other", "th_diffs_remedies"),
+    ):
+        differences = xv.difference_table(results, mechanism, against_none)
+        if len(differences):
+            st.markdown(f"**{title}** (arm minus baseline, paired by seed: the same data order in both)")
+            st.dataframe(differences, hide_index=True, key=key, placeholder=MISSING)
+    st.caption(
+        f"Each cell: the mean difference over seed pairs [its 95% interval];{xv.SIGNIFICANT}: the interval "
+        "excludes 0 (a significant difference); (n=1): a single seed pair, no interval. Rates differ in "
+        "percentage points (pts)."
+    )
     lines = xv.snr_lines(results, mechanism)
     if lines:
         st.plotly_chart(xv.snr_figure(lines), key="th_snr")

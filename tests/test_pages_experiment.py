@@ -322,12 +322,15 @@ def test_crafted_results_every_mechanism(page_store: Store) -> None:
     # each mechanism's tables follow the radio
     at.radio(key="th_mech").set_value("C").run()
     _shown_arms(at, results, "C")
-    diffs = at.dataframe[1].value.set_index("comparison")
-    assert set(diffs.index) == {f"{a} − {b}" for a, b in COMPARED_PAIRS}
+    against_none = at.dataframe[1].value.set_index("figure")
+    between = at.dataframe[2].value.set_index("figure")
+    assert list(against_none.columns) == [f"{a} − none" for a in ARMS if a != "none"]
+    assert set(between.columns) == {f"{a} − {b}" for a, b in COMPARED_PAIRS if b != "none"}
+    assert list(against_none.index) == [xv.difference_heading(f) for f in xv.FIGURE_COLUMNS]
     for figure in xv.FIGURE_COLUMNS:
-        found = results.difference("C", "restart", "none", figure)
+        found = results.difference("C", "restart", "clip", figure)
         assert found is not None
-        cell = diffs.loc["restart − none", xv.difference_heading(figure)]
+        cell = between.loc[xv.difference_heading(figure), "restart − clip"]
         assert cell == xv.difference_cell(figure, found.difference)
         assert cell.endswith(xv.SIGNIFICANT) == (found.excludes_zero and found.difference.n >= xv.MIN_PAIRS)
     # rates per arm with their intervals as whiskers; the SNR before the transition per arm
