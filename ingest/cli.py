@@ -188,7 +188,11 @@ def cmd_check(args: argparse.Namespace) -> int:
     from ingest.store.check import check_store, repair_store
 
     root = _location(args.store or default_store_location())
-    if args.repair:
+    if isinstance(root, str):  # an s3:// URL: its objects against its manifests
+        from ingest.store.check_remote import check_object_store
+
+        report = check_object_store(root, args.run, repair=args.repair)
+    elif args.repair:
         from ingest.run_analyses import materialise
 
         report = repair_store(root, args.run, on_generation=materialise, wait_s=args.wait)

@@ -15,7 +15,7 @@ import pytest
 
 from ingest.run_analyses import materialise
 from ingest.store import open_store
-from ingest.store.check import check_store, repair_store
+from ingest.store.check_remote import check_object_store
 from tests.conftest import REPO_ROOT, open_page
 from tests.test_store import write_run as write_shards
 from tests.test_store_s3 import imported_table, state_of
@@ -67,7 +67,7 @@ _CHILD = """
 import sys
 from ingest.run_analyses import materialise
 from ingest.store import open_store
-from ingest.store.check import check_store, repair_store
+from ingest.store.check_remote import check_object_store
 from tests.test_store_s3 import imported_table
 store = open_store(sys.argv[1], on_generation=materialise, cache_dir=sys.argv[2])
 store.import_table("run1", imported_table(200, offset=400), source="import:csv:x.csv")
@@ -93,19 +93,23 @@ def test_a_killed_writer_leaves_the_previous_state_and_check_collects_its_leftov
             assert reader.run_info("run1").last_step == 599
         else:
             assert state_of(reader, "run1") == before
-    findings = [f.to_json() for f in check_store(s3_url).findings]  # what `stabscope check --json` prints
+    findings = [
+        f.to_json() for f in check_object_store(s3_url).findings
+    ]  # what `stabscope check --json --store URL` prints
     if failpoint == "after_merge_commit":  # nothing reached the server
         assert findings == []
         return
     assert findings and {f["code"] for f in findings} == {"unreferenced_object"}
     assert all(f["run"] == "run1" and f["path"].startswith(s3_url + "/runs/run=run1/") for f in findings)
-    young = repair_store(s3_url)  # the objects are younger than the grace period: a write may be under way
+    young = check_object_store(
+        s3_url, repair=True
+    )  # the objects are younger than the grace period: a write may be under way
     assert not young.clean and not any(f.repaired for f in young.findings)
     monkeypatch.setenv("STABSCOPE_CHECK_GRACE_S", "0")
-    repaired = repair_store(s3_url)
+    repaired = check_object_store(s3_url, repair=True)
     assert repaired.clean and all(f.repaired for f in repaired.findings)
     assert {f.path for f in repaired.findings} == {f["path"] for f in findings}
-    assert check_store(s3_url).findings == []
+    assert check_object_store(s3_url).findings == []
     reader = open_store(s3_url, on_generation=materialise, cache_dir=tmp_path / "d")
     assert reader.run_info("run1").last_step == (599 if published else 399)
     reader.read_long("run1")  # every object the manifest names is still there

@@ -42,7 +42,6 @@ import pyarrow.parquet as pq
 
 from ingest import queries
 from ingest.errors import StabScopeError
-from ingest.object_store import is_object_url
 from ingest.run_info import RunInfo
 from ingest.store.blocks import INDEX_KEY, Block, file_blocks, parse_blocks
 from ingest.store.catalog import Catalog, commit_generation, run_info_of
@@ -361,12 +360,7 @@ def figures_of(blocks: Sequence[Block], n_rows: int) -> Figures:
 
 
 def check_store(root: str | Path, run: str | None = None, *, wait_s: float = CHECK_LOCK_WAIT_S) -> CheckReport:
-    """Check the store at ``root`` (every run, or ``run``): see the module docstring. Reads only. An
-    ``s3://`` URL is checked by ``check_remote``."""
-    if is_object_url(root):
-        from ingest.store.check_remote import check_object_store
-
-        return check_object_store(str(root), run)
+    """Check the store at ``root`` (every run, or ``run``): see the module docstring. Reads only."""
     root = Path(root).expanduser()
     catalog_path = root / CATALOG_NAME
     if not catalog_path.exists() and not (root / "runs").is_dir():
@@ -720,11 +714,7 @@ def repair_store(
     wait_s: float = CHECK_LOCK_WAIT_S,
 ) -> CheckReport:
     """Check the store and repair what can be repaired, round after round (a rebuilt catalog is checked
-    again); ``clean`` tells whether the final check found nothing. An ``s3://`` URL: ``check_remote``."""
-    if is_object_url(root):
-        from ingest.store.check_remote import check_object_store
-
-        return check_object_store(str(root), run, repair=True)
+    again); ``clean`` tells whether the final check found nothing."""
     root = Path(root).expanduser()
     rounds: list[Finding] = []
     for _ in range(REPAIR_ROUNDS):

@@ -1,4 +1,5 @@
-"""``stabscope check`` for a store at an ``s3://`` URL: the objects against the runs' newest manifests.
+"""``stabscope check`` for a store at an ``s3://`` URL (the CLI calls it for such a ``--store``): the
+objects against the runs' newest manifests.
 
 For every run (or one) under ``<prefix>/runs/``: its newest manifest reads (else ``damaged_manifest``),
 every object it references exists with the size it records (else ``missing_object``,
