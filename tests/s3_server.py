@@ -8,7 +8,6 @@ test through ``pytest_plugins`` in ``tests/conftest.py``.
 
 from __future__ import annotations
 
-import os
 import socket
 import subprocess
 import sys
@@ -58,11 +57,10 @@ def free_port() -> int:
 
 
 def start_server() -> S3Server:
-    """Start moto's server on a free port and wait until it answers (a clear failure if it does not)."""
+    """Start moto's server on a free port and wait until it answers (a clear failure if it does not).
+    Its log (a line per request) goes to a temporary file: a pipe nobody reads would fill and stop it."""
     port = free_port()
-    # The server logs every request on stderr: a pipe nobody reads fills up after a few hundred
-    # requests and then blocks the server (every later request times out), so it goes to a file.
-    log = tempfile.TemporaryFile()  # noqa: SIM115 - the server writes to it for its whole life
+    log = tempfile.TemporaryFile()  # noqa: SIM115 (open while the server runs; closed when collected)
     process = subprocess.Popen(
         [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
         stdout=subprocess.DEVNULL,
@@ -77,6 +75,7 @@ def start_server() -> S3Server:
         except OSError:
             if process.poll() is not None or time.monotonic() > deadline:
                 process.kill()
+                process.wait()
                 log.seek(0)
                 err = log.read().decode(errors="replace")
                 raise RuntimeError(f"moto server on port {port} did not start: {err[-2000:]}") from None
@@ -86,18 +85,14 @@ def start_server() -> S3Server:
 @pytest.fixture(scope="session")
 def s3_server() -> Iterator[S3Server]:
     server = start_server()
-    saved = {k: os.environ.get(k) for k in [*AWS_SETTINGS, "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"]}
-    os.environ.update(AWS_SETTINGS)
-    os.environ["AWS_ENDPOINT_URL"] = server.endpoint
-    os.environ.pop("AWS_ENDPOINT_URL_S3", None)
+    env = pytest.MonkeyPatch()  # session-wide: undone after the last test
+    for key, value in {**AWS_SETTINGS, "AWS_ENDPOINT_URL": server.endpoint}.items():
+        env.setenv(key, value)
+    env.delenv("AWS_ENDPOINT_URL_S3", raising=False)
     try:
         yield server
     finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+        env.undo()
         server.process.terminate()
         try:
             server.process.wait(timeout=10)
