@@ -24,6 +24,11 @@ Arrow IPC blocks, never one Python object per record. A restart that rewinds ste
 its own: its later segment's rows win, and the ``rollback`` event its writer logged is passed on
 like any event.
 
+What moves to the cluster is the reading, CRC checks, decoding, unpivoting and de-duplication;
+the generation's files (long table, rollup, rank buckets, tail) are still written by the driver's one
+``GenerationWriter``, so the driver's writing bounds what more executors can gain
+(``bench/scaling.py`` measures both engines on one machine).
+
 PySpark is an optional extra (``pip install -e '.[spark]'``, which needs Java 17); it is imported
 only when a Spark compaction starts. ``local[*]`` (the default master) runs in this process's
 machine. A standalone (``spark://host:7077``), YARN or Kubernetes master needs, on every executor,
