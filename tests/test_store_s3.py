@@ -213,3 +213,20 @@ def test_one_ranks_window_reads_the_long_object_by_ranges(
     whole = reader.read_series("r", "grad_norm_local", rank=1, buckets=100)
     assert whole.values.tolist() == local.read_series("r", "grad_norm_local", rank=1, buckets=100).values.tolist()
     assert not list((tmp_path / "reader" / "runs" / "run=r").rglob("long/*.parquet"))  # never fetched whole
+
+
+def test_a_pass_that_finds_nothing_new_publishes_nothing(s3_url: str, tmp_path: Path) -> None:
+    """``watch`` compacts every 2 s: a pass with no new frame must not put a manifest each time."""
+    from tests.test_store import write_run as write_shards
+
+    write_shards(tmp_path / "shards", ranks=2, steps=100, spike_step=80)
+    store = s3_store(s3_url, tmp_path / "cache")
+    store.compact("live", tmp_path / "shards", status="live")
+    objects = ObjectStore(s3_url)
+    manifests = [o.key for o in objects.list("runs/run=live/manifests/")]
+    report = store.compact("live", tmp_path / "shards", status="live")
+    assert report.rows == 0
+    assert [o.key for o in objects.list("runs/run=live/manifests/")] == manifests
+    store.compact("live", tmp_path / "shards", status="finished")  # a status change is a new state
+    assert len(objects.list("runs/run=live/manifests/")) == len(manifests) + 1
+    assert s3_store(s3_url, tmp_path / "other").run_info("live").status == "finished"

@@ -21,6 +21,7 @@ manifest is a tombstone (``deleted``), so that other machines drop it too.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import uuid
@@ -125,6 +126,12 @@ class Manifest:
                 f"{where}: not a StabScope run manifest ({type(exc).__name__}: {exc}); expected the JSON "
                 "object a StabScope writer publishes. `stabscope check` lists it"
             ) from exc
+
+    def digest(self) -> str:
+        """What the state says, without who published it, when, or its sequence number: equal digests
+        are the same state (a ``watch`` pass that found nothing new publishes no manifest)."""
+        same = Manifest(**{**self.__dict__, "seq": 0, "writer": "", "row": {**self.row, "updated": None}})
+        return hashlib.sha256(same.to_bytes()).hexdigest()
 
     def row_values(self) -> list[Any]:
         """The run's row in ``queries.RUN_COLUMNS`` order (``queries.RESTORE_RUN``'s parameters)."""

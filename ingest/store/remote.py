@@ -293,7 +293,14 @@ class RemoteRuns:
         with self._state_lock:
             self._save_state(
                 name,
-                {"seq": manifest.seq, "objects": objects, "local": local, "dirty": False, "deleted": manifest.deleted},
+                {
+                    "seq": manifest.seq,
+                    "objects": objects,
+                    "local": local,
+                    "dirty": False,
+                    "deleted": manifest.deleted,
+                    "digest": manifest.digest(),
+                },
             )
 
     # ------------------------------------------------------------------ writes
@@ -336,6 +343,10 @@ class RemoteRuns:
                 objects=objects,
                 writer=_writer(),
             )
+        if manifest.digest() == state.get("digest") and state["seq"] > 0:  # nothing changed: nothing to publish
+            with self._state_lock:
+                self._save_state(name, {**state, "local": local, "dirty": False})
+            return
         if not self.objects.put_bytes(manifest_key(name, seq), manifest.to_bytes(), if_absent=True):
             self.abandon_write(name)
             raise StabScopeError(
@@ -347,7 +358,14 @@ class RemoteRuns:
         with self._state_lock:
             self._save_state(
                 name,
-                {"seq": seq, "objects": manifest.objects, "local": local, "dirty": False, "deleted": manifest.deleted},
+                {
+                    "seq": seq,
+                    "objects": manifest.objects,
+                    "local": local,
+                    "dirty": False,
+                    "deleted": manifest.deleted,
+                    "digest": manifest.digest(),
+                },
             )
         kept = {e["key"] for e in manifest.objects.values()}
         stale = {e["key"] for e in state["objects"].values()} - kept
