@@ -13,18 +13,23 @@ metrics plus 4 run-level ones), each run compacting into a fresh store in a fres
   their JVM's jars and Spark's shuffle files included) and the shard and store sizes on disk.
 
 The embedded engine is the same-run baseline: each Spark figure is also given as its ratio to it.
+``--store s3`` (or ``both``) compacts into an ``s3://`` store instead, on a loopback moto server started
+here unless ``AWS_ENDPOINT_URL`` names one (the server's own work is outside the measured tree; the
+store's local cache is inside the store size); its baseline is the embedded engine into S3.
 Compaction only: no analyses run after the merge (they are the same code for both engines).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -116,9 +121,10 @@ def _size_on_disk(folder: Path) -> int:
     return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
 
 
-def compact_once(shards: str, store: str, master: str | None) -> dict[str, Any]:
-    """Child target: compact ``shards`` into the fresh store ``store`` (Spark at ``master``, or the
-    embedded engine) and report times, the tree's peak RSS and I/O, and the sizes."""
+def compact_once(shards: str, store: str, master: str | None, cache: str | None = None) -> dict[str, Any]:
+    """Child target: compact ``shards`` into the fresh store ``store`` (a directory, or an ``s3://`` URL
+    with its local ``cache``), with Spark at ``master`` or the embedded engine, and report times, the
+    tree's peak RSS and I/O, and the sizes (of the store's directory or cache)."""
     from ingest.store import open_store
 
     with TreeSampler() as sampler:
@@ -129,7 +135,8 @@ def compact_once(shards: str, store: str, master: str | None) -> dict[str, Any]:
             spark_session(master)
         session_s = time.perf_counter() - start
         begin = time.perf_counter()
-        report = open_store(store).compact(RUN, shards, engine="embedded" if master is None else "spark", master=master)
+        engine = "embedded" if master is None else "spark"
+        report = open_store(store, cache_dir=cache).compact(RUN, shards, engine=engine, master=master)
         compact_s = time.perf_counter() - begin
     result = {
         "session_s": session_s,
@@ -141,7 +148,7 @@ def compact_once(shards: str, store: str, master: str | None) -> dict[str, Any]:
         "disk_read_mb": sampler.total("read_bytes") / 2**20,
         "disk_written_mb": sampler.total("write_bytes") / 2**20,
         "shard_mb": _size_on_disk(Path(shards)) / 2**20,
-        "store_mb": _size_on_disk(Path(store)) / 2**20,
+        "store_mb": _size_on_disk(Path(cache or store)) / 2**20,
     }
     if master is not None:
         from ingest.spark_engine import spark_session
@@ -150,9 +157,12 @@ def compact_once(shards: str, store: str, master: str | None) -> dict[str, Any]:
     return result
 
 
-def measure(ranks: int, steps: int, repeats: int, workdir: Path, engines: list[str]) -> list[dict[str, Any]]:
+def measure(
+    ranks: int, steps: int, repeats: int, workdir: Path, engines: list[str], bucket: str | None = None
+) -> list[dict[str, Any]]:
     """Every engine on the ``ranks`` x ``steps`` shards, interleaved round by round (so a busy
-    moment of the machine falls on all engines alike); one row per engine, medians."""
+    moment of the machine falls on all engines alike), into a local store or, given ``bucket``, an
+    S3 store there; one row per engine, medians."""
     from bench.data import run_inputs
 
     inputs = run_inputs(workdir, ranks, steps, csv=False)
@@ -161,9 +171,12 @@ def measure(ranks: int, steps: int, repeats: int, workdir: Path, engines: list[s
         for label in engines:
             store = workdir / "scaling-store"
             shutil.rmtree(store, ignore_errors=True)
+            where = {"store": str(store)}
+            if bucket is not None:
+                where = {"store": f"s3://{bucket}/store-{round_no}-{label.replace(' ', '-')}", "cache": str(store)}
             child = run_child(
                 "bench.scaling:compact_once",
-                {"shards": str(inputs.shards), "store": str(store), "master": ENGINES[label]},
+                {"shards": str(inputs.shards), "master": ENGINES[label], **where},
                 timeout_s=4 * 3600,
             )
             shutil.rmtree(store, ignore_errors=True)
@@ -173,7 +186,12 @@ def measure(ranks: int, steps: int, repeats: int, workdir: Path, engines: list[s
     rows = []
     for label in engines:
         keys = samples[label][0].keys()
-        row: dict[str, Any] = {"size": f"{ranks}x{steps}", "records": inputs.records, "engine": label}
+        row: dict[str, Any] = {
+            "size": f"{ranks}x{steps}",
+            "records": inputs.records,
+            "engine": label,
+            "store": "local" if bucket is None else "s3",
+        }
         row.update({k: median([float(s[k]) for s in samples[label]]) for k in keys})
         row["compact_samples"] = [round(float(s["compact_s"]), 2) for s in samples[label]]
         rows.append(row)
@@ -184,16 +202,40 @@ def measure(ranks: int, steps: int, repeats: int, workdir: Path, engines: list[s
     return rows
 
 
+@contextlib.contextmanager
+def s3_bucket() -> Iterator[str]:
+    """A fresh bucket on the S3 server ``AWS_ENDPOINT_URL`` names, or on a moto server started here
+    (the test suite's, on loopback) for the ``with`` block; the children inherit the settings."""
+    import boto3
+
+    server = None
+    if not os.environ.get("AWS_ENDPOINT_URL"):
+        from tests.s3_server import AWS_SETTINGS, start_server  # the test suite's moto server, reused
+
+        server = start_server()
+        os.environ.update(AWS_SETTINGS)
+        os.environ["AWS_ENDPOINT_URL"] = server.endpoint
+    bucket = f"scaling-{os.getpid()}"
+    boto3.client("s3", endpoint_url=os.environ["AWS_ENDPOINT_URL"]).create_bucket(Bucket=bucket)
+    try:
+        yield bucket
+    finally:
+        if server is not None:
+            server.process.terminate()
+            server.process.wait()
+            os.environ.pop("AWS_ENDPOINT_URL")
+
+
 def table(rows: list[dict[str, Any]]) -> str:
     """The rows as a Markdown table (medians)."""
     head = (
-        "| size | records | engine | compact s | x embedded | session start s | process s | driver peak RSS MiB "
-        "| tree peak RSS MiB | read MiB | written MiB | shards MiB | store MiB |"
+        "| size | records | store | engine | compact s | x embedded | session start s | process s "
+        "| driver peak RSS MiB | tree peak RSS MiB | read MiB | written MiB | shards MiB | store MiB |"
     )
     lines = [head, "|" + " --- |" * (head.count("|") - 1)]
     for r in rows:
         lines.append(
-            f"| {r['size']} | {r['records'] / 1e6:.1f}M | {r['engine']} | {r['compact_s']:.1f} "
+            f"| {r['size']} | {r['records'] / 1e6:.1f}M | {r['store']} | {r['engine']} | {r['compact_s']:.1f} "
             f"| {r.get('compact_vs_embedded', float('nan')):.2f} | {r['session_s']:.1f} | {r['process_s']:.1f} "
             f"| {r['driver_peak_rss_mb']:.0f} | {r['tree_peak_rss_mb']:.0f} | {r['read_mb']:.0f} "
             f"| {r['written_mb']:.0f} | {r['shard_mb']:.0f} | {r['store_mb']:.0f} |"
@@ -207,6 +249,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--engines", default=",".join(ENGINES), help="comma-separated: " + ", ".join(ENGINES))
     parser.add_argument("--workdir", type=Path, default=DEFAULT_WORKDIR)
+    parser.add_argument("--store", choices=["local", "s3", "both"], default="local", help="where to compact to")
     parser.add_argument("--json", type=Path, default=None, help="also write the rows as JSON here")
     args = parser.parse_args(argv)
     ranks, steps = SIZES.get(args.size) or tuple(int(x) for x in args.size.split("x"))
@@ -214,7 +257,12 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [e for e in engines if e not in ENGINES]
     if unknown:
         parser.error(f"unknown engine(s) {unknown}: use {list(ENGINES)}")
-    rows = measure(ranks, steps, args.repeats, args.workdir, engines)
+    rows: list[dict[str, Any]] = []
+    if args.store in ("local", "both"):
+        rows += measure(ranks, steps, args.repeats, args.workdir, engines)
+    if args.store in ("s3", "both"):
+        with s3_bucket() as bucket:
+            rows += measure(ranks, steps, args.repeats, args.workdir, engines, bucket)
     print(table(rows))
     if args.json is not None:
         args.json.write_text(json.dumps(rows, indent=2))
