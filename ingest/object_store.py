@@ -169,8 +169,8 @@ class ObjectStore:
                     f"access denied ({code}): check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (or AWS_PROFILE) "
                     "and the bucket's policy"
                 )
-            elif code in ("NoSuchKey", "404", "NotFound"):
-                hint = "no such object"
+            elif code in ("NoSuchKey", "404", "NotFound"):  # a reader may start again on a newer state
+                raise FileNotFoundError(f"cannot {what} {where}: no such object") from exc
             else:
                 hint = f"the server answered {code or 'an error'}: {exc}"
             raise StabScopeError(f"cannot {what} {where}: {hint}") from exc
@@ -255,17 +255,10 @@ class ObjectStore:
         target = Path(local_path)
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = target.with_name(f"{target.name}.{uuid.uuid4().hex[:8]}.tmp")
-        from botocore.exceptions import ClientError
-
         try:
             with self._errors("download", key):
-                try:  # one GET streamed to disk: fewer round trips than the managed transfer's HEAD + GETs
-                    body = self._client.get_object(Bucket=self.url.bucket, Key=self._k(key))["Body"]
-                except ClientError as exc:
-                    if self._code(exc) in ("NoSuchKey", "404"):
-                        self._count()
-                        raise FileNotFoundError(f"{self.url}/{key}: no such object") from exc
-                    raise
+                # one GET streamed to disk: fewer round trips than the managed transfer's HEAD + GETs
+                body = self._client.get_object(Bucket=self.url.bucket, Key=self._k(key))["Body"]
                 with tmp.open("wb") as out:
                     for chunk in body.iter_chunks(DOWNLOAD_CHUNK):
                         out.write(chunk)

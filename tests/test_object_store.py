@@ -86,3 +86,15 @@ def test_missing_bucket_and_wrong_port_are_one_paragraph(s3_server: S3Server, mo
     monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{free_port()}")
     with pytest.raises(StabScopeError, match=r"does not answer\. Check AWS_ENDPOINT_URL"):
         ObjectStore("s3://any-bucket/store").check_bucket()
+
+
+def test_a_missing_object_is_file_not_found(s3_url: str, tmp_path: Path) -> None:
+    """A reader whose object a newer state replaced starts again on that state: it must tell that case."""
+    store = ObjectStore(s3_url)
+    with pytest.raises(FileNotFoundError, match=r"/store/gone\.bin: no such object"):
+        store.get_bytes("gone.bin")
+    with pytest.raises(FileNotFoundError, match="no such object"):
+        store.download("gone.bin", tmp_path / "x")
+    with pytest.raises(StabScopeError, match="no such object"):
+        store.size("gone.bin")
+    assert not (tmp_path / "x").exists()
