@@ -9,7 +9,9 @@ files no transaction refers to are garbage (``collect_garbage``). ``STABSCOPE_CR
 failpoint to crash at, for the crash-safety tests.
 
 The file operations the protocol needs are ``publish`` (rename a complete file into place) and
-``collect_garbage`` (list a run's folders, remove a file): an object-storage variant replaces those.
+``collect_garbage`` (list a run's folders, remove a file). A store on object storage runs this same
+protocol on its local cache directory, and publishes the run's committed state to the objects after
+each write (``remote``: data objects first, a conditional manifest last).
 """
 
 from __future__ import annotations
