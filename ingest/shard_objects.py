@@ -3,7 +3,7 @@
 Object storage has no append, so a writer at ``s3://bucket/job42/shards`` turns each flush's frames
 (the same frames as a local segment; ``ingest.shards`` defines them and lists, reads and writes
 segments through this module) into one object
-``rank-00003/seg-<unix_ns>-<pid>-<flush:06d>.ssf``, uploaded with one PUT. A PUT is whole or absent,
+``rank-00003/seg-<unix_ns>-<pid>-<flush:09d>.ssf``, uploaded with one PUT. A PUT is whole or absent,
 so a writer killed at any point leaves only complete objects, and a reader's byte offset per object is
 either 0 (new) or its size (read). All S3 calls go through ``ingest.object_store.ObjectStore``.
 
@@ -59,7 +59,7 @@ def read_object_segment(object_url: str, offset: int) -> bytes:
 
 
 class ObjectSegmentSink:
-    """The frames of one writer, as segment objects ``<name>-<flush:06d><suffix>`` under ``location``.
+    """The frames of one writer, as segment objects ``<name>-<flush:09d><suffix>`` under ``location``.
 
     ``add`` collects frames; ``seal`` makes them the next object and hands it to the uploader thread
     (``wait``: returns once every object so far is stored); ``close`` seals and waits. Objects of one
@@ -95,7 +95,8 @@ class ObjectSegmentSink:
         """The frames collected so far become the next object, handed to the uploader."""
         self._raise_failure()
         if self._frames:
-            key = f"{self._key_stem}-{self._sealed:06d}{self._suffix}"
+            # Nine digits keep a writer's objects in flush order by name for 10^9 flushes.
+            key = f"{self._key_stem}-{self._sealed:09d}{self._suffix}"
             self._queue.put((key, bytes(self._frames)))  # blocks while MAX_QUEUED_OBJECTS are pending
             self._frames = bytearray()
             self._sealed += 1

@@ -6,7 +6,7 @@ segment, so a restarted job never appends to a file that a crash may have torn.
 
 The shard location may also be an object-storage URL (``s3://bucket/job42/shards``): object storage
 has no append, so there each flush is one immutable segment object
-``rank-00003/seg-<unix_ns>-<pid>-<flush:06d>.ssf`` (``ingest.shard_objects``), whole or absent. Readers
+``rank-00003/seg-<unix_ns>-<pid>-<flush:09d>.ssf`` (``ingest.shard_objects``), whole or absent. Readers
 list segments through :func:`find_segments` (local files and objects alike, as :class:`SegmentRef`)
 and decode both with :func:`read_segment`.
 

@@ -191,14 +191,14 @@ def test_bad_frames_in_an_object_are_reported_with_its_url_and_byte_offset(s3_ur
         metrics_frame(range(20, 30)),
     )
     damaged[HEADER.size + 5] ^= 0xFF  # a payload byte: the CRC no longer matches
-    put_frames(store, "rank-00000/seg-00000000000000000001-1-000000.ssf", [good, bytes(damaged), last])
+    put_frames(store, "rank-00000/seg-00000000000000000001-1-000000000.ssf", [good, bytes(damaged), last])
     truncated = metrics_frame(range(30, 40))
-    put_frames(store, "rank-00000/seg-00000000000000000001-1-000001.ssf", [truncated[:-7]])
+    put_frames(store, "rank-00000/seg-00000000000000000001-1-000000001.ssf", [truncated[:-7]])
 
     report = open_store(tmp_path / "store").compact("bad", shards)
     assert report.rejected == 2 and not report.torn  # an object never grows: a cut frame is damage, not a tail
-    first = f"{shards}/rank-00000/seg-00000000000000000001-1-000000.ssf"
-    second = f"{shards}/rank-00000/seg-00000000000000000001-1-000001.ssf"
+    first = f"{shards}/rank-00000/seg-00000000000000000001-1-000000000.ssf"
+    second = f"{shards}/rank-00000/seg-00000000000000000001-1-000000001.ssf"
     assert f"{first}: byte {len(good)}: CRC mismatch" in report.rejected_examples[0]
     assert f"{second}: byte 0: truncated frame" in report.rejected_examples[1]
     steps = {r[1] for r in exported_rows(open_store(tmp_path / "store"), "bad")}
@@ -235,3 +235,25 @@ def test_an_upload_that_fails_is_one_clear_error_at_flush(s3_server: S3Server) -
         writer.flush()
     with pytest.raises(StabScopeError):
         writer.close()
+
+
+def test_stability_monitor_writes_its_shard_to_object_storage(s3_url: str, tmp_path: Path) -> None:
+    import torch
+
+    from ingest.training.monitor import StabilityMonitor
+    from stab_core.torch_clipping import clip_grad_norm
+
+    shards = s3_url.replace("/store", "/monitored/shards")
+    model = torch.nn.Linear(4, 2)
+    with StabilityMonitor(shards, seq_len=8, per_rank_batch_size=2, flush_interval_s=0.0) as monitor:
+        for step in range(20):
+            loss = model(torch.randn(2, 4)).square().mean()
+            loss.backward()  # type: ignore[no-untyped-call]
+            record = clip_grad_norm(list(model.parameters()), 1.0)
+            monitor.log(step, loss=loss.detach(), lr=1e-3, clip_stats=record)
+    assert all(ref.location.startswith(f"{shards}/rank-00000/seg-") for ref in find_segments(shards))
+    store = open_store(tmp_path / "store")
+    store.compact("monitored", shards)
+    rows = exported_rows(store, "monitored")
+    assert sorted(r[1] for r in rows if r[2] == "loss" and r[0] == -1) == list(range(20))
+    assert store.run_info("monitored").meta["per_rank_batch_size"] == 2
