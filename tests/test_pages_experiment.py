@@ -291,9 +291,14 @@ def test_real_quick_results_are_shown_as_measured(page_store: Store, fixture: Pa
     assert any(f"this store's experiment `{results.experiment_id}`" in c for c in captions)
     assert any(f"Reproduce with `{results.command}`" in c for c in captions)
     # one sentence per claim check, each with its sample size
-    said = [m for m in markdown if m.split(" ", 1)[-1].startswith("Mechanism ")]
+    said = [m for m in markdown if m.startswith(":material/")]
     assert len(said) == len(results.claim_checks)
-    assert all("seeds per arm" in m for m in said)
+    for check, sentence in zip(results.claim_checks, said, strict=True):
+        claim = next(c for c in results.claims if c.key == check.claim)
+        difference = results.difference(check.mechanism, claim.arm, claim.baseline, claim.figure)
+        verdict = xv.claim_verdict(claim, check, difference)
+        assert f"{xv.mechanism_head(check.mechanism)}: {verdict}" in sentence
+        assert f"n = {check.measured_arm.n} seeds per arm (fewer than 8: a check of the pipeline" in sentence
     # the incidence chart's bars are the results' spike rates
     bars = figure_of(at, 0)["data"][0]
     arms = [a for a in ARMS if results.arm(mechanism, a) is not None]
