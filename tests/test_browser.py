@@ -46,7 +46,7 @@ PAGES = {
     "scheduler": "Largest per-step LR change",
     "cost": "Cost of rollback",
     "checklist": "",
-    "scenarios": "",
+    "scenarios": "clipping vs warmup restarts",  # the thesis section (shown with or without the scenario runs)
 }
 JSONL = b'{"step": 1, "loss": 2.5, "lr": 0.001}\n{"step": 2, "loss": 2.25, "lr": 0.002}\n{"step": 3, "loss": 2.0}\n'
 
