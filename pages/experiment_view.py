@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -437,8 +438,8 @@ def rate_figure(results: ExperimentResults, figure: str) -> go.Figure:
 
 
 def snr_lines(results: ExperimentResults, mechanism: str) -> list[Line]:
-    """Each arm's gradient SNR before the transition as the mean of its seeds with a min/max band,
-    x in steps relative to the transition (negative: before it)."""
+    """Each arm's gradient SNR before the transition as the mean of its seeds, x in steps relative to
+    the transition (negative: before it)."""
     runs, groups = [], {}
     for arm in arms_of(results, mechanism):
         for r in (r for r in results.runs if r.mechanism == mechanism and r.arm == arm and r.snr_steps):
@@ -447,7 +448,8 @@ def snr_lines(results: ExperimentResults, mechanism: str) -> list[Line]:
             known = np.isfinite(y)  # the SNR needs a window of steps first: no axis for the steps before
             runs.append(Line(r.run, x[known], y[known]))
             groups[r.run] = arm
-    return group_lines(runs, groups, "minmax")
+    # means only: five arms' seed bands overlap into one blot on a log axis (the Compare page shows them)
+    return [replace(line, lower=None, upper=None) for line in group_lines(runs, groups, "minmax")]
 
 
 def snr_figure(lines: Sequence[Line]) -> go.Figure:

@@ -150,7 +150,10 @@ def thesis_section(stored: set[str]) -> None:
     lines = xv.snr_lines(results, mechanism)
     if lines:
         st.plotly_chart(xv.snr_figure(lines), key="th_snr")
-        st.caption("Gradient SNR before the transition: each arm's mean over seeds, the band their min–max.")
+        st.caption(
+            "Gradient SNR before the transition: each arm's mean over its seeds (open the arms on Compare "
+            "below for each seed's spread)."
+        )
 
     in_store = {arm: [n for n in xv.arm_runs(results, mechanism, arm) if n in stored] for arm in arms}
     if any(in_store.values()):
