@@ -169,6 +169,10 @@ def test_deleting_the_cache_loses_nothing(s3_url: str, tmp_path: Path) -> None:
     reopened = s3_store(s3_url, tmp_path / "cache")
     assert state_of(reopened, "kept") == expected
     assert reopened.get_setting("demo_seeded") == "1"
+    # a cache whose catalog alone is lost (its record of what it reflects kept) is rebuilt too
+    del reopened
+    (tmp_path / "cache" / "catalog.duckdb").unlink()
+    assert state_of(s3_store(s3_url, tmp_path / "cache"), "kept") == expected
     # reads fetch only what they need: the run-level series reads no long file
     cold = s3_store(s3_url, tmp_path / "cold")
     cold.read_series("kept", "loss")

@@ -255,7 +255,8 @@ class RemoteRuns:
     def _sync_locked(self, name: str) -> None:
         state = self.load_state(name)
         newest = self.newest_seq(name)
-        if newest is not None and newest == state["seq"] and not state["dirty"]:
+        listed = name in self.catalog.snapshot().by_name  # False when the cache's catalog was lost
+        if newest is not None and newest == state["seq"] and not state["dirty"] and listed != state.get("deleted"):
             return
         manifest = self.read_manifest(name, newest) if newest is not None else None
         self._apply(name, manifest, state, discard=state["dirty"] or manifest is None)
