@@ -142,7 +142,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
         _print_json([{**r.to_json(), "status_text": texts[r.name]} for r in runs])
         return 0
     if not runs:
-        print(f"no runs in {store.root}: `stabscope demo` adds demo runs, `stabscope import LOG` a log")
+        print(f"no runs in {store.location}: `stabscope demo` adds demo runs, `stabscope import LOG` a log")
         return 0
     width = max(9, *(len(t) for t in texts.values()))
     print(f"{'name':32} {'status':{width}} {'steps':>19} {'ranks':>5}  metrics")
@@ -220,9 +220,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
     with _progress("demo runs", unit="run") as progress:
         names = seed_demo_store(store, force=True, progress=progress, on_wait=_say_demo_wait(), wait_s=args.wait)
     if names:
-        print(f"demo runs in {store.root}: {', '.join(names)}", file=sys.stderr)
+        print(f"demo runs in {store.location}: {', '.join(names)}", file=sys.stderr)
     else:
-        print(f"demo runs in {store.root}: written by another process meanwhile", file=sys.stderr)
+        print(f"demo runs in {store.location}: written by another process meanwhile", file=sys.stderr)
     return 0
 
 
