@@ -93,12 +93,10 @@ class ShardWriter:
         self._objects: ObjectSegmentSink | None = None
         if is_object_url(shard_dir):
             self._objects = ObjectSegmentSink(str(shard_dir), f"{rank_dir_name(rank)}/{segment_name}", SEGMENT_SUFFIX)
-            self.location = f"{str(shard_dir).rstrip('/')}/{rank_dir_name(rank)}/"
         else:
             directory = Path(shard_dir) / rank_dir_name(rank)
             directory.mkdir(parents=True, exist_ok=True)
             self.path = directory / f"{segment_name}{SEGMENT_SUFFIX}"
-            self.location = str(self.path)
             self._file = open(self.path, "ab")  # noqa: SIM115 - held open for the writer's life
         self._closed = False
         self._rows: list[tuple[int, int, float, Mapping[str, float]]] = []
