@@ -152,7 +152,8 @@ def thesis_section(stored: set[str]) -> None:
         st.plotly_chart(xv.snr_figure(lines), key="th_snr")
         st.caption(
             "Gradient SNR before the transition: each arm's mean over its seeds (open the arms on Compare "
-            "below for each seed's spread)."
+            "below for each seed's spread). A restart acts only at the transition, so arms that differ only "
+            "by it train alike before it and draw one over the other (none under restart, clip under restart+clip)."
         )
 
     in_store = {arm: [n for n in xv.arm_runs(results, mechanism, arm) if n in stored] for arm in arms}
