@@ -13,7 +13,6 @@ import functools
 import json
 import os
 import shutil
-import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
@@ -125,13 +124,11 @@ class Store:
             engine=self._reader.engine,
             after_generation=self._materialise_analysis,
         )
-        self._writes_here: dict[str, int] = {}  # run -> writes of this process under way (nesting counted)
-        self._writes_lock = threading.Lock()
         self._remote: RemoteRuns | None = None
         if url is not None:
             from ingest.store.remote import RemoteRuns
 
-            self._remote = RemoteRuns(self.location, self.root, self._catalog_db, self._writing_here)
+            self._remote = RemoteRuns(self.location, self.root, self._catalog_db)
             self._reader.open_remote = self._remote.open_ranged
             self._remote.refresh(force=True)
 
@@ -147,43 +144,9 @@ class Store:
             return RunLayout(self.run_dir(name))
         return RunLayout(self.run_dir(name), remote.fetch, remote.ranged)
 
-    def _writing_here(self, name: str) -> bool:
-        with self._writes_lock:
-            return self._writes_here.get(name, 0) > 0
-
-    @contextlib.contextmanager
-    def _publishing(self, name: str) -> Iterator[None]:
-        """Around each write of run ``name`` (its writer lock held): on an object store, the outermost
-        write starts from the newest published state and publishes the run's state when it succeeds, or
-        drops what it left when it fails (``remote``); a local store needs nothing."""
-        remote = self._remote
-        if remote is None:
-            yield
-            return
-        with self._writes_lock:
-            depth = self._writes_here.get(name, 0)
-            self._writes_here[name] = depth + 1
-        try:
-            if depth == 0:
-                remote.begin_write(name)
-            try:
-                yield
-            except BaseException as exc:
-                if depth == 0:
-                    with contextlib.suppress(StabScopeError, OSError, duckdb.Error):
-                        remote.abandon_write(name)
-                if isinstance(exc, FileNotFoundError):  # a newer manifest replaced what this write read
-                    raise StabScopeError(
-                        f"run {name!r} of {self.location}: another machine published a new state of this run "
-                        "while this write read the previous one, so nothing of this write is visible. This "
-                        f"machine's cache now holds the newer state: run the command again ({exc})"
-                    ) from exc
-                raise
-            if depth == 0:
-                remote.publish(name)
-        finally:
-            with self._writes_lock:
-                self._writes_here[name] -= 1
+    def _publishing(self, name: str) -> contextlib.AbstractContextManager[None]:
+        """Around each write of run ``name``: on an object store, ``remote.RemoteRuns.publishing``."""
+        return self._remote.publishing(name) if self._remote is not None else contextlib.nullcontext()
 
     def refresh(self) -> None:
         """On an object store: take every run's newest published state now (reads do it at most once per

@@ -37,10 +37,12 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Final
+
+import duckdb
 
 from ingest import queries
 from ingest.errors import StabScopeError
@@ -91,15 +93,15 @@ def cache_dir_for(url: ObjectUrl) -> Path:
 
 
 class RemoteRuns:
-    """The S3 side of the store whose cache directory is ``root`` and catalog ``catalog``;
-    ``writing_here(name)`` tells whether this process is writing run ``name`` now."""
+    """The S3 side of the store whose cache directory is ``root`` and catalog ``catalog``."""
 
-    def __init__(self, url: str, root: Path, catalog: Catalog, writing_here: Callable[[str], bool]) -> None:
+    def __init__(self, url: str, root: Path, catalog: Catalog) -> None:
         self.objects = ObjectStore(url)  # a missing bucket fails the first listing, in one paragraph
         self.url = self.objects.url
         self.root = root
         self.catalog = catalog
-        self.writing_here = writing_here
+        self._writes_here: dict[str, int] = {}  # run -> writes of this handle under way (nesting counted)
+        self._writes_lock = threading.Lock()
         self._state_lock = threading.RLock()
         self._refresh_lock = threading.Lock()
         self._last_refresh = float("-inf")
@@ -235,7 +237,7 @@ class RemoteRuns:
             states = self.root / STATE_FOLDER
             known = {p.stem.removeprefix("run=") for p in states.glob("run=*.json")} if states.is_dir() else set()
             for name in sorted(set(self.remote_names()) | local | known):
-                if not self.writing_here(name):
+                if not self._writing_here(name):
                     self.sync_run(name)
         finally:
             self._refresh_lock.release()
@@ -305,6 +307,40 @@ class RemoteRuns:
             )
 
     # ------------------------------------------------------------------ writes
+
+    def _writing_here(self, name: str) -> bool:
+        with self._writes_lock:
+            return self._writes_here.get(name, 0) > 0
+
+    @contextlib.contextmanager
+    def publishing(self, name: str) -> Iterator[None]:
+        """Around each write of run ``name`` (its writer lock held): the outermost write starts from the
+        newest published state and publishes the run's state when it succeeds, or drops what it left
+        when it fails; writes within it (the analyses after a merge) publish with it."""
+        with self._writes_lock:
+            depth = self._writes_here.get(name, 0)
+            self._writes_here[name] = depth + 1
+        try:
+            if depth == 0:
+                self.begin_write(name)
+            try:
+                yield
+            except BaseException as exc:
+                if depth == 0:
+                    with contextlib.suppress(StabScopeError, OSError, duckdb.Error):
+                        self.abandon_write(name)
+                if isinstance(exc, FileNotFoundError):  # a newer manifest replaced what this write read
+                    raise StabScopeError(
+                        f"run {name!r} of {self.url}: another machine published a new state of this run while "
+                        "this write read the previous one, so nothing of this write is visible. This machine's "
+                        f"cache now holds the newer state: run the command again ({exc})"
+                    ) from exc
+                raise
+            if depth == 0:
+                self.publish(name)
+        finally:
+            with self._writes_lock:
+                self._writes_here[name] -= 1
 
     def begin_write(self, name: str) -> None:
         """Before the first write of run ``name`` (its writer lock held): take its newest published state,
