@@ -54,7 +54,7 @@ from typing import Any
 import pyarrow as pa
 
 from ingest.errors import StabScopeError
-from ingest.shards import _ipc_bytes, read_segment, wide_to_long_parts
+from ingest.shards import read_segment, wide_to_long_parts
 from ingest.store.direct_merge import _split_by_rank
 from ingest.store.stage import PartsReader, SegmentExtras, SegmentTodo, record_segment, segment_parts, sort_unique
 from ingest.store.types import IngestReport, ProgressFn
@@ -67,8 +67,8 @@ DEFAULT_MASTER = "local[*]"
 
 PARTITION_BYTES = 16 * 2**20
 """Shard bytes per partition of the sorted rows (at most: fewer when the cluster has more cores).
-A partition's rows come to the driver whole, as long rows about 3x their shard bytes, and the driver
-holds two (the one read and the one prefetched) within its 1 GiB heap."""
+A partition's rows come to the driver whole (compressed long rows, about half their shard bytes; 3x
+uncompressed), and the driver holds two (the one read and the one prefetched) in its 1 GiB heap."""
 
 SEGMENT_MARK = -2
 """The rank of the records that carry a segment's bookkeeping (``SegmentRead`` without its rows):
@@ -85,6 +85,8 @@ appender.console.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n%ex
 """
 """The driver JVM's log4j2 configuration: errors only (Spark's default prints its warnings about
 the host name and native libraries on every start)."""
+
+_PACKED = pa.ipc.IpcWriteOptions(compression="zstd")
 
 _RANK_DIR = re.compile(r"(?:^|/)rank-(\d+|run)/[^/]+$")
 
@@ -294,7 +296,7 @@ def decode_segment(task: tuple[int, str, int]) -> Iterator[tuple[tuple[int, str,
         for metric, part in wide_to_long_parts(pa.concat_tables(seg.metrics, promote_options="default")):
             for rank, block in _split_by_rank(part):
                 rows += block.num_rows
-                yield (rank, metric, index), _ipc_bytes(block)
+                yield (rank, metric, index), _packed(block)
     yield (SEGMENT_MARK, "", index), (replace(seg, metrics=[]), rows)
 
 
@@ -306,4 +308,13 @@ def deduplicate(records: Iterable[tuple[tuple[int, str, int], Any]]) -> Iterator
             yield from group
             continue
         blocks = [pa.ipc.open_stream(payload).read_all() for _, payload in group]
-        yield (rank, metric, 0), _ipc_bytes(sort_unique(pa.concat_tables(blocks).combine_chunks()))
+        yield (rank, metric, 0), _packed(sort_unique(pa.concat_tables(blocks).combine_chunks()))
+
+
+def _packed(table: pa.Table) -> bytes:
+    """``table`` as a zstd-compressed Arrow IPC stream: the form rows are shuffled and sent to the
+    driver in (about 6x smaller than uncompressed long rows, and no slower to write)."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema, options=_PACKED) as writer:
+        writer.write_table(table)
+    return bytes(sink.getvalue().to_pybytes())
