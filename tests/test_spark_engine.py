@@ -27,6 +27,7 @@ from ingest.run_analyses import materialise, open_analysed_store
 from ingest.shards import HEADER, ShardWriter, list_segments
 from ingest.spark_engine import parts_reader, rank_bounds, spark_session
 from ingest.store import Store, open_store
+from ingest.store.direct_merge import DirectMerger, NotAppendOnly
 from tests.test_store_incremental import assert_same_series
 
 pytest.importorskip("pyspark")
@@ -234,6 +235,38 @@ def test_spark_engine_reads_s3_shards_into_an_s3_store_like_the_embedded_one(
     # A fresh cache of the Spark-written store reads the published generation: the same run again.
     again = open_store(s3_url + "-spark", on_generation=materialise, cache_dir=tmp_path / "fresh")
     assert_identical_runs(stores["embedded"], again)
+
+
+def test_a_first_generation_the_one_pass_writer_gives_up_on_streams_again_to_the_staged_merge(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Run-level rows over the first 100 of 9,000 steps: the one-pass writer sizes the heatmap from them,
+    finds the run longer and gives up; the Spark rows stream a second time into the staged merge."""
+    shards = tmp_path / "shards"
+    rng = np.random.default_rng(5)
+    for rank in range(3):
+        with ShardWriter(shards, rank) as writer:
+            if rank == 0:
+                writer.write_columns(np.arange(100), _run_columns(rng, np.arange(100)), rank=-1)
+            writer.write_columns(np.arange(9000), _rank_columns(rng, rank, np.arange(9000)))
+    embedded, sparked = open_analysed_store(tmp_path / "embedded"), open_analysed_store(tmp_path / "spark")
+    gave_up: list[str] = []
+    finish = DirectMerger.finish
+
+    def noted_finish(merger: DirectMerger) -> Any:
+        try:
+            return finish(merger)
+        except NotAppendOnly as exc:
+            gave_up.append(str(exc))
+            raise
+
+    monkeypatch.setattr(DirectMerger, "finish", noted_finish)
+    first = compact(embedded, shards, "embedded")
+    assert gave_up == []  # its first segment (rank 0's) spans the run
+    assert compact(sparked, shards, "spark") == first
+    assert gave_up == ["the first segment did not span the run"]
+    assert sparked.run_info(RUN).base_gen == 1 and sparked.run_info(RUN).n_steps == 9000
+    assert_identical_runs(embedded, sparked)
 
 
 def test_rank_bounds_cut_ranks_into_ranges_of_about_the_target_bytes() -> None:
