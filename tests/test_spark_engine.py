@@ -173,6 +173,7 @@ def assert_identical_runs(a: Store, b: Store) -> None:
                 np.testing.assert_array_equal(x, y, f"heatmap {metric} {kw}")
 
 
+@pytest.mark.slow  # a Spark session (the JVM's start) or a fresh process
 def test_spark_engine_compacts_like_the_embedded_one(spark: Any, tmp_path: Path) -> None:
     shards = tmp_path / "shards"
     held_back = write_first_generation(shards)
@@ -218,6 +219,7 @@ def write_object_job(shards: str, steps: range, *, seed: int, restart_at: int | 
                 _write(writer, rank, np.arange(restart_at, steps.stop), rng, shift=RESTART_SHIFT)
 
 
+@pytest.mark.slow  # a Spark session (the JVM's start) or a fresh process
 def test_spark_engine_reads_s3_shards_into_an_s3_store_like_the_embedded_one(
     spark: Any, s3_url: str, tmp_path: Path
 ) -> None:
@@ -237,6 +239,7 @@ def test_spark_engine_reads_s3_shards_into_an_s3_store_like_the_embedded_one(
     assert_identical_runs(stores["embedded"], again)
 
 
+@pytest.mark.slow  # a Spark session (the JVM's start) or a fresh process
 def test_a_first_generation_the_one_pass_writer_gives_up_on_streams_again_to_the_staged_merge(
     spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -299,6 +302,7 @@ def small_shards(shards: Path) -> int:
     return 2 * 600 * 2 + 600 // 5 + 600 * 3  # rank 1 logs gpu_util every fifth step
 
 
+@pytest.mark.slow  # a Spark session (the JVM's start) or a fresh process
 def test_cli_compacts_with_the_spark_engine_end_to_end(tmp_path: Path) -> None:
     records = small_shards(tmp_path / "shards")
     done = stabscope(
@@ -312,6 +316,7 @@ def test_cli_compacts_with_the_spark_engine_end_to_end(tmp_path: Path) -> None:
     assert_identical_runs(embedded, open_analysed_store(tmp_path / "spark"))
 
 
+@pytest.mark.slow  # a Spark session (the JVM's start) or a fresh process
 def test_without_pyspark_or_java_the_spark_engine_is_one_clear_paragraph(tmp_path: Path) -> None:
     small_shards(tmp_path / "shards")
     command = ("compact", str(tmp_path / "shards"), "--run", RUN, "--engine", "spark", "--store", str(tmp_path / "s"))
