@@ -234,3 +234,20 @@ def test_a_pass_that_finds_nothing_new_publishes_nothing(s3_url: str, tmp_path: 
     store.compact("live", tmp_path / "shards", status="finished")  # a status change is a new state
     assert len(objects.list("runs/run=live/manifests/")) == len(manifests) + 1
     assert s3_store(s3_url, tmp_path / "other").run_info("live").status == "finished"
+
+
+def test_check_names_an_object_the_manifest_needs_and_lacks(s3_url: str, tmp_path: Path) -> None:
+    from ingest.store.check_remote import check_object_store
+
+    store = s3_store(s3_url, tmp_path / "cache")
+    store.import_table("r", imported_table(200), source="import:csv:x.csv")
+    assert check_object_store(s3_url).clean
+    objects = ObjectStore(s3_url)
+    (rollup,) = objects.list("runs/run=r/rollup/")
+    objects.delete([rollup.key])
+    report = check_object_store(s3_url, "r", repair=True)
+    assert not report.clean
+    assert [(f.code, f.path, f.repaired) for f in report.findings] == [
+        ("missing_object", f"{s3_url}/{rollup.key}", False)
+    ]
+    assert "delete the run" in report.findings[0].repair
