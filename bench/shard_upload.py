@@ -12,7 +12,11 @@ names one).
 - in a loop of simulated training steps (a fixed numpy workload, ``write`` of 4 metrics plus the
   run-level row each step, a flush every ``flush_interval_s``), the time inside ``write`` per step for
   the local and the S3 writer, interleaved step by step: the cost the training step sees, since the S3
-  writer's uploads run on its background thread.
+  writer's uploads run on its background thread;
+- a ``compact`` pass that finds nothing new among 500 and 2,000 segment objects (a quiet ``watch``
+  pass), and the listing alone;
+- with ``--monitor-repeats N``: goal 5's loops (``bench.training``) with the monitor's shard local and on
+  S3, alternating, N times each.
 """
 
 from __future__ import annotations
@@ -100,6 +104,72 @@ def step_overhead(location: str, local_dir: Path, steps: int, flush_interval_s: 
     return out
 
 
+def idle_pass_cost(location: str, store_dir: Path, objects: int, rounds: int) -> dict[str, float]:
+    """Median seconds of a ``compact`` pass that finds nothing new over ``objects`` segment objects
+    (what every ``watch`` pass of a quiet run pays: the listing, one LIST request per 1,000 objects,
+    and the catalog's offsets), and of the listing alone."""
+    from ingest.shards import find_segments
+    from ingest.store import open_store
+
+    url = ObjectUrl.parse(location)
+    store = bucket_store(url.bucket)
+    frame = Path(store_dir / "frame.ssf")
+    with ShardWriter(store_dir / "one", 0) as writer:
+        writer.write(0, {"grad_norm_local": 1.0})
+    frame.write_bytes(writer.path.read_bytes())
+    for i in range(objects):  # one tiny object per flush of writer ``i // 100``
+        key = f"rank-{i % 8:05d}/seg-{i // 100:020d}-1-{i % 100:09d}.ssf"
+        store.put_bytes(url.key(key), frame.read_bytes())
+    target = open_store(store_dir / "store")
+    target.compact("idle", location)
+    times: dict[str, list[float]] = {"idle_compact_pass_s": [], "listing_s": []}
+    for _ in range(rounds):
+        begin = time.perf_counter()
+        target.compact("idle", location)
+        times["idle_compact_pass_s"].append(time.perf_counter() - begin)
+        begin = time.perf_counter()
+        find_segments(location)
+        times["listing_s"].append(time.perf_counter() - begin)
+    return {name: statistics.median(values) for name, values in times.items()}
+
+
+def monitor_overhead(bucket: str, workdir: Path, steps: int, repeats: int) -> dict[str, float]:
+    """Goal 5's loops (``bench.training._interleaved_loops``: the demo model, bare / torch-clipping /
+    monitored, interleaved step by step; one rank) with the monitor's shard local and on S3, the two
+    alternating ``repeats`` times. Medians over the repeats of each run's median step of
+    ``monitor.log`` (s) and of its paired ratio monitored / torch-clipping step."""
+    import dataclasses
+
+    import torch
+    import torch.distributed as dist
+
+    from bench.training import _interleaved_loops, _overhead_summary
+    from ingest.training.demo_trainer import DemoConfig
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    runs: dict[str, list[dict[str, float]]] = {"local": [], "s3": []}
+    dist.init_process_group("gloo", init_method=f"file://{workdir}/rdzv", rank=0, world_size=1)
+    try:
+        for repeat in range(repeats):
+            for where in runs:
+                config = DemoConfig(out=workdir / f"shards-{repeat}", ranks=1, steps=max(steps, 40)).resolved()
+                if where == "s3":
+                    # The monitor takes an s3:// location where the demo config holds a Path.
+                    config = dataclasses.replace(config, out=f"s3://{bucket}/monitor-{repeat}/shards")  # type: ignore[arg-type]
+                runs[where].append(_overhead_summary(_interleaved_loops(config, steps), steps))
+    finally:
+        dist.destroy_process_group()
+        torch.set_num_threads(threads)
+    out = {}
+    for where, summaries in runs.items():
+        out[f"{where}_monitor_log_s"] = statistics.median(r["monitor_log_s"] for r in summaries)
+        out[f"{where}_paired_ratio_vs_torch_clip"] = statistics.median(
+            r["paired_ratio_vs_torch_clip"] for r in summaries
+        )
+    return out
+
+
 def _with_server(body: Callable[[str], None]) -> None:
     if os.environ.get("AWS_ENDPOINT_URL"):
         body(os.environ["AWS_ENDPOINT_URL"])
@@ -120,6 +190,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.shard_upload", description=__doc__)
     parser.add_argument("--rounds", type=int, default=30, help="flushes measured per size (default 30)")
     parser.add_argument("--steps", type=int, default=3000, help="simulated training steps (default 3000)")
+    parser.add_argument(
+        "--monitor-repeats", type=int, default=0, help="also time goal 5's loops, local and S3, this many times each"
+    )
     args = parser.parse_args(argv)
 
     def body(endpoint: str) -> None:
@@ -131,6 +204,9 @@ def main(argv: list[str] | None = None) -> int:
             for rows in (32, 4096):
                 costs = flush_costs(f"s3://{bucket}/flush{rows}", Path(tmp) / f"flush{rows}", rows, args.rounds)
                 print(f"flush of {rows} rows: " + ", ".join(f"{k} {v * 1e3:.2f} ms" for k, v in costs.items()))
+            for objects in (500, 2000):
+                idle = idle_pass_cost(f"s3://{bucket}/idle{objects}", Path(tmp) / f"idle{objects}", objects, 5)
+                print(f"{objects} objects, nothing new: " + ", ".join(f"{k} {v * 1e3:.0f} ms" for k, v in idle.items()))
             for interval in (2.0, 0.05):
                 figures = step_overhead(
                     f"s3://{bucket}/loop{interval}", Path(tmp) / f"loop{interval}", args.steps, interval
@@ -138,6 +214,12 @@ def main(argv: list[str] | None = None) -> int:
                 print(
                     f"{args.steps} steps, flush every {interval:g} s: "
                     + ", ".join(f"{k} {v * 1e6:.1f} us" for k, v in figures.items())
+                )
+            if args.monitor_repeats:
+                figures = monitor_overhead(bucket, Path(tmp), 300, args.monitor_repeats)
+                print(
+                    "StabilityMonitor, 300 steps of the demo model: "
+                    + ", ".join(f"{k} {v:.5f}" for k, v in figures.items())
                 )
 
     _with_server(body)
