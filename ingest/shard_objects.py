@@ -52,6 +52,18 @@ def list_segment_objects(location: str, suffix: str) -> list[tuple[str, int]]:
     return sorted(found)
 
 
+def list_writer_objects(stem_url: str, suffix: str) -> list[tuple[str, int]]:
+    """``(object URL, size in bytes)`` of one writer's segment objects ``<stem_url>-<flush><suffix>``,
+    in flush order (one LIST request per 1,000 objects)."""
+    url = ObjectUrl.parse(stem_url)
+    flush_key = re.compile(rf"-\d+{re.escape(suffix)}")
+    return sorted(
+        (f"s3://{url.bucket}/{info.key}", info.size)
+        for info in bucket_store(url.bucket).list(f"{url.prefix}-")
+        if flush_key.fullmatch(info.key[len(url.prefix) :])
+    )
+
+
 def read_object_segment(object_url: str, offset: int) -> bytes:
     """The bytes of the segment object ``object_url`` from ``offset`` on (one ranged GET)."""
     url = ObjectUrl.parse(object_url)

@@ -6,9 +6,10 @@ segment, so a restarted job never appends to a file that a crash may have torn.
 
 The shard location may also be an object-storage URL (``s3://bucket/job42/shards``): object storage
 has no append, so there each flush is one immutable segment object
-``rank-00003/seg-<unix_ns>-<pid>-<flush:09d>.ssf`` (``ingest.shard_objects``), whole or absent. Readers
-list segments through :func:`find_segments` (local files and objects alike, as :class:`SegmentRef`)
-and decode both with :func:`read_segment`.
+``rank-00003/seg-<unix_ns>-<pid>-<flush:09d>.ssf`` (``ingest.shard_objects``), whole or absent, and a
+writer's objects in flush order are read as one segment. Readers list segments through
+:func:`find_segments` (local files and writers' objects alike, as :class:`SegmentRef`) and decode both
+with :func:`read_segment`.
 
 A segment is a sequence of frames::
 
@@ -44,7 +45,7 @@ from ingest.errors import StabScopeError
 from ingest.long_schema import LONG_SCHEMA as LONG_SCHEMA  # re-exported: producers of long tables import it here
 from ingest.long_schema import PART_SCHEMA
 from ingest.object_store import is_object_url
-from ingest.shard_objects import ObjectSegmentSink, list_segment_objects, read_object_segment
+from ingest.shard_objects import ObjectSegmentSink, list_segment_objects, list_writer_objects, read_object_segment
 from stab_core.metrics import RUN_RANK, is_valid_metric_name
 
 MAGIC = b"SSF1"
@@ -279,13 +280,19 @@ class SegmentRead:
 
 @dataclass(frozen=True)
 class SegmentRef:
-    """One segment as a listing found it: ``location`` is what :func:`read_segment` reads (a file
-    path or an object's ``s3://`` URL), ``key`` names it in the catalog's byte offsets (the resolved
-    path, or the URL), ``size`` its length in bytes when listed."""
+    """One segment as a listing found it: ``location`` is what :func:`read_segment` reads, ``key``
+    names it in the catalog's byte offsets, ``size`` its length in bytes when listed.
+
+    A local segment is a file (``location`` its path, ``key`` the resolved path). On object storage a
+    segment is one writer's objects ``<stem>-<flush>.ssf`` in flush order, read as if they were one
+    file: ``location`` and ``key`` are the stem's URL, ``size`` the sum of the objects' sizes and
+    ``objects`` their ``(URL, size)``. So the catalog keeps one offset per writer, as for local files,
+    not one per flush (which would grow every catalog and manifest by one entry per rank per flush)."""
 
     location: str
     key: str
     size: int
+    objects: tuple[tuple[str, int], ...] = ()
 
     def __str__(self) -> str:
         return self.location
@@ -312,7 +319,7 @@ def find_segments(location: str | os.PathLike[str]) -> list[SegmentRef]:
     directory, then name. A local directory that does not exist is a ``StabScopeError``; an object
     prefix with nothing under it lists no segments."""
     if is_object_url(location):
-        return [SegmentRef(url, url, size) for url, size in list_segment_objects(str(location), SEGMENT_SUFFIX)]
+        return _writer_segments(list_segment_objects(str(location), SEGMENT_SUFFIX))
     root = Path(location)
     if not root.is_dir():
         raise StabScopeError(f"shard directory {root} does not exist or is not a directory")
@@ -325,28 +332,59 @@ def find_segments(location: str | os.PathLike[str]) -> list[SegmentRef]:
     return refs
 
 
+def _writer_segments(objects: list[tuple[str, int]]) -> list[SegmentRef]:
+    """Segment objects ``(URL, size)``, ordered by URL, as one :class:`SegmentRef` per writer (the
+    URL up to ``-<flush>.ssf``)."""
+    by_writer: dict[str, list[tuple[str, int]]] = {}
+    for url, size in objects:
+        by_writer.setdefault(url[: url.rindex("-")], []).append((url, size))
+    return [SegmentRef(stem, stem, sum(size for _, size in parts), tuple(parts)) for stem, parts in by_writer.items()]
+
+
 def read_segment(path: str | os.PathLike[str] | SegmentRef, offset: int = 0) -> SegmentRead:
-    """Read every complete frame of a segment (a file path, an object URL or a :class:`SegmentRef`)
-    from byte ``offset`` on; errors name the file or object URL and the byte offset."""
-    location = path.location if isinstance(path, SegmentRef) else path
-    if is_object_url(location):
-        data = read_object_segment(str(location), offset)
-    else:
+    """Read every complete frame of a segment from byte ``offset`` on: a file path, a
+    :class:`SegmentRef`, or on object storage a writer's stem URL (its objects are listed) or one
+    object's URL. Errors name the file or object URL and the byte offset in it."""
+    location = str(path.location if isinstance(path, SegmentRef) else path)
+    if not is_object_url(location):
         with open(location, "rb") as f:
             f.seek(offset)
             data = f.read()
-    label = str(location)
-    out = SegmentRead(path=label, end_offset=offset)
+        out = SegmentRead(path=location, end_offset=offset)
+        _decode_frames(data, location, offset, out, grows=True)
+        return out
+    if isinstance(path, SegmentRef) and path.objects:
+        objects = list(path.objects)
+    elif location.endswith(SEGMENT_SUFFIX):
+        objects = [(location, -1)]  # one object: its size is what a read returns
+    else:
+        objects = list_writer_objects(location, SEGMENT_SUFFIX)
+    out = SegmentRead(path=location, end_offset=offset)
+    start = 0  # where the object begins in the writer's segment
+    for url, size in objects:
+        if size < 0 or start + size > offset:
+            skip = max(offset - start, 0)
+            data = read_object_segment(url, skip)
+            _decode_frames(data, url, skip, out, grows=False)
+            size = skip + len(data)
+        start += size
+    out.end_offset = max(start, offset)
+    return out
+
+
+def _decode_frames(data: bytes, label: str, offset: int, out: SegmentRead, *, grows: bool) -> None:
+    """Decode the frames in ``data`` (read from byte ``offset`` of ``label``) into ``out``; its
+    ``end_offset`` becomes where the next read of a file that ``grows`` resumes."""
     for frame_offset, kind, payload, error in _iter_frames(data):
         at = offset + frame_offset
-        if error == "torn" and is_object_url(location):
+        if error == "torn" and not grows:
             # An object never grows: a frame it ends inside is damaged, not unfinished.
             out.errors.append(FrameError(label, at, "truncated frame (the object ends inside it)"))
             break
         if error == "torn":
             out.torn_tail = True
             out.end_offset = at
-            return out
+            return
         if error is not None:
             out.errors.append(FrameError(label, at, error))
             continue
@@ -356,7 +394,6 @@ def read_segment(path: str | os.PathLike[str] | SegmentRef, offset: int = 0) -> 
         except (pa.ArrowInvalid, ValueError, UnicodeDecodeError, KeyError) as exc:
             out.errors.append(FrameError(label, at, f"undecodable frame of kind {kind}: {exc}"))
     out.end_offset = offset + len(data)
-    return out
 
 
 def _iter_frames(data: bytes) -> Iterator[tuple[int, int, bytes, str | None]]:

@@ -67,12 +67,25 @@ def test_s3_shards_compact_to_the_same_run_as_local_shards(s3_url: str, tmp_path
     shards = s3_url.replace("/store", "/job42/shards")
     write_job(shards)
     write_job(tmp_path / "shards")
-    objects = find_segments(shards)
+    writers = find_segments(shards)
     local = find_segments(tmp_path / "shards")
-    # One object per flush: 3 ranks x (300 rows + 300 run-level rows on rank 0) / 37 rows a flush.
-    assert len(objects) >= 3 * (STEPS // 37) and len(local) == 3
-    assert all(ref.key == ref.location and ref.location.startswith(shards + "/rank-0000") for ref in objects)
-    assert sum(ref.size for ref in objects) > 0
+    # One segment per writer, as locally, made of one object per flush (37 rows a flush).
+    assert len(writers) == len(local) == 3
+    assert all(len(ref.objects) >= STEPS // 37 for ref in writers)
+    for ref in writers:
+        assert ref.key == ref.location and ref.location.startswith(shards + "/rank-0000")
+        assert [url for url, _ in ref.objects] == [f"{ref.location}-{i:09d}.ssf" for i in range(len(ref.objects))]
+        assert ref.size == sum(size for _, size in ref.objects)
+    # A writer's objects read as one segment hold the bytes of the same writer's local file.
+    assert [ref.size for ref in writers] == [ref.size for ref in local]
+    # By its stem URL alone (as Spark executors get it) a segment lists its objects and reads the same,
+    # and from an offset the objects past it only.
+    whole, by_url = read_segment(writers[0]), read_segment(writers[0].location)
+    assert by_url.frames == whole.frames and by_url.end_offset == whole.end_offset == writers[0].size
+    first_size = writers[0].objects[0][1]
+    rest = read_segment(writers[0].location, first_size)
+    assert rest.frames == whole.frames - read_segment(writers[0].objects[0][0]).frames
+    assert all(a.equals(b) for a, b in zip(rest.metrics, whole.metrics[-len(rest.metrics) :], strict=True))
 
     via_s3 = open_store(tmp_path / "store-a")
     via_disk = open_store(tmp_path / "store-b")
@@ -102,9 +115,9 @@ def test_watch_tails_new_objects_across_passes(s3_url: str, tmp_path: Path) -> N
     first = exported_rows(store, "live")
     assert {r[1] for r in first if r[2] == "loss"} == set(range(100))
 
-    sizes_before = {ref.key: ref.size for ref in find_segments(shards)}
+    objects_before = {url for ref in find_segments(shards) for url, _ in ref.objects}
     write_job(shards, ranks=2, steps=100, start=100)
-    new_bytes = sum(ref.size for ref in find_segments(shards) if ref.key not in sizes_before)
+    new_bytes = sum(size for ref in find_segments(shards) for url, size in ref.objects if url not in objects_before)
     counters = bucket_store(ObjectUrl.parse(shards).bucket).counters
     read_before = counters.bytes_read
     assert watch(store, "live", shards, once=True, log=logged.append) == 1
