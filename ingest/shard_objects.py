@@ -4,8 +4,9 @@ Object storage has no append, so a writer at ``s3://bucket/job42/shards`` turns 
 (the same frames as a local segment; ``ingest.shards`` defines them and lists, reads and writes
 segments through this module) into one object
 ``rank-00003/seg-<unix_ns>-<pid>-<flush:09d>.ssf``, uploaded with one PUT. A PUT is whole or absent,
-so a writer killed at any point leaves only complete objects, and a reader's byte offset per object is
-either 0 (new) or its size (read). All S3 calls go through ``ingest.object_store.ObjectStore``.
+so a writer killed at any point leaves only complete objects; since one writer's objects are put in
+order, a listing sees a prefix of them, which readers take as one segment (``ingest.shards.SegmentRef``)
+whose byte offsets always fall between objects. All S3 calls go through ``ingest.object_store.ObjectStore``.
 
 Uploads run on a thread with a bounded queue (``MAX_QUEUED_OBJECTS``): the training step only hands the
 bytes over, and waits only when that many objects are not yet stored (a store that cannot keep up slows
