@@ -197,9 +197,11 @@ def test_summaries_differences_and_claims_from_known_runs() -> None:
     # every spike gone is -100 %: the claimed -90 % lies outside the measured (degenerate) interval
     assert checks["spike_rate_down_90"].measured_change.estimate == -1.0
     assert checks["spike_rate_down_90"].agrees is False
+    assert checks["spike_rate_down_90"].direction_holds is True  # ... but the direction is confirmed
     success = checks["success_60_to_95"]
     assert (success.measured_baseline.estimate, success.measured_arm.estimate) == (0.25, 1.0)
     assert success.agrees is False  # 60 % is outside clip's interval of 2 successes in 8
+    assert success.direction_holds is True  # restart's 8 of 8 beat clip's 2 of 8, interval above 0
 
 
 def test_report_tables_show_the_measured_cells() -> None:

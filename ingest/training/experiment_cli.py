@@ -85,6 +85,18 @@ def build_results(
     )
 
 
+def recompute(results: ExperimentResults) -> ExperimentResults:
+    """``results`` with its aggregates computed again from its runs by this version's statistics
+    (e.g. a field added to the claim checks since the results were written); the runs are kept."""
+    groups = {(a.mechanism, a.arm): a.seed_group for a in results.arms}
+    return replace(
+        results,
+        arms=summarise_arms(results.runs, groups),
+        differences=arm_differences(results.runs),
+        claim_checks=claim_checks(results.runs),
+    )
+
+
 def _init_worker() -> None:
     import torch
 

@@ -101,12 +101,13 @@ def difference_table(results: ExperimentResults, mechanism: str, figures: Sequen
 def claims_table(results: ExperimentResults) -> str:
     claims = {c.key: c for c in results.claims}
     lines = [
-        "| claim | mechanism | measured baseline | measured arm | measured change | agrees |",
-        "| --- | --- | --- | --- | --- | --- |",
+        "| claim | mechanism | measured baseline | measured arm | measured change | size agrees | direction holds |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     for check in results.claim_checks:
         claim = claims[check.claim]
-        agrees = {True: "yes", False: "no", None: "cannot tell"}[check.agrees]
+        words = {True: "yes", False: "no", None: "cannot tell"}
+        agrees = f"{words[check.agrees]} | {words[check.direction_holds]}"
         lines.append(
             f"| {claim.text} ({claim.arm} vs {claim.baseline}) | {check.mechanism} | "
             f"{cell(check.measured_baseline, claim.figure)} | {cell(check.measured_arm, claim.figure)} | "

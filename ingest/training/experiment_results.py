@@ -189,6 +189,10 @@ class ClaimCheck:
     ``measured_change``: the relative change (arm over baseline, minus 1) with its interval.
     ``agrees``: the claimed value lies inside the measured interval (for ``levels``: both do);
     None when the measurement is empty (e.g. no spikes at all in the baseline arm).
+    ``direction_holds``: the measured effect has the claim's sign with a 95 % interval that excludes 0
+    (for ``relative_change`` the change's interval, for ``levels`` the paired difference's): the claim's
+    direction is confirmed even where its size is not (a measured -100 % against a claimed -90 %).
+    None when the measurement is empty.
     """
 
     claim: str
@@ -197,6 +201,7 @@ class ClaimCheck:
     measured_arm: Interval
     measured_change: Interval
     agrees: bool | None
+    direction_holds: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -326,6 +331,7 @@ def results_from_json(text: str, source: str = "") -> ExperimentResults:
                     measured_arm=_interval(c["measured_arm"]),
                     measured_change=_interval(c["measured_change"]),
                     agrees=c["agrees"],
+                    direction_holds=c.get("direction_holds"),
                 )
                 for c in data["claim_checks"]
             ),

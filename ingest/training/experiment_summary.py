@@ -119,8 +119,10 @@ def check_claim(runs: Sequence[RunResult], claim: Claim, mechanism: str) -> Clai
     measured_base = bootstrap_mean(base, seed=seed + 1)
     change = bootstrap_relative_change(arm, base, seed=seed + 2)
     agrees: bool | None
+    direction: bool | None
     if claim.kind == "relative_change":
         agrees = None if change.empty else _inside(claim.claimed_change, change)
+        direction = None if change.empty else _same_side(claim.claimed_change or 0.0, change)
     else:
         empty = measured_arm.empty or measured_base.empty
         agrees = (
@@ -128,7 +130,15 @@ def check_claim(runs: Sequence[RunResult], claim: Claim, mechanism: str) -> Clai
             if empty
             else _inside(claim.claimed_baseline, measured_base) and _inside(claim.claimed_arm, measured_arm)
         )
-    return ClaimCheck(claim.key, mechanism, measured_base, measured_arm, change, agrees)
+        diff = bootstrap_paired_difference(arm, base, seed=seed + 3)
+        claimed = (claim.claimed_arm or 0.0) - (claim.claimed_baseline or 0.0)
+        direction = None if diff.empty else _same_side(claimed, diff)
+    return ClaimCheck(claim.key, mechanism, measured_base, measured_arm, change, agrees, direction)
+
+
+def _same_side(claimed: float, interval: Interval) -> bool:
+    """The interval excludes 0 on the side of ``claimed``'s sign."""
+    return interval.low > 0.0 if claimed > 0 else interval.high < 0.0
 
 
 def claim_checks(runs: Sequence[RunResult], claims: Sequence[Claim] = ARTICLE_CLAIMS) -> tuple[ClaimCheck, ...]:
