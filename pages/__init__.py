@@ -5,6 +5,7 @@ share, each named by purpose: ``store_access`` (the one store handle and the cac
 ``widgets``, ``page_errors`` (the one place errors are drawn), ``charts`` and ``rank_charts`` (the
 figures), ``series_display``, ``compare_lines``, ``run_costs``, ``incident_view``, ``alert_banners``,
 ``run_catalog``, ``rank_table``, ``uploads``, ``scheduler_code``, ``run_meta`` (a form), ``view_url``,
+``experiment_view`` (the thesis section of Scenarios),
 ``warmup``, ``token_gate`` (the shared token asked before any page draws) and ``server``
 (``stabscope serve``'s process, not a page).
 
