@@ -20,9 +20,10 @@ The Spark engine does the per-record work on the cluster, in one job of two stag
 The driver then streams the partitions in rank order (``toLocalIterator``: one partition held at a
 time, of about ``PARTITION_BYTES`` of shard bytes) and gives the store one rank's parts at a time,
 in ascending rank order, each (metric, rank) strictly ascending in steps. Rows cross the JVM as
-Arrow IPC blocks, never one Python object per record. A restart that rewinds steps needs nothing of
-its own: its later segment's rows win, and the ``rollback`` event its writer logged is passed on
-like any event.
+Arrow IPC blocks, never one Python object per record. A restart that rewinds steps: its later
+segment's rows win, and each segment's bookkeeping carries its ranks' first and last steps, from
+which the store adds the ``rollback`` event as for the embedded engine (``rewinds``); one its
+writer logged is passed on like any event.
 
 What moves to the cluster is the reading, CRC checks, decoding, unpivoting and de-duplication;
 the generation's files (long table, rollup, rank buckets, tail) are still written by the driver's one
@@ -56,6 +57,7 @@ import pyarrow as pa
 from ingest.errors import StabScopeError
 from ingest.shards import read_segment, wide_to_long_parts
 from ingest.store.direct_merge import _split_by_rank
+from ingest.store.rewinds import step_extents
 from ingest.store.stage import PartsReader, SegmentExtras, SegmentTodo, record_segment, segment_parts, sort_unique
 from ingest.store.types import IngestReport, ProgressFn
 
@@ -185,8 +187,8 @@ class SparkParts:
         parts: list[tuple[str, pa.Table]] = []
         for (key_rank, metric, index), payload in self._records(todo):
             if key_rank == SEGMENT_MARK:
-                segment, key, _ = todo[index]
-                record_segment(segment, key, payload[0], report, extras)
+                segment, key, start = todo[index]
+                record_segment(segment, key, payload[0], report, extras, start, payload[2])
                 rows_total += payload[1]
                 continue
             if key_rank != rank and parts:
@@ -215,7 +217,7 @@ class SparkParts:
 
     def _sorted_rows(self, todo: SegmentTodo) -> Any:
         """The job's RDD: ``((rank, metric, 0), Arrow IPC rows)`` per (rank, metric), de-duplicated
-        and sorted, after ``((SEGMENT_MARK, "", i), (SegmentRead, rows))`` per segment ``i``."""
+        and sorted, after ``((SEGMENT_MARK, "", i), (SegmentRead, rows, step extents))`` per segment ``i``."""
         tasks = [(str(segment), key, start) for segment, key, start in todo]
         if self._prepared is not None and self._prepared[0] == tasks:
             return self._prepared[1]
@@ -297,7 +299,7 @@ def decode_segment(task: tuple[int, str, int]) -> Iterator[tuple[tuple[int, str,
             for rank, block in _split_by_rank(part):
                 rows += block.num_rows
                 yield (rank, metric, index), _packed(block)
-    yield (SEGMENT_MARK, "", index), (replace(seg, metrics=[]), rows)
+    yield (SEGMENT_MARK, "", index), (replace(seg, metrics=[]), rows, step_extents(seg.metrics))
 
 
 def deduplicate(records: Iterable[tuple[tuple[int, str, int], Any]]) -> Iterator[tuple[tuple[int, str, int], Any]]:

@@ -32,7 +32,7 @@ from ingest.store.blocks import conform_long
 from ingest.store.catalog import Catalog, change_meta, delete_run_rows, fetch_one, run_info_of
 from ingest.store.commit import CommitProtocol, failpoint
 from ingest.store.direct_merge import DirectMerger, NotAppendOnly
-from ingest.store.layout import RunLayout, run_folder, run_lock_file
+from ingest.store.layout import LONG, RunLayout, run_folder, run_lock_file
 from ingest.store.read import StoreReader
 from ingest.store.run_lock import DEFAULT_WRITER_WAIT_S, LockHolder, WaitReport, held, read_holder, run_busy
 from ingest.store.stage import PartsReader, SegmentExtras, Stager
@@ -331,6 +331,7 @@ class Store:
         for parts in read_parts(todo, report, extras, progress):
             stager.add_parts(parts)
         staged = stager.finish()
+        extras.add_rollbacks(self._stored_last_steps(name))
         report.rows = stager.rows
         report.events = len(extras.events)
         failpoint("after_stage_files")
@@ -338,6 +339,18 @@ class Store:
         failpoint("after_stage_commit")
         report.gen = self._commit.merge(name)
         return report
+
+    def _stored_last_steps(self, name: str) -> dict[int, int]:
+        """Each rank's last step (over every metric) in run ``name``'s committed long files, from their
+        block indexes: what a compaction's restarts are compared with."""
+        info = self.run_info(name)
+        last: dict[int, int] = {}
+        if info.gen == 0:
+            return last
+        for path in self._layout(name).part_files(info, LONG):
+            for (_, rank), pieces in self._reader._blocks(path).items():
+                last[rank] = max(last.get(rank, pieces[-1].hi), max(p.hi for p in pieces))
+        return last
 
     def _compact_in_one_pass(
         self,
@@ -361,6 +374,7 @@ class Store:
         except BaseException:
             merger.abort()
             raise
+        extras.add_rollbacks({})  # a first generation: nothing stored before it
         report.rows = files.n_rows
         report.events = len(extras.events)
         self._commit.commit_first_generation(name, files, extras, report, status)

@@ -27,6 +27,7 @@ from ingest.store.blocks import (
     column_numpy,
 )
 from ingest.store.layout import RunLayout, tmp_target
+from ingest.store.rewinds import SegmentSteps, StepExtents, rewind_events, step_extents
 from ingest.store.types import IngestReport, ProgressFn
 
 STAGE_ROWS = 2_000_000
@@ -166,11 +167,18 @@ def with_metric(part: pa.Table, metrics: list[str], code: int) -> pa.Table:
 
 @dataclass
 class SegmentExtras:
-    """What a compaction read besides metric rows: new byte offsets per segment, events, metadata."""
+    """What a compaction read besides metric rows: new byte offsets per segment, events, metadata,
+    and each segment's step extents per rank (for ``add_rollbacks``)."""
 
     offsets: dict[str, int] = field(default_factory=dict)
     events: list[dict[str, Any]] = field(default_factory=list)
     meta: dict[str, Any] = field(default_factory=dict)
+    segment_steps: list[SegmentSteps] = field(default_factory=list)
+
+    def add_rollbacks(self, stored_last: dict[int, int]) -> None:
+        """Add a ``rollback`` event for each restart that rewound a rank's steps in the segments read
+        (``rewinds.rewind_events``); ``stored_last``: each rank's last step stored before this pass."""
+        self.events.extend(rewind_events(self.segment_steps, stored_last, self.events))
 
 
 SegmentTodo = Sequence[tuple[Any, str, int]]
@@ -195,16 +203,26 @@ def segment_parts(
     for (path, key, start), seg in zip(todo, read_ahead(todo), strict=True):
         if seg.metrics:
             yield wide_to_long_parts(pa.concat_tables(seg.metrics, promote_options="default"))
-        record_segment(path, key, seg, report, extras)
+        record_segment(path, key, seg, report, extras, start, step_extents(seg.metrics))
         done += seg.end_offset - start
         if progress:
             progress(done, max(total, done))
 
 
-def record_segment(path: object, key: str, seg: SegmentRead, report: IngestReport, extras: SegmentExtras) -> None:
-    """Record what a segment's read gave besides its rows (frames, rejected records, torn tail, events,
-    metadata, end offset under catalog ``key``): one bookkeeping for every compaction engine."""
+def record_segment(
+    path: object,
+    key: str,
+    seg: SegmentRead,
+    report: IngestReport,
+    extras: SegmentExtras,
+    start: int,
+    extents: StepExtents,
+) -> None:
+    """Record what a segment's read from byte ``start`` gave besides its rows (frames, rejected
+    records, torn tail, events, metadata, end offset under catalog ``key``, each rank's ``extents``
+    of steps): one bookkeeping for every compaction engine."""
     extras.events.extend(seg.events)
+    extras.segment_steps.append(SegmentSteps(continues=start > 0, extents=extents))
     extras.meta.update(seg.meta)
     report.frames += seg.frames
     report.rejected += len(seg.errors)
