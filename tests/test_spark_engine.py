@@ -3,9 +3,10 @@ compacted by both engines, in two generations, read back identically through eve
 
 The shards hold what real jobs leave behind: a step logged twice in one segment and the same steps again
 in a later segment (a restart that rewinds: the later write wins, and the job's ``rollback`` event is
-kept), a torn last frame completed before the second compaction, a corrupt frame in the middle of a
-segment (rejected with its byte offset), NaN and Inf values, and a per-rank metric only some ranks log,
-every fifth step. Spark runs for real, in local mode (one session for the module).
+kept; a second, plain restart across the two compactions becomes a ``rollback`` event), a torn last
+frame completed before the second compaction, a corrupt frame in the middle of a segment (rejected with
+its byte offset), NaN and Inf values, and a per-rank metric only some ranks log, every fifth step.
+Spark runs for real, in local mode (one session for the module).
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ SPARSE_RANKS = (1, 4)
 """Only these ranks log ``gpu_util``, every fifth step."""
 REPO = Path(__file__).resolve().parents[1]
 MASTER = "local[2]"
+SECOND_REWIND = STEPS - 100
+"""The second generation's restart resumes here, logging no ``rollback`` itself."""
 RESTART_SHIFT = 5.0
 """The restarted job's loss is this much higher: which write won can be seen."""
 
@@ -130,14 +133,15 @@ def write_first_generation(shards: Path) -> bytes:
 
 
 def write_second_generation(shards: Path, held_back: bytes) -> None:
-    """Every rank logs ``STEPS // 2`` more steps; rank 3's torn frame is completed."""
+    """Rank 3's torn frame is completed; then a plain restart (no ``rollback`` logged) rewinds every
+    rank to ``SECOND_REWIND``, below what the first generation stored, and logs to ``STEPS * 3 // 2``."""
     rng = np.random.default_rng(8)
     with open(_segments(shards, 3)[-1], "ab") as f:
         f.write(held_back)
     time.sleep(0.002)
     for rank in range(RANKS):
         with ShardWriter(shards, rank) as writer:
-            _write(writer, rank, np.arange(STEPS + 50, STEPS + STEPS // 2), rng)
+            _write(writer, rank, np.arange(SECOND_REWIND, STEPS + STEPS // 2), rng)
 
 
 def compact(store: Store, shards: Path, engine: str) -> dict[str, Any]:
@@ -195,7 +199,12 @@ def test_spark_engine_compacts_like_the_embedded_one(spark: Any, tmp_path: Path)
     second = compact(embedded, shards, "embedded")
     assert compact(sparked, shards, "spark") == second
     assert second["torn"] == [] and second["rejected"] == 0 and embedded.run_info(RUN).gen == 2
-    assert_identical_runs(embedded, sparked)
+    assert_identical_runs(embedded, sparked)  # events included
+    rollbacks = [(e.step, e.detail) for e in embedded.events(RUN) if e.kind == "rollback"]
+    replayed = {"replayed_from": SECOND_REWIND, "replayed_to": STEPS + 49}  # rank 3's completed frame
+    assert rollbacks == [(REWIND, {"checkpoint_step": REWIND - 1}), (SECOND_REWIND, replayed)]
+    loss = embedded.read_long(RUN).to_pandas().query("metric == 'loss'").set_index("step").value
+    assert loss[SECOND_REWIND - 1] > RESTART_SHIFT > loss[SECOND_REWIND]  # the plain restart's rows won
     for fmt in ("csv", "parquet"):  # every exported row, byte for byte
         a, b = tmp_path / f"a.{fmt}", tmp_path / f"b.{fmt}"
         assert embedded.export(RUN, fmt, a) == sparked.export(RUN, fmt, b) == embedded.run_info(RUN).n_rows
