@@ -120,19 +120,32 @@ def test_a_rollback_the_writer_logged_is_not_doubled(tmp_path: Path) -> None:
 
 
 def test_rewind_events_merge_ranks_and_keep_separate_restarts_apart() -> None:
-    job = SegmentSteps(continues=False, extents={0: (0, 99), 1: (0, 99)})
-    first_restart = [SegmentSteps(False, {0: (60, 150)}), SegmentSteps(False, {1: (60, 150)})]
-    second_restart = [SegmentSteps(False, {0: (120, 200)}), SegmentSteps(False, {1: (125, 200)})]
-    events = rewind_events([job, *first_restart, *second_restart], {})
-    assert [(e["step"], e["detail"]) for e in events] == [
-        (60, {"replayed_from": 60, "replayed_to": 99}),
-        (120, {"replayed_from": 120, "replayed_to": 150}),
+    job = [SegmentSteps("rank-0", False, {0: (0, 99), -1: (0, 99)}), SegmentSteps("rank-1", False, {1: (0, 99)})]
+    first_restart = [SegmentSteps("rank-0", False, {0: (60, 150)}), SegmentSteps("rank-1", False, {1: (60, 150)})]
+    second_restart = [SegmentSteps("rank-0", False, {0: (120, 200)}), SegmentSteps("rank-1", False, {1: (125, 200)})]
+    events = rewind_events([*job, *first_restart, *second_restart], {})
+    assert [(e["step"], e["label"], e["detail"]) for e in events] == [
+        (60, "restart replayed steps 60-99", {"replayed_from": 60, "replayed_to": 99}),
+        (120, "restart replayed steps 120-150", {"replayed_from": 120, "replayed_to": 150}),
     ]
     # Against what an earlier pass stored; a continued segment is never compared.
-    assert rewind_events([SegmentSteps(True, {0: (10, 20)})], {0: 99}) == []
-    assert [e["step"] for e in rewind_events([SegmentSteps(False, {0: (10, 20)})], {0: 99})] == [10]
+    assert rewind_events([SegmentSteps("rank-0", True, {0: (10, 20)})], {0: 99}) == []
+    assert [e["step"] for e in rewind_events([SegmentSteps("rank-0", False, {0: (10, 20)})], {0: 99})] == [10]
+    # The monitor's own rollback at the first replayed step: nothing added.
     carried = [{"step": 60, "kind": "rollback", "label": "", "detail": {}}]
-    assert rewind_events([job, *first_restart], {}, carried) == []
+    assert rewind_events([*job, *first_restart], {}, carried) == []
+    # Run-level rows (rank -1) from a second writer at the same steps: no rewind.
+    assert rewind_events([*job, SegmentSteps("rank-1", False, {-1: (0, 99)})], {}) == []
+
+
+def test_run_level_rows_from_two_writers_at_the_same_steps_are_no_rollback(tmp_path: Path) -> None:
+    shards = tmp_path / "shards"
+    for rank, metric in ((0, "loss"), (1, "lr")):
+        with ShardWriter(shards, rank) as writer:
+            writer.write_columns(np.arange(100), {metric: np.ones(100)}, rank=-1)
+    store = Store(tmp_path / "store")
+    store.compact(RUN, shards)
+    assert rollbacks(store) == [] and store.run_info(RUN).n_steps == 100
 
 
 def test_step_extents_take_each_ranks_first_step_in_arrival_order_and_its_largest() -> None:

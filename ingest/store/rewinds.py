@@ -27,10 +27,13 @@ StepExtents = dict[int, tuple[int, int]]
 
 @dataclass(frozen=True)
 class SegmentSteps:
-    """One segment's new frames as the rewind check sees them. ``continues``: read from a byte
+    """One segment's new frames as the rewind check sees them. ``writer``: the segment's rank
+    directory (a writer's segments are in time order there; run-level rows, ``rank = -1``, may come
+    from several writers at the same steps, which is no rewind). ``continues``: read from a byte
     offset past 0, i.e. the rest of a segment an earlier compaction began (whose own start was
     checked then), so its first steps are not compared with what is stored."""
 
+    writer: str
     continues: bool
     extents: StepExtents
 
@@ -59,19 +62,20 @@ def rewind_events(
     """The ``rollback`` events of the rewinds in ``segments`` (in segment order).
 
     ``stored_last``: each rank's last step already stored in the run before this compaction.
-    A segment that starts a rank's steps below the largest step seen for that rank so far replays
-    ``[first, largest]``; replays overlapping across ranks or segments (one job restart seen on
+    A segment that starts a rank's steps below the largest step its writer logged for that rank so
+    far (or, for the writer's first segment here, below ``stored_last``) replays ``[first, largest]``;
+    replays overlapping across ranks or segments (one job restart seen on
     every rank) are one event, as the importer merges them. A replayed span that holds a
     ``rollback`` event of ``carried_events`` (the monitor's, in the same frames) is left out.
     """
-    seen = dict(stored_last)
+    seen: dict[tuple[str, int], int] = {}
     spans: list[tuple[int, int]] = []
     for segment in segments:
         for rank, (first, last) in segment.extents.items():
-            before = seen.get(rank)
+            before = seen.get((segment.writer, rank), stored_last.get(rank))
             if before is not None and not segment.continues and first < before:
                 spans.append((first, before))
-            seen[rank] = last if before is None else max(before, last)
+            seen[segment.writer, rank] = last if before is None else max(before, last)
     logged = [int(e["step"]) for e in carried_events if e.get("kind") == "rollback"]
     return [
         {

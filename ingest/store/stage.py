@@ -6,6 +6,8 @@ shard segments that feeds it.
 from __future__ import annotations
 
 import json
+import os
+import posixpath
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -222,7 +224,8 @@ def record_segment(
     records, torn tail, events, metadata, end offset under catalog ``key``, each rank's ``extents``
     of steps): one bookkeeping for every compaction engine."""
     extras.events.extend(seg.events)
-    extras.segment_steps.append(SegmentSteps(continues=start > 0, extents=extents))
+    writer = posixpath.dirname(key.replace(os.sep, "/"))  # the rank directory, local or on object storage
+    extras.segment_steps.append(SegmentSteps(writer, continues=start > 0, extents=extents))
     extras.meta.update(seg.meta)
     report.frames += seg.frames
     report.rejected += len(seg.errors)
