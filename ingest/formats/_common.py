@@ -372,7 +372,7 @@ class LogBuilder:
             for stream, found in spans_of_metric.items():
                 spans.setdefault(stream, []).extend(found)
         for spans_of_stream in spans.values():
-            for s0, s1 in _merge_spans(spans_of_stream):
+            for s0, s1 in merge_spans(spans_of_stream):
                 self.event(s0, "rollback", f"restart replayed steps {s0}-{s1}", replayed_from=s0, replayed_to=s1)
         return pa.Table.from_arrays(
             [
@@ -540,7 +540,7 @@ def _purge_replayed(
     return keep
 
 
-def _merge_spans(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+def merge_spans(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
     """Overlapping replayed ranges (one restart seen through several metrics) merged into one."""
     merged: list[tuple[int, int]] = []
     for s0, s1 in sorted(spans):

@@ -348,7 +348,7 @@ class Store:
         if info.gen == 0:
             return last
         for path in self._layout(name).part_files(info, LONG):
-            for (_, rank), pieces in self._reader._blocks(path).items():
+            for (_, rank), pieces in self._reader.blocks(path).items():
                 last[rank] = max(last.get(rank, pieces[-1].hi), max(p.hi for p in pieces))
         return last
 

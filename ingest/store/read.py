@@ -104,7 +104,7 @@ class StoreReader:
                 raise damaged_file(path, exc) from exc
         return reader
 
-    def _blocks(self, path: str) -> dict[tuple[str, int], list[Piece]]:
+    def blocks(self, path: str) -> dict[tuple[str, int], list[Piece]]:
         """The row ranges of each (metric, rank) of a file, in step order."""
         blocks = self._blocks_cache.get(path)
         if blocks is None:
@@ -147,7 +147,7 @@ class StoreReader:
             derived = layout.existing(DERIVED, info.analysis_gen)
             return [f for f in derived if metric in self._derived_metrics(f)], RUN_RANK, "derived"
         run_level = layout.part_files(info, RUN_LEVEL) or layout.part_files(info, LONG)
-        if metric in info.rank_metrics and not any((metric, RUN_RANK) in self._blocks(f) for f in run_level):
+        if metric in info.rank_metrics and not any((metric, RUN_RANK) in self.blocks(f) for f in run_level):
             return layout.part_files(info, ROLLUP), RUN_RANK, "ranks"
         return run_level, RUN_RANK, "run"
 
@@ -222,7 +222,7 @@ class StoreReader:
         valid)`` (a value-less record reads as NaN, and not valid). A few thousand rows cost one or two
         row groups."""
         tables: list[pa.Table] = []
-        for piece in self._blocks(path).get((metric, rank), []):
+        for piece in self.blocks(path).get((metric, rank), []):
             if hi < piece.lo or lo > piece.hi:
                 continue
             start, end = piece.start, piece.end
@@ -260,7 +260,7 @@ class StoreReader:
         in part order, on the step axis of the rollup (every step some rank logged)."""
         by_rank: dict[int, list[tuple[SourceReader, Piece]]] = {}
         for path in layout.part_files(info, LONG):
-            for (m, r), pieces in self._blocks(path).items():
+            for (m, r), pieces in self.blocks(path).items():
                 if m == metric and r >= 0:
                     by_rank.setdefault(r, []).extend((self._reader(path), p) for p in pieces)
         rank_blocks = sorted(by_rank.items())

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ingest.formats._common import _merge_spans
+from ingest.formats._common import merge_spans
 
 StepExtents = dict[int, tuple[int, int]]
 """Per rank: (its first step in arrival order, its largest step) in one segment's new frames."""
@@ -84,6 +84,6 @@ def rewind_events(
             "label": f"restart replayed steps {s0}-{s1}",
             "detail": {"replayed_from": s0, "replayed_to": s1},
         }
-        for s0, s1 in _merge_spans(spans)
+        for s0, s1 in merge_spans(spans)
         if not any(s0 <= step <= s1 for step in logged)
     ]
