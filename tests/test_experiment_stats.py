@@ -218,5 +218,12 @@ def test_report_tables_show_the_measured_cells() -> None:
     assert "| none | 4 | 100% [100%, 100%]" in text
     assert "| restart - none | -100 pp [-100, -100] **(CI excludes 0)**" in text
     assert "-0.250 [-0.250, -0.250] **(CI excludes 0)**" in text
+    # 2 spikes in 8 seeds without a remedy, none with it: -100 %, but the paired difference's interval
+    # reaches 0, so the direction is not confirmed
+    few = [_run("none", s, spiked=s < 2, val=2.5) for s in range(8)] + [
+        _run("restart", s, spiked=False, val=2.25) for s in range(8)
+    ]
+    [check] = [c for c in build_results(config, "", _results().machine, "now", few, 16).claim_checks]
+    assert check.measured_change.estimate == -1.0 and check.direction_holds is False
     partial = build_results(config, "stabscope experiment", _results().machine, "now", runs[:3], planned=8)
     assert not partial.complete and "3 of 8" in partial.notes[0]

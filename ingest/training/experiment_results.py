@@ -189,9 +189,9 @@ class ClaimCheck:
     ``measured_change``: the relative change (arm over baseline, minus 1) with its interval.
     ``agrees``: the claimed value lies inside the measured interval (for ``levels``: both do);
     None when the measurement is empty (e.g. no spikes at all in the baseline arm).
-    ``direction_holds``: the measured effect has the claim's sign with a 95 % interval that excludes 0
-    (for ``relative_change`` the change's interval, for ``levels`` the paired difference's): the claim's
-    direction is confirmed even where its size is not (a measured -100 % against a claimed -90 %).
+    ``direction_holds``: the paired difference (arm - baseline, by seed) has the claim's sign with a
+    95 % interval that excludes 0: the claim's direction is confirmed even where its size is not (a
+    measured -100 % against a claimed -90 %).
     None when the measurement is empty.
     """
 

@@ -119,10 +119,12 @@ def check_claim(runs: Sequence[RunResult], claim: Claim, mechanism: str) -> Clai
     measured_base = bootstrap_mean(base, seed=seed + 1)
     change = bootstrap_relative_change(arm, base, seed=seed + 2)
     agrees: bool | None
-    direction: bool | None
+    # the direction from the paired difference: a ratio's interval collapses to -100 % whenever the arm
+    # has no event at all, however few the baseline's were
+    diff = bootstrap_paired_difference(arm, base, seed=seed + 3)
     if claim.kind == "relative_change":
         agrees = None if change.empty else _inside(claim.claimed_change, change)
-        direction = None if change.empty else _same_side(claim.claimed_change or 0.0, change)
+        claimed = claim.claimed_change or 0.0
     else:
         empty = measured_arm.empty or measured_base.empty
         agrees = (
@@ -130,9 +132,8 @@ def check_claim(runs: Sequence[RunResult], claim: Claim, mechanism: str) -> Clai
             if empty
             else _inside(claim.claimed_baseline, measured_base) and _inside(claim.claimed_arm, measured_arm)
         )
-        diff = bootstrap_paired_difference(arm, base, seed=seed + 3)
         claimed = (claim.claimed_arm or 0.0) - (claim.claimed_baseline or 0.0)
-        direction = None if diff.empty else _same_side(claimed, diff)
+    direction = None if diff.empty or (change.empty and claim.kind == "relative_change") else _same_side(claimed, diff)
     return ClaimCheck(claim.key, mechanism, measured_base, measured_arm, change, agrees, direction)
 
 
