@@ -26,6 +26,8 @@ KEY_PAIRS: tuple[tuple[str, str], ...] = (
     ("restart+clip", "none"),
     ("restart", "clip"),
     ("restart", "zclip"),
+    ("restart+clip", "restart"),
+    ("restart+clip", "clip"),
 )
 """Differences shown in the table and the forest plot."""
 _PERCENT = {"spike_rate", "success_rate", "divergence_rate"}
