@@ -17,19 +17,11 @@ from pathlib import Path
 import numpy as np
 
 from ingest.training.experiment_results import ARMS, MECHANISMS, SUMMARY_FIGURES, ExperimentResults, read_results
+from ingest.training.experiment_summary import COMPARED_PAIRS
 from stab_core.bootstrap import Interval
 
-KEY_PAIRS: tuple[tuple[str, str], ...] = (
-    ("clip", "none"),
-    ("zclip", "none"),
-    ("restart", "none"),
-    ("restart+clip", "none"),
-    ("restart", "clip"),
-    ("restart", "zclip"),
-    ("restart+clip", "restart"),
-    ("restart+clip", "clip"),
-)
-"""Differences shown in the table and the forest plot."""
+KEY_PAIRS = COMPARED_PAIRS
+"""Differences shown in the table and the forest plot: every pair the summary compares."""
 _PERCENT = {"spike_rate", "success_rate", "divergence_rate"}
 
 
