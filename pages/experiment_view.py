@@ -287,6 +287,9 @@ def claim_sentence(
         measured = (
             f"{levels}, {change_text(change.estimate)} [95% CI {change_text(change.low)}, {change_text(change.high)}]"
         )
+        if difference is not None and not difference.difference.empty:
+            # the verdict rests on the paired difference (claim_spread): name the interval it reads
+            measured += f"; paired difference {difference_text(figure, difference.difference)}"
     else:
         claimed = (
             f"the claimed {value_text(figure, claim.claimed_baseline or math.nan)} → "
@@ -297,7 +300,9 @@ def claim_sentence(
         measured = f"{levels}, a difference of {shown}"
     if verdict == NO_DIFFERENCE:
         why = "neither confirmed nor ruled out" if check.agrees else "not what was measured either"
-        tail = f"no significant difference ({measured}: the interval includes 0), so {claimed} is {why}"
+        paired = difference is not None and not difference.difference.empty
+        which = "the paired difference's interval" if paired else "the interval"
+        tail = f"no significant difference ({measured}: {which} includes 0), so {claimed} is {why}"
     elif verdict == AGREES:
         tail = f"agrees: {measured}, which holds {claimed}"
     else:

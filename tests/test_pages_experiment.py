@@ -400,3 +400,19 @@ def test_the_arms_runs_open_on_compare(page_store: Store, monkeypatch: pytest.Mo
     at.button(key="th_open").click().run()
     assert not at.exception
     assert at.multiselect(key="cmp_runs").value == [r.run for r in kept]
+
+
+def test_a_sentence_names_the_interval_its_verdict_rests_on() -> None:
+    # The committed reference run, mechanism A: 2 of 8 unprotected runs spiked, 0 of 8 with the restart.
+    # The relative change is -100% in every resample (an interval [-100%, -100%], which excludes 0), but the
+    # paired difference in spike rate, -25 points, has an interval reaching 0: the verdict is "no
+    # significant difference", and the sentence must say it is the paired difference's interval that
+    # includes 0, and show it, not the relative change's.
+    results = read_results(Path(__file__).resolve().parents[1] / "docs" / "experiments" / "results.json")
+    said = next(s for c, s in xv.claim_sentences(results) if c.figure == "spike_rate")
+    mechanism_a = [text for _, text in said if text.startswith(xv.mechanism_head("A") + ":")]
+    assert len(mechanism_a) == 1
+    text = mechanism_a[0]
+    assert "no significant difference" in text
+    assert "the paired difference's interval includes 0" in text
+    assert "paired difference -25 pts [-62, +0]" in text
