@@ -670,9 +670,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _reported(command: str, call: Callable[[], int]) -> int:
-    """``call()``'s exit status; an error becomes one paragraph on stderr and ``EXIT_ERROR``."""
+    """``call()``'s exit status; an error becomes one paragraph on stderr and ``EXIT_ERROR``. Output
+    closed early by its reader (``stabscope spikes RUN | head``) ends the command quietly, with status 0."""
     try:
-        return call()
+        status = call()
+        sys.stdout.flush()  # here, not at exit: a reader gone by now is a closed pipe, handled below
+        return status
+    except BrokenPipeError:
+        _silence_stdout()
+        return 0
     except StabScopeError as exc:
         print(f"stabscope {command}: error: {exc}", file=sys.stderr)
         return int(getattr(exc, "exit_code", EXIT_ERROR))  # 1: another process writes the run (WriterBusy)
@@ -684,6 +690,16 @@ def _reported(command: str, call: Callable[[], int]) -> int:
         text = " ".join(str(exc).split())
         print(f"stabscope {command}: error: {type(exc).__name__}: {text}", file=sys.stderr)
         return EXIT_ERROR
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null: its reader has gone, and the interpreter's flush at exit would
+    otherwise fail again (``Exception ignored ... BrokenPipeError``) on the output still buffered."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    finally:
+        os.close(devnull)
 
 
 if __name__ == "__main__":
