@@ -171,6 +171,27 @@ def own_app_store(small_store: Store, monkeypatch: pytest.MonkeyPatch) -> Store:
     return small_store
 
 
+@pytest.fixture(scope="session")
+def demo_store_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The demo store (the demo and scenario runs written through the real shard path, as
+    ``stabscope serve`` seeds them), built once per test session (per xdist worker): never modify it;
+    ``demo_store_copy`` gives a module its own copy."""
+    from ingest.demo import seed_demo_store
+
+    root = tmp_path_factory.mktemp("demo-template") / "store"
+    seed_demo_store(open_analysed_store(root))
+    return root
+
+
+def demo_store_copy(template: Path, parent: Path) -> Path:
+    """A copy of the demo store at ``parent/store``, for tests that add to it or page through it."""
+    import shutil
+
+    root = parent / "store"
+    shutil.copytree(template, root)
+    return root
+
+
 def open_page(name: str) -> AppTest:
     """An AppTest of ``pages/<name>.py`` (call ``.run()``)."""
     return AppTest.from_file(str(REPO_ROOT / "pages" / f"{name}.py"), default_timeout=30)

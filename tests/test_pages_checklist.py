@@ -10,22 +10,19 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from ingest.demo import seed_demo_store
 from ingest.run_analyses import open_analysed_store
 from ingest.store import Store
 from tests.app_pages import open_in_app
-from tests.conftest import open_page
+from tests.conftest import demo_store_copy, open_page
 
 S3_BEFORE, S3_AFTER = "s3-dense-140b-before", "s3-dense-140b-after"
 P0_IDS = ("warmup", "grad_clipping", "min_lr_ratio", "checkpoint_interval", "nonfinite_guard")
 
 
 @pytest.fixture(scope="module")
-def demo_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The demo store (demo and scenario runs through the real shard path), written once per module."""
-    root = tmp_path_factory.mktemp("checklist") / "store"
-    seed_demo_store(open_analysed_store(root))
-    return root
+def demo_root(demo_store_template: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """This module's copy of the demo store (demo and scenario runs through the real shard path)."""
+    return demo_store_copy(demo_store_template, tmp_path_factory.mktemp("checklist"))
 
 
 @pytest.fixture

@@ -13,12 +13,11 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from ingest.demo import seed_demo_store
 from ingest.run_analyses import open_analysed_store
 from ingest.run_cost import price_run_spikes, run_step_time_s
 from ingest.store import Store
 from pages.charts import CAUSE_COLORS
-from tests.conftest import open_page
+from tests.conftest import demo_store_copy, open_page
 
 EXPECTED_CAUSE = {"s1-moe-7b": "router", "s2-dense-70b": "lr_transition", "s3-dense-140b": "data_outlier"}
 LAST_NODE = {"router": "router: yes", "lr_transition": "lr_transition: yes", "data_outlier": "snr_collapse: yes"}
@@ -26,11 +25,9 @@ LAST_NODE = {"router": "router: yes", "lr_transition": "lr_transition: yes", "da
 
 
 @pytest.fixture(scope="module")
-def demo_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The demo store (demo and scenario runs through the real shard path), written once per module."""
-    root = tmp_path_factory.mktemp("scenarios") / "store"
-    seed_demo_store(open_analysed_store(root))
-    return root
+def demo_root(demo_store_template: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """This module's copy of the demo store (demo and scenario runs through the real shard path)."""
+    return demo_store_copy(demo_store_template, tmp_path_factory.mktemp("scenarios"))
 
 
 @pytest.fixture
