@@ -32,11 +32,14 @@ the generation's files (long table, rollup, rank buckets, tail) are still writte
 
 PySpark is an optional extra (``pip install -e '.[spark]'``, which needs Java 17); it is imported
 only when a Spark compaction starts. ``local[*]`` (the default master) runs in this process's
-machine. A standalone (``spark://host:7077``), YARN or Kubernetes master needs, on every executor,
-Python with pyarrow and StabScope installed (the tasks import ``ingest``), and the shard location
-reachable under the same name from the executors: a shared file system path, or an ``s3://`` URL
-with the endpoint and credentials in the executors' environment. The store and its files stay on
-the driver's side.
+machine, its executors on this interpreter. At each session start ``ingest.spark_shipping`` ships
+StabScope's own code to the executors (a zip of ``ingest`` and ``stab_core``'s sources) and checks
+with one small job that they can import this module, so a standalone (``spark://host:7077``), YARN
+or Kubernetes node needs Java, Spark and a Python of the driver's minor version with the third-party
+packages the tasks import (``EXECUTOR_PACKAGES``), not StabScope; which Python is ``PYSPARK_PYTHON``'s
+(else the node's ``python3``). The shard location must be reachable under the same name from the
+executors: a shared file system path, or an ``s3://`` URL with the endpoint and credentials in the
+executors' environment. The store and its files stay on the driver's side (docs/scaling.md).
 """
 
 from __future__ import annotations
