@@ -313,10 +313,17 @@ def small_shards(shards: Path) -> int:
 
 @pytest.mark.slow  # a Spark session (the JVM's start) or a fresh process
 def test_cli_compacts_with_the_spark_engine_end_to_end(tmp_path: Path) -> None:
+    """Run as cron, systemd or pipx run it: the virtualenv's ``stabscope`` by its path, the virtualenv not
+    on ``PATH`` (whose ``python3`` lacks pyarrow), from outside the repository; the local executors run
+    the same interpreter (issue #30 item 3: they started ``python3`` and could not import ``ingest``)."""
     records = small_shards(tmp_path / "shards")
-    done = stabscope(
-        "compact", str(tmp_path / "shards"), "--run", RUN, "--engine", "spark", "--master", "local[1]",
-        "--store", str(tmp_path / "spark"), "--json",
+    venv_bin = Path(sys.executable).parent
+    path = [p for p in os.environ["PATH"].split(os.pathsep) if p and Path(p).resolve() != venv_bin.resolve()]
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYSPARK_PYTHON")}
+    done = subprocess.run(
+        [str(venv_bin / "stabscope"), "compact", str(tmp_path / "shards"), "--run", RUN, "--engine", "spark",
+         "--master", "local[1]", "--store", str(tmp_path / "spark"), "--json"],
+        capture_output=True, text=True, cwd=tmp_path, env={**env, "PATH": os.pathsep.join(path)}, timeout=300,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["rows"] == records
