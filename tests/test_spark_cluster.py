@@ -226,3 +226,12 @@ def test_an_executor_python_without_the_packages_is_one_paragraph(
     assert f"its Python ({bare_python}," in message and "lacks the module 'pyarrow'" in message, message
     assert f"{bare_python} -m pip install pyarrow" in message and "PYSPARK_PYTHON" in message
     assert not (tmp_path / "spark").exists() or not open_store(tmp_path / "spark").list_runs()  # nothing committed
+    missing = tmp_path / "no-such-venv" / "bin" / "python"  # a PYSPARK_PYTHON that is not on the node
+    done = stabscope(
+        "compact", str(tmp_path / "shards"), "--run", RUN, "--engine", "spark", "--master", url,
+        "--store", str(tmp_path / "spark"), cwd=tmp_path, PYSPARK_PYTHON=str(missing),
+    )  # fmt: skip
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    message = done.stderr.strip().splitlines()[-1]
+    assert "could not run StabScope's check job" in message and f'Cannot run program "{missing}"' in message, message
+    assert f"PYSPARK_PYTHON={missing}" in message
