@@ -19,12 +19,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.metadata
 import os
 import re
 import sys
 import tempfile
+import time
 import zipfile
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -45,6 +47,9 @@ EXECUTOR_PACKAGES = {"pyarrow": "pyarrow", "numpy": "numpy", "crc32c": "crc32c",
 executor's Python needs besides the standard library (PySpark's own Python code comes with Spark)."""
 
 _LOCAL_MASTER = re.compile(r"^local(\[[^\]]*\])?$")
+
+STALE_ZIP_S = 7 * 24 * 3600
+"""A zip unused this long (seconds) is removed when another is built: each source change makes one."""
 
 _ZIP_TIME = (1980, 1, 1, 0, 0, 0)
 """Every zipped file's time stamp: the zip's bytes depend on the sources only."""
@@ -97,8 +102,14 @@ def engine_zip() -> Path:
         digest.update(name.encode() + b"\0" + len(data).to_bytes(8, "little") + data)
     target = cache_dir() / f"stabscope-{stabscope_version()}-{digest.hexdigest()[:16]}.zip"
     if target.exists():
+        os.utime(target)  # in use: not one of the stale ones a later build removes
         return target
     target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    stale = time.time() - STALE_ZIP_S
+    for old in target.parent.glob("stabscope-*.zip"):
+        with contextlib.suppress(OSError):  # another process may have removed it first
+            if old.stat().st_mtime < stale:
+                old.unlink()
     with (
         tempfile.NamedTemporaryFile(dir=target.parent, suffix=".part", delete=False) as part,
         zipfile.ZipFile(part, "w", zipfile.ZIP_DEFLATED) as archive,

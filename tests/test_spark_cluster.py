@@ -174,8 +174,8 @@ def test_the_shipped_zip_holds_the_python_sources_only_and_is_built_once() -> No
     assert "ingest/spark_engine.py" in names and "stab_core/metrics.py" in names
     assert all(name.endswith(".py") for name in names)  # no _fields*.so, .c, .pyi or __pycache__
     assert {name.split("/")[0] for name in names} == {"ingest", "stab_core"}
-    built = path.stat().st_mtime_ns
-    assert engine_zip() == path and path.stat().st_mtime_ns == built  # reused, not rebuilt
+    built = path.stat().st_ino
+    assert engine_zip() == path and path.stat().st_ino == built  # reused, not rebuilt (a build replaces it)
     assert is_local_master("local[*]") and is_local_master("local") and not is_local_master("local-cluster[2,1,1024]")
     assert not is_local_master("spark://head:7077")
 
@@ -196,6 +196,12 @@ def test_a_cluster_without_stabscope_compacts_like_the_embedded_engine(
     assert done.returncode == 0, done.stderr[-3000:]
     shipped = list(work.glob("app-*/*/stabscope-*.zip"))
     assert shipped, "no executor fetched the shipped zip"  # the executors ran in the worker, from the zip
+    # What the executors imported: the zip's code, its text-log path without the C extension (not shipped).
+    code = "import ingest.spark_engine as e, ingest.formats.textlog_pipes as t; print(e.__file__, t.C_EXTENSION_BUILT)"
+    imported = subprocess.run(
+        [worker_python, "-c", code], cwd=tmp_path, capture_output=True, text=True, env={"PYTHONPATH": str(shipped[0])}
+    )
+    assert imported.stdout.split() == [f"{shipped[0]}/ingest/spark_engine.py", "False"], imported.stderr
     embedded = open_store(tmp_path / "embedded")
     embedded.compact(RUN, tmp_path / "shards")
     assert embedded.run_info(RUN).n_steps == STEPS + 300

@@ -21,12 +21,14 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
 from ingest.errors import StabScopeError
 from ingest.run_analyses import materialise, open_analysed_store
 from ingest.shards import HEADER, ShardWriter, list_segments
 from ingest.spark_engine import parts_reader, rank_bounds, spark_session
+from ingest.spark_shipping import check_executors
 from ingest.store import Store, open_store
 from ingest.store.direct_merge import DirectMerger, NotAppendOnly
 from tests.test_store_incremental import assert_same_series
@@ -279,6 +281,15 @@ def test_a_first_generation_the_one_pass_writer_gives_up_on_streams_again_to_the
     assert gave_up == ["the first segment did not span the run"]
     assert sparked.run_info(RUN).base_gen == 1 and sparked.run_info(RUN).n_steps == 9000
     assert_identical_runs(embedded, sparked)
+
+
+@pytest.mark.slow  # a Spark session (the JVM's start) or a fresh process
+def test_the_local_executors_run_this_interpreter(spark: Any) -> None:
+    """The check job finds this interpreter and its packages on the local executors. (They import StabScope
+    from their working directory, the driver's: the repository here; from elsewhere, the shipped zip.)"""
+    (found, *_) = check_executors(spark.sparkContext, MASTER)
+    assert found["python"] == sys.executable and "missing" not in found
+    assert found["pyarrow"] == pa.__version__ and found["ingest.spark_engine"].endswith("spark_engine.py")
 
 
 def test_rank_bounds_cut_ranks_into_ranges_of_about_the_target_bytes() -> None:
