@@ -168,32 +168,32 @@ def check_executors(context: Any, master: str) -> list[dict[str, Any]]:
         top = str(missing).split(".")[0]
         if top in SHIPPED_PACKAGES:
             what = (
-                f"StabScope's own module {missing!r} did not reach it (the engine ships "
-                f"{', '.join(SHIPPED_PACKAGES)} as a zip with addPyFile; {result.get('error')})"
+                f"cannot import StabScope's own module {missing!r}, which the engine ships to it as a zip "
+                f"(addPyFile): {result.get('error')}"
             )
         else:
             package = EXECUTOR_PACKAGES.get(top, top)
-            what = f"it lacks the module {missing!r}: install it there with {result['python']} -m pip install {package}"
+            what = f"lacks the module {missing!r}: install it there with {result['python']} -m pip install {package}"
         raise StabScopeError(
             f"a Spark executor of master {master!r} cannot run the compaction: its Python "
-            f"({result['python']}, {result['python_version']}) {what}. Every node's Python needs "
-            f"{', '.join(sorted(set(EXECUTOR_PACKAGES.values())))} (StabScope's code is shipped to it). "
-            f"{_python_advice(master)}"
+            f"({result['python']}, {result['python_version']}) {what}. {_python_advice(master)}"
         )
     return found
 
 
 def _python_advice(master: str) -> str:
-    """Which Python the executors were told to run, and how to choose another."""
+    """What every executor's Python needs, which Python the executors were told to run, and how to
+    choose another."""
+    needs = (
+        f"Every node's Python needs {', '.join(sorted(set(EXECUTOR_PACKAGES.values())))} and the driver's "
+        f"Python minor version ({sys.version_info.major}.{sys.version_info.minor}); StabScope's code is shipped to it."
+    )
     if is_local_master(master):
-        return f"The executors run this interpreter ({sys.executable})."
+        return f"{needs} The local executors run this interpreter ({sys.executable})."
     chosen = os.environ.get("PYSPARK_PYTHON")
     if chosen:
-        return f"The executors run PYSPARK_PYTHON={chosen}; set it to a Python that has them on every node."
-    return (
-        "PYSPARK_PYTHON is not set, so each node runs the python3 on its PATH; set PYSPARK_PYTHON to a Python "
-        "that has them on every node."
-    )
+        return f"{needs} The executors run PYSPARK_PYTHON={chosen}: set it to such a Python, at one path on every node."
+    return f"{needs} PYSPARK_PYTHON is not set, so each node runs the python3 on its PATH: set it to such a Python."
 
 
 _JOB_CAUSES = (
