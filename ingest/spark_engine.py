@@ -32,21 +32,24 @@ the generation's files (long table, rollup, rank buckets, tail) are still writte
 
 PySpark is an optional extra (``pip install -e '.[spark]'``, which needs Java 17); it is imported
 only when a Spark compaction starts. ``local[*]`` (the default master) runs in this process's
-machine. A standalone (``spark://host:7077``), YARN or Kubernetes master needs, on every executor,
-Python with pyarrow and StabScope installed (the tasks import ``ingest``), and the shard location
-reachable under the same name from the executors: a shared file system path, or an ``s3://`` URL
-with the endpoint and credentials in the executors' environment. The store and its files stay on
-the driver's side.
+machine, its executors on this interpreter. At each session start ``ingest.spark_shipping`` ships
+StabScope's own code to the executors (a zip of ``ingest`` and ``stab_core``'s sources) and checks
+with one small job that they can import this module, so a standalone (``spark://host:7077``), YARN
+or Kubernetes node needs Java, Spark and a Python of the driver's minor version with the third-party
+packages the tasks import (``EXECUTOR_PACKAGES``), not StabScope; which Python is ``PYSPARK_PYTHON``'s
+(else the node's ``python3``). The shard location must be reachable under the same name from the
+executors: a shared file system path, or an ``s3://`` URL with the endpoint and credentials in the
+executors' environment. The store and its files stay on the driver's side (docs/scaling.md).
 """
 
 from __future__ import annotations
 
 import bisect
+import contextlib
 import itertools
 import os
 import re
 import shutil
-import sys
 import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
@@ -56,6 +59,7 @@ import pyarrow as pa
 
 from ingest.errors import StabScopeError
 from ingest.shards import read_segment, wide_to_long_parts
+from ingest.spark_shipping import check_executors, engine_zip, executor_python
 from ingest.store.direct_merge import _split_by_rank
 from ingest.store.rewinds import step_extents
 from ingest.store.stage import PartsReader, SegmentExtras, SegmentTodo, record_segment, segment_parts, sort_unique
@@ -135,14 +139,38 @@ def spark_session(master: str) -> Any:
         .config("spark.driver.memory", "1g")
         .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{_log_config_file()}")
     )
-    if master.startswith("local"):  # executors are this machine's Python: the one running StabScope
-        builder = builder.config("spark.pyspark.python", sys.executable)
+    python = executor_python(master)
     try:
-        _session = builder.getOrCreate()
+        with _environment("PYSPARK_PYTHON", python):  # what PySpark 4 reads when the context starts
+            session = builder.getOrCreate()
     except Exception as exc:  # the JVM did not start or the master refused: one paragraph
         raise StabScopeError(f"Spark did not start with master {master!r}: {_first_line(exc)}") from exc
-    _session.sparkContext.setLogLevel("ERROR")
-    return _session
+    session.sparkContext.setLogLevel("ERROR")
+    try:
+        session.sparkContext.addPyFile(str(engine_zip()))
+        check_executors(session.sparkContext, master)
+    except BaseException:
+        session.stop()  # a session whose executors cannot run the tasks is not kept for the next call
+        raise
+    _session = session
+    return session
+
+
+@contextlib.contextmanager
+def _environment(name: str, value: str | None) -> Iterator[None]:
+    """``os.environ[name]`` is ``value`` inside (unchanged when None), as it was after."""
+    if value is None:
+        yield
+        return
+    before = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ[name]
+        else:
+            os.environ[name] = before
 
 
 def _first_line(exc: BaseException) -> str:

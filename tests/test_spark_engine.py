@@ -21,12 +21,14 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
 from ingest.errors import StabScopeError
 from ingest.run_analyses import materialise, open_analysed_store
 from ingest.shards import HEADER, ShardWriter, list_segments
 from ingest.spark_engine import parts_reader, rank_bounds, spark_session
+from ingest.spark_shipping import check_executors
 from ingest.store import Store, open_store
 from ingest.store.direct_merge import DirectMerger, NotAppendOnly
 from tests.test_store_incremental import assert_same_series
@@ -281,6 +283,15 @@ def test_a_first_generation_the_one_pass_writer_gives_up_on_streams_again_to_the
     assert_identical_runs(embedded, sparked)
 
 
+@pytest.mark.slow  # a Spark session (the JVM's start) or a fresh process
+def test_the_local_executors_run_this_interpreter(spark: Any) -> None:
+    """The check job finds this interpreter and its packages on the local executors. (They import StabScope
+    from their working directory, the driver's: the repository here; from elsewhere, the shipped zip.)"""
+    (found, *_) = check_executors(spark.sparkContext, MASTER)
+    assert found["python"] == sys.executable and "missing" not in found
+    assert found["pyarrow"] == pa.__version__ and found["ingest.spark_engine"].endswith("spark_engine.py")
+
+
 def test_rank_bounds_cut_ranks_into_ranges_of_about_the_target_bytes() -> None:
     assert rank_bounds([0, 1, 2, 3], [10, 10, 10, 10], 20) == [2]
     assert rank_bounds([0, 0, 1, 2, None], [15, 15, 10, 10, 99], 20) == [1]  # unnamed: no weight
@@ -313,10 +324,17 @@ def small_shards(shards: Path) -> int:
 
 @pytest.mark.slow  # a Spark session (the JVM's start) or a fresh process
 def test_cli_compacts_with_the_spark_engine_end_to_end(tmp_path: Path) -> None:
+    """Run as cron, systemd or pipx run it: the virtualenv's ``stabscope`` by its path, the virtualenv not
+    on ``PATH`` (whose ``python3`` lacks pyarrow), from outside the repository; the local executors run
+    the same interpreter (issue #30 item 3: they started ``python3`` and could not import ``ingest``)."""
     records = small_shards(tmp_path / "shards")
-    done = stabscope(
-        "compact", str(tmp_path / "shards"), "--run", RUN, "--engine", "spark", "--master", "local[1]",
-        "--store", str(tmp_path / "spark"), "--json",
+    venv_bin = Path(sys.executable).parent
+    path = [p for p in os.environ["PATH"].split(os.pathsep) if p and Path(p).resolve() != venv_bin.resolve()]
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYSPARK_PYTHON")}
+    done = subprocess.run(
+        [str(venv_bin / "stabscope"), "compact", str(tmp_path / "shards"), "--run", RUN, "--engine", "spark",
+         "--master", "local[1]", "--store", str(tmp_path / "spark"), "--json"],
+        capture_output=True, text=True, cwd=tmp_path, env={**env, "PATH": os.pathsep.join(path)}, timeout=300,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["rows"] == records
