@@ -30,6 +30,52 @@ from ingest.store import Store  # noqa: E402
 
 pytest_plugins = ["tests.s3_server"]  # the s3_server / s3_url fixtures: a real moto server
 
+TIERS: dict[str, str] = {
+    # fast: pure core, the readers, store units; what `pytest` alone runs (under 2 minutes on 2 cores)
+    **dict.fromkeys(
+        "analysis checklist clipping configs cost declared_imports diagnosis experiment_stats formats_aliases "
+        "formats_custom formats_fidelity formats_prefixes formats_tabular formats_tensorboard formats_text "
+        "formats_text_engines formats_text_fast formats_trainers_a formats_trainers_b fuzz_regressions import_folders "
+        "import_segments incidents readme_formats real_logs run_analyses run_status schedulers shard_rollbacks shards "
+        "simulate snr spikes store_read_routes alerts cli_map pages_helpers".split(),
+        "fast",
+    ),
+    # integration: several layers at once: the CLI as a process, whole stores, pages through AppTest
+    **dict.fromkeys(
+        "cli cli_contracts cli_meta cli_pipes golden store store_catalog store_check store_incremental pages_checklist "
+        "pages_compare pages_cost pages_errors pages_experiment pages_overview pages_ranks pages_run_meta pages_runs "
+        "pages_scenarios pages_scheduler pages_spikes pages_tree pages_upload pages_warmup".split(),
+        "integration",
+    ),
+    # system: real services and processes: Chromium, servers, Spark, S3 (moto), kills, fuzzing, training
+    # over gloo, benchmarks, fresh virtual environments
+    **dict.fromkeys(
+        "bench_smoke browser callbacks_hf callbacks_lightning clipping_ddp demo_seeding experiment faults_concurrency "
+        "faults_kill faults_storage fuzz_formats gloo_harness import_hygiene monitor object_store run_lock "
+        "security_round2 serve serve_access shards_s3 spark_cluster spark_engine store_s3 store_s3_cli "
+        "store_s3_speed train_demo wheel_install".split(),
+        "system",
+    ),
+}
+"""Each test module's tier (``tests/test_NAME.py`` -> ``NAME``), given to its tests as a marker. `pytest`
+alone runs the fast tier (pyproject.toml's addopts: ``-m "not slow and not integration and not
+system"``); ``.ci/test`` runs all three (``-m ""``). A new test module must be named here."""
+
+
+@pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects by marker
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    unnamed = set()
+    for item in items:
+        module = item.path.stem.removeprefix("test_")
+        tier = TIERS.get(module)
+        if tier is None:
+            unnamed.add(item.path.name)
+        elif tier != "fast":
+            item.add_marker(getattr(pytest.mark, tier))
+    if unnamed:
+        raise pytest.UsageError(f"name the tier of {', '.join(sorted(unnamed))} in tests/conftest.py TIERS")
+
+
 SMALL_RUN = "small"
 N_RANKS = 4
 N_STEPS = 2000
