@@ -68,9 +68,7 @@ def imports(path: Path) -> list[tuple[str, int, bool]]:
                 found.extend((alias.name.split(".")[0], child.lineno, top_level) for alias in child.names)
             elif isinstance(child, ast.ImportFrom) and child.level == 0 and child.module:
                 found.append((child.module.split(".")[0], child.lineno, top_level))
-            elif isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.Try):
-                visit(child, False)
-            elif isinstance(child, ast.If) and _is_type_checking(child.test):
+            elif isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.Try) or _is_type_checking(child):
                 visit(child, False)
             else:
                 visit(child, top_level)
@@ -79,8 +77,9 @@ def imports(path: Path) -> list[tuple[str, int, bool]]:
     return found
 
 
-def _is_type_checking(test: ast.expr) -> bool:
-    return isinstance(test, ast.Name) and test.id == "TYPE_CHECKING"
+def _is_type_checking(node: ast.AST) -> bool:
+    """Is ``node`` an ``if TYPE_CHECKING:`` block (imports for the type checker alone)?"""
+    return isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"
 
 
 def undeclared(files: list[Path], root: Path = REPO_ROOT) -> list[str]:
