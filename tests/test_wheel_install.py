@@ -7,7 +7,8 @@ every setting of .streamlit/config.toml applied.
 The fresh environment cannot see this tree: no PYTHONPATH, no editable install, a working directory
 elsewhere, and the test asserts that ``pages``, ``ingest`` and ``stab_core`` load from its own
 site-packages. Building and installing take about a minute (pip resolves torch and the rest from the
-local index); the source is copied first, so the build leaves nothing in the tree."""
+local index); the source is copied first, so the build leaves nothing in the tree. Two quick tests
+check the same flags from the source tree, without a build."""
 
 from __future__ import annotations
 
@@ -28,12 +29,11 @@ from typing import Any
 
 import pytest
 
+import pages.server
 from ingest.demo import demo_run_names
 from pages.navigation import page_scripts
 from tests.conftest import REPO_ROOT
 from tests.test_browser import CHROMIUM, CHROMIUM_ARGS, VIEWPORT, _free_port, _settle, _wait_healthy
-
-pytestmark = [pytest.mark.slow, pytest.mark.system, pytest.mark.browser]
 
 REPO_CONFIG = REPO_ROOT / ".streamlit" / "config.toml"
 NOT_BUILD_INPUTS = shutil.ignore_patterns(
@@ -116,6 +116,8 @@ def _flat(table: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
+@pytest.mark.slow
+@pytest.mark.system
 def test_the_wheel_holds_the_app_its_config_and_data_and_no_bench(installed: Installed) -> None:
     with zipfile.ZipFile(installed.wheel) as wheel:
         names = set(wheel.namelist())
@@ -128,6 +130,8 @@ def test_the_wheel_holds_the_app_its_config_and_data_and_no_bench(installed: Ins
         assert any(n.startswith("ingest/formats/_fields.") and n.endswith(".so") for n in names), "no C extension"
 
 
+@pytest.mark.slow
+@pytest.mark.system
 def test_the_installed_package_loads_from_its_own_environment(installed: Installed) -> None:
     code = (
         "import json, ingest, pages, stab_core, ingest.formats._fields\n"
@@ -144,26 +148,58 @@ def test_the_installed_package_loads_from_its_own_environment(installed: Install
     assert where["results_exist"]
 
 
-def test_serve_applies_every_setting_of_the_repos_config(installed: Installed) -> None:
-    """The flags the installed ``stabscope serve`` gives Streamlit, parsed by Streamlit's own ``run``
-    command and resolved by its config module in the fresh environment, from a folder without a
-    .streamlit/: each option of the repository's config.toml has its value."""
-    expected = _flat(tomllib.loads(REPO_CONFIG.read_text()))
-    code = (
-        "import json, sys\nfrom streamlit import config\nfrom streamlit.web import bootstrap, cli\n"
-        "from pages.server import APP, serve_options, streamlit_config_file, streamlit_flags\n"
-        "config_file = streamlit_config_file()\n"
-        "options = serve_options(8501, '127.0.0.1', exposed=False, has_token=False, config_file=config_file)\n"
-        "parsed = cli.main_run.make_context('run', [str(APP), *streamlit_flags(options)]).params\n"
-        "bootstrap.load_config_options({k: v for k, v in parsed.items() if k not in ('target', 'args')})\n"
-        "print(json.dumps({name: config.get_option(name) for name in json.loads(sys.argv[1])}))\n"
-    )
-    effective = json.loads(installed.run(str(installed.python), "-c", code, json.dumps(list(expected))))
+EFFECTIVE_OPTIONS = (
+    "import json, sys\nfrom streamlit import config\nfrom streamlit.web import bootstrap, cli\n"
+    "from pages.server import APP, serve_options, streamlit_config_file, streamlit_flags\n"
+    "config_file = streamlit_config_file()\n"
+    "options = serve_options(8501, '127.0.0.1', exposed=False, has_token=False, config_file=config_file)\n"
+    "parsed = cli.main_run.make_context('run', [str(APP), *streamlit_flags(options)]).params\n"
+    "bootstrap.load_config_options({k: v for k, v in parsed.items() if k not in ('target', 'args')})\n"
+    "print(json.dumps({name: config.get_option(name) for name in json.loads(sys.argv[1])}))\n"
+)
+"""Prints the options named in argv[1] as Streamlit resolves them from the flags ``stabscope serve``
+builds: parsed by Streamlit's own ``run`` command, then its config module (config files included)."""
+
+
+def _check_effective_options(effective: dict[str, Any], expected: dict[str, Any]) -> None:
     assert effective == expected
     # the ones issue #30 names, in case the repository's file loses one
     assert effective["client.showErrorDetails"] == "none" and effective["server.fileWatcherType"] == "none"
     assert effective["server.address"] == "127.0.0.1" and effective["server.maxUploadSize"] == 200
     assert effective["theme.light.primaryColor"] == "#d9480f" and effective["theme.dark.primaryColor"] == "#ff6b2c"
+
+
+def test_serve_flags_give_streamlit_every_setting_of_the_config(tmp_path: Path) -> None:
+    """From the source tree, in a folder without a .streamlit/ (and a HOME without one)."""
+    expected = _flat(tomllib.loads(REPO_CONFIG.read_text()))
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "HOME": str(tmp_path)}
+    done = subprocess.run(
+        [sys.executable, "-c", EFFECTIVE_OPTIONS, json.dumps(list(expected))],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    _check_effective_options(json.loads(done.stdout), expected)
+
+
+def test_a_missing_config_is_one_message_naming_both_places(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(pages.server, "SOURCE_TREE_CONFIG", tmp_path / "src" / ".streamlit" / "config.toml")
+    monkeypatch.setattr(pages.server, "PACKAGED_CONFIG", tmp_path / "pages" / "_streamlit" / "config.toml")
+    with pytest.raises(FileNotFoundError) as raised:
+        pages.server.streamlit_config_file()
+    assert str(raised.value) == (
+        f"stabscope serve: Streamlit's settings are missing: neither {tmp_path}/src/.streamlit/config.toml (a "
+        f"source tree) nor {tmp_path}/pages/_streamlit/config.toml (an installed wheel) exists. Reinstall "
+        "StabScope (pip install . or the wheel)."
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.system
+def test_serve_applies_every_setting_of_the_repos_config(installed: Installed) -> None:
+    """The same, in the fresh environment: the wheel's copy of the config, from a folder outside the tree."""
+    expected = _flat(tomllib.loads(REPO_CONFIG.read_text()))
+    effective = json.loads(installed.run(str(installed.python), "-c", EFFECTIVE_OPTIONS, json.dumps(list(expected))))
+    _check_effective_options(effective, expected)
 
 
 def _non_loopback_address() -> str | None:
@@ -200,6 +236,9 @@ def served(installed: Installed) -> Iterator[tuple[str, int]]:
     assert "Traceback" not in log.read_text(errors="replace"), log.read_text(errors="replace")[-3000:]
 
 
+@pytest.mark.slow
+@pytest.mark.system
+@pytest.mark.browser
 def test_the_installed_server_renders_the_runs_and_the_reference_results(served: tuple[str, int]) -> None:
     if not CHROMIUM.exists():
         pytest.skip("Debian chromium is not installed (bash .ci/test installs it)")
