@@ -4,7 +4,9 @@ Streamlit re-executes its main script on every rerun, and a module is imported o
 script calls :func:`run_app` each time: ``app.py`` in the source tree (``streamlit run app.py``), and
 this very file under ``stabscope serve``, run as ``__main__``. This file exists wherever the ``pages``
 package is installed (a wheel has no top-level app.py), and the page scripts are given by absolute
-paths next to it, so the app does not depend on the directory its main script lies in.
+paths next to it, so the app does not depend on the directory its main script lies in. (Streamlit puts
+the main script's folder first on sys.path, so under serve no module here may be named like a standard
+or installed one: tests/test_wheel_install.py checks it.)
 
 Light at import on purpose: only Streamlit and the two light helpers (``pages.token_gate``,
 ``pages.warmup``); the page helpers are imported inside :func:`run_app`, after the warm-up.

@@ -12,6 +12,7 @@ check the same flags from the source tree, without a build."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import shutil
@@ -191,6 +192,15 @@ def test_a_missing_config_is_one_message_naming_both_places(tmp_path: Path, monk
         f"source tree) nor {tmp_path}/pages/_streamlit/config.toml (an installed wheel) exists. Reinstall "
         "StabScope (pip install . or the wheel)."
     )
+
+
+def test_no_module_of_pages_shadows_a_standard_or_installed_one() -> None:
+    """serve's main script lies in pages/ (pages/navigation.py), and Streamlit puts the main script's folder
+    first on sys.path: a module of pages/ named like a standard or installed module (``profile.py``,
+    ``secrets.py``) would be imported in its place by whatever imports that module later."""
+    own = {path.stem for path in (REPO_ROOT / "pages").glob("*.py")}
+    taken = set(sys.stdlib_module_names) | set(importlib.metadata.packages_distributions())
+    assert not own & taken
 
 
 @pytest.mark.slow
