@@ -252,9 +252,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
     """Replace this process with the dashboard's server (pages/server.py) on the chosen store."""
     from ingest.paths import default_store_location
 
+    # the folder holding the ingest and pages packages: the source tree, or site-packages for a wheel
     root = Path(__file__).resolve().parents[1]
-    if not (root / "app.py").exists() or not (root / "pages" / "server.py").exists():
-        raise StabScopeError(f"cannot find the app in {root}: install StabScope from its source tree")
+    missing = [name for name in ("navigation.py", "server.py") if not (root / "pages" / name).is_file()]
+    if missing:
+        raise StabScopeError(
+            f"cannot find the app in {root / 'pages'} (missing {', '.join(missing)}): the dashboard's pages "
+            "package is not installed beside ingest. Reinstall StabScope: pip install . (or the wheel)"
+        )
     store = _location(args.store or default_store_location(), resolve=True)
     os.environ["STABSCOPE_STORE"] = str(store)
     if args.no_demo:

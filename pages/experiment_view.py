@@ -394,7 +394,8 @@ def source_text(results: ExperimentResults, docs_copy: Path = DOCS_RESULTS) -> s
     """Where the figures come from, what they were measured on and how to reproduce them (markdown)."""
     m = results.machine
     origin = (
-        "the committed reference run (`docs/experiments/results.json`; this store has no experiment of its own)"
+        "the reference run shipped with StabScope (`ingest/training/reference_results.json`, the one "
+        "docs/experiments.md reports; this store has no experiment of its own)"
         if is_reference(results, docs_copy)
         else f"this store's experiment `{results.experiment_id}`"
     )

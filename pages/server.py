@@ -9,19 +9,76 @@ import importlib
 import ipaddress
 import logging
 import os
-import re
 import socket
 import sys
+import tomllib
 from pathlib import Path
+from typing import Any
 
-APP = Path(__file__).resolve().parents[1] / "app.py"
-"""The Streamlit entry point this process runs."""
+APP = Path(__file__).resolve().with_name("navigation.py")
+"""The Streamlit main script this process runs: the app's own module, run as ``__main__`` (the source
+tree's app.py is not installed with the package, this file is)."""
+SOURCE_TREE_CONFIG = Path(__file__).resolve().parents[1] / ".streamlit" / "config.toml"
+"""Streamlit's settings for the app, the one copy (``streamlit run app.py`` reads it from there)."""
+PACKAGED_CONFIG = Path(__file__).resolve().with_name("_streamlit") / "config.toml"
+"""Where a built wheel holds its copy of :data:`SOURCE_TREE_CONFIG` (setup.py copies it at build time)."""
 
 
 def page_scripts() -> list[str]:
-    """The page scripts app.py navigates to (``runs``, ``upload``...): the other modules of pages/ are
+    """The page scripts the app navigates to (``runs``, ``upload``...): the other modules of pages/ are
     the helpers they import. A page script draws when it runs, so it is never imported ahead."""
-    return sorted(set(re.findall(r'st\.Page\("pages/(\w+)\.py"', APP.read_text())))
+    from pages.navigation import page_scripts as listed
+
+    return listed()
+
+
+def streamlit_config_file() -> Path:
+    """The app's Streamlit config.toml: the source tree's when this runs from one, else the wheel's copy.
+    Raises FileNotFoundError naming both places when neither exists."""
+    for path in (SOURCE_TREE_CONFIG, PACKAGED_CONFIG):
+        if path.is_file():
+            return path
+    raise FileNotFoundError(
+        f"stabscope serve: Streamlit's settings are missing: neither {SOURCE_TREE_CONFIG} (a source tree) nor "
+        f"{PACKAGED_CONFIG} (an installed wheel) exists. Reinstall StabScope (pip install . or the wheel)."
+    )
+
+
+def streamlit_config_options(config_file: Path) -> dict[str, Any]:
+    """Every option of a Streamlit config.toml by its dotted name (``server.maxUploadSize``,
+    ``theme.light.primaryColor``): what ``streamlit run`` takes as ``--name value`` flags."""
+
+    def flatten(table: dict[str, Any], prefix: str) -> dict[str, Any]:
+        options: dict[str, Any] = {}
+        for key, value in table.items():
+            if isinstance(value, dict):
+                options |= flatten(value, f"{prefix}{key}.")
+            else:
+                options[f"{prefix}{key}"] = value
+        return options
+
+    with config_file.open("rb") as file:
+        return flatten(tomllib.load(file), "")
+
+
+def streamlit_flags(options: dict[str, Any]) -> list[str]:
+    """``--name value`` flags for Streamlit's command line: true/false in lower case, one flag per item
+    of a list (``--server.allowedHosts a --server.allowedHosts b``)."""
+    flags: list[str] = []
+    for name, value in options.items():
+        for item in value if isinstance(value, list) else [value]:
+            flags += [f"--{name}", str(item).lower() if isinstance(item, bool) else str(item)]
+    return flags
+
+
+def serve_options(port: int, host: str, *, exposed: bool, has_token: bool, config_file: Path) -> dict[str, Any]:
+    """Streamlit's options under ``stabscope serve``: every setting of the app's config.toml (Streamlit
+    reads that file only from the current directory, or beside app.py, neither of which holds for an
+    installed wheel started from anywhere), then the port and listening address serve chose."""
+    options = streamlit_config_options(config_file)
+    options |= {"server.port": port, "server.headless": True, "browser.gatherUsageStats": False}
+    options |= streamlit_address_options(host, exposed=exposed, has_token=has_token)
+    return options
 
 
 DEFAULT_HOST = "127.0.0.1"
@@ -33,23 +90,26 @@ viewer visits cannot then reach it through a DNS name it points at 127.0.0.1 (DN
 
 def main(port: int, host: str = DEFAULT_HOST) -> int:
     """Say where the dashboard listens (and warn when that is beyond this machine), prepare, seed the
-    demo runs on a first start, then run Streamlit on app.py (blocks); the exit status."""
+    demo runs on a first start, then run Streamlit on the app (:data:`APP`, blocks); the exit status."""
+    from ingest.cli import EXIT_ERROR, seed_before_serving
     from pages.token_gate import expected_token
 
+    try:
+        config_file = streamlit_config_file()
+    except FileNotFoundError as exc:
+        print(exc, file=sys.stderr)
+        return EXIT_ERROR
     exposed = listens_beyond_loopback(host)
     has_token = expected_token() is not None
     _announce(host, port, exposed=exposed, has_token=has_token)
     _prepare_server()
-    from ingest.cli import EXIT_ERROR, seed_before_serving
-
     if not os.environ.get("STABSCOPE_NO_DEMO"):
         status = seed_before_serving()
         if status:
             return status
     from streamlit.web.cli import main as streamlit_main
 
-    flags = ["--server.port", str(port), "--server.headless", "true", "--browser.gatherUsageStats", "false"]
-    flags += streamlit_address_flags(host, exposed=exposed, has_token=has_token)
+    flags = streamlit_flags(serve_options(port, host, exposed=exposed, has_token=has_token, config_file=config_file))
     try:
         streamlit_main(args=["run", str(APP), *flags], prog_name="streamlit")
     except SystemExit as exc:  # click ends its command with sys.exit
@@ -70,16 +130,20 @@ def listens_beyond_loopback(host: str) -> bool:
 
 
 def streamlit_address_flags(host: str, *, exposed: bool, has_token: bool) -> list[str]:
-    """Streamlit's flags for listening on ``host``: the bind address; the Host names a loopback-only
+    """:func:`streamlit_address_options` as Streamlit's command-line flags."""
+    return streamlit_flags(streamlit_address_options(host, exposed=exposed, has_token=has_token))
+
+
+def streamlit_address_options(host: str, *, exposed: bool, has_token: bool) -> dict[str, Any]:
+    """Streamlit's options for listening on ``host``: the bind address; the Host names a loopback-only
     server without a token answers (:data:`LOOPBACK_HOST_NAMES`); and, for one named address beyond
     this machine, the URL Streamlit prints (.streamlit/config.toml names localhost)."""
-    flags = ["--server.address", host]
+    options: dict[str, Any] = {"server.address": host}
     if not exposed and not has_token:
-        for name in LOOPBACK_HOST_NAMES:
-            flags += ["--server.allowedHosts", name]
+        options["server.allowedHosts"] = list(LOOPBACK_HOST_NAMES)
     if exposed and not _is_wildcard(host):
-        flags += ["--browser.serverAddress", host]
-    return flags
+        options["browser.serverAddress"] = host
+    return options
 
 
 def _announce(host: str, port: int, *, exposed: bool, has_token: bool) -> None:
@@ -128,11 +192,11 @@ def _url_host(host: str) -> str:
 def _prepare_server() -> None:
     """Before the server listens.
 
-    Streamlit treats a folder named pages/ beside the entry script as an old-style multipage app until
-    app.py has called st.navigation once; a deep link (/overview) as the first request of a fresh
-    server would then run that page without app.py. Declaring the app navigation-driven before
-    start-up avoids it (the ``pages`` package also recovers from it, with one extra rerun, under a
-    plain ``streamlit run app.py``).
+    Streamlit treats a folder named pages/ beside the main script as an old-style multipage app until
+    the script has called st.navigation once; a deep link (/overview) as the first request of a fresh
+    server would then run that page without the app's navigation. :data:`APP` has no such folder beside
+    it, and declaring the app navigation-driven before start-up rules the mode out whatever the layout
+    (the ``pages`` package also recovers from it, with one extra rerun, under ``streamlit run app.py``).
 
     It also imports what every page needs (numpy, pandas, DuckDB, Plotly: every page helper), as a
     server that preloads its app does: ready means ready, and the first browser session does not wait
@@ -148,7 +212,7 @@ def _prepare_server() -> None:
     caching.setLevel(logging.ERROR)
     skipped = {"__init__", "server", *page_scripts()}
     try:
-        for module in sorted(p.stem for p in APP.with_name("pages").glob("*.py") if p.stem not in skipped):
+        for module in sorted(p.stem for p in APP.parent.glob("*.py") if p.stem not in skipped):
             importlib.import_module(f"pages.{module}")
     finally:
         caching.setLevel(level)

@@ -26,18 +26,27 @@ def float_or_nan(value: Any) -> float:
         return math.nan
 
 
+def page_script_path(page: str) -> str:
+    """The absolute path of the page script ``pages/<name>.py``. Streamlit resolves a relative page path
+    against its main script's folder, which is the source tree's root for app.py but the pages package
+    itself under ``stabscope serve`` (pages.navigation); the navigation lists the pages by absolute path."""
+    return str(Path(__file__).resolve().with_name(Path(page).name))
+
+
 def nav_link(page: str, label: str, icon: str | None = None) -> None:
-    """``st.page_link`` to another page; plain text when the page runs on its own (no navigation)."""
+    """``st.page_link`` to another page (``pages/<name>.py``); plain text when the page runs on its own
+    (no navigation)."""
     try:
-        st.page_link(page, label=label, icon=icon)
+        st.page_link(page_script_path(page), label=label, icon=icon)
     except StreamlitAPIException:
         st.markdown(f"{icon or ''} {label} (open the **{Path(page).stem}** page)")
 
 
 def go_to(page: str) -> None:
-    """``st.switch_page`` when the app's navigation knows ``page``; nothing when a page runs on its own."""
+    """``st.switch_page`` when the app's navigation knows ``page`` (``pages/<name>.py``); nothing when a
+    page runs on its own."""
     try:
-        st.switch_page(page)
+        st.switch_page(page_script_path(page))
     except StreamlitAPIException:
         st.caption(f"Open the **{Path(page).stem}** page to continue.")
 

@@ -373,7 +373,9 @@ def test_the_reference_run_is_named_as_the_source(
     monkeypatch.setattr(er, "DOCS_RESULTS", docs)
     at = open_page("scenarios").run()
     _, captions = _thesis(at)
-    assert any("the committed reference run (`docs/experiments/results.json`" in c for c in captions)
+    assert any(
+        "the reference run shipped with StabScope (`ingest/training/reference_results.json`" in c for c in captions
+    )
     assert not any("this store's experiment" in c for c in captions)
 
 
@@ -408,7 +410,7 @@ def test_a_sentence_names_the_interval_its_verdict_rests_on() -> None:
     # paired difference in spike rate, -25 points, has an interval reaching 0: the verdict is "no
     # significant difference", and the sentence must say it is the paired difference's interval that
     # includes 0, and show it, not the relative change's.
-    results = read_results(Path(__file__).resolve().parents[1] / "docs" / "experiments" / "results.json")
+    results = read_results(Path(__file__).resolve().parents[1] / "ingest" / "training" / "reference_results.json")
     said = next(s for c, s in xv.claim_sentences(results) if c.figure == "spike_rate")
     mechanism_a = [text for _, text in said if text.startswith(xv.mechanism_head("A") + ":")]
     assert len(mechanism_a) == 1

@@ -17,7 +17,8 @@ measures it with StabScope's own detector; this module holds what came out:
 
 Results are written into the store as ``<store root>/experiments/<id>.json`` (atomically:
 :func:`write_results`); the default run's results are also committed as
-``docs/experiments/results.json``. :func:`load_latest_results` returns the newest from the store,
+``ingest/training/reference_results.json`` (package data, so an installed wheel has them too; the
+figures docs/experiments.md reports). :func:`load_latest_results` returns the newest from the store,
 else that copy. JSON numbers that are not finite are written as null and read back as NaN.
 """
 
@@ -37,8 +38,9 @@ from stab_core.bootstrap import Interval
 SCHEMA_VERSION = 1
 EXPERIMENTS_DIR = "experiments"
 """Folder under the store root holding one ``<id>.json`` per experiment."""
-DOCS_RESULTS = Path(__file__).resolve().parents[2] / "docs" / "experiments" / "results.json"
-"""The committed copy of the default run's results (read when the store holds none)."""
+DOCS_RESULTS = Path(__file__).resolve().with_name("reference_results.json")
+"""The committed copy of the default run's results, the ones docs/experiments.md reports (read when the
+store holds none). Beside this module, as package data: the Scenarios page finds it in an installed wheel."""
 
 MECHANISMS: dict[str, str] = {
     "A": "LR jump at a schedule switch (the LR returns to its peak with no warmup)",
