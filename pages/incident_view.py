@@ -53,7 +53,8 @@ def evidence_text(evidence: dict[str, Any], limit: int = 6) -> str:
 
 def dot_with_evidence(dot: str, diagnosis: Any | None) -> str:
     """``tree_to_dot`` output laid out for a page: the questions in one column with each "yes" leaf
-    beside its question, the leaves of a question with several (node 5) stacked below it rather than
+    beside its question (a second "yes" leaf below that one), the leaves of a question whose every answer
+    is a leaf (node 5) stacked below it rather than
     side by side (a narrower graph is scaled down less to fit a column: larger text), and each
     visited node's evidence drawn as a note on the left of it."""
     from stab_core.diagnosis import DECISION_TREE
@@ -62,10 +63,12 @@ def dot_with_evidence(dot: str, diagnosis: Any | None) -> str:
     extra = ['  graph [nodesep=0.3, ranksep=0.35, fontsize=11, bgcolor="white"];', "  node [fontsize=11];"]
     for node in DECISION_TREE.nodes:
         yes = [e.target for e in node.edges if e.answer.startswith("yes")]
-        extra.append(f"  {{rank=same; {node.id}; {yes[0]}}}" if len(yes) == 1 else "")
-        if len(yes) > 1:
+        if len(yes) > 1 and all(DECISION_TREE.is_leaf(e.target) for e in node.edges):  # node 5: every answer a leaf
             leaves = list(dict.fromkeys(e.target for e in node.edges))
             extra += [f"  {a} -> {b} [style=invis];" for a, b in itertools.pairwise(leaves)]
+        else:  # the first "yes" leaf beside its question, another (node 1's from-the-first-step) below it
+            extra.append(f"  {{rank=same; {node.id}; {yes[0]}}}")
+            extra += [f"  {a} -> {b} [style=invis];" for a, b in itertools.pairwise(yes)]
     for visit in diagnosis.path if diagnosis is not None else []:
         text = evidence_text(dict(visit.evidence))
         if not text:

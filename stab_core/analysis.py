@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from stab_core.clipping import ClipStats, clipping_stats
-from stab_core.decision_tree import Diagnosis, DiagnosisParams
+from stab_core.decision_tree import NONFINITE_START_LEAF, Diagnosis, DiagnosisParams
 from stab_core.diagnosis import DiagnosisContext, diagnose, diagnose_early, logging_interval, prepare_context
 from stab_core.incidents import (
     Incident,
@@ -247,7 +247,10 @@ def incident_headline(item: Mapping[str, Any]) -> str:
 def verdict_words(item: Mapping[str, Any]) -> str:
     """The outcome and cause of an incident in words: "recovered; cause lr_transition (87%)", or
     "DIVERGED; cause unknown" (no confidence is quoted for a cause that is not held)."""
-    state = "recovered" if item.get("recovered") else "DIVERGED"
+    if item.get("leaf") == NONFINITE_START_LEAF:  # never finite: nothing to diverge from
+        state = "NON-FINITE FROM THE FIRST STEP"
+    else:
+        state = "recovered" if item.get("recovered") else "DIVERGED"
     cause = str(item.get("cause", "unknown"))
     if cause == "unknown":
         return f"{state}; cause unknown"

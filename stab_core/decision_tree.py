@@ -146,6 +146,11 @@ class DecisionTree:
         return [(node.id, edge.target, edge.answer) for node in self.nodes for edge in node.edges]
 
 
+NONFINITE_FROM_START: Final = "yes, from the first step"
+"""Node 1's branch for a run whose loss is non-finite from its first logged step on (no finite loss before
+the incident): nothing trained yet went wrong, so it is not a training instability."""
+NONFINITE_START_LEAF: Final = "leaf_nonfinite_from_start"
+
 NODE_IDS: Final[tuple[str, ...]] = ("numerical", "lr_transition", "rank_concentration", "router", "snr_collapse")
 
 LEAF_ACTIONS: Final[dict[str, tuple[str, ...]]] = {
@@ -154,6 +159,16 @@ LEAF_ACTIONS: Final[dict[str, tuple[str, ...]]] = {
         "Train in bf16 with fp32 master weights (or keep fp16 only with a working dynamic loss scaler).",
         "Check the loss scaling: a scale that keeps halving means overflowing activations or gradients.",
         "Skip the offending batch and any step whose gradients are non-finite.",
+    ),
+    "leaf_nonfinite_from_start": (
+        "Do not roll back or skip batches: no logged step before this one was finite, so there is no healthy "
+        "state to return to and no single batch to blame.",
+        "Run the first steps again in fp32 without fused or custom kernels (or on another build or GPU type): "
+        "a build or kernel fault goes away, a data or initialisation fault stays.",
+        "Check the first batches: NaN or inf inputs, token ids beyond the vocabulary, sequences whose every "
+        "label is masked.",
+        "Check the initialisation: every weight, and the first forward pass's activations, finite before any update.",
+        "Check the loss itself: labels, masking and ignore_index (a mean over zero tokens is NaN).",
     ),
     "leaf_lr_transition": (
         "Add a warmup restart at the transition (step {transition_step}): re-ramp the LR instead of jumping.",
@@ -297,7 +312,10 @@ def build_tree(params: DiagnosisParams | None = None) -> DecisionTree:
             ),
             settled_by="the spike's own series (always available); loss_scale for fp16 runs",
             thresholds={"loss_scale_collapse": p.loss_scale_collapse, "loss_scale_floor": p.loss_scale_floor},
-            edges=chain("leaf_numerical", "lr_transition"),
+            edges=(
+                *chain("leaf_numerical", "lr_transition"),
+                TreeEdge(NONFINITE_FROM_START, "leaf_nonfinite_from_start"),
+            ),
             to_log="the loss at every step",
         ),
         TreeNode(
@@ -365,6 +383,12 @@ def build_tree(params: DiagnosisParams | None = None) -> DecisionTree:
     )
     leaves = (
         TreeLeaf("leaf_numerical", NUMERICAL, "Precision fault", LEAF_ACTIONS["leaf_numerical"]),
+        TreeLeaf(
+            NONFINITE_START_LEAF,
+            NUMERICAL,
+            "Non-finite from the first step: a build, kernel, data or initialisation fault, not a training instability",
+            LEAF_ACTIONS[NONFINITE_START_LEAF],
+        ),
         TreeLeaf(
             "leaf_lr_transition",
             LR_TRANSITION,
@@ -457,11 +481,13 @@ class Diagnosis:
 
 @dataclass(frozen=True)
 class NodeResult:
-    """A node's answer from data: ``strength`` in [0.6, 1] for a yes (how far past the threshold)."""
+    """A node's answer from data: ``strength`` in [0.6, 1] for a yes (how far past the threshold);
+    ``branch``: the edge to follow when it is not the answer itself (node 1's "yes, from the first step")."""
 
     answer: Answer
     evidence: Evidence
     strength: float = 1.0
+    branch: str | None = None
 
 
 def _format(action: str, facts: Mapping[str, object]) -> str | None:
@@ -558,7 +584,7 @@ def walk_path(
                 if recovered is None:
                     raise ValueError("node 5 answered yes: say whether the loss recovered (recovered=True/False)")
                 label = "yes, recovered" if recovered else "yes, diverged"
-        current = node.target(label)
+        current = node.target(result.branch or label)
     leaf = tree.leaf(current)
     facts, premises = read_premises(path) if read_premises is not None else ({}, {})
     for visit in path:

@@ -35,6 +35,7 @@ from stab_core.causes import UNKNOWN
 from stab_core.decision_tree import DECISION_TREE as DECISION_TREE
 from stab_core.decision_tree import (
     EARLY_INSTABILITY_LEAF,
+    NONFINITE_FROM_START,
     DiagnosisParams,
     Evidence,
     NodeResult,
@@ -158,10 +159,22 @@ def _node_numerical(view: RunView, spike: SpikeEvent, p: DiagnosisParams) -> Nod
     counts = [evidence[k] for k in ("nonfinite_loss", "nonfinite_grad_norm", "nan_iterations", "nonfinite_grads")]
     nonfinite = spike.nonfinite or any(isinstance(c, int | float) and c > 0 for c in counts)
     if nonfinite:
-        return NodeResult("yes", evidence, 1.0)
+        from_start = _nonfinite_from_start(view, spike.onset)
+        evidence["nonfinite_from_first_step"] = from_start
+        return NodeResult("yes", evidence, 1.0, branch=NONFINITE_FROM_START if from_start else None)
     if collapsed:
         return NodeResult("yes", evidence, 0.85)
     return NodeResult("no", evidence)
+
+
+def _nonfinite_from_start(view: RunView, onset: int) -> bool:
+    """Is the loss non-finite at its first logged step, with no finite loss logged before ``onset``?
+    (Then the run never trained on finite numbers before the incident.) False without a loss."""
+    loss = view.series.get("loss")
+    if loss is None or not loss.steps.size:
+        return False
+    before = loss.values[: max(1, int(np.searchsorted(loss.steps, onset)))]
+    return not bool(np.isfinite(before).any())
 
 
 def _node_lr_transition(view: RunView, spike: SpikeEvent, p: DiagnosisParams, context: DiagnosisContext) -> NodeResult:

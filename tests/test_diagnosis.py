@@ -38,8 +38,10 @@ def test_every_edge_lands_on_a_node_or_leaf_and_every_answer_has_one() -> None:
     ids = {n.id for n in DECISION_TREE.nodes} | {leaf.id for leaf in DECISION_TREE.leaves}
     assert all(target in ids for _, target, _ in DECISION_TREE.edges())
     for node in DECISION_TREE.nodes[:4]:
-        assert {e.answer for e in node.edges} == {"yes", "no", "unknown"}
+        extra = {"yes, from the first step"} if node.id == "numerical" else set()
+        assert {e.answer for e in node.edges} == {"yes", "no", "unknown"} | extra
         assert DECISION_TREE.leaf(node.target("yes")).cause != "unknown"
+    assert DECISION_TREE.node("numerical").target("yes, from the first step") == "leaf_nonfinite_from_start"
     last = DECISION_TREE.node("snr_collapse")
     assert last.target("yes, recovered") == "leaf_data_outlier_recovered"
     assert last.target("yes, diverged") == "leaf_data_outlier_diverged"
@@ -356,3 +358,46 @@ def test_node_3_reads_a_per_rank_grad_norm_and_one_rank_of_two_counts() -> None:
     assert node3["evidence"]["worst_rank"] == 1 and node3["evidence"]["worst_step"] == 1798
     assert node3["evidence"]["ranks"] == 2 and node3["evidence"]["outlier_ranks"] == 1
     assert item["cause"] == "rank_fault" and "Inspect rank 1's node" in item["actions"][0]
+
+
+def _llmc_like(nan_from: int, steps: int = 200) -> RunView:
+    """An llm.c-like run (loss and grad norm every step, LR warming up) whose loss and grad norm are NaN
+    from ``nan_from`` on."""
+    step = np.arange(steps)
+    loss = np.where(step < nan_from, 11.0 - 0.02 * step, np.nan)
+    norm = np.where(step < nan_from, 15.0 - 0.03 * step, np.nan)
+    lr = np.minimum(1.0, (step + 1) / 100) * 6e-4
+    series = {"loss": Series(step, loss), "grad_norm": Series(step, norm), "lr": Series(step, lr)}
+    return RunView("llmc", series=series)
+
+
+def test_a_run_non_finite_from_its_first_step_is_not_told_to_roll_back() -> None:
+    """An llm.c run NaN from step 0 (#32 item 4): there is no finite checkpoint to roll back to and no
+    batch to skip, and it did not diverge: it never trained on finite numbers. StabScope says so and
+    names what to check (build, kernels, data, initialisation) instead."""
+    from stab_core.analysis import verdict_words
+
+    (incident,) = _analysed(_llmc_like(nan_from=0))
+    assert incident["leaf"] == "leaf_nonfinite_from_start" and incident["cause"] == "numerical"
+    assert incident["path"][0]["evidence"]["nonfinite_from_first_step"] is True
+    actions = incident["actions"]
+    assert actions[0].startswith("Do not roll back or skip batches")
+    assert not any(a.startswith(("Roll back", "Skip the offending", "Log the fp16 loss scale")) for a in actions)
+    assert any("initialisation" in a for a in actions) and any("fp32" in a for a in actions)
+    assert verdict_words(incident).startswith("NON-FINITE FROM THE FIRST STEP")
+    assert "DIVERGED" not in verdict_words(incident)
+
+
+def test_a_run_that_was_finite_first_keeps_the_precision_fault_and_its_rollback() -> None:
+    (incident,) = [d for d in _analysed(_llmc_like(nan_from=150)) if d["metric"] == "loss"]
+    assert incident["leaf"] == "leaf_numerical"
+    assert incident["path"][0]["evidence"]["nonfinite_from_first_step"] is False
+    assert any(
+        a.startswith("Roll back to the last checkpoint whose loss and weights are finite") for a in incident["actions"]
+    )
+
+
+def _analysed(view: RunView) -> list[dict[str, Any]]:
+    from stab_core.analysis import analyze_run
+
+    return analyze_run(view).spike_dicts()
