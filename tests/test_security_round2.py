@@ -42,10 +42,10 @@ PEAK_LIMIT_BYTES = 512 * 1024**2
 HOSTILE_LABEL = "ckpt\x1b]0;pwned\x07\x1b[2J\x9b31m<b onmouseover=x>saved</b>"
 
 
-def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[bytes]:
+def _cli(*args: str, env: dict[str, str] | None = None, cwd: Path = REPO) -> subprocess.CompletedProcess[bytes]:
     base = {k: v for k, v in os.environ.items() if k != "STABSCOPE_TOKEN"}
     return subprocess.run(
-        [sys.executable, "-m", "ingest", *args], cwd=REPO, capture_output=True, env={**base, **(env or {})}, timeout=120
+        [sys.executable, "-m", "ingest", *args], cwd=cwd, capture_output=True, env={**base, **(env or {})}, timeout=120
     )
 
 
@@ -117,17 +117,17 @@ def test_chart_text_from_the_data_is_html_escaped() -> None:
 
 def test_export_dash_writes_csv_and_parquet_to_stdout(tmp_path: Path) -> None:
     _small_run(tmp_path / "s")
-    os.chdir(tmp_path)
-    done = _cli("export", "tiny", "--store", str(tmp_path / "s"), "-o", "-")
+    done = _cli("export", "tiny", "--store", str(tmp_path / "s"), "-o", "-", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert not (tmp_path / "-").exists()
     lines = done.stdout.decode().splitlines()
     assert lines[0] == "step,rank,metric,value,wall_time" and len(lines) == 51
     assert lines[1].startswith("0,-1,loss,3.0")
     assert b"wrote 50 rows to standard output" in done.stderr
-    done = _cli("export", "tiny", "--store", str(tmp_path / "s"), "--format", "parquet", "-o", "-")
+    done = _cli("export", "tiny", "--store", str(tmp_path / "s"), "--format", "parquet", "-o", "-", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     table = pq.read_table(io.BytesIO(done.stdout))
+    assert list(tmp_path.iterdir()) == [tmp_path / "s"]  # no file named "-", no staging left
     assert table.num_rows == 50 and table.column("value").to_pylist()[:2] == [3.0, 2.99]
 
 
@@ -347,7 +347,8 @@ def test_a_parquet_decompression_bomb_is_refused_before_decoding(tmp_path: Path)
         """
     )
     assert out.startswith("REFUSED") and str(path) in out
-    assert "50,000,000 rows" in out and "the limit is 2.0 GiB" in out and "STABSCOPE_PARQUET_MAX_BYTES" in out
+    assert "50,000,000 rows" in out and "GiB of memory once read; the limit is 2.0 GiB" in out
+    assert "STABSCOPE_PARQUET_MAX_BYTES" in out
     assert peak < PEAK_LIMIT_BYTES, f"peak {peak / 1024**2:.0f} MiB"
 
 
@@ -355,8 +356,8 @@ def test_parquet_budget_is_configurable(tmp_path: Path, monkeypatch: pytest.Monk
     path = tmp_path / "small.parquet"
     pq.write_table(pa.table({"step": np.arange(1000), "loss": np.linspace(3, 1, 1000)}), path)
     assert read_log([path]).table.num_rows == 1000
-    monkeypatch.setenv("STABSCOPE_PARQUET_MAX_BYTES", "10000")
-    with pytest.raises(StabScopeError, match="the limit is 0.0 GiB"):
+    monkeypatch.setenv("STABSCOPE_PARQUET_MAX_BYTES", "1e4")
+    with pytest.raises(StabScopeError, match=r"the limit is 0\.0 MiB"):
         read_log([path])
 
 

@@ -113,10 +113,15 @@ def _check_decoded_size(pf: pq.ParquetFile, path: Path) -> None:
     if need > budget:
         raise StabScopeError(
             f"this {path.stat().st_size:,}-byte Parquet file holds {pf.metadata.num_rows:,} rows that would take "
-            f"about {need / 1024**3:.1f} GiB of memory once read; the limit is {budget / 1024**3:.1f} GiB "
+            f"about {_in_words(need)} of memory once read; the limit is {_in_words(budget)} "
             f"(set ${DECODED_BUDGET_ENV} to a number of bytes to raise it, on a machine with that memory)",
             path=str(path),
         )
+
+
+def _in_words(size: int) -> str:
+    """A byte count as GiB (one decimal), or as MiB below a GiB."""
+    return f"{size / 1024**3:.1f} GiB" if size >= 1024**3 else f"{size / 1024**2:.1f} MiB"
 
 
 def _batches(pf: pq.ParquetFile, path: Path) -> Iterator[pa.RecordBatch]:
