@@ -21,8 +21,6 @@ import time
 import streamlit as st
 from streamlit.logger import get_logger
 
-from ingest.cli import MIN_TOKEN_CHARS, token_too_short
-
 TOKEN_ENV = "STABSCOPE_TOKEN"
 """The server's environment variable holding the shared token (unset or blank: no gate)."""
 TOKEN_QUERY_PARAM = "token"
@@ -31,6 +29,9 @@ _UNLOCKED_KEY = "stabscope_token_unlocked"
 _REFUSED_KEY = "stabscope_token_refused"
 _FORM_KEY = "stabscope_token_form"
 _FAILURES_KEY = "stabscope_token_failures"
+MIN_TOKEN_CHARS = 16
+"""Shortest token the gate opens with: ``ingest.cli.MIN_TOKEN_CHARS``, which ``stabscope serve`` enforces
+(repeated, not imported: this module loads nothing of ingest; a test checks that the two agree)."""
 FREE_FAILURES = 3
 """Wrong tokens a session may give before each further one is answered late (a typo costs nothing)."""
 FIRST_DELAY_S = 0.5
@@ -58,7 +59,12 @@ def token_problem() -> str | None:
     """Why the server's token cannot be used (too short to resist guessing), or None when it can."""
     expected = expected_token()
     if expected is not None and len(expected) < MIN_TOKEN_CHARS:
-        return token_too_short(f"${TOKEN_ENV} of the server", len(expected))
+        return (
+            f"the server's access token (${TOKEN_ENV}) has {len(expected)} character(s); at least "
+            f"{MIN_TOKEN_CHARS} are needed, so that it cannot be guessed. Whoever started the server can make "
+            "one with: python -c 'import secrets; print(secrets.token_urlsafe(24))' > token.txt && chmod 600 "
+            "token.txt, then start it again with `stabscope serve --token-file token.txt`"
+        )
     return None
 
 

@@ -226,6 +226,12 @@ def test_serve_refuses_a_token_shorter_than_16_characters(tmp_path: Path, how: s
     assert "secrets.token_urlsafe" in err and err.count("\n") == 1
 
 
+def test_the_gate_and_the_cli_want_the_same_token_length() -> None:
+    from pages import token_gate
+
+    assert token_gate.MIN_TOKEN_CHARS == MIN_TOKEN_CHARS == 16
+
+
 def test_wrong_token_delays_grow_and_are_capped() -> None:
     assert [failure_delay_s(n) for n in range(1, 9)] == [0.0, 0.0, 0.0, 0.5, 1.0, 2.0, 4.0, 4.0]
 
