@@ -382,7 +382,7 @@ def _serve_token(args: argparse.Namespace) -> str | None:
             raise StabScopeError(
                 f"cannot read the access token from {path} (--token-file): {exc}. Give a readable UTF-8 "
                 "text file holding the token on its own, e.g. made with: python -c 'import secrets; "
-                f"_print(secrets.token_urlsafe(24))' > {path} && chmod 600 {path}"
+                f"print(secrets.token_urlsafe(24))' > {path} && chmod 600 {path}"
             ) from exc
         if not token:
             raise StabScopeError(f"the access token file {path} (--token-file) is empty: write the token in it")
