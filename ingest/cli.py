@@ -11,11 +11,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from ingest.errors import StabScopeError
 
@@ -40,6 +41,35 @@ def _location(store: str, *, resolve: bool = False) -> str | Path:
         return store
     path = Path(store).expanduser()
     return path.resolve() if resolve else path
+
+
+_TERMINAL_CONTROLS = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+"""Characters a terminal acts on instead of showing: C0 controls but the newline (ESC starts the
+sequences that retitle, clear or recolour a terminal), DEL, C1 controls (0x9b is a one-byte CSI) and
+the bidirectional overrides that reorder what is shown."""
+
+
+def terminal_safe(text: str, *, keep_newlines: bool = True) -> str:
+    """``text`` with every terminal control written as a visible escape (ESC as ``\\x1b``): a log's run
+    names, event labels and metric names, and error messages quoting a file, reach the terminal as
+    text, never as commands. Newlines are kept where they are the CLI's own line structure."""
+    pattern = _TERMINAL_CONTROLS if keep_newlines else _TERMINAL_CONTROLS_AND_NEWLINE
+    return pattern.sub(_visible_escape, text)
+
+
+_TERMINAL_CONTROLS_AND_NEWLINE = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+"""The same and the newline too: for a one-line field (an event label) that must not forge lines."""
+
+
+def _visible_escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
+
+
+def _print(*parts: object, file: TextIO | None = None, flush: bool = False) -> None:
+    """``print`` for everything the CLI writes to the terminal: each part made :func:`terminal_safe`
+    (``--json`` output is safe already: ``json.dumps`` escapes every control character)."""
+    print(*(terminal_safe(str(p)) for p in parts), file=file, flush=flush)
 
 
 @contextmanager
@@ -102,16 +132,16 @@ def _report_ingest(args: argparse.Namespace, report: Any) -> None:
     if args.json:
         _print_json(report.to_json())
         return
-    print(
+    _print(
         f"{report.run}: {report.rows} rows from {report.frames} frames in {report.segments} segments "
         f"(generation {report.gen})"
     )
     if report.rejected:
-        print(f"  rejected {report.rejected} records, e.g.:", file=sys.stderr)
+        _print(f"  rejected {report.rejected} records, e.g.:", file=sys.stderr)
         for example in report.rejected_examples:
-            print(f"    {example}", file=sys.stderr)
+            _print(f"    {example}", file=sys.stderr)
     for torn in report.torn:
-        print(f"  note: {torn}", file=sys.stderr)
+        _print(f"  note: {torn}", file=sys.stderr)
 
 
 def cmd_watch(args: argparse.Namespace) -> int:
@@ -125,7 +155,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
         interval_s=args.interval,
         once=args.once,
         on_alert=args.on_alert,
-        log=lambda msg: print(msg, file=sys.stderr, flush=True),
+        log=lambda msg: _print(msg, file=sys.stderr, flush=True),
         wait_s=args.wait,
     )
     return 0
@@ -142,13 +172,13 @@ def cmd_runs(args: argparse.Namespace) -> int:
         _print_json([{**r.to_json(), "status_text": texts[r.name]} for r in runs])
         return 0
     if not runs:
-        print(f"no runs in {store.location}: `stabscope demo` adds demo runs, `stabscope import LOG` a log")
+        _print(f"no runs in {store.location}: `stabscope demo` adds demo runs, `stabscope import LOG` a log")
         return 0
     width = max(9, *(len(t) for t in texts.values()))
-    print(f"{'name':32} {'status':{width}} {'steps':>19} {'ranks':>5}  metrics")
+    _print(f"{'name':32} {'status':{width}} {'steps':>19} {'ranks':>5}  metrics")
     for r in runs:
         steps = f"{r.first_step}..{r.last_step}"
-        print(f"{r.name:32} {texts[r.name]:{width}} {steps:>19} {r.ranks:>5}  {', '.join(r.metrics)}")
+        _print(f"{r.name:32} {texts[r.name]:{width}} {steps:>19} {r.ranks:>5}  {', '.join(r.metrics)}")
     return 0
 
 
@@ -162,24 +192,86 @@ def cmd_show(args: argparse.Namespace) -> int:
         _print_json(out)
         return 0
     for key in ("name", "status", "source", "steps", "n_steps", "ranks", "rows", "metrics", "rejected"):
-        print(f"{key:>10}: {out[key]}")
+        _print(f"{key:>10}: {out[key]}")
     for e in out["events"][:20]:
-        print(f"     event: step {e['step']}: {e['kind']} {e['label']}")
+        label = terminal_safe(f"{e['kind']} {e['label']}", keep_newlines=False)
+        _print(f"     event: step {e['step']}: {label}")
     return 0
+
+
+STDOUT_TARGET = "-"
+"""``export -o -``: the table goes to standard output (for a pipe), not to a file named ``-``."""
 
 
 def cmd_export(args: argparse.Namespace) -> int:
     store = _store(args)
+    if args.output == STDOUT_TARGET:
+        return _export_to_stdout(store, args)
     target = args.output or f"{args.run}.{args.format}"
-    rows = store.export(args.run, args.format, target)
-    print(f"wrote {rows} rows to {target}", file=sys.stderr)
+    rows = _export_file(store, args, Path(target))
+    _print(f"wrote {rows} rows to {target}", file=sys.stderr)
+    return 0
+
+
+def _export_file(store: Any, args: argparse.Namespace, target: Path) -> int:
+    """``store.export`` into ``target``; a write that fails (a full disk, a read-only folder) is one
+    paragraph naming the file, what the system said and the space left on its file system."""
+    import shutil
+
+    try:
+        return int(store.export(args.run, args.format, target))
+    except StabScopeError:
+        raise
+    except Exception as exc:  # duckdb.IOException, pyarrow.ArrowIOError, OSError: all say "cannot write"
+        if not _is_write_failure(exc):
+            raise
+        folder = target.resolve().parent
+        try:
+            free = f"{shutil.disk_usage(folder).free / 1024**2:,.1f} MiB are free there"
+        except OSError:
+            free = "its free space could not be read"
+        what = " ".join(str(exc).split())
+        raise StabScopeError(
+            f"cannot write the export of run {args.run!r} to {target}: {what}. {free}; nothing was left "
+            "behind. Free some space or give another file with -o (or -o - to write to standard output)"
+        ) from exc
+
+
+_WRITE_FAILURE_WORDS = ("no space left", "disk quota", "read-only file system", "could not write", "permission denied")
+
+
+def _is_write_failure(exc: BaseException) -> bool:
+    """Whether ``exc`` (an ``OSError``, or DuckDB's/Arrow's wrapping of one) is a failed file write."""
+    import errno
+
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES):
+        return True
+    return any(word in str(exc).lower() for word in _WRITE_FAILURE_WORDS)
+
+
+def _export_to_stdout(store: Any, args: argparse.Namespace) -> int:
+    """``export -o -``: the table written to a private temporary file, then its bytes copied to standard
+    output (Parquet's footer is written last, so it cannot be streamed as it is made)."""
+    import shutil
+    import tempfile
+
+    if args.format == "parquet" and sys.stdout.isatty():
+        raise StabScopeError("refusing to write Parquet (binary) to the terminal: pipe it (-o - | ...) or give a file")
+    with tempfile.TemporaryDirectory(prefix="stabscope-export-") as folder:
+        staged = Path(folder) / f"export.{args.format}"
+        rows = _export_file(store, args, staged)
+        sys.stdout.flush()
+        with open(staged, "rb") as table:
+            shutil.copyfileobj(table, sys.stdout.buffer)
+        sys.stdout.buffer.flush()
+    _print(f"wrote {rows} rows to standard output", file=sys.stderr)
     return 0
 
 
 def cmd_delete(args: argparse.Namespace) -> int:
     store = _store(args)
     store.delete_run(args.run)
-    print(f"deleted run {args.run}", file=sys.stderr)
+    _print(f"deleted run {args.run}", file=sys.stderr)
     return 0
 
 
@@ -201,15 +293,15 @@ def cmd_check(args: argparse.Namespace) -> int:
     if args.json:
         _print_json([f.to_json() for f in report.findings])
     for f in [] if args.json else report.findings:
-        print(f.line(after_repair=args.repair))
+        _print(f.line(after_repair=args.repair))
     what = f"run {args.run!r} of store {root}" if args.run else f"store {root}"
     if report.clean:
         done = f", after {sum(f.repaired for f in report.findings)} repair(s)" if report.findings else ""
-        print(f"stabscope check: {what} is clean{done}", file=sys.stderr)
+        _print(f"stabscope check: {what} is clean{done}", file=sys.stderr)
         return 0
     left = sum(not f.repaired for f in report.findings)
     hint = "" if args.repair else "; `stabscope check --repair` does what each line says"
-    print(f"stabscope check: {what}: {left} problem(s){hint}", file=sys.stderr)
+    _print(f"stabscope check: {what}: {left} problem(s){hint}", file=sys.stderr)
     return 1
 
 
@@ -220,9 +312,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
     with _progress("demo runs", unit="run") as progress:
         names = seed_demo_store(store, force=True, progress=progress, on_wait=_say_demo_wait(), wait_s=args.wait)
     if names:
-        print(f"demo runs in {store.location}: {', '.join(names)}", file=sys.stderr)
+        _print(f"demo runs in {store.location}: {', '.join(names)}", file=sys.stderr)
     else:
-        print(f"demo runs in {store.location}: written by another process meanwhile", file=sys.stderr)
+        _print(f"demo runs in {store.location}: written by another process meanwhile", file=sys.stderr)
     return 0
 
 
@@ -234,7 +326,7 @@ def _say_demo_wait() -> Callable[[Any], None]:
         if not said:
             said.append(True)
             who = f" by {holder.describe()}" if holder is not None else ""
-            print(f"the demo runs are being prepared{who}: waiting for them", file=sys.stderr, flush=True)
+            _print(f"the demo runs are being prepared{who}: waiting for them", file=sys.stderr, flush=True)
 
     return waiting
 
@@ -300,13 +392,36 @@ def _serve_token(args: argparse.Namespace) -> str | None:
         if not token:
             raise StabScopeError(f"the access token file {path} (--token-file) is empty: write the token in it")
         if path.stat().st_mode & 0o077:
-            print(f"stabscope serve: note: other users of this machine can read {path} (chmod 600 it)", file=sys.stderr)
-        return token
+            _print(
+                f"stabscope serve: note: other users of this machine can read {path} (chmod 600 it)", file=sys.stderr
+            )
+        return _long_enough(token, f"the token in {path} (--token-file)")
     if args.token is not None:
         if not args.token.strip():
             raise StabScopeError("--token is empty: give the token, or leave --token out for no token")
-        return str(args.token).strip()
-    return os.environ.get(SERVE_TOKEN_ENV, "").strip() or None
+        return _long_enough(str(args.token).strip(), "--token")
+    token = os.environ.get(SERVE_TOKEN_ENV, "").strip()
+    return _long_enough(token, f"${SERVE_TOKEN_ENV}") if token else None
+
+
+MIN_TOKEN_CHARS = 16
+"""Shortest access token accepted: a short one is guessed (the gate slows, not stops, guessing)."""
+
+
+def _long_enough(token: str, where: str) -> str:
+    """``token`` when it has at least :data:`MIN_TOKEN_CHARS` characters, else a refusal saying how to make one."""
+    if len(token) < MIN_TOKEN_CHARS:
+        raise StabScopeError(token_too_short(where, len(token)))
+    return token
+
+
+def token_too_short(where: str, length: int) -> str:
+    """The one paragraph refusing a token of ``length`` characters given in ``where`` (the gate says it too)."""
+    return (
+        f"the access token in {where} has {length} character(s); at least {MIN_TOKEN_CHARS} are needed, so that "
+        "it cannot be guessed. Make one with: python -c 'import secrets; print(secrets.token_urlsafe(24))' "
+        "> token.txt && chmod 600 token.txt, then start with --token-file token.txt (or STABSCOPE_TOKEN)"
+    )
 
 
 def _check_listen_address(host: str) -> None:
@@ -365,19 +480,21 @@ def cmd_import(args: argparse.Namespace) -> int:
             store.update_meta(res["run"], user_meta, removals)
     for res in results:
         if args.json:
-            print(json.dumps(res, default=str))
+            _print(json.dumps(res, default=str))
         else:
-            print(
+            _print(
                 f"{res['run']}: {res['rows']} rows of {', '.join(res['metrics'])} "
                 f"(steps {res['steps'][0]}..{res['steps'][1]}, format {res['format']}, "
                 f"{res['skipped']} lines skipped)"
             )
             if res.get("config"):
-                print(f"  config: {res['config']}")
+                _print(f"  config: {res['config']}")
             for skipped in res.get("skipped_files", []):
-                print(f"  skipped {skipped['file']}: {skipped['why']}")
+                _print(f"  skipped {skipped['file']}: {skipped['why']}")
             for note in res.get("notes", []):
-                print(f"  note: {note}")
+                _print(f"  note: {note}")
+            for warning in res.get("warnings", []):
+                _print(f"  warning: {warning}", file=sys.stderr)
     return 0
 
 
@@ -392,16 +509,16 @@ def cmd_spikes(args: argparse.Namespace) -> int:
         return 0
     analysis = info.meta.get("analysis") or {}
     if not spikes:
-        print(f"{args.run}: no incident detected")
+        _print(f"{args.run}: no incident detected")
     for s in spikes:
-        print(f"{incident_headline(s)}; {verdict_words(s)}")
+        _print(f"{incident_headline(s)}; {verdict_words(s)}")
         if s.get("summary"):
-            print(f"{'':>12}{s['summary']}")
-        print(f"{'':>12}path: " + " -> ".join(f"{n['node']}={n['answer']}" for n in s.get("path", [])))
+            _print(f"{'':>12}{s['summary']}")
+        _print(f"{'':>12}path: " + " -> ".join(f"{n['node']}={n['answer']}" for n in s.get("path", [])))
         for action in s.get("actions", []):
-            print(f"{'':>12}- {action}")
+            _print(f"{'':>12}- {action}")
     for line in analysis_notes(analysis):
-        print(line)
+        _print(line)
     return 0
 
 
@@ -420,12 +537,12 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
         if args.json:
             _print_json({"step": args.step, "incident": None, "nearest": nearest})
             return 0
-        print(f"no incident covers step {args.step} of {args.run}: nothing to diagnose there.")
+        _print(f"no incident covers step {args.step} of {args.run}: nothing to diagnose there.")
         for n in nearest:
-            print(f"  nearest {n['side']}: {n['kind']} at step {n['peak']} ({n['start']}-{n['until']}), {n['cause']}")
+            _print(f"  nearest {n['side']}: {n['kind']} at step {n['peak']} ({n['start']}-{n['until']}), {n['cause']}")
         if not nearest:
-            print("  the run has no detected incident.")
-        print("  (--force walks the tree for this step as if it were a spike)")
+            _print("  the run has no detected incident.")
+        _print("  (--force walks the tree for this step as if it were a spike)")
         return 0
     else:
         # A spike seen elsewhere (or below our thresholds): walk the tree for this step anyway.
@@ -443,21 +560,21 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
         _print_json(s)
         return 0
     if note:
-        print(note)
-    print(f"{incident_headline(s)}; {verdict_words(s)}")
+        _print(note)
+    _print(f"{incident_headline(s)}; {verdict_words(s)}")
     if s.get("summary"):
-        print(f"  {s['summary']}")
+        _print(f"  {s['summary']}")
     for node in s.get("path", []):
         ev = ", ".join(f"{k}={_short(v)}" for k, v in node.get("evidence", {}).items())
-        print(f"  [{node['node']}] {node.get('question', '')}\n      -> {node['answer']}  ({ev})")
+        _print(f"  [{node['node']}] {node.get('question', '')}\n      -> {node['answer']}  ({ev})")
     if s.get("missing"):
-        print("data that would settle the unknown nodes: " + "; ".join(s["missing"]))
-    print("actions:")
+        _print("data that would settle the unknown nodes: " + "; ".join(s["missing"]))
+    _print("actions:")
     for action in s.get("actions", []):
-        print(f"  - {action}")
+        _print(f"  - {action}")
     withheld = [c for c in s.get("action_evidence", []) if c.get("holds") is False]
     for check in withheld:
-        print(f"  (not advised: {check['action']} -- its premise '{check['premise']}' does not hold in this run)")
+        _print(f"  (not advised: {check['action']} -- its premise '{check['premise']}' does not hold in this run)")
     return 0
 
 
@@ -509,10 +626,10 @@ def cmd_meta(args: argparse.Namespace) -> int:
         _print_json(shown)
         return 0
     if not shown:
-        print(f"{args.run}: no run metadata set; e.g. `stabscope meta {args.run} gpus=8 usd_per_gpu_hour=2.0`")
+        _print(f"{args.run}: no run metadata set; e.g. `stabscope meta {args.run} gpus=8 usd_per_gpu_hour=2.0`")
     mine = user_keys(info.meta)
     for key, value in shown.items():
-        print(f"{key:>22} = {value}" + ("  (set by you)" if key in mine else "  (from the log)"))
+        _print(f"{key:>22} = {value}" + ("  (set by you)" if key in mine else "  (from the log)"))
     return 0
 
 
@@ -575,7 +692,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("export", cmd_export, "export a run's full-fidelity long table")
     p.add_argument("run")
     p.add_argument("--format", choices=["csv", "parquet"], default="csv")
-    p.add_argument("-o", "--output", default=None, help="output file (default RUN.FORMAT)")
+    p.add_argument("-o", "--output", default=None, help="output file (default RUN.FORMAT; - for standard output)")
     p = add("delete", cmd_delete, "delete a run and its files")
     p.add_argument("run")
     p = add("serve", cmd_serve, "start the dashboard (Streamlit)")
@@ -685,7 +802,7 @@ def _reported(command: str, call: Callable[[], int]) -> int:
         _silence_stdout()
         return 0
     except StabScopeError as exc:
-        print(f"stabscope {command}: error: {exc}", file=sys.stderr)
+        _print(f"stabscope {command}: error: {exc}", file=sys.stderr)
         return int(getattr(exc, "exit_code", EXIT_ERROR))  # 1: another process writes the run (WriterBusy)
     except KeyboardInterrupt:
         return 130
@@ -693,7 +810,7 @@ def _reported(command: str, call: Callable[[], int]) -> int:
         if os.environ.get("STABSCOPE_DEBUG"):
             raise
         text = " ".join(str(exc).split())
-        print(f"stabscope {command}: error: {type(exc).__name__}: {text}", file=sys.stderr)
+        _print(f"stabscope {command}: error: {type(exc).__name__}: {text}", file=sys.stderr)
         return EXIT_ERROR
 
 

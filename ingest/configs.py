@@ -186,7 +186,12 @@ def parse_config_text(data: str | bytes, filename: str, fmt: ConfigFormat | None
         "toml": parse_toml,
         "megatron-args": parse_megatron_args_config,
     }
-    parsed = parsers[chosen](text, filename)
+    try:
+        parsed = parsers[chosen](text, filename)
+    except RecursionError:  # brackets nested thousands deep: the parsers recurse per level
+        from ingest.formats._tabular import nesting_refusal
+
+        raise nesting_refusal(text, filename, f"{chosen} config") from None
     if not isinstance(parsed, dict):
         kind = "empty" if parsed is None else f"a {type(parsed).__name__}"
         raise StabScopeError(f"expected a mapping of settings at the top level, found {kind}", path=filename)

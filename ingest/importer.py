@@ -87,8 +87,33 @@ def import_logs(
             "skipped_examples": skipped_example_texts(parsed),
             "events": len(parsed.events),
             **read.summary(),
+            "warnings": config_warnings(paths),
         }
     ]
+
+
+_CONFIG_NAME = re.compile(r"config|hparams|args|params|settings", re.I)
+_CONFIG_SUFFIXES = (".yaml", ".yml", ".json", ".toml")
+
+
+def config_warnings(paths: Sequence[Path]) -> list[str]:
+    """One line per file among ``paths`` (or in a folder of them) named and suffixed like a run config
+    that does not read: the log is imported all the same, and this says why the config's settings
+    are left out (its error names the file and, where known, the line)."""
+    from ingest.configs import MAX_CONFIG_BYTES, read_run_config_file
+
+    candidates = [f for p in paths for f in (sorted(p.rglob("*")) if p.is_dir() else [p])]
+    warnings = []
+    for f in candidates:
+        if f.suffix.lower() not in _CONFIG_SUFFIXES or not _CONFIG_NAME.search(f.name):
+            continue
+        if not f.is_file() or f.stat().st_size > MAX_CONFIG_BYTES:
+            continue
+        try:
+            read_run_config_file(f)
+        except StabScopeError as exc:
+            warnings.append(f"config not used: {exc}")
+    return warnings
 
 
 def remembered_map_applied(store: Store, run: str, parsed: Any, given: Mapping[str, str]) -> Any:

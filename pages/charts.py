@@ -8,6 +8,7 @@ never read the store. Every axis is labelled with its unit.
 
 from __future__ import annotations
 
+import html
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -86,6 +87,13 @@ class Panel:
     """Smallest default y span in axis units (linear axes), e.g. 0.05 for a 0-1 fraction that sits at 0."""
 
 
+def plot_text(text: object) -> str:
+    """Text from the data (a run name, a metric, an event label) made safe to place in a Plotly legend,
+    hover label or annotation: Plotly renders those as a subset of HTML (links, styles, line breaks),
+    so ``<``, ``>`` and ``&`` are written as entities and show as themselves."""
+    return html.escape(str(text), quote=False)
+
+
 def base_layout(height: int, x_title: str = "step") -> dict[str, Any]:
     """Compact margins, a horizontal legend under the x-axis title, unified hover; readable in both themes."""
     top, bottom = 30, 120
@@ -130,7 +138,7 @@ def envelope_traces(
                 line={"width": 0, "color": color},
                 fill="tonexty",
                 opacity=0.25,
-                name=f"{label} {band_name}",
+                name=f"{plot_text(label)} {band_name}",
                 legendgroup=label,
                 showlegend=legend,
                 hoverinfo="skip",
@@ -142,7 +150,7 @@ def envelope_traces(
             x=s.steps,
             y=s.values,
             mode="lines",
-            name=f"{label} (raw)" if smoothing else label,
+            name=f"{plot_text(label)} (raw)" if smoothing else plot_text(label),
             line={"color": color, "width": 1 if smoothing else width},
             opacity=0.35 if smoothing else 1.0,
             legendgroup=label,
@@ -155,7 +163,7 @@ def envelope_traces(
                 x=s.steps,
                 y=ema(s.steps, s.values, ema_weight),
                 mode="lines",
-                name=f"{label} EMA {ema_weight:g}",
+                name=f"{plot_text(label)} EMA {ema_weight:g}",
                 line={"color": color, "width": 2.2},
                 legendgroup=label,
                 showlegend=legend,
@@ -187,14 +195,14 @@ def event_traces(events: Sequence[RunEvent], y0: float, y1: float, *, legend: bo
         for e in items:
             xs += [e.step, e.step, None]
             ys += [y0, y1, None]
-            text += [f"{kind}: {e.label}"] * 2 + [""]
+            text += [plot_text(f"{kind}: {e.label}")] * 2 + [""]
         traces.append(
             go.Scatter(
                 x=xs,
                 y=ys,
                 mode="lines",
                 line={"color": color, "dash": dash, "width": 1.2},
-                name=kind,
+                name=plot_text(kind),
                 legendgroup=f"event:{kind}",
                 showlegend=legend,
                 text=text,
@@ -305,8 +313,8 @@ def peak_markers(
             ratio = spike.get("ratio")
             times = f" x{float(ratio):.2f}" if ratio is not None else ""
             hover = (
-                f"incident #{i}: {metric} {label}{times} at step {step:,}<br>cause: {spike.get('cause', 'unknown')}"
-                + (" (above this axis)" if off_scale else "")
+                f"incident #{i}: {plot_text(metric)} {label}{times} at step {step:,}<br>"
+                f"cause: {plot_text(spike.get('cause', 'unknown'))}" + (" (above this axis)" if off_scale else "")
             )
             cause = spike.get("cause") or "unknown"
             m = by_cause.setdefault(cause, {"x": [], "y": [], "symbol": [], "text": [], "hover": [], "index": []})
@@ -495,7 +503,7 @@ def panels_figure(
         axis: dict[str, Any] = {
             "domain": list(domain),
             "anchor": "x",
-            "title": {"text": panel.y_title},
+            "title": {"text": plot_text(panel.y_title)},
             "type": "log" if panel.log_y else "linear",
         }
         if y_range is not None:
@@ -504,7 +512,7 @@ def panels_figure(
         # titles as annotations at the panel's top left: the modebar (top right) never covers them
         titles.append(
             {
-                "text": panel.title,
+                "text": plot_text(panel.title),
                 "xref": "paper",
                 "yref": "paper",
                 "x": 0,
@@ -582,7 +590,7 @@ def compare_figure(lines: Sequence[Line], x_title: str, y_title: str, *, log_y: 
                     line={"width": 0, "color": color},
                     fill="tonexty",
                     opacity=0.25,
-                    name=f"{line.label} band",
+                    name=f"{plot_text(line.label)} band",
                     legendgroup=line.label,
                 )
             )
@@ -592,7 +600,7 @@ def compare_figure(lines: Sequence[Line], x_title: str, y_title: str, *, log_y: 
                 x=line.x,
                 y=line.y,
                 mode="lines",
-                name=f"{line.label}{' (raw)' if smoothing else ''}",
+                name=f"{plot_text(line.label)}{' (raw)' if smoothing else ''}",
                 line={"color": color, "width": 1 if smoothing else 1.8},
                 opacity=0.35 if smoothing else 1.0,
                 legendgroup=line.label,
@@ -604,13 +612,13 @@ def compare_figure(lines: Sequence[Line], x_title: str, y_title: str, *, log_y: 
                     x=line.x,
                     y=line.smooth,
                     mode="lines",
-                    name=f"{line.label} EMA",
+                    name=f"{plot_text(line.label)} EMA",
                     line={"color": color, "width": 2.2},
                     legendgroup=line.label,
                 )
             )
     fig.update_layout(**base_layout(460, x_title))
-    fig.update_yaxes(title_text=y_title, type="log" if log_y else "linear")
+    fig.update_yaxes(title_text=plot_text(y_title), type="log" if log_y else "linear")
     return fig
 
 
@@ -628,7 +636,7 @@ def schedule_figure(
                 x=steps,
                 y=lr,
                 mode="lines",
-                name=name,
+                name=plot_text(name),
                 line={
                     "color": PALETTE[i % len(PALETTE)],
                     "width": 2.6 if i == 0 else 1.4,
@@ -643,7 +651,7 @@ def schedule_figure(
                 y=[t[2] for t in transitions],
                 mode="markers",
                 name="transitions",
-                text=[t[1] for t in transitions],
+                text=[plot_text(t[1]) for t in transitions],
                 marker={"size": 10, "symbol": "diamond", "color": "#e67700"},
                 hovertemplate="%{text} at step %{x}<br>LR %{y:.3g}<extra></extra>",
             )
@@ -656,7 +664,7 @@ def schedule_figure(
                 x=overlay[0],
                 y=overlay[1],
                 mode="lines",
-                name=overlay[2],
+                name=plot_text(overlay[2]),
                 line={"color": "#212529", "width": 1.4, "dash": "dot"},
             )
         )

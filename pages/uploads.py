@@ -3,8 +3,12 @@ preview's per-metric summary of what was read."""
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
+import stat
 import tempfile
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -17,6 +21,11 @@ from ingest.errors import StabScopeError
 MAX_UPLOAD_BYTES = 200 * 1024**2
 """Largest total upload accepted (bytes); matches ``server.maxUploadSize`` in .streamlit/config.toml."""
 _UNSAFE_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
+STAGING_PREFIX = "stabscope-upload-"
+"""Name prefix of the staging folders in the temporary directory."""
+STALE_STAGING_S = 3600.0
+"""Age (seconds since last modified) past which a staging folder is a session's leftover: a viewer who
+closed the page without importing leaves one, removed at the next upload."""
 
 
 def safe_filename(name: str, fallback: str = "upload") -> str:
@@ -38,7 +47,8 @@ def stage_uploads(files: Sequence[tuple[str, bytes]]) -> list[Path]:
             f"the upload is {total / 1024**2:.1f} MiB; the limit is {MAX_UPLOAD_BYTES / 1024**2:.0f} MiB "
             "(import bigger logs with `stabscope import FILE`)"
         )
-    folder = Path(tempfile.mkdtemp(prefix="stabscope-upload-"))
+    remove_stale_staging()
+    folder = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX))
     paths: list[Path] = []
     for i, (name, data) in enumerate(files):
         target = folder / safe_filename(name, f"upload-{i}")
@@ -47,6 +57,31 @@ def stage_uploads(files: Sequence[tuple[str, bytes]]) -> list[Path]:
         target.write_bytes(data)
         paths.append(target)
     return paths
+
+
+def remove_stale_staging(temp_dir: Path | None = None, max_age_s: float = STALE_STAGING_S) -> list[Path]:
+    """Remove this user's staging folders in ``temp_dir`` (default: the temporary directory) last
+    modified more than ``max_age_s`` seconds ago; returns those removed. A link or a folder of another
+    user with the same prefix is left alone."""
+    root = Path(temp_dir or tempfile.gettempdir())
+    cutoff = time.time() - max_age_s
+    removed: list[Path] = []
+    try:
+        entries = list(os.scandir(root))
+    except OSError:
+        return removed
+    for entry in entries:
+        if not entry.name.startswith(STAGING_PREFIX):
+            continue
+        try:
+            info = entry.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mtime > cutoff:
+            continue
+        shutil.rmtree(entry.path, ignore_errors=True)
+        removed.append(Path(entry.path))
+    return removed
 
 
 def upload_run_name(filename: str) -> str:

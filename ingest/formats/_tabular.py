@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, Final, Literal
@@ -219,6 +220,15 @@ def iter_csv(path: Path, builder: LogBuilder, text_columns: Iterable[str] = ()) 
         raise open_error(path, exc) from exc
     header = csv_header(head) or []
     if not header:
+        first_line = head.split(b"\n", 1)[0]
+        nul_at = first_line.find(b"\x00")
+        if nul_at >= 0:  # a binary file, or one damaged by a crash (zero-filled blocks)
+            raise StabScopeError(
+                f"the CSV header holds a NUL byte at column {nul_at + 1:,}: expected "
+                "comma-separated column names as text (the file is binary or damaged)",
+                path=str(path),
+                line=1,
+            )
         raise StabScopeError("expected a CSV header line (comma-separated column names)", path=str(path), line=1)
     text = set(text_columns)
     size = _file_size(path)
@@ -409,7 +419,52 @@ def iter_jsonl(path: Path, builder: LogBuilder) -> Iterator[tuple[pa.Table, int]
         f.close()
 
 
+MAX_JSON_OPENERS_PER_LINE: Final = 1000
+"""A JSON line holding more ``[``/``{`` than this goes to Python's parser, not Arrow's: Arrow's
+recursive parser crashes the process (a segmentation fault, not an error) on a line nested some
+thousands deep, and a line's depth is at most its count of openers."""
+_ALL_BUT_OPENERS_AND_NEWLINES = bytes(b for b in range(256) if b not in b"[{\n")
+_OPENER_RUN = re.compile(rb"[\[{]{%d}" % (MAX_JSON_OPENERS_PER_LINE + 1))
+
+
+def may_nest_deeply(chunk: bytes | memoryview) -> bool:
+    """Whether a line of ``chunk`` holds more than :data:`MAX_JSON_OPENERS_PER_LINE` openers: the
+    chunk is reduced to its openers and newlines (in C), then searched for such a run."""
+    return _OPENER_RUN.search(bytes(chunk).translate(None, _ALL_BUT_OPENERS_AND_NEWLINES)) is not None
+
+
+MAX_NESTING: Final = 100
+"""Deepest nesting of brackets a JSON file or a config may have (a trainer's own nest a few levels)."""
+_NESTING_TOKENS = re.compile(r'"(?:[^"\\\n]|\\.)*"|[\[{]|[\]}]|\n')
+
+
+def nesting_refusal(text: str, path: str, what: str) -> StabScopeError:
+    """The refusal of ``text`` (a ``what``, e.g. "JSON file") whose brackets nest too deeply for the
+    parser (its RecursionError): naming the line and column where they pass :data:`MAX_NESTING`."""
+    depth, line, line_start = 0, 1, 0
+    column = 1
+    for token in _NESTING_TOKENS.finditer(text):
+        kind = token.group()[0]
+        if kind == "\n":
+            line, line_start = line + 1, token.end()
+        elif kind in "[{":
+            depth += 1
+            if depth > MAX_NESTING:
+                column = token.start() - line_start + 1
+                break
+        elif kind in "]}":
+            depth = max(depth - 1, 0)
+    return StabScopeError(
+        f"brackets nest deeper than {MAX_NESTING} levels from column {column:,} on: expected a {what} "
+        "whose values nest a few levels (this one cannot be read without exhausting the parser's stack)",
+        path=path,
+        line=line,
+    )
+
+
 def _arrow_json(chunk: memoryview) -> pa.Table | None:
+    if may_nest_deeply(chunk):
+        return None
     try:
         source: Any = pa.BufferReader(pa.py_buffer(chunk))  # zero-copy over the chunk
         table = pajson.read_json(source, read_options=pajson.ReadOptions(block_size=1 << 20))
@@ -457,6 +512,9 @@ def _python_json(chunk: bytes, path: Path, first_line: int, builder: LogBuilder)
             obj = json.loads(raw)
         except ValueError as exc:
             builder.skip(path, first_line + i, f"not a JSON object ({exc})")
+            continue
+        except RecursionError:
+            builder.skip(path, first_line + i, "a JSON value nested too deeply to read (hundreds of levels)")
             continue
         if not isinstance(obj, dict):
             builder.skip(path, first_line + i, "JSON value is not an object")

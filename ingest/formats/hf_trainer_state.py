@@ -14,6 +14,7 @@ from typing import Any
 
 from ingest.errors import StabScopeError
 from ingest.formats._common import LogBuilder, open_error
+from ingest.formats._tabular import nesting_refusal
 from ingest.formats.base import Reader
 from ingest.formats.planned import note_planned_steps
 
@@ -92,6 +93,8 @@ def _load(path: Path) -> dict[str, Any]:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise StabScopeError(f"invalid JSON: {exc.msg} (column {exc.colno})", path=str(path), line=exc.lineno) from exc
+    except RecursionError:
+        raise nesting_refusal(text, str(path), "trainer_state.json") from None
     if not isinstance(data, dict):
         raise StabScopeError("expected a JSON object", path=str(path), line=1)
     return data

@@ -27,7 +27,7 @@ def first_object(head: bytes) -> dict[str, object] | None:
             continue
         try:
             obj = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: a line nested too deeply is no step's object
             return None
         return obj if isinstance(obj, dict) else None
     return None

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,17 @@ from ingest.formats.base import Reader
 from stab_core.metrics import RUN_RANK
 
 LONG_COLUMNS = {"step", "metric", "value"}
+DECODED_BUDGET_ENV = "STABSCOPE_PARQUET_MAX_BYTES"
+"""Environment variable overriding :data:`DEFAULT_DECODED_BUDGET` (bytes)."""
+DEFAULT_DECODED_BUDGET = 2 * 1024**3
+"""Most memory (bytes) a Parquet file may take once decoded and stored as rows: a small file of
+constant columns (run-length encoded, compressed) can otherwise decode into gigabytes."""
+STORED_BYTES_PER_VALUE = 72
+"""Memory (bytes) one value takes once read: its row (rank, step, metric code, value, wall time, order)
+and the builder's copies while it sorts and merges (measured: 98 bytes a row, in all, for a long table)."""
+_KEY_COLUMNS = frozenset({"rank", "metric", *STEP_COLUMNS, *WALL_COLUMNS})
+"""Columns that say where a value belongs (no row of their own); the others hold values."""
+_FIXED_WIDTHS = {"BOOLEAN": 1, "INT32": 4, "FLOAT": 4, "INT64": 8, "DOUBLE": 8, "INT96": 12}
 
 
 class ParquetReader(Reader):
@@ -35,6 +47,7 @@ class ParquetReader(Reader):
                 names = pf.schema_arrow.names
             except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:
                 raise StabScopeError(f"not a readable Parquet file ({_first_line(exc)})", path=str(path)) from exc
+            _check_decoded_size(pf, path)
             long_form = set(names) >= LONG_COLUMNS
             step_col = "step" if long_form else find_column(names, STEP_COLUMNS)
             if step_col is None:
@@ -58,6 +71,57 @@ class ParquetReader(Reader):
                     )
                 row += table.num_rows
             builder.advance(path.stat().st_size)
+
+
+def decoded_budget() -> int:
+    """The largest decoded size (bytes) accepted: ``$STABSCOPE_PARQUET_MAX_BYTES`` or 2 GiB."""
+    text = os.environ.get(DECODED_BUDGET_ENV, "").strip()
+    try:
+        return int(float(text)) if text else DEFAULT_DECODED_BUDGET
+    except ValueError:
+        raise StabScopeError(
+            f"${DECODED_BUDGET_ENV} is {text!r}: expected a number of bytes (e.g. 4e9), or unset for 2 GiB"
+        ) from None
+
+
+def decoded_size(pf: pq.ParquetFile) -> int:
+    """Bytes ``pf`` takes once read (from its footer alone, before a page is decoded): per column
+    chunk, the larger of its uncompressed size and its values at their decoded width (a run-length
+    encoded column is small on disk at any size), plus :data:`STORED_BYTES_PER_VALUE` per value of
+    a value column (not step, rank, metric or wall time)."""
+    meta = pf.metadata
+    total = 0
+    for group in range(meta.num_row_groups):
+        rows = meta.row_group(group)
+        for c in range(rows.num_columns):
+            chunk = rows.column(c)
+            width = _FIXED_WIDTHS.get(chunk.physical_type, 0)
+            if not width:  # text: an offset per value, and at least the longest value seen per value
+                stats = chunk.statistics if chunk.is_stats_set else None
+                if stats is not None and stats.has_min_max:
+                    width = max(len(str(stats.min)), len(str(stats.max)))
+                width += 4
+            total += max(chunk.total_uncompressed_size, chunk.num_values * width)
+            if chunk.path_in_schema not in _KEY_COLUMNS:  # a value column: each of its cells becomes a row
+                total += chunk.num_values * STORED_BYTES_PER_VALUE
+    return total
+
+
+def _check_decoded_size(pf: pq.ParquetFile, path: Path) -> None:
+    """Refuse, before reading a row, a file that would take more memory than :func:`decoded_budget`."""
+    need, budget = decoded_size(pf), decoded_budget()
+    if need > budget:
+        raise StabScopeError(
+            f"this {path.stat().st_size:,}-byte Parquet file holds {pf.metadata.num_rows:,} rows that would take "
+            f"about {_in_words(need)} of memory once read; the limit is {_in_words(budget)} "
+            f"(set ${DECODED_BUDGET_ENV} to a number of bytes to raise it, on a machine with that memory)",
+            path=str(path),
+        )
+
+
+def _in_words(size: int) -> str:
+    """A byte count as GiB (one decimal), or as MiB below a GiB."""
+    return f"{size / 1024**3:.1f} GiB" if size >= 1024**3 else f"{size / 1024**2:.1f} MiB"
 
 
 def _batches(pf: pq.ParquetFile, path: Path) -> Iterator[pa.RecordBatch]:

@@ -3,8 +3,9 @@ payloads in bulk, with no per-field Python objects.
 
 Both CRCs of every record are verified. A record whose payload CRC fails is reported (byte offset)
 and skipped; one whose length CRC fails breaks the framing, so the framer scans forward for the next
-position where a length and its CRC agree, reports the bytes it jumped, and continues. A truncated
-last record (a file still being written) is reported and ignored.
+position where a length and its CRC agree, reports the bytes it jumped, and continues. So does a
+length whose CRC holds but which claims more bytes than the file has left, when a valid record
+follows it. A truncated last record (a file still being written) is reported and ignored.
 
 Where payload lengths repeat with a short period (SummaryWriter logs the same tags every step), a
 run of such rows is checked against its first row in one masked pass over the bytes (framing,
@@ -144,6 +145,20 @@ def frame_records(data: Data, n: int, *, final: bool) -> Frames:
             corrupt.append((pos, f"bad length CRC; skipped {nxt - pos} bytes to the next valid record"))
             pos = nxt
             continue
+        if final:
+            # a valid header claiming more than the rest of the file: a crafted or damaged length
+            # (its CRC covers the length only) when a record follows, a cut last record when none does
+            nxt = _resync(data, n, pos + 1)
+            if nxt < n:
+                corrupt.append(
+                    (
+                        pos,
+                        f"record length {length:,} exceeds the {n - pos - 16:,} bytes left in the file; "
+                        f"skipped {nxt - pos} bytes to the next valid record",
+                    )
+                )
+                pos = nxt
+                continue
         break  # a valid header whose record does not fit: incomplete
     if final and pos < n:
         corrupt.append((pos, f"truncated record ({n - pos} bytes at the end of the file)"))
