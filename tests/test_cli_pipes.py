@@ -21,7 +21,8 @@ COMMANDS = [
     ("spikes", SMALL_RUN, "--json"),
     ("diagnose", SMALL_RUN, "--step", str(GRAD_SPIKE_STEP)),
     ("meta", SMALL_RUN),
-    ("check", "--json"),  # without --json a clean store's one line goes to stderr
+    ("check", "--json"),
+    ("export", SMALL_RUN, "-o", "-"),  # without --json a clean store's one line goes to stderr
 ]
 
 
