@@ -172,3 +172,22 @@ def test_runs_says_how_far_a_run_got(compacted: Path) -> None:
     assert proc.returncode == 0 and "ended at step 49" in proc.stdout and "finished" not in proc.stdout
     [run] = json.loads(stabscope("runs", "--json", store=compacted / "store").stdout)
     assert run["status"] == "finished" and run["status_text"] == "ended at step 49"
+
+
+def test_export_of_a_run_missing_a_long_file_fails_and_writes_nothing(tmp_path: Path) -> None:
+    """A run whose base long file is gone: export said "wrote 6002 rows", wrote 2 and exited 0 (#33 item
+    8). It now compares the rows it wrote with the catalog's and refuses, naming the missing file."""
+    write_run(tmp_path / "shards", ranks=2, steps=50, spike_step=40)
+    store = tmp_path / "store"
+    assert stabscope("compact", str(tmp_path / "shards"), "--run", "r", store=store).returncode == 0
+    # a second generation, so that a delta part survives the loss of the base file
+    write_run(tmp_path / "shards", ranks=2, steps=60, spike_step=40)
+    assert stabscope("compact", str(tmp_path / "shards"), "--run", "r", store=store).returncode == 0
+    long_files = sorted((store / "runs" / "run=r" / "long").glob("g*.parquet"))
+    long_files[0].unlink()
+    for fmt in ("csv", "parquet"):
+        target = tmp_path / f"r.{fmt}"
+        proc = stabscope("export", "r", "--format", fmt, "-o", str(target), store=store)
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr
+        assert "is damaged" in proc.stderr and str(long_files[0]) in proc.stderr
+        assert not target.exists() and not list(tmp_path.glob(f".r.{fmt}.*"))

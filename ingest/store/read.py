@@ -37,7 +37,7 @@ from ingest.store.blocks import (
     stats_range,
 )
 from ingest.store.downsample import downsample
-from ingest.store.layout import DERIVED, LONG, RANK_BUCKETS, ROLLUP, RUN_LEVEL, RunLayout
+from ingest.store.layout import DERIVED, LONG, RANK_BUCKETS, ROLLUP, RUN_LEVEL, RunLayout, part_generations
 from ingest.store.storage_errors import damaged_file, damaged_file_in
 from ingest.store.types import SeriesData, empty_series
 from stab_core.metrics import RUN_RANK
@@ -361,6 +361,7 @@ class StoreReader:
         if not target.parent.is_dir():
             raise StabScopeError(f"cannot write {target}: folder {target.parent} does not exist")
         tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
+        written = 0
         if not files:
             pq.write_table(LONG_SCHEMA.empty_table(), tmp) if fmt == "parquet" else tmp.write_text(
                 "step,rank,metric,value,wall_time\n"
@@ -368,12 +369,29 @@ class StoreReader:
         else:
             sql = queries.EXPORT_LONG if fmt == "csv" else queries.EXPORT_LONG_PARQUET
             try:
-                self.engine().execute(sql, {"files": files, "target": str(tmp)})
+                counted = self.engine().execute(sql, {"files": files, "target": str(tmp)}).fetchone()
             except duckdb.Error as exc:
                 tmp.unlink(missing_ok=True)  # no half-written export left beside the target
                 raise self._damage_named(exc) from exc
+            written = int(counted[0]) if counted else 0
+        if written != info.n_rows:  # a long file of the run is missing: never a silently partial export
+            tmp.unlink(missing_ok=True)
+            raise StabScopeError(self._short_export(info, layout, written))
         tmp.replace(target)
-        return info.n_rows
+        return written
+
+    @staticmethod
+    def _short_export(info: RunInfo, layout: RunLayout, written: int) -> str:
+        """Why an export of ``info`` found ``written`` rows, not the catalog's ``n_rows``: which of its
+        long files are missing, and what to do."""
+        expected = [layout.file(LONG, g) for g in part_generations(info)]
+        missing = [str(path) for path in expected if not path.exists()]
+        where = f"missing: {', '.join(missing)}" if missing else "its files disagree with the catalog"
+        return (
+            f"run {info.name!r} is damaged: the catalog records {info.n_rows} rows but its long files hold "
+            f"{written} ({where}). Nothing was written. `stabscope check {info.name}` lists the damage; a lost long "
+            "file's rows cannot be rebuilt: delete the run and import or compact it again"
+        )
 
     def run_view(
         self, info: RunInfo, layout: RunLayout, rank_metrics: Sequence[str], events: Sequence[RunEvent]
