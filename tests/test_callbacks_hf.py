@@ -56,7 +56,7 @@ def _train(tmp_path: Path, processes: int) -> tuple[Path, list[dict[str, Any]]]:
     if processes == 1:
         cmd = [sys.executable, str(script)]
     else:
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(processes), "--master_port", "0"]
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(processes)]
         cmd += [str(script)]
     proc = subprocess.run(
         [*cmd, str(shard_dir), str(out_dir), str(STEPS)], env=env, capture_output=True, text=True, timeout=300
