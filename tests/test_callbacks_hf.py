@@ -15,7 +15,7 @@ import pytest
 pytest.importorskip("transformers")
 pytest.importorskip("accelerate")
 
-from ingest.run_analyses import open_analysed_store  # noqa: E402
+from ingest.run_analyses import open_analysed_store
 
 REPO = Path(__file__).resolve().parents[1]
 STEPS = 12
@@ -82,8 +82,9 @@ def _check_against_the_trainers_log(tmp_path: Path, shard_dir: Path, history: li
     assert min(coef.values) < 1.0
     info = store.run_info("hf")
     meta = info.meta
-    assert (meta["max_norm"], meta["precision"], meta["world_size"], meta["planned_steps"]) == (0.5, "fp32", ranks, 12)
-    assert (meta["per_rank_batch_size"], meta["global_batch_size"], meta["tokens_per_step"]) == (4, 4 * ranks, 64 * ranks)
+    settings = {"max_norm": 0.5, "precision": "fp32", "world_size": ranks, "planned_steps": STEPS}
+    settings |= {"per_rank_batch_size": 4, "global_batch_size": 4 * ranks, "tokens_per_step": 64 * ranks}
+    assert {key: meta[key] for key in settings} == settings
     assert meta["tags"] == ["tiny"] and meta["lr_decay_style"] == "cosine" and meta["warmup_steps"] == 3
     tokens = store.read_series("hf", "tokens")
     assert tokens.values[-1] == STEPS * 4 * 16 * ranks

@@ -16,7 +16,7 @@ import pytest
 
 pytest.importorskip("lightning")
 
-from ingest.run_analyses import open_analysed_store  # noqa: E402
+from ingest.run_analyses import open_analysed_store
 
 REPO = Path(__file__).resolve().parents[1]
 STEPS = 16
@@ -49,7 +49,7 @@ class Tiny(L.LightningModule):
         self.seen["grad_norm"].append(float(grad_norm(self, norm_type=2)["grad_2.0_norm_total"]))
 
     def configure_optimizers(self):
-        opt = torch.optim.SGD(self.parameters(), lr=%(lr)r)
+        opt = torch.optim.SGD(self.parameters(), lr=BASE_LR)
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda k: 1.0 / (1 + k))
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
@@ -69,7 +69,7 @@ trainer.fit(module, loader)
 if trainer.global_rank == 0:
     with open(out_path, "w") as f:
         json.dump(module.seen, f)
-""" % {"lr": BASE_LR}
+""".replace("BASE_LR", repr(BASE_LR))
 
 
 def _train(tmp_path: Path, devices: int) -> tuple[Path, dict[str, Any]]:
@@ -104,8 +104,9 @@ def _check(tmp_path: Path, shard_dir: Path, seen: dict[str, Any], ranks: int) ->
         assert coef.values[i] == pytest.approx(min(1.0, 2.0 / (seen["grad_norm"][i] + 1e-6)), rel=1e-5)
     assert min(coef.values) < 1.0  # the regression's first norms exceed 2: clipping acted
     meta = store.run_info("pl").meta
-    assert (meta["max_norm"], meta["precision"], meta["world_size"], meta["planned_steps"]) == (2.0, "fp32", ranks, STEPS)
-    assert (meta["per_rank_batch_size"], meta["global_batch_size"], meta["tokens_per_step"]) == (8, 8 * ranks, 8 * ranks)
+    settings = {"max_norm": 2.0, "precision": "fp32", "world_size": ranks, "planned_steps": STEPS}
+    settings |= {"per_rank_batch_size": 8, "global_batch_size": 8 * ranks, "tokens_per_step": 8 * ranks}
+    assert {key: meta[key] for key in settings} == settings
     assert meta["tags"] == ["tiny"]
     for rank in range(ranks):
         assert len(store.read_series("pl", "loss", rank=rank).steps) == STEPS

@@ -170,7 +170,9 @@ class StabScopeCallback(TrainerCallback):  # type: ignore[misc]
                 self.writer.event(int(state.global_step), "checkpoint", f"checkpoint at step {state.global_step}")
             self.writer.flush()  # a crash after the checkpoint keeps the rows of the steps it holds
 
-    def on_train_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
+    def on_train_end(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> None:
         if self.writer is not None:
             self.writer.close()
             self.writer = None

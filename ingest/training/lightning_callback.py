@@ -37,7 +37,7 @@ _PRECISIONS = {"bf16": "bf16", "16": "fp16", "32": "fp32", "64": "fp64"}
 
 
 def precision_name(precision: str | int) -> str:
-    """``bf16``, ``fp16`` or ``fp32`` for Lightning's precision setting (``"bf16-mixed"``, ``"16-mixed"``, ``32`` ...)."""
+    """``bf16``, ``fp16`` or ``fp32`` for Lightning's precision (``"bf16-mixed"``, ``"16-mixed"``, ``32`` ...)."""
     head = str(precision).split("-")[0]
     return _PRECISIONS.get(head, head)
 
@@ -84,7 +84,9 @@ class StabScopeLightningCallback(Callback):  # type: ignore[misc]
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._max_norm = _max_norm(trainer)
         batch_size = self.per_rank_batch_size or getattr(trainer.train_dataloader, "batch_size", None)
-        planned = trainer.max_steps if trainer.max_steps and trainer.max_steps > 0 else trainer.estimated_stepping_batches
+        planned = (
+            trainer.max_steps if trainer.max_steps and trainer.max_steps > 0 else trainer.estimated_stepping_batches
+        )
         meta: dict[str, Any] = {"trainer": "lightning", "precision": precision_name(trainer.precision)}
         if isinstance(planned, (int, float)) and math.isfinite(planned) and planned > 0:
             meta["planned_steps"] = meta["total_steps"] = int(planned)
