@@ -4,7 +4,7 @@
 
     from ingest.training.hf_callback import StabScopeCallback
     trainer = Trainer(model, args, train_dataset=data, callbacks=[StabScopeCallback("/shards/job42")])
-    trainer.train()  # then: stabscope compact job42 /shards/job42 (or `stabscope watch` while it trains)
+    trainer.train()  # then: stabscope compact /shards/job42 --run job42 (or watch)
 
 What it records, at the Trainer's own step numbers (``state.global_step``: 1 after the first optimizer
 step, as in ``trainer_state.json``, so a run imported from that file and one written by this callback

@@ -4,7 +4,7 @@
 
     from ingest.training.lightning_callback import StabScopeLightningCallback
     trainer = L.Trainer(gradient_clip_val=1.0, callbacks=[StabScopeLightningCallback("/shards/job42")])
-    trainer.fit(module, data)  # then: stabscope compact job42 /shards/job42 (or `stabscope watch` while it trains)
+    trainer.fit(module, data)  # then: stabscope compact /shards/job42 --run job42 (or watch)
 
 It drives a :class:`~ingest.training.monitor.StabilityMonitor` on every rank, at Lightning's step
 numbers (``trainer.global_step`` after the step: 1 after the first optimizer step). Every optimizer
