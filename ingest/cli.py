@@ -163,15 +163,24 @@ def cmd_watch(args: argparse.Namespace) -> int:
 
 def cmd_runs(args: argparse.Namespace) -> int:
     store = _store(args)
+    from ingest.run_meta import run_tags
     from ingest.run_status import run_status
 
     runs = store.list_runs()
+    if args.tag:
+        runs = [r for r in runs if set(args.tag) <= set(run_tags(r.meta))]
     # "finished" in the catalog means nothing writes the run any more; how far it got is the status text
     texts = {r.name: run_status(store, r.name) for r in runs}
     if args.json:
-        _print_json([{**r.to_json(), "status_text": texts[r.name]} for r in runs])
+        labels = [{"tags": run_tags(r.meta), "notes": r.meta.get("notes", "")} for r in runs]
+        _print_json(
+            [{**r.to_json(), "status_text": texts[r.name], **label} for r, label in zip(runs, labels, strict=True)]
+        )
         return 0
     if not runs:
+        if args.tag:
+            _print(f"no runs in {store.location} have the tags {', '.join(args.tag)}: `stabscope meta RUN tags=a,b`")
+            return 0
         _print(f"no runs in {store.location}: `stabscope demo` adds demo runs, `stabscope import LOG` a log")
         return 0
     width = max(9, *(len(t) for t in texts.values()))
@@ -183,16 +192,23 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
+    from ingest.run_meta import run_tags
+
     store = _store(args)
     info = store.run_info(args.run)
     out = info.to_json()
     out["events"] = [{"step": e.step, "kind": e.kind, "label": e.label} for e in store.events(args.run)]
     out["rejected_examples"] = info.rejected_examples
+    out["tags"], out["notes"] = run_tags(info.meta), info.meta.get("notes", "")
     if args.json:
         _print_json(out)
         return 0
     for key in ("name", "status", "source", "steps", "n_steps", "ranks", "rows", "metrics", "rejected"):
         _print(f"{key:>10}: {out[key]}")
+    if out["tags"]:
+        _print(f"{'tags':>10}: {', '.join(out['tags'])}")
+    if out["notes"]:
+        _print(f"{'notes':>10}: {terminal_safe(out['notes'], keep_newlines=False)}")
     for e in out["events"][:20]:
         label = terminal_safe(f"{e['kind']} {e['label']}", keep_newlines=False)
         _print(f"     event: step {e['step']}: {label}")
@@ -686,7 +702,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--interval", type=float, default=2.0, help="seconds between passes (default 2)")
     p.add_argument("--once", action="store_true", help="fold in what is there and exit")
     p.add_argument("--on-alert", default=None, metavar="CMD", help="shell command run with each alert as JSON on stdin")
-    add("runs", cmd_runs, "list the runs in the store")
+    p = add("runs", cmd_runs, "list the runs in the store")
+    p.add_argument(
+        "--tag", action="append", default=[], metavar="TAG", help="only runs with this tag (repeatable: all)"
+    )
     p = add("show", cmd_show, "show one run's catalog entry and events")
     p.add_argument("run")
     p = add("export", cmd_export, "export a run's full-fidelity long table")
@@ -756,8 +775,8 @@ def build_parser() -> argparse.ArgumentParser:
         "meta",
         cmd_meta,
         "print or set a run's metadata: gpus, usd_per_gpu_hour, step_time_s, max_norm, precision, "
-        "tokens_per_step, num_experts, planned_steps, world_size, tensor/pipeline_parallel_size, save_interval "
-        "(KEY= removes a key; the analyses re-run)",
+        "tokens_per_step, num_experts, planned_steps, world_size, tensor/pipeline_parallel_size, save_interval, "
+        'and the labels tags=a,b and notes="..." (KEY= removes a key; the analyses re-run)',
     )
     p.add_argument("run")
     p.add_argument("assignments", nargs="*", metavar="KEY=VALUE")

@@ -10,6 +10,7 @@ and ``num_experts``.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -50,6 +51,16 @@ META_KEYS: dict[str, MetaKey] = {
 }
 """The keys ``stabscope meta`` accepts, in the order the dashboard's form shows them."""
 
+_MAX_NOTES = 2000
+"""Characters of a run's notes: a paragraph, not a document."""
+LABEL_KEYS: dict[str, str] = {
+    "tags": "comma-separated tags, each letters, digits, '.', '_' or '-' (at most 64 characters)",
+    "notes": f"free text of at most {_MAX_NOTES} characters",
+}
+"""Keys that label a run rather than describe its training (``stabscope meta RUN tags=a,b notes="..."``,
+``stabscope runs --tag a``): no analysis reads them, so the dashboard's settings form leaves them out."""
+_TAG_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+
 USER_KEYS_FIELD = "user_meta_keys"
 """``meta`` entry listing the keys a user set: a log's parsed values never replace these."""
 REVISION_FIELD = "meta_revision"
@@ -63,9 +74,12 @@ def _refuse(key: str, value: Any, expected: str) -> StabScopeError:
 def coerce_meta_value(key: str, value: Any) -> Any:
     """``value`` (text from the command line or a typed value from a form) as ``key``'s type; raises
     ``StabScopeError`` naming the key, the value and what was expected."""
+    if key in LABEL_KEYS:
+        return _coerce_label(key, value)
     spec = META_KEYS.get(key)
     if spec is None:
-        raise StabScopeError(f"unknown metadata key {key!r} (value {value!r}): expected one of {', '.join(META_KEYS)}.")
+        known = ", ".join([*META_KEYS, *LABEL_KEYS])
+        raise StabScopeError(f"unknown metadata key {key!r} (value {value!r}): expected one of {known}.")
     typed: Any
     if spec.kind == "choice":
         typed = str(value).strip().lower()
@@ -84,6 +98,28 @@ def coerce_meta_value(key: str, value: Any) -> Any:
     return typed
 
 
+def _coerce_label(key: str, value: Any) -> Any:
+    """``tags`` as a sorted list of distinct tags (from ``a,b`` text or a list), ``notes`` as stripped text."""
+    if key == "notes":
+        text = str(value).strip()
+        if not text or len(text) > _MAX_NOTES:
+            raise _refuse(key, value, LABEL_KEYS[key])
+        return text
+    parts = value.split(",") if isinstance(value, str) else list(value) if isinstance(value, list | tuple) else None
+    tags = sorted({str(part).strip() for part in parts or () if str(part).strip()})
+    if not tags or not all(_TAG_RE.match(tag) for tag in tags):
+        raise _refuse(key, value, LABEL_KEYS[key])
+    return tags
+
+
+def run_tags(meta: Mapping[str, Any]) -> list[str]:
+    """The run's tags (``meta['tags']``; a monitor's or callback's ``meta`` may have set them too)."""
+    tags = meta.get("tags")
+    if isinstance(tags, str):
+        tags = tags.split(",")
+    return sorted({str(tag).strip() for tag in tags or () if str(tag).strip()}) if isinstance(tags, list | str) else []
+
+
 def parse_assignments(pairs: Sequence[str]) -> tuple[dict[str, Any], list[str]]:
     """``KEY=VALUE`` texts as (typed updates, keys to remove): ``KEY=`` removes ``KEY``."""
     updates: dict[str, Any] = {}
@@ -94,7 +130,7 @@ def parse_assignments(pairs: Sequence[str]) -> tuple[dict[str, Any], list[str]]:
         if not sep or not key:
             raise StabScopeError(f"{pair!r} is not KEY=VALUE: expected e.g. gpus=8 (or gpus= to remove the key).")
         if value.strip() == "":
-            if key not in META_KEYS:
+            if key not in META_KEYS and key not in LABEL_KEYS:
                 coerce_meta_value(key, value)  # the unknown-key paragraph
             removals.append(key)
             updates.pop(key, None)
@@ -106,8 +142,9 @@ def parse_assignments(pairs: Sequence[str]) -> tuple[dict[str, Any], list[str]]:
 
 
 def settable_meta(meta: Mapping[str, Any]) -> dict[str, Any]:
-    """The known keys ``meta`` holds (what ``stabscope meta RUN`` prints), in ``META_KEYS`` order."""
-    return {key: meta[key] for key in META_KEYS if meta.get(key) is not None}
+    """The known keys ``meta`` holds (what ``stabscope meta RUN`` prints), in ``META_KEYS`` order, then
+    ``tags`` and ``notes``."""
+    return {key: meta[key] for key in [*META_KEYS, *LABEL_KEYS] if meta.get(key) is not None}
 
 
 def user_keys(meta: Mapping[str, Any]) -> set[str]:

@@ -1,4 +1,4 @@
-"""The Runs page's catalog table: one row per run with its status, last loss, spikes, alerts and tags."""
+"""The Runs page's catalog table: one row per run with its status, last loss, spikes, alerts, tags and notes."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import Any
 
 import pandas as pd  # type: ignore[import-untyped]
 
+from ingest.run_meta import run_tags
 from ingest.run_status import damaged_status
 from ingest.store import RunInfo
 from ingest.store.storage_errors import DamagedRunFile
@@ -18,11 +19,11 @@ from pages.widgets import float_or_nan
 
 def run_catalog(runs: Sequence[RunInfo], summary: dict[str, dict[str, Any]]) -> pd.DataFrame:
     """The Runs table: one row per run with its status (``run_status``), last finite loss and its step
-    (``last_finite``, as Compare shows them), spikes, worst spike, alerts and tags."""
+    (``last_finite``, as Compare shows them), spikes, worst spike, alerts, tags and notes (what
+    ``stabscope meta RUN tags=a,b notes=...`` set)."""
     rows = []
     for r in runs:
         s = summary.get(r.name, {})
-        tags = r.meta.get("tags", [])
         try:
             loss_step, loss = last_finite(r, "loss")
             status, alerts = run_status(r), "; ".join(run_alerts(r))
@@ -39,7 +40,8 @@ def run_catalog(runs: Sequence[RunInfo], summary: dict[str, dict[str, Any]]) -> 
                 "spikes": int(s.get("n_spikes", 0)),
                 "worst spike (x)": float_or_nan(s.get("worst_ratio")),
                 "alerts": alerts,
-                "tags": ", ".join(map(str, tags)) if isinstance(tags, list) else str(tags),
+                "tags": ", ".join(run_tags(r.meta)),
+                "notes": str(r.meta.get("notes") or ""),
                 "first–last": f"{r.first_step}–{r.last_step}" if r.first_step is not None else "",
                 "rejected": r.rejected,
                 "updated": r.updated,

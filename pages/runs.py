@@ -8,6 +8,7 @@ import pages  # noqa: F401  # first: a deep link's first run leaves Streamlit's 
 import pandas as pd  # type: ignore[import-untyped]
 import streamlit as st
 
+from ingest.run_meta import run_tags
 from ingest.store import WriterBusy
 from pages.charts import Panel, panels_figure
 from pages.page_errors import page_fragment, show_error
@@ -29,6 +30,7 @@ COLUMNS = {
     "worst spike (x)": st.column_config.NumberColumn(format="%.1f×", help="Largest spike: peak over baseline"),
     "spikes": st.column_config.NumberColumn(help="Spike events the analyses detected"),
     "alerts": st.column_config.TextColumn(width="large"),
+    "notes": st.column_config.TextColumn(width="large", help='The run\'s notes: `stabscope meta RUN notes="..."`'),
     "updated": st.column_config.DatetimeColumn(format="YYYY-MM-DD HH:mm"),
 }
 
@@ -53,8 +55,12 @@ if not runs:
     nav_link("pages/upload.py", "Upload logs", icon=":material/upload_file:")
     st.stop()
 
-c1, c2, c3, c4 = st.columns([3, 2, 1.4, 1.2], vertical_alignment="bottom")
-query = c1.text_input("Search", key="runs_search", placeholder="name or tag")
+c1, c2, c_tags, c3, c4 = st.columns([3, 2, 2, 1.4, 1.2], vertical_alignment="bottom")
+query = c1.text_input("Search", key="runs_search", placeholder="name, tag or notes")
+all_tags = sorted({tag for r in runs for tag in run_tags(r.meta)})
+chosen_tags = c_tags.multiselect(
+    "Tags", all_tags, default=[], key="runs_tags", placeholder="any", help="Only runs with all these tags"
+)
 statuses = c2.multiselect(
     "Status",
     list(STATUS_FILTERS),
@@ -71,8 +77,10 @@ with c4:
 def filtered(table: pd.DataFrame) -> pd.DataFrame:
     keep = pd.Series(True, index=table.index)
     if query:
-        text = table["name"] + " " + table["tags"]
+        text = table["name"] + " " + table["tags"] + " " + table["notes"]
         keep &= text.str.contains(query, case=False, regex=False)
+    if chosen_tags:
+        keep &= table["tags"].map(lambda tags: set(chosen_tags) <= set(tags.split(", ")))
     if statuses:
         first_word = table["status"].str.split().str[0]
         keep &= first_word.isin([STATUS_FILTERS[s] for s in statuses])

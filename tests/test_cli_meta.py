@@ -99,3 +99,52 @@ def test_import_meta_sets_keys_and_a_bad_one_imports_nothing(
     assert meta == {"gpus": 8, "max_norm": 1.0, "tokens_per_step": 524288}
     info = open_analysed_store(tmp_path).run_info("llmc")
     assert info.meta["analysis"].get("max_norm") == 1.0  # the clip statistics now run on llm.c's 1.0
+
+
+def _compact_tiny_run(store: Path, shards: Path, run: str) -> None:
+    from ingest.shards import ShardWriter
+
+    with ShardWriter(shards / run, rank=0, flush_interval_s=0.0) as writer:
+        for step in range(5):
+            writer.write(step, {"step_time_s": 0.1}, run_level={"loss": 3.0 - 0.1 * step})
+    assert main(["compact", str(shards / run), "--run", run, "--store", str(store)]) == 0
+
+
+def test_tags_and_notes_are_set_filtered_and_shown(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    store = tmp_path / "store"
+    for run in ("base", "tuned", "other"):
+        _compact_tiny_run(store, tmp_path / "shards", run)
+    meta = _meta_json(store, "base", capsys, "tags=ablation, lr-sweep ,ablation", "notes=  warmup 2k, clip 1.0  ")
+    assert meta["tags"] == ["ablation", "lr-sweep"] and meta["notes"] == "warmup 2k, clip 1.0"
+    _meta_json(store, "tuned", capsys, "tags=lr-sweep")
+    capsys.readouterr()
+    assert main(["runs", "--tag", "lr-sweep", "--json", "--store", str(store)]) == 0
+    listed = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
+    assert set(listed) == {"base", "tuned"}
+    assert (listed["base"]["tags"], listed["base"]["notes"]) == (["ablation", "lr-sweep"], "warmup 2k, clip 1.0")
+    assert (listed["tuned"]["tags"], listed["tuned"]["notes"]) == (["lr-sweep"], "")
+    assert main(["runs", "--tag", "lr-sweep", "--tag", "ablation", "--json", "--store", str(store)]) == 0
+    assert [r["name"] for r in json.loads(capsys.readouterr().out)] == ["base"]
+    assert main(["runs", "--tag", "nothing", "--store", str(store)]) == 0
+    assert "have the tags nothing" in capsys.readouterr().out
+    assert main(["show", "base", "--store", str(store)]) == 0
+    text = capsys.readouterr().out
+    assert "      tags: ablation, lr-sweep" in text and "     notes: warmup 2k, clip 1.0" in text
+    assert main(["show", "other", "--json", "--store", str(store)]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert (shown["tags"], shown["notes"]) == ([], "")
+    # KEY= removes the label like any other key
+    meta = _meta_json(store, "base", capsys, "tags=")
+    assert "tags" not in meta and meta["notes"] == "warmup 2k, clip 1.0"
+
+
+@pytest.mark.parametrize("assignment", ["tags=has space", "tags=,", "tags=-leading", "notes=" + "x" * 2001])
+def test_a_bad_tag_or_note_is_one_paragraph(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], assignment: str
+) -> None:
+    _compact_tiny_run(tmp_path / "store", tmp_path / "shards", "r")
+    capsys.readouterr()
+    assert main(["meta", "r", assignment, "--store", str(tmp_path / "store")]) == EXIT_ERROR
+    err = capsys.readouterr().err
+    key = assignment.split("=")[0]
+    assert f"metadata {key} = " in err and "expected" in err and "Traceback" not in err

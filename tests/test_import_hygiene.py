@@ -30,8 +30,20 @@ def test_stab_core_imports_neither_streamlit_nor_duckdb() -> None:
     assert _imported_forbidden("stab_core", {"streamlit", "duckdb"}) == ""
 
 
+TRAINER_CALLBACKS = {"hf_callback", "lightning_callback"}
+"""The modules that import an optional training framework at their top (the ``[hf]`` and
+``[lightning]`` extras); a user's training script imports them, nothing in ``ingest`` does."""
+
+
 def test_ingest_imports_no_streamlit() -> None:
-    assert _imported_forbidden("ingest", {"streamlit"}, skip={"__main__"}) == ""
+    assert _imported_forbidden("ingest", {"streamlit"}, skip={"__main__", *TRAINER_CALLBACKS}) == ""
+
+
+def test_only_the_callbacks_import_the_training_frameworks() -> None:
+    # every other module loads without transformers or Lightning installed: the CLI, the store and
+    # the dashboard must not pay their import time, nor fail where the extras are absent
+    frameworks = {"transformers", "accelerate", "lightning", "pytorch_lightning"}
+    assert _imported_forbidden("ingest", frameworks, skip={"__main__", *TRAINER_CALLBACKS}) == ""
 
 
 def test_the_probe_would_notice_a_violation() -> None:
@@ -82,4 +94,5 @@ def test_the_training_side_loads_no_pandas_duckdb_or_streamlit() -> None:
 def test_the_embedded_default_imports_neither_spark_nor_boto3() -> None:
     # The default install and the dashboard never need the Spark engine or an S3 client: every ingest
     # module (the Spark engine's included: it imports PySpark inside its functions) loads without them.
-    assert _imported_forbidden("ingest", {"pyspark", "py4j", "boto3", "botocore"}, skip={"__main__"}) == ""
+    forbidden = {"pyspark", "py4j", "boto3", "botocore"}
+    assert _imported_forbidden("ingest", forbidden, skip={"__main__", *TRAINER_CALLBACKS}) == ""

@@ -10,6 +10,9 @@ the demo trainer that trains that way.
 - :mod:`ingest.training.gpu_sampler`: peak GPU memory every step, NVML figures less often.
 - :mod:`ingest.training.run_metadata`: the scheduler's and the clipper's settings as run metadata,
   and the scheduler's transitions as events.
+- :mod:`ingest.training.hf_callback` / :mod:`ingest.training.lightning_callback`: the same shards from a
+  Hugging Face ``Trainer`` or a Lightning ``Trainer`` through a callback (the ``[hf]`` / ``[lightning]``
+  extras; the only modules that import those frameworks).
 - :mod:`ingest.training.demo_trainer`: ``stabscope demo-train`` (a small transformer LM on gloo
   CPU processes, with provocations and checkpoint/resume).
 - :mod:`ingest.training.spawn`: running a function on several local processes (the demo, the
