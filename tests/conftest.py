@@ -92,6 +92,7 @@ TIERS: dict[str, str] = {
             "pages_ranks",
             "pages_run_meta",
             "pages_runs",
+            "pages_runs_tags",
             "pages_scenarios",
             "pages_scheduler",
             "pages_spikes",
