@@ -32,7 +32,10 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
+try:  # an optional extra: say which, rather than a bare ModuleNotFoundError
+    from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
+except ImportError as exc:
+    raise ImportError(f"{__name__} needs transformers, an optional extra: pip install 'stabscope[hf]'") from exc
 
 from ingest.shards import ShardWriter
 from stab_core.clipping import scalar_clip_coef

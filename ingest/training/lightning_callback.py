@@ -28,7 +28,11 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
-from lightning.pytorch import Callback, LightningModule, Trainer
+
+try:  # an optional extra: say which, rather than a bare ModuleNotFoundError
+    from lightning.pytorch import Callback, LightningModule, Trainer
+except ImportError as exc:
+    raise ImportError(f"{__name__} needs Lightning, an optional extra: pip install 'stabscope[lightning]'") from exc
 
 from ingest.training.monitor import StabilityMonitor
 from stab_core.clipping import ClipRecord, scalar_clip_coef
