@@ -4,7 +4,7 @@ A text log's rows are kept per *source*: one line layout (a reader's ``LineKind`
 rank. Each source is its own stream (:func:`kind_stream`), so lines of different ranks or layouts
 that interleave are never read as a restart.
 
-1. **One source per metric.** When two layouts give the same canonical metric (Megatron's
+1. **One source per metric.** When two layouts give the same canonical metric at the same steps (Megatron's
    ``lm loss: 1.121008E+01`` and DeepSpeed's ``steps: 1 loss: 11.2101``), one is kept by
    :data:`KEEP_RULE` and the other is recorded under ``<metric>_<its family>`` (``loss_deepspeed``):
    merged, the rounded copy overwrote the precise value wherever it came later.
@@ -117,8 +117,15 @@ def one_source_per_metric(
 
         order = sorted(by_layout, key=rank, reverse=True)
         winner = order[0]
-        pieces[metric] = [p for p in pieces[metric] if p not in _ids(by_layout, order[1:])]
-        for layout in order[1:]:
+        winner_steps = np.concatenate([p.step for p in by_layout[winner]])
+        # a layout at other steps complements the winner (a trainer that changed its line): not a copy
+        copies = [
+            layout
+            for layout in order[1:]
+            if np.intersect1d(winner_steps, np.concatenate([p.step for p in by_layout[layout]])).shape[0]
+        ]
+        pieces[metric] = [p for p in pieces[metric] if p not in _ids(by_layout, copies)]
+        for layout in copies:
             moved_to = f"{metric}_{found[layout].family}"
             if found[layout].family == found[winner].family or moved_to in pieces:
                 moved_to = f"{metric}_{layout}"
