@@ -150,9 +150,10 @@ def test_megatron_loss_is_kept_over_deepspeeds_rounded_copy(tmp_path: Path) -> N
     assert parsed.format == "megatron_deepspeed"
     steps, loss = parsed.series("loss")
     assert steps.tolist() == list(range(1, 31))
-    # Megatron's seven significant digits, at every step (today 4-decimal copies replaced 14 of them)
+    # Megatron's seven significant digits at every step (on main DeepSpeed's 4-decimal copy replaced them)
     assert loss.tolist() == [float(f"{_megds_loss(s):.6E}") for s in range(1, 31)]
     ds_steps, ds_loss = parsed.series("loss_deepspeed")
+    assert ds_steps.tolist() == list(range(1, 31))
     assert ds_loss.tolist() == [round(_megds_loss(s), 4) for s in range(1, 31)]
     kept = {k["metric"]: k for k in parsed.kept_over}
     assert kept["loss"] == {

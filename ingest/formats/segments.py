@@ -36,9 +36,7 @@ LAUNCHER_LAYOUTS: Final[dict[str, str]] = {"ds_step": "deepspeed", "ds_loss": "d
 """Line layouts printed by the launcher or engine around the trainer (DeepSpeed's engine lines in a
 Megatron-DeepSpeed log), by family; they repeat what the trainer logs, rounded."""
 
-KEEP_RULE: Final = (
-    "the trainer's own line over the launcher's copy, then the one printed with more significant digits"
-)
+KEEP_RULE: Final = "the trainer's own line over the launcher's copy, then the one printed with more significant digits"
 
 
 def kind_stream(kind_index: int, stream: Any) -> Any:
@@ -109,13 +107,7 @@ def one_source_per_metric(
             found[source.layout] = source
         if len(by_layout) < 2:
             continue
-
-        def rank(layout: str) -> tuple[int, float]:
-            trainer = 0 if layout in LAUNCHER_LAYOUTS else 1
-            values = np.concatenate([p.value for p in by_layout[layout]])
-            return trainer, significant_digits(values)
-
-        order = sorted(by_layout, key=rank, reverse=True)
+        order = sorted(by_layout, key=lambda layout: _preference(layout, by_layout[layout]), reverse=True)
         winner = order[0]
         winner_steps = np.concatenate([p.step for p in by_layout[winner]])
         # a layout at other steps complements the winner (a trainer that changed its line): not a copy
@@ -140,6 +132,12 @@ def one_source_per_metric(
                 }
             )
     return kept_over
+
+
+def _preference(layout: str, pieces: list[Any]) -> tuple[int, float]:
+    """How :data:`KEEP_RULE` ranks a layout's rows of one metric (higher is kept)."""
+    trainer = 0 if layout in LAUNCHER_LAYOUTS else 1
+    return trainer, significant_digits(np.concatenate([p.value for p in pieces]))
 
 
 class _Identity(list[Any]):
