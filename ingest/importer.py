@@ -73,7 +73,7 @@ def import_logs(
     with store.writing(name):
         parsed = remembered_map_applied(store, name, read.parsed, metric_map or {})
         report = store.import_parsed(name, parsed)
-    segments = [_import_segment(store, segment_run_name(name, i), s, metric_map) for i, s in enumerate(parsed.segments)]
+    segments = import_segments(store, name, parsed, metric_map)
     import pyarrow.compute as pc
 
     steps = parsed.table.column("step")
@@ -105,8 +105,15 @@ def segment_run_name(name: str, index: int) -> str:
     return validate_run_name(name[: 128 - len(suffix)] + suffix)
 
 
+def import_segments(
+    store: Store, name: str, parsed: Any, metric_map: Mapping[str, str] | None = None
+) -> list[dict[str, Any]]:
+    """Store the further runs ``parsed`` held (``parsed.segments``: its steps started again) as
+    ``name-2``, ``name-3``, ...; one description each (run, steps, input lines, rows, events)."""
+    return [_import_segment(store, segment_run_name(name, i), s, metric_map) for i, s in enumerate(parsed.segments)]
+
+
 def _import_segment(store: Store, run: str, parsed: Any, metric_map: Mapping[str, str] | None) -> dict[str, Any]:
-    """Store one further run an input held (its steps started again) and describe it."""
     with store.writing(run):
         mapped = remembered_map_applied(store, run, parsed, metric_map or {})
         report = store.import_parsed(run, mapped)

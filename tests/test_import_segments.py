@@ -210,3 +210,27 @@ def test_cli_reports_the_further_runs_and_what_was_kept(tmp_path: Path) -> None:
     assert "the steps start again: again-3: 60 rows (steps 1..20, lines 41..60), imported as its own run" in (
         done.stdout
     )
+
+
+# --------------------------------------------------------------------------- the Upload page
+
+
+def test_upload_page_warns_of_the_further_runs_and_imports_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ingest.run_analyses import open_analysed_store
+    from tests.conftest import open_page
+
+    monkeypatch.setenv("STABSCOPE_STORE", str(tmp_path / "store"))
+    store = open_analysed_store(tmp_path / "store")
+    text = _three_nanogpt_runs(tmp_path / "three.log").read_bytes()
+    at = open_page("upload").run()
+    at.file_uploader(key="up_files").upload("bench.log", text, "text/plain").run()
+    assert not at.exception
+    warning = next(w.value for w in at.warning if "start again" in w.value)
+    assert "holds 3 runs" in warning and "**bench-2** (steps 1–20)" in warning and "**bench-3**" in warning
+    at.button(key="up_import").click().run()
+    assert not at.exception
+    assert "**bench-2** (60 rows), **bench-3** (60 rows)" in at.success[1].value
+    assert {r.name for r in store.list_runs()} == {"bench", "bench-2", "bench-3"}
+    assert np.allclose(store.read_series("bench-3", "step_time_s").values[:2], [0.1205, 0.121])

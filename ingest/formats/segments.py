@@ -167,15 +167,23 @@ def segment_cuts(pieces: dict[str, list[Any]]) -> dict[int, npt.NDArray[np.int64
     when no source starts afresh. Streams that restart less often than the most restarting one get
     that one's cuts."""
     by_stream: dict[int, list[tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]]] = {}
+    seen: set[tuple[int, int]] = set()
     for metric_pieces in pieces.values():
         for p in metric_pieces:
+            # the metrics of one line share its step array: each line's rows are looked at once
+            # (a third slower reading a 9M-row Megatron log when every metric's rows were)
+            if (int(p.stream), id(p.step)) in seen:
+                continue
+            seen.add((int(p.stream), id(p.step)))
             by_stream.setdefault(int(p.stream), []).append((p.seq_array(), p.step))
     cuts: dict[int, npt.NDArray[np.int64]] = {}
     for stream, parts in by_stream.items():
         seq = np.concatenate([s for s, _ in parts])
         step = np.concatenate([t for _, t in parts])
-        seq, first = np.unique(seq, return_index=True)  # one row per line: a line gives one step
-        cuts[stream] = seq[fresh_starts(step[first])]
+        if seq.shape[0] > 1 and not np.all(seq[1:] > seq[:-1]):
+            seq, first = np.unique(seq, return_index=True)  # one row per line: a line gives one step
+            step = step[first]
+        cuts[stream] = seq[fresh_starts(step)]
     most = max((c.shape[0] for c in cuts.values()), default=0)
     if most == 0:
         return {}
