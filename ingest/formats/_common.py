@@ -17,7 +17,7 @@ import os
 import re
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final
 
@@ -379,7 +379,8 @@ class LogBuilder:
                     sel = seg == i
                     rank = p.rank if isinstance(p.rank, int) else p.rank[sel]
                     wall = None if p.wall_time is None else p.wall_time[sel]
-                    piece = _Piece(rank, p.step[sel], p.value[sel], wall, p.stream, seq[sel])
+                    # replace(): any other field of the piece goes with its rows
+                    piece = replace(p, rank=rank, step=p.step[sel], value=p.value[sel], wall_time=wall, seq=seq[sel])
                     part(int(i))._pieces.setdefault(metric, []).append(piece)
         self._pieces = {}
         ranges = [_step_range(b) for b in parts]
