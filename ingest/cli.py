@@ -509,6 +509,17 @@ def cmd_import(args: argparse.Namespace) -> int:
                 _print(f"  skipped {skipped['file']}: {skipped['why']}")
             for note in res.get("notes", []):
                 _print(f"  note: {note}")
+            for kept in res.get("kept_over", []):
+                _print(
+                    f"  {kept['metric']}: kept {kept['kept']} over {kept['over']} "
+                    f"(stored as {kept['stored_as']}; rule: {kept['rule']})"
+                )
+            for seg in res.get("segments", []):
+                lines = f", lines {seg['lines'][0]}..{seg['lines'][1]}" if seg.get("lines") else ""
+                _print(
+                    f"  the steps start again: {seg['run']}: {seg['rows']} rows "
+                    f"(steps {seg['first_step']}..{seg['last_step']}{lines}), imported as its own run"
+                )
             for warning in res.get("warnings", []):
                 _print(f"  warning: {warning}", file=sys.stderr)
     return 0

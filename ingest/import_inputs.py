@@ -377,6 +377,8 @@ def combine(parts: Sequence[ParsedLog]) -> tuple[ParsedLog, list[str]]:
         skipped=sum(p.skipped for p in parts),
         skipped_examples=[x for p in parts for x in p.skipped_examples],
         source_files=[f for p in parts for f in p.source_files],
+        kept_over=[k for p in parts for k in p.kept_over],
+        segments=[s for p in parts for s in p.segments],  # further runs a log held stay runs of their own
     )
     return combined, notes
 

@@ -43,7 +43,10 @@ def import_logs(
 ) -> list[dict[str, Any]]:
     """Import ``paths`` as one run; returns the ``--json`` objects (run, format, rows, metrics, steps,
     skipped lines, and from :func:`ingest.import_inputs.read_inputs`: the logs read, the config
-    used, the files skipped with why, notes on combined logs). Nothing is written unless the whole
+    used, the files skipped with why, notes on combined logs). A text log whose steps start again at
+    the first step holds several runs: the first is ``run``, the others ``run-2``, ``run-3``, ...,
+    listed under ``segments``; ``kept_over`` says which source was kept for a metric two line
+    layouts gave (``ingest.formats.segments``). Nothing is written unless the whole
     input parsed. ``metric_map`` (``--map NAME=ROLE``) renames metrics to roles; it is remembered
     with the run and applied again to what is imported into it later (``ingest.metric_map``)."""
     from ingest.import_inputs import read_inputs
@@ -70,6 +73,7 @@ def import_logs(
     with store.writing(name):
         parsed = remembered_map_applied(store, name, read.parsed, metric_map or {})
         report = store.import_parsed(name, parsed)
+    segments = import_segments(store, name, parsed, metric_map)
     import pyarrow.compute as pc
 
     steps = parsed.table.column("step")
@@ -88,6 +92,9 @@ def import_logs(
             "events": len(parsed.events),
             **read.summary(),
             "warnings": config_warnings(paths),
+            "lines": list(parsed.lines) if parsed.lines else None,
+            "segments": segments,
+            "kept_over": parsed.kept_over,
         }
     ]
 
@@ -114,6 +121,36 @@ def config_warnings(paths: Sequence[Path]) -> list[str]:
         except StabScopeError as exc:
             warnings.append(f"config not used: {exc}")
     return warnings
+
+
+def segment_run_name(name: str, index: int) -> str:
+    """The run the ``index``-th further run in one input is stored as: ``NAME-2``, ``NAME-3``, ...
+    (shortened so the suffix always fits a run name)."""
+    suffix = f"-{index + 2}"
+    return validate_run_name(name[: 128 - len(suffix)] + suffix)
+
+
+def import_segments(
+    store: Store, name: str, parsed: Any, metric_map: Mapping[str, str] | None = None
+) -> list[dict[str, Any]]:
+    """Store the further runs ``parsed`` held (``parsed.segments``: its steps started again) as
+    ``name-2``, ``name-3``, ...; one description each (run, steps, input lines, rows, events)."""
+    return [_import_segment(store, segment_run_name(name, i), s, metric_map) for i, s in enumerate(parsed.segments)]
+
+
+def _import_segment(store: Store, run: str, parsed: Any, metric_map: Mapping[str, str] | None) -> dict[str, Any]:
+    with store.writing(run):
+        mapped = remembered_map_applied(store, run, parsed, metric_map or {})
+        report = store.import_parsed(run, mapped)
+    first, last = mapped.step_range or (None, None)
+    return {
+        "run": run,
+        "first_step": first,
+        "last_step": last,
+        "lines": list(mapped.lines) if mapped.lines else None,
+        "rows": report.rows,
+        "events": len(mapped.events),
+    }
 
 
 def remembered_map_applied(store: Store, run: str, parsed: Any, given: Mapping[str, str]) -> Any:

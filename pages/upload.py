@@ -14,7 +14,7 @@ import streamlit as st
 from ingest.errors import StabScopeError
 from ingest.formats import FORMATS, detect
 from ingest.import_inputs import ImportRead, read_inputs, sort_inputs
-from ingest.importer import remembered_map_applied
+from ingest.importer import import_segments, remembered_map_applied, segment_run_name
 from ingest.metric_map import resolve_map, stored_map
 from ingest.store import DEFAULT_WRITER_WAIT_S, LockHolder, validate_run_name
 from pages.page_errors import show_error
@@ -124,6 +124,19 @@ for note in found["notes"]:  # logs of two formats combined: where they disagree
         st.warning(note, icon=":material/call_split:")
     else:
         st.caption(note)
+for kept in log.kept_over:  # one metric from two line layouts: the other is kept under its own name
+    st.caption(f"{kept['metric']}: kept {kept['kept']} over {kept['over']} (stored as {kept['stored_as']}).")
+if log.segments:  # the steps start again at the first step: each further run is imported as its own
+    further = ", ".join(
+        f"**{segment_run_name(name, i)}** (steps {s.step_range[0]:,}–{s.step_range[1]:,})"
+        for i, s in enumerate(log.segments)
+        if s.step_range
+    )
+    st.warning(
+        f"The steps start again {len(log.segments)} time(s): this input holds {len(log.segments) + 1} runs. "
+        f"The first is imported as **{name}**, the others as {further}.",
+        icon=":material/call_split:",
+    )
 
 config = st.file_uploader(
     "Run config (optional, for the pre-flight checklist): YAML, JSON, TOML or a Megatron arguments dump",
@@ -208,9 +221,14 @@ if st.button(f"Import as run {name}", type="primary", key="up_import"):
     with store.writing(name, wait_s=IMPORT_WAIT_S, on_wait=waiting):
         waiting_notice.empty()
         report = store.import_parsed(name, remembered_map_applied(store, name, log, metric_map))
+    further_runs = import_segments(store, name, log, metric_map)
     shutil.rmtree(paths[0].parent, ignore_errors=True)
     for key in ("up_stage", "up_parsed"):
         st.session_state.pop(key, None)
     st.session_state["selected_run"] = name
     st.success(f"Imported {report.rows:,} rows into run **{name}** (generation {report.gen}).")
+    if further_runs:
+        st.success(
+            "Further runs in the input: " + ", ".join(f"**{r['run']}** ({r['rows']:,} rows)" for r in further_runs)
+        )
     nav_link("pages/overview.py", f"Open {name}", icon=":material/show_chart:")

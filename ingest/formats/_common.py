@@ -17,7 +17,7 @@ import os
 import re
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final
 
@@ -28,6 +28,7 @@ import pyarrow.compute as _pc
 
 from ingest.errors import StabScopeError
 from ingest.formats.aliases import canonical_name, to_canonical_unit
+from ingest.formats.segments import one_source_per_metric, segment_cuts, segment_of
 from ingest.long_schema import LONG_SCHEMA_DICT
 from ingest.shards import null_floats
 from stab_core.metrics import RUN_RANK
@@ -70,6 +71,12 @@ class ParsedLog:
     skipped: int = 0
     skipped_examples: list[tuple[str, int, str]] = field(default_factory=list)
     source_files: list[str] = field(default_factory=list)
+    kept_over: list[dict[str, str]] = field(default_factory=list)
+    """Metrics two line layouts gave: which was kept, over which, by what rule (``ingest.formats.segments``)."""
+    segments: list[ParsedLog] = field(default_factory=list)
+    """Further runs the same input held (its steps started again at the first step), in file order."""
+    lines: tuple[int, int] | None = None
+    """First and last line (1-based, in the file that holds it) of a text log's rows."""
 
     @property
     def metrics(self) -> list[str]:
@@ -241,6 +248,10 @@ class LogBuilder:
         self.skipped = 0
         self.skipped_examples: list[tuple[str, int, str]] = []
         self.source_files: list[str] = []
+        self.sources: dict[tuple[int, str], tuple[str, str]] = {}
+        """``(layout index, metric) -> (layout name, key as printed)`` as text readers note them."""
+        self.line_marks: list[tuple[int, int]] = []
+        """``(first sequence number, its line number)`` of each text chunk: ``seq`` -> input line."""
 
     # -- progress and bookkeeping
     def advance(self, nbytes: int) -> None:
@@ -274,6 +285,17 @@ class LogBuilder:
     def event(self, step: int, kind: str, label: str = "", **detail: Any) -> None:
         """Record a run event read from the log."""
         self.events.append(RunEvent(step=int(step), kind=kind, label=label, detail=dict(detail)))
+
+    def note_source(self, layout_index: int, metric: str, layout: str, key: str) -> None:
+        """Record that rows of ``metric`` in layout ``layout_index``'s streams were printed as ``key``."""
+        self.sources.setdefault((layout_index, metric), (layout, key))
+
+    def mark_lines(self, first_line: int) -> None:
+        """The next reserved sequence number is input line ``first_line`` (text readers, per chunk)."""
+        if not self.line_marks or self.line_marks[-1][0] != self._seq_next:
+            self.line_marks.append((self._seq_next, first_line))
+        else:
+            self.line_marks[-1] = (self._seq_next, first_line)
 
     # -- rows
     def add(
@@ -325,7 +347,66 @@ class LogBuilder:
 
     # -- result
     def finish(self, format_name: str) -> ParsedLog:
-        """Detect rollbacks, keep the later segment, de-duplicate and sort: the ``ParsedLog``."""
+        """Keep one source per metric, split fresh runs into ``segments``, then per run detect
+        rollbacks, keep the later segment, de-duplicate and sort: the ``ParsedLog`` (see
+        :mod:`ingest.formats.segments`)."""
+        kept_over = one_source_per_metric(self._pieces, self.sources, format_name) if self.sources else []
+        cuts = segment_cuts(self._pieces) if self.line_marks else {}
+        parts = self._split(cuts) if cuts else [self]
+        logs = [part._finish_one(format_name) for part in parts]
+        for log in logs:
+            log.kept_over = kept_over
+        first = logs[0]
+        first.segments = logs[1:]
+        return first
+
+    def _split(self, cuts: dict[int, IntArray]) -> list[LogBuilder]:
+        """One builder per segment: each piece's rows go to the segment their ``seq`` falls in."""
+        parts: list[LogBuilder] = []
+
+        def part(i: int) -> LogBuilder:
+            while len(parts) <= i:
+                b = LogBuilder([])
+                b.paths, b.meta, b.source_files, b.line_marks = self.paths, dict(self.meta), self.source_files, []
+                parts.append(b)
+            return parts[i]
+
+        for metric, pieces in self._pieces.items():
+            for p in pieces:
+                seq = p.seq_array()
+                seg = segment_of(seq, cuts.get(p.stream, np.zeros(0, np.int64)))
+                for i in np.unique(seg):
+                    sel = seg == i
+                    rank = p.rank if isinstance(p.rank, int) else p.rank[sel]
+                    wall = None if p.wall_time is None else p.wall_time[sel]
+                    # replace(): any other field of the piece goes with its rows
+                    piece = replace(p, rank=rank, step=p.step[sel], value=p.value[sel], wall_time=wall, seq=seq[sel])
+                    part(int(i))._pieces.setdefault(metric, []).append(piece)
+        self._pieces = {}
+        ranges = [_step_range(b) for b in parts]
+        for event in self.events:  # the reader's own events: the first run whose steps hold them
+            owner = next((b for b, (lo, hi) in zip(parts, ranges, strict=True) if lo <= event.step <= hi), parts[0])
+            owner.events.append(event)
+        parts[0].skipped, parts[0].skipped_examples = self.skipped, self.skipped_examples
+        for b in parts:
+            b.line_marks = self.line_marks
+        return parts
+
+    def _input_lines(self) -> tuple[int, int] | None:
+        """First and last input line of the rows (text readers), from the chunks' line marks."""
+        if not self.line_marks or not self._pieces:
+            return None
+        seqs = [p.seq_array() for pieces in self._pieces.values() for p in pieces]
+        lo, hi = min(int(s.min()) for s in seqs), max(int(s.max()) for s in seqs)
+        return self._line_of(lo), self._line_of(hi)
+
+    def _line_of(self, seq: int) -> int:
+        marks = [m for m in self.line_marks if m[0] <= seq]
+        base, line = marks[-1] if marks else self.line_marks[0]
+        return line + seq - base
+
+    def _finish_one(self, format_name: str) -> ParsedLog:
+        lines = self._input_lines()
         table = self._build_table()
         return ParsedLog(
             format=format_name,
@@ -335,6 +416,7 @@ class LogBuilder:
             skipped=self.skipped,
             skipped_examples=list(self.skipped_examples),
             source_files=list(self.source_files),
+            lines=lines,
         )
 
     def _build_table(self) -> pa.Table:
@@ -381,6 +463,13 @@ class LogBuilder:
             ],
             schema=TABLE_SCHEMA,
         )
+
+
+def _step_range(builder: LogBuilder) -> tuple[int, int]:
+    steps = [p.step for pieces in builder._pieces.values() for p in pieces if p.step.shape[0]]
+    if not steps:
+        return (0, -1)
+    return min(int(s.min()) for s in steps), max(int(s.max()) for s in steps)
 
 
 def _metric_column(n: int, code: int, names: list[str]) -> Any:

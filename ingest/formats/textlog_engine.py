@@ -38,6 +38,7 @@ from ingest.formats._common import (
     parse_timestamps,
 )
 from ingest.formats.aliases import canonical_name, to_canonical_unit
+from ingest.formats.segments import kind_stream
 from ingest.formats.textlog_patterns import (
     MAX_SKELETONS_PER_KIND,
     LineKind,
@@ -168,6 +169,7 @@ class EngineState:
         if found.rest.shape[0]:
             texts = [t.rstrip(b"\n") for t in found.lines.take(found.rest).to_pylist()]
             blocks = blocks + self._slow(texts, found.rest, first_line, path, builder)
+        builder.mark_lines(first_line)
         self._emit(blocks, len(found.lines), builder)
         return len(found.lines)
 
@@ -411,7 +413,8 @@ class EngineState:
         if len(block.ts) and (_all_present(block.ts) if block.ts_ok is None else block.ts_ok):
             wall = parse_timestamps(_arrow(block.ts).cast(pa.string()), kind.ts_format)
             builder.meta.setdefault("wall_time_zone", "UTC assumed: the log prints local time without a zone")
-        stream: Any = 0 if line_rank is None else line_rank + 1
+        # each layout its own streams: interleaved layouts (or ranks) are not a restart
+        stream: Any = kind_stream(block.kind, 0 if line_rank is None else line_rank + 1)
         run_stream = stream
         rank_of_line: Any = line_rank
         launcher = _launcher_ranks(block.lrank)
@@ -431,7 +434,7 @@ class EngineState:
                     rank_of_line = self.per_rank_default if lowest < 0 else lowest
                 else:
                     rank_of_line = np.where(named, launcher, self.per_rank_default).astype(np.int32)
-                stream, run_stream = rank_of_line + 1, 0
+                stream, run_stream = kind_stream(block.kind, rank_of_line + 1), kind_stream(block.kind, 0)
         for key, raw in zip(block.keys, block.values, strict=True):
             mapped = self._keymap(block.kind, key)
             if mapped is None:
@@ -466,6 +469,7 @@ class EngineState:
                 # share of a Megatron read (fresh pages for every value of the log)
                 kept = conv.values if mask.all() else conv.values[mask]
                 out_name, out_values = to_canonical_unit(name, unit, kept)
+                builder.note_source(block.kind, out_name, kind.name, key)
                 _add_masked(builder, out_name, steps, out_values, mask, rank, wall, line_stream, seq)
             if conv.pct is not None:
                 pmask = conv.ok & ~np.isnan(conv.pct)
