@@ -490,6 +490,7 @@ def cmd_import(args: argparse.Namespace) -> int:
             fmt=args.format,
             progress=progress,
             metric_map=parse_map_args(args.map),
+            existing=args.existing or "refuse",  # another file into an existing run: say so, lose nothing
         )
     if user_meta or removals:
         for res in results:
@@ -781,6 +782,17 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME=ROLE",
         help="store the log's metric NAME as the canonical ROLE (e.g. --map my_loss=loss; repeatable); "
         "remembered with the run and applied again to later imports into it",
+    )
+    into = p.add_mutually_exclusive_group()
+    into.add_argument(
+        "--append",
+        dest="existing",
+        action="store_const",
+        const="append",
+        help="add to the run when it already holds other files (at a step both hold, the new value wins)",
+    )
+    into.add_argument(
+        "--replace", dest="existing", action="store_const", const="replace", help="replace the run when it exists"
     )
     p = add(
         "meta",

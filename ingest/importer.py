@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from ingest.errors import StabScopeError
 from ingest.store import ProgressFn, Store, skipped_example_texts, validate_run_name
@@ -40,6 +41,7 @@ def import_logs(
     fmt: str | None = None,
     progress: ProgressFn | None = None,
     metric_map: Mapping[str, str] | None = None,
+    existing: str = "append",
 ) -> list[dict[str, Any]]:
     """Import ``paths`` as one run; returns the ``--json`` objects (run, format, rows, metrics, steps,
     skipped lines, and from :func:`ingest.import_inputs.read_inputs`: the logs read, the config
@@ -48,8 +50,12 @@ def import_logs(
     listed under ``segments``; ``kept_over`` says which source was kept for a metric two line
     layouts gave (``ingest.formats.segments``). Nothing is written unless the whole
     input parsed. ``metric_map`` (``--map NAME=ROLE``) renames metrics to roles; it is remembered
-    with the run and applied again to what is imported into it later (``ingest.metric_map``)."""
+    with the run and applied again to what is imported into it later (``ingest.metric_map``).
+    ``existing`` says what to do when run ``run`` exists (see :data:`EXISTING_RUN`)."""
     from ingest.import_inputs import read_inputs
+
+    if existing not in EXISTING_RUN:
+        raise StabScopeError(f"existing must be one of {', '.join(EXISTING_RUN)}, not {existing!r}")
 
     for p in paths:
         if not p.exists():
@@ -71,7 +77,10 @@ def import_logs(
         )
     # the run's remembered map is read and the rows written under one hold of the run's writer lock
     with store.writing(name):
+        held = _settle_existing_run(store, name, read.parsed.source_files, existing) if store.has_run(name) else []
         parsed = remembered_map_applied(store, name, read.parsed, metric_map or {})
+        if held:  # the run's source names every file it holds, so that any of them may be read again
+            parsed = replace(parsed, source_files=sorted({*held, *map(_resolved, parsed.source_files)}))
         report = store.import_parsed(name, parsed)
     segments = import_segments(store, name, parsed, metric_map)
     import pyarrow.compute as pc
@@ -97,6 +106,44 @@ def import_logs(
             "kept_over": parsed.kept_over,
         }
     ]
+
+
+EXISTING_RUN: Final = ("refuse", "append", "replace")
+"""What an import into a run that exists does: ``refuse`` when the run came from other files (the same
+files again update it), ``append`` merges (at a step both hold, the new file's value wins), ``replace``
+deletes the run first. The CLI refuses unless told (``--append``/``--replace``); the Upload page warns."""
+
+
+def _settle_existing_run(store: Store, name: str, files: Sequence[str], existing: str) -> list[str]:
+    """Apply ``existing`` to run ``name``, which exists, before ``files`` are imported into it; the
+    files the run already holds, which it keeps (none once replaced)."""
+    if existing == "replace":
+        store.delete_run(name)
+        return []
+    source = store.run_info(name).source
+    before = _imported_files(source)
+    if existing == "append" or (before is not None and {_resolved(f) for f in files} <= before):
+        return sorted(before or ())  # appended, or one of its own logs again (grown, or re-read)
+    came_from = ", ".join(sorted(before)) if before else source
+    raise StabScopeError(
+        f"run {name!r} already holds {came_from}; importing {', '.join(files)} into it would mix the two or "
+        f"overwrite its steps. Give --run NEW-NAME for a run of its own, --append to add to {name!r} (at a "
+        "step both hold, the new value wins), or --replace to replace it"
+    )
+
+
+def _imported_files(source: str) -> set[str] | None:
+    """The files an imported run came from (its catalog ``source``: ``import:FORMAT:FILE,FILE``), or
+    None for a run that was not imported (compacted shards, a demo)."""
+    kind, _, rest = source.partition(":")
+    if kind != "import":
+        return None
+    _, _, files = rest.partition(":")
+    return {_resolved(f) for f in files.split(",") if f}
+
+
+def _resolved(path: str) -> str:
+    return str(Path(path).resolve())
 
 
 _CONFIG_NAME = re.compile(r"config|hparams|args|params|settings", re.I)

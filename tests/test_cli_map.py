@@ -31,8 +31,9 @@ def test_map_round_trip_and_later_imports(tmp_path: Path) -> None:
     assert s.run_info("r").meta["metric_map"] == {"my_objective": "loss"}
     assert s.read_series("r", "loss").values.tolist() == [2.5, 2.25, 2.0]
     assert "my_objective" not in s.run_info("r").metrics
-    # the continuation says nothing: the run remembers
-    assert _import(store, later) == 0
+    # the continuation says nothing: the run remembers (another file into the run: --append says so)
+    assert _import(store, later) == 2
+    assert _import(store, later, "--append") == 0
     loss = s.read_series("r", "loss")
     assert loss.steps.tolist() == [1, 2, 3, 4, 5] and loss.values.tolist() == [2.5, 2.25, 2.0, 1.75, 1.5]
     assert "my_objective" not in s.run_info("r").metrics
@@ -48,7 +49,7 @@ def test_a_second_map_adds_to_the_remembered_one(tmp_path: Path) -> None:
     later.write_text(LATER)
     store = tmp_path / "store"
     assert _import(store, first, "--map", "my_objective=loss") == 0
-    assert _import(store, later, "--map", "tok_acc=val_loss") == 0
+    assert _import(store, later, "--map", "tok_acc=val_loss", "--append") == 0
     s = open_analysed_store(store)
     assert s.run_info("r").meta["metric_map"] == {"my_objective": "loss", "tok_acc": "val_loss"}
     assert s.read_series("r", "loss").values.tolist() == [2.5, 2.25, 2.0, 1.75, 1.5]
@@ -105,3 +106,35 @@ def test_wandb_companions_follow_the_mapped_metric(tmp_path: Path) -> None:
     assert s.read_series("r", "loss").values.tolist() == [2.0, 1.0]
     assert s.read_series("r", "loss__min").values.tolist() == [1.5, 0.5]
     assert s.read_series("r", "loss__max").values.tolist() == [2.5, 1.5]
+
+
+def test_another_file_of_the_same_name_is_not_merged_into_a_run_silently(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``import job1/train.csv`` then ``import job2/train.csv`` both went into run ``train``, the second
+    overwriting the first's steps without a word (#33 item 7). The second is refused, naming both files
+    and the three ways on; --append and --replace say which the user means; the same file again updates."""
+    (tmp_path / "job1").mkdir()
+    (tmp_path / "job2").mkdir()
+    job1, job2 = tmp_path / "job1" / "train.csv", tmp_path / "job2" / "train.csv"
+    job1.write_text("step,loss\n1,2.0\n2,1.9\n")
+    job2.write_text("step,loss\n2,3.0\n3,2.8\n")
+    store = tmp_path / "store"
+
+    def loss() -> list[tuple[int, float]]:
+        series = open_analysed_store(store).read_series("train", "loss")
+        return list(zip(series.steps.tolist(), series.values.tolist(), strict=True))
+
+    def imported(path: Path, *extra: str) -> int:
+        return main(["import", str(path), "--store", str(store), *extra])
+
+    assert imported(job1) == 0 and loss() == [(1, 2.0), (2, 1.9)]
+    capsys.readouterr()
+    assert imported(job2) == 2
+    error = capsys.readouterr().err
+    assert str(job1) in error and str(job2) in error and "--append" in error and "--replace" in error
+    assert loss() == [(1, 2.0), (2, 1.9)]  # nothing written
+    assert imported(job1) == 0  # the same log again: an update
+    assert imported(job2, "--append") == 0 and loss() == [(1, 2.0), (2, 3.0), (3, 2.8)]
+    assert imported(job1) == 0  # either of the run's own files may be read again
+    assert imported(job2, "--replace") == 0 and loss() == [(2, 3.0), (3, 2.8)]
