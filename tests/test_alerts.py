@@ -128,6 +128,7 @@ def _watch_once(shards: Path, store: Path, sink: Path) -> subprocess.CompletedPr
     return subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO, timeout=300, check=False)
 
 
+@pytest.mark.slow  # out of the fast loop: multi-second (CLI processes, several threads); CI runs it
 def test_watch_sends_each_kind_of_alert_once_to_the_command(tmp_path: Path) -> None:
     shards, store, sink = tmp_path / "shards", tmp_path / "store", tmp_path / "alerts.jsonl"
     sink.touch()

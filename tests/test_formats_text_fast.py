@@ -352,6 +352,7 @@ def _read_with(path: Path, workers: int, chunk_bytes: int | None = None) -> Any:
     return reader.read([path])
 
 
+@pytest.mark.slow  # out of the fast loop: multi-second (CLI processes, several threads); CI runs it
 @pytest.mark.parametrize("seed", range(3))
 def test_threaded_chunks_equal_one_thread(tmp_path: Path, seed: int) -> None:
     """Chunks matched on a pool (many small chunks, so many in flight at once and lines cut at

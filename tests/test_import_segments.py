@@ -191,6 +191,7 @@ def test_two_runs_of_an_interleaved_log_are_split_per_source(tmp_path: Path) -> 
 # --------------------------------------------------------------------------- the CLI
 
 
+@pytest.mark.slow  # out of the fast loop: multi-second (CLI processes, several threads); CI runs it
 def test_cli_reports_the_further_runs_and_what_was_kept(tmp_path: Path) -> None:
     store = tmp_path / "store"
     log = _three_nanogpt_runs(tmp_path / "three.log")
