@@ -581,8 +581,15 @@ def open_error(path: Path, exc: OSError) -> StabScopeError:
 
 _ANSI: Final = re.compile(rb"\x1b\[[0-9;?]*[A-Za-z]")
 
-_LAUNCHER_HOST: Final = r"(?:[A-Za-z][A-Za-z0-9_.-]*:[ \t]+)?"
-"""pdsh / DeepSpeed's multi-node runner: ``node017: `` (a host names no rank)."""
+_HOST_NAME: Final = (
+    r"(?:[A-Za-z][A-Za-z0-9_.-]*"  # node017, gpu-a100-017.cluster.local, localhost
+    r"|[0-9]{1,3}(?:\.[0-9]{1,3}){3}"  # 192.168.205.202
+    r"|[0-9A-Fa-f]{0,4}(?::[0-9A-Fa-f]{0,4}){2,7}"  # fe80::1 (two colons at least: srun's ``7: `` is a rank)
+    r"|\[[0-9A-Fa-f.]*:[0-9A-Fa-f:.]*\])"  # [2001:db8::1]
+)
+"""A host as pdsh writes it before a remote node's lines: a host name, an IPv4 or IPv6 address."""
+_LAUNCHER_HOST: Final = r"(?:" + _HOST_NAME + r":[ \t]+)?"
+"""pdsh / DeepSpeed's multi-node runner: ``node017: ``, ``192.168.205.202: `` (a host names no rank)."""
 _LAUNCHER_RANK: Final = r"(?:(?:\[(?:default|rank)|[ \t]*)(?P<lrank>[0-9]+)(?:\]:[ \t]?|:[ \t]))?"
 """``torchrun --tee 3``'s ``[default7]:``, newer torchrun's ``[rank7]:``, ``srun -l``'s ``7: ``."""
 _LAUNCHER_TIME: Final = (
@@ -610,7 +617,7 @@ Detection tries a format's line there and at the line start (which, with what is
 reader's lazy ``LAUNCHER_PREFIX`` also finds), instead of every way of splitting the prefix."""
 _LAUNCHER_LEAD: Final = re.compile("^" + _LAUNCHER_HOST + _LAUNCHER_RANK, re.M)
 _RANK_LEAD: Final = re.compile("^" + _LAUNCHER_RANK, re.M)
-_HOST_LEAD: Final = re.compile("^" + _LAUNCHER_HOST[3:-2], re.M)
+_HOST_LEAD: Final = re.compile("^" + _HOST_NAME + r":[ \t]+", re.M)
 
 
 def strip_launcher_prefixes(text: str) -> str:

@@ -1,0 +1,125 @@
+"""Imports that lose nothing silently (issue #31): host prefixes of every shape, an alias that
+never replaces the canonical metric of its own line, step times in any unit feeding ``step_time_s``,
+no metric names made from shell or SLURM lines, and Megatron iteration lines with unusual fields."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ingest.formats import detect, read_log, textlog_pipes
+
+
+def _write(path: Path, lines: list[str]) -> Path:
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.fixture(params=["c", "numpy"])
+def field_engine(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Megatron's '|' layout cut by the C extension (``_fields.c``) or by numpy and Arrow."""
+    if request.param == "c" and textlog_pipes._fields is None:
+        pytest.skip("ingest.formats._fields not built (no C compiler at install time)")
+    if request.param == "numpy":
+        monkeypatch.setattr(textlog_pipes, "_fields", None)
+    return str(request.param)
+
+
+# --------------------------------------------------------------------------- 1. host prefixes
+
+MEGATRON = (
+    " iteration {step:8d}/     100 | consumed samples: {samples:10d} | consumed tokens: {tokens:12d} |"
+    " elapsed time per iteration (ms): {ms:.1f} | learning rate: {lr:.3E} | global batch size:   512 |"
+    " lm loss: {loss:.6E} | loss scale: 4096.0 | grad norm: {gnorm:.3f} | actual seqlen:  2048 |"
+    " number of skipped iterations:   0 | number of nan iterations:   0 | samples per second: 12.5 |"
+    " TFLOPs: 101.25 |"
+)
+"""Megatron-DeepSpeed's ``training_log`` line (megatron/training.py), leading blank included."""
+
+
+def _loss(step: int) -> float:
+    return 7.0 - 0.01 * step + 0.001 * (step % 7)
+
+
+def _megatron_line(step: int) -> str:
+    return MEGATRON.format(
+        step=step,
+        samples=512 * step,
+        tokens=512 * 2048 * step,
+        ms=1000.0 + step,
+        lr=1e-4 * step / 100,
+        loss=_loss(step),
+        gnorm=1.0 + 0.01 * (step % 5),
+    )
+
+
+def _pdsh_megatron_deepspeed_log(host: str, n: int = 30) -> list[str]:
+    """A Megatron-DeepSpeed job run by DeepSpeed's pdsh runner on two nodes: the local node's lines
+    behind ``localhost: ``, the other node's behind its address (the last pipeline stage, which
+    prints the iteration lines, runs there); some behind a rank prefix after the host."""
+    lines = [
+        "localhost: [2024-03-01 10:00:00,000] [INFO] [runner.py:555:main] cmd = /usr/bin/python -u pretrain_gpt.py",
+        f"{host}: ------------------------ arguments ------------------------",
+        f"{host}:   clip_grad ....................................... 1.0",
+        f"{host}:   global_batch_size ............................... 512",
+        f"{host}:   train_iters ..................................... 100",
+        f"{host}: -------------------- end of arguments ---------------------",
+        "localhost: [2024-03-01 10:00:05,000] [INFO] [config.py:972:print] DeepSpeedEngine configuration:",
+    ]
+    for step in range(1, n + 1):
+        lines.append(
+            f"localhost: [2024-03-01 10:00:{step:02d},500] [INFO] [logging.py:96:log_dist] [Rank 0] step={step},"
+            f" skipped=0, lr=[{1e-4 * step / 100:.6e}], mom=[(0.9, 0.95)]"
+        )
+        lines.append(f"localhost: steps: {step} loss: {_loss(step) + 0.5:.4f} iter time (s): 1.001 samples/sec: 511.5")
+        prefix = f"{host}: [rank7]:" if step % 3 == 0 else f"{host}: "
+        lines.append(prefix + _megatron_line(step))
+    return lines
+
+
+HOSTS = {
+    "ipv4": "192.168.205.202",
+    "hostname": "node017",
+    "fqdn": "gpu-a100-017.cluster.local",
+    "localhost": "localhost",
+    "ipv6": "fe80::1",
+    "ipv6_bracketed": "[2001:db8::1]",
+}
+
+
+@pytest.mark.parametrize("host", sorted(HOSTS))
+def test_megatron_deepspeed_pdsh_log_behind_every_host_prefix(tmp_path: Path, host: str, field_engine: str) -> None:
+    path = _write(tmp_path / "pdsh.log", _pdsh_megatron_deepspeed_log(HOSTS[host]))
+    found = detect([path])
+    assert found[0][0] == "megatron_deepspeed"
+    assert len(found) == 1 or found[1][1] < found[0][1] - 0.1  # one format found: not ambiguous
+    parsed = read_log([path])  # what the CLI does: no --format
+    assert parsed.format == "megatron_deepspeed"
+    steps, gnorm = parsed.series("grad_norm")
+    np.testing.assert_array_equal(steps, np.arange(1, 31))
+    np.testing.assert_allclose(gnorm, [1.0 + 0.01 * (s % 5) for s in range(1, 31)])
+    steps, lr = parsed.series("lr")
+    np.testing.assert_array_equal(steps, np.arange(1, 31))
+    np.testing.assert_allclose(lr, [1e-4 * s / 100 for s in range(1, 31)], rtol=1e-3)
+    steps, step_time = parsed.series("step_time_s")
+    np.testing.assert_allclose(step_time, [(1000.0 + s) / 1000 for s in range(1, 31)])
+    assert parsed.meta["max_norm"] == 1.0  # the argument dump read behind the host prefix
+
+
+@pytest.mark.parametrize("host", sorted(HOSTS))
+def test_torchtitan_behind_a_host_and_rank_prefix(tmp_path: Path, host: str) -> None:
+    """Another text format behind the same prefixes: every host shape, with and without a rank."""
+    lines = [
+        f"{HOSTS[host]}: {'[rank0]:' if step % 2 else ''}[titan] 2026-05-20 02:23:{step:02d},182 - root - INFO"
+        f" - step: {step:2d}  loss: {_loss(step):8.5f}  grad_norm: 2.0000  memory: 169.10GiB(94.81%)"
+        f"  tps: 10,000  tflops: 888.93  mfu: 39.51%"
+        for step in range(1, 21)
+    ]
+    parsed = read_log([_write(tmp_path / "titan.log", lines)])
+    assert parsed.format == "torchtitan"
+    assert parsed.skipped == 0
+    steps, loss = parsed.series("loss")
+    np.testing.assert_array_equal(steps, np.arange(1, 21))
+    np.testing.assert_allclose(loss, [_loss(s) for s in range(1, 21)], rtol=1e-6)
