@@ -123,3 +123,70 @@ def test_torchtitan_behind_a_host_and_rank_prefix(tmp_path: Path, host: str) -> 
     steps, loss = parsed.series("loss")
     np.testing.assert_array_equal(steps, np.arange(1, 21))
     np.testing.assert_allclose(loss, [_loss(s) for s in range(1, 21)], rtol=1e-6)
+
+
+# --------------------------------------------------------------------------- 2. an alias beside its metric
+
+MAXTEXT_DPO = (
+    "I1202 07:50:{sec:02d}.123456 140245 metric_logger.py:231] completed step: {step}, seconds: 1.{ms:03d},"
+    " TFLOP/s/device: 181.028, Tokens/s/device: 3949.842, total_weights: 1572864, loss: {loss:.3f},"
+    " lm_loss: 0.000, reward_accuracy: {acc}"
+)
+"""MaxText's metric line of a DPO run: ``loss`` is the DPO loss, ``lm_loss`` 0 (no LM term)."""
+
+
+def test_maxtext_dpo_lm_loss_does_not_replace_the_loss(tmp_path: Path) -> None:
+    lines = [
+        MAXTEXT_DPO.format(sec=s, step=s, ms=200 + s, loss=0.693 - 0.01 * s, acc=0.5 + 0.05 * (s % 3))
+        for s in range(1, 11)
+    ]
+    parsed = read_log([_write(tmp_path / "dpo.log", lines)])
+    assert parsed.format == "maxtext"
+    steps, loss = parsed.series("loss")
+    np.testing.assert_array_equal(steps, np.arange(1, 11))
+    np.testing.assert_allclose(loss, [0.693 - 0.01 * s for s in range(1, 11)])
+    np.testing.assert_array_equal(parsed.series("lm_loss")[1], np.zeros(10))
+    np.testing.assert_allclose(parsed.series("reward_accuracy")[1], [0.5 + 0.05 * (s % 3) for s in range(1, 11)])
+    np.testing.assert_allclose(parsed.series("step_time_s", 0)[1], [1.0 + (200 + s) / 1000 for s in range(1, 11)])
+
+
+def test_jsonl_and_csv_lm_loss_beside_loss(tmp_path: Path) -> None:
+    rows = [(s, 0.693 - 0.01 * s, 0.0, 0.5) for s in range(1, 6)]
+    jsonl = _write(
+        tmp_path / "metrics.jsonl",
+        [f'{{"step": {s}, "loss": {lo}, "lm_loss": {lm}, "reward_accuracy": {acc}}}' for s, lo, lm, acc in rows],
+    )
+    csv = _write(tmp_path / "metrics.csv", ["step,lm loss,loss"] + [f"{s},{lm},{lo}" for s, lo, lm, _ in rows])
+    for path in (jsonl, csv):
+        parsed = read_log([path])
+        np.testing.assert_allclose(parsed.series("loss")[1], [lo for _, lo, _, _ in rows], err_msg=str(path))
+        np.testing.assert_array_equal(parsed.series("lm_loss")[1], np.zeros(5))
+
+
+def test_two_aliases_of_one_metric_are_both_kept(tmp_path: Path) -> None:
+    """No key of the line is the metric's own name: the first keeps it, the other its own name."""
+    path = _write(tmp_path / "m.csv", ["step,train_loss,lm loss"] + [f"{s},{s}.5,{s}.25" for s in range(1, 4)])
+    parsed = read_log([path])
+    np.testing.assert_allclose(parsed.series("loss")[1], [1.5, 2.5, 3.5])
+    np.testing.assert_allclose(parsed.series("lm_loss")[1], [1.25, 2.25, 3.25])
+
+
+def test_tensorboard_lm_loss_tag_beside_loss_tag(tmp_path: Path) -> None:
+    from tests.tfevents_writers import write_scalar_events
+
+    run = tmp_path / "tb"
+    run.mkdir()
+    values = np.array([[0.693 - 0.01 * s, 0.0] for s in range(1, 6)])
+    write_scalar_events(run / "events.out.tfevents.1700000000.host.1.0", ["loss", "lm loss"], range(1, 6), values)
+    parsed = read_log([run])
+    assert parsed.format == "tensorboard"
+    np.testing.assert_allclose(parsed.series("loss")[1], values[:, 0])
+    np.testing.assert_array_equal(parsed.series("lm_loss")[1], np.zeros(5))
+
+
+def test_megatron_deepspeed_lm_loss_and_engine_loss_stay_one_loss(tmp_path: Path) -> None:
+    """The rule is per line: Megatron's ``lm loss`` and DeepSpeed's ``steps: N loss:`` are on
+    different lines of one log and stay the one ``loss`` series they were (the later line's)."""
+    parsed = read_log([_write(tmp_path / "pdsh.log", _pdsh_megatron_deepspeed_log("node017", 5))])
+    assert "lm_loss" not in parsed.metrics
+    np.testing.assert_allclose(parsed.series("loss")[1], [_loss(s) for s in range(1, 6)], rtol=1e-6)

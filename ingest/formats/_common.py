@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as _pc
 
 from ingest.errors import StabScopeError
-from ingest.formats.aliases import canonical_name, to_canonical_unit
+from ingest.formats.aliases import canonical_name, keep_apart, own_name, to_canonical_unit
 from ingest.long_schema import LONG_SCHEMA_DICT
 from ingest.shards import null_floats
 from stab_core.metrics import RUN_RANK
@@ -214,6 +214,8 @@ class _Piece:
     stream: int
     seq: int | IntArray
     """An array, or the first of ``len(step)`` consecutive sequence numbers."""
+    origin: str | None = None
+    """The raw key the rows were logged under (a column, a tag), where the builder mapped it."""
 
     def seq_array(self) -> IntArray:
         if isinstance(self.seq, int):
@@ -288,9 +290,14 @@ class LogBuilder:
         seq: Any = None,
         unit: str | None = None,
         canonical: bool = False,
+        origin: str | None = None,
     ) -> None:
         """Append one metric's rows. ``metric`` is a raw key unless ``canonical``; ``unit`` scales
-        values to the canonical unit. ``seq`` (file order) defaults to fresh sequence numbers."""
+        values to the canonical unit. ``seq`` (file order) defaults to fresh sequence numbers.
+        ``origin``: the raw key of already mapped rows (``metric`` itself when not ``canonical``);
+        keys of one stream that map to one metric are kept apart (:meth:`_keep_keys_apart`)."""
+        if not canonical:
+            origin = metric
         step_arr = np.asarray(steps, dtype=np.int64)
         n = step_arr.shape[0]
         if n == 0:
@@ -315,7 +322,7 @@ class LogBuilder:
             seq_val = int(seq)  # the first of n consecutive sequence numbers
         else:
             seq_val = np.asarray(seq, dtype=np.int64)
-        piece = _Piece(rank_val, step_arr, value_arr, wall, int(stream), seq_val)
+        piece = _Piece(rank_val, step_arr, value_arr, wall, int(stream), seq_val, origin)
         self._pieces.setdefault(name, []).append(piece)
 
     @property
@@ -326,6 +333,7 @@ class LogBuilder:
     # -- result
     def finish(self, format_name: str) -> ParsedLog:
         """Detect rollbacks, keep the later segment, de-duplicate and sort: the ``ParsedLog``."""
+        self._keep_keys_apart()
         table = self._build_table()
         return ParsedLog(
             format=format_name,
@@ -336,6 +344,37 @@ class LogBuilder:
             skipped_examples=list(self.skipped_examples),
             source_files=list(self.source_files),
         )
+
+    def _keep_keys_apart(self) -> None:
+        """Where two raw keys of one stream (columns of one file, tags of one writer) were mapped to
+        one metric, the key that is the metric's own name keeps it and the other keeps its own
+        (:func:`~ingest.formats.aliases.keep_apart`): ``loss`` and ``lm_loss`` columns are two
+        series, and merging them kept one value a step and dropped the other."""
+        for name in list(self._pieces):
+            pieces = self._pieces[name]
+            origins: dict[int, dict[str, None]] = {}  # stream -> its keys, in the order first added
+            for p in pieces:
+                if p.origin is not None:
+                    origins.setdefault(p.stream, {})[p.origin] = None
+            moved: dict[tuple[int, str], str] = {}
+            for stream, keys in origins.items():
+                if len(keys) < 2:
+                    continue
+                listed = list(keys)
+                for key, found in zip(listed, keep_apart(listed, [(name, None)] * len(listed)), strict=True):
+                    if found is not None and found[0] != name:
+                        own, unit = own_name(key)
+                        moved[(stream, key)] = to_canonical_unit(own, unit, np.zeros(0))[0]
+            if not moved:
+                continue
+            kept = []
+            for p in pieces:
+                target = moved.get((p.stream, p.origin)) if p.origin is not None else None
+                if target is None:
+                    kept.append(p)
+                else:
+                    self._pieces.setdefault(target, []).append(p)
+            self._pieces[name] = kept
 
     def _build_table(self) -> pa.Table:
         """Metric by metric (bounded temporaries): purge replayed rows, keep the last row of each

@@ -181,6 +181,7 @@ def add_wide(
                 seq=first_seq,
                 unit=unit,
                 canonical=canonical,
+                origin=name,
             )
             continue
         if seq is None:
@@ -195,6 +196,7 @@ def add_wide(
             seq=seq[present],
             unit=unit,
             canonical=canonical,
+            origin=name,
         )
 
 

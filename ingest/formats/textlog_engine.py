@@ -37,7 +37,7 @@ from ingest.formats._common import (
     parse_numbers,
     parse_timestamps,
 )
-from ingest.formats.aliases import canonical_name, to_canonical_unit
+from ingest.formats.aliases import canonical_name, keep_apart, to_canonical_unit
 from ingest.formats.textlog_patterns import (
     MAX_SKELETONS_PER_KIND,
     LineKind,
@@ -125,6 +125,7 @@ class EngineState:
         self.run_ranks: dict[int, int] = {}
         """kind -> the launcher rank whose lines give that kind's run-level rows."""
         self._keymaps: dict[tuple[int, str], tuple[str, str | None] | None] = {}
+        self._line_maps: dict[tuple[int, tuple[str, ...]], list[tuple[str, str | None] | None]] = {}
         self.forced_engine = engine_override()
         """The regex engine :data:`~ingest.formats.textlog_patterns.ENGINE_ENV` forces on every
         skeleton (None: each skeleton's by the rule)."""
@@ -328,6 +329,15 @@ class EngineState:
             self._keymaps[cache_key] = km(key) if km is not None else canonical_name(key)
         return self._keymaps[cache_key]
 
+    def _line_names(self, kind_i: int, keys: tuple[str, ...]) -> list[tuple[str, str | None] | None]:
+        """Each key's ``(metric, unit)`` on one layout's line, no two on one metric (see
+        :func:`~ingest.formats.aliases.keep_apart`: MaxText's DPO line prints ``loss: 0.693`` and
+        ``lm_loss: 0.000``, and the second replaced the first)."""
+        cache_key = (kind_i, keys)
+        if cache_key not in self._line_maps:
+            self._line_maps[cache_key] = keep_apart(keys, [self._keymap(kind_i, key) for key in keys])
+        return self._line_maps[cache_key]
+
     def _emit(self, blocks: list[_Block], n_rows: int, builder: LogBuilder) -> None:
         base = builder.reserve(n_rows)
         steps_by_block = [self._steps(b) for b in blocks]
@@ -432,8 +442,7 @@ class EngineState:
                 else:
                     rank_of_line = np.where(named, launcher, self.per_rank_default).astype(np.int32)
                 stream, run_stream = rank_of_line + 1, 0
-        for key, raw in zip(block.keys, block.values, strict=True):
-            mapped = self._keymap(block.kind, key)
+        for mapped, raw in zip(self._line_names(block.kind, block.keys), block.values, strict=True):
             if mapped is None:
                 continue
             name, key_unit = mapped
