@@ -190,3 +190,83 @@ def test_megatron_deepspeed_lm_loss_and_engine_loss_stay_one_loss(tmp_path: Path
     parsed = read_log([_write(tmp_path / "pdsh.log", _pdsh_megatron_deepspeed_log("node017", 5))])
     assert "lm_loss" not in parsed.metrics
     np.testing.assert_allclose(parsed.series("loss")[1], [_loss(s) for s in range(1, 6)], rtol=1e-6)
+
+
+# --------------------------------------------------------------------------- 3. step times in any unit
+
+REAL_LOGS = Path(__file__).resolve().parents[2] / "shared" / "data" / "real_logs"
+
+
+def _modded_nanogpt_log() -> tuple[list[str], dict[int, float]]:
+    """A modded-nanogpt record log: 10 warm-up steps, the timer reset after them, a validation line
+    every 5 steps (its ``train_time`` a little later than the training line's: bookkeeping), step 13
+    slow. Returns the lines and each step's true time (s) after the reset."""
+    lines = ["step:0/20 val_loss:10.8259 train_time:250ms step_avg:nanms"]
+    train_ms = 8000.0
+    for step in range(1, 11):
+        train_ms += 350.0
+        lines.append(f"step:{step}/20 train_loss:{_loss(step):.4f} train_time:{train_ms:.0f}ms step_avg:nanms")
+    truth: dict[int, float] = {}
+    train_ms = 0.0
+    for step in range(11, 21):
+        took = 1200.0 if step == 13 else 400.0
+        train_ms += took
+        truth[step] = took / 1000
+        avg = f"{train_ms / (step - 10):.2f}ms" if step > 12 else "nanms"
+        lines.append(f"step:{step}/20 train_loss:{_loss(step):.4f} train_time:{train_ms:.0f}ms step_avg:{avg}")
+        if step % 5 == 0:
+            lines.append(f"step:{step}/20 val_loss:{_loss(step):.4f} train_time:{train_ms + 30:.0f}ms step_avg:{avg}")
+    return lines, truth
+
+
+def test_modded_nanogpt_step_time_is_each_steps_own(tmp_path: Path) -> None:
+    lines, truth = _modded_nanogpt_log()
+    parsed = read_log([_write(tmp_path / "record.txt", lines)])
+    assert parsed.format == "modded_nanogpt"
+    steps, step_time = parsed.series("step_time_s", 0)
+    # warm-up steps 2-10 (350 ms each); step 11 has none: the timer was reset before it
+    np.testing.assert_array_equal(steps, [*range(2, 11), *range(12, 21)])
+    np.testing.assert_allclose(step_time[:9], 0.35)
+    # after the reset: each step's own time, the slow step 13 included (step_avg smears it over N)
+    np.testing.assert_allclose(step_time[9:], [truth[s] for s in range(12, 21)])
+    assert parsed.series("step_avg_s")[1][-1] == pytest.approx(sum(truth.values()) / 10)
+
+
+def test_nemo_step_timing_is_the_step_time(tmp_path: Path) -> None:
+    lines = [
+        f"Training epoch 0, iteration {i}/99 | lr: 1.5e-05 | global_batch_size: 32 | global_step: {i} |"
+        f" reduced_train_loss: {_loss(i):.4} | train_step_timing in s: 0.{5800 + i} | consumed_samples: {32 * (i + 1)}"
+        for i in range(10)
+    ]
+    parsed = read_log([_write(tmp_path / "nemo.log", lines)])
+    assert parsed.format == "nemo"
+    steps, step_time = parsed.series("step_time_s")  # run-level: NeMo prints the line once, on rank 0
+    np.testing.assert_array_equal(steps, np.arange(10))
+    np.testing.assert_allclose(step_time, [0.58 + i / 10_000 for i in range(10)])
+
+
+@pytest.mark.parametrize(
+    ("folder", "name", "median_s"),
+    [
+        ("mng_quantizedfp4", "433c1732-0c3d-4099-a4a8-ec31eae49b16.txt", 0.40),
+        ("megatron_mixtral8x7b_h100", "golden_values_dev_dgx_h100.json", None),
+    ],
+)
+def test_real_runs_are_priced_with_their_logged_step_time(
+    tmp_path: Path, folder: str, name: str, median_s: float | None
+) -> None:
+    """What the Cost and Spikes pages read (``ingest.run_cost``): a step time measured from the log."""
+    from ingest.importer import import_logs
+    from ingest.run_analyses import open_analysed_store
+    from ingest.run_cost import run_cost_inputs
+
+    source = REAL_LOGS / folder / name
+    if not source.exists():
+        pytest.skip(f"real log absent: {source} (see its PROVENANCE.txt)")
+    store = open_analysed_store(tmp_path / "store")
+    import_logs(store, [source], run="run")
+    inputs = run_cost_inputs(store, "run")
+    assert inputs.step_time_source == "measured"
+    assert inputs.step_time_s is not None
+    if median_s is not None:  # the record's log: ~400 ms a step after the first steps (step_avg 400.89 ms)
+        assert inputs.step_time_s == pytest.approx(median_s, abs=0.01)

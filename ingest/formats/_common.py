@@ -325,6 +325,19 @@ class LogBuilder:
         piece = _Piece(rank_val, step_arr, value_arr, wall, int(stream), seq_val, origin)
         self._pieces.setdefault(name, []).append(piece)
 
+    def rows_of(self, metric: str) -> tuple[IntArray, FloatArray, IntArray]:
+        """``(steps, values, sequence numbers)`` of every row added so far under the canonical
+        ``metric``, in file order (before restarts are purged): for a reader that derives one
+        metric from another once its lines are read."""
+        pieces = self._pieces.get(metric, [])
+        if not pieces:
+            return np.zeros(0, np.int64), np.zeros(0), np.zeros(0, np.int64)
+        seq = np.concatenate([p.seq_array() for p in pieces])
+        order = np.argsort(seq, kind="stable")
+        steps = np.concatenate([p.step for p in pieces])[order]
+        values = np.concatenate([p.value for p in pieces])[order]
+        return steps, values, seq[order]
+
     @property
     def row_count(self) -> int:
         """Rows added so far (before de-duplication)."""
