@@ -270,3 +270,57 @@ def test_real_runs_are_priced_with_their_logged_step_time(
     assert inputs.step_time_s is not None
     if median_s is not None:  # the record's log: ~400 ms a step after the first steps (step_avg 400.89 ms)
         assert inputs.step_time_s == pytest.approx(median_s, abs=0.01)
+
+
+# --------------------------------------------------------------------------- 4. no metric from shell or SLURM lines
+
+OLMO_BLOCK = (
+    "2024-02-01 12:00:0{step}.123\tnode017:0\tolmo.train:1240\tINFO\t[step={step}/1000]\n"
+    "    train/CrossEntropyLoss={loss}\n"
+    "    optim/total_grad_norm=1.5\n"
+)
+
+
+def test_readme_shell_commands_are_not_metrics(tmp_path: Path) -> None:
+    """A README pasted around an OLMo log: its ``export NAME=1`` lines look like OLMo's ``name=value``."""
+    text = "# Reproduce\n\n```bash\nexport HF_DATASETS_OFFLINE=1\n+ export NCCL_IB_DISABLE=1\n"
+    text += "python -m torch.distributed.run --nproc_per_node=8 scripts/train.py configs/olmo.yaml --lr=3\n```\n\n"
+    for step in range(1, 4):
+        text += OLMO_BLOCK.format(step=step, loss=10.0 - step)
+        text += "export WANDB_MODE=0\n"
+    path = tmp_path / "README.md"
+    path.write_text(text)
+    parsed = read_log([path], format="olmo")
+    assert parsed.metrics == ["grad_norm", "loss"]
+    np.testing.assert_allclose(parsed.series("loss")[1], [9.0, 8.0, 7.0])
+    assert any(
+        "a shell command, not a metric line: export HF_DATASETS_OFFLINE=1" in e[2] for e in parsed.skipped_examples
+    )
+
+
+def test_slurm_cancel_message_written_into_a_metric_line(tmp_path: Path) -> None:
+    """slurmstepd's stderr lands in the middle of the trainer's stdout: the line's own metrics are
+    read, SLURM's ``JOB 123456`` is not one of them."""
+    lines = [f"iter {i}: loss {4.0 - 0.1 * i:.4f}, time 120.00ms, mfu 30.00%" for i in range(10)]
+    lines[9] += "slurmstepd: error: *** JOB 123456 ON node017 CANCELLED AT 2024-01-01T00:00:00 ***"
+    lines.append(
+        "slurmstepd: error: *** STEP 123456.0 ON node017 CANCELLED AT 2024-01-01T00:00:00 DUE TO TIME LIMIT ***"
+    )
+    lines.append("srun: error: node017: task 3: Exited with exit code 1")
+    parsed = read_log([_write(tmp_path / "slurm-123456.out", lines)])
+    assert parsed.format == "nanogpt"
+    assert parsed.metrics == ["loss", "mfu", "step_time_s"]
+    np.testing.assert_allclose(parsed.series("loss")[1], [4.0 - 0.1 * i for i in range(10)])
+
+
+def test_llmc_console_line_with_a_slurm_message(tmp_path: Path) -> None:
+    lines = [
+        f"step {s:4d}/100 | loss {5.0 - 0.01 * s:.6f} (+nanz)| norm 1.0000 (+nanz)| lr 6.00e-04 | 140.00 ms"
+        " | 40.0% bf16 MFU | 3700000 tok/s"
+        for s in range(1, 8)
+    ]
+    lines[-1] += " slurmstepd: error: *** JOB 123456 ON node017 CANCELLED AT 2024-01-01T00:00:00 ***"
+    parsed = read_log([_write(tmp_path / "llmc.out", lines)])
+    assert parsed.format == "llmc_console"
+    assert not [m for m in parsed.metrics if "JOB" in m or "CANCELLED" in m]
+    assert parsed.series("loss")[0].shape[0] == 7

@@ -284,6 +284,9 @@ class EngineState:
         for row, line in zip(rows.tolist(), texts, strict=True):
             if not line.strip(b" \t\r") or _BARE_PREFIX.fullmatch(line):
                 continue
+            if _is_shell_command(line):
+                builder.skip(path, first_line + row, _reason(line, "a shell command, not a metric line"))
+                continue
             found = self._match_kind(line)
             if found is None:
                 builder.skip(path, first_line + row, _reason(line))
@@ -297,7 +300,8 @@ class EngineState:
                     keys, values = skeleton.keys, list(whole.groups()[len(skeleton.prefix_names) :])
                     break
             else:
-                pairs = list(self.compiled[kind_i][1].finditer(line, m.end()))
+                junk = _LAUNCHER_MESSAGE.search(line, m.end())
+                pairs = list(self.compiled[kind_i][1].finditer(line, m.end(), junk.start() if junk else len(line)))
                 self.learn(kind_i, line, m, pairs)
                 keys = tuple(key_of(pair) for pair in pairs)
                 values = [pair.group(value_group(pair)) for pair in pairs]
@@ -555,6 +559,27 @@ def _add_masked(
     )
 
 
+_LEAD: Final = re.compile(LAUNCHER_PREFIX.replace(")??", ")?").encode() + rb"[ \t]*")
+_SHELL_COMMAND: Final = re.compile(
+    rb"(?:[+$>][ \t]*)?(?:export|unset|source|srun|sbatch|salloc|torchrun|deepspeed|mpirun|accelerate[ \t]+launch"
+    rb"|python3?[ \t]+(?:-m[ \t]+|-u[ \t]+)*[^\s=]+)[ \t]"
+    rb"|#SBATCH[ \t]"
+)
+"""A shell command (a README's ``export HF_DATASETS_OFFLINE=1``, ``bash -x``'s ``+ export ...``, a
+launch command): its ``NAME=1`` is a setting, not a metric, whatever pairs a format would see in it."""
+_LAUNCHER_MESSAGE: Final = re.compile(
+    rb"slurmstepd(?:-[A-Za-z0-9_.-]+)?:|srun: (?:error|warning|Job step|Force)|\*\*\* (?:JOB|STEP) [0-9]|pdsh@"
+)
+"""Where SLURM or pdsh writes into a line (its stderr interleaved with the trainer's stdout:
+``slurmstepd: error: *** JOB 123456 ON node017 CANCELLED AT ... ***``): no metric from there on."""
+
+
+def _is_shell_command(line: bytes) -> bool:
+    """Whether ``line``'s own text, behind any launcher prefix, is a shell command."""
+    lead = _LEAD.match(line)
+    return _SHELL_COMMAND.match(line, lead.end() if lead else 0) is not None
+
+
 _BARE_PREFIX: Final = re.compile(LAUNCHER_PREFIX.encode() + rb"[ \t\r]*")
 """A line that is a launcher prefix alone (an empty line of the trainer's): blank, not skipped."""
 
@@ -607,6 +632,6 @@ def _all_present(col: Any) -> bool:
     return len(col) > 0 and all(col)
 
 
-def _reason(line: bytes) -> str:
+def _reason(line: bytes, why: str = "not a metric line") -> str:
     text = line.decode("utf-8", "replace").strip()
-    return "not a metric line: " + (text[:80] + ("..." if len(text) > 80 else ""))
+    return f"{why}: " + (text[:80] + ("..." if len(text) > 80 else ""))
