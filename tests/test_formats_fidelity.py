@@ -324,3 +324,60 @@ def test_llmc_console_line_with_a_slurm_message(tmp_path: Path) -> None:
     assert parsed.format == "llmc_console"
     assert not [m for m in parsed.metrics if "JOB" in m or "CANCELLED" in m]
     assert parsed.series("loss")[0].shape[0] == 7
+
+
+# --------------------------------------------------------------------------- 5. Megatron lines with unusual fields
+
+BLOOM = (
+    "{lead}iteration {step:8d}/  115311 | consumed samples: {samples:12d} | consumed tokens: {tokens:12d} |"
+    " elapsed time per iteration (s): 105.{step3:03d} | learning rate: 5.969E-05 | global batch size:  2048 |"
+    " lm loss: {loss} | grad norm: {gnorm} | num zeros: 0.0 | number of skipped iterations:   0 |"
+    " number of nan iterations:   0 | samples per second: 19.463 | TFLOPs: 149.02 |"
+)
+"""Megatron-DeepSpeed's iteration line of the BLOOM 176B run, with seconds per iteration."""
+
+
+def _bloom(step: int, lead: str = " [default7]: ", loss: str = "", gnorm: str = "0.174") -> str:
+    return BLOOM.format(
+        lead=lead,
+        step=step,
+        samples=2048 * step,
+        tokens=2048 * 2048 * step,
+        step3=step % 1000,
+        loss=loss or f"{_loss(step % 100):.6E}",
+        gnorm=gnorm,
+    )
+
+
+def test_bloom_chronicle_pasted_iteration_lines(tmp_path: Path, field_engine: str) -> None:
+    """A chronicle (markdown) quoting the log: the quoted line keeps torchrun's ``[default7]:``
+    behind a blank, among prose; then variants Megatron prints: ``lm loss: nan``, no grad norm, an
+    extra ``curriculum seqlen`` field, ``E+00`` values, a wide step counter."""
+    lines = [
+        "### 2022-03-18",
+        "",
+        "At the current speed we need 125 days more `(115311-12695)*105/(3600*24)=124.7` to finish the plan.",
+        "",
+        "```",
+        _bloom(12695),
+        "```",
+        "",
+    ]
+    lines += [_bloom(s) for s in range(12696, 12700)]
+    lines.append(_bloom(12700, loss="nan"))
+    lines.append(_bloom(12701).replace(" grad norm: 0.174 |", ""))
+    lines.append(_bloom(12702).replace(" global batch size:", " curriculum seqlen:  1024 | global batch size:"))
+    lines.append(_bloom(12703, gnorm="1.234E+00"))
+    lines.append(_bloom(12704, lead=" ").replace("iteration    12704/  115311", "iteration    12704/  115311"))
+    parsed = read_log([_write(tmp_path / "chronicles.md", lines)], format="megatron")
+    steps, loss = parsed.series("loss")
+    np.testing.assert_array_equal(steps, np.arange(12695, 12705))
+    assert np.isnan(loss[12700 - 12695])
+    np.testing.assert_allclose(loss[:5], [_loss(s % 100) for s in range(12695, 12700)], rtol=1e-6)
+    steps, gnorm = parsed.series("grad_norm")
+    assert 12701 not in steps and 12700 in steps
+    assert gnorm[list(steps).index(12703)] == 1.234
+    np.testing.assert_array_equal(parsed.series("curriculum_seqlen")[0], [12702])
+    steps, step_time = parsed.series("step_time_s")
+    np.testing.assert_allclose(step_time[0], 105.695)  # seconds, as the key says
+    assert parsed.skipped == 4  # the prose lines and the fences, each said

@@ -642,8 +642,9 @@ _HOST_NAME: Final = (
 """A host as pdsh writes it before a remote node's lines: a host name, an IPv4 or IPv6 address."""
 _LAUNCHER_HOST: Final = r"(?:" + _HOST_NAME + r":[ \t]+)?"
 """pdsh / DeepSpeed's multi-node runner: ``node017: ``, ``192.168.205.202: `` (a host names no rank)."""
-_LAUNCHER_RANK: Final = r"(?:(?:\[(?:default|rank)|[ \t]*)(?P<lrank>[0-9]+)(?:\]:[ \t]?|:[ \t]))?"
-"""``torchrun --tee 3``'s ``[default7]:``, newer torchrun's ``[rank7]:``, ``srun -l``'s ``7: ``."""
+_LAUNCHER_RANK: Final = r"(?:(?:[ \t]*\[(?:default|rank)|[ \t]*)(?P<lrank>[0-9]+)(?:\]:[ \t]?|:[ \t]))?"
+"""``torchrun --tee 3``'s ``[default7]:``, newer torchrun's ``[rank7]:`` (a blank before it where a log was pasted
+into a note), ``srun -l``'s ``7: ``."""
 _LAUNCHER_TIME: Final = (
     r"(?:\[?[0-9]{4}-[0-9]{2}-[0-9]{2}[ T][0-9]{2}:[0-9]{2}:[0-9]{2}(?:[.,][0-9]+)?Z?\]?[ \t]*(?:-[ \t]*)?)??"
 )
