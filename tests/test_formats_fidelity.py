@@ -184,6 +184,22 @@ def test_tensorboard_lm_loss_tag_beside_loss_tag(tmp_path: Path) -> None:
     np.testing.assert_array_equal(parsed.series("lm_loss")[1], np.zeros(5))
 
 
+def test_one_key_printed_twice_on_a_line_stays_one_metric(tmp_path: Path) -> None:
+    """Two ranks' memory reports run together on one line (as in the BigScience perf log): the same
+    keys twice are not two metrics; only different keys on one metric are kept apart."""
+    report = "[Rank {r}] (after 1 iterations) memory (MB) | allocated: 1024.0 | max allocated: 2048.0 | reserved: {res}"
+    lines = [report.format(r=r, res=3072.0) for r in range(2)]
+    lines.append(report.format(r=2, res=3072.0) + report.format(r=3, res=4096.0))
+    lines += _megatron_lines_plain(5)
+    parsed = read_log([_write(tmp_path / "megatron.log", lines)], format="megatron")
+    assert not {"allocated", "max_allocated", "reserved", "allocated_gb"} & set(parsed.metrics)
+    np.testing.assert_allclose(parsed.series("gpu_mem_reserved_gb", 2)[1], [4.0])  # the later record, as before
+
+
+def _megatron_lines_plain(n: int) -> list[str]:
+    return [_megatron_line(s) for s in range(1, n + 1)]
+
+
 def test_megatron_deepspeed_lm_loss_and_engine_loss_stay_one_loss(tmp_path: Path) -> None:
     """The rule is per line: Megatron's ``lm loss`` and DeepSpeed's ``steps: N loss:`` are on
     different lines of one log and stay the one ``loss`` series they were (the later line's)."""

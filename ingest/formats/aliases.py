@@ -302,10 +302,12 @@ def names_the_metric(raw: str, metric: str) -> bool:
 def keep_apart(
     keys: Sequence[str], mapped: Sequence[tuple[str, str | None] | None]
 ) -> list[tuple[str, str | None] | None]:
-    """``mapped`` (each of ``keys``' ``(metric, unit)``, or None) with no two keys of one line on one
-    metric: where several map to it, the key that is the metric's own name keeps it (else the first),
-    and the others keep their own names (:func:`own_name`). An alias never replaces the canonical
-    metric the same line also carries, and no value of the line is dropped for another."""
+    """``mapped`` (each of ``keys``' ``(metric, unit)``, or None) with no two different keys of one
+    line on one metric: where several map to it, the key that is the metric's own name keeps it (else
+    the first), and the others keep their own names (:func:`own_name`, in the unit the mapping gave).
+    An alias never replaces the canonical metric the same line also carries, and no value of the line
+    is dropped for another. One key printed twice (two ranks' records run together on one line)
+    stays one metric, as before."""
     out = list(mapped)
     by_name: dict[str, list[int]] = {}
     for i, found in enumerate(mapped):
@@ -313,13 +315,16 @@ def keep_apart(
             by_name.setdefault(found[0], []).append(i)
     taken = {found[0] for found in mapped if found is not None}
     for name, idx in by_name.items():
-        if len(idx) < 2:
+        distinct = list(dict.fromkeys(keys[i] for i in idx))
+        if len(distinct) < 2:
             continue
-        keeper = next((i for i in idx if names_the_metric(keys[i], name)), idx[0])
+        keeper = next((key for key in distinct if names_the_metric(key, name)), distinct[0])
         for i in idx:
-            if i != keeper:
-                own = own_name(keys[i])
-                out[i] = own if own[0] not in taken else (sanitise_name(keys[i]) + "_" + str(i), own[1])
+            found = mapped[i]
+            if keys[i] != keeper and found is not None:
+                own, unit = own_name(keys[i])
+                own = own if own not in taken else f"{own}_{i}"
+                out[i] = (own, unit or found[1])
     return out
 
 
