@@ -397,3 +397,11 @@ def test_bloom_chronicle_pasted_iteration_lines(tmp_path: Path, field_engine: st
     steps, step_time = parsed.series("step_time_s")
     np.testing.assert_allclose(step_time[0], 105.695)  # seconds, as the key says
     assert parsed.skipped == 4  # the prose lines and the fences, each said
+
+
+def test_keys_that_differ_only_in_blanks_stay_one_metric(tmp_path: Path) -> None:
+    """A JSON key ``"loss "`` beside ``"loss"`` has ``loss`` as its own name too: merged as before
+    (found by the fuzz test: moving the rows onto the name they came from never ended)."""
+    path = _write(tmp_path / "m.jsonl", ['{"step": 1, "loss": 2.0}', '{"step": 2, "loss ": 1.5}'])
+    parsed = read_log([path])
+    np.testing.assert_array_equal(parsed.series("loss")[1], [2.0, 1.5])

@@ -377,10 +377,12 @@ class LogBuilder:
                 for key, found in zip(listed, keep_apart(listed, [(name, None)] * len(listed)), strict=True):
                     if found is not None and found[0] != name:
                         own, unit = own_name(key)
-                        moved[(stream, key)] = to_canonical_unit(own, unit, np.zeros(0))[0]
+                        target = to_canonical_unit(own, unit, np.zeros(0))[0]
+                        if target != name:  # 'loss ' beside 'loss': one name, merged as before
+                            moved[(stream, key)] = target
             if not moved:
                 continue
-            kept = []
+            kept: list[_Piece] = []
             for p in pieces:
                 target = moved.get((p.stream, p.origin)) if p.origin is not None else None
                 if target is None:
