@@ -384,11 +384,11 @@ class LogBuilder:
                 continue
             kept: list[_Piece] = []
             for p in pieces:
-                target = moved.get((p.stream, p.origin)) if p.origin is not None else None
-                if target is None:
+                moved_to = moved.get((p.stream, p.origin)) if p.origin is not None else None
+                if moved_to is None:
                     kept.append(p)
                 else:
-                    self._pieces.setdefault(target, []).append(p)
+                    self._pieces.setdefault(moved_to, []).append(p)
             self._pieces[name] = kept
 
     def _build_table(self) -> pa.Table:
