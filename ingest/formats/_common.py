@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as _pc
 
 from ingest.errors import StabScopeError
-from ingest.formats.aliases import canonical_name, to_canonical_unit
+from ingest.formats.aliases import canonical_name, keep_apart, own_name, to_canonical_unit
 from ingest.formats.segments import one_source_per_metric, segment_cuts, segment_of
 from ingest.long_schema import LONG_SCHEMA_DICT
 from ingest.shards import null_floats
@@ -221,6 +221,8 @@ class _Piece:
     stream: int
     seq: int | IntArray
     """An array, or the first of ``len(step)`` consecutive sequence numbers."""
+    origin: str | None = None
+    """The raw key the rows were logged under (a column, a tag), where the builder mapped it."""
 
     def seq_array(self) -> IntArray:
         if isinstance(self.seq, int):
@@ -310,9 +312,14 @@ class LogBuilder:
         seq: Any = None,
         unit: str | None = None,
         canonical: bool = False,
+        origin: str | None = None,
     ) -> None:
         """Append one metric's rows. ``metric`` is a raw key unless ``canonical``; ``unit`` scales
-        values to the canonical unit. ``seq`` (file order) defaults to fresh sequence numbers."""
+        values to the canonical unit. ``seq`` (file order) defaults to fresh sequence numbers.
+        ``origin``: the raw key of already mapped rows (``metric`` itself when not ``canonical``);
+        keys of one stream that map to one metric are kept apart (:meth:`_keep_keys_apart`)."""
+        if not canonical:
+            origin = metric
         step_arr = np.asarray(steps, dtype=np.int64)
         n = step_arr.shape[0]
         if n == 0:
@@ -337,8 +344,21 @@ class LogBuilder:
             seq_val = int(seq)  # the first of n consecutive sequence numbers
         else:
             seq_val = np.asarray(seq, dtype=np.int64)
-        piece = _Piece(rank_val, step_arr, value_arr, wall, int(stream), seq_val)
+        piece = _Piece(rank_val, step_arr, value_arr, wall, int(stream), seq_val, origin)
         self._pieces.setdefault(name, []).append(piece)
+
+    def rows_of(self, metric: str) -> tuple[IntArray, FloatArray, IntArray]:
+        """``(steps, values, sequence numbers)`` of every row added so far under the canonical
+        ``metric``, in file order (before restarts are purged): for a reader that derives one
+        metric from another once its lines are read."""
+        pieces = self._pieces.get(metric, [])
+        if not pieces:
+            return np.zeros(0, np.int64), np.zeros(0), np.zeros(0, np.int64)
+        seq = np.concatenate([p.seq_array() for p in pieces])
+        order = np.argsort(seq, kind="stable")
+        steps = np.concatenate([p.step for p in pieces])[order]
+        values = np.concatenate([p.value for p in pieces])[order]
+        return steps, values, seq[order]
 
     @property
     def row_count(self) -> int:
@@ -349,7 +369,9 @@ class LogBuilder:
     def finish(self, format_name: str) -> ParsedLog:
         """Keep one source per metric, split fresh runs into ``segments``, then per run detect
         rollbacks, keep the later segment, de-duplicate and sort: the ``ParsedLog`` (see
-        :mod:`ingest.formats.segments`)."""
+        :mod:`ingest.formats.segments`). Keys of one stream mapped to one metric are first kept apart
+        (:meth:`_keep_keys_apart`): they are two metrics, not two sources of one."""
+        self._keep_keys_apart()
         kept_over = one_source_per_metric(self._pieces, self.sources, format_name) if self.sources else []
         cuts = segment_cuts(self._pieces) if self.line_marks else {}
         parts = self._split(cuts) if cuts else [self]
@@ -418,6 +440,39 @@ class LogBuilder:
             source_files=list(self.source_files),
             lines=lines,
         )
+
+    def _keep_keys_apart(self) -> None:
+        """Where two raw keys of one stream (columns of one file, tags of one writer) were mapped to
+        one metric, the key that is the metric's own name keeps it and the other keeps its own
+        (:func:`~ingest.formats.aliases.keep_apart`): ``loss`` and ``lm_loss`` columns are two
+        series, and merging them kept one value a step and dropped the other."""
+        for name in list(self._pieces):
+            pieces = self._pieces[name]
+            origins: dict[int, dict[str, None]] = {}  # stream -> its keys, in the order first added
+            for p in pieces:
+                if p.origin is not None:
+                    origins.setdefault(p.stream, {})[p.origin] = None
+            moved: dict[tuple[int, str], str] = {}
+            for stream, keys in origins.items():
+                if len(keys) < 2:
+                    continue
+                listed = list(keys)
+                for key, found in zip(listed, keep_apart(listed, [(name, None)] * len(listed)), strict=True):
+                    if found is not None and found[0] != name:
+                        own, unit = own_name(key)
+                        target = to_canonical_unit(own, unit, np.zeros(0))[0]
+                        if target != name:  # 'loss ' beside 'loss': one name, merged as before
+                            moved[(stream, key)] = target
+            if not moved:
+                continue
+            kept: list[_Piece] = []
+            for p in pieces:
+                moved_to = moved.get((p.stream, p.origin)) if p.origin is not None else None
+                if moved_to is None:
+                    kept.append(p)
+                else:
+                    self._pieces.setdefault(moved_to, []).append(p)
+            self._pieces[name] = kept
 
     def _build_table(self) -> pa.Table:
         """Metric by metric (bounded temporaries): purge replayed rows, keep the last row of each
@@ -670,10 +725,18 @@ def open_error(path: Path, exc: OSError) -> StabScopeError:
 
 _ANSI: Final = re.compile(rb"\x1b\[[0-9;?]*[A-Za-z]")
 
-_LAUNCHER_HOST: Final = r"(?:[A-Za-z][A-Za-z0-9_.-]*:[ \t]+)?"
-"""pdsh / DeepSpeed's multi-node runner: ``node017: `` (a host names no rank)."""
-_LAUNCHER_RANK: Final = r"(?:(?:\[(?:default|rank)|[ \t]*)(?P<lrank>[0-9]+)(?:\]:[ \t]?|:[ \t]))?"
-"""``torchrun --tee 3``'s ``[default7]:``, newer torchrun's ``[rank7]:``, ``srun -l``'s ``7: ``."""
+_HOST_NAME: Final = (
+    r"(?:[A-Za-z][A-Za-z0-9_.-]*"  # node017, gpu-a100-017.cluster.local, localhost
+    r"|[0-9]{1,3}(?:\.[0-9]{1,3}){3}"  # 192.168.205.202
+    r"|[0-9A-Fa-f]{0,4}(?::[0-9A-Fa-f]{0,4}){2,7}"  # fe80::1 (two colons at least: srun's ``7: `` is a rank)
+    r"|\[[0-9A-Fa-f.]*:[0-9A-Fa-f:.]*\])"  # [2001:db8::1]
+)
+"""A host as pdsh writes it before a remote node's lines: a host name, an IPv4 or IPv6 address."""
+_LAUNCHER_HOST: Final = r"(?:" + _HOST_NAME + r":[ \t]+)?"
+"""pdsh / DeepSpeed's multi-node runner: ``node017: ``, ``192.168.205.202: `` (a host names no rank)."""
+_LAUNCHER_RANK: Final = r"(?:(?:[ \t]*\[(?:default|rank)|[ \t]*)(?P<lrank>[0-9]+)(?:\]:[ \t]?|:[ \t]))?"
+"""``torchrun --tee 3``'s ``[default7]:``, newer torchrun's ``[rank7]:`` (a blank before it where a log was pasted
+into a note), ``srun -l``'s ``7: ``."""
 _LAUNCHER_TIME: Final = (
     r"(?:\[?[0-9]{4}-[0-9]{2}-[0-9]{2}[ T][0-9]{2}:[0-9]{2}:[0-9]{2}(?:[.,][0-9]+)?Z?\]?[ \t]*(?:-[ \t]*)?)??"
 )
@@ -699,7 +762,7 @@ Detection tries a format's line there and at the line start (which, with what is
 reader's lazy ``LAUNCHER_PREFIX`` also finds), instead of every way of splitting the prefix."""
 _LAUNCHER_LEAD: Final = re.compile("^" + _LAUNCHER_HOST + _LAUNCHER_RANK, re.M)
 _RANK_LEAD: Final = re.compile("^" + _LAUNCHER_RANK, re.M)
-_HOST_LEAD: Final = re.compile("^" + _LAUNCHER_HOST[3:-2], re.M)
+_HOST_LEAD: Final = re.compile("^" + _HOST_NAME + r":[ \t]+", re.M)
 
 
 def strip_launcher_prefixes(text: str) -> str:

@@ -182,6 +182,7 @@ def add_wide(
                 seq=first_seq,
                 unit=unit,
                 canonical=canonical,
+                origin=name,
             )
             continue
         if seq is None:
@@ -196,6 +197,7 @@ def add_wide(
             seq=seq[present],
             unit=unit,
             canonical=canonical,
+            origin=name,
         )
 
 

@@ -10,7 +10,7 @@ metric name (no spaces).
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Final
 
 import numpy as np
@@ -278,6 +278,54 @@ def canonical_name(raw: str) -> tuple[str, str | None]:
     if m and unit is not None:
         base = re.sub(r"\s*\([^()]*\)\s*$", "", base)
     return sanitise_name(base), unit
+
+
+def own_name(raw: str) -> tuple[str, str | None]:
+    """``(metric name, unit)`` for ``raw`` under its own name, no alias applied: what a key keeps when
+    the metric its alias names is already on the same line (``lm_loss`` beside ``loss``)."""
+    key = normalise_key(raw)
+    if key in _KEY_UNITS:
+        return _KEY_UNITS[key]
+    m = _UNIT_IN_KEY.match(key)
+    if m and (m["unit"] in TIME_UNITS or m["unit"] in MEMORY_UNITS or m["unit"] == "%"):
+        return sanitise_name(re.sub(r"\s*\([^()]*\)\s*$", "", raw.strip())), m["unit"]
+    return sanitise_name(raw), None
+
+
+def names_the_metric(raw: str, metric: str) -> bool:
+    """Whether ``raw`` is ``metric``'s own name (``loss`` for ``loss``, ``step time (ms)`` for
+    ``step_time_s``), not an alias of it (``lm_loss``)."""
+    name, _ = own_name(raw)
+    return normalise_key(name) in (normalise_key(metric), normalise_key(metric.removesuffix("_s")))
+
+
+def keep_apart(
+    keys: Sequence[str], mapped: Sequence[tuple[str, str | None] | None]
+) -> list[tuple[str, str | None] | None]:
+    """``mapped`` (each of ``keys``' ``(metric, unit)``, or None) with no two different keys of one
+    line on one metric: where several map to it, the key that is the metric's own name keeps it (else
+    the first), and the others keep their own names (:func:`own_name`, in the unit the mapping gave).
+    An alias never replaces the canonical metric the same line also carries, and no value of the line
+    is dropped for another. One key printed twice (two ranks' records run together on one line)
+    stays one metric, as before."""
+    out = list(mapped)
+    by_name: dict[str, list[int]] = {}
+    for i, found in enumerate(mapped):
+        if found is not None:
+            by_name.setdefault(found[0], []).append(i)
+    taken = {found[0] for found in mapped if found is not None}
+    for name, idx in by_name.items():
+        distinct = list(dict.fromkeys(keys[i] for i in idx))
+        if len(distinct) < 2:
+            continue
+        keeper = next((key for key in distinct if names_the_metric(key, name)), distinct[0])
+        for i in idx:
+            found = mapped[i]
+            if keys[i] != keeper and found is not None:
+                own, unit = own_name(keys[i])
+                own = own if own not in taken else f"{own}_{i}"
+                out[i] = (own, unit or found[1])
+    return out
 
 
 def to_canonical_unit(name: str, unit: str | None, values: FloatArray) -> tuple[str, FloatArray]:

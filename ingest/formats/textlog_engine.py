@@ -37,7 +37,7 @@ from ingest.formats._common import (
     parse_numbers,
     parse_timestamps,
 )
-from ingest.formats.aliases import canonical_name, to_canonical_unit
+from ingest.formats.aliases import canonical_name, keep_apart, to_canonical_unit
 from ingest.formats.segments import kind_stream
 from ingest.formats.textlog_patterns import (
     MAX_SKELETONS_PER_KIND,
@@ -126,6 +126,7 @@ class EngineState:
         self.run_ranks: dict[int, int] = {}
         """kind -> the launcher rank whose lines give that kind's run-level rows."""
         self._keymaps: dict[tuple[int, str], tuple[str, str | None] | None] = {}
+        self._line_maps: dict[tuple[int, tuple[str, ...]], list[tuple[str, str | None] | None]] = {}
         self.forced_engine = engine_override()
         """The regex engine :data:`~ingest.formats.textlog_patterns.ENGINE_ENV` forces on every
         skeleton (None: each skeleton's by the rule)."""
@@ -285,6 +286,9 @@ class EngineState:
         for row, line in zip(rows.tolist(), texts, strict=True):
             if not line.strip(b" \t\r") or _BARE_PREFIX.fullmatch(line):
                 continue
+            if _is_shell_command(line):
+                builder.skip(path, first_line + row, _reason(line, "a shell command, not a metric line"))
+                continue
             found = self._match_kind(line)
             if found is None:
                 builder.skip(path, first_line + row, _reason(line))
@@ -298,7 +302,8 @@ class EngineState:
                     keys, values = skeleton.keys, list(whole.groups()[len(skeleton.prefix_names) :])
                     break
             else:
-                pairs = list(self.compiled[kind_i][1].finditer(line, m.end()))
+                junk = _LAUNCHER_MESSAGE.search(line, m.end())
+                pairs = list(self.compiled[kind_i][1].finditer(line, m.end(), junk.start() if junk else len(line)))
                 self.learn(kind_i, line, m, pairs)
                 keys = tuple(key_of(pair) for pair in pairs)
                 values = [pair.group(value_group(pair)) for pair in pairs]
@@ -329,6 +334,15 @@ class EngineState:
             km = self.kinds[kind_i].keymap
             self._keymaps[cache_key] = km(key) if km is not None else canonical_name(key)
         return self._keymaps[cache_key]
+
+    def _line_names(self, kind_i: int, keys: tuple[str, ...]) -> list[tuple[str, str | None] | None]:
+        """Each key's ``(metric, unit)`` on one layout's line, no two on one metric (see
+        :func:`~ingest.formats.aliases.keep_apart`: MaxText's DPO line prints ``loss: 0.693`` and
+        ``lm_loss: 0.000``, and the second replaced the first)."""
+        cache_key = (kind_i, keys)
+        if cache_key not in self._line_maps:
+            self._line_maps[cache_key] = keep_apart(keys, [self._keymap(kind_i, key) for key in keys])
+        return self._line_maps[cache_key]
 
     def _emit(self, blocks: list[_Block], n_rows: int, builder: LogBuilder) -> None:
         base = builder.reserve(n_rows)
@@ -435,8 +449,8 @@ class EngineState:
                 else:
                     rank_of_line = np.where(named, launcher, self.per_rank_default).astype(np.int32)
                 stream, run_stream = kind_stream(block.kind, rank_of_line + 1), kind_stream(block.kind, 0)
-        for key, raw in zip(block.keys, block.values, strict=True):
-            mapped = self._keymap(block.kind, key)
+        names = self._line_names(block.kind, block.keys)
+        for key, mapped, raw in zip(block.keys, names, block.values, strict=True):
             if mapped is None:
                 continue
             name, key_unit = mapped
@@ -550,6 +564,27 @@ def _add_masked(
     )
 
 
+_LEAD: Final = re.compile(LAUNCHER_PREFIX.replace(")??", ")?").encode() + rb"[ \t]*")
+_SHELL_COMMAND: Final = re.compile(
+    rb"(?:[+$>][ \t]*)?(?:export|unset|source|srun|sbatch|salloc|torchrun|deepspeed|mpirun|accelerate[ \t]+launch"
+    rb"|python3?[ \t]+(?:-m[ \t]+|-u[ \t]+)*[^\s=]+)[ \t]+(?![ \t]|\.\.)"  # not a dump's 'deepspeed .... True'
+    rb"|#SBATCH[ \t]"
+)
+"""A shell command (a README's ``export HF_DATASETS_OFFLINE=1``, ``bash -x``'s ``+ export ...``, a
+launch command): its ``NAME=1`` is a setting, not a metric, whatever pairs a format would see in it."""
+_LAUNCHER_MESSAGE: Final = re.compile(
+    rb"slurmstepd(?:-[A-Za-z0-9_.-]+)?:|srun: (?:error|warning|Job step|Force)|\*\*\* (?:JOB|STEP) [0-9]|pdsh@"
+)
+"""Where SLURM or pdsh writes into a line (its stderr interleaved with the trainer's stdout:
+``slurmstepd: error: *** JOB 123456 ON node017 CANCELLED AT ... ***``): no metric from there on."""
+
+
+def _is_shell_command(line: bytes) -> bool:
+    """Whether ``line``'s own text, behind any launcher prefix, is a shell command."""
+    lead = _LEAD.match(line)
+    return _SHELL_COMMAND.match(line, lead.end() if lead else 0) is not None
+
+
 _BARE_PREFIX: Final = re.compile(LAUNCHER_PREFIX.encode() + rb"[ \t\r]*")
 """A line that is a launcher prefix alone (an empty line of the trainer's): blank, not skipped."""
 
@@ -602,6 +637,6 @@ def _all_present(col: Any) -> bool:
     return len(col) > 0 and all(col)
 
 
-def _reason(line: bytes) -> str:
+def _reason(line: bytes, why: str = "not a metric line") -> str:
     text = line.decode("utf-8", "replace").strip()
-    return "not a metric line: " + (text[:80] + ("..." if len(text) > 80 else ""))
+    return f"{why}: " + (text[:80] + ("..." if len(text) > 80 else ""))
