@@ -36,7 +36,7 @@ from ingest.store.layout import LONG, RunLayout, run_folder, run_lock_file
 from ingest.store.read import StoreReader
 from ingest.store.run_lock import DEFAULT_WRITER_WAIT_S, LockHolder, WaitReport, held, read_holder, run_busy
 from ingest.store.stage import PartsReader, SegmentExtras, Stager
-from ingest.store.storage_errors import write_failure
+from ingest.store.storage_errors import DamagedRunFile, write_failure
 from ingest.store.types import IngestReport, ProgressFn, SeriesData, skipped_example_texts, validate_run_name
 from stab_core.runview import RunEvent, RunView
 
@@ -470,7 +470,7 @@ class Store:
         for _ in range(READ_ATTEMPTS - 1):
             try:
                 return read(info, self._layout(name))
-            except (FileNotFoundError, duckdb.IOException):
+            except (FileNotFoundError, duckdb.IOException, DamagedRunFile):  # a reader may name the miss as damage
                 self.refresh()  # on an object store, a newer manifest may have replaced the objects
                 newer = self.run_info(name)
                 if (newer.gen, newer.analysis_gen) == (info.gen, info.analysis_gen):

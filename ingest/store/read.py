@@ -38,7 +38,7 @@ from ingest.store.blocks import (
 )
 from ingest.store.downsample import downsample
 from ingest.store.layout import DERIVED, LONG, RANK_BUCKETS, ROLLUP, RUN_LEVEL, RunLayout, part_generations
-from ingest.store.storage_errors import damaged_file, damaged_file_in
+from ingest.store.storage_errors import DamagedRunFile, damaged_file, damaged_file_in
 from ingest.store.types import SeriesData, empty_series
 from stab_core.metrics import RUN_RANK
 from stab_core.rank_heatmap import heatmap_columns
@@ -376,7 +376,9 @@ class StoreReader:
             written = int(counted[0]) if counted else 0
         if written != info.n_rows:  # a long file of the run is missing: never a silently partial export
             tmp.unlink(missing_ok=True)
-            raise StabScopeError(self._short_export(info, layout, written))
+            # damage, so that an export that raced a merge removing this generation's files starts again
+            why = self._short_export(info, layout, written)
+            raise DamagedRunFile(info.name, why, path=str(layout.folder), page=why)
         tmp.replace(target)
         return written
 
