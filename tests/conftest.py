@@ -322,6 +322,18 @@ def demo_store_copy(template: Path, parent: Path) -> Path:
     return root
 
 
+@pytest.fixture(params=["c", "numpy"])
+def field_engine(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Megatron's '|' layout cut by the C extension (``_fields.c``) or by numpy and Arrow."""
+    from ingest.formats import textlog_pipes
+
+    if request.param == "c" and textlog_pipes._fields is None:
+        pytest.skip("ingest.formats._fields not built (no C compiler at install time)")
+    if request.param == "numpy":
+        monkeypatch.setattr(textlog_pipes, "_fields", None)
+    return str(request.param)
+
+
 def open_page(name: str) -> AppTest:
     """An AppTest of ``pages/<name>.py`` (call ``.run()``)."""
     return AppTest.from_file(str(REPO_ROOT / "pages" / f"{name}.py"), default_timeout=30)

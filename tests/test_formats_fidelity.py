@@ -9,23 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ingest.formats import detect, read_log, textlog_pipes
-
-
-def _write(path: Path, lines: list[str]) -> Path:
-    path.write_text("\n".join(lines) + "\n")
-    return path
-
-
-@pytest.fixture(params=["c", "numpy"])
-def field_engine(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Megatron's '|' layout cut by the C extension (``_fields.c``) or by numpy and Arrow."""
-    if request.param == "c" and textlog_pipes._fields is None:
-        pytest.skip("ingest.formats._fields not built (no C compiler at install time)")
-    if request.param == "numpy":
-        monkeypatch.setattr(textlog_pipes, "_fields", None)
-    return str(request.param)
-
+from ingest.formats import detect, read_log
+from tests.test_formats_prefixes import _write
 
 # --------------------------------------------------------------------------- 1. host prefixes
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from ingest.errors import StabScopeError
-from ingest.formats import detect, read_log, textlog_pipes
+from ingest.formats import detect, read_log
 
 REAL_LOGS = Path(__file__).resolve().parents[2] / "shared" / "data" / "real_logs"
 
@@ -63,16 +63,6 @@ def _torchtitan_line(step: int, rank: int, prefix: str = "") -> str:
 def _write(path: Path, lines: list[str]) -> Path:
     path.write_text("\n".join(lines) + "\n")
     return path
-
-
-@pytest.fixture(params=["c", "numpy"])
-def field_engine(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Megatron's '|' layout cut by the C extension (``_fields.c``) or by numpy and Arrow."""
-    if request.param == "c" and textlog_pipes._fields is None:
-        pytest.skip("ingest.formats._fields not built (no C compiler at install time)")
-    if request.param == "numpy":
-        monkeypatch.setattr(textlog_pipes, "_fields", None)
-    return str(request.param)
 
 
 @pytest.mark.parametrize("shape", sorted(PREFIXES))
