@@ -83,9 +83,17 @@ def test_serve_deep_link_first_request_keeps_the_app_navigation(tmp_path: Path) 
         page.goto(f"{url}/overview")
         page.get_by_text("Run overview").first.wait_for(timeout=60_000)
         nav = page.locator('[data-testid="stSidebarNav"]').inner_text(timeout=30_000)
+        overview = page.locator('[data-testid="stMain"]').inner_text(timeout=30_000)
+        page.goto(f"{url}/upload")
+        page.get_by_text("Upload logs").first.wait_for(timeout=60_000)
+        page.wait_for_timeout(1000)
+        upload = page.locator('[data-testid="stMain"]').inner_text(timeout=30_000)
         browser.close()
     assert "Decision tree" in nav and "Cost of rollback" in nav
     assert "common" not in nav.lower() and "charts" not in nav.lower()
+    # no constant's docstring drawn by Streamlit's "magic" (navigation.py is serve's main script)
+    assert "The folder of the page scripts" not in overview and "The sidebar's sections" not in overview
+    assert "Seconds an import waits" not in upload
 
 
 @pytest.mark.browser
