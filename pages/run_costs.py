@@ -14,6 +14,7 @@ from ingest.store import RunInfo
 from pages.incident_view import incident_span, incident_words
 from pages.store_access import meta_revision, store_at, store_root
 from pages.widgets import float_or_nan
+from stab_core.analysis import outcome as incident_outcome
 from stab_core.cost import CostInputs
 
 
@@ -79,7 +80,7 @@ def priced_spikes(info: RunInfo) -> pd.DataFrame:
             "end": incident_span(s)[1],
             "ratio": float_or_nan(s.get("ratio")),
             "duration": incident_span(s)[1] - incident_span(s)[0] + 1,
-            "outcome": "recovered" if s["recovered"] else "diverged",
+            "outcome": incident_outcome(s),
             "cause": s["cause"],
             "confidence": float(s["confidence"]),
             "steps lost": costs[i][0],

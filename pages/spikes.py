@@ -16,6 +16,7 @@ from pages.run_meta import run_settings
 from pages.store_access import auto_buckets, read_events, read_series, read_spikes
 from pages.widgets import MISSING, go_to, nav_link, pick_run
 from stab_core.analysis import analysis_notes, incident_headline
+from stab_core.analysis import outcome as incident_outcome
 
 ZOOM_PANELS = [
     ("loss", "loss (nats/token)", ["loss"]),
@@ -143,7 +144,7 @@ with left:
     st.plotly_chart(chart, key="sp_chart")
     st.caption(f"Steps {lo:,}–{hi:,} at full fidelity; the spike is shaded in its cause's colour (darker: this one).")
 with right:
-    outcome = "recovered" if spike["recovered"] else "**diverged**"
+    outcome = "recovered" if spike["recovered"] else f"**{incident_outcome(spike)}**"
     st.markdown(f"{incident_headline(spike).capitalize()}; {outcome}.")
     if spike.get("summary"):
         st.markdown(str(spike["summary"]))

@@ -244,13 +244,19 @@ def incident_headline(item: Mapping[str, Any]) -> str:
     return f"{kind} at step {item['peak']} ({item['start']}-{item.get('until', item['end'])}): " + ", ".join(moved)
 
 
+def outcome(item: Mapping[str, Any]) -> str:
+    """How an incident (its JSON object) ended: ``recovered``, ``diverged``, or ``non-finite from the
+    first step`` (a run that was never finite had nothing to diverge from)."""
+    if item.get("leaf") == NONFINITE_START_LEAF:
+        return "non-finite from the first step"
+    return "recovered" if item.get("recovered") else "diverged"
+
+
 def verdict_words(item: Mapping[str, Any]) -> str:
     """The outcome and cause of an incident in words: "recovered; cause lr_transition (87%)", or
     "DIVERGED; cause unknown" (no confidence is quoted for a cause that is not held)."""
-    if item.get("leaf") == NONFINITE_START_LEAF:  # never finite: nothing to diverge from
-        state = "NON-FINITE FROM THE FIRST STEP"
-    else:
-        state = "recovered" if item.get("recovered") else "DIVERGED"
+    state = outcome(item)
+    state = state if state == "recovered" else state.upper()
     cause = str(item.get("cause", "unknown"))
     if cause == "unknown":
         return f"{state}; cause unknown"

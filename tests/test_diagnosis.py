@@ -375,7 +375,7 @@ def test_a_run_non_finite_from_its_first_step_is_not_told_to_roll_back() -> None
     """An llm.c run NaN from step 0 (#32 item 4): there is no finite checkpoint to roll back to and no
     batch to skip, and it did not diverge: it never trained on finite numbers. StabScope says so and
     names what to check (build, kernels, data, initialisation) instead."""
-    from stab_core.analysis import verdict_words
+    from stab_core.analysis import outcome, verdict_words
 
     (incident,) = _analysed(_llmc_like(nan_from=0))
     assert incident["leaf"] == "leaf_nonfinite_from_start" and incident["cause"] == "numerical"
@@ -385,6 +385,7 @@ def test_a_run_non_finite_from_its_first_step_is_not_told_to_roll_back() -> None
     assert not any(a.startswith(("Roll back", "Skip the offending", "Log the fp16 loss scale")) for a in actions)
     assert any("initialisation" in a for a in actions) and any("fp32" in a for a in actions)
     assert verdict_words(incident).startswith("NON-FINITE FROM THE FIRST STEP")
+    assert outcome(incident) == "non-finite from the first step"  # the pages' outcome column and headline
     assert "DIVERGED" not in verdict_words(incident)
 
 
