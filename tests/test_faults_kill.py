@@ -174,6 +174,9 @@ def test_watch_killed_while_writers_run_then_rerun_equals_a_clean_compaction(tmp
     shards, store = tmp_path / "shards", tmp_path / "store"
     n_writers, steps, seconds = 8, 4_000, 25.0
     writers = start(child_argv("writers", str(shards), str(n_writers), str(steps), str(seconds)))
+    deadline = time.monotonic() + 60  # the writers make the folder: a busy machine starts them late
+    while not shards.is_dir() and time.monotonic() < deadline and writers.poll() is None:
+        time.sleep(0.05)
     reader = Reader(store, tmp_path, {"live": {"monotonic": True}})
     rng, kills = seeded(SEED + 2), KillLog()
     while kills.landed < KILLS and kills.attempts < 3 * KILLS:
