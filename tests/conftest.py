@@ -36,6 +36,9 @@ TIERS: dict[str, str] = {
         (
             "alerts",
             "analysis",
+            "baselines",
+            "overfitting",
+            "throughput",
             "checklist",
             "cli_map",
             "clipping",
