@@ -12,6 +12,7 @@ from ingest.store import RunInfo, SeriesData
 from pages.charts import Panel, panels_figure
 from pages.page_errors import page_fragment
 from pages.series_display import metric_label, shown_frame, to_bytes
+from pages.findings_view import show_findings
 from pages.store_access import (
     LIVE_REFRESH_S,
     auto_buckets,
@@ -235,3 +236,4 @@ def charts(name: str) -> None:
 
 
 charts(info.name)
+show_findings(info)

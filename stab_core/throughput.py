@@ -70,7 +70,7 @@ class ThroughputDrop:
         what = "tokens/s" if self.metric == "throughput_tok_s" else "step time (s)"
         back = "back to its norm after it" if self.recovered else "not back by the last step"
         return (
-            f"throughput loss: {what} {self.norm:.4g} -> {self.level:.4g} ({self.change_pct:+.0f}% tokens per second) "
+            f"throughput loss: {what} {_shown(self.norm)} -> {_shown(self.level)} ({self.change_pct:+.0f}% tokens per second) "
             f"over steps {self.start}-{self.end}, {back}"
         )
 
@@ -100,7 +100,7 @@ class SiblingGap:
         """One sentence for the CLI, the pages and the alert."""
         what = "tokens/s" if self.metric == "throughput_tok_s" else "step time (s)"
         return (
-            f"throughput loss: {what} {self.level:.4g} against {self.siblings_level:.4g} for "
+            f"throughput loss: {what} {_shown(self.level)} against {_shown(self.siblings_level)} for "
             f"{len(self.siblings)} sibling run(s) of the same config ({self.change_pct:+.0f}% tokens per second)"
         )
 
@@ -109,6 +109,11 @@ class SiblingGap:
         return {"kind": "siblings", "metric": self.metric, "level": self.level,
                 "siblings_level": self.siblings_level, "change_pct": self.change_pct,
                 "siblings": list(self.siblings), "message": self.message()}  # fmt: skip
+
+
+def _shown(value: float) -> str:
+    """A level as a user reads it: 16,200 tokens/s, 0.16 s."""
+    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.3g}"
 
 
 def _rate(values: FloatArray, metric: str) -> FloatArray:

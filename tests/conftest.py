@@ -106,6 +106,7 @@ TIERS: dict[str, str] = {
             "store_catalog",
             "store_check",
             "store_incremental",
+            "findings_store",
         ),
         "integration",
     ),
