@@ -527,9 +527,8 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 
 def cmd_spikes(args: argparse.Namespace) -> int:
-    from stab_core.analysis import analysis_notes, incident_headline, verdict_words
-
     from ingest.run_findings import finding_entries, stored_findings
+    from stab_core.analysis import analysis_notes, incident_headline, verdict_words
 
     store = _store(args)
     info = store.run_info(args.run)

@@ -91,9 +91,7 @@ def materialise(store: Store, name: str) -> None:
     summary["throughput_level"] = findings["throughput_level"]
     findings["throughput_siblings"] = sibling_gap(info, findings["throughput_level"], store.list_runs())
     # the Runs table, the banners and watch read these instead of computing them on each first read
-    alerts = alerts_from_memory(
-        info, spikes=spikes, clip_ratio=clip_ratio, per_rank=view.per_rank, findings=findings
-    )
+    alerts = alerts_from_memory(info, spikes=spikes, clip_ratio=clip_ratio, per_rank=view.per_rank, findings=findings)
     summary["alerts"] = [a.to_json() for a in alerts]
     store.write_analysis(name, info.gen, _derived_table(parts), spikes, summary)
 

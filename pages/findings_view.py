@@ -17,11 +17,9 @@ def show_findings(info: RunInfo) -> None:
     st.markdown("#### Overfitting and throughput")
     if not entries:
         checked = [m for m in ("val_loss", "throughput_tok_s", "step_time_s") if m in info.metrics]
-        st.caption(
-            "Nothing found: "
-            + (f"checked {', '.join(f'`{m}`' for m in checked)}." if checked else "the run logs no val loss, "
-               "tokens/s or step time to check.")  # fmt: skip
-        )
+        listed = ", ".join(f"`{m}`" for m in checked)
+        none = "the run logs no val loss, tokens/s or step time to check."
+        st.caption("Nothing found: " + (f"checked {listed}." if checked else none))
         return
     for entry in entries:
         st.warning(str(entry["summary"]), icon=ICONS.get(str(entry["kind"])))

@@ -10,9 +10,9 @@ import streamlit as st
 
 from ingest.store import RunInfo, SeriesData
 from pages.charts import Panel, panels_figure
+from pages.findings_view import show_findings
 from pages.page_errors import page_fragment
 from pages.series_display import metric_label, shown_frame, to_bytes
-from pages.findings_view import show_findings
 from pages.store_access import (
     LIVE_REFRESH_S,
     auto_buckets,

@@ -6,7 +6,8 @@ Six kinds: a spike that has not recovered (``diverging_run``), a recent spike of
 (``new_spike``), clipping that caps nearly every recent step (``clipping_saturated``: the fever pill
 is on for good, the LR or the data needs attention), a rank that lags or deviates from its
 peers all run long (``straggler``), the val loss rising while the train loss falls (``overfitting``)
-and tokens/s or step time below the run's own norm or its siblings' (``throughput_loss``). Pure: numbers and spike dicts in, ``Alert`` objects out.
+and tokens/s or step time below the run's own norm or its siblings' (``throughput_loss``).
+Pure: numbers and spike dicts in, ``Alert`` objects out.
 
 A rank's peers are the ranks of its own pipeline stage when the layout is known
 (``stab_core.ranklayout``), else all ranks. Only ``STRAGGLER_METRICS`` make a straggler: a rank whose

@@ -70,8 +70,8 @@ class ThroughputDrop:
         what = "tokens/s" if self.metric == "throughput_tok_s" else "step time (s)"
         back = "back to its norm after it" if self.recovered else "not back by the last step"
         return (
-            f"throughput loss: {what} {_shown(self.norm)} -> {_shown(self.level)} ({self.change_pct:+.0f}% tokens per second) "
-            f"over steps {self.start}-{self.end}, {back}"
+            f"throughput loss: {what} {_shown(self.norm)} -> {_shown(self.level)} "
+            f"({self.change_pct:+.0f}% tokens per second) over steps {self.start}-{self.end}, {back}"
         )
 
     def to_json(self) -> dict[str, Any]:
