@@ -107,6 +107,7 @@ TIERS: dict[str, str] = {
             "store_check",
             "store_incremental",
             "findings_store",
+            "baseline_eval",
         ),
         "integration",
     ),
