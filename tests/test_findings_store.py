@@ -109,3 +109,21 @@ def test_a_run_slower_than_its_sibling_of_the_same_config(tmp_path: Path) -> Non
     assert sibling_gap(fast, stored_findings(opened, fast, siblings=False)["throughput_level"], runs) is None
     # without a shared config or file the runs are not siblings
     assert sibling_gap(opened.run_info("slow"), level, opened.list_runs()) is None
+
+
+@pytest.mark.parametrize("page", ["spikes", "overview"])
+def test_the_pages_show_the_overfitting_and_the_slow_span(
+    page: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.conftest import open_page
+
+    store = str(tmp_path / "store")
+    log = nanogpt_log(tmp_path / "train.log", overfit=True, slow_from=3000)
+    assert main(["import", str(log), "--run", "shakespeare", "--store", store]) == 0
+    monkeypatch.setenv("STABSCOPE_STORE", store)
+    at = open_page(page).run()
+    assert not at.exception
+    warnings = [w.value for w in at.warning]
+    assert any("overfitting: val loss rose 1.472 (step 1750)" in w for w in warnings), warnings
+    assert any("throughput loss: step time (s)" in w and "over steps 30" in w for w in warnings), warnings
+    assert any("Keep the checkpoint of step 1750" in c.value for c in at.caption)
