@@ -76,14 +76,18 @@ def stored_findings(store: Store, info: RunInfo, *, siblings: bool = True) -> di
 
 def finding_entries(findings: dict[str, Any]) -> list[dict[str, Any]]:
     """The findings as entries after the incidents of ``stabscope spikes --json`` (additive: each has
-    an incident's ``metric``/``start``/``peak``/``end``/``kind``/``cause``/``actions``/``recovered``
-    and its detail under ``overfitting`` or ``throughput``)."""
+    an incident's ``metric``/``start``/``peak``/``end``/``ratio``/``recovered``/``cause``/
+    ``confidence``/``path``/``actions`` and ``kind``, with its detail under ``overfitting`` or
+    ``throughput``). ``ratio``: the last val loss over the best; a drop's rate over the norm (tokens/s
+    ratio, below 1: slower). A sibling gap has ``start``/``end`` -1 (it holds for the whole run)."""
     out = []
     found = findings.get("overfitting")
     if found:
         out.append({"kind": "overfitting", "metric": "val_loss", "metrics": ["val_loss"],
                     "start": found["best_step"], "peak": found["end_step"], "end": found["end_step"],
-                    "recovered": False, "cause": "overfitting", "summary": found["message"],
+                    "ratio": found["end_val_loss"] / found["best_val_loss"] if found["best_val_loss"] else None,
+                    "recovered": False, "cause": "overfitting", "confidence": None, "path": [],
+                    "summary": found["message"],
                     "actions": [f"Keep the checkpoint of step {found['best_step']} (the lowest val loss); "
                                 "stop earlier, add data or regularise (dropout, weight decay)."],
                     "overfitting": found})  # fmt: skip
@@ -95,7 +99,8 @@ def finding_entries(findings: dict[str, Any]) -> list[dict[str, Any]]:
         end = int(drop.get("end", -1))
         out.append({"kind": "throughput_loss", "metric": drop["metric"], "metrics": [drop["metric"]],
                     "start": start, "peak": start, "end": end, "recovered": bool(drop.get("recovered", False)),
-                    "cause": "throughput", "summary": drop["message"],
+                    "ratio": 1 + float(drop["change_pct"]) / 100, "cause": "throughput", "confidence": None,
+                    "path": [], "summary": drop["message"],
                     "actions": ["Compare the slow span's nodes, data loading and checkpoint saves with a fast span "
                                 "(per-rank step time shows a straggler on the Ranks page)."],
                     "throughput": drop})  # fmt: skip

@@ -15,6 +15,7 @@ from ingest.cli import main
 from ingest.run_alerts import run_alerts
 from ingest.run_analyses import open_analysed_store
 from ingest.run_findings import finding_entries, sibling_gap, stored_findings
+from tests.test_cli_contracts import SPIKE_FIELDS
 
 
 def nanogpt_log(path: Path, *, overfit: bool, slow_from: int | None) -> Path:
@@ -55,6 +56,10 @@ def test_overfitting_and_a_slow_span_reach_spikes_json_text_and_alerts(
     assert main(["import", str(log), "--run", "shakespeare", "--store", store]) == 0
     entries = _spikes_json(store, "shakespeare", capsys)
     found = {e["kind"]: e for e in entries if e["kind"] in ("overfitting", "throughput_loss")}
+    for entry in found.values():  # every field an incident of spikes --json has, so a reader of them still reads
+        assert entry.keys() >= SPIKE_FIELDS
+    assert found["overfitting"]["ratio"] == pytest.approx(1.70 / 1.472, abs=0.02)
+    assert found["throughput_loss"]["ratio"] == pytest.approx(0.100 / 0.160, abs=0.02)
     over = found["overfitting"]["overfitting"]
     assert over["best_step"] == 1750 and over["span"] == [1750, 5000]
     assert over["best_val_loss"] == pytest.approx(1.472) and over["end_val_loss"] == pytest.approx(1.70, abs=0.02)
