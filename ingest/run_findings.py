@@ -55,7 +55,8 @@ def sibling_gap(info: RunInfo, level: Any, runs: Sequence[RunInfo]) -> dict[str,
         stored = (other.meta.get("analysis") or {}).get("throughput_level") or {}
         if stored.get("metric") == level["metric"] and stored.get("level") is not None:
             theirs[other.name] = float(stored["level"])
-    gap = compare_to_siblings(float(level["level"]), theirs, str(level["metric"]))
+    relation = "the same config" if key[0] == "config" else "the same log file"
+    gap = compare_to_siblings(float(level["level"]), theirs, str(level["metric"]), relation)
     return gap.to_json() if gap is not None else None
 
 

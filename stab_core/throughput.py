@@ -90,7 +90,7 @@ class SiblingGap:
 
     ``level``: this run's settled level; ``siblings_level``: the median of its siblings' levels
     (the metric's unit); ``change_pct``: this run's rate against theirs (negative: slower), %;
-    ``siblings``: their names.
+    ``siblings``: their names; ``relation``: what makes them siblings ("the same config", "the same log file").
     """
 
     metric: str
@@ -98,20 +98,21 @@ class SiblingGap:
     siblings_level: float
     change_pct: float
     siblings: tuple[str, ...]
+    relation: str = "the same config"
 
     def message(self) -> str:
         """One sentence for the CLI, the pages and the alert."""
         what = "tokens/s" if self.metric == "throughput_tok_s" else "step time (s)"
         return (
             f"throughput loss: {what} {_shown(self.level)} against {_shown(self.siblings_level)} for "
-            f"{len(self.siblings)} sibling run(s) of the same config ({self.change_pct:+.0f}% tokens per second)"
+            f"{len(self.siblings)} sibling run(s) of {self.relation} ({self.change_pct:+.0f}% tokens per second)"
         )
 
     def to_json(self) -> dict[str, Any]:
         """JSON-ready fields."""
         return {"kind": "siblings", "metric": self.metric, "level": self.level,
                 "siblings_level": self.siblings_level, "change_pct": self.change_pct,
-                "siblings": list(self.siblings), "message": self.message()}  # fmt: skip
+                "siblings": list(self.siblings), "relation": self.relation, "message": self.message()}  # fmt: skip
 
 
 def _shown(value: float) -> str:
@@ -227,7 +228,9 @@ def detect_throughput_drops(steps: IntArray, values: FloatArray, metric: str) ->
     return out
 
 
-def compare_to_siblings(level: float | None, sibling_levels: Mapping[str, float], metric: str) -> SiblingGap | None:
+def compare_to_siblings(
+    level: float | None, sibling_levels: Mapping[str, float], metric: str, relation: str = "the same config"
+) -> SiblingGap | None:
     """This run's settled level (:func:`settled_level`) against the median of its siblings' levels:
     a :class:`SiblingGap` when its rate is ``SIBLING_GAP`` or more below theirs, else None (also
     when there is no level or no sibling)."""
@@ -245,4 +248,5 @@ def compare_to_siblings(level: float | None, sibling_levels: Mapping[str, float]
         siblings_level=_unrate(theirs, metric),
         change_pct=100 * change,
         siblings=tuple(sorted(usable)),
+        relation=relation,
     )

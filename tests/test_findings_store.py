@@ -132,3 +132,23 @@ def test_the_pages_show_the_overfitting_and_the_slow_span(
     assert any("overfitting: val loss rose 1.472 (step 1750)" in w for w in warnings), warnings
     assert any("throughput loss: step time (s)" in w and "over steps 30" in w for w in warnings), warnings
     assert any("Keep the checkpoint of step 1750" in c.value for c in at.caption)
+
+
+def test_a_segment_slower_than_the_run_before_it_in_the_same_log(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A log whose steps start again holds two runs (NAME, NAME-2): siblings of the same file."""
+    lines = []
+    for ms in (100.0, 160.0):
+        lines += [f"iter {s}: loss {3 - s / 300:.4f}, time {ms * (1 + 0.01 * ((s * 7) % 5 - 2) / 2):.2f}ms, mfu 30.00%"
+                  for s in range(300)]  # fmt: skip
+    (tmp_path / "train.log").write_text("\n".join(lines) + "\n")
+    store = str(tmp_path / "store")
+    assert main(["import", str(tmp_path / "train.log"), "--run", "seg", "--store", store]) == 0
+    (gap,) = [e for e in _spikes_json(store, "seg-2", capsys) if e["kind"] == "throughput_loss"]
+    assert gap["throughput"]["kind"] == "siblings" and gap["throughput"]["siblings"] == ["seg"]
+    assert gap["throughput"]["change_pct"] == pytest.approx(100 * (100 / 160 - 1), abs=1)
+    assert "1 sibling run(s) of the same log file" in gap["summary"]
+    assert [e for e in _spikes_json(store, "seg", capsys) if e["kind"] == "throughput_loss"] == []
+    opened = open_analysed_store(store)
+    assert "throughput_loss" in {a.kind for a in run_alerts(opened, "seg-2", live=False)}
