@@ -6,7 +6,8 @@ against the golden answers (``tests/golden``, ``tests.golden_score.score``).
 analyses run, so StabScope's incidents are the stored ones), runs each baseline on the same stored
 loss and grad-norm series, and prints per detector: recall (required golden incidents found /
 required), incidents found / missed / invented (matching no golden incident, required or optional),
-and the incidents shown on healthy runs (runs whose golden file has no required incident).
+and the incidents shown on healthy runs (runs whose golden file has no required incident), with how
+many of those match no optional golden incident either.
 docs/diagnosis.md quotes the table.
 """
 
@@ -39,21 +40,22 @@ def detector_incidents(store: Any, name: str) -> dict[str, list[dict[str, Any]]]
 
 def evaluate(goldens: Sequence[Mapping[str, Any]], store: Any) -> dict[str, dict[str, Any]]:
     """Per detector: ``required``, ``found``, ``missed``, ``invented``, ``recall``, ``healthy_shown``
-    and ``per_run`` {log: (found/required, reported, invented)}."""
+    (incidents reported on healthy runs), ``healthy_invented`` (those matching no optional golden
+    incident either) and ``per_run`` {log: found, required, reported, invented, healthy}."""
     totals: dict[str, dict[str, Any]] = {}
     for golden in goldens:
         name = run_name(golden)
         healthy = not any(i.get("required", True) for i in golden.get("incidents", []))
         for label, incidents in detector_incidents(store, name).items():
             result = score(golden, incidents, "")
-            row = totals.setdefault(
-                label, {"required": 0, "found": 0, "missed": 0, "invented": 0, "healthy_shown": 0, "per_run": {}}
-            )
+            counts = ("required", "found", "missed", "invented", "healthy_shown", "healthy_invented")
+            row = totals.setdefault(label, {**dict.fromkeys(counts, 0), "per_run": {}})
             row["required"] += result.required
             row["found"] += result.found
             row["missed"] += len(result.missed)
             row["invented"] += len(result.invented)
             row["healthy_shown"] += result.reported if healthy else 0
+            row["healthy_invented"] += len(result.invented) if healthy else 0
             row["per_run"][str(golden["log"])] = {
                 "found": result.found,
                 "required": result.required,
@@ -69,13 +71,13 @@ def evaluate(goldens: Sequence[Mapping[str, Any]], store: Any) -> dict[str, dict
 def table(totals: Mapping[str, Mapping[str, Any]]) -> str:
     """The markdown table docs/diagnosis.md quotes."""
     lines = [
-        "| detector | recall | found / missed | invented | shown on healthy runs |",
+        "| detector | recall | found / missed | invented | shown on healthy runs (invented there) |",
         "| --- | --- | --- | --- | --- |",
     ]
     for label, row in totals.items():
         lines.append(
             f"| {label} | {row['recall']:.2f} | {row['found']} / {row['missed']} | {row['invented']} "
-            f"| {row['healthy_shown']} |"
+            f"| {row['healthy_shown']} ({row['healthy_invented']}) |"
         )
     return "\n".join(lines)
 

@@ -26,4 +26,4 @@ def test_llmc_log_scored_for_stabscope_and_each_baseline(tmp_path: Path) -> None
     assert (llmc["found"], llmc["invented"]) == (4, 17)
     assert (olmo["found"], olmo["invented"]) == (4, 52)
     assert (megatron["found"], megatron["invented"]) == (0, 0)  # a 10x loss never happens after step 100
-    assert "| llm.c (z > 7 over 128) | 1.00 | 4 / 0 | 17 | 0 |" in table(totals)
+    assert "| llm.c (z > 7 over 128) | 1.00 | 4 / 0 | 17 | 0 (0) |" in table(totals)
