@@ -36,6 +36,9 @@ TIERS: dict[str, str] = {
         (
             "alerts",
             "analysis",
+            "baselines",
+            "overfitting",
+            "throughput",
             "checklist",
             "cli_map",
             "clipping",
@@ -103,6 +106,8 @@ TIERS: dict[str, str] = {
             "store_catalog",
             "store_check",
             "store_incremental",
+            "findings_store",
+            "baseline_eval",
         ),
         "integration",
     ),
