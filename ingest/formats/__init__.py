@@ -26,7 +26,9 @@ from ingest.formats.deepspeed_csv import DeepSpeedCsvReader
 from ingest.formats.deepspeed_stdout import DeepSpeedStdoutReader
 from ingest.formats.fairseq import FairseqReader
 from ingest.formats.gpt_neox import GptNeoXReader
+from ingest.formats.hf_console import HFConsoleReader
 from ingest.formats.hf_trainer_state import HFTrainerStateReader
+from ingest.formats.jax_console import JaxConsoleReader
 from ingest.formats.jsonl import JsonlReader
 from ingest.formats.lightning_csv import LightningCsvReader
 from ingest.formats.llamafactory import LlamaFactoryReader
@@ -40,6 +42,7 @@ from ingest.formats.nanogpt import NanoGPTReader
 from ingest.formats.nemo import NemoProgressReader, NemoTqdmReader
 from ingest.formats.olmo import OlmoReader
 from ingest.formats.parquet import ParquetReader
+from ingest.formats.rl_console import VerlConsoleReader
 from ingest.formats.tensorboard import TensorBoardReader
 from ingest.formats.tensorboard_csv import TensorBoardCsvReader
 from ingest.formats.textlog import TextLogReader
@@ -69,6 +72,7 @@ FORMATS: Final[dict[str, Reader]] = {
         WandbHistoryReader(),
         LlamaFactoryReader(),
         HFTrainerStateReader(),
+        HFConsoleReader(),
         MegatronGoldenReader(),
         TensorBoardReader(),
         MegatronReader(),
@@ -87,6 +91,8 @@ FORMATS: Final[dict[str, Reader]] = {
         NemoProgressReader(),
         NemoTqdmReader(),
         NanoGPTReader(),
+        VerlConsoleReader(),
+        JaxConsoleReader(),
         MlflowReader(),
         ParquetReader(),
     )
