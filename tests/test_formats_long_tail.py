@@ -124,3 +124,23 @@ def test_jax_step_info_lines() -> None:
     assert _series(parsed, "loss") == {0: 0.9876, 100: 0.2451, 200: 0.1987}
     assert _series(parsed, "param_norm")[200] == 1802.6678
     assert sorted(parsed.metrics) == ["grad_norm", "loss", "param_norm"]  # '(4101:train.py:268)' is no value
+
+
+def test_deepspeed_chat_ppo_console() -> None:
+    parsed = read_log([FIXTURES / "deepspeed_chat_ppo.log"])
+    assert parsed.format == "deepspeed_stdout"
+    assert _series(parsed, "actor_loss") == {0: 0.1274, 1: 0.0981}
+    assert _series(parsed, "critic_loss") == {0: 0.0453, 1: 0.0412}
+    assert _series(parsed, "reward") == {0: -2.4638671875, 1: -2.3125}
+    assert _series(parsed, "ema_reward")[1] == -2.44873046875
+    assert _series(parsed, "step_time_s") == {0: 13.41, 1: 12.87}  # End-to-End latency: the PPO step
+    assert _series(parsed, "lr") == {0: 5e-06}  # the engine's own line, still read
+    assert "loss" not in parsed.metrics  # the actor's policy loss is not a language-model loss
+
+
+def test_deepspeed_chat_sft_console_and_eval_perplexity() -> None:
+    parsed = read_log([FIXTURES / "deepspeed_chat_sft.log"])
+    assert _series(parsed, "loss") == {0: 2.9121, 1: 2.8012, 2: 2.7004}  # rank 0's, not rank 1's
+    assert _series(parsed, "step_time_s") == {1: 0.22}
+    assert _series(parsed, "eval_perplexity") == {2: 9.4512}
+    assert _series(parsed, "val_loss") == {2: 2.2461}
