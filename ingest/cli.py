@@ -781,7 +781,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         metavar="NAME=ROLE",
         help="store the log's metric NAME as the canonical ROLE (e.g. --map my_loss=loss; repeatable); "
-        "remembered with the run and applied again to later imports into it",
+        "remembered with the run and applied again to later imports into it; for a log read by the generic "
+        "reader it corrects the proposed mapping, and --map KEY=step chooses its step key",
     )
     into = p.add_mutually_exclusive_group()
     into.add_argument(

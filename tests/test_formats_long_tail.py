@@ -144,3 +144,82 @@ def test_deepspeed_chat_sft_console_and_eval_perplexity() -> None:
     assert _series(parsed, "step_time_s") == {1: 0.22}
     assert _series(parsed, "eval_perplexity") == {2: 9.4512}
     assert _series(parsed, "val_loss") == {2: 2.2461}
+
+
+def test_generic_reader_proposes_a_mapping() -> None:
+    parsed = read_log([FIXTURES / "generic_custom.log"])
+    assert parsed.format == "generic"
+    assert parsed.meta["mapping"] == {
+        "step": "it",
+        "grad_norm": "gnorm",
+        "lr": "learning_rate",
+        "throughput_tok_s": "tok/s",
+        "val_loss": "val_loss",
+        "loss": "train_ce_loss",
+        "step_time_s": "dt_s",
+    }
+    # roles from the key's name alone are proposed, applied by the import as a --map would be
+    assert parsed.meta["proposed_map"] == {"train_ce_loss": "loss", "dt_s": "step_time_s"}
+    assert _series(parsed, "train_ce_loss") == {10: 4.8812, 20: 4.553, 30: 4.3107, 40: 4.1022}
+    assert _series(parsed, "dt_s")[20] == pytest.approx(0.4091)  # '409.1ms' in seconds
+    assert _series(parsed, "val_loss") == {30: 4.4021}
+    # the srun command's --lr=3e-4 and slurmstepd's JOB are no metrics; prose without a step is skipped
+    assert not {"lr_3e", "batch", "JOB", "shard"} & set(parsed.metrics)
+    assert _series(parsed, "lr")[10] == 3.0e-05
+    assert parsed.skipped == 4
+
+
+def test_generic_reader_other_layouts(tmp_path: Path) -> None:
+    log = tmp_path / "custom.log"
+    log.write_text(
+        "starting\n"
+        "global_step=100 total_loss=3.5 grad_norm=1.5\n"
+        "global_step=200 total_loss=3.25 grad_norm=1.25\n"
+        "global_step=300 total_loss=3.0 grad_norm=1.0\n"
+    )
+    parsed = read_log([log])
+    assert parsed.meta["mapping"]["step"] == "global_step"
+    assert parsed.meta["mapping"]["loss"] == "total_loss"
+    assert _series(parsed, "total_loss") == {100: 3.5, 200: 3.25, 300: 3.0}
+    assert _series(parsed, "grad_norm") == {100: 1.5, 200: 1.25, 300: 1.0}
+
+
+def test_text_without_a_step_counter_is_still_refused(tmp_path: Path) -> None:
+    from ingest.errors import StabScopeError
+
+    prose = tmp_path / "notes.txt"
+    prose.write_text("We trained for 3 days on 64 GPUs.\nThe loss went down to 2.1 at the end.\n")
+    with pytest.raises(StabScopeError, match="format not recognised"):
+        read_log([prose])
+
+
+def test_import_json_carries_the_mapping_and_the_users_corrections(tmp_path: Path) -> None:
+    from ingest.importer import import_logs
+    from ingest.run_analyses import open_analysed_store
+
+    store = open_analysed_store(tmp_path / "store")
+    (out,) = import_logs(store, [FIXTURES / "generic_custom.log"], run="g")
+    assert out["format"] == "generic" and out["reader_note"].startswith("read by the generic reader")
+    assert out["mapping"]["loss"] == "train_ce_loss" and out["mapping"]["step"] == "it"
+    # the proposal is applied: the stored loss is train_ce_loss, the step time dt in seconds
+    assert store.read_series("g", "loss").values.tolist() == [4.8812, 4.553, 4.3107, 4.1022]
+    assert store.read_series("g", "step_time_s").values.tolist() == pytest.approx([0.4125, 0.4091, 0.4107, 0.4088])
+    # the user corrects it: gnorm is the clipped norm
+    (out,) = import_logs(store, [FIXTURES / "generic_custom.log"], run="g2", metric_map={"gnorm": "grad_norm_clipped"})
+    assert out["mapping"]["grad_norm_clipped"] == "gnorm" and "grad_norm" not in out["mapping"]
+    assert store.read_series("g2", "grad_norm_clipped").values.tolist() == [1.12, 0.98, 0.91, 0.87]
+    # and chooses the step: the samples seen, not the iteration
+    log = tmp_path / "samples.log"
+    log.write_text("iter 1 samples 64 loss 3.0\niter 2 samples 128 loss 2.5\niter 3 samples 192 loss 2.0\n")
+    (out,) = import_logs(store, [log], run="s", metric_map={"samples": "step"})
+    assert out["mapping"] == {"step": "samples", "loss": "loss"}
+    assert store.read_series("s", "loss").steps.tolist() == [64, 128, 192]
+    assert store.read_series("s", "iter").values.tolist() == [1.0, 2.0, 3.0]
+    # another reader's log: the step is its own
+    from ingest.errors import StabScopeError
+
+    with pytest.raises(StabScopeError, match="chooses the step key of the generic reader"):
+        import_logs(store, [FIXTURES / "nanogpt_tagged.log"], run="n", metric_map={"loss": "step"})
+    # other readers' imports say no mapping
+    (out,) = import_logs(store, [FIXTURES / "nanogpt_tagged.log"], run="n")
+    assert out["mapping"] is None and out["reader_note"] is None

@@ -25,6 +25,7 @@ from ingest.formats.csv_wide import WideCsvReader
 from ingest.formats.deepspeed_csv import DeepSpeedCsvReader
 from ingest.formats.deepspeed_stdout import DeepSpeedStdoutReader
 from ingest.formats.fairseq import FairseqReader
+from ingest.formats.generic import GenericReader
 from ingest.formats.gpt_neox import GptNeoXReader
 from ingest.formats.hf_console import HFConsoleReader
 from ingest.formats.hf_trainer_state import HFTrainerStateReader
@@ -95,6 +96,7 @@ FORMATS: Final[dict[str, Reader]] = {
         JaxConsoleReader(),
         MlflowReader(),
         ParquetReader(),
+        GenericReader(),
     )
 }
 """Every built-in reader, by name (the one table readers are registered in)."""
@@ -175,17 +177,23 @@ def read_log(
     progress: Progress | None = None,
     *,
     custom_dir: Path | None = None,
+    step_key: str | None = None,
 ) -> ParsedLog:
     """Read one run from ``paths`` (files of one format: a log and its continuations, a folder).
 
     ``format`` forces a reader; otherwise the best detected one is used when it is unambiguous.
-    ``progress(done_bytes, total_bytes)`` is called as the input is consumed.
+    ``progress(done_bytes, total_bytes)`` is called as the input is consumed. Input no reader
+    recognises is read by the generic reader when it finds a step counter and metric pairs in it
+    (:mod:`ingest.formats.generic`; ``meta['mapping']`` says what it took for what); ``step_key``
+    is the user's choice of its step key (``--map KEY=step``).
     Raises ``StabScopeError`` for unknown/ambiguous input (listing candidates and ``--format NAME``;
     its ``page_message`` says the same in the Upload page's words)
     and for a file that cannot be read (file, line or byte offset, what was expected).
     """
     checked = _check_paths(paths)
     readers = _readers(custom_dir)
+    if format == GenericReader.name:
+        return GenericReader(step_key).read(checked, progress)
     if format is not None:
         reader = readers.get(format)
         if reader is None:
@@ -198,6 +206,9 @@ def read_log(
     names = ", ".join(f"{n} ({c:.2f})" for n, c in candidates[:5])
     where = ", ".join(str(p) for p in checked[:3]) + (" ..." if len(checked) > 3 else "")
     if not candidates:
+        generic = GenericReader(step_key)
+        if all(p.is_file() and generic.proposal(read_head(p, LONG_HEAD_BYTES)) is not None for p in checked):
+            return generic.read(checked, progress)
         raise _unrecognised(checked, readers)
     if len(candidates) > 1 and candidates[1][1] >= candidates[0][1] - AMBIGUITY_MARGIN:
         raise StabScopeError(
