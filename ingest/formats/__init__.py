@@ -206,8 +206,13 @@ def read_log(
     names = ", ".join(f"{n} ({c:.2f})" for n, c in candidates[:5])
     where = ", ".join(str(p) for p in checked[:3]) + (" ..." if len(checked) > 3 else "")
     if not candidates:
+        # a known format's line behind text its reader does not take, on half the lines the generic
+        # reader would read or more, is refused with that format named (the user learns what is in
+        # the way); anything else with a step counter is read by the generic reader
         generic = GenericReader(step_key)
-        if all(p.is_file() and generic.proposal(read_head(p, LONG_HEAD_BYTES)) is not None for p in checked):
+        proposals = [generic.proposal(read_head(p, LONG_HEAD_BYTES)) if p.is_file() else None for p in checked]
+        close = max((n for n, _ in _near_misses(checked[0], readers)), default=0)
+        if all(proposals) and close * 2 < min(p.lines for p in proposals if p is not None):
             return generic.read(checked, progress)
         raise _unrecognised(checked, readers)
     if len(candidates) > 1 and candidates[1][1] >= candidates[0][1] - AMBIGUITY_MARGIN:
@@ -255,17 +260,25 @@ def closest_formats(path: Path, readers: dict[str, Reader] | None = None) -> str
     """Which formats came closest to ``path``'s head and why, one clause (for a refusal): each text
     reader counts the head lines that hold its metric line after text it does not expect."""
     head = read_head(path, LONG_HEAD_BYTES if _size_over(path, HEAD_BYTES) else HEAD_BYTES)
-    misses = []
-    for reader in (readers or FORMATS).values():
-        miss = reader.near_miss(head) if head and isinstance(reader, TextLogReader) else None
-        if miss is not None:
-            misses.append(miss)
-    misses.sort(key=lambda m: -m[0])
-    shown = [text for closeness, text in misses[:CLOSEST_SHOWN] if closeness > 0]
+    shown = [why for _, why in _near_misses(path, readers, head)[:CLOSEST_SHOWN]]
     if not shown:
         n_lines = sum(1 for line in head.splitlines() if line.strip())
         return f"no format came close: none of the {n_lines:,} head lines holds any reader's metric line"
     return "closest: " + "; ".join(shown)
+
+
+def _near_misses(
+    path: Path, readers: dict[str, Reader] | None = None, head: bytes | None = None
+) -> list[tuple[int, str]]:
+    """``(head lines, why)`` for each text format that came close to ``path``'s head (its metric line
+    after text it does not take), closest first; empty when none did."""
+    if head is None:
+        head = read_head(path, LONG_HEAD_BYTES if _size_over(path, HEAD_BYTES) else HEAD_BYTES)
+    if not head or path.is_dir():
+        return []
+    misses = [reader.near_miss(head) for reader in (readers or FORMATS).values() if isinstance(reader, TextLogReader)]
+    misses.sort(key=lambda m: -m[0])
+    return [(closeness, text) for closeness, text in misses if closeness > 0]
 
 
 def _per_file_best(paths: list[Path]) -> str:

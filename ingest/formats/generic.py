@@ -76,6 +76,8 @@ class Proposal:
     """What the generic reader proposes for a log: the step key and each role's key."""
 
     step: str
+    lines: int = 0
+    """Metric lines (two pairs or more) in the head the proposal was made from."""
     roles: dict[str, str] = field(default_factory=dict)
     """role -> key as printed (canonical names the alias table gives, and proposed extras)."""
     extra: dict[str, str] = field(default_factory=dict)
@@ -118,7 +120,7 @@ def propose(lines: Sequence[str], step_key: str | None = None) -> Proposal | Non
     step = step_key if step_key is not None else _step_key(records)
     if step is None:
         return None
-    proposal = Proposal(step)
+    proposal = Proposal(step, len(records))
     first_key: dict[str, str] = {}
     units: dict[str, str | None] = {}
     for pairs in records:
