@@ -504,6 +504,9 @@ def cmd_import(args: argparse.Namespace) -> int:
                 f"(steps {res['steps'][0]}..{res['steps'][1]}, format {res['format']}, "
                 f"{res['skipped']} lines skipped)"
             )
+            if res.get("mapping"):  # no trainer's format matched: say what the generic reader took for what
+                taken = ", ".join(f"{role} = {key}" for role, key in res["mapping"].items())
+                _print(f"  {res['reader_note']}: {taken}")
             if res.get("config"):
                 _print(f"  config: {res['config']}")
             for skipped in res.get("skipped_files", []):

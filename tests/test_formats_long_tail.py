@@ -223,3 +223,15 @@ def test_import_json_carries_the_mapping_and_the_users_corrections(tmp_path: Pat
     # other readers' imports say no mapping
     (out,) = import_logs(store, [FIXTURES / "nanogpt_tagged.log"], run="n")
     assert out["mapping"] is None and out["reader_note"] is None
+
+
+def test_cli_import_says_it_used_the_generic_reader(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from ingest.cli import main
+
+    args = ["import", str(FIXTURES / "generic_custom.log"), "--store", str(tmp_path / "s"), "--run", "g"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "format generic" in out
+    assert "read by the generic reader with the proposed mapping" in out and "loss = train_ce_loss" in out
+    assert main([*args[:-1], "g2", "--map", "gnorm=grad_norm_clipped", "--json"]) == 0
+    assert '"grad_norm_clipped": "gnorm"' in capsys.readouterr().out
