@@ -18,6 +18,7 @@ counter, or with nothing but it, is skipped and counted.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -143,6 +144,7 @@ def propose(lines: Sequence[str], step_key: str | None = None) -> Proposal | Non
     return proposal
 
 
+@functools.lru_cache(maxsize=4096)
 def stored_name(key: str, unit: str | None) -> tuple[str, str | None]:
     """The metric name a key is stored under (as every reader names it) and its unit."""
     name, key_unit = canonical_name(key)

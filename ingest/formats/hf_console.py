@@ -24,6 +24,7 @@ is no step: it goes to ``meta['train_summary']``. tqdm bars and other text are s
 
 from __future__ import annotations
 
+import functools
 import itertools
 import re
 from collections.abc import Sequence
@@ -178,6 +179,11 @@ def _with_evals(records: list[_Record], train_steps: list[int]) -> list[int]:
     return out
 
 
+@functools.lru_cache(maxsize=4096)
+def _name_of(key: str) -> tuple[str, str | None]:
+    return canonical_name(key)
+
+
 def _emit(records: list[_Record], steps: list[int], builder: LogBuilder) -> None:
     if not records:
         return
@@ -188,7 +194,7 @@ def _emit(records: list[_Record], steps: list[int], builder: LogBuilder) -> None
         for key, value in record.values.items():
             if record.eval and key == "epoch":
                 continue  # the training dict before it gave the epoch at this step
-            name, unit = canonical_name(key)
+            name, unit = _name_of(key)
             if record.eval and not key.startswith("eval_"):
                 name = "eval_" + sanitise_name(key)
             col = series.setdefault((name, unit, stream), ([], [], []))
