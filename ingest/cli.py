@@ -504,6 +504,9 @@ def cmd_import(args: argparse.Namespace) -> int:
                 f"(steps {res['steps'][0]}..{res['steps'][1]}, format {res['format']}, "
                 f"{res['skipped']} lines skipped)"
             )
+            if res.get("mapping"):  # no trainer's format matched: say what the generic reader took for what
+                taken = ", ".join(f"{role} = {key}" for role, key in res["mapping"].items())
+                _print(f"  {res['reader_note']}: {taken}")
             if res.get("config"):
                 _print(f"  config: {res['config']}")
             for skipped in res.get("skipped_files", []):
@@ -788,7 +791,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         metavar="NAME=ROLE",
         help="store the log's metric NAME as the canonical ROLE (e.g. --map my_loss=loss; repeatable); "
-        "remembered with the run and applied again to later imports into it",
+        "remembered with the run and applied again to later imports into it; for a log read by the generic "
+        "reader it corrects the proposed mapping, and --map KEY=step chooses its step key",
     )
     into = p.add_mutually_exclusive_group()
     into.add_argument(

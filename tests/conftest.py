@@ -58,6 +58,7 @@ TIERS: dict[str, str] = {
             "formats_text_fast",
             "formats_trainers_a",
             "formats_trainers_b",
+            "formats_long_tail",
             "fuzz_regressions",
             "import_folders",
             "import_segments",
