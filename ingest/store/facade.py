@@ -392,8 +392,10 @@ class Store:
         meta: dict[str, Any] | None = None,
         rejected: int = 0,
         rejected_examples: Sequence[str] = (),
+        status: str = "finished",
     ) -> IngestReport:
-        """Add a long-form table (``LONG_SCHEMA``) to run ``name`` (created if absent), atomically."""
+        """Add a long-form table (``LONG_SCHEMA``) to run ``name`` (created if absent), atomically; the
+        run's catalog status becomes ``status`` ("live" while ``stabscope watch`` follows a log)."""
         validate_run_name(name)
         table = conform_long(table)
         self.ensure_run(name, source)
@@ -410,7 +412,7 @@ class Store:
         )
         event_rows = [{"step": e.step, "kind": e.kind, "label": e.label, "detail": e.detail} for e in events]
         extras = SegmentExtras(events=event_rows, meta=dict(meta or {}))
-        self._commit.commit_stage(name, staged, extras, report, "finished")
+        self._commit.commit_stage(name, staged, extras, report, status)
         report.gen = self._commit.merge(name)
         return report
 

@@ -1,0 +1,258 @@
+"""``stabscope watch`` on the logs a job already writes: a growing text log, a folder of per-rank logs,
+a TensorBoard log directory, a CSV or JSON-lines metrics file.
+
+Each pass copies what the source gained into the run's spool (``ingest.log_spool``: complete lines
+and records only, from the byte offset the copy ends at), then, when something was copied, reads the
+whole spool again with ``ingest.import_inputs.read_inputs``, the code ``stabscope import`` reads
+with, and stores the rows that are new or changed since the last pass (an anti-join on metric,
+rank, step and value; the store keeps the newer value at a key both hold). Re-reading the complete
+prefix keeps every import rule at once (prefixes, aliases, a restart's further runs ``RUN-2``...,
+a rewind's later values, the skipped-line report), which parsing only the new bytes could not:
+a reader's state at a line depends on the lines before it. The format is detected on the first pass
+that has a complete line (or given with ``--format``) and kept in the spool's state.
+
+Alerts and ``--on-alert`` work as for shard directories (``ingest.watch``); the run is "live" while
+a watcher follows it and "finished" when it stops.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ingest.errors import StabScopeError
+from ingest.log_spool import LogSpool
+from ingest.store import Store
+from ingest.store.run_lock import DEFAULT_WRITER_WAIT_S, WriterBusy
+from ingest.watch import mark_finished, new_alerts, run_alert_command
+
+_KEYS = ("metric", "rank", "step", "value_bits")
+
+
+def is_log_source(path: str | os.PathLike[str], fmt: str | None) -> bool:
+    """Whether ``stabscope watch PATH`` follows a log (else a shard directory, as before logs could be
+    watched): a file, a folder given ``--format``, or a folder with files and no shard segments."""
+    text = os.fspath(path)
+    if text.startswith("s3://"):
+        return False
+    p = Path(text)
+    if fmt is not None or p.is_file():
+        return True
+    if not p.is_dir():
+        return False
+    from ingest.shards import list_segments
+
+    if list_segments(p):
+        return False
+    # an empty folder is a shard directory the writers have not written to yet (as before)
+    return any(f.is_file() and not f.name.startswith(".") for f in p.rglob("*"))
+
+
+@dataclass
+class _Stored:
+    """What one run (the watched run, or a further run ``RUN-2``... the log started) holds: its rows
+    as join keys, its events and the skipped lines counted so far."""
+
+    keys: pa.Table
+    events: set[tuple[int, str, str]] = field(default_factory=set)
+    skipped: int = 0
+
+
+@dataclass
+class LogWatcher:
+    """One watched log source folded into run ``run`` of ``store`` (see the module's docstring)."""
+
+    store: Store
+    run: str
+    path: Path
+    fmt: str | None = None
+    log: Callable[[str], None] = lambda _msg: None
+    spool: LogSpool = field(init=False)
+    stored: dict[str, _Stored] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.spool = LogSpool(self.store.root, self.run, self.path)
+        remembered = self._remembered_format()
+        if self.fmt is not None and remembered is not None and remembered != self.fmt:
+            raise StabScopeError(f"run {self.run!r} was watched as {remembered}, not --format {self.fmt}")
+        self.fmt = self.fmt or remembered
+
+    def _remembered_format(self) -> str | None:
+        path = self.spool.root / "format"
+        return path.read_text().strip() or None if path.is_file() else None
+
+    def _remember_format(self, fmt: str) -> None:
+        self.spool.root.mkdir(parents=True, exist_ok=True)
+        (self.spool.root / "format").write_text(fmt)
+
+    def pass_once(self, *, status: str, wait_s: float) -> int:
+        """Copy what is new and store what it adds; returns the rows written (0 when nothing changed).
+        Raises ``WriterBusy`` when another writer held one of the runs ``wait_s`` seconds."""
+        copied = self.spool.sync()
+        first = not self.stored
+        if not copied and not first:
+            return 0
+        inputs = self.spool.inputs()
+        if not inputs or not any(p.stat().st_size for p in _files(inputs)):
+            return 0  # not one complete line yet
+        parsed = self._read(inputs)
+        written = 0
+        runs = [(self.run, parsed)]
+        from ingest.importer import remembered_map_applied, segment_run_name
+
+        runs += [(segment_run_name(self.run, i), s) for i, s in enumerate(parsed.segments)]
+        for name, part in runs:
+            with self.store.writing(name, wait_s=wait_s):
+                written += self._store_new(name, remembered_map_applied(self.store, name, part, {}), status)
+        return written
+
+    def _read(self, inputs: list[Path]) -> Any:
+        from ingest.import_inputs import read_inputs
+
+        # a folder is sorted by import's rule every pass (its files come and go); one file, or its
+        # rotated copies, is read with the format found once
+        forced = self.fmt if not self.spool.state.folder or self.fmt else None
+        try:
+            read = read_inputs(inputs, fmt=forced, custom_dir=self.store.root / "formats")
+        except StabScopeError as exc:
+            raise StabScopeError(f"{self.path}: {exc.args[0] if exc.args else exc}") from exc
+        parsed = read.parsed
+        if self.fmt is None and not self.spool.state.folder and "+" not in parsed.format:
+            self.fmt = parsed.format
+            self._remember_format(parsed.format)
+            self.log(f"{self.run}: {self.path} is a {parsed.format} log")
+        return parsed
+
+    def _store_new(self, name: str, parsed: Any, status: str) -> int:
+        """Store ``parsed``'s rows, events and skipped lines that run ``name`` does not hold yet."""
+        from ingest.configs import meta_with_config_facts
+        from ingest.store import skipped_example_texts
+
+        held = self.stored.get(name) or self._load_stored(name)
+        keys = _join_keys(parsed.table)
+        fresh = keys.join(held.keys, keys=list(_KEYS), join_type="left anti") if held.keys.num_rows else keys
+        events = [e for e in parsed.events if (e.step, e.kind, e.label) not in held.events]
+        skipped = max(0, parsed.skipped - held.skipped)
+        if fresh.num_rows == 0 and not events and not skipped:
+            if self.store.has_run(name) and self.store.run_info(name).status != status:
+                self.store.set_status(name, status)
+            self.stored[name] = held
+            return 0
+        rows = parsed.table.take(fresh.column("row"))
+        self.store.import_table(
+            name,
+            rows,
+            source=f"watch:{parsed.format}:{self.spool.source}",
+            events=events,
+            meta=meta_with_config_facts(parsed.meta),
+            rejected=skipped,
+            rejected_examples=skipped_example_texts(parsed) if skipped else (),
+            status=status,
+        )
+        self.stored[name] = _Stored(
+            keys.drop_columns(["row"]),
+            held.events | {(e.step, e.kind, e.label) for e in events},
+            max(held.skipped, parsed.skipped),
+        )
+        return fresh.num_rows
+
+    def _load_stored(self, name: str) -> _Stored:
+        """What run ``name`` holds already (a restarted watcher, or a run imported before)."""
+        if not self.store.has_run(name):
+            return _Stored(_join_keys(_EMPTY).drop_columns(["row"]))
+        table = self.store.read_long(name)
+        events = {(e.step, e.kind, e.label) for e in self.store.events(name)}
+        return _Stored(_join_keys(table).drop_columns(["row"]), events, self.store.run_info(name).rejected)
+
+
+_EMPTY = pa.table(
+    {
+        "rank": pa.array([], pa.int32()),
+        "step": pa.array([], pa.int64()),
+        "metric": pa.array([], pa.string()),
+        "value": pa.array([], pa.float64()),
+    }
+)
+
+
+def _join_keys(table: pa.Table) -> pa.Table:
+    """``(metric, rank, step, value_bits, row)`` of ``table``'s rows: the value by its bits, so that a
+    NaN joins with the same NaN; ``row`` is the row's index in ``table``."""
+    values = np.ascontiguousarray(table.column("value").to_numpy(zero_copy_only=False), dtype=np.float64)
+    metric = table.column("metric")
+    if pa.types.is_dictionary(metric.type):
+        metric = pc.cast(metric, pa.string())
+    return pa.table(
+        {
+            "metric": metric,
+            "rank": pc.cast(table.column("rank"), pa.int64()),
+            "step": pc.cast(table.column("step"), pa.int64()),
+            "value_bits": pa.array(values.view(np.int64)),
+            "row": pa.array(np.arange(table.num_rows, dtype=np.int64)),
+        }
+    )
+
+
+def _files(inputs: list[Path]) -> list[Path]:
+    return [f for p in inputs for f in (sorted(p.rglob("*")) if p.is_dir() else [p]) if f.is_file()]
+
+
+def watch_logs(
+    store: Store,
+    run: str,
+    path: str | os.PathLike[str],
+    *,
+    fmt: str | None = None,
+    interval_s: float = 2.0,
+    once: bool = False,
+    on_alert: str | None = None,
+    log: Callable[[str], None] = lambda _msg: None,
+    stop: threading.Event | None = None,
+    wait_s: float = DEFAULT_WRITER_WAIT_S,
+) -> int:
+    """Fold what the log at ``path`` gains into ``run`` every ``interval_s`` seconds until stopped (or
+    once); returns passes made. A pass that waited ``wait_s`` seconds for another writer is skipped;
+    with ``once`` ``WriterBusy`` is raised instead. A log no reader recognises is a ``StabScopeError``."""
+    watcher = LogWatcher(store, run, Path(path), fmt, log)
+    stop = stop or threading.Event()
+    passes = 0
+    gave_up = False
+    seen: set[tuple[str, str, int]] = set()
+    new_alerts(store, run, seen)  # what already held before this watcher started is not news
+    try:
+        while True:
+            try:
+                rows = watcher.pass_once(status="finished" if once else "live", wait_s=wait_s)
+            except WriterBusy as busy:
+                if once:
+                    gave_up = True
+                    raise
+                log(f"{run}: pass skipped: {busy.short}; trying again in {interval_s:g} s")
+                if stop.wait(interval_s):
+                    break
+                continue
+            passes += 1
+            if rows:
+                log(f"{run}: +{rows} rows")
+            for alert in new_alerts(store, run, seen):
+                log(f"ALERT {alert.kind}: {alert.message}")
+                code = run_alert_command(on_alert, alert.to_json()) if on_alert else 0
+                if code:
+                    log(f"--on-alert command exited with {code} for the {alert.kind} alert")
+            if once or stop.wait(interval_s):
+                break
+    except KeyboardInterrupt:
+        pass
+    finally:
+        if not gave_up:
+            for name in watcher.stored:
+                mark_finished(store, name, log)
+    return passes
