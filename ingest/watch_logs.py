@@ -22,18 +22,22 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from ingest.errors import StabScopeError
+from ingest.formats import LONG_HEAD_BYTES
 from ingest.log_spool import LogSpool
 from ingest.store import Store
 from ingest.store.run_lock import DEFAULT_WRITER_WAIT_S, WriterBusy
 from ingest.watch import mark_finished, new_alerts, run_alert_command
 
+PATIENT_BYTES: Final = LONG_HEAD_BYTES
+"""Complete bytes of a log that does not read yet that a watcher waits through before it gives up: as
+far as format detection looks for a first metric line."""
 _KEYS = ("metric", "rank", "step", "value_bits")
 
 
@@ -77,6 +81,8 @@ class LogWatcher:
     log: Callable[[str], None] = lambda _msg: None
     spool: LogSpool = field(init=False)
     stored: dict[str, _Stored] = field(default_factory=dict)
+    waiting: str = ""
+    """Why the log did not read yet (logged once while it lasts)."""
 
     def __post_init__(self) -> None:
         self.spool = LogSpool(self.store.root, self.run, self.path)
@@ -93,17 +99,30 @@ class LogWatcher:
         self.spool.root.mkdir(parents=True, exist_ok=True)
         (self.spool.root / "format").write_text(fmt)
 
-    def pass_once(self, *, status: str, wait_s: float) -> int:
+    def pass_once(self, *, status: str, wait_s: float, patient: bool = True) -> int:
         """Copy what is new and store what it adds; returns the rows written (0 when nothing changed).
-        Raises ``WriterBusy`` when another writer held one of the runs ``wait_s`` seconds."""
+        Raises ``WriterBusy`` when another writer held one of the runs ``wait_s`` seconds.
+
+        Until its first rows are stored a log may not read yet (a banner, an argument dump, no metric
+        line so far): when ``patient`` that is waited for, one line logged, while the log is under
+        ``PATIENT_BYTES``; then, or when not ``patient`` (``--once``), the reader's error is raised."""
         copied = self.spool.sync()
         first = not self.stored
         if not copied and not first:
             return 0
         inputs = self.spool.inputs()
-        if not inputs or not any(p.stat().st_size for p in _files(inputs)):
+        size = sum(p.stat().st_size for p in _files(inputs))
+        if not size:
             return 0  # not one complete line yet
-        parsed = self._read(inputs)
+        try:
+            parsed = self._read(inputs)
+        except StabScopeError as exc:
+            if not (first and patient and size < PATIENT_BYTES):
+                raise
+            if str(exc) != self.waiting:
+                self.waiting = str(exc)
+                self.log(f"{self.run}: waiting for the log to read: {exc}")
+            return 0
         written = 0
         runs = [(self.run, parsed)]
         from ingest.importer import remembered_map_applied, segment_run_name
@@ -230,7 +249,7 @@ def watch_logs(
     try:
         while True:
             try:
-                rows = watcher.pass_once(status="finished" if once else "live", wait_s=wait_s)
+                rows = watcher.pass_once(status="finished" if once else "live", wait_s=wait_s, patient=not once)
             except WriterBusy as busy:
                 if once:
                     gave_up = True

@@ -1,0 +1,206 @@
+"""`stabscope watch` on the logs a job writes itself (#35): a real Megatron-DeepSpeed log appended in
+uneven chunks (partial last lines), rotated once (``train.log`` -> ``train.log.1``), and a real Keras
+TensorBoard event file written record by record (a torn record, a second event file), each while
+``watch`` runs as a real process that is SIGKILLed once midway and started again. The watched run must
+equal a one-shot ``stabscope import`` of the finished input, row for row, and the spool must hold the
+source's bytes exactly once (no byte lost or doubled across the kill and the rotation).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import struct
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from ingest.log_spool import spool_folder
+from ingest.store import open_store
+from tests.fault_harness import CHILD_ENV, REPO, assert_same_rows, cli_argv, run_cli, seeded, sorted_rows
+from tests.real_runs import REAL
+
+MEGDS_LOG = REAL / "bigscience_megds_perf_log" / "meg_ds_3d_gpt2_perf_n16-ds-off.out"
+KERAS_TB = REAL / "tfevents_keras_mnist_toy"
+INTERVAL_S = "0.1"
+CATCH_UP_S = 30.0
+"""How long the watcher may take to show the finished input once the writing stops."""
+
+
+def _needs(path: Path) -> None:
+    if not path.exists():
+        pytest.skip(f"../shared absent: no real log at {path}")
+
+
+def _start_watch(store: Path, source: Path, run: str, stderr_file: Path) -> subprocess.Popen[bytes]:
+    with stderr_file.open("ab") as err:
+        return subprocess.Popen(
+            cli_argv(store, "watch", str(source), "--run", run, "--interval", INTERVAL_S),
+            env=CHILD_ENV,
+            cwd=REPO,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
+
+
+def _wait_for_run(store: Path, run: str, proc: subprocess.Popen[bytes], log: Path) -> None:
+    """Until the watcher has stored its first rows of ``run``."""
+    deadline = time.monotonic() + CATCH_UP_S
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, log.read_text()
+        if open_store(store).has_run(run):
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"watch stored nothing of {run}: {log.read_text()}")
+
+
+def _kill(proc: subprocess.Popen[bytes]) -> None:
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    assert proc.returncode == -signal.SIGKILL
+
+
+def _finish(store: Path, run: str, want: object, proc: subprocess.Popen[bytes], log: Path) -> None:
+    """Wait until ``run`` equals ``want`` (its sorted rows), stop the watcher as Ctrl-C does, and check
+    the run is then marked finished with exactly those rows."""
+    deadline = time.monotonic() + CATCH_UP_S
+    status_seen = set()
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, log.read_text()
+        s = open_store(store)
+        status_seen.add(s.run_info(run).status)
+        got = sorted_rows(s, run)
+        if got.num_rows == want.num_rows and got.equals(want):  # type: ignore[attr-defined]
+            break
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=30) == 0, log.read_text()
+    assert "live" in status_seen  # the Runs page shows a watched run as live while watch follows it
+    final = open_store(store)
+    assert final.run_info(run).status == "finished"
+    assert_same_rows(sorted_rows(final, run), want)  # type: ignore[arg-type]
+
+
+def _reference(tmp_path: Path, *inputs: Path) -> object:
+    """The rows of a one-shot ``stabscope import`` of ``inputs`` into a store of its own."""
+    ref = tmp_path / "reference-store"
+    done = run_cli(ref, "import", *map(str, inputs), "--run", "reference")
+    assert done.returncode == 0, done.stderr
+    return sorted_rows(open_store(ref), "reference")
+
+
+def test_watched_text_log_equals_its_import_across_a_kill_and_a_rotation(tmp_path: Path) -> None:
+    _needs(MEGDS_LOG)
+    data = MEGDS_LOG.read_bytes()
+    store, logs = tmp_path / "store", tmp_path / "logs"
+    logs.mkdir()
+    live, stderr_log = logs / "train.log", tmp_path / "watch.stderr"
+    rng = seeded(35)
+    kill_at, rotate_at = int(len(data) * 0.6), int(len(data) * 0.8)  # metric lines begin at 45%
+    rotate_at = data.index(b"\n", rotate_at) + 1  # a rotating logger starts its new file on a line
+    live.write_bytes(b"")
+    proc = _start_watch(store, live, "watched", stderr_log)
+    killed = rotated = False
+    pos = 0
+    while pos < len(data):
+        end = min(len(data), pos + rng.randint(100, 4000))  # uneven chunks: most end mid-line
+        if not rotated and end > rotate_at:
+            end = rotate_at
+        with live.open("ab") as f:
+            f.write(data[pos:end])
+        pos = end
+        if not killed and pos >= kill_at:
+            _wait_for_run(store, "watched", proc, stderr_log)
+            _kill(proc)
+            killed = True
+            with live.open("ab") as f:  # written while no watcher runs
+                f.write(data[pos : pos + 1500])
+            pos += 1500
+            proc = _start_watch(store, live, "watched", stderr_log)
+        if not rotated and pos == rotate_at:
+            time.sleep(0.3)
+            live.rename(logs / "train.log.1")
+            live.write_bytes(b"")
+            rotated = True
+        time.sleep(0.02)
+    want = _reference(tmp_path, MEGDS_LOG)
+    _finish(store, "watched", want, proc, stderr_log)
+    # every byte of the log copied once: the copies, oldest first, are the log
+    copies = sorted((spool_folder(store, "watched") / "tree").iterdir(), key=lambda p: p.name, reverse=True)
+    assert [p.name for p in copies] == ["train.log.1", "train.log"]
+    assert b"".join(p.read_bytes() for p in copies) == data
+    info = open_store(store).run_info("watched")
+    assert info.rejected == open_store(tmp_path / "reference-store").run_info("reference").rejected
+
+
+def _records(path: Path) -> list[bytes]:
+    """The TFRecords of an event file, each with its framing (length, CRCs), in file order."""
+    data = path.read_bytes()
+    out, pos = [], 0
+    while pos < len(data):
+        (length,) = struct.unpack("<Q", data[pos : pos + 8])
+        out.append(data[pos : pos + 16 + length])
+        pos += 16 + length
+    assert pos == len(data)
+    return out
+
+
+def test_watched_tensorboard_dir_equals_its_import_across_a_torn_record_a_kill_and_a_new_file(
+    tmp_path: Path,
+) -> None:
+    _needs(KERAS_TB)
+    (train_file,) = (KERAS_TB / "train").iterdir()
+    (validation_file,) = (KERAS_TB / "validation").iterdir()
+    records = _records(train_file)
+    store, tb = tmp_path / "store", tmp_path / "tb"
+    (tb / "train").mkdir(parents=True)
+    (tb / "validation").mkdir()
+    shutil.copyfile(validation_file, tb / "validation" / validation_file.name)
+    first = tb / "train" / train_file.name
+    # the writer's next file, as TensorBoard names one opened later (its own version record first)
+    second = tb / "train" / train_file.name.replace("1690483602", "1690483700")
+    split = len(records) // 2
+    stderr_log = tmp_path / "watch.stderr"
+    first.write_bytes(records[0])
+    proc = _start_watch(store, tb, "watched", stderr_log)
+    for i, rec in enumerate(records[1:split], start=1):
+        with first.open("ab") as f:
+            if i == 10:  # a torn record: half of it for longer than a pass, then the rest
+                f.write(rec[: len(rec) // 2])
+                f.flush()
+                time.sleep(0.4)
+                f.write(rec[len(rec) // 2 :])
+            else:
+                f.write(rec)
+        if i == split // 2:
+            _wait_for_run(store, "watched", proc, stderr_log)
+            _kill(proc)
+            proc = _start_watch(store, tb, "watched", stderr_log)
+        time.sleep(0.01)
+    second.write_bytes(records[0])
+    for rec in records[split:]:
+        with second.open("ab") as f:
+            f.write(rec)
+        time.sleep(0.01)
+    want = _reference(tmp_path, tb)
+    _finish(store, "watched", want, proc, stderr_log)
+    spool = spool_folder(store, "watched") / "tree" / "train"
+    assert (spool / first.name).read_bytes() == first.read_bytes()
+    assert (spool / second.name).read_bytes() == second.read_bytes()
+
+
+def test_watch_refuses_a_path_that_does_not_exist_and_a_log_no_reader_knows(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    missing = run_cli(store, "watch", str(tmp_path / "nowhere.log"), "--run", "x", "--once")
+    assert missing.returncode != 0
+    assert "nowhere.log does not exist" in missing.stderr
+    odd = tmp_path / "notes.log"
+    odd.write_text("".join(f"today I tidied drawer {i}\n" for i in range(50)))
+    unknown = run_cli(store, "watch", str(odd), "--run", "x", "--once")
+    assert unknown.returncode != 0
+    assert "format not recognised" in unknown.stderr and "--format" in unknown.stderr
+    assert "Traceback" not in unknown.stderr
+    assert not open_store(store).has_run("x")
