@@ -38,6 +38,11 @@ def _start(store: Path, source: Path, interval_s: float) -> subprocess.Popen[byt
     )
 
 
+def _llmc_line(step: int) -> str:
+    """One llm.c ``main.log`` training line (as in ../shared/data/real_logs/mng_llmc_gpt2_124m)."""
+    return f"s:{step} trl:{9.0 - step * 1e-3:.4f} lr:0.000021 norm:2.05\n"
+
+
 def _visible(store: Path, step: int, timeout_s: float) -> float | None:
     """Seconds until run ``lag``'s last step is ``step`` (None at the timeout)."""
     t0 = time.perf_counter()
@@ -56,11 +61,11 @@ def measure(kind: str, interval_s: float, samples: int, work: Path, seed: int = 
     store = folder / "store"
     if kind == "text log":
         source = folder / "main.log"
-        source.write_text("".join(f"s:{k} trl:{9.0 - k * 1e-3:.4f} lr:0.000021 norm:2.05\n" for k in range(WARMUP_STEPS)))
+        source.write_text("".join(_llmc_line(k) for k in range(WARMUP_STEPS)))
 
         def write(k: int) -> None:
             with source.open("a") as f:
-                f.write(f"s:{k} trl:{9.0 - k * 1e-3:.4f} lr:0.000021 norm:2.05\n")
+                f.write(_llmc_line(k))
 
         writer = None
     else:
