@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,21 +26,13 @@ from typing import Any, BinaryIO, Final
 from ingest.errors import StabScopeError
 from ingest.formats._common import looks_binary, read_head
 from ingest.formats.tensorboard import is_event_file
-from ingest.store.layout import tmp_target
-from ingest.store.types import validate_run_name
+from ingest.store.layout import spool_folder, tmp_target
 
-SPOOL_FOLDER: Final = "watch"
-"""The folder of the spools, in the store's root beside ``runs``."""
 STATE_FILE: Final = "spool.json"
 COPY_CHUNK_BYTES: Final = 8 * 1024 * 1024
 """Bytes copied per read while a spool catches up with its source."""
 _TFRECORD_HEADER: Final = 12
 """A TFRecord's length (8 bytes) and its CRC (4), before the payload; the payload's CRC (4) follows it."""
-
-
-def spool_folder(store_root: Path, run: str) -> Path:
-    """Where the spool of run ``run`` lives in the store at ``store_root``."""
-    return store_root / SPOOL_FOLDER / f"run={validate_run_name(run)}"
 
 
 @dataclass
@@ -229,10 +220,6 @@ class LogSpool:
                 return end - offset - remaining
         except FileNotFoundError:
             return 0
-
-    def remove(self) -> None:
-        """Delete the spool (the run is being watched afresh)."""
-        shutil.rmtree(self.root, ignore_errors=True)
 
 
 def complete_end(f: BinaryIO, offset: int, size: int, *, tfrecords: bool) -> int:

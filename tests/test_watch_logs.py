@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from ingest.log_spool import spool_folder
 from ingest.store import open_store
+from ingest.store.layout import spool_folder
 from tests.fault_harness import CHILD_ENV, REPO, assert_same_rows, cli_argv, run_cli, seeded, sorted_rows
 from tests.real_runs import REAL
 
@@ -134,6 +134,9 @@ def test_watched_text_log_equals_its_import_across_a_kill_and_a_rotation(tmp_pat
     assert b"".join(p.read_bytes() for p in copies) == data
     info = open_store(store).run_info("watched")
     assert info.rejected == open_store(tmp_path / "reference-store").run_info("reference").rejected
+    # deleting the run deletes the copy: watching the log again into the name reads it from its start
+    open_store(store).delete_run("watched")
+    assert not spool_folder(store, "watched").exists()
 
 
 def _records(path: Path) -> list[bytes]:
