@@ -146,11 +146,16 @@ def _report_ingest(args: argparse.Namespace, report: Any) -> None:
 
 def cmd_watch(args: argparse.Namespace) -> int:
     from ingest.watch import watch
-    from ingest.watch_logs import is_log_source, watch_logs
+    from ingest.watch_logs import is_log_source, wait_for_content, watch_logs
 
     store = _store(args)
     if not str(args.shard_dir).startswith("s3://") and not Path(args.shard_dir).exists():
         raise StabScopeError(f"{args.shard_dir} does not exist: nothing to watch")
+    if not args.once and not str(args.shard_dir).startswith("s3://"):
+        try:
+            wait_for_content(Path(args.shard_dir), args.interval, lambda msg: _print(msg, file=sys.stderr, flush=True))
+        except KeyboardInterrupt:
+            return 0
     if is_log_source(args.shard_dir, args.format):
         watch_logs(
             store,

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,6 +59,20 @@ def is_log_source(path: str | os.PathLike[str], fmt: str | None) -> bool:
         return False
     # an empty folder is a shard directory the writers have not written to yet (as before)
     return any(f.is_file() and not f.name.startswith(".") for f in p.rglob("*"))
+
+
+def wait_for_content(path: Path, interval_s: float, log: Callable[[str], None]) -> None:
+    """Wait while folder ``path`` is empty (a job's log or shard folder made before its first file):
+    whether it holds a log or shards is only known from what appears in it."""
+    if not path.is_dir() or _holds_a_file(path):
+        return
+    log(f"{path} is empty: waiting for a log or shard files to appear")
+    while path.is_dir() and not _holds_a_file(path):
+        time.sleep(interval_s)
+
+
+def _holds_a_file(folder: Path) -> bool:
+    return any(f.is_file() for f in folder.rglob("*"))
 
 
 @dataclass

@@ -162,14 +162,16 @@ def test_watched_tensorboard_dir_equals_its_import_across_a_torn_record_a_kill_a
     store, tb = tmp_path / "store", tmp_path / "tb"
     (tb / "train").mkdir(parents=True)
     (tb / "validation").mkdir()
+    stderr_log = tmp_path / "watch.stderr"
+    # started on the log dir before the job writes its first event file: what it holds decides
+    proc = _start_watch(store, tb, "watched", stderr_log)
+    time.sleep(0.5)
     shutil.copyfile(validation_file, tb / "validation" / validation_file.name)
     first = tb / "train" / train_file.name
     # the writer's next file, as TensorBoard names one opened later (its own version record first)
     second = tb / "train" / train_file.name.replace("1690483602", "1690483700")
     split = len(records) // 2
-    stderr_log = tmp_path / "watch.stderr"
     first.write_bytes(records[0])
-    proc = _start_watch(store, tb, "watched", stderr_log)
     for i, rec in enumerate(records[1:split], start=1):
         with first.open("ab") as f:
             if i == 10:  # a torn record: half of it for longer than a pass, then the rest
