@@ -210,3 +210,60 @@ def test_watch_refuses_a_path_that_does_not_exist_and_a_log_no_reader_knows(tmp_
     assert "format not recognised" in unknown.stderr and "--format" in unknown.stderr
     assert "Traceback" not in unknown.stderr
     assert not open_store(store).has_run("x")
+
+
+LIGHTNING_CSV = REAL / "lightning_csv_slm_124m" / "metrics.csv"
+LLAMAFACTORY_JSONL = REAL / "llamafactory_luojiu7b_cpt" / "trainer_log.jsonl"
+TORCHTITAN_LOG = REAL / "torchtitan_qwen3_14b_run217" / "run.log"
+
+
+def _per_rank_logs() -> dict[str, bytes]:
+    """Two per-rank logs of torchrun's ``--tee`` layout: the real torchtitan log (rank 0's) and the same
+    lines as rank 1 prints them."""
+    rank0 = TORCHTITAN_LOG.read_bytes()
+    return {"rank0.log": rank0, "rank1.log": rank0.replace(b"[rank0]:", b"[rank1]:")}
+
+
+@pytest.mark.parametrize(
+    ("source", "real"),
+    [("metrics.csv", LIGHTNING_CSV), ("trainer_log.jsonl", LLAMAFACTORY_JSONL), ("ranks", TORCHTITAN_LOG)],
+)
+def test_a_csv_a_jsonl_file_and_a_per_rank_folder_watched_pass_by_pass_equal_their_import(
+    tmp_path: Path, source: str, real: Path
+) -> None:
+    """In-process passes (``LogWatcher``) between uneven appends; a second watcher takes over midway
+    as a restarted process would."""
+    _needs(real)
+    from ingest.importer import import_logs
+    from ingest.store import Store
+    from ingest.watch_logs import LogWatcher
+
+    files = _per_rank_logs() if source == "ranks" else {source: real.read_bytes()}
+    target = tmp_path / "src" / source
+    folder = target if source == "ranks" else target.parent
+    folder.mkdir(parents=True)
+    for name in files:
+        (folder / name).write_bytes(b"")
+    store = Store(tmp_path / "store")
+    watcher = LogWatcher(store, "watched", target)
+    rng = seeded(7)
+    written = dict.fromkeys(files, 0)
+    passes = 0
+    while any(written[n] < len(data) for n, data in files.items()):
+        for name, data in files.items():
+            end = min(len(data), written[name] + rng.randint(50, max(100, len(data) // 12)))
+            with (folder / name).open("ab") as f:
+                f.write(data[written[name] : end])
+            written[name] = end
+        watcher.pass_once(status="live", wait_s=5)
+        passes += 1
+        if passes == 4:
+            watcher = LogWatcher(store, "watched", target)  # a restarted watch: state from the store
+    watcher.pass_once(status="live", wait_s=5)
+    assert store.run_info("watched").status == "live"
+    reference = Store(tmp_path / "reference")
+    import_logs(reference, [target], run="reference")
+    assert_same_rows(sorted_rows(store, "watched"), sorted_rows(reference, "reference"))
+    assert store.run_info("watched").rejected == reference.run_info("reference").rejected
+    if source == "ranks":
+        assert store.run_info("watched").ranks == 2
