@@ -52,6 +52,7 @@ class LogSpool:
 
     def __init__(self, store_root: Path, run: str, source: Path) -> None:
         self.root = spool_folder(store_root, run)
+        self.store_root = Path(os.path.abspath(store_root))
         self.source = Path(os.path.abspath(source))
         if not self.source.exists():
             raise StabScopeError(f"{source} does not exist: nothing to watch")
@@ -117,6 +118,8 @@ class LogSpool:
             rel = path.relative_to(self.source)
             if any(part.startswith(".") for part in rel.parts) or not path.is_file():
                 continue
+            if Path(os.path.abspath(path)).is_relative_to(self.store_root):
+                continue  # a store kept inside the watched folder: its files (this copy too) are no log
             if is_event_file(path) or not looks_binary(read_head(path, 4096)):
                 found.append(str(rel))
         return found

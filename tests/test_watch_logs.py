@@ -267,3 +267,38 @@ def test_a_csv_a_jsonl_file_and_a_per_rank_folder_watched_pass_by_pass_equal_the
     assert store.run_info("watched").rejected == reference.run_info("reference").rejected
     if source == "ranks":
         assert store.run_info("watched").ranks == 2
+
+
+def test_a_watched_log_is_live_on_the_runs_page_until_watch_stops(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _needs(LIGHTNING_CSV)
+    import threading
+
+    from ingest.store import Store
+    from ingest.watch_logs import watch_logs
+    from tests.conftest import open_page
+
+    lines = LIGHTNING_CSV.read_bytes().splitlines(keepends=True)
+    log = tmp_path / "metrics.csv"
+    log.write_bytes(b"".join(lines[:400]))
+    store = Store(tmp_path / "store")
+    monkeypatch.setenv("STABSCOPE_STORE", str(store.root))
+    stop = threading.Event()
+    passes: list[int] = []
+    follower = threading.Thread(target=lambda: passes.append(watch_logs(store, "job", log, interval_s=0.1, stop=stop)))
+    follower.start()
+    try:
+        deadline = time.monotonic() + CATCH_UP_S
+        while not store.has_run("job") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        at = open_page("runs").run()
+        at.multiselect(key="runs_status").set_value(["live"]).run()
+        assert list(at.dataframe(key="runs_table").value["name"]) == ["job"]
+    finally:
+        stop.set()
+        follower.join(timeout=60)
+    assert passes and passes[0] >= 1
+    at = open_page("runs").run()
+    at.multiselect(key="runs_status").set_value(["live"]).run()
+    assert at.dataframe(key="runs_table").value.empty  # stopped: no longer live
