@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +30,8 @@ from ingest.formats.tensorboard import is_event_file
 from ingest.store.layout import spool_folder, tmp_target
 
 STATE_FILE: Final = "spool.json"
+WHOLE_FILE_SUFFIXES: Final = (".json", ".parquet")
+"""Files written whole, not appended to (``trainer_state.json``, golden values, Parquet): copied whole."""
 COPY_CHUNK_BYTES: Final = 8 * 1024 * 1024
 """Bytes copied per read while a spool catches up with its source."""
 _TFRECORD_HEADER: Final = 12
@@ -135,6 +138,8 @@ class LogSpool:
         except FileNotFoundError:
             return 0
         entry = self.state.follows.get(name)
+        if path.suffix.lower() in WHOLE_FILE_SUFFIXES:
+            return self._replace_whole(name, path, stat, entry)
         added = 0
         if entry is not None:
             copy = self.root / "tree" / entry["copy"]
@@ -152,6 +157,28 @@ class LogSpool:
             self.state.follows[name] = entry
             self.state.order.append(entry["copy"])
         return added + self._append(path, self.root / "tree" / entry["copy"], final=False)
+
+    def _replace_whole(self, name: str, path: Path, stat: os.stat_result, entry: dict[str, Any] | None) -> int:
+        """A file written whole (a ``trainer_state.json``, a Parquet file) is copied whole whenever its
+        size or modification time changes: appending to it would not make a longer file of it."""
+        version = [stat.st_size, stat.st_mtime_ns]
+        if entry is not None and entry.get("version") == version:
+            return 0
+        copy = self.root / "tree" / (entry["copy"] if entry else self._free_copy_name(name))
+        tmp = tmp_target(copy)
+        try:
+            shutil.copyfile(path, tmp)
+        except FileNotFoundError:
+            return 0
+        os.replace(tmp, copy)
+        if entry is None:
+            self.state.order.append(copy.relative_to(self.root / "tree").as_posix())
+        self.state.follows[name] = {
+            "inode": stat.st_ino,
+            "copy": copy.relative_to(self.root / "tree").as_posix(),
+            "version": version,
+        }
+        return stat.st_size
 
     def _followed_inode(self, inode: int) -> str | None:
         for name, entry in self.state.follows.items():

@@ -120,11 +120,12 @@ class LogWatcher:
 
         Until its first rows are stored a log may not read yet (a banner, an argument dump, no metric
         line so far): when ``patient`` that is waited for, one line logged, while the log is under
-        ``PATIENT_BYTES``; then, or when not ``patient`` (``--once``), the reader's error is raised."""
+        ``PATIENT_BYTES``; then, or when not ``patient`` (``--once``), the reader's error is raised.
+        A log that stops reading after that is logged and read again once it changes."""
         copied = self.spool.sync()
         first = not self.stored
-        if not copied and not first:
-            return 0
+        if not copied and (not first or self.waiting):
+            return 0  # nothing new; or nothing since the log last failed to read
         inputs = self.spool.inputs()
         size = sum(p.stat().st_size for p in _files(inputs))
         if not size:
@@ -132,12 +133,15 @@ class LogWatcher:
         try:
             parsed = self._read(inputs)
         except StabScopeError as exc:
-            if not (first and patient and size < PATIENT_BYTES):
+            # once rows were stored, a log that stops reading (a file written whole caught half
+            # written) is read again when it changes; before, only while it may still be a banner
+            if not patient or (first and size >= PATIENT_BYTES):
                 raise
             if str(exc) != self.waiting:
                 self.waiting = str(exc)
                 self.log(f"{self.run}: waiting for the log to read: {exc}")
             return 0
+        self.waiting = ""
         written = 0
         runs = [(self.run, parsed)]
         from ingest.importer import remembered_map_applied, segment_run_name

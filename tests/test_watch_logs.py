@@ -302,3 +302,36 @@ def test_a_watched_log_is_live_on_the_runs_page_until_watch_stops(
     at = open_page("runs").run()
     at.multiselect(key="runs_status").set_value(["live"]).run()
     assert at.dataframe(key="runs_table").value.empty  # stopped: no longer live
+
+
+HF_TRAINER_STATE = REAL / "hf_trainer_state_tinyllama_sft" / "trainer_state.json"
+
+
+def test_a_file_written_whole_is_read_again_whole_and_a_half_written_one_waits(tmp_path: Path) -> None:
+    """``trainer_state.json`` is rewritten at each save, not appended to: its copy is replaced, and a
+    copy caught half written does not stop the watcher."""
+    _needs(HF_TRAINER_STATE)
+    import json
+
+    from ingest.importer import import_logs
+    from ingest.store import Store
+    from ingest.watch_logs import LogWatcher
+
+    full = json.loads(HF_TRAINER_STATE.read_text())
+    out = tmp_path / "out"
+    out.mkdir()
+    state = out / "trainer_state.json"
+    early = {**full, "log_history": full["log_history"][: len(full["log_history"]) // 2]}
+    state.write_text(json.dumps(early, indent=2))
+    store = Store(tmp_path / "store")
+    watcher = LogWatcher(store, "watched", out)
+    assert watcher.pass_once(status="live", wait_s=5) > 0
+    text = json.dumps(full, indent=2)
+    state.write_text(text[: len(text) // 2])  # caught mid-write
+    assert watcher.pass_once(status="live", wait_s=5) == 0
+    assert "trainer_state.json" in watcher.waiting  # the reader's error, logged once, not raised
+    state.write_text(text)
+    assert watcher.pass_once(status="live", wait_s=5) > 0
+    reference = Store(tmp_path / "reference")
+    import_logs(reference, [out], run="reference")
+    assert_same_rows(sorted_rows(store, "watched"), sorted_rows(reference, "reference"))
