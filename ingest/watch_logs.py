@@ -30,7 +30,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ingest.errors import StabScopeError
-from ingest.formats import LONG_HEAD_BYTES
+from ingest.formats import FORMATS, LONG_HEAD_BYTES
 from ingest.log_spool import LogSpool
 from ingest.store import Store
 from ingest.store.run_lock import DEFAULT_WRITER_WAIT_S, WriterBusy
@@ -100,6 +100,9 @@ class LogWatcher:
     """Why the log did not read yet (logged once while it lasts)."""
 
     def __post_init__(self) -> None:
+        if self.fmt is not None and self.fmt not in FORMATS and not self.fmt.startswith("custom:"):
+            known = ", ".join(sorted(FORMATS))
+            raise StabScopeError(f"unknown format {self.fmt!r}; known formats: {known}")
         self.spool = LogSpool(self.store.root, self.run, self.path)
         remembered = self._remembered_format()
         if self.fmt is not None and remembered is not None and remembered != self.fmt:
@@ -155,11 +158,10 @@ class LogWatcher:
     def _read(self, inputs: list[Path]) -> Any:
         from ingest.import_inputs import read_inputs
 
-        # a folder is sorted by import's rule every pass (its files come and go); one file, or its
-        # rotated copies, is read with the format found once
-        forced = self.fmt if not self.spool.state.folder or self.fmt else None
+        # one file, or its rotated copies, is read with the format found once (``self.fmt``); a
+        # folder is sorted by import's rule every pass unless --format was given (its files come and go)
         try:
-            read = read_inputs(inputs, fmt=forced, custom_dir=self.store.root / "formats")
+            read = read_inputs(inputs, fmt=self.fmt, custom_dir=self.store.root / "formats")
         except StabScopeError as exc:
             raise StabScopeError(f"{self.path}: {exc.args[0] if exc.args else exc}") from exc
         parsed = read.parsed

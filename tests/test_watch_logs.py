@@ -210,6 +210,8 @@ def test_watch_refuses_a_path_that_does_not_exist_and_a_log_no_reader_knows(tmp_
     assert "format not recognised" in unknown.stderr and "--format" in unknown.stderr
     assert "Traceback" not in unknown.stderr
     assert not open_store(store).has_run("x")
+    wrong = run_cli(store, "watch", str(odd), "--run", "x", "--format", "megatronn")
+    assert wrong.returncode != 0 and "unknown format 'megatronn'" in wrong.stderr
 
 
 LIGHTNING_CSV = REAL / "lightning_csv_slm_124m" / "metrics.csv"
