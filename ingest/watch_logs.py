@@ -25,13 +25,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from ingest.errors import StabScopeError
 from ingest.formats import FORMATS, LONG_HEAD_BYTES
 from ingest.log_spool import LogSpool
+from ingest.new_rows import new_or_changed, rows_table
 from ingest.store import Store
 from ingest.store.run_lock import DEFAULT_WRITER_WAIT_S, WriterBusy
 from ingest.watch import mark_finished, new_alerts, run_alert_command
@@ -39,7 +38,6 @@ from ingest.watch import mark_finished, new_alerts, run_alert_command
 PATIENT_BYTES: Final = LONG_HEAD_BYTES
 """Complete bytes of a log that does not read yet that a watcher waits through before it gives up: as
 far as format detection looks for a first metric line."""
-_KEYS = ("metric", "rank", "step", "value_bits")
 
 
 def is_log_source(path: str | os.PathLike[str], fmt: str | None) -> bool:
@@ -78,9 +76,9 @@ def _holds_a_file(folder: Path) -> bool:
 @dataclass
 class _Stored:
     """What one run (the watched run, or a further run ``RUN-2``... the log started) holds: its rows
-    as join keys, its events and the skipped lines counted so far."""
+    (``ingest.new_rows.rows_table``), its events and the skipped lines counted so far."""
 
-    keys: pa.Table
+    rows: pa.Table
     events: set[tuple[int, str, str]] = field(default_factory=set)
     skipped: int = 0
 
@@ -177,16 +175,16 @@ class LogWatcher:
         from ingest.store import skipped_example_texts
 
         held = self.stored.get(name) or self._load_stored(name)
-        keys = _join_keys(parsed.table)
-        fresh = keys.join(held.keys, keys=list(_KEYS), join_type="left anti") if held.keys.num_rows else keys
+        now = rows_table(parsed.table)
+        fresh = new_or_changed(now, held.rows)
         events = [e for e in parsed.events if (e.step, e.kind, e.label) not in held.events]
         skipped = max(0, parsed.skipped - held.skipped)
-        if fresh.num_rows == 0 and not events and not skipped:
+        if fresh.size == 0 and not events and not skipped:
             if self.store.has_run(name) and self.store.run_info(name).status != status:
                 self.store.set_status(name, status)
             self.stored[name] = held
             return 0
-        rows = parsed.table.take(fresh.column("row"))
+        rows = parsed.table.take(pa.array(fresh))
         self.store.import_table(
             name,
             rows,
@@ -198,19 +196,19 @@ class LogWatcher:
             status=status,
         )
         self.stored[name] = _Stored(
-            keys.drop_columns(["row"]),
+            now,
             held.events | {(e.step, e.kind, e.label) for e in events},
             max(held.skipped, parsed.skipped),
         )
-        return fresh.num_rows
+        return int(fresh.size)
 
     def _load_stored(self, name: str) -> _Stored:
         """What run ``name`` holds already (a restarted watcher, or a run imported before)."""
         if not self.store.has_run(name):
-            return _Stored(_join_keys(_EMPTY).drop_columns(["row"]))
+            return _Stored(rows_table(_EMPTY))
         table = self.store.read_long(name)
         events = {(e.step, e.kind, e.label) for e in self.store.events(name)}
-        return _Stored(_join_keys(table).drop_columns(["row"]), events, self.store.run_info(name).rejected)
+        return _Stored(rows_table(table), events, self.store.run_info(name).rejected)
 
 
 _EMPTY = pa.table(
@@ -221,24 +219,6 @@ _EMPTY = pa.table(
         "value": pa.array([], pa.float64()),
     }
 )
-
-
-def _join_keys(table: pa.Table) -> pa.Table:
-    """``(metric, rank, step, value_bits, row)`` of ``table``'s rows: the value by its bits, so that a
-    NaN joins with the same NaN; ``row`` is the row's index in ``table``."""
-    values = np.ascontiguousarray(table.column("value").to_numpy(zero_copy_only=False), dtype=np.float64)
-    metric = table.column("metric")
-    if pa.types.is_dictionary(metric.type):
-        metric = pc.cast(metric, pa.string())
-    return pa.table(
-        {
-            "metric": metric,
-            "rank": pc.cast(table.column("rank"), pa.int64()),
-            "step": pc.cast(table.column("step"), pa.int64()),
-            "value_bits": pa.array(values.view(np.int64)),
-            "row": pa.array(np.arange(table.num_rows, dtype=np.int64)),
-        }
-    )
 
 
 def _files(inputs: list[Path]) -> list[Path]:

@@ -337,3 +337,41 @@ def test_a_file_written_whole_is_read_again_whole_and_a_half_written_one_waits(t
     reference = Store(tmp_path / "reference")
     import_logs(reference, [out], run="reference")
     assert_same_rows(sorted_rows(store, "watched"), sorted_rows(reference, "reference"))
+
+
+@pytest.mark.parametrize("step_offset", [0, 1 << 40], ids=["packed keys", "steps past 2**31: hash join"])
+def test_new_or_changed_rows_are_new_keys_and_changed_values_nan_matching_nan(step_offset: int) -> None:
+    import numpy as np
+    import pyarrow as pa
+
+    from ingest.new_rows import new_or_changed, rows_table
+
+    def table(rows: list[tuple[str, int, int, float]]) -> pa.Table:
+        metric, rank, step, value = zip(*rows, strict=True)
+        return rows_table(
+            pa.table(
+                {
+                    "metric": pa.array(metric).dictionary_encode(),
+                    "rank": pa.array(rank, pa.int32()),
+                    "step": pa.array([s + step_offset for s in step], pa.int64()),
+                    "value": pa.array(value, pa.float64()),
+                }
+            )
+        )
+
+    nan = float("nan")
+    held = table([("loss", -1, 1, 2.0), ("loss", -1, 2, nan), ("grad_norm", 0, 1, 1.0), ("lr", -1, 5, 1e-4)])
+    held = pa.concat_tables([held, table([("lr", -1, 5, 2e-4)])])  # a key held twice (a repeated step)
+    new = table(
+        [
+            ("loss", -1, 1, 2.0),  # held as is
+            ("loss", -1, 2, nan),  # NaN matches NaN
+            ("grad_norm", 0, 1, 1.5),  # changed value
+            ("grad_norm", 1, 1, 1.0),  # another rank
+            ("lr", -1, 5, 2e-4),  # one of the two values held
+            ("lr", -1, 5, 3e-4),  # neither
+            ("tokens", -1, 1, 8.0),  # a new metric
+        ]
+    )
+    np.testing.assert_array_equal(new_or_changed(new, held), [2, 3, 5, 6])
+    np.testing.assert_array_equal(new_or_changed(new, held.slice(0, 0)), np.arange(7))
