@@ -8,6 +8,7 @@ source's bytes exactly once (no byte lost or doubled across the kill and the rot
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -35,10 +36,10 @@ def _needs(path: Path) -> None:
         pytest.skip(f"../shared absent: no real log at {path}")
 
 
-def _start_watch(store: Path, source: Path, run: str, stderr_file: Path) -> subprocess.Popen[bytes]:
+def _start_watch(store: Path, source: Path, run: str, stderr_file: Path, *extra: str) -> subprocess.Popen[bytes]:
     with stderr_file.open("ab") as err:
         return subprocess.Popen(
-            cli_argv(store, "watch", str(source), "--run", run, "--interval", INTERVAL_S),
+            cli_argv(store, "watch", str(source), "--run", run, "--interval", INTERVAL_S, *extra),
             env=CHILD_ENV,
             cwd=REPO,
             stdout=subprocess.DEVNULL,
@@ -103,7 +104,9 @@ def test_watched_text_log_equals_its_import_across_a_kill_and_a_rotation(tmp_pat
     kill_at, rotate_at = int(len(data) * 0.6), int(len(data) * 0.8)  # metric lines begin at 45%
     rotate_at = data.index(b"\n", rotate_at) + 1  # a rotating logger starts its new file on a line
     live.write_bytes(b"")
-    proc = _start_watch(store, live, "watched", stderr_log)
+    alerts = tmp_path / "alerts.jsonl"
+    on_alert = ("--on-alert", f"cat >> {alerts}; echo >> {alerts}")  # each alert's JSON, one a line
+    proc = _start_watch(store, live, "watched", stderr_log, *on_alert)
     killed = rotated = False
     pos = 0
     while pos < len(data):
@@ -120,7 +123,7 @@ def test_watched_text_log_equals_its_import_across_a_kill_and_a_rotation(tmp_pat
             with live.open("ab") as f:  # written while no watcher runs
                 f.write(data[pos : pos + 1500])
             pos += 1500
-            proc = _start_watch(store, live, "watched", stderr_log)
+            proc = _start_watch(store, live, "watched", stderr_log, *on_alert)
         if not rotated and pos == rotate_at:
             time.sleep(0.3)
             live.rename(logs / "train.log.1")
@@ -133,6 +136,9 @@ def test_watched_text_log_equals_its_import_across_a_kill_and_a_rotation(tmp_pat
     copies = sorted((spool_folder(store, "watched") / "tree").iterdir(), key=lambda p: p.name, reverse=True)
     assert [p.name for p in copies] == ["train.log.1", "train.log"]
     assert b"".join(p.read_bytes() for p in copies) == data
+    # alerts as for shards: this log's loss spikes and its clipping are passed to --on-alert
+    fired = [json.loads(line) for line in alerts.read_text().splitlines() if line.strip()]
+    assert fired and all(a["run"] == "watched" and a["alert"] and a["message"] for a in fired), fired
     info = open_store(store).run_info("watched")
     assert info.rejected == open_store(tmp_path / "reference-store").run_info("reference").rejected
     # deleting the run deletes the copy: watching the log again into the name reads it from its start
@@ -313,8 +319,6 @@ def test_a_file_written_whole_is_read_again_whole_and_a_half_written_one_waits(t
     """``trainer_state.json`` is rewritten at each save, not appended to: its copy is replaced, and a
     copy caught half written does not stop the watcher."""
     _needs(HF_TRAINER_STATE)
-    import json
-
     from ingest.importer import import_logs
     from ingest.store import Store
     from ingest.watch_logs import LogWatcher
