@@ -102,10 +102,12 @@ class LogSpool:
     # ------------------------------------------------------------------ one pass
 
     def sync(self) -> int:
-        """Copy what the source gained (complete lines and records only); returns the bytes copied."""
+        """Copy what the source gained (complete lines and records only); returns the bytes copied.
+        The caller holds the run's writer lock (``LogWatcher.pass_once``)."""
         if not self.source.exists():
             # between a rotation's rename and the new file's creation: nothing to read this pass
             return 0
+        self.state = self._load()  # as the last pass left it, whichever process made that pass
         names = self._source_files()
         added = 0
         for name in names:

@@ -74,16 +74,6 @@ def _holds_a_file(folder: Path) -> bool:
 
 
 @dataclass
-class _Stored:
-    """What one run (the watched run, or a further run ``RUN-2``... the log started) holds: its rows
-    (``ingest.new_rows.rows_table``), its events and the skipped lines counted so far."""
-
-    rows: pa.Table
-    events: set[tuple[int, str, str]] = field(default_factory=set)
-    skipped: int = 0
-
-
-@dataclass
 class LogWatcher:
     """One watched log source folded into run ``run`` of ``store`` (see the module's docstring)."""
 
@@ -93,7 +83,9 @@ class LogWatcher:
     fmt: str | None = None
     log: Callable[[str], None] = lambda _msg: None
     spool: LogSpool = field(init=False)
-    stored: dict[str, _Stored] = field(default_factory=dict)
+    stored: dict[str, pa.Table] = field(default_factory=dict)
+    """The rows each run (the watched run, a further run ``RUN-2``... the log started) held after the
+    last pass (``ingest.new_rows.rows_table``)."""
     waiting: str = ""
     """Why the log did not read yet (logged once while it lasts)."""
 
@@ -122,7 +114,14 @@ class LogWatcher:
         Until its first rows are stored a log may not read yet (a banner, an argument dump, no metric
         line so far): when ``patient`` that is waited for, one line logged, while the log is under
         ``PATIENT_BYTES``; then, or when not ``patient`` (``--once``), the reader's error is raised.
-        A log that stops reading after that is logged and read again once it changes."""
+        A log that stops reading after that is logged and read again once it changes.
+
+        The pass holds the run's writer lock throughout: a second watcher of the run (or an import
+        into it) waits, so the copy is never appended to by two processes."""
+        with self.store.writing(self.run, wait_s=wait_s):
+            return self._pass(status, wait_s, patient)
+
+    def _pass(self, status: str, wait_s: float, patient: bool) -> int:
         copied = self.spool.sync()
         first = not self.stored
         if not copied and (not first or self.waiting):
@@ -174,20 +173,23 @@ class LogWatcher:
         from ingest.configs import meta_with_config_facts
         from ingest.store import skipped_example_texts
 
-        held = self.stored.get(name) or self._load_stored(name)
+        # rows are kept from the last pass (a row another watcher stored meanwhile is only sent
+        # again, with its value); events and the skipped count are the store's, read each pass
+        held = self.stored[name] if name in self.stored else self._held_rows(name)
+        info = self.store.run_info(name) if self.store.has_run(name) else None
+        held_events = {(e.step, e.kind, e.label) for e in self.store.events(name)} if info else set()
         now = rows_table(parsed.table)
-        fresh = new_or_changed(now, held.rows)
-        events = [e for e in parsed.events if (e.step, e.kind, e.label) not in held.events]
-        skipped = max(0, parsed.skipped - held.skipped)
+        fresh = new_or_changed(now, held)
+        events = [e for e in parsed.events if (e.step, e.kind, e.label) not in held_events]
+        skipped = max(0, parsed.skipped - (info.rejected if info else 0))
+        self.stored[name] = now
         if fresh.size == 0 and not events and not skipped:
-            if self.store.has_run(name) and self.store.run_info(name).status != status:
+            if info is not None and info.status != status:
                 self.store.set_status(name, status)
-            self.stored[name] = held
             return 0
-        rows = parsed.table.take(pa.array(fresh))
         self.store.import_table(
             name,
-            rows,
+            parsed.table.take(pa.array(fresh)),
             source=f"watch:{parsed.format}:{self.spool.source}",
             events=events,
             meta=meta_with_config_facts(parsed.meta),
@@ -195,20 +197,11 @@ class LogWatcher:
             rejected_examples=skipped_example_texts(parsed) if skipped else (),
             status=status,
         )
-        self.stored[name] = _Stored(
-            now,
-            held.events | {(e.step, e.kind, e.label) for e in events},
-            max(held.skipped, parsed.skipped),
-        )
         return int(fresh.size)
 
-    def _load_stored(self, name: str) -> _Stored:
-        """What run ``name`` holds already (a restarted watcher, or a run imported before)."""
-        if not self.store.has_run(name):
-            return _Stored(rows_table(_EMPTY))
-        table = self.store.read_long(name)
-        events = {(e.step, e.kind, e.label) for e in self.store.events(name)}
-        return _Stored(rows_table(table), events, self.store.run_info(name).rejected)
+    def _held_rows(self, name: str) -> pa.Table:
+        """The rows run ``name`` holds already (a restarted watcher, or a run imported before)."""
+        return rows_table(self.store.read_long(name) if self.store.has_run(name) else _EMPTY)
 
 
 _EMPTY = pa.table(
