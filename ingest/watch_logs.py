@@ -4,8 +4,8 @@ a TensorBoard log directory, a CSV or JSON-lines metrics file.
 Each pass copies what the source gained into the run's spool (``ingest.log_spool``: complete lines
 and records only, from the byte offset the copy ends at), then, when something was copied, reads the
 whole spool again with ``ingest.import_inputs.read_inputs``, the code ``stabscope import`` reads
-with, and stores the rows that are new or changed since the last pass (an anti-join on metric,
-rank, step and value; the store keeps the newer value at a key both hold). Re-reading the complete
+with, and stores the rows that are new or changed since the last pass (``ingest.new_rows``; the
+store keeps the newer value at a key both hold). Re-reading the complete
 prefix keeps every import rule at once (prefixes, aliases, a restart's further runs ``RUN-2``...,
 a rewind's later values, the skipped-line report), which parsing only the new bytes could not:
 a reader's state at a line depends on the lines before it. The format is detected on the first pass
