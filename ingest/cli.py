@@ -146,8 +146,29 @@ def _report_ingest(args: argparse.Namespace, report: Any) -> None:
 
 def cmd_watch(args: argparse.Namespace) -> int:
     from ingest.watch import watch
+    from ingest.watch_logs import is_log_source, wait_for_content, watch_logs
 
     store = _store(args)
+    if not str(args.shard_dir).startswith("s3://") and not Path(args.shard_dir).exists():
+        raise StabScopeError(f"{args.shard_dir} does not exist: nothing to watch")
+    if not args.once and not str(args.shard_dir).startswith("s3://"):
+        try:
+            wait_for_content(Path(args.shard_dir), args.interval, lambda msg: _print(msg, file=sys.stderr, flush=True))
+        except KeyboardInterrupt:
+            return 0
+    if is_log_source(args.shard_dir, args.format):
+        watch_logs(
+            store,
+            args.run,
+            args.shard_dir,
+            fmt=args.format,
+            interval_s=args.interval,
+            once=args.once,
+            on_alert=args.on_alert,
+            log=lambda msg: _print(msg, file=sys.stderr, flush=True),
+            wait_s=args.wait,
+        )
+        return 0
     watch(
         store,
         args.run,
@@ -718,9 +739,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="embedded: this process (default); spark: decode and de-duplicate on Spark (pip install -e '.[spark]')",
     )
     p.add_argument("--master", default=None, metavar="URL", help="Spark master for --engine spark (default local[*])")
-    p = add("watch", cmd_watch, "tail a live shard directory into a run until interrupted")
-    p.add_argument("shard_dir", help="the shard directory, or an s3://bucket/prefix shard location")
+    p = add("watch", cmd_watch, "follow a growing log (text, TensorBoard, CSV, JSON lines) or shards into a run")
+    p.add_argument(
+        "shard_dir",
+        metavar="PATH",
+        help="a log file, a folder of logs (per-rank logs, a TensorBoard log dir), a shard directory, "
+        "or an s3://bucket/prefix shard location",
+    )
     p.add_argument("--run", required=True)
+    p.add_argument(
+        "--format", default=None, metavar="NAME", help="the log's format (default: detected once, as import does)"
+    )
     p.add_argument("--interval", type=float, default=2.0, help="seconds between passes (default 2)")
     p.add_argument("--once", action="store_true", help="fold in what is there and exit")
     p.add_argument("--on-alert", default=None, metavar="CMD", help="shell command run with each alert as JSON on stdin")

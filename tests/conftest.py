@@ -139,6 +139,7 @@ TIERS: dict[str, str] = {
             "spark_cluster",
             "spark_engine",
             "store_s3",
+            "watch_logs",
             "store_s3_cli",
             "store_s3_speed",
             "train_demo",
