@@ -17,12 +17,12 @@ import numpy as np
 from stab_core.clipping import ClipStats, clipping_stats
 from stab_core.decision_tree import NONFINITE_START_LEAF, Diagnosis, DiagnosisParams
 from stab_core.diagnosis import DiagnosisContext, diagnose, diagnose_early, logging_interval, prepare_context
+from stab_core.early_rises import robust_early_rises
 from stab_core.incidents import (
     Incident,
     IncidentKind,
     LoggingGaps,
     detect_climbs,
-    early_rises,
     group_incidents,
     logging_gaps,
     window_ratio,
@@ -345,7 +345,8 @@ def find_incidents(view: RunView, params: AnalysisParams | None = None) -> list[
         interval = logging_interval(loss.steps)
         found += [(event, "spike") for event in detect_spikes(loss.steps, loss.values, "loss", p.loss_spikes)]
         found += [
-            (event, "early_instability") for event in early_rises(loss.steps, loss.values, p.loss_spikes.min_history)
+            (event, "early_instability")
+            for event in robust_early_rises(loss.steps, loss.values, p.loss_spikes.min_history)
         ]
         early_until = _early_limit(loss, p.loss_spikes)
         found += [

@@ -36,6 +36,8 @@ TIERS: dict[str, str] = {
         (
             "alerts",
             "analysis",
+            "cause_signatures",
+            "claims",
             "checklist",
             "cli_map",
             "clipping",
