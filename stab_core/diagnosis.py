@@ -665,7 +665,7 @@ def diagnose_early(
         missing=[],
         checks=checks,
         summary=(
-            f"Early instability: from step {spike.start} the loss rose to {ratio:.2f}x its lowest value so far "
+            f"Early instability: from step {spike.start} the loss rose to {ratio:.2f}x the lowest level it held so far "
             f"(peak at step {spike.peak}), "
             + ("and came back to its level." if spike.recovered else "and has not come back to its level.")
         ),
