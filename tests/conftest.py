@@ -37,6 +37,7 @@ TIERS: dict[str, str] = {
             "alerts",
             "analysis",
             "cause_signatures",
+            "checklist_claims",
             "claims",
             "checklist",
             "cli_map",
