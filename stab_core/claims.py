@@ -190,9 +190,7 @@ def _cause(diagnosis: Diagnosis) -> Claim:
     leaf = DECISION_TREE.leaf(diagnosis.leaf) if DECISION_TREE.is_leaf(diagnosis.leaf) else None
     title = leaf.title if leaf is not None else diagnosis.summary.rstrip(".")
     if diagnosis.cause == UNKNOWN:
-        to_log = "; ".join(
-            DECISION_TREE.node(v.node).to_log for v in diagnosis.path if v.answer == "unknown" and v.node != "manual"
-        )
+        to_log = "; ".join(DECISION_TREE.node(v.node).to_log for v in diagnosis.path if v.answer == "unknown")
         return Claim(
             "cause",
             "Cause unknown: no question of the tree found a cause with its signature in this log.",
