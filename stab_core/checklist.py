@@ -22,8 +22,10 @@ from typing import Any, Final, Literal
 
 import numpy as np
 
+from stab_core.claims import Claim
 from stab_core.clipping import clipping_stats
 from stab_core.cost import LLAMA3_405B_FAILURES, daly_interval, expected_waste_per_failure
+from stab_core.decision_tree import Evidence
 from stab_core.runview import RunView
 from stab_core.schedulers import (
     MAX_ADVISED_CYCLES,
@@ -81,6 +83,17 @@ class ItemResult:
     def priority(self) -> Priority:
         """The item's priority."""
         return self.item.priority
+
+    def claim(self) -> Claim:
+        """The verdict as a checked claim (kind ``checklist``): it holds for pass and fail (the check read
+        the config or the run: the evidence says what), and is unknown for an item the inputs could not
+        settle, with what to check by hand."""
+        text = f"{self.item.title}: {self.status}" + (": " + "; ".join(self.evidence) if self.evidence else ".")
+        unknown = self.status == "unknown"
+        evidence: Evidence = {"item": self.id, "status": self.status, "applicable": self.applicable}
+        return Claim(
+            "checklist", text, None if unknown else True, evidence, self.item.how_to_check if unknown else None
+        )
 
 
 CHECKLIST: tuple[ChecklistItem, ...] = (

@@ -121,3 +121,14 @@ def test_one_interleaved_warning_line_is_passed_over_and_reported(tmp_path: Path
     with pytest.raises(StabScopeError, match=r"expected 'name \.\.\.\. value'") as caught:
         read_run_config(broken, "args.log")
     assert caught.value.line is not None
+
+
+def test_each_checklist_verdict_is_a_claim() -> None:
+    facts = run_facts(_warming_run())
+    results = {r.id: r for r in evaluate_checklist({"warmup_steps": 0}, facts)}
+    claim = results["warmup"].claim()
+    assert claim.kind == "checklist" and claim.holds is True
+    assert claim.text.startswith("Warmup configured: pass: warmup_steps = 0 (config), but the logged LR rises")
+    assert claim.evidence == {"item": "warmup", "status": "pass", "applicable": True}
+    unknown = evaluate_checklist(None, None)[0].claim()
+    assert unknown.holds is None and unknown.to_log == evaluate_checklist(None, None)[0].item.how_to_check
