@@ -54,18 +54,19 @@ def lr_rise_signature(lr: Series, onset: int, window: int) -> tuple[bool | None,
     return rose and held, evidence
 
 
-GRAD_STILL_HIGH: Final = 0.5
-"""A grad norm at least this fraction of its peak when the loss begins to rise is still in the blow-up
-that led the loss (a precursor swing that came back down is not)."""
+GRAD_BLOWUP_RATIO: Final = 2.0
+"""A grad norm that stays at least this many times its level from the start of its spike until the loss rises
+is a blow-up in progress that led the loss (the grad-norm spike detector's own ratio)."""
 
 
 def loss_led_signature(spike: SpikeEvent, grad: Series | None, interval: int) -> tuple[bool | None, Evidence]:
     """The signature of a data-outlier cause: the loss moved first. A bad batch raises the loss at the
     step it is seen. It fails when the grad norm rose with no loss spike at all, or when a grad-norm
     spike began more than one logging ``interval`` before the loss rose (``grad_norm_lead_steps``) and
-    was still at least :data:`GRAD_STILL_HIGH` of its peak when the loss began to rise: then the
-    optimizer blew up and the loss followed. A grad-norm swing that came back down before the loss rose
-    is the precursor node 5 reads as the SNR collapse. None without a grad norm."""
+    stayed at least :data:`GRAD_BLOWUP_RATIO` times its level (the median of the samples before it) at
+    every sample until then: the optimizer blew up and the loss followed. A grad-norm swing that came
+    back down before the loss rose is the precursor node 5 reads as the SNR collapse. None without a
+    grad norm."""
     is_loss = "loss" in spike.metric.split("/")[-1]
     lead = spike.grad_norm_lead_steps
     evidence: Evidence = {"spike_metric": spike.metric, "grad_norm_lead_steps": lead}
@@ -77,11 +78,13 @@ def loss_led_signature(spike: SpikeEvent, grad: Series | None, interval: int) ->
     if lead is None or lead <= interval:
         evidence["loss_led"] = True
         return True, evidence
-    values = _window_values(grad, spike.start - lead, spike.start)
-    finite = values[np.isfinite(values)]
-    if not finite.size:
+    began = spike.start - lead
+    between = _window_values(grad, began, spike.start - 1)
+    before = _window_values(grad, began - 10 * max(lead, interval), began - 1)
+    between, before = between[np.isfinite(between)], before[np.isfinite(before)]
+    if not between.size or not before.size:
         return None, evidence
-    peak, at_rise = float(finite.max()), float(finite[-1])
-    led = at_rise < GRAD_STILL_HIGH * peak
-    evidence.update(grad_norm_lead_peak=peak, grad_norm_at_loss_rise=at_rise, loss_led=led)
+    level, lowest = float(np.median(before)), float(between.min())
+    led = not (level > 0 and lowest >= GRAD_BLOWUP_RATIO * level)
+    evidence.update(grad_norm_level=level, grad_norm_lowest_before_loss_rise=lowest, loss_led=led)
     return led, evidence
