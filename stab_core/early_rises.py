@@ -47,8 +47,8 @@ def robust_early_rises(steps: IntArray, values: FloatArray, history: int, metric
     keep = np.isfinite(values)
     s, x = steps[keep], values[keep]
     events: list[SpikeEvent] = []
-    levels = held_levels(x)
     limit = min(history, x.size)
+    levels = held_levels(x[:limit])  # only the first samples are judged here
     i = 1
     while i < limit:
         level = float(levels[i])
