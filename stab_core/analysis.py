@@ -427,11 +427,11 @@ def _not_run(view: RunView, p: AnalysisParams, snr: SnrSeries | None) -> tuple[l
             not_run.append(
                 (
                     f"{metric} spikes",
-                    f"{finite} {metric} samples: the spike detector needs more than {params.min_history} (it "
+                    f"{finite} finite {metric} samples: the spike detector needs more than {params.min_history} (it "
                     "compares each sample with the median of the ones before it); only the early-instability "
                     "check ran"
                     if metric == "loss"
-                    else f"{finite} {metric} samples: the spike detector needs more than {params.min_history}",
+                    else f"{finite} finite {metric} samples: the spike detector needs more than {params.min_history}",
                 )
             )
     reason = None

@@ -167,3 +167,9 @@ def test_spikes_cli_text_for_an_llmc_log_nan_from_step_0(tmp_path: Path, capsys:
     (item,) = json.loads(capsys.readouterr().out)
     assert {c["kind"] for c in item["claims"]} >= {"status", "recovery", "cause", "action"}
     assert all(set(c) == {"kind", "text", "holds", "evidence", "to_log"} for c in item["claims"])
+
+
+def test_what_did_not_run_counts_finite_samples() -> None:
+    analysis = analyze_run(_nan_from_start({"precision": "bf16"}))
+    reasons = dict(analysis.not_run)
+    assert reasons["loss spikes"].startswith("0 finite loss samples: the spike detector needs more than 16")
