@@ -527,13 +527,16 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 
 def cmd_spikes(args: argparse.Namespace) -> int:
+    from ingest.run_findings import finding_entries, stored_findings
     from stab_core.analysis import INCIDENT_VERDICT, analysis_notes, incident_headline, statements, verdict_words
 
     store = _store(args)
     info = store.run_info(args.run)
     spikes = store.spikes(args.run)
+    # overfitting and throughput loss follow the incidents, each with kind "overfitting"/"throughput_loss"
+    findings = finding_entries(stored_findings(store, info))
     if args.json:
-        _print_json(spikes)
+        _print_json(spikes + findings)
         return 0
     analysis = info.meta.get("analysis") or {}
     if not spikes:
@@ -545,6 +548,10 @@ def cmd_spikes(args: argparse.Namespace) -> int:
             _print(f"{'':>12}{line}")
         _print(f"{'':>12}path: " + " -> ".join(f"{n['node']}={n['answer']}" for n in s.get("path", [])))
         for action in statements(s, ("action",)):
+            _print(f"{'':>12}- {action}")
+    for finding in findings:
+        _print(str(finding["summary"]))
+        for action in finding["actions"]:
             _print(f"{'':>12}- {action}")
     for line in analysis_notes(analysis):
         _print(line)

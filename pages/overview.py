@@ -10,6 +10,7 @@ import streamlit as st
 
 from ingest.store import RunInfo, SeriesData
 from pages.charts import Panel, panels_figure
+from pages.findings_view import show_findings
 from pages.page_errors import page_fragment
 from pages.series_display import metric_label, shown_frame, to_bytes
 from pages.store_access import (
@@ -234,3 +235,4 @@ def charts(name: str) -> None:
 
 
 charts(info.name)
+show_findings(info)

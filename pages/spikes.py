@@ -10,6 +10,7 @@ import pandas as pd  # type: ignore[import-untyped]
 import streamlit as st
 
 from pages.charts import Panel, panels_figure
+from pages.findings_view import show_findings
 from pages.incident_view import evidence_text, incident_span, incident_words
 from pages.run_costs import money, priced_spikes, run_cost
 from pages.run_meta import run_settings
@@ -62,6 +63,7 @@ if info is None:
 run_settings(info, "sp")
 spikes = read_spikes(info)
 notes = analysis_notes(info.meta.get("analysis") or {}) if info.analysis_gen == info.gen else []
+show_findings(info)
 if not spikes:
     if info.analysis_gen != info.gen:
         st.info(f"The analyses have not run on **{info.name}**'s latest data yet; they run after each compaction.")
