@@ -552,7 +552,7 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 def cmd_spikes(args: argparse.Namespace) -> int:
     from ingest.run_findings import finding_entries, stored_findings
-    from stab_core.analysis import analysis_notes, incident_headline, verdict_words
+    from stab_core.analysis import INCIDENT_VERDICT, analysis_notes, incident_headline, statements, verdict_words
 
     store = _store(args)
     info = store.run_info(args.run)
@@ -567,10 +567,11 @@ def cmd_spikes(args: argparse.Namespace) -> int:
         _print(f"{args.run}: no incident detected")
     for s in spikes:
         _print(f"{incident_headline(s)}; {verdict_words(s)}")
-        if s.get("summary"):
-            _print(f"{'':>12}{s['summary']}")
+        # every sentence below is a claim whose check held on the run (stab_core.claims)
+        for line in statements(s, INCIDENT_VERDICT):
+            _print(f"{'':>12}{line}")
         _print(f"{'':>12}path: " + " -> ".join(f"{n['node']}={n['answer']}" for n in s.get("path", [])))
-        for action in s.get("actions", []):
+        for action in statements(s, ("action",)):
             _print(f"{'':>12}- {action}")
     for finding in findings:
         _print(str(finding["summary"]))
@@ -582,7 +583,7 @@ def cmd_spikes(args: argparse.Namespace) -> int:
 
 
 def cmd_diagnose(args: argparse.Namespace) -> int:
-    from stab_core.analysis import incident_headline, verdict_words
+    from stab_core.analysis import INCIDENT_VERDICT, incident_headline, statements, verdict_words
 
     store = _store(args)
     store.run_info(args.run)
@@ -621,15 +622,15 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
     if note:
         _print(note)
     _print(f"{incident_headline(s)}; {verdict_words(s)}")
-    if s.get("summary"):
-        _print(f"  {s['summary']}")
+    for line in statements(s, INCIDENT_VERDICT):
+        _print(f"  {line}")
     for node in s.get("path", []):
         ev = ", ".join(f"{k}={_short(v)}" for k, v in node.get("evidence", {}).items())
         _print(f"  [{node['node']}] {node.get('question', '')}\n      -> {node['answer']}  ({ev})")
     if s.get("missing"):
         _print("data that would settle the unknown nodes: " + "; ".join(s["missing"]))
     _print("actions:")
-    for action in s.get("actions", []):
+    for action in statements(s, ("action",)):
         _print(f"  - {action}")
     withheld = [c for c in s.get("action_evidence", []) if c.get("holds") is False]
     for check in withheld:

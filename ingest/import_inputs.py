@@ -301,7 +301,7 @@ def _config_keys(path: Path) -> int | None:
     except StabScopeError:
         return None
     # "model" alone is no evidence: a tokenizer.json has a top-level "model" too
-    keys = len([k for k in mapped if k not in ("source_format", "key_sources", "model")])
+    keys = len([k for k in mapped if k not in ("source_format", "key_sources", "skipped_lines", "model")])
     # a tokenizer.json or dataset index is a mapping too: it is a config when it maps a checklist
     # key or its name says so (Lightning's hparams.yaml maps none)
     return keys if keys or _CONFIG_NAME.search(path.name) else None

@@ -26,6 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 from stab_core.analysis import AnalysisParams
+from stab_core.decision_tree import NONFINITE_START_LEAF
 from stab_core.spikes import robust_zscore_columns
 
 ALERT_WINDOW_STEPS = 200
@@ -204,7 +205,14 @@ def spike_alerts(run: str, spikes: Sequence[Mapping[str, Any]], last_step: int, 
     out = []
     for s in spikes:
         common = {"ratio": s.get("ratio"), "cause": s.get("cause"), "actions": list(s.get("actions") or [])}
-        if not s.get("recovered", True):
+        if s.get("leaf") == NONFINITE_START_LEAF:
+            # never finite: nothing diverged, and no checkpoint or batch to go back to
+            message = (
+                f"non-finite from the first step: {s['metric']} was never finite (from step {s['start']}): a build, "
+                "kernel, data or initialisation fault, not a training instability"
+            )
+            out.append(Alert("diverging_run", run, int(s["start"]), str(s["metric"]), message, common))
+        elif not s.get("recovered", True):
             what = {"early_instability": "early instability", "climb": "climb"}.get(str(s.get("kind")), "spike")
             message = f"diverging: {s['metric']} {what} from step {s['start']} has not recovered"
             out.append(Alert("diverging_run", run, int(s["start"]), str(s["metric"]), message, common))
