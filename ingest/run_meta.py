@@ -120,6 +120,16 @@ def run_tags(meta: Mapping[str, Any]) -> list[str]:
     return sorted({str(tag).strip() for tag in tags or () if str(tag).strip()}) if isinstance(tags, list | str) else []
 
 
+def run_format(source: str) -> str:
+    """The format a run came from, read from its catalog ``source`` (``import:FORMAT:files``,
+    ``watch:FORMAT:...``, ``shards:...``, ``recovered:...``): FORMAT for imports and watched logs,
+    else the first word (``shards``)."""
+    kind, _, rest = source.partition(":")
+    if kind in ("import", "watch"):
+        return rest.partition(":")[0] or kind
+    return kind or "unknown"
+
+
 def parse_assignments(pairs: Sequence[str]) -> tuple[dict[str, Any], list[str]]:
     """``KEY=VALUE`` texts as (typed updates, keys to remove): ``KEY=`` removes ``KEY``."""
     updates: dict[str, Any] = {}
