@@ -81,6 +81,9 @@ def serve_options(port: int, host: str, *, exposed: bool, has_token: bool, confi
     return options
 
 
+GENERATED_TOKEN_ENV = "STABSCOPE_TOKEN_GENERATED"
+"""Set to 1 by ``stabscope serve`` when it made the access token itself: the server then prints the
+address carrying it. A token the user gave is never printed."""
 DEFAULT_HOST = "127.0.0.1"
 """Where the server listens unless told otherwise: this machine only, as TensorBoard and Jupyter do."""
 LOOPBACK_HOST_NAMES = ("localhost", "127.0.0.1", "::1")
@@ -92,6 +95,8 @@ def main(port: int, host: str = DEFAULT_HOST) -> int:
     """Say where the dashboard listens (and warn when that is beyond this machine), prepare, seed the
     demo runs on a first start, then run Streamlit on the app (:data:`APP`, blocks); the exit status."""
     from ingest.cli import EXIT_ERROR, seed_before_serving
+    from pages.access_gate import install as install_gate
+    from pages.access_gate import settings_for
     from pages.token_gate import expected_token
 
     try:
@@ -100,9 +105,15 @@ def main(port: int, host: str = DEFAULT_HOST) -> int:
         print(exc, file=sys.stderr)
         return EXIT_ERROR
     exposed = listens_beyond_loopback(host)
-    has_token = expected_token() is not None
+    token = expected_token()
+    has_token = token is not None
     _announce(host, port, exposed=exposed, has_token=has_token)
     _prepare_server()
+    try:  # before anything listens: every route behind the token and the Host check (pages.access_gate)
+        install_gate(settings_for(port, token, loopback_only=not exposed, loopback_names=LOOPBACK_HOST_NAMES))
+    except RuntimeError as exc:
+        print(exc, file=sys.stderr)
+        return EXIT_ERROR
     if not os.environ.get("STABSCOPE_NO_DEMO"):
         status = seed_before_serving()
         if status:
@@ -152,6 +163,15 @@ def _announce(host: str, port: int, *, exposed: bool, has_token: bool) -> None:
     store = os.environ.get("STABSCOPE_STORE", "")
     shown = "localhost" if not exposed or _is_wildcard(host) else _url_host(host)
     print(f"StabScope on http://{shown}:{port} (store {store})", file=sys.stderr)
+    from pages.token_gate import expected_token
+
+    token = expected_token()
+    if os.environ.get(GENERATED_TOKEN_ENV) == "1" and token:  # like Jupyter: the address that signs a browser in
+        print(
+            "  open it with its access token (made for this start; without it, other users of this machine get "
+            f"nothing):\n  http://{shown}:{port}/?token={token}",
+            file=sys.stderr,
+        )
     if not exposed:
         return
     if _is_wildcard(host):
