@@ -44,6 +44,8 @@ SIGN_IN_PATH = "/_stabscope/sign-in"
 """Where the gate's sign-in form posts the token (the only route of the gate's own)."""
 OPEN_PATHS = frozenset({"/_stcore/health", "/healthz"})
 """Routes answered without the token: the health check says only "ok" (supervisors and tests poll it)."""
+APP_INTERNAL_PREFIXES = ("/_stcore/", "/media/", "/component/", "/static/", "/app/static/", "/_stabscope/")
+"""Routes the app's own page calls, not an address a person opens: refused in one line, no sign-in form."""
 COOKIE_MAX_AGE_S = 7 * 24 * 3600
 """How long (seconds) a browser stays signed in: a week, then the token is asked again."""
 MAX_SIGN_IN_BYTES = 4096
@@ -71,10 +73,10 @@ class GateSettings:
     failures: dict[str, int] = field(default_factory=dict, repr=False)
 
 
-def settings_for(port: int, token: str | None, *, loopback_only: bool, loopback_names: tuple[str, ...]) -> GateSettings:
-    """The gate of a server on ``port``: ``token`` (None: none), and the Host allow-list when it
-    listens on loopback only."""
-    hosts = frozenset(name.lower() for name in loopback_names) if loopback_only else None
+def settings_for(port: int, token: str | None, *, host_names: tuple[str, ...] | None) -> GateSettings:
+    """The gate of a server on ``port``: ``token`` (None: none), and the Host names it answers (None:
+    any)."""
+    hosts = frozenset(name.lower() for name in host_names) if host_names is not None else None
     return GateSettings(token=token, allowed_hosts=hosts, cookie_name=f"stabscope_access_{port}")
 
 
@@ -175,7 +177,10 @@ class AccessGate:
             target = path + (f"?{rest}" if rest else "")
             await self._check(scope, send, given[-1], target, "in the address")
             return
-        await _send_page(send, 403, _sign_in_page(_return_address(scope), wrong=False))
+        if scope.get("method") == "GET" and not path.startswith(APP_INTERNAL_PREFIXES):
+            await _send_page(send, 403, _sign_in_page(_return_address(scope), wrong=False))
+            return
+        await _send_text(send, 403, "403: give this dashboard's access token first (open / in a browser)")
 
     async def _sign_in_form(self, scope: Scope, receive: Receive, send: Send) -> None:
         body = b""

@@ -77,6 +77,8 @@ def serve_options(port: int, host: str, *, exposed: bool, has_token: bool, confi
     installed wheel started from anywhere), then the port and listening address serve chose."""
     options = streamlit_config_options(config_file)
     options |= {"server.port": port, "server.headless": True, "browser.gatherUsageStats": False}
+    # config.toml names only the loopback Host names (for `streamlit run app.py`); serve decides below
+    options.pop("server.allowedHosts", None)
     options |= streamlit_address_options(host, exposed=exposed, has_token=has_token)
     return options
 
@@ -110,7 +112,9 @@ def main(port: int, host: str = DEFAULT_HOST) -> int:
     _announce(host, port, exposed=exposed, has_token=has_token)
     _prepare_server()
     try:  # before anything listens: every route behind the token and the Host check (pages.access_gate)
-        install_gate(settings_for(port, token, loopback_only=not exposed, loopback_names=LOOPBACK_HOST_NAMES))
+        # with a token, any Host (a reverse proxy's name): a rebinding page has no cookie for this server's name
+        host_names = LOOPBACK_HOST_NAMES if not exposed and not has_token else None
+        install_gate(settings_for(port, token, host_names=host_names))
     except RuntimeError as exc:
         print(exc, file=sys.stderr)
         return EXIT_ERROR
