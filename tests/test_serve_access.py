@@ -354,7 +354,8 @@ def test_browser_asks_for_the_token_then_shows_the_runs_table(tmp_path: Path) ->
     serve_args = ["--token-file", str(token_file)]
     with _server(tmp_path, serve=True, serve_args=serve_args) as (url, _), playwright.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport=VIEWPORT)
+        context = browser.new_context(viewport=VIEWPORT)  # one browser: its tabs share the gate's cookie
+        page = context.new_page()
         page.goto(url)
         field = page.get_by_label("Access token")
         field.wait_for(timeout=60_000)
@@ -364,11 +365,11 @@ def test_browser_asks_for_the_token_then_shows_the_runs_table(tmp_path: Path) ->
         page.locator(RUNS_TABLE).first.wait_for(timeout=60_000)
         nav = page.locator('[data-testid="stSidebarNav"]').inner_text(timeout=30_000)
         # the token binds to the browser (the gate's cookie), not to the session: a new tab of it opens
-        same_browser = page.context.new_page()
+        same_browser = context.new_page()
         same_browser.goto(f"{url}/compare")
         same_browser.get_by_text("Compare").first.wait_for(timeout=60_000)
         asked_again = same_browser.get_by_label("Access token").count()
-        # another browser (Playwright's new_page: a new context, no cookie) is asked; a link with the token opens it
+        # another browser (a new context: no cookie) is asked; a link with the token opens it
         second = browser.new_page(viewport=VIEWPORT)
         second.goto(f"{url}/?token={TOKEN}")
         second.locator(RUNS_TABLE).first.wait_for(timeout=60_000)
