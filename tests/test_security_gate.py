@@ -362,3 +362,40 @@ def test_streamlit_run_refuses_a_rebinding_host(tmp_path: Path) -> None:
         port = served.port
         assert _handshake(port, host=f"attacker.example:{port}") == 403
         assert _handshake(port, host=f"localhost:{port}") == 101
+
+
+def test_the_gate_fails_closed_when_streamlit_moves_its_app_factory(monkeypatch: pytest.MonkeyPatch) -> None:
+    """serve must not start without the gate: a Streamlit whose server no longer builds its app where
+    the gate hooks in is refused, naming the version (pages.server prints it and exits 2)."""
+    from streamlit.web.server.starlette import starlette_server
+
+    import pages.access_gate as gate
+
+    settings = GateSettings(token="t" * 16, allowed_hosts=None, cookie_name="c")
+    monkeypatch.delattr(starlette_server, "create_starlette_app")
+    with pytest.raises(RuntimeError, match=r"cannot put the access gate in front of Streamlit \d"):
+        gate.install(settings)
+    assert gate.active_settings() is None
+
+
+def test_installing_twice_wraps_streamlit_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    from starlette.applications import Starlette
+    from streamlit.web.server.starlette import starlette_server
+
+    import pages.access_gate as gate
+
+    monkeypatch.setattr(starlette_server, "create_starlette_app", lambda runtime: Starlette())
+    monkeypatch.setattr(gate, "_ACTIVE", None)
+    first = GateSettings(token="a" * 16, allowed_hosts=None, cookie_name="c")
+    second = GateSettings(token="b" * 16, allowed_hosts=None, cookie_name="c")
+    gate.install(first)
+    gate.install(second)
+    app = starlette_server.create_starlette_app(None)
+    gates = [m for m in app.user_middleware if m.cls is gate.AccessGate]
+    assert len(gates) == 1 and gates[0].kwargs["settings"] is second and gate.active_settings() is second
+
+
+def test_no_token_and_a_token_together_are_refused(tmp_path: Path) -> None:
+    cmd = [sys.executable, "-m", "ingest", "serve", "--store", str(tmp_path / "s"), "--no-token", "--token", "x" * 20]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, cwd=REPO_ROOT)
+    assert done.returncode == 2 and "not allowed with argument" in done.stderr, done.stderr
