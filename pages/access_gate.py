@@ -71,6 +71,7 @@ class GateSettings:
     secret: bytes = field(default_factory=lambda: secrets.token_bytes(32), repr=False)
     max_age_s: int = COOKIE_MAX_AGE_S
     failures: dict[str, int] = field(default_factory=dict, repr=False)
+    queues: dict[str, asyncio.Lock] = field(default_factory=dict, repr=False)
 
 
 def settings_for(port: int, token: str | None, *, host_names: tuple[str, ...] | None) -> GateSettings:
@@ -216,16 +217,20 @@ class AccessGate:
             return
         if len(failures) >= MAX_TRACKED_ADDRESSES and address not in failures:
             failures.clear()
-        failures[address] = failures.get(address, 0) + 1
-        delay = failure_delay_s(failures[address])
-        _LOG.warning(
-            "wrong access token (%s) from %s: failure %d from this address%s",
-            where,
-            address,
-            failures[address],
-            f"; answered after {delay:g} s" if delay else "",
-        )
-        await asyncio.sleep(delay)
+            self.settings.queues.clear()
+        # one wrong token of an address at a time: guesses sent in parallel wait their turn, so they are
+        # slowed as much as guesses sent one after the other
+        async with self.settings.queues.setdefault(address, asyncio.Lock()):
+            failures[address] = failures.get(address, 0) + 1
+            delay = failure_delay_s(failures[address])
+            _LOG.warning(
+                "wrong access token (%s) from %s: failure %d from this address%s",
+                where,
+                address,
+                failures[address],
+                f"; answered after {delay:g} s" if delay else "",
+            )
+            await asyncio.sleep(delay)
         await _send_page(send, 403, _sign_in_page(_safe_target(target), wrong=True))
 
 

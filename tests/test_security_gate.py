@@ -225,6 +225,7 @@ def test_a_refused_upload_is_not_read_into_memory(served: Served) -> None:
 
 
 def test_wrong_tokens_are_logged_and_slowed(served: Served) -> None:
+    _sign_in(served)  # a right token starts the address's count again
     times = []
     for attempt in range(5):
         start = time.monotonic()
@@ -236,6 +237,20 @@ def test_wrong_tokens_are_logged_and_slowed(served: Served) -> None:
     assert "wrong access token (in the address) from 127.0.0.1: failure 5" in log and "wrong-guess" not in log
     status, _, _ = _request(served.port, "POST", "/_stabscope/sign-in", body=b"token=wrong-again&next=/")
     assert status == 403  # the form path too
+
+
+def test_wrong_tokens_sent_in_parallel_wait_their_turn(served: Served) -> None:
+    """Guesses on parallel connections are slowed as much as one after the other: 6 at once take the
+    sum of their delays (0 + 0 + 0 + 0.5 + 1 + 2 s), not the longest one."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    _sign_in(served)  # a right token starts the address's count again
+    start = time.monotonic()
+    with ThreadPoolExecutor(6) as pool:
+        statuses = list(pool.map(lambda i: _request(served.port, "GET", f"/?token=parallel-{i}")[0], range(6)))
+    elapsed = time.monotonic() - start
+    assert statuses == [403] * 6 and elapsed >= 3.4, elapsed
+    _sign_in(served)
 
 
 # --- with the cookie -------------------------------------------------------------------------------
