@@ -294,7 +294,12 @@ async def _send_text(send: Send, status: int, text: str) -> None:
 
 
 async def _send_page(send: Send, status: int, page: str) -> None:
-    headers = [(b"content-type", b"text/html; charset=utf-8"), (b"cache-control", b"no-store")]
+    headers = [
+        (b"content-type", b"text/html; charset=utf-8"),
+        (b"cache-control", b"no-store"),
+        # the page runs no script and loads nothing; its form posts only here
+        (b"content-security-policy", b"default-src 'none'; style-src 'unsafe-inline'; form-action 'self'"),
+    ]
     await _send(send, status, headers, page.encode())
 
 

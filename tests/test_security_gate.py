@@ -181,6 +181,13 @@ def test_every_route_is_refused_before_the_token(served: Served, method: str, pa
     assert SMALL_RUN.encode() not in body and b"<script" not in body  # the sign-in page, not the app's shell
 
 
+def test_the_sign_in_page_runs_nothing_and_cannot_be_framed(served: Served) -> None:
+    status, headers, body = _request(served.port, "GET", "/overview?view=<script>x</script>")
+    assert status == 403 and b'<label for="token">Access token</label>' in body
+    assert b"<script>" not in body  # the return address is escaped
+    assert "default-src 'none'" in headers["content-security-policy"] and headers["x-frame-options"] == "DENY"
+
+
 def test_the_health_check_stays_open(served: Served) -> None:
     assert _request(served.port, "GET", "/_stcore/health")[:1] == (200,)
 
