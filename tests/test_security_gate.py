@@ -400,21 +400,29 @@ def test_the_gate_fails_closed_when_streamlit_moves_its_app_factory(monkeypatch:
     assert gate.active_settings() is None
 
 
+class _AppBuilt:
+    """What Streamlit's factory returns, as far as the gate uses it: ``add_middleware``."""
+
+    def __init__(self) -> None:
+        self.middleware: list[tuple[type, dict[str, object]]] = []
+
+    def add_middleware(self, cls: type, **options: object) -> None:
+        self.middleware.append((cls, options))
+
+
 def test_installing_twice_wraps_streamlit_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    from starlette.applications import Starlette
     from streamlit.web.server.starlette import starlette_server
 
     import pages.access_gate as gate
 
-    monkeypatch.setattr(starlette_server, "create_starlette_app", lambda runtime: Starlette())
+    monkeypatch.setattr(starlette_server, "create_starlette_app", lambda runtime: _AppBuilt())
     monkeypatch.setattr(gate, "_ACTIVE", None)
     first = GateSettings(token="a" * 16, allowed_hosts=None, cookie_name="c")
     second = GateSettings(token="b" * 16, allowed_hosts=None, cookie_name="c")
     gate.install(first)
     gate.install(second)
     app = starlette_server.create_starlette_app(None)
-    gates = [m for m in app.user_middleware if m.cls is gate.AccessGate]
-    assert len(gates) == 1 and gates[0].kwargs["settings"] is second and gate.active_settings() is second
+    assert app.middleware == [(gate.AccessGate, {"settings": second})] and gate.active_settings() is second
 
 
 def test_no_token_and_a_token_together_are_refused(tmp_path: Path) -> None:
