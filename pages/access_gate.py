@@ -114,6 +114,14 @@ def active_settings() -> GateSettings | None:
     return _ACTIVE
 
 
+def use_settings(settings: GateSettings) -> GateSettings:
+    """Make ``settings`` this process's gate (:func:`active_settings`), for a gate put in place by the
+    caller (app.py's ``st.App`` under ``streamlit run``); returns them."""
+    global _ACTIVE
+    _ACTIVE = settings
+    return settings
+
+
 def install(settings: GateSettings) -> None:
     """Put the gate in front of the Starlette application Streamlit builds when its server starts.
 

@@ -132,6 +132,24 @@ def main(port: int, host: str = DEFAULT_HOST) -> int:
     return 0
 
 
+def development_gate() -> list[Any]:
+    """The access gate of ``streamlit run app.py`` (app.py's ``st.App``) as Starlette middleware, with
+    serve's rules: the token of ``$STABSCOPE_TOKEN`` if set (none is made: a development server), and
+    the loopback Host names when it listens on loopback only without a token. Streamlit's settings
+    (its address and port) are loaded by the time ``streamlit run`` imports app.py."""
+    from starlette.middleware import Middleware
+    from streamlit import config
+
+    from pages.access_gate import AccessGate, settings_for, use_settings
+    from pages.token_gate import expected_token
+
+    token = expected_token()
+    loopback_only = not listens_beyond_loopback(str(config.get_option("server.address") or "0.0.0.0"))
+    host_names = LOOPBACK_HOST_NAMES if loopback_only and token is None else None
+    settings = use_settings(settings_for(int(config.get_option("server.port")), token, host_names=host_names))
+    return [Middleware(AccessGate, settings=settings)]
+
+
 def listens_beyond_loopback(host: str) -> bool:
     """Whether a server bound to ``host`` (an address or a name) can be reached from other machines:
     anything but loopback addresses, the wildcards 0.0.0.0 and :: included. A name that does not

@@ -56,12 +56,14 @@ class Served:
 
 
 @contextlib.contextmanager
-def _start(tmp_path: Path, *serve_args: str, streamlit_run: bool = False) -> Iterator[Served]:
+def _start(tmp_path: Path, *serve_args: str, streamlit_run: bool = False, token: str | None = None) -> Iterator[Served]:
     store = tmp_path / "store"
     write_run(open_analysed_store(store), RunSpec())
     port = _free_port()
     log = tmp_path / "server.log"
     env = {k: v for k, v in os.environ.items() if k != "STABSCOPE_TOKEN"}
+    if token:
+        env["STABSCOPE_TOKEN"] = token
     if streamlit_run:  # the development server, from the source tree
         env |= {"STABSCOPE_STORE": str(store), "STABSCOPE_NO_DEMO": "1"}
         cmd = [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port)]
@@ -378,12 +380,29 @@ def test_no_token_warns_and_still_answers_only_loopback_names(tmp_path: Path) ->
 
 
 def test_streamlit_run_refuses_a_rebinding_host(tmp_path: Path) -> None:
-    """Item 2: ``streamlit run app.py`` (development only) answers only loopback Host names on its
-    WebSocket (.streamlit/config.toml): a page on ``attacker.example`` gets no session, so no run."""
+    """Item 2: ``streamlit run app.py`` runs app.py's ``st.App`` behind the same gate: without a token,
+    only loopback Host names, on every route; a page on ``attacker.example`` gets no session, so no run."""
     with _start(tmp_path, streamlit_run=True) as served:
         port = served.port
         assert _handshake(port, host=f"attacker.example:{port}") == 403
+        assert _request(port, "GET", "/_stcore/metrics", host=f"attacker.example:{port}")[0] == 403
+        assert _request(port, "PUT", "/_stcore/upload_file/s/f", host="attacker.example", body=b"x")[0] == 403
         assert _handshake(port, host=f"localhost:{port}") == 101
+        _, frames = _session_frames(port, cookie=None)
+        assert SMALL_RUN.encode() in frames
+
+
+def test_streamlit_run_with_a_token_has_the_serve_gate(tmp_path: Path) -> None:
+    token = "development-token-1234"
+    with _start(tmp_path, streamlit_run=True, token=token) as served:
+        served.token = token
+        port = served.port
+        assert _request(port, "GET", "/_stcore/metrics")[0] == 403
+        assert _request(port, "PUT", "/_stcore/upload_file/s/f", body=b"x")[0] == 403
+        assert _handshake(port) == 403
+        cookie = _sign_in(served)
+        _, frames = _session_frames(port, cookie)
+        assert SMALL_RUN.encode() in frames  # the gate's cookie opens the app's own token check too
 
 
 def test_the_gate_fails_closed_when_streamlit_moves_its_app_factory(monkeypatch: pytest.MonkeyPatch) -> None:
