@@ -12,6 +12,7 @@ import argparse
 import json
 import os
 import re
+import secrets
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -395,8 +396,19 @@ def cmd_serve(args: argparse.Namespace) -> int:
         os.environ["STABSCOPE_NO_DEMO"] = "1"
     host = args.host.strip().removeprefix("[").removesuffix("]")
     _check_listen_address(host)
-    token = _serve_token(args)
+    token = None if args.no_token else _serve_token(args)
+    os.environ.pop(GENERATED_TOKEN_ENV, None)
+    if token is None and not args.no_token:
+        # private by default, as Jupyter: loopback is shared by every user of a login node
+        token = secrets.token_urlsafe(24)
+        os.environ[GENERATED_TOKEN_ENV] = "1"
     if token is None:
+        _print(
+            "stabscope serve: warning: --no-token: every user of this machine (and of any machine that reaches "
+            "--host) can read, upload and delete the runs of this store. Leave --no-token out for a token made "
+            "at each start.",
+            file=sys.stderr,
+        )
         os.environ.pop(SERVE_TOKEN_ENV, None)
     else:  # the server reads it from its environment, which other users cannot read (unlike its argv)
         os.environ[SERVE_TOKEN_ENV] = token
@@ -411,6 +423,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 SERVE_TOKEN_ENV = "STABSCOPE_TOKEN"
 """The environment variable holding the dashboard's shared access token (pages.token_gate reads it)."""
+GENERATED_TOKEN_ENV = "STABSCOPE_TOKEN_GENERATED"
+"""Set to 1 when serve made the token itself (``pages.server.GENERATED_TOKEN_ENV``: it then prints the
+address carrying it; repeated, not imported: ingest loads nothing of pages)."""
 
 
 def _serve_token(args: argparse.Namespace) -> str | None:
@@ -786,6 +801,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="viewers must enter TOKEN (other users see it in `ps` until the server starts: prefer "
         "--token-file or STABSCOPE_TOKEN)",
+    )
+    token.add_argument(
+        "--no-token",
+        action="store_true",
+        help="no access token (by default serve makes one at each start and prints the address carrying it): "
+        "anyone who reaches the port reads and deletes runs",
     )
     p.add_argument("--no-demo", action="store_true", help="do not add the demo runs to an empty store")
     p = add(

@@ -138,6 +138,7 @@ TIERS: dict[str, str] = {
             "security_round2",
             "serve",
             "serve_access",
+            "security_gate",
             "shards_s3",
             "spark_cluster",
             "spark_engine",
