@@ -110,4 +110,11 @@ def test_real_runs_read_as_incidents_with_what_could_not_run(tmp_path: Path, mon
     assert not at.exception
     captions = " ".join(c.value for c in at.caption)
     assert "Logging stopped at step 22690" in captions
-    assert list(at.dataframe(key="sp_table").value["peak step"]) == [3850, 4260]  # nothing at the NaN tail
+    # both loss bumps are back on the loss's trend within 2 logged samples (10 steps): blips, listed on demand
+    assert "No spike or divergence" in at.success[0].value and "+" not in at.success[0].value
+    assert "2 blips absorbed within" in at.success[0].value
+    at.toggle(key="sp_blips").set_value(True).run()
+    assert not at.exception
+    table = at.dataframe(key="sp_table").value
+    assert list(table["peak step"]) == [3850, 4260]  # nothing at the NaN tail
+    assert list(table["severity"]) == ["blip", "blip"]
