@@ -438,12 +438,14 @@ def find_incidents(view: RunView, params: AnalysisParams | None = None) -> list[
 
 
 def _new_early_jumps(series: Series, detected: Sequence[SpikeEvent], params: SpikeParams) -> list[SpikeEvent]:
-    """Early jumps of ``series`` (:func:`stab_core.incidents.early_jumps`, over the samples before the
-    detector's window is full) that no event the detector found already covers."""
+    """Early jumps of ``series`` (:func:`stab_core.incidents.early_jumps`) that no event the detector
+    found already covers. They are looked for over the first two windows of samples: as long as the
+    detector's window still holds samples of the run's first window (warm-up transients, a norm
+    falling from 10x its later level), its median and MAD sit far above the recent level."""
     jumps = early_jumps(
         series.steps,
         series.values,
-        params.window,
+        2 * params.window,
         min_ratio=params.min_ratio,
         z_threshold=params.z_threshold,
         recover_ratio=params.recover_ratio,

@@ -69,7 +69,7 @@ class Sensitivity:
 SENSITIVITIES: Final = {
     "low": Sensitivity(
         "low",
-        SpikeParams(z_threshold=8.0, min_ratio=1.3),
+        SpikeParams(z_threshold=8.0, min_ratio=1.3, outlier_ratio=None),
         SpikeParams(z_threshold=8.0, min_ratio=3.0, recover_ratio=1.5, outlier_ratio=None),
         blip_samples=5,
     ),

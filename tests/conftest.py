@@ -72,6 +72,7 @@ TIERS: dict[str, str] = {
             "run_analyses",
             "run_status",
             "schedulers",
+            "severity",
             "shard_rollbacks",
             "shards",
             "simulate",
