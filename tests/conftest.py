@@ -90,6 +90,7 @@ TIERS: dict[str, str] = {
             "cli_contracts",
             "cli_meta",
             "cli_pipes",
+            "cli_severity",
             "golden",
             "pages_checklist",
             "pages_compare",
