@@ -156,13 +156,18 @@ def trend_before(steps: IntArray, values: FloatArray, index: int, samples: int =
 
 
 def back_on_trend(steps: IntArray, values: FloatArray, first: int, band: TrendBand) -> int | None:
-    """Position of the first finite sample at or after ``first`` within ``band``; None if none."""
-    if first >= values.size:
-        return None
-    x = values[first:]
-    inside = np.isfinite(x) & (x <= band.upper(steps[first:]))
-    hits = np.flatnonzero(inside)
-    return first + int(hits[0]) if hits.size else None
+    """Position of the first finite sample at or after ``first`` within ``band``; None if none. Scanned
+    in growing chunks: a short incident costs a few samples, one that never returns stays linear."""
+    position, chunk = first, 16
+    while position < values.size:
+        x = values[position : position + chunk]
+        with np.errstate(invalid="ignore"):
+            hits = np.flatnonzero(np.isfinite(x) & (x <= band.upper(steps[position : position + chunk])))
+        if hits.size:
+            return position + int(hits[0])
+        position += chunk
+        chunk *= 4
+    return None
 
 
 @dataclass(frozen=True)
