@@ -22,7 +22,7 @@ from pages.store_access import auto_buckets, get_store, read_events, read_series
 from pages.widgets import MISSING, go_to, nav_link, pick_run
 from stab_core.analysis import INCIDENT_VERDICT, analysis_notes, incident_headline, statements
 from stab_core.analysis import outcome as incident_outcome
-from stab_core.severity import DEFAULT_SENSITIVITY, blips_line
+from stab_core.severity import DEFAULT_SENSITIVITY, blips_line, severity_words
 
 ZOOM_PANELS = [
     ("loss", "loss (nats/token)", ["loss"]),
@@ -202,6 +202,8 @@ with left:
 with right:
     outcome = "recovered" if spike["recovered"] else f"**{incident_outcome(spike)}**"
     st.markdown(f"{incident_headline(spike).capitalize()}; {outcome}.")
+    if (cost := severity_words(spike)) is not None:
+        st.caption(cost)
     # every sentence is a claim whose check held on the run (stab_core.claims); unknowns say what to log
     for line in statements(spike, INCIDENT_VERDICT):
         st.markdown(line)

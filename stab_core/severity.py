@@ -210,6 +210,27 @@ def classify(*, diverged: bool, loss_samples: int | None, member_samples: int, b
     return "spike"
 
 
+def severity_words(item: dict[str, object]) -> str | None:
+    """An incident's severity (a ``stabscope spikes --json`` object) in a sentence, or None for a record
+    without one: "Spike: steps lost; the loss was back within the noise band of its trend at step 104."."""
+    severity = item.get("severity")
+    if severity not in SEVERITIES:
+        return None
+    back = item.get("loss_recovered_at")
+    where = f"; the loss was back within the noise band of its trend at step {back}" if back is not None else ""
+    text = {
+        "blip": "Blip: absorbed within a few logged steps",
+        "spike": "Spike: steps lost",
+        "divergence": "Divergence: no return before the log ends",
+    }[str(severity)]
+    certainty = (
+        " Less certain: its level comes from few samples (the run's first steps)."
+        if item.get("certainty") == "low"
+        else ""
+    )
+    return f"{text}{where if severity != 'divergence' else ''}.{certainty}"
+
+
 def shown_by_default(severity: object) -> bool:
     """Does the default view show an incident of this severity (an old record without one: yes)?"""
     return severity != "blip"
