@@ -885,6 +885,7 @@ def build_parser() -> argparse.ArgumentParser:
         cmd_meta,
         "print or set a run's metadata: gpus, usd_per_gpu_hour, step_time_s, max_norm, precision, "
         "tokens_per_step, num_experts, planned_steps, world_size, tensor/pipeline_parallel_size, save_interval, "
+        "sensitivity (low, default, high: the spike thresholds the pages and alerts use), "
         'and the labels tags=a,b and notes="..." (KEY= removes a key; the analyses re-run)',
     )
     p.add_argument("run")
