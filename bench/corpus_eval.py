@@ -4,7 +4,8 @@
 ``python -m bench.corpus_eval --corpus DIR [--json]`` imports each log of ``DIR/<name>/`` into a
 temporary store as ``stabscope import`` does (the analyses run on each import), and compares:
 
-- **import**: runs (segments) found against the golden runs; records of the run's main metric within
+- **import**: runs (segments) found against the golden runs; rollback events where the log has no
+  resume from a checkpoint; records of the run's main metric within
   1 %; canonical metrics present or missing; junk metrics (a stored name that none of the log's field
   names explains, or one the golden file says must not be a metric); first and last values within
   rounding; a refusal where the log holds a run.
@@ -144,9 +145,14 @@ def junk_metrics(stored: Sequence[str], golden_import: Mapping[str, Any], run: M
 
 
 def score_import(result: LogScore, golden: Mapping[str, Any], stored_runs: Sequence[Mapping[str, Any]]) -> None:
-    """Compare the stored runs (each ``{"run", "series": {metric: (steps, values)}}``) with the golden runs."""
+    """Compare the stored runs (each ``{"run", "series": {metric: (steps, values)}, "events": [kind, ...]}``)
+    with the golden runs."""
     expected = list(golden["import"]["runs"])
     result.runs_expected, result.runs_found = len(expected), len(stored_runs)
+    # a golden run that resumes from a checkpoint says so ("rollbacks": n); every other rollback is invented
+    rollbacks = sum(1 for run in stored_runs for kind in run.get("events", ()) if kind == "rollback")
+    if rollbacks > sum(int(run.get("rollbacks", 0)) for run in expected):
+        result.fault("rollbacks", f"{rollbacks} rollback events stored, the log has no resume from a checkpoint")
     if not expected:  # a log without training metrics: a refusal or runs without a loss are right
         for run in stored_runs:
             for name in run["series"]:
@@ -282,7 +288,8 @@ def evaluate_log(store: Any, corpus: Path, golden: Mapping[str, Any]) -> LogScor
     stored, incidents, said = [], [], {}
     for name in names:
         view = store.run_view(name)
-        stored.append({"run": name, "series": {m: (s.steps, s.values) for m, s in view.series.items()}})
+        series = {m: (s.steps, s.values) for m, s in view.series.items()}
+        stored.append({"run": name, "series": series, "events": [e.kind for e in view.events]})
         spikes = store.spikes(name)
         incidents.extend(spikes)
         said[f"{name} status"] = [run_status(store, name)]

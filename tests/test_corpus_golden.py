@@ -90,6 +90,13 @@ def test_two_runs_stored_for_one_is_a_fault() -> None:
     assert result.import_faults == {"runs": ["2 runs stored, 1 in the log"]}
 
 
+def test_a_rollback_in_a_log_without_a_resume_is_a_fault() -> None:
+    result = LogScore("toy")
+    run = {"loss": _series(10, 10.5, 3.25), "lr": _series(10, 1e-4, 1e-5), "ppl_eval": _series(2, 9, 8)}
+    score_import(result, GOLDEN, [{"run": "a", "series": run, "events": ["rollback", "restart"]}])
+    assert result.import_faults == {"rollbacks": ["1 rollback events stored, the log has no resume from a checkpoint"]}
+
+
 def test_canonical_metrics_and_their_companions_are_not_junk() -> None:
     imp = {"known_fields": ["train_time"], "must_not_be_metrics": ["pass"]}
     run = {"metrics": ["loss"], "metrics_like": []}
