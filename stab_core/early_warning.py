@@ -30,8 +30,9 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from stab_core.analysis import RunAnalysis
 from stab_core.bootstrap import DEFAULT_RESAMPLES, Interval, bootstrap_ratio
-from stab_core.runview import FloatArray, IntArray
+from stab_core.runview import FloatArray, IntArray, RunView
 from stab_core.spikes import SpikeParams, rolling_level, rolling_robust_zscore
 
 
@@ -196,3 +197,57 @@ def fall_before(steps: npt.ArrayLike, score: npt.ArrayLike, start: int, lookback
         crossed=crossed,
         lead=start - crossed if crossed is not None else None,
     )
+
+
+@dataclass(frozen=True)
+class Predictor:
+    """A score on one series and its alarm threshold: ``source`` is ``snr`` (the run's gradient SNR,
+    scored by :func:`snr_fall_score`) or a run-level metric (``grad_norm``, ``loss``: scored by
+    :func:`rising_zscore`); ``window`` in logged samples."""
+
+    source: str
+    threshold: float
+    window: int = 64
+
+    @property
+    def name(self) -> str:
+        kind = "SNR fall >=" if self.source == "snr" else f"{self.source} z >="
+        return f"{kind} {self.threshold:g}"
+
+
+DEFAULT_PREDICTORS: tuple[Predictor, ...] = (
+    *(Predictor("snr", t) for t in (1.5, 2.0, 3.0)),
+    *(Predictor("grad_norm", t) for t in (3.0, 6.0)),
+    *(Predictor("loss", t) for t in (3.0, 6.0)),
+)
+"""The thesis's score at three depths of fall, against the z-scores any monitor already computes."""
+
+
+def spike_spans(analysis: RunAnalysis) -> list[tuple[int, int]]:
+    """(onset, until) of each incident: from the earlier of its start and a leading grad-norm spike
+    (so a grad-norm jump that opens the incident is part of it, not a warning of it) to its recovery
+    step, else its last step."""
+    return [(item.spike.onset, item.spike.until) for item in analysis.spikes]
+
+
+def run_warnings(
+    view: RunView, analysis: RunAnalysis, predictors: Sequence[Predictor], horizon: int
+) -> dict[Predictor, RunWarnings | None]:
+    """Each predictor's alarms on one run scored against the run's incidents; None where the run
+    lacks the predictor's series."""
+    spans = spike_spans(analysis)
+    out: dict[Predictor, RunWarnings | None] = {}
+    for predictor in predictors:
+        if predictor.source == "snr":
+            if analysis.snr is None:
+                out[predictor] = None
+                continue
+            steps, score = analysis.snr.steps, snr_fall_score(analysis.snr.values, predictor.window)
+        else:
+            series = view.series.get(predictor.source)
+            if series is None:
+                out[predictor] = None
+                continue
+            steps, score = series.steps, rising_zscore(series.values, predictor.window)
+        out[predictor] = score_run(alarm_steps(steps, score, predictor.threshold), spans, horizon)
+    return out
