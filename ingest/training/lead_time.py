@@ -16,6 +16,7 @@ import math
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ingest.store import Store, open_store
 from stab_core.analysis import analyze_run
@@ -59,6 +60,32 @@ def lead_rows(
         for predictor in DEFAULT_PREDICTORS
         if (predictor, horizon) in per_run
     ]
+
+
+def _interval_dict(interval: Interval) -> dict[str, Any]:
+    def num(value: float) -> float | None:
+        return value if math.isfinite(value) else None
+
+    return {"estimate": num(interval.estimate), "low": num(interval.low), "high": num(interval.high), "n": interval.n}
+
+
+def lead_row_dict(row: LeadRow) -> dict[str, Any]:
+    """One row as JSON-ready data (stored in the experiment's results, drawn by the Scenarios page)."""
+    s = row.score
+    return {
+        "horizon": row.horizon,
+        "predictor": row.predictor.name,
+        "source": row.predictor.source,
+        "threshold": row.predictor.threshold,
+        "runs": s.runs,
+        "spikes": s.spikes,
+        "warned": s.warned,
+        "alarms": s.alarms,
+        "false_alarms": s.false_alarms,
+        "precision": _interval_dict(s.precision),
+        "recall": _interval_dict(s.recall),
+        "median_lead": None if math.isnan(s.median_lead) else s.median_lead,
+    }
 
 
 def _cell(interval: Interval) -> str:
