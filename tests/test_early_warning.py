@@ -100,3 +100,36 @@ def test_fall_before_reports_how_far_and_how_early():
     assert none.crossed is None and none.score < 1.5
     with pytest.raises(ValueError):
         fall_before(steps, score, start=300, lookback=0, threshold=3.0)
+
+
+def _row(source: str, horizon: int, precision: float, recall: float, lead: float | None = 30.0) -> dict:
+    interval = lambda v: {"estimate": v, "low": v, "high": v, "n": 10}  # noqa: E731
+    name = "SNR fall >= 2" if source == "snr" else f"{source} z >= 3"
+    return {
+        "horizon": horizon,
+        "predictor": name,
+        "source": source,
+        "threshold": 2.0,
+        "runs": 4,
+        "spikes": 10,
+        "warned": round(recall * 10),
+        "alarms": 20,
+        "false_alarms": 20 - round(precision * 20),
+        "precision": interval(precision),
+        "recall": interval(recall),
+        "median_lead": lead,
+    }
+
+
+def test_the_snr_rule_is_said_to_warn_only_when_it_beats_every_baseline_at_its_horizon():
+    from ingest.training.lead_time import lead_verdict, snr_beats_baselines
+
+    losing = [_row("snr", 50, 0.2, 0.5), _row("grad_norm", 50, 0.3, 0.4), _row("loss", 50, 0.1, 0.2)]
+    assert snr_beats_baselines(losing) == []
+    assert "not supported by this measurement" in lead_verdict(losing)
+    winning = [_row("snr", 50, 0.4, 0.6), *losing[1:], _row("grad_norm", 10, 0.9, 0.9)]
+    assert snr_beats_baselines(winning) == [winning[0]]
+    assert lead_verdict(winning).startswith("On these runs (10 spikes), 'SNR fall >= 2' warned of 6 spikes within 50")
+    too_late = [_row("snr", 50, 0.4, 0.6, lead=5.0), *losing[1:]]
+    assert snr_beats_baselines(too_late) == []
+    assert lead_verdict([]).startswith("Not measured")

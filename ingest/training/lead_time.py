@@ -12,10 +12,12 @@ lead, the alarms that came to nothing. Runs without the predictor's series are l
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from ingest.store import Store, open_store
@@ -29,6 +31,10 @@ from stab_core.early_warning import (
     run_warnings,
     score_predictor,
 )
+
+REFERENCE_LEAD_TIME = Path(__file__).resolve().with_name("reference_lead_time.json")
+"""The lead-time tables of docs/experiments.md (mechanism S's runs, the public logs of ../shared), for
+the Scenarios page when the newest experiment's results hold none."""
 
 DEFAULT_HORIZONS = (10, 50, 200)
 """Steps ahead: a warning one checkpoint interval away is useful at 200 steps, an automatic
@@ -116,6 +122,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--store", required=True, help="store directory or s3://bucket/prefix")
     parser.add_argument("--runs", help="comma-separated run names (default: every run)")
     parser.add_argument("--horizons", default=",".join(map(str, DEFAULT_HORIZONS)), help="steps ahead, comma-separated")
+    parser.add_argument("--json", action="store_true", help="the rows as JSON (as experiment results store them)")
     args = parser.parse_args(argv)
     store = open_store(args.store)
     names = args.runs.split(",") if args.runs else [info.name for info in store.list_runs()]
@@ -127,9 +134,68 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError:
         print(f"--horizons takes whole numbers of steps separated by commas, got {args.horizons!r}", file=sys.stderr)
         return 2
-    print(markdown_table(lead_rows(store, names, horizons)))
+    rows = lead_rows(store, names, horizons)
+    print(json.dumps([lead_row_dict(row) for row in rows], indent=1) if args.json else markdown_table(rows))
     return 0
 
 
 if __name__ == "__main__":
     raise SystemExit(main())
+
+
+MIN_USEFUL_LEAD = 10
+"""Steps of warning below which an alert is no use: a person (or an automatic LR back-off) needs at
+least a few logging intervals to act before the spike."""
+
+
+def snr_beats_baselines(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The SNR rows that beat every baseline row of their horizon: precision and recall both at least
+    the best baseline's (point estimates), recall above 0, and a median lead of at least
+    ``MIN_USEFUL_LEAD`` steps. This is the bar an early-warning alert must clear before it is added."""
+
+    def est(row: dict[str, Any], key: str) -> float:
+        value = row[key]["estimate"]
+        return -1.0 if value is None else float(value)
+
+    winners = []
+    for row in rows:
+        if row["source"] != "snr" or est(row, "recall") <= 0 or (row["median_lead"] or 0) < MIN_USEFUL_LEAD:
+            continue
+        rivals = [r for r in rows if r["horizon"] == row["horizon"] and r["source"] != "snr"]
+        if all(est(row, "precision") >= est(r, "precision") and est(row, "recall") >= est(r, "recall") for r in rivals):
+            winners.append(row)
+    return winners
+
+
+def lead_verdict(rows: Sequence[dict[str, Any]]) -> str:
+    """One sentence on what the table measured, worded no further than the numbers go."""
+    if not rows:
+        return "Not measured: these results hold no lead-time table."
+    spikes = max(int(r["spikes"]) for r in rows)
+    winners = snr_beats_baselines(rows)
+    if not winners:
+        return (
+            f"On these runs ({spikes} spikes) no gradient-SNR rule warned better than the grad-norm and loss "
+            "z-scores a monitor already has (precision and recall at the same horizon), so StabScope raises no "
+            "early-warning alert: the thesis that the SNR falls first is not supported by this measurement."
+        )
+    best = max(winners, key=lambda r: (r["recall"]["estimate"], r["precision"]["estimate"]))
+    return (
+        f"On these runs ({spikes} spikes), '{best['predictor']}' warned of {best['warned']} spikes within "
+        f"{best['horizon']} steps (median lead {best['median_lead']:.0f} steps) with precision "
+        f"{best['precision']['estimate']:.2f} and recall {best['recall']['estimate']:.2f}, at least as well as "
+        "every baseline at that horizon."
+    )
+
+
+def reference_lead_time(path: Path = REFERENCE_LEAD_TIME) -> dict[str, Any]:
+    """``{"source": str, "rows": [lead_row_dict ...]}`` of the shipped measurement; raises
+    StabScopeError naming the file when it is missing or not that shape."""
+    from ingest.errors import StabScopeError
+
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        rows = [dict(row) for row in data["rows"]]
+        return {"source": str(data["source"]), "rows": rows}
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise StabScopeError(f"the reference lead-time table {path} cannot be read ({exc})") from exc
