@@ -223,19 +223,25 @@ DEFAULT_PREDICTORS: tuple[Predictor, ...] = (
 """The thesis's score at three depths of fall, against the z-scores any monitor already computes."""
 
 
-def spike_spans(analysis: RunAnalysis) -> list[tuple[int, int]]:
-    """(onset, until) of each incident: from the earlier of its start and a leading grad-norm spike
-    (so a grad-norm jump that opens the incident is part of it, not a warning of it) to its recovery
-    step, else its last step."""
-    return [(item.spike.onset, item.spike.until) for item in analysis.spikes]
+def spike_spans(analysis: RunAnalysis, metric: str | None = None) -> list[tuple[int, int]]:
+    """(onset, until) of each incident (of those that hold ``metric``, every one when None): from the
+    earlier of its start and a leading grad-norm spike (so a grad-norm jump that opens the incident is
+    part of it, not a warning of it) to its recovery step, else its last step."""
+    return [
+        (item.spike.onset, item.spike.until)
+        for item in analysis.spikes
+        if metric is None
+        or metric == item.spike.metric
+        or (item.incident is not None and metric in item.incident.metrics)
+    ]
 
 
 def run_warnings(
-    view: RunView, analysis: RunAnalysis, predictors: Sequence[Predictor], horizon: int
+    view: RunView, analysis: RunAnalysis, predictors: Sequence[Predictor], horizon: int, metric: str | None = None
 ) -> dict[Predictor, RunWarnings | None]:
-    """Each predictor's alarms on one run scored against the run's incidents; None where the run
-    lacks the predictor's series."""
-    spans = spike_spans(analysis)
+    """Each predictor's alarms on one run scored against the run's incidents (those holding ``metric``:
+    ``loss`` for loss spikes; every incident when None); None where the run lacks the predictor's series."""
+    spans = spike_spans(analysis, metric)
     out: dict[Predictor, RunWarnings | None] = {}
     for predictor in predictors:
         if predictor.source == "snr":

@@ -238,5 +238,5 @@ def test_spontaneous_mechanism_has_no_restart_arms_small_batches_and_the_whole_r
     assert {s.arm for s in specs if s.mechanism == "A"} == {"none", "clip", "zclip", "restart", "restart+clip"}
     s_spec = next(s for s in specs if s.mechanism == "S")
     a_spec = next(s for s in specs if s.mechanism == "A")
-    assert (s_spec.batch, s_spec.transition_step, s_spec.spike_window) == (8, 40, 360)
+    assert (s_spec.batch, s_spec.transition_step, s_spec.spike_window) == (8, 10, 390)
     assert (a_spec.batch, a_spec.transition_step, a_spec.spike_window) == (8, 200, 80)

@@ -54,14 +54,14 @@ if TYPE_CHECKING:
     from stab_core.clipping import ClipRecord
     from stab_core.torch_clipping import ZClip
 
-PEAK_LR = {"A": 4e-2, "B": 6e-3, "C": 4e-2, "S": 3e-2}
+PEAK_LR = {"A": 4e-2, "B": 6e-3, "C": 4e-2, "S": 1e-1}
 """AdamW peak LR per mechanism, set from single-seed trial runs (800 steps, seed 0): at A's 4e-2 the
 one-step jump at the transition gave a detected loss spike (1.7x) without a restart warmup and none
 with it (2e-2: no loss spike either way; 8e-2: spikes with the restart warmup too). B's 6e-3 leaves
-the jump alone harmless, so the spike is the outlier batches'. C uses A's LR. S's 3e-2 lies between
-the two constant LRs tried with no weight decay at batch 8 (2e-2 and 5e-2: a detected loss spike in 1
-of 3 seeds each, at the same data step of seed 0); batches of 4 and 16 gave none in 2 and 1 seeds
-(docs/experiments.md, "Spikes that come on their own")."""
+the jump alone harmless, so the spike is the outlier batches'. S's 1e-1 after a 20-step warmup: at
+3e-2 after 80 steps 16 seeds gave 1 loss spike in 800 steps; trials at 2e-2 and 5e-2 gave one in 1 of
+3 seeds, 1e-1 two in seed 0; batches of 4 and 16 gave none (docs/experiments.md, "Spikes that come on
+their own")."""
 ADAM_BETA2 = 0.999
 """AdamW's second-moment decay: torch's default. Its slow second moment is what lets a sudden change
 of the gradients (an LR jump, an outlier batch) take steps far larger than the LR."""
@@ -172,10 +172,15 @@ class RunSpec:
         return self.config.batch
 
     @property
+    def warmup_steps(self) -> int:
+        """The first warmup: S's is short (steps/40), the others' the config's."""
+        assert self.config.warmup_steps is not None
+        return max(self.config.steps // 40, 1) if self.spontaneous else self.config.warmup_steps
+
+    @property
     def transition_step(self) -> int:
         """Where the measured window starts: the schedule switch, or for S the end of the warmup."""
-        assert self.config.warmup_steps is not None
-        return self.config.warmup_steps if self.spontaneous else self.config.transition_step
+        return self.warmup_steps if self.spontaneous else self.config.transition_step
 
     @property
     def spike_window(self) -> int:
@@ -263,7 +268,7 @@ def train_run(spec: RunSpec, shard_dir: Path, corpus: Corpus) -> tuple[float, fl
         scheduler = WarmupCosineRestartScheduler(
             optimizer,
             total_steps=config.steps,
-            warmup_steps=config.warmup_steps,
+            warmup_steps=spec.warmup_steps,
             restart_warmup_steps=config.restart_warmup_steps if spec.restarts else 0,
             num_cycles=1 if spec.spontaneous else 2,
             min_lr_ratio=1.0 if spec.spontaneous else config.min_lr_ratio,  # S: constant after warmup

@@ -49,15 +49,21 @@ class LeadRow:
 
 
 def lead_rows(
-    store: Store, runs: Sequence[str], horizons: Sequence[int] = DEFAULT_HORIZONS, *, resamples: int = 10_000
+    store: Store,
+    runs: Sequence[str],
+    horizons: Sequence[int] = DEFAULT_HORIZONS,
+    *,
+    metric: str | None = "loss",
+    resamples: int = 10_000,
 ) -> list[LeadRow]:
-    """Every (predictor, horizon) scored over ``runs`` of ``store``."""
+    """Every (predictor, horizon) scored over ``runs`` of ``store``, against the incidents that hold
+    ``metric`` (loss spikes by default: the thesis is about the loss; None: every incident)."""
     per_run: dict[tuple[Predictor, int], list[RunWarnings]] = {}
     for name in runs:
         view = store.run_view(name)
         analysis = analyze_run(view)
         for horizon in horizons:
-            for predictor, warnings in run_warnings(view, analysis, DEFAULT_PREDICTORS, horizon).items():
+            for predictor, warnings in run_warnings(view, analysis, DEFAULT_PREDICTORS, horizon, metric).items():
                 if warnings is not None:
                     per_run.setdefault((predictor, horizon), []).append(warnings)
     return [
@@ -123,6 +129,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--runs", help="comma-separated run names (default: every run)")
     parser.add_argument("--horizons", default=",".join(map(str, DEFAULT_HORIZONS)), help="steps ahead, comma-separated")
     parser.add_argument("--json", action="store_true", help="the rows as JSON (as experiment results store them)")
+    parser.add_argument(
+        "--incidents",
+        choices=["loss", "all"],
+        default="loss",
+        help="score against loss spikes (default) or every incident",
+    )
     args = parser.parse_args(argv)
     store = open_store(args.store)
     names = args.runs.split(",") if args.runs else [info.name for info in store.list_runs()]
@@ -134,7 +146,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError:
         print(f"--horizons takes whole numbers of steps separated by commas, got {args.horizons!r}", file=sys.stderr)
         return 2
-    rows = lead_rows(store, names, horizons)
+    rows = lead_rows(store, names, horizons, metric=None if args.incidents == "all" else "loss")
     print(json.dumps([lead_row_dict(row) for row in rows], indent=1) if args.json else markdown_table(rows))
     return 0
 
