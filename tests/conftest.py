@@ -49,6 +49,7 @@ TIERS: dict[str, str] = {
             "cost",
             "declared_imports",
             "diagnosis",
+            "early_warning",
             "experiment_stats",
             "formats_aliases",
             "formats_custom",
