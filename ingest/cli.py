@@ -476,6 +476,7 @@ def seed_before_serving() -> int:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
+    from ingest.formats.accounting import summary_line, suspect_warning
     from ingest.importer import import_logs
     from ingest.metric_map import parse_map_args
     from ingest.run_meta import parse_assignments
@@ -504,6 +505,8 @@ def cmd_import(args: argparse.Namespace) -> int:
                 f"(steps {res['steps'][0]}..{res['steps'][1]}, format {res['format']}, "
                 f"{res['skipped']} lines skipped)"
             )
+            if res.get("lines_read") is not None:
+                _print(f"  {summary_line(res)}")
             if res.get("config"):
                 _print(f"  config: {res['config']}")
             for skipped in res.get("skipped_files", []):
@@ -523,6 +526,9 @@ def cmd_import(args: argparse.Namespace) -> int:
                 )
             for warning in res.get("warnings", []):
                 _print(f"  warning: {warning}", file=sys.stderr)
+            suspect = suspect_warning(res)
+            if suspect:
+                _print(f"  warning: {suspect}", file=sys.stderr)
     return 0
 
 

@@ -240,6 +240,37 @@ class LineAccount:
         }
 
 
+def records_per_metric(tables: list[Any]) -> dict[str, int]:
+    """Stored rows per metric over ``tables`` (a run's long tables, its segments' after it). The
+    ``metric`` column holds one chunk per metric, so this reads the chunks' lengths, not the rows."""
+    out: dict[str, int] = {}
+    for table in tables:
+        for chunk in table.column("metric").chunks:
+            names = chunk.dictionary.to_pylist() if hasattr(chunk, "dictionary") else None
+            if names is not None and len(names) == 1:
+                out[names[0]] = out.get(names[0], 0) + len(chunk)
+                continue
+            for name, n in zip(*_counts(chunk), strict=True):
+                out[name] = out.get(name, 0) + n
+    return dict(sorted(out.items()))
+
+
+def _counts(chunk: Any) -> tuple[list[str], list[int]]:
+    import pyarrow.compute as pc
+
+    counts = pc.value_counts(chunk.dictionary_decode() if hasattr(chunk, "dictionary") else chunk)
+    return [str(v) for v in counts.field("values").to_pylist()], counts.field("counts").to_pylist()
+
+
+def import_report(parsed: Any) -> dict[str, Any] | None:
+    """The report of one read input (a ``ParsedLog`` and its ``segments``), or None when its reader
+    kept no account."""
+    account: LineAccount | None = getattr(parsed, "account", None)
+    if account is None:
+        return None
+    return account.to_json(records_per_metric([parsed.table, *(s.table for s in parsed.segments)]))
+
+
 _QUOTED: Final = re.compile(r"'[^']*'|\"[^\"]*\"")
 
 
@@ -280,7 +311,8 @@ def suspect_warning(report: dict[str, Any]) -> str | None:
     if n_unread:
         keys = ", ".join(repr(k) for k in unread.get("keys", {}))
         shown = _first_numbers(unread.get("lines", []), n_unread)
-        parts.append(f"{n_unread:,} values of {keys} are not numbers and were left out (line {shown})")
+        what = "1 value of {} is not a number" if n_unread == 1 else f"{n_unread:,} values of {{}} are not numbers"
+        parts.append(what.format(keys) + f" and {'was' if n_unread == 1 else 'were'} left out (line {shown})")
     return "; ".join(parts) or None
 
 
