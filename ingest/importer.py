@@ -77,7 +77,6 @@ def import_logs(
             f"{paths[0]}: no metric records found in the {read.parsed.format} input "
             f"({read.parsed.skipped} lines skipped)"
         )
-    from ingest.formats.accounting import import_report
 
     # the run's remembered map is read and the rows written under one hold of the run's writer lock
     with store.writing(name):
@@ -85,11 +84,8 @@ def import_logs(
         parsed = remembered_map_applied(store, name, read.parsed, metric_map or {})
         if held:  # the run's source names every file it holds, so that any of them may be read again
             parsed = replace(parsed, source_files=sorted({*held, *map(_resolved, parsed.source_files)}))
-        line_report = import_report(parsed)  # after the map: its metrics are the stored names
-        if line_report is not None:  # kept with the run (and each further run of the input): overviews show it
-            parsed = replace(parsed, meta={**parsed.meta, "import_report": line_report})
-            for segment in parsed.segments:
-                segment.meta["import_report"] = line_report
+        parsed = with_line_report(parsed)  # after the map: its metrics are the stored names
+        line_report = parsed.meta.get("import_report")
         report = store.import_parsed(name, parsed)
     segments = import_segments(store, name, parsed, metric_map)
     import pyarrow.compute as pc
@@ -116,6 +112,20 @@ def import_logs(
             **report_fields(line_report),
         }
     ]
+
+
+def with_line_report(parsed: Any) -> Any:
+    """``parsed`` with its import report (:func:`ingest.formats.accounting.import_report`) in its
+    meta, and in each further run's (the report describes the whole input): kept with the run, shown
+    on its overview. Unchanged when its reader kept no account."""
+    from ingest.formats.accounting import import_report
+
+    line_report = import_report(parsed)
+    if line_report is None:
+        return parsed
+    for segment in parsed.segments:
+        segment.meta["import_report"] = line_report
+    return replace(parsed, meta={**parsed.meta, "import_report": line_report})
 
 
 def report_fields(line_report: dict[str, Any] | None) -> dict[str, Any]:
