@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import pandas as pd  # type: ignore[import-untyped]
 import streamlit as st
 
 from ingest.formats.accounting import summary_line, suspect_warning
@@ -25,15 +24,16 @@ def show_import_report(report: dict[str, Any] | None, key: str) -> None:
     ignored = report.get("ignored") or {}
     if not suspect.get("count") and not ignored:
         return
+    # text, not tables: the preview's tables keep their places (and their index in tests)
     with st.expander("Suspect and ignored lines" if suspect.get("count") else "Ignored lines", expanded=False):
         if suspect.get("count"):
             st.markdown(f"**Suspect lines** ({suspect['count']:,}): " + ", ".join(map(str, suspect.get("lines", []))))
-            examples = pd.DataFrame(suspect.get("examples") or [], columns=["file", "line", "text"])
-            examples["file"] = examples["file"].map(lambda f: Path(str(f)).name)  # no staging or home path
-            st.dataframe(examples, hide_index=True, key=f"{key}_suspect")
-        rows = [
-            {"reason": reason, "lines": tally["count"], "first": ", ".join(map(str, tally.get("first_lines", [])))}
+            shown = [f"{Path(str(e['file'])).name}:{e['line']}: {e['text']}" for e in suspect.get("examples") or []]
+            if shown:  # the file's name only: no staging or home path
+                st.code("\n".join(shown), language=None, wrap_lines=True)
+        reasons = [
+            f"- **{reason}**: {tally['count']:,} (first: {', '.join(map(str, tally.get('first_lines', []))) or '-'})"
             for reason, tally in ignored.items()
         ]
-        if rows:
-            st.dataframe(pd.DataFrame(rows), hide_index=True, key=f"{key}_ignored")
+        if reasons:
+            st.markdown("**Ignored**, by reason:\n" + "\n".join(reasons))

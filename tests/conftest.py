@@ -57,6 +57,7 @@ TIERS: dict[str, str] = {
             "formats_trainers_b",
             "fuzz_regressions",
             "import_folders",
+            "import_report",
             "import_segments",
             "incidents",
             "pages_helpers",

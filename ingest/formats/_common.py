@@ -288,16 +288,17 @@ class LogBuilder:
         """Fill the account of a reader that reads records, not text lines (CSV and JSON-lines rows,
         TensorBoard scalar events, Parquet rows): ``parsed`` the records that gave a value (distinct
         sequence numbers), ``ignored`` the records reported to :meth:`skip` by reason, and the
-        records given a sequence number that gave no value as ``record without values``."""
+        records with a step and no metric (:meth:`note_empty`) as ``record without values``."""
         seqs = [p.seq_array() for pieces in self._pieces.values() for p in pieces]
         parsed = int(np.unique(np.concatenate(seqs)).shape[0]) if seqs else 0
         account = self._skip_groups
         account.add_read(parsed + account.ignored_total, parsed)
-        empty = self._seq_next - parsed - account.ignored_total
-        if empty > 0:
-            account.ignore("record without values", 0, empty)
-            account.read += empty
         self.account = account
+
+    def note_empty(self, where: int, count: int) -> None:
+        """``count`` records that hold a step and no metric value, the first at line ``where``: not
+        an error (a row of another logger's columns), but the import report counts them."""
+        self._skip_groups.ignore("record without values", where, count)
 
     def want_examples(self) -> bool:
         """True while more skipped-line examples would be kept."""

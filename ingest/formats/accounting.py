@@ -56,11 +56,12 @@ IGNORE_REASONS: Final = (
 _NUMBER: Final = r"[-+]?(?:\d[\d,]*\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?|nan|inf)"
 _PAIR: Final = re.compile(
     r"(?<![\w.])(?P<key>[A-Za-z_][A-Za-z0-9_./-]*(?: [A-Za-z_][A-Za-z0-9_./-]*){0,3})"
-    r"(?: ?\([A-Za-z/%]+\))?\s*[:=]\s*(?P<value>" + _NUMBER + r")(?![\d:.\w])",
+    r"(?: ?\([A-Za-z/%]+\))?(?P<sep>\s*[:=]\s*|[ \t]+)(?P<value>" + _NUMBER + r")(?![\d:.\w])",
     re.I,
 )
-"""A ``key: number`` or ``key=number`` pair (a key of up to four words, an optional ``(unit)``); a
-clock time (``12:34:56``) is no pair."""
+"""A ``key: number``, ``key=number`` or ``key number`` pair (a key of up to four words, an optional
+``(unit)``); a clock time (``12:34:56``) is no pair. A ``key number`` pair counts only where the key
+names a metric or a step (``batch size 160`` in a sentence is no metric)."""
 _STEP_KEYS: Final = frozenset({"step", "steps", "iter", "iteration", "iterations", "it", "epoch", "global_step", "s"})
 _METRICS: Final = frozenset(CANONICAL_METRICS) - {"epoch", "tokens"}
 """Canonical names whose presence makes a line a metric line (``epoch`` and ``tokens`` also appear in
@@ -98,12 +99,15 @@ def metric_pairs(text: str) -> tuple[int, int, bool]:
     step = False
     for m in _PAIR.finditer(text):
         key = m.group("key").strip().lower()
-        pairs += 1
         last = key.rsplit(" ", 1)[-1]
+        spaced = not m.group("sep").strip()
         if key in _STEP_KEYS or last in _STEP_KEYS:
             step = True
         elif canonical_name(key)[0] in _METRICS or canonical_name(last)[0] in _METRICS:
             known += 1
+        elif spaced:
+            continue
+        pairs += 1
     return pairs, known, step
 
 
