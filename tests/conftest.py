@@ -84,6 +84,7 @@ TIERS: dict[str, str] = {
             "cli_meta",
             "cli_pipes",
             "golden",
+            "import_report_pages",
             "pages_checklist",
             "pages_compare",
             "pages_cost",
