@@ -184,3 +184,18 @@ def test_a_tabular_import_reports_records(tmp_path: Path) -> None:
     assert report is not None and report["unit"] == "records" and _balanced(report)
     assert report["parsed"]["lines"] == 2
     assert sum(t["count"] for t in report["ignored"].values()) == 2  # the line that is not JSON, the empty step
+
+
+def test_a_user_regex_format_accounts_for_its_lines(tmp_path: Path) -> None:
+    """A custom format (``ingest.formats.custom``, not the text engine) reports its lines too."""
+    from ingest.formats.custom import save_custom_format
+
+    formats = tmp_path / "formats"
+    save_custom_format("mine", r"it=(?P<step>\d+) L=(?P<l>\S+)", {"l": "loss"}, formats)
+    path = tmp_path / "train.log"
+    path.write_text("booting the trainer\n\nit=1 L=5.0\nit=2 L=4.5\nit=3 loss=4.2 grad_norm=1.1\n")
+    report = import_report(read_log([path], "custom:mine", custom_dir=formats))
+    assert report is not None and report["unit"] == "lines" and _balanced(report)
+    assert report["lines_read"] == 5 and report["parsed"]["lines"] == 2
+    assert report["ignored"] == {"blank": {"count": 1, "first_lines": [2]}, "prose": {"count": 1, "first_lines": [1]}}
+    assert report["suspect"]["lines"] == [5]
