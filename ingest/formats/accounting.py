@@ -24,6 +24,7 @@ better calls :meth:`LineAccount.ignore` / :meth:`LineAccount.flag` itself.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -35,6 +36,9 @@ FIRST_LINES: Final = 5
 """Line numbers kept per ignored reason (the first ones): enough to find the kind in the file."""
 SUSPECT_LINES: Final = 100
 """Suspect line numbers kept (the first ones); the count is always exact."""
+CLASSIFIED_CHARS: Final = 4096
+"""Characters of a line that :func:`classify_line` looks at: a metric line shows itself in its start,
+and a line of megabytes (a dump without newlines) is classified in bounded time."""
 SUSPECT_EXAMPLES: Final = 5
 """Suspect lines kept with their text, for the warning."""
 
@@ -62,6 +66,7 @@ _PAIR: Final = re.compile(
 """A ``key: number``, ``key=number`` or ``key number`` pair (a key of up to four words, an optional
 ``(unit)``); a clock time (``12:34:56``) is no pair. A ``key number`` pair counts only where the key
 names a metric or a step (``batch size 160`` in a sentence is no metric)."""
+_DIGIT: Final = re.compile(r"\d")
 _STEP_KEYS: Final = frozenset({"step", "steps", "iter", "iteration", "iterations", "it", "epoch", "global_step", "s"})
 _METRICS: Final = frozenset(CANONICAL_METRICS) - {"epoch", "tokens"}
 """Canonical names whose presence makes a line a metric line (``epoch`` and ``tokens`` also appear in
@@ -83,27 +88,35 @@ _CONFIG: Final = re.compile(
 )
 """Argument and config dumps: Megatron's ``name ...... value``, ``Namespace(...)``, ``--flag value``,
 one ``key: value`` or ``key = value`` setting, a JSON/YAML line."""
-_BANNER_CHARS: Final = frozenset("=-*#_~+<>|:.[](){}/\\! ")
+_DROP_BANNER_CHARS: Final = str.maketrans("", "", "=-*#_~+<>|:.[](){}/\\! ")
 
 
 def _is_banner(text: str) -> bool:
     """A separator or heading line: mostly punctuation (``=====``, ``----- arguments -----``)."""
     stripped = text.strip()
-    punct = sum(1 for c in stripped if c in _BANNER_CHARS)
+    punct = len(stripped) - len(stripped.translate(_DROP_BANNER_CHARS))
     return len(stripped) >= 3 and (punct >= 0.5 * len(stripped) or re.search(r"([=*#~!-])\1{3,}", stripped) is not None)
+
+
+@functools.lru_cache(maxsize=4096)
+def _names_a_metric(key: str) -> bool:
+    """Whether ``key`` maps to a canonical metric (cached: a log repeats its keys on every line)."""
+    return canonical_name(key)[0] in _METRICS
 
 
 def metric_pairs(text: str) -> tuple[int, int, bool]:
     """``(numeric pairs, pairs naming a known metric, a step counter pair)`` on ``text``."""
     pairs = known = 0
     step = False
+    if _DIGIT.search(text) is None:  # no number, no pair: most prose, banners
+        return 0, 0, False
     for m in _PAIR.finditer(text):
         key = m.group("key").strip().lower()
         last = key.rsplit(" ", 1)[-1]
         spaced = not m.group("sep").strip()
         if key in _STEP_KEYS or last in _STEP_KEYS:
             step = True
-        elif canonical_name(key)[0] in _METRICS or canonical_name(last)[0] in _METRICS:
+        elif _names_a_metric(key) or _names_a_metric(last):
             known += 1
         elif spaced:
             continue
@@ -123,10 +136,11 @@ def classify_line(text: str) -> str | None:
     """Why a line that no layout parsed was left out: a reason of :data:`IGNORE_REASONS`, or None
     for a line that looks like a metric line (a suspect). ``text`` is the line's own text, behind any
     launcher prefix."""
+    text = text[:CLASSIFIED_CHARS]
     stripped = text.strip()
     if not stripped:
         return "blank"
-    if _PROGRESS.search(stripped):
+    if ("%|" in stripped or "/it" in stripped or "it/s" in stripped or ":" in stripped) and _PROGRESS.search(stripped):
         return "progress bar"
     if _TRACE.match(text):
         return "stack trace"
