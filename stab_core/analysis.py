@@ -10,25 +10,28 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 
+from stab_core.claims import incident_claims, said_from_json
 from stab_core.clipping import ClipStats, clipping_stats
 from stab_core.decision_tree import NONFINITE_START_LEAF, Diagnosis, DiagnosisParams
 from stab_core.diagnosis import DiagnosisContext, diagnose, diagnose_early, logging_interval, prepare_context
+from stab_core.early_rises import robust_early_rises
 from stab_core.incidents import (
     Incident,
     IncidentKind,
     LoggingGaps,
     detect_climbs,
-    early_rises,
+    early_jumps,
     group_incidents,
     logging_gaps,
     window_ratio,
     without_steps,
 )
 from stab_core.runview import FloatArray, IntArray, RunView, Series
+from stab_core.severity import Certainty, classify, loss_cost, sensitivity
 from stab_core.snr import SnrCollapse, SnrSeries, detect_snr_collapse, gradient_snr
 from stab_core.spikes import (
     GRAD_NORM_SPIKE_PARAMS,
@@ -45,14 +48,38 @@ from stab_core.spikes import (
 class AnalysisParams:
     """Settings of :func:`analyze_run`: spike thresholds per metric, how far before a loss spike a
     grad-norm spike still counts as leading it (``max_lead_steps``, steps), the tree's thresholds,
-    and the clipping window (logged steps) and saturation fraction."""
+    the clipping window (logged steps) and saturation fraction, the longest blip (``blip_samples``,
+    logged samples: :mod:`stab_core.severity`) and the name of the sensitivity these came from."""
 
     loss_spikes: SpikeParams = LOSS_SPIKE_PARAMS
     grad_norm_spikes: SpikeParams = GRAD_NORM_SPIKE_PARAMS
     max_lead_steps: int = 50
+    blip_samples: int = 3
+    sensitivity: str = "default"
     diagnosis: DiagnosisParams = field(default_factory=DiagnosisParams)
     clip_window: int = 100
     clip_saturation: float = 0.9
+
+
+def params_for(name: object) -> AnalysisParams:
+    """The analysis settings of sensitivity ``name`` (``low``, ``default``, ``high``; None: default);
+    ValueError for anything else."""
+    chosen = sensitivity(name)
+    return AnalysisParams(
+        loss_spikes=chosen.loss,
+        grad_norm_spikes=chosen.grad_norm,
+        blip_samples=chosen.blip_samples,
+        sensitivity=chosen.name,
+    )
+
+
+def run_params(view: RunView) -> AnalysisParams:
+    """The analysis settings stored with the run (``meta['sensitivity']``), the defaults without one
+    or with a value this version does not know."""
+    try:
+        return params_for(view.meta.get("sensitivity"))
+    except ValueError:
+        return AnalysisParams()
 
 
 @dataclass(frozen=True)
@@ -149,9 +176,16 @@ def spike_to_dict(spike: SpikeEvent, diagnosis: Diagnosis, incident: Incident | 
     ``co_moves`` (metric -> peak over level for watched metrics not detected in it), ``until`` (its
     last step), ``rank_outlier`` (the rank that stood out in it: metric, rank, step, ratio to the
     others' median; null when none did), ``action_evidence`` (each action of the verdict's leaf:
-    action, premise, holds true/false/null, evidence), ``summary`` (the verdict in a sentence).
+    action, premise, holds true/false/null, evidence), ``summary`` (the verdict in a sentence),
+    ``claims`` (every statement about the incident, :mod:`stab_core.claims`: kind, text, holds
+    true/false/null, evidence, to_log; only those whose ``holds`` is not false are said),
+    ``severity`` (``blip``, ``spike`` or ``divergence``: what it cost, :mod:`stab_core.severity`),
+    ``certainty`` (``high``, or ``low`` when its level came from few samples), ``loss_recovered_at``
+    (the step the loss was back within the noise band of its trend from before it; null when never
+    or no loss is logged).
     """
     members = incident.members if incident is not None else (spike,)
+    kind = incident.kind if incident is not None else "spike"
     return {
         "start": spike.start,
         "peak": spike.peak,
@@ -185,7 +219,7 @@ def spike_to_dict(spike: SpikeEvent, diagnosis: Diagnosis, incident: Incident | 
         "n_samples": spike.n_samples,
         "grad_norm_lead_steps": spike.grad_norm_lead_steps,
         "grad_norm_led": spike.grad_norm_led,
-        "kind": incident.kind if incident is not None else "spike",
+        "kind": kind,
         "metrics": list(dict.fromkeys(m.metric for m in members)),
         "members": [_member_dict(m) for m in members],
         "co_moves": {k: _json_number(v) for k, v in (incident.co_moves if incident is not None else {}).items()},
@@ -195,6 +229,10 @@ def spike_to_dict(spike: SpikeEvent, diagnosis: Diagnosis, incident: Incident | 
             {**check.to_json(), "evidence": _json_evidence(dict(check.evidence))} for check in diagnosis.checks
         ],
         "summary": diagnosis.summary,
+        "claims": [claim.to_json() for claim in incident_claims(spike, diagnosis, kind)],
+        "severity": incident.severity if incident is not None else ("divergence" if spike.diverged else "spike"),
+        "certainty": incident.certainty if incident is not None else "high",
+        "loss_recovered_at": incident.loss_recovered_at if incident is not None else None,
     }
 
 
@@ -258,9 +296,31 @@ def verdict_words(item: Mapping[str, Any]) -> str:
     state = outcome(item)
     state = state if state == "recovered" else state.upper()
     cause = str(item.get("cause", "unknown"))
+    cause_claims = [c for c in item.get("claims") or [] if c.get("kind") == "cause"]
+    if cause_claims and cause_claims[0].get("holds") is not True:
+        cause = "unknown"  # a cause whose signature is not in the data is not said
     if cause == "unknown":
         return f"{state}; cause unknown"
     return f"{state}; cause {cause} ({float(item.get('confidence') or 0.0):.0%})"
+
+
+INCIDENT_VERDICT: Final = ("status", "recovery", "cause", "not_logged")
+"""The kinds of claim that say what happened to an incident and why (the actions come after them)."""
+
+
+def statements(item: Mapping[str, Any], kinds: Sequence[str]) -> list[str]:
+    """What a surface says about an incident (a :func:`spike_to_dict` object): its claims of ``kinds``
+    that hold or cannot be settled (:func:`stab_core.claims.said_from_json`). An object stored before
+    claims existed falls back to its ``summary`` (verdict kinds) and ``actions``."""
+    claims = item.get("claims")
+    if isinstance(claims, list):
+        return said_from_json(claims, kinds)
+    out: list[str] = []
+    if any(kind in INCIDENT_VERDICT for kind in kinds) and item.get("summary"):
+        out.append(str(item["summary"]))
+    if "action" in kinds:
+        out += [str(a) for a in item.get("actions") or []]
+    return out
 
 
 def analysis_notes(summary: Mapping[str, Any]) -> list[str]:
@@ -332,20 +392,24 @@ def find_incidents(view: RunView, params: AnalysisParams | None = None) -> list[
     the loss (:mod:`stab_core.incidents`), grouped so that overlapping ones are one incident. A loss
     event's leading grad-norm spike is linked to it (``grad_norm_lead_steps``). A grad-norm-only
     incident lost no steps unless the loss rose above its level inside it."""
-    p = params if params is not None else AnalysisParams()
+    p = params if params is not None else run_params(view)
     grad = view.series.get("grad_norm")
     loss = view.series.get("loss")
     found: list[tuple[SpikeEvent, IncidentKind]] = []
     grad_events: list[SpikeEvent] = []
+    early: list[SpikeEvent] = []
     if grad is not None and grad.steps.size:
         grad_events = detect_spikes(grad.steps, grad.values, "grad_norm", p.grad_norm_spikes)
         found += [(event, "spike") for event in grad_events]
+        early = _new_early_jumps(grad, grad_events, p.grad_norm_spikes)
+        found += [(event, "spike") for event in early]
     interval = 1
     if loss is not None and loss.steps.size:
         interval = logging_interval(loss.steps)
         found += [(event, "spike") for event in detect_spikes(loss.steps, loss.values, "loss", p.loss_spikes)]
         found += [
-            (event, "early_instability") for event in early_rises(loss.steps, loss.values, p.loss_spikes.min_history)
+            (event, "early_instability")
+            for event in robust_early_rises(loss.steps, loss.values, p.loss_spikes.min_history)
         ]
         early_until = _early_limit(loss, p.loss_spikes)
         found += [
@@ -369,8 +433,48 @@ def find_incidents(view: RunView, params: AnalysisParams | None = None) -> list[
         if primary.metric != "loss" and co_moves.get("loss", 0.0) < p.loss_spikes.recover_ratio:
             # the loss stayed within its band: no progress was lost
             primary = replace(primary, steps_lost=0)
-        incidents.append(Incident(kind, (primary, *members[1:]), co_moves))
+        incidents.append(_costed(Incident(kind, (primary, *members[1:]), co_moves), loss, early, p))
     return incidents
+
+
+def _new_early_jumps(series: Series, detected: Sequence[SpikeEvent], params: SpikeParams) -> list[SpikeEvent]:
+    """Early jumps of ``series`` (:func:`stab_core.incidents.early_jumps`) that no event the detector
+    found already covers. They are looked for over the first two windows of samples: as long as the
+    detector's window still holds samples of the run's first window (warm-up transients, a norm
+    falling from 10x its later level), its median and MAD sit far above the recent level."""
+    jumps = early_jumps(
+        series.steps,
+        series.values,
+        2 * params.window,
+        min_ratio=params.min_ratio,
+        z_threshold=params.z_threshold,
+        recover_ratio=params.recover_ratio,
+    )
+    return [j for j in jumps if not any(d.start <= j.start <= d.until for d in detected)]
+
+
+def _costed(incident: Incident, loss: Series | None, early: Sequence[SpikeEvent], p: AnalysisParams) -> Incident:
+    """``incident`` with its severity, certainty and the step its loss was back on trend."""
+    cost = loss_cost(loss.steps, loss.values, incident.start) if loss is not None else None
+    certainty: Certainty = "high"
+    if (cost is not None and cost.certainty == "low") or any(m in early for m in incident.members):
+        certainty = "low"
+    if incident.kind == "early_instability":
+        certainty = "low"
+    diverged = incident.primary.diverged
+    recovered_at = cost.recovered_at if cost is not None else None
+    severity = classify(
+        diverged=diverged,
+        loss_samples=cost.samples_above if cost is not None and cost.band is not None else None,
+        member_samples=max(m.n_samples for m in incident.members),
+        blip_samples=p.blip_samples,
+    )
+    return replace(
+        incident,
+        severity=severity,
+        certainty=certainty,
+        loss_recovered_at=None if diverged else recovered_at,
+    )
 
 
 def _diagnosed(
@@ -399,11 +503,11 @@ def _not_run(view: RunView, p: AnalysisParams, snr: SnrSeries | None) -> tuple[l
             not_run.append(
                 (
                     f"{metric} spikes",
-                    f"{finite} {metric} samples: the spike detector needs more than {params.min_history} (it "
+                    f"{finite} finite {metric} samples: the spike detector needs more than {params.min_history} (it "
                     "compares each sample with the median of the ones before it); only the early-instability "
                     "check ran"
                     if metric == "loss"
-                    else f"{finite} {metric} samples: the spike detector needs more than {params.min_history}",
+                    else f"{finite} finite {metric} samples: the spike detector needs more than {params.min_history}",
                 )
             )
     reason = None
@@ -428,8 +532,9 @@ def _not_run(view: RunView, p: AnalysisParams, snr: SnrSeries | None) -> tuple[l
 def analyze_run(view: RunView, params: AnalysisParams | None = None) -> RunAnalysis:
     """SNR, clipping statistics and diagnosed incidents of one run (pure: the store persists them).
     Steps where every metric is non-finite or absent (:func:`stab_core.incidents.logging_gaps`) are
-    left out: the logging stopped there, training did not blow up."""
-    p = params if params is not None else AnalysisParams()
+    left out: the logging stopped there, training did not blow up. Without ``params``, the run's
+    stored sensitivity (:func:`run_params`) sets them."""
+    p = params if params is not None else run_params(view)
     d = p.diagnosis
     gaps = logging_gaps(view)
     view = without_steps(view, gaps.dead_steps)
@@ -462,7 +567,7 @@ def explain_step(
     """Diagnose the incident at ``step`` (``stabscope diagnose RUN --step N --force``): the incident
     covering it if there is one, else an event built at the first logged sample of ``metric`` at or
     after ``step``, walked as if it were a spike (for a spike seen elsewhere or below the thresholds)."""
-    p = params if params is not None else AnalysisParams()
+    p = params if params is not None else run_params(view)
     view = without_steps(view, logging_gaps(view).dead_steps)
     series = view.series.get(metric)
     if series is None or series.steps.size == 0:
