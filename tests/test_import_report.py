@@ -199,3 +199,22 @@ def test_a_user_regex_format_accounts_for_its_lines(tmp_path: Path) -> None:
     assert report["lines_read"] == 5 and report["parsed"]["lines"] == 2
     assert report["ignored"] == {"blank": {"count": 1, "first_lines": [2]}, "prose": {"count": 1, "first_lines": [1]}}
     assert report["suspect"]["lines"] == [5]
+
+
+def test_line_by_line_readers_account_for_their_lines(tmp_path: Path) -> None:
+    """Readers outside the text engine that read line by line (the generic reader, the Hugging Face
+    console) count their lines the same way."""
+    generic = tmp_path / "custom_trainer.log"
+    generic.write_text("starting the custom trainer now\n\nstep 1 | loss: 2.5 | lr: 0.1\nstep 2 | loss: 2.4\n")
+    hf = tmp_path / "hf.log"
+    hf.write_text(
+        "***** Running training *****\n"
+        "{'loss': '2.897', 'grad_norm': '0.7695', 'learning_rate': '2.262e-05', 'epoch': '0.03'}\n"
+        "\n"
+        "{'loss': '2.5', 'grad_norm': '0.7', 'learning_rate': '2.2e-05', 'epoch': '0.06'}\n"
+    )
+    for path, fmt in ((generic, "generic"), (hf, "hf_console")):
+        report = import_report(read_log([path], fmt))
+        assert report is not None and report["unit"] == "lines" and _balanced(report), (fmt, report)
+        assert report["lines_read"] == 4 and report["parsed"]["lines"] == 2, (fmt, report)
+        assert report["ignored"]["blank"]["count"] == 1, (fmt, report)

@@ -216,6 +216,21 @@ class LineAccount:
         room = SUSPECT_LINES - len(self.unread_values.first_lines)
         self.unread_values.first_lines.extend(listed[: max(room, 0)])
 
+    def text_line(self, file: str, line: int, text: str, *, parsed: bool, reason: str | None = None) -> None:
+        """One line of a reader that reads text line by line outside the engine (the generic reader,
+        the Hugging Face console): parsed, or ignored for ``reason`` where the reader knows it, or
+        blank, or classified (:meth:`note_line`)."""
+        self.unit = "lines"
+        self.read += 1
+        if parsed:
+            self.parsed += 1
+        elif reason is not None:
+            self.ignore(reason, line)
+        elif not text.strip():
+            self.ignore("blank", line)
+        else:
+            self.note_line(file, line, text)
+
     def note_line(self, file: str, line: int, text: str) -> None:
         """Classify one line no layout took (:func:`classify_line`) and count it."""
         reason = classify_line(text)
