@@ -218,3 +218,18 @@ def test_line_by_line_readers_account_for_their_lines(tmp_path: Path) -> None:
         assert report is not None and report["unit"] == "lines" and _balanced(report), (fmt, report)
         assert report["lines_read"] == 4 and report["parsed"]["lines"] == 2, (fmt, report)
         assert report["ignored"]["blank"]["count"] == 1, (fmt, report)
+
+
+FIXTURE_LOGS = sorted((Path(__file__).parent / "fixtures" / "logs").glob("*.log"))
+
+
+@pytest.mark.parametrize("path", FIXTURE_LOGS, ids=lambda p: p.name)
+def test_every_line_of_a_fixture_log_is_accounted_for(path: Path) -> None:
+    """The trainers' sample logs of tests/fixtures/logs: every line once, and the only suspect lines are
+    DeepSpeed-Chat SFT's rank-1 loss lines (the reader keeps rank 0's, the report says the others were
+    not read)."""
+    report = import_report(read_log([path]))
+    assert report is not None and report["unit"] == "lines" and _balanced(report), report
+    assert report["lines_read"] == _file_lines(path)
+    expected = [6, 8, 11] if path.name == "deepspeed_chat_sft.log" else []
+    assert report["suspect"]["lines"] == expected, report["suspect"]

@@ -88,6 +88,10 @@ _CONFIG: Final = re.compile(
 )
 """Argument and config dumps: Megatron's ``name ...... value``, ``Namespace(...)``, ``--flag value``,
 one ``key: value`` or ``key = value`` setting, a JSON/YAML line."""
+_CONFIG_WORD: Final = re.compile(
+    r"\b(?:config|configuration|hparams|hyperparameters|arguments)\b|Config\(|Namespace\(", re.I
+)
+"""A line that says it holds settings: its ``lr=0.0003`` is a setting, not a logged value."""
 _DROP_BANNER_CHARS: Final = str.maketrans("", "", "=-*#_~+<>|:.[](){}/\\! ")
 
 
@@ -146,6 +150,9 @@ def classify_line(text: str) -> str | None:
         return "stack trace"
     if _SHELL.match(text):
         return "shell/launcher"
+    # 'OptimizerConfig(lr=0.0003, ...)': settings, not values at a step
+    if _CONFIG_WORD.search(stripped) and not _is_banner(stripped):
+        return "config dump"
     pairs, known, step = metric_pairs(stripped)
     if (known >= 1 and (pairs >= 2 or step)) or (step and pairs >= 3):  # as looks_like_metric_line
         return None
