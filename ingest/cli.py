@@ -515,6 +515,7 @@ def seed_before_serving() -> int:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
+    from ingest.formats.accounting import summary_line, suspect_warning
     from ingest.importer import import_logs
     from ingest.metric_map import parse_map_args
     from ingest.run_meta import parse_assignments
@@ -546,6 +547,8 @@ def cmd_import(args: argparse.Namespace) -> int:
             if res.get("mapping"):  # no trainer's format matched: say what the generic reader took for what
                 taken = ", ".join(f"{role} = {key}" for role, key in res["mapping"].items())
                 _print(f"  {res['reader_note']}: {taken}")
+            if res.get("lines_read") is not None:
+                _print(f"  {summary_line(res)}")
             if res.get("config"):
                 _print(f"  config: {res['config']}")
             for skipped in res.get("skipped_files", []):
@@ -565,6 +568,9 @@ def cmd_import(args: argparse.Namespace) -> int:
                 )
             for warning in res.get("warnings", []):
                 _print(f"  warning: {warning}", file=sys.stderr)
+            suspect = suspect_warning(res)
+            if suspect:
+                _print(f"  warning: {suspect}", file=sys.stderr)
     return 0
 
 

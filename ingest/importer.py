@@ -49,7 +49,9 @@ def import_logs(
     the first step holds several runs: the first is ``run``, the others ``run-2``, ``run-3``, ...,
     listed under ``segments``; ``kept_over`` says which source was kept for a metric two line
     layouts gave (``ingest.formats.segments``). Nothing is written unless the whole
-    input parsed. ``metric_map`` (``--map NAME=ROLE``) renames metrics to roles; it is remembered
+    input parsed. The import report (``lines_read``, ``parsed``, ``ignored`` by reason, ``suspect``:
+    :mod:`ingest.formats.accounting`) comes with them and is kept in the run's meta
+    (``import_report``). ``metric_map`` (``--map NAME=ROLE``) renames metrics to roles; it is remembered
     with the run and applied again to what is imported into it later (``ingest.metric_map``).
     ``existing`` says what to do when run ``run`` exists (see :data:`EXISTING_RUN`). A log no trainer's
     reader recognises is read by the generic reader: ``mapping`` is what it took for the step and
@@ -87,12 +89,15 @@ def import_logs(
             f"{paths[0]}: no metric records found in the {read.parsed.format} input "
             f"({read.parsed.skipped} lines skipped)"
         )
+
     # the run's remembered map is read and the rows written under one hold of the run's writer lock
     with store.writing(name):
         held = _settle_existing_run(store, name, read.parsed.source_files, existing) if store.has_run(name) else []
         parsed = remembered_map_applied(store, name, read.parsed, metric_map or {})
         if held:  # the run's source names every file it holds, so that any of them may be read again
             parsed = replace(parsed, source_files=sorted({*held, *map(_resolved, parsed.source_files)}))
+        parsed = with_line_report(parsed)  # after the map: its metrics are the stored names
+        line_report = parsed.meta.get("import_report")
         report = store.import_parsed(name, parsed)
     segments = import_segments(store, name, parsed, metric_map)
     import pyarrow.compute as pc
@@ -118,8 +123,34 @@ def import_logs(
             "kept_over": parsed.kept_over,
             "mapping": mapping,
             "reader_note": parsed.meta.get("generic_reader"),
+            **report_fields(line_report),
         }
     ]
+
+
+def with_line_report(parsed: Any) -> Any:
+    """``parsed`` with its import report (:func:`ingest.formats.accounting.import_report`) in its
+    meta, and in each further run's (the report describes the whole input): kept with the run, shown
+    on its overview. Unchanged when its reader kept no account."""
+    from ingest.formats.accounting import import_report
+
+    line_report = import_report(parsed)
+    if line_report is None:
+        return parsed
+    for segment in parsed.segments:
+        segment.meta["import_report"] = line_report
+    return replace(parsed, meta={**parsed.meta, "import_report": line_report})
+
+
+def report_fields(line_report: dict[str, Any] | None) -> dict[str, Any]:
+    """The import report's ``--json`` fields (a Contract): ``lines_read`` (lines, or records for
+    tabular/TensorBoard/Parquet input, as ``lines_unit`` says; ``lines`` was already the first and
+    last line of the rows and keeps that meaning), ``parsed``, ``ignored`` by reason, ``suspect``."""
+    if line_report is None:
+        return {}
+    fields = dict(line_report)
+    fields["lines_unit"] = fields.pop("unit")
+    return fields
 
 
 EXISTING_RUN: Final = ("refuse", "append", "replace")

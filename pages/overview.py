@@ -11,6 +11,7 @@ import streamlit as st
 from ingest.store import RunInfo, SeriesData
 from pages.charts import Panel, panels_figure
 from pages.findings_view import show_findings
+from pages.import_report import show_import_report
 from pages.incident_view import shown_incidents
 from pages.page_errors import page_fragment
 from pages.series_display import metric_label, shown_frame, to_bytes
@@ -233,6 +234,7 @@ def charts(name: str) -> None:
             f"{said} The Spikes page has its diagnosis and what to do."
         )
     explain_missing(run, shown, missing)
+    show_import_report(run.meta.get("import_report"), key="ov_import")
     st.button("Show the whole run", on_click=reset_range, args=("ov_range",), key="ov_reset")
     # Every export is built on click, not on each rerun: CSV of the shown points slowed every rerun.
     e1, e2, e3, e4 = st.columns(4)

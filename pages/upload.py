@@ -13,10 +13,12 @@ import streamlit as st
 
 from ingest.errors import StabScopeError
 from ingest.formats import FORMATS, detect
+from ingest.formats.accounting import import_report
 from ingest.import_inputs import ImportRead, read_inputs, sort_inputs
-from ingest.importer import import_segments, remembered_map_applied, segment_run_name
+from ingest.importer import import_segments, remembered_map_applied, segment_run_name, with_line_report
 from ingest.metric_map import resolve_map, stored_map, with_proposal
 from ingest.store import DEFAULT_WRITER_WAIT_S, LockHolder, validate_run_name
+from pages.import_report import show_import_report
 from pages.page_errors import show_error
 from pages.store_access import get_store
 from pages.uploads import MAX_UPLOAD_BYTES, parsed_summary, stage_uploads, upload_run_name
@@ -104,6 +106,7 @@ m2.metric("Rows", f"{log.table.num_rows:,}")
 m3.metric("Steps", f"{span[0]:,}–{span[1]:,}" if span else "none")
 m4.metric("Rejected lines", f"{log.skipped:,}")
 st.dataframe(parsed_summary(log), hide_index=True, key="up_summary", placeholder=MISSING)
+show_import_report(import_report(log), key="up_import_report")  # every line: parsed, ignored (why) or suspect
 if log.skipped_examples:
     st.caption("Rejected lines (first few), with the reason:")
     rejected = pd.DataFrame(log.skipped_examples, columns=["file", "line", "reason"])
@@ -237,7 +240,7 @@ if st.button(f"Import as run {name}", type="primary", key="up_import"):
     # hold; a writer still busy after IMPORT_WAIT_S ends the page with its message (who, since when)
     with store.writing(name, wait_s=IMPORT_WAIT_S, on_wait=waiting):
         waiting_notice.empty()
-        report = store.import_parsed(name, remembered_map_applied(store, name, log, metric_map))
+        report = store.import_parsed(name, with_line_report(remembered_map_applied(store, name, log, metric_map)))
     further_runs = import_segments(store, name, log, metric_map)
     shutil.rmtree(paths[0].parent, ignore_errors=True)
     for key in ("up_stage", "up_parsed"):

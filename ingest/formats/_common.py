@@ -27,6 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as _pc
 
 from ingest.errors import StabScopeError
+from ingest.formats.accounting import LineAccount, skip_reason_group
 from ingest.formats.aliases import canonical_name, keep_apart, own_name, to_canonical_unit
 from ingest.formats.segments import one_source_per_metric, segment_cuts, segment_of
 from ingest.long_schema import LONG_SCHEMA_DICT
@@ -77,6 +78,9 @@ class ParsedLog:
     """Further runs the same input held (its steps started again at the first step), in file order."""
     lines: tuple[int, int] | None = None
     """First and last line (1-based, in the file that holds it) of a text log's rows."""
+    account: LineAccount | None = None
+    """Where every line (or record) of the input went (:mod:`ingest.formats.accounting`); on the
+    first run of an input only, since it describes the whole input."""
 
     @property
     def metrics(self) -> list[str]:
@@ -254,6 +258,11 @@ class LogBuilder:
         """``(layout index, metric) -> (layout name, key as printed)`` as text readers note them."""
         self.line_marks: list[tuple[int, int]] = []
         """``(first sequence number, its line number)`` of each text chunk: ``seq`` -> input line."""
+        self.account = LineAccount()
+        """Where every line went: text readers fill it as they read; for other readers
+        :meth:`account_records` fills it from the rows and the skips once they have read."""
+        self._skip_groups = LineAccount(unit="records")
+        """The skips reported through :meth:`skip`, grouped by reason (for :meth:`account_records`)."""
 
     # -- progress and bookkeeping
     def advance(self, nbytes: int) -> None:
@@ -271,8 +280,25 @@ class LogBuilder:
     def skip(self, path: Path | str, where: int, reason: str, count: int = 1) -> None:
         """Count ``count`` skipped lines/records; keep the first few as examples."""
         self.skipped += count
+        self._skip_groups.ignore(skip_reason_group(reason), where, count)
         if len(self.skipped_examples) < MAX_SKIPPED_EXAMPLES:
             self.skipped_examples.append((str(path), int(where), reason))
+
+    def account_records(self) -> None:
+        """Fill the account of a reader that reads records, not text lines (CSV and JSON-lines rows,
+        TensorBoard scalar events, Parquet rows): ``parsed`` the records that gave a value (distinct
+        sequence numbers), ``ignored`` the records reported to :meth:`skip` by reason, and the
+        records with a step and no metric (:meth:`note_empty`) as ``record without values``."""
+        seqs = [p.seq_array() for pieces in self._pieces.values() for p in pieces]
+        parsed = int(np.unique(np.concatenate(seqs)).shape[0]) if seqs else 0
+        account = self._skip_groups
+        account.add_read(parsed + account.ignored_total, parsed)
+        self.account = account
+
+    def note_empty(self, where: int, count: int) -> None:
+        """``count`` records that hold a step and no metric value, the first at line ``where``: not
+        an error (a row of another logger's columns), but the import report counts them."""
+        self._skip_groups.ignore("record without values", where, count)
 
     def want_examples(self) -> bool:
         """True while more skipped-line examples would be kept."""
@@ -379,6 +405,7 @@ class LogBuilder:
         for log in logs:
             log.kept_over = kept_over
         first = logs[0]
+        first.account = self.account
         first.segments = logs[1:]
         return first
 

@@ -143,6 +143,8 @@ def add_wide(
     first_seq = builder.reserve(n)
     seq: Any = None  # materialised only when a column is sparse
     any_bad = bool(bad.any())
+    every_row_valued = False  # a dense column gives every row a value: no per-row bookkeeping
+    valued = np.zeros(n, dtype=bool)
     skip = {step_col, rank_col, wall_col, *ignore}
     for name in table.column_names:
         if name in skip:
@@ -172,6 +174,7 @@ def add_wide(
             metric, unit = mapped
             canonical = True
         if dense:  # every row logged this metric: share the step/rank/wall arrays, no copies
+            every_row_valued = True
             builder.add(
                 metric,
                 steps,
@@ -187,6 +190,7 @@ def add_wide(
             continue
         if seq is None:
             seq = np.arange(first_seq, first_seq + n, dtype=np.int64)
+        valued |= present
         builder.add(
             metric,
             steps[present],
@@ -199,6 +203,11 @@ def add_wide(
             canonical=canonical,
             origin=name,
         )
+    if not every_row_valued:
+        empty = ~valued & ~bad
+        if empty.any():  # a step and no metric: counted in the import report, not as an error
+            first = int(np.flatnonzero(empty)[0])
+            builder.note_empty(where[1] + first if where is not None else 0, int(empty.sum()))
 
 
 # --------------------------------------------------------------------------- CSV

@@ -58,6 +58,8 @@ class Reader:
         self.fill(files, builder)
         if builder.row_count == 0:
             raise _nothing_read(self, files, builder)
+        if builder.account.read == 0:  # not counted line by line: a reader of records
+            builder.account_records()
         return builder.finish(self.name)
 
 

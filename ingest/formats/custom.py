@@ -153,6 +153,7 @@ class CustomRegexReader(Reader):
                 nonblank = chunk.count(b"\n") - chunk.count(b"\n\n")
                 if len(matches) < nonblank:
                     self._note_skipped(chunk, first_line, path, builder, nonblank - len(matches))
+                self._account(chunk, first_line, path, builder, len(matches))
                 if not matches:
                     continue
                 if n_groups == 1:
@@ -192,6 +193,23 @@ class CustomRegexReader(Reader):
                 unit=unit,
                 canonical=group in self.fmt.mapping,
             )
+
+    def _account(self, chunk: bytes, first_line: int, path: Path, builder: LogBuilder, n_matches: int) -> None:
+        """The import report for one chunk: its lines that the regex matched are parsed; the others
+        are blank, ignored by reason or suspect (:func:`~ingest.formats.accounting.classify_line`)."""
+        lines = chunk.split(b"\n")[:-1]  # every chunk ends with its last line's newline
+        account = builder.account
+        account.unit = "lines"
+        if n_matches >= len(lines):  # every line matched: nothing to classify
+            account.add_read(len(lines), len(lines))
+            return
+        parsed = 0
+        for i, line in enumerate(lines):
+            if self._chunk_re.search(line):
+                parsed += 1
+            else:
+                account.note_line(str(path), first_line + i, line.decode("utf-8", "replace"))
+        account.add_read(len(lines), parsed)
 
     def _note_skipped(self, chunk: bytes, first_line: int, path: Path, builder: LogBuilder, count: int) -> None:
         builder.skipped += count

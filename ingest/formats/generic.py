@@ -275,6 +275,7 @@ def _read_line(
     seq: int,
 ) -> int:
     if not line.strip():
+        builder.account.text_line(str(path), line_no, line, parsed=False)
         return seq
     for piece in line.split("\r")[::-1]:  # a progress bar's redraws: the last piece with pairs
         pairs = line_pairs(piece)
@@ -285,7 +286,9 @@ def _read_line(
     if not steps or not values:
         why = "no step counter" if values else "not a metric line"
         builder.skip(path, line_no, f"{why}: {line.strip()[:80]}")
+        builder.account.text_line(str(path), line_no, line.split("\r")[-1], parsed=False)
         return seq
+    builder.account.text_line(str(path), line_no, line, parsed=True)
     for key, value, unit in values:
         name, unit = stored_name(key, unit)
         col = rows.setdefault((name, unit), ([], [], []))

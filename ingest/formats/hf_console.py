@@ -142,9 +142,12 @@ def _scan_line(line: str, line_no: int, path: Path, scan: _Scan, builder: LogBui
         if scan.num_epochs is None and (e := _NUM_EPOCHS.search(own)):
             scan.num_epochs = int(e.group(1).replace(",", ""))
     if found or not line.strip():
+        builder.account.text_line(str(path), line_no, line, parsed=found)
         return
     why = "a progress bar" if bar else "not a Trainer logs dict"
     builder.skip(path, line_no, f"{why}: {line.strip()[-80:]}")
+    reason = "progress bar" if bar else None
+    builder.account.text_line(str(path), line_no, line.split("\r")[-1], parsed=False, reason=reason)
 
 
 def _steps(scan: _Scan) -> tuple[list[int], str]:

@@ -37,6 +37,7 @@ from ingest.formats._common import (
     parse_numbers,
     parse_timestamps,
 )
+from ingest.formats.accounting import FIRST_LINES, looks_like_metric_line
 from ingest.formats.aliases import canonical_name, keep_apart, to_canonical_unit
 from ingest.formats.segments import kind_stream
 from ingest.formats.textlog_patterns import (
@@ -100,6 +101,10 @@ class MatchedChunk:
     blocks: list[_Block]
     rest: npt.NDArray[np.int64]
     """Non-blank lines no skeleton took (line numbers in the chunk)."""
+    blank: int = 0
+    """Empty lines (just their newline), counted for the import report."""
+    first_blank: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, np.int64))
+    """The first few of them (line numbers in the chunk)."""
 
 
 class EngineState:
@@ -167,11 +172,18 @@ class EngineState:
         if len(found.lines) == 0:
             return 0
         blocks = found.blocks
+        account = builder.account
+        account.unit = "lines"
+        if found.blank:
+            for row in found.first_blank.tolist():  # the first few with their line numbers, then the rest
+                account.ignore("blank", first_line + row)
+            account.ignore("blank", 0, found.blank - found.first_blank.shape[0])
         if found.rest.shape[0]:
             texts = [t.rstrip(b"\n") for t in found.lines.take(found.rest).to_pylist()]
             blocks = blocks + self._slow(texts, found.rest, first_line, path, builder)
         builder.mark_lines(first_line)
-        self._emit(blocks, len(found.lines), builder)
+        parsed = self._emit(blocks, len(found.lines), builder, first_line)
+        account.add_read(len(found.lines), parsed)
         return len(found.lines)
 
     def match(self, chunk: bytes, skeletons: tuple[Skeleton, ...]) -> MatchedChunk:
@@ -188,6 +200,8 @@ class EngineState:
             return MatchedChunk(len(skeletons), lines, [], np.zeros(0, np.int64))
         offsets = np.frombuffer(lines.buffers()[1], dtype=np.int32, count=n + 1)
         unmatched = np.diff(offsets) > 1  # a blank line is just its b"\n"
+        blank = n - int(np.count_nonzero(unmatched))
+        first_blank = np.flatnonzero(~unmatched)[:FIRST_LINES] if blank else np.zeros(0, np.int64)
         blocks: list[_Block] = []
         for skeleton in skeletons:
             if not skeleton.keys or not unmatched.any():
@@ -212,7 +226,7 @@ class EngineState:
                     _decide_together(planned, blocks[-1])
         for block in blocks:  # the last bulk conversion, while on the worker thread
             block.steps = self._parse_steps(block)
-        return MatchedChunk(len(skeletons), lines, blocks, np.flatnonzero(unmatched))
+        return MatchedChunk(len(skeletons), lines, blocks, np.flatnonzero(unmatched), blank, first_blank)
 
     def _match_plan(self, skeleton: Skeleton, split: Split, unmatched: npt.NDArray[np.bool_]) -> _Block | None:
         """The lines of ``skeleton`` that its plan recognises, as a block (values already floats
@@ -281,17 +295,25 @@ class EngineState:
         path: Path,
         builder: LogBuilder,
     ) -> list[_Block]:
-        """Lines no skeleton matched: parse each, learn its layout; count the non-metric ones."""
+        """Lines no skeleton matched: parse each, learn its layout; count the non-metric ones, and
+        account for every line that gives no record (blank, ignored by reason, or suspect)."""
         blocks: dict[tuple[int, tuple[str, ...]], _Block] = {}
+        account = builder.account
         for row, line in zip(rows.tolist(), texts, strict=True):
             if not line.strip(b" \t\r") or _BARE_PREFIX.fullmatch(line):
+                account.ignore("blank", first_line + row)
                 continue
             if _is_shell_command(line):
                 builder.skip(path, first_line + row, _reason(line, "a shell command, not a metric line"))
+                account.ignore("shell/launcher", first_line + row)
                 continue
             found = self._match_kind(line)
             if found is None:
                 builder.skip(path, first_line + row, _reason(line))
+                if _LAUNCHER_MESSAGE.match(line, _own_start(line)):
+                    account.ignore("shell/launcher", first_line + row)
+                else:
+                    account.note_line(str(path), first_line + row, _own_text(line))
                 continue
             kind_i, m = found
             keys: tuple[str, ...]
@@ -309,6 +331,11 @@ class EngineState:
                 values = [pair.group(value_group(pair)) for pair in pairs]
             if not keys:
                 builder.skip(path, first_line + row, "metric line without values: " + _reason(line))
+                own = _own_text(line)
+                if looks_like_metric_line(own):
+                    account.flag(str(path), first_line + row, own)
+                else:
+                    account.ignore("format line without values", first_line + row)
                 continue
             block = blocks.get((kind_i, keys))
             if block is None:
@@ -344,8 +371,11 @@ class EngineState:
             self._line_maps[cache_key] = keep_apart(keys, [self._keymap(kind_i, key) for key in keys])
         return self._line_maps[cache_key]
 
-    def _emit(self, blocks: list[_Block], n_rows: int, builder: LogBuilder) -> None:
+    def _emit(self, blocks: list[_Block], n_rows: int, builder: LogBuilder, first_line: int) -> int:
+        """Add the blocks' rows to ``builder``; returns the lines that gave rows (a line that prints no
+        step and follows none is counted as ignored instead)."""
         base = builder.reserve(n_rows)
+        parsed = 0
         steps_by_block = [self._steps(b) for b in blocks]
         # lines without a step take the previous metric line's step (in file order)
         known_rows = np.concatenate(
@@ -363,13 +393,18 @@ class EngineState:
                 steps[missing] = self._fill(rows[missing], known_rows, known_steps, self.kinds[block.kind])
             valid = steps >= 0
             if not valid.all():
+                for row in rows[~valid][:FIRST_LINES].tolist():
+                    builder.account.ignore("metric line without step", first_line + row)
+                builder.account.ignore("metric line without step", 0, max(0, int((~valid).sum()) - FIRST_LINES))
                 rows, steps = rows[valid], steps[valid]
                 block = _filter_block(block, valid)
+            parsed += steps.shape[0]
             if steps.shape[0] == 0:
                 continue
-            self._emit_block(block, rows + base, steps, builder)
+            self._emit_block(block, rows + base, steps, builder, rows + first_line)
         if known_steps.shape[0]:
             self.last_step = int(known_steps[-1])
+        return parsed
 
     def _fill(
         self,
@@ -417,7 +452,12 @@ class EngineState:
         return np.array([int(s) + offset if s else -1 for s in steps], dtype=np.int64)
 
     def _emit_block(
-        self, block: _Block, seq: npt.NDArray[np.int64], steps: npt.NDArray[np.int64], builder: LogBuilder
+        self,
+        block: _Block,
+        seq: npt.NDArray[np.int64],
+        steps: npt.NDArray[np.int64],
+        builder: LogBuilder,
+        line_numbers: npt.NDArray[np.int64],
     ) -> None:
         kind = self.kinds[block.kind]
         line_rank: npt.NDArray[np.int32] | None = None
@@ -458,6 +498,8 @@ class EngineState:
                 conv = ConvertedValues(raw, np.ones(raw.shape[0], dtype=bool), [], None)
             else:
                 conv = parse_numbers(_arrow(raw))
+                if not conv.ok.all():
+                    _note_unread(builder, key, _arrow(raw), conv.ok, line_numbers)
             sentinel = kind.sentinels.get(name)
             if sentinel is not None:
                 conv.ok &= conv.values != sentinel
@@ -489,6 +531,18 @@ class EngineState:
                 pmask = conv.ok & ~np.isnan(conv.pct)
                 pct_name = out_pct_name(name)
                 _add_masked(builder, pct_name, steps, conv.pct[pmask], pmask, rank, wall, line_stream, seq)
+
+
+def _note_unread(
+    builder: LogBuilder, key: str, raw: Any, ok: npt.NDArray[np.bool_], lines: npt.NDArray[np.int64]
+) -> None:
+    """Count the values of ``key`` that were printed but are not numbers (``lm loss: x6.9``): their
+    lines gave their other values, and the report names them (a value absent from a line is not
+    counted)."""
+    printed = np.asarray(pc.fill_null(pc.greater(pc.binary_length(raw), 0), False).to_numpy(zero_copy_only=False), bool)
+    unread = printed & ~ok
+    if unread.any():
+        builder.account.unread(key, lines[unread])
 
 
 def _decide_together(a: _Block, b: _Block) -> None:
@@ -577,6 +631,17 @@ _LAUNCHER_MESSAGE: Final = re.compile(
 )
 """Where SLURM or pdsh writes into a line (its stderr interleaved with the trainer's stdout:
 ``slurmstepd: error: *** JOB 123456 ON node017 CANCELLED AT ... ***``): no metric from there on."""
+
+
+def _own_start(line: bytes) -> int:
+    """Where ``line``'s own text starts, behind any launcher prefix."""
+    lead = _LEAD.match(line)
+    return lead.end() if lead else 0
+
+
+def _own_text(line: bytes) -> str:
+    """``line``'s own text (behind any launcher prefix), decoded."""
+    return line[_own_start(line) :].decode("utf-8", "replace")
 
 
 def _is_shell_command(line: bytes) -> bool:
