@@ -118,7 +118,7 @@ def import_logs(
             "events": len(parsed.events),
             **read.summary(),
             "warnings": config_warnings(paths),
-            "lines": list(parsed.lines) if parsed.lines else None,
+            "line_range": list(parsed.lines) if parsed.lines else None,
             "segments": segments,
             "kept_over": parsed.kept_over,
             "mapping": mapping,
@@ -143,13 +143,15 @@ def with_line_report(parsed: Any) -> Any:
 
 
 def report_fields(line_report: dict[str, Any] | None) -> dict[str, Any]:
-    """The import report's ``--json`` fields (a Contract): ``lines_read`` (lines, or records for
-    tabular/TensorBoard/Parquet input, as ``lines_unit`` says; ``lines`` was already the first and
-    last line of the rows and keeps that meaning), ``parsed``, ``ignored`` by reason, ``suspect``."""
+    """The import report's ``--json`` fields (issue #31's Contract): ``lines`` (lines read, or records
+    for tabular/TensorBoard/Parquet input, as ``lines_unit`` says; ``lines_read`` is the same number),
+    ``parsed``, ``ignored`` by reason, ``suspect``. The first and last line of the rows, which a
+    pre-report ``lines`` held, is ``line_range``."""
     if line_report is None:
         return {}
     fields = dict(line_report)
     fields["lines_unit"] = fields.pop("unit")
+    fields["lines"] = fields["lines_read"]
     return fields
 
 

@@ -229,7 +229,12 @@ def spike_to_dict(spike: SpikeEvent, diagnosis: Diagnosis, incident: Incident | 
             {**check.to_json(), "evidence": _json_evidence(dict(check.evidence))} for check in diagnosis.checks
         ],
         "summary": diagnosis.summary,
-        "claims": [claim.to_json() for claim in incident_claims(spike, diagnosis, kind)],
+        "claims": [
+            claim.to_json()
+            for claim in incident_claims(
+                spike, diagnosis, kind, incident.loss_recovered_at if incident is not None else None
+            )
+        ],
         "severity": incident.severity if incident is not None else ("divergence" if spike.diverged else "spike"),
         "certainty": incident.certainty if incident is not None else "high",
         "loss_recovered_at": incident.loss_recovered_at if incident is not None else None,
@@ -463,11 +468,15 @@ def _costed(incident: Incident, loss: Series | None, early: Sequence[SpikeEvent]
         certainty = "low"
     diverged = incident.primary.diverged
     recovered_at = cost.recovered_at if cost is not None else None
+    over = max(m.until for m in incident.members)
+    if recovered_at is not None:
+        over = max(over, recovered_at)
     severity = classify(
         diverged=diverged,
         loss_samples=cost.samples_above if cost is not None and cost.band is not None else None,
         member_samples=max(m.n_samples for m in incident.members),
         blip_samples=p.blip_samples,
+        steps_lost=over - incident.start,
     )
     return replace(
         incident,

@@ -162,17 +162,29 @@ def _status(spike: SpikeEvent, diagnosis: Diagnosis, kind: str) -> Claim:
     return Claim("status", text[0].upper() + text[1:], holds, evidence)
 
 
-def _recovery(spike: SpikeEvent, diagnosis: Diagnosis) -> list[Claim]:
+def _recovery(spike: SpikeEvent, diagnosis: Diagnosis, loss_recovered_at: int | None = None) -> list[Claim]:
     evidence: Evidence = {
         "recovered": spike.recovered,
         "recovery_step": spike.recovery_step,
         "baseline": spike.baseline,
         "diverged": spike.diverged,
+        "loss_recovered_at": loss_recovered_at,
     }
     if _nonfinite_from_start(diagnosis):
         # a run that was never finite never converged: it has nothing to diverge from or recover to
         return [
             Claim("recovery", "Diverged: it did not come back to its level.", False, {**evidence, "never_finite": True})
+        ]
+    if spike.recovered and loss_recovered_at is not None:
+        # the loss back within the noise band of the trend fitted before the incident (stab_core.severity),
+        # not only below a band around a level frozen at the incident's start
+        return [
+            Claim(
+                "recovery",
+                f"Recovered at step {loss_recovered_at}: the loss was back within the noise band of its trend.",
+                True,
+                evidence,
+            )
         ]
     if spike.recovered and spike.recovery_step is not None:
         return [
@@ -247,12 +259,15 @@ def _actions(diagnosis: Diagnosis) -> list[Claim]:
     return out
 
 
-def incident_claims(spike: SpikeEvent, diagnosis: Diagnosis, kind: str = "spike") -> list[Claim]:
-    """The claims of one incident: its status, its recovery, its cause (which needs the deciding node's
-    signature), what was not logged, and each action (its premise checked by the tree's walk)."""
+def incident_claims(
+    spike: SpikeEvent, diagnosis: Diagnosis, kind: str = "spike", loss_recovered_at: int | None = None
+) -> list[Claim]:
+    """The claims of one incident: its status, its recovery (against the loss's trend when
+    ``loss_recovered_at`` is known), its cause (which needs the deciding node's signature), what was not
+    logged, and each action (its premise checked by the tree's walk)."""
     return [
         _status(spike, diagnosis, kind),
-        *_recovery(spike, diagnosis),
+        *_recovery(spike, diagnosis, loss_recovered_at),
         _cause(diagnosis),
         *_not_logged(diagnosis),
         *_actions(diagnosis),

@@ -198,14 +198,32 @@ def loss_cost(steps: IntArray, values: FloatArray, start: int) -> LossCost | Non
     return LossCost(int(steps[back]), back - first, band.certainty, band)
 
 
-def classify(*, diverged: bool, loss_samples: int | None, member_samples: int, blip_samples: int) -> SeverityLevel:
+BLIP_MAX_STEPS: Final = 5
+"""A blip is over within a few *steps* (the issue's definition), not only a few logged samples: a run
+logged every 10 steps whose loss rose 2-4x and came back two samples later lost 20 steps, which is a
+spike. The held-out corpus showed such early blow-ups of Megatron runs hidden as blips when the rule
+counted samples alone (docs/diagnosis.md); one- and two-step outliers of runs logged every step stay
+blips."""
+
+
+def classify(
+    *,
+    diverged: bool,
+    loss_samples: int | None,
+    member_samples: int,
+    blip_samples: int,
+    steps_lost: int | None = None,
+) -> SeverityLevel:
     """The severity of an incident: ``divergence`` when it never came back (``diverged``); a ``blip``
     when the loss was back on its trend within ``blip_samples`` samples (``loss_samples``; None: the
-    run logs no loss) and the longest member took no longer (``member_samples``); else ``spike``."""
+    run logs no loss), the longest member took no longer (``member_samples``) and the whole of it lasted
+    at most :data:`BLIP_MAX_STEPS` steps (``steps_lost``: from its start to the later of the loss's
+    return and its members' recovery; None: unknown); else ``spike``."""
     if diverged:
         return "divergence"
     loss_ok = loss_samples is None or loss_samples <= blip_samples
-    if loss_ok and member_samples <= blip_samples:
+    short = steps_lost is None or steps_lost <= BLIP_MAX_STEPS
+    if loss_ok and member_samples <= blip_samples and short:
         return "blip"
     return "spike"
 

@@ -29,24 +29,24 @@ def _out(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
     return capsys.readouterr().out
 
 
-def test_mixtral_bumps_are_blips_counted_and_listed_on_demand(
+def test_mixtral_bump_lasting_ten_steps_is_a_spike_and_the_five_step_one_a_blip(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     store = str(_imported(tmp_path, MIXTRAL, "mixtral"))
-    # 3.411 at 3850 (2.646 at 3855, ~2.49 by 3860) and 3.025 at 4260 (2.49-2.51 at 4265): back on the trend
-    # within two logged samples (every 5 steps)
+    # 3.411 at 3850 (2.646 at 3855, ~2.49 by 3860): back on the trend 10 steps later, more than a blip's
+    # few steps (stab_core.severity.BLIP_MAX_STEPS); 3.025 at 4260 (2.49-2.51 at 4265): back within 5
     items = json.loads(_out(capsys, "spikes", "mixtral", "--json", "--store", store))
     assert [(i["peak"], i["severity"], i["certainty"]) for i in items] == [
-        (3850, "blip", "high"),
+        (3850, "spike", "high"),
         (4260, "blip", "high"),
     ]
     assert [i["loss_recovered_at"] for i in items] == [3860, 4265]
     text = _out(capsys, "spikes", "mixtral", "--store", store)
-    assert "mixtral: no spike or divergence" in text
-    assert "+ 2 blips absorbed within 10 steps (--all lists them)" in text
-    assert "step 3850" not in text
+    assert "[spike] spike at step 3850" in text and "Recovered at step 3860" in text
+    assert "+ 1 blip absorbed within 5 steps (--all lists them)" in text
+    assert "step 4260" not in text
     listed = _out(capsys, "spikes", "mixtral", "--all", "--store", store)
-    assert "[blip] spike at step 3850" in listed and "[blip] spike at step 4260" in listed
+    assert "[blip] spike at step 4260" in listed
     assert "blips absorbed" not in listed
 
 

@@ -168,9 +168,10 @@ def test_import_keeps_the_report_with_the_run(tmp_path: Path) -> None:
     path, mangled, _ = _megatron_with_faults(tmp_path)
     store = Store(tmp_path / "store")
     [result] = import_logs(store, [path], run="faults")
-    for field in ("lines_read", "parsed", "ignored", "suspect", "lines_unit", "lines", "segments", "kept_over"):
-        assert field in result, field
-    assert result["lines"] == [3, 22]  # the first and last line of the rows: its meaning before the report
+    for field in ("lines", "parsed", "ignored", "suspect", "segments", "kept_over", "lines_read", "lines_unit"):
+        assert field in result, field  # the first six are #31's Contract
+    assert result["lines"] == 22  # lines read, every one accounted for below
+    assert result["line_range"] == [3, 22]  # the first and last line of the rows
     assert result["lines_read"] == 22 and result["lines_unit"] == "lines"
     assert result["suspect"]["lines"] == [mangled]
     kept = store.run_info("faults").meta["import_report"]

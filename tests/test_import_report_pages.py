@@ -33,7 +33,8 @@ def test_cli_prints_the_report_and_warns_of_suspect_lines(tmp_path: Path) -> Non
     assert result["parsed"]["lines"] == 19 and result["parsed"]["per_metric"]["loss"] == 18
     assert result["ignored"]["banner"] == {"count": 1, "first_lines": [1]}
     assert result["suspect"]["count"] == 1 and result["suspect"]["lines"] == [mangled]
-    assert result["lines"] == [3, 22] and result["segments"] == [] and result["kept_over"] == []
+    assert result["lines"] == 22 and result["line_range"] == [3, 22]
+    assert result["segments"] == [] and result["kept_over"] == []
 
 
 @pytest.fixture

@@ -104,7 +104,7 @@ def test_three_back_to_back_runs_are_three_runs(tmp_path: Path) -> None:
         (1, 20, [21, 40]),
         (1, 20, [41, 60]),
     ]
-    assert result["lines"] == [1, 20]
+    assert result["line_range"] == [1, 20] and result["lines"] == 20 + 40
     assert {r.name for r in store.list_runs()} == {"bench", "bench-2", "bench-3"}
     for run_index, name in enumerate(["bench", "bench-2", "bench-3"]):
         series = store.read_series(name, "step_time_s")
