@@ -293,7 +293,8 @@ def cmd_delete(args: argparse.Namespace) -> int:
 
 def cmd_check(args: argparse.Namespace) -> int:
     from ingest.paths import default_store_location
-    from ingest.store.check import check_store, repair_store
+    from ingest.store.check import check_store
+    from ingest.store.check_repair import repair_store
 
     root = _location(args.store or default_store_location())
     if isinstance(root, str):  # an s3:// URL: its objects against its manifests

@@ -163,7 +163,7 @@ def _corrupt(path: Path, at: int) -> None:
 
 def _block_holding_only_some_tables(catalog: Path, scratch: Path) -> int:
     """The offset of a catalog block whose corruption leaves the runs table readable but not another."""
-    from ingest.store.check import salvage_catalog
+    from ingest.store.check_recovery import salvage_catalog
 
     for at in range(DUCKDB_HEADER, catalog.stat().st_size, DUCKDB_BLOCK):
         shutil.copy(catalog, scratch)
