@@ -36,6 +36,7 @@ from ingest.errors import StabScopeError
 from ingest.run_info import RunInfo
 from ingest.store.catalog import run_info_of
 from ingest.store.check_findings import (
+    CATALOG_BEHIND_FILES,
     CATALOG_CORRUPT,
     CATALOG_FIGURES_MISMATCH,
     CATALOG_MISSING,
@@ -57,6 +58,8 @@ from ingest.store.check_recovery import (
     FileState,
     figures_of,
     foreign_folders,
+    intact_sources,
+    newest_generation,
     read_catalog,
     read_footer,
     recover_run,
@@ -159,6 +162,9 @@ def check_run(root: Path, info: RunInfo, staged: Sequence[str]) -> list[Finding]
         "none: the rows of this file are lost; the run's other files are intact. To restore them, "
         f"delete the run and import or compact it again from its source ({info.source})"
     )
+    newer = _newer_generation(layout, info)
+    if newer is not None:
+        return [_behind_files(layout, info, *newer)]
     longs: list[FileState] = []
     damaged_derived: list[FileState] = []
     for g in part_generations(info):
@@ -169,8 +175,6 @@ def check_run(root: Path, info: RunInfo, staged: Sequence[str]) -> list[Finding]
             state = read_footer(path, indexed=kind in (LONG, RUN_LEVEL, TAIL))
             if kind == LONG:
                 longs.append(state)
-                if not state.ok:
-                    found(state.code or "", path, str(state.problem), Action.NONE, lost_rows)
             elif not state.ok:
                 damaged_derived.append(state)
             if kind == RUN_LEVEL and state.ok and longs[-1].ok and longs[-1].blocks is not None:
@@ -181,13 +185,22 @@ def check_run(root: Path, info: RunInfo, staged: Sequence[str]) -> list[Finding]
                     state.problem = f"holds {held_rows} rows, its long file has {expected} run-level rows"
                     damaged_derived.append(state)
     longs_ok = all(s.ok for s in longs)
+    restorable = not longs_ok and intact_sources(layout, info) is not None
+    for state in longs:
+        if not state.ok:
+            found(
+                state.code or "",
+                state.path,
+                str(state.problem),
+                *((Action.RESTORE,) if restorable else (Action.NONE, lost_rows)),
+            )
     for state in damaged_derived:
         found(
             state.code or "",
             state.path,
             str(state.problem),
-            Action.REMERGE if longs_ok else Action.NONE,
-            "" if longs_ok else "none until the long files are restored (see their finding)",
+            Action.REMERGE if longs_ok or restorable else Action.NONE,
+            "" if longs_ok or restorable else "none until the long files are restored (see their finding)",
         )
     if longs_ok and info.gen > 0:
         rows = sum(s.metadata.num_rows for s in longs if s.metadata is not None)
@@ -239,6 +252,35 @@ def check_run(root: Path, info: RunInfo, staged: Sequence[str]) -> list[Finding]
         code, problem = _leftover_problem(path, info)
         found(code, path, problem, Action.DELETE)
     return findings
+
+
+def _newer_generation(layout: RunLayout, info: RunInfo) -> tuple[int, int] | None:
+    """``(gen, base_gen)`` of a complete generation in the run's files newer than the catalog's, if any."""
+    folder = layout.folder / LONG
+    numbers = [int(m[1]) for p in folder.iterdir() if (m := GENERATION_FILE.match(p.name))] if folder.is_dir() else []
+    if not any(n > info.gen for n in numbers):
+        return None  # the usual case, told without reading a footer
+    newest = newest_generation(layout)
+    return newest if newest is not None and newest[0] > info.gen else None
+
+
+def _behind_files(layout: RunLayout, info: RunInfo, gen: int, base_gen: int) -> Finding:
+    """A complete generation newer than the catalog's is adopted, never deleted: it is either committed
+    data the catalog does not know (a catalog restored from a backup, or copied apart from the run files)
+    or a merge a writer published but did not commit, which holds every row of the catalog's generation
+    and of the staged batches it merged (which stay staged: merged again, each row is kept once)."""
+    parts = f"generation {gen}" + (f" (base {base_gen} and its delta parts)" if base_gen != gen else "")
+    return Finding(
+        CATALOG_BEHIND_FILES,
+        info.name,
+        str(layout.folder),
+        f"the run's files hold a complete {parts}, newer than the catalog's generation {info.gen}: the catalog "
+        "is older than the files (restored from a backup, copied apart from them) or a writer stopped between "
+        "publishing and committing it",
+        Action.ADOPT,
+        how=f"make generation {gen} the run's current one in the catalog, with the figures its files give "
+        "(nothing is deleted), and run its analyses again",
+    )
 
 
 def _leftovers(layout: RunLayout, info: RunInfo, staged: set[str]) -> list[Path]:

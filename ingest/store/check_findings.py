@@ -29,6 +29,8 @@ ORPHAN_FILE: Final = "orphan_file"
 UNREGISTERED_RUN: Final = "unregistered_run"
 NOT_A_RUN_FOLDER: Final = "not_a_run_folder"
 RUN_BUSY: Final = "run_busy"
+CATALOG_BEHIND_FILES: Final = "catalog_behind_files"
+"""A run's files hold a complete generation newer than the catalog's (a catalog restored from a backup)."""
 
 
 class Action:
@@ -41,6 +43,8 @@ class Action:
     REANALYSE: Final = "reanalyse"
     REGISTER: Final = "register"
     REBUILD: Final = "rebuild_catalog"
+    RESTORE: Final = "restore_from_copy"
+    ADOPT: Final = "adopt_generation"
     NONE: Final = "none"
 
 
@@ -51,6 +55,8 @@ REPAIR_TEXT: Final = {
     "shard offsets, so that the next `stabscope compact` or `watch` reads its shards again (each record is "
     "kept once)",
     Action.MERGE_STAGED: "merge the staged batches into a new generation, as the run's next writer would",
+    Action.RESTORE: "rebuild it from the run-level file of its generation, which holds the same rows (every row "
+    "of the run is run-level), into a new generation (no row is lost)",
     Action.REANALYSE: "run the run's analyses again",
     Action.REGISTER: "add the run to the catalog from its files",
     Action.REBUILD: "move it aside to catalog.duckdb.corrupt-<time> and rebuild the catalog from the run files",

@@ -284,6 +284,27 @@ def newest_generation(layout: RunLayout) -> tuple[int, int] | None:
     return None
 
 
+def intact_sources(layout: RunLayout, info: RunInfo) -> list[str] | None:
+    """The files that hold every row of run ``info``'s current generation: each part's long file, or
+    where it is missing or damaged, the part's run-level file, which holds the same rows when every row
+    of the run is run-level (the catalog records no rank and no per-rank metric; then the files' rows
+    must add up to the catalog's too). None when some rows have no intact copy."""
+    every_row_run_level = info.ranks == 0 and not info.rank_metrics
+    sources: list[str] = []
+    rows, substituted = 0, False
+    for g in part_generations(info):
+        for kind in (LONG, RUN_LEVEL) if every_row_run_level else (LONG,):
+            state = read_footer(layout.file(kind, g), indexed=True)
+            if state.ok and state.metadata is not None:
+                sources.append(str(state.path))
+                rows += state.metadata.num_rows
+                substituted |= kind == RUN_LEVEL
+                break
+        else:
+            return None
+    return None if substituted and rows != info.n_rows else sources
+
+
 def recover_run(layout: RunLayout, name: str) -> RecoveredRun:
     """Run ``name`` as its files give it (see ``RecoveredRun``)."""
     newest = newest_generation(layout)

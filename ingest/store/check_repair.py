@@ -30,6 +30,7 @@ from ingest.store.check_findings import (
 from ingest.store.check_recovery import (
     CatalogRows,
     RecoveredRun,
+    intact_sources,
     read_footer,
     recover_run,
     run_folders,
@@ -37,11 +38,13 @@ from ingest.store.check_recovery import (
     salvage_catalog,
 )
 from ingest.store.commit import CommitProtocol
-from ingest.store.generation import bucket_width
+from ingest.store.generation import GenerationFiles, bucket_width
 from ingest.store.layout import (
     LONG,
+    RANK_BUCKETS,
+    ROLLUP,
+    RUN_LEVEL,
     RunLayout,
-    part_generations,
     run_folder,
 )
 from ingest.store.read import StoreReader
@@ -138,9 +141,13 @@ def _repair_run(root: Path, name: str, findings: list[Finding]) -> None:
     catalog = Catalog(root / CATALOG_NAME)
     reader = StoreReader(root)
     protocol = _protocol(catalog, root, reader)
-    if actions & {Action.REMERGE, Action.FORGET_STAGED}:
+    if Action.ADOPT in actions:
+        _adopt(protocol, name)
+        _mark(findings, Action.ADOPT)
+        return  # the adopted generation is checked in the next round
+    if actions & {Action.REMERGE, Action.RESTORE, Action.FORGET_STAGED}:
         _merge_again(catalog, protocol, name, forget_offsets=Action.FORGET_STAGED in actions)
-        _mark(findings, Action.REMERGE, Action.FORGET_STAGED, Action.MERGE_STAGED, Action.REANALYSE)
+        _mark(findings, Action.REMERGE, Action.RESTORE, Action.FORGET_STAGED, Action.MERGE_STAGED, Action.REANALYSE)
     if Action.MERGE_STAGED in actions:
         protocol.merge(name)
         _mark(findings, Action.MERGE_STAGED)
@@ -175,12 +182,39 @@ def _protocol(catalog: Catalog, root: Path, reader: StoreReader) -> CommitProtoc
 
 
 def _merge_again(catalog: Catalog, protocol: CommitProtocol, name: str, *, forget_offsets: bool) -> None:
-    """A new full generation of ``name`` from its long files and its readable staged batches (lowest
-    priority first, as a merge takes them), through the commit protocol."""
-    layout = protocol.layout(name)
-    longs = [str(layout.file(LONG, g)) for g in part_generations(protocol.run_info(name))]
+    """A new full generation of ``name`` from its long files (or their intact copies, ``intact_sources``)
+    and its readable staged batches (lowest priority first, as a merge takes them), through the commit
+    protocol."""
+    info = protocol.run_info(name)
+    sources = intact_sources(protocol.layout(name), info)
+    if sources is None:
+        raise StabScopeError(f"run {name!r}: some of its rows have no intact copy left to merge again from")
     staged = [p for p in catalog.staged_files(name) if read_footer(Path(p), indexed=True).ok]
-    protocol.merge_from(name, longs + staged, forget_offsets=forget_offsets)
+    protocol.merge_from(name, sources + staged, forget_offsets=forget_offsets)
+
+
+def _adopt(protocol: CommitProtocol, name: str) -> None:
+    """Make the newest complete generation in run ``name``'s files its current one (``check``'s
+    ``_behind_files`` says why it is adopted rather than deleted)."""
+    layout = protocol.layout(name)
+    run = recover_run(layout, name)
+    f = run.figures
+    if f is None:
+        raise StabScopeError(f"run {name!r}: no complete generation left in its files to adopt")
+    files = GenerationFiles(
+        long_path=layout.file(LONG, run.gen),
+        run_level_path=layout.file(RUN_LEVEL, run.gen),
+        rollup_path=layout.file(ROLLUP, run.gen),
+        rank_buckets_path=layout.file(RANK_BUCKETS, run.gen),
+        first=f.first,
+        last=f.last,
+        n_steps=run.n_steps,
+        n_rows=f.n_rows,
+        ranks=f.ranks,
+        metric_rows=[(m, m in f.rank_metrics) for m in f.metrics],
+        width=bucket_width(f.last - f.first + 1) if f.first is not None and f.last is not None else 1,
+    )
+    protocol.adopt(name, run.gen, files, run.base_gen)
 
 
 def _analyse(root: Path, names: Sequence[str | None], on_generation: RunHook | None, *, all_runs: bool = False) -> None:

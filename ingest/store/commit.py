@@ -160,6 +160,19 @@ class CommitProtocol:
         self.after_generation(name)
         return gen
 
+    def adopt(self, name: str, gen: int, files: GenerationFiles, base_gen: int) -> None:
+        """Make generation ``gen`` (on base ``base_gen``), already complete under its final file names
+        (``files`` gives its figures), current, and its analyses due again: a catalog older than the
+        run's files (restored from a backup) learns the generation they hold. Files of the catalog's
+        older generation become garbage."""
+        with self.catalog.unit() as con:
+            con.execute("BEGIN TRANSACTION")
+            commit_generation(con, name, gen, files, base_gen)
+            con.execute(queries.SET_ANALYSIS_GEN, [0, name])
+            con.execute("COMMIT")
+        self.collect_garbage(name)
+        self.after_generation(name)
+
     def _commit_merge(
         self, name: str, gen: int, files: GenerationFiles, base_gen: int, *, forget_offsets: bool = False
     ) -> None:
