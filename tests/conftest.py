@@ -102,6 +102,7 @@ TIERS: dict[str, str] = {
             "store",
             "store_catalog",
             "store_check",
+            "check_integrity",
             "store_incremental",
         ),
         "integration",
