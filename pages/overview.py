@@ -9,8 +9,9 @@ import numpy as np
 import streamlit as st
 
 from ingest.store import RunInfo, SeriesData
+from ingest.store.storage_errors import damaged_run
 from pages.charts import Panel, panels_figure
-from pages.page_errors import page_fragment
+from pages.page_errors import page_fragment, show_error
 from pages.series_display import metric_label, shown_frame, to_bytes
 from pages.store_access import (
     LIVE_REFRESH_S,
@@ -20,6 +21,7 @@ from pages.store_access import (
     read_events,
     read_series,
     read_spikes,
+    run_damage,
 )
 from pages.view_url import NO_INCIDENT, incident_window, restore_from_url, write_url
 from pages.widgets import pick_run, reset_range, step_range, zoom_to_selection
@@ -234,4 +236,7 @@ def charts(name: str) -> None:
     e4.download_button("Full series (Parquet)", lambda: full_export(name, "parquet"), f"{name}.parquet")
 
 
+damage = run_damage(info)
+if damage is not None:  # said above the charts, which draw what can still be read
+    show_error(damaged_run(info.name, damage))
 charts(info.name)

@@ -16,6 +16,8 @@ import numpy as np
 import pytest
 
 from ingest.shards import ShardWriter
+from ingest.store import Store
+from tests.conftest import SMALL_RUN, RunSpec, open_page, write_run
 from tests.test_cli import stabscope
 from tests.test_store import write_run as write_shards
 
@@ -155,3 +157,42 @@ def test_a_restored_older_catalog_adopts_a_base_and_its_delta_parts(tmp_path: Pa
     [run] = json.loads(stabscope("runs", "--json", store=store).stdout)
     assert run["steps"] == [0, 3200]
     assert _export(store, "r", tmp_path / "after.csv") == before
+
+
+def test_runs_and_the_pages_mark_a_run_missing_its_long_file(own_app_store: Store) -> None:
+    """Before: `runs` said "ended at step 1999" and the Runs page and overview showed the run as whole with
+    its base long file deleted (their reads never open it); only `export` and `check` noticed."""
+    write_run(own_app_store, RunSpec(name="other-run", per_rank=False, seed=5))
+    store = own_app_store.root
+    [gone] = _files(store, "other-run", "long")
+    gone.unlink()
+
+    proc = stabscope("runs", "--json", store=store)
+    assert proc.returncode == 0, proc.stderr
+    runs = {r["name"]: r for r in json.loads(proc.stdout)}
+    assert runs["other-run"]["damaged"] == f"{gone}: missing"
+    assert runs["other-run"]["status_text"] == "damaged: run `stabscope check other-run --repair`"
+    assert runs[SMALL_RUN]["damaged"] is None and runs[SMALL_RUN]["status_text"] == "ended at step 1999"
+    proc = stabscope("runs", store=store)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr
+    line = next(row for row in proc.stdout.splitlines() if row.startswith("other-run"))
+    assert "damaged: run `stabscope check other-run --repair`" in line
+    assert f"warning: run other-run is damaged: {gone}: missing" in proc.stderr
+
+    at = open_page("runs").run()
+    assert not at.exception
+    table = at.dataframe(key="runs_table").value.set_index("name")
+    assert table.loc["other-run", "status"].startswith("damaged")
+    assert table.loc[SMALL_RUN, "status"] == "ended at step 1999"
+
+    at = open_page("overview")
+    at.query_params["run"] = "other-run"
+    at.run()
+    assert not at.exception
+    [banner] = [e.value for e in at.error]
+    assert banner.startswith(f"{gone.parent.parent}: run 'other-run' is damaged: {gone}: missing")
+    assert "stabscope check other-run --repair" in banner
+    assert at.get("plotly_chart")  # what can still be read is drawn: the run-level file is intact
+
+    assert _check(store, "--repair")[0] == 0  # every row of the run is run-level: rebuilt from that copy
+    assert json.loads(stabscope("runs", "--json", store=store).stdout)[1]["damaged"] is None

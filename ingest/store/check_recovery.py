@@ -5,13 +5,14 @@ newest complete generation with the catalog figures its files give."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import re
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import duckdb
 import numpy as np
@@ -282,6 +283,35 @@ def newest_generation(layout: RunLayout) -> tuple[int, int] | None:
                 return top, g
             g -= 1
     return None
+
+
+DAMAGE_KINDS: Final = (LONG, RUN_LEVEL, ROLLUP, RANK_BUCKETS)
+"""The files of each part of a generation that every read needs (the tail is read by the next merge)."""
+
+
+def run_damage(layout: RunLayout, info: RunInfo) -> str | None:
+    """Why run ``info``'s current generation is damaged (which of its ``DAMAGE_KINDS`` files is missing
+    or does not read, with its block index, as Parquet), or None. A file's verdict is kept while its
+    size and modification time stay, so that listing many runs reads each footer once."""
+    problems = []
+    for g in part_generations(info):
+        for kind in DAMAGE_KINDS:
+            path = layout.file(kind, g)
+            try:
+                stat = path.stat()
+            except FileNotFoundError:
+                problems.append(f"{path}: missing")
+                continue
+            problem = _footer_problem(str(path), stat.st_size, stat.st_mtime_ns)
+            if problem is not None:
+                problems.append(f"{path}: {problem}")
+    return "; ".join(problems) or None
+
+
+@functools.lru_cache(maxsize=4096)
+def _footer_problem(path: str, size: int, mtime_ns: int) -> str | None:
+    """``read_footer``'s problem with the file at ``path`` as it is at ``size`` bytes, ``mtime_ns``."""
+    return read_footer(Path(path), indexed=Path(path).parent.name in (LONG, RUN_LEVEL)).problem
 
 
 def intact_sources(layout: RunLayout, info: RunInfo) -> list[str] | None:
