@@ -15,7 +15,10 @@ And for the store: ``catalog.duckdb`` exists, opens and every table of it reads 
 each block's checksum). Checking only reads: the catalog is attached read-only.
 
 ``repair`` deletes what is left over, merges a run again from its long files when a file derived from
-them is missing or damaged (a new generation, no row lost), re-runs lost analyses, and rebuilds a missing
+them is missing or damaged (a new generation, no row lost), or from the run-level file when a long file
+is lost and every row of the run is run-level (the run-level file then holds the same rows), adopts a
+complete generation newer than the catalog's (a catalog restored from a backup: never deleted as a
+stopped writer's), re-runs lost analyses, and rebuilds a missing
 or corrupt catalog from the run files: each run's newest complete generation (its files' footers give the
 rows, metrics, ranks and steps), its unmerged staged batches, and what can still be read of the damaged
 catalog (moved aside to ``catalog.duckdb.corrupt-<time>``). What lived only in the catalog and could not be
