@@ -9,7 +9,7 @@ import numpy as np
 import streamlit as st
 
 from ingest.store import RunInfo, SeriesData
-from ingest.store.storage_errors import damaged_run
+from ingest.store.storage_errors import DamagedRunFile, damaged_run
 from pages.charts import Panel, panels_figure
 from pages.page_errors import page_fragment, show_error
 from pages.series_display import metric_label, shown_frame, to_bytes
@@ -152,7 +152,17 @@ def explain_missing(run: RunInfo, shown: dict[str, SeriesData], missing: list[st
 
 
 @page_fragment(run_every=LIVE_REFRESH_S if info.status == "live" else None)
-def charts(name: str) -> None:
+def charts(name: str, damage_shown: bool) -> None:
+    """The panels, or with ``damage_shown`` (the run's damage said above), a line where they cannot be drawn."""
+    try:
+        draw_charts(name)
+    except DamagedRunFile:
+        if not damage_shown:
+            raise
+        st.caption("The charts need the damaged files named above: repair the run to draw them.")
+
+
+def draw_charts(name: str) -> None:
     run = get_store().run_info(name)  # re-read: a live run grows between refreshes
     lo, hi = step_range(run, "ov_range")
     spikes = read_spikes(run)
@@ -237,6 +247,6 @@ def charts(name: str) -> None:
 
 
 damage = run_damage(info)
-if damage is not None:  # said above the charts, which draw what can still be read
+if damage is not None:  # said once, above the charts, which draw when the files they read are whole
     show_error(damaged_run(info.name, damage))
-charts(info.name)
+charts(info.name, damage is not None)
