@@ -146,8 +146,29 @@ def _report_ingest(args: argparse.Namespace, report: Any) -> None:
 
 def cmd_watch(args: argparse.Namespace) -> int:
     from ingest.watch import watch
+    from ingest.watch_logs import is_log_source, wait_for_content, watch_logs
 
     store = _store(args)
+    if not str(args.shard_dir).startswith("s3://") and not Path(args.shard_dir).exists():
+        raise StabScopeError(f"{args.shard_dir} does not exist: nothing to watch")
+    if not args.once and not str(args.shard_dir).startswith("s3://"):
+        try:
+            wait_for_content(Path(args.shard_dir), args.interval, lambda msg: _print(msg, file=sys.stderr, flush=True))
+        except KeyboardInterrupt:
+            return 0
+    if is_log_source(args.shard_dir, args.format):
+        watch_logs(
+            store,
+            args.run,
+            args.shard_dir,
+            fmt=args.format,
+            interval_s=args.interval,
+            once=args.once,
+            on_alert=args.on_alert,
+            log=lambda msg: _print(msg, file=sys.stderr, flush=True),
+            wait_s=args.wait,
+        )
+        return 0
     watch(
         store,
         args.run,
@@ -509,6 +530,9 @@ def cmd_import(args: argparse.Namespace) -> int:
                 f"(steps {res['steps'][0]}..{res['steps'][1]}, format {res['format']}, "
                 f"{res['skipped']} lines skipped)"
             )
+            if res.get("mapping"):  # no trainer's format matched: say what the generic reader took for what
+                taken = ", ".join(f"{role} = {key}" for role, key in res["mapping"].items())
+                _print(f"  {res['reader_note']}: {taken}")
             if res.get("config"):
                 _print(f"  config: {res['config']}")
             for skipped in res.get("skipped_files", []):
@@ -532,23 +556,31 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 
 def cmd_spikes(args: argparse.Namespace) -> int:
-    from stab_core.analysis import analysis_notes, incident_headline, verdict_words
+    from ingest.run_findings import finding_entries, stored_findings
+    from stab_core.analysis import INCIDENT_VERDICT, analysis_notes, incident_headline, statements, verdict_words
 
     store = _store(args)
     info = store.run_info(args.run)
     spikes = store.spikes(args.run)
+    # overfitting and throughput loss follow the incidents, each with kind "overfitting"/"throughput_loss"
+    findings = finding_entries(stored_findings(store, info))
     if args.json:
-        _print_json(spikes)
+        _print_json(spikes + findings)
         return 0
     analysis = info.meta.get("analysis") or {}
     if not spikes:
         _print(f"{args.run}: no incident detected")
     for s in spikes:
         _print(f"{incident_headline(s)}; {verdict_words(s)}")
-        if s.get("summary"):
-            _print(f"{'':>12}{s['summary']}")
+        # every sentence below is a claim whose check held on the run (stab_core.claims)
+        for line in statements(s, INCIDENT_VERDICT):
+            _print(f"{'':>12}{line}")
         _print(f"{'':>12}path: " + " -> ".join(f"{n['node']}={n['answer']}" for n in s.get("path", [])))
-        for action in s.get("actions", []):
+        for action in statements(s, ("action",)):
+            _print(f"{'':>12}- {action}")
+    for finding in findings:
+        _print(str(finding["summary"]))
+        for action in finding["actions"]:
             _print(f"{'':>12}- {action}")
     for line in analysis_notes(analysis):
         _print(line)
@@ -556,7 +588,7 @@ def cmd_spikes(args: argparse.Namespace) -> int:
 
 
 def cmd_diagnose(args: argparse.Namespace) -> int:
-    from stab_core.analysis import incident_headline, verdict_words
+    from stab_core.analysis import INCIDENT_VERDICT, incident_headline, statements, verdict_words
 
     store = _store(args)
     store.run_info(args.run)
@@ -595,15 +627,15 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
     if note:
         _print(note)
     _print(f"{incident_headline(s)}; {verdict_words(s)}")
-    if s.get("summary"):
-        _print(f"  {s['summary']}")
+    for line in statements(s, INCIDENT_VERDICT):
+        _print(f"  {line}")
     for node in s.get("path", []):
         ev = ", ".join(f"{k}={_short(v)}" for k, v in node.get("evidence", {}).items())
         _print(f"  [{node['node']}] {node.get('question', '')}\n      -> {node['answer']}  ({ev})")
     if s.get("missing"):
         _print("data that would settle the unknown nodes: " + "; ".join(s["missing"]))
     _print("actions:")
-    for action in s.get("actions", []):
+    for action in statements(s, ("action",)):
         _print(f"  - {action}")
     withheld = [c for c in s.get("action_evidence", []) if c.get("holds") is False]
     for check in withheld:
@@ -713,9 +745,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="embedded: this process (default); spark: decode and de-duplicate on Spark (pip install -e '.[spark]')",
     )
     p.add_argument("--master", default=None, metavar="URL", help="Spark master for --engine spark (default local[*])")
-    p = add("watch", cmd_watch, "tail a live shard directory into a run until interrupted")
-    p.add_argument("shard_dir", help="the shard directory, or an s3://bucket/prefix shard location")
+    p = add("watch", cmd_watch, "follow a growing log (text, TensorBoard, CSV, JSON lines) or shards into a run")
+    p.add_argument(
+        "shard_dir",
+        metavar="PATH",
+        help="a log file, a folder of logs (per-rank logs, a TensorBoard log dir), a shard directory, "
+        "or an s3://bucket/prefix shard location",
+    )
     p.add_argument("--run", required=True)
+    p.add_argument(
+        "--format", default=None, metavar="NAME", help="the log's format (default: detected once, as import does)"
+    )
     p.add_argument("--interval", type=float, default=2.0, help="seconds between passes (default 2)")
     p.add_argument("--once", action="store_true", help="fold in what is there and exit")
     p.add_argument("--on-alert", default=None, metavar="CMD", help="shell command run with each alert as JSON on stdin")
@@ -786,7 +826,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         metavar="NAME=ROLE",
         help="store the log's metric NAME as the canonical ROLE (e.g. --map my_loss=loss; repeatable); "
-        "remembered with the run and applied again to later imports into it",
+        "remembered with the run and applied again to later imports into it; for a log read by the generic "
+        "reader it corrects the proposed mapping, and --map KEY=step chooses its step key",
     )
     into = p.add_mutually_exclusive_group()
     into.add_argument(

@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 from ingest.errors import StabScopeError
+from ingest.formats._common import strip_launcher_prefixes
 
 MAX_CONFIG_BYTES = 2 * 1024 * 1024
 """Largest config accepted (2 MiB); real trainer configs are a few KiB."""
@@ -106,18 +107,38 @@ def parse_toml(text: str, filename: str) -> Any:
         ) from None
 
 
+SKIPPED_LINES_KEY = "stabscope_skipped_lines"
+"""Where :func:`parse_megatron_args_config` puts the log lines it passed over ('line N: text'), for
+:func:`ingest.configs.read_run_config` to report (not a setting)."""
+
+_LOG_LINE = re.compile(r"\b(?:WARNING|WARN|INFO|ERROR|DEBUG|CRITICAL)\b|^\s*\[?[WIE]\d{4}\b")
+"""Another process's log message written into the block (``WARNING: ...``, ``[W1204 ...]``)."""
+
+
 def parse_megatron_args_config(text: str, filename: str) -> dict[str, Any]:
     """The ``---- arguments ----`` block of a Megatron-LM log: ``  name ........ value`` per line (a config
-    upload: a line of another shape, or a block that never ends, is an error with file and line)."""
-    return megatron_args(text, filename, strict=True)
+    upload). Launcher prefixes (``[default0]:``, ``node017:``) are removed first; a log message
+    interleaved in the block (a WARNING line) is passed over and listed under
+    :data:`SKIPPED_LINES_KEY`; a line of any other shape, or a block that never ends, is an error with
+    file and line."""
+    skipped: list[str] = []
+    args = megatron_args(text, filename, strict=True, skipped=skipped)
+    if skipped:
+        args[SKIPPED_LINES_KEY] = skipped
+    return args
 
 
-def megatron_args(text: str, filename: str = "<log>", *, strict: bool = False) -> dict[str, Any]:
+def megatron_args(
+    text: str, filename: str = "<log>", *, strict: bool = False, skipped: list[str] | None = None
+) -> dict[str, Any]:
     """The arguments Megatron-LM dumps at start-up (``  name ........ value`` lines between
-    ``---- arguments ----`` and ``---- end of arguments ----``), values as Python literals. The one
-    parser of that block, for config uploads (``strict``: any other line is an error) and for the text
-    log readers (lenient: other lines, e.g. another rank's interleaved output, are passed over; a block
-    cut short ends where the text does; no block gives ``{}``)."""
+    ``---- arguments ----`` and ``---- end of arguments ----``), values as Python literals, read through
+    launcher prefixes (:func:`ingest.formats._common.strip_launcher_prefixes`: a ``[default0]:`` before
+    every line). The one parser of that block, for config uploads (``strict``: a log message line is
+    passed over and appended to ``skipped`` as 'line N: text', any other line is an error) and for the
+    text log readers (lenient: other lines, e.g. another rank's interleaved output, are passed over; a
+    block cut short ends where the text does; no block gives ``{}``)."""
+    text = strip_launcher_prefixes(text)
     start = ARGS_START.search(text)
     if start is None:
         if strict:
@@ -137,6 +158,10 @@ def megatron_args(text: str, filename: str = "<log>", *, strict: bool = False) -
             continue
         match = _ARGS_LINE.match(line)
         if match is None:
+            if strict and _LOG_LINE.search(line):
+                if skipped is not None:
+                    skipped.append(f"line {first_line + offset}: {line.strip()[:200]}")
+                continue
             if strict:
                 raise StabScopeError(
                     f"expected 'name .... value' in the arguments block, found {line.strip()[:80]!r}",

@@ -97,6 +97,7 @@ _SIGNATURES: dict[str, frozenset[str]] = {
             "lr_warmup_iters",
             "lr_warmup_fraction",
             "lr_warmup_samples",
+            "lr_warmup_tokens",
             "lr_decay_style",
             "lr_decay_iters",
             "micro_batch_size",
@@ -198,11 +199,20 @@ def map_megatron(r: SettingsReader, out: MappedConfig) -> None:
 
 
 def _megatron_warmup(r: SettingsReader, out: MappedConfig, gbs: tuple[Any, str] | None) -> None:
-    """Megatron's rule: lr_warmup_fraction x decay iters if set, else lr_warmup_iters (or samples / gbs)."""
+    """Megatron's rule: lr_warmup_fraction x decay iters if set, else lr_warmup_iters (or samples / gbs).
+    Megatron-DeepSpeed's ``lr_warmup_tokens`` (when > 0) wins over a zero iteration count: tokens /
+    (global batch x sequence length) when both are known, else the warmup is left to the logged LR."""
     fraction = r.value("lr_warmup_fraction")
     decay = r.value("lr_decay_iters", "train_iters")
     if fraction is not None and decay is not None and is_number(fraction[0]) and is_number(decay[0]):
         out.set("warmup_steps", round(fraction[0] * decay[0]), f"{fraction[1]} x {decay[1]}")
+        return
+    tokens = r.value("lr_warmup_tokens")
+    if tokens is not None and is_number(tokens[0]) and tokens[0] > 0:
+        seq = r.value("seq_length", "encoder_seq_length")
+        if gbs is not None and seq is not None and is_number(gbs[0]) and is_number(seq[0]) and gbs[0] * seq[0] > 0:
+            steps = math.ceil(tokens[0] / (gbs[0] * seq[0]))
+            out.set("warmup_steps", steps, f"{tokens[1]} / ({gbs[1]} x {seq[1]})")
         return
     iters = r.value("lr_warmup_iters")
     samples = r.value("lr_warmup_samples")

@@ -37,6 +37,7 @@ from typing import Any, Literal
 from ingest.config_parsing import (
     ARGS_START,
     MAX_CONFIG_BYTES,
+    SKIPPED_LINES_KEY,
     check_size,
     decode_config,
     literal_value,
@@ -61,6 +62,7 @@ from ingest.config_trainers import (
     map_torchtitan,
 )
 from ingest.errors import StabScopeError
+from ingest.formats._common import strip_launcher_prefixes
 from stab_core.checklist import CONFIG_KEYS
 
 __all__ = [
@@ -137,8 +139,14 @@ _PRECISIONS = frozenset({"bf16", "fp16", "fp8", "fp32"})
 
 
 def read_run_config(data: str | bytes, filename: str, fmt: ConfigFormat | None = None) -> dict[str, Any]:
-    """Parse ``data`` (the contents of ``filename``) and map it onto the checklist's keys."""
-    return normalise_config(parse_config_text(data, filename, fmt), filename=filename)
+    """Parse ``data`` (the contents of ``filename``) and map it onto the checklist's keys. Lines passed
+    over in a Megatron argument dump (an interleaved WARNING) are listed under ``skipped_lines``."""
+    parsed = parse_config_text(data, filename, fmt)
+    skipped = parsed.pop(SKIPPED_LINES_KEY, None)
+    config = normalise_config(parsed, filename=filename)
+    if skipped:
+        config["skipped_lines"] = list(skipped)
+    return config
 
 
 def read_run_config_file(path: str | os.PathLike[str], fmt: ConfigFormat | None = None) -> dict[str, Any]:
@@ -164,7 +172,7 @@ def detect_format(filename: str, text: str) -> ConfigFormat:
         return "json"
     if suffix == ".toml":
         return "toml"
-    if ARGS_START.search(text):
+    if ARGS_START.search(text) or ARGS_START.search(strip_launcher_prefixes(text[:1_000_000])):
         return "megatron-args"
     stripped = text.lstrip()
     if stripped.startswith(("{", "[")) and not re.match(r"\[[A-Za-z_][\w.\-]*\]\s*$", stripped.split("\n", 1)[0]):

@@ -87,18 +87,22 @@ def read_inputs(
     fmt: str | None = None,
     progress: Progress | None = None,
     custom_dir: Path | None = None,
+    step_key: str | None = None,
 ) -> ImportRead:
     """Read ``paths`` as one run: the logs among them (see the module's rule), with the config's
-    text in ``meta`` (``config_text``, ``config_filename``). ``fmt`` forces a reader for every path.
+    text in ``meta`` (``config_text``, ``config_filename``). ``fmt`` forces a reader for every path;
+    ``step_key`` is the generic reader's step key when the user chose it (``--map KEY=step``).
     Raises ``StabScopeError`` when no input is a log, naming each file and why it is not one."""
     paths = [Path(p) for p in paths]
     if fmt is not None:
         inputs = _forced_inputs(paths)
-        parsed = read_log(inputs.logs or paths, format=fmt, progress=progress, custom_dir=custom_dir)
+        parsed = read_log(inputs.logs or paths, format=fmt, progress=progress, custom_dir=custom_dir, step_key=step_key)
         return ImportRead(_with_config(parsed, inputs.config), inputs)
     if len(paths) == 1 and paths[0].is_file():
         # one file: it is the log, and read_log's own error says where it stops being one
-        return ImportRead(read_log(paths, progress=progress, custom_dir=custom_dir), SortedInputs(paths))
+        return ImportRead(
+            read_log(paths, progress=progress, custom_dir=custom_dir, step_key=step_key), SortedInputs(paths)
+        )
     inputs = sort_inputs(paths, custom_dir=custom_dir)
     if not inputs.logs:
         raise _no_log(inputs)
@@ -115,7 +119,7 @@ def read_inputs(
         units.extend([[f] for f in group] if name in SEPARATE_FILE_FORMATS else [group])
     for unit in units:
         try:
-            parts.append(read_log(unit, progress=progress, custom_dir=custom_dir))
+            parts.append(read_log(unit, progress=progress, custom_dir=custom_dir, step_key=step_key))
         except StabScopeError as exc:
             failed.append((unit, exc))
     if not parts:
@@ -297,7 +301,7 @@ def _config_keys(path: Path) -> int | None:
     except StabScopeError:
         return None
     # "model" alone is no evidence: a tokenizer.json has a top-level "model" too
-    keys = len([k for k in mapped if k not in ("source_format", "key_sources", "model")])
+    keys = len([k for k in mapped if k not in ("source_format", "key_sources", "skipped_lines", "model")])
     # a tokenizer.json or dataset index is a mapping too: it is a config when it maps a checklist
     # key or its name says so (Lightning's hparams.yaml maps none)
     return keys if keys or _CONFIG_NAME.search(path.name) else None

@@ -51,7 +51,10 @@ def import_logs(
     layouts gave (``ingest.formats.segments``). Nothing is written unless the whole
     input parsed. ``metric_map`` (``--map NAME=ROLE``) renames metrics to roles; it is remembered
     with the run and applied again to what is imported into it later (``ingest.metric_map``).
-    ``existing`` says what to do when run ``run`` exists (see :data:`EXISTING_RUN`)."""
+    ``existing`` says what to do when run ``run`` exists (see :data:`EXISTING_RUN`). A log no trainer's
+    reader recognises is read by the generic reader: ``mapping`` is what it took for the step and
+    each role (``{role: key}``) after the user's corrections (``--map NAME=ROLE``, ``--map KEY=step``),
+    None for other readers; ``reader_note`` says the generic reader was used."""
     from ingest.import_inputs import read_inputs
 
     if existing not in EXISTING_RUN:
@@ -66,10 +69,19 @@ def import_logs(
             f"input is {total / 1e9:.1f} GB; the limit for one import is {MAX_IMPORT_BYTES / 1e9:.1f} GB"
         )
     name = validate_run_name(run or default_run_name(paths))
-    read = read_inputs(list(paths), fmt=fmt, progress=progress, custom_dir=store.root / "formats")
-    from ingest.metric_map import resolve_map
+    from ingest.metric_map import final_mapping, resolve_map, split_step_key, with_proposal
 
-    resolve_map(metric_map or {}, read.parsed.metrics)  # a bad --map is refused before waiting for the run
+    given, step_key = split_step_key(metric_map or {})
+    read = read_inputs(list(paths), fmt=fmt, progress=progress, custom_dir=store.root / "formats", step_key=step_key)
+    proposal = read.parsed.meta.get("mapping")
+    if step_key is not None and proposal is None:
+        raise StabScopeError(
+            f"--map {step_key}=step chooses the step key of the generic reader; this log was read as "
+            f"{read.parsed.format}, which reads its own steps"
+        )
+    mapping = final_mapping(proposal, {**given, **({step_key: "step"} if step_key else {})})
+    metric_map = with_proposal(given, read.parsed.meta.get("proposed_map"))
+    resolve_map(metric_map, read.parsed.metrics)  # a bad --map is refused before waiting for the run
     if read.parsed.table.num_rows == 0:
         raise StabScopeError(
             f"{paths[0]}: no metric records found in the {read.parsed.format} input "
@@ -104,6 +116,8 @@ def import_logs(
             "lines": list(parsed.lines) if parsed.lines else None,
             "segments": segments,
             "kept_over": parsed.kept_over,
+            "mapping": mapping,
+            "reader_note": parsed.meta.get("generic_reader"),
         }
     ]
 

@@ -133,3 +133,36 @@ def apply_metric_map(parsed: Any, given: Mapping[str, str], remembered: Mapping[
     out = replace(parsed, table=rename_metrics(parsed.table, with_companions(renames, metrics)))
     out.meta = {**parsed.meta, META_KEY: merged} if merged else dict(parsed.meta)
     return out
+
+
+STEP_ROLE = "step"
+"""``--map KEY=step``: the key the generic reader counts steps by (no metric role: the steps' axis)."""
+
+
+def split_step_key(given: Mapping[str, str]) -> tuple[dict[str, str], str | None]:
+    """``given`` without its ``KEY=step`` entry, and that key (None when the user chose none)."""
+    steps = [name for name, role in given.items() if role == STEP_ROLE]
+    if len(steps) > 1:
+        raise StabScopeError(f"--map: {' and '.join(steps)} cannot both be the step; choose one")
+    return {n: r for n, r in given.items() if r != STEP_ROLE}, (steps[0] if steps else None)
+
+
+def with_proposal(given: Mapping[str, str], proposed: Mapping[str, str] | None) -> dict[str, str]:
+    """The user's mapping over the generic reader's proposal (``meta['proposed_map']``, ``{name:
+    role}``): a proposed entry stands unless the user mapped that name or gave that role."""
+    if not proposed:
+        return dict(given)
+    roles = set(given.values())
+    kept = {n: r for n, r in proposed.items() if n not in given and r not in roles}
+    return {**kept, **given}
+
+
+def final_mapping(proposal: Mapping[str, str] | None, given: Mapping[str, str]) -> dict[str, str] | None:
+    """The generic reader's ``{role: key}`` after the user's corrections (``import --json``'s
+    ``mapping``); None for a log another reader read."""
+    if proposal is None:
+        return None
+    out = {role: key for role, key in proposal.items() if role not in given.values() and key not in given}
+    out.update({role: name for name, role in given.items()})
+    step = out.pop(STEP_ROLE, None)
+    return {STEP_ROLE: step, **out} if step is not None else out

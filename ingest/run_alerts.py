@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from ingest.run_findings import stored_findings
 from ingest.run_info import RunInfo
 from ingest.store import Store
 from stab_core.alerts import (
@@ -22,6 +23,7 @@ from stab_core.alerts import (
     STRAGGLER_METRICS,
     Alert,
     clipping_alert,
+    finding_alerts,
     rank_deviations,
     spike_alerts,
     straggler_alerts,
@@ -70,6 +72,7 @@ def alerts_from_store(store: Store, info: RunInfo, *, spikes: Sequence[Mapping[s
         spikes=store.spikes(name) if spikes is None else spikes,
         clip_ratio=(clip.steps, clip.values),
         heatmaps=heatmaps,
+        findings=stored_findings(store, info),
     )
 
 
@@ -79,11 +82,13 @@ def alerts_from_memory(
     spikes: Sequence[Mapping[str, Any]],
     clip_ratio: ClipRatio,
     per_rank: Mapping[str, RankMatrix],
+    findings: Mapping[str, Any] | None = None,
 ) -> list[Alert]:
     """:func:`compute_alerts` of the run ``info`` from the analyses' fresh results: its spikes, its clip
     ratio and the per-rank matrices of its ``RunView``, bucketed as the store buckets its heatmaps
     (the run's ``heat_bucket`` steps, then ``STRAGGLER_BUCKETS`` columns of its step span), so the
-    alerts equal :func:`alerts_from_store`'s once the analyses are written."""
+    alerts equal :func:`alerts_from_store`'s once the analyses are written. ``findings``: the run's
+    overfitting and throughput findings (``ingest.run_findings``), when computed."""
     if info.first_step is None or info.last_step is None:
         return []
     lo, hi = int(info.first_step), int(info.last_step)
@@ -92,7 +97,7 @@ def alerts_from_memory(
         for metric in straggler_metrics(info)
         if metric in per_rank
     }
-    return compute_alerts(info, spikes=spikes, clip_ratio=clip_ratio, heatmaps=heatmaps)
+    return compute_alerts(info, spikes=spikes, clip_ratio=clip_ratio, heatmaps=heatmaps, findings=findings)
 
 
 def compute_alerts(
@@ -101,10 +106,12 @@ def compute_alerts(
     spikes: Sequence[Mapping[str, Any]],
     clip_ratio: ClipRatio,
     heatmaps: Mapping[str, RankHeatmap],
+    findings: Mapping[str, Any] | None = None,
 ) -> list[Alert]:
     """Every alert of the run as if it were live (``new_spike`` included), from its ``spikes``, its clip
-    ratio (only the steps from :func:`alert_window_start` on count) and the rank heatmaps of its
-    :func:`straggler_metrics` (``STRAGGLER_BUCKETS`` columns each)."""
+    ratio (only the steps from :func:`alert_window_start` on count), the rank heatmaps of its
+    :func:`straggler_metrics` (``STRAGGLER_BUCKETS`` columns each) and its ``findings`` (overfitting,
+    throughput loss: ``stab_core.alerts.finding_alerts``)."""
     if info.first_step is None or info.last_step is None:
         return []
     name, last = info.name, int(info.last_step)
@@ -122,6 +129,8 @@ def compute_alerts(
         groups = comparison_groups(stage_layout(info.meta, heatmap.ranks), heatmap.ranks)
         deviations = rank_deviations(heatmap.ranks, heatmap.steps, heatmap.matrix, groups=groups)
         alerts += straggler_alerts(name, metric, deviations)
+    if findings:
+        alerts += finding_alerts(name, findings)
     return alerts
 
 

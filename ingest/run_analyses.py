@@ -18,9 +18,11 @@ import numpy as np
 import pyarrow as pa
 
 from ingest.run_alerts import alerts_from_memory
+from ingest.run_findings import sibling_gap
 from ingest.shards import LONG_SCHEMA, null_floats
 from ingest.store import Store, open_store
 from stab_core.analysis import analyze_run
+from stab_core.findings import view_findings
 
 
 def open_analysed_store(root: str | os.PathLike[str] | None = None) -> Store:
@@ -34,7 +36,8 @@ def materialise(store: Store, name: str) -> None:
 
     Everything is computed from the run as read once (``Store.run_view``): the analyses
     (``stab_core.analysis.analyze_run``) and, from their results and the view's per-rank matrices, the
-    run's alerts (``ingest.run_alerts.alerts_from_memory``). Derived series (``snr``, ``b_simple``,
+    run's alerts (``ingest.run_alerts.alerts_from_memory``), and its overfitting and throughput findings
+    (``stab_core.findings``, kept under ``meta['analysis']['findings']``). Derived series (``snr``, ``b_simple``,
     ``clip_ratio``, ``clip_mean_coef``) go to the run's derived Parquet file as run-level rows; spike
     events (with their diagnosis) to the catalog; what the UI must say about them (which SNR estimator,
     collapses, overall clip ratio, the alerts) to ``meta['analysis']``. A failing analysis never fails
@@ -46,6 +49,7 @@ def materialise(store: Store, name: str) -> None:
     try:
         view = store.run_view(name)
         analysis = analyze_run(view)
+        findings = view_findings(view)
     except Exception as exc:  # an analysis bug must not lose or block the data just ingested
         store.write_analysis(name, info.gen, _derived_table([]), [], {"error": f"{type(exc).__name__}: {exc}"})
         return
@@ -82,8 +86,12 @@ def materialise(store: Store, name: str) -> None:
         summary["overall_clip_ratio"] = float(analysis.clip.overall_clip_ratio)
         summary["max_norm"] = float(analysis.clip.max_norm)
     spikes = analysis.spike_dicts()
+    # overfitting and throughput loss; the sibling comparison is also made when read (ingest.run_findings)
+    summary["findings"] = {"overfitting": findings["overfitting"], "throughput": findings["throughput"]}
+    summary["throughput_level"] = findings["throughput_level"]
+    findings["throughput_siblings"] = sibling_gap(info, findings["throughput_level"], store.list_runs())
     # the Runs table, the banners and watch read these instead of computing them on each first read
-    alerts = alerts_from_memory(info, spikes=spikes, clip_ratio=clip_ratio, per_rank=view.per_rank)
+    alerts = alerts_from_memory(info, spikes=spikes, clip_ratio=clip_ratio, per_rank=view.per_rank, findings=findings)
     summary["alerts"] = [a.to_json() for a in alerts]
     store.write_analysis(name, info.gen, _derived_table(parts), spikes, summary)
 

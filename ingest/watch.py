@@ -1,4 +1,5 @@
-"""Tail a live shard directory (or ``s3://`` shard location) into the store, surviving restarts.
+"""Tail a live shard directory (or ``s3://`` shard location) into the store, surviving restarts (the
+logs a job writes itself, text or TensorBoard, are followed by ``ingest.watch_logs``).
 
 Each pass is a ``Store.compact``: the byte offset of every segment is committed together with the
 data it covers, so a restarted watcher resumes exactly where the last committed pass ended (no record
@@ -104,11 +105,11 @@ def watch(
         pass
     finally:
         if not gave_up:
-            _mark_finished(store, run, log)
+            mark_finished(store, run, log)
     return passes
 
 
-def _mark_finished(store: Store, run: str, log: Callable[[str], None]) -> None:
+def mark_finished(store: Store, run: str, log: Callable[[str], None]) -> None:
     """Mark ``run`` finished as the watcher stops, unless another writer holds it now (then that writer
     says what the run is)."""
     try:

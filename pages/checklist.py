@@ -78,8 +78,10 @@ facts: dict[str, Any] = {}
 try:
     if upload is not None:  # read_run_config bounds the size (MAX_CONFIG_BYTES) and names the file in errors
         uploaded = read_run_config(upload.getvalue(), upload.name, FORMAT_CHOICES[fmt])
-        mapped = sorted(set(uploaded) - {"source_format", "key_sources"})
+        mapped = sorted(set(uploaded) - {"source_format", "key_sources", "skipped_lines"})
         left.caption(f"{upload.name}: read as `{uploaded['source_format']}`, {len(mapped)} checklist keys mapped.")
+        for line in uploaded.get("skipped_lines", []):
+            left.caption(f"Passed over a log line in the argument dump, {line}")
         if not mapped:
             left.warning(f"No checklist setting recognised in {upload.name}: is it a trainer config?")
     if run_name != NO_RUN:
@@ -91,7 +93,7 @@ try:
                 "(set them with `Run settings` on the Cost or Spikes page, or upload the config here)."
             )
         else:
-            stated = sorted(set(stored) - {"source_format", "key_sources"})
+            stated = sorted(set(stored) - {"source_format", "key_sources", "skipped_lines"})
             right.caption(f"{run_name}: {len(stated)} settings from its log and metadata ({', '.join(stated[:8])}…).")
     results = evaluate_checklist(merged_config(stored, uploaded), facts)
 except ValueError as exc:  # the core's check of a config value: the user's to fix, drawn by app.py

@@ -11,6 +11,7 @@ import streamlit as st
 from ingest.store import RunInfo, SeriesData
 from ingest.store.storage_errors import DamagedRunFile, damaged_run
 from pages.charts import Panel, panels_figure
+from pages.findings_view import show_findings
 from pages.page_errors import page_fragment, show_error
 from pages.series_display import metric_label, shown_frame, to_bytes
 from pages.store_access import (
@@ -25,6 +26,7 @@ from pages.store_access import (
 )
 from pages.view_url import NO_INCIDENT, incident_window, restore_from_url, write_url
 from pages.widgets import pick_run, reset_range, step_range, zoom_to_selection
+from stab_core.analysis import statements, verdict_words
 from stab_core.runview import RunEvent
 
 # (panel title, y-axis title, candidate metrics in order, what to do when none is there)
@@ -226,13 +228,11 @@ def draw_charts(name: str) -> None:
     )
     if 0 <= incident < len(spikes):
         spike = spikes[incident]
-        ratio = spike.get("ratio")
+        # what happened, how it ended and why: only the claims whose check held (stab_core.claims)
+        said = " ".join(statements(spike, ("status", "recovery", "cause")))
         st.markdown(
-            f"**Incident #{incident}**: `{spike['metric']}`"
-            + (f" x{float(ratio):.2f} over its baseline" if ratio is not None else "")
-            + f", steps {int(spike['start']):,}–{int(spike['end']):,} (peak {int(spike['peak']):,}), "
-            f"cause `{spike['cause']}` at {float(spike.get('confidence') or 0):.0%} confidence. "
-            "The Spikes page has its diagnosis and what to do."
+            f"**Incident #{incident}**, steps {int(spike['start']):,}–{int(spike['end']):,}: {verdict_words(spike)}. "
+            f"{said} The Spikes page has its diagnosis and what to do."
         )
     explain_missing(run, shown, missing)
     st.button("Show the whole run", on_click=reset_range, args=("ov_range",), key="ov_reset")
@@ -250,3 +250,4 @@ damage = run_damage(info)
 if damage is not None:  # said once, above the charts, which draw when the files they read are whole
     show_error(damaged_run(info.name, damage))
 charts(info.name, damage is not None)
+show_findings(info)

@@ -9,7 +9,6 @@ import numpy as np
 import pandas as pd  # type: ignore[import-untyped]
 import streamlit as st
 
-from ingest.errors import StabScopeError
 from pages.charts import schedule_figure
 from pages.scheduler_code import scheduler_snippet
 from pages.store_access import list_runs, read_series
@@ -19,6 +18,7 @@ from stab_core.schedulers import (
     lr_at,
     schedule_transitions,
     scheduler_warnings,
+    validate_restart_schedule,
     warmup_cosine_lr,
     wsd_lr,
 )
@@ -30,18 +30,39 @@ st.title("Scheduler")
 st.caption("Warmup, cosine decay, and restarts that warm up again from the floor (`WarmupCosineRestartScheduler`).")
 c1, c2, c3 = st.columns(3)
 total = c1.slider("total_steps", 1_000, 200_000, 30_000, 1_000, key="sch_total")
+c1_note = c1.empty()
 peak = c1.select_slider("peak LR", PEAK_LRS, 3e-4, format_func=lambda v: f"{v:.1e}", key="sch_peak")
 warmup = c2.slider("warmup_steps", 0, 20_000, 2000, 50, key="sch_warmup")
+warmup_note = c2.empty()
 restart = c2.slider("restart_warmup_steps", 0, 10_000, 500, 50, key="sch_restart")
+restart_note = c2.empty()
 cycles = c3.slider("num_cycles", 1, 10, 3, key="sch_cycles")
+cycles_note = c3.empty()
 min_ratio = c3.slider("min_lr_ratio", 0.0, 1.0, 0.1, 0.01, key="sch_min_ratio")
 
-steps = np.arange(total, dtype=np.int64)
+# the sliders' defaults: a valid schedule, drawn when no valid setting was seen yet (no docstrings
+# here: Streamlit would draw a bare string as text)
+DEFAULTS = (30_000, 3e-4, 2000, 500, 3, 0.1)
+# where the scheduler's refusal is explained: under the slider its message names first
+NOTE_BESIDE = {"warmup_steps": warmup_note, "restart_warmup_steps": restart_note, "num_cycles": cycles_note}
+
 try:
-    lr = lr_at(steps, total, warmup, restart, cycles, min_ratio, peak)
-    advice = scheduler_warnings(total, warmup, restart, cycles, min_ratio)
-except ValueError as exc:  # the core's check of the settings: drawn by app.py as every page error is
-    raise StabScopeError(f"These settings do not describe a schedule: {exc}") from exc
+    validate_restart_schedule(total, warmup, restart, cycles, min_ratio)
+    st.session_state["sch_last_valid"] = (total, peak, warmup, restart, cycles, min_ratio)
+except ValueError as exc:  # the core's own check: said beside the slider, the last valid chart stays
+    named = str(exc).split(" ", 1)[0]
+    last = st.session_state.get("sch_last_valid", DEFAULTS)
+    NOTE_BESIDE.get(named, c1_note).error(
+        f"The scheduler refuses this: {exc}. The chart below keeps the last valid settings "
+        f"(total_steps {last[0]:,}, warmup_steps {last[2]:,}, restart_warmup_steps {last[3]:,}, "
+        f"num_cycles {last[4]}, min_lr_ratio {last[5]:g}).",
+        icon=":material/block:",
+    )
+    total, peak, warmup, restart, cycles, min_ratio = last
+
+steps = np.arange(total, dtype=np.int64)
+lr = lr_at(steps, total, warmup, restart, cycles, min_ratio, peak)
+advice = scheduler_warnings(total, warmup, restart, cycles, min_ratio)
 for sentence in advice:
     st.warning(sentence, icon=":material/warning:")
 if not advice:

@@ -10,12 +10,13 @@ import pandas as pd  # type: ignore[import-untyped]
 import streamlit as st
 
 from pages.charts import Panel, panels_figure
+from pages.findings_view import show_findings
 from pages.incident_view import evidence_text, incident_span, incident_words
 from pages.run_costs import money, priced_spikes, run_cost
 from pages.run_meta import run_settings
 from pages.store_access import auto_buckets, read_events, read_series, read_spikes
 from pages.widgets import MISSING, go_to, nav_link, pick_run
-from stab_core.analysis import analysis_notes, incident_headline
+from stab_core.analysis import INCIDENT_VERDICT, analysis_notes, incident_headline, statements
 from stab_core.analysis import outcome as incident_outcome
 
 ZOOM_PANELS = [
@@ -62,6 +63,7 @@ if info is None:
 run_settings(info, "sp")
 spikes = read_spikes(info)
 notes = analysis_notes(info.meta.get("analysis") or {}) if info.analysis_gen == info.gen else []
+show_findings(info)
 if not spikes:
     if info.analysis_gen != info.gen:
         st.info(f"The analyses have not run on **{info.name}**'s latest data yet; they run after each compaction.")
@@ -146,12 +148,13 @@ with left:
 with right:
     outcome = "recovered" if spike["recovered"] else f"**{incident_outcome(spike)}**"
     st.markdown(f"{incident_headline(spike).capitalize()}; {outcome}.")
-    if spike.get("summary"):
-        st.markdown(str(spike["summary"]))
+    # every sentence is a claim whose check held on the run (stab_core.claims); unknowns say what to log
+    for line in statements(spike, INCIDENT_VERDICT):
+        st.markdown(line)
     st.markdown(f"#### Cause: `{spike['cause']}`")
     if spike["cause"] != "unknown":
         st.progress(float(spike["confidence"]), text=f"confidence {float(spike['confidence']):.0%}")
-    st.markdown("**What to do**\n" + "\n".join(f"1. {a}" for a in spike.get("actions", [])))
+    st.markdown("**What to do**\n" + "\n".join(f"1. {a}" for a in statements(spike, ("action",))))
     withheld = [c for c in spike.get("action_evidence", []) if c.get("holds") is False]
     if withheld:
         with st.expander(f"Not advised for this incident ({len(withheld)})"):

@@ -219,6 +219,25 @@ def read_spikes(info: RunInfo) -> list[dict[str, Any]]:
     return _spikes(store_root(), info.name, info.gen, info.analysis_gen, meta_revision(info))
 
 
+@st.cache_data(show_spinner=False, max_entries=256)
+def _own_findings(root: str, name: str, gen: int, analysis_gen: int, meta_rev: int) -> dict[str, Any]:
+    from ingest.run_findings import stored_findings
+
+    store = store_at(root)
+    return stored_findings(store, store.run_info(name), siblings=False)
+
+
+def read_findings(info: RunInfo) -> list[dict[str, Any]]:
+    """The run's overfitting and throughput-loss findings as ``stabscope spikes --json`` lists them
+    after the incidents (``ingest.run_findings.finding_entries``); the comparison with sibling runs
+    is made on each read, since a sibling may have been imported since."""
+    from ingest.run_findings import finding_entries, sibling_gap
+
+    findings = dict(_own_findings(store_root(), info.name, info.gen, info.analysis_gen, meta_revision(info)))
+    findings["throughput_siblings"] = sibling_gap(info, findings.get("throughput_level"), list_runs())
+    return finding_entries(findings)
+
+
 # -------------------------------------------------------------------------------------- run status
 
 

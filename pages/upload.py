@@ -15,7 +15,7 @@ from ingest.errors import StabScopeError
 from ingest.formats import FORMATS, detect
 from ingest.import_inputs import ImportRead, read_inputs, sort_inputs
 from ingest.importer import import_segments, remembered_map_applied, segment_run_name
-from ingest.metric_map import resolve_map, stored_map
+from ingest.metric_map import resolve_map, stored_map, with_proposal
 from ingest.store import DEFAULT_WRITER_WAIT_S, LockHolder, validate_run_name
 from pages.page_errors import show_error
 from pages.store_access import get_store
@@ -138,6 +138,20 @@ if log.segments:  # the steps start again at the first step: each further run is
         icon=":material/call_split:",
     )
 
+proposal = log.meta.get("mapping")
+if isinstance(proposal, dict):  # no trainer's format matched: the generic reader's proposal, to accept or correct
+    st.info(
+        "No trainer's format matched: read by the generic reader with the mapping below. Correct a role "
+        "with **Use a metric as** (or the CLI's `--map NAME=ROLE`); choose another step key with "
+        "`stabscope import --map KEY=step`.",
+        icon=":material/rule:",
+    )
+    st.dataframe(
+        pd.DataFrame({"role": list(proposal), "key in the log": [str(k) for k in proposal.values()]}),
+        hide_index=True,
+        key="up_mapping",
+    )
+
 config = st.file_uploader(
     "Run config (optional, for the pre-flight checklist): YAML, JSON, TOML or a Megatron arguments dump",
     type=["yaml", "yml", "json", "toml", "txt", "log", "args"],
@@ -177,6 +191,9 @@ if unmapped:
         except StabScopeError as exc:
             show_error(exc)
             metric_map = {}
+
+# the generic reader's proposed roles stand unless the user chose otherwise above
+metric_map = with_proposal(metric_map, log.meta.get("proposed_map"))
 
 if log.table.num_rows == 0:
     st.error(

@@ -2,10 +2,12 @@
 and ``stabscope watch --on-alert``. A stored run's alerts (its inputs gathered from the store or from
 the analyses' fresh results, and the stored list) are ``ingest.run_alerts``.
 
-Four kinds: a spike that has not recovered (``diverging_run``), a recent spike of a live run
+Six kinds: a spike that has not recovered (``diverging_run``), a recent spike of a live run
 (``new_spike``), clipping that caps nearly every recent step (``clipping_saturated``: the fever pill
-is on for good, the LR or the data needs attention), and a rank that lags or deviates from its
-peers all run long (``straggler``). Pure: numbers and spike dicts in, ``Alert`` objects out.
+is on for good, the LR or the data needs attention), a rank that lags or deviates from its
+peers all run long (``straggler``), the val loss rising while the train loss falls (``overfitting``)
+and tokens/s or step time below the run's own norm or its siblings' (``throughput_loss``).
+Pure: numbers and spike dicts in, ``Alert`` objects out.
 
 A rank's peers are the ranks of its own pipeline stage when the layout is known
 (``stab_core.ranklayout``), else all ranks. Only ``STRAGGLER_METRICS`` make a straggler: a rank whose
@@ -24,6 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 from stab_core.analysis import AnalysisParams
+from stab_core.decision_tree import NONFINITE_START_LEAF
 from stab_core.spikes import robust_zscore_columns
 
 ALERT_WINDOW_STEPS = 200
@@ -87,6 +90,8 @@ class Alert:
             return (self.kind, self.metric, int(self.detail["rank"]))
         if self.kind == "clipping_saturated":
             return (self.kind, self.metric, 0)
+        if self.kind == "throughput_loss" and self.detail.get("kind") == "siblings":
+            return (self.kind, self.metric, -1)
         return (self.kind, self.metric, self.step)
 
     def to_json(self) -> dict[str, Any]:
@@ -200,7 +205,14 @@ def spike_alerts(run: str, spikes: Sequence[Mapping[str, Any]], last_step: int, 
     out = []
     for s in spikes:
         common = {"ratio": s.get("ratio"), "cause": s.get("cause"), "actions": list(s.get("actions") or [])}
-        if not s.get("recovered", True):
+        if s.get("leaf") == NONFINITE_START_LEAF:
+            # never finite: nothing diverged, and no checkpoint or batch to go back to
+            message = (
+                f"non-finite from the first step: {s['metric']} was never finite (from step {s['start']}): a build, "
+                "kernel, data or initialisation fault, not a training instability"
+            )
+            out.append(Alert("diverging_run", run, int(s["start"]), str(s["metric"]), message, common))
+        elif not s.get("recovered", True):
             what = {"early_instability": "early instability", "climb": "climb"}.get(str(s.get("kind")), "spike")
             message = f"diverging: {s['metric']} {what} from step {s['start']} has not recovered"
             out.append(Alert("diverging_run", run, int(s["start"]), str(s["metric"]), message, common))
@@ -246,3 +258,23 @@ def _number(value: Any) -> float:
         return float(value)
     except (TypeError, ValueError):
         return float("nan")
+
+
+def finding_alerts(run: str, findings: Mapping[str, Any]) -> list[Alert]:
+    """The findings of ``stab_core.findings.run_findings`` (and ``throughput_siblings``, a sibling
+    gap's dict, when the caller compared the run with its siblings) as alerts: ``overfitting`` at the
+    best checkpoint's step (one alert while the best stays), ``throughput_loss`` at each drop's
+    first step and, for a sibling gap, at step -1 (one per run)."""
+    out = []
+    found = findings.get("overfitting")
+    if found:
+        detail = {k: v for k, v in found.items() if k != "message"}
+        out.append(Alert("overfitting", run, int(found["best_step"]), "val_loss", str(found["message"]), detail))
+    for drop in findings.get("throughput") or []:
+        detail = {k: v for k, v in drop.items() if k not in ("message", "metric")}
+        out.append(Alert("throughput_loss", run, int(drop["start"]), str(drop["metric"]), str(drop["message"]), detail))
+    gap = findings.get("throughput_siblings")
+    if gap:
+        detail = {k: v for k, v in gap.items() if k not in ("message", "metric")}
+        out.append(Alert("throughput_loss", run, -1, str(gap["metric"]), str(gap["message"]), detail))
+    return out

@@ -10,19 +10,20 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 
+from stab_core.claims import incident_claims, said_from_json
 from stab_core.clipping import ClipStats, clipping_stats
 from stab_core.decision_tree import NONFINITE_START_LEAF, Diagnosis, DiagnosisParams
 from stab_core.diagnosis import DiagnosisContext, diagnose, diagnose_early, logging_interval, prepare_context
+from stab_core.early_rises import robust_early_rises
 from stab_core.incidents import (
     Incident,
     IncidentKind,
     LoggingGaps,
     detect_climbs,
-    early_rises,
     group_incidents,
     logging_gaps,
     window_ratio,
@@ -149,9 +150,12 @@ def spike_to_dict(spike: SpikeEvent, diagnosis: Diagnosis, incident: Incident | 
     ``co_moves`` (metric -> peak over level for watched metrics not detected in it), ``until`` (its
     last step), ``rank_outlier`` (the rank that stood out in it: metric, rank, step, ratio to the
     others' median; null when none did), ``action_evidence`` (each action of the verdict's leaf:
-    action, premise, holds true/false/null, evidence), ``summary`` (the verdict in a sentence).
+    action, premise, holds true/false/null, evidence), ``summary`` (the verdict in a sentence),
+    ``claims`` (every statement about the incident, :mod:`stab_core.claims`: kind, text, holds
+    true/false/null, evidence, to_log; only those whose ``holds`` is not false are said).
     """
     members = incident.members if incident is not None else (spike,)
+    kind = incident.kind if incident is not None else "spike"
     return {
         "start": spike.start,
         "peak": spike.peak,
@@ -185,7 +189,7 @@ def spike_to_dict(spike: SpikeEvent, diagnosis: Diagnosis, incident: Incident | 
         "n_samples": spike.n_samples,
         "grad_norm_lead_steps": spike.grad_norm_lead_steps,
         "grad_norm_led": spike.grad_norm_led,
-        "kind": incident.kind if incident is not None else "spike",
+        "kind": kind,
         "metrics": list(dict.fromkeys(m.metric for m in members)),
         "members": [_member_dict(m) for m in members],
         "co_moves": {k: _json_number(v) for k, v in (incident.co_moves if incident is not None else {}).items()},
@@ -195,6 +199,7 @@ def spike_to_dict(spike: SpikeEvent, diagnosis: Diagnosis, incident: Incident | 
             {**check.to_json(), "evidence": _json_evidence(dict(check.evidence))} for check in diagnosis.checks
         ],
         "summary": diagnosis.summary,
+        "claims": [claim.to_json() for claim in incident_claims(spike, diagnosis, kind)],
     }
 
 
@@ -258,9 +263,31 @@ def verdict_words(item: Mapping[str, Any]) -> str:
     state = outcome(item)
     state = state if state == "recovered" else state.upper()
     cause = str(item.get("cause", "unknown"))
+    cause_claims = [c for c in item.get("claims") or [] if c.get("kind") == "cause"]
+    if cause_claims and cause_claims[0].get("holds") is not True:
+        cause = "unknown"  # a cause whose signature is not in the data is not said
     if cause == "unknown":
         return f"{state}; cause unknown"
     return f"{state}; cause {cause} ({float(item.get('confidence') or 0.0):.0%})"
+
+
+INCIDENT_VERDICT: Final = ("status", "recovery", "cause", "not_logged")
+"""The kinds of claim that say what happened to an incident and why (the actions come after them)."""
+
+
+def statements(item: Mapping[str, Any], kinds: Sequence[str]) -> list[str]:
+    """What a surface says about an incident (a :func:`spike_to_dict` object): its claims of ``kinds``
+    that hold or cannot be settled (:func:`stab_core.claims.said_from_json`). An object stored before
+    claims existed falls back to its ``summary`` (verdict kinds) and ``actions``."""
+    claims = item.get("claims")
+    if isinstance(claims, list):
+        return said_from_json(claims, kinds)
+    out: list[str] = []
+    if any(kind in INCIDENT_VERDICT for kind in kinds) and item.get("summary"):
+        out.append(str(item["summary"]))
+    if "action" in kinds:
+        out += [str(a) for a in item.get("actions") or []]
+    return out
 
 
 def analysis_notes(summary: Mapping[str, Any]) -> list[str]:
@@ -345,7 +372,8 @@ def find_incidents(view: RunView, params: AnalysisParams | None = None) -> list[
         interval = logging_interval(loss.steps)
         found += [(event, "spike") for event in detect_spikes(loss.steps, loss.values, "loss", p.loss_spikes)]
         found += [
-            (event, "early_instability") for event in early_rises(loss.steps, loss.values, p.loss_spikes.min_history)
+            (event, "early_instability")
+            for event in robust_early_rises(loss.steps, loss.values, p.loss_spikes.min_history)
         ]
         early_until = _early_limit(loss, p.loss_spikes)
         found += [
@@ -399,11 +427,11 @@ def _not_run(view: RunView, p: AnalysisParams, snr: SnrSeries | None) -> tuple[l
             not_run.append(
                 (
                     f"{metric} spikes",
-                    f"{finite} {metric} samples: the spike detector needs more than {params.min_history} (it "
+                    f"{finite} finite {metric} samples: the spike detector needs more than {params.min_history} (it "
                     "compares each sample with the median of the ones before it); only the early-instability "
                     "check ran"
                     if metric == "loss"
-                    else f"{finite} {metric} samples: the spike detector needs more than {params.min_history}",
+                    else f"{finite} finite {metric} samples: the spike detector needs more than {params.min_history}",
                 )
             )
     reason = None

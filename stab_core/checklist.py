@@ -18,12 +18,14 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 import numpy as np
 
+from stab_core.claims import Claim
 from stab_core.clipping import clipping_stats
 from stab_core.cost import LLAMA3_405B_FAILURES, daly_interval, expected_waste_per_failure
+from stab_core.decision_tree import Evidence
 from stab_core.runview import RunView
 from stab_core.schedulers import (
     MAX_ADVISED_CYCLES,
@@ -81,6 +83,17 @@ class ItemResult:
     def priority(self) -> Priority:
         """The item's priority."""
         return self.item.priority
+
+    def claim(self) -> Claim:
+        """The verdict as a checked claim (kind ``checklist``): it holds for pass and fail (the check read
+        the config or the run: the evidence says what), and is unknown for an item the inputs could not
+        settle, with what to check by hand."""
+        text = f"{self.item.title}: {self.status}" + (": " + "; ".join(self.evidence) if self.evidence else ".")
+        unknown = self.status == "unknown"
+        evidence: Evidence = {"item": self.id, "status": self.status, "applicable": self.applicable}
+        return Claim(
+            "checklist", text, None if unknown else True, evidence, self.item.how_to_check if unknown else None
+        )
 
 
 CHECKLIST: tuple[ChecklistItem, ...] = (
@@ -181,6 +194,7 @@ CONFIG_KEYS: dict[str, str] = {
     "per_rank_metrics_logged": "each rank logs its own metrics (bool)",
     "batch_provenance_logged": "the samples of each batch are logged (bool)",
     "key_sources": "for each key above, the source key it was read from (dict)",
+    "skipped_lines": "lines of the config file passed over as log output, e.g. an interleaved WARNING ('line N: text')",
 }
 """The normalised run-config keys the checklist reads; every key is optional."""
 
@@ -199,6 +213,8 @@ RUN_FACT_KEYS: dict[str, str] = {
     "total_steps": "last logged step + 1 (steps)",
     "step_time_s": "median step time (s)",
     "gpus": "GPUs in the job, from the run's metadata (count)",
+    "lr_first": "first logged LR (a warmup starts well below the peak)",
+    "lr_first_step": "step of that first logged LR",
     "lr_peak": "highest logged LR",
     "lr_floor_ratio": "last logged LR / the highest (0-1; ~0 = the LR decays to zero)",
     "lr_floor_step": "step of that last logged LR",
@@ -268,6 +284,22 @@ def _combine(parts: Sequence[Status]) -> Status:
 Grade = tuple[Status, list[str], bool]
 
 
+WARMUP_START_FRACTION: Final = 0.5
+"""A logged LR that starts below this fraction of its peak is warming up, whatever the config's step count
+says (a warmup set in tokens or samples reads as 0 steps)."""
+
+
+def _logged_warmup(facts: Mapping[str, Any]) -> str | None:
+    """The logged LR's evidence of a warmup ("the logged LR rises from 5.3e-07 at step 1 to its peak
+    0.0003"), or None when it starts near its peak (or is not logged)."""
+    first, peak = _number(facts, "lr_first"), _number(facts, "lr_peak")
+    if first is None or peak is None or not peak > 0 or first >= WARMUP_START_FRACTION * peak:
+        return None
+    step = facts.get("lr_first_step")
+    at = f" at step {step:,}" if isinstance(step, int) else ""
+    return f"the logged LR rises from {first:.3g}{at} to its peak {peak:.3g}"
+
+
 def _check_warmup(config: Mapping[str, Any], facts: Mapping[str, Any]) -> Grade:
     warmup = _number(config, "warmup_steps")
     origin = _from(config, "warmup_steps") or " (config)"
@@ -275,9 +307,22 @@ def _check_warmup(config: Mapping[str, Any], facts: Mapping[str, Any]) -> Grade:
         warmup = _number(facts, "warmup_steps")
         origin = " (the run's LR series)"
     total = _first_number("total_steps", config, facts)
+    logged = _logged_warmup(facts)
     if warmup is None:
+        if logged is not None:
+            return "pass", [f"{logged}: a warmup ran (its length is not known)"], True
         return "unknown", ["no warmup setting found in the config or the LR series; tick once checked"], True
     if warmup <= 0:
+        if logged is not None:
+            # the run's own LR contradicts the step count: the warmup is set in other units (tokens)
+            return (
+                "pass",
+                [
+                    f"warmup_steps = 0{origin}, but {logged}: a warmup ran, set in other units "
+                    "(e.g. lr_warmup_tokens or lr_warmup_samples)"
+                ],
+                True,
+            )
         return "fail", [f"warmup_steps = 0{origin}: the first updates run at full LR"], True
     if total is None or total <= 0:
         return "pass", [f"warmup {warmup:,.0f} steps{origin}; total steps unknown, compare by hand"], True
@@ -677,6 +722,8 @@ def _lr_facts(view: RunView) -> dict[str, Any]:
     finite = np.isfinite(lr.values)
     values, steps = lr.values[finite], lr.steps[finite]
     if values.size and float(values.max()) > 0:
+        facts["lr_first"] = float(values[0])
+        facts["lr_first_step"] = int(steps[0])
         # the LR the run ends on: a dip that re-warms (a restart) is not the floor, the end of the decay is
         facts["lr_peak"] = float(values.max())
         facts["lr_floor_ratio"] = float(values[-1] / values.max())

@@ -205,8 +205,8 @@ LEAF_ACTIONS: Final[dict[str, tuple[str, ...]]] = {
         "Re-run from the previous checkpoint to see whether the spike repeats (data) or not (transient).",
     ),
     "leaf_early_instability": (
-        "Lower the peak LR or lengthen the warmup: from step {start} the loss rose to {ratio:.2f}x its lowest "
-        "value so far, with the LR at {lr_at_start:.3g}.",
+        "Lower the peak LR or lengthen the warmup: from step {start} the loss rose to {ratio:.2f}x the lowest "
+        "level it held so far, with the LR at {lr_at_start:.3g}.",
         "Check the initialisation scale and the first batches (tokenizer, masking, labels): a healthy loss "
         "falls from the first steps.",
         "Restart from the beginning (or the last checkpoint before step {start}) with those changes: the loss "

@@ -31,6 +31,7 @@ from typing import Final
 import numpy as np
 import numpy.typing as npt
 
+from stab_core.cause_signatures import loss_led_signature, lr_rise_signature
 from stab_core.causes import UNKNOWN
 from stab_core.decision_tree import DECISION_TREE as DECISION_TREE
 from stab_core.decision_tree import (
@@ -211,6 +212,16 @@ def _node_lr_transition(view: RunView, spike: SpikeEvent, p: DiagnosisParams, co
     for event in transition_events:
         if onset - window <= event.step <= onset and (nearest is None or event.step > nearest[0]):
             nearest = (event.step, event.kind)
+    signature: bool | None = None
+    if lr is not None:
+        signature, rise_evidence = lr_rise_signature(lr, onset, window)
+        evidence.update(rise_evidence)
+    if nearest is not None and nearest[1] == "data_switch":
+        signature = True  # a data-recipe switch needs no LR move
+    if signature is False:
+        # a transition found only by its shape (or a logged event) is not the cause when the LR did not
+        # rise before the spike, or has since fallen back (a drop after a short warmup)
+        return NodeResult("no", evidence)
     if nearest is not None:
         evidence.update(
             transition_step=nearest[0], transition_kind=nearest[1], steps_since_transition=onset - nearest[0]
@@ -403,7 +414,10 @@ def _without_earlier(
 
 
 def _node_snr_collapse(
-    spike: SpikeEvent, p: DiagnosisParams, context: DiagnosisContext, earlier: Sequence[tuple[int, int]] = ()
+    spike: SpikeEvent,
+    p: DiagnosisParams,
+    context: DiagnosisContext,
+    earlier: Sequence[tuple[int, int]] = (),
 ) -> NodeResult:
     snr = context.snr
     if snr is None or snr.steps.size == 0:
@@ -434,7 +448,9 @@ def _node_snr_collapse(
     }
     if drop.samples == 0:
         return NodeResult("unknown", evidence)
-    if drop.drop >= p.snr_collapse_factor:
+    led, lead_evidence = loss_led_signature(spike, context.grad_norm, interval)
+    evidence.update(lead_evidence)
+    if drop.drop >= p.snr_collapse_factor and led is not False:
         # the temporal proxy is a weaker witness than the two-batch noise scale
         discount = 1.0 if snr.estimator == "two_batch" else 0.9
         return NodeResult("yes", evidence, discount * _strength(drop.drop, p.snr_collapse_factor))
@@ -649,7 +665,7 @@ def diagnose_early(
         missing=[],
         checks=checks,
         summary=(
-            f"Early instability: from step {spike.start} the loss rose to {ratio:.2f}x its lowest value so far "
+            f"Early instability: from step {spike.start} the loss rose to {ratio:.2f}x the lowest level it held so far "
             f"(peak at step {spike.peak}), "
             + ("and came back to its level." if spike.recovered else "and has not come back to its level.")
         ),

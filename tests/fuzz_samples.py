@@ -177,6 +177,7 @@ def _samples() -> dict[str, Sample]:
                 indent=2,
             ),
         ),
+        "hf_console": _fixture("hf_trainer_console.log"),
         "megatron_golden": _file(
             "golden_values.json",
             json.dumps(
@@ -216,6 +217,8 @@ def _samples() -> dict[str, Sample]:
         "nemo": _fixture("nemo2_progress.log"),
         "nemo_tqdm": _fixture("nemo1_tqdm.log"),
         "nanogpt": _fixture("nanogpt.log"),
+        "verl_console": _fixture("verl_ray.log"),
+        "jax_console": _fixture("jax_slurm.log"),
         "mlflow": Sample(
             {
                 "mlruns/0/abc123/metrics/train/loss": _lines(
@@ -229,6 +232,7 @@ def _samples() -> dict[str, Sample]:
             "mlruns/0/abc123",
         ),
         "parquet": _file("long.parquet", _parquet()),
+        "generic": _fixture("generic_custom.log"),
     }
     return samples
 

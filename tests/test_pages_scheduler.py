@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
@@ -54,11 +56,33 @@ def test_pitfalls_show_up_live(app_store: Store) -> None:
     assert any("num_cycles = 6 > 5" in w.value for w in at.warning)
 
 
-def test_invalid_settings_are_an_error_not_a_traceback(app_store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_refused_settings_are_explained_beside_the_slider_and_the_last_valid_chart_stays(
+    app_store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
     at = open_in_app("scheduler", monkeypatch).run()
+    at.slider(key="sch_warmup").set_value(4000).run()  # valid: the last valid chart from now on
     at.slider(key="sch_warmup").set_value(12_000).run()
     assert not at.exception
-    assert "warmup_steps (12000) must be shorter than the first cycle (10000 steps" in at.error[0].value
+    (refusal,) = at.error
+    assert "warmup_steps (12000) must be shorter than the first cycle (10000 steps" in refusal.value
+    assert "last valid settings (total_steps 30,000, warmup_steps 4,000" in refusal.value
+    # beside the slider it names: in the warmup column, not at the page's foot
+    columns = at.columns
+    assert any("must be shorter than the first cycle" in e.value for e in columns[1].error)
+    assert not columns[0].error and not columns[2].error
+    # the chart is still drawn, with the last valid settings (warmup 4,000, not the refused 12,000)
+    chosen = _schedule_trace(at)
+    x, y = plotly_values(chosen["x"]), plotly_values(chosen["y"])
+    np.testing.assert_allclose(y, lr_at(x, 30_000, 4000, 500, 3, 0.1, 3e-4))
+    assert "warmup_steps=4000" in at.code[0].value
+    # restart warmup as long as a cycle: said under that slider
+    at.slider(key="sch_warmup").set_value(2000).run()
+    assert not at.error
+    at.slider(key="sch_restart").set_value(10_000).run()
+    assert any("restart_warmup_steps (10000) must be shorter than a cycle" in e.value for e in at.columns[1].error)
+    again = _schedule_trace(at)  # the last valid settings again: warmup back at 2,000
+    x = plotly_values(again["x"])
+    np.testing.assert_allclose(plotly_values(again["y"]), lr_at(x, 30_000, 2000, 500, 3, 0.1, 3e-4))
 
 
 def test_stored_runs_logged_lr_is_overlaid(app_store: Store) -> None:
@@ -70,3 +94,9 @@ def test_stored_runs_logged_lr_is_overlaid(app_store: Store) -> None:
     assert rows.loc["small (logged)", "largest per-step LR change"] == "+5.00%"
     assert 1 <= rows.loc["small (logged)", "at step"] <= 20
     assert "small (logged lr)" in {t["name"] for t in figure_of(at)["data"]}
+
+
+def _schedule_trace(at: AppTest) -> dict[str, Any]:
+    """The warmup-cosine-restart curve, in whichever of the app's charts draws it."""
+    traces = [t for i in range(len(at.get("plotly_chart"))) for t in figure_of(at, i)["data"]]
+    return next(t for t in traces if t.get("name") == "warmup-cosine-restart")

@@ -174,3 +174,21 @@ def test_a_metric_mapped_to_a_role_is_remembered(empty_store: Store) -> None:
     at.button(key="up_import").click().run()
     assert empty_store.read_series("objective", "loss").values.tolist() == [2.5, 2.25, 2.0, 1.75]
     assert "my_objective" not in empty_store.run_info("objective").metrics
+
+
+def test_a_log_no_format_matches_is_previewed_with_the_generic_mapping(empty_store: Store) -> None:
+    """#31 item 9: the generic reader's proposed mapping is shown, applied on import, and corrected
+    with the 'Use a metric as' select."""
+    log = (Path(__file__).resolve().parent / "fixtures" / "logs" / "generic_custom.log").read_bytes()
+    at = open_page("upload").run()
+    at.file_uploader(key="up_files").upload("custom.log", log).run()
+    assert not at.exception and not at.error
+    assert _metrics(at)["Format"] == "generic"
+    assert any("read by the generic reader" in i.value for i in at.info)
+    [mapping] = [d.value for d in at.dataframe if "role" in d.value.columns]
+    assert dict(zip(mapping["role"], mapping["key in the log"], strict=True))["loss"] == "train_ce_loss"
+    assert dict(zip(mapping["role"], mapping["key in the log"], strict=True))["step"] == "it"
+    at.button(key="up_import").click().run()
+    run = at.text_input(key="up_name").value
+    np.testing.assert_allclose(empty_store.read_series(run, "loss").values, [4.8812, 4.553, 4.3107, 4.1022])
+    np.testing.assert_allclose(empty_store.read_series(run, "step_time_s").values, [0.4125, 0.4091, 0.4107, 0.4088])

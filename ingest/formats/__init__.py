@@ -25,8 +25,11 @@ from ingest.formats.csv_wide import WideCsvReader
 from ingest.formats.deepspeed_csv import DeepSpeedCsvReader
 from ingest.formats.deepspeed_stdout import DeepSpeedStdoutReader
 from ingest.formats.fairseq import FairseqReader
+from ingest.formats.generic import GenericReader
 from ingest.formats.gpt_neox import GptNeoXReader
+from ingest.formats.hf_console import HFConsoleReader
 from ingest.formats.hf_trainer_state import HFTrainerStateReader
+from ingest.formats.jax_console import JaxConsoleReader
 from ingest.formats.jsonl import JsonlReader
 from ingest.formats.lightning_csv import LightningCsvReader
 from ingest.formats.llamafactory import LlamaFactoryReader
@@ -40,6 +43,7 @@ from ingest.formats.nanogpt import NanoGPTReader
 from ingest.formats.nemo import NemoProgressReader, NemoTqdmReader
 from ingest.formats.olmo import OlmoReader
 from ingest.formats.parquet import ParquetReader
+from ingest.formats.rl_console import VerlConsoleReader
 from ingest.formats.tensorboard import TensorBoardReader
 from ingest.formats.tensorboard_csv import TensorBoardCsvReader
 from ingest.formats.textlog import TextLogReader
@@ -69,6 +73,7 @@ FORMATS: Final[dict[str, Reader]] = {
         WandbHistoryReader(),
         LlamaFactoryReader(),
         HFTrainerStateReader(),
+        HFConsoleReader(),
         MegatronGoldenReader(),
         TensorBoardReader(),
         MegatronReader(),
@@ -87,8 +92,11 @@ FORMATS: Final[dict[str, Reader]] = {
         NemoProgressReader(),
         NemoTqdmReader(),
         NanoGPTReader(),
+        VerlConsoleReader(),
+        JaxConsoleReader(),
         MlflowReader(),
         ParquetReader(),
+        GenericReader(),
     )
 }
 """Every built-in reader, by name (the one table readers are registered in)."""
@@ -169,17 +177,23 @@ def read_log(
     progress: Progress | None = None,
     *,
     custom_dir: Path | None = None,
+    step_key: str | None = None,
 ) -> ParsedLog:
     """Read one run from ``paths`` (files of one format: a log and its continuations, a folder).
 
     ``format`` forces a reader; otherwise the best detected one is used when it is unambiguous.
-    ``progress(done_bytes, total_bytes)`` is called as the input is consumed.
+    ``progress(done_bytes, total_bytes)`` is called as the input is consumed. Input no reader
+    recognises is read by the generic reader when it finds a step counter and metric pairs in it
+    (:mod:`ingest.formats.generic`; ``meta['mapping']`` says what it took for what); ``step_key``
+    is the user's choice of its step key (``--map KEY=step``).
     Raises ``StabScopeError`` for unknown/ambiguous input (listing candidates and ``--format NAME``;
     its ``page_message`` says the same in the Upload page's words)
     and for a file that cannot be read (file, line or byte offset, what was expected).
     """
     checked = _check_paths(paths)
     readers = _readers(custom_dir)
+    if format == GenericReader.name:
+        return GenericReader(step_key).read(checked, progress)
     if format is not None:
         reader = readers.get(format)
         if reader is None:
@@ -192,6 +206,14 @@ def read_log(
     names = ", ".join(f"{n} ({c:.2f})" for n, c in candidates[:5])
     where = ", ".join(str(p) for p in checked[:3]) + (" ..." if len(checked) > 3 else "")
     if not candidates:
+        # a known format's line behind text its reader does not take, on half the lines the generic
+        # reader would read or more, is refused with that format named (the user learns what is in
+        # the way); anything else with a step counter is read by the generic reader
+        generic = GenericReader(step_key)
+        proposals = [generic.proposal(read_head(p, LONG_HEAD_BYTES)) if p.is_file() else None for p in checked]
+        close = max((n for n, _ in _near_misses(checked[0], readers)), default=0)
+        if all(proposals) and close * 2 < min(p.lines for p in proposals if p is not None):
+            return generic.read(checked, progress)
         raise _unrecognised(checked, readers)
     if len(candidates) > 1 and candidates[1][1] >= candidates[0][1] - AMBIGUITY_MARGIN:
         raise StabScopeError(
@@ -238,17 +260,25 @@ def closest_formats(path: Path, readers: dict[str, Reader] | None = None) -> str
     """Which formats came closest to ``path``'s head and why, one clause (for a refusal): each text
     reader counts the head lines that hold its metric line after text it does not expect."""
     head = read_head(path, LONG_HEAD_BYTES if _size_over(path, HEAD_BYTES) else HEAD_BYTES)
-    misses = []
-    for reader in (readers or FORMATS).values():
-        miss = reader.near_miss(head) if head and isinstance(reader, TextLogReader) else None
-        if miss is not None:
-            misses.append(miss)
-    misses.sort(key=lambda m: -m[0])
-    shown = [text for closeness, text in misses[:CLOSEST_SHOWN] if closeness > 0]
+    shown = [why for _, why in _near_misses(path, readers, head)[:CLOSEST_SHOWN]]
     if not shown:
         n_lines = sum(1 for line in head.splitlines() if line.strip())
         return f"no format came close: none of the {n_lines:,} head lines holds any reader's metric line"
     return "closest: " + "; ".join(shown)
+
+
+def _near_misses(
+    path: Path, readers: dict[str, Reader] | None = None, head: bytes | None = None
+) -> list[tuple[int, str]]:
+    """``(head lines, why)`` for each text format that came close to ``path``'s head (its metric line
+    after text it does not take), closest first; empty when none did."""
+    if head is None:
+        head = read_head(path, LONG_HEAD_BYTES if _size_over(path, HEAD_BYTES) else HEAD_BYTES)
+    if not head or path.is_dir():
+        return []
+    misses = [reader.near_miss(head) for reader in (readers or FORMATS).values() if isinstance(reader, TextLogReader)]
+    misses.sort(key=lambda m: -m[0])
+    return [(closeness, text) for closeness, text in misses if closeness > 0]
 
 
 def _per_file_best(paths: list[Path]) -> str:

@@ -20,6 +20,7 @@ import re
 from typing import Final
 
 from ingest.formats.aliases import sanitise_name
+from ingest.formats.deepspeed_chat import DS_CHAT_KINDS
 from ingest.formats.megatron import DEEPSPEED_KINDS
 from ingest.formats.textlog import LineKind, TextLogReader
 
@@ -36,12 +37,19 @@ def _timer_key(key: str) -> tuple[str, str | None]:
 
 
 _TRAINER_ITERATION: Final = re.compile(r"(?:^|\|)[ \t]*(?:\[[^\]\n]*\][ \t]*)*iteration[ \t]+\d+[ \t]*/", re.M)
-_ENGINE_LINE: Final = re.compile(r"\[Rank \d+\] step=\d+, skipped=|^[ \t]*steps: \d+ loss: |global_step=\d+, ", re.M)
+_ENGINE_LINE: Final = re.compile(
+    r"\[Rank \d+\] step=\d+, skipped=|^[ \t]*steps: \d+ loss: |global_step=\d+, "
+    r"|\| PPO Epoch: \d+ \| Actor Loss:|^ppl: [0-9.]+, loss: |Step: \d+, Rank: \d+, loss = ",
+    re.M,
+)
 
 
 class DeepSpeedStdoutReader(TextLogReader):
     name = "deepspeed_stdout"
-    description = "DeepSpeed console: '[Rank 0] step=N, skipped=N, lr=[x], ...' and 'steps: N loss: x iter time (s): x'"
+    description = (
+        "DeepSpeed console: '[Rank 0] step=N, skipped=N, lr=[x], ...' and 'steps: N loss: x iter time (s): x' "
+        "(and DeepSpeed-Chat's SFT, reward and PPO lines)"
+    )
     kinds = (
         # indented too: a log pasted into notes
         *(dataclasses.replace(kind, prefix=r"[ \t]*" + kind.prefix) for kind in DEEPSPEED_KINDS),
@@ -54,6 +62,7 @@ class DeepSpeedStdoutReader(TextLogReader):
             pairs=r"(?P<key>[A-Za-z]+)=(?P<val>" + _NUM + r"(?:GB)?)(?=,|[ \t]*$)",
             keymap=_timer_key,
         ),
+        *DS_CHAT_KINDS,
     )
 
     def score(self, n_metric_lines: int, text: str) -> float:

@@ -9,7 +9,7 @@ that sentinel is dropped, not stored.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Final
 
 from ingest.formats.aliases import canonical_name
 from ingest.formats.textlog import LineKind, TextLogReader
@@ -21,14 +21,53 @@ def _iter_key(key: str) -> tuple[str, str | None]:
     return canonical_name(key)
 
 
+_PER_ITER_TIME: Final = re.compile(r"^(?P<unit>ns|us|ms|s|sec)/it(?:er)?$")
+
+
+def _tagged_key(key: str) -> tuple[str, str | None]:
+    """Keys of a custom trainer's ``[train] iter N: loss x 9905 ms/iter``: the time per iteration
+    is the step time, in the unit its key names."""
+    m = _PER_ITER_TIME.match(key)
+    if m:
+        return ("step_time_s", "s" if m["unit"] == "sec" else m["unit"])
+    return canonical_name(key)
+
+
+def _tagged_eval_key(key: str) -> tuple[str, str | None]:
+    """``[eval] iter N: loss x`` (or ``val loss x``): the loss of the held-out set."""
+    name, unit = canonical_name(key)
+    return ("val_loss", unit) if name == "loss" else (name, unit)
+
+
 def _eval_key(key: str) -> tuple[str, str | None]:
     return ("eval_train_loss", None) if key == "train loss" else canonical_name(key)
 
 
 class NanoGPTReader(TextLogReader):
     name = "nanogpt"
-    description = "nanoGPT console: 'iter N: loss x, time x ms, mfu x%' and 'step N: train loss x, val loss y'"
+    description = (
+        "nanoGPT console: 'iter N: loss x, time x ms, mfu x%' and 'step N: train loss x, val loss y' "
+        "(and a custom trainer's '[train] iter N: loss x 9905 ms/iter')"
+    )
     kinds = (
+        LineKind(
+            # a custom trainer in nanoGPT's style tags its lines and prints the time per
+            # iteration value first: `[train] iter 10: loss 8.8782 9905 ms/iter`
+            name="tagged_iter",
+            prefix=r"\[train\][ \t]*iter[ \t]+(?P<step>[0-9]+):[ \t]*",
+            pairs=(
+                r"(?P<val2>[-+]?[0-9][0-9.eE+-]*)[ \t]*(?P<key2>(?:ns|us|ms|s|sec)/it(?:er)?)\b"
+                r"|(?P<key>[A-Za-z][A-Za-z_ ]*?)[ \t]+(?P<val>[-+]?(?:[0-9][^\s,]*|nan|inf))"
+            ),
+            keymap=_tagged_key,
+            run_level=True,
+        ),
+        LineKind(
+            name="tagged_eval",
+            prefix=r"\[(?:eval|val)\][ \t]*iter[ \t]+(?P<step>[0-9]+):[ \t]*",
+            pairs=r"(?P<key>[A-Za-z][A-Za-z_ ]*?)[ \t]+(?P<val>[-+]?(?:[0-9][^\s,]*|nan|inf))",
+            keymap=_tagged_eval_key,
+        ),
         LineKind(
             name="iter",
             prefix=r"iter[ \t]+(?P<step>[0-9]+):[ \t]*",

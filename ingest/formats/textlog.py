@@ -114,7 +114,9 @@ class TextLogReader(Reader):
             budget -= len(raw)
             for prefix, pairs in anywhere:
                 m = prefix.search(raw)
-                if m and m.start() > 0 and pairs.search(raw, m.end()):
+                # in the line's first half: a prefix in the way, not a `name=value` at a shell
+                # command's end (which the generic reader would otherwise be refused for)
+                if m and 0 < m.start() <= len(raw) // 2 and pairs.search(raw, m.end()):
                     inside += 1
                     first = first or line.strip()
                     break

@@ -33,7 +33,7 @@ from ingest.store.catalog import Catalog, change_meta, delete_run_rows, fetch_on
 from ingest.store.check_recovery import run_damage
 from ingest.store.commit import CommitProtocol, failpoint
 from ingest.store.direct_merge import DirectMerger, NotAppendOnly
-from ingest.store.layout import LONG, RunLayout, run_folder, run_lock_file
+from ingest.store.layout import LONG, RunLayout, run_folder, run_lock_file, spool_folder
 from ingest.store.read import StoreReader
 from ingest.store.run_lock import DEFAULT_WRITER_WAIT_S, LockHolder, WaitReport, held, read_holder, run_busy
 from ingest.store.stage import PartsReader, SegmentExtras, Stager
@@ -406,8 +406,10 @@ class Store:
         meta: dict[str, Any] | None = None,
         rejected: int = 0,
         rejected_examples: Sequence[str] = (),
+        status: str = "finished",
     ) -> IngestReport:
-        """Add a long-form table (``LONG_SCHEMA``) to run ``name`` (created if absent), atomically."""
+        """Add a long-form table (``LONG_SCHEMA``) to run ``name`` (created if absent), atomically; the
+        run's catalog status becomes ``status`` ("live" while ``stabscope watch`` follows a log)."""
         validate_run_name(name)
         table = conform_long(table)
         self.ensure_run(name, source)
@@ -424,7 +426,7 @@ class Store:
         )
         event_rows = [{"step": e.step, "kind": e.kind, "label": e.label, "detail": e.detail} for e in events]
         extras = SegmentExtras(events=event_rows, meta=dict(meta or {}))
-        self._commit.commit_stage(name, staged, extras, report, "finished")
+        self._commit.commit_stage(name, staged, extras, report, status)
         report.gen = self._commit.merge(name)
         return report
 
@@ -459,6 +461,8 @@ class Store:
             delete_run_rows(con, name)
             con.execute("COMMIT")
         shutil.rmtree(self.run_dir(name), ignore_errors=True)
+        # a watched log's copy goes too: watching the log again into this name reads it from its start
+        shutil.rmtree(spool_folder(self.root, name), ignore_errors=True)
 
     @_writes_run
     def write_analysis(

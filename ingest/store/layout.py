@@ -8,6 +8,7 @@
     <store>/runs/run=<name>/rankb/u<gen:06d>.arrow      a one-pass merge's rank buckets, before sorting
     <store>/locks/run=<name>.lock                       the run's writer lock (``run_lock``)
     <store>/locks/demo-seeding.lock                     the store's demo seeding lock
+    <store>/watch/run=<name>/                           the copy of a watched log (``ingest.log_spool``)
 
 A file is written under a temporary name (``<final name>.<8 hex>.tmp``) and renamed once complete;
 ``final_path`` undoes ``tmp_target``.
@@ -43,6 +44,15 @@ GENERATION_KINDS: Final = (LONG, RUN_LEVEL, ROLLUP, RANK_BUCKETS, TAIL)
 def run_folder(root: Path, name: str) -> Path:
     """The folder of run ``name`` (validated) in the store at ``root``."""
     return root / "runs" / f"run={validate_run_name(name)}"
+
+
+SPOOL_FOLDER: Final = "watch"
+"""The folder of the watched logs' copies (``ingest.log_spool``), beside ``runs``."""
+
+
+def spool_folder(root: Path, name: str) -> Path:
+    """Where ``stabscope watch`` keeps the copy of the log it follows into run ``name`` (validated)."""
+    return root / SPOOL_FOLDER / f"run={validate_run_name(name)}"
 
 
 LOCKS: Final = "locks"

@@ -1,0 +1,213 @@
+"""The Hugging Face Trainer's console (and TRL's trainers, which log through it).
+
+``ProgressCallback.on_log`` writes each ``logs`` dict as Python prints it, between tqdm bars that
+redraw with carriage returns::
+
+    {'loss': '2.897', 'grad_norm': '0.7695', 'learning_rate': '2.262e-05', 'epoch': '0.03579'}
+    {'eval_loss': '2.51', 'eval_runtime': '10.2', 'eval_samples_per_second': '98.04', 'epoch': '0.5'}
+    {'train_runtime': '1234.5', 'train_samples_per_second': '2.3', 'train_loss': '2.1', 'epoch': '3.0'}
+
+Newer versions print the floats as strings (4 significant digits), older ones as numbers; a
+``tensor(0.77, device='cuda:0')`` grad norm of some versions is read as its number. The dict carries
+no step, so the step is derived, and ``meta['step_source']`` says how:
+
+- ``epoch``: the step is ``round(epoch x steps per epoch)``, where the steps per epoch are the planned
+  optimizer steps (the banner's ``Total optimization steps = T``, else a tqdm bar's ``N/T``) over the
+  epoch they end at (the final summary dict's ``epoch``, else the banner's ``Num Epochs``). Used only
+  when it gives strictly increasing steps.
+- ``line order``: the N-th training dict is step N (a log interval, not an optimizer step).
+
+Evaluation dicts (keys ``eval_*``) are kept apart as evaluation metrics (``eval_loss`` is
+``val_loss``) at the step of the training dict before them; the final summary (``train_runtime``)
+is no step: it goes to ``meta['train_summary']``. tqdm bars and other text are skipped and counted.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final
+
+import numpy as np
+
+from ingest.formats._common import LAUNCHER_LEAD, LogBuilder, decode_head, iter_whole_lines, looks_binary
+from ingest.formats.aliases import canonical_name, sanitise_name
+from ingest.formats.base import Reader
+from ingest.formats.planned import note_planned_steps
+
+_DICT: Final = re.compile(r"\{'[A-Za-z_][^']*':[^{}]*\}")
+"""A printed ``logs`` dict: Python's repr, single-quoted keys."""
+_PAIR: Final = re.compile(
+    r"'(?P<key>[^']+)':[ \t]*(?:'(?P<sval>[^']*)'|tensor\((?P<tval>[^,)]+)[^)]*\)|(?P<val>[^,}\s]+))"
+)
+_KNOWN_KEYS: Final = re.compile(r"\{'(?:loss|eval_loss|learning_rate|grad_norm|train_runtime|train_loss)'")
+_TQDM: Final = re.compile(r"[0-9]+%\|[^|]*\|[ \t]*(?P<n>[0-9]+)/(?P<total>[0-9]+)[ \t]*\[")
+_TOTAL_STEPS: Final = re.compile(r"Total optimization steps = ([0-9,]+)")
+_NUM_EPOCHS: Final = re.compile(r"Num Epochs = ([0-9,]+)")
+_SUMMARY_KEY: Final = "train_runtime"
+
+
+@dataclass
+class _Record:
+    line: int
+    values: dict[str, float]
+    eval: bool
+
+
+@dataclass
+class _Scan:
+    records: list[_Record] = field(default_factory=list)
+    summary: dict[str, float] = field(default_factory=dict)
+    total_steps: int | None = None
+    bar_total: int | None = None
+    num_epochs: int | None = None
+
+
+def _number(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def parse_logs_dict(text: str) -> dict[str, float]:
+    """The numeric entries of one printed ``logs`` dict (string, number or tensor values)."""
+    out: dict[str, float] = {}
+    for m in _PAIR.finditer(text):
+        raw = m["sval"] if m["sval"] is not None else m["tval"] if m["tval"] is not None else m["val"]
+        value = _number(raw.strip())
+        if value is not None:
+            out[m["key"]] = value
+    return out
+
+
+class HFConsoleReader(Reader):
+    name = "hf_console"
+    description = "Hugging Face Trainer / TRL console: \"{'loss': '2.897', 'grad_norm': ..., 'epoch': ...}\" lines"
+
+    def sniff(self, head: bytes, path: Path) -> float:
+        if path.is_dir() or not head or looks_binary(head):
+            return 0.0
+        n = len(_KNOWN_KEYS.findall(decode_head(head)))
+        return 0.0 if n == 0 else 0.9 if n >= 2 else 0.8
+
+    def fill(self, paths: Sequence[Path], builder: LogBuilder) -> None:
+        scan = _Scan()
+        for path in paths:
+            builder.source(path)
+            line_no = 1
+            for chunk in iter_whole_lines(path, builder):
+                text = chunk.decode("utf-8", "replace")
+                for line in text.split("\n")[:-1]:
+                    _scan_line(line, line_no, path, scan, builder)
+                    line_no += 1
+        steps, how = _steps(scan)
+        builder.meta["step_source"] = how
+        if scan.summary:
+            builder.meta["train_summary"] = scan.summary
+        total = scan.total_steps or scan.bar_total
+        if total and how.startswith("epoch"):
+            builder.meta["total_steps"] = total
+            note_planned_steps(builder.meta)
+        _emit(scan.records, steps, builder)
+
+
+def _scan_line(line: str, line_no: int, path: Path, scan: _Scan, builder: LogBuilder) -> None:
+    found = False
+    bar = False
+    for piece in line.split("\r"):
+        lead = LAUNCHER_LEAD.match(piece.encode())
+        own = piece.encode()[lead.end() if lead else 0 :].decode("utf-8", "replace").strip()
+        if not own:
+            continue
+        for m in _DICT.finditer(own):
+            values = parse_logs_dict(m.group(0))
+            if not values:
+                continue
+            found = True
+            if _SUMMARY_KEY in values:
+                scan.summary.update(values)
+            else:
+                is_eval = any(k.startswith("eval_") for k in values)
+                scan.records.append(_Record(line_no, values, is_eval))
+        for m in _TQDM.finditer(own):
+            bar = True
+            scan.bar_total = max(scan.bar_total or 0, int(m["total"]))
+        if scan.total_steps is None and (t := _TOTAL_STEPS.search(own)):
+            scan.total_steps = int(t.group(1).replace(",", ""))
+        if scan.num_epochs is None and (e := _NUM_EPOCHS.search(own)):
+            scan.num_epochs = int(e.group(1).replace(",", ""))
+    if found or not line.strip():
+        return
+    why = "a progress bar" if bar else "not a Trainer logs dict"
+    builder.skip(path, line_no, f"{why}: {line.strip()[-80:]}")
+
+
+def _steps(scan: _Scan) -> tuple[list[int], str]:
+    """Each record's step and how it was found (see the module docstring)."""
+    train = [r for r in scan.records if not r.eval]
+    total = scan.total_steps or scan.bar_total
+    end_epoch = scan.summary.get("epoch") or (float(scan.num_epochs) if scan.num_epochs else None)
+    if total and end_epoch and train and all("epoch" in r.values for r in train):
+        per_epoch = total / end_epoch
+        derived = [round(r.values["epoch"] * per_epoch) for r in train]
+        if derived[0] > 0 and all(b > a for a, b in itertools.pairwise(derived)):
+            where = "the summary's epoch" if "epoch" in scan.summary else "the banner's Num Epochs"
+            return _with_evals(scan.records, derived), (
+                f"epoch x {per_epoch:g} steps per epoch ({total} optimization steps over {end_epoch:g} epochs, "
+                f"{where}): the console prints no step"
+            )
+    return _with_evals(scan.records, list(range(1, len(train) + 1))), (
+        "line order: the N-th training logs dict is step N (one logging interval, not one optimizer step; "
+        "the console prints no step and no steps per epoch)"
+    )
+
+
+def _with_evals(records: list[_Record], train_steps: list[int]) -> list[int]:
+    """Every record's step: training dicts in turn, an evaluation at the training step before it."""
+    out: list[int] = []
+    it = iter(train_steps)
+    last = 0
+    for record in records:
+        if not record.eval:
+            last = next(it)
+        out.append(last)
+    return out
+
+
+@functools.lru_cache(maxsize=4096)
+def _name_of(key: str) -> tuple[str, str | None]:
+    return canonical_name(key)
+
+
+def _emit(records: list[_Record], steps: list[int], builder: LogBuilder) -> None:
+    if not records:
+        return
+    base = builder.reserve(len(records))
+    series: dict[tuple[str, str | None, int], tuple[list[int], list[float], list[int]]] = {}
+    for i, (record, step) in enumerate(zip(records, steps, strict=True)):
+        stream = 1 if record.eval else 0
+        for key, value in record.values.items():
+            if record.eval and key == "epoch":
+                continue  # the training dict before it gave the epoch at this step
+            name, unit = _name_of(key)
+            if record.eval and not key.startswith("eval_"):
+                name = "eval_" + sanitise_name(key)
+            col = series.setdefault((name, unit, stream), ([], [], []))
+            col[0].append(step)
+            col[1].append(value)
+            col[2].append(base + i)
+    for (name, unit, stream), (s, v, q) in series.items():
+        builder.add(
+            name,
+            np.asarray(s, np.int64),
+            np.asarray(v),
+            unit=unit,
+            stream=stream,
+            seq=np.asarray(q, np.int64),
+            canonical=True,
+        )

@@ -1,0 +1,90 @@
+"""The signature each cause must show in the data before it is said (issue #32): not only the absence of
+the other causes. An LR-transition cause needs the LR to have risen before the spike and still be up; a
+data-outlier cause needs the loss to have moved first. Each returns (holds, evidence): None when the data
+cannot tell."""
+
+from __future__ import annotations
+
+import math
+from typing import Final
+
+import numpy as np
+
+from stab_core.decision_tree import Evidence
+from stab_core.runview import FloatArray, Series
+from stab_core.spikes import SpikeEvent
+
+
+def _window_values(series: Series, lo: int, hi: int) -> FloatArray:
+    """Values with lo <= step <= hi."""
+    a, b = np.searchsorted(series.steps, [lo, hi + 1])
+    return series.values[a:b]
+
+
+LR_ROSE: Final = 1e-3
+"""A relative LR rise above this counts as a rise (a logged LR that only repeats its value does not)."""
+LR_HELD_AFTER_RISE: Final = 0.75
+"""... and the LR at the spike's onset must still be at least this fraction of its highest value in the
+window: after a drop, the rise that came before it is not what the spike followed."""
+
+
+def lr_rise_signature(lr: Series, onset: int, window: int) -> tuple[bool | None, Evidence]:
+    """The signature of an LR-transition cause: the logged LR rose within ``window`` steps before
+    ``onset`` (by more than :data:`LR_ROSE`, relative to its lowest value before the rise; the last
+    sample before the window counts as the start) and at the onset it is still at least
+    :data:`LR_HELD_AFTER_RISE` of its highest value there. None with fewer than 2 finite LR samples."""
+    a, b = np.searchsorted(lr.steps, [onset - window, onset + 1])
+    values = lr.values[max(0, a - 1) : b]
+    values = values[np.isfinite(values)]
+    if values.size < 2:
+        return None, {"lr_rose": None}
+    running_low = np.minimum.accumulate(values)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rises = np.where(running_low[:-1] > 0, values[1:] / running_low[:-1], np.inf)
+    rise = float(rises.max())
+    peak, at_onset = float(values.max()), float(values[-1])
+    held = at_onset >= LR_HELD_AFTER_RISE * peak if peak > 0 else False
+    rose = rise > 1.0 + LR_ROSE
+    evidence: Evidence = {
+        "lr_rose": rose,
+        "lr_rise_factor": rise if math.isfinite(rise) else None,
+        "lr_window_peak": peak,
+        "lr_at_onset": at_onset,
+    }
+    return rose and held, evidence
+
+
+GRAD_BLOWUP_RATIO: Final = 2.0
+"""A grad norm that stays at least this many times its level from the start of its spike until the loss rises
+is a blow-up in progress that led the loss (the grad-norm spike detector's own ratio)."""
+
+
+def loss_led_signature(spike: SpikeEvent, grad: Series | None, interval: int) -> tuple[bool | None, Evidence]:
+    """The signature of a data-outlier cause: the loss moved first. A bad batch raises the loss at the
+    step it is seen. It fails when the grad norm rose with no loss spike at all, or when a grad-norm
+    spike began more than one logging ``interval`` before the loss rose (``grad_norm_lead_steps``) and
+    stayed at least :data:`GRAD_BLOWUP_RATIO` times its level (the median of the samples before it) at
+    every sample until then: the optimizer blew up and the loss followed. A grad-norm swing that came
+    back down before the loss rose is the precursor node 5 reads as the SNR collapse. None without a
+    grad norm."""
+    is_loss = "loss" in spike.metric.split("/")[-1]
+    lead = spike.grad_norm_lead_steps
+    evidence: Evidence = {"spike_metric": spike.metric, "grad_norm_lead_steps": lead}
+    if not is_loss:
+        evidence["loss_led"] = False
+        return False, evidence
+    if grad is None:
+        return None, evidence
+    if lead is None or lead <= interval:
+        evidence["loss_led"] = True
+        return True, evidence
+    began = spike.start - lead
+    between = _window_values(grad, began, spike.start - 1)
+    before = _window_values(grad, began - 10 * max(lead, interval), began - 1)
+    between, before = between[np.isfinite(between)], before[np.isfinite(before)]
+    if not between.size or not before.size:
+        return None, evidence
+    level, lowest = float(np.median(before)), float(between.min())
+    led = not (level > 0 and lowest >= GRAD_BLOWUP_RATIO * level)
+    evidence.update(grad_norm_level=level, grad_norm_lowest_before_loss_rise=lowest, loss_led=led)
+    return led, evidence

@@ -1,0 +1,259 @@
+"""Every statement about a run is a checked claim (issue #32).
+
+A :class:`Claim` is a sentence StabScope may say (a cause, a status, a recovery, a "not logged", an
+action, a checklist verdict) with the predicate that must hold on the run's data for it to be said,
+evaluated before it is shown, and the evidence (steps, values) the predicate read. A claim whose
+predicate fails is not said; one the data cannot settle is said as unknown, with what to log.
+
+:func:`incident_claims` builds the claims of one diagnosed incident from its event and the tree's
+verdict (whose nodes and premises already read the run); :func:`said` gives the sentences a surface
+shows. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal
+
+from stab_core.causes import UNKNOWN
+from stab_core.decision_tree import (
+    DECISION_TREE,
+    NONFINITE_START_LEAF,
+    PREMISES,
+    Diagnosis,
+    Evidence,
+    PremiseCheck,
+)
+from stab_core.spikes import SpikeEvent
+
+ClaimKind = Literal["cause", "status", "recovery", "not_logged", "action", "checklist"]
+CLAIM_KINDS: Final[tuple[ClaimKind, ...]] = ("cause", "status", "recovery", "not_logged", "action", "checklist")
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A sentence and its check on the run. ``holds``: True (said), False (not said: the data
+    contradicts it), None (the data cannot tell: said as unknown, with ``to_log``). ``evidence``: the
+    steps and values the check read."""
+
+    kind: ClaimKind
+    text: str
+    holds: bool | None
+    evidence: Evidence = field(default_factory=dict)
+    to_log: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in CLAIM_KINDS:
+            raise ValueError(f"claim kind must be one of {CLAIM_KINDS}, got {self.kind!r}")
+
+    @property
+    def said(self) -> bool:
+        return self.holds is not False
+
+    def words(self) -> str | None:
+        """What a surface shows: the sentence when it holds; when the data cannot tell, the sentence (which
+        then says what is unknown) and what to log to settle it; None when it does not hold."""
+        if self.holds is False:
+            return None
+        if self.holds is None and self.to_log:
+            return f"{self.text} To settle it, log {self.to_log}."
+        return self.text
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON object (``claims`` in ``stabscope spikes --json``); non-finite numbers become null."""
+        return {
+            "kind": self.kind,
+            "text": self.text,
+            "holds": self.holds,
+            "evidence": {k: _json_value(v) for k, v in self.evidence.items()},
+            "to_log": self.to_log,
+        }
+
+
+def _json_value(value: object) -> object:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def check_claim(kind: ClaimKind, text: str, predicate: Callable[[], PremiseCheck], to_log: str | None = None) -> Claim:
+    """Evaluate ``predicate`` (holds, evidence) now and return the claim with its verdict."""
+    holds, evidence = predicate()
+    return Claim(kind, text, holds, dict(evidence), to_log if holds is None else None)
+
+
+def said(claims: Iterable[Claim], kinds: Sequence[ClaimKind] | None = None) -> list[str]:
+    """The words a surface shows for ``claims`` (of ``kinds``, all when None), in order; claims that do
+    not hold are left out."""
+    out = []
+    for item in claims:
+        if kinds is not None and item.kind not in kinds:
+            continue
+        words = item.words()
+        if words is not None:
+            out.append(words)
+    return out
+
+
+def said_from_json(claims: Iterable[Mapping[str, Any]], kinds: Sequence[str] | None = None) -> list[str]:
+    """:func:`said` on claims in their JSON form (what the store keeps)."""
+    out = []
+    for item in claims:
+        if kinds is not None and item.get("kind") not in kinds:
+            continue
+        words = Claim(item["kind"], str(item["text"]), item.get("holds"), {}, item.get("to_log")).words()
+        if words is not None:
+            out.append(words)
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# The claims of a diagnosed incident
+# --------------------------------------------------------------------------------------------------
+
+SIGNATURE_KEYS: Final[dict[str, tuple[str, ...]]] = {
+    "lr_transition": ("transition_step", "transition_kind", "lr_rose", "lr_at_onset", "lr_window_peak"),
+    "snr_collapse": ("snr_drop", "snr_min_step", "loss_led", "grad_norm_lead_steps"),
+    "numerical": ("nonfinite_loss", "nonfinite_grad_norm", "loss_scale_drop", "nonfinite_from_first_step"),
+    "rank_concentration": ("worst_rank", "worst_ratio", "worst_step"),
+    "router": ("load_jump", "load_peak"),
+}
+"""The evidence each node's "yes" rests on: what a cause claim carries."""
+
+
+def _nonfinite_from_start(diagnosis: Diagnosis) -> bool:
+    return diagnosis.leaf == NONFINITE_START_LEAF
+
+
+def _number(value: float) -> str:
+    return f"{value:.4g}"
+
+
+def _status(spike: SpikeEvent, diagnosis: Diagnosis, kind: str) -> Claim:
+    base: Evidence = {"start": spike.start, "peak": spike.peak, "metric": spike.metric}
+    if _nonfinite_from_start(diagnosis):
+        numerical = next((v.evidence for v in diagnosis.path if v.node == "numerical"), {})
+        from_start = numerical.get("nonfinite_from_first_step")
+        return Claim(
+            "status",
+            f"Non-finite from the first step (step {spike.start}): a build, kernel, data or initialisation fault, "
+            "not a training instability.",
+            True if from_start is True else None,
+            {**base, "nonfinite_from_first_step": from_start},
+        )
+    if spike.nonfinite:
+        return Claim(
+            "status", f"{spike.metric} went non-finite at step {spike.peak}.", True, {**base, "nonfinite": True}
+        )
+    ratio, level, peak = spike.ratio, spike.baseline, spike.peak_value
+    evidence: Evidence = {**base, "ratio": ratio, "baseline": level, "peak_value": peak}
+    finite = all(math.isfinite(x) for x in (ratio, level, peak))
+    holds = finite and peak > level and ratio > 1.0
+    what = "early instability: " if kind == "early_instability" else ""
+    reference = "the lowest level it held so far" if kind == "early_instability" else "its level"
+    text = (
+        f"{what}{spike.metric} rose to {ratio:.2f}x {reference} ({_number(level)} -> {_number(peak)}, "
+        f"peak at step {spike.peak})."
+        if finite
+        else f"{what}{spike.metric} rose at step {spike.peak}."
+    )
+    return Claim("status", text[0].upper() + text[1:], holds, evidence)
+
+
+def _recovery(spike: SpikeEvent, diagnosis: Diagnosis) -> list[Claim]:
+    evidence: Evidence = {
+        "recovered": spike.recovered,
+        "recovery_step": spike.recovery_step,
+        "baseline": spike.baseline,
+        "diverged": spike.diverged,
+    }
+    if _nonfinite_from_start(diagnosis):
+        # a run that was never finite never converged: it has nothing to diverge from or recover to
+        return [
+            Claim("recovery", "Diverged: it did not come back to its level.", False, {**evidence, "never_finite": True})
+        ]
+    if spike.recovered and spike.recovery_step is not None:
+        return [
+            Claim(
+                "recovery",
+                f"Recovered at step {spike.recovery_step}: back near its level of {_number(spike.baseline)}.",
+                True,
+                evidence,
+            )
+        ]
+    return [Claim("recovery", "Diverged: it has not come back to its level.", not spike.recovered, evidence)]
+
+
+def _cause(diagnosis: Diagnosis) -> Claim:
+    leaf = DECISION_TREE.leaf(diagnosis.leaf) if DECISION_TREE.is_leaf(diagnosis.leaf) else None
+    title = leaf.title if leaf is not None else diagnosis.summary.rstrip(".")
+    if diagnosis.cause == UNKNOWN:
+        to_log = "; ".join(DECISION_TREE.node(v.node).to_log for v in diagnosis.path if v.answer == "unknown")
+        return Claim(
+            "cause",
+            "Cause unknown: no question of the tree found a cause with its signature in this log.",
+            None,
+            {"answered": diagnosis.answered, "asked": len(diagnosis.path)},
+            to_log or None,
+        )
+    deciding = next((v for v in diagnosis.path if v.answer == "yes"), None)
+    if deciding is None:
+        return Claim("cause", f"{title}.", False, {"deciding_node": None})
+    evidence: Evidence = {"deciding_node": deciding.node, "confidence": round(diagnosis.confidence, 4)}
+    evidence.update({k: deciding.evidence.get(k) for k in SIGNATURE_KEYS.get(deciding.node, ())})
+    # the cause's own signature, where the node recorded one; a recorded False contradicts the cause
+    signature = [deciding.evidence.get(k) for k in ("lr_rose", "loss_led") if k in deciding.evidence]
+    holds = not any(value is False for value in signature)
+    if deciding.node == "lr_transition" and deciding.evidence.get("transition_kind") == "data_switch":
+        holds = True
+    return Claim("cause", f"{title}.", holds, evidence)
+
+
+def _not_logged(diagnosis: Diagnosis) -> list[Claim]:
+    out = []
+    for visit in diagnosis.path:
+        if visit.answer != "unknown":
+            continue
+        node = DECISION_TREE.node(visit.node)
+        out.append(
+            Claim(
+                "not_logged",
+                f"Question {node.number} ({node.title}) could not be answered: the log lacks {node.to_log}.",
+                True,
+                dict(visit.evidence),
+            )
+        )
+    return out
+
+
+def _actions(diagnosis: Diagnosis) -> list[Claim]:
+    out = []
+    for check in diagnosis.checks:
+        premise = PREMISES.get(check.premise) if check.premise is not None else None
+        if check.holds is None and (premise is None or premise.otherwise is None):
+            # nothing checkable and nothing to say instead: not said
+            out.append(Claim("action", check.action, False, {**check.evidence, "premise_unknown": True}))
+            continue
+        out.append(
+            Claim(
+                "action",
+                check.action,
+                check.holds,
+                {"premise": check.premise, **check.evidence},
+            )
+        )
+    return out
+
+
+def incident_claims(spike: SpikeEvent, diagnosis: Diagnosis, kind: str = "spike") -> list[Claim]:
+    """The claims of one incident: its status, its recovery, its cause (which needs the deciding node's
+    signature), what was not logged, and each action (its premise checked by the tree's walk)."""
+    return [
+        _status(spike, diagnosis, kind),
+        *_recovery(spike, diagnosis),
+        _cause(diagnosis),
+        *_not_logged(diagnosis),
+        *_actions(diagnosis),
+    ]

@@ -1,0 +1,51 @@
+"""A run's findings besides its incidents: overfitting (``stab_core.overfitting``) and throughput
+loss (``stab_core.throughput``), as the JSON-ready dict the analyses store, the alerts read and
+``stabscope spikes --json`` prints. Pure: series in, a dict out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from stab_core.overfitting import detect_overfitting
+from stab_core.runview import RunView
+from stab_core.throughput import THROUGHPUT_METRICS, detect_throughput_drops, settled_level
+
+FINDING_METRICS = ("val_loss", "loss", *THROUGHPUT_METRICS)
+"""The series the findings read: val and train loss, tokens/s, step time (s)."""
+
+SeriesArrays = Mapping[str, tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]]
+"""{metric: (steps, values)} of run-level series (a per-rank metric as its cross-rank mean)."""
+
+
+def throughput_metric(series: SeriesArrays) -> str | None:
+    """The throughput metric a run is judged on: tokens/s when logged, else step time, else None."""
+    return next((m for m in THROUGHPUT_METRICS if m in series and series[m][0].size), None)
+
+
+def run_findings(series: SeriesArrays) -> dict[str, Any]:
+    """``{"overfitting": dict | None, "throughput": [drop dicts], "throughput_level": {"metric",
+    "level"} | None}``: the val loss's overfitting against the train loss, the throughput metric's
+    drops against the run's own norm, and its settled level (what a sibling run is compared with)."""
+    out: dict[str, Any] = {"overfitting": None, "throughput": [], "throughput_level": None}
+    if "val_loss" in series:
+        val_steps, val_values = series["val_loss"]
+        train = series.get("loss")
+        found = detect_overfitting(val_steps, val_values, *(train if train is not None else (None, None)))
+        out["overfitting"] = found.to_json() if found is not None else None
+    metric = throughput_metric(series)
+    if metric is not None:
+        steps, values = series[metric]
+        out["throughput"] = [d.to_json() for d in detect_throughput_drops(steps, values, metric)]
+        level = settled_level(steps, values, metric)
+        out["throughput_level"] = None if level is None else {"metric": metric, "level": level}
+    return out
+
+
+def view_findings(view: RunView) -> dict[str, Any]:
+    """:func:`run_findings` of a ``RunView`` (its run-level series hold the per-rank metrics' means)."""
+    return run_findings({m: (view.series[m].steps, view.series[m].values) for m in FINDING_METRICS if view.has(m)})

@@ -1,0 +1,156 @@
+"""Overfitting: the validation loss rises for a sustained span while the training loss keeps falling.
+
+A user training past the point of generalisation (nanoGPT's shakespeare-char: val loss 1.47 at step
+1,750, 1.72 at 5,000, train loss down to 0.62) wants to hear it, and the step of the best checkpoint
+(the argmin of the val loss). A healthy run's val loss wobbles around a plateau: the rule measures the
+rise against the eval-to-eval noise of the val loss itself, so that wobble never fires.
+
+Pure: steps and values in, an :class:`Overfitting` (or None) out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
+MIN_EVALS_AFTER_BEST = 3
+"""Evaluations after the best one that a rise must span: one or two high evals are noise."""
+RISE_NOISE_MULTIPLE = 4.0
+"""The rise (end level minus best) must exceed this many noise sigmas of the val loss..."""
+RISE_MIN_RELATIVE = 0.02
+"""... and this fraction of the best val loss (2 %): a rise of a hair on a smooth curve is not one."""
+SUSTAINED_SHARE = 0.75
+"""Share of the evals after the best that must sit above best + 2 sigma (the rise is not one bump)."""
+END_EVALS = 3
+"""The end level is the median of this many last evals (one late outlier does not make or break it)."""
+
+
+@dataclass(frozen=True)
+class Overfitting:
+    """Val loss rising since its best eval while the train loss falls.
+
+    ``best_step`` / ``best_val_loss``: the argmin of the val loss (the checkpoint to keep, nats);
+    ``end_step`` / ``end_val_loss``: the last eval and the median of the last ``END_EVALS`` evals;
+    ``rise``: end minus best (nats); ``noise``: the val loss's eval-to-eval noise sigma (nats);
+    ``evals_after_best``: evaluations in the span; ``train_at_best`` / ``train_at_end``: the train
+    loss's median over the eval interval ending at the best step and at the last eval (None when the
+    run logs no train loss).
+    """
+
+    best_step: int
+    best_val_loss: float
+    end_step: int
+    end_val_loss: float
+    rise: float
+    noise: float
+    evals_after_best: int
+    train_at_best: float | None
+    train_at_end: float | None
+
+    @property
+    def span(self) -> tuple[int, int]:
+        """The steps over which the val loss rose: from the best eval to the last."""
+        return (self.best_step, self.end_step)
+
+    def message(self) -> str:
+        """One sentence for the CLI, the pages and the alert."""
+        train = ""
+        if self.train_at_best is not None and self.train_at_end is not None:
+            train = f" while the train loss fell {self.train_at_best:.3g} -> {self.train_at_end:.3g}"
+        return (
+            f"overfitting: val loss rose {self.best_val_loss:.4g} (step {self.best_step}) -> "
+            f"{self.end_val_loss:.4g} (step {self.end_step}){train}; the best checkpoint is at step {self.best_step}"
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-ready fields (``stabscope spikes --json``'s ``overfitting``, the stored analyses)."""
+        return {
+            "best_step": self.best_step,
+            "best_val_loss": self.best_val_loss,
+            "end_step": self.end_step,
+            "end_val_loss": self.end_val_loss,
+            "rise": self.rise,
+            "noise": self.noise,
+            "evals_after_best": self.evals_after_best,
+            "train_at_best": self.train_at_best,
+            "train_at_end": self.train_at_end,
+            "span": list(self.span),
+            "message": self.message(),
+        }
+
+
+def eval_noise(values: FloatArray) -> float:
+    """Robust eval-to-eval noise sigma of a series (its unit): the MAD of its second differences
+    (which are ~0 on a steady trend or a slow curve, so a descent or a linear rise does not count as
+    noise), scaled to a normal sigma and divided by sqrt 6 (a second difference holds 1 + 4 + 1
+    samples' variance). 0 with fewer than 4 values."""
+    if values.size < 4:
+        return 0.0
+    second = np.diff(values, n=2)
+    mad = float(np.median(np.abs(second - np.median(second))))
+    return float(1.4826 * mad / np.sqrt(6.0))
+
+
+def _median_between(steps: IntArray, values: FloatArray, lo: int, hi: int) -> float | None:
+    """Median of the finite ``values`` at steps in (lo, hi]; None when there is none."""
+    inside = (steps > lo) & (steps <= hi) & np.isfinite(values)
+    return float(np.median(values[inside])) if inside.any() else None
+
+
+def detect_overfitting(
+    val_steps: IntArray,
+    val_values: FloatArray,
+    train_steps: IntArray | None = None,
+    train_values: FloatArray | None = None,
+) -> Overfitting | None:
+    """The overfitting of a run from its val loss (and train loss, when logged), or None.
+
+    It fires when, after the val loss's best (lowest) eval, at least ``MIN_EVALS_AFTER_BEST`` evals
+    follow; the median of the last ``END_EVALS`` is above the best by more than both
+    ``RISE_NOISE_MULTIPLE`` noise sigmas (:func:`eval_noise` of all the evals)
+    and ``RISE_MIN_RELATIVE`` of the best; at least ``SUSTAINED_SHARE`` of the evals after the best
+    sit above best + 2 sigma; and, when a train loss is logged, its median over the last eval
+    interval is below its median over the interval ending at the best eval (both falling is
+    overfitting; both rising is a divergence, which the spike detectors report). Non-finite evals
+    are left out.
+    """
+    finite = np.isfinite(val_values)
+    steps, values = np.asarray(val_steps[finite], np.int64), np.asarray(val_values[finite], np.float64)
+    if steps.size < MIN_EVALS_AFTER_BEST + 2:
+        return None
+    best = int(np.argmin(values))
+    after = values[best + 1 :]
+    if after.size < MIN_EVALS_AFTER_BEST:
+        return None
+    noise = eval_noise(values)
+    best_value = float(values[best])
+    end_value = float(np.median(values[-END_EVALS:]))
+    rise = end_value - best_value
+    if rise <= max(RISE_NOISE_MULTIPLE * noise, RISE_MIN_RELATIVE * abs(best_value)):
+        return None
+    if float(np.mean(after > best_value + 2 * noise)) < SUSTAINED_SHARE:
+        return None
+    train_at_best = train_at_end = None
+    if train_steps is not None and train_values is not None and np.isfinite(train_values).any():
+        previous = int(steps[best - 1]) if best > 0 else int(steps[best]) - 1
+        train_at_best = _median_between(train_steps, train_values, previous, int(steps[best]))
+        train_at_end = _median_between(train_steps, train_values, int(steps[-2]), int(steps[-1]))
+        if train_at_best is not None and train_at_end is not None and train_at_end >= train_at_best:
+            return None
+    return Overfitting(
+        best_step=int(steps[best]),
+        best_val_loss=best_value,
+        end_step=int(steps[-1]),
+        end_val_loss=end_value,
+        rise=rise,
+        noise=noise,
+        evals_after_best=int(after.size),
+        train_at_best=train_at_best,
+        train_at_end=train_at_end,
+    )

@@ -1,0 +1,252 @@
+"""Throughput loss: tokens/s or step time changing level against the run's own norm or a sibling run's.
+
+Two shapes a user expects to hear about (OLMo on AKS): a run whose tokens/s decays (16.2k -> 9.8k)
+or drops for a span, and a run much slower than its siblings of the same config (~7.4k tokens/s/device
+against ~45k). Neither a slow first steps' warm-up (compilation, first iterations) nor one slow step
+(an eval, a checkpoint save) is a loss: the level is taken from bucket medians and a span must last.
+
+Step time is turned into its rate (1/s) so that "higher is better" holds for both metrics.
+Pure: steps and values in, :class:`ThroughputDrop` / :class:`SiblingGap` out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from itertools import pairwise
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
+THROUGHPUT_METRICS = ("throughput_tok_s", "step_time_s")
+"""The metrics judged, in order of preference: tokens/s when logged, else step time."""
+MAX_BUCKETS = 400
+"""Consecutive samples are grouped into at most this many buckets; a bucket's level is its median."""
+SMOOTH_BUCKETS = 5
+"""Rolling median over this many buckets: one or two slow samples never move the level."""
+MIN_SAMPLES = 20
+"""Fewer samples than this give no norm worth comparing with."""
+DROP_FRACTION = 0.15
+"""A level this much below the norm (15 % fewer tokens/s, or a step time 1/0.85 as long) is a loss."""
+MIN_SPAN_SAMPLES = 5
+"""A degraded span must hold at least this many samples..."""
+MIN_SPAN_SHARE = 0.02
+"""... and this share of the run's samples (2 %)."""
+WARMUP_SHARE = 0.2
+"""A slow stretch that starts the run and ends within this share of its samples is warm-up."""
+NORM_PERCENTILE = 75.0
+"""The run's norm: this percentile of its smoothed bucket levels (rate), past warm-up; a run that
+degrades for most of its length is still compared with the level it had when it ran well."""
+MAX_SAMPLES = 100_000
+"""Longer series are judged on every k-th sample (a level over 2 % of the run does not need each
+step, and a 10M-step run's step time is read in a fraction of the time)."""
+SIBLING_GAP = 0.25
+"""A run whose level is this much below the median of its siblings' levels (25 %) is flagged."""
+
+
+@dataclass(frozen=True)
+class ThroughputDrop:
+    """A span where the run ran slower than its own norm.
+
+    ``metric``: ``throughput_tok_s`` (tokens/s) or ``step_time_s`` (s); ``start`` / ``end``: the
+    span's first and last step (``end`` is the run's last step when it never came back);
+    ``norm`` / ``level``: the norm and the median inside the span, in the metric's unit;
+    ``change_pct``: the rate's change against the norm (negative: slower), %; ``recovered``: the
+    level came back after the span; ``warmup_end``: the first step past warm-up (None when none).
+    """
+
+    metric: str
+    start: int
+    end: int
+    norm: float
+    level: float
+    change_pct: float
+    recovered: bool
+    warmup_end: int | None
+
+    def message(self) -> str:
+        """One sentence for the CLI, the pages and the alert."""
+        what = "tokens/s" if self.metric == "throughput_tok_s" else "step time (s)"
+        back = "back to its norm after it" if self.recovered else "not back by the last step"
+        return (
+            f"throughput loss: {what} {_shown(self.norm)} -> {_shown(self.level)} "
+            f"({self.change_pct:+.0f}% tokens per second) over steps {self.start}-{self.end}, {back}"
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-ready fields (``stabscope spikes --json``'s ``throughput``, the stored analyses)."""
+        return {"kind": "own_norm", "metric": self.metric, "start": self.start, "end": self.end,
+                "norm": self.norm, "level": self.level, "change_pct": self.change_pct,
+                "recovered": self.recovered, "warmup_end": self.warmup_end, "message": self.message()}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class SiblingGap:
+    """A run slower than its siblings (the other runs of the same config or log file).
+
+    ``level``: this run's settled level; ``siblings_level``: the median of its siblings' levels
+    (the metric's unit); ``change_pct``: this run's rate against theirs (negative: slower), %;
+    ``siblings``: their names; ``relation``: what makes them siblings ("the same config", "the same log file").
+    """
+
+    metric: str
+    level: float
+    siblings_level: float
+    change_pct: float
+    siblings: tuple[str, ...]
+    relation: str = "the same config"
+
+    def message(self) -> str:
+        """One sentence for the CLI, the pages and the alert."""
+        what = "tokens/s" if self.metric == "throughput_tok_s" else "step time (s)"
+        return (
+            f"throughput loss: {what} {_shown(self.level)} against {_shown(self.siblings_level)} for "
+            f"{len(self.siblings)} sibling run(s) of {self.relation} ({self.change_pct:+.0f}% tokens per second)"
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-ready fields."""
+        return {"kind": "siblings", "metric": self.metric, "level": self.level,
+                "siblings_level": self.siblings_level, "change_pct": self.change_pct,
+                "siblings": list(self.siblings), "relation": self.relation, "message": self.message()}  # fmt: skip
+
+
+def _shown(value: float) -> str:
+    """A level as a user reads it: 16,200 tokens/s, 0.16 s."""
+    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.3g}"
+
+
+def _rate(values: FloatArray, metric: str) -> FloatArray:
+    """Higher-is-better form: tokens/s as they are, a step time as its reciprocal (steps/s)."""
+    if metric == "step_time_s":
+        with np.errstate(divide="ignore"):
+            return np.asarray(1.0 / values, np.float64)
+    return values
+
+
+def _unrate(rate: float, metric: str) -> float:
+    return 1.0 / rate if metric == "step_time_s" else rate
+
+
+def _clean(steps: IntArray, values: FloatArray) -> tuple[IntArray, FloatArray]:
+    """Finite, positive samples (a zero or negative step time or throughput is not a measurement)
+    of every k-th sample past ``MAX_SAMPLES``."""
+    stride = -(-values.size // MAX_SAMPLES)
+    if stride > 1:
+        steps, values = steps[::stride], values[::stride]
+    ok = np.isfinite(values) & (values > 0)
+    return np.asarray(steps[ok], np.int64), np.asarray(values[ok], np.float64)
+
+
+def _bucket_levels(rate: FloatArray) -> tuple[FloatArray, IntArray]:
+    """(smoothed level per bucket, index of each bucket's first sample): bucket medians, then a
+    rolling median over ``SMOOTH_BUCKETS`` buckets (shrunk at the ends)."""
+    n_buckets = min(MAX_BUCKETS, rate.size)
+    edges = np.linspace(0, rate.size, n_buckets + 1).astype(np.int64)
+    medians = np.array([np.median(rate[a:b]) for a, b in pairwise(edges.tolist())])
+    half = SMOOTH_BUCKETS // 2
+    smooth = np.array([np.median(medians[max(0, i - half) : i + half + 1]) for i in range(n_buckets)])
+    return smooth, edges[:-1]
+
+
+def _runs(mask: npt.NDArray[np.bool_]) -> list[tuple[int, int]]:
+    """[first, last] index pairs of the True runs of ``mask``."""
+    padded = np.concatenate([[False], mask, [False]])
+    change = np.flatnonzero(np.diff(padded.astype(np.int8)))
+    return [(int(a), int(b) - 1) for a, b in zip(change[::2], change[1::2], strict=True)]
+
+
+def _warmup_buckets(slow: npt.NDArray[np.bool_]) -> int:
+    """How many leading buckets are warm-up: the slow stretch that opens the run, when it ends
+    within ``WARMUP_SHARE`` of it (a run slow for longer than that is slow, not warming up)."""
+    if slow.size == 0 or not slow[0]:
+        return 0
+    first_fast = int(np.argmin(slow)) if not slow.all() else slow.size
+    return first_fast if first_fast <= WARMUP_SHARE * slow.size else 0
+
+
+def settled_level(steps: IntArray, values: FloatArray, metric: str) -> float | None:
+    """The run's typical level past its warm-up (the metric's unit): the median of the samples after
+    the warm-up buckets; None with fewer than ``MIN_SAMPLES`` usable samples."""
+    steps, values = _clean(steps, values)
+    if values.size < MIN_SAMPLES:
+        return None
+    rate = _rate(values, metric)
+    levels, firsts = _bucket_levels(rate)
+    norm = float(np.percentile(levels, NORM_PERCENTILE))
+    warm = _warmup_buckets(levels < (1 - DROP_FRACTION) * norm)
+    start = int(firsts[warm]) if warm < firsts.size else 0
+    return _unrate(float(np.median(rate[start:])), metric)
+
+
+def detect_throughput_drops(steps: IntArray, values: FloatArray, metric: str) -> list[ThroughputDrop]:
+    """Spans where the run's rate sat ``DROP_FRACTION`` or more below its own norm.
+
+    The samples (finite, positive) are grouped into at most ``MAX_BUCKETS`` buckets of consecutive
+    samples whose medians are smoothed over ``SMOOTH_BUCKETS``; the norm is the ``NORM_PERCENTILE``
+    of those levels. A slow stretch opening the run is warm-up when it ends within ``WARMUP_SHARE``
+    of the run; any other slow stretch of at least ``MIN_SPAN_SAMPLES`` samples and ``MIN_SPAN_SHARE``
+    of the run is a drop. ``metric`` is ``throughput_tok_s`` or ``step_time_s``.
+    """
+    if metric not in THROUGHPUT_METRICS:
+        raise ValueError(f"metric must be one of {THROUGHPUT_METRICS}, got {metric!r}")
+    steps, values = _clean(steps, values)
+    if values.size < MIN_SAMPLES:
+        return []
+    rate = _rate(values, metric)
+    levels, firsts = _bucket_levels(rate)
+    lasts = np.append(firsts[1:], rate.size) - 1
+    slow = levels < (1 - DROP_FRACTION) * float(np.percentile(levels, NORM_PERCENTILE))
+    warm = _warmup_buckets(slow)
+    # the norm again without the warm-up, which would pull a short run's percentile down
+    norm = float(np.percentile(levels[warm:], NORM_PERCENTILE))
+    slow = levels < (1 - DROP_FRACTION) * norm
+    slow[:warm] = False
+    min_samples = max(MIN_SPAN_SAMPLES, int(np.ceil(MIN_SPAN_SHARE * rate.size)))
+    out = []
+    for a, b in _runs(slow):
+        lo, hi = int(firsts[a]), int(lasts[b])
+        if hi - lo + 1 < min_samples:
+            continue
+        level = float(np.median(rate[lo : hi + 1]))
+        out.append(
+            ThroughputDrop(
+                metric=metric,
+                start=int(steps[lo]),
+                end=int(steps[hi]),
+                norm=_unrate(norm, metric),
+                level=_unrate(level, metric),
+                change_pct=100 * (level / norm - 1),
+                recovered=b < levels.size - 1,
+                warmup_end=int(steps[firsts[warm]]) if 0 < warm < firsts.size else None,
+            )
+        )
+    return out
+
+
+def compare_to_siblings(
+    level: float | None, sibling_levels: Mapping[str, float], metric: str, relation: str = "the same config"
+) -> SiblingGap | None:
+    """This run's settled level (:func:`settled_level`) against the median of its siblings' levels:
+    a :class:`SiblingGap` when its rate is ``SIBLING_GAP`` or more below theirs, else None (also
+    when there is no level or no sibling)."""
+    usable = {name: v for name, v in sibling_levels.items() if np.isfinite(v) and v > 0}
+    if level is None or not np.isfinite(level) or level <= 0 or not usable:
+        return None
+    own = float(_rate(np.array([level]), metric)[0])
+    theirs = float(np.median(_rate(np.array(list(usable.values()), np.float64), metric)))
+    change = own / theirs - 1
+    if change > -SIBLING_GAP:
+        return None
+    return SiblingGap(
+        metric=metric,
+        level=float(level),
+        siblings_level=_unrate(theirs, metric),
+        change_pct=100 * change,
+        siblings=tuple(sorted(usable)),
+        relation=relation,
+    )

@@ -1,0 +1,175 @@
+"""Every statement about an incident is a checked claim (issue #32 items 1 and 4): the claim type, the
+claims of a diagnosed incident, and what the JSON, the CLI text and the alerts say about a run that is
+NaN from its first step (llm.c, bf16, checkpoints every 5,000 steps)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from stab_core.alerts import spike_alerts
+from stab_core.analysis import INCIDENT_VERDICT, analyze_run, statements, verdict_words
+from stab_core.claims import Claim, check_claim, incident_claims, said, said_from_json
+from stab_core.decision_tree import Diagnosis, NodeVisit
+from stab_core.runview import RunView, Series
+from stab_core.spikes import build_event
+
+# ------------------------------------------------------------------ the claim type
+
+
+def test_a_claim_is_said_only_when_its_check_does_not_fail() -> None:
+    yes = Claim("status", "Loss rose to 2.00x its level.", True, {"ratio": 2.0})
+    no = Claim("action", "Roll back.", False, {"never_finite": True})
+    unknown = Claim("cause", "Cause unknown.", None, {}, "the LR")
+    assert yes.words() == "Loss rose to 2.00x its level." and yes.said
+    assert no.words() is None and not no.said
+    assert unknown.words() == "Cause unknown. To settle it, log the LR."
+    assert said([yes, no, unknown]) == [yes.text, unknown.words()]
+    assert said([yes, no, unknown], ("cause",)) == [unknown.words()]
+    with pytest.raises(ValueError, match="claim kind"):
+        Claim("opinion", "x", True)  # type: ignore[arg-type]
+
+
+def test_check_claim_evaluates_its_predicate_before_it_is_said() -> None:
+    calls: list[int] = []
+
+    def predicate() -> tuple[bool | None, dict[str, float | int | str | bool | None]]:
+        calls.append(1)
+        return False, {"lr_rose": False}
+
+    claim = check_claim("cause", "Scenario A: LR jump at a transition.", predicate, to_log="the LR")
+    assert calls == [1] and claim.holds is False and claim.evidence == {"lr_rose": False}
+    assert claim.to_log is None  # what to log is said only when the data cannot tell
+    unknown = check_claim("cause", "x", lambda: (None, {}), to_log="the LR")
+    assert unknown.to_log == "the LR"
+
+
+def test_claims_json_round_trip_and_non_finite_numbers() -> None:
+    claim = Claim("status", "Loss went non-finite.", True, {"ratio": math.inf, "peak": 4})
+    data = json.loads(json.dumps(claim.to_json()))
+    assert data == {
+        "kind": "status",
+        "text": "Loss went non-finite.",
+        "holds": True,
+        "evidence": {"ratio": None, "peak": 4},
+        "to_log": None,
+    }
+    assert said_from_json([data, {**data, "holds": False}]) == ["Loss went non-finite."]
+
+
+def test_statements_fall_back_for_objects_stored_before_claims() -> None:
+    legacy = {"summary": "Precision fault.", "actions": ["Roll back."]}
+    assert statements(legacy, INCIDENT_VERDICT) == ["Precision fault."]
+    assert statements(legacy, ("action",)) == ["Roll back."]
+
+
+# ------------------------------------------------------------------ a cause without its signature
+
+
+def _event() -> object:
+    steps = np.arange(100)
+    x = np.ones(100)
+    x[60:62] = 3.0
+    return build_event("loss", steps, x, 60, 61, 62, 1.0, 0.01)
+
+
+def test_a_cause_whose_signature_failed_is_not_said() -> None:
+    visit = NodeVisit("lr_transition", 2, "?", "yes", {"transition_kind": "warmup_end", "lr_rose": False})
+    numerical = NodeVisit("numerical", 1, "?", "no", {})
+    diagnosis = Diagnosis("lr_transition", 0.81, [numerical, visit], "leaf_lr_transition", [], [])
+    claims = incident_claims(_event(), diagnosis)  # type: ignore[arg-type]
+    (cause,) = [c for c in claims if c.kind == "cause"]
+    assert cause.holds is False and cause.evidence["lr_rose"] is False
+    item = {"cause": "lr_transition", "confidence": 0.81, "recovered": True, "claims": [c.to_json() for c in claims]}
+    assert verdict_words(item) == "recovered; cause unknown"
+    visit = NodeVisit("lr_transition", 2, "?", "yes", {"transition_kind": "cycle_restart", "lr_rose": True})
+    diagnosis = Diagnosis("lr_transition", 0.9, [numerical, visit], "leaf_lr_transition", [], [])
+    (cause,) = [c for c in incident_claims(_event(), diagnosis) if c.kind == "cause"]  # type: ignore[arg-type]
+    assert cause.holds is True and cause.text == "Scenario A: LR jump at a transition."
+    assert cause.evidence["transition_kind"] == "cycle_restart" and cause.evidence["confidence"] == 0.9
+
+
+def test_an_unknown_cause_says_what_to_log() -> None:
+    steps = np.arange(300)
+    rng = np.random.default_rng(4)
+    loss = 3.0 + 0.02 * rng.standard_normal(steps.size)
+    loss[200:203] += 1.5
+    (item,) = analyze_run(RunView("plain", {"loss": Series(steps, loss)})).spike_dicts()
+    (cause,) = [c for c in item["claims"] if c["kind"] == "cause"]
+    assert cause["holds"] is None and "the learning rate (lr)" in cause["to_log"]
+    not_logged = [c for c in item["claims"] if c["kind"] == "not_logged"]
+    assert {c["text"].split(" (")[0] for c in not_logged} == {"Question 2", "Question 3", "Question 4", "Question 5"}
+    (status,) = [c for c in item["claims"] if c["kind"] == "status"]
+    assert status["holds"] is True and status["evidence"]["peak"] == item["peak"]
+    (recovery,) = [c for c in item["claims"] if c["kind"] == "recovery"]
+    assert recovery["holds"] is True and recovery["text"].startswith(f"Recovered at step {item['recovery_step']}")
+    # the JSON's actions are exactly the action claims that are said
+    assert said_from_json(item["claims"], ("action",)) == item["actions"]
+
+
+# ------------------------------------------------------------------ NaN from step 0 (item 4)
+
+
+def _nan_from_start(meta: dict[str, object]) -> RunView:
+    steps = np.arange(0, 80)
+    nan = np.full(steps.size, np.nan)
+    lr = np.linspace(6e-6, 6e-4, steps.size)
+    return RunView(
+        "llmc-nan",
+        {"loss": Series(steps, nan.copy()), "grad_norm": Series(steps, nan.copy()), "lr": Series(steps, lr)},
+        meta=meta,
+    )
+
+
+@pytest.mark.parametrize("meta", [{"precision": "bf16", "checkpoint_every": 5000}, {}])
+def test_a_run_nan_from_step_0_gets_no_action_whose_premise_fails(meta: dict[str, object]) -> None:
+    (item,) = analyze_run(_nan_from_start(meta)).spike_dicts()
+    said_text = " ".join(statements(item, (*INCIDENT_VERDICT, "action"))).lower()
+    assert "a build, kernel, data or initialisation fault, not a training instability" in said_text
+    for wrong in ("roll back to the last", "skip the offending batch", "loss scale", "diverged"):
+        assert wrong not in said_text
+    assert "DIVERGED" not in verdict_words(item) and verdict_words(item).startswith("NON-FINITE FROM THE FIRST STEP")
+    (recovery,) = [c for c in item["claims"] if c["kind"] == "recovery"]
+    assert recovery["holds"] is False and recovery["evidence"]["never_finite"] is True
+    (status,) = [c for c in item["claims"] if c["kind"] == "status"]
+    assert status["holds"] is True and status["evidence"]["nonfinite_from_first_step"] is True
+    checks = " ".join(a.lower() for a in item["actions"])
+    assert "check the first batches" in checks and "fp32 without fused or custom kernels" in checks
+
+
+def test_the_alert_for_a_run_nan_from_step_0_does_not_say_diverging() -> None:
+    spikes = analyze_run(_nan_from_start({"precision": "bf16"})).spike_dicts()
+    (alert,) = spike_alerts("llmc-nan", spikes, 79, live=False)
+    assert alert.message.startswith("non-finite from the first step: loss was never finite")
+    assert "diverging" not in alert.message
+
+
+@pytest.mark.slow  # an import and two CLI calls: seconds
+def test_spikes_cli_text_for_an_llmc_log_nan_from_step_0(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from ingest.cli import main
+
+    log = tmp_path / "main.log"
+    log.write_text("".join(f"s:{s} trl:nan lr:{6e-6 * (s + 1):.6f} norm:nan\n" for s in range(40)))
+    store = tmp_path / "store"
+    assert main(["import", str(log), "--run", "llmc-nan", "--store", str(store)]) == 0
+    capsys.readouterr()
+    assert main(["spikes", "llmc-nan", "--store", str(store)]) == 0
+    text = capsys.readouterr().out
+    assert "NON-FINITE FROM THE FIRST STEP" in text
+    assert "a build, kernel, data or initialisation fault, not a training instability" in text
+    for wrong in ("DIVERGED", "Roll back to the last", "Skip the offending batch", "loss scale"):
+        assert wrong not in text
+    assert main(["spikes", "llmc-nan", "--json", "--store", str(store)]) == 0
+    (item,) = json.loads(capsys.readouterr().out)
+    assert {c["kind"] for c in item["claims"]} >= {"status", "recovery", "cause", "action"}
+    assert all(set(c) == {"kind", "text", "holds", "evidence", "to_log"} for c in item["claims"])
+
+
+def test_what_did_not_run_counts_finite_samples() -> None:
+    analysis = analyze_run(_nan_from_start({"precision": "bf16"}))
+    reasons = dict(analysis.not_run)
+    assert reasons["loss spikes"].startswith("0 finite loss samples: the spike detector needs more than 16")

@@ -1,0 +1,90 @@
+"""The throughput-loss detector (stab_core.throughput) on the shapes of OLMo on AKS: a run decaying
+16.2k -> 9.8k tokens/s, a run at ~7.4k against siblings at ~45k; and what is not a loss: warm-up,
+one slow step, a healthy run's noise."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from stab_core.throughput import compare_to_siblings, detect_throughput_drops, settled_level
+
+
+def _steps(n: int) -> np.ndarray:
+    return np.arange(1, n + 1, dtype=np.int64)
+
+
+def healthy(n: int, level: float, seed: int) -> np.ndarray:
+    """Tokens/s at ``level`` with 2 % noise, 10 slow warm-up steps and a slow eval step every 500."""
+    rng = np.random.default_rng(seed)
+    values = level * (1 + rng.normal(0, 0.02, n))
+    values[:10] = level * np.linspace(0.05, 0.8, 10)  # compile and first iterations
+    values[499::500] = level * 0.1  # an eval or a checkpoint save
+    return values
+
+
+def test_a_run_decaying_16k_to_10k_is_found_and_not_back() -> None:
+    n = 3000
+    values = np.linspace(16_200, 9_800, n)
+    values[:10] = 2_000  # warm-up
+    drops = detect_throughput_drops(_steps(n), values, "throughput_tok_s")
+    assert len(drops) == 1
+    drop = drops[0]
+    assert drop.end == n and not drop.recovered
+    assert drop.norm == pytest.approx(14_600, rel=0.02)  # the 75th percentile of a linear decay
+    assert drop.start == pytest.approx(0.62 * n, rel=0.05)  # where it falls 15 % under the norm
+    assert drop.level == pytest.approx(11_000, rel=0.03)
+    assert drop.change_pct == pytest.approx(100 * (11_000 / 14_600 - 1), abs=2)
+    assert "not back" in drop.message()
+
+
+def test_a_span_of_slow_step_times_is_found_with_its_span() -> None:
+    n = 2000
+    rng = np.random.default_rng(3)
+    times = 1.0 + rng.normal(0, 0.01, n)
+    times[800:1100] = 1.6
+    drops = detect_throughput_drops(_steps(n), times, "step_time_s")
+    assert len(drops) == 1
+    drop = drops[0]
+    assert abs(drop.start - 801) <= 10 and abs(drop.end - 1100) <= 10
+    assert drop.recovered
+    assert drop.level == pytest.approx(1.6, rel=0.01) and drop.norm == pytest.approx(1.0, rel=0.02)
+    assert drop.change_pct == pytest.approx(100 * (1 / 1.6 - 1), abs=1)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_warm_up_and_single_slow_steps_are_not_a_loss(seed: int) -> None:
+    values = healthy(5000, 45_000, seed)
+    assert detect_throughput_drops(_steps(5000), values, "throughput_tok_s") == []
+    short = healthy(20, 45_000, seed)
+    short[:10] = 45_000
+    short[:2] = 3_000
+    assert detect_throughput_drops(_steps(20), short, "throughput_tok_s") == []
+
+
+def test_a_run_slower_than_its_siblings_of_the_same_config() -> None:
+    slow = healthy(2000, 7_400, 0)
+    level = settled_level(_steps(2000), slow, "throughput_tok_s")
+    assert level == pytest.approx(7_400, rel=0.01)
+    siblings = {"olmo-a": 45_000.0, "olmo-b": 44_000.0, "olmo-c": 46_500.0}
+    gap = compare_to_siblings(level, siblings, "throughput_tok_s")
+    assert gap is not None
+    assert gap.siblings_level == 45_000 and gap.siblings == ("olmo-a", "olmo-b", "olmo-c")
+    assert gap.change_pct == pytest.approx(100 * (7_400 / 45_000 - 1), abs=0.5)
+    assert compare_to_siblings(43_000.0, siblings, "throughput_tok_s") is None
+    assert compare_to_siblings(level, {}, "throughput_tok_s") is None
+
+
+def test_sibling_step_times_compare_as_rates() -> None:
+    gap = compare_to_siblings(2.0, {"a": 1.0, "b": 1.1}, "step_time_s")
+    assert gap is not None and gap.change_pct == pytest.approx(100 * (1.05 / 2.0 - 1), abs=0.5)
+    assert compare_to_siblings(1.2, {"a": 1.0, "b": 1.1}, "step_time_s") is None
+
+
+def test_too_few_or_unusable_samples_say_nothing() -> None:
+    assert detect_throughput_drops(_steps(10), np.full(10, 5.0), "throughput_tok_s") == []
+    values = np.full(100, np.nan)
+    assert detect_throughput_drops(_steps(100), values, "step_time_s") == []
+    assert settled_level(_steps(100), values, "step_time_s") is None
+    with pytest.raises(ValueError, match="metric must be one of"):
+        detect_throughput_drops(_steps(100), np.ones(100), "loss")
