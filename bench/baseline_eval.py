@@ -25,6 +25,9 @@ from stab_core.baselines import BASELINES, baseline_incidents
 from tests.golden_score import REAL, build_store, golden_files, load, run_name, score
 
 STABSCOPE = "StabScope (stored incidents)"
+STABSCOPE_DEFAULT_VIEW = "StabScope, default view (spikes and divergences, no blips)"
+"""What the CLI text, the pages and the alerts show by default (issue #32): the stored incidents less
+the blips (absorbed within a few logged samples), which are counted and listed on demand."""
 
 
 def detector_incidents(store: Any, name: str) -> dict[str, list[dict[str, Any]]]:
@@ -32,7 +35,10 @@ def detector_incidents(store: Any, name: str) -> dict[str, list[dict[str, Any]]]
     baseline's from the run's loss and grad-norm series."""
     view = store.run_view(name)
     series = {m: (s.steps, s.values) for m, s in view.series.items() if m in ("loss", "grad_norm")}
-    out = {STABSCOPE: list(store.spikes(name))}
+    from stab_core.severity import shown_by_default
+
+    stored = list(store.spikes(name))
+    out = {STABSCOPE: stored, STABSCOPE_DEFAULT_VIEW: [s for s in stored if shown_by_default(s.get("severity"))]}
     for label, (rule, metrics) in BASELINES.items():
         out[label] = baseline_incidents(rule, metrics, series)
     return out

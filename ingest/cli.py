@@ -12,6 +12,7 @@ import argparse
 import json
 import os
 import re
+import secrets
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -22,6 +23,9 @@ from ingest.errors import StabScopeError
 
 EXIT_ERROR = 2
 WRITER_WAIT_S = 30.0
+SENSITIVITY_CHOICES = ("low", "default", "high")
+"""``spikes --sensitivity``: the names of ``stab_core.severity.SENSITIVITIES``, spelled out so that the
+parser is built without importing numpy (tests/test_severity.py checks they agree)."""
 """Default of ``--wait``: seconds a write waits for another process writing the same run
 (``ingest.store.run_lock.DEFAULT_WRITER_WAIT_S``; not imported here, so that ``--help`` loads no store)."""
 
@@ -400,8 +404,19 @@ def cmd_serve(args: argparse.Namespace) -> int:
         os.environ["STABSCOPE_NO_DEMO"] = "1"
     host = args.host.strip().removeprefix("[").removesuffix("]")
     _check_listen_address(host)
-    token = _serve_token(args)
+    token = None if args.no_token else _serve_token(args)
+    os.environ.pop(GENERATED_TOKEN_ENV, None)
+    if token is None and not args.no_token:
+        # private by default, as Jupyter: loopback is shared by every user of a login node
+        token = secrets.token_urlsafe(24)
+        os.environ[GENERATED_TOKEN_ENV] = "1"
     if token is None:
+        _print(
+            "stabscope serve: warning: --no-token: every user of this machine (and of any machine that reaches "
+            "--host) can read, upload and delete the runs of this store. Leave --no-token out for a token made "
+            "at each start.",
+            file=sys.stderr,
+        )
         os.environ.pop(SERVE_TOKEN_ENV, None)
     else:  # the server reads it from its environment, which other users cannot read (unlike its argv)
         os.environ[SERVE_TOKEN_ENV] = token
@@ -416,6 +431,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 SERVE_TOKEN_ENV = "STABSCOPE_TOKEN"
 """The environment variable holding the dashboard's shared access token (pages.token_gate reads it)."""
+GENERATED_TOKEN_ENV = "STABSCOPE_TOKEN_GENERATED"
+"""Set to 1 when serve made the token itself (``pages.server.GENERATED_TOKEN_ENV``: it then prints the
+address carrying it; repeated, not imported: ingest loads nothing of pages)."""
 
 
 def _serve_token(args: argparse.Namespace) -> str | None:
@@ -557,21 +575,39 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 def cmd_spikes(args: argparse.Namespace) -> int:
     from ingest.run_findings import finding_entries, stored_findings
-    from stab_core.analysis import INCIDENT_VERDICT, analysis_notes, incident_headline, statements, verdict_words
+    from stab_core.analysis import (
+        INCIDENT_VERDICT,
+        analysis_notes,
+        analyze_run,
+        incident_headline,
+        params_for,
+        statements,
+        verdict_words,
+    )
+    from stab_core.severity import DEFAULT_SENSITIVITY, blips_line, shown_by_default
 
     store = _store(args)
     info = store.run_info(args.run)
-    spikes = store.spikes(args.run)
+    stored = info.meta.get("sensitivity") or DEFAULT_SENSITIVITY
+    if args.sensitivity is not None and args.sensitivity != stored:
+        # another setting than the run's: analysed here, for this listing only (nothing is stored)
+        spikes = analyze_run(store.run_view(args.run), params_for(args.sensitivity)).spike_dicts()
+    else:
+        spikes = store.spikes(args.run)
     # overfitting and throughput loss follow the incidents, each with kind "overfitting"/"throughput_loss"
     findings = finding_entries(stored_findings(store, info))
     if args.json:
         _print_json(spikes + findings)
         return 0
     analysis = info.meta.get("analysis") or {}
+    shown = spikes if args.all else [s for s in spikes if shown_by_default(s.get("severity"))]
     if not spikes:
         _print(f"{args.run}: no incident detected")
-    for s in spikes:
-        _print(f"{incident_headline(s)}; {verdict_words(s)}")
+    elif not shown:
+        _print(f"{args.run}: no spike or divergence")
+    for s in shown:
+        certainty = " (less certain: its level comes from few samples)" if s.get("certainty") == "low" else ""
+        _print(f"[{s.get('severity', 'spike')}] {incident_headline(s)}; {verdict_words(s)}{certainty}")
         # every sentence below is a claim whose check held on the run (stab_core.claims)
         for line in statements(s, INCIDENT_VERDICT):
             _print(f"{'':>12}{line}")
@@ -582,6 +618,9 @@ def cmd_spikes(args: argparse.Namespace) -> int:
         _print(str(finding["summary"]))
         for action in finding["actions"]:
             _print(f"{'':>12}- {action}")
+    blips = blips_line(spikes)
+    if blips is not None and not args.all:
+        _print(f"{blips} (--all lists them)")
     for line in analysis_notes(analysis):
         _print(line)
     return 0
@@ -792,6 +831,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="viewers must enter TOKEN (other users see it in `ps` until the server starts: prefer "
         "--token-file or STABSCOPE_TOKEN)",
     )
+    token.add_argument(
+        "--no-token",
+        action="store_true",
+        help="no access token (by default serve makes one at each start and prints the address carrying it): "
+        "anyone who reaches the port reads and deletes runs",
+    )
     p.add_argument("--no-demo", action="store_true", help="do not add the demo runs to an empty store")
     p = add(
         "check",
@@ -845,12 +890,25 @@ def build_parser() -> argparse.ArgumentParser:
         cmd_meta,
         "print or set a run's metadata: gpus, usd_per_gpu_hour, step_time_s, max_norm, precision, "
         "tokens_per_step, num_experts, planned_steps, world_size, tensor/pipeline_parallel_size, save_interval, "
+        "sensitivity (low, default, high: the spike thresholds the pages and alerts use), "
         'and the labels tags=a,b and notes="..." (KEY= removes a key; the analyses re-run)',
     )
     p.add_argument("run")
     p.add_argument("assignments", nargs="*", metavar="KEY=VALUE")
     p = add("spikes", cmd_spikes, "list a run's detected spikes with cause and actions")
     p.add_argument("run")
+    p.add_argument(
+        "--all",
+        action="store_true",
+        help="list the blips too (incidents absorbed within a few steps, hidden by default)",
+    )
+    p.add_argument(
+        "--sensitivity",
+        choices=SENSITIVITY_CHOICES,
+        default=None,
+        help="detection thresholds and longest blip for this listing: low, default or high (default: the one "
+        "stored with the run, `stabscope meta RUN sensitivity=high` to store one)",
+    )
     p = add("diagnose", cmd_diagnose, "explain the spike at a step")
     p.add_argument("run")
     p.add_argument("--step", type=int, required=True)

@@ -16,19 +16,23 @@ from dataclasses import dataclass
 from typing import Any
 
 from ingest.errors import StabScopeError
+from stab_core.severity import SENSITIVITIES
 
 PRECISIONS = ("fp16", "bf16", "fp32")
+SENSITIVITY_NAMES = tuple(SENSITIVITIES)
 
 
 @dataclass(frozen=True)
 class MetaKey:
     """One settable key: its ``kind`` (int, float or choice), what is ``expected`` (words for errors),
-    the ``check`` its value must pass, and ``label`` (what it means, with its unit)."""
+    the ``check`` its value must pass, ``label`` (what it means, with its unit) and, for a choice, its
+    ``choices``."""
 
     kind: str
     expected: str
     check: Callable[[Any], bool]
     label: str
+    choices: tuple[str, ...] = ()
 
 
 def _int_at_least(low: int) -> Callable[[Any], bool]:
@@ -40,7 +44,9 @@ META_KEYS: dict[str, MetaKey] = {
     "usd_per_gpu_hour": MetaKey("float", "a number >= 0", lambda v: v >= 0, "price of one GPU-hour (USD)"),
     "step_time_s": MetaKey("float", "a number > 0", lambda v: v > 0, "wall time of one optimizer step (s)"),
     "max_norm": MetaKey("float", "a number > 0", lambda v: v > 0, "gradient clipping threshold (L2 norm)"),
-    "precision": MetaKey("choice", "one of fp16, bf16, fp32", lambda v: v in PRECISIONS, "training precision"),
+    "precision": MetaKey(
+        "choice", "one of fp16, bf16, fp32", lambda v: v in PRECISIONS, "training precision", PRECISIONS
+    ),
     "tokens_per_step": MetaKey("int", "a whole number > 0", _int_at_least(1), "tokens per optimizer step"),
     "num_experts": MetaKey("int", "a whole number >= 1", _int_at_least(1), "MoE experts per layer (1 = dense)"),
     "planned_steps": MetaKey("int", "a whole number > 0", _int_at_least(1), "optimizer steps planned for the run"),
@@ -48,6 +54,13 @@ META_KEYS: dict[str, MetaKey] = {
     "tensor_parallel_size": MetaKey("int", "a whole number > 0", _int_at_least(1), "tensor-parallel degree"),
     "pipeline_parallel_size": MetaKey("int", "a whole number > 0", _int_at_least(1), "pipeline-parallel degree"),
     "save_interval": MetaKey("int", "a whole number > 0", _int_at_least(1), "steps between checkpoints"),
+    "sensitivity": MetaKey(
+        "choice",
+        "one of " + ", ".join(SENSITIVITY_NAMES),
+        lambda v: v in SENSITIVITY_NAMES,
+        "spike sensitivity: the detector's thresholds and the longest blip (low, default, high)",
+        SENSITIVITY_NAMES,
+    ),
 }
 """The keys ``stabscope meta`` accepts, in the order the dashboard's form shows them."""
 
@@ -118,6 +131,16 @@ def run_tags(meta: Mapping[str, Any]) -> list[str]:
     if isinstance(tags, str):
         tags = tags.split(",")
     return sorted({str(tag).strip() for tag in tags or () if str(tag).strip()}) if isinstance(tags, list | str) else []
+
+
+def run_format(source: str) -> str:
+    """The format a run came from, read from its catalog ``source`` (``import:FORMAT:files``,
+    ``watch:FORMAT:...``, ``shards:...``, ``recovered:...``): FORMAT for imports and watched logs,
+    else the first word (``shards``)."""
+    kind, _, rest = source.partition(":")
+    if kind in ("import", "watch"):
+        return rest.partition(":")[0] or kind
+    return kind or "unknown"
 
 
 def parse_assignments(pairs: Sequence[str]) -> tuple[dict[str, Any], list[str]]:

@@ -463,3 +463,30 @@ def snr_figure(lines: Sequence[Line]) -> go.Figure:
     fig = compare_figure(lines, "steps relative to the transition", "gradient SNR", log_y=True)
     fig.add_vline(x=0, line={"dash": "dot", "color": "#868e96"}, annotation_text="transition")
     return fig
+
+
+def lead_table(rows: Sequence[dict[str, Any]], horizon: int) -> pd.DataFrame:
+    """The lead-time rows of one horizon: predictor, spikes warned, alarms, precision, recall, lead."""
+
+    def cell(interval: dict[str, Any]) -> str:
+        if interval["estimate"] is None:
+            return MISSING
+        if interval["low"] is None:
+            return f"{interval['estimate']:.2f}"
+        return f"{interval['estimate']:.2f} [{interval['low']:.2f}, {interval['high']:.2f}]"
+
+    return pd.DataFrame(
+        [
+            {
+                "predictor": row["predictor"],
+                "runs": row["runs"],
+                "spikes warned": f"{row['warned']} of {row['spikes']}",
+                "alarms (false)": f"{row['alarms']} ({row['false_alarms']})",
+                "precision": cell(row["precision"]),
+                "recall": cell(row["recall"]),
+                "median lead (steps)": MISSING if row["median_lead"] is None else f"{row['median_lead']:.0f}",
+            }
+            for row in rows
+            if row["horizon"] == horizon
+        ]
+    )

@@ -14,6 +14,13 @@ def incident_span(s: dict[str, Any]) -> tuple[int, int]:
     return min(int(m["start"]) for m in members), max(int(m["end"]) for m in members)
 
 
+def shown_incidents(spikes: list[dict[str, Any]], show_blips: bool) -> list[int]:
+    """Indices of the incidents a page lists: spikes and divergences, and the blips only on demand."""
+    from stab_core.severity import shown_by_default
+
+    return [i for i, s in enumerate(spikes) if show_blips or shown_by_default(s.get("severity"))]
+
+
 def incident_words(s: dict[str, Any]) -> str:
     """An incident's kind and metrics in a few words ("loss + grad_norm", "early instability: loss")."""
     metrics = " + ".join(s.get("metrics") or [s["metric"]])

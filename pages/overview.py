@@ -12,6 +12,7 @@ from ingest.store import RunInfo, SeriesData
 from ingest.store.storage_errors import DamagedRunFile, damaged_run
 from pages.charts import Panel, panels_figure
 from pages.findings_view import show_findings
+from pages.incident_view import shown_incidents
 from pages.page_errors import page_fragment, show_error
 from pages.series_display import metric_label, shown_frame, to_bytes
 from pages.store_access import (
@@ -111,12 +112,18 @@ ema_weight = c1.slider(
 log_panels = c2.multiselect("Log-scale y", [p[0] for p in PANELS], default=["gradient SNR"], key="ov_log")
 others = [m for m in info.metrics if m not in {c for p in PANELS for c in p[2]}]
 extra = c3.multiselect("More panels", others, default=[], key="ov_extra", help="Any other logged metric")
-c4, c5 = st.columns([3, 1])
-if st.session_state.get("ov_incident", NO_INCIDENT) >= len(spikes_of_run):
+c4, c5, c6 = st.columns([3, 1, 1])
+show_blips = c6.toggle(
+    "Show blips",
+    key="ov_blips",
+    help="Blips: incidents the run absorbed within a few logged steps, the loss back on its trend (hidden by default)",
+)
+listed = shown_incidents(spikes_of_run, show_blips)
+if st.session_state.get("ov_incident", NO_INCIDENT) not in (NO_INCIDENT, *listed):
     st.session_state["ov_incident"] = NO_INCIDENT
 incident = c4.selectbox(
     "Incident",
-    [NO_INCIDENT, *range(len(spikes_of_run))],
+    [NO_INCIDENT, *listed],
     key="ov_incident",
     format_func=lambda i: incident_label(spikes_of_run, i),
     on_change=zoom_to_incident,
@@ -198,15 +205,16 @@ def draw_charts(name: str) -> None:
         explain_missing(run, shown, missing)
         st.button("Show the whole run", on_click=reset_range, args=("ov_range",), key="ov_reset")
         return
+    drawn_index = shown_incidents(spikes, show_blips)
     fig = panels_figure(
         panels,
         with_logging_end(read_events(run), run),
-        spikes,
+        [spikes[i] for i in drawn_index],
         ema_weight,
         (lo, hi),
         drag_selects_steps=True,
         full_y_range=full_y,
-        selected=incident if incident >= 0 else None,
+        selected=drawn_index.index(incident) if incident in drawn_index else None,
     )
     st.plotly_chart(
         fig,
@@ -223,7 +231,9 @@ def draw_charts(name: str) -> None:
     st.caption(
         f"Steps {lo:,}–{hi:,}: {points:,} points, {detail}. Drag across a chart to zoom every panel to those "
         f"steps, re-read from the store (every step at ≤5,000 steps). Shaded bands and diamonds: detected incidents "
-        f"({len(spikes)} in the run), coloured by cause (an up-triangle at a panel's top: a peak above its y axis)."
+        f"({len(drawn_index)} shown of {len(spikes)} in the run"
+        + ("" if show_blips else f"; {len(spikes) - len(drawn_index)} blips hidden")
+        + "), coloured by cause (an up-triangle at a panel's top: a peak above its y axis)."
         + ("" if full_y else " Y axes leave out the warmup (first 5% of the steps) and far outliers.")
     )
     if 0 <= incident < len(spikes):

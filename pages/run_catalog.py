@@ -8,7 +8,7 @@ from typing import Any
 
 import pandas as pd  # type: ignore[import-untyped]
 
-from ingest.run_meta import run_tags
+from ingest.run_meta import run_format, run_tags
 from ingest.run_status import damaged_status
 from ingest.store import RunInfo
 from ingest.store.storage_errors import DamagedRunFile
@@ -41,6 +41,7 @@ def run_catalog(runs: Sequence[RunInfo], summary: dict[str, dict[str, Any]]) -> 
                 "worst spike (x)": float_or_nan(s.get("worst_ratio")),
                 "alerts": alerts,
                 "tags": ", ".join(run_tags(r.meta)),
+                "format": run_format(r.source),
                 "notes": str(r.meta.get("notes") or ""),
                 "first–last": f"{r.first_step}–{r.last_step}" if r.first_step is not None else "",
                 "rejected": r.rejected,

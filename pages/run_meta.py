@@ -8,7 +8,7 @@ from typing import Any
 import streamlit as st
 
 from ingest.errors import StabScopeError
-from ingest.run_meta import META_KEYS, PRECISIONS, coerce_meta_value, user_keys
+from ingest.run_meta import META_KEYS, coerce_meta_value, user_keys
 from ingest.store import RunInfo
 from pages.page_errors import show_error
 from pages.store_access import get_store
@@ -54,7 +54,7 @@ def run_settings(info: RunInfo, key: str) -> None:
                 help_text = f"{spec.label}: {spec.expected} ({_source(name, info.meta)})"
                 widget_key = f"{key}_meta_{info.name}_{name}"
                 if spec.kind == "choice":
-                    options = [NOT_SET, *PRECISIONS]
+                    options = [NOT_SET, *spec.choices]
                     index = options.index(current) if current in options else 0
                     entered[name] = column.selectbox(name, options, index=index, key=widget_key, help=help_text)
                 elif spec.kind == "int":

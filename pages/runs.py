@@ -8,7 +8,8 @@ import pages  # noqa: F401  # first: a deep link's first run leaves Streamlit's 
 import pandas as pd  # type: ignore[import-untyped]
 import streamlit as st
 
-from ingest.run_meta import run_tags
+from ingest.errors import StabScopeError
+from ingest.run_meta import coerce_meta_value, run_format, run_tags
 from ingest.store import WriterBusy
 from pages.charts import Panel, panels_figure
 from pages.page_errors import page_fragment, show_error
@@ -72,6 +73,16 @@ statuses = c2.multiselect(
 only_alerts = c3.checkbox("With alerts", key="runs_alerts", help="Only runs with an alert")
 with c4:
     nav_link("pages/upload.py", "Upload logs", icon=":material/upload_file:")
+c_format, c_since, _ = st.columns([2, 2, 4.6], vertical_alignment="bottom")
+formats = c_format.multiselect(
+    "Format",
+    sorted({run_format(r.source) for r in runs}),
+    default=[],
+    key="runs_format",
+    placeholder="any",
+    help="The trainer's log format the run was imported from, or shards for a monitored job",
+)
+since = c_since.date_input("Updated since", value=None, key="runs_since", help="Only runs written to on or after")
 
 
 def filtered(table: pd.DataFrame) -> pd.DataFrame:
@@ -86,6 +97,10 @@ def filtered(table: pd.DataFrame) -> pd.DataFrame:
         keep &= first_word.isin([STATUS_FILTERS[s] for s in statuses])
     if only_alerts:
         keep &= table["alerts"] != ""
+    if formats:
+        keep &= table["format"].isin(formats)
+    if since is not None:
+        keep &= pd.to_datetime(table["updated"]).dt.date >= since
     return table[keep].reset_index(drop=True)
 
 
@@ -152,6 +167,30 @@ def delete_runs(names: list[str]) -> tuple[list[str], list[WriterBusy]]:
     return deleted, refused
 
 
+def notes_editor() -> None:
+    """Add or change a run's notes (the same ``notes`` that ``stabscope meta RUN notes=...`` sets)."""
+    names = [r.name for r in list_runs()]
+    with st.expander("Notes of a run", icon=":material/edit_note:"):
+        picked = st.selectbox("Run", names, key="runs_note_run")
+        if picked is None:
+            return
+        store = get_store()
+        current = str(store.run_info(picked).meta.get("notes") or "")
+        text = st.text_area("Notes", value=current, key=f"runs_note_text_{picked}", max_chars=2000)
+        if st.button("Save notes", key="runs_note_save", disabled=text == current):
+            try:
+                with store.writing(picked, wait_s=0):
+                    if text.strip():
+                        store.update_meta(picked, {"notes": coerce_meta_value("notes", text.strip())})
+                    else:
+                        store.update_meta(picked, {}, ["notes"])
+            except (WriterBusy, StabScopeError) as exc:
+                show_error(exc)
+                return
+            st.toast(f"Saved the notes of {picked}.")
+            st.rerun()
+
+
 def preview(name: str) -> None:
     info = get_store().run_info(name)
     loss = read_series(info, "loss")
@@ -168,3 +207,4 @@ def preview(name: str) -> None:
 
 
 catalog()
+notes_editor()

@@ -19,7 +19,7 @@ import streamlit as st
 
 from ingest.errors import StabScopeError
 from ingest.store import RunInfo
-from ingest.training import experiment_results
+from ingest.training import experiment_results, lead_time
 from pages import experiment_view as xv
 from pages.charts import Panel, compare_figure, panels_figure
 from pages.compare_lines import Line
@@ -79,6 +79,31 @@ VERDICT_ICONS = {
     xv.NO_DIFFERENCE: ":material/remove_circle_outline:",
     xv.UNCHECKED: ":material/help:",
 }
+
+
+def lead_section(results: experiment_results.ExperimentResults) -> None:
+    """Does the gradient SNR fall before a spike? The newest results' lead-time table, else the shipped one."""
+    st.subheader("Does the gradient SNR fall before a spike?")
+    rows, source = list(results.lead_time), xv.source_text(results, experiment_results.DOCS_RESULTS)
+    if not rows:
+        try:
+            reference = lead_time.reference_lead_time()
+        except StabScopeError as exc:
+            show_error(exc)
+            return
+        rows, source = reference["rows"], reference["source"]
+    st.markdown(lead_time.lead_verdict(rows))
+    horizons = sorted({int(row["horizon"]) for row in rows})
+    horizon = st.radio(
+        "Warning horizon (steps ahead)", horizons, index=len(horizons) // 2, key="th_lead_h", horizontal=True
+    )
+    st.dataframe(xv.lead_table(rows, int(horizon or horizons[0])), hide_index=True, key="th_lead", placeholder=MISSING)
+    st.caption(
+        f"{source} An alarm is the first step of each excursion of a causal score to its threshold; it warns of a "
+        "spike starting within the horizon after it. Precision: alarms outside spikes that warned; recall: spikes "
+        "warned. 95% intervals from resampling runs. The SNR score is its trailing level over its value "
+        "(2 = fell to half); the baselines are causal robust z-scores of the grad norm and the loss."
+    )
 
 
 def thesis_section(stored: set[str]) -> None:
@@ -155,6 +180,8 @@ def thesis_section(stored: set[str]) -> None:
             "below for each seed's spread). A restart acts only at the transition, so arms that differ only "
             "by it train alike before it and draw one over the other (none under restart, clip under restart+clip)."
         )
+
+    lead_section(results)
 
     in_store = {arm: [n for n in xv.arm_runs(results, mechanism, arm) if n in stored] for arm in arms}
     if any(in_store.values()):

@@ -77,10 +77,15 @@ def serve_options(port: int, host: str, *, exposed: bool, has_token: bool, confi
     installed wheel started from anywhere), then the port and listening address serve chose."""
     options = streamlit_config_options(config_file)
     options |= {"server.port": port, "server.headless": True, "browser.gatherUsageStats": False}
+    # config.toml names only the loopback Host names (for `streamlit run app.py`); serve decides below
+    options.pop("server.allowedHosts", None)
     options |= streamlit_address_options(host, exposed=exposed, has_token=has_token)
     return options
 
 
+GENERATED_TOKEN_ENV = "STABSCOPE_TOKEN_GENERATED"
+"""Set to 1 by ``stabscope serve`` when it made the access token itself: the server then prints the
+address carrying it. A token the user gave is never printed."""
 DEFAULT_HOST = "127.0.0.1"
 """Where the server listens unless told otherwise: this machine only, as TensorBoard and Jupyter do."""
 LOOPBACK_HOST_NAMES = ("localhost", "127.0.0.1", "::1")
@@ -92,6 +97,8 @@ def main(port: int, host: str = DEFAULT_HOST) -> int:
     """Say where the dashboard listens (and warn when that is beyond this machine), prepare, seed the
     demo runs on a first start, then run Streamlit on the app (:data:`APP`, blocks); the exit status."""
     from ingest.cli import EXIT_ERROR, seed_before_serving
+    from pages.access_gate import install as install_gate
+    from pages.access_gate import settings_for
     from pages.token_gate import expected_token
 
     try:
@@ -100,9 +107,17 @@ def main(port: int, host: str = DEFAULT_HOST) -> int:
         print(exc, file=sys.stderr)
         return EXIT_ERROR
     exposed = listens_beyond_loopback(host)
-    has_token = expected_token() is not None
+    token = expected_token()
+    has_token = token is not None
     _announce(host, port, exposed=exposed, has_token=has_token)
     _prepare_server()
+    try:  # before anything listens: every route behind the token and the Host check (pages.access_gate)
+        # with a token, any Host (a reverse proxy's name): a rebinding page has no cookie for this server's name
+        host_names = LOOPBACK_HOST_NAMES if not exposed and not has_token else None
+        install_gate(settings_for(port, token, host_names=host_names))
+    except RuntimeError as exc:
+        print(exc, file=sys.stderr)
+        return EXIT_ERROR
     if not os.environ.get("STABSCOPE_NO_DEMO"):
         status = seed_before_serving()
         if status:
@@ -115,6 +130,24 @@ def main(port: int, host: str = DEFAULT_HOST) -> int:
     except SystemExit as exc:  # click ends its command with sys.exit
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else EXIT_ERROR)
     return 0
+
+
+def development_gate() -> list[Any]:
+    """The access gate of ``streamlit run app.py`` (app.py's ``st.App``) as Starlette middleware, with
+    serve's rules: the token of ``$STABSCOPE_TOKEN`` if set (none is made: a development server), and
+    the loopback Host names when it listens on loopback only without a token. Streamlit's settings
+    (its address and port) are loaded by the time ``streamlit run`` imports app.py."""
+    from starlette.middleware import Middleware
+    from streamlit import config
+
+    from pages.access_gate import AccessGate, settings_for, use_settings
+    from pages.token_gate import expected_token
+
+    token = expected_token()
+    loopback_only = not listens_beyond_loopback(str(config.get_option("server.address") or "0.0.0.0"))
+    host_names = LOOPBACK_HOST_NAMES if loopback_only and token is None else None
+    settings = use_settings(settings_for(int(config.get_option("server.port")), token, host_names=host_names))
+    return [Middleware(AccessGate, settings=settings)]
 
 
 def listens_beyond_loopback(host: str) -> bool:
@@ -152,6 +185,15 @@ def _announce(host: str, port: int, *, exposed: bool, has_token: bool) -> None:
     store = os.environ.get("STABSCOPE_STORE", "")
     shown = "localhost" if not exposed or _is_wildcard(host) else _url_host(host)
     print(f"StabScope on http://{shown}:{port} (store {store})", file=sys.stderr)
+    from pages.token_gate import expected_token
+
+    token = expected_token()
+    if os.environ.get(GENERATED_TOKEN_ENV) == "1" and token:  # like Jupyter: the address that signs a browser in
+        print(
+            "  open it with its access token (made for this start; without it, other users of this machine get "
+            f"nothing):\n  http://{shown}:{port}/?token={token}",
+            file=sys.stderr,
+        )
     if not exposed:
         return
     if _is_wildcard(host):

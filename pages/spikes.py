@@ -9,15 +9,20 @@ import pages  # noqa: F401  # first: a deep link's first run leaves Streamlit's 
 import pandas as pd  # type: ignore[import-untyped]
 import streamlit as st
 
+from ingest.errors import StabScopeError
+from ingest.run_meta import SENSITIVITY_NAMES
+from ingest.store import RunInfo
 from pages.charts import Panel, panels_figure
 from pages.findings_view import show_findings
-from pages.incident_view import evidence_text, incident_span, incident_words
+from pages.incident_view import evidence_text, incident_span, incident_words, shown_incidents
+from pages.page_errors import show_error
 from pages.run_costs import money, priced_spikes, run_cost
 from pages.run_meta import run_settings
-from pages.store_access import auto_buckets, read_events, read_series, read_spikes
+from pages.store_access import auto_buckets, get_store, read_events, read_series, read_spikes
 from pages.widgets import MISSING, go_to, nav_link, pick_run
 from stab_core.analysis import INCIDENT_VERDICT, analysis_notes, incident_headline, statements
 from stab_core.analysis import outcome as incident_outcome
+from stab_core.severity import DEFAULT_SENSITIVITY, blips_line, severity_words
 
 ZOOM_PANELS = [
     ("loss", "loss (nats/token)", ["loss"]),
@@ -28,6 +33,7 @@ ZOOM_PANELS = [
 SPIKE_COLUMNS = [
     "#",
     "incident",
+    "severity",
     "peak step",
     "steps",
     "ratio",
@@ -41,10 +47,33 @@ SPIKE_COLUMNS = [
 
 
 def select_row() -> None:
-    """Table selection callback: the selected row becomes the spike shown below."""
+    """Table selection callback: the selected row (of the incidents shown) becomes the spike shown below."""
     rows = ((st.session_state.get("sp_table") or {}).get("selection") or {}).get("rows") or []
-    if rows:
-        st.session_state["sp_idx"] = int(rows[0])
+    shown = st.session_state.get("sp_shown") or []
+    if rows and int(rows[0]) < len(shown):
+        st.session_state["sp_idx"] = int(shown[int(rows[0])])
+
+
+def sensitivity_control(info: RunInfo) -> None:
+    """The run's sensitivity (stored with its metadata): changing it stores it, re-runs the analyses and
+    reloads the page, as the CLI's `stabscope meta RUN sensitivity=...` does."""
+    current = str(info.meta.get("sensitivity") or DEFAULT_SENSITIVITY)
+    names = list(SENSITIVITY_NAMES)
+    chosen = st.selectbox(
+        "Sensitivity",
+        names,
+        index=names.index(current) if current in names else names.index(DEFAULT_SENSITIVITY),
+        key=f"sp_sensitivity_{info.name}",
+        help="How small an incident is detected and how short a blip is: low (fewer, larger incidents), default "
+        "(set from real logs: docs/diagnosis.md), high (more). Stored with the run; the alerts use it too.",
+    )
+    if chosen != current:
+        try:
+            with st.spinner("Saving and re-running the analyses…"):
+                get_store().update_meta(info.name, {"sensitivity": chosen}, [])
+            st.rerun()
+        except StabScopeError as exc:
+            show_error(exc)
 
 
 def open_overview(run: str, lo: int, hi: int) -> None:
@@ -64,6 +93,25 @@ run_settings(info, "sp")
 spikes = read_spikes(info)
 notes = analysis_notes(info.meta.get("analysis") or {}) if info.analysis_gen == info.gen else []
 show_findings(info)
+c_sensitivity, c_blips = st.columns([1, 2])
+with c_sensitivity:
+    sensitivity_control(info)
+show_blips = c_blips.toggle(
+    "Show blips",
+    key="sp_blips",
+    help="Blips: incidents the run absorbed within a few logged steps, the loss back on its trend (hidden by default)",
+)
+shown = shown_incidents(spikes, show_blips)
+st.session_state["sp_shown"] = shown
+blips = blips_line(spikes)
+if spikes and not shown:
+    st.success(
+        f"No spike or divergence in **{info.name}** (steps {info.first_step}–{info.last_step}); "
+        f"{(blips or '').lstrip('+ ')}. **Show blips** lists them."
+    )
+    for note in notes:
+        st.caption(note)
+    st.stop()
 if not spikes:
     if info.analysis_gen != info.gen:
         st.info(f"The analyses have not run on **{info.name}**'s latest data yet; they run after each compaction.")
@@ -75,7 +123,7 @@ if not spikes:
         st.caption(note)
     st.stop()
 
-table = priced_spikes(info)
+table = priced_spikes(info).iloc[shown].reset_index(drop=True)
 inputs = run_cost(info)
 m1, m2, m3, m4 = st.columns(4)
 m1.metric("Incidents", len(table), help="A loss spike and the grad-norm spike with it count once.")
@@ -105,6 +153,9 @@ st.dataframe(
     column_config={
         "#": st.column_config.NumberColumn(width=30),
         "incident": st.column_config.TextColumn(width=150, help="its kind and the metrics that spiked in it"),
+        "severity": st.column_config.TextColumn(
+            width=64, help="what it cost: blip (absorbed at once), spike (steps lost), divergence (no return)"
+        ),
         "peak step": st.column_config.NumberColumn("peak", format="%d", width=56),
         "steps": st.column_config.TextColumn(width=76, help="first–last step of the incident out of its band"),
         "ratio": st.column_config.NumberColumn("ratio (x)", format="%.2f", width=60),
@@ -117,13 +168,15 @@ st.dataframe(
     },
     placeholder=MISSING,
 )
+if blips is not None and not show_blips:
+    st.caption(f"{blips}: **Show blips** lists them.")
 for note in notes:
     st.caption(note)
-if st.session_state.get("sp_idx", 0) >= len(spikes):
-    st.session_state["sp_idx"] = 0
+if st.session_state.get("sp_idx", shown[0]) not in shown:
+    st.session_state["sp_idx"] = shown[0]
 idx = st.selectbox(
     "Incident",
-    range(len(spikes)),
+    shown,
     key="sp_idx",
     format_func=lambda i: f"#{i}: {incident_words(spikes[i])} at step {spikes[i]['peak']} ({spikes[i]['cause']})",
 )
@@ -142,12 +195,15 @@ for title, y_title, metrics in ZOOM_PANELS:
         panels.append(Panel(title, y_title, curves))
 left, right = st.columns([3, 2])
 with left:
-    chart = panels_figure(panels, read_events(info), spikes, 0.0, (lo, hi), panel_height=170, selected=idx)
+    drawn = [spikes[i] for i in shown]
+    chart = panels_figure(panels, read_events(info), drawn, 0.0, (lo, hi), panel_height=170, selected=shown.index(idx))
     st.plotly_chart(chart, key="sp_chart")
     st.caption(f"Steps {lo:,}–{hi:,} at full fidelity; the spike is shaded in its cause's colour (darker: this one).")
 with right:
     outcome = "recovered" if spike["recovered"] else f"**{incident_outcome(spike)}**"
     st.markdown(f"{incident_headline(spike).capitalize()}; {outcome}.")
+    if (cost := severity_words(spike)) is not None:
+        st.caption(cost)
     # every sentence is a claim whose check held on the run (stab_core.claims); unknowns say what to log
     for line in statements(spike, INCIDENT_VERDICT):
         st.markdown(line)

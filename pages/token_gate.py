@@ -111,6 +111,9 @@ def session_unlocked() -> bool:
         return True
     if token_problem() is not None:  # a guessable token opens nothing: ask_for_token says why
         return False
+    gate_opened = _signed_in_by_the_gate()
+    if gate_opened is not None:  # under stabscope serve: the browser's cookie, not this session, holds the access
+        return gate_opened
     if st.session_state.get(_UNLOCKED_KEY):
         return True
     if TOKEN_QUERY_PARAM in st.query_params:
@@ -124,6 +127,22 @@ def session_unlocked() -> bool:
     return False
 
 
+def _signed_in_by_the_gate() -> bool | None:
+    """Whether this session's browser holds the access cookie of ``pages.access_gate``; None where no gate
+    runs in this process (AppTest, ``streamlit run app.py``), and the session-held unlock applies."""
+    import sys
+
+    gate = sys.modules.get("pages.access_gate")  # imported by the server before it starts, never here
+    settings = gate.active_settings() if gate is not None else None
+    if gate is None or settings is None or settings.token is None:
+        return None
+    try:
+        cookie = st.context.cookies.get(settings.cookie_name)
+    except (AttributeError, RuntimeError):
+        cookie = None
+    return bool(gate.cookie_valid(settings, cookie))
+
+
 def ask_for_token() -> None:
     """Draw the token form and stop the script run: nothing after the call draws. A right token
     unlocks the session and reruns into the page the address names; a wrong one is refused with no
@@ -135,6 +154,9 @@ def ask_for_token() -> None:
     problem = token_problem()
     if problem is not None:
         st.error(f"The dashboard stays closed: {problem}.")
+        st.stop()
+    if _signed_in_by_the_gate() is False:  # the cookie expired while this page stayed open
+        st.warning("Your access to this dashboard has expired: reload the page and enter the access token again.")
         st.stop()
     st.write(
         "This dashboard was started with an access token. Enter it to see the runs; "

@@ -27,6 +27,7 @@ import numpy.typing as npt
 
 from stab_core.analysis import AnalysisParams
 from stab_core.decision_tree import NONFINITE_START_LEAF
+from stab_core.severity import shown_by_default
 from stab_core.spikes import robust_zscore_columns
 
 ALERT_WINDOW_STEPS = 200
@@ -201,9 +202,12 @@ def rank_deviations(
 
 def spike_alerts(run: str, spikes: Sequence[Mapping[str, Any]], last_step: int, *, live: bool) -> list[Alert]:
     """A spike that has not recovered, always; a recovered one only while the run is live and its
-    peak is within ``ALERT_WINDOW_STEPS`` of ``last_step`` (an old, recovered spike is history)."""
+    peak is within ``ALERT_WINDOW_STEPS`` of ``last_step`` (an old, recovered spike is history), and
+    never a blip (absorbed within a few steps: :mod:`stab_core.severity`)."""
     out = []
     for s in spikes:
+        if s.get("recovered", True) and not shown_by_default(s.get("severity")):
+            continue
         common = {"ratio": s.get("ratio"), "cause": s.get("cause"), "actions": list(s.get("actions") or [])}
         if s.get("leaf") == NONFINITE_START_LEAF:
             # never finite: nothing diverged, and no checkpoint or batch to go back to

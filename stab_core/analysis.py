@@ -24,12 +24,14 @@ from stab_core.incidents import (
     IncidentKind,
     LoggingGaps,
     detect_climbs,
+    early_jumps,
     group_incidents,
     logging_gaps,
     window_ratio,
     without_steps,
 )
 from stab_core.runview import FloatArray, IntArray, RunView, Series
+from stab_core.severity import Certainty, classify, loss_cost, sensitivity
 from stab_core.snr import SnrCollapse, SnrSeries, detect_snr_collapse, gradient_snr
 from stab_core.spikes import (
     GRAD_NORM_SPIKE_PARAMS,
@@ -46,14 +48,38 @@ from stab_core.spikes import (
 class AnalysisParams:
     """Settings of :func:`analyze_run`: spike thresholds per metric, how far before a loss spike a
     grad-norm spike still counts as leading it (``max_lead_steps``, steps), the tree's thresholds,
-    and the clipping window (logged steps) and saturation fraction."""
+    the clipping window (logged steps) and saturation fraction, the longest blip (``blip_samples``,
+    logged samples: :mod:`stab_core.severity`) and the name of the sensitivity these came from."""
 
     loss_spikes: SpikeParams = LOSS_SPIKE_PARAMS
     grad_norm_spikes: SpikeParams = GRAD_NORM_SPIKE_PARAMS
     max_lead_steps: int = 50
+    blip_samples: int = 3
+    sensitivity: str = "default"
     diagnosis: DiagnosisParams = field(default_factory=DiagnosisParams)
     clip_window: int = 100
     clip_saturation: float = 0.9
+
+
+def params_for(name: object) -> AnalysisParams:
+    """The analysis settings of sensitivity ``name`` (``low``, ``default``, ``high``; None: default);
+    ValueError for anything else."""
+    chosen = sensitivity(name)
+    return AnalysisParams(
+        loss_spikes=chosen.loss,
+        grad_norm_spikes=chosen.grad_norm,
+        blip_samples=chosen.blip_samples,
+        sensitivity=chosen.name,
+    )
+
+
+def run_params(view: RunView) -> AnalysisParams:
+    """The analysis settings stored with the run (``meta['sensitivity']``), the defaults without one
+    or with a value this version does not know."""
+    try:
+        return params_for(view.meta.get("sensitivity"))
+    except ValueError:
+        return AnalysisParams()
 
 
 @dataclass(frozen=True)
@@ -152,7 +178,11 @@ def spike_to_dict(spike: SpikeEvent, diagnosis: Diagnosis, incident: Incident | 
     others' median; null when none did), ``action_evidence`` (each action of the verdict's leaf:
     action, premise, holds true/false/null, evidence), ``summary`` (the verdict in a sentence),
     ``claims`` (every statement about the incident, :mod:`stab_core.claims`: kind, text, holds
-    true/false/null, evidence, to_log; only those whose ``holds`` is not false are said).
+    true/false/null, evidence, to_log; only those whose ``holds`` is not false are said),
+    ``severity`` (``blip``, ``spike`` or ``divergence``: what it cost, :mod:`stab_core.severity`),
+    ``certainty`` (``high``, or ``low`` when its level came from few samples), ``loss_recovered_at``
+    (the step the loss was back within the noise band of its trend from before it; null when never
+    or no loss is logged).
     """
     members = incident.members if incident is not None else (spike,)
     kind = incident.kind if incident is not None else "spike"
@@ -200,6 +230,9 @@ def spike_to_dict(spike: SpikeEvent, diagnosis: Diagnosis, incident: Incident | 
         ],
         "summary": diagnosis.summary,
         "claims": [claim.to_json() for claim in incident_claims(spike, diagnosis, kind)],
+        "severity": incident.severity if incident is not None else ("divergence" if spike.diverged else "spike"),
+        "certainty": incident.certainty if incident is not None else "high",
+        "loss_recovered_at": incident.loss_recovered_at if incident is not None else None,
     }
 
 
@@ -359,14 +392,17 @@ def find_incidents(view: RunView, params: AnalysisParams | None = None) -> list[
     the loss (:mod:`stab_core.incidents`), grouped so that overlapping ones are one incident. A loss
     event's leading grad-norm spike is linked to it (``grad_norm_lead_steps``). A grad-norm-only
     incident lost no steps unless the loss rose above its level inside it."""
-    p = params if params is not None else AnalysisParams()
+    p = params if params is not None else run_params(view)
     grad = view.series.get("grad_norm")
     loss = view.series.get("loss")
     found: list[tuple[SpikeEvent, IncidentKind]] = []
     grad_events: list[SpikeEvent] = []
+    early: list[SpikeEvent] = []
     if grad is not None and grad.steps.size:
         grad_events = detect_spikes(grad.steps, grad.values, "grad_norm", p.grad_norm_spikes)
         found += [(event, "spike") for event in grad_events]
+        early = _new_early_jumps(grad, grad_events, p.grad_norm_spikes)
+        found += [(event, "spike") for event in early]
     interval = 1
     if loss is not None and loss.steps.size:
         interval = logging_interval(loss.steps)
@@ -397,8 +433,48 @@ def find_incidents(view: RunView, params: AnalysisParams | None = None) -> list[
         if primary.metric != "loss" and co_moves.get("loss", 0.0) < p.loss_spikes.recover_ratio:
             # the loss stayed within its band: no progress was lost
             primary = replace(primary, steps_lost=0)
-        incidents.append(Incident(kind, (primary, *members[1:]), co_moves))
+        incidents.append(_costed(Incident(kind, (primary, *members[1:]), co_moves), loss, early, p))
     return incidents
+
+
+def _new_early_jumps(series: Series, detected: Sequence[SpikeEvent], params: SpikeParams) -> list[SpikeEvent]:
+    """Early jumps of ``series`` (:func:`stab_core.incidents.early_jumps`) that no event the detector
+    found already covers. They are looked for over the first two windows of samples: as long as the
+    detector's window still holds samples of the run's first window (warm-up transients, a norm
+    falling from 10x its later level), its median and MAD sit far above the recent level."""
+    jumps = early_jumps(
+        series.steps,
+        series.values,
+        2 * params.window,
+        min_ratio=params.min_ratio,
+        z_threshold=params.z_threshold,
+        recover_ratio=params.recover_ratio,
+    )
+    return [j for j in jumps if not any(d.start <= j.start <= d.until for d in detected)]
+
+
+def _costed(incident: Incident, loss: Series | None, early: Sequence[SpikeEvent], p: AnalysisParams) -> Incident:
+    """``incident`` with its severity, certainty and the step its loss was back on trend."""
+    cost = loss_cost(loss.steps, loss.values, incident.start) if loss is not None else None
+    certainty: Certainty = "high"
+    if (cost is not None and cost.certainty == "low") or any(m in early for m in incident.members):
+        certainty = "low"
+    if incident.kind == "early_instability":
+        certainty = "low"
+    diverged = incident.primary.diverged
+    recovered_at = cost.recovered_at if cost is not None else None
+    severity = classify(
+        diverged=diverged,
+        loss_samples=cost.samples_above if cost is not None and cost.band is not None else None,
+        member_samples=max(m.n_samples for m in incident.members),
+        blip_samples=p.blip_samples,
+    )
+    return replace(
+        incident,
+        severity=severity,
+        certainty=certainty,
+        loss_recovered_at=None if diverged else recovered_at,
+    )
 
 
 def _diagnosed(
@@ -456,8 +532,9 @@ def _not_run(view: RunView, p: AnalysisParams, snr: SnrSeries | None) -> tuple[l
 def analyze_run(view: RunView, params: AnalysisParams | None = None) -> RunAnalysis:
     """SNR, clipping statistics and diagnosed incidents of one run (pure: the store persists them).
     Steps where every metric is non-finite or absent (:func:`stab_core.incidents.logging_gaps`) are
-    left out: the logging stopped there, training did not blow up."""
-    p = params if params is not None else AnalysisParams()
+    left out: the logging stopped there, training did not blow up. Without ``params``, the run's
+    stored sensitivity (:func:`run_params`) sets them."""
+    p = params if params is not None else run_params(view)
     d = p.diagnosis
     gaps = logging_gaps(view)
     view = without_steps(view, gaps.dead_steps)
@@ -490,7 +567,7 @@ def explain_step(
     """Diagnose the incident at ``step`` (``stabscope diagnose RUN --step N --force``): the incident
     covering it if there is one, else an event built at the first logged sample of ``metric`` at or
     after ``step``, walked as if it were a spike (for a spike seen elsewhere or below the thresholds)."""
-    p = params if params is not None else AnalysisParams()
+    p = params if params is not None else run_params(view)
     view = without_steps(view, logging_gaps(view).dead_steps)
     series = view.series.get(metric)
     if series is None or series.steps.size == 0:

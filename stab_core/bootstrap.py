@@ -141,3 +141,33 @@ def bootstrap_relative_change(
     tail = (1.0 - confidence) / 2.0
     low, high = np.quantile(ratios, [tail, 1.0 - tail])
     return Interval(float(a.mean() / b.mean() - 1.0), float(low), float(high), int(a.size), confidence)
+
+
+def bootstrap_ratio(
+    numerators: npt.ArrayLike,
+    denominators: npt.ArrayLike,
+    *,
+    resamples: int = DEFAULT_RESAMPLES,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> Interval:
+    """sum(numerators) / sum(denominators) with a percentile interval from resampling the pairs
+    (a cluster bootstrap: each pair is one run's counts, e.g. its warned spikes and its spikes), so
+    runs with many events weigh as much as they count and events of one run stay together. Pairs with
+    a zero denominator take part in the resampling; a resample whose denominators sum to zero is
+    left out. ``n`` is the denominators' sum."""
+    _check(resamples, confidence)
+    num = np.asarray(numerators, dtype=np.float64).ravel()
+    den = np.asarray(denominators, dtype=np.float64).ravel()
+    if num.shape != den.shape:
+        raise ValueError(f"numerators and denominators must have the same length, got {num.size} and {den.size}")
+    total = float(den.sum())
+    if num.size == 0 or total <= 0:
+        return Interval(math.nan, math.nan, math.nan, int(total), confidence)
+    rng = np.random.default_rng(seed)
+    picks = rng.integers(0, num.size, size=(resamples, num.size))
+    num_sums, den_sums = num[picks].sum(axis=1), den[picks].sum(axis=1)
+    ratios = num_sums[den_sums > 0] / den_sums[den_sums > 0]
+    tail = (1.0 - confidence) / 2.0
+    low, high = np.quantile(ratios, [tail, 1.0 - tail])
+    return Interval(float(num.sum()) / total, float(low), float(high), int(total), confidence)

@@ -22,7 +22,8 @@ import numpy as np
 import numpy.typing as npt
 
 from stab_core.runview import FloatArray, IntArray, RankMatrix, RunView, Series
-from stab_core.spikes import SpikeEvent, build_event
+from stab_core.severity import Certainty, SeverityLevel
+from stab_core.spikes import MAD_TO_Z, SpikeEvent, build_event
 
 IncidentKind = Literal["spike", "early_instability", "climb"]
 
@@ -36,6 +37,13 @@ RECOVER_RATIO: Final = 1.1
 """An early rise or a climb has recovered once the loss is back within this factor of its level."""
 CLIMB_SMOOTH: Final = 5
 """Samples in the trailing median that smooths the loss for :func:`detect_climbs` (one-sample spikes vanish)."""
+EARLY_JUMP_RECENT: Final = 8
+"""Samples before a sample that its early level and noise are taken from: the recent ones, since a
+loss or grad norm falls fast in a run's first steps and a longer median would sit far above it."""
+EARLY_JUMP_MIN_SAMPLES: Final = 3
+"""Samples needed before the first one an early jump may be judged (a median of fewer is no level)."""
+EARLY_JUMP_REL_FLOOR: Final = 0.05
+"""Floor of an early level's MAD, as a fraction of the level: a few samples understate the noise."""
 _CLIMB_MAX_POINTS: Final = 40_000
 """Above this many samples, climbs are looked for on block medians (a climb spans many samples)."""
 
@@ -218,6 +226,42 @@ def early_rises(steps: IntArray, values: FloatArray, history: int, metric: str =
     return events
 
 
+def early_jumps(
+    steps: IntArray,
+    values: FloatArray,
+    limit: int,
+    *,
+    min_ratio: float,
+    z_threshold: float,
+    recover_ratio: float,
+    metric: str = "grad_norm",
+) -> list[SpikeEvent]:
+    """Jumps in the first ``limit`` finite samples, where the spike detector's window is not yet full
+    (its median then sits high on a falling series): a sample at least ``min_ratio`` times, and
+    ``z_threshold`` modified z-scores above, the median of the :data:`EARLY_JUMP_RECENT` samples
+    before it (MAD floored at :data:`EARLY_JUMP_REL_FLOOR` of that median). It recovers at the first
+    later sample within ``recover_ratio`` of that median. A 20-step run is judged from its 4th sample."""
+    s, x = _finite(steps, values)
+    events: list[SpikeEvent] = []
+    i = EARLY_JUMP_MIN_SAMPLES
+    stop = min(limit, x.size)
+    while i < stop:
+        recent = x[max(0, i - EARLY_JUMP_RECENT) : i]
+        level = float(np.median(recent))
+        scale = max(float(np.median(np.abs(recent - level))), EARLY_JUMP_REL_FLOOR * abs(level), 1e-12)
+        if level > 0 and x[i] >= min_ratio * level and MAD_TO_Z * (x[i] - level) / scale >= z_threshold:
+            back = np.flatnonzero(x[i + 1 :] <= recover_ratio * level)
+            recovery = i + 1 + int(back[0]) if back.size else None
+            last = (recovery - 1) if recovery is not None else x.size - 1
+            events.append(build_event(metric, s, x, i, last, recovery, level, scale))
+            if recovery is None:
+                break
+            i = recovery
+            continue
+        i += 1
+    return events
+
+
 def _smoothed(x: FloatArray) -> tuple[FloatArray, IntArray, int]:
     """Trailing median of :data:`CLIMB_SMOOTH` samples (medians of blocks of samples on long series),
     the index into ``x`` of each smoothed point's last sample, and the samples per point."""
@@ -288,11 +332,18 @@ class Incident:
     event if there is one, else the largest). ``co_moves``: for watched metrics with no detected member,
     their peak over their level inside the incident (e.g. the loss at 1.09x during a grad-norm spike).
     ``kind``: a ``spike`` from the detector, ``early_instability`` (begins before the detector has a
-    full baseline: the first ``window`` samples) or a ``climb``."""
+    full baseline: the first ``window`` samples) or a ``climb``. ``severity``: what it cost (blip,
+    spike, divergence: :mod:`stab_core.severity`); ``certainty``: ``low`` when its level came from
+    few samples (the first steps of a run, a short run)."""
 
     kind: IncidentKind
     members: tuple[SpikeEvent, ...]
     co_moves: dict[str, float] = field(default_factory=dict)
+    severity: SeverityLevel = "spike"
+    certainty: Certainty = "high"
+    loss_recovered_at: int | None = None
+    """The step the loss was back within the noise band of its trend from before the incident
+    (:mod:`stab_core.severity`); None when it never was or the run logs no loss."""
 
     @property
     def primary(self) -> SpikeEvent:
@@ -304,8 +355,10 @@ class Incident:
 
     @property
     def until(self) -> int:
-        """The last step of the incident: the latest recovery, or end when one never recovered."""
-        return max(m.until for m in self.members)
+        """The last step of the incident: the latest recovery (the loss's return to its trend
+        included), or end when one never recovered."""
+        last = max(m.until for m in self.members)
+        return max(last, self.loss_recovered_at) if self.loss_recovered_at is not None else last
 
     @property
     def metrics(self) -> list[str]:

@@ -10,8 +10,9 @@ measured two ways at once:
   report loss spikes of 5-10x and Megatron-LM's rerun machinery flags a loss 10x its recent maximum;
   the modest single-step spikes of small public runs are 1.3-1.8x, so the loss default is 1.2x).
 
-Non-finite values are always flagged. Consecutive flagged samples, and detections that follow each
-other within a few samples, merge into one :class:`SpikeEvent`.
+For losses, a sample at least twice the z threshold out needs only 1.1x its baseline (a very large
+outlier of a quiet loss). Non-finite values are always flagged. Consecutive flagged samples, and
+detections that follow each other within a few samples, merge into one :class:`SpikeEvent`.
 
 Baselines are computed on the finite samples only, over a window of ``window`` *samples* (not steps),
 so a log written every N steps and a log with gaps need no special handling. The window median is
@@ -47,6 +48,10 @@ _BLOCK_ELEMENTS: Final = 1 << 16
 and are reused by the allocator, where whole-series temporaries (80 MB at 10M samples) each cost
 fresh pages and a trip to memory."""
 
+OUTLIER_Z_FACTOR: Final = 2.0
+"""A sample this many times ``z_threshold`` out needs only ``recover_ratio`` over its level, not
+``min_ratio``: the ratio rule is for noisy series, a quiet one's outlier is clear from its z."""
+
 _QUANTUM_SAMPLE: Final = 200_000
 """Samples used to estimate a series' logging resolution (its smallest positive difference)."""
 
@@ -66,6 +71,9 @@ class SpikeParams:
         recover_ratio: ... or whose ratio to that baseline is <= recover_ratio (hysteresis band).
         merge_gap: a new detection at most this many samples after an event's recovery joins it.
         rel_mad_floor: MAD floor as a fraction of |baseline median|.
+        outlier_ratio: a sample at least twice ``z_threshold`` out is flagged when it is this many
+            times its baseline, below ``min_ratio`` (None: never; grad norms of a quiet run wander
+            2x at z 12 with nothing lost).
         abs_mad_floor: absolute MAD floor (in the metric's units): below it a series is treated as
             numerically zero. The series' logging resolution (its smallest positive difference) is
             also a floor, so a series printed with 2 decimals has a MAD of at least 0.01.
@@ -81,6 +89,7 @@ class SpikeParams:
     merge_gap: int = 3
     rel_mad_floor: float = 0.01
     abs_mad_floor: float = 1e-8
+    outlier_ratio: float | None = 1.1
 
     def __post_init__(self) -> None:
         for name in ("window", "stride", "min_history"):
@@ -106,7 +115,7 @@ class SpikeParams:
 LOSS_SPIKE_PARAMS: Final = SpikeParams()
 """Defaults for losses (nats): flagged at z >= 6 and >= 1.2x the baseline."""
 
-GRAD_NORM_SPIKE_PARAMS: Final = SpikeParams(min_ratio=2.0, recover_ratio=1.5)
+GRAD_NORM_SPIKE_PARAMS: Final = SpikeParams(min_ratio=2.0, recover_ratio=1.5, outlier_ratio=None)
 """Defaults for gradient norms: a slow drift of the norm (1.4x over a fine-tune is common) is not a
 spike; a batch that doubles it is."""
 
@@ -472,6 +481,11 @@ def _flagged_indices(x: FloatArray, windows: _BaselineWindows, params: SpikePara
         hit = hit[np.isfinite(values[hit])]
         hit_level = level[hit]
         ratio_ok = (hit_level <= 0) | (values[hit] >= params.min_ratio * hit_level)
+        # a sample twice the z threshold out is flagged at the smaller recovery ratio: one very large
+        # outlier of a quiet loss (0.6 nats over 2.9, z 14) need not be 1.2x its level as well
+        if params.outlier_ratio is not None:
+            far_out = z[hit] >= OUTLIER_Z_FACTOR * params.z_threshold
+            ratio_ok |= far_out & (values[hit] >= params.outlier_ratio * hit_level)
         found.append(hit[ratio_ok] + first)
     return np.unique(np.concatenate(found)).astype(np.int64)
 

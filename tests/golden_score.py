@@ -2,7 +2,8 @@
 
 ``score`` counts incidents found / missed / invented, causes right / wrong / unknown, and every
 statement the golden file says must not be made (a cause in a step range, an action's text, a status).
-``python -m tests.golden_score`` prints the table that docs/diagnosis.md quotes.
+``python -m tests.golden_score`` prints the table that docs/diagnosis.md quotes; ``--sensitivities``
+the table per sensitivity setting on the real logs (issue #32).
 """
 
 from __future__ import annotations
@@ -140,8 +141,42 @@ def score_all(store: Any, goldens: Sequence[Mapping[str, Any]]) -> list[Score]:
     return [score(g, store.spikes(run_name(g)), run_status(store, run_name(g))) for g in goldens]
 
 
+def sensitivity_rows(store: Any, goldens: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Per sensitivity setting, on the real logs only (not the demo runs): required incidents found,
+    invented, incidents shown by default (spikes and divergences) and blips (issue #32: the default
+    setting is chosen on these, docs/diagnosis.md)."""
+    from stab_core.analysis import analyze_run, params_for
+    from stab_core.severity import SENSITIVITIES, shown_by_default
+
+    real = [g for g in goldens if not str(g["log"]).startswith("demo:")]
+    views = [store.run_view(run_name(g)) for g in real]
+    rows = []
+    for name in SENSITIVITIES:
+        row = {"setting": name, "required": 0, "found": 0, "invented": 0, "shown": 0, "blips": 0}
+        for golden, view in zip(real, views, strict=True):
+            items = analyze_run(view, params_for(name)).spike_dicts()
+            result = score(golden, items, "")
+            shown = sum(1 for item in items if shown_by_default(item.get("severity")))
+            row["required"] += result.required
+            row["found"] += result.found
+            row["invented"] += len(result.invented)
+            row["shown"] += shown
+            row["blips"] += len(items) - shown
+        rows.append(row)
+    return rows
+
+
 def main() -> int:
     goldens = [load(p) for p in golden_files()]
+    if "--sensitivities" in sys.argv[1:]:
+        with tempfile.TemporaryDirectory() as root:
+            rows = sensitivity_rows(build_store(Path(root), goldens), goldens)
+        print("| setting | required incidents found | invented | shown by default | blips |")
+        print("| --- | --- | --- | --- | --- |")
+        for r in rows:
+            found = f"{r['found']} of {r['required']}"
+            print(f"| {r['setting']} | {found} | {r['invented']} | {r['shown']} | {r['blips']} |")
+        return 0
     with tempfile.TemporaryDirectory() as root:
         scores = score_all(build_store(Path(root), goldens), goldens)
     print(

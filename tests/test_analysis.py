@@ -156,7 +156,7 @@ def test_analyze_run_on_a_run_without_grad_norm() -> None:
 def test_params_reach_detection() -> None:
     spec = SyntheticRunSpec(classes=("unknown",))
     run = synthetic_run(spec, seed=1)
-    strict = AnalysisParams(loss_spikes=SpikeParams(min_ratio=5.0, recover_ratio=1.1))
+    strict = AnalysisParams(loss_spikes=SpikeParams(min_ratio=5.0, recover_ratio=1.1, outlier_ratio=None))
     assert [i for i in analyze_run(run.to_view(), strict).spikes if i.spike.metric == "loss"] == []
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.baseline_eval import STABSCOPE, evaluate, table
+from bench.baseline_eval import STABSCOPE, STABSCOPE_DEFAULT_VIEW, evaluate, table
 from tests.golden_score import GOLDEN, REAL, build_store, load
 
 LLMC = GOLDEN / "mng_llmc_gpt2_124m.json"
@@ -23,6 +23,9 @@ def test_llmc_log_scored_for_stabscope_and_each_baseline(tmp_path: Path) -> None
     stab, llmc = totals[STABSCOPE], totals["llm.c (z > 7 over 128)"]
     olmo, megatron = totals["OLMo-core (mean + 6 sigma over 128)"], totals["Megatron-LM (10x max of first 100)"]
     assert (stab["found"], stab["required"], stab["invented"]) == (4, 4, 0)
+    # the default view hides blips: the 4 required one-step grad-norm spikes (loss unmoved) are blips
+    view = totals[STABSCOPE_DEFAULT_VIEW]
+    assert (view["found"], view["invented"], view["per_run"][str(golden["log"])]["reported"]) == (0, 0, 0)
     assert (llmc["found"], llmc["invented"]) == (4, 17)
     assert (olmo["found"], olmo["invented"]) == (4, 52)
     assert (megatron["found"], megatron["invented"]) == (0, 0)  # a 10x loss never happens after step 100

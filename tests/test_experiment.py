@@ -57,3 +57,28 @@ def test_runs_are_in_the_store_as_a_seed_group_and_the_outlier_spike_is_detected
         after = [s for s in spikes if "loss" in s["metrics"] and 148 <= s["start"] < 150 + 60]
         assert after, f"seed {seed}: no loss spike detected after the outlier batches at step 150: {spikes}"
         assert after[0]["ratio"] > 1.2
+
+
+def test_every_run_measures_the_gradient_at_two_batch_sizes(quick_store: Path) -> None:
+    from stab_core.analysis import analyze_run
+
+    store = open_analysed_store(quick_store)
+    view = store.run_view("exp-ci-B-none-s0")
+    assert view.per_rank["grad_norm_local"].ranks.tolist() == [0, 1]
+    assert (view.meta["per_rank_batch_size"], view.meta["global_batch_size"]) == (4, 8)
+    snr = analyze_run(view).snr
+    assert snr is not None and snr.estimator == "two_batch"
+    # the batch's gradient is the mean of the halves': its norm is at most their mean norm
+    local = view.per_rank["grad_norm_local"].values
+    grad = view.series["grad_norm"].values
+    assert (grad <= local.mean(axis=0) * (1 + 1e-6)).all()
+
+
+def test_the_lead_time_table_reads_the_experiment_store(quick_store: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from ingest.training.lead_time import main as lead_main
+
+    assert lead_main(["--store", str(quick_store), "--horizons", "20"]) == 0
+    table = capsys.readouterr().out.splitlines()
+    rows = [line for line in table if line.startswith("| 20 |")]
+    assert len(rows) == 7  # three SNR depths, two grad-norm and two loss thresholds
+    assert all("| 4 |" in row for row in rows)  # every run took part in every row

@@ -227,3 +227,16 @@ def test_report_tables_show_the_measured_cells() -> None:
     assert check.measured_change.estimate == -1.0 and check.direction_holds is False
     partial = build_results(config, "stabscope experiment", _results().machine, "now", runs[:3], planned=8)
     assert not partial.complete and "3 of 8" in partial.notes[0]
+
+
+def test_spontaneous_mechanism_has_no_restart_arms_small_batches_and_the_whole_run_as_window() -> None:
+    from ingest.training.experiment import ExperimentConfig, run_specs
+
+    config = ExperimentConfig(experiment_id="t", steps=400, seeds=2, mechanisms=("A", "S")).resolved()
+    specs = run_specs(config)
+    assert {s.arm for s in specs if s.mechanism == "S"} == {"none", "clip", "zclip"}
+    assert {s.arm for s in specs if s.mechanism == "A"} == {"none", "clip", "zclip", "restart", "restart+clip"}
+    s_spec = next(s for s in specs if s.mechanism == "S")
+    a_spec = next(s for s in specs if s.mechanism == "A")
+    assert (s_spec.batch, s_spec.transition_step, s_spec.spike_window) == (8, 10, 390)
+    assert (a_spec.batch, a_spec.transition_step, a_spec.spike_window) == (8, 200, 80)

@@ -100,6 +100,7 @@ def test_llmc_is_unknown_until_its_step_time_is_set_then_priced_exactly(
     # the record's 8x H100 at 140 ms/step (PROVENANCE.txt), at $2/GPU-hour
     store.update_meta("llmc", {"gpus": 8, "usd_per_gpu_hour": 2.0, "step_time_s": 0.14})
     cost_page, spikes_page = open_page("cost").run(), open_page("spikes").run()
+    spikes_page.toggle(key="sp_blips").set_value(True).run()  # this healthy run's incidents are all blips
     on_cost, on_spikes = _priced_table(cost_page, "cost_table"), _priced_table(spikes_page, "sp_table")
     expected = (on_cost["steps lost"] * 0.14 * 8 * 2.0 / 3600).to_list()
     assert on_cost["USD lost"].to_list() == expected == on_spikes["USD lost"].to_list()

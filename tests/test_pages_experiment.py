@@ -418,3 +418,57 @@ def test_a_sentence_names_the_interval_its_verdict_rests_on() -> None:
     assert "no significant difference" in text
     assert "the paired difference's interval includes 0" in text
     assert "paired difference -25 pts [-62, +0]" in text
+
+
+LEAD_HEADING = "Does the gradient SNR fall before a spike?"
+
+
+def test_the_lead_time_table_of_the_results_is_shown_with_its_verdict(page_store: Store) -> None:
+    from ingest.training.lead_time import lead_verdict
+
+    rows = lead_time_rows()
+    write_results(page_store.root, replace(crafted_results("A", "lead"), lead_time=tuple(rows)))
+    at = open_page("scenarios").run()
+    markdown, _ = _thesis(at)
+    assert LEAD_HEADING in [s.value for s in at.subheader]
+    assert lead_verdict(rows) in markdown
+    shown = next(d.value for d in at.dataframe if "predictor" in d.value.columns)
+    assert shown.equals(xv.lead_table(rows, 50))  # the middle horizon by default
+    assert list(shown["spikes warned"]) == ["3 of 10", "5 of 10"]
+
+
+def test_results_without_a_lead_time_table_show_the_shipped_one_and_name_it(page_store: Store) -> None:
+    from ingest.training.lead_time import reference_lead_time
+
+    write_results(page_store.root, crafted_results("A", "old"))
+    at = open_page("scenarios").run()
+    _, captions = _thesis(at)
+    reference = reference_lead_time()
+    assert any(c.startswith(reference["source"]) for c in captions)
+    assert any("predictor" in d.value.columns for d in at.dataframe)
+
+
+def lead_time_rows() -> list[dict]:
+    def interval(v: float) -> dict:
+        return {"estimate": v, "low": v / 2, "high": min(1.0, v * 1.5), "n": 10}
+
+    rows = []
+    for horizon in (10, 50, 200):
+        for source, warned in (("snr", 3), ("grad_norm", 5)):
+            rows.append(
+                {
+                    "horizon": horizon,
+                    "predictor": "SNR fall >= 2" if source == "snr" else "grad_norm z >= 3",
+                    "source": source,
+                    "threshold": 2.0 if source == "snr" else 3.0,
+                    "runs": 8,
+                    "spikes": 10,
+                    "warned": warned,
+                    "alarms": 12,
+                    "false_alarms": 6,
+                    "precision": interval(0.5),
+                    "recall": interval(warned / 10),
+                    "median_lead": 20.0,
+                }
+            )
+    return rows

@@ -204,6 +204,9 @@ def test_llmc_spikes_are_visible_at_the_default_view(tmp_path: Path, monkeypatch
     monkeypatch.setenv("STABSCOPE_STORE", str(store.root))
     at = open_page("overview").run()
     assert not at.exception
+    # every incident of this healthy run is a one-step blip, absorbed at once: none drawn by default
+    assert len(_figure(at)["layout"].get("shapes") or []) == 0
+    at.toggle(key="ov_blips").set_value(True).run()
     fig = _figure(at)
     loss_range, norm_range = fig["layout"]["yaxis"]["range"], fig["layout"]["yaxis2"]["range"]
     assert 2.9 < loss_range[0] < 3.3 and 4.0 < loss_range[1] < 5.0  # the run sits at 3.3-3.5, not 11
@@ -322,7 +325,11 @@ def test_mixtral_golden_values_say_why_panels_are_empty(tmp_path: Path, monkeypa
     loss_range = fig["layout"]["yaxis"]["range"]
     assert 1.8 < loss_range[0] < 2.0 and 3.0 < loss_range[1] < 3.6  # the run at ~2, not its first steps' 12.7
     marked = {int(x) for t in fig["data"] if t.get("customdata") is not None for x in t["x"]}
-    assert marked >= {int(s["peak"]) for s in store.spikes("mixtral") if s["metric"] == "loss"}
+    loss_peaks = {int(s["peak"]): s["severity"] for s in store.spikes("mixtral") if s["metric"] == "loss"}
+    assert marked == {peak for peak, severity in loss_peaks.items() if severity != "blip"}
+    at.toggle(key="ov_blips").set_value(True).run()
+    marked = {int(x) for t in _figure(at)["data"] if t.get("customdata") is not None for x in t["x"]}
+    assert marked >= set(loss_peaks)
     if analysis.get("logging_end"):
         step = int(analysis["logging_end"]["step"])
         assert f"Logging stopped at step {step:,}" in captions

@@ -63,6 +63,29 @@ def _server(
         proc.wait(30)
 
 
+def printed_token(log: Path) -> str:
+    """The access token ``stabscope serve`` made at its start, from the address it printed in ``log``
+    (serve is private by default: without ``--token*`` it makes one)."""
+    printed = re.search(r"/\?token=([A-Za-z0-9_-]+)", log.read_text())
+    assert printed, f"serve printed no address with a token:\n{log.read_text()[-3000:]}"
+    return printed.group(1)
+
+
+def sign_in_cookie(url: str, token: str) -> str:
+    """The access cookie (``name=value``) a server behind ``pages.access_gate`` sets for ``?token=``."""
+    import http.client
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port, timeout=30)
+    conn.request("GET", f"/?token={token}")
+    response = conn.getresponse()
+    response.read()
+    conn.close()
+    assert response.status == 303, response.status
+    return str(response.getheader("set-cookie")).split(";")[0]
+
+
 def test_serve_stops_when_its_process_is_killed(tmp_path: Path) -> None:
     """``kill PID`` of ``stabscope serve`` (SIGTERM, as a supervisor or a user sends it) stops the
     server: Streamlit runs in the CLI's own process. It used to run as a child, which went on serving
@@ -80,7 +103,9 @@ def test_serve_deep_link_first_request_keeps_the_app_navigation(tmp_path: Path) 
     with _fresh_server(tmp_path, serve=True) as url, playwright.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         page = browser.new_page(viewport=VIEWPORT)
-        page.goto(f"{url}/overview")
+        # serve is private by default: the deep link carries the token it printed (the gate then
+        # redirects to /overview with its cookie, and that is Streamlit's first request)
+        page.goto(f"{url}/overview?token={printed_token(tmp_path / 'server.log')}")
         page.get_by_text("Run overview").first.wait_for(timeout=60_000)
         nav = page.locator('[data-testid="stSidebarNav"]').inner_text(timeout=30_000)
         overview = page.locator('[data-testid="stMain"]').inner_text(timeout=30_000)

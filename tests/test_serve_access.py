@@ -33,7 +33,7 @@ from pages.token_gate import token_matches
 from tests.app_pages import open_in_app
 from tests.conftest import REPO_ROOT, SMALL_RUN, RunSpec, write_run
 from tests.test_browser import CHROMIUM, CHROMIUM_ARGS, VIEWPORT
-from tests.test_serve import _server
+from tests.test_serve import _server, printed_token, sign_in_cookie
 
 TOKEN = "s3cret-Tok3n-for-the-gate"
 LIVE_RUN = "live-private-run"
@@ -77,14 +77,16 @@ def _connects(address: str, port: int) -> bool:
         return False
 
 
-def _websocket_status(port: int, host_header: str) -> int:
+def _websocket_status(port: int, host_header: str, cookie: str | None = None) -> int:
     """The HTTP status with which the server answers a browser's WebSocket handshake (101: accepted)
     sent to 127.0.0.1 with ``host_header`` as its Host and Origin, as a page on a DNS name pointed at
     127.0.0.1 would send it (DNS rebinding)."""
     key = base64.b64encode(os.urandom(16)).decode()
     request = (
         f"GET /_stcore/stream HTTP/1.1\r\nHost: {host_header}\r\nOrigin: http://{host_header}\r\n"
-        f"Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n"
+        f"Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n"
+        + (f"Cookie: {cookie}\r\n" if cookie else "")
+        + "\r\n"
     )
     with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
         conn.sendall(request.encode())
@@ -92,10 +94,13 @@ def _websocket_status(port: int, host_header: str) -> int:
     return int(status_line.split()[1])
 
 
-def _xsrf_refuses_an_upload(url: str) -> bool:
+def _xsrf_refuses_an_upload(url: str, cookie: str) -> bool:
     """Whether the server refuses a file upload that carries no XSRF token with 403 (with the check
-    off, Streamlit would answer 400 for the unknown session instead)."""
-    request = urllib.request.Request(f"{url}/_stcore/upload_file/no-session/no-file", data=b"x", method="PUT")
+    off, Streamlit would answer 400 for the unknown session instead). ``cookie``: the access gate's,
+    so that the request reaches Streamlit's check."""
+    request = urllib.request.Request(
+        f"{url}/_stcore/upload_file/no-session/no-file", data=b"x", method="PUT", headers={"Cookie": cookie}
+    )
     try:
         urllib.request.urlopen(request, timeout=10)
     except urllib.error.HTTPError as exc:
@@ -112,8 +117,11 @@ def test_serve_listens_on_loopback_only_by_default(tmp_path: Path) -> None:
         other = _other_interface_address()
         if other is not None:
             assert not _connects(other, port), f"reachable from the network at {other}:{port}"
-        assert _xsrf_refuses_an_upload(url)
-        assert _websocket_status(port, f"localhost:{port}") == _websocket_status(port, f"127.0.0.1:{port}") == 101
+        cookie = sign_in_cookie(url, printed_token(tmp_path / "server.log"))  # private by default (#33 item 4)
+        assert _xsrf_refuses_an_upload(url, cookie)
+        assert _websocket_status(port, f"localhost:{port}", cookie) == 101
+        assert _websocket_status(port, f"127.0.0.1:{port}", cookie) == 101
+        assert _websocket_status(port, f"localhost:{port}") == 403  # without the cookie (tests/test_security_gate.py)
         assert _websocket_status(port, f"rebind.attacker.example:{port}") == 403
     log = (tmp_path / "server.log").read_text()
     assert f"StabScope on http://localhost:{port}" in log
@@ -126,7 +134,7 @@ def test_serve_listens_on_loopback_only_by_default(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_serve_on_every_interface_without_a_token_warns_before_it_listens(tmp_path: Path) -> None:
     other = _other_interface_address()
-    with _server(tmp_path, serve=True, serve_args=["--host", "0.0.0.0"]) as (url, _):
+    with _server(tmp_path, serve=True, serve_args=["--host", "0.0.0.0", "--no-token"]) as (url, _):
         port = urlsplit(url).port
         assert port is not None
         if other is not None:
@@ -148,10 +156,11 @@ def test_serve_with_a_token_keeps_it_out_of_the_process_list_and_the_log(tmp_pat
         assert b"pages.server" in cmdline and TOKEN.encode() not in cmdline
         environ = Path(f"/proc/{proc.pid}/environ").read_bytes()  # readable by its user only
         assert f"STABSCOPE_TOKEN={TOKEN}".encode() in environ.split(b"\0")
-        assert _xsrf_refuses_an_upload(url)
+        cookie = sign_in_cookie(url, TOKEN)
+        assert _xsrf_refuses_an_upload(url, cookie)
         port = urlsplit(url).port
-        assert port is not None  # with a token, any Host (a proxy's name): the gate keeps the runs
-        assert _websocket_status(port, f"dashboard.example.org:{port}") == 101
+        assert port is not None  # with a token, any Host (a proxy's name): the gate's cookie keeps the runs
+        assert _websocket_status(port, f"dashboard.example.org:{port}", cookie) == 101
     log = (tmp_path / "server.log").read_text()
     assert "viewers must enter the access token" in log and NO_TOKEN_WARNING not in log, log
     assert TOKEN not in log
@@ -345,7 +354,8 @@ def test_browser_asks_for_the_token_then_shows_the_runs_table(tmp_path: Path) ->
     serve_args = ["--token-file", str(token_file)]
     with _server(tmp_path, serve=True, serve_args=serve_args) as (url, _), playwright.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport=VIEWPORT)
+        context = browser.new_context(viewport=VIEWPORT)  # one browser: its tabs share the gate's cookie
+        page = context.new_page()
         page.goto(url)
         field = page.get_by_label("Access token")
         field.wait_for(timeout=60_000)
@@ -354,7 +364,12 @@ def test_browser_asks_for_the_token_then_shows_the_runs_table(tmp_path: Path) ->
         page.get_by_role("button", name="Open the dashboard").click()
         page.locator(RUNS_TABLE).first.wait_for(timeout=60_000)
         nav = page.locator('[data-testid="stSidebarNav"]').inner_text(timeout=30_000)
-        # a second tab is a new session: it asks again, and a link with the token opens it
+        # the token binds to the browser (the gate's cookie), not to the session: a new tab of it opens
+        same_browser = context.new_page()
+        same_browser.goto(f"{url}/compare")
+        same_browser.get_by_text("Compare").first.wait_for(timeout=60_000)
+        asked_again = same_browser.get_by_label("Access token").count()
+        # another browser (a new context: no cookie) is asked; a link with the token opens it
         second = browser.new_page(viewport=VIEWPORT)
         second.goto(f"{url}/?token={TOKEN}")
         second.locator(RUNS_TABLE).first.wait_for(timeout=60_000)
@@ -362,4 +377,4 @@ def test_browser_asks_for_the_token_then_shows_the_runs_table(tmp_path: Path) ->
         second_url = second.url
         browser.close()
     assert hidden_before == 0 and "Runs" in nav and "Decision tree" in nav
-    assert TOKEN not in second_url
+    assert TOKEN not in second_url and asked_again == 0

@@ -394,7 +394,10 @@ def _reference_events(x: np.ndarray, params: SpikeParams) -> list[tuple[int, int
     first finite sample back in the band of its start's baseline; a flag within merge_gap joins it."""
     base = rolling_robust_zscore(x, params)
     with np.errstate(invalid="ignore"):
-        past = (base.z >= params.z_threshold) & ((base.level <= 0) | (x >= params.min_ratio * base.level))
+        ratio_ok = (base.level <= 0) | (x >= params.min_ratio * base.level)
+        if params.outlier_ratio is not None:  # twice the z threshold out: the smaller outlier ratio is enough
+            ratio_ok |= (base.z >= 2 * params.z_threshold) & (x >= params.outlier_ratio * base.level)
+        past = (base.z >= params.z_threshold) & ratio_ok
     flagged = np.flatnonzero(~np.isfinite(x) | past).tolist()
     events, k = [], 0
     while k < len(flagged):

@@ -35,6 +35,7 @@ from ingest.demo import demo_run_names
 from pages.navigation import page_scripts
 from tests.conftest import REPO_ROOT
 from tests.test_browser import CHROMIUM, CHROMIUM_ARGS, VIEWPORT, _free_port, _settle, _wait_healthy
+from tests.test_serve import printed_token
 
 REPO_CONFIG = REPO_ROOT / ".streamlit" / "config.toml"
 NOT_BUILD_INPUTS = shutil.ignore_patterns(
@@ -224,9 +225,10 @@ def _non_loopback_address() -> str | None:
 
 
 @pytest.fixture(scope="module")
-def served(installed: Installed) -> Iterator[tuple[str, int]]:
+def served(installed: Installed) -> Iterator[tuple[str, int, str]]:
     """``stabscope serve`` of the fresh install on a new store (demo runs seeded on its first start);
-    its URL and port once it answers. Stopped at the end, whatever happened."""
+    its URL, port and the access token it made and printed (private by default) once it answers.
+    Stopped at the end, whatever happened."""
     port = _free_port()
     log = installed.outside / "serve.log"
     cmd = [str(installed.venv / "bin" / "stabscope"), "serve", "--port", str(port), "--store", "store"]
@@ -235,7 +237,7 @@ def served(installed: Installed) -> Iterator[tuple[str, int]]:
     try:
         url = f"http://127.0.0.1:{port}"
         _wait_healthy(url, proc, log, timeout_s=240)  # the first start writes the demo runs
-        yield url, port
+        yield url, port, printed_token(log)
     finally:
         proc.terminate()
         try:
@@ -249,12 +251,12 @@ def served(installed: Installed) -> Iterator[tuple[str, int]]:
 @pytest.mark.slow
 @pytest.mark.system
 @pytest.mark.browser
-def test_the_installed_server_renders_the_runs_and_the_reference_results(served: tuple[str, int]) -> None:
+def test_the_installed_server_renders_the_runs_and_the_reference_results(served: tuple[str, int, str]) -> None:
     if not CHROMIUM.exists():
         pytest.skip("Debian chromium is not installed (bash .ci/test installs it)")
     from playwright.sync_api import sync_playwright
 
-    url, port = served
+    url, port, token = served
     demo_runs = demo_run_names()
     frames: list[bytes] = []
     with sync_playwright() as p:
@@ -266,7 +268,7 @@ def test_the_installed_server_renders_the_runs_and_the_reference_results(served:
                 socket.on("framereceived", lambda f: frames.append(f) if isinstance(f, bytes) else None)
 
             page.on("websocket", keep_frames)
-            page.goto(url)
+            page.goto(f"{url}/?token={token}")  # the address serve printed; the gate's cookie from then on
             _settle(page)
             assert page.locator("[data-testid='stException']").count() == 0
             assert page.get_by_text(f"{len(demo_runs)} of {len(demo_runs)} runs.").is_visible()

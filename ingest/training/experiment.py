@@ -13,6 +13,16 @@ from its floor back to its peak in one step there; the ``restart`` arms warm it 
 - C: a top-1 mixture-of-experts model whose data switches from library code to test code at the
   transition, with the LR back at its peak; the router's expert load is logged every step
   (``expert_load_max_over_mean``).
+- S: no transition and nothing provoked: after its warmup the LR stays at a high peak and nothing is
+  decayed, so the spikes that come, come on their own, from the data (the runs of the early-warning
+  measure, ``ingest.training.lead_time``). Its "transition" is the
+  end of the warmup and its spike window the rest of the run; the restart arms do not apply.
+
+Every run measures the gradient at two batch sizes: each batch is split into two halves, each half's
+gradient is computed on its own (the same arithmetic as the whole batch: the loss is a mean, so the
+batch's gradient is the mean of the halves'), and the halves are written as ranks 0 and 1 of the run
+(``grad_norm_local``, per-rank batch = half the batch). The store's SNR is then the two-batch noise
+scale estimate (``stab_core.snr.two_batch_snr``), not the temporal proxy.
 
 Clipping arms clip the global gradient norm at ``max_norm`` (``clip_grad_norm``) or adaptively
 (``ZClip``); the others log the norm unclipped.
@@ -44,11 +54,14 @@ if TYPE_CHECKING:
     from stab_core.clipping import ClipRecord
     from stab_core.torch_clipping import ZClip
 
-PEAK_LR = {"A": 4e-2, "B": 6e-3, "C": 4e-2}
+PEAK_LR = {"A": 4e-2, "B": 6e-3, "C": 4e-2, "S": 1e-1}
 """AdamW peak LR per mechanism, set from single-seed trial runs (800 steps, seed 0): at A's 4e-2 the
 one-step jump at the transition gave a detected loss spike (1.7x) without a restart warmup and none
 with it (2e-2: no loss spike either way; 8e-2: spikes with the restart warmup too). B's 6e-3 leaves
-the jump alone harmless, so the spike is the outlier batches'. C uses A's LR."""
+the jump alone harmless, so the spike is the outlier batches'. S's 1e-1 after a 20-step warmup: at
+3e-2 after 80 steps 16 seeds gave 1 loss spike in 800 steps; trials at 2e-2 and 5e-2 gave one in 1 of
+3 seeds, 1e-1 two in seed 0; batches of 4 and 16 gave none (docs/experiments.md, "Spikes that come on
+their own")."""
 ADAM_BETA2 = 0.999
 """AdamW's second-moment decay: torch's default. Its slow second moment is what lets a sudden change
 of the gradients (an LR jump, an outlier batch) take steps far larger than the LR."""
@@ -149,6 +162,33 @@ class RunSpec:
     def shape(self) -> ModelShape:
         return replace(self.config.shape, experts=self.config.experts if self.mechanism == "C" else 0)
 
+    @property
+    def spontaneous(self) -> bool:
+        return self.mechanism == "S"
+
+    @property
+    def batch(self) -> int:
+        """Sequences per optimizer step (even: the two halves of the two-batch measure)."""
+        return self.config.batch
+
+    @property
+    def warmup_steps(self) -> int:
+        """The first warmup: S's is short (steps/40), the others' the config's."""
+        assert self.config.warmup_steps is not None
+        return max(self.config.steps // 40, 1) if self.spontaneous else self.config.warmup_steps
+
+    @property
+    def transition_step(self) -> int:
+        """Where the measured window starts: the schedule switch, or for S the end of the warmup."""
+        return self.warmup_steps if self.spontaneous else self.config.transition_step
+
+    @property
+    def spike_window(self) -> int:
+        """Steps from ``transition_step`` in which a detected spike counts: for S the rest of the run."""
+        if self.spontaneous:
+            return self.config.steps - self.transition_step
+        return self.config.spike_window or 1
+
 
 def run_specs(config: ExperimentConfig) -> list[RunSpec]:
     """Every run, seed-major (each seed's runs of every mechanism and arm together), so a subset stopped
@@ -158,6 +198,7 @@ def run_specs(config: ExperimentConfig) -> list[RunSpec]:
         for seed in range(config.seeds)
         for mechanism in config.mechanisms
         for arm in config.arms
+        if not (mechanism == "S" and arm.startswith("restart"))  # S has no transition to warm up at
     ]
 
 
@@ -171,13 +212,13 @@ def _batch(spec: RunSpec, corpus: Corpus, step: int) -> np.ndarray:
     config, length = spec.config, spec.shape.seq_len + 1
     start = config.transition_step
     if spec.mechanism == "B" and start <= step < start + config.outlier_steps:
-        return template_batch(config.batch, length)
+        return template_batch(spec.batch, length)
     rng = np.random.default_rng([spec.seed, step, 7])
     if spec.mechanism == "C":
         split = corpus.train_phase2_start
         lo, hi = (split, None) if step >= start else (0, split)
-        return window_batch(corpus.train, rng, config.batch, length, lo, hi)
-    return window_batch(corpus.train, rng, config.batch, length)
+        return window_batch(corpus.train, rng, spec.batch, length, lo, hi)
+    return window_batch(corpus.train, rng, spec.batch, length)
 
 
 def _evaluate(model: nn.Module, batches: list[torch.Tensor]) -> float:
@@ -219,22 +260,23 @@ def train_run(spec: RunSpec, shard_dir: Path, corpus: Corpus) -> tuple[float, fl
     groups = [{"params": others, "lr": peak}]
     if router:
         groups.append({"params": router, "lr": peak * ROUTER_LR_SCALE})
-    optimizer = torch.optim.AdamW(groups, lr=peak, betas=(0.9, ADAM_BETA2), weight_decay=0.1)
+    decay = 0.0 if spec.spontaneous else 0.1
+    optimizer = torch.optim.AdamW(groups, lr=peak, betas=(0.9, ADAM_BETA2), weight_decay=decay)
     assert config.warmup_steps is not None and config.restart_warmup_steps is not None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # the arms without a restart warmup are the point
         scheduler = WarmupCosineRestartScheduler(
             optimizer,
             total_steps=config.steps,
-            warmup_steps=config.warmup_steps,
+            warmup_steps=spec.warmup_steps,
             restart_warmup_steps=config.restart_warmup_steps if spec.restarts else 0,
-            num_cycles=2,
-            min_lr_ratio=config.min_lr_ratio,
+            num_cycles=1 if spec.spontaneous else 2,
+            min_lr_ratio=1.0 if spec.spontaneous else config.min_lr_ratio,  # S: constant after warmup
         )
     zclip = ZClip() if spec.clipping == "zclip" else None
     val = [
         torch.from_numpy(b).to(device)
-        for b in validation_batches(corpus, config.val_batches, config.batch, spec.shape.seq_len + 1)
+        for b in validation_batches(corpus, config.val_batches, spec.batch, spec.shape.seq_len + 1)
     ]
     meta = {
         "source": "stabscope experiment",
@@ -245,18 +287,21 @@ def train_run(spec: RunSpec, shard_dir: Path, corpus: Corpus) -> tuple[float, fl
         "arm_text": ARMS[spec.arm],
         "seed": spec.seed,
         "seed_group": spec.seed_group,
-        "transition_step": config.transition_step,
+        "transition_step": spec.transition_step,
+        "two_batch": "ranks 0 and 1 are the two halves of each batch, measured in one process",
         "model": f"byte-level GPT, {spec.shape.n_layers} layers x d={spec.shape.d_model}"
         + (f", top-1 MoE with {spec.shape.experts} experts" if spec.shape.experts else ""),
         "data": f"Python standard library sources ({corpus.train_files} training files)",
         "precision": "fp32",
         "tags": ["experiment", f"mechanism:{spec.mechanism}", f"arm:{spec.arm}"],
     }
+    half = spec.batch // 2
     monitor = StabilityMonitor(
         shard_dir,
         rank=0,
-        world_size=1,
-        per_rank_batch_size=config.batch,
+        world_size=2,
+        per_rank_batch_size=half,
+        global_batch_size=spec.batch,
         seq_len=spec.shape.seq_len,
         scheduler=scheduler,
         clipper=zclip,
@@ -264,19 +309,17 @@ def train_run(spec: RunSpec, shard_dir: Path, corpus: Corpus) -> tuple[float, fl
         meta=meta,
         flush_interval_s=5.0,
     )
+    second_half = StabilityMonitor(shard_dir, rank=1, world_size=2, per_rank_batch_size=half, flush_interval_s=5.0)
     started = time.monotonic()
     val_loss = math.nan
-    with monitor:
+    with monitor, second_half:
         for step in range(config.steps):
             tokens = torch.from_numpy(_batch(spec, corpus, step)).to(device)
-            loss = next_byte_loss(model, tokens)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()  # type: ignore[no-untyped-call]
+            loss, half_norms, loads = _two_half_gradients(model, params, optimizer, tokens.chunk(2))
             record = _clip(spec, params, zclip)
-            extra: dict[str, float] = {}
+            extra: dict[str, float] = {"grad_norm_local": half_norms[0]}
             if record is None:
                 extra["grad_norm"] = global_grad_norm(params)
-            loads = model.router_loads()  # type: ignore[operator]
             if loads:
                 extra["expert_load_max_over_mean"] = max(loads)
             lr = float(optimizer.param_groups[0]["lr"])
@@ -286,8 +329,37 @@ def train_run(spec: RunSpec, shard_dir: Path, corpus: Corpus) -> tuple[float, fl
             if done % (config.eval_every or done) == 0 or done == config.steps:
                 val_loss = _evaluate(model, val)
                 extra["val_loss"] = val_loss
-            monitor.log(step, loss=loss.detach(), lr=lr, clip_stats=record, extra=extra)
+            monitor.log(step, loss=loss, lr=lr, clip_stats=record, extra=extra)
+            second_half.log(step, extra={"grad_norm_local": half_norms[1]})
     return val_loss, time.monotonic() - started
+
+
+def _two_half_gradients(
+    model: nn.Module, params: Sequence[torch.Tensor], optimizer: torch.optim.Optimizer, halves: Sequence[torch.Tensor]
+) -> tuple[float, tuple[float, float], list[float]]:
+    """Leave the batch's gradient in ``params`` (the mean of the two halves' gradients: the loss is a
+    mean over equal halves, so this is the whole batch's gradient) and return (the batch's loss, each
+    half's gradient norm, the router's max-over-mean loads, the larger of the two halves')."""
+    import torch
+
+    from stab_core.torch_clipping import global_grad_norm
+
+    grads: list[list[torch.Tensor | None]] = []
+    losses: list[float] = []
+    norms: list[float] = []
+    loads: list[float] = []
+    for tokens in halves:
+        optimizer.zero_grad(set_to_none=True)
+        loss = next_byte_loss(model, tokens)
+        loss.backward()  # type: ignore[no-untyped-call]
+        losses.append(float(loss.detach()))
+        norms.append(global_grad_norm(params))
+        grads.append([None if p.grad is None else p.grad.detach().clone() for p in params])
+        loads = [max(a, b) for a, b in zip(loads, model.router_loads(), strict=True)] if loads else model.router_loads()  # type: ignore[operator]
+    with torch.no_grad():
+        for p, first, second in zip(params, grads[0], grads[1], strict=True):
+            p.grad = None if first is None or second is None else (first + second) / 2
+    return (losses[0] + losses[1]) / 2, (norms[0], norms[1]), loads
 
 
 # --------------------------------------------------------------------------------------------------
@@ -302,8 +374,8 @@ def measure_run(store: Any, spec: RunSpec, val_loss: float, wall_time_s: float) 
     from stab_core.runview import Series
 
     config = spec.config
-    start = config.transition_step
-    window = config.spike_window or 1
+    start = spec.transition_step
+    window = spec.spike_window
     loss = store.read_series(spec.run_name, "loss")
     series = Series(np.asarray(loss.steps, np.int64), np.asarray(loss.values, np.float64))
     incidents = store.spikes(spec.run_name)

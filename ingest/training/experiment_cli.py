@@ -23,6 +23,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from ingest.errors import StabScopeError
 from ingest.training.experiment import ExperimentConfig, run_and_measure, run_specs
@@ -146,8 +147,17 @@ def run_experiment(
                 future.cancel()
             raise
     results = build_results(config, command, machine, created, done, len(specs))
+    results = replace(results, lead_time=measured_lead_time(store_root, [r.run for r in done]))
     write_results(store_root, results)
     return results
+
+
+def measured_lead_time(store_root: Path, runs: Sequence[str]) -> tuple[dict[str, Any], ...]:
+    """The early-warning table over the experiment's own runs (``ingest.training.lead_time``)."""
+    from ingest.run_analyses import open_analysed_store
+    from ingest.training.lead_time import lead_row_dict, lead_rows
+
+    return tuple(lead_row_dict(row) for row in lead_rows(open_analysed_store(store_root), runs))
 
 
 def config_from_args(args: argparse.Namespace) -> ExperimentConfig:

@@ -46,6 +46,7 @@ MECHANISMS: dict[str, str] = {
     "A": "LR jump at a schedule switch (the LR returns to its peak with no warmup)",
     "B": "data-outlier resonance (batches of one repeated template at the switch)",
     "C": "router seesaw in a top-1 mixture-of-experts variant (data switch with the LR back at its peak)",
+    "S": "spontaneous: a constant high LR after a short warmup, small batches, no weight decay; nothing provoked",
 }
 ARMS: dict[str, str] = {
     "none": "no remedy",
@@ -223,6 +224,9 @@ class ExperimentResults:
     claim_checks: tuple[ClaimCheck, ...] = ()
     complete: bool = True
     notes: tuple[str, ...] = ()
+    lead_time: tuple[dict[str, Any], ...] = ()
+    """Does the SNR fall before a spike: each predictor x horizon scored over the runs
+    (``ingest.training.lead_time.lead_row_dict``); empty in results written before it was measured."""
     schema_version: int = SCHEMA_VERSION
     source: str = field(default="", compare=False)
     """Where these results were read from (not written)."""
@@ -339,6 +343,7 @@ def results_from_json(text: str, source: str = "") -> ExperimentResults:
             ),
             complete=bool(data["complete"]),
             notes=tuple(data["notes"]),
+            lead_time=tuple(dict(row) for row in data.get("lead_time", [])),
             schema_version=int(version),
             source=source,
         )

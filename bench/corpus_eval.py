@@ -1,0 +1,435 @@
+"""StabScope on a held-out corpus of real public training logs, against golden answers written blind
+(issues #31 and #32; ``tests/corpus/golden/*.json``, how they were written: ``tests/corpus/README.md``).
+
+``python -m bench.corpus_eval --corpus DIR [--json]`` imports each log of ``DIR/<name>/`` into a
+temporary store as ``stabscope import`` does (the analyses run on each import), and compares:
+
+- **import**: runs (segments) found against the golden runs; rollback events where the log has no
+  resume from a checkpoint; records of the run's main metric within
+  1 %; canonical metrics present or missing; junk metrics (a stored name that none of the log's field
+  names explains, or one the golden file says must not be a metric); first and last values within
+  rounding; a refusal where the log holds a run.
+- **incidents** (spike incidents, the overfitting/throughput findings aside; an incident whose
+  ``severity`` is ``blip`` is outside the default view): required ones found or missed, incidents
+  matching no golden incident (invented), incidents inside a span that must not be flagged, and the
+  incidents shown on healthy runs.
+- **statements**: phrases the golden file says must not be said, looked for in the run status and
+  every text of the run's incidents.
+
+The logs are not in the repository (their licences vary): each folder holds the file the golden
+``provenance`` names, checked by its sha256. docs/diagnosis.md ("Held-out corpus") quotes the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import re
+import sys
+import tempfile
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from stab_core.baselines import BASELINES, baseline_incidents
+from stab_core.metrics import CANONICAL_METRICS
+
+STABSCOPE = "StabScope"
+GOLDEN = Path(__file__).resolve().parents[1] / "tests" / "corpus" / "golden"
+REQUIRED_KEYS = ("name", "provenance", "format_hint", "import", "incidents", "statements")
+RECORDS_TOLERANCE = 0.01
+"""Records of a run's main metric may differ from the golden count by this fraction."""
+VALUE_TOLERANCE = 5e-4
+"""Relative difference at which a first/last value no longer counts as the same number rounded."""
+FINDINGS = ("overfitting", "throughput_loss")
+"""``spikes --json`` entries that are findings beside the incidents, not incidents."""
+
+
+@dataclass
+class LogScore:
+    """One log's comparison with its golden file; each list holds readable findings (empty is perfect)."""
+
+    name: str
+    runs_expected: int = 0
+    runs_found: int = 0
+    refused: str | None = None
+    import_faults: dict[str, list[str]] = field(default_factory=dict)
+    required: int = 0
+    found: int = 0
+    missed: list[str] = field(default_factory=list)
+    invented: list[str] = field(default_factory=list)
+    quiet_flagged: list[str] = field(default_factory=list)
+    reported: int = 0
+    healthy: bool = False
+    statements_broken: list[str] = field(default_factory=list)
+    error: str | None = None
+    baselines: dict[str, dict[str, int]] = field(default_factory=dict)
+    """Per baseline rule (``stab_core.baselines``) on the same stored loss and grad norm: required,
+    found, invented, shown; scored as StabScope's incidents are."""
+
+    def fault(self, kind: str, text: str) -> None:
+        self.import_faults.setdefault(kind, []).append(text)
+
+
+def load_goldens(folder: Path = GOLDEN) -> list[dict[str, Any]]:
+    """Every golden file of ``folder``, sorted by name."""
+    return [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))]
+
+
+def golden_problems(golden: Mapping[str, Any]) -> list[str]:
+    """What a golden file lacks (the keys this scorer reads); empty when it is complete."""
+    problems = [f"no {key!r}" for key in REQUIRED_KEYS if key not in golden]
+    if problems:
+        return problems
+    for key in ("repo", "commit", "path", "sha256", "file"):
+        if not golden["provenance"].get(key):
+            problems.append(f"provenance has no {key!r}")
+    if not re.fullmatch(r"[0-9a-f]{40}", str(golden["provenance"].get("commit", ""))):
+        problems.append("provenance commit is not 40 hex digits")
+    for i, run in enumerate(golden["import"].get("runs", [])):
+        for key in ("steps", "records_metric", "records", "metrics", "first", "last"):
+            if key not in run:
+                problems.append(f"run {i} has no {key!r}")
+    incidents = golden["incidents"]
+    for key in ("must_find", "must_not_flag", "healthy"):
+        if key not in incidents:
+            problems.append(f"incidents has no {key!r}")
+    if incidents.get("healthy") and incidents.get("must_find"):
+        problems.append("a healthy run has required incidents")
+    for inc in incidents.get("must_find", []) + incidents.get("may_find", []):
+        if not {"step", "metric", "tolerance_steps"} <= set(inc):
+            problems.append(f"incident {inc} lacks step, metric or tolerance_steps")
+    if "must_not_say" not in golden["statements"]:
+        problems.append("statements has no 'must_not_say'")
+    return problems
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_")
+
+
+def _series_for(series: Mapping[str, Any], metric: str) -> Any:
+    """The stored series of ``metric``: its canonical name, else the first whose name contains it."""
+    if metric in series:
+        return series[metric]
+    for name in sorted(series):
+        if _norm(metric) in _norm(name):
+            return series[name]
+    return None
+
+
+def _close(a: float, b: float) -> bool:
+    if math.isnan(a) and math.isnan(b):
+        return True
+    return math.isclose(a, b, rel_tol=VALUE_TOLERANCE, abs_tol=1e-12)
+
+
+def junk_metrics(stored: Sequence[str], golden_import: Mapping[str, Any], run: Mapping[str, Any]) -> list[str]:
+    """Stored metric names that are junk: named by the golden file as never a metric, or explained by
+    none of the log's field names, canonical metrics or trainer-specific names."""
+    explain = [_norm(t) for t in (*golden_import.get("known_fields", []), *run.get("metrics_like", []))]
+    banned = {_norm(t) for t in golden_import.get("must_not_be_metrics", [])}
+    junk = []
+    for name in stored:
+        n = _norm(name)
+        # a canonical metric (or its max/min companion) is a role the reader gave a field, not a new name
+        canonical = re.sub(r"_(max|min)(?=_|$)", "", n) in CANONICAL_METRICS
+        if n in banned or any(n.startswith(b + "_") for b in banned if b not in CANONICAL_METRICS):
+            junk.append(f"{name} (must not be a metric)")
+        elif name not in run.get("metrics", []) and not canonical and not any(t and t in n for t in explain):
+            junk.append(name)
+    return junk
+
+
+def score_import(result: LogScore, golden: Mapping[str, Any], stored_runs: Sequence[Mapping[str, Any]]) -> None:
+    """Compare the stored runs (each ``{"run", "series": {metric: (steps, values)}, "events": [kind, ...]}``)
+    with the golden runs."""
+    expected = list(golden["import"]["runs"])
+    result.runs_expected, result.runs_found = len(expected), len(stored_runs)
+    # a golden run that resumes from a checkpoint says so ("rollbacks": n); every other rollback is invented
+    rollbacks = sum(1 for run in stored_runs for kind in run.get("events", ()) if kind == "rollback")
+    if rollbacks > sum(int(run.get("rollbacks", 0)) for run in expected):
+        result.fault("rollbacks", f"{rollbacks} rollback events stored, the log has no resume from a checkpoint")
+    if not expected:  # a log without training metrics: a refusal or runs without a loss are right
+        for run in stored_runs:
+            for name in run["series"]:
+                if _norm(name) in {_norm(t) for t in golden["import"].get("must_not_be_metrics", [])}:
+                    result.fault("junk", f"{run['run']}: {name} (must not be a metric)")
+        return
+    if len(stored_runs) != len(expected):
+        result.fault("runs", f"{len(stored_runs)} runs stored, {len(expected)} in the log")
+    for want, got in zip(expected, stored_runs, strict=False):
+        series = got["series"]
+        for metric in want["metrics"]:
+            if metric not in series:
+                result.fault("missing", f"{metric}")
+        for token in want.get("metrics_like", []):
+            if _series_for({k: v for k, v in series.items() if k not in want["metrics"]}, token) is None:
+                result.fault("missing", f"{token} (any name)")
+        for junk in junk_metrics(sorted(series), golden["import"], want):
+            result.fault("junk", junk)
+        main = _series_for(series, want["records_metric"])
+        if main is None:
+            continue  # counted as missing above
+        steps = main[0]
+        if abs(len(steps) - want["records"]) > RECORDS_TOLERANCE * want["records"]:
+            result.fault(
+                "records", f"{want['records_metric']}: {len(steps)} records stored, {want['records']} in the log"
+            )
+        for label, index in (("first", 0), ("last", -1)):
+            for metric, value in want[label].items():
+                got_series = _series_for(series, metric)
+                if value is None or got_series is None or len(got_series[1]) == 0:
+                    continue
+                stored = float(got_series[1][index])
+                if not _close(stored, float(value)):
+                    result.fault("values", f"{label} {metric}: stored {stored:.6g}, log {value:.6g}")
+
+
+def _span(incident: Mapping[str, Any]) -> tuple[int, int]:
+    start = int(incident.get("start", incident.get("peak", 0)))
+    end = int(incident.get("until", incident.get("end", start)) or start)
+    return start, max(start, end)
+
+
+def _describe(incident: Mapping[str, Any]) -> str:
+    metrics = incident.get("metrics") or [incident.get("metric", "?")]
+    peak = incident.get("peak", incident.get("start"))
+    return f"{incident.get('kind', 'spike')} {'+'.join(map(str, metrics))} at {peak}"
+
+
+def default_view(incidents: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The incidents a user sees by default: not a finding (overfitting, throughput), not a blip."""
+    return [i for i in incidents if i.get("kind") not in FINDINGS and i.get("severity") != "blip"]
+
+
+def score_incidents(result: LogScore, golden: Mapping[str, Any], incidents: Sequence[Mapping[str, Any]]) -> None:
+    """Found / missed / invented against ``must_find`` and ``may_find``; incidents in quiet spans."""
+    spec = golden["incidents"]
+    shown = default_view(incidents)
+    result.reported = len(shown)
+    result.healthy = bool(spec.get("healthy"))
+    matched: set[int] = set()
+    for truth, required in [(t, True) for t in spec.get("must_find", [])] + [
+        (t, False) for t in spec.get("may_find", [])
+    ]:
+        step, tol = int(truth["step"]), int(truth["tolerance_steps"])
+        hits = [i for i, inc in enumerate(shown) if _span(inc)[0] - tol <= step <= _span(inc)[1] + tol]
+        matched.update(hits)
+        if required:
+            result.required += 1
+            if hits:
+                result.found += 1
+            else:
+                result.missed.append(f"{truth['metric']} at {step}: {truth.get('why', '')}")
+    result.invented = [_describe(inc) for i, inc in enumerate(shown) if i not in matched]
+    for lo, hi in spec.get("must_not_flag", []):
+        for inc in shown:
+            peak = int(inc.get("peak", _span(inc)[0]))
+            if lo <= peak <= hi:
+                result.quiet_flagged.append(f"{_describe(inc)} in quiet span {lo}-{hi}")
+
+
+def _texts(value: Any) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, Mapping):
+        for v in value.values():
+            yield from _texts(v)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            yield from _texts(v)
+
+
+def score_statements(result: LogScore, golden: Mapping[str, Any], said: Mapping[str, Sequence[str]]) -> None:
+    """Each must-not-say phrase found (case-insensitive) in ``said`` {where: texts}."""
+    for phrase in golden["statements"].get("must_not_say", []):
+        needle = phrase.lower()
+        for where, texts in said.items():
+            if any(needle in t.lower() for t in texts):
+                result.statements_broken.append(f"{phrase!r} in {where}")
+
+
+def log_path(corpus: Path, golden: Mapping[str, Any]) -> Path:
+    return corpus / str(golden["name"]) / str(golden["provenance"]["file"])
+
+
+def run_name(golden: Mapping[str, Any]) -> str:
+    return "c-" + re.sub(r"[^A-Za-z0-9.-]+", "-", str(golden["name"]))[:100]
+
+
+def evaluate_log(store: Any, corpus: Path, golden: Mapping[str, Any]) -> LogScore:
+    """Import one corpus log into ``store`` and score it."""
+    from ingest.errors import StabScopeError
+    from ingest.importer import import_logs
+    from ingest.run_status import run_status
+
+    result = LogScore(str(golden["name"]))
+    path = log_path(corpus, golden)
+    if not path.is_file():
+        result.error = f"{path}: missing (fetch {golden['provenance']['repo']}@{golden['provenance']['commit']})"
+        return result
+    if hashlib.sha256(path.read_bytes()).hexdigest() != golden["provenance"]["sha256"]:
+        result.error = f"{path}: sha256 differs from the golden file's: not the log the answers were written for"
+        return result
+    try:
+        reports = import_logs(store, [path], run=run_name(golden))
+    except StabScopeError as exc:
+        result.refused = str(exc).splitlines()[0][:200]
+        if golden["import"]["runs"]:
+            result.fault("refused", result.refused)
+        result.runs_expected = len(golden["import"]["runs"])
+        score_incidents(result, golden, [])
+        return result
+    names = [reports[0]["run"]] + [s["run"] for s in reports[0].get("segments") or []]
+    stored, incidents, said = [], [], {}
+    for name in names:
+        view = store.run_view(name)
+        series = {m: (s.steps, s.values) for m, s in view.series.items()}
+        stored.append({"run": name, "series": series, "events": [e.kind for e in view.events]})
+        spikes = store.spikes(name)
+        incidents.extend(spikes)
+        said[f"{name} status"] = [run_status(store, name)]
+        said[f"{name} incidents"] = list(_texts(default_view(spikes)))
+    score_import(result, golden, stored)
+    score_incidents(result, golden, incidents)
+    score_statements(result, golden, said)
+    for label, (rule, metrics) in BASELINES.items():
+        theirs = LogScore(result.name)
+        series = {m: s for run in stored for m, s in run["series"].items() if m in metrics}
+        score_incidents(theirs, golden, baseline_incidents(rule, metrics, series) if stored else [])
+        result.baselines[label] = {
+            "required": theirs.required,
+            "found": theirs.found,
+            "invented": len(theirs.invented),
+            "shown": theirs.reported,
+        }
+    return result
+
+
+def evaluate(corpus: Path, goldens: Sequence[Mapping[str, Any]]) -> list[LogScore]:
+    """Every golden log of ``corpus`` imported into one temporary store and scored."""
+    from ingest.run_analyses import open_analysed_store
+
+    with tempfile.TemporaryDirectory() as root:
+        store = open_analysed_store(Path(root))
+        return [evaluate_log(store, corpus, g) for g in goldens]
+
+
+def totals(scores: Sequence[LogScore]) -> dict[str, Any]:
+    """The corpus totals docs/diagnosis.md quotes."""
+    faults: dict[str, int] = {}
+    for s in scores:
+        for kind, items in s.import_faults.items():
+            faults[kind] = faults.get(kind, 0) + len(items)
+    required = sum(s.required for s in scores)
+    found = sum(s.found for s in scores)
+    return {
+        "logs": len(scores),
+        "logs_unreadable": sum(1 for s in scores if s.error),
+        "logs_with_import_faults": sum(1 for s in scores if s.import_faults),
+        "import_faults": faults,
+        "required_incidents": required,
+        "found": found,
+        "recall": found / required if required else None,
+        "invented": sum(len(s.invented) for s in scores),
+        "quiet_spans_flagged": sum(len(s.quiet_flagged) for s in scores),
+        "healthy_logs": sum(1 for s in scores if s.healthy),
+        "shown_on_healthy": sum(s.reported for s in scores if s.healthy),
+        "statements_broken": sum(len(s.statements_broken) for s in scores),
+    }
+
+
+def detector_table(scores: Sequence[LogScore]) -> str:
+    """StabScope and each baseline rule on the corpus, scored the same way."""
+    rows: dict[str, dict[str, int]] = {}
+    for s in scores:
+        mine = {"required": s.required, "found": s.found, "invented": len(s.invented), "shown": s.reported}
+        for label, r in [(STABSCOPE, mine), *s.baselines.items()]:
+            row = rows.setdefault(label, dict.fromkeys(("required", "found", "invented", "healthy_shown"), 0))
+            row["required"] += r["required"]
+            row["found"] += r["found"]
+            row["invented"] += r["invented"]
+            row["healthy_shown"] += r["shown"] if s.healthy else 0
+    lines = [
+        "| detector | recall | found / required | invented | shown on healthy runs |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for label, r in rows.items():
+        recall = f"{r['found'] / r['required']:.2f}" if r["required"] else "-"
+        lines.append(
+            f"| {label} | {recall} | {r['found']} / {r['required']} | {r['invented']} | {r['healthy_shown']} |"
+        )
+    return "\n".join(lines)
+
+
+def table(scores: Sequence[LogScore]) -> str:
+    """One row per log: runs, import faults, incidents and statements."""
+    lines = [
+        "| log | runs stored / in log | import faults | required found | invented | in quiet spans | shown (healthy?) "
+        "| must-not-say broken |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for s in scores:
+        if s.error:
+            lines.append(f"| `{s.name}` | {s.error} | | | | | | |")
+            continue
+        faults = ", ".join(f"{k} {len(v)}" for k, v in sorted(s.import_faults.items())) or "0"
+        runs = "refused" if s.refused else f"{s.runs_found} / {s.runs_expected}"
+        lines.append(
+            f"| `{s.name}` | {runs} | {faults} | {s.found}/{s.required} | {len(s.invented)} | {len(s.quiet_flagged)} "
+            f"| {s.reported} ({'healthy' if s.healthy else 'not healthy'}) | {len(s.statements_broken)} |"
+        )
+    return "\n".join(lines)
+
+
+def details(scores: Sequence[LogScore]) -> str:
+    out = []
+    for s in scores:
+        for kind, items in sorted(s.import_faults.items()):
+            out.extend(f"- {s.name}: import {kind}: {item}" for item in items)
+        out.extend(f"- {s.name}: missed {m}" for m in s.missed)
+        out.extend(f"- {s.name}: quiet span flagged: {q}" for q in s.quiet_flagged)
+        out.extend(f"- {s.name}: must not say: {b}" for b in s.statements_broken)
+        if s.invented:
+            shown = ", ".join(s.invented[:8]) + (f" (+{len(s.invented) - 8} more)" if len(s.invented) > 8 else "")
+            out.append(f"- {s.name}: invented {len(s.invented)}: {shown}")
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.corpus_eval", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--corpus", type=Path, required=True, help="folder holding one folder per corpus log")
+    parser.add_argument("--json", action="store_true", help="per-log scores and totals as JSON")
+    args = parser.parse_args(argv)
+    if not args.corpus.is_dir():
+        print(
+            f"no corpus at {args.corpus}: give --corpus DIR (one folder per log, see tests/corpus/README.md)",
+            file=sys.stderr,
+        )
+        return 2
+    goldens = load_goldens()
+    bad = {str(g.get("name")): golden_problems(g) for g in goldens if golden_problems(g)}
+    if bad:
+        print(f"golden files incomplete: {bad}", file=sys.stderr)
+        return 2
+    scores = evaluate(args.corpus, goldens)
+    summary = totals(scores)
+    if args.json:
+        print(json.dumps({"totals": summary, "logs": [asdict(s) for s in scores]}, indent=2))
+    else:
+        print(table(scores))
+        print()
+        print(json.dumps(summary, indent=2))
+        print()
+        print(detector_table(scores))
+        print()
+        print(details(scores))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,250 @@
+"""What an incident cost, judged against the loss's trend, and the one sensitivity setting.
+
+An incident is ranked by harm, not by how tall it was:
+
+* ``blip``: the loss is back within its noise band of the trend within ``blip_samples`` logged samples
+  and every detected member recovered as fast (a one-batch outlier the run absorbed at once);
+* ``spike``: steps were lost: the loss stayed above its trend's band for longer, or a member took
+  longer to recover;
+* ``divergence``: no return (the detector's event never recovered, or went non-finite).
+
+The trend is fitted on the loss samples logged *before* the incident (at most
+:data:`TREND_SAMPLES` finite ones): a Theil-Sen line (the median of pairwise slopes, robust to the
+outliers a loss has) when there are :data:`MIN_TREND_SAMPLES` or more, a flat median otherwise. Its
+noise is the MAD of the residuals, as a standard deviation (``MAD / 0.6745``), floored at the
+relative and logging-resolution floors the spike detector uses. The loss has recovered at the first
+sample after the incident starts that is at or below ``trend + RECOVER_SIGMAS * noise``; the line is
+extrapolated at most as far ahead as the span it was fitted on, flat after that, so a falling loss
+is not required to keep falling forever.
+
+A fit on fewer than :data:`CERTAIN_SAMPLES` samples (the first steps of a run, a 20-step run) is
+stated as ``certainty = "low"``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final, Literal
+
+import numpy as np
+
+from stab_core.runview import FloatArray, IntArray
+from stab_core.spikes import GRAD_NORM_SPIKE_PARAMS, LOSS_SPIKE_PARAMS, MAD_TO_Z, SpikeParams, logging_resolution
+
+SeverityLevel = Literal["blip", "spike", "divergence"]
+Certainty = Literal["high", "low"]
+
+SEVERITIES: Final = ("blip", "spike", "divergence")
+"""From least to most harm."""
+
+TREND_SAMPLES: Final = 32
+"""Finite loss samples before an incident that its trend is fitted on."""
+MIN_TREND_SAMPLES: Final = 8
+"""Below this many samples the trend is a flat median (a slope from 3 points is noise)."""
+CERTAIN_SAMPLES: Final = 16
+"""A level from fewer samples than this (the spike detector's ``min_history``) is less certain."""
+RECOVER_SIGMAS: Final = 3.0
+"""The loss is back once within this many noise standard deviations above its trend."""
+REL_NOISE_FLOOR: Final = LOSS_SPIKE_PARAMS.rel_mad_floor / MAD_TO_Z
+"""Noise floor as a fraction of the trend level: the spike detector's MAD floor (1%) as a sigma."""
+
+
+@dataclass(frozen=True)
+class Sensitivity:
+    """One setting of ``--sensitivity``: the spike detector's thresholds and how short a blip is.
+
+    Attributes:
+        name: ``low``, ``default`` or ``high``.
+        loss: spike thresholds for losses; grad_norm: for gradient norms.
+        blip_samples: an incident whose loss is back on its trend within this many logged samples
+            (and whose members all recovered as fast) is a blip, hidden from the default views.
+    """
+
+    name: str
+    loss: SpikeParams
+    grad_norm: SpikeParams
+    blip_samples: int
+
+
+SENSITIVITIES: Final = {
+    "low": Sensitivity(
+        "low",
+        SpikeParams(z_threshold=8.0, min_ratio=1.3, outlier_ratio=None),
+        SpikeParams(z_threshold=8.0, min_ratio=3.0, recover_ratio=1.5, outlier_ratio=None),
+        blip_samples=5,
+    ),
+    "default": Sensitivity("default", LOSS_SPIKE_PARAMS, GRAD_NORM_SPIKE_PARAMS, blip_samples=3),
+    "high": Sensitivity(
+        "high",
+        SpikeParams(z_threshold=5.0, min_ratio=1.15),
+        SpikeParams(z_threshold=5.0, min_ratio=1.8, recover_ratio=1.4, outlier_ratio=None),
+        blip_samples=1,
+    ),
+}
+"""The three settings. ``default`` keeps the detector's own defaults (the ones the golden answers on
+../shared are scored with) and a blip of at most 3 logged samples: see docs/diagnosis.md for how it
+was set from the real logs."""
+
+DEFAULT_SENSITIVITY: Final = "default"
+
+
+def sensitivity(name: object) -> Sensitivity:
+    """The setting called ``name`` (None: the default); a clear ValueError for anything else."""
+    if name is None:
+        return SENSITIVITIES[DEFAULT_SENSITIVITY]
+    if isinstance(name, str) and name in SENSITIVITIES:
+        return SENSITIVITIES[name]
+    raise ValueError(f"sensitivity {name!r} is not one of {', '.join(SENSITIVITIES)}")
+
+
+@dataclass(frozen=True)
+class TrendBand:
+    """The loss's trend before an incident and its noise band (units of the loss).
+
+    ``anchor``: the last step fitted; ``level``: the trend's value there; ``slope``: per step;
+    ``horizon``: steps after ``anchor`` over which the line is extrapolated (flat after);
+    ``sigma``: noise standard deviation of the residuals (floored); ``samples``: samples fitted."""
+
+    anchor: int
+    level: float
+    slope: float
+    horizon: int
+    sigma: float
+    samples: int
+
+    def trend(self, steps: IntArray) -> FloatArray:
+        ahead = np.clip(steps.astype(np.float64) - self.anchor, 0.0, float(self.horizon))
+        return self.level + self.slope * ahead
+
+    def upper(self, steps: IntArray) -> FloatArray:
+        """The top of the noise band at ``steps``."""
+        return self.trend(steps) + RECOVER_SIGMAS * self.sigma
+
+    @property
+    def certainty(self) -> Certainty:
+        return "high" if self.samples >= CERTAIN_SAMPLES else "low"
+
+
+def trend_before(steps: IntArray, values: FloatArray, index: int, samples: int = TREND_SAMPLES) -> TrendBand | None:
+    """The trend of ``values`` fitted on up to ``samples`` finite samples before position ``index``
+    (None with fewer than 2)."""
+    lo = max(0, index - 4 * samples)  # room for non-finite samples in the way
+    s, x = steps[lo:index], values[lo:index]
+    keep = np.isfinite(x)
+    s, x = s[keep][-samples:], x[keep][-samples:]
+    if x.size < 2:
+        return None
+    t = s.astype(np.float64)
+    slope = 0.0
+    if x.size >= MIN_TREND_SAMPLES:
+        i, j = np.triu_indices(x.size, k=1)
+        slope = float(np.median((x[j] - x[i]) / (t[j] - t[i])))
+    intercept = float(np.median(x - slope * t))
+    residuals = x - (intercept + slope * t)
+    mad = float(np.median(np.abs(residuals - np.median(residuals))))
+    anchor = int(s[-1])
+    level = intercept + slope * anchor
+    floor = max(REL_NOISE_FLOOR * abs(level), logging_resolution(x) / MAD_TO_Z, 1e-12)
+    return TrendBand(
+        anchor=anchor,
+        level=level,
+        slope=slope,
+        horizon=int(s[-1] - s[0]),
+        sigma=max(mad / MAD_TO_Z, floor),
+        samples=int(x.size),
+    )
+
+
+def back_on_trend(steps: IntArray, values: FloatArray, first: int, band: TrendBand) -> int | None:
+    """Position of the first finite sample at or after ``first`` within ``band``; None if none. Scanned
+    in growing chunks: a short incident costs a few samples, one that never returns stays linear."""
+    position, chunk = first, 16
+    while position < values.size:
+        x = values[position : position + chunk]
+        with np.errstate(invalid="ignore"):
+            hits = np.flatnonzero(np.isfinite(x) & (x <= band.upper(steps[position : position + chunk])))
+        if hits.size:
+            return position + int(hits[0])
+        position += chunk
+        chunk *= 4
+    return None
+
+
+@dataclass(frozen=True)
+class LossCost:
+    """What an incident cost the loss: ``recovered_at`` the step it was back within its trend's band
+    (None: never, or no loss logged after it), ``samples_above`` logged samples from the incident's
+    start until then, ``certainty`` of the trend (``low`` when fitted on few samples or none)."""
+
+    recovered_at: int | None
+    samples_above: int
+    certainty: Certainty
+    band: TrendBand | None
+
+
+def loss_cost(steps: IntArray, values: FloatArray, start: int) -> LossCost | None:
+    """The cost to the loss of an incident starting at step ``start`` (None without loss samples)."""
+    if steps.size == 0:
+        return None
+    first = int(np.searchsorted(steps, start))
+    band = trend_before(steps, values, first)
+    if band is None:
+        return LossCost(None, 0, "low", None)
+    # the incident's own first sample may still be on the trend (a grad-norm spike leads the loss);
+    # recovery is looked for from the sample after it
+    back = back_on_trend(steps, values, first + 1, band)
+    if back is None:
+        return LossCost(None, values.size - first, band.certainty, band)
+    return LossCost(int(steps[back]), back - first, band.certainty, band)
+
+
+def classify(*, diverged: bool, loss_samples: int | None, member_samples: int, blip_samples: int) -> SeverityLevel:
+    """The severity of an incident: ``divergence`` when it never came back (``diverged``); a ``blip``
+    when the loss was back on its trend within ``blip_samples`` samples (``loss_samples``; None: the
+    run logs no loss) and the longest member took no longer (``member_samples``); else ``spike``."""
+    if diverged:
+        return "divergence"
+    loss_ok = loss_samples is None or loss_samples <= blip_samples
+    if loss_ok and member_samples <= blip_samples:
+        return "blip"
+    return "spike"
+
+
+def severity_words(item: dict[str, object]) -> str | None:
+    """An incident's severity (a ``stabscope spikes --json`` object) in a sentence, or None for a record
+    without one: "Spike: steps lost; the loss was back within the noise band of its trend at step 104."."""
+    severity = item.get("severity")
+    if severity not in SEVERITIES:
+        return None
+    back = item.get("loss_recovered_at")
+    where = f"; the loss was back within the noise band of its trend at step {back}" if back is not None else ""
+    text = {
+        "blip": "Blip: absorbed within a few logged steps",
+        "spike": "Spike: steps lost",
+        "divergence": "Divergence: no return before the log ends",
+    }[str(severity)]
+    certainty = (
+        " Less certain: its level comes from few samples (the run's first steps)."
+        if item.get("certainty") == "low"
+        else ""
+    )
+    return f"{text}{where if severity != 'divergence' else ''}.{certainty}"
+
+
+def shown_by_default(severity: object) -> bool:
+    """Does the default view show an incident of this severity (an old record without one: yes)?"""
+    return severity != "blip"
+
+
+def blips_line(items: list[dict[str, object]]) -> str | None:
+    """ "+ 113 blips absorbed within 3 steps (--all lists them)" for the blips among ``items``, or None."""
+    blips = [item for item in items if item.get("severity") == "blip"]
+    if not blips:
+        return None
+    longest = 0
+    for item in blips:
+        until, start = item.get("until", item.get("end")), item.get("start")
+        if isinstance(until, int) and isinstance(start, int):
+            longest = max(longest, until - start)
+    noun = "blip" if len(blips) == 1 else "blips"
+    return f"+ {len(blips)} {noun} absorbed within {longest} step{'s' if longest != 1 else ''}"
