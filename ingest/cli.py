@@ -196,8 +196,9 @@ def cmd_runs(args: argparse.Namespace) -> int:
         runs = [r for r in runs if set(args.tag) <= set(run_tags(r.meta))]
     # "finished" in the catalog means nothing writes the run any more; how far it got is the status text
     texts = {r.name: run_status(store, r.name) for r in runs}
+    damage = {r.name: store.damage(r.name) for r in runs}  # why a file of the run is missing or damaged
     if args.json:
-        labels = [{"tags": run_tags(r.meta), "notes": r.meta.get("notes", "")} for r in runs]
+        labels = [{"tags": run_tags(r.meta), "notes": r.meta.get("notes", ""), "damaged": damage[r.name]} for r in runs]
         _print_json(
             [{**r.to_json(), "status_text": texts[r.name], **label} for r, label in zip(runs, labels, strict=True)]
         )
@@ -213,6 +214,9 @@ def cmd_runs(args: argparse.Namespace) -> int:
     for r in runs:
         steps = f"{r.first_step}..{r.last_step}"
         _print(f"{r.name:32} {texts[r.name]:{width}} {steps:>19} {r.ranks:>5}  {', '.join(r.metrics)}")
+    for name, why in damage.items():
+        if why is not None:
+            _print(f"warning: run {name} is damaged: {why}", file=sys.stderr)
     return 0
 
 
@@ -318,7 +322,8 @@ def cmd_delete(args: argparse.Namespace) -> int:
 
 def cmd_check(args: argparse.Namespace) -> int:
     from ingest.paths import default_store_location
-    from ingest.store.check import check_store, repair_store
+    from ingest.store.check import check_store
+    from ingest.store.check_repair import repair_store
 
     root = _location(args.store or default_store_location())
     if isinstance(root, str):  # an s3:// URL: its objects against its manifests

@@ -99,6 +99,8 @@ def run_status(store: Store, name: str) -> str:
     """:func:`status_text` of run ``name``, from the catalog and its data (the trainer's own step
     count, ``meta['last_step']`` where a log states one, counts as reached)."""
     info = store.run_info(name)
+    if store.damage(name) is not None:  # a long file gone is seen by no series read: asked for first
+        return damaged_status(name)
     if info.status == "live":
         return "live"
     try:

@@ -9,11 +9,12 @@ import numpy as np
 import streamlit as st
 
 from ingest.store import RunInfo, SeriesData
+from ingest.store.storage_errors import DamagedRunFile, damaged_run
 from pages.charts import Panel, panels_figure
 from pages.findings_view import show_findings
 from pages.import_report import show_import_report
 from pages.incident_view import shown_incidents
-from pages.page_errors import page_fragment
+from pages.page_errors import page_fragment, show_error
 from pages.series_display import metric_label, shown_frame, to_bytes
 from pages.store_access import (
     LIVE_REFRESH_S,
@@ -23,6 +24,7 @@ from pages.store_access import (
     read_events,
     read_series,
     read_spikes,
+    run_damage,
 )
 from pages.view_url import NO_INCIDENT, incident_window, restore_from_url, write_url
 from pages.widgets import pick_run, reset_range, step_range, zoom_to_selection
@@ -160,7 +162,17 @@ def explain_missing(run: RunInfo, shown: dict[str, SeriesData], missing: list[st
 
 
 @page_fragment(run_every=LIVE_REFRESH_S if info.status == "live" else None)
-def charts(name: str) -> None:
+def charts(name: str, damage_shown: bool) -> None:
+    """The panels, or with ``damage_shown`` (the run's damage said above), a line where they cannot be drawn."""
+    try:
+        draw_charts(name)
+    except DamagedRunFile:
+        if not damage_shown:
+            raise
+        st.caption("The charts need the damaged files named above: repair the run to draw them.")
+
+
+def draw_charts(name: str) -> None:
     run = get_store().run_info(name)  # re-read: a live run grows between refreshes
     lo, hi = step_range(run, "ov_range")
     spikes = read_spikes(run)
@@ -246,5 +258,8 @@ def charts(name: str) -> None:
     e4.download_button("Full series (Parquet)", lambda: full_export(name, "parquet"), f"{name}.parquet")
 
 
-charts(info.name)
+damage = run_damage(info)
+if damage is not None:  # said once, above the charts, which draw when the files they read are whole
+    show_error(damaged_run(info.name, damage))
+charts(info.name, damage is not None)
 show_findings(info)

@@ -249,10 +249,19 @@ def _run_status(root: str, name: str, gen: int, status: str, planned: int | None
     return store_run_status(store_at(root), name)
 
 
+def run_damage(info: RunInfo) -> str | None:
+    """Why run ``info`` is damaged (``Store.damage``), or None: asked on every rerun, not cached with the
+    generation, so that a file lost under an unchanged generation shows at once (a footer is read once
+    while the file stays as it is)."""
+    return store_at(store_root()).damage(info.name)
+
+
 def run_status(info: RunInfo) -> str:
     """``live``, ``finished`` (reached its planned steps), ``stopped at N of M`` (ended before them)
     or ``ended at step N`` (no planned steps known): ``ingest.run_status.run_status``."""
-    from ingest.run_status import planned_steps
+    from ingest.run_status import damaged_status, planned_steps
 
+    if run_damage(info) is not None:
+        return damaged_status(info.name)
     planned, stated = planned_steps(info.meta), info.meta.get("last_step")
     return _run_status(store_root(), info.name, info.gen, info.status, planned, stated)

@@ -115,6 +115,7 @@ TIERS: dict[str, str] = {
             "store",
             "store_catalog",
             "store_check",
+            "check_integrity",
             "store_incremental",
             "findings_store",
             "baseline_eval",

@@ -8,6 +8,7 @@ One store is built once per module through the real pipeline (shards -> compact,
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -163,7 +164,7 @@ def _corrupt(path: Path, at: int) -> None:
 
 def _block_holding_only_some_tables(catalog: Path, scratch: Path) -> int:
     """The offset of a catalog block whose corruption leaves the runs table readable but not another."""
-    from ingest.store.check import salvage_catalog
+    from ingest.store.check_recovery import salvage_catalog
 
     for at in range(DUCKDB_HEADER, catalog.stat().st_size, DUCKDB_BLOCK):
         shutil.copy(catalog, scratch)
@@ -217,3 +218,129 @@ def test_a_lost_catalog_is_rebuilt_from_the_run_files(
 def test_check_of_a_missing_store_or_run_is_one_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["check", "--store", str(tmp_path / "nowhere")]) == 2
     assert "no StabScope store at" in capsys.readouterr().err
+
+
+def _catalog_sql(root: Path, sql: str, params: list[object]) -> None:
+    """Change the store's catalog as a stray script or a bad restore would (no process holds it)."""
+    import duckdb
+
+    con = duckdb.connect(str(root / "catalog.duckdb"))
+    try:
+        con.execute(sql, params)
+    finally:
+        con.close()
+
+
+@pytest.mark.parametrize(
+    ("change", "code", "problem"),
+    [
+        ("n_rows = n_rows + 7", "row_count_mismatch", "the catalog records {rows_plus_7} rows for the run, its long "
+         "files hold {rows}"),
+        ("last_step = last_step + 5", "catalog_figures_mismatch", "the catalog's figures differ from the files': "
+         "last step: catalog 2004, files 1999"),
+    ],
+)  # fmt: skip
+def test_catalog_figures_unlike_the_files_are_found_and_merged_again(
+    pristine: Path, store_copy: Path, change: str, code: str, problem: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rows = open_analysed_store(pristine).run_info("small").n_rows
+    _catalog_sql(store_copy, f"UPDATE runs SET {change} WHERE name = ?", ["small"])
+    found_code, findings, _ = _check(store_copy, capsys=capsys)
+    assert found_code == 1
+    assert [(f["code"], f["run"], f["problem"]) for f in findings] == [
+        (code, "small", problem.format(rows=rows, rows_plus_7=rows + 7))
+    ]
+    assert findings[0]["repair"] == "merge the run again from its long files into a new generation (no row is lost)"
+    assert _check(store_copy, "--repair", capsys=capsys)[0] == 0
+    assert _check(store_copy, capsys=capsys)[:2] == (0, [])
+    _same_runs(open_analysed_store(pristine), open_analysed_store(store_copy), ["small"])
+
+
+def test_a_block_index_that_does_not_parse_is_found_and_the_file_rebuilt(
+    pristine: Path, store_copy: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import pyarrow.parquet as pq
+
+    from ingest.store.blocks import INDEX_KEY
+
+    run_level = store_copy / "runs" / "run=small" / "runlevel" / "g000001.parquet"
+    table = pq.read_table(run_level)
+    pq.write_table(table.replace_schema_metadata({INDEX_KEY: '[["loss", -1, "many"]]'}), run_level)
+    code, findings, _ = _check(store_copy, capsys=capsys)
+    assert code == 1
+    [finding] = findings
+    assert (finding["code"], finding["path"]) == ("bad_block_index", str(run_level))
+    assert finding["problem"].startswith(f"its block index ({INDEX_KEY}) does not parse")
+    assert _check(store_copy, "--repair", capsys=capsys)[0] == 0
+    _same_runs(open_analysed_store(pristine), open_analysed_store(store_copy), ["small"])
+
+
+def test_a_batch_staged_but_not_merged_is_merged_by_repair(
+    pristine: Path, store_copy: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A writer stopped between staging and merging: the batch (here the run's own rows again, as a
+    re-read shard gives them) is merged; each row is kept once."""
+    from ingest import queries
+
+    staging = store_copy / "runs" / "run=small" / "staging"
+    staging.mkdir(exist_ok=True)
+    batch = staging / "00000000000000000001-0badcafe-00000.parquet"
+    shutil.copy(store_copy / "runs" / "run=small" / "long" / "g000001.parquet", batch)
+    _catalog_sql(store_copy, queries.ADD_STAGED, ["small", str(batch), 1])
+    findings = _check(store_copy, capsys=capsys)[1]
+    assert [(f["code"], f["path"]) for f in findings] == [("unmerged_staged", str(staging))]
+    assert findings[0]["problem"] == "1 batch(es) staged but not merged (a writer stopped between staging and merging)"
+    assert _check(store_copy, "--repair", capsys=capsys)[0] == 0
+    repaired = open_analysed_store(store_copy)
+    assert repaired.run_info("small").gen == 2 and not batch.exists()
+    _same_runs(open_analysed_store(pristine), repaired, ["small"])
+
+
+def test_a_foreign_folder_and_a_busy_run_are_reported_and_left(
+    store_copy: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import subprocess
+    import sys
+
+    from ingest.store.layout import run_lock_file
+
+    foreign = store_copy / "runs" / "backup of small"
+    foreign.mkdir()
+    run_lock_file(store_copy, LIVE).parent.mkdir()
+    holder = subprocess.Popen(  # another process writing run 'live' (its writer lock held)
+        [sys.executable, "-c", "import fcntl, sys, time\nf = open(sys.argv[1], 'a')\nfcntl.flock(f, fcntl.LOCK_EX)\n"
+         "print('held', flush=True)\ntime.sleep(60)", str(run_lock_file(store_copy, LIVE))],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        code, findings, _ = _check(store_copy, "--repair", "--wait", "0.2", capsys=capsys)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert code == 1
+    got = {f["code"]: f for f in findings}
+    assert set(got) == {"not_a_run_folder", "run_busy"}
+    assert got["not_a_run_folder"]["path"] == str(foreign) and foreign.is_dir()  # never deleted
+    assert got["not_a_run_folder"]["repair"] == "none: move it out of the store"
+    assert got["run_busy"]["run"] == LIVE and got["run_busy"]["problem"].startswith("not checked: ")
+    assert not any(f["repaired"] for f in findings)
+    assert _check(store_copy, LIVE, capsys=capsys)[:2] == (0, [])  # the writer gone: clean
+
+
+def test_every_finding_code_has_a_test() -> None:
+    """Each code ``stabscope check --json`` can write (local and object store) is asserted in some test."""
+    from ingest.store import check_findings, check_remote
+
+    codes = {
+        value
+        for module in (check_findings, check_remote)
+        for key, value in vars(module).items()
+        if key.isupper() and isinstance(value, str) and re.fullmatch(r"[a-z]+(_[a-z]+)+", value)
+        and key == value.upper()
+    }  # fmt: skip
+    assert len(codes) >= 19, sorted(codes)
+    tests = "".join(p.read_text() for p in Path(__file__).parent.glob("test_*.py") if p.name != Path(__file__).name)
+    mine = Path(__file__).read_text().split("def test_every_finding_code_has_a_test")[0]
+    untested = sorted(c for c in codes if f'"{c}"' not in tests + mine)
+    assert not untested, f"finding codes no test asserts: {untested}"

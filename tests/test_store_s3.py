@@ -251,3 +251,28 @@ def test_check_names_an_object_the_manifest_needs_and_lacks(s3_url: str, tmp_pat
         ("missing_object", f"{s3_url}/{rollup.key}", False)
     ]
     assert "delete the run" in report.findings[0].repair
+
+
+def test_check_names_a_resized_object_and_a_manifest_that_does_not_read(s3_url: str, tmp_path: Path) -> None:
+    """An object overwritten with other bytes (a manual copy, a truncated upload) and a newest manifest
+    that does not parse: both named, neither deleted (the run is imported again)."""
+    from ingest.store.check_remote import check_object_store
+    from ingest.store.manifest import manifest_key, manifest_seq
+
+    store = s3_store(s3_url, tmp_path / "cache")
+    store.import_table("r", imported_table(200), source="import:csv:x.csv")
+    objects = ObjectStore(s3_url)
+    (rollup,) = objects.list("runs/run=r/rollup/")
+    objects.put_bytes(rollup.key, objects.get_bytes(rollup.key)[:-10])
+    report = check_object_store(s3_url, "r", repair=True)
+    assert [(f.code, f.path, f.repaired) for f in report.findings] == [
+        ("object_size_mismatch", f"{s3_url}/{rollup.key}", False)
+    ]
+    assert report.findings[0].problem == f"{rollup.size - 10} bytes, but manifest m000000001 recorded {rollup.size}"
+    newest = max(s for s in (manifest_seq(o.key) for o in objects.list("runs/run=r/")) if s is not None)
+    objects.put_bytes(manifest_key("r", newest), b"{not json")
+    report = check_object_store(s3_url, "r", repair=True)
+    assert [(f.code, f.path, f.repaired) for f in report.findings] == [
+        ("damaged_manifest", f"{s3_url}/{manifest_key('r', newest)}", False)
+    ]
+    assert report.findings[0].problem.startswith("the run's newest manifest does not read: ")

@@ -22,7 +22,7 @@ from typing import Final
 
 from ingest.errors import StabScopeError
 from ingest.object_store import ObjectInfo, ObjectStore
-from ingest.store.check import _DELETE, _NONE, CheckReport, Finding
+from ingest.store.check_findings import Action, CheckReport, Finding
 from ingest.store.manifest import Manifest, manifest_key, manifest_seq
 from ingest.store.remote import cache_dir_for
 from ingest.store.types import validate_run_name
@@ -58,12 +58,12 @@ def check_object_store(url: str, run: str | None = None, *, repair: bool = False
     report = CheckReport(cache_dir_for(objects.url), findings)
     if repair:
         now, grace = time.time(), grace_s()
-        doomed = [f for f in findings if f.action == _DELETE and now - mtimes.get(f.path, now) >= grace]
+        doomed = [f for f in findings if f.action == Action.DELETE and now - mtimes.get(f.path, now) >= grace]
         objects.delete(f.path.removeprefix(f"{objects.url}/") for f in doomed)
         for f in doomed:
             f.repaired = True
         for f in findings:
-            if f.action == _DELETE and not f.repaired:
+            if f.action == Action.DELETE and not f.repaired:
                 f.how = f"delete it once it is {grace:.0f} s old (a write under way elsewhere may still name it)"
         final, _ = _check(objects, run)
         done = {(f.code, f.path) for f in findings if f.repaired}
@@ -105,20 +105,22 @@ def _check_run(objects: ObjectStore, name: str, listed: Sequence[ObjectInfo]) ->
             manifest = Manifest.from_bytes(objects.get_bytes(key), where + key)
         except StabScopeError as exc:
             problem = f"the run's newest manifest does not read: {exc}"
-            return [Finding(DAMAGED_MANIFEST, name, where + key, problem, _NONE, how=_REPUBLISH)]
+            return [Finding(DAMAGED_MANIFEST, name, where + key, problem, Action.NONE, how=_REPUBLISH)]
         for rel, entry in sorted(manifest.objects.items()):
             referenced.add(entry["key"])
             found = sizes.get(entry["key"])
             if found is None:
                 problem = f"manifest m{newest:09d} references it (for {rel}) but it is missing"
-                findings.append(Finding(MISSING_OBJECT, name, where + entry["key"], problem, _NONE, how=_REPUBLISH))
+                findings.append(
+                    Finding(MISSING_OBJECT, name, where + entry["key"], problem, Action.NONE, how=_REPUBLISH)
+                )
             elif found.size != entry["size"]:
                 problem = f"{found.size} bytes, but manifest m{newest:09d} recorded {entry['size']}"
                 findings.append(
-                    Finding(OBJECT_SIZE_MISMATCH, name, where + entry["key"], problem, _NONE, how=_REPUBLISH)
+                    Finding(OBJECT_SIZE_MISMATCH, name, where + entry["key"], problem, Action.NONE, how=_REPUBLISH)
                 )
     for o in listed:
         if o.key not in referenced:
             problem = "no published state of the run references it (left by a writer that stopped)"
-            findings.append(Finding(UNREFERENCED_OBJECT, name, where + o.key, problem, _DELETE))
+            findings.append(Finding(UNREFERENCED_OBJECT, name, where + o.key, problem, Action.DELETE))
     return findings

@@ -141,16 +141,50 @@ class CommitProtocol:
             base_gen = gen
             files = merge_sources(self.engine(), [long for long, _ in parts] + staged, layout, gen)
             failpoint("after_merge_files")
+        self._commit_merge(name, gen, files, base_gen)
+        failpoint("after_delta_commit" if base_gen != gen else "after_merge_commit")
+        self.collect_garbage(name)
+        self.after_generation(name)
+        return gen
+
+    def merge_from(self, name: str, sources: Sequence[str], *, forget_offsets: bool = False) -> int:
+        """A new full generation of ``name`` from ``sources`` (long-format Parquet files, lowest priority
+        first) in place of its current files and staged batches, committed as ``merge`` commits;
+        ``forget_offsets`` drops the run's shard offsets in the same transaction, so that its next
+        compaction reads its shards again. ``stabscope check --repair`` merges a run again this way
+        from whichever intact copy of its rows it has."""
+        gen = self.run_info(name).gen + 1
+        files = merge_sources(self.engine(), list(sources), self.layout(name), gen)
+        self._commit_merge(name, gen, files, gen, forget_offsets=forget_offsets)
+        self.collect_garbage(name)
+        self.after_generation(name)
+        return gen
+
+    def adopt(self, name: str, gen: int, files: GenerationFiles, base_gen: int) -> None:
+        """Make generation ``gen`` (on base ``base_gen``), already complete under its final file names
+        (``files`` gives its figures), current, and its analyses due again: a catalog older than the
+        run's files (restored from a backup) learns the generation they hold. Files of the catalog's
+        older generation become garbage."""
+        with self.catalog.unit() as con:
+            con.execute("BEGIN TRANSACTION")
+            commit_generation(con, name, gen, files, base_gen)
+            con.execute(queries.SET_ANALYSIS_GEN, [0, name])
+            con.execute("COMMIT")
+        self.collect_garbage(name)
+        self.after_generation(name)
+
+    def _commit_merge(
+        self, name: str, gen: int, files: GenerationFiles, base_gen: int, *, forget_offsets: bool = False
+    ) -> None:
+        """Publish a merge's files, then one transaction: the new generation, no staged batch left."""
         publish(files.paths())
         with self.catalog.unit() as con:
             con.execute("BEGIN TRANSACTION")
             commit_generation(con, name, gen, files, base_gen)
             con.execute(queries.CLEAR_STAGED, [name])
+            if forget_offsets:
+                con.execute(queries.DELETE_RUN_OFFSETS, [name])
             con.execute("COMMIT")
-        failpoint("after_delta_commit" if base_gen != gen else "after_merge_commit")
-        self.collect_garbage(name)
-        self.after_generation(name)
-        return gen
 
     def finish_pending(self, name: str) -> None:
         """Complete a merge a crash interrupted, and remove files no transaction refers to."""

@@ -30,6 +30,7 @@ from ingest.run_meta import merge_meta
 from ingest.shards import SegmentRef, find_segments, shard_location_name
 from ingest.store.blocks import conform_long
 from ingest.store.catalog import Catalog, change_meta, delete_run_rows, fetch_one, run_info_of
+from ingest.store.check_recovery import run_damage
 from ingest.store.commit import CommitProtocol, failpoint
 from ingest.store.direct_merge import DirectMerger, NotAppendOnly
 from ingest.store.layout import LONG, RunLayout, run_folder, run_lock_file, spool_folder
@@ -220,6 +221,19 @@ class Store:
             known = ", ".join(r.name for r in self.list_runs()[:10]) or "none"
             raise StabScopeError(f"no run named {name!r} in store {self.location} (runs: {known})")
         return run_info_of(row)
+
+    def damage(self, name: str) -> str | None:
+        """Why run ``name`` is damaged (a file of its current generation missing or not reading: see
+        ``check_recovery.run_damage``), or None; ``stabscope check NAME --repair`` says what can be done.
+        A store on object storage fetches a file when it is read, so only its local cache is not judged
+        (``stabscope check`` checks its objects)."""
+        if self._remote is not None:
+            return None
+        info = self.run_info(name)
+        why = run_damage(self._layout(name), info)
+        if why is not None and self.run_info(name).gen != info.gen:  # a merge replaced the files meanwhile
+            why = run_damage(self._layout(name), self.run_info(name))
+        return why
 
     def events(self, name: str) -> list[RunEvent]:
         """Run events (schedule transitions, checkpoints, rollbacks, data switches) by step."""

@@ -391,8 +391,9 @@ class StoreReader:
         where = f"missing: {', '.join(missing)}" if missing else "its files disagree with the catalog"
         return (
             f"run {info.name!r} is damaged: the catalog records {info.n_rows} rows but its long files hold "
-            f"{written} ({where}). Nothing was written. `stabscope check {info.name}` lists the damage; a lost long "
-            "file's rows cannot be rebuilt: delete the run and import or compact it again"
+            f"{written} ({where}). Nothing was written. `stabscope check {info.name} --repair` rebuilds a lost long "
+            "file from its run-level file when every row of the run is run-level; otherwise its rows are lost: "
+            "delete the run and import or compact it again"
         )
 
     def run_view(

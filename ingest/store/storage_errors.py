@@ -50,6 +50,17 @@ class DamagedRunFile(StabScopeError):
         self.run = run
 
 
+def damaged_run(run: str, why: str) -> DamagedRunFile:
+    """Run ``run`` is damaged: ``why`` names its files that are missing or do not read (``Store.damage``)."""
+    message = (
+        f"run {run!r} is damaged: {why}. `stabscope check {run}` lists what is wrong and `stabscope check {run} "
+        "--repair` rebuilds what an intact copy still holds; re-importing the run's log (or compacting its shards "
+        "again) rewrites it. Other runs are not affected"
+    )
+    folder = Path(why.split(": ", 1)[0]).parent.parent  # <run folder>/<kind>/g<gen>.parquet: the run's folder
+    return DamagedRunFile(run, message, path=str(folder), page=message)
+
+
 def damaged_file(path: Path | str, exc: BaseException) -> DamagedRunFile:
     """A file of a run's current generation cannot be read (truncated, overwritten)."""
     run = _run_of(Path(path))
