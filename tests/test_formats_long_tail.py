@@ -142,7 +142,7 @@ def test_deepspeed_chat_sft_console_and_eval_perplexity() -> None:
     parsed = read_log([FIXTURES / "deepspeed_chat_sft.log"])
     assert _series(parsed, "loss") == {0: 2.9121, 1: 2.8012, 2: 2.7004}  # rank 0's, not rank 1's
     assert _series(parsed, "step_time_s") == {1: 0.22}
-    assert _series(parsed, "eval_perplexity") == {2: 9.4512}
+    assert _series(parsed, "eval_ppl") == {2: 9.4512}  # DS-Chat prints `ppl`
     assert _series(parsed, "val_loss") == {2: 2.2461}
 
 
@@ -235,3 +235,32 @@ def test_cli_import_says_it_used_the_generic_reader(tmp_path: Path, capsys: pyte
     assert "read by the generic reader with the proposed mapping" in out and "loss = train_ce_loss" in out
     assert main([*args[:-1], "g2", "--map", "gnorm=grad_norm_clipped", "--json"]) == 0
     assert '"grad_norm_clipped": "gnorm"' in capsys.readouterr().out
+
+
+def test_deepspeed_chat_released_ppo_lines() -> None:
+    # the shape of DeepSpeedExamples' released step-3 log: lower-case `|`-separated fields, reward apart
+    parsed = read_log([FIXTURES / "deepspeed_chat_ppo_released.log"])
+    assert parsed.format == "deepspeed_stdout"
+    assert _series(parsed, "act_loss") == {0: 0.2099609375, 1: 0.296630859375, 2: -0.03875732421875}
+    assert _series(parsed, "cri_loss")[2] == 0.1396484375
+    assert _series(parsed, "reward") == {0: -0.67919921875, 1: -0.0648193359375, 2: 4.3828125}
+    assert _series(parsed, "lr") == {10: 3.5e-07}
+    assert "loss" not in parsed.metrics
+
+
+def test_deepspeed_chat_released_sft_ppl_and_dpo_eval() -> None:
+    parsed = read_log([FIXTURES / "deepspeed_chat_dpo_sft_released.log"])
+    assert _series(parsed, "eval_ppl") == {20: 2.017983436584473}  # the epoch's eval, at the last step
+    assert _series(parsed, "dpo_eval_loss") == {20: 0.6650807857513428}
+    assert _series(parsed, "dpo_eval_chosen") == {20: -31.9375}
+    # DS-Chat's own FLOP estimate, printed by every rank, has no role: not stored
+    assert "tflops_per_gpu" not in parsed.metrics
+    assert _series(parsed, "step_time_s") == {10: 0.27}
+
+
+def test_deepspeed_examples_eval_perplexity() -> None:
+    parsed = read_log([FIXTURES / "deepspeed_examples_ppl.log"])
+    ppl = _series(parsed, "eval_ppl")
+    assert ppl[0] == 61.800734668415046 and ppl[10] == 61.772465037680455 and ppl[1] == 61.57951131190911
+    assert ppl[2] != ppl[2]  # the NaN perplexity is kept: it is the fault to see
+    assert not {"seq_len", "consume_layer_tokens"} & set(parsed.metrics)

@@ -20,7 +20,7 @@ import re
 from typing import Final
 
 from ingest.formats.aliases import sanitise_name
-from ingest.formats.deepspeed_chat import DS_CHAT_KINDS
+from ingest.formats.deepspeed_chat import DS_CHAT_KINDS, DS_EXAMPLES_KINDS
 from ingest.formats.megatron import DEEPSPEED_KINDS
 from ingest.formats.textlog import LineKind, TextLogReader
 
@@ -63,6 +63,7 @@ class DeepSpeedStdoutReader(TextLogReader):
             keymap=_timer_key,
         ),
         *DS_CHAT_KINDS,
+        *DS_EXAMPLES_KINDS,
     )
 
     def score(self, n_metric_lines: int, text: str) -> float:
