@@ -264,3 +264,37 @@ def test_deepspeed_examples_eval_perplexity() -> None:
     assert ppl[0] == 61.800734668415046 and ppl[10] == 61.772465037680455 and ppl[1] == 61.57951131190911
     assert ppl[2] != ppl[2]  # the NaN perplexity is kept: it is the fault to see
     assert not {"seq_len", "consume_layer_tokens"} & set(parsed.metrics)
+
+
+def test_megatron_deepspeed_log_whose_first_iteration_is_past_the_head(tmp_path: Path) -> None:
+    # BigScience's 2021 Megatron-DeepSpeed logs: the argument dump, the engine's `step=0` line, then
+    # thousands of NCCL lines before the first (slow) iteration: the head holds no iteration line
+    ts = "[2021-05-27 19:49:22,947] [INFO] [logging.py:60:log_dist] [Rank 0]"
+    head = [
+        "using world size: 64 and model-parallel size: 4 ",
+        "-------------------- arguments --------------------",
+        "  adam_beta1 ...................................... 0.9",
+        "---------------- end of arguments ----------------",
+        "> building GPT2BPETokenizer tokenizer ...",
+        f"{ts} step=0, skipped=0, lr=[0.0, 0.0], mom=[(0.9, 0.999), (0.9, 0.999)]",
+    ]
+    nccl = [
+        f"r9i1n7:8762:{8800 + i} [2] NCCL INFO comm 0x145fc0001060 rank 0 nranks 1 cudaDev 2 - Init COMPLETE"
+        for i in range(4000)
+    ]
+    tail = []
+    for step in (1, 2):
+        tail += [
+            f"{ts} step={step}, skipped=0, lr=[{1.875e-05 * step:.4g}, {1.875e-05 * step:.4g}], mom=[(0.9, 0.999)]",
+            f"steps: {step} loss: {12.7902 + step / 100:.4f} iter time (s): 150.471 samples/sec: 6.805",
+            f" iteration        {step}/    1000 | elapsed time per iteration (ms): 150471.3 | learning rate: "
+            f"{1.875e-05 * step:.3E} | lm loss: {12.790221 + step / 100:.6E} | loss scale: 1024.0 |",
+        ]
+    log = tmp_path / "meg_ds_perf.out"
+    log.write_text("\n".join(head + nccl + tail) + "\n")
+    assert log.stat().st_size > 256 * 1024
+    candidates = detect([log])
+    assert candidates[0][0] == "megatron_deepspeed"
+    assert all(score < candidates[0][1] - AMBIGUITY_MARGIN for _, score in candidates[1:])
+    parsed = read_log([log])
+    assert _series(parsed, "loss") == pytest.approx({1: 12.80022, 2: 12.81022})  # Megatron's, not the copy

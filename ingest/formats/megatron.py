@@ -118,6 +118,8 @@ _DEEPSPEED_MARKERS: Final = re.compile(
     r"\[Rank \d+\] step=\d+|^steps: \d+ loss:|\[INFO\] \[[A-Za-z_]+\.py:\d+:|DeepSpeed|^\s+deepspeed \.{2,}",
     re.M,
 )
+MEGATRON_BANNER: Final = re.compile(r"-{3,} arguments -{3,}|using world size: \d+ and model-parallel size")
+"""Megatron's own start-up lines (its argument dump, its world size): a log that has them is Megatron's."""
 _MEGATRON_MARKERS: Final = re.compile(
     r"-{3,} arguments -{3,}|^using world size: \d+|> building \w+ model|^\s*iteration\s+\d+/", re.M
 )
