@@ -298,3 +298,19 @@ def test_megatron_deepspeed_log_whose_first_iteration_is_past_the_head(tmp_path:
     assert all(score < candidates[0][1] - AMBIGUITY_MARGIN for _, score in candidates[1:])
     parsed = read_log([log])
     assert _series(parsed, "loss") == pytest.approx({1: 12.80022, 2: 12.81022})  # Megatron's, not the copy
+
+
+def test_wrapped_megatron_lines_are_joined_and_valid_loss_is_read() -> None:
+    # BLOOM's chronicles: iteration lines wrapped over three lines when pasted, and the
+    # Megatron-DeepSpeed of 2022 printing "valid loss at iteration N"
+    path = FIXTURES / "megatron_chronicle_wrapped.md"
+    parsed = read_log([path])
+    assert _series(parsed, "loss") == {42780: 2.117073, 42781: 2.116946, 45000: 2.113567}
+    assert _series(parsed, "step_time_s") == {42780: 105.16, 42781: 110.17, 45000: 111.0}
+    assert _series(parsed, "lr")[42781] == 4.474e-05  # the field the wrap cut in two
+    assert _series(parsed, "samples_per_s")[42780] == 19.474  # from the third piece
+    assert _series(parsed, "val_loss") == {45000: 2.327091}
+    report = parsed.account.to_json({})
+    assert report["suspect"]["count"] == 0
+    assert report["lines_read"] == len(path.read_text().splitlines())  # the join keeps every line counted
+    assert report["parsed"]["lines"] == 4

@@ -86,7 +86,8 @@ MEGATRON_KINDS: Final = (
     ),
     LineKind(
         name="validation",
-        prefix=r"[ \t]*" + _TS + r"validation loss at (?:iteration[ \t]+(?P<step>[0-9]+))?[^|\n]*\|",
+        # Megatron-DeepSpeed of 2021-22 (BigScience's runs) prints "valid loss at iteration N"
+        prefix=r"[ \t]*" + _TS + r"valid(?:ation)? loss at (?:iteration[ \t]+(?P<step>[0-9]+))?[^|\n]*\|",
         pairs=_PIPE_PAIRS,
         keymap=_validation_key,
         run_level=True,
@@ -232,6 +233,7 @@ def _run_meta_from_args(args: dict[str, Any]) -> dict[str, Any]:
 class MegatronReader(PlannedStepsTextLogReader):
     name = "megatron"
     description = "Megatron-LM console: 'iteration N/ M | ... | lm loss: x | grad norm: x | ...'"
+    joins_wrapped_lines = True  # logs pasted into notes
     kinds = MEGATRON_KINDS
 
     def score(self, n_metric_lines: int, text: str) -> float:
@@ -249,6 +251,7 @@ class MegatronReader(PlannedStepsTextLogReader):
 class MegatronDeepSpeedReader(PlannedStepsTextLogReader):
     name = "megatron_deepspeed"
     description = "Megatron-DeepSpeed console: Megatron iteration lines plus DeepSpeed engine lines"
+    joins_wrapped_lines = True  # logs pasted into notes
     kinds = MEGATRON_KINDS + DEEPSPEED_KINDS
 
     def score(self, n_metric_lines: int, text: str) -> float:

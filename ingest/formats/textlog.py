@@ -48,6 +48,7 @@ from ingest.formats._common import (
 from ingest.formats.base import Reader
 from ingest.formats.textlog_engine import PER_RANK_NAMES, EngineState, MatchedChunk
 from ingest.formats.textlog_patterns import ENGINE_ENV, LineKind
+from ingest.formats.wrapped_lines import is_pasted_size, join_wrapped_lines
 
 __all__ = ["ENGINE_ENV", "PER_RANK_NAMES", "LineKind", "TextLogReader"]
 
@@ -74,6 +75,8 @@ class TextLogReader(Reader):
     """Chunks matched or queued at once (0: ``workers + 1``, so no worker idles while this thread
     finishes a chunk; ``workers`` measured no lower peak RSS and no faster on logs of tens and
     hundreds of MB)."""
+    joins_wrapped_lines = False
+    """Join iteration lines wrapped over several lines (:mod:`ingest.formats.wrapped_lines`)."""
 
     def __init__(self) -> None:
         self._compiled = [k.compiled() for k in self.kinds]
@@ -162,7 +165,9 @@ class TextLogReader(Reader):
                 builder.source(path)
                 line_no = 1  # of the next chunk to finish: the workers count each chunk's lines
                 pending: deque[tuple[Future[MatchedChunk], bytes]] = deque()
-                for i, chunk in enumerate(iter_whole_lines(path, builder, self.chunk_bytes)):
+                joins = self.joins_wrapped_lines and is_pasted_size(path)
+                for i, whole in enumerate(iter_whole_lines(path, builder, self.chunk_bytes)):
+                    chunk = join_wrapped_lines(whole) if joins else whole
                     if i == 0 and not builder.meta:
                         head = strip_launcher_prefixes(chunk[: 1 << 20].decode("utf-8", "replace"))
                         builder.meta.update(self.meta_from_head(head))
