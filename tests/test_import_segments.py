@@ -273,3 +273,50 @@ def test_markdown_notes_of_fresh_starts_are_separate_runs(tmp_path: Path) -> Non
     assert store.read_series("notes-3", "loss").steps.tolist() == [1, 2, 3, 4, 5]
     for name in ("notes", "notes-2", "notes-3"):
         assert not [e for e in store.events(name) if e.kind == "rollback"]
+
+
+def _megatron_line(step: int, loss: float, samples: int) -> str:
+    return (
+        f" iteration {step:>8}/  159576 | consumed samples: {samples:>12} | elapsed time per iteration (ms): 18706.1 | "
+        f"learning rate: 5.994E-05 | global batch size:    96 | lm loss: {loss:.6E} | loss scale: 4096.0 | "
+        "grad norm: 0.542 | number of skipped iterations:   0 | number of nan iterations:   0 |"
+    )
+
+
+def test_pasted_experiments_under_their_headings_are_runs_of_their_own(tmp_path: Path) -> None:
+    # tr8-104B's chronicles: four experiments' excerpts, each under "## Experiment N"; the steps go
+    # back (7220 -> 6900, 11448 -> 8738) and forward (6940 -> 11446) between experiments
+    experiments = {1: [7000, 7010, 7220], 2: [6900, 6910, 6920], 11: [11446, 11447, 11448], 12: [8738, 8739, 9026]}
+    out = ["# tr8-104B Chronicles", ""]
+    for number, steps in experiments.items():
+        out += [
+            f"## Experiment {number}",
+            "",
+            "- rolled back and restarted with a lower LR",
+            "",
+            "```bash",
+            "# not a heading",
+        ]
+        out += [_megatron_line(s, 3.0 + number / 100 + s / 1e5, 96 * s) for s in steps]
+        out += ["```", "", "### Analyzing the spike", ""]
+    log = tmp_path / "chronicles.md"
+    log.write_text("\n".join(out) + "\n")
+    parsed = read_log([log])
+    runs = [parsed, *parsed.segments]
+    assert [r.series("loss")[0].tolist() for r in runs] == list(experiments.values())
+    assert not [e for r in runs for e in r.events if e.kind == "rollback"]  # no resume: other experiments
+
+
+def test_dated_headings_keep_one_runs_excerpts_together_and_a_resume_stays(tmp_path: Path) -> None:
+    # BLOOM's chronicles: one run's excerpts under dated headings; a step back with no heading that
+    # names another experiment is a resume from a checkpoint (a rollback), as in a trainer's log
+    out = ["# The final training", "", "### 2022-04-12 First lm loss spike", "", "```"]
+    out += [_megatron_line(s, 2.4 - s / 1e5, 2048 * s) for s in (31214, 31215, 31216)]
+    out += ["```", "", "### 2022-04-28 sudden 5% drop in throughput", "", "```"]
+    out += [_megatron_line(s, 2.1, 2048 * s) for s in (42780, 42781, 42500, 42501)]
+    out += ["```"]
+    log = tmp_path / "chronicles.md"
+    log.write_text("\n".join(out) + "\n")
+    parsed = read_log([log])
+    assert parsed.segments == []
+    assert [e.step for e in parsed.events if e.kind == "rollback"] != []

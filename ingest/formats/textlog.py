@@ -46,6 +46,7 @@ from ingest.formats._common import (
     strip_launcher_prefixes,
 )
 from ingest.formats.base import Reader
+from ingest.formats.sections import run_heading_lines
 from ingest.formats.textlog_engine import PER_RANK_NAMES, EngineState, MatchedChunk
 from ingest.formats.textlog_patterns import ENGINE_ENV, LineKind
 from ingest.formats.wrapped_lines import is_pasted_size, join_wrapped_lines
@@ -166,6 +167,9 @@ class TextLogReader(Reader):
                 line_no = 1  # of the next chunk to finish: the workers count each chunk's lines
                 pending: deque[tuple[Future[MatchedChunk], bytes]] = deque()
                 joins = self.joins_wrapped_lines and is_pasted_size(path)
+                # each line reserves one seq, in file order: line n of this file is seq first + n - 1
+                first = builder.reserve(0)
+                builder.run_headings += [first + n - 1 for n in run_heading_lines(path)]
                 for i, whole in enumerate(iter_whole_lines(path, builder, self.chunk_bytes)):
                     chunk = join_wrapped_lines(whole) if joins else whole
                     if i == 0 and not builder.meta:
