@@ -250,7 +250,8 @@ def test_deepspeed_chat_released_ppo_lines() -> None:
 
 def test_deepspeed_chat_released_sft_ppl_and_dpo_eval() -> None:
     parsed = read_log([FIXTURES / "deepspeed_chat_dpo_sft_released.log"])
-    assert _series(parsed, "eval_ppl") == {20: 2.017983436584473}  # the epoch's eval, at the last step
+    # the evaluation before training is at step 0, the epoch's at its last step
+    assert _series(parsed, "eval_ppl") == {0: 4998.29638671875, 20: 2.017983436584473}
     assert _series(parsed, "dpo_eval_loss") == {20: 0.6650807857513428}
     assert _series(parsed, "dpo_eval_chosen") == {20: -31.9375}
     # DS-Chat's own FLOP estimate, printed by every rank, has no role: not stored

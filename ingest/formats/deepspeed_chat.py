@@ -107,6 +107,7 @@ DS_CHAT_KINDS: Final = (
         pairs=r"(?P<key>ppl|loss):[ \t]*(?P<val>" + _NUM + r")",
         keymap=_eval_key,
         run_level=True,
+        step_before_first=0,  # the evaluation before training
     ),
     LineKind(
         name="chat_reward_eval",
@@ -114,6 +115,7 @@ DS_CHAT_KINDS: Final = (
         pairs=r"(?P<key>chosen_last_scores|rejected_last_scores|acc)[^:\n]*:[ \t]*(?P<val>" + _NUM + r")",
         keymap=_chat_key,
         run_level=True,
+        step_before_first=0,  # the evaluation before training
     ),
 )
 """DeepSpeed-Chat's lines (see the module docstring)."""
@@ -144,6 +146,7 @@ DS_EXAMPLES_KINDS: Final = (
         pairs=r"(?P<key>ppl):[ \t]*(?P<val>" + _NUM + r")",
         keymap=_chat_key,
         run_level=True,
+        step_before_first=0,  # the evaluation before training
     ),
     LineKind(
         # step 2 DPO's evaluation: ``chosen: -31.93, rejected: -33.96, loss: 0.665``
@@ -152,6 +155,7 @@ DS_EXAMPLES_KINDS: Final = (
         pairs=r"(?P<key>chosen|rejected|loss):[ \t]*(?P<val>" + _NUM + r")",
         keymap=_dpo_eval_key,
         run_level=True,
+        step_before_first=0,  # the evaluation before training
     ),
     LineKind(
         # data_efficiency's GPT fine-tune: ``'step':0, 'ppl': 61.80, 'seq_len': 256, 'consume layer-tokens': ..``
