@@ -71,7 +71,7 @@ def import_logs(
             f"input is {total / 1e9:.1f} GB; the limit for one import is {MAX_IMPORT_BYTES / 1e9:.1f} GB"
         )
     name = validate_run_name(run or default_run_name(paths))
-    from ingest.metric_map import final_mapping, resolve_map, split_step_key, with_proposal
+    from ingest.metric_map import all_metrics, final_mapping, resolve_map, split_step_key, with_proposal
 
     given, step_key = split_step_key(metric_map or {})
     read = read_inputs(list(paths), fmt=fmt, progress=progress, custom_dir=store.root / "formats", step_key=step_key)
@@ -83,7 +83,9 @@ def import_logs(
         )
     mapping = final_mapping(proposal, {**given, **({step_key: "step"} if step_key else {})})
     metric_map = with_proposal(given, read.parsed.meta.get("proposed_map"))
-    resolve_map(metric_map, read.parsed.metrics)  # a bad --map is refused before waiting for the run
+    # a bad --map is refused before waiting for the run; a file of several runs is checked against
+    # all of them (each run then takes the entries that fit it)
+    resolve_map(metric_map, all_metrics(read.parsed))
     if read.parsed.table.num_rows == 0:
         raise StabScopeError(
             f"{paths[0]}: no metric records found in the {read.parsed.format} input "
@@ -249,11 +251,11 @@ def _import_segment(store: Store, run: str, parsed: Any, metric_map: Mapping[str
 
 def remembered_map_applied(store: Store, run: str, parsed: Any, given: Mapping[str, str]) -> Any:
     """``parsed`` with the user's mapping (``given``, and what run ``run`` remembers) applied."""
-    from ingest.metric_map import apply_metric_map, stored_map
+    from ingest.metric_map import apply_metric_map, map_for_part, stored_map
 
     known = {r.name: r for r in store.list_runs()}
     remembered = stored_map(known[run].meta) if run in known else {}
-    return apply_metric_map(parsed, given, remembered)
+    return apply_metric_map(parsed, map_for_part(given, parsed.metrics), remembered)
 
 
 def _size(path: Path) -> int:

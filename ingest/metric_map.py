@@ -114,6 +114,19 @@ def with_companions(renames: Mapping[str, str], metrics: Sequence[str]) -> dict[
     return {n + s: r + s for n, r in renames.items() for s in _COMPANIONS if n + s in names}
 
 
+def map_for_part(given: Mapping[str, str], metrics: Sequence[str]) -> dict[str, str]:
+    """The entries of ``given`` whose name one run of a file holds: a file of several runs (segments)
+    is checked against all its metrics once; a run without a mapped name (an earlier run that did
+    not log the step time yet) keeps the rest of the map."""
+    names = set(metrics)
+    return {n: r for n, r in given.items() if n in names or canonical_name(n)[0] in names}
+
+
+def all_metrics(parsed: Any) -> list[str]:
+    """The metric names of ``parsed`` and of the further runs (segments) it holds."""
+    return sorted({*parsed.metrics, *(m for s in parsed.segments for m in s.metrics)})
+
+
 def apply_metric_map(parsed: Any, given: Mapping[str, str], remembered: Mapping[str, str] | None = None) -> Any:
     """``parsed`` (a ``ParsedLog``) with the user's mapping applied and recorded in its ``meta``.
 

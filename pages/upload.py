@@ -16,7 +16,7 @@ from ingest.formats import FORMATS, detect
 from ingest.formats.accounting import import_report
 from ingest.import_inputs import ImportRead, read_inputs, sort_inputs
 from ingest.importer import import_segments, remembered_map_applied, segment_run_name, with_line_report
-from ingest.metric_map import resolve_map, stored_map, with_proposal
+from ingest.metric_map import all_metrics, resolve_map, stored_map, with_proposal
 from ingest.store import DEFAULT_WRITER_WAIT_S, LockHolder, validate_run_name
 from pages.import_report import show_import_report
 from pages.page_errors import show_error
@@ -172,7 +172,8 @@ if config is not None:
         show_error(exc)
 
 # a metric the alias table does not know can take a role (the CLI's --map); remembered with the run
-unmapped = [m for m in log.metrics if m not in CANONICAL_METRICS]
+# every run of the file (its segments too): a later run may log a metric the first does not
+unmapped = [m for m in all_metrics(log) if m not in CANONICAL_METRICS]
 metric_map: dict[str, str] = {}
 if unmapped:
     u1, u2 = st.columns(2)
@@ -189,7 +190,7 @@ if unmapped:
         )
         metric_map = {chosen: role}
         try:
-            resolve_map(metric_map, log.metrics)
+            resolve_map(metric_map, all_metrics(log))
             st.caption(f"**{chosen}** will be stored as **{role}**.")
         except StabScopeError as exc:
             show_error(exc)

@@ -142,7 +142,7 @@ def test_deepspeed_chat_sft_console_and_eval_perplexity() -> None:
     parsed = read_log([FIXTURES / "deepspeed_chat_sft.log"])
     assert _series(parsed, "loss") == {0: 2.9121, 1: 2.8012, 2: 2.7004}  # rank 0's, not rank 1's
     assert _series(parsed, "step_time_s") == {1: 0.22}
-    assert _series(parsed, "eval_perplexity") == {2: 9.4512}
+    assert _series(parsed, "eval_ppl") == {2: 9.4512}  # DS-Chat prints `ppl`
     assert _series(parsed, "val_loss") == {2: 2.2461}
 
 
@@ -235,3 +235,83 @@ def test_cli_import_says_it_used_the_generic_reader(tmp_path: Path, capsys: pyte
     assert "read by the generic reader with the proposed mapping" in out and "loss = train_ce_loss" in out
     assert main([*args[:-1], "g2", "--map", "gnorm=grad_norm_clipped", "--json"]) == 0
     assert '"grad_norm_clipped": "gnorm"' in capsys.readouterr().out
+
+
+def test_deepspeed_chat_released_ppo_lines() -> None:
+    # the shape of DeepSpeedExamples' released step-3 log: lower-case `|`-separated fields, reward apart
+    parsed = read_log([FIXTURES / "deepspeed_chat_ppo_released.log"])
+    assert parsed.format == "deepspeed_stdout"
+    assert _series(parsed, "act_loss") == {0: 0.2099609375, 1: 0.296630859375, 2: -0.03875732421875}
+    assert _series(parsed, "cri_loss")[2] == 0.1396484375
+    assert _series(parsed, "reward") == {0: -0.67919921875, 1: -0.0648193359375, 2: 4.3828125}
+    assert _series(parsed, "lr") == {10: 3.5e-07}
+    assert "loss" not in parsed.metrics
+
+
+def test_deepspeed_chat_released_sft_ppl_and_dpo_eval() -> None:
+    parsed = read_log([FIXTURES / "deepspeed_chat_dpo_sft_released.log"])
+    # the evaluation before training is at step 0, the epoch's at its last step
+    assert _series(parsed, "eval_ppl") == {0: 4998.29638671875, 20: 2.017983436584473}
+    assert _series(parsed, "dpo_eval_loss") == {20: 0.6650807857513428}
+    assert _series(parsed, "dpo_eval_chosen") == {20: -31.9375}
+    # DS-Chat's own FLOP estimate, printed by every rank, has no role: not stored
+    assert "tflops_per_gpu" not in parsed.metrics
+    assert _series(parsed, "step_time_s") == {10: 0.27}
+
+
+def test_deepspeed_examples_eval_perplexity() -> None:
+    parsed = read_log([FIXTURES / "deepspeed_examples_ppl.log"])
+    ppl = _series(parsed, "eval_ppl")
+    assert ppl[0] == 61.800734668415046 and ppl[10] == 61.772465037680455 and ppl[1] == 61.57951131190911
+    assert ppl[2] != ppl[2]  # the NaN perplexity is kept: it is the fault to see
+    assert not {"seq_len", "consume_layer_tokens"} & set(parsed.metrics)
+
+
+def test_megatron_deepspeed_log_whose_first_iteration_is_past_the_head(tmp_path: Path) -> None:
+    # BigScience's 2021 Megatron-DeepSpeed logs: the argument dump, the engine's `step=0` line, then
+    # thousands of NCCL lines before the first (slow) iteration: the head holds no iteration line
+    ts = "[2021-05-27 19:49:22,947] [INFO] [logging.py:60:log_dist] [Rank 0]"
+    head = [
+        "using world size: 64 and model-parallel size: 4 ",
+        "-------------------- arguments --------------------",
+        "  adam_beta1 ...................................... 0.9",
+        "---------------- end of arguments ----------------",
+        "> building GPT2BPETokenizer tokenizer ...",
+        f"{ts} step=0, skipped=0, lr=[0.0, 0.0], mom=[(0.9, 0.999), (0.9, 0.999)]",
+    ]
+    nccl = [
+        f"r9i1n7:8762:{8800 + i} [2] NCCL INFO comm 0x145fc0001060 rank 0 nranks 1 cudaDev 2 - Init COMPLETE"
+        for i in range(4000)
+    ]
+    tail = []
+    for step in (1, 2):
+        tail += [
+            f"{ts} step={step}, skipped=0, lr=[{1.875e-05 * step:.4g}, {1.875e-05 * step:.4g}], mom=[(0.9, 0.999)]",
+            f"steps: {step} loss: {12.7902 + step / 100:.4f} iter time (s): 150.471 samples/sec: 6.805",
+            f" iteration        {step}/    1000 | elapsed time per iteration (ms): 150471.3 | learning rate: "
+            f"{1.875e-05 * step:.3E} | lm loss: {12.790221 + step / 100:.6E} | loss scale: 1024.0 |",
+        ]
+    log = tmp_path / "meg_ds_perf.out"
+    log.write_text("\n".join(head + nccl + tail) + "\n")
+    assert log.stat().st_size > 256 * 1024
+    candidates = detect([log])
+    assert candidates[0][0] == "megatron_deepspeed"
+    assert all(score < candidates[0][1] - AMBIGUITY_MARGIN for _, score in candidates[1:])
+    parsed = read_log([log])
+    assert _series(parsed, "loss") == pytest.approx({1: 12.80022, 2: 12.81022})  # Megatron's, not the copy
+
+
+def test_wrapped_megatron_lines_are_joined_and_valid_loss_is_read() -> None:
+    # BLOOM's chronicles: iteration lines wrapped over three lines when pasted, and the
+    # Megatron-DeepSpeed of 2022 printing "valid loss at iteration N"
+    path = FIXTURES / "megatron_chronicle_wrapped.md"
+    parsed = read_log([path])
+    assert _series(parsed, "loss") == {42780: 2.117073, 42781: 2.116946, 45000: 2.113567}
+    assert _series(parsed, "step_time_s") == {42780: 105.16, 42781: 110.17, 45000: 111.0}
+    assert _series(parsed, "lr")[42781] == 4.474e-05  # the field the wrap cut in two
+    assert _series(parsed, "samples_per_s")[42780] == 19.474  # from the third piece
+    assert _series(parsed, "val_loss") == {45000: 2.327091}
+    report = parsed.account.to_json({})
+    assert report["suspect"]["count"] == 0
+    assert report["lines_read"] == len(path.read_text().splitlines())  # the join keeps every line counted
+    assert report["parsed"]["lines"] == 4

@@ -235,3 +235,88 @@ def test_upload_page_warns_of_the_further_runs_and_imports_them(
     assert "**bench-2** (60 rows), **bench-3** (60 rows)" in at.success[1].value
     assert {r.name for r in store.list_runs()} == {"bench", "bench-2", "bench-3"}
     assert np.allclose(store.read_series("bench-3", "step_time_s").values[:2], [0.1205, 0.121])
+
+
+def _llmc_notes(path: Path) -> Path:
+    """Notes in markdown of a GPT-2 course: runs pasted one after another, each in its own fenced
+    block, the logged fields growing from run to run (loss only; then time and tokens/sec, the
+    milliseconds one blank after the number; then norm and lr), the last run starting at step 1."""
+    out = ["# GPT-2 from scratch", "", "Overfit a single batch", "", "```", "Using device: mps"]
+    out += [f"step {s}, loss: {10.9 - 0.5 * s:.6f}" for s in range(5)]
+    out += ["```", "", "With timing", "", "```"]
+    out += [f"step {s}, loss: {10.8 - 0.4 * s:.6f}, time: {600.5 - s:.2f} ms, tokens/sec: 1588.47" for s in range(5)]
+    out += ["```", "", "Full run, excerpt", "", "```"]
+    out += [
+        f"step {s:4d}, loss: {9.5 - 0.3 * s:.6f}, norm: 1.2500, lr: 6.0000e-05, time: {449.9 + s:.1f}ms, "
+        f"tokens/sec: 36418.0"
+        for s in range(1, 6)
+    ]
+    out += ["```", ""]
+    path.write_text("\n".join(out) + "\n")
+    return path
+
+
+def test_markdown_notes_of_fresh_starts_are_separate_runs(tmp_path: Path) -> None:
+    # the generic reader's rows are cut where the step starts afresh, as a trainer's text log's are
+    log = _llmc_notes(tmp_path / "log.md")
+    store = Store(tmp_path / "store")
+    [result] = import_logs(store, [log], run="notes")
+    assert [(s["run"], s["first_step"], s["last_step"]) for s in result["segments"]] == [
+        ("notes-2", 0, 4),
+        ("notes-3", 1, 5),
+    ]
+    assert result["line_range"] == [7, 11]
+    assert store.read_series("notes", "loss").values.tolist() == pytest.approx([10.9, 10.4, 9.9, 9.4, 8.9])
+    # the proposed step-time map fits the runs that log a time, not the first
+    assert store.read_series("notes-2", "step_time_s").values[0] == pytest.approx(0.6005)  # '600.50 ms'
+    assert store.read_series("notes-3", "step_time_s").values[0] == pytest.approx(0.4509)
+    assert store.read_series("notes-3", "loss").steps.tolist() == [1, 2, 3, 4, 5]
+    for name in ("notes", "notes-2", "notes-3"):
+        assert not [e for e in store.events(name) if e.kind == "rollback"]
+
+
+def _megatron_line(step: int, loss: float, samples: int) -> str:
+    return (
+        f" iteration {step:>8}/  159576 | consumed samples: {samples:>12} | elapsed time per iteration (ms): 18706.1 | "
+        f"learning rate: 5.994E-05 | global batch size:    96 | lm loss: {loss:.6E} | loss scale: 4096.0 | "
+        "grad norm: 0.542 | number of skipped iterations:   0 | number of nan iterations:   0 |"
+    )
+
+
+def test_pasted_experiments_under_their_headings_are_runs_of_their_own(tmp_path: Path) -> None:
+    # tr8-104B's chronicles: four experiments' excerpts, each under "## Experiment N"; the steps go
+    # back (7220 -> 6900, 11448 -> 8738) and forward (6940 -> 11446) between experiments
+    experiments = {1: [7000, 7010, 7220], 2: [6900, 6910, 6920], 11: [11446, 11447, 11448], 12: [8738, 8739, 9026]}
+    out = ["# tr8-104B Chronicles", ""]
+    for number, steps in experiments.items():
+        out += [
+            f"## Experiment {number}",
+            "",
+            "- rolled back and restarted with a lower LR",
+            "",
+            "```bash",
+            "# not a heading",
+        ]
+        out += [_megatron_line(s, 3.0 + number / 100 + s / 1e5, 96 * s) for s in steps]
+        out += ["```", "", "### Analyzing the spike", ""]
+    log = tmp_path / "chronicles.md"
+    log.write_text("\n".join(out) + "\n")
+    parsed = read_log([log])
+    runs = [parsed, *parsed.segments]
+    assert [r.series("loss")[0].tolist() for r in runs] == list(experiments.values())
+    assert not [e for r in runs for e in r.events if e.kind == "rollback"]  # no resume: other experiments
+
+
+def test_dated_headings_keep_one_runs_excerpts_together_and_a_resume_stays(tmp_path: Path) -> None:
+    # BLOOM's chronicles: one run's excerpts under dated headings; a step back with no heading that
+    # names another experiment is a resume from a checkpoint (a rollback), as in a trainer's log
+    out = ["# The final training", "", "### 2022-04-12 First lm loss spike", "", "```"]
+    out += [_megatron_line(s, 2.4 - s / 1e5, 2048 * s) for s in (31214, 31215, 31216)]
+    out += ["```", "", "### 2022-04-28 sudden 5% drop in throughput", "", "```"]
+    out += [_megatron_line(s, 2.1, 2048 * s) for s in (42780, 42781, 42500, 42501)]
+    out += ["```"]
+    log = tmp_path / "chronicles.md"
+    log.write_text("\n".join(out) + "\n")
+    parsed = read_log([log])
+    assert parsed.segments == []
+    assert [e.step for e in parsed.events if e.kind == "rollback"] != []

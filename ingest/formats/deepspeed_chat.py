@@ -25,29 +25,44 @@ from ingest.formats.textlog import LineKind
 
 _NUM: Final = r"[-+]?(?:[0-9]+\.?[0-9]*(?:[eE][-+]?[0-9]+)?|nan|inf)"
 
-_NAMES: Final[dict[str, tuple[str, str | None]]] = {
+_NAMES: Final[dict[str, tuple[str, str | None] | None]] = {
     "Actor Loss": ("actor_loss", None),
     "Critic Loss": ("critic_loss", None),
     "Unsupervised Loss": ("unsupervised_loss", None),
     "PPO Epoch": ("ppo_epoch", None),
     "Average reward score": ("reward", None),
     "EMA reward score": ("ema_reward", None),
-    "ppl": ("eval_perplexity", None),
+    "ppl": ("eval_ppl", None),
+    "Perplexity": ("eval_ppl", None),
+    "act_loss": ("act_loss", None),
+    "cri_loss": ("cri_loss", None),
+    "unsuper_loss": ("unsuper_loss", None),
+    "ppo_ep": ("ppo_epoch", None),
+    "average reward score": ("reward", None),
     "chosen_last_scores": ("chosen_score", None),
     "rejected_last_scores": ("rejected_score", None),
     "acc": ("reward_accuracy", None),
     "Latency": ("step_time_s", None),
-    "TFLOPs": ("tflops_per_gpu", None),
+    # DS-Chat's TFLOPs is its own estimate from a FLOP formula, printed by every rank without a rank
+    # id: no analysis uses it, so it stays out (the issue's "a role or stays out")
+    "TFLOPs": None,
     "Samples/sec": ("samples_per_s", None),
 }
 
 
-def _chat_key(key: str) -> tuple[str, str | None]:
-    return _NAMES.get(key) or (sanitise_name(key.lower()), None)
+def _chat_key(key: str) -> tuple[str, str | None] | None:
+    if key in _NAMES:
+        return _NAMES[key]
+    return sanitise_name(key.lower()), None
 
 
-def _eval_key(key: str) -> tuple[str, str | None]:
+def _eval_key(key: str) -> tuple[str, str | None] | None:
     return ("val_loss", None) if key == "loss" else _chat_key(key)
+
+
+def _dpo_eval_key(key: str) -> tuple[str, str | None] | None:
+    # step 2 DPO's evaluation: the preference loss and the chosen/rejected rewards on the eval set
+    return f"dpo_eval_{key}", None
 
 
 DS_CHAT_KINDS: Final = (
@@ -92,6 +107,7 @@ DS_CHAT_KINDS: Final = (
         pairs=r"(?P<key>ppl|loss):[ \t]*(?P<val>" + _NUM + r")",
         keymap=_eval_key,
         run_level=True,
+        step_before_first=0,  # the evaluation before training
     ),
     LineKind(
         name="chat_reward_eval",
@@ -99,6 +115,64 @@ DS_CHAT_KINDS: Final = (
         pairs=r"(?P<key>chosen_last_scores|rejected_last_scores|acc)[^:\n]*:[ \t]*(?P<val>" + _NUM + r")",
         keymap=_chat_key,
         run_level=True,
+        step_before_first=0,  # the evaluation before training
     ),
 )
 """DeepSpeed-Chat's lines (see the module docstring)."""
+
+# The lines of the released logs (DeepSpeedExamples@83757d9, ``training_log_output/``) and of
+# DeepSpeedExamples' own fine-tunes (data_efficiency, random_ltd), read from the real files
+DS_EXAMPLES_KINDS: Final = (
+    LineKind(
+        # step 3 PPO: ``epoch: 0|step: 0|ppo_ep: 1|act_loss: 0.2099|cri_loss: 0.1204|unsuper_loss: 0.0``
+        name="chat_ppo_compact",
+        prefix=r"epoch:[ \t]*[0-9]+[ \t]*\|[ \t]*step:[ \t]*(?P<step>[0-9]+)[ \t]*\|[ \t]*(?=ppo_ep:)",
+        pairs=r"(?P<key>[a-z_]+):[ \t]*(?P<val>" + _NUM + r")(?=[ \t]*\||[ \t]*$)",
+        keymap=_chat_key,
+        run_level=True,
+    ),
+    LineKind(
+        # ``average reward score: -0.679``: the PPO step of the line before
+        name="chat_reward_compact",
+        prefix=r"(?=average reward score:)",
+        pairs=r"(?P<key>average reward score):[ \t]*(?P<val>" + _NUM + r")[ \t]*$",
+        keymap=_chat_key,
+        run_level=True,
+    ),
+    LineKind(
+        # step 1 SFT's evaluation, once per epoch: ``ppl: 4998.296`` alone on its line
+        name="chat_sft_ppl",
+        prefix=r"(?=ppl:[ \t]*" + _NUM + r"[ \t]*$)",
+        pairs=r"(?P<key>ppl):[ \t]*(?P<val>" + _NUM + r")",
+        keymap=_chat_key,
+        run_level=True,
+        step_before_first=0,  # the evaluation before training
+    ),
+    LineKind(
+        # step 2 DPO's evaluation: ``chosen: -31.93, rejected: -33.96, loss: 0.665``
+        name="chat_dpo_eval",
+        prefix=r"(?=chosen:[ \t]*" + _NUM + r",[ \t]*rejected:[ \t]*" + _NUM + r",[ \t]*loss:)",
+        pairs=r"(?P<key>chosen|rejected|loss):[ \t]*(?P<val>" + _NUM + r")",
+        keymap=_dpo_eval_key,
+        run_level=True,
+        step_before_first=0,  # the evaluation before training
+    ),
+    LineKind(
+        # data_efficiency's GPT fine-tune: ``'step':0, 'ppl': 61.80, 'seq_len': 256, 'consume layer-tokens': ..``
+        # (only the perplexity: the curriculum's sequence length and token count are no training metrics)
+        name="dse_eval_ppl",
+        prefix=r"'step':[ \t]*(?P<step>[0-9]+),[ \t]*(?='ppl':)",
+        pairs=r"'(?P<key>ppl)':[ \t]*(?P<val>" + _NUM + r")",
+        keymap=_chat_key,
+        run_level=True,
+    ),
+    LineKind(
+        # random_ltd's GPT fine-tune: ``Step at 1 with Perplexity: 61.579``
+        name="dse_step_perplexity",
+        prefix=r"Step at[ \t]+(?P<step>[0-9]+)[ \t]+with[ \t]+",
+        pairs=r"(?P<key>Perplexity):[ \t]*(?P<val>" + _NUM + r")",
+        keymap=_chat_key,
+        run_level=True,
+    ),
+)
+"""DeepSpeed-Chat's released logs and DeepSpeedExamples' fine-tunes (see the comments)."""

@@ -20,8 +20,8 @@ import re
 from typing import Final
 
 from ingest.formats.aliases import sanitise_name
-from ingest.formats.deepspeed_chat import DS_CHAT_KINDS
-from ingest.formats.megatron import DEEPSPEED_KINDS
+from ingest.formats.deepspeed_chat import DS_CHAT_KINDS, DS_EXAMPLES_KINDS
+from ingest.formats.megatron import DEEPSPEED_KINDS, MEGATRON_BANNER
 from ingest.formats.textlog import LineKind, TextLogReader
 
 _NUM: Final = r"[-+]?(?:[0-9]+\.?[0-9]*(?:[eE][-+]?[0-9]+)?|nan|inf)"
@@ -63,11 +63,16 @@ class DeepSpeedStdoutReader(TextLogReader):
             keymap=_timer_key,
         ),
         *DS_CHAT_KINDS,
+        *DS_EXAMPLES_KINDS,
     )
 
     def score(self, n_metric_lines: int, text: str) -> float:
         # Megatron-DeepSpeed and GPT-NeoX (on DeeperSpeed) print the same engine lines next to
         # their own iteration lines: those logs are theirs
         if _TRAINER_ITERATION.search(text):
+            return 0.5
+        # Megatron's argument dump before the first iteration line (a slow first step: the head holds
+        # only the engine's step=0 line): the engine's lines are Megatron-DeepSpeed's launcher copy
+        if MEGATRON_BANNER.search(text):
             return 0.5
         return 0.95 if _ENGINE_LINE.search(text) else 0.85

@@ -38,7 +38,8 @@ _KEY: Final = r"[A-Za-z_][A-Za-z0-9_/.@\-]{0,80}"
 _PAIR: Final = re.compile(
     r"(?P<q>['\"])(?P<qkey>[A-Za-z_][^'\"\n]{0,80})(?P=q)[ \t]*:[ \t]*['\"]?(?P<qval>" + _NUM + r")['\"]?"
     r"|(?<![A-Za-z0-9_/.@\-])(?P<key>" + _KEY + r")(?:[ \t]*[:=][ \t]*|[ \t]+)"
-    r"(?P<val>" + _NUM + r")(?P<unit>" + _UNIT + r"(?:/it(?:er)?)?)?(?![A-Za-z0-9_.])"
+    # the unit may stand one blank after the number ('time: 644.64 ms', Karpathy's llm.c-style logs)
+    r"(?P<val>" + _NUM + r")(?:[ \t]?(?P<unit>" + _UNIT + r"(?:/it(?:er)?)?))?(?![A-Za-z0-9_.])"
 )
 """One ``key: number``, ``key=number``, ``key number`` or ``'key': number`` pair, with an optional unit."""
 _BRACKET_STEP: Final = re.compile(r"^\[(?P<step>[0-9]+)\][ \t]")
@@ -244,25 +245,27 @@ class GenericReader(Reader):
         )
         if found.extra:
             builder.meta["proposed_map"] = dict(found.extra)
-        rows: dict[tuple[str, str | None], tuple[list[int], list[float], list[int]]] = {}
-        seq = 0
         for path in paths:
             builder.source(path)
+            # a row's seq is its line's index in the file, marked as line 1 onwards: the segments
+            # (ingest.formats.segments) cut where the step starts afresh, and report their lines
+            rows: dict[tuple[str, str | None], tuple[list[int], list[float], list[int]]] = {}
             line_no = 0
             for chunk in iter_whole_lines(path, builder):
                 for line in chunk.decode("utf-8", "replace").split("\n")[:-1]:
                     line_no += 1
-                    seq = _read_line(line, line_no, path, found.step, rows, builder, seq)
-        base = builder.reserve(seq)
-        for (name, unit), (steps, values, order) in rows.items():
-            builder.add(
-                name,
-                np.asarray(steps, np.int64),
-                np.asarray(values),
-                unit=unit,
-                seq=base + np.asarray(order, np.int64),
-                canonical=True,
-            )
+                    _read_line(line, line_no, path, found.step, rows, builder)
+            builder.mark_lines(1)
+            base = builder.reserve(line_no)
+            for (name, unit), (steps, values, order) in rows.items():
+                builder.add(
+                    name,
+                    np.asarray(steps, np.int64),
+                    np.asarray(values),
+                    unit=unit,
+                    seq=base + np.asarray(order, np.int64),
+                    canonical=True,
+                )
 
 
 def _read_line(
@@ -272,11 +275,10 @@ def _read_line(
     step_key: str,
     rows: dict[tuple[str, str | None], tuple[list[int], list[float], list[int]]],
     builder: LogBuilder,
-    seq: int,
-) -> int:
+) -> None:
     if not line.strip():
         builder.account.text_line(str(path), line_no, line, parsed=False)
-        return seq
+        return
     for piece in line.split("\r")[::-1]:  # a progress bar's redraws: the last piece with pairs
         pairs = line_pairs(piece)
         if pairs:
@@ -287,15 +289,14 @@ def _read_line(
         why = "no step counter" if values else "not a metric line"
         builder.skip(path, line_no, f"{why}: {line.strip()[:80]}")
         builder.account.text_line(str(path), line_no, line.split("\r")[-1], parsed=False)
-        return seq
+        return
     builder.account.text_line(str(path), line_no, line, parsed=True)
     for key, value, unit in values:
         name, unit = stored_name(key, unit)
         col = rows.setdefault((name, unit), ([], [], []))
         col[0].append(int(steps[0]))
         col[1].append(value)
-        col[2].append(seq)
-    return seq + 1
+        col[2].append(line_no - 1)
 
 
 def generic_summary(meta: dict[str, Any]) -> dict[str, str] | None:

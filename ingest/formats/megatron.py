@@ -86,7 +86,8 @@ MEGATRON_KINDS: Final = (
     ),
     LineKind(
         name="validation",
-        prefix=r"[ \t]*" + _TS + r"validation loss at (?:iteration[ \t]+(?P<step>[0-9]+))?[^|\n]*\|",
+        # Megatron-DeepSpeed of 2021-22 (BigScience's runs) prints "valid loss at iteration N"
+        prefix=r"[ \t]*" + _TS + r"valid(?:ation)? loss at (?:iteration[ \t]+(?P<step>[0-9]+))?[^|\n]*\|",
         pairs=_PIPE_PAIRS,
         keymap=_validation_key,
         run_level=True,
@@ -118,6 +119,8 @@ _DEEPSPEED_MARKERS: Final = re.compile(
     r"\[Rank \d+\] step=\d+|^steps: \d+ loss:|\[INFO\] \[[A-Za-z_]+\.py:\d+:|DeepSpeed|^\s+deepspeed \.{2,}",
     re.M,
 )
+MEGATRON_BANNER: Final = re.compile(r"-{3,} arguments -{3,}|using world size: \d+ and model-parallel size")
+"""Megatron's own start-up lines (its argument dump, its world size): a log that has them is Megatron's."""
 _MEGATRON_MARKERS: Final = re.compile(
     r"-{3,} arguments -{3,}|^using world size: \d+|> building \w+ model|^\s*iteration\s+\d+/", re.M
 )
@@ -230,6 +233,7 @@ def _run_meta_from_args(args: dict[str, Any]) -> dict[str, Any]:
 class MegatronReader(PlannedStepsTextLogReader):
     name = "megatron"
     description = "Megatron-LM console: 'iteration N/ M | ... | lm loss: x | grad norm: x | ...'"
+    joins_wrapped_lines = True  # logs pasted into notes
     kinds = MEGATRON_KINDS
 
     def score(self, n_metric_lines: int, text: str) -> float:
@@ -247,6 +251,7 @@ class MegatronReader(PlannedStepsTextLogReader):
 class MegatronDeepSpeedReader(PlannedStepsTextLogReader):
     name = "megatron_deepspeed"
     description = "Megatron-DeepSpeed console: Megatron iteration lines plus DeepSpeed engine lines"
+    joins_wrapped_lines = True  # logs pasted into notes
     kinds = MEGATRON_KINDS + DEEPSPEED_KINDS
 
     def score(self, n_metric_lines: int, text: str) -> float:

@@ -162,10 +162,13 @@ def fresh_starts(steps: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
     return np.flatnonzero(fresh).astype(np.int64) + 1
 
 
-def segment_cuts(pieces: dict[str, list[Any]]) -> dict[int, npt.NDArray[np.int64]]:
+def segment_cuts(pieces: dict[str, list[Any]], run_headings: Sequence[int] = ()) -> dict[int, npt.NDArray[np.int64]]:
     """For each stream, the ``seq`` values (file order) at which its segments 2, 3, ... begin; empty
-    when no source starts afresh. Streams that restart less often than the most restarting one get
-    that one's cuts."""
+    when no source starts afresh. ``run_headings``: the ``seq`` of the lines whose heading names
+    another experiment (:mod:`ingest.formats.sections`): a stream's rows under two such headings
+    are two segments. Streams that restart less often than the most restarting one get that one's
+    cuts."""
+    headings = np.asarray(sorted(run_headings), np.int64)
     by_stream: dict[int, list[tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]]] = {}
     seen: set[tuple[int, int]] = set()
     for metric_pieces in pieces.values():
@@ -184,6 +187,9 @@ def segment_cuts(pieces: dict[str, list[Any]]) -> dict[int, npt.NDArray[np.int64
             seq, first = np.unique(seq, return_index=True)  # one row per line: a line gives one step
             step = step[first]
         cuts[stream] = seq[fresh_starts(step)]
+        if headings.shape[0] and seq.shape[0] > 1:
+            section = np.searchsorted(headings, seq, side="right")
+            cuts[stream] = np.union1d(cuts[stream], seq[1:][section[1:] != section[:-1]])
     most = max((c.shape[0] for c in cuts.values()), default=0)
     if most == 0:
         return {}

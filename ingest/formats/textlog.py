@@ -46,8 +46,10 @@ from ingest.formats._common import (
     strip_launcher_prefixes,
 )
 from ingest.formats.base import Reader
+from ingest.formats.sections import run_heading_lines
 from ingest.formats.textlog_engine import PER_RANK_NAMES, EngineState, MatchedChunk
 from ingest.formats.textlog_patterns import ENGINE_ENV, LineKind
+from ingest.formats.wrapped_lines import is_pasted_size, join_wrapped_lines
 
 __all__ = ["ENGINE_ENV", "PER_RANK_NAMES", "LineKind", "TextLogReader"]
 
@@ -74,6 +76,8 @@ class TextLogReader(Reader):
     """Chunks matched or queued at once (0: ``workers + 1``, so no worker idles while this thread
     finishes a chunk; ``workers`` measured no lower peak RSS and no faster on logs of tens and
     hundreds of MB)."""
+    joins_wrapped_lines = False
+    """Join iteration lines wrapped over several lines (:mod:`ingest.formats.wrapped_lines`)."""
 
     def __init__(self) -> None:
         self._compiled = [k.compiled() for k in self.kinds]
@@ -162,7 +166,12 @@ class TextLogReader(Reader):
                 builder.source(path)
                 line_no = 1  # of the next chunk to finish: the workers count each chunk's lines
                 pending: deque[tuple[Future[MatchedChunk], bytes]] = deque()
-                for i, chunk in enumerate(iter_whole_lines(path, builder, self.chunk_bytes)):
+                joins = self.joins_wrapped_lines and is_pasted_size(path)
+                # each line reserves one seq, in file order: line n of this file is seq first + n - 1
+                first = builder.reserve(0)
+                builder.run_headings += [first + n - 1 for n in run_heading_lines(path)]
+                for i, whole in enumerate(iter_whole_lines(path, builder, self.chunk_bytes)):
+                    chunk = join_wrapped_lines(whole) if joins else whole
                     if i == 0 and not builder.meta:
                         head = strip_launcher_prefixes(chunk[: 1 << 20].decode("utf-8", "replace"))
                         builder.meta.update(self.meta_from_head(head))

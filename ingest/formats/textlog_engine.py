@@ -418,6 +418,8 @@ class EngineState:
         prev = np.where(pos >= 0, known_steps[np.maximum(pos, 0)] if known_steps.size else -1, -1)
         if self.last_step is not None:
             prev = np.where(prev < 0, self.last_step, prev)
+        elif kind.step_before_first is not None:
+            prev = np.where(prev < 0, kind.step_before_first, prev)
         if not kind.fill_next:
             return np.asarray(prev, np.int64)
         nxt = np.searchsorted(known_rows, rows, side="right")
