@@ -315,3 +315,19 @@ def test_wrapped_megatron_lines_are_joined_and_valid_loss_is_read() -> None:
     assert report["suspect"]["count"] == 0
     assert report["lines_read"] == len(path.read_text().splitlines())  # the join keeps every line counted
     assert report["parsed"]["lines"] == 4
+
+
+def test_generic_reader_counts_a_step_that_is_not_a_whole_number_as_no_step(tmp_path: Path) -> None:
+    """Found by the fuzz test: a mutated step counter (`step=nan`) past the head the mapping is proposed
+    from raised "cannot convert float NaN to integer" out of the generic reader; the line is now skipped
+    with its reason, the others are read."""
+    log = tmp_path / "custom.log"
+    n = 70_000  # past the 2 MiB head
+    lines = [f"step={s} loss={4.0 - s / n:.6f} lr=0.001\n" for s in range(1, n + 1)]
+    lines[-2] = "step=nan loss=1.5 lr=0.001\n"
+    log.write_text("".join(lines))
+    assert log.stat().st_size > 2 * 1024 * 1024
+    parsed = read_log([log], "generic")
+    steps = sorted(r["step"] for r in parsed.table.to_pylist() if r["metric"] == "loss")
+    assert len(steps) == n - 1 and n - 1 not in steps and steps[-1] == n
+    assert parsed.skipped == 1

@@ -123,5 +123,9 @@ def test_the_dashboard_reads_an_s3_store(s3_url: str, tmp_path: Path, monkeypatc
     writer.import_table("run1", imported_table(600), source="import:csv:x.csv")
     at = open_page("spikes").run()
     assert not at.exception
+    # the one-step 4x loss outlier is back on the trend the next step: a blip, listed on demand
+    assert [s["severity"] for s in writer.spikes("run1")] == ["blip"]
+    at.toggle(key="sp_blips").set_value(True).run()
+    assert not at.exception
     table = at.dataframe(key="sp_table").value
     assert list(table["peak step"]) == [s["peak"] for s in writer.spikes("run1")] == [300]

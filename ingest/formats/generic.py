@@ -19,6 +19,7 @@ counter, or with nothing but it, is skipped and counted.
 from __future__ import annotations
 
 import functools
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -283,7 +284,8 @@ def _read_line(
         pairs = line_pairs(piece)
         if pairs:
             break
-    steps = [v for k, v, _ in pairs if k == step_key]
+    # a step counter that is not a whole finite number (nan, 1e400, 3.5) counts no step
+    steps = [v for k, v, _ in pairs if k == step_key and math.isfinite(v) and v == int(v)]
     values = [(k, v, u) for k, v, u in pairs if k not in (step_key, BRACKET_KEY)]
     if not steps or not values:
         why = "no step counter" if values else "not a metric line"
