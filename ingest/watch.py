@@ -40,6 +40,18 @@ ALERT_COMMAND_TIMEOUT_EXIT = 124
 """Exit code reported for an ``--on-alert`` command killed at its timeout (as timeout(1) reports it)."""
 
 
+def report_new_alerts(
+    store: Store, run: str, seen: set[tuple[str, str, int]], on_alert: str | None, log: Callable[[str], None]
+) -> None:
+    """Log each alert of ``run`` not in ``seen`` and run ``on_alert`` with it (one watch pass's alerts,
+    the same for shards and for followed logs)."""
+    for alert in new_alerts(store, run, seen):
+        log(f"ALERT {alert.kind}: {alert.message}")
+        code = run_alert_command(on_alert, alert.to_json()) if on_alert else 0
+        if code:
+            log(f"--on-alert command exited with {code} for the {alert.kind} alert")
+
+
 def run_alert_command(command: str, alert: dict[str, Any], timeout_s: float = 30.0) -> int:
     """Run the user's shell ``command`` with ``alert`` as JSON on stdin; returns its exit code. A
     command that hangs is killed after ``timeout_s`` seconds: the watcher must go on folding."""
@@ -94,11 +106,7 @@ def watch(
                 passes += 1
                 if report.rows or report.rejected:
                     log(f"{run}: +{report.rows} rows (generation {report.gen}, {report.rejected} rejected)")
-                for alert in new_alerts(store, run, seen):
-                    log(f"ALERT {alert.kind}: {alert.message}")
-                    code = run_alert_command(on_alert, alert.to_json()) if on_alert else 0
-                    if code:
-                        log(f"--on-alert command exited with {code} for the {alert.kind} alert")
+                report_new_alerts(store, run, seen, on_alert, log)
             if once or stop.wait(interval_s):
                 break
     except KeyboardInterrupt:

@@ -33,7 +33,7 @@ from ingest.log_spool import LogSpool
 from ingest.new_rows import new_or_changed, rows_table
 from ingest.store import Store
 from ingest.store.run_lock import DEFAULT_WRITER_WAIT_S, WriterBusy
-from ingest.watch import mark_finished, new_alerts, run_alert_command
+from ingest.watch import mark_finished, new_alerts, report_new_alerts
 
 PATIENT_BYTES: Final = LONG_HEAD_BYTES
 """Complete bytes of a log that does not read yet that a watcher waits through before it gives up: as
@@ -255,11 +255,7 @@ def watch_logs(
             passes += 1
             if rows:
                 log(f"{run}: +{rows} rows")
-            for alert in new_alerts(store, run, seen):
-                log(f"ALERT {alert.kind}: {alert.message}")
-                code = run_alert_command(on_alert, alert.to_json()) if on_alert else 0
-                if code:
-                    log(f"--on-alert command exited with {code} for the {alert.kind} alert")
+            report_new_alerts(store, run, seen, on_alert, log)
             if once or stop.wait(interval_s):
                 break
     except KeyboardInterrupt:

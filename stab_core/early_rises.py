@@ -13,9 +13,9 @@ from typing import Final
 
 import numpy as np
 
-from stab_core.incidents import EARLY_MIN_RATIO, RECOVER_RATIO
+from stab_core.incidents import early_rises
 from stab_core.runview import FloatArray, IntArray
-from stab_core.spikes import SpikeEvent, build_event
+from stab_core.spikes import SpikeEvent
 
 HELD_SAMPLES: Final = 3
 """Consecutive samples whose median is a level the loss held (one outlier batch of three is outvoted)."""
@@ -44,22 +44,4 @@ def robust_early_rises(steps: IntArray, values: FloatArray, history: int, metric
     :data:`~stab_core.incidents.EARLY_MIN_RATIO` times the lowest held level before it
     (:func:`held_levels`). The event's baseline is that level; it recovers at the first sample back
     within :data:`~stab_core.incidents.RECOVER_RATIO` of it. Non-finite samples are skipped."""
-    keep = np.isfinite(values)
-    s, x = steps[keep], values[keep]
-    events: list[SpikeEvent] = []
-    limit = min(history, x.size)
-    levels = held_levels(x[:limit])  # only the first samples are judged here
-    i = 1
-    while i < limit:
-        level = float(levels[i])
-        if level > 0 and x[i] >= EARLY_MIN_RATIO * level:
-            back = np.flatnonzero(x[i + 1 :] <= RECOVER_RATIO * level)
-            recovery = i + 1 + int(back[0]) if back.size else None
-            last = (recovery - 1) if recovery is not None else x.size - 1
-            events.append(build_event(metric, s, x, i, last, recovery, level, max(abs(level) * 0.01, 1e-12)))
-            if recovery is None:
-                break
-            i = recovery + 1
-            continue
-        i += 1
-    return events
+    return early_rises(steps, values, history, metric, levels=held_levels)

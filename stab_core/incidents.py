@@ -14,7 +14,7 @@ baseline follows up and so never flags.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Final, Literal
 
@@ -204,16 +204,33 @@ def _recovery(x: FloatArray, start: int, level: float) -> int | None:
     return start + int(back[0]) if back.size else None
 
 
-def early_rises(steps: IntArray, values: FloatArray, history: int, metric: str = "loss") -> list[SpikeEvent]:
+def _lowest_before(values: FloatArray) -> FloatArray:
+    """For each index i, the lowest of values[:i] (NaN at 0)."""
+    out = np.full(values.size, np.nan)
+    if values.size > 1:
+        out[1:] = np.minimum.accumulate(values[:-1])
+    return out
+
+
+def early_rises(
+    steps: IntArray,
+    values: FloatArray,
+    history: int,
+    metric: str = "loss",
+    levels: Callable[[FloatArray], FloatArray] | None = None,
+) -> list[SpikeEvent]:
     """Rises in the first ``history`` finite samples, where the spike detector has no baseline yet: a
-    sample at least :data:`EARLY_MIN_RATIO` times the lowest value before it. The event's baseline is
-    that lowest value; it recovers at the first sample back within :data:`RECOVER_RATIO` of it."""
+    sample at least :data:`EARLY_MIN_RATIO` times the level before it: ``levels(first samples)`` per
+    index (default: the lowest value before it; :func:`stab_core.early_rises.held_levels` is the level
+    the loss held). The event's baseline is that level; it recovers at the first sample back within
+    :data:`RECOVER_RATIO` of it."""
     s, x = _finite(steps, values)
     events: list[SpikeEvent] = []
     i = 1
     limit = min(history, x.size)
+    level_at = (levels or _lowest_before)(x[:limit])
     while i < limit:
-        level = float(np.min(x[:i]))
+        level = float(level_at[i])
         if level > 0 and x[i] >= EARLY_MIN_RATIO * level:
             recovery = _recovery(x, i + 1, level)
             last = (recovery - 1) if recovery is not None else x.size - 1
