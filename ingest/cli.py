@@ -160,29 +160,17 @@ def cmd_watch(args: argparse.Namespace) -> int:
             wait_for_content(Path(args.shard_dir), args.interval, lambda msg: _print(msg, file=sys.stderr, flush=True))
         except KeyboardInterrupt:
             return 0
+    common = {
+        "interval_s": args.interval,
+        "once": args.once,
+        "on_alert": args.on_alert,
+        "log": lambda msg: _print(msg, file=sys.stderr, flush=True),
+        "wait_s": args.wait,
+    }
     if is_log_source(args.shard_dir, args.format):
-        watch_logs(
-            store,
-            args.run,
-            args.shard_dir,
-            fmt=args.format,
-            interval_s=args.interval,
-            once=args.once,
-            on_alert=args.on_alert,
-            log=lambda msg: _print(msg, file=sys.stderr, flush=True),
-            wait_s=args.wait,
-        )
-        return 0
-    watch(
-        store,
-        args.run,
-        args.shard_dir,
-        interval_s=args.interval,
-        once=args.once,
-        on_alert=args.on_alert,
-        log=lambda msg: _print(msg, file=sys.stderr, flush=True),
-        wait_s=args.wait,
-    )
+        watch_logs(store, args.run, args.shard_dir, fmt=args.format, **common)
+    else:
+        watch(store, args.run, args.shard_dir, **common)
     return 0
 
 

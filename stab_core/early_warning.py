@@ -33,7 +33,7 @@ import numpy.typing as npt
 from stab_core.analysis import RunAnalysis
 from stab_core.bootstrap import DEFAULT_RESAMPLES, Interval, bootstrap_ratio
 from stab_core.runview import FloatArray, IntArray, RunView
-from stab_core.spikes import SpikeParams, rolling_level, rolling_robust_zscore
+from stab_core.spikes import SpikeParams, as_float_array, level_params, rolling_level, rolling_robust_zscore
 
 
 @dataclass(frozen=True)
@@ -69,18 +69,10 @@ class PredictorScore:
     runs: int
 
 
-def _float_array(values: npt.ArrayLike, name: str) -> FloatArray:
-    x = np.asarray(values, dtype=np.float64)
-    if x.ndim != 1:
-        raise ValueError(f"{name} must be one-dimensional, got shape {x.shape}")
-    return x
-
-
 def _level_params(window: int) -> SpikeParams:
     if window < 4:
         raise ValueError(f"window must be >= 4 samples, got {window}")
-    stride = max(1, window // 4)
-    return SpikeParams(window=window, stride=stride, min_history=stride)
+    return level_params(window)
 
 
 def snr_fall_score(snr: npt.ArrayLike, window: int = 64) -> FloatArray:
@@ -88,7 +80,7 @@ def snr_fall_score(snr: npt.ArrayLike, window: int = 64) -> FloatArray:
     as :func:`stab_core.spikes.rolling_level`) divided by the SNR itself: 1 = at its level, 3 = fell
     to a third. NaN while fewer than window/4 samples precede or where the SNR is not finite; +inf
     where the SNR is <= 0 under a positive level."""
-    x = _float_array(snr, "snr")
+    x = as_float_array(snr, "snr")
     level = rolling_level(x, _level_params(window))
     with np.errstate(divide="ignore", invalid="ignore"):
         score = np.where(x > 0, level / x, np.where(level > 0, np.inf, np.nan))
@@ -99,7 +91,7 @@ def snr_fall_score(snr: npt.ArrayLike, window: int = 64) -> FloatArray:
 def rising_zscore(values: npt.ArrayLike, window: int = 64) -> FloatArray:
     """The causal rolling modified z-score of ``values`` (each sample against the median and MAD of
     the samples logged before it; :func:`stab_core.spikes.rolling_robust_zscore`)."""
-    x = _float_array(values, "values")
+    x = as_float_array(values, "values")
     return rolling_robust_zscore(x, _level_params(window)).z
 
 
@@ -107,7 +99,7 @@ def alarm_steps(steps: npt.ArrayLike, score: npt.ArrayLike, threshold: float) ->
     """Steps where ``score`` reaches ``threshold`` after being below it (or undefined): the first
     sample of each excursion. NaN never alarms."""
     s = np.asarray(steps, dtype=np.int64)
-    x = _float_array(score, "score")
+    x = as_float_array(score, "score")
     if s.shape != x.shape:
         raise ValueError(f"steps and score must have the same length, got {s.size} and {x.size}")
     with np.errstate(invalid="ignore"):
@@ -183,7 +175,7 @@ def fall_before(steps: npt.ArrayLike, score: npt.ArrayLike, start: int, lookback
     if lookback < 1:
         raise ValueError(f"lookback must be >= 1 step, got {lookback}")
     s = np.asarray(steps, dtype=np.int64)
-    x = _float_array(score, "score")
+    x = as_float_array(score, "score")
     window = (s >= start - lookback) & (s < start) & ~np.isnan(x)
     if not window.any():
         return FallBefore(score=math.nan, step=None, crossed=None, lead=None)

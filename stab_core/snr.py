@@ -30,7 +30,7 @@ import numpy as np
 import numpy.typing as npt
 
 from stab_core.runview import FloatArray, IntArray, RunView
-from stab_core.spikes import SpikeParams, level_windows, rolling_level
+from stab_core.spikes import level_params, level_windows, rolling_level
 
 Estimator = Literal["two_batch", "temporal_proxy"]
 
@@ -421,11 +421,6 @@ def gradient_snr(view: RunView, proxy_window: int = 100, beta: float = 0.99) -> 
     return temporal_snr_proxy(grad.steps, grad.values, proxy_window)
 
 
-def _level_params(level_window: int) -> SpikeParams:
-    stride = max(1, level_window // 4)
-    return SpikeParams(window=level_window, stride=stride, min_history=stride)
-
-
 def collapse_ratio(snr: SnrSeries, level_window: int = 255) -> tuple[FloatArray, FloatArray]:
     """(level, level / value) per sample: ``level`` is the causal rolling level of the SNR (the
     larger of the median of the last ``level_window`` finite samples and of the most recent
@@ -434,7 +429,7 @@ def collapse_ratio(snr: SnrSeries, level_window: int = 255) -> tuple[FloatArray,
     recent level. NaN where undefined."""
     if level_window < 2:
         raise ValueError(f"level_window must be >= 2 samples, got {level_window}")
-    level = rolling_level(snr.values, _level_params(level_window))
+    level = rolling_level(snr.values, level_params(level_window))
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = np.where(snr.values > 0, level / snr.values, np.where(level > 0, np.inf, np.nan))
     return level, ratio
@@ -448,7 +443,7 @@ def detect_snr_collapse(snr: SnrSeries, factor: float = 3.0, level_window: int =
     if level_window < 2:
         raise ValueError(f"level_window must be >= 2 samples, got {level_window}")
     values = np.asarray(snr.values, dtype=np.float64)
-    windows = level_windows(values, _level_params(level_window))
+    windows = level_windows(values, level_params(level_window))
 
     def level_and_ratio(first: int, stop: int) -> tuple[FloatArray, FloatArray]:
         # collapse_ratio's level and ratio on samples first..stop-1

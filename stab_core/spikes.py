@@ -198,11 +198,18 @@ class RollingBaseline:
     z: FloatArray
 
 
-def _as_float_array(values: npt.ArrayLike, name: str) -> FloatArray:
+def as_float_array(values: npt.ArrayLike, name: str) -> FloatArray:
     array = np.asarray(values, dtype=np.float64)
     if array.ndim != 1:
         raise ValueError(f"{name} must be 1-D, got shape {array.shape}")
     return array
+
+
+def level_params(window: int) -> SpikeParams:
+    """Thresholds for a rolling level of a series other than the loss (the SNR, an early-warning score):
+    ``window`` samples, refreshed every window/4, from window/4 samples on."""
+    stride = max(1, window // 4)
+    return SpikeParams(window=window, stride=stride, min_history=stride)
 
 
 def _validate_steps(steps: npt.ArrayLike, n: int) -> IntArray:
@@ -228,7 +235,7 @@ def robust_zscore(values: npt.ArrayLike, mad_floor: float = 0.0) -> FloatArray:
     ``mad_floor`` (same units as ``values``); with a MAD of 0 a value equal to the median scores 0 and
     any other value +/-inf. Example: [1, 2, 3, 4, 100] -> [-1.349, -0.6745, 0, 0.6745, 65.43].
     """
-    x = _as_float_array(values, "values")
+    x = as_float_array(values, "values")
     finite = np.isfinite(x)
     if not finite.any():
         raise ValueError("robust_zscore needs at least one finite value")
@@ -304,7 +311,7 @@ def _strided_median_mad(
 def logging_resolution(values: npt.ArrayLike) -> float:
     """Smallest positive difference between distinct finite values (a strided sample of at most
     200k of them): the resolution the series was printed with, ~0 for unrounded floats."""
-    x = _as_float_array(values, "values")
+    x = as_float_array(values, "values")
     return _finite_resolution(x[np.isfinite(x)])
 
 
@@ -371,7 +378,7 @@ def _expand(per_window: FloatArray, finite: npt.NDArray[np.bool_], stride: int) 
 
 def rolling_level(values: npt.ArrayLike, params: SpikeParams) -> FloatArray:
     """Just the ``level`` of :func:`rolling_robust_zscore` (no MAD: half the cost)."""
-    x = _as_float_array(values, "values")
+    x = as_float_array(values, "values")
     finite = np.isfinite(x)
     level, _ = _window_levels(x[finite], params, with_mad=False)
     return _expand(level, finite, params.stride)
@@ -380,7 +387,7 @@ def rolling_level(values: npt.ArrayLike, params: SpikeParams) -> FloatArray:
 def rolling_robust_zscore(values: npt.ArrayLike, params: SpikeParams = LOSS_SPIKE_PARAMS) -> RollingBaseline:
     """Causal rolling modified z-scores: each sample against the level and MAD of the finite samples
     logged before it (see :class:`RollingBaseline`), refreshed every ``params.stride`` samples."""
-    x = _as_float_array(values, "values")
+    x = as_float_array(values, "values")
     windows = _baseline_windows(x, params)
     finite = windows.finite if windows.finite is not None else np.ones(x.size, dtype=bool)
     level = _expand(windows.level, finite, params.stride)
@@ -455,7 +462,7 @@ def _baseline_windows(x: FloatArray, params: SpikeParams) -> _BaselineWindows:
 def level_windows(values: npt.ArrayLike, params: SpikeParams) -> _BaselineWindows:
     """The level of :func:`rolling_level` per window (``scale`` is empty), to spread over any range of
     samples with :meth:`_BaselineWindows.spread` rather than over the whole series at once."""
-    x = _as_float_array(values, "values")
+    x = as_float_array(values, "values")
     finite = np.isfinite(x)
     all_finite = bool(finite.all())
     level, _ = _window_levels(x if all_finite else x[finite], params, with_mad=False)
@@ -575,7 +582,7 @@ def detect_spikes(
     (the run's grad-norm series), grad-norm spikes are detected too and linked to each event
     (:func:`link_grad_norm_lead`). Events come back sorted by start.
     """
-    x = _as_float_array(values, "values")
+    x = as_float_array(values, "values")
     int_steps = _validate_steps(steps, x.size)
     chosen = params if params is not None else default_spike_params(metric)
     if x.size == 0:
@@ -646,7 +653,7 @@ def event_at_step(
     """The event a user points at: starting at the first logged sample at or after ``step``, judged
     against the causal baseline there, whether or not it crossed the detection thresholds (for
     "explain step N"). Its end and recovery follow the same band as :func:`detect_spikes`."""
-    x = _as_float_array(values, "values")
+    x = as_float_array(values, "values")
     int_steps = _validate_steps(steps, x.size)
     if x.size == 0:
         raise ValueError(f"no {metric} samples to explain step {step} with")
