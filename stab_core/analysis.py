@@ -33,15 +33,8 @@ from stab_core.incidents import (
 from stab_core.runview import FloatArray, IntArray, RunView, Series
 from stab_core.severity import Certainty, classify, loss_cost, sensitivity
 from stab_core.snr import SnrCollapse, SnrSeries, detect_snr_collapse, gradient_snr
-from stab_core.spikes import (
-    GRAD_NORM_SPIKE_PARAMS,
-    LOSS_SPIKE_PARAMS,
-    SpikeEvent,
-    SpikeParams,
-    detect_spikes,
-    event_at_step,
-    link_grad_norm_lead,
-)
+from stab_core.spike_params import GRAD_NORM_SPIKE_PARAMS, LOSS_SPIKE_PARAMS, SpikeParams
+from stab_core.spikes import SpikeEvent, detect_spikes, event_at_step, link_grad_norm_lead
 
 
 @dataclass(frozen=True)

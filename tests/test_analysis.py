@@ -29,7 +29,8 @@ from stab_core.simulate import (
     random_spec,
     synthetic_run,
 )
-from stab_core.spikes import SpikeEvent, SpikeParams
+from stab_core.spike_params import SpikeParams
+from stab_core.spikes import SpikeEvent
 
 ALL_CLASSES = (
     "numerical",
