@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from stab_core.checklist_grades import GRADERS, Status
 from stab_core.claims import Claim
-from stab_core.decision_tree import Evidence
+from stab_core.tree_actions import Evidence
 
 Priority = Literal["P0", "P1"]
 

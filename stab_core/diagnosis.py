@@ -16,9 +16,6 @@ Sources for the actions: PaLM (Chowdhery et al. 2022, sec. 5.1: restart ~100 ste
 and skip ~200-500 batches); ST-MoE (Zoph et al. 2022: router z-loss, coefficient 1e-3); DeepSeek-V3
 (Liu et al. 2024: auxiliary-loss-free balancing by per-expert bias); Megatron-LM's rerun state machine
 (re-run a suspicious step to tell a transient hardware fault from a persistent data fault).
-
-``DECISION_TREE``, ``Diagnosis``, ``NodeVisit``, ``tree_to_dot`` and ``walk_tree`` are re-exported from
-the tree's module: the pages import them from here.
 """
 
 from __future__ import annotations
@@ -33,26 +30,13 @@ import numpy.typing as npt
 
 from stab_core.cause_signatures import loss_led_signature, lr_rise_signature
 from stab_core.causes import UNKNOWN
-from stab_core.decision_tree import DECISION_TREE as DECISION_TREE
-from stab_core.decision_tree import (
-    EARLY_INSTABILITY_LEAF,
-    NONFINITE_FROM_START,
-    DiagnosisParams,
-    Evidence,
-    NodeResult,
-    PremiseCheck,
-    build_tree,
-    checked_actions,
-    walk_path,
-)
-from stab_core.decision_tree import Diagnosis as Diagnosis
-from stab_core.decision_tree import NodeVisit as NodeVisit
-from stab_core.decision_tree import tree_to_dot as tree_to_dot
-from stab_core.decision_tree import walk_tree as walk_tree
+from stab_core.decision_tree import EARLY_INSTABILITY_LEAF, NONFINITE_FROM_START, DiagnosisParams, build_tree
 from stab_core.runview import FloatArray, IntArray, RankMatrix, RunView, Series
 from stab_core.schedulers import Transition, largest_lr_change, schedule_transitions
 from stab_core.snr import SnrSeries, gradient_snr, snr_drop, temporal_snr_proxy
 from stab_core.spikes import SpikeEvent
+from stab_core.tree_actions import Evidence, PremiseCheck, checked_actions
+from stab_core.tree_walk import Diagnosis, NodeResult, NodeVisit, walk_path
 
 LOGGED_TRANSITION_EVENTS: Final = frozenset({"schedule_transition", "cycle_restart", "data_switch", "warmup_end"})
 """Kinds of logged run events that mark a schedule transition at node 2."""

@@ -9,11 +9,12 @@ import numpy as np
 import pytest
 
 from stab_core.causes import CAUSES, Cause
-from stab_core.decision_tree import DECISION_TREE, NODE_IDS, DiagnosisParams, build_tree, tree_to_dot, walk_tree
+from stab_core.decision_tree import DECISION_TREE, NODE_IDS, DiagnosisParams, build_tree
 from stab_core.diagnosis import _leave_one_out_medians, diagnose, prepare_context
 from stab_core.runview import RankMatrix, RunEvent, RunView, Series
 from stab_core.simulate import SyntheticRunSpec, synthetic_run
 from stab_core.spikes import SpikeEvent, detect_spikes
+from stab_core.tree_walk import tree_to_dot, walk_tree
 
 # ------------------------------------------------------------------------------------ the tree as data
 
