@@ -29,7 +29,7 @@ def incident_words(s: dict[str, Any]) -> str:
 
 
 def diagnosis_of(spike: dict[str, Any]) -> Any:
-    """The stored spike's verdict as a ``stab_core.diagnosis.Diagnosis`` (for ``tree_to_dot``)."""
+    """The stored spike's verdict as a ``stab_core.tree_walk.Diagnosis`` (for ``tree_to_dot``)."""
     from stab_core.tree_walk import Diagnosis, NodeVisit
 
     path = [
