@@ -219,12 +219,14 @@ def early_rises(
     history: int,
     metric: str = "loss",
     levels: Callable[[FloatArray], FloatArray] | None = None,
+    min_excess: float = 0.0,
 ) -> list[SpikeEvent]:
     """Rises in the first ``history`` finite samples, where the spike detector has no baseline yet: a
     sample at least :data:`EARLY_MIN_RATIO` times the level before it: ``levels(first samples)`` per
     index (default: the lowest value before it; :func:`stab_core.early_rises.held_levels` is the level
-    the loss held). The event's baseline is that level; it recovers at the first sample back within
-    :data:`RECOVER_RATIO` of it."""
+    the loss held), and at least ``min_excess`` (loss units: the run's noise band,
+    :mod:`stab_core.early_rises`) above it. The event's baseline is that level; it recovers at the first
+    sample back within :data:`RECOVER_RATIO` of it."""
     s, x = _finite(steps, values)
     events: list[SpikeEvent] = []
     i = 1
@@ -232,7 +234,7 @@ def early_rises(
     level_at = (levels or _lowest_before)(x[:limit])
     while i < limit:
         level = float(level_at[i])
-        if level > 0 and x[i] >= EARLY_MIN_RATIO * level:
+        if level > 0 and x[i] >= EARLY_MIN_RATIO * level and x[i] - level >= min_excess:
             recovery = _recovery(x, i + 1, level)
             last = (recovery - 1) if recovery is not None else x.size - 1
             events.append(build_event(metric, s, x, i, last, recovery, level, max(abs(level) * 0.01, 1e-12)))
@@ -293,9 +295,12 @@ def _smoothed(x: FloatArray) -> tuple[FloatArray, IntArray, int]:
     return np.median(windows, axis=1), np.arange(x.size, dtype=np.int64), 1
 
 
-def detect_climbs(steps: IntArray, values: FloatArray, metric: str = "loss") -> list[SpikeEvent]:
+def detect_climbs(
+    steps: IntArray, values: FloatArray, metric: str = "loss", min_excess: float = 0.0
+) -> list[SpikeEvent]:
     """Sustained rises: the smoothed series (:func:`_smoothed`) stays at least :data:`CLIMB_MIN_RATIO`
-    times the lowest smoothed level reached before it for :data:`CLIMB_MIN_SAMPLES` samples or more.
+    times, and ``min_excess`` (loss units: the run's noise band) above, the lowest smoothed level
+    reached before it for :data:`CLIMB_MIN_SAMPLES` samples or more.
     The event starts at the step where that lowest level was reached, has it as baseline, and recovers
     once the smoothed series is back within :data:`RECOVER_RATIO` of it."""
     s, x = _finite(steps, values)
@@ -304,7 +309,7 @@ def detect_climbs(steps: IntArray, values: FloatArray, metric: str = "loss") -> 
     smooth, last_index, block = _smoothed(x)
     floor = np.minimum.accumulate(smooth)
     with np.errstate(divide="ignore", invalid="ignore"):
-        high = (floor > 0) & (smooth >= CLIMB_MIN_RATIO * floor)
+        high = (floor > 0) & (smooth >= CLIMB_MIN_RATIO * floor) & (smooth - floor >= min_excess)
     events: list[SpikeEvent] = []
     i = 0
     points_needed = max(1, math.ceil(CLIMB_MIN_SAMPLES / block))
