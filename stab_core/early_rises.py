@@ -6,9 +6,10 @@ median of three consecutive samples before it. The minimum of single batches is 
 batch at 0.884 amid losses of 1.14-1.32 (a NeMo 2 Evo2 fine-tune, issue #32 item 3) made every
 later ordinary batch "1.49x the lowest so far".
 
-A rise (early, or a climb) must also clear the run's own noise band, as a spike must (the detector
-asks both a ratio and a modified z-score): on a reward model whose per-batch loss swings 0.36-1.27
-around 0.66 (issue #32, held-out corpus), 1.3x a held level is one noisy batch, not instability.
+A rise (early, or a climb) must also clear the run's own noise band, taken from the samples before it,
+as a spike must (the detector asks both a ratio and a modified z-score): on a reward model whose
+per-batch loss swings 0.36-1.27 around 0.66 (issue #32, held-out corpus), 1.3x a held level is one
+noisy batch, not instability.
 """
 
 from __future__ import annotations
@@ -22,8 +23,9 @@ from stab_core.rolling_baseline import MAD_TO_Z
 from stab_core.runview import FloatArray, IntArray
 from stab_core.spikes import SpikeEvent
 
-NOISE_MIN_SAMPLES: Final = 5
-"""Finite samples needed to take a noise scale (3 second differences); with fewer, the ratio alone judges."""
+NOISE_MIN_SAMPLES: Final = 4
+"""Finite samples needed to take a noise scale (2 second differences, whose median is their mean: an
+outlier among them widens the band, it never narrows it); with fewer, the ratio alone judges."""
 HELD_SAMPLES: Final = 3
 """Consecutive samples whose median is a level the loss held (one outlier batch of three is outvoted)."""
 
@@ -70,14 +72,17 @@ def robust_early_rises(
 ) -> list[SpikeEvent]:
     """Rises in the first ``history`` finite samples: a sample at least
     :data:`~stab_core.incidents.EARLY_MIN_RATIO` times the lowest held level before it
-    (:func:`held_levels`) and out of the run's noise band (:func:`noise_band` at ``z_threshold``; 0:
-    no band). The event's baseline is that level; it recovers at the first sample back within
+    (:func:`held_levels`) and out of the noise band of the samples before it (:func:`noise_band` at
+    ``z_threshold``; 0: no band; fewer than :data:`NOISE_MIN_SAMPLES` before it: the ratio alone).
+    The event's baseline is that level; it recovers at the first sample back within
     :data:`~stab_core.incidents.RECOVER_RATIO` of it. Non-finite samples are skipped."""
-    band = noise_band(values, z_threshold)
-    return early_rises(steps, values, history, metric, levels=held_levels, min_excess=band)
+    band = (lambda before: noise_band(before, z_threshold)) if z_threshold > 0 else None
+    return early_rises(steps, values, history, metric, levels=held_levels, band=band)
 
 
 def banded_climbs(steps: IntArray, values: FloatArray, z_threshold: float, metric: str = "loss") -> list[SpikeEvent]:
-    """Climbs (:func:`stab_core.incidents.detect_climbs`) whose smoothed loss stays out of the run's
-    noise band (:func:`noise_band`) over the lowest level for the whole sustained span."""
-    return detect_climbs(steps, values, metric, min_excess=noise_band(values, z_threshold))
+    """Climbs (:func:`stab_core.incidents.detect_climbs`) whose smoothed loss stays out of the noise band
+    (:func:`noise_band`) of the samples before the rise, over the lowest level, for the whole sustained
+    span. The band comes from before the rise: a rise that fills most of a short log must not set its
+    own noise."""
+    return detect_climbs(steps, values, metric, band=lambda before: noise_band(before, z_threshold))
