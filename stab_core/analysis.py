@@ -15,6 +15,7 @@ from typing import Any, Final
 import numpy as np
 
 from stab_core.claims import incident_claims, said_from_json
+from stab_core.clean_baseline import spikes_past_long_incidents
 from stab_core.clipping import ClipStats, clipping_stats
 from stab_core.decision_tree import NONFINITE_START_LEAF, DiagnosisParams
 from stab_core.diagnosis import diagnose, diagnose_early
@@ -418,6 +419,9 @@ def find_incidents(view: RunView, params: AnalysisParams | None = None) -> list[
             (event, "early_instability" if event.start < early_until else "climb")
             for event in banded_climbs(loss.steps, loss.values, z)
         ]
+        seen = [e for e, _ in found if e.metric == "loss"]
+        again = spikes_past_long_incidents(loss.steps, loss.values, "loss", p.loss_spikes, seen, p.blip_samples)
+        found += [(event, "spike") for event in again]
     incidents = []
     for kind, members in group_incidents(found, join_steps=3 * interval, max_lead_steps=p.max_lead_steps):
         primary = members[0]

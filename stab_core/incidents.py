@@ -336,7 +336,9 @@ def detect_climbs(
         while j < smooth.size and high[j]:
             j += 1
         if band is not None and j - i >= points_needed:
-            i, j = _out_of_band(smooth, floor, i, j, band(x[: int(last_index[i])]), points_needed)
+            # the band of the samples up to where the floor was reached, before the rise
+            reached = int(last_index[int(np.flatnonzero(smooth[: i + 1] == floor[i])[-1])])
+            i, j = _out_of_band(smooth, floor, i, j, band(x[: reached + 1]), points_needed)
         if j - i >= points_needed:
             level = float(floor[i])
             origin = int(last_index[int(np.flatnonzero(smooth[: i + 1] == level)[-1])])

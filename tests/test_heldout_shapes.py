@@ -157,3 +157,35 @@ def test_overfitting_is_not_divergence() -> None:
     assert analyze_run(view).spike_dicts() == []
     found = run_findings({"loss": (steps, train), "val_loss": (steps, val)})["overfitting"]
     assert found is not None and found["best_step"] == 200
+
+
+def _word_lm_lr20() -> tuple[np.ndarray, np.ndarray]:
+    """A word-language model at lr 20 (a_wlm_rnn_tanh_lr20's golden), logged every 200 of 2,983 batches
+    per epoch: 11.97-12.56 through epoch 1, 14.3-15.1 through epochs 2-3 (the first incident, from
+    3,183), 13.48 falling to 12.21 at 10,549 in epoch 4, then 13.96 -> 15.97 -> 17.21 at 11,149 ->
+    17.34 ... 17.28 at 11,749; the lr cut to 5 brings 8.81 at 12,132 and ~7 after."""
+    batches = np.arange(200, 2983, 200)
+    wobble = 0.15 * np.sin(np.arange(batches.size) * 2.1)
+    epochs = [
+        12.3 + wobble,
+        14.8 + wobble,
+        14.7 + wobble,
+        np.array([13.48, 13.02, 12.98, 13.34, 12.54, 12.36, 12.40, 12.21, 13.96, 15.97, 17.21, 17.34, 17.33, 17.28]),
+        np.concatenate([[8.81], 8.1 + 0.05 * np.sin(np.arange(batches.size - 1))]),
+        7.0 + 0.04 * np.cos(np.arange(batches.size) * 1.3),
+    ]
+    steps = np.concatenate([e * 2983 + batches for e in range(len(epochs))]).astype(np.int64)
+    return steps, np.concatenate(epochs)
+
+
+def test_second_blow_up_after_a_long_incident_is_found() -> None:
+    """Before: only the first incident; the epoch-4 blow-up read 1.18x the median of the 60 samples before
+    it, most of them the first incident's (~14.8), under the 1.2x a spike needs."""
+    steps, loss = _word_lm_lr20()
+    items = analyze_run(RunView("wlm", {"loss": Series(steps, loss)})).spike_dicts()
+    first = [d for d in items if int(d["start"]) - 400 <= 3183 <= int(d["until"]) + 400]
+    second = [d for d in items if int(d["start"]) - 400 <= 10949 <= int(d["until"]) + 400]
+    assert first and second and first[0] is not second[0], [(d["kind"], d["start"], d["until"]) for d in items]
+    assert second[0]["severity"] != "blip" and not second[0]["diverged"]
+    # the quiet span after the lr cut stays quiet
+    assert not [d for d in items if 18098 <= int(d["peak"]) <= 29647]
