@@ -2,7 +2,10 @@
 
 Each series is built from the numbers in a golden file's "why" (never copied from the log): a reward
 model's noisy flat loss, an early blow-up at step 2, a chronicle's excerpts with thousands of unlogged
-steps between them, a character model that overfits. Each test fails on main before the rule it checks.
+steps between them, a word model's second blow-up after a long first one, a character model that
+overfits. The tests of the four faults (noisy reward model, step-2 blow-up, chronicle gap, second
+blow-up) fail on main at 84b31a7; the others guard what the rules must keep (a real climb in a noisy
+run, a one-sample early blip, a jump without a gap, overfitting on the series a correct import stores).
 """
 
 from __future__ import annotations
