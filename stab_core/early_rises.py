@@ -23,9 +23,10 @@ from stab_core.rolling_baseline import MAD_TO_Z
 from stab_core.runview import FloatArray, IntArray
 from stab_core.spikes import SpikeEvent
 
-NOISE_MIN_SAMPLES: Final = 4
-"""Finite samples needed to take a noise scale (2 second differences, whose median is their mean: an
-outlier among them widens the band, it never narrows it); with fewer, the ratio alone judges."""
+NOISE_MIN_SAMPLES: Final = 5
+"""Finite samples needed to take a noise scale: 3 second differences, the fewest whose median ignores
+one outlier among them. With fewer, an early rise must top every sample before it (the range of what
+there is is the only band they give)."""
 HELD_SAMPLES: Final = 3
 """Consecutive samples whose median is a level the loss held (one outlier batch of three is outvoted)."""
 
@@ -73,11 +74,23 @@ def robust_early_rises(
     """Rises in the first ``history`` finite samples: a sample at least
     :data:`~stab_core.incidents.EARLY_MIN_RATIO` times the lowest held level before it
     (:func:`held_levels`) and out of the noise band of the samples before it (:func:`noise_band` at
-    ``z_threshold``; 0: no band; fewer than :data:`NOISE_MIN_SAMPLES` before it: the ratio alone).
+    ``z_threshold``; 0: no band; fewer than :data:`NOISE_MIN_SAMPLES` before it: above all of them).
     The event's baseline is that level; it recovers at the first sample back within
     :data:`~stab_core.incidents.RECOVER_RATIO` of it. Non-finite samples are skipped."""
-    band = (lambda before: noise_band(before, z_threshold)) if z_threshold > 0 else None
+    band = (lambda before: _early_band(before, z_threshold)) if z_threshold > 0 else None
     return early_rises(steps, values, history, metric, levels=held_levels, band=band)
+
+
+def _early_band(before: FloatArray, z_threshold: float) -> float:
+    """How far over its held level a sample after ``before`` must rise: the noise band with
+    :data:`NOISE_MIN_SAMPLES` finite samples or more; with fewer, up to the highest of them."""
+    finite = before[np.isfinite(before)]
+    if finite.size >= NOISE_MIN_SAMPLES:
+        return noise_band(finite, z_threshold)
+    if finite.size == 0:
+        return 0.0
+    level = float(held_levels(np.append(finite, np.nan))[-1])
+    return max(0.0, float(finite.max()) - level) if np.isfinite(level) else 0.0
 
 
 def banded_climbs(steps: IntArray, values: FloatArray, z_threshold: float, metric: str = "loss") -> list[SpikeEvent]:
