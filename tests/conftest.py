@@ -52,6 +52,7 @@ TIERS: dict[str, str] = {
             "early_warning",
             "experiment_stats",
             "formats_aliases",
+            "formats_numbers",
             "formats_custom",
             "formats_fidelity",
             "formats_prefixes",

@@ -22,8 +22,9 @@ import ingest.formats.textlog_patterns as patterns
 import ingest.formats.textlog_pipes as pipes
 from ingest.errors import StabScopeError
 from ingest.formats import read_log
-from ingest.formats._common import LogBuilder, _one_metric, _Piece, iter_line_chunks, iter_whole_lines, utf8_or_null
+from ingest.formats._common import LogBuilder, _one_metric, _Piece, iter_line_chunks, iter_whole_lines
 from ingest.formats.megatron import MegatronDeepSpeedReader, MegatronReader
+from ingest.formats.numbers import utf8_or_null
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "logs"
 

@@ -29,6 +29,7 @@ import pyarrow.compute as _pc
 from ingest.errors import StabScopeError
 from ingest.formats.accounting import LineAccount, skip_reason_group
 from ingest.formats.aliases import canonical_name, keep_apart, own_name, to_canonical_unit
+from ingest.formats.numbers import utf8_or_null
 from ingest.formats.segments import one_source_per_metric, segment_cuts, segment_of
 from ingest.long_schema import LONG_SCHEMA_DICT
 from ingest.shards import null_floats
@@ -106,83 +107,7 @@ class ParsedLog:
         return steps[order].astype(np.int64), values[order].astype(np.float64)
 
 
-# --------------------------------------------------------------------------- value parsing
-
-_NUMBER_WITH_UNIT: Final = (
-    r"^(?P<num>[-+]?(?:[0-9][0-9,]*\.?[0-9]*(?:[eE][-+]?[0-9]+)?|\.[0-9]+(?:[eE][-+]?[0-9]+)?"
-    r"|(?i:nan|inf|infinity)))\s*(?P<unit>[A-Za-zµ%/]*)\s*(?:\(\s*(?P<pct>[-+]?[0-9.]+)\s*%\s*\))?$"
-)
-
-
-@dataclass
-class ConvertedValues:
-    """Floats parsed from raw strings: ``values`` (NaN where a string did not parse, see ``ok``),
-    the unit written after the number (one per distinct unit) and an optional ``(xx%)`` companion."""
-
-    values: FloatArray
-    ok: npt.NDArray[np.bool_]
-    units: list[tuple[str, npt.NDArray[np.bool_]]]
-    pct: FloatArray | None
-
-
-def utf8_or_null(raw: Any) -> Any:
-    """``raw`` (binary or string) as a string array, a value that is not valid UTF-8 (a corrupted
-    byte in an uploaded log) null: it is no number or time, and Arrow's string kernels are defined on
-    valid text only (the plain cast raised ``ArrowInvalid`` out of the reader)."""
-    if raw.type == pa.string():
-        return raw
-    try:
-        return raw.cast(pa.string())
-    except pa.ArrowInvalid:
-        return pa.array([_utf8_or_none(v) for v in raw.to_pylist()], pa.string())
-
-
-def _utf8_or_none(value: bytes | None) -> str | None:
-    try:
-        return None if value is None else value.decode("utf-8")
-    except UnicodeDecodeError:
-        return None
-
-
-def parse_numbers(raw: Any) -> ConvertedValues:
-    """Parse strings such as ``1.244E+01``, ``nan``, ``10,550``, ``8410ms``, ``160.86GiB(90.19%)``.
-
-    Vectorised (Arrow compute): the plain cast is tried first; units, thousands separators and a
-    trailing ``(NN%)`` fall back to one regex extraction over the whole column.
-    """
-    strings = utf8_or_null(raw)
-    n = len(strings)
-    try:
-        values = pc.cast(strings, pa.float64()).to_numpy(zero_copy_only=False)
-        ok = np.ones(n, dtype=bool)
-        if strings.null_count:
-            ok = ~np.asarray(strings.is_null().to_numpy(zero_copy_only=False), dtype=bool)
-            values = np.where(ok, values, np.nan)
-        return ConvertedValues(values.astype(np.float64), ok, [], None)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        pass
-    cleaned = pc.replace_substring(pc.utf8_trim_whitespace(strings), "-nan", "nan")
-    parts = pc.extract_regex(cleaned, _NUMBER_WITH_UNIT)
-    ok = np.asarray(parts.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
-    nums = pc.replace_substring(parts.field("num"), ",", "")
-    values = np.full(n, np.nan)
-    if ok.any():
-        parsed = pc.cast(nums.filter(pa.array(ok)), pa.float64()).to_numpy(zero_copy_only=False)
-        values[ok] = parsed
-    unit_col = parts.field("unit")
-    units: list[tuple[str, npt.NDArray[np.bool_]]] = []
-    for u in pc.unique(unit_col.filter(pa.array(ok))).to_pylist():
-        if u:
-            mask = np.asarray(pc.equal(unit_col, u).fill_null(False).to_numpy(zero_copy_only=False))
-            units.append((str(u), mask & ok))
-    pct: FloatArray | None = None
-    pct_col = parts.field("pct")
-    has_pct = pc.and_(pc.is_valid(pct_col), pc.greater(pc.utf8_length(pct_col), 0)).fill_null(False)
-    if pc.any(has_pct).as_py():
-        pct_mask = np.asarray(has_pct.to_numpy(zero_copy_only=False), dtype=bool)
-        pct = np.full(n, np.nan)
-        pct[pct_mask] = pc.cast(pct_col.filter(has_pct), pa.float64()).to_numpy(zero_copy_only=False)
-    return ConvertedValues(values, ok, units, pct)
+# --------------------------------------------------------------------------- time parsing
 
 
 def parse_timestamps(raw: Any, fmt: str = "%Y-%m-%d %H:%M:%S") -> FloatArray:
