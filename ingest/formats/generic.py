@@ -28,10 +28,11 @@ from typing import Any, Final
 
 import numpy as np
 
-from ingest.formats._common import LAUNCHER_LEAD, LogBuilder, decode_head, iter_whole_lines, looks_binary
+from ingest.formats._common import LogBuilder, iter_whole_lines
 from ingest.formats.aliases import TIME_UNITS, canonical_name, normalise_key
 from ingest.formats.base import Reader
 from ingest.formats.numbers import NUMBER, parse_number
+from ingest.formats.raw_text import LAUNCHER_LEAD, decode_head, looks_binary
 from stab_core.metrics import CANONICAL_METRICS
 
 _UNIT: Final = r"(?:ms|us|ns|sec|s|min|h|%|GB|GiB|MB|MiB)"
@@ -234,7 +235,7 @@ class GenericReader(Reader):
         return propose(decode_head(head).replace("\r", "\n").splitlines(), self.step_key)
 
     def fill(self, paths: Sequence[Path], builder: LogBuilder) -> None:
-        from ingest.formats._common import read_head
+        from ingest.formats.raw_text import read_head
 
         found = self.proposal(read_head(paths[0], 2 * 1024 * 1024))
         if found is None:

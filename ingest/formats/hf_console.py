@@ -34,11 +34,12 @@ from typing import Final
 
 import numpy as np
 
-from ingest.formats._common import LAUNCHER_LEAD, LogBuilder, decode_head, iter_whole_lines, looks_binary
+from ingest.formats._common import LogBuilder, iter_whole_lines
 from ingest.formats.aliases import canonical_name, sanitise_name
 from ingest.formats.base import Reader
 from ingest.formats.numbers import parse_number
 from ingest.formats.planned import note_planned_steps
+from ingest.formats.raw_text import LAUNCHER_LEAD, decode_head, looks_binary
 
 _DICT: Final = re.compile(r"\{'[A-Za-z_][^']*':[^{}]*\}")
 """A printed ``logs`` dict: Python's repr, single-quoted keys."""

@@ -30,10 +30,11 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as _pc
 
-from ingest.formats._common import LAUNCHER_PREFIX, LogBuilder, parse_timestamps
+from ingest.formats._common import LogBuilder, parse_timestamps
 from ingest.formats.accounting import FIRST_LINES, looks_like_metric_line
 from ingest.formats.aliases import canonical_name, keep_apart, to_canonical_unit
 from ingest.formats.numbers import ConvertedValues, parse_numbers
+from ingest.formats.raw_text import LAUNCHER_PREFIX
 from ingest.formats.segments import kind_stream
 from ingest.formats.textlog_patterns import (
     MAX_SKELETONS_PER_KIND,
