@@ -1,6 +1,7 @@
 """The raw text of a log before any reader's pattern sees it: its head, what is removed from its bytes
 (ANSI colour codes, NUL padding), whether it is text at all, and the launcher and logger prefixes
-(host, rank, time stamp, log level) that every text format may carry before a trainer's own text."""
+(host, rank, time stamp, log level) that every text format may carry before a trainer's own text,
+and the lines that are a launcher's or a shell's, not the trainer's."""
 
 from __future__ import annotations
 
@@ -120,3 +121,42 @@ def looks_binary(head: bytes) -> bool:
         return False
     rest = head.replace(b"\x00", b"")[:4096]
     return not rest or len(rest.translate(None, _TEXT_CONTROLS)) < len(rest)
+
+
+# --------------------------------------------------------------------------- what a line is
+
+
+_LEAD: Final = re.compile(LAUNCHER_PREFIX.replace(")??", ")?").encode() + rb"[ \t]*")
+_SHELL_COMMAND: Final = re.compile(
+    rb"(?:[+$>][ \t]*)?(?:export|unset|source|srun|sbatch|salloc|torchrun|deepspeed|mpirun|accelerate[ \t]+launch"
+    rb"|python3?[ \t]+(?:-m[ \t]+|-u[ \t]+)*[^\s=]+)[ \t]+(?![ \t]|\.\.)"  # not a dump's 'deepspeed .... True'
+    rb"|#SBATCH[ \t]"
+)
+"""A shell command (a README's ``export HF_DATASETS_OFFLINE=1``, ``bash -x``'s ``+ export ...``, a
+launch command): its ``NAME=1`` is a setting, not a metric, whatever pairs a format would see in it."""
+LAUNCHER_MESSAGE: Final = re.compile(
+    rb"slurmstepd(?:-[A-Za-z0-9_.-]+)?:|srun: (?:error|warning|Job step|Force)|\*\*\* (?:JOB|STEP) [0-9]|pdsh@"
+)
+"""Where SLURM or pdsh writes into a line (its stderr interleaved with the trainer's stdout:
+``slurmstepd: error: *** JOB 123456 ON node017 CANCELLED AT ... ***``): no metric from there on."""
+
+
+def own_start(line: bytes) -> int:
+    """Where ``line``'s own text starts, behind any launcher prefix."""
+    lead = _LEAD.match(line)
+    return lead.end() if lead else 0
+
+
+def own_text(line: bytes) -> str:
+    """``line``'s own text (behind any launcher prefix), decoded."""
+    return line[own_start(line) :].decode("utf-8", "replace")
+
+
+def is_shell_command(line: bytes) -> bool:
+    """Whether ``line``'s own text, behind any launcher prefix, is a shell command."""
+    lead = _LEAD.match(line)
+    return _SHELL_COMMAND.match(line, lead.end() if lead else 0) is not None
+
+
+BARE_PREFIX: Final = re.compile(LAUNCHER_PREFIX.encode() + rb"[ \t\r]*")
+"""A line that is a launcher prefix alone (an empty line of the trainer's): blank, not skipped."""
