@@ -91,6 +91,7 @@ TIERS: dict[str, str] = {
     **dict.fromkeys(
         (
             "cli",
+            "formats_number_spellings",
             "cli_contracts",
             "cli_meta",
             "cli_pipes",

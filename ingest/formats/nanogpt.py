@@ -72,15 +72,15 @@ class NanoGPTReader(TextLogReader):
         LineKind(
             name="iter",
             prefix=r"iter[ \t]+(?P<step>[0-9]+):[ \t]*",
-            pairs=r"(?P<key>[A-Za-z][A-Za-z_ ]*?)[ \t]+(?P<val>[^\s,]+)",
+            pairs=r"(?P<key>[A-Za-z][A-Za-z_ ]*?)[ \t]+(?P<val>" + NUMBER + r"[^\s,]*)",
             keymap=_iter_key,
             sentinels={"mfu": -100.0},
             run_level=True,
         ),
         LineKind(
             name="eval",
-            prefix=r"step[ \t]+(?P<step>[0-9]+):[ \t]*(?=train loss[ \t]+[^\s,]+,[ \t]*val loss)",
-            pairs=r"(?P<key>train loss|val loss)[ \t]+(?P<val>[^\s,]+)",
+            prefix=r"step[ \t]+(?P<step>[0-9]+):[ \t]*(?=train loss[ \t]+" + NUMBER + r",[ \t]*val loss)",
+            pairs=r"(?P<key>train loss|val loss)[ \t]+(?P<val>" + NUMBER + ")",
             keymap=_eval_key,
         ),
     )
