@@ -34,6 +34,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench.statement_eval import (
+    RunSaid,
+    counts,
+    judge_log,
+    judged_json,
+    kind_table,
+    missed_findings,
+    precision_table,
+)
 from stab_core.baselines import BASELINES, baseline_incidents
 from stab_core.metrics import CANONICAL_METRICS
 
@@ -69,6 +78,21 @@ class LogScore:
     baselines: dict[str, dict[str, int]] = field(default_factory=dict)
     """Per baseline rule (``stab_core.baselines``) on the same stored loss and grad norm: required,
     found, invented, shown; scored as StabScope's incidents are."""
+    tuned_on: bool = True
+    """False only where the golden file says ``"tuned_on": false`` (held out); a golden file without the
+    key was tuned on (the first 33 were, last round)."""
+    statements: list[dict[str, Any]] = field(default_factory=list)
+    """Every statement said about the log's runs, judged against the golden ``facts``
+    (``bench.statement_eval.Judged`` as dicts)."""
+    statements_note: str | None = None
+    """Why the statements were not judged (a golden file without ``facts``)."""
+    findings_missed: list[str] = field(default_factory=list)
+    """Overfitting and throughput drops the facts state that no finding reports."""
+
+    @property
+    def statement_counted(self) -> bool:
+        """Were this log's statements judged (read, with a golden that has facts)?"""
+        return self.error is None and self.statements_note is None
 
     def fault(self, kind: str, text: str) -> None:
         self.import_faults.setdefault(kind, []).append(text)
@@ -261,13 +285,51 @@ def run_name(golden: Mapping[str, Any]) -> str:
     return "c-" + re.sub(r"[^A-Za-z0-9.-]+", "-", str(golden["name"]))[:100]
 
 
+PANEL_METRICS: dict[str, tuple[str, ...]] = {
+    "loss": ("loss", "val_loss"),
+    "grad_norm": ("grad_norm", "grad_norm_clipped"),
+    "lr": ("lr",),
+    "clip": ("clip_ratio", "clip_coef"),
+}
+"""The overview's panels (pages/overview.py PANELS) by the quantity each draws: a panel none of whose
+metrics the run has says "not in this run"."""
+
+
+def run_said(store: Any, name: str, status: str, spikes: Sequence[Mapping[str, Any]]) -> RunSaid:
+    """What StabScope says about the stored run ``name``: ``spikes --json``'s entries (its incidents and
+    findings), the status, the overview's "not in this run" panels, the Cost page's "logs no step time"
+    and the analysis notes the CLI prints after the incidents."""
+    from ingest.run_cost import run_step_time_s
+    from ingest.run_findings import finding_entries, stored_findings
+    from stab_core.analysis import analysis_notes
+
+    info = store.run_info(name)
+    analysis = info.meta.get("analysis") or {}
+    have = set(info.metrics) | ({"clip_ratio"} if analysis.get("overall_clip_ratio") is not None else set())
+    missing = [quantity for quantity, metrics in PANEL_METRICS.items() if not have & set(metrics)]
+    if run_step_time_s(store, name) is None:
+        missing.append("step_time")
+    entries = [dict(s) for s in spikes] + finding_entries(stored_findings(store, info))
+    return RunSaid(name, status, missing, analysis_notes(analysis), entries)
+
+
+def judge_statements(result: LogScore, golden: Mapping[str, Any], runs: Sequence[RunSaid]) -> None:
+    """Every statement said about the log's runs against the golden facts; skipped, with a note, for a
+    golden file without ``facts``."""
+    if "facts" not in golden:
+        result.statements_note = "the golden file has no facts: statements not judged"
+        return
+    result.statements = judged_json(judge_log(golden, runs))
+    result.findings_missed = missed_findings(golden, runs)
+
+
 def evaluate_log(store: Any, corpus: Path, golden: Mapping[str, Any]) -> LogScore:
     """Import one corpus log into ``store`` and score it."""
     from ingest.errors import StabScopeError
     from ingest.importer import import_logs
     from ingest.run_status import run_status
 
-    result = LogScore(str(golden["name"]))
+    result = LogScore(str(golden["name"]), tuned_on=golden.get("tuned_on") is not False)
     path = log_path(corpus, golden)
     if not path.is_file():
         result.error = f"{path}: missing (fetch {golden['provenance']['repo']}@{golden['provenance']['commit']})"
@@ -285,7 +347,7 @@ def evaluate_log(store: Any, corpus: Path, golden: Mapping[str, Any]) -> LogScor
         score_incidents(result, golden, [])
         return result
     names = [reports[0]["run"]] + [s["run"] for s in reports[0].get("segments") or []]
-    stored, incidents, said = [], [], {}
+    stored, incidents, said, runs_said = [], [], {}, []
     for name in names:
         view = store.run_view(name)
         series = {m: (s.steps, s.values) for m, s in view.series.items()}
@@ -294,9 +356,11 @@ def evaluate_log(store: Any, corpus: Path, golden: Mapping[str, Any]) -> LogScor
         incidents.extend(spikes)
         said[f"{name} status"] = [run_status(store, name)]
         said[f"{name} incidents"] = list(_texts(default_view(spikes)))
+        runs_said.append(run_said(store, name, said[f"{name} status"][0], spikes))
     score_import(result, golden, stored)
     score_incidents(result, golden, incidents)
     score_statements(result, golden, said)
+    judge_statements(result, golden, runs_said)
     for label, (rule, metrics) in BASELINES.items():
         theirs = LogScore(result.name)
         series = {m: s for run in stored for m, s in run["series"].items() if m in metrics}
@@ -340,13 +404,37 @@ def totals(scores: Sequence[LogScore]) -> dict[str, Any]:
         "healthy_logs": sum(1 for s in scores if s.healthy),
         "shown_on_healthy": sum(s.reported for s in scores if s.healthy),
         "statements_broken": sum(len(s.statements_broken) for s in scores),
+        "statements": counts(j for s in scores for j in s.statements),
+        "logs_with_facts": sum(1 for s in scores if s.statements_note is None and not s.error),
+        "findings_missed": sum(len(s.findings_missed) for s in scores),
+        "baselines": detector_rows(scores),
     }
 
 
-def detector_table(scores: Sequence[LogScore]) -> str:
-    """StabScope and each baseline rule on the corpus, scored the same way."""
-    rows: dict[str, dict[str, int]] = {}
+SPLITS = ("all", "held_out", "tuned_on")
+"""The corpus, its logs whose golden says ``"tuned_on": false``, and the rest (issue #32: report apart)."""
+
+
+def split(scores: Sequence[LogScore], which: str) -> list[LogScore]:
+    if which == "held_out":
+        return [s for s in scores if not s.tuned_on]
+    if which == "tuned_on":
+        return [s for s in scores if s.tuned_on]
+    return list(scores)
+
+
+def split_totals(scores: Sequence[LogScore]) -> dict[str, dict[str, Any]]:
+    """:func:`totals` of the whole corpus, of its held-out logs and of the logs tuned on."""
+    return {which: totals(split(scores, which)) for which in SPLITS}
+
+
+def detector_rows(scores: Sequence[LogScore]) -> dict[str, dict[str, Any]]:
+    """StabScope and each baseline rule on ``scores``' logs, scored the same way: required, found,
+    invented, healthy_shown, recall."""
+    rows: dict[str, dict[str, Any]] = {}
     for s in scores:
+        if s.error:
+            continue
         mine = {"required": s.required, "found": s.found, "invented": len(s.invented), "shown": s.reported}
         for label, r in [(STABSCOPE, mine), *s.baselines.items()]:
             row = rows.setdefault(label, dict.fromkeys(("required", "found", "invented", "healthy_shown"), 0))
@@ -354,16 +442,46 @@ def detector_table(scores: Sequence[LogScore]) -> str:
             row["found"] += r["found"]
             row["invented"] += r["invented"]
             row["healthy_shown"] += r["shown"] if s.healthy else 0
+    for row in rows.values():
+        row["recall"] = row["found"] / row["required"] if row["required"] else None
+    return rows
+
+
+def detector_table(scores: Sequence[LogScore]) -> str:
+    """StabScope and each baseline rule on the corpus, scored the same way: one row per detector, with
+    the held-out logs' figures beside the rest's."""
+    parts = {which: detector_rows(split(scores, which)) for which in SPLITS}
     lines = [
-        "| detector | recall | found / required | invented | shown on healthy runs |",
-        "| --- | --- | --- | --- | --- |",
+        "| detector | logs | recall | found / required | invented | shown on healthy runs |",
+        "| --- | --- | --- | --- | --- | --- |",
     ]
-    for label, r in rows.items():
-        recall = f"{r['found'] / r['required']:.2f}" if r["required"] else "-"
-        lines.append(
-            f"| {label} | {recall} | {r['found']} / {r['required']} | {r['invented']} | {r['healthy_shown']} |"
-        )
+    for label in parts["all"]:
+        for which in SPLITS:
+            r = parts[which].get(label)
+            if r is None:
+                continue
+            recall = f"{r['recall']:.2f}" if r["recall"] is not None else "-"
+            lines.append(
+                f"| {label} | {which.replace('_', ' ')} | {recall} | {r['found']} / {r['required']} | {r['invented']} "
+                f"| {r['healthy_shown']} |"
+            )
     return "\n".join(lines)
+
+
+def statements_tables(scores: Sequence[LogScore]) -> str:
+    """Statement precision per split, then per log, then per kind of statement (all logs)."""
+    rows = [(which.replace("_", " "), totals(split(scores, which))["statements"]) for which in SPLITS]
+    per_log = [
+        (f"`{s.name}`{'' if s.tuned_on else ' (held out)'}", counts(s.statements))
+        for s in scores
+        if s.statement_counted
+    ]
+    skipped = [s.name for s in scores if s.statements_note is not None]
+    by_kind = kind_table(counts(j for s in scores for j in s.statements))
+    out = [precision_table(rows), "", precision_table(per_log), "", by_kind]
+    if skipped:
+        out += ["", f"Statements not judged (golden without facts): {len(skipped)} logs: {', '.join(skipped)}"]
+    return "\n".join(out)
 
 
 def table(scores: Sequence[LogScore]) -> str:
@@ -397,7 +515,24 @@ def details(scores: Sequence[LogScore]) -> str:
         if s.invented:
             shown = ", ".join(s.invented[:8]) + (f" (+{len(s.invented) - 8} more)" if len(s.invented) > 8 else "")
             out.append(f"- {s.name}: invented {len(s.invented)}: {shown}")
+        out.extend(f"- {s.name}: finding missed: {m}" for m in s.findings_missed)
+        for verdict in ("false", "unsupported"):
+            out.extend(
+                f"- {s.name}: {verdict}: {j['where']}: [{j['kind']}] {j['text']} ({j['fact']})"
+                for j in s.statements
+                if j["verdict"] == verdict
+            )
     return "\n".join(out)
+
+
+def unjudged(scores: Sequence[LogScore]) -> str:
+    """The statements no fact judges, for a human to judge (they count in precision's "all")."""
+    return "\n".join(
+        f"- {s.name}: {j['where']}: [{j['kind']}] {j['text']} ({j['fact']})"
+        for s in scores
+        for j in s.statements
+        if j["verdict"] == "unjudged"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -417,17 +552,24 @@ def main(argv: list[str] | None = None) -> int:
         print(f"golden files incomplete: {bad}", file=sys.stderr)
         return 2
     scores = evaluate(args.corpus, goldens)
-    summary = totals(scores)
+    splits = split_totals(scores)
     if args.json:
-        print(json.dumps({"totals": summary, "logs": [asdict(s) for s in scores]}, indent=2))
+        report = {"totals": splits["all"], "splits": splits, "logs": [asdict(s) for s in scores]}
+        print(json.dumps(report, indent=2))
     else:
         print(table(scores))
         print()
-        print(json.dumps(summary, indent=2))
+        brief = {which: {k: v for k, v in t.items() if k != "baselines"} for which, t in splits.items()}
+        print(json.dumps(brief, indent=2))
         print()
         print(detector_table(scores))
         print()
+        print(statements_tables(scores))
+        print()
         print(details(scores))
+        print()
+        print("Unjudged statements (no fact bears on them; a human judges them):")
+        print(unjudged(scores))
     return 0
 
 

@@ -83,6 +83,7 @@ TIERS: dict[str, str] = {
             "store_read_routes",
             "tiers",
             "corpus_golden",
+            "statement_eval",
         ),
         "fast",
     ),
