@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.corpus_eval import evaluate, load_goldens, main, totals
+from bench.corpus_eval import LogScore, evaluate, load_goldens, main, split_totals, totals
+from bench.statement_eval import VERDICTS
 
 CORPUS = os.environ.get("STABSCOPE_CORPUS")
 pytestmark = pytest.mark.skipif(
@@ -23,9 +24,13 @@ MIN_RECALL = 12 / 13
 MAX_SHOWN_ON_HEALTHY = 116
 
 
-def test_corpus_scores_hold() -> None:
+@pytest.fixture(scope="module")
+def scores() -> list[LogScore]:
+    return evaluate(Path(str(CORPUS)), load_goldens())
+
+
+def test_corpus_scores_hold(scores: list[LogScore]) -> None:
     goldens = load_goldens()
-    scores = evaluate(Path(str(CORPUS)), goldens)
     assert [s.error for s in scores if s.error] == []  # every log present, with the sha256 its golden names
     t = totals(scores)
     assert t["logs"] == len(goldens)
@@ -36,7 +41,21 @@ def test_corpus_scores_hold() -> None:
     assert t["quiet_spans_flagged"] == 0
 
 
+def test_every_statement_of_a_log_with_facts_is_judged(scores: list[LogScore]) -> None:
+    goldens = load_goldens()
+    t = split_totals(scores)
+    assert t["all"]["logs_with_facts"] == sum(1 for g in goldens if "facts" in g)
+    assert t["held_out"]["logs"] == sum(1 for g in goldens if g.get("tuned_on") is False)
+    assert t["held_out"]["logs"] + t["tuned_on"]["logs"] == len(goldens)
+    judged = [j for s in scores for j in s.statements]
+    assert all(j["verdict"] in VERDICTS and j["fact"] for j in judged)
+    for which in ("all", "held_out", "tuned_on"):
+        c = t[which]["statements"]
+        assert c["all"] == sum(c[v] for v in VERDICTS)
+
+
 def test_cli_prints_the_table(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--corpus", str(CORPUS)]) == 0
     out = capsys.readouterr().out
-    assert "| log | runs stored / in log |" in out and "| StabScope |" in out
+    assert "| log | runs stored / in log |" in out and "| StabScope | all |" in out
+    assert "| | statements | true | false | unsupported | unjudged | precision (true / all) |" in out

@@ -250,6 +250,15 @@ def test_counts_and_precision() -> None:
     assert (c["true"], c["false"], c["unsupported"], c["unjudged"], c["all"]) == (1, 2, 0, 0, 3)
     assert c["precision"] == pytest.approx(1 / 3)
     assert c["by_kind"]["severity"] == {"true": 0, "false": 1, "unsupported": 0, "unjudged": 0}
+    unknown = counts(
+        judged_json(
+            judge_log(
+                GOLDEN,
+                [RunSaid("toy", "x", [], [], [incident(700, claim("cause", "Cause unknown: no question.", None))])],
+            )
+        )
+    )
+    assert unknown["by_kind"]["cause (unknown)"]["false"] == 1 and "cause" not in unknown["by_kind"]
 
 
 def test_split_by_tuned_on() -> None:
