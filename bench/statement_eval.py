@@ -39,6 +39,7 @@ from bench.statement_rules import (
     Case,
     Verdict,
     action_rule,
+    logged_in_run,
     nonfinite_from_start_verdict,
     recovered_by,
     unknown_cause_verdict,
@@ -267,21 +268,25 @@ def run_status_verdict(status: str, run: Mapping[str, Any] | None) -> Verdict:
     return UNJUDGED, "no rule for this status"
 
 
-def _logged_verdict(facts: Mapping[str, Any], key: str) -> Verdict:
-    value = (facts.get("logged") or {}).get(key)
-    if not isinstance(value, bool):
+def _logged_verdict(facts: Mapping[str, Any], key: str, run_metrics: Sequence[str] | None) -> Verdict:
+    """ "Not logged" of quantity ``key`` against ``logged_in_run``."""
+    value = logged_in_run(facts, key, run_metrics)
+    if value is None:
         return UNJUDGED, f"facts have no logged.{key}"
-    return (FALSE, f"logged.{key} true") if value else (TRUE, f"logged.{key} false")
+    where = "" if run_metrics is None or not (facts.get("logged") or {}).get(key) else " (this run's golden metrics)"
+    return (FALSE, f"logged.{key} true{where}") if value else (TRUE, f"logged.{key} false{where}")
 
 
-def note_verdict(note: str, facts: Mapping[str, Any], run: Mapping[str, Any] | None) -> Verdict:
+def note_verdict(
+    note: str, facts: Mapping[str, Any], run: Mapping[str, Any] | None, run_metrics: Sequence[str] | None = None
+) -> Verdict:
     """An analysis note: "the run logs no X" against ``facts.logged``; "N finite X samples" against the
     golden run's record count of X (1 %); the rest (logging end, gaps, the SNR window) has no fact."""
     if NO_SNR_GRAD in note:
-        return _logged_verdict(facts, "grad_norm")
+        return _logged_verdict(facts, "grad_norm", run_metrics)
     logs_no = LOGS_NO.search(note)
     if logs_no and logs_no.group(1) in PANEL_FACT:
-        return _logged_verdict(facts, PANEL_FACT[logs_no.group(1)])
+        return _logged_verdict(facts, PANEL_FACT[logs_no.group(1)], run_metrics)
     samples = FINITE_SAMPLES.match(note)
     if samples and run and run.get("records_metric") == samples.group(2):
         count, records = int(samples.group(1)), int(run["records"])
@@ -333,14 +338,21 @@ def judge_finding(log: str, run: str, entry: Mapping[str, Any], facts: Mapping[s
     return out
 
 
-def judge_run(log: str, said: RunSaid, facts: Mapping[str, Any], golden_run: Mapping[str, Any] | None) -> list[Judged]:
-    """The run-level statements: status, "not in this run", analysis notes."""
+def judge_run(
+    log: str,
+    said: RunSaid,
+    facts: Mapping[str, Any],
+    golden_run: Mapping[str, Any] | None,
+    run_metrics: Sequence[str] | None = None,
+) -> list[Judged]:
+    """The run-level statements: status, "not in this run", analysis notes (``run_metrics``: the golden
+    run's metrics where the log holds several runs)."""
     out = [Judged(log, said.run, "run_status", said.status, *run_status_verdict(said.status, golden_run))]
     for quantity in said.not_in_run:
-        verdict = _logged_verdict(facts, PANEL_FACT.get(quantity, quantity))
+        verdict = _logged_verdict(facts, PANEL_FACT.get(quantity, quantity), run_metrics)
         out.append(Judged(log, said.run, "not_in_run", f"{quantity}: not in this run", *verdict))
     for note in said.notes:
-        out.append(Judged(log, said.run, "note", note, *note_verdict(note, facts, golden_run)))
+        out.append(Judged(log, said.run, "note", note, *note_verdict(note, facts, golden_run, run_metrics)))
     return out
 
 
@@ -364,12 +376,17 @@ def judge_log(golden: Mapping[str, Any], runs: Sequence[RunSaid]) -> list[Judged
     first = min((int(r["steps"][0]) for r in golden_runs if r.get("steps")), default=0)
     out: list[Judged] = []
     for i, said in enumerate(runs):
-        out += judge_run(log, said, facts, golden_runs[i] if i < len(golden_runs) else None)
+        golden_run = golden_runs[i] if i < len(golden_runs) else None
+        # a file of several runs: what each run logs is its golden run's metrics (stored runs and golden
+        # runs are paired in order, as bench.corpus_eval.score_import pairs them)
+        metrics = tuple(golden_run.get("metrics") or ()) if golden_run and len(golden_runs) > 1 else None
+        out += judge_run(log, said, facts, golden_run, metrics)
         for entry in said.entries:
             if entry.get("kind") in FINDING_KINDS:
                 out += judge_finding(log, said.run, entry, facts)
             elif shown(entry):
-                out += judge_incident(log, said.run, entry, Case(facts, match(entry, truths), entry, first))
+                case = Case(facts, match(entry, truths), entry, first, run_metrics=metrics)
+                out += judge_incident(log, said.run, entry, case)
     return out
 
 

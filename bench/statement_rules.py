@@ -6,7 +6,7 @@ each commented with the fact it uses. Pure: no I/O.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -34,6 +34,31 @@ SIGNAL_FACT: Final[dict[str, str | None]] = {
 ``facts.logged`` key of each (None: no fact says whether it is logged)."""
 
 
+RUN_METRICS: Final[dict[str, tuple[str, ...]]] = {
+    "loss": ("loss",),
+    "grad_norm": ("grad_norm",),
+    "lr": ("lr",),
+    "step_time": ("step_time_s",),
+    "loss_scale": ("loss_scale",),
+    "val_loss": ("val_loss",),
+    "clip": ("clip_coef", "clip_ratio"),
+    "throughput": ("throughput_tok_s", "throughput_samples_s", "tflops"),
+}
+"""The canonical metrics (a golden run's ``metrics``) that show each ``facts.logged`` quantity."""
+
+
+def logged_in_run(facts: Mapping[str, Any], key: str, run_metrics: Sequence[str] | None) -> bool | None:
+    """Does the run log quantity ``key``? ``facts.logged`` says whether the FILE logs it; in a file of
+    several runs, a quantity the file logs is in a run only when the golden run's ``metrics`` list it
+    (the s21-gpt2 notes' first runs log the loss alone). None: no fact."""
+    value = (facts.get("logged") or {}).get(key)
+    if not isinstance(value, bool):
+        return None
+    if value and run_metrics is not None and key in RUN_METRICS:
+        return any(m in run_metrics for m in RUN_METRICS[key])
+    return value
+
+
 @dataclass(frozen=True)
 class Case:
     """An incident being judged: the golden facts, the golden incident it matches (None: invented), the
@@ -45,14 +70,15 @@ class Case:
     first_step: int
     text: str = ""
     """The words of the statement being judged (an action that names signals is judged by them)."""
+    run_metrics: tuple[str, ...] | None = None
+    """The golden run's canonical metrics where the log holds several runs (None: one run)."""
 
     @property
     def start(self) -> int:
         return int(self.incident.get("start", self.incident.get("peak", 0)))
 
     def logged(self, key: str) -> bool | None:
-        value = (self.facts.get("logged") or {}).get(key)
-        return value if isinstance(value, bool) else None
+        return logged_in_run(self.facts, key, self.run_metrics)
 
     def cause(self, name: str) -> Verdict:
         """A statement that rests on cause ``name``: causes_consistent / causes_ruled_out."""

@@ -280,3 +280,31 @@ def test_split_by_tuned_on() -> None:
     assert "| llm.c | held out | 0.00 | 0 / 2 | 4 | 0 |" in table
     assert "| StabScope | tuned on | 1.00 | 4 / 4 | 0 | 1 |" in table
     assert "Statements not judged (golden without facts): 1 logs: old" in statements_tables([held, old])
+
+
+def test_in_a_file_of_several_runs_what_a_run_logs_is_its_golden_runs_metrics() -> None:
+    """The s21-gpt2 notes: 14 runs, the first ones log the loss alone, the last ones grad norm and LR too."""
+    golden = copy.deepcopy(GOLDEN)
+    golden["import"]["runs"] = [
+        {"steps": [0, 49], "metrics": ["loss"]},
+        {"steps": [0, 49], "metrics": ["loss", "grad_norm", "lr"]},
+    ]
+    lacks = claim("not_logged", "Question 2 (Near a schedule transition?) could not be answered: the log lacks lr.")
+    runs = [
+        RunSaid("a", "ended at step 49", ["grad_norm"], ["Not run: grad_norm spikes: the run logs no grad_norm."],
+                [incident(30, lacks)]),
+        RunSaid("b", "ended at step 49", ["grad_norm"], [], [incident(30, lacks)]),
+    ]  # fmt: skip
+    golden["incidents"]["must_find"][0].update(step=30)
+    got = [(j.where.split()[0], j.kind, j.verdict) for j in judge_log(golden, runs) if j.kind != "severity"]
+    assert got == [
+        ("a", "run_status", "true"),
+        ("a", "not_in_run", "true"),  # run a's golden metrics have no grad norm
+        ("a", "note", "true"),
+        ("a", "not_logged", "true"),
+        ("b", "run_status", "true"),
+        ("b", "not_in_run", "false"),  # run b logs it
+        ("b", "not_logged", "false"),
+    ]
+    one_run = copy.deepcopy(GOLDEN)  # one run: the file's facts decide, whatever the golden run lists
+    assert verdicts(one_run, not_in_run=["grad_norm"])[1][0] == "false"
