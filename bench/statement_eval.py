@@ -290,8 +290,14 @@ def note_verdict(
     samples = FINITE_SAMPLES.match(note)
     if samples and run and run.get("records_metric") == samples.group(2):
         count, records = int(samples.group(1)), int(run["records"])
-        ok = abs(count - records) <= max(1, 0.01 * records)
-        return (TRUE if ok else FALSE), f"the golden run has {records} {samples.group(2)} records"
+        if count == 0 and samples.group(2) == "loss" and facts.get("nonfinite_from_start") is True:
+            return TRUE, "nonfinite_from_start: no finite loss"
+        if abs(count - records) <= max(1, 0.01 * records):
+            return TRUE, f"the golden run has {records} {samples.group(2)} records"
+        if count > records:
+            return FALSE, f"the golden run has {records} {samples.group(2)} records"
+        # the golden counts records, not finite ones: fewer finite samples may be non-finite records
+        return UNJUDGED, f"the golden run has {records} records, finite or not"
     return UNJUDGED, "no fact bears on this note"
 
 
@@ -311,6 +317,10 @@ def _overfitting(facts: Mapping[str, Any], entry: Mapping[str, Any], action: boo
     return (TRUE if ok else FALSE), f"val loss rising {span}"
 
 
+THROUGHPUT_FACT_CHANGE: Final = 0.2
+"""The smallest level change ``facts.throughput_changes`` records (facts schema: >= 20 %)."""
+
+
 def _throughput(facts: Mapping[str, Any], entry: Mapping[str, Any]) -> Verdict:
     if "throughput_changes" not in facts:
         return UNJUDGED, "facts have no throughput_changes"
@@ -321,6 +331,10 @@ def _throughput(facts: Mapping[str, Any], entry: Mapping[str, Any]) -> Verdict:
     hit = [c for c in drops if lo <= int(c[1]) and hi >= int(c[0])]
     if hit:
         return TRUE, f"throughput_changes drop {hit[0][0]}-{hit[0][1]}"
+    ratio = entry.get("ratio")
+    if isinstance(ratio, int | float) and ratio > 1 - THROUGHPUT_FACT_CHANGE:
+        # the facts list level changes of 20 % or more only: a smaller drop is neither there nor excluded
+        return UNSUPPORTED, f"a {1 - ratio:.0%} drop: the facts list changes of 20% or more, none here"
     return FALSE, f"no throughput drop in {lo}-{hi} ({len(drops)} drops in the facts)"
 
 

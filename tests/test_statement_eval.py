@@ -205,7 +205,7 @@ def test_every_action_stabscope_may_say_has_a_rule() -> None:
 def test_run_level_statements() -> None:
     notes = [
         "Not run: grad_norm spikes: the run logs no grad_norm.",
-        "Not run: loss spikes: 12 finite loss samples: the spike detector needs more than 16.",
+        "Not run: loss spikes: 2500 finite loss samples: the spike detector needs more than 16.",  # > 2,000 records
         "Logging stopped at step 2000: every metric logged from this step on is non-finite.",
     ]
     got = verdicts(GOLDEN, status="stopped at 2000 of 3000", not_in_run=["lr", "clip"], notes=notes)
@@ -308,3 +308,15 @@ def test_in_a_file_of_several_runs_what_a_run_logs_is_its_golden_runs_metrics() 
     ]
     one_run = copy.deepcopy(GOLDEN)  # one run: the file's facts decide, whatever the golden run lists
     assert verdicts(one_run, not_in_run=["grad_norm"])[1][0] == "false"
+
+
+def test_a_small_throughput_drop_and_a_run_nan_from_its_start() -> None:
+    small = {"kind": "throughput_loss", "start": 300, "end": 350, "ratio": 0.84, "summary": "-16%", "actions": []}
+    large = {**small, "ratio": 0.6, "summary": "-40%"}
+    assert [v for v, _ in verdicts(GOLDEN, small, large)[1:]] == ["unsupported", "false"]  # facts list >= 20 %
+    golden = copy.deepcopy(GOLDEN)
+    golden["facts"]["nonfinite_from_start"] = True
+    notes = ["Not run: loss spikes: 0 finite loss samples: the spike detector needs more than 16."]
+    assert verdicts(golden, notes=notes)[1][0] == "true"  # 2,000 records, every one NaN
+    fewer = ["Not run: loss spikes: 12 finite loss samples: the spike detector needs more than 16."]
+    assert verdicts(GOLDEN, notes=fewer)[1][0] == "unjudged"  # records are counted finite or not
