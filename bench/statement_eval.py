@@ -19,8 +19,10 @@ facts that bear on it neither support nor contradict it: a cause neither consist
 precision "unknown"), ``unjudged`` (no fact of the schema bears on it: listed for a human to judge).
 Precision = true / all statements, unjudged ones included in "all" (the issue's measure).
 
-The rules are the table :data:`ACTION_RULES` (actions) and the functions named in :func:`judge_incident`
-and :func:`judge_run`; each row says the fact it uses. Pure: no I/O.
+The rules: ``bench.statement_rules.ACTION_RULES`` for the actions (one row each, with the fact it uses),
+and here :func:`judge_incident` (severity, status, recovery, cause, not_logged) and :func:`judge_run`
+(status, "not in this run", notes) and :func:`judge_finding`. In a file of several runs, what a run
+logs is its golden run's ``metrics`` (``statement_rules.logged_in_run``). Pure: no I/O.
 """
 
 from __future__ import annotations
