@@ -30,23 +30,24 @@ import re
 import sys
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from bench.statement_eval import (
-    RunSaid,
-    counts,
-    judge_log,
-    judged_json,
-    kind_table,
-    missed_findings,
-    precision_table,
+from bench.corpus_scores import (
+    LogScore,
+    details,
+    detector_table,
+    split_table,
+    split_totals,
+    statements_tables,
+    table,
+    unjudged,
 )
+from bench.statement_eval import RunSaid, judge_log, judged_json, missed_findings
 from stab_core.baselines import BASELINES, baseline_incidents
 from stab_core.metrics import CANONICAL_METRICS
 
-STABSCOPE = "StabScope"
 GOLDEN = Path(__file__).resolve().parents[1] / "tests" / "corpus" / "golden"
 REQUIRED_KEYS = ("name", "provenance", "format_hint", "import", "incidents", "statements")
 RECORDS_TOLERANCE = 0.01
@@ -55,47 +56,6 @@ VALUE_TOLERANCE = 5e-4
 """Relative difference at which a first/last value no longer counts as the same number rounded."""
 FINDINGS = ("overfitting", "throughput_loss")
 """``spikes --json`` entries that are findings beside the incidents, not incidents."""
-
-
-@dataclass
-class LogScore:
-    """One log's comparison with its golden file; each list holds readable findings (empty is perfect)."""
-
-    name: str
-    runs_expected: int = 0
-    runs_found: int = 0
-    refused: str | None = None
-    import_faults: dict[str, list[str]] = field(default_factory=dict)
-    required: int = 0
-    found: int = 0
-    missed: list[str] = field(default_factory=list)
-    invented: list[str] = field(default_factory=list)
-    quiet_flagged: list[str] = field(default_factory=list)
-    reported: int = 0
-    healthy: bool = False
-    statements_broken: list[str] = field(default_factory=list)
-    error: str | None = None
-    baselines: dict[str, dict[str, int]] = field(default_factory=dict)
-    """Per baseline rule (``stab_core.baselines``) on the same stored loss and grad norm: required,
-    found, invented, shown; scored as StabScope's incidents are."""
-    tuned_on: bool = True
-    """False only where the golden file says ``"tuned_on": false`` (held out); a golden file without the
-    key was tuned on (the first 33 were, last round)."""
-    statements: list[dict[str, Any]] = field(default_factory=list)
-    """Every statement said about the log's runs, judged against the golden ``facts``
-    (``bench.statement_eval.Judged`` as dicts)."""
-    statements_note: str | None = None
-    """Why the statements were not judged (a golden file without ``facts``)."""
-    findings_missed: list[str] = field(default_factory=list)
-    """Overfitting and throughput drops the facts state that no finding reports."""
-
-    @property
-    def statement_counted(self) -> bool:
-        """Were this log's statements judged (read, with a golden that has facts)?"""
-        return self.error is None and self.statements_note is None
-
-    def fault(self, kind: str, text: str) -> None:
-        self.import_faults.setdefault(kind, []).append(text)
 
 
 def load_goldens(folder: Path = GOLDEN) -> list[dict[str, Any]]:
@@ -383,158 +343,6 @@ def evaluate(corpus: Path, goldens: Sequence[Mapping[str, Any]]) -> list[LogScor
         return [evaluate_log(store, corpus, g) for g in goldens]
 
 
-def totals(scores: Sequence[LogScore]) -> dict[str, Any]:
-    """The corpus totals docs/diagnosis.md quotes."""
-    faults: dict[str, int] = {}
-    for s in scores:
-        for kind, items in s.import_faults.items():
-            faults[kind] = faults.get(kind, 0) + len(items)
-    required = sum(s.required for s in scores)
-    found = sum(s.found for s in scores)
-    return {
-        "logs": len(scores),
-        "logs_unreadable": sum(1 for s in scores if s.error),
-        "logs_with_import_faults": sum(1 for s in scores if s.import_faults),
-        "import_faults": faults,
-        "required_incidents": required,
-        "found": found,
-        "recall": found / required if required else None,
-        "invented": sum(len(s.invented) for s in scores),
-        "quiet_spans_flagged": sum(len(s.quiet_flagged) for s in scores),
-        "healthy_logs": sum(1 for s in scores if s.healthy),
-        "shown_on_healthy": sum(s.reported for s in scores if s.healthy),
-        "statements_broken": sum(len(s.statements_broken) for s in scores),
-        "statements": counts(j for s in scores for j in s.statements),
-        "logs_with_facts": sum(1 for s in scores if s.statements_note is None and not s.error),
-        "findings_missed": sum(len(s.findings_missed) for s in scores),
-        "baselines": detector_rows(scores),
-    }
-
-
-SPLITS = ("all", "held_out", "tuned_on")
-"""The corpus, its logs whose golden says ``"tuned_on": false``, and the rest (issue #32: report apart)."""
-
-
-def split(scores: Sequence[LogScore], which: str) -> list[LogScore]:
-    if which == "held_out":
-        return [s for s in scores if not s.tuned_on]
-    if which == "tuned_on":
-        return [s for s in scores if s.tuned_on]
-    return list(scores)
-
-
-def split_totals(scores: Sequence[LogScore]) -> dict[str, dict[str, Any]]:
-    """:func:`totals` of the whole corpus, of its held-out logs and of the logs tuned on."""
-    return {which: totals(split(scores, which)) for which in SPLITS}
-
-
-def detector_rows(scores: Sequence[LogScore]) -> dict[str, dict[str, Any]]:
-    """StabScope and each baseline rule on ``scores``' logs, scored the same way: required, found,
-    invented, healthy_shown, recall."""
-    rows: dict[str, dict[str, Any]] = {}
-    for s in scores:
-        if s.error:
-            continue
-        mine = {"required": s.required, "found": s.found, "invented": len(s.invented), "shown": s.reported}
-        for label, r in [(STABSCOPE, mine), *s.baselines.items()]:
-            row = rows.setdefault(label, dict.fromkeys(("required", "found", "invented", "healthy_shown"), 0))
-            row["required"] += r["required"]
-            row["found"] += r["found"]
-            row["invented"] += r["invented"]
-            row["healthy_shown"] += r["shown"] if s.healthy else 0
-    for row in rows.values():
-        row["recall"] = row["found"] / row["required"] if row["required"] else None
-    return rows
-
-
-def detector_table(scores: Sequence[LogScore]) -> str:
-    """StabScope and each baseline rule on the corpus, scored the same way: one row per detector, with
-    the held-out logs' figures beside the rest's."""
-    parts = {which: detector_rows(split(scores, which)) for which in SPLITS}
-    lines = [
-        "| detector | logs | recall | found / required | invented | shown on healthy runs |",
-        "| --- | --- | --- | --- | --- | --- |",
-    ]
-    for label in parts["all"]:
-        for which in SPLITS:
-            r = parts[which].get(label)
-            if r is None:
-                continue
-            recall = f"{r['recall']:.2f}" if r["recall"] is not None else "-"
-            lines.append(
-                f"| {label} | {which.replace('_', ' ')} | {recall} | {r['found']} / {r['required']} | {r['invented']} "
-                f"| {r['healthy_shown']} |"
-            )
-    return "\n".join(lines)
-
-
-def statements_tables(scores: Sequence[LogScore]) -> str:
-    """Statement precision per split, then per log, then per kind of statement (all logs)."""
-    rows = [(which.replace("_", " "), totals(split(scores, which))["statements"]) for which in SPLITS]
-    per_log = [
-        (f"`{s.name}`{'' if s.tuned_on else ' (held out)'}", counts(s.statements))
-        for s in scores
-        if s.statement_counted
-    ]
-    skipped = [s.name for s in scores if s.statements_note is not None]
-    by_kind = kind_table(counts(j for s in scores for j in s.statements))
-    out = [precision_table(rows), "", precision_table(per_log), "", by_kind]
-    if skipped:
-        out += ["", f"Statements not judged (golden without facts): {len(skipped)} logs: {', '.join(skipped)}"]
-    return "\n".join(out)
-
-
-def table(scores: Sequence[LogScore]) -> str:
-    """One row per log: runs, import faults, incidents and statements."""
-    lines = [
-        "| log | runs stored / in log | import faults | required found | invented | in quiet spans | shown (healthy?) "
-        "| must-not-say broken |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
-    ]
-    for s in scores:
-        if s.error:
-            lines.append(f"| `{s.name}` | {s.error} | | | | | | |")
-            continue
-        faults = ", ".join(f"{k} {len(v)}" for k, v in sorted(s.import_faults.items())) or "0"
-        runs = "refused" if s.refused else f"{s.runs_found} / {s.runs_expected}"
-        lines.append(
-            f"| `{s.name}` | {runs} | {faults} | {s.found}/{s.required} | {len(s.invented)} | {len(s.quiet_flagged)} "
-            f"| {s.reported} ({'healthy' if s.healthy else 'not healthy'}) | {len(s.statements_broken)} |"
-        )
-    return "\n".join(lines)
-
-
-def details(scores: Sequence[LogScore]) -> str:
-    out = []
-    for s in scores:
-        for kind, items in sorted(s.import_faults.items()):
-            out.extend(f"- {s.name}: import {kind}: {item}" for item in items)
-        out.extend(f"- {s.name}: missed {m}" for m in s.missed)
-        out.extend(f"- {s.name}: quiet span flagged: {q}" for q in s.quiet_flagged)
-        out.extend(f"- {s.name}: must not say: {b}" for b in s.statements_broken)
-        if s.invented:
-            shown = ", ".join(s.invented[:8]) + (f" (+{len(s.invented) - 8} more)" if len(s.invented) > 8 else "")
-            out.append(f"- {s.name}: invented {len(s.invented)}: {shown}")
-        out.extend(f"- {s.name}: finding missed: {m}" for m in s.findings_missed)
-        for verdict in ("false", "unsupported"):
-            out.extend(
-                f"- {s.name}: {verdict}: {j['where']}: [{j['kind']}] {j['text']} ({j['fact']})"
-                for j in s.statements
-                if j["verdict"] == verdict
-            )
-    return "\n".join(out)
-
-
-def unjudged(scores: Sequence[LogScore]) -> str:
-    """The statements no fact judges, for a human to judge (they count in precision's "all")."""
-    return "\n".join(
-        f"- {s.name}: {j['where']}: [{j['kind']}] {j['text']} ({j['fact']})"
-        for s in scores
-        for j in s.statements
-        if j["verdict"] == "unjudged"
-    )
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.corpus_eval", description=__doc__.split("\n\n")[0])
     parser.add_argument("--corpus", type=Path, required=True, help="folder holding one folder per corpus log")
@@ -558,6 +366,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(report, indent=2))
     else:
         print(table(scores))
+        print()
+        print(split_table(scores))
         print()
         brief = {which: {k: v for k, v in t.items() if k != "baselines"} for which, t in splits.items()}
         print(json.dumps(brief, indent=2))

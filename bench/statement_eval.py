@@ -78,6 +78,10 @@ PANEL_FACT: Final[dict[str, str]] = {
 """Quantities a page may say are "not in this run" (``RunSaid.not_in_run``) -> ``facts.logged`` key."""
 
 
+INVENTED: Final = "no golden incident within tolerance: the incident is invented"
+"""The fact of every statement about an incident that matches no golden incident."""
+
+
 @dataclass(frozen=True)
 class Judged:
     """One statement and its verdict: ``where`` (run, and incident step when it is about one), ``kind``
@@ -205,7 +209,7 @@ def judge_incident(log: str, run: str, incident: Mapping[str, Any], case: Case) 
     for kind, text in said:
         verdict: Verdict
         if case.truth is None:
-            verdict = FALSE, "no golden incident within tolerance: the incident is invented"
+            verdict = FALSE, INVENTED
         elif kind == "severity":
             verdict = _severity(case)
         elif kind == "status":

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.corpus_eval import LogScore, evaluate, load_goldens, main, split_totals, totals
+from bench.corpus_eval import evaluate, load_goldens, main
+from bench.corpus_scores import LogScore, split_totals, totals
 from bench.statement_eval import VERDICTS
 
 CORPUS = os.environ.get("STABSCOPE_CORPUS")

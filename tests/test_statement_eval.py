@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from bench.corpus_eval import LogScore, detector_table, judge_statements, split_totals, statements_tables
+from bench.corpus_eval import judge_statements
+from bench.corpus_scores import LogScore, detector_table, split_table, split_totals, statements_tables
 from bench.statement_eval import RunSaid, counts, judge_log, judged_json, match, missed_findings
 from bench.statement_rules import ACTION_RULES, PREFIX_FIRST, action_rule
 from stab_core.decision_tree import GENERIC_ACTIONS, LEAF_ACTIONS, PREMISES
@@ -280,6 +281,21 @@ def test_split_by_tuned_on() -> None:
     assert "| llm.c | held out | 0.00 | 0 / 2 | 4 | 0 |" in table
     assert "| StabScope | tuned on | 1.00 | 4 / 4 | 0 | 1 |" in table
     assert "Statements not judged (golden without facts): 1 logs: old" in statements_tables([held, old])
+    summary = split_table([held, old])
+    assert "| logs (with facts) | 2 (1) | 1 (1) | 1 (0) |" in summary
+    assert "| required incidents found (recall) | 5/6 (0.83) | 1/2 (0.50) | 4/4 (1.00) |" in summary
+
+
+def test_actions_false_count_apart_those_of_invented_incidents() -> None:
+    roll_back = claim("action", "Roll back to the last checkpoint whose loss and weights are finite.")
+    score = LogScore("toy", tuned_on=False)
+    score.statements = judged_json(
+        judge_log(
+            GOLDEN, [RunSaid("toy", "ended at step 2000", [], [], [incident(700, roll_back), incident(300, roll_back)])]
+        )
+    )
+    t = split_totals([score])["held_out"]
+    assert (t["actions_false"], t["actions_false_matched"]) == (2, 1)  # 700 recovered; 300 is invented
 
 
 def test_in_a_file_of_several_runs_what_a_run_logs_is_its_golden_runs_metrics() -> None:
