@@ -305,6 +305,7 @@ def evaluate_log(store: Any, corpus: Path, golden: Mapping[str, Any]) -> LogScor
             result.fault("refused", result.refused)
         result.runs_expected = len(golden["import"]["runs"])
         score_incidents(result, golden, [])
+        judge_statements(result, golden, [])  # nothing was said about a run; the facts' misses still count
         return result
     names = [reports[0]["run"]] + [s["run"] for s in reports[0].get("segments") or []]
     stored, incidents, said, runs_said = [], [], {}, []
