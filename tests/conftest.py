@@ -84,6 +84,7 @@ TIERS: dict[str, str] = {
             "tiers",
             "corpus_golden",
             "statement_eval",
+            "module_size",
         ),
         "fast",
     ),
