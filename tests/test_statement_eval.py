@@ -13,7 +13,7 @@ from bench.corpus_eval import judge_statements
 from bench.corpus_scores import LogScore, detector_table, split_table, split_totals, statements_tables
 from bench.statement_eval import RunSaid, counts, judge_log, judged_json, match, missed_findings
 from bench.statement_rules import ACTION_RULES, PREFIX_FIRST, action_rule
-from stab_core.decision_tree import GENERIC_ACTIONS, LEAF_ACTIONS, PREMISES
+from stab_core.tree_actions import GENERIC_ACTIONS, LEAF_ACTIONS, PREMISES
 
 FACTS: dict[str, Any] = {
     "logged": {
