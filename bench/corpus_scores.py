@@ -183,6 +183,8 @@ def split_table(scores: Sequence[LogScore]) -> str:
         ),
         row("incidents invented", lambda t: str(t["invented"])),
         row("shown on healthy runs (healthy logs)", lambda t: f"{t['shown_on_healthy']} ({t['healthy_logs']})"),
+        row("incidents in spans that must not be flagged", lambda t: str(t["quiet_spans_flagged"])),
+        row("must-not-say phrases said", lambda t: str(t["statements_broken"])),
         row("findings missed (overfitting, throughput)", lambda t: str(t["findings_missed"])),
         row("logs with import faults", lambda t: str(t["logs_with_import_faults"])),
     ]

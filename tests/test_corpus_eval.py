@@ -31,6 +31,8 @@ HELD_OUT_MAX_IMPORT_FAULTS = 54
 HELD_OUT_MIN_RECALL = 4 / 9
 HELD_OUT_MAX_SHOWN_ON_HEALTHY = 7
 HELD_OUT_MIN_STATEMENT_PRECISION = 0.54
+HELD_OUT_MAX_QUIET_SPANS_FLAGGED = 7
+HELD_OUT_MAX_MUST_NOT_SAY = 3
 
 
 @pytest.fixture(scope="module")
@@ -57,6 +59,8 @@ def test_held_out_scores_hold(scores: list[LogScore]) -> None:
     assert t["recall"] >= HELD_OUT_MIN_RECALL
     assert t["shown_on_healthy"] <= HELD_OUT_MAX_SHOWN_ON_HEALTHY
     assert t["statements"]["precision"] >= HELD_OUT_MIN_STATEMENT_PRECISION
+    assert t["quiet_spans_flagged"] <= HELD_OUT_MAX_QUIET_SPANS_FLAGGED
+    assert t["statements_broken"] <= HELD_OUT_MAX_MUST_NOT_SAY
 
 
 def test_every_statement_of_a_log_with_facts_is_judged(scores: list[LogScore]) -> None:
