@@ -195,8 +195,9 @@ def said_claims(incident: Mapping[str, Any]) -> list[dict[str, Any]]:
         if claim.get("holds") is not False:
             out.append(dict(claim))
         elif claim.get("kind") == "cause":
-            out.append({"kind": "cause", "text": "Cause unknown (the cause's signature is not in the data).",
-                        "holds": None, "_unknown": True})  # fmt: skip
+            out.append(
+                {"kind": "cause", "text": "Cause unknown (the cause's signature is not in the data).", "holds": None}
+            )
     return out
 
 
