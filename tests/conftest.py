@@ -52,6 +52,7 @@ TIERS: dict[str, str] = {
             "early_warning",
             "experiment_stats",
             "formats_aliases",
+            "formats_numbers",
             "formats_custom",
             "formats_fidelity",
             "formats_prefixes",
@@ -92,6 +93,7 @@ TIERS: dict[str, str] = {
     **dict.fromkeys(
         (
             "cli",
+            "formats_number_spellings",
             "cli_contracts",
             "cli_meta",
             "cli_pipes",
