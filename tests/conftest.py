@@ -84,6 +84,7 @@ TIERS: dict[str, str] = {
             "store_read_routes",
             "tiers",
             "corpus_golden",
+            "statement_eval",
             "module_size",
         ),
         "fast",
