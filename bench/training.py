@@ -175,7 +175,7 @@ def _interleaved_loops(config: DemoConfig, steps: int) -> dict[str, list[float]]
 
     from ingest.training.demo_trainer import MarkovSource, batch_tokens, build_model, lm_loss
     from ingest.training.monitor import StabilityMonitor
-    from stab_core.torch_clipping import clip_grad_norm
+    from ingest.training.torch_clipping import clip_grad_norm
 
     source = MarkovSource(config.vocab_size, config.markov_branching, config.seed, config.markov_order)
     batches = [torch.from_numpy(batch_tokens(config, source, 0, s)) for s in range(steps)]

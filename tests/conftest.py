@@ -52,6 +52,7 @@ TIERS: dict[str, str] = {
             "early_warning",
             "experiment_stats",
             "formats_aliases",
+            "stab_core_pure",
             "formats_custom",
             "formats_fidelity",
             "formats_prefixes",

@@ -21,8 +21,8 @@ from ingest.shards import list_segments, read_segment
 from ingest.training.demo_trainer import DemoConfig, MarkovSource, batch_tokens, build_model, lm_loss
 from ingest.training.monitor import StabilityMonitor
 from ingest.training.run_metadata import clipping_metadata, schedule_events, scheduler_metadata
-from stab_core.torch_clipping import ZClip, clip_grad_norm
-from stab_core.torch_schedulers import WarmupCosineRestartScheduler
+from ingest.training.torch_clipping import ZClip, clip_grad_norm
+from ingest.training.torch_schedulers import WarmupCosineRestartScheduler
 from tests.gloo import run_on_gloo
 
 PEAK_LR = 1e-3

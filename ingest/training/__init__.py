@@ -18,9 +18,9 @@ the demo trainer that trains that way.
 - :mod:`ingest.training.spawn`: running a function on several local processes (the demo, the
   benchmark, the distributed tests).
 
-The torch classes with no I/O live in ``stab_core``, at module level like everything else:
-``stab_core.torch_clipping`` (``clip_grad_norm``, ``ZClip``, ``global_grad_norm``) and
-``stab_core.torch_schedulers`` (``WarmupCosineRestartScheduler`` and the baselines). The
+The torch classes with no I/O, at module level like everything else:
+``ingest.training.torch_clipping`` (``clip_grad_norm``, ``ZClip``, ``global_grad_norm``) and
+``ingest.training.torch_schedulers`` (``WarmupCosineRestartScheduler`` and the baselines). The
 measurement of the monitor's cost is ``bench.training`` (goal 5).
 
 The monitor's modules import torch at the top (a training process has it loaded); the demo

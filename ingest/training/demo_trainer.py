@@ -41,9 +41,9 @@ if TYPE_CHECKING:
     import torch
     from torch import nn
 
+    from ingest.training.torch_clipping import ZClip
+    from ingest.training.torch_schedulers import WarmupCosineRestartScheduler
     from stab_core.clipping import ClipRecord
-    from stab_core.torch_clipping import ZClip
-    from stab_core.torch_schedulers import WarmupCosineRestartScheduler
 
 Provocation = Literal["none", "lr-jump", "outlier-batch"]
 ClipMethod = Literal["norm", "zclip"]
@@ -278,8 +278,8 @@ def _build_trainer(config: DemoConfig, *, ddp: bool) -> _Trainer:
 
     import torch
 
-    from stab_core.torch_clipping import ZClip
-    from stab_core.torch_schedulers import WarmupCosineRestartScheduler
+    from ingest.training.torch_clipping import ZClip
+    from ingest.training.torch_schedulers import WarmupCosineRestartScheduler
 
     model = build_model(config)
     if ddp:
@@ -359,7 +359,7 @@ def _restore(trainer: _Trainer, path: Path) -> int:
 
 
 def _clip(trainer: _Trainer, config: DemoConfig) -> ClipRecord:
-    from stab_core.torch_clipping import clip_grad_norm
+    from ingest.training.torch_clipping import clip_grad_norm
 
     if trainer.clipper is not None:
         return trainer.clipper.clip(trainer.params)

@@ -51,8 +51,8 @@ if TYPE_CHECKING:
     import torch
     from torch import nn
 
+    from ingest.training.torch_clipping import ZClip
     from stab_core.clipping import ClipRecord
-    from stab_core.torch_clipping import ZClip
 
 PEAK_LR = {"A": 4e-2, "B": 6e-3, "C": 4e-2, "S": 1e-1}
 """AdamW peak LR per mechanism, set from single-seed trial runs (800 steps, seed 0): at A's 4e-2 the
@@ -232,7 +232,7 @@ def _evaluate(model: nn.Module, batches: list[torch.Tensor]) -> float:
 
 
 def _clip(spec: RunSpec, params: Sequence[torch.Tensor], zclip: ZClip | None) -> ClipRecord | None:
-    from stab_core.torch_clipping import clip_grad_norm
+    from ingest.training.torch_clipping import clip_grad_norm
 
     if zclip is not None:
         return zclip.clip(params)
@@ -247,8 +247,8 @@ def train_run(spec: RunSpec, shard_dir: Path, corpus: Corpus) -> tuple[float, fl
     import torch
 
     from ingest.training.monitor import StabilityMonitor
-    from stab_core.torch_clipping import ZClip, global_grad_norm
-    from stab_core.torch_schedulers import WarmupCosineRestartScheduler
+    from ingest.training.torch_clipping import ZClip, global_grad_norm
+    from ingest.training.torch_schedulers import WarmupCosineRestartScheduler
 
     config = spec.config
     device = torch.device(config.device)
@@ -342,7 +342,7 @@ def _two_half_gradients(
     half's gradient norm, the router's max-over-mean loads, the larger of the two halves')."""
     import torch
 
-    from stab_core.torch_clipping import global_grad_norm
+    from ingest.training.torch_clipping import global_grad_norm
 
     grads: list[list[torch.Tensor | None]] = []
     losses: list[float] = []
