@@ -41,9 +41,7 @@ if TYPE_CHECKING:
     import torch
     from torch import nn
 
-    from ingest.training.torch_clipping import ZClip
-    from ingest.training.torch_schedulers import WarmupCosineRestartScheduler
-    from stab_core.clipping import ClipRecord
+    from ingest.training.train_loop import StepOutcome, Trainer
 
 Provocation = Literal["none", "lr-jump", "outlier-batch"]
 ClipMethod = Literal["norm", "zclip"]
@@ -260,26 +258,9 @@ def lm_loss(model: nn.Module, tokens: torch.Tensor) -> torch.Tensor:
 # --------------------------------------------------------------------------------------------------
 
 
-@dataclass
-class _Trainer:
-    """The objects one rank trains with, rebuilt identically on resume."""
-
-    model: nn.Module
-    params: list[torch.Tensor]
-    """The model's parameters, listed once: ``model.parameters()`` walks the module tree each call."""
-    optimizer: torch.optim.Optimizer
-    scheduler: WarmupCosineRestartScheduler
-    clipper: ZClip | None
-    """ZClip with ``--clip zclip``; None for global-norm clipping."""
-
-
-def _build_trainer(config: DemoConfig, *, ddp: bool) -> _Trainer:
-    import warnings
-
-    import torch
-
+def _build_trainer(config: DemoConfig, *, ddp: bool) -> Trainer:
     from ingest.training.torch_clipping import ZClip
-    from ingest.training.torch_schedulers import WarmupCosineRestartScheduler
+    from ingest.training.train_loop import build_trainer
 
     model = build_model(config)
     if ddp:
@@ -287,21 +268,20 @@ def _build_trainer(config: DemoConfig, *, ddp: bool) -> _Trainer:
 
         model = DistributedDataParallel(model, gradient_as_bucket_view=True)
     assert config.peak_lr is not None and config.warmup_steps is not None
-    assert config.restart_warmup_steps is not None
-    optimizer = torch.optim.AdamW(model.parameters(), lr=config.peak_lr, betas=(0.9, 0.95), weight_decay=0.1)
-    with warnings.catch_warnings():
-        # lr-jump's missing restart warmup is the point; the advice still reaches the run metadata.
-        warnings.simplefilter("ignore", UserWarning)
-        scheduler = WarmupCosineRestartScheduler(
-            optimizer,
-            total_steps=config.steps,
-            warmup_steps=config.warmup_steps,
-            restart_warmup_steps=config.restart_warmup_steps,
-            num_cycles=config.num_cycles,
-            min_lr_ratio=config.min_lr_ratio if config.min_lr_ratio is not None else 0.1,
-        )
-    clipper = ZClip(max_norm=config.max_norm * 10) if config.clip == "zclip" else None
-    return _Trainer(model, list(model.parameters()), optimizer, scheduler, clipper)
+    assert config.restart_warmup_steps is not None and config.min_lr_ratio is not None
+    return build_trainer(
+        model,
+        peak_lr=config.peak_lr,
+        betas=(0.9, 0.95),
+        weight_decay=0.1,
+        total_steps=config.steps,
+        warmup_steps=config.warmup_steps,
+        restart_warmup_steps=config.restart_warmup_steps,
+        num_cycles=config.num_cycles,
+        min_lr_ratio=config.min_lr_ratio,
+        clipper=ZClip(max_norm=config.max_norm * 10) if config.clip == "zclip" else None,
+        max_norm=config.max_norm,
+    )
 
 
 def _unwrapped(model: nn.Module) -> nn.Module:
@@ -321,7 +301,7 @@ def latest_checkpoint(out: Path) -> Path | None:
     return found[-1] if found else None
 
 
-def _save_checkpoint(trainer: _Trainer, config: DemoConfig, step: int) -> Path:
+def _save_checkpoint(trainer: Trainer, config: DemoConfig, step: int) -> Path:
     import torch
 
     target = checkpoint_path(config.out, step)
@@ -340,7 +320,7 @@ def _save_checkpoint(trainer: _Trainer, config: DemoConfig, step: int) -> Path:
     return target
 
 
-def _restore(trainer: _Trainer, path: Path) -> int:
+def _restore(trainer: Trainer, path: Path) -> int:
     """Load a checkpoint; returns the last completed step it holds."""
     import torch
 
@@ -358,14 +338,6 @@ def _restore(trainer: _Trainer, path: Path) -> int:
     return int(state["step"])
 
 
-def _clip(trainer: _Trainer, config: DemoConfig) -> ClipRecord:
-    from ingest.training.torch_clipping import clip_grad_norm
-
-    if trainer.clipper is not None:
-        return trainer.clipper.clip(trainer.params)
-    return clip_grad_norm(trainer.params, config.max_norm)
-
-
 def train_rank(config: DemoConfig, rank: int, world_size: int, log: Callable[[str], None] | None = None) -> None:
     """Train one rank from step 0 (or the latest checkpoint with ``config.resume``) to ``config.steps``.
 
@@ -374,6 +346,7 @@ def train_rank(config: DemoConfig, rank: int, world_size: int, log: Callable[[st
     import torch
 
     from ingest.training.monitor import StabilityMonitor
+    from ingest.training.train_loop import train_steps
 
     config = config.resolved()
     distributed = world_size > 1
@@ -399,34 +372,33 @@ def train_rank(config: DemoConfig, rank: int, world_size: int, log: Callable[[st
     if resumed_from is not None:
         monitor.event(start, "rollback", f"resumed from checkpoint {resumed_from.name}", checkpoint_step=start - 1)
     started = time.monotonic()
+
+    def after(done: StepOutcome) -> None:
+        assert done.clip is not None  # the demo always clips
+        logged = monitor.log(done.step, loss=done.loss, lr=done.lr, clip_stats=done.clip)
+        finished = done.step + 1
+        if config.checkpoint_every and finished % config.checkpoint_every == 0 and finished < config.steps:
+            # Metrics up to this step reach the shards before the checkpoint exists: a crash between
+            # the two must not leave a resumable checkpoint whose earlier steps were never logged.
+            # Every rank's, not only rank 0's: a rank that is behind would lose those steps; and
+            # the run-level rows too, whose loss means wait for a batch that sync sends now.
+            monitor.sync()
+            if distributed:
+                torch.distributed.barrier()
+            if rank == 0:
+                _save_checkpoint(trainer, config, done.step)
+            monitor.checkpoint(done.step)
+        if log is not None and rank == 0 and (finished % config.progress_every == 0 or finished == config.steps):
+            log(
+                f"step {finished}/{config.steps}  loss {logged.rank_metrics['loss']:.3f} (rank 0)  "
+                f"lr {done.lr:.2e}  grad_norm {done.clip.total_norm:.2f}  ({time.monotonic() - started:.1f} s)"
+            )
+
+    def batch(step: int) -> torch.Tensor:
+        return torch.from_numpy(batch_tokens(config, source, rank, step))
+
     with monitor:
-        for step in range(start, config.steps):
-            tokens = torch.from_numpy(batch_tokens(config, source, rank, step))
-            loss = lm_loss(trainer.model, tokens)
-            trainer.optimizer.zero_grad(set_to_none=True)
-            loss.backward()  # type: ignore[no-untyped-call]
-            record = _clip(trainer, config)
-            lr = float(trainer.optimizer.param_groups[0]["lr"])
-            trainer.optimizer.step()
-            trainer.scheduler.step()
-            logged = monitor.log(step, loss=loss.detach(), lr=lr, clip_stats=record)
-            done = step + 1
-            if config.checkpoint_every and done % config.checkpoint_every == 0 and done < config.steps:
-                # Metrics up to this step reach the shards before the checkpoint exists: a crash between
-                # the two must not leave a resumable checkpoint whose earlier steps were never logged.
-                # Every rank's, not only rank 0's: a rank that is behind would lose those steps; and
-                # the run-level rows too, whose loss means wait for a batch that sync sends now.
-                monitor.sync()
-                if distributed:
-                    torch.distributed.barrier()
-                if rank == 0:
-                    _save_checkpoint(trainer, config, step)
-                monitor.checkpoint(step)
-            if log is not None and rank == 0 and (done % config.progress_every == 0 or done == config.steps):
-                log(
-                    f"step {done}/{config.steps}  loss {logged.rank_metrics['loss']:.3f} (rank 0)  lr {lr:.2e}  "
-                    f"grad_norm {record.total_norm:.2f}  ({time.monotonic() - started:.1f} s)"
-                )
+        train_steps(trainer, range(start, config.steps), batch, after)
 
 
 def _run_meta(config: DemoConfig, source: MarkovSource) -> dict[str, Any]:
