@@ -1,7 +1,8 @@
 """``stabscope demo-train``: real multi-process training that writes StabScope shards.
 
 Each rank is a process (``torch.multiprocessing.spawn``, ``torch.distributed`` on gloo, one CPU
-thread each) training a small causal transformer LM under DDP on tokens drawn from a Markov source
+thread each) training the training side's toy GPT (:mod:`ingest.training.toy_model`, the experiment's
+model) under DDP on tokens drawn from a Markov source
 (first or second order), so the loss falls from ln(vocab) towards the source's entropy. It uses the
 warmup-cosine-restart scheduler, global-norm clipping (or ZClip) and the :class:`StabilityMonitor`,
 and checkpoints every ``checkpoint_every`` steps (``--resume`` continues from the latest one).
@@ -36,6 +37,7 @@ import numpy.typing as npt
 
 from ingest.errors import StabScopeError
 from ingest.training.spawn import exit_rank, spawn_ranks
+from ingest.training.toy_model import ModelShape
 
 if TYPE_CHECKING:
     import torch
@@ -54,8 +56,8 @@ DEFAULT_PEAK_LR = 2e-3
 LR_JUMP_PEAK_LR = 0.15
 """``lr-jump``'s peak LR (75x the default). The first cycle's warmup ramps up to it and the model
 survives; at the restart the LR jumps from the floor (1 % of the peak) to it in one step and the loss
-spikes. Measured on 2 ranks x 240 steps, seeds 0-2: the loss peaks at 4.4-5.7x its pre-restart median
-within 30 steps and recovers within ~60 (a run without the provocation: 1.04x)."""
+spikes. Measured on 2 ranks x 240 steps, seeds 0-2: the loss peaks at 2.6-6.7x its pre-restart median
+within 30 steps (a run without the provocation: 1.04-1.10x)."""
 LR_JUMP_MIN_LR_RATIO = 0.01
 
 
@@ -147,6 +149,17 @@ class DemoConfig:
     def outlier_rank(self) -> int:
         return self.ranks - 1
 
+    @property
+    def model_shape(self) -> ModelShape:
+        """The toy GPT this run trains (:mod:`ingest.training.toy_model`, dense, over the source's tokens)."""
+        return ModelShape(
+            d_model=self.d_model,
+            n_layers=self.n_layers,
+            n_heads=self.n_heads,
+            seq_len=self.seq_len,
+            vocab=self.vocab_size,
+        )
+
 
 # --------------------------------------------------------------------------------------------------
 # Data: a Markov source
@@ -209,60 +222,16 @@ def batch_tokens(config: DemoConfig, source: MarkovSource, rank: int, step: int)
 
 
 # --------------------------------------------------------------------------------------------------
-# Model
-# --------------------------------------------------------------------------------------------------
-
-
-def build_model(config: DemoConfig) -> nn.Module:
-    """A pre-LN causal transformer LM (``n_layers`` x ``d_model``, learned positions), seeded."""
-    import torch
-    from torch import nn
-
-    class TinyLM(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            d = config.d_model
-            self.embed = nn.Embedding(config.vocab_size, d)
-            self.position = nn.Parameter(torch.randn(config.seq_len, d) * 0.02)
-            layer = nn.TransformerEncoderLayer(d, config.n_heads, 4 * d, dropout=0.0, batch_first=True, norm_first=True)
-            self.blocks = nn.TransformerEncoder(layer, config.n_layers, enable_nested_tensor=False)
-            self.norm = nn.LayerNorm(d)
-            self.head = nn.Linear(d, config.vocab_size)
-            self.register_buffer(
-                "causal_mask", nn.Transformer.generate_square_subsequent_mask(config.seq_len), persistent=False
-            )
-
-        def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-            length = tokens.shape[1]
-            hidden = self.embed(tokens) + self.position[:length]
-            mask: torch.Tensor = self.causal_mask[:length, :length]  # type: ignore[index]
-            hidden = self.blocks(hidden, mask=mask, is_causal=True)
-            logits: torch.Tensor = self.head(self.norm(hidden))
-            return logits
-
-    torch.manual_seed(config.seed)
-    return TinyLM()
-
-
-def lm_loss(model: nn.Module, tokens: torch.Tensor) -> torch.Tensor:
-    """Mean next-token cross-entropy (nats/token)."""
-    from torch.nn import functional
-
-    logits = model(tokens[:, :-1])
-    loss: torch.Tensor = functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1))
-    return loss
-
-
-# --------------------------------------------------------------------------------------------------
 # The training loop (one rank)
 # --------------------------------------------------------------------------------------------------
 
 
 def _build_trainer(config: DemoConfig, *, ddp: bool) -> Trainer:
     from ingest.training.torch_clipping import ZClip
+    from ingest.training.toy_model import build_gpt
     from ingest.training.train_loop import build_trainer
 
-    model = build_model(config)
+    model = build_gpt(config.model_shape, config.seed)
     if ddp:
         from torch.nn.parallel import DistributedDataParallel
 
@@ -328,7 +297,10 @@ def _restore(trainer: Trainer, path: Path) -> int:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except (OSError, RuntimeError, EOFError) as exc:
         raise StabScopeError(f"cannot load checkpoint {path}: {exc}") from exc
-    _unwrapped(trainer.model).load_state_dict(state["model"])
+    try:
+        _unwrapped(trainer.model).load_state_dict(state["model"])
+    except RuntimeError as exc:  # another model's weights: a checkpoint of an older demo or other sizes
+        raise StabScopeError(f"checkpoint {path} holds a different model than this run's: {str(exc)[:300]}") from exc
     trainer.optimizer.load_state_dict(state["optimizer"])
     trainer.scheduler.load_state_dict(state["scheduler"])
     if trainer.clipper is not None:
