@@ -118,6 +118,7 @@ TIERS: dict[str, str] = {
             "store_check",
             "check_integrity",
             "store_incremental",
+            "train_loop",
             "findings_store",
             "baseline_eval",
         ),
