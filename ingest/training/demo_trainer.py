@@ -377,7 +377,7 @@ def _run_meta(config: DemoConfig, source: MarkovSource) -> dict[str, Any]:
     first, end = config.outlier_steps
     meta: dict[str, Any] = {
         "source": "stabscope demo-train",
-        "model": f"causal transformer LM, {config.n_layers} layers x d={config.d_model}, vocab {config.vocab_size}",
+        "model": f"toy GPT (causal, pre-LN), {config.n_layers} layers x d={config.d_model}, vocab {config.vocab_size}",
         "precision": "fp32",
         "provoke": config.provoke,
         "data": f"order-{config.markov_order} Markov source, {config.markov_branching} successors per context",
