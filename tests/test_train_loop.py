@@ -110,3 +110,16 @@ def test_the_experiment_logs_the_numbers_it_logged_before_the_loop_was_shared(
     assert sorted(logged) == list(range(100))
     assert [logged[s] for s in (0, 1, 49, 50, 99)] == pytest.approx(losses, rel=1e-5)
     assert math.isfinite(val_loss) and val_loss == pytest.approx(expected_val, rel=1e-5)
+
+
+def test_a_checkpoint_of_another_model_is_refused_with_its_path(tmp_path: Path) -> None:
+    from ingest.errors import StabScopeError
+    from ingest.training.demo_trainer import DemoConfig, _build_trainer, _restore, _save_checkpoint
+
+    written = DemoConfig(out=tmp_path, ranks=1, steps=40).resolved()
+    _save_checkpoint(_build_trainer(written, ddp=False), written, 9)
+    same = _build_trainer(written, ddp=False)
+    assert _restore(same, tmp_path / "checkpoints" / "step-0000009.pt") == 9
+    other = DemoConfig(out=tmp_path, ranks=1, steps=40, d_model=32).resolved()  # e.g. an older demo's model
+    with pytest.raises(StabScopeError, match=r"step-0000009\.pt holds a different model"):
+        _restore(_build_trainer(other, ddp=False), tmp_path / "checkpoints" / "step-0000009.pt")
