@@ -97,7 +97,7 @@ def spike_analysis(steps: int, rounds: int = SPIKE_ROUNDS) -> dict[str, Any]:
     """``analyze_run`` on a generated 4-rank run of about ``steps`` steps with 24 injected spikes,
     interleaved with ``rolling_median_floor`` of its loss (seconds of each, per round)."""
     from stab_core.simulate import SPIKE_CLASSES, SyntheticRunSpec, synthetic_run
-    from stab_core.spikes import LOSS_SPIKE_PARAMS
+    from stab_core.spike_params import LOSS_SPIKE_PARAMS
 
     analysis = _analysis_module()
     classes = tuple(c for c in SPIKE_CLASSES if c != "data_outlier_diverged") * 4

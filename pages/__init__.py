@@ -3,8 +3,9 @@
 The page scripts are the ones app.py lists in its navigation; the other modules here are what they
 share, each named by purpose: ``store_access`` (the one store handle and the cached reads),
 ``widgets``, ``page_errors`` (the one place errors are drawn), ``charts`` and ``rank_charts`` (the
-figures), ``series_display``, ``compare_lines``, ``run_costs``, ``incident_view``, ``alert_banners``,
-``run_catalog``, ``rank_table``, ``uploads``, ``scheduler_code``, ``run_meta`` (a form), ``view_url``,
+figures) with ``chart_style``, ``chart_ranges`` and ``chart_incidents``, ``series_display``,
+``compare_lines``, ``run_costs``, ``incident_view``, ``alert_banners``, ``run_catalog``, ``rank_table``,
+``uploads``, ``scheduler_code``, ``run_meta`` (a form), ``view_url``,
 ``experiment_view`` (the thesis section of Scenarios),
 ``warmup``, ``token_gate`` (the shared token asked before any page draws) and ``server``
 (``stabscope serve``'s process, not a page).

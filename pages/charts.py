@@ -1,6 +1,7 @@
 """Plotly figure builders shared by the pages: min/max envelopes, EMA overlays, event and spike markers,
 linked panels on one step axis, compared runs with seed bands, and LR schedules (the Ranks page's
-figures are in ``pages.rank_charts``).
+figures are in ``pages.rank_charts``). Colours and layout are in ``pages.chart_style``, default y ranges in
+``pages.chart_ranges``, incident bands and peak markers in ``pages.chart_incidents``.
 
 Builders take plain data (``SeriesData``, numpy arrays, events, spike dicts) and return figures; they
 never read the store. Every axis is labelled with its unit.
@@ -8,7 +9,6 @@ never read the store. Every axis is labelled with its unit.
 
 from __future__ import annotations
 
-import html
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -18,61 +18,19 @@ import numpy as np
 import plotly.graph_objects as go
 
 from ingest.store import SeriesData
+from pages.chart_incidents import add_spike_shading, drawn_value_at, incident_peaks, peak_markers
+from pages.chart_ranges import autorange_of, data_y_span, robust_y_range
+from pages.chart_style import DEFAULT_EVENT_STYLE, EVENT_STYLES, PALETTE, base_layout, plot_text, series_color
 from pages.compare_lines import Line
 from pages.series_display import ema
-from stab_core import causes
 from stab_core.runview import RunEvent
 
-PALETTE = ("#1c7ed6", "#d9480f", "#2b8a3e", "#7048e8", "#c2255c", "#0c8599", "#e67700", "#5c940d")
-CAUSE_COLORS = {
-    causes.NUMERICAL: "#c92a2a",
-    causes.LR_TRANSITION: "#e67700",
-    causes.RANK_FAULT: "#7048e8",
-    causes.ROUTER: "#1c7ed6",
-    causes.DATA_OUTLIER: "#2b8a3e",
-    causes.UNKNOWN: "#868e96",
-}
-"""A colour per cause of :data:`stab_core.causes.CAUSES` (a test checks none is missing)."""
-EVENT_STYLES = {
-    "schedule_transition": ("#e67700", "dash"),
-    "warmup_end": ("#e67700", "dot"),
-    "cycle_restart": ("#f08c00", "dash"),
-    "lr_jump": ("#e03131", "dash"),
-    "checkpoint": ("#adb5bd", "dot"),
-    "rollback": ("#c92a2a", "dashdot"),
-    "data_switch": ("#1971c2", "dash"),
-    "logging_end": ("#495057", "dashdot"),
-}
-_DEFAULT_EVENT_STYLE = ("#868e96", "dot")
-MIN_BAND_PX = 5
-"""Outline width of an incident's band: a one-step incident is this many pixels wide at any zoom."""
-HEAD_FRACTION = 0.05
-"""Share of the shown steps (the warmup's) left out of a panel's default y range."""
-RANGE_PAD = 0.1
-"""Padding of a default y range, as a share of its span, on each side."""
-PEAK_STRETCH = 1.0
-"""An incident peak up to this many spans above the default range stretches it; further out it is marked."""
 TITLE_GAP_PX = 34
 """Pixels between stacked panels: room for the lower panel's title."""
-MIN_RELATIVE_SPAN = 0.05
-"""A default y range spans at least this share of the series' level (linear axes)."""
-MIN_LOG_SPAN = 0.05
-"""A default log y range spans at least this many decades."""
 UNDERLAY_WIDTHS = {"grad_norm_clipped": 4.0}
 """Series drawn under the others, wider (px): the post-clip norm, equal to the pre-clip one when unclipped."""
 LEGEND_ROW_PX = 26
 """Height of one row of a horizontal legend."""
-# Okabe-Ito colours (distinguishable with the common colour-vision deficiencies), one per canonical series
-SERIES_COLORS = {
-    "loss": "#0072B2",
-    "val_loss": "#D55E00",
-    "grad_norm": "#E69F00",
-    "grad_norm_clipped": "#56B4E9",
-    "lr": "#009E73",
-    "clip_ratio": "#CC79A7",
-    "clip_coef": "#CC79A7",
-    "snr": "#888888",  # mid grey: readable on the light and the dark theme
-}
 
 
 @dataclass
@@ -85,26 +43,6 @@ class Panel:
     log_y: bool = False
     min_span: float = 0.0
     """Smallest default y span in axis units (linear axes), e.g. 0.05 for a 0-1 fraction that sits at 0."""
-
-
-def plot_text(text: object) -> str:
-    """Text from the data (a run name, a metric, an event label) made safe to place in a Plotly legend,
-    hover label or annotation: Plotly renders those as a subset of HTML (links, styles, line breaks),
-    so ``<``, ``>`` and ``&`` are written as entities and show as themselves."""
-    return html.escape(str(text), quote=False)
-
-
-def base_layout(height: int, x_title: str = "step") -> dict[str, Any]:
-    """Compact margins, a horizontal legend under the x-axis title, unified hover; readable in both themes."""
-    top, bottom = 30, 120
-    plot_height = max(height - top - bottom, 60)
-    return {
-        "height": height,
-        "margin": {"l": 70, "r": 20, "t": top, "b": bottom},
-        "legend": {"orientation": "h", "y": -48 / plot_height, "yanchor": "top", "x": 0},
-        "hovermode": "x unified",
-        "xaxis": {"title": {"text": x_title}},
-    }
 
 
 def envelope_traces(
@@ -172,15 +110,6 @@ def envelope_traces(
     return traces
 
 
-def data_y_span(curves: Sequence[tuple[str, SeriesData]], *, log_y: bool) -> tuple[float, float] | None:
-    lows = [s.min[np.isfinite(s.min) & ((s.min > 0) if log_y else True)] for _, s in curves]
-    highs = [s.max[np.isfinite(s.max)] for _, s in curves]
-    lows, highs = [a for a in lows if a.size], [a for a in highs if a.size]
-    if not lows or not highs:
-        return None
-    return float(min(a.min() for a in lows)), float(max(a.max() for a in highs))
-
-
 def event_traces(events: Sequence[RunEvent], y0: float, y1: float, *, legend: bool) -> list[go.Scatter]:
     """One vertical-line trace per event kind (legend click hides a kind on every panel at once)."""
     by_kind: dict[str, list[RunEvent]] = {}
@@ -188,7 +117,7 @@ def event_traces(events: Sequence[RunEvent], y0: float, y1: float, *, legend: bo
         by_kind.setdefault(e.kind, []).append(e)
     traces = []
     for kind, items in by_kind.items():
-        color, dash = EVENT_STYLES.get(kind, _DEFAULT_EVENT_STYLE)
+        color, dash = EVENT_STYLES.get(kind, DEFAULT_EVENT_STYLE)
         xs: list[float | None] = []
         ys: list[float | None] = []
         text: list[str] = []
@@ -212,227 +141,16 @@ def event_traces(events: Sequence[RunEvent], y0: float, y1: float, *, legend: bo
     return traces
 
 
-def _spike_color(spike: dict[str, Any]) -> str:
-    return CAUSE_COLORS.get(spike.get("cause") or "unknown", CAUSE_COLORS["unknown"])
-
-
-def add_spike_shading(
-    fig: go.Figure, spikes: Sequence[dict[str, Any]], x_range: tuple[int, int] | None, selected: int | None = None
-) -> None:
-    """Shade each incident's [start, end] on every panel, coloured by its diagnosed cause.
-
-    The band's outline is ``MIN_BAND_PX`` pixels wide, so a one-step incident stays a visible band at any
-    zoom (a 1-step span is a hairline below ~1,000 px per 1,000 steps). ``selected`` (an index into
-    ``spikes``) is drawn darker."""
-    causes_seen: set[str] = set()
-    shapes = list(fig.layout.shapes or ())
-    for i, s in enumerate(spikes):
-        if x_range and (s["end"] < x_range[0] or s["start"] > x_range[1]):
-            continue
-        color = _spike_color(s)
-        # One full-height shape per spike, set in one layout update: the panels share their x axis,
-        # and add_vrect per spike and panel made reruns slow on runs with many spikes.
-        shapes.append(
-            {
-                "type": "rect",
-                "xref": "x",
-                "yref": "paper",
-                "x0": s["start"] - 0.5,
-                "x1": s["end"] + 0.5,
-                "y0": 0,
-                "y1": 1,
-                "fillcolor": color,
-                "opacity": 0.5 if i == selected else 0.22,
-                "line": {"width": MIN_BAND_PX, "color": color},
-                "layer": "below",
-            }
-        )
-        causes_seen.add(s.get("cause") or "unknown")
-    fig.update_layout(shapes=shapes)
-    for cause in sorted(causes_seen):
-        fig.add_trace(
-            go.Scatter(
-                x=[None],
-                y=[None],
-                mode="markers",
-                name=f"spike: {cause}",
-                legendgroup=f"spike:{cause}",
-                marker={"symbol": "square", "size": 12, "color": CAUSE_COLORS.get(cause, CAUSE_COLORS["unknown"])},
-            )
-        )
-
-
-def incident_peaks(spike: dict[str, Any]) -> list[tuple[str, int, float | None]]:
-    """(metric, peak step, peak value or None) of every metric in an incident: its ``members`` when the
-    analyses give them, else the entry's own metric and peak."""
-    members = spike.get("members") or [spike]
-    peaks = []
-    for m in members:
-        value = m.get("peak_value")
-        peaks.append((str(m["metric"]), int(m["peak"]), float(value) if value is not None else None))
-    return peaks
-
-
-def _value_at(curves: Sequence[tuple[str, SeriesData]], metric: str, step: int) -> float | None:
-    """The largest drawn value of ``metric`` at ``step`` (or in the bucket holding it); None if not drawn."""
-    for _, s in curves:
-        if s.metric != metric or not s.steps.size:
-            continue
-        i = max(int(np.searchsorted(s.steps, step, side="right")) - 1, 0)
-        return float(s.max[i])
-    return None
-
-
-def peak_markers(
-    curves: Sequence[tuple[str, SeriesData]],
-    spikes: Sequence[dict[str, Any]],
-    y_range: tuple[float, float] | None,
-    x_range: tuple[int, int] | None,
-    shown_legend: set[str],
-    *,
-    log_y: bool,
-) -> list[go.Scatter]:
-    """A marker at every incident peak of a metric drawn in this panel, coloured by cause. A peak above
-    the panel's y range (or non-finite) sits at the top edge as an up-triangle labelled with its value,
-    so an off-scale spike is never silently cut off. ``customdata`` is the incident's index."""
-    drawn = {s.metric for _, s in curves}
-    by_cause: dict[str, dict[str, list[Any]]] = {}
-    for i, spike in enumerate(spikes):
-        for metric, step, value in incident_peaks(spike):
-            if metric not in drawn or (x_range and not x_range[0] <= step <= x_range[1]):
-                continue
-            if value is None:
-                value = _value_at(curves, metric, step)
-            finite = value is not None and math.isfinite(value)
-            top = None if y_range is None else (10 ** y_range[1] if log_y else y_range[1])
-            off_scale = not finite or (top is not None and value is not None and value > top)
-            if off_scale and top is None:
-                continue  # nothing finite to place it against
-            y = _edge(y_range, log_y=log_y) if off_scale else value
-            label = "non-finite" if not finite else f"{value:.4g}"
-            ratio = spike.get("ratio")
-            times = f" x{float(ratio):.2f}" if ratio is not None else ""
-            hover = (
-                f"incident #{i}: {plot_text(metric)} {label}{times} at step {step:,}<br>"
-                f"cause: {plot_text(spike.get('cause', 'unknown'))}" + (" (above this axis)" if off_scale else "")
-            )
-            cause = spike.get("cause") or "unknown"
-            m = by_cause.setdefault(cause, {"x": [], "y": [], "symbol": [], "text": [], "hover": [], "index": []})
-            m["x"].append(step)
-            m["y"].append(y)
-            m["symbol"].append("triangle-up" if off_scale else "diamond")
-            m["text"].append(f"↑ {label}" if off_scale else "")
-            m["hover"].append(hover)
-            m["index"].append(i)
-    traces = []
-    for cause, m in sorted(by_cause.items()):
-        traces.append(
-            go.Scatter(
-                x=m["x"],
-                y=m["y"],
-                mode="markers+text",
-                text=m["text"],
-                textposition="bottom center",
-                textfont={"size": 11, "color": CAUSE_COLORS.get(cause, CAUSE_COLORS["unknown"])},
-                marker={
-                    "symbol": m["symbol"],
-                    "size": 11,
-                    "color": CAUSE_COLORS.get(cause, CAUSE_COLORS["unknown"]),
-                    "line": {"width": 1, "color": "#ffffff"},
-                },
-                customdata=m["index"],
-                hovertext=m["hover"],
-                hovertemplate="%{hovertext}<extra></extra>",
-                name=f"spike: {cause}",
-                legendgroup=f"spike:{cause}",
-                showlegend=False,
-                cliponaxis=False,
-            )
-        )
-        shown_legend.add(cause)
-    return traces
-
-
-def _edge(y_range: tuple[float, float] | None, *, log_y: bool) -> float | None:
-    """A y value just inside the top of the range (data units; the range is log10 units on a log axis)."""
-    if y_range is None:
-        return None
-    y = y_range[1] - 0.04 * (y_range[1] - y_range[0])
-    return float(10**y if log_y else y)
-
-
-def robust_y_range(
-    curves: Sequence[tuple[np.ndarray, np.ndarray]],
-    peaks: Sequence[float] = (),
-    *,
-    log_y: bool = False,
-    head_fraction: float = HEAD_FRACTION,
-    min_span: float = 0.0,
-) -> tuple[float, float] | None:
-    """A y range for a panel that warmup and far outliers do not set.
-
-    ``curves``: (steps, values) pairs drawn in the panel. The values from the first ``head_fraction`` of
-    the shown steps are left out (the warmup's loss of 11 or grad norm of 15 would flatten a run that sits
-    at 3.3 and 0.3), and the range spans the 0.5-99.5 % quantiles of the rest (at least
-    ``MIN_RELATIVE_SPAN`` of their level), stretched to every value and incident peak (``peaks``, same
-    units) within ``PEAK_STRETCH`` spans of it, padded by ``RANGE_PAD`` of the span. A value or peak
-    further out stays off scale (``peak_markers`` marks an incident's at the edge). On a log axis
-    (``log_y``) the range is in log10 units, as Plotly takes it, and only positive values count. None
-    when no finite value is shown (let Plotly autorange). ``min_span``: the least span on a linear axis.
-    """
-    finite = [(np.asarray(s), np.asarray(v, dtype=np.float64)) for s, v in curves if np.size(s)]
-    if not finite:
-        return None
-    first = min(float(s.min()) for s, _ in finite)
-    last = max(float(s.max()) for s, _ in finite)
-    cut = first + head_fraction * (last - first)
-
-    def usable(v: np.ndarray) -> np.ndarray:
-        keep = np.isfinite(v) & (v > 0) if log_y else np.isfinite(v)
-        return np.log10(v[keep]) if log_y else v[keep]
-
-    tail = np.concatenate([usable(v[s >= cut]) for s, v in finite])
-    if not tail.size:  # everything shown is in the head (a zoom into the warmup): use it all
-        tail = np.concatenate([usable(v) for _, v in finite])
-    if not tail.size:
-        return None
-    low, high = (float(q) for q in np.quantile(tail, [0.005, 0.995]))
-    span = high - low
-    # never narrower than MIN_RELATIVE_SPAN of the level: a flat LR logged to 6 decimals would
-    # otherwise fill the panel with its rounding steps
-    least = MIN_LOG_SPAN if log_y else max(MIN_RELATIVE_SPAN * max(abs(low), abs(high)), min_span, 1e-12)
-    if span < least:
-        middle = (low + high) / 2
-        low, high, span = middle - least / 2, middle + least / 2, least
-    # near outliers and incident peaks (within PEAK_STRETCH spans) stay on the chart; far ones do not
-    reach_low, reach_high = low - PEAK_STRETCH * span, high + PEAK_STRETCH * span
-    usable_peaks = [math.log10(p) if log_y else p for p in peaks if math.isfinite(p) and (p > 0 or not log_y)]
-    near = np.concatenate([tail, np.asarray(usable_peaks, dtype=np.float64)])
-    near = near[(near >= reach_low) & (near <= reach_high)]
-    low, high = min(low, float(near.min(initial=low))), max(high, float(near.max(initial=high)))
-    lowest = float(tail.min())
-    pad_low, pad_high = low - RANGE_PAD * span, high + RANGE_PAD * span
-    if not log_y and lowest >= 0 > pad_low:  # a non-negative series (LR, norms) never needs a negative axis
-        pad_low = 0.0
-    return pad_low, pad_high
-
-
 def _panel_peaks(panel: Panel, spikes: Sequence[dict[str, Any]], x_range: tuple[int, int] | None) -> list[float]:
     drawn = {s.metric for _, s in panel.curves}
     peaks = []
     for spike in spikes:
         for metric, step, value in incident_peaks(spike):
             if metric in drawn and (not x_range or x_range[0] <= step <= x_range[1]):
-                v = _value_at(panel.curves, metric, step) if value is None else value
+                v = drawn_value_at(panel.curves, metric, step) if value is None else value
                 if v is not None:
                     peaks.append(v)
     return peaks
-
-
-def series_color(metric: str, fallback_index: int) -> str:
-    """The colour of a series: fixed per canonical metric (so pre-clip and post-clip grad norm, LR and the
-    clip ratio never share one), else the palette in order."""
-    return SERIES_COLORS.get(metric, PALETTE[fallback_index % len(PALETTE)])
 
 
 def _panel_domains(n: int, height: int, top: int, bottom: int) -> list[tuple[float, float]]:
@@ -497,7 +215,7 @@ def panels_figure(
         if span and events:
             for trace in event_traces(events, *span, legend=row == 1):
                 fig.add_trace(trace.update(xaxis="x", yaxis=yref))
-        shown_range = y_range if y_range is not None else _autorange_of(span, log_y=panel.log_y)
+        shown_range = y_range if y_range is not None else autorange_of(span, log_y=panel.log_y)
         for trace in peak_markers(panel.curves, spikes, shown_range, x_range, legend_causes, log_y=panel.log_y):
             fig.add_trace(trace.update(xaxis="x", yaxis=yref))
         axis: dict[str, Any] = {
@@ -551,17 +269,6 @@ def panels_figure(
     extra = max(0, LEGEND_ROW_PX * math.ceil(entries / 3) - (layout["margin"]["b"] - 60))
     fig.update_layout(height=height + extra, margin={"b": layout["margin"]["b"] + extra})
     return fig
-
-
-def _autorange_of(span: tuple[float, float] | None, *, log_y: bool) -> tuple[float, float] | None:
-    """The range Plotly's autorange will show (data extremes), in axis units, for placing edge markers."""
-    if span is None:
-        return None
-    if log_y:
-        if span[0] <= 0 or span[1] <= 0:
-            return None
-        return math.log10(span[0]), math.log10(span[1])
-    return span
 
 
 def compare_figure(lines: Sequence[Line], x_title: str, y_title: str, *, log_y: bool) -> go.Figure:

@@ -18,7 +18,8 @@ import streamlit as st
 from ingest.configs import FORMATS, ConfigFormat, config_from_run_meta, read_run_config
 from ingest.errors import StabScopeError
 from pages.store_access import get_store, list_runs, store_root
-from stab_core.checklist import ItemResult, checklist_markdown, evaluate_checklist, failing_p0, run_facts
+from stab_core.checklist import ItemResult, checklist_markdown, evaluate_checklist, failing_p0
+from stab_core.checklist_facts import run_facts
 
 NO_RUN = "(none)"
 STATUS_LABEL = {"pass": "✅ PASS", "fail": "❌ FAIL", "unknown": "❔ TO CHECK"}

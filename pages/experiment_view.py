@@ -28,7 +28,8 @@ from ingest.training.experiment_results import (
     ClaimCheck,
     ExperimentResults,
 )
-from pages.charts import PALETTE, base_layout, compare_figure
+from pages.chart_style import PALETTE, base_layout
+from pages.charts import compare_figure
 from pages.compare_lines import Line, group_lines
 from pages.widgets import MISSING
 from stab_core.bootstrap import Interval

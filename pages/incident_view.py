@@ -29,8 +29,8 @@ def incident_words(s: dict[str, Any]) -> str:
 
 
 def diagnosis_of(spike: dict[str, Any]) -> Any:
-    """The stored spike's verdict as a ``stab_core.diagnosis.Diagnosis`` (for ``tree_to_dot``)."""
-    from stab_core.diagnosis import Diagnosis, NodeVisit
+    """The stored spike's verdict as a ``stab_core.tree_walk.Diagnosis`` (for ``tree_to_dot``)."""
+    from stab_core.tree_walk import Diagnosis, NodeVisit
 
     path = [
         NodeVisit(p["node"], int(p.get("number", i + 1)), p.get("question", ""), p["answer"], p.get("evidence") or {})
@@ -64,7 +64,7 @@ def dot_with_evidence(dot: str, diagnosis: Any | None) -> str:
     is a leaf (node 5) stacked below it rather than
     side by side (a narrower graph is scaled down less to fit a column: larger text), and each
     visited node's evidence drawn as a note on the left of it."""
-    from stab_core.diagnosis import DECISION_TREE
+    from stab_core.decision_tree import DECISION_TREE
 
     # a white canvas keeps the black labels readable in the dark theme too
     extra = ['  graph [nodesep=0.3, ranksep=0.35, fontsize=11, bgcolor="white"];', "  node [fontsize=11];"]

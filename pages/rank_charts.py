@@ -12,7 +12,9 @@ import numpy as np
 import plotly.graph_objects as go
 
 from ingest.store import SeriesData
-from pages.charts import PALETTE, base_layout, data_y_span, envelope_traces, event_traces
+from pages.chart_ranges import data_y_span
+from pages.chart_style import PALETTE, base_layout
+from pages.charts import envelope_traces, event_traces
 from stab_core.alerts import OUTLIER_MIN_DEVIATION, cross_rank_band
 from stab_core.runview import RunEvent
 

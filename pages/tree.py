@@ -18,7 +18,8 @@ import streamlit as st
 from pages.incident_view import diagnosis_of, dot_with_evidence, evidence_text
 from pages.store_access import get_store, list_runs, read_spikes
 from pages.widgets import pick_run
-from stab_core.diagnosis import DECISION_TREE, tree_to_dot, walk_tree
+from stab_core.decision_tree import DECISION_TREE
+from stab_core.tree_walk import tree_to_dot, walk_tree
 
 ANSWERS = ["no", "yes", "unknown"]
 # an answer's badge colour: a "yes" names the cause, a "no" rules one out, "unknown" leaves it open

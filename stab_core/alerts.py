@@ -27,8 +27,8 @@ import numpy.typing as npt
 
 from stab_core.analysis import AnalysisParams
 from stab_core.decision_tree import NONFINITE_START_LEAF
+from stab_core.rolling_baseline import robust_zscore_columns
 from stab_core.severity import shown_by_default
-from stab_core.spikes import robust_zscore_columns
 
 ALERT_WINDOW_STEPS = 200
 """Trailing window (steps) for the clipping-saturation alert and for a spike to count as new."""
@@ -159,7 +159,7 @@ def rank_deviations(
 
     Peers: the ranks of the same ``groups`` entry (its pipeline stage, ``ranklayout.comparison_groups``),
     or all ranks. Per bucket the modified z-score ``0.6745*(x - median)/MAD`` among the peers
-    (Iglewicz & Hoaglin 1993; ``stab_core.spikes.robust_zscore_columns``), with the MAD floored at
+    (Iglewicz & Hoaglin 1993; ``stab_core.rolling_baseline.robust_zscore_columns``), with the MAD floored at
     1 % of |median| so identical ranks do not turn noise into outliers. A rank is an outlier in a
     bucket when |z| > ``OUTLIER_Z`` and it is at least ``OUTLIER_MIN_DEVIATION`` from the median; in
     at least ``STRAGGLER_SHARE`` of its buckets it is a ``straggler`` (``straggles``: the metric is

@@ -16,8 +16,8 @@ import numpy as np
 
 from stab_core.claims import incident_claims, said_from_json
 from stab_core.clipping import ClipStats, clipping_stats
-from stab_core.decision_tree import NONFINITE_START_LEAF, Diagnosis, DiagnosisParams
-from stab_core.diagnosis import DiagnosisContext, diagnose, diagnose_early, logging_interval, prepare_context
+from stab_core.decision_tree import NONFINITE_START_LEAF, DiagnosisParams
+from stab_core.diagnosis import diagnose, diagnose_early
 from stab_core.early_rises import robust_early_rises
 from stab_core.incidents import (
     Incident,
@@ -33,15 +33,10 @@ from stab_core.incidents import (
 from stab_core.runview import FloatArray, IntArray, RunView, Series
 from stab_core.severity import Certainty, classify, loss_cost, sensitivity
 from stab_core.snr import SnrCollapse, SnrSeries, detect_snr_collapse, gradient_snr
-from stab_core.spikes import (
-    GRAD_NORM_SPIKE_PARAMS,
-    LOSS_SPIKE_PARAMS,
-    SpikeEvent,
-    SpikeParams,
-    detect_spikes,
-    event_at_step,
-    link_grad_norm_lead,
-)
+from stab_core.spike_params import GRAD_NORM_SPIKE_PARAMS, LOSS_SPIKE_PARAMS, SpikeParams
+from stab_core.spikes import SpikeEvent, detect_spikes, event_at_step, link_grad_norm_lead
+from stab_core.tree_nodes import DiagnosisContext, logging_interval, prepare_context
+from stab_core.tree_walk import Diagnosis
 
 
 @dataclass(frozen=True)

@@ -10,9 +10,9 @@ from typing import Final
 
 import numpy as np
 
-from stab_core.decision_tree import Evidence
 from stab_core.runview import FloatArray, Series
 from stab_core.spikes import SpikeEvent
+from stab_core.tree_actions import Evidence
 
 
 def _window_values(series: Series, lo: int, hi: int) -> FloatArray:

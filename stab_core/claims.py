@@ -18,15 +18,10 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 from stab_core.causes import UNKNOWN
-from stab_core.decision_tree import (
-    DECISION_TREE,
-    NONFINITE_START_LEAF,
-    PREMISES,
-    Diagnosis,
-    Evidence,
-    PremiseCheck,
-)
+from stab_core.decision_tree import DECISION_TREE, NONFINITE_START_LEAF
 from stab_core.spikes import SpikeEvent
+from stab_core.tree_actions import PREMISES, Evidence, PremiseCheck
+from stab_core.tree_walk import Diagnosis
 
 ClaimKind = Literal["cause", "status", "recovery", "not_logged", "action", "checklist"]
 CLAIM_KINDS: Final[tuple[ClaimKind, ...]] = ("cause", "status", "recovery", "not_logged", "action", "checklist")

@@ -1,5 +1,6 @@
 """Root cause of a loss or grad-norm spike: the 5-node decision tree (:mod:`stab_core.decision_tree`)
-walked from a run's data, and each action's premise checked on it.
+walked from a run's data (each node answered in ``stab_core.tree_nodes``), and each action's premise
+checked on it (``stab_core.action_premises``).
 
 The tree (asked in this order; the first "yes" ends the walk at its leaf; a node whose data is missing
 is answered "unknown" and the walk continues):
@@ -16,577 +17,29 @@ Sources for the actions: PaLM (Chowdhery et al. 2022, sec. 5.1: restart ~100 ste
 and skip ~200-500 batches); ST-MoE (Zoph et al. 2022: router z-loss, coefficient 1e-3); DeepSeek-V3
 (Liu et al. 2024: auxiliary-loss-free balancing by per-expert bias); Megatron-LM's rerun state machine
 (re-run a suspicious step to tell a transient hardware fault from a persistent data fault).
-
-``DECISION_TREE``, ``Diagnosis``, ``NodeVisit``, ``tree_to_dot`` and ``walk_tree`` are re-exported from
-the tree's module: the pages import them from here.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Final
+from collections.abc import Callable, Sequence
 
-import numpy as np
-import numpy.typing as npt
-
-from stab_core.cause_signatures import loss_led_signature, lr_rise_signature
+from stab_core.action_premises import RunFacts, action_facts, check_premises, run_facts
 from stab_core.causes import UNKNOWN
-from stab_core.decision_tree import DECISION_TREE as DECISION_TREE
-from stab_core.decision_tree import (
-    EARLY_INSTABILITY_LEAF,
-    NONFINITE_FROM_START,
-    DiagnosisParams,
-    Evidence,
-    NodeResult,
-    PremiseCheck,
-    build_tree,
-    checked_actions,
-    walk_path,
-)
-from stab_core.decision_tree import Diagnosis as Diagnosis
-from stab_core.decision_tree import NodeVisit as NodeVisit
-from stab_core.decision_tree import tree_to_dot as tree_to_dot
-from stab_core.decision_tree import walk_tree as walk_tree
-from stab_core.runview import FloatArray, IntArray, RankMatrix, RunView, Series
-from stab_core.schedulers import Transition, largest_lr_change, schedule_transitions
-from stab_core.snr import SnrSeries, gradient_snr, snr_drop, temporal_snr_proxy
+from stab_core.decision_tree import EARLY_INSTABILITY_LEAF, DiagnosisParams, build_tree
+from stab_core.runview import RunView
 from stab_core.spikes import SpikeEvent
-
-LOGGED_TRANSITION_EVENTS: Final = frozenset({"schedule_transition", "cycle_restart", "data_switch", "warmup_end"})
-"""Kinds of logged run events that mark a schedule transition at node 2."""
-
-RISING_LR_TRANSITIONS: Final = frozenset({"warmup_end", "cycle_restart", "lr_jump"})
-"""Kinds of transitions found in the logged LR (:func:`stab_core.schedulers.schedule_transitions`) that
-raise the LR and so count at node 2 (a ``decay_start`` lowers it: no)."""
-
-
-# --------------------------------------------------------------------------------------------------
-# Answering the nodes from a run
-# --------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class DiagnosisContext:
-    """Per-run work shared by every spike's diagnosis (compute once with :func:`prepare_context`)."""
-
-    snr: SnrSeries | None
-    lr_usable: bool
-    grad_norm: Series | None = None
-    facts: RunFacts | None = None
-
-
-def prepare_context(
-    view: RunView, params: DiagnosisParams | None = None, snr: SnrSeries | None = None
-) -> DiagnosisContext:
-    """The SNR (``snr``, else :func:`stab_core.snr.gradient_snr`) and whether the LR is usable."""
-    p = params if params is not None else DiagnosisParams()
-    chosen = snr if snr is not None else gradient_snr(view, p.proxy_window, p.ema_beta)
-    lr = view.series.get("lr")
-    lr_usable = lr is not None and int(np.isfinite(lr.values).sum()) >= 2
-    return DiagnosisContext(
-        snr=chosen, lr_usable=lr_usable, grad_norm=view.series.get("grad_norm"), facts=run_facts(view)
-    )
-
-
-def logging_interval(steps: IntArray) -> int:
-    """Typical logging interval in steps: the median gap over ~1,000 evenly picked samples (cheap
-    enough to ask per spike on a 10M-step run)."""
-    if steps.size < 2:
-        return 1
-    pick = max(1, steps.size // 1_000)
-    return max(1, int(np.median(np.diff(steps[::pick])) / pick))
-
-
-def _window(series: Series, lo: int, hi: int) -> tuple[IntArray, FloatArray]:
-    """Samples with lo <= step <= hi."""
-    a, b = np.searchsorted(series.steps, [lo, hi + 1])
-    return series.steps[a:b], series.values[a:b]
-
-
-def _strength(value: float, threshold: float) -> float:
-    """0.6 at the threshold rising to 1 at 4x it (log scale)."""
-    if not math.isfinite(value):
-        return 1.0
-    return 0.6 + 0.4 * min(1.0, max(0.0, math.log(value / threshold) / math.log(4.0)))
-
-
-def _count_nonfinite(view: RunView, metric: str, lo: int, hi: int) -> int | None:
-    series = view.series.get(metric)
-    if series is None:
-        return None
-    return int((~np.isfinite(_window(series, lo, hi)[1])).sum())
-
-
-def _positive_total(view: RunView, metric: str, lo: int, hi: int) -> float | None:
-    series = view.series.get(metric)
-    if series is None:
-        return None
-    values = _window(series, lo, hi)[1]
-    values = values[np.isfinite(values)]
-    return float(values.sum()) if values.size else 0.0
-
-
-def _node_numerical(view: RunView, spike: SpikeEvent, p: DiagnosisParams) -> NodeResult:
-    lookback = max(
-        p.numerical_lookback_steps,
-        2 * logging_interval(view.series[spike.metric].steps) if spike.metric in view.series else 0,
-    )
-    lo, hi = spike.onset - lookback, spike.end
-    evidence: Evidence = {
-        "spike_nonfinite": spike.nonfinite,
-        "nonfinite_loss": _count_nonfinite(view, "loss", lo, hi),
-        "nonfinite_grad_norm": _count_nonfinite(view, "grad_norm", lo, hi),
-        "nan_iterations": _positive_total(view, "nan_iterations", lo, hi),
-        "nonfinite_grads": _positive_total(view, "nonfinite_grads", lo, hi),
-        "loss_scale_level": None,
-        "loss_scale_min": None,
-        "loss_scale_drop": None,
-    }
-    collapsed = False
-    scale = view.series.get("loss_scale")
-    if scale is not None:
-        recent = _window(scale, lo, hi)[1]
-        before = _window(scale, lo - 10 * lookback, lo - 1)[1]
-        recent, before = recent[np.isfinite(recent)], before[np.isfinite(before)]
-        if recent.size:
-            level = float(np.median(before)) if before.size else float(recent[0])
-            low = float(recent.min())
-            drop = level / low if low > 0 else math.inf
-            evidence.update(loss_scale_level=level, loss_scale_min=low, loss_scale_drop=drop)
-            # a bf16 run prints a constant scale of 1.0: the floor counts only when the scale fell to it
-            collapsed = drop >= p.loss_scale_collapse or (low <= p.loss_scale_floor and level > low)
-    counts = [evidence[k] for k in ("nonfinite_loss", "nonfinite_grad_norm", "nan_iterations", "nonfinite_grads")]
-    nonfinite = spike.nonfinite or any(isinstance(c, int | float) and c > 0 for c in counts)
-    if nonfinite:
-        from_start = _nonfinite_from_start(view, spike.onset)
-        evidence["nonfinite_from_first_step"] = from_start
-        return NodeResult("yes", evidence, 1.0, branch=NONFINITE_FROM_START if from_start else None)
-    if collapsed:
-        return NodeResult("yes", evidence, 0.85)
-    return NodeResult("no", evidence)
-
-
-def _nonfinite_from_start(view: RunView, onset: int) -> bool:
-    """Is the loss non-finite at its first logged step, with no finite loss logged before ``onset``?
-    (Then the run never trained on finite numbers before the incident.) False without a loss."""
-    loss = view.series.get("loss")
-    if loss is None or not loss.steps.size:
-        return False
-    before = loss.values[: max(1, int(np.searchsorted(loss.steps, onset)))]
-    return not bool(np.isfinite(before).any())
-
-
-def _node_lr_transition(view: RunView, spike: SpikeEvent, p: DiagnosisParams, context: DiagnosisContext) -> NodeResult:
-    lr = view.series.get("lr")
-    transition_events = [event for event in view.events if event.kind in LOGGED_TRANSITION_EVENTS]
-    if not context.lr_usable:
-        lr = None
-    if lr is None and not transition_events:
-        return NodeResult("unknown", {"lr_logged": False, "transition_events": 0})
-    window = p.lr_window_steps
-    if lr is not None:
-        window = max(window, 3 * logging_interval(lr.steps))
-    onset = spike.onset
-    evidence: Evidence = {"window_steps": window, "lr_rel_change": None, "lr_change_step": None}
-    rel_change = 0.0
-    transitions: list[Transition] = []
-    if lr is not None:
-        a, b = np.searchsorted(lr.steps, [onset - window, onset + 1])
-        steps, values = lr.steps[max(0, a - 1) : b], lr.values[max(0, a - 1) : b]
-        if np.isfinite(values).sum() >= 2:
-            change_step, rel_change = largest_lr_change(steps, values)
-            evidence.update(lr_rel_change=rel_change, lr_change_step=change_step)
-        # transitions from a local slice (a warmup end needs the fall after it): O(window) per spike
-        # rather than O(run) per run
-        a, b = np.searchsorted(lr.steps, [onset - 2 * window, onset + window + 1])
-        if np.isfinite(lr.values[a:b]).sum() >= 2:
-            transitions = schedule_transitions(lr.steps[a:b], lr.values[a:b], rel_change=p.transition_rel_change)
-    nearest: tuple[int, str] | None = None  # (step, kind) of the latest transition in the window
-    for transition in transitions:
-        rising = transition.kind in RISING_LR_TRANSITIONS and transition.rel_change > 0
-        in_window = onset - window <= transition.step <= onset
-        if rising and in_window and (nearest is None or transition.step > nearest[0]):
-            nearest = (transition.step, transition.kind)
-    for event in transition_events:
-        if onset - window <= event.step <= onset and (nearest is None or event.step > nearest[0]):
-            nearest = (event.step, event.kind)
-    signature: bool | None = None
-    if lr is not None:
-        signature, rise_evidence = lr_rise_signature(lr, onset, window)
-        evidence.update(rise_evidence)
-    if nearest is not None and nearest[1] == "data_switch":
-        signature = True  # a data-recipe switch needs no LR move
-    if signature is False:
-        # a transition found only by its shape (or a logged event) is not the cause when the LR did not
-        # rise before the spike, or has since fallen back (a drop after a short warmup)
-        return NodeResult("no", evidence)
-    if nearest is not None:
-        evidence.update(
-            transition_step=nearest[0], transition_kind=nearest[1], steps_since_transition=onset - nearest[0]
-        )
-        closeness = 1.0 - (onset - nearest[0]) / window
-        return NodeResult("yes", evidence, 0.7 + 0.3 * closeness)
-    if rel_change >= p.lr_rel_change:
-        evidence.update(transition_step=evidence["lr_change_step"], transition_kind="lr_rise")
-        return NodeResult("yes", evidence, _strength(rel_change, p.lr_rel_change))
-    return NodeResult("no", evidence)
-
-
-def _leave_one_out_medians(values: FloatArray) -> FloatArray:
-    """For each entry of ``values`` (1-D, finite, n >= 2) the median of all the others."""
-    n = values.size
-    order = np.argsort(values, kind="stable")
-    ranked = values[order]
-    position = np.empty(n, dtype=np.int64)
-    position[order] = np.arange(n)
-
-    def remaining(j: npt.NDArray[np.int64]) -> FloatArray:
-        # j-th smallest once the entry itself is removed
-        return ranked[np.where(j < position, j, j + 1)]
-
-    m = n - 1
-    if m % 2:
-        return remaining(np.full(n, m // 2))
-    return 0.5 * (remaining(np.full(n, m // 2 - 1)) + remaining(np.full(n, m // 2)))
-
-
-RANK_EVIDENCE_METRICS: Final = ("grad_norm_local", "grad_norm", "loss")
-"""Per-rank series node 3 reads first, in this order; after them any other per-rank gradient-norm or loss
-series (a trainer's per-rank folders may log ``grad_norm`` or a namespaced loss per rank)."""
-
-
-def is_rank_evidence(metric: str) -> bool:
-    """A per-rank series node 3 can read: a gradient norm or a loss."""
-    return metric.startswith("grad_norm") or "loss" in metric.split("/")[-1]
-
-
-def _rank_matrix(view: RunView) -> tuple[str, RankMatrix] | None:
-    others = sorted(name for name in view.per_rank if name not in RANK_EVIDENCE_METRICS and is_rank_evidence(name))
-    for metric in (*RANK_EVIDENCE_METRICS, *others):
-        matrix = view.per_rank.get(metric)
-        if matrix is not None and matrix.ranks.size >= 2:
-            return metric, matrix
-    return None
-
-
-def _dense_rank_outlier(matrix: RankMatrix, a: int, b: int, rank_ratio: float) -> tuple[float, int, int, int] | None:
-    """The loop of :func:`_node_rank_concentration` over columns a..b-1 at once, when every rank logged a
-    finite value in each of them (else None: the loop handles the rest). (ratio, rank, step, outliers)
-    of the first column holding the largest ratio of a rank to the median of the others."""
-    if b <= a:
-        return None
-    values = matrix.values[:, a:b]
-    if values.shape[0] < 2 or not (matrix.present[:, a:b].all() and np.isfinite(values).all()):
-        return None
-    n = values.shape[0]
-    order = np.argsort(values, axis=0, kind="stable")
-    ranked = np.take_along_axis(values, order, axis=0)
-    position = np.empty_like(order)
-    np.put_along_axis(position, order, np.arange(n)[:, None], axis=0)
-
-    def remaining(j: int) -> FloatArray:
-        # j-th smallest of each column once the entry itself is removed
-        return np.take_along_axis(ranked, np.where(j < position, j, j + 1), axis=0)
-
-    m = n - 1
-    medians = remaining(m // 2) if m % 2 else 0.5 * (remaining(m // 2 - 1) + remaining(m // 2))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ratios = values / medians
-    ratios = np.where(np.isnan(ratios), 0.0, ratios)
-    worst = np.argmax(ratios, axis=0)
-    peaks = ratios[worst, np.arange(b - a)]
-    column = int(np.argmax(peaks))
-    outliers = int((ratios[:, column] >= rank_ratio).sum())
-    return float(peaks[column]), int(matrix.ranks[worst[column]]), int(matrix.steps[a + column]), outliers
-
-
-def _node_rank_concentration(view: RunView, spike: SpikeEvent, p: DiagnosisParams) -> NodeResult:
-    found = _rank_matrix(view)
-    if found is None:
-        return NodeResult("unknown", {"ranks": int(max((m.ranks.size for m in view.per_rank.values()), default=0))})
-    metric, matrix = found
-    lookback = max(p.rank_lookback_steps, 2 * logging_interval(matrix.steps))
-    # the fault shows where the spike begins; later samples of a long event are its aftermath
-    a, b = np.searchsorted(matrix.steps, [spike.onset - lookback, spike.start + lookback + 1])
-    allowed = max(1, math.floor(p.rank_max_fraction * matrix.ranks.size))
-    best = _dense_rank_outlier(matrix, a, b, p.rank_ratio)
-    for column in range(a, b) if best is None else ():
-        present = matrix.present[:, column]
-        values = matrix.values[present, column]
-        ranks = matrix.ranks[present]
-        if values.size < 2:
-            continue
-        finite = np.isfinite(values)
-        if finite.sum() >= 2:
-            medians = np.full(values.size, np.nan)
-            # non-finite ranks compare with the finite others; they count as infinitely far out
-            medians[finite] = _leave_one_out_medians(values[finite])
-            medians[~finite] = np.median(values[finite])
-        else:
-            continue
-        with np.errstate(divide="ignore", invalid="ignore"):
-            ratios = np.where(finite, values / medians, np.inf)
-        ratios = np.where(np.isnan(ratios), 0.0, ratios)
-        worst = int(np.argmax(ratios))
-        outliers = int((ratios >= p.rank_ratio).sum())
-        if best is None or ratios[worst] > best[0]:
-            best = (float(ratios[worst]), int(ranks[worst]), int(matrix.steps[column]), outliers)
-    if best is None:
-        return NodeResult("unknown", {"metric": metric, "ranks": int(matrix.ranks.size), "samples_in_window": 0})
-    ratio, rank, step, outliers = best
-    evidence: Evidence = {
-        "metric": metric,
-        "ranks": int(matrix.ranks.size),
-        "worst_rank": rank,
-        "worst_step": step,
-        "worst_ratio": ratio,
-        "outlier_ranks": outliers,
-        "outlier_ranks_allowed": allowed,
-    }
-    if ratio >= p.rank_ratio and outliers <= allowed:
-        return NodeResult("yes", evidence, _strength(ratio, p.rank_ratio))
-    return NodeResult("no", evidence)
-
-
-def _expert_load(view: RunView) -> tuple[IntArray, FloatArray] | None:
-    series = view.series.get("expert_load_max_over_mean")
-    if series is not None and series.steps.size:
-        return series.steps, series.values
-    matrix = view.per_rank.get("expert_load_max_over_mean")
-    if matrix is not None and matrix.steps.size:
-        masked = np.where(matrix.present, matrix.values, np.nan)
-        return matrix.steps, np.fmax.reduce(masked, axis=0)  # NaN only where no rank logged
-    return None
-
-
-def _is_dense(meta: Mapping[str, object]) -> bool:
-    experts = meta.get("num_experts")
-    return meta.get("moe") is False or (isinstance(experts, int | float) and experts <= 1)
-
-
-def _node_router(view: RunView, spike: SpikeEvent, p: DiagnosisParams) -> NodeResult:
-    load = _expert_load(view)
-    if load is None:
-        if _is_dense(view.meta):
-            return NodeResult("no", {"moe": False})
-        return NodeResult("unknown", {"expert_load_logged": False})
-    steps, values = load
-    lead = max(p.router_lead_steps, 3 * logging_interval(steps))
-    a, b, c = np.searchsorted(steps, [spike.onset - lead - p.router_baseline_steps, spike.onset - lead, spike.peak + 1])
-    before, recent = values[a:b], values[b:c]
-    before, recent = before[np.isfinite(before)], recent[np.isfinite(recent)]
-    if before.size == 0 or recent.size == 0:
-        return NodeResult("unknown", {"expert_load_logged": True, "samples_before": int(before.size)})
-    level = float(np.median(before))
-    peak = float(recent.max())
-    jump = peak / level if level > 0 else math.inf
-    evidence: Evidence = {"load_level": level, "load_peak": peak, "load_jump": jump, "lead_steps": lead}
-    if jump >= p.router_jump:
-        return NodeResult("yes", evidence, _strength(jump, p.router_jump))
-    return NodeResult("no", evidence)
-
-
-def _without_earlier(
-    snr: SnrSeries, grad: Series | None, lo: int, hi: int, spans: Sequence[tuple[int, int]], interval: int
-) -> tuple[SnrSeries, int]:
-    """The SNR over lo..hi-1 without the samples of earlier incidents (``spans``), and how many grad-norm
-    or SNR samples were left out. The temporal proxy is recomputed from the grad norm with those samples
-    removed (one outlier stays in its rolling window for ``window`` samples: that tail is the earlier
-    incident's, not a precursor); the two-batch estimate has the incidents' own samples masked."""
-    if snr.estimator == "temporal_proxy" and grad is not None:
-        a, b = np.searchsorted(grad.steps, [lo - 2 * snr.window * interval, hi])
-        steps, values = grad.steps[a:b], grad.values[a:b]
-        keep = np.ones(steps.size, dtype=bool)
-        for start, end in spans:
-            c, d = np.searchsorted(steps, [start, end + 1])
-            keep[c:d] = False
-        return temporal_snr_proxy(steps[keep], values[keep], snr.window), int((~keep).sum())
-    a, b = np.searchsorted(snr.steps, [lo, hi])
-    steps, masked = snr.steps[a:b], snr.values[a:b].copy()
-    hidden = 0
-    for start, end in spans:
-        c, d = np.searchsorted(steps, [start, end + 1])
-        hidden += int(np.isfinite(masked[c:d]).sum())
-        masked[c:d] = np.nan
-    return SnrSeries(steps, masked, snr.estimator, snr.label, snr.window, snr.batch), hidden
-
-
-def _node_snr_collapse(
-    spike: SpikeEvent,
-    p: DiagnosisParams,
-    context: DiagnosisContext,
-    earlier: Sequence[tuple[int, int]] = (),
-) -> NodeResult:
-    snr = context.snr
-    if snr is None or snr.steps.size == 0:
-        return NodeResult("unknown", {"snr_available": False})
-    interval = logging_interval(snr.steps)
-    lookback = max(p.snr_lookback_steps, 10 * interval)
-    baseline = max(p.snr_baseline_steps, 10 * interval)
-    lo = spike.onset - lookback - baseline
-    # an earlier incident's SNR fall (and the rolling window still carrying it) is its own, not a precursor
-    spans = [(start, until) for start, until in earlier if start < spike.onset and until >= lo - 2 * snr.window]
-    hidden = 0
-    if spans:
-        snr, hidden = _without_earlier(snr, context.grad_norm, lo, spike.onset, spans, interval)
-    drop = snr_drop(snr, spike.onset, lookback, baseline)
-    evidence: Evidence = {
-        "estimator": snr.estimator,
-        "snr_drop": drop.drop,
-        "snr_min_step": drop.step,
-        "snr_value": drop.value,
-        "snr_level": drop.level,
-        "lookback_steps": lookback,
-        "baseline_steps": baseline,
-        "samples": drop.samples,
-        "recovered": spike.recovered,
-        "recovery_step": spike.recovery_step,
-        "earlier_incident_start": max(start for start, _ in spans) if spans else None,
-        "samples_left_out_for_earlier_incidents": hidden,
-    }
-    if drop.samples == 0:
-        return NodeResult("unknown", evidence)
-    led, lead_evidence = loss_led_signature(spike, context.grad_norm, interval)
-    evidence.update(lead_evidence)
-    if drop.drop >= p.snr_collapse_factor and led is not False:
-        # the temporal proxy is a weaker witness than the two-batch noise scale
-        discount = 1.0 if snr.estimator == "two_batch" else 0.9
-        return NodeResult("yes", evidence, discount * _strength(drop.drop, p.snr_collapse_factor))
-    return NodeResult("no", evidence)
-
-
-@dataclass(frozen=True)
-class RunFacts:
-    """What the premises of actions read from the whole run, computed once per run: the first step at
-    which the logged LR fell (None if it never did, or without an LR) and whether the run is fp16."""
-
-    lr_logged: bool
-    first_lr_fall: int | None
-    fp16: PremiseCheck
-
-
-def run_facts(view: RunView) -> RunFacts:
-    lr = view.series.get("lr")
-    first_fall = None
-    logged = False
-    if lr is not None:
-        finite = np.isfinite(lr.values)
-        steps, values = lr.steps[finite], lr.values[finite]
-        logged = values.size >= 2
-        if logged:
-            tolerance = 1e-12 * float(np.abs(values).max())
-            falls = np.flatnonzero(np.diff(values) < -tolerance)
-            first_fall = int(steps[falls[0] + 1]) if falls.size else None
-    return RunFacts(lr_logged=logged, first_lr_fall=first_fall, fp16=_precision_premise(view))
-
-
-def _lr_never_fell_before(facts: RunFacts, step: int) -> bool | None:
-    """True when the logged LR did not fall anywhere up to ``step`` (it is still in, or just out of, the
-    initial warmup); None without a usable LR."""
-    if not facts.lr_logged:
-        return None
-    return facts.first_lr_fall is None or facts.first_lr_fall > step
-
-
-def _clip_premise(view: RunView, lo: int, hi: int) -> PremiseCheck:
-    """Did clipping act in steps lo..hi? From a logged ``clip_coef`` (< 1 means it scaled the
-    gradients), else from the pre-clip ``grad_norm`` against the run's ``max_norm``."""
-    grad = view.series.get("grad_norm")
-    evidence: Evidence = {"max_norm": None, "clip_peak_grad_norm": None, "clipped_steps": None}
-    if grad is not None:
-        norms = _window(grad, lo, hi)[1]
-        norms = norms[np.isfinite(norms)]
-        if norms.size:
-            evidence["clip_peak_grad_norm"] = float(norms.max())
-    coef = view.series.get("clip_coef")
-    if coef is not None:
-        values = _window(coef, lo, hi)[1]
-        values = values[np.isfinite(values)]
-        if values.size:
-            clipped = int((values < 1.0 - 1e-6).sum())
-            evidence["clipped_steps"] = clipped
-            evidence["clip_coef_min"] = float(values.min())
-            max_norm = view.meta.get("max_norm")
-            if isinstance(max_norm, int | float) and max_norm > 0:
-                evidence["max_norm"] = float(max_norm)
-            return clipped > 0, evidence
-    max_norm = view.meta.get("max_norm")
-    if not (isinstance(max_norm, int | float) and math.isfinite(max_norm) and max_norm > 0):
-        return None, evidence
-    evidence["max_norm"] = float(max_norm)
-    peak = evidence["clip_peak_grad_norm"]
-    if not isinstance(peak, float):
-        return None, evidence
-    return peak > float(max_norm), evidence
-
-
-def _precision_premise(view: RunView) -> PremiseCheck:
-    """Is the run fp16? From meta ``precision`` (or ``fp16``/``bf16`` flags), else from the loss scale:
-    a dynamic scale that moves means fp16, a constant 1.0 means no scaler (bf16/fp32)."""
-    precision = view.meta.get("precision")
-    if isinstance(precision, str) and precision:
-        return precision.lower() == "fp16", {"precision": precision, "source": "meta"}
-    for flag, value in (("fp16", True), ("bf16", False)):
-        if view.meta.get(flag) is True:
-            return value, {"precision": flag, "source": f"meta {flag}"}
-    scale = view.series.get("loss_scale")
-    if scale is not None:
-        values = scale.values[np.isfinite(scale.values)]
-        if values.size:
-            low, high = float(values.min()), float(values.max())
-            if high > low or low > 1.0:
-                return True, {"loss_scale_min": low, "loss_scale_max": high, "source": "loss_scale moves"}
-            return False, {"loss_scale_min": low, "loss_scale_max": high, "source": "loss_scale constant 1"}
-    return None, {"precision": None}
-
-
-def _premises(
-    view: RunView, spike: SpikeEvent, until: int, path: Sequence[NodeVisit], facts: RunFacts
-) -> dict[str, PremiseCheck]:
-    """Every premise an action may rest on, checked on the run around ``spike`` (onset .. ``until``)."""
-    evidence = {visit.node: visit.evidence for visit in path}
-    numerical = evidence.get("numerical", {})
-    counts = [numerical.get(k) for k in ("nonfinite_loss", "nonfinite_grad_norm", "nan_iterations", "nonfinite_grads")]
-    nonfinite = bool(spike.nonfinite) or any(isinstance(c, int | float) and c > 0 for c in counts)
-    fp16 = facts.fp16
-    drop = numerical.get("loss_scale_drop")
-    if isinstance(drop, int | float):
-        scale_fell: PremiseCheck = (drop >= 2.0, {"loss_scale_drop": drop})
-    else:
-        scale_fell = (False if fp16[0] is False else None, {"loss_scale_logged": "loss_scale" in view.series})
-    transition = evidence.get("lr_transition", {})
-    kind = transition.get("transition_kind")
-    step = transition.get("transition_step")
-    initial = _lr_never_fell_before(facts, int(step)) if isinstance(step, int) else None
-    warmup = kind in ("warmup_end", "lr_rise") and initial is True
-    about: Evidence = {"transition_kind": kind, "transition_step": step, "lr_never_fell_before": initial}
-    recovered = spike.recovered and not spike.diverged
-    lr = view.series.get("lr")
-    lr_at_start = None
-    if lr is not None:
-        a = int(np.searchsorted(lr.steps, spike.start, side="right")) - 1
-        if a >= 0 and math.isfinite(lr.values[a]):
-            lr_at_start = float(lr.values[a])
-    return {
-        "not_recovered": (not recovered, {"recovered": recovered, "recovery_step": spike.recovery_step}),
-        "fp16": fp16,
-        "loss_scale_fell": scale_fell,
-        "nonfinite_seen": (nonfinite, {"nonfinite": nonfinite}),
-        "transition_is_restart": (kind is not None and not warmup, about),
-        "transition_is_warmup_end": (warmup, about),
-        "transition_is_data_switch": (kind == "data_switch", about),
-        "clip_absorbed": _clip_premise(view, spike.onset, until),
-        "lr_logged": (lr_at_start is not None, {"lr_at_start": lr_at_start}),
-    }
-
-
-def _facts(spike: SpikeEvent, premises: Mapping[str, PremiseCheck]) -> dict[str, object]:
-    facts: dict[str, object] = {"start": spike.start, "ratio": spike.ratio if math.isfinite(spike.ratio) else None}
-    for _, evidence in premises.values():
-        facts.update({k: v for k, v in evidence.items() if v is not None})
-    return facts
+from stab_core.tree_actions import PremiseCheck, checked_actions
+from stab_core.tree_nodes import (
+    DiagnosisContext,
+    node_lr_transition,
+    node_numerical,
+    node_rank_concentration,
+    node_router,
+    node_snr_collapse,
+    prepare_context,
+)
+from stab_core.tree_walk import Diagnosis, NodeResult, NodeVisit, walk_path
 
 
 def diagnose(
@@ -611,16 +64,16 @@ def diagnose(
     last = until if until is not None else spike.until
     tree = build_tree(p)
     answerers: dict[str, Callable[[], NodeResult]] = {
-        "numerical": lambda: _node_numerical(view, spike, p),
-        "lr_transition": lambda: _node_lr_transition(view, spike, p, ctx),
-        "rank_concentration": lambda: _node_rank_concentration(view, spike, p),
-        "router": lambda: _node_router(view, spike, p),
-        "snr_collapse": lambda: _node_snr_collapse(spike, p, ctx, earlier),
+        "numerical": lambda: node_numerical(view, spike, p),
+        "lr_transition": lambda: node_lr_transition(view, spike, p, ctx),
+        "rank_concentration": lambda: node_rank_concentration(view, spike, p),
+        "router": lambda: node_router(view, spike, p),
+        "snr_collapse": lambda: node_snr_collapse(spike, p, ctx, earlier),
     }
 
     def read_premises(path: Sequence[NodeVisit]) -> tuple[dict[str, object], dict[str, PremiseCheck]]:
-        premises = _premises(view, spike, last, path, ctx.facts or run_facts(view))
-        return _facts(spike, premises), premises
+        premises = check_premises(view, spike, last, path, ctx.facts or run_facts(view))
+        return action_facts(spike, premises), premises
 
     return walk_path(
         tree,
@@ -644,15 +97,15 @@ def diagnose_early(
     :data:`EARLY_INSTABILITY_LEAF`: cause ``unknown`` (confidence 0: the log shows the instability,
     not its cause), its actions checked on the run like any other."""
     p = params if params is not None else DiagnosisParams()
-    numerical = _node_numerical(view, spike, p)
+    numerical = node_numerical(view, spike, p)
     if numerical.answer == "yes":
         return diagnose(view, spike, p, until=until)
     tree = build_tree(p)
     node = tree.node("numerical")
     path = [NodeVisit(node.id, node.number, node.question, numerical.answer, numerical.evidence)]
     last = until if until is not None else spike.until
-    premises = _premises(view, spike, last, path, facts or run_facts(view))
-    said = _facts(spike, premises)
+    premises = check_premises(view, spike, last, path, facts or run_facts(view))
+    said = action_facts(spike, premises)
     said.update({k: v for k, v in numerical.evidence.items() if v is not None})
     actions, checks = checked_actions(EARLY_INSTABILITY_LEAF.actions, said, premises)
     ratio = spike.ratio if math.isfinite(spike.ratio) else 5.2

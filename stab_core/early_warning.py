@@ -32,8 +32,9 @@ import numpy.typing as npt
 
 from stab_core.analysis import RunAnalysis
 from stab_core.bootstrap import DEFAULT_RESAMPLES, Interval, bootstrap_ratio
+from stab_core.rolling_baseline import as_float_array, rolling_level, rolling_robust_zscore
 from stab_core.runview import FloatArray, IntArray, RunView
-from stab_core.spikes import SpikeParams, as_float_array, level_params, rolling_level, rolling_robust_zscore
+from stab_core.spike_params import SpikeParams, level_params
 
 
 @dataclass(frozen=True)
@@ -77,7 +78,7 @@ def _level_params(window: int) -> SpikeParams:
 
 def snr_fall_score(snr: npt.ArrayLike, window: int = 64) -> FloatArray:
     """The trailing level of the SNR (median of the last ``window`` samples logged before each one,
-    as :func:`stab_core.spikes.rolling_level`) divided by the SNR itself: 1 = at its level, 3 = fell
+    as :func:`stab_core.rolling_baseline.rolling_level`) divided by the SNR itself: 1 = at its level, 3 = fell
     to a third. NaN while fewer than window/4 samples precede or where the SNR is not finite; +inf
     where the SNR is <= 0 under a positive level."""
     x = as_float_array(snr, "snr")
@@ -90,7 +91,7 @@ def snr_fall_score(snr: npt.ArrayLike, window: int = 64) -> FloatArray:
 
 def rising_zscore(values: npt.ArrayLike, window: int = 64) -> FloatArray:
     """The causal rolling modified z-score of ``values`` (each sample against the median and MAD of
-    the samples logged before it; :func:`stab_core.spikes.rolling_robust_zscore`)."""
+    the samples logged before it; :func:`stab_core.rolling_baseline.rolling_robust_zscore`)."""
     x = as_float_array(values, "values")
     return rolling_robust_zscore(x, _level_params(window)).z
 

@@ -21,9 +21,10 @@ from typing import Final, Literal
 import numpy as np
 import numpy.typing as npt
 
+from stab_core.rolling_baseline import MAD_TO_Z
 from stab_core.runview import FloatArray, IntArray, RankMatrix, RunView, Series
 from stab_core.severity import Certainty, SeverityLevel
-from stab_core.spikes import MAD_TO_Z, SpikeEvent, build_event
+from stab_core.spikes import SpikeEvent, build_event
 
 IncidentKind = Literal["spike", "early_instability", "climb"]
 

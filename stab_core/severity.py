@@ -28,8 +28,9 @@ from typing import Final, Literal
 
 import numpy as np
 
+from stab_core.rolling_baseline import MAD_TO_Z, logging_resolution
 from stab_core.runview import FloatArray, IntArray
-from stab_core.spikes import GRAD_NORM_SPIKE_PARAMS, LOSS_SPIKE_PARAMS, MAD_TO_Z, SpikeParams, logging_resolution
+from stab_core.spike_params import GRAD_NORM_SPIKE_PARAMS, LOSS_SPIKE_PARAMS, SpikeParams
 
 SeverityLevel = Literal["blip", "spike", "divergence"]
 Certainty = Literal["high", "low"]

@@ -29,8 +29,9 @@ from typing import Final, Literal
 import numpy as np
 import numpy.typing as npt
 
+from stab_core.rolling_baseline import level_windows, rolling_level
 from stab_core.runview import FloatArray, IntArray, RunView
-from stab_core.spikes import level_params, level_windows, rolling_level
+from stab_core.spike_params import level_params
 
 Estimator = Literal["two_batch", "temporal_proxy"]
 
@@ -425,7 +426,7 @@ def collapse_ratio(snr: SnrSeries, level_window: int = 255) -> tuple[FloatArray,
     """(level, level / value) per sample: ``level`` is the causal rolling level of the SNR (the
     larger of the median of the last ``level_window`` finite samples and of the most recent
     level_window/4, refreshed every level_window/4 samples, from level_window/4 samples on; see
-    :func:`stab_core.spikes.rolling_level`); a ratio of 3 means the SNR is a third of its
+    :func:`stab_core.rolling_baseline.rolling_level`); a ratio of 3 means the SNR is a third of its
     recent level. NaN where undefined."""
     if level_window < 2:
         raise ValueError(f"level_window must be >= 2 samples, got {level_window}")

@@ -84,6 +84,7 @@ TIERS: dict[str, str] = {
             "store_read_routes",
             "tiers",
             "corpus_golden",
+            "module_size",
         ),
         "fast",
     ),

@@ -17,7 +17,6 @@ from stab_core.analysis import (
     run_clip_stats,
     spike_to_dict,
 )
-from stab_core.diagnosis import walk_tree
 from stab_core.evaluation import evaluate_detection, match_detections
 from stab_core.runview import RunView, Series
 from stab_core.simulate import (
@@ -29,7 +28,9 @@ from stab_core.simulate import (
     random_spec,
     synthetic_run,
 )
-from stab_core.spikes import SpikeEvent, SpikeParams
+from stab_core.spike_params import SpikeParams
+from stab_core.spikes import SpikeEvent
+from stab_core.tree_walk import walk_tree
 
 ALL_CLASSES = (
     "numerical",

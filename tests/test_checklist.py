@@ -15,8 +15,8 @@ from stab_core.checklist import (
     checklist_markdown,
     evaluate_checklist,
     failing_p0,
-    run_facts,
 )
+from stab_core.checklist_facts import run_facts
 from stab_core.runview import RankMatrix, RunView, Series
 
 GOOD_DENSE: dict[str, Any] = {

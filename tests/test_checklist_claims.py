@@ -12,7 +12,8 @@ import pytest
 
 from ingest.configs import read_run_config, read_run_config_file
 from ingest.errors import StabScopeError
-from stab_core.checklist import evaluate_checklist, run_facts
+from stab_core.checklist import evaluate_checklist
+from stab_core.checklist_facts import run_facts
 from stab_core.runview import RunView, Series
 
 SETTINGS = {

@@ -14,9 +14,9 @@ import pytest
 from stab_core.alerts import spike_alerts
 from stab_core.analysis import INCIDENT_VERDICT, analyze_run, statements, verdict_words
 from stab_core.claims import Claim, check_claim, incident_claims, said, said_from_json
-from stab_core.decision_tree import Diagnosis, NodeVisit
 from stab_core.runview import RunView, Series
 from stab_core.spikes import build_event
+from stab_core.tree_walk import Diagnosis, NodeVisit
 
 # ------------------------------------------------------------------ the claim type
 

@@ -9,11 +9,13 @@ import numpy as np
 import pytest
 
 from stab_core.causes import CAUSES, Cause
-from stab_core.decision_tree import DECISION_TREE, NODE_IDS, DiagnosisParams, build_tree, tree_to_dot, walk_tree
-from stab_core.diagnosis import _leave_one_out_medians, diagnose, prepare_context
+from stab_core.decision_tree import DECISION_TREE, NODE_IDS, DiagnosisParams, build_tree
+from stab_core.diagnosis import diagnose
 from stab_core.runview import RankMatrix, RunEvent, RunView, Series
 from stab_core.simulate import SyntheticRunSpec, synthetic_run
 from stab_core.spikes import SpikeEvent, detect_spikes
+from stab_core.tree_nodes import _leave_one_out_medians, prepare_context
+from stab_core.tree_walk import tree_to_dot, walk_tree
 
 # ------------------------------------------------------------------------------------ the tree as data
 
@@ -27,7 +29,7 @@ def test_tree_has_five_nodes_in_the_issue_order() -> None:
 
 def test_the_cause_vocabulary_is_spelled_once() -> None:
     """The Literal type, the tuple, the pages' colours and the JSON contract's names agree."""
-    from pages.charts import CAUSE_COLORS
+    from pages.chart_style import CAUSE_COLORS
 
     assert set(get_args(Cause)) == set(CAUSES) and len(CAUSES) == len(set(CAUSES))
     assert set(CAUSE_COLORS) == set(CAUSES)  # every cause has a colour, and no colour an unknown cause
@@ -264,7 +266,7 @@ def test_dense_model_answers_router_no_and_per_rank_loss_is_used() -> None:
 def test_dense_rank_window_matches_the_column_loop() -> None:
     """The all-columns-at-once answer of node 3 equals a per-column loop with np.median of the others
     (ties, zeros, equal ranks included)."""
-    from stab_core.diagnosis import _dense_rank_outlier
+    from stab_core.tree_nodes import _dense_rank_outlier
 
     rng = np.random.default_rng(11)
     for _ in range(300):

@@ -26,8 +26,8 @@ from pages import (
     store_access,
     uploads,
 )
-from stab_core.diagnosis import tree_to_dot
 from stab_core.schedulers import lr_at
+from stab_core.tree_walk import tree_to_dot
 from tests.conftest import SMALL_RUN
 
 

@@ -12,7 +12,8 @@ from streamlit.testing.v1 import AppTest
 
 from ingest.run_analyses import open_analysed_store
 from ingest.store import SeriesData, Store
-from pages.charts import peak_markers, robust_y_range
+from pages.chart_incidents import peak_markers
+from pages.chart_ranges import robust_y_range
 from pages.view_url import parse_steps
 from stab_core.snr import ema as bias_corrected_ema
 from tests.conftest import (

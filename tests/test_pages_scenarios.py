@@ -16,7 +16,7 @@ from streamlit.testing.v1 import AppTest
 from ingest.run_analyses import open_analysed_store
 from ingest.run_cost import price_run_spikes, run_step_time_s
 from ingest.store import Store
-from pages.charts import CAUSE_COLORS
+from pages.chart_style import CAUSE_COLORS
 from tests.conftest import demo_store_copy, open_page
 
 EXPECTED_CAUSE = {"s1-moe-7b": "router", "s2-dense-70b": "lr_transition", "s3-dense-140b": "data_outlier"}

@@ -8,7 +8,7 @@ import pytest
 
 from ingest.run_analyses import open_analysed_store
 from ingest.store import Store
-from stab_core.diagnosis import DECISION_TREE
+from stab_core.decision_tree import DECISION_TREE
 from tests.conftest import open_page
 from tests.real_runs import import_real_runs
 

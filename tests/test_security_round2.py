@@ -30,7 +30,8 @@ from ingest.formats import read_log
 from ingest.formats.tensorboard_events import masked_crc
 from ingest.long_schema import LONG_SCHEMA
 from ingest.run_analyses import open_analysed_store
-from pages.charts import event_traces, plot_text
+from pages.chart_style import plot_text
+from pages.charts import event_traces
 from pages.token_gate import failure_delay_s
 from pages.uploads import STAGING_PREFIX, remove_stale_staging, stage_uploads
 from stab_core.runview import RunEvent

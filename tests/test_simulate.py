@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from stab_core.analysis import analyze_run
-from stab_core.checklist import evaluate_checklist, failing_p0, run_facts
+from stab_core.checklist import evaluate_checklist, failing_p0
+from stab_core.checklist_facts import run_facts
 from stab_core.cost import rollback_steps
 from stab_core.runview import RunEvent
 from stab_core.schedulers import lr_at

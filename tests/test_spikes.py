@@ -9,22 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from stab_core.rolling_baseline import MAD_TO_Z, logging_resolution, robust_zscore, rolling_level, rolling_robust_zscore
 from stab_core.runview import Series
-from stab_core.spikes import (
-    GRAD_NORM_SPIKE_PARAMS,
-    LOSS_SPIKE_PARAMS,
-    MAD_TO_Z,
-    SpikeEvent,
-    SpikeParams,
-    default_spike_params,
-    detect_spikes,
-    event_at_step,
-    link_grad_norm_lead,
-    logging_resolution,
-    robust_zscore,
-    rolling_level,
-    rolling_robust_zscore,
-)
+from stab_core.spike_params import GRAD_NORM_SPIKE_PARAMS, LOSS_SPIKE_PARAMS, SpikeParams, default_spike_params
+from stab_core.spikes import SpikeEvent, detect_spikes, event_at_step, link_grad_norm_lead
 
 REAL_LOGS = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "real_logs"
 
@@ -487,7 +475,7 @@ def test_rolling_baseline_matches_window_medians() -> None:
 @pytest.mark.parametrize("seed", range(3))
 def test_blockwise_spread_matches_the_whole_series_expansion(seed: int) -> None:
     """Per-window values spread over any range of samples equal the whole-series expansion there."""
-    from stab_core.spikes import _baseline_windows, _expand, level_windows
+    from stab_core.rolling_baseline import _expand, baseline_windows, level_windows
 
     rng = np.random.default_rng(seed)
     for _ in range(20):
@@ -498,7 +486,7 @@ def test_blockwise_spread_matches_the_whole_series_expansion(seed: int) -> None:
         params = SpikeParams(
             window=window, stride=int(rng.integers(1, window + 1)), min_history=int(rng.integers(1, 80))
         )
-        windows = _baseline_windows(x, params)
+        windows = baseline_windows(x, params)
         finite = np.isfinite(x)
         whole_level = _expand(windows.level, finite, params.stride)
         whole_scale = _expand(windows.scale, finite, params.stride)
@@ -515,7 +503,7 @@ def test_blockwise_spread_matches_the_whole_series_expansion(seed: int) -> None:
 
 
 def test_robust_zscore_columns_matches_robust_zscore_per_column() -> None:
-    from stab_core.spikes import robust_zscore, robust_zscore_columns
+    from stab_core.rolling_baseline import robust_zscore, robust_zscore_columns
 
     rng = np.random.default_rng(11)
     matrix = rng.normal(10.0, 1.0, size=(7, 40))

@@ -549,7 +549,7 @@ class Store:
         """Full-fidelity ``RunView`` for analyses: run-level series (per-rank-only metrics become their
         cross-rank mean), the per-rank matrices of ``rank_metrics`` (default: ``step_time_s`` and every
         per-rank gradient norm or loss, which the decision tree's node 3 reads), events and metadata."""
-        from stab_core.diagnosis import is_rank_evidence
+        from stab_core.tree_nodes import is_rank_evidence
 
         def view(info: RunInfo, layout: RunLayout) -> RunView:
             wanted = rank_metrics

@@ -17,9 +17,10 @@ Both are pure (numpy in, arrays out) and deterministic for a seed. The spike cau
 :mod:`stab_core.causes`.
 """
 
-from stab_core.simulate.model import checkpoint_steps, simulate_run
+from stab_core.simulate.model import simulate_run
 from stab_core.simulate.output import InjectedSpike, SimTruth, SimulatedRun
 from stab_core.simulate.presets import Scenario, demo_specs, scenario_specs, scenarios
+from stab_core.simulate.schedule import checkpoint_steps
 from stab_core.simulate.signatures import SPIKE_CLASSES, SyntheticRunSpec, cause_of, random_spec, synthetic_run
 from stab_core.simulate.spec import (
     OPTIONAL_PER_RANK_METRICS,

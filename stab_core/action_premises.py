@@ -1,0 +1,156 @@
+"""The premises the decision tree's actions rest on (``stab_core.tree_actions``), checked on a run's
+data around an incident: did clipping act, is the run fp16, did the loss scale fall, was the transition
+the initial warmup's end, did the loss recover. ``stab_core.diagnosis`` says an action only when its
+premise holds.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from stab_core.runview import FloatArray, IntArray, RunView, Series
+from stab_core.spikes import SpikeEvent
+from stab_core.tree_actions import Evidence, PremiseCheck
+from stab_core.tree_walk import NodeVisit
+
+
+def step_window(series: Series, lo: int, hi: int) -> tuple[IntArray, FloatArray]:
+    """Samples with lo <= step <= hi."""
+    a, b = np.searchsorted(series.steps, [lo, hi + 1])
+    return series.steps[a:b], series.values[a:b]
+
+
+@dataclass(frozen=True)
+class RunFacts:
+    """What the premises of actions read from the whole run, computed once per run: the first step at
+    which the logged LR fell (None if it never did, or without an LR) and whether the run is fp16."""
+
+    lr_logged: bool
+    first_lr_fall: int | None
+    fp16: PremiseCheck
+
+
+def run_facts(view: RunView) -> RunFacts:
+    lr = view.series.get("lr")
+    first_fall = None
+    logged = False
+    if lr is not None:
+        finite = np.isfinite(lr.values)
+        steps, values = lr.steps[finite], lr.values[finite]
+        logged = values.size >= 2
+        if logged:
+            tolerance = 1e-12 * float(np.abs(values).max())
+            falls = np.flatnonzero(np.diff(values) < -tolerance)
+            first_fall = int(steps[falls[0] + 1]) if falls.size else None
+    return RunFacts(lr_logged=logged, first_lr_fall=first_fall, fp16=_precision_premise(view))
+
+
+def _lr_never_fell_before(facts: RunFacts, step: int) -> bool | None:
+    """True when the logged LR did not fall anywhere up to ``step`` (it is still in, or just out of, the
+    initial warmup); None without a usable LR."""
+    if not facts.lr_logged:
+        return None
+    return facts.first_lr_fall is None or facts.first_lr_fall > step
+
+
+def _clip_premise(view: RunView, lo: int, hi: int) -> PremiseCheck:
+    """Did clipping act in steps lo..hi? From a logged ``clip_coef`` (< 1 means it scaled the
+    gradients), else from the pre-clip ``grad_norm`` against the run's ``max_norm``."""
+    grad = view.series.get("grad_norm")
+    evidence: Evidence = {"max_norm": None, "clip_peak_grad_norm": None, "clipped_steps": None}
+    if grad is not None:
+        norms = step_window(grad, lo, hi)[1]
+        norms = norms[np.isfinite(norms)]
+        if norms.size:
+            evidence["clip_peak_grad_norm"] = float(norms.max())
+    coef = view.series.get("clip_coef")
+    if coef is not None:
+        values = step_window(coef, lo, hi)[1]
+        values = values[np.isfinite(values)]
+        if values.size:
+            clipped = int((values < 1.0 - 1e-6).sum())
+            evidence["clipped_steps"] = clipped
+            evidence["clip_coef_min"] = float(values.min())
+            max_norm = view.meta.get("max_norm")
+            if isinstance(max_norm, int | float) and max_norm > 0:
+                evidence["max_norm"] = float(max_norm)
+            return clipped > 0, evidence
+    max_norm = view.meta.get("max_norm")
+    if not (isinstance(max_norm, int | float) and math.isfinite(max_norm) and max_norm > 0):
+        return None, evidence
+    evidence["max_norm"] = float(max_norm)
+    peak = evidence["clip_peak_grad_norm"]
+    if not isinstance(peak, float):
+        return None, evidence
+    return peak > float(max_norm), evidence
+
+
+def _precision_premise(view: RunView) -> PremiseCheck:
+    """Is the run fp16? From meta ``precision`` (or ``fp16``/``bf16`` flags), else from the loss scale:
+    a dynamic scale that moves means fp16, a constant 1.0 means no scaler (bf16/fp32)."""
+    precision = view.meta.get("precision")
+    if isinstance(precision, str) and precision:
+        return precision.lower() == "fp16", {"precision": precision, "source": "meta"}
+    for flag, value in (("fp16", True), ("bf16", False)):
+        if view.meta.get(flag) is True:
+            return value, {"precision": flag, "source": f"meta {flag}"}
+    scale = view.series.get("loss_scale")
+    if scale is not None:
+        values = scale.values[np.isfinite(scale.values)]
+        if values.size:
+            low, high = float(values.min()), float(values.max())
+            if high > low or low > 1.0:
+                return True, {"loss_scale_min": low, "loss_scale_max": high, "source": "loss_scale moves"}
+            return False, {"loss_scale_min": low, "loss_scale_max": high, "source": "loss_scale constant 1"}
+    return None, {"precision": None}
+
+
+def check_premises(
+    view: RunView, spike: SpikeEvent, until: int, path: Sequence[NodeVisit], facts: RunFacts
+) -> dict[str, PremiseCheck]:
+    """Every premise an action may rest on, checked on the run around ``spike`` (onset .. ``until``)."""
+    evidence = {visit.node: visit.evidence for visit in path}
+    numerical = evidence.get("numerical", {})
+    counts = [numerical.get(k) for k in ("nonfinite_loss", "nonfinite_grad_norm", "nan_iterations", "nonfinite_grads")]
+    nonfinite = bool(spike.nonfinite) or any(isinstance(c, int | float) and c > 0 for c in counts)
+    fp16 = facts.fp16
+    drop = numerical.get("loss_scale_drop")
+    if isinstance(drop, int | float):
+        scale_fell: PremiseCheck = (drop >= 2.0, {"loss_scale_drop": drop})
+    else:
+        scale_fell = (False if fp16[0] is False else None, {"loss_scale_logged": "loss_scale" in view.series})
+    transition = evidence.get("lr_transition", {})
+    kind = transition.get("transition_kind")
+    step = transition.get("transition_step")
+    initial = _lr_never_fell_before(facts, int(step)) if isinstance(step, int) else None
+    warmup = kind in ("warmup_end", "lr_rise") and initial is True
+    about: Evidence = {"transition_kind": kind, "transition_step": step, "lr_never_fell_before": initial}
+    recovered = spike.recovered and not spike.diverged
+    lr = view.series.get("lr")
+    lr_at_start = None
+    if lr is not None:
+        a = int(np.searchsorted(lr.steps, spike.start, side="right")) - 1
+        if a >= 0 and math.isfinite(lr.values[a]):
+            lr_at_start = float(lr.values[a])
+    return {
+        "not_recovered": (not recovered, {"recovered": recovered, "recovery_step": spike.recovery_step}),
+        "fp16": fp16,
+        "loss_scale_fell": scale_fell,
+        "nonfinite_seen": (nonfinite, {"nonfinite": nonfinite}),
+        "transition_is_restart": (kind is not None and not warmup, about),
+        "transition_is_warmup_end": (warmup, about),
+        "transition_is_data_switch": (kind == "data_switch", about),
+        "clip_absorbed": _clip_premise(view, spike.onset, until),
+        "lr_logged": (lr_at_start is not None, {"lr_at_start": lr_at_start}),
+    }
+
+
+def action_facts(spike: SpikeEvent, premises: Mapping[str, PremiseCheck]) -> dict[str, object]:
+    facts: dict[str, object] = {"start": spike.start, "ratio": spike.ratio if math.isfinite(spike.ratio) else None}
+    for _, evidence in premises.values():
+        facts.update({k: v for k, v in evidence.items() if v is not None})
+    return facts
