@@ -53,6 +53,7 @@ TIERS: dict[str, str] = {
             "experiment_stats",
             "formats_aliases",
             "stab_core_pure",
+            "formats_numbers",
             "formats_custom",
             "formats_fidelity",
             "formats_prefixes",
@@ -92,6 +93,7 @@ TIERS: dict[str, str] = {
     **dict.fromkeys(
         (
             "cli",
+            "formats_number_spellings",
             "cli_contracts",
             "cli_meta",
             "cli_pipes",
