@@ -30,14 +30,24 @@ import re
 import sys
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from bench.corpus_scores import (
+    LogScore,
+    details,
+    detector_table,
+    split_table,
+    split_totals,
+    statements_tables,
+    table,
+    unjudged,
+)
+from bench.statement_eval import RunSaid, judge_log, judged_json, missed_findings
 from stab_core.baselines import BASELINES, baseline_incidents
 from stab_core.metrics import CANONICAL_METRICS
 
-STABSCOPE = "StabScope"
 GOLDEN = Path(__file__).resolve().parents[1] / "tests" / "corpus" / "golden"
 REQUIRED_KEYS = ("name", "provenance", "format_hint", "import", "incidents", "statements")
 RECORDS_TOLERANCE = 0.01
@@ -46,32 +56,6 @@ VALUE_TOLERANCE = 5e-4
 """Relative difference at which a first/last value no longer counts as the same number rounded."""
 FINDINGS = ("overfitting", "throughput_loss")
 """``spikes --json`` entries that are findings beside the incidents, not incidents."""
-
-
-@dataclass
-class LogScore:
-    """One log's comparison with its golden file; each list holds readable findings (empty is perfect)."""
-
-    name: str
-    runs_expected: int = 0
-    runs_found: int = 0
-    refused: str | None = None
-    import_faults: dict[str, list[str]] = field(default_factory=dict)
-    required: int = 0
-    found: int = 0
-    missed: list[str] = field(default_factory=list)
-    invented: list[str] = field(default_factory=list)
-    quiet_flagged: list[str] = field(default_factory=list)
-    reported: int = 0
-    healthy: bool = False
-    statements_broken: list[str] = field(default_factory=list)
-    error: str | None = None
-    baselines: dict[str, dict[str, int]] = field(default_factory=dict)
-    """Per baseline rule (``stab_core.baselines``) on the same stored loss and grad norm: required,
-    found, invented, shown; scored as StabScope's incidents are."""
-
-    def fault(self, kind: str, text: str) -> None:
-        self.import_faults.setdefault(kind, []).append(text)
 
 
 def load_goldens(folder: Path = GOLDEN) -> list[dict[str, Any]]:
@@ -261,13 +245,51 @@ def run_name(golden: Mapping[str, Any]) -> str:
     return "c-" + re.sub(r"[^A-Za-z0-9.-]+", "-", str(golden["name"]))[:100]
 
 
+PANEL_METRICS: dict[str, tuple[str, ...]] = {
+    "loss": ("loss", "val_loss"),
+    "grad_norm": ("grad_norm", "grad_norm_clipped"),
+    "lr": ("lr",),
+    "clip": ("clip_ratio", "clip_coef"),
+}
+"""The overview's panels (pages/overview.py PANELS) by the quantity each draws: a panel none of whose
+metrics the run has says "not in this run"."""
+
+
+def run_said(store: Any, name: str, status: str, spikes: Sequence[Mapping[str, Any]]) -> RunSaid:
+    """What StabScope says about the stored run ``name``: ``spikes --json``'s entries (its incidents and
+    findings), the status, the overview's "not in this run" panels, the Cost page's "logs no step time"
+    and the analysis notes the CLI prints after the incidents."""
+    from ingest.run_cost import run_step_time_s
+    from ingest.run_findings import finding_entries, stored_findings
+    from stab_core.analysis import analysis_notes
+
+    info = store.run_info(name)
+    analysis = info.meta.get("analysis") or {}
+    have = set(info.metrics) | ({"clip_ratio"} if analysis.get("overall_clip_ratio") is not None else set())
+    missing = [quantity for quantity, metrics in PANEL_METRICS.items() if not have & set(metrics)]
+    if run_step_time_s(store, name) is None:
+        missing.append("step_time")
+    entries = [dict(s) for s in spikes] + finding_entries(stored_findings(store, info))
+    return RunSaid(name, status, missing, analysis_notes(analysis), entries)
+
+
+def judge_statements(result: LogScore, golden: Mapping[str, Any], runs: Sequence[RunSaid]) -> None:
+    """Every statement said about the log's runs against the golden facts; skipped, with a note, for a
+    golden file without ``facts``."""
+    if "facts" not in golden:
+        result.statements_note = "the golden file has no facts: statements not judged"
+        return
+    result.statements = judged_json(judge_log(golden, runs))
+    result.findings_missed = missed_findings(golden, runs)
+
+
 def evaluate_log(store: Any, corpus: Path, golden: Mapping[str, Any]) -> LogScore:
     """Import one corpus log into ``store`` and score it."""
     from ingest.errors import StabScopeError
     from ingest.importer import import_logs
     from ingest.run_status import run_status
 
-    result = LogScore(str(golden["name"]))
+    result = LogScore(str(golden["name"]), tuned_on=golden.get("tuned_on") is not False)
     path = log_path(corpus, golden)
     if not path.is_file():
         result.error = f"{path}: missing (fetch {golden['provenance']['repo']}@{golden['provenance']['commit']})"
@@ -283,9 +305,10 @@ def evaluate_log(store: Any, corpus: Path, golden: Mapping[str, Any]) -> LogScor
             result.fault("refused", result.refused)
         result.runs_expected = len(golden["import"]["runs"])
         score_incidents(result, golden, [])
+        judge_statements(result, golden, [])  # nothing was said about a run; the facts' misses still count
         return result
     names = [reports[0]["run"]] + [s["run"] for s in reports[0].get("segments") or []]
-    stored, incidents, said = [], [], {}
+    stored, incidents, said, runs_said = [], [], {}, []
     for name in names:
         view = store.run_view(name)
         series = {m: (s.steps, s.values) for m, s in view.series.items()}
@@ -294,9 +317,11 @@ def evaluate_log(store: Any, corpus: Path, golden: Mapping[str, Any]) -> LogScor
         incidents.extend(spikes)
         said[f"{name} status"] = [run_status(store, name)]
         said[f"{name} incidents"] = list(_texts(default_view(spikes)))
+        runs_said.append(run_said(store, name, said[f"{name} status"][0], spikes))
     score_import(result, golden, stored)
     score_incidents(result, golden, incidents)
     score_statements(result, golden, said)
+    judge_statements(result, golden, runs_said)
     for label, (rule, metrics) in BASELINES.items():
         theirs = LogScore(result.name)
         series = {m: s for run in stored for m, s in run["series"].items() if m in metrics}
@@ -319,87 +344,6 @@ def evaluate(corpus: Path, goldens: Sequence[Mapping[str, Any]]) -> list[LogScor
         return [evaluate_log(store, corpus, g) for g in goldens]
 
 
-def totals(scores: Sequence[LogScore]) -> dict[str, Any]:
-    """The corpus totals docs/diagnosis.md quotes."""
-    faults: dict[str, int] = {}
-    for s in scores:
-        for kind, items in s.import_faults.items():
-            faults[kind] = faults.get(kind, 0) + len(items)
-    required = sum(s.required for s in scores)
-    found = sum(s.found for s in scores)
-    return {
-        "logs": len(scores),
-        "logs_unreadable": sum(1 for s in scores if s.error),
-        "logs_with_import_faults": sum(1 for s in scores if s.import_faults),
-        "import_faults": faults,
-        "required_incidents": required,
-        "found": found,
-        "recall": found / required if required else None,
-        "invented": sum(len(s.invented) for s in scores),
-        "quiet_spans_flagged": sum(len(s.quiet_flagged) for s in scores),
-        "healthy_logs": sum(1 for s in scores if s.healthy),
-        "shown_on_healthy": sum(s.reported for s in scores if s.healthy),
-        "statements_broken": sum(len(s.statements_broken) for s in scores),
-    }
-
-
-def detector_table(scores: Sequence[LogScore]) -> str:
-    """StabScope and each baseline rule on the corpus, scored the same way."""
-    rows: dict[str, dict[str, int]] = {}
-    for s in scores:
-        mine = {"required": s.required, "found": s.found, "invented": len(s.invented), "shown": s.reported}
-        for label, r in [(STABSCOPE, mine), *s.baselines.items()]:
-            row = rows.setdefault(label, dict.fromkeys(("required", "found", "invented", "healthy_shown"), 0))
-            row["required"] += r["required"]
-            row["found"] += r["found"]
-            row["invented"] += r["invented"]
-            row["healthy_shown"] += r["shown"] if s.healthy else 0
-    lines = [
-        "| detector | recall | found / required | invented | shown on healthy runs |",
-        "| --- | --- | --- | --- | --- |",
-    ]
-    for label, r in rows.items():
-        recall = f"{r['found'] / r['required']:.2f}" if r["required"] else "-"
-        lines.append(
-            f"| {label} | {recall} | {r['found']} / {r['required']} | {r['invented']} | {r['healthy_shown']} |"
-        )
-    return "\n".join(lines)
-
-
-def table(scores: Sequence[LogScore]) -> str:
-    """One row per log: runs, import faults, incidents and statements."""
-    lines = [
-        "| log | runs stored / in log | import faults | required found | invented | in quiet spans | shown (healthy?) "
-        "| must-not-say broken |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
-    ]
-    for s in scores:
-        if s.error:
-            lines.append(f"| `{s.name}` | {s.error} | | | | | | |")
-            continue
-        faults = ", ".join(f"{k} {len(v)}" for k, v in sorted(s.import_faults.items())) or "0"
-        runs = "refused" if s.refused else f"{s.runs_found} / {s.runs_expected}"
-        lines.append(
-            f"| `{s.name}` | {runs} | {faults} | {s.found}/{s.required} | {len(s.invented)} | {len(s.quiet_flagged)} "
-            f"| {s.reported} ({'healthy' if s.healthy else 'not healthy'}) | {len(s.statements_broken)} |"
-        )
-    return "\n".join(lines)
-
-
-def details(scores: Sequence[LogScore]) -> str:
-    out = []
-    for s in scores:
-        for kind, items in sorted(s.import_faults.items()):
-            out.extend(f"- {s.name}: import {kind}: {item}" for item in items)
-        out.extend(f"- {s.name}: missed {m}" for m in s.missed)
-        out.extend(f"- {s.name}: quiet span flagged: {q}" for q in s.quiet_flagged)
-        out.extend(f"- {s.name}: must not say: {b}" for b in s.statements_broken)
-        if s.invented:
-            shown = ", ".join(s.invented[:8]) + (f" (+{len(s.invented) - 8} more)" if len(s.invented) > 8 else "")
-            out.append(f"- {s.name}: invented {len(s.invented)}: {shown}")
-    return "\n".join(out)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.corpus_eval", description=__doc__.split("\n\n")[0])
     parser.add_argument("--corpus", type=Path, required=True, help="folder holding one folder per corpus log")
@@ -417,17 +361,26 @@ def main(argv: list[str] | None = None) -> int:
         print(f"golden files incomplete: {bad}", file=sys.stderr)
         return 2
     scores = evaluate(args.corpus, goldens)
-    summary = totals(scores)
+    splits = split_totals(scores)
     if args.json:
-        print(json.dumps({"totals": summary, "logs": [asdict(s) for s in scores]}, indent=2))
+        report = {"totals": splits["all"], "splits": splits, "logs": [asdict(s) for s in scores]}
+        print(json.dumps(report, indent=2))
     else:
         print(table(scores))
         print()
-        print(json.dumps(summary, indent=2))
+        print(split_table(scores))
+        print()
+        brief = {which: {k: v for k, v in t.items() if k != "baselines"} for which, t in splits.items()}
+        print(json.dumps(brief, indent=2))
         print()
         print(detector_table(scores))
         print()
+        print(statements_tables(scores))
+        print()
         print(details(scores))
+        print()
+        print("Unjudged statements (no fact bears on them; a human judges them):")
+        print(unjudged(scores))
     return 0
 
 

@@ -173,13 +173,15 @@ def _interleaved_loops(config: DemoConfig, steps: int) -> dict[str, list[float]]
     import torch
     from torch.nn.parallel import DistributedDataParallel
 
-    from ingest.training.demo_trainer import MarkovSource, batch_tokens, build_model, lm_loss
+    from ingest.training.demo_trainer import MarkovSource, batch_tokens
     from ingest.training.monitor import StabilityMonitor
-    from stab_core.torch_clipping import clip_grad_norm
+    from ingest.training.torch_clipping import clip_grad_norm
+    from ingest.training.toy_model import build_gpt, next_token_loss
 
     source = MarkovSource(config.vocab_size, config.markov_branching, config.seed, config.markov_order)
     batches = [torch.from_numpy(batch_tokens(config, source, 0, s)) for s in range(steps)]
-    models = {name: DistributedDataParallel(build_model(config), gradient_as_bucket_view=True) for name in LOOPS}
+    shape, seed = config.model_shape, config.seed
+    models = {name: DistributedDataParallel(build_gpt(shape, seed), gradient_as_bucket_view=True) for name in LOOPS}
     params = {name: list(model.parameters()) for name, model in models.items()}
     optimizers = {name: torch.optim.AdamW(params[name], lr=1e-3) for name in models}
     watched = models["monitored"]
@@ -191,7 +193,7 @@ def _interleaved_loops(config: DemoConfig, steps: int) -> dict[str, list[float]]
     def plain_step(name: str, tokens: torch.Tensor) -> None:
         model, optimizer = models[name], optimizers[name]
         begin = time.perf_counter()
-        loss = lm_loss(model, tokens)
+        loss = next_token_loss(model, tokens)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()  # type: ignore[no-untyped-call]
         if name == "torch_clip":
@@ -203,7 +205,7 @@ def _interleaved_loops(config: DemoConfig, steps: int) -> dict[str, list[float]]
     def monitored_step(step: int, tokens: torch.Tensor) -> None:
         optimizer = optimizers["monitored"]
         begin = time.perf_counter()
-        loss = lm_loss(watched, tokens)
+        loss = next_token_loss(watched, tokens)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()  # type: ignore[no-untyped-call]
         clip_begin = time.perf_counter()

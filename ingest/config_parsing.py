@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 
 from ingest.errors import StabScopeError
-from ingest.formats._common import strip_launcher_prefixes
+from ingest.formats.raw_text import strip_launcher_prefixes
 
 MAX_CONFIG_BYTES = 2 * 1024 * 1024
 """Largest config accepted (2 MiB); real trainer configs are a few KiB."""

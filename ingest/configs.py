@@ -62,7 +62,7 @@ from ingest.config_trainers import (
     map_torchtitan,
 )
 from ingest.errors import StabScopeError
-from ingest.formats._common import strip_launcher_prefixes
+from ingest.formats.raw_text import strip_launcher_prefixes
 from stab_core.checklist import CONFIG_KEYS
 
 __all__ = [

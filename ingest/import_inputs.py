@@ -33,7 +33,8 @@ import pyarrow.compute as pc
 
 from ingest.errors import StabScopeError
 from ingest.formats import AMBIGUITY_MARGIN, FORMATS, TABLE_SCHEMA, ParsedLog, detect, read_log
-from ingest.formats._common import Progress, looks_binary, read_head
+from ingest.formats._common import Progress
+from ingest.formats.raw_text import looks_binary, read_head
 from ingest.formats.tensorboard import is_event_file
 
 SEPARATE_FILE_FORMATS: Final = frozenset({"hf_trainer_state", "megatron_golden", "parquet"})

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Final
 
 from ingest.errors import StabScopeError
-from ingest.formats._common import looks_binary, read_head
+from ingest.formats.raw_text import looks_binary, read_head
 from ingest.formats.tensorboard import is_event_file
 from ingest.store.layout import spool_folder, tmp_target
 

@@ -82,6 +82,48 @@ def watch(
     A pass that waited ``wait_s`` seconds for another writer of the run is skipped (logged in one line)
     and not counted; with ``once`` there is no later pass, so ``WriterBusy`` is raised instead."""
     find_segments(shard_dir)  # a clear error now for a directory that does not exist, an unreachable bucket
+
+    def one_pass(status: str) -> str | None:
+        # Once the run exists, compact lists the segments itself: one listing a pass (on object
+        # storage a LIST request per 1,000 objects), not two.
+        if not (store.has_run(run) or find_segments(shard_dir)):
+            return None
+        with store.writing(run, wait_s=wait_s):
+            report = store.compact(run, shard_dir, status=status)
+        if report.rows or report.rejected:
+            return f"+{report.rows} rows (generation {report.gen}, {report.rejected} rejected)"
+        return ""
+
+    def finish() -> None:
+        mark_finished(store, run, log)
+
+    return run_passes(
+        store, run, one_pass, finish, interval_s=interval_s, once=once, on_alert=on_alert, log=log, stop=stop
+    )
+
+
+def run_passes(
+    store: Store,
+    run: str,
+    one_pass: Callable[[str], str | None],
+    finish: Callable[[], None],
+    *,
+    interval_s: float,
+    once: bool,
+    on_alert: str | None,
+    log: Callable[[str], None],
+    stop: threading.Event | None,
+) -> int:
+    """The pass loop of a watcher (shards here, followed logs in ``ingest.watch_logs``): call
+    ``one_pass(status)`` every ``interval_s`` seconds (``status`` is ``finished`` with ``once``, else
+    ``live``) until ``stop`` is set or after one pass with ``once``; returns the passes made.
+
+    ``one_pass`` returns a line to log about the pass (``""``: nothing to say) or None where there was
+    nothing to fold yet (not counted, no alerts). A pass that raises ``WriterBusy`` (it waited for
+    another writer of the run) is skipped with one line and tried again at the next interval; with
+    ``once`` there is no later pass, so it is raised, and ``finish`` is not called (the run is the other
+    writer's: its status too). After each pass the run's new alerts are logged and sent to
+    ``on_alert``; ``finish`` runs as the loop ends otherwise (Ctrl-C included)."""
     stop = stop or threading.Event()
     passes = 0
     gave_up = False
@@ -89,23 +131,20 @@ def watch(
     new_alerts(store, run, seen)  # what already held before this watcher started is not news
     try:
         while True:
-            # Once the run exists, compact lists the segments itself: one listing a pass (on object
-            # storage a LIST request per 1,000 objects), not two.
-            if store.has_run(run) or find_segments(shard_dir):
-                try:
-                    with store.writing(run, wait_s=wait_s):
-                        report = store.compact(run, shard_dir, status="finished" if once else "live")
-                except WriterBusy as busy:
-                    if once:
-                        gave_up = True  # the run is the other writer's: its status too
-                        raise
-                    log(f"{run}: pass skipped: {busy.short}; trying again in {interval_s:g} s")
-                    if stop.wait(interval_s):
-                        break
-                    continue
+            try:
+                said = one_pass("finished" if once else "live")
+            except WriterBusy as busy:
+                if once:
+                    gave_up = True
+                    raise
+                log(f"{run}: pass skipped: {busy.short}; trying again in {interval_s:g} s")
+                if stop.wait(interval_s):
+                    break
+                continue
+            if said is not None:
                 passes += 1
-                if report.rows or report.rejected:
-                    log(f"{run}: +{report.rows} rows (generation {report.gen}, {report.rejected} rejected)")
+                if said:
+                    log(f"{run}: {said}")
                 report_new_alerts(store, run, seen, on_alert, log)
             if once or stop.wait(interval_s):
                 break
@@ -113,7 +152,7 @@ def watch(
         pass
     finally:
         if not gave_up:
-            mark_finished(store, run, log)
+            finish()
     return passes
 
 

@@ -32,8 +32,8 @@ from ingest.formats import FORMATS, LONG_HEAD_BYTES
 from ingest.log_spool import LogSpool
 from ingest.new_rows import new_or_changed, rows_table
 from ingest.store import Store
-from ingest.store.run_lock import DEFAULT_WRITER_WAIT_S, WriterBusy
-from ingest.watch import mark_finished, new_alerts, report_new_alerts
+from ingest.store.run_lock import DEFAULT_WRITER_WAIT_S
+from ingest.watch import mark_finished, run_passes
 
 PATIENT_BYTES: Final = LONG_HEAD_BYTES
 """Complete bytes of a log that does not read yet that a watcher waits through before it gives up: as
@@ -235,33 +235,15 @@ def watch_logs(
     once); returns passes made. A pass that waited ``wait_s`` seconds for another writer is skipped;
     with ``once`` ``WriterBusy`` is raised instead. A log no reader recognises is a ``StabScopeError``."""
     watcher = LogWatcher(store, run, Path(path), fmt, log)
-    stop = stop or threading.Event()
-    passes = 0
-    gave_up = False
-    seen: set[tuple[str, str, int]] = set()
-    new_alerts(store, run, seen)  # what already held before this watcher started is not news
-    try:
-        while True:
-            try:
-                rows = watcher.pass_once(status="finished" if once else "live", wait_s=wait_s, patient=not once)
-            except WriterBusy as busy:
-                if once:
-                    gave_up = True
-                    raise
-                log(f"{run}: pass skipped: {busy.short}; trying again in {interval_s:g} s")
-                if stop.wait(interval_s):
-                    break
-                continue
-            passes += 1
-            if rows:
-                log(f"{run}: +{rows} rows")
-            report_new_alerts(store, run, seen, on_alert, log)
-            if once or stop.wait(interval_s):
-                break
-    except KeyboardInterrupt:
-        pass
-    finally:
-        if not gave_up:
-            for name in watcher.stored:
-                mark_finished(store, name, log)
-    return passes
+
+    def one_pass(status: str) -> str:
+        rows = watcher.pass_once(status=status, wait_s=wait_s, patient=not once)
+        return f"+{rows} rows" if rows else ""
+
+    def finish() -> None:
+        for name in watcher.stored:
+            mark_finished(store, name, log)
+
+    return run_passes(
+        store, run, one_pass, finish, interval_s=interval_s, once=once, on_alert=on_alert, log=log, stop=stop
+    )

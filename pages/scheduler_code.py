@@ -14,7 +14,7 @@ def scheduler_snippet(
     """Python that builds ``WarmupCosineRestartScheduler`` with these settings (runs as written)."""
     return f"""import torch
 
-from stab_core.torch_schedulers import WarmupCosineRestartScheduler
+from ingest.training.torch_schedulers import WarmupCosineRestartScheduler
 
 model = torch.nn.Linear(16, 16)  # your model
 optimizer = torch.optim.AdamW(model.parameters(), lr={peak_lr!r})  # lr = the peak LR

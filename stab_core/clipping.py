@@ -7,7 +7,7 @@ One coefficient formula serves the clippers and the stored runs alike: torch's
 operations). ZClip's update rule (:func:`zclip_update`) is here too.
 
 The clippers that act on gradients in a training loop (``clip_grad_norm``, ``ZClip``,
-``global_grad_norm``) live in :mod:`stab_core.torch_clipping`, which imports torch at the top; this
+``global_grad_norm``) live in :mod:`ingest.training.torch_clipping`, which imports torch at the top; this
 module imports numpy only, so the pages and analyses that read a stored run's clipping do not pay
 torch's import.
 """
@@ -74,7 +74,7 @@ def require_policy(nonfinite: str) -> None:
 
 
 # --------------------------------------------------------------------------------------------------
-# The per-step record (both clippers of stab_core.torch_clipping return it; the monitor logs it)
+# The per-step record (both clippers of ingest.training.torch_clipping return it; the monitor logs it)
 # --------------------------------------------------------------------------------------------------
 
 

@@ -3,14 +3,14 @@ per-step change and its transition points).
 
 Every schedule is a pure numpy function ``f(steps, total_steps, warmup_steps, ..., peak_lr)`` returning
 the LR (in the optimizer's units) at each optimizer step. The torch schedulers
-(:mod:`stab_core.torch_schedulers`) call exactly that function, so a preview plotted from it is
+(:mod:`ingest.training.torch_schedulers`) call exactly that function, so a preview plotted from it is
 exactly what trains.
 
 Steps are optimizer steps counted from 0 (the scheduler's ``last_epoch``).
 
 This module imports numpy only, so code that needs the formulas or the metrics (the decision tree,
 the checklist, the pages' schedule previews) does not pay torch's import; the torch classes live in
-:mod:`stab_core.torch_schedulers`.
+:mod:`ingest.training.torch_schedulers`.
 """
 
 from __future__ import annotations

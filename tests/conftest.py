@@ -53,6 +53,8 @@ TIERS: dict[str, str] = {
             "heldout_shapes",
             "experiment_stats",
             "formats_aliases",
+            "stab_core_pure",
+            "formats_numbers",
             "formats_custom",
             "formats_fidelity",
             "formats_prefixes",
@@ -84,6 +86,7 @@ TIERS: dict[str, str] = {
             "store_read_routes",
             "tiers",
             "corpus_golden",
+            "statement_eval",
             "module_size",
         ),
         "fast",
@@ -92,6 +95,7 @@ TIERS: dict[str, str] = {
     **dict.fromkeys(
         (
             "cli",
+            "formats_number_spellings",
             "cli_contracts",
             "cli_meta",
             "cli_pipes",
@@ -119,6 +123,7 @@ TIERS: dict[str, str] = {
             "store_check",
             "check_integrity",
             "store_incremental",
+            "train_loop",
             "findings_store",
             "baseline_eval",
         ),

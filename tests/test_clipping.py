@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 import torch
 
+from ingest.training.torch_clipping import ZClip, _grads, clip_grad_norm, global_grad_norm
 from stab_core.clipping import ClipRecord, NonFiniteGradientError, clip_coef, clipping_stats, zclip_update
 from stab_core.metrics import CANONICAL_METRICS
-from stab_core.torch_clipping import ZClip, _grads, clip_grad_norm, global_grad_norm
 
 REAL_LOGS = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "real_logs"
 

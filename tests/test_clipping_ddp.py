@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 import torch
 
+from ingest.training.torch_clipping import ZClip, _grads, clip_grad_norm
 from stab_core.clipping import clip_coef
-from stab_core.torch_clipping import ZClip, _grads, clip_grad_norm
 from tests.gloo import run_on_gloo
 
 pytestmark = pytest.mark.slow  # spawns groups of two torch processes

@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from bench.corpus_eval import evaluate, load_goldens, main, totals
+from bench.corpus_eval import evaluate, load_goldens, main
+from bench.corpus_scores import LogScore, split_totals, totals
+from bench.statement_eval import VERDICTS
 
 CORPUS = os.environ.get("STABSCOPE_CORPUS")
 pytestmark = pytest.mark.skipif(
@@ -17,26 +19,65 @@ pytestmark = pytest.mark.skipif(
     "see tests/corpus/README.md)",
 )
 
-# the figures of docs/diagnosis.md ("Held-out corpus") on the code that wrote them: a ratchet, never worse
+# the figures of docs/diagnosis.md ("Held-out corpus") on the code that wrote them: a ratchet, never worse.
+# Tuned on: the 33 logs of the first batches (golden without "tuned_on"); the thresholds were set on them.
 MAX_IMPORT_FAULTS = 17
 MIN_RECALL = 12 / 13
 MAX_SHOWN_ON_HEALTHY = 116
+MIN_STATEMENT_PRECISION = 0.81
+# Held out (golden "tuned_on": false, batches 6 and 7), measured at the merge of corpusa and corpusb
+# before anything was changed for them (issue #32: the lead decides what to fix from these figures)
+HELD_OUT_MAX_IMPORT_FAULTS = 54
+HELD_OUT_MIN_RECALL = 4 / 9
+HELD_OUT_MAX_SHOWN_ON_HEALTHY = 7
+HELD_OUT_MIN_STATEMENT_PRECISION = 0.54
+HELD_OUT_MAX_QUIET_SPANS_FLAGGED = 7
+HELD_OUT_MAX_MUST_NOT_SAY = 3
 
 
-def test_corpus_scores_hold() -> None:
+@pytest.fixture(scope="module")
+def scores() -> list[LogScore]:
+    return evaluate(Path(str(CORPUS)), load_goldens())
+
+
+def test_corpus_scores_hold(scores: list[LogScore]) -> None:
     goldens = load_goldens()
-    scores = evaluate(Path(str(CORPUS)), goldens)
     assert [s.error for s in scores if s.error] == []  # every log present, with the sha256 its golden names
-    t = totals(scores)
-    assert t["logs"] == len(goldens)
+    assert totals(scores)["logs"] == len(goldens)
+    t = split_totals(scores)["tuned_on"]
     assert sum(t["import_faults"].values()) <= MAX_IMPORT_FAULTS, t["import_faults"]
     assert t["recall"] >= MIN_RECALL
     assert t["shown_on_healthy"] <= MAX_SHOWN_ON_HEALTHY
     assert t["statements_broken"] == 0
     assert t["quiet_spans_flagged"] == 0
+    assert t["statements"]["precision"] >= MIN_STATEMENT_PRECISION
+
+
+def test_held_out_scores_hold(scores: list[LogScore]) -> None:
+    t = split_totals(scores)["held_out"]
+    assert sum(t["import_faults"].values()) <= HELD_OUT_MAX_IMPORT_FAULTS, t["import_faults"]
+    assert t["recall"] >= HELD_OUT_MIN_RECALL
+    assert t["shown_on_healthy"] <= HELD_OUT_MAX_SHOWN_ON_HEALTHY
+    assert t["statements"]["precision"] >= HELD_OUT_MIN_STATEMENT_PRECISION
+    assert t["quiet_spans_flagged"] <= HELD_OUT_MAX_QUIET_SPANS_FLAGGED
+    assert t["statements_broken"] <= HELD_OUT_MAX_MUST_NOT_SAY
+
+
+def test_every_statement_of_a_log_with_facts_is_judged(scores: list[LogScore]) -> None:
+    goldens = load_goldens()
+    t = split_totals(scores)
+    assert t["all"]["logs_with_facts"] == sum(1 for g in goldens if "facts" in g)
+    assert t["held_out"]["logs"] == sum(1 for g in goldens if g.get("tuned_on") is False)
+    assert t["held_out"]["logs"] + t["tuned_on"]["logs"] == len(goldens)
+    judged = [j for s in scores for j in s.statements]
+    assert all(j["verdict"] in VERDICTS and j["fact"] for j in judged)
+    for which in ("all", "held_out", "tuned_on"):
+        c = t[which]["statements"]
+        assert c["all"] == sum(c[v] for v in VERDICTS)
 
 
 def test_cli_prints_the_table(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--corpus", str(CORPUS)]) == 0
     out = capsys.readouterr().out
-    assert "| log | runs stored / in log |" in out and "| StabScope |" in out
+    assert "| log | runs stored / in log |" in out and "| StabScope | all |" in out
+    assert "| | statements | true | false | unsupported | unjudged | precision (true / all) |" in out

@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 
 from bench.corpus_eval import (
-    LogScore,
     default_view,
     golden_problems,
     junk_metrics,
@@ -15,8 +14,8 @@ from bench.corpus_eval import (
     score_import,
     score_incidents,
     score_statements,
-    totals,
 )
+from bench.corpus_scores import LogScore, totals
 
 GOLDENS = load_goldens()
 

@@ -10,8 +10,9 @@ import pyarrow as pa
 import pytest
 
 from ingest.formats import read_log
-from ingest.formats._common import parse_numbers, parse_timestamps
+from ingest.formats._common import parse_timestamps
 from ingest.formats.aliases import canonical_name, sanitise_name, to_canonical_unit
+from ingest.formats.numbers import parse_numbers
 from stab_core.metrics import CANONICAL_METRICS, is_valid_metric_name
 
 

@@ -250,7 +250,8 @@ def test_corruption_in_a_varying_byte_is_caught_by_the_vectorised_crc(tmp_path: 
 
 
 def test_vectorised_crc_equals_the_crc32c_package() -> None:
-    from ingest.formats.tensorboard_records import _payload_crcs_ok, words_at
+    from ingest.formats.tensorboard_layouts import _payload_crcs_ok
+    from ingest.formats.tensorboard_records import words_at
 
     rng = np.random.default_rng(5)
     records = [

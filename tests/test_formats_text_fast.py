@@ -22,8 +22,10 @@ import ingest.formats.textlog_patterns as patterns
 import ingest.formats.textlog_pipes as pipes
 from ingest.errors import StabScopeError
 from ingest.formats import read_log
-from ingest.formats._common import LogBuilder, _one_metric, _Piece, iter_line_chunks, iter_whole_lines, utf8_or_null
+from ingest.formats._common import LogBuilder, iter_line_chunks, iter_whole_lines
+from ingest.formats.log_rows import Piece, one_metric
 from ingest.formats.megatron import MegatronDeepSpeedReader, MegatronReader
+from ingest.formats.numbers import utf8_or_null
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "logs"
 
@@ -304,7 +306,7 @@ def test_line_chunks_around_the_probe(tmp_path: Path, chunk_bytes: int, ending: 
 def test_shared_series_arrays_equal_the_general_path() -> None:
     rng = np.random.default_rng(0)
     for trial in range(60):
-        pieces: list[_Piece] = []
+        pieces: list[Piece] = []
         seq, step = 0, 0
         for _ in range(rng.integers(1, 6)):
             n = int(rng.integers(1, 50))
@@ -315,15 +317,15 @@ def test_shared_series_arrays_equal_the_general_path() -> None:
             if rng.random() < 0.1 and not isinstance(seqs, int):
                 seqs = seqs[::-1].copy()  # out of file order
             wall = rng.random(n) if rng.random() < 0.3 else None
-            pieces.append(_Piece(-1, steps, rng.random(n), wall, 0, seqs))
+            pieces.append(Piece(-1, steps, rng.random(n), wall, 0, seqs))
             seq += n + int(rng.integers(0, 3))
             step = int(steps[-1]) + 1
         spans: dict[int, list[tuple[int, int]]] = {}
-        general = _one_metric(pieces, spans)
+        general = one_metric(pieces, spans)
         shared: dict[Any, Any] = {}
         for _ in range(2):  # the second call reuses the shared arrays
             spans_fast: dict[int, list[tuple[int, int]]] = {}
-            fast = _one_metric(pieces, spans_fast, shared)
+            fast = one_metric(pieces, spans_fast, shared)
             assert spans_fast == spans
             for x, y in zip(fast, general, strict=True):
                 if x is None or y is None:

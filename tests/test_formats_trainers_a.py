@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from ingest.formats import AMBIGUITY_MARGIN, FORMATS, detect, read_log
-from ingest.formats._common import read_head
+from ingest.formats.raw_text import read_head
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "logs"
 LN2 = math.log(2.0)

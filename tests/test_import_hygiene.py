@@ -70,7 +70,7 @@ def test_the_probe_would_notice_a_violation() -> None:
 TRAINING_PROBE = """
 import sys, tempfile, torch
 from ingest.training.monitor import StabilityMonitor
-from stab_core.torch_clipping import clip_grad_norm
+from ingest.training.torch_clipping import clip_grad_norm
 model = torch.nn.Linear(4, 2)
 with StabilityMonitor(tempfile.mkdtemp(), seq_len=8, per_rank_batch_size=2, flush_interval_s=0.0) as monitor:
     for step in range(3):

@@ -18,11 +18,12 @@ import torch
 from ingest.errors import StabScopeError
 from ingest.run_analyses import open_analysed_store
 from ingest.shards import list_segments, read_segment
-from ingest.training.demo_trainer import DemoConfig, MarkovSource, batch_tokens, build_model, lm_loss
+from ingest.training.demo_trainer import DemoConfig, MarkovSource, batch_tokens
 from ingest.training.monitor import StabilityMonitor
 from ingest.training.run_metadata import clipping_metadata, schedule_events, scheduler_metadata
-from stab_core.torch_clipping import ZClip, clip_grad_norm
-from stab_core.torch_schedulers import WarmupCosineRestartScheduler
+from ingest.training.torch_clipping import ZClip, clip_grad_norm
+from ingest.training.torch_schedulers import WarmupCosineRestartScheduler
+from ingest.training.toy_model import build_gpt, next_token_loss
 from tests.gloo import run_on_gloo
 
 PEAK_LR = 1e-3
@@ -174,7 +175,7 @@ def _norm_worker(rank: int, out: str) -> None:
 
     config = DemoConfig(out=Path(out) / "shards", **NORM_CONFIG).resolved()  # type: ignore[arg-type]
     source = MarkovSource(config.vocab_size, config.markov_branching, config.seed, config.markov_order)
-    model = DistributedDataParallel(build_model(config), bucket_cap_mb=0.05)
+    model = DistributedDataParallel(build_gpt(config.model_shape, config.seed), bucket_cap_mb=0.05)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
     records: list[dict[str, Any]] = []
     logged = []
@@ -183,7 +184,7 @@ def _norm_worker(rank: int, out: str) -> None:
             if rank == 0:
                 torch.save(model.module.state_dict(), f"{out}/params-{step}.pt")
             tokens = torch.from_numpy(batch_tokens(config, source, rank, step))
-            loss = lm_loss(model, tokens)
+            loss = next_token_loss(model, tokens)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()  # type: ignore[no-untyped-call]
             clip = clip_grad_norm(model.parameters(), 0.05)
@@ -210,9 +211,9 @@ def _hand_norms(out: Path, step: int) -> tuple[list[float], float, list[float]]:
     source = MarkovSource(config.vocab_size, config.markov_branching, config.seed, config.markov_order)
     grads, losses = [], []
     for rank in range(2):
-        model = build_model(config)
+        model = build_gpt(config.model_shape, config.seed)
         model.load_state_dict(torch.load(out / f"params-{step}.pt", weights_only=True))
-        loss = lm_loss(model, torch.from_numpy(batch_tokens(config, source, rank, step)))
+        loss = next_token_loss(model, torch.from_numpy(batch_tokens(config, source, rank, step)))
         loss.backward()  # type: ignore[no-untyped-call]
         grads.append(torch.cat([p.grad.double().flatten() for p in model.parameters() if p.grad is not None]))
         losses.append(float(loss.detach()))
@@ -411,12 +412,12 @@ def test_one_rank_ddp_hook_norms_equal_the_gradient_norm(tmp_path: Path, bucket_
     tokens = torch.from_numpy(batch_tokens(config, source, 0, 0))
     dist.init_process_group("gloo", init_method=f"file://{tmp_path}/rdzv", rank=0, world_size=1)
     try:
-        plain = build_model(config)
-        ddp = DistributedDataParallel(build_model(config), gradient_as_bucket_view=bucket_view)
+        plain = build_gpt(config.model_shape, config.seed)
+        ddp = DistributedDataParallel(build_gpt(config.model_shape, config.seed), gradient_as_bucket_view=bucket_view)
         ddp.module.load_state_dict(plain.state_dict())
         monitor = StabilityMonitor(config.out, model=ddp)
-        lm_loss(plain, tokens).backward()  # type: ignore[no-untyped-call]
-        lm_loss(ddp, tokens).backward()  # type: ignore[no-untyped-call]
+        next_token_loss(plain, tokens).backward()  # type: ignore[no-untyped-call]
+        next_token_loss(ddp, tokens).backward()  # type: ignore[no-untyped-call]
         assert monitor.hook is not None
         local, global_norm = monitor.hook.take()  # type: ignore[misc]
         monitor.close()
@@ -445,7 +446,7 @@ def test_the_readme_training_loop_runs_and_its_shards_hold_every_step(tmp_path: 
     config = DemoConfig(out=tmp_path, ranks=1, steps=40).resolved()
     source = MarkovSource(config.vocab_size, config.markov_branching, config.seed, config.markov_order)
     tokens = torch.from_numpy(batch_tokens(config, source, 0, 0))
-    model = build_model(config)
+    model = build_gpt(config.model_shape, config.seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=PEAK_LR)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)

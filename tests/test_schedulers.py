@@ -13,6 +13,12 @@ import numpy as np
 import pytest
 import torch
 
+from ingest.training.torch_schedulers import (
+    InverseSqrtScheduler,
+    WarmupCosineRestartScheduler,
+    WarmupCosineScheduler,
+    WSDScheduler,
+)
 from stab_core.schedulers import (
     Transition,
     cycle_boundaries,
@@ -23,12 +29,6 @@ from stab_core.schedulers import (
     scheduler_warnings,
     warmup_cosine_lr,
     wsd_lr,
-)
-from stab_core.torch_schedulers import (
-    InverseSqrtScheduler,
-    WarmupCosineRestartScheduler,
-    WarmupCosineScheduler,
-    WSDScheduler,
 )
 
 T = 30000

@@ -254,7 +254,7 @@ def test_stability_monitor_writes_its_shard_to_object_storage(s3_url: str, tmp_p
     import torch
 
     from ingest.training.monitor import StabilityMonitor
-    from stab_core.torch_clipping import clip_grad_norm
+    from ingest.training.torch_clipping import clip_grad_norm
 
     shards = s3_url.replace("/store", "/monitored/shards")
     model = torch.nn.Linear(4, 2)

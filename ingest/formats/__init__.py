@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Final
 
 from ingest.errors import StabScopeError
-from ingest.formats._common import TABLE_SCHEMA, ParsedLog, Progress, clean_text, looks_binary, read_head
+from ingest.formats._common import TABLE_SCHEMA, ParsedLog, Progress
 from ingest.formats.base import Reader
 from ingest.formats.composer import ComposerReader
 from ingest.formats.csv_wide import WideCsvReader
@@ -43,6 +43,7 @@ from ingest.formats.nanogpt import NanoGPTReader
 from ingest.formats.nemo import NemoProgressReader, NemoTqdmReader
 from ingest.formats.olmo import OlmoReader
 from ingest.formats.parquet import ParquetReader
+from ingest.formats.raw_text import clean_text, looks_binary, read_head
 from ingest.formats.rl_console import VerlConsoleReader
 from ingest.formats.tensorboard import TensorBoardReader
 from ingest.formats.tensorboard_csv import TensorBoardCsvReader

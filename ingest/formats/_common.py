@@ -1,5 +1,7 @@
 """What every reader shares: the ``ParsedLog`` result, the row builder that turns reader output into
-the canonical long table (with rollback detection), vectorised value parsing and chunked file input.
+the canonical long table (with rollback detection), time-stamp parsing and chunked file input. Numbers
+are parsed in :mod:`ingest.formats.numbers`, one metric's rows ordered in :mod:`ingest.formats.log_rows`,
+a log's raw text (head, launcher prefixes) read in :mod:`ingest.formats.raw_text`.
 
 Readers append columns in file order to a :class:`LogBuilder`; ``finish`` then
 1. detects restarts: within one *stream* (one independent step sequence: a text log and its
@@ -14,7 +16,6 @@ Readers append columns in file order to a :class:`LogBuilder`; ``finish`` then
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -29,6 +30,9 @@ import pyarrow.compute as _pc
 from ingest.errors import StabScopeError
 from ingest.formats.accounting import LineAccount, skip_reason_group
 from ingest.formats.aliases import canonical_name, keep_apart, own_name, to_canonical_unit
+from ingest.formats.log_rows import FloatArray, IntArray, Piece, merge_spans, metric_column, one_metric
+from ingest.formats.numbers import utf8_or_null
+from ingest.formats.raw_text import clean_text, input_size, open_error
 from ingest.formats.segments import one_source_per_metric, segment_cuts, segment_of
 from ingest.long_schema import LONG_SCHEMA_DICT
 from ingest.shards import null_floats
@@ -37,10 +41,6 @@ from stab_core.runview import RunEvent
 
 pc: Any = _pc  # pyarrow-stubs overloads reject valid calls on generic arrays
 
-FloatArray = npt.NDArray[np.float64]
-Values = FloatArray | list[FloatArray]
-"""A metric's values: one array, or its pieces in order."""
-IntArray = npt.NDArray[np.int64]
 Progress = Callable[[int, int], None]
 
 MAX_SKIPPED_EXAMPLES: Final = 5
@@ -106,83 +106,7 @@ class ParsedLog:
         return steps[order].astype(np.int64), values[order].astype(np.float64)
 
 
-# --------------------------------------------------------------------------- value parsing
-
-_NUMBER_WITH_UNIT: Final = (
-    r"^(?P<num>[-+]?(?:[0-9][0-9,]*\.?[0-9]*(?:[eE][-+]?[0-9]+)?|\.[0-9]+(?:[eE][-+]?[0-9]+)?"
-    r"|(?i:nan|inf|infinity)))\s*(?P<unit>[A-Za-zµ%/]*)\s*(?:\(\s*(?P<pct>[-+]?[0-9.]+)\s*%\s*\))?$"
-)
-
-
-@dataclass
-class ConvertedValues:
-    """Floats parsed from raw strings: ``values`` (NaN where a string did not parse, see ``ok``),
-    the unit written after the number (one per distinct unit) and an optional ``(xx%)`` companion."""
-
-    values: FloatArray
-    ok: npt.NDArray[np.bool_]
-    units: list[tuple[str, npt.NDArray[np.bool_]]]
-    pct: FloatArray | None
-
-
-def utf8_or_null(raw: Any) -> Any:
-    """``raw`` (binary or string) as a string array, a value that is not valid UTF-8 (a corrupted
-    byte in an uploaded log) null: it is no number or time, and Arrow's string kernels are defined on
-    valid text only (the plain cast raised ``ArrowInvalid`` out of the reader)."""
-    if raw.type == pa.string():
-        return raw
-    try:
-        return raw.cast(pa.string())
-    except pa.ArrowInvalid:
-        return pa.array([_utf8_or_none(v) for v in raw.to_pylist()], pa.string())
-
-
-def _utf8_or_none(value: bytes | None) -> str | None:
-    try:
-        return None if value is None else value.decode("utf-8")
-    except UnicodeDecodeError:
-        return None
-
-
-def parse_numbers(raw: Any) -> ConvertedValues:
-    """Parse strings such as ``1.244E+01``, ``nan``, ``10,550``, ``8410ms``, ``160.86GiB(90.19%)``.
-
-    Vectorised (Arrow compute): the plain cast is tried first; units, thousands separators and a
-    trailing ``(NN%)`` fall back to one regex extraction over the whole column.
-    """
-    strings = utf8_or_null(raw)
-    n = len(strings)
-    try:
-        values = pc.cast(strings, pa.float64()).to_numpy(zero_copy_only=False)
-        ok = np.ones(n, dtype=bool)
-        if strings.null_count:
-            ok = ~np.asarray(strings.is_null().to_numpy(zero_copy_only=False), dtype=bool)
-            values = np.where(ok, values, np.nan)
-        return ConvertedValues(values.astype(np.float64), ok, [], None)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        pass
-    cleaned = pc.replace_substring(pc.utf8_trim_whitespace(strings), "-nan", "nan")
-    parts = pc.extract_regex(cleaned, _NUMBER_WITH_UNIT)
-    ok = np.asarray(parts.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
-    nums = pc.replace_substring(parts.field("num"), ",", "")
-    values = np.full(n, np.nan)
-    if ok.any():
-        parsed = pc.cast(nums.filter(pa.array(ok)), pa.float64()).to_numpy(zero_copy_only=False)
-        values[ok] = parsed
-    unit_col = parts.field("unit")
-    units: list[tuple[str, npt.NDArray[np.bool_]]] = []
-    for u in pc.unique(unit_col.filter(pa.array(ok))).to_pylist():
-        if u:
-            mask = np.asarray(pc.equal(unit_col, u).fill_null(False).to_numpy(zero_copy_only=False))
-            units.append((str(u), mask & ok))
-    pct: FloatArray | None = None
-    pct_col = parts.field("pct")
-    has_pct = pc.and_(pc.is_valid(pct_col), pc.greater(pc.utf8_length(pct_col), 0)).fill_null(False)
-    if pc.any(has_pct).as_py():
-        pct_mask = np.asarray(has_pct.to_numpy(zero_copy_only=False), dtype=bool)
-        pct = np.full(n, np.nan)
-        pct[pct_mask] = pc.cast(pct_col.filter(has_pct), pa.float64()).to_numpy(zero_copy_only=False)
-    return ConvertedValues(values, ok, units, pct)
+# --------------------------------------------------------------------------- time parsing
 
 
 def parse_timestamps(raw: Any, fmt: str = "%Y-%m-%d %H:%M:%S") -> FloatArray:
@@ -213,41 +137,15 @@ def parse_timestamps(raw: Any, fmt: str = "%Y-%m-%d %H:%M:%S") -> FloatArray:
 # --------------------------------------------------------------------------- the builder
 
 
-@dataclass
-class _Piece:
-    """Rows of one metric from one ``add`` call. Arrays may be shared between the pieces of one
-    parsed line (steps, sequence numbers, wall times), so memory grows by ~8 bytes per value."""
-
-    rank: int | npt.NDArray[np.int32]
-    step: IntArray
-    value: FloatArray
-    wall_time: FloatArray | None
-    stream: int
-    seq: int | IntArray
-    """An array, or the first of ``len(step)`` consecutive sequence numbers."""
-    origin: str | None = None
-    """The raw key the rows were logged under (a column, a tag), where the builder mapped it."""
-
-    def seq_array(self) -> IntArray:
-        if isinstance(self.seq, int):
-            return np.arange(self.seq, self.seq + self.step.shape[0], dtype=np.int64)
-        return self.seq
-
-    def rank_array(self) -> npt.NDArray[np.int32]:
-        if isinstance(self.rank, int):
-            return np.full(self.step.shape[0], self.rank, dtype=np.int32)
-        return self.rank
-
-
 class LogBuilder:
     """Collects rows (one metric per ``add`` call, in file order) and builds the ``ParsedLog``."""
 
     def __init__(self, paths: Sequence[Path], progress: Progress | None = None) -> None:
         self.paths = [Path(p) for p in paths]
-        self.total_bytes = sum(_size(p) for p in self.paths)
+        self.total_bytes = sum(input_size(p) for p in self.paths)
         self.done_bytes = 0
         self._progress = progress
-        self._pieces: dict[str, list[_Piece]] = {}
+        self._pieces: dict[str, list[Piece]] = {}
         self._seq_next = 0
         self.events: list[RunEvent] = []
         self.meta: dict[str, Any] = {}
@@ -372,7 +270,7 @@ class LogBuilder:
             seq_val = int(seq)  # the first of n consecutive sequence numbers
         else:
             seq_val = np.asarray(seq, dtype=np.int64)
-        piece = _Piece(rank_val, step_arr, value_arr, wall, int(stream), seq_val, origin)
+        piece = Piece(rank_val, step_arr, value_arr, wall, int(stream), seq_val, origin)
         self._pieces.setdefault(name, []).append(piece)
 
     def rows_of(self, metric: str) -> tuple[IntArray, FloatArray, IntArray]:
@@ -494,7 +392,7 @@ class LogBuilder:
                             moved[(stream, key)] = target
             if not moved:
                 continue
-            kept: list[_Piece] = []
+            kept: list[Piece] = []
             for p in pieces:
                 moved_to = moved.get((p.stream, p.origin)) if p.origin is not None else None
                 if moved_to is None:
@@ -516,12 +414,12 @@ class LogBuilder:
         def build(code: int) -> tuple[list[list[Any]], dict[int, list[tuple[int, int]]]]:
             spans_of_metric: dict[int, list[tuple[int, int]]] = {}
             pieces = self._pieces.pop(names[code])
-            rank, step, value, wall = _one_metric(pieces, spans_of_metric, shared)
+            rank, step, value, wall = one_metric(pieces, spans_of_metric, shared)
             n = step.shape[0]
             chunks: list[list[Any]] = [  # per column: its chunks for this metric
                 [pa.array(rank, pa.int32())],
                 [pa.array(step, pa.int64())],
-                [_metric_column(n, code, names)],
+                [metric_column(n, code, names)],
                 [pa.array(v, pa.float64()) for v in (value if isinstance(value, list) else [value])],
                 [null_floats(n) if wall is None else pa.array(wall, pa.float64(), mask=np.isnan(wall))],
             ]
@@ -556,263 +454,7 @@ def _step_range(builder: LogBuilder) -> tuple[int, int]:
     return min(int(s.min()) for s in steps), max(int(s.max()) for s in steps)
 
 
-def _metric_column(n: int, code: int, names: list[str]) -> Any:
-    """``n`` rows of metric ``names[code]``: a one-name dictionary over zero codes. The codes are
-    calloc'd (pages mapped on first touch), so the column costs no writes; ``n`` copies of the name
-    as plain strings were 126 MB and ~10% of reading a 9M-row Megatron log."""
-    codes: Any = np.zeros(n, dtype=np.int32)  # numpy arrays are buffers
-    return pa.DictionaryArray.from_arrays(pa.array(codes), pa.array([names[code]], pa.string()))
-
-
-def _ordered_series(
-    pieces: list[_Piece], shared: dict[Any, Any]
-) -> tuple[npt.NDArray[np.int32], IntArray, Values, FloatArray | None] | None:
-    """Pieces of one series (one rank, one stream) already in file order with rising steps, or None.
-
-    Checked piece by piece (no concatenated temporaries); the concatenated step, rank and wall
-    arrays are kept in ``shared`` for the next metric read from the same lines (a text log's line
-    gives every metric on it the same step, sequence and wall-time arrays), so they are built once.
-    The values stay in their pieces: the column is chunked, not copied (8 MB a metric a million rows).
-    """
-    first = pieces[0]
-    if not all(isinstance(p.rank, int) and p.rank == first.rank and p.stream == first.stream for p in pieces):
-        return None
-    key: tuple[Any, ...] = tuple(
-        (id(p.step), id(p.seq) if isinstance(p.seq, np.ndarray) else p.seq, id(p.wall_time)) for p in pieces
-    )
-    key += (first.rank,)
-    if key not in shared:
-        shared[key] = _ordered_arrays(pieces)
-    found = shared[key]
-    if found is None:
-        return None
-    _pinned, step, rank, wall = found  # the pieces' arrays stay referenced: their ids stay unique
-    return rank, step, [p.value for p in pieces], wall
-
-
-def _ordered_arrays(pieces: list[_Piece]) -> tuple[Any, IntArray, npt.NDArray[np.int32], FloatArray | None] | None:
-    last_seq = last_step = -(2**63)
-    for p in pieces:
-        if isinstance(p.seq, int):
-            seq_first, seq_last = p.seq, p.seq + p.step.shape[0] - 1
-        else:
-            if p.seq.shape[0] > 1 and not np.all(p.seq[1:] > p.seq[:-1]):
-                return None
-            seq_first, seq_last = int(p.seq[0]), int(p.seq[-1])
-        if seq_first <= last_seq or int(p.step[0]) <= last_step:
-            return None
-        if p.step.shape[0] > 1 and not np.all(p.step[1:] > p.step[:-1]):
-            return None
-        last_seq, last_step = seq_last, int(p.step[-1])
-    step = np.concatenate([p.step for p in pieces])
-    rank = np.full(step.shape[0], pieces[0].rank, np.int32)
-    wall = None
-    if any(p.wall_time is not None for p in pieces):
-        wall = np.concatenate(
-            [p.wall_time if p.wall_time is not None else np.full(p.step.shape[0], np.nan) for p in pieces]
-        )
-    pinned = [(p.step, p.seq, p.wall_time) for p in pieces]
-    return pinned, step, rank, wall
-
-
-def _one_metric(
-    pieces: list[_Piece], spans: dict[int, list[tuple[int, int]]], shared: dict[Any, Any] | None = None
-) -> tuple[npt.NDArray[np.int32], IntArray, Values, FloatArray | None]:
-    """``(rank, step, value, wall)`` of one metric, replayed rows purged, de-duplicated, sorted.
-    ``shared``: arrays built for earlier metrics of the same table (see :func:`_ordered_series`)."""
-    if len(pieces) == 1 and isinstance(pieces[0].rank, int):
-        only = pieces[0]
-        if only.step.shape[0] < 2 or np.all(only.step[1:] > only.step[:-1]):
-            # one ordered series as read: no copies beyond the rank column
-            n = only.step.shape[0]
-            return np.full(n, only.rank, np.int32), only.step, only.value, only.wall_time
-    if shared is not None:
-        ordered = _ordered_series(pieces, shared)
-        if ordered is not None:
-            return ordered
-    step = np.concatenate([p.step for p in pieces])
-    value = np.concatenate([p.value for p in pieces])
-    same_rank = all(isinstance(p.rank, int) and p.rank == pieces[0].rank for p in pieces)
-    rank = (
-        np.full(step.shape[0], pieces[0].rank, np.int32)
-        if same_rank
-        else np.concatenate([p.rank_array() for p in pieces])
-    )
-    has_wall = any(p.wall_time is not None for p in pieces)
-    wall = (
-        np.concatenate([p.wall_time if p.wall_time is not None else np.full(p.step.shape[0], np.nan) for p in pieces])
-        if has_wall
-        else None
-    )
-    seq = np.concatenate([p.seq_array() for p in pieces])
-    streams = {p.stream for p in pieces}
-    single_series = same_rank and len(streams) == 1
-    if single_series:
-        if not np.all(seq[1:] > seq[:-1]):
-            order = np.argsort(seq, kind="stable")
-            step, value, rank, seq = step[order], value[order], rank[order], seq[order]
-            wall = None if wall is None else wall[order]
-        if np.all(step[1:] > step[:-1]):
-            return rank, step, value, wall  # the common case: nothing replayed, nothing repeated
-        stream = np.full(step.shape[0], next(iter(streams)), np.int64)
-    else:
-        stream = np.concatenate([np.full(p.step.shape[0], p.stream, np.int64) for p in pieces])
-    keep = _purge_replayed(stream, rank, seq, step, spans)
-    if not keep.all():
-        step, value, rank, seq, stream = step[keep], value[keep], rank[keep], seq[keep], stream[keep]
-        wall = None if wall is None else wall[keep]
-    # last row wins per (rank, step): order by seq, then stably by (rank, step)
-    order = np.argsort(seq, kind="stable")
-    order = order[np.lexsort((step[order], rank[order]))]
-    r, st = rank[order], step[order]
-    last = np.ones(order.shape[0], dtype=bool)
-    last[:-1] = (st[1:] != st[:-1]) | (r[1:] != r[:-1])
-    order = order[last]
-    return rank[order], step[order], value[order], None if wall is None else wall[order]
-
-
-def _purge_replayed(
-    stream: IntArray,
-    rank: npt.NDArray[np.int32],
-    seq: IntArray,
-    step: IntArray,
-    spans: dict[int, list[tuple[int, int]]],
-) -> npt.NDArray[np.bool_]:
-    """Rows of one metric to keep after purging what later restarts replayed.
-
-    A series is the metric on one rank in one stream, in file order. Where its step goes down
-    (to ``s0``) a restart replays steps; the series' earlier rows at steps ``>= s0`` are dropped
-    (TensorBoard purges the same way, per tag). Each restart's ``(s0, s1)`` (``s1``: the last step
-    logged before it) is added to ``spans[stream]``; restarts seen through several metrics of a
-    stream are merged into one event by the caller.
-    """
-    keep = np.ones(step.shape[0], dtype=bool)
-    group = stream * (1 << 24) + (rank.astype(np.int64) + 1)
-    order = np.lexsort((seq, group))
-    g, st = group[order], step[order]
-    same = g[1:] == g[:-1]
-    down = np.flatnonzero(same & (st[1:] < st[:-1])) + 1
-    if down.shape[0] == 0:
-        return keep
-    bounds = np.flatnonzero(~same) + 1
-    starts = np.concatenate([[0], bounds])
-    ends = np.concatenate([bounds, [g.shape[0]]])
-    for gi in np.unique(np.searchsorted(starts, down, side="right") - 1):
-        lo, hi = int(starts[gi]), int(ends[gi])
-        seg = st[lo:hi]
-        local_down = down[(down >= lo) & (down < hi)] - lo
-        restart_at = np.full(seg.shape[0], np.iinfo(np.int64).max, dtype=np.int64)
-        restart_at[local_down] = seg[local_down]
-        later_min = np.minimum.accumulate(restart_at[::-1])[::-1]
-        later_min = np.concatenate([later_min[1:], [np.iinfo(np.int64).max]])
-        keep[order[lo:hi][seg >= later_min]] = False
-        running_max = np.maximum.accumulate(seg)
-        s_id = int(stream[order[lo]])
-        for i in local_down.tolist():
-            spans.setdefault(s_id, []).append((int(seg[i]), int(running_max[i - 1])))
-    return keep
-
-
-def merge_spans(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """Overlapping replayed ranges (one restart seen through several metrics) merged into one."""
-    merged: list[tuple[int, int]] = []
-    for s0, s1 in sorted(spans):
-        if merged and s0 <= merged[-1][1]:
-            merged[-1] = (merged[-1][0], max(merged[-1][1], s1))
-        else:
-            merged.append((s0, s1))
-    return merged
-
-
 # --------------------------------------------------------------------------- file input
-
-
-def _size(path: Path) -> int:
-    if path.is_dir():
-        return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
-    try:
-        return path.stat().st_size
-    except OSError:
-        return 0
-
-
-def read_head(path: Path, nbytes: int = 256 * 1024) -> bytes:
-    """The first ``nbytes`` of a file (b'' for a directory or an unreadable file)."""
-    if path.is_dir():
-        return b""
-    try:
-        with open(path, "rb") as f:
-            return f.read(nbytes)
-    except OSError:
-        return b""
-
-
-def open_error(path: Path, exc: OSError) -> StabScopeError:
-    """The error for a file that cannot be opened at all."""
-    return StabScopeError(f"cannot read file: {exc.strerror or exc}", path=str(path))
-
-
-_ANSI: Final = re.compile(rb"\x1b\[[0-9;?]*[A-Za-z]")
-
-_HOST_NAME: Final = (
-    r"(?:[A-Za-z][A-Za-z0-9_.-]*"  # node017, gpu-a100-017.cluster.local, localhost
-    r"|[0-9]{1,3}(?:\.[0-9]{1,3}){3}"  # 192.168.205.202
-    r"|[0-9A-Fa-f]{0,4}(?::[0-9A-Fa-f]{0,4}){2,7}"  # fe80::1 (two colons at least: srun's ``7: `` is a rank)
-    r"|\[[0-9A-Fa-f.]*:[0-9A-Fa-f:.]*\])"  # [2001:db8::1]
-)
-"""A host as pdsh writes it before a remote node's lines: a host name, an IPv4 or IPv6 address."""
-_LAUNCHER_HOST: Final = r"(?:" + _HOST_NAME + r":[ \t]+)?"
-"""pdsh / DeepSpeed's multi-node runner: ``node017: ``, ``192.168.205.202: `` (a host names no rank)."""
-_LAUNCHER_RANK: Final = r"(?:(?:[ \t]*\[(?:default|rank)|[ \t]*)(?P<lrank>[0-9]+)(?:\]:[ \t]?|:[ \t]))?"
-"""``torchrun --tee 3``'s ``[default7]:``, newer torchrun's ``[rank7]:`` (a blank before it where a log was pasted
-into a note), ``srun -l``'s ``7: ``."""
-_LAUNCHER_TIME: Final = (
-    r"(?:\[?[0-9]{4}-[0-9]{2}-[0-9]{2}[ T][0-9]{2}:[0-9]{2}:[0-9]{2}(?:[.,][0-9]+)?Z?\]?[ \t]*(?:-[ \t]*)?)??"
-)
-"""A time stamp before the trainer's text (lazy: a reader that captures it itself still does)."""
-_LAUNCHER_LEVEL: Final = (
-    r"(?:(?:[A-Za-z_][A-Za-z0-9_.]*[ \t]+-[ \t]+)?\[?(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\]?"
-    r"(?::[A-Za-z0-9_.]*)*[ \t]*(?:-[ \t]*)?)??"
-)
-"""A log level (``INFO``, ``[INFO]``, Python logging's ``INFO:root:`` or ``name - INFO - ``)."""
-LAUNCHER_PREFIX: Final = _LAUNCHER_HOST + _LAUNCHER_RANK + _LAUNCHER_TIME + _LAUNCHER_LEVEL
-"""What launchers and loggers put before a trainer's own text, as one regex matched at the line
-start: host, rank (named group ``lrank``), time stamp, log level, each optional, in that order. The
-text engine (:mod:`ingest.formats.textlog`) puts it before every line kind of every text format, so
-detection and reading see through it alike. ANSI codes and NUL bytes are removed from the bytes
-before (:func:`clean_text`)."""
-
-
-LAUNCHER_LEAD: Final = re.compile(
-    (_LAUNCHER_HOST + _LAUNCHER_RANK + _LAUNCHER_TIME + _LAUNCHER_LEVEL).replace(")??", ")?").encode()
-)
-"""``LAUNCHER_PREFIX`` taking all it can (bytes): where a line's own text starts at the latest.
-Detection tries a format's line there and at the line start (which, with what is between, the
-reader's lazy ``LAUNCHER_PREFIX`` also finds), instead of every way of splitting the prefix."""
-_LAUNCHER_LEAD: Final = re.compile("^" + _LAUNCHER_HOST + _LAUNCHER_RANK, re.M)
-_RANK_LEAD: Final = re.compile("^" + _LAUNCHER_RANK, re.M)
-_HOST_LEAD: Final = re.compile("^" + _HOST_NAME + r":[ \t]+", re.M)
-
-
-def strip_launcher_prefixes(text: str) -> str:
-    """``text`` with each line's rank prefix removed, and its host prefix where most lines carry
-    one (``Overriding: max_iters = 3`` alone is text, not a host): what a reader's banner and
-    argument-dump parsing (``meta_from_head``, ``markers``) sees, so that their line-anchored
-    patterns fit a ``[default0]:``-prefixed log as they fit a bare one."""
-    lines = text.count("\n") + 1
-    if len(_HOST_LEAD.findall(text)) * 2 > lines - text.count("\n\n"):
-        return _LAUNCHER_LEAD.sub("", text)
-    return _RANK_LEAD.sub("", text)
-
-
-def clean_text(chunk: bytes) -> bytes:
-    """``chunk`` without ANSI colour codes and NUL bytes (a node's log cut by a crash is padded with
-    NULs where the file system had allocated blocks not yet written)."""
-    if b"\x1b" in chunk:
-        chunk = _ANSI.sub(b"", chunk)
-    if b"\x00" in chunk:
-        chunk = chunk.replace(b"\x00", b"")
-    return chunk
 
 
 def iter_line_chunks(
@@ -885,25 +527,3 @@ def _line_end(fd: int, at: int) -> int:
         if found >= 0:
             return pos + found + 1
         pos += len(probe)
-
-
-def decode_head(head: bytes) -> str:
-    """Head bytes as text (invalid UTF-8 replaced); a partial last line is dropped."""
-    cut = head.rfind(b"\n")
-    if 0 < cut < len(head) - 1:
-        head = head[: cut + 1]
-    return clean_text(head).decode("utf-8", errors="replace")
-
-
-_TEXT_CONTROLS: Final = bytes(range(32)).translate(None, b"\t\n\r\x0c\x1b")
-"""Control bytes a text log does not hold (NUL aside: see :func:`looks_binary`)."""
-
-
-def looks_binary(head: bytes) -> bool:
-    """True when the head is not text: NUL bytes, unless they are only the padding of a cut log
-    (then the rest holds no other control byte)."""
-    sample = head[:4096]
-    if b"\x00" not in sample:
-        return False
-    rest = head.replace(b"\x00", b"")[:4096]
-    return not rest or len(rest.translate(None, _TEXT_CONTROLS)) < len(rest)

@@ -21,8 +21,10 @@ import pyarrow.csv as pacsv
 import pyarrow.json as pajson
 
 from ingest.errors import StabScopeError
-from ingest.formats._common import MAX_SKIPPED_EXAMPLES, LogBuilder, open_error, parse_numbers
+from ingest.formats._common import MAX_SKIPPED_EXAMPLES, LogBuilder
 from ingest.formats.aliases import KeyMap
+from ingest.formats.numbers import parse_numbers
+from ingest.formats.raw_text import open_error
 from stab_core.metrics import RUN_RANK
 
 pc: Any = _pc  # pyarrow-stubs overloads reject valid calls on generic arrays

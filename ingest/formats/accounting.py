@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from ingest.formats.aliases import canonical_name
+from ingest.formats.numbers import NUMBER
 from stab_core.metrics import CANONICAL_METRICS
 
 FIRST_LINES: Final = 5
@@ -57,11 +58,9 @@ IGNORE_REASONS: Final = (
 )
 """The reasons a text line is ignored, in the order the report lists them."""
 
-_NUMBER: Final = r"[-+]?(?:\d[\d,]*\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?|nan|inf)"
 _PAIR: Final = re.compile(
     r"(?<![\w.])(?P<key>[A-Za-z_][A-Za-z0-9_./-]*(?: [A-Za-z_][A-Za-z0-9_./-]*){0,3})"
-    r"(?: ?\([A-Za-z/%]+\))?(?P<sep>\s*[:=]\s*|[ \t]+)(?P<value>" + _NUMBER + r")(?![\d:.\w])",
-    re.I,
+    r"(?: ?\([A-Za-z/%]+\))?(?P<sep>\s*[:=]\s*|[ \t]+)(?P<value>" + NUMBER + r")(?![\d:.\w])",
 )
 """A ``key: number``, ``key=number`` or ``key number`` pair (a key of up to four words, an optional
 ``(unit)``); a clock time (``12:34:56``) is no pair. A ``key number`` pair counts only where the key

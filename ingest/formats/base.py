@@ -7,7 +7,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ingest.errors import StabScopeError
-from ingest.formats._common import LogBuilder, ParsedLog, Progress, read_head
+from ingest.formats._common import LogBuilder, ParsedLog, Progress
+from ingest.formats.raw_text import read_head
 
 
 class Reader:

@@ -23,10 +23,9 @@ import re
 from typing import Any, Final
 
 from ingest.formats.aliases import canonical_name, sanitise_name
+from ingest.formats.numbers import NUMBER
 from ingest.formats.planned import PlannedStepsTextLogReader
 from ingest.formats.textlog import LineKind
-
-_NUM: Final = r"[-+]?(?:[0-9]+\.?[0-9]*(?:[eE][-+]?[0-9]+)?|nan|inf)"
 
 _TRAIN_KEYS: Final = {
     "loss/train/total": ("loss", None),
@@ -58,7 +57,7 @@ def _drop(key: str) -> None:
     return None
 
 
-_VALUE: Final = r"[ \t]+(?P<key>[^\s:][^\n]*?):[ \t]+(?P<val>" + _NUM + r")[ \t\r]*$"
+_VALUE: Final = r"[ \t]+(?P<key>[^\s:][^\n]*?):[ \t]+(?P<val>" + NUMBER + r")[ \t\r]*$"
 
 
 class ComposerReader(PlannedStepsTextLogReader):

@@ -21,17 +21,11 @@ import numpy as np
 import pyarrow as pa
 
 from ingest.errors import StabScopeError
-from ingest.formats._common import (
-    LogBuilder,
-    decode_head,
-    iter_line_chunks,
-    looks_binary,
-    parse_numbers,
-    parse_timestamps,
-    utf8_or_null,
-)
+from ingest.formats._common import LogBuilder, iter_line_chunks, parse_timestamps
 from ingest.formats.aliases import canonical_name
 from ingest.formats.base import Reader
+from ingest.formats.numbers import parse_numbers, utf8_or_null
+from ingest.formats.raw_text import decode_head, looks_binary
 from stab_core.metrics import RUN_RANK, is_valid_metric_name
 
 NAME_RE: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")

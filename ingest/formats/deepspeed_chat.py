@@ -21,9 +21,8 @@ from __future__ import annotations
 from typing import Final
 
 from ingest.formats.aliases import sanitise_name
+from ingest.formats.numbers import NUMBER
 from ingest.formats.textlog import LineKind
-
-_NUM: Final = r"[-+]?(?:[0-9]+\.?[0-9]*(?:[eE][-+]?[0-9]+)?|nan|inf)"
 
 _NAMES: Final[dict[str, tuple[str, str | None] | None]] = {
     "Actor Loss": ("actor_loss", None),
@@ -69,42 +68,42 @@ DS_CHAT_KINDS: Final = (
     LineKind(
         name="chat_ppo",
         prefix=r"Epoch:[ \t]*[0-9]+[ \t]*\|[ \t]*Step:[ \t]*(?P<step>[0-9]+)[ \t]*\|[ \t]*(?=PPO Epoch:)",
-        pairs=r"(?P<key>[A-Za-z][A-Za-z ]*?):[ \t]*(?P<val>" + _NUM + r")",
+        pairs=r"(?P<key>[A-Za-z][A-Za-z ]*?):[ \t]*(?P<val>" + NUMBER + r")",
         keymap=_chat_key,
         run_level=True,
     ),
     LineKind(
         name="chat_reward",
         prefix=r"(?=Average reward score:)",
-        pairs=r"(?P<key>(?:Average|EMA) reward score):[ \t]*(?P<val>" + _NUM + r")",
+        pairs=r"(?P<key>(?:Average|EMA) reward score):[ \t]*(?P<val>" + NUMBER + r")",
         keymap=_chat_key,
         run_level=True,
     ),
     LineKind(
         name="chat_throughput",
         prefix=r"End-to-End[ \t]*=>[ \t]*",
-        pairs=r"(?P<key>Latency|TFLOPs|Samples/sec):[ \t]*(?P<val>" + _NUM + r"s?)(?=,|[ \t]*$)",
+        pairs=r"(?P<key>Latency|TFLOPs|Samples/sec):[ \t]*(?P<val>" + NUMBER + r"s?)(?=,|[ \t]*$)",
         keymap=_chat_key,
         run_level=True,
     ),
     LineKind(
         # step 1's and step 2's print_throughput: one training step
         name="chat_sft_throughput",
-        prefix=r"Model Parameters:[ \t]*[0-9.]+[ \t]*B,[ \t]*",
-        pairs=r"(?P<key>Latency|TFLOPs|Samples/sec):[ \t]*(?P<val>" + _NUM + r"s?)(?=,|[ \t]*$)",
+        prefix=r"Model Parameters:[ \t]*" + NUMBER + r"[ \t]*B,[ \t]*",
+        pairs=r"(?P<key>Latency|TFLOPs|Samples/sec):[ \t]*(?P<val>" + NUMBER + r"s?)(?=,|[ \t]*$)",
         keymap=_chat_key,
         run_level=True,
     ),
     LineKind(
         name="chat_sft_loss",
         prefix=r"Epoch:[ \t]*[0-9]+,[ \t]*Step:[ \t]*(?P<step>[0-9]+),[ \t]*Rank:[ \t]*0,[ \t]*",
-        pairs=r"(?P<key>loss)[ \t]*=[ \t]*(?P<val>" + _NUM + r")",
+        pairs=r"(?P<key>loss)[ \t]*=[ \t]*(?P<val>" + NUMBER + r")",
         run_level=True,
     ),
     LineKind(
         name="chat_sft_eval",
-        prefix=r"(?=ppl:[ \t]*" + _NUM + r",[ \t]*loss:)",
-        pairs=r"(?P<key>ppl|loss):[ \t]*(?P<val>" + _NUM + r")",
+        prefix=r"(?=ppl:[ \t]*" + NUMBER + r",[ \t]*loss:)",
+        pairs=r"(?P<key>ppl|loss):[ \t]*(?P<val>" + NUMBER + r")",
         keymap=_eval_key,
         run_level=True,
         step_before_first=0,  # the evaluation before training
@@ -112,7 +111,7 @@ DS_CHAT_KINDS: Final = (
     LineKind(
         name="chat_reward_eval",
         prefix=r"(?=chosen_last_scores)",
-        pairs=r"(?P<key>chosen_last_scores|rejected_last_scores|acc)[^:\n]*:[ \t]*(?P<val>" + _NUM + r")",
+        pairs=r"(?P<key>chosen_last_scores|rejected_last_scores|acc)[^:\n]*:[ \t]*(?P<val>" + NUMBER + r")",
         keymap=_chat_key,
         run_level=True,
         step_before_first=0,  # the evaluation before training
@@ -127,7 +126,7 @@ DS_EXAMPLES_KINDS: Final = (
         # step 3 PPO: ``epoch: 0|step: 0|ppo_ep: 1|act_loss: 0.2099|cri_loss: 0.1204|unsuper_loss: 0.0``
         name="chat_ppo_compact",
         prefix=r"epoch:[ \t]*[0-9]+[ \t]*\|[ \t]*step:[ \t]*(?P<step>[0-9]+)[ \t]*\|[ \t]*(?=ppo_ep:)",
-        pairs=r"(?P<key>[a-z_]+):[ \t]*(?P<val>" + _NUM + r")(?=[ \t]*\||[ \t]*$)",
+        pairs=r"(?P<key>[a-z_]+):[ \t]*(?P<val>" + NUMBER + r")(?=[ \t]*\||[ \t]*$)",
         keymap=_chat_key,
         run_level=True,
     ),
@@ -135,15 +134,15 @@ DS_EXAMPLES_KINDS: Final = (
         # ``average reward score: -0.679``: the PPO step of the line before
         name="chat_reward_compact",
         prefix=r"(?=average reward score:)",
-        pairs=r"(?P<key>average reward score):[ \t]*(?P<val>" + _NUM + r")[ \t]*$",
+        pairs=r"(?P<key>average reward score):[ \t]*(?P<val>" + NUMBER + r")[ \t]*$",
         keymap=_chat_key,
         run_level=True,
     ),
     LineKind(
         # step 1 SFT's evaluation, once per epoch: ``ppl: 4998.296`` alone on its line
         name="chat_sft_ppl",
-        prefix=r"(?=ppl:[ \t]*" + _NUM + r"[ \t]*$)",
-        pairs=r"(?P<key>ppl):[ \t]*(?P<val>" + _NUM + r")",
+        prefix=r"(?=ppl:[ \t]*" + NUMBER + r"[ \t]*$)",
+        pairs=r"(?P<key>ppl):[ \t]*(?P<val>" + NUMBER + r")",
         keymap=_chat_key,
         run_level=True,
         step_before_first=0,  # the evaluation before training
@@ -151,8 +150,8 @@ DS_EXAMPLES_KINDS: Final = (
     LineKind(
         # step 2 DPO's evaluation: ``chosen: -31.93, rejected: -33.96, loss: 0.665``
         name="chat_dpo_eval",
-        prefix=r"(?=chosen:[ \t]*" + _NUM + r",[ \t]*rejected:[ \t]*" + _NUM + r",[ \t]*loss:)",
-        pairs=r"(?P<key>chosen|rejected|loss):[ \t]*(?P<val>" + _NUM + r")",
+        prefix=r"(?=chosen:[ \t]*" + NUMBER + r",[ \t]*rejected:[ \t]*" + NUMBER + r",[ \t]*loss:)",
+        pairs=r"(?P<key>chosen|rejected|loss):[ \t]*(?P<val>" + NUMBER + r")",
         keymap=_dpo_eval_key,
         run_level=True,
         step_before_first=0,  # the evaluation before training
@@ -162,7 +161,7 @@ DS_EXAMPLES_KINDS: Final = (
         # (only the perplexity: the curriculum's sequence length and token count are no training metrics)
         name="dse_eval_ppl",
         prefix=r"'step':[ \t]*(?P<step>[0-9]+),[ \t]*(?='ppl':)",
-        pairs=r"'(?P<key>ppl)':[ \t]*(?P<val>" + _NUM + r")",
+        pairs=r"'(?P<key>ppl)':[ \t]*(?P<val>" + NUMBER + r")",
         keymap=_chat_key,
         run_level=True,
     ),
@@ -170,7 +169,7 @@ DS_EXAMPLES_KINDS: Final = (
         # random_ltd's GPT fine-tune: ``Step at 1 with Perplexity: 61.579``
         name="dse_step_perplexity",
         prefix=r"Step at[ \t]+(?P<step>[0-9]+)[ \t]+with[ \t]+",
-        pairs=r"(?P<key>Perplexity):[ \t]*(?P<val>" + _NUM + r")",
+        pairs=r"(?P<key>Perplexity):[ \t]*(?P<val>" + NUMBER + r")",
         keymap=_chat_key,
         run_level=True,
     ),

@@ -12,9 +12,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ingest.errors import StabScopeError
-from ingest.formats._common import LogBuilder, read_head
+from ingest.formats._common import LogBuilder
 from ingest.formats._tabular import add_wide, csv_header, iter_csv
 from ingest.formats.base import Reader
+from ingest.formats.raw_text import read_head
 
 
 def _metric_files(folder: Path) -> list[Path]:

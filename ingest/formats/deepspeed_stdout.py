@@ -22,9 +22,8 @@ from typing import Final
 from ingest.formats.aliases import sanitise_name
 from ingest.formats.deepspeed_chat import DS_CHAT_KINDS, DS_EXAMPLES_KINDS
 from ingest.formats.megatron import DEEPSPEED_KINDS, MEGATRON_BANNER
+from ingest.formats.numbers import NUMBER
 from ingest.formats.textlog import LineKind, TextLogReader
-
-_NUM: Final = r"[-+]?(?:[0-9]+\.?[0-9]*(?:[eE][-+]?[0-9]+)?|nan|inf)"
 
 _TIMER_KEYS: Final = {
     "MemAllocated": ("gpu_mem_gb", None),
@@ -39,7 +38,7 @@ def _timer_key(key: str) -> tuple[str, str | None]:
 _TRAINER_ITERATION: Final = re.compile(r"(?:^|\|)[ \t]*(?:\[[^\]\n]*\][ \t]*)*iteration[ \t]+\d+[ \t]*/", re.M)
 _ENGINE_LINE: Final = re.compile(
     r"\[Rank \d+\] step=\d+, skipped=|^[ \t]*steps: \d+ loss: |global_step=\d+, "
-    r"|\| PPO Epoch: \d+ \| Actor Loss:|^ppl: [0-9.]+, loss: |Step: \d+, Rank: \d+, loss = ",
+    r"|\| PPO Epoch: \d+ \| Actor Loss:|^ppl: " + NUMBER + r", loss: |Step: \d+, Rank: \d+, loss = ",
     re.M,
 )
 
@@ -59,7 +58,7 @@ class DeepSpeedStdoutReader(TextLogReader):
                 r"[ \t]*(?:\[(?P<ts>[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}(?:,[0-9]+)?)\][ \t]*)?"
                 r"(?:\[[^\]\n]*\][ \t]*)*epoch=[0-9]+/micro_step=[0-9]+/global_step=(?P<step>[0-9]+),[ \t]*"
             ),
-            pairs=r"(?P<key>[A-Za-z]+)=(?P<val>" + _NUM + r"(?:GB)?)(?=,|[ \t]*$)",
+            pairs=r"(?P<key>[A-Za-z]+)=(?P<val>" + NUMBER + r"(?:GB)?)(?=,|[ \t]*$)",
             keymap=_timer_key,
         ),
         *DS_CHAT_KINDS,

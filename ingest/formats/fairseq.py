@@ -39,12 +39,12 @@ import pyarrow.compute as _pc
 
 from ingest.formats._common import ParsedLog, Progress
 from ingest.formats.aliases import sanitise_name
+from ingest.formats.numbers import NUMBER, parse_number
 from ingest.formats.planned import PlannedStepsTextLogReader
 from ingest.formats.textlog import LineKind
 
 pc: Any = _pc  # pyarrow-stubs overloads reject valid calls on generic arrays
 
-_NUM: Final = r"[-+]?(?:[0-9]+\.?[0-9]*(?:[eE][-+]?[0-9]+)?|\.[0-9]+|nan|inf)"
 _TS: Final = r"(?:\[?(?P<ts>[0-9]{4}-[0-9]{2}-[0-9]{2}[ T][0-9]{2}:[0-9]{2}:[0-9]{2}(?:[,.][0-9]+)?)\]?)?"
 _EPOCH: Final = r"[^\n\r]*?\bepoch[ \t]+[0-9]+"
 
@@ -98,8 +98,8 @@ def _valid_key(key: str) -> tuple[str, str | None] | None:
     return (sanitise_name("valid_" + key), None)
 
 
-_JSON_PAIRS: Final = r'"(?P<key>[^"\n]+)":[ \t]*"?(?P<val>' + _NUM + r')"?(?=[ \t]*[,}])'
-_PIPE_PAIRS: Final = r"[ \t]*(?P<key>[A-Za-z_][A-Za-z0-9_/]*)[ \t]+(?P<val>" + _NUM + r")[ \t]*(?=\||[ \t\r]*$)"
+_JSON_PAIRS: Final = r'"(?P<key>[^"\n]+)":[ \t]*"?(?P<val>' + NUMBER + r')"?(?=[ \t]*[,}])'
+_PIPE_PAIRS: Final = r"[ \t]*(?P<key>[A-Za-z_][A-Za-z0-9_/]*)[ \t]+(?P<val>" + NUMBER + r")[ \t]*(?=\||[ \t\r]*$)"
 _NUM_UPDATES_PIPE: Final = r"(?=[^\n]*\|[ \t]*num_updates[ \t]+(?P<step>[0-9]+)[ \t]*(?:\||[ \t\r]*$))"
 
 FAIRSEQ_KINDS: Final = (
@@ -123,7 +123,7 @@ FAIRSEQ_KINDS: Final = (
             r"[ \t]*" + _TS + _EPOCH + r":[ \t]+[0-9]+[ \t]*/[ \t]*[0-9]+[ \t]+"
             r"(?=[^\n]*\bnum_updates=(?P<step>[0-9]+)(?:,|[ \t\r]*$))"
         ),
-        pairs=r"(?P<key>[A-Za-z_][A-Za-z0-9_/]*)=(?P<val>" + _NUM + r")(?=,|[ \t\r]*$)",
+        pairs=r"(?P<key>[A-Za-z_][A-Za-z0-9_/]*)=(?P<val>" + NUMBER + r")(?=,|[ \t\r]*$)",
         keymap=_interval_key,
         run_level=True,
     ),
@@ -147,7 +147,7 @@ _MARKERS: Final = re.compile(r"\|\s*(?:train_inner|fairseq\.trainer|fairseq_cli\
 _META: Final = (
     # the config dump (an omegaconf dict or an argparse Namespace): 0 means "no limit" / "clipping off"
     ("total_steps", re.compile(r"""['"]?max_update['"]?\s*[:=]\s*([0-9]+)""")),
-    ("max_norm", re.compile(r"""['"]?clip_norm['"]?\s*[:=]\s*([0-9.]+(?:e-?[0-9]+)?)""")),
+    ("max_norm", re.compile(r"""['"]?clip_norm['"]?\s*[:=]\s*(""" + NUMBER + ")")),
     ("world_size", re.compile(r"training on ([0-9]+) devices")),
 )
 
@@ -166,8 +166,8 @@ class FairseqReader(PlannedStepsTextLogReader):
             m = pattern.search(text)
             if m is None:
                 continue
-            value = float(m.group(1))
-            if value > 0:
+            value = parse_number(m.group(1))
+            if value is not None and value > 0:
                 meta[key] = int(value) if key != "max_norm" else value
         return meta
 

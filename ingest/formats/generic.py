@@ -28,19 +28,20 @@ from typing import Any, Final
 
 import numpy as np
 
-from ingest.formats._common import LAUNCHER_LEAD, LogBuilder, decode_head, iter_whole_lines, looks_binary
+from ingest.formats._common import LogBuilder, iter_whole_lines
 from ingest.formats.aliases import TIME_UNITS, canonical_name, normalise_key
 from ingest.formats.base import Reader
+from ingest.formats.numbers import NUMBER, parse_number
+from ingest.formats.raw_text import LAUNCHER_LEAD, decode_head, looks_binary
 from stab_core.metrics import CANONICAL_METRICS
 
-_NUM: Final = r"[-+]?(?:[0-9]+\.?[0-9]*(?:[eE][-+]?[0-9]+)?|\.[0-9]+|nan|inf)"
 _UNIT: Final = r"(?:ms|us|ns|sec|s|min|h|%|GB|GiB|MB|MiB)"
 _KEY: Final = r"[A-Za-z_][A-Za-z0-9_/.@\-]{0,80}"
 _PAIR: Final = re.compile(
-    r"(?P<q>['\"])(?P<qkey>[A-Za-z_][^'\"\n]{0,80})(?P=q)[ \t]*:[ \t]*['\"]?(?P<qval>" + _NUM + r")['\"]?"
+    r"(?P<q>['\"])(?P<qkey>[A-Za-z_][^'\"\n]{0,80})(?P=q)[ \t]*:[ \t]*['\"]?(?P<qval>" + NUMBER + r")['\"]?"
     r"|(?<![A-Za-z0-9_/.@\-])(?P<key>" + _KEY + r")(?:[ \t]*[:=][ \t]*|[ \t]+)"
     # the unit may stand one blank after the number ('time: 644.64 ms', Karpathy's llm.c-style logs)
-    r"(?P<val>" + _NUM + r")(?:[ \t]?(?P<unit>" + _UNIT + r"(?:/it(?:er)?)?))?(?![A-Za-z0-9_.])"
+    r"(?P<val>" + NUMBER + r")(?:[ \t]?(?P<unit>" + _UNIT + r"(?:/it(?:er)?)?))?(?![A-Za-z0-9_.])"
 )
 """One ``key: number``, ``key=number``, ``key number`` or ``'key': number`` pair, with an optional unit."""
 _BRACKET_STEP: Final = re.compile(r"^\[(?P<step>[0-9]+)\][ \t]")
@@ -107,10 +108,9 @@ def line_pairs(text: str) -> list[tuple[str, float, str | None]]:
     for m in _PAIR.finditer(own):
         key = m["qkey"] if m["qkey"] is not None else m["key"]
         value = m["qval"] if m["qval"] is not None else m["val"]
-        try:
-            out.append((key.strip(), float(value), m["unit"]))
-        except ValueError:
-            continue
+        number = parse_number(value)
+        if number is not None:
+            out.append((key.strip(), number, m["unit"]))
     return out
 
 
@@ -235,7 +235,7 @@ class GenericReader(Reader):
         return propose(decode_head(head).replace("\r", "\n").splitlines(), self.step_key)
 
     def fill(self, paths: Sequence[Path], builder: LogBuilder) -> None:
-        from ingest.formats._common import read_head
+        from ingest.formats.raw_text import read_head
 
         found = self.proposal(read_head(paths[0], 2 * 1024 * 1024))
         if found is None:

@@ -34,10 +34,12 @@ from typing import Final
 
 import numpy as np
 
-from ingest.formats._common import LAUNCHER_LEAD, LogBuilder, decode_head, iter_whole_lines, looks_binary
+from ingest.formats._common import LogBuilder, iter_whole_lines
 from ingest.formats.aliases import canonical_name, sanitise_name
 from ingest.formats.base import Reader
+from ingest.formats.numbers import parse_number
 from ingest.formats.planned import note_planned_steps
+from ingest.formats.raw_text import LAUNCHER_LEAD, decode_head, looks_binary
 
 _DICT: Final = re.compile(r"\{'[A-Za-z_][^']*':[^{}]*\}")
 """A printed ``logs`` dict: Python's repr, single-quoted keys."""
@@ -67,19 +69,12 @@ class _Scan:
     num_epochs: int | None = None
 
 
-def _number(text: str) -> float | None:
-    try:
-        return float(text)
-    except ValueError:
-        return None
-
-
 def parse_logs_dict(text: str) -> dict[str, float]:
     """The numeric entries of one printed ``logs`` dict (string, number or tensor values)."""
     out: dict[str, float] = {}
     for m in _PAIR.finditer(text):
         raw = m["sval"] if m["sval"] is not None else m["tval"] if m["tval"] is not None else m["val"]
-        value = _number(raw.strip())
+        value = parse_number(raw)
         if value is not None:
             out[m["key"]] = value
     return out

@@ -13,10 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from ingest.errors import StabScopeError
-from ingest.formats._common import LogBuilder, open_error
+from ingest.formats._common import LogBuilder
 from ingest.formats._tabular import nesting_refusal
 from ingest.formats.base import Reader
 from ingest.formats.planned import note_planned_steps
+from ingest.formats.raw_text import open_error
 
 _SUMMARY_KEYS = {"train_runtime", "train_samples_per_second", "train_steps_per_second", "total_flos", "train_loss"}
 _META = {

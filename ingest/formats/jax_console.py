@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Final
 
 from ingest.formats.aliases import canonical_name
+from ingest.formats.numbers import NUMBER
 from ingest.formats.textlog import LineKind, TextLogReader
 
 _ABSL: Final = (
@@ -23,8 +24,7 @@ _ABSL: Final = (
     r"|[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]+)?[ \t]+\[[DIWEC]\][ \t]+)?"
 )
 """absl's ``I0501 10:00:00.123456 140000 file.py:48] `` or openpi's ``10:00:00.123 [I] `` before the message."""
-_NUM: Final = r"[-+]?(?:[0-9]+\.?[0-9]*(?:[eE][-+]?[0-9]+)?|\.[0-9]+|nan|inf)"
-_PAIRS: Final = r"(?P<key>[A-Za-z_][A-Za-z0-9_/.@\-]*)=(?P<val>" + _NUM + r")(?=,|[ \t]|\r|$)"
+_PAIRS: Final = r"(?P<key>[A-Za-z_][A-Za-z0-9_/.@\-]*)=(?P<val>" + NUMBER + r")(?=,|[ \t]|\r|$)"
 _TIME_KEYS: Final = {"sec_per_step", "seconds_per_step", "step_time", "time_per_step", "train/step_time"}
 
 

@@ -14,10 +14,11 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from ingest.formats._common import LogBuilder, decode_head
+from ingest.formats._common import LogBuilder
 from ingest.formats._tabular import STEP_COLUMNS, WALL_COLUMNS, add_wide, find_column, iter_jsonl
 from ingest.formats.aliases import KeyMap
 from ingest.formats.base import Reader
+from ingest.formats.raw_text import decode_head
 
 
 def first_object(head: bytes) -> dict[str, object] | None:

@@ -15,10 +15,9 @@ from __future__ import annotations
 from typing import Final
 
 from ingest.formats.aliases import canonical_name
+from ingest.formats.numbers import NUMBER
 from ingest.formats.planned import PlannedStepsTextLogReader
 from ingest.formats.textlog import LineKind, TextLogReader
-
-_NUM: Final = r"[-+]?(?:[0-9]+\.?[0-9]*(?:[eE][-+]?[0-9]+)?|\.[0-9]+|nan|-?inf)"
 
 _MAIN_KEYS: Final = {
     "trl": ("loss", None),
@@ -69,10 +68,10 @@ class LlmcMainLogReader(TextLogReader):
 
 
 _CONSOLE_PAIRS: Final = (
-    r"(?P<key>[A-Za-z][A-Za-z ]*?)[ \t]+(?P<val>" + _NUM + r")(?=[ \t(|)]|$)"
-    r"|(?P<val2>" + _NUM + r")[ \t]*(?P<key2>ms|%[ \t]*[A-Za-z0-9]+[ \t]+MFU|tok/s)"
+    r"(?P<key>[A-Za-z][A-Za-z ]*?)[ \t]+(?P<val>" + NUMBER + r")(?=[ \t(|)]|$)"
+    r"|(?P<val2>" + NUMBER + r")[ \t]*(?P<key2>ms|%[ \t]*[A-Za-z0-9]+[ \t]+MFU|tok/s)"
 )
-_Z_SCORE: Final = r"\([-+]?(?:[0-9.]+|nan|inf)z\)"
+_Z_SCORE: Final = r"\(" + NUMBER + r"z\)"
 
 
 class LlmcConsoleReader(PlannedStepsTextLogReader):
@@ -99,14 +98,14 @@ class LlmcConsoleReader(PlannedStepsTextLogReader):
         LineKind(
             name="val",
             prefix=r"(?=val loss[ \t])",
-            pairs=r"(?P<key>val loss)[ \t]+(?P<val>" + _NUM + ")",
+            pairs=r"(?P<key>val loss)[ \t]+(?P<val>" + NUMBER + ")",
             keymap=_console_key,
             fill_next=True,
         ),
         LineKind(
             name="hellaswag",
             prefix=r"(?=HellaSwag:)",
-            pairs=r"(?P<key>HellaSwag):[ \t]*[0-9]+/[0-9]+[ \t]*=[ \t]*(?P<val>" + _NUM + ")",
+            pairs=r"(?P<key>HellaSwag):[ \t]*[0-9]+/[0-9]+[ \t]*=[ \t]*(?P<val>" + NUMBER + ")",
             keymap=_console_key,
             ignore=r"[0-9]+/[0-9]+",
             fill_next=True,

@@ -18,10 +18,9 @@ import re
 from typing import Any, Final
 
 from ingest.formats.aliases import canonical_name, sanitise_name
+from ingest.formats.numbers import NUMBER
 from ingest.formats.planned import PlannedStepsTextLogReader
 from ingest.formats.textlog import LineKind
-
-_NUM: Final = r"[-+]?(?:[0-9]+\.?[0-9]*(?:[eE][-+]?[0-9]+)?|nan|inf)"
 
 _TRAIN_KEYS: Final = {
     "seconds": ("step_time_s", "s"),
@@ -50,14 +49,14 @@ class MaxTextReader(PlannedStepsTextLogReader):
                 r"[^\n]*?\bcompleted (?:profiler activation/deactivation )?step:[ \t]*(?P<step>[0-9]+)"
                 r"(?:,[ \t]*|[ \t]*$)"
             ),
-            pairs=r"(?P<key>[A-Za-z_][A-Za-z0-9_/ ]*?):[ \t]*(?P<val>" + _NUM + r")(?=,|[ \t]*$)",
+            pairs=r"(?P<key>[A-Za-z_][A-Za-z0-9_/ ]*?):[ \t]*(?P<val>" + NUMBER + r")(?=,|[ \t]*$)",
             keymap=_train_key,
             per_rank_keys=frozenset({"throughput_tok_s"}),
         ),
         LineKind(
             name="eval",
             prefix=r"[^\n]*?\bCompleted eval after train step[ \t]+(?P<step>[0-9]+),[ \t]*",
-            pairs=r"(?P<key>[A-Za-z_][A-Za-z0-9_]*)=(?P<val>" + _NUM + r")%?(?=,|[ \t]*$)",
+            pairs=r"(?P<key>[A-Za-z_][A-Za-z0-9_]*)=(?P<val>" + NUMBER + r")%?(?=,|[ \t]*$)",
             keymap=_eval_key,
             run_level=True,
         ),

@@ -18,12 +18,12 @@ import re
 from typing import Any, Final
 
 from ingest.formats.aliases import canonical_name, sanitise_name
+from ingest.formats.numbers import NUMBER
 from ingest.formats.planned import PlannedStepsTextLogReader
 from ingest.formats.textlog import LineKind
 
 _TS: Final = r"(?:\[(?P<ts>[0-9]{4}-[0-9]{2}-[0-9]{2}[ T][0-9]{2}:[0-9]{2}:[0-9]{2}(?:[.,][0-9]+)?)\][ \t]*)?"
 _PIPE_PAIRS: Final = r"[ \t]*(?P<key>[^|:\n]*[^|:\s]):[ \t]*(?P<val>[^\s|]+)[ \t]*(?=\||$)"
-_NUMBER_LITERAL: Final = r"[-+]?(?:[0-9][0-9.]*(?:[eE][-+]?[0-9]+)?|nan|inf)"
 
 _ITERATION_KEYS: Final = {
     "consumed samples": ("consumed_samples", None),
@@ -101,15 +101,15 @@ DEEPSPEED_KINDS: Final = (
             r"(?:\[(?P<ts>[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}(?:,[0-9]+)?)\][ \t]*)?"
             r"(?:\[[^\]\n]*\][ \t]*)*\[Rank[ \t]+(?P<rank>[0-9]+)\][ \t]*step=(?P<step>[0-9]+),[ \t]*"
         ),
-        pairs=r"(?P<key>skipped|lr)=\[?(?P<val>" + _NUMBER_LITERAL + ")",
+        pairs=r"(?P<key>skipped|lr)=\[?(?P<val>" + NUMBER + ")",
         keymap=_ds_key,
-        ignore=_NUMBER_LITERAL,
+        ignore=NUMBER,
         run_level=True,
     ),
     LineKind(
         name="ds_loss",
         prefix=r"(?:\[[^\]\n]*\][ \t]*)*steps:[ \t]*(?P<step>[0-9]+)[ \t]+",
-        pairs=r"(?P<key>[A-Za-z][A-Za-z/ ()]*?):[ \t]*(?P<val>" + _NUMBER_LITERAL + ")",
+        pairs=r"(?P<key>[A-Za-z][A-Za-z/ ()]*?):[ \t]*(?P<val>" + NUMBER + ")",
         keymap=_ds_key,
         run_level=True,
     ),

@@ -16,9 +16,10 @@ import numpy as np
 import pyarrow as pa
 
 from ingest.errors import StabScopeError
-from ingest.formats._common import LogBuilder, parse_numbers
+from ingest.formats._common import LogBuilder
 from ingest.formats.base import Reader
 from ingest.formats.hf_trainer_state import _load
+from ingest.formats.numbers import parse_numbers
 
 _SIGNATURE = re.compile(rb'^\s*\{\s*"[^"]+"\s*:\s*\{\s*"start_step"\s*:')
 

@@ -15,9 +15,11 @@ import pyarrow.csv as pacsv
 import yaml
 
 from ingest.errors import StabScopeError
-from ingest.formats._common import LogBuilder, parse_numbers, read_head
+from ingest.formats._common import LogBuilder
 from ingest.formats._tabular import MAX_STEP, first_invalid_utf8, row_skipper, to_float, utf8_source
 from ingest.formats.base import Reader
+from ingest.formats.numbers import parse_numbers
+from ingest.formats.raw_text import read_head
 
 
 def run_folders(path: Path) -> list[Path]:

@@ -12,6 +12,7 @@ import re
 from typing import Any, Final
 
 from ingest.formats.aliases import canonical_name
+from ingest.formats.numbers import NUMBER
 from ingest.formats.textlog import LineKind, TextLogReader
 
 
@@ -56,8 +57,8 @@ class NanoGPTReader(TextLogReader):
             name="tagged_iter",
             prefix=r"\[train\][ \t]*iter[ \t]+(?P<step>[0-9]+):[ \t]*",
             pairs=(
-                r"(?P<val2>[-+]?[0-9][0-9.eE+-]*)[ \t]*(?P<key2>(?:ns|us|ms|s|sec)/it(?:er)?)\b"
-                r"|(?P<key>[A-Za-z][A-Za-z_ ]*?)[ \t]+(?P<val>[-+]?(?:[0-9][^\s,]*|nan|inf))"
+                r"(?P<val2>" + NUMBER + r")[ \t]*(?P<key2>(?:ns|us|ms|s|sec)/it(?:er)?)\b"
+                r"|(?P<key>[A-Za-z][A-Za-z_ ]*?)[ \t]+(?P<val>" + NUMBER + r"[^\s,]*)"
             ),
             keymap=_tagged_key,
             run_level=True,
@@ -65,21 +66,21 @@ class NanoGPTReader(TextLogReader):
         LineKind(
             name="tagged_eval",
             prefix=r"\[(?:eval|val)\][ \t]*iter[ \t]+(?P<step>[0-9]+):[ \t]*",
-            pairs=r"(?P<key>[A-Za-z][A-Za-z_ ]*?)[ \t]+(?P<val>[-+]?(?:[0-9][^\s,]*|nan|inf))",
+            pairs=r"(?P<key>[A-Za-z][A-Za-z_ ]*?)[ \t]+(?P<val>" + NUMBER + r"[^\s,]*)",
             keymap=_tagged_eval_key,
         ),
         LineKind(
             name="iter",
             prefix=r"iter[ \t]+(?P<step>[0-9]+):[ \t]*",
-            pairs=r"(?P<key>[A-Za-z][A-Za-z_ ]*?)[ \t]+(?P<val>[^\s,]+)",
+            pairs=r"(?P<key>[A-Za-z][A-Za-z_ ]*?)[ \t]+(?P<val>" + NUMBER + r"[^\s,]*)",
             keymap=_iter_key,
             sentinels={"mfu": -100.0},
             run_level=True,
         ),
         LineKind(
             name="eval",
-            prefix=r"step[ \t]+(?P<step>[0-9]+):[ \t]*(?=train loss[ \t]+[^\s,]+,[ \t]*val loss)",
-            pairs=r"(?P<key>train loss|val loss)[ \t]+(?P<val>[^\s,]+)",
+            prefix=r"step[ \t]+(?P<step>[0-9]+):[ \t]*(?=train loss[ \t]+" + NUMBER + r",[ \t]*val loss)",
+            pairs=r"(?P<key>train loss|val loss)[ \t]+(?P<val>" + NUMBER + ")",
             keymap=_eval_key,
         ),
     )
@@ -92,7 +93,7 @@ class NanoGPTReader(TextLogReader):
         m = re.search(r"tokens per iteration will be: ([\d,]+)", text)
         if m:
             meta["tokens_per_step"] = int(m.group(1).replace(",", ""))
-        m = re.search(r"number of parameters: ([\d.]+[KMB]?)", text)
+        m = re.search(r"number of parameters: (" + NUMBER + r"[KMB]?)", text)
         if m:
             meta["model"] = f"{m.group(1)} parameters"
         overrides = dict(re.findall(r"^Overriding: (\w+) = (.*)$", text, re.M))

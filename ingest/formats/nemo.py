@@ -28,10 +28,9 @@ from typing import Final
 
 from ingest.formats._common import LogBuilder
 from ingest.formats.aliases import sanitise_name
+from ingest.formats.numbers import NUMBER
 from ingest.formats.planned import PlannedStepsTextLogReader, note_planned_steps
 from ingest.formats.textlog import LineKind, TextLogReader
-
-_NUM: Final = r"[-+]?(?:[0-9]+\.?[0-9]*(?:[eE][-+]?[0-9]+)?|\.[0-9]+|nan|inf)"
 
 _KEYS: Final[dict[str, tuple[str, str | None] | None]] = {
     "reduced_train_loss": ("loss", None),
@@ -54,7 +53,7 @@ def _nemo_key(key: str) -> tuple[str, str | None] | None:
     return (sanitise_name(key), None)
 
 
-_PIPE_PAIRS: Final = r"[ \t]*(?P<key>[^|:\n]*[^|:\s]):[ \t]*(?P<val>" + _NUM + r")[ \t]*(?=\||[ \t\r]*$)"
+_PIPE_PAIRS: Final = r"[ \t]*(?P<key>[^|:\n]*[^|:\s]):[ \t]*(?P<val>" + NUMBER + r")[ \t]*(?=\||[ \t\r]*$)"
 
 NEMO2_KINDS: Final = (
     LineKind(
@@ -74,7 +73,7 @@ is read (each redraw's values belong to its own step; the common layer may split
 _EPOCH_BAR: Final = _REDRAWN + r"[^\n\r]*?\bEpoch[ \t]+[0-9]+:[^\n\r\[]*?"
 """``Epoch 0: 40%|████      `` up to the counter (tqdm's description, percentage and bar)."""
 _BAR: Final = _EPOCH_BAR + r"(?:\|[ \t]*[0-9]+/(?P<total>[0-9]+))?[^\n\r\[]*\["
-_POSTFIX_PAIRS: Final = r"(?P<key>[A-Za-z_][A-Za-z0-9_/ .-]*?)=(?P<val>" + _NUM + r")(?=,|\])"
+_POSTFIX_PAIRS: Final = r"(?P<key>[A-Za-z_][A-Za-z0-9_/ .-]*?)=(?P<val>" + NUMBER + r")(?=,|\])"
 
 NEMO1_KINDS: Final = (
     LineKind(

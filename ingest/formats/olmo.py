@@ -25,10 +25,9 @@ import re
 from typing import Any, Final
 
 from ingest.formats.aliases import sanitise_name
+from ingest.formats.numbers import NUMBER
 from ingest.formats.planned import PlannedStepsTextLogReader
 from ingest.formats.textlog import LineKind
-
-_NUM: Final = r"[-+]?(?:[0-9]{1,3}(?:,[0-9]{3})+|[0-9]+\.?[0-9]*(?:[eE][-+]?[0-9]+)?|\.[0-9]+|nan|inf)"
 
 _KEYS: Final[dict[str, tuple[str, str | None] | None]] = {
     "train/CrossEntropyLoss": ("loss", None),
@@ -69,8 +68,8 @@ OLMO_KINDS: Final = (
         name="metric",
         # `name=value` alone on its line (indented by OLMo; a paste may lose the indent): a prose
         # line with an `=` inside it does not fit the whole-line shape
-        prefix=r"[ \t]*(?=[A-Za-z][A-Za-z0-9_/ ().%@:-]*=" + _NUM + r"[ \t\r]*$)",
-        pairs=r"(?P<key>[A-Za-z][A-Za-z0-9_/ ().%@:-]*)=(?P<val>" + _NUM + r")",
+        prefix=r"[ \t]*(?=[A-Za-z][A-Za-z0-9_/ ().%@:-]*=" + NUMBER + r"[ \t\r]*$)",
+        pairs=r"(?P<key>[A-Za-z][A-Za-z0-9_/ ().%@:-]*)=(?P<val>" + NUMBER + r")",
         keymap=_olmo_key,
         per_rank_keys=frozenset({"throughput_tok_s"}),
     ),

@@ -13,9 +13,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ingest.errors import StabScopeError
-from ingest.formats._common import LogBuilder, parse_numbers
+from ingest.formats._common import LogBuilder
 from ingest.formats._tabular import STEP_COLUMNS, WALL_COLUMNS, add_wide, find_column, to_float
 from ingest.formats.base import Reader
+from ingest.formats.numbers import parse_numbers
 from stab_core.metrics import RUN_RANK
 
 LONG_COLUMNS = {"step", "metric", "value"}

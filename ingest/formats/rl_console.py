@@ -18,11 +18,11 @@ from __future__ import annotations
 from typing import Final
 
 from ingest.formats.aliases import canonical_name
+from ingest.formats.numbers import NUMBER
 from ingest.formats.textlog import LineKind, TextLogReader
 
 RAY_PREFIX: Final = r"(?:\((?:[A-Za-z_][A-Za-z0-9_.]*[ \t]+)?pid=[0-9]+(?:,[ \t]*ip=[0-9A-Fa-f.:]+)?\)[ \t]*)?"
 """Ray's ``(TaskRunner pid=123)``, ``(RayWorker pid=1, ip=10.0.0.2)``, ``(pid=123)`` before a worker's line."""
-_NUM: Final = r"[-+]?(?:[0-9]+\.?[0-9]*(?:[eE][-+]?[0-9]+)?|\.[0-9]+|nan|inf)"
 
 _ROLES: Final[dict[str, tuple[str, str | None]]] = {
     "actor/grad_norm": ("grad_norm", None),
@@ -44,7 +44,7 @@ class VerlConsoleReader(TextLogReader):
             name="step",
             prefix=RAY_PREFIX + r"step:(?P<step>[0-9]+)[ \t]+-[ \t]+(?=[A-Za-z_])",
             pairs=(
-                r"(?P<key>[A-Za-z_][A-Za-z0-9_/@.\-]*):(?:np\.float(?:16|32|64)\()?(?P<val>" + _NUM + r")\)?"
+                r"(?P<key>[A-Za-z_][A-Za-z0-9_/@.\-]*):(?:np\.float(?:16|32|64)\()?(?P<val>" + NUMBER + r")\)?"
                 r"(?=[ \t]+-[ \t]|[ \t\r]*$)"
             ),
             keymap=_verl_key,

@@ -36,10 +36,12 @@ from pathlib import Path
 from typing import BinaryIO, Final
 
 from ingest.errors import StabScopeError
-from ingest.formats._common import LogBuilder, open_error, read_head
+from ingest.formats._common import LogBuilder
 from ingest.formats.base import Reader
+from ingest.formats.raw_text import open_error, read_head
 from ingest.formats.tensorboard_events import Data, masked_crc
-from ingest.formats.tensorboard_records import MAX_RECORD, PAD, PAD_BYTES, decode_block, frame_records
+from ingest.formats.tensorboard_layouts import decode_block
+from ingest.formats.tensorboard_records import MAX_RECORD, PAD, PAD_BYTES, frame_records
 from stab_core.metrics import RUN_RANK
 
 _BLOCK_BYTES: Final = 64 * 1024 * 1024

@@ -36,16 +36,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Final
 
-from ingest.formats._common import (
-    CHUNK_BYTES,
-    LAUNCHER_LEAD,
-    LogBuilder,
-    decode_head,
-    iter_whole_lines,
-    looks_binary,
-    strip_launcher_prefixes,
-)
+from ingest.formats._common import CHUNK_BYTES, LogBuilder, iter_whole_lines
 from ingest.formats.base import Reader
+from ingest.formats.raw_text import LAUNCHER_LEAD, decode_head, looks_binary, strip_launcher_prefixes
 from ingest.formats.sections import run_heading_lines
 from ingest.formats.textlog_engine import PER_RANK_NAMES, EngineState, MatchedChunk
 from ingest.formats.textlog_patterns import ENGINE_ENV, LineKind

@@ -30,15 +30,11 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as _pc
 
-from ingest.formats._common import (
-    LAUNCHER_PREFIX,
-    ConvertedValues,
-    LogBuilder,
-    parse_numbers,
-    parse_timestamps,
-)
+from ingest.formats._common import LogBuilder, parse_timestamps
 from ingest.formats.accounting import FIRST_LINES, looks_like_metric_line
 from ingest.formats.aliases import canonical_name, keep_apart, to_canonical_unit
+from ingest.formats.numbers import ConvertedValues, parse_numbers
+from ingest.formats.raw_text import BARE_PREFIX, LAUNCHER_MESSAGE, is_shell_command, own_start, own_text
 from ingest.formats.segments import kind_stream
 from ingest.formats.textlog_patterns import (
     MAX_SKELETONS_PER_KIND,
@@ -50,6 +46,7 @@ from ingest.formats.textlog_patterns import (
     value_group,
 )
 from ingest.formats.textlog_pipes import Split, match_plan
+from ingest.formats.textlog_rows import add_masked, launcher_ranks, note_unread, out_pct_name
 from stab_core.metrics import PER_RANK_METRICS, RUN_RANK
 
 pc: Any = _pc  # pyarrow-stubs overloads reject valid calls on generic arrays
@@ -300,20 +297,20 @@ class EngineState:
         blocks: dict[tuple[int, tuple[str, ...]], _Block] = {}
         account = builder.account
         for row, line in zip(rows.tolist(), texts, strict=True):
-            if not line.strip(b" \t\r") or _BARE_PREFIX.fullmatch(line):
+            if not line.strip(b" \t\r") or BARE_PREFIX.fullmatch(line):
                 account.ignore("blank", first_line + row)
                 continue
-            if _is_shell_command(line):
+            if is_shell_command(line):
                 builder.skip(path, first_line + row, _reason(line, "a shell command, not a metric line"))
                 account.ignore("shell/launcher", first_line + row)
                 continue
             found = self._match_kind(line)
             if found is None:
                 builder.skip(path, first_line + row, _reason(line))
-                if _LAUNCHER_MESSAGE.match(line, _own_start(line)):
+                if LAUNCHER_MESSAGE.match(line, own_start(line)):
                     account.ignore("shell/launcher", first_line + row)
                 else:
-                    account.note_line(str(path), first_line + row, _own_text(line))
+                    account.note_line(str(path), first_line + row, own_text(line))
                 continue
             kind_i, m = found
             keys: tuple[str, ...]
@@ -324,14 +321,14 @@ class EngineState:
                     keys, values = skeleton.keys, list(whole.groups()[len(skeleton.prefix_names) :])
                     break
             else:
-                junk = _LAUNCHER_MESSAGE.search(line, m.end())
+                junk = LAUNCHER_MESSAGE.search(line, m.end())
                 pairs = list(self.compiled[kind_i][1].finditer(line, m.end(), junk.start() if junk else len(line)))
                 self.learn(kind_i, line, m, pairs)
                 keys = tuple(key_of(pair) for pair in pairs)
                 values = [pair.group(value_group(pair)) for pair in pairs]
             if not keys:
                 builder.skip(path, first_line + row, "metric line without values: " + _reason(line))
-                own = _own_text(line)
+                own = own_text(line)
                 if looks_like_metric_line(own):
                     account.flag(str(path), first_line + row, own)
                 else:
@@ -473,7 +470,7 @@ class EngineState:
         stream: Any = kind_stream(block.kind, 0 if line_rank is None else line_rank + 1)
         run_stream = stream
         rank_of_line: Any = line_rank
-        launcher = _launcher_ranks(block.lrank)
+        launcher = launcher_ranks(block.lrank)
         run_rows: npt.NDArray[np.bool_] | None = None
         if launcher is not None:
             # one log of every rank's lines: each line's per-rank values are its rank's; the
@@ -501,7 +498,7 @@ class EngineState:
             else:
                 conv = parse_numbers(_arrow(raw))
                 if not conv.ok.all():
-                    _note_unread(builder, key, _arrow(raw), conv.ok, line_numbers)
+                    note_unread(builder, key, _arrow(raw), conv.ok, line_numbers)
             sentinel = kind.sentinels.get(name)
             if sentinel is not None:
                 conv.ok &= conv.values != sentinel
@@ -528,23 +525,11 @@ class EngineState:
                 kept = conv.values if mask.all() else conv.values[mask]
                 out_name, out_values = to_canonical_unit(name, unit, kept)
                 builder.note_source(block.kind, out_name, kind.name, key)
-                _add_masked(builder, out_name, steps, out_values, mask, rank, wall, line_stream, seq)
+                add_masked(builder, out_name, steps, out_values, mask, rank, wall, line_stream, seq)
             if conv.pct is not None:
                 pmask = conv.ok & ~np.isnan(conv.pct)
                 pct_name = out_pct_name(name)
-                _add_masked(builder, pct_name, steps, conv.pct[pmask], pmask, rank, wall, line_stream, seq)
-
-
-def _note_unread(
-    builder: LogBuilder, key: str, raw: Any, ok: npt.NDArray[np.bool_], lines: npt.NDArray[np.int64]
-) -> None:
-    """Count the values of ``key`` that were printed but are not numbers (``lm loss: x6.9``): their
-    lines gave their other values, and the report names them (a value absent from a line is not
-    counted)."""
-    printed = np.asarray(pc.fill_null(pc.greater(pc.binary_length(raw), 0), False).to_numpy(zero_copy_only=False), bool)
-    unread = printed & ~ok
-    if unread.any():
-        builder.account.unread(key, lines[unread])
+                add_masked(builder, pct_name, steps, conv.pct[pmask], pmask, rank, wall, line_stream, seq)
 
 
 def _decide_together(a: _Block, b: _Block) -> None:
@@ -567,108 +552,6 @@ def lines_array(chunk: bytes) -> Any:
     offsets[0] = 0
     offsets[1:] = ends
     return pa.Array.from_buffers(pa.binary(), ends.shape[0], [None, pa.py_buffer(offsets), pa.py_buffer(chunk)])
-
-
-def out_pct_name(name: str) -> str:
-    """Name of a ``(NN%)`` companion value: ``gpu_mem_gb`` -> ``gpu_mem_pct``."""
-    return (name[:-3] if name.endswith("_gb") else name) + "_pct"
-
-
-def _add_masked(
-    builder: LogBuilder,
-    name: str,
-    steps: npt.NDArray[np.int64],
-    values: npt.NDArray[np.float64],
-    mask: npt.NDArray[np.bool_],
-    rank: Any,
-    wall: npt.NDArray[np.float64] | None,
-    stream: Any,
-    seq: npt.NDArray[np.int64],
-) -> None:
-    if mask.all():  # share the block's arrays between its metrics: no copies
-        if isinstance(stream, np.ndarray):
-            mask = np.ones(steps.shape[0], dtype=bool)
-        else:
-            builder.add(name, steps, values, rank=rank, wall_time=wall, stream=int(stream), seq=seq, canonical=True)
-            return
-    r = rank[mask] if isinstance(rank, np.ndarray) else rank
-    st = stream[mask] if isinstance(stream, np.ndarray) else stream
-    if isinstance(st, np.ndarray):
-        # one stream per printing rank: split so each keeps its own step sequence
-        for s in np.unique(st):
-            sel = st == s
-            builder.add(
-                name,
-                steps[mask][sel],
-                values[sel],
-                rank=r[sel] if isinstance(r, np.ndarray) else r,
-                wall_time=None if wall is None else wall[mask][sel],
-                stream=int(s),
-                seq=seq[mask][sel],
-                canonical=True,
-            )
-        return
-    builder.add(
-        name,
-        steps[mask],
-        values,
-        rank=r,
-        wall_time=None if wall is None else wall[mask],
-        stream=int(st),
-        seq=seq[mask],
-        canonical=True,
-    )
-
-
-_LEAD: Final = re.compile(LAUNCHER_PREFIX.replace(")??", ")?").encode() + rb"[ \t]*")
-_SHELL_COMMAND: Final = re.compile(
-    rb"(?:[+$>][ \t]*)?(?:export|unset|source|srun|sbatch|salloc|torchrun|deepspeed|mpirun|accelerate[ \t]+launch"
-    rb"|python3?[ \t]+(?:-m[ \t]+|-u[ \t]+)*[^\s=]+)[ \t]+(?![ \t]|\.\.)"  # not a dump's 'deepspeed .... True'
-    rb"|#SBATCH[ \t]"
-)
-"""A shell command (a README's ``export HF_DATASETS_OFFLINE=1``, ``bash -x``'s ``+ export ...``, a
-launch command): its ``NAME=1`` is a setting, not a metric, whatever pairs a format would see in it."""
-_LAUNCHER_MESSAGE: Final = re.compile(
-    rb"slurmstepd(?:-[A-Za-z0-9_.-]+)?:|srun: (?:error|warning|Job step|Force)|\*\*\* (?:JOB|STEP) [0-9]|pdsh@"
-)
-"""Where SLURM or pdsh writes into a line (its stderr interleaved with the trainer's stdout:
-``slurmstepd: error: *** JOB 123456 ON node017 CANCELLED AT ... ***``): no metric from there on."""
-
-
-def _own_start(line: bytes) -> int:
-    """Where ``line``'s own text starts, behind any launcher prefix."""
-    lead = _LEAD.match(line)
-    return lead.end() if lead else 0
-
-
-def _own_text(line: bytes) -> str:
-    """``line``'s own text (behind any launcher prefix), decoded."""
-    return line[_own_start(line) :].decode("utf-8", "replace")
-
-
-def _is_shell_command(line: bytes) -> bool:
-    """Whether ``line``'s own text, behind any launcher prefix, is a shell command."""
-    lead = _LEAD.match(line)
-    return _SHELL_COMMAND.match(line, lead.end() if lead else 0) is not None
-
-
-_BARE_PREFIX: Final = re.compile(LAUNCHER_PREFIX.encode() + rb"[ \t\r]*")
-"""A line that is a launcher prefix alone (an empty line of the trainer's): blank, not skipped."""
-
-
-def _launcher_ranks(col: Any) -> npt.NDArray[np.int32] | None:
-    """The rank each line's launcher prefix names (-1: none), or None when no line names one."""
-    if len(col) == 0:
-        return None
-    if isinstance(col, pa.Array):
-        lengths = pc.binary_length(col).fill_null(0)
-        if (pc.max(lengths).as_py() or 0) == 0:
-            return None
-        text = pc.if_else(pc.equal(lengths, 0), pa.scalar(b"-1", pa.binary()), col.fill_null(b"-1"))
-        return np.asarray(text.cast(pa.string()).cast(pa.int32()).to_numpy(zero_copy_only=False), np.int32)
-    if not any(col):
-        return None
-    return np.array([int(r) if r else -1 for r in col], dtype=np.int32)
 
 
 def _filter_block(block: _Block, valid: npt.NDArray[np.bool_]) -> _Block:

@@ -26,8 +26,8 @@ import pyarrow as pa
 import pyarrow.compute as _pc
 
 from ingest.errors import StabScopeError
-from ingest.formats._common import LAUNCHER_PREFIX
 from ingest.formats.aliases import KeyMap
+from ingest.formats.raw_text import LAUNCHER_PREFIX
 from ingest.formats.textlog_pipes import Plan, plan_for
 
 pc: Any = _pc  # pyarrow-stubs overloads reject valid calls on generic arrays

@@ -15,6 +15,7 @@ import math
 import re
 from typing import Any
 
+from ingest.formats.numbers import NUMBER, parse_number
 from ingest.formats.planned import PlannedStepsTextLogReader
 from ingest.formats.textlog import LineKind
 
@@ -60,11 +61,11 @@ class TorchtitanReader(PlannedStepsTextLogReader):
         if m:
             meta["model"] = m.group(1)
             meta["n_params"] = int(m.group(2).replace(",", ""))
-        m = re.search(r"CUDA capacity: (.+?) with ([\d.]+)GiB memory", text)
+        m = re.search(r"CUDA capacity: (.+?) with (" + NUMBER + ")GiB memory", text)
         if m:
             meta["gpu_model"] = m.group(1)
-            meta["gpu_mem_capacity_gb"] = float(m.group(2))
-        m = re.search(r"Peak FLOPS used for computing MFU: ([\d.e+]+)", text)
+            meta["gpu_mem_capacity_gb"] = parse_number(m.group(2))
+        m = re.search(r"Peak FLOPS used for computing MFU: (" + NUMBER + ")", text)
         if m:
-            meta["peak_flops"] = float(m.group(1))
+            meta["peak_flops"] = parse_number(m.group(1))
         return meta

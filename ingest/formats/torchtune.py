@@ -13,9 +13,8 @@ from __future__ import annotations
 from typing import Final
 
 from ingest.formats.aliases import canonical_name
+from ingest.formats.numbers import NUMBER
 from ingest.formats.textlog import LineKind, TextLogReader
-
-_NUM: Final = r"[-+]?(?:[0-9]+\.?[0-9]*(?:[eE][-+]?[0-9]+)?|nan|inf)"
 
 _KEYS: Final = {
     "tokens_per_second_per_gpu": ("throughput_tok_s", None),
@@ -37,7 +36,7 @@ class TorchtuneReader(TextLogReader):
             name="step",
             prefix=r"[ \t]*Step[ \t]+(?P<step>[0-9]+)[ \t]*\|[ \t]*",
             # a key starts the line or follows a blank (so tensor's device='cuda:0' is no pair)
-            pairs=r"(?<![^ \t|])(?P<key>[A-Za-z_][A-Za-z0-9_/.\-]*):(?:tensor\()?(?P<val>" + _NUM + r")",
+            pairs=r"(?<![^ \t|])(?P<key>[A-Za-z_][A-Za-z0-9_/.\-]*):(?:tensor\()?(?P<val>" + NUMBER + r")",
             keymap=_key,
             per_rank_keys=frozenset({"throughput_tok_s", "gpu_mem_max_active_gb"}),
         ),

@@ -13,18 +13,24 @@ the demo trainer that trains that way.
 - :mod:`ingest.training.hf_callback` / :mod:`ingest.training.lightning_callback`: the same shards from a
   Hugging Face ``Trainer`` or a Lightning ``Trainer`` through a callback (the ``[hf]`` / ``[lightning]``
   extras; the only modules that import those frameworks).
-- :mod:`ingest.training.demo_trainer`: ``stabscope demo-train`` (a small transformer LM on gloo
-  CPU processes, with provocations and checkpoint/resume).
+- :mod:`ingest.training.toy_model`: the one toy model (a small GPT, dense or with a top-1 MoE block)
+  and its next-token loss; :mod:`ingest.training.train_loop`: the one training loop (optimizer,
+  scheduler and clipper in a ``Trainer``; ``train_steps``, a batch taken whole or in halves). The
+  demo trainer and the experiment both train through these two.
+- :mod:`ingest.training.demo_trainer`: ``stabscope demo-train`` (the toy model on gloo CPU
+  processes, with provocations and checkpoint/resume).
+- ``experiment*`` and :mod:`ingest.training.lead_time`: ``stabscope experiment`` (the arms and
+  mechanisms, the byte corpus, the results, the report).
 - :mod:`ingest.training.spawn`: running a function on several local processes (the demo, the
   benchmark, the distributed tests).
 
-The torch classes with no I/O live in ``stab_core``, at module level like everything else:
-``stab_core.torch_clipping`` (``clip_grad_norm``, ``ZClip``, ``global_grad_norm``) and
-``stab_core.torch_schedulers`` (``WarmupCosineRestartScheduler`` and the baselines). The
+The torch classes with no I/O (here, not in ``stab_core``, which holds no torch), at module level:
+``ingest.training.torch_clipping`` (``clip_grad_norm``, ``ZClip``, ``global_grad_norm``) and
+``ingest.training.torch_schedulers`` (``WarmupCosineRestartScheduler`` and the baselines). The
 measurement of the monitor's cost is ``bench.training`` (goal 5).
 
 The monitor's modules import torch at the top (a training process has it loaded); the demo
-trainer and ``spawn`` import it inside their functions, because the ``stabscope`` CLI imports the
-demo trainer's ``add_cli`` for every command. This file imports nothing, so importing one module
-of the package does not load the others.
+trainer, the toy model, the loop, the experiment and ``spawn`` import it inside their functions,
+because the ``stabscope`` CLI imports the demo trainer's ``add_cli`` for every command. This file
+imports nothing, so importing one module of the package does not load the others.
 """

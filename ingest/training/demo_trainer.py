@@ -1,7 +1,8 @@
 """``stabscope demo-train``: real multi-process training that writes StabScope shards.
 
 Each rank is a process (``torch.multiprocessing.spawn``, ``torch.distributed`` on gloo, one CPU
-thread each) training a small causal transformer LM under DDP on tokens drawn from a Markov source
+thread each) training the training side's toy GPT (:mod:`ingest.training.toy_model`, the experiment's
+model) under DDP on tokens drawn from a Markov source
 (first or second order), so the loss falls from ln(vocab) towards the source's entropy. It uses the
 warmup-cosine-restart scheduler, global-norm clipping (or ZClip) and the :class:`StabilityMonitor`,
 and checkpoints every ``checkpoint_every`` steps (``--resume`` continues from the latest one).
@@ -36,14 +37,13 @@ import numpy.typing as npt
 
 from ingest.errors import StabScopeError
 from ingest.training.spawn import exit_rank, spawn_ranks
+from ingest.training.toy_model import ModelShape
 
 if TYPE_CHECKING:
     import torch
     from torch import nn
 
-    from stab_core.clipping import ClipRecord
-    from stab_core.torch_clipping import ZClip
-    from stab_core.torch_schedulers import WarmupCosineRestartScheduler
+    from ingest.training.train_loop import StepOutcome, Trainer
 
 Provocation = Literal["none", "lr-jump", "outlier-batch"]
 ClipMethod = Literal["norm", "zclip"]
@@ -56,8 +56,8 @@ DEFAULT_PEAK_LR = 2e-3
 LR_JUMP_PEAK_LR = 0.15
 """``lr-jump``'s peak LR (75x the default). The first cycle's warmup ramps up to it and the model
 survives; at the restart the LR jumps from the floor (1 % of the peak) to it in one step and the loss
-spikes. Measured on 2 ranks x 240 steps, seeds 0-2: the loss peaks at 4.4-5.7x its pre-restart median
-within 30 steps and recovers within ~60 (a run without the provocation: 1.04x)."""
+spikes. Measured on 2 ranks x 240 steps, seeds 0-2: the loss peaks at 2.6-6.7x its pre-restart median
+within 30 steps (a run without the provocation: 1.04-1.10x)."""
 LR_JUMP_MIN_LR_RATIO = 0.01
 
 
@@ -149,6 +149,17 @@ class DemoConfig:
     def outlier_rank(self) -> int:
         return self.ranks - 1
 
+    @property
+    def model_shape(self) -> ModelShape:
+        """The toy GPT this run trains (:mod:`ingest.training.toy_model`, dense, over the source's tokens)."""
+        return ModelShape(
+            d_model=self.d_model,
+            n_layers=self.n_layers,
+            n_heads=self.n_heads,
+            seq_len=self.seq_len,
+            vocab=self.vocab_size,
+        )
+
 
 # --------------------------------------------------------------------------------------------------
 # Data: a Markov source
@@ -211,97 +222,35 @@ def batch_tokens(config: DemoConfig, source: MarkovSource, rank: int, step: int)
 
 
 # --------------------------------------------------------------------------------------------------
-# Model
-# --------------------------------------------------------------------------------------------------
-
-
-def build_model(config: DemoConfig) -> nn.Module:
-    """A pre-LN causal transformer LM (``n_layers`` x ``d_model``, learned positions), seeded."""
-    import torch
-    from torch import nn
-
-    class TinyLM(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            d = config.d_model
-            self.embed = nn.Embedding(config.vocab_size, d)
-            self.position = nn.Parameter(torch.randn(config.seq_len, d) * 0.02)
-            layer = nn.TransformerEncoderLayer(d, config.n_heads, 4 * d, dropout=0.0, batch_first=True, norm_first=True)
-            self.blocks = nn.TransformerEncoder(layer, config.n_layers, enable_nested_tensor=False)
-            self.norm = nn.LayerNorm(d)
-            self.head = nn.Linear(d, config.vocab_size)
-            self.register_buffer(
-                "causal_mask", nn.Transformer.generate_square_subsequent_mask(config.seq_len), persistent=False
-            )
-
-        def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-            length = tokens.shape[1]
-            hidden = self.embed(tokens) + self.position[:length]
-            mask: torch.Tensor = self.causal_mask[:length, :length]  # type: ignore[index]
-            hidden = self.blocks(hidden, mask=mask, is_causal=True)
-            logits: torch.Tensor = self.head(self.norm(hidden))
-            return logits
-
-    torch.manual_seed(config.seed)
-    return TinyLM()
-
-
-def lm_loss(model: nn.Module, tokens: torch.Tensor) -> torch.Tensor:
-    """Mean next-token cross-entropy (nats/token)."""
-    from torch.nn import functional
-
-    logits = model(tokens[:, :-1])
-    loss: torch.Tensor = functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1))
-    return loss
-
-
-# --------------------------------------------------------------------------------------------------
 # The training loop (one rank)
 # --------------------------------------------------------------------------------------------------
 
 
-@dataclass
-class _Trainer:
-    """The objects one rank trains with, rebuilt identically on resume."""
+def _build_trainer(config: DemoConfig, *, ddp: bool) -> Trainer:
+    from ingest.training.torch_clipping import ZClip
+    from ingest.training.toy_model import build_gpt
+    from ingest.training.train_loop import build_trainer
 
-    model: nn.Module
-    params: list[torch.Tensor]
-    """The model's parameters, listed once: ``model.parameters()`` walks the module tree each call."""
-    optimizer: torch.optim.Optimizer
-    scheduler: WarmupCosineRestartScheduler
-    clipper: ZClip | None
-    """ZClip with ``--clip zclip``; None for global-norm clipping."""
-
-
-def _build_trainer(config: DemoConfig, *, ddp: bool) -> _Trainer:
-    import warnings
-
-    import torch
-
-    from stab_core.torch_clipping import ZClip
-    from stab_core.torch_schedulers import WarmupCosineRestartScheduler
-
-    model = build_model(config)
+    model = build_gpt(config.model_shape, config.seed)
     if ddp:
         from torch.nn.parallel import DistributedDataParallel
 
         model = DistributedDataParallel(model, gradient_as_bucket_view=True)
     assert config.peak_lr is not None and config.warmup_steps is not None
-    assert config.restart_warmup_steps is not None
-    optimizer = torch.optim.AdamW(model.parameters(), lr=config.peak_lr, betas=(0.9, 0.95), weight_decay=0.1)
-    with warnings.catch_warnings():
-        # lr-jump's missing restart warmup is the point; the advice still reaches the run metadata.
-        warnings.simplefilter("ignore", UserWarning)
-        scheduler = WarmupCosineRestartScheduler(
-            optimizer,
-            total_steps=config.steps,
-            warmup_steps=config.warmup_steps,
-            restart_warmup_steps=config.restart_warmup_steps,
-            num_cycles=config.num_cycles,
-            min_lr_ratio=config.min_lr_ratio if config.min_lr_ratio is not None else 0.1,
-        )
-    clipper = ZClip(max_norm=config.max_norm * 10) if config.clip == "zclip" else None
-    return _Trainer(model, list(model.parameters()), optimizer, scheduler, clipper)
+    assert config.restart_warmup_steps is not None and config.min_lr_ratio is not None
+    return build_trainer(
+        model,
+        peak_lr=config.peak_lr,
+        betas=(0.9, 0.95),
+        weight_decay=0.1,
+        total_steps=config.steps,
+        warmup_steps=config.warmup_steps,
+        restart_warmup_steps=config.restart_warmup_steps,
+        num_cycles=config.num_cycles,
+        min_lr_ratio=config.min_lr_ratio,
+        clipper=ZClip(max_norm=config.max_norm * 10) if config.clip == "zclip" else None,
+        max_norm=config.max_norm,
+    )
 
 
 def _unwrapped(model: nn.Module) -> nn.Module:
@@ -321,7 +270,7 @@ def latest_checkpoint(out: Path) -> Path | None:
     return found[-1] if found else None
 
 
-def _save_checkpoint(trainer: _Trainer, config: DemoConfig, step: int) -> Path:
+def _save_checkpoint(trainer: Trainer, config: DemoConfig, step: int) -> Path:
     import torch
 
     target = checkpoint_path(config.out, step)
@@ -340,7 +289,7 @@ def _save_checkpoint(trainer: _Trainer, config: DemoConfig, step: int) -> Path:
     return target
 
 
-def _restore(trainer: _Trainer, path: Path) -> int:
+def _restore(trainer: Trainer, path: Path) -> int:
     """Load a checkpoint; returns the last completed step it holds."""
     import torch
 
@@ -348,7 +297,10 @@ def _restore(trainer: _Trainer, path: Path) -> int:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except (OSError, RuntimeError, EOFError) as exc:
         raise StabScopeError(f"cannot load checkpoint {path}: {exc}") from exc
-    _unwrapped(trainer.model).load_state_dict(state["model"])
+    try:
+        _unwrapped(trainer.model).load_state_dict(state["model"])
+    except RuntimeError as exc:  # another model's weights: a checkpoint of an older demo or other sizes
+        raise StabScopeError(f"checkpoint {path} holds a different model than this run's: {str(exc)[:300]}") from exc
     trainer.optimizer.load_state_dict(state["optimizer"])
     trainer.scheduler.load_state_dict(state["scheduler"])
     if trainer.clipper is not None:
@@ -356,14 +308,6 @@ def _restore(trainer: _Trainer, path: Path) -> int:
             raise StabScopeError(f"checkpoint {path} was written without ZClip; resume with --clip norm")
         trainer.clipper.load_state_dict(state["clipper"])
     return int(state["step"])
-
-
-def _clip(trainer: _Trainer, config: DemoConfig) -> ClipRecord:
-    from stab_core.torch_clipping import clip_grad_norm
-
-    if trainer.clipper is not None:
-        return trainer.clipper.clip(trainer.params)
-    return clip_grad_norm(trainer.params, config.max_norm)
 
 
 def train_rank(config: DemoConfig, rank: int, world_size: int, log: Callable[[str], None] | None = None) -> None:
@@ -374,6 +318,7 @@ def train_rank(config: DemoConfig, rank: int, world_size: int, log: Callable[[st
     import torch
 
     from ingest.training.monitor import StabilityMonitor
+    from ingest.training.train_loop import train_steps
 
     config = config.resolved()
     distributed = world_size > 1
@@ -399,41 +344,40 @@ def train_rank(config: DemoConfig, rank: int, world_size: int, log: Callable[[st
     if resumed_from is not None:
         monitor.event(start, "rollback", f"resumed from checkpoint {resumed_from.name}", checkpoint_step=start - 1)
     started = time.monotonic()
+
+    def after(done: StepOutcome) -> None:
+        assert done.clip is not None  # the demo always clips
+        logged = monitor.log(done.step, loss=done.loss, lr=done.lr, clip_stats=done.clip)
+        finished = done.step + 1
+        if config.checkpoint_every and finished % config.checkpoint_every == 0 and finished < config.steps:
+            # Metrics up to this step reach the shards before the checkpoint exists: a crash between
+            # the two must not leave a resumable checkpoint whose earlier steps were never logged.
+            # Every rank's, not only rank 0's: a rank that is behind would lose those steps; and
+            # the run-level rows too, whose loss means wait for a batch that sync sends now.
+            monitor.sync()
+            if distributed:
+                torch.distributed.barrier()
+            if rank == 0:
+                _save_checkpoint(trainer, config, done.step)
+            monitor.checkpoint(done.step)
+        if log is not None and rank == 0 and (finished % config.progress_every == 0 or finished == config.steps):
+            log(
+                f"step {finished}/{config.steps}  loss {logged.rank_metrics['loss']:.3f} (rank 0)  "
+                f"lr {done.lr:.2e}  grad_norm {done.clip.total_norm:.2f}  ({time.monotonic() - started:.1f} s)"
+            )
+
+    def batch(step: int) -> torch.Tensor:
+        return torch.from_numpy(batch_tokens(config, source, rank, step))
+
     with monitor:
-        for step in range(start, config.steps):
-            tokens = torch.from_numpy(batch_tokens(config, source, rank, step))
-            loss = lm_loss(trainer.model, tokens)
-            trainer.optimizer.zero_grad(set_to_none=True)
-            loss.backward()  # type: ignore[no-untyped-call]
-            record = _clip(trainer, config)
-            lr = float(trainer.optimizer.param_groups[0]["lr"])
-            trainer.optimizer.step()
-            trainer.scheduler.step()
-            logged = monitor.log(step, loss=loss.detach(), lr=lr, clip_stats=record)
-            done = step + 1
-            if config.checkpoint_every and done % config.checkpoint_every == 0 and done < config.steps:
-                # Metrics up to this step reach the shards before the checkpoint exists: a crash between
-                # the two must not leave a resumable checkpoint whose earlier steps were never logged.
-                # Every rank's, not only rank 0's: a rank that is behind would lose those steps; and
-                # the run-level rows too, whose loss means wait for a batch that sync sends now.
-                monitor.sync()
-                if distributed:
-                    torch.distributed.barrier()
-                if rank == 0:
-                    _save_checkpoint(trainer, config, step)
-                monitor.checkpoint(step)
-            if log is not None and rank == 0 and (done % config.progress_every == 0 or done == config.steps):
-                log(
-                    f"step {done}/{config.steps}  loss {logged.rank_metrics['loss']:.3f} (rank 0)  lr {lr:.2e}  "
-                    f"grad_norm {record.total_norm:.2f}  ({time.monotonic() - started:.1f} s)"
-                )
+        train_steps(trainer, range(start, config.steps), batch, after)
 
 
 def _run_meta(config: DemoConfig, source: MarkovSource) -> dict[str, Any]:
     first, end = config.outlier_steps
     meta: dict[str, Any] = {
         "source": "stabscope demo-train",
-        "model": f"causal transformer LM, {config.n_layers} layers x d={config.d_model}, vocab {config.vocab_size}",
+        "model": f"toy GPT (causal, pre-LN), {config.n_layers} layers x d={config.d_model}, vocab {config.vocab_size}",
         "precision": "fp32",
         "provoke": config.provoke,
         "data": f"order-{config.markov_order} Markov source, {config.markov_branching} successors per context",

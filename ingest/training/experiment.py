@@ -34,8 +34,6 @@ import math
 import shutil
 import tempfile
 import time
-import warnings
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -44,15 +42,13 @@ import numpy as np
 
 from ingest.errors import StabScopeError
 from ingest.training.experiment_data import Corpus, cached_corpus, template_batch, validation_batches, window_batch
-from ingest.training.experiment_model import VOCAB, ModelShape, build_gpt, next_byte_loss
 from ingest.training.experiment_results import ARMS, MECHANISMS, RunResult
+from ingest.training.toy_model import BYTE_VOCAB, ModelShape, build_gpt, next_token_loss
+from ingest.training.train_loop import StepOutcome, build_trainer, train_steps
 
 if TYPE_CHECKING:
     import torch
     from torch import nn
-
-    from stab_core.clipping import ClipRecord
-    from stab_core.torch_clipping import ZClip
 
 PEAK_LR = {"A": 4e-2, "B": 6e-3, "C": 4e-2, "S": 1e-1}
 """AdamW peak LR per mechanism, set from single-seed trial runs (800 steps, seed 0): at A's 4e-2 the
@@ -65,9 +61,6 @@ their own")."""
 ADAM_BETA2 = 0.999
 """AdamW's second-moment decay: torch's default. Its slow second moment is what lets a sudden change
 of the gradients (an LR jump, an outlier batch) take steps far larger than the LR."""
-ROUTER_LR_SCALE = 10.0
-"""Mechanism C's router LR over the model's (its own param group): a router trained faster than the
-experts, with no balancing or z-loss, flips tokens between experts when the LR returns to its peak."""
 SNR_POINTS = 120
 """Points of the SNR trace kept per run (min/max buckets of the stored series)."""
 
@@ -226,19 +219,9 @@ def _evaluate(model: nn.Module, batches: list[torch.Tensor]) -> float:
 
     model.eval()
     with torch.no_grad():
-        losses = [float(next_byte_loss(model, b)) for b in batches]
+        losses = [float(next_token_loss(model, b)) for b in batches]
     model.train()
     return float(np.mean(losses))
-
-
-def _clip(spec: RunSpec, params: Sequence[torch.Tensor], zclip: ZClip | None) -> ClipRecord | None:
-    from stab_core.torch_clipping import clip_grad_norm
-
-    if zclip is not None:
-        return zclip.clip(params)
-    if spec.clipping == "norm":
-        return clip_grad_norm(params, spec.config.max_norm, nonfinite="clip")
-    return None
 
 
 def train_run(spec: RunSpec, shard_dir: Path, corpus: Corpus) -> tuple[float, float]:
@@ -247,33 +230,25 @@ def train_run(spec: RunSpec, shard_dir: Path, corpus: Corpus) -> tuple[float, fl
     import torch
 
     from ingest.training.monitor import StabilityMonitor
-    from stab_core.torch_clipping import ZClip, global_grad_norm
-    from stab_core.torch_schedulers import WarmupCosineRestartScheduler
+    from ingest.training.torch_clipping import ZClip
 
     config = spec.config
     device = torch.device(config.device)
-    model = build_gpt(spec.shape, spec.seed).to(device)
-    params = list(model.parameters())
-    peak = PEAK_LR[spec.mechanism]
-    router = [p for n, p in model.named_parameters() if ".router." in n]
-    others = [p for n, p in model.named_parameters() if ".router." not in n]
-    groups = [{"params": others, "lr": peak}]
-    if router:
-        groups.append({"params": router, "lr": peak * ROUTER_LR_SCALE})
-    decay = 0.0 if spec.spontaneous else 0.1
-    optimizer = torch.optim.AdamW(groups, lr=peak, betas=(0.9, ADAM_BETA2), weight_decay=decay)
-    assert config.warmup_steps is not None and config.restart_warmup_steps is not None
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)  # the arms without a restart warmup are the point
-        scheduler = WarmupCosineRestartScheduler(
-            optimizer,
-            total_steps=config.steps,
-            warmup_steps=spec.warmup_steps,
-            restart_warmup_steps=config.restart_warmup_steps if spec.restarts else 0,
-            num_cycles=1 if spec.spontaneous else 2,
-            min_lr_ratio=1.0 if spec.spontaneous else config.min_lr_ratio,  # S: constant after warmup
-        )
-    zclip = ZClip() if spec.clipping == "zclip" else None
+    assert config.restart_warmup_steps is not None
+    trainer = build_trainer(
+        build_gpt(spec.shape, spec.seed).to(device),
+        peak_lr=PEAK_LR[spec.mechanism],
+        betas=(0.9, ADAM_BETA2),
+        weight_decay=0.0 if spec.spontaneous else 0.1,
+        total_steps=config.steps,
+        warmup_steps=spec.warmup_steps,
+        restart_warmup_steps=config.restart_warmup_steps if spec.restarts else 0,
+        num_cycles=1 if spec.spontaneous else 2,
+        min_lr_ratio=1.0 if spec.spontaneous else config.min_lr_ratio,  # S: constant after warmup
+        clipper=ZClip() if spec.clipping == "zclip" else None,
+        max_norm=config.max_norm if spec.clipping == "norm" else None,
+        nonfinite="clip",
+    )
     val = [
         torch.from_numpy(b).to(device)
         for b in validation_batches(corpus, config.val_batches, spec.batch, spec.shape.seq_len + 1)
@@ -303,63 +278,36 @@ def train_run(spec: RunSpec, shard_dir: Path, corpus: Corpus) -> tuple[float, fl
         per_rank_batch_size=half,
         global_batch_size=spec.batch,
         seq_len=spec.shape.seq_len,
-        scheduler=scheduler,
-        clipper=zclip,
+        scheduler=trainer.scheduler,
+        clipper=trainer.clipper,
         max_norm=config.max_norm if spec.clipping == "norm" else None,
         meta=meta,
         flush_interval_s=5.0,
     )
     second_half = StabilityMonitor(shard_dir, rank=1, world_size=2, per_rank_batch_size=half, flush_interval_s=5.0)
-    started = time.monotonic()
     val_loss = math.nan
+
+    def log(done: StepOutcome) -> None:
+        nonlocal val_loss
+        extra: dict[str, float] = {"grad_norm_local": done.part_grad_norms[0]}
+        if done.grad_norm is not None:
+            extra["grad_norm"] = done.grad_norm
+        if done.router_loads:
+            extra["expert_load_max_over_mean"] = max(done.router_loads)
+        finished = done.step + 1
+        if finished % (config.eval_every or finished) == 0 or finished == config.steps:
+            val_loss = _evaluate(trainer.model, val)
+            extra["val_loss"] = val_loss
+        monitor.log(done.step, loss=done.loss, lr=done.lr, clip_stats=done.clip, extra=extra)
+        second_half.log(done.step, extra={"grad_norm_local": done.part_grad_norms[1]})
+
+    def batch(step: int) -> torch.Tensor:
+        return torch.from_numpy(_batch(spec, corpus, step)).to(device)
+
+    started = time.monotonic()
     with monitor, second_half:
-        for step in range(config.steps):
-            tokens = torch.from_numpy(_batch(spec, corpus, step)).to(device)
-            loss, half_norms, loads = _two_half_gradients(model, params, optimizer, tokens.chunk(2))
-            record = _clip(spec, params, zclip)
-            extra: dict[str, float] = {"grad_norm_local": half_norms[0]}
-            if record is None:
-                extra["grad_norm"] = global_grad_norm(params)
-            if loads:
-                extra["expert_load_max_over_mean"] = max(loads)
-            lr = float(optimizer.param_groups[0]["lr"])
-            optimizer.step()
-            scheduler.step()
-            done = step + 1
-            if done % (config.eval_every or done) == 0 or done == config.steps:
-                val_loss = _evaluate(model, val)
-                extra["val_loss"] = val_loss
-            monitor.log(step, loss=loss, lr=lr, clip_stats=record, extra=extra)
-            second_half.log(step, extra={"grad_norm_local": half_norms[1]})
+        train_steps(trainer, range(config.steps), batch, log, parts=2)
     return val_loss, time.monotonic() - started
-
-
-def _two_half_gradients(
-    model: nn.Module, params: Sequence[torch.Tensor], optimizer: torch.optim.Optimizer, halves: Sequence[torch.Tensor]
-) -> tuple[float, tuple[float, float], list[float]]:
-    """Leave the batch's gradient in ``params`` (the mean of the two halves' gradients: the loss is a
-    mean over equal halves, so this is the whole batch's gradient) and return (the batch's loss, each
-    half's gradient norm, the router's max-over-mean loads, the larger of the two halves')."""
-    import torch
-
-    from stab_core.torch_clipping import global_grad_norm
-
-    grads: list[list[torch.Tensor | None]] = []
-    losses: list[float] = []
-    norms: list[float] = []
-    loads: list[float] = []
-    for tokens in halves:
-        optimizer.zero_grad(set_to_none=True)
-        loss = next_byte_loss(model, tokens)
-        loss.backward()  # type: ignore[no-untyped-call]
-        losses.append(float(loss.detach()))
-        norms.append(global_grad_norm(params))
-        grads.append([None if p.grad is None else p.grad.detach().clone() for p in params])
-        loads = [max(a, b) for a, b in zip(loads, model.router_loads(), strict=True)] if loads else model.router_loads()  # type: ignore[operator]
-    with torch.no_grad():
-        for p, first, second in zip(params, grads[0], grads[1], strict=True):
-            p.grad = None if first is None or second is None else (first + second) / 2
-    return (losses[0] + losses[1]) / 2, (norms[0], norms[1]), loads
 
 
 # --------------------------------------------------------------------------------------------------
@@ -392,7 +340,7 @@ def measure_run(store: Any, spec: RunSpec, val_loss: float, wall_time_s: float) 
     diverged = (
         not np.all(np.isfinite(series.values))
         or not math.isfinite(val_loss)
-        or float(np.median(tail)) > 0.9 * math.log(VOCAB)
+        or float(np.median(tail)) > 0.9 * math.log(BYTE_VOCAB)
     )
     recovered = first is not None and bool(first.get("recovered")) and first.get("recovery_step") is not None
     snr = store.read_series(spec.run_name, "snr", end=start - 1, buckets=SNR_POINTS)

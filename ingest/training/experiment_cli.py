@@ -28,7 +28,6 @@ from typing import Any
 from ingest.errors import StabScopeError
 from ingest.training.experiment import ExperimentConfig, run_and_measure, run_specs
 from ingest.training.experiment_data import cached_corpus
-from ingest.training.experiment_model import ModelShape
 from ingest.training.experiment_results import (
     ARMS,
     MECHANISMS,
@@ -38,6 +37,7 @@ from ingest.training.experiment_results import (
     write_results,
 )
 from ingest.training.experiment_summary import arm_differences, claim_checks, summarise_arms
+from ingest.training.toy_model import ModelShape
 
 QUICK = {"steps": 300, "seeds": 2}
 """``--quick``: one mechanism (B unless --mechanism names one), 2 seeds, 300 steps."""

@@ -55,8 +55,8 @@ if TYPE_CHECKING:
     from torch.amp import GradScaler
     from torch.optim.lr_scheduler import LRScheduler
 
+    from ingest.training.torch_clipping import ZClip
     from stab_core.clipping import ClipRecord
-    from stab_core.torch_clipping import ZClip
 
 _FAILED_EXIT_WAIT_S = 1.0
 """How long a failed run's exit waits for the loss means already sent."""

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from torch.optim.lr_scheduler import LRScheduler
 
-    from stab_core.torch_clipping import ZClip
+    from ingest.training.torch_clipping import ZClip
 
 DECAY_STYLES: dict[str, str] = {
     "WarmupCosineRestartScheduler": "cosine",

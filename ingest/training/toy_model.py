@@ -1,7 +1,12 @@
-"""The experiment's model: a small byte-level GPT (pre-LN, causal attention, learned positions) and its
-top-1 mixture-of-experts variant (mechanism C), in torch.
+"""The training side's one toy model: a small GPT (pre-LN, causal attention, learned positions) over a
+vocabulary of ``shape.vocab`` tokens, dense or with a top-1 mixture-of-experts last block, in torch;
+and its next-token loss.
 
-torch is imported inside :func:`build_gpt` so that importing the experiment's CLI costs nothing.
+The experiment trains it on bytes (vocabulary 256; the MoE variant is mechanism C), the demo trainer
+on a 32-token Markov source (:mod:`ingest.training.demo_trainer`); both through the one training
+step of :mod:`ingest.training.train_loop`.
+
+torch is imported inside :func:`build_gpt` so that importing the ``stabscope`` CLI costs nothing.
 """
 
 from __future__ import annotations
@@ -13,21 +18,23 @@ if TYPE_CHECKING:
     import torch
     from torch import nn
 
-VOCAB = 256
-"""Bytes."""
+BYTE_VOCAB = 256
+"""The experiment's vocabulary: bytes."""
 
 
 @dataclass(frozen=True)
 class ModelShape:
-    """``experts`` 0: dense MLPs; >= 2: the last block's MLP is a top-1 routed set of that many experts
-    (Switch style: the token's output is its expert's output times the router's probability; one MoE
-    layer keeps mechanism C's runs near the dense ones' cost on CPU)."""
+    """The model's size. ``experts`` 0: dense MLPs; >= 2: the last block's MLP is a top-1 routed set of
+    that many experts (Switch style: the token's output is its expert's output times the router's
+    probability; one MoE layer keeps mechanism C's runs near the dense ones' cost on CPU)."""
 
     d_model: int = 64
     n_layers: int = 2
     n_heads: int = 4
     seq_len: int = 64
     experts: int = 0
+    vocab: int = BYTE_VOCAB
+    """Token ids are 0 .. vocab - 1."""
 
 
 def build_gpt(shape: ModelShape, seed: int) -> nn.Module:
@@ -88,15 +95,15 @@ def build_gpt(shape: ModelShape, seed: int) -> nn.Module:
             out: torch.Tensor = x + self.mlp(self.norm2(x))
             return out
 
-    class ByteGPT(nn.Module):
+    class ToyGPT(nn.Module):
         def __init__(self) -> None:
             super().__init__()
-            self.embed = nn.Embedding(VOCAB, shape.d_model)
+            self.embed = nn.Embedding(shape.vocab, shape.d_model)
             self.position = nn.Parameter(torch.randn(shape.seq_len, shape.d_model) * 0.02)
             last = shape.n_layers - 1
             self.blocks = nn.ModuleList(Block(i == last and shape.experts >= 2) for i in range(shape.n_layers))
             self.norm = nn.LayerNorm(shape.d_model)
-            self.head = nn.Linear(shape.d_model, VOCAB)
+            self.head = nn.Linear(shape.d_model, shape.vocab)
 
         def forward(self, tokens: torch.Tensor) -> torch.Tensor:
             x = self.embed(tokens) + self.position[: tokens.shape[1]]
@@ -109,11 +116,11 @@ def build_gpt(shape: ModelShape, seed: int) -> nn.Module:
             return [float(b.mlp.last_load) for b in self.blocks if isinstance(b.mlp, TopOneMoE)]
 
     torch.manual_seed(seed)
-    return ByteGPT()
+    return ToyGPT()
 
 
-def next_byte_loss(model: nn.Module, tokens: torch.Tensor) -> torch.Tensor:
-    """Mean next-byte cross-entropy (nats/byte) of ``tokens`` (batch x (seq_len + 1))."""
+def next_token_loss(model: nn.Module, tokens: torch.Tensor) -> torch.Tensor:
+    """Mean next-token cross-entropy (nats/token) of ``tokens`` (batch x (seq_len + 1) token ids)."""
     from torch.nn import functional
 
     logits = model(tokens[:, :-1])

@@ -2,13 +2,13 @@
 the numpy formula of :mod:`stab_core.schedulers` (so a schedule previewed there is exactly the one that
 trains).
 
-Split from :mod:`stab_core.schedulers` because these classes need torch at import, and the formulas and
-metrics there are read by pages that preview a schedule without training; this module imports torch at
-the top, and nothing that does not train imports it. Pure like the rest of ``stab_core``: no file I/O.
+Apart from :mod:`stab_core.schedulers` because these classes need torch at import, and the formulas and
+metrics there are read by pages that preview a schedule without training (``stab_core`` holds no
+torch); this module imports torch at the top, and nothing that does not train imports it. No file I/O.
 
 ::
 
-    from stab_core.torch_schedulers import WarmupCosineRestartScheduler
+    from ingest.training.torch_schedulers import WarmupCosineRestartScheduler
 
     scheduler = WarmupCosineRestartScheduler(optimizer, total_steps=30_000, warmup_steps=2000)
     # after each optimizer.step():

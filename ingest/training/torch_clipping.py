@@ -2,14 +2,14 @@
 says what it did), :class:`ZClip` (adaptive z-score clipping, Kumar et al. 2025, arXiv:2504.02507) and
 :func:`global_grad_norm`.
 
-The torch half of clipping: it imports torch at the top, so it is split from :mod:`stab_core.clipping`
-(the formulas, the :class:`~stab_core.clipping.ClipRecord` both clippers return, ZClip's update rule
-and the statistics of a stored run), which the pages read without torch. Pure like the rest of
-``stab_core``: tensors in, numbers and dataclasses out, no file I/O.
+The torch half of clipping: it imports torch at the top, so it lives on the training side, apart from
+:mod:`stab_core.clipping` (the formulas, the :class:`~stab_core.clipping.ClipRecord` both clippers
+return, ZClip's update rule and the statistics of a stored run), which the pages read without torch and
+which ``stab_core`` keeps torch-free. Tensors in, numbers and dataclasses out, no file I/O.
 
 ::
 
-    from stab_core.torch_clipping import clip_grad_norm
+    from ingest.training.torch_clipping import clip_grad_norm
 
     params = list(model.parameters())  # listed once: parameters() walks the module tree each call
     record = clip_grad_norm(params, 1.0)  # after backward, before optimizer.step()

@@ -1,0 +1,474 @@
+"""Statement precision on the corpus (issue #32): every statement StabScope says about a corpus run,
+judged true / false / unsupported / unjudged against the golden ``facts`` written blind (their schema:
+``tests/corpus/README.md``; the rules for actions: ``bench.statement_rules``).
+
+What is judged, per stored run of a corpus log (``bench.corpus_eval`` gathers it from the store):
+
+- each incident of the default view (not a blip, not a finding): its severity (``[spike]``,
+  ``[divergence]``), and every claim of ``spikes --json`` that is said (``holds`` true, or null: said as
+  unknown with what to log): status, recovery, cause, not_logged, action; a cause claim that does not
+  hold is replaced on the surfaces by "cause unknown", which is judged as such;
+- the run-level statements: the run's status ("finished", "stopped at N of M", "ended at step N"), each
+  quantity the pages say is "not in this run" (loss, grad norm, LR, clip ratio panels; the Cost page's
+  step time), the analysis notes ("Not run: ...: the run logs no grad_norm", "N finite loss samples"),
+  and the overfitting and throughput-loss findings with their actions.
+
+Verdicts: ``true`` (a fact supports it), ``false`` (a fact contradicts it; every statement of an
+incident that matches no golden incident is false: the incident is invented), ``unsupported`` (the
+facts that bear on it neither support nor contradict it: a cause neither consistent nor ruled out,
+precision "unknown"), ``unjudged`` (no fact of the schema bears on it: listed for a human to judge).
+Precision = true / all statements, unjudged ones included in "all" (the issue's measure).
+
+The rules: ``bench.statement_rules.ACTION_RULES`` for the actions (one row each, with the fact it uses),
+and here :func:`judge_incident` (severity, status, recovery, cause, not_logged) and :func:`judge_run`
+(status, "not in this run", notes) and :func:`judge_finding`. In a file of several runs, what a run
+logs is its golden run's ``metrics`` (``statement_rules.logged_in_run``). Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Final
+
+from bench.statement_rules import (
+    FALSE,
+    TRUE,
+    UNJUDGED,
+    UNSUPPORTED,
+    VERDICTS,
+    Case,
+    Verdict,
+    action_rule,
+    logged_in_run,
+    nonfinite_from_start_verdict,
+    recovered_by,
+    unknown_cause_verdict,
+)
+
+LEAF_CAUSE: Final[dict[str, str]] = {
+    "leaf_numerical": "numerical",
+    "leaf_nonfinite_from_start": "nonfinite_from_start",
+    "leaf_lr_transition": "lr_transition",
+    "leaf_rank_fault": "rank_fault",
+    "leaf_router": "router",
+    "leaf_data_outlier_recovered": "data_outlier",
+    "leaf_data_outlier_diverged": "data_outlier",
+    "leaf_unknown": "unknown",
+}
+"""The golden cause name of each leaf of StabScope's tree (``leaf`` in ``spikes --json``)."""
+
+NODE_FACT: Final[dict[int, str | None]] = {
+    1: "loss",  # numerical: "the loss at every step"
+    2: "lr",  # lr_transition: "the learning rate (lr) at every logged step"
+    3: None,  # rank_concentration: per-rank grad norms; the facts do not say whether they are logged
+    4: None,  # router: expert load; the facts do not say
+    5: "grad_norm",  # snr_collapse: "the global gradient norm before clipping (grad_norm)"
+}
+"""The ``facts.logged`` key that settles "Question N ... could not be answered: the log lacks ..."."""
+
+PANEL_FACT: Final[dict[str, str]] = {
+    "loss": "loss",
+    "grad_norm": "grad_norm",
+    "lr": "lr",
+    "clip": "clip",
+    "step_time": "step_time",
+}
+"""Quantities a page may say are "not in this run" (``RunSaid.not_in_run``) -> ``facts.logged`` key."""
+
+
+INVENTED: Final = "no golden incident within tolerance: the incident is invented"
+"""The fact of every statement about an incident that matches no golden incident."""
+
+
+@dataclass(frozen=True)
+class Judged:
+    """One statement and its verdict: ``where`` (run, and incident step when it is about one), ``kind``
+    (a claim kind, ``severity``, ``run_status``, ``not_in_run``, ``note``, ``finding``), the words said."""
+
+    log: str
+    where: str
+    kind: str
+    text: str
+    verdict: str
+    fact: str
+
+
+@dataclass
+class RunSaid:
+    """What StabScope says about one stored run of a corpus log: the run's status words, the quantities
+    its pages say are not in it (``PANEL_FACT`` keys), its analysis notes (``stab_core.analysis.
+    analysis_notes``) and its ``spikes --json`` entries (incidents, then findings)."""
+
+    run: str
+    status: str
+    not_in_run: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    entries: list[dict[str, Any]] = field(default_factory=list)
+
+
+# --------------------------------------------------------------------------------------------------
+# Incidents
+# --------------------------------------------------------------------------------------------------
+
+
+def _span(incident: Mapping[str, Any]) -> tuple[int, int]:
+    start = int(incident.get("start", incident.get("peak", 0)))
+    end = int(incident.get("until", incident.get("end", start)) or start)
+    return start, max(start, end)
+
+
+def golden_incidents(golden: Mapping[str, Any]) -> list[dict[str, Any]]:
+    spec = golden.get("incidents") or {}
+    return [dict(t) for t in (*spec.get("must_find", []), *spec.get("may_find", []))]
+
+
+def match(incident: Mapping[str, Any], truths: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """The golden incident nearest the incident's peak among those within their tolerance of its span
+    (as ``bench.corpus_eval.score_incidents`` matches), or None."""
+    lo, hi = _span(incident)
+    peak = int(incident.get("peak", lo))
+    hits = [t for t in truths if lo - int(t["tolerance_steps"]) <= int(t["step"]) <= hi + int(t["tolerance_steps"])]
+    return min(hits, key=lambda t: abs(int(t["step"]) - peak)) if hits else None
+
+
+def _severity(case: Case) -> Verdict:
+    truth = case.truth or {}
+    if "severity" not in truth:
+        return UNJUDGED, "the golden incident has no severity"
+    said = case.incident.get("severity") or "spike"
+    return (TRUE if said == truth["severity"] else FALSE), f"golden severity {truth['severity']}"
+
+
+def _status(case: Case, text: str) -> Verdict:
+    if text.startswith("Non-finite from the first step"):
+        return nonfinite_from_start_verdict(case)
+    return TRUE, f"a golden incident at step {(case.truth or {}).get('step')}"
+
+
+RECOVERED_AT = re.compile(r"^Recovered at step (-?\d+)")
+
+
+def _recovery(case: Case, text: str) -> Verdict:
+    stated, by = recovered_by(case)
+    if not stated:
+        return UNJUDGED, "the golden incident has no recovered_by"
+    found = RECOVERED_AT.match(text)
+    if found:
+        if by is None:
+            return FALSE, "recovered_by null: the loss did not come back in the log"
+        step, tol = int(found.group(1)), int((case.truth or {}).get("tolerance_steps", 0))
+        ok = abs(step - int(by)) <= tol
+        return (TRUE if ok else FALSE), f"recovered_by {by} (tolerance {tol})"
+    if text.startswith("Diverged"):
+        return (TRUE, "recovered_by null") if by is None else (FALSE, f"recovered_by {by}")
+    return UNJUDGED, "no rule for this recovery sentence"
+
+
+def _cause(case: Case) -> Verdict:
+    name = LEAF_CAUSE.get(str(case.incident.get("leaf")), str(case.incident.get("cause", "unknown")))
+    if name == "unknown":
+        return unknown_cause_verdict(case.truth or {})
+    return case.cause(name)
+
+
+QUESTION = re.compile(r"^Question (\d+) ")
+
+
+def _not_logged(case: Case, text: str) -> Verdict:
+    found = QUESTION.match(text)
+    key = NODE_FACT.get(int(found.group(1))) if found else None
+    if key is None:
+        return UNJUDGED, "no fact says whether what it lacks is logged"
+    logged = case.logged(key)
+    if logged is None:
+        return UNJUDGED, f"facts have no logged.{key}"
+    return (FALSE, f"logged.{key} true") if logged else (TRUE, f"logged.{key} false")
+
+
+def said_claims(incident: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The claims a surface says for an incident: those that hold or are unknown; a cause claim that does
+    not hold becomes "Cause unknown" (what ``verdict_words`` says instead)."""
+    out = []
+    for claim in incident.get("claims") or []:
+        if claim.get("holds") is not False:
+            out.append(dict(claim))
+        elif claim.get("kind") == "cause":
+            out.append(
+                {"kind": "cause", "text": "Cause unknown (the cause's signature is not in the data).", "holds": None}
+            )
+    return out
+
+
+def judge_incident(log: str, run: str, incident: Mapping[str, Any], case: Case) -> list[Judged]:
+    """Every statement said about one incident of the default view."""
+    where = f"{run} {incident.get('kind', 'spike')} {incident.get('metric', '?')} at {incident.get('peak')}"
+    said: list[tuple[str, str]] = [("severity", f"[{incident.get('severity') or 'spike'}]")]
+    said += [(str(c["kind"]), str(c["text"])) for c in said_claims(incident)]
+    out = []
+    for kind, text in said:
+        verdict: Verdict
+        if case.truth is None:
+            verdict = FALSE, INVENTED
+        elif kind == "severity":
+            verdict = _severity(case)
+        elif kind == "status":
+            verdict = _status(case, text)
+        elif kind == "recovery":
+            verdict = _recovery(case, text)
+        elif kind == "cause":
+            verdict = unknown_cause_verdict(case.truth) if text.startswith("Cause unknown") else _cause(case)
+        elif kind == "not_logged":
+            verdict = _not_logged(case, text)
+        elif kind == "action":
+            rule = action_rule(text)
+            verdict = rule(replace(case, text=text)) if rule is not None else (UNJUDGED, "no rule for this action")
+        else:
+            verdict = UNJUDGED, f"no rule for claims of kind {kind}"
+        out.append(Judged(log, where, kind, text, *verdict))
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# Run-level statements
+# --------------------------------------------------------------------------------------------------
+
+ENDED = re.compile(r"^ended at step (-?\d+)")
+STOPPED = re.compile(r"^stopped at (-?\d+) of (\d+)")
+LOGS_NO = re.compile(r"the run logs no (\w+)")
+FINITE_SAMPLES = re.compile(r"^Not run: \w+ spikes: (\d+) finite (\w+) samples")
+NO_SNR_GRAD = "no SNR: the run logs no gradient norm"
+
+
+def _last_steps(run: Mapping[str, Any] | None) -> set[int]:
+    if not run:
+        return set()
+    out = {int(run["steps"][1])} if run.get("steps") else set()
+    if run.get("last_step") is not None:
+        out.add(int(run["last_step"]))
+    return out
+
+
+def run_status_verdict(status: str, run: Mapping[str, Any] | None) -> Verdict:
+    """The status words against the golden run: its last step (``steps[1]`` or ``last_step``) and
+    ``planned_steps`` where the golden states them."""
+    lasts, planned = _last_steps(run), (run or {}).get("planned_steps")
+    if not lasts:
+        return UNJUDGED, "no golden run to compare with"
+    ended, stopped = ENDED.match(status), STOPPED.match(status)
+    if ended or stopped:
+        reached = int((ended or stopped).group(1))  # type: ignore[union-attr]
+        if reached not in lasts:
+            return FALSE, f"the golden run's last step is {sorted(lasts)}"
+        if stopped:
+            if planned is None:
+                return UNJUDGED, "the golden run states no planned steps"
+            ok = int(stopped.group(2)) == int(planned) and reached < int(planned)
+            return (TRUE if ok else FALSE), f"last step {reached}, planned_steps {planned}"
+        return TRUE, f"the golden run's last step is {reached}"
+    if status == "finished":
+        if planned is None:
+            return UNJUDGED, "the golden run states no planned steps"
+        ok = max(lasts) + 1 >= int(planned)
+        return (TRUE if ok else FALSE), f"last step {max(lasts)}, planned_steps {planned}"
+    return UNJUDGED, "no rule for this status"
+
+
+def _logged_verdict(facts: Mapping[str, Any], key: str, run_metrics: Sequence[str] | None) -> Verdict:
+    """ "Not logged" of quantity ``key`` against ``logged_in_run``."""
+    value = logged_in_run(facts, key, run_metrics)
+    if value is None:
+        return UNJUDGED, f"facts have no logged.{key}"
+    where = "" if run_metrics is None or not (facts.get("logged") or {}).get(key) else " (this run's golden metrics)"
+    return (FALSE, f"logged.{key} true{where}") if value else (TRUE, f"logged.{key} false{where}")
+
+
+def note_verdict(
+    note: str, facts: Mapping[str, Any], run: Mapping[str, Any] | None, run_metrics: Sequence[str] | None = None
+) -> Verdict:
+    """An analysis note: "the run logs no X" against ``facts.logged``; "N finite X samples" against the
+    golden run's record count of X (1 %); the rest (logging end, gaps, the SNR window) has no fact."""
+    if NO_SNR_GRAD in note:
+        return _logged_verdict(facts, "grad_norm", run_metrics)
+    logs_no = LOGS_NO.search(note)
+    if logs_no and logs_no.group(1) in PANEL_FACT:
+        return _logged_verdict(facts, PANEL_FACT[logs_no.group(1)], run_metrics)
+    samples = FINITE_SAMPLES.match(note)
+    if samples and run and run.get("records_metric") == samples.group(2):
+        count, records = int(samples.group(1)), int(run["records"])
+        if count == 0 and samples.group(2) == "loss" and facts.get("nonfinite_from_start") is True:
+            return TRUE, "nonfinite_from_start: no finite loss"
+        if abs(count - records) <= max(1, 0.01 * records):
+            return TRUE, f"the golden run has {records} {samples.group(2)} records"
+        if count > records:
+            return FALSE, f"the golden run has {records} {samples.group(2)} records"
+        # the golden counts records, not finite ones: fewer finite samples may be non-finite records
+        return UNJUDGED, f"the golden run has {records} records, finite or not"
+    return UNJUDGED, "no fact bears on this note"
+
+
+def _overfitting(facts: Mapping[str, Any], entry: Mapping[str, Any], action: bool) -> Verdict:
+    if "overfitting" not in facts:
+        return UNJUDGED, "facts have no overfitting"
+    truth = facts["overfitting"]
+    if truth is None:
+        return FALSE, "facts.overfitting null: the val loss does not rise while the train loss falls"
+    best = int((entry.get("overfitting") or {}).get("best_step", entry.get("start", -1)))
+    if action:
+        ok = best == int(truth["best_val_step"])
+        return (TRUE if ok else FALSE), f"best_val_step {truth['best_val_step']}"
+    lo, hi = int(entry.get("start", best)), int(entry.get("end", best))
+    ok = lo <= int(truth["val_rising_to"]) and hi >= int(truth["val_rising_from"])
+    span = f"{truth['val_rising_from']}-{truth['val_rising_to']}"
+    return (TRUE if ok else FALSE), f"val loss rising {span}"
+
+
+THROUGHPUT_FACT_CHANGE: Final = 0.2
+"""The smallest level change ``facts.throughput_changes`` records (facts schema: >= 20 %)."""
+
+
+def _throughput(facts: Mapping[str, Any], entry: Mapping[str, Any]) -> Verdict:
+    if "throughput_changes" not in facts:
+        return UNJUDGED, "facts have no throughput_changes"
+    lo, hi = int(entry.get("start", -1)), int(entry.get("end", -1))
+    if lo < 0:
+        return UNJUDGED, "a gap against sibling runs: no fact compares runs"
+    drops = [c for c in facts["throughput_changes"] or [] if c[2] == "drop"]
+    hit = [c for c in drops if lo <= int(c[1]) and hi >= int(c[0])]
+    if hit:
+        return TRUE, f"throughput_changes drop {hit[0][0]}-{hit[0][1]}"
+    ratio = entry.get("ratio")
+    if isinstance(ratio, int | float) and ratio > 1 - THROUGHPUT_FACT_CHANGE:
+        # the facts list level changes of 20 % or more only: a smaller drop is neither there nor excluded
+        return UNSUPPORTED, f"a {1 - ratio:.0%} drop: the facts list changes of 20% or more, none here"
+    return FALSE, f"no throughput drop in {lo}-{hi} ({len(drops)} drops in the facts)"
+
+
+def judge_finding(log: str, run: str, entry: Mapping[str, Any], facts: Mapping[str, Any]) -> list[Judged]:
+    """An overfitting or throughput-loss finding: its summary and each action."""
+    where = f"{run} {entry.get('kind')} {entry.get('start')}-{entry.get('end')}"
+    out = []
+    texts = [("finding", str(entry.get("summary", "")))] + [("action", str(a)) for a in entry.get("actions") or []]
+    for kind, text in texts:
+        if entry.get("kind") == "overfitting":
+            verdict = _overfitting(facts, entry, action=kind == "action")
+        else:
+            verdict = _throughput(facts, entry)
+        out.append(Judged(log, where, kind, text, *verdict))
+    return out
+
+
+def judge_run(
+    log: str,
+    said: RunSaid,
+    facts: Mapping[str, Any],
+    golden_run: Mapping[str, Any] | None,
+    run_metrics: Sequence[str] | None = None,
+) -> list[Judged]:
+    """The run-level statements: status, "not in this run", analysis notes (``run_metrics``: the golden
+    run's metrics where the log holds several runs)."""
+    out = [Judged(log, said.run, "run_status", said.status, *run_status_verdict(said.status, golden_run))]
+    for quantity in said.not_in_run:
+        verdict = _logged_verdict(facts, PANEL_FACT.get(quantity, quantity), run_metrics)
+        out.append(Judged(log, said.run, "not_in_run", f"{quantity}: not in this run", *verdict))
+    for note in said.notes:
+        out.append(Judged(log, said.run, "note", note, *note_verdict(note, facts, golden_run, run_metrics)))
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# A log, and the counts
+# --------------------------------------------------------------------------------------------------
+
+FINDING_KINDS: Final = ("overfitting", "throughput_loss")
+
+
+def shown(entry: Mapping[str, Any]) -> bool:
+    """Is an incident in the default view (not a finding, not a blip)?"""
+    return entry.get("kind") not in FINDING_KINDS and entry.get("severity") != "blip"
+
+
+def judge_log(golden: Mapping[str, Any], runs: Sequence[RunSaid]) -> list[Judged]:
+    """Every statement said about the stored runs of one corpus log (``golden`` must have ``facts``)."""
+    log, facts = str(golden["name"]), golden["facts"]
+    truths = golden_incidents(golden)
+    golden_runs = list((golden.get("import") or {}).get("runs") or [])
+    first = min((int(r["steps"][0]) for r in golden_runs if r.get("steps")), default=0)
+    out: list[Judged] = []
+    for i, said in enumerate(runs):
+        golden_run = golden_runs[i] if i < len(golden_runs) else None
+        # a file of several runs: what each run logs is its golden run's metrics (stored runs and golden
+        # runs are paired in order, as bench.corpus_eval.score_import pairs them)
+        metrics = tuple(golden_run.get("metrics") or ()) if golden_run and len(golden_runs) > 1 else None
+        out += judge_run(log, said, facts, golden_run, metrics)
+        for entry in said.entries:
+            if entry.get("kind") in FINDING_KINDS:
+                out += judge_finding(log, said.run, entry, facts)
+            elif shown(entry):
+                case = Case(facts, match(entry, truths), entry, first, run_metrics=metrics)
+                out += judge_incident(log, said.run, entry, case)
+    return out
+
+
+def missed_findings(golden: Mapping[str, Any], runs: Sequence[RunSaid]) -> list[str]:
+    """Overfitting and throughput drops the facts state that no finding reports (a miss, not a statement)."""
+    facts = golden.get("facts") or {}
+    entries = [e for r in runs for e in r.entries]
+    out = []
+    if facts.get("overfitting") and not any(e.get("kind") == "overfitting" for e in entries):
+        o = facts["overfitting"]
+        out.append(f"overfitting from {o['best_val_step']} ({o['val_rising_from']}-{o['val_rising_to']})")
+    for change in facts.get("throughput_changes") or []:
+        if change[2] != "drop":
+            continue
+        lo, hi = int(change[0]), int(change[1])
+        found = [e for e in entries if e.get("kind") == "throughput_loss"
+                 and int(e.get("start", -1)) <= hi and int(e.get("end", -1)) >= lo]  # fmt: skip
+        if not found:
+            out.append(f"throughput drop {lo}-{hi} (x{change[3]})")
+    return out
+
+
+def counts(judged: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """true / false / unsupported / unjudged / all, precision (true / all) and the same per kind, over
+    judged statements in their JSON form (:func:`judged_json`)."""
+    items = list(judged)
+    out: dict[str, Any] = {v: sum(1 for j in items if j["verdict"] == v) for v in VERDICTS}
+    out["all"] = len(items)
+    out["precision"] = out[TRUE] / len(items) if items else None
+    by_kind: dict[str, dict[str, int]] = {}
+    for j in items:
+        # "cause unknown" apart from the named causes: its verdict rests on a derived rule
+        # (unknown_cause_verdict), which a reader may want to weigh differently
+        label = "cause (unknown)" if j["kind"] == "cause" and str(j["text"]).startswith("Cause unknown") else j["kind"]
+        row = by_kind.setdefault(str(label), dict.fromkeys(VERDICTS, 0))
+        row[str(j["verdict"])] += 1
+    out["by_kind"] = by_kind
+    return out
+
+
+def judged_json(judged: Iterable[Judged]) -> list[dict[str, Any]]:
+    return [asdict(j) for j in judged]
+
+
+def precision_table(rows: Sequence[tuple[str, Mapping[str, Any]]]) -> str:
+    """Markdown: one row per (label, :func:`counts`)."""
+    lines = [
+        "| | statements | true | false | unsupported | unjudged | precision (true / all) |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for label, c in rows:
+        precision = f"{c['precision']:.2f}" if c["precision"] is not None else "-"
+        lines.append(
+            f"| {label} | {c['all']} | {c[TRUE]} | {c[FALSE]} | {c[UNSUPPORTED]} | {c[UNJUDGED]} | {precision} |"
+        )
+    return "\n".join(lines)
+
+
+def kind_table(c: Mapping[str, Any]) -> str:
+    """Markdown: the verdicts per kind of statement."""
+    lines = ["| kind | true | false | unsupported | unjudged |", "| --- | --- | --- | --- | --- |"]
+    for kind, row in sorted(c["by_kind"].items()):
+        lines.append(f"| {kind} | {row[TRUE]} | {row[FALSE]} | {row[UNSUPPORTED]} | {row[UNJUDGED]} |")
+    return "\n".join(lines)

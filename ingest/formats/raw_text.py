@@ -1,0 +1,162 @@
+"""The raw text of a log before any reader's pattern sees it: its head, what is removed from its bytes
+(ANSI colour codes, NUL padding), whether it is text at all, and the launcher and logger prefixes
+(host, rank, time stamp, log level) that every text format may carry before a trainer's own text,
+and the lines that are a launcher's or a shell's, not the trainer's."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Final
+
+from ingest.errors import StabScopeError
+
+
+def input_size(path: Path) -> int:
+    """Bytes of a file, or of the files under a folder (0 when it cannot be read)."""
+    if path.is_dir():
+        return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def read_head(path: Path, nbytes: int = 256 * 1024) -> bytes:
+    """The first ``nbytes`` of a file (b'' for a directory or an unreadable file)."""
+    if path.is_dir():
+        return b""
+    try:
+        with open(path, "rb") as f:
+            return f.read(nbytes)
+    except OSError:
+        return b""
+
+
+def open_error(path: Path, exc: OSError) -> StabScopeError:
+    """The error for a file that cannot be opened at all."""
+    return StabScopeError(f"cannot read file: {exc.strerror or exc}", path=str(path))
+
+
+_ANSI: Final = re.compile(rb"\x1b\[[0-9;?]*[A-Za-z]")
+
+_HOST_NAME: Final = (
+    r"(?:[A-Za-z][A-Za-z0-9_.-]*"  # node017, gpu-a100-017.cluster.local, localhost
+    r"|[0-9]{1,3}(?:\.[0-9]{1,3}){3}"  # 192.168.205.202
+    r"|[0-9A-Fa-f]{0,4}(?::[0-9A-Fa-f]{0,4}){2,7}"  # fe80::1 (two colons at least: srun's ``7: `` is a rank)
+    r"|\[[0-9A-Fa-f.]*:[0-9A-Fa-f:.]*\])"  # [2001:db8::1]
+)
+"""A host as pdsh writes it before a remote node's lines: a host name, an IPv4 or IPv6 address."""
+_LAUNCHER_HOST: Final = r"(?:" + _HOST_NAME + r":[ \t]+)?"
+"""pdsh / DeepSpeed's multi-node runner: ``node017: ``, ``192.168.205.202: `` (a host names no rank)."""
+_LAUNCHER_RANK: Final = r"(?:(?:[ \t]*\[(?:default|rank)|[ \t]*)(?P<lrank>[0-9]+)(?:\]:[ \t]?|:[ \t]))?"
+"""``torchrun --tee 3``'s ``[default7]:``, newer torchrun's ``[rank7]:`` (a blank before it where a log was pasted
+into a note), ``srun -l``'s ``7: ``."""
+_LAUNCHER_TIME: Final = (
+    r"(?:\[?[0-9]{4}-[0-9]{2}-[0-9]{2}[ T][0-9]{2}:[0-9]{2}:[0-9]{2}(?:[.,][0-9]+)?Z?\]?[ \t]*(?:-[ \t]*)?)??"
+)
+"""A time stamp before the trainer's text (lazy: a reader that captures it itself still does)."""
+_LAUNCHER_LEVEL: Final = (
+    r"(?:(?:[A-Za-z_][A-Za-z0-9_.]*[ \t]+-[ \t]+)?\[?(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\]?"
+    r"(?::[A-Za-z0-9_.]*)*[ \t]*(?:-[ \t]*)?)??"
+)
+"""A log level (``INFO``, ``[INFO]``, Python logging's ``INFO:root:`` or ``name - INFO - ``)."""
+LAUNCHER_PREFIX: Final = _LAUNCHER_HOST + _LAUNCHER_RANK + _LAUNCHER_TIME + _LAUNCHER_LEVEL
+"""What launchers and loggers put before a trainer's own text, as one regex matched at the line
+start: host, rank (named group ``lrank``), time stamp, log level, each optional, in that order. The
+text engine (:mod:`ingest.formats.textlog`) puts it before every line kind of every text format, so
+detection and reading see through it alike. ANSI codes and NUL bytes are removed from the bytes
+before (:func:`clean_text`)."""
+
+
+LAUNCHER_LEAD: Final = re.compile(
+    (_LAUNCHER_HOST + _LAUNCHER_RANK + _LAUNCHER_TIME + _LAUNCHER_LEVEL).replace(")??", ")?").encode()
+)
+"""``LAUNCHER_PREFIX`` taking all it can (bytes): where a line's own text starts at the latest.
+Detection tries a format's line there and at the line start (which, with what is between, the
+reader's lazy ``LAUNCHER_PREFIX`` also finds), instead of every way of splitting the prefix."""
+_LAUNCHER_LEAD: Final = re.compile("^" + _LAUNCHER_HOST + _LAUNCHER_RANK, re.M)
+_RANK_LEAD: Final = re.compile("^" + _LAUNCHER_RANK, re.M)
+_HOST_LEAD: Final = re.compile("^" + _HOST_NAME + r":[ \t]+", re.M)
+
+
+def strip_launcher_prefixes(text: str) -> str:
+    """``text`` with each line's rank prefix removed, and its host prefix where most lines carry
+    one (``Overriding: max_iters = 3`` alone is text, not a host): what a reader's banner and
+    argument-dump parsing (``meta_from_head``, ``markers``) sees, so that their line-anchored
+    patterns fit a ``[default0]:``-prefixed log as they fit a bare one."""
+    lines = text.count("\n") + 1
+    if len(_HOST_LEAD.findall(text)) * 2 > lines - text.count("\n\n"):
+        return _LAUNCHER_LEAD.sub("", text)
+    return _RANK_LEAD.sub("", text)
+
+
+def clean_text(chunk: bytes) -> bytes:
+    """``chunk`` without ANSI colour codes and NUL bytes (a node's log cut by a crash is padded with
+    NULs where the file system had allocated blocks not yet written)."""
+    if b"\x1b" in chunk:
+        chunk = _ANSI.sub(b"", chunk)
+    if b"\x00" in chunk:
+        chunk = chunk.replace(b"\x00", b"")
+    return chunk
+
+
+def decode_head(head: bytes) -> str:
+    """Head bytes as text (invalid UTF-8 replaced); a partial last line is dropped."""
+    cut = head.rfind(b"\n")
+    if 0 < cut < len(head) - 1:
+        head = head[: cut + 1]
+    return clean_text(head).decode("utf-8", errors="replace")
+
+
+_TEXT_CONTROLS: Final = bytes(range(32)).translate(None, b"\t\n\r\x0c\x1b")
+"""Control bytes a text log does not hold (NUL aside: see :func:`looks_binary`)."""
+
+
+def looks_binary(head: bytes) -> bool:
+    """True when the head is not text: NUL bytes, unless they are only the padding of a cut log
+    (then the rest holds no other control byte)."""
+    sample = head[:4096]
+    if b"\x00" not in sample:
+        return False
+    rest = head.replace(b"\x00", b"")[:4096]
+    return not rest or len(rest.translate(None, _TEXT_CONTROLS)) < len(rest)
+
+
+# --------------------------------------------------------------------------- what a line is
+
+
+_LEAD: Final = re.compile(LAUNCHER_PREFIX.replace(")??", ")?").encode() + rb"[ \t]*")
+_SHELL_COMMAND: Final = re.compile(
+    rb"(?:[+$>][ \t]*)?(?:export|unset|source|srun|sbatch|salloc|torchrun|deepspeed|mpirun|accelerate[ \t]+launch"
+    rb"|python3?[ \t]+(?:-m[ \t]+|-u[ \t]+)*[^\s=]+)[ \t]+(?![ \t]|\.\.)"  # not a dump's 'deepspeed .... True'
+    rb"|#SBATCH[ \t]"
+)
+"""A shell command (a README's ``export HF_DATASETS_OFFLINE=1``, ``bash -x``'s ``+ export ...``, a
+launch command): its ``NAME=1`` is a setting, not a metric, whatever pairs a format would see in it."""
+LAUNCHER_MESSAGE: Final = re.compile(
+    rb"slurmstepd(?:-[A-Za-z0-9_.-]+)?:|srun: (?:error|warning|Job step|Force)|\*\*\* (?:JOB|STEP) [0-9]|pdsh@"
+)
+"""Where SLURM or pdsh writes into a line (its stderr interleaved with the trainer's stdout:
+``slurmstepd: error: *** JOB 123456 ON node017 CANCELLED AT ... ***``): no metric from there on."""
+
+
+def own_start(line: bytes) -> int:
+    """Where ``line``'s own text starts, behind any launcher prefix."""
+    lead = _LEAD.match(line)
+    return lead.end() if lead else 0
+
+
+def own_text(line: bytes) -> str:
+    """``line``'s own text (behind any launcher prefix), decoded."""
+    return line[own_start(line) :].decode("utf-8", "replace")
+
+
+def is_shell_command(line: bytes) -> bool:
+    """Whether ``line``'s own text, behind any launcher prefix, is a shell command."""
+    lead = _LEAD.match(line)
+    return _SHELL_COMMAND.match(line, lead.end() if lead else 0) is not None
+
+
+BARE_PREFIX: Final = re.compile(LAUNCHER_PREFIX.encode() + rb"[ \t\r]*")
+"""A line that is a launcher prefix alone (an empty line of the trainer's): blank, not skipped."""
