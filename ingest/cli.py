@@ -524,10 +524,9 @@ def cmd_import(args: argparse.Namespace) -> int:
             progress=progress,
             metric_map=parse_map_args(args.map),
             existing=args.existing or "refuse",  # another file into an existing run: say so, lose nothing
+            user_meta=user_meta,  # committed with the rows: the analyses run once, on the user's values
+            remove_meta=removals,
         )
-    if user_meta or removals:
-        for res in results:
-            store.update_meta(res["run"], user_meta, removals)
     for res in results:
         if args.json:
             _print(json.dumps(res, default=str))

@@ -4,7 +4,7 @@ per generation; the analyses themselves are ``stab_core.analysis``.
 :func:`materialise` is the store's ``on_generation`` hook: a store opened with
 :func:`open_analysed_store` (the CLI, the pages, ``watch``, the demo) re-analyses a run after every
 merge, and pages and the CLI read the stored results instead of recomputing them. A store opened
-without it (``ingest.store.open_store``) only stores data. The run is read once, everything is
+without it (``ingest.store.Store(root)``) only stores data. The run is read once, everything is
 computed from that view in memory, and the results are written once (``Store.write_analysis``).
 """
 
@@ -20,7 +20,7 @@ import pyarrow as pa
 from ingest.run_alerts import alerts_from_memory
 from ingest.run_findings import sibling_gap
 from ingest.shards import LONG_SCHEMA, null_floats
-from ingest.store import Store, open_store
+from ingest.store import Store
 from stab_core.analysis import analyze_run
 from stab_core.findings import view_findings
 
@@ -28,7 +28,7 @@ from stab_core.findings import view_findings
 def open_analysed_store(root: str | os.PathLike[str] | None = None) -> Store:
     """The store at ``root`` (default: ``$STABSCOPE_STORE`` or the embedded default) that re-runs the
     analyses of a run after each new generation of it: how the product opens a store."""
-    return open_store(root, on_generation=materialise)
+    return Store(root, on_generation=materialise)
 
 
 def materialise(store: Store, name: str) -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from ingest.importer import store_parsed
 from ingest.run_analyses import open_analysed_store
 from ingest.store import Store
 from tests.conftest import (
@@ -134,7 +135,7 @@ def test_sensitivity_control_stores_the_setting_and_the_analyses_follow(
     from ingest.formats import read_log
 
     store = open_analysed_store(tmp_path / "store")
-    store.import_parsed("mixtral", read_log([log]))
+    store_parsed(store, "mixtral", read_log([log]))
     monkeypatch.setenv("STABSCOPE_STORE", str(store.root))
     at = open_page("spikes").run()
     assert not at.exception
