@@ -20,6 +20,8 @@ from stab_core.throughput import compare_to_siblings
 
 FINDING_KINDS = ("overfitting", "throughput_loss")
 """``kind`` of the entries :func:`finding_entries` adds after the incidents of ``spikes --json``."""
+LR_TRANSITION_KIND = "lr_transition"
+"""``kind`` of the entries :func:`lr_transition_entries` adds after the findings of ``spikes --json``."""
 
 
 def findings_from_store(store: Store, info: RunInfo) -> dict[str, Any]:
@@ -106,3 +108,30 @@ def finding_entries(findings: dict[str, Any]) -> list[dict[str, Any]]:
                                 "(per-rank step time shows a straggler on the Ranks page)."],
                     "throughput": drop})  # fmt: skip
     return out
+
+
+def stored_lr_transitions(info: RunInfo) -> list[dict[str, Any]]:
+    """The transitions of run ``info``'s logged LR the analyses stored with it
+    (``ingest.run_analyses.lr_transitions``: ``step``, ``kind``, ``rel_change``); none before they ran."""
+    return list((info.meta.get("analysis") or {}).get("lr_transitions") or [])
+
+
+def lr_transition_label(transition: dict[str, Any]) -> str:
+    """A stored LR transition in words, as the charts label its marker: ``+998% LR (from the logged lr)``."""
+    return f"{float(transition['rel_change']):+.0%} LR (from the logged lr)"
+
+
+def lr_transition_entries(info: RunInfo) -> list[dict[str, Any]]:
+    """The stored LR transitions as entries after the findings of ``stabscope spikes --json`` (additive:
+    ``kind`` ``lr_transition``, with an incident's keys so that a reader of incidents reads them too:
+    ``metric`` lr, ``start``/``peak``/``end`` the transition's step, ``ratio`` the LR after over before;
+    the transition itself under ``lr_transition``). A transition is no incident: ``cause`` is
+    ``schedule`` and it has no actions."""
+    return [
+        {"kind": LR_TRANSITION_KIND, "metric": "lr", "metrics": ["lr"], "start": int(t["step"]),
+         "peak": int(t["step"]), "end": int(t["step"]), "ratio": 1 + float(t["rel_change"]), "recovered": True,
+         "cause": "schedule", "confidence": None, "path": [],
+         "summary": f"{str(t['kind']).replace('_', ' ')} at step {int(t['step'])}: {lr_transition_label(t)}",
+         "actions": [], "lr_transition": dict(t)}
+        for t in stored_lr_transitions(info)
+    ]  # fmt: skip
