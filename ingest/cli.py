@@ -496,7 +496,13 @@ def seed_before_serving() -> int:
     (errors reported as the CLI does)."""
 
     def seed() -> int:
-        from ingest.demo import seed_demo_store
+        from ingest.demo import DEMO_SEEDED_KEY, seed_demo_store
+        from ingest.store import Store
+
+        # a store seeded before (every start but the first) is told by one setting, without loading the
+        # analyses that seeding needs
+        if Store(os.environ["STABSCOPE_STORE"]).get_setting(DEMO_SEEDED_KEY):
+            return 0
         from ingest.run_analyses import open_analysed_store
 
         with _progress("first start: demo runs", unit="run") as progress:
@@ -741,7 +747,14 @@ WRITING_COMMANDS = frozenset({"import", "compact", "watch", "delete", "demo", "m
 """The commands that write runs, so take ``--wait`` (one writer per run: ``ingest.store.run_lock``)."""
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(*, training: bool = True) -> argparse.ArgumentParser:
+    """The ``stabscope`` parser; with ``training`` also the training side's commands (demo-train,
+    experiment), whose parsers load numpy."""
+    return _parser_and_commands(training=training)[0]
+
+
+def _parser_and_commands(*, training: bool) -> tuple[argparse.ArgumentParser, frozenset[str]]:
+    """:func:`build_parser` and the names of the commands it knows."""
     parser = argparse.ArgumentParser(prog="stabscope", description=__doc__.splitlines()[0])
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
@@ -909,8 +922,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--force", action="store_true", help="walk the tree for the step even when no detected incident covers it"
     )
-    _add_training_commands(add)
-    return parser
+    if training:
+        _add_training_commands(add)
+    return parser, frozenset(sub.choices or ())
 
 
 def _add_training_commands(add: Callable[..., argparse.ArgumentParser]) -> None:
@@ -925,8 +939,12 @@ def _add_training_commands(add: Callable[..., argparse.ArgumentParser]) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    # a core command (serve above all, which execs the server at once) does not load the training side's
+    # parsers and their numpy; any other word, --help included, gets the full parser
+    core, names = _parser_and_commands(training=False)
+    parser = core if words and words[0] in names else build_parser()
+    args = parser.parse_args(words)
     return _reported(args.command, lambda: int(args.fn(args)))
 
 

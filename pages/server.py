@@ -11,6 +11,7 @@ import logging
 import os
 import socket
 import sys
+import threading
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -86,6 +87,9 @@ def serve_options(port: int, host: str, *, exposed: bool, has_token: bool, confi
 GENERATED_TOKEN_ENV = "STABSCOPE_TOKEN_GENERATED"
 """Set to 1 by ``stabscope serve`` when it made the access token itself: the server then prints the
 address carrying it. A token the user gave is never printed."""
+DEMO_READY_ENV = "STABSCOPE_DEMO_READY"
+"""Set to 1 in the server's environment once it has seeded the demo runs (or found them): the first page
+then does not open the store to check again (``pages.store_access.ensure_demo_runs``)."""
 DEFAULT_HOST = "127.0.0.1"
 """Where the server listens unless told otherwise: this machine only, as TensorBoard and Jupyter do."""
 LOOPBACK_HOST_NAMES = ("localhost", "127.0.0.1", "::1")
@@ -122,8 +126,10 @@ def main(port: int, host: str = DEFAULT_HOST) -> int:
         status = seed_before_serving()
         if status:
             return status
+        os.environ[DEMO_READY_ENV] = "1"  # the pages need not check the store again (pages.store_access)
     from streamlit.web.cli import main as streamlit_main
 
+    _warm_imports()
     flags = streamlit_flags(serve_options(port, host, exposed=exposed, has_token=has_token, config_file=config_file))
     try:
         streamlit_main(args=["run", str(APP), *flags], prog_name="streamlit")
@@ -240,24 +246,40 @@ def _prepare_server() -> None:
     it, and declaring the app navigation-driven before start-up rules the mode out whatever the layout
     (the ``pages`` package also recovers from it, with one extra rerun, under ``streamlit run app.py``).
 
-    It also imports what every page needs (numpy, pandas, DuckDB, Plotly: every page helper), as a
-    server that preloads its app does: ready means ready, and the first browser session does not wait
-    for them (Streamlit itself imports them lazily)."""
+    The page helpers' libraries (numpy, pandas, DuckDB, Plotly) are imported by :func:`_warm_imports`
+    on a thread while the server starts and the browser loads Streamlit's and Plotly's code, not before
+    the server listens: imported first, they made ``stabscope serve`` wait for them and then wait again
+    for the browser (the first page's warm-up, ``pages.warmup``, overlaps the two under
+    ``streamlit run app.py``)."""
     from streamlit.runtime.pages_manager import PagesManager
 
     PagesManager.uses_pages_directory = False
-    # Decorating a cached function before the server's runtime exists makes Streamlit check its
-    # settings against a stand-in and warn "No runtime found" once per function; the caches
-    # themselves are made on first call, inside the runtime. The user would see only noise.
-    caching = logging.getLogger("streamlit.runtime.caching.cache_data_api")
-    level = caching.level
-    caching.setLevel(logging.ERROR)
-    skipped = {"__init__", "server", *page_scripts()}
-    try:
-        for module in sorted(p.stem for p in APP.parent.glob("*.py") if p.stem not in skipped):
-            importlib.import_module(f"pages.{module}")
-    finally:
-        caching.setLevel(level)
+
+
+def _warm_imports() -> threading.Thread:
+    """Start importing every page helper (not the page scripts, which draw when run) on a daemon thread;
+    a first page that imports one meanwhile waits for that module only (Python's per-module import lock;
+    the modules have no import circle, so two threads importing them cannot deadlock)."""
+
+    def warm() -> None:
+        # Decorating a cached function before the server's runtime exists makes Streamlit check its
+        # settings against a stand-in and warn "No runtime found" once per function; the caches
+        # themselves are made on first call, inside the runtime. The user would see only noise.
+        caching = logging.getLogger("streamlit.runtime.caching.cache_data_api")
+        level = caching.level
+        caching.setLevel(logging.ERROR)
+        skipped = {"__init__", "server", *page_scripts()}
+        try:
+            for module in sorted(p.stem for p in APP.parent.glob("*.py") if p.stem not in skipped):
+                importlib.import_module(f"pages.{module}")
+        except Exception as exc:  # the page that imports it reports the error where the user sees it
+            logging.getLogger(__name__).warning("preloading the page helpers stopped: %s", exc)
+        finally:
+            caching.setLevel(level)
+
+    thread = threading.Thread(target=warm, name="stabscope-warm-imports", daemon=True)
+    thread.start()
+    return thread
 
 
 def _print_network_url(port: int) -> None:

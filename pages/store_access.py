@@ -61,8 +61,11 @@ def ensure_demo_runs() -> None:
     processes that start meanwhile show that they are being prepared, with how many are in, then the runs)."""
     from ingest.demo import DEMO_SEEDED_KEY, demo_run_names, seed_demo_store
 
+    # STABSCOPE_DEMO_READY: `stabscope serve` seeded them (or found them) before it listened
+    if os.environ.get("STABSCOPE_NO_DEMO") or os.environ.get("STABSCOPE_DEMO_READY"):
+        return
     store = get_store()
-    if os.environ.get("STABSCOPE_NO_DEMO") or store.get_setting(DEMO_SEEDED_KEY):
+    if store.get_setting(DEMO_SEEDED_KEY):
         return
     bar = st.progress(0.0, text="First start: writing demo runs through the real shard -> Parquet path…")
     names = demo_run_names()

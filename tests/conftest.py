@@ -119,6 +119,7 @@ TIERS: dict[str, str] = {
             "store_incremental",
             "findings_store",
             "baseline_eval",
+            "serve_start",
         ),
         "integration",
     ),
