@@ -57,3 +57,16 @@ def test_a_seeded_store_is_recognised_without_loading_the_analyses(tmp_path: Pat
         "print(status, 'stab_core.analysis' in sys.modules, 'ingest.run_analyses' in sys.modules)"
     )
     assert _python(code, STABSCOPE_STORE=str(store.root)).splitlines()[-1] == "0 False False"
+
+
+def test_the_warm_up_waits_for_the_server_to_listen() -> None:
+    import socket
+
+    from pages.server import _wait_listening
+
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        port = int(listening.getsockname()[1])
+        assert _wait_listening("0.0.0.0", port, 1.0)  # a wildcard address is reached on loopback
+    assert not _wait_listening("127.0.0.1", port, 0.1)  # closed: gives up after its timeout
