@@ -281,7 +281,10 @@ def _warm_imports(port: int | None = None, host: str = DEFAULT_HOST) -> threadin
         finally:
             caching.setLevel(level)
 
+    from pages.warmup import importing_helpers
+
     thread = threading.Thread(target=warm, name="stabscope-warm-imports", daemon=True)
+    importing_helpers(thread)  # the first page waits for it before its own imports (pages.warmup)
     thread.start()
     return thread
 
