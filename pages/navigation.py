@@ -20,7 +20,7 @@ from typing import NamedTuple
 import streamlit as st
 
 from pages.token_gate import ask_for_token, session_unlocked
-from pages.warmup import wait_for_helpers, warm_up_browser
+from pages.warmup import warm_up_browser
 
 PAGES_DIR = Path(__file__).resolve().parent
 """The folder of the page scripts (this package's folder, in the source tree or in site-packages)."""
@@ -90,7 +90,6 @@ def run_app() -> None:
     if not unlocked:
         ask_for_token()  # stops this run: nothing below draws
     warm_up_browser(page.url_path)
-    wait_for_helpers()  # under serve: its thread's imports of the helpers below end first
 
     # after the warm-up: these imports are most of a fresh server's first run
     from pages.alert_banners import alert_banner

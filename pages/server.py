@@ -5,13 +5,10 @@ where it listens (and warns before it listens beyond this machine) and starts St
 
 from __future__ import annotations
 
-import importlib
 import ipaddress
-import logging
 import os
 import socket
 import sys
-import threading
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -129,7 +126,6 @@ def main(port: int, host: str = DEFAULT_HOST) -> int:
         os.environ[DEMO_READY_ENV] = "1"  # the pages need not check the store again (pages.store_access)
     from streamlit.web.cli import main as streamlit_main
 
-    _warm_imports(port, host)
     flags = streamlit_flags(serve_options(port, host, exposed=exposed, has_token=has_token, config_file=config_file))
     try:
         streamlit_main(args=["run", str(APP), *flags], prog_name="streamlit")
@@ -246,67 +242,14 @@ def _prepare_server() -> None:
     it, and declaring the app navigation-driven before start-up rules the mode out whatever the layout
     (the ``pages`` package also recovers from it, with one extra rerun, under ``streamlit run app.py``).
 
-    The page helpers' libraries (numpy, pandas, DuckDB, Plotly) are imported by :func:`_warm_imports`
-    on a thread once the server listens, while the browser loads Streamlit's and Plotly's code, not
-    before: imported first, they made ``stabscope serve`` wait for them and then wait again
-    for the browser (the first page's warm-up, ``pages.warmup``, overlaps the two under
-    ``streamlit run app.py``)."""
+    The page helpers' libraries (numpy, pandas, DuckDB, Plotly) are not imported here: the first page
+    imports them after it has asked the browser for Plotly's code (``pages.warmup``), so that the two
+    overlap, as under ``streamlit run app.py``. Imported before the server listened, they made serve
+    wait for them and then wait again for the browser. (Importing them on a thread meanwhile raced the
+    page's own first use of Plotly, whose lazy submodules are not safe to load from two threads.)"""
     from streamlit.runtime.pages_manager import PagesManager
 
     PagesManager.uses_pages_directory = False
-
-
-def _warm_imports(port: int | None = None, host: str = DEFAULT_HOST) -> threading.Thread:
-    """Start importing every page helper (not the page scripts, which draw when run) on a daemon thread,
-    once the server at ``host:port`` accepts connections (at once when ``port`` is None): before that it
-    would slow Streamlit's own start-up, which holds the same interpreter lock. A first page that
-    imports a helper meanwhile waits for that module only (Python's per-module import lock; the modules
-    have no import circle, so two threads importing them cannot deadlock)."""
-
-    def warm() -> None:
-        if port is not None:
-            _wait_listening(host, port, WARM_WAIT_S)
-        # Decorating a cached function before the server's runtime exists makes Streamlit check its
-        # settings against a stand-in and warn "No runtime found" once per function; the caches
-        # themselves are made on first call, inside the runtime. The user would see only noise.
-        caching = logging.getLogger("streamlit.runtime.caching.cache_data_api")
-        level = caching.level
-        caching.setLevel(logging.ERROR)
-        skipped = {"__init__", "server", *page_scripts()}
-        try:
-            for module in sorted(p.stem for p in APP.parent.glob("*.py") if p.stem not in skipped):
-                importlib.import_module(f"pages.{module}")
-        except Exception as exc:  # the page that imports it reports the error where the user sees it
-            logging.getLogger(__name__).warning("preloading the page helpers stopped: %s", exc)
-        finally:
-            caching.setLevel(level)
-
-    from pages.warmup import importing_helpers
-
-    thread = threading.Thread(target=warm, name="stabscope-warm-imports", daemon=True)
-    importing_helpers(thread)  # the first page waits for it before its own imports (pages.warmup)
-    thread.start()
-    return thread
-
-
-WARM_WAIT_S = 30.0
-"""Longest wait (seconds) for the server to listen before the page helpers are imported anyway."""
-
-
-def _wait_listening(host: str, port: int, timeout_s: float) -> bool:
-    """Whether a TCP connection to ``host:port`` (the loopback address for a wildcard host) opened
-    within ``timeout_s`` seconds, tried every 20 ms."""
-    import time
-
-    target = "::1" if host == "::" else ("127.0.0.1" if _is_wildcard(host) else host)
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection((target, port), timeout=0.2):
-                return True
-        except OSError:
-            time.sleep(0.02)
-    return False
 
 
 def _print_network_url(port: int) -> None:

@@ -6,14 +6,7 @@ helpers), and only Streamlit is loaded by then.
 
 from __future__ import annotations
 
-import threading
-
 import streamlit as st
-
-HELPERS_WAIT_S = 120.0
-"""Longest wait (seconds) of a first page for the server's import of the page helpers (``pages.server``)."""
-_helper_imports: threading.Thread | None = None
-"""The thread of ``stabscope serve`` importing the page helpers while the browser loads (None elsewhere)."""
 
 WARMUP_KEY = "chunk_warmup"
 """Key of the off-screen container (its CSS class is ``st-key-chunk_warmup``)."""
@@ -50,18 +43,3 @@ def warm_up_browser(url_path: str) -> None:
             else:
                 st.dataframe({"": []}, height=40, key="chunk_warmup_table")
     st.html(f"<style>.st-key-{WARMUP_KEY}{{position:absolute;left:-10000px;width:200px}}</style>")
-
-
-def importing_helpers(thread: threading.Thread) -> None:
-    """Record the server's thread importing the page helpers (``pages.server._warm_imports``)."""
-    global _helper_imports
-    _helper_imports = thread
-
-
-def wait_for_helpers() -> None:
-    """Let the server's import of the page helpers finish before this script imports any of them, so
-    that no two threads import the same module at once (a page under ``streamlit run`` has no such
-    thread and goes on at once)."""
-    thread = _helper_imports
-    if thread is not None and thread.is_alive():
-        thread.join(HELPERS_WAIT_S)

@@ -1,6 +1,7 @@
 """What `stabscope serve` does before its server listens (issue #34 item 7): the CLI process builds no
-training parser (numpy), the server does not import the page helpers before it listens (a thread
-imports them meanwhile), and a store seeded before is recognised without loading the analyses."""
+training parser (numpy), the server does not import the page helpers before it listens (the first
+page does, after its browser warm-up), and a store seeded before is recognised without loading the
+analyses."""
 
 from __future__ import annotations
 
@@ -37,16 +38,13 @@ def test_a_core_command_builds_no_training_parser_and_help_lists_them() -> None:
     assert "demo-train" in usage and "experiment" in usage  # the full parser still lists the training side
 
 
-def test_the_server_listens_before_the_page_helpers_load_then_a_thread_loads_them() -> None:
+def test_the_server_listens_before_the_page_helpers_load() -> None:
+    """The first page imports them after its browser warm-up (pages.warmup), as under streamlit run."""
     code = (
-        "import sys\nfrom pages.server import _prepare_server, _warm_imports\n_prepare_server()\n"
-        "print(sorted(m for m in ('pages.charts', 'pages.store_access', 'pandas', 'duckdb') if m in sys.modules))\n"
-        "_warm_imports().join()\n"
-        "print(sorted(m for m in ('pages.charts', 'pages.store_access', 'pages.run_costs') if m in sys.modules))"
+        "import sys\nfrom pages.server import _prepare_server\n_prepare_server()\n"
+        "print(sorted(m for m in ('pages.charts', 'pages.store_access', 'pandas', 'duckdb') if m in sys.modules))"
     )
-    before, after = _python(code).splitlines()[-2:]
-    assert before == "[]"
-    assert after == "['pages.charts', 'pages.run_costs', 'pages.store_access']"
+    assert _python(code).splitlines()[-1] == "[]"
 
 
 def test_a_seeded_store_is_recognised_without_loading_the_analyses(tmp_path: Path) -> None:
@@ -57,16 +55,3 @@ def test_a_seeded_store_is_recognised_without_loading_the_analyses(tmp_path: Pat
         "print(status, 'stab_core.analysis' in sys.modules, 'ingest.run_analyses' in sys.modules)"
     )
     assert _python(code, STABSCOPE_STORE=str(store.root)).splitlines()[-1] == "0 False False"
-
-
-def test_the_warm_up_waits_for_the_server_to_listen() -> None:
-    import socket
-
-    from pages.server import _wait_listening
-
-    with socket.socket() as listening:
-        listening.bind(("127.0.0.1", 0))
-        listening.listen()
-        port = int(listening.getsockname()[1])
-        assert _wait_listening("0.0.0.0", port, 1.0)  # a wildcard address is reached on loopback
-    assert not _wait_listening("127.0.0.1", port, 0.1)  # closed: gives up after its timeout
