@@ -573,7 +573,7 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 
 def cmd_spikes(args: argparse.Namespace) -> int:
-    from ingest.run_findings import finding_entries, lr_transition_entries, stored_findings
+    from ingest.run_findings import finding_entries, stored_findings, with_lr_transitions
     from stab_core.analysis import (
         INCIDENT_VERDICT,
         analysis_notes,
@@ -595,8 +595,8 @@ def cmd_spikes(args: argparse.Namespace) -> int:
         spikes = store.spikes(args.run)
     # overfitting and throughput loss follow the incidents, each with kind "overfitting"/"throughput_loss"
     findings = finding_entries(stored_findings(store, info))
-    if args.json:  # then the LR's transitions stored with the analyses (the charts' markers)
-        _print_json(spikes + findings + lr_transition_entries(info))
+    if args.json:  # each incident with the stored LR transition before it (the charts' markers)
+        _print_json(with_lr_transitions(spikes, info) + findings)
         return 0
     analysis = info.meta.get("analysis") or {}
     shown = spikes if args.all else [s for s in spikes if shown_by_default(s.get("severity"))]

@@ -20,8 +20,6 @@ from stab_core.throughput import compare_to_siblings
 
 FINDING_KINDS = ("overfitting", "throughput_loss")
 """``kind`` of the entries :func:`finding_entries` adds after the incidents of ``spikes --json``."""
-LR_TRANSITION_KIND = "lr_transition"
-"""``kind`` of the entries :func:`lr_transition_entries` adds after the findings of ``spikes --json``."""
 
 
 def findings_from_store(store: Store, info: RunInfo) -> dict[str, Any]:
@@ -121,17 +119,13 @@ def lr_transition_label(transition: dict[str, Any]) -> str:
     return f"{float(transition['rel_change']):+.0%} LR (from the logged lr)"
 
 
-def lr_transition_entries(info: RunInfo) -> list[dict[str, Any]]:
-    """The stored LR transitions as entries after the findings of ``stabscope spikes --json`` (additive:
-    ``kind`` ``lr_transition``, with an incident's keys so that a reader of incidents reads them too:
-    ``metric`` lr, ``start``/``peak``/``end`` the transition's step, ``ratio`` the LR after over before;
-    the transition itself under ``lr_transition``). A transition is no incident: ``cause`` is
-    ``schedule`` and it has no actions."""
-    return [
-        {"kind": LR_TRANSITION_KIND, "metric": "lr", "metrics": ["lr"], "start": int(t["step"]),
-         "peak": int(t["step"]), "end": int(t["step"]), "ratio": 1 + float(t["rel_change"]), "recovered": True,
-         "cause": "schedule", "confidence": None, "path": [],
-         "summary": f"{str(t['kind']).replace('_', ' ')} at step {int(t['step'])}: {lr_transition_label(t)}",
-         "actions": [], "lr_transition": dict(t)}
-        for t in stored_lr_transitions(info)
-    ]  # fmt: skip
+def with_lr_transitions(spikes: list[dict[str, Any]], info: RunInfo) -> list[dict[str, Any]]:
+    """The incidents of ``stabscope spikes --json``, each with ``lr_transition_before`` added (additive):
+    the last transition of the logged LR the analyses stored (``step``, ``kind``, ``rel_change``) at or
+    before the incident's start, or None when none precedes it."""
+    stored = sorted(stored_lr_transitions(info), key=lambda t: int(t["step"]))
+    out = []
+    for spike in spikes:
+        before = [t for t in stored if int(t["step"]) <= int(spike["start"])]
+        out.append({**spike, "lr_transition_before": dict(before[-1]) if before else None})
+    return out
