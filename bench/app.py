@@ -43,6 +43,10 @@ FLOOR_CHART = ".st-key-floor_chart .js-plotly-plot .main-svg"
 FLOOR_TABLE = ".st-key-floor_table canvas"
 RUNS_TABLE = ".st-key-runs_table canvas"
 """The Runs page's catalog table, drawn: issue 6's first screen."""
+BENCH_TOKEN = "bench-token-for-goal-6-not-a-secret"
+"""The access token ``stabscope serve`` is started with here (``$STABSCOPE_TOKEN``), given in the page's
+address as the URL serve prints does. ``streamlit run app.py`` runs without one, as a development
+server does by default."""
 FIRST_RENDER_MARGIN_S = 1.0
 """Most seconds a first rendered overview may take beyond the bare chart page's (issue 22's goal 6)."""
 FIRST_SCREEN_MARGIN_S = 0.5
@@ -139,13 +143,19 @@ def first_render(
         raise Unavailable(f"{CHROMIUM} is missing")
     samples, after_up, rss = [], [], []
     env = {**os.environ, "STABSCOPE_STORE": store}
+    env.pop("STABSCOPE_TOKEN", None)
+    if serve:
+        env["STABSCOPE_TOKEN"] = BENCH_TOKEN
     if run is not None:
         env["STABSCOPE_NO_DEMO"] = "1"
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         for _ in range(repeats):
             port = _free_port()
-            url = f"http://127.0.0.1:{port}/{path}" + (f"?run={run}" if run else "")
+            query = [f"run={run}"] if run else []
+            if serve:  # serve gates every page behind a token (made at each start unless given): sign in as its URL
+                query.append(f"token={BENCH_TOKEN}")
+            url = f"http://127.0.0.1:{port}/{path}" + (f"?{'&'.join(query)}" if query else "")
             context = browser.new_context(viewport={"width": 1400, "height": 1000})
             page = context.new_page()
             cmd = [sys.executable, "-m", "streamlit", "run", script, "--server.headless", "true"]

@@ -41,7 +41,7 @@ def compact_shards(shards: str, store: str, analyses: bool = True) -> dict[str, 
     """``Store.compact`` into a fresh store; the analyses' share timed by a generation hook that runs
     them (or nothing, ``analyses=False``, to see the compaction's own memory)."""
     from ingest.run_analyses import materialise
-    from ingest.store import Store, open_store
+    from ingest.store import Store
 
     analysis_s = [0.0]
 
@@ -52,7 +52,7 @@ def compact_shards(shards: str, store: str, analyses: bool = True) -> dict[str, 
         analysis_s[0] += time.perf_counter() - start
 
     start = time.perf_counter()
-    report = open_store(store, on_generation=timed_analysis).compact(RUN, shards)
+    report = Store(store, on_generation=timed_analysis).compact(RUN, shards)
     seconds = time.perf_counter() - start
     return {"seconds": seconds, "records": report.rows, "analysis_s": analysis_s[0]}
 

@@ -125,7 +125,7 @@ def compact_once(shards: str, store: str, master: str | None, cache: str | None 
     """Child target: compact ``shards`` into the fresh store ``store`` (a directory, or an ``s3://`` URL
     with its local ``cache``), with Spark at ``master`` or the embedded engine, and report times, the
     tree's peak RSS and I/O, and the sizes (of the store's directory or cache)."""
-    from ingest.store import open_store
+    from ingest.store import Store
 
     with TreeSampler() as sampler:
         start = time.perf_counter()
@@ -136,7 +136,7 @@ def compact_once(shards: str, store: str, master: str | None, cache: str | None 
         session_s = time.perf_counter() - start
         begin = time.perf_counter()
         engine = "embedded" if master is None else "spark"
-        report = open_store(store, cache_dir=cache).compact(RUN, shards, engine=engine, master=master)
+        report = Store(store, cache_dir=cache).compact(RUN, shards, engine=engine, master=master)
         compact_s = time.perf_counter() - begin
     result = {
         "session_s": session_s,

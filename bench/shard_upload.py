@@ -109,7 +109,7 @@ def idle_pass_cost(location: str, store_dir: Path, objects: int, rounds: int) ->
     (what every ``watch`` pass of a quiet run pays: the listing, one LIST request per 1,000 objects,
     and the catalog's offsets), and of the listing alone."""
     from ingest.shards import find_segments
-    from ingest.store import open_store
+    from ingest.store import Store
 
     url = ObjectUrl.parse(location)
     store = bucket_store(url.bucket)
@@ -120,7 +120,7 @@ def idle_pass_cost(location: str, store_dir: Path, objects: int, rounds: int) ->
     for i in range(objects):  # one tiny object per flush of writer ``i // 100``
         key = f"rank-{i % 8:05d}/seg-{i // 100:020d}-1-{i % 100:09d}.ssf"
         store.put_bytes(url.key(key), frame.read_bytes())
-    target = open_store(store_dir / "store")
+    target = Store(store_dir / "store")
     target.compact("idle", location)
     times: dict[str, list[float]] = {"idle_compact_pass_s": [], "listing_s": []}
     for _ in range(rounds):

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ingest.shards import ShardWriter
-from ingest.store import open_store
+from ingest.store import Store
 
 POLL_S = 0.005
 WARMUP_STEPS = 20
@@ -47,7 +47,7 @@ def _visible(store: Path, step: int, timeout_s: float) -> float | None:
     """Seconds until run ``lag``'s last step is ``step`` (None at the timeout)."""
     t0 = time.perf_counter()
     while time.perf_counter() - t0 < timeout_s:
-        s = open_store(store)
+        s = Store(store)
         if s.has_run("lag") and (s.run_info("lag").last_step or -1) >= step:
             return time.perf_counter() - t0
         time.sleep(POLL_S)

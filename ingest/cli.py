@@ -496,7 +496,13 @@ def seed_before_serving() -> int:
     (errors reported as the CLI does)."""
 
     def seed() -> int:
-        from ingest.demo import seed_demo_store
+        from ingest.demo import DEMO_SEEDED_KEY, seed_demo_store
+        from ingest.store import Store
+
+        # a store seeded before (every start but the first) is told by one setting, without loading the
+        # analyses that seeding needs
+        if Store(os.environ["STABSCOPE_STORE"]).get_setting(DEMO_SEEDED_KEY):
+            return 0
         from ingest.run_analyses import open_analysed_store
 
         with _progress("first start: demo runs", unit="run") as progress:
@@ -524,10 +530,9 @@ def cmd_import(args: argparse.Namespace) -> int:
             progress=progress,
             metric_map=parse_map_args(args.map),
             existing=args.existing or "refuse",  # another file into an existing run: say so, lose nothing
+            user_meta=user_meta,  # committed with the rows: the analyses run once, on the user's values
+            remove_meta=removals,
         )
-    if user_meta or removals:
-        for res in results:
-            store.update_meta(res["run"], user_meta, removals)
     for res in results:
         if args.json:
             _print(json.dumps(res, default=str))
@@ -568,7 +573,7 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 
 def cmd_spikes(args: argparse.Namespace) -> int:
-    from ingest.run_findings import finding_entries, stored_findings
+    from ingest.run_findings import finding_entries, stored_findings, with_lr_transitions
     from stab_core.analysis import (
         INCIDENT_VERDICT,
         analysis_notes,
@@ -590,8 +595,8 @@ def cmd_spikes(args: argparse.Namespace) -> int:
         spikes = store.spikes(args.run)
     # overfitting and throughput loss follow the incidents, each with kind "overfitting"/"throughput_loss"
     findings = finding_entries(stored_findings(store, info))
-    if args.json:
-        _print_json(spikes + findings)
+    if args.json:  # each incident with the stored LR transition before it (the charts' markers)
+        _print_json(with_lr_transitions(spikes, info) + findings)
         return 0
     analysis = info.meta.get("analysis") or {}
     shown = spikes if args.all else [s for s in spikes if shown_by_default(s.get("severity"))]
@@ -742,7 +747,14 @@ WRITING_COMMANDS = frozenset({"import", "compact", "watch", "delete", "demo", "m
 """The commands that write runs, so take ``--wait`` (one writer per run: ``ingest.store.run_lock``)."""
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(*, training: bool = True) -> argparse.ArgumentParser:
+    """The ``stabscope`` parser; with ``training`` also the training side's commands (demo-train,
+    experiment), whose parsers load numpy."""
+    return _parser_and_commands(training=training)[0]
+
+
+def _parser_and_commands(*, training: bool) -> tuple[argparse.ArgumentParser, frozenset[str]]:
+    """:func:`build_parser` and the names of the commands it knows."""
     parser = argparse.ArgumentParser(prog="stabscope", description=__doc__.splitlines()[0])
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
@@ -910,8 +922,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--force", action="store_true", help="walk the tree for the step even when no detected incident covers it"
     )
-    _add_training_commands(add)
-    return parser
+    if training:
+        _add_training_commands(add)
+    return parser, frozenset(sub.choices or ())
 
 
 def _add_training_commands(add: Callable[..., argparse.ArgumentParser]) -> None:
@@ -926,8 +939,12 @@ def _add_training_commands(add: Callable[..., argparse.ArgumentParser]) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    # a core command (serve above all, which execs the server at once) does not load the training side's
+    # parsers and their numpy; any other word, --help included, gets the full parser
+    core, names = _parser_and_commands(training=False)
+    parser = core if words and words[0] in names else build_parser()
+    args = parser.parse_args(words)
     return _reported(args.command, lambda: int(args.fn(args)))
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from ingest.errors import StabScopeError
-from ingest.store import ProgressFn, Store, skipped_example_texts, validate_run_name
+from ingest.store import IngestReport, ProgressFn, Store, skipped_example_texts, validate_run_name
 
 MAX_IMPORT_BYTES = 4 * 1024**3
 """Largest total input accepted by one import (4 GiB); uploads have their own, smaller bound."""
@@ -42,6 +42,8 @@ def import_logs(
     progress: ProgressFn | None = None,
     metric_map: Mapping[str, str] | None = None,
     existing: str = "append",
+    user_meta: Mapping[str, Any] | None = None,
+    remove_meta: Sequence[str] = (),
 ) -> list[dict[str, Any]]:
     """Import ``paths`` as one run; returns the ``--json`` objects (run, format, rows, metrics, steps,
     skipped lines, and from :func:`ingest.import_inputs.read_inputs`: the logs read, the config
@@ -56,7 +58,9 @@ def import_logs(
     ``existing`` says what to do when run ``run`` exists (see :data:`EXISTING_RUN`). A log no trainer's
     reader recognises is read by the generic reader: ``mapping`` is what it took for the step and
     each role (``{role: key}``) after the user's corrections (``--map NAME=ROLE``, ``--map KEY=step``),
-    None for other readers; ``reader_note`` says the generic reader was used."""
+    None for other readers; ``reader_note`` says the generic reader was used. ``user_meta`` and
+    ``remove_meta`` (``--meta KEY=VALUE``, ``--meta KEY=``) are committed with run ``run``'s rows, as
+    ``Store.update_meta`` records them: its analyses run once, on them."""
     from ingest.import_inputs import read_inputs
 
     if existing not in EXISTING_RUN:
@@ -100,7 +104,7 @@ def import_logs(
             parsed = replace(parsed, source_files=sorted({*held, *map(_resolved, parsed.source_files)}))
         parsed = with_line_report(parsed)  # after the map: its metrics are the stored names
         line_report = parsed.meta.get("import_report")
-        report = store.import_parsed(name, parsed)
+        report = store_parsed(store, name, parsed, user_meta=user_meta, remove_meta=remove_meta)
     segments = import_segments(store, name, parsed, metric_map)
     import pyarrow.compute as pc
 
@@ -128,6 +132,32 @@ def import_logs(
             **report_fields(line_report),
         }
     ]
+
+
+def store_parsed(
+    store: Store,
+    name: str,
+    parsed: Any,
+    *,
+    user_meta: Mapping[str, Any] | None = None,
+    remove_meta: Sequence[str] = (),
+) -> IngestReport:
+    """Store an ``ingest.formats.ParsedLog`` as run ``name`` (``Store.import_table``): its rows, events,
+    rejected lines and the metadata it states (with its config's facts, ``ingest.configs``), and the
+    user's ``user_meta``/``remove_meta`` in the same commit."""
+    from ingest.configs import meta_with_config_facts  # local: yaml/toml only load for an import
+
+    return store.import_table(
+        name,
+        parsed.table,
+        source=f"import:{parsed.format}:" + ",".join(parsed.source_files),
+        events=parsed.events,
+        meta=meta_with_config_facts(parsed.meta),
+        rejected=parsed.skipped,
+        rejected_examples=skipped_example_texts(parsed),
+        user_meta=user_meta,
+        remove_meta=remove_meta,
+    )
 
 
 def with_line_report(parsed: Any) -> Any:
@@ -237,7 +267,7 @@ def import_segments(
 def _import_segment(store: Store, run: str, parsed: Any, metric_map: Mapping[str, str] | None) -> dict[str, Any]:
     with store.writing(run):
         mapped = remembered_map_applied(store, run, parsed, metric_map or {})
-        report = store.import_parsed(run, mapped)
+        report = store_parsed(store, run, mapped)
     first, last = mapped.step_range or (None, None)
     return {
         "run": run,

@@ -4,7 +4,7 @@ per generation; the analyses themselves are ``stab_core.analysis``.
 :func:`materialise` is the store's ``on_generation`` hook: a store opened with
 :func:`open_analysed_store` (the CLI, the pages, ``watch``, the demo) re-analyses a run after every
 merge, and pages and the CLI read the stored results instead of recomputing them. A store opened
-without it (``ingest.store.open_store``) only stores data. The run is read once, everything is
+without it (``ingest.store.Store(root)``) only stores data. The run is read once, everything is
 computed from that view in memory, and the results are written once (``Store.write_analysis``).
 """
 
@@ -20,15 +20,17 @@ import pyarrow as pa
 from ingest.run_alerts import alerts_from_memory
 from ingest.run_findings import sibling_gap
 from ingest.shards import LONG_SCHEMA, null_floats
-from ingest.store import Store, open_store
+from ingest.store import Store
 from stab_core.analysis import analyze_run
 from stab_core.findings import view_findings
+from stab_core.runview import RunView
+from stab_core.schedulers import logged_lr_transitions
 
 
 def open_analysed_store(root: str | os.PathLike[str] | None = None) -> Store:
     """The store at ``root`` (default: ``$STABSCOPE_STORE`` or the embedded default) that re-runs the
     analyses of a run after each new generation of it: how the product opens a store."""
-    return open_store(root, on_generation=materialise)
+    return Store(root, on_generation=materialise)
 
 
 def materialise(store: Store, name: str) -> None:
@@ -37,7 +39,8 @@ def materialise(store: Store, name: str) -> None:
     Everything is computed from the run as read once (``Store.run_view``): the analyses
     (``stab_core.analysis.analyze_run``) and, from their results and the view's per-rank matrices, the
     run's alerts (``ingest.run_alerts.alerts_from_memory``), and its overfitting and throughput findings
-    (``stab_core.findings``, kept under ``meta['analysis']['findings']``). Derived series (``snr``, ``b_simple``,
+    (``stab_core.findings``, kept under ``meta['analysis']['findings']``), and the transitions of its
+    logged LR (:func:`lr_transitions`). Derived series (``snr``, ``b_simple``,
     ``clip_ratio``, ``clip_mean_coef``) go to the run's derived Parquet file as run-level rows; spike
     events (with their diagnosis) to the catalog; what the UI must say about them (which SNR estimator,
     collapses, overall clip ratio, the alerts) to ``meta['analysis']``. A failing analysis never fails
@@ -46,12 +49,15 @@ def materialise(store: Store, name: str) -> None:
     info = store.run_info(name)
     if info.analysis_gen == info.gen or info.gen == 0:
         return
+    transitions: list[dict[str, Any]] = []
     try:
         view = store.run_view(name)
+        transitions = lr_transitions(view)
         analysis = analyze_run(view)
         findings = view_findings(view)
     except Exception as exc:  # an analysis bug must not lose or block the data just ingested
-        store.write_analysis(name, info.gen, _derived_table([]), [], {"error": f"{type(exc).__name__}: {exc}"})
+        failed = {"error": f"{type(exc).__name__}: {exc}", "lr_transitions": transitions}
+        store.write_analysis(name, info.gen, _derived_table([]), [], failed)
         return
     parts: list[tuple[str, Any, Any]] = []
     summary: dict[str, Any] = {
@@ -63,6 +69,7 @@ def materialise(store: Store, name: str) -> None:
         "not_run": [{"detector": detector, "reason": why} for detector, why in analysis.not_run],
         "logging_end": None,
         "gaps": [],
+        "lr_transitions": transitions,
     }
     if analysis.gaps is not None:
         summary["gaps"] = [[int(a), int(b)] for a, b in analysis.gaps.gaps]
@@ -94,6 +101,17 @@ def materialise(store: Store, name: str) -> None:
     alerts = alerts_from_memory(info, spikes=spikes, clip_ratio=clip_ratio, per_rank=view.per_rank, findings=findings)
     summary["alerts"] = [a.to_json() for a in alerts]
     store.write_analysis(name, info.gen, _derived_table(parts), spikes, summary)
+
+
+def lr_transitions(view: RunView) -> list[dict[str, Any]]:
+    """The transitions of the run's logged LR (``stab_core.schedulers.logged_lr_transitions``, on every
+    logged step: the charts mark them) as JSON-ready ``{step, kind, rel_change}``, kept under
+    ``meta['analysis']['lr_transitions']``; none without an ``lr`` series."""
+    lr = view.series.get("lr")
+    if lr is None:
+        return []
+    found = logged_lr_transitions(lr.steps, lr.values)
+    return [{"step": int(t.step), "kind": str(t.kind), "rel_change": float(t.rel_change)} for t in found]
 
 
 def _derived_table(parts: list[tuple[str, Any, Any]]) -> pa.Table:

@@ -12,14 +12,14 @@ import numpy as np
 from stab_core.cost import CostInputs, SpikeBill, price_spikes, resolve_cost_inputs, rollback_steps
 
 if TYPE_CHECKING:
-    from ingest.store import Store
+    from ingest.store import RunInfo, Store
 
 
-def measured_step_time_s(store: Store, name: str) -> float | None:
+def measured_step_time_s(store: Store, info: RunInfo) -> float | None:
     """Median of the run's logged ``step_time_s`` (s), or None when it logs none."""
-    if "step_time_s" not in store.run_info(name).metrics:
+    if "step_time_s" not in info.metrics:
         return None
-    values = store.read_series(name, "step_time_s").values
+    values = store.read_series(info.name, "step_time_s").values
     finite = values[np.isfinite(values) & (values > 0)]
     return float(np.median(finite)) if finite.size else None
 
@@ -35,20 +35,13 @@ def wall_step_time_s(store: Store, name: str) -> float | None:
     return float(np.median(d_wall[keep] / d_step[keep])) if keep.any() else None
 
 
-def run_cost_inputs(store: Store, name: str) -> CostInputs:
-    """The GPUs, price and step time the run is priced with, each with its source (see
-    ``stab_core.cost.resolve_cost_inputs``: the metadata a user set or a log stated, else measured)."""
-    info = store.run_info(name)
-    measured = measured_step_time_s(store, name)
-    wall = None if measured is not None else wall_step_time_s(store, name)
+def run_cost_inputs(store: Store, info: RunInfo) -> CostInputs:
+    """The GPUs, price and step time run ``info`` (its catalog row, as read by the caller) is priced with,
+    each with its source (see ``stab_core.cost.resolve_cost_inputs``: the metadata a user set or a log
+    stated, else measured)."""
+    measured = measured_step_time_s(store, info)
+    wall = None if measured is not None else wall_step_time_s(store, info.name)
     return resolve_cost_inputs(info.meta, info.ranks, measured_step_time_s=measured, wall_step_time_s=wall)
-
-
-def run_step_time_s(store: Store, name: str) -> float | None:
-    """The run's typical step time (s) as the run is priced (``run_cost_inputs``): the median logged
-    ``step_time_s``, else ``meta['step_time_s']``, else the median wall-clock seconds per step; None
-    when none is known."""
-    return run_cost_inputs(store, name).step_time_s
 
 
 def price_run_spikes(
@@ -59,11 +52,14 @@ def price_run_spikes(
     usd_per_gpu_hour: float,
     step_time_s: float,
     restart_overhead_s: float = 0.0,
+    spikes: list[dict[str, Any]] | None = None,
 ) -> tuple[list[dict[str, Any]], SpikeBill]:
     """The run's detected spikes priced with ``step_time_s`` (s) and ``gpus``: recovered spikes cost
     their lost steps, diverged ones a rollback to the last ``checkpoint`` event before them (or their
-    lost steps when no checkpoint was logged). Returns ``(spikes, bill)``."""
-    spikes = store.spikes(name)
+    lost steps when no checkpoint was logged). ``spikes``: the run's stored spikes as the caller read
+    them (read here when None). Returns ``(spikes, bill)``."""
+    if spikes is None:
+        spikes = store.spikes(name)
     checkpoints = [e.step for e in store.events(name) if e.kind == "checkpoint"]
     redo: list[float] = []
     for s in spikes:
@@ -84,14 +80,15 @@ def price_run_spikes(
 
 
 def priced_run_spikes(
-    store: Store, name: str, inputs: CostInputs
+    store: Store, name: str, inputs: CostInputs, spikes: list[dict[str, Any]] | None = None
 ) -> tuple[list[dict[str, Any]], list[tuple[float, float, float]]]:
-    """The run's spikes and, per spike, (steps charged, GPU-hours, USD): recovered spikes cost their lost
-    steps, diverged ones the rollback to the last checkpoint before them (``price_run_spikes``). With an
-    unknown step time the steps are still counted and the GPU-hours and USD are NaN (unknown, not 0)."""
+    """The run's spikes (``spikes`` as the caller read them, else read here) and, per spike, (steps
+    charged, GPU-hours, USD): recovered spikes cost their lost steps, diverged ones the rollback to the
+    last checkpoint before them (``price_run_spikes``). With an unknown step time the steps are still
+    counted and the GPU-hours and USD are NaN (unknown, not 0)."""
     step = inputs.step_time_s if inputs.step_time_s is not None else 1.0  # 1.0 only counts steps; costs dropped
     spikes, bill = price_run_spikes(
-        store, name, gpus=inputs.gpus, usd_per_gpu_hour=inputs.usd_per_gpu_hour, step_time_s=step
+        store, name, gpus=inputs.gpus, usd_per_gpu_hour=inputs.usd_per_gpu_hour, step_time_s=step, spikes=spikes
     )
     costs = [
         (float(n), c.gpu_hours, c.usd) if inputs.priced else (float(n), math.nan, math.nan)

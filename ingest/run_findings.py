@@ -106,3 +106,26 @@ def finding_entries(findings: dict[str, Any]) -> list[dict[str, Any]]:
                                 "(per-rank step time shows a straggler on the Ranks page)."],
                     "throughput": drop})  # fmt: skip
     return out
+
+
+def stored_lr_transitions(info: RunInfo) -> list[dict[str, Any]]:
+    """The transitions of run ``info``'s logged LR the analyses stored with it
+    (``ingest.run_analyses.lr_transitions``: ``step``, ``kind``, ``rel_change``); none before they ran."""
+    return list((info.meta.get("analysis") or {}).get("lr_transitions") or [])
+
+
+def lr_transition_label(transition: dict[str, Any]) -> str:
+    """A stored LR transition in words, as the charts label its marker: ``+998% LR (from the logged lr)``."""
+    return f"{float(transition['rel_change']):+.0%} LR (from the logged lr)"
+
+
+def with_lr_transitions(spikes: list[dict[str, Any]], info: RunInfo) -> list[dict[str, Any]]:
+    """The incidents of ``stabscope spikes --json``, each with ``lr_transition_before`` added (additive):
+    the last transition of the logged LR the analyses stored (``step``, ``kind``, ``rel_change``) at or
+    before the incident's start, or None when none precedes it."""
+    stored = sorted(stored_lr_transitions(info), key=lambda t: int(t["step"]))
+    out = []
+    for spike in spikes:
+        before = [t for t in stored if int(t["step"]) <= int(spike["start"])]
+        out.append({**spike, "lr_transition_before": dict(before[-1]) if before else None})
+    return out

@@ -80,7 +80,7 @@ run = pick_run(key="cost_run")
 if run is not None:
     run_settings(run, "cost")
     inputs = run_cost(run)
-    table = priced_spikes(run)  # the Spikes page's table: one computation, the same inputs
+    table = priced_spikes(run, inputs=inputs)  # the Spikes page's table: one computation, the same inputs
     st.caption(f"Priced with {inputs.describe()}, as on the Spikes page.")
     if not inputs.priced:
         st.warning(

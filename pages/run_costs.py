@@ -3,7 +3,6 @@ Spikes, Cost and Scenarios pages show, and dollars for display."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict
 from typing import Any
 
@@ -12,46 +11,45 @@ import streamlit as st
 
 from ingest.store import RunInfo
 from pages.incident_view import incident_span, incident_words
-from pages.store_access import meta_revision, store_at, store_root
+from pages.store_access import meta_revision, read_spikes, store_at, store_root
 from pages.widgets import float_or_nan
 from stab_core.analysis import outcome as incident_outcome
 from stab_core.cost import CostInputs
 
 
 @st.cache_data(show_spinner=False, max_entries=256)
-def _cost_inputs(root: str, name: str, gen: int, meta_rev: int) -> dict[str, Any]:
-    from ingest.run_cost import run_cost_inputs as inputs_of_run
+def _cost_inputs(root: str, name: str, gen: int, meta_rev: int, _info: RunInfo) -> dict[str, Any]:
+    # keyed by the run's generation and metadata revision; the catalog row is the caller's (not hashed)
+    from ingest.run_cost import run_cost_inputs
 
-    return asdict(inputs_of_run(store_at(root), name))
+    return asdict(run_cost_inputs(store_at(root), _info))
 
 
 def run_cost(info: RunInfo) -> CostInputs:
     """The GPUs, USD per GPU-hour and step time every page prices ``info``'s spikes with, each with where
     it came from (``stab_core.cost.resolve_cost_inputs``: metadata, else measured, else assumed/unknown)."""
-    return CostInputs(**_cost_inputs(store_root(), info.name, info.gen, meta_revision(info)))
-
-
-def run_cost_inputs(info: RunInfo) -> tuple[float, int, float]:
-    """(step time in s, NaN when unknown; GPUs; USD per GPU-hour) of :func:`run_cost`."""
-    inputs = run_cost(info)
-    step = inputs.step_time_s if inputs.step_time_s is not None else math.nan
-    return step, inputs.gpus, inputs.usd_per_gpu_hour
+    return CostInputs(**_cost_inputs(store_root(), info.name, info.gen, meta_revision(info), info))
 
 
 @st.cache_data(show_spinner=False, max_entries=256)
 def _priced_spikes(
-    root: str, name: str, gen: int, analysis_gen: int, inputs: dict[str, Any]
+    root: str, name: str, gen: int, analysis_gen: int, meta_rev: int, inputs: dict[str, Any], _spikes: list[Any]
 ) -> tuple[list[dict[str, Any]], list[tuple[float, float, float]]]:
-    """The spikes and, per spike, (steps charged, GPU-hours, USD) priced with ``inputs`` (a CostInputs)."""
+    """The spikes ``_spikes`` (the run's, as read for this key; not hashed) and, per spike, (steps
+    charged, GPU-hours, USD) priced with ``inputs`` (a CostInputs)."""
     from ingest.run_cost import priced_run_spikes
 
-    return priced_run_spikes(store_at(root), name, CostInputs(**inputs))
+    return priced_run_spikes(store_at(root), name, CostInputs(**inputs), _spikes)
 
 
-def priced_spikes(info: RunInfo) -> pd.DataFrame:
+def priced_spikes(
+    info: RunInfo, spikes: list[dict[str, Any]] | None = None, inputs: CostInputs | None = None
+) -> pd.DataFrame:
     """The spike table: one row per event with its outcome, cause and price, with :func:`run_cost`'s inputs
     (``ingest.run_cost.priced_run_spikes``: lost steps, or a rollback when diverged). The Spikes and Cost
-    pages both show this table; GPU-hours and USD are NaN (unknown) when the step time is."""
+    pages both show this table; GPU-hours and USD are NaN (unknown) when the step time is. ``spikes``
+    and ``inputs``: what the page already read this rerun (``read_spikes``, :func:`run_cost`), else
+    read here."""
     columns = [
         "#",
         "metric",
@@ -69,8 +67,11 @@ def priced_spikes(info: RunInfo) -> pd.DataFrame:
         "GPU-hours lost",
         "USD lost",
     ]
-    inputs = asdict(run_cost(info))
-    spikes, costs = _priced_spikes(store_root(), info.name, info.gen, info.analysis_gen, inputs)
+    if spikes is None:
+        spikes = read_spikes(info)
+    priced_with = asdict(inputs if inputs is not None else run_cost(info))
+    key = (store_root(), info.name, info.gen, info.analysis_gen, meta_revision(info))
+    spikes, costs = _priced_spikes(*key, priced_with, spikes)
     rows = [
         {
             "#": i,

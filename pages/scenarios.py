@@ -24,7 +24,7 @@ from pages import experiment_view as xv
 from pages.charts import Panel, compare_figure, panels_figure
 from pages.compare_lines import Line
 from pages.page_errors import show_error
-from pages.run_costs import money, priced_spikes, run_cost_inputs
+from pages.run_costs import money, priced_spikes, run_cost
 from pages.store_access import (
     auto_buckets,
     get_store,
@@ -285,9 +285,11 @@ for column, side in ((c1, "before"), (c2, "after")):
     lost = f"{bills[side]['steps lost']:,.0f} steps lost"
     column.metric(f"Spikes cost {side}", money(bills[side]["USD lost"]), lost, delta_color="off")
 c3.metric("Saved by the remedy", money(usd_before - usd_after))
-step_time, gpus, usd = run_cost_inputs(before)
+priced_with = run_cost(before)
+step_time = priced_with.step_time_s if priced_with.step_time_s is not None else float("nan")
 st.caption(
-    f"Priced with the run's own step time ({step_time:.3g} s), {gpus:,} GPUs at ${usd:g}/GPU-hour: recovered "
+    f"Priced with the run's own step time ({step_time:.3g} s), {priced_with.gpus:,} GPUs at "
+    f"${priced_with.usd_per_gpu_hour:g}/GPU-hour: recovered "
     "spikes cost their lost steps, a diverged one the rollback to the last checkpoint before it "
     f"({bills['before']['GPU-hours lost']:,.1f} vs {bills['after']['GPU-hours lost']:,.1f} GPU-hours)."
 )

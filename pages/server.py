@@ -5,9 +5,7 @@ where it listens (and warns before it listens beyond this machine) and starts St
 
 from __future__ import annotations
 
-import importlib
 import ipaddress
-import logging
 import os
 import socket
 import sys
@@ -86,6 +84,9 @@ def serve_options(port: int, host: str, *, exposed: bool, has_token: bool, confi
 GENERATED_TOKEN_ENV = "STABSCOPE_TOKEN_GENERATED"
 """Set to 1 by ``stabscope serve`` when it made the access token itself: the server then prints the
 address carrying it. A token the user gave is never printed."""
+DEMO_READY_ENV = "STABSCOPE_DEMO_READY"
+"""Set to 1 in the server's environment once it has seeded the demo runs (or found them): the first page
+then does not open the store to check again (``pages.store_access.ensure_demo_runs``)."""
 DEFAULT_HOST = "127.0.0.1"
 """Where the server listens unless told otherwise: this machine only, as TensorBoard and Jupyter do."""
 LOOPBACK_HOST_NAMES = ("localhost", "127.0.0.1", "::1")
@@ -122,6 +123,7 @@ def main(port: int, host: str = DEFAULT_HOST) -> int:
         status = seed_before_serving()
         if status:
             return status
+        os.environ[DEMO_READY_ENV] = "1"  # the pages need not check the store again (pages.store_access)
     from streamlit.web.cli import main as streamlit_main
 
     flags = streamlit_flags(serve_options(port, host, exposed=exposed, has_token=has_token, config_file=config_file))
@@ -240,24 +242,14 @@ def _prepare_server() -> None:
     it, and declaring the app navigation-driven before start-up rules the mode out whatever the layout
     (the ``pages`` package also recovers from it, with one extra rerun, under ``streamlit run app.py``).
 
-    It also imports what every page needs (numpy, pandas, DuckDB, Plotly: every page helper), as a
-    server that preloads its app does: ready means ready, and the first browser session does not wait
-    for them (Streamlit itself imports them lazily)."""
+    The page helpers' libraries (numpy, pandas, DuckDB, Plotly) are not imported here: the first page
+    imports them after it has asked the browser for Plotly's code (``pages.warmup``), so that the two
+    overlap, as under ``streamlit run app.py``. Imported before the server listened, they made serve
+    wait for them and then wait again for the browser. (Importing them on a thread meanwhile raced the
+    page's own first use of Plotly, whose lazy submodules are not safe to load from two threads.)"""
     from streamlit.runtime.pages_manager import PagesManager
 
     PagesManager.uses_pages_directory = False
-    # Decorating a cached function before the server's runtime exists makes Streamlit check its
-    # settings against a stand-in and warn "No runtime found" once per function; the caches
-    # themselves are made on first call, inside the runtime. The user would see only noise.
-    caching = logging.getLogger("streamlit.runtime.caching.cache_data_api")
-    level = caching.level
-    caching.setLevel(logging.ERROR)
-    skipped = {"__init__", "server", *page_scripts()}
-    try:
-        for module in sorted(p.stem for p in APP.parent.glob("*.py") if p.stem not in skipped):
-            importlib.import_module(f"pages.{module}")
-    finally:
-        caching.setLevel(level)
 
 
 def _print_network_url(port: int) -> None:

@@ -123,8 +123,8 @@ if not spikes:
         st.caption(note)
     st.stop()
 
-table = priced_spikes(info).iloc[shown].reset_index(drop=True)
 inputs = run_cost(info)
+table = priced_spikes(info, spikes, inputs).iloc[shown].reset_index(drop=True)  # the spikes read above
 m1, m2, m3, m4 = st.columns(4)
 m1.metric("Incidents", len(table), help="A loss spike and the grad-norm spike with it count once.")
 m2.metric("Diverged", int((table["outcome"] == "diverged").sum()))

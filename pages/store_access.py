@@ -61,8 +61,11 @@ def ensure_demo_runs() -> None:
     processes that start meanwhile show that they are being prepared, with how many are in, then the runs)."""
     from ingest.demo import DEMO_SEEDED_KEY, demo_run_names, seed_demo_store
 
+    # STABSCOPE_DEMO_READY: `stabscope serve` seeded them (or found them) before it listened
+    if os.environ.get("STABSCOPE_NO_DEMO") or os.environ.get("STABSCOPE_DEMO_READY"):
+        return
     store = get_store()
-    if os.environ.get("STABSCOPE_NO_DEMO") or store.get_setting(DEMO_SEEDED_KEY):
+    if store.get_setting(DEMO_SEEDED_KEY):
         return
     bar = st.progress(0.0, text="First start: writing demo runs through the real shard -> Parquet path…")
     names = demo_run_names()
@@ -188,25 +191,14 @@ def _events(root: str, name: str, gen: int) -> list[tuple[int, str, str, dict[st
 
 def read_events(info: RunInfo) -> list[RunEvent]:
     """The run's logged events (schedule transitions, checkpoints, rollbacks, data switches) and the
-    transitions found in its logged LR (``stab_core.schedulers.schedule_transitions``), by step."""
+    transitions found in its logged LR, which the analyses store with the run
+    (``ingest.run_analyses.lr_transitions``; none before they have run), by step."""
+    from ingest.run_findings import lr_transition_label, stored_lr_transitions
+
     logged = [RunEvent(*e) for e in _events(store_root(), info.name, info.gen)]
-    found = [RunEvent(*e) for e in _lr_transitions(store_root(), info.name, info.gen)]
+    found = [RunEvent(int(t["step"]), str(t["kind"]), lr_transition_label(t), {}) for t in stored_lr_transitions(info)]
     fresh = [f for f in found if not any(e.kind == f.kind and abs(e.step - f.step) <= 5 for e in logged)]
     return sorted(logged + fresh, key=lambda e: e.step)
-
-
-@st.cache_data(show_spinner=False, max_entries=256)
-def _lr_transitions(root: str, name: str, gen: int) -> list[tuple[int, str, str, dict[str, Any]]]:
-    from stab_core.schedulers import schedule_transitions
-
-    lr = store_at(root).read_series(name, "lr")
-    if lr.steps.size < 3:
-        return []
-    try:
-        found = schedule_transitions(lr.steps, lr.values)
-    except ValueError:  # a log the detector cannot read (e.g. repeated steps): no markers, no error
-        return []
-    return [(t.step, t.kind, f"{t.rel_change:+.0%} LR (from the logged lr)", {}) for t in found]
 
 
 @st.cache_data(show_spinner=False, max_entries=256)

@@ -15,7 +15,7 @@ from ingest.errors import StabScopeError
 from ingest.formats import FORMATS, detect
 from ingest.formats.accounting import import_report
 from ingest.import_inputs import ImportRead, read_inputs, sort_inputs
-from ingest.importer import import_segments, remembered_map_applied, segment_run_name, with_line_report
+from ingest.importer import import_segments, remembered_map_applied, segment_run_name, store_parsed, with_line_report
 from ingest.metric_map import all_metrics, resolve_map, stored_map, with_proposal
 from ingest.store import DEFAULT_WRITER_WAIT_S, LockHolder, validate_run_name
 from pages.import_report import show_import_report
@@ -241,7 +241,7 @@ if st.button(f"Import as run {name}", type="primary", key="up_import"):
     # hold; a writer still busy after IMPORT_WAIT_S ends the page with its message (who, since when)
     with store.writing(name, wait_s=IMPORT_WAIT_S, on_wait=waiting):
         waiting_notice.empty()
-        report = store.import_parsed(name, with_line_report(remembered_map_applied(store, name, log, metric_map)))
+        report = store_parsed(store, name, with_line_report(remembered_map_applied(store, name, log, metric_map)))
     further_runs = import_segments(store, name, log, metric_map)
     shutil.rmtree(paths[0].parent, ignore_errors=True)
     for key in ("up_stage", "up_parsed"):

@@ -441,6 +441,18 @@ def _is_decay_from_a_plateau(fall_steps: npt.NDArray[np.int64], fall_lr: FloatAr
     return drop > 0 and early >= 0.05 * drop
 
 
+def logged_lr_transitions(steps: npt.ArrayLike, lr: npt.ArrayLike) -> list[Transition]:
+    """:func:`schedule_transitions` of a run's logged LR with the default thresholds, for the markers
+    the charts draw: none for fewer than 3 samples or an LR the detector cannot read (repeated steps),
+    which is no error for a log."""
+    if np.asarray(steps).size < 3:
+        return []
+    try:
+        return schedule_transitions(steps, lr)
+    except ValueError:
+        return []
+
+
 def schedule_transitions(
     steps: npt.ArrayLike,
     lr: npt.ArrayLike,

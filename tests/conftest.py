@@ -126,6 +126,7 @@ TIERS: dict[str, str] = {
             "train_loop",
             "findings_store",
             "baseline_eval",
+            "serve_start",
         ),
         "integration",
     ),

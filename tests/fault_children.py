@@ -34,10 +34,10 @@ def poll_catalog(store_root: Path, out: Path, stop: Path, spec: dict[str, dict[s
     generation whose long file is missing, a row count read that differs from the catalog's for the
     same generation, a row count the input cannot give (``spec[run]["rows"]``), or rows, last step or
     generation going back between polls (``spec[run]["monotonic"]``). An exception is an error."""
-    from ingest.store import open_store
+    from ingest.store import Store
     from ingest.store.layout import LONG, part_generations
 
-    store = open_store(store_root)
+    store = Store(store_root)
     seen: dict[str, tuple[int, int, int]] = {}
     found: dict[str, Any] = {"polls": 0, "reads": 0, "gen_changed_during_read": 0, "violations": [], "errors": []}
 

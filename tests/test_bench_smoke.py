@@ -284,9 +284,10 @@ def test_first_render_waits_for_the_pages_own_elements(tmp_path: Path) -> None:
     store = write_run(open_analysed_store(tmp_path / "store"), RunSpec())
     screen = first_render(str(store.root), 1, SMALL_RUN, 90.0, path="", selector=RUNS_TABLE)
     chart = first_render(str(store.root), 1, SMALL_RUN, 90.0)
+    served = first_render(str(store.root), 1, SMALL_RUN, 90.0, serve=True)  # signed in with the bench's token
     floor = first_render(str(store.root), 1, None, 90.0, path="", selector=FLOOR_CHART, script=FLOOR_APP)
     table = first_render(str(store.root), 1, None, 90.0, path="?element=table", selector=FLOOR_TABLE, script=FLOOR_APP)
-    for result in (screen, chart, floor, table):
+    for result in (screen, chart, served, floor, table):
         assert 0 < result["after_up"][0] < result["samples"][0] < 90
         assert result["server_rss_mb"][0] > 50
 

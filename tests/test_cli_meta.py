@@ -101,6 +101,37 @@ def test_import_meta_sets_keys_and_a_bad_one_imports_nothing(
     assert info.meta["analysis"].get("max_norm") == 1.0  # the clip statistics now run on llm.c's 1.0
 
 
+def test_import_meta_runs_the_analyses_once_on_the_users_values(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One user action, one analyses pass: ``import --meta`` commits the user's keys with the rows, so the
+    analyses run once, and store what ``import`` followed by ``stabscope meta`` stores."""
+    import ingest.run_analyses as run_analyses
+
+    log = str(_need(LLMC))
+    real_analyze = run_analyses.analyze_run
+    seen: list[object] = []
+
+    def counted(view, *args, **kwargs):  # type: ignore[no-untyped-def]
+        seen.append(view.meta.get("max_norm"))  # what the pass saw: the user's value (the log states none)
+        return real_analyze(view, *args, **kwargs)
+
+    monkeypatch.setattr(run_analyses, "analyze_run", counted)
+    args = ["--meta", "gpus=8", "--meta", "max_norm=0.5", "--meta", "sensitivity=high"]
+    assert main(["import", log, "--run", "llmc", *args, "--store", str(tmp_path / "one")]) == 0
+    assert seen == [0.5]
+    # the two-command way: import (a pass), then meta (a second pass); the same stored result
+    assert main(["import", log, "--run", "llmc", "--store", str(tmp_path / "two")]) == 0
+    assert main(["meta", "llmc", "gpus=8", "max_norm=0.5", "sensitivity=high", "--store", str(tmp_path / "two")]) == 0
+    assert seen == [0.5, None, 0.5]
+    one = open_analysed_store(tmp_path / "one").run_info("llmc")
+    two = open_analysed_store(tmp_path / "two").run_info("llmc")
+    assert one.meta == two.meta and one.meta["analysis"]["max_norm"] == 0.5
+    assert one.analysis_gen == one.gen == two.gen == 1
+    store_one, store_two = open_analysed_store(tmp_path / "one"), open_analysed_store(tmp_path / "two")
+    assert store_one.spikes("llmc") == store_two.spikes("llmc") and store_one.spikes("llmc")
+
+
 def _compact_tiny_run(store: Path, shards: Path, run: str) -> None:
     from ingest.shards import ShardWriter
 

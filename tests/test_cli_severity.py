@@ -55,6 +55,9 @@ def test_megds_explosion_and_climb_are_shown_by_default(tmp_path: Path, capsys: 
     items = json.loads(_out(capsys, "spikes", "megds", "--json", "--store", store))
     assert [(i["start"], i["severity"]) for i in items] == [(3, "spike"), (35, "divergence")]
     assert {i["certainty"] for i in items} == {"low"}  # from its first steps: a level from 2 samples
+    # the LR's warmup ends at step 8 (stored with the analyses): after the first incident, before the second
+    assert items[0]["lr_transition_before"] is None
+    assert (items[1]["lr_transition_before"]["step"], items[1]["lr_transition_before"]["kind"]) == (8, "warmup_end")
     text = _out(capsys, "spikes", "megds", "--store", store)
     assert "[spike] early instability at step 4" in text and "[divergence] early instability" in text
     assert "less certain" in text and "blips absorbed" not in text

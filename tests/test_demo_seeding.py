@@ -107,9 +107,9 @@ def child_poller(stop: str, out: str) -> int:
     """Read the catalog every 20 ms until the file ``stop`` exists; write each run seen (name, source,
     created) as JSON lines to ``out``: a run written twice shows two sources (each seeding writes from
     its own temporary shard folder)."""
-    from ingest.store import open_store
+    from ingest.store import Store
 
-    store = open_store(os.environ["STABSCOPE_STORE"])
+    store = Store(os.environ["STABSCOPE_STORE"])
     seen: set[tuple[str, str, str]] = set()
     errors: list[str] = []
     with open(out, "w") as log:
@@ -137,7 +137,7 @@ def test_four_first_starts_at_once_seed_the_demo_runs_once(tmp_path: Path) -> No
     an empty store: each demo run is written once (one source per run all along, generation 1 as one
     seeding leaves it), the setting names one seeder, nothing fails, and every session shows the runs."""
     from ingest.demo import DEMO_SEEDED_KEY, demo_run_names
-    from ingest.store import open_store
+    from ingest.store import Store
 
     store, go = tmp_path / "store", tmp_path / "go"
     stop, polled = tmp_path / "stop", tmp_path / "polled.jsonl"
@@ -173,7 +173,7 @@ def test_four_first_starts_at_once_seed_the_demo_runs_once(tmp_path: Path) -> No
     assert sorted(sources) == sorted(names)
     assert {n: len(v) for n, v in sources.items() if len(v) != 1} == {}, "a demo run was written twice"
 
-    opened = open_store(store)
+    opened = Store(store)
     runs = opened.list_runs()
     assert sorted(r.name for r in runs) == sorted(names)
     assert {r.name: r.gen for r in runs} == dict.fromkeys(names, 1)  # one compaction of a fresh run each

@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from ingest.store import open_store
+from ingest.store import Store
 from tests.fault_harness import (
     RANK_METRICS,
     RUN_METRICS,
@@ -79,7 +79,7 @@ def test_64_writers_watch_and_4_readers_lose_and_double_nothing(tmp_path: Path) 
     deadline = time.monotonic() + 180
     reached = False
     while time.monotonic() < deadline and watch.poll() is None:
-        infos = {r.name: r for r in open_store(store).list_runs()}
+        infos = {r.name: r for r in Store(store).list_runs()}
         if "live" in infos and infos["live"].n_rows >= expected.num_rows:
             reached = True
             break
@@ -103,7 +103,7 @@ def test_64_writers_watch_and_4_readers_lose_and_double_nothing(tmp_path: Path) 
     for result in reader_results:
         assert result["errors"] == [], result["errors"]
     assert all(r.get("calls", r.get("page_runs", 0)) > 0 for r in reader_results)
-    final = open_store(store)
+    final = Store(store)
     info = final.run_info("live")
     assert (info.n_rows, info.ranks, info.status) == (expected.num_rows, WRITERS, "finished")
     assert_same_rows(sorted_rows(final, "live"), expected)  # 0 lost, 0 doubled, every value as written

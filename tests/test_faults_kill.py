@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from ingest.store import open_store
+from ingest.store import Store
 from tests.fault_harness import (
     KillLog,
     Reader,
@@ -99,7 +99,7 @@ def test_import_killed_mid_import_then_rerun_equals_a_clean_import(tmp_path: Pat
     assert rerun.returncode == 0 and rerun.stderr == "", rerun.stderr
     found = reader.result()
     _check_reader(found)
-    got, want = sorted_rows(open_store(store), "train"), sorted_rows(open_store(clean), "train")
+    got, want = sorted_rows(Store(store), "train"), sorted_rows(Store(clean), "train")
     assert want.num_rows == records and no_duplicate_keys(got)
     assert_same_rows(got, want)
     assert leftovers(store) == []
@@ -160,7 +160,7 @@ def test_compact_killed_mid_compaction_then_rerun_equals_a_clean_compaction(tmp_
     clean = tmp_path / "clean"
     one_shot = run_cli(clean, "compact", str(shards), "--run", "job")
     assert one_shot.returncode == 0, one_shot.stderr
-    got, want = sorted_rows(open_store(store), "job"), sorted_rows(open_store(clean), "job")
+    got, want = sorted_rows(Store(store), "job"), sorted_rows(Store(clean), "job")
     assert want.num_rows == _distinct_rows_after_each_round()[rounds - 1] and no_duplicate_keys(got)
     assert_same_rows(got, want)
     assert leftovers(store) == []
@@ -191,7 +191,7 @@ def test_watch_killed_while_writers_run_then_rerun_equals_a_clean_compaction(tmp
     _check_reader(found)
     clean = tmp_path / "clean"
     assert run_cli(clean, "compact", str(shards), "--run", "live").returncode == 0
-    got, want = sorted_rows(open_store(store), "live"), sorted_rows(open_store(clean), "live")
+    got, want = sorted_rows(Store(store), "live"), sorted_rows(Store(clean), "live")
     records = n_writers * steps * 3 + steps * 3
     assert want.num_rows == records and no_duplicate_keys(got)
     assert_same_rows(got, want)
@@ -225,9 +225,9 @@ def test_upload_page_import_killed_then_rerun_equals_a_cli_import(tmp_path: Path
     _check_reader(found)
     cli_clean = tmp_path / "cli"
     assert run_cli(cli_clean, "import", str(log), "--run", "up").returncode == 0
-    got, want = sorted_rows(open_store(store), "up"), sorted_rows(open_store(cli_clean), "up")
+    got, want = sorted_rows(Store(store), "up"), sorted_rows(Store(cli_clean), "up")
     assert want.num_rows == records and no_duplicate_keys(got)
     assert_same_rows(got, want)
-    assert_same_rows(sorted_rows(open_store(clean), "up"), want)
+    assert_same_rows(sorted_rows(Store(clean), "up"), want)
     assert leftovers(store) == []
     _report("upload", time.monotonic() - began, kills, found, records=records, import_s=round(import_s, 2))

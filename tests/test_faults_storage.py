@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from ingest.store import open_store
+from ingest.store import Store
 from tests.app_pages import open_in_app
 from tests.fault_harness import (
     CHILD_ENV,
@@ -102,7 +102,7 @@ def test_a_full_disk_fails_the_import_cleanly_and_the_other_runs_stay(
     with small_filesystem(tmp_path / "disk", 12) as disk:
         store = disk.path / "store"
         assert run_cli(store, "import", str(good_log), "--run", "good").returncode == 0
-        before = sorted_rows(open_store(store), "good")
+        before = sorted_rows(Store(store), "good")
         argv = cli_argv(store, "import", str(big), "--run", "big")
         limit = None if disk.kind != "none" else 4 * 1024 * 1024
         done = subprocess.run(
@@ -119,7 +119,7 @@ def test_a_full_disk_fails_the_import_cleanly_and_the_other_runs_stay(
         assert str(store) in message, message
         assert ("No space left on device" if limit is None else "File too large") in message, message
         assert "free space" in message.lower() and "--store" in message, message  # what to do
-        reopened = open_store(store)
+        reopened = Store(store)
         assert [r.name for r in reopened.list_runs()] == ["good"]  # nothing of the failed run is listed
         assert_same_rows(sorted_rows(reopened, "good"), before)
         # no temporary file is left; a staged batch the import committed before its merge failed is kept
@@ -131,7 +131,7 @@ def test_a_full_disk_fails_the_import_cleanly_and_the_other_runs_stay(
             subprocess.run(["mount", "-o", "remount,size=256m", str(disk.path)], check=True)
             again = run_cli(store, "import", str(big), "--run", "big")
             assert again.returncode == 0, again.stderr
-            assert open_store(store).run_info("big").n_rows == records
+            assert Store(store).run_info("big").n_rows == records
             assert leftovers(store) == []
     _report("full_disk", time.monotonic() - began, filesystem=disk.kind, limit=limit, records=records)
 
@@ -193,8 +193,8 @@ def test_a_truncated_parquet_file_is_named_and_the_other_runs_are_served(
     store = tmp_path / "store"
     for run in ("good", "bad"):
         assert run_cli(store, "import", str(good_log), "--run", run).returncode == 0
-    before = sorted_rows(open_store(store), "good")
-    run_dir = open_store(store).run_dir("bad")
+    before = sorted_rows(Store(store), "good")
+    run_dir = Store(store).run_dir("bad")
     damaged = [run_dir / "long" / "g000001.parquet", run_dir / "runlevel" / "g000001.parquet"]
     for path in damaged:
         os.truncate(path, path.stat().st_size // 2)
@@ -209,7 +209,7 @@ def test_a_truncated_parquet_file_is_named_and_the_other_runs_are_served(
     statuses = {r["name"]: r["status_text"] for r in json.loads(listed.stdout)}
     assert statuses == {"good": "ended at step 2000", "bad": "damaged: run `stabscope check bad --repair`"}
     assert run_cli(store, "export", "good", "-o", str(tmp_path / "good.csv")).returncode == 0
-    assert_same_rows(sorted_rows(open_store(store), "good"), before)
+    assert_same_rows(sorted_rows(Store(store), "good"), before)
 
     _draws(_overview(store, "good", monkeypatch), "good")
     runs_page = open_in_app("runs", monkeypatch).run(timeout=120)
@@ -235,7 +235,7 @@ def test_a_corrupt_catalog_is_named_at_once_with_the_repair(
     store = tmp_path / "store"
     for run in ("good", "other"):
         assert run_cli(store, "import", str(good_log), "--run", run).returncode == 0
-    before = {run: sorted_rows(open_store(store), run) for run in ("good", "other")}
+    before = {run: sorted_rows(Store(store), run) for run in ("good", "other")}
     catalog = store / "catalog.duckdb"
     with open(catalog, "r+b") as f:  # the file header, or the blocks after DuckDB's headers
         f.seek(0 if damage == "header" else 12288)
@@ -257,7 +257,7 @@ def test_a_corrupt_catalog_is_named_at_once_with_the_repair(
     repaired = run_cli(store, "check", "--repair")
     assert repaired.returncode == 0, repaired.stdout + repaired.stderr
     assert run_cli(store, "check").returncode == 0
-    after = open_store(store)
+    after = Store(store)
     assert sorted(r.name for r in after.list_runs()) == ["good", "other"]
     for run, rows in before.items():
         assert_same_rows(sorted_rows(after, run), rows)

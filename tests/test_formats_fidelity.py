@@ -266,7 +266,7 @@ def test_real_runs_are_priced_with_their_logged_step_time(
         pytest.skip(f"real log absent: {source} (see its PROVENANCE.txt)")
     store = open_analysed_store(tmp_path / "store")
     import_logs(store, [source], run="run")
-    inputs = run_cost_inputs(store, "run")
+    inputs = run_cost_inputs(store, store.run_info("run"))
     assert inputs.step_time_source == "measured"
     assert inputs.step_time_s is not None
     if median_s is not None:  # the record's log: ~400 ms a step after the first steps (step_avg 400.89 ms)

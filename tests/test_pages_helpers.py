@@ -144,9 +144,11 @@ def test_priced_spikes_use_the_runs_step_time_and_gpus(app_store: Store) -> None
     spikes = app_store.spikes(SMALL_RUN)
     assert len(table) == len(spikes) >= 1
     for _, row in table[table["outcome"] == "recovered"].iterrows():
-        step_time, gpus, usd = run_costs.run_cost_inputs(info)
-        assert row["GPU-hours lost"] == pytest.approx(row["steps lost"] * step_time * gpus / 3600)
-        assert row["USD lost"] == pytest.approx(row["GPU-hours lost"] * usd)
+        inputs = run_costs.run_cost(info)
+        assert inputs.step_time_s is not None
+        hours = row["steps lost"] * inputs.step_time_s * inputs.gpus / 3600
+        assert row["GPU-hours lost"] == pytest.approx(hours)
+        assert row["USD lost"] == pytest.approx(row["GPU-hours lost"] * inputs.usd_per_gpu_hour)
     assert run_costs.money(0.0078) == "$0.01" and run_costs.money(106_560) == "$106,560"
 
 

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from ingest.importer import store_parsed
 from ingest.run_analyses import open_analysed_store
 from ingest.store import SeriesData, Store
 from pages.chart_incidents import peak_markers
@@ -195,7 +196,7 @@ def _llmc_store(tmp_path: Path) -> Store:
     from ingest.formats import read_log
 
     store = open_analysed_store(tmp_path / "store")
-    store.import_parsed("llmc", read_log([path]))
+    store_parsed(store, "llmc", read_log([path]))
     return store
 
 
@@ -315,7 +316,7 @@ def test_mixtral_golden_values_say_why_panels_are_empty(tmp_path: Path, monkeypa
     from ingest.formats import read_log
 
     store = open_analysed_store(tmp_path / "store")
-    store.import_parsed("mixtral", read_log([path]))
+    store_parsed(store, "mixtral", read_log([path]))
     monkeypatch.setenv("STABSCOPE_STORE", str(store.root))
     at = open_page("overview").run()
     assert not at.exception

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from ingest.importer import store_parsed
 from ingest.run_analyses import open_analysed_store
 from ingest.store import Store
 from tests.conftest import (
@@ -185,7 +186,7 @@ def test_real_megatron_deepspeed_log(tmp_path: Path, monkeypatch: pytest.MonkeyP
     from ingest.formats import read_log
 
     store = open_analysed_store(tmp_path / "store")
-    store.import_parsed("megds", read_log([REAL_MEGDS]))
+    store_parsed(store, "megds", read_log([REAL_MEGDS]))
     monkeypatch.setenv("STABSCOPE_STORE", str(store.root))
     at = open_page("ranks").run()
     assert not at.exception

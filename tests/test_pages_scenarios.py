@@ -14,7 +14,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from ingest.run_analyses import open_analysed_store
-from ingest.run_cost import price_run_spikes, run_step_time_s
+from ingest.run_cost import price_run_spikes, run_cost_inputs
 from ingest.store import Store
 from pages.chart_style import CAUSE_COLORS
 from tests.conftest import demo_store_copy, open_page
@@ -92,7 +92,7 @@ def test_scenario3_diverged_spike_and_its_rollback_cost(demo_store: Store) -> No
     # the same bill computed without the page: the run's own step time, GPUs and price from its metadata
     name = "s3-dense-140b-before"
     meta = demo_store.run_info(name).meta
-    step_time = run_step_time_s(demo_store, name)
+    step_time = run_cost_inputs(demo_store, demo_store.run_info(name)).step_time_s
     assert step_time is not None
     _, bill = price_run_spikes(
         demo_store, name, gpus=meta["gpus"], usd_per_gpu_hour=meta["usd_per_gpu_hour"], step_time_s=step_time

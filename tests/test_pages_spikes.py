@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from ingest.importer import store_parsed
 from ingest.run_analyses import open_analysed_store
 from ingest.store import Store
 from tests.conftest import (
@@ -134,7 +135,7 @@ def test_sensitivity_control_stores_the_setting_and_the_analyses_follow(
     from ingest.formats import read_log
 
     store = open_analysed_store(tmp_path / "store")
-    store.import_parsed("mixtral", read_log([log]))
+    store_parsed(store, "mixtral", read_log([log]))
     monkeypatch.setenv("STABSCOPE_STORE", str(store.root))
     at = open_page("spikes").run()
     assert not at.exception
@@ -145,3 +146,50 @@ def test_sensitivity_control_stores_the_setting_and_the_analyses_follow(
     table = at.dataframe(key="sp_table").value
     assert list(table["peak step"]) == [3850] and list(table["severity"]) == ["spike"]
     assert any("blip absorbed within" in c.value for c in at.caption)  # 4260 is still a blip, counted
+
+
+def test_one_rerun_reads_the_spikes_once_and_the_lr_transitions_from_the_analyses(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue #34 item 5: a rerun of the page reads the run's spikes once (the table is priced from the
+    spikes the page read), the cost inputs come from the catalog row the page holds (no second read of
+    it), and the LR transitions are the ones the analyses stored, not detected at page time."""
+    import sys
+
+    import streamlit as st
+
+    import stab_core.schedulers as schedulers
+    from pages.store_access import read_events
+
+    store = write_run(open_analysed_store(tmp_path / "s"), RunSpec(name="small"))
+    info = store.run_info("small")
+    stored = info.meta["analysis"]["lr_transitions"]
+    assert [t["kind"] for t in stored][:1] == ["warmup_end"]  # the linear warmup's end, found by the analyses
+    monkeypatch.setenv("STABSCOPE_STORE", str(store.root))
+    calls: dict[str, list[str]] = {"spikes": [], "run_info": [], "transitions": []}
+    real_spikes, real_run_info, real_detect = Store.spikes, Store.run_info, schedulers.schedule_transitions
+
+    def spikes(self: Store, name: str) -> list[dict[str, object]]:
+        calls["spikes"].append(name)
+        return real_spikes(self, name)
+
+    def run_info(self: Store, name: str) -> object:
+        calls["run_info"].append(sys._getframe(1).f_globals["__name__"])
+        return real_run_info(self, name)
+
+    def detect(*args: object, **kwargs: object) -> object:
+        calls["transitions"].append("page")
+        return real_detect(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Store, "spikes", spikes)
+    monkeypatch.setattr(Store, "run_info", run_info)
+    monkeypatch.setattr(schedulers, "schedule_transitions", detect)
+    st.cache_data.clear()
+    at = open_page("spikes").run()
+    assert not at.exception and len(at.dataframe(key="sp_table").value) >= 1
+    assert calls["spikes"] == ["small"]
+    assert "ingest.run_cost" not in calls["run_info"]  # priced from the page's own catalog row
+    assert calls["transitions"] == []
+    # each stored transition is drawn, or a logged event of its kind within 5 steps stands for it
+    drawn = read_events(info)
+    assert all(any(e.kind == t["kind"] and abs(e.step - t["step"]) <= 5 for e in drawn) for t in stored)

@@ -24,7 +24,7 @@ if __name__ == "__main__":  # a child: the repository on the path, as pytest's r
 
 import pytest
 
-from ingest.store import LockHolder, WriterBusy, open_store
+from ingest.store import LockHolder, Store, WriterBusy
 from ingest.store.layout import run_lock_file
 
 REPO = Path(__file__).resolve().parents[1]
@@ -78,7 +78,7 @@ def write_batch(shard_dir: Path, batch: int) -> None:
 
 
 def long_rows(store_path: Path, run: str) -> list[tuple[Any, ...]]:
-    table = open_store(store_path).read_long(run)
+    table = Store(store_path).read_long(run)
     columns = [table[c].to_pylist() for c in ("step", "rank", "metric", "value")]
     return sorted(zip(*columns, strict=True))
 
@@ -101,7 +101,7 @@ def child_cli(go: str, *argv: str) -> int:
 
 def child_hold(store: str, run: str, seconds: str) -> int:
     """Hold ``run``'s writer lock for ``seconds``, saying so on stdout once it is held."""
-    with open_store(store).writing(run, wait_s=0):
+    with Store(store).writing(run, wait_s=0):
         print("held", flush=True)
         time.sleep(float(seconds))
     return 0
@@ -112,7 +112,7 @@ def child_reader(store: str, run: str, stop: str, out: str) -> int:
     observation (catalog rows, rows read, seconds the read took) or error to ``out`` as JSON lines."""
     from ingest.errors import StabScopeError
 
-    opened = open_store(store)
+    opened = Store(store)
     with open(out, "w") as log:
         while not os.path.exists(stop):
             started = time.monotonic()
@@ -162,7 +162,7 @@ def test_two_watchers_and_a_compact_on_one_run_end_as_one_compact(tmp_path: Path
         reader.communicate(timeout=60)
     one_shot = stabscope("compact", str(shards), "--run", RUN, store=reference)
     assert one_shot.returncode == 0, one_shot.stderr
-    assert open_store(store).run_info(RUN).n_rows == BATCHES * BATCH_ROWS
+    assert Store(store).run_info(RUN).n_rows == BATCHES * BATCH_ROWS
     assert long_rows(store, RUN) == long_rows(reference, RUN)
 
     seen = [json.loads(line) for line in reader_log.read_text().splitlines()]
@@ -199,7 +199,7 @@ def test_a_second_writer_waits_then_exits_1_naming_the_holder(held_run: Any) -> 
     with one paragraph: the run, the holder's pid and command, since when, what to do. The run is left
     as it was (delete refused), and reads answer at once."""
     store, shards, holder = held_run
-    before = open_store(store).run_info(RUN)
+    before = Store(store).run_info(RUN)
     log = shards.parent / "extra.csv"
     log.write_text("step,loss\n1,2.5\n2,2.4\n")
     commands = {
@@ -221,14 +221,14 @@ def test_a_second_writer_waits_then_exits_1_naming_the_holder(held_run: Any) -> 
         assert " since 20" in err and "--wait SECONDS" in err and "locks/run=live.lock" in err, err
         if what == "compact":
             assert re.search(r"; waited [12] s for it to finish", err) and took >= 1.5, err  # --wait first
-    after = open_store(store)
+    after = Store(store)
     assert after.run_info(RUN).n_rows == before.n_rows and after.run_info(RUN).gen == before.gen
     assert "gpus" not in after.run_info(RUN).meta
     started = time.monotonic()
     runs = stabscope("runs", "--json", store=store)
     assert runs.returncode == 0 and [r["name"] for r in json.loads(runs.stdout)] == [RUN], runs.stderr
     assert time.monotonic() - started < 20  # a reader never waits for the writer's lock (120 s here)
-    assert open_store(store).run_writer(RUN) == LockHolder(holder.pid, _holder_command(store), _since(store))
+    assert Store(store).run_writer(RUN) == LockHolder(holder.pid, _holder_command(store), _since(store))
 
 
 def _holder_command(store: Path) -> str:
@@ -264,7 +264,7 @@ def test_watch_skips_a_pass_while_the_run_is_busy_and_goes_on_once_the_holder_is
         watcher.send_signal(signal.SIGINT)
         _, rest = watcher.communicate(timeout=60)
     assert watcher.returncode == 0 and "Traceback" not in rest, rest
-    opened = open_store(store)
+    opened = Store(store)
     assert opened.run_info(RUN).n_rows == 2 * BATCH_ROWS and opened.run_info(RUN).status == "finished"
     assert opened.run_writer(RUN) is None
 
@@ -273,7 +273,7 @@ def test_threads_of_one_process_take_turns_and_a_holder_may_write_again(tmp_path
     """The dashboard's sessions are threads of one process: one holds a run, another waits for it (or
     gives up, naming this process); the holder's own nested writes (compact -> ensure_run -> analyses)
     take the lock again at once."""
-    store = open_store(tmp_path / "store")
+    store = Store(tmp_path / "store")
     taken, release = threading.Event(), threading.Event()
 
     def hold() -> None:
@@ -302,7 +302,7 @@ def test_threads_of_one_process_take_turns_and_a_holder_may_write_again(tmp_path
 def test_a_forked_child_does_not_keep_its_parents_lock(tmp_path: Path) -> None:
     """A child forked while the parent writes (multiprocessing's fork, a harness) neither holds the
     parent's lock (it waits like any process) nor keeps it held once the parent lets it go."""
-    store = open_store(tmp_path / "store")
+    store = Store(tmp_path / "store")
     third_done = tmp_path / "third-done"
     decided_r, decided_w = os.pipe()
     with store.writing("r"):
@@ -335,7 +335,7 @@ def test_analyses_of_a_run_deleted_meanwhile_write_nothing(tmp_path: Path) -> No
 
     shards = tmp_path / "shards"
     write_batch(shards, 0)
-    store = open_store(tmp_path / "store")
+    store = Store(tmp_path / "store")
     store.compact(RUN, shards)
     gen = store.run_info(RUN).gen
     store.delete_run(RUN)
@@ -367,7 +367,7 @@ def rewrite_table(first_step: int) -> Any:
 def child_rewrite(store: str, run: str, stop: str) -> int:
     """Write ``run`` again and again, each time over steps it has (a full merge, whose commit removes
     the previous generation's files), until the file ``stop`` exists; prints the generations made."""
-    opened = open_store(store)
+    opened = Store(store)
     first = 0
     while not os.path.exists(stop):
         first = 5 - first  # 0, 5, 0, 5 ...: every import repeats steps the run holds
@@ -383,7 +383,7 @@ def test_reads_during_full_merges_read_whole_generations_and_never_fail(tmp_path
     over and over for a few seconds while this one reads the run's rows and series. Before the retry,
     about 1 read in 300 failed with "Cannot open file .../long/g<gen>.parquet"."""
     store_path, stop = tmp_path / "store", tmp_path / "stop"
-    store = open_store(store_path)
+    store = Store(store_path)
     store.import_table("r", rewrite_table(0), source="test")
     writer = start_child("rewrite", str(store_path), "r", str(stop))
     counts: set[int] = set()
@@ -420,7 +420,7 @@ def test_the_runs_page_refuses_to_delete_a_run_being_written(tmp_path: Path, mon
 
     store_path = tmp_path / "store"
     monkeypatch.setenv("STABSCOPE_STORE", str(store_path))
-    store = open_store(store_path)
+    store = Store(store_path)
     for name in ("busy", "free"):
         write_spec_run(store, RunSpec(name=name, per_rank=False))
     holder = start_child("hold", str(store_path), "busy", "120")
@@ -436,7 +436,7 @@ def test_the_runs_page_refuses_to_delete_a_run_being_written(tmp_path: Path, mon
         assert len(refused) == 1 and f"run 'busy' is being written by pid {holder.pid} (" in refused[0], refused
         assert "since 20" in refused[0] and refused[0].endswith("Try again when it has finished."), refused
         assert any("Deleted free." in s.value for s in at.success)
-        assert [r.name for r in open_store(store_path).list_runs()] == ["busy"]
+        assert [r.name for r in Store(store_path).list_runs()] == ["busy"]
     finally:
         holder.kill()
         holder.communicate(timeout=30)
@@ -452,7 +452,7 @@ def test_the_upload_page_says_who_writes_the_run_and_imports_once_it_is_free(
 
     store_path = tmp_path / "store"
     monkeypatch.setenv("STABSCOPE_STORE", str(store_path))
-    open_store(store_path)
+    Store(store_path)
     holder = start_child("hold", str(store_path), "up", "120")
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
@@ -469,7 +469,7 @@ def test_the_upload_page_says_who_writes_the_run_and_imports_once_it_is_free(
         assert not at.exception and len(at.error) == 0
         assert time.monotonic() - started >= 1.0  # it waited for the holder
         assert "Imported 3 rows into run **up**" in at.success[0].value
-        assert open_store(store_path).run_info("up").n_rows == 3
+        assert Store(store_path).run_info("up").n_rows == 3
     finally:
         if holder.poll() is None:
             holder.kill()

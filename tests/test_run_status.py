@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from ingest.formats import read_log
+from ingest.importer import store_parsed
 from ingest.run_analyses import open_analysed_store
 from ingest.run_status import last_finite, last_finite_step, planned_steps, run_status, status_text
 from ingest.store import Store
@@ -24,7 +25,7 @@ TITAN = REAL / "torchtitan_qwen3_14b_run217" / "run.log"
 def _imported(store: Store, name: str, path: Path) -> Store:
     if not path.exists():
         pytest.skip(f"../shared absent: no real log at {path}")
-    store.import_parsed(name, read_log([path]))
+    store_parsed(store, name, read_log([path]))
     return store
 
 

@@ -21,7 +21,7 @@ from ingest.errors import StabScopeError
 from ingest.object_store import ObjectStore, ObjectUrl
 from ingest.shard_objects import bucket_store
 from ingest.shards import HEADER, KIND_METRICS, MAGIC, ShardWriter, _ipc_bytes, find_segments, read_segment
-from ingest.store import Store, open_store
+from ingest.store import Store
 from ingest.watch import watch
 from tests.s3_server import S3Server
 
@@ -87,8 +87,8 @@ def test_s3_shards_compact_to_the_same_run_as_local_shards(s3_url: str, tmp_path
     assert rest.frames == whole.frames - read_segment(writers[0].objects[0][0]).frames
     assert all(a.equals(b) for a, b in zip(rest.metrics, whole.metrics[-len(rest.metrics) :], strict=True))
 
-    via_s3 = open_store(tmp_path / "store-a")
-    via_disk = open_store(tmp_path / "store-b")
+    via_s3 = Store(tmp_path / "store-a")
+    via_disk = Store(tmp_path / "store-b")
     report_s3 = via_s3.compact("job42", shards)
     report_disk = via_disk.compact("job42", tmp_path / "shards")
     assert report_s3.rows == report_disk.rows > 3 * STEPS
@@ -108,7 +108,7 @@ def test_s3_shards_compact_to_the_same_run_as_local_shards(s3_url: str, tmp_path
 
 def test_watch_tails_new_objects_across_passes(s3_url: str, tmp_path: Path) -> None:
     shards = s3_url.replace("/store", "/live/shards")
-    store = open_store(tmp_path / "store")
+    store = Store(tmp_path / "store")
     write_job(shards, ranks=2, steps=100)
     logged: list[str] = []
     assert watch(store, "live", shards, once=True, log=logged.append) == 1
@@ -127,7 +127,7 @@ def test_watch_tails_new_objects_across_passes(s3_url: str, tmp_path: Path) -> N
     assert set(first) <= set(second)
     assert len(second) == len(set(second))  # nothing doubled
 
-    reference = open_store(tmp_path / "reference")
+    reference = Store(tmp_path / "reference")
     write_job(tmp_path / "shards", ranks=2, steps=100)
     write_job(tmp_path / "shards", ranks=2, steps=100, start=100)
     reference.compact("live", tmp_path / "shards")
@@ -168,7 +168,7 @@ def test_a_killed_writer_loses_nothing_flushed_and_leaves_no_partial_object(s3_u
     for ref in segments:  # every visible object is whole: all its frames decode, none torn
         read = read_segment(ref)
         assert not read.errors and not read.torn_tail and read.end_offset == ref.size
-    store = open_store(tmp_path / "store")
+    store = Store(tmp_path / "store")
     report = store.compact("killed", shards)
     assert report.rejected == 0 and not report.torn
     rows = exported_rows(store, "killed")
@@ -208,13 +208,13 @@ def test_bad_frames_in_an_object_are_reported_with_its_url_and_byte_offset(s3_ur
     truncated = metrics_frame(range(30, 40))
     put_frames(store, "rank-00000/seg-00000000000000000001-1-000000001.ssf", [truncated[:-7]])
 
-    report = open_store(tmp_path / "store").compact("bad", shards)
+    report = Store(tmp_path / "store").compact("bad", shards)
     assert report.rejected == 2 and not report.torn  # an object never grows: a cut frame is damage, not a tail
     first = f"{shards}/rank-00000/seg-00000000000000000001-1-000000000.ssf"
     second = f"{shards}/rank-00000/seg-00000000000000000001-1-000000001.ssf"
     assert f"{first}: byte {len(good)}: CRC mismatch" in report.rejected_examples[0]
     assert f"{second}: byte 0: truncated frame" in report.rejected_examples[1]
-    steps = {r[1] for r in exported_rows(open_store(tmp_path / "store"), "bad")}
+    steps = {r[1] for r in exported_rows(Store(tmp_path / "store"), "bad")}
     assert steps == set(range(0, 10)) | set(range(20, 30))
 
 
@@ -233,7 +233,7 @@ def test_compact_and_watch_through_the_cli(s3_url: str, tmp_path: Path) -> None:
     write_job(shards, ranks=2, steps=60, start=60)
     watched = stabscope("watch", shards, "--run", "cli-s3", "--once")
     assert watched.returncode == 0, watched.stderr
-    rows = exported_rows(open_store(tmp_path / "store"), "cli-s3")
+    rows = exported_rows(Store(tmp_path / "store"), "cli-s3")
     assert {r[1] for r in rows if r[2] == "loss"} == set(range(120))
 
     missing = stabscope("compact", "s3://no-such-bucket-here/shards", "--run", "x")
@@ -265,7 +265,7 @@ def test_stability_monitor_writes_its_shard_to_object_storage(s3_url: str, tmp_p
             record = clip_grad_norm(list(model.parameters()), 1.0)
             monitor.log(step, loss=loss.detach(), lr=1e-3, clip_stats=record)
     assert all(ref.location.startswith(f"{shards}/rank-00000/seg-") for ref in find_segments(shards))
-    store = open_store(tmp_path / "store")
+    store = Store(tmp_path / "store")
     store.compact("monitored", shards)
     rows = exported_rows(store, "monitored")
     assert sorted(r[1] for r in rows if r[2] == "loss" and r[0] == -1) == list(range(20))

@@ -28,7 +28,7 @@ import pytest
 
 from ingest.shards import ShardWriter
 from ingest.spark_shipping import EXECUTOR_PACKAGES, engine_zip, is_local_master
-from ingest.store import open_store
+from ingest.store import Store
 
 pyspark = pytest.importorskip("pyspark")
 
@@ -202,7 +202,7 @@ def test_a_cluster_without_stabscope_compacts_like_the_embedded_engine(
         [worker_python, "-c", code], cwd=tmp_path, capture_output=True, text=True, env={"PYTHONPATH": str(shipped[0])}
     )
     assert imported.stdout.split() == [f"{shipped[0]}/ingest/spark_engine.py", "False"], imported.stderr
-    embedded = open_store(tmp_path / "embedded")
+    embedded = Store(tmp_path / "embedded")
     embedded.compact(RUN, tmp_path / "shards")
     assert embedded.run_info(RUN).n_steps == STEPS + 300
     for fmt in ("csv", "parquet"):
@@ -231,7 +231,7 @@ def test_an_executor_python_without_the_packages_is_one_paragraph(
     message = done.stderr.strip().splitlines()[-1]
     assert f"its Python ({bare_python}," in message and "lacks the module 'pyarrow'" in message, message
     assert f"{bare_python} -m pip install pyarrow" in message and "PYSPARK_PYTHON" in message
-    assert not (tmp_path / "spark").exists() or not open_store(tmp_path / "spark").list_runs()  # nothing committed
+    assert not (tmp_path / "spark").exists() or not Store(tmp_path / "spark").list_runs()  # nothing committed
     missing = tmp_path / "no-such-venv" / "bin" / "python"  # a PYSPARK_PYTHON that is not on the node
     done = stabscope(
         "compact", str(tmp_path / "shards"), "--run", RUN, "--engine", "spark", "--master", url,

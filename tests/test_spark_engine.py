@@ -29,7 +29,7 @@ from ingest.run_analyses import materialise, open_analysed_store
 from ingest.shards import HEADER, ShardWriter, list_segments
 from ingest.spark_engine import parts_reader, rank_bounds, spark_session
 from ingest.spark_shipping import check_executors
-from ingest.store import Store, open_store
+from ingest.store import Store
 from ingest.store.direct_merge import DirectMerger, NotAppendOnly
 from tests.test_store_incremental import assert_same_series
 
@@ -236,7 +236,7 @@ def test_spark_engine_reads_s3_shards_into_an_s3_store_like_the_embedded_one(
 ) -> None:
     shards = s3_url.replace("/store", "/job/shards")
     stores = {
-        engine: open_store(s3_url + f"-{engine}", on_generation=materialise, cache_dir=tmp_path / engine)
+        engine: Store(s3_url + f"-{engine}", on_generation=materialise, cache_dir=tmp_path / engine)
         for engine in ("embedded", "spark")
     }
     write_object_job(shards, range(0, 1500), seed=1, restart_at=1300)
@@ -246,7 +246,7 @@ def test_spark_engine_reads_s3_shards_into_an_s3_store_like_the_embedded_one(
     assert stores["spark"].run_info(RUN).gen == 2
     assert_identical_runs(stores["embedded"], stores["spark"])
     # A fresh cache of the Spark-written store reads the published generation: the same run again.
-    again = open_store(s3_url + "-spark", on_generation=materialise, cache_dir=tmp_path / "fresh")
+    again = Store(s3_url + "-spark", on_generation=materialise, cache_dir=tmp_path / "fresh")
     assert_identical_runs(stores["embedded"], again)
 
 

@@ -16,7 +16,7 @@ import pytest
 from ingest.errors import StabScopeError
 from ingest.object_store import ObjectStore
 from ingest.run_analyses import materialise
-from ingest.store import Store, open_store, remote
+from ingest.store import Store, remote
 from ingest.store.manifest import manifest_seq
 from tests.conftest import RunSpec, write_run
 
@@ -24,7 +24,7 @@ OVERVIEW_METRICS = ("loss", "lr", "grad_norm", "clip_coef", "grad_norm_local", "
 
 
 def s3_store(url: str, cache: Path, **kwargs: Any) -> Store:
-    return open_store(url, on_generation=materialise, cache_dir=cache, **kwargs)
+    return Store(url, on_generation=materialise, cache_dir=cache, **kwargs)
 
 
 def imported_table(n_steps: int, offset: int = 0) -> pa.Table:
@@ -75,7 +75,7 @@ def state_of(store: Store, name: str) -> dict[str, Any]:
 
 
 def test_writes_through_s3_equal_a_local_store(s3_url: str, tmp_path: Path) -> None:
-    local = open_store(tmp_path / "local", on_generation=materialise)
+    local = Store(tmp_path / "local", on_generation=materialise)
     remote = s3_store(s3_url, tmp_path / "cache")
     for store in (local, remote):
         write_run(
@@ -150,7 +150,7 @@ def test_losing_the_conditional_put_leaves_nothing_of_the_write(s3_url: str, tmp
             a.import_table("run1", imported_table(100, offset=400), source="import:csv:x.csv")
         materialise(store, name)
 
-    b = open_store(s3_url, on_generation=a_writes_meanwhile, cache_dir=tmp_path / "b")
+    b = Store(s3_url, on_generation=a_writes_meanwhile, cache_dir=tmp_path / "b")
     with pytest.raises(StabScopeError, match=r"another machine published a new state of this run first"):
         b.import_table("run1", imported_table(50, offset=10_000), source="import:csv:z.csv")
     assert raced
@@ -182,9 +182,9 @@ def test_deleting_the_cache_loses_nothing(s3_url: str, tmp_path: Path) -> None:
 
 def test_a_missing_bucket_is_one_paragraph(s3_server: Any, tmp_path: Path) -> None:
     with pytest.raises(StabScopeError, match=r"bucket 'no-such-bucket' does not exist"):
-        open_store("s3://no-such-bucket/store", cache_dir=tmp_path / "c")
+        Store("s3://no-such-bucket/store", cache_dir=tmp_path / "c")
     with pytest.raises(StabScopeError, match=r"expected s3://bucket/prefix"):
-        open_store("s3://x/store", cache_dir=tmp_path / "c")
+        Store("s3://x/store", cache_dir=tmp_path / "c")
 
 
 def test_parquet_footer_reads_by_range(s3_url: str, tmp_path: Path) -> None:
@@ -201,7 +201,7 @@ def test_one_ranks_window_reads_the_long_object_by_ranges(
     s3_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(remote, "RANGED_MIN_BYTES", 0)  # a long file of a few row groups is read by ranges
-    local = open_store(tmp_path / "local", on_generation=materialise)
+    local = Store(tmp_path / "local", on_generation=materialise)
     writer = s3_store(s3_url, tmp_path / "writer")
     for store in (local, writer):
         write_run(store, RunSpec(name="r", n_steps=20_000, n_ranks=4))

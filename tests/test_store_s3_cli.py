@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from ingest.run_analyses import materialise
-from ingest.store import open_store
+from ingest.store import Store
 from ingest.store.check_remote import check_object_store
 from tests.conftest import REPO_ROOT, open_page
 from tests.test_store import write_run as write_shards
@@ -66,10 +66,10 @@ def test_the_commands_take_an_s3_store(s3_url: str, tmp_path: Path) -> None:
 _CHILD = """
 import sys
 from ingest.run_analyses import materialise
-from ingest.store import open_store
+from ingest.store import Store
 from ingest.store.check_remote import check_object_store
 from tests.test_store_s3 import imported_table
-store = open_store(sys.argv[1], on_generation=materialise, cache_dir=sys.argv[2])
+store = Store(sys.argv[1], on_generation=materialise, cache_dir=sys.argv[2])
 store.import_table("run1", imported_table(200, offset=400), source="import:csv:x.csv")
 """
 
@@ -78,7 +78,7 @@ store.import_table("run1", imported_table(200, offset=400), source="import:csv:x
 def test_a_killed_writer_leaves_the_previous_state_and_check_collects_its_leftovers(
     s3_url: str, tmp_path: Path, failpoint: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    store = open_store(s3_url, on_generation=materialise, cache_dir=tmp_path / "a")
+    store = Store(s3_url, on_generation=materialise, cache_dir=tmp_path / "a")
     store.import_table("run1", imported_table(400), source="import:csv:x.csv")
     before = state_of(store, "run1")
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "STABSCOPE_CRASH_AT": failpoint}
@@ -88,7 +88,7 @@ def test_a_killed_writer_leaves_the_previous_state_and_check_collects_its_leftov
     assert child.returncode == 137
     published = failpoint == "after_manifest_put"
     for cache in ("a", "b"):  # the killed writer's own cache, and another machine's
-        reader = open_store(s3_url, on_generation=materialise, cache_dir=tmp_path / cache)
+        reader = Store(s3_url, on_generation=materialise, cache_dir=tmp_path / cache)
         if published:
             assert reader.run_info("run1").last_step == 599
         else:
@@ -110,7 +110,7 @@ def test_a_killed_writer_leaves_the_previous_state_and_check_collects_its_leftov
     assert repaired.clean and all(f.repaired for f in repaired.findings)
     assert {f.path for f in repaired.findings} == {f["path"] for f in findings}
     assert check_object_store(s3_url).findings == []
-    reader = open_store(s3_url, on_generation=materialise, cache_dir=tmp_path / "d")
+    reader = Store(s3_url, on_generation=materialise, cache_dir=tmp_path / "d")
     assert reader.run_info("run1").last_step == (599 if published else 399)
     reader.read_long("run1")  # every object the manifest names is still there
 
@@ -119,7 +119,7 @@ def test_the_dashboard_reads_an_s3_store(s3_url: str, tmp_path: Path, monkeypatc
     monkeypatch.setenv("STABSCOPE_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("STABSCOPE_STORE", s3_url)
     monkeypatch.setenv("STABSCOPE_NO_DEMO", "1")
-    writer = open_store(s3_url, on_generation=materialise, cache_dir=tmp_path / "writer")
+    writer = Store(s3_url, on_generation=materialise, cache_dir=tmp_path / "writer")
     writer.import_table("run1", imported_table(600), source="import:csv:x.csv")
     at = open_page("spikes").run()
     assert not at.exception

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ingest.run_analyses import materialise
-from ingest.store import Store, open_store
+from ingest.store import Store
 from tests.conftest import RunSpec, write_run
 
 TARGET_RATIO = 3.0
@@ -42,23 +42,23 @@ def measure(url: str, tmp: Path, n_steps: int, n_ranks: int, rounds: int) -> dic
     not yet fetched (a running dashboard's first look at a run); the S3 store from nothing (a new handle
     on an empty cache: a new process on a new machine). With the requests and bytes of one of each."""
     spec = RunSpec("big", n_steps=n_steps, n_ranks=n_ranks, loss_spike=None, grad_spike_step=n_steps // 2)
-    write_run(open_store(tmp / "local", on_generation=materialise), spec)
-    write_run(open_store(url, on_generation=materialise, cache_dir=tmp / "writer"), spec)
+    write_run(Store(tmp / "local", on_generation=materialise), spec)
+    write_run(Store(url, on_generation=materialise, cache_dir=tmp / "writer"), spec)
     times: dict[str, list[float]] = {"local": [], "s3_run": [], "s3_cold": []}
     counters: dict[str, dict[str, int]] = {}
     for i in range(rounds):
-        local = open_store(tmp / "local")
+        local = Store(tmp / "local")
         started = time.perf_counter()
         open_run(local, "big", n_steps)
         times["local"].append(time.perf_counter() - started)
-        remote = open_store(url, cache_dir=tmp / f"open-{i}")
+        remote = Store(url, cache_dir=tmp / f"open-{i}")
         before = dict(remote.object_counters or {})
         started = time.perf_counter()
         open_run(remote, "big", n_steps)
         times["s3_run"].append(time.perf_counter() - started)
         counters["s3_run"] = {k: v - before[k] for k, v in (remote.object_counters or {}).items()}
         started = time.perf_counter()
-        cold = open_store(url, cache_dir=tmp / f"cold-{i}")
+        cold = Store(url, cache_dir=tmp / f"cold-{i}")
         open_run(cold, "big", n_steps)
         times["s3_cold"].append(time.perf_counter() - started)
         counters["s3_cold"] = dict(cold.object_counters or {})

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from ingest.store import open_store
+from ingest.store import Store
 from ingest.store.layout import spool_folder
 from tests.fault_harness import CHILD_ENV, REPO, assert_same_rows, cli_argv, run_cli, seeded, sorted_rows
 from tests.real_runs import REAL
@@ -52,7 +52,7 @@ def _wait_for_run(store: Path, run: str, proc: subprocess.Popen[bytes], log: Pat
     deadline = time.monotonic() + CATCH_UP_S
     while time.monotonic() < deadline:
         assert proc.poll() is None, log.read_text()
-        if open_store(store).has_run(run):
+        if Store(store).has_run(run):
             return
         time.sleep(0.05)
     raise AssertionError(f"watch stored nothing of {run}: {log.read_text()}")
@@ -71,7 +71,7 @@ def _finish(store: Path, run: str, want: object, proc: subprocess.Popen[bytes], 
     status_seen = set()
     while time.monotonic() < deadline:
         assert proc.poll() is None, log.read_text()
-        s = open_store(store)
+        s = Store(store)
         info = s.run_info(run)
         status_seen.add(info.status)
         # the catalog's count first: reading every row on each poll would slow the watcher it waits for
@@ -81,7 +81,7 @@ def _finish(store: Path, run: str, want: object, proc: subprocess.Popen[bytes], 
     proc.send_signal(signal.SIGINT)
     assert proc.wait(timeout=30) == 0, log.read_text()
     assert "live" in status_seen  # the Runs page shows a watched run as live while watch follows it
-    final = open_store(store)
+    final = Store(store)
     assert final.run_info(run).status == "finished"
     assert_same_rows(sorted_rows(final, run), want)  # type: ignore[arg-type]
 
@@ -91,7 +91,7 @@ def _reference(tmp_path: Path, *inputs: Path) -> object:
     ref = tmp_path / "reference-store"
     done = run_cli(ref, "import", *map(str, inputs), "--run", "reference")
     assert done.returncode == 0, done.stderr
-    return sorted_rows(open_store(ref), "reference")
+    return sorted_rows(Store(ref), "reference")
 
 
 def test_watched_text_log_equals_its_import_across_a_kill_and_a_rotation(tmp_path: Path) -> None:
@@ -139,10 +139,10 @@ def test_watched_text_log_equals_its_import_across_a_kill_and_a_rotation(tmp_pat
     # alerts as for shards: this log's loss spikes and its clipping are passed to --on-alert
     fired = [json.loads(line) for line in alerts.read_text().splitlines() if line.strip()]
     assert fired and all(a["run"] == "watched" and a["alert"] and a["message"] for a in fired), fired
-    info = open_store(store).run_info("watched")
-    assert info.rejected == open_store(tmp_path / "reference-store").run_info("reference").rejected
+    info = Store(store).run_info("watched")
+    assert info.rejected == Store(tmp_path / "reference-store").run_info("reference").rejected
     # deleting the run deletes the copy: watching the log again into the name reads it from its start
-    open_store(store).delete_run("watched")
+    Store(store).delete_run("watched")
     assert not spool_folder(store, "watched").exists()
 
 
@@ -215,7 +215,7 @@ def test_watch_refuses_a_path_that_does_not_exist_and_a_log_no_reader_knows(tmp_
     assert unknown.returncode != 0
     assert "format not recognised" in unknown.stderr and "--format" in unknown.stderr
     assert "Traceback" not in unknown.stderr
-    assert not open_store(store).has_run("x")
+    assert not Store(store).has_run("x")
     wrong = run_cli(store, "watch", str(odd), "--run", "x", "--format", "megatronn")
     assert wrong.returncode != 0 and "unknown format 'megatronn'" in wrong.stderr
 

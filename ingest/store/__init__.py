@@ -28,11 +28,11 @@ readable, and the next run finishes the work (files no transaction refers to are
 Modules, bottom up: ``types`` (what the store hands out), ``layout`` (every file name), ``catalog``
 (the DuckDB catalog), ``blocks`` (Parquet files by block), ``stage``, ``generation``, the planners
 ``direct_merge``/``delta``/``full_merge``, ``commit``, ``downsample`` and ``read``, and ``facade``
-(``Store``, ``open_store``). ``run_lock``: one writer per run across processes (``Store.writing``).
+(``Store``). ``run_lock``: one writer per run across processes (``Store.writing``).
 """
 
 from ingest.run_info import RunInfo
-from ingest.store.facade import GenerationHook, Store, open_store
+from ingest.store.facade import GenerationHook, Store
 from ingest.store.run_lock import DEFAULT_WRITER_WAIT_S, LockHolder, WriterBusy
 from ingest.store.types import IngestReport, ProgressFn, SeriesData, skipped_example_texts, validate_run_name
 
@@ -46,7 +46,6 @@ __all__ = [
     "SeriesData",
     "Store",
     "WriterBusy",
-    "open_store",
     "skipped_example_texts",
     "validate_run_name",
 ]

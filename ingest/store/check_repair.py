@@ -221,9 +221,9 @@ def _analyse(root: Path, names: Sequence[str | None], on_generation: RunHook | N
     """Run the analyses (``on_generation``) of the runs ``names`` (every run with ``all_runs``)."""
     if on_generation is None or (not names and not all_runs):
         return
-    from ingest.store.facade import open_store  # local: the facade is above this module
+    from ingest.store.facade import Store  # local: the facade is above this module
 
-    store = open_store(root, on_generation=on_generation)
+    store = Store(root, on_generation=on_generation)
     for name in [r.name for r in store.list_runs()] if all_runs else dict.fromkeys(n for n in names if n):
         if store.has_run(name):
             on_generation(store, name)

@@ -96,6 +96,12 @@ class CommitProtocol:
                 )
             if extras.meta:
                 change_meta(con, name, lambda meta: merge_meta(meta, extras.meta))
+            if extras.user_meta or extras.user_removals:  # after the parsed values: the user's win
+                change_meta(
+                    con,
+                    name,
+                    lambda meta: merge_meta(meta, extras.user_meta, by_user=True, remove=extras.user_removals),
+                )
             if report.rejected:
                 examples = (json.loads(read_run_row(con, name)["rejected_examples"]) + report.rejected_examples)[:20]
                 con.execute(queries.ADD_REJECTED, [report.rejected, json.dumps(examples), name])

@@ -13,7 +13,7 @@ import functools
 import json
 import os
 import shutil
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
@@ -38,7 +38,7 @@ from ingest.store.read import StoreReader
 from ingest.store.run_lock import DEFAULT_WRITER_WAIT_S, LockHolder, WaitReport, held, read_holder, run_busy
 from ingest.store.stage import PartsReader, SegmentExtras, Stager
 from ingest.store.storage_errors import DamagedRunFile, write_failure
-from ingest.store.types import IngestReport, ProgressFn, SeriesData, skipped_example_texts, validate_run_name
+from ingest.store.types import IngestReport, ProgressFn, SeriesData, validate_run_name
 from stab_core.runview import RunEvent, RunView
 
 if TYPE_CHECKING:
@@ -76,22 +76,12 @@ def _writes_run(
     return locked
 
 
-def open_store(
-    root: str | os.PathLike[str] | None = None,
-    *,
-    on_generation: GenerationHook | None = None,
-    cache_dir: str | os.PathLike[str] | None = None,
-) -> Store:
-    """The store at ``root``, a directory or an ``s3://bucket/prefix`` URL (default: ``$STABSCOPE_STORE``
-    or the embedded default). Without ``on_generation`` nothing is computed after a merge;
-    ``ingest.run_analyses.open_analysed_store`` passes the analyses. ``cache_dir``: see ``Store``."""
-    return Store(root, on_generation=on_generation, cache_dir=cache_dir)
-
-
 class Store:
-    """A StabScope store rooted at a directory (created on first use), or at an ``s3://bucket/prefix``
-    URL, whose local cache directory is then ``root`` (``cache_dir``, default ``remote.cache_dir_for``;
-    see ``remote``). ``on_generation`` runs after each new generation of a run (see :data:`GenerationHook`)."""
+    """A StabScope store rooted at a directory (created on first use; default: ``$STABSCOPE_STORE`` or
+    the embedded default), or at an ``s3://bucket/prefix`` URL, whose local cache directory is then
+    ``root`` (``cache_dir``, default ``remote.cache_dir_for``; see ``remote``). ``on_generation`` runs
+    after each new generation of a run (see :data:`GenerationHook`); without it nothing is computed
+    after a merge (``ingest.run_analyses.open_analysed_store`` passes the analyses)."""
 
     def __init__(
         self,
@@ -407,9 +397,14 @@ class Store:
         rejected: int = 0,
         rejected_examples: Sequence[str] = (),
         status: str = "finished",
+        user_meta: Mapping[str, Any] | None = None,
+        remove_meta: Sequence[str] = (),
     ) -> IngestReport:
         """Add a long-form table (``LONG_SCHEMA``) to run ``name`` (created if absent), atomically; the
-        run's catalog status becomes ``status`` ("live" while ``stabscope watch`` follows a log)."""
+        run's catalog status becomes ``status`` ("live" while ``stabscope watch`` follows a log).
+        ``meta``: what the log stated (a key the user set keeps the user's value); ``user_meta`` and
+        ``remove_meta``: the user's own settings and removals, committed in the same transaction as
+        :meth:`update_meta` would record them, so the analyses run once, on them."""
         validate_run_name(name)
         table = conform_long(table)
         self.ensure_run(name, source)
@@ -425,25 +420,12 @@ class Store:
             events=len(events),
         )
         event_rows = [{"step": e.step, "kind": e.kind, "label": e.label, "detail": e.detail} for e in events]
-        extras = SegmentExtras(events=event_rows, meta=dict(meta or {}))
+        extras = SegmentExtras(
+            events=event_rows, meta=dict(meta or {}), user_meta=dict(user_meta or {}), user_removals=tuple(remove_meta)
+        )
         self._commit.commit_stage(name, staged, extras, report, status)
         report.gen = self._commit.merge(name)
         return report
-
-    def import_parsed(self, name: str, parsed: Any) -> IngestReport:
-        """Store a ``ingest.formats.ParsedLog`` as run ``name``."""
-        from ingest.configs import meta_with_config_facts  # local: yaml/toml only load for an import
-
-        examples = skipped_example_texts(parsed)
-        return self.import_table(
-            name,
-            parsed.table,
-            source=f"import:{parsed.format}:" + ",".join(parsed.source_files),
-            events=parsed.events,
-            meta=meta_with_config_facts(parsed.meta),
-            rejected=parsed.skipped,
-            rejected_examples=examples,
-        )
 
     @_writes_run
     def set_status(self, name: str, status: str) -> None:

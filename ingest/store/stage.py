@@ -170,11 +170,15 @@ def with_metric(part: pa.Table, metrics: list[str], code: int) -> pa.Table:
 @dataclass
 class SegmentExtras:
     """What a compaction read besides metric rows: new byte offsets per segment, events, metadata,
-    and each segment's step extents per rank (for ``add_rollbacks``)."""
+    and each segment's step extents per rank (for ``add_rollbacks``). ``user_meta`` and
+    ``user_removals``: metadata the user set (and keys removed) with the import, committed with it so
+    that the analyses run once, on the metadata the user gave (``Store.update_meta``'s rules)."""
 
     offsets: dict[str, int] = field(default_factory=dict)
     events: list[dict[str, Any]] = field(default_factory=list)
     meta: dict[str, Any] = field(default_factory=dict)
+    user_meta: dict[str, Any] = field(default_factory=dict)
+    user_removals: tuple[str, ...] = ()
     segment_steps: list[SegmentSteps] = field(default_factory=list)
 
     def add_rollbacks(self, stored_last: dict[int, int]) -> None:

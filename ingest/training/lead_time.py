@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ingest.store import Store, open_store
+from ingest.store import Store
 from stab_core.analysis import analyze_run
 from stab_core.bootstrap import Interval
 from stab_core.early_warning import (
@@ -136,7 +136,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="score against loss spikes (default) or every incident",
     )
     args = parser.parse_args(argv)
-    store = open_store(args.store)
+    store = Store(args.store)
     names = args.runs.split(",") if args.runs else [info.name for info in store.list_runs()]
     if not names:
         print(f"no runs in {args.store}", file=sys.stderr)
