@@ -50,6 +50,7 @@ TIERS: dict[str, str] = {
             "declared_imports",
             "diagnosis",
             "early_warning",
+            "heldout_shapes",
             "experiment_stats",
             "formats_aliases",
             "stab_core_pure",
