@@ -1,0 +1,71 @@
+"""Early-instability actions rest on premises read from the run (issue #32, "actions whose premise
+fails"): "lower the peak LR or lengthen the warmup" needs a logged LR that rose before the onset (a
+chronicle whose LR only decays has no warmup to lengthen); "check the initialisation and the first
+batches" needs a log that starts at the run's first steps (a log starting at step 31,000 is a resumed
+run: its initialisation is long past). Series of those shapes, diagnosed as the analysis does."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from stab_core.diagnosis import diagnose_early
+from stab_core.early_rises import robust_early_rises
+from stab_core.runview import RunView, Series
+
+LOWER_LR = "Lower the peak LR or lengthen the warmup"
+CHECK_INIT = "Check the initialisation scale"
+
+
+def _early_rise_run(first_step: int, lr_shape: str) -> tuple[RunView, object]:
+    """120 logged steps from ``first_step`` (interval 1): the loss holds ~2.0, then rises to ~4 from the
+    10th sample on and stays there. ``lr_shape``: "warmup" (rising over the first 8 samples, then
+    flat), "decay" (falling slowly throughout, as a chronicle excerpted mid-run) or "none" (no LR)."""
+    rng = np.random.default_rng(3)
+    steps = np.arange(first_step, first_step + 120)
+    loss = 2.0 + 0.02 * rng.standard_normal(steps.size)
+    loss[10:] = 4.0 + 0.02 * rng.standard_normal(steps.size - 10)
+    series = {"loss": Series(steps, loss)}
+    if lr_shape == "warmup":
+        series["lr"] = Series(steps, np.minimum(1.0, (np.arange(steps.size) + 1) / 8) * 6e-4)
+    elif lr_shape == "decay":
+        series["lr"] = Series(steps, np.linspace(5.3e-5, 5.2e-5, steps.size))
+    (event,) = robust_early_rises(steps, loss, 16)
+    return RunView("run", series), event
+
+
+def _actions(first_step: int, lr_shape: str) -> tuple[list[str], dict[str, bool | None]]:
+    view, event = _early_rise_run(first_step, lr_shape)
+    diagnosis = diagnose_early(view, event)  # type: ignore[arg-type]
+    return diagnosis.actions, {c.premise or "": c.holds for c in diagnosis.checks}
+
+
+def test_lower_the_lr_needs_an_lr_that_rose_before_the_onset() -> None:
+    said, holds = _actions(0, "warmup")
+    assert any(a.startswith(LOWER_LR) for a in said)
+    assert holds["lr_rose_before"] is True
+    said, holds = _actions(0, "decay")  # the LR only decays: no warmup to lengthen, not said
+    assert not any(a.startswith(LOWER_LR) for a in said)
+    assert holds["lr_rose_before"] is False
+
+
+def test_without_an_lr_the_user_is_told_to_log_it() -> None:
+    said, holds = _actions(0, "none")
+    assert holds["lr_rose_before"] is None
+    assert not any(a.startswith(LOWER_LR) for a in said)
+    assert any(a.startswith("Log the LR") for a in said)
+
+
+def test_check_the_initialisation_needs_a_log_from_the_run_start() -> None:
+    said, holds = _actions(0, "warmup")
+    assert any(a.startswith(CHECK_INIT) for a in said) and holds["log_starts_at_beginning"] is True
+    said, holds = _actions(31_190, "decay")  # an excerpt of a resumed run
+    assert not any(a.startswith(CHECK_INIT) for a in said) and holds["log_starts_at_beginning"] is False
+    # a console that logs every 10 steps starts at step 10: still the run's beginning
+    view, _ = _early_rise_run(0, "warmup")
+    loss, lr = view.series["loss"], view.series["lr"]
+    spaced = RunView(
+        "run", {"loss": Series(loss.steps * 10 + 10, loss.values), "lr": Series(lr.steps * 10 + 10, lr.values)}
+    )
+    (spaced_event,) = robust_early_rises(spaced.series["loss"].steps, spaced.series["loss"].values, 16)
+    checks = {c.premise: c.holds for c in diagnose_early(spaced, spaced_event).checks}
+    assert checks["log_starts_at_beginning"] is True
