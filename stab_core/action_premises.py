@@ -151,7 +151,7 @@ def _precision_premise(view: RunView) -> PremiseCheck:
             return value, {"precision": flag, "source": f"meta {flag}"}
     scale = view.series.get("loss_scale")
     if scale is not None:
-        values = scale.values[np.isfinite(scale.values)]
+        values = scale.values[np.isfinite(scale.values) & (scale.values > 0)]  # <= 0: a placeholder
         if values.size:
             low, high = float(values.min()), float(values.max())
             if high > low or low > 1.0:

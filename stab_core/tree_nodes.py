@@ -108,7 +108,9 @@ def node_numerical(view: RunView, spike: SpikeEvent, p: DiagnosisParams) -> Node
     if scale is not None:
         recent = step_window(scale, lo, hi)[1]
         before = step_window(scale, lo - 10 * lookback, lo - 1)[1]
-        recent, before = recent[np.isfinite(recent)], before[np.isfinite(before)]
+        # a loss scale is positive: Megatron prints "loss scale: -1.0" when DeepSpeed owns the optimizer,
+        # a placeholder, not a scale that fell to nothing
+        recent, before = recent[np.isfinite(recent) & (recent > 0)], before[np.isfinite(before) & (before > 0)]
         if recent.size:
             level = float(np.median(before)) if before.size else float(recent[0])
             low = float(recent.min())

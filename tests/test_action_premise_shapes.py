@@ -69,3 +69,29 @@ def test_check_the_initialisation_needs_a_log_from_the_run_start() -> None:
     (spaced_event,) = robust_early_rises(spaced.series["loss"].steps, spaced.series["loss"].values, 16)
     checks = {c.premise: c.holds for c in diagnose_early(spaced, spaced_event).checks}
     assert checks["log_starts_at_beginning"] is True
+
+
+def test_a_negative_loss_scale_is_a_placeholder_not_a_collapse() -> None:
+    """Megatron prints "loss scale: -1.0" on every line when DeepSpeed owns the optimizer: no loss scale
+    is logged, so "check the loss scaling" has nothing to check and the cause is not a precision fault."""
+    view, event = _early_rise_run(0, "warmup")
+    view.series["loss_scale"] = Series(view.series["loss"].steps, np.full(view.series["loss"].steps.size, -1.0))
+    diagnosis = diagnose_early(view, event)  # type: ignore[arg-type]
+    assert diagnosis.cause != "numerical"
+    assert not any(a.startswith("Check the loss scaling") for a in diagnosis.actions)
+    numerical = next(v for v in diagnosis.path if v.node == "numerical")
+    assert numerical.answer == "no" and numerical.evidence["loss_scale_drop"] is None
+
+
+def test_an_early_instability_while_the_lr_rises_names_the_warmup() -> None:
+    """megds: the loss blows up at step 3 while the warmup raises the LR 1.9e-5 -> 5.6e-5: the LR's rise is
+    the cause's signature, checked in the data; with a flat LR the cause stays unknown."""
+    from stab_core.claims import incident_claims
+
+    view, event = _early_rise_run(0, "warmup")
+    diagnosis = diagnose_early(view, event)  # type: ignore[arg-type]
+    assert diagnosis.cause == "lr_transition"
+    (cause,) = [c for c in incident_claims(event, diagnosis, "early_instability") if c.kind == "cause"]  # type: ignore[arg-type]
+    assert cause.holds is True and "LR warmup" in cause.text and cause.evidence["lr_rose"] is True
+    flat, flat_event = _early_rise_run(0, "decay")
+    assert diagnose_early(flat, flat_event).cause == "unknown"  # type: ignore[arg-type]
