@@ -95,3 +95,28 @@ def test_an_early_instability_while_the_lr_rises_names_the_warmup() -> None:
     assert cause.holds is True and "LR warmup" in cause.text and cause.evidence["lr_rose"] is True
     flat, flat_event = _early_rise_run(0, "decay")
     assert diagnose_early(flat, flat_event).cause == "unknown"  # type: ignore[arg-type]
+
+
+def test_a_logged_but_short_grad_norm_is_not_said_to_be_missing() -> None:
+    """Megatron GPT-2 n8 logs the grad norm every 10 steps: 18 samples, too few for the SNR's window. Question 5
+    is unknown for lack of samples, not for lack of the signal: "the log lacks the global gradient norm" and
+    "Log ... the global gradient norm" are false there. Without a grad norm they are still said."""
+    from stab_core.analysis import analyze_run
+
+    rng = np.random.default_rng(0)
+    steps = np.arange(1, 301)
+    loss = 3.0 - 0.001 * steps + 0.02 * rng.standard_normal(steps.size)
+    loss[200] = 6.0
+    grad = Series(steps[::20], 1.0 + 0.05 * rng.standard_normal(steps[::20].size))
+
+    def claims(series: dict[str, Series]) -> list[str]:
+        (item,) = analyze_run(RunView("r", series)).spike_dicts()
+        return [c["text"] for c in item["claims"] if c["holds"] is not False]
+
+    said = claims({"loss": Series(steps, loss), "grad_norm": grad})
+    question5 = [t for t in said if t.startswith("Question 5")]
+    assert question5 and "too few samples" in question5[0] and "lacks" not in question5[0]
+    assert not any(t.startswith("Log ") and "global gradient norm" in t for t in said)
+    without = claims({"loss": Series(steps, loss)})
+    assert any(t.startswith("Question 5") and "lacks the global gradient norm" in t for t in without)
+    assert any(t.startswith("Log ") and "global gradient norm" in t for t in without)
