@@ -120,3 +120,33 @@ def test_a_logged_but_short_grad_norm_is_not_said_to_be_missing() -> None:
     without = claims({"loss": Series(steps, loss)})
     assert any(t.startswith("Question 5") and "lacks the global gradient norm" in t for t in without)
     assert any(t.startswith("Log ") and "global gradient norm" in t for t in without)
+
+
+def test_a_cumulative_clock_gives_the_step_time(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """LLaMA-Factory's trainer_log.jsonl logs ``elapsed_time`` ("H:MM:SS" since the start), no per-step time:
+    its increase over the steps between two rows is the mean step time, so the Cost page does not say
+    "logs no step time". 5 steps every 196.8 s (0:32:48 per 5 steps) -> 393.6 s per step."""
+    import json
+
+    from ingest.importer import import_logs
+    from ingest.run_cost import run_step_time_s
+    from tests.conftest import open_analysed_store
+
+    rows = [
+        {
+            "current_steps": 5 * i,
+            "total_steps": 100,
+            "loss": 2.3 - 0.01 * i,
+            "lr": 1e-5,
+            "epoch": 0.01 * i,
+            "percentage": 5.0 * i,
+            "elapsed_time": f"{(1968 * i) // 3600}:{(1968 * i) % 3600 // 60:02d}:{1968 * i % 60:02d}",
+            "remaining_time": "1:00:00",
+        }
+        for i in range(1, 21)
+    ]
+    log = tmp_path / "trainer_log.jsonl"
+    log.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    store = open_analysed_store(tmp_path / "store")
+    (report,) = import_logs(store, [log], run="lf")
+    assert run_step_time_s(store, report["run"]) == 1968 / 5
