@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 from stab_core.causes import UNKNOWN
-from stab_core.decision_tree import DECISION_TREE, EARLY_INSTABILITY_LEAF, NONFINITE_START_LEAF
+from stab_core.decision_tree import DECISION_TREE, NONFINITE_START_LEAF
 from stab_core.spikes import SpikeEvent
 from stab_core.tree_actions import PREMISES, Evidence, PremiseCheck
 from stab_core.tree_walk import SIGNAL_LOGGED_KEYS, Diagnosis
@@ -208,8 +208,6 @@ def _cause(diagnosis: Diagnosis) -> Claim:
     deciding = next((v for v in diagnosis.path if v.answer == "yes"), None)
     if deciding is None:
         return Claim("cause", f"{title}.", False, {"deciding_node": None})
-    if diagnosis.leaf == EARLY_INSTABILITY_LEAF.id and deciding.node == "lr_transition":
-        title = "Early instability during the LR warmup: the loss rose while the logged LR was rising"
     evidence: Evidence = {"deciding_node": deciding.node, "confidence": round(diagnosis.confidence, 4)}
     evidence.update({k: deciding.evidence.get(k) for k in SIGNATURE_KEYS.get(deciding.node, ())})
     # the cause's own signature, where the node recorded one; a recorded False contradicts the cause

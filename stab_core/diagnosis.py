@@ -25,15 +25,13 @@ import math
 from collections.abc import Callable, Sequence
 
 from stab_core.action_premises import RunFacts, action_facts, check_premises, run_facts
-from stab_core.cause_signatures import lr_rise_signature
-from stab_core.causes import LR_TRANSITION, UNKNOWN
+from stab_core.causes import UNKNOWN
 from stab_core.decision_tree import EARLY_INSTABILITY_LEAF, DiagnosisParams, build_tree
 from stab_core.runview import RunView
 from stab_core.spikes import SpikeEvent
-from stab_core.tree_actions import Evidence, PremiseCheck, checked_actions
+from stab_core.tree_actions import PremiseCheck, checked_actions
 from stab_core.tree_nodes import (
     DiagnosisContext,
-    logging_interval,
     node_lr_transition,
     node_numerical,
     node_rank_concentration,
@@ -86,26 +84,6 @@ def diagnose(
     )
 
 
-EARLY_WARMUP_CONFIDENCE = 0.5
-"""The confidence of "the LR warmup" as the cause of an early instability that began while the logged LR
-was rising: its signature is in the data, but a rise in the first steps also follows the initialisation
-and the first batches, which the log does not show."""
-
-
-def _warmup_signature(view: RunView, spike: SpikeEvent, p: DiagnosisParams) -> Evidence | None:
-    """The LR-transition signature of an early instability (``lr_rise_signature``: the logged LR rose
-    within ``lr_window_steps`` before the onset and is still near its peak there), as node 2's evidence;
-    None when the LR is not logged or did not rise into the onset."""
-    lr = view.series.get("lr")
-    if lr is None or not lr.steps.size:
-        return None
-    window = max(p.lr_window_steps, 3 * logging_interval(lr.steps))
-    holds, evidence = lr_rise_signature(lr, spike.onset, window)
-    if holds is not True:
-        return None
-    return {**evidence, "transition_kind": "warmup", "window_steps": window}
-
-
 def diagnose_early(
     view: RunView,
     spike: SpikeEvent,
@@ -125,10 +103,6 @@ def diagnose_early(
     tree = build_tree(p)
     node = tree.node("numerical")
     path = [NodeVisit(node.id, node.number, node.question, numerical.answer, numerical.evidence)]
-    warmup = _warmup_signature(view, spike, p)
-    if warmup is not None:
-        lr_node = tree.node("lr_transition")
-        path.append(NodeVisit(lr_node.id, lr_node.number, lr_node.question, "yes", warmup))
     last = until if until is not None else spike.until
     premises = check_premises(view, spike, last, path, facts or run_facts(view))
     said = action_facts(spike, premises)
@@ -136,8 +110,8 @@ def diagnose_early(
     actions, checks = checked_actions(EARLY_INSTABILITY_LEAF.actions, said, premises)
     ratio = spike.ratio if math.isfinite(spike.ratio) else 5.2
     return Diagnosis(
-        cause=LR_TRANSITION if warmup is not None else UNKNOWN,
-        confidence=EARLY_WARMUP_CONFIDENCE if warmup is not None else 0.0,
+        cause=UNKNOWN,
+        confidence=0.0,
         path=path,
         leaf=EARLY_INSTABILITY_LEAF.id,
         actions=actions,
