@@ -115,7 +115,7 @@ def test_a_cumulative_clock_gives_the_step_time(tmp_path) -> None:  # type: igno
     import json
 
     from ingest.importer import import_logs
-    from ingest.run_cost import run_step_time_s
+    from ingest.run_cost import run_cost_inputs
     from tests.conftest import open_analysed_store
 
     rows = [
@@ -135,4 +135,4 @@ def test_a_cumulative_clock_gives_the_step_time(tmp_path) -> None:  # type: igno
     log.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     store = open_analysed_store(tmp_path / "store")
     (report,) = import_logs(store, [log], run="lf")
-    assert run_step_time_s(store, report["run"]) == 1968 / 5
+    assert run_cost_inputs(store, store.run_info(report["run"])).step_time_s == 1968 / 5
