@@ -68,6 +68,7 @@ TIERS: dict[str, str] = {
             "import_folders",
             "import_report",
             "import_segments",
+            "import_prefixed_detection",
             "incidents",
             "pages_helpers",
             "readme_formats",
