@@ -69,6 +69,7 @@ TIERS: dict[str, str] = {
             "import_report",
             "import_segments",
             "import_prefixed_detection",
+            "import_console_shapes",
             "incidents",
             "pages_helpers",
             "readme_formats",

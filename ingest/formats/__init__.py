@@ -52,6 +52,7 @@ from ingest.formats.torchtitan import TorchtitanReader
 from ingest.formats.torchtune import TorchtuneReader
 from ingest.formats.wandb_csv import WandbCsvReader
 from ingest.formats.wandb_history import WandbHistoryReader
+from ingest.formats.wlm_console import WordLanguageModelReader
 
 __all__ = [
     "FORMATS",
@@ -95,6 +96,7 @@ FORMATS: Final[dict[str, Reader]] = {
         NanoGPTReader(),
         VerlConsoleReader(),
         JaxConsoleReader(),
+        WordLanguageModelReader(),
         MlflowReader(),
         ParquetReader(),
         GenericReader(),
