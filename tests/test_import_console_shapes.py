@@ -63,3 +63,47 @@ def test_a_word_language_model_run_nan_from_the_start_imports_its_nans(tmp_path:
     assert steps.tolist() == [200, 400, 600, 3183, 3383, 3583]
     assert np.isnan(loss).all()
     assert np.isnan(parsed.series("val_loss")[1]).all()
+
+
+# --------------------------------------------------------------------------- Keras fit()
+
+
+def _keras_fit(losses: list[float], *, val: bool, total: int) -> list[str]:
+    lines = ["Train on 40000 samples, validate on 10000 samples" if val else "Train on 50000 samples"]
+    for epoch, loss in enumerate(losses, start=1):
+        lines.append(f"Epoch {epoch}/{total}")
+        tail = f" - val_loss: {loss * 0.8:.4f} - val_acc: 0.9000" if val else ""
+        lines.append(f"{220 + epoch}s - loss: {loss:.4f} - acc: {1 - loss / 4:.4f}{tail}")
+    return lines
+
+
+def test_keras_fit_calls_are_segments_on_the_epoch_axis(tmp_path: Path) -> None:
+    """Keras 1 verbose=2: two fit() calls whose epoch counters restart at 1 are two runs."""
+    log = tmp_path / "model_training_log.txt"
+    lines = [*_keras_fit([3.55, 1.09, 0.70], val=True, total=50), "stopped after  3 epochs"]
+    lines += _keras_fit([0.21, 0.15], val=False, total=19)
+    log.write_text("\n".join(lines) + "\n")
+    parsed = read_log([log])  # on main: "format not recognised"
+    assert parsed.format == "keras_console"
+    runs = [parsed, *parsed.segments]
+    assert len(runs) == 2
+    assert runs[0].series("loss")[0].tolist() == [1, 2, 3]
+    assert runs[0].series("loss")[1].tolist() == [3.55, 1.09, 0.70]
+    assert runs[0].series("val_loss")[1].tolist() == [pytest.approx(v * 0.8, abs=1e-4) for v in (3.55, 1.09, 0.70)]
+    assert runs[0].series("step_time_s")[1].tolist() == [221.0, 222.0, 223.0]  # the epoch's seconds
+    assert runs[1].series("loss")[0].tolist() == [1, 2]
+    assert runs[1].series("loss")[1].tolist() == [0.21, 0.15]
+    assert "val_loss" not in runs[1].metrics
+    assert all(not r.events for r in runs)  # a new fit() is not a rollback
+    assert "samples" not in parsed.metrics
+
+
+def test_keras2_progress_bar_line_is_read(tmp_path: Path) -> None:
+    log = tmp_path / "fit.log"
+    log.write_text(
+        "Epoch 1/2\n1875/1875 [==============================] - 5s 3ms/step - loss: 0.2900 - accuracy: 0.9100\n"
+        "Epoch 2/2\n1875/1875 [==============================] - 4s 2ms/step - loss: 0.1400 - accuracy: 0.9600\n"
+    )
+    parsed = read_log([log])
+    assert parsed.series("loss")[1].tolist() == [0.29, 0.14]
+    assert parsed.series("step_time_s")[1].tolist() == [5.0, 4.0]

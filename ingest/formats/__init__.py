@@ -31,6 +31,7 @@ from ingest.formats.hf_console import HFConsoleReader
 from ingest.formats.hf_trainer_state import HFTrainerStateReader
 from ingest.formats.jax_console import JaxConsoleReader
 from ingest.formats.jsonl import JsonlReader
+from ingest.formats.keras_console import KerasConsoleReader
 from ingest.formats.lightning_csv import LightningCsvReader
 from ingest.formats.llamafactory import LlamaFactoryReader
 from ingest.formats.llmc import LlmcConsoleReader, LlmcMainLogReader
@@ -97,6 +98,7 @@ FORMATS: Final[dict[str, Reader]] = {
         VerlConsoleReader(),
         JaxConsoleReader(),
         WordLanguageModelReader(),
+        KerasConsoleReader(),
         MlflowReader(),
         ParquetReader(),
         GenericReader(),

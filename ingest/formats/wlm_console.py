@@ -84,6 +84,7 @@ class WordLanguageModelReader(Reader):
             line_no, per_epoch, last_step = 1, 0, 0
             for chunk in iter_whole_lines(path, builder):
                 lines = chunk.decode("utf-8", "replace").split("\n")[:-1]
+                builder.mark_lines(line_no)  # seq -> line: the run's lines, and segments cut by seq
                 base = builder.reserve(len(lines))
                 for i, line in enumerate(lines):
                     own = _own(line).rstrip("\r")
