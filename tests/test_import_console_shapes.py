@@ -107,3 +107,27 @@ def test_keras2_progress_bar_line_is_read(tmp_path: Path) -> None:
     parsed = read_log([log])
     assert parsed.series("loss")[1].tolist() == [0.29, 0.14]
     assert parsed.series("step_time_s")[1].tolist() == [5.0, 4.0]
+
+
+# --------------------------------------------------------------------------- torchtitan in markdown
+
+
+def test_torchtitan_lines_of_a_bracketed_logger_pasted_into_markdown(tmp_path: Path) -> None:
+    """torchtitan through the ezpz logger (`[ts][I][components/metrics:437:log] step: N ...`), the
+    console indented in a markdown note. On main: "format not recognised" (0 head lines matched)."""
+    lines = ["> [!NOTE]", "> Aurora run, 1 node", "", "```bash"]
+    lines.append("  [2025-09-11 14:09:20,264934][I][blendcorpus/train:556:train] Training starts at step 1.")
+    for step, (loss, gnorm) in enumerate([(10.8595, 3.2105), (14.4458, 41.788), (11.3134, 14.0597)], start=1):
+        lines.append(
+            f"  [2025-09-11 14:09:4{step},954794][I][components/metrics:437:log] step: {step:2d}  loss: {loss:.4f}"
+            f"  grad_norm: {gnorm:7.4f}  memory:  8.44GiB(13.20%)  tps: 6,697  tflops: 62.15  mfu: 20.84%"
+        )
+    lines.append("```")
+    log = tmp_path / "aurora.md"
+    log.write_text("\n".join(lines) + "\n")
+    parsed = read_log([log])
+    assert parsed.format == "torchtitan"
+    assert parsed.series("loss")[0].tolist() == [1, 2, 3]
+    assert parsed.series("loss")[1].tolist() == [10.8595, 14.4458, 11.3134]
+    assert parsed.series("grad_norm")[1].tolist() == [3.2105, 41.788, 14.0597]
+    assert parsed.series("throughput_tok_s", rank=0)[1].tolist() == [6697.0] * 3
