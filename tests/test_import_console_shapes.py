@@ -131,3 +131,27 @@ def test_torchtitan_lines_of_a_bracketed_logger_pasted_into_markdown(tmp_path: P
     assert parsed.series("loss")[1].tolist() == [10.8595, 14.4458, 11.3134]
     assert parsed.series("grad_norm")[1].tolist() == [3.2105, 41.788, 14.0597]
     assert parsed.series("throughput_tok_s", rank=0)[1].tolist() == [6697.0] * 3
+
+
+# --------------------------------------------------------------------------- generic: eval-only losses
+
+
+def test_a_custom_console_with_eval_losses_gets_a_proposed_mapping(tmp_path: Path) -> None:
+    """`step N/M (P%): train loss x, val loss y | LR: z | Ts (R steps/sec)` every 500 steps between
+    progress lines. On main: refused, an llm.c `val loss` line counted as "behind other text"; and
+    the generic reader took `val loss` for the loss."""
+    lines = ["🚀 Starting training", "TRAINING_DATA_SOURCE=sources/data.md \\"]
+    for i, (train, val) in enumerate([(9.227, 9.268), (6.9544, 7.1291), (6.5811, 6.7096)]):
+        step = 500 * i
+        lines.append(
+            f"step {step}/5000 ({step / 50:.1f}%): train loss {train:.4f}, val loss {val:.4f}"
+            " | LR: 2.00e-05 | 17.5s (1.04 steps/sec)"
+        )
+        lines += [f"step {step + k}/5000 ({(step + k) / 50:.1f}%) | 0.85 steps/sec | ETA: 97.4m" for k in (25, 50)]
+    log = tmp_path / "output_aborted"
+    log.write_text("\n".join(lines) + "\n")
+    parsed = read_log([log])
+    assert parsed.format == "generic"
+    assert parsed.series("loss")[0].tolist() == [0, 500, 1000]
+    assert parsed.series("loss")[1].tolist() == [9.227, 6.9544, 6.5811]
+    assert parsed.series("val_loss")[1].tolist() == [9.268, 7.1291, 6.7096]
