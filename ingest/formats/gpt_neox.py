@@ -14,6 +14,7 @@ mix units, so it is left out (it is the step time in another form).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Final
 
 from ingest.formats.aliases import canonical_name, sanitise_name
@@ -75,7 +76,11 @@ class GptNeoXReader(PlannedStepsTextLogReader):
     # NeoX runs on (Deeper)DeepSpeed, whose engine echoes every step in its `steps: N loss: x` and
     # `[Rank 0] step=N, ... lr=[...]` lines: read as the launcher's copy, so the rounded loss is kept
     # apart (``kept_over``) instead of the file being refused as Megatron-DeepSpeed's
-    kinds: tuple[LineKind, ...] = _NEOX_KINDS + DEEPSPEED_KINDS
+    kinds: tuple[LineKind, ...] = _NEOX_KINDS + tuple(
+        # indented like NeoX's own lines when the console is pasted into notes
+        replace(kind, prefix=r"[ \t]*" + kind.prefix)
+        for kind in DEEPSPEED_KINDS
+    )
 
     def score(self, n_metric_lines: int, text: str) -> float:
         # DeepSpeed's engine lines alone are any DeepSpeed trainer's: NeoX's own line must be there
