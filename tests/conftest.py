@@ -71,6 +71,8 @@ TIERS: dict[str, str] = {
             "import_folders",
             "import_report",
             "import_segments",
+            "import_prefixed_detection",
+            "import_console_shapes",
             "incidents",
             "pages_helpers",
             "readme_formats",

@@ -219,6 +219,22 @@ def _samples() -> dict[str, Sample]:
         "nanogpt": _fixture("nanogpt.log"),
         "verl_console": _fixture("verl_ray.log"),
         "jax_console": _fixture("jax_slurm.log"),
+        "word_language_model": _file(
+            "wlm.md",
+            _lines(
+                [
+                    f"| epoch   1 | {200 * (s + 1):5d}/ 2983 batches | lr 20.00 | ms/batch 11.61 |"
+                    f" loss {7.6 - s * 0.1:5.2f} | ppl  2063.37"
+                    for s in steps
+                ]
+            ),
+        ),
+        "keras_console": _file(
+            "fit.txt",
+            _lines(
+                [line for s in steps for line in (f"Epoch {s + 1}/8", f"224s - loss: {3.5 - s * 0.1:.4f} - acc: 0.29")]
+            ),
+        ),
         "mlflow": Sample(
             {
                 "mlruns/0/abc123/metrics/train/loss": _lines(

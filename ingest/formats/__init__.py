@@ -31,6 +31,7 @@ from ingest.formats.hf_console import HFConsoleReader
 from ingest.formats.hf_trainer_state import HFTrainerStateReader
 from ingest.formats.jax_console import JaxConsoleReader
 from ingest.formats.jsonl import JsonlReader
+from ingest.formats.keras_console import KerasConsoleReader
 from ingest.formats.lightning_csv import LightningCsvReader
 from ingest.formats.llamafactory import LlamaFactoryReader
 from ingest.formats.llmc import LlmcConsoleReader, LlmcMainLogReader
@@ -52,6 +53,7 @@ from ingest.formats.torchtitan import TorchtitanReader
 from ingest.formats.torchtune import TorchtuneReader
 from ingest.formats.wandb_csv import WandbCsvReader
 from ingest.formats.wandb_history import WandbHistoryReader
+from ingest.formats.wlm_console import WordLanguageModelReader
 
 __all__ = [
     "FORMATS",
@@ -95,6 +97,8 @@ FORMATS: Final[dict[str, Reader]] = {
         NanoGPTReader(),
         VerlConsoleReader(),
         JaxConsoleReader(),
+        WordLanguageModelReader(),
+        KerasConsoleReader(),
         MlflowReader(),
         ParquetReader(),
         GenericReader(),

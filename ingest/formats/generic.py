@@ -39,7 +39,10 @@ _UNIT: Final = r"(?:ms|us|ns|sec|s|min|h|%|GB|GiB|MB|MiB)"
 _KEY: Final = r"[A-Za-z_][A-Za-z0-9_/.@\-]{0,80}"
 _PAIR: Final = re.compile(
     r"(?P<q>['\"])(?P<qkey>[A-Za-z_][^'\"\n]{0,80})(?P=q)[ \t]*:[ \t]*['\"]?(?P<qval>" + NUMBER + r")['\"]?"
-    r"|(?<![A-Za-z0-9_/.@\-])(?P<key>" + _KEY + r")(?:[ \t]*[:=][ \t]*|[ \t]+)"
+    # a split word before the key stays with it: `train loss 9.2, val loss 9.3` is two metrics
+    r"|(?<![A-Za-z0-9_/.@\-])(?P<key>(?:(?:train|training|val|valid|validation|eval|test)[ \t]+)?"
+    + _KEY
+    + r")(?:[ \t]*[:=][ \t]*|[ \t]+)"
     # the unit may stand one blank after the number ('time: 644.64 ms', Karpathy's llm.c-style logs)
     r"(?P<val>" + NUMBER + r")(?:[ \t]?(?P<unit>" + _UNIT + r"(?:/it(?:er)?)?))?(?![A-Za-z0-9_.])"
 )

@@ -14,9 +14,11 @@ mix units, so it is left out (it is the step time in another form).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Final
 
 from ingest.formats.aliases import canonical_name, sanitise_name
+from ingest.formats.megatron import DEEPSPEED_KINDS
 from ingest.formats.planned import PlannedStepsTextLogReader
 from ingest.formats.textlog import LineKind
 
@@ -44,31 +46,51 @@ def _validation_key(key: str) -> tuple[str, str | None]:
     return ("val_" + sanitise_name(key.removesuffix(" value")), None)
 
 
+_NEOX_KINDS: Final[tuple[LineKind, ...]] = (
+    LineKind(
+        name="iteration",
+        # the step comes after samples/sec: read it ahead so samples/sec stays a value
+        prefix=(
+            r"[ \t]*(?=samples/sec:[ \t]*[^\s|]+[ \t]*\|[ \t]*iteration[ \t]+(?P<step>[0-9]+)"
+            r"[ \t]*/[ \t]*(?P<total>[0-9]+)[ \t]*\|)"
+        ),
+        pairs=_PIPE_PAIRS,
+        keymap=_train_key,
+        # the iteration field changes every line without being a value
+        ignore=r"iteration[ \t]+[0-9]+[ \t]*/[ \t]*[0-9]+",
+        run_level=True,
+    ),
+    LineKind(
+        name="validation",
+        prefix=r"[ \t]*validation results at iteration[ \t]+(?P<step>[0-9]+)[ \t]*\|",
+        pairs=_PIPE_PAIRS,
+        keymap=_validation_key,
+        run_level=True,
+    ),
+)
+
+
 class GptNeoXReader(PlannedStepsTextLogReader):
     name = "gpt_neox"
     description = "GPT-NeoX console: 'samples/sec: x | iteration N/ M | ... | lm_loss: x | ...'"
-    kinds = (
-        LineKind(
-            name="iteration",
-            # the step comes after samples/sec: read it ahead so samples/sec stays a value
-            prefix=(
-                r"[ \t]*(?=samples/sec:[ \t]*[^\s|]+[ \t]*\|[ \t]*iteration[ \t]+(?P<step>[0-9]+)"
-                r"[ \t]*/[ \t]*(?P<total>[0-9]+)[ \t]*\|)"
-            ),
-            pairs=_PIPE_PAIRS,
-            keymap=_train_key,
-            # the iteration field changes every line without being a value
-            ignore=r"iteration[ \t]+[0-9]+[ \t]*/[ \t]*[0-9]+",
-            run_level=True,
-        ),
-        LineKind(
-            name="validation",
-            prefix=r"[ \t]*validation results at iteration[ \t]+(?P<step>[0-9]+)[ \t]*\|",
-            pairs=_PIPE_PAIRS,
-            keymap=_validation_key,
-            run_level=True,
-        ),
+    # NeoX runs on (Deeper)DeepSpeed, whose engine echoes every step in its `steps: N loss: x` and
+    # `[Rank 0] step=N, ... lr=[...]` lines: read as the launcher's copy, so the rounded loss is kept
+    # apart (``kept_over``) instead of the file being refused as Megatron-DeepSpeed's
+    kinds: tuple[LineKind, ...] = _NEOX_KINDS + tuple(
+        # indented like NeoX's own lines when the console is pasted into notes
+        replace(kind, prefix=r"[ \t]*" + kind.prefix)
+        for kind in DEEPSPEED_KINDS
     )
 
     def score(self, n_metric_lines: int, text: str) -> float:
-        return 0.95
+        # DeepSpeed's engine lines alone are any DeepSpeed trainer's: NeoX's own line must be there
+        return 0.95 if _NEOX_OWN_LINES.count_metric_lines(text) else 0.0
+
+
+class _NeoXOwnLines(GptNeoXReader):
+    """NeoX's own iteration and validation lines only (a head's count without the engine's lines)."""
+
+    kinds = _NEOX_KINDS
+
+
+_NEOX_OWN_LINES: Final = _NeoXOwnLines()

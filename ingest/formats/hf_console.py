@@ -46,7 +46,7 @@ _DICT: Final = re.compile(r"\{'[A-Za-z_][^']*':[^{}]*\}")
 _PAIR: Final = re.compile(
     r"'(?P<key>[^']+)':[ \t]*(?:'(?P<sval>[^']*)'|tensor\((?P<tval>[^,)]+)[^)]*\)|(?P<val>[^,}\s]+))"
 )
-_KNOWN_KEYS: Final = re.compile(r"\{'(?:loss|eval_loss|learning_rate|grad_norm|train_runtime|train_loss)'")
+_KNOWN_KEYS: Final = re.compile(r"\{'(loss|eval_loss|learning_rate|grad_norm|train_runtime|train_loss)'")
 _TQDM: Final = re.compile(r"[0-9]+%\|[^|]*\|[ \t]*(?P<n>[0-9]+)/(?P<total>[0-9]+)[ \t]*\[")
 _TOTAL_STEPS: Final = re.compile(r"Total optimization steps = ([0-9,]+)")
 _NUM_EPOCHS: Final = re.compile(r"Num Epochs = ([0-9,]+)")
@@ -87,8 +87,15 @@ class HFConsoleReader(Reader):
     def sniff(self, head: bytes, path: Path) -> float:
         if path.is_dir() or not head or looks_binary(head):
             return 0.0
-        n = len(_KNOWN_KEYS.findall(decode_head(head)))
-        return 0.0 if n == 0 else 0.9 if n >= 2 else 0.8
+        found = _KNOWN_KEYS.findall(decode_head(head))
+        if not found:
+            return 0.0
+        # only the Trainer's end-of-training summary dicts (`{'train_runtime': ...}`, one per rank):
+        # no per-step line of the Trainer's, so a reader that finds the run's step lines (DeepSpeed's
+        # engine lines under a Trainer + ZeRO launch) is the more specific one
+        if all(key == _SUMMARY_KEY for key in found):
+            return 0.6
+        return 0.9 if len(found) >= 2 else 0.8
 
     def fill(self, paths: Sequence[Path], builder: LogBuilder) -> None:
         scan = _Scan()

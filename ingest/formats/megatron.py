@@ -257,7 +257,15 @@ class MegatronDeepSpeedReader(PlannedStepsTextLogReader):
     def score(self, n_metric_lines: int, text: str) -> float:
         if not _MEGATRON_MARKERS.search(text):
             return 0.6  # DeepSpeed's engine lines without Megatron's: deepspeed_stdout's log
-        return 0.95 if _DEEPSPEED_MARKERS.search(text) else 0.6
+        if not _DEEPSPEED_MARKERS.search(text):
+            return 0.6
+        # only DeepSpeed's engine lines matched, no Megatron iteration line: a Megatron fork that
+        # prints its own iteration line (GPT-NeoX) on DeepSpeed is more specific, so this reader
+        # steps back by more than the ambiguity margin; with no other reader (a slow first step:
+        # the head holds Megatron's banner and the engine's step=0 line only) it is still the one
+        if _MEGATRON_ONLY.count_metric_lines(text) == 0:
+            return 0.8
+        return 0.95
 
     def markers(self, text: str) -> float:
         if not _MEGATRON_MARKERS.search(text):
@@ -266,3 +274,7 @@ class MegatronDeepSpeedReader(PlannedStepsTextLogReader):
 
     def meta_from_head(self, text: str) -> dict[str, Any]:
         return megatron_meta(text)
+
+
+_MEGATRON_ONLY: Final = MegatronReader()
+"""Counts Megatron's own iteration and validation lines in a head (without DeepSpeed's engine lines)."""

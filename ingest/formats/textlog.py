@@ -102,7 +102,14 @@ class TextLogReader(Reader):
         # all, so only the others can sit after other text; and ``search`` retries the prefix at
         # every position of the line, so each line is searched up to NEAR_MISS_LINE_CHARS and the
         # head up to NEAR_MISS_BUDGET_CHARS (a 10^6-character line made the search quadratic in it)
-        anywhere = [(prefix, pairs) for prefix, pairs in self._bare if not _LAZY_LEAD.match(prefix.pattern)]
+        # only a kind that carries its own step is evidence of this format behind other text: a value
+        # line that takes the step of the line before (llm.c's `val loss x`) also fits inside a
+        # custom trainer's `step N: train loss x, val loss y` line, which the generic reader reads
+        anywhere = [
+            (prefix, pairs)
+            for prefix, pairs in self._bare
+            if not _LAZY_LEAD.match(prefix.pattern) and "step" in prefix.groupindex
+        ]
         inside, first, budget = 0, "", NEAR_MISS_BUDGET_CHARS if anywhere else 0
         for line in lines:
             if budget <= 0:

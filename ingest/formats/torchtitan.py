@@ -27,7 +27,10 @@ class TorchtitanReader(PlannedStepsTextLogReader):
         LineKind(
             name="step",
             prefix=(
-                r"(?:\[titan\][ \t]*)?"
+                # `[titan] 2026-05-20 ...` (torchtitan's logger), or a logger's bracketed timestamp,
+                # `[2025-09-11 14:09:46,954794][I][components/metrics:437:log]` (ezpz's), indented
+                # when the console is pasted into markdown
+                r"[ \t]*(?:\[titan\][ \t]*)?\[?"
                 r"(?:(?P<ts>[0-9]{4}-[0-9]{2}-[0-9]{2}[ T][0-9]{2}:[0-9]{2}:[0-9]{2}(?:[,.][0-9]+)?)"
                 r"[^\n]*?)?\bstep:[ \t]*(?P<step>[0-9]+)[ \t]+"
             ),
