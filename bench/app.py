@@ -61,8 +61,8 @@ def _free_port() -> int:
 
 def demo_store(workdir: Path) -> Path:
     """The embedded default's demo runs, written once through the real shard -> compact path."""
-    from ingest.demo import DEMO_SEEDED_KEY, seed_demo_store
-    from ingest.run_analyses import open_analysed_store
+    from ingest.services.demo import DEMO_SEEDED_KEY, seed_demo_store
+    from ingest.services.run_analyses import open_analysed_store
 
     path = workdir / "store-demo"
     store = open_analysed_store(path)
@@ -77,7 +77,7 @@ def write_wide_run(shards: str, ranks: int, steps: int, rank_every: int) -> dict
     telemetry less often than the loss. Returns the record count."""
     import numpy as np
 
-    from ingest.shards import ShardWriter
+    from ingest.store.shards import ShardWriter
 
     all_steps = np.arange(steps, dtype=np.int64)
     rank_steps = all_steps[::rank_every]

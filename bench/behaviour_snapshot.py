@@ -4,7 +4,7 @@ compared byte for byte (issue #34: "behaviour unchanged").
 For each folder of ``/work/shared/data/real_logs`` (``../shared`` beside the checkout) this imports the logs
 into a fresh store through the CLI (``stabscope import --json``; one of them also with ``--meta``), then keeps:
 ``stabscope spikes --json``, the stored alerts JSON (``meta['analysis']['alerts']``), ``stabscope export``
-as CSV and the events the pages draw (``pages.store_access.read_events``: logged events and LR transitions).
+as CSV and the events the pages draw (``pages.parts.store_access.read_events``: logged events and LR transitions).
 
     python -m bench.behaviour_snapshot OUT_DIR            # write a snapshot
     python -m bench.behaviour_snapshot --compare A B      # list what differs (exit 1 when anything does)
@@ -89,7 +89,7 @@ def _page_reads(store: Path, out: Path) -> None:
     code = f"""
 import json, sys
 from pathlib import Path
-from pages.store_access import get_store, read_events
+from pages.parts.store_access import get_store, read_events
 store = get_store()
 for info in store.list_runs():
     folder = Path({str(out)!r}) / info.name

@@ -40,7 +40,7 @@ def ceiling_csv_to_parquet(csv: str, target: str) -> dict[str, Any]:
 def compact_shards(shards: str, store: str, analyses: bool = True) -> dict[str, Any]:
     """``Store.compact`` into a fresh store; the analyses' share timed by a generation hook that runs
     them (or nothing, ``analyses=False``, to see the compaction's own memory)."""
-    from ingest.run_analyses import materialise
+    from ingest.services.run_analyses import materialise
     from ingest.store import Store
 
     analysis_s = [0.0]

@@ -259,8 +259,8 @@ def run_said(store: Any, name: str, status: str, spikes: Sequence[Mapping[str, A
     """What StabScope says about the stored run ``name``: ``spikes --json``'s entries (its incidents and
     findings), the status, the overview's "not in this run" panels, the Cost page's "logs no step time"
     and the analysis notes the CLI prints after the incidents."""
-    from ingest.run_cost import run_cost_inputs
-    from ingest.run_findings import finding_entries, stored_findings
+    from ingest.services.run_cost import run_cost_inputs
+    from ingest.services.run_findings import finding_entries, stored_findings
     from stab_core.analysis import analysis_notes
 
     info = store.run_info(name)
@@ -286,8 +286,8 @@ def judge_statements(result: LogScore, golden: Mapping[str, Any], runs: Sequence
 def evaluate_log(store: Any, corpus: Path, golden: Mapping[str, Any]) -> LogScore:
     """Import one corpus log into ``store`` and score it."""
     from ingest.errors import StabScopeError
-    from ingest.importer import import_logs
-    from ingest.run_status import run_status
+    from ingest.importing.importer import import_logs
+    from ingest.services.run_status import run_status
 
     result = LogScore(str(golden["name"]), tuned_on=golden.get("tuned_on") is not False)
     path = log_path(corpus, golden)
@@ -337,7 +337,7 @@ def evaluate_log(store: Any, corpus: Path, golden: Mapping[str, Any]) -> LogScor
 
 def evaluate(corpus: Path, goldens: Sequence[Mapping[str, Any]]) -> list[LogScore]:
     """Every golden log of ``corpus`` imported into one temporary store and scored."""
-    from ingest.run_analyses import open_analysed_store
+    from ingest.services.run_analyses import open_analysed_store
 
     with tempfile.TemporaryDirectory() as root:
         store = open_analysed_store(Path(root))

@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pcsv
 
-from ingest.shards import ShardWriter, list_segments, read_segment
+from ingest.store.shards import ShardWriter, list_segments, read_segment
 from stab_core.simulate import SimSpec, SimulatedRun, simulate_run
 
 PER_RANK_METRICS = (

@@ -50,8 +50,8 @@ def ours_import(path: str, fmt: str, store: str) -> dict[str, Any]:
     """``stabscope import`` into a fresh store: parse, stage, merge, rollups and analyses."""
     import shutil
 
-    from ingest.importer import import_logs
-    from ingest.run_analyses import open_analysed_store
+    from ingest.importing.importer import import_logs
+    from ingest.services.run_analyses import open_analysed_store
 
     shutil.rmtree(store, ignore_errors=True)
     start = time.perf_counter()

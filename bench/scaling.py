@@ -130,7 +130,7 @@ def compact_once(shards: str, store: str, master: str | None, cache: str | None 
     with TreeSampler() as sampler:
         start = time.perf_counter()
         if master is not None:
-            from ingest.spark_engine import spark_session
+            from ingest.store.engines.spark_engine import spark_session
 
             spark_session(master)
         session_s = time.perf_counter() - start
@@ -151,7 +151,7 @@ def compact_once(shards: str, store: str, master: str | None, cache: str | None 
         "store_mb": _size_on_disk(Path(cache or store)) / 2**20,
     }
     if master is not None:
-        from ingest.spark_engine import spark_session
+        from ingest.store.engines.spark_engine import spark_session
 
         spark_session(master).stop()
     return result

@@ -32,9 +32,9 @@ from typing import Any
 
 import numpy as np
 
-from ingest.object_store import ObjectUrl
-from ingest.shard_objects import bucket_store
-from ingest.shards import ShardWriter
+from ingest.store.object_store import ObjectUrl
+from ingest.store.shard_objects import bucket_store
+from ingest.store.shards import ShardWriter
 
 
 def _rows(writer: ShardWriter, n: int, start: int) -> None:
@@ -108,8 +108,8 @@ def idle_pass_cost(location: str, store_dir: Path, objects: int, rounds: int) ->
     """Median seconds of a ``compact`` pass that finds nothing new over ``objects`` segment objects
     (what every ``watch`` pass of a quiet run pays: the listing, one LIST request per 1,000 objects,
     and the catalog's offsets), and of the listing alone."""
-    from ingest.shards import find_segments
     from ingest.store import Store
+    from ingest.store.shards import find_segments
 
     url = ObjectUrl.parse(location)
     store = bucket_store(url.bucket)

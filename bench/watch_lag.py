@@ -23,8 +23,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ingest.shards import ShardWriter
 from ingest.store import Store
+from ingest.store.shards import ShardWriter
 
 POLL_S = 0.005
 WARMUP_STEPS = 20

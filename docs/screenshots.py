@@ -38,8 +38,8 @@ def main() -> None:
     from playwright.sync_api import sync_playwright
 
     sys.path.insert(0, str(REPO))
-    from ingest.demo import seed_demo_store
-    from ingest.run_analyses import open_analysed_store
+    from ingest.services.demo import seed_demo_store
+    from ingest.services.run_analyses import open_analysed_store
 
     with tempfile.TemporaryDirectory(prefix="stabscope-shots-") as tmp:
         store = open_analysed_store(Path(tmp) / "store")

@@ -24,8 +24,8 @@ def ensure_app_navigation() -> None:
     request would then run that page alone: no app.py, a sidebar of file names (common, charts...).
     The first such run switches the mode off for the whole server and starts over through app.py,
     which keeps the requested page. It happens here, in the package, so that the rerun comes before
-    the page helpers' imports (``pages.store_access``...) and app.py can ask the browser for Plotly's chunk first
-    (``pages.warmup.warm_up_browser``). (``stabscope serve`` turns the mode off before start-up.)
+    the page helpers' imports (``pages.parts.store_access``...) and app.py can ask the browser for Plotly's chunk first
+    (``pages.parts.warmup.warm_up_browser``). (``stabscope serve`` turns the mode off before start-up.)
     """
     from streamlit.runtime.pages_manager import PagesManager
 

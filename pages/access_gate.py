@@ -10,7 +10,7 @@ form (``POST`` :data:`SIGN_IN_PATH`) answers with a signed, expiring cookie (HMA
 drawn at each server start; HttpOnly, SameSite=Strict) and a redirect to the same address without the
 token. A Streamlit session id alone therefore opens nothing: the WebSocket that would resume it is
 refused without the cookie. Wrong tokens are logged (the address they came from, never their value) and
-answered later and later per address (``pages.token_gate.failure_delay_s``).
+answered later and later per address (``pages.parts.token_gate.failure_delay_s``).
 
 The Host check (no DNS rebinding) is here too: a server listening on loopback only answers only the
 loopback names, on every route.
@@ -32,7 +32,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from streamlit.logger import get_logger
 
-from pages.token_gate import TOKEN_QUERY_PARAM, failure_delay_s, token_matches
+from pages.parts.token_gate import TOKEN_QUERY_PARAM, failure_delay_s, token_matches
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]

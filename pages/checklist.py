@@ -15,9 +15,9 @@ from typing import Any
 
 import streamlit as st
 
-from ingest.configs import FORMATS, ConfigFormat, config_from_run_meta, read_run_config
 from ingest.errors import StabScopeError
-from pages.store_access import get_store, list_runs, store_root
+from ingest.importing.configs import FORMATS, ConfigFormat, config_from_run_meta, read_run_config
+from pages.parts.store_access import get_store, list_runs, store_root
 from stab_core.checklist import ItemResult, checklist_markdown, evaluate_checklist, failing_p0
 from stab_core.checklist_facts import run_facts
 
@@ -29,7 +29,7 @@ FORMAT_CHOICES: dict[str, ConfigFormat | None] = {"auto-detect": None, **{f: f f
 
 def stored_config(meta: dict[str, Any]) -> dict[str, Any] | None:
     """A run's normalised config: ``meta['config']`` (simulated runs), else what its metadata states
-    (``ingest.configs.config_from_run_meta``: the settings a user set, the config kept by the Upload page,
+    (``ingest.importing.configs.config_from_run_meta``: the settings a user set, the config kept by the Upload page,
     the argument dump parsed at import, the settings a log reader found); None when it states nothing."""
     if isinstance(meta.get("config"), dict):
         return dict(meta["config"])
@@ -67,7 +67,7 @@ upload = left.file_uploader(
 )
 fmt = left.selectbox("Format", list(FORMAT_CHOICES), key="ck_format")
 names = [r.name for r in list_runs()]
-wanted = st.session_state.get("selected_run") or st.query_params.get("run")  # as pages.widgets.pick_run
+wanted = st.session_state.get("selected_run") or st.query_params.get("run")  # as pages.parts.widgets.pick_run
 if wanted in names and wanted != st.session_state.get("ck_followed"):
     st.session_state["ck_run"] = wanted  # a run picked on another page since this page last followed one
     st.session_state["ck_followed"] = wanted

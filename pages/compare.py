@@ -11,11 +11,11 @@ import streamlit as st
 
 from ingest.errors import StabScopeError
 from ingest.store import RunInfo, SeriesData
-from pages.charts import compare_figure
-from pages.compare_lines import BEST_WINDOW, Line, best_smoothed, group_lines, seed_group, to_x
-from pages.series_display import ema, metric_label
-from pages.store_access import auto_buckets, last_finite, list_runs, read_series
-from pages.widgets import MISSING
+from pages.parts.charts import compare_figure
+from pages.parts.compare_lines import BEST_WINDOW, Line, best_smoothed, group_lines, seed_group, to_x
+from pages.parts.series_display import ema, metric_label
+from pages.parts.store_access import auto_buckets, last_finite, list_runs, read_series
+from pages.parts.widgets import MISSING
 
 st.title("Compare runs")
 runs = {r.name: r for r in list_runs() if r.first_step is not None}

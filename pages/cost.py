@@ -7,9 +7,9 @@ import pages  # noqa: F401  # first: a deep link's first run leaves Streamlit's 
 # isort: split
 import streamlit as st
 
-from pages.run_costs import money, priced_spikes, run_cost
-from pages.run_meta import run_settings
-from pages.widgets import MISSING, pick_run
+from pages.parts.run_costs import money, priced_spikes, run_cost
+from pages.parts.run_meta import run_settings
+from pages.parts.widgets import MISSING, pick_run
 from stab_core import cost
 
 st.title("Cost of rollback")

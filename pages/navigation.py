@@ -8,8 +8,8 @@ paths next to it, so the app does not depend on the directory its main script li
 the main script's folder first on sys.path, so under serve no module here may be named like a standard
 or installed one: tests/test_wheel_install.py checks it.)
 
-Light at import on purpose: only Streamlit and the two light helpers (``pages.token_gate``,
-``pages.warmup``); the page helpers are imported inside :func:`run_app`, after the warm-up.
+Light at import on purpose: only Streamlit and the two light helpers (``pages.parts.token_gate``,
+``pages.parts.warmup``); the page helpers are imported inside :func:`run_app`, after the warm-up.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from typing import NamedTuple
 
 import streamlit as st
 
-from pages.token_gate import ask_for_token, session_unlocked
-from pages.warmup import warm_up_browser
+from pages.parts.token_gate import ask_for_token, session_unlocked
+from pages.parts.warmup import warm_up_browser
 
 PAGES_DIR = Path(__file__).resolve().parent
 """The folder of the page scripts (this package's folder, in the source tree or in site-packages)."""
@@ -83,7 +83,7 @@ def run_app() -> None:
     """One run of the app for a browser session: what a main script does on every rerun."""
     st.set_page_config(page_title="StabScope", page_icon=":material/monitoring:", layout="wide")
     pages = {section: [_page(entry) for entry in entries] for section, entries in NAVIGATION.items()}
-    # The token gate comes first (pages.token_gate): a server started with a token shows a session nothing
+    # The token gate comes first (pages.parts.token_gate): a server started with a token shows a session nothing
     # of the store, not even the page list in the sidebar or the live runs' banners, until it has given it.
     unlocked = session_unlocked()
     page = st.navigation(pages, position="sidebar" if unlocked else "hidden")
@@ -92,15 +92,15 @@ def run_app() -> None:
     warm_up_browser(page.url_path)
 
     # after the warm-up: these imports are most of a fresh server's first run
-    from pages.alert_banners import alert_banner
-    from pages.page_errors import errors_shown, page_fragment
-    from pages.store_access import LIVE_REFRESH_S, ensure_demo_runs, list_runs
+    from pages.parts.alert_banners import alert_banner
+    from pages.parts.page_errors import errors_shown, page_fragment
+    from pages.parts.store_access import LIVE_REFRESH_S, ensure_demo_runs, list_runs
 
     def live_alerts() -> None:
         """Banners for the live runs' alerts (new spike, divergence, saturated clipping, straggler) on every page."""
         alert_banner(list_runs())
 
-    # A StabScopeError the page does not recover from ends it with one banner (pages.page_errors); any
+    # A StabScopeError the page does not recover from ends it with one banner (pages.parts.page_errors); any
     # other exception is a bug, left to Streamlit: logged on the server, a notice without details here.
     with errors_shown():
         ensure_demo_runs()

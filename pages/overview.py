@@ -10,13 +10,13 @@ import streamlit as st
 
 from ingest.store import RunInfo, SeriesData
 from ingest.store.storage_errors import DamagedRunFile, damaged_run
-from pages.charts import Panel, panels_figure
-from pages.findings_view import show_findings
-from pages.import_report import show_import_report
-from pages.incident_view import shown_incidents
-from pages.page_errors import page_fragment, show_error
-from pages.series_display import metric_label, shown_frame, to_bytes
-from pages.store_access import (
+from pages.parts.charts import Panel, panels_figure
+from pages.parts.findings_view import show_findings
+from pages.parts.import_report import show_import_report
+from pages.parts.incident_view import shown_incidents
+from pages.parts.page_errors import page_fragment, show_error
+from pages.parts.series_display import metric_label, shown_frame, to_bytes
+from pages.parts.store_access import (
     LIVE_REFRESH_S,
     auto_buckets,
     full_export,
@@ -26,8 +26,8 @@ from pages.store_access import (
     read_spikes,
     run_damage,
 )
-from pages.view_url import NO_INCIDENT, incident_window, restore_from_url, write_url
-from pages.widgets import pick_run, reset_range, step_range, zoom_to_selection
+from pages.parts.view_url import NO_INCIDENT, incident_window, restore_from_url, write_url
+from pages.parts.widgets import pick_run, reset_range, step_range, zoom_to_selection
 from stab_core.analysis import statements, verdict_words
 from stab_core.runview import RunEvent
 

@@ -10,11 +10,11 @@ import pages  # noqa: F401  # first: a deep link's first run leaves Streamlit's 
 # isort: split
 import streamlit as st
 
-from pages.rank_charts import heatmap_figure, rank_vs_median_figure
-from pages.rank_table import rank_outliers
-from pages.series_display import metric_label
-from pages.store_access import HEATMAP_BUCKETS, auto_buckets, logged_ranks, read_events, read_heatmap, read_series
-from pages.widgets import MISSING, pick_run, step_range
+from pages.parts.rank_charts import heatmap_figure, rank_vs_median_figure
+from pages.parts.rank_table import rank_outliers
+from pages.parts.series_display import metric_label
+from pages.parts.store_access import HEATMAP_BUCKETS, auto_buckets, logged_ranks, read_events, read_heatmap, read_series
+from pages.parts.widgets import MISSING, pick_run, step_range
 from stab_core.alerts import OUTLIER_MIN_DEVIATION, OUTLIER_Z, STRAGGLER_METRICS, cross_rank_band, peer_deviation_pct
 from stab_core.ranklayout import (
     MIN_PEERS,

@@ -9,13 +9,13 @@ import pandas as pd  # type: ignore[import-untyped]
 import streamlit as st
 
 from ingest.errors import StabScopeError
-from ingest.run_meta import coerce_meta_value, run_format, run_tags
 from ingest.store import WriterBusy
-from pages.charts import Panel, panels_figure
-from pages.page_errors import page_fragment, show_error
-from pages.run_catalog import run_catalog
-from pages.store_access import LIVE_REFRESH_S, get_store, list_runs, read_events, read_series, read_spikes
-from pages.widgets import MISSING, nav_link
+from ingest.store.run_meta import coerce_meta_value, run_format, run_tags
+from pages.parts.charts import Panel, panels_figure
+from pages.parts.page_errors import page_fragment, show_error
+from pages.parts.run_catalog import run_catalog
+from pages.parts.store_access import LIVE_REFRESH_S, get_store, list_runs, read_events, read_series, read_spikes
+from pages.parts.widgets import MISSING, nav_link
 
 COLUMNS = {
     "status": st.column_config.TextColumn(
@@ -35,7 +35,7 @@ COLUMNS = {
     "updated": st.column_config.DatetimeColumn(format="YYYY-MM-DD HH:mm"),
 }
 
-# status filter label -> the first word of the statuses it keeps (ingest.run_status.STATUS_WORDS)
+# status filter label -> the first word of the statuses it keeps (ingest.services.run_status.STATUS_WORDS)
 STATUS_FILTERS = {
     "live": "live",
     "finished": "finished",

@@ -20,12 +20,12 @@ import streamlit as st
 from ingest.errors import StabScopeError
 from ingest.store import RunInfo
 from ingest.training import experiment_results, lead_time
-from pages import experiment_view as xv
-from pages.charts import Panel, compare_figure, panels_figure
-from pages.compare_lines import Line
-from pages.page_errors import show_error
-from pages.run_costs import money, priced_spikes, run_cost
-from pages.store_access import (
+from pages.parts import experiment_view as xv
+from pages.parts.charts import Panel, compare_figure, panels_figure
+from pages.parts.compare_lines import Line
+from pages.parts.page_errors import show_error
+from pages.parts.run_costs import money, priced_spikes, run_cost
+from pages.parts.store_access import (
     auto_buckets,
     get_store,
     list_runs,
@@ -33,7 +33,7 @@ from pages.store_access import (
     read_series,
     read_spikes,
 )
-from pages.widgets import MISSING, go_to, nav_link
+from pages.parts.widgets import MISSING, go_to, nav_link
 from stab_core.simulate import scenarios
 
 
@@ -61,7 +61,7 @@ def spike_bill(info: RunInfo) -> dict[str, float]:
 
 def seed_scenarios() -> None:
     """Write the demo and scenario runs through the real shard path (what `stabscope demo` does)."""
-    from ingest.demo import seed_demo_store
+    from ingest.services.demo import seed_demo_store
 
     bar = st.progress(0.0, text="Writing the demo and scenario runs…")
 

@@ -9,10 +9,10 @@ import numpy as np
 import pandas as pd  # type: ignore[import-untyped]
 import streamlit as st
 
-from pages.charts import schedule_figure
-from pages.scheduler_code import scheduler_snippet
-from pages.store_access import list_runs, read_series
-from pages.widgets import MISSING
+from pages.parts.charts import schedule_figure
+from pages.parts.scheduler_code import scheduler_snippet
+from pages.parts.store_access import list_runs, read_series
+from pages.parts.widgets import MISSING
 from stab_core.schedulers import (
     largest_lr_change,
     lr_at,

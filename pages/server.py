@@ -86,7 +86,7 @@ GENERATED_TOKEN_ENV = "STABSCOPE_TOKEN_GENERATED"
 address carrying it. A token the user gave is never printed."""
 DEMO_READY_ENV = "STABSCOPE_DEMO_READY"
 """Set to 1 in the server's environment once it has seeded the demo runs (or found them): the first page
-then does not open the store to check again (``pages.store_access.ensure_demo_runs``)."""
+then does not open the store to check again (``pages.parts.store_access.ensure_demo_runs``)."""
 DEFAULT_HOST = "127.0.0.1"
 """Where the server listens unless told otherwise: this machine only, as TensorBoard and Jupyter do."""
 LOOPBACK_HOST_NAMES = ("localhost", "127.0.0.1", "::1")
@@ -100,7 +100,7 @@ def main(port: int, host: str = DEFAULT_HOST) -> int:
     from ingest.cli import EXIT_ERROR, seed_before_serving
     from pages.access_gate import install as install_gate
     from pages.access_gate import settings_for
-    from pages.token_gate import expected_token
+    from pages.parts.token_gate import expected_token
 
     try:
         config_file = streamlit_config_file()
@@ -123,7 +123,7 @@ def main(port: int, host: str = DEFAULT_HOST) -> int:
         status = seed_before_serving()
         if status:
             return status
-        os.environ[DEMO_READY_ENV] = "1"  # the pages need not check the store again (pages.store_access)
+        os.environ[DEMO_READY_ENV] = "1"  # the pages need not check the store again (pages.parts.store_access)
     from streamlit.web.cli import main as streamlit_main
 
     flags = streamlit_flags(serve_options(port, host, exposed=exposed, has_token=has_token, config_file=config_file))
@@ -143,7 +143,7 @@ def development_gate() -> list[Any]:
     from streamlit import config
 
     from pages.access_gate import AccessGate, settings_for, use_settings
-    from pages.token_gate import expected_token
+    from pages.parts.token_gate import expected_token
 
     token = expected_token()
     loopback_only = not listens_beyond_loopback(str(config.get_option("server.address") or "0.0.0.0"))
@@ -187,7 +187,7 @@ def _announce(host: str, port: int, *, exposed: bool, has_token: bool) -> None:
     store = os.environ.get("STABSCOPE_STORE", "")
     shown = "localhost" if not exposed or _is_wildcard(host) else _url_host(host)
     print(f"StabScope on http://{shown}:{port} (store {store})", file=sys.stderr)
-    from pages.token_gate import expected_token
+    from pages.parts.token_gate import expected_token
 
     token = expected_token()
     if os.environ.get(GENERATED_TOKEN_ENV) == "1" and token:  # like Jupyter: the address that signs a browser in
@@ -243,7 +243,7 @@ def _prepare_server() -> None:
     (the ``pages`` package also recovers from it, with one extra rerun, under ``streamlit run app.py``).
 
     The page helpers' libraries (numpy, pandas, DuckDB, Plotly) are not imported here: the first page
-    imports them after it has asked the browser for Plotly's code (``pages.warmup``), so that the two
+    imports them after it has asked the browser for Plotly's code (``pages.parts.warmup``), so that the two
     overlap, as under ``streamlit run app.py``. Imported before the server listened, they made serve
     wait for them and then wait again for the browser. (Importing them on a thread meanwhile raced the
     page's own first use of Plotly, whose lazy submodules are not safe to load from two threads.)"""

@@ -10,16 +10,16 @@ import pandas as pd  # type: ignore[import-untyped]
 import streamlit as st
 
 from ingest.errors import StabScopeError
-from ingest.run_meta import SENSITIVITY_NAMES
 from ingest.store import RunInfo
-from pages.charts import Panel, panels_figure
-from pages.findings_view import show_findings
-from pages.incident_view import evidence_text, incident_span, incident_words, shown_incidents
-from pages.page_errors import show_error
-from pages.run_costs import money, priced_spikes, run_cost
-from pages.run_meta import run_settings
-from pages.store_access import auto_buckets, get_store, read_events, read_series, read_spikes
-from pages.widgets import MISSING, go_to, nav_link, pick_run
+from ingest.store.run_meta import SENSITIVITY_NAMES
+from pages.parts.charts import Panel, panels_figure
+from pages.parts.findings_view import show_findings
+from pages.parts.incident_view import evidence_text, incident_span, incident_words, shown_incidents
+from pages.parts.page_errors import show_error
+from pages.parts.run_costs import money, priced_spikes, run_cost
+from pages.parts.run_meta import run_settings
+from pages.parts.store_access import auto_buckets, get_store, read_events, read_series, read_spikes
+from pages.parts.widgets import MISSING, go_to, nav_link, pick_run
 from stab_core.analysis import INCIDENT_VERDICT, analysis_notes, incident_headline, statements
 from stab_core.analysis import outcome as incident_outcome
 from stab_core.severity import DEFAULT_SENSITIVITY, blips_line, severity_words

@@ -15,9 +15,9 @@ from typing import Any
 
 import streamlit as st
 
-from pages.incident_view import diagnosis_of, dot_with_evidence, evidence_text
-from pages.store_access import get_store, list_runs, read_spikes
-from pages.widgets import pick_run
+from pages.parts.incident_view import diagnosis_of, dot_with_evidence, evidence_text
+from pages.parts.store_access import get_store, list_runs, read_spikes
+from pages.parts.widgets import pick_run
 from stab_core.decision_tree import DECISION_TREE
 from stab_core.tree_walk import tree_to_dot, walk_tree
 

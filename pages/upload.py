@@ -14,15 +14,21 @@ import streamlit as st
 from ingest.errors import StabScopeError
 from ingest.formats import FORMATS, detect
 from ingest.formats.accounting import import_report
-from ingest.import_inputs import ImportRead, read_inputs, sort_inputs
-from ingest.importer import import_segments, remembered_map_applied, segment_run_name, store_parsed, with_line_report
-from ingest.metric_map import all_metrics, resolve_map, stored_map, with_proposal
+from ingest.importing.import_inputs import ImportRead, read_inputs, sort_inputs
+from ingest.importing.importer import (
+    import_segments,
+    remembered_map_applied,
+    segment_run_name,
+    store_parsed,
+    with_line_report,
+)
+from ingest.importing.metric_map import all_metrics, resolve_map, stored_map, with_proposal
 from ingest.store import DEFAULT_WRITER_WAIT_S, LockHolder, validate_run_name
-from pages.import_report import show_import_report
-from pages.page_errors import show_error
-from pages.store_access import get_store
-from pages.uploads import MAX_UPLOAD_BYTES, parsed_summary, stage_uploads, upload_run_name
-from pages.widgets import MISSING, nav_link
+from pages.parts.import_report import show_import_report
+from pages.parts.page_errors import show_error
+from pages.parts.store_access import get_store
+from pages.parts.uploads import MAX_UPLOAD_BYTES, parsed_summary, stage_uploads, upload_run_name
+from pages.parts.widgets import MISSING, nav_link
 from stab_core.metrics import CANONICAL_METRICS
 
 AUTO = "auto-detect"
@@ -162,7 +168,7 @@ config = st.file_uploader(
 )
 config_meta: dict[str, str] = {}
 if config is not None:
-    from ingest.configs import read_run_config
+    from ingest.importing.configs import read_run_config
 
     try:
         mapped = read_run_config(config.getvalue(), config.name)

@@ -1,6 +1,6 @@
 """The alert rules: what someone watching a run should hear about now, for the banners, the Runs table
 and ``stabscope watch --on-alert``. A stored run's alerts (its inputs gathered from the store or from
-the analyses' fresh results, and the stored list) are ``ingest.run_alerts``.
+the analyses' fresh results, and the stored list) are ``ingest.services.run_alerts``.
 
 Six kinds: a spike that has not recovered (``diverging_run``), a recent spike of a live run
 (``new_spike``), clipping that caps nearly every recent step (``clipping_saturated``: the fever pill

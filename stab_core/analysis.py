@@ -326,7 +326,7 @@ def statements(item: Mapping[str, Any], kinds: Sequence[str]) -> list[str]:
 
 def analysis_notes(summary: Mapping[str, Any]) -> list[str]:
     """What a run's analyses could not do and where its logging stopped or had gaps, in sentences, from
-    ``meta['analysis']`` (the summary :mod:`ingest.run_analyses` stores)."""
+    ``meta['analysis']`` (the summary :mod:`ingest.services.run_analyses` stores)."""
     notes = []
     end = summary.get("logging_end")
     if isinstance(end, Mapping):

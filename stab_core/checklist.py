@@ -1,7 +1,7 @@
 """The pre-flight checklist: eight things to settle before launching a long pre-training run.
 
 P0 items must pass before launch, P1 items should. Each item is graded from a normalised run config
-(``CONFIG_KEYS``; ``ingest.configs`` maps Megatron-LM, Hugging Face Trainer and torchtitan files onto
+(``CONFIG_KEYS``; ``ingest.importing.configs`` maps Megatron-LM, Hugging Face Trainer and torchtitan files onto
 it) and from facts read off the run's own data (``RUN_FACT_KEYS``; ``stab_core.checklist_facts.run_facts``
 computes them from a ``RunView``). What neither can answer is left ``unknown`` for the user to tick by hand, with
 the evidence that was found. :func:`checklist_markdown` renders the results for a launch review.

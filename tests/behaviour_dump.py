@@ -56,9 +56,9 @@ def _cli(args: list[str]) -> tuple[int, str]:
 
 
 def _run_entry(store: Any, root: str, name: str) -> dict[str, Any]:
-    from pages.charts import Panel, compare_figure, panels_figure
     from pages.checklist import stored_config
-    from pages.compare_lines import Line
+    from pages.parts.charts import Panel, compare_figure, panels_figure
+    from pages.parts.compare_lines import Line
     from stab_core.checklist import checklist_markdown, evaluate_checklist
     from stab_core.checklist_facts import run_facts
 
@@ -114,7 +114,7 @@ def _simulations() -> dict[str, Any]:
 
 def dump() -> dict[str, Any]:
     """Every output named in the module docstring, by name."""
-    from pages.charts import schedule_figure
+    from pages.parts.charts import schedule_figure
     from stab_core.decision_tree import DECISION_TREE
     from stab_core.evaluation import evaluate_detection
     from stab_core.tree_walk import tree_to_dot

@@ -24,9 +24,9 @@ if str(REPO_ROOT) not in sys.path:  # AppTest scripts import `pages.*` from the 
 
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
-from ingest.run_analyses import open_analysed_store  # noqa: E402
-from ingest.shards import ShardWriter  # noqa: E402
+from ingest.services.run_analyses import open_analysed_store  # noqa: E402
 from ingest.store import Store  # noqa: E402
+from ingest.store.shards import ShardWriter  # noqa: E402
 
 pytest_plugins = ["tests.s3_server"]  # the s3_server / s3_url fixtures: a real moto server
 
@@ -336,7 +336,7 @@ def demo_store_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The demo store (the demo and scenario runs written through the real shard path, as
     ``stabscope serve`` seeds them), built once per test session (per xdist worker): never modify it;
     ``demo_store_copy`` gives a module its own copy."""
-    from ingest.demo import seed_demo_store
+    from ingest.services.demo import seed_demo_store
 
     root = tmp_path_factory.mktemp("demo-template") / "store"
     seed_demo_store(open_analysed_store(root))

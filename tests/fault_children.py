@@ -106,7 +106,7 @@ def upload(store_root: str, log: Path, run: str) -> None:
 def writers(shards: Path, n_writers: int, steps: int, seconds: float) -> None:
     """Fork ``n_writers`` writer processes; each writes ``steps`` steps of its rank, paced evenly over
     ``seconds``, flushing every 0.25 s, and exits; exits non-zero if any writer failed."""
-    from ingest.shards import ShardWriter
+    from ingest.store.shards import ShardWriter
     from tests.fault_harness import RANK_METRICS, RUN_METRICS, shard_scalar
 
     pids = []

@@ -23,8 +23,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ingest.shards import ShardWriter
 from ingest.store import Store
+from ingest.store.shards import ShardWriter
 
 REPO = Path(__file__).resolve().parents[1]
 CHILD_ENV = {**os.environ, "PYTHONPATH": str(REPO), "STABSCOPE_NO_DEMO": "1"}

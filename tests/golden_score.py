@@ -121,9 +121,9 @@ def run_name(golden: Mapping[str, Any]) -> str:
 def build_store(root: Path, goldens: Sequence[Mapping[str, Any]]) -> Any:
     """A store holding every run the golden files name: the demo runs seeded as `stabscope serve`
     seeds them, each real log imported as `stabscope import` imports it."""
-    from ingest.demo import seed_demo_store
-    from ingest.importer import import_logs
-    from ingest.run_analyses import open_analysed_store
+    from ingest.importing.importer import import_logs
+    from ingest.services.demo import seed_demo_store
+    from ingest.services.run_analyses import open_analysed_store
 
     store = open_analysed_store(root)
     if any(str(g["log"]).startswith("demo:") for g in goldens):
@@ -136,7 +136,7 @@ def build_store(root: Path, goldens: Sequence[Mapping[str, Any]]) -> Any:
 
 
 def score_all(store: Any, goldens: Sequence[Mapping[str, Any]]) -> list[Score]:
-    from ingest.run_status import run_status
+    from ingest.services.run_status import run_status
 
     return [score(g, store.spikes(run_name(g)), run_status(store, run_name(g))) for g in goldens]
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from ingest.importer import import_logs
-from ingest.run_analyses import open_analysed_store
+from ingest.importing.importer import import_logs
+from ingest.services.run_analyses import open_analysed_store
 from ingest.store import Store
 
 REAL = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "real_logs"

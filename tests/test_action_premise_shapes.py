@@ -114,8 +114,8 @@ def test_a_cumulative_clock_gives_the_step_time(tmp_path) -> None:  # type: igno
     "logs no step time". 5 steps every 196.8 s (0:32:48 per 5 steps) -> 393.6 s per step."""
     import json
 
-    from ingest.importer import import_logs
-    from ingest.run_cost import run_cost_inputs
+    from ingest.importing.importer import import_logs
+    from ingest.services.run_cost import run_cost_inputs
     from tests.conftest import open_analysed_store
 
     rows = [

@@ -1,4 +1,4 @@
-"""Alerts (the rules: stab_core.alerts; a stored run's: ingest.run_alerts) and their delivery by
+"""Alerts (the rules: stab_core.alerts; a stored run's: ingest.services.run_alerts) and their delivery by
 ``stabscope watch --on-alert``."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ingest.run_alerts import run_alerts
-from ingest.run_analyses import open_analysed_store
-from ingest.shards import ShardWriter
+from ingest.services.run_alerts import run_alerts
+from ingest.services.run_analyses import open_analysed_store
+from ingest.store.shards import ShardWriter
 from stab_core.alerts import (
     CLIP_SATURATION,
     Alert,
@@ -155,7 +155,7 @@ def test_watch_sends_each_kind_of_alert_once_to_the_command(tmp_path: Path) -> N
 
 
 def test_a_hanging_alert_command_does_not_stop_the_watcher(tmp_path: Path) -> None:
-    from ingest.watch import ALERT_COMMAND_TIMEOUT_EXIT, run_alert_command
+    from ingest.live.watch import ALERT_COMMAND_TIMEOUT_EXIT, run_alert_command
 
     assert run_alert_command("sleep 5", {"alert": "x"}, timeout_s=0.2) == ALERT_COMMAND_TIMEOUT_EXIT
     assert run_alert_command("exit 3", {"alert": "x"}) == 3
@@ -170,7 +170,7 @@ def test_alerts_round_trip_through_json() -> None:
 
 
 def test_compaction_stores_the_alerts_the_store_would_compute(tmp_path: Path) -> None:
-    from ingest.run_alerts import alerts_from_store
+    from ingest.services.run_alerts import alerts_from_store
 
     shards, store = tmp_path / "shards", open_analysed_store(tmp_path / "store")
     _write_steps(shards, 0, 800)
@@ -189,7 +189,7 @@ def test_the_pages_drop_a_new_spike_once_the_run_is_no_longer_live(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The Runs table and banners cache alerts per generation; stopping a live run keeps the generation."""
-    from pages import alert_banners
+    from pages.parts import alert_banners
 
     shards, store = tmp_path / "shards", open_analysed_store(tmp_path / "store")
     _write_steps(shards, 0, 800)
@@ -308,7 +308,7 @@ def test_pipeline_run_alerts_the_slow_rank_not_the_memory_stages(tmp_path: Path)
     """64 ranks written by ShardWriter, compacted: the 20 % slower rank is the one straggler alert
     (its deviation measured against its own stage), the +13 % memory stages and the steady +2.5 %
     rank are not, and the rank that logged nothing is named by ``missing_ranks``."""
-    from ingest.run_alerts import alerts_from_store
+    from ingest.services.run_alerts import alerts_from_store
     from stab_core.ranklayout import missing_ranks
 
     write_pipeline_run(tmp_path / "shards")

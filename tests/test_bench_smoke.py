@@ -241,7 +241,7 @@ def test_report_keeps_other_goals_of_the_same_machine_and_size(tmp_path: Path) -
 
 def test_wide_run_logs_run_level_every_step_and_ranks_every_nth(tmp_path: Path) -> None:
     from bench.app import wide_store
-    from ingest.run_analyses import open_analysed_store
+    from ingest.services.run_analyses import open_analysed_store
 
     store_dir, records = wide_store(tmp_path, TINY)
     ranks, steps, every = TINY.wide_ranks, TINY.wide_steps, TINY.wide_rank_every
@@ -273,10 +273,10 @@ def test_goal_6_targets_are_differences_to_the_floor_of_the_same_run() -> None:
 @pytest.mark.browser
 def test_first_render_waits_for_the_pages_own_elements(tmp_path: Path) -> None:
     """One repeat of goal 6's browser timing on a small store: the Runs table and the overview chart
-    (selected by their keys, so the off-screen warm-up elements of pages.warmup cannot stop the clock),
+    (selected by their keys, so the off-screen warm-up elements of pages.parts.warmup cannot stop the clock),
     and the floor's bare chart and table."""
     from bench.app import CHROMIUM, FLOOR_APP, FLOOR_CHART, FLOOR_TABLE, RUNS_TABLE, first_render
-    from ingest.run_analyses import open_analysed_store
+    from ingest.services.run_analyses import open_analysed_store
     from tests.conftest import SMALL_RUN, RunSpec, write_run
 
     if not Path(CHROMIUM).exists():

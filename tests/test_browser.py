@@ -20,10 +20,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from ingest.demo import DEMO_SEEDED_KEY
-from ingest.run_analyses import open_analysed_store
-from ingest.shards import ShardWriter
+from ingest.services.demo import DEMO_SEEDED_KEY
+from ingest.services.run_analyses import open_analysed_store
 from ingest.store import Store
+from ingest.store.shards import ShardWriter
 from tests.conftest import REPO_ROOT, SMALL_RUN, RunSpec, write_run
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
@@ -145,7 +145,7 @@ def _check_page(page: Any, name: str) -> None:
         "[data-testid='stMain'] [data-testid='stMarkdown'], [data-testid='stMain'] [data-testid='stMetric']",
     )
     assert overflow == 0, f"{name}: {overflow} elements cut off at the right edge"
-    # the warm-up elements (pages.warmup) load chart and table code early and are never seen
+    # the warm-up elements (pages.parts.warmup) load chart and table code early and are never seen
     warmups = page.evaluate(
         "() => [...document.querySelectorAll('.st-key-chunk_warmup')].map(e => e.getBoundingClientRect().right)"
     )
@@ -188,7 +188,7 @@ def test_upload_a_log_through_the_file_input(app: tuple[str, Store], browser: An
 
 
 def test_a_page_error_is_one_banner_in_the_running_app(app: tuple[str, Store], browser: Any) -> None:
-    """A config that cannot be read ends the Checklist page with app.py's one banner (pages.page_errors):
+    """A config that cannot be read ends the Checklist page with app.py's one banner (pages.parts.page_errors):
     the file and line, no exception box, no traceback."""
     url, _ = app
     page = browser.new_page(viewport=VIEWPORT)

@@ -15,7 +15,7 @@ import pytest
 pytest.importorskip("transformers")
 pytest.importorskip("accelerate")
 
-from ingest.run_analyses import open_analysed_store
+from ingest.services.run_analyses import open_analysed_store
 
 REPO = Path(__file__).resolve().parents[1]
 STEPS = 12

@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ingest.shards import ShardWriter
 from ingest.store import Store
+from ingest.store.shards import ShardWriter
 from tests.conftest import SMALL_RUN, RunSpec, open_page, write_run
 from tests.test_cli import stabscope
 from tests.test_store import write_run as write_shards

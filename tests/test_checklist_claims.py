@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ingest.configs import read_run_config, read_run_config_file
 from ingest.errors import StabScopeError
+from ingest.importing.configs import read_run_config, read_run_config_file
 from stab_core.checklist import evaluate_checklist
 from stab_core.checklist_facts import run_facts
 from stab_core.runview import RunView, Series

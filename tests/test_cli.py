@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ingest.run_analyses import open_analysed_store
+from ingest.services.run_analyses import open_analysed_store
 from tests.conftest import REPO_ROOT
 from tests.test_store import write_run
 
@@ -110,7 +110,7 @@ def test_watch_once_and_json_compact_report(tmp_path: Path) -> None:
 def test_serve_seeds_the_demo_runs_before_it_answers(tmp_path: Path) -> None:
     """The README's first command on a fresh store: the server process writes the demo runs (with a
     progress bar on a terminal) before its health check answers, so the first page has them."""
-    from ingest.demo import DEMO_SEEDED_KEY
+    from ingest.services.demo import DEMO_SEEDED_KEY
     from tests.test_browser import _free_port, _wait_healthy
 
     store_path, port, log = tmp_path / "store", _free_port(), tmp_path / "serve.log"
@@ -125,7 +125,7 @@ def test_serve_seeds_the_demo_runs_before_it_answers(tmp_path: Path) -> None:
         proc.terminate()
         proc.wait(30)
     store = open_analysed_store(store_path)
-    assert "pid" in (store.get_setting(DEMO_SEEDED_KEY) or "")  # who seeded it and when (ingest.demo)
+    assert "pid" in (store.get_setting(DEMO_SEEDED_KEY) or "")  # who seeded it and when (ingest.services.demo)
     assert {"demo-dense-1b", "s1-moe-7b-before"} <= {r.name for r in store.list_runs()}
     output = log.read_text()
     assert f"StabScope on http://localhost:{port}" in output  # (the bar is silent off a terminal)

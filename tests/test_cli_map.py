@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from ingest.cli import EXIT_ERROR, main
-from ingest.run_analyses import open_analysed_store
+from ingest.services.run_analyses import open_analysed_store
 
 FIRST = "step,my_objective,learning_rate,tok_acc\n1,2.5,0.001,0.1\n2,2.25,0.001,0.2\n3,2.0,0.001,0.3\n"
 LATER = "step,my_objective,learning_rate,tok_acc\n4,1.75,0.001,0.4\n5,1.5,0.001,0.5\n"

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from ingest.cli import EXIT_ERROR, main
-from ingest.run_analyses import open_analysed_store
+from ingest.services.run_analyses import open_analysed_store
 
 REAL_LOGS = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "real_logs"
 MEGDS = REAL_LOGS / "bigscience_megds_perf_log" / "meg_ds_3d_gpt2_perf_n16-ds-off.out"
@@ -106,7 +106,7 @@ def test_import_meta_runs_the_analyses_once_on_the_users_values(
 ) -> None:
     """One user action, one analyses pass: ``import --meta`` commits the user's keys with the rows, so the
     analyses run once, and store what ``import`` followed by ``stabscope meta`` stores."""
-    import ingest.run_analyses as run_analyses
+    import ingest.services.run_analyses as run_analyses
 
     log = str(_need(LLMC))
     real_analyze = run_analyses.analyze_run
@@ -133,7 +133,7 @@ def test_import_meta_runs_the_analyses_once_on_the_users_values(
 
 
 def _compact_tiny_run(store: Path, shards: Path, run: str) -> None:
-    from ingest.shards import ShardWriter
+    from ingest.store.shards import ShardWriter
 
     with ShardWriter(shards / run, rank=0, flush_interval_s=0.0) as writer:
         for step in range(5):

@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from ingest.configs import (
+from ingest.errors import StabScopeError
+from ingest.importing.configs import (
     MAX_CONFIG_BYTES,
     detect_format,
     normalise_config,
@@ -16,7 +17,6 @@ from ingest.configs import (
     read_run_config,
     read_run_config_file,
 )
-from ingest.errors import StabScopeError
 from stab_core.checklist import CONFIG_KEYS, evaluate_checklist
 
 REAL_LOGS = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "real_logs"
@@ -336,7 +336,7 @@ def test_read_run_config_file_errors(tmp_path: Path) -> None:
 
 
 def test_run_meta_from_megatron_and_torchtitan_configs() -> None:
-    from ingest.configs import run_meta_from_config
+    from ingest.importing.configs import run_meta_from_config
 
     megatron = run_meta_from_config(read_run_config(MEGATRON_YAML, "megatron.yaml"))
     assert megatron == {
@@ -360,7 +360,7 @@ def test_run_meta_from_megatron_and_torchtitan_configs() -> None:
 
 
 def test_an_attached_config_fills_the_run_metadata_the_log_left_out() -> None:
-    from ingest.configs import meta_with_config_facts
+    from ingest.importing.configs import meta_with_config_facts
 
     meta = meta_with_config_facts({"max_norm": 0.5, "config_text": TORCHTITAN_TOML, "config_filename": "t.toml"})
     assert meta["max_norm"] == 0.5  # the log's own statement stays
@@ -368,9 +368,9 @@ def test_an_attached_config_fills_the_run_metadata_the_log_left_out() -> None:
 
 
 def test_the_checklist_reads_the_argument_dump_kept_at_import(tmp_path: Path) -> None:
-    from ingest.configs import config_from_run_meta
-    from ingest.importer import import_logs
-    from ingest.run_analyses import open_analysed_store
+    from ingest.importing.configs import config_from_run_meta
+    from ingest.importing.importer import import_logs
+    from ingest.services.run_analyses import open_analysed_store
 
     log = REAL_LOGS / "bigscience_megds_perf_log" / "meg_ds_3d_gpt2_perf_n16-ds-off.out"
     if not log.exists():

@@ -63,9 +63,9 @@ def child_app(go: str) -> int:
     from streamlit.runtime.pages_manager import PagesManager
     from streamlit.testing.v1 import AppTest
 
-    import ingest.demo  # the first run's heavy imports, before the barrier
-    import ingest.run_analyses  # noqa: F401
-    import pages.store_access  # noqa: F401
+    import ingest.services.demo  # the first run's heavy imports, before the barrier
+    import ingest.services.run_analyses  # noqa: F401
+    import pages.parts.store_access  # noqa: F401
     import stab_core.simulate  # noqa: F401
     from tests.app_pages import _NavigationOnly
 
@@ -94,8 +94,8 @@ def child_serve(go: str) -> int:
 
 def child_demo(go: str) -> int:
     """``stabscope demo`` (which re-creates the demo runs) started with the others."""
-    import ingest.demo
-    import ingest.run_analyses  # noqa: F401
+    import ingest.services.demo
+    import ingest.services.run_analyses  # noqa: F401
     import stab_core.simulate  # noqa: F401
     from ingest.cli import main
 
@@ -136,7 +136,7 @@ def test_four_first_starts_at_once_seed_the_demo_runs_once(tmp_path: Path) -> No
     """Two app.py sessions, ``stabscope serve``'s first start and ``stabscope demo``, started together on
     an empty store: each demo run is written once (one source per run all along, generation 1 as one
     seeding leaves it), the setting names one seeder, nothing fails, and every session shows the runs."""
-    from ingest.demo import DEMO_SEEDED_KEY, demo_run_names
+    from ingest.services.demo import DEMO_SEEDED_KEY, demo_run_names
     from ingest.store import Store
 
     store, go = tmp_path / "store", tmp_path / "go"
@@ -184,8 +184,8 @@ def test_four_first_starts_at_once_seed_the_demo_runs_once(tmp_path: Path) -> No
 def test_a_waiting_seeder_is_told_who_prepares_the_runs_and_writes_none(tmp_path: Path) -> None:
     """While another process seeds, a second seeding waits, hearing who holds the seeding (the page's
     "being prepared" bar), then finds the runs written and writes none itself."""
-    from ingest.demo import seed_demo_store
-    from ingest.run_analyses import open_analysed_store
+    from ingest.services.demo import seed_demo_store
+    from ingest.services.run_analyses import open_analysed_store
     from ingest.store import LockHolder
 
     store_path = tmp_path / "store"
@@ -202,8 +202,8 @@ def test_a_waiting_seeder_is_told_who_prepares_the_runs_and_writes_none(tmp_path
 
 def child_seed_small() -> int:
     """Seed the three small demo runs, saying "seeding" once the first one is in (the lock held)."""
-    from ingest.demo import seed_demo_store
-    from ingest.run_analyses import open_analysed_store
+    from ingest.services.demo import seed_demo_store
+    from ingest.services.run_analyses import open_analysed_store
 
     def said(done: int, _total: int) -> None:
         if done == 1:

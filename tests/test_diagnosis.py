@@ -29,7 +29,7 @@ def test_tree_has_five_nodes_in_the_issue_order() -> None:
 
 def test_the_cause_vocabulary_is_spelled_once() -> None:
     """The Literal type, the tuple, the pages' colours and the JSON contract's names agree."""
-    from pages.chart_style import CAUSE_COLORS
+    from pages.parts.chart_style import CAUSE_COLORS
 
     assert set(get_args(Cause)) == set(CAUSES) and len(CAUSES) == len(set(CAUSES))
     assert set(CAUSE_COLORS) == set(CAUSES)  # every cause has a colour, and no colour an unknown cause

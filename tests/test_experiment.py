@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from ingest.cli import main
-from ingest.run_analyses import open_analysed_store
+from ingest.services.run_analyses import open_analysed_store
 from ingest.training.experiment_results import load_latest_results, results_path
 
 pytestmark = pytest.mark.slow

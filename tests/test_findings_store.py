@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from ingest.cli import main
-from ingest.run_alerts import run_alerts
-from ingest.run_analyses import open_analysed_store
-from ingest.run_findings import finding_entries, sibling_gap, stored_findings
+from ingest.services.run_alerts import run_alerts
+from ingest.services.run_analyses import open_analysed_store
+from ingest.services.run_findings import finding_entries, sibling_gap, stored_findings
 from tests.test_cli_contracts import SPIKE_FIELDS
 
 

@@ -256,10 +256,10 @@ def test_nemo_step_timing_is_the_step_time(tmp_path: Path) -> None:
 def test_real_runs_are_priced_with_their_logged_step_time(
     tmp_path: Path, folder: str, name: str, median_s: float | None
 ) -> None:
-    """What the Cost and Spikes pages read (``ingest.run_cost``): a step time measured from the log."""
-    from ingest.importer import import_logs
-    from ingest.run_analyses import open_analysed_store
-    from ingest.run_cost import run_cost_inputs
+    """What the Cost and Spikes pages read (``ingest.services.run_cost``): a step time measured from the log."""
+    from ingest.importing.importer import import_logs
+    from ingest.services.run_analyses import open_analysed_store
+    from ingest.services.run_cost import run_cost_inputs
 
     source = REAL_LOGS / folder / name
     if not source.exists():

@@ -194,8 +194,8 @@ def test_text_without_a_step_counter_is_still_refused(tmp_path: Path) -> None:
 
 
 def test_import_json_carries_the_mapping_and_the_users_corrections(tmp_path: Path) -> None:
-    from ingest.importer import import_logs
-    from ingest.run_analyses import open_analysed_store
+    from ingest.importing.importer import import_logs
+    from ingest.services.run_analyses import open_analysed_store
 
     store = open_analysed_store(tmp_path / "store")
     (out,) = import_logs(store, [FIXTURES / "generic_custom.log"], run="g")

@@ -254,7 +254,7 @@ def test_upload_page_reads_a_prefixed_all_ranks_log(tmp_path: Path, monkeypatch:
     step and each rank's tokens/s."""
     from streamlit.testing.v1 import AppTest
 
-    from ingest.run_analyses import open_analysed_store
+    from ingest.services.run_analyses import open_analysed_store
     from tests.conftest import open_page
 
     monkeypatch.setenv("STABSCOPE_STORE", str(tmp_path / "store"))

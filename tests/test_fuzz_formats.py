@@ -41,7 +41,7 @@ from hypothesis import strategies as st
 
 from ingest.errors import StabScopeError
 from ingest.formats import FORMATS, TABLE_SCHEMA, ParsedLog, read_log
-from ingest.import_inputs import read_inputs
+from ingest.importing.import_inputs import read_inputs
 from tests.fuzz_samples import MUTATIONS, SAMPLES, Sample, apply_mutation
 
 # a NaN or infinite step cast to int64 warns: that is a wrong step, so it fails here
@@ -212,7 +212,7 @@ def cli_import(store: Path, given: Path, *, run: str, fmt: str | None) -> tuple[
 def store_state(store: Path) -> dict[str, Any]:
     """Every run of the store row for row (its long table with derived rows, events, spikes, its
     catalog row), and the store's files."""
-    from ingest.run_analyses import open_analysed_store
+    from ingest.services.run_analyses import open_analysed_store
 
     opened = open_analysed_store(store)
     state: dict[str, Any] = {}

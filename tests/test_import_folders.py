@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from ingest.errors import StabScopeError
-from ingest.import_inputs import read_inputs
-from ingest.importer import import_logs
-from ingest.run_analyses import open_analysed_store
+from ingest.importing.import_inputs import read_inputs
+from ingest.importing.importer import import_logs
+from ingest.services.run_analyses import open_analysed_store
 
 REAL_LOGS = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "real_logs"
 

@@ -17,7 +17,7 @@ from ingest.formats.accounting import (
     suspect_warning,
 )
 from ingest.formats.megatron import MegatronReader
-from ingest.importer import import_logs
+from ingest.importing.importer import import_logs
 from ingest.store import Store
 from tests.test_formats_prefixes import _megatron_lines, _write
 

@@ -15,7 +15,7 @@ import pytest
 
 from ingest.formats import read_log
 from ingest.formats.segments import KEEP_RULE, fresh_starts
-from ingest.importer import import_logs
+from ingest.importing.importer import import_logs
 from ingest.store import Store
 from tests.test_cli import stabscope
 
@@ -219,7 +219,7 @@ def test_cli_reports_the_further_runs_and_what_was_kept(tmp_path: Path) -> None:
 def test_upload_page_warns_of_the_further_runs_and_imports_them(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from ingest.run_analyses import open_analysed_store
+    from ingest.services.run_analyses import open_analysed_store
     from tests.conftest import open_page
 
     monkeypatch.setenv("STABSCOPE_STORE", str(tmp_path / "store"))

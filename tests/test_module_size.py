@@ -13,7 +13,7 @@ SOURCE_ROOTS = ("stab_core", "ingest", "pages", "bench")
 
 BEING_SPLIT = frozenset(
     {
-        "ingest/cli.py",
+        "ingest/cli/__init__.py",
         "ingest/formats/_common.py",
         "ingest/formats/tensorboard_records.py",
         "ingest/formats/textlog_engine.py",

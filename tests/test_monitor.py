@@ -16,8 +16,8 @@ import pytest
 import torch
 
 from ingest.errors import StabScopeError
-from ingest.run_analyses import open_analysed_store
-from ingest.shards import list_segments, read_segment
+from ingest.services.run_analyses import open_analysed_store
+from ingest.store.shards import list_segments, read_segment
 from ingest.training.demo_trainer import DemoConfig, MarkovSource, batch_tokens
 from ingest.training.monitor import StabilityMonitor
 from ingest.training.run_metadata import clipping_metadata, schedule_events, scheduler_metadata

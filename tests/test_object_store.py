@@ -1,4 +1,4 @@
-"""ingest.object_store against a real moto server on 127.0.0.1: round trips, ranges, the conditional
+"""ingest.store.object_store against a real moto server on 127.0.0.1: round trips, ranges, the conditional
 put, listing, delete, the counters and the clear errors."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from ingest.errors import StabScopeError
-from ingest.object_store import ObjectStore, ObjectUrl, is_object_url
+from ingest.store.object_store import ObjectStore, ObjectUrl, is_object_url
 from tests.s3_server import S3Server, free_port
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from ingest.run_analyses import open_analysed_store
+from ingest.services.run_analyses import open_analysed_store
 from ingest.store import Store
 from tests.app_pages import open_in_app
 from tests.conftest import demo_store_copy, open_page
@@ -168,7 +168,7 @@ LLMC = REAL_LOGS / "mng_llmc_gpt2_124m" / "main.log"
 
 @pytest.fixture
 def real_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Store:
-    from ingest.importer import import_logs
+    from ingest.importing.importer import import_logs
 
     for log in (MEGDS, LLMC):
         if not log.exists():

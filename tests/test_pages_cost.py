@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from ingest.run_analyses import open_analysed_store
+from ingest.services.run_analyses import open_analysed_store
 from ingest.store import Store
 
 PAGE = Path(__file__).resolve().parents[1] / "pages" / "cost.py"
@@ -83,7 +83,7 @@ def test_a_run_is_priced_the_same_on_the_cost_and_spikes_pages(own_app_store: St
 def test_llmc_is_unknown_until_its_step_time_is_set_then_priced_exactly(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from ingest.importer import import_logs
+    from ingest.importing.importer import import_logs
     from tests.conftest import open_page
 
     if not LLMC.exists():

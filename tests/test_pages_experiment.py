@@ -1,6 +1,6 @@
 """The thesis section of the Scenarios page (#25): the experiment's results beside the article's claims.
 
-The sentences are plain functions (``pages.experiment_view``) checked on crafted intervals: each verdict
+The sentences are plain functions (``pages.parts.experiment_view``) checked on crafted intervals: each verdict
 ("agrees", "does not agree", "no significant difference", "cannot be checked") where the numbers say
 so. The page is run (AppTest) on results from a real ``stabscope experiment --quick`` run when its
 fixture exists, and on crafted results of every mechanism and arm: its tables show the results'
@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from ingest.run_analyses import open_analysed_store
+from ingest.services.run_analyses import open_analysed_store
 from ingest.store import Store
 from ingest.training import experiment_results as er
 from ingest.training.experiment_results import (
@@ -35,8 +35,8 @@ from ingest.training.experiment_results import (
     read_results,
     write_results,
 )
-from pages import experiment_view as xv
-from pages.widgets import MISSING
+from pages.parts import experiment_view as xv
+from pages.parts.widgets import MISSING
 from stab_core.bootstrap import Interval, bootstrap_mean, bootstrap_paired_difference, bootstrap_relative_change
 from tests.app_pages import open_in_app
 from tests.conftest import REPO_ROOT, RunSpec, figure_of, open_page, plotly_values, write_run

@@ -16,7 +16,7 @@ from streamlit.testing.v1 import AppTest
 
 from ingest.errors import StabScopeError
 from ingest.store import SeriesData, Store
-from pages import (
+from pages.parts import (
     compare_lines,
     incident_view,
     rank_table,
@@ -180,7 +180,7 @@ def test_box_selection_becomes_the_visible_range() -> None:
     def script() -> None:
         import streamlit as st
 
-        from pages.widgets import zoom_to_selection
+        from pages.parts.widgets import zoom_to_selection
 
         st.session_state["chart"] = {"selection": {"box": [{"x": [1210.6, 1100.2]}], "points": [], "lasso": []}}
         zoom_to_selection("chart", "range")

@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from ingest.importer import store_parsed
-from ingest.run_analyses import open_analysed_store
+from ingest.importing.importer import store_parsed
+from ingest.services.run_analyses import open_analysed_store
 from ingest.store import SeriesData, Store
-from pages.chart_incidents import peak_markers
-from pages.chart_ranges import robust_y_range
-from pages.view_url import parse_steps
+from pages.parts.chart_incidents import peak_markers
+from pages.parts.chart_ranges import robust_y_range
+from pages.parts.view_url import parse_steps
 from stab_core.snr import ema as bias_corrected_ema
 from tests.conftest import (
     LOSS_SPIKE_STEPS,

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from ingest.importer import store_parsed
-from ingest.run_analyses import open_analysed_store
+from ingest.importing.importer import store_parsed
+from ingest.services.run_analyses import open_analysed_store
 from ingest.store import Store
 from tests.conftest import (
     OUTLIER_RANK,
@@ -53,7 +53,7 @@ def test_outlier_rank_leads_the_table(app_store: Store) -> None:
 def test_heatmap_colour_range_known_answers() -> None:
     import numpy as np
 
-    from pages.rank_charts import heatmap_colour_range
+    from pages.parts.rank_charts import heatmap_colour_range
 
     deviation = np.concatenate([np.linspace(-10.0, 10.0, 1001), [300.0] * 100, [np.nan, np.inf]])
     low, high = heatmap_colour_range(deviation, relative=True)

@@ -9,14 +9,14 @@ import numpy as np
 import pytest
 
 from ingest.errors import StabScopeError
-from ingest.run_analyses import open_analysed_store
+from ingest.services.run_analyses import open_analysed_store
 
 REAL_LOGS = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "real_logs"
 LLMC = REAL_LOGS / "mng_llmc_gpt2_124m" / "main.log"
 
 
 def test_settings_changes_set_changed_values_and_remove_emptied_ones() -> None:
-    from pages.run_meta import NOT_SET, settings_changes
+    from pages.parts.run_meta import NOT_SET, settings_changes
 
     meta = {"gpus": 8, "max_norm": 1.0, "precision": "bf16", "world_size": 8}
     entered = {"gpus": 16, "max_norm": 1.0, "precision": NOT_SET, "world_size": None, "tokens_per_step": None}
@@ -26,8 +26,8 @@ def test_settings_changes_set_changed_values_and_remove_emptied_ones() -> None:
 
 
 def test_llmc_aligns_by_tokens_once_its_tokens_per_step_is_set(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from ingest.importer import import_logs
-    from pages import compare_lines
+    from ingest.importing.importer import import_logs
+    from pages.parts import compare_lines
 
     if not LLMC.exists():
         pytest.skip(f"real log {LLMC} is absent (the shared real_logs folder is not on this machine)")

@@ -9,7 +9,7 @@ import pandas as pd  # type: ignore[import-untyped]
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from ingest.run_analyses import open_analysed_store
+from ingest.services.run_analyses import open_analysed_store
 from ingest.store import Store
 from tests.conftest import SLOW_RANK, SMALL_RUN, RunSpec, open_page, write_run
 from tests.real_runs import RUNS, import_real_runs
@@ -125,9 +125,9 @@ def test_planned_steps_the_user_sets_change_the_status_at_once(own_app_store: St
 
 
 def test_the_status_filter_offers_every_status_a_listed_run_can_have(own_app_store: Store) -> None:
-    """Each first word ``ingest.run_status`` writes has a filter option, "damaged" included; "empty" needs
+    """Each first word ``ingest.services.run_status`` writes has a filter option, "damaged" included; "empty" needs
     none, since a run with no committed generation is not listed."""
-    from ingest.run_status import STATUS_WORDS
+    from ingest.services.run_status import STATUS_WORDS
 
     at = open_page("runs").run()
     options = {str(o).split()[0] for o in at.multiselect(key="runs_status").options}

@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
-from ingest.run_meta import parse_assignments
 from ingest.store import Store
+from ingest.store.run_meta import parse_assignments
 from tests.conftest import SMALL_RUN, RunSpec, open_page, write_run
 
 
@@ -62,7 +62,7 @@ def test_runs_filter_by_format_and_date_and_notes_are_saved_from_the_page(own_ap
 
 
 def test_run_format_reads_the_catalog_source() -> None:
-    from ingest.run_meta import run_format
+    from ingest.store.run_meta import run_format
 
     assert run_format("import:megatron_deepspeed:/a/b.out") == "megatron_deepspeed"
     assert run_format("watch:tensorboard:/logs") == "tensorboard"

@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from ingest.run_analyses import open_analysed_store
-from ingest.run_cost import price_run_spikes, run_cost_inputs
+from ingest.services.run_analyses import open_analysed_store
+from ingest.services.run_cost import price_run_spikes, run_cost_inputs
 from ingest.store import Store
-from pages.chart_style import CAUSE_COLORS
+from pages.parts.chart_style import CAUSE_COLORS
 from tests.conftest import demo_store_copy, open_page
 
 EXPECTED_CAUSE = {"s1-moe-7b": "router", "s2-dense-70b": "lr_transition", "s3-dense-140b": "data_outlier"}

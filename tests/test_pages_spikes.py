@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ingest.importer import store_parsed
-from ingest.run_analyses import open_analysed_store
+from ingest.importing.importer import store_parsed
+from ingest.services.run_analyses import open_analysed_store
 from ingest.store import Store
 from tests.conftest import (
     GRAD_SPIKE_STEP,
@@ -159,7 +159,7 @@ def test_one_rerun_reads_the_spikes_once_and_the_lr_transitions_from_the_analyse
     import streamlit as st
 
     import stab_core.schedulers as schedulers
-    from pages.store_access import read_events
+    from pages.parts.store_access import read_events
 
     store = write_run(open_analysed_store(tmp_path / "s"), RunSpec(name="small"))
     info = store.run_info("small")
@@ -188,7 +188,7 @@ def test_one_rerun_reads_the_spikes_once_and_the_lr_transitions_from_the_analyse
     at = open_page("spikes").run()
     assert not at.exception and len(at.dataframe(key="sp_table").value) >= 1
     assert calls["spikes"] == ["small"]
-    assert "ingest.run_cost" not in calls["run_info"]  # priced from the page's own catalog row
+    assert "ingest.services.run_cost" not in calls["run_info"]  # priced from the page's own catalog row
     assert calls["transitions"] == []
     # each stored transition is drawn, or a logged event of its kind within 5 steps stands for it
     drawn = read_events(info)

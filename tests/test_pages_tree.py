@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from ingest.run_analyses import open_analysed_store
+from ingest.services.run_analyses import open_analysed_store
 from ingest.store import Store
 from stab_core.decision_tree import DECISION_TREE
 from tests.conftest import open_page

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from ingest.run_analyses import open_analysed_store
+from ingest.services.run_analyses import open_analysed_store
 from ingest.store import Store
-from pages import uploads
+from pages.parts import uploads
 from tests.app_pages import open_in_app
 from tests.conftest import open_page
 

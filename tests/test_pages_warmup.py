@@ -16,7 +16,7 @@ from tests.conftest import REPO_ROOT
 
 def _warm(url_path: str) -> AppTest:
     def script(path: str) -> None:
-        from pages.warmup import warm_up_browser
+        from pages.parts.warmup import warm_up_browser
 
         warm_up_browser(path)
 
@@ -58,7 +58,7 @@ def test_app_warms_up_before_it_imports_the_pages_libraries() -> None:
         if (
             isinstance(node, ast.ImportFrom)
             and (node.module or "").startswith("pages.")
-            and node.module not in ("pages.warmup", "pages.token_gate")  # both light (token gate: #23)
+            and node.module not in ("pages.parts.warmup", "pages.parts.token_gate")  # both light (token gate: #23)
         ):
             helper_imports.append(node.lineno)
         call = node.value if isinstance(node, ast.Expr) else None
@@ -68,8 +68,16 @@ def test_app_warms_up_before_it_imports_the_pages_libraries() -> None:
 
 
 def test_the_warm_up_module_loads_none_of_the_pages_libraries() -> None:
-    heavy = ["pandas", "pyarrow", "duckdb", "ingest", "stab_core", "pages.store_access", "pages.page_errors"]
-    code = f"import sys, pages.warmup; print([m for m in {heavy!r} if m in sys.modules])"
+    heavy = [
+        "pandas",
+        "pyarrow",
+        "duckdb",
+        "ingest",
+        "stab_core",
+        "pages.parts.store_access",
+        "pages.parts.page_errors",
+    ]
+    code = f"import sys, pages.parts.warmup; print([m for m in {heavy!r} if m in sys.modules])"
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 
@@ -93,7 +101,7 @@ before = set(sys.modules)
 try:
     runpy.run_path(sys.argv[1], run_name="__main__")
 except Rerun:
-    heavy = ["pandas", "pyarrow", "duckdb", "numpy", "ingest", "stab_core", "pages.store_access"]
+    heavy = ["pandas", "pyarrow", "duckdb", "numpy", "ingest", "stab_core", "pages.parts.store_access"]
     print(sorted(m for m in heavy if m in sys.modules and m not in before))
 else:
     print("no rerun")

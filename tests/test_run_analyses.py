@@ -1,5 +1,5 @@
-"""The analyses of a stored run (``ingest.run_analyses.materialise``) compute their alerts from the run
-in memory; those equal the alerts the store's own reads give (``ingest.run_alerts.alerts_from_store``),
+"""The analyses of a stored run (``ingest.services.run_analyses.materialise``) compute their alerts from the run
+in memory; those equal the alerts the store's own reads give (``ingest.services.run_alerts.alerts_from_store``),
 heatmap bucketing included, whichever writer (direct, delta, full merge) laid the run out."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from ingest.run_alerts import alerts_from_memory, alerts_from_store, run_alerts
-from ingest.run_analyses import open_analysed_store
-from ingest.shards import LONG_SCHEMA, ShardWriter
+from ingest.services.run_alerts import alerts_from_memory, alerts_from_store, run_alerts
+from ingest.services.run_analyses import open_analysed_store
 from ingest.store import Store
+from ingest.store.shards import LONG_SCHEMA, ShardWriter
 from stab_core.alerts import STRAGGLER_BUCKETS, Alert
 from stab_core.rank_heatmap import heatmap_columns, rank_heatmap, step_buckets
 from stab_core.runview import RankMatrix

@@ -65,7 +65,7 @@ def write_batch(shard_dir: Path, batch: int) -> None:
     to each rank's shards as a new segment (what a training job's ShardWriter leaves while it runs)."""
     import numpy as np
 
-    from ingest.shards import ShardWriter
+    from ingest.store.shards import ShardWriter
 
     rng = np.random.default_rng(batch)
     steps = np.arange(batch * BATCH_STEPS, (batch + 1) * BATCH_STEPS, dtype=np.int64)
@@ -89,8 +89,8 @@ def long_rows(store_path: Path, run: str) -> list[tuple[Any, ...]]:
 def child_cli(go: str, *argv: str) -> int:
     """The CLI's ``main(argv)`` started once the file ``go`` exists: every child is ready (its imports
     done) when the barrier falls, so their writes really start together."""
-    import ingest.run_analyses  # the imports a command makes, before the barrier
-    import ingest.watch  # noqa: F401
+    import ingest.live.watch
+    import ingest.services.run_analyses  # the imports a command makes, before the barrier  # noqa: F401
     from ingest.cli import main
 
     Path(f"{go}.ready-{os.getpid()}").touch()

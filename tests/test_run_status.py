@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from ingest.formats import read_log
-from ingest.importer import store_parsed
-from ingest.run_analyses import open_analysed_store
-from ingest.run_status import last_finite, last_finite_step, planned_steps, run_status, status_text
+from ingest.importing.importer import store_parsed
+from ingest.services.run_analyses import open_analysed_store
+from ingest.services.run_status import last_finite, last_finite_step, planned_steps, run_status, status_text
 from ingest.store import Store
 from tests.conftest import RunSpec, write_run
 

@@ -27,7 +27,7 @@ from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
-from ingest.run_analyses import open_analysed_store
+from ingest.services.run_analyses import open_analysed_store
 from pages.access_gate import GateSettings, cookie_valid, host_allowed, signed_cookie
 from tests.conftest import REPO_ROOT, SMALL_RUN, RunSpec, write_run
 from tests.test_browser import _free_port, _wait_healthy

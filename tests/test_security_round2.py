@@ -29,11 +29,11 @@ from ingest.errors import StabScopeError
 from ingest.formats import read_log
 from ingest.formats.tensorboard_events import masked_crc
 from ingest.long_schema import LONG_SCHEMA
-from ingest.run_analyses import open_analysed_store
-from pages.chart_style import plot_text
-from pages.charts import event_traces
-from pages.token_gate import failure_delay_s
-from pages.uploads import STAGING_PREFIX, remove_stale_staging, stage_uploads
+from ingest.services.run_analyses import open_analysed_store
+from pages.parts.chart_style import plot_text
+from pages.parts.charts import event_traces
+from pages.parts.token_gate import failure_delay_s
+from pages.parts.uploads import STAGING_PREFIX, remove_stale_staging, stage_uploads
 from stab_core.runview import RunEvent
 from tests.tfevents_writers import write_scalar_events
 
@@ -227,7 +227,7 @@ def test_serve_refuses_a_token_shorter_than_16_characters(tmp_path: Path, how: s
 
 
 def test_the_gate_and_the_cli_want_the_same_token_length() -> None:
-    from pages import token_gate
+    from pages.parts import token_gate
 
     assert token_gate.MIN_TOKEN_CHARS == MIN_TOKEN_CHARS == 16
 
@@ -239,7 +239,7 @@ def test_wrong_token_delays_grow_and_are_capped() -> None:
 def _gate_script() -> None:
     import streamlit as st
 
-    from pages.token_gate import ask_for_token, session_unlocked
+    from pages.parts.token_gate import ask_for_token, session_unlocked
 
     if not session_unlocked():
         ask_for_token()
@@ -254,7 +254,7 @@ def test_the_gate_logs_and_slows_wrong_tokens(monkeypatch: pytest.MonkeyPatch) -
     records: list[logging.LogRecord] = []
     handler = logging.Handler()
     handler.emit = records.append  # type: ignore[method-assign]
-    logging.getLogger("pages.token_gate").addHandler(handler)
+    logging.getLogger("pages.parts.token_gate").addHandler(handler)
     try:
         at = AppTest.from_function(_gate_script, default_timeout=30).run()
         took = []
@@ -273,7 +273,7 @@ def test_the_gate_logs_and_slows_wrong_tokens(monkeypatch: pytest.MonkeyPatch) -
         at = at.button[0].click().run()
         assert "the runs" in [m.value for m in at.markdown]
     finally:
-        logging.getLogger("pages.token_gate").removeHandler(handler)
+        logging.getLogger("pages.parts.token_gate").removeHandler(handler)
 
 
 def test_the_gate_stays_closed_on_a_short_server_token(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from ingest.run_analyses import open_analysed_store
+from ingest.services.run_analyses import open_analysed_store
 from tests.conftest import REPO_ROOT, RunSpec, write_run
 from tests.test_browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, VIEWPORT, _free_port, _wait_healthy
 

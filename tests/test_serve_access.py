@@ -1,7 +1,7 @@
 """Private by default (issue #23): ``stabscope serve`` listens on 127.0.0.1 unless ``--host`` says
 otherwise, warns before it listens beyond this machine, keeps Streamlit's XSRF check on, and a server
 started with a token shows a session nothing of the store until it gives the token (app.py's gate,
-``pages.token_gate``).
+``pages.parts.token_gate``).
 
 The servers are real (``stabscope serve`` on a free port, a temp store, no demo runs) and where they
 listen is checked with sockets; the gate is checked through AppTest of app.py and once in Chromium."""
@@ -26,10 +26,10 @@ from urllib.parse import urlsplit
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from ingest.run_analyses import open_analysed_store
+from ingest.services.run_analyses import open_analysed_store
 from ingest.store import Store
+from pages.parts.token_gate import token_matches
 from pages.server import listens_beyond_loopback, streamlit_address_flags
-from pages.token_gate import token_matches
 from tests.app_pages import open_in_app
 from tests.conftest import REPO_ROOT, SMALL_RUN, RunSpec, write_run
 from tests.test_browser import CHROMIUM, CHROMIUM_ARGS, VIEWPORT
@@ -224,9 +224,17 @@ def test_streamlit_address_flags() -> None:
 
 
 def test_the_gate_module_loads_none_of_the_pages_libraries() -> None:
-    """app.py imports it before the browser's warm-up (pages.warmup), which must stay ahead of them."""
-    heavy = ["pandas", "pyarrow", "duckdb", "ingest", "stab_core", "pages.store_access", "pages.page_errors"]
-    code = f"import sys, pages.token_gate; print([m for m in {heavy!r} if m in sys.modules])"
+    """app.py imports it before the browser's warm-up (pages.parts.warmup), which must stay ahead of them."""
+    heavy = [
+        "pandas",
+        "pyarrow",
+        "duckdb",
+        "ingest",
+        "stab_core",
+        "pages.parts.store_access",
+        "pages.parts.page_errors",
+    ]
+    code = f"import sys, pages.parts.token_gate; print([m for m in {heavy!r} if m in sys.modules])"
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 

@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ingest.demo import DEMO_SEEDED_KEY
+from ingest.services.demo import DEMO_SEEDED_KEY
 from ingest.store import Store
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -39,10 +39,10 @@ def test_a_core_command_builds_no_training_parser_and_help_lists_them() -> None:
 
 
 def test_the_server_listens_before_the_page_helpers_load() -> None:
-    """The first page imports them after its browser warm-up (pages.warmup), as under streamlit run."""
+    """The first page imports them after its browser warm-up (pages.parts.warmup), as under streamlit run."""
     code = (
         "import sys\nfrom pages.server import _prepare_server\n_prepare_server()\n"
-        "print(sorted(m for m in ('pages.charts', 'pages.store_access', 'pandas', 'duckdb') if m in sys.modules))"
+        "print(sorted(m for m in ('pages.parts.charts', 'pages.parts.store_access', 'pandas', 'duckdb') if m in sys.modules))"
     )
     assert _python(code).splitlines()[-1] == "[]"
 
@@ -52,6 +52,6 @@ def test_a_seeded_store_is_recognised_without_loading_the_analyses(tmp_path: Pat
     store.set_setting(DEMO_SEEDED_KEY, "1")
     code = (
         "import sys\nfrom ingest.cli import seed_before_serving\nstatus = seed_before_serving()\n"
-        "print(status, 'stab_core.analysis' in sys.modules, 'ingest.run_analyses' in sys.modules)"
+        "print(status, 'stab_core.analysis' in sys.modules, 'ingest.services.run_analyses' in sys.modules)"
     )
     assert _python(code, STABSCOPE_STORE=str(store.root)).splitlines()[-1] == "0 False False"

@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from ingest.shards import ShardWriter
 from ingest.store import Store
 from ingest.store.rewinds import SegmentSteps, rewind_events, step_extents
+from ingest.store.shards import ShardWriter
 from stab_core.runview import RunEvent
 
 RUN = "job"

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from ingest.shards import HEADER, ShardWriter, list_segments, null_floats, read_segment, wide_to_long
+from ingest.store.shards import HEADER, ShardWriter, list_segments, null_floats, read_segment, wide_to_long
 
 
 def _long_rows(path: Path, offset: int = 0) -> list[tuple[int, int, str, float]]:

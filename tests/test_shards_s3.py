@@ -18,11 +18,11 @@ import pyarrow as pa
 import pytest
 
 from ingest.errors import StabScopeError
-from ingest.object_store import ObjectStore, ObjectUrl
-from ingest.shard_objects import bucket_store
-from ingest.shards import HEADER, KIND_METRICS, MAGIC, ShardWriter, _ipc_bytes, find_segments, read_segment
+from ingest.live.watch import watch
 from ingest.store import Store
-from ingest.watch import watch
+from ingest.store.object_store import ObjectStore, ObjectUrl
+from ingest.store.shard_objects import bucket_store
+from ingest.store.shards import HEADER, KIND_METRICS, MAGIC, ShardWriter, _ipc_bytes, find_segments, read_segment
 from tests.s3_server import S3Server
 
 REPO = Path(__file__).resolve().parents[1]
@@ -136,7 +136,7 @@ def test_watch_tails_new_objects_across_passes(s3_url: str, tmp_path: Path) -> N
 
 KILLED_WRITER = """
 import sys, time
-from ingest.shards import ShardWriter
+from ingest.store.shards import ShardWriter
 
 writer = ShardWriter(sys.argv[1], rank=0, flush_interval_s=0.01)
 for step in range(1_000_000):

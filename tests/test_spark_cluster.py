@@ -26,9 +26,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ingest.shards import ShardWriter
-from ingest.spark_shipping import EXECUTOR_PACKAGES, engine_zip, is_local_master
 from ingest.store import Store
+from ingest.store.engines.spark_shipping import EXECUTOR_PACKAGES, engine_zip, is_local_master
+from ingest.store.shards import ShardWriter
 
 pyspark = pytest.importorskip("pyspark")
 
@@ -171,7 +171,7 @@ def stabscope(*args: str, cwd: Path, **env: str) -> subprocess.CompletedProcess[
 def test_the_shipped_zip_holds_the_python_sources_only_and_is_built_once() -> None:
     path = engine_zip()
     names = zipfile.ZipFile(path).namelist()
-    assert "ingest/spark_engine.py" in names and "stab_core/metrics.py" in names
+    assert "ingest/store/engines/spark_engine.py" in names and "stab_core/metrics.py" in names
     assert all(name.endswith(".py") for name in names)  # no _fields*.so, .c, .pyi or __pycache__
     assert {name.split("/")[0] for name in names} == {"ingest", "stab_core"}
     built = path.stat().st_ino
@@ -197,11 +197,11 @@ def test_a_cluster_without_stabscope_compacts_like_the_embedded_engine(
     shipped = list(work.glob("app-*/*/stabscope-*.zip"))
     assert shipped, "no executor fetched the shipped zip"  # the executors ran in the worker, from the zip
     # What the executors imported: the zip's code, its text-log path without the C extension (not shipped).
-    code = "import ingest.spark_engine as e, ingest.formats.textlog_pipes as t; print(e.__file__, t.C_EXTENSION_BUILT)"
+    code = "import ingest.store.engines.spark_engine as e, ingest.formats.textlog_pipes as t; print(e.__file__, t.C_EXTENSION_BUILT)"
     imported = subprocess.run(
         [worker_python, "-c", code], cwd=tmp_path, capture_output=True, text=True, env={"PYTHONPATH": str(shipped[0])}
     )
-    assert imported.stdout.split() == [f"{shipped[0]}/ingest/spark_engine.py", "False"], imported.stderr
+    assert imported.stdout.split() == [f"{shipped[0]}/ingest/store/engines/spark_engine.py", "False"], imported.stderr
     embedded = Store(tmp_path / "embedded")
     embedded.compact(RUN, tmp_path / "shards")
     assert embedded.run_info(RUN).n_steps == STEPS + 300

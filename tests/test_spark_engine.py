@@ -25,12 +25,12 @@ import pyarrow as pa
 import pytest
 
 from ingest.errors import StabScopeError
-from ingest.run_analyses import materialise, open_analysed_store
-from ingest.shards import HEADER, ShardWriter, list_segments
-from ingest.spark_engine import parts_reader, rank_bounds, spark_session
-from ingest.spark_shipping import check_executors
+from ingest.services.run_analyses import materialise, open_analysed_store
 from ingest.store import Store
 from ingest.store.direct_merge import DirectMerger, NotAppendOnly
+from ingest.store.engines.spark_engine import parts_reader, rank_bounds, spark_session
+from ingest.store.engines.spark_shipping import check_executors
+from ingest.store.shards import HEADER, ShardWriter, list_segments
 from tests.test_store_incremental import assert_same_series
 
 pytest.importorskip("pyspark")
@@ -289,7 +289,7 @@ def test_the_local_executors_run_this_interpreter(spark: Any) -> None:
     from their working directory, the driver's: the repository here; from elsewhere, the shipped zip.)"""
     (found, *_) = check_executors(spark.sparkContext, MASTER)
     assert found["python"] == sys.executable and "missing" not in found
-    assert found["pyarrow"] == pa.__version__ and found["ingest.spark_engine"].endswith("spark_engine.py")
+    assert found["pyarrow"] == pa.__version__ and found["ingest.store.engines.spark_engine"].endswith("spark_engine.py")
 
 
 def test_rank_bounds_cut_ranks_into_ranges_of_about_the_target_bytes() -> None:

@@ -15,10 +15,10 @@ import pyarrow as pa
 import pytest
 
 from ingest.errors import StabScopeError
-from ingest.run_analyses import open_analysed_store
-from ingest.shards import ShardWriter
+from ingest.live.watch import watch
+from ingest.services.run_analyses import open_analysed_store
 from ingest.store import Store, validate_run_name
-from ingest.watch import watch
+from ingest.store.shards import ShardWriter
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from ingest.run_analyses import open_analysed_store
+from ingest.services.run_analyses import open_analysed_store
 from ingest.store import Store
 
 REPO = Path(__file__).resolve().parents[1]
 
 _PROBE = """
 import sys, duckdb
-from ingest import queries as q
+from ingest.store import queries as q
 try:
     con = duckdb.connect(sys.argv[1])
 except duckdb.IOException as exc:
@@ -55,7 +55,7 @@ def test_the_catalog_lock_is_held_only_inside_a_unit_of_work(tmp_path: Path) -> 
 def test_an_error_inside_a_unit_rolls_back_and_releases_the_catalog(tmp_path: Path) -> None:
     store = open_analysed_store(tmp_path / "store")
     store.set_setting("colour", "teal")
-    from ingest import queries as q
+    from ingest.store import queries as q
 
     with pytest.raises(RuntimeError, match="half-way"), store._catalog() as con:
         con.execute("BEGIN TRANSACTION")

@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 
 from ingest.cli import main
-from ingest.run_analyses import open_analysed_store
-from ingest.shards import ShardWriter
+from ingest.services.run_analyses import open_analysed_store
 from ingest.store import Store
+from ingest.store.shards import ShardWriter
 from tests.conftest import RunSpec, write_run
 
 LIVE = "live"
@@ -280,7 +280,7 @@ def test_a_batch_staged_but_not_merged_is_merged_by_repair(
 ) -> None:
     """A writer stopped between staging and merging: the batch (here the run's own rows again, as a
     re-read shard gives them) is merged; each row is kept once."""
-    from ingest import queries
+    from ingest.store import queries
 
     staging = store_copy / "runs" / "run=small" / "staging"
     staging.mkdir(exist_ok=True)

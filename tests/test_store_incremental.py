@@ -12,10 +12,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ingest.run_analyses import open_analysed_store
-from ingest.shards import ShardWriter
+from ingest.live.watch import watch
+from ingest.services.run_analyses import open_analysed_store
 from ingest.store import Store
-from ingest.watch import watch
+from ingest.store.shards import ShardWriter
 
 REPO = Path(__file__).resolve().parents[1]
 RUN = "live"
@@ -226,8 +226,8 @@ def test_delta_refusal_names_the_reason_a_fold_needs_a_full_merge() -> None:
     (``(metric, rank, rows, first_step, last_step)`` per block), with a reason when it may not."""
     from datetime import datetime
 
-    from ingest.run_info import RunInfo
     from ingest.store.delta import DELTA_PARTS_MAX, delta_refusal
+    from ingest.store.run_info import RunInfo
 
     def info(n_rows: int, *, first: int | None = 0, last: int | None = 999, width: int = 1) -> RunInfo:
         now = datetime(2026, 1, 1)

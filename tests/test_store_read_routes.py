@@ -18,10 +18,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from ingest.shards import ShardWriter
 from ingest.store import Store
 from ingest.store.blocks import INDEX_KEY
 from ingest.store.layout import DERIVED, GENERATION_KINDS
+from ingest.store.shards import ShardWriter
 
 RUN = "routes"
 RANKS = 4

@@ -14,10 +14,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from ingest.errors import StabScopeError
-from ingest.object_store import ObjectStore
-from ingest.run_analyses import materialise
+from ingest.services.run_analyses import materialise
 from ingest.store import Store, remote
 from ingest.store.manifest import manifest_seq
+from ingest.store.object_store import ObjectStore
 from tests.conftest import RunSpec, write_run
 
 OVERVIEW_METRICS = ("loss", "lr", "grad_norm", "clip_coef", "grad_norm_local", "step_time_s", "snr", "clip_ratio")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from ingest.run_analyses import materialise
+from ingest.services.run_analyses import materialise
 from ingest.store import Store
 from ingest.store.check_remote import check_object_store
 from tests.conftest import REPO_ROOT, open_page
@@ -65,7 +65,7 @@ def test_the_commands_take_an_s3_store(s3_url: str, tmp_path: Path) -> None:
 
 _CHILD = """
 import sys
-from ingest.run_analyses import materialise
+from ingest.services.run_analyses import materialise
 from ingest.store import Store
 from ingest.store.check_remote import check_object_store
 from tests.test_store_s3 import imported_table

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ingest.run_analyses import materialise
+from ingest.services.run_analyses import materialise
 from ingest.store import Store
 from tests.conftest import RunSpec, write_run
 

@@ -18,7 +18,7 @@ import torch
 
 from ingest.cli import build_parser
 from ingest.errors import StabScopeError
-from ingest.run_analyses import open_analysed_store
+from ingest.services.run_analyses import open_analysed_store
 from ingest.training.demo_trainer import (
     LR_JUMP_MIN_LR_RATIO,
     LR_JUMP_PEAK_LR,
@@ -107,7 +107,7 @@ def test_cli_registers_demo_train() -> None:
 
 
 def test_demo_train_refuses_to_mix_two_runs_in_one_shard_directory(tmp_path: Path) -> None:
-    from ingest.shards import ShardWriter
+    from ingest.store.shards import ShardWriter
 
     with ShardWriter(tmp_path, 0) as writer:
         writer.write(0, {"loss": 1.0})
@@ -228,7 +228,7 @@ def _slow_rank_one_worker(rank: int, out: str, seen_file: str) -> None:
     """Train 2 ranks with checkpoints, rank 1 flushing its metrics late; rank 0 notes, at each
     checkpoint it writes, the last step rank 1's shard already holds."""
     import ingest.training.demo_trainer as demo_trainer
-    from ingest.shards import list_segments, read_segment
+    from ingest.store.shards import list_segments, read_segment
     from ingest.training.monitor import StabilityMonitor
 
     if rank == 1:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from ingest.shards import list_segments, read_segment
+from ingest.store.shards import list_segments, read_segment
 from ingest.training.experiment import ExperimentConfig, RunSpec, train_run
 from ingest.training.experiment_data import cached_corpus
 from ingest.training.toy_model import ModelShape, build_gpt, next_token_loss

@@ -242,9 +242,9 @@ def test_a_csv_a_jsonl_file_and_a_per_rank_folder_watched_pass_by_pass_equal_the
     """In-process passes (``LogWatcher``) between uneven appends; from the fourth pass a second
     watcher (as a restarted process, or a second one started by mistake) takes every other pass."""
     _needs(real)
-    from ingest.importer import import_logs
+    from ingest.importing.importer import import_logs
+    from ingest.live.watch_logs import LogWatcher
     from ingest.store import Store
-    from ingest.watch_logs import LogWatcher
 
     files = _per_rank_logs() if source == "ranks" else {source: real.read_bytes()}
     target = tmp_path / "src" / source
@@ -287,8 +287,8 @@ def test_a_watched_log_is_live_on_the_runs_page_until_watch_stops(
     _needs(LIGHTNING_CSV)
     import threading
 
+    from ingest.live.watch_logs import watch_logs
     from ingest.store import Store
-    from ingest.watch_logs import watch_logs
     from tests.conftest import open_page
 
     lines = LIGHTNING_CSV.read_bytes().splitlines(keepends=True)
@@ -323,9 +323,9 @@ def test_a_file_written_whole_is_read_again_whole_and_a_half_written_one_waits(t
     """``trainer_state.json`` is rewritten at each save, not appended to: its copy is replaced, and a
     copy caught half written does not stop the watcher."""
     _needs(HF_TRAINER_STATE)
-    from ingest.importer import import_logs
+    from ingest.importing.importer import import_logs
+    from ingest.live.watch_logs import LogWatcher
     from ingest.store import Store
-    from ingest.watch_logs import LogWatcher
 
     full = json.loads(HF_TRAINER_STATE.read_text())
     out = tmp_path / "out"
@@ -352,7 +352,7 @@ def test_new_or_changed_rows_are_new_keys_and_changed_values_nan_matching_nan(st
     import numpy as np
     import pyarrow as pa
 
-    from ingest.new_rows import new_or_changed, rows_table
+    from ingest.live.new_rows import new_or_changed, rows_table
 
     def table(rows: list[tuple[str, int, int, float]]) -> pa.Table:
         metric, rank, step, value = zip(*rows, strict=True)

@@ -31,7 +31,7 @@ from typing import Any
 import pytest
 
 import pages.server
-from ingest.demo import demo_run_names
+from ingest.services.demo import demo_run_names
 from pages.navigation import page_scripts
 from tests.conftest import REPO_ROOT
 from tests.test_browser import CHROMIUM, CHROMIUM_ARGS, VIEWPORT, _free_port, _settle, _wait_healthy
@@ -280,7 +280,7 @@ def test_the_installed_server_renders_the_runs_and_the_reference_results(served:
             search.press("Enter")
             page.get_by_text(f"{matching} of {len(demo_runs)} runs.").wait_for(timeout=30_000)
             # links between pages resolve from the installed main script's folder too (a link that does not
-            # is drawn as plain text by pages.widgets.nav_link)
+            # is drawn as plain text by pages.parts.widgets.nav_link)
             page.get_by_role("link", name="Upload logs").first.click()
             page.wait_for_url(f"{url}/upload", timeout=30_000)
             # the theme of .streamlit/config.toml reached the browser (the session's first message)

@@ -143,9 +143,9 @@ _ARG_META: Final = {
 
 
 def megatron_meta(text: str) -> dict[str, Any]:
-    """Run facts from Megatron's argument dump (parsed by :func:`ingest.config_parsing.megatron_args`, the one
+    """Run facts from Megatron's argument dump (parsed by :func:`ingest.formats.config_parsing.megatron_args`, the one
     parser of that block) and startup lines."""
-    from ingest.config_parsing import megatron_args
+    from ingest.formats.config_parsing import megatron_args
 
     meta: dict[str, Any] = {}
     args = megatron_args(text)
@@ -194,7 +194,7 @@ def _per_replica_batch(meta: dict[str, Any]) -> int | None:
 
 
 def _run_meta_from_args(args: dict[str, Any]) -> dict[str, Any]:
-    """The run metadata keys (``ingest.run_meta.META_KEYS``) the argument dump states: world and parallel
+    """The run metadata keys (``ingest.store.run_meta.META_KEYS``) the argument dump states: world and parallel
     sizes, clip_grad as max_norm (0 = clipping off: left out), precision, planned steps, tokens per
     step (global batch x sequence length), experts (None = a dense model: 1) and the checkpoint interval."""
 

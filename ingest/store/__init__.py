@@ -31,8 +31,8 @@ Modules, bottom up: ``types`` (what the store hands out), ``layout`` (every file
 (``Store``). ``run_lock``: one writer per run across processes (``Store.writing``).
 """
 
-from ingest.run_info import RunInfo
 from ingest.store.facade import GenerationHook, Store
+from ingest.store.run_info import RunInfo
 from ingest.store.run_lock import DEFAULT_WRITER_WAIT_S, LockHolder, WriterBusy
 from ingest.store.types import IngestReport, ProgressFn, SeriesData, skipped_example_texts, validate_run_name
 

@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING, Any
 
 import duckdb
 
-from ingest import queries
 from ingest.errors import StabScopeError
-from ingest.run_info import RunInfo
+from ingest.store import queries
+from ingest.store.run_info import RunInfo
 from ingest.store.storage_errors import damaged_catalog, is_damaged_catalog, is_read_only
 
 if TYPE_CHECKING:

@@ -36,7 +36,6 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ingest.errors import StabScopeError
-from ingest.run_info import RunInfo
 from ingest.store.catalog import run_info_of
 from ingest.store.check_findings import (
     CATALOG_BEHIND_FILES,
@@ -80,6 +79,7 @@ from ingest.store.layout import (
     part_generations,
     run_folder,
 )
+from ingest.store.run_info import RunInfo
 from ingest.store.run_lock import WriterBusy
 from ingest.store.types import validate_run_name
 from stab_core.metrics import RUN_RANK

@@ -19,9 +19,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ingest import queries
 from ingest.errors import StabScopeError
-from ingest.run_info import RunInfo
+from ingest.store import queries
 from ingest.store.blocks import INDEX_KEY, Block, file_blocks, parse_blocks
 from ingest.store.check_findings import (
     BAD_BLOCK_INDEX,
@@ -42,6 +41,7 @@ from ingest.store.layout import (
     part_generations,
     run_lock_file,
 )
+from ingest.store.run_info import RunInfo
 from ingest.store.run_lock import WriterBusy, held, run_busy
 from ingest.store.types import validate_run_name
 

@@ -21,9 +21,9 @@ from collections.abc import Sequence
 from typing import Final
 
 from ingest.errors import StabScopeError
-from ingest.object_store import ObjectInfo, ObjectStore
 from ingest.store.check_findings import Action, CheckReport, Finding
 from ingest.store.manifest import Manifest, manifest_key, manifest_seq
+from ingest.store.object_store import ObjectInfo, ObjectStore
 from ingest.store.remote import cache_dir_for
 from ingest.store.types import validate_run_name
 

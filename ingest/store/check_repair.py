@@ -13,9 +13,8 @@ from typing import Any, Final
 import duckdb
 import pyarrow as pa
 
-from ingest import queries
 from ingest.errors import StabScopeError
-from ingest.run_info import RunInfo
+from ingest.store import queries
 from ingest.store.catalog import Catalog, run_info_of
 from ingest.store.check import check_store
 from ingest.store.check_findings import (
@@ -48,6 +47,7 @@ from ingest.store.layout import (
     run_folder,
 )
 from ingest.store.read import StoreReader
+from ingest.store.run_info import RunInfo
 
 REPAIR_ROUNDS: Final = 3
 """Check-and-repair rounds at most: a rebuilt catalog is checked again, and its runs' leftovers repaired."""
@@ -57,7 +57,7 @@ REPAIR_ROUNDS: Final = 3
 
 RunHook = Callable[[Any, str], None]
 """``on_generation(store, name)``: the analyses the product runs after a new generation
-(``ingest.run_analyses.materialise``)."""
+(``ingest.services.run_analyses.materialise``)."""
 
 
 def repair_store(

@@ -26,15 +26,15 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from ingest import queries
-from ingest.run_info import RunInfo
-from ingest.run_meta import merge_meta
+from ingest.store import queries
 from ingest.store.blocks import conform_long, write_by_metric
 from ingest.store.catalog import Catalog, change_meta, commit_generation, fetch_one, read_run_row
 from ingest.store.delta import write_delta
 from ingest.store.full_merge import merge_sources
 from ingest.store.generation import GenerationFiles
 from ingest.store.layout import DERIVED, LONG, TAIL, RunLayout, final_path, part_generations, tmp_target
+from ingest.store.run_info import RunInfo
+from ingest.store.run_meta import merge_meta
 from ingest.store.stage import SegmentExtras
 from ingest.store.types import IngestReport
 

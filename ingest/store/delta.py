@@ -26,7 +26,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ingest.run_info import RunInfo
 from ingest.store.blocks import (
     Block,
     Piece,
@@ -48,6 +47,7 @@ from ingest.store.generation import (
     bucket_width,
 )
 from ingest.store.layout import ROLLUP, RUN_LEVEL, RunLayout, same_generation
+from ingest.store.run_info import RunInfo
 from stab_core.metrics import RUN_RANK
 
 DELTA_PARTS_MAX = 24

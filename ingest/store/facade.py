@@ -21,21 +21,21 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from ingest import queries
 from ingest.errors import StabScopeError
-from ingest.object_store import ObjectUrl, is_object_url
-from ingest.paths import default_store_location
-from ingest.run_info import RunInfo
-from ingest.run_meta import merge_meta
-from ingest.shards import SegmentRef, find_segments, shard_location_name
+from ingest.store import queries
 from ingest.store.blocks import conform_long
 from ingest.store.catalog import Catalog, change_meta, delete_run_rows, fetch_one, run_info_of
 from ingest.store.check_recovery import run_damage
 from ingest.store.commit import CommitProtocol, failpoint
 from ingest.store.direct_merge import DirectMerger, NotAppendOnly
 from ingest.store.layout import LONG, RunLayout, run_folder, run_lock_file, spool_folder
+from ingest.store.object_store import ObjectUrl, is_object_url
+from ingest.store.paths import default_store_location
 from ingest.store.read import StoreReader
+from ingest.store.run_info import RunInfo
 from ingest.store.run_lock import DEFAULT_WRITER_WAIT_S, LockHolder, WaitReport, held, read_holder, run_busy
+from ingest.store.run_meta import merge_meta
+from ingest.store.shards import SegmentRef, find_segments, shard_location_name
 from ingest.store.stage import PartsReader, SegmentExtras, Stager
 from ingest.store.storage_errors import DamagedRunFile, write_failure
 from ingest.store.types import IngestReport, ProgressFn, SeriesData, validate_run_name
@@ -46,7 +46,7 @@ if TYPE_CHECKING:
 
 GenerationHook = Callable[["Store", str], None]
 """Called with the store and a run's name after each new generation of that run is published (and on
-recovery, and after a metadata change): ``ingest.run_analyses.materialise`` is the one the product passes."""
+recovery, and after a metadata change): ``ingest.services.run_analyses.materialise`` is the one the product passes."""
 
 READ_ATTEMPTS = 20
 """Times a read starts again on a newer generation when a writer removed the files it began on."""
@@ -81,7 +81,7 @@ class Store:
     the embedded default), or at an ``s3://bucket/prefix`` URL, whose local cache directory is then
     ``root`` (``cache_dir``, default ``remote.cache_dir_for``; see ``remote``). ``on_generation`` runs
     after each new generation of a run (see :data:`GenerationHook`); without it nothing is computed
-    after a merge (``ingest.run_analyses.open_analysed_store`` passes the analyses)."""
+    after a merge (``ingest.services.run_analyses.open_analysed_store`` passes the analyses)."""
 
     def __init__(
         self,
@@ -179,7 +179,7 @@ class Store:
         return read_holder(run_lock_file(self.root, name))
 
     def _materialise_analysis(self, name: str) -> None:
-        """Run the ``on_generation`` hook (the analyses, ``ingest.run_analyses.materialise``) on ``name``."""
+        """Run the ``on_generation`` hook (the analyses, ``ingest.services.run_analyses.materialise``) on ``name``."""
         if self._on_generation is not None:
             self._on_generation(self, name)
 
@@ -277,7 +277,7 @@ class Store:
 
     @_writes_run
     def update_meta(self, name: str, updates: dict[str, Any], remove: Sequence[str] = ()) -> RunInfo:
-        """Set the user's metadata of run ``name`` (validated values, see ``ingest.run_meta``) and delete
+        """Set the user's metadata of run ``name`` (validated values, see ``ingest.store.run_meta``) and delete
         the keys in ``remove``. The keys are recorded as the user's, so a later import's parsed values do
         not replace them; the analyses re-run, since spikes and diagnosis read ``max_norm``, ``precision``
         and ``num_experts``."""
@@ -304,13 +304,13 @@ class Store:
         """Fold every new frame of ``shard_dir``'s segments into run ``name``.
 
         ``engine="spark"`` decodes and de-duplicates the frames on Spark at ``master`` (default
-        ``local[*]``; ``ingest.spark_engine``); the generation is written and committed the same way.
+        ``local[*]``; ``ingest.store.engines.spark_engine``); the generation is written and committed the same way.
 
         Idempotent (byte offsets per segment are committed with the staged data, so a second pass
         adds nothing); streaming (at most ``stage.STAGE_ROWS`` rows are held); atomic (see ``commit``).
         A run's first generation whose records arrive in order is written in one pass (``direct_merge``).
         """
-        from ingest.spark_engine import parts_reader  # local: the engines sit above the store
+        from ingest.store.engines.spark_engine import parts_reader  # local: the engines sit above the store
 
         read_parts = parts_reader(engine, master)
         segments = find_segments(shard_dir)

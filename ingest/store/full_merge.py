@@ -14,7 +14,7 @@ from __future__ import annotations
 import duckdb
 import numpy as np
 
-from ingest import queries
+from ingest.store import queries
 from ingest.store.blocks import Piece, SourceReader, block_chunks, plan_blocks, source_blocks
 from ingest.store.catalog import fetch_one
 from ingest.store.generation import (

@@ -8,7 +8,7 @@
     <store>/runs/run=<name>/rankb/u<gen:06d>.arrow      a one-pass merge's rank buckets, before sorting
     <store>/locks/run=<name>.lock                       the run's writer lock (``run_lock``)
     <store>/locks/demo-seeding.lock                     the store's demo seeding lock
-    <store>/watch/run=<name>/                           the copy of a watched log (``ingest.log_spool``)
+    <store>/watch/run=<name>/                           the copy of a watched log (``ingest.live.log_spool``)
 
 A file is written under a temporary name (``<final name>.<8 hex>.tmp``) and renamed once complete;
 ``final_path`` undoes ``tmp_target``.
@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Final
 
-from ingest.run_info import RunInfo
+from ingest.store.run_info import RunInfo
 from ingest.store.types import validate_run_name
 
 LONG: Final = "long"
@@ -47,7 +47,7 @@ def run_folder(root: Path, name: str) -> Path:
 
 
 SPOOL_FOLDER: Final = "watch"
-"""The folder of the watched logs' copies (``ingest.log_spool``), beside ``runs``."""
+"""The folder of the watched logs' copies (``ingest.live.log_spool``), beside ``runs``."""
 
 
 def spool_folder(root: Path, name: str) -> Path:

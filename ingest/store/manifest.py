@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final
 
-from ingest import queries
 from ingest.errors import StabScopeError
+from ingest.store import queries
 
 MANIFEST_FORMAT: Final = 1
 """Bumped when a manifest's fields change meaning; a newer one is refused with a clear message."""

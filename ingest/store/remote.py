@@ -44,9 +44,8 @@ from typing import Any, Final
 
 import duckdb
 
-from ingest import queries
 from ingest.errors import StabScopeError
-from ingest.object_store import ObjectStore, ObjectUrl, RangeFile, endpoint_url
+from ingest.store import queries
 from ingest.store.catalog import Catalog, delete_run_rows, fetch_one, run_info_of
 from ingest.store.commit import failpoint, spike_row
 from ingest.store.layout import (
@@ -62,6 +61,7 @@ from ingest.store.layout import (
     run_lock_file,
 )
 from ingest.store.manifest import Manifest, manifest_key, manifest_seq, new_object_key, run_prefix, setting_key
+from ingest.store.object_store import ObjectStore, ObjectUrl, RangeFile, endpoint_url
 from ingest.store.run_lock import WriterBusy, held, run_busy
 from ingest.store.types import validate_run_name
 

@@ -20,7 +20,6 @@ import numpy as np
 import pyarrow as pa
 
 from ingest.long_schema import LONG_SCHEMA, LONG_SCHEMA_DICT, PART_SCHEMA
-from ingest.shards import SegmentRead, SegmentRef, read_segment, wide_to_long_parts
 from ingest.store.blocks import (
     INDEX_KEY,
     STAGE_ROW_GROUP,
@@ -30,6 +29,7 @@ from ingest.store.blocks import (
 )
 from ingest.store.layout import RunLayout, tmp_target
 from ingest.store.rewinds import SegmentSteps, StepExtents, rewind_events, step_extents
+from ingest.store.shards import SegmentRead, SegmentRef, read_segment, wide_to_long_parts
 from ingest.store.types import IngestReport, ProgressFn
 
 STAGE_ROWS = 2_000_000
@@ -191,7 +191,7 @@ SegmentTodo = Sequence[tuple[Any, str, int]]
 PartsReader = Callable[
     [SegmentTodo, IngestReport, SegmentExtras, ProgressFn | None], Iterator[list[tuple[str, pa.Table]]]
 ]
-"""How a compaction reads its new frames (``segment_parts``, or ``ingest.spark_engine``'s Spark engine):
+"""How a compaction reads its new frames (``segment_parts``, or ``ingest.store.engines.spark_engine``'s Spark engine):
 ``(segment, catalog key, byte offset)`` of each segment with new bytes in, lists of ``(metric,
 PART_SCHEMA rows)`` out, the rest recorded in the report and extras (``record_segment``)."""
 

@@ -446,7 +446,7 @@ def cmd_demo_train(args: argparse.Namespace) -> int:
         checkpoint_every=args.checkpoint_every,
         resume=args.resume,
     ).resolved()
-    from ingest.shards import list_segments
+    from ingest.store.shards import list_segments
 
     if list_segments(config.out) and not config.resume:
         raise StabScopeError(

@@ -366,7 +366,7 @@ def measure_run(store: Any, spec: RunSpec, val_loss: float, wall_time_s: float) 
 def run_and_measure(spec: RunSpec, store_root: str, cache_dir: str) -> RunResult:
     """Train ``spec``, fold its shards into the store at ``store_root`` (analysed as every product
     store is), measure it; the shards are removed once they are in the store."""
-    from ingest.run_analyses import open_analysed_store
+    from ingest.services.run_analyses import open_analysed_store
 
     corpus = cached_corpus(Path(cache_dir))
     shard_dir = Path(tempfile.mkdtemp(prefix=f"{spec.run_name}-", dir=cache_dir))

@@ -154,7 +154,7 @@ def run_experiment(
 
 def measured_lead_time(store_root: Path, runs: Sequence[str]) -> tuple[dict[str, Any], ...]:
     """The early-warning table over the experiment's own runs (``ingest.training.lead_time``)."""
-    from ingest.run_analyses import open_analysed_store
+    from ingest.services.run_analyses import open_analysed_store
     from ingest.training.lead_time import lead_row_dict, lead_rows
 
     return tuple(lead_row_dict(row) for row in lead_rows(open_analysed_store(store_root), runs))
@@ -196,7 +196,7 @@ def command_line(args: argparse.Namespace) -> str:
 def cmd_experiment(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from ingest.paths import default_store_location
+    from ingest.store.paths import default_store_location
 
     config = config_from_args(args)
     if config.device == "cuda":

@@ -37,7 +37,7 @@ try:  # an optional extra: say which, rather than a bare ModuleNotFoundError
 except ImportError as exc:
     raise ImportError(f"{__name__} needs transformers, an optional extra: pip install 'stabscope[hf]'") from exc
 
-from ingest.shards import ShardWriter
+from ingest.store.shards import ShardWriter
 from stab_core.clipping import scalar_clip_coef
 
 _DECAY_STYLES = {"cosine": "cosine", "cosine_with_restarts": "cosine", "linear": "linear", "constant": "constant"}

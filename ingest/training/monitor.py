@@ -19,7 +19,7 @@
 Every rank writes its own metrics (``grad_norm_local``, ``step_time_s``, ``loss``, GPU figures) under
 its rank; rank 0 alone writes the run-level series (rank -1: the cross-rank mean ``loss``, ``lr``,
 ``grad_norm`` ...), the run metadata (once) and the events. Rows are buffered by
-:class:`ingest.shards.ShardWriter` and flushed every ``flush_interval_s`` seconds, so
+:class:`ingest.store.shards.ShardWriter` and flushed every ``flush_interval_s`` seconds, so
 ``stabscope watch`` sees the run grow while it trains.
 
 Under DDP a communication hook (:class:`ingest.training.ddp_hook.GradNormHook`) measures each bucket
@@ -44,7 +44,7 @@ import torch
 import torch.distributed as dist
 
 from ingest.errors import StabScopeError
-from ingest.shards import ShardWriter
+from ingest.store.shards import ShardWriter
 from ingest.training.ddp_hook import GradNormHook, loss_scale_factor
 from ingest.training.gpu_sampler import GpuSampler
 from ingest.training.loss_sync import LossMean, LossReducer

@@ -1,0 +1,131 @@
+"""A stored run's findings besides its incidents (overfitting, throughput loss; ``stab_core.findings``)
+and its comparison with sibling runs, for ``stabscope spikes``, the overview and Spikes pages and the
+alerts.
+
+The analyses store each run's findings and its settled throughput level in ``meta['analysis']``
+(``ingest.services.run_analyses.materialise``); the sibling comparison is made when read, since a sibling may
+be imported after the run. Siblings: the other runs imported from the same log file (its segments:
+``NAME-2``, ...) or carrying the same ``config_name`` in their metadata.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ingest.store import Store
+from ingest.store.run_info import RunInfo
+from stab_core.findings import FINDING_METRICS, run_findings
+from stab_core.throughput import compare_to_siblings
+
+FINDING_KINDS = ("overfitting", "throughput_loss")
+"""``kind`` of the entries :func:`finding_entries` adds after the incidents of ``spikes --json``."""
+
+
+def findings_from_store(store: Store, info: RunInfo) -> dict[str, Any]:
+    """:func:`stab_core.findings.run_findings` of the run ``info`` from the store's full-fidelity series."""
+    series = {}
+    for metric in FINDING_METRICS:
+        if metric in info.metrics:
+            data = store.read_series(info.name, metric)
+            series[metric] = (data.steps, data.values)
+    return run_findings(series)
+
+
+def sibling_key(info: RunInfo) -> tuple[str, str] | None:
+    """What makes runs siblings: the same ``config_name`` (metadata), else the same imported file."""
+    config = info.meta.get("config_name")
+    if config:
+        return ("config", str(config))
+    if info.source.startswith("import:"):
+        return ("source", info.source)
+    return None
+
+
+def sibling_gap(info: RunInfo, level: Any, runs: Sequence[RunInfo]) -> dict[str, Any] | None:
+    """The run's settled throughput ``level`` (``{"metric", "level"}``) against its siblings' among
+    ``runs`` (their stored levels of the same metric): a sibling gap's dict, or None."""
+    key = sibling_key(info)
+    if key is None or not level:
+        return None
+    theirs = {}
+    for other in runs:
+        if other.name == info.name or sibling_key(other) != key:
+            continue
+        stored = (other.meta.get("analysis") or {}).get("throughput_level") or {}
+        if stored.get("metric") == level["metric"] and stored.get("level") is not None:
+            theirs[other.name] = float(stored["level"])
+    relation = "the same config" if key[0] == "config" else "the same log file"
+    gap = compare_to_siblings(float(level["level"]), theirs, str(level["metric"]), relation)
+    return gap.to_json() if gap is not None else None
+
+
+def stored_findings(store: Store, info: RunInfo, *, siblings: bool = True) -> dict[str, Any]:
+    """The run's findings: as the current analyses stored them, else computed from the store; with
+    ``throughput_siblings`` (the sibling gap, or None) compared now unless ``siblings`` is False."""
+    analysis = info.meta.get("analysis") or {}
+    stored = analysis.get("findings")
+    if info.analysis_gen == info.gen and isinstance(stored, dict):
+        findings = dict(stored)
+        findings["throughput_level"] = analysis.get("throughput_level")
+    else:
+        findings = findings_from_store(store, info)
+    if siblings:
+        findings["throughput_siblings"] = sibling_gap(info, findings.get("throughput_level"), store.list_runs())
+    return findings
+
+
+def finding_entries(findings: dict[str, Any]) -> list[dict[str, Any]]:
+    """The findings as entries after the incidents of ``stabscope spikes --json`` (additive: each has
+    an incident's ``metric``/``start``/``peak``/``end``/``ratio``/``recovered``/``cause``/
+    ``confidence``/``path``/``actions`` and ``kind``, with its detail under ``overfitting`` or
+    ``throughput``). ``ratio``: the last val loss over the best; a drop's rate over the norm (tokens/s
+    ratio, below 1: slower). A sibling gap has ``start``/``end`` -1 (it holds for the whole run)."""
+    out = []
+    found = findings.get("overfitting")
+    if found:
+        out.append({"kind": "overfitting", "metric": "val_loss", "metrics": ["val_loss"],
+                    "start": found["best_step"], "peak": found["end_step"], "end": found["end_step"],
+                    "ratio": found["end_val_loss"] / found["best_val_loss"] if found["best_val_loss"] else None,
+                    "recovered": False, "cause": "overfitting", "confidence": None, "path": [],
+                    "summary": found["message"],
+                    "actions": [f"Keep the checkpoint of step {found['best_step']} (the lowest val loss); "
+                                "stop earlier, add data or regularise (dropout, weight decay)."],
+                    "overfitting": found})  # fmt: skip
+    drops = list(findings.get("throughput") or [])
+    if findings.get("throughput_siblings"):
+        drops.append(findings["throughput_siblings"])
+    for drop in drops:
+        start = int(drop.get("start", -1))
+        end = int(drop.get("end", -1))
+        out.append({"kind": "throughput_loss", "metric": drop["metric"], "metrics": [drop["metric"]],
+                    "start": start, "peak": start, "end": end, "recovered": bool(drop.get("recovered", False)),
+                    "ratio": 1 + float(drop["change_pct"]) / 100, "cause": "throughput", "confidence": None,
+                    "path": [], "summary": drop["message"],
+                    "actions": ["Compare the slow span's nodes, data loading and checkpoint saves with a fast span "
+                                "(per-rank step time shows a straggler on the Ranks page)."],
+                    "throughput": drop})  # fmt: skip
+    return out
+
+
+def stored_lr_transitions(info: RunInfo) -> list[dict[str, Any]]:
+    """The transitions of run ``info``'s logged LR the analyses stored with it
+    (``ingest.services.run_analyses.lr_transitions``: ``step``, ``kind``, ``rel_change``); none before they ran."""
+    return list((info.meta.get("analysis") or {}).get("lr_transitions") or [])
+
+
+def lr_transition_label(transition: dict[str, Any]) -> str:
+    """A stored LR transition in words, as the charts label its marker: ``+998% LR (from the logged lr)``."""
+    return f"{float(transition['rel_change']):+.0%} LR (from the logged lr)"
+
+
+def with_lr_transitions(spikes: list[dict[str, Any]], info: RunInfo) -> list[dict[str, Any]]:
+    """The incidents of ``stabscope spikes --json``, each with ``lr_transition_before`` added (additive):
+    the last transition of the logged LR the analyses stored (``step``, ``kind``, ``rel_change``) at or
+    before the incident's start, or None when none precedes it."""
+    stored = sorted(stored_lr_transitions(info), key=lambda t: int(t["step"]))
+    out = []
+    for spike in spikes:
+        before = [t for t in stored if int(t["step"]) <= int(spike["start"])]
+        out.append({**spike, "lr_transition_before": dict(before[-1]) if before else None})
+    return out
