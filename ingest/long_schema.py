@@ -5,8 +5,9 @@ the variants derived from it.
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Any, Final
 
+import numpy as np
 import pyarrow as pa
 
 _FIELDS: Final[dict[str, pa.DataType]] = {
@@ -30,3 +31,12 @@ writes files (read back as strings)."""
 
 PART_SCHEMA: Final[pa.Schema] = LONG_SCHEMA.remove(_METRIC)
 """One metric's rows of a long table (``LONG_SCHEMA`` less the ``metric`` column)."""
+
+
+def null_floats(n: int) -> Any:
+    """An all-null float64 column of ``n`` rows. ``pa.nulls`` fills its 8 bytes a row, the largest
+    single cost of building a text log's table (see the benchmark); calloc'd zeros are pages the
+    kernel maps on first touch, and nothing reads the values under a null."""
+    bitmap: Any = np.zeros((n + 7) // 8, dtype=np.uint8)  # numpy arrays are buffers
+    data: Any = np.zeros(n)
+    return pa.Array.from_buffers(pa.float64(), n, [pa.py_buffer(bitmap), pa.py_buffer(data)], null_count=n)

@@ -10,7 +10,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from ingest.store.shards import HEADER, ShardWriter, list_segments, null_floats, read_segment, wide_to_long
+from ingest.long_schema import null_floats
+from ingest.store.shards import HEADER, ShardWriter, list_segments, read_segment, wide_to_long
 
 
 def _long_rows(path: Path, offset: int = 0) -> list[tuple[int, int, str, float]]:

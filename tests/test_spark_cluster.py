@@ -197,7 +197,10 @@ def test_a_cluster_without_stabscope_compacts_like_the_embedded_engine(
     shipped = list(work.glob("app-*/*/stabscope-*.zip"))
     assert shipped, "no executor fetched the shipped zip"  # the executors ran in the worker, from the zip
     # What the executors imported: the zip's code, its text-log path without the C extension (not shipped).
-    code = "import ingest.store.engines.spark_engine as e, ingest.formats.textlog_pipes as t; print(e.__file__, t.C_EXTENSION_BUILT)"
+    code = (
+        "import ingest.store.engines.spark_engine as e, ingest.formats.textlog_pipes as t; "
+        "print(e.__file__, t.C_EXTENSION_BUILT)"
+    )
     imported = subprocess.run(
         [worker_python, "-c", code], cwd=tmp_path, capture_output=True, text=True, env={"PYTHONPATH": str(shipped[0])}
     )

@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TextIO
 
+import ingest
 from ingest.errors import StabScopeError
 
 EXIT_ERROR = 2
@@ -379,7 +380,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from ingest.store.paths import default_store_location
 
     # the folder holding the ingest and pages packages: the source tree, or site-packages for a wheel
-    root = Path(__file__).resolve().parents[1]
+    root = Path(ingest.__file__).resolve().parents[1]
     missing = [name for name in ("navigation.py", "server.py") if not (root / "pages" / name).is_file()]
     if missing:
         raise StabScopeError(

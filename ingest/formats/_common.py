@@ -34,8 +34,7 @@ from ingest.formats.log_rows import FloatArray, IntArray, Piece, merge_spans, me
 from ingest.formats.numbers import utf8_or_null
 from ingest.formats.raw_text import clean_text, input_size, open_error
 from ingest.formats.segments import one_source_per_metric, segment_cuts, segment_of
-from ingest.long_schema import LONG_SCHEMA_DICT
-from ingest.store.shards import null_floats
+from ingest.long_schema import LONG_SCHEMA_DICT, null_floats
 from stab_core.metrics import RUN_RANK
 from stab_core.runview import RunEvent
 

@@ -17,10 +17,11 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from ingest.long_schema import LONG_SCHEMA, null_floats
 from ingest.services.run_alerts import alerts_from_memory
 from ingest.services.run_findings import sibling_gap
+from ingest.long_schema import LONG_SCHEMA, null_floats
 from ingest.store import Store
-from ingest.store.shards import LONG_SCHEMA, null_floats
 from stab_core.analysis import analyze_run
 from stab_core.findings import view_findings
 from stab_core.runview import RunView

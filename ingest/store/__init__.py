@@ -31,10 +31,42 @@ Modules, bottom up: ``types`` (what the store hands out), ``layout`` (every file
 (``Store``). ``run_lock``: one writer per run across processes (``Store.writing``).
 """
 
-from ingest.store.facade import GenerationHook, Store
-from ingest.store.run_info import RunInfo
-from ingest.store.run_lock import DEFAULT_WRITER_WAIT_S, LockHolder, WriterBusy
-from ingest.store.types import IngestReport, ProgressFn, SeriesData, skipped_example_texts, validate_run_name
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ingest.store.facade import GenerationHook, Store
+    from ingest.store.run_info import RunInfo
+    from ingest.store.run_lock import DEFAULT_WRITER_WAIT_S, LockHolder, WriterBusy
+    from ingest.store.types import IngestReport, ProgressFn, SeriesData, skipped_example_texts, validate_run_name
+
+_HOMES = {
+    "GenerationHook": "facade",
+    "Store": "facade",
+    "RunInfo": "run_info",
+    "DEFAULT_WRITER_WAIT_S": "run_lock",
+    "LockHolder": "run_lock",
+    "WriterBusy": "run_lock",
+    "IngestReport": "types",
+    "ProgressFn": "types",
+    "SeriesData": "types",
+    "skipped_example_texts": "types",
+    "validate_run_name": "types",
+}
+"""Where each name of the package's API is defined. They load on first use (PEP 562), not with the
+package: a training job imports ``ingest.store.shards`` (the shard writer), and must not load DuckDB and
+the whole store with it (tests/test_import_hygiene.py)."""
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
+    globals()[name] = value  # once: later lookups find it without this function
+    return value
+
 
 __all__ = [
     "DEFAULT_WRITER_WAIT_S",

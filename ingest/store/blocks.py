@@ -23,8 +23,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ingest.errors import StabScopeError
-from ingest.long_schema import LONG_SCHEMA, LONG_SCHEMA_DICT
-from ingest.store.shards import null_floats
+from ingest.long_schema import LONG_SCHEMA, LONG_SCHEMA_DICT, null_floats
 
 INDEX_KEY = "stabscope_index"
 """Footer key of the block index: a JSON list of ``[metric, rank, rows, first_step, last_step]``."""

@@ -43,7 +43,7 @@ import pyarrow as pa
 
 from ingest.errors import StabScopeError
 from ingest.long_schema import LONG_SCHEMA as LONG_SCHEMA  # re-exported: producers of long tables import it here
-from ingest.long_schema import PART_SCHEMA
+from ingest.long_schema import PART_SCHEMA, null_floats
 from ingest.store.object_store import is_object_url
 from ingest.store.shard_objects import ObjectSegmentSink, list_segment_objects, list_writer_objects, read_object_segment
 from stab_core.metrics import RUN_RANK, is_valid_metric_name
@@ -454,15 +454,6 @@ def _decode_frame(kind: int, payload: bytes, out: SegmentRead) -> None:
         if not isinstance(meta, dict):
             raise ValueError("metadata frame is not a JSON object")
         out.meta.update(meta)
-
-
-def null_floats(n: int) -> Any:
-    """An all-null float64 column of ``n`` rows. ``pa.nulls`` fills its 8 bytes a row, the largest
-    single cost of building a text log's table (see the benchmark); calloc'd zeros are pages the
-    kernel maps on first touch, and nothing reads the values under a null."""
-    bitmap: Any = np.zeros((n + 7) // 8, dtype=np.uint8)  # numpy arrays are buffers
-    data: Any = np.zeros(n)
-    return pa.Array.from_buffers(pa.float64(), n, [pa.py_buffer(bitmap), pa.py_buffer(data)], null_count=n)
 
 
 def wide_to_long_parts(table: pa.Table) -> list[tuple[str, pa.Table]]:

@@ -30,7 +30,7 @@ def page_script_path(page: str) -> str:
     """The absolute path of the page script ``pages/<name>.py``. Streamlit resolves a relative page path
     against its main script's folder, which is the source tree's root for app.py but the pages package
     itself under ``stabscope serve`` (pages.navigation); the navigation lists the pages by absolute path."""
-    return str(Path(__file__).resolve().with_name(Path(page).name))
+    return str(Path(__file__).resolve().parents[1] / Path(page).name)  # pages/parts/ -> pages/
 
 
 def nav_link(page: str, label: str, icon: str | None = None) -> None:

@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+import ingest
 import stab_core
 from ingest.errors import StabScopeError
 
@@ -75,7 +76,7 @@ def cache_dir() -> Path:
 
 def package_sources() -> list[tuple[str, Path]]:
     """Every ``.py`` file of ``SHIPPED_PACKAGES`` as (its name in the zip, its path), sorted by name."""
-    roots = {"ingest": Path(__file__).resolve().parent, "stab_core": Path(stab_core.__file__).resolve().parent}
+    roots = {"ingest": Path(ingest.__file__).resolve().parent, "stab_core": Path(stab_core.__file__).resolve().parent}
     sources: list[tuple[str, Path]] = []
     for package in SHIPPED_PACKAGES:
         root = roots[package]
