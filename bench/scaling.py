@@ -135,8 +135,10 @@ def compact_once(shards: str, store: str, master: str | None, cache: str | None 
             spark_session(master)
         session_s = time.perf_counter() - start
         begin = time.perf_counter()
-        engine = "embedded" if master is None else "spark"
-        report = Store(store, cache_dir=cache).compact(RUN, shards, engine=engine, master=master)
+        from ingest.store.engines.spark_engine import parts_reader
+
+        read_parts = parts_reader("embedded" if master is None else "spark", master)
+        report = Store(store, cache_dir=cache).compact(RUN, shards, read_parts=read_parts)
         compact_s = time.perf_counter() - begin
     result = {
         "session_s": session_s,

@@ -147,7 +147,7 @@ def write_second_generation(shards: Path, held_back: bytes) -> None:
 
 
 def compact(store: Store, shards: Path, engine: str) -> dict[str, Any]:
-    report = store.compact(RUN, shards, engine=engine, master=MASTER if engine == "spark" else None)
+    report = store.compact(RUN, shards, read_parts=parts_reader(engine, MASTER if engine == "spark" else None))
     return {k: v for k, v in report.to_json().items() if k != "rows"}  # rows: counted before or after dedupe
 
 

@@ -126,9 +126,12 @@ def _nonfinite_to_str(obj: Any) -> Any:
 
 
 def cmd_compact(args: argparse.Namespace) -> int:
+    from ingest.store.engines.spark_engine import parts_reader  # the engine is the CLI's choice, given to the store
+
+    read_parts = parts_reader(args.engine, args.master)
     store = _store(args)
     with _progress(f"compact {args.run}") as progress:
-        report = store.compact(args.run, args.shard_dir, progress=progress, engine=args.engine, master=args.master)
+        report = store.compact(args.run, args.shard_dir, progress=progress, read_parts=read_parts)
     _report_ingest(args, report)
     return 0
 

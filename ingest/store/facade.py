@@ -36,7 +36,7 @@ from ingest.store.run_info import RunInfo
 from ingest.store.run_lock import DEFAULT_WRITER_WAIT_S, LockHolder, WaitReport, held, read_holder, run_busy
 from ingest.store.run_meta import merge_meta
 from ingest.store.shards import SegmentRef, find_segments, shard_location_name
-from ingest.store.stage import PartsReader, SegmentExtras, Stager
+from ingest.store.stage import PartsReader, SegmentExtras, Stager, segment_parts
 from ingest.store.storage_errors import DamagedRunFile, write_failure
 from ingest.store.types import IngestReport, ProgressFn, SeriesData, validate_run_name
 from stab_core.runview import RunEvent, RunView
@@ -298,21 +298,19 @@ class Store:
         *,
         progress: ProgressFn | None = None,
         status: str = "finished",
-        engine: str = "embedded",
-        master: str | None = None,
+        read_parts: PartsReader = segment_parts,
     ) -> IngestReport:
         """Fold every new frame of ``shard_dir``'s segments into run ``name``.
 
-        ``engine="spark"`` decodes and de-duplicates the frames on Spark at ``master`` (default
-        ``local[*]``; ``ingest.store.engines.spark_engine``); the generation is written and committed the same way.
+        ``read_parts`` is the engine that reads the new frames: the embedded one (``stage.segment_parts``)
+        unless the caller gives another; ``stabscope compact --engine spark`` gives the Spark engine's
+        (``ingest.store.engines.spark_engine.parts_reader``), which decodes and de-duplicates the frames on
+        Spark. The store never imports an engine; the generation is written and committed the same way.
 
         Idempotent (byte offsets per segment are committed with the staged data, so a second pass
         adds nothing); streaming (at most ``stage.STAGE_ROWS`` rows are held); atomic (see ``commit``).
         A run's first generation whose records arrive in order is written in one pass (``direct_merge``).
         """
-        from ingest.store.engines.spark_engine import parts_reader  # local: the engines sit above the store
-
-        read_parts = parts_reader(engine, master)
         segments = find_segments(shard_dir)
         if not segments and not self.has_run(name):
             raise StabScopeError(

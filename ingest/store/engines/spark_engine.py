@@ -1,5 +1,6 @@
 """The compaction engines: which code reads a compaction's new shard frames (``Store.compact``'s
-``engine``), and the Spark one (``stabscope compact DIR --run NAME --engine spark``).
+``read_parts``, chosen here by ``parts_reader``), and the Spark one
+(``stabscope compact DIR --run NAME --engine spark``).
 
 Both engines hand the store the same thing: each new frame's metric rows as ``(metric, rows)`` parts,
 with the segments' byte offsets, events, metadata, rejected frames and torn tails recorded on the way
@@ -66,7 +67,7 @@ from ingest.store.stage import PartsReader, SegmentExtras, SegmentTodo, record_s
 from ingest.store.types import IngestReport, ProgressFn
 
 ENGINES = ("embedded", "spark")
-"""The values of ``Store.compact``'s ``engine`` (``stabscope compact --engine``)."""
+"""The engines ``parts_reader`` gives (``stabscope compact --engine``), for ``Store.compact``'s ``read_parts``."""
 
 DEFAULT_MASTER = "local[*]"
 """The Spark master when none is given: every core of this machine."""
