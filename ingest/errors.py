@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+EXIT_ERROR = 2
+"""The exit status of a command that failed with an error (``stabscope``, and serve's server process);
+1 is kept for "another process writes the run" (``ingest.store.run_lock.WriterBusy``)."""
+
 
 class StabScopeError(Exception):
     """A user-facing failure with a specific message (file, line/offset, what was expected)."""

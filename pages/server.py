@@ -10,6 +10,7 @@ import os
 import socket
 import sys
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -94,10 +95,12 @@ LOOPBACK_HOST_NAMES = ("localhost", "127.0.0.1", "::1")
 viewer visits cannot then reach it through a DNS name it points at 127.0.0.1 (DNS rebinding)."""
 
 
-def main(port: int, host: str = DEFAULT_HOST) -> int:
+def main(port: int, host: str = DEFAULT_HOST, seed_demo: Callable[[], int] | None = None) -> int:
     """Say where the dashboard listens (and warn when that is beyond this machine), prepare, seed the
-    demo runs on a first start, then run Streamlit on the app (:data:`APP`, blocks); the exit status."""
-    from ingest.cli import EXIT_ERROR, seed_before_serving
+    demo runs on a first start with ``seed_demo`` (an exit status; ``stabscope serve`` passes
+    ``ingest.cli.serve.seed_before_serving``), then run Streamlit on the app (:data:`APP`, blocks); the
+    exit status."""
+    from ingest.errors import EXIT_ERROR
     from pages.access_gate import install as install_gate
     from pages.access_gate import settings_for
     from pages.parts.token_gate import expected_token
@@ -119,8 +122,8 @@ def main(port: int, host: str = DEFAULT_HOST) -> int:
     except RuntimeError as exc:
         print(exc, file=sys.stderr)
         return EXIT_ERROR
-    if not os.environ.get("STABSCOPE_NO_DEMO"):
-        status = seed_before_serving()
+    if seed_demo is not None and not os.environ.get("STABSCOPE_NO_DEMO"):
+        status = seed_demo()
         if status:
             return status
         os.environ[DEMO_READY_ENV] = "1"  # the pages need not check the store again (pages.parts.store_access)

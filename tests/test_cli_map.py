@@ -10,7 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ingest.cli import EXIT_ERROR, main
+from ingest.cli import main
+from ingest.errors import EXIT_ERROR
 from ingest.services.run_analyses import open_analysed_store
 
 FIRST = "step,my_objective,learning_rate,tok_acc\n1,2.5,0.001,0.1\n2,2.25,0.001,0.2\n3,2.0,0.001,0.3\n"

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from ingest.cli import EXIT_ERROR, main
+from ingest.cli import main
+from ingest.errors import EXIT_ERROR
 from ingest.services.run_analyses import open_analysed_store
 
 REAL_LOGS = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "real_logs"

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from ingest.cli import EXIT_ERROR, main
+from ingest.cli import main
+from ingest.errors import EXIT_ERROR
 
 REAL_LOGS = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "real_logs"
 MIXTRAL = REAL_LOGS / "megatron_mixtral8x7b_h100" / "golden_values_dev_dgx_h100.json"

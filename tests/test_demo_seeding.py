@@ -86,7 +86,7 @@ def child_app(go: str) -> int:
 
 def child_serve(go: str) -> int:
     """``stabscope serve``'s first start on the store: the demo runs before the server listens."""
-    from ingest.cli import seed_before_serving
+    from ingest.cli.serve import seed_before_serving
 
     at_barrier(go)
     return seed_before_serving()

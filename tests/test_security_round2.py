@@ -24,7 +24,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from ingest.cli import MIN_TOKEN_CHARS, terminal_safe
+from ingest.cli.output import terminal_safe
+from ingest.cli.serve import MIN_TOKEN_CHARS
 from ingest.errors import StabScopeError
 from ingest.formats import read_log
 from ingest.formats.tensorboard_events import masked_crc

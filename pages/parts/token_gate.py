@@ -30,7 +30,7 @@ _REFUSED_KEY = "stabscope_token_refused"
 _FORM_KEY = "stabscope_token_form"
 _FAILURES_KEY = "stabscope_token_failures"
 MIN_TOKEN_CHARS = 16
-"""Shortest token the gate opens with: ``ingest.cli.MIN_TOKEN_CHARS``, which ``stabscope serve`` enforces
+"""Shortest token the gate opens with: ``ingest.cli.serve.MIN_TOKEN_CHARS``, which ``stabscope serve`` enforces
 (repeated, not imported: this module loads nothing of ingest; a test checks that the two agree)."""
 FREE_FAILURES = 3
 """Wrong tokens a session may give before each further one is answered late (a typo costs nothing)."""
