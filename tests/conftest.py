@@ -88,6 +88,7 @@ TIERS: dict[str, str] = {
             "spikes",
             "store_read_routes",
             "tiers",
+            "layers",
             "corpus_golden",
             "statement_eval",
             "module_size",
