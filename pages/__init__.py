@@ -1,14 +1,14 @@
 """Streamlit pages: layout only; the work happens in ``stab_core`` and ``ingest``.
 
-The page scripts are the ones app.py lists in its navigation; the other modules here are what they
-share, each named by purpose: ``store_access`` (the one store handle and the cached reads),
-``widgets``, ``page_errors`` (the one place errors are drawn), ``charts`` and ``rank_charts`` (the
-figures) with ``chart_style``, ``chart_ranges`` and ``chart_incidents``, ``series_display``,
-``compare_lines``, ``run_costs``, ``incident_view``, ``alert_banners``, ``run_catalog``, ``rank_table``,
-``uploads``, ``scheduler_code``, ``run_meta`` (a form), ``view_url``,
-``experiment_view`` (the thesis section of Scenarios),
-``warmup``, ``token_gate`` (the shared token asked before any page draws) and ``server``
-(``stabscope serve``'s process, not a page).
+The page scripts are the ones app.py lists in its navigation; what they share is the subpackage
+``pages.parts``, each module named by purpose: ``store_access`` (the one store handle and the cached
+reads), ``widgets``, ``page_errors`` (the one place errors are drawn), ``charts`` and ``rank_charts``
+(the figures) with ``chart_style``, ``chart_ranges`` and ``chart_incidents``, ``series_display``,
+``compare_lines``, ``run_costs``, ``incident_view``, ``alert_banners``, ``run_catalog``,
+``rank_table``, ``uploads``, ``scheduler_code``, ``run_meta`` (a form), ``view_url``,
+``experiment_view`` (the thesis section of Scenarios), ``warmup`` and ``token_gate`` (the shared token
+asked before any page draws). Beside the scripts: ``navigation`` (the app's body, serve's main script),
+``server`` (``stabscope serve``'s process, not a page) and ``access_gate`` (its middleware).
 
 Importing this package leaves Streamlit's old pages/-folder mode if it is on, before any of the pages'
 heavy libraries load: every page script imports it first, before any other import, so that a fresh
