@@ -17,6 +17,8 @@ from ingest.errors import EXIT_ERROR, StabScopeError
 
 
 def cli_store(args: argparse.Namespace) -> Any:
+    """The store of ``--store`` (default: ``$STABSCOPE_STORE`` or the embedded one) with the analyses as its
+    ``on_generation`` hook, writing with the ``--wait`` of the writing commands."""
     from ingest.services.run_analyses import open_analysed_store
 
     store = open_analysed_store(args.store)
