@@ -5,21 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 REPO = Path(__file__).resolve().parents[1]
 MAX_LINES = 600
 SOURCE_ROOTS = ("stab_core", "ingest", "pages", "bench")
-
-BEING_SPLIT = frozenset(
-    {
-        "ingest/cli/__init__.py",
-        "ingest/formats/_common.py",
-        "ingest/formats/tensorboard_records.py",
-        "ingest/formats/textlog_engine.py",
-    }
-)
-"""Modules other branches of this round split (issue #34); the lead drops this set at merge."""
 
 
 def source_modules() -> list[Path]:
@@ -41,13 +29,7 @@ def oversized(limit: int = MAX_LINES) -> dict[str, int]:
 
 
 def test_no_source_module_over_the_limit() -> None:
-    offenders = {name: n for name, n in oversized().items() if name not in BEING_SPLIT}
-    assert offenders == {}, f"split by purpose (at most {MAX_LINES} lines each): {offenders}"
-
-
-@pytest.mark.xfail(strict=False, reason="split in branch layout/grammar")
-def test_the_modules_being_split_elsewhere_are_within_the_limit() -> None:
-    offenders = {name: n for name, n in oversized().items() if name in BEING_SPLIT}
+    offenders = oversized()
     assert offenders == {}, f"split by purpose (at most {MAX_LINES} lines each): {offenders}"
 
 
