@@ -181,10 +181,7 @@ def _not_logged(case: Case, text: str) -> Verdict:
     key = NODE_FACT.get(int(found.group(1))) if found else None
     if key is None:
         return UNJUDGED, "no fact says whether what it lacks is logged"
-    logged = case.logged(key)
-    if logged is None:
-        return UNJUDGED, f"facts have no logged.{key}"
-    return (FALSE, f"logged.{key} true") if logged else (TRUE, f"logged.{key} false")
+    return case.not_logged(key)
 
 
 def said_claims(incident: Mapping[str, Any]) -> list[dict[str, Any]]:
