@@ -16,7 +16,7 @@ sensitivity, ``spikes --all``, ``diagnose --json`` at its first three incidents,
 checklist (facts, grades, Markdown), the stored alerts (``meta['analysis']['alerts']``), the events
 the pages draw (``pages.store_access.read_events``), the CSV export's SHA-256 and the overview and
 compare figures' JSON. Then ``stabscope import --json`` of one log of each real format into a fresh
-store (one of them also with ``--meta``), with that run's stored alerts. Then the golden scores and
+store (one of them also with ``--meta``), with that run's stored alerts and metadata. Then the golden scores and
 sensitivity rows, ``evaluate_detection``, the tree's DOT text and
 each demo and scenario simulation (its arrays' SHA-256, truth, events and metadata). Floats are
 written with ``repr``: a change in the last digit shows.
@@ -136,7 +136,8 @@ IMPORTS: dict[str, tuple[list[str], list[str]]] = {
 
 def _imports(root: Path) -> dict[str, Any]:
     """``stabscope import --json`` of each of ``IMPORTS`` into a fresh store at ``root``, without the
-    inputs' and the store's absolute paths (they differ between checkouts), and the run's stored alerts."""
+    inputs' and the store's absolute paths (they differ between checkouts), and the run's stored alerts
+    and metadata (without the analyses)."""
     from ingest.store import Store
 
     if not REAL_LOGS.is_dir():
@@ -151,10 +152,12 @@ def _imports(root: Path) -> dict[str, Any]:
             imported.pop(volatile, None)
         imported = json.loads(json.dumps(imported, sort_keys=True, default=str).replace(str(root), "STORE"))
         meta = Store(root).run_info(run).meta
+        user_meta = {k: v for k, v in meta.items() if k != "analysis"}  # what --meta wrote shows here
         out[run] = {
             "rc": rc,
             "import": jsonable(imported),
             "alerts": jsonable((meta.get("analysis") or {}).get("alerts")),
+            "meta": jsonable(user_meta),
         }
     return out
 
