@@ -24,12 +24,26 @@ def measured_step_time_s(store: Store, info: RunInfo) -> float | None:
     return float(np.median(finite)) if finite.size else None
 
 
+CUMULATIVE_CLOCKS = ("elapsed_time_s",)
+"""Metrics that are a cumulative clock (s since the run began, e.g. LLaMA-Factory's ``elapsed_time``): its
+increase between two logged steps over the steps between them is the mean step time there, as exact as a
+wall time per row (issue #32: a step time in any unit feeds the cost and throughput views)."""
+
+
 def wall_step_time_s(store: Store, name: str) -> float | None:
     """Median wall-clock seconds per step between consecutive logged ``loss`` rows that carry a wall time
-    (a log every N steps counts N steps), or None when the log has no wall times."""
+    (a log every N steps counts N steps), else between consecutive samples of a cumulative clock
+    (:data:`CUMULATIVE_CLOCKS`), or None when the log has neither."""
     steps, wall = store.read_wall_times(name, "loss")
     if steps.size < 2:
-        return None
+        clock = next((m for m in CUMULATIVE_CLOCKS if m in store.run_info(name).metrics), None)
+        if clock is None:
+            return None
+        series = store.read_series(name, clock)
+        finite = np.isfinite(series.values)
+        steps, wall = series.steps[finite], series.values[finite]
+        if steps.size < 2:
+            return None
     d_step, d_wall = np.diff(steps).astype(np.float64), np.diff(wall)
     keep = (d_step > 0) & (d_wall > 0) & np.isfinite(d_wall)
     return float(np.median(d_wall[keep] / d_step[keep])) if keep.any() else None

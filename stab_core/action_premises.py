@@ -27,16 +27,21 @@ def step_window(series: Series, lo: int, hi: int) -> tuple[IntArray, FloatArray]
 @dataclass(frozen=True)
 class RunFacts:
     """What the premises of actions read from the whole run, computed once per run: the first step at
-    which the logged LR fell (None if it never did, or without an LR) and whether the run is fp16."""
+    which the logged LR fell (None if it never did, or without an LR), the first step at which it rose
+    (None likewise: a log whose LR never rises has no warmup to lengthen), whether the run is fp16, and
+    where the log starts: its first logged loss step and the median logging interval (steps)."""
 
     lr_logged: bool
     first_lr_fall: int | None
     fp16: PremiseCheck
+    first_lr_rise: int | None = None
+    first_step: int | None = None
+    log_interval: float | None = None
 
 
 def run_facts(view: RunView) -> RunFacts:
     lr = view.series.get("lr")
-    first_fall = None
+    first_fall = first_rise = None
     logged = False
     if lr is not None:
         finite = np.isfinite(lr.values)
@@ -46,7 +51,53 @@ def run_facts(view: RunView) -> RunFacts:
             tolerance = 1e-12 * float(np.abs(values).max())
             falls = np.flatnonzero(np.diff(values) < -tolerance)
             first_fall = int(steps[falls[0] + 1]) if falls.size else None
-    return RunFacts(lr_logged=logged, first_lr_fall=first_fall, fp16=_precision_premise(view))
+            rises = np.flatnonzero(np.diff(values) > tolerance)
+            first_rise = int(steps[rises[0] + 1]) if rises.size else None
+    first_step, interval = _log_start(view)
+    return RunFacts(
+        lr_logged=logged,
+        first_lr_fall=first_fall,
+        fp16=_precision_premise(view),
+        first_lr_rise=first_rise,
+        first_step=first_step,
+        log_interval=interval,
+    )
+
+
+def _log_start(view: RunView) -> tuple[int | None, float | None]:
+    """The first step with a finite loss and the median interval (steps) between logged losses; Nones
+    without two finite losses."""
+    loss = view.series.get("loss")
+    if loss is None:
+        return None, None
+    steps = loss.steps[np.isfinite(loss.values)]
+    if steps.size < 2:
+        return (int(steps[0]) if steps.size else None), None
+    return int(steps[0]), float(np.median(np.diff(steps)))
+
+
+LOG_START_INTERVALS = 2
+"""A log starts at the run's beginning when its first logged step is within this many logging
+intervals of step 0 (a console logged every 10 steps starts at 10; a chronicle pasted from step 31,000
+at interval 1 is a resumed run, whose initialisation is long past)."""
+
+
+def _lr_rose_before(facts: RunFacts, step: int) -> PremiseCheck:
+    """Did the logged LR rise at or before ``step`` (a warmup to lengthen, a peak reached by a rise)? None
+    without a usable LR."""
+    evidence: Evidence = {"first_lr_rise": facts.first_lr_rise}
+    if not facts.lr_logged:
+        return None, evidence
+    return facts.first_lr_rise is not None and facts.first_lr_rise <= step, evidence
+
+
+def _log_starts_at_beginning(facts: RunFacts) -> PremiseCheck:
+    """Does the log start at the run's first steps (so its initialisation and first batches are what the
+    instability follows)? None without two finite losses."""
+    evidence: Evidence = {"first_logged_step": facts.first_step, "logging_interval": facts.log_interval}
+    if facts.first_step is None or facts.log_interval is None:
+        return None, evidence
+    return facts.first_step <= LOG_START_INTERVALS * max(facts.log_interval, 1.0), evidence
 
 
 def _lr_never_fell_before(facts: RunFacts, step: int) -> bool | None:
@@ -100,7 +151,7 @@ def _precision_premise(view: RunView) -> PremiseCheck:
             return value, {"precision": flag, "source": f"meta {flag}"}
     scale = view.series.get("loss_scale")
     if scale is not None:
-        values = scale.values[np.isfinite(scale.values)]
+        values = scale.values[np.isfinite(scale.values) & (scale.values > 0)]  # <= 0: a placeholder
         if values.size:
             low, high = float(values.min()), float(values.max())
             if high > low or low > 1.0:
@@ -146,7 +197,13 @@ def check_premises(
         "transition_is_data_switch": (kind == "data_switch", about),
         "clip_absorbed": _clip_premise(view, spike.onset, until),
         "lr_logged": (lr_at_start is not None, {"lr_at_start": lr_at_start}),
+        "lr_rose_before": _with(_lr_rose_before(facts, spike.start), {"lr_at_start": lr_at_start}),
+        "log_starts_at_beginning": _log_starts_at_beginning(facts),
     }
+
+
+def _with(check: PremiseCheck, more: Evidence) -> PremiseCheck:
+    return check[0], {**check[1], **more}
 
 
 def action_facts(spike: SpikeEvent, premises: Mapping[str, PremiseCheck]) -> dict[str, object]:

@@ -15,15 +15,15 @@ from typing import Any, Final
 import numpy as np
 
 from stab_core.claims import incident_claims, said_from_json
+from stab_core.clean_baseline import spikes_past_long_incidents
 from stab_core.clipping import ClipStats, clipping_stats
 from stab_core.decision_tree import NONFINITE_START_LEAF, DiagnosisParams
 from stab_core.diagnosis import diagnose, diagnose_early
-from stab_core.early_rises import robust_early_rises
+from stab_core.early_rises import banded_climbs, robust_early_rises
 from stab_core.incidents import (
     Incident,
     IncidentKind,
     LoggingGaps,
-    detect_climbs,
     early_jumps,
     group_incidents,
     logging_gaps,
@@ -31,10 +31,11 @@ from stab_core.incidents import (
     without_steps,
 )
 from stab_core.runview import FloatArray, IntArray, RunView, Series
-from stab_core.severity import Certainty, classify, loss_cost, sensitivity
+from stab_core.severity import EARLY_BLIP_SAMPLES, Certainty, classify, loss_cost, sensitivity
 from stab_core.snr import SnrCollapse, SnrSeries, detect_snr_collapse, gradient_snr
 from stab_core.spike_params import GRAD_NORM_SPIKE_PARAMS, LOSS_SPIKE_PARAMS, SpikeParams
 from stab_core.spikes import SpikeEvent, detect_spikes, event_at_step, link_grad_norm_lead
+from stab_core.step_gaps import near_baseline as _near_baseline
 from stab_core.tree_nodes import DiagnosisContext, logging_interval, prepare_context
 from stab_core.tree_walk import Diagnosis
 
@@ -400,22 +401,27 @@ def find_incidents(view: RunView, params: AnalysisParams | None = None) -> list[
     early: list[SpikeEvent] = []
     if grad is not None and grad.steps.size:
         grad_events = detect_spikes(grad.steps, grad.values, "grad_norm", p.grad_norm_spikes)
-        found += [(event, "spike") for event in grad_events]
         early = _new_early_jumps(grad, grad_events, p.grad_norm_spikes)
-        found += [(event, "spike") for event in early]
+        grad_events, early = (_near_baseline(e, grad, p.grad_norm_spikes) for e in (grad_events, early))
+        found += [(event, "spike") for event in (*grad_events, *early)]
     interval = 1
     if loss is not None and loss.steps.size:
         interval = logging_interval(loss.steps)
-        found += [(event, "spike") for event in detect_spikes(loss.steps, loss.values, "loss", p.loss_spikes)]
+        z = p.loss_spikes.z_threshold
+        loss_events = _near_baseline(detect_spikes(loss.steps, loss.values, "loss", p.loss_spikes), loss, p.loss_spikes)
+        found += [(event, "spike") for event in loss_events]
         found += [
             (event, "early_instability")
-            for event in robust_early_rises(loss.steps, loss.values, p.loss_spikes.min_history)
+            for event in robust_early_rises(loss.steps, loss.values, p.loss_spikes.min_history, "loss", z)
         ]
         early_until = _early_limit(loss, p.loss_spikes)
         found += [
             (event, "early_instability" if event.start < early_until else "climb")
-            for event in detect_climbs(loss.steps, loss.values)
+            for event in banded_climbs(loss.steps, loss.values, z)
         ]
+        seen = [e for e, _ in found if e.metric == "loss"]
+        again = spikes_past_long_incidents(loss.steps, loss.values, "loss", p.loss_spikes, seen, p.blip_samples)
+        found += [(event, "spike") for event in again]
     incidents = []
     for kind, members in group_incidents(found, join_steps=3 * interval, max_lead_steps=p.max_lead_steps):
         primary = members[0]
@@ -470,7 +476,9 @@ def _costed(incident: Incident, loss: Series | None, early: Sequence[SpikeEvent]
         diverged=diverged,
         loss_samples=cost.samples_above if cost is not None and cost.band is not None else None,
         member_samples=max(m.n_samples for m in incident.members),
-        blip_samples=p.blip_samples,
+        blip_samples=min(p.blip_samples, EARLY_BLIP_SAMPLES)
+        if incident.kind == "early_instability"
+        else p.blip_samples,
         steps_lost=over - incident.start,
     )
     return replace(

@@ -21,7 +21,7 @@ from stab_core.causes import UNKNOWN
 from stab_core.decision_tree import DECISION_TREE, NONFINITE_START_LEAF
 from stab_core.spikes import SpikeEvent
 from stab_core.tree_actions import PREMISES, Evidence, PremiseCheck
-from stab_core.tree_walk import Diagnosis
+from stab_core.tree_walk import SIGNAL_LOGGED_KEYS, Diagnosis
 
 ClaimKind = Literal["cause", "status", "recovery", "not_logged", "action", "checklist"]
 CLAIM_KINDS: Final[tuple[ClaimKind, ...]] = ("cause", "status", "recovery", "not_logged", "action", "checklist")
@@ -224,14 +224,15 @@ def _not_logged(diagnosis: Diagnosis) -> list[Claim]:
         if visit.answer != "unknown":
             continue
         node = DECISION_TREE.node(visit.node)
-        out.append(
-            Claim(
-                "not_logged",
-                f"Question {node.number} ({node.title}) could not be answered: the log lacks {node.to_log}.",
-                True,
-                dict(visit.evidence),
+        if visit.evidence.get(SIGNAL_LOGGED_KEYS.get(visit.node, "")) is True:
+            # the signal is logged, too short for the node's window: not a "lacks", and nothing to log
+            text = (
+                f"Question {node.number} ({node.title}) could not be answered: the log has too few samples of "
+                f"{node.to_log} before the incident."
             )
-        )
+        else:
+            text = f"Question {node.number} ({node.title}) could not be answered: the log lacks {node.to_log}."
+        out.append(Claim("not_logged", text, True, dict(visit.evidence)))
     return out
 
 

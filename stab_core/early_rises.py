@@ -5,6 +5,11 @@ In a run's first samples the spike detector has no baseline yet (:mod:`stab_core
 median of three consecutive samples before it. The minimum of single batches is not robust: one easy
 batch at 0.884 amid losses of 1.14-1.32 (a NeMo 2 Evo2 fine-tune, issue #32 item 3) made every
 later ordinary batch "1.49x the lowest so far".
+
+A rise (early, or a climb) must also clear the run's own noise band, taken from the samples before it,
+as a spike must (the detector asks both a ratio and a modified z-score): on a reward model whose
+per-batch loss swings 0.36-1.27 around 0.66 (issue #32, held-out corpus), 1.3x a held level is one
+noisy batch, not instability.
 """
 
 from __future__ import annotations
@@ -13,10 +18,15 @@ from typing import Final
 
 import numpy as np
 
-from stab_core.incidents import early_rises
+from stab_core.incidents import detect_climbs, early_rises
+from stab_core.rolling_baseline import MAD_TO_Z
 from stab_core.runview import FloatArray, IntArray
 from stab_core.spikes import SpikeEvent
 
+NOISE_MIN_SAMPLES: Final = 5
+"""Finite samples needed to take a noise scale: 3 second differences, the fewest whose median ignores
+one outlier among them. With fewer, an early rise must top every sample before it (the range of what
+there is is the only band they give)."""
 HELD_SAMPLES: Final = 3
 """Consecutive samples whose median is a level the loss held (one outlier batch of three is outvoted)."""
 
@@ -39,9 +49,53 @@ def held_levels(values: FloatArray) -> FloatArray:
     return out
 
 
-def robust_early_rises(steps: IntArray, values: FloatArray, history: int, metric: str = "loss") -> list[SpikeEvent]:
+def sample_noise(values: FloatArray) -> float:
+    """The run's own per-sample noise as a MAD (same units as ``values``): the median absolute second
+    difference of consecutive finite samples over sqrt(6) (x[i-1] - 2 x[i] + x[i+1] of independent
+    noise has 6 times its variance). Second differences cancel a straight trend: a 10-step run whose
+    loss falls 1.2 a step has a noise of ~0.07, not the 0.9 first differences would say; the median
+    ignores the spikes themselves. 0 with fewer than :data:`NOISE_MIN_SAMPLES` finite samples (no
+    scale: the ratio rules alone apply)."""
+    x = values[np.isfinite(values)]
+    if x.size < NOISE_MIN_SAMPLES:
+        return 0.0
+    return float(np.median(np.abs(np.diff(x, 2)))) / float(np.sqrt(6.0))
+
+
+def noise_band(values: FloatArray, z_threshold: float) -> float:
+    """How far above its level a rise must go to be out of the run's noise (loss units):
+    ``z_threshold`` modified z-scores of :func:`sample_noise`, the spike detector's own test."""
+    return z_threshold * sample_noise(values) / MAD_TO_Z
+
+
+def robust_early_rises(
+    steps: IntArray, values: FloatArray, history: int, metric: str = "loss", z_threshold: float = 0.0
+) -> list[SpikeEvent]:
     """Rises in the first ``history`` finite samples: a sample at least
     :data:`~stab_core.incidents.EARLY_MIN_RATIO` times the lowest held level before it
-    (:func:`held_levels`). The event's baseline is that level; it recovers at the first sample back
-    within :data:`~stab_core.incidents.RECOVER_RATIO` of it. Non-finite samples are skipped."""
-    return early_rises(steps, values, history, metric, levels=held_levels)
+    (:func:`held_levels`) and out of the noise band of the samples before it (:func:`noise_band` at
+    ``z_threshold``; 0: no band; fewer than :data:`NOISE_MIN_SAMPLES` before it: above all of them).
+    The event's baseline is that level; it recovers at the first sample back within
+    :data:`~stab_core.incidents.RECOVER_RATIO` of it. Non-finite samples are skipped."""
+    band = (lambda before: _early_band(before, z_threshold)) if z_threshold > 0 else None
+    return early_rises(steps, values, history, metric, levels=held_levels, band=band)
+
+
+def _early_band(before: FloatArray, z_threshold: float) -> float:
+    """How far over its held level a sample after ``before`` must rise: the noise band with
+    :data:`NOISE_MIN_SAMPLES` finite samples or more; with fewer, up to the highest of them."""
+    finite = before[np.isfinite(before)]
+    if finite.size >= NOISE_MIN_SAMPLES:
+        return noise_band(finite, z_threshold)
+    if finite.size == 0:
+        return 0.0
+    level = float(held_levels(np.append(finite, np.nan))[-1])
+    return max(0.0, float(finite.max()) - level) if np.isfinite(level) else 0.0
+
+
+def banded_climbs(steps: IntArray, values: FloatArray, z_threshold: float, metric: str = "loss") -> list[SpikeEvent]:
+    """Climbs (:func:`stab_core.incidents.detect_climbs`) whose smoothed loss stays out of the noise band
+    (:func:`noise_band`) of the samples before the rise, over the lowest level, for the whole sustained
+    span. The band comes from before the rise: a rise that fills most of a short log must not set its
+    own noise."""
+    return detect_climbs(steps, values, metric, band=lambda before: noise_band(before, z_threshold))

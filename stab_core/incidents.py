@@ -219,12 +219,14 @@ def early_rises(
     history: int,
     metric: str = "loss",
     levels: Callable[[FloatArray], FloatArray] | None = None,
+    band: Callable[[FloatArray], float] | None = None,
 ) -> list[SpikeEvent]:
     """Rises in the first ``history`` finite samples, where the spike detector has no baseline yet: a
     sample at least :data:`EARLY_MIN_RATIO` times the level before it: ``levels(first samples)`` per
     index (default: the lowest value before it; :func:`stab_core.early_rises.held_levels` is the level
-    the loss held). The event's baseline is that level; it recovers at the first sample back within
-    :data:`RECOVER_RATIO` of it."""
+    the loss held), and at least ``band(samples before it)`` above it (loss units: the run's noise band
+    from what there is, :mod:`stab_core.early_rises`; None: no band). The event's baseline is that
+    level; it recovers at the first sample back within :data:`RECOVER_RATIO` of it."""
     s, x = _finite(steps, values)
     events: list[SpikeEvent] = []
     i = 1
@@ -232,7 +234,7 @@ def early_rises(
     level_at = (levels or _lowest_before)(x[:limit])
     while i < limit:
         level = float(level_at[i])
-        if level > 0 and x[i] >= EARLY_MIN_RATIO * level:
+        if level > 0 and x[i] >= EARLY_MIN_RATIO * level and (band is None or x[i] - level >= band(x[:i])):
             recovery = _recovery(x, i + 1, level)
             last = (recovery - 1) if recovery is not None else x.size - 1
             events.append(build_event(metric, s, x, i, last, recovery, level, max(abs(level) * 0.01, 1e-12)))
@@ -293,9 +295,27 @@ def _smoothed(x: FloatArray) -> tuple[FloatArray, IntArray, int]:
     return np.median(windows, axis=1), np.arange(x.size, dtype=np.int64), 1
 
 
-def detect_climbs(steps: IntArray, values: FloatArray, metric: str = "loss") -> list[SpikeEvent]:
+def _out_of_band(smooth: FloatArray, floor: FloatArray, i: int, j: int, band: float, needed: int) -> tuple[int, int]:
+    """The first stretch of at least ``needed`` points of ``smooth[i:j]`` at least ``band`` above the
+    floor, as (first, end); (j, j) when there is none."""
+    out = np.flatnonzero(smooth[i:j] - floor[i:j] >= band)
+    if out.size >= needed:
+        breaks = np.flatnonzero(np.diff(out) > 1)
+        starts = np.concatenate([[0], breaks + 1])
+        ends = np.concatenate([breaks + 1, [out.size]])
+        for a, b in zip(starts, ends, strict=True):
+            if b - a >= needed:
+                return i + int(out[a]), i + int(out[b - 1]) + 1
+    return j, j
+
+
+def detect_climbs(
+    steps: IntArray, values: FloatArray, metric: str = "loss", band: Callable[[FloatArray], float] | None = None
+) -> list[SpikeEvent]:
     """Sustained rises: the smoothed series (:func:`_smoothed`) stays at least :data:`CLIMB_MIN_RATIO`
-    times the lowest smoothed level reached before it for :data:`CLIMB_MIN_SAMPLES` samples or more.
+    times, and ``band(samples before the rise)`` above (loss units: the noise band of the run before
+    it; None: no band), the lowest smoothed level reached before it for :data:`CLIMB_MIN_SAMPLES`
+    samples or more.
     The event starts at the step where that lowest level was reached, has it as baseline, and recovers
     once the smoothed series is back within :data:`RECOVER_RATIO` of it."""
     s, x = _finite(steps, values)
@@ -315,6 +335,10 @@ def detect_climbs(steps: IntArray, values: FloatArray, metric: str = "loss") -> 
         j = i
         while j < smooth.size and high[j]:
             j += 1
+        if band is not None and j - i >= points_needed:
+            # the band of the samples up to where the floor was reached, before the rise
+            reached = int(last_index[int(np.flatnonzero(smooth[: i + 1] == floor[i])[-1])])
+            i, j = _out_of_band(smooth, floor, i, j, band(x[: reached + 1]), points_needed)
         if j - i >= points_needed:
             level = float(floor[i])
             origin = int(last_index[int(np.flatnonzero(smooth[: i + 1] == level)[-1])])

@@ -205,6 +205,12 @@ logged every 10 steps whose loss rose 2-4x and came back two samples later lost 
 spike. The held-out corpus showed such early blow-ups of Megatron runs hidden as blips when the rule
 counted samples alone (docs/diagnosis.md); one- and two-step outliers of runs logged every step stay
 blips."""
+EARLY_BLIP_SAMPLES: Final = 1
+"""The blip length of an early instability (a rise in a run's first samples): its trend comes from a
+handful of samples and cannot vouch that nothing lasting was lost, so only the one-sample outlier the
+run is back from at the next sample is a blip (the golden rules' definition); a rise that stays two
+samples or more is an early blow-up, at least a spike (torchtitan on Aurora: 10.86 -> 14.45 -> 15.20
+-> 11.31 over steps 1-4)."""
 
 
 def classify(

@@ -116,6 +116,14 @@ PREMISES: Final[dict[str, Premise]] = {
         "the LR is logged",
         "Log the LR: whether the instability came with the warmup's rise cannot be told from this log.",
     ),
+    "lr_rose_before": Premise(
+        "lr_rose_before",
+        "the logged LR rose (a warmup or a raised peak) before the instability",
+        "Log the LR: whether the instability came with the warmup's rise cannot be told from this log.",
+    ),
+    "log_starts_at_beginning": Premise(
+        "log_starts_at_beginning", "the log starts at the run's first steps (not a resumed run or an excerpt)"
+    ),
 }
 
 ACTION_PREMISES: Final[dict[str, str]] = {
@@ -130,7 +138,8 @@ ACTION_PREMISES: Final[dict[str, str]] = {
     LEAF_ACTIONS["leaf_rank_fault"][2]: "not_recovered",
     LEAF_ACTIONS["leaf_data_outlier_recovered"][0]: "clip_absorbed",
     LEAF_ACTIONS["leaf_unknown"][0]: "signals_missing",
-    LEAF_ACTIONS["leaf_early_instability"][0]: "lr_logged",
+    LEAF_ACTIONS["leaf_early_instability"][0]: "lr_rose_before",
+    LEAF_ACTIONS["leaf_early_instability"][1]: "log_starts_at_beginning",
     LEAF_ACTIONS["leaf_early_instability"][2]: "not_recovered",
 }
 """The premise each action rests on (actions not listed rest on the verdict alone)."""

@@ -108,7 +108,9 @@ def node_numerical(view: RunView, spike: SpikeEvent, p: DiagnosisParams) -> Node
     if scale is not None:
         recent = step_window(scale, lo, hi)[1]
         before = step_window(scale, lo - 10 * lookback, lo - 1)[1]
-        recent, before = recent[np.isfinite(recent)], before[np.isfinite(before)]
+        # a loss scale is positive: Megatron prints "loss scale: -1.0" when DeepSpeed owns the optimizer,
+        # a placeholder, not a scale that fell to nothing
+        recent, before = recent[np.isfinite(recent) & (recent > 0)], before[np.isfinite(before) & (before > 0)]
         if recent.size:
             level = float(np.median(before)) if before.size else float(recent[0])
             low = float(recent.min())
@@ -372,6 +374,10 @@ def _without_earlier(
     return SnrSeries(steps, masked, snr.estimator, snr.label, snr.window, snr.batch), hidden
 
 
+def _logged(series: Series | None) -> bool:
+    return series is not None and bool(np.isfinite(series.values).any())
+
+
 def node_snr_collapse(
     spike: SpikeEvent,
     p: DiagnosisParams,
@@ -380,7 +386,8 @@ def node_snr_collapse(
 ) -> NodeResult:
     snr = context.snr
     if snr is None or snr.steps.size == 0:
-        return NodeResult("unknown", {"snr_available": False})
+        # the grad norm may be logged and still too short for an SNR: then what is missing is samples
+        return NodeResult("unknown", {"snr_available": False, "grad_norm_logged": _logged(context.grad_norm)})
     interval = logging_interval(snr.steps)
     lookback = max(p.snr_lookback_steps, 10 * interval)
     baseline = max(p.snr_baseline_steps, 10 * interval)
@@ -406,7 +413,7 @@ def node_snr_collapse(
         "samples_left_out_for_earlier_incidents": hidden,
     }
     if drop.samples == 0:
-        return NodeResult("unknown", evidence)
+        return NodeResult("unknown", {**evidence, "grad_norm_logged": _logged(context.grad_norm)})
     led, lead_evidence = loss_led_signature(spike, context.grad_norm, interval)
     evidence.update(lead_evidence)
     if drop.drop >= p.snr_collapse_factor and led is not False:

@@ -84,6 +84,11 @@ PremiseReader = Callable[[Sequence[NodeVisit]], tuple[dict[str, object], dict[st
 """Given the path walked, the facts actions are written with and the premises checked on the run."""
 
 
+SIGNAL_LOGGED_KEYS: dict[str, str] = {"snr_collapse": "grad_norm_logged"}
+"""For a node that can be unknown although its signal is logged (too few samples), the evidence key that says
+the signal is logged."""
+
+
 def walk_path(
     tree: DecisionTree,
     answer_node: Callable[[TreeNode], NodeResult],
@@ -107,7 +112,9 @@ def walk_path(
         label: str = result.answer
         if result.answer == "unknown":
             missing.append(node.settled_by)
-            to_log.append(node.to_log or node.settled_by)
+            if result.evidence.get(SIGNAL_LOGGED_KEYS.get(node.id, "")) is not True:
+                # a signal the run logs is not one to ask for (too few samples of it is another matter)
+                to_log.append(node.to_log or node.settled_by)
             penalty *= unknown_penalty
         elif result.answer == "yes":
             strength = result.strength

@@ -34,6 +34,7 @@ TIERS: dict[str, str] = {
     # fast: pure core, the readers, store units; what `pytest` alone runs (under 2 minutes on 2 cores)
     **dict.fromkeys(
         (
+            "action_premise_shapes",
             "alerts",
             "analysis",
             "baselines",
@@ -50,6 +51,7 @@ TIERS: dict[str, str] = {
             "declared_imports",
             "diagnosis",
             "early_warning",
+            "heldout_shapes",
             "experiment_stats",
             "formats_aliases",
             "stab_core_pure",

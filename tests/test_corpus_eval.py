@@ -24,7 +24,7 @@ pytestmark = pytest.mark.skipif(
 MAX_IMPORT_FAULTS = 17
 MIN_RECALL = 12 / 13
 MAX_SHOWN_ON_HEALTHY = 116
-MIN_STATEMENT_PRECISION = 0.81
+MIN_STATEMENT_PRECISION = 0.83  # 0.832 after the statement-layer rules (statements2)
 # Held out (golden "tuned_on": false, batches 6 and 7), measured at the merge of corpusa and corpusb
 # before anything was changed for them (issue #32: the lead decides what to fix from these figures)
 HELD_OUT_MAX_IMPORT_FAULTS = 54

@@ -138,6 +138,15 @@ def test_not_logged_claims_against_facts_logged() -> None:
     no_lr = copy.deepcopy(GOLDEN)
     no_lr["facts"]["logged"]["lr"] = False
     assert incident_verdicts(incident(700, *lacks), golden=no_lr)[1:] == ["false", "true", "unjudged"]
+    # "too few samples of X": X logged does not contradict it (the sample count is no fact); X absent does
+    few = claim(
+        "not_logged",
+        "Question 5 (SNR collapse before the spike?) could not be answered: the log has too few samples of x.",
+    )
+    assert incident_verdicts(incident(700, few))[1:] == ["unjudged"]
+    no_grad = copy.deepcopy(GOLDEN)
+    no_grad["facts"]["logged"]["grad_norm"] = False
+    assert incident_verdicts(incident(700, few), golden=no_grad)[1:] == ["false"]
 
 
 NAN_FROM_START_ACTIONS = [
