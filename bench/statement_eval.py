@@ -182,15 +182,13 @@ def _not_logged(case: Case, text: str) -> Verdict:
     if key is None:
         return UNJUDGED, "no fact says whether what it lacks is logged"
     logged = case.logged(key)
-    if logged is None:
-        return UNJUDGED, f"facts have no logged.{key}"
-    if "too few samples of" in text:
+    if logged is not None and "too few samples of" in text:
         # "the log has too few samples of X": X logged is consistent with it, X absent contradicts it; how
         # many samples the node needs is not a fact of the schema
         return (
             (UNJUDGED, f"logged.{key} true; no fact counts its samples") if logged else (FALSE, f"logged.{key} false")
         )
-    return (FALSE, f"logged.{key} true") if logged else (TRUE, f"logged.{key} false")
+    return case.not_logged(key)
 
 
 def said_claims(incident: Mapping[str, Any]) -> list[dict[str, Any]]:

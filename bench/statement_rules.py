@@ -80,6 +80,14 @@ class Case:
     def logged(self, key: str) -> bool | None:
         return logged_in_run(self.facts, key, self.run_metrics)
 
+    def not_logged(self, key: str, when_logged: str = "") -> Verdict:
+        """The verdict on "the run does not log ``key``": unjudged without a fact, false when it is logged
+        (``when_logged`` ends that reason), true when it is not."""
+        logged = self.logged(key)
+        if logged is None:
+            return UNJUDGED, f"facts have no logged.{key}"
+        return (FALSE, f"logged.{key} true{when_logged}") if logged else (TRUE, f"logged.{key} false")
+
     def cause(self, name: str) -> Verdict:
         """A statement that rests on cause ``name``: causes_consistent / causes_ruled_out."""
         return cause_verdict(self.truth or {}, name)
@@ -289,10 +297,7 @@ def _rerun_from_checkpoint(case: Case) -> Verdict:
 
 
 def _record_max_norm(case: Case) -> Verdict:
-    clip = case.logged("clip")
-    if clip is None:
-        return UNJUDGED, "facts have no logged.clip"
-    return (FALSE, "logged.clip true: the log tells") if clip else (TRUE, "logged.clip false")
+    return case.not_logged("clip", ": the log tells")
 
 
 def _record_precision(case: Case) -> Verdict:
@@ -305,17 +310,11 @@ def _record_precision(case: Case) -> Verdict:
 def _log_loss_scale(case: Case) -> Verdict:
     if case.facts.get("precision") in ("bf16", "fp32"):
         return FALSE, f"precision {case.facts['precision']}: no fp16 loss scale exists"
-    scale = case.logged("loss_scale")
-    if scale is None:
-        return UNJUDGED, "facts have no logged.loss_scale"
-    return (FALSE, "logged.loss_scale true") if scale else (TRUE, "logged.loss_scale false")
+    return case.not_logged("loss_scale")
 
 
 def _log_lr(case: Case) -> Verdict:
-    lr = case.logged("lr")
-    if lr is None:
-        return UNJUDGED, "facts have no logged.lr"
-    return (FALSE, "logged.lr true") if lr else (TRUE, "logged.lr false")
+    return case.not_logged("lr")
 
 
 def _no_fact(case: Case) -> Verdict:

@@ -103,6 +103,13 @@ WARMUP_START_FRACTION: Final = 0.5
 says (a warmup set in tokens or samples reads as 0 steps)."""
 
 
+def _grade_flag(parts: list[Status], evidence: list[str], flag: bool | None, unknown: str, yes: str, no: str) -> None:
+    """Grade a yes/no setting: unknown when ``flag`` is None, pass when true, fail when false; its
+    evidence line is ``unknown``, ``yes`` or ``no``."""
+    parts.append("unknown" if flag is None else "pass" if flag else "fail")
+    evidence.append(unknown if flag is None else yes if flag else no)
+
+
 def _logged_warmup(facts: Mapping[str, Any]) -> str | None:
     """The logged LR's evidence of a warmup ("the logged LR rises from 5.3e-07 at step 1 to its peak
     0.0003"), or None when it starts near its peak (or is not logged)."""
@@ -166,15 +173,14 @@ def _check_clipping(config: Mapping[str, Any], facts: Mapping[str, Any]) -> Grad
         parts.append("pass")
         evidence.append(f"max_norm = {max_norm:g}{_from(config, 'max_norm')}")
     logged = _flag(facts, "clip_ratio_logged")
-    if logged is None:
-        parts.append("unknown")
-        evidence.append("no run data: confirm grad_norm (pre-clip) or clip_coef is logged every step")
-    elif logged:
-        parts.append("pass")
-        evidence.append("clip ratio is known from the run (grad_norm or clip_coef logged)")
-    else:
-        parts.append("fail")
-        evidence.append("the run logs neither grad_norm nor clip_coef: the clip ratio is invisible")
+    _grade_flag(
+        parts,
+        evidence,
+        logged,
+        "no run data: confirm grad_norm (pre-clip) or clip_coef is logged every step",
+        "clip ratio is known from the run (grad_norm or clip_coef logged)",
+        "the run logs neither grad_norm nor clip_coef: the clip ratio is invisible",
+    )
     ratio = _number(facts, "clip_ratio")
     if ratio is not None and math.isfinite(ratio):
         if ratio > MAX_CLIP_RATIO:
@@ -269,15 +275,14 @@ def _check_checkpoints(config: Mapping[str, Any], facts: Mapping[str, Any]) -> G
                 else f"outside {low:g}-{high:g}x of the optimum: checkpoint writes eat the run"
             )
     rehearsed = _flag(config, "restore_rehearsed")
-    if rehearsed is None:
-        parts.append("unknown")
-        evidence.append("tick once a restore from checkpoint has been rehearsed end to end")
-    elif rehearsed:
-        parts.append("pass")
-        evidence.append("restore rehearsed")
-    else:
-        parts.append("fail")
-        evidence.append("restore not rehearsed")
+    _grade_flag(
+        parts,
+        evidence,
+        rehearsed,
+        "tick once a restore from checkpoint has been rehearsed end to end",
+        "restore rehearsed",
+        "restore not rehearsed",
+    )
     return _combine(parts), evidence, True
 
 
@@ -405,15 +410,14 @@ def _check_moe(config: Mapping[str, Any], facts: Mapping[str, Any]) -> Grade:
         evidence.append("router z-loss / bias balancing settings not found")
     if aux is not None:
         evidence.append(f"auxiliary balance loss {aux:g}")
-    if load_logged is None:
-        parts.append("unknown")
-        evidence.append("tick once expert load (max/mean) is logged per step")
-    elif load_logged:
-        parts.append("pass")
-        evidence.append("expert load is logged")
-    else:
-        parts.append("fail")
-        evidence.append("expert load is not logged: a seesaw cannot be seen")
+    _grade_flag(
+        parts,
+        evidence,
+        load_logged,
+        "tick once expert load (max/mean) is logged per step",
+        "expert load is logged",
+        "expert load is not logged: a seesaw cannot be seen",
+    )
     return _combine(parts), evidence, True
 
 
@@ -423,19 +427,23 @@ def _check_per_rank(config: Mapping[str, Any], facts: Mapping[str, Any]) -> Grad
     per_rank = _first_flag("per_rank_metrics", facts)
     if per_rank is None:
         per_rank = _flag(config, "per_rank_metrics_logged")
-    if per_rank is None:
-        parts.append("unknown")
-        evidence.append("tick once each rank logs its local grad norm and loss")
-    else:
-        parts.append("pass" if per_rank else "fail")
-        evidence.append("per-rank metrics logged" if per_rank else "only run-level metrics are logged")
+    _grade_flag(
+        parts,
+        evidence,
+        per_rank,
+        "tick once each rank logs its local grad norm and loss",
+        "per-rank metrics logged",
+        "only run-level metrics are logged",
+    )
     provenance = _first_flag("batch_provenance_logged", facts, config)
-    if provenance is None:
-        parts.append("unknown")
-        evidence.append("tick once the data loader logs which samples formed each batch")
-    else:
-        parts.append("pass" if provenance else "fail")
-        evidence.append("batch provenance logged" if provenance else "batch provenance not logged")
+    _grade_flag(
+        parts,
+        evidence,
+        provenance,
+        "tick once the data loader logs which samples formed each batch",
+        "batch provenance logged",
+        "batch provenance not logged",
+    )
     return _combine(parts), evidence, True
 
 

@@ -131,6 +131,7 @@ TIERS: dict[str, str] = {
             "findings_store",
             "baseline_eval",
             "serve_start",
+            "behaviour_dump",
         ),
         "integration",
     ),
