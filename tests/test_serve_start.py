@@ -42,7 +42,8 @@ def test_the_server_listens_before_the_page_helpers_load() -> None:
     """The first page imports them after its browser warm-up (pages.parts.warmup), as under streamlit run."""
     code = (
         "import sys\nfrom pages.server import _prepare_server\n_prepare_server()\n"
-        "print(sorted(m for m in ('pages.parts.charts', 'pages.parts.store_access', 'pandas', 'duckdb') if m in sys.modules))"
+        "print(sorted(m for m in ('pages.parts.charts', 'pages.parts.store_access', 'pandas', 'duckdb')"
+        " if m in sys.modules))"
     )
     assert _python(code).splitlines()[-1] == "[]"
 

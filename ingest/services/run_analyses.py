@@ -20,7 +20,6 @@ import pyarrow as pa
 from ingest.long_schema import LONG_SCHEMA, null_floats
 from ingest.services.run_alerts import alerts_from_memory
 from ingest.services.run_findings import sibling_gap
-from ingest.long_schema import LONG_SCHEMA, null_floats
 from ingest.store import Store
 from stab_core.analysis import analyze_run
 from stab_core.findings import view_findings
