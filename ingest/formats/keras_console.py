@@ -33,7 +33,8 @@ from ingest.formats.raw_text import LAUNCHER_LEAD, decode_head, looks_binary
 _EPOCH: Final = re.compile(r"^[ \t]*Epoch[ \t]+(?P<epoch>[0-9]+)/(?P<total>[0-9]+)[ \t]*$")
 _METRICS: Final = re.compile(
     r"^[ \t]*(?:[0-9]+/[0-9]+[ \t]+\[[=>.]*\][ \t]+-[ \t]+)?(?P<time>" + NUMBER + r")s"
-    r"(?:[ \t]+" + NUMBER + r"[mu]?s/(?:step|sample))?(?P<rest>(?:[ \t]+-[ \t]+[A-Za-z_][A-Za-z0-9_]*:[ \t]*\S+)+)[ \t]*$"
+    r"(?:[ \t]+" + NUMBER + r"[mu]?s/(?:step|sample))?"
+    r"(?P<rest>(?:[ \t]+-[ \t]+[A-Za-z_][A-Za-z0-9_]*:[ \t]*\S+)+)[ \t]*$"
 )
 _PAIR: Final = re.compile(r"-[ \t]+(?P<key>[A-Za-z_][A-Za-z0-9_]*):[ \t]*(?P<val>" + NUMBER + r")(?=[ \t]|$)")
 
