@@ -18,6 +18,7 @@ import streamlit as st
 from pages.parts.incident_view import diagnosis_of, dot_with_evidence, evidence_text
 from pages.parts.store_access import get_store, list_runs, read_spikes
 from pages.parts.widgets import pick_run
+from stab_core.analysis import outcome
 from stab_core.decision_tree import DECISION_TREE
 from stab_core.tree_walk import tree_to_dot, walk_tree
 
@@ -185,7 +186,7 @@ if mode == "A detected spike":
     diagnosis = diagnosis_of(spike)
     st.caption(
         f"{' + '.join(spike.get('metrics') or [spike['metric']])} spike, steps {spike['start']}–{spike['end']}, "
-        f"peak at {spike['peak']}, {'recovered' if spike['recovered'] else 'diverged'}. "
+        f"peak at {spike['peak']}, {outcome(spike)}. "
         "The verdict first, then each question with its answer and every number behind it."
     )
     show_verdict(diagnosis, manual=False, summary=str(spike.get("summary") or ""))

@@ -461,7 +461,7 @@ def _new_early_jumps(series: Series, detected: Sequence[SpikeEvent], params: Spi
 
 def _costed(incident: Incident, loss: Series | None, early: Sequence[SpikeEvent], p: AnalysisParams) -> Incident:
     """``incident`` with its severity, certainty and the step its loss was back on trend."""
-    cost = loss_cost(loss.steps, loss.values, incident.start) if loss is not None else None
+    cost = loss_cost(loss.steps, loss.values, incident.start, incident.primary.peak) if loss is not None else None
     certainty: Certainty = "high"
     if (cost is not None and cost.certainty == "low") or any(m in early for m in incident.members):
         certainty = "low"

@@ -168,7 +168,12 @@ def _recovery(spike: SpikeEvent, diagnosis: Diagnosis, loss_recovered_at: int | 
     if _nonfinite_from_start(diagnosis):
         # a run that was never finite never converged: it has nothing to diverge from or recover to
         return [
-            Claim("recovery", "Diverged: it did not come back to its level.", False, {**evidence, "never_finite": True})
+            Claim(
+                "recovery",
+                "Nothing to recover to: the run was never finite, so it never held a level to come back to.",
+                True,
+                {**evidence, "never_finite": True},
+            )
         ]
     if spike.recovered and loss_recovered_at is not None:
         # the loss back within the noise band of the trend fitted before the incident (stab_core.severity),

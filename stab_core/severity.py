@@ -139,7 +139,9 @@ def trend_before(steps: IntArray, values: FloatArray, index: int, samples: int =
     slope = 0.0
     if x.size >= MIN_TREND_SAMPLES:
         i, j = np.triu_indices(x.size, k=1)
-        slope = float(np.median((x[j] - x[i]) / (t[j] - t[i])))
+        # a loss rising before an incident is the incident's lead-in, not a trend to come back to:
+        # extrapolated, it would call a loss still far above its old level "back on trend"
+        slope = min(float(np.median((x[j] - x[i]) / (t[j] - t[i]))), 0.0)
     intercept = float(np.median(x - slope * t))
     residuals = x - (intercept + slope * t)
     mad = float(np.median(np.abs(residuals - np.median(residuals))))
@@ -183,8 +185,9 @@ class LossCost:
     band: TrendBand | None
 
 
-def loss_cost(steps: IntArray, values: FloatArray, start: int) -> LossCost | None:
-    """The cost to the loss of an incident starting at step ``start`` (None without loss samples)."""
+def loss_cost(steps: IntArray, values: FloatArray, start: int, peak: int | None = None) -> LossCost | None:
+    """The cost to the loss of an incident starting at step ``start`` and peaking at step ``peak``
+    (None: at its start) (None without loss samples)."""
     if steps.size == 0:
         return None
     first = int(np.searchsorted(steps, start))
@@ -192,8 +195,11 @@ def loss_cost(steps: IntArray, values: FloatArray, start: int) -> LossCost | Non
     if band is None:
         return LossCost(None, 0, "low", None)
     # the incident's own first sample may still be on the trend (a grad-norm spike leads the loss);
-    # recovery is looked for from the sample after it
-    back = back_on_trend(steps, values, first + 1, band)
+    # recovery is looked for from the sample after it, and never before the incident's peak: a loss
+    # that dips back into its band on the way up to the peak has not recovered (word_language_model
+    # RNN_TANH: "recovered at 4783" of an incident peaking at 5583)
+    from_peak = int(np.searchsorted(steps, peak)) if peak is not None else first
+    back = back_on_trend(steps, values, max(first + 1, from_peak), band)
     if back is None:
         return LossCost(None, values.size - first, band.certainty, band)
     return LossCost(int(steps[back]), back - first, band.certainty, band)

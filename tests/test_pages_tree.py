@@ -124,3 +124,26 @@ def test_real_runs_incidents_read_in_words(tmp_path: Path, monkeypatch: pytest.M
     assert f"### {title}".lower() in _text(at).lower()  # a verdict the tree has no leaf for reads in words
     assert "{" not in _text(at) and "step of the spike" not in _text(at)
     assert at.code[0].value.startswith("spike_nonfinite = False")  # node 1's numbers, readable
+
+
+def test_a_run_nan_from_its_first_logged_step_is_not_called_diverged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue #32 item 4 on the page: a word_language_model console whose loss is nan on every line from
+    the first (batch 200) reads "non-finite from the first step", never "diverged"."""
+    from ingest.importing.importer import import_logs
+
+    lines = [
+        f"| epoch   1 | {b:5d}/ 2983 batches | lr 20.0000 | ms/batch 11.50 | loss   nan | ppl      nan"
+        for b in range(200, 3000, 200)
+    ]
+    log = tmp_path / "wlm_nan.md"
+    log.write_text("\n".join(lines) + "\n")
+    store = open_analysed_store(tmp_path / "store")
+    import_logs(store, [log], run="wlm-nan")
+    monkeypatch.setenv("STABSCOPE_STORE", str(store.root))
+    at = open_page("tree").run()
+    assert not at.exception
+    caption = at.caption[0].value  # the incident's line (later captions describe the questions not asked)
+    assert caption.startswith("loss spike, steps 200")
+    assert "non-finite from the first step" in caption and "diverged" not in caption.lower()

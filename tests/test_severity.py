@@ -95,6 +95,30 @@ def test_loss_cost_counts_the_samples_above_the_band() -> None:
     assert cost is not None and cost.recovered_at == 44 and cost.samples_above == 4
 
 
+def test_a_loss_rising_before_an_incident_is_not_a_trend_to_come_back_to() -> None:
+    """The lead-in of a run going bad (12 -> 13 over 16 samples) extrapolated would call 14 "on trend"."""
+    steps = np.arange(0, 40)
+    loss = 12.0 + steps / 16.0
+    loss[16:30] = 15.0
+    loss[30:] = [14.0, 13.5, 13.0, 12.9, 13.0, 12.95, 13.0, 12.9, 13.0, 12.95]
+    band = trend_before(steps, loss, 16)
+    assert band is not None and band.slope == 0.0
+    cost = loss_cost(steps, loss, 16)
+    # 14.0 at 30 is inside the extrapolated rise (13.9 + noise); 13.5 at 31 is inside the band of the median
+    assert cost is not None and cost.recovered_at == 31
+
+
+def test_the_loss_is_not_back_on_trend_before_the_incidents_peak() -> None:
+    """A loss that dips into its band on the way up to its peak (15 -> 3.0 -> 16 at the peak) has not
+    recovered: recovery is looked for from the peak on."""
+    steps = np.arange(0, 60)
+    loss = np.full(60, 3.0) + 0.01 * (steps % 3)
+    loss[40:50] = [3.6, 3.0, 3.8, 4.0, 4.5, 3.9, 3.5, 3.3, 3.0, 3.01]
+    assert loss_cost(steps, loss, 40).recovered_at == 41  # type: ignore[union-attr]
+    cost = loss_cost(steps, loss, 40, peak=44)
+    assert cost is not None and cost.recovered_at == 48 and cost.samples_above == 8
+
+
 # ------------------------------------------------------------------------------ severity
 
 
