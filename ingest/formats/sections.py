@@ -7,7 +7,13 @@ experiment 12 at step 8,738 are two runs, not a resume. Other headings (dates, t
 goes back to a later step without such a heading stays a resume from a checkpoint.
 
 Only markdown files are looked at, and ``#`` lines inside fenced blocks (shell comments) are no
-headings."""
+headings.
+
+In such notes a fenced block (an excerpt) that prints the lowest step shown so far again is
+another run too: BigScience's reshaping log pastes seven topologies, each resumed from the same
+checkpoint and each printing iteration 94,768 first, and its prequel one ``iteration 2`` line per
+TFLOPs test, each in its own block. Within one block, or in a trainer's own log, lines at one step
+are one record (OLMo prints one metric per line under each ``[step=N/M]`` header)."""
 
 from __future__ import annotations
 
@@ -28,16 +34,26 @@ MAX_BYTES: Final = 8 * 1024 * 1024
 def run_heading_lines(path: Path) -> list[int]:
     """The 1-based line numbers of ``path``'s headings that name an experiment or run (see the
     module docstring); empty for a file that is not markdown."""
+    return notes_marks(path)[0]
+
+
+def notes_marks(path: Path) -> tuple[list[int], list[int]]:
+    """The 1-based line numbers of ``path``'s run headings and of the lines that open a fenced
+    block (each an excerpt, see the module docstring); both empty for a file that is not markdown."""
     try:
         if path.suffix.lower() not in MARKDOWN_SUFFIXES or path.stat().st_size > MAX_BYTES:
-            return []
+            return [], []
         text = path.read_text("utf-8", errors="replace")
     except OSError:
-        return []
-    lines, fenced = [], False
+        return [], []
+    headings: list[int] = []
+    excerpts: list[int] = []
+    fenced = False
     for number, line in enumerate(text.split("\n"), start=1):
         if _FENCE.match(line):
             fenced = not fenced
+            if fenced:
+                excerpts.append(number)
         elif not fenced and RUN_HEADING.match(line):
-            lines.append(number)
-    return lines
+            headings.append(number)
+    return headings, excerpts

@@ -39,7 +39,7 @@ from typing import Any, Final
 from ingest.formats._common import CHUNK_BYTES, LogBuilder, iter_whole_lines
 from ingest.formats.base import Reader
 from ingest.formats.raw_text import LAUNCHER_LEAD, decode_head, looks_binary, strip_launcher_prefixes
-from ingest.formats.sections import run_heading_lines
+from ingest.formats.sections import notes_marks
 from ingest.formats.textlog_engine import PER_RANK_NAMES, EngineState, MatchedChunk
 from ingest.formats.textlog_patterns import ENGINE_ENV, LineKind
 from ingest.formats.wrapped_lines import is_pasted_size, join_wrapped_lines
@@ -169,7 +169,9 @@ class TextLogReader(Reader):
                 joins = self.joins_wrapped_lines and is_pasted_size(path)
                 # each line reserves one seq, in file order: line n of this file is seq first + n - 1
                 first = builder.reserve(0)
-                builder.run_headings += [first + n - 1 for n in run_heading_lines(path)]
+                headings, excerpts = notes_marks(path)
+                builder.run_headings += [first + n - 1 for n in headings]
+                builder.excerpt_starts += [first + n - 1 for n in excerpts]
                 for i, whole in enumerate(iter_whole_lines(path, builder, self.chunk_bytes)):
                     chunk = join_wrapped_lines(whole) if joins else whole
                     if i == 0 and not builder.meta:
