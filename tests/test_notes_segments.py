@@ -80,3 +80,43 @@ def test_olmo_perplexity_is_stored_as_ppl(tmp_path: Path) -> None:
     path.write_text("\n".join([*lines, "```"]) + "\n")
     parsed = read_log([path])
     assert parsed.series("train_ppl")[1].tolist() == [76631.0, 45773.0]
+
+
+def _wrapped_iteration(step: int, loss: float) -> list[str]:
+    """A Megatron iteration line wrapped at about 100 characters, most pieces ending in ``|``."""
+    return [
+        f"iteration {step}/ 1000 | consumed samples: {step * 4} | elapsed time per iteration (ms): 661.3 | learning",
+        f"rate: 1.497E-04 | global batch size: 4 | lm loss: {loss:E} | loss scale: 16384.0 | grad norm: 2.555 |",
+        "number of skipped iterations: 0 | number of nan iterations: 0 | time (ms) | forward-compute: 92.25 |",
+        "forward-recv: 65.68 | backward-compute: 239.82 |",
+    ]
+
+
+def _compared_topologies(path: Path, steps: tuple[int, ...]) -> Path:
+    """Notes comparing topologies, one wrapped iteration line under each ``### Nodes=N ...`` heading."""
+    out = ["# GPT2 scaling", ""]
+    for number, step in enumerate(steps):
+        out += [f"### Nodes={4 * (number + 1)} DP=1 TP=4 PP={4 * (number + 1)}", "", "Stats:", "", "```"]
+        out += [*_wrapped_iteration(step, 8.0 + number), "```", ""]
+    path.write_text("\n".join(out) + "\n")
+    return path
+
+
+def test_wrapped_iteration_lines_ending_in_bars_are_joined(tmp_path: Path) -> None:
+    parsed = read_log([_compared_topologies(tmp_path / "scaling.md", (50,))])
+    assert {"grad_norm", "loss", "loss_scale", "lr", "step_time_s"} <= set(parsed.metrics)
+    assert parsed.series("loss")[1].tolist() == [8.0]
+    assert parsed.series("lr")[1].tolist() == [1.497e-4]
+
+
+def test_configuration_headings_whose_steps_go_back_are_experiments(tmp_path: Path) -> None:
+    parsed = read_log([_compared_topologies(tmp_path / "scaling.md", (50, 30, 50, 40))])
+    runs = [parsed, *parsed.segments]
+    assert [r.series("loss")[0].tolist() for r in runs] == [[50], [30], [50], [40]]
+    assert [r.series("loss")[1].tolist() for r in runs] == [[8.0], [9.0], [10.0], [11.0]]
+
+
+def test_configuration_headings_whose_steps_go_on_are_one_run(tmp_path: Path) -> None:
+    parsed = read_log([_compared_topologies(tmp_path / "rounds.md", (50, 60, 70))])
+    assert not parsed.segments
+    assert parsed.series("loss")[0].tolist() == [50, 60, 70]

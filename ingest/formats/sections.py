@@ -12,12 +12,18 @@ headings.
 In such notes a fenced block (an excerpt) that prints the lowest step shown so far again is
 another run too: BigScience's reshaping log pastes seven topologies, each resumed from the same
 checkpoint and each printing iteration 94,768 first, and its prequel one ``iteration 2`` line per
-TFLOPs test, each in its own block. Within one block, or in a trainer's own log, lines at one step
-are one record (OLMo prints one metric per line under each ``[step=N/M]`` header)."""
+TFLOPs test, each in its own block. Within one block, or in a trainer's own log, lines
+at one step are one record (OLMo prints one metric per line under each ``[step=N/M]`` header).
+
+A heading that states a configuration (``### Nodes=16 DP=1 TP=4 PP=16``) names one experiment of
+a comparison, or the new setting of one run resumed on more nodes (BigScience's tr1-13B chronicles:
+``## Round3 SAVE_INTERVAL=1500 NNODES=32``, its steps going on). The steps tell which: when they go
+back at any such heading, each of them starts a run; when they only go on, they are one run."""
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
@@ -26,34 +32,47 @@ RUN_HEADING: Final = re.compile(
     r"^#{1,6}[ \t]+(?:experiment|exp\.?|run|attempt|trial)[ \t]*#?[ \t]*[0-9]+\b", re.IGNORECASE
 )
 """A heading that names one experiment by its number (``## Experiment 11``, ``### Run 3``)."""
+CONFIG_HEADING: Final = re.compile(r"^#{1,6}[ \t]+[^\n]*?\b[A-Za-z][A-Za-z0-9_-]*=[0-9A-Za-z]")
+"""A heading that states a setting (``### Nodes=16 DP=1``): see the module docstring."""
 _FENCE: Final = re.compile(r"^[ \t]*(?:`{3,}|~{3,})")
 MAX_BYTES: Final = 8 * 1024 * 1024
 """Notes larger than this are not looked at (a trainer's own log is no markdown file)."""
 
 
+@dataclass(frozen=True)
+class NotesMarks:
+    """The 1-based line numbers of what divides markdown notes (see the module docstring)."""
+
+    run_headings: list[int] = field(default_factory=list)
+    config_headings: list[int] = field(default_factory=list)
+    excerpt_starts: list[int] = field(default_factory=list)
+    """Lines that open a fenced block."""
+
+
 def run_heading_lines(path: Path) -> list[int]:
     """The 1-based line numbers of ``path``'s headings that name an experiment or run (see the
     module docstring); empty for a file that is not markdown."""
-    return notes_marks(path)[0]
+    return notes_marks(path).run_headings
 
 
-def notes_marks(path: Path) -> tuple[list[int], list[int]]:
-    """The 1-based line numbers of ``path``'s run headings and of the lines that open a fenced
-    block (each an excerpt, see the module docstring); both empty for a file that is not markdown."""
+def notes_marks(path: Path) -> NotesMarks:
+    """The run headings, configuration headings and fenced blocks of ``path``; none for a file that
+    is not markdown."""
+    marks = NotesMarks()
     try:
         if path.suffix.lower() not in MARKDOWN_SUFFIXES or path.stat().st_size > MAX_BYTES:
-            return [], []
+            return marks
         text = path.read_text("utf-8", errors="replace")
     except OSError:
-        return [], []
-    headings: list[int] = []
-    excerpts: list[int] = []
+        return marks
     fenced = False
     for number, line in enumerate(text.split("\n"), start=1):
         if _FENCE.match(line):
             fenced = not fenced
             if fenced:
-                excerpts.append(number)
+                marks.excerpt_starts.append(number)
         elif not fenced and RUN_HEADING.match(line):
-            headings.append(number)
-    return headings, excerpts
+            marks.run_headings.append(number)
+        elif not fenced and CONFIG_HEADING.match(line):
+            marks.config_headings.append(number)
+    return marks

@@ -168,16 +168,21 @@ def fresh_starts(steps: npt.NDArray[np.int64], excerpt: npt.NDArray[np.int64] | 
 
 
 def segment_cuts(
-    pieces: dict[str, list[Any]], run_headings: Sequence[int] = (), excerpt_starts: Sequence[int] = ()
+    pieces: dict[str, list[Any]],
+    run_headings: Sequence[int] = (),
+    excerpt_starts: Sequence[int] = (),
+    config_headings: Sequence[int] = (),
 ) -> dict[int, npt.NDArray[np.int64]]:
     """For each stream, the ``seq`` values (file order) at which its segments 2, 3, ... begin; empty
     when no source starts afresh. ``run_headings``: the ``seq`` of the lines whose heading names
     another experiment (:mod:`ingest.formats.sections`): a stream's rows under two such headings
     are two segments; ``excerpt_starts``: the ``seq`` of the lines opening a fenced block of
-    markdown notes (see :func:`fresh_starts`). Streams that restart less often than the
-    most restarting one get that one's cuts."""
+    markdown notes (see :func:`fresh_starts`); ``config_headings``: the ``seq`` of the headings that
+    state a configuration: run headings too when the stream's step goes back at one of them.
+    Streams that restart less often than the most restarting one get that one's cuts."""
     headings = np.asarray(sorted(run_headings), np.int64)
     excerpts = np.asarray(sorted(excerpt_starts), np.int64)
+    configs = np.asarray(sorted(config_headings), np.int64)
     by_stream: dict[int, list[tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]]] = {}
     seen: set[tuple[int, int]] = set()
     for metric_pieces in pieces.values():
@@ -200,6 +205,11 @@ def segment_cuts(
         if headings.shape[0] and seq.shape[0] > 1:
             section = np.searchsorted(headings, seq, side="right")
             cuts[stream] = np.union1d(cuts[stream], seq[1:][section[1:] != section[:-1]])
+        if configs.shape[0] and seq.shape[0] > 1:
+            config = np.searchsorted(configs, seq, side="right")
+            boundary = config[1:] != config[:-1]
+            if np.any(boundary & (step[1:] < step[:-1])):  # experiments compared, not one run resumed
+                cuts[stream] = np.union1d(cuts[stream], seq[1:][boundary])
     most = max((c.shape[0] for c in cuts.values()), default=0)
     if most == 0:
         return {}

@@ -169,9 +169,10 @@ class TextLogReader(Reader):
                 joins = self.joins_wrapped_lines and is_pasted_size(path)
                 # each line reserves one seq, in file order: line n of this file is seq first + n - 1
                 first = builder.reserve(0)
-                headings, excerpts = notes_marks(path)
-                builder.run_headings += [first + n - 1 for n in headings]
-                builder.excerpt_starts += [first + n - 1 for n in excerpts]
+                marks = notes_marks(path)
+                builder.run_headings += [first + n - 1 for n in marks.run_headings]
+                builder.config_headings += [first + n - 1 for n in marks.config_headings]
+                builder.excerpt_starts += [first + n - 1 for n in marks.excerpt_starts]
                 for i, whole in enumerate(iter_whole_lines(path, builder, self.chunk_bytes)):
                     chunk = join_wrapped_lines(whole) if joins else whole
                     if i == 0 and not builder.meta:
