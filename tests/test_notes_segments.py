@@ -120,3 +120,36 @@ def test_configuration_headings_whose_steps_go_on_are_one_run(tmp_path: Path) ->
     parsed = read_log([_compared_topologies(tmp_path / "rounds.md", (50, 60, 70))])
     assert not parsed.segments
     assert parsed.series("loss")[0].tolist() == [50, 60, 70]
+
+
+def _maxtext_line(step: int, loss: float, weights: int = 196608, indent: str = "") -> str:
+    return (
+        f"{indent}completed step: {step}, seconds: 5.667, TFLOP/s/device: 134.924, Tokens/s/device: 8672.758, "
+        f"total_weights: {weights}, loss: {loss:.3f}"
+    )
+
+
+def test_a_quoted_repeat_is_no_record_and_a_later_block_below_is_another_run(tmp_path: Path) -> None:
+    path = tmp_path / "guide.md"
+    losses = [12.0 - 0.2 * step for step in range(10)]
+    text = ["## Run it", "", "```none", *(_maxtext_line(s, v) for s, v in enumerate(losses)), "```", ""]
+    text += ["Take the last step:", "", "```none", _maxtext_line(9, losses[9]), "```", ""]
+    text += ["- On a real data set:", "  ```none"]
+    text += [_maxtext_line(8, 9.596, 163259, "  "), _maxtext_line(9, 9.58, 155934, "  "), "  ```", ""]
+    path.write_text("\n".join(text) + "\n")
+    parsed = read_log([path])
+    runs = [parsed, *parsed.segments]
+    assert [r.series("loss")[0].tolist() for r in runs] == [list(range(10)), [8, 9]]
+    assert runs[0].series("loss")[1][-1] == round(losses[9], 3)
+    assert runs[1].series("loss")[1].tolist() == [9.596, 9.58]
+    assert not any(r.events for r in runs)  # neither the quotation nor the other run is a resume
+
+
+def test_a_resume_inside_one_block_stays_a_rollback(tmp_path: Path) -> None:
+    path = tmp_path / "notes.md"
+    steps = [0, 1, 2, 3, 4, 2, 3, 4, 5]
+    text = ["```", *(_maxtext_line(s, 10.0 - 0.1 * i) for i, s in enumerate(steps)), "```"]
+    path.write_text("\n".join(text) + "\n")
+    parsed = read_log([path])
+    assert not parsed.segments
+    assert [e.kind for e in parsed.events] == ["rollback"]

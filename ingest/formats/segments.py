@@ -156,7 +156,8 @@ def fresh_starts(steps: npt.NDArray[np.int64], excerpt: npt.NDArray[np.int64] | 
     to the smallest seen so far, or to 0 or 1. ``excerpt``: each row's fenced block in markdown notes
     (:mod:`ingest.formats.sections`): a block that prints the previous block's step again at the
     smallest step also starts one (two excerpts that both begin at the checkpoint's step are two
-    runs; rows of one block at one step are one record)."""
+    runs; rows of one block at one step are one record), and so does a block that starts below the
+    step the block before ended at."""
     if steps.shape[0] < 2:
         return np.zeros(0, np.int64)
     lowest = np.minimum.accumulate(steps)[:-1]
@@ -164,6 +165,8 @@ def fresh_starts(steps: npt.NDArray[np.int64], excerpt: npt.NDArray[np.int64] | 
     if excerpt is not None:
         down |= (steps[1:] == steps[:-1]) & (excerpt[1:] != excerpt[:-1])
     fresh = down & ((steps[1:] <= lowest) | (steps[1:] <= 1))
+    if excerpt is not None:
+        fresh |= (steps[1:] < steps[:-1]) & (excerpt[1:] != excerpt[:-1])
     return np.flatnonzero(fresh).astype(np.int64) + 1
 
 
