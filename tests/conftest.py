@@ -71,6 +71,7 @@ TIERS: dict[str, str] = {
             "import_folders",
             "import_report",
             "import_segments",
+            "notes_segments",
             "import_prefixed_detection",
             "import_console_shapes",
             "incidents",

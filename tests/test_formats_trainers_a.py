@@ -140,7 +140,7 @@ def test_olmo_console_header_then_indented_metrics_with_thousands_separators() -
     assert _series(parsed, "grad_norm") == ([1, 2, 3], [4.512, 3.875, 1.2e-05])
     assert _series(parsed, "lr") == ([1, 2, 3], [2.0e-07, 4.0e-07, 6.0e-07])
     assert _series(parsed, "tokens") == ([1, 2, 3], [4194304.0, 8388608.0, 12582912.0])
-    assert _series(parsed, "train/Perplexity") == ([1, 2, 3], [62333.0, 45773.0, 33214.0])
+    assert _series(parsed, "train_ppl") == ([1, 2, 3], [62333.0, 45773.0, 33214.0])
     # the printing device's own rate: rank 0's, not the run's
     assert _series(parsed, "throughput_tok_s", rank=0) == ([2, 3], [8791.0, 8802.0])
     assert _series(parsed, "throughput_tok_s") == ([], [])

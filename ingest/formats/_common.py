@@ -157,6 +157,10 @@ class LogBuilder:
         """``(first sequence number, its line number)`` of each text chunk: ``seq`` -> input line."""
         self.run_headings: list[int] = []
         """Sequence numbers of the lines whose heading starts another run (``ingest.formats.sections``)."""
+        self.config_headings: list[int] = []
+        """Sequence numbers of the headings of markdown notes that state a configuration (idem)."""
+        self.excerpt_starts: list[int] = []
+        """Sequence numbers of the lines opening a fenced block of markdown notes (``ingest.formats.sections``)."""
         self.account = LineAccount()
         """Where every line went: text readers fill it as they read; for other readers
         :meth:`account_records` fills it from the rows and the skips once they have read."""
@@ -298,7 +302,11 @@ class LogBuilder:
         (:meth:`_keep_keys_apart`): they are two metrics, not two sources of one."""
         self._keep_keys_apart()
         kept_over = one_source_per_metric(self._pieces, self.sources, format_name) if self.sources else []
-        cuts = segment_cuts(self._pieces, self.run_headings) if self.line_marks else {}
+        cuts = (
+            segment_cuts(self._pieces, self.run_headings, self.excerpt_starts, self.config_headings)
+            if self.line_marks
+            else {}
+        )
         parts = self._split(cuts) if cuts else [self]
         logs = [part._finish_one(format_name) for part in parts]
         for log in logs:

@@ -12,7 +12,8 @@ of the header before them, as do the metric lines of that header.
 Canonical roles: ``train/CrossEntropyLoss`` -> ``loss``, ``optim/total_grad_norm`` -> ``grad_norm``,
 ``optim/learning_rate_group0`` -> ``lr``, ``throughput/total_tokens`` -> ``tokens`` (global, so far),
 ``throughput/device/tokens_per_second`` -> ``throughput_tok_s`` of rank 0 (the printing device's own
-rate). The rest keep their names (``train/Perplexity``, ``train/ZLoss``; ``System/Peak GPU Memory
+rate). ``train/Perplexity`` is ``train_ppl`` (as Megatron's and NeoX's perplexity are ``val_ppl``).
+The rest keep their names (``train/ZLoss``, ``eval/.../Perplexity``; ``System/Peak GPU Memory
 (MB)`` stays in OLMo's decimal megabytes, the max over ranks, as ``System/Peak_GPU_Memory_MB``).
 OLMo-core names them ``train/CE loss``, ``optim/total grad norm``, ``optim/LR (group 0)``,
 ``throughput/total tokens`` and ``throughput/device/TPS``, adds ``,eta=...`` to the header and prints
@@ -31,6 +32,7 @@ from ingest.formats.textlog import LineKind
 
 _KEYS: Final[dict[str, tuple[str, str | None] | None]] = {
     "train/CrossEntropyLoss": ("loss", None),
+    "train/Perplexity": ("train_ppl", None),
     "optim/total_grad_norm": ("grad_norm", None),
     "optim/learning_rate_group0": ("lr", None),
     "throughput/total_tokens": ("tokens", None),

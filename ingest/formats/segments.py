@@ -151,24 +151,41 @@ def _ids(by_layout: dict[str, list[Any]], layouts: Sequence[str]) -> _Identity:
     return _Identity(p for layout in layouts for p in by_layout[layout])
 
 
-def fresh_starts(steps: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+def fresh_starts(steps: npt.NDArray[np.int64], excerpt: npt.NDArray[np.int64] | None = None) -> npt.NDArray[np.int64]:
     """Positions in ``steps`` (one source, file order) where a fresh run starts: the step goes down
-    to the smallest seen so far, or to 0 or 1."""
+    to the smallest seen so far, or to 0 or 1. ``excerpt``: each row's fenced block in markdown notes
+    (:mod:`ingest.formats.sections`): a block that prints the previous block's step again at the
+    smallest step also starts one (two excerpts that both begin at the checkpoint's step are two
+    runs; rows of one block at one step are one record), and so does a block that starts below the
+    step the block before ended at."""
     if steps.shape[0] < 2:
         return np.zeros(0, np.int64)
     lowest = np.minimum.accumulate(steps)[:-1]
     down = steps[1:] < steps[:-1]
+    if excerpt is not None:
+        down |= (steps[1:] == steps[:-1]) & (excerpt[1:] != excerpt[:-1])
     fresh = down & ((steps[1:] <= lowest) | (steps[1:] <= 1))
+    if excerpt is not None:
+        fresh |= (steps[1:] < steps[:-1]) & (excerpt[1:] != excerpt[:-1])
     return np.flatnonzero(fresh).astype(np.int64) + 1
 
 
-def segment_cuts(pieces: dict[str, list[Any]], run_headings: Sequence[int] = ()) -> dict[int, npt.NDArray[np.int64]]:
+def segment_cuts(
+    pieces: dict[str, list[Any]],
+    run_headings: Sequence[int] = (),
+    excerpt_starts: Sequence[int] = (),
+    config_headings: Sequence[int] = (),
+) -> dict[int, npt.NDArray[np.int64]]:
     """For each stream, the ``seq`` values (file order) at which its segments 2, 3, ... begin; empty
     when no source starts afresh. ``run_headings``: the ``seq`` of the lines whose heading names
     another experiment (:mod:`ingest.formats.sections`): a stream's rows under two such headings
-    are two segments. Streams that restart less often than the most restarting one get that one's
-    cuts."""
+    are two segments; ``excerpt_starts``: the ``seq`` of the lines opening a fenced block of
+    markdown notes (see :func:`fresh_starts`); ``config_headings``: the ``seq`` of the headings that
+    state a configuration: run headings too when the stream's step goes back at one of them.
+    Streams that restart less often than the most restarting one get that one's cuts."""
     headings = np.asarray(sorted(run_headings), np.int64)
+    excerpts = np.asarray(sorted(excerpt_starts), np.int64)
+    configs = np.asarray(sorted(config_headings), np.int64)
     by_stream: dict[int, list[tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]]] = {}
     seen: set[tuple[int, int]] = set()
     for metric_pieces in pieces.values():
@@ -186,10 +203,16 @@ def segment_cuts(pieces: dict[str, list[Any]], run_headings: Sequence[int] = ())
         if seq.shape[0] > 1 and not np.all(seq[1:] > seq[:-1]):
             seq, first = np.unique(seq, return_index=True)  # one row per line: a line gives one step
             step = step[first]
-        cuts[stream] = seq[fresh_starts(step)]
+        excerpt = np.searchsorted(excerpts, seq, side="right") if excerpts.shape[0] else None
+        cuts[stream] = seq[fresh_starts(step, excerpt)]
         if headings.shape[0] and seq.shape[0] > 1:
             section = np.searchsorted(headings, seq, side="right")
             cuts[stream] = np.union1d(cuts[stream], seq[1:][section[1:] != section[:-1]])
+        if configs.shape[0] and seq.shape[0] > 1:
+            config = np.searchsorted(configs, seq, side="right")
+            boundary = config[1:] != config[:-1]
+            if np.any(boundary & (step[1:] < step[:-1])):  # experiments compared, not one run resumed
+                cuts[stream] = np.union1d(cuts[stream], seq[1:][boundary])
     most = max((c.shape[0] for c in cuts.values()), default=0)
     if most == 0:
         return {}

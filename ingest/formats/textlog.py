@@ -39,7 +39,7 @@ from typing import Any, Final
 from ingest.formats._common import CHUNK_BYTES, LogBuilder, iter_whole_lines
 from ingest.formats.base import Reader
 from ingest.formats.raw_text import LAUNCHER_LEAD, decode_head, looks_binary, strip_launcher_prefixes
-from ingest.formats.sections import run_heading_lines
+from ingest.formats.sections import blank_lines, notes_marks
 from ingest.formats.textlog_engine import PER_RANK_NAMES, EngineState, MatchedChunk
 from ingest.formats.textlog_patterns import ENGINE_ENV, LineKind
 from ingest.formats.wrapped_lines import is_pasted_size, join_wrapped_lines
@@ -169,9 +169,16 @@ class TextLogReader(Reader):
                 joins = self.joins_wrapped_lines and is_pasted_size(path)
                 # each line reserves one seq, in file order: line n of this file is seq first + n - 1
                 first = builder.reserve(0)
-                builder.run_headings += [first + n - 1 for n in run_heading_lines(path)]
+                marks = notes_marks(path)
+                builder.run_headings += [first + n - 1 for n in marks.run_headings]
+                builder.config_headings += [first + n - 1 for n in marks.config_headings]
+                builder.excerpt_starts += [first + n - 1 for n in marks.excerpt_starts]
+                chunk_line = 1  # the first line of the next chunk read
                 for i, whole in enumerate(iter_whole_lines(path, builder, self.chunk_bytes)):
                     chunk = join_wrapped_lines(whole) if joins else whole
+                    if marks.quoted_lines:
+                        chunk = blank_lines(chunk, chunk_line, marks.quoted_lines)
+                        chunk_line += chunk.count(b"\n")
                     if i == 0 and not builder.meta:
                         head = strip_launcher_prefixes(chunk[: 1 << 20].decode("utf-8", "replace"))
                         builder.meta.update(self.meta_from_head(head))

@@ -4,9 +4,10 @@ into notes: BigScience's chronicles), joined back into one line before the lines
 The join keeps the chunk's line count: the continuation lines' text moves onto the iteration line
 and blank lines take their places, so every later line keeps its number (the import report counts
 the emptied lines as blank). Only files of at most :data:`PASTED_MAX_BYTES` are looked at (notes
-a person pasted lines into; a trainer's own log is never wrapped, and the look costs three
-``bytes.count`` passes, a few ms per MB), and a chunk is joined only when it holds more iteration
-lines than lines ending in ``|``.
+a person pasted lines into; a trainer's own log is never wrapped), and a chunk is joined only when
+it holds more iteration lines than lines ending in ``|`` (three ``bytes.count`` passes), or, in a
+chunk of few iteration lines, an iteration line cut by a wrap: a line wrapped at 100 characters
+cuts each record into five lines, most of them ending in ``|`` (BigScience's GPT-2 scaling notes).
 """
 
 from __future__ import annotations
@@ -15,11 +16,14 @@ import re
 from pathlib import Path
 from typing import Final
 
-_ITERATION_WORD: Final = b" iteration "
 _WRAPPED_HEAD: Final = re.compile(rb"(?m)^[^\n]*\biteration[ \t]+[0-9]+/[ \t]*[0-9]+[ \t]*\|[^\n]*?[^|\s][ \t]*\n")
 """An iteration line that does not end with Megatron's closing ``|``: cut by a wrap."""
 _NEW_LINE_START: Final = re.compile(rb"^[ \t]*(?:\[|iteration[ \t]+[0-9]|`{3})")
 """A line that starts a record of its own (a prefix, an iteration, a fence): never a continuation."""
+_ITERATION_WORD: Final = b" iteration "
+NOTES_MAX_ITERATIONS: Final = 2000
+"""Chunks with more ``iteration`` words than this are a trainer's log: the search for a line cut by a
+wrap (a regular expression over every line) is left out there."""
 MAX_CONTINUATIONS: Final = 4
 PASTED_MAX_BYTES: Final = 2 * 1024 * 1024
 """The largest file looked at for wrapped lines (BigScience's chronicles are 36-47 kB)."""
@@ -34,9 +38,13 @@ def is_pasted_size(path: Path) -> bool:
 
 
 def may_hold_wrapped_lines(chunk: bytes) -> bool:
-    """True when ``chunk`` has more iteration lines than lines that end with ``|``."""
-    ends = chunk.count(b"|\n") + chunk.count(b"| \n")
-    return chunk.count(_ITERATION_WORD) > ends
+    """True when ``chunk`` has more iteration lines than lines that end with ``|``, or, holding at
+    most :data:`NOTES_MAX_ITERATIONS` of them (notes, not a trainer's log), one that does not end
+    with ``|``."""
+    iterations = chunk.count(_ITERATION_WORD)
+    if iterations > chunk.count(b"|\n") + chunk.count(b"| \n"):
+        return True
+    return 0 < chunk.count(b"iteration") <= NOTES_MAX_ITERATIONS and _WRAPPED_HEAD.search(chunk) is not None
 
 
 def join_wrapped_lines(chunk: bytes) -> bytes:
