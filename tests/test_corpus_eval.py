@@ -25,14 +25,14 @@ MAX_IMPORT_FAULTS = 17
 MIN_RECALL = 12 / 13
 MAX_SHOWN_ON_HEALTHY = 116
 MIN_STATEMENT_PRECISION = 0.83  # 0.832 after the statement-layer rules (statements2)
-# Held out (golden "tuned_on": false, batches 6 and 7), measured at the merge of corpusa and corpusb
-# before anything was changed for them (issue #32: the lead decides what to fix from these figures)
-HELD_OUT_MAX_IMPORT_FAULTS = 54
-HELD_OUT_MIN_RECALL = 4 / 9
-HELD_OUT_MAX_SHOWN_ON_HEALTHY = 7
-HELD_OUT_MIN_STATEMENT_PRECISION = 0.54
-HELD_OUT_MAX_QUIET_SPANS_FLAGGED = 7
-HELD_OUT_MAX_MUST_NOT_SAY = 3
+# Held out (golden "tuned_on": false: batches 6 and 7, tuned on this round after their first scores, and
+# batch 8, never tuned on), measured on main after the round's merges (docs/diagnosis.md, "The corpus, by batch")
+HELD_OUT_MAX_IMPORT_FAULTS = 18
+HELD_OUT_MIN_RECALL = 11 / 17
+HELD_OUT_MAX_SHOWN_ON_HEALTHY = 2
+HELD_OUT_MIN_STATEMENT_PRECISION = 0.73
+HELD_OUT_MAX_QUIET_SPANS_FLAGGED = 0
+HELD_OUT_MAX_MUST_NOT_SAY = 1
 
 
 @pytest.fixture(scope="module")
