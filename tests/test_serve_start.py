@@ -52,7 +52,7 @@ def test_a_seeded_store_is_recognised_without_loading_the_analyses(tmp_path: Pat
     store = Store(tmp_path / "store")
     store.set_setting(DEMO_SEEDED_KEY, "1")
     code = (
-        "import sys\nfrom ingest.cli import seed_before_serving\nstatus = seed_before_serving()\n"
+        "import sys\nfrom ingest.cli.serve import seed_before_serving\nstatus = seed_before_serving()\n"
         "print(status, 'stab_core.analysis' in sys.modules, 'ingest.services.run_analyses' in sys.modules)"
     )
     assert _python(code, STABSCOPE_STORE=str(store.root)).splitlines()[-1] == "0 False False"
