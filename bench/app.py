@@ -287,7 +287,7 @@ def run(sizes: Sizes, workdir: Path) -> list[Figure]:
             FIRST_RENDER_MARGIN_S,
             peak_rss_mb=median(served.result["server_rss_mb"]),
             repeats=reps,
-            note="the CLI execs the server (one process); page libraries load before the server listens; "
+            note="the CLI execs the server (one process); the page libraries load in the first page's run; "
             f"{median(served.result['after_up']):.2f} s after it was up",
             samples=served.result["samples"],
         ),
