@@ -36,6 +36,7 @@ TIERS: dict[str, str] = {
         (
             "action_premise_shapes",
             "alerts",
+            "batch8_shapes",
             "analysis",
             "baselines",
             "cause_signatures",
