@@ -74,3 +74,74 @@ def test_mingpt_notes_with_two_pasted_runs_are_two_runs(tmp_path: Path) -> None:
     assert steps2.tolist() == list(range(0, 21, 2)) and loss2[0] == pytest.approx(2.98566)
     for run in runs:
         assert set(run.metrics) == {"loss", "step_time_s"}
+
+
+# --------------------------------------------------------------------------- wordplay / ezpz key=value console
+
+_EZPZ_SETUP = "".join(
+    f"[2024-04-02 01:59:23][INFO][distributed_c10d:442] - Added key: store_based_barrier_key:1 to store for rank: {r}\n"
+    f"[2024-04-02 01:59:25][INFO][dist:290] - [device='cuda'][rank={r}/7][local_rank={r % 4}/3][node={r % 2}/1]\n"
+    for r in range(8)
+) + "".join(f"  (c_attn): Linear(in_features=384, out_features={n}, bias=False)\n" for n in (1152, 384, 1536))
+
+
+def _ezpz_line(step: int, seconds: float, loss: float, dt: float, *, location: str, bar: bool) -> str:
+    stamp = f"2024-04-02 02:{int(seconds) // 60:02d}:{seconds % 60:09.6f}"
+    glued = f"{step - 1:3d}%|#   | {step - 1}/100 [00:04<01:12,  1.32it/s]" if bar else ""
+    return (
+        f"{glued}[{stamp}][INFO][{location}] - step={step} loss={loss:.4f} dt={dt:.4f} dtf=4.6110 "
+        f"dtb={dt - 7:.4f} sps=73.9992 mfu={-100.0 if step == 5 else 4.3692:.4f} train_loss=4.2922 val_loss=4.2905\n"
+    )
+
+
+def test_ezpz_console_in_notes_reads_its_loss_and_step_time_in_ms(tmp_path: Path) -> None:
+    """wordplay's April-2024 console pasted in a homework: each metric line glued after a tqdm bar,
+    ``[trainer:837]`` (the logger's source location) before it, ``dt`` in ms with no unit (the lines'
+    clock: 5 steps in ~0.5 s), 16 ranks' setup lines and a model repr around it. Before: refused as
+    "format not recognised" (the setup lines decided the step key). The step's ``loss`` stays the loss
+    (``train_loss``, the step-0 evaluation repeated, keeps its name), ``dt`` is the step time in
+    seconds, MFU a fraction, its -100 sentinel dropped; ``trainer`` is no metric."""
+    lines = [
+        _ezpz_line(s, 46.0 + 0.1 * s, 3.6606 - 0.01 * s, 100.0 + (s % 3), location="trainer:837", bar=True)
+        for s in range(5, 101, 5)
+    ]
+    text = "## HW-6 Log Files\n\nSome prose.\n\n" + _EZPZ_SETUP + "".join(lines) + "\nwandb: Run summary:\n"
+    log = read_log([_write(tmp_path, "homework_6.md", text)])
+    assert log.format == "generic"
+    steps, loss = log.series("loss")
+    assert steps.tolist() == list(range(5, 101, 5))
+    assert loss[0] == pytest.approx(3.6606 - 0.05) and loss[-1] == pytest.approx(3.6606 - 1.0)
+    assert log.series("train_loss")[1][0] == pytest.approx(4.2922)
+    assert log.meta["proposed_map"] == {"dt_s": "step_time_s"}
+    assert log.series("dt_s")[1][0] == pytest.approx((100.0 + 5 % 3) / 1000)  # ms -> s
+    mfu_steps, mfu = log.series("mfu")
+    assert mfu_steps[0] == 10 and mfu[0] == pytest.approx(0.043692)
+    assert not {"trainer", "rank", "in_features", "distributed_c10d"} & set(log.metrics)
+
+
+def test_ezpz_console_with_file_location_reads_dt_in_seconds(tmp_path: Path) -> None:
+    """The November-2024 console: ``[trainer.py:892]`` before the line and ``dt`` in seconds (the clock:
+    ~0.3 s a step). Before: ``trainer.py`` was stored as a metric and ``dt`` had no role (the step
+    time "not in this run")."""
+    lines = [
+        _ezpz_line(s, 6.0 + 0.3 * s, 3.22 - 0.002 * s, 0.28 + 0.001 * (s % 7), location="trainer.py:892", bar=False)
+        for s in range(10, 1001, 10)
+    ]
+    log = read_log([_write(tmp_path, "README.md", "# notes\n\n```\n" + "".join(lines) + "```\n")])
+    assert "trainer.py" not in log.metrics and "trainer" not in log.metrics
+    assert log.meta["proposed_map"] == {"dt_s": "step_time_s"}
+    dt_steps, dt = log.series("dt_s")
+    assert dt_steps[0] == 10 and dt[0] == pytest.approx(0.28 + 0.001 * 3)
+
+
+def test_bare_dt_unit_known_answers() -> None:
+    from ingest.formats.generic_units import bare_time_unit, line_time, mfu_unit
+
+    stamps = [line_time(f"[2024-11-09 20:00:{s:02d}.500000][INFO] step={s}") for s in (0, 10, 20)]
+    assert stamps[1] is not None and stamps[0] is not None and stamps[1] - stamps[0] == pytest.approx(10.0)
+    # 10 s of wall clock over 10 steps: 1 s a step
+    assert bare_time_unit([0.9, 1.1, 1.0], [0, 10, 20], stamps) == "s"
+    assert bare_time_unit([950.0, 1100.0, 1000.0], [0, 10, 20], stamps) == "ms"
+    assert bare_time_unit([40.0, 40.0, 40.0], [0, 10, 20], stamps) == "s"  # neither: no rescaling on a guess
+    assert bare_time_unit([950.0, 1100.0], [0, 10], [None, None]) == "s"  # no clock: seconds
+    assert mfu_unit([46.1, 45.8]) == "%" and mfu_unit([0.46, 0.45]) is None and mfu_unit([-100.0]) is None

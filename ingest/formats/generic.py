@@ -13,7 +13,13 @@ role}``, applied by the import as a ``--map`` would be). ``meta['mapping']`` is 
 show it, and the user corrects it with ``--map NAME=ROLE`` (``--map iters=step`` for the step).
 
 Lines of shell commands, SLURM and launcher messages are never metric lines; a line with no step
-counter, or with nothing but it, is skipped and counted.
+counter, or with nothing but it, is skipped and counted. A logger's source location (``[trainer:837]``,
+``[trainer.py:892]``, ``[logging.py:68:log_dist]``) is no ``key: number`` pair. The step counter is
+judged on the lines that carry a training metric (a name the alias table knows) when a few do: a
+distributed setup's ``rank: 3 local_rank: 3`` lines and a model repr's ``in_features=384`` lines,
+however many, do not decide it. Units a line does not print are inferred where the log says them
+otherwise (:mod:`ingest.formats.generic_units`: a bare ``dt`` by the lines' wall clock, an MFU in
+percent).
 """
 
 from __future__ import annotations
@@ -29,8 +35,9 @@ from typing import Any, Final
 import numpy as np
 
 from ingest.formats._common import LogBuilder, iter_whole_lines
-from ingest.formats.aliases import TIME_UNITS, canonical_name, normalise_key
+from ingest.formats.aliases import TIME_UNITS, canonical_name, keep_apart, normalise_key
 from ingest.formats.base import Reader
+from ingest.formats.generic_units import BARE_STEP_TIME_KEYS, bare_time_unit, line_time, mfu_unit
 from ingest.formats.numbers import NUMBER, parse_number
 from ingest.formats.raw_text import LAUNCHER_LEAD, decode_head, looks_binary
 from stab_core.metrics import CANONICAL_METRICS
@@ -50,6 +57,10 @@ _PAIR: Final = re.compile(
 _BRACKET_STEP: Final = re.compile(r"^\[(?P<step>[0-9]+)\][ \t]")
 """CLU-style ``[100] loss=...``: the bracketed number is the step (proposed as key ``[N]``)."""
 BRACKET_KEY: Final = "[N]"
+_LOCATION: Final = re.compile(r"\[[A-Za-z_][A-Za-z0-9_.]*:[0-9]+(?::[A-Za-z_<>][A-Za-z0-9_.<>]*)?\]")
+"""A logger's source location, ``[module:line]`` or ``[file.py:line:function]``: no pair."""
+_NOT_STEP_METRICS: Final = frozenset({"epoch", "tokens"})
+"""Canonical metrics that count like a step: a line carrying only them does not tell the step key."""
 _RAY: Final = re.compile(r"^\((?:[A-Za-z_][A-Za-z0-9_.]*[ \t]+)?pid=[0-9]+(?:,[ \t]*ip=[0-9A-Fa-f.:]+)?\)[ \t]*")
 _NOT_METRICS: Final = re.compile(
     r"^(?:[+$>][ \t]*)?(?:export|unset|source|srun|sbatch|salloc|torchrun|deepspeed|mpirun|accelerate[ \t]+launch"
@@ -89,6 +100,8 @@ class Proposal:
     """role -> key as printed (canonical names the alias table gives, and proposed extras)."""
     extra: dict[str, str] = field(default_factory=dict)
     """name as stored -> role, for keys whose role is proposed from their name alone."""
+    units: dict[str, str] = field(default_factory=dict)
+    """key as printed -> the unit inferred for its values where the line prints none."""
 
     def mapping(self) -> dict[str, str]:
         """``{role: key as printed}``, the step first."""
@@ -101,7 +114,7 @@ def line_pairs(text: str) -> list[tuple[str, float, str | None]]:
     raw = text.encode("utf-8", "replace")
     lead = LAUNCHER_LEAD.match(raw)
     own = raw[lead.end() if lead else 0 :].decode("utf-8", "replace").strip()
-    own = _RAY.sub("", own)
+    own = _LOCATION.sub(" ", _RAY.sub("", own))
     if not own or _NOT_METRICS.search(own):
         return []
     out: list[tuple[str, float, str | None]] = []
@@ -120,22 +133,25 @@ def line_pairs(text: str) -> list[tuple[str, float, str | None]]:
 def propose(lines: Sequence[str], step_key: str | None = None) -> Proposal | None:
     """The mapping for a log whose first lines are ``lines`` (None: no step counter on most of its
     metric lines). ``step_key`` is the user's choice of step (``--map KEY=step``)."""
-    records = [pairs for pairs in (line_pairs(line) for line in lines) if len(pairs) >= 2][:HEAD_LINES]
+    found = [(pairs, line) for line in lines for pairs in (line_pairs(line),) if len(pairs) >= 2][:HEAD_LINES]
+    records = [pairs for pairs, _ in found]
     if not records:
         return None
-    step = step_key if step_key is not None else _step_key(records)
+    telling = [pairs for pairs in records if any(_trains(key, unit) for key, _, unit in pairs)]
+    step = step_key if step_key is not None else _step_key(telling if len(telling) >= MIN_UNNAMED_LINES else records)
     if step is None:
         return None
     proposal = Proposal(step, len(records))
+    proposal.units = _inferred_units(found, step)
     first_key: dict[str, str] = {}
     units: dict[str, str | None] = {}
     for pairs in records:
-        for key, _, unit in pairs:
-            if key in (step, BRACKET_KEY):
-                continue
-            name, key_unit = stored_name(key, unit)
+        if not any(key == step for key, _, _ in pairs):
+            continue  # a key only off the step's lines is never read: no role for it
+        values = [(k, u) for k, _, u in pairs if k not in (step, BRACKET_KEY)]
+        for (key, unit), (name, key_unit) in zip(values, line_names(values, proposal.units), strict=True):
             first_key.setdefault(name, key)
-            units.setdefault(name, unit or key_unit)
+            units.setdefault(name, unit or proposal.units.get(key) or key_unit)
     for name, key in first_key.items():
         if name in CANONICAL_METRICS:
             proposal.roles.setdefault(name, key)
@@ -147,6 +163,47 @@ def propose(lines: Sequence[str], step_key: str | None = None) -> Proposal | Non
             proposal.roles[role] = fits[0]  # as stored: the name --map takes
             proposal.extra[fits[0]] = role
     return proposal
+
+
+def line_names(pairs: Sequence[tuple[str, str | None]], units: dict[str, str]) -> list[tuple[str, str | None]]:
+    """The ``(name, unit)`` each ``(key, unit)`` of one line is stored under, no two keys on one
+    metric (:func:`~ingest.formats.aliases.keep_apart`: ``train_loss`` beside ``loss`` keeps its own
+    name, an alias never replaces the metric the line names itself)."""
+    mapped = [stored_name(key, unit or units.get(key)) for key, unit in pairs]
+    if len({name for name, _ in mapped}) == len(mapped):
+        return mapped
+    kept = keep_apart([key for key, _ in pairs], list(mapped))
+    return [found if found is not None else fallback for found, fallback in zip(kept, mapped, strict=True)]
+
+
+def _trains(key: str, unit: str | None) -> bool:
+    """Whether ``key`` names a training metric (the alias table knows it; not a step-like count)."""
+    if key == BRACKET_KEY:
+        return False
+    name = stored_name(key, unit)[0]
+    return name in CANONICAL_METRICS and name not in _NOT_STEP_METRICS
+
+
+def _inferred_units(found: list[tuple[list[tuple[str, float, str | None]], str]], step: str) -> dict[str, str]:
+    """Units for the unitless values whose unit the log says otherwise (see
+    :mod:`ingest.formats.generic_units`): a bare ``dt`` by the wall clock, an MFU in percent."""
+    times: dict[str, tuple[list[float], list[float], list[float | None]]] = {}
+    mfus: dict[str, list[float]] = {}
+    for pairs, line in found:
+        steps = [v for k, v, _ in pairs if k == step]
+        for key, value, unit in pairs:
+            if unit is not None:
+                continue
+            if normalise_key(key) in BARE_STEP_TIME_KEYS and steps:
+                col = times.setdefault(key, ([], [], []))
+                col[0].append(value)
+                col[1].append(steps[0])
+                col[2].append(line_time(line))
+            elif stored_name(key, None)[0] == "mfu":
+                mfus.setdefault(key, []).append(value)
+    units = {key: bare_time_unit(*col) for key, col in times.items()}
+    units.update({key: unit for key, values in mfus.items() if (unit := mfu_unit(values)) is not None})
+    return units
 
 
 @functools.lru_cache(maxsize=4096)
@@ -258,7 +315,7 @@ class GenericReader(Reader):
             for chunk in iter_whole_lines(path, builder):
                 for line in chunk.decode("utf-8", "replace").split("\n")[:-1]:
                     line_no += 1
-                    _read_line(line, line_no, path, found.step, rows, builder)
+                    _read_line(line, line_no, path, found, rows, builder)
             builder.mark_lines(1)
             base = builder.reserve(line_no)
             for (name, unit), (steps, values, order) in rows.items():
@@ -276,7 +333,7 @@ def _read_line(
     line: str,
     line_no: int,
     path: Path,
-    step_key: str,
+    found: Proposal,
     rows: dict[tuple[str, str | None], tuple[list[int], list[float], list[int]]],
     builder: LogBuilder,
 ) -> None:
@@ -287,6 +344,7 @@ def _read_line(
         pairs = line_pairs(piece)
         if pairs:
             break
+    step_key = found.step
     # a step counter that is not a whole finite number (nan, 1e400, 3.5) counts no step
     steps = [v for k, v, _ in pairs if k == step_key and math.isfinite(v) and v == int(v)]
     values = [(k, v, u) for k, v, u in pairs if k not in (step_key, BRACKET_KEY)]
@@ -296,8 +354,10 @@ def _read_line(
         builder.account.text_line(str(path), line_no, line.split("\r")[-1], parsed=False)
         return
     builder.account.text_line(str(path), line_no, line, parsed=True)
-    for key, value, unit in values:
-        name, unit = stored_name(key, unit)
+    names = line_names([(key, unit) for key, _, unit in values], found.units)
+    for (_, value, _), (name, unit) in zip(values, names, strict=True):
+        if name == "mfu" and value < 0:  # nanoGPT's running MFU before it has one: no measurement
+            continue
         col = rows.setdefault((name, unit), ([], [], []))
         col[0].append(int(steps[0]))
         col[1].append(value)
