@@ -145,3 +145,49 @@ def test_bare_dt_unit_known_answers() -> None:
     assert bare_time_unit([40.0, 40.0, 40.0], [0, 10, 20], stamps) == "s"  # neither: no rescaling on a guess
     assert bare_time_unit([950.0, 1100.0], [0, 10], [None, None]) == "s"  # no clock: seconds
     assert mfu_unit([46.1, 45.8]) == "%" and mfu_unit([0.46, 0.45]) is None and mfu_unit([-100.0]) is None
+
+
+# --------------------------------------------------------------------------- pytorch imagenet example's meters
+
+
+def test_imagenet_meter_lines_in_a_deepspeed_log(tmp_path: Path) -> None:
+    """A DeepSpeed example's console with pytorch's imagenet-example meters: ``Epoch: [E][  0/N]`` once
+    per epoch (step E*N), ``val[ 0/40]`` after it (the epoch's end), random-LTD's ``iter N | LR [x]|
+    val_acc`` and DeepSpeed's old bare-step timer. Before: loss, accuracy and throughput not read
+    (the step time and loss "not in this run")."""
+    n = 391
+    lines = []
+    for epoch in range(3):
+        loss = 3.436 / (epoch + 1)
+        lines.append(
+            f"Epoch: [{epoch}][  0/{n}]\tTime  {1.5 + epoch:.3f} ({1.5 + epoch:6.3f})\t"
+            f"Loss {loss:.4e} ({loss:.4e})\tAcc@1  {7.81 * (epoch + 1):5.2f} ({7.81 * (epoch + 1):6.2f})\t"
+            f"Acc@5  53.12 ( 53.12)"
+        )
+        for step in range(epoch * n + 200 - epoch * n % 200 if epoch else 0, (epoch + 1) * n, 200):
+            lines.append(
+                f"[2022-11-22 10:03:37,041] [INFO] [logging.py:68:log_dist] [Rank 0] step={step}, skipped=0, "
+                "lr=[0.0001], mom=[0.9]"
+            )
+            if step:
+                lines.append(
+                    f"[2022-11-22 10:03:37,042] [INFO] [timer.py:198:stop] 0/{step}, "
+                    f"RunningAvgSamplesPerSec={90 - step / 100}, CurrSamplesPerSec={80 - step / 100}, "
+                    "MemAllocated=0.72GB, MaxMemAllocated=7.0GB"
+                )
+        lines.append(
+            f"val[ 0/40]\tTime  2.986 ( 2.986)\tLoss {loss * 1.05:.4e} ({loss * 1.05:.4e})\tAcc@1   8.98 (  8.98)"
+        )
+        lines.append(f"{epoch} epoch at time 185.19143652915955s | reserved_length 48")
+        lines.append(f"iter {(epoch + 1) * n} | LR [0.0001]| val_acc {10.97 + epoch} | layer_token 9476288")
+    log = read_log([_write(tmp_path, "training.log", "\n".join(lines) + "\n")])
+    assert log.format == "deepspeed_stdout"
+    steps, loss = log.series("loss")
+    assert steps.tolist() == [0, n, 2 * n]
+    assert loss.tolist() == pytest.approx([3.436, 1.718, 1.1453], rel=1e-4)
+    assert log.series("step_time_s")[1].tolist() == pytest.approx([1.5, 2.5, 3.5])
+    val_steps, val = log.series("val_loss")
+    assert val_steps.tolist() == [n, 2 * n, 3 * n] and val[0] == pytest.approx(3.6078, rel=1e-4)
+    assert log.series("Acc@1")[1][0] == pytest.approx(7.81)
+    assert log.series("val_acc")[0].tolist() == [n, 2 * n, 3 * n]
+    assert log.series("CurrSamplesPerSec")[0][0] == 200

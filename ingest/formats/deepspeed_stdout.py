@@ -10,7 +10,8 @@
 lines are the same as in Megatron-DeepSpeed logs (:data:`ingest.formats.megatron.DEEPSPEED_KINDS`); ``lr``
 is the first param group's, ``skipped`` the running count of skipped (overflow) steps. The throughput timer's
 samples/s figures keep their names (the pipeline engine's ``samples/sec`` is ``samples_per_s``) and its
-memory figures (GiB) are the printing rank's (rank 0: the line does not say).
+memory figures (GiB) are the printing rank's (rank 0: the line does not say). A DeepSpeed example's
+own progress meter (pytorch's imagenet example, :mod:`ingest.formats.meter_lines`) is read beside them.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Final
 from ingest.formats.aliases import sanitise_name
 from ingest.formats.deepspeed_chat import DS_CHAT_KINDS, DS_EXAMPLES_KINDS
 from ingest.formats.megatron import DEEPSPEED_KINDS, MEGATRON_BANNER
+from ingest.formats.meter_lines import METER_KINDS
 from ingest.formats.numbers import NUMBER
 from ingest.formats.textlog import LineKind, TextLogReader
 
@@ -61,8 +63,19 @@ class DeepSpeedStdoutReader(TextLogReader):
             pairs=r"(?P<key>[A-Za-z]+)=(?P<val>" + NUMBER + r"(?:GB)?)(?=,|[ \t]*$)",
             keymap=_timer_key,
         ),
+        LineKind(
+            # DeepSpeed before 0.8 printed the timer's epoch and global step bare: ``0/200, RunningAvg...``
+            name="throughput_timer_bare",
+            prefix=(
+                r"[ \t]*(?:\[(?P<ts>[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}(?:,[0-9]+)?)\][ \t]*)?"
+                r"(?:\[[^\]\n]*\][ \t]*)*[0-9]+/(?P<step>[0-9]+),[ \t]*(?=RunningAvgSamplesPerSec=)"
+            ),
+            pairs=r"(?P<key>[A-Za-z]+)=(?P<val>" + NUMBER + r"(?:GB)?)(?=,|[ \t]*$)",
+            keymap=_timer_key,
+        ),
         *DS_CHAT_KINDS,
         *DS_EXAMPLES_KINDS,
+        *METER_KINDS,
     )
 
     def score(self, n_metric_lines: int, text: str) -> float:
