@@ -191,3 +191,55 @@ def test_imagenet_meter_lines_in_a_deepspeed_log(tmp_path: Path) -> None:
     assert log.series("Acc@1")[1][0] == pytest.approx(7.81)
     assert log.series("val_acc")[0].tolist() == [n, 2 * n, 3 * n]
     assert log.series("CurrSamplesPerSec")[0][0] == 200
+
+
+# --------------------------------------------------------------------------- notes pasting two trainers' consoles
+
+
+def _cerebras(batch_loss: float) -> str:
+    return "".join(
+        f"2024-03-30 15:16:{s // 100:02d},873 INFO:   | Train Device=CSX, Step={s}, Loss={batch_loss - s / 500:.5f}, "
+        f"Rate=2983.97 samples/sec, GlobalRate=2983.97 samples/sec\n"
+        for s in range(100, 1001, 100)
+    )
+
+
+def _sambanova() -> str:
+    lines = []
+    for s in range(322, 342):
+        lines.append(
+            f"Iteration:  13%|#         | {s - 1}/2552 [05:02<32:00,  1.16it/s]2024-04-06 18:32:42,002 - apps.nlp."
+            f"bert_mlperf_trainer - Process ID 1130816 - info     - epoch:0|local_step:{s}|global_step:{s}|"
+            f"average_loss:{9.0 - s / 1000:.5f}|step_loss:{9.01663 - (s - 322) / 100:.5f}|step_ns_loss:0.62694|"
+            f"step_mlm_loss:8.38970|learning_rate:{4.49e-06 + (s - 322) * 1e-8:.3g}|eval_step:0.00000|"
+            "validation_average_loss:0.00000|validation_total_loss:0.00000\n"
+        )
+    return "".join(lines)
+
+
+def test_notes_with_two_trainers_consoles_keep_three_runs(tmp_path: Path) -> None:
+    """A homework pasting two Cerebras runs (``Step=100, Loss=x``, steps 100-1000 twice) and a SambaNova
+    excerpt (``global_step:322|...|step_loss:x|...``, tqdm bar and process id before it), each in its
+    own fenced block. Before: one run of the SambaNova lines only, no loss, ``ID`` and the
+    ``validation_*`` placeholders (0 on every line: no evaluation ran) stored as metrics."""
+    notes = (
+        "# HW 7\n## 1. Cerebras\n\n```\n"
+        + _cerebras(9.39062)
+        + "```\n\nBatch 2048:\n\n```\n"
+        + _cerebras(9.48438)
+        + "```\n\n## 4. Sambanova\n\n```"
+        + _sambanova()
+        + "```\n"
+    )
+    log = read_log([_write(tmp_path, "homework_7.md", notes)])
+    runs = [log, *log.segments]
+    assert len(runs) == 3
+    for run, first in zip(runs[:2], (9.39062, 9.48438), strict=True):
+        steps, loss = run.series("loss")
+        assert steps.tolist() == list(range(100, 1001, 100)) and loss[0] == pytest.approx(first - 0.2)
+    steps, loss = runs[2].series("loss")  # the step's own loss, not the running average
+    assert steps[0] == 322 and loss[0] == pytest.approx(9.01663) and loss[-1] == pytest.approx(9.01663 - 0.19)
+    assert runs[2].series("lr")[1][0] == pytest.approx(4.49e-06)
+    metrics = {m for run in runs for m in run.metrics}
+    assert not {"ID", "Iteration", "eval_step", "validation_average_loss", "validation_total_loss"} & metrics
+    assert {"average_loss", "step_mlm_loss"} <= metrics

@@ -40,6 +40,7 @@ from ingest.formats.base import Reader
 from ingest.formats.generic_units import BARE_STEP_TIME_KEYS, bare_time_unit, line_time, mfu_unit
 from ingest.formats.numbers import NUMBER, parse_number
 from ingest.formats.raw_text import LAUNCHER_LEAD, decode_head, looks_binary
+from ingest.formats.sections import notes_marks
 from stab_core.metrics import CANONICAL_METRICS
 
 _UNIT: Final = r"(?:ms|us|ns|sec|s|min|h|%|GB|GiB|MB|MiB)"
@@ -59,6 +60,12 @@ _BRACKET_STEP: Final = re.compile(r"^\[(?P<step>[0-9]+)\][ \t]")
 BRACKET_KEY: Final = "[N]"
 _LOCATION: Final = re.compile(r"\[[A-Za-z_][A-Za-z0-9_.]*:[0-9]+(?::[A-Za-z_<>][A-Za-z0-9_.<>]*)?\]")
 """A logger's source location, ``[module:line]`` or ``[file.py:line:function]``: no pair."""
+_NOT_PAIRS: Final = re.compile(
+    r"(?:[A-Za-z][A-Za-z ]*:[ \t]*)?[0-9]{1,3}%\|[^|\n]*\|[ \t]*[0-9]+/[0-9]+(?:[ \t]*\[[^\]\n]*\])?"
+    r"|\b(?:Process[ \t]+ID|pid)[ \t]*[:=]?[ \t]*[0-9]+"
+)
+"""A tqdm bar (``Iteration:  13%|#  | 321/2552 [05:02<32:00, 1.16it/s]``) glued before a metric line, and
+a logger's process id: neither holds a metric."""
 _NOT_STEP_METRICS: Final = frozenset({"epoch", "tokens"})
 """Canonical metrics that count like a step: a line carrying only them does not tell the step key."""
 _RAY: Final = re.compile(r"^\((?:[A-Za-z_][A-Za-z0-9_.]*[ \t]+)?pid=[0-9]+(?:,[ \t]*ip=[0-9A-Fa-f.:]+)?\)[ \t]*")
@@ -102,6 +109,13 @@ class Proposal:
     """name as stored -> role, for keys whose role is proposed from their name alone."""
     units: dict[str, str] = field(default_factory=dict)
     """key as printed -> the unit inferred for its values where the line prints none."""
+    other_steps: list[str] = field(default_factory=list)
+    """Step keys of other layouts of the same file (notes pasting two trainers' consoles: Cerebras's
+    ``Step=100`` and SambaNova's ``global_step:322``), each a step's name counting on the lines that
+    lack the keys before it."""
+
+    def step_keys(self) -> tuple[str, ...]:
+        return (self.step, *self.other_steps)
 
     def mapping(self) -> dict[str, str]:
         """``{role: key as printed}``, the step first."""
@@ -114,7 +128,7 @@ def line_pairs(text: str) -> list[tuple[str, float, str | None]]:
     raw = text.encode("utf-8", "replace")
     lead = LAUNCHER_LEAD.match(raw)
     own = raw[lead.end() if lead else 0 :].decode("utf-8", "replace").strip()
-    own = _LOCATION.sub(" ", _RAY.sub("", own))
+    own = _NOT_PAIRS.sub(" ", _LOCATION.sub(" ", _RAY.sub("", own)))
     if not own or _NOT_METRICS.search(own):
         return []
     out: list[tuple[str, float, str | None]] = []
@@ -143,12 +157,19 @@ def propose(lines: Sequence[str], step_key: str | None = None) -> Proposal | Non
         return None
     proposal = Proposal(step, len(records))
     proposal.units = _inferred_units(found, step)
+    rest = [pairs for pairs in telling if not any(key == step for key, _, _ in pairs)]
+    while step_key is None and len(rest) >= MIN_UNNAMED_LINES:
+        other = _step_key(rest)
+        if other is None or not any(normalise_key(other) == normalise_key(name) for name in STEP_NAMES):
+            break
+        proposal.other_steps.append(other)
+        rest = [pairs for pairs in rest if not any(key == other for key, _, _ in pairs)]
     first_key: dict[str, str] = {}
     units: dict[str, str | None] = {}
     for pairs in records:
-        if not any(key == step for key, _, _ in pairs):
+        if not any(key in proposal.step_keys() for key, _, _ in pairs):
             continue  # a key only off the step's lines is never read: no role for it
-        values = [(k, u) for k, _, u in pairs if k not in (step, BRACKET_KEY)]
+        values = [(k, u) for k, _, u in pairs if k not in (*proposal.step_keys(), BRACKET_KEY)]
         for (key, unit), (name, key_unit) in zip(values, line_names(values, proposal.units), strict=True):
             first_key.setdefault(name, key)
             units.setdefault(name, unit or proposal.units.get(key) or key_unit)
@@ -163,6 +184,15 @@ def propose(lines: Sequence[str], step_key: str | None = None) -> Proposal | Non
             proposal.roles[role] = fits[0]  # as stored: the name --map takes
             proposal.extra[fits[0]] = role
     return proposal
+
+
+_EVAL_NAME: Final = re.compile(r"^(?:eval|val|valid|validation)(?:_|$)", re.IGNORECASE)
+
+
+def _placeholder(name: str, values: list[float]) -> bool:
+    """An evaluation field that is exactly 0 on every line: no evaluation ran (SambaNova's
+    ``validation_average_loss:0.00000`` on every training line), a placeholder, not a series."""
+    return bool(_EVAL_NAME.match(name)) and len(values) > 1 and all(v == 0.0 for v in values)
 
 
 def line_names(pairs: Sequence[tuple[str, str | None]], units: dict[str, str]) -> list[tuple[str, str | None]]:
@@ -306,6 +336,8 @@ class GenericReader(Reader):
         )
         if found.extra:
             builder.meta["proposed_map"] = dict(found.extra)
+        if found.other_steps:
+            builder.meta["other_step_keys"] = list(found.other_steps)
         for path in paths:
             builder.source(path)
             # a row's seq is its line's index in the file, marked as line 1 onwards: the segments
@@ -318,7 +350,14 @@ class GenericReader(Reader):
                     _read_line(line, line_no, path, found, rows, builder)
             builder.mark_lines(1)
             base = builder.reserve(line_no)
+            marks = notes_marks(path)
+            builder.excerpt_starts += [base + n - 1 for n in marks.excerpt_starts]
+            builder.run_headings += [base + n - 1 for n in marks.run_headings]
+            builder.config_headings += [base + n - 1 for n in marks.config_headings]
             for (name, unit), (steps, values, order) in rows.items():
+                if _placeholder(name, values):
+                    builder.meta.setdefault("placeholders_dropped", []).append(name)
+                    continue
                 builder.add(
                     name,
                     np.asarray(steps, np.int64),
@@ -344,10 +383,10 @@ def _read_line(
         pairs = line_pairs(piece)
         if pairs:
             break
-    step_key = found.step
+    step_keys = found.step_keys()
     # a step counter that is not a whole finite number (nan, 1e400, 3.5) counts no step
-    steps = [v for k, v, _ in pairs if k == step_key and math.isfinite(v) and v == int(v)]
-    values = [(k, v, u) for k, v, u in pairs if k not in (step_key, BRACKET_KEY)]
+    steps = [v for k, v, _ in pairs if k in step_keys and math.isfinite(v) and v == int(v)]
+    values = [(k, v, u) for k, v, u in pairs if k not in (*step_keys, BRACKET_KEY)]
     if not steps or not values:
         why = "no step counter" if values else "not a metric line"
         builder.skip(path, line_no, f"{why}: {line.strip()[:80]}")
