@@ -63,16 +63,6 @@ class DeepSpeedStdoutReader(TextLogReader):
             pairs=r"(?P<key>[A-Za-z]+)=(?P<val>" + NUMBER + r"(?:GB)?)(?=,|[ \t]*$)",
             keymap=_timer_key,
         ),
-        LineKind(
-            # DeepSpeed before 0.8 printed the timer's epoch and global step bare: ``0/200, RunningAvg...``
-            name="throughput_timer_bare",
-            prefix=(
-                r"[ \t]*(?:\[(?P<ts>[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}(?:,[0-9]+)?)\][ \t]*)?"
-                r"(?:\[[^\]\n]*\][ \t]*)*[0-9]+/(?P<step>[0-9]+),[ \t]*(?=RunningAvgSamplesPerSec=)"
-            ),
-            pairs=r"(?P<key>[A-Za-z]+)=(?P<val>" + NUMBER + r"(?:GB)?)(?=,|[ \t]*$)",
-            keymap=_timer_key,
-        ),
         *DS_CHAT_KINDS,
         *DS_EXAMPLES_KINDS,
         *METER_KINDS,
