@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from ingest.formats import read_log
@@ -244,3 +245,50 @@ def test_notes_with_two_trainers_consoles_keep_three_runs(tmp_path: Path) -> Non
     metrics = {m for run in runs for m in run.metrics}
     assert not {"ID", "Iteration", "eval_step", "validation_average_loss", "validation_total_loss"} & metrics
     assert {"average_loss", "step_mlm_loss"} <= metrics
+
+
+# --------------------------------------------------------------------------- an RL (PPO) console's loss and step time
+
+
+def test_ds_chat_compact_ppo_console_reads_its_step_time(tmp_path: Path) -> None:
+    """DeepSpeed-Chat's step-3 PPO console in its compact form: ``epoch: 0|step: N|ppo_ep: 1|act_loss:
+    x|...``, ``average reward score: x`` and the step's timing ``|E2E latency=3.73s |Generate time=2.78s
+    (74.61%) |...``. Before: the timing line was skipped and the step time was "not in this run"."""
+    lines = []
+    for step in range(12):
+        lines.append(f"epoch: 0|step: {step}|ppo_ep: 1|act_loss: {0.21 - step / 100}|cri_loss: 0.12|unsuper_loss: 0.0")
+        lines.append(f"average reward score: {-0.68 + step / 10}")
+        lines.append(
+            f"|E2E latency={3.7 + step / 100:.2f}s |Gather latency=0.00s (0.00%) |Generate time=2.78s (74.61%) "
+            f"|Training time=0.74s (19.84%) |Others=0.21 (5.55%)|CurSamplesPerSec={17.17 - step / 10:.2f} "
+            "|AvgSamplesPerSec=10.92"
+        )
+    log = read_log([_write(tmp_path, "actor.log", "\n".join(lines) + "\n")], format="deepspeed_stdout")
+    steps, step_time = log.series("step_time_s")
+    assert (
+        steps.tolist() == list(range(12))
+        and step_time[0] == pytest.approx(3.7)
+        and step_time[-1] == pytest.approx(3.81)
+    )
+    assert log.series("generate_time_s")[1][0] == pytest.approx(2.78)
+    assert log.series("samples_per_s")[1][-1] == pytest.approx(16.07)
+    assert log.series("act_loss")[1][0] == pytest.approx(0.21)
+    assert "loss" not in log.metrics  # a policy loss keeps its name: the LM-loss detector does not read it
+
+
+def test_a_policy_loss_is_the_runs_loss_not_an_absent_one() -> None:
+    """An RL run logs a policy loss: the analyses say so instead of "the run logs no loss" (false)."""
+    from stab_core.analysis import analyze_run
+    from stab_core.metrics import missing_reason, policy_loss_of
+    from stab_core.runview import RunView, Series
+
+    assert policy_loss_of(["reward", "cri_loss", "act_loss"]) == "act_loss"
+    assert policy_loss_of(["loss", "reward"]) is None
+    assert missing_reason("loss", ["grad_norm"]) == "the run logs no loss"
+    assert missing_reason("grad_norm", ["act_loss"]) == "the run logs no grad_norm"
+    steps = np.arange(100, dtype=np.int64)
+    view = RunView("ppo", {"act_loss": Series(steps, 0.2 - steps / 1000), "reward": Series(steps, steps / 50.0)})
+    not_run = dict(analyze_run(view).not_run)
+    assert not_run["loss spikes"] == (
+        "the run's loss is its policy loss (act_loss), not a language-model loss the detector reads"
+    )
