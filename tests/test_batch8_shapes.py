@@ -292,3 +292,35 @@ def test_a_policy_loss_is_the_runs_loss_not_an_absent_one() -> None:
     assert not_run["loss spikes"] == (
         "the run's loss is its policy loss (act_loss), not a language-model loss the detector reads"
     )
+
+
+# --------------------------------------------------------------------------- a speed in steps is the step time
+
+
+def test_a_speed_in_steps_per_second_is_the_step_time(tmp_path: Path) -> None:
+    """A from-scratch trainer's console: ``step N/5000 (P%): train loss x, val loss y | 14.8s (6.75
+    steps/sec)`` every 100 steps and ``step N/5000 (P%) | 5.33 steps/sec | ETA: 15.6m`` every 25.
+    Before: the speed was not read and the step time was "not in this run"; now 1/R seconds a step."""
+    lines = ["HYPERPARAMETERS", "batch_size = 32", "learning_rate = 0.0003"]
+    for step in range(0, 501, 25):
+        rate = 6.0 + step / 1000
+        if step % 100 == 0:
+            lines.append(
+                f"step {step}/5000 ({step / 50:.1f}%): train loss {6.06 - step / 200:.4f}, val loss "
+                f"{6.05 - step / 300:.4f} | {step / rate:.1f}s ({rate if step else 0.0:.2f} steps/sec)"
+            )
+        else:
+            lines.append(f"step {step}/5000 ({step / 50:.1f}%) | {rate:.2f} steps/sec | ETA: 15.6m")
+    log = read_log([_write(tmp_path, "output.txt", "\n".join(lines) + "\n")])
+    assert log.series("loss")[0].tolist() == list(range(0, 501, 100))
+    steps, step_time = log.series("step_time_s")
+    assert steps.tolist() == list(range(25, 501, 25))  # step 0's 0.00 steps/sec is no speed
+    assert step_time[0] == pytest.approx(1 / 6.03, rel=1e-3) and step_time[-1] == pytest.approx(1 / 6.5, rel=1e-3)
+
+
+def test_speed_spellings_known_answers() -> None:
+    from ingest.formats.generic import line_pairs
+
+    assert line_pairs("step 3 | 113.21s/it") == [("step", 3.0, None), ("step_time", 113.21, "s")]
+    assert line_pairs("step 3 | 4.00it/s") == [("step", 3.0, None), ("step_time", 0.25, "s")]
+    assert line_pairs("iter 3 loss 2.5 | 2.00 steps/sec")[-1] == ("step_time", 0.5, "s")

@@ -45,8 +45,11 @@ from stab_core.metrics import CANONICAL_METRICS
 
 _UNIT: Final = r"(?:ms|us|ns|sec|s|min|h|%|GB|GiB|MB|MiB)"
 _KEY: Final = r"[A-Za-z_][A-Za-z0-9_/.@\-]{0,80}"
+_RATE: Final = r"(?:steps?|its?|iters?|iterations?)/s(?:ec)?|s(?:ec)?/it(?:er)?"
 _PAIR: Final = re.compile(
-    r"(?P<q>['\"])(?P<qkey>[A-Za-z_][^'\"\n]{0,80})(?P=q)[ \t]*:[ \t]*['\"]?(?P<qval>" + NUMBER + r")['\"]?"
+    # a speed printed after its value: `6.75 steps/sec`, `1.16it/s`, `113.21s/it`
+    r"(?<![A-Za-z0-9_.])(?P<rval>" + NUMBER + r")[ \t]?(?P<rate>" + _RATE + r")(?![A-Za-z])"
+    r"|(?P<q>['\"])(?P<qkey>[A-Za-z_][^'\"\n]{0,80})(?P=q)[ \t]*:[ \t]*['\"]?(?P<qval>" + NUMBER + r")['\"]?"
     # a split word before the key stays with it: `train loss 9.2, val loss 9.3` is two metrics
     r"|(?<![A-Za-z0-9_/.@\-])(?P<key>(?:(?:train|training|val|valid|validation|eval|test)[ \t]+)?"
     + _KEY
@@ -54,7 +57,11 @@ _PAIR: Final = re.compile(
     # the unit may stand one blank after the number ('time: 644.64 ms', Karpathy's llm.c-style logs)
     r"(?P<val>" + NUMBER + r")(?:[ \t]?(?P<unit>" + _UNIT + r"(?:/it(?:er)?)?))?(?![A-Za-z0-9_.])"
 )
-"""One ``key: number``, ``key=number``, ``key number`` or ``'key': number`` pair, with an optional unit."""
+"""One ``key: number``, ``key=number``, ``key number`` or ``'key': number`` pair, with an optional unit;
+or a speed in steps (``R steps/sec``, ``R it/s``, ``T s/it``), read as the step time (``T`` or ``1/R``
+seconds: whatever smoothing the trainer gives its speed, a running or moving average, stays)."""
+STEP_TIME_KEY: Final = "step_time"
+"""The key a speed in steps is read under (its stored name is ``step_time_s``)."""
 _BRACKET_STEP: Final = re.compile(r"^\[(?P<step>[0-9]+)\][ \t]")
 """CLU-style ``[100] loss=...``: the bracketed number is the step (proposed as key ``[N]``)."""
 BRACKET_KEY: Final = "[N]"
@@ -136,6 +143,12 @@ def line_pairs(text: str) -> list[tuple[str, float, str | None]]:
     if bracket:
         out.append((BRACKET_KEY, float(bracket["step"]), None))
     for m in _PAIR.finditer(own):
+        if m["rate"] is not None:
+            speed = parse_number(m["rval"])
+            if speed is not None and speed > 0 and math.isfinite(speed):
+                per_step = m["rate"].split("/")[0] in ("s", "sec")  # seconds per iteration, else a rate
+                out.append((STEP_TIME_KEY, speed if per_step else 1.0 / speed, "s"))
+            continue
         key = m["qkey"] if m["qkey"] is not None else m["key"]
         value = m["qval"] if m["qval"] is not None else m["val"]
         number = parse_number(value)
