@@ -297,30 +297,54 @@ def test_a_policy_loss_is_the_runs_loss_not_an_absent_one() -> None:
 # --------------------------------------------------------------------------- a speed in steps is the step time
 
 
-def test_a_speed_in_steps_per_second_is_the_step_time(tmp_path: Path) -> None:
-    """A from-scratch trainer's console: ``step N/5000 (P%): train loss x, val loss y | 14.8s (6.75
-    steps/sec)`` every 100 steps and ``step N/5000 (P%) | 5.33 steps/sec | ETA: 15.6m`` every 25.
-    Before: the speed was not read and the step time was "not in this run"; now 1/R seconds a step."""
+def _charlm_console(seconds_per_step: list[float]) -> str:
+    """A from-scratch trainer's console: ``step N/5000 (P%): train loss x, val loss y | Ts (R steps/sec)``
+    every 100 steps, ``step N/5000 (P%) | R steps/sec | ETA: 15.6m`` every 25; R is the average speed
+    since the start (steps / elapsed seconds), as this trainer prints it."""
     lines = ["HYPERPARAMETERS", "batch_size = 32", "learning_rate = 0.0003"]
-    for step in range(0, 501, 25):
-        rate = 6.0 + step / 1000
+    elapsed = 0.0
+    for step in range(0, 25 * len(seconds_per_step), 25):
+        elapsed += 25 * seconds_per_step[step // 25] if step else 1.9
+        rate = step / elapsed
         if step % 100 == 0:
             lines.append(
-                f"step {step}/5000 ({step / 50:.1f}%): train loss {6.06 - step / 200:.4f}, val loss "
-                f"{6.05 - step / 300:.4f} | {step / rate:.1f}s ({rate if step else 0.0:.2f} steps/sec)"
+                f"step {step}/5000 ({step / 50:.1f}%): train loss {6.06 - step / 2000:.4f}, val loss "
+                f"{6.05 - step / 3000:.4f} | {elapsed:.1f}s ({rate:.2f} steps/sec)"
             )
         else:
             lines.append(f"step {step}/5000 ({step / 50:.1f}%) | {rate:.2f} steps/sec | ETA: 15.6m")
-    log = read_log([_write(tmp_path, "output.txt", "\n".join(lines) + "\n")])
-    assert log.series("loss")[0].tolist() == list(range(0, 501, 100))
+    return "\n".join(lines) + "\n"
+
+
+def test_a_running_average_speed_prices_the_run_and_is_no_step_time(tmp_path: Path) -> None:
+    """Before: the speed was not read and the step time was "not in this run". A speed averaged since
+    the start never leaves a slow stretch (a step-time series of it would show a lasting slowdown that
+    is not there): it is kept as ``step_time_avg_s``, and its last value, the run's mean time per step,
+    prices the run (``meta['step_time_s']``)."""
+    per_step = [0.13] * 40 + [1.0] * 3 + [0.13] * 40  # a 75-step slow stretch, then back
+    log = read_log([_write(tmp_path, "output.txt", _charlm_console(per_step))])
+    assert log.series("loss")[0].tolist() == list(range(0, 25 * 83, 100))
+    assert "step_time_s" not in log.metrics
+    steps, avg = log.series("step_time_avg_s")
+    assert steps[0] == 25  # step 0's 0.00 steps/sec is no speed
+    mean = (1.9 + 25 * sum(per_step[1:])) / (25 * 82)
+    assert log.meta["step_time_s"] == pytest.approx(mean, rel=0.01) and avg[-1] == log.meta["step_time_s"]
+
+
+def test_a_moving_speed_is_the_step_time(tmp_path: Path) -> None:
+    """tqdm's speed (a moving average) goes up and down with the steps: it is the step time."""
+    rng = np.random.default_rng(0)
+    speeds = 4.0 * (1 + 0.2 * rng.standard_normal(60)).clip(0.5, 2)
+    lines = [f"step {s} loss {3 - s / 100:.3f} | {r:.2f}it/s" for s, r in zip(range(1, 61), speeds, strict=True)]
+    log = read_log([_write(tmp_path, "console.txt", "\n".join(lines) + "\n")])
     steps, step_time = log.series("step_time_s")
-    assert steps.tolist() == list(range(25, 501, 25))  # step 0's 0.00 steps/sec is no speed
-    assert step_time[0] == pytest.approx(1 / 6.03, rel=1e-3) and step_time[-1] == pytest.approx(1 / 6.5, rel=1e-3)
+    assert steps.tolist() == list(range(1, 61))
+    assert step_time == pytest.approx(1 / np.round(speeds, 2))
 
 
 def test_speed_spellings_known_answers() -> None:
     from ingest.formats.generic import line_pairs
 
-    assert line_pairs("step 3 | 113.21s/it") == [("step", 3.0, None), ("step_time", 113.21, "s")]
-    assert line_pairs("step 3 | 4.00it/s") == [("step", 3.0, None), ("step_time", 0.25, "s")]
-    assert line_pairs("iter 3 loss 2.5 | 2.00 steps/sec")[-1] == ("step_time", 0.5, "s")
+    assert line_pairs("step 3 | 113.21s/it") == [("step", 3.0, None), ("speed_step_time", 113.21, "s")]
+    assert line_pairs("step 3 | 4.00it/s") == [("step", 3.0, None), ("speed_step_time", 0.25, "s")]
+    assert line_pairs("iter 3 loss 2.5 | 2.00 steps/sec")[-1] == ("speed_step_time", 0.5, "s")

@@ -58,10 +58,12 @@ _PAIR: Final = re.compile(
     r"(?P<val>" + NUMBER + r")(?:[ \t]?(?P<unit>" + _UNIT + r"(?:/it(?:er)?)?))?(?![A-Za-z0-9_.])"
 )
 """One ``key: number``, ``key=number``, ``key number`` or ``'key': number`` pair, with an optional unit;
-or a speed in steps (``R steps/sec``, ``R it/s``, ``T s/it``), read as the step time (``T`` or ``1/R``
-seconds: whatever smoothing the trainer gives its speed, a running or moving average, stays)."""
-STEP_TIME_KEY: Final = "step_time"
-"""The key a speed in steps is read under (its stored name is ``step_time_s``)."""
+or a speed in steps (``R steps/sec``, ``R it/s``, ``T s/it``), read as a time per step (``T`` or ``1/R``
+seconds; see :func:`speed_series` for what it becomes)."""
+SPEED_KEY: Final = "speed_step_time"
+"""The key a speed in steps is read under, as seconds per step (stored as :func:`speed_series` says)."""
+RUNNING_AVERAGE_SLACK: Final = 0.02
+"""Lines whose implied elapsed time may go down (the speed's rounding) in a running average since the start."""
 _BRACKET_STEP: Final = re.compile(r"^\[(?P<step>[0-9]+)\][ \t]")
 """CLU-style ``[100] loss=...``: the bracketed number is the step (proposed as key ``[N]``)."""
 BRACKET_KEY: Final = "[N]"
@@ -147,7 +149,7 @@ def line_pairs(text: str) -> list[tuple[str, float, str | None]]:
             speed = parse_number(m["rval"])
             if speed is not None and speed > 0 and math.isfinite(speed):
                 per_step = m["rate"].split("/")[0] in ("s", "sec")  # seconds per iteration, else a rate
-                out.append((STEP_TIME_KEY, speed if per_step else 1.0 / speed, "s"))
+                out.append((SPEED_KEY, speed if per_step else 1.0 / speed, "s"))
             continue
         key = m["qkey"] if m["qkey"] is not None else m["key"]
         value = m["qval"] if m["qval"] is not None else m["val"]
@@ -182,7 +184,7 @@ def propose(lines: Sequence[str], step_key: str | None = None) -> Proposal | Non
     for pairs in records:
         if not any(key in proposal.step_keys() for key, _, _ in pairs):
             continue  # a key only off the step's lines is never read: no role for it
-        values = [(k, u) for k, _, u in pairs if k not in (*proposal.step_keys(), BRACKET_KEY)]
+        values = [(k, u) for k, _, u in pairs if k not in (*proposal.step_keys(), BRACKET_KEY, SPEED_KEY)]
         for (key, unit), (name, key_unit) in zip(values, line_names(values, proposal.units), strict=True):
             first_key.setdefault(name, key)
             units.setdefault(name, unit or proposal.units.get(key) or key_unit)
@@ -200,6 +202,22 @@ def propose(lines: Sequence[str], step_key: str | None = None) -> Proposal | Non
 
 
 _EVAL_NAME: Final = re.compile(r"^(?:eval|val|valid|validation)(?:_|$)", re.IGNORECASE)
+
+
+def speed_series(steps: np.ndarray, seconds: np.ndarray, rows: Any, meta: dict[str, Any]) -> str:
+    """The name a speed in steps (as seconds per step) is stored under. A speed that is a running
+    average since the start (its implied elapsed time, step / speed, never goes down but for the
+    speed's rounding) is no step's time: a slow stretch would never leave it. It is kept as
+    ``step_time_avg_s`` and its last value, the run's mean time per step, goes to ``meta['step_time_s']``
+    (what the cost is priced with). Any other speed (an instantaneous or moving-average one, tqdm's)
+    is the step time, ``step_time_s`` (unless the log prints one: then it keeps ``step_time_avg_s``)."""
+    elapsed = steps * seconds
+    downs = int(np.count_nonzero(np.diff(elapsed) < 0))
+    if elapsed.shape[0] >= MIN_UNNAMED_LINES and downs <= RUNNING_AVERAGE_SLACK * elapsed.shape[0]:
+        meta["step_time_s"] = float(seconds[np.argmax(steps)])
+        meta["step_time_source"] = "the last running-average speed the log prints (steps/sec since the start)"
+        return "step_time_avg_s"
+    return "step_time_avg_s" if any(name == "step_time_s" for name, _ in rows) else "step_time_s"
 
 
 def _placeholder(name: str, values: list[float]) -> bool:
@@ -371,6 +389,8 @@ class GenericReader(Reader):
                 if _placeholder(name, values):
                     builder.meta.setdefault("placeholders_dropped", []).append(name)
                     continue
+                if name == SPEED_KEY + "_s":
+                    name = speed_series(np.asarray(steps, np.float64), np.asarray(values), rows, builder.meta)
                 builder.add(
                     name,
                     np.asarray(steps, np.int64),
