@@ -70,7 +70,7 @@ BRACKET_KEY: Final = "[N]"
 _LOCATION: Final = re.compile(r"\[[A-Za-z_][A-Za-z0-9_.]*:[0-9]+(?::[A-Za-z_<>][A-Za-z0-9_.<>]*)?\]")
 """A logger's source location, ``[module:line]`` or ``[file.py:line:function]``: no pair."""
 _NOT_PAIRS: Final = re.compile(
-    r"(?:[A-Za-z][A-Za-z ]*:[ \t]*)?[0-9]{1,3}%\|[^|\n]*\|[ \t]*[0-9]+/[0-9]+(?:[ \t]*\[[^\]\n]*\])?"
+    r"(?:[A-Za-z][A-Za-z ]{0,40}:[ \t]{0,8})?[0-9]{1,3}%\|[^|\n]*\|[ \t]*[0-9]+/[0-9]+(?:[ \t]*\[[^\]\n]*\])?"
     r"|\b(?:Process[ \t]+ID|pid)[ \t]*[:=]?[ \t]*[0-9]+"
 )
 """A tqdm bar (``Iteration:  13%|#  | 321/2552 [05:02<32:00, 1.16it/s]``) glued before a metric line, and
