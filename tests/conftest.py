@@ -36,7 +36,7 @@ TIERS: dict[str, str] = {
         (
             "action_premise_shapes",
             "alerts",
-            "batch8_shapes",
+            "batch8_imports",
             "analysis",
             "baselines",
             "cause_signatures",
