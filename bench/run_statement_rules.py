@@ -104,7 +104,8 @@ def run_status_verdict(status: str, run: Mapping[str, Any] | None) -> Verdict:
 
     - "ended at step N": N is the golden last step;
     - "stopped at N of M": N is the golden last step, M is ``planned_steps`` and N < M, and the golden
-      run did not end "finished";
+      run did not end "finished"; false when ``planned_steps`` is null (the log states none for this run),
+      unjudged when the golden has no ``planned_steps`` at all;
     - "finished": the golden last step reached ``planned_steps``; without them, ``ended`` "finished"
       (true) or "stopped"/"crashed" (false)."""
     lasts = _last_steps(run or {})
@@ -117,6 +118,9 @@ def run_status_verdict(status: str, run: Mapping[str, Any] | None) -> Verdict:
         if reached not in lasts:
             return FALSE, f"the golden run's last step is {sorted(lasts)}"
         if said_stopped:
+            if planned is None and "planned_steps" in run:
+                # facts v2 state the planned steps, null when the log never states them for this run
+                return FALSE, "planned_steps null: the log states no planned steps for this run"
             if planned is None:
                 return UNJUDGED, "the golden run states no planned steps"
             if ended == "finished":

@@ -397,8 +397,12 @@ def test_run_status_against_planned_steps_and_ended() -> None:
     assert status_verdict(with_run(steps=[1, 990], planned_steps=1000, ended="finished"), "stopped at 990 of 1000") == (
         "false"
     )
-    unplanned = with_run(steps=[1, 50], planned_steps=None)
-    assert status_verdict(unplanned, "stopped at 50 of 1000") == "unjudged"
+    unplanned = with_run(steps=[1, 50], planned_steps=None)  # the log states none for this run: "of 1000" is false
+    assert status_verdict(unplanned, "stopped at 50 of 1000") == "false"
+    no_fact = copy.deepcopy(GOLDEN)
+    del no_fact["import"]["runs"][0]["planned_steps"]
+    assert status_verdict(no_fact, "stopped at 2000 of 3000") == "unjudged"  # no planned_steps: as before
+    assert status_verdict(no_fact, "finished") == "unjudged"
     assert status_verdict(with_run(steps=[1, 10], planned_steps=10), "finished") == "true"
     assert status_verdict(with_run(steps=[1, 9], planned_steps=10, ended="finished"), "finished") == "true"  # 9 + 1
     assert status_verdict(with_run(steps=[1, 5], planned_steps=10, ended="finished"), "finished") == "false"
