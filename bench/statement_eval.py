@@ -204,7 +204,11 @@ def _not_logged(case: Case, text: str) -> Verdict:
         present = signal_present(case, key)
         if present is None:
             return UNJUDGED, "facts have no logged.expert_load"
-        return (FALSE, "logged.expert_load true or facts.moe false") if present else (TRUE, "logged.expert_load false")
+        if not present:
+            return TRUE, "logged.expert_load false"
+        if case.logged(key):
+            return FALSE, "logged.expert_load true"
+        return FALSE, "facts.moe false: the file states a dense model (the question is answerable: no router)"
     return case.not_logged(key)
 
 

@@ -288,7 +288,9 @@ def _log_missing_signals(case: Case) -> Verdict:
     named = [(signal, key) for signal, key in SIGNAL_FACT.items() if signal in case.text]
     logged = [signal for signal, key in named if key is not None and signal_present(case, key) is True]
     if logged:
-        return FALSE, f"logged: {', '.join(logged)} (said to be missing)"
+        dense = "the MoE expert load" in logged and case.logged("expert_load") is not True
+        reason = f"logged: {', '.join(logged)} (said to be missing)"
+        return FALSE, reason + (" (facts.moe false: a dense model)" if dense else "")
     if any(key is None or signal_present(case, key) is None for _, key in named) or not named:
         return UNJUDGED, "a signal it names has no logged fact"
     return TRUE, "every signal it names is not logged"
