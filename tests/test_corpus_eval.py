@@ -74,6 +74,13 @@ def test_every_statement_of_a_log_with_facts_is_judged(scores: list[LogScore]) -
     for which in ("all", "held_out", "tuned_on"):
         c = t[which]["statements"]
         assert c["all"] == sum(c[v] for v in VERDICTS)
+    # the batches split the corpus: every log in one, the statements of all summed over them
+    batches = [which for which in t if which.startswith("batch_")]
+    assert sum(t[b]["logs"] for b in batches) == len(goldens)
+    assert sum(t[b]["statements"]["all"] for b in batches) == t["all"]["statements"]["all"]
+    assert t["all"]["required_with_baseline_window"] == sum(
+        1 for s in scores for n in s.required_samples_before if n >= 128
+    )
 
 
 def test_cli_prints_the_table(capsys: pytest.CaptureFixture[str]) -> None:
