@@ -16,6 +16,7 @@ from statistics import median
 from typing import Any, Final
 
 from bench.statement_rules import FALSE, RUN_METRICS, TRUE, UNJUDGED, Verdict
+from stab_core.decision_tree import DiagnosisParams
 
 SIBLING_TOLERANCE: Final = 0.10
 """A gap against sibling runs is true when the golden medians' ratio is within this fraction of the ratio said."""
@@ -68,6 +69,27 @@ def sample_count_verdict(
     if count > records:
         return FALSE, f"the golden run has {records} {metric} records"
     return UNJUDGED, f"the golden run has {records} {metric} records, finite or not"
+
+
+SNR_PROXY_SAMPLES: Final = DiagnosisParams().proxy_window
+"""Grad-norm samples the SNR proxy needs before it has a value (what "too few samples of the grad norm
+before the incident" and "the SNR proxy needs 100" say)."""
+
+
+def too_few_before_verdict(run: Mapping[str, Any] | None, metric: str, onset: int, need: int) -> Verdict:
+    """ "The log has too few samples of ``metric`` before the incident" (at step ``onset``; the node needs
+    ``need``): true when the golden run has fewer than ``need`` records of it in all, or logs it at every
+    step (records = steps in its span) and fewer than ``need`` steps precede ``onset``; otherwise no fact
+    counts the samples before a step (unjudged)."""
+    records = golden_records(run, metric)
+    if records is None:
+        return UNJUDGED, f"logged.{metric} true; no fact counts its samples"
+    if records < need:
+        return TRUE, f"the golden run has {records} {metric} records in all (fewer than {need})"
+    steps = (run or {}).get("steps")
+    if steps and records == int(steps[1]) - int(steps[0]) + 1 and onset - int(steps[0]) < need:
+        return TRUE, f"{metric} at every step from {steps[0]}: {onset - int(steps[0])} before step {onset}"
+    return UNJUDGED, f"the golden run has {records} {metric} records; no fact counts those before step {onset}"
 
 
 def count_note_verdict(note: str, run: Mapping[str, Any] | None, facts: Mapping[str, Any]) -> Verdict | None:

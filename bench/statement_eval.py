@@ -34,10 +34,12 @@ from typing import Any, Final
 
 from bench.run_statement_rules import (
     NO_SIBLING_FACT,
+    SNR_PROXY_SAMPLES,
     count_note_verdict,
     golden_runs_by_name,
     run_status_verdict,
     sibling_gap_verdict,
+    too_few_before_verdict,
 )
 from bench.statement_rules import (
     FALSE,
@@ -194,11 +196,11 @@ def _not_logged(case: Case, text: str) -> Verdict:
         return UNJUDGED, "no fact says whether what it lacks is logged"
     logged = case.logged(key)
     if logged is not None and "too few samples of" in text:
-        # "the log has too few samples of X": X logged is consistent with it, X absent contradicts it; how
-        # many samples the node needs is not a fact of the schema
-        return (
-            (UNJUDGED, f"logged.{key} true; no fact counts its samples") if logged else (FALSE, f"logged.{key} false")
-        )
+        # "the log has too few samples of X before the incident": X absent contradicts it; X logged is judged
+        # by the golden run's record count against the window the SNR proxy needs
+        if not logged:
+            return FALSE, f"logged.{key} false"
+        return too_few_before_verdict(case.run, key, case.start, SNR_PROXY_SAMPLES)
     if key == "expert_load":
         # "lacks the MoE expert load, or num_experts=1 for a dense model": false when either is in the log
         present = signal_present(case, key)
@@ -397,7 +399,7 @@ def judge_log(golden: Mapping[str, Any], runs: Sequence[RunSaid]) -> list[Judged
             if entry.get("kind") in FINDING_KINDS:
                 out += judge_finding(log, said.run, entry, facts, (golden_run, by_name))
             elif shown(entry):
-                case = Case(facts, match(entry, truths), entry, first, run_metrics=metrics)
+                case = Case(facts, match(entry, truths), entry, first, run_metrics=metrics, run=golden_run)
                 out += judge_incident(log, said.run, entry, case)
     return out
 

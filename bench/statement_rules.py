@@ -83,6 +83,8 @@ class Case:
     """The words of the statement being judged (an action that names signals is judged by them)."""
     run_metrics: tuple[str, ...] | None = None
     """The golden run's canonical metrics where the log holds several runs (None: one run)."""
+    run: Mapping[str, Any] | None = None
+    """The golden run the incident's stored run is paired with (its record counts), None when there is none."""
 
     @property
     def start(self) -> int:

@@ -482,3 +482,22 @@ def test_a_gap_against_sibling_runs_against_their_golden_medians() -> None:
     # seconds per step: 2 s against 1 s is half the rate
     assert sibling_verdicts(True, 0.5, {"step_time_s": 2.0}, {"step_time_s": 1.0}) == ["true", "true"]
     assert sibling_verdicts(True, 0.5, {"step_time_s": 2.0}, {"tokens_per_s": 1.0}) == ["unjudged", "unjudged"]
+
+
+def test_too_few_grad_norm_samples_before_the_incident_against_the_golden_records() -> None:
+    few = claim(
+        "not_logged",
+        "Question 5 (SNR collapse before the spike?) could not be answered: the log has too few samples of x.",
+    )
+
+    def verdict(peak: int, **run: Any) -> str:
+        golden = with_run(**run)
+        golden["incidents"]["must_find"][0]["step"] = peak
+        return incident_verdicts(incident(peak, few), golden=golden)[1]
+
+    assert verdict(700, records_by_metric={"loss": 2000, "grad_norm": 18}) == "true"  # 18 in all; the proxy needs 100
+    # every step logged from step 1: 49 before step 50, 699 before step 700
+    every_step = {"steps": [1, 2000], "records_by_metric": {"loss": 2000, "grad_norm": 2000}}
+    assert verdict(50, **every_step) == "true"
+    assert verdict(700, **every_step) == "unjudged"  # enough for the proxy; the node's other windows are no fact
+    assert verdict(50, steps=[1, 2000], records_by_metric={"loss": 2000, "grad_norm": 400}) == "unjudged"  # sparse
