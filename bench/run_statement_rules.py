@@ -145,10 +145,9 @@ def run_status_verdict(status: str, run: Mapping[str, Any] | None) -> Verdict:
                 return FALSE, "planned_steps null: the log states no planned steps for this run"
             if planned is None:
                 return UNJUDGED, "the golden run states no planned steps"
-            if ended == "finished":
-                return FALSE, f"the golden run ended finished (planned_steps {planned})"
-            ok = int(said_stopped.group(2)) == int(planned) and reached < int(planned)
-            return (TRUE if ok else FALSE), f"last step {reached}, planned_steps {planned}"
+            ok = int(said_stopped.group(2)) == int(planned) and reached < int(planned) and ended != "finished"
+            how = f", ended {ended}" if ended is not None else ""
+            return (TRUE if ok else FALSE), f"last step {reached}, planned_steps {planned}{how}"
         return TRUE, f"the golden run's last step is {reached}"
     if status == "finished":
         if planned is not None:
