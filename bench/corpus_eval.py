@@ -14,7 +14,13 @@ temporary store as ``stabscope import`` does (the analyses run on each import), 
   matching no golden incident (invented), incidents inside a span that must not be flagged, and the
   incidents shown on healthy runs.
 - **statements**: phrases the golden file says must not be said, looked for in the run status and
-  every text of the run's incidents.
+  every text of the run's incidents; and every statement judged against the golden ``facts``
+  (``bench.statement_eval``).
+- **baselines**: llm.c's, OLMo-core's and Megatron-LM's spike rules on each stored run's series, scored
+  as StabScope's incidents are, with the samples each required incident has before it.
+
+Totals for the whole corpus, the held-out logs, the logs tuned on and each golden ``batch``
+(``bench.corpus_scores``).
 
 The logs are not in the repository (their licences vary): each folder holds the file the golden
 ``provenance`` names, checked by its sha256. docs/diagnosis.md ("Held-out corpus") quotes the table.

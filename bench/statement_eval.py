@@ -21,7 +21,9 @@ Precision = true / all statements, unjudged ones included in "all" (the issue's 
 
 The rules: ``bench.statement_rules.ACTION_RULES`` for the actions (one row each, with the fact it uses),
 and here :func:`judge_incident` (severity, status, recovery, cause, not_logged) and :func:`judge_run`
-(status, "not in this run", notes) and :func:`judge_finding`. In a file of several runs, what a run
+(status, "not in this run", notes) and :func:`judge_finding`; the run-level rules that read the per-run
+facts v2 (``planned_steps``, ``ended``, ``records_by_metric``, ``median_throughput``,
+``sibling_runs_comparable``): ``bench.run_statement_rules``. In a file of several runs, what a run
 logs is its golden run's ``metrics`` (``statement_rules.logged_in_run``). Pure: no I/O.
 """
 

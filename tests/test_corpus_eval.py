@@ -34,6 +34,16 @@ HELD_OUT_MIN_STATEMENT_PRECISION = 0.73
 HELD_OUT_MAX_QUIET_SPANS_FLAGGED = 0
 HELD_OUT_MAX_MUST_NOT_SAY = 1
 
+# Per golden batch (splits.batch_*: a batch's logs do not change when a round re-labels "tuned_on"), measured on
+# branch judge (main 43f701e's code; docs/diagnosis.md "Facts v2"): import faults, recall, shown on healthy logs,
+# must-not-say phrases said, invented incidents (at most), statement precision (at least; facts v2 raise it).
+BATCH_FLOORS: dict[str, tuple[int, float, int, int, int, float]] = {
+    "batch_old": (0, 13 / 13, 0, 0, 0, 0.83),
+    "batch_6": (0, 6 / 6, 0, 0, 0, 0.68),
+    "batch_7": (0, 3 / 3, 1, 0, 0, 0.80),
+    "batch_8": (18, 2 / 8, 1, 1, 0, 0.82),
+}
+
 
 @pytest.fixture(scope="module")
 def scores() -> list[LogScore]:
@@ -61,6 +71,21 @@ def test_held_out_scores_hold(scores: list[LogScore]) -> None:
     assert t["statements"]["precision"] >= HELD_OUT_MIN_STATEMENT_PRECISION
     assert t["quiet_spans_flagged"] <= HELD_OUT_MAX_QUIET_SPANS_FLAGGED
     assert t["statements_broken"] <= HELD_OUT_MAX_MUST_NOT_SAY
+
+
+def test_each_batch_holds(scores: list[LogScore]) -> None:
+    """A batch first measured later (batch 9) has no floor yet: it is reported, not held."""
+    t = split_totals(scores)
+    for which, (faults, recall, healthy, broken, invented, precision) in BATCH_FLOORS.items():
+        if which not in t:
+            continue
+        got = t[which]
+        assert sum(got["import_faults"].values()) <= faults, (which, got["import_faults"])
+        assert got["recall"] is None or got["recall"] >= recall, (which, got["recall"])
+        assert got["shown_on_healthy"] <= healthy, which
+        assert got["statements_broken"] <= broken, which
+        assert got["invented"] <= invented, which
+        assert got["statements"]["precision"] >= precision, (which, got["statements"]["precision"])
 
 
 def test_every_statement_of_a_log_with_facts_is_judged(scores: list[LogScore]) -> None:
