@@ -54,7 +54,8 @@ def test_corpus_scores_hold(scores: list[LogScore]) -> None:
     goldens = load_goldens()
     assert [s.error for s in scores if s.error] == []  # every log present, with the sha256 its golden names
     assert totals(scores)["logs"] == len(goldens)
-    t = split_totals(scores)["tuned_on"]
+    # the first 33 logs by their batch: "tuned_on" is re-labelled each round (batch 8 became tuned on)
+    t = split_totals(scores)["batch_old"]
     assert sum(t["import_faults"].values()) <= MAX_IMPORT_FAULTS, t["import_faults"]
     assert t["recall"] >= MIN_RECALL
     assert t["shown_on_healthy"] <= MAX_SHOWN_ON_HEALTHY
@@ -64,7 +65,8 @@ def test_corpus_scores_hold(scores: list[LogScore]) -> None:
 
 
 def test_held_out_scores_hold(scores: list[LogScore]) -> None:
-    t = split_totals(scores)["held_out"]
+    # batches 6-8 by their batch, the logs these floors were set on (a blind batch 9 is not held to them)
+    t = totals([s for s in scores if s.batch in ("6", "7", "8")])
     assert sum(t["import_faults"].values()) <= HELD_OUT_MAX_IMPORT_FAULTS, t["import_faults"]
     assert t["recall"] >= HELD_OUT_MIN_RECALL
     assert t["shown_on_healthy"] <= HELD_OUT_MAX_SHOWN_ON_HEALTHY
@@ -85,6 +87,7 @@ def test_each_batch_holds(scores: list[LogScore]) -> None:
         assert got["shown_on_healthy"] <= healthy, which
         assert got["statements_broken"] <= broken, which
         assert got["invented"] <= invented, which
+        assert got["quiet_spans_flagged"] == 0, which
         assert got["statements"]["precision"] >= precision, (which, got["statements"]["precision"])
 
 
