@@ -92,6 +92,7 @@ TIERS: dict[str, str] = {
             "layers",
             "corpus_golden",
             "statement_eval",
+            "corpus_scores",
             "module_size",
         ),
         "fast",
