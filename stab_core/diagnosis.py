@@ -5,7 +5,7 @@ checked on it (``stab_core.action_premises``).
 The tree (asked in this order; the first "yes" ends the walk at its leaf; a node whose data is missing
 is answered "unknown" and the walk continues):
 
-1. Numerical fault? Non-finite loss/grad norm, NaN iterations, or a collapsing fp16 loss scale.
+1. Numerical fault? Non-finite loss/grad norm, iterations counted as non-finite, or a collapsing fp16 loss scale.
 2. Near a schedule transition? A large relative LR rise, a warmup end / cycle restart / LR jump found
    in the logged LR (:func:`stab_core.schedulers.schedule_transitions`), or a logged event of kind
    ``schedule_transition``, ``cycle_restart``, ``data_switch`` or ``warmup_end`` shortly before.
