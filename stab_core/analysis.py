@@ -466,6 +466,8 @@ def _costed(incident: Incident, loss: Series | None, early: Sequence[SpikeEvent]
         if incident.kind == "early_instability"
         else p.blip_samples,
         steps_lost=over - incident.start,
+        # a detected loss member left its level, whatever a wide trend band says
+        loss_left_band=cost is None or cost.band is None or cost.left_band or "loss" in incident.metrics,
     )
     return replace(
         incident,
@@ -482,7 +484,9 @@ def _diagnosed(
     for index, incident in enumerate(incidents):
         earlier = [(other.start, other.until) for other in incidents[:index]]
         if incident.kind == "early_instability":
-            diagnosis = diagnose_early(view, incident.primary, p.diagnosis, until=incident.until, facts=context.facts)
+            diagnosis = diagnose_early(
+                view, incident.primary, p.diagnosis, until=incident.until, facts=context.facts, context=context
+            )
         else:
             diagnosis = diagnose(view, incident.primary, p.diagnosis, context, until=incident.until, earlier=earlier)
         out.append(DiagnosedSpike(incident.primary, diagnosis, incident))

@@ -183,6 +183,9 @@ class LossCost:
     samples_above: int
     certainty: Certainty
     band: TrendBand | None
+    left_band: bool = True
+    """Some loss sample from the incident's start until ``recovered_at`` was above the band (False: the
+    loss never left its trend's noise band, so the incident cost it nothing)."""
 
 
 def loss_cost(steps: IntArray, values: FloatArray, start: int, peak: int | None = None) -> LossCost | None:
@@ -202,7 +205,9 @@ def loss_cost(steps: IntArray, values: FloatArray, start: int, peak: int | None 
     back = back_on_trend(steps, values, max(first + 1, from_peak), band)
     if back is None:
         return LossCost(None, values.size - first, band.certainty, band)
-    return LossCost(int(steps[back]), back - first, band.certainty, band)
+    with np.errstate(invalid="ignore"):
+        left = bool(np.any(~(values[first:back] <= band.upper(steps[first:back]))))
+    return LossCost(int(steps[back]), back - first, band.certainty, band, left)
 
 
 BLIP_MAX_STEPS: Final = 5
@@ -226,14 +231,22 @@ def classify(
     member_samples: int,
     blip_samples: int,
     steps_lost: int | None = None,
+    loss_left_band: bool = True,
 ) -> SeverityLevel:
     """The severity of an incident: ``divergence`` when it never came back (``diverged``); a ``blip``
     when the loss was back on its trend within ``blip_samples`` samples (``loss_samples``; None: the
     run logs no loss), the longest member took no longer (``member_samples``) and the whole of it lasted
     at most :data:`BLIP_MAX_STEPS` steps (``steps_lost``: from its start to the later of the loss's
-    return and its members' recovery; None: unknown); else ``spike``."""
+    return and its members' recovery; None: unknown); else ``spike``. An incident whose loss never left
+    its trend's noise band (``loss_left_band`` False: a grad-norm outlier the loss did not feel) lost
+    nothing: it is a blip once its members are back within ``blip_samples`` logged samples *or* within
+    :data:`BLIP_MAX_STEPS` steps, however far apart the samples are logged."""
     if diverged:
         return "divergence"
+    if not loss_left_band and (
+        member_samples <= blip_samples or (steps_lost is not None and steps_lost <= BLIP_MAX_STEPS)
+    ):
+        return "blip"
     loss_ok = loss_samples is None or loss_samples <= blip_samples
     short = steps_lost is None or steps_lost <= BLIP_MAX_STEPS
     if loss_ok and member_samples <= blip_samples and short:
