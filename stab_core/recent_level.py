@@ -44,9 +44,15 @@ def _held_recent(x: FloatArray, recent: int) -> FloatArray:
     out = np.full(x.size, np.nan)
     if x.size <= recent:
         return out
-    med = np.median(sliding_window_view(x, HELD_SAMPLES), axis=1)  # med[k] covers x[k : k + 3]
-    # the windows inside x[i - recent : i] are med[i - recent : i - 2]
-    lows = np.min(sliding_window_view(med, recent - HELD_SAMPLES + 1), axis=1)
+    a, b, c = x[:-2], x[1:-1], x[2:]
+    # the median of three without sorting: med[k] covers x[k : k + 3]
+    med = np.maximum(np.minimum(a, b), np.minimum(np.maximum(a, b), c))
+    # the windows inside x[i - recent : i] are med[i - recent : i - 2]: a running minimum over them,
+    # one shifted np.minimum per window position (a sliding-window reduction is several times slower)
+    width = recent - HELD_SAMPLES + 1
+    lows = med[: med.size - width + 1].copy()
+    for shift in range(1, width):
+        np.minimum(lows, med[shift : shift + lows.size], out=lows)
     out[recent:] = lows[: x.size - recent]
     return out
 

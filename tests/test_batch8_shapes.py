@@ -272,3 +272,16 @@ def test_a_memorising_run_s_recovery_waits_for_the_second_high_sample() -> None:
     loss[i - 3 : i + 4] = [0.1438, 0.1061, 0.0806, 0.1557, 0.1507, 0.0863, 0.0626]
     incident = next(i for i in find_incidents(_view(steps, loss)) if i.start <= 600 <= i.until)
     assert incident.loss_recovered_at in (620, 630)
+
+
+def test_held_recent_level_is_the_lowest_median_of_three_in_the_window() -> None:
+    """The vectorised running level against its definition, on a noisy series with spikes."""
+    from stab_core.recent_level import _held_recent
+
+    rng = np.random.default_rng(4)
+    x = rng.lognormal(0.0, 0.3, 300)
+    held = _held_recent(x, 16)
+    for i in (16, 17, 100, 299):
+        window = x[i - 16 : i]
+        assert held[i] == min(float(np.median(window[k : k + 3])) for k in range(14))
+    assert np.isnan(held[:16]).all()
