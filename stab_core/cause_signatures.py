@@ -101,8 +101,8 @@ def early_jump_signature(spike: SpikeEvent, loss: Series, grad: Series | None) -
     grad norm had not jumped before that sample: at the last grad-norm sample before the loss's onset it
     was under :data:`GRAD_BLOWUP_RATIO` times the median of the samples before that one (with a single
     sample before the onset there is no earlier level it could have left). A climb over several samples
-    is no single batch. None without a grad-norm sample before the onset (whether the loss led cannot be
-    told)."""
+    is no single batch. None without a positive grad-norm sample before the onset (whether the loss led
+    cannot be told)."""
     at = int(np.searchsorted(loss.steps, spike.start))
     first = float(loss.values[at]) if at < loss.steps.size else math.nan
     jump = first / spike.baseline if spike.baseline > 0 and math.isfinite(first) else math.nan
@@ -114,7 +114,9 @@ def early_jump_signature(spike: SpikeEvent, loss: Series, grad: Series | None) -
         return None, evidence
     before = _window_values(grad, -(2**62), spike.start - 1)
     before = before[np.isfinite(before)]
-    if before.size == 0:
+    if before.size == 0 or not (before > 0).any():
+        # no grad norm before the onset, or only placeholders (Megatron prints 0.000 when DeepSpeed owns it)
+        evidence["grad_norm_before_onset"] = None
         return None, evidence
     led = False
     if before.size >= 2:

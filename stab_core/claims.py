@@ -246,6 +246,17 @@ def _early_cause(cause: str, signature: Evidence) -> Claim:
             dict(signature),
         )
     jump = signature.get("loss_jump_ratio")
+    if cause == UNKNOWN:
+        return Claim(
+            "cause",
+            "Cause unknown: the loss jumped "
+            + (f"{jump:.2f}x its level " if isinstance(jump, float) else "")
+            + "in one logged step, but whether it moved before the grad norm (a bad batch's signature) cannot "
+            "be told: the log has no grad norm before it.",
+            None,
+            dict(signature),
+            "the global gradient norm before clipping (grad_norm)",
+        )
     return Claim(
         "cause",
         "Cause: a bad batch (data outlier): the loss jumped "

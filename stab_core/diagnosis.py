@@ -176,5 +176,6 @@ def diagnose_early(
             f"(peak at step {spike.peak}), "
             + ("and came back to its level." if spike.recovered else "and has not come back to its level.")
         ),
-        signature=signature if jumped or ramping else None,
+        # an abrupt jump whose lead over the grad norm cannot be told is said as such, not as "no signature"
+        signature=signature if jumped or ramping or (jumped is None and "loss_led" in signature) else None,
     )

@@ -285,3 +285,15 @@ def test_held_recent_level_is_the_lowest_median_of_three_in_the_window() -> None
         window = x[i - 16 : i]
         assert held[i] == min(float(np.median(window[k : k + 3])) for k in range(14))
     assert np.isnan(held[:16]).all()
+
+
+def test_an_early_jump_without_a_grad_norm_says_the_lead_cannot_be_told() -> None:
+    """The same torchtitan blow-up with no grad norm logged (or only Megatron's 0.000 placeholders): the
+    jump is in the log, whether the loss led is not; the verdict says so rather than "no signature"."""
+    view = _torchtitan_aurora()
+    loss = view.series["loss"]
+    for grad in (None, np.zeros(loss.steps.size)):
+        series = {"grad_norm": grad} if grad is not None else {}
+        claim = _early_cause(_view(loss.steps, loss.values, **series), 2)
+        assert claim["cause"] == "unknown" and claim["holds"] is None
+        assert "cannot be told: the log has no grad norm" in str(claim["text"])
