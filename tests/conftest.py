@@ -39,6 +39,7 @@ TIERS: dict[str, str] = {
             "analysis",
             "baselines",
             "cause_signatures",
+            "batch8_shapes",
             "checklist_claims",
             "claims",
             "overfitting",
