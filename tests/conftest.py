@@ -35,6 +35,7 @@ TIERS: dict[str, str] = {
     **dict.fromkeys(
         (
             "action_premise_shapes",
+            "model_experts",
             "alerts",
             "analysis",
             "baselines",
