@@ -101,6 +101,7 @@ TIERS: dict[str, str] = {
     # integration: several layers at once: the CLI as a process, whole stores, pages through AppTest
     **dict.fromkeys(
         (
+            "sibling_settings",
             "cli",
             "formats_number_spellings",
             "cli_contracts",
