@@ -30,8 +30,13 @@ LLMC_TABLE = "| num_layers L          | 12                                      
 def _megatron_block(experts_line: str) -> str:
     rows = [
         "  checkpoint_num_layers ........................... 1",
+        "  clip_grad ....................................... 1.0",
+        "  global_batch_size ............................... 512",
         "  hidden_size ..................................... 1024",
+        "  micro_batch_size ................................ 4",
         "  num_layers ...................................... 24",
+        "  seq_length ...................................... 2048",
+        "  train_iters ..................................... 1000",
     ]
     if experts_line:
         rows.append(experts_line)
@@ -94,3 +99,11 @@ def test_a_megatron_dump_past_the_first_chunk_is_read(tmp_path: Path) -> None:
     head = "\n".join(["[launcher] rank setup line with some padding text ........"] * 2000) + "\n"
     parsed = read_log([_wlm_log(tmp_path, head + _megatron_block(""))])
     assert parsed.meta["num_experts"] == 1
+
+
+def test_the_same_dump_uploaded_as_a_config_states_the_same_dense_model() -> None:
+    from ingest.importing.configs import read_run_config
+
+    assert read_run_config(_megatron_block(""), "args.txt", "megatron-args")["num_experts"] == 1
+    dump = _megatron_block("  num_experts ..................................... 8")
+    assert read_run_config(dump, "args.txt", "megatron-args")["num_experts"] == 8
