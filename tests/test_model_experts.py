@@ -86,7 +86,8 @@ def test_the_imported_run_carries_the_dense_model_and_question_4_is_answered(tmp
     steps = np.arange(0, 300, 10)
     view = RunView("run", {"loss": Series(steps, np.full(steps.size, 2.0))}, meta=dict(parsed.meta))
     spike = type("Spike", (), {"onset": 150, "peak": 160})()
-    assert node_router(view, spike, None).answer == "no"  # type: ignore[arg-type]
+    answer = node_router(view, spike, None)  # type: ignore[arg-type]
+    assert answer.answer == "no" and answer.evidence == {"moe": False, "num_experts": 1}
 
 
 def test_a_banner_naming_a_model_states_nothing(tmp_path: Path) -> None:
