@@ -514,10 +514,11 @@ def _not_run(view: RunView, p: AnalysisParams, snr: SnrSeries | None) -> tuple[l
             )
     reason = None
     grad = view.series.get("grad_norm")
-    if grad is None:
+    zero = grad is not None and bool(np.isfinite(grad.values).any() and not np.nan_to_num(grad.values).any())
+    if grad is None or zero:  # all 0: DeepSpeed's `grad norm: 0.000` when it does not compute the norm
         reason = (
-            "no SNR: the run logs no gradient norm; log the global grad norm before clipping (and per-rank "
-            "local norms with the batch sizes for the two-batch estimator)"
+            f"no SNR: the run logs no gradient norm{' (0 at every step: a placeholder)' * zero}; log the global "
+            "grad norm before clipping (and per-rank local norms with the batch sizes for the two-batch estimator)"
         )
     elif snr is None or not np.isfinite(snr.values).any():
         window = snr.window if snr is not None else p.diagnosis.proxy_window

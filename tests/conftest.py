@@ -35,6 +35,8 @@ TIERS: dict[str, str] = {
     **dict.fromkeys(
         (
             "action_premise_shapes",
+            "model_experts",
+            "placeholder_grad_norm",
             "alerts",
             "analysis",
             "baselines",
@@ -101,6 +103,7 @@ TIERS: dict[str, str] = {
     # integration: several layers at once: the CLI as a process, whole stores, pages through AppTest
     **dict.fromkeys(
         (
+            "sibling_settings",
             "cli",
             "formats_number_spellings",
             "cli_contracts",
