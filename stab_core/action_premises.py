@@ -100,6 +100,20 @@ def _log_starts_at_beginning(facts: RunFacts) -> PremiseCheck:
     return facts.first_step <= LOG_START_INTERVALS * max(facts.log_interval, 1.0), evidence
 
 
+def _checkpoint_before(view: RunView, step: int) -> PremiseCheck:
+    """Was a checkpoint saved before ``step``? From the run's ``checkpoint`` events (StabScope's monitor
+    records each save), else from a stated ``checkpoint_interval_steps``; None when the run records
+    neither (a log's saves are not read: whether one exists cannot be told)."""
+    saves = sorted(e.step for e in view.events if e.kind == "checkpoint")
+    if saves:
+        before = [s for s in saves if s < step]
+        return bool(before), {"checkpoint_step": before[-1] if before else None, "checkpoints_logged": len(saves)}
+    interval = view.meta.get("checkpoint_interval_steps")
+    if isinstance(interval, int) and not isinstance(interval, bool) and interval > 0:
+        return step > interval, {"checkpoint_interval_steps": interval}
+    return None, {"checkpoints_logged": 0}
+
+
 def _lr_never_fell_before(facts: RunFacts, step: int) -> bool | None:
     """True when the logged LR did not fall anywhere up to ``step`` (it is still in, or just out of, the
     initial warmup); None without a usable LR."""
@@ -199,6 +213,7 @@ def check_premises(
         "lr_logged": (lr_at_start is not None, {"lr_at_start": lr_at_start}),
         "lr_rose_before": _with(_lr_rose_before(facts, spike.start), {"lr_at_start": lr_at_start}),
         "log_starts_at_beginning": _log_starts_at_beginning(facts),
+        "checkpoint_before": _checkpoint_before(view, spike.start),
     }
 
 
