@@ -124,6 +124,10 @@ PREMISES: Final[dict[str, Premise]] = {
     "log_starts_at_beginning": Premise(
         "log_starts_at_beginning", "the log starts at the run's first steps (not a resumed run or an excerpt)"
     ),
+    "onset_in_first_steps": Premise(
+        "onset_in_first_steps",
+        "the instability began in the run's first steps (its first ~10 %, the log starting at the beginning)",
+    ),
     "checkpoint_before": Premise(
         "checkpoint_before",
         "a checkpoint was saved before the spike",
@@ -146,7 +150,7 @@ ACTION_PREMISES: Final[dict[str, str]] = {
     LEAF_ACTIONS["leaf_unknown"][0]: "signals_missing",
     LEAF_ACTIONS["leaf_unknown"][2]: "checkpoint_before",
     LEAF_ACTIONS["leaf_early_instability"][0]: "lr_rose_before",
-    LEAF_ACTIONS["leaf_early_instability"][1]: "log_starts_at_beginning",
+    LEAF_ACTIONS["leaf_early_instability"][1]: "onset_in_first_steps",
     LEAF_ACTIONS["leaf_early_instability"][2]: "not_recovered",
 }
 """The premise each action rests on (actions not listed rest on the verdict alone)."""
