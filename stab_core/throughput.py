@@ -37,6 +37,11 @@ definition the corpus facts were written to (docs/diagnosis.md, "throughput_chan
 RECOVERED_FRACTION = DROP_FRACTION / 2
 """A span ends when the level is back within this fraction of the norm (10 %): a level hovering at the
 threshold (0.78-0.81 of the norm) is one slow span, not a dozen each "back to its norm after it"."""
+SHORT_SPAN_SAMPLES = 10
+"""A short drop: the median of this many consecutive logged samples 20 % or more under the run's norm
+(the facts' "lasting >= 10 logged steps"): a stall of a dozen steps on a 20,000-step run (llm.c: 7 of
+12 steps at 5.6-27.8 s against 4.2 s) that bucket levels of 2 % of the run average away. A median of
+10 is never moved by one slow step (an eval, a checkpoint save) nor by four."""
 MIN_SPAN_SAMPLES = 5
 """A degraded span must hold at least this many samples..."""
 MIN_SPAN_SHARE = 0.02
@@ -245,6 +250,44 @@ def detect_throughput_drops(steps: IntArray, values: FloatArray, metric: str) ->
                 )
             )
         i = j + 1
+    start = int(firsts[warm]) if warm < firsts.size else rate.size
+    out += _short_drops(steps, rate, start, overall, metric, [(d.start, d.end) for d in out])
+    return sorted(out, key=lambda d: d.start)
+
+
+def _short_drops(
+    steps: IntArray, rate: FloatArray, start: int, norm: float, metric: str, found: list[tuple[int, int]]
+) -> list[ThroughputDrop]:
+    """Spans where the median of ``SHORT_SPAN_SAMPLES`` consecutive samples (from sample ``start`` on,
+    past warm-up) sits ``DROP_FRACTION`` or more under ``norm`` (a rate), outside the ``found`` spans."""
+    n = SHORT_SPAN_SAMPLES
+    if rate.size - start < 2 * n:
+        return []
+    windows = np.median(np.lib.stride_tricks.sliding_window_view(rate[start:], n), axis=1)
+    out = []
+    for a, b in _runs(windows < (1 - DROP_FRACTION) * norm):
+        lo, hi = start + a, start + b + n - 1  # the samples of the slow windows
+        if a == 0 and hi <= WARMUP_SHARE * rate.size:
+            continue  # a slow stretch that opens the run: warm-up (compilation, first iterations)
+        # the span from its first slow sample to its last; its level, the slow windows' median
+        slow = lo + np.flatnonzero(rate[lo : hi + 1] < (1 - DROP_FRACTION) * norm)
+        lo, hi = int(slow[0]), int(slow[-1])
+        first, last = int(steps[lo]), int(steps[hi])
+        if any(first <= f_hi and last >= f_lo for f_lo, f_hi in found):
+            continue
+        level = float(np.median(windows[a : b + 1]))
+        out.append(
+            ThroughputDrop(
+                metric=metric,
+                start=first,
+                end=last,
+                norm=_unrate(norm, metric),
+                level=_unrate(level, metric),
+                change_pct=100 * (level / norm - 1),
+                recovered=hi < rate.size - 1,
+                warmup_end=None,
+            )
+        )
     return out
 
 
