@@ -191,4 +191,4 @@ def test_a_run_without_a_training_metric_says_so(tmp_path: Path) -> None:
         open_analysed_store(tmp_path / "s"),
         RunSpec(name="evals", per_rank=False, run_level=("lr",), loss_spike=None, grad_spike_step=None),
     )
-    assert run_status(store, "evals") == "ended at step 1999 (the last lr: no loss in this run)"
+    assert run_status(store, "evals") == "ended at step 1999 (the last lr: no metric read as the training loss)"

@@ -146,7 +146,8 @@ def last_step_reached(store: Store, name: str) -> Reached:
     if metric != "loss" and not words:
         loss = last_finite(store, name, "loss")
         words.append(
-            f"the last {metric}" + (f"; the last finite loss at {loss[0]}" if loss else ": no loss in this run")
+            f"the last {metric}"
+            + (f"; the last finite loss at {loss[0]}" if loss else ": no metric read as the training loss")
         )
     evals = _last_finite_of(store, name, [m for m in metrics if is_eval_metric(m)])
     if evals is not None and evals[0] == reached + 1:
