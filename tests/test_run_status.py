@@ -159,7 +159,9 @@ def test_a_run_nan_from_its_first_step_reached_its_last_logged_loss(tmp_path: Pa
     # passed; the loss being never finite is said with it
     store = _from_text(tmp_path, "train.log", LLMC_NAN * 1)
     assert last_finite(store, "run", "loss") is None
-    assert run_status(store, "run") == "stopped at 3 of 19560 (the loss is non-finite at every logged step)"
+    assert run_status(store, "run") == (
+        "stopped at 3 of 19560 (the loss is non-finite at every logged step; the log prints it as step 4)"
+    )
 
 
 def test_nan_loss_rows_count_while_the_trainer_still_logs_step_times(tmp_path: Path) -> None:

@@ -205,4 +205,8 @@ def run_status(store: Store, name: str) -> str:
     stated = info.meta.get("last_step")
     if isinstance(stated, int) and not isinstance(stated, bool) and reached is not None and stated > reached:
         reached, evidence = stated, "the trainer's own step count"
+    printed = info.meta.get("printed_step_offset")
+    if isinstance(printed, int) and not isinstance(printed, bool) and printed and reached is not None:
+        # llm.c prints step + 1 and is stored 0-based: a user looks for the number the log prints
+        evidence = "; ".join(w for w in (evidence, f"the log prints it as step {reached + printed}") if w)
     return status_text(info.status, reached, planned_steps(info.meta), info.first_step, evidence)
