@@ -311,6 +311,17 @@ def _rerun_from_checkpoint(case: Case) -> Verdict:
     return (TRUE, "checkpoint_steps: one before the incident") if before else (FALSE, "no checkpoint before it")
 
 
+def _rerun_if_checkpoint(case: Case) -> Verdict:
+    """ "If a checkpoint from before step N exists, re-run from it ...": the premise is said, not assumed;
+    false only where the log shows there is none to re-run from."""
+    if _nonfinite_from_start(case):
+        return FALSE, "nonfinite_from_start: no finite checkpoint to re-run from"
+    before = _checkpoint_before(case, case.start)
+    if before is None:
+        return TRUE, "checkpoint_steps null: the action states the checkpoint it needs, the log shows no save"
+    return (TRUE, "checkpoint_steps: one before the incident") if before else (FALSE, "no checkpoint before it")
+
+
 def _record_max_norm(case: Case) -> Verdict:
     return case.not_logged("clip", ": the log tells")
 
@@ -378,6 +389,7 @@ ACTION_RULES: Final[tuple[ActionRule, ...]] = (
     ("Log ", _log_missing_signals),  # logged.* of each signal named (before the PREMISES rows: "Log the ...")
     ("Inspect the batches", _inspect_batches),  # the matched golden incident
     ("Re-run from the previous checkpoint", _rerun_from_checkpoint),  # nonfinite_from_start, checkpoint_steps
+    ("If a checkpoint from before", _rerun_if_checkpoint),  # nonfinite_from_start, checkpoint_steps
     # leaf_early_instability
     ("Lower the peak LR or lengthen the warmup: from step", _early_lr),  # logged.lr, lr_rises
     ("Check the initialisation scale and the first batches", _early_checks),  # golden kind / cause early_instability

@@ -187,6 +187,7 @@ def test_actions_on_a_recovered_data_outlier() -> None:
         claim("action", "Lengthen the warmup or lower the peak LR: the spike began 600 steps after the warmup."),
         claim("action", "For a data-recipe switch, re-warm the LR from a lower value as well."),
         claim("action", "Something no row knows."),
+        claim("action", "If a checkpoint from before step 700 exists, re-run from it to see whether it repeats."),
     ]
     assert incident_verdicts(incident(700, *actions))[1:] == [
         "true",  # data_outlier consistent
@@ -199,7 +200,19 @@ def test_actions_on_a_recovered_data_outlier() -> None:
         "false",  # the warmup ended at 100, but the golden rules the LR transition out
         "unjudged",
         "unjudged",
+        "true",  # a checkpoint at 500, and the action says it needs one
     ]
+
+
+def test_a_rerun_that_states_the_checkpoint_it_needs() -> None:
+    """Issue #32 item 4: "Re-run from the previous checkpoint" where no save is logged assumed one; said
+    with its premise it holds whatever the log shows, unless the log shows there is none before."""
+    said = claim("action", "If a checkpoint from before step 700 exists, re-run from it to see whether it repeats.")
+    bare = claim("action", "Re-run from the previous checkpoint to see whether the spike repeats (data) or not.")
+    for saves, verdicts in (([500], ["true", "true"]), (None, ["true", "unsupported"]), ([900], ["false", "false"])):
+        golden = copy.deepcopy(GOLDEN)
+        golden["facts"].update(checkpoint_steps=saves)
+        assert incident_verdicts(incident(700, said, bare), golden=golden)[1:] == verdicts
 
 
 def test_every_action_stabscope_may_say_has_a_rule() -> None:

@@ -87,6 +87,15 @@ def stored_findings(store: Store, info: RunInfo, *, siblings: bool = True) -> di
     return findings
 
 
+def _keep_best(found: dict[str, Any]) -> str:
+    """The overfitting action: the step of the lowest val loss is an evaluation's step; whether a
+    checkpoint was saved there the findings do not know, so the words say which to keep."""
+    return (
+        f"Keep the checkpoint of step {found['best_step']} (the lowest val loss, {found['best_val_loss']:.4g}), "
+        "or the last one saved before it; stop earlier, add data or regularise (dropout, weight decay)."
+    )
+
+
 def finding_entries(findings: dict[str, Any]) -> list[dict[str, Any]]:
     """The findings as entries after the incidents of ``stabscope spikes --json`` (additive: each has
     an incident's ``metric``/``start``/``peak``/``end``/``ratio``/``recovered``/``cause``/
@@ -101,8 +110,7 @@ def finding_entries(findings: dict[str, Any]) -> list[dict[str, Any]]:
                     "ratio": found["end_val_loss"] / found["best_val_loss"] if found["best_val_loss"] else None,
                     "recovered": False, "cause": "overfitting", "confidence": None, "path": [],
                     "summary": found["message"],
-                    "actions": [f"Keep the checkpoint of step {found['best_step']} (the lowest val loss); "
-                                "stop earlier, add data or regularise (dropout, weight decay)."],
+                    "actions": [_keep_best(found)],
                     "overfitting": found})  # fmt: skip
     drops = list(findings.get("throughput") or [])
     if findings.get("throughput_siblings"):
