@@ -21,8 +21,9 @@ COLUMNS = {
     "status": st.column_config.TextColumn(
         width="medium",
         help="live: still being written · finished: reached its planned steps · stopped at N of M: the last "
-        "finite value is at step N of M planned · ended at step N: the log states no planned steps (set them "
-        "under Run settings on the Cost or Spikes page)",
+        "training step (the last loss the trainer logged) is N of M planned · ended at step N: the log states "
+        "no planned steps (set them under Run settings on the Cost or Spikes page); in brackets, what N rests "
+        "on where it is not plain (an evaluation logged after it, a loss never finite)",
     ),
     "last loss": st.column_config.NumberColumn(
         format="%.4f", help="Last finite logged loss (nats/token), at the step in 'last loss step'"

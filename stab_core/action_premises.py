@@ -100,6 +100,54 @@ def _log_starts_at_beginning(facts: RunFacts) -> PremiseCheck:
     return facts.first_step <= LOG_START_INTERVALS * max(facts.log_interval, 1.0), evidence
 
 
+def _checkpoint_before(view: RunView, step: int) -> PremiseCheck:
+    """Was a checkpoint saved before ``step``? From the run's ``checkpoint`` events (StabScope's monitor
+    records each save), else from a stated ``checkpoint_interval_steps``; None when the run records
+    neither (a log's saves are not read: whether one exists cannot be told)."""
+    saves = sorted(e.step for e in view.events if e.kind == "checkpoint")
+    if saves:
+        before = [s for s in saves if s < step]
+        return bool(before), {"checkpoint_step": before[-1] if before else None, "checkpoints_logged": len(saves)}
+    interval = view.meta.get("checkpoint_interval_steps")
+    if isinstance(interval, int) and not isinstance(interval, bool) and interval > 0:
+        return step > interval, {"checkpoint_interval_steps": interval}
+    return None, {"checkpoints_logged": 0}
+
+
+RUN_START_FRACTION = 0.15
+"""An onset is in the run's first steps within this fraction of its length: the "first ~10 % of the run"
+of an early instability (the corpus facts' definition), with room for the "~" (10.7 % reads as early)."""
+
+
+def _run_length(view: RunView) -> tuple[int | None, str]:
+    """The run's length in steps and where it comes from: the planned steps the log or user states,
+    else the last logged loss step (None without either)."""
+    for key in ("planned_steps", "total_steps"):
+        value = view.meta.get(key)
+        if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value > 0:
+            return int(value), key
+    loss = view.series.get("loss")
+    if loss is not None and loss.steps.size:
+        return int(loss.steps[-1]), "last_logged_step"
+    return None, "none"
+
+
+def _onset_in_first_steps(view: RunView, facts: RunFacts, step: int) -> PremiseCheck:
+    """Did the instability begin in the run's first steps: the log starts at the beginning and the onset
+    is within :data:`RUN_START_FRACTION` of the run's length? (An "early" incident of a sparsely logged
+    run, e.g. 6 evaluations of which the 5th, at 40 % of the planned steps, jumps, is early only in
+    samples: its initialisation and first batches are long behind it.)"""
+    starts, evidence = _log_starts_at_beginning(facts)
+    length, source = _run_length(view)
+    fraction = step / length if length else None
+    evidence = {**evidence, "run_length": length, "run_length_from": source, "onset_fraction": fraction}
+    if starts is False or (fraction is not None and fraction > RUN_START_FRACTION):
+        return False, evidence
+    if starts is None or fraction is None:
+        return None, evidence
+    return True, evidence
+
+
 def _lr_never_fell_before(facts: RunFacts, step: int) -> bool | None:
     """True when the logged LR did not fall anywhere up to ``step`` (it is still in, or just out of, the
     initial warmup); None without a usable LR."""
@@ -199,6 +247,8 @@ def check_premises(
         "lr_logged": (lr_at_start is not None, {"lr_at_start": lr_at_start}),
         "lr_rose_before": _with(_lr_rose_before(facts, spike.start), {"lr_at_start": lr_at_start}),
         "log_starts_at_beginning": _log_starts_at_beginning(facts),
+        "onset_in_first_steps": _onset_in_first_steps(view, facts, spike.start),
+        "checkpoint_before": _checkpoint_before(view, spike.start),
     }
 
 

@@ -40,7 +40,14 @@ def run_findings(series: SeriesArrays) -> dict[str, Any]:
     metric = throughput_metric(series)
     if metric is not None:
         steps, values = series[metric]
-        out["throughput"] = [d.to_json() for d in detect_throughput_drops(steps, values, metric)]
+        drops = detect_throughput_drops(steps, values, metric)
+        # the other throughput metric too: a trainer's tokens/s may be a running average (llm.c's) that
+        # smooths a stall of a dozen steps away while its step time shows it; a span both show is said once
+        for other in THROUGHPUT_METRICS:
+            if other != metric and other in series and series[other][0].size:
+                more = detect_throughput_drops(*series[other], other)
+                drops += [d for d in more if not any(d.start <= e.end and d.end >= e.start for e in drops)]
+        out["throughput"] = [d.to_json() for d in sorted(drops, key=lambda d: d.start)]
         level = settled_level(steps, values, metric)
         out["throughput_level"] = None if level is None else {"metric": metric, "level": level}
     return out

@@ -30,8 +30,18 @@ SMOOTH_BUCKETS = 5
 """Rolling median over this many buckets: one or two slow samples never move the level."""
 MIN_SAMPLES = 20
 """Fewer samples than this give no norm worth comparing with."""
-DROP_FRACTION = 0.15
-"""A level this much below the norm (15 % fewer tokens/s, or a step time 1/0.85 as long) is a loss."""
+DROP_FRACTION = 0.20
+"""A level this much below the norm (20 % fewer tokens/s, or a step time 1/0.8 as long) is a loss: the
+definition the corpus facts were written to (docs/diagnosis.md, "throughput_changes": a level change of
+20 % or more), so a finding and a fact mean the same thing; a 16 % slowdown is not said."""
+RECOVERED_FRACTION = DROP_FRACTION / 2
+"""A span ends when the level is back within this fraction of the norm (10 %): a level hovering at the
+threshold (0.78-0.81 of the norm) is one slow span, not a dozen each "back to its norm after it"."""
+SHORT_SPAN_SAMPLES = 10
+"""A short drop: the median of this many consecutive logged samples 20 % or more under the run's norm
+(the facts' "lasting >= 10 logged steps"): a stall of a dozen steps on a 20,000-step run (llm.c: 7 of
+12 steps at 5.6-27.8 s against 4.2 s) that bucket levels of 2 % of the run average away. A median of
+10 is never moved by one slow step (an eval, a checkpoint save) nor by four."""
 MIN_SPAN_SAMPLES = 5
 """A degraded span must hold at least this many samples..."""
 MIN_SPAN_SHARE = 0.02
@@ -41,6 +51,11 @@ WARMUP_SHARE = 0.2
 NORM_PERCENTILE = 75.0
 """The run's norm: this percentile of its smoothed bucket levels (rate), past warm-up; a run that
 degrades for most of its length is still compared with the level it had when it ran well."""
+MIN_PRIOR_SHARE = 0.05
+"""A span is also compared with the norm of the levels before it (the same percentile) once that many
+buckets (5 %, at least ``SMOOTH_BUCKETS``) precede it: a run that ran well for its first fifth and
+slowly for the rest (GPT-NeoX 596 -> 759 ms a step from step 602 on) has a run-wide norm at its slow
+level, and only the level before the change shows the loss."""
 MAX_SAMPLES = 100_000
 """Longer series are judged on every k-th sample (a level over 2 % of the run does not need each
 step, and a 10M-step run's step time is read in a fraction of the time)."""
@@ -188,9 +203,11 @@ def detect_throughput_drops(steps: IntArray, values: FloatArray, metric: str) ->
 
     The samples (finite, positive) are grouped into at most ``MAX_BUCKETS`` buckets of consecutive
     samples whose medians are smoothed over ``SMOOTH_BUCKETS``; the norm is the ``NORM_PERCENTILE``
-    of those levels. A slow stretch opening the run is warm-up when it ends within ``WARMUP_SHARE``
-    of the run; any other slow stretch of at least ``MIN_SPAN_SAMPLES`` samples and ``MIN_SPAN_SHARE``
-    of the run is a drop. ``metric`` is ``throughput_tok_s`` or ``step_time_s``.
+    of those levels past warm-up, or of the levels before a bucket where that is higher and at least
+    ``MIN_PRIOR_SHARE`` of them precede it (the level the run fell from). A slow stretch opening the
+    run is warm-up when it ends within ``WARMUP_SHARE`` of the run; any other stretch under the norm
+    it fell from, of at least ``MIN_SPAN_SAMPLES`` samples and ``MIN_SPAN_SHARE`` of the run, is a
+    drop. ``metric`` is ``throughput_tok_s`` or ``step_time_s``.
     """
     if metric not in THROUGHPUT_METRICS:
         raise ValueError(f"metric must be one of {THROUGHPUT_METRICS}, got {metric!r}")
@@ -203,26 +220,72 @@ def detect_throughput_drops(steps: IntArray, values: FloatArray, metric: str) ->
     slow = levels < (1 - DROP_FRACTION) * float(np.percentile(levels, NORM_PERCENTILE))
     warm = _warmup_buckets(slow)
     # the norm again without the warm-up, which would pull a short run's percentile down
-    norm = float(np.percentile(levels[warm:], NORM_PERCENTILE))
-    slow = levels < (1 - DROP_FRACTION) * norm
-    slow[:warm] = False
+    overall = float(np.percentile(levels[warm:], NORM_PERCENTILE))
     min_samples = max(MIN_SPAN_SAMPLES, int(np.ceil(MIN_SPAN_SHARE * rate.size)))
+    min_prior = max(SMOOTH_BUCKETS, int(np.ceil(MIN_PRIOR_SHARE * levels.size)))
     out = []
-    for a, b in _runs(slow):
-        lo, hi = int(firsts[a]), int(lasts[b])
-        if hi - lo + 1 < min_samples:
+    i = warm
+    while i < levels.size:
+        before = levels[warm:i]
+        norm = max(overall, float(np.percentile(before, NORM_PERCENTILE))) if before.size >= min_prior else overall
+        if levels[i] >= (1 - DROP_FRACTION) * norm:
+            i += 1
             continue
-        level = float(np.median(rate[lo : hi + 1]))
+        j = i  # the span lasts until the level is back near the norm it fell from (RECOVERED_FRACTION)
+        while j + 1 < levels.size and levels[j + 1] < (1 - RECOVERED_FRACTION) * norm:
+            j += 1
+        lo, hi = int(firsts[i]), int(lasts[j])
+        if hi - lo + 1 >= min_samples:
+            level = float(np.median(rate[lo : hi + 1]))
+            out.append(
+                ThroughputDrop(
+                    metric=metric,
+                    start=int(steps[lo]),
+                    end=int(steps[hi]),
+                    norm=_unrate(norm, metric),
+                    level=_unrate(level, metric),
+                    change_pct=100 * (level / norm - 1),
+                    recovered=j < levels.size - 1,
+                    warmup_end=int(steps[firsts[warm]]) if 0 < warm < firsts.size else None,
+                )
+            )
+        i = j + 1
+    start = int(firsts[warm]) if warm < firsts.size else rate.size
+    out += _short_drops(steps, rate, start, overall, metric, [(d.start, d.end) for d in out])
+    return sorted(out, key=lambda d: d.start)
+
+
+def _short_drops(
+    steps: IntArray, rate: FloatArray, start: int, norm: float, metric: str, found: list[tuple[int, int]]
+) -> list[ThroughputDrop]:
+    """Spans where the median of ``SHORT_SPAN_SAMPLES`` consecutive samples (from sample ``start`` on,
+    past warm-up) sits ``DROP_FRACTION`` or more under ``norm`` (a rate), outside the ``found`` spans."""
+    n = SHORT_SPAN_SAMPLES
+    if rate.size - start < 2 * n:
+        return []
+    windows = np.median(np.lib.stride_tricks.sliding_window_view(rate[start:], n), axis=1)
+    out = []
+    for a, b in _runs(windows < (1 - DROP_FRACTION) * norm):
+        lo, hi = start + a, start + b + n - 1  # the samples of the slow windows
+        if a == 0 and hi <= WARMUP_SHARE * rate.size:
+            continue  # a slow stretch that opens the run: warm-up (compilation, first iterations)
+        # the span from its first slow sample to its last; its level, the slow windows' median
+        slow = lo + np.flatnonzero(rate[lo : hi + 1] < (1 - DROP_FRACTION) * norm)
+        lo, hi = int(slow[0]), int(slow[-1])
+        first, last = int(steps[lo]), int(steps[hi])
+        if any(first <= f_hi and last >= f_lo for f_lo, f_hi in found):
+            continue
+        level = float(np.median(windows[a : b + 1]))
         out.append(
             ThroughputDrop(
                 metric=metric,
-                start=int(steps[lo]),
-                end=int(steps[hi]),
+                start=first,
+                end=last,
                 norm=_unrate(norm, metric),
                 level=_unrate(level, metric),
                 change_pct=100 * (level / norm - 1),
-                recovered=b < levels.size - 1,
-                warmup_end=int(steps[firsts[warm]]) if 0 < warm < firsts.size else None,
+                recovered=hi < rate.size - 1,
+                warmup_end=None,
             )
         )
     return out

@@ -124,6 +124,16 @@ PREMISES: Final[dict[str, Premise]] = {
     "log_starts_at_beginning": Premise(
         "log_starts_at_beginning", "the log starts at the run's first steps (not a resumed run or an excerpt)"
     ),
+    "onset_in_first_steps": Premise(
+        "onset_in_first_steps",
+        "the instability began in the run's first steps (its first ~10 %, the log starting at the beginning)",
+    ),
+    "checkpoint_before": Premise(
+        "checkpoint_before",
+        "a checkpoint was saved before the spike",
+        "If a checkpoint from before step {start} exists, re-run from it to see whether the spike repeats "
+        "(data) or not (transient): this log records no checkpoint save.",
+    ),
 }
 
 ACTION_PREMISES: Final[dict[str, str]] = {
@@ -138,8 +148,9 @@ ACTION_PREMISES: Final[dict[str, str]] = {
     LEAF_ACTIONS["leaf_rank_fault"][2]: "not_recovered",
     LEAF_ACTIONS["leaf_data_outlier_recovered"][0]: "clip_absorbed",
     LEAF_ACTIONS["leaf_unknown"][0]: "signals_missing",
+    LEAF_ACTIONS["leaf_unknown"][2]: "checkpoint_before",
     LEAF_ACTIONS["leaf_early_instability"][0]: "lr_rose_before",
-    LEAF_ACTIONS["leaf_early_instability"][1]: "log_starts_at_beginning",
+    LEAF_ACTIONS["leaf_early_instability"][1]: "onset_in_first_steps",
     LEAF_ACTIONS["leaf_early_instability"][2]: "not_recovered",
 }
 """The premise each action rests on (actions not listed rest on the verdict alone)."""
@@ -216,7 +227,8 @@ def checked_actions(
             said.append(text)
             checks.append(ActionCheck(text, name, True, evidence))
         elif holds is None and name is not None and PREMISES[name].otherwise is not None:
-            instead = PREMISES[name].otherwise or ""
+            otherwise = PREMISES[name].otherwise or ""
+            instead = _format(otherwise, facts) or otherwise.replace("step {start}", "the spike")
             said.append(instead)
             checks.append(ActionCheck(instead, name, None, evidence))
         else:

@@ -57,9 +57,9 @@ def test_without_an_lr_the_user_is_told_to_log_it() -> None:
 
 def test_check_the_initialisation_needs_a_log_from_the_run_start() -> None:
     said, holds = _actions(0, "warmup")
-    assert any(a.startswith(CHECK_INIT) for a in said) and holds["log_starts_at_beginning"] is True
+    assert any(a.startswith(CHECK_INIT) for a in said) and holds["onset_in_first_steps"] is True
     said, holds = _actions(31_190, "decay")  # an excerpt of a resumed run
-    assert not any(a.startswith(CHECK_INIT) for a in said) and holds["log_starts_at_beginning"] is False
+    assert not any(a.startswith(CHECK_INIT) for a in said) and holds["onset_in_first_steps"] is False
     # a console that logs every 10 steps starts at step 10: still the run's beginning
     view, _ = _early_rise_run(0, "warmup")
     loss, lr = view.series["loss"], view.series["lr"]
@@ -68,7 +68,27 @@ def test_check_the_initialisation_needs_a_log_from_the_run_start() -> None:
     )
     (spaced_event,) = robust_early_rises(spaced.series["loss"].steps, spaced.series["loss"].values, 16)
     checks = {c.premise: c.holds for c in diagnose_early(spaced, spaced_event).checks}
-    assert checks["log_starts_at_beginning"] is True
+    assert checks["onset_in_first_steps"] is True
+
+
+def test_check_the_initialisation_needs_an_onset_in_the_runs_first_steps() -> None:
+    """A run evaluated every 500 of 5,000 planned steps: 6 loss estimates, all "early" for the detector
+    (fewer than its window), the 5th jumping 1.44x at step 2,000. Before: "check the initialisation
+    and the first batches" at 40 % of the run, where the corpus facts rule early instability out."""
+    steps = np.arange(0, 2501, 500)
+    loss = np.array([9.227, 6.954, 6.581, 6.651, 9.585, 6.642])
+    lr = np.array([2e-6, 2e-5, 1.9e-5, 1.79e-5, 1.55e-5, 1.26e-5])
+    view = RunView("evals", {"loss": Series(steps, loss), "lr": Series(steps, lr)}, meta={"planned_steps": 5000})
+    events = robust_early_rises(steps, loss, 16)
+    (event,) = [e for e in events if e.peak == 2000]
+    diagnosis = diagnose_early(view, event)
+    assert not any(a.startswith(CHECK_INIT) for a in diagnosis.actions)
+    (check,) = [c for c in diagnosis.checks if c.premise == "onset_in_first_steps"]
+    assert check.holds is False and check.evidence["onset_fraction"] == 0.4
+    assert check.evidence["run_length"] == 5000 and check.evidence["run_length_from"] == "planned_steps"
+    # the same run planned for 50,000 steps: the jump is in its first 4 %, and the advice holds
+    longer = RunView("evals", view.series, meta={"planned_steps": 50_000})
+    assert any(a.startswith(CHECK_INIT) for a in diagnose_early(longer, event).actions)
 
 
 def test_a_negative_loss_scale_is_a_placeholder_not_a_collapse() -> None:

@@ -258,7 +258,7 @@ def test_dense_model_answers_router_no_and_per_rank_loss_is_used() -> None:
     rank_loss[1, 1500] /= 8.0
     healthy = RunView(view.name, series=view.series, per_rank={"loss": view.per_rank["loss"]}, meta=view.meta)
     plain = diagnose(healthy, spike)
-    assert plain.path[3].answer == "no" and plain.path[3].evidence == {"moe": False}
+    assert plain.path[3].answer == "no" and plain.path[3].evidence == {"moe": False, "num_experts": 1}
     assert plain.path[4].answer == "unknown"  # no grad norm: no SNR
     assert plain.cause == "unknown"
 
@@ -404,3 +404,38 @@ def _analysed(view: RunView) -> list[dict[str, Any]]:
     from stab_core.analysis import analyze_run
 
     return analyze_run(view).spike_dicts()
+
+
+def _unknown_cause_run(*events: RunEvent, **meta: Any) -> RunView:
+    """Loss only (no grad norm, no LR: the tree cannot name a cause), one 3-step spike at 600."""
+    rng = np.random.default_rng(11)
+    steps = np.arange(1000, dtype=np.int64)
+    loss = 3.0 + 0.01 * rng.standard_normal(steps.size)
+    loss[600:603] *= 1.6
+    return RunView("loss-only", series={"loss": Series(steps, loss)}, events=tuple(events), meta=meta)
+
+
+def test_a_rerun_from_a_checkpoint_is_said_with_the_checkpoint_it_needs() -> None:
+    """Issue #32 item 4: "Re-run from the previous checkpoint" was said on logs that record no save. Said
+    plainly only where the run records a checkpoint before the spike; with none recorded, said with the
+    condition; with saves recorded only after it, not said."""
+    (bare,) = _analysed(_unknown_cause_run())
+    assert bare["leaf"] == "leaf_unknown"
+    assert _check(bare, "checkpoint_before")["holds"] is None
+    assert not any(a.startswith("Re-run from the previous checkpoint") for a in bare["actions"])
+    assert "If a checkpoint from before step 600 exists, re-run from it to see whether the spike repeats" in " ".join(
+        bare["actions"]
+    )
+    (saved,) = _analysed(_unknown_cause_run(RunEvent(500, "checkpoint")))
+    assert _check(saved, "checkpoint_before") == {
+        "action": _check(saved, "checkpoint_before")["action"],
+        "premise": "checkpoint_before",
+        "holds": True,
+        "evidence": {"checkpoint_step": 500, "checkpoints_logged": 1},
+    }
+    assert any(a.startswith("Re-run from the previous checkpoint") for a in saved["actions"])
+    (late,) = _analysed(_unknown_cause_run(RunEvent(800, "checkpoint")))
+    assert _check(late, "checkpoint_before")["holds"] is False
+    assert not any("re-run" in a.lower() for a in late["actions"])
+    (every,) = _analysed(_unknown_cause_run(checkpoint_interval_steps=250))
+    assert _check(every, "checkpoint_before")["holds"] is True

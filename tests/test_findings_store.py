@@ -73,7 +73,10 @@ def test_overfitting_and_a_slow_span_reach_spikes_json_text_and_alerts(
     assert main(["spikes", "shakespeare", "--store", store]) == 0
     text = capsys.readouterr().out
     assert "overfitting: val loss rose 1.472 (step 1750)" in text and "best checkpoint is at step 1750" in text
-    assert "throughput loss: step time (s) 0.1" in text and "over steps 30" in text, text
+    # the step is the evaluation's; which checkpoint to keep is said, with the value (#32 item 4)
+    assert "Keep the checkpoint of step 1750 (the lowest val loss, 1.472), or the last one saved before it" in text
+    # the norm is the level before the slow span (0.0999 s: its 75th percentile as a rate)
+    assert "throughput loss: step time (s) 0.0999 -> 0.16" in text and "over steps 30" in text, text
 
     opened = open_analysed_store(store)
     info = opened.run_info("shakespeare")

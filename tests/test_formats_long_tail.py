@@ -40,8 +40,8 @@ def test_detection_picks_the_trainer_alone(log: str, fmt: str) -> None:
 def test_hf_console_steps_from_epoch_evals_apart_summary_not_a_step() -> None:
     parsed = read_log([FIXTURES / "hf_trainer_console.log"])
     assert parsed.format == "hf_console"
-    # 96 optimization steps over the summary's 3.0 epochs: 32 a epoch, logged every 8
-    assert parsed.meta["step_source"].startswith("epoch x 32 steps per epoch")
+    # the training bar N/96 drawn before each dict dates it (logged every 8 of 96 steps)
+    assert parsed.meta["step_source"].startswith("progress bar: the training bar's count N/96")
     loss = _series(parsed, "loss")
     assert list(loss) == list(range(8, 97, 8))
     assert loss[8] == 3.072 and loss[96] == 1.961  # string values read as numbers
@@ -61,14 +61,55 @@ def test_hf_console_steps_from_epoch_evals_apart_summary_not_a_step() -> None:
 
 def test_trl_console_numbers_and_line_order() -> None:
     parsed = read_log([FIXTURES / "trl_grpo_console.log"])
-    # no banner, no summary: the step is the dict's place in the file, and the meta says so
-    assert parsed.meta["step_source"].startswith("line order")
+    # no banner, no summary: the bar N/600 drawn before each dict dates it, and the meta says so
+    assert parsed.meta["step_source"].startswith("progress bar")
     assert _series(parsed, "loss") == {1: 0.01, 2: 0.02, 3: 0.03, 4: 0.04, 5: 0.05, 6: 0.06}
     assert _series(parsed, "reward")[6] == 0.6
     assert _series(parsed, "kl")[4] == 0.002
     assert _series(parsed, "completions/mean_length")[1] == 181.5
     assert _series(parsed, "tokens")[3] == 12288.0
     assert parsed.skipped == 1
+
+
+def _hf_dicts(evals_at: dict[int, float], n: int, per_epoch: float, interval: int, epochs: int) -> str:
+    """A Trainer console without bars: a training dict every ``interval`` steps whose epoch is
+    ``step / per_epoch`` rounded to 2 decimals (as the Trainer prints it), an eval dict at each epoch
+    end in ``evals_at``, the banner and the summary."""
+    lines = [f"  Num Epochs = {epochs:,}", f"  Total optimization steps = {round(per_epoch * epochs):,}"]
+    for i in range(1, n + 1):
+        step = interval * i
+        lines.append(f"{{'loss': {2.0 - step / 10000:.4f}, 'learning_rate': 5e-05, 'epoch': {step / per_epoch:.2f}}}")
+        for epoch, loss in evals_at.items():
+            if step < epoch * per_epoch <= step + interval:
+                lines.append(f"{{'eval_loss': {loss}, 'eval_runtime': 17.99, 'epoch': {float(epoch)}}}")
+    return "\n".join(lines) + "\n"
+
+
+def test_hf_console_a_constant_logging_interval_is_not_left_to_the_epochs_drift(tmp_path: Path) -> None:
+    # LLaMA-Factory's console: 17.047 steps per epoch (2,182 examples), a dict every 5 steps, the banner's
+    # 1,000 epochs over 17,000 steps (17 per epoch). Before: the epoch x 17 drifted to step 2099 at the
+    # 421st dict (epoch 123.48), which the Trainer logged at step 2105
+    log = tmp_path / "running_log.txt"
+    log.write_text(
+        _hf_dicts({}, 421, 2105 / 123.48, 5, 1000).replace(
+            "Total optimization steps = 17,047", "Total optimization steps = 17,000"
+        )
+    )
+    parsed = read_log([log])
+    assert parsed.meta["step_source"].startswith("logging interval: the N-th logs dict is step N x 5")
+    loss = _series(parsed, "loss")
+    assert min(loss) == 5 and max(loss) == 2105 and len(loss) == 421
+
+
+def test_hf_console_an_epoch_end_evaluation_is_dated_by_its_epoch(tmp_path: Path) -> None:
+    # 2,820 steps over 30 epochs (94 a epoch), a dict every 10: the eval at epoch 7.0 is step 658, between
+    # the training dicts of 650 and 660. Before: 650 (the training dict before it), a step whose
+    # checkpoint "of the lowest val loss" is not the one evaluated
+    log = tmp_path / "console.md"
+    log.write_text(_hf_dicts({6: 1.80, 7: 1.783, 8: 1.807}, 282, 94.0, 10, 30))
+    parsed = read_log([log])
+    assert _series(parsed, "val_loss") == {564: 1.80, 658: 1.783, 752: 1.807}
+    assert 650 in _series(parsed, "loss") and 660 in _series(parsed, "loss")
 
 
 def test_hf_console_tensor_values_and_prefixes(tmp_path: Path) -> None:

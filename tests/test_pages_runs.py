@@ -102,7 +102,8 @@ def test_runs_that_ended_before_their_planned_steps_say_where(
     table = _table(at).set_index("name")
     assert table.loc["megds", "status"] == "stopped at 62 of 1000"  # "iteration 62/ 1000" was its last line
     assert table.loc["mixtral-h100", "status"] == "stopped at 22685 of 24000"  # "nan" from 22690 on
-    assert table.loc["llmc", "status"] == "ended at step 19560"  # main.log states no planned steps
+    # main.log states no planned steps; its last training loss is s:19559, the final val line s:19560
+    assert table.loc["llmc", "status"] == "ended at step 19560 (the final val_loss, after the last training step 19559)"
     last_train = re.findall(r"^s:(\d+) trl:(\S+)", RUNS["llmc"].read_text(), re.M)[-1]  # s:19559 trl:3.2217
     assert table.loc["llmc", "last loss step"] == int(last_train[0])
     assert table.loc["llmc", "last loss"] == pytest.approx(float(last_train[1]))

@@ -53,7 +53,8 @@ def test_a_log_without_planned_steps_ended_rather_than_finished(tmp_path: Path) 
     assert last_finite(store, "llmc", "loss") == (int(last_train[0]), pytest.approx(float(last_train[1])))
     assert "planned_steps" not in store.run_info("llmc").meta  # main.log states no total
     assert last_finite_step(store, "llmc") == 19560  # the final "s:19560 tel:3.2722" val line
-    assert run_status(store, "llmc") == "ended at step 19560"
+    # the final val line right after the last training step evaluates the final weights: the run's end
+    assert run_status(store, "llmc") == "ended at step 19560 (the final val_loss, after the last training step 19559)"
 
 
 def test_a_run_that_reached_its_planned_steps_finished(tmp_path: Path) -> None:
@@ -89,3 +90,107 @@ def test_the_users_planned_steps_win_and_live_stays_live(tmp_path: Path) -> None
 def test_status_text(reached: int | None, planned: int | None, first: int | None, expected: str) -> None:
     assert status_text("finished", reached, planned, first) == expected
     assert status_text("live", reached, planned, first) == "live"
+
+
+def test_status_text_states_its_evidence() -> None:
+    said = status_text("finished", 5, None, 0, "the last loss; val_loss to 9")
+    assert said == "ended at step 5 (the last loss; val_loss to 9)"
+    assert status_text("finished", 72, 74, 0, "x") == "stopped at 72 of 74 (x)"
+    assert status_text("finished", 73, 74, 0, "x") == "finished"
+
+
+# --------------------------------------------------------------------------------------------------
+# The run's last step is its last training step (issue #32: every statement a checked claim). Each
+# fixture is a few lines of a trainer's console, in the layout of a real public log.
+# --------------------------------------------------------------------------------------------------
+
+
+def _from_text(tmp_path: Path, name: str, text: str) -> Store:
+    log = tmp_path / name
+    log.write_text(text)
+    store = open_analysed_store(tmp_path / "s")
+    store_parsed(store, "run", read_log([log]))
+    return store
+
+
+WLM_EPOCHS = 2
+"""PyTorch's word-language-model example: 'end of epoch' validation lines are dated by the epoch
+(epoch x batches per epoch), past the last training line (every 200 batches of 2983)."""
+
+
+def _wlm_console() -> str:
+    lines = []
+    for epoch in range(1, WLM_EPOCHS + 1):
+        for batch in range(200, 2983, 200):
+            loss = 7.0 - 0.1 * epoch - batch / 10000
+            lines.append(
+                f"| epoch {epoch:3d} | {batch:5d}/ 2983 batches | lr 20.0000 | ms/batch  7.45 | "
+                f"loss {loss:5.2f} | ppl {2.71828**loss:8.2f}"
+            )
+        end = f"| end of epoch {epoch:3d} | time: 23.24s | valid loss  6.65 | valid ppl   771.60"
+        lines += ["-" * 89, end, "-" * 89]
+    lines += ["=" * 89, "| End of training | test loss  6.58 | test ppl   718.99", "=" * 89]
+    return "\n".join(lines) + "\n"
+
+
+def test_an_epoch_end_validation_does_not_extend_the_runs_last_step(tmp_path: Path) -> None:
+    # before: "ended at step 5966" (the epoch-2 validation line), while the log's last training line is
+    # epoch 2, batch 2800 = step 2983 + 2800 = 5783 (the golden answer of such a log)
+    store = _from_text(tmp_path, "wlm.md", _wlm_console())
+    assert store.run_info("run").last_step == 2 * 2983
+    assert run_status(store, "run") == "ended at step 5783 (the last training step; test_loss to 5966)"
+
+
+LLMC_NAN = (
+    "step    1/19560 | loss     nan (+nanz)| norm    nan (+nanz)| lr 8.57e-07 | 3788.44 ms | 35.6% bf16 MFU | "
+    "138391 tok/s\n"
+    "step    2/19560 | loss     nan (+nanz)| norm    nan (+nanz)| lr 1.71e-06 | 3646.20 ms | 37.0% bf16 MFU | "
+    "143790 tok/s\n"
+    "step    3/19560 | loss     nan (+nanz)| norm    nan (+nanz)| lr 2.57e-06 | 3603.56 ms | 37.5% bf16 MFU | "
+    "144663 tok/s\n"
+    "step    4/19560 | loss     nan (+nanz)|slurmstepd: error: *** JOB 1 ON g084 CANCELLED AT 2024-10-10T02:20:29 "
+    "DUE TO TIME LIMIT ***\n"
+)
+
+
+def test_a_run_nan_from_its_first_step_reached_its_last_logged_loss(tmp_path: Path) -> None:
+    # llm.c's console, NaN from step 1, the last line cut by slurm after its loss: stored 0-based, the
+    # cut line is step 3. Before: "stopped at 2 of 19560" (the last finite LR), a step the trainer had
+    # passed; the loss being never finite is said with it
+    store = _from_text(tmp_path, "train.log", LLMC_NAN * 1)
+    assert last_finite(store, "run", "loss") is None
+    assert run_status(store, "run") == (
+        "stopped at 3 of 19560 (the loss is non-finite at every logged step; the log prints it as step 4)"
+    )
+
+
+def test_nan_loss_rows_count_while_the_trainer_still_logs_step_times(tmp_path: Path) -> None:
+    # nanoGPT keeps printing "loss nan" with its step times: those iterations ran; the run's last step
+    # is the last of them, not the last finite loss (420)
+    lines = ["step 0: train loss 4.2367, val loss 4.2475"]
+    lines += [f"iter {i}: loss {3.5 - i / 1000:.4f}, time 1447.97ms, mfu 0.01%" for i in range(0, 425, 5)]
+    lines += [f"iter {i}: loss nan, time 1440.31ms, mfu 0.01%" for i in range(425, 455, 5)]
+    store = _from_text(tmp_path, "train.log", "\n".join(lines) + "\n")
+    assert last_finite(store, "run", "loss") == (420, pytest.approx(3.08))
+    assert run_status(store, "run") == "ended at step 450 (the last step_time_s; the last finite loss at 420)"
+
+
+def test_evaluations_are_named_by_prefix_or_benchmark() -> None:
+    from ingest.services.run_status import is_eval_metric
+
+    assert [
+        m for m in ("val_loss", "eval_train_loss", "test_ppl", "hellaswag_acc", "loss", "lr") if is_eval_metric(m)
+    ] == [
+        "val_loss",
+        "eval_train_loss",
+        "test_ppl",
+        "hellaswag_acc",
+    ]
+
+
+def test_a_run_without_a_training_metric_says_so(tmp_path: Path) -> None:
+    store = write_run(
+        open_analysed_store(tmp_path / "s"),
+        RunSpec(name="evals", per_rank=False, run_level=("lr",), loss_spike=None, grad_spike_step=None),
+    )
+    assert run_status(store, "evals") == "ended at step 1999 (the last lr: no metric read as the training loss)"

@@ -385,6 +385,8 @@ class GenericReader(Reader):
             builder.excerpt_starts += [base + n - 1 for n in marks.excerpt_starts]
             builder.run_headings += [base + n - 1 for n in marks.run_headings]
             builder.config_headings += [base + n - 1 for n in marks.config_headings]
+            # markdown notes: the settings each pasted run states (what a sibling comparison checks)
+            builder.stated_settings += [(base + n - 1, key, value) for n, key, value in marks.settings]
             for (name, unit), (steps, values, order) in rows.items():
                 if _placeholder(name, values):
                     builder.meta.setdefault("placeholders_dropped", []).append(name)

@@ -11,6 +11,13 @@ Newer versions print the floats as strings (4 significant digits), older ones as
 ``tensor(0.77, device='cuda:0')`` grad norm of some versions is read as its number. The dict carries
 no step, so the step is derived, and ``meta['step_source']`` says how:
 
+- ``progress bar``: the training bar's count ``N`` in its last ``N/T`` drawn before the dict (the
+  Trainer advances the bar to the global step, then logs). Used when every training dict follows a
+  bar of the training total ``T`` and the counts strictly increase (TRL's consoles).
+- ``logging interval``: the epoch-derived steps (next item) advance by one constant interval ``g``
+  (each gap within one step of it, the first at ``g``): the Trainer logs at every ``logging_steps``,
+  so the N-th dict is step ``N x g``. The epoch is a rounded float over a fractional number of steps
+  per epoch, and ``round(epoch x steps per epoch)`` drifts by a few steps over a long run.
 - ``epoch``: the step is ``round(epoch x steps per epoch)``, where the steps per epoch are the planned
   optimizer steps (the banner's ``Total optimization steps = T``, else a tqdm bar's ``N/T``) over the
   epoch they end at (the final summary dict's ``epoch``, else the banner's ``Num Epochs``). Used only
@@ -18,8 +25,12 @@ no step, so the step is derived, and ``meta['step_source']`` says how:
 - ``line order``: the N-th training dict is step N (a log interval, not an optimizer step).
 
 Evaluation dicts (keys ``eval_*``) are kept apart as evaluation metrics (``eval_loss`` is
-``val_loss``) at the step of the training dict before them; the final summary (``train_runtime``)
-is no step: it goes to ``meta['train_summary']``. tqdm bars and other text are skipped and counted.
+``val_loss``): at the training bar's count where bars date the dicts; else, where the steps come from
+the epoch, at ``round(epoch x steps per epoch)`` of their own epoch (an evaluation at epoch 7.0 of 94
+steps per epoch is step 658, not the training dict's step 650 before it), kept between the training
+steps around it; else at the step of the training dict before them. The final summary
+(``train_runtime``) is no step: it goes to ``meta['train_summary']``. tqdm bars and other text are
+skipped and counted.
 """
 
 from __future__ import annotations
@@ -27,7 +38,7 @@ from __future__ import annotations
 import functools
 import itertools
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
@@ -58,6 +69,8 @@ class _Record:
     line: int
     values: dict[str, float]
     eval: bool
+    bar: tuple[int, int] | None = None
+    """The last progress bar's (count, total) drawn before this dict."""
 
 
 @dataclass
@@ -67,6 +80,8 @@ class _Scan:
     total_steps: int | None = None
     bar_total: int | None = None
     num_epochs: int | None = None
+    bar: tuple[int, int] | None = None
+    """The last progress bar's (count, total) seen so far."""
 
 
 def parse_logs_dict(text: str) -> dict[str, float]:
@@ -112,7 +127,7 @@ class HFConsoleReader(Reader):
         if scan.summary:
             builder.meta["train_summary"] = scan.summary
         total = scan.total_steps or scan.bar_total
-        if total and how.startswith("epoch"):
+        if total and not how.startswith("line order"):
             builder.meta["total_steps"] = total
             note_planned_steps(builder.meta)
         _emit(scan.records, steps, builder)
@@ -126,7 +141,14 @@ def _scan_line(line: str, line_no: int, path: Path, scan: _Scan, builder: LogBui
         own = piece.encode()[lead.end() if lead else 0 :].decode("utf-8", "replace").strip()
         if not own:
             continue
-        for m in _DICT.finditer(own):
+        # dicts and bars in the order they were drawn: a dict's step is the bar count before it
+        marks = sorted([*_DICT.finditer(own), *_TQDM.finditer(own)], key=lambda m: m.start())
+        for m in marks:
+            if m.re is _TQDM:
+                bar = True
+                scan.bar = (int(m["n"]), int(m["total"]))
+                scan.bar_total = max(scan.bar_total or 0, scan.bar[1])
+                continue
             values = parse_logs_dict(m.group(0))
             if not values:
                 continue
@@ -135,10 +157,7 @@ def _scan_line(line: str, line_no: int, path: Path, scan: _Scan, builder: LogBui
                 scan.summary.update(values)
             else:
                 is_eval = any(k.startswith("eval_") for k in values)
-                scan.records.append(_Record(line_no, values, is_eval))
-        for m in _TQDM.finditer(own):
-            bar = True
-            scan.bar_total = max(scan.bar_total or 0, int(m["total"]))
+                scan.records.append(_Record(line_no, values, is_eval, scan.bar))
         if scan.total_steps is None and (t := _TOTAL_STEPS.search(own)):
             scan.total_steps = int(t.group(1).replace(",", ""))
         if scan.num_epochs is None and (e := _NUM_EPOCHS.search(own)):
@@ -156,31 +175,68 @@ def _steps(scan: _Scan) -> tuple[list[int], str]:
     """Each record's step and how it was found (see the module docstring)."""
     train = [r for r in scan.records if not r.eval]
     total = scan.total_steps or scan.bar_total
+    if total and train and all(r.bar is not None and r.bar[1] == total for r in train):
+        counted = [r.bar[0] for r in train if r.bar is not None]
+        if counted[0] > 0 and all(b > a for a, b in itertools.pairwise(counted)):
+            return _with_evals(scan.records, counted, lambda r: r.bar[0] if r.bar and r.bar[1] == total else None), (
+                f"progress bar: the training bar's count N/{total} drawn before each logs dict (the console "
+                "prints no step)"
+            )
     end_epoch = scan.summary.get("epoch") or (float(scan.num_epochs) if scan.num_epochs else None)
     if total and end_epoch and train and all("epoch" in r.values for r in train):
         per_epoch = total / end_epoch
+
+        def by_epoch(record: _Record) -> int | None:
+            return round(record.values["epoch"] * per_epoch) if "epoch" in record.values else None
+
         derived = [round(r.values["epoch"] * per_epoch) for r in train]
         if derived[0] > 0 and all(b > a for a, b in itertools.pairwise(derived)):
             where = "the summary's epoch" if "epoch" in scan.summary else "the banner's Num Epochs"
-            return _with_evals(scan.records, derived), (
-                f"epoch x {per_epoch:g} steps per epoch ({total} optimization steps over {end_epoch:g} epochs, "
-                f"{where}): the console prints no step"
+            how = f"{total} optimization steps over {end_epoch:g} epochs, {where}"
+            interval = _logging_interval(derived)
+            if interval is not None and interval * len(derived) <= total:
+                counted = [interval * (i + 1) for i in range(len(derived))]
+                return _with_evals(scan.records, counted, by_epoch), (
+                    f"logging interval: the N-th logs dict is step N x {interval} (the epoch x {per_epoch:g} "
+                    f"steps per epoch, {how}, advances by {interval} at every dict; the console prints no step)"
+                )
+            return _with_evals(scan.records, derived, by_epoch), (
+                f"epoch x {per_epoch:g} steps per epoch ({how}): the console prints no step"
             )
-    return _with_evals(scan.records, list(range(1, len(train) + 1))), (
+    return _with_evals(scan.records, list(range(1, len(train) + 1)), lambda r: None), (
         "line order: the N-th training logs dict is step N (one logging interval, not one optimizer step; "
         "the console prints no step and no steps per epoch)"
     )
 
 
-def _with_evals(records: list[_Record], train_steps: list[int]) -> list[int]:
-    """Every record's step: training dicts in turn, an evaluation at the training step before it."""
+def _logging_interval(derived: Sequence[int]) -> int | None:
+    """The constant interval the epoch-derived steps advance by (each gap within one step of it, the
+    first step within one of it), or None: the Trainer logs every ``logging_steps``."""
+    if len(derived) < 3:
+        return None
+    gaps = np.diff(np.asarray(derived))
+    interval = int(np.median(gaps))
+    if interval < 2 or np.any(np.abs(gaps - interval) > 1) or abs(derived[0] - interval) > 1:
+        return None  # an interval of 1 leaves nothing to correct; a wider spread is not one interval
+    return interval
+
+
+def _with_evals(records: list[_Record], train_steps: list[int], dated: Callable[[_Record], int | None]) -> list[int]:
+    """Every record's step: training dicts in turn; an evaluation at ``dated(record)`` (its own bar
+    count or epoch) kept between the training steps around it, else at the training step before it."""
     out: list[int] = []
     it = iter(train_steps)
     last = 0
+    later = [*train_steps, 2**62]
+    done = 0
     for record in records:
         if not record.eval:
             last = next(it)
-        out.append(last)
+            done += 1
+            out.append(last)
+            continue
+        own = dated(record)
+        out.append(last if own is None else min(max(own, last), later[done]))
     return out
 
 

@@ -461,6 +461,8 @@ class EngineState:
         line_numbers: npt.NDArray[np.int64],
     ) -> None:
         kind = self.kinds[block.kind]
+        if kind.step_offset:  # the status quotes the step as the log prints it beside the stored one
+            builder.meta.setdefault("printed_step_offset", -kind.step_offset)
         line_rank: npt.NDArray[np.int32] | None = None
         if len(block.rank) and (_all_present(block.rank) if block.rank_ok is None else block.rank_ok):
             line_rank = np.asarray(_arrow(block.rank).cast(pa.string()).cast(pa.int32()).to_numpy(), np.int32)

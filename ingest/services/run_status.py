@@ -2,21 +2,32 @@
 
 A run imported from a log is "finished" only when it reached the steps it planned; one that ended
 before them "stopped at N of M"; with no planned steps known it "ended at step N" (nothing says
-whether that was the plan). N is the last step at which any metric has a finite value: a log whose
-values turn to NaN (a golden-values file padded with "nan") stopped where they did. A run that
-``watch`` is still writing stays "live".
+whether that was the plan). A run that ``watch`` is still writing stays "live".
+
+N, the run's last step, is its last *training* step (:func:`last_step_reached`): the last step at
+which a training metric (loss, LR, step time, grad norm, loss scale: not an evaluation's ``val_*``,
+``eval_*``, ``test_*``, ``validation_*``) has a finite value. So nanoGPT printing ``loss nan`` with its
+step times ran those iterations, while rows where every metric is non-finite (a golden-values file
+padded with "nan" to its planned length) are not steps reached; a run whose loss is never finite
+reached the last step its loss was logged at. An evaluation extends it only at the very next step
+(llm.c and nanoGPT evaluate the final weights at step N after training steps 0..N-1); one dated later
+(an epoch-end validation at epoch x batches, past the last training line) does not: a user comparing
+"stopped at N" with the log's last training line must find N there. The status states, in brackets,
+what N rests on where it is not the last loss alone ("the last loss; val_loss to 29830").
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
 
 import numpy as np
 
 from ingest.store import Store
 from ingest.store.storage_errors import DamagedRunFile
+from stab_core.metrics import CANONICAL_METRICS
 
 STATUS_WORDS = ("live", "finished", "stopped", "ended", "empty", "damaged")
 """The first word of every status :func:`status_text` writes (what the Runs page filters on)."""
@@ -64,30 +75,113 @@ def last_finite_step(store: Store, name: str) -> int | None:
     """The last step at which any metric of run ``name`` has a finite value (None when none has).
 
     Loss first (it usually settles it), then each other metric read only past the step found."""
-    info = store.run_info(name)
-    best: int | None = None
-    for metric in sorted(info.metrics, key=lambda m: m != "loss"):
-        found = last_finite(store, name, metric, after=best)
+    found = _last_finite_of(store, name, store.run_info(name).metrics)
+    return None if found is None else found[0]
+
+
+def _last_finite_of(store: Store, name: str, metrics: Iterable[str]) -> tuple[int, str] | None:
+    """(step, metric) of the last finite value among ``metrics``; at a tie the loss, then the canonical
+    metrics in their order (lr before step time), then the rest by name."""
+    canonical = list(CANONICAL_METRICS)
+    best: tuple[int, str] | None = None
+    for metric in sorted(metrics, key=lambda m: (canonical.index(m) if m in canonical else len(canonical), m)):
+        found = last_finite(store, name, metric, after=None if best is None else best[0])
         if found is not None:
-            best = found[0]
+            best = (found[0], metric)
     return best
 
 
-def status_text(status: str, reached: int | None, planned: int | None, first_step: int | None) -> str:
+EVAL_PREFIXES: Final = ("val_", "eval_", "test_", "validation_")
+"""Metric names an evaluation writes (the readers' convention: ``val_loss``, nanoGPT's ``eval_train_loss``,
+``test_ppl``): values dated by an evaluation, not by a training step the trainer logged."""
+
+
+BENCHMARKS: Final = ("hellaswag", "mmlu", "piqa", "winogrande", "lambada", "arc_easy", "arc_challenge")
+"""Downstream benchmarks a trainer scores during training (llm.c's ``eval:`` HellaSwag accuracy): an
+evaluation too, whatever prefix its reader gave it."""
+
+
+def is_eval_metric(metric: str) -> bool:
+    """Is ``metric`` an evaluation's (:data:`EVAL_PREFIXES`, or a score on one of :data:`BENCHMARKS`)?"""
+    return metric.startswith(EVAL_PREFIXES) or any(b in metric.lower() for b in BENCHMARKS)
+
+
+@dataclass(frozen=True)
+class Reached:
+    """The run's last training step and what it rests on: ``evidence`` is empty where the last loss
+    settles it and nothing was logged after it, else the words the status adds in brackets."""
+
+    step: int | None
+    evidence: str = ""
+
+
+def _last_loss_row(store: Store, name: str) -> int | None:
+    """The last step at which the loss is logged, finite or not (None: no loss row)."""
+    info = store.run_info(name)
+    if info.last_step is None or "loss" not in info.metrics:
+        return None
+    steps = store.read_series(name, "loss", start=info.first_step, end=info.last_step, buckets=None).steps
+    return int(steps[-1]) if len(steps) else None
+
+
+def last_step_reached(store: Store, name: str) -> Reached:
+    """Run ``name``'s last training step (the rule is the module docstring's) and the evidence the
+    status states with it: why it is not the loss's, and the metric logged furthest past it."""
+    metrics = store.run_info(name).metrics
+    training = [m for m in metrics if not is_eval_metric(m)]
+    found = _last_finite_of(store, name, training)
+    words: list[str] = []
+    if "loss" in metrics and last_finite(store, name, "loss") is None:
+        # never finite: every loss row is a step the trainer ran (llm.c printing "loss nan" from step 1)
+        row = _last_loss_row(store, name)
+        if row is not None and (found is None or row >= found[0]):
+            found = (row, "loss")
+        words.append("the loss is non-finite at every logged step")
+    if found is None:  # no training metric: an evaluation-only run
+        found = _last_finite_of(store, name, metrics)
+        if found is None:
+            return Reached(None)
+        words.append("no training metric in this run")
+    reached, metric = found
+    if metric != "loss" and not words:
+        loss = last_finite(store, name, "loss")
+        words.append(
+            f"the last {metric}"
+            + (f"; the last finite loss at {loss[0]}" if loss else ": no metric read as the training loss")
+        )
+    evals = _last_finite_of(store, name, [m for m in metrics if is_eval_metric(m)])
+    if evals is not None and evals[0] == reached + 1:
+        # an evaluation at the step after the last training one evaluates the final weights (llm.c and
+        # nanoGPT evaluate at step N after training steps 0..N-1): the run's end
+        words, reached = [f"the final {evals[1]}, after the last training step {reached}"], reached + 1
+    further = [(f[0], m) for m in metrics if (f := last_finite(store, name, m, after=reached)) is not None]
+    if further:
+        # the furthest; at a tie a loss (val_loss before val_ppl) names it best
+        step, named = min(further, key=lambda f: (-f[0], "loss" not in f[1], f[1]))
+        words += ([] if words else ["the last training step"]) + [f"{named} to {step}"]
+    return Reached(reached, "; ".join(words))
+
+
+def status_text(
+    status: str, reached: int | None, planned: int | None, first_step: int | None, evidence: str = ""
+) -> str:
     """What the Runs table says about a run.
 
     ``status``: the catalog's ("live" or "finished": whether something still writes it); ``reached``:
-    the last step with a finite value; ``planned``: :func:`planned_steps`; ``first_step``: the first
-    logged step. A log counted from 0 reaches its plan at step M - 1, one counted from 1 at M."""
+    the run's last training step (:func:`last_step_reached`); ``planned``: :func:`planned_steps`;
+    ``first_step``: the first logged step; ``evidence``: what the step rests on where it is not plain
+    (:attr:`Reached.evidence`), said in brackets after "ended at step N" / "stopped at N of M". A log
+    counted from 0 reaches its plan at step M - 1, one counted from 1 at M."""
     if status == "live":
         return "live"
     if reached is None:
         return "empty: no finite value logged"
+    why = f" ({evidence})" if evidence else ""
     if planned is None:
-        return f"ended at step {reached}"
+        return f"ended at step {reached}{why}"
     if reached + (1 if first_step == 0 else 0) >= planned:
         return "finished"
-    return f"stopped at {reached} of {planned}"
+    return f"stopped at {reached} of {planned}{why}"
 
 
 def damaged_status(name: str) -> str:
@@ -104,10 +198,15 @@ def run_status(store: Store, name: str) -> str:
     if info.status == "live":
         return "live"
     try:
-        reached = last_finite_step(store, name)
+        found = last_step_reached(store, name)
     except DamagedRunFile:  # one damaged run must not hide the others' statuses
         return damaged_status(name)
+    reached, evidence = found.step, found.evidence
     stated = info.meta.get("last_step")
-    if isinstance(stated, int) and not isinstance(stated, bool) and reached is not None:
-        reached = max(reached, stated)
-    return status_text(info.status, reached, planned_steps(info.meta), info.first_step)
+    if isinstance(stated, int) and not isinstance(stated, bool) and reached is not None and stated > reached:
+        reached, evidence = stated, "the trainer's own step count"
+    printed = info.meta.get("printed_step_offset")
+    if isinstance(printed, int) and not isinstance(printed, bool) and printed and reached is not None:
+        # llm.c prints step + 1 and is stored 0-based: a user looks for the number the log prints
+        evidence = "; ".join(w for w in (evidence, f"the log prints it as step {reached + printed}") if w)
+    return status_text(info.status, reached, planned_steps(info.meta), info.first_step, evidence)
