@@ -55,7 +55,7 @@ from bench.corpus_scores import (
 )
 from bench.statement_eval import RunSaid, judge_log, judged_json, missed_findings
 from stab_core.baselines import BASELINES, baseline_incidents
-from stab_core.metrics import CANONICAL_METRICS
+from stab_core.metrics import CANONICAL_METRICS, POLICY_LOSSES
 
 GOLDEN = Path(__file__).resolve().parents[1] / "tests" / "corpus" / "golden"
 REQUIRED_KEYS = ("name", "provenance", "format_hint", "import", "incidents", "statements")
@@ -255,7 +255,7 @@ def run_name(golden: Mapping[str, Any]) -> str:
 
 
 PANEL_METRICS: dict[str, tuple[str, ...]] = {
-    "loss": ("loss", "val_loss"),
+    "loss": ("loss", "val_loss", *POLICY_LOSSES),
     "grad_norm": ("grad_norm", "grad_norm_clipped"),
     "lr": ("lr",),
     "clip": ("clip_ratio", "clip_coef"),

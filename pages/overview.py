@@ -29,11 +29,13 @@ from pages.parts.store_access import (
 from pages.parts.view_url import NO_INCIDENT, incident_window, restore_from_url, write_url
 from pages.parts.widgets import pick_run, reset_range, step_range, zoom_to_selection
 from stab_core.analysis import statements, verdict_words
+from stab_core.metrics import POLICY_LOSSES
 from stab_core.runview import RunEvent
 
 # (panel title, y-axis title, candidate metrics in order, what to do when none is there)
 PANELS = [
-    ("loss", "loss (nats/token)", ["loss", "val_loss"], "log `loss` (nats/token)"),
+    # an RL run's loss is its policy loss (stab_core.metrics.POLICY_LOSSES), drawn where no LM loss is
+    ("loss", "loss (nats/token)", ["loss", "val_loss", *POLICY_LOSSES], "log `loss` (nats/token)"),
     ("grad norm", "L2 norm", ["grad_norm", "grad_norm_clipped"], "log `grad_norm` (before clipping)"),
     ("learning rate", "LR", ["lr"], "log `lr`"),
     ("clip ratio", "0–1", ["clip_ratio", "clip_coef"], "log `clip_coef`, or `grad_norm` and `max_norm`"),
@@ -46,6 +48,8 @@ LABELS = {
     "clip_coef": "clip coefficient",
 }
 FALLBACK_OF = {"clip_coef": "clip_ratio"}  # drawn only when the analyses' clip ratio is missing
+FALLBACK_OF.update(dict.fromkeys(POLICY_LOSSES, "loss"))  # a policy loss only when no LM loss is
+LABELS.update({name: f"policy loss ({name})" for name in POLICY_LOSSES})
 MIN_SPANS = {"clip ratio": 0.05}  # a fraction that sits at 0 is not magnified into its float noise
 
 

@@ -29,6 +29,7 @@ from stab_core.incidents import (
     window_ratio,
     without_steps,
 )
+from stab_core.metrics import missing_reason
 from stab_core.recent_level import new_early_jumps, new_recent_level_jumps
 from stab_core.runview import FloatArray, IntArray, RunView, Series
 from stab_core.severity import EARLY_BLIP_SAMPLES, Certainty, classify, loss_cost, sensitivity
@@ -500,7 +501,7 @@ def _not_run(view: RunView, p: AnalysisParams, snr: SnrSeries | None) -> tuple[l
         series = view.series.get(metric)
         finite = int(np.isfinite(series.values).sum()) if series is not None else 0
         if series is None:
-            not_run.append((f"{metric} spikes", f"the run logs no {metric}"))
+            not_run.append((f"{metric} spikes", missing_reason(metric, view.series)))
         elif finite <= params.min_history:
             not_run.append(
                 (

@@ -8,6 +8,7 @@ Namespaced extras such as ``grad_norm/layer.3`` are allowed and kept as they are
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from typing import Final
 
 RUN_RANK: Final = -1
@@ -57,3 +58,25 @@ def unit_of(metric: str) -> str:
     desc = CANONICAL_METRICS.get(base, "")
     m = re.search(r"\(([^()]*)\)\s*$", desc)
     return m.group(1) if m else ""
+
+
+POLICY_LOSSES: Final[tuple[str, ...]] = ("act_loss", "actor_loss", "actor/pg_loss", "pg_loss", "policy_loss")
+"""The loss of an RL fine-tune (PPO, GRPO: DeepSpeed-Chat's ``act_loss``, verl's ``actor/pg_loss``): the
+objective of the policy, the model being trained, so the run's loss in the pages' words. It is no
+language-model loss (an advantage-weighted ratio, often negative, noisy by design): it keeps its name
+and the loss-spike detector does not read it. The critic's loss trains the value model beside it."""
+
+
+def policy_loss_of(names: Iterable[str]) -> str | None:
+    """The policy loss among ``names`` (the first of :data:`POLICY_LOSSES` it holds), None without one."""
+    held = set(names)
+    return next((name for name in POLICY_LOSSES if name in held), None)
+
+
+def missing_reason(metric: str, names: Iterable[str]) -> str:
+    """Why a run whose metrics are ``names`` has no ``metric``, in the analyses' words: an RL run's loss
+    is its policy loss (see :data:`POLICY_LOSSES`), not absent."""
+    policy = policy_loss_of(names) if metric == "loss" else None
+    if policy is not None:
+        return f"the run's loss is its policy loss ({policy}), not a language-model loss the detector reads"
+    return f"the run logs no {metric}"

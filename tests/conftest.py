@@ -38,6 +38,7 @@ TIERS: dict[str, str] = {
             "model_experts",
             "placeholder_grad_norm",
             "alerts",
+            "batch8_imports",
             "analysis",
             "baselines",
             "cause_signatures",

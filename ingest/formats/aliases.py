@@ -45,6 +45,7 @@ _ALIASES: Final[dict[str, tuple[str, ...]]] = {
         "lm loss",
         "train loss",
         "training loss",
+        "step loss",  # the step's own loss beside its running 'average_loss' (SambaNova's BERT trainer)
         "trl",
         "train/loss",
         "train/lm loss",

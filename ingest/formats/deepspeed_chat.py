@@ -46,6 +46,14 @@ _NAMES: Final[dict[str, tuple[str, str | None] | None]] = {
     # id: no analysis uses it, so it stays out (the "a role or stays out")
     "TFLOPs": None,
     "Samples/sec": ("samples_per_s", None),
+    # the compact PPO timing line: the whole PPO step (generation + training) and its parts, seconds
+    "E2E latency": ("step_time_s", "s"),
+    "Gather latency": ("gather_latency", "s"),
+    "Generate time": ("generate_time", "s"),
+    "Training time": ("training_time", "s"),
+    "Others": ("other_time", "s"),
+    "CurSamplesPerSec": ("samples_per_s", None),
+    "AvgSamplesPerSec": ("avg_samples_per_s", None),
 }
 
 
@@ -128,6 +136,16 @@ DS_EXAMPLES_KINDS: Final = (
         prefix=r"epoch:[ \t]*[0-9]+[ \t]*\|[ \t]*step:[ \t]*(?P<step>[0-9]+)[ \t]*\|[ \t]*(?=ppo_ep:)",
         pairs=r"(?P<key>[a-z_]+):[ \t]*(?P<val>" + NUMBER + r")(?=[ \t]*\||[ \t]*$)",
         keymap=_chat_key,
+        run_level=True,
+    ),
+    LineKind(
+        # step 3 PPO's timing after each step, at the step of the line before: ``|E2E latency=3.73s
+        # |Gather latency=0.00s (0.00%) |Generate time=2.78s (74.61%) |...|CurSamplesPerSec=17.17 |...``
+        name="chat_ppo_latency_compact",
+        prefix=r"\|(?=E2E latency=)",
+        pairs=r"(?P<key>[A-Za-z][A-Za-z0-9 ]*)=(?P<val>" + NUMBER + r")s?",
+        keymap=_chat_key,
+        ignore=r"\([ \t]*" + NUMBER + r"%\)",
         run_level=True,
     ),
     LineKind(

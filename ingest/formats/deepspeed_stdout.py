@@ -10,7 +10,8 @@
 lines are the same as in Megatron-DeepSpeed logs (:data:`ingest.formats.megatron.DEEPSPEED_KINDS`); ``lr``
 is the first param group's, ``skipped`` the running count of skipped (overflow) steps. The throughput timer's
 samples/s figures keep their names (the pipeline engine's ``samples/sec`` is ``samples_per_s``) and its
-memory figures (GiB) are the printing rank's (rank 0: the line does not say).
+memory figures (GiB) are the printing rank's (rank 0: the line does not say). A DeepSpeed example's
+own progress meter (pytorch's imagenet example, :mod:`ingest.formats.meter_lines`) is read beside them.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Final
 from ingest.formats.aliases import sanitise_name
 from ingest.formats.deepspeed_chat import DS_CHAT_KINDS, DS_EXAMPLES_KINDS
 from ingest.formats.megatron import DEEPSPEED_KINDS, MEGATRON_BANNER
+from ingest.formats.meter_lines import METER_KINDS
 from ingest.formats.numbers import NUMBER
 from ingest.formats.textlog import LineKind, TextLogReader
 
@@ -63,6 +65,7 @@ class DeepSpeedStdoutReader(TextLogReader):
         ),
         *DS_CHAT_KINDS,
         *DS_EXAMPLES_KINDS,
+        *METER_KINDS,
     )
 
     def score(self, n_metric_lines: int, text: str) -> float:

@@ -13,7 +13,13 @@ role}``, applied by the import as a ``--map`` would be). ``meta['mapping']`` is 
 show it, and the user corrects it with ``--map NAME=ROLE`` (``--map iters=step`` for the step).
 
 Lines of shell commands, SLURM and launcher messages are never metric lines; a line with no step
-counter, or with nothing but it, is skipped and counted.
+counter, or with nothing but it, is skipped and counted. A logger's source location (``[trainer:837]``,
+``[trainer.py:892]``, ``[logging.py:68:log_dist]``) is no ``key: number`` pair. The step counter is
+judged on the lines that carry a training metric (a name the alias table knows) when a few do: a
+distributed setup's ``rank: 3 local_rank: 3`` lines and a model repr's ``in_features=384`` lines,
+however many, do not decide it. Units a line does not print are inferred where the log says them
+otherwise (:mod:`ingest.formats.generic_units`: a bare ``dt`` by the lines' wall clock, an MFU in
+percent).
 """
 
 from __future__ import annotations
@@ -29,16 +35,21 @@ from typing import Any, Final
 import numpy as np
 
 from ingest.formats._common import LogBuilder, iter_whole_lines
-from ingest.formats.aliases import TIME_UNITS, canonical_name, normalise_key
+from ingest.formats.aliases import TIME_UNITS, canonical_name, keep_apart, normalise_key
 from ingest.formats.base import Reader
+from ingest.formats.generic_units import BARE_STEP_TIME_KEYS, bare_time_unit, line_time, mfu_unit
 from ingest.formats.numbers import NUMBER, parse_number
 from ingest.formats.raw_text import LAUNCHER_LEAD, decode_head, looks_binary
+from ingest.formats.sections import notes_marks
 from stab_core.metrics import CANONICAL_METRICS
 
 _UNIT: Final = r"(?:ms|us|ns|sec|s|min|h|%|GB|GiB|MB|MiB)"
 _KEY: Final = r"[A-Za-z_][A-Za-z0-9_/.@\-]{0,80}"
+_RATE: Final = r"(?:steps?|its?|iters?|iterations?)/s(?:ec)?|s(?:ec)?/it(?:er)?"
 _PAIR: Final = re.compile(
-    r"(?P<q>['\"])(?P<qkey>[A-Za-z_][^'\"\n]{0,80})(?P=q)[ \t]*:[ \t]*['\"]?(?P<qval>" + NUMBER + r")['\"]?"
+    # a speed printed after its value: `6.75 steps/sec`, `1.16it/s`, `113.21s/it`
+    r"(?<![A-Za-z0-9_.])(?P<rval>" + NUMBER + r")[ \t]?(?P<rate>" + _RATE + r")(?![A-Za-z])"
+    r"|(?P<q>['\"])(?P<qkey>[A-Za-z_][^'\"\n]{0,80})(?P=q)[ \t]*:[ \t]*['\"]?(?P<qval>" + NUMBER + r")['\"]?"
     # a split word before the key stays with it: `train loss 9.2, val loss 9.3` is two metrics
     r"|(?<![A-Za-z0-9_/.@\-])(?P<key>(?:(?:train|training|val|valid|validation|eval|test)[ \t]+)?"
     + _KEY
@@ -46,10 +57,26 @@ _PAIR: Final = re.compile(
     # the unit may stand one blank after the number ('time: 644.64 ms', Karpathy's llm.c-style logs)
     r"(?P<val>" + NUMBER + r")(?:[ \t]?(?P<unit>" + _UNIT + r"(?:/it(?:er)?)?))?(?![A-Za-z0-9_.])"
 )
-"""One ``key: number``, ``key=number``, ``key number`` or ``'key': number`` pair, with an optional unit."""
+"""One ``key: number``, ``key=number``, ``key number`` or ``'key': number`` pair, with an optional unit;
+or a speed in steps (``R steps/sec``, ``R it/s``, ``T s/it``), read as a time per step (``T`` or ``1/R``
+seconds; see :func:`speed_series` for what it becomes)."""
+SPEED_KEY: Final = "speed_step_time"
+"""The key a speed in steps is read under, as seconds per step (stored as :func:`speed_series` says)."""
+RUNNING_AVERAGE_SLACK: Final = 0.02
+"""Lines whose implied elapsed time may go down (the speed's rounding) in a running average since the start."""
 _BRACKET_STEP: Final = re.compile(r"^\[(?P<step>[0-9]+)\][ \t]")
 """CLU-style ``[100] loss=...``: the bracketed number is the step (proposed as key ``[N]``)."""
 BRACKET_KEY: Final = "[N]"
+_LOCATION: Final = re.compile(r"\[[A-Za-z_][A-Za-z0-9_.]*:[0-9]+(?::[A-Za-z_<>][A-Za-z0-9_.<>]*)?\]")
+"""A logger's source location, ``[module:line]`` or ``[file.py:line:function]``: no pair."""
+_NOT_PAIRS: Final = re.compile(
+    r"(?:[A-Za-z][A-Za-z ]{0,40}:[ \t]{0,8})?[0-9]{1,3}%\|[^|\n]*\|[ \t]*[0-9]+/[0-9]+(?:[ \t]*\[[^\]\n]*\])?"
+    r"|\b(?:Process[ \t]+ID|pid)[ \t]*[:=]?[ \t]*[0-9]+"
+)
+"""A tqdm bar (``Iteration:  13%|#  | 321/2552 [05:02<32:00, 1.16it/s]``) glued before a metric line, and
+a logger's process id: neither holds a metric."""
+_NOT_STEP_METRICS: Final = frozenset({"epoch", "tokens"})
+"""Canonical metrics that count like a step: a line carrying only them does not tell the step key."""
 _RAY: Final = re.compile(r"^\((?:[A-Za-z_][A-Za-z0-9_.]*[ \t]+)?pid=[0-9]+(?:,[ \t]*ip=[0-9A-Fa-f.:]+)?\)[ \t]*")
 _NOT_METRICS: Final = re.compile(
     r"^(?:[+$>][ \t]*)?(?:export|unset|source|srun|sbatch|salloc|torchrun|deepspeed|mpirun|accelerate[ \t]+launch"
@@ -89,6 +116,15 @@ class Proposal:
     """role -> key as printed (canonical names the alias table gives, and proposed extras)."""
     extra: dict[str, str] = field(default_factory=dict)
     """name as stored -> role, for keys whose role is proposed from their name alone."""
+    units: dict[str, str] = field(default_factory=dict)
+    """key as printed -> the unit inferred for its values where the line prints none."""
+    other_steps: list[str] = field(default_factory=list)
+    """Step keys of other layouts of the same file (notes pasting two trainers' consoles: Cerebras's
+    ``Step=100`` and SambaNova's ``global_step:322``), each a step's name counting on the lines that
+    lack the keys before it."""
+
+    def step_keys(self) -> tuple[str, ...]:
+        return (self.step, *self.other_steps)
 
     def mapping(self) -> dict[str, str]:
         """``{role: key as printed}``, the step first."""
@@ -101,7 +137,7 @@ def line_pairs(text: str) -> list[tuple[str, float, str | None]]:
     raw = text.encode("utf-8", "replace")
     lead = LAUNCHER_LEAD.match(raw)
     own = raw[lead.end() if lead else 0 :].decode("utf-8", "replace").strip()
-    own = _RAY.sub("", own)
+    own = _NOT_PAIRS.sub(" ", _LOCATION.sub(" ", _RAY.sub("", own)))
     if not own or _NOT_METRICS.search(own):
         return []
     out: list[tuple[str, float, str | None]] = []
@@ -109,6 +145,12 @@ def line_pairs(text: str) -> list[tuple[str, float, str | None]]:
     if bracket:
         out.append((BRACKET_KEY, float(bracket["step"]), None))
     for m in _PAIR.finditer(own):
+        if m["rate"] is not None:
+            speed = parse_number(m["rval"])
+            if speed is not None and speed > 0 and math.isfinite(speed):
+                per_step = m["rate"].split("/")[0] in ("s", "sec")  # seconds per iteration, else a rate
+                out.append((SPEED_KEY, speed if per_step else 1.0 / speed, "s"))
+            continue
         key = m["qkey"] if m["qkey"] is not None else m["key"]
         value = m["qval"] if m["qval"] is not None else m["val"]
         number = parse_number(value)
@@ -120,22 +162,32 @@ def line_pairs(text: str) -> list[tuple[str, float, str | None]]:
 def propose(lines: Sequence[str], step_key: str | None = None) -> Proposal | None:
     """The mapping for a log whose first lines are ``lines`` (None: no step counter on most of its
     metric lines). ``step_key`` is the user's choice of step (``--map KEY=step``)."""
-    records = [pairs for pairs in (line_pairs(line) for line in lines) if len(pairs) >= 2][:HEAD_LINES]
+    found = [(pairs, line) for line in lines for pairs in (line_pairs(line),) if len(pairs) >= 2][:HEAD_LINES]
+    records = [pairs for pairs, _ in found]
     if not records:
         return None
-    step = step_key if step_key is not None else _step_key(records)
+    telling = [pairs for pairs in records if any(_trains(key, unit) for key, _, unit in pairs)]
+    step = step_key if step_key is not None else _step_key(telling if len(telling) >= MIN_UNNAMED_LINES else records)
     if step is None:
         return None
     proposal = Proposal(step, len(records))
+    proposal.units = _inferred_units(found, step)
+    rest = [pairs for pairs in telling if not any(key == step for key, _, _ in pairs)]
+    while step_key is None and len(rest) >= MIN_UNNAMED_LINES:
+        other = _step_key(rest)
+        if other is None or not any(normalise_key(other) == normalise_key(name) for name in STEP_NAMES):
+            break
+        proposal.other_steps.append(other)
+        rest = [pairs for pairs in rest if not any(key == other for key, _, _ in pairs)]
     first_key: dict[str, str] = {}
     units: dict[str, str | None] = {}
     for pairs in records:
-        for key, _, unit in pairs:
-            if key in (step, BRACKET_KEY):
-                continue
-            name, key_unit = stored_name(key, unit)
+        if not any(key in proposal.step_keys() for key, _, _ in pairs):
+            continue  # a key only off the step's lines is never read: no role for it
+        values = [(k, u) for k, _, u in pairs if k not in (*proposal.step_keys(), BRACKET_KEY, SPEED_KEY)]
+        for (key, unit), (name, key_unit) in zip(values, line_names(values, proposal.units), strict=True):
             first_key.setdefault(name, key)
-            units.setdefault(name, unit or key_unit)
+            units.setdefault(name, unit or proposal.units.get(key) or key_unit)
     for name, key in first_key.items():
         if name in CANONICAL_METRICS:
             proposal.roles.setdefault(name, key)
@@ -147,6 +199,72 @@ def propose(lines: Sequence[str], step_key: str | None = None) -> Proposal | Non
             proposal.roles[role] = fits[0]  # as stored: the name --map takes
             proposal.extra[fits[0]] = role
     return proposal
+
+
+_EVAL_NAME: Final = re.compile(r"^(?:eval|val|valid|validation)(?:_|$)", re.IGNORECASE)
+
+
+def speed_series(steps: np.ndarray, seconds: np.ndarray, rows: Any, meta: dict[str, Any]) -> str:
+    """The name a speed in steps (as seconds per step) is stored under. A speed that is a running
+    average since the start (its implied elapsed time, step / speed, never goes down but for the
+    speed's rounding) is no step's time: a slow stretch would never leave it. It is kept as
+    ``step_time_avg_s`` and its last value, the run's mean time per step, goes to ``meta['step_time_s']``
+    (what the cost is priced with). Any other speed (an instantaneous or moving-average one, tqdm's)
+    is the step time, ``step_time_s`` (unless the log prints one: then it keeps ``step_time_avg_s``)."""
+    elapsed = steps * seconds
+    downs = int(np.count_nonzero(np.diff(elapsed) < 0))
+    if elapsed.shape[0] >= MIN_UNNAMED_LINES and downs <= RUNNING_AVERAGE_SLACK * elapsed.shape[0]:
+        meta["step_time_s"] = float(seconds[np.argmax(steps)])
+        meta["step_time_source"] = "the last running-average speed the log prints (steps/sec since the start)"
+        return "step_time_avg_s"
+    return "step_time_avg_s" if any(name == "step_time_s" for name, _ in rows) else "step_time_s"
+
+
+def _placeholder(name: str, values: list[float]) -> bool:
+    """An evaluation field that is exactly 0 on every line: no evaluation ran (SambaNova's
+    ``validation_average_loss:0.00000`` on every training line), a placeholder, not a series."""
+    return bool(_EVAL_NAME.match(name)) and len(values) > 1 and all(v == 0.0 for v in values)
+
+
+def line_names(pairs: Sequence[tuple[str, str | None]], units: dict[str, str]) -> list[tuple[str, str | None]]:
+    """The ``(name, unit)`` each ``(key, unit)`` of one line is stored under, no two keys on one
+    metric (:func:`~ingest.formats.aliases.keep_apart`: ``train_loss`` beside ``loss`` keeps its own
+    name, an alias never replaces the metric the line names itself)."""
+    mapped = [stored_name(key, unit or units.get(key)) for key, unit in pairs]
+    if len({name for name, _ in mapped}) == len(mapped):
+        return mapped
+    kept = keep_apart([key for key, _ in pairs], list(mapped))
+    return [found if found is not None else fallback for found, fallback in zip(kept, mapped, strict=True)]
+
+
+def _trains(key: str, unit: str | None) -> bool:
+    """Whether ``key`` names a training metric (the alias table knows it; not a step-like count)."""
+    if key == BRACKET_KEY:
+        return False
+    name = stored_name(key, unit)[0]
+    return name in CANONICAL_METRICS and name not in _NOT_STEP_METRICS
+
+
+def _inferred_units(found: list[tuple[list[tuple[str, float, str | None]], str]], step: str) -> dict[str, str]:
+    """Units for the unitless values whose unit the log says otherwise (see
+    :mod:`ingest.formats.generic_units`): a bare ``dt`` by the wall clock, an MFU in percent."""
+    times: dict[str, tuple[list[float], list[float], list[float | None]]] = {}
+    mfus: dict[str, list[float]] = {}
+    for pairs, line in found:
+        steps = [v for k, v, _ in pairs if k == step]
+        for key, value, unit in pairs:
+            if unit is not None:
+                continue
+            if normalise_key(key) in BARE_STEP_TIME_KEYS and steps:
+                col = times.setdefault(key, ([], [], []))
+                col[0].append(value)
+                col[1].append(steps[0])
+                col[2].append(line_time(line))
+            elif stored_name(key, None)[0] == "mfu":
+                mfus.setdefault(key, []).append(value)
+    units = {key: bare_time_unit(*col) for key, col in times.items()}
+    units.update({key: unit for key, values in mfus.items() if (unit := mfu_unit(values)) is not None})
+    return units
 
 
 @functools.lru_cache(maxsize=4096)
@@ -239,7 +357,6 @@ class GenericReader(Reader):
 
     def fill(self, paths: Sequence[Path], builder: LogBuilder) -> None:
         from ingest.formats.raw_text import read_head
-        from ingest.formats.sections import notes_marks
 
         found = self.proposal(read_head(paths[0], 2 * 1024 * 1024))
         if found is None:
@@ -250,6 +367,8 @@ class GenericReader(Reader):
         )
         if found.extra:
             builder.meta["proposed_map"] = dict(found.extra)
+        if found.other_steps:
+            builder.meta["other_step_keys"] = list(found.other_steps)
         for path in paths:
             builder.source(path)
             # a row's seq is its line's index in the file, marked as line 1 onwards: the segments
@@ -259,12 +378,21 @@ class GenericReader(Reader):
             for chunk in iter_whole_lines(path, builder):
                 for line in chunk.decode("utf-8", "replace").split("\n")[:-1]:
                     line_no += 1
-                    _read_line(line, line_no, path, found.step, rows, builder)
+                    _read_line(line, line_no, path, found, rows, builder)
             builder.mark_lines(1)
             base = builder.reserve(line_no)
+            marks = notes_marks(path)
+            builder.excerpt_starts += [base + n - 1 for n in marks.excerpt_starts]
+            builder.run_headings += [base + n - 1 for n in marks.run_headings]
+            builder.config_headings += [base + n - 1 for n in marks.config_headings]
             # markdown notes: the settings each pasted run states (what a sibling comparison checks)
-            builder.stated_settings += [(base + n - 1, key, value) for n, key, value in notes_marks(path).settings]
+            builder.stated_settings += [(base + n - 1, key, value) for n, key, value in marks.settings]
             for (name, unit), (steps, values, order) in rows.items():
+                if _placeholder(name, values):
+                    builder.meta.setdefault("placeholders_dropped", []).append(name)
+                    continue
+                if name == SPEED_KEY + "_s":
+                    name = speed_series(np.asarray(steps, np.float64), np.asarray(values), rows, builder.meta)
                 builder.add(
                     name,
                     np.asarray(steps, np.int64),
@@ -279,7 +407,7 @@ def _read_line(
     line: str,
     line_no: int,
     path: Path,
-    step_key: str,
+    found: Proposal,
     rows: dict[tuple[str, str | None], tuple[list[int], list[float], list[int]]],
     builder: LogBuilder,
 ) -> None:
@@ -290,17 +418,20 @@ def _read_line(
         pairs = line_pairs(piece)
         if pairs:
             break
+    step_keys = found.step_keys()
     # a step counter that is not a whole finite number (nan, 1e400, 3.5) counts no step
-    steps = [v for k, v, _ in pairs if k == step_key and math.isfinite(v) and v == int(v)]
-    values = [(k, v, u) for k, v, u in pairs if k not in (step_key, BRACKET_KEY)]
+    steps = [v for k, v, _ in pairs if k in step_keys and math.isfinite(v) and v == int(v)]
+    values = [(k, v, u) for k, v, u in pairs if k not in (*step_keys, BRACKET_KEY)]
     if not steps or not values:
         why = "no step counter" if values else "not a metric line"
         builder.skip(path, line_no, f"{why}: {line.strip()[:80]}")
         builder.account.text_line(str(path), line_no, line.split("\r")[-1], parsed=False)
         return
     builder.account.text_line(str(path), line_no, line, parsed=True)
-    for key, value, unit in values:
-        name, unit = stored_name(key, unit)
+    names = line_names([(key, unit) for key, _, unit in values], found.units)
+    for (_, value, _), (name, unit) in zip(values, names, strict=True):
+        if name == "mfu" and value < 0:  # nanoGPT's running MFU before it has one: no measurement
+            continue
         col = rows.setdefault((name, unit), ([], [], []))
         col[0].append(int(steps[0]))
         col[1].append(value)

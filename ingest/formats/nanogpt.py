@@ -1,5 +1,7 @@
 """Karpathy's nanoGPT console: ``iter N: loss x, time 123.45ms, mfu 35.12%`` and the evaluation line
-``step N: train loss x, val loss y``.
+``step N: train loss x, val loss y``; and its predecessor minGPT's trainer callback (``chargpt.py``,
+``adder.py``): ``iter_dt 93.75ms; iter 10: train loss 2.10000``, the time since the previous
+iteration first (``0.00ms`` at the first iteration, which has none: not a measurement, dropped).
 
 The evaluation's ``train loss`` (mean over ``eval_iters`` batches) is not the per-iteration loss:
 it is kept as ``eval_train_loss``. nanoGPT prints ``mfu -100.00%`` before it has measured MFU:
@@ -32,6 +34,14 @@ def _tagged_key(key: str) -> tuple[str, str | None]:
     if m:
         return ("step_time_s", "s" if m["unit"] == "sec" else m["unit"])
     return canonical_name(key)
+
+
+def _mingpt_key(key: str) -> tuple[str, str | None]:
+    """minGPT's ``iter_dt`` is the step time in ms; its ``train loss`` is the iteration's own loss
+    (minGPT prints no evaluation loss on that line)."""
+    if key == "iter_dt":
+        return ("step_time_s", "ms")
+    return ("loss", None) if key == "train loss" else canonical_name(key)
 
 
 def _tagged_eval_key(key: str) -> tuple[str, str | None]:
@@ -75,6 +85,16 @@ class NanoGPTReader(TextLogReader):
             pairs=r"(?P<key>[A-Za-z][A-Za-z_ ]*?)[ \t]+(?P<val>" + NUMBER + r"[^\s,]*)",
             keymap=_iter_key,
             sentinels={"mfu": -100.0},
+            run_level=True,
+        ),
+        LineKind(
+            # minGPT: the step sits after the step time, so the prefix finds it by looking ahead and
+            # the pairs are read from the line start
+            name="mingpt_iter",
+            prefix=r"(?=iter_dt[ \t]+" + NUMBER + r"ms;[ \t]*iter[ \t]+(?P<step>[0-9]+):)",
+            pairs=r"(?P<key>iter_dt|train loss)[ \t]+(?P<val>" + NUMBER + r")(?:ms)?",
+            keymap=_mingpt_key,
+            sentinels={"step_time_s": 0.0},
             run_level=True,
         ),
         LineKind(

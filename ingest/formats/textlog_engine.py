@@ -46,7 +46,7 @@ from ingest.formats.textlog_patterns import (
     value_group,
 )
 from ingest.formats.textlog_pipes import Split, match_plan
-from ingest.formats.textlog_rows import add_masked, launcher_ranks, note_unread, out_pct_name
+from ingest.formats.textlog_rows import add_masked, epoch_batch_steps, launcher_ranks, note_unread, out_pct_name
 from stab_core.metrics import PER_RANK_METRICS, RUN_RANK
 
 pc: Any = _pc  # pyarrow-stubs overloads reject valid calls on generic arrays
@@ -444,6 +444,8 @@ class EngineState:
         if len(block.step) == 0:
             return np.full(len(block.rows), -1, dtype=np.int64)
         offset = self.kinds[block.kind].step_offset
+        if self.kinds[block.kind].epoch_batches:
+            return epoch_batch_steps(_arrow(block.step).to_pylist()) + offset
         if _all_present(block.step):
             arr = _arrow(block.step).cast(pa.string()).cast(pa.int64()).to_numpy()
             return np.asarray(arr, np.int64) + offset

@@ -69,6 +69,9 @@ class LineKind:
     """Extra metrics that this kind reports per printing rank (torchtitan's per-GPU tps)."""
     run_level: bool = False
     """Every value is run-level (Megatron's iteration line reports the whole job's step time)."""
+    epoch_batches: bool = False
+    """The ``step`` group captures ``E][ i/N`` (pytorch's imagenet example's ``Epoch: [E][ i/N]``):
+    the step is ``E * N + i``, batches counted over the run."""
     step_before_first: int | None = None
     """The step of a line that comes before any metric line (an evaluation before training: step 0);
     None: such a line is counted as a metric line without step."""

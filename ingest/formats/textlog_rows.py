@@ -5,7 +5,8 @@ the import report; the ``(NN%)`` companion's name."""
 
 from __future__ import annotations
 
-from typing import Any
+import re
+from typing import Any, Final
 
 import numpy as np
 import numpy.typing as npt
@@ -15,6 +16,20 @@ import pyarrow.compute as _pc
 from ingest.formats._common import LogBuilder
 
 pc: Any = _pc  # pyarrow-stubs overloads reject valid calls on generic arrays
+
+
+_EPOCH_BATCH: Final = re.compile(rb"^([0-9]+)\][ \t]*\[[ \t]*([0-9]+)/([0-9]+)$")
+
+
+def epoch_batch_steps(texts: list[bytes | None]) -> npt.NDArray[np.int64]:
+    """Steps of ``E][ i/N`` captures (epoch ``E``, batch ``i`` of ``N``): ``E * N + i``, -1 where a
+    line prints none."""
+    out = np.full(len(texts), -1, dtype=np.int64)
+    for row, text in enumerate(texts):
+        m = _EPOCH_BATCH.match(text.strip()) if text else None
+        if m:
+            out[row] = int(m[1]) * int(m[3]) + int(m[2])
+    return out
 
 
 def note_unread(

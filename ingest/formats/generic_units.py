@@ -1,0 +1,69 @@
+"""Units the generic reader (:mod:`ingest.formats.generic`) gives values a log prints without one.
+
+- **A bare ``dt``** (the nanoGPT family's name for one iteration's time: ``step=10 loss=3.2 dt=0.284``)
+  is the step time. Trainers print it in seconds or in milliseconds under the same name (wordplay's
+  console printed ``dt=108.1093`` in ms in 2024-04 and ``dt=0.28387`` in s in 2024-11). Where the
+  metric lines carry a time stamp, the wall clock says which: the median ``dt`` against the wall
+  time per step between the first and the last stamped line (evaluations and saves in between
+  make the wall time per step longer, never a thousand times). Within a factor of
+  :data:`CLOCK_AGREEMENT` of 1 it is seconds, of 1000 milliseconds; without time stamps, or
+  agreeing with neither, seconds (the canonical unit: nothing is rescaled on a guess).
+- **A unitless ``mfu`` above 1** is a percentage (a model cannot use more than all of the peak
+  FLOPs): canonical MFU is a fraction. A negative MFU is no measurement (nanoGPT's running MFU
+  prints ``-100`` until it has one) and is dropped by the reader.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Final
+
+import numpy as np
+
+BARE_STEP_TIME_KEYS: Final = frozenset({"dt"})
+"""Keys (normalised) that name one iteration's time without saying its unit."""
+CLOCK_AGREEMENT: Final = 3.0
+"""How far (a factor either way) ``dt`` and the wall time per step may differ and still agree."""
+_STAMP: Final = re.compile(
+    r"(?<![0-9])([0-9]{4}-[0-9]{2}-[0-9]{2})[ T]([0-9]{2}:[0-9]{2}:[0-9]{2})(?:[.,]([0-9]{1,9}))?"
+)
+
+
+def line_time(line: str) -> float | None:
+    """Seconds since the epoch of the first ``YYYY-MM-DD HH:MM:SS[.fff]`` stamp of ``line`` (read as
+    UTC: only differences are used), None without one."""
+    m = _STAMP.search(line)
+    if m is None:
+        return None
+    try:
+        stamp = datetime.strptime(f"{m[1]} {m[2]}", "%Y-%m-%d %H:%M:%S").replace(tzinfo=UTC)
+    except ValueError:
+        return None
+    return stamp.timestamp() + (float("0." + m[3]) if m[3] else 0.0)
+
+
+def bare_time_unit(dts: Sequence[float], steps: Sequence[float], stamps: Sequence[float | None]) -> str:
+    """``"s"`` or ``"ms"`` for a bare ``dt`` printed as ``dts`` on metric lines at ``steps`` stamped
+    ``stamps`` (None: the line has none); see the module docstring."""
+    timed = [(s, t) for s, t in zip(steps, stamps, strict=True) if t is not None]
+    finite = [d for d in dts if math.isfinite(d) and d > 0]
+    if len(timed) < 2 or not finite:
+        return "s"
+    (first_step, first_t), (last_step, last_t) = timed[0], timed[-1]
+    if last_step <= first_step or last_t <= first_t:
+        return "s"
+    wall_per_step = (last_t - first_t) / (last_step - first_step)
+    ratio = float(np.median(finite)) / wall_per_step
+    if 1 / CLOCK_AGREEMENT <= ratio <= CLOCK_AGREEMENT:
+        return "s"
+    if 1000 / CLOCK_AGREEMENT <= ratio <= 1000 * CLOCK_AGREEMENT:
+        return "ms"
+    return "s"
+
+
+def mfu_unit(values: Sequence[float]) -> str | None:
+    """``"%"`` when a unitless MFU is printed as a percentage (a value above 1), else None."""
+    return "%" if any(math.isfinite(v) and v > 1.0 for v in values) else None
