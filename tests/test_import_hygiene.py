@@ -102,6 +102,7 @@ FIRST_SCREEN_PROBE = """
 import sys
 import pages.parts.alert_banners, pages.parts.page_errors, pages.parts.store_access, pages.parts.run_catalog
 import ingest.services.run_alerts, ingest.services.run_status
+from ingest.services.run_analyses import open_analysed_store
 from ingest.store import Store
 print(",".join(sorted(m for m in sys.modules if m in {heavy!r})))
 """
