@@ -14,7 +14,13 @@ temporary store as ``stabscope import`` does (the analyses run on each import), 
   matching no golden incident (invented), incidents inside a span that must not be flagged, and the
   incidents shown on healthy runs.
 - **statements**: phrases the golden file says must not be said, looked for in the run status and
-  every text of the run's incidents.
+  every text of the run's incidents; and every statement judged against the golden ``facts``
+  (``bench.statement_eval``).
+- **baselines**: llm.c's, OLMo-core's and Megatron-LM's spike rules on each stored run's series, scored
+  as StabScope's incidents are, with the samples each required incident has before it.
+
+Totals for the whole corpus, the held-out logs, the logs tuned on and each golden ``batch``
+(``bench.corpus_scores``).
 
 The logs are not in the repository (their licences vary): each folder holds the file the golden
 ``provenance`` names, checked by its sha256. docs/diagnosis.md ("Held-out corpus") quotes the table.
@@ -34,8 +40,11 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from bench.corpus_scores import (
     LogScore,
+    batch_label,
     details,
     detector_table,
     split_table,
@@ -289,7 +298,7 @@ def evaluate_log(store: Any, corpus: Path, golden: Mapping[str, Any]) -> LogScor
     from ingest.importing.importer import import_logs
     from ingest.services.run_status import run_status
 
-    result = LogScore(str(golden["name"]), tuned_on=golden.get("tuned_on") is not False)
+    result = LogScore(str(golden["name"]), tuned_on=golden.get("tuned_on") is not False, batch=batch_label(golden))
     path = log_path(corpus, golden)
     if not path.is_file():
         result.error = f"{path}: missing (fetch {golden['provenance']['repo']}@{golden['provenance']['commit']})"
@@ -322,17 +331,47 @@ def evaluate_log(store: Any, corpus: Path, golden: Mapping[str, Any]) -> LogScor
     score_incidents(result, golden, incidents)
     score_statements(result, golden, said)
     judge_statements(result, golden, runs_said)
+    result.baselines = baseline_scores(golden, stored)
+    result.required_samples_before = [samples_before(stored, truth) for truth in golden["incidents"]["must_find"]]
+    return result
+
+
+def samples_before(stored: Sequence[Mapping[str, Any]], truth: Mapping[str, Any]) -> int:
+    """The finite samples a baseline rule has seen before golden incident ``truth``: of the run whose
+    loss or grad norm spans its step (within its tolerance), the most of either logged before the
+    tolerance window opens. The 128-sample rules see nothing before that many."""
+    step, tol = int(truth["step"]), int(truth["tolerance_steps"])
+    most = 0
+    for run in stored:
+        for metric in ("loss", "grad_norm"):
+            if metric not in run["series"]:
+                continue
+            steps, values = (np.asarray(a) for a in run["series"][metric])
+            if steps.size and steps[0] - tol <= step <= steps[-1] + tol:
+                most = max(most, int((np.isfinite(values) & (steps < step - tol)).sum()))
+    return most
+
+
+def baseline_scores(golden: Mapping[str, Any], stored: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, int]]:
+    """Each baseline rule (``stab_core.baselines``) run on each stored run's series (``{"run", "series":
+    {metric: (steps, values)}}``) apart, as its trainer would see that run, and the incidents of every run
+    scored together as StabScope's are: required, found, invented, shown."""
+    out = {}
     for label, (rule, metrics) in BASELINES.items():
-        theirs = LogScore(result.name)
-        series = {m: s for run in stored for m, s in run["series"].items() if m in metrics}
-        score_incidents(theirs, golden, baseline_incidents(rule, metrics, series) if stored else [])
-        result.baselines[label] = {
+        theirs = LogScore(str(golden["name"]))
+        incidents = [
+            incident
+            for run in stored
+            for incident in baseline_incidents(rule, metrics, {m: s for m, s in run["series"].items() if m in metrics})
+        ]
+        score_incidents(theirs, golden, incidents)
+        out[label] = {
             "required": theirs.required,
             "found": theirs.found,
             "invented": len(theirs.invented),
             "shown": theirs.reported,
         }
-    return result
+    return out
 
 
 def evaluate(corpus: Path, goldens: Sequence[Mapping[str, Any]]) -> list[LogScore]:

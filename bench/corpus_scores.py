@@ -11,8 +11,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bench.statement_eval import INVENTED, counts, kind_table, precision_table
+from stab_core.baselines import LLMC_WINDOW, OLMO_WINDOW
 
 STABSCOPE = "StabScope"
+BASELINE_WINDOW = min(LLMC_WINDOW, OLMO_WINDOW)
+"""Samples the llm.c and OLMo-core rules need before they flag anything (samples)."""
 
 
 @dataclass
@@ -46,6 +49,12 @@ class LogScore:
     """Why the statements were not judged (a golden file without ``facts``)."""
     findings_missed: list[str] = field(default_factory=list)
     """Overfitting and throughput drops the facts state that no finding reports."""
+    required_samples_before: list[int] = field(default_factory=list)
+    """Per required incident, the finite loss or grad-norm samples logged before it in its run
+    (``bench.corpus_eval.samples_before``): a baseline's 128-sample window is full only from 128."""
+    batch: str = "old"
+    """The golden file's ``batch`` (6, 7, ... as text); "old" for the first batches (1-5), whose files
+    have none."""
 
     @property
     def statement_counted(self) -> bool:
@@ -94,11 +103,29 @@ def totals(scores: Sequence[LogScore]) -> dict[str, Any]:
         "actions_false": _actions_false(scores, matched_only=False),
         "actions_false_matched": _actions_false(scores, matched_only=True),
         "baselines": detector_rows(scores),
+        "required_with_baseline_window": sum(
+            1 for s in scores for n in s.required_samples_before if n >= BASELINE_WINDOW
+        ),
     }
 
 
 SPLITS = ("all", "held_out", "tuned_on")
 """The corpus, its logs whose golden says ``"tuned_on": false``, and the rest (issue #32: report apart)."""
+
+BATCH_PREFIX = "batch_"
+"""A split of one golden batch: ``batch_old`` (batches 1-5, no ``batch`` in their golden), ``batch_6``, ..."""
+
+
+def batch_label(golden: Any) -> str:
+    """The golden file's batch as a split's suffix: its ``batch`` number, "old" without one."""
+    batch = golden.get("batch")
+    return "old" if batch is None else str(batch)
+
+
+def splits_of(scores: Sequence[LogScore]) -> list[str]:
+    """:data:`SPLITS`, then one split per golden batch present (``batch_old`` first, then by number)."""
+    batches = sorted({s.batch for s in scores}, key=lambda b: (b != "old", int(b) if b.isdigit() else 0, b))
+    return [*SPLITS, *(BATCH_PREFIX + b for b in batches)]
 
 
 def split(scores: Sequence[LogScore], which: str) -> list[LogScore]:
@@ -106,12 +133,19 @@ def split(scores: Sequence[LogScore], which: str) -> list[LogScore]:
         return [s for s in scores if not s.tuned_on]
     if which == "tuned_on":
         return [s for s in scores if s.tuned_on]
+    if which.startswith(BATCH_PREFIX):
+        return [s for s in scores if s.batch == which.removeprefix(BATCH_PREFIX)]
     return list(scores)
 
 
+def split_label(which: str) -> str:
+    """A split as a table's column or row says it: "held out", "batch 6", "batch old"."""
+    return which.replace("_", " ")
+
+
 def split_totals(scores: Sequence[LogScore]) -> dict[str, dict[str, Any]]:
-    """:func:`totals` of the whole corpus, of its held-out logs and of the logs tuned on."""
-    return {which: totals(split(scores, which)) for which in SPLITS}
+    """:func:`totals` of the whole corpus, of its held-out logs, of the logs tuned on and of each batch."""
+    return {which: totals(split(scores, which)) for which in splits_of(scores)}
 
 
 def detector_rows(scores: Sequence[LogScore]) -> dict[str, dict[str, Any]]:
@@ -136,37 +170,38 @@ def detector_rows(scores: Sequence[LogScore]) -> dict[str, dict[str, Any]]:
 def detector_table(scores: Sequence[LogScore]) -> str:
     """StabScope and each baseline rule on the corpus, scored the same way: one row per detector, with
     the held-out logs' figures beside the rest's."""
-    parts = {which: detector_rows(split(scores, which)) for which in SPLITS}
+    parts = {which: detector_rows(split(scores, which)) for which in splits_of(scores)}
     lines = [
         "| detector | logs | recall | found / required | invented | shown on healthy runs |",
         "| --- | --- | --- | --- | --- | --- |",
     ]
     for label in parts["all"]:
-        for which in SPLITS:
+        for which in parts:
             r = parts[which].get(label)
             if r is None:
                 continue
             recall = f"{r['recall']:.2f}" if r["recall"] is not None else "-"
             lines.append(
-                f"| {label} | {which.replace('_', ' ')} | {recall} | {r['found']} / {r['required']} | {r['invented']} "
+                f"| {label} | {split_label(which)} | {recall} | {r['found']} / {r['required']} | {r['invented']} "
                 f"| {r['healthy_shown']} |"
             )
     return "\n".join(lines)
 
 
 def split_table(scores: Sequence[LogScore]) -> str:
-    """The figures of issue #32's "done when", for all logs, the held-out ones and the ones tuned on."""
-    parts = {which: totals(split(scores, which)) for which in SPLITS}
+    """The figures of issue #32's "done when", for all logs, the held-out ones, the ones tuned on and each
+    golden batch."""
+    parts = {which: totals(split(scores, which)) for which in splits_of(scores)}
 
     def row(label: str, cell: Any) -> str:
-        return f"| {label} | " + " | ".join(cell(parts[which]) for which in SPLITS) + " |"
+        return f"| {label} | " + " | ".join(cell(t) for t in parts.values()) + " |"
 
     def ratio(value: float | None) -> str:
         return f"{value:.2f}" if value is not None else "-"
 
     lines = [
-        "| | all | held out | tuned on |",
-        "| --- | --- | --- | --- |",
+        "| | " + " | ".join(split_label(which) for which in parts) + " |",
+        "| --- |" + " --- |" * len(parts),
         row("logs (with facts)", lambda t: f"{t['logs']} ({t['logs_with_facts']})"),
         row(
             "statement precision (true / all)",
@@ -181,6 +216,10 @@ def split_table(scores: Sequence[LogScore]) -> str:
             "required incidents found (recall)",
             lambda t: f"{t['found']}/{t['required_incidents']} ({ratio(t['recall'])})",
         ),
+        row(
+            f"required with >= {BASELINE_WINDOW} samples before (a baseline's window)",
+            lambda t: str(t["required_with_baseline_window"]),
+        ),
         row("incidents invented", lambda t: str(t["invented"])),
         row("shown on healthy runs (healthy logs)", lambda t: f"{t['shown_on_healthy']} ({t['healthy_logs']})"),
         row("incidents in spans that must not be flagged", lambda t: str(t["quiet_spans_flagged"])),
@@ -193,7 +232,7 @@ def split_table(scores: Sequence[LogScore]) -> str:
 
 def statements_tables(scores: Sequence[LogScore]) -> str:
     """Statement precision per split, then per log, then per kind of statement (all logs)."""
-    rows = [(which.replace("_", " "), totals(split(scores, which))["statements"]) for which in SPLITS]
+    rows = [(split_label(which), totals(split(scores, which))["statements"]) for which in splits_of(scores)]
     per_log = [
         (f"`{s.name}`{'' if s.tuned_on else ' (held out)'}", counts(s.statements))
         for s in scores

@@ -21,7 +21,9 @@ Precision = true / all statements, unjudged ones included in "all" (the issue's 
 
 The rules: ``bench.statement_rules.ACTION_RULES`` for the actions (one row each, with the fact it uses),
 and here :func:`judge_incident` (severity, status, recovery, cause, not_logged) and :func:`judge_run`
-(status, "not in this run", notes) and :func:`judge_finding`. In a file of several runs, what a run
+(status, "not in this run", notes) and :func:`judge_finding`; the run-level rules that read the per-run
+facts v2 (``planned_steps``, ``ended``, ``records_by_metric``, ``median_throughput``,
+``sibling_runs_comparable``): ``bench.run_statement_rules``. In a file of several runs, what a run
 logs is its golden run's ``metrics`` (``statement_rules.logged_in_run``). Pure: no I/O.
 """
 
@@ -32,6 +34,15 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Final
 
+from bench.run_statement_rules import (
+    NO_SIBLING_FACT,
+    SNR_PROXY_SAMPLES,
+    count_note_verdict,
+    golden_runs_by_name,
+    run_status_verdict,
+    sibling_gap_verdict,
+    too_few_before_verdict,
+)
 from bench.statement_rules import (
     FALSE,
     TRUE,
@@ -44,6 +55,7 @@ from bench.statement_rules import (
     logged_in_run,
     nonfinite_from_start_verdict,
     recovered_by,
+    signal_present,
     unknown_cause_verdict,
 )
 
@@ -62,8 +74,8 @@ LEAF_CAUSE: Final[dict[str, str]] = {
 NODE_FACT: Final[dict[int, str | None]] = {
     1: "loss",  # numerical: "the loss at every step"
     2: "lr",  # lr_transition: "the learning rate (lr) at every logged step"
-    3: None,  # rank_concentration: per-rank grad norms; the facts do not say whether they are logged
-    4: None,  # router: expert load; the facts do not say
+    3: "per_rank",  # rank_concentration: "per-rank gradient norms (grad_norm_local) or per-rank losses"
+    4: "expert_load",  # router: "the MoE expert load ..., or num_experts=1 in the run's metadata" (facts.moe)
     5: "grad_norm",  # snr_collapse: "the global gradient norm before clipping (grad_norm)"
 }
 """The ``facts.logged`` key that settles "Question N ... could not be answered: the log lacks ..."."""
@@ -148,9 +160,12 @@ def _status(case: Case, text: str) -> Verdict:
 
 
 RECOVERED_AT = re.compile(r"^Recovered at step (-?\d+)")
+NEVER_FINITE = "Nothing to recover to: the run was never finite"
 
 
 def _recovery(case: Case, text: str) -> Verdict:
+    if text.startswith(NEVER_FINITE):
+        return nonfinite_from_start_verdict(case)
     stated, by = recovered_by(case)
     if not stated:
         return UNJUDGED, "the golden incident has no recovered_by"
@@ -183,11 +198,21 @@ def _not_logged(case: Case, text: str) -> Verdict:
         return UNJUDGED, "no fact says whether what it lacks is logged"
     logged = case.logged(key)
     if logged is not None and "too few samples of" in text:
-        # "the log has too few samples of X": X logged is consistent with it, X absent contradicts it; how
-        # many samples the node needs is not a fact of the schema
-        return (
-            (UNJUDGED, f"logged.{key} true; no fact counts its samples") if logged else (FALSE, f"logged.{key} false")
-        )
+        # "the log has too few samples of X before the incident": X absent contradicts it; X logged is judged
+        # by the golden run's record count against the window the SNR proxy needs
+        if not logged:
+            return FALSE, f"logged.{key} false"
+        return too_few_before_verdict(case.run, key, case.start, SNR_PROXY_SAMPLES)
+    if key == "expert_load":
+        # "lacks the MoE expert load, or num_experts=1 for a dense model": false when either is in the log
+        present = signal_present(case, key)
+        if present is None:
+            return UNJUDGED, "facts have no logged.expert_load"
+        if not present:
+            return TRUE, "logged.expert_load false"
+        if case.logged(key):
+            return FALSE, "logged.expert_load true"
+        return FALSE, "facts.moe false: the file states a dense model (the question is answerable: no router)"
     return case.not_logged(key)
 
 
@@ -238,45 +263,8 @@ def judge_incident(log: str, run: str, incident: Mapping[str, Any], case: Case) 
 # Run-level statements
 # --------------------------------------------------------------------------------------------------
 
-ENDED = re.compile(r"^ended at step (-?\d+)")
-STOPPED = re.compile(r"^stopped at (-?\d+) of (\d+)")
 LOGS_NO = re.compile(r"the run logs no (\w+)")
-FINITE_SAMPLES = re.compile(r"^Not run: \w+ spikes: (\d+) finite (\w+) samples")
 NO_SNR_GRAD = "no SNR: the run logs no gradient norm"
-
-
-def _last_steps(run: Mapping[str, Any] | None) -> set[int]:
-    if not run:
-        return set()
-    out = {int(run["steps"][1])} if run.get("steps") else set()
-    if run.get("last_step") is not None:
-        out.add(int(run["last_step"]))
-    return out
-
-
-def run_status_verdict(status: str, run: Mapping[str, Any] | None) -> Verdict:
-    """The status words against the golden run: its last step (``steps[1]`` or ``last_step``) and
-    ``planned_steps`` where the golden states them."""
-    lasts, planned = _last_steps(run), (run or {}).get("planned_steps")
-    if not lasts:
-        return UNJUDGED, "no golden run to compare with"
-    ended, stopped = ENDED.match(status), STOPPED.match(status)
-    if ended or stopped:
-        reached = int((ended or stopped).group(1))  # type: ignore[union-attr]
-        if reached not in lasts:
-            return FALSE, f"the golden run's last step is {sorted(lasts)}"
-        if stopped:
-            if planned is None:
-                return UNJUDGED, "the golden run states no planned steps"
-            ok = int(stopped.group(2)) == int(planned) and reached < int(planned)
-            return (TRUE if ok else FALSE), f"last step {reached}, planned_steps {planned}"
-        return TRUE, f"the golden run's last step is {reached}"
-    if status == "finished":
-        if planned is None:
-            return UNJUDGED, "the golden run states no planned steps"
-        ok = max(lasts) + 1 >= int(planned)
-        return (TRUE if ok else FALSE), f"last step {max(lasts)}, planned_steps {planned}"
-    return UNJUDGED, "no rule for this status"
 
 
 def _logged_verdict(facts: Mapping[str, Any], key: str, run_metrics: Sequence[str] | None) -> Verdict:
@@ -291,24 +279,17 @@ def _logged_verdict(facts: Mapping[str, Any], key: str, run_metrics: Sequence[st
 def note_verdict(
     note: str, facts: Mapping[str, Any], run: Mapping[str, Any] | None, run_metrics: Sequence[str] | None = None
 ) -> Verdict:
-    """An analysis note: "the run logs no X" against ``facts.logged``; "N finite X samples" against the
-    golden run's record count of X (1 %); the rest (logging end, gaps, the SNR window) has no fact."""
+    """An analysis note: "the run logs no X" against ``facts.logged``; "N finite X samples" and "no SNR
+    yet: N grad-norm samples" against the golden run's records of X (``records_by_metric``, else
+    ``records``; 1 %: ``run_statement_rules.count_note_verdict``); the rest (logging end, gaps) has no fact."""
     if NO_SNR_GRAD in note:
         return _logged_verdict(facts, "grad_norm", run_metrics)
     logs_no = LOGS_NO.search(note)
     if logs_no and logs_no.group(1) in PANEL_FACT:
         return _logged_verdict(facts, PANEL_FACT[logs_no.group(1)], run_metrics)
-    samples = FINITE_SAMPLES.match(note)
-    if samples and run and run.get("records_metric") == samples.group(2):
-        count, records = int(samples.group(1)), int(run["records"])
-        if count == 0 and samples.group(2) == "loss" and facts.get("nonfinite_from_start") is True:
-            return TRUE, "nonfinite_from_start: no finite loss"
-        if abs(count - records) <= max(1, 0.01 * records):
-            return TRUE, f"the golden run has {records} {samples.group(2)} records"
-        if count > records:
-            return FALSE, f"the golden run has {records} {samples.group(2)} records"
-        # the golden counts records, not finite ones: fewer finite samples may be non-finite records
-        return UNJUDGED, f"the golden run has {records} records, finite or not"
+    counted = count_note_verdict(note, run, facts)
+    if counted is not None:
+        return counted
     return UNJUDGED, "no fact bears on this note"
 
 
@@ -328,16 +309,22 @@ def _overfitting(facts: Mapping[str, Any], entry: Mapping[str, Any], action: boo
     return (TRUE if ok else FALSE), f"val loss rising {span}"
 
 
+SiblingContext = tuple[Mapping[str, Any] | None, Mapping[str, Mapping[str, Any]]] | None
+"""(this run's golden run, the golden run of each stored run by name): what a gap against siblings is judged
+with; None: no golden runs to pair."""
+
 THROUGHPUT_FACT_CHANGE: Final = 0.2
 """The smallest level change ``facts.throughput_changes`` records (facts schema: >= 20 %)."""
 
 
-def _throughput(facts: Mapping[str, Any], entry: Mapping[str, Any]) -> Verdict:
+def _throughput(facts: Mapping[str, Any], entry: Mapping[str, Any], siblings: SiblingContext) -> Verdict:
+    lo, hi = int(entry.get("start", -1)), int(entry.get("end", -1))
+    if lo < 0:  # a gap against sibling runs (it holds for the whole run)
+        if siblings is None:
+            return UNJUDGED, NO_SIBLING_FACT
+        return sibling_gap_verdict(facts, entry, *siblings)
     if "throughput_changes" not in facts:
         return UNJUDGED, "facts have no throughput_changes"
-    lo, hi = int(entry.get("start", -1)), int(entry.get("end", -1))
-    if lo < 0:
-        return UNJUDGED, "a gap against sibling runs: no fact compares runs"
     drops = [c for c in facts["throughput_changes"] or [] if c[2] == "drop"]
     hit = [c for c in drops if lo <= int(c[1]) and hi >= int(c[0])]
     if hit:
@@ -349,8 +336,11 @@ def _throughput(facts: Mapping[str, Any], entry: Mapping[str, Any]) -> Verdict:
     return FALSE, f"no throughput drop in {lo}-{hi} ({len(drops)} drops in the facts)"
 
 
-def judge_finding(log: str, run: str, entry: Mapping[str, Any], facts: Mapping[str, Any]) -> list[Judged]:
-    """An overfitting or throughput-loss finding: its summary and each action."""
+def judge_finding(
+    log: str, run: str, entry: Mapping[str, Any], facts: Mapping[str, Any], siblings: SiblingContext = None
+) -> list[Judged]:
+    """An overfitting or throughput-loss finding: its summary and each action (``siblings``: what a gap
+    against sibling runs is judged with)."""
     where = f"{run} {entry.get('kind')} {entry.get('start')}-{entry.get('end')}"
     out = []
     texts = [("finding", str(entry.get("summary", "")))] + [("action", str(a)) for a in entry.get("actions") or []]
@@ -358,7 +348,7 @@ def judge_finding(log: str, run: str, entry: Mapping[str, Any], facts: Mapping[s
         if entry.get("kind") == "overfitting":
             verdict = _overfitting(facts, entry, action=kind == "action")
         else:
-            verdict = _throughput(facts, entry)
+            verdict = _throughput(facts, entry, siblings)
         out.append(Judged(log, where, kind, text, *verdict))
     return out
 
@@ -399,6 +389,7 @@ def judge_log(golden: Mapping[str, Any], runs: Sequence[RunSaid]) -> list[Judged
     truths = golden_incidents(golden)
     golden_runs = list((golden.get("import") or {}).get("runs") or [])
     first = min((int(r["steps"][0]) for r in golden_runs if r.get("steps")), default=0)
+    by_name = golden_runs_by_name([said.run for said in runs], golden_runs)
     out: list[Judged] = []
     for i, said in enumerate(runs):
         golden_run = golden_runs[i] if i < len(golden_runs) else None
@@ -408,9 +399,9 @@ def judge_log(golden: Mapping[str, Any], runs: Sequence[RunSaid]) -> list[Judged
         out += judge_run(log, said, facts, golden_run, metrics)
         for entry in said.entries:
             if entry.get("kind") in FINDING_KINDS:
-                out += judge_finding(log, said.run, entry, facts)
+                out += judge_finding(log, said.run, entry, facts, (golden_run, by_name))
             elif shown(entry):
-                case = Case(facts, match(entry, truths), entry, first, run_metrics=metrics)
+                case = Case(facts, match(entry, truths), entry, first, run_metrics=metrics, run=golden_run)
                 out += judge_incident(log, said.run, entry, case)
     return out
 

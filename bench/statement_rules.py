@@ -26,12 +26,13 @@ TREE_CAUSES: Final = ("numerical", "nonfinite_from_start", "lr_transition", "ran
 SIGNAL_FACT: Final[dict[str, str | None]] = {
     "the loss at every step": "loss",
     "the learning rate (lr)": "lr",
-    "per-rank gradient norms": None,
-    "the MoE expert load": None,
+    "per-rank gradient norms": "per_rank",  # facts v2: per-rank grad norms or per-rank losses
+    "the MoE expert load": "expert_load",  # facts v2; "or num_experts=1 ... for a dense model": facts.moe
     "the global gradient norm before clipping": "grad_norm",
 }
 """The signals a "Log ... and diagnose again" action names (the tree nodes' ``to_log``), and the
-``facts.logged`` key of each (None: no fact says whether it is logged)."""
+``facts.logged`` key of each (None: no fact says whether it is logged; ``per_rank`` and ``expert_load`` are in
+the golden files that carry the facts v2 fields)."""
 
 
 RUN_METRICS: Final[dict[str, tuple[str, ...]]] = {
@@ -59,6 +60,16 @@ def logged_in_run(facts: Mapping[str, Any], key: str, run_metrics: Sequence[str]
     return value
 
 
+def signal_present(case: Case, key: str) -> bool | None:
+    """Is the signal of ``facts.logged`` key ``key`` in the log? For ``expert_load`` the tree's signal is
+    "the MoE expert load, or num_experts=1 for a dense model": present also when ``facts.moe`` is false
+    (the file states a dense model). None: no fact."""
+    logged = case.logged(key)
+    if key == "expert_load" and logged is not True and case.facts.get("moe") is False:
+        return True
+    return logged
+
+
 @dataclass(frozen=True)
 class Case:
     """An incident being judged: the golden facts, the golden incident it matches (None: invented), the
@@ -72,6 +83,8 @@ class Case:
     """The words of the statement being judged (an action that names signals is judged by them)."""
     run_metrics: tuple[str, ...] | None = None
     """The golden run's canonical metrics where the log holds several runs (None: one run)."""
+    run: Mapping[str, Any] | None = None
+    """The golden run the incident's stored run is paired with (its record counts), None when there is none."""
 
     @property
     def start(self) -> int:
@@ -275,10 +288,12 @@ def _clip_capped(case: Case) -> Verdict:
 
 def _log_missing_signals(case: Case) -> Verdict:
     named = [(signal, key) for signal, key in SIGNAL_FACT.items() if signal in case.text]
-    logged = [signal for signal, key in named if key is not None and case.logged(key) is True]
+    logged = [signal for signal, key in named if key is not None and signal_present(case, key) is True]
     if logged:
-        return FALSE, f"logged: {', '.join(logged)} (said to be missing)"
-    if any(key is None or case.logged(key) is None for _, key in named) or not named:
+        dense = "the MoE expert load" in logged and case.logged("expert_load") is not True
+        reason = f"logged: {', '.join(logged)} (said to be missing)"
+        return FALSE, reason + (" (facts.moe false: a dense model)" if dense else "")
+    if any(key is None or signal_present(case, key) is None for _, key in named) or not named:
         return UNJUDGED, "a signal it names has no logged fact"
     return TRUE, "every signal it names is not logged"
 

@@ -24,12 +24,12 @@ from stab_core.incidents import (
     Incident,
     IncidentKind,
     LoggingGaps,
-    early_jumps,
     group_incidents,
     logging_gaps,
     window_ratio,
     without_steps,
 )
+from stab_core.recent_level import new_early_jumps, new_recent_level_jumps
 from stab_core.runview import FloatArray, IntArray, RunView, Series
 from stab_core.severity import EARLY_BLIP_SAMPLES, Certainty, classify, loss_cost, sensitivity
 from stab_core.snr import SnrCollapse, SnrSeries, detect_snr_collapse, gradient_snr
@@ -401,7 +401,7 @@ def find_incidents(view: RunView, params: AnalysisParams | None = None) -> list[
     early: list[SpikeEvent] = []
     if grad is not None and grad.steps.size:
         grad_events = detect_spikes(grad.steps, grad.values, "grad_norm", p.grad_norm_spikes)
-        early = _new_early_jumps(grad, grad_events, p.grad_norm_spikes)
+        early = new_early_jumps(grad, grad_events, p.grad_norm_spikes)
         grad_events, early = (_near_baseline(e, grad, p.grad_norm_spikes) for e in (grad_events, early))
         found += [(event, "spike") for event in (*grad_events, *early)]
     interval = 1
@@ -409,6 +409,8 @@ def find_incidents(view: RunView, params: AnalysisParams | None = None) -> list[
         interval = logging_interval(loss.steps)
         z = p.loss_spikes.z_threshold
         loss_events = _near_baseline(detect_spikes(loss.steps, loss.values, "loss", p.loss_spikes), loss, p.loss_spikes)
+        recent = new_recent_level_jumps(loss, loss_events, p.loss_spikes)
+        loss_events += _near_baseline(recent, loss, p.loss_spikes)
         found += [(event, "spike") for event in loss_events]
         found += [
             (event, "early_instability")
@@ -443,22 +445,6 @@ def find_incidents(view: RunView, params: AnalysisParams | None = None) -> list[
     return incidents
 
 
-def _new_early_jumps(series: Series, detected: Sequence[SpikeEvent], params: SpikeParams) -> list[SpikeEvent]:
-    """Early jumps of ``series`` (:func:`stab_core.incidents.early_jumps`) that no event the detector
-    found already covers. They are looked for over the first two windows of samples: as long as the
-    detector's window still holds samples of the run's first window (warm-up transients, a norm
-    falling from 10x its later level), its median and MAD sit far above the recent level."""
-    jumps = early_jumps(
-        series.steps,
-        series.values,
-        2 * params.window,
-        min_ratio=params.min_ratio,
-        z_threshold=params.z_threshold,
-        recover_ratio=params.recover_ratio,
-    )
-    return [j for j in jumps if not any(d.start <= j.start <= d.until for d in detected)]
-
-
 def _costed(incident: Incident, loss: Series | None, early: Sequence[SpikeEvent], p: AnalysisParams) -> Incident:
     """``incident`` with its severity, certainty and the step its loss was back on trend."""
     cost = loss_cost(loss.steps, loss.values, incident.start, incident.primary.peak) if loss is not None else None
@@ -480,6 +466,8 @@ def _costed(incident: Incident, loss: Series | None, early: Sequence[SpikeEvent]
         if incident.kind == "early_instability"
         else p.blip_samples,
         steps_lost=over - incident.start,
+        # a detected loss member left its level, whatever a wide trend band says
+        loss_left_band=cost is None or cost.band is None or cost.left_band or "loss" in incident.metrics,
     )
     return replace(
         incident,
@@ -496,7 +484,9 @@ def _diagnosed(
     for index, incident in enumerate(incidents):
         earlier = [(other.start, other.until) for other in incidents[:index]]
         if incident.kind == "early_instability":
-            diagnosis = diagnose_early(view, incident.primary, p.diagnosis, until=incident.until, facts=context.facts)
+            diagnosis = diagnose_early(
+                view, incident.primary, p.diagnosis, until=incident.until, facts=context.facts, context=context
+            )
         else:
             diagnosis = diagnose(view, incident.primary, p.diagnosis, context, until=incident.until, earlier=earlier)
         out.append(DiagnosedSpike(incident.primary, diagnosis, incident))
@@ -524,10 +514,11 @@ def _not_run(view: RunView, p: AnalysisParams, snr: SnrSeries | None) -> tuple[l
             )
     reason = None
     grad = view.series.get("grad_norm")
-    if grad is None:
+    zero = grad is not None and bool(np.isfinite(grad.values).any() and not np.nan_to_num(grad.values).any())
+    if grad is None or zero:  # all 0: DeepSpeed's `grad norm: 0.000` when it does not compute the norm
         reason = (
-            "no SNR: the run logs no gradient norm; log the global grad norm before clipping (and per-rank "
-            "local norms with the batch sizes for the two-batch estimator)"
+            f"no SNR: the run logs no gradient norm{' (0 at every step: a placeholder)' * zero}; log the global "
+            "grad norm before clipping (and per-rank local norms with the batch sizes for the two-batch estimator)"
         )
     elif snr is None or not np.isfinite(snr.values).any():
         window = snr.window if snr is not None else p.diagnosis.proxy_window

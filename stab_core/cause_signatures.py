@@ -88,3 +88,40 @@ def loss_led_signature(spike: SpikeEvent, grad: Series | None, interval: int) ->
     led = not (level > 0 and lowest >= GRAD_BLOWUP_RATIO * level)
     evidence.update(grad_norm_level=level, grad_norm_lowest_before_loss_rise=lowest, loss_led=led)
     return led, evidence
+
+
+EARLY_JUMP_RATIO: Final = 1.3
+"""An early rise is a jump (one batch), not a climb, when its first sample is already this many times the
+level the loss held (``stab_core.incidents.EARLY_MIN_RATIO``, the early-instability threshold)."""
+
+
+def early_jump_signature(spike: SpikeEvent, loss: Series, grad: Series | None) -> tuple[bool | None, Evidence]:
+    """The data-outlier signature of an early instability: the loss jumped at once (its first sample in
+    the incident is at least :data:`EARLY_JUMP_RATIO` times the level it held, ``spike.baseline``) and the
+    grad norm had not jumped before that sample: at the last grad-norm sample before the loss's onset it
+    was under :data:`GRAD_BLOWUP_RATIO` times the median of the samples before that one (with a single
+    sample before the onset there is no earlier level it could have left). A climb over several samples
+    is no single batch. None without a positive grad-norm sample before the onset (whether the loss led
+    cannot be told)."""
+    at = int(np.searchsorted(loss.steps, spike.start))
+    first = float(loss.values[at]) if at < loss.steps.size else math.nan
+    jump = first / spike.baseline if spike.baseline > 0 and math.isfinite(first) else math.nan
+    evidence: Evidence = {"loss_jump_ratio": jump if math.isfinite(jump) else None, "loss_led": None}
+    if not jump >= EARLY_JUMP_RATIO:
+        evidence["abrupt"] = False
+        return False, evidence
+    if grad is None:
+        return None, evidence
+    before = _window_values(grad, -(2**62), spike.start - 1)
+    before = before[np.isfinite(before)]
+    if before.size == 0 or not (before > 0).any():
+        # no grad norm before the onset, or only placeholders (Megatron prints 0.000 when DeepSpeed owns it)
+        evidence["grad_norm_before_onset"] = None
+        return None, evidence
+    led = False
+    if before.size >= 2:
+        level, last = float(np.median(before[:-1])), float(before[-1])
+        led = level > 0 and last >= GRAD_BLOWUP_RATIO * level
+        evidence.update(grad_norm_level=level, grad_norm_before_onset=last)
+    evidence["loss_led"] = not led
+    return not led, evidence

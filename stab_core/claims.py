@@ -201,14 +201,23 @@ def _recovery(spike: SpikeEvent, diagnosis: Diagnosis, loss_recovered_at: int | 
 def _cause(diagnosis: Diagnosis) -> Claim:
     leaf = DECISION_TREE.leaf(diagnosis.leaf) if DECISION_TREE.is_leaf(diagnosis.leaf) else None
     title = leaf.title if leaf is not None else diagnosis.summary.rstrip(".")
+    if diagnosis.signature is not None:
+        return _early_cause(diagnosis.cause, diagnosis.signature)
     if diagnosis.cause == UNKNOWN:
-        to_log = "; ".join(DECISION_TREE.node(v.node).to_log for v in diagnosis.path if v.answer == "unknown")
+        open_nodes = [DECISION_TREE.node(v.node) for v in diagnosis.path if v.answer == "unknown"]
+        to_log = "; ".join(node.to_log for node in open_nodes)
+        # a question the log could not answer may hide a cause: "no cause has its signature" would claim
+        # more than the log shows
+        text = (
+            "Cause unknown: no question the log could answer found a cause with its signature; "
+            + ("questions " if len(open_nodes) > 1 else "question ")
+            + ", ".join(f"{node.number} ({node.title})" for node in open_nodes)
+            + " could not be answered from this log."
+            if open_nodes
+            else "Cause unknown: no question of the tree found a cause with its signature in this log."
+        )
         return Claim(
-            "cause",
-            "Cause unknown: no question of the tree found a cause with its signature in this log.",
-            None,
-            {"answered": diagnosis.answered, "asked": len(diagnosis.path)},
-            to_log or None,
+            "cause", text, None, {"answered": diagnosis.answered, "asked": len(diagnosis.path)}, to_log or None
         )
     deciding = next((v for v in diagnosis.path if v.answer == "yes"), None)
     if deciding is None:
@@ -221,6 +230,41 @@ def _cause(diagnosis: Diagnosis) -> Claim:
     if deciding.node == "lr_transition" and deciding.evidence.get("transition_kind") == "data_switch":
         holds = True
     return Claim("cause", f"{title}.", holds, evidence)
+
+
+def _early_cause(cause: str, signature: Evidence) -> Claim:
+    """The cause of an early instability, which rests on its signature, not on a walk of the whole tree
+    (:func:`stab_core.diagnosis.diagnose_early`)."""
+    if signature.get("warmup_ramping"):
+        factor, window = signature.get("lr_rise_factor"), signature.get("window_steps")
+        rise = f" (x{factor:.3g} within {window} steps before the onset)" if isinstance(factor, float) else ""
+        return Claim(
+            "cause",
+            f"Cause unknown: the LR was still rising in its warmup{rise} when the loss blew up; a ramp too "
+            "steep and a bad batch look the same in this log.",
+            None,
+            dict(signature),
+        )
+    jump = signature.get("loss_jump_ratio")
+    if cause == UNKNOWN:
+        return Claim(
+            "cause",
+            "Cause unknown: the loss jumped "
+            + (f"{jump:.2f}x its level " if isinstance(jump, float) else "")
+            + "in one logged step, but whether it moved before the grad norm (a bad batch's signature) cannot "
+            "be told: the log has no grad norm before it.",
+            None,
+            dict(signature),
+            "the global gradient norm before clipping (grad_norm)",
+        )
+    return Claim(
+        "cause",
+        "Cause: a bad batch (data outlier): the loss jumped "
+        + (f"{jump:.2f}x its level " if isinstance(jump, float) else "")
+        + "in one logged step, with or before the grad norm (a bad batch's signature).",
+        signature.get("loss_led") is True,
+        dict(signature),
+    )
 
 
 def _not_logged(diagnosis: Diagnosis) -> list[Claim]:

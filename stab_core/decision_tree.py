@@ -166,7 +166,9 @@ def build_tree(params: DiagnosisParams | None = None) -> DecisionTree:
             number=1,
             title="Numerical fault?",
             question=(
-                "Is the loss or grad norm non-finite around the spike, are NaN iterations logged, or did "
+                # "NaN" in a question every incident carries read, on a run that never had one, as if it had
+                "Is the loss or grad norm non-finite around the spike, did the trainer count iterations with "
+                "non-finite values, or did "
                 f"the fp16 loss scale collapse (fall {p.loss_scale_collapse:g}x or to <= {p.loss_scale_floor:g})?"
             ),
             settled_by="the spike's own series (always available); loss_scale for fp16 runs",

@@ -5,7 +5,7 @@ checked on it (``stab_core.action_premises``).
 The tree (asked in this order; the first "yes" ends the walk at its leaf; a node whose data is missing
 is answered "unknown" and the walk continues):
 
-1. Numerical fault? Non-finite loss/grad norm, NaN iterations, or a collapsing fp16 loss scale.
+1. Numerical fault? Non-finite loss/grad norm, iterations counted as non-finite, or a collapsing fp16 loss scale.
 2. Near a schedule transition? A large relative LR rise, a warmup end / cycle restart / LR jump found
    in the logged LR (:func:`stab_core.schedulers.schedule_transitions`), or a logged event of kind
    ``schedule_transition``, ``cycle_restart``, ``data_switch`` or ``warmup_end`` shortly before.
@@ -23,15 +23,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from typing import Final
 
 from stab_core.action_premises import RunFacts, action_facts, check_premises, run_facts
-from stab_core.causes import UNKNOWN
+from stab_core.cause_signatures import LR_ROSE, early_jump_signature, lr_rise_signature
+from stab_core.causes import DATA_OUTLIER, UNKNOWN, Cause
 from stab_core.decision_tree import EARLY_INSTABILITY_LEAF, DiagnosisParams, build_tree
 from stab_core.runview import RunView
 from stab_core.spikes import SpikeEvent
-from stab_core.tree_actions import PremiseCheck, checked_actions
+from stab_core.tree_actions import Evidence, PremiseCheck, checked_actions
 from stab_core.tree_nodes import (
     DiagnosisContext,
+    logging_interval,
     node_lr_transition,
     node_numerical,
     node_rank_concentration,
@@ -40,6 +43,10 @@ from stab_core.tree_nodes import (
     prepare_context,
 )
 from stab_core.tree_walk import Diagnosis, NodeResult, NodeVisit, walk_path
+
+EARLY_JUMP_CONFIDENCE: Final = 0.6
+"""The confidence of a cause read from an early instability's signature alone (a "yes" at its
+threshold): the rest of the tree cannot be read in a run's first steps to make it firmer."""
 
 
 def diagnose(
@@ -84,6 +91,28 @@ def diagnose(
     )
 
 
+EARLY_LR_SAMPLES: Final = 3
+"""Logged LR samples before an early instability's onset within which the LR must have risen (and be
+at its highest at the onset) for the LR to be its cause: a warmup still ramping as the loss blows up,
+not one that ended long before."""
+
+
+def _lr_rising_at(view: RunView, onset: int) -> tuple[bool, Evidence]:
+    """The logged LR rose within :data:`EARLY_LR_SAMPLES` logged samples before ``onset`` and is still up
+    there (:func:`stab_core.cause_signatures.lr_rise_signature` over that short window), and the
+    evidence."""
+    lr = view.series.get("lr")
+    if lr is None or lr.steps.size < 2:
+        return False, {"lr_rose": None}
+    window = EARLY_LR_SAMPLES * logging_interval(lr.steps)
+    rose, evidence = lr_rise_signature(lr, onset, window)
+    peak, at_onset = evidence.get("lr_window_peak"), evidence.get("lr_at_onset")
+    # still at its highest at the onset: a schedule already decaying (a warmup that ended 3 samples of
+    # 500 steps before) is not ramping into the blow-up
+    at_top = isinstance(peak, float) and isinstance(at_onset, float) and at_onset >= peak * (1.0 - LR_ROSE)
+    return rose is True and at_top, {**evidence, "window_steps": window}
+
+
 def diagnose_early(
     view: RunView,
     spike: SpikeEvent,
@@ -91,18 +120,43 @@ def diagnose_early(
     *,
     until: int | None = None,
     facts: RunFacts | None = None,
+    context: DiagnosisContext | None = None,
 ) -> Diagnosis:
-    """The verdict on an early-instability incident: node 1 is asked (a non-finite loss is a numerical
-    fault whenever it happens, and then the whole tree is walked); otherwise the leaf is
-    :data:`EARLY_INSTABILITY_LEAF`: cause ``unknown`` (confidence 0: the log shows the instability,
-    not its cause), its actions checked on the run like any other."""
+    """The verdict on an early-instability incident. The causes whose signature a run's first steps can
+    show are looked for: node 1 (a non-finite loss is a numerical fault whenever it happens) and node 2
+    (a "yes" there with the LR still rising within :data:`EARLY_LR_SAMPLES` logged samples of the onset:
+    a blow-up inside a warmup ramp, whose cause stays ``unknown`` with the rise as its evidence); a
+    "yes" of node 1 walks the whole tree. Otherwise the cause is ``data_outlier`` when the loss jumped at
+    once and the grad norm had not moved first (:func:`stab_core.cause_signatures.early_jump_signature`:
+    a bad batch), else ``unknown`` (confidence 0: the log shows the instability, not its cause). The
+    leaf is
+    :data:`EARLY_INSTABILITY_LEAF`, its actions checked on the run like any other; ``signature`` holds
+    the evidence of the cause."""
     p = params if params is not None else DiagnosisParams()
     numerical = node_numerical(view, spike, p)
     if numerical.answer == "yes":
-        return diagnose(view, spike, p, until=until)
+        return diagnose(view, spike, p, context, until=until)
+    ctx = context if context is not None else prepare_context(view, p)
+    lr_answer = node_lr_transition(view, spike, p, ctx)
+    lr_rising, lr_signature = _lr_rising_at(view, spike.onset)
     tree = build_tree(p)
     node = tree.node("numerical")
     path = [NodeVisit(node.id, node.number, node.question, numerical.answer, numerical.evidence)]
+    lr_node = tree.node("lr_transition")
+    path.append(NodeVisit(lr_node.id, lr_node.number, lr_node.question, lr_answer.answer, lr_answer.evidence))
+    loss = view.series.get("loss")
+    jumped, signature = (
+        early_jump_signature(spike, loss, view.series.get("grad_norm"))
+        if loss is not None and spike.metric == "loss" and not lr_rising
+        else (None, {})
+    )
+    cause: Cause = DATA_OUTLIER if jumped else UNKNOWN
+    ramping = lr_rising and lr_answer.answer == "yes"
+    if ramping:
+        # a blow-up inside a warmup ramp: a ramp too steep and a bad batch look alike in the first steps,
+        # and a linear ramp is no jump or restart the tree names (../shared's megds perf log rules an LR
+        # transition out there); said as unknown, with the rise as its evidence
+        signature = {**lr_signature, "warmup_ramping": True}
     last = until if until is not None else spike.until
     premises = check_premises(view, spike, last, path, facts or run_facts(view))
     said = action_facts(spike, premises)
@@ -110,8 +164,8 @@ def diagnose_early(
     actions, checks = checked_actions(EARLY_INSTABILITY_LEAF.actions, said, premises)
     ratio = spike.ratio if math.isfinite(spike.ratio) else 5.2
     return Diagnosis(
-        cause=UNKNOWN,
-        confidence=0.0,
+        cause=cause,
+        confidence=EARLY_JUMP_CONFIDENCE if jumped else 0.0,
         path=path,
         leaf=EARLY_INSTABILITY_LEAF.id,
         actions=actions,
@@ -122,4 +176,6 @@ def diagnose_early(
             f"(peak at step {spike.peak}), "
             + ("and came back to its level." if spike.recovered else "and has not come back to its level.")
         ),
+        # an abrupt jump whose lead over the grad norm cannot be told is said as such, not as "no signature"
+        signature=signature if jumped or ramping or (jumped is None and "loss_led" in signature) else None,
     )

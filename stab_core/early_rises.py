@@ -19,14 +19,10 @@ from typing import Final
 import numpy as np
 
 from stab_core.incidents import detect_climbs, early_rises
-from stab_core.rolling_baseline import MAD_TO_Z
+from stab_core.rolling_baseline import MAD_TO_Z, NOISE_MIN_SAMPLES, sample_noise
 from stab_core.runview import FloatArray, IntArray
 from stab_core.spikes import SpikeEvent
 
-NOISE_MIN_SAMPLES: Final = 5
-"""Finite samples needed to take a noise scale: 3 second differences, the fewest whose median ignores
-one outlier among them. With fewer, an early rise must top every sample before it (the range of what
-there is is the only band they give)."""
 HELD_SAMPLES: Final = 3
 """Consecutive samples whose median is a level the loss held (one outlier batch of three is outvoted)."""
 
@@ -47,19 +43,6 @@ def held_levels(values: FloatArray) -> FloatArray:
         running_low = np.minimum.accumulate(np.median(windows, axis=1))
         out[HELD_SAMPLES:] = running_low[: n - HELD_SAMPLES]
     return out
-
-
-def sample_noise(values: FloatArray) -> float:
-    """The run's own per-sample noise as a MAD (same units as ``values``): the median absolute second
-    difference of consecutive finite samples over sqrt(6) (x[i-1] - 2 x[i] + x[i+1] of independent
-    noise has 6 times its variance). Second differences cancel a straight trend: a 10-step run whose
-    loss falls 1.2 a step has a noise of ~0.07, not the 0.9 first differences would say; the median
-    ignores the spikes themselves. 0 with fewer than :data:`NOISE_MIN_SAMPLES` finite samples (no
-    scale: the ratio rules alone apply)."""
-    x = values[np.isfinite(values)]
-    if x.size < NOISE_MIN_SAMPLES:
-        return 0.0
-    return float(np.median(np.abs(np.diff(x, 2)))) / float(np.sqrt(6.0))
 
 
 def noise_band(values: FloatArray, z_threshold: float) -> float:

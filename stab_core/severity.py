@@ -8,14 +8,14 @@ An incident is ranked by harm, not by how tall it was:
   longer to recover;
 * ``divergence``: no return (the detector's event never recovered, or went non-finite).
 
-The trend is fitted on the loss samples logged *before* the incident (at most
-:data:`TREND_SAMPLES` finite ones): a Theil-Sen line (the median of pairwise slopes, robust to the
-outliers a loss has) when there are :data:`MIN_TREND_SAMPLES` or more, a flat median otherwise. Its
-noise is the MAD of the residuals, as a standard deviation (``MAD / 0.6745``), floored at the
-relative and logging-resolution floors the spike detector uses. The loss has recovered at the first
-sample after the incident starts that is at or below ``trend + RECOVER_SIGMAS * noise``; the line is
-extrapolated at most as far ahead as the span it was fitted on, flat after that, so a falling loss
-is not required to keep falling forever.
+The trend is taken from the loss samples logged *before* the incident (at most :data:`TREND_SAMPLES`
+finite ones): the level it had reached (the median of the last :data:`LEVEL_SAMPLES`), falling from there
+with the Theil-Sen slope of the samples (the median of pairwise slopes, robust to the outliers a loss
+has; flat under :data:`MIN_TREND_SAMPLES` samples) for at most the span they cover. Its noise is the
+spread of consecutive samples (second differences, as a standard deviation), floored at the relative and
+logging-resolution floors the spike detector uses. The loss has recovered at the first sample after the
+incident starts, and at or after its peak, that is at or below ``trend + RECOVER_SIGMAS * noise``, or at
+or below the level it had reached (a falling loss is not required to keep falling at its old pace).
 
 A fit on fewer than :data:`CERTAIN_SAMPLES` samples (the first steps of a run, a 20-step run) is
 stated as ``certainty = "low"``.
@@ -28,7 +28,7 @@ from typing import Final, Literal
 
 import numpy as np
 
-from stab_core.rolling_baseline import MAD_TO_Z, logging_resolution
+from stab_core.rolling_baseline import MAD_TO_Z, NOISE_MIN_SAMPLES, logging_resolution, sample_noise
 from stab_core.runview import FloatArray, IntArray
 from stab_core.spike_params import GRAD_NORM_SPIKE_PARAMS, LOSS_SPIKE_PARAMS, SpikeParams
 
@@ -41,7 +41,9 @@ SEVERITIES: Final = ("blip", "spike", "divergence")
 TREND_SAMPLES: Final = 32
 """Finite loss samples before an incident that its trend is fitted on."""
 MIN_TREND_SAMPLES: Final = 8
-"""Below this many samples the trend is a flat median (a slope from 3 points is noise)."""
+"""Below this many samples the trend is flat (a slope from 3 points is noise)."""
+LEVEL_SAMPLES: Final = 3
+"""Samples before an incident whose median is the level it had reached (one outlier batch outvoted)."""
 CERTAIN_SAMPLES: Final = 16
 """A level from fewer samples than this (the spike detector's ``min_history``) is less certain."""
 RECOVER_SIGMAS: Final = 3.0
@@ -118,8 +120,10 @@ class TrendBand:
         return self.level + self.slope * ahead
 
     def upper(self, steps: IntArray) -> FloatArray:
-        """The top of the noise band at ``steps``."""
-        return self.trend(steps) + RECOVER_SIGMAS * self.sigma
+        """The top of the noise band at ``steps``: never below the level reached before the incident (a
+        loss back where it was has recovered, however fast it had been falling: a run's first fall slows,
+        torchtitan on Aurora levelled off at 7 where its first 17 steps' slope pointed at 3.2)."""
+        return np.maximum(self.trend(steps) + RECOVER_SIGMAS * self.sigma, self.level)
 
     @property
     def certainty(self) -> Certainty:
@@ -127,13 +131,26 @@ class TrendBand:
 
 
 def trend_before(steps: IntArray, values: FloatArray, index: int, samples: int = TREND_SAMPLES) -> TrendBand | None:
-    """The trend of ``values`` fitted on up to ``samples`` finite samples before position ``index``
-    (None with fewer than 2)."""
+    """The trend of ``values`` before position ``index``, from up to ``samples`` finite samples before it
+    (None with none).
+
+    Its slope is the Theil-Sen slope of the samples (the median of pairwise slopes; flat under
+    :data:`MIN_TREND_SAMPLES`, never rising). A falling loss is at the level it had reached, the median
+    of its last :data:`LEVEL_SAMPLES` samples (one outlier outvoted), not at the value of a line fitted
+    through all of them (on a memorising run's convex collapse such a line stood below zero, issue #32
+    batch 8), and falls from there with the slope for at most the span fitted; a flat or rising one is at
+    the median of all of them. Its noise is the spread of consecutive samples
+    (:func:`stab_core.rolling_baseline.sample_noise`, second differences: a trend or a curve cancels,
+    where the residuals of a straight line fitted to a curve measure the curve), or the MAD of those
+    residuals where that is smaller (the second differences of a few samples overstate one outlier,
+    which sits in three of them), the residuals alone under ``NOISE_MIN_SAMPLES`` samples; as a sigma,
+    floored at the detector's relative and resolution floors. From one sample there is no noise to take
+    and only the resolution floor is left."""
     lo = max(0, index - 4 * samples)  # room for non-finite samples in the way
     s, x = steps[lo:index], values[lo:index]
     keep = np.isfinite(x)
     s, x = s[keep][-samples:], x[keep][-samples:]
-    if x.size < 2:
+    if x.size < 1:
         return None
     t = s.astype(np.float64)
     slope = 0.0
@@ -142,19 +159,22 @@ def trend_before(steps: IntArray, values: FloatArray, index: int, samples: int =
         # a loss rising before an incident is the incident's lead-in, not a trend to come back to:
         # extrapolated, it would call a loss still far above its old level "back on trend"
         slope = min(float(np.median((x[j] - x[i]) / (t[j] - t[i]))), 0.0)
-    intercept = float(np.median(x - slope * t))
-    residuals = x - (intercept + slope * t)
-    mad = float(np.median(np.abs(residuals - np.median(residuals))))
-    anchor = int(s[-1])
-    level = intercept + slope * anchor
-    floor = max(REL_NOISE_FLOOR * abs(level), logging_resolution(x) / MAD_TO_Z, 1e-12)
+    # a falling loss has reached the level of its last samples; a flat or rising one (a lead-in to the
+    # incident is no level to come back to) is at the median of them all
+    level = float(np.median(x[-LEVEL_SAMPLES:] if slope < 0 else x))
+    resolution = logging_resolution(x) / MAD_TO_Z
+    if x.size == 1:
+        sigma = max(resolution, 1e-12)  # one sample: a level, no noise to take
+    else:
+        residuals = x - (float(np.median(x - slope * t)) + slope * t)
+        noise = float(np.median(np.abs(residuals - np.median(residuals))))
+        if x.size >= NOISE_MIN_SAMPLES:
+            # the residuals of a line through a curve measure the curve; the second differences of a few
+            # samples, one outlier (it sits in three of them): each overstates where the other does not
+            noise = min(noise, sample_noise(x))
+        sigma = max(noise / MAD_TO_Z, REL_NOISE_FLOOR * abs(level), resolution, 1e-12)
     return TrendBand(
-        anchor=anchor,
-        level=level,
-        slope=slope,
-        horizon=int(s[-1] - s[0]),
-        sigma=max(mad / MAD_TO_Z, floor),
-        samples=int(x.size),
+        anchor=int(s[-1]), level=level, slope=slope, horizon=int(s[-1] - s[0]), sigma=sigma, samples=int(x.size)
     )
 
 
@@ -183,6 +203,9 @@ class LossCost:
     samples_above: int
     certainty: Certainty
     band: TrendBand | None
+    left_band: bool = True
+    """Some loss sample from the incident's start until ``recovered_at`` was above the noise band of the
+    level it had reached (False: the loss never left it, so the incident cost it nothing)."""
 
 
 def loss_cost(steps: IntArray, values: FloatArray, start: int, peak: int | None = None) -> LossCost | None:
@@ -202,7 +225,11 @@ def loss_cost(steps: IntArray, values: FloatArray, start: int, peak: int | None 
     back = back_on_trend(steps, values, max(first + 1, from_peak), band)
     if back is None:
         return LossCost(None, values.size - first, band.certainty, band)
-    return LossCost(int(steps[back]), back - first, band.certainty, band)
+    with np.errstate(invalid="ignore"):
+        # felt by the loss: out of the band of the level it had reached (the falling trend is for when it
+        # is back, not for whether a grad-norm outlier cost it anything)
+        left = bool(np.any(~(values[first:back] <= band.level + RECOVER_SIGMAS * band.sigma)))
+    return LossCost(int(steps[back]), back - first, band.certainty, band, left)
 
 
 BLIP_MAX_STEPS: Final = 5
@@ -226,14 +253,22 @@ def classify(
     member_samples: int,
     blip_samples: int,
     steps_lost: int | None = None,
+    loss_left_band: bool = True,
 ) -> SeverityLevel:
     """The severity of an incident: ``divergence`` when it never came back (``diverged``); a ``blip``
     when the loss was back on its trend within ``blip_samples`` samples (``loss_samples``; None: the
     run logs no loss), the longest member took no longer (``member_samples``) and the whole of it lasted
     at most :data:`BLIP_MAX_STEPS` steps (``steps_lost``: from its start to the later of the loss's
-    return and its members' recovery; None: unknown); else ``spike``."""
+    return and its members' recovery; None: unknown); else ``spike``. An incident whose loss never left
+    its trend's noise band (``loss_left_band`` False: a grad-norm outlier the loss did not feel) lost
+    nothing: it is a blip once its members are back within ``blip_samples`` logged samples *or* within
+    :data:`BLIP_MAX_STEPS` steps, however far apart the samples are logged."""
     if diverged:
         return "divergence"
+    if not loss_left_band and (
+        member_samples <= blip_samples or (steps_lost is not None and steps_lost <= BLIP_MAX_STEPS)
+    ):
+        return "blip"
     loss_ok = loss_samples is None or loss_samples <= blip_samples
     short = steps_lost is None or steps_lost <= BLIP_MAX_STEPS
     if loss_ok and member_samples <= blip_samples and short:

@@ -331,7 +331,8 @@ def node_router(view: RunView, spike: SpikeEvent, p: DiagnosisParams) -> NodeRes
     load = _expert_load(view)
     if load is None:
         if _is_dense(view.meta):
-            return NodeResult("no", {"moe": False})
+            stated = {"num_experts": view.meta["num_experts"]} if "num_experts" in view.meta else {}
+            return NodeResult("no", {"moe": False, **stated})  # a dense model: the count it states
         return NodeResult("unknown", {"expert_load_logged": False})
     steps, values = load
     lead = max(p.router_lead_steps, 3 * logging_interval(steps))

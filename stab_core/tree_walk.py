@@ -47,6 +47,9 @@ class Diagnosis:
     missing: list[str]
     checks: list[ActionCheck] = field(default_factory=list)
     summary: str = ""
+    signature: Evidence | None = None
+    """The evidence a cause rests on where no node of the path decided it (an early instability whose
+    loss jumped before the grad norm moved: :func:`stab_core.diagnosis.diagnose_early`); None otherwise."""
 
     @property
     def answered(self) -> int:

@@ -35,10 +35,13 @@ TIERS: dict[str, str] = {
     **dict.fromkeys(
         (
             "action_premise_shapes",
+            "model_experts",
+            "placeholder_grad_norm",
             "alerts",
             "analysis",
             "baselines",
             "cause_signatures",
+            "batch8_shapes",
             "checklist_claims",
             "claims",
             "overfitting",
@@ -92,6 +95,7 @@ TIERS: dict[str, str] = {
             "layers",
             "corpus_golden",
             "statement_eval",
+            "corpus_scores",
             "module_size",
         ),
         "fast",
@@ -99,6 +103,7 @@ TIERS: dict[str, str] = {
     # integration: several layers at once: the CLI as a process, whole stores, pages through AppTest
     **dict.fromkeys(
         (
+            "sibling_settings",
             "cli",
             "formats_number_spellings",
             "cli_contracts",

@@ -31,10 +31,11 @@ def _meta_json(store: Path, run: str, capsys: pytest.CaptureFixture[str], *extra
 
 def test_megatron_argument_dump_fills_the_run_metadata(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # the dump of this .out says: world_size 64, TP 4, PP 16, train_iters 1000, fp16 True / bf16 False,
-    # clip_grad 1.0, global_batch_size 1024 x seq_length 1024, save_interval 500
+    # clip_grad 1.0, global_batch_size 1024 x seq_length 1024, save_interval 500; no expert argument: a dense model (1)
     assert main(["import", str(_need(MEGDS)), "--run", "megds", "--store", str(tmp_path)]) == 0
     meta = _meta_json(tmp_path, "megds", capsys)
     assert meta == {
+        "num_experts": 1,
         "max_norm": 1.0,
         "precision": "fp16",
         "tokens_per_step": 1024 * 1024,

@@ -34,6 +34,16 @@ HELD_OUT_MIN_STATEMENT_PRECISION = 0.73
 HELD_OUT_MAX_QUIET_SPANS_FLAGGED = 0
 HELD_OUT_MAX_MUST_NOT_SAY = 1
 
+# Per golden batch (splits.batch_*: a batch's logs do not change when a round re-labels "tuned_on"), measured on
+# branch judge (main 43f701e's code; docs/diagnosis.md "Facts v2"): import faults, recall, shown on healthy logs,
+# must-not-say phrases said, invented incidents (at most), statement precision (at least; facts v2 raise it).
+BATCH_FLOORS: dict[str, tuple[int, float, int, int, int, float]] = {
+    "batch_old": (0, 13 / 13, 0, 0, 0, 0.83),
+    "batch_6": (0, 6 / 6, 0, 0, 0, 0.68),
+    "batch_7": (0, 3 / 3, 1, 0, 0, 0.80),
+    "batch_8": (18, 2 / 8, 1, 1, 0, 0.82),
+}
+
 
 @pytest.fixture(scope="module")
 def scores() -> list[LogScore]:
@@ -44,7 +54,8 @@ def test_corpus_scores_hold(scores: list[LogScore]) -> None:
     goldens = load_goldens()
     assert [s.error for s in scores if s.error] == []  # every log present, with the sha256 its golden names
     assert totals(scores)["logs"] == len(goldens)
-    t = split_totals(scores)["tuned_on"]
+    # the first 33 logs by their batch: "tuned_on" is re-labelled each round (batch 8 became tuned on)
+    t = split_totals(scores)["batch_old"]
     assert sum(t["import_faults"].values()) <= MAX_IMPORT_FAULTS, t["import_faults"]
     assert t["recall"] >= MIN_RECALL
     assert t["shown_on_healthy"] <= MAX_SHOWN_ON_HEALTHY
@@ -54,13 +65,30 @@ def test_corpus_scores_hold(scores: list[LogScore]) -> None:
 
 
 def test_held_out_scores_hold(scores: list[LogScore]) -> None:
-    t = split_totals(scores)["held_out"]
+    # batches 6-8 by their batch, the logs these floors were set on (a blind batch 9 is not held to them)
+    t = totals([s for s in scores if s.batch in ("6", "7", "8")])
     assert sum(t["import_faults"].values()) <= HELD_OUT_MAX_IMPORT_FAULTS, t["import_faults"]
     assert t["recall"] >= HELD_OUT_MIN_RECALL
     assert t["shown_on_healthy"] <= HELD_OUT_MAX_SHOWN_ON_HEALTHY
     assert t["statements"]["precision"] >= HELD_OUT_MIN_STATEMENT_PRECISION
     assert t["quiet_spans_flagged"] <= HELD_OUT_MAX_QUIET_SPANS_FLAGGED
     assert t["statements_broken"] <= HELD_OUT_MAX_MUST_NOT_SAY
+
+
+def test_each_batch_holds(scores: list[LogScore]) -> None:
+    """A batch first measured later (batch 9) has no floor yet: it is reported, not held."""
+    t = split_totals(scores)
+    for which, (faults, recall, healthy, broken, invented, precision) in BATCH_FLOORS.items():
+        if which not in t:
+            continue
+        got = t[which]
+        assert sum(got["import_faults"].values()) <= faults, (which, got["import_faults"])
+        assert got["recall"] is None or got["recall"] >= recall, (which, got["recall"])
+        assert got["shown_on_healthy"] <= healthy, which
+        assert got["statements_broken"] <= broken, which
+        assert got["invented"] <= invented, which
+        assert got["quiet_spans_flagged"] == 0, which
+        assert got["statements"]["precision"] >= precision, (which, got["statements"]["precision"])
 
 
 def test_every_statement_of_a_log_with_facts_is_judged(scores: list[LogScore]) -> None:
@@ -74,6 +102,13 @@ def test_every_statement_of_a_log_with_facts_is_judged(scores: list[LogScore]) -
     for which in ("all", "held_out", "tuned_on"):
         c = t[which]["statements"]
         assert c["all"] == sum(c[v] for v in VERDICTS)
+    # the batches split the corpus: every log in one, the statements of all summed over them
+    batches = [which for which in t if which.startswith("batch_")]
+    assert sum(t[b]["logs"] for b in batches) == len(goldens)
+    assert sum(t[b]["statements"]["all"] for b in batches) == t["all"]["statements"]["all"]
+    assert t["all"]["required_with_baseline_window"] == sum(
+        1 for s in scores for n in s.required_samples_before if n >= 128
+    )
 
 
 def test_cli_prints_the_table(capsys: pytest.CaptureFixture[str]) -> None:

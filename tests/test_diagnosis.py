@@ -258,7 +258,7 @@ def test_dense_model_answers_router_no_and_per_rank_loss_is_used() -> None:
     rank_loss[1, 1500] /= 8.0
     healthy = RunView(view.name, series=view.series, per_rank={"loss": view.per_rank["loss"]}, meta=view.meta)
     plain = diagnose(healthy, spike)
-    assert plain.path[3].answer == "no" and plain.path[3].evidence == {"moe": False}
+    assert plain.path[3].answer == "no" and plain.path[3].evidence == {"moe": False, "num_experts": 1}
     assert plain.path[4].answer == "unknown"  # no grad norm: no SNR
     assert plain.cause == "unknown"
 

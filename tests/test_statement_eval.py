@@ -345,3 +345,159 @@ def test_a_small_throughput_drop_and_a_run_nan_from_its_start() -> None:
     assert verdicts(golden, notes=notes)[1][0] == "true"  # 2,000 records, every one NaN
     fewer = ["Not run: loss spikes: 12 finite loss samples: the spike detector needs more than 16."]
     assert verdicts(GOLDEN, notes=fewer)[1][0] == "unjudged"  # records are counted finite or not
+
+
+# --------------------------------------------------------------------------------------------------
+# Facts v2 (per golden run: planned_steps, ended, records_by_metric, median_throughput; facts.logged
+# per_rank / expert_load, facts.moe, facts.sibling_runs_comparable): each rule true, false, and as before
+# where the golden file lacks the field
+# --------------------------------------------------------------------------------------------------
+
+
+def with_run(**fields: Any) -> dict[str, Any]:
+    golden = copy.deepcopy(GOLDEN)
+    golden["import"]["runs"][0].update(fields)
+    return golden
+
+
+def note_verdicts(golden: dict[str, Any], *notes: str) -> list[str]:
+    return [v for v, _ in verdicts(golden, notes=list(notes))[1:]]
+
+
+def test_sample_counts_in_notes_against_records_by_metric() -> None:
+    grad = "Not run: grad_norm spikes: {} finite grad_norm samples: the spike detector needs more than 16."
+    snr = "Not run: snr: no SNR yet: {} grad-norm samples, the SNR proxy needs 100 (a rolling window); log ..."
+    golden = with_run(records_by_metric={"loss": 2000, "grad_norm": 10})
+    assert note_verdicts(golden, grad.format(10), grad.format(11), grad.format(14)) == ["true", "true", "false"]
+    assert note_verdicts(golden, snr.format(10), snr.format(40)) == ["true", "false"]
+    # fewer finite samples than records: the golden counts non-finite records too
+    assert note_verdicts(golden, snr.format(5)) == ["unjudged"]
+    # records_by_metric omits a metric the run does not log: any sample of it is false, none is true
+    no_grad = with_run(records_by_metric={"loss": 2000})
+    assert note_verdicts(no_grad, grad.format(3), grad.format(0)) == ["false", "true"]
+    # without records_by_metric: the loss has the run's records, the grad norm no fact (as before)
+    assert note_verdicts(GOLDEN, grad.format(10), snr.format(10)) == ["unjudged", "unjudged"]
+    loss = "Not run: loss spikes: 2000 finite loss samples: the spike detector needs more than 16."
+    assert note_verdicts(GOLDEN, loss) == ["true"]
+
+
+def status_verdict(golden: dict[str, Any], status: str) -> str:
+    return verdicts(golden, status=status)[0][0]
+
+
+def test_run_status_against_planned_steps_and_ended() -> None:
+    stopped = with_run(steps=[1, 50], planned_steps=1000, ended="stopped")
+    assert status_verdict(stopped, "stopped at 50 of 1000") == "true"
+    assert status_verdict(stopped, "stopped at 50 of 999") == "false"  # not the planned steps
+    assert status_verdict(stopped, "stopped at 40 of 1000") == "false"  # not the last step
+    assert status_verdict(with_run(steps=[1, 50], planned_steps=1000, ended="crashed"), "stopped at 50 of 1000") == (
+        "true"
+    )
+    # the log says training completed: "stopped" is false
+    assert status_verdict(with_run(steps=[1, 990], planned_steps=1000, ended="finished"), "stopped at 990 of 1000") == (
+        "false"
+    )
+    unplanned = with_run(steps=[1, 50], planned_steps=None)  # the log states none for this run: "of 1000" is false
+    assert status_verdict(unplanned, "stopped at 50 of 1000") == "false"
+    no_fact = copy.deepcopy(GOLDEN)
+    del no_fact["import"]["runs"][0]["planned_steps"]
+    assert status_verdict(no_fact, "stopped at 2000 of 3000") == "unjudged"  # no planned_steps: as before
+    assert status_verdict(no_fact, "finished") == "unjudged"
+    assert status_verdict(with_run(steps=[1, 10], planned_steps=10), "finished") == "true"
+    assert status_verdict(with_run(steps=[1, 9], planned_steps=10, ended="finished"), "finished") == "true"  # 9 + 1
+    assert status_verdict(with_run(steps=[1, 5], planned_steps=10, ended="finished"), "finished") == "false"
+    # no planned steps: "ended" decides
+    assert status_verdict(with_run(steps=[1, 50], planned_steps=None, ended="finished"), "finished") == "true"
+    assert status_verdict(with_run(steps=[1, 50], planned_steps=None, ended="crashed"), "finished") == "false"
+    assert status_verdict(with_run(steps=[1, 50], planned_steps=None, ended="unknown"), "finished") == "unjudged"
+    assert status_verdict(unplanned, "finished") == "unjudged"
+    assert status_verdict(unplanned, "ended at step 50") == "true"
+
+
+RANKS_LACKED = (
+    "Question 3 (Concentrated on few ranks?) could not be answered: the log lacks per-rank gradient norms "
+    "(grad_norm_local) or per-rank losses."
+)
+EXPERTS_LACKED = (
+    "Question 4 (MoE router seesaw?) could not be answered: the log lacks the MoE expert load "
+    "(expert_load_max_over_mean), or num_experts=1 in the run's metadata for a dense model."
+)
+LOG_RANKS_AND_EXPERTS = (
+    "Log per-rank gradient norms (grad_norm_local) or per-rank losses; the MoE expert load "
+    "(expert_load_max_over_mean), or num_experts=1 in the run's metadata for a dense model and diagnose again: "
+    "they settle the questions this log leaves open."
+)
+
+
+def rank_and_expert_verdicts(**facts: Any) -> list[str]:
+    golden = copy.deepcopy(GOLDEN)
+    golden["facts"]["logged"].update({k: v for k, v in facts.items() if k != "moe"})
+    if "moe" in facts:
+        golden["facts"]["moe"] = facts["moe"]
+    claims = [claim("not_logged", RANKS_LACKED), claim("not_logged", EXPERTS_LACKED)]
+    claims.append(claim("action", LOG_RANKS_AND_EXPERTS))
+    return incident_verdicts(incident(700, *claims), golden=golden)[1:]
+
+
+def test_per_rank_and_expert_load_against_facts_logged_and_moe() -> None:
+    assert rank_and_expert_verdicts(per_rank=False, expert_load=False, moe=None) == ["true", "true", "true"]
+    assert rank_and_expert_verdicts(per_rank=True, expert_load=False, moe=None) == ["false", "true", "false"]
+    assert rank_and_expert_verdicts(per_rank=False, expert_load=True, moe=True) == ["true", "false", "false"]
+    # a dense model the file states: "or num_experts=1 for a dense model" is in the log
+    assert rank_and_expert_verdicts(per_rank=False, expert_load=False, moe=False) == ["true", "false", "false"]
+    # a golden file without the facts v2 fields: as before
+    assert rank_and_expert_verdicts() == ["unjudged", "unjudged", "unjudged"]
+
+
+def test_nothing_to_recover_to_against_nonfinite_from_start() -> None:
+    never = claim("recovery", "Nothing to recover to: the run was never finite, so it never held a level.")
+    golden = copy.deepcopy(GOLDEN)
+    golden["facts"]["nonfinite_from_start"] = True
+    assert incident_verdicts(incident(700, never), golden=golden)[1:] == ["true"]
+    assert incident_verdicts(incident(700, never))[1:] == ["false"]  # finite at its first step
+    del golden["facts"]["nonfinite_from_start"]
+    assert incident_verdicts(incident(700, never), golden=golden)[1:] == ["unjudged"]
+
+
+def sibling_verdicts(comparable: Any, ratio: float, *medians: dict[str, float] | None) -> list[str]:
+    golden = copy.deepcopy(GOLDEN)
+    golden["import"]["runs"] = [{"steps": [0, 49], "metrics": ["loss"], "median_throughput": m} for m in medians]
+    if comparable != "absent":
+        golden["facts"]["sibling_runs_comparable"] = comparable
+    names = [f"r{i}" for i in range(len(medians))]
+    gap = {"kind": "throughput_loss", "start": -1, "end": -1, "ratio": ratio, "summary": "throughput loss",
+           "actions": ["Compare the slow span's nodes."], "throughput": {"siblings": names[1:]}}  # fmt: skip
+    runs = [RunSaid(names[0], "ended at step 49", [], [], [gap])] + [RunSaid(n, "ended at step 49") for n in names[1:]]
+    return [j.verdict for j in judge_log(golden, runs) if j.kind in ("finding", "action")]
+
+
+def test_a_gap_against_sibling_runs_against_their_golden_medians() -> None:
+    tokens = ({"tokens_per_s": 10_000}, {"tokens_per_s": 85_000}, {"tokens_per_s": 86_000})
+    assert sibling_verdicts(True, 10_116 / 85_861, *tokens) == ["true", "true"]  # 0.118 said, 0.117 golden
+    assert sibling_verdicts(True, 0.5, *tokens) == ["false", "false"]
+    assert sibling_verdicts(False, 10_116 / 85_861, *tokens) == ["false", "false"]  # different configs
+    assert sibling_verdicts(None, 10_116 / 85_861, *tokens) == ["false", "false"]  # one run: no siblings
+    assert sibling_verdicts("absent", 10_116 / 85_861, *tokens) == ["unjudged", "unjudged"]
+    assert sibling_verdicts(True, 0.5, tokens[0], None) == ["unjudged", "unjudged"]  # a sibling without a median
+    # seconds per step: 2 s against 1 s is half the rate
+    assert sibling_verdicts(True, 0.5, {"step_time_s": 2.0}, {"step_time_s": 1.0}) == ["true", "true"]
+    assert sibling_verdicts(True, 0.5, {"step_time_s": 2.0}, {"tokens_per_s": 1.0}) == ["unjudged", "unjudged"]
+
+
+def test_too_few_grad_norm_samples_before_the_incident_against_the_golden_records() -> None:
+    few = claim(
+        "not_logged",
+        "Question 5 (SNR collapse before the spike?) could not be answered: the log has too few samples of x.",
+    )
+
+    def verdict(peak: int, **run: Any) -> str:
+        golden = with_run(**run)
+        golden["incidents"]["must_find"][0]["step"] = peak
+        return incident_verdicts(incident(peak, few), golden=golden)[1]
+
+    assert verdict(700, records_by_metric={"loss": 2000, "grad_norm": 18}) == "true"  # 18 in all; the proxy needs 100
+    # every step logged from step 1: 49 before step 50, 699 before step 700
+    every_step = {"steps": [1, 2000], "records_by_metric": {"loss": 2000, "grad_norm": 2000}}
+    assert verdict(50, **every_step) == "true"
+    assert verdict(700, **every_step) == "unjudged"  # enough for the proxy; the node's other windows are no fact
+    assert verdict(50, steps=[1, 2000], records_by_metric={"loss": 2000, "grad_norm": 400}) == "unjudged"  # sparse

@@ -33,6 +33,7 @@ from ingest.formats.aliases import canonical_name, keep_apart, own_name, to_cano
 from ingest.formats.log_rows import FloatArray, IntArray, Piece, metric_column, one_metric
 from ingest.formats.numbers import utf8_or_null
 from ingest.formats.raw_text import clean_text, input_size, open_error
+from ingest.formats.run_settings import settings_by_run
 from ingest.formats.segments import one_source_per_metric, segment_cuts, segment_of
 from ingest.long_schema import LONG_SCHEMA_DICT, null_floats
 from stab_core.metrics import RUN_RANK
@@ -162,6 +163,8 @@ class LogBuilder:
         """Sequence numbers of the headings of markdown notes that state a configuration (idem)."""
         self.excerpt_starts: list[int] = []
         """Sequence numbers of the lines opening a fenced block of markdown notes (``ingest.formats.sections``)."""
+        self.stated_settings: list[tuple[int, str, str]] = []
+        """``(seq, setting, value)``: the run settings markdown notes state (``ingest.formats.run_settings``)."""
         self.account = LineAccount()
         """Where every line went: text readers fill it as they read; for other readers
         :meth:`account_records` fills it from the rows and the skips once they have read."""
@@ -347,6 +350,10 @@ class LogBuilder:
         parts[0].skipped, parts[0].skipped_examples = self.skipped, self.skipped_examples
         for b in parts:
             b.line_marks = self.line_marks
+        by_run = settings_by_run(self.stated_settings, [_seq_span(b) for b in parts]) if self.stated_settings else []
+        if any(by_run):  # the notes state some run's settings: a run they state none for is unknown
+            for b, settings in zip(parts, by_run, strict=True):
+                b.meta["run_settings"] = settings  # what a sibling comparison checks (run_findings)
         return parts
 
     def _input_lines(self) -> tuple[int, int] | None:
@@ -460,6 +467,14 @@ def _step_range(builder: LogBuilder) -> tuple[int, int]:
     if not steps:
         return (0, -1)
     return min(int(s.min()) for s in steps), max(int(s.max()) for s in steps)
+
+
+def _seq_span(builder: LogBuilder) -> tuple[int, int]:
+    """The first and last sequence number (file order) of a segment's rows."""
+    seqs = [p.seq_array() for pieces in builder._pieces.values() for p in pieces if p.step.shape[0]]
+    if not seqs:
+        return (0, -1)
+    return min(int(s.min()) for s in seqs), max(int(s.max()) for s in seqs)
 
 
 # --------------------------------------------------------------------------- file input

@@ -239,6 +239,7 @@ class GenericReader(Reader):
 
     def fill(self, paths: Sequence[Path], builder: LogBuilder) -> None:
         from ingest.formats.raw_text import read_head
+        from ingest.formats.sections import notes_marks
 
         found = self.proposal(read_head(paths[0], 2 * 1024 * 1024))
         if found is None:
@@ -261,6 +262,8 @@ class GenericReader(Reader):
                     _read_line(line, line_no, path, found.step, rows, builder)
             builder.mark_lines(1)
             base = builder.reserve(line_no)
+            # markdown notes: the settings each pasted run states (what a sibling comparison checks)
+            builder.stated_settings += [(base + n - 1, key, value) for n, key, value in notes_marks(path).settings]
             for (name, unit), (steps, values, order) in rows.items():
                 builder.add(
                     name,

@@ -35,6 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
+from ingest.formats.run_settings import DESCRIBED_CHANGE, is_prose, stated_settings
+
 MARKDOWN_SUFFIXES: Final = frozenset({".md", ".markdown"})
 RUN_HEADING: Final = re.compile(
     r"^#{1,6}[ \t]+(?:experiment|exp\.?|run|attempt|trial)[ \t]*#?[ \t]*[0-9]+\b", re.IGNORECASE
@@ -57,6 +59,8 @@ class NotesMarks:
     """Lines that open a fenced block."""
     quoted_lines: list[int] = field(default_factory=list)
     """Lines of the fenced blocks that repeat earlier lines (a quotation)."""
+    settings: list[tuple[int, str, str]] = field(default_factory=list)
+    """``(line, setting, value)``: the run settings the notes state (:mod:`ingest.formats.run_settings`)."""
 
 
 def run_heading_lines(path: Path) -> list[int]:
@@ -79,6 +83,7 @@ def notes_marks(path: Path) -> NotesMarks:
     seen: set[str] = set()
     block: list[int] = []
     lines = text.split("\n")
+    prose = []
     for number, line in enumerate(lines, start=1):
         if _FENCE.match(line):
             fenced = not fenced
@@ -94,10 +99,13 @@ def notes_marks(path: Path) -> NotesMarks:
                 block.append(number)
             continue
         seen.add(line.strip())
+        if is_prose(line):
+            prose.append((number, DESCRIBED_CHANGE, line.strip()[:80]))
         if RUN_HEADING.match(line):
             marks.run_headings.append(number)
         elif CONFIG_HEADING.match(line):
             marks.config_headings.append(number)
+    marks.settings.extend(sorted(stated_settings(lines) + prose))
     return marks
 
 

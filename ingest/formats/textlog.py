@@ -173,6 +173,7 @@ class TextLogReader(Reader):
                 builder.run_headings += [first + n - 1 for n in marks.run_headings]
                 builder.config_headings += [first + n - 1 for n in marks.config_headings]
                 builder.excerpt_starts += [first + n - 1 for n in marks.excerpt_starts]
+                builder.stated_settings += [(first + n - 1, key, value) for n, key, value in marks.settings]
                 chunk_line = 1  # the first line of the next chunk read
                 for i, whole in enumerate(iter_whole_lines(path, builder, self.chunk_bytes)):
                     chunk = join_wrapped_lines(whole) if joins else whole

@@ -245,6 +245,9 @@ def _megatron_precision(r: SettingsReader, out: MappedConfig) -> None:
 def _megatron_moe(r: SettingsReader, out: MappedConfig) -> None:
     experts = r.find("num_experts")
     if experts is None:
+        layers = r.find("num_layers")
+        if layers is not None and is_number(layers[0]):  # the model's arguments name no experts: dense, as
+            out.set("num_experts", 1, f"{layers[1]} without num_experts (a dense model)")  # model_experts reads it
         return
     out.set("num_experts", experts[0] if is_number(experts[0]) else 1, experts[1])
     if not is_number(experts[0]):

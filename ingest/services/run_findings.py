@@ -4,8 +4,12 @@ alerts.
 
 The analyses store each run's findings and its settled throughput level in ``meta['analysis']``
 (``ingest.services.run_analyses.materialise``); the sibling comparison is made when read, since a sibling may
-be imported after the run. Siblings: the other runs imported from the same log file (its segments:
-``NAME-2``, ...) or carrying the same ``config_name`` in their metadata.
+be imported after the run. Siblings: the other runs carrying the same ``config_name`` in their
+metadata, or imported from the same log file (its segments: ``NAME-2``, ...) with the same settings
+stated for them (``run_settings``: the device, precision, batch, sequence length and model shape
+markdown notes state for each run they paste, :mod:`ingest.formats.run_settings`): notes that tell a
+story of changes (cpu, then cuda, then bf16, then a larger model) hold runs of different
+configurations, whose throughput says nothing of each other.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from ingest.formats.run_settings import settings_text
 from ingest.store import Store
 from ingest.store.run_info import RunInfo
 from stab_core.findings import FINDING_METRICS, run_findings
@@ -32,21 +37,26 @@ def findings_from_store(store: Store, info: RunInfo) -> dict[str, Any]:
     return run_findings(series)
 
 
-def sibling_key(info: RunInfo) -> tuple[str, str] | None:
-    """What makes runs siblings: the same ``config_name`` (metadata), else the same imported file."""
+def sibling_key(info: RunInfo) -> tuple[str, str, tuple[tuple[str, str], ...]] | None:
+    """What makes runs siblings: the same ``config_name`` (metadata), else the same imported file and
+    the same settings stated for the run in it (``run_settings``; none stated in the file: ``()``)."""
     config = info.meta.get("config_name")
     if config:
-        return ("config", str(config))
+        return ("config", str(config), ())
     if info.source.startswith("import:"):
-        return ("source", info.source)
+        settings = info.meta.get("run_settings")
+        return ("source", info.source, tuple(sorted(settings.items())) if isinstance(settings, dict) else ())
     return None
 
 
 def sibling_gap(info: RunInfo, level: Any, runs: Sequence[RunInfo]) -> dict[str, Any] | None:
     """The run's settled throughput ``level`` (``{"metric", "level"}``) against its siblings' among
-    ``runs`` (their stored levels of the same metric): a sibling gap's dict, or None."""
+    ``runs`` (their stored levels of the same metric): a sibling gap's dict, or None. A run of a file
+    that states settings for its other runs but none for it has no sibling (its settings are unknown)."""
     key = sibling_key(info)
     if key is None or not level:
+        return None
+    if key[0] == "source" and not key[2] and isinstance(info.meta.get("run_settings"), dict):
         return None
     theirs = {}
     for other in runs:
@@ -56,6 +66,8 @@ def sibling_gap(info: RunInfo, level: Any, runs: Sequence[RunInfo]) -> dict[str,
         if stored.get("metric") == level["metric"] and stored.get("level") is not None:
             theirs[other.name] = float(stored["level"])
     relation = "the same config" if key[0] == "config" else "the same log file"
+    if key[2]:
+        relation += f" and settings ({settings_text(dict(key[2]))})"
     gap = compare_to_siblings(float(level["level"]), theirs, str(level["metric"]), relation)
     return gap.to_json() if gap is not None else None
 
