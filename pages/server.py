@@ -129,10 +129,6 @@ def main(port: int, host: str = DEFAULT_HOST, seed_demo: Callable[[], int] | Non
         os.environ[DEMO_READY_ENV] = "1"  # the pages need not check the store again (pages.parts.store_access)
     from streamlit.web.cli import main as streamlit_main
 
-    from pages.parts import first_screen_preload
-
-    # the first page's libraries load while the browser loads Streamlit's code (pages.parts.first_screen_preload)
-    first_screen_preload.start(host, port)
     flags = streamlit_flags(serve_options(port, host, exposed=exposed, has_token=has_token, config_file=config_file))
     try:
         streamlit_main(args=["run", str(APP), *flags], prog_name="streamlit")
@@ -251,8 +247,8 @@ def _prepare_server() -> None:
 
     The page helpers' libraries (numpy, pandas, DuckDB, the store) are not imported here: imported
     before the server listened, they made serve wait for them and then wait again for the browser. A
-    thread imports them once it listens, while the browser loads Streamlit's code, and the first page's
-    run waits for that thread before it imports anything (``pages.parts.first_screen_preload``; without
+    thread imports them when a browser asks for the Runs page, while it loads Streamlit's code, and the
+    first page's run waits for that thread before it imports anything (``pages.parts.first_screen_preload``; without
     that wait, importing them on a thread raced the page's own first use of Plotly, whose lazy
     submodules are not safe to load from two threads, so Plotly's figure builders are left out)."""
     from streamlit.runtime.pages_manager import PagesManager

@@ -1,10 +1,14 @@
-"""Load the first screen's libraries while the browser loads Streamlit's code (``stabscope serve`` only).
+"""Load the Runs page's libraries while the browser loads Streamlit's code.
 
-Between the moment ``stabscope serve`` listens and the first page's run, the server only waits: the
-browser fetches and starts Streamlit's bundle (about a second here). The first run then imported the
-page helpers (pandas, pyarrow, DuckDB, the store: most of a fresh server's first run) before it could
-draw the Runs table. :func:`start` imports them on a thread as soon as the server accepts connections,
-in that idle second.
+Between a browser's request for the Runs page (the default page) and that page's first run, the server
+only waits: the browser fetches and starts Streamlit's bundle (about a second here). The first run then
+imported the page helpers (pandas, pyarrow, DuckDB, the store: most of a fresh server's first run)
+before it could draw the Runs table. The access gate (``pages.access_gate``, in front of every route of
+``stabscope serve`` and ``streamlit run app.py``) calls :func:`page_requested` with the first page the
+browser asks for; for the Runs page, a thread imports them in that idle second. A chart page is left
+alone: its imports already overlap the browser's loading of Plotly's code (``pages.parts.warmup``), and
+on a machine with few cores a preload only competed with the browser for them (the overview was drawn
+later on the 2-core machine of docs/performance.md).
 
 No module is imported from two threads at once: the app's first run waits for the thread
 (:func:`wait`, in ``pages.navigation.run_app``) before anything of its own imports a library, and
@@ -16,9 +20,7 @@ has loaded the ``plotly`` package itself by then).
 from __future__ import annotations
 
 import importlib
-import socket
 import threading
-import time
 
 from streamlit.logger import get_logger
 
@@ -37,58 +39,45 @@ FIRST_SCREEN_MODULES = (
 )
 """What app.py's first run and the Runs page import before the first screen is drawn, Plotly's figure
 builders (``pages.parts.charts``) left out (see the module's docstring)."""
-LISTEN_POLL_S = 0.02
-"""How often (seconds) the thread tries the server's port until it accepts a connection."""
-LISTEN_WAIT_S = 120.0
-"""Longest wait (seconds) for the server to listen; past it nothing is preloaded (the pages import as usual)."""
+RUNS_PAGE_PATHS = frozenset({"/", "/runs", "/home"})
+"""The Runs page's addresses: the default page at ``/`` (its url_path ``home``) and its ``/runs`` alias
+(``pages.navigation.NAVIGATION``)."""
 FIRST_RUN_WAIT_S = 30.0
 """Longest wait (seconds) of the first run for the thread; past it the run imports on its own."""
 
 _LOG = get_logger(__name__)
+_lock = threading.Lock()
+_first_page: str | None = None
 _thread: threading.Thread | None = None
 
 
-def start(host: str, port: int, *, listen_wait_s: float = LISTEN_WAIT_S) -> None:
-    """Import :data:`FIRST_SCREEN_MODULES` on a daemon thread once ``host:port`` accepts connections
-    (a wildcard address is tried on loopback)."""
-    global _thread  # one preload per server process
-    _thread = threading.Thread(
-        target=_preload, args=(_reachable_host(host), port, listen_wait_s), name="stabscope-preload", daemon=True
-    )
-    _thread.start()
+def page_requested(path: str) -> None:
+    """The browser asked for the page at ``path`` (a request the gate let through). The first such
+    request of the server decides: for the Runs page, :data:`FIRST_SCREEN_MODULES` are imported on a
+    daemon thread; for any other page nothing is."""
+    global _first_page, _thread  # one preload per server process
+    with _lock:
+        if _first_page is not None:
+            return
+        _first_page = path
+        if path not in RUNS_PAGE_PATHS and path.rstrip("/") not in RUNS_PAGE_PATHS:
+            return
+        _thread = threading.Thread(target=_preload, name="stabscope-preload", daemon=True)
+        _thread.start()
 
 
 def wait(timeout_s: float = FIRST_RUN_WAIT_S) -> None:
-    """Return once the preload started by :func:`start` is done (at once where none was started, as
-    under ``streamlit run app.py``, or once it is done)."""
+    """Return once the preload :func:`page_requested` started is done (at once where none was started:
+    a chart page first, AppTest)."""
     thread = _thread
     if thread is not None and thread is not threading.current_thread():
         thread.join(timeout_s)
 
 
-def _preload(host: str, port: int, listen_wait_s: float) -> None:
-    deadline = time.monotonic() + listen_wait_s
-    while not _accepts(host, port):
-        if time.monotonic() > deadline:
-            return
-        time.sleep(LISTEN_POLL_S)
+def _preload() -> None:
     for name in FIRST_SCREEN_MODULES:
         try:
             importlib.import_module(name)
         except Exception as exc:  # the page's own import of it fails again, and is reported there
             _LOG.warning("preloading %s failed: %s: %s", name, type(exc).__name__, exc)
             return
-
-
-def _accepts(host: str, port: int) -> bool:
-    """Whether something listens on ``host:port`` (a connection opened and closed, nothing sent)."""
-    try:
-        with socket.create_connection((host, port), timeout=1.0):
-            return True
-    except OSError:
-        return False
-
-
-def _reachable_host(host: str) -> str:
-    """Where this machine reaches a server bound to ``host``: loopback for the wildcard addresses."""
-    return {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
