@@ -32,6 +32,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from streamlit.logger import get_logger
 
+from pages.parts import first_screen_preload
 from pages.parts.token_gate import TOKEN_QUERY_PARAM, failure_delay_s, token_matches
 
 Scope = MutableMapping[str, Any]
@@ -168,9 +169,11 @@ class AccessGate:
             return
         path = str(scope.get("path", "/"))
         if self.settings.token is None or path in OPEN_PATHS:
+            _note_page(scope, path)
             await self.app(scope, receive, send)
             return
         if cookie_valid(self.settings, _cookies(headers).get(self.settings.cookie_name)):
+            _note_page(scope, path)
             await self.app(scope, receive, send)
             return
         if kind == "websocket":
@@ -240,6 +243,15 @@ class AccessGate:
             )
             await asyncio.sleep(delay)
         await _send_page(send, 403, _sign_in_page(_safe_target(target), wrong=True))
+
+
+def _note_page(scope: Scope, path: str) -> None:
+    """Tell the first-screen preload which page a browser opens (a page's address let through: not the
+    health check, not the app's own routes)."""
+    if scope.get("type") != "http" or scope.get("method") != "GET" or path in OPEN_PATHS:
+        return
+    if not path.startswith(APP_INTERNAL_PREFIXES):
+        first_screen_preload.page_requested(path)
 
 
 def host_allowed(settings: GateSettings, host: str | None) -> bool:

@@ -8,8 +8,9 @@ paths next to it, so the app does not depend on the directory its main script li
 the main script's folder first on sys.path, so under serve no module here may be named like a standard
 or installed one: tests/test_wheel_install.py checks it.)
 
-Light at import on purpose: only Streamlit and the two light helpers (``pages.parts.token_gate``,
-``pages.parts.warmup``); the page helpers are imported inside :func:`run_app`, after the warm-up.
+Light at import on purpose: only Streamlit and the three light helpers (``pages.parts.token_gate``,
+``pages.parts.warmup``, ``pages.parts.first_screen_preload``); the page helpers are imported inside
+:func:`run_app`, after the warm-up (under ``stabscope serve``, preloaded meanwhile).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import NamedTuple
 
 import streamlit as st
 
+from pages.parts.first_screen_preload import wait as wait_for_preload
 from pages.parts.token_gate import ask_for_token, session_unlocked
 from pages.parts.warmup import warm_up_browser
 
@@ -89,6 +91,9 @@ def run_app() -> None:
     page = st.navigation(pages, position="sidebar" if unlocked else "hidden")
     if not unlocked:
         ask_for_token()  # stops this run: nothing below draws
+    # under stabscope serve, a thread has been importing the libraries below since the server listened:
+    # wait for it before anything here imports one (the warm-up's table loads pandas)
+    wait_for_preload()
     warm_up_browser(page.url_path)
 
     # after the warm-up: these imports are most of a fresh server's first run

@@ -245,11 +245,12 @@ def _prepare_server() -> None:
     it, and declaring the app navigation-driven before start-up rules the mode out whatever the layout
     (the ``pages`` package also recovers from it, with one extra rerun, under ``streamlit run app.py``).
 
-    The page helpers' libraries (numpy, pandas, DuckDB, Plotly) are not imported here: the first page
-    imports them after it has asked the browser for Plotly's code (``pages.parts.warmup``), so that the two
-    overlap, as under ``streamlit run app.py``. Imported before the server listened, they made serve
-    wait for them and then wait again for the browser. (Importing them on a thread meanwhile raced the
-    page's own first use of Plotly, whose lazy submodules are not safe to load from two threads.)"""
+    The page helpers' libraries (numpy, pandas, DuckDB, the store) are not imported here: imported
+    before the server listened, they made serve wait for them and then wait again for the browser. A
+    thread imports them when a browser asks for the Runs page, while it loads Streamlit's code, and the
+    first page's run waits for that thread before it imports anything (``pages.parts.first_screen_preload``; without
+    that wait, importing them on a thread raced the page's own first use of Plotly, whose lazy
+    submodules are not safe to load from two threads, so Plotly's figure builders are left out)."""
     from streamlit.runtime.pages_manager import PagesManager
 
     PagesManager.uses_pages_directory = False

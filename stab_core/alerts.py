@@ -25,15 +25,16 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from stab_core.analysis import AnalysisParams
+from stab_core.clipping import CLIP_SATURATION
 from stab_core.decision_tree import NONFINITE_START_LEAF
 from stab_core.rolling_baseline import robust_zscore_columns
 from stab_core.severity import shown_by_default
 
 ALERT_WINDOW_STEPS = 200
 """Trailing window (steps) for the clipping-saturation alert and for a spike to count as new."""
-CLIP_SATURATION = AnalysisParams.clip_saturation
-"""Trailing clip ratio (the analyses' ``clip_ratio``) at which clipping counts as saturated (0.9)."""
+# CLIP_SATURATION (0.9), the trailing clip ratio at which clipping counts as saturated, is imported from
+# stab_core.clipping, not taken from stab_core.analysis: the pages read stored alerts before the first
+# screen and must not load the whole analysis for one number (tests/test_import_hygiene.py)
 OUTLIER_Z = 3.5
 """Modified z-score (Iglewicz & Hoaglin 1993) beyond which a rank is an outlier in a step bucket."""
 OUTLIER_MIN_DEVIATION = 0.1

@@ -16,7 +16,7 @@ import numpy as np
 
 from stab_core.claims import incident_claims, said_from_json
 from stab_core.clean_baseline import spikes_past_long_incidents
-from stab_core.clipping import ClipStats, clipping_stats
+from stab_core.clipping import CLIP_SATURATION, ClipStats, clipping_stats
 from stab_core.decision_tree import NONFINITE_START_LEAF, DiagnosisParams
 from stab_core.diagnosis import diagnose, diagnose_early
 from stab_core.early_rises import banded_climbs, robust_early_rises
@@ -55,7 +55,7 @@ class AnalysisParams:
     sensitivity: str = "default"
     diagnosis: DiagnosisParams = field(default_factory=DiagnosisParams)
     clip_window: int = 100
-    clip_saturation: float = 0.9
+    clip_saturation: float = CLIP_SATURATION
 
 
 def params_for(name: object) -> AnalysisParams:

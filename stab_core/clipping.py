@@ -27,6 +27,9 @@ NonFinitePolicy = Literal["skip", "raise", "clip"]
 
 CLIP_EPS = 1e-6
 """torch's guard in ``max_norm / (norm + 1e-6)``."""
+CLIP_SATURATION = 0.9
+"""Trailing clip ratio (fraction of steps clipped) at which clipping counts as saturated: the analyses'
+default (``stab_core.analysis.AnalysisParams``) and the alerts' threshold (``stab_core.alerts``)."""
 
 NONFINITE_POLICIES: tuple[str, ...] = ("skip", "raise", "clip")
 

@@ -138,6 +138,7 @@ TIERS: dict[str, str] = {
             "findings_store",
             "baseline_eval",
             "serve_start",
+            "first_screen_preload",
             "behaviour_dump",
         ),
         "integration",

@@ -96,3 +96,28 @@ def test_the_embedded_default_imports_neither_spark_nor_boto3() -> None:
     # module (the Spark engine's included: it imports PySpark inside its functions) loads without them.
     forbidden = {"pyspark", "py4j", "boto3", "botocore"}
     assert _imported_forbidden("ingest", forbidden, skip={"__main__", *TRAINER_CALLBACKS}) == ""
+
+
+FIRST_SCREEN_PROBE = """
+import sys
+import pages.parts.alert_banners, pages.parts.page_errors, pages.parts.store_access, pages.parts.run_catalog
+import ingest.services.run_alerts, ingest.services.run_status
+from ingest.services.run_analyses import open_analysed_store
+from ingest.store import Store
+print(",".join(sorted(m for m in sys.modules if m in {heavy!r})))
+"""
+
+
+def test_the_runs_page_first_screen_loads_no_log_reader_and_no_analysis() -> None:
+    """What app.py and the Runs page import before the first screen is drawn (docs/performance.md, goal 6):
+    the store and the stored alerts, not the log readers (importing any module of ``ingest.formats`` loads
+    them all) nor the analyses that write what the pages read."""
+    heavy = {"ingest.formats", "stab_core.analysis", "stab_core.diagnosis"}
+    proc = subprocess.run(
+        [sys.executable, "-c", FIRST_SCREEN_PROBE.format(heavy=heavy)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        check=True,
+    )
+    assert proc.stdout.strip() == ""

@@ -155,3 +155,13 @@ def test_step_extents_take_each_ranks_first_step_in_arrival_order_and_its_larges
     ]
     assert step_extents(tables) == {0: (5, 9), 1: (3, 3)}
     assert step_extents([]) == {}
+
+
+def test_replayed_ranges_merge_into_one_per_restart() -> None:
+    """One restart seen through several metrics gives overlapping ranges: they merge (sorted by first
+    step); ranges that only touch at a step merge too, disjoint ones stay apart."""
+    from stab_core.replay_spans import merge_spans
+
+    assert merge_spans([(50, 90), (10, 30), (20, 40), (90, 120), (200, 210)]) == [(10, 40), (50, 120), (200, 210)]
+    assert merge_spans([(5, 9), (6, 7)]) == [(5, 9)]  # one inside another
+    assert merge_spans([]) == []

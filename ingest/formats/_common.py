@@ -30,13 +30,14 @@ import pyarrow.compute as _pc
 from ingest.errors import StabScopeError
 from ingest.formats.accounting import LineAccount, skip_reason_group
 from ingest.formats.aliases import canonical_name, keep_apart, own_name, to_canonical_unit
-from ingest.formats.log_rows import FloatArray, IntArray, Piece, merge_spans, metric_column, one_metric
+from ingest.formats.log_rows import FloatArray, IntArray, Piece, metric_column, one_metric
 from ingest.formats.numbers import utf8_or_null
 from ingest.formats.raw_text import clean_text, input_size, open_error
 from ingest.formats.run_settings import settings_by_run
 from ingest.formats.segments import one_source_per_metric, segment_cuts, segment_of
 from ingest.long_schema import LONG_SCHEMA_DICT, null_floats
 from stab_core.metrics import RUN_RANK
+from stab_core.replay_spans import merge_spans
 from stab_core.runview import RunEvent
 
 pc: Any = _pc  # pyarrow-stubs overloads reject valid calls on generic arrays

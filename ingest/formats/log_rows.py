@@ -198,14 +198,3 @@ def _purge_replayed(
         for i in local_down.tolist():
             spans.setdefault(s_id, []).append((int(seg[i]), int(running_max[i - 1])))
     return keep
-
-
-def merge_spans(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """Overlapping replayed ranges (one restart seen through several metrics) merged into one."""
-    merged: list[tuple[int, int]] = []
-    for s0, s1 in sorted(spans):
-        if merged and s0 <= merged[-1][1]:
-            merged[-1] = (merged[-1][0], max(merged[-1][1], s1))
-        else:
-            merged.append((s0, s1))
-    return merged

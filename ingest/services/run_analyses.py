@@ -21,8 +21,6 @@ from ingest.long_schema import LONG_SCHEMA, null_floats
 from ingest.services.run_alerts import alerts_from_memory
 from ingest.services.run_findings import sibling_gap
 from ingest.store import Store
-from stab_core.analysis import analyze_run
-from stab_core.findings import view_findings
 from stab_core.runview import RunView
 from stab_core.schedulers import logged_lr_transitions
 
@@ -49,6 +47,10 @@ def materialise(store: Store, name: str) -> None:
     info = store.run_info(name)
     if info.analysis_gen == info.gen or info.gen == 0:
         return
+    # here, not at the top: a store opened to be read (the dashboard's first screen) loads no analysis
+    from stab_core.analysis import analyze_run
+    from stab_core.findings import view_findings
+
     transitions: list[dict[str, Any]] = []
     try:
         view = store.run_view(name)

@@ -17,7 +17,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ingest.formats.run_settings import settings_text
 from ingest.store import Store
 from ingest.store.run_info import RunInfo
 from stab_core.findings import FINDING_METRICS, run_findings
@@ -67,6 +66,10 @@ def sibling_gap(info: RunInfo, level: Any, runs: Sequence[RunInfo]) -> dict[str,
             theirs[other.name] = float(stored["level"])
     relation = "the same config" if key[0] == "config" else "the same log file"
     if key[2]:
+        # here, not at the top: importing any module of ingest.formats loads every log reader, and the
+        # dashboard's first screen imports this module (tests/test_import_hygiene.py)
+        from ingest.formats.run_settings import settings_text
+
         relation += f" and settings ({settings_text(dict(key[2]))})"
     gap = compare_to_siblings(float(level["level"]), theirs, str(level["metric"]), relation)
     return gap.to_json() if gap is not None else None

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ingest.formats.log_rows import merge_spans
+from stab_core.replay_spans import merge_spans
 
 StepExtents = dict[int, tuple[int, int]]
 """Per rank: (its first step in arrival order, its largest step) in one segment's new frames."""
