@@ -254,6 +254,7 @@ def classify(
     blip_samples: int,
     steps_lost: int | None = None,
     loss_left_band: bool = True,
+    settled: bool = False,
 ) -> SeverityLevel:
     """The severity of an incident: ``divergence`` when it never came back (``diverged``); a ``blip``
     when the loss was back on its trend within ``blip_samples`` samples (``loss_samples``; None: the
@@ -262,12 +263,20 @@ def classify(
     return and its members' recovery; None: unknown); else ``spike``. An incident whose loss never left
     its trend's noise band (``loss_left_band`` False: a grad-norm outlier the loss did not feel) lost
     nothing: it is a blip once its members are back within ``blip_samples`` logged samples *or* within
-    :data:`BLIP_MAX_STEPS` steps, however far apart the samples are logged."""
+    :data:`BLIP_MAX_STEPS` steps, however far apart the samples are logged. A single sample out of the
+    band (``loss_samples`` and ``member_samples`` 1), back at the next logged one, is a blip whatever
+    the steps between them, when its trend was ``settled`` (fitted on ``CERTAIN_SAMPLES`` or more): the
+    log cannot show more than that one batch lost. On fewer (a loss logged only at six evals 500 steps
+    apart) the level is too uncertain to vouch that nothing lasting was lost: the step rule holds."""
     if diverged:
         return "divergence"
     if not loss_left_band and (
         member_samples <= blip_samples or (steps_lost is not None and steps_lost <= BLIP_MAX_STEPS)
     ):
+        return "blip"
+    if settled and loss_samples is not None and loss_samples <= 1 and member_samples <= 1:
+        # one logged sample out, back at the very next one: a one-batch outlier however sparsely the run
+        # is logged (a loss logged every 100 steps cannot show that more than one batch was lost)
         return "blip"
     loss_ok = loss_samples is None or loss_samples <= blip_samples
     short = steps_lost is None or steps_lost <= BLIP_MAX_STEPS
