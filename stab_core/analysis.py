@@ -469,6 +469,8 @@ def _costed(incident: Incident, loss: Series | None, early: Sequence[SpikeEvent]
         steps_lost=over - incident.start,
         # a detected loss member left its level, whatever a wide trend band says
         loss_left_band=cost is None or cost.band is None or cost.left_band or "loss" in incident.metrics,
+        settled=cost is not None and cost.band is not None and cost.certainty == "high",
+        peak_ratio=incident.primary.ratio,
     )
     return replace(
         incident,

@@ -186,7 +186,7 @@ def _recovery(spike: SpikeEvent, diagnosis: Diagnosis, loss_recovered_at: int | 
                 evidence,
             )
         ]
-    if spike.recovered and spike.recovery_step is not None:
+    if spike.recovered and spike.recovery_step is not None and math.isfinite(spike.baseline):
         return [
             Claim(
                 "recovery",
@@ -195,7 +195,10 @@ def _recovery(spike: SpikeEvent, diagnosis: Diagnosis, loss_recovered_at: int | 
                 evidence,
             )
         ]
-    return [Claim("recovery", "Diverged: it has not come back to its level.", not spike.recovered, evidence)]
+    # a level that is not a number (a non-finite first sample, nothing finite before it) is none to come
+    # back to: "back near its level of nan" said a run that never trained had recovered
+    back = spike.recovered and math.isfinite(spike.baseline)
+    return [Claim("recovery", "Diverged: it has not come back to its level.", not back, evidence)]
 
 
 def _cause(diagnosis: Diagnosis) -> Claim:

@@ -103,6 +103,18 @@ def _median_between(steps: IntArray, values: FloatArray, lo: int, hi: int) -> fl
     return float(np.median(values[inside])) if inside.any() else None
 
 
+def _train_near(steps: IntArray, values: FloatArray, lo: int, hi: int, after: int) -> float | None:
+    """The train loss at the eval of step ``hi``: the median of the finite samples in (lo, hi], else
+    the last finite one at or before ``hi`` and past step ``after`` (a trainer that logs its train loss
+    no more often than it evaluates: parameter-golf logs both every 1,000 steps and evaluates once
+    more at its wall-clock stop, 11,578, with no train line since 11,000); None when there is none."""
+    found = _median_between(steps, values, lo, hi)
+    if found is not None:
+        return found
+    inside = (steps > after) & (steps <= hi) & np.isfinite(values)
+    return float(values[inside][-1]) if inside.any() else None
+
+
 def detect_overfitting(
     val_steps: IntArray,
     val_values: FloatArray,
@@ -116,7 +128,8 @@ def detect_overfitting(
     ``RISE_NOISE_MULTIPLE`` noise sigmas (:func:`eval_noise` of all the evals)
     and ``RISE_MIN_RELATIVE`` of the best; at least ``SUSTAINED_SHARE`` of the evals after the best
     sit above best + 2 sigma; and, when a train loss is logged, its median over the last eval
-    interval is below its median over the interval ending at the best eval (both falling is
+    interval (or its last sample before the last eval, when none falls in that interval) is below its
+    median over the interval ending at the best eval (both falling is
     overfitting; both rising is a divergence, which the spike detectors report). Non-finite evals
     are left out.
     """
@@ -139,8 +152,8 @@ def detect_overfitting(
     train_at_best = train_at_end = None
     if train_steps is not None and train_values is not None and np.isfinite(train_values).any():
         previous = int(steps[best - 1]) if best > 0 else int(steps[best]) - 1
-        train_at_best = _median_between(train_steps, train_values, previous, int(steps[best]))
-        train_at_end = _median_between(train_steps, train_values, int(steps[-2]), int(steps[-1]))
+        train_at_best = _train_near(train_steps, train_values, previous, int(steps[best]), -(2**62))
+        train_at_end = _train_near(train_steps, train_values, int(steps[-2]), int(steps[-1]), int(steps[best]))
         if train_at_best is not None and train_at_end is not None and train_at_end >= train_at_best:
             return None
     return Overfitting(

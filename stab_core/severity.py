@@ -246,6 +246,12 @@ samples or more is an early blow-up, at least a spike (torchtitan on Aurora: 10.
 -> 11.31 over steps 1-4)."""
 
 
+SPARSE_BLIP_MAX_RATIO: Final = 2.0
+"""The one-sample blip of a sparsely logged run rose to at most this many times its level: a batch
+outlier (1.5-1.6x on parameter-golf consoles logged every 10-100 steps). A near-zero loss jumping 4-9x
+(minGPT's adder, logged every 10 iterations) lost more than that batch's progress: a spike."""
+
+
 def classify(
     *,
     diverged: bool,
@@ -254,6 +260,8 @@ def classify(
     blip_samples: int,
     steps_lost: int | None = None,
     loss_left_band: bool = True,
+    settled: bool = False,
+    peak_ratio: float = float("inf"),
 ) -> SeverityLevel:
     """The severity of an incident: ``divergence`` when it never came back (``diverged``); a ``blip``
     when the loss was back on its trend within ``blip_samples`` samples (``loss_samples``; None: the
@@ -262,12 +270,28 @@ def classify(
     return and its members' recovery; None: unknown); else ``spike``. An incident whose loss never left
     its trend's noise band (``loss_left_band`` False: a grad-norm outlier the loss did not feel) lost
     nothing: it is a blip once its members are back within ``blip_samples`` logged samples *or* within
-    :data:`BLIP_MAX_STEPS` steps, however far apart the samples are logged."""
+    :data:`BLIP_MAX_STEPS` steps, however far apart the samples are logged. A single sample out of the
+    band (``loss_samples`` and ``member_samples`` 1), back at the next logged one, is a blip whatever
+    the steps between them, when its trend was ``settled`` (fitted on ``CERTAIN_SAMPLES`` or more): the
+    log cannot show more than that one batch lost. On fewer (a loss logged only at six evals 500 steps
+    apart) the level is too uncertain to vouch that nothing lasting was lost, and a sample more than
+    :data:`SPARSE_BLIP_MAX_RATIO` times its level (``peak_ratio``) may have stood that high for the
+    unlogged steps around it: the step rule holds for both."""
     if diverged:
         return "divergence"
     if not loss_left_band and (
         member_samples <= blip_samples or (steps_lost is not None and steps_lost <= BLIP_MAX_STEPS)
     ):
+        return "blip"
+    if (
+        settled
+        and peak_ratio <= SPARSE_BLIP_MAX_RATIO
+        and loss_samples is not None
+        and loss_samples <= 1
+        and member_samples <= 1
+    ):
+        # one logged sample out, back at the very next one: a one-batch outlier however sparsely the run
+        # is logged (a loss logged every 100 steps cannot show that more than one batch was lost)
         return "blip"
     loss_ok = loss_samples is None or loss_samples <= blip_samples
     short = steps_lost is None or steps_lost <= BLIP_MAX_STEPS

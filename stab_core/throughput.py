@@ -59,6 +59,12 @@ level, and only the level before the change shows the loss."""
 MAX_SAMPLES = 100_000
 """Longer series are judged on every k-th sample (a level over 2 % of the run does not need each
 step, and a 10M-step run's step time is read in a fraction of the time)."""
+NOISE_MULTIPLE = 2.5
+"""A drop must also be this many times the run's sample-to-sample scatter (:func:`_jitter`): per-
+iteration wall times on a shared CPU or a coarse timer (minGPT's ``iter_dt`` in 15.6 ms ticks, a
+node-shared sweep's 87/133/178 s steps) wander 15-40 % from one sample to the next, so a window's
+median dips 20 % under the fast-side norm by chance alone; a level change stands clear of that
+scatter. A steady trainer's scatter is a few % and leaves the 20 % threshold in charge."""
 SIBLING_GAP = 0.25
 """A run whose level is this much below the median of its siblings' levels (25 %) is flagged."""
 
@@ -157,6 +163,17 @@ def _clean(steps: IntArray, values: FloatArray) -> tuple[IntArray, FloatArray]:
     return np.asarray(steps[ok], np.int64), np.asarray(values[ok], np.float64)
 
 
+def _jitter(rate: FloatArray) -> float:
+    """The rate's sample-to-sample scatter as a fraction of its median: the robust sigma of
+    consecutive differences (1.4826 x their median absolute value, over sqrt 2 for the two samples
+    each difference holds). A level change moves the differences at its edges only, so it barely
+    counts; jitter moves every one."""
+    if rate.size < 3:
+        return 0.0
+    middle = float(np.median(rate))
+    return float(1.4826 * np.median(np.abs(np.diff(rate))) / np.sqrt(2) / middle) if middle > 0 else 0.0
+
+
 def _bucket_levels(rate: FloatArray) -> tuple[FloatArray, IntArray]:
     """(smoothed level per bucket, index of each bucket's first sample): bucket medians, then a
     rolling median over ``SMOOTH_BUCKETS`` buckets (shrunk at the ends)."""
@@ -207,7 +224,8 @@ def detect_throughput_drops(steps: IntArray, values: FloatArray, metric: str) ->
     ``MIN_PRIOR_SHARE`` of them precede it (the level the run fell from). A slow stretch opening the
     run is warm-up when it ends within ``WARMUP_SHARE`` of the run; any other stretch under the norm
     it fell from, of at least ``MIN_SPAN_SAMPLES`` samples and ``MIN_SPAN_SHARE`` of the run, is a
-    drop. ``metric`` is ``throughput_tok_s`` or ``step_time_s``.
+    drop. A drop smaller than ``NOISE_MULTIPLE`` times the run's sample-to-sample scatter is jitter
+    and is not returned. ``metric`` is ``throughput_tok_s`` or ``step_time_s``.
     """
     if metric not in THROUGHPUT_METRICS:
         raise ValueError(f"metric must be one of {THROUGHPUT_METRICS}, got {metric!r}")
@@ -252,7 +270,8 @@ def detect_throughput_drops(steps: IntArray, values: FloatArray, metric: str) ->
         i = j + 1
     start = int(firsts[warm]) if warm < firsts.size else rate.size
     out += _short_drops(steps, rate, start, overall, metric, [(d.start, d.end) for d in out])
-    return sorted(out, key=lambda d: d.start)
+    needed = 100 * max(DROP_FRACTION, NOISE_MULTIPLE * _jitter(rate))  # a level change, not jitter
+    return sorted((d for d in out if -d.change_pct >= needed), key=lambda d: d.start)
 
 
 def _short_drops(

@@ -53,8 +53,10 @@ def test_spikes_late_in_a_memorising_run_are_found() -> None:
         hits = [i for i in incidents if i.start - 10 <= step <= i.until + 10]
         assert hits, f"spike at {step} missed: {[(i.start, i.until) for i in incidents]}"
         assert hits[0].primary.metric == "loss"
-        # two logged samples 10 steps apart are 20 steps lost: more than a blip's 5 steps
-        assert hits[0].severity == "spike"
+        # two logged samples 10 steps apart are 20 steps lost: more than a blip's 5 steps; one sample
+        # out and back under the level before it at the next (600: 1.9x, then 0.76x) is a one-batch blip
+        i = int(np.searchsorted(steps, step))
+        assert hits[0].severity == ("spike" if loss[i + 1] > loss[i - 1] else "blip")
     assert len(incidents) == len(MEMORISING_SPIKES)
 
 

@@ -113,6 +113,20 @@ def test_an_unknown_cause_says_what_to_log() -> None:
     assert said_from_json(item["claims"], ("action",)) == item["actions"]
 
 
+def test_a_spike_with_no_finite_level_before_it_is_not_said_to_recover() -> None:
+    """Megatron on one GPU: grad norm nan at iteration 1, then 0.000 (a placeholder) on every later one.
+    The detector's event "recovers" at step 2 against a level of nan. Before: "Recovered at step 2:
+    back near its level of nan."."""
+    steps = np.arange(1, 16)
+    grad = np.zeros(15)
+    grad[0] = np.nan
+    event = build_event("grad_norm", steps, grad, 0, 0, 1, math.nan, 0.01)
+    numerical = NodeVisit("numerical", 1, "?", "yes", {})
+    diagnosis = Diagnosis("numerical", 0.9, [numerical], "leaf_numerical", [], [])
+    (recovery,) = [c for c in incident_claims(event, diagnosis) if c.kind == "recovery"]
+    assert recovery.text == "Diverged: it has not come back to its level." and recovery.holds is True
+
+
 # ------------------------------------------------------------------ NaN from step 0 (item 4)
 
 

@@ -56,6 +56,27 @@ def test_a_model_dump_without_experts_states_a_dense_model() -> None:
     assert stated_num_experts('{"num_hidden_layers": 24, "hidden_size": 896}') == 1
 
 
+MINGPT_CONFIG = """model:
+    model_type: gpt-nano
+    n_layer: None
+    n_head: None
+    n_embd: None
+    vocab_size: None
+    embd_pdrop: 0.1
+trainer:
+    batch_size: 64
+    learning_rate: 0.0005
+"""
+
+
+def test_a_config_leaving_the_layer_count_to_a_named_preset_states_a_dense_model() -> None:
+    """minGPT prints every model argument and leaves ``n_layer: None`` when ``model_type`` sets the
+    size: no expert key in that dump is a dense model. Before: None (the question stayed open)."""
+    assert stated_num_experts(MINGPT_CONFIG) == 1
+    assert stated_num_experts(MINGPT_CONFIG + "    n_experts: 8\n") == 8
+    assert stated_num_experts("model:\n    model_type: gpt-nano\n") is None  # no argument listed
+
+
 def test_an_expert_count_is_read_as_stated() -> None:
     assert stated_num_experts(_megatron_block("  num_experts ..................................... [8]")) == 8
     assert stated_num_experts(_megatron_block("  num_experts ..................................... 8")) == 8

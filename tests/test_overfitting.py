@@ -63,6 +63,21 @@ def test_val_and_train_rising_together_is_not_overfitting() -> None:
     assert detect_overfitting(val_steps, val, train_steps, rising_train) is None
 
 
+def test_a_divergence_with_a_last_eval_off_the_train_grid_is_not_overfitting() -> None:
+    """A parameter-golf console: train and val loss both every 1,000 steps, one more eval at the
+    wall-clock stop (11,578) with no train line after 11,000. Both rose after 9,000 (a late divergence).
+    Before: "overfitting", the train loss over (11,000, 11,578] being empty and its check skipped."""
+    steps = np.arange(1000, 12_000, 1000, dtype=np.int64)
+    train = np.array([3.9, 3.1, 2.8, 2.6, 2.47, 2.4, 2.3, 2.26, 2.24, 2.87, 3.59])
+    val_steps = np.append(steps, 11_578)
+    val = np.array([3.9, 3.1, 2.8, 2.6, 2.5, 2.42, 2.36, 2.333, 2.342, 2.905, 3.592, 3.409])
+    assert detect_overfitting(val_steps, val, steps, train) is None
+    # the same evals with the train loss still falling to the last line: overfitting
+    falling = np.array([3.9, 3.1, 2.8, 2.6, 2.47, 2.4, 2.3, 2.26, 2.2, 2.15, 2.1])
+    found = detect_overfitting(val_steps, val, steps, falling)
+    assert found is not None and found.best_step == 8000 and found.train_at_end == pytest.approx(2.1)
+
+
 def test_one_high_eval_at_the_end_is_not_a_sustained_rise() -> None:
     steps = np.arange(0, 5001, 250, dtype=np.int64)
     val = 1.5 + 2.5 * np.exp(-steps / 500.0)

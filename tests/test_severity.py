@@ -134,6 +134,31 @@ def test_classify_ranks_by_what_was_lost() -> None:
     assert classify(diverged=False, loss_samples=1, member_samples=9, blip_samples=3) == "spike"
 
 
+def test_one_sample_back_at_the_next_is_a_blip_however_sparsely_logged() -> None:
+    """A loss logged every 100 steps, 1.6x for one sample and back at the next (parameter-golf JEPA):
+    100 steps between the samples, yet the log shows one batch lost, not more. Before: a spike
+    (steps_lost 100 > BLIP_MAX_STEPS). Two samples out on the same spacing, or one 4.5x its level,
+    stay a spike."""
+
+    def grade(loss_samples: int, member_samples: int, steps_lost: int, settled: bool = True, ratio: float = 1.6) -> str:
+        return classify(
+            diverged=False,
+            loss_samples=loss_samples,
+            member_samples=member_samples,
+            blip_samples=3,
+            steps_lost=steps_lost,
+            settled=settled,
+            peak_ratio=ratio,
+        )
+
+    assert grade(1, 1, 100) == "blip"
+    assert grade(2, 1, 200) == "spike" and grade(1, 2, 200) == "spike"
+    # a level from a handful of samples (six evals 500 steps apart) cannot vouch for it: a spike
+    assert grade(1, 1, 500, settled=False) == "spike"
+    # a near-zero loss jumping 4.5x for one sample of a run logged every 10 steps (minGPT's adder): a spike
+    assert grade(1, 1, 10, ratio=4.5) == "spike"
+
+
 def modded_nanogpt(seed: int = 11) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[int]]:
     """A healthy ~20k-step modded-nanogpt record run: the loss falls to ~3.28, and 113 one-batch
     outliers (grad norm 2.5-6x for one step, a third with the loss 1.12x) are absorbed at once."""

@@ -10,7 +10,8 @@ trainers print every model argument. So:
 
 - an expert count in the dump is the run's (``None``/``null``/0: Megatron's and DeepSeek's way of
   saying dense, i.e. 1);
-- a dump with a layer count and no expert key at all states a dense model: 1;
+- a dump with a layer count (or the layer key left ``None`` for a named preset) and no expert key at
+  all states a dense model: 1;
 - an MoE switch without a count (``moe_enabled=True``), or nothing of the model printed: nothing is
   recorded (the question stays open and the run's status asks for the expert load).
 
@@ -36,9 +37,11 @@ table), a dotted leader (Megatron's arguments block); quotes of JSON keys and va
 _LAYERS: Final = re.compile(
     r"(?<![\w.])(?:num_layers|n_layers|nlayers|n_layer|num_hidden_layers|decoder_layers)(?:\s+[A-Z])?"
     + _SEP
-    + r"(\d+)\b"
+    + r"(\d+|None)\b"
 )
-"""A model's layer count as a model dump prints it (``num_layers L | 12`` in llm.c's table). The
+"""A model's layer count as a model dump prints it (``num_layers L | 12`` in llm.c's table), or left
+unset (minGPT's config prints ``n_layer: None`` when its ``model_type`` preset, ``gpt-nano``, sets the
+size): the dump still lists every model argument, so no expert key means no experts. The
 look-behind keeps ``checkpoint_num_layers`` (an activation-checkpointing setting) out."""
 
 _EXPERTS: Final = re.compile(
