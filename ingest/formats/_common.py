@@ -164,6 +164,10 @@ class LogBuilder:
         """Sequence numbers of the lines opening a fenced block of markdown notes (``ingest.formats.sections``)."""
         self.stated_settings: list[tuple[int, str, str]] = []
         """``(seq, setting, value)``: the run settings markdown notes state (``ingest.formats.run_settings``)."""
+        self.settings_when_constant: frozenset[str] = frozenset()
+        """Metrics a trainer prints on every step line that are a setting of the run where they hold one value
+        over the run (Megatron's ``global batch size``): run metadata then, a series only where they change
+        (a batch-size rampup). Decided per run, after the file is split into runs."""
         self.account = LineAccount()
         """Where every line went: text readers fill it as they read; for other readers
         :meth:`account_records` fills it from the rows and the skips once they have read."""
@@ -370,6 +374,7 @@ class LogBuilder:
 
     def _finish_one(self, format_name: str) -> ParsedLog:
         lines = self._input_lines()
+        self._constant_settings_to_meta()
         table = self._build_table()
         return ParsedLog(
             format=format_name,
@@ -381,6 +386,20 @@ class LogBuilder:
             source_files=list(self.source_files),
             lines=lines,
         )
+
+    def _constant_settings_to_meta(self) -> None:
+        """Each of :attr:`settings_when_constant` whose rows in this run hold one finite value: moved from the
+        series to ``meta`` (a value the header already stated is kept)."""
+        for name in self.settings_when_constant:
+            pieces = self._pieces.get(name)
+            if not pieces:
+                continue
+            values = np.concatenate([p.value for p in pieces])
+            if not (np.isfinite(values).all() and (values == values[0]).all()):
+                continue  # it changes over the run (a rampup): a series of its own
+            value = float(values[0])
+            self.meta.setdefault(name, int(value) if value.is_integer() else value)
+            del self._pieces[name]
 
     def _keep_keys_apart(self) -> None:
         """Where two raw keys of one stream (columns of one file, tags of one writer) were mapped to

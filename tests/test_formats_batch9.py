@@ -1,0 +1,38 @@
+"""Layouts of batch 9's logs, each on a few lines written here from the trainer's layout (issue #31)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ingest.formats import read_log
+
+
+def _megatron_line(step: int, total: int, batch: int, loss: float) -> str:
+    return (
+        f" iteration {step:8d}/{total:8d} | consumed samples: {step * batch:10d} | elapsed time per iteration (ms):"
+        f" 1500.0 | learning rate: 1.000E-04 | global batch size: {batch:5d} | lm loss: {loss:.6E} |"
+        " loss scale: 1.0 | grad norm: 1.250 | number of skipped iterations:   0 | number of nan iterations:   0 |"
+    )
+
+
+def test_megatron_constant_global_batch_size_is_a_setting_not_a_series(tmp_path: Path) -> None:
+    # no argument dump: the iteration lines are the only place the batch size is stated
+    path = tmp_path / "train.log"
+    path.write_text("\n".join(_megatron_line(i, 6, 16, 10.0 - 0.1 * i) for i in range(1, 7)) + "\n")
+    parsed = read_log([path])
+    assert parsed.format.startswith("megatron")
+    assert "global_batch_size" not in parsed.metrics
+    assert parsed.meta["global_batch_size"] == 16
+    assert parsed.series("loss")[1].tolist() == pytest.approx([9.9, 9.8, 9.7, 9.6, 9.5, 9.4])
+
+
+def test_megatron_batch_size_rampup_stays_a_series(tmp_path: Path) -> None:
+    batches = [16, 16, 32, 32, 48, 48]
+    path = tmp_path / "train.log"
+    path.write_text("\n".join(_megatron_line(i, 6, b, 10.0 - 0.1 * i) for i, b in enumerate(batches, start=1)) + "\n")
+    parsed = read_log([path])
+    steps, values = parsed.series("global_batch_size")
+    assert steps.tolist() == [1, 2, 3, 4, 5, 6]
+    assert values.tolist() == batches
