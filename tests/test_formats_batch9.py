@@ -36,3 +36,21 @@ def test_megatron_batch_size_rampup_stays_a_series(tmp_path: Path) -> None:
     steps, values = parsed.series("global_batch_size")
     assert steps.tolist() == [1, 2, 3, 4, 5, 6]
     assert values.tolist() == batches
+
+
+def test_megatron_memory_line_reserved_memory_is_a_canonical_metric(tmp_path: Path) -> None:
+    from stab_core.metrics import CANONICAL_METRICS, unit_of
+
+    lines = [_megatron_line(i, 3, 16, 10.0 - 0.1 * i) for i in range(1, 4)]
+    lines.insert(
+        1,
+        "[Rank 0] (after 1 iterations) memory (MB) | allocated: 2048.0 | max allocated: 3072.0"
+        " | reserved: 4096.0 | max reserved: 5120.0",
+    )
+    path = tmp_path / "train.log"
+    path.write_text("\n".join(lines) + "\n")
+    parsed = read_log([path])
+    # MB as printed, GiB stored (the canonical memory unit)
+    assert parsed.series("gpu_mem_reserved_gb", 0)[1].tolist() == [4.0]
+    assert parsed.series("gpu_mem_max_reserved_gb", 0)[1].tolist() == [5.0]
+    assert "gpu_mem_reserved_gb" in CANONICAL_METRICS and unit_of("gpu_mem_reserved_gb") == "GB"
