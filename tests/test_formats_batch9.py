@@ -54,3 +54,30 @@ def test_megatron_memory_line_reserved_memory_is_a_canonical_metric(tmp_path: Pa
     assert parsed.series("gpu_mem_reserved_gb", 0)[1].tolist() == [4.0]
     assert parsed.series("gpu_mem_max_reserved_gb", 0)[1].tolist() == [5.0]
     assert "gpu_mem_reserved_gb" in CANONICAL_METRICS and unit_of("gpu_mem_reserved_gb") == "GB"
+
+
+def _lf_line(step: int, loss: float, throughput: str, tokens: int) -> str:
+    return (
+        f'{{"current_steps": {step}, "total_steps": 40, "loss": {loss}, "learning_rate": 5e-05, "epoch": 0.{step},'
+        f' "percentage": {step * 2.5}, "elapsed_time": "0:0{step}:00", "remaining_time": "0:30:00",'
+        f' "throughput": "{throughput}", "total_tokens": {tokens}}}'
+    )
+
+
+def test_llamafactory_all_zero_throughput_and_tokens_are_not_measured(tmp_path: Path) -> None:
+    path = tmp_path / "trainer_log.jsonl"
+    path.write_text("\n".join(_lf_line(i, 2.0 - 0.1 * i, "0.00", 0) for i in range(1, 5)) + "\n")
+    parsed = read_log([path])
+    assert parsed.format == "llamafactory"
+    assert "throughput" not in parsed.metrics and "tokens" not in parsed.metrics
+    assert sorted(parsed.meta["placeholders_dropped"]) == ["throughput", "tokens"]
+    assert parsed.series("loss")[1].tolist() == pytest.approx([1.9, 1.8, 1.7, 1.6])
+
+
+def test_llamafactory_measured_throughput_is_kept(tmp_path: Path) -> None:
+    path = tmp_path / "trainer_log.jsonl"
+    lines = [_lf_line(i, 2.0 - 0.1 * i, f"{1500.0 + i:.2f}", 4096 * i) for i in range(1, 5)]
+    path.write_text("\n".join(lines) + "\n")
+    parsed = read_log([path])
+    assert parsed.series("throughput")[1].tolist() == [1501.0, 1502.0, 1503.0, 1504.0]
+    assert parsed.series("tokens")[1].tolist() == [4096, 8192, 12288, 16384]

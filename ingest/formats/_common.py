@@ -296,6 +296,10 @@ class LogBuilder:
         values = np.concatenate([p.value for p in pieces])[order]
         return steps, values, seq[order]
 
+    def drop(self, metric: str) -> None:
+        """Forget every row of the canonical ``metric`` (a reader that found it is no series)."""
+        self._pieces.pop(metric, None)
+
     @property
     def row_count(self) -> int:
         """Rows added so far (before de-duplication)."""
