@@ -81,3 +81,23 @@ def test_llamafactory_measured_throughput_is_kept(tmp_path: Path) -> None:
     parsed = read_log([path])
     assert parsed.series("throughput")[1].tolist() == [1501.0, 1502.0, 1503.0, 1504.0]
     assert parsed.series("tokens")[1].tolist() == [4096, 8192, 12288, 16384]
+
+
+def test_two_writers_of_one_log_are_not_rewinds_but_a_resume_is(tmp_path: Path) -> None:
+    # two processes append the same lines (srun launching the trainer twice): first in step, then one
+    # lags a line behind (1020 1010 1030 1020 ...); then the job dies at 1060 and resumes from the
+    # 1030 checkpoint, both writers re-logging 1040..1060 before going on
+    first = [10 * s for s in range(100, 103)]
+    lagged = [1000, 1000, 1010, 1020, 1010, 1030, 1020, 1040, 1030, 1050, 1040, 1060, 1050, 1060]
+    resumed = [s for s in (1040, 1050, 1060, 1070, 1080) for _ in range(2)]
+    steps = [s for s in first if s < 1000] + lagged + resumed
+    loss = {s: 2.0 - s / 1000 for s in steps}
+    lines = [_lf_line(s, round(loss[s], 4), "0.00", 0) for s in steps]
+    path = tmp_path / "trainer_log.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    parsed = read_log([path])
+    rollbacks = [e for e in parsed.events if e.kind == "rollback"]
+    assert [(e.detail["replayed_from"], e.detail["replayed_to"]) for e in rollbacks] == [(1040, 1060)]
+    got_steps, values = parsed.series("loss")
+    assert got_steps.tolist() == list(range(1000, 1090, 10))
+    assert values.tolist() == pytest.approx([round(loss[s], 4) for s in range(1000, 1090, 10)])

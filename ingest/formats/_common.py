@@ -472,9 +472,10 @@ class LogBuilder:
         for _, spans_of_metric in built:  # in metric order: as one thread would have found them
             for stream, found in spans_of_metric.items():
                 spans.setdefault(stream, []).extend(found)
-        for spans_of_stream in spans.values():
-            for s0, s1 in merge_spans(spans_of_stream):
-                self.event(s0, "rollback", f"restart replayed steps {s0}-{s1}", replayed_from=s0, replayed_to=s1)
+        # one restart seen the same in two streams (a reader's second pass over the same lines) is one event
+        found_spans = {span for spans_of_stream in spans.values() for span in merge_spans(spans_of_stream)}
+        for s0, s1 in sorted(found_spans):
+            self.event(s0, "rollback", f"restart replayed steps {s0}-{s1}", replayed_from=s0, replayed_to=s1)
         return pa.Table.from_arrays(
             [
                 pa.chunked_array([ch for chunks, _ in built for ch in chunks[i]], TABLE_SCHEMA.field(c).type)
