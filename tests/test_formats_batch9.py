@@ -101,3 +101,17 @@ def test_two_writers_of_one_log_are_not_rewinds_but_a_resume_is(tmp_path: Path) 
     got_steps, values = parsed.series("loss")
     assert got_steps.tolist() == list(range(1000, 1090, 10))
     assert values.tolist() == pytest.approx([round(loss[s], 4) for s in range(1000, 1090, 10)])
+
+
+def test_tab_separated_table_with_a_header_is_read_like_a_csv(tmp_path: Path) -> None:
+    # what `print(f"{step}\t{loss}")` under a 'step\tloss' header writes, under any file name
+    path = tmp_path / "train.log"
+    path.write_text("step\tloss\n10\t8.460716\n20\t7.688958\n30\t7.206179\n40\tnot-a-number-row\textra\n50\t6.5\n")
+    parsed = read_log([path])
+    assert parsed.format == "csv_wide"
+    assert parsed.metrics == ["loss"]
+    steps, values = parsed.series("loss")
+    assert steps.tolist() == [10, 20, 30, 50]
+    assert values.tolist() == [8.460716, 7.688958, 7.206179, 6.5]
+    assert parsed.skipped == 1  # the row with a cell too many, counted with its line
+    assert parsed.skipped_examples[0][1] == 5
