@@ -115,3 +115,21 @@ def test_tab_separated_table_with_a_header_is_read_like_a_csv(tmp_path: Path) ->
     assert values.tolist() == [8.460716, 7.688958, 7.206179, 6.5]
     assert parsed.skipped == 1  # the row with a cell too many, counted with its line
     assert parsed.skipped_examples[0][1] == 5
+
+
+def test_hf_console_dicts_quoted_after_text_are_not_logs(tmp_path: Path) -> None:
+    lines = [
+        "fsdp_config={'min_num_params': 0, 'xla': False},",
+        "{'loss': 1.1409, 'grad_norm': 2.75, 'learning_rate': 1.8e-05, 'epoch': 0.91}",
+        "Non-default generation parameters: {'max_length': 512, 'num_beams': 4, 'forced_eos_token_id': 102}",
+        " 20%|###   | 1098/5490 [10:04<38:38,  2.13it/s]{'loss': 0.9, 'grad_norm': 2.1, 'learning_rate': 1.6e-05,"
+        " 'epoch': 1.82}",
+        "{'eval_loss': 0.66, 'eval_runtime': 2725.77, 'epoch': 2.0}",
+    ]
+    path = tmp_path / "console.txt"
+    path.write_text("\n".join(lines) + "\n")
+    parsed = read_log([path])
+    assert parsed.format == "hf_console"
+    assert not {"min_num_params", "max_length", "num_beams", "forced_eos_token_id"} & set(parsed.metrics)
+    assert parsed.series("loss")[1].tolist() == [1.1409, 0.9]
+    assert parsed.series("val_loss")[1].tolist() == [0.66]
