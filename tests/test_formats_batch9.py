@@ -28,6 +28,19 @@ def test_megatron_constant_global_batch_size_is_a_setting_not_a_series(tmp_path:
     assert parsed.series("loss")[1].tolist() == pytest.approx([9.9, 9.8, 9.7, 9.6, 9.5, 9.4])
 
 
+def test_megatron_constant_batch_size_of_each_run_of_a_file_is_its_setting(tmp_path: Path) -> None:
+    # two runs in one file (the second starts again at iteration 1), each with its own batch size
+    lines = [_megatron_line(i, 4, 16, 10.0 - 0.1 * i) for i in range(1, 5)]
+    lines += [_megatron_line(i, 3, 32, 9.0 - 0.1 * i) for i in range(1, 4)]
+    path = tmp_path / "train.log"
+    path.write_text("\n".join(lines) + "\n")
+    parsed = read_log([path])
+    runs = [parsed, *parsed.segments]
+    assert len(runs) == 2
+    assert [r.meta["global_batch_size"] for r in runs] == [16, 32]
+    assert not any("global_batch_size" in r.metrics for r in runs)
+
+
 def test_megatron_batch_size_rampup_stays_a_series(tmp_path: Path) -> None:
     batches = [16, 16, 32, 32, 48, 48]
     path = tmp_path / "train.log"

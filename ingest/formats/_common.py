@@ -335,6 +335,7 @@ class LogBuilder:
             while len(parts) <= i:
                 b = LogBuilder([])
                 b.paths, b.meta, b.source_files, b.line_marks = self.paths, dict(self.meta), self.source_files, []
+                b.settings_when_constant = self.settings_when_constant
                 parts.append(b)
             return parts[i]
 
