@@ -99,10 +99,11 @@ def test_llamafactory_measured_throughput_is_kept(tmp_path: Path) -> None:
 def test_two_writers_of_one_log_are_not_rewinds_but_a_resume_is(tmp_path: Path) -> None:
     # two processes append the same lines (srun launching the trainer twice): first in step, then one
     # lags a line behind (1020 1010 1030 1020 ...); then the job dies at 1060 and resumes from the
-    # 1030 checkpoint, both writers re-logging 1040..1060 before going on
+    # 1000 checkpoint, both writers re-logging 1010..1060 before going on
     first = [10 * s for s in range(100, 103)]
-    lagged = [1000, 1000, 1010, 1020, 1010, 1030, 1020, 1040, 1030, 1050, 1040, 1060, 1050, 1060]
-    resumed = [s for s in (1040, 1050, 1060, 1070, 1080) for _ in range(2)]
+    # ... and catches up again (1040 1030 1050 1040 1050 1060 1060: the copy of 1050 comes before 1060)
+    lagged = [1000, 1000, 1010, 1020, 1010, 1030, 1020, 1040, 1030, 1050, 1040, 1050, 1060, 1060]
+    resumed = [s for s in range(1010, 1090, 10) for _ in range(2)]
     steps = [s for s in first if s < 1000] + lagged + resumed
     loss = {s: 2.0 - s / 1000 for s in steps}
     lines = [_lf_line(s, round(loss[s], 4), "0.00", 0) for s in steps]
@@ -110,7 +111,7 @@ def test_two_writers_of_one_log_are_not_rewinds_but_a_resume_is(tmp_path: Path) 
     path.write_text("\n".join(lines) + "\n")
     parsed = read_log([path])
     rollbacks = [e for e in parsed.events if e.kind == "rollback"]
-    assert [(e.detail["replayed_from"], e.detail["replayed_to"]) for e in rollbacks] == [(1040, 1060)]
+    assert [(e.detail["replayed_from"], e.detail["replayed_to"]) for e in rollbacks] == [(1010, 1060)]
     got_steps, values = parsed.series("loss")
     assert got_steps.tolist() == list(range(1000, 1090, 10))
     assert values.tolist() == pytest.approx([round(loss[s], 4) for s in range(1000, 1090, 10)])
@@ -146,3 +147,13 @@ def test_hf_console_dicts_quoted_after_text_are_not_logs(tmp_path: Path) -> None
     assert not {"min_num_params", "max_length", "num_beams", "forced_eos_token_id"} & set(parsed.metrics)
     assert parsed.series("loss")[1].tolist() == [1.1409, 0.9]
     assert parsed.series("val_loss")[1].tolist() == [0.66]
+
+
+def test_one_short_rewind_without_a_second_writer_is_a_restart(tmp_path: Path) -> None:
+    steps = [10, 20, 30, 40, 50, 40, 50, 60]  # resumed from the step-30 checkpoint
+    path = tmp_path / "trainer_log.jsonl"
+    path.write_text("\n".join(_lf_line(s, 2.0 - i / 100, "0.00", 0) for i, s in enumerate(steps)) + "\n")
+    parsed = read_log([path])
+    rollbacks = [e for e in parsed.events if e.kind == "rollback"]
+    assert [(e.detail["replayed_from"], e.detail["replayed_to"]) for e in rollbacks] == [(40, 50)]
+    assert parsed.series("loss")[1].tolist() == pytest.approx([2.0, 1.99, 1.98, 1.95, 1.94, 1.93])
