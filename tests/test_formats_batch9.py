@@ -157,3 +157,27 @@ def test_one_short_rewind_without_a_second_writer_is_a_restart(tmp_path: Path) -
     rollbacks = [e for e in parsed.events if e.kind == "rollback"]
     assert [(e.detail["replayed_from"], e.detail["replayed_to"]) for e in rollbacks] == [(40, 50)]
     assert parsed.series("loss")[1].tolist() == pytest.approx([2.0, 1.99, 1.98, 1.95, 1.94, 1.93])
+
+
+def test_modded_nanogpt_fork_tok_per_s_is_the_throughput(tmp_path: Path) -> None:
+    lines = [
+        f"step:{i}/20000 train_loss:{7.0 - i / 10:.4f} train_time:{150 * i}ms step_avg:150.00ms tok/s:{3450000 + i}"
+        for i in range(1, 5)
+    ]
+    path = tmp_path / "logs.txt"
+    path.write_text("\n".join(lines) + "\n")
+    parsed = read_log([path])
+    assert parsed.format == "modded_nanogpt"
+    assert "s" not in parsed.metrics
+    assert parsed.series("throughput_tok_s")[1].tolist() == [3450001, 3450002, 3450003, 3450004]
+
+
+def test_build_nanogpt_tok_per_sec_is_the_throughput(tmp_path: Path) -> None:
+    lines = [
+        f"step {10 * i} | loss: {10.0 - i:.4f} | dt: 19315.15ms | tok/sec: {6700.5 + i} | norm: 2.93 | lr: 0.000110"
+        for i in range(6)
+    ]
+    path = tmp_path / "log.md"
+    path.write_text("\n".join(lines) + "\n")
+    parsed = read_log([path])
+    assert parsed.series("throughput_tok_s")[1].tolist() == [6700.5, 6701.5, 6702.5, 6703.5, 6704.5, 6705.5]
