@@ -30,6 +30,9 @@ CANONICAL_METRICS: Final[dict[str, str]] = {
     "expert_load_max_over_mean": "MoE: max expert load over mean expert load",
     "router_z_loss": "MoE: router z-loss",
     "gpu_mem_gb": "GPU memory in use (GB)",
+    # torch's memory_reserved: what the caching allocator holds from the device (in use plus cached);
+    # Megatron's memory line, torchtune and torchtitan print it beside the allocated memory
+    "gpu_mem_reserved_gb": "GPU memory reserved by the caching allocator (GB)",
     "gpu_util": "GPU utilisation (0-100 %)",
     "gpu_temp_c": "GPU temperature (deg C)",
     "gpu_power_w": "GPU power draw (W)",

@@ -39,6 +39,7 @@ TIERS: dict[str, str] = {
             "placeholder_grad_norm",
             "alerts",
             "batch8_imports",
+            "formats_batch9",
             "analysis",
             "baselines",
             "cause_signatures",

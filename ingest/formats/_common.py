@@ -165,6 +165,10 @@ class LogBuilder:
         """Sequence numbers of the lines opening a fenced block of markdown notes (``ingest.formats.sections``)."""
         self.stated_settings: list[tuple[int, str, str]] = []
         """``(seq, setting, value)``: the run settings markdown notes state (``ingest.formats.run_settings``)."""
+        self.settings_when_constant: frozenset[str] = frozenset()
+        """Metrics a trainer prints on every step line that are a setting of the run where they hold one value
+        over the run (Megatron's ``global batch size``): run metadata then, a series only where they change
+        (a batch-size rampup). Decided per run, after the file is split into runs."""
         self.account = LineAccount()
         """Where every line went: text readers fill it as they read; for other readers
         :meth:`account_records` fills it from the rows and the skips once they have read."""
@@ -293,6 +297,10 @@ class LogBuilder:
         values = np.concatenate([p.value for p in pieces])[order]
         return steps, values, seq[order]
 
+    def drop(self, metric: str) -> None:
+        """Forget every row of the canonical ``metric`` (a reader that found it is no series)."""
+        self._pieces.pop(metric, None)
+
     @property
     def row_count(self) -> int:
         """Rows added so far (before de-duplication)."""
@@ -328,6 +336,7 @@ class LogBuilder:
             while len(parts) <= i:
                 b = LogBuilder([])
                 b.paths, b.meta, b.source_files, b.line_marks = self.paths, dict(self.meta), self.source_files, []
+                b.settings_when_constant = self.settings_when_constant
                 parts.append(b)
             return parts[i]
 
@@ -371,6 +380,7 @@ class LogBuilder:
 
     def _finish_one(self, format_name: str) -> ParsedLog:
         lines = self._input_lines()
+        self._constant_settings_to_meta()
         table = self._build_table()
         return ParsedLog(
             format=format_name,
@@ -382,6 +392,20 @@ class LogBuilder:
             source_files=list(self.source_files),
             lines=lines,
         )
+
+    def _constant_settings_to_meta(self) -> None:
+        """Each of :attr:`settings_when_constant` whose rows in this run hold one finite value: moved from the
+        series to ``meta`` (a value the header already stated is kept)."""
+        for name in self.settings_when_constant:
+            pieces = self._pieces.get(name)
+            if not pieces:
+                continue
+            values = np.concatenate([p.value for p in pieces])
+            if not (np.isfinite(values).all() and (values == values[0]).all()):
+                continue  # it changes over the run (a rampup): a series of its own
+            value = float(values[0])
+            self.meta.setdefault(name, int(value) if value.is_integer() else value)
+            del self._pieces[name]
 
     def _keep_keys_apart(self) -> None:
         """Where two raw keys of one stream (columns of one file, tags of one writer) were mapped to
@@ -450,9 +474,10 @@ class LogBuilder:
         for _, spans_of_metric in built:  # in metric order: as one thread would have found them
             for stream, found in spans_of_metric.items():
                 spans.setdefault(stream, []).extend(found)
-        for spans_of_stream in spans.values():
-            for s0, s1 in merge_spans(spans_of_stream):
-                self.event(s0, "rollback", f"restart replayed steps {s0}-{s1}", replayed_from=s0, replayed_to=s1)
+        # one restart seen the same in two streams (a reader's second pass over the same lines) is one event
+        found_spans = {span for spans_of_stream in spans.values() for span in merge_spans(spans_of_stream)}
+        for s0, s1 in sorted(found_spans):
+            self.event(s0, "rollback", f"restart replayed steps {s0}-{s1}", replayed_from=s0, replayed_to=s1)
         return pa.Table.from_arrays(
             [
                 pa.chunked_array([ch for chunks, _ in built for ch in chunks[i]], TABLE_SCHEMA.field(c).type)

@@ -63,14 +63,21 @@ def find_column(names: Iterable[str], candidates: Iterable[str]) -> str | None:
     return None
 
 
+def csv_delimiter(head: bytes) -> str:
+    """``\t`` for a tab-separated table (a header with tabs and no comma: ``step\tloss``), else ``,``."""
+    first = head.split(b"\n", 1)[0]
+    return "\t" if b"\t" in first and b"," not in first else ","
+
+
 def csv_header(head: bytes) -> list[str] | None:
-    """Column names of a CSV whose first bytes are ``head`` (None when it does not look like CSV)."""
+    """Column names of a CSV (or TSV) whose first bytes are ``head`` (None when it does not look like one)."""
     text = head.decode("utf-8-sig", errors="replace")
     first = text.split("\n", 1)[0].strip("\r")
-    if "," not in first or "\x00" in first:
+    delimiter = csv_delimiter(head)
+    if delimiter not in first or "\x00" in first:
         return None
     try:
-        row = next(csv.reader([first]))
+        row = next(csv.reader([first], delimiter=delimiter))
     except (csv.Error, StopIteration):
         return None
     return [c.strip() for c in row]
@@ -242,7 +249,10 @@ def iter_csv(path: Path, builder: LogBuilder, text_columns: Iterable[str] = ()) 
                 path=str(path),
                 line=1,
             )
-        raise StabScopeError("expected a CSV header line (comma-separated column names)", path=str(path), line=1)
+        raise StabScopeError(
+            "expected a CSV header line (comma- or tab-separated column names)", path=str(path), line=1
+        )
+    delimiter = csv_delimiter(head)
     text = set(text_columns)
     size = _file_size(path)
     # bytes that are not UTF-8 fail Arrow late: in a column name when it is read, in a skipped row
@@ -255,7 +265,7 @@ def iter_csv(path: Path, builder: LogBuilder, text_columns: Iterable[str] = ()) 
         types = {c: (pa.string() if (as_text or c in text) else pa.float64()) for c in header}
         convert = pacsv.ConvertOptions(column_types=types, null_values=[""], strings_can_be_null=True)
         read = pacsv.ReadOptions(block_size=CSV_BLOCK_BYTES)
-        parse = pacsv.ParseOptions(invalid_row_handler=row_skipper(invalid))
+        parse = pacsv.ParseOptions(delimiter=delimiter, invalid_row_handler=row_skipper(invalid))
         row = 0
         try:
             for t in _csv_tables(source, size, read, parse, convert):
@@ -277,7 +287,7 @@ def iter_csv(path: Path, builder: LogBuilder, text_columns: Iterable[str] = ()) 
             as_text = True  # a column holds text: read everything as strings from the start
             continue
         if invalid:
-            _skip_invalid_rows(path, source, invalid, builder)
+            _skip_invalid_rows(path, source, invalid, builder, delimiter)
         builder.advance(size)
         return
 
@@ -293,7 +303,9 @@ def row_skipper(rows: list[pacsv.InvalidRow]) -> Callable[[pacsv.InvalidRow], Li
     return skip
 
 
-def _skip_invalid_rows(path: Path, source: Any, rows: list[pacsv.InvalidRow], builder: LogBuilder) -> None:
+def _skip_invalid_rows(
+    path: Path, source: Any, rows: list[pacsv.InvalidRow], builder: LogBuilder, delimiter: str = ","
+) -> None:
     """Count the rows Arrow skipped for their number of cells, with the line of the first few (a
     threaded read does not know them: the lines are then found by a single-threaded pass)."""
     numbers = [r.number for r in rows[:MAX_SKIPPED_EXAMPLES]]
@@ -305,7 +317,7 @@ def _skip_invalid_rows(path: Path, source: Any, rows: list[pacsv.InvalidRow], bu
             for _ in pacsv.open_csv(
                 source,
                 read_options=pacsv.ReadOptions(use_threads=False, block_size=CSV_BLOCK_BYTES),
-                parse_options=pacsv.ParseOptions(invalid_row_handler=row_skipper(skipped)),
+                parse_options=pacsv.ParseOptions(delimiter=delimiter, invalid_row_handler=row_skipper(skipped)),
                 convert_options=pacsv.ConvertOptions(check_utf8=False, column_types={}, strings_can_be_null=True),
             ):
                 if len(skipped) >= MAX_SKIPPED_EXAMPLES:

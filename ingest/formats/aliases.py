@@ -138,6 +138,7 @@ _ALIASES: Final[dict[str, tuple[str, ...]]] = {
         "tps",
         "wps",
         "tokens/sec",
+        "tok/sec",  # build-nanogpt's 'tok/sec: 5198.52'
         "throughput/tokens per second",
         "throughput(tps)",  # torchtitan, per device
         "throughput/device/tokens per second",  # OLMo, per device

@@ -62,6 +62,8 @@ _TQDM: Final = re.compile(r"[0-9]+%\|[^|]*\|[ \t]*(?P<n>[0-9]+)/(?P<total>[0-9]+
 _TOTAL_STEPS: Final = re.compile(r"Total optimization steps = ([0-9,]+)")
 _NUM_EPOCHS: Final = re.compile(r"Num Epochs = ([0-9,]+)")
 _SUMMARY_KEY: Final = "train_runtime"
+_LOGGED_KEY: Final = re.compile(r"loss|learning_rate|grad_norm|epoch|eval_|train_")
+"""A key of the Trainer's logs (``Trainer.log`` adds ``epoch`` to every dict it prints)."""
 
 
 @dataclass
@@ -143,14 +145,20 @@ def _scan_line(line: str, line_no: int, path: Path, scan: _Scan, builder: LogBui
             continue
         # dicts and bars in the order they were drawn: a dict's step is the bar count before it
         marks = sorted([*_DICT.finditer(own), *_TQDM.finditer(own)], key=lambda m: m.start())
+        after = 0  # where the text before the next mark starts
         for m in marks:
+            quoted = bool(own[after : m.start()].strip())
+            after = m.end()
             if m.re is _TQDM:
                 bar = True
                 scan.bar = (int(m["n"]), int(m["total"]))
                 scan.bar_total = max(scan.bar_total or 0, scan.bar[1])
                 continue
             values = parse_logs_dict(m.group(0))
-            if not values:
+            # the Trainer prints its dict alone (or after a bar); one after text is quoted: an argument
+            # (`fsdp_config={'min_num_params': 0}`), a message (`Non-default generation parameters:
+            # {'num_beams': 4}`): a logs dict only if it holds a key the Trainer logs
+            if not values or (quoted and not any(_LOGGED_KEY.match(k) for k in values)):
                 continue
             found = True
             if _SUMMARY_KEY in values:

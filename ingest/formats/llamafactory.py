@@ -27,6 +27,10 @@ from ingest.formats.planned import note_planned_steps
 pc: Any = _pc  # pyarrow-stubs overloads reject valid calls on generic arrays
 
 _DROPPED = {"total_steps", "percentage", "remaining_time", "elapsed_time"}
+_UNMEASURED_WHEN_ZERO = ("throughput", "tokens")
+"""LLaMA-Factory writes ``throughput`` (tokens/s) and ``total_tokens`` on every line but measures them only
+when asked (``include_num_input_tokens_seen``); otherwise they read 0 (``"0.00"``) all run long. A run that
+advances has neither zero speed nor zero tokens seen, so all-zero means not measured: no series."""
 
 
 def duration_seconds(col: Any) -> np.ndarray:
@@ -55,6 +59,11 @@ class LlamaFactoryReader(Reader):
     def fill(self, paths: Sequence[Path], builder: LogBuilder) -> None:
         read_jsonl(paths, builder, step_candidates=("current_steps",), keymap=_keymap, wall_candidates=())
         _elapsed(paths, builder)
+        for name in _UNMEASURED_WHEN_ZERO:
+            values = builder.rows_of(name)[1]
+            if values.shape[0] > 1 and not values.any():
+                builder.drop(name)
+                builder.meta.setdefault("placeholders_dropped", []).append(name)
         note_planned_steps(builder.meta)
 
     # the elapsed time column is text: a second, cheap pass reads it with the total steps

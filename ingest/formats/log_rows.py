@@ -187,7 +187,9 @@ def _purge_replayed(
     for gi in np.unique(np.searchsorted(starts, down, side="right") - 1):
         lo, hi = int(starts[gi]), int(ends[gi])
         seg = st[lo:hi]
-        local_down = down[(down >= lo) & (down < hi)] - lo
+        local_down = _restarts(seg, down[(down >= lo) & (down < hi)] - lo)
+        if local_down.shape[0] == 0:
+            continue
         restart_at = np.full(seg.shape[0], np.iinfo(np.int64).max, dtype=np.int64)
         restart_at[local_down] = seg[local_down]
         later_min = np.minimum.accumulate(restart_at[::-1])[::-1]
@@ -198,3 +200,33 @@ def _purge_replayed(
         for i in local_down.tolist():
             spans.setdefault(s_id, []).append((int(seg[i]), int(running_max[i - 1])))
     return keep
+
+
+MIN_WRITER_DIPS = 3
+"""Short dips (a log interval or two) in one series from which a second writer's copy is recognised."""
+
+
+def _restarts(seg: IntArray, local_down: IntArray) -> IntArray:
+    """The steps down in ``seg`` (one series in file order) that are restarts. A restart from a checkpoint
+    re-logs the steps it replays in order, up to the last step logged before it (``s1``), before it logs
+    any later step. Two processes writing one log (every rank of a job printing the same lines, a
+    trainer launched twice by ``srun``) interleave with a lag of a line or two instead: ``1020 1010 1030
+    1020 1040``; the step goes down, but the next step at or above ``s1`` is above it. That is a second
+    writer's copy of steps already logged, not a rewind: no rows are purged, the last row of each step
+    is kept as for any repeated step. A restart the log ends in (``s1`` never reached) stays a restart; so
+    does a single short rewind in a series without a second writer."""
+    running_max = np.maximum.accumulate(seg)
+    at_max = np.flatnonzero(seg == running_max)  # where the series reaches or passes its maximum so far
+    nxt = np.searchsorted(at_max, local_down, side="right")  # the first at-max position after each down
+    has_next = nxt < at_max.shape[0]
+    s1 = running_max[local_down - 1]
+    passed = np.zeros(local_down.shape[0], dtype=bool)
+    passed[has_next] = seg[at_max[nxt[has_next]]] > s1[has_next]
+    # where the lag shrinks the copy catches up at s1 (1040 1030 1050 1040 1050 1060): a dip of a log
+    # interval or two that recurs (three times or more) is the same second writer; a restart rewinds once
+    rises = np.diff(seg)
+    interval = float(np.median(rises[rises > 0])) if (rises > 0).any() else 0.0
+    short = (s1 - seg[local_down]) <= 2 * interval
+    if np.count_nonzero(short & ~passed) + np.count_nonzero(passed) >= MIN_WRITER_DIPS:
+        passed |= short
+    return local_down[~passed]

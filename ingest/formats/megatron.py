@@ -230,10 +230,15 @@ def _run_meta_from_args(args: dict[str, Any]) -> dict[str, Any]:
     return meta
 
 
+_BATCH_SETTING: Final = frozenset({"global_batch_size"})
+"""Megatron prints the global batch size on every iteration line: a setting unless it ramps up."""
+
+
 class MegatronReader(PlannedStepsTextLogReader):
     name = "megatron"
     description = "Megatron-LM console: 'iteration N/ M | ... | lm loss: x | grad norm: x | ...'"
     joins_wrapped_lines = True  # logs pasted into notes
+    settings_when_constant = _BATCH_SETTING
     kinds = MEGATRON_KINDS
 
     def score(self, n_metric_lines: int, text: str) -> float:
@@ -252,6 +257,7 @@ class MegatronDeepSpeedReader(PlannedStepsTextLogReader):
     name = "megatron_deepspeed"
     description = "Megatron-DeepSpeed console: Megatron iteration lines plus DeepSpeed engine lines"
     joins_wrapped_lines = True  # logs pasted into notes
+    settings_when_constant = _BATCH_SETTING
     kinds = MEGATRON_KINDS + DEEPSPEED_KINDS
 
     def score(self, n_metric_lines: int, text: str) -> float:

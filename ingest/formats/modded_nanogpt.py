@@ -28,7 +28,8 @@ class ModdedNanoGPTReader(PlannedStepsTextLogReader):
         LineKind(
             name="step",
             prefix=r"step:(?P<step>[0-9]+)/(?P<total>[0-9]+)[ \t]+",
-            pairs=r"(?P<key>[A-Za-z_]+):(?P<val>\S+)",
+            # a unit in the key ('tok/s:5723657', parameter-golf's fork) is part of its name, not a key 's'
+            pairs=r"(?P<key>[A-Za-z_]+(?:/[A-Za-z_]+)?):(?P<val>\S+)",
         ),
     )
 

@@ -71,6 +71,8 @@ class TextLogReader(Reader):
     hundreds of MB)."""
     joins_wrapped_lines = False
     """Join iteration lines wrapped over several lines (:mod:`ingest.formats.wrapped_lines`)."""
+    settings_when_constant: frozenset[str] = frozenset()
+    """Metrics that are run metadata where constant over a run (:attr:`LogBuilder.settings_when_constant`)."""
 
     def __init__(self) -> None:
         self._compiled = [k.compiled() for k in self.kinds]
@@ -159,6 +161,7 @@ class TextLogReader(Reader):
         kernels release the GIL, so the bulk work runs on every core) while this thread reads
         ahead; each chunk is then finished here, in file order (new layouts learned, skipped
         lines reported, rows emitted), so the result is the same as reading one chunk at a time."""
+        builder.settings_when_constant = self.settings_when_constant
         state = EngineState(self.kinds, self._compiled, self._ignores, per_rank_default=self.per_rank_default)
         ahead = self.in_flight or self.workers + 1  # chunks matched or queued at once: bounds memory
         with ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="textlog") as pool:
