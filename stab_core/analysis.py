@@ -31,6 +31,7 @@ from stab_core.incidents import (
 )
 from stab_core.metrics import missing_reason
 from stab_core.recent_level import new_early_jumps, new_recent_level_jumps
+from stab_core.run_end_rises import rise_corroborated, run_end_rises
 from stab_core.runview import FloatArray, IntArray, RunView, Series
 from stab_core.severity import EARLY_BLIP_SAMPLES, Certainty, classify, loss_cost, sensitivity
 from stab_core.snr import SnrCollapse, SnrSeries, detect_snr_collapse, gradient_snr
@@ -422,6 +423,8 @@ def find_incidents(view: RunView, params: AnalysisParams | None = None) -> list[
             (event, "early_instability" if event.start < early_until else "climb")
             for event in banded_climbs(loss.steps, loss.values, z)
         ]
+        corroborated = rise_corroborated(view.series.get("val_loss"), view.series.get("loss_scale"))
+        found += [(event, "climb") for event in run_end_rises(loss.steps, loss.values, z, corroborated)]
         seen = [e for e, _ in found if e.metric == "loss"]
         again = spikes_past_long_incidents(loss.steps, loss.values, "loss", p.loss_spikes, seen, p.blip_samples)
         found += [(event, "spike") for event in again]

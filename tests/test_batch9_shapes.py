@@ -1,0 +1,80 @@
+"""Logs shaped as issue #32's batch 9 (tuned on this round): a run that ends above the level its loss
+held, on too few samples for the spike or climb detectors. Each fixture is written here from the
+shape, with numbers like the batch's logs show, not read from them."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from stab_core.analysis import find_incidents
+from stab_core.run_end_rises import rise_corroborated, run_end_rises
+from stab_core.runview import RunView, Series
+
+Z = 6.0
+"""The loss detector's modified z-score threshold (LOSS_SPIKE_PARAMS)."""
+
+
+def _view(steps: np.ndarray, loss: np.ndarray, **series: tuple[np.ndarray, np.ndarray]) -> RunView:
+    return RunView(
+        name="shape",
+        series={"loss": Series(steps, loss), **{k: Series(s, v) for k, (s, v) in series.items()}},
+        meta={},
+    )
+
+
+def sparse_late_divergence(last: tuple[float, ...] = (2.87, 3.59)) -> tuple[np.ndarray, np.ndarray]:
+    """A loss logged at 1-5, every 200 to 1000, then every 1000 (a wall-clock-capped console): a start-up
+    transient (6.9 -> 18.4 -> 6.1), a fall to 2.24-2.47 over 5000-9000, then ``last`` at 10000, 11000."""
+    steps = np.array([1, 2, 3, 4, 5, 200, 400, 600, 800, 1000, *range(2000, 10000, 1000)])
+    loss = [6.94, 18.38, 10.18, 6.61, 6.15, 3.04, 2.68, 2.87, 2.63, 2.65, 2.49, 2.46, 2.36, 2.31, 2.47, 2.41]
+    loss += [2.31, 2.24]
+    steps = np.concatenate([steps, 10000 + 1000 * np.arange(len(last))])
+    return steps, np.array(loss + list(last))
+
+
+def test_a_sparse_run_that_ends_1_6x_its_held_level_diverged() -> None:
+    """Two trailing samples every one out of the recent noise band, the last 1.55x the held level 2.31:
+    a divergence from 10000, never recovered (the start-up transient is an early instability apart)."""
+    steps, loss = sparse_late_divergence()
+    events = run_end_rises(steps, loss, Z)
+    assert [(e.start, e.peak, e.recovered) for e in events] == [(10000, 11000, False)]
+    assert abs(events[0].baseline - 2.31) < 1e-9
+    late = [i for i in find_incidents(_view(steps, loss)) if i.start >= 9000]
+    assert [(i.start, i.severity, i.loss_recovered_at) for i in late] == [(10000, "divergence", None)]
+
+
+def test_a_run_back_at_its_level_at_the_end_has_no_run_end_rise() -> None:
+    """The same rise, but the last sample is back at 2.30: it recovered (or was noise), nothing to say here."""
+    steps, loss = sparse_late_divergence((2.87, 3.59, 2.30))
+    assert run_end_rises(steps, loss, Z) == []
+    # one high last sample is one batch, not a trend
+    steps, loss = sparse_late_divergence((3.59,))
+    assert run_end_rises(steps, loss, Z) == []
+
+
+def test_a_small_rise_needs_a_second_signal() -> None:
+    """An elided console: 10.655/10.652/10.646 at 1-3, then 12.67/13.40/12.55 at 2498-2500 (1.26x, under
+    the 1.3x a rise needs alone). A dynamic loss scale that fell from 32768 to 1 (no range left) or a
+    validation loss above its earlier low says the run did get worse; a steady scale says nothing."""
+    steps = np.array([1, 2, 3, 2498, 2499, 2500])
+    loss = np.array([10.655, 10.652, 10.646, 12.675, 13.401, 12.550])
+    assert run_end_rises(steps, loss, Z, rise_corroborated(None, None)) == []
+    steady = (steps, np.full(6, 32768.0))
+    assert run_end_rises(steps, loss, Z, rise_corroborated(None, Series(*steady))) == []
+    collapsed = Series(steps, np.array([32768.0, 32768.0, 32768.0, 1.0, 1.0, 1.0]))
+    events = run_end_rises(steps, loss, Z, rise_corroborated(None, collapsed))
+    assert [(e.start, e.peak, round(e.ratio, 3)) for e in events] == [(2498, 2499, 1.258)]
+    val = Series(np.array([1, 2500]), np.array([10.70, 13.60]))
+    assert len(run_end_rises(steps, loss, Z, rise_corroborated(val, None))) == 1
+    incidents = find_incidents(_view(steps, loss, loss_scale=(collapsed.steps, collapsed.values)))
+    assert [(i.start, i.severity) for i in incidents] == [(2498, "divergence")]
+
+
+def test_noisy_tail_inside_the_runs_band_is_not_a_rise() -> None:
+    """A reward-model-like loss swinging 0.4-1.3 around 0.7: two last samples at 1.0 and 1.1 are 1.5x the
+    held level but inside the run's own noise band."""
+    rng = np.random.default_rng(5)
+    steps = np.arange(10, 410, 10)
+    loss = 0.7 + rng.uniform(-0.3, 0.6, steps.size)
+    loss[-2:] = (1.0, 1.1)
+    assert run_end_rises(steps, loss, Z) == []
