@@ -9,7 +9,8 @@ samples.
 
 The rule: the run's trailing samples (at least :data:`END_MIN_SAMPLES`) are every one out of the noise
 band above the lowest level the loss held before them (:func:`~stab_core.early_rises.held_levels`,
-the band as for an early rise) and out of :data:`~stab_core.incidents.RECOVER_RATIO` of it, and their
+the band as for an early rise) and out of :data:`~stab_core.incidents.RECOVER_RATIO` of it and of the
+median of the :data:`END_RECENT` samples before them (a noisy run's lowest dip is not its level), and their
 peak is :data:`~stab_core.incidents.EARLY_MIN_RATIO` times that level; or :data:`END_CORROBORATED_RATIO`
 times it when another signal of the run agrees (the validation loss rose too, or a dynamic loss scale
 collapsed to its floor of 1).
@@ -73,7 +74,9 @@ def run_end_rises(
         low = float(suffix_low[k])
         if not (level > 0 and low > RECOVER_RATIO * level):
             continue
-        if low > level + _band(x[max(0, k - END_RECENT) : k], z_threshold):
+        recent = x[max(0, k - END_RECENT) : k]
+        # above the recent median too: a noisy run's lowest held dip is not where it stands
+        if low > RECOVER_RATIO * float(np.median(recent)) and low > level + _band(recent, z_threshold):
             first = k
             break
     if first is None or x.size - first < END_MIN_SAMPLES:
