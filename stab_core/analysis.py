@@ -31,7 +31,7 @@ from stab_core.incidents import (
 )
 from stab_core.metrics import missing_reason
 from stab_core.recent_level import new_early_jumps, new_recent_level_jumps
-from stab_core.run_end_rises import rise_corroborated, run_end_rises
+from stab_core.run_end_rises import held_out_rose, rise_corroborated, run_end_rises
 from stab_core.runview import FloatArray, IntArray, RunView, Series
 from stab_core.severity import EARLY_BLIP_SAMPLES, Certainty, classify, loss_cost, sensitivity
 from stab_core.snr import SnrCollapse, SnrSeries, detect_snr_collapse, gradient_snr
@@ -445,11 +445,14 @@ def find_incidents(view: RunView, params: AnalysisParams | None = None) -> list[
         if primary.metric != "loss" and co_moves.get("loss", 0.0) < p.loss_spikes.recover_ratio:
             # the loss stayed within its band: no progress was lost
             primary = replace(primary, steps_lost=0)
-        incidents.append(_costed(Incident(kind, (primary, *members[1:]), co_moves), loss, early, p))
+        costed = _costed(Incident(kind, (primary, *members[1:]), co_moves), loss, early, p, view.series.get("val_loss"))
+        incidents.append(costed)
     return incidents
 
 
-def _costed(incident: Incident, loss: Series | None, early: Sequence[SpikeEvent], p: AnalysisParams) -> Incident:
+def _costed(
+    incident: Incident, loss: Series | None, early: Sequence[SpikeEvent], p: AnalysisParams, val_loss: Series | None
+) -> Incident:
     """``incident`` with its severity, certainty and the step its loss was back on trend."""
     cost = loss_cost(loss.steps, loss.values, incident.start, incident.primary.peak) if loss is not None else None
     certainty: Certainty = "high"
@@ -472,6 +475,9 @@ def _costed(incident: Incident, loss: Series | None, early: Sequence[SpikeEvent]
         steps_lost=over - incident.start,
         # a detected loss member left its level, whatever a wide trend band says
         loss_left_band=cost is None or cost.band is None or cost.left_band or "loss" in incident.metrics,
+        held_out_rose=held_out_rose(val_loss, incident.start, max(m.until for m in incident.members)),
+        loss_unmoved="loss" not in incident.metrics
+        and incident.co_moves.get("loss", math.inf) < p.loss_spikes.recover_ratio,
     )
     return replace(
         incident,

@@ -254,20 +254,32 @@ def classify(
     blip_samples: int,
     steps_lost: int | None = None,
     loss_left_band: bool = True,
+    loss_unmoved: bool = False,
+    held_out_rose: bool = False,
 ) -> SeverityLevel:
     """The severity of an incident: ``divergence`` when it never came back (``diverged``); a ``blip``
     when the loss was back on its trend within ``blip_samples`` samples (``loss_samples``; None: the
     run logs no loss), the longest member took no longer (``member_samples``) and the whole of it lasted
     at most :data:`BLIP_MAX_STEPS` steps (``steps_lost``: from its start to the later of the loss's
-    return and its members' recovery; None: unknown); else ``spike``. An incident whose loss never left
-    its trend's noise band (``loss_left_band`` False: a grad-norm outlier the loss did not feel) lost
-    nothing: it is a blip once its members are back within ``blip_samples`` logged samples *or* within
-    :data:`BLIP_MAX_STEPS` steps, however far apart the samples are logged."""
+    return and its members' recovery; None: unknown), or it was one logged sample back at the next
+    (``loss_samples`` and ``member_samples`` 1, whatever the spacing) that the validation loss did not
+    share (``held_out_rose`` False: one bad batch, not a model that got worse); else ``spike``.
+
+    An incident whose loss never left its trend's noise band (``loss_left_band`` False: a grad-norm
+    outlier the loss did not feel) lost nothing: it is a blip once its members are back within
+    ``blip_samples`` logged samples *or* within :data:`BLIP_MAX_STEPS` steps, however far apart the
+    samples are logged, or however long its members took when the loss also stayed within its recovery
+    ratio of its level throughout (``loss_unmoved``: grad-norm outliers the loss never followed, two of
+    them 60 steps apart merged into one incident)."""
     if diverged:
         return "divergence"
     if not loss_left_band and (
-        member_samples <= blip_samples or (steps_lost is not None and steps_lost <= BLIP_MAX_STEPS)
+        loss_unmoved or member_samples <= blip_samples or (steps_lost is not None and steps_lost <= BLIP_MAX_STEPS)
     ):
+        return "blip"
+    if loss_samples is not None and loss_samples <= 1 and member_samples <= 1 and not held_out_rose:
+        # one logged sample out, back at the very next: absorbed, however far apart samples are logged
+        # (a console logging every 100 steps: 2.13 -> 3.69 -> 2.20); two or more out lost steps
         return "blip"
     loss_ok = loss_samples is None or loss_samples <= blip_samples
     short = steps_lost is None or steps_lost <= BLIP_MAX_STEPS

@@ -53,8 +53,10 @@ def test_spikes_late_in_a_memorising_run_are_found() -> None:
         hits = [i for i in incidents if i.start - 10 <= step <= i.until + 10]
         assert hits, f"spike at {step} missed: {[(i.start, i.until) for i in incidents]}"
         assert hits[0].primary.metric == "loss"
-        # two logged samples 10 steps apart are 20 steps lost: more than a blip's 5 steps
-        assert hits[0].severity == "spike"
+        # two logged samples 10 steps apart are 20 steps lost: more than a blip's 5 steps; a jump whose
+        # second sample (x/2.5) is already below the level is one sample back at the next: a blip
+        expected = "spike" if MEMORISING_SPIKES[step] / 2.5 > 1.0 else "blip"
+        assert hits[0].severity == expected, step
     assert len(incidents) == len(MEMORISING_SPIKES)
 
 

@@ -95,3 +95,45 @@ def test_a_noisy_runs_lowest_dip_is_not_a_fall_to_judge_spikes_against() -> None
         loss[62:65] = (0.775, 0.786, 0.945)
         assert recent_level_jumps(steps, loss, LOSS_SPIKE_PARAMS) == [], seed
         assert [i.start for i in find_incidents(_view(steps, loss)) if i.severity == "divergence"] == [], seed
+
+
+def test_one_logged_sample_back_at_the_next_is_a_blip_however_sparse_the_log() -> None:
+    """A console logging every 100 steps, 2.1-2.3 with 2% noise: one line at 3.69 (1.6x) and the next back
+    at 2.2 is a one-batch blip (absorbed); the same jump held for two lines lost steps: a spike."""
+    rng = np.random.default_rng(2)
+    steps = np.arange(100, 20100, 100)
+    loss = 2.2 * (1 + rng.normal(0, 0.02, steps.size))
+    one = loss.copy()
+    one[120] = 3.69
+    [incident] = find_incidents(_view(steps, one))
+    assert (incident.start, incident.severity) == (12100, "blip")
+    two = one.copy()
+    two[121] = 3.4
+    [incident] = find_incidents(_view(steps, two))
+    assert (incident.start, incident.severity) == (12100, "spike")
+
+
+def test_grad_norm_outliers_the_loss_never_follows_are_blips() -> None:
+    """A draft-model run logged every 20 steps, loss 5.7 +- 2%, grad norm 6 +- 8%: two one-sample grad-norm
+    outliers 60 steps apart (23 and 15) with the norm at 7 between them merge into one 4-sample incident;
+    the loss stays within 1.1x its level throughout, so nothing was lost: a blip, not shown by default."""
+    rng = np.random.default_rng(4)
+    steps = np.arange(20, 12020, 20)
+    loss = 5.7 * (1 + rng.normal(0, 0.02, steps.size))
+    grad = 6.0 * (1 + rng.normal(0, 0.08, steps.size))
+    i = int(np.searchsorted(steps, 9060))
+    grad[i : i + 4] = (23.0, 7.0, 6.9, 15.0)
+    incidents = [x for x in find_incidents(_view(steps, loss, grad_norm=(steps, grad))) if x.start >= 9000]
+    assert [(x.start, x.primary.metric, x.severity) for x in incidents] == [(9060, "grad_norm", "blip")]
+
+
+def test_one_logged_sample_the_validation_loss_shares_is_a_spike() -> None:
+    """A console logging split-loss estimates every 500 steps: 6.6 -> 9.6 at one eval and back at the next
+    is one sample, but the validation loss jumped with it (6.6 -> 9.6): the model got worse, a spike."""
+    steps = np.arange(500, 5500, 500)
+    loss = np.array([7.2, 6.9, 6.65, 9.58, 6.64, 6.6, 6.55, 6.5, 6.48, 6.45])
+    val = np.array([7.3, 7.0, 6.70, 9.62, 6.70, 6.66, 6.6, 6.56, 6.53, 6.5])
+    spikes = [i for i in find_incidents(_view(steps, loss, val_loss=(steps, val))) if i.start == 2000]
+    assert [i.severity for i in spikes] == ["spike"]
+    alone = [i for i in find_incidents(_view(steps, loss)) if i.start == 2000]
+    assert [i.severity for i in alone] == ["blip"]
