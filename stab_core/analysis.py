@@ -20,6 +20,7 @@ from stab_core.clipping import ClipStats, clipping_stats
 from stab_core.decision_tree import NONFINITE_START_LEAF, DiagnosisParams
 from stab_core.diagnosis import diagnose, diagnose_early
 from stab_core.early_rises import banded_climbs, robust_early_rises
+from stab_core.held_out import held_out_rose
 from stab_core.incidents import (
     Incident,
     IncidentKind,
@@ -31,7 +32,7 @@ from stab_core.incidents import (
 )
 from stab_core.metrics import missing_reason
 from stab_core.recent_level import new_early_jumps, new_recent_level_jumps
-from stab_core.run_end_rises import held_out_rose, rise_corroborated, run_end_rises
+from stab_core.run_end_rises import rise_corroborated, run_end_rises
 from stab_core.runview import FloatArray, IntArray, RunView, Series
 from stab_core.severity import EARLY_BLIP_SAMPLES, Certainty, classify, loss_cost, sensitivity
 from stab_core.snr import SnrCollapse, SnrSeries, detect_snr_collapse, gradient_snr
@@ -445,8 +446,8 @@ def find_incidents(view: RunView, params: AnalysisParams | None = None) -> list[
         if primary.metric != "loss" and co_moves.get("loss", 0.0) < p.loss_spikes.recover_ratio:
             # the loss stayed within its band: no progress was lost
             primary = replace(primary, steps_lost=0)
-        costed = _costed(Incident(kind, (primary, *members[1:]), co_moves), loss, early, p, view.series.get("val_loss"))
-        incidents.append(costed)
+        incident = Incident(kind, (primary, *members[1:]), co_moves)
+        incidents.append(_costed(incident, loss, early, p, view.series.get("val_loss")))
     return incidents
 
 
@@ -476,8 +477,7 @@ def _costed(
         # a detected loss member left its level, whatever a wide trend band says
         loss_left_band=cost is None or cost.band is None or cost.left_band or "loss" in incident.metrics,
         held_out_rose=held_out_rose(val_loss, incident.start, max(m.until for m in incident.members)),
-        loss_unmoved="loss" not in incident.metrics
-        and incident.co_moves.get("loss", math.inf) < p.loss_spikes.recover_ratio,
+        loss_unmoved=incident.co_moves.get("loss", math.inf) < p.loss_spikes.recover_ratio,  # no loss member
     )
     return replace(
         incident,

@@ -117,20 +117,3 @@ def _val_rose(before: FloatArray, after: FloatArray) -> bool:
 
 def _scale_collapsed(before: FloatArray, after: FloatArray) -> bool:
     return float(before.max()) > LOSS_SCALE_FLOOR and float(after.max()) <= LOSS_SCALE_FLOOR
-
-
-def held_out_rose(val_loss: Series | None, first: int, last: int) -> bool:
-    """Whether the validation loss logged at steps ``first..last`` rose above
-    :data:`~stab_core.incidents.RECOVER_RATIO` times its last value before ``first``: the model got
-    worse on held-out data with this incident, not only on the batches it trained on (False when it is
-    not logged there). The last value, not the lowest: a validation loss still high from an earlier
-    incident is not this one's."""
-    if val_loss is None:
-        return False
-    ok = np.isfinite(val_loss.values)
-    before = val_loss.values[ok & (val_loss.steps < first)]
-    inside = val_loss.values[ok & (val_loss.steps >= first) & (val_loss.steps <= last)]
-    if not (before.size and inside.size):
-        return False
-    last_before = float(before[-1])
-    return last_before > 0 and float(inside.max()) > RECOVER_RATIO * last_before
