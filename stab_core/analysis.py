@@ -20,6 +20,7 @@ from stab_core.clipping import CLIP_SATURATION, ClipStats, clipping_stats
 from stab_core.decision_tree import NONFINITE_START_LEAF, DiagnosisParams
 from stab_core.diagnosis import diagnose, diagnose_early
 from stab_core.early_rises import banded_climbs, robust_early_rises
+from stab_core.held_out import held_out_rose
 from stab_core.incidents import (
     Incident,
     IncidentKind,
@@ -31,6 +32,7 @@ from stab_core.incidents import (
 )
 from stab_core.metrics import missing_reason
 from stab_core.recent_level import new_early_jumps, new_recent_level_jumps
+from stab_core.run_end_rises import rise_corroborated, run_end_rises
 from stab_core.runview import FloatArray, IntArray, RunView, Series
 from stab_core.severity import EARLY_BLIP_SAMPLES, Certainty, classify, loss_cost, sensitivity
 from stab_core.snr import SnrCollapse, SnrSeries, detect_snr_collapse, gradient_snr
@@ -422,6 +424,8 @@ def find_incidents(view: RunView, params: AnalysisParams | None = None) -> list[
             (event, "early_instability" if event.start < early_until else "climb")
             for event in banded_climbs(loss.steps, loss.values, z)
         ]
+        corroborated = rise_corroborated(view.series.get("val_loss"), view.series.get("loss_scale"))
+        found += [(event, "climb") for event in run_end_rises(loss.steps, loss.values, z, corroborated)]
         seen = [e for e, _ in found if e.metric == "loss"]
         again = spikes_past_long_incidents(loss.steps, loss.values, "loss", p.loss_spikes, seen, p.blip_samples)
         found += [(event, "spike") for event in again]
@@ -442,23 +446,22 @@ def find_incidents(view: RunView, params: AnalysisParams | None = None) -> list[
         if primary.metric != "loss" and co_moves.get("loss", 0.0) < p.loss_spikes.recover_ratio:
             # the loss stayed within its band: no progress was lost
             primary = replace(primary, steps_lost=0)
-        incidents.append(_costed(Incident(kind, (primary, *members[1:]), co_moves), loss, early, p))
+        incident = Incident(kind, (primary, *members[1:]), co_moves)
+        incidents.append(_costed(incident, loss, early, p, view.series.get("val_loss")))
     return incidents
 
 
-def _costed(incident: Incident, loss: Series | None, early: Sequence[SpikeEvent], p: AnalysisParams) -> Incident:
+def _costed(
+    incident: Incident, loss: Series | None, early: Sequence[SpikeEvent], p: AnalysisParams, val_loss: Series | None
+) -> Incident:
     """``incident`` with its severity, certainty and the step its loss was back on trend."""
     cost = loss_cost(loss.steps, loss.values, incident.start, incident.primary.peak) if loss is not None else None
-    certainty: Certainty = "high"
-    if (cost is not None and cost.certainty == "low") or any(m in early for m in incident.members):
-        certainty = "low"
-    if incident.kind == "early_instability":
-        certainty = "low"
+    low = (cost is not None and cost.certainty == "low") or any(m in early for m in incident.members)
+    certainty: Certainty = "low" if low or incident.kind == "early_instability" else "high"
     diverged = incident.primary.diverged
     recovered_at = cost.recovered_at if cost is not None else None
-    over = max(m.until for m in incident.members)
-    if recovered_at is not None:
-        over = max(over, recovered_at)
+    until = max(m.until for m in incident.members)
+    over = until if recovered_at is None else max(until, recovered_at)
     severity = classify(
         diverged=diverged,
         loss_samples=cost.samples_above if cost is not None and cost.band is not None else None,
@@ -471,6 +474,8 @@ def _costed(incident: Incident, loss: Series | None, early: Sequence[SpikeEvent]
         loss_left_band=cost is None or cost.band is None or cost.left_band or "loss" in incident.metrics,
         settled=cost is not None and cost.band is not None and cost.certainty == "high",
         peak_ratio=incident.primary.ratio,
+        held_out_rose=held_out_rose(val_loss, incident.start, until),
+        loss_unmoved=incident.co_moves.get("loss", math.inf) < p.loss_spikes.recover_ratio,  # no loss member
     )
     return replace(
         incident,

@@ -8,7 +8,8 @@ present level, and a batch that jumps the loss 0.04 -> 0.28 (6.7x what the run h
 below it: nothing is flagged.
 
 Where the window's median is above a spike's own threshold of the recent level (``min_ratio`` times the
-lowest level held over the last :data:`RECENT_SAMPLES` samples), that median is not the run's level.
+lowest level held over the last :data:`RECENT_SAMPLES` samples, and times the median of those samples:
+a noisy run's lowest dip is no fall), that median is not the run's level.
 There a sample is judged against the recent held level, in ratios: its log-ratio to the level against
 the run's recent noise in log units (the median absolute second difference of the log loss over
 sqrt(6), which cancels the steady fall, as :func:`stab_core.early_rises.sample_noise` does). A loss at
@@ -77,8 +78,14 @@ def recent_level_jumps(
     if candidate.size == 0:
         return []
     # the gate: the window the detector judges by holds a fall (its median is above a spike's threshold)
+    # ... and the recent samples sit below it: a noisy run's lowest dip is not a fall (a LoRA run whose
+    # loss swings 0.78-1.21 around 1.03 holds 0.79 for three samples; its window median is 1.3x that,
+    # and so is its recent median)
     window_medians = _window_medians(x, candidate, params.window)
-    candidate = candidate[window_medians > params.min_ratio * held[candidate]]
+    recent_medians = _window_medians(x, candidate, recent)
+    candidate = candidate[
+        (window_medians > params.min_ratio * held[candidate]) & (window_medians > params.min_ratio * recent_medians)
+    ]
     if candidate.size == 0:
         return []
     logs = np.log(x)

@@ -262,36 +262,43 @@ def classify(
     loss_left_band: bool = True,
     settled: bool = False,
     peak_ratio: float = float("inf"),
+    loss_unmoved: bool = False,
+    held_out_rose: bool = False,
 ) -> SeverityLevel:
     """The severity of an incident: ``divergence`` when it never came back (``diverged``); a ``blip``
     when the loss was back on its trend within ``blip_samples`` samples (``loss_samples``; None: the
     run logs no loss), the longest member took no longer (``member_samples``) and the whole of it lasted
     at most :data:`BLIP_MAX_STEPS` steps (``steps_lost``: from its start to the later of the loss's
-    return and its members' recovery; None: unknown); else ``spike``. An incident whose loss never left
-    its trend's noise band (``loss_left_band`` False: a grad-norm outlier the loss did not feel) lost
-    nothing: it is a blip once its members are back within ``blip_samples`` logged samples *or* within
-    :data:`BLIP_MAX_STEPS` steps, however far apart the samples are logged. A single sample out of the
-    band (``loss_samples`` and ``member_samples`` 1), back at the next logged one, is a blip whatever
-    the steps between them, when its trend was ``settled`` (fitted on ``CERTAIN_SAMPLES`` or more): the
-    log cannot show more than that one batch lost. On fewer (a loss logged only at six evals 500 steps
-    apart) the level is too uncertain to vouch that nothing lasting was lost, and a sample more than
-    :data:`SPARSE_BLIP_MAX_RATIO` times its level (``peak_ratio``) may have stood that high for the
-    unlogged steps around it: the step rule holds for both."""
+    return and its members' recovery; None: unknown), or it was one logged sample back at the next
+    (``loss_samples`` and ``member_samples`` 1, whatever the spacing) that the validation loss did not
+    share (``held_out_rose`` False: one bad batch, not a model that got worse), when its trend was ``settled``
+    (fitted on ``CERTAIN_SAMPLES`` or more) and the sample stood at most :data:`SPARSE_BLIP_MAX_RATIO`
+    times its level (``peak_ratio``): on fewer samples (a loss logged only at six evals 500 steps apart)
+    the level is too uncertain to vouch that nothing lasting was lost, and a higher sample may have
+    stood that high for the unlogged steps around it; else ``spike``.
+
+    An incident whose loss never left its trend's noise band (``loss_left_band`` False: a grad-norm
+    outlier the loss did not feel) lost nothing: it is a blip once its members are back within
+    ``blip_samples`` logged samples *or* within :data:`BLIP_MAX_STEPS` steps, however far apart the
+    samples are logged, or however long its members took when the loss also stayed within its recovery
+    ratio of its level throughout (``loss_unmoved``: grad-norm outliers the loss never followed, two of
+    them 60 steps apart merged into one incident)."""
     if diverged:
         return "divergence"
     if not loss_left_band and (
-        member_samples <= blip_samples or (steps_lost is not None and steps_lost <= BLIP_MAX_STEPS)
+        loss_unmoved or member_samples <= blip_samples or (steps_lost is not None and steps_lost <= BLIP_MAX_STEPS)
     ):
         return "blip"
     if (
         settled
         and peak_ratio <= SPARSE_BLIP_MAX_RATIO
+        and not held_out_rose
         and loss_samples is not None
         and loss_samples <= 1
         and member_samples <= 1
     ):
-        # one logged sample out, back at the very next one: a one-batch outlier however sparsely the run
-        # is logged (a loss logged every 100 steps cannot show that more than one batch was lost)
+        # one logged sample out, back at the very next one, the validation loss unmoved: a one-batch
+        # outlier however sparsely the run is logged (a loss logged every 100 steps cannot show more lost)
         return "blip"
     loss_ok = loss_samples is None or loss_samples <= blip_samples
     short = steps_lost is None or steps_lost <= BLIP_MAX_STEPS

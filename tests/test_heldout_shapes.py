@@ -203,12 +203,17 @@ def test_second_blow_up_after_a_long_incident_is_found() -> None:
 def test_a_spike_between_two_of_six_evals_is_found() -> None:
     """A GPT-2 LoRA console (b_gpt2_lora_eval_spike's golden) logs the loss only at evals every 500 steps:
     9.23 at 0, ~7.0 at 500, 6.58-6.65 at 1,000-1,500, 9.5846 at 2,000 (1.41x), 6.6424 at 2,500. With 4
-    samples before it there is no noise scale: it must top them all, and does. A spike of 500 steps, not a
-    blip. (Before the fallback, a noise band from 2 second differences, the start's fall, hid it.)"""
+    samples before it there is no noise scale: it must top them all, and does. The validation loss jumps
+    with it (9.62 at 2,000): a spike of 500 steps, not a blip; without the validation loss it is a spike
+    too, since 4 samples settle no trend that could vouch for one bad batch. (Before the fallback, a noise
+    band from 2 second differences, the start's fall, hid it.)"""
     steps = np.arange(0, 3000, 500, dtype=np.int64)
     loss = np.array([9.227, 7.0, 6.58, 6.65, 9.5846, 6.6424])
-    (item,) = analyze_run(RunView("lora", {"loss": Series(steps, loss)})).spike_dicts()
+    val = Series(steps, np.array([9.25, 7.05, 6.62, 6.68, 9.6169, 6.68]))
+    (item,) = analyze_run(RunView("lora", {"loss": Series(steps, loss), "val_loss": val})).spike_dicts()
     assert int(item["start"]) == 2000 and item["severity"] == "spike"
+    (alone,) = analyze_run(RunView("lora", {"loss": Series(steps, loss)})).spike_dicts()
+    assert int(alone["start"]) == 2000 and alone["severity"] == "spike"
     # the same rise that does not top the run's first sample is within what the first samples spanned
     lower = loss.copy()
     lower[4] = 9.0

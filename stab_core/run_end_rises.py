@@ -1,0 +1,119 @@
+"""A run that ends above the level its loss held, on too few samples for the other detectors.
+
+The spike detector needs ``min_history`` samples, a climb :data:`~stab_core.incidents.CLIMB_MIN_SAMPLES`
+smoothed ones. A run that logs its loss every 1000 steps and diverges in its last 2000 (issue #32,
+batch 9: 2.24 -> 2.87 -> 3.59 with the validation loss rising alike), or one whose console keeps only
+its first and last few lines (an fp16 run whose loss scale fell to 1 while the loss rose 1.26x), ends
+worse than it was and never shows a recovery: that is a divergence a user must see, even with two
+samples.
+
+The rule: the run's trailing samples (at least :data:`END_MIN_SAMPLES`) are every one out of the noise
+band above the lowest level the loss held before them (:func:`~stab_core.early_rises.held_levels`,
+the band as for an early rise) and out of :data:`~stab_core.incidents.RECOVER_RATIO` of it and of the
+median of the :data:`END_RECENT` samples before them (a noisy run's lowest dip is not its level), and their
+peak is :data:`~stab_core.incidents.EARLY_MIN_RATIO` times that level; or :data:`END_CORROBORATED_RATIO`
+times it when another signal of the run agrees (the validation loss rose too, or a dynamic loss scale
+collapsed to its floor of 1).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Final
+
+import numpy as np
+
+from stab_core.early_rises import held_levels, noise_band
+from stab_core.incidents import EARLY_MIN_RATIO, RECOVER_RATIO
+from stab_core.rolling_baseline import NOISE_MIN_SAMPLES
+from stab_core.runview import FloatArray, IntArray, Series
+from stab_core.spikes import SpikeEvent, build_event
+
+END_MIN_SAMPLES: Final = 2
+"""Trailing samples that must all stand above the held level: one high last sample may be one bad batch."""
+END_MIN_HELD: Final = 3
+"""Samples before the trailing ones needed for a held level (a median of three)."""
+END_CORROBORATED_RATIO: Final = 1.15
+"""Peak over the held level that is enough when the validation loss or the loss scale agrees."""
+END_RECENT: Final = 8
+"""Samples before the trailing stretch its noise band is taken from: the recent ones, since a loss falls
+fast in a run's first steps and their second differences would widen the band of a settled run."""
+LOSS_SCALE_FLOOR: Final = 1.0
+"""A dynamic loss scale at or below this has halved on overflow until it has no range left."""
+
+
+def _band(before: FloatArray, z_threshold: float) -> float:
+    """How far over its held level a trailing sample must be: the noise band of ``before`` with
+    :data:`NOISE_MIN_SAMPLES` or more, else up to the highest of them (few samples understate noise)."""
+    if before.size >= NOISE_MIN_SAMPLES:
+        return noise_band(before, z_threshold)
+    level = float(held_levels(np.append(before, np.nan))[-1])
+    return max(0.0, float(before.max()) - level)
+
+
+def run_end_rises(
+    steps: IntArray,
+    values: FloatArray,
+    z_threshold: float,
+    corroborated: Callable[[int], bool] | None = None,
+    metric: str = "loss",
+) -> list[SpikeEvent]:
+    """The run-end rise of ``values`` (at most one; see the module docstring), as a never-recovered
+    event starting at its first trailing sample with the held level as baseline. ``corroborated(step)``
+    says whether another metric agrees from that step on (None: nothing does)."""
+    keep = np.isfinite(values)
+    s, x = steps[keep], values[keep]
+    if x.size < END_MIN_HELD + END_MIN_SAMPLES:
+        return []
+    levels = held_levels(x)
+    # lowest sample from each index to the end: the trailing stretch from k holds when it is out of band
+    suffix_low = np.minimum.accumulate(x[::-1])[::-1]
+    first: int | None = None
+    for k in range(END_MIN_HELD, x.size - END_MIN_SAMPLES + 1):
+        level = float(levels[k])
+        low = float(suffix_low[k])
+        if not (level > 0 and low > RECOVER_RATIO * level):
+            continue
+        recent = x[max(0, k - END_RECENT) : k]
+        # above the recent median too: a noisy run's lowest held dip is not where it stands
+        if low > RECOVER_RATIO * float(np.median(recent)) and low > level + _band(recent, z_threshold):
+            first = k
+            break
+    if first is None or x.size - first < END_MIN_SAMPLES:
+        return []
+    level = float(levels[first])
+    ratio = float(x[first:].max()) / level
+    needed = EARLY_MIN_RATIO
+    if corroborated is not None and corroborated(int(s[first])):
+        needed = END_CORROBORATED_RATIO
+    if ratio < needed:
+        return []
+    return [build_event(metric, s, x, first, x.size - 1, None, level, max(abs(level) * 0.01, 1e-12))]
+
+
+def rise_corroborated(val_loss: Series | None, loss_scale: Series | None) -> Callable[[int], bool]:
+    """Whether another signal agrees that the run got worse from a step on: the validation loss logged
+    from there is above :data:`~stab_core.incidents.RECOVER_RATIO` times its lowest value before it, or
+    a dynamic loss scale above :data:`LOSS_SCALE_FLOOR` before it is at that floor from there."""
+
+    def agrees(step: int) -> bool:
+        for series, test in ((val_loss, _val_rose), (loss_scale, _scale_collapsed)):
+            if series is None:
+                continue
+            ok = np.isfinite(series.values)
+            before = series.values[ok & (series.steps < step)]
+            after = series.values[ok & (series.steps >= step)]
+            if before.size and after.size and test(before, after):
+                return True
+        return False
+
+    return agrees
+
+
+def _val_rose(before: FloatArray, after: FloatArray) -> bool:
+    low = float(before.min())
+    return low > 0 and float(after.min()) > RECOVER_RATIO * low
+
+
+def _scale_collapsed(before: FloatArray, after: FloatArray) -> bool:
+    return float(before.max()) > LOSS_SCALE_FLOOR and float(after.max()) <= LOSS_SCALE_FLOOR
