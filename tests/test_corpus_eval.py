@@ -19,29 +19,30 @@ pytestmark = pytest.mark.skipif(
     "see tests/corpus/README.md)",
 )
 
-# the figures of docs/diagnosis.md ("Held-out corpus") on the code that wrote them: a ratchet, never worse.
-# Tuned on: the 33 logs of the first batches (golden without "tuned_on"); the thresholds were set on them.
-MAX_IMPORT_FAULTS = 17
-MIN_RECALL = 12 / 13
-MAX_SHOWN_ON_HEALTHY = 116
-MIN_STATEMENT_PRECISION = 0.83  # 0.832 after the statement-layer rules (statements2)
-# Held out (golden "tuned_on": false: batches 6 and 7, tuned on this round after their first scores, and
-# batch 8, never tuned on), measured on main after the round's merges (docs/diagnosis.md, "The corpus, by batch")
-HELD_OUT_MAX_IMPORT_FAULTS = 18
-HELD_OUT_MIN_RECALL = 11 / 17
-HELD_OUT_MAX_SHOWN_ON_HEALTHY = 2
-HELD_OUT_MIN_STATEMENT_PRECISION = 0.73
+# the figures of docs/diagnosis.md ("Current figures on the corpus") on the code that wrote them: a ratchet,
+# never worse. The first 33 logs (batches 1-5): their thresholds were set on them.
+MAX_IMPORT_FAULTS = 0
+MIN_RECALL = 13 / 13
+MAX_SHOWN_ON_HEALTHY = 0
+MIN_STATEMENT_PRECISION = 0.97  # 0.975 (357 / 366) at the end of the 2026-12-05 round
+# Batches 6-8 together (held out when first scored, tuned on since), at the end of the 2026-12-05 round
+HELD_OUT_MAX_IMPORT_FAULTS = 0
+HELD_OUT_MIN_RECALL = 17 / 17
+HELD_OUT_MAX_SHOWN_ON_HEALTHY = 3  # batch 8's minGPT adder: late one-sample jumps its golden lists as may_find
+HELD_OUT_MIN_STATEMENT_PRECISION = 0.95  # 0.957 (595 / 622)
 HELD_OUT_MAX_QUIET_SPANS_FLAGGED = 0
-HELD_OUT_MAX_MUST_NOT_SAY = 1
+HELD_OUT_MAX_MUST_NOT_SAY = 0
 
-# Per golden batch (splits.batch_*: a batch's logs do not change when a round re-labels "tuned_on"), measured on
-# branch judge (main 43f701e's code; docs/diagnosis.md "Facts v2"): import faults, recall, shown on healthy logs,
-# must-not-say phrases said, invented incidents (at most), statement precision (at least; facts v2 raise it).
+# Per golden batch (splits.batch_*: a batch's logs do not change when a round re-labels "tuned_on"), measured at
+# the end of the 2026-12-05 round (main after det9): import faults, recall, shown on healthy logs, must-not-say
+# phrases said, invented incidents (at most), statement precision (at least). Batch 9 was first measured held out
+# (docs/diagnosis.md gives those figures), then tuned on: its floors are the tuned figures.
 BATCH_FLOORS: dict[str, tuple[int, float, int, int, int, float]] = {
-    "batch_old": (0, 13 / 13, 0, 0, 0, 0.83),
-    "batch_6": (0, 6 / 6, 0, 0, 0, 0.68),
-    "batch_7": (0, 3 / 3, 1, 0, 0, 0.80),
-    "batch_8": (18, 2 / 8, 1, 1, 0, 0.82),
+    "batch_old": (0, 13 / 13, 0, 0, 0, 0.97),
+    "batch_6": (0, 6 / 6, 0, 0, 0, 0.98),
+    "batch_7": (0, 3 / 3, 0, 0, 0, 0.91),
+    "batch_8": (0, 8 / 8, 3, 0, 0, 0.93),
+    "batch_9": (8, 7 / 7, 2, 3, 1, 0.93),
 }
 
 
@@ -65,7 +66,7 @@ def test_corpus_scores_hold(scores: list[LogScore]) -> None:
 
 
 def test_held_out_scores_hold(scores: list[LogScore]) -> None:
-    # batches 6-8 by their batch, the logs these floors were set on (a blind batch 9 is not held to them)
+    # batches 6-8 by their batch, the logs these floors were set on
     t = totals([s for s in scores if s.batch in ("6", "7", "8")])
     assert sum(t["import_faults"].values()) <= HELD_OUT_MAX_IMPORT_FAULTS, t["import_faults"]
     assert t["recall"] >= HELD_OUT_MIN_RECALL
@@ -76,7 +77,7 @@ def test_held_out_scores_hold(scores: list[LogScore]) -> None:
 
 
 def test_each_batch_holds(scores: list[LogScore]) -> None:
-    """A batch first measured later (batch 9) has no floor yet: it is reported, not held."""
+    """Each batch with a floor holds it; a batch added later has none until it is measured: reported, not held."""
     t = split_totals(scores)
     for which, (faults, recall, healthy, broken, invented, precision) in BATCH_FLOORS.items():
         if which not in t:
