@@ -183,8 +183,9 @@ class Reader:
 
 # ------------------------------------------------------------------------------------------- inputs
 
-MEGATRON_VALUES = 9
-"""Metric values on each generated Megatron iteration line."""
+MEGATRON_VALUES = 8
+"""Metric values stored from each generated Megatron iteration line: its nine values less the global batch
+size, which holds one value over the run and so is stored as the run's setting, not a series."""
 
 
 def write_megatron_log(path: Path, iterations: int, *, seed: int) -> int:

@@ -108,17 +108,17 @@ def test_import_meta_runs_the_analyses_once_on_the_users_values(
 ) -> None:
     """One user action, one analyses pass: ``import --meta`` commits the user's keys with the rows, so the
     analyses run once, and store what ``import`` followed by ``stabscope meta`` stores."""
-    import ingest.services.run_analyses as run_analyses
+    import stab_core.analysis as analysis  # run_analyses imports it when it first analyses (lazily)
 
     log = str(_need(LLMC))
-    real_analyze = run_analyses.analyze_run
+    real_analyze = analysis.analyze_run
     seen: list[object] = []
 
     def counted(view, *args, **kwargs):  # type: ignore[no-untyped-def]
         seen.append(view.meta.get("max_norm"))  # what the pass saw: the user's value (the log states none)
         return real_analyze(view, *args, **kwargs)
 
-    monkeypatch.setattr(run_analyses, "analyze_run", counted)
+    monkeypatch.setattr(analysis, "analyze_run", counted)
     args = ["--meta", "gpus=8", "--meta", "max_norm=0.5", "--meta", "sensitivity=high"]
     assert main(["import", log, "--run", "llmc", *args, "--store", str(tmp_path / "one")]) == 0
     assert seen == [0.5]
