@@ -133,3 +133,40 @@ def test_statements_and_totals() -> None:
     assert t["recall"] == 0.75
     assert (t["shown_on_healthy"], t["healthy_logs"], t["statements_broken"]) == (4, 1, 1)
     assert t["import_faults"] == {"junk": 1}
+
+
+def test_corpus_fetch_rebuilds_a_log_from_a_mirror_and_checks_its_sha256(tmp_path) -> None:
+    import hashlib
+    import json
+    import subprocess
+
+    from bench.corpus_fetch import rebuild
+
+    work = tmp_path / "src"
+    work.mkdir()
+    log = b"step 1 loss 2.5\nstep 2 loss 2.25\n"
+    (work / "logs").mkdir()
+    (work / "logs" / "train.log").write_bytes(log)
+    git = ["git", "-C", str(work), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-qm", "log"], check=True)
+    commit = subprocess.run([*git, "rev-parse", "HEAD"], check=True, capture_output=True, text=True).stdout.strip()
+    mirrors = tmp_path / "mirrors"
+    (mirrors / "owner+repo").mkdir(parents=True)
+    (work).rename(mirrors / "owner+repo" / "repo")
+    goldens = tmp_path / "golden"
+    goldens.mkdir()
+    prov = {"repo": "owner/repo", "commit": commit, "path": "logs/train.log", "file": "train.log"}
+    good = {"name": "ok", "provenance": {**prov, "sha256": hashlib.sha256(log).hexdigest()}}
+    bad = {"name": "bad", "provenance": {**prov, "sha256": "0" * 64}}
+    gone = {"name": "gone", "provenance": {**prov, "repo": "owner/absent", "sha256": "0" * 64}}
+    for golden in (good, bad, gone):
+        (goldens / f"{golden['name']}.json").write_text(json.dumps(golden))
+    written, missing = rebuild(mirrors, tmp_path / "corpus", goldens)
+    assert written == ["ok"]
+    assert (tmp_path / "corpus" / "ok" / "train.log").read_bytes() == log
+    assert "lines: 2" in (tmp_path / "corpus" / "ok" / "PROVENANCE.txt").read_text()
+    assert len(missing) == 2 and any("sha256" in m for m in missing)
+    assert any("no mirror of owner/absent" in m for m in missing)
+    assert not (tmp_path / "corpus" / "bad").exists()
