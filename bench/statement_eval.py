@@ -159,7 +159,7 @@ def _status(case: Case, text: str) -> Verdict:
     return TRUE, f"a golden incident at step {(case.truth or {}).get('step')}"
 
 
-RECOVERED_AT = re.compile(r"^Recovered at step (-?\d+)")
+RECOVERED_AT = re.compile(r"^(?:Recovered at|Back at or below its level before the rise \([^)]*\) at) step (-?\d+)")
 NEVER_FINITE = "Nothing to recover to: the run was never finite"
 
 

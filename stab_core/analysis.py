@@ -34,7 +34,7 @@ from stab_core.metrics import missing_reason
 from stab_core.recent_level import new_early_jumps, new_recent_level_jumps
 from stab_core.run_end_rises import rise_corroborated, run_end_rises
 from stab_core.runview import FloatArray, IntArray, RunView, Series
-from stab_core.severity import EARLY_BLIP_SAMPLES, Certainty, classify, loss_cost, sensitivity
+from stab_core.severity import EARLY_BLIP_SAMPLES, Certainty, classify, loss_cost, loss_left_band, sensitivity
 from stab_core.snr import SnrCollapse, SnrSeries, detect_snr_collapse, gradient_snr
 from stab_core.spike_params import GRAD_NORM_SPIKE_PARAMS, LOSS_SPIKE_PARAMS, SpikeParams
 from stab_core.spikes import SpikeEvent, detect_spikes, event_at_step, link_grad_norm_lead
@@ -231,7 +231,7 @@ def spike_to_dict(spike: SpikeEvent, diagnosis: Diagnosis, incident: Incident | 
         "claims": [
             claim.to_json()
             for claim in incident_claims(
-                spike, diagnosis, kind, incident.loss_recovered_at if incident is not None else None
+                spike, diagnosis, kind, *((incident.loss_recovered_at, incident.trend) if incident else ())
             )
         ],
         "severity": incident.severity if incident is not None else ("divergence" if spike.diverged else "spike"),
@@ -467,11 +467,12 @@ def _costed(
         loss_samples=cost.samples_above if cost is not None and cost.band is not None else None,
         member_samples=max(m.n_samples for m in incident.members),
         blip_samples=min(p.blip_samples, EARLY_BLIP_SAMPLES)
-        if incident.kind == "early_instability"
+        if incident.kind == "early_instability" and not (cost is not None and cost.at_level)
         else p.blip_samples,
         steps_lost=over - incident.start,
-        # a detected loss member left its level, whatever a wide trend band says
-        loss_left_band=cost is None or cost.band is None or cost.left_band or "loss" in incident.metrics,
+        loss_left_band=loss_left_band(
+            cost, "loss" in incident.metrics, incident.co_moves.get("loss"), p.loss_spikes.min_ratio
+        ),
         settled=cost is not None and cost.band is not None and cost.certainty == "high",
         peak_ratio=incident.primary.ratio,
         held_out_rose=held_out_rose(val_loss, incident.start, until),
@@ -482,6 +483,7 @@ def _costed(
         severity=severity,
         certainty=certainty,
         loss_recovered_at=None if diverged else recovered_at,
+        trend=(cost.band.level, cost.band.samples) if cost is not None and cost.band is not None else None,
     )
 
 

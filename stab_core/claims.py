@@ -19,6 +19,7 @@ from typing import Any, Final, Literal
 
 from stab_core.causes import UNKNOWN
 from stab_core.decision_tree import DECISION_TREE, NONFINITE_START_LEAF
+from stab_core.rolling_baseline import NOISE_MIN_SAMPLES
 from stab_core.spikes import SpikeEvent
 from stab_core.tree_actions import PREMISES, Evidence, PremiseCheck
 from stab_core.tree_walk import SIGNAL_LOGGED_KEYS, Diagnosis
@@ -157,13 +158,20 @@ def _status(spike: SpikeEvent, diagnosis: Diagnosis, kind: str) -> Claim:
     return Claim("status", text[0].upper() + text[1:], holds, evidence)
 
 
-def _recovery(spike: SpikeEvent, diagnosis: Diagnosis, loss_recovered_at: int | None = None) -> list[Claim]:
+def _recovery(
+    spike: SpikeEvent,
+    diagnosis: Diagnosis,
+    loss_recovered_at: int | None = None,
+    trend: tuple[float, int] | None = None,
+) -> list[Claim]:
     evidence: Evidence = {
         "recovered": spike.recovered,
         "recovery_step": spike.recovery_step,
         "baseline": spike.baseline,
         "diverged": spike.diverged,
         "loss_recovered_at": loss_recovered_at,
+        "trend_level": trend[0] if trend is not None else None,
+        "trend_samples": trend[1] if trend is not None else None,
     }
     if _nonfinite_from_start(diagnosis):
         # a run that was never finite never converged: it has nothing to diverge from or recover to
@@ -173,6 +181,19 @@ def _recovery(spike: SpikeEvent, diagnosis: Diagnosis, loss_recovered_at: int | 
                 "Nothing to recover to: the run was never finite, so it never held a level to come back to.",
                 True,
                 {**evidence, "never_finite": True},
+            )
+        ]
+    if spike.recovered and loss_recovered_at is not None and trend is not None and trend[1] < NOISE_MIN_SAMPLES:
+        # a level from one to four samples (a run's first steps) is no trend and has no noise band: what the
+        # log shows is that the loss fell back to that level, not that it "recovered" to a trend
+        samples = f"{trend[1]} logged sample{'s' if trend[1] != 1 else ''}"
+        return [
+            Claim(
+                "recovery",
+                f"Back at or below its level before the rise ({_number(trend[0])}) at step {loss_recovered_at}; "
+                f"that level rests on {samples}, too few for a trend or a noise band.",
+                True,
+                evidence,
             )
         ]
     if spike.recovered and loss_recovered_at is not None:
@@ -308,14 +329,19 @@ def _actions(diagnosis: Diagnosis) -> list[Claim]:
 
 
 def incident_claims(
-    spike: SpikeEvent, diagnosis: Diagnosis, kind: str = "spike", loss_recovered_at: int | None = None
+    spike: SpikeEvent,
+    diagnosis: Diagnosis,
+    kind: str = "spike",
+    loss_recovered_at: int | None = None,
+    trend: tuple[float, int] | None = None,
 ) -> list[Claim]:
     """The claims of one incident: its status, its recovery (against the loss's trend when
-    ``loss_recovered_at`` is known), its cause (which needs the deciding node's signature), what was not
+    ``loss_recovered_at`` is known; said as a return to a level when the ``trend`` (level, samples) rests
+    on too few samples for a noise band), its cause (which needs the deciding node's signature), what was not
     logged, and each action (its premise checked by the tree's walk)."""
     return [
         _status(spike, diagnosis, kind),
-        *_recovery(spike, diagnosis, loss_recovered_at),
+        *_recovery(spike, diagnosis, loss_recovered_at, trend),
         _cause(diagnosis),
         *_not_logged(diagnosis),
         *_actions(diagnosis),

@@ -61,7 +61,31 @@ def robust_early_rises(
     The event's baseline is that level; it recovers at the first sample back within
     :data:`~stab_core.incidents.RECOVER_RATIO` of it. Non-finite samples are skipped."""
     band = (lambda before: _early_band(before, z_threshold)) if z_threshold > 0 else None
-    return early_rises(steps, values, history, metric, levels=held_levels, band=band)
+    events = early_rises(steps, values, history, metric, levels=held_levels, band=band)
+    if band is None:
+        return events
+    return [e for e in events if _clears_later_noise(steps, values, e, history, z_threshold)]
+
+
+def _clears_later_noise(steps: IntArray, values: FloatArray, event: SpikeEvent, history: int, z: float) -> bool:
+    """A rise judged on fewer than :data:`NOISE_MIN_SAMPLES` samples before it had no noise band to
+    clear, only the highest of them: once the loss is back, it must also clear the band of the (up to
+    ``history``) samples logged from its return on. A loss swinging +-30% per batch rises 1.4-1.7x over
+    its first three samples by chance, and the samples after show that swing; a start-up blow-up (6.94 ->
+    11.17, then a smooth fall) clears it many times over, and one that never came back (or has too few
+    samples after its return to measure) stands as it is. Samples after it above its own peak (a later
+    blow-up: 3.9, 3.5, 3.4, then 146,981) are left out of that band."""
+    finite = np.isfinite(values)
+    s, x = steps[finite], values[finite]
+    if int(np.searchsorted(s, event.start)) >= NOISE_MIN_SAMPLES or event.recovery_step is None:
+        return True
+    back = int(np.searchsorted(s, event.recovery_step))
+    after = x[back : back + history]
+    # a later excursion above this rise's own peak is another incident, not the noise it is judged against
+    after = after[after <= event.peak_value]
+    if after.size < NOISE_MIN_SAMPLES:
+        return True
+    return bool(event.peak_value - event.baseline >= noise_band(after, z))
 
 
 def _early_band(before: FloatArray, z_threshold: float) -> float:

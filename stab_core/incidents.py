@@ -336,9 +336,12 @@ def detect_climbs(
         while j < smooth.size and high[j]:
             j += 1
         if band is not None and j - i >= points_needed:
-            # the band of the samples up to where the floor was reached, before the rise
+            # the band of the samples before the rise: up to where the floor was reached, or to the first
+            # sample of the first high point where that is later (a floor reached in a run's first few
+            # samples holds no noise to measure: on a loss swinging +-30% it gave no band at all)
             reached = int(last_index[int(np.flatnonzero(smooth[: i + 1] == floor[i])[-1])])
-            i, j = _out_of_band(smooth, floor, i, j, band(x[: reached + 1]), points_needed)
+            rise = int(last_index[i]) - block * CLIMB_SMOOTH + 1
+            i, j = _out_of_band(smooth, floor, i, j, band(x[: max(reached + 1, rise)]), points_needed)
         if j - i >= points_needed:
             level = float(floor[i])
             origin = int(last_index[int(np.flatnonzero(smooth[: i + 1] == level)[-1])])
@@ -386,6 +389,9 @@ class Incident:
     loss_recovered_at: int | None = None
     """The step the loss was back within the noise band of its trend from before the incident
     (:mod:`stab_core.severity`); None when it never was or the run logs no loss."""
+    trend: tuple[float, int] | None = None
+    """The level of the loss's trend before the incident and the samples it rests on (None: no loss
+    before it); under ``NOISE_MIN_SAMPLES`` samples it has no noise band, only a level."""
 
     @property
     def primary(self) -> SpikeEvent:

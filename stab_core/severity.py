@@ -130,6 +130,11 @@ class TrendBand:
         return "high" if self.samples >= CERTAIN_SAMPLES else "low"
 
 
+LEAD_IN_SAMPLES: Final = 3
+"""At most this many samples just before an incident's detected start are its lead-in, left out of its
+trend when each stood out of the band of the samples before it (see :func:`trend_before`)."""
+
+
 def trend_before(steps: IntArray, values: FloatArray, index: int, samples: int = TREND_SAMPLES) -> TrendBand | None:
     """The trend of ``values`` before position ``index``, from up to ``samples`` finite samples before it
     (None with none).
@@ -144,14 +149,33 @@ def trend_before(steps: IntArray, values: FloatArray, index: int, samples: int =
     where the residuals of a straight line fitted to a curve measure the curve), or the MAD of those
     residuals where that is smaller (the second differences of a few samples overstate one outlier,
     which sits in three of them), the residuals alone under ``NOISE_MIN_SAMPLES`` samples; as a sigma,
-    floored at the detector's relative and resolution floors. From one sample there is no noise to take
-    and only the resolution floor is left."""
+    floored at the detector's relative and resolution floors. Under ``NOISE_MIN_SAMPLES`` samples there
+    is no noise to take, nor a printing resolution (two or three samples in a run's first steps are its
+    fall or the rise's own start: a band from 6.94 and 8.90 held 13.97, the peak, "back"): the loss is
+    back at or below the level.
+
+    The incident's **lead-in** is not its trend: up to :data:`LEAD_IN_SAMPLES` samples just before
+    ``index``, each above the band of the samples before it, are left out (a detector that flags a rise
+    at its third sample, 5.26 -> 5.52 -> 6.66 -> 7.55, would otherwise call the level 5.52 and the loss
+    "back" at 5.65, 0.4 above where it was)."""
     lo = max(0, index - 4 * samples)  # room for non-finite samples in the way
     s, x = steps[lo:index], values[lo:index]
     keep = np.isfinite(x)
-    s, x = s[keep][-samples:], x[keep][-samples:]
+    s, x = s[keep][-(samples + LEAD_IN_SAMPLES) :], x[keep][-(samples + LEAD_IN_SAMPLES) :]
     if x.size < 1:
         return None
+    for _ in range(LEAD_IN_SAMPLES):
+        if x.size <= NOISE_MIN_SAMPLES:
+            break
+        before = _fit(s[:-1][-samples:], x[:-1][-samples:])
+        if not x[-1] > before.trend(s[-1:])[0] + RECOVER_SIGMAS * before.sigma:
+            break
+        s, x = s[:-1], x[:-1]
+    return _fit(s[-samples:], x[-samples:])
+
+
+def _fit(s: IntArray, x: FloatArray) -> TrendBand:
+    """The trend band of finite samples ``x`` at steps ``s`` (at least one): see :func:`trend_before`."""
     t = s.astype(np.float64)
     slope = 0.0
     if x.size >= MIN_TREND_SAMPLES:
@@ -162,16 +186,15 @@ def trend_before(steps: IntArray, values: FloatArray, index: int, samples: int =
     # a falling loss has reached the level of its last samples; a flat or rising one (a lead-in to the
     # incident is no level to come back to) is at the median of them all
     level = float(np.median(x[-LEVEL_SAMPLES:] if slope < 0 else x))
-    resolution = logging_resolution(x) / MAD_TO_Z
-    if x.size == 1:
-        sigma = max(resolution, 1e-12)  # one sample: a level, no noise to take
+    if x.size < NOISE_MIN_SAMPLES:
+        # a level, no noise to take; nor a printing resolution (the gap between two or three values)
+        sigma = 1e-12
     else:
+        resolution = logging_resolution(x) / MAD_TO_Z
         residuals = x - (float(np.median(x - slope * t)) + slope * t)
-        noise = float(np.median(np.abs(residuals - np.median(residuals))))
-        if x.size >= NOISE_MIN_SAMPLES:
-            # the residuals of a line through a curve measure the curve; the second differences of a few
-            # samples, one outlier (it sits in three of them): each overstates where the other does not
-            noise = min(noise, sample_noise(x))
+        # the residuals of a line through a curve measure the curve; the second differences of a few
+        # samples, one outlier (it sits in three of them): each overstates where the other does not
+        noise = min(float(np.median(np.abs(residuals - np.median(residuals)))), sample_noise(x))
         sigma = max(noise / MAD_TO_Z, REL_NOISE_FLOOR * abs(level), resolution, 1e-12)
     return TrendBand(
         anchor=int(s[-1]), level=level, slope=slope, horizon=int(s[-1] - s[0]), sigma=sigma, samples=int(x.size)
@@ -206,6 +229,13 @@ class LossCost:
     left_band: bool = True
     """Some loss sample from the incident's start until ``recovered_at`` was above the noise band of the
     level it had reached (False: the loss never left it, so the incident cost it nothing)."""
+    one_batch: bool = False
+    """Exactly one loss sample from the incident's start until ``recovered_at`` was above the noise
+    band of the level it had reached, and the sample after it was back within one sigma of that level:
+    one batch, not a lasting loss."""
+    at_level: bool = False
+    """The sample it was back at is at or below the level the loss had reached before the incident (not
+    only inside the noise band above it): the loss lost nothing it had gained."""
 
 
 def loss_cost(steps: IntArray, values: FloatArray, start: int, peak: int | None = None) -> LossCost | None:
@@ -228,8 +258,26 @@ def loss_cost(steps: IntArray, values: FloatArray, start: int, peak: int | None 
     with np.errstate(invalid="ignore"):
         # felt by the loss: out of the band of the level it had reached (the falling trend is for when it
         # is back, not for whether a grad-norm outlier cost it anything)
-        left = bool(np.any(~(values[first:back] <= band.level + RECOVER_SIGMAS * band.sigma)))
-    return LossCost(int(steps[back]), back - first, band.certainty, band, left)
+        out = np.flatnonzero(~(values[first:back] <= band.level + RECOVER_SIGMAS * band.sigma)) + first
+        one_batch = out.size == 1 and bool(values[out[0] + 1] <= band.level + band.sigma)
+    at_level = bool(values[back] <= band.level)
+    return LossCost(int(steps[back]), back - first, band.certainty, band, out.size > 0, one_batch, at_level)
+
+
+def loss_left_band(cost: LossCost | None, loss_member: bool, loss_peak_ratio: float | None, spike_ratio: float) -> bool:
+    """Did the loss feel an incident (``classify``'s ``loss_left_band``)? Yes when it has a detected
+    loss member (``loss_member``), when its cost is unknown, or when the loss left its trend's noise
+    band for more than one batch; a single loss sample out of the band, under the loss detector's own
+    spike ratio of its level (``loss_peak_ratio`` < ``spike_ratio``), with the next sample back within
+    a sigma of that level (``LossCost.one_batch``), is one batch: a grad-norm incident whose loss did
+    only that cost the run no more than a blip does (a noisy loss at 1.10x for one sample beside three
+    grad-norm outliers of a draft-model fine-tune); a loss that stays above its level after it (7.37 ->
+    8.54 -> 8.11 -> 8.00 ..., still inside a wide early band) lost steps."""
+    if cost is None or cost.band is None or loss_member:
+        return True
+    if not cost.left_band:
+        return False
+    return not (cost.one_batch and loss_peak_ratio is not None and loss_peak_ratio < spike_ratio)
 
 
 BLIP_MAX_STEPS: Final = 5
@@ -239,11 +287,14 @@ spike. The held-out corpus showed such early blow-ups of Megatron runs hidden as
 counted samples alone (docs/diagnosis.md); one- and two-step outliers of runs logged every step stay
 blips."""
 EARLY_BLIP_SAMPLES: Final = 1
-"""The blip length of an early instability (a rise in a run's first samples): its trend comes from a
-handful of samples and cannot vouch that nothing lasting was lost, so only the one-sample outlier the
-run is back from at the next sample is a blip (the golden rules' definition); a rise that stays two
-samples or more is an early blow-up, at least a spike (torchtitan on Aurora: 10.86 -> 14.45 -> 15.20
--> 11.31 over steps 1-4)."""
+"""The blip length of an early instability (a rise in a run's first samples) whose loss came back only
+into the noise band of its level: that trend comes from a handful of samples and cannot vouch that
+nothing lasting was lost, so only the one-sample outlier the run is back from at the next sample is a
+blip (the golden rules' definition). One whose loss fell back *to or below* the level it held before the
+rise (``LossCost.at_level``: a start-up overshoot, 6.94 -> 11.17 -> 9.06 -> 7.37 -> 6.81) within the
+setting's blip length and :data:`BLIP_MAX_STEPS` steps lost nothing it had gained: a blip like any
+other. A rise that stays longer is an early blow-up, at least a spike (torchtitan on Aurora: 10.86 ->
+14.45 -> 15.20 -> 11.31 -> 11.12, under its start only at the 5th sample)."""
 
 
 SPARSE_BLIP_MAX_RATIO: Final = 2.0

@@ -42,7 +42,7 @@ BATCH_FLOORS: dict[str, tuple[int, float, int, int, int, float]] = {
     "batch_6": (0, 6 / 6, 0, 0, 0, 0.98),
     "batch_7": (0, 3 / 3, 0, 0, 0, 0.91),
     "batch_8": (0, 8 / 8, 3, 0, 0, 0.93),
-    "batch_9": (8, 7 / 7, 2, 3, 1, 0.93),
+    "batch_9": (8, 7 / 7, 0, 1, 0, 0.96),  # det10: 0 shown on healthy, 1 must-not-say, 0 invented, 0.970
 }
 
 
