@@ -36,6 +36,7 @@ TIERS: dict[str, str] = {
         (
             "action_premise_shapes",
             "batch9_shapes",
+            "import_rules10",
             "model_experts",
             "placeholder_grad_norm",
             "alerts",
