@@ -208,9 +208,18 @@ def test_host_prefixes_on_generic_lines(tmp_path: Path, prefix: str) -> None:
     assert series["loss"].shape[0] == 20 and series["grad_norm"][0] == pytest.approx(1.01)
 
 
-def test_elapsed_ms_and_nemo_step_timing_are_step_times() -> None:
-    pairs = dict((k, (v, u)) for k, v, u in line_pairs("step 3 loss 2.5 train_step_timing in s: 0.41"))
-    assert pairs["loss"] == (2.5, None)
+@pytest.mark.parametrize(
+    ("field", "value", "seconds"),
+    [("elapsed time per iteration (ms): ", 4220.8, 4.2208), ("train_step_timing in s: ", 0.41, 0.41)],
+)
+def test_a_key_that_names_its_unit_is_a_step_time(tmp_path: Path, field: str, value: float, seconds: float) -> None:
+    """Before, 'train_step_timing in s: 0.41' was read as a metric named 's' and the bracketed unit's
+    key was not read at all."""
+    lines = [f"step {i} | loss: {3 - i * 0.01:.4f} | {field}{value + i * 0.0}" for i in range(1, 21)]
+    series = _series(read_log([_write(tmp_path, "timed.log", lines)]))
+    assert set(series) == {"loss", "step_time_s"}
+    assert series["step_time_s"][0] == pytest.approx(seconds)
+    assert line_pairs(f"step 3 {field}{value}")[1][0] in ("elapsed time per iteration", "train_step_timing in s")
 
 
 def test_scorer_reads_per_second_however_spelled() -> None:

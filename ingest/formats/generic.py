@@ -17,9 +17,11 @@ sentence of generated text that holds the step key (``**Step 2: Distance 14 km i
 no series and cuts no run; a layout seen less often keeps only the keys a repeated layout prints or a
 known metric's (an eval line's ``val_loss``). A line of its own that times the step before it
 (``[timing] sample processed in 276.79s`` after ``Step: 1 | Loss: ...``) is that step's time where
-the step lines print none. Lines of shell commands, SLURM and launcher messages are never metric lines; a line with no step
-counter, or with nothing but it, is skipped and counted. A logger's source location (``[trainer:837]``,
-``[trainer.py:892]``, ``[logging.py:68:log_dist]``) is no ``key: number`` pair. The step counter is
+the step lines print none. Lines of shell commands, SLURM and launcher messages are never metric lines;
+a line with no step counter, or with nothing but it, is skipped and counted. A logger's source location
+(``[trainer:837]``, ``[trainer.py:892]``, ``[logging.py:68:log_dist]``) is no ``key: number`` pair. A key
+that names its unit is read with it (``elapsed time per iteration (ms): 4220.8``, NeMo's
+``train_step_timing in s: 0.41``). The step counter is
 judged on the lines that carry a training metric (a name the alias table knows) when a few do: a
 distributed setup's ``rank: 3 local_rank: 3`` lines and a model repr's ``in_features=384`` lines,
 however many, do not decide it. Units a line does not print are inferred where the log says them
@@ -55,6 +57,11 @@ _RATE: Final = r"(?:steps?|its?|iters?|iterations?)/s(?:ec)?|s(?:ec)?/it(?:er)?"
 _PAIR: Final = re.compile(
     # a speed printed after its value: `6.75 steps/sec`, `1.16it/s`, `113.21s/it`
     r"(?<![A-Za-z0-9_.])(?P<rval>" + NUMBER + r")[ \t]?(?P<rate>" + _RATE + r")(?![A-Za-z])"
+    # a unit the key names, before the separator: 'elapsed time per iteration (ms): 4220.8' (words before
+    # a bracketed unit are one key), NeMo's 'train_step_timing in s: 0.41'
+    r"|(?<![A-Za-z0-9_/.@\-])(?P<ukey>[A-Za-z_][A-Za-z0-9_]*(?:[ \t]+[A-Za-z_][A-Za-z0-9_]*){0,5})"
+    r"(?:[ \t]*\((?P<punit>" + _UNIT + r")\)|[ \t]+in[ \t]+(?P<iunit>" + _UNIT + r"))"
+    r"[ \t]*[:=][ \t]*(?P<uval>" + NUMBER + r")(?![A-Za-z0-9_.])"
     r"|(?P<q>['\"])(?P<qkey>[A-Za-z_][^'\"\n]{0,80})(?P=q)[ \t]*:[ \t]*['\"]?(?P<qval>" + NUMBER + r")['\"]?"
     # a split word before the key stays with it: `train loss 9.2, val loss 9.3` is two metrics
     r"|(?<![A-Za-z0-9_/.@\-])(?P<key>(?:(?:train|training|val|valid|validation|eval|test)[ \t]+)?"
@@ -156,6 +163,13 @@ def line_pairs(text: str) -> list[tuple[str, float, str | None]]:
             if speed is not None and speed > 0 and math.isfinite(speed):
                 per_step = m["rate"].split("/")[0] in ("s", "sec")  # seconds per iteration, else a rate
                 out.append((SPEED_KEY, speed if per_step else 1.0 / speed, "s"))
+            continue
+        if m["ukey"] is not None:  # the key names its unit: 'train_step_timing in s' is NeMo's own name
+            unit = m["punit"] or m["iunit"]
+            key = m["ukey"] if m["punit"] else f"{m['ukey']} in {unit}"
+            number = parse_number(m["uval"])
+            if number is not None:
+                out.append((key.strip(), number, unit))
             continue
         key = m["qkey"] if m["qkey"] is not None else m["key"]
         value = m["qval"] if m["qval"] is not None else m["val"]
