@@ -254,3 +254,12 @@ def test_the_signed_loss_note_is_judged_by_the_golden_values() -> None:
     assert signed_loss_verdict(note, {"first": {"loss": -0.0011}, "last": {"loss": 0.2}})[0] == TRUE
     assert signed_loss_verdict(note, {"first": {"loss": 0.07}, "last": {"loss": 0.01}})[0] == UNJUDGED
     assert signed_loss_verdict("Not run: snr: ...", {"first": {"loss": -1.0}}) is None
+
+
+def test_import_says_what_was_moved(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from ingest.cli import main
+
+    fixture = Path(__file__).resolve().parent / "fixtures" / "logs" / "hf_trainer_console.log"
+    main(["import", str(fixture), "--run", "hf1", "--store", str(tmp_path / "store")])
+    out = capsys.readouterr().out
+    assert "eval_runtime: not a series (the timing of an evaluation" in out and "log_settings" in out
