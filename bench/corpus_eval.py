@@ -120,10 +120,20 @@ def _close(a: float, b: float) -> bool:
     return math.isclose(a, b, rel_tol=VALUE_TOLERANCE, abs_tol=1e-12)
 
 
+_PER_SECOND = re.compile(r"(?:_per)?_sec(?:ond)?s?(?=_|$)")
+
+
+def _unit_spelled(name: str) -> str:
+    """A normalised name with 'per second' spelled one way (``samples/sec``, ``samples per second`` and
+    StabScope's ``samples_per_s`` name one field: the stored name abbreviates the unit the log spells)."""
+    return _PER_SECOND.sub("_per_s", name)
+
+
 def junk_metrics(stored: Sequence[str], golden_import: Mapping[str, Any], run: Mapping[str, Any]) -> list[str]:
     """Stored metric names that are junk: named by the golden file as never a metric, or explained by
-    none of the log's field names, canonical metrics or trainer-specific names."""
-    explain = [_norm(t) for t in (*golden_import.get("known_fields", []), *run.get("metrics_like", []))]
+    none of the log's field names, canonical metrics or trainer-specific names (the unit 'per second'
+    compared however it is spelled)."""
+    explain = [_unit_spelled(_norm(t)) for t in (*golden_import.get("known_fields", []), *run.get("metrics_like", []))]
     banned = {_norm(t) for t in golden_import.get("must_not_be_metrics", [])}
     junk = []
     for name in stored:
@@ -132,7 +142,11 @@ def junk_metrics(stored: Sequence[str], golden_import: Mapping[str, Any], run: M
         canonical = re.sub(r"_(max|min)(?=_|$)", "", n) in CANONICAL_METRICS
         if n in banned or any(n.startswith(b + "_") for b in banned if b not in CANONICAL_METRICS):
             junk.append(f"{name} (must not be a metric)")
-        elif name not in run.get("metrics", []) and not canonical and not any(t and t in n for t in explain):
+        elif (
+            name not in run.get("metrics", [])
+            and not canonical
+            and not any(t and t in _unit_spelled(n) for t in explain)
+        ):
             junk.append(name)
     return junk
 

@@ -92,6 +92,21 @@ def too_few_before_verdict(run: Mapping[str, Any] | None, metric: str, onset: in
     return UNJUDGED, f"the golden run has {records} {metric} records; no fact counts those before step {onset}"
 
 
+SIGNED_LOSS_NOTE: Final = "the loss takes negative values"
+
+
+def signed_loss_verdict(note: str, run: Mapping[str, Any] | None) -> Verdict | None:
+    """ "The loss takes negative values": true when a loss value the golden run states (first, last) is
+    negative; no fact gives a run's lowest loss otherwise (unjudged). None for any other note."""
+    if SIGNED_LOSS_NOTE not in note:
+        return None
+    stated = [(run or {}).get(end, {}).get("loss") for end in ("first", "last")]
+    negative = [v for v in stated if isinstance(v, (int, float)) and v < 0]
+    if negative:
+        return TRUE, f"the golden run's loss is {negative[0]} (first/last values)"
+    return UNJUDGED, "the golden run's first and last losses are not negative; no fact gives its lowest"
+
+
 def count_note_verdict(note: str, run: Mapping[str, Any] | None, facts: Mapping[str, Any]) -> Verdict | None:
     """A note that quotes a sample count (the spike detector's, the SNR proxy's), judged by
     :func:`sample_count_verdict`; None for any other note, or when no fact counts the samples."""

@@ -41,6 +41,7 @@ from bench.run_statement_rules import (
     golden_runs_by_name,
     run_status_verdict,
     sibling_gap_verdict,
+    signed_loss_verdict,
     too_few_before_verdict,
 )
 from bench.statement_rules import (
@@ -290,6 +291,9 @@ def note_verdict(
     counted = count_note_verdict(note, run, facts)
     if counted is not None:
         return counted
+    signed = signed_loss_verdict(note, run)
+    if signed is not None:
+        return signed
     return UNJUDGED, "no fact bears on this note"
 
 

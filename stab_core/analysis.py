@@ -30,7 +30,7 @@ from stab_core.incidents import (
     window_ratio,
     without_steps,
 )
-from stab_core.metrics import missing_reason
+from stab_core.metrics import SIGNED_LOSS_REASON, missing_reason, signed_objective
 from stab_core.recent_level import new_early_jumps, new_recent_level_jumps
 from stab_core.run_end_rises import rise_corroborated, run_end_rises
 from stab_core.runview import FloatArray, IntArray, RunView, Series
@@ -398,7 +398,7 @@ def find_incidents(view: RunView, params: AnalysisParams | None = None) -> list[
     incident lost no steps unless the loss rose above its level inside it."""
     p = params if params is not None else run_params(view)
     grad = view.series.get("grad_norm")
-    loss = view.series.get("loss")
+    loss = None if signed_objective(getattr(view.series.get("loss"), "values", ())) else view.series.get("loss")
     found: list[tuple[SpikeEvent, IncidentKind]] = []
     grad_events: list[SpikeEvent] = []
     early: list[SpikeEvent] = []
@@ -509,8 +509,10 @@ def _not_run(view: RunView, p: AnalysisParams, snr: SnrSeries | None) -> tuple[l
     for metric, params in (("loss", p.loss_spikes), ("grad_norm", p.grad_norm_spikes)):
         series = view.series.get(metric)
         finite = int(np.isfinite(series.values).sum()) if series is not None else 0
-        if series is None:
-            not_run.append((f"{metric} spikes", missing_reason(metric, view.series)))
+        if series is None or (metric == "loss" and signed_objective(series.values)):
+            not_run.append(
+                (f"{metric} spikes", missing_reason(metric, view.series) if series is None else SIGNED_LOSS_REASON)
+            )
         elif finite <= params.min_history:
             not_run.append(
                 (

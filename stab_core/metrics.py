@@ -11,6 +11,8 @@ import re
 from collections.abc import Iterable
 from typing import Final
 
+import numpy as np
+
 RUN_RANK: Final = -1
 """Rank used for run-level series (loss reported once per step, global grad norm, LR)."""
 
@@ -83,3 +85,17 @@ def missing_reason(metric: str, names: Iterable[str]) -> str:
     if policy is not None:
         return f"the run's loss is its policy loss ({policy}), not a language-model loss the detector reads"
     return f"the run logs no {metric}"
+
+
+SIGNED_LOSS_REASON: Final = (
+    "the loss takes negative values (no cross-entropy alone: a policy objective, or a loss with negative "
+    "auxiliary terms), so a ratio to its level means nothing; the ratio tests (spikes, early rises) were "
+    "not run on it"
+)
+
+
+def signed_objective(values: object) -> bool:
+    """Whether a loss series (numpy values) takes a negative finite value: no language-model loss (a
+    cross-entropy is >= 0), so a rise 'to 3x its level' from 0.0003 to 0.0009 is noise around zero."""
+    arr = np.asarray(values, dtype=np.float64)
+    return bool(np.any(np.isfinite(arr) & (arr < 0)))

@@ -37,6 +37,7 @@ TIERS: dict[str, str] = {
             "action_premise_shapes",
             "batch9_shapes",
             "det10_shapes",
+            "import_rules10",
             "model_experts",
             "placeholder_grad_norm",
             "alerts",

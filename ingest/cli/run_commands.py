@@ -287,6 +287,8 @@ def cmd_import(args: argparse.Namespace) -> int:
                     f"  {kept['metric']}: kept {kept['kept']} over {kept['over']} "
                     f"(stored as {kept['stored_as']}; rule: {kept['rule']})"
                 )
+            for name, moved in (res.get("moved") or {}).items():  # nothing read is dropped without a word
+                print_safe(f"  {name}: not a series ({moved['why']}); kept in the run's meta log_settings")
             for seg in res.get("segments", []):
                 lines = f", lines {seg['lines'][0]}..{seg['lines'][1]}" if seg.get("lines") else ""
                 print_safe(

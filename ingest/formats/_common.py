@@ -169,6 +169,8 @@ class LogBuilder:
         """Metrics a trainer prints on every step line that are a setting of the run where they hold one value
         over the run (Megatron's ``global batch size``): run metadata then, a series only where they change
         (a batch-size rampup). Decided per run, after the file is split into runs."""
+        self.moved: dict[str, str] = {}
+        """Fields moved out of the series, and why (:mod:`ingest.formats.field_roles`), over every run."""
         self.account = LineAccount()
         """Where every line went: text readers fill it as they read; for other readers
         :meth:`account_records` fills it from the rows and the skips once they have read."""
@@ -324,6 +326,7 @@ class LogBuilder:
         for log in logs:
             log.kept_over = kept_over
         first = logs[0]
+        self.account.moved.update(self.moved)
         first.account = self.account
         first.segments = logs[1:]
         return first
@@ -337,6 +340,7 @@ class LogBuilder:
                 b = LogBuilder([])
                 b.paths, b.meta, b.source_files, b.line_marks = self.paths, dict(self.meta), self.source_files, []
                 b.settings_when_constant = self.settings_when_constant
+                b.moved = self.moved
                 parts.append(b)
             return parts[i]
 
@@ -381,6 +385,7 @@ class LogBuilder:
     def _finish_one(self, format_name: str) -> ParsedLog:
         lines = self._input_lines()
         self._constant_settings_to_meta()
+        self._fields_to_settings()
         table = self._build_table()
         return ParsedLog(
             format=format_name,
@@ -392,6 +397,23 @@ class LogBuilder:
             source_files=list(self.source_files),
             lines=lines,
         )
+
+    def _fields_to_settings(self) -> None:
+        """The fields that are no metric series by :mod:`ingest.formats.field_roles` (a field that never
+        changes over the run, an evaluation pass's timing): moved from the series to
+        ``meta['log_settings']``, each listed in :attr:`moved` for the import report."""
+        from ingest.formats.field_roles import SETTINGS_KEY, candidate, moved_fields, setting_value
+
+        # only the fields a rule may move are gathered: a long log's metric columns are not copied
+        values_of = {
+            name: np.concatenate([p.value for p in pieces])
+            for name, pieces in self._pieces.items()
+            if candidate(name, pieces[0].value, self.meta.get("proposed_map") or ())
+        }
+        for name, (why, value) in moved_fields(values_of).items():
+            self.meta.setdefault(SETTINGS_KEY, {})[name] = setting_value(value)
+            self.moved.setdefault(name, why)
+            del self._pieces[name]
 
     def _constant_settings_to_meta(self) -> None:
         """Each of :attr:`settings_when_constant` whose rows in this run hold one finite value: moved from the

@@ -191,6 +191,9 @@ class LineAccount:
     """Values printed on parsed lines that are not numbers (``lm loss: x6.9``): the line gave its
     other values, so it counts as parsed; these are named beside the suspects."""
     unread_keys: dict[str, int] = field(default_factory=dict)
+    moved: dict[str, str] = field(default_factory=dict)
+    """Fields read from parsed lines that are not stored as series, and why (``ingest.formats.field_roles``:
+    a setting of the run, an evaluation pass's timing): their values are in the run's ``log_settings``."""
 
     def add_read(self, n: int, parsed: int) -> None:
         """``n`` more lines read, of which ``parsed`` gave records."""
@@ -271,6 +274,7 @@ class LineAccount:
                 },
             },
             "ignored": {r: {"count": t.count, "first_lines": sorted(t.first_lines)} for r, t in ignored},
+            "moved": {name: {"to": "run settings (meta log_settings)", "why": why} for name, why in self.moved.items()},
             "suspect": {
                 "count": self.suspect.count,
                 "lines": list(self.suspect.first_lines),

@@ -12,9 +12,16 @@ role}``, applied by the import as a ``--map`` would be). ``meta['mapping']`` is 
 ``{role: key as printed}`` with ``step`` first: ``stabscope import --json`` and the Upload preview
 show it, and the user corrects it with ``--map NAME=ROLE`` (``--map iters=step`` for the step).
 
-Lines of shell commands, SLURM and launcher messages are never metric lines; a line with no step
-counter, or with nothing but it, is skipped and counted. A logger's source location (``[trainer:837]``,
-``[trainer.py:892]``, ``[logging.py:68:log_dist]``) is no ``key: number`` pair. The step counter is
+Only the layouts a log repeats are read (:data:`MIN_LAYOUT_LINES` step lines whose steps count up): a
+sentence of generated text that holds the step key (``**Step 2: Distance 14 km in 3 hours**``) gives
+no series and cuts no run; a layout seen less often keeps only the keys a repeated layout prints or a
+known metric's (an eval line's ``val_loss``). A line of its own that times the step before it
+(``[timing] sample processed in 276.79s`` after ``Step: 1 | Loss: ...``) is that step's time where
+the step lines print none. Lines of shell commands, SLURM and launcher messages are never metric lines;
+a line with no step counter, or with nothing but it, is skipped and counted. A logger's source location
+(``[trainer:837]``, ``[trainer.py:892]``, ``[logging.py:68:log_dist]``) is no ``key: number`` pair. A key
+that names its unit is read with it (``elapsed time per iteration (ms): 4220.8``, NeMo's
+``train_step_timing in s: 0.41``). The step counter is
 judged on the lines that carry a training metric (a name the alias table knows) when a few do: a
 distributed setup's ``rank: 3 local_rank: 3`` lines and a model repr's ``in_features=384`` lines,
 however many, do not decide it. Units a line does not print are inferred where the log says them
@@ -25,6 +32,7 @@ percent).
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 import re
 from collections.abc import Sequence
@@ -49,6 +57,11 @@ _RATE: Final = r"(?:steps?|its?|iters?|iterations?)/s(?:ec)?|s(?:ec)?/it(?:er)?"
 _PAIR: Final = re.compile(
     # a speed printed after its value: `6.75 steps/sec`, `1.16it/s`, `113.21s/it`
     r"(?<![A-Za-z0-9_.])(?P<rval>" + NUMBER + r")[ \t]?(?P<rate>" + _RATE + r")(?![A-Za-z])"
+    # a unit the key names, before the separator: 'elapsed time per iteration (ms): 4220.8' (words before
+    # a bracketed unit are one key), NeMo's 'train_step_timing in s: 0.41'
+    r"|(?<![A-Za-z0-9_/.@\-])(?P<ukey>[A-Za-z_][A-Za-z0-9_]*(?:[ \t]+[A-Za-z_][A-Za-z0-9_]*){0,5})"
+    r"(?:[ \t]*\((?P<punit>" + _UNIT + r")\)|[ \t]+in[ \t]+(?P<iunit>" + _UNIT + r"))"
+    r"[ \t]*[:=][ \t]*(?P<uval>" + NUMBER + r")(?![A-Za-z0-9_.])"
     r"|(?P<q>['\"])(?P<qkey>[A-Za-z_][^'\"\n]{0,80})(?P=q)[ \t]*:[ \t]*['\"]?(?P<qval>" + NUMBER + r")['\"]?"
     # a split word before the key stays with it: `train loss 9.2, val loss 9.3` is two metrics
     r"|(?<![A-Za-z0-9_/.@\-])(?P<key>(?:(?:train|training|val|valid|validation|eval|test)[ \t]+)?"
@@ -150,6 +163,13 @@ def line_pairs(text: str) -> list[tuple[str, float, str | None]]:
             if speed is not None and speed > 0 and math.isfinite(speed):
                 per_step = m["rate"].split("/")[0] in ("s", "sec")  # seconds per iteration, else a rate
                 out.append((SPEED_KEY, speed if per_step else 1.0 / speed, "s"))
+            continue
+        if m["ukey"] is not None:  # the key names its unit: 'train_step_timing in s' is NeMo's own name
+            unit = m["punit"] or m["iunit"]
+            key = m["ukey"] if m["punit"] else f"{m['ukey']} in {unit}"
+            number = parse_number(m["uval"])
+            if number is not None:
+                out.append((key.strip(), number, unit))
             continue
         key = m["qkey"] if m["qkey"] is not None else m["key"]
         value = m["qval"] if m["qval"] is not None else m["val"]
@@ -271,7 +291,11 @@ def _inferred_units(found: list[tuple[list[tuple[str, float, str | None]], str]]
 def stored_name(key: str, unit: str | None) -> tuple[str, str | None]:
     """The metric name a key is stored under (as every reader names it) and its unit."""
     name, key_unit = canonical_name(key)
+    if unit is None and key_unit is None and normalise_key(key) in _SECONDS_KEYS:
+        key_unit = "s"  # '| seconds: 1.25 |': the key is the unit
     unit = (unit or key_unit or "").split("/")[0] or None  # '9905 ms/iter': milliseconds
+    if _SAMPLES_PER_S.match(key):
+        return "samples_per_s", None  # as the Megatron, NeoX and DeepSpeed readers name it
     if unit in TIME_UNITS and name not in CANONICAL_METRICS and not name.endswith("_s"):
         name += "_s"
     return name, unit
@@ -289,9 +313,14 @@ def _is_lr(key: str, unit: str | None) -> bool:
     return bool(re.search(r"(?:^|\b|/)lr\b|learning rate", key))
 
 
+_SAMPLES_PER_S: Final = re.compile(r"^samples?(?:/s|/sec|[ _]per[ _]sec(?:ond)?|_per_s)$", re.IGNORECASE)
+_SECONDS_KEYS: Final = frozenset({"seconds", "second", "secs", "sec"})
+"""Keys that are a unit themselves: a step line's ``seconds: 1.25`` is the step's time."""
+
+
 def _is_step_time(key: str, unit: str | None) -> bool:
     timed = unit is not None and unit.split("/")[0] in TIME_UNITS
-    return timed and ("time" in key or "/it" in (unit or "") or key in ("dt", "elapsed"))
+    return timed and ("time" in key or "/it" in (unit or "") or key in ("dt", "elapsed", *_SECONDS_KEYS))
 
 
 _ROLE_BY_NAME: Final = (
@@ -374,11 +403,15 @@ class GenericReader(Reader):
             # a row's seq is its line's index in the file, marked as line 1 onwards: the segments
             # (ingest.formats.segments) cut where the step starts afresh, and report their lines
             rows: dict[tuple[str, str | None], tuple[list[int], list[float], list[int]]] = {}
+            pending: list[_StepLine] = []
             line_no = 0
             for chunk in iter_whole_lines(path, builder):
                 for line in chunk.decode("utf-8", "replace").split("\n")[:-1]:
                     line_no += 1
-                    _read_line(line, line_no, path, found, rows, builder)
+                    step_line = _read_line(line, line_no, path, found, builder)
+                    if step_line is not None:
+                        pending.append(step_line)
+            _keep_recurring(pending, path, found, rows, builder)
             builder.mark_lines(1)
             base = builder.reserve(line_no)
             marks = notes_marks(path)
@@ -403,17 +436,41 @@ class GenericReader(Reader):
                 )
 
 
-def _read_line(
-    line: str,
-    line_no: int,
-    path: Path,
-    found: Proposal,
-    rows: dict[tuple[str, str | None], tuple[list[int], list[float], list[int]]],
-    builder: LogBuilder,
-) -> None:
+MIN_LAYOUT_LINES: Final = 3
+"""Lines a layout (the keys of a step line, in order) must recur on to be a layout of the log: a
+trainer prints the same keys at every step, prose that happens to say ``Step 2: ... at 5`` does not."""
+
+
+@dataclass
+class _StepLine:
+    """A line with a step counter and values, before the file's layouts are known."""
+
+    line_no: int
+    text: str
+    step: int
+    values: list[tuple[str, float, str | None]]
+
+    @property
+    def layout(self) -> tuple[str, ...]:
+        return tuple(key for key, _, _ in self.values)
+
+
+TIMING_KEY: Final = "step_time"
+_TIMING_LINE: Final = re.compile(r"\b(?:time|timing|took|elapsed|duration)\b", re.IGNORECASE)
+_DURATION: Final = re.compile(r"(?<![A-Za-z0-9_.])" + NUMBER + r"[ \t]?(?:ms|s|sec|secs|seconds|min)\b")
+
+
+def to_seconds(value: float, unit: str | None) -> float | None:
+    """``value`` in ``unit`` (a time unit) as seconds; None for a unit that is no time."""
+    scale = {"ms": 1e-3, "us": 1e-6, "ns": 1e-9, "s": 1.0, "sec": 1.0, "min": 60.0, "h": 3600.0}.get(unit or "")
+    return None if scale is None else value * scale
+
+
+def _read_line(line: str, line_no: int, path: Path, found: Proposal, builder: LogBuilder) -> _StepLine | None:
+    """The step line ``line`` is (None: a line without a step or values, counted as ignored here)."""
     if not line.strip():
         builder.account.text_line(str(path), line_no, line, parsed=False)
-        return
+        return None
     for piece in line.split("\r")[::-1]:  # a progress bar's redraws: the last piece with pairs
         pairs = line_pairs(piece)
         if pairs:
@@ -422,20 +479,89 @@ def _read_line(
     # a step counter that is not a whole finite number (nan, 1e400, 3.5) counts no step
     steps = [v for k, v, _ in pairs if k in step_keys and math.isfinite(v) and v == int(v)]
     values = [(k, v, u) for k, v, u in pairs if k not in (*step_keys, BRACKET_KEY)]
+    if not steps and _TIMING_LINE.search(line) and len(_DURATION.findall(line)) == 1 and len(pairs) == 1:
+        seconds = to_seconds(pairs[0][1], pairs[0][2])
+        if seconds is not None:  # placed (or counted) once the step lines are known
+            return _StepLine(line_no, line, -1, [(TIMING_KEY, seconds, "s")])
     if not steps or not values:
         why = "no step counter" if values else "not a metric line"
         builder.skip(path, line_no, f"{why}: {line.strip()[:80]}")
         builder.account.text_line(str(path), line_no, line.split("\r")[-1], parsed=False)
-        return
-    builder.account.text_line(str(path), line_no, line, parsed=True)
-    names = line_names([(key, unit) for key, _, unit in values], found.units)
-    for (_, value, _), (name, unit) in zip(values, names, strict=True):
-        if name == "mfu" and value < 0:  # nanoGPT's running MFU before it has one: no measurement
+        return None
+    return _StepLine(line_no, line, int(steps[0]), values)
+
+
+def _counts_steps(steps: list[int]) -> bool:
+    """Whether a layout's step values count steps: they go back no more than a restart or two (as
+    :func:`_step_key` asks of the step key), unlike the 'Step 1' .. 'Step 4' of each generated answer."""
+    downs = sum(1 for a, b in itertools.pairwise(steps) if b < a)
+    return downs <= max(2, len(steps) // 10)
+
+
+def _keep_recurring(
+    lines: list[_StepLine],
+    path: Path,
+    found: Proposal,
+    rows: dict[tuple[str, str | None], tuple[list[int], list[float], list[int]]],
+    builder: LogBuilder,
+) -> None:
+    """The rows of the step lines. Where some layout recurs (:data:`MIN_LAYOUT_LINES` lines, its step
+    values counting up but for a restart or two), a line of a layout that does not gives only its keys
+    that a recurring layout also prints or that name a known metric (an eval line's ``val_loss``): a
+    sentence of generated text or notes that happens to hold the step key (``Step 2: ... travels at
+    62 km/h``) adds no series, and no step, and its words are counted as that line's (prose, unknown
+    layout or suspect), not kept as metrics. A line of its own that times the step above it is that
+    step's time (see below)."""
+    counts: dict[tuple[str, ...], int] = {}
+    steps_of: dict[tuple[str, ...], list[int]] = {}
+    for step_line in lines:
+        counts[step_line.layout] = counts.get(step_line.layout, 0) + 1
+        steps_of.setdefault(step_line.layout, []).append(step_line.step)
+    recurring = {
+        layout
+        for layout, n in counts.items()
+        if n >= MIN_LAYOUT_LINES and layout != (TIMING_KEY,) and _counts_steps(steps_of[layout])
+    }
+    known = {key for layout in recurring for key in layout}
+    # a line of its own that times the step above it ('[timing] sample processed in 276.79s' after
+    # 'Step: 1 | Loss: ...'), on most steps, is the step time of a log whose step lines print none
+    timed = {
+        stored_name(k, u)[0] == "step_time_s" or _is_step_time(normalise_key(k), u)
+        for layout in recurring
+        for k, _, u in next(x.values for x in lines if x.layout == layout)
+    }
+    use_timing = counts.get((TIMING_KEY,), 0) >= MIN_LAYOUT_LINES and not any(timed)
+    last_step: int | None = None
+    timed_steps: set[int] = set()
+    for step_line in lines:
+        if step_line.layout == (TIMING_KEY,):
+            if use_timing and last_step is not None and last_step not in timed_steps:
+                timed_steps.add(last_step)
+                builder.account.text_line(str(path), step_line.line_no, step_line.text, parsed=True)
+                col = rows.setdefault(("step_time_s", None), ([], [], []))
+                col[0].append(last_step)
+                col[1].append(step_line.values[0][1])
+                col[2].append(step_line.line_no - 1)
+            else:
+                builder.account.text_line(str(path), step_line.line_no, step_line.text, parsed=False)
             continue
-        col = rows.setdefault((name, unit), ([], [], []))
-        col[0].append(int(steps[0]))
-        col[1].append(value)
-        col[2].append(line_no - 1)
+        values = step_line.values
+        if recurring and step_line.layout not in recurring:
+            values = [(k, v, u) for k, v, u in values if k in known or _trains(k, u)]
+        if not values:
+            builder.skip(path, step_line.line_no, f"not a layout of the log: {step_line.text.strip()[:80]}")
+            builder.account.text_line(str(path), step_line.line_no, step_line.text.split("\r")[-1], parsed=False)
+            continue
+        last_step = step_line.step
+        builder.account.text_line(str(path), step_line.line_no, step_line.text, parsed=True)
+        names = line_names([(key, unit) for key, _, unit in values], found.units)
+        for (_, value, _), (name, unit) in zip(values, names, strict=True):
+            if name == "mfu" and value < 0:  # nanoGPT's running MFU before it has one: no measurement
+                continue
+            col = rows.setdefault((name, unit), ([], [], []))
+            col[0].append(step_line.step)
+            col[1].append(value)
+            col[2].append(step_line.line_no - 1)
 
 
 def generic_summary(meta: dict[str, Any]) -> dict[str, str] | None:

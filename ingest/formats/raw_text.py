@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Final
 
 from ingest.errors import StabScopeError
+from ingest.formats.numbers import NUMBER
 
 
 def input_size(path: Path) -> int:
@@ -69,15 +70,21 @@ detection and reading see through it alike. ANSI codes and NUL bytes are removed
 before (:func:`clean_text`)."""
 
 
+_NOT_A_PAIR: Final = r"(?![ \t]*" + NUMBER + r"(?:[ \t,;|/%]|$))"
+"""After ``name:``: not a number that ends there. A name before ``: NUMBER`` (``Step: 1 | Loss: ...``,
+``Epoch: 3/10``, ``RAM: 63.4%``) is a ``key: number`` pair, not a host: a host's line goes on with
+text, a rank (``node1: 7: ``) or a time stamp. (A lookahead: only in the Python patterns below, which
+take the most they can; the layouts' lazy ``LAUNCHER_PREFIX`` tries the line start first anyway.)"""
+_LEAD_HOST: Final = r"(?:" + _HOST_NAME + r":" + _NOT_A_PAIR + r"[ \t]+)?"
 LAUNCHER_LEAD: Final = re.compile(
-    (_LAUNCHER_HOST + _LAUNCHER_RANK + _LAUNCHER_TIME + _LAUNCHER_LEVEL).replace(")??", ")?").encode()
+    (_LEAD_HOST + _LAUNCHER_RANK + _LAUNCHER_TIME + _LAUNCHER_LEVEL).replace(")??", ")?").encode()
 )
 """``LAUNCHER_PREFIX`` taking all it can (bytes): where a line's own text starts at the latest.
 Detection tries a format's line there and at the line start (which, with what is between, the
 reader's lazy ``LAUNCHER_PREFIX`` also finds), instead of every way of splitting the prefix."""
-_LAUNCHER_LEAD: Final = re.compile("^" + _LAUNCHER_HOST + _LAUNCHER_RANK, re.M)
+_LAUNCHER_LEAD: Final = re.compile("^" + _LEAD_HOST + _LAUNCHER_RANK, re.M)
 _RANK_LEAD: Final = re.compile("^" + _LAUNCHER_RANK, re.M)
-_HOST_LEAD: Final = re.compile("^" + _HOST_NAME + r":[ \t]+", re.M)
+_HOST_LEAD: Final = re.compile("^" + _HOST_NAME + r":" + _NOT_A_PAIR + r"[ \t]+", re.M)
 
 
 def strip_launcher_prefixes(text: str) -> str:
