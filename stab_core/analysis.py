@@ -508,7 +508,7 @@ def _not_run(view: RunView, p: AnalysisParams, snr: SnrSeries | None) -> tuple[l
         series = view.series.get(metric)
         finite = int(np.isfinite(series.values).sum()) if series is not None else 0
         if series is None:
-            not_run.append((f"{metric} spikes", missing_reason(metric, view.series)))
+            not_run.append((f"{metric} spikes", missing_reason(metric, view.series, view.meta)))
         elif finite <= params.min_history:
             not_run.append(
                 (
