@@ -276,6 +276,20 @@ UNREAD = re.compile(r"no (\w+) series was read: the log names one")
 LOGGING_STOPPED = re.compile(r"^Logging stopped at step (-?\d+): every metric logged from this step on is non-finite")
 
 
+POLICY_NOTE = re.compile(r"the run's loss is its policy loss \(([^)]+)\)")
+
+
+def policy_loss_verdict(name: str, run: Mapping[str, Any] | None) -> Verdict:
+    """ "The run's loss is its policy loss (X)": true when the golden run records X (its ``metrics``,
+    ``records_by_metric`` or first/last values); else no fact names it (unjudged)."""
+    held: set[str] = set((run or {}).get("metrics") or [])
+    for key in ("records_by_metric", "first", "last"):
+        held |= set(((run or {}).get(key) or {}).keys())
+    if name in held:
+        return TRUE, f"the golden run records {name}"
+    return UNJUDGED, f"no golden fact names {name}"
+
+
 def logging_stopped_verdict(step: int, run: Mapping[str, Any] | None) -> Verdict:
     """ "Logging stopped at step N: every metric logged from this step on is non-finite": true when the
     golden run ends before N (its writer counted no record of the run from N on); else no fact says
@@ -313,6 +327,9 @@ def note_verdict(
         if not isinstance(value, bool):
             return UNJUDGED, f"facts have no logged.{key}"
         return (TRUE, f"logged.{key} true") if value else (FALSE, f"logged.{key} false")
+    policy = POLICY_NOTE.search(note)
+    if policy:
+        return policy_loss_verdict(policy.group(1), run)
     stopped = LOGGING_STOPPED.match(note)
     if stopped:
         return logging_stopped_verdict(int(stopped.group(1)), run)

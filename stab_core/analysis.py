@@ -522,8 +522,10 @@ def _not_run(view: RunView, p: AnalysisParams, snr: SnrSeries | None) -> tuple[l
             )
     reason = None
     grad = view.series.get("grad_norm")
-    zero = grad is not None and bool(np.isfinite(grad.values).any() and not np.nan_to_num(grad.values).any())
-    if grad is None or zero:  # all 0: DeepSpeed's `grad norm: 0.000` when it does not compute the norm
+    # all 0: DeepSpeed's `grad norm: 0.000` when it does not compute the norm. A non-finite value among the
+    # zeros shows a norm computed (nan, then 0 once the weights froze): logged, not a placeholder (issue #32)
+    zero = grad is not None and bool(grad.values.size and np.isfinite(grad.values).all() and not grad.values.any())
+    if grad is None or zero:
         reason = (
             f"no SNR: the run logs no gradient norm{' (0 at every step: a placeholder)' * zero}; log the global "
             "grad norm before clipping (and per-rank local norms with the batch sizes for the two-batch estimator)"

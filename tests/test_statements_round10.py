@@ -249,6 +249,12 @@ def test_consistent_causes_against_the_golden() -> None:
 # ------------------------------------------------------------------ 5. notes checked against the goldens
 
 
+def test_a_policy_loss_note_against_the_golden_run() -> None:
+    note = "Not run: loss spikes: the run's loss is its policy loss (act_loss), not a language-model loss."
+    assert note_verdict(note, {}, {"first": {"act_loss": 0.2}, "metrics": ["lr"]})[0] == "true"
+    assert note_verdict(note, {}, {"metrics": ["lr"]})[0] == "unjudged"
+
+
 def test_logging_stopped_against_the_golden_runs_end() -> None:
     assert logging_stopped_verdict(14915, {"steps": [200, 14732]})[0] == "true"
     assert logging_stopped_verdict(5, {"steps": [0, 8]})[0] == "unjudged"
@@ -257,3 +263,19 @@ def test_logging_stopped_against_the_golden_runs_end() -> None:
 
 def test_the_spike_fixture_is_finite() -> None:
     assert np.isfinite(_spike().ratio)
+
+
+def test_a_grad_norm_nan_then_zero_is_logged_not_a_placeholder() -> None:
+    # Megatron-core, one GPU: grad norm nan at iteration 1, then 0.000 at every iteration (the weights froze).
+    # Before: "no SNR: the run logs no gradient norm (0 at every step: a placeholder)"
+    from stab_core.analysis import analyze_run
+    from stab_core.runview import RunView, Series
+
+    steps = np.arange(1, 16)
+    loss = np.full(steps.size, 10.40111)
+    grad = np.concatenate([[np.nan], np.zeros(steps.size - 1)])
+    view = RunView(name="frozen", series={"loss": Series(steps, loss), "grad_norm": Series(steps, grad)})
+    reason = str(analyze_run(view).snr_reason)
+    assert "a placeholder" not in reason and "the run logs no gradient norm" not in reason
+    zeros = RunView(name="ds", series={"loss": Series(steps, loss), "grad_norm": Series(steps, np.zeros(steps.size))})
+    assert "0 at every step: a placeholder" in str(analyze_run(zeros).snr_reason)

@@ -211,9 +211,11 @@ def status_text(
     ``interval``: the steps between the run's loss rows, given where the log records something after the
     last one (a final summary line, an evaluation); a run whose next row would have been past its plan's
     last step, and that went on past its last row, reached its plan as far as the log can show (a loss
-    logged every 10 steps, last at 6560 of 6566, a summary line at 6565), so it "finished". ``ended_on_eval``: the run's last record is an evaluation at its last
-    step; that a run short of its plan ended there on its own terms or was stopped cannot be told, so it
-    "ended at step N" with the plan stated beside it, never "stopped"."""
+    logged every 10 steps, last at 6560 of 6566, a summary line at 6565), so it "finished".
+
+    ``ended_on_eval``: the run's last record is an evaluation at its last step; that a run short of its
+    plan ended there on its own terms or was stopped cannot be told, so it "ended at step N" with the plan
+    stated beside it, never "stopped"."""
     if status == "live":
         return "live"
     if reached is None:
