@@ -279,3 +279,15 @@ def test_a_grad_norm_nan_then_zero_is_logged_not_a_placeholder() -> None:
     assert "a placeholder" not in reason and "the run logs no gradient norm" not in reason
     zeros = RunView(name="ds", series={"loss": Series(steps, loss), "grad_norm": Series(steps, np.zeros(steps.size))})
     assert "0 at every step: a placeholder" in str(analyze_run(zeros).snr_reason)
+
+
+def test_a_run_logging_only_its_accuracy_still_trains(tmp_path: Path) -> None:
+    store = write_run(
+        open_analysed_store(tmp_path / "s"),
+        RunSpec(name="acc", per_rank=False, run_level=("tokens",), loss_spike=None, grad_spike_step=None),
+    )
+    assert run_status(store, "acc").startswith("empty: no training steps")
+    from ingest.services.run_status import _trains
+
+    assert _trains(store, "acc", ["train_acc"]) and _trains(store, "acc", ["reward"])
+    assert not _trains(store, "acc", ["elapsed_time_s", "val_acc"])

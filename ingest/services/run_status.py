@@ -285,9 +285,16 @@ initialisation), shows no training step whatever steps its lines carry (a predic
 LR logged at several steps is a schedule advancing (a reward model's run logs its scores, not a loss)."""
 
 
+TRAINING_WORDS: Final = ("loss", "ppl", "perplexity", "acc", "reward", "entropy", "kl")
+"""Words in a metric's name that only a training step writes, besides :data:`TRAINING_SIGNALS` (a run
+logging its perplexity, accuracy or an RL reward alone trains: said with less, never "no training steps")."""
+
+
 def _trains(store: Store, name: str, metrics: Iterable[str]) -> bool:
     held = list(metrics)
-    if any(m in TRAINING_SIGNALS or (m.endswith("_loss") and not is_eval_metric(m)) for m in held):
+    if any(m in TRAINING_SIGNALS for m in held):
+        return True
+    if any(w in m.lower() for m in held if not is_eval_metric(m) for w in TRAINING_WORDS):
         return True
     return "lr" in held and _last_rows(store, name, "lr", 2).size > 1
 
