@@ -41,7 +41,7 @@ BATCH_FLOORS: dict[str, tuple[int, float, int, int, int, float]] = {
     "batch_old": (0, 13 / 13, 0, 0, 0, 0.99),  # statement precision: stm10 (round 10)
     "batch_6": (0, 6 / 6, 0, 0, 0, 0.99),
     "batch_7": (0, 3 / 3, 0, 0, 0, 0.98),
-    "batch_8": (0, 8 / 8, 3, 0, 0, 0.98),
+    "batch_8": (0, 8 / 8, 3, 0, 0, 0.99),
     "batch_9": (8, 7 / 7, 2, 3, 1, 0.95),
 }
 
