@@ -282,15 +282,21 @@ def run_said(store: Any, name: str, status: str, spikes: Sequence[Mapping[str, A
     """What StabScope says about the stored run ``name``: ``spikes --json``'s entries (its incidents and
     findings), the status, the overview's "not in this run" panels, the Cost page's "logs no step time"
     and the analysis notes the CLI prints after the incidents."""
-    from ingest.services.run_cost import run_cost_inputs
+    from ingest.services.run_cost import run_cost_inputs, skipped_timing_lines
     from ingest.services.run_findings import finding_entries, stored_findings
     from stab_core.analysis import analysis_notes
+    from stab_core.metrics import unread_line_naming
 
     info = store.run_info(name)
     analysis = info.meta.get("analysis") or {}
     have = set(info.metrics) | ({"clip_ratio"} if analysis.get("overall_clip_ratio") is not None else set())
-    missing = [quantity for quantity, metrics in PANEL_METRICS.items() if not have & set(metrics)]
-    if run_cost_inputs(store, info).step_time_s is None:
+    missing = [
+        quantity
+        for quantity, metrics in PANEL_METRICS.items()
+        if not have & set(metrics) and unread_line_naming(quantity, info.meta) is None
+    ]
+    if run_cost_inputs(store, info).step_time_s is None and not skipped_timing_lines(info):
+        # the Cost page says "logs no step time" only when the import skipped no line that may carry one
         missing.append("step_time")
     entries = [dict(s) for s in spikes] + finding_entries(stored_findings(store, info))
     return RunSaid(name, status, missing, analysis_notes(analysis), entries)

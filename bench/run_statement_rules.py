@@ -134,7 +134,7 @@ def _last_steps(run: Mapping[str, Any]) -> set[int]:
     return out
 
 
-def run_status_verdict(status: str, run: Mapping[str, Any] | None) -> Verdict:
+def run_status_verdict(status: str, run: Mapping[str, Any] | None, facts: Mapping[str, Any] | None = None) -> Verdict:
     """The status words against the golden run: its last step (``steps[1]`` or ``last_step``, exact),
     ``planned_steps`` (the total the log states) and ``ended`` ("finished" when it reached them or the log
     says training completed).
@@ -143,8 +143,12 @@ def run_status_verdict(status: str, run: Mapping[str, Any] | None) -> Verdict:
     - "stopped at N of M": N is the golden last step, M is ``planned_steps`` and N < M, and the golden
       run did not end "finished"; false when ``planned_steps`` is null (the log states none for this run),
       unjudged when the golden has no ``planned_steps`` at all;
-    - "finished": the golden last step reached ``planned_steps``; without them, ``ended`` "finished"
-      (true) or "stopped"/"crashed" (false)."""
+    - "finished": the golden last step reached ``planned_steps``, or the golden run ``ended`` "finished"
+      (the log says training completed, or its last logged step is the last it would log before the plan);
+      false when it ended "stopped"/"crashed" or short of ``planned_steps`` otherwise;
+    - "empty: no training steps": :func:`no_training_verdict` on ``facts``."""
+    if status.startswith(NO_TRAINING):
+        return no_training_verdict(run, facts or {})
     lasts = _last_steps(run or {})
     if not run or not lasts:
         return UNJUDGED, "no golden run to compare with"
@@ -165,15 +169,32 @@ def run_status_verdict(status: str, run: Mapping[str, Any] | None) -> Verdict:
             return (TRUE if ok else FALSE), f"last step {reached}, planned_steps {planned}{how}"
         return TRUE, f"the golden run's last step is {reached}"
     if status == "finished":
-        if planned is not None:
-            ok = max(lasts) + 1 >= int(planned)
-            return (TRUE if ok else FALSE), f"last step {max(lasts)}, planned_steps {planned}"
+        if planned is not None and max(lasts) + 1 >= int(planned):
+            return TRUE, f"last step {max(lasts)}, planned_steps {planned}"
         if ended == "finished":
             return TRUE, "the golden run ended finished (the log says training completed)"
-        if ended in ("stopped", "crashed"):
-            return FALSE, f"the golden run ended {ended}"
+        if ended in ("stopped", "crashed") or planned is not None:
+            return FALSE, f"last step {max(lasts)}, planned_steps {planned}, ended {ended}"
         return UNJUDGED, "the golden run states no planned steps"
     return UNJUDGED, "no rule for this status"
+
+
+NO_TRAINING: Final = "empty: no training steps"
+
+
+def no_training_verdict(run: Mapping[str, Any] | None, facts: Mapping[str, Any]) -> Verdict:
+    """ "empty: no training steps" (the run logs no loss or grad norm): true when ``facts.logged`` says the
+    file logs neither and the golden run (if any) lists no loss; false when the facts say it logs either."""
+    logged = facts.get("logged") or {}
+    if logged.get("loss") is True or logged.get("grad_norm") is True:
+        return FALSE, "logged.loss or logged.grad_norm true"
+    if (
+        logged.get("loss") is False
+        and logged.get("grad_norm") is False
+        and "loss" not in ((run or {}).get("metrics") or [])
+    ):
+        return TRUE, "logged.loss and logged.grad_norm false"
+    return UNJUDGED, "no fact says whether the file logs a loss"
 
 
 # --------------------------------------------------------------------------------------------------

@@ -53,12 +53,14 @@ from bench.statement_rules import (
     Case,
     Verdict,
     action_rule,
+    consistent_causes_verdict,
     logged_in_run,
     nonfinite_from_start_verdict,
     recovered_by,
     signal_present,
     unknown_cause_verdict,
 )
+from stab_core.cause_candidates import CONSISTENT_PREFIX, named_causes
 
 LEAF_CAUSE: Final[dict[str, str]] = {
     "leaf_numerical": "numerical",
@@ -248,7 +250,12 @@ def judge_incident(log: str, run: str, incident: Mapping[str, Any], case: Case) 
         elif kind == "recovery":
             verdict = _recovery(case, text)
         elif kind == "cause":
-            verdict = unknown_cause_verdict(case.truth) if text.startswith("Cause unknown") else _cause(case)
+            if text.startswith(CONSISTENT_PREFIX):
+                verdict = consistent_causes_verdict(case.truth, named_causes(text))
+            elif text.startswith("Cause unknown"):
+                verdict = unknown_cause_verdict(case.truth)
+            else:
+                verdict = _cause(case)
         elif kind == "not_logged":
             verdict = _not_logged(case, text)
         elif kind == "action":
@@ -266,6 +273,34 @@ def judge_incident(log: str, run: str, incident: Mapping[str, Any], case: Case) 
 
 LOGS_NO = re.compile(r"the run logs no (\w+)")
 NO_SNR_GRAD = "no SNR: the run logs no gradient norm"
+UNREAD = re.compile(r"no (\w+) series was read: the log names one")
+LOGGING_STOPPED = re.compile(r"^Logging stopped at step (-?\d+): every metric logged from this step on is non-finite")
+
+
+POLICY_NOTE = re.compile(r"the run's loss is its policy loss \(([^)]+)\)")
+
+
+def policy_loss_verdict(name: str, run: Mapping[str, Any] | None) -> Verdict:
+    """ "The run's loss is its policy loss (X)": true when the golden run records X (its ``metrics``,
+    ``records_by_metric`` or first/last values); else no fact names it (unjudged)."""
+    held: set[str] = set((run or {}).get("metrics") or [])
+    for key in ("records_by_metric", "first", "last"):
+        held |= set(((run or {}).get(key) or {}).keys())
+    if name in held:
+        return TRUE, f"the golden run records {name}"
+    return UNJUDGED, f"no golden fact names {name}"
+
+
+def logging_stopped_verdict(step: int, run: Mapping[str, Any] | None) -> Verdict:
+    """ "Logging stopped at step N: every metric logged from this step on is non-finite": true when the
+    golden run ends before N (its writer counted no record of the run from N on); else no fact says
+    whether the records from N on are finite (unjudged)."""
+    steps = (run or {}).get("steps")
+    if not steps:
+        return UNJUDGED, "no golden run to compare with"
+    if int(steps[1]) < step:
+        return TRUE, f"the golden run ends at {steps[1]}, before step {step}"
+    return UNJUDGED, f"the golden run ends at {steps[1]}; no fact says whether its records from {step} on are finite"
 
 
 def _logged_verdict(facts: Mapping[str, Any], key: str, run_metrics: Sequence[str] | None) -> Verdict:
@@ -285,6 +320,20 @@ def note_verdict(
     ``records``; 1 %: ``run_statement_rules.count_note_verdict``); the rest (logging end, gaps) has no fact."""
     if NO_SNR_GRAD in note:
         return _logged_verdict(facts, "grad_norm", run_metrics)
+    unread = UNREAD.search(note)
+    if unread and unread.group(1) in PANEL_FACT:
+        # "no X series was read: the log names one on line N": the log holds X, unread (facts.logged)
+        key = PANEL_FACT[unread.group(1)]
+        value = (facts.get("logged") or {}).get(key)
+        if not isinstance(value, bool):
+            return UNJUDGED, f"facts have no logged.{key}"
+        return (TRUE, f"logged.{key} true") if value else (FALSE, f"logged.{key} false")
+    policy = POLICY_NOTE.search(note)
+    if policy:
+        return policy_loss_verdict(policy.group(1), run)
+    stopped = LOGGING_STOPPED.match(note)
+    if stopped:
+        return logging_stopped_verdict(int(stopped.group(1)), run)
     logs_no = LOGS_NO.search(note)
     if logs_no and logs_no.group(1) in PANEL_FACT:
         return _logged_verdict(facts, PANEL_FACT[logs_no.group(1)], run_metrics)
@@ -366,7 +415,7 @@ def judge_run(
 ) -> list[Judged]:
     """The run-level statements: status, "not in this run", analysis notes (``run_metrics``: the golden
     run's metrics where the log holds several runs)."""
-    out = [Judged(log, said.run, "run_status", said.status, *run_status_verdict(said.status, golden_run))]
+    out = [Judged(log, said.run, "run_status", said.status, *run_status_verdict(said.status, golden_run, facts))]
     for quantity in said.not_in_run:
         verdict = _logged_verdict(facts, PANEL_FACT.get(quantity, quantity), run_metrics)
         out.append(Judged(log, said.run, "not_in_run", f"{quantity}: not in this run", *verdict))

@@ -124,6 +124,23 @@ def cause_verdict(truth: Mapping[str, Any], name: str) -> Verdict:
     return UNSUPPORTED, f"{name} is neither consistent nor ruled out"
 
 
+def consistent_causes_verdict(truth: Mapping[str, Any], named: Sequence[str]) -> Verdict:
+    """ "Cause not confirmed: consistent with A or B (evidence)": false when the golden rules out any cause
+    named (or none is named); true when it lists one named as consistent; else neither (unsupported)."""
+    if "causes_consistent" not in truth and "causes_ruled_out" not in truth:
+        return UNJUDGED, "the golden incident has no causes"
+    if not named:
+        return FALSE, "a 'consistent with' statement that names no cause"
+    consistent, ruled_out = truth.get("causes_consistent") or [], truth.get("causes_ruled_out") or []
+    out = [c for c in named if c in ruled_out]
+    if out:
+        return FALSE, f"causes_ruled_out has {', '.join(out)}"
+    hit = [c for c in named if c in consistent]
+    if hit:
+        return TRUE, f"causes_consistent has {', '.join(hit)}"
+    return UNSUPPORTED, f"{', '.join(named)}: neither consistent nor ruled out"
+
+
 def unknown_cause_verdict(truth: Mapping[str, Any]) -> Verdict:
     """ "Cause unknown: no question of the tree found a cause with its signature in this log": true when the
     golden lists no cause with a signature (or lists "unknown" as consistent), false when it lists one."""
@@ -311,17 +328,6 @@ def _rerun_from_checkpoint(case: Case) -> Verdict:
     return (TRUE, "checkpoint_steps: one before the incident") if before else (FALSE, "no checkpoint before it")
 
 
-def _rerun_if_checkpoint(case: Case) -> Verdict:
-    """ "If a checkpoint from before step N exists, re-run from it ...": the premise is said, not assumed;
-    false only where the log shows there is none to re-run from."""
-    if _nonfinite_from_start(case):
-        return FALSE, "nonfinite_from_start: no finite checkpoint to re-run from"
-    before = _checkpoint_before(case, case.start)
-    if before is None:
-        return TRUE, "checkpoint_steps null: the action states the checkpoint it needs, the log shows no save"
-    return (TRUE, "checkpoint_steps: one before the incident") if before else (FALSE, "no checkpoint before it")
-
-
 def _record_max_norm(case: Case) -> Verdict:
     return case.not_logged("clip", ": the log tells")
 
@@ -389,7 +395,6 @@ ACTION_RULES: Final[tuple[ActionRule, ...]] = (
     ("Log ", _log_missing_signals),  # logged.* of each signal named (before the PREMISES rows: "Log the ...")
     ("Inspect the batches", _inspect_batches),  # the matched golden incident
     ("Re-run from the previous checkpoint", _rerun_from_checkpoint),  # nonfinite_from_start, checkpoint_steps
-    ("If a checkpoint from before", _rerun_if_checkpoint),  # nonfinite_from_start, checkpoint_steps
     # leaf_early_instability
     ("Lower the peak LR or lengthen the warmup: from step", _early_lr),  # logged.lr, lr_rises
     ("Check the initialisation scale and the first batches", _early_checks),  # golden kind / cause early_instability

@@ -7,6 +7,7 @@ import pages  # noqa: F401  # first: a deep link's first run leaves Streamlit's 
 # isort: split
 import streamlit as st
 
+from ingest.services.run_cost import no_step_time_words
 from pages.parts.run_costs import money, priced_spikes, run_cost
 from pages.parts.run_meta import run_settings
 from pages.parts.widgets import MISSING, pick_run
@@ -84,7 +85,7 @@ if run is not None:
     st.caption(f"Priced with {inputs.describe()}, as on the Spikes page.")
     if not inputs.priced:
         st.warning(
-            f"{run.name} logs no step time and no wall-clock times, so its spikes' cost is unknown: log "
+            f"{run.name} {no_step_time_words(run)}, so its spikes' cost is unknown: log "
             "`step_time_s`, or set the step time under **Run settings**.",
             icon=":material/timer_off:",
         )

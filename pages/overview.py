@@ -29,7 +29,7 @@ from pages.parts.store_access import (
 from pages.parts.view_url import NO_INCIDENT, incident_window, restore_from_url, write_url
 from pages.parts.widgets import pick_run, reset_range, step_range, zoom_to_selection
 from stab_core.analysis import statements, verdict_words
-from stab_core.metrics import POLICY_LOSSES
+from stab_core.metrics import POLICY_LOSSES, unread_line_naming
 from stab_core.runview import RunEvent
 
 # (panel title, y-axis title, candidate metrics in order, what to do when none is there)
@@ -203,6 +203,9 @@ def draw_charts(name: str) -> None:
             missing.append(f"**{title}**: {names} logged, but no finite value in steps {lo:,}–{hi:,}")
         elif title == "gradient SNR":
             missing.append(f"**{title}**: {snr_explanation(run)}")
+        elif (unread := unread_line_naming(candidates[0], run.meta)) is not None:
+            # a line names it where no reader read it: unread, not absent (issue #32)
+            missing.append(f"**{title}**: no series read; line {unread[0]} of the log names one (`{unread[1][:80]}`)")
         elif how:
             missing.append(f"**{title}**: not in this run ({how})")
     if not panels:

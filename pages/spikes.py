@@ -10,6 +10,7 @@ import pandas as pd  # type: ignore[import-untyped]
 import streamlit as st
 
 from ingest.errors import StabScopeError
+from ingest.services.run_cost import no_step_time_words
 from ingest.store import RunInfo
 from ingest.store.run_meta import SENSITIVITY_NAMES
 from pages.parts.charts import Panel, panels_figure
@@ -136,7 +137,7 @@ m4.metric(
 )
 if not inputs.priced:
     st.caption(
-        "Cost unknown: the run logs no step time and no wall-clock times. Log `step_time_s`, or set the step "
+        f"Cost unknown: the run {no_step_time_words(info)}. Log `step_time_s`, or set the step "
         "time under **Run settings**."
     )
 # start, end and duration shown as one "steps" column: all thirteen columns overflowed 1280 px

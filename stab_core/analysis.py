@@ -18,6 +18,7 @@ from stab_core.claims import incident_claims, said_from_json
 from stab_core.clean_baseline import spikes_past_long_incidents
 from stab_core.clipping import CLIP_SATURATION, ClipStats, clipping_stats
 from stab_core.decision_tree import NONFINITE_START_LEAF, DiagnosisParams
+from stab_core.detectors_not_run import detectors_not_run
 from stab_core.diagnosis import diagnose, diagnose_early
 from stab_core.early_rises import banded_climbs, robust_early_rises
 from stab_core.held_out import held_out_rose
@@ -30,7 +31,7 @@ from stab_core.incidents import (
     window_ratio,
     without_steps,
 )
-from stab_core.metrics import SIGNED_LOSS_REASON, missing_reason, signed_objective
+from stab_core.metrics import signed_objective
 from stab_core.recent_level import new_early_jumps, new_recent_level_jumps
 from stab_core.run_end_rises import rise_corroborated, run_end_rises
 from stab_core.runview import FloatArray, IntArray, RunView, Series
@@ -503,47 +504,6 @@ def _diagnosed(
     return out
 
 
-def _not_run(view: RunView, p: AnalysisParams, snr: SnrSeries | None) -> tuple[list[tuple[str, str]], str | None]:
-    """Detectors the run's data cannot feed, and why; and why there is no SNR (None when there is)."""
-    not_run: list[tuple[str, str]] = []
-    for metric, params in (("loss", p.loss_spikes), ("grad_norm", p.grad_norm_spikes)):
-        series = view.series.get(metric)
-        finite = int(np.isfinite(series.values).sum()) if series is not None else 0
-        if series is None or (metric == "loss" and signed_objective(series.values)):
-            not_run.append(
-                (f"{metric} spikes", missing_reason(metric, view.series) if series is None else SIGNED_LOSS_REASON)
-            )
-        elif finite <= params.min_history:
-            not_run.append(
-                (
-                    f"{metric} spikes",
-                    f"{finite} finite {metric} samples: the spike detector needs more than {params.min_history} (it "
-                    "compares each sample with the median of the ones before it); only the early-instability "
-                    "check ran"
-                    if metric == "loss"
-                    else f"{finite} finite {metric} samples: the spike detector needs more than {params.min_history}",
-                )
-            )
-    reason = None
-    grad = view.series.get("grad_norm")
-    zero = grad is not None and bool(np.isfinite(grad.values).any() and not np.nan_to_num(grad.values).any())
-    if grad is None or zero:  # all 0: DeepSpeed's `grad norm: 0.000` when it does not compute the norm
-        reason = (
-            f"no SNR: the run logs no gradient norm{' (0 at every step: a placeholder)' * zero}; log the global "
-            "grad norm before clipping (and per-rank local norms with the batch sizes for the two-batch estimator)"
-        )
-    elif snr is None or not np.isfinite(snr.values).any():
-        window = snr.window if snr is not None else p.diagnosis.proxy_window
-        count = int(np.isfinite(grad.values).sum())
-        reason = (
-            f"no SNR yet: {count} grad-norm samples, the SNR proxy needs {window} (a rolling window); log "
-            "per-rank local grad norms and the batch sizes for the two-batch estimator"
-        )
-    if reason is not None:
-        not_run.append(("snr", reason))
-    return not_run, reason
-
-
 def analyze_run(view: RunView, params: AnalysisParams | None = None) -> RunAnalysis:
     """SNR, clipping statistics and diagnosed incidents of one run (pure: the store persists them).
     Steps where every metric is non-finite or absent (:func:`stab_core.incidents.logging_gaps`) are
@@ -558,7 +518,7 @@ def analyze_run(view: RunView, params: AnalysisParams | None = None) -> RunAnaly
     collapses = detect_snr_collapse(snr, d.snr_collapse_factor, d.snr_level_window) if snr is not None else []
     clip = run_clip_stats(view, p.clip_window, p.clip_saturation)
     spikes = _diagnosed(view, find_incidents(view, p), p, context)
-    not_run, snr_reason = _not_run(view, p, snr)
+    not_run, snr_reason = detectors_not_run(view, (p.loss_spikes, p.grad_norm_spikes), p.diagnosis.proxy_window, snr)
     return RunAnalysis(
         run=view.name,
         snr=snr,

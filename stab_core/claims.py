@@ -17,8 +17,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
+from stab_core.cause_candidates import bad_batch_shape, loss_scale_at_floor, warmup_candidates
 from stab_core.causes import UNKNOWN
-from stab_core.decision_tree import DECISION_TREE, NONFINITE_START_LEAF
+from stab_core.decision_tree import DECISION_TREE, NONFINITE_START_LEAF, DiagnosisParams
 from stab_core.rolling_baseline import NOISE_MIN_SAMPLES
 from stab_core.spikes import SpikeEvent
 from stab_core.tree_actions import PREMISES, Evidence, PremiseCheck
@@ -222,12 +223,18 @@ def _recovery(
     return [Claim("recovery", "Diverged: it has not come back to its level.", not back, evidence)]
 
 
-def _cause(diagnosis: Diagnosis) -> Claim:
+def _cause(diagnosis: Diagnosis, spike: SpikeEvent | None = None) -> Claim:
     leaf = DECISION_TREE.leaf(diagnosis.leaf) if DECISION_TREE.is_leaf(diagnosis.leaf) else None
     title = leaf.title if leaf is not None else diagnosis.summary.rstrip(".")
     if diagnosis.signature is not None:
         return _early_cause(diagnosis.cause, diagnosis.signature)
     if diagnosis.cause == UNKNOWN:
+        floor = DiagnosisParams().loss_scale_floor
+        candidates = loss_scale_at_floor([v.evidence for v in diagnosis.path], floor) or (
+            bad_batch_shape(spike) if spike is not None else None
+        )
+        if candidates is not None:
+            return Claim("cause", candidates.text(), None, candidates.evidence, candidates.to_log)
         open_nodes = [DECISION_TREE.node(v.node) for v in diagnosis.path if v.answer == "unknown"]
         to_log = "; ".join(node.to_log for node in open_nodes)
         # a question the log could not answer may hide a cause: "no cause has its signature" would claim
@@ -260,15 +267,8 @@ def _early_cause(cause: str, signature: Evidence) -> Claim:
     """The cause of an early instability, which rests on its signature, not on a walk of the whole tree
     (:func:`stab_core.diagnosis.diagnose_early`)."""
     if signature.get("warmup_ramping"):
-        factor, window = signature.get("lr_rise_factor"), signature.get("window_steps")
-        rise = f" (x{factor:.3g} within {window} steps before the onset)" if isinstance(factor, float) else ""
-        return Claim(
-            "cause",
-            f"Cause unknown: the LR was still rising in its warmup{rise} when the loss blew up; a ramp too "
-            "steep and a bad batch look the same in this log.",
-            None,
-            dict(signature),
-        )
+        candidates = warmup_candidates(signature)
+        return Claim("cause", candidates.text(), None, candidates.evidence, candidates.to_log)
     jump = signature.get("loss_jump_ratio")
     if cause == UNKNOWN:
         return Claim(
@@ -342,7 +342,7 @@ def incident_claims(
     return [
         _status(spike, diagnosis, kind),
         *_recovery(spike, diagnosis, loss_recovered_at, trend),
-        _cause(diagnosis),
+        _cause(diagnosis, spike),
         *_not_logged(diagnosis),
         *_actions(diagnosis),
     ]

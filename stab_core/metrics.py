@@ -8,8 +8,8 @@ Namespaced extras such as ``grad_norm/layer.3`` are allowed and kept as they are
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
-from typing import Final
+from collections.abc import Iterable, Mapping
+from typing import Any, Final
 
 import numpy as np
 
@@ -78,12 +78,48 @@ def policy_loss_of(names: Iterable[str]) -> str | None:
     return next((name for name in POLICY_LOSSES if name in held), None)
 
 
-def missing_reason(metric: str, names: Iterable[str]) -> str:
+UNREAD_NAMES: Final[dict[str, re.Pattern[str]]] = {
+    "loss": re.compile(r"\bloss\b(?!\s*scale)", re.IGNORECASE),
+    "grad_norm": re.compile(r"\bgrad(?:ient)?[ _]norm\b", re.IGNORECASE),
+    "lr": re.compile(r"\b(?:lr|learning[ _]rate)\b", re.IGNORECASE),
+}
+"""How a line names a quantity (a loss, not a loss scale): where a line the import flagged as suspect (it
+holds values no reader read) names one, the log holds that quantity, unread."""
+
+
+STEP_WORDS: Final = re.compile(r"\b(?:step|steps|iter|iteration|epoch|batch)\b", re.IGNORECASE)
+"""A line that records a value per step names its step (``Epoch 1/1 with loss 0.57``); one that names a
+quantity without it is a setting (``lr=0.02`` in pasted source code), not an unread record."""
+
+
+def unread_line_naming(metric: str, meta: Mapping[str, Any] | None) -> tuple[int, str] | None:
+    """(line, text) of a suspect line of the run's import report (``meta['import_report']['suspect']``'s
+    examples) that names ``metric`` with a number and a step counter (:data:`STEP_WORDS`) on it; None when
+    none does (or no pattern names it)."""
+    pattern = UNREAD_NAMES.get(metric)
+    report = (meta or {}).get("import_report") if isinstance(meta, Mapping) else None
+    suspect = report.get("suspect") if isinstance(report, Mapping) else None
+    examples = suspect.get("examples") if isinstance(suspect, Mapping) else None
+    if pattern is None or not isinstance(examples, list):
+        return None
+    for example in examples:
+        text = str(example.get("text", "")) if isinstance(example, Mapping) else ""
+        if pattern.search(text) and re.search(r"\d", text) and STEP_WORDS.search(text):
+            return int(example.get("line", 0) or 0), text.strip()
+    return None
+
+
+def missing_reason(metric: str, names: Iterable[str], meta: Mapping[str, Any] | None = None) -> str:
     """Why a run whose metrics are ``names`` has no ``metric``, in the analyses' words: an RL run's loss
-    is its policy loss (see :data:`POLICY_LOSSES`), not absent."""
+    is its policy loss (see :data:`POLICY_LOSSES`), not absent; a metric a line of the log names where
+    no reader read it (:func:`unread_line_naming`, from the run's ``meta``) is unread, not absent."""
     policy = policy_loss_of(names) if metric == "loss" else None
     if policy is not None:
         return f"the run's loss is its policy loss ({policy}), not a language-model loss the detector reads"
+    unread = unread_line_naming(metric, meta)
+    if unread is not None:
+        line, text = unread
+        return f'no {metric} series was read: the log names one on line {line} ("{text[:80]}"), a layout no reader read'
     return f"the run logs no {metric}"
 
 

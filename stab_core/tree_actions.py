@@ -128,12 +128,10 @@ PREMISES: Final[dict[str, Premise]] = {
         "onset_in_first_steps",
         "the instability began in the run's first steps (its first ~10 %, the log starting at the beginning)",
     ),
-    "checkpoint_before": Premise(
-        "checkpoint_before",
-        "a checkpoint was saved before the spike",
-        "If a checkpoint from before step {start} exists, re-run from it to see whether the spike repeats "
-        "(data) or not (transient): this log records no checkpoint save.",
-    ),
+    # no ``otherwise``: where no save was read, whether one exists cannot be told (a log's save lines are
+    # not all read, so "this log records no checkpoint save" is no checked claim either): the re-run is
+    # not said (issue #32: an action whose premise cannot be checked is not said)
+    "checkpoint_before": Premise("checkpoint_before", "a checkpoint was saved before the spike"),
 }
 
 ACTION_PREMISES: Final[dict[str, str]] = {

@@ -116,6 +116,9 @@ def node_numerical(view: RunView, spike: SpikeEvent, p: DiagnosisParams) -> Node
             low = float(recent.min())
             drop = level / low if low > 0 else math.inf
             evidence.update(loss_scale_level=level, loss_scale_min=low, loss_scale_drop=drop)
+            earlier = scale.values[(scale.steps < lo) & np.isfinite(scale.values) & (scale.values > 0)]
+            # the run's highest scale before the window (a claim names it where the log elides the fall)
+            evidence["loss_scale_earlier_max"] = float(earlier.max()) if earlier.size else None
             # a bf16 run prints a constant scale of 1.0: the floor counts only when the scale fell to it
             collapsed = drop >= p.loss_scale_collapse or (low <= p.loss_scale_floor and level > low)
     counts = [evidence[k] for k in ("nonfinite_loss", "nonfinite_grad_norm", "nan_iterations", "nonfinite_grads")]

@@ -418,14 +418,14 @@ def _unknown_cause_run(*events: RunEvent, **meta: Any) -> RunView:
 def test_a_rerun_from_a_checkpoint_is_said_with_the_checkpoint_it_needs() -> None:
     """Issue #32 item 4: "Re-run from the previous checkpoint" was said on logs that record no save. Said
     plainly only where the run records a checkpoint before the spike; with none recorded, said with the
-    condition; with saves recorded only after it, not said."""
+    condition; with saves recorded only after it, not said. Round 10: with no save read, whether one
+    exists cannot be told (a log's save lines are not all read, and the corpus's logs that print saves
+    only after the spike made "If a checkpoint ... exists ...: this log records no checkpoint save" false),
+    so the re-run is not said at all."""
     (bare,) = _analysed(_unknown_cause_run())
     assert bare["leaf"] == "leaf_unknown"
     assert _check(bare, "checkpoint_before")["holds"] is None
-    assert not any(a.startswith("Re-run from the previous checkpoint") for a in bare["actions"])
-    assert "If a checkpoint from before step 600 exists, re-run from it to see whether the spike repeats" in " ".join(
-        bare["actions"]
-    )
+    assert not any("re-run" in a.lower() or "checkpoint" in a.lower() for a in bare["actions"])
     (saved,) = _analysed(_unknown_cause_run(RunEvent(500, "checkpoint")))
     assert _check(saved, "checkpoint_before") == {
         "action": _check(saved, "checkpoint_before")["action"],

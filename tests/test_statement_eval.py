@@ -187,7 +187,6 @@ def test_actions_on_a_recovered_data_outlier() -> None:
         claim("action", "Lengthen the warmup or lower the peak LR: the spike began 600 steps after the warmup."),
         claim("action", "For a data-recipe switch, re-warm the LR from a lower value as well."),
         claim("action", "Something no row knows."),
-        claim("action", "If a checkpoint from before step 700 exists, re-run from it to see whether it repeats."),
     ]
     assert incident_verdicts(incident(700, *actions))[1:] == [
         "true",  # data_outlier consistent
@@ -200,19 +199,19 @@ def test_actions_on_a_recovered_data_outlier() -> None:
         "false",  # the warmup ended at 100, but the golden rules the LR transition out
         "unjudged",
         "unjudged",
-        "true",  # a checkpoint at 500, and the action says it needs one
     ]
 
 
-def test_a_rerun_that_states_the_checkpoint_it_needs() -> None:
-    """Issue #32 item 4: "Re-run from the previous checkpoint" where no save is logged assumed one; said
-    with its premise it holds whatever the log shows, unless the log shows there is none before."""
-    said = claim("action", "If a checkpoint from before step 700 exists, re-run from it to see whether it repeats.")
+def test_a_rerun_from_a_checkpoint_against_the_saves_the_log_states() -> None:
+    """Issue #32 item 4: "Re-run from the previous checkpoint" holds where the log states a save before the
+    incident. (Round 10: the conditional "If a checkpoint from before step N exists ..." said where no save
+    was read is no longer said: its premise cannot be checked, and logs that print saves only after the
+    spike made it false.)"""
     bare = claim("action", "Re-run from the previous checkpoint to see whether the spike repeats (data) or not.")
-    for saves, verdicts in (([500], ["true", "true"]), (None, ["true", "unsupported"]), ([900], ["false", "false"])):
+    for saves, verdicts in (([500], ["true"]), (None, ["unsupported"]), ([900], ["false"])):
         golden = copy.deepcopy(GOLDEN)
         golden["facts"].update(checkpoint_steps=saves)
-        assert incident_verdicts(incident(700, said, bare), golden=golden)[1:] == verdicts
+        assert incident_verdicts(incident(700, bare), golden=golden)[1:] == verdicts
 
 
 def test_every_action_stabscope_may_say_has_a_rule() -> None:
@@ -418,7 +417,11 @@ def test_run_status_against_planned_steps_and_ended() -> None:
     assert status_verdict(no_fact, "finished") == "unjudged"
     assert status_verdict(with_run(steps=[1, 10], planned_steps=10), "finished") == "true"
     assert status_verdict(with_run(steps=[1, 9], planned_steps=10, ended="finished"), "finished") == "true"  # 9 + 1
-    assert status_verdict(with_run(steps=[1, 5], planned_steps=10, ended="finished"), "finished") == "false"
+    # the golden says the run ended on its own terms (early stopping, "End of training", its last logged step
+    # the last it would log before the plan): "finished" is true short of the planned steps (round 10)
+    assert status_verdict(with_run(steps=[1, 5], planned_steps=10, ended="finished"), "finished") == "true"
+    assert status_verdict(with_run(steps=[1, 5], planned_steps=10, ended="stopped"), "finished") == "false"
+    assert status_verdict(with_run(steps=[1, 5], planned_steps=10, ended="unknown"), "finished") == "false"
     # no planned steps: "ended" decides
     assert status_verdict(with_run(steps=[1, 50], planned_steps=None, ended="finished"), "finished") == "true"
     assert status_verdict(with_run(steps=[1, 50], planned_steps=None, ended="crashed"), "finished") == "false"

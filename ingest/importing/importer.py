@@ -264,7 +264,14 @@ def import_segments(
     return [_import_segment(store, segment_run_name(name, i), s, metric_map) for i, s in enumerate(parsed.segments)]
 
 
+FILE_PLAN_KEYS: tuple[str, ...] = ("planned_steps", "total_steps")
+"""The planned total a reader states once per file (the first ``Epoch 1/50``, ``iteration 1/ 1000``): a further
+run of the file (a segment) is no evidence of it, so a segment does not carry it (issue #32: a run's plan is said
+only where the log states one for that run)."""
+
+
 def _import_segment(store: Store, run: str, parsed: Any, metric_map: Mapping[str, str] | None) -> dict[str, Any]:
+    parsed.meta = {k: v for k, v in parsed.meta.items() if k not in FILE_PLAN_KEYS}
     with store.writing(run):
         mapped = remembered_map_applied(store, run, parsed, metric_map or {})
         report = store_parsed(store, run, mapped)

@@ -109,3 +109,42 @@ def priced_run_spikes(
         for n, c in zip(bill.steps_charged, bill.per_spike, strict=True)
     ]
     return spikes, costs
+
+
+VALUELESS_LINE_KINDS = frozenset(
+    {
+        "blank",
+        "banner",
+        "prose",
+        "config dump",
+        "shell/launcher",
+        "stack trace",
+        "format line without values",
+        "record without values",
+    }
+)
+"""Kinds of line an import skips that carry no per-step value (the import report's ``ignored`` kinds). Any
+other kind skipped (a progress bar's ``s/it``, a line of unknown layout, values without a step) may carry
+the step time the readers did not read."""
+
+
+def skipped_timing_lines(info: RunInfo) -> dict[str, int]:
+    """The lines of the run's import that were skipped and may carry a step time: {kind: count} of the
+    import report's ``ignored`` kinds outside :data:`VALUELESS_LINE_KINDS` (empty: none, or no report)."""
+    ignored = ((info.meta.get("import_report") or {}).get("ignored")) or {}
+    return {
+        kind: int(entry.get("count", 0))
+        for kind, entry in ignored.items()
+        if kind not in VALUELESS_LINE_KINDS and isinstance(entry, dict) and entry.get("count")
+    }
+
+
+def no_step_time_words(info: RunInfo) -> str:
+    """Why run ``info`` has no step time, as a claim that holds (issue #32): "logs no step time and no
+    wall-clock times" only when its import read every line that could carry one; else that none was read,
+    with the skipped lines that may hold it (a claim about the log its premise cannot check is not said)."""
+    skipped = skipped_timing_lines(info)
+    if not skipped:
+        return "logs no step time and no wall-clock times"
+    kinds = ", ".join(f"{count} {kind} line(s)" for kind, count in sorted(skipped.items()))
+    return f"has no step time read from its log (skipped: {kinds}, which may carry one)"

@@ -51,11 +51,16 @@ def sibling_key(info: RunInfo) -> tuple[str, str, tuple[tuple[str, str], ...]] |
 def sibling_gap(info: RunInfo, level: Any, runs: Sequence[RunInfo]) -> dict[str, Any] | None:
     """The run's settled throughput ``level`` (``{"metric", "level"}``) against its siblings' among
     ``runs`` (their stored levels of the same metric): a sibling gap's dict, or None. A run of a file
-    that states settings for its other runs but none for it has no sibling (its settings are unknown)."""
+    that states settings for its other runs but none for it has no sibling (its settings are unknown), nor
+    has one whose stated settings leave out the model's shape."""
     key = sibling_key(info)
     if key is None or not level:
         return None
     if key[0] == "source" and not key[2] and isinstance(info.meta.get("run_settings"), dict):
+        return None
+    if key[0] == "source" and key[2] and not any(name.startswith("model") for name, _ in key[2]):
+        # settings stated without the model's shape (only a batch size and a sequence length): that both
+        # runs train the same model is not stated, so their tokens/s are no comparison (issue #32)
         return None
     theirs = {}
     for other in runs:

@@ -27,7 +27,7 @@ import numpy as np
 
 from ingest.store import Store
 from ingest.store.storage_errors import DamagedRunFile
-from stab_core.metrics import CANONICAL_METRICS
+from stab_core.metrics import CANONICAL_METRICS, POLICY_LOSSES
 
 STATUS_WORDS = ("live", "finished", "stopped", "ended", "empty", "damaged")
 """The first word of every status :func:`status_text` writes (what the Runs page filters on)."""
@@ -124,12 +124,40 @@ def _last_loss_row(store: Store, name: str) -> int | None:
     return int(steps[-1]) if len(steps) else None
 
 
+def _last_rows(store: Store, name: str, metric: str, count: int = 8) -> np.ndarray:
+    """The steps of the last ``count`` rows of ``metric`` (finite or not; empty: none), read back from the
+    run's end in windows that double."""
+    info = store.run_info(name)
+    if info.first_step is None or info.last_step is None or metric not in info.metrics:
+        return np.zeros(0, dtype=np.int64)
+    width, hi = FIRST_WINDOW_STEPS, info.last_step
+    while True:
+        lo = max(info.first_step, hi - width + 1)
+        steps = store.read_series(name, metric, start=lo, end=info.last_step, buckets=None).steps
+        if len(steps) >= count or lo == info.first_step:
+            return np.asarray(steps[-count:], dtype=np.int64)
+        width *= 2
+
+
+def log_interval(store: Store, name: str, metric: str = "loss") -> int:
+    """The steps between the last rows of ``metric`` (their median gap; 1 with fewer than two rows): how
+    far past its last row the run's next row of it would have been."""
+    steps = _last_rows(store, name, metric)
+    gaps = np.diff(steps)
+    return max(1, int(np.median(gaps))) if gaps.size else 1
+
+
 def last_step_reached(store: Store, name: str) -> Reached:
     """Run ``name``'s last training step (the rule is the module docstring's) and the evidence the
     status states with it: why it is not the loss's, and the metric logged furthest past it."""
     metrics = store.run_info(name).metrics
     training = [m for m in metrics if not is_eval_metric(m)]
     found = _last_finite_of(store, name, training)
+    loss_rows = _last_rows(store, name, "loss", 1)
+    if found is not None and loss_rows.size and found[0] > int(loss_rows[-1]):
+        # the run's steps are its loss's: a metric logged past the last loss row (a progress line's step
+        # time, a summary line's epoch) is no training step the log shows the loss of
+        found = (int(loss_rows[-1]), "loss")
     words: list[str] = []
     if "loss" in metrics and last_finite(store, name, "loss") is None:
         # never finite: every loss row is a step the trainer ran (llm.c printing "loss nan" from step 1)
@@ -163,7 +191,14 @@ def last_step_reached(store: Store, name: str) -> Reached:
 
 
 def status_text(
-    status: str, reached: int | None, planned: int | None, first_step: int | None, evidence: str = ""
+    status: str,
+    reached: int | None,
+    planned: int | None,
+    first_step: int | None,
+    evidence: str = "",
+    *,
+    interval: int = 1,
+    ended_on_eval: bool = False,
 ) -> str:
     """What the Runs table says about a run.
 
@@ -171,7 +206,16 @@ def status_text(
     the run's last training step (:func:`last_step_reached`); ``planned``: :func:`planned_steps`;
     ``first_step``: the first logged step; ``evidence``: what the step rests on where it is not plain
     (:attr:`Reached.evidence`), said in brackets after "ended at step N" / "stopped at N of M". A log
-    counted from 0 reaches its plan at step M - 1, one counted from 1 at M."""
+    counted from 0 reaches its plan at step M - 1, one counted from 1 at M.
+
+    ``interval``: the steps between the run's loss rows, given where the log records something after the
+    last one (a final summary line, an evaluation); a run whose next row would have been past its plan's
+    last step, and that went on past its last row, reached its plan as far as the log can show (a loss
+    logged every 10 steps, last at 6560 of 6566, a summary line at 6565), so it "finished".
+
+    ``ended_on_eval``: the run's last record is an evaluation at its last step; that a run short of its
+    plan ended there on its own terms or was stopped cannot be told, so it "ended at step N" with the plan
+    stated beside it, never "stopped"."""
     if status == "live":
         return "live"
     if reached is None:
@@ -179,8 +223,12 @@ def status_text(
     why = f" ({evidence})" if evidence else ""
     if planned is None:
         return f"ended at step {reached}{why}"
-    if reached + (1 if first_step == 0 else 0) >= planned:
+    last_planned = planned - (1 if first_step == 0 else 0)
+    if reached >= last_planned or reached + max(1, interval) > last_planned:
         return "finished"
+    if ended_on_eval:
+        words = "; ".join(w for w in (evidence, f"an evaluation at its last step; {planned} planned") if w)
+        return f"ended at step {reached} ({words})"
     return f"stopped at {reached} of {planned}{why}"
 
 
@@ -205,8 +253,70 @@ def run_status(store: Store, name: str) -> str:
     stated = info.meta.get("last_step")
     if isinstance(stated, int) and not isinstance(stated, bool) and reached is not None and stated > reached:
         reached, evidence = stated, "the trainer's own step count"
+    if reached is not None and not _trains(store, name, info.metrics):
+        return no_training_status(info.metrics)
+    first = info.first_step
+    ended_on_eval = reached is not None and _ended_on_eval(store, name, info.metrics, reached)
+    # the interval counts only where the log records something after the last loss row (a final summary,
+    # an evaluation): the trainer went on past it. A checkpoint's state at step 2800 of 2808 cannot tell
+    # whether the last 8 steps ran
+    went_on = reached is not None and info.last_step is not None and info.last_step > reached
+    interval = log_interval(store, name) if went_on else 1
     printed = info.meta.get("printed_step_offset")
     if isinstance(printed, int) and not isinstance(printed, bool) and printed and reached is not None:
-        # llm.c prints step + 1 and is stored 0-based: a user looks for the number the log prints
-        evidence = "; ".join(w for w in (evidence, f"the log prints it as step {reached + printed}") if w)
-    return status_text(info.status, reached, planned_steps(info.meta), info.first_step, evidence)
+        # llm.c prints step + 1 and is stored 0-based: a user looks for the number the log prints, and the
+        # plan it states ("step 1/19560") is in that numbering
+        evidence = "; ".join(w for w in (evidence, f"stored as step {reached}") if w)
+        reached, first = reached + printed, None if first is None else first + printed
+    return status_text(
+        info.status,
+        reached,
+        planned_steps(info.meta),
+        first,
+        evidence,
+        interval=interval,
+        ended_on_eval=ended_on_eval,
+    )
+
+
+TRAINING_SIGNALS: Final = ("loss", "grad_norm", *POLICY_LOSSES)
+"""Metrics only a training step writes. A run with none of them, and an LR at one step at most (printed at
+initialisation), shows no training step whatever steps its lines carry (a prediction loop's timings); an
+LR logged at several steps is a schedule advancing (a reward model's run logs its scores, not a loss)."""
+
+
+TRAINING_WORDS: Final = ("loss", "ppl", "perplexity", "acc", "reward", "entropy", "kl")
+"""Words in a metric's name that only a training step writes, besides :data:`TRAINING_SIGNALS` (a run
+logging its perplexity, accuracy or an RL reward alone trains: said with less, never "no training steps")."""
+
+
+def _trains(store: Store, name: str, metrics: Iterable[str]) -> bool:
+    held = list(metrics)
+    if any(m in TRAINING_SIGNALS for m in held):
+        return True
+    if any(w in m.lower() for m in held if not is_eval_metric(m) for w in TRAINING_WORDS):
+        return True
+    return "lr" in held and _last_rows(store, name, "lr", 2).size > 1
+
+
+def no_training_status(metrics: Iterable[str]) -> str:
+    """The status of a run that logs no training signal (:data:`TRAINING_SIGNALS`): what the file holds."""
+    held = sorted(metrics)
+    shown = ", ".join(held[:4]) + (f" and {len(held) - 4} more" if len(held) > 4 else "")
+    return f"empty: no training steps (no loss or grad norm logged; only {shown})"
+
+
+def _ended_on_eval(store: Store, name: str, metrics: Iterable[str], reached: int) -> bool:
+    """Is the run's last record an evaluation at its last training step ``reached`` (nothing logged later)?"""
+    evals = [m for m in metrics if is_eval_metric(m)]
+    if not evals or store.run_info(name).last_step != reached:
+        return False
+    # an evaluation logged with every training row (Keras' per-epoch val_loss) marks no end: only one
+    # sparser than the loss (a final or periodic evaluation) does
+    every = log_interval(store, name)
+    return any(
+        (f := last_finite(store, name, m, after=reached - 1)) is not None
+        and f[0] == reached
+        and ((rows := _last_rows(store, name, m, 2)).size < 2 or int(rows[-1] - rows[-2]) > every)
+        for m in evals
+    )

@@ -1,0 +1,65 @@
+"""Which detectors a run's data cannot feed, and why (a "Not run" note says so with what to log).
+
+Split out of :mod:`stab_core.analysis` by purpose; pure: numpy in, reasons out."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from stab_core.metrics import SIGNED_LOSS_REASON, missing_reason, signed_objective
+from stab_core.runview import RunView
+from stab_core.snr import SnrSeries
+from stab_core.spike_params import SpikeParams
+
+
+def detectors_not_run(
+    view: RunView,
+    spike_params: tuple[SpikeParams, SpikeParams],
+    proxy_window: int,
+    snr: SnrSeries | None,
+) -> tuple[list[tuple[str, str]], str | None]:
+    """Detectors the run's data cannot feed, and why; and why there is no SNR (None when there is).
+    ``spike_params`` are the loss and the grad-norm spike detectors' settings; ``proxy_window`` is the
+    SNR proxy's window in logged samples."""
+    not_run: list[tuple[str, str]] = []
+    for metric, params in zip(("loss", "grad_norm"), spike_params, strict=True):
+        series = view.series.get(metric)
+        finite = int(np.isfinite(series.values).sum()) if series is not None else 0
+        if series is None or (metric == "loss" and signed_objective(series.values)):
+            not_run.append(
+                (
+                    f"{metric} spikes",
+                    missing_reason(metric, view.series, view.meta) if series is None else SIGNED_LOSS_REASON,
+                )
+            )
+        elif finite <= params.min_history:
+            not_run.append(
+                (
+                    f"{metric} spikes",
+                    f"{finite} finite {metric} samples: the spike detector needs more than {params.min_history} (it "
+                    "compares each sample with the median of the ones before it); only the early-instability "
+                    "check ran"
+                    if metric == "loss"
+                    else f"{finite} finite {metric} samples: the spike detector needs more than {params.min_history}",
+                )
+            )
+    reason = None
+    grad = view.series.get("grad_norm")
+    # all 0: DeepSpeed's `grad norm: 0.000` when it does not compute the norm. A non-finite value among the
+    # zeros shows a norm computed (nan, then 0 once the weights froze): logged, not a placeholder (issue #32)
+    zero = grad is not None and bool(grad.values.size and np.isfinite(grad.values).all() and not grad.values.any())
+    if grad is None or zero:
+        reason = (
+            f"no SNR: the run logs no gradient norm{' (0 at every step: a placeholder)' * zero}; log the global "
+            "grad norm before clipping (and per-rank local norms with the batch sizes for the two-batch estimator)"
+        )
+    elif snr is None or not np.isfinite(snr.values).any():
+        window = snr.window if snr is not None else proxy_window
+        count = int(np.isfinite(grad.values).sum())
+        reason = (
+            f"no SNR yet: {count} grad-norm samples, the SNR proxy needs {window} (a rolling window); log "
+            "per-rank local grad norms and the batch sizes for the two-batch estimator"
+        )
+    if reason is not None:
+        not_run.append(("snr", reason))
+    return not_run, reason
