@@ -240,7 +240,8 @@ def detect_throughput_drops(steps: IntArray, values: FloatArray, metric: str) ->
     run is warm-up when it ends within ``WARMUP_SHARE`` of the run; any other stretch under the norm
     it fell from, of at least ``MIN_SPAN_SAMPLES`` samples and ``MIN_SPAN_SHARE`` of the run, is a
     drop. A drop smaller than ``NOISE_MULTIPLE`` times the run's sample-to-sample scatter is jitter
-    and is not returned. ``metric`` is ``throughput_tok_s`` or ``step_time_s``.
+    and is not returned; nor are recovered spans when ``INTERMITTENT_SPANS`` or more of them recur
+    (intermittent stalls, not a level change). ``metric`` is ``throughput_tok_s`` or ``step_time_s``.
     """
     if metric not in THROUGHPUT_METRICS:
         raise ValueError(f"metric must be one of {THROUGHPUT_METRICS}, got {metric!r}")
