@@ -42,8 +42,9 @@ SHORT_SPAN_SAMPLES = 10
 (the facts' "lasting >= 10 logged steps"): a stall of a dozen steps on a 20,000-step run (llm.c: 7 of
 12 steps at 5.6-27.8 s against 4.2 s) that bucket levels of 2 % of the run average away. A median of
 10 is never moved by one slow step (an eval, a checkpoint save) nor by four."""
-MIN_SPAN_SAMPLES = 5
-"""A degraded span must hold at least this many samples..."""
+MIN_SPAN_SAMPLES = SHORT_SPAN_SAMPLES
+"""A degraded span must hold at least this many logged samples (the facts' "lasting >= 10 logged
+samples": a stall of 6 samples at a 5-step log interval is 30 steps but not a level)..."""
 MIN_SPAN_SHARE = 0.02
 """... and this share of the run's samples (2 %)."""
 WARMUP_SHARE = 0.2
@@ -56,6 +57,10 @@ MIN_PRIOR_SHARE = 0.05
 buckets (5 %, at least ``SMOOTH_BUCKETS``) precede it: a run that ran well for its first fifth and
 slowly for the rest (GPT-NeoX 596 -> 759 ms a step from step 602 on) has a run-wide norm at its slow
 level, and only the level before the change shows the loss."""
+INTERMITTENT_SPANS = 3
+"""A run with this many slow spans or more that each came back to the norm is not changing level: its
+step time switches between a fast and a slow state (a shared node, interleaved evals), so the spans
+are its scatter, not a loss each; they are not reported (a span not back by the last step still is)."""
 MAX_SAMPLES = 100_000
 """Longer series are judged on every k-th sample (a level over 2 % of the run does not need each
 step, and a 10M-step run's step time is read in a fraction of the time)."""
@@ -185,6 +190,16 @@ def _bucket_levels(rate: FloatArray) -> tuple[FloatArray, IntArray]:
     return smooth, edges[:-1]
 
 
+def _step_percentile(levels: FloatArray, spans: FloatArray) -> float:
+    """The ``NORM_PERCENTILE`` of ``levels`` with each bucket weighted by the steps it covers
+    (``spans``): a run that logs every step for its first 10 steps and every 200 after has its norm
+    from the 85,000 steps, not from the 10 start-up samples."""
+    order = np.argsort(levels)
+    weights = np.maximum(spans[order], 1.0)
+    cumulative = np.cumsum(weights) / weights.sum()
+    return float(levels[order][min(int(np.searchsorted(cumulative, NORM_PERCENTILE / 100)), levels.size - 1)])
+
+
 def _runs(mask: npt.NDArray[np.bool_]) -> list[tuple[int, int]]:
     """[first, last] index pairs of the True runs of ``mask``."""
     padded = np.concatenate([[False], mask, [False]])
@@ -225,7 +240,8 @@ def detect_throughput_drops(steps: IntArray, values: FloatArray, metric: str) ->
     run is warm-up when it ends within ``WARMUP_SHARE`` of the run; any other stretch under the norm
     it fell from, of at least ``MIN_SPAN_SAMPLES`` samples and ``MIN_SPAN_SHARE`` of the run, is a
     drop. A drop smaller than ``NOISE_MULTIPLE`` times the run's sample-to-sample scatter is jitter
-    and is not returned. ``metric`` is ``throughput_tok_s`` or ``step_time_s``.
+    and is not returned; nor are recovered spans when ``INTERMITTENT_SPANS`` or more of them recur
+    (intermittent stalls, not a level change). ``metric`` is ``throughput_tok_s`` or ``step_time_s``.
     """
     if metric not in THROUGHPUT_METRICS:
         raise ValueError(f"metric must be one of {THROUGHPUT_METRICS}, got {metric!r}")
@@ -241,11 +257,16 @@ def detect_throughput_drops(steps: IntArray, values: FloatArray, metric: str) ->
     overall = float(np.percentile(levels[warm:], NORM_PERCENTILE))
     min_samples = max(MIN_SPAN_SAMPLES, int(np.ceil(MIN_SPAN_SHARE * rate.size)))
     min_prior = max(SMOOTH_BUCKETS, int(np.ceil(MIN_PRIOR_SHARE * levels.size)))
+    # ... and the level before must have held over that share of the run's steps too: the first logged
+    # steps of a run that then logs every 200 (steps 2-10 of 85,200) are its start-up, not a norm
+    prior_steps = MIN_PRIOR_SHARE * float(steps[-1] - steps[0])
+    spans = np.diff(np.append(steps[firsts], steps[-1] + 1)).astype(np.float64)  # steps each bucket covers
     out = []
     i = warm
     while i < levels.size:
         before = levels[warm:i]
-        norm = max(overall, float(np.percentile(before, NORM_PERCENTILE))) if before.size >= min_prior else overall
+        held = before.size >= min_prior and steps[firsts[i]] - steps[firsts[warm]] >= prior_steps
+        norm = max(overall, _step_percentile(before, spans[warm:i])) if held else overall
         if levels[i] >= (1 - DROP_FRACTION) * norm:
             i += 1
             continue
@@ -275,7 +296,10 @@ def detect_throughput_drops(steps: IntArray, values: FloatArray, metric: str) ->
     # against sat at fast bursts (minGPT on a CPU: ~5 s steps with bursts of ~2.5 s, the 75th percentile at
     # the bursts). A drop that lasts to the run's end moves the median itself: kept as before
     typical = float(np.median(rate[start:])) if start < rate.size else float(np.median(rate))
-    return sorted((d for d in out if -d.change_pct >= needed and not _at_typical(d, typical)), key=lambda d: d.start)
+    kept = [d for d in out if -d.change_pct >= needed and not _at_typical(d, typical)]
+    if sum(d.recovered for d in kept) >= INTERMITTENT_SPANS:  # intermittent: scatter, not a level change
+        kept = [d for d in kept if not d.recovered]
+    return sorted(kept, key=lambda d: d.start)
 
 
 def _at_typical(drop: ThroughputDrop, typical: float) -> bool:
@@ -297,11 +321,15 @@ def _short_drops(
     out = []
     for a, b in _runs(windows < (1 - DROP_FRACTION) * norm):
         lo, hi = start + a, start + b + n - 1  # the samples of the slow windows
-        if a == 0 and hi <= WARMUP_SHARE * rate.size:
-            continue  # a slow stretch that opens the run: warm-up (compilation, first iterations)
+        if a == 0 and hi < max(WARMUP_SHARE * rate.size, 2 * n):
+            # a slow stretch that opens the run: warm-up (compilation, first iterations), which takes a
+            # number of steps, not a share of the run: a 24-sample run's first 20 are its start-up too
+            continue
         # the span from its first slow sample to its last; its level, the slow windows' median
         slow = lo + np.flatnonzero(rate[lo : hi + 1] < (1 - DROP_FRACTION) * norm)
         lo, hi = int(slow[0]), int(slow[-1])
+        if hi - lo + 1 < n:
+            continue  # fewer logged samples than a lasting level: 6 slow ones move a median of 10
         first, last = int(steps[lo]), int(steps[hi])
         if any(first <= f_hi and last >= f_lo for f_lo, f_hi in found):
             continue

@@ -130,10 +130,18 @@ def finding_entries(findings: dict[str, Any]) -> list[dict[str, Any]]:
                     "start": start, "peak": start, "end": end, "recovered": bool(drop.get("recovered", False)),
                     "ratio": 1 + float(drop["change_pct"]) / 100, "cause": "throughput", "confidence": None,
                     "path": [], "summary": drop["message"],
-                    "actions": ["Compare the slow span's nodes, data loading and checkpoint saves with a fast span "
-                                "(per-rank step time shows a straggler on the Ranks page)."],
-                    "throughput": drop})  # fmt: skip
+                    "actions": [_throughput_action(drop)], "throughput": drop})  # fmt: skip
     return out
+
+
+def _throughput_action(drop: dict[str, Any]) -> str:
+    """What to do about a throughput finding, on its own premise: a drop has a slow span and a fast one
+    to compare; a sibling gap holds for the whole run, so the run is compared with its siblings."""
+    if drop.get("kind") == "siblings":
+        return ("Compare this run's nodes, data loading and settings with its sibling runs' "
+                "(per-rank step time shows a straggler on the Ranks page).")  # fmt: skip
+    return ("Compare the slow span's nodes, data loading and checkpoint saves with a fast span "
+            "(per-rank step time shows a straggler on the Ranks page).")  # fmt: skip
 
 
 def stored_lr_transitions(info: RunInfo) -> list[dict[str, Any]]:
