@@ -133,10 +133,18 @@ def _status(spike: SpikeEvent, diagnosis: Diagnosis, kind: str) -> Claim:
     if _nonfinite_from_start(diagnosis):
         numerical = next((v.evidence for v in diagnosis.path if v.node == "numerical"), {})
         from_start = numerical.get("nonfinite_from_first_step")
+        grads = str(numerical.get("nonfinite_metric") or "").startswith("grad_norm")
+        text = (
+            f"The gradients are non-finite from the first steps ({spike.metric} from step {spike.start} on): the "
+            "model is not training (check the loss scaling or precision, the learning rate and any noise or "
+            "custom layers in the forward pass)."
+            if grads
+            else f"Non-finite from the first step (step {spike.start}): a build, kernel, data or initialisation "
+            "fault, not a training instability."
+        )
         return Claim(
             "status",
-            f"Non-finite from the first step (step {spike.start}): a build, kernel, data or initialisation fault, "
-            "not a training instability.",
+            text,
             True if from_start is True else None,
             {**base, "nonfinite_from_first_step": from_start},
         )
