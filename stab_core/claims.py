@@ -225,6 +225,17 @@ def _recovery(
                 evidence,
             )
         ]
+    if not spike.recovered and not spike.diverged:
+        # one sample on the log's last step (stab_core.run_end_rises.cut_off_at_log_end): no later sample
+        # shows whether it lasted, so neither "recovered" nor "diverged" is said
+        return [
+            Claim(
+                "recovery",
+                f"The log ends at this sample (step {spike.end}): whether it lasted cannot be told.",
+                True,
+                {**evidence, "cut_off": True},
+            )
+        ]
     # a level that is not a number (a non-finite first sample, nothing finite before it) is none to come
     # back to: "back near its level of nan" said a run that never trained had recovered
     back = spike.recovered and math.isfinite(spike.baseline)
