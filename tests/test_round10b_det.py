@@ -69,3 +69,82 @@ def test_the_scorer_judges_all_non_finite_from_the_facts() -> None:
     snr = "Not run: snr: no SNR: all 171 grad-norm samples are non-finite; the SNR proxy needs finite ones"
     assert count_note_verdict(snr, run, {"nonfinite_from_start": True})[0] == TRUE  # type: ignore[index]
     assert count_note_verdict(snr.replace("171", "400"), run, {"nonfinite_from_start": True})[0] == FALSE  # type: ignore[index]
+
+
+def _noisy_cut_off_on_an_outlier(metric: str) -> RunView:
+    """A noisy, healthy loss (and grad norm) logged every 10 steps whose last sample is a one-sample
+    outlier of ``metric``: the log ends there."""
+    rng = np.random.default_rng(5)
+    steps = np.arange(10, 4010, 10)
+    loss = 0.5 * np.exp(0.15 * rng.standard_normal(steps.size))
+    grad = 1.8 * np.exp(0.15 * rng.standard_normal(steps.size))
+    (loss if metric == "loss" else grad)[-1] *= 8.0
+    return RunView("cut", {"loss": Series(steps, loss), "grad_norm": Series(steps, grad)})
+
+
+def test_a_one_sample_outlier_on_the_logs_last_step_is_not_a_divergence() -> None:
+    from stab_core.analysis import outcome
+
+    for metric in ("loss", "grad_norm"):
+        (item,) = [i for i in _items(_noisy_cut_off_on_an_outlier(metric)) if i["peak"] == 4000]
+        assert item["severity"] == "spike" and item["diverged"] is False
+        assert outcome(item) == "cut off by the log's end"
+        said = " ".join(statements(item, (*INCIDENT_VERDICT, "action")))
+        assert "iverged" not in said and "DIVERGED" not in verdict_words(item)
+        (recovery,) = [c for c in item["claims"] if c["kind"] == "recovery"]
+        assert recovery["text"].startswith("The log ends at this sample (step 4000)")
+
+
+def test_two_trailing_samples_out_stay_a_divergence() -> None:
+    """Two samples or more above the level at the end is what a run-end rise needs (END_MIN_SAMPLES)."""
+    view = _noisy_cut_off_on_an_outlier("loss")
+    loss = view.series["loss"]
+    values = loss.values.copy()
+    values[-2] = values[-1]
+    items = _items(RunView("cut2", {"loss": Series(loss.steps, values)}))
+    assert any(i["severity"] == "divergence" for i in items)
+
+
+def test_a_tree_question_is_not_a_statement_for_must_not_say() -> None:
+    """ "Is the loss or grad norm non-finite around the spike ...?" is asked of every incident; the scorer's
+    must-not-say check reads what an incident asserts, not the questions asked of it."""
+    from bench.corpus_eval import _texts
+
+    item = {
+        "path": [{"question": "Is the loss or grad norm non-finite around the spike?", "answer": "no"}],
+        "claims": [{"text": "Loss rose to 2.00x its level."}],
+    }
+    texts = list(_texts([item]))
+    assert "Loss rose to 2.00x its level." in texts and not any("non-finite" in t for t in texts)
+
+
+def _per_iteration(shift_from: int, shift_to: int, factor: float, n: int = 3000, seed: int = 7) -> tuple[Any, Any]:
+    """A per-iteration loss at ~0.8 whose batches spread it +-40% (lognormal), its level ``factor`` times
+    higher over iterations ``shift_from..shift_to``."""
+    rng = np.random.default_rng(seed)
+    steps = np.arange(n)
+    level = np.where((steps >= shift_from) & (steps < shift_to), 0.8 * factor, 0.8)
+    return steps, level * np.exp(0.3 * rng.standard_normal(n))
+
+
+def test_a_lasting_level_rise_of_a_noisy_per_iteration_loss_is_found() -> None:
+    from stab_core.level_shifts import level_shifts
+
+    steps, loss = _per_iteration(1500, 1850, 1.3)
+    (event,) = level_shifts(steps, loss)
+    assert 1450 <= event.start <= 1550 and event.recovered and 1800 <= (event.recovery_step or 0) <= 1950
+    items = _items(RunView("noisy", {"loss": Series(steps, loss)}))
+    (item,) = [i for i in items if i["start"] <= 1600 and i["until"] >= 1800 and i["severity"] != "blip"]
+    # a level is back when the level is, not when one noisy sample dips into the trend's band
+    (recovery,) = [c for c in item["claims"] if c["kind"] == "recovery"]
+    assert item["loss_recovered_at"] >= 1800 and "1501" not in recovery["text"]
+
+
+def test_no_level_rise_on_a_noisy_loss_without_one_nor_on_its_last_blocks() -> None:
+    from stab_core.level_shifts import level_shifts
+
+    steps, loss = _per_iteration(0, 0, 1.0)
+    assert level_shifts(steps, loss) == []
+    # a rise over the last 150 iterations only: the last few blocks of a noisy run are no lasting level
+    steps, loss = _per_iteration(2850, 3000, 1.5)
+    assert level_shifts(steps, loss) == []
