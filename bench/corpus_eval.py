@@ -38,7 +38,7 @@ import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 
@@ -240,12 +240,18 @@ def score_incidents(result: LogScore, golden: Mapping[str, Any], incidents: Sequ
                 result.quiet_flagged.append(f"{_describe(inc)} in quiet span {lo}-{hi}")
 
 
+NOT_SAID: Final = frozenset({"question"})
+"""Keys of an incident's JSON whose text is not a statement: the decision tree's questions ("Is the loss
+or grad norm non-finite around the spike ...?") are asked of every incident and assert nothing."""
+
+
 def _texts(value: Any) -> Iterator[str]:
     if isinstance(value, str):
         yield value
     elif isinstance(value, Mapping):
-        for v in value.values():
-            yield from _texts(v)
+        for k, v in value.items():
+            if k not in NOT_SAID:
+                yield from _texts(v)
     elif isinstance(value, (list, tuple)):
         for v in value:
             yield from _texts(v)

@@ -32,6 +32,7 @@ COUNT_TOLERANCE: Final = 0.01
 
 FINITE_SAMPLES: Final = re.compile(r"^Not run: \w+ spikes: (\d+) finite (\w+) samples")
 SNR_SAMPLES: Final = re.compile(r"no SNR yet: (\d+) grad-norm samples")
+ALL_NONFINITE: Final = re.compile(r"all (\d+) ([\w-]+) samples are non-finite")
 
 
 def golden_records(run: Mapping[str, Any] | None, metric: str) -> int | None:
@@ -116,7 +117,29 @@ def count_note_verdict(note: str, run: Mapping[str, Any] | None, facts: Mapping[
     snr = SNR_SAMPLES.search(note)
     if snr:
         return sample_count_verdict(int(snr.group(1)), "grad_norm", run, facts)
+    every = ALL_NONFINITE.search(note)
+    if every:
+        return all_nonfinite_verdict(int(every.group(1)), every.group(2).replace("-", "_"), run, facts)
     return None
+
+
+def all_nonfinite_verdict(
+    count: int, metric: str, run: Mapping[str, Any] | None, facts: Mapping[str, Any]
+) -> Verdict | None:
+    """ "All ``count`` ``metric`` samples are non-finite": the count against :func:`golden_records`, the
+    "non-finite" against ``facts.nonfinite_from_start`` (a run finite at its start has finite samples: false;
+    non-finite from its start with every record counted: true). None when no fact counts the records."""
+    records = golden_records(run, metric)
+    if records is None:
+        return None
+    if abs(count - records) > max(1.0, COUNT_TOLERANCE * records):
+        return FALSE, f"the golden run has {records} {metric} records"
+    start = facts.get("nonfinite_from_start")
+    if start is True:
+        return TRUE, f"nonfinite_from_start true; the golden run has {records} {metric} records"
+    if start is False:
+        return FALSE, "nonfinite_from_start false: the run has finite values at its start"
+    return UNJUDGED, "facts have no nonfinite_from_start"
 
 
 # --------------------------------------------------------------------------------------------------

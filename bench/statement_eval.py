@@ -181,6 +181,9 @@ def _recovery(case: Case, text: str) -> Verdict:
         return (TRUE if ok else FALSE), f"recovered_by {by} (tolerance {tol})"
     if text.startswith("Diverged"):
         return (TRUE, "recovered_by null") if by is None else (FALSE, f"recovered_by {by}")
+    if text.startswith("The log ends at this sample"):
+        # no recovery said, only that the log shows none: true unless the golden has the run back in the log
+        return (TRUE, "recovered_by null") if by is None else (FALSE, f"recovered_by {by}")
     return UNJUDGED, "no rule for this recovery sentence"
 
 

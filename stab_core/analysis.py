@@ -31,9 +31,10 @@ from stab_core.incidents import (
     window_ratio,
     without_steps,
 )
+from stab_core.level_shifts import LEVEL_SAMPLES, level_shifts
 from stab_core.metrics import signed_objective
 from stab_core.recent_level import new_early_jumps, new_recent_level_jumps
-from stab_core.run_end_rises import rise_corroborated, run_end_rises
+from stab_core.run_end_rises import cut_off_at_log_end, rise_corroborated, run_end_rises
 from stab_core.runview import FloatArray, IntArray, RunView, Series
 from stab_core.severity import EARLY_BLIP_SAMPLES, Certainty, classify, loss_cost, loss_left_band, sensitivity
 from stab_core.snr import SnrCollapse, SnrSeries, detect_snr_collapse, gradient_snr
@@ -292,6 +293,8 @@ def outcome(item: Mapping[str, Any]) -> str:
     first step`` (a run that was never finite had nothing to diverge from)."""
     if item.get("leaf") == NONFINITE_START_LEAF:
         return "non-finite from the first step"
+    if not item.get("recovered") and item.get("diverged") is False:
+        return "cut off by the log's end"
     return "recovered" if item.get("recovered") else "diverged"
 
 
@@ -407,6 +410,7 @@ def find_incidents(view: RunView, params: AnalysisParams | None = None) -> list[
         grad_events = detect_spikes(grad.steps, grad.values, "grad_norm", p.grad_norm_spikes)
         early = new_early_jumps(grad, grad_events, p.grad_norm_spikes)
         grad_events, early = (_near_baseline(e, grad, p.grad_norm_spikes) for e in (grad_events, early))
+        grad_events = cut_off_at_log_end(grad_events, grad)
         found += [(event, "spike") for event in (*grad_events, *early)]
     interval = 1
     if loss is not None and loss.steps.size:
@@ -414,7 +418,7 @@ def find_incidents(view: RunView, params: AnalysisParams | None = None) -> list[
         z = p.loss_spikes.z_threshold
         loss_events = _near_baseline(detect_spikes(loss.steps, loss.values, "loss", p.loss_spikes), loss, p.loss_spikes)
         recent = new_recent_level_jumps(loss, loss_events, p.loss_spikes)
-        loss_events += _near_baseline(recent, loss, p.loss_spikes)
+        loss_events = cut_off_at_log_end(loss_events + _near_baseline(recent, loss, p.loss_spikes), loss)
         found += [(event, "spike") for event in loss_events]
         found += [
             (event, "early_instability")
@@ -427,6 +431,7 @@ def find_incidents(view: RunView, params: AnalysisParams | None = None) -> list[
         ]
         corroborated = rise_corroborated(view.series.get("val_loss"), view.series.get("loss_scale"))
         found += [(event, "climb") for event in run_end_rises(loss.steps, loss.values, z, corroborated)]
+        found += [(event, "climb") for event in level_shifts(loss.steps, loss.values)]
         seen = [e for e, _ in found if e.metric == "loss"]
         again = spikes_past_long_incidents(loss.steps, loss.values, "loss", p.loss_spikes, seen, p.blip_samples)
         found += [(event, "spike") for event in again]
@@ -461,23 +466,34 @@ def _costed(
     certainty: Certainty = "low" if low or incident.kind == "early_instability" else "high"
     diverged = incident.primary.diverged
     recovered_at = cost.recovered_at if cost is not None else None
+    levels = [m.recovery_step for m in incident.members if m.metric == "loss" and m.n_samples >= LEVEL_SAMPLES]
+    if recovered_at is not None and levels and all(b is not None for b in levels):
+        # a lasting level (level_shifts) is back when the level is, not when one noisy sample dips into
+        # the trend's band
+        recovered_at = max(recovered_at, *(int(b) for b in levels if b is not None))
     until = max(m.until for m in incident.members)
     over = until if recovered_at is None else max(until, recovered_at)
-    severity = classify(
-        diverged=diverged,
-        loss_samples=cost.samples_above if cost is not None and cost.band is not None else None,
-        member_samples=max(m.n_samples for m in incident.members),
-        blip_samples=min(p.blip_samples, EARLY_BLIP_SAMPLES)
-        if incident.kind == "early_instability" and not (cost is not None and cost.at_level)
-        else p.blip_samples,
-        steps_lost=over - incident.start,
-        loss_left_band=loss_left_band(
-            cost, "loss" in incident.metrics, incident.co_moves.get("loss"), p.loss_spikes.min_ratio
-        ),
-        settled=cost is not None and cost.band is not None and cost.certainty == "high",
-        peak_ratio=incident.primary.ratio,
-        held_out_rose=held_out_rose(val_loss, incident.start, until),
-        loss_unmoved=incident.co_moves.get("loss", math.inf) < p.loss_spikes.recover_ratio,  # no loss member
+    # cut off by the log's end (not recovered, not diverged): whether it lasted is unknown, so not a blip
+    cut_off = not incident.primary.recovered and not diverged
+    severity = (
+        "spike"
+        if cut_off
+        else classify(
+            diverged=diverged,
+            loss_samples=cost.samples_above if cost is not None and cost.band is not None else None,
+            member_samples=max(m.n_samples for m in incident.members),
+            blip_samples=min(p.blip_samples, EARLY_BLIP_SAMPLES)
+            if incident.kind == "early_instability" and not (cost is not None and cost.at_level)
+            else p.blip_samples,
+            steps_lost=over - incident.start,
+            loss_left_band=loss_left_band(
+                cost, "loss" in incident.metrics, incident.co_moves.get("loss"), p.loss_spikes.min_ratio
+            ),
+            settled=cost is not None and cost.band is not None and cost.certainty == "high",
+            peak_ratio=incident.primary.ratio,
+            held_out_rose=held_out_rose(val_loss, incident.start, until),
+            loss_unmoved=incident.co_moves.get("loss", math.inf) < p.loss_spikes.recover_ratio,  # no loss member
+        )
     )
     return replace(
         incident,

@@ -133,10 +133,18 @@ def _status(spike: SpikeEvent, diagnosis: Diagnosis, kind: str) -> Claim:
     if _nonfinite_from_start(diagnosis):
         numerical = next((v.evidence for v in diagnosis.path if v.node == "numerical"), {})
         from_start = numerical.get("nonfinite_from_first_step")
+        grads = str(numerical.get("nonfinite_metric") or "").startswith("grad_norm")
+        text = (
+            f"The gradients are non-finite from the first steps ({spike.metric} from step {spike.start} on): the "
+            "model is not training (check the loss scaling or precision, the learning rate and any noise or "
+            "custom layers in the forward pass)."
+            if grads
+            else f"Non-finite from the first step (step {spike.start}): a build, kernel, data or initialisation "
+            "fault, not a training instability."
+        )
         return Claim(
             "status",
-            f"Non-finite from the first step (step {spike.start}): a build, kernel, data or initialisation fault, "
-            "not a training instability.",
+            text,
             True if from_start is True else None,
             {**base, "nonfinite_from_first_step": from_start},
         )
@@ -215,6 +223,17 @@ def _recovery(
                 f"Recovered at step {spike.recovery_step}: back near its level of {_number(spike.baseline)}.",
                 True,
                 evidence,
+            )
+        ]
+    if not spike.recovered and not spike.diverged:
+        # one sample on the log's last step (stab_core.run_end_rises.cut_off_at_log_end): no later sample
+        # shows whether it lasted, so neither "recovered" nor "diverged" is said
+        return [
+            Claim(
+                "recovery",
+                f"The log ends at this sample (step {spike.end}): whether it lasted cannot be told.",
+                True,
+                {**evidence, "cut_off": True},
             )
         ]
     # a level that is not a number (a non-finite first sample, nothing finite before it) is none to come

@@ -32,6 +32,11 @@ def detectors_not_run(
                     missing_reason(metric, view.series, view.meta) if series is None else SIGNED_LOSS_REASON,
                 )
             )
+        elif finite == 0 and series.values.size:
+            # every sample logged and none finite (grad norm inf at every step): "0 finite samples" would read
+            # as "too few logged"; what the log shows is that all of them are non-finite (issue #32)
+            nothing = "nothing to compare" + ("; only the early-instability check ran" if metric == "loss" else "")
+            not_run.append((f"{metric} spikes", f"all {series.values.size} {metric} samples are non-finite: {nothing}"))
         elif finite <= params.min_history:
             not_run.append(
                 (
@@ -53,6 +58,8 @@ def detectors_not_run(
             f"no SNR: the run logs no gradient norm{' (0 at every step: a placeholder)' * zero}; log the global "
             "grad norm before clipping (and per-rank local norms with the batch sizes for the two-batch estimator)"
         )
+    elif grad.values.size and not np.isfinite(grad.values).any():
+        reason = f"no SNR: all {grad.values.size} grad-norm samples are non-finite; the SNR proxy needs finite ones"
     elif snr is None or not np.isfinite(snr.values).any():
         window = snr.window if snr is not None else proxy_window
         count = int(np.isfinite(grad.values).sum())

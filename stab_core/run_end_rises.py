@@ -19,6 +19,7 @@ collapsed to its floor of 1).
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Final
 
 import numpy as np
@@ -117,3 +118,17 @@ def _val_rose(before: FloatArray, after: FloatArray) -> bool:
 
 def _scale_collapsed(before: FloatArray, after: FloatArray) -> bool:
     return float(before.max()) > LOSS_SCALE_FLOOR and float(after.max()) <= LOSS_SCALE_FLOOR
+
+
+def cut_off_at_log_end(events: list[SpikeEvent], series: Series) -> list[SpikeEvent]:
+    """``events`` with each finite one-sample event on the series' last finite sample marked neither
+    recovered nor diverged: the log ends at it, so nothing shows whether it lasted (one high last sample
+    may be one bad batch, :data:`END_MIN_SAMPLES`); a noisy run cut off on an outlier did not diverge."""
+    finite = series.steps[np.isfinite(series.values)]
+    if not finite.size:
+        return events
+    last = int(finite[-1])
+    return [
+        replace(e, diverged=False) if e.diverged and not e.nonfinite and e.n_samples == 1 and e.end == last else e
+        for e in events
+    ]

@@ -125,7 +125,10 @@ def node_numerical(view: RunView, spike: SpikeEvent, p: DiagnosisParams) -> Node
     nonfinite = spike.nonfinite or any(isinstance(c, int | float) and c > 0 for c in counts)
     if nonfinite:
         from_start = _nonfinite_from_start(view, spike.onset)
+        grads_never_finite = not from_start and _grads_never_finite(view, spike)
+        from_start = from_start or grads_never_finite
         evidence["nonfinite_from_first_step"] = from_start
+        evidence["nonfinite_metric"] = spike.metric if grads_never_finite else "loss" if from_start else None
         return NodeResult("yes", evidence, 1.0, branch=NONFINITE_FROM_START if from_start else None)
     if collapsed:
         return NodeResult("yes", evidence, 0.85)
@@ -140,6 +143,23 @@ def _nonfinite_from_start(view: RunView, onset: int) -> bool:
         return False
     before = loss.values[: max(1, int(np.searchsorted(loss.steps, onset)))]
     return not bool(np.isfinite(before).any())
+
+
+NEVER_FINITE_SHARE: Final = 0.9
+"""A grad norm non-finite at this share of its logged samples or more, from its first, never got finite
+gradients: fp16's loss-scale warm-up skips a few first steps (inf, then finite), this is every step."""
+
+
+def _grads_never_finite(view: RunView, spike: SpikeEvent) -> bool:
+    """Is the spike's metric a gradient norm non-finite at its first logged sample, with no finite value
+    before ``spike.onset`` and non-finite at :data:`NEVER_FINITE_SHARE` of its samples or more? Then the
+    loss may be finite (a forward pass works) but no update is: the model never trains (issue #32)."""
+    series = view.series.get(spike.metric)
+    if not spike.metric.startswith("grad_norm") or series is None or not series.values.size:
+        return False
+    before = series.values[: max(1, int(np.searchsorted(series.steps, spike.onset)))]
+    share = float(np.mean(~np.isfinite(series.values)))
+    return not bool(np.isfinite(before).any()) and share >= NEVER_FINITE_SHARE
 
 
 def node_lr_transition(view: RunView, spike: SpikeEvent, p: DiagnosisParams, context: DiagnosisContext) -> NodeResult:

@@ -35,6 +35,7 @@ TIERS: dict[str, str] = {
     **dict.fromkeys(
         (
             "action_premise_shapes",
+            "round10b_det",
             "statements_round10",
             "batch9_shapes",
             "det10_shapes",

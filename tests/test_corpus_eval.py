@@ -42,11 +42,12 @@ BATCH_FLOORS: dict[str, tuple[int, float, int, int, int, float]] = {
     "batch_6": (0, 6 / 6, 0, 0, 0, 0.98),
     # 0.908 (99 / 109) since imp10: one true note that no golden fact judges ("the loss takes negative values":
     # the GRPO terminal's loss is -0.0303 once; its golden states only the first and last losses, both positive)
-    "batch_7": (0, 3 / 3, 0, 0, 0, 0.90),
+    # 0.991 (106 / 107) since det10b: the trainers' "0 finite samples" notes now say "all N are non-finite"
+    "batch_7": (0, 3 / 3, 0, 0, 0, 0.98),
     "batch_8": (0, 8 / 8, 3, 0, 0, 0.93),
     "batch_9": (0, 7 / 7, 0, 1, 0, 0.93),  # det10 + imp10: 0 faults, 0 shown on healthy, 1 must-not-say
-    # batch 10 tuned on since round 10b; thr10: precision 0.713 -> 0.836 (throughput findings of lasting levels only)
-    "batch_10": (12, 3 / 6, 18, 6, 1, 0.83),
+    # batch 10 tuned on since round 10b (thr10 + det10b); floors set after the merges
+    "batch_10": (12, 5 / 6, 18, 2, 1, 0.72),
 }
 
 

@@ -1,0 +1,90 @@
+"""Lasting rises of a very noisy, densely logged loss, seen in block medians (issue #32, round 10b).
+
+A per-iteration loss whose batches differ a lot (p10-p90 spanning 0.6x-1.4x its median) hides a rise
+of its *level*: no one sample stands out (the spike detector's ratio and z tests answer the batch
+noise), the 5-sample median of the climb detector dips as low as the noise does, and the run's lowest
+dip is not its level. A nanoGPT run whose level moved 0.81 -> 1.03 for ~350 iterations, with the eval
+loss confirming it, showed nothing.
+
+The rule: cut the finite samples into consecutive blocks of :data:`BLOCK` samples and take each
+block's median (a batch outlier moves it by nothing). A block whose median is :data:`SHIFT_RATIO` times
+the level held before it (the median of the :data:`HELD_BLOCKS` block medians before it) *and* more
+than :data:`SHIFT_Z` times the usual wander of a block median above it (the robust spread of the
+changes between consecutive block medians over up to :data:`WANDER_BLOCKS` blocks before it: a loss
+whose block medians swing by 30% on their own, as a diffusion objective's sampled masking makes them,
+needs far more than 1.25x), with the next block still :data:`STAY_RATIO` times that level, starts a
+rise; it counts when it lasts :data:`LASTING_BLOCKS` blocks or more before a block is back within
+:data:`~stab_core.incidents.RECOVER_RATIO` of the level (a rise open at the log's end needs as many
+blocks before the end: the last few blocks of a noisy run are no lasting level). It is over at the first
+later block back within
+:data:`~stab_core.incidents.RECOVER_RATIO` of the level. Only series of :data:`MIN_SAMPLES` or more
+are looked at: a block median needs many samples, and a sparsely logged loss is the other detectors'.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+import numpy as np
+
+from stab_core.incidents import RECOVER_RATIO
+from stab_core.rolling_baseline import MAD_TO_Z
+from stab_core.runview import FloatArray, IntArray
+from stab_core.spikes import SpikeEvent, build_event
+
+BLOCK: Final = 50
+"""Samples per block median."""
+HELD_BLOCKS: Final = 4
+"""Blocks before a block whose median median is the level the loss held."""
+WANDER_BLOCKS: Final = 20
+"""Blocks before a block whose consecutive changes measure how far a block median wanders on its own."""
+SHIFT_RATIO: Final = 1.25
+"""A block median this many times the held level is a rise (the climb detector's 1.3, less a margin for
+the held level being a block median, not a dip)."""
+STAY_RATIO: Final = 1.15
+"""The next block's median must still be this many times the held level: the rise lasts."""
+SHIFT_Z: Final = 5.0
+"""Wanders of a block median (robust standard deviations) the rise must clear."""
+LASTING_BLOCKS: Final = 5
+"""Blocks a rise must hold before it counts (250 samples: a level, not a run of unlucky batches)."""
+LEVEL_SAMPLES: Final = LASTING_BLOCKS * BLOCK
+"""Samples of a loss event that make it a level, not a spike: its end is when the level is back."""
+MIN_SAMPLES: Final = (HELD_BLOCKS + 2) * BLOCK * 2
+"""Finite samples a series needs before it is looked at."""
+
+
+def level_shifts(steps: IntArray, values: FloatArray, metric: str = "loss") -> list[SpikeEvent]:
+    """Lasting rises of the block medians of ``values`` (see the module docstring), each as an event
+    from the first sample of its first high block, with the held level as baseline; recovered at the
+    first sample of the first block back within ``RECOVER_RATIO`` of it, else open to the end."""
+    keep = np.isfinite(values)
+    s, x = steps[keep], values[keep]
+    n = x.size // BLOCK
+    if x.size < MIN_SAMPLES or n < HELD_BLOCKS + 2:
+        return []
+    blocks = x[: n * BLOCK].reshape(n, BLOCK)
+    med = np.median(blocks, axis=1)
+    events: list[SpikeEvent] = []
+    k = HELD_BLOCKS + 1
+    while k < n - 1:
+        level = float(np.median(med[k - HELD_BLOCKS : k]))
+        steps_between = np.diff(med[max(0, k - WANDER_BLOCKS) : k])
+        # a change between two blocks has twice a block's variance: sqrt(2) turns it back into one block's
+        wander = float(np.median(np.abs(steps_between))) / MAD_TO_Z / np.sqrt(2.0)
+        rises = level > 0 and med[k] >= SHIFT_RATIO * level and med[k] - level > SHIFT_Z * wander
+        if not (rises and med[k + 1] >= STAY_RATIO * level):
+            k += 1
+            continue
+        back = np.flatnonzero(med[k + 1 :] <= RECOVER_RATIO * level)
+        held_for = 1 + (int(back[0]) if back.size else n - k - 1)
+        if held_for < LASTING_BLOCKS:
+            k += held_for
+            continue
+        first = k * BLOCK
+        recovery = (k + 1 + int(back[0])) * BLOCK if back.size else None
+        last = (recovery - 1) if recovery is not None else x.size - 1
+        events.append(build_event(metric, s, x, first, last, recovery, level, max(abs(level) * 0.01, 1e-12)))
+        if recovery is None:
+            break
+        k = recovery // BLOCK + 1
+    return events
