@@ -278,6 +278,27 @@ def test_megatron_golden_values_dict_and_list_forms(tmp_path: Path) -> None:
     assert parsed.meta["total_steps"] == 15
 
 
+def test_megatron_golden_step_nan_in_every_metric_is_no_record(tmp_path: Path) -> None:
+    # Megatron writes "nan" in every metric (memory and time too) at a step it did not record: no
+    # record, accounted as a placeholder; a NaN loss beside a real memory value stays evidence.
+    path = tmp_path / "golden_values.json"
+    loss = {"1": 10.5, "2": "nan", "3": 9.0, "4": "nan", "5": "nan"}
+    mem = {"1": 1073741824.0, "2": 1073741824.0, "3": 1073741824.0, "4": "nan", "5": "nan"}
+    step_time = {"1": "nan", "2": 1.0, "3": 1.0, "4": "nan", "5": "nan"}
+    golden = {
+        "lm loss": {"start_step": 1, "end_step": 5, "step_interval": 1, "values": loss},
+        "mem-allocated-bytes": {"start_step": 1, "end_step": 5, "step_interval": 1, "values": mem},
+        "iteration-time": {"start_step": 1, "end_step": 5, "step_interval": 1, "values": step_time},
+    }
+    path.write_text(json.dumps(golden))
+    parsed = read_log([path])
+    steps, values = parsed.series("loss")
+    assert steps.tolist() == [1, 2, 3] and math.isnan(values[1]) and values[2] == 9.0
+    assert parsed.series("step_time_s")[0].tolist() == [1, 2, 3]
+    assert parsed.meta["total_steps"] == 5
+    assert any("placeholder: every metric nan" in reason for _, _, reason in parsed.skipped_examples)
+
+
 # --------------------------------------------------------------------------- MLflow, Parquet
 
 
