@@ -411,6 +411,7 @@ class GenericReader(Reader):
                     step_line = _read_line(line, line_no, path, found, builder)
                     if step_line is not None:
                         pending.append(step_line)
+            epoch_steps(pending)
             _keep_recurring(pending, path, found, rows, builder)
             builder.mark_lines(1)
             base = builder.reserve(line_no)
@@ -449,6 +450,10 @@ class _StepLine:
     text: str
     step: int
     values: list[tuple[str, float, str | None]]
+    epoch: int | None = None
+    """The line's whole epoch (``Epoch 1``), when its step is printed ``S/N``."""
+    per_epoch: int | None = None
+    """The ``N`` of a step printed ``S/N`` beside an epoch."""
 
     @property
     def layout(self) -> tuple[str, ...]:
@@ -488,7 +493,44 @@ def _read_line(line: str, line_no: int, path: Path, found: Proposal, builder: Lo
         builder.skip(path, line_no, f"{why}: {line.strip()[:80]}")
         builder.account.text_line(str(path), line_no, line.split("\r")[-1], parsed=False)
         return None
-    return _StepLine(line_no, line, int(steps[0]), values)
+    epochs = [v for k, v, _ in values if normalise_key(k) == "epoch" and math.isfinite(v) and v == int(v) and v >= 0]
+    of_n = _step_of_n(step_keys, line) if epochs else None
+    return _StepLine(line_no, line, int(steps[0]), values, int(epochs[0]) if epochs and of_n else None, of_n)
+
+
+@functools.lru_cache(maxsize=16)
+def _of_n_pattern(step_keys: tuple[str, ...]) -> re.Pattern[str]:
+    keys = "|".join(re.escape(k) for k in step_keys)
+    return re.compile(r"(?<![A-Za-z0-9_])(?:" + keys + r")[ \t]*[:=]?[ \t]*[0-9]+[ \t]*/[ \t]*([0-9]+)\b")
+
+
+def _step_of_n(step_keys: tuple[str, ...], line: str) -> int | None:
+    """``N`` of a step printed ``Step S/N`` (None when the step is printed without one)."""
+    m = _of_n_pattern(step_keys).search(line)
+    return int(m.group(1)) if m and int(m.group(1)) > 0 else None
+
+
+def epoch_steps(lines: list[_StepLine]) -> None:
+    """Make a step counter that restarts every epoch a global step, in place: where the lines print
+    ``Epoch E ... Step S/N`` and the step goes back only where the epoch grows (never within one),
+    ``S/N`` counts the epoch's ``N`` batches and the step is ``(E - base) * N + S`` (``base`` 0 when
+    the epochs count from 0, else 1). A counter that never goes back is kept (``S/N`` of all steps),
+    and so is one that goes back within an epoch (a resume: the segments cut it)."""
+    marked = [x for x in lines if x.epoch is not None and x.per_epoch is not None]
+    if len(marked) < 2:
+        return
+    went_back = False
+    for a, b in itertools.pairwise(marked):
+        assert a.epoch is not None and b.epoch is not None
+        if b.epoch < a.epoch or (b.step < a.step and b.epoch == a.epoch):
+            return
+        went_back |= b.step < a.step
+    if not went_back:
+        return
+    base = 0 if min(x.epoch for x in marked if x.epoch is not None) == 0 else 1
+    for x in marked:
+        assert x.epoch is not None and x.per_epoch is not None
+        x.step = (x.epoch - base) * x.per_epoch + x.step
 
 
 def _counts_steps(steps: list[int]) -> bool:
