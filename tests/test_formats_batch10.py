@@ -21,16 +21,16 @@ def test_epoch_and_step_of_n_restarting_each_epoch_is_one_run_on_a_global_step(t
     assert parsed.series("loss")[0].tolist() == [0, 10, 20, 30, 40, 50, 60, 70]
     assert parsed.series("grad_norm")[1][-1] == 0.33
     one_based = tmp_path / "one_based.log"  # epochs counted from 1: (E - 1) * N + S
-    one_based.write_text(
-        "\n".join(f"Epoch {e} | Step {s}/20 | loss: {3.0 - s / 100 - e:.3f}" for e in (1, 2) for s in (5, 10, 15)) + "\n"
-    )
+    rows = [f"Epoch {e} | Step {s}/20 | loss: {3.0 - s / 100 - e:.3f}" for e in (1, 2) for s in (5, 10, 15)]
+    one_based.write_text("\n".join(rows) + "\n")
     assert read_log([one_based]).series("loss")[0].tolist() == [5, 10, 15, 25, 30, 35]
 
 
 def test_hf_dict_after_a_printed_step_is_at_that_step(tmp_path: Path) -> None:
     # text-generation-webui's Training_PRO: 'Step:      3 {...}' every 4 steps
     lines = [
-        f"Step: {s:6d} {{'loss': {2.4 + s / 1000:.4f}, 'grad_norm': inf, 'learning_rate': 8e-06, 'epoch': {s / 228:.4f}}}"
+        f"Step: {s:6d} {{'loss': {2.4 + s / 1000:.4f}, 'grad_norm': inf, 'learning_rate': 8e-06,"
+        f" 'epoch': {s / 228:.4f}}}"
         for s in range(3, 40, 4)
     ]
     lines.append("Step:     39 {'train_runtime': 120.5, 'train_loss': 2.44, 'epoch': 3.0}")
@@ -48,7 +48,8 @@ def test_hf_console_other_dicts_and_a_loading_bar_do_not_date_the_logs(tmp_path:
     for n in range(1, 21):
         lines.append(f"  {n * 5}%|#         | {n}/20 [00:{n:02d}<01:00, 27.88s/it]Both `max_new_tokens` are set.")
         if n % 5 == 0:
-            lines.append(f"{{'loss': '{0.1 - n / 1000:.4f}', 'grad_norm': '0.3', 'learning_rate': '8e-06', 'epoch': '{n / 8}'}}")
+            loss = f"{0.1 - n / 1000:.4f}"
+            lines.append(f"{{'loss': '{loss}', 'grad_norm': '0.3', 'learning_rate': '8e-06', 'epoch': '{n / 8}'}}")
             lines.append("{'step': 0, 'agent_id': 'maker', 'reward': -0.67} of type {'step': Number} is not assignable")
     path = tmp_path / "output.log"
     path.write_text("\n".join(lines) + "\n")

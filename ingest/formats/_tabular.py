@@ -219,44 +219,6 @@ def add_wide(
             builder.note_empty(where[1] + first if where is not None else 0, int(empty.sum()))
 
 
-class EpochSteps:
-    """The global step of a table whose step column counts batches within the epoch (it restarts
-    when the epoch column grows): ``(epoch - base) * period + step``, with ``period`` the largest
-    step before the first restart + 1 (a 0-based counter's batch count) and ``base`` 0 when the
-    epochs count from 0, else 1 (a file that starts at a later epoch keeps its place on the axis).
-    A step column that never goes back, or goes back without the epoch growing (a resume), is kept
-    as written. Streamed tables share one instance: the period found in the first holds for all."""
-
-    def __init__(self) -> None:
-        self.period: int | None = None
-        self.base = 1
-        self._last: tuple[float, float] | None = None  # (epoch, step) of the previous row
-
-    def global_steps(self, table: pa.Table, step_col: str, epoch_col: str) -> pa.Table:
-        steps, has_step = to_float(table[step_col])
-        epochs, has_epoch = to_float(table[epoch_col])
-        rows = has_step & has_epoch & np.isfinite(steps) & np.isfinite(epochs)
-        if not rows.any():
-            return table
-        s, e = steps[rows], epochs[rows]
-        if self.period is None:
-            if self._last is not None:
-                s_all, e_all = np.concatenate([[self._last[1]], s]), np.concatenate([[self._last[0]], e])
-            else:
-                s_all, e_all = s, e
-            back = np.flatnonzero(np.diff(s_all) < 0)
-            whole = bool(np.all(s_all == np.round(s_all)) and np.all(e_all == np.round(e_all)))
-            if back.size == 0 or not whole or np.any(np.diff(e_all) < 0) or np.any(np.diff(e_all)[back] <= 0):
-                self._last = (float(e[-1]), float(s[-1]))
-                return table
-            self.period = int(s_all[: back[0] + 1].max()) + 1
-            self.base = 0 if e_all.min() == 0 else 1
-        out = steps.copy()
-        out[rows] = (e - self.base) * self.period + s
-        column = pa.array(out, pa.float64(), mask=~has_step)
-        return table.set_column(table.column_names.index(step_col), step_col, column)
-
-
 # --------------------------------------------------------------------------- CSV
 
 

@@ -9,7 +9,8 @@ foreign names (mapped through the alias table). Empty cells are "not logged"; ``
 
 With no step column, an ``epoch`` column is the step axis (Keras ``CSVLogger``: ``epoch,loss,...``, one
 row per epoch). With both, a step column that restarts when the epoch grows counts batches within
-the epoch: the step is then global, ``(epoch - base) * period + step`` (:func:`epoch_global_steps`).
+the epoch: the step is then global, ``(epoch - base) * period + step``
+(:class:`~ingest.formats.epoch_steps.EpochSteps`).
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ from ingest.formats._common import LogBuilder
 from ingest.formats._tabular import (
     STEP_COLUMNS,
     WALL_COLUMNS,
-    EpochSteps,
     add_wide,
     csv_header,
     find_column,
@@ -32,6 +32,7 @@ from ingest.formats._tabular import (
     to_float,
 )
 from ingest.formats.base import Reader
+from ingest.formats.epoch_steps import EpochSteps
 
 EVENT_COLUMN = "event"
 EPOCH_COLUMNS = ("epoch",)

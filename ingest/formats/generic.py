@@ -45,6 +45,7 @@ import numpy as np
 from ingest.formats._common import LogBuilder, iter_whole_lines
 from ingest.formats.aliases import TIME_UNITS, canonical_name, keep_apart, normalise_key
 from ingest.formats.base import Reader
+from ingest.formats.epoch_steps import epoch_steps, step_of_n
 from ingest.formats.generic_units import BARE_STEP_TIME_KEYS, bare_time_unit, line_time, mfu_unit
 from ingest.formats.numbers import NUMBER, parse_number
 from ingest.formats.raw_text import LAUNCHER_LEAD, decode_head, looks_binary
@@ -494,43 +495,8 @@ def _read_line(line: str, line_no: int, path: Path, found: Proposal, builder: Lo
         builder.account.text_line(str(path), line_no, line.split("\r")[-1], parsed=False)
         return None
     epochs = [v for k, v, _ in values if normalise_key(k) == "epoch" and math.isfinite(v) and v == int(v) and v >= 0]
-    of_n = _step_of_n(step_keys, line) if epochs else None
+    of_n = step_of_n(step_keys, line) if epochs else None
     return _StepLine(line_no, line, int(steps[0]), values, int(epochs[0]) if epochs and of_n else None, of_n)
-
-
-@functools.lru_cache(maxsize=16)
-def _of_n_pattern(step_keys: tuple[str, ...]) -> re.Pattern[str]:
-    keys = "|".join(re.escape(k) for k in step_keys)
-    return re.compile(r"(?<![A-Za-z0-9_])(?:" + keys + r")[ \t]*[:=]?[ \t]*[0-9]+[ \t]*/[ \t]*([0-9]+)\b")
-
-
-def _step_of_n(step_keys: tuple[str, ...], line: str) -> int | None:
-    """``N`` of a step printed ``Step S/N`` (None when the step is printed without one)."""
-    m = _of_n_pattern(step_keys).search(line)
-    return int(m.group(1)) if m and int(m.group(1)) > 0 else None
-
-
-def epoch_steps(lines: list[_StepLine]) -> None:
-    """Make a step counter that restarts every epoch a global step, in place: where the lines print
-    ``Epoch E ... Step S/N`` and the step goes back only where the epoch grows (never within one),
-    ``S/N`` counts the epoch's ``N`` batches and the step is ``(E - base) * N + S`` (``base`` 0 when
-    the epochs count from 0, else 1). A counter that never goes back is kept (``S/N`` of all steps),
-    and so is one that goes back within an epoch (a resume: the segments cut it)."""
-    marked = [x for x in lines if x.epoch is not None and x.per_epoch is not None]
-    if len(marked) < 2:
-        return
-    went_back = False
-    for a, b in itertools.pairwise(marked):
-        assert a.epoch is not None and b.epoch is not None
-        if b.epoch < a.epoch or (b.step < a.step and b.epoch == a.epoch):
-            return
-        went_back |= b.step < a.step
-    if not went_back:
-        return
-    base = 0 if min(x.epoch for x in marked if x.epoch is not None) == 0 else 1
-    for x in marked:
-        assert x.epoch is not None and x.per_epoch is not None
-        x.step = (x.epoch - base) * x.per_epoch + x.step
 
 
 def _counts_steps(steps: list[int]) -> bool:
