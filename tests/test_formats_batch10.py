@@ -58,3 +58,20 @@ def test_hf_console_other_dicts_and_a_loading_bar_do_not_date_the_logs(tmp_path:
     assert parsed.series("loss")[0].tolist() == [5, 10, 15, 20]
     assert parsed.meta["total_steps"] == 20
     assert "agent_id" not in parsed.metrics and "reward" not in parsed.metrics
+
+
+def test_hf_console_a_bar_drawn_once_before_the_dicts_is_not_the_training_bar(tmp_path: Path) -> None:
+    # a tokenizing bar before the first dict; the training bar (40 steps, 2 epochs) only at the end
+    lines = ["Tokenizing: 100%|##########| 1500/1500 [00:01<00:00, 900.1 examples/s]"]
+    lines += [
+        f"{{'loss': {3.0 - n / 10:.2f}, 'learning_rate': 1e-05, 'epoch': {n * 10 / 20:.1f}}}" for n in range(1, 5)
+    ]
+    lines += [
+        "{'train_runtime': 12.5, 'train_loss': 2.8, 'epoch': 2.0}",
+        "100%|##########| 40/40 [00:12<00:00, 3.2it/s]",
+    ]
+    path = tmp_path / "README.md"
+    path.write_text("\n".join(lines) + "\n")
+    parsed = read_log([path])
+    assert parsed.series("loss")[0].tolist() == [10, 20, 30, 40]
+    assert parsed.meta["total_steps"] == 40

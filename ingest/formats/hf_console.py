@@ -35,8 +35,8 @@ steps around it; else at the step of the training dict before them. The final su
 (``train_runtime``) is no step: it goes to ``meta['train_summary']``. tqdm bars and other text are
 skipped and counted. A dict holding no key the Trainer logs (``loss``, ``learning_rate``, ``epoch``
 ...: ``Trainer.log`` adds ``epoch`` to every dict) is some other program's, not a logs dict. The
-training bar's total is the one drawn before the training dicts (a model-loading bar's ``254/254``
-is not the run's steps).
+training bar's total is the one whose count advances between the training dicts (a model-loading
+bar's ``254/254`` drawn before them is not the run's steps).
 """
 
 from __future__ import annotations
@@ -95,6 +95,8 @@ class _Scan:
     num_epochs: int | None = None
     bar: tuple[int, int] | None = None
     """The last progress bar's (count, total) seen so far."""
+    late_total: int | None = None
+    """The largest bar total drawn after the first logs dict (the training bar redraws between dicts)."""
 
 
 def parse_logs_dict(text: str) -> dict[str, float]:
@@ -165,6 +167,8 @@ def _scan_line(line: str, line_no: int, path: Path, scan: _Scan, builder: LogBui
                 bar = True
                 scan.bar = (int(m["n"]), int(m["total"]))
                 scan.bar_total = max(scan.bar_total or 0, scan.bar[1])
+                if scan.records:
+                    scan.late_total = max(scan.late_total or 0, scan.bar[1])
                 continue
             values = parse_logs_dict(m.group(0))
             # the Trainer prints its dict alone (or after a bar); one after text is quoted: an argument
@@ -236,12 +240,16 @@ def _steps(scan: _Scan) -> tuple[list[int], str]:
 
 
 def _total(scan: _Scan) -> int | None:
-    """The planned steps: the banner's, else the total of the bars drawn before the training dicts
-    when they share one, else the largest bar's."""
+    """The planned steps: the banner's, else the total of the bar that advances between the training
+    dicts (the training bar; a model-loading or tokenizing bar drawn once before them does not), else
+    the largest total of the bars drawn after the first dict, else the largest bar's."""
     if scan.total_steps:
         return scan.total_steps
-    totals = {r.bar[1] for r in scan.records if not r.eval and r.bar is not None}
-    return totals.pop() if len(totals) == 1 else scan.bar_total
+    bars = [r.bar for r in scan.records if not r.eval and r.bar is not None]
+    totals = {bar[1] for bar in bars}
+    if len(totals) == 1 and len({bar[0] for bar in bars}) > 1:
+        return totals.pop()
+    return scan.late_total or scan.bar_total
 
 
 def _logging_interval(derived: Sequence[int]) -> int | None:
