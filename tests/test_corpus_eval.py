@@ -45,6 +45,8 @@ BATCH_FLOORS: dict[str, tuple[int, float, int, int, int, float]] = {
     "batch_7": (0, 3 / 3, 0, 0, 0, 0.90),
     "batch_8": (0, 8 / 8, 3, 0, 0, 0.93),
     "batch_9": (0, 7 / 7, 0, 1, 0, 0.93),  # det10 + imp10: 0 faults, 0 shown on healthy, 1 must-not-say
+    # imp10b: 0 import faults (12 at the start of round 10b); detection figures as measured then (0.749, 274 / 366)
+    "batch_10": (0, 3 / 6, 19, 6, 1, 0.74),
 }
 
 
