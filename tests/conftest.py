@@ -45,6 +45,7 @@ TIERS: dict[str, str] = {
             "alerts",
             "batch8_imports",
             "formats_batch9",
+            "formats_batch10",
             "analysis",
             "baselines",
             "cause_signatures",

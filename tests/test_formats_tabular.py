@@ -61,6 +61,40 @@ def test_wide_csv_text_cell_in_a_late_row(tmp_path: Path) -> None:
     assert parsed.skipped_examples[0][1:] == (3003, "column 'loss': '12.5ms' is not a number")
 
 
+def test_csv_with_an_epoch_column_and_no_step_is_one_row_per_epoch(tmp_path: Path) -> None:
+    # Keras CSVLogger: the epoch is the step axis
+    path = tmp_path / "training_log.csv"
+    path.write_text(
+        "epoch,accuracy,learning_rate,loss,val_accuracy,val_loss\n"
+        "0,0.75,0.005,1.92,0.79,1.42\n"
+        "1,0.80,0.005,1.34,0.81,1.26\n"
+        "2,0.82,0.0025,1.21,0.83,1.17\n"
+    )
+    assert detect([path])[0][0] == "csv_wide"
+    parsed = read_log([path])
+    assert parsed.series("loss")[0].tolist() == [0, 1, 2]
+    assert _value(parsed, "lr", 2) == 0.0025 and _value(parsed, "val_loss", 0) == 1.42
+
+
+def test_csv_step_restarting_every_epoch_is_a_global_step(tmp_path: Path) -> None:
+    # epoch,step with the step counting batches within the epoch: no near-tie with lightning_csv
+    # (no CSVLogger sign), one run, step = (epoch - 1) * 600 + step; a parameter count is no metric
+    path = tmp_path / "training_log.csv"
+    rows = [f"{e},{s},{3.0 - e * 0.1 - s / 6000},{2.0 - e * 0.05},23293770" for e in (1, 2, 3) for s in (299, 599)]
+    path.write_text("epoch,step,train_loss,val_loss,num_params\n" + "\n".join(rows) + "\n")
+    candidates = detect([path])
+    assert candidates[0][0] == "csv_wide" and candidates[1][1] < candidates[0][1] - 0.1
+    parsed = read_log([path])
+    assert parsed.series("loss")[0].tolist() == [299, 599, 899, 1199, 1499, 1799]
+    assert "num_params" not in parsed.metrics
+    zero_based = tmp_path / "zero.csv"
+    zero_based.write_text("epoch,step,loss\n0,0,3\n0,10,2.9\n0,19,2.8\n1,0,2.7\n1,10,2.6\n")
+    assert read_log([zero_based]).series("loss")[0].tolist() == [0, 10, 19, 20, 30]
+    resumed = tmp_path / "resumed.csv"  # the step goes back with the same epoch: kept as written
+    resumed.write_text("epoch,step,loss\n0,10,3\n0,20,2.9\n0,15,2.8\n1,25,2.7\n")
+    assert sorted(read_log([resumed]).series("loss")[0].tolist()) == [10, 15, 20, 25]
+
+
 def test_tensorboard_csv_download(tmp_path: Path) -> None:
     a = tmp_path / "run-train-tag-loss.csv"
     b = tmp_path / "run-train-tag-grad_norm.csv"
@@ -276,6 +310,27 @@ def test_megatron_golden_values_dict_and_list_forms(tmp_path: Path) -> None:
     assert parsed.series("step_time_s")[0].tolist() == [1, 6, 11]
     assert _value(parsed, "gpu_mem_gb", 1) == 2.0
     assert parsed.meta["total_steps"] == 15
+
+
+def test_megatron_golden_step_nan_in_every_metric_is_no_record(tmp_path: Path) -> None:
+    # Megatron writes "nan" in every metric (memory and time too) at a step it did not record: no
+    # record, accounted as a placeholder; a NaN loss beside a real memory value stays evidence.
+    path = tmp_path / "golden_values.json"
+    loss = {"1": 10.5, "2": "nan", "3": 9.0, "4": "nan", "5": "nan"}
+    mem = {"1": 1073741824.0, "2": 1073741824.0, "3": 1073741824.0, "4": "nan", "5": "nan"}
+    step_time = {"1": "nan", "2": 1.0, "3": 1.0, "4": "nan", "5": "nan"}
+    golden = {
+        "lm loss": {"start_step": 1, "end_step": 5, "step_interval": 1, "values": loss},
+        "mem-allocated-bytes": {"start_step": 1, "end_step": 5, "step_interval": 1, "values": mem},
+        "iteration-time": {"start_step": 1, "end_step": 5, "step_interval": 1, "values": step_time},
+    }
+    path.write_text(json.dumps(golden))
+    parsed = read_log([path])
+    steps, values = parsed.series("loss")
+    assert steps.tolist() == [1, 2, 3] and math.isnan(values[1]) and values[2] == 9.0
+    assert parsed.series("step_time_s")[0].tolist() == [1, 2, 3]
+    assert parsed.meta["total_steps"] == 5
+    assert any("placeholder: every metric nan" in reason for _, _, reason in parsed.skipped_examples)
 
 
 # --------------------------------------------------------------------------- MLflow, Parquet

@@ -102,6 +102,7 @@ _ALIASES: Final[dict[str, tuple[str, ...]]] = {
         "global grad norm",
         "total grad norm",
         "gnorm",
+        "grad",  # one scalar 'Grad: 0.28' on a step line can only be the gradient's norm
         "grad norm total",
         "grad norm/grad norm",
         "optim/total grad norm",  # OLMo

@@ -45,6 +45,7 @@ import numpy as np
 from ingest.formats._common import LogBuilder, iter_whole_lines
 from ingest.formats.aliases import TIME_UNITS, canonical_name, keep_apart, normalise_key
 from ingest.formats.base import Reader
+from ingest.formats.epoch_steps import epoch_steps, step_of_n
 from ingest.formats.generic_units import BARE_STEP_TIME_KEYS, bare_time_unit, line_time, mfu_unit
 from ingest.formats.numbers import NUMBER, parse_number
 from ingest.formats.raw_text import LAUNCHER_LEAD, decode_head, looks_binary
@@ -411,6 +412,7 @@ class GenericReader(Reader):
                     step_line = _read_line(line, line_no, path, found, builder)
                     if step_line is not None:
                         pending.append(step_line)
+            epoch_steps(pending)
             _keep_recurring(pending, path, found, rows, builder)
             builder.mark_lines(1)
             base = builder.reserve(line_no)
@@ -449,6 +451,10 @@ class _StepLine:
     text: str
     step: int
     values: list[tuple[str, float, str | None]]
+    epoch: int | None = None
+    """The line's whole epoch (``Epoch 1``), when its step is printed ``S/N``."""
+    per_epoch: int | None = None
+    """The ``N`` of a step printed ``S/N`` beside an epoch."""
 
     @property
     def layout(self) -> tuple[str, ...]:
@@ -488,7 +494,9 @@ def _read_line(line: str, line_no: int, path: Path, found: Proposal, builder: Lo
         builder.skip(path, line_no, f"{why}: {line.strip()[:80]}")
         builder.account.text_line(str(path), line_no, line.split("\r")[-1], parsed=False)
         return None
-    return _StepLine(line_no, line, int(steps[0]), values)
+    epochs = [v for k, v, _ in values if normalise_key(k) == "epoch" and math.isfinite(v) and v == int(v) and v >= 0]
+    of_n = step_of_n(step_keys, line) if epochs else None
+    return _StepLine(line_no, line, int(steps[0]), values, int(epochs[0]) if epochs and of_n else None, of_n)
 
 
 def _counts_steps(steps: list[int]) -> bool:

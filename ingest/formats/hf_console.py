@@ -11,6 +11,9 @@ Newer versions print the floats as strings (4 significant digits), older ones as
 ``tensor(0.77, device='cuda:0')`` grad norm of some versions is read as its number. The dict carries
 no step, so the step is derived, and ``meta['step_source']`` says how:
 
+- ``printed step``: a step counter printed just before each training dict (``Step:  3 {'loss': ...}``,
+  as text-generation-webui's Training_PRO prints it). Used when every training dict has one and they
+  strictly increase.
 - ``progress bar``: the training bar's count ``N`` in its last ``N/T`` drawn before the dict (the
   Trainer advances the bar to the global step, then logs). Used when every training dict follows a
   bar of the training total ``T`` and the counts strictly increase (TRL's consoles).
@@ -30,7 +33,10 @@ the epoch, at ``round(epoch x steps per epoch)`` of their own epoch (an evaluati
 steps per epoch is step 658, not the training dict's step 650 before it), kept between the training
 steps around it; else at the step of the training dict before them. The final summary
 (``train_runtime``) is no step: it goes to ``meta['train_summary']``. tqdm bars and other text are
-skipped and counted.
+skipped and counted. A dict holding no key the Trainer logs (``loss``, ``learning_rate``, ``epoch``
+...: ``Trainer.log`` adds ``epoch`` to every dict) is some other program's, not a logs dict. The
+training bar's total is the one whose count advances between the training dicts (a model-loading
+bar's ``254/254`` drawn before them is not the run's steps).
 """
 
 from __future__ import annotations
@@ -59,7 +65,10 @@ _PAIR: Final = re.compile(
 )
 _KNOWN_KEYS: Final = re.compile(r"\{'(loss|eval_loss|learning_rate|grad_norm|train_runtime|train_loss)'")
 _TQDM: Final = re.compile(r"[0-9]+%\|[^|]*\|[ \t]*(?P<n>[0-9]+)/(?P<total>[0-9]+)[ \t]*\[")
-_TOTAL_STEPS: Final = re.compile(r"Total optimization steps = ([0-9,]+)")
+_TOTAL_STEPS: Final = re.compile(r"Total (?:optimization )?steps = ([0-9,]+)")
+"""The Trainer's banner ``Total optimization steps = T`` (Unsloth's: ``Total steps = T``)."""
+_PRINTED_STEP: Final = re.compile(r"(?:^|[^A-Za-z0-9_])(?:step|global[ _]step)[ \t]*[:=]?[ \t]*([0-9]+)[ \t]*$", re.I)
+"""A step counter printed right before a dict (``Step:      3 {'loss': ...}``)."""
 _NUM_EPOCHS: Final = re.compile(r"Num Epochs = ([0-9,]+)")
 _SUMMARY_KEY: Final = "train_runtime"
 _LOGGED_KEY: Final = re.compile(r"loss|learning_rate|grad_norm|epoch|eval_|train_")
@@ -73,6 +82,8 @@ class _Record:
     eval: bool
     bar: tuple[int, int] | None = None
     """The last progress bar's (count, total) drawn before this dict."""
+    printed: int | None = None
+    """The step printed just before this dict on its line, if any."""
 
 
 @dataclass
@@ -84,6 +95,8 @@ class _Scan:
     num_epochs: int | None = None
     bar: tuple[int, int] | None = None
     """The last progress bar's (count, total) seen so far."""
+    late_total: int | None = None
+    """The largest bar total drawn after the first logs dict (the training bar redraws between dicts)."""
 
 
 def parse_logs_dict(text: str) -> dict[str, float]:
@@ -128,8 +141,8 @@ class HFConsoleReader(Reader):
         builder.meta["step_source"] = how
         if scan.summary:
             builder.meta["train_summary"] = scan.summary
-        total = scan.total_steps or scan.bar_total
-        if total and not how.startswith("line order"):
+        total = _total(scan)
+        if total and not how.startswith(("line order", "printed step")):
             builder.meta["total_steps"] = total
             note_planned_steps(builder.meta)
         _emit(scan.records, steps, builder)
@@ -147,25 +160,29 @@ def _scan_line(line: str, line_no: int, path: Path, scan: _Scan, builder: LogBui
         marks = sorted([*_DICT.finditer(own), *_TQDM.finditer(own)], key=lambda m: m.start())
         after = 0  # where the text before the next mark starts
         for m in marks:
-            quoted = bool(own[after : m.start()].strip())
+            before = own[after : m.start()].strip()
+            quoted = bool(before)
             after = m.end()
             if m.re is _TQDM:
                 bar = True
                 scan.bar = (int(m["n"]), int(m["total"]))
                 scan.bar_total = max(scan.bar_total or 0, scan.bar[1])
+                if scan.records:
+                    scan.late_total = max(scan.late_total or 0, scan.bar[1])
                 continue
             values = parse_logs_dict(m.group(0))
             # the Trainer prints its dict alone (or after a bar); one after text is quoted: an argument
             # (`fsdp_config={'min_num_params': 0}`), a message (`Non-default generation parameters:
             # {'num_beams': 4}`): a logs dict only if it holds a key the Trainer logs
-            if not values or (quoted and not any(_LOGGED_KEY.match(k) for k in values)):
+            if not values or not any(_LOGGED_KEY.match(k) for k in values):
                 continue
             found = True
             if _SUMMARY_KEY in values:
                 scan.summary.update(values)
             else:
                 is_eval = any(k.startswith("eval_") for k in values)
-                scan.records.append(_Record(line_no, values, is_eval, scan.bar))
+                printed = _PRINTED_STEP.search(before) if quoted else None
+                scan.records.append(_Record(line_no, values, is_eval, scan.bar, int(printed[1]) if printed else None))
         if scan.total_steps is None and (t := _TOTAL_STEPS.search(own)):
             scan.total_steps = int(t.group(1).replace(",", ""))
         if scan.num_epochs is None and (e := _NUM_EPOCHS.search(own)):
@@ -182,7 +199,12 @@ def _scan_line(line: str, line_no: int, path: Path, scan: _Scan, builder: LogBui
 def _steps(scan: _Scan) -> tuple[list[int], str]:
     """Each record's step and how it was found (see the module docstring)."""
     train = [r for r in scan.records if not r.eval]
-    total = scan.total_steps or scan.bar_total
+    printed = [r.printed for r in train]
+    if printed and all(p is not None for p in printed) and all(b > a for a, b in itertools.pairwise(printed)):  # type: ignore[operator]
+        return _with_evals(scan.records, [int(p) for p in printed if p is not None], lambda r: r.printed), (
+            "printed step: the step counter printed before each logs dict"
+        )
+    total = _total(scan)
     if total and train and all(r.bar is not None and r.bar[1] == total for r in train):
         counted = [r.bar[0] for r in train if r.bar is not None]
         if counted[0] > 0 and all(b > a for a, b in itertools.pairwise(counted)):
@@ -215,6 +237,19 @@ def _steps(scan: _Scan) -> tuple[list[int], str]:
         "line order: the N-th training logs dict is step N (one logging interval, not one optimizer step; "
         "the console prints no step and no steps per epoch)"
     )
+
+
+def _total(scan: _Scan) -> int | None:
+    """The planned steps: the banner's, else the total of the bar that advances between the training
+    dicts (the training bar; a model-loading or tokenizing bar drawn once before them does not), else
+    the largest total of the bars drawn after the first dict, else the largest bar's."""
+    if scan.total_steps:
+        return scan.total_steps
+    bars = [r.bar for r in scan.records if not r.eval and r.bar is not None]
+    totals = {bar[1] for bar in bars}
+    if len(totals) == 1 and len({bar[0] for bar in bars}) > 1:
+        return totals.pop()
+    return scan.late_total or scan.bar_total
 
 
 def _logging_interval(derived: Sequence[int]) -> int | None:

@@ -43,7 +43,9 @@ class LightningCsvReader(Reader):
         sparse = any(b",," in ln or ln.rstrip(b"\r").endswith(b",") for ln in lines)
         if suffixed or sparse:
             return 0.9
-        return 0.6 if path.name == "metrics.csv" else 0.45
+        # no sign of CSVLogger (suffixed keys, sparse rows, its file name): a plain wide CSV with
+        # epoch and step columns, which csv_wide (0.5) reads the same way; stay clear of a near-tie
+        return 0.6 if path.name == "metrics.csv" else 0.35
 
     def fill(self, paths: Sequence[Path], builder: LogBuilder) -> None:
         for path in paths:

@@ -1,7 +1,10 @@
 """Megatron-LM CI golden values: ``{"lm loss": {"start_step": 1, "end_step": 24000, "step_interval": 5,
 "values": {"1": 12.66, "5": 12.64, ...}}, "num-zeros": {...}, "mem-allocated-bytes": {...},
 "iteration-time": {...}}`` (older files: ``"values": [..]`` indexed from ``start_step`` every
-``step_interval``). ``"nan"`` strings are kept as NaN: they are evidence, not gaps to close.
+``step_interval``). ``"nan"`` strings are kept as NaN: they are evidence, not gaps to close, except at
+a step where EVERY metric that has the step (two or more) is NaN: Megatron writes ``"nan"`` for a step it
+did not record, memory and timing included, and a step with no value at all is no record (it is
+counted in the import account as a placeholder, not stored).
 Memory in bytes becomes ``gpu_mem_gb`` / ``gpu_mem_max_gb`` (GiB) at run level (the file does not
 say which rank measured it); ``iteration-time`` (s) becomes ``step_time_s``."""
 
@@ -37,12 +40,21 @@ class MegatronGoldenReader(Reader):
             builder.source(path)
             data = _load(path)
             builder.advance(path.stat().st_size)
+            series: list[tuple[str, dict[str, Any], np.ndarray, list[Any], Any]] = []
             for metric, spec in data.items():
                 if not isinstance(spec, dict) or "values" not in spec:
                     builder.skip(path, 1, f"{metric!r} has no 'values'")
                     continue
                 steps, raw = _steps_values(spec, path, metric)
-                conv = parse_numbers(pa.array([str(v) for v in raw], pa.string()))
+                series.append((metric, spec, steps, raw, parse_numbers(pa.array([str(v) for v in raw], pa.string()))))
+            blank = _placeholder_steps([(s[2], s[4]) for s in series])
+            if blank.size:
+                builder.skip(path, 1, "placeholder: every metric nan (step not recorded)", int(blank.size))
+            for metric, spec, steps, raw, conv in series:
+                if blank.size:
+                    keep = ~np.isin(steps, blank)
+                    steps, raw = steps[keep], [v for v, k in zip(raw, keep, strict=True) if k]
+                    conv = parse_numbers(pa.array([str(v) for v in raw], pa.string()))
                 if not conv.ok.all():
                     bad = int(np.flatnonzero(~conv.ok)[0])
                     builder.skip(
@@ -70,3 +82,17 @@ def _steps_values(spec: dict[str, Any], path: Path, metric: str) -> tuple[np.nda
         interval = int(spec.get("step_interval", 1)) or 1
         return start + interval * np.arange(len(values), dtype=np.int64), list(values)
     raise StabScopeError(f"{metric!r}: 'values' must be an object or a list", path=str(path), line=1)
+
+
+def _placeholder_steps(series: list[tuple[np.ndarray, Any]]) -> np.ndarray:
+    """Steps at which every metric that has the step (at least two) holds NaN: not recorded."""
+    if len(series) < 2:
+        return np.empty(0, dtype=np.int64)
+    have: dict[int, int] = {}
+    nan: dict[int, int] = {}
+    for steps, conv in series:
+        isnan = conv.ok & np.isnan(conv.values)
+        for step, missing in zip(steps.tolist(), isnan.tolist(), strict=True):
+            have[step] = have.get(step, 0) + 1
+            nan[step] = nan.get(step, 0) + int(missing)
+    return np.array(sorted(s for s, n in have.items() if n >= 2 and nan[s] == n), dtype=np.int64)

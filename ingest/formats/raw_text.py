@@ -59,9 +59,11 @@ _LAUNCHER_TIME: Final = (
 """A time stamp before the trainer's text (lazy: a reader that captures it itself still does)."""
 _LAUNCHER_LEVEL: Final = (
     r"(?:(?:[A-Za-z_][A-Za-z0-9_.]*[ \t]+-[ \t]+)?\[?(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\]?"
-    r"(?::[A-Za-z0-9_.]*)*[ \t]*(?:-[ \t]*)?)??"
+    r"(?:(?::[A-Za-z0-9_.]*)*:)?[ \t]*(?:-[ \t]*)?)??"
 )
-"""A log level (``INFO``, ``[INFO]``, Python logging's ``INFO:root:`` or ``name - INFO - ``)."""
+"""A log level (``INFO``, ``[INFO]``, Python logging's ``INFO:root:`` or ``name - INFO - ``). The
+logger's name components are the ones a ``:`` closes: in ``INFO:__main__:Epoch 1 | ...`` the text
+starts at ``Epoch``, which is the message's, not the logger's."""
 LAUNCHER_PREFIX: Final = _LAUNCHER_HOST + _LAUNCHER_RANK + _LAUNCHER_TIME + _LAUNCHER_LEVEL
 """What launchers and loggers put before a trainer's own text, as one regex matched at the line
 start: host, rank (named group ``lrank``), time stamp, log level, each optional, in that order. The

@@ -1,0 +1,100 @@
+"""A step counter that restarts every epoch, made the run's global step: in a CSV with ``epoch`` and
+``step`` columns (:class:`EpochSteps`) and on text lines ``Epoch E | Step S/N`` (:func:`epoch_steps`).
+The step goes back only where the epoch grows (never within one epoch, the epochs never going back):
+it counts batches within the epoch, and the global step is ``(epoch - base) * period + step`` with
+``base`` 0 when the epochs count from 0, else 1 (a file that starts at a later epoch keeps its place on
+the axis). A counter that never goes back, or goes back within an epoch (a resume), is kept."""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import re
+from collections.abc import Sequence
+from typing import Protocol
+
+import numpy as np
+import pyarrow as pa
+
+from ingest.formats._tabular import to_float
+
+
+class EpochStepLine(Protocol):
+    """A text step line: its step, and its epoch and ``N`` where it prints ``Epoch E ... Step S/N``."""
+
+    step: int
+    epoch: int | None
+    per_epoch: int | None
+
+
+class EpochSteps:
+    """The global step of a table whose step column counts batches within the epoch (it restarts
+    when the epoch column grows): ``(epoch - base) * period + step``, with ``period`` the largest
+    step before the first restart + 1 (a 0-based counter's batch count) and ``base`` 0 when the
+    epochs count from 0, else 1 (a file that starts at a later epoch keeps its place on the axis).
+    A step column that never goes back, or goes back without the epoch growing (a resume), is kept
+    as written. Streamed tables share one instance: the period found in the first holds for all."""
+
+    def __init__(self) -> None:
+        self.period: int | None = None
+        self.base = 1
+        self._last: tuple[float, float] | None = None  # (epoch, step) of the previous row
+
+    def global_steps(self, table: pa.Table, step_col: str, epoch_col: str) -> pa.Table:
+        steps, has_step = to_float(table[step_col])
+        epochs, has_epoch = to_float(table[epoch_col])
+        rows = has_step & has_epoch & np.isfinite(steps) & np.isfinite(epochs)
+        if not rows.any():
+            return table
+        s, e = steps[rows], epochs[rows]
+        if self.period is None:
+            if self._last is not None:
+                s_all, e_all = np.concatenate([[self._last[1]], s]), np.concatenate([[self._last[0]], e])
+            else:
+                s_all, e_all = s, e
+            back = np.flatnonzero(np.diff(s_all) < 0)
+            whole = bool(np.all(s_all == np.round(s_all)) and np.all(e_all == np.round(e_all)))
+            if back.size == 0 or not whole or np.any(np.diff(e_all) < 0) or np.any(np.diff(e_all)[back] <= 0):
+                self._last = (float(e[-1]), float(s[-1]))
+                return table
+            self.period = int(s_all[: back[0] + 1].max()) + 1
+            self.base = 0 if e_all.min() == 0 else 1
+        out = steps.copy()
+        out[rows] = (e - self.base) * self.period + s
+        column = pa.array(out, pa.float64(), mask=~has_step)
+        return table.set_column(table.column_names.index(step_col), step_col, column)
+
+
+@functools.lru_cache(maxsize=16)
+def _of_n_pattern(step_keys: tuple[str, ...]) -> re.Pattern[str]:
+    keys = "|".join(re.escape(k) for k in step_keys)
+    return re.compile(r"(?<![A-Za-z0-9_])(?:" + keys + r")[ \t]*[:=]?[ \t]*[0-9]+[ \t]*/[ \t]*([0-9]+)\b")
+
+
+def step_of_n(step_keys: tuple[str, ...], line: str) -> int | None:
+    """``N`` of a step printed ``Step S/N`` (None when the step is printed without one)."""
+    m = _of_n_pattern(step_keys).search(line)
+    return int(m.group(1)) if m and int(m.group(1)) > 0 else None
+
+
+def epoch_steps(lines: Sequence[EpochStepLine]) -> None:
+    """Make a step counter that restarts every epoch a global step, in place: where the lines print
+    ``Epoch E ... Step S/N`` and the step goes back only where the epoch grows (never within one),
+    ``S/N`` counts the epoch's ``N`` batches and the step is ``(E - base) * N + S`` (``base`` 0 when
+    the epochs count from 0, else 1). A counter that never goes back is kept (``S/N`` of all steps),
+    and so is one that goes back within an epoch (a resume: the segments cut it)."""
+    marked = [x for x in lines if x.epoch is not None and x.per_epoch is not None]
+    if len(marked) < 2:
+        return
+    went_back = False
+    for a, b in itertools.pairwise(marked):
+        assert a.epoch is not None and b.epoch is not None
+        if b.epoch < a.epoch or (b.step < a.step and b.epoch == a.epoch):
+            return
+        went_back |= b.step < a.step
+    if not went_back:
+        return
+    base = 0 if min(x.epoch for x in marked if x.epoch is not None) == 0 else 1
+    for x in marked:
+        assert x.epoch is not None and x.per_epoch is not None
+        x.step = (x.epoch - base) * x.per_epoch + x.step
