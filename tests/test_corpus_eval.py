@@ -38,16 +38,16 @@ HELD_OUT_MAX_MUST_NOT_SAY = 0
 # phrases said, invented incidents (at most), statement precision (at least). Batch 9 was first measured held out
 # (docs/diagnosis.md gives those figures), then tuned on: its floors are the tuned figures.
 BATCH_FLOORS: dict[str, tuple[int, float, int, int, int, float]] = {
-    "batch_old": (0, 13 / 13, 0, 0, 0, 0.97),
-    "batch_6": (0, 6 / 6, 0, 0, 0, 0.98),
+    "batch_old": (0, 13 / 13, 0, 0, 0, 0.99),  # 0.997 (355 / 356) after round 10b
+    "batch_6": (0, 6 / 6, 0, 0, 0, 0.99),  # 0.993 (284 / 286)
     # 0.908 (99 / 109) since imp10: one true note that no golden fact judges ("the loss takes negative values":
     # the GRPO terminal's loss is -0.0303 once; its golden states only the first and last losses, both positive)
     # 0.991 (106 / 107) since det10b: the trainers' "0 finite samples" notes now say "all N are non-finite"
     "batch_7": (0, 3 / 3, 0, 0, 0, 0.98),
-    "batch_8": (0, 8 / 8, 3, 0, 0, 0.93),
-    "batch_9": (0, 7 / 7, 0, 1, 0, 0.93),  # det10 + imp10: 0 faults, 0 shown on healthy, 1 must-not-say
+    "batch_8": (0, 8 / 8, 3, 0, 0, 0.99),  # 1.000 (196 / 196)
+    "batch_9": (0, 7 / 7, 0, 1, 0, 0.99),  # 0.996 (236 / 237); det10 + imp10: 0 faults, 0 shown on healthy
     # batch 10 tuned on since round 10b (thr10 + det10b + imp10b); floors set after the merges
-    "batch_10": (0, 3 / 6, 19, 6, 1, 0.72),
+    "batch_10": (0, 5 / 6, 19, 2, 1, 0.88),
 }
 
 
