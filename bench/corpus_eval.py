@@ -258,11 +258,12 @@ def _texts(value: Any) -> Iterator[str]:
 
 
 def score_statements(result: LogScore, golden: Mapping[str, Any], said: Mapping[str, Sequence[str]]) -> None:
-    """Each must-not-say phrase found (case-insensitive) in ``said`` {where: texts}."""
+    """Each must-not-say phrase found (case-insensitive) in ``said`` {where: texts}, where a word starts
+    with it: "NaN" is not said by "resonance", "diverge" is by "diverged"."""
     for phrase in golden["statements"].get("must_not_say", []):
-        needle = phrase.lower()
+        needle = re.compile(r"(?<![^\W_])" + re.escape(phrase), re.IGNORECASE)
         for where, texts in said.items():
-            if any(needle in t.lower() for t in texts):
+            if any(needle.search(t) for t in texts):
                 result.statements_broken.append(f"{phrase!r} in {where}")
 
 

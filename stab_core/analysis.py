@@ -14,6 +14,7 @@ from typing import Any, Final
 
 import numpy as np
 
+from stab_core.abandoned import abandoned_attempts
 from stab_core.claims import incident_claims, said_from_json
 from stab_core.clean_baseline import spikes_past_long_incidents
 from stab_core.clipping import CLIP_SATURATION, ClipStats, clipping_stats
@@ -90,10 +91,15 @@ class DiagnosedSpike:
     spike: SpikeEvent
     diagnosis: Diagnosis
     incident: Incident | None = None
+    attempt: tuple[int, int] | None = None
+    """``(resumed_from, abandoned_at)`` of the attempt a resume replaced that it was found in; None: the run."""
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON contract object (:func:`spike_to_dict`)."""
-        return spike_to_dict(self.spike, self.diagnosis, self.incident)
+        """The JSON contract object (:func:`spike_to_dict`), plus ``abandoned_attempt`` where it has one."""
+        out = spike_to_dict(self.spike, self.diagnosis, self.incident)
+        if self.attempt is not None:
+            out["abandoned_attempt"] = {"resumed_from": self.attempt[0], "abandoned_at": self.attempt[1]}
+        return out
 
 
 @dataclass(frozen=True)
@@ -520,6 +526,20 @@ def _diagnosed(
     return out
 
 
+def _in_abandoned(view: RunView, p: AnalysisParams) -> list[DiagnosedSpike]:
+    """Incidents inside the attempts a resume replaced (:mod:`stab_core.abandoned`), each said to be there."""
+    out = []
+    for attempt in abandoned_attempts(view):
+        found = [i for i in find_incidents(attempt.view, p) if i.primary.peak >= attempt.first]
+        context = prepare_context(attempt.view, p.diagnosis, None)
+        for item in _diagnosed(attempt.view, found, p, context):
+            note = attempt.note()
+            summary = f"{note[0].upper()}{note[1:]}: {item.diagnosis.summary}"
+            diagnosis = replace(item.diagnosis, summary=summary)
+            out.append(replace(item, diagnosis=diagnosis, attempt=(attempt.resumed_from, attempt.abandoned_at)))
+    return out
+
+
 def analyze_run(view: RunView, params: AnalysisParams | None = None) -> RunAnalysis:
     """SNR, clipping statistics and diagnosed incidents of one run (pure: the store persists them).
     Steps where every metric is non-finite or absent (:func:`stab_core.incidents.logging_gaps`) are
@@ -533,7 +553,8 @@ def analyze_run(view: RunView, params: AnalysisParams | None = None) -> RunAnaly
     context = prepare_context(view, d, snr)
     collapses = detect_snr_collapse(snr, d.snr_collapse_factor, d.snr_level_window) if snr is not None else []
     clip = run_clip_stats(view, p.clip_window, p.clip_saturation)
-    spikes = _diagnosed(view, find_incidents(view, p), p, context)
+    spikes = _diagnosed(view, find_incidents(view, p), p, context) + _in_abandoned(view, p)
+    spikes.sort(key=lambda item: item.spike.start)
     not_run, snr_reason = detectors_not_run(view, (p.loss_spikes, p.grad_norm_spikes), p.diagnosis.proxy_window, snr)
     return RunAnalysis(
         run=view.name,

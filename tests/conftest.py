@@ -34,6 +34,7 @@ TIERS: dict[str, str] = {
     # fast: pure core, the readers, store units; what `pytest` alone runs (under 2 minutes on 2 cores)
     **dict.fromkeys(
         (
+            "abandoned_attempts",
             "action_premise_shapes",
             "round10b_det",
             "statements_round10",

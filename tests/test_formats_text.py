@@ -37,7 +37,12 @@ def test_megatron_lm_log_with_restart_rollback_later_segment_wins() -> None:
     assert steps.tolist() == [10, 20, 30, 40, 50]
     rollbacks = [e for e in parsed.events if e.kind == "rollback"]
     assert len(rollbacks) == 1
-    assert rollbacks[0].detail == {"replayed_from": 30, "replayed_to": 40}
+    # the replaced attempt's loss is kept on the event (issue #31), NaN as null
+    assert rollbacks[0].detail == {
+        "replayed_from": 30,
+        "replayed_to": 40,
+        "abandoned": {"loss": [[[30.0, 40.0], [12.345, None]]]},
+    }
     # units and names
     assert _value(parsed, "step_time_s", 10) == pytest.approx(1.5)
     assert _value(parsed, "lr", 20) == pytest.approx(2e-5)
@@ -185,7 +190,7 @@ def test_restart_across_two_files_is_one_stream(tmp_path: Path) -> None:
     assert np.all(loss[100:] == 9.0)  # the later segment wins on the replayed 100..119
     (event,) = [e for e in parsed.events if e.kind == "rollback"]
     assert event.step == 100
-    assert event.detail == {"replayed_from": 100, "replayed_to": 119}
+    assert _span(event.detail) == {"replayed_from": 100, "replayed_to": 119}
     assert parsed.source_files == [str(a), str(b)]
 
 
@@ -280,3 +285,8 @@ def test_files_of_different_formats_are_refused_with_each_format(tmp_path: Path)
     b.write_text("iter 1: loss 2.0, time 1.00ms\niter 2: loss 1.9, time 1.00ms\n")
     with pytest.raises(StabScopeError, match=r"different formats \(a\.log: llmc_main; b\.log: nanogpt\)"):
         read_log([a, b])
+
+
+def _span(detail: dict) -> dict:
+    """A rollback's replayed span (its ``abandoned`` rows are tests/test_abandoned_attempts.py's)."""
+    return {k: v for k, v in detail.items() if k != "abandoned"}

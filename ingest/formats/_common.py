@@ -1,16 +1,15 @@
-"""What every reader shares: the ``ParsedLog`` result, the row builder that turns reader output into
-the canonical long table (with rollback detection), time-stamp parsing and chunked file input. Numbers
-are parsed in :mod:`ingest.formats.numbers`, one metric's rows ordered in :mod:`ingest.formats.log_rows`,
-a log's raw text (head, launcher prefixes) read in :mod:`ingest.formats.raw_text`.
+"""What every reader shares: the ``ParsedLog`` result, the row builder that turns reader output into the canonical
+long table (with rollback detection), time-stamp parsing and chunked file input. Numbers are parsed in
+:mod:`ingest.formats.numbers`, one metric's rows ordered in :mod:`ingest.formats.log_rows`, a log's raw text (head,
+launcher prefixes) read in :mod:`ingest.formats.raw_text`.
 
 Readers append columns in file order to a :class:`LogBuilder`; ``finish`` then
-1. detects restarts: within one *stream* (one independent step sequence: a text log and its
-   continuation files, one TensorBoard directory, one per-metric CSV) a step that goes *down* starts
-   a new segment that re-logs steps ``[s0, s1]`` already seen; it is recorded as a ``rollback``
-   event and every earlier row of that stream at a step ``>= s0`` is dropped (the later segment
-   wins, as TensorBoard's own loader purges orphaned steps);
-2. keeps the last row of each ``(rank, metric, step)``;
-3. sorts by metric, rank, step.
+1. detects restarts: within one *stream* (one independent step sequence: a text log and its continuation files,
+   one TensorBoard directory, one per-metric CSV) a step that goes *down* starts a new segment that re-logs steps
+   ``[s0, s1]`` already seen; it is recorded as a ``rollback`` event and every earlier row of that stream at a step
+   ``>= s0`` leaves the table (the later segment wins, as TensorBoard's own loader purges orphaned steps); the
+   replaced attempts' loss rows stay on the event (``log_rows.rollback_detail``: nothing is lost silently);
+2. keeps the last row of each ``(rank, metric, step)`` and sorts by metric, rank, step.
 """
 
 from __future__ import annotations
@@ -28,6 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as _pc
 
 from ingest.errors import StabScopeError
+from ingest.formats import log_rows
 from ingest.formats.accounting import LineAccount, skip_reason_group
 from ingest.formats.aliases import canonical_name, keep_apart, own_name, to_canonical_unit
 from ingest.formats.log_rows import FloatArray, IntArray, Piece, metric_column, one_metric
@@ -463,19 +463,19 @@ class LogBuilder:
             self._pieces[name] = kept
 
     def _build_table(self) -> pa.Table:
-        """Metric by metric (bounded temporaries): purge replayed rows, keep the last row of each
-        (rank, step), sort by (rank, step); columns are chunked per metric, never re-copied. Big
-        tables build two metrics at a time (numpy and Arrow copy without the GIL); the result, the
-        rollback spans included, is gathered in metric order, so it does not depend on timing."""
+        """Metric by metric (bounded temporaries): purge replayed rows, keep the last row of each (rank, step), sort;
+        columns are chunked per metric, never re-copied. Big tables build two metrics at a time (numpy and Arrow copy
+        without the GIL); the result (rollbacks, abandoned rows) is gathered in metric order: timing plays no part."""
         names = sorted(self._pieces)
         if not names:
             return TABLE_SCHEMA.empty_table()
         shared: dict[Any, Any] = {}
+        abandoned: dict[str, list[tuple[Any, Any]]] = {m: [] for m in log_rows.ABANDONED_KEPT if m in self._pieces}
 
         def build(code: int) -> tuple[list[list[Any]], dict[int, list[tuple[int, int]]]]:
             spans_of_metric: dict[int, list[tuple[int, int]]] = {}
             pieces = self._pieces.pop(names[code])
-            rank, step, value, wall = one_metric(pieces, spans_of_metric, shared)
+            rank, step, value, wall = one_metric(pieces, spans_of_metric, shared, abandoned.get(names[code]))
             n = step.shape[0]
             chunks: list[list[Any]] = [  # per column: its chunks for this metric
                 [pa.array(rank, pa.int32())],
@@ -499,7 +499,8 @@ class LogBuilder:
         # one restart seen the same in two streams (a reader's second pass over the same lines) is one event
         found_spans = {span for spans_of_stream in spans.values() for span in merge_spans(spans_of_stream)}
         for s0, s1 in sorted(found_spans):
-            self.event(s0, "rollback", f"restart replayed steps {s0}-{s1}", replayed_from=s0, replayed_to=s1)
+            detail = log_rows.rollback_detail(abandoned, s0, s1)
+            self.event(s0, "rollback", f"restart replayed steps {s0}-{s1}", **detail)
         return pa.Table.from_arrays(
             [
                 pa.chunked_array([ch for chunks, _ in built for ch in chunks[i]], TABLE_SCHEMA.field(c).type)

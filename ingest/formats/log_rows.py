@@ -5,7 +5,7 @@ events), the last row of each ``(rank, step)`` kept, sorted by rank and step."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 import numpy.typing as npt
@@ -103,10 +103,15 @@ def _ordered_arrays(pieces: list[Piece]) -> tuple[Any, IntArray, npt.NDArray[np.
 
 
 def one_metric(
-    pieces: list[Piece], spans: dict[int, list[tuple[int, int]]], shared: dict[Any, Any] | None = None
+    pieces: list[Piece],
+    spans: dict[int, list[tuple[int, int]]],
+    shared: dict[Any, Any] | None = None,
+    abandoned: list[tuple[IntArray, FloatArray]] | None = None,
 ) -> tuple[npt.NDArray[np.int32], IntArray, Values, FloatArray | None]:
     """``(rank, step, value, wall)`` of one metric, replayed rows purged, de-duplicated, sorted.
-    ``shared``: arrays built for earlier metrics of the same table (see :func:`_ordered_series`)."""
+    ``shared``: arrays built for earlier metrics of the same table (see :func:`_ordered_series`).
+    ``abandoned``: where given, the purged rows of a one-rank metric (steps, values in file order) are
+    appended to it, so the attempt a resume replaced is kept, not silently overwritten (issue #31)."""
     if len(pieces) == 1 and isinstance(pieces[0].rank, int):
         only = pieces[0]
         if only.step.shape[0] < 2 or np.all(only.step[1:] > only.step[:-1]):
@@ -146,6 +151,10 @@ def one_metric(
         stream = np.concatenate([np.full(p.step.shape[0], p.stream, np.int64) for p in pieces])
     keep = _purge_replayed(stream, rank, seq, step, spans)
     if not keep.all():
+        if abandoned is not None and same_rank:
+            dropped = np.flatnonzero(~keep)
+            dropped = dropped[np.argsort(seq[dropped], kind="stable")]
+            abandoned.append((step[dropped], value[dropped]))
         step, value, rank, seq, stream = step[keep], value[keep], rank[keep], seq[keep], stream[keep]
         wall = None if wall is None else wall[keep]
     # last row wins per (rank, step): order by seq, then stably by (rank, step)
@@ -230,3 +239,32 @@ def _restarts(seg: IntArray, local_down: IntArray) -> IntArray:
     if np.count_nonzero(short & ~passed) + np.count_nonzero(passed) >= MIN_WRITER_DIPS:
         passed |= short
     return local_down[~passed]
+
+
+ABANDONED_KEPT: Final = ("loss",)
+"""Metrics whose purged rows (an attempt a resume replaced) ride on the ``rollback`` event, so the detector
+can look at the abandoned attempt too: the incident there is why the job restarted (issue #31)."""
+
+
+def rollback_detail(abandoned: dict[str, list[tuple[Any, Any]]], s0: int, s1: int) -> dict[str, Any]:
+    """A rollback event's detail: ``replayed_from`` ``s0``, ``replayed_to`` ``s1`` and, where any,
+    ``abandoned``: ``{metric: [[steps, values], ...]}``, the purged rows at steps ``[s0, s1]`` (a restart's replayed
+    span), one ``[steps, values]`` per abandoned attempt in file order (a new attempt starts where the step
+    goes down: the same checkpoint may be resumed several times); JSON-ready lists."""
+    out: dict[str, list[list[list[float | None]]]] = {}
+    for metric, parts in abandoned.items():
+        if not parts:
+            continue
+        step = np.concatenate([p[0] for p in parts])
+        value = np.concatenate([p[1] for p in parts])
+        inside = (step >= s0) & (step <= s1)
+        step, value = step[inside], value[inside]
+        if step.shape[0] == 0:
+            continue
+        cuts = np.flatnonzero(step[1:] <= step[:-1]) + 1
+        out[metric] = [
+            [[float(x) for x in st], [None if not np.isfinite(v) else float(v) for v in va]]
+            for st, va in zip(np.split(step, cuts), np.split(value, cuts), strict=True)
+        ]
+    span: dict[str, Any] = {"replayed_from": s0, "replayed_to": s1}
+    return {**span, "abandoned": out} if out else span
