@@ -34,6 +34,8 @@ TIERS: dict[str, str] = {
     # fast: pure core, the readers, store units; what `pytest` alone runs (under 2 minutes on 2 cores)
     **dict.fromkeys(
         (
+            "buildnanogpt_log",
+            "jsonl_swift_shape",
             "action_premise_shapes",
             "round10b_det",
             "statements_round10",
