@@ -35,6 +35,8 @@ TIERS: dict[str, str] = {
     **dict.fromkeys(
         (
             "abandoned_attempts",
+            "buildnanogpt_log",
+            "jsonl_swift_shape",
             "action_premise_shapes",
             "round10b_det",
             "statements_round10",

@@ -34,7 +34,7 @@ from ingest.formats.jsonl import JsonlReader
 from ingest.formats.keras_console import KerasConsoleReader
 from ingest.formats.lightning_csv import LightningCsvReader
 from ingest.formats.llamafactory import LlamaFactoryReader
-from ingest.formats.llmc import LlmcConsoleReader, LlmcMainLogReader
+from ingest.formats.llmc import BuildNanogptConsoleReader, BuildNanogptLogReader, LlmcConsoleReader, LlmcMainLogReader
 from ingest.formats.maxtext import MaxTextReader
 from ingest.formats.megatron import MegatronDeepSpeedReader, MegatronReader
 from ingest.formats.megatron_golden import MegatronGoldenReader
@@ -83,6 +83,8 @@ FORMATS: Final[dict[str, Reader]] = {
         MegatronDeepSpeedReader(),
         LlmcMainLogReader(),
         LlmcConsoleReader(),
+        BuildNanogptLogReader(),
+        BuildNanogptConsoleReader(),
         ModdedNanoGPTReader(),
         TorchtitanReader(),
         MaxTextReader(),

@@ -2,7 +2,8 @@
 (``loss``, ``grad_norm``, ``learning_rate``, ``epoch``, ``num_tokens``..., ``step``) interleaved with
 evaluation entries (``eval_loss``, ``eval_runtime``...) and ends with a summary entry
 (``train_runtime``, ``train_loss``, ``total_flos``) that describes the run, not a step: it goes to
-``meta['train_summary']``, as do ``max_steps``, ``train_batch_size`` and the logging settings."""
+``meta['train_summary']``, as do ``max_steps``, ``train_batch_size`` and the logging settings.
+``epoch`` is the step axis's companion, not a metric: the epoch reached is ``meta['epochs_done']``."""
 
 from __future__ import annotations
 
@@ -39,6 +40,8 @@ class HFTrainerStateReader(Reader):
         text = head.lstrip()
         if not text.startswith(b"{"):
             return 0.0
+        if _is_json_lines(text):
+            return 0.0  # a JSON Lines log may end with a trainer-state dump; the JSONL reader owns it
         return 0.95 if re.search(rb'"log_history"\s*:\s*\[', head) else 0.0
 
     def fill(self, paths: Sequence[Path], builder: LogBuilder) -> None:
@@ -67,6 +70,11 @@ class HFTrainerStateReader(Reader):
                     number = _number(value)
                     if key == "step" or number is None:
                         continue
+                    if key == "epoch":
+                        # the step axis's companion (steps / steps per epoch), not a measurement of
+                        # the run: kept in the meta as the epoch reached, never a metric series
+                        builder.meta["epochs_done"] = max(number, builder.meta.get("epochs_done", number))
+                        continue
                     steps, values = columns.setdefault(key, ([], []))
                     steps.append(step)
                     values.append(number)
@@ -74,6 +82,19 @@ class HFTrainerStateReader(Reader):
             for key, (steps, values) in columns.items():
                 builder.add(key, steps, values, seq=seq[key], stream=stream)
         note_planned_steps(builder.meta)  # max_steps
+
+
+def _is_json_lines(text: bytes) -> bool:
+    """True when the first line is a whole JSON object and more text follows it: the JSON Lines
+    shape (ms-swift ``logging.jsonl`` appends the trainer state as its last line), never a
+    ``trainer_state.json``, whose single object spans the file."""
+    first, _, rest = text.partition(b"\n")
+    if not rest.strip():
+        return False
+    try:
+        return isinstance(json.loads(first), dict)
+    except (ValueError, RecursionError):
+        return False
 
 
 def _load(path: Path) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from ingest.formats._common import LogBuilder
 from ingest.formats._tabular import STEP_COLUMNS, WALL_COLUMNS, add_wide, find_column, iter_jsonl
 from ingest.formats.aliases import KeyMap
 from ingest.formats.base import Reader
+from ingest.formats.hf_trainer_state import _SUMMARY_KEYS
 from ingest.formats.raw_text import decode_head
 
 
@@ -48,6 +49,8 @@ def read_jsonl(
     for path in paths:
         builder.source(path)
         for table, line in iter_jsonl(path, builder):
+            table = _drop_state_dumps(table, path, line, builder)
+            table = _progress_steps(table, step_candidates, builder)
             if table.num_rows == 0:
                 continue
             step_col = find_column(table.column_names, step_candidates)
@@ -67,6 +70,60 @@ def read_jsonl(
                 keymap=keymap,
                 where=(path, line),
             )
+
+
+def _drop_state_dumps(table: pa.Table, path: Path, line: int, builder: LogBuilder) -> pa.Table:
+    """Lines holding a ``log_history`` list are a trainer-state dump (ms-swift ends
+    ``logging.jsonl`` with one) that repeats the records already read line by line: skipped, so
+    their keys (``global_step``) cannot pick the step axis for every other line."""
+    import pyarrow.compute as pc
+
+    cols = table.column_names
+    if "log_history" in cols:
+        dump = pc.is_valid(table["log_history"])
+        for row in np.flatnonzero(dump.to_numpy(zero_copy_only=False)):
+            builder.skip(path, line + int(row), "trainer-state dump (log_history repeats the logged records)")
+    else:
+        dump = pa.array(np.zeros(table.num_rows, dtype=bool))
+    summary_keys = [c for c in cols if c in _SUMMARY_KEYS]
+    if summary_keys:
+        # The HF summary object (train_runtime, total_flos...) without a loss describes the run, not a step.
+        has_summary = pc.is_valid(table[summary_keys[0]])
+        for key in summary_keys[1:]:
+            has_summary = pc.or_(has_summary, pc.is_valid(table[key]))
+        for key in ("loss", "eval_loss"):
+            if key in cols:
+                has_summary = pc.and_(has_summary, pc.is_null(table[key]))
+        for row in np.flatnonzero(has_summary.to_numpy(zero_copy_only=False)):
+            summary = {k: v for k, v in table.slice(int(row), 1).to_pylist()[0].items() if k in _SUMMARY_KEYS}
+            builder.meta.setdefault("train_summary", summary)
+        dump = pc.or_(dump, has_summary)
+    if not pc.any(dump).as_py():
+        return table
+    kept = table.filter(pc.invert(dump))
+    return kept.select([c for c in kept.column_names if kept[c].null_count < kept.num_rows])
+
+
+def _progress_steps(table: pa.Table, candidates: Sequence[str], builder: LogBuilder) -> pa.Table:
+    """A ``"<step key>/max_steps": "N/M"`` progress string (ms-swift's ``global_step/max_steps``)
+    is the step axis when no plain step key is logged: step N, planned steps M."""
+    if find_column(table.column_names, candidates) is not None:
+        return table
+    import pyarrow.compute as pc
+
+    for name in table.column_names:
+        head, _, _ = name.partition("/")
+        if head not in candidates or not pa.types.is_string(table[name].type):
+            continue
+        parts = pc.extract_regex(table[name], r"^\s*(?P<n>\d+)\s*/\s*(?P<m>\d+)\s*$")
+        if parts.null_count == len(parts) or parts.null_count > table[name].null_count:
+            continue
+        steps = pc.cast(pc.struct_field(parts, "n"), pa.float64())
+        planned = pc.max(pc.cast(pc.struct_field(parts, "m"), pa.int64())).as_py()
+        if planned is not None:
+            builder.meta.setdefault("total_steps", planned)
+        return table.drop_columns([name]).append_column(head, steps)
+    return table
 
 
 def _coalesce_steps(table: pa.Table, step_col: str, candidates: Sequence[str]) -> pa.Table:

@@ -74,6 +74,88 @@ _CONSOLE_PAIRS: Final = (
 _Z_SCORE: Final = r"\(" + NUMBER + r"z\)"
 
 
+_TAGGED_KEYS: Final = {
+    "train": ("loss", None),
+    "val": ("val_loss", None),
+    "hella": ("hellaswag_acc", None),
+}
+
+
+def _tagged_key(key: str) -> tuple[str, str | None]:
+    return _TAGGED_KEYS.get(key, canonical_name(key))
+
+
+class BuildNanogptLogReader(TextLogReader):
+    """build-nanogpt's ``log.txt``: one ``<step> <tag> <value>`` line per record, the tag one of
+    ``train`` (loss), ``val`` (val loss), ``hella`` (HellaSwag accuracy); steps 0-based."""
+
+    name = "buildnanogpt_log"
+    description = "build-nanogpt log.txt: '<step> train x', '<step> val x', '<step> hella x' lines"
+    kinds = (
+        LineKind(
+            name="record",
+            prefix=r"(?P<step>[0-9]+)[ \t]+(?=(?:train|val|hella)[ \t]+" + NUMBER + r"[ \t]*$)",
+            pairs=r"(?P<key>train|val|hella)[ \t]+(?P<val>" + NUMBER + ")",
+            keymap=_tagged_key,
+        ),
+    )
+
+    def score(self, n_metric_lines: int, text: str) -> float:
+        return 0.9 if n_metric_lines >= 2 else 0.7
+
+
+_BNG_KEYS: Final = {
+    "loss": ("loss", None),
+    "lr": ("lr", None),
+    "norm": ("grad_norm", None),
+    "dt": ("step_time_s", "ms"),
+    "tok/sec": ("throughput_tok_s", None),
+    "validation loss": ("val_loss", None),
+    "HellaSwag accuracy": ("hellaswag_acc", None),
+}
+
+
+def _bng_key(key: str) -> tuple[str, str | None]:
+    return _BNG_KEYS.get(key, canonical_name(key))
+
+
+class BuildNanogptConsoleReader(TextLogReader):
+    """build-nanogpt's console: ``step N | loss: x | lr x | norm: x | dt: x ms | tok/sec: x`` lines,
+    and ``validation loss: x`` / ``HellaSwag accuracy: a/b=x`` lines without a step, printed before
+    the step line of the iteration that evaluated them (so they take the next step line's step)."""
+
+    name = "buildnanogpt_console"
+    description = "build-nanogpt console: 'step N | loss: x | lr x | norm: x | dt: xms | tok/sec: x'"
+    kinds = (
+        LineKind(
+            name="step",
+            # the whole layout (loss, then lr): a bare `step N | loss: x | ...` is the generic reader's
+            prefix=r"step[ \t]+(?P<step>[0-9]+)[ \t]*\|[ \t]*(?=loss:[ \t]*" + NUMBER + r"[ \t]*\|[ \t]*lr[ \t])",
+            pairs=r"(?P<key>loss|lr|norm|dt|tok/sec):?[ \t]*(?P<val>" + NUMBER + r")(?:ms)?",
+            keymap=_bng_key,
+            run_level=True,
+        ),
+        LineKind(
+            name="val",
+            prefix=r"(?=validation loss:)",
+            pairs=r"(?P<key>validation loss):[ \t]*(?P<val>" + NUMBER + ")",
+            keymap=_bng_key,
+            fill_next=True,
+        ),
+        LineKind(
+            name="hellaswag",
+            prefix=r"(?=HellaSwag accuracy:)",
+            pairs=r"(?P<key>HellaSwag accuracy):[ \t]*[0-9]+/[0-9]+[ \t]*=[ \t]*(?P<val>" + NUMBER + ")",
+            keymap=_bng_key,
+            ignore=r"[0-9]+/[0-9]+",
+            fill_next=True,
+        ),
+    )
+
+    def score(self, n_metric_lines: int, text: str) -> float:
+        return 0.9 if n_metric_lines >= 2 else 0.7
+
+
 class LlmcConsoleReader(PlannedStepsTextLogReader):
     name = "llmc_console"
     description = "llm.c console output: 'step N/M | loss x | norm x | lr x | ms | MFU | tok/s'"

@@ -17,8 +17,16 @@ from typing import Any
 import numpy as np
 
 from ingest.formats._common import LogBuilder
+from ingest.formats.aliases import canonical_name
 from ingest.formats.planned import PlannedStepsTextLogReader
 from ingest.formats.textlog import LineKind
+
+
+def _step_key(key: str) -> tuple[str, str | None]:
+    """``lr_mul`` (parameter-golf's forks print the schedule's multiplier of each group's base LR,
+    no absolute LR) is the run's ``lr`` series: the schedule's shape, which warmup, decay and restart
+    checks read, in units of the base LR."""
+    return ("lr", None) if key == "lr_mul" else canonical_name(key)
 
 
 class ModdedNanoGPTReader(PlannedStepsTextLogReader):
@@ -30,6 +38,7 @@ class ModdedNanoGPTReader(PlannedStepsTextLogReader):
             prefix=r"step:(?P<step>[0-9]+)/(?P<total>[0-9]+)[ \t]+",
             # a unit in the key ('tok/s:5723657', parameter-golf's fork) is part of its name, not a key 's'
             pairs=r"(?P<key>[A-Za-z_]+(?:/[A-Za-z_]+)?):(?P<val>\S+)",
+            keymap=_step_key,
         ),
     )
 

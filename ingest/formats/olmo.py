@@ -13,8 +13,9 @@ Canonical roles: ``train/CrossEntropyLoss`` -> ``loss``, ``optim/total_grad_norm
 ``optim/learning_rate_group0`` -> ``lr``, ``throughput/total_tokens`` -> ``tokens`` (global, so far),
 ``throughput/device/tokens_per_second`` -> ``throughput_tok_s`` of rank 0 (the printing device's own
 rate). ``train/Perplexity`` is ``train_ppl`` (as Megatron's and NeoX's perplexity are ``val_ppl``).
-The rest keep their names (``train/ZLoss``, ``eval/.../Perplexity``; ``System/Peak GPU Memory
-(MB)`` stays in OLMo's decimal megabytes, the max over ranks, as ``System/Peak_GPU_Memory_MB``).
+``System/Peak GPU Memory (MB)`` (the max over ranks) is ``gpu_mem_gb``, its megabytes read as
+MiB as the alias table reads every ``MB`` (OLMo divides by 1e6: the GiB shown are ~5% high).
+The rest keep their names (``train/ZLoss``, ``eval/.../Perplexity``).
 OLMo-core names them ``train/CE loss``, ``optim/total grad norm``, ``optim/LR (group 0)``,
 ``throughput/total tokens`` and ``throughput/device/TPS``, adds ``,eta=...`` to the header and prints
 values of 1e9 and over with a suffix (``1.234B``, rounded): such lines are skipped, not misread.
@@ -37,6 +38,8 @@ _KEYS: Final[dict[str, tuple[str, str | None] | None]] = {
     "optim/learning_rate_group0": ("lr", None),
     "throughput/total_tokens": ("tokens", None),
     "throughput/device/tokens_per_second": ("throughput_tok_s", None),
+    # the peak GPU memory (max over ranks) is the GPU memory series, read from its megabytes
+    "System/Peak GPU Memory (MB)": ("gpu_mem_gb", "mb"),
     # OLMo-core (olmo_core/train: common.py, callbacks/speed_monitor.py, train_module)
     "train/CE loss": ("loss", None),
     "optim/total grad norm": ("grad_norm", None),
