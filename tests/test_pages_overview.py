@@ -308,8 +308,8 @@ def test_pre_clip_norm_is_drawn_over_a_wider_post_clip_norm(app_store: Store) ->
 
 
 def test_mixtral_golden_values_say_why_panels_are_empty(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Megatron's Mixtral 8x7B golden values: loss only (no grad norm, so no SNR), every metric NaN from
-    step 22,690. The page says so where the panels are missing and marks where logging stopped."""
+    """Megatron's Mixtral 8x7B golden values: loss only (no grad norm, so no SNR), every metric "nan" from
+    step 22,690 (unrecorded steps). The page says why the panels are missing."""
     path = REAL / "megatron_mixtral8x7b_h100" / "golden_values_dev_dgx_h100.json"
     if not path.is_file():
         pytest.skip(f"../shared absent: no Mixtral golden values at {path}")
@@ -337,12 +337,10 @@ def test_mixtral_golden_values_say_why_panels_are_empty(tmp_path: Path, monkeypa
         assert f"Logging stopped at step {step:,}" in captions
         line = next(t for t in fig["data"] if t.get("name") == "logging_end")
         assert {x for x in line["x"] if x is not None} == {step}
-    # zoomed into the NaN tail: the loss is named as logged-but-not-finite, not as absent
-    at.slider(key="ov_range").set_value((22_700, 24_000)).run()
-    assert not at.exception and not at.get("plotly_chart")
-    assert "Nothing to plot in steps 22,700–24,000." in at.info[0].value
-    captions = " ".join(c.value for c in at.caption)
-    assert "**loss**: `loss` logged, but no finite value in steps 22,700–24,000" in captions
+    # the file's steps 22,690-24,000 are "nan" in every metric, memory and time included: unrecorded steps, not
+    # NaN records (imp10b), so the run ends at its last recorded step and the import account counts the rest
+    assert store.run_info("mixtral").last_step == 22_685
+    assert "Logging stopped at step" not in captions
 
 
 def test_every_metric_of_an_incident_is_marked_on_its_own_panel(app_store: Store) -> None:
