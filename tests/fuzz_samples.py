@@ -200,6 +200,21 @@ def _samples() -> dict[str, Sample]:
             "main.log", _lines([f"s:{s} trl:{3 + 1 / (s + 1):.4f} lr:0.0006 norm:{0.5 + s % 3:.2f}" for s in steps])
         ),
         "llmc_console": _fixture("llmc_console.log"),
+        "buildnanogpt_log": _file(
+            "log.txt",
+            _lines(["0 val 11.0864", "0 hella 0.2498"] + [f"{s} train {11.0 - 0.25 * s:.6f}" for s in steps]),
+        ),
+        "buildnanogpt_console": _file(
+            "slurm.out",
+            _lines(
+                ["validation loss: 10.95", "HellaSwag accuracy: 2497/10042=0.2487"]
+                + [
+                    f"step {s:5d} | loss: {10.9 - 0.2 * s:.6f} | lr 6.0000e-04 | norm: 0.5000 | dt: 400.00ms | "
+                    "tok/sec: 1310000.00"
+                    for s in steps
+                ]
+            ),
+        ),
         "modded_nanogpt": _file(
             "record.txt",
             _lines(
