@@ -530,7 +530,7 @@ def _in_abandoned(view: RunView, p: AnalysisParams) -> list[DiagnosedSpike]:
     """Incidents inside the attempts a resume replaced (:mod:`stab_core.abandoned`), each said to be there."""
     out = []
     for attempt in abandoned_attempts(view):
-        found = [i for i in find_incidents(attempt.view, p) if i.primary.peak >= attempt.first]
+        found = attempt.dated(find_incidents(attempt.view, p))
         context = prepare_context(attempt.view, p.diagnosis, None)
         for item in _diagnosed(attempt.view, found, p, context):
             note = attempt.note()

@@ -35,6 +35,8 @@ TIERS: dict[str, str] = {
     **dict.fromkeys(
         (
             "abandoned_attempts",
+            "round12_imports",
+            "round12_layouts",
             "buildnanogpt_log",
             "jsonl_swift_shape",
             "action_premise_shapes",
