@@ -35,6 +35,7 @@ TIERS: dict[str, str] = {
     **dict.fromkeys(
         (
             "abandoned_attempts",
+            "chart_abandoned",
             "buildnanogpt_log",
             "jsonl_swift_shape",
             "action_premise_shapes",
