@@ -23,7 +23,7 @@ Totals for the whole corpus, the held-out logs, the logs tuned on and each golde
 (``bench.corpus_scores``).
 
 The logs are not in the repository (their licences vary): each folder holds the file the golden
-``provenance`` names, checked by its sha256. docs/diagnosis.md ("Held-out corpus") quotes the table.
+``provenance`` names, checked by its sha256. docs/diagnosis.md ("Current figures on the corpus") quotes the table.
 """
 
 from __future__ import annotations
