@@ -531,7 +531,7 @@ def _in_abandoned(view: RunView, p: AnalysisParams) -> list[DiagnosedSpike]:
     out = []
     for attempt in abandoned_attempts(view):
         found = [i for i in find_incidents(attempt.view, p) if i.primary.peak >= attempt.first]
-        context = prepare_context(attempt.view, p.diagnosis, None)
+        context = replace(prepare_context(attempt.view, p.diagnosis, None), replay_loss=view.series.get("loss"))
         for item in _diagnosed(attempt.view, found, p, context):
             note = attempt.note()
             summary = f"{note[0].upper()}{note[1:]}: {item.diagnosis.summary}"

@@ -135,3 +135,20 @@ def signed_objective(values: object) -> bool:
     cross-entropy is >= 0), so a rise 'to 3x its level' from 0.0003 to 0.0009 is noise around zero."""
     arr = np.asarray(values, dtype=np.float64)
     return bool(np.any(np.isfinite(arr) & (arr < 0)))
+
+
+LOSS_FLAT_TOLERANCE: Final = 0.02
+"""A loss whose last quarter's median is within this share of its first quarter's median did not fall: the
+weights did not move (a run that never trains); any training run that learns falls by far more."""
+
+
+def loss_falls(values: object) -> bool | None:
+    """Did the loss fall over the log (its last quarter's median below its first quarter's by more than
+    :data:`LOSS_FLAT_TOLERANCE`)? None with fewer than 4 finite samples (a fall cannot be told)."""
+    array = np.asarray(values, dtype=float)
+    finite = array[np.isfinite(array)]
+    if finite.size < 4:
+        return None
+    quarter = finite.size // 4
+    first, last = float(np.median(finite[:quarter])), float(np.median(finite[-quarter:]))
+    return last < first - LOSS_FLAT_TOLERANCE * abs(first)

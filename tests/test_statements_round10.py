@@ -277,7 +277,11 @@ def test_a_grad_norm_nan_then_zero_is_logged_not_a_placeholder() -> None:
     view = RunView(name="frozen", series={"loss": Series(steps, loss), "grad_norm": Series(steps, grad)})
     reason = str(analyze_run(view).snr_reason)
     assert "a placeholder" not in reason and "the run logs no gradient norm" not in reason
-    zeros = RunView(name="ds", series={"loss": Series(steps, loss), "grad_norm": Series(steps, np.zeros(steps.size))})
+    # round 12: a placeholder sits beside a loss that falls (zeros beside a flat loss are a reading)
+    falling = np.linspace(10.4, 8.0, steps.size)
+    zeros = RunView(
+        name="ds", series={"loss": Series(steps, falling), "grad_norm": Series(steps, np.zeros(steps.size))}
+    )
     assert "0 at every step: a placeholder" in str(analyze_run(zeros).snr_reason)
 
 
