@@ -260,7 +260,9 @@ def _cause(diagnosis: Diagnosis, spike: SpikeEvent | None = None) -> Claim:
     if diagnosis.signature is not None:
         return _early_cause(diagnosis.cause, diagnosis.signature)
     if diagnosis.cause == UNKNOWN:
-        floor = DiagnosisParams().loss_scale_floor
+        # the floor node 1 judged with (the run's parameters), not the default: the two never disagree
+        floors = [f for v in diagnosis.path if isinstance(f := v.evidence.get("loss_scale_floor"), int | float)]
+        floor = float(floors[0]) if floors else DiagnosisParams().loss_scale_floor
         candidates = loss_scale_at_floor([v.evidence for v in diagnosis.path], floor) or (
             bad_batch_shape(spike) if spike is not None else None
         )

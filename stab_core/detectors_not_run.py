@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from stab_core.metrics import SIGNED_LOSS_REASON, loss_falls, missing_reason, signed_objective
+from stab_core.metrics import SIGNED_LOSS_REASON, SUSPECT_LINES, loss_falls, missing_reason, signed_objective
 from stab_core.runview import RunView
 from stab_core.snr import SnrSeries
 from stab_core.spike_params import SpikeParams
@@ -29,7 +29,9 @@ def detectors_not_run(
             not_run.append(
                 (
                     f"{metric} spikes",
-                    missing_reason(metric, view.series, view.meta) if series is None else SIGNED_LOSS_REASON,
+                    missing_reason(metric, view.series, view.meta.get(SUSPECT_LINES, ()))
+                    if series is None
+                    else SIGNED_LOSS_REASON,
                 )
             )
         elif finite == 0 and series.values.size:

@@ -105,6 +105,7 @@ def node_numerical(view: RunView, spike: SpikeEvent, p: DiagnosisParams) -> Node
         "loss_scale_level": None,
         "loss_scale_min": None,
         "loss_scale_drop": None,
+        "loss_scale_floor": p.loss_scale_floor,  # the run's floor: a claim on the scale judges with this one
     }
     collapsed = False
     scale = view.series.get("loss_scale")

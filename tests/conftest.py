@@ -41,6 +41,7 @@ TIERS: dict[str, str] = {
             "action_premise_shapes",
             "round10b_det",
             "round12_statements",
+            "round12_rev12b",
             "statements_round10",
             "batch9_shapes",
             "det10_shapes",

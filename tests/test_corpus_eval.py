@@ -47,7 +47,7 @@ BATCH_FLOORS: dict[str, tuple[int, float, int, int, int, float]] = {
     "batch_8": (0, 8 / 8, 3, 0, 0, 0.99),  # 1.000 (196 / 196)
     "batch_9": (0, 7 / 7, 0, 1, 0, 0.99),  # 0.996 (236 / 237); det10 + imp10: 0 faults, 0 shown on healthy
     # batch 10 tuned on since round 10b (thr10 + det10b + imp10b); floors set after the merges
-    "batch_10": (0, 5 / 6, 19, 2, 1, 0.88),  # 0.8829 (294 / 333) after stm12
+    "batch_10": (0, 5 / 6, 19, 2, 1, 0.88),  # after stm12 and rev12b
     # batch 11 tuned on since round 11 (att11 + imp11); floors set after the merges
     "batch_11": (2, 16 / 19, 2, 5, 1, 0.92),  # 0.9252 (272 / 294) after stm12
 }
