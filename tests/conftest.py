@@ -39,6 +39,7 @@ TIERS: dict[str, str] = {
             "jsonl_swift_shape",
             "action_premise_shapes",
             "round10b_det",
+            "round12_severity",
             "statements_round10",
             "batch9_shapes",
             "det10_shapes",
