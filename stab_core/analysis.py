@@ -410,13 +410,13 @@ def find_incidents(view: RunView, params: AnalysisParams | None = None) -> list[
     grad = view.series.get("grad_norm")
     loss = None if signed_objective(getattr(view.series.get("loss"), "values", ())) else view.series.get("loss")
     found: list[tuple[SpikeEvent, IncidentKind]] = []
-    grad_events: list[SpikeEvent] = []
     early: list[SpikeEvent] = []
     if grad is not None and grad.steps.size:
         grad_events = detect_spikes(grad.steps, grad.values, "grad_norm", p.grad_norm_spikes)
         early = new_early_jumps(grad, grad_events, p.grad_norm_spikes)
-        grad_events, early = (_near_baseline(e, grad, p.grad_norm_spikes) for e in (grad_events, early))
-        grad_events = cut_off_at_log_end(grad_events, grad)
+        grad_events, early = (
+            cut_off_at_log_end(_near_baseline(e, grad, p.grad_norm_spikes), grad, loss) for e in (grad_events, early)
+        )
         found += [(event, "spike") for event in (*grad_events, *early)]
     interval = 1
     if loss is not None and loss.steps.size:
@@ -498,6 +498,7 @@ def _costed(
             settled=cost is not None and cost.band is not None and cost.certainty == "high",
             peak_ratio=incident.primary.ratio,
             held_out_rose=held_out_rose(val_loss, incident.start, until),
+            recurring=cost.recurring if cost is not None and incident.kind == "spike" and not levels else None,
             loss_unmoved=incident.co_moves.get("loss", math.inf) < p.loss_spikes.recover_ratio,  # no loss member
         )
     )

@@ -42,6 +42,7 @@ TIERS: dict[str, str] = {
             "round10b_det",
             "round12_statements",
             "round12_rev12b",
+            "round12_severity",
             "statements_round10",
             "batch9_shapes",
             "det10_shapes",
