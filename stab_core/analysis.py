@@ -528,8 +528,7 @@ def _diagnosed(
 
 
 def _in_abandoned(view: RunView, p: AnalysisParams, run: Sequence[Incident] = ()) -> list[DiagnosedSpike]:
-    """Incidents in the attempts a resume replaced (:mod:`stab_core.abandoned`), each said to be there, less
-    those peaking where a ``run`` incident of their metric does: the replay repeated them (said once, costed once)."""
+    """Incidents in attempts a resume replaced (:mod:`stab_core.abandoned`), less those the replay repeated."""
     out, again = [], {(i.primary.metric, i.primary.peak) for i in run}
     for attempt in abandoned_attempts(view):
         found = [i for i in find_incidents(attempt.view, p) if i.primary.peak >= attempt.first]
