@@ -1,0 +1,59 @@
+"""Round 12 review fixes (issues #31, #32): each test is the reviewer's input, or a close synthetic one,
+that the reader got wrong before the fix."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from ingest.formats import read_log
+
+
+def _series(parsed) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    t = parsed.table
+    metrics = np.asarray(t.column("metric").to_pylist())
+    steps = t.column("step").to_numpy()
+    values = t.column("value").to_numpy()
+    return {m: (steps[metrics == m], values[metrics == m]) for m in np.unique(metrics)}
+
+
+def _write(tmp_path: Path, name: str, lines: list[str]) -> Path:
+    path = tmp_path / name
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_an_eval_line_at_a_logged_step_keeps_every_key(tmp_path: Path) -> None:
+    """Review 12 item 3: a layout seen twice kept only ``val_loss``; ``val_ppl`` and ``val_acc`` vanished."""
+    lines = []
+    for s in range(10, 1001, 10):
+        lines.append(f"step {s} | loss {3 - s / 1000:.3f} | lr 0.0001")
+        if s in (500, 1000):
+            lines.append(f"step {s} | val_loss 2.5 | val_ppl 12.1 | val_acc 0.41")
+    series = _series(read_log([_write(tmp_path, "train.log", lines)]))
+    assert {"val_loss", "val_ppl", "val_acc"} <= set(series)
+    assert series["val_ppl"][0].tolist() == [500, 1000]
+
+
+def test_a_seconds_clock_is_no_step_time(tmp_path: Path) -> None:
+    """Review 12 item 8: ``seconds: 1.5 N`` (time since the start) was proposed as each step's time."""
+    lines = [f"step {s} | loss {3 - s / 1000:.3f} | seconds: {s * 1.5:.1f}" for s in range(1, 201)]
+    parsed = read_log([_write(tmp_path, "train.log", lines)])
+    assert "step_time_s" not in parsed.meta.get("mapping", {})
+    assert not parsed.meta.get("proposed_map")
+
+
+def test_a_per_step_seconds_key_is_still_the_step_time(tmp_path: Path) -> None:
+    lines = [f"step {s} | loss {3 - s / 1000:.3f} | seconds: {1.5 + 0.1 * (s % 3):.2f}" for s in range(1, 201)]
+    parsed = read_log([_write(tmp_path, "train.log", lines)])
+    assert parsed.meta["proposed_map"] == {"seconds_s": "step_time_s"}
+
+
+def test_a_plural_s_is_no_seconds_unit() -> None:
+    """Review 12 item 9: ``sample(s): 512`` was a 512-second time."""
+    from ingest.formats.generic import line_pairs
+
+    assert line_pairs("step 10 | loss 2.31 | processed sample(s): 512")[-1] == ("processed sample", 512.0, None)
+    assert line_pairs("iter_time(ms): 12.5") == [("iter_time", 12.5, "ms")]
+    assert line_pairs("step 3 | time (s): 1.5")[-1] == ("time", 1.5, "s")
