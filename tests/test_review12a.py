@@ -57,3 +57,39 @@ def test_a_plural_s_is_no_seconds_unit() -> None:
     assert line_pairs("step 10 | loss 2.31 | processed sample(s): 512")[-1] == ("processed sample", 512.0, None)
     assert line_pairs("iter_time(ms): 12.5") == [("iter_time", 12.5, "ms")]
     assert line_pairs("step 3 | time (s): 1.5")[-1] == ("time", 1.5, "s")
+
+
+def _golden(tmp_path: Path, metrics: dict[str, list]) -> Path:
+    import json
+
+    spec = {m: {"start_step": 1, "end_step": len(v), "step_interval": 1, "values": v} for m, v in metrics.items()}
+    path = tmp_path / "golden_values_dev.json"
+    path.write_text(json.dumps(spec))
+    return path
+
+
+def test_a_golden_divergence_without_machine_metrics_is_kept(tmp_path: Path) -> None:
+    """Review 12 item 4: an older golden file of ``lm loss`` and ``num-zeros`` only, both ``"nan"`` from
+    step 60 (a real divergence), ended its table at 59 with no non-finite row."""
+    loss = [2.0] * 59 + ["nan"] * 41
+    parsed = read_log([_golden(tmp_path, {"lm loss": loss, "num-zeros": list(loss)})])
+    steps, values = _series(parsed)["loss"]
+    assert steps.max() == 100
+    assert np.count_nonzero(~np.isfinite(values)) == 41
+
+
+def test_golden_steps_nan_in_memory_too_are_unrecorded(tmp_path: Path) -> None:
+    loss = [2.0] * 59 + ["nan"] * 41
+    metrics = {"lm loss": loss, "num-zeros": list(loss), "mem-allocated-bytes": [1e9] * 59 + ["nan"] * 41}
+    steps, _ = _series(read_log([_golden(tmp_path, metrics)]))["loss"]
+    assert steps.max() == 59
+
+
+def test_a_repeated_step_is_no_new_abandoned_attempt() -> None:
+    """Review 12 item 10(b): steps [11, 12, 12, 13] were two attempts."""
+    from ingest.formats.log_rows import rollback_detail
+
+    rows = {"loss": [(np.array([11, 12, 12, 13]), np.array([1.0, 2.0, 3.0, 4.0]))]}
+    assert rollback_detail(rows, 0, 100)["abandoned"]["loss"] == [[[11.0, 12.0, 13.0], [1.0, 3.0, 4.0]]]
+    two = {"loss": [(np.array([11, 12, 5, 6]), np.array([1.0, 2.0, 3.0, 4.0]))]}
+    assert len(rollback_detail(two, 0, 100)["abandoned"]["loss"]) == 2
