@@ -93,3 +93,37 @@ def test_a_repeated_step_is_no_new_abandoned_attempt() -> None:
     assert rollback_detail(rows, 0, 100)["abandoned"]["loss"] == [[[11.0, 12.0, 13.0], [1.0, 3.0, 4.0]]]
     two = {"loss": [(np.array([11, 12, 5, 6]), np.array([1.0, 2.0, 3.0, 4.0]))]}
     assert len(rollback_detail(two, 0, 100)["abandoned"]["loss"]) == 2
+
+
+def test_training_words_are_whole_words() -> None:
+    """Review 12 item 14: ``acc`` matched ``grad_accum``, ``loss`` matched ``loss_scale``."""
+    from ingest.services.run_status import _names_training
+
+    assert not any(_names_training(m) for m in ("grad_accum", "loss_scale", "accumulated_steps", "tokens"))
+    assert all(_names_training(m) for m in ("train/acc", "train_accuracy", "rewards/chosen", "train/ZLoss", "kl_div"))
+
+
+def test_the_cost_page_takes_the_import_accounts_kind_names() -> None:
+    """Review 12 item 14: run_cost copied accounting's kind names as literals."""
+    from ingest.formats.accounting import IGNORE_REASONS, VALUELESS_REASONS
+    from ingest.services.run_cost import VALUELESS_LINE_KINDS
+
+    assert VALUELESS_LINE_KINDS is VALUELESS_REASONS
+    assert VALUELESS_REASONS - {"record without values"} <= set(IGNORE_REASONS)
+
+
+def test_jsonl_imports_no_private_name_of_another_reader() -> None:
+    """Review 12 item 14: jsonl imported hf_trainer_state's private ``_SUMMARY_KEYS``."""
+    import ast
+
+    import ingest.formats.jsonl as jsonl
+
+    tree = ast.parse(Path(jsonl.__file__).read_text())
+    private = [
+        alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("ingest.")
+        for alias in node.names
+        if alias.name.startswith("_")
+    ]
+    assert private == []
