@@ -127,3 +127,39 @@ def test_jsonl_imports_no_private_name_of_another_reader() -> None:
         if alias.name.startswith("_")
     ]
     assert private == []
+
+
+def test_fractional_epochs_are_no_step_column(tmp_path: Path) -> None:
+    """Review 12 item 6(a): ``epoch,loss`` with epochs 0.25 .. 2.0 stored 3 rows at steps 0, 1, 2."""
+    import pytest
+
+    from ingest.errors import StabScopeError
+
+    rows = ["epoch,loss", *(f"{0.25 * i:.2f},{3 - 0.1 * i:.2f}" for i in range(1, 9))]
+    with pytest.raises(StabScopeError, match="expected a step column"):
+        read_log([_write(tmp_path, "metrics.csv", rows)], format="csv_wide")
+    whole = ["epoch,loss", *(f"{i},{3 - 0.1 * i:.2f}" for i in range(1, 9))]
+    assert _series(read_log([_write(tmp_path, "whole.csv", whole)], format="csv_wide"))["loss"][0].tolist() == [
+        *range(1, 9)
+    ]
+
+
+def test_an_epoch_counter_logged_every_k_batches_has_the_epochs_length(tmp_path: Path) -> None:
+    """Review 12 item 6(b): steps 0, 50 .. 950 of each 1000-batch epoch made a period of 951."""
+    rows = ["epoch,step,loss", *(f"{e},{s},{3 - e * 0.1:.2f}" for e in range(3) for s in range(0, 1000, 50))]
+    steps, _ = _series(read_log([_write(tmp_path, "metrics.csv", rows)], format="csv_wide"))["loss"]
+    assert steps.tolist() == list(range(0, 3000, 50))
+
+
+def test_an_eval_line_without_of_n_takes_its_epochs_global_step(tmp_path: Path) -> None:
+    """Review 12 item 7: ``Epoch E | Step 100 | val_loss`` beside ``Epoch E | Step S/100`` lines made a false
+    restart, and the three evals one row at step 100."""
+    lines = []
+    for e in range(1, 4):
+        lines += [f"Epoch {e} | Step {s}/100 | loss 2.0" for s in range(10, 101, 10)]
+        lines.append(f"Epoch {e} | Step 100 | val_loss 2.1")
+    parsed = read_log([_write(tmp_path, "train.log", lines)])
+    series = _series(parsed)
+    assert series["val_loss"][0].tolist() == [100, 200, 300]
+    assert series["loss"][0].tolist() == list(range(10, 301, 10))
+    assert not [e for e in parsed.events if e.kind == "rollback"]

@@ -476,7 +476,7 @@ class _StepLine:
     step: int
     values: list[tuple[str, float, str | None]]
     epoch: int | None = None
-    """The line's whole epoch (``Epoch 1``), when its step is printed ``S/N``."""
+    """The line's whole epoch (``Epoch 1``), where it prints one."""
     per_epoch: int | None = None
     """The ``N`` of a step printed ``S/N`` beside an epoch."""
 
@@ -520,7 +520,7 @@ def _read_line(line: str, line_no: int, path: Path, found: Proposal, builder: Lo
         return None
     epochs = [v for k, v, _ in values if normalise_key(k) == "epoch" and math.isfinite(v) and v == int(v) and v >= 0]
     of_n = step_of_n(step_keys, line) if epochs else None
-    return _StepLine(line_no, line, int(steps[0]), values, int(epochs[0]) if epochs and of_n else None, of_n)
+    return _StepLine(line_no, line, int(steps[0]), values, int(epochs[0]) if epochs else None, of_n)
 
 
 def _counts_steps(steps: list[int]) -> bool:
