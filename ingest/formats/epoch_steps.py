@@ -30,8 +30,8 @@ class EpochStepLine(Protocol):
 class EpochSteps:
     """The global step of a table whose step column counts batches within the epoch (it restarts
     when the epoch column grows): ``(epoch - base) * period + step``, with ``period`` the largest
-    step before the first restart + its median interval (a 0-based counter's batch count, logged every
-    batch or every ``k``) and ``base`` 0 when the
+    step before the first restart + 1 (a 0-based counter's batch count; + ``k`` for one logged on a grid
+    0, ``k``, ``2k`` .. that stops short of the epoch's end) and ``base`` 0 when the
     epochs count from 0, else 1 (a file that starts at a later epoch keeps its place on the axis).
     A step column that never goes back, or goes back without the epoch growing (a resume), is kept
     as written. Streamed tables share one instance: the period found in the first holds for all."""
@@ -59,10 +59,11 @@ class EpochSteps:
                 self._last = (float(e[-1]), float(s[-1]))
                 return table
             first = s_all[: back[0] + 1]
-            # the batch after the epoch's last logged one: a counter logged every k batches (0, 50 .. 950
-            # of 1000) ends k before its epoch does
-            gaps = np.diff(first)
-            self.period = int(first.max() + (np.median(gaps[gaps > 0]) if np.any(gaps > 0) else 1))
+            # a counter logged on a grid from 0 every k batches (0, 50 .. 950 of 1000) ends its epoch k
+            # past its last logged value; any other (299, 599 of 600; 0, 10, 19) logs the epoch's last batch
+            k = int(np.median(np.diff(first))) if first.shape[0] > 1 else 1
+            grid = first[0] == 0 and k > 1 and bool(np.all(first % k == 0))
+            self.period = int(first.max()) + (k if grid else 1)
             self.base = 0 if e_all.min() == 0 else 1
         out = steps.copy()
         out[rows] = (e - self.base) * self.period + s

@@ -46,7 +46,7 @@ from ingest.formats._common import LogBuilder, iter_whole_lines
 from ingest.formats.aliases import TIME_UNITS, canonical_name, keep_apart, normalise_key
 from ingest.formats.base import Reader
 from ingest.formats.epoch_steps import epoch_steps, step_of_n
-from ingest.formats.generic_units import BARE_STEP_TIME_KEYS, bare_time_unit, line_time, mfu_unit
+from ingest.formats.generic_units import BARE_STEP_TIME_KEYS, bare_time_unit, is_clock, line_time, mfu_unit
 from ingest.formats.numbers import NUMBER, parse_number
 from ingest.formats.raw_text import LAUNCHER_LEAD, decode_head, looks_binary
 from ingest.formats.sections import notes_marks
@@ -227,23 +227,12 @@ def propose(lines: Sequence[str], step_key: str | None = None) -> Proposal | Non
             for n, k in first_key.items()
             if n not in CANONICAL_METRICS
             and test(normalise_key(k), units[n])
-            and not (role == "step_time_s" and _clock(seen[n]))
+            and not (role == "step_time_s" and is_clock(seen[n], MIN_UNNAMED_LINES))
         ]
         if len(fits) == 1:
             proposal.roles[role] = fits[0]  # as stored: the name --map takes
             proposal.extra[fits[0]] = role
     return proposal
-
-
-def _clock(values: list[float]) -> bool:
-    """Whether a time key's values are a clock (seconds since the start: ``| seconds: 301.5 |``), not
-    each step's time: they never go down and at least double over the log's first lines. A step's own
-    time wanders both ways around its level."""
-    arr = np.asarray(values, np.float64)
-    arr = arr[np.isfinite(arr)]
-    if arr.shape[0] < MIN_UNNAMED_LINES or arr[0] < 0:
-        return False
-    return bool(np.all(np.diff(arr) >= 0) and arr[-1] >= 2 * arr[0] and arr[-1] > 0)
 
 
 _EVAL_NAME: Final = re.compile(r"^(?:eval|val|valid|validation)(?:_|$)", re.IGNORECASE)
