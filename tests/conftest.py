@@ -47,6 +47,7 @@ TIERS: dict[str, str] = {
             "batch9_shapes",
             "det10_shapes",
             "import_rules10",
+            "review12a",
             "model_experts",
             "placeholder_grad_norm",
             "alerts",

@@ -57,6 +57,20 @@ IGNORE_REASONS: Final = (
     "unknown layout",
 )
 """The reasons a text line is ignored, in the order the report lists them."""
+VALUELESS_REASONS: Final = frozenset(
+    {
+        "blank",
+        "banner",
+        "prose",
+        "config dump",
+        "shell/launcher",
+        "stack trace",
+        "format line without values",
+        "record without values",
+    }
+)
+"""The ignored kinds that hold no value a metric could have come from (every other kind may: a line
+without its step, an unknown layout); ``record without values`` is a record reader's (``_common``)."""
 
 _PAIR: Final = re.compile(
     r"(?<![\w.])(?P<key>[A-Za-z_][A-Za-z0-9_./-]*(?: [A-Za-z_][A-Za-z0-9_./-]*){0,3})"
