@@ -23,7 +23,7 @@ Totals for the whole corpus, the held-out logs, the logs tuned on and each golde
 (``bench.corpus_scores``).
 
 The logs are not in the repository (their licences vary): each folder holds the file the golden
-``provenance`` names, checked by its sha256. docs/diagnosis.md ("Held-out corpus") quotes the table.
+``provenance`` names, checked by its sha256. docs/diagnosis.md ("Current figures on the corpus") quotes the table.
 """
 
 from __future__ import annotations
@@ -289,6 +289,7 @@ def run_said(store: Any, name: str, status: str, spikes: Sequence[Mapping[str, A
     """What StabScope says about the stored run ``name``: ``spikes --json``'s entries (its incidents and
     findings), the status, the overview's "not in this run" panels, the Cost page's "logs no step time"
     and the analysis notes the CLI prints after the incidents."""
+    from ingest.formats.accounting import suspect_lines
     from ingest.services.run_cost import run_cost_inputs, skipped_timing_lines
     from ingest.services.run_findings import finding_entries, stored_findings
     from stab_core.analysis import analysis_notes
@@ -300,7 +301,7 @@ def run_said(store: Any, name: str, status: str, spikes: Sequence[Mapping[str, A
     missing = [
         quantity
         for quantity, metrics in PANEL_METRICS.items()
-        if not have & set(metrics) and unread_line_naming(quantity, info.meta) is None
+        if not have & set(metrics) and unread_line_naming(quantity, suspect_lines(info.meta)) is None
     ]
     if run_cost_inputs(store, info).step_time_s is None and not skipped_timing_lines(info):
         # the Cost page says "logs no step time" only when the import skipped no line that may carry one

@@ -10,6 +10,7 @@ Every verdict rests on the golden facts only, never on another output of StabSco
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping, Sequence
 from statistics import median
@@ -17,6 +18,7 @@ from typing import Any, Final
 
 from bench.statement_rules import FALSE, RUN_METRICS, TRUE, UNJUDGED, Verdict
 from stab_core.decision_tree import DiagnosisParams
+from stab_core.metrics import LOSS_FLAT_TOLERANCE
 
 SIBLING_TOLERANCE: Final = 0.10
 """A gap against sibling runs is true when the golden medians' ratio is within this fraction of the ratio said."""
@@ -90,7 +92,27 @@ def too_few_before_verdict(run: Mapping[str, Any] | None, metric: str, onset: in
     steps = (run or {}).get("steps")
     if steps and records == int(steps[1]) - int(steps[0]) + 1 and onset - int(steps[0]) < need:
         return TRUE, f"{metric} at every step from {steps[0]}: {onset - int(steps[0])} before step {onset}"
+    span = int(steps[1]) - int(steps[0]) if steps else 0
+    if (
+        steps
+        and records > 1
+        and span % (records - 1) == 0
+        and (metric == "loss" or run_logs_on_loss_grid(run, records))
+    ):
+        # the records fill an even grid from the first step to the last (every k steps, as the count says):
+        # the samples before the onset are counted on it (round 12); more than the proxy needs is no fact
+        # against the sentence (the node's other windows need more)
+        every = span // (records - 1)
+        before = max(0, (onset - int(steps[0]) + every - 1) // every)
+        if before < need:
+            return TRUE, f"{metric} every {every} steps from {steps[0]}: {before} before step {onset}"
     return UNJUDGED, f"the golden run has {records} {metric} records; no fact counts those before step {onset}"
+
+
+def run_logs_on_loss_grid(run: Mapping[str, Any] | None, records: int) -> bool:
+    """Does a metric with ``records`` records share the run's step grid? Only when it has as many records as
+    the run's ``records_metric`` (the steps span counts the run's own records, not every metric's)."""
+    return bool(run) and (run or {}).get("records") == records
 
 
 SIGNED_LOSS_NOTE: Final = "the loss takes negative values"
@@ -117,10 +139,37 @@ def count_note_verdict(note: str, run: Mapping[str, Any] | None, facts: Mapping[
     snr = SNR_SAMPLES.search(note)
     if snr:
         return sample_count_verdict(int(snr.group(1)), "grad_norm", run, facts)
+    zeros = ZERO_GRAD.search(note)
+    if zeros:
+        return zero_grad_verdict(int(zeros.group(1)), run)
     every = ALL_NONFINITE.search(note)
     if every:
         return all_nonfinite_verdict(int(every.group(1)), every.group(2).replace("-", "_"), run, facts)
     return None
+
+
+ZERO_GRAD: Final = re.compile(r"the gradient norm is 0 at every one of its (\d+) samples while the loss does not fall")
+
+
+def zero_grad_verdict(count: int, run: Mapping[str, Any] | None) -> Verdict | None:
+    """ "The gradient norm is 0 at every one of its N samples while the loss does not fall": the count
+    against the golden records; the golden run's first and last grad norm (0: true, else false) and its
+    first and last loss (within ``stab_core.metrics.LOSS_FLAT_TOLERANCE``; a fall: false). None when no
+    fact counts the records."""
+    records = golden_records(run, "grad_norm")
+    if records is None:
+        return None
+    if abs(count - records) > max(1.0, COUNT_TOLERANCE * records):
+        return FALSE, f"the golden run has {records} grad_norm records"
+    ends = [((run or {}).get(end) or {}) for end in ("first", "last")]
+    grads, losses = [e.get("grad_norm") for e in ends], [e.get("loss") for e in ends]
+    if not all(isinstance(v, int | float) for v in (*grads, *losses)):
+        return UNJUDGED, "no fact gives the golden run's first and last grad norm and loss"
+    if any(v != 0 for v in grads):
+        return FALSE, f"the golden run's first/last grad_norm are {grads}"
+    if losses[1] < losses[0] - LOSS_FLAT_TOLERANCE * abs(losses[0]):
+        return FALSE, f"the golden run's loss falls: {losses[0]} -> {losses[1]}"
+    return TRUE, f"the golden run's grad_norm is 0 at its first and last record, its loss {losses[0]} -> {losses[1]}"
 
 
 def all_nonfinite_verdict(
@@ -134,6 +183,13 @@ def all_nonfinite_verdict(
         return None
     if abs(count - records) > max(1.0, COUNT_TOLERANCE * records):
         return FALSE, f"the golden run has {records} {metric} records"
+    ends = [((run or {}).get(end) or {}).get(metric) for end in ("first", "last")]
+    if metric != "loss" and all(isinstance(v, int | float) for v in ends):
+        # nonfinite_from_start is about the loss: another metric's own first and last values decide (round 12)
+        finite = [v for v in ends if math.isfinite(v)]
+        if finite:
+            return FALSE, f"the golden run's first/last {metric} is {finite[0]}"
+        return TRUE, f"the golden run's first and last {metric} are non-finite; it has {records} {metric} records"
     start = facts.get("nonfinite_from_start")
     if start is True:
         return TRUE, f"nonfinite_from_start true; the golden run has {records} {metric} records"

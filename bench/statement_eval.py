@@ -54,6 +54,7 @@ from bench.statement_rules import (
     Verdict,
     action_rule,
     consistent_causes_verdict,
+    grads_never_finite,
     logged_in_run,
     nonfinite_from_start_verdict,
     recovered_by,
@@ -191,6 +192,16 @@ def _cause(case: Case) -> Verdict:
     name = LEAF_CAUSE.get(str(case.incident.get("leaf")), str(case.incident.get("cause", "unknown")))
     if name == "unknown":
         return unknown_cause_verdict(case.truth or {})
+    if name == "nonfinite_from_start" and grads_never_finite(case):
+        # a grad norm non-finite from its first record: the golden names it numerical where its
+        # nonfinite_from_start (about the loss) is false (round 12)
+        consistent = (case.truth or {}).get("causes_consistent") or []
+        hit = [c for c in ("nonfinite_from_start", "numerical") if c in consistent]
+        if hit:
+            return (
+                TRUE,
+                f"causes_consistent has {hit[0]}; the golden run's grad_norm is non-finite from its first record",
+            )
     return case.cause(name)
 
 

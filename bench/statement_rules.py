@@ -6,6 +6,8 @@ each commented with the fact it uses. Pure: no I/O.
 
 from __future__ import annotations
 
+import math
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
@@ -162,7 +164,8 @@ def recovered_by(case: Case) -> tuple[bool, int | None]:
 
 
 def _nonfinite_from_start(case: Case) -> bool:
-    return case.facts.get("nonfinite_from_start") is True
+    grads = grads_never_finite(case)
+    return grads if grads is not None else case.facts.get("nonfinite_from_start") is True
 
 
 def _checkpoint_before(case: Case, step: int) -> bool | None:
@@ -221,7 +224,29 @@ def _skip_nonfinite(case: Case) -> Verdict:
     return case.cause("numerical")
 
 
+def grads_never_finite(case: Case) -> bool | None:
+    """Is the incident a grad norm non-finite from the golden run's first record on? ``facts.
+    nonfinite_from_start`` is about the loss (the d_megatron_core convention): for a grad-norm incident the
+    golden run's first grad-norm value and the matched golden incident decide (round 12). None: the
+    incident is no grad-norm one, or no fact gives the first value."""
+    metric = str(case.incident.get("metric") or "")
+    truth = case.truth or {}
+    first = ((case.run or {}).get("first") or {}).get("grad_norm")
+    if not metric.startswith("grad_norm") or not str(truth.get("metric", "")).startswith("grad_norm"):
+        return None
+    if not isinstance(first, int | float):
+        return None
+    return not math.isfinite(first) and truth.get("recovered_by") is None
+
+
 def nonfinite_from_start_verdict(case: Case) -> Verdict:
+    grads = grads_never_finite(case)
+    if grads is not None:
+        return (TRUE if grads else FALSE), (
+            "the golden run's first grad_norm is non-finite and the golden incident never recovers"
+            if grads
+            else "the golden run's first grad_norm is finite, or its incident recovers"
+        )
     value = case.facts.get("nonfinite_from_start")
     if not isinstance(value, bool):
         return UNJUDGED, "facts have no nonfinite_from_start"
@@ -278,11 +303,24 @@ def _not_recovered(case: Case) -> Verdict:
     return TRUE, "recovered_by null: the loss did not come back"
 
 
-def _diverged_rollback(case: Case) -> Verdict:
+SAVED_AT: Final = re.compile(r"\(step (-?\d+)\)")
+
+
+def _rollback_before(case: Case) -> Verdict:
+    """ "Roll back to the last checkpoint saved before the spike (step N)" (or "before step S, if there is
+    one: no checkpoint save is read"): false when no finite or no earlier save exists, or when a named
+    save is not the golden's last before the incident; else the roll-back rests on the loss not coming
+    back (round 12)."""
     if _nonfinite_from_start(case):
         return FALSE, "nonfinite_from_start: no finite checkpoint to return to"
-    if _checkpoint_before(case, case.start - 100) is False:
-        return FALSE, f"checkpoint_steps: none saved before step {case.start - 100}"
+    steps = case.facts.get("checkpoint_steps")
+    if _checkpoint_before(case, case.start) is False:
+        return FALSE, f"checkpoint_steps: none saved before step {case.start}"
+    named = SAVED_AT.search(case.text)
+    if named and steps is not None:
+        last = max(int(s) for s in steps if int(s) < case.start)
+        if int(named.group(1)) != last:
+            return FALSE, f"checkpoint_steps: the last save before step {case.start} is {last}"
     return _not_recovered(case)
 
 
@@ -387,7 +425,7 @@ ACTION_RULES: Final[tuple[ActionRule, ...]] = (
     ("Keep gradient clipping on", _clip_capped),  # logged.grad_norm (max_norm has no fact)
     ("Find the batches", lambda c: c.cause("data_outlier")),  # cause data_outlier
     # leaf_data_outlier_diverged
-    ("Roll back to a checkpoint ~100 steps before the spike", _diverged_rollback),  # recovered_by, checkpoint_steps
+    ("Roll back to the last checkpoint saved before", _rollback_before),  # recovered_by, checkpoint_steps
     ("Skip the next 200-500 batches", _data_outlier_not_from_start),  # nonfinite_from_start, cause data_outlier
     ("Restart with a short LR warmup", _not_recovered),  # recovered_by
     ("Lower the peak LR.", _not_recovered),  # recovered_by

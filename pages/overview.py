@@ -8,6 +8,7 @@ import pages  # noqa: F401  # first: a deep link's first run leaves Streamlit's 
 import numpy as np
 import streamlit as st
 
+from ingest.formats.accounting import suspect_lines
 from ingest.store import RunInfo, SeriesData
 from ingest.store.storage_errors import DamagedRunFile, damaged_run
 from pages.parts.charts import Panel, panels_figure
@@ -203,7 +204,7 @@ def draw_charts(name: str) -> None:
             missing.append(f"**{title}**: {names} logged, but no finite value in steps {lo:,}–{hi:,}")
         elif title == "gradient SNR":
             missing.append(f"**{title}**: {snr_explanation(run)}")
-        elif (unread := unread_line_naming(candidates[0], run.meta)) is not None:
+        elif (unread := unread_line_naming(candidates[0], suspect_lines(run.meta))) is not None:
             # a line names it where no reader read it: unread, not absent (issue #32)
             missing.append(f"**{title}**: no series read; line {unread[0]} of the log names one (`{unread[1][:80]}`)")
         elif how:

@@ -249,6 +249,7 @@ def check_premises(
         "log_starts_at_beginning": _log_starts_at_beginning(facts),
         "onset_in_first_steps": _onset_in_first_steps(view, facts, spike.start),
         "checkpoint_before": _checkpoint_before(view, spike.start),
+        "last_checkpoint_before": _checkpoint_before(view, spike.start),
     }
 
 

@@ -410,13 +410,13 @@ def find_incidents(view: RunView, params: AnalysisParams | None = None) -> list[
     grad = view.series.get("grad_norm")
     loss = None if signed_objective(getattr(view.series.get("loss"), "values", ())) else view.series.get("loss")
     found: list[tuple[SpikeEvent, IncidentKind]] = []
-    grad_events: list[SpikeEvent] = []
     early: list[SpikeEvent] = []
     if grad is not None and grad.steps.size:
         grad_events = detect_spikes(grad.steps, grad.values, "grad_norm", p.grad_norm_spikes)
         early = new_early_jumps(grad, grad_events, p.grad_norm_spikes)
-        grad_events, early = (_near_baseline(e, grad, p.grad_norm_spikes) for e in (grad_events, early))
-        grad_events = cut_off_at_log_end(grad_events, grad)
+        grad_events, early = (
+            cut_off_at_log_end(_near_baseline(e, grad, p.grad_norm_spikes), grad, loss) for e in (grad_events, early)
+        )
         found += [(event, "spike") for event in (*grad_events, *early)]
     interval = 1
     if loss is not None and loss.steps.size:
@@ -474,8 +474,8 @@ def _costed(
     recovered_at = cost.recovered_at if cost is not None else None
     levels = [m.recovery_step for m in incident.members if m.metric == "loss" and m.n_samples >= LEVEL_SAMPLES]
     if recovered_at is not None and levels and all(b is not None for b in levels):
-        # a lasting level (level_shifts) is back when the level is, not when one noisy sample dips into
-        # the trend's band
+        # a loss member lasting LEVEL_SAMPLES samples or more (a level, whichever detector found it) is back
+        # when its level is, not when one noisy sample dips into the trend's band
         recovered_at = max(recovered_at, *(int(b) for b in levels if b is not None))
     until = max(m.until for m in incident.members)
     over = until if recovered_at is None else max(until, recovered_at)
@@ -498,6 +498,7 @@ def _costed(
             settled=cost is not None and cost.band is not None and cost.certainty == "high",
             peak_ratio=incident.primary.ratio,
             held_out_rose=held_out_rose(val_loss, incident.start, until),
+            recurring=cost.recurring if cost is not None and incident.kind == "spike" and not levels else None,
             loss_unmoved=incident.co_moves.get("loss", math.inf) < p.loss_spikes.recover_ratio,  # no loss member
         )
     )
@@ -526,15 +527,15 @@ def _diagnosed(
     return out
 
 
-def _in_abandoned(view: RunView, p: AnalysisParams) -> list[DiagnosedSpike]:
-    """Incidents inside the attempts a resume replaced (:mod:`stab_core.abandoned`), each said to be there."""
-    out = []
+def _in_abandoned(view: RunView, p: AnalysisParams, run: Sequence[Incident] = ()) -> list[DiagnosedSpike]:
+    """Incidents in attempts a resume replaced (:mod:`stab_core.abandoned`), less those the replay repeated."""
+    out, again = [], {(i.primary.metric, i.primary.peak) for i in run}
     for attempt in abandoned_attempts(view):
         found = attempt.dated(find_incidents(attempt.view, p))
-        context = prepare_context(attempt.view, p.diagnosis, None)
+        found = [i for i in found if (i.primary.metric, i.primary.peak) not in again]
+        context = replace(prepare_context(attempt.view, p.diagnosis, None), replay_loss=view.series.get("loss"))
         for item in _diagnosed(attempt.view, found, p, context):
-            note = attempt.note()
-            summary = f"{note[0].upper()}{note[1:]}: {item.diagnosis.summary}"
+            summary = f"{(note := attempt.note())[0].upper()}{note[1:]}: {item.diagnosis.summary}"
             diagnosis = replace(item.diagnosis, summary=summary)
             out.append(replace(item, diagnosis=diagnosis, attempt=(attempt.resumed_from, attempt.abandoned_at)))
     return out
@@ -553,7 +554,7 @@ def analyze_run(view: RunView, params: AnalysisParams | None = None) -> RunAnaly
     context = prepare_context(view, d, snr)
     collapses = detect_snr_collapse(snr, d.snr_collapse_factor, d.snr_level_window) if snr is not None else []
     clip = run_clip_stats(view, p.clip_window, p.clip_saturation)
-    spikes = _diagnosed(view, find_incidents(view, p), p, context) + _in_abandoned(view, p)
+    spikes = _diagnosed(view, found := find_incidents(view, p), p, context) + _in_abandoned(view, p, found)
     spikes.sort(key=lambda item: item.spike.start)
     not_run, snr_reason = detectors_not_run(view, (p.loss_spikes, p.grad_norm_spikes), p.diagnosis.proxy_window, snr)
     return RunAnalysis(

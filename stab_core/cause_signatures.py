@@ -125,3 +125,17 @@ def early_jump_signature(spike: SpikeEvent, loss: Series, grad: Series | None) -
         evidence.update(grad_norm_level=level, grad_norm_before_onset=last)
     evidence["loss_led"] = not led
     return not led, evidence
+
+
+def replayed_normally(spike: SpikeEvent, replay: Series | None) -> bool | None:
+    """Did the kept run, resumed from a checkpoint and replaying the steps of an abandoned attempt, log a
+    normal loss where the attempt spiked? Its highest finite loss over the spike's steps (start to peak)
+    under half-way from the spike's level to its peak: the same batches gave a normal loss, so a bad batch
+    is ruled out (the process state, not the data). None without a replayed loss at those steps."""
+    if replay is None or not math.isfinite(spike.baseline) or not math.isfinite(spike.peak_value):
+        return None
+    values = _window_values(replay, spike.start, spike.peak)
+    values = values[np.isfinite(values)]
+    if not values.size:
+        return None
+    return float(values.max()) < spike.baseline + 0.5 * (spike.peak_value - spike.baseline)

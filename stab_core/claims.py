@@ -148,6 +148,18 @@ def _status(spike: SpikeEvent, diagnosis: Diagnosis, kind: str) -> Claim:
             True if from_start is True else None,
             {**base, "nonfinite_from_first_step": from_start},
         )
+    numerical = next((v.evidence for v in diagnosis.path if v.node == "numerical"), {})
+    if spike.nonfinite and numerical.get("grad_readout_broken") is True:
+        # non-finite at every step while the loss falls: the updates work, the norm's readout does not
+        return Claim(
+            "status",
+            f"{spike.metric} is non-finite from its first sample (step {spike.start}) while the loss falls: the "
+            "updates work, so the grad-norm readout is what is broken, not the training (check how the norm is "
+            "computed and reduced: a sum of squares that overflows in low precision, inf placeholders from ranks "
+            "or pipeline stages that hold no gradient).",
+            True,
+            {**base, "nonfinite": True, "grad_readout_broken": True},
+        )
     if spike.nonfinite:
         return Claim(
             "status", f"{spike.metric} went non-finite at step {spike.peak}.", True, {**base, "nonfinite": True}
@@ -248,7 +260,9 @@ def _cause(diagnosis: Diagnosis, spike: SpikeEvent | None = None) -> Claim:
     if diagnosis.signature is not None:
         return _early_cause(diagnosis.cause, diagnosis.signature)
     if diagnosis.cause == UNKNOWN:
-        floor = DiagnosisParams().loss_scale_floor
+        # the floor node 1 judged with (the run's parameters), not the default: the two never disagree
+        floors = [f for v in diagnosis.path if isinstance(f := v.evidence.get("loss_scale_floor"), int | float)]
+        floor = float(floors[0]) if floors else DiagnosisParams().loss_scale_floor
         candidates = loss_scale_at_floor([v.evidence for v in diagnosis.path], floor) or (
             bad_batch_shape(spike) if spike is not None else None
         )

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from stab_core.metrics import SIGNED_LOSS_REASON, missing_reason, signed_objective
+from stab_core.metrics import SIGNED_LOSS_REASON, SUSPECT_LINES, loss_falls, missing_reason, signed_objective
 from stab_core.runview import RunView
 from stab_core.snr import SnrSeries
 from stab_core.spike_params import SpikeParams
@@ -29,7 +29,9 @@ def detectors_not_run(
             not_run.append(
                 (
                     f"{metric} spikes",
-                    missing_reason(metric, view.series, view.meta) if series is None else SIGNED_LOSS_REASON,
+                    missing_reason(metric, view.series, view.meta.get(SUSPECT_LINES, ()))
+                    if series is None
+                    else SIGNED_LOSS_REASON,
                 )
             )
         elif finite == 0 and series.values.size:
@@ -53,7 +55,16 @@ def detectors_not_run(
     # all 0: DeepSpeed's `grad norm: 0.000` when it does not compute the norm. A non-finite value among the
     # zeros shows a norm computed (nan, then 0 once the weights froze): logged, not a placeholder (issue #32)
     zero = grad is not None and bool(grad.values.size and np.isfinite(grad.values).all() and not grad.values.any())
-    if grad is None or zero:
+    loss = view.series.get("loss")
+    if zero and grad is not None and loss is not None and loss_falls(loss.values) is False:
+        # 0 at every step beside a loss that does not fall is a reading: no gradient reaches the weights and
+        # the run does not train; a placeholder sits beside a loss that falls (round 12)
+        reason = (
+            f"no SNR: the gradient norm is 0 at every one of its {grad.values.size} samples while the loss does "
+            "not fall: no gradient reaches the weights (the run is not training); the SNR proxy needs a non-zero "
+            "norm"
+        )
+    elif grad is None or zero:
         reason = (
             f"no SNR: the run logs no gradient norm{' (0 at every step: a placeholder)' * zero}; log the global "
             "grad norm before clipping (and per-rank local norms with the batch sizes for the two-batch estimator)"

@@ -8,8 +8,8 @@ Namespaced extras such as ``grad_norm/layer.3`` are allowed and kept as they are
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
-from typing import Any, Final
+from collections.abc import Iterable
+from typing import Final
 
 import numpy as np
 
@@ -92,31 +92,32 @@ STEP_WORDS: Final = re.compile(r"\b(?:step|steps|iter|iteration|epoch|batch)\b",
 quantity without it is a setting (``lr=0.02`` in pasted source code), not an unread record."""
 
 
-def unread_line_naming(metric: str, meta: Mapping[str, Any] | None) -> tuple[int, str] | None:
-    """(line, text) of a suspect line of the run's import report (``meta['import_report']['suspect']``'s
-    examples) that names ``metric`` with a number and a step counter (:data:`STEP_WORDS`) on it; None when
-    none does (or no pattern names it)."""
+SUSPECT_LINES: Final = "suspect_lines"
+"""The ``RunView.meta`` key of the (line, text) pairs the import flagged as suspect (values no reader read);
+the view's builder in ``ingest`` fills it from its import report, whose layout this module does not read."""
+
+
+def unread_line_naming(metric: str, suspect: Iterable[tuple[int, str]]) -> tuple[int, str] | None:
+    """(line, text) of the first of the ``suspect`` lines (line number, text: lines the import flagged as
+    holding values no reader read) that names ``metric`` with a number and a step counter
+    (:data:`STEP_WORDS`) on it; None when none does (or no pattern names it)."""
     pattern = UNREAD_NAMES.get(metric)
-    report = (meta or {}).get("import_report") if isinstance(meta, Mapping) else None
-    suspect = report.get("suspect") if isinstance(report, Mapping) else None
-    examples = suspect.get("examples") if isinstance(suspect, Mapping) else None
-    if pattern is None or not isinstance(examples, list):
+    if pattern is None:
         return None
-    for example in examples:
-        text = str(example.get("text", "")) if isinstance(example, Mapping) else ""
+    for line, text in suspect:
         if pattern.search(text) and re.search(r"\d", text) and STEP_WORDS.search(text):
-            return int(example.get("line", 0) or 0), text.strip()
+            return int(line), text.strip()
     return None
 
 
-def missing_reason(metric: str, names: Iterable[str], meta: Mapping[str, Any] | None = None) -> str:
+def missing_reason(metric: str, names: Iterable[str], suspect: Iterable[tuple[int, str]] = ()) -> str:
     """Why a run whose metrics are ``names`` has no ``metric``, in the analyses' words: an RL run's loss
-    is its policy loss (see :data:`POLICY_LOSSES`), not absent; a metric a line of the log names where
-    no reader read it (:func:`unread_line_naming`, from the run's ``meta``) is unread, not absent."""
+    is its policy loss (see :data:`POLICY_LOSSES`), not absent; a metric one of the ``suspect`` lines names
+    (:func:`unread_line_naming`) is unread, not absent."""
     policy = policy_loss_of(names) if metric == "loss" else None
     if policy is not None:
         return f"the run's loss is its policy loss ({policy}), not a language-model loss the detector reads"
-    unread = unread_line_naming(metric, meta)
+    unread = unread_line_naming(metric, suspect)
     if unread is not None:
         line, text = unread
         return f'no {metric} series was read: the log names one on line {line} ("{text[:80]}"), a layout no reader read'
@@ -125,13 +126,37 @@ def missing_reason(metric: str, names: Iterable[str], meta: Mapping[str, Any] | 
 
 SIGNED_LOSS_REASON: Final = (
     "the loss takes negative values (no cross-entropy alone: a policy objective, or a loss with negative "
-    "auxiliary terms), so a ratio to its level means nothing; the ratio tests (spikes, early rises) were "
-    "not run on it"
+    "auxiliary terms), so a ratio to its level means nothing; the ratio tests (spikes, early rises, climbs, "
+    "run-end rises, level shifts, spikes past long incidents) were not run on it"
 )
+
+SIGNED_SHARE: Final = 0.01
+"""A loss is signed when at least this share of its finite samples (1 %) is negative: one negative sample
+among thousands is a sentinel ("-1: not computed"), not an objective that crosses zero, and must not switch
+off every loss detector of the run."""
 
 
 def signed_objective(values: object) -> bool:
-    """Whether a loss series (numpy values) takes a negative finite value: no language-model loss (a
-    cross-entropy is >= 0), so a rise 'to 3x its level' from 0.0003 to 0.0009 is noise around zero."""
+    """Whether a loss series (numpy values) takes negative finite values, on :data:`SIGNED_SHARE` of its
+    finite samples or more: no language-model loss (a cross-entropy is >= 0), so a rise 'to 3x its level'
+    from 0.0003 to 0.0009 is noise around zero."""
     arr = np.asarray(values, dtype=np.float64)
-    return bool(np.any(np.isfinite(arr) & (arr < 0)))
+    finite = arr[np.isfinite(arr)]
+    return bool(finite.size) and float(np.mean(finite < 0)) >= SIGNED_SHARE
+
+
+LOSS_FLAT_TOLERANCE: Final = 0.02
+"""A loss whose last quarter's median is within this share of its first quarter's median did not fall: the
+weights did not move (a run that never trains); any training run that learns falls by far more."""
+
+
+def loss_falls(values: object) -> bool | None:
+    """Did the loss fall over the log (its last quarter's median below its first quarter's by more than
+    :data:`LOSS_FLAT_TOLERANCE`)? None with fewer than 4 finite samples (a fall cannot be told)."""
+    array = np.asarray(values, dtype=float)
+    finite = array[np.isfinite(array)]
+    if finite.size < 4:
+        return None
+    quarter = finite.size // 4
+    first, last = float(np.median(finite[:quarter])), float(np.median(finite[-quarter:]))
+    return last < first - LOSS_FLAT_TOLERANCE * abs(first)

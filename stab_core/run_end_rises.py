@@ -14,6 +14,12 @@ median of the :data:`END_RECENT` samples before them (a noisy run's lowest dip i
 peak is :data:`~stab_core.incidents.EARLY_MIN_RATIO` times that level; or :data:`END_CORROBORATED_RATIO`
 times it when another signal of the run agrees (the validation loss rose too, or a dynamic loss scale
 collapsed to its floor of 1).
+
+A divergence is a *lasting* level, judged against the run's own noise (:func:`lasting_at_end`): a
+trailing stretch (of :data:`~stab_core.rolling_baseline.NOISE_MIN_SAMPLES` or more samples, or after
+:data:`LASTING_LEVEL` or more) whose median is within the band of the run's last
+:data:`LASTING_HISTORY` samples is the noise of a per-batch loss wandering back up from a quiet dip, not
+a rise (issue #32, round 12).
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ import numpy as np
 
 from stab_core.early_rises import held_levels, noise_band
 from stab_core.incidents import EARLY_MIN_RATIO, RECOVER_RATIO
-from stab_core.rolling_baseline import NOISE_MIN_SAMPLES
+from stab_core.rolling_baseline import MAD_TO_Z, NOISE_MIN_SAMPLES
 from stab_core.runview import FloatArray, IntArray, Series
 from stab_core.spikes import SpikeEvent, build_event
 
@@ -39,6 +45,14 @@ END_CORROBORATED_RATIO: Final = 1.15
 END_RECENT: Final = 8
 """Samples before the trailing stretch its noise band is taken from: the recent ones, since a loss falls
 fast in a run's first steps and their second differences would widen the band of a settled run."""
+LASTING_HISTORY: Final = 256
+"""Samples before a rise that the run's noise is taken from (four spike-detector windows): a noisy
+per-batch loss wanders between quiet dips and busier stretches, and a few samples see only one of them."""
+LASTING_LEVEL: Final = 63
+"""Samples before a rise whose median is the level it left, and at most this many of its last samples
+whose median is the level it holds at the end (the spike detector's window)."""
+LASTING_SIGMAS: Final = 3.0
+"""A level at the end is lasting when it stands this many of the run's noise sigmas above the level before."""
 LOSS_SCALE_FLOOR: Final = 1.0
 """A dynamic loss scale at or below this has halved on overflow until it has no range left."""
 
@@ -89,6 +103,10 @@ def run_end_rises(
         needed = END_CORROBORATED_RATIO
     if ratio < needed:
         return []
+    # a stretch of a few samples on a sparse log keeps the held-level rule (few samples, no noise to judge)
+    dense = x.size - first >= NOISE_MIN_SAMPLES or first >= LASTING_LEVEL
+    if dense and not lasting_at_end(x[:first], x[first:]):
+        return []
     return [build_event(metric, s, x, first, x.size - 1, None, level, max(abs(level) * 0.01, 1e-12))]
 
 
@@ -120,15 +138,54 @@ def _scale_collapsed(before: FloatArray, after: FloatArray) -> bool:
     return float(before.max()) > LOSS_SCALE_FLOOR and float(after.max()) <= LOSS_SCALE_FLOOR
 
 
-def cut_off_at_log_end(events: list[SpikeEvent], series: Series) -> list[SpikeEvent]:
+def cut_off_at_log_end(events: list[SpikeEvent], series: Series, loss: Series | None = None) -> list[SpikeEvent]:
     """``events`` with each finite one-sample event on the series' last finite sample marked neither
     recovered nor diverged: the log ends at it, so nothing shows whether it lasted (one high last sample
-    may be one bad batch, :data:`END_MIN_SAMPLES`); a noisy run cut off on an outlier did not diverge."""
+    may be one bad batch, :data:`END_MIN_SAMPLES`); a noisy run cut off on an outlier did not diverge.
+    So is a longer finite event that never recovered but holds no lasting level at the end
+    (:func:`_lasting`, with the run's ``loss`` for a grad-norm event): a divergence needs no return *and*
+    a level that lasts, judged against the run's noise."""
     finite = series.steps[np.isfinite(series.values)]
     if not finite.size:
         return events
     last = int(finite[-1])
-    return [
-        replace(e, diverged=False) if e.diverged and not e.nonfinite and e.n_samples == 1 and e.end == last else e
-        for e in events
-    ]
+    out = []
+    for e in events:
+        if e.diverged and not e.nonfinite and e.end == last and (e.n_samples == 1 or not _lasting(e, series, loss)):
+            e = replace(e, diverged=False)
+        out.append(e)
+    return out
+
+
+def lasting_at_end(before: FloatArray, after: FloatArray) -> bool:
+    """Does a series that never came back stand at a lasting level at the log's end, judged against the
+    run's noise? ``before``: its samples before the rise; ``after``: from the rise's start to the end.
+
+    The level it holds (the median of its last :data:`LASTING_LEVEL` samples) must stand above the level
+    it left (the median of the last :data:`LASTING_LEVEL` before) by :data:`LASTING_SIGMAS` times the
+    run's noise (the MAD, as a sigma, of its last :data:`LASTING_HISTORY` samples before: a per-batch
+    loss's spread between its quiet and busy stretches is its noise) and by
+    :data:`~stab_core.incidents.RECOVER_RATIO` times that level. Under
+    :data:`~stab_core.rolling_baseline.NOISE_MIN_SAMPLES` finite samples before there is no noise to
+    judge by: any level at the end is lasting (the detector's call stands)."""
+    history = before[np.isfinite(before)][-LASTING_HISTORY:]
+    tail = after[np.isfinite(after)][-LASTING_LEVEL:]
+    if history.size < NOISE_MIN_SAMPLES or tail.size == 0:
+        return True
+    level = float(np.median(history[-LASTING_LEVEL:]))
+    sigma = float(np.median(np.abs(history - np.median(history)))) / MAD_TO_Z
+    end = float(np.median(tail))
+    return end > level + LASTING_SIGMAS * sigma and end > RECOVER_RATIO * level
+
+
+def _lasting(event: SpikeEvent, series: Series, loss: Series | None) -> bool:
+    """Is ``event`` (unrecovered at the log's end) a lasting rise? A grad-norm event is when the loss
+    (logged) holds a lasting level from its start: a norm still high at the last steps while the loss
+    is where it was has cost the run nothing yet. Any other is when it spans
+    :data:`~stab_core.rolling_baseline.NOISE_MIN_SAMPLES` samples or more and holds a lasting level of
+    its own series (fewer: the detector's call stands; one sample is :func:`cut_off_at_log_end`'s)."""
+    judged = loss if event.metric.startswith("grad_norm") and loss is not None else series
+    if judged is series and event.n_samples < NOISE_MIN_SAMPLES:
+        return True
+    at = judged.steps >= event.start
+    return lasting_at_end(judged.values[~at], judged.values[at])

@@ -67,7 +67,8 @@ class RunView:
     ``series``: run-level metrics by canonical name (``loss``, ``grad_norm``, ``lr``, ...).
     ``per_rank``: per-rank metrics by canonical name (``grad_norm_local``, ``loss``, ``step_time_s``).
     ``meta``: run metadata (``global_batch_size``, ``per_rank_batch_size``, ``world_size``,
-    ``max_norm``, ``scheduler`` settings, ``gpus``, ``usd_per_gpu_hour``, ``tags`` ...).
+    ``max_norm``, ``scheduler`` settings, ``gpus``, ``usd_per_gpu_hour``, ``tags`` ...; ``suspect_lines``:
+    the (line, text) pairs the import flagged as holding values no reader read).
     """
 
     name: str

@@ -236,6 +236,10 @@ class LossCost:
     at_level: bool = False
     """The sample it was back at is at or below the level the loss had reached before the incident (not
     only inside the noise band above it): the loss lost nothing it had gained."""
+    recurring: int | None = None
+    """When the loss's jump from the incident's start until it was back is one the run shows every few
+    hundred steps (:func:`recurring_jump`, its own noise): logged samples from its highest sample until it
+    was back (None: not such a jump)."""
 
 
 def loss_cost(steps: IntArray, values: FloatArray, start: int, peak: int | None = None) -> LossCost | None:
@@ -261,7 +265,8 @@ def loss_cost(steps: IntArray, values: FloatArray, start: int, peak: int | None 
         out = np.flatnonzero(~(values[first:back] <= band.level + RECOVER_SIGMAS * band.sigma)) + first
         one_batch = out.size == 1 and bool(values[out[0] + 1] <= band.level + band.sigma)
     at_level = bool(values[back] <= band.level)
-    return LossCost(int(steps[back]), back - first, band.certainty, band, out.size > 0, one_batch, at_level)
+    recurring = recurring_jump(steps, values, start, int(steps[back]))
+    return LossCost(int(steps[back]), back - first, band.certainty, band, out.size > 0, one_batch, at_level, recurring)
 
 
 def loss_left_band(cost: LossCost | None, loss_member: bool, loss_peak_ratio: float | None, spike_ratio: float) -> bool:
@@ -303,6 +308,76 @@ outlier (1.5-1.6x on parameter-golf consoles logged every 10-100 steps). A near-
 (minGPT's adder, logged every 10 iterations) lost more than that batch's progress: a spike."""
 
 
+RECURRING_HISTORY: Final = 256
+"""Finite loss samples before an incident whose jumps are the run's own noise (four spike-detector windows)."""
+RECURRING_LOCAL: Final = 16
+"""Samples before each of them whose median is the level it jumped from (the spike detector's ``min_history``)."""
+RECURRING_JUMPS: Final = 3
+"""A short incident is a blip when at least this many of those samples jumped at least half as far above their
+level as its loss did above its own: a jump the run shows every few hundred steps (issue #32, round 12)."""
+RECURRING_RISE: Final = 3
+"""Consecutive samples at half a jump's height or more (its highest among them) that make it a rise that
+lasts, whatever the run's noise: a noisy loss 1.2-1.8x its median for 5 logs in a row (issue #32 batch 11)."""
+RECURRING_SAMPLES: Final = 1
+"""Such a jump is a blip when it is over (back within the run's noise band) at the next logged sample:
+one batch. A jump that stays out two samples (x, then x/2.5 on a quiet memorising char-GPT: its repeated
+spikes) cost more than a batch, however often the run shows it (issue #32 batch 8)."""
+
+
+def recurring_jump(steps: IntArray, values: FloatArray, start: int, until: int) -> int | None:
+    """How many logged samples the loss's jump from ``start`` to ``until`` lasted, when it is one the run
+    shows every few hundred steps (None: it is not, or there is too little history to tell).
+
+    The jump is the highest finite loss sample in ``start..until`` above the level it jumped from (the
+    median of the :data:`RECURRING_LOCAL` finite samples before ``start``); each of the
+    :data:`RECURRING_HISTORY` finite samples before has its own jump above the median of the
+    :data:`RECURRING_LOCAL` before it (a falling loss's early, higher values are no jump: each is judged
+    against its own level). At least :data:`RECURRING_JUMPS` of them reaching half the incident's jump: a
+    noisy per-batch loss (a ViT fine-tune logged every 10 steps, 6-50x one-log jumps of a near-zero loss
+    several times a thousand steps) shows such jumps as its noise. It lasted from its highest sample
+    until the first sample back within the noise band of the level it jumped from (:data:`RECOVER_SIGMAS`
+    times the MAD, as a sigma, of the history's jumps relative to their own levels: the run's ordinary
+    spread, which a steep fall before it does not widen since it falls a steady fraction a sample; the
+    trend band of such a run, fitted on its 32 last samples, is far narrower); or, when
+    :data:`RECURRING_RISE` or more consecutive samples around the highest stood at half the jump or more,
+    that many (a rise over 5 logs that peaks on the 4th lasted 5 samples, not 2). None with fewer
+    than a detector window of history or no jump."""
+    first = int(np.searchsorted(steps, start))
+    x = values[:first][np.isfinite(values[:first])][-(RECURRING_HISTORY + RECURRING_LOCAL) :]
+    during = values[first : int(np.searchsorted(steps, until, side="right"))]
+    if x.size < RECURRING_HISTORY // 4 + RECURRING_LOCAL or not np.isfinite(during).all() or during.size == 0:
+        return None
+    level = float(np.median(x[-RECURRING_LOCAL:]))
+    top = int(np.argmax(during))
+    jump = float(during[top]) - level
+    if not jump > 0:
+        return None
+    levels = np.median(np.lib.stride_tricks.sliding_window_view(x[:-1], RECURRING_LOCAL), axis=1)
+    jumps = x[RECURRING_LOCAL:] - levels
+    if int(np.count_nonzero(jumps >= jump / 2)) < RECURRING_JUMPS:
+        return None
+    # the run's ordinary spread relative to its level: a steep fall's samples sit a steady fraction under it
+    with np.errstate(divide="ignore", invalid="ignore"):
+        relative = jumps / levels
+    relative = relative[np.isfinite(relative)]
+    spread = float(np.median(np.abs(relative - np.median(relative)))) / MAD_TO_Z if relative.size else 0.0
+    seq = np.concatenate([x[-RECURRING_LOCAL:], during])
+    peak = RECURRING_LOCAL + top
+    over = np.flatnonzero(seq[peak + 1 :] <= level * (1.0 + RECOVER_SIGMAS * spread))
+    if not over.size:
+        return None
+    # a run of samples at half the jump or more around its highest one is a rise that lasts, not one batch
+    high = seq >= level + jump / 2
+    after = np.flatnonzero(~high[peak + 1 :])
+    before = np.flatnonzero(~high[:peak])
+    run = (
+        (int(after[0]) if after.size else seq.size - peak - 1)
+        + 1
+        + (peak - 1 - int(before[-1]) if before.size else peak)
+    )
+    return run if run >= RECURRING_RISE else int(over[0]) + 1
+
+
 def classify(
     *,
     diverged: bool,
@@ -315,6 +390,7 @@ def classify(
     peak_ratio: float = float("inf"),
     loss_unmoved: bool = False,
     held_out_rose: bool = False,
+    recurring: int | None = None,
 ) -> SeverityLevel:
     """The severity of an incident: ``divergence`` when it never came back (``diverged``); a ``blip``
     when the loss was back on its trend within ``blip_samples`` samples (``loss_samples``; None: the
@@ -333,9 +409,17 @@ def classify(
     ``blip_samples`` logged samples *or* within :data:`BLIP_MAX_STEPS` steps, however far apart the
     samples are logged, or however long its members took when the loss also stayed within its recovery
     ratio of its level throughout (``loss_unmoved``: grad-norm outliers the loss never followed, two of
-    them 60 steps apart merged into one incident)."""
+    them 60 steps apart merged into one incident).
+
+    An incident whose loss jumped as the run jumps every few hundred steps (``recurring``: the samples from
+    the loss's highest one until the jump was over, :attr:`LossCost.recurring`) for at most
+    :data:`RECURRING_SAMPLES` logged sample, the validation loss unmoved, is a blip however sparsely the
+    run is logged, however tall it stood over its level and whatever outliers of the same noise were
+    grouped with it: judged against the run's own noise, it is one more of them."""
     if diverged:
         return "divergence"
+    if recurring is not None and recurring <= RECURRING_SAMPLES and not held_out_rose:
+        return "blip"
     if not loss_left_band and (
         loss_unmoved or member_samples <= blip_samples or (steps_lost is not None and steps_lost <= BLIP_MAX_STEPS)
     ):
@@ -352,6 +436,7 @@ def classify(
         # outlier however sparsely the run is logged (a loss logged every 100 steps cannot show more lost)
         return "blip"
     loss_ok = loss_samples is None or loss_samples <= blip_samples
+
     short = steps_lost is None or steps_lost <= BLIP_MAX_STEPS
     if loss_ok and member_samples <= blip_samples and short:
         return "blip"

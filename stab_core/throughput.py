@@ -58,9 +58,12 @@ buckets (5 %, at least ``SMOOTH_BUCKETS``) precede it: a run that ran well for i
 slowly for the rest (GPT-NeoX 596 -> 759 ms a step from step 602 on) has a run-wide norm at its slow
 level, and only the level before the change shows the loss."""
 INTERMITTENT_SPANS = 3
-"""A run with this many slow spans or more that each came back to the norm is not changing level: its
-step time switches between a fast and a slow state (a shared node, interleaved evals), so the spans
-are its scatter, not a loss each; they are not reported (a span not back by the last step still is)."""
+"""A run with this many short slow spans or more that each came back to the norm is not changing level:
+its step time switches between a fast and a slow state (a shared node, interleaved evals), so the spans
+are its scatter, not a loss each; they are not reported. A span is short when it holds fewer than
+``MIN_SPAN_SHARE`` of the run's samples (a stall only the short-span windows find, not a level the
+buckets see): a span lasting that long is a level change of its own however many recur, and a span not
+back by the last step is always reported."""
 MAX_SAMPLES = 100_000
 """Longer series are judged on every k-th sample (a level over 2 % of the run does not need each
 step, and a 10M-step run's step time is read in a fraction of the time)."""
@@ -240,7 +243,7 @@ def detect_throughput_drops(steps: IntArray, values: FloatArray, metric: str) ->
     run is warm-up when it ends within ``WARMUP_SHARE`` of the run; any other stretch under the norm
     it fell from, of at least ``MIN_SPAN_SAMPLES`` samples and ``MIN_SPAN_SHARE`` of the run, is a
     drop. A drop smaller than ``NOISE_MULTIPLE`` times the run's sample-to-sample scatter is jitter
-    and is not returned; nor are recovered spans when ``INTERMITTENT_SPANS`` or more of them recur
+    and is not returned; nor are short recovered spans when ``INTERMITTENT_SPANS`` or more of them recur
     (intermittent stalls, not a level change). ``metric`` is ``throughput_tok_s`` or ``step_time_s``.
     """
     if metric not in THROUGHPUT_METRICS:
@@ -295,18 +298,28 @@ def detect_throughput_drops(steps: IntArray, values: FloatArray, metric: str) ->
     # a span the run came back from, at the run's own typical level, is no drop: the norm it was measured
     # against sat at fast bursts (minGPT on a CPU: ~5 s steps with bursts of ~2.5 s, the 75th percentile at
     # the bursts). A drop that lasts to the run's end moves the median itself: kept as before
-    typical = float(np.median(rate[start:])) if start < rate.size else float(np.median(rate))
-    kept = [d for d in out if -d.change_pct >= needed and not _at_typical(d, typical)]
-    if sum(d.recovered for d in kept) >= INTERMITTENT_SPANS:  # intermittent: scatter, not a level change
-        kept = [d for d in kept if not d.recovered]
+    kept = [d for d in out if -d.change_pct >= needed and not _at_typical(d, steps, rate, start)]
+    short = [d for d in kept if d.recovered and _samples(d, steps) < MIN_SPAN_SHARE * rate.size]
+    if len(short) >= INTERMITTENT_SPANS:  # intermittent: scatter, not a level change
+        kept = [d for d in kept if d not in short]
     return sorted(kept, key=lambda d: d.start)
 
 
-def _at_typical(drop: ThroughputDrop, typical: float) -> bool:
-    """Is ``drop`` a recovered span whose rate is within ``RECOVERED_FRACTION`` of the run's median rate
-    ``typical``?"""
-    rate = float(_rate(np.array([drop.level]), drop.metric)[0])
-    return drop.recovered and rate >= (1 - RECOVERED_FRACTION) * typical
+def _samples(drop: ThroughputDrop, steps: IntArray) -> int:
+    """How many of the (cleaned) samples at ``steps`` fall inside ``drop``'s span."""
+    return int(np.count_nonzero((steps >= drop.start) & (steps <= drop.end)))
+
+
+def _at_typical(drop: ThroughputDrop, steps: IntArray, rate: FloatArray, start: int) -> bool:
+    """Is ``drop`` a recovered span whose rate is within ``RECOVERED_FRACTION`` of the run's typical rate:
+    the median of the samples past warm-up (from sample ``start``) outside the span? Outside it: a slow
+    span longer than half the run would otherwise be the median itself, and never under it."""
+    outside = (steps < drop.start) | (steps > drop.end)
+    outside[: min(start, rate.size)] = False
+    if not outside.any():
+        return False
+    level = float(_rate(np.array([drop.level]), drop.metric)[0])
+    return drop.recovered and level >= (1 - RECOVERED_FRACTION) * float(np.median(rate[outside]))
 
 
 def _short_drops(
@@ -322,8 +335,9 @@ def _short_drops(
     for a, b in _runs(windows < (1 - DROP_FRACTION) * norm):
         lo, hi = start + a, start + b + n - 1  # the samples of the slow windows
         if a == 0 and hi < max(WARMUP_SHARE * rate.size, 2 * n):
-            # a slow stretch that opens the run: warm-up (compilation, first iterations), which takes a
-            # number of steps, not a share of the run: a 24-sample run's first 20 are its start-up too
+            # a slow stretch that opens the run fell from no level that held: warm-up (compilation, autotuning,
+            # data-loader prefetch), which takes a number of steps, not a share of the run. It ends within
+            # WARMUP_SHARE of the run or within two windows: one of start-up samples, one to settle after it
             continue
         # the span from its first slow sample to its last; its level, the slow windows' median
         slow = lo + np.flatnonzero(rate[lo : hi + 1] < (1 - DROP_FRACTION) * norm)

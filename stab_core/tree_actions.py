@@ -54,7 +54,7 @@ LEAF_ACTIONS: Final[dict[str, tuple[str, ...]]] = {
         "Find the batches around step {start} and skip or deduplicate them in the data pipeline.",
     ),
     "leaf_data_outlier_diverged": (
-        "Roll back to a checkpoint ~100 steps before the spike (before step {start}).",
+        "Roll back to the last checkpoint saved before the spike (step {checkpoint_step}).",
         "Skip the next 200-500 batches of the data stream, as PaLM did.",
         "Restart with a short LR warmup.",
         "Lower the peak LR.",
@@ -132,6 +132,15 @@ PREMISES: Final[dict[str, Premise]] = {
     # not all read, so "this log records no checkpoint save" is no checked claim either): the re-run is
     # not said (issue #32: an action whose premise cannot be checked is not said)
     "checkpoint_before": Premise("checkpoint_before", "a checkpoint was saved before the spike"),
+    # a roll-back names the save it returns to: the run's last one before the spike where saves are read;
+    # where none is read the action says so instead of "~100 steps before", which names a save that may
+    # not exist (round 12); where saves are read and none is before the spike, nothing is said
+    "last_checkpoint_before": Premise(
+        "last_checkpoint_before",
+        "a checkpoint was saved before the spike",
+        "Roll back to the last checkpoint saved before step {start}, if there is one: no checkpoint save is "
+        "read from this log, so which one cannot be told here.",
+    ),
 }
 
 ACTION_PREMISES: Final[dict[str, str]] = {
@@ -145,6 +154,7 @@ ACTION_PREMISES: Final[dict[str, str]] = {
     LEAF_ACTIONS["leaf_lr_transition"][3]: "transition_is_data_switch",
     LEAF_ACTIONS["leaf_rank_fault"][2]: "not_recovered",
     LEAF_ACTIONS["leaf_data_outlier_recovered"][0]: "clip_absorbed",
+    LEAF_ACTIONS["leaf_data_outlier_diverged"][0]: "last_checkpoint_before",
     LEAF_ACTIONS["leaf_unknown"][0]: "signals_missing",
     LEAF_ACTIONS["leaf_unknown"][2]: "checkpoint_before",
     LEAF_ACTIONS["leaf_early_instability"][0]: "lr_rose_before",
@@ -163,7 +173,7 @@ GENERIC_ACTIONS: Final[dict[str, str]] = {
     _L["leaf_data_outlier_recovered"][0]: "Keep gradient clipping on.",
     _L["leaf_data_outlier_recovered"][1]: "Find the batches where the spike began and skip or deduplicate them in the "
     "data pipeline.",
-    _L["leaf_data_outlier_diverged"][0]: "Roll back to a checkpoint ~100 steps before the spike.",
+    _L["leaf_data_outlier_diverged"][0]: "Roll back to the last checkpoint saved before the spike.",
     _L["leaf_unknown"][1]: "Inspect the batches where the spike began.",
 }
 """What an action says when the numbers it names are not known (a walk by hand)."""

@@ -15,8 +15,9 @@ import numpy as np
 import numpy.typing as npt
 
 from stab_core.action_premises import RunFacts, run_facts, step_window
-from stab_core.cause_signatures import loss_led_signature, lr_rise_signature
+from stab_core.cause_signatures import loss_led_signature, lr_rise_signature, replayed_normally
 from stab_core.decision_tree import NONFINITE_FROM_START, DiagnosisParams
+from stab_core.metrics import loss_falls
 from stab_core.runview import FloatArray, IntArray, RankMatrix, RunView, Series
 from stab_core.schedulers import Transition, largest_lr_change, schedule_transitions
 from stab_core.snr import SnrSeries, gradient_snr, snr_drop, temporal_snr_proxy
@@ -40,6 +41,8 @@ class DiagnosisContext:
     lr_usable: bool
     grad_norm: Series | None = None
     facts: RunFacts | None = None
+    replay_loss: Series | None = None
+    """In an attempt a resume replaced: the kept run's loss, which replays the same steps (round 12)."""
 
 
 def prepare_context(
@@ -102,6 +105,7 @@ def node_numerical(view: RunView, spike: SpikeEvent, p: DiagnosisParams) -> Node
         "loss_scale_level": None,
         "loss_scale_min": None,
         "loss_scale_drop": None,
+        "loss_scale_floor": p.loss_scale_floor,  # the run's floor: a claim on the scale judges with this one
     }
     collapsed = False
     scale = view.series.get("loss_scale")
@@ -126,6 +130,10 @@ def node_numerical(view: RunView, spike: SpikeEvent, p: DiagnosisParams) -> Node
     if nonfinite:
         from_start = _nonfinite_from_start(view, spike.onset)
         grads_never_finite = not from_start and _grads_never_finite(view, spike)
+        # the same never-finite grad norm beside a loss that falls: the readout is broken (status says so)
+        evidence["grad_readout_broken"] = (
+            not from_start and not grads_never_finite and _grads_never_finite_shape(view, spike) and _loss_falls(view)
+        )
         from_start = from_start or grads_never_finite
         evidence["nonfinite_from_first_step"] = from_start
         evidence["nonfinite_metric"] = spike.metric if grads_never_finite else "loss" if from_start else None
@@ -150,16 +158,29 @@ NEVER_FINITE_SHARE: Final = 0.9
 gradients: fp16's loss-scale warm-up skips a few first steps (inf, then finite), this is every step."""
 
 
-def _grads_never_finite(view: RunView, spike: SpikeEvent) -> bool:
-    """Is the spike's metric a gradient norm non-finite at its first logged sample, with no finite value
-    before ``spike.onset`` and non-finite at :data:`NEVER_FINITE_SHARE` of its samples or more? Then the
-    loss may be finite (a forward pass works) but no update is: the model never trains (issue #32)."""
+def _grads_never_finite_shape(view: RunView, spike: SpikeEvent) -> bool:
+    """:func:`_grads_never_finite` without its condition on the loss."""
     series = view.series.get(spike.metric)
     if not spike.metric.startswith("grad_norm") or series is None or not series.values.size:
         return False
     before = series.values[: max(1, int(np.searchsorted(series.steps, spike.onset)))]
     share = float(np.mean(~np.isfinite(series.values)))
     return not bool(np.isfinite(before).any()) and share >= NEVER_FINITE_SHARE
+
+
+def _grads_never_finite(view: RunView, spike: SpikeEvent) -> bool:
+    """Is the spike's metric a gradient norm non-finite at its first logged sample, with no finite value
+    before ``spike.onset`` and non-finite at :data:`NEVER_FINITE_SHARE` of its samples or more? Then the
+    loss may be finite (a forward pass works) but no update is: the model never trains (issue #32)."""
+    return _grads_never_finite_shape(view, spike) and not _loss_falls(view)
+
+
+def _loss_falls(view: RunView) -> bool:
+    """A loss that falls shows updates that work: a grad norm non-finite at every step beside it is a
+    broken readout (a sum of squares that overflows, inf placeholders reduced across ranks or stages), not
+    a run that never trains (round 12)."""
+    loss = view.series.get("loss")
+    return loss is not None and loss_falls(loss.values) is True
 
 
 def node_lr_transition(view: RunView, spike: SpikeEvent, p: DiagnosisParams, context: DiagnosisContext) -> NodeResult:
@@ -408,6 +429,10 @@ def node_snr_collapse(
     context: DiagnosisContext,
     earlier: Sequence[tuple[int, int]] = (),
 ) -> NodeResult:
+    if replayed_normally(spike, context.replay_loss):
+        # the same batches, replayed from a checkpoint by the resumed run, gave a normal loss: whatever the
+        # SNR did, the data is not what spiked (round 12)
+        return NodeResult("no", {"replayed_normally": True})
     snr = context.snr
     if snr is None or snr.steps.size == 0:
         # the grad norm may be logged and still too short for an SNR: then what is missing is samples
@@ -440,6 +465,7 @@ def node_snr_collapse(
         return NodeResult("unknown", {**evidence, "grad_norm_logged": _logged(context.grad_norm)})
     led, lead_evidence = loss_led_signature(spike, context.grad_norm, interval)
     evidence.update(lead_evidence)
+
     if drop.drop >= p.snr_collapse_factor and led is not False:
         # the temporal proxy is a weaker witness than the two-batch noise scale
         discount = 1.0 if snr.estimator == "two_batch" else 0.9

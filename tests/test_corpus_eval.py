@@ -44,13 +44,16 @@ BATCH_FLOORS: dict[str, tuple[int, float, int, int, int, float]] = {
     # the GRPO terminal's loss is -0.0303 once; its golden states only the first and last losses, both positive)
     # 0.991 (106 / 107) since det10b: the trainers' "0 finite samples" notes now say "all N are non-finite"
     "batch_7": (0, 3 / 3, 0, 0, 0, 0.98),
-    "batch_8": (0, 8 / 8, 3, 0, 0, 0.99),  # 1.000 (196 / 196)
+    # sev12: 0 shown on healthy (the adder's one-log jumps are its routine noise: blips)
+    "batch_8": (0, 8 / 8, 0, 0, 0, 0.99),  # 1.000 (169 / 169)
     "batch_9": (0, 7 / 7, 0, 1, 0, 0.99),  # 0.996 (236 / 237); det10 + imp10: 0 faults, 0 shown on healthy
     # batch 10 tuned on since round 10b (thr10 + det10b + imp10b); floors set after the merges
-    "batch_10": (0, 5 / 6, 19, 2, 1, 0.87),  # 0.8799 (293 / 333)
+    # sev12: 6 shown on healthy, 0 broken, 0 invented (recurring jumps are blips; lasting levels diverge)
+    "batch_10": (0, 5 / 6, 6, 0, 0, 0.93),  # 0.9339 (212 / 227) after sev12; stm12 and rev12b
     # batch 11 tuned on since round 11 (att11 + imp11); floors set after the merges
-    # imp12: 0 faults (ms-swift's step time and tokens/s), 17 / 19, 0 invented, 0.906 (270 / 298)
-    "batch_11": (0, 17 / 19, 2, 4, 0, 0.90),
+    # stm12 0.9252 (272 / 294); sev12: no "diverged" said; imp12: 0 faults (ms-swift's step time and tokens/s),
+    # 17 / 19 (the abandoned attempt's jump dated at its first step over), 0 invented, 0.9592 (282 / 294)
+    "batch_11": (0, 17 / 19, 2, 0, 0, 0.95),
 }
 
 

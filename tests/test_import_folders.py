@@ -177,3 +177,16 @@ def test_an_unreadable_log_beside_a_readable_one_is_listed(tmp_path: Path) -> No
     assert read.parsed.series("loss")[0].tolist() == [1, 2, 3]
     [(name, why)] = read.inputs.skipped
     assert name == "trainer_state.json" and why.startswith("unreadable: ") and "JSON" in why
+
+
+def test_a_provenance_file_given_first_does_not_name_the_run(tmp_path: Path) -> None:
+    """``stabscope import folder/*`` lists PROVENANCE.txt before the log: the run is named by the log."""
+    (tmp_path / "PROVENANCE.txt").write_text("repository: example/repo\npath: train.jsonl\n")
+    log = tmp_path / "my-run.jsonl"
+    log.write_text("".join(f'{{"step": {s}, "loss": {4 - s / 10}}}\n' for s in range(1, 30)))
+    store = open_analysed_store(tmp_path / "store")
+    [res] = import_logs(store, [tmp_path / "PROVENANCE.txt", log])
+    assert res["run"] == "my-run"
+    assert res["skipped_files"] == [{"file": "PROVENANCE.txt", "why": "documentation, not a training log"}]
+    with pytest.raises(StabScopeError, match="run name"):
+        import_logs(store, [log], run="../escape")

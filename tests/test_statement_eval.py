@@ -181,7 +181,7 @@ def test_actions_whose_premise_fails_on_a_run_nan_from_step_0() -> None:
 def test_actions_on_a_recovered_data_outlier() -> None:
     actions = [
         claim("action", "Find the batches around step 700 and skip or deduplicate them in the data pipeline."),
-        claim("action", "Roll back to a checkpoint ~100 steps before the spike (before step 700)."),
+        claim("action", "Roll back to the last checkpoint saved before the spike (step 500)."),
         claim("action", "Record the run's precision (fp16 or bf16): moving to bf16 helps only an fp16 run."),
         claim("action", "Record the run's max_norm (clip threshold) and log the grad norm before clipping."),
         claim("action", "Log the LR: whether the instability came with the warmup's rise cannot be told."),

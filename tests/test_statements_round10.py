@@ -17,6 +17,7 @@ from bench.run_statement_rules import no_training_verdict, run_status_verdict
 from bench.statement_eval import logging_stopped_verdict, note_verdict
 from bench.statement_rules import consistent_causes_verdict
 from ingest.formats import read_log
+from ingest.formats.accounting import suspect_lines
 from ingest.importing.importer import import_logs, store_parsed
 from ingest.services.run_analyses import open_analysed_store
 from ingest.services.run_cost import no_step_time_words, skipped_timing_lines
@@ -148,14 +149,19 @@ def test_a_loss_on_a_line_no_reader_read_is_unread_not_absent() -> None:
     # DeepSpeed-Chat's reward model: its only loss is "Epoch 1/1 with loss 0.575", a line no reader read.
     # Before: "loss: not in this run" and "Not run: loss spikes: the run logs no loss."
     meta = _suspect("Epoch 1/1 with loss 0.5754789632299672")
-    assert unread_line_naming("loss", meta) == (100, "Epoch 1/1 with loss 0.5754789632299672")
-    reason = missing_reason("loss", ["lr", "reward_accuracy"], meta)
+    assert unread_line_naming("loss", suspect_lines(meta)) == (100, "Epoch 1/1 with loss 0.5754789632299672")
+    reason = missing_reason("loss", ["lr", "reward_accuracy"], suspect_lines(meta))
     assert reason.startswith("no loss series was read: the log names one on line 100")
     assert note_verdict(f"Not run: loss spikes: {reason}.", {"logged": {"loss": True}}, None)[0] == "true"
     # a setting in pasted source code ("lr=0.02") or a loss scale is no unread record
-    assert unread_line_naming("lr", _suspect("def __init__(self, params, lr=0.02, momentum=0.95):")) is None
-    assert unread_line_naming("loss", _suspect("step 5: Reducing dynamic loss scale from 65536 to 32768")) is None
-    assert missing_reason("loss", ["lr"], None) == "the run logs no loss"
+    setting = suspect_lines(_suspect("def __init__(self, params, lr=0.02, momentum=0.95):"))
+    assert unread_line_naming("lr", setting) is None
+    assert (
+        unread_line_naming("loss", suspect_lines(_suspect("step 5: Reducing dynamic loss scale from 65536 to 32768")))
+        is None
+    )
+    assert missing_reason("loss", ["lr"]) == "the run logs no loss"
+    assert suspect_lines(None) == [] and suspect_lines({"import_report": None}) == []
 
 
 # ------------------------------------------------------------------ 3. siblings only where the model is stated
@@ -277,7 +283,11 @@ def test_a_grad_norm_nan_then_zero_is_logged_not_a_placeholder() -> None:
     view = RunView(name="frozen", series={"loss": Series(steps, loss), "grad_norm": Series(steps, grad)})
     reason = str(analyze_run(view).snr_reason)
     assert "a placeholder" not in reason and "the run logs no gradient norm" not in reason
-    zeros = RunView(name="ds", series={"loss": Series(steps, loss), "grad_norm": Series(steps, np.zeros(steps.size))})
+    # round 12: a placeholder sits beside a loss that falls (zeros beside a flat loss are a reading)
+    falling = np.linspace(10.4, 8.0, steps.size)
+    zeros = RunView(
+        name="ds", series={"loss": Series(steps, falling), "grad_norm": Series(steps, np.zeros(steps.size))}
+    )
     assert "0 at every step: a placeholder" in str(analyze_run(zeros).snr_reason)
 
 

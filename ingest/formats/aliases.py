@@ -226,6 +226,7 @@ MEMORY_UNITS: Final[dict[str, float]] = {
     "kib": 2.0**-20,
     "mb": 2.0**-10,
     "mib": 2.0**-10,
+    "mb_si": 1e6 / 2.0**30,  # decimal megabytes, said by the reader (OLMo divides bytes by 1e6)
     "gb": 1.0,
     "gib": 1.0,
     "tb": 1024.0,

@@ -19,6 +19,7 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 
 from ingest.formats._common import LogBuilder
@@ -59,9 +60,9 @@ class WideCsvReader(Reader):
             for table, line in iter_csv(path, builder, text_columns=(EVENT_COLUMN,)):
                 step_col = find_column(table.column_names, STEP_COLUMNS)
                 epoch_col = find_column(table.column_names, EPOCH_COLUMNS)
-                if step_col is None:
+                if step_col is None and epoch_col is not None and _whole(table, epoch_col):
                     step_col = epoch_col  # one row per epoch: the epoch is the step axis
-                elif epoch_col is not None:
+                elif step_col is not None and epoch_col is not None:
                     table = epochs.global_steps(table, step_col, epoch_col)
                 if step_col is None:
                     from ingest.errors import StabScopeError
@@ -87,6 +88,14 @@ class WideCsvReader(Reader):
                     where=(path, line),
                     text_cells_are_errors=True,
                 )
+
+
+def _whole(table: pa.Table, col: str) -> bool:
+    """Whether every value of ``col`` is a whole number: an epoch column is a step axis only so (a
+    fractional epoch, ``0.25``, is the share of the data seen, rows within an epoch, not one per epoch)."""
+    values, has = to_float(table[col])
+    shown = values[has & np.isfinite(values)]
+    return bool(np.all(shown == np.round(shown)))
 
 
 def _events(builder: LogBuilder, table: pa.Table, step_col: str, event_col: str) -> None:

@@ -30,7 +30,8 @@ class EpochStepLine(Protocol):
 class EpochSteps:
     """The global step of a table whose step column counts batches within the epoch (it restarts
     when the epoch column grows): ``(epoch - base) * period + step``, with ``period`` the largest
-    step before the first restart + 1 (a 0-based counter's batch count) and ``base`` 0 when the
+    step before the first restart + 1 (a 0-based counter's batch count; + ``k`` for one logged on a grid
+    0, ``k``, ``2k`` .. that stops short of the epoch's end) and ``base`` 0 when the
     epochs count from 0, else 1 (a file that starts at a later epoch keeps its place on the axis).
     A step column that never goes back, or goes back without the epoch growing (a resume), is kept
     as written. Streamed tables share one instance: the period found in the first holds for all."""
@@ -57,7 +58,12 @@ class EpochSteps:
             if back.size == 0 or not whole or np.any(np.diff(e_all) < 0) or np.any(np.diff(e_all)[back] <= 0):
                 self._last = (float(e[-1]), float(s[-1]))
                 return table
-            self.period = int(s_all[: back[0] + 1].max()) + 1
+            first = s_all[: back[0] + 1]
+            # a counter logged on a grid from 0 every k batches (0, 50 .. 950 of 1000) ends its epoch k
+            # past its last logged value; any other (299, 599 of 600; 0, 10, 19) logs the epoch's last batch
+            k = int(np.median(np.diff(first))) if first.shape[0] > 1 else 1
+            grid = first[0] == 0 and k > 1 and bool(np.all(first % k == 0))
+            self.period = int(first.max()) + (k if grid else 1)
             self.base = 0 if e_all.min() == 0 else 1
         out = steps.copy()
         out[rows] = (e - self.base) * self.period + s
@@ -82,7 +88,10 @@ def epoch_steps(lines: Sequence[EpochStepLine]) -> None:
     ``Epoch E ... Step S/N`` and the step goes back only where the epoch grows (never within one),
     ``S/N`` counts the epoch's ``N`` batches and the step is ``(E - base) * N + S`` (``base`` 0 when
     the epochs count from 0, else 1). A counter that never goes back is kept (``S/N`` of all steps),
-    and so is one that goes back within an epoch (a resume: the segments cut it)."""
+    and so is one that goes back within an epoch (a resume: the segments cut it). A line of the same
+    epochs that prints its step without ``/N`` (an eval line's ``Epoch 2 | Step 100``) is converted
+    too, with the ``N`` its epoch's marked lines print (else the marked lines' last ``N``), where its
+    step is within that ``N``."""
     marked = [x for x in lines if x.epoch is not None and x.per_epoch is not None]
     if len(marked) < 2:
         return
@@ -95,6 +104,11 @@ def epoch_steps(lines: Sequence[EpochStepLine]) -> None:
     if not went_back:
         return
     base = 0 if min(x.epoch for x in marked if x.epoch is not None) == 0 else 1
-    for x in marked:
-        assert x.epoch is not None and x.per_epoch is not None
-        x.step = (x.epoch - base) * x.per_epoch + x.step
+    n_of = {x.epoch: x.per_epoch for x in marked}
+    for x in lines:
+        if x.epoch is not None:
+            n = x.per_epoch if x.per_epoch is not None else n_of.get(x.epoch, marked[-1].per_epoch)
+            assert n is not None
+            if x.per_epoch is None and x.step > n:
+                continue  # a step past the epoch's batches is no batch of it: global already
+            x.step = (x.epoch - base) * n + x.step

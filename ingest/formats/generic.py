@@ -46,7 +46,7 @@ from ingest.formats._common import LogBuilder, iter_whole_lines
 from ingest.formats.aliases import TIME_UNITS, canonical_name, keep_apart, normalise_key
 from ingest.formats.base import Reader
 from ingest.formats.epoch_steps import epoch_steps, step_of_n
-from ingest.formats.generic_units import BARE_STEP_TIME_KEYS, bare_time_unit, line_time, mfu_unit
+from ingest.formats.generic_units import BARE_STEP_TIME_KEYS, bare_time_unit, is_clock, line_time, mfu_unit
 from ingest.formats.numbers import NUMBER, parse_number
 from ingest.formats.raw_text import LAUNCHER_LEAD, decode_head, looks_binary
 from ingest.formats.sections import notes_marks
@@ -61,7 +61,9 @@ _PAIR: Final = re.compile(
     # a unit the key names, before the separator: 'elapsed time per iteration (ms): 4220.8' (words before
     # a bracketed unit are one key), NeMo's 'train_step_timing in s: 0.41'
     r"|(?<![A-Za-z0-9_/.@\-])(?P<ukey>[A-Za-z_][A-Za-z0-9_]*(?:[ \t]+[A-Za-z_][A-Za-z0-9_]*){0,5})"
-    r"(?:[ \t]*\((?P<punit>" + _UNIT + r")\)|[ \t]+in[ \t]+(?P<iunit>" + _UNIT + r"))"
+    # ('(s)' stuck to a word is English's plural, no unit: 'processed sample(s): 512' counts samples)
+    r"(?:(?:[ \t]+\(|\((?![sh]\)))(?P<punit>" + _UNIT + r")\)|[ \t]+in[ \t]+(?P<iunit>" + _UNIT + r")"
+    r"|(?P<plural>\(e?s\)))"
     r"[ \t]*[:=][ \t]*(?P<uval>" + NUMBER + r")(?![A-Za-z0-9_.])"
     r"|(?P<q>['\"])(?P<qkey>[A-Za-z_][^'\"\n]{0,80})(?P=q)[ \t]*:[ \t]*['\"]?(?P<qval>" + NUMBER + r")['\"]?"
     # a split word before the key stays with it: `train loss 9.2, val loss 9.3` is two metrics
@@ -75,8 +77,7 @@ _PAIR: Final = re.compile(
 """One ``key: number``, ``key=number``, ``key number`` or ``'key': number`` pair, with an optional unit;
 or a speed in steps (``R steps/sec``, ``R it/s``, ``T s/it``), read as a time per step (``T`` or ``1/R``
 seconds; see :func:`speed_series` for what it becomes)."""
-_MAGNITUDE: Final = {"K": 1e3, "M": 1e6, "B": 1e9, "T": 1e12}
-"""A number's magnitude suffix (``B``: billions, as nanotron's ``human_format`` has it)."""
+_MAGNITUDE: Final = {"K": 1e3, "M": 1e6, "B": 1e9, "T": 1e12}  # a magnitude suffix ('B': billions, as nanotron)
 SPEED_KEY: Final = "speed_step_time"
 """The key a speed in steps is read under, as seconds per step (stored as :func:`speed_series` says)."""
 RUNNING_AVERAGE_SLACK: Final = 0.02
@@ -170,7 +171,7 @@ def line_pairs(text: str) -> list[tuple[str, float, str | None]]:
             continue
         if m["ukey"] is not None:  # the key names its unit: 'train_step_timing in s' is NeMo's own name
             unit = m["punit"] or m["iunit"]
-            key = m["ukey"] if m["punit"] else f"{m['ukey']} in {unit}"
+            key = m["ukey"] if m["punit"] or m["plural"] else f"{m['ukey']} in {unit}"
             number = parse_number(m["uval"])
             if number is not None:
                 out.append((key.strip(), number, unit))
@@ -178,10 +179,8 @@ def line_pairs(text: str) -> list[tuple[str, float, str | None]]:
         key = m["qkey"] if m["qkey"] is not None else m["key"]
         value = m["qval"] if m["qval"] is not None else m["val"]
         number = parse_number(value)
-        if number is not None and m["mag"] is not None:
-            number *= _MAGNITUDE[m["mag"]]
         if number is not None:
-            out.append((key.strip(), number, m["unit"]))
+            out.append((key.strip(), number * _MAGNITUDE.get(m["mag"] or "", 1.0), m["unit"]))
     return out
 
 
@@ -207,20 +206,31 @@ def propose(lines: Sequence[str], step_key: str | None = None) -> Proposal | Non
         rest = [pairs for pairs in rest if not any(key == other for key, _, _ in pairs)]
     first_key: dict[str, str] = {}
     units: dict[str, str | None] = {}
+    seen: dict[str, list[float]] = {}
     for pairs in records:
         if not any(key in proposal.step_keys() for key, _, _ in pairs):
             continue  # a key only off the step's lines is never read: no role for it
         values = [(k, u) for k, _, u in pairs if k not in (*proposal.step_keys(), BRACKET_KEY, SPEED_KEY)]
-        for (key, unit), (name, key_unit) in zip(values, line_names(values, proposal.units), strict=True):
+        numbers = [v for k, v, _ in pairs if k not in (*proposal.step_keys(), BRACKET_KEY, SPEED_KEY)]
+        for (key, unit), (name, key_unit), number in zip(
+            values, line_names(values, proposal.units), numbers, strict=True
+        ):
             first_key.setdefault(name, key)
             units.setdefault(name, unit or proposal.units.get(key) or key_unit)
+            seen.setdefault(name, []).append(number)
     for name, key in first_key.items():
         if name in CANONICAL_METRICS:
             proposal.roles.setdefault(name, key)
     for role, test in _ROLE_BY_NAME:
         if role in proposal.roles:
             continue
-        fits = [n for n, k in first_key.items() if n not in CANONICAL_METRICS and test(normalise_key(k), units[n])]
+        fits = [
+            n
+            for n, k in first_key.items()
+            if n not in CANONICAL_METRICS
+            and test(normalise_key(k), units[n])
+            and not (role == "step_time_s" and is_clock(seen[n], MIN_UNNAMED_LINES))
+        ]
         if len(fits) == 1:
             proposal.roles[role] = fits[0]  # as stored: the name --map takes
             proposal.extra[fits[0]] = role
@@ -457,7 +467,7 @@ class _StepLine:
     step: int
     values: list[tuple[str, float, str | None]]
     epoch: int | None = None
-    """The line's whole epoch (``Epoch 1``), when its step is printed ``S/N``."""
+    """The line's whole epoch (``Epoch 1``), where it prints one."""
     per_epoch: int | None = None
     """The ``N`` of a step printed ``S/N`` beside an epoch."""
 
@@ -501,7 +511,7 @@ def _read_line(line: str, line_no: int, path: Path, found: Proposal, builder: Lo
         return None
     epochs = [v for k, v, _ in values if normalise_key(k) == "epoch" and math.isfinite(v) and v == int(v) and v >= 0]
     of_n = step_of_n(step_keys, line) if epochs else None
-    return _StepLine(line_no, line, int(steps[0]), values, int(epochs[0]) if epochs and of_n else None, of_n)
+    return _StepLine(line_no, line, int(steps[0]), values, int(epochs[0]) if epochs else None, of_n)
 
 
 def _counts_steps(steps: list[int]) -> bool:
@@ -520,7 +530,8 @@ def _keep_recurring(
 ) -> None:
     """The rows of the step lines. Where some layout recurs (:data:`MIN_LAYOUT_LINES` lines, its step
     values counting up but for a restart or two), a line of a layout that does not gives only its keys
-    that a recurring layout also prints or that name a known metric (an eval line's ``val_loss``): a
+    that a recurring layout also prints or that name a known metric (an eval line's ``val_loss``; all its
+    keys where it names one at a step a recurring layout logs: its ``val_ppl`` too): a
     sentence of generated text or notes that happens to hold the step key (``Step 2: ... travels at
     62 km/h``) adds no series, and no step, and its words are counted as that line's (prose, unknown
     layout or suspect), not kept as metrics. A line of its own that times the step above it is that
@@ -536,6 +547,7 @@ def _keep_recurring(
         if n >= MIN_LAYOUT_LINES and layout != (TIMING_KEY,) and _counts_steps(steps_of[layout])
     }
     known = {key for layout in recurring for key in layout}
+    logged = {step for layout in recurring for step in steps_of[layout]}
     # a line of its own that times the step above it ('[timing] sample processed in 276.79s' after
     # 'Step: 1 | Loss: ...'), on most steps, is the step time of a log whose step lines print none
     timed = {
@@ -559,7 +571,11 @@ def _keep_recurring(
                 builder.account.text_line(str(path), step_line.line_no, step_line.text, parsed=False)
             continue
         values = step_line.values
-        if recurring and step_line.layout not in recurring:
+        # an eval line at a logged step that names a known metric ('step 500 | val_loss 2.5 | val_ppl 12.1')
+        # keeps every key; prose ('Step 2: Distance 14 km') names none, and one off the step sequence
+        # keeps only the known keys
+        evaluated = step_line.step in logged and any(_trains(k, u) for k, _, u in values)
+        if recurring and step_line.layout not in recurring and not evaluated:
             values = [(k, v, u) for k, v, u in values if k in known or _trains(k, u)]
         if not values:
             builder.skip(path, step_line.line_no, f"not a layout of the log: {step_line.text.strip()[:80]}")

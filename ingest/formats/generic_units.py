@@ -67,3 +67,14 @@ def bare_time_unit(dts: Sequence[float], steps: Sequence[float], stamps: Sequenc
 def mfu_unit(values: Sequence[float]) -> str | None:
     """``"%"`` when a unitless MFU is printed as a percentage (a value above 1), else None."""
     return "%" if any(math.isfinite(v) and v > 1.0 for v in values) else None
+
+
+def is_clock(values: Sequence[float], min_lines: int) -> bool:
+    """Whether a time key's values are a clock (seconds since the start: ``| seconds: 301.5 |``), not
+    each step's time: they never go down and at least double over ``min_lines`` or more of the log's
+    first lines. A step's own time wanders both ways around its level."""
+    arr = np.asarray(values, np.float64)
+    arr = arr[np.isfinite(arr)]
+    if arr.shape[0] < min_lines or arr[0] < 0:
+        return False
+    return bool(np.all(np.diff(arr) >= 0) and arr[-1] >= 2 * arr[0] and arr[-1] > 0)

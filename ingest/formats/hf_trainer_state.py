@@ -11,7 +11,7 @@ import json
 import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from ingest.errors import StabScopeError
 from ingest.formats._common import LogBuilder
@@ -20,7 +20,10 @@ from ingest.formats.base import Reader
 from ingest.formats.planned import note_planned_steps
 from ingest.formats.raw_text import open_error
 
-_SUMMARY_KEYS = {"train_runtime", "train_samples_per_second", "train_steps_per_second", "total_flos", "train_loss"}
+SUMMARY_KEYS: Final = frozenset(
+    {"train_runtime", "train_samples_per_second", "train_steps_per_second", "total_flos", "train_loss"}
+)
+"""The keys of the Trainer's end-of-training summary entry (one row, no step's own values)."""
 _META = {
     "max_steps": "total_steps",
     "train_batch_size": "per_rank_batch_size",
@@ -62,7 +65,7 @@ class HFTrainerStateReader(Reader):
                 if not isinstance(entry, dict) or not isinstance(entry.get("step"), (int, float)):
                     builder.skip(path, 0, f"log_history[{i}] has no step")
                     continue
-                if _SUMMARY_KEYS & entry.keys() and "loss" not in entry and "eval_loss" not in entry:
+                if SUMMARY_KEYS & entry.keys() and "loss" not in entry and "eval_loss" not in entry:
                     builder.meta["train_summary"] = {k: v for k, v in entry.items() if k != "step"}
                     continue
                 step = int(entry["step"])

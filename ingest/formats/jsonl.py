@@ -18,7 +18,7 @@ from ingest.formats._common import LogBuilder
 from ingest.formats._tabular import STEP_COLUMNS, WALL_COLUMNS, add_wide, find_column, iter_jsonl
 from ingest.formats.aliases import KeyMap
 from ingest.formats.base import Reader
-from ingest.formats.hf_trainer_state import _SUMMARY_KEYS
+from ingest.formats.hf_trainer_state import SUMMARY_KEYS
 from ingest.formats.raw_text import decode_head
 
 
@@ -85,7 +85,7 @@ def _drop_state_dumps(table: pa.Table, path: Path, line: int, builder: LogBuilde
             builder.skip(path, line + int(row), "trainer-state dump (log_history repeats the logged records)")
     else:
         dump = pa.array(np.zeros(table.num_rows, dtype=bool))
-    summary_keys = [c for c in cols if c in _SUMMARY_KEYS]
+    summary_keys = [c for c in cols if c in SUMMARY_KEYS]
     if summary_keys:
         # The HF summary object (train_runtime, total_flos...) without a loss describes the run, not a step.
         has_summary = pc.is_valid(table[summary_keys[0]])
@@ -95,7 +95,7 @@ def _drop_state_dumps(table: pa.Table, path: Path, line: int, builder: LogBuilde
             if key in cols:
                 has_summary = pc.and_(has_summary, pc.is_null(table[key]))
         for row in np.flatnonzero(has_summary.to_numpy(zero_copy_only=False)):
-            summary = {k: v for k, v in table.slice(int(row), 1).to_pylist()[0].items() if k in _SUMMARY_KEYS}
+            summary = {k: v for k, v in table.slice(int(row), 1).to_pylist()[0].items() if k in SUMMARY_KEYS}
             builder.meta.setdefault("train_summary", summary)
         dump = pc.or_(dump, has_summary)
     if not pc.any(dump).as_py():

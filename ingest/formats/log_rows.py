@@ -261,7 +261,11 @@ def rollback_detail(abandoned: dict[str, list[tuple[Any, Any]]], s0: int, s1: in
         step, value = step[inside], value[inside]
         if step.shape[0] == 0:
             continue
-        cuts = np.flatnonzero(step[1:] <= step[:-1]) + 1
+        # a step printed twice in a row (a line and its repeat) is one row, the last: only a step that
+        # goes down starts a new attempt
+        last = np.append(step[1:] != step[:-1], True)
+        step, value = step[last], value[last]
+        cuts = np.flatnonzero(step[1:] < step[:-1]) + 1
         out[metric] = [
             [[float(x) for x in st], [None if not np.isfinite(v) else float(v) for v in va]]
             for st, va in zip(np.split(step, cuts), np.split(value, cuts), strict=True)

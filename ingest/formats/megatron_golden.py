@@ -2,9 +2,11 @@
 "values": {"1": 12.66, "5": 12.64, ...}}, "num-zeros": {...}, "mem-allocated-bytes": {...},
 "iteration-time": {...}}`` (older files: ``"values": [..]`` indexed from ``start_step`` every
 ``step_interval``). ``"nan"`` strings are kept as NaN: they are evidence, not gaps to close, except at
-a step where EVERY metric that has the step (two or more) is NaN: Megatron writes ``"nan"`` for a step it
-did not record, memory and timing included, and a step with no value at all is no record (it is
-counted in the import account as a placeholder, not stored).
+a step where EVERY metric that has the step (two or more) is NaN, a machine measure (``mem-*``,
+``iteration-time``) among them: Megatron writes ``"nan"`` for a step it did not record, memory and
+timing included, and a step with no value at all is no record (it is counted in the import account as
+a placeholder, not stored). A diverged step's ``lm loss`` and ``num-zeros`` are NaN too, so a file
+without a machine measure keeps its NaN steps: they are the divergence.
 Memory in bytes becomes ``gpu_mem_gb`` / ``gpu_mem_max_gb`` (GiB) at run level (the file does not
 say which rank measured it); ``iteration-time`` (s) becomes ``step_time_s``."""
 
@@ -47,7 +49,9 @@ class MegatronGoldenReader(Reader):
                     continue
                 steps, raw = _steps_values(spec, path, metric)
                 series.append((metric, spec, steps, raw, parse_numbers(pa.array([str(v) for v in raw], pa.string()))))
-            blank = _placeholder_steps([(s[2], s[4]) for s in series])
+            blank = _placeholder_steps(
+                [(s[2], s[4]) for s in series if _MACHINE.match(s[0])], [(s[2], s[4]) for s in series]
+            )
             if blank.size:
                 builder.skip(path, 1, "placeholder: every metric nan (step not recorded)", int(blank.size))
             for metric, spec, steps, raw, conv in series:
@@ -84,10 +88,16 @@ def _steps_values(spec: dict[str, Any], path: Path, metric: str) -> tuple[np.nda
     raise StabScopeError(f"{metric!r}: 'values' must be an object or a list", path=str(path), line=1)
 
 
-def _placeholder_steps(series: list[tuple[np.ndarray, Any]]) -> np.ndarray:
-    """Steps at which every metric that has the step (at least two) holds NaN: not recorded."""
-    if len(series) < 2:
+_MACHINE = re.compile(r"^(?:mem-|iteration-time$)")
+"""Metrics measured for every step that ran, whatever its loss: the machine's memory and time."""
+
+
+def _placeholder_steps(machine: list[tuple[np.ndarray, Any]], series: list[tuple[np.ndarray, Any]]) -> np.ndarray:
+    """Steps at which every metric that has the step (at least two) holds NaN, a ``machine`` metric among
+    them: not recorded (a step that ran but diverged still has its memory and time)."""
+    if len(series) < 2 or not machine:
         return np.empty(0, dtype=np.int64)
+    measured = np.unique(np.concatenate([steps for steps, _ in machine]))
     have: dict[int, int] = {}
     nan: dict[int, int] = {}
     for steps, conv in series:
@@ -95,4 +105,5 @@ def _placeholder_steps(series: list[tuple[np.ndarray, Any]]) -> np.ndarray:
         for step, missing in zip(steps.tolist(), isnan.tolist(), strict=True):
             have[step] = have.get(step, 0) + 1
             nan[step] = nan.get(step, 0) + int(missing)
-    return np.array(sorted(s for s, n in have.items() if n >= 2 and nan[s] == n), dtype=np.int64)
+    blank = np.array(sorted(s for s, n in have.items() if n >= 2 and nan[s] == n), dtype=np.int64)
+    return blank[np.isin(blank, measured)]

@@ -13,8 +13,8 @@ Canonical roles: ``train/CrossEntropyLoss`` -> ``loss``, ``optim/total_grad_norm
 ``optim/learning_rate_group0`` -> ``lr``, ``throughput/total_tokens`` -> ``tokens`` (global, so far),
 ``throughput/device/tokens_per_second`` -> ``throughput_tok_s`` of rank 0 (the printing device's own
 rate). ``train/Perplexity`` is ``train_ppl`` (as Megatron's and NeoX's perplexity are ``val_ppl``).
-``System/Peak GPU Memory (MB)`` (the max over ranks) is ``gpu_mem_gb``, its megabytes read as
-MiB as the alias table reads every ``MB`` (OLMo divides by 1e6: the GiB shown are ~5% high).
+``System/Peak GPU Memory (MB)`` (the max over ranks) is ``gpu_mem_gb``, its megabytes decimal (OLMo
+divides the bytes by 1e6), not the MiB the alias table reads every other ``MB`` as.
 The rest keep their names (``train/ZLoss``, ``eval/.../Perplexity``).
 OLMo-core names them ``train/CE loss``, ``optim/total grad norm``, ``optim/LR (group 0)``,
 ``throughput/total tokens`` and ``throughput/device/TPS``, adds ``,eta=...`` to the header and prints
@@ -38,8 +38,8 @@ _KEYS: Final[dict[str, tuple[str, str | None] | None]] = {
     "optim/learning_rate_group0": ("lr", None),
     "throughput/total_tokens": ("tokens", None),
     "throughput/device/tokens_per_second": ("throughput_tok_s", None),
-    # the peak GPU memory (max over ranks) is the GPU memory series, read from its megabytes
-    "System/Peak GPU Memory (MB)": ("gpu_mem_gb", "mb"),
+    # the peak GPU memory (max over ranks) is the GPU memory series, read from its decimal megabytes
+    "System/Peak GPU Memory (MB)": ("gpu_mem_gb", "mb_si"),
     # OLMo-core (olmo_core/train: common.py, callbacks/speed_monitor.py, train_module)
     "train/CE loss": ("loss", None),
     "optim/total grad norm": ("grad_norm", None),

@@ -33,6 +33,13 @@ def default_run_name(paths: Sequence[Path]) -> str:
     return name[:128]
 
 
+def _read_first(paths: Sequence[Path], logs: Sequence[Path]) -> Sequence[Path]:
+    """``paths`` from the first one read as a log: a README or PROVENANCE.txt given first does not
+    name the run."""
+    read = {p.resolve() for p in logs}
+    return [p for p in paths if p.resolve() in read] or paths
+
+
 def import_logs(
     store: Store,
     paths: Sequence[Path],
@@ -74,11 +81,13 @@ def import_logs(
         raise StabScopeError(
             f"input is {total / 1e9:.1f} GB; the limit for one import is {MAX_IMPORT_BYTES / 1e9:.1f} GB"
         )
-    name = validate_run_name(run or default_run_name(paths))
+    if run is not None:
+        validate_run_name(run)  # a bad name is refused before the files are read
     from ingest.importing.metric_map import all_metrics, final_mapping, resolve_map, split_step_key, with_proposal
 
     given, step_key = split_step_key(metric_map or {})
     read = read_inputs(list(paths), fmt=fmt, progress=progress, custom_dir=store.root / "formats", step_key=step_key)
+    name = validate_run_name(run or default_run_name(_read_first(paths, read.inputs.logs)))
     proposal = read.parsed.meta.get("mapping")
     if step_key is not None and proposal is None:
         raise StabScopeError(

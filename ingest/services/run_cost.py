@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ingest.formats.accounting import VALUELESS_REASONS
 from stab_core.cost import CostInputs, SpikeBill, price_spikes, resolve_cost_inputs, rollback_steps
 
 if TYPE_CHECKING:
@@ -111,18 +112,7 @@ def priced_run_spikes(
     return spikes, costs
 
 
-VALUELESS_LINE_KINDS = frozenset(
-    {
-        "blank",
-        "banner",
-        "prose",
-        "config dump",
-        "shell/launcher",
-        "stack trace",
-        "format line without values",
-        "record without values",
-    }
-)
+VALUELESS_LINE_KINDS = VALUELESS_REASONS  # the import account's own kind names
 """Kinds of line an import skips that carry no per-step value (the import report's ``ignored`` kinds). Any
 other kind skipped (a progress bar's ``s/it``, a line of unknown layout, values without a step) may carry
 the step time the readers did not read."""

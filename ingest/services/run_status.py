@@ -19,6 +19,7 @@ what N rests on where it is not the last loss alone ("the last loss; val_loss to
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
@@ -285,16 +286,28 @@ initialisation), shows no training step whatever steps its lines carry (a predic
 LR logged at several steps is a schedule advancing (a reward model's run logs its scores, not a loss)."""
 
 
-TRAINING_WORDS: Final = ("loss", "ppl", "perplexity", "acc", "reward", "entropy", "kl")
+TRAINING_WORDS: Final = ("loss", "ppl", "perplexity", "acc", "accuracy", "reward", "entropy", "kl")
 """Words in a metric's name that only a training step writes, besides :data:`TRAINING_SIGNALS` (a run
-logging its perplexity, accuracy or an RL reward alone trains: said with less, never "no training steps")."""
+logging its perplexity, accuracy or an RL reward alone trains: said with less, never "no training steps").
+Whole words of the name (``train/acc``, ``rewards_mean``, ``ZLoss``), never a piece of one (``grad_accum``)
+nor a word that names a scale (``loss_scale``: the fp16 scaler's factor)."""
+
+
+def _names_training(metric: str) -> bool:
+    """Whether ``metric`` holds one of :data:`TRAINING_WORDS` as a whole word (plural too)."""
+    spaced = re.sub(r"([a-z0-9])([A-Z])|([A-Z])([A-Z][a-z])", r"\1\3 \2\4", metric)
+    words = [w for w in re.split(r"[^a-z0-9]+", spaced.lower()) if w]
+    for word, after in zip(words, [*words[1:], ""], strict=True):
+        if after != "scale" and (word in TRAINING_WORDS or (word.endswith("s") and word[:-1] in TRAINING_WORDS)):
+            return True
+    return False
 
 
 def _trains(store: Store, name: str, metrics: Iterable[str]) -> bool:
     held = list(metrics)
     if any(m in TRAINING_SIGNALS for m in held):
         return True
-    if any(w in m.lower() for m in held if not is_eval_metric(m) for w in TRAINING_WORDS):
+    if any(_names_training(m) for m in held if not is_eval_metric(m)):
         return True
     return "lr" in held and _last_rows(store, name, "lr", 2).size > 1
 

@@ -24,6 +24,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ingest.errors import StabScopeError
+from ingest.formats.accounting import suspect_lines
 from ingest.long_schema import LONG_SCHEMA
 from ingest.store import queries
 from ingest.store.blocks import (
@@ -40,7 +41,7 @@ from ingest.store.layout import DERIVED, LONG, RANK_BUCKETS, ROLLUP, RUN_LEVEL, 
 from ingest.store.run_info import RunInfo
 from ingest.store.storage_errors import DamagedRunFile, damaged_file, damaged_file_in
 from ingest.store.types import SeriesData, empty_series
-from stab_core.metrics import RUN_RANK
+from stab_core.metrics import RUN_RANK, SUSPECT_LINES
 from stab_core.rank_heatmap import heatmap_columns
 from stab_core.runview import RankMatrix, RunEvent, RunView, Series
 
@@ -413,7 +414,9 @@ class StoreReader:
             for metric in rank_metrics:
                 if metric in info.rank_metrics:
                     per_rank[metric] = self.rank_matrix(info, layout, metric)
-        return RunView(name=info.name, series=series, per_rank=per_rank, events=tuple(events), meta=dict(info.meta))
+        # the import report's suspect lines, for the analysis's "unread, not absent" (it never reads the report)
+        meta = {**info.meta, SUSPECT_LINES: suspect_lines(info.meta)}
+        return RunView(name=info.name, series=series, per_rank=per_rank, events=tuple(events), meta=meta)
 
 
 def _column(table: pa.Table, name: str, dtype: Any = np.float64) -> np.ndarray:

@@ -141,6 +141,35 @@ def event_traces(events: Sequence[RunEvent], y0: float, y1: float, *, legend: bo
     return traces
 
 
+ABANDONED_COLOR = "#868e96"
+"""Grey: the values of an attempt a resume replaced are history, drawn under the run's own line."""
+
+
+def abandoned_traces(events: Sequence[RunEvent], metric: str, *, legend: bool) -> list[go.Scatter]:
+    """One dotted grey line per attempt a resume replaced (a ``rollback`` event's ``detail['abandoned']``,
+    see ``ingest.formats.log_rows.rollback_detail``): the stored series holds the replay, so without these an
+    incident found inside an abandoned attempt would be shaded over a line that shows nothing."""
+    traces: list[go.Scatter] = []
+    for e in events:
+        if e.kind != "rollback":
+            continue
+        for steps, values in (e.detail or {}).get("abandoned", {}).get(metric, []):
+            first = not traces
+            traces.append(
+                go.Scatter(
+                    x=steps,
+                    y=[np.nan if v is None else v for v in values],
+                    mode="lines",
+                    line={"color": ABANDONED_COLOR, "dash": "dot", "width": 1.2},
+                    name=plot_text(f"{metric}: abandoned attempts"),
+                    legendgroup=f"abandoned:{metric}",
+                    showlegend=legend and first,
+                    hovertemplate=plot_text(f"abandoned attempt (resumed at {e.step})") + ": %{y:.4g}<extra></extra>",
+                )
+            )
+    return traces
+
+
 def _panel_peaks(panel: Panel, spikes: Sequence[dict[str, Any]], x_range: tuple[int, int] | None) -> list[float]:
     drawn = {s.metric for _, s in panel.curves}
     peaks = []
@@ -195,6 +224,9 @@ def panels_figure(
         # an underlay (post-clip norm) first and wider: where it equals the pre-clip norm (no clipping)
         # it shows as a halo round it instead of hiding it
         order = sorted(range(len(panel.curves)), key=lambda i: panel.curves[i][1].metric not in UNDERLAY_WIDTHS)
+        for metric in dict.fromkeys(s.metric for _, s in panel.curves):
+            for trace in abandoned_traces(events, metric, legend=True):
+                fig.add_trace(trace.update(xaxis="x", yaxis=yref))
         for i in order:
             label, s = panel.curves[i]
             color = series_color(s.metric, row - 1 + i)
