@@ -6,12 +6,24 @@ the detector looks at it too: an incident found there is often why the job resta
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 
 from stab_core.runview import RankMatrix, RunView, Series
+
+if TYPE_CHECKING:
+    from stab_core.incidents import Incident
+
+LEVEL_WINDOW: Final = 60
+"""Finite samples before a jump that give the attempt's own level (the golden files' '60 steps before')."""
+MIN_HOLD: Final = 20
+"""Samples the attempt must hold its new level over (and a replay must share) to be a lasting jump."""
+JUMP: Final = 1.1
+"""The least rise of a level (the attempt's new median over its old one, and over the replay's median
+of the same steps) that is a jump and not the wander of a per-step loss."""
 
 
 @dataclass(frozen=True)
@@ -24,6 +36,25 @@ class AbandonedAttempt:
     resumed_from: int
     abandoned_at: int
     view: RunView
+    onset: int | None = None
+    """The first step over a lasting jump of the attempt's loss (:func:`jump_onset`), None when none."""
+
+    def dated(self, incidents: Sequence[Incident]) -> list[Incident]:
+        """Those of ``incidents`` (the detector's on :attr:`view`) that peak in the attempt, the one that
+        covers its jump dated at the jump's first step over (:attr:`onset`), not at the step the
+        detector's rolling level let it see it. (Where the detector saw nothing, nothing is added: an
+        incident built from the onset alone had no costed severity or recovery to say.)"""
+        incidents = [i for i in incidents if i.primary.peak >= self.first]
+        if self.onset is None:
+            return incidents
+        onset, out = self.onset, []
+        for incident in incidents:
+            lead = incident.primary
+            if lead.metric == "loss" and onset <= incident.start <= onset + LEVEL_WINDOW:
+                moved = [replace(m, start=onset) if m is lead else m for m in incident.members]
+                incident = replace(incident, members=tuple(moved))
+            out.append(incident)
+        return out
 
     def note(self) -> str:
         """How an incident found in it is introduced."""
@@ -54,7 +85,9 @@ def abandoned_attempts(view: RunView, metric: str = "loss") -> list[AbandonedAtt
             series = Series(steps[order], values[order])
             attempt = _before(view, first)
             attempt.series[metric] = series
-            out.append(AbandonedAttempt(first, resumed_from, last, attempt))
+            replay = None if current is None else (current.steps, current.values)
+            onset = jump_onset(series.steps, series.values, first, resumed_from, replay)
+            out.append(AbandonedAttempt(first, resumed_from, last, attempt, onset))
     return sorted(out, key=lambda a: a.first)
 
 
@@ -68,3 +101,58 @@ def _before(view: RunView, first: int) -> RunView:
     }
     events = tuple(e for e in view.events if e.step < first)
     return RunView(name=view.name, series=series, per_rank=per_rank, events=events, meta=view.meta)
+
+
+def jump_onset(
+    steps: np.ndarray,
+    values: np.ndarray,
+    first: int,
+    resumed_from: int,
+    replay: tuple[np.ndarray, np.ndarray] | None,
+) -> int | None:
+    """The first step over a lasting jump of an abandoned attempt's loss, or None (round 12).
+
+    ``steps``/``values``: the run before the attempt, then the attempt (from step ``first``); the later
+    attempt logged the same steps again from ``resumed_from`` (``replay``: the stored series). The
+    jump is the split of the attempt's samples (with :data:`LEVEL_WINDOW` before it) into an old and a
+    higher new level that fits best (a least-squares change point of the log loss); it counts when the
+    new level holds :data:`MIN_HOLD` samples to the attempt's end, is :data:`JUMP` times the old level
+    at least, stands clear of its noise (the new level's lower quartile over the old level's upper
+    quartile), and, where the replay logged :data:`MIN_HOLD` of the attempt's steps again, is
+    :data:`JUMP` times the replay's median of those steps too (the same steps run again were normal).
+    The onset is the first step at or after the split over the midpoint of the two levels."""
+    finite = np.isfinite(values) & (values > 0)
+    steps, values = steps[finite], values[finite]
+    begin = max(0, int(np.searchsorted(steps, first)) - LEVEL_WINDOW)
+    steps, values = steps[begin:], values[begin:]
+    own = int(np.searchsorted(steps, first))  # the attempt's first sample
+    n = values.shape[0]
+    if n - own < MIN_HOLD or own == 0:
+        return None
+    logs = np.log(values)
+    cum = np.concatenate([[0.0], np.cumsum(logs)])
+    split = np.arange(max(1, own), n - MIN_HOLD + 1)
+    mean_before = cum[split] / split
+    mean_after = (cum[n] - cum[split]) / (n - split)
+    gain = np.where(mean_after > mean_before, split * (n - split) / n * (mean_after - mean_before) ** 2, -1.0)
+    if gain.max() <= 0:
+        return None
+    cut = int(split[int(np.argmax(gain))])
+    before = values[max(0, cut - LEVEL_WINDOW) : cut]
+    after = values[cut:]
+    old, new = float(np.median(before)), float(np.median(after))
+    if new < JUMP * old or np.quantile(after, 0.25) <= np.quantile(before, 0.75):
+        return None
+    if replay is not None:
+        shared = steps[cut:][steps[cut:] >= resumed_from]
+        index = np.searchsorted(replay[0], shared)
+        index = index[(index < replay[0].shape[0])]
+        index = index[np.isin(replay[0][index], shared)]
+        again = replay[1][index]
+        again = again[np.isfinite(again)]
+        if again.shape[0] >= MIN_HOLD:
+            mine = values[cut:][np.isin(steps[cut:], replay[0][index])]
+            if float(np.median(mine)) < JUMP * float(np.median(again)):
+                return None
+    over = np.flatnonzero(after > np.sqrt(old * new))
+    return int(steps[cut + int(over[0])]) if over.size else None

@@ -531,7 +531,7 @@ def _in_abandoned(view: RunView, p: AnalysisParams, run: Sequence[Incident] = ()
     """Incidents in attempts a resume replaced (:mod:`stab_core.abandoned`), less those the replay repeated."""
     out, again = [], {(i.primary.metric, i.primary.peak) for i in run}
     for attempt in abandoned_attempts(view):
-        found = [i for i in find_incidents(attempt.view, p) if i.primary.peak >= attempt.first]
+        found = attempt.dated(find_incidents(attempt.view, p))
         found = [i for i in found if (i.primary.metric, i.primary.peak) not in again]
         context = replace(prepare_context(attempt.view, p.diagnosis, None), replay_loss=view.series.get("loss"))
         for item in _diagnosed(attempt.view, found, p, context):

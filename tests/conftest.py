@@ -35,6 +35,8 @@ TIERS: dict[str, str] = {
     **dict.fromkeys(
         (
             "abandoned_attempts",
+            "round12_imports",
+            "round12_layouts",
             "chart_abandoned",
             "buildnanogpt_log",
             "jsonl_swift_shape",

@@ -51,7 +51,9 @@ BATCH_FLOORS: dict[str, tuple[int, float, int, int, int, float]] = {
     # sev12: 6 shown on healthy, 0 broken, 0 invented (recurring jumps are blips; lasting levels diverge)
     "batch_10": (0, 5 / 6, 6, 0, 0, 0.93),  # 0.9339 (212 / 227) after sev12; stm12 and rev12b
     # batch 11 tuned on since round 11 (att11 + imp11); floors set after the merges
-    "batch_11": (2, 16 / 19, 2, 0, 1, 0.92),  # stm12 0.9252 (272 / 294); sev12: no "diverged" said
+    # stm12 0.9252 (272 / 294); sev12: no "diverged" said; imp12: 0 faults (ms-swift's step time and tokens/s),
+    # 17 / 19 (the abandoned attempt's jump dated at its first step over), 0 invented, 0.9592 (282 / 294)
+    "batch_11": (0, 17 / 19, 2, 0, 0, 0.95),
 }
 
 

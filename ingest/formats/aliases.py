@@ -256,6 +256,48 @@ def sanitise_name(raw: str) -> str:
     return name
 
 
+_NOT_TRAINING: Final = r"(?!(?:eval|val|valid|validation|test|predict|data|dataloader|generation|rollout)\b)"
+_SECONDS: Final = r"(?P<unit>ns|us|µs|ms|s|sec|secs|second|seconds|min)"
+_STEP: Final = r"(?:it|its|iter|iters|iteration|step|batch)"
+_STEP_TIME_SHAPES: Final = (
+    # a time per step as a unit of its own: ms-swift's 'train_speed(s/it)', 'ms/step', 'sec per iter'
+    re.compile(rf"^{_NOT_TRAINING}(?:[a-z/ ]*?[\s(/])?{_SECONDS}\s*(?:/|per)\s*{_STEP}\)?$"),
+    # a step's time with its unit after the name: 'step_time_ms', 'iter_time_s', 'time_per_step (ms)'
+    re.compile(
+        rf"^(?:train |training )?(?:elapsed |wall )?(?:(?:step|iter|iteration|batch) ?time|time per {_STEP})"
+        rf"(?: in)?(?: {_SECONDS})?$"
+    ),
+)
+_DEVICE: Final = r"(?:gpu|device|dev|rank|chip|core|worker)"
+_PER: Final = r"\s*(?:/|per)\s*"
+_TOKENS_PER_S: Final = re.compile(
+    rf"^(?:(?:train|training|perf|throughput|speed)[/ ])*(?:global |total |all )?(?:tokens?|toks?)(?: global| total)?"
+    rf"(?:{_PER}{_DEVICE})?{_PER}(?:s|sec|second)(?:{_PER}{_DEVICE})?$"
+)
+"""A tokens-per-second field of any spelling: ms-swift's ``tokens_global_per_sec`` and
+``tokens_per_gpu_per_sec``, ``tok/s/gpu``, ``train/tokens_per_second``."""
+PER_DEVICE: Final = re.compile(rf"(?:^|[\s/(]){_DEVICE}(?:[\s/)]|$)")
+"""A key that names one device's share (``tokens_per_gpu_per_sec``): where a line also has the whole
+job's figure, the job's keeps the canonical name."""
+
+
+def by_shape(key: str) -> tuple[str, str | None] | None:
+    """``(canonical, unit)`` for a normalised key that no alias names but whose shape says its role
+    (round 12): a time per step in any unit is ``step_time_s``, a tokens-per-second field is
+    ``throughput_tok_s``; an evaluation's or data loader's own timing is not."""
+    for shape in _STEP_TIME_SHAPES:
+        m = shape.match(key)
+        if m:
+            unit = m["unit"]
+            return "step_time_s", None if unit is None else _SECONDS_SPELLED.get(unit, unit)
+    if _TOKENS_PER_S.match(key):
+        return "throughput_tok_s", None
+    return None
+
+
+_SECONDS_SPELLED: Final = {"second": "s", "seconds": "s"}
+
+
 def canonical_name(raw: str) -> tuple[str, str | None]:
     """``(metric name, unit implied by the key or None)`` for a foreign key.
 
@@ -278,6 +320,9 @@ def canonical_name(raw: str) -> tuple[str, str | None]:
         return _SLASH_FOLDED[folded], unit
     if raw.strip() in CANONICAL_METRICS:
         return raw.strip(), unit
+    shaped = by_shape(key)
+    if shaped is not None:
+        return shaped[0], shaped[1] or unit
     base = raw.strip()
     if m and unit is not None:
         base = re.sub(r"\s*\([^()]*\)\s*$", "", base)
@@ -322,7 +367,10 @@ def keep_apart(
         distinct = list(dict.fromkeys(keys[i] for i in idx))
         if len(distinct) < 2:
             continue
-        keeper = next((key for key in distinct if names_the_metric(key, name)), distinct[0])
+        keeper = next(
+            (key for key in distinct if names_the_metric(key, name)),
+            next((key for key in distinct if not PER_DEVICE.search(normalise_key(key))), distinct[0]),
+        )
         for i in idx:
             found = mapped[i]
             if keys[i] != keeper and found is not None:

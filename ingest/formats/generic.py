@@ -71,11 +71,13 @@ _PAIR: Final = re.compile(
     + _KEY
     + r")(?:[ \t]*[:=][ \t]*|[ \t]+)"
     # the unit may stand one blank after the number ('time: 644.64 ms', Karpathy's llm.c-style logs)
-    r"(?P<val>" + NUMBER + r")(?:[ \t]?(?P<unit>" + _UNIT + r"(?:/it(?:er)?)?))?(?![A-Za-z0-9_.])"
+    # or a magnitude suffix as nanotron's ``human_format`` prints it ('consumed_tokens: 1.31M', 'K' 'M' 'B' 'T')
+    r"(?P<val>" + NUMBER + r")(?:[ \t]?(?P<unit>" + _UNIT + r"(?:/it(?:er)?)?)|(?P<mag>[KMBT]))?(?![A-Za-z0-9_.])"
 )
 """One ``key: number``, ``key=number``, ``key number`` or ``'key': number`` pair, with an optional unit;
 or a speed in steps (``R steps/sec``, ``R it/s``, ``T s/it``), read as a time per step (``T`` or ``1/R``
 seconds; see :func:`speed_series` for what it becomes)."""
+_MAGNITUDE: Final = {"K": 1e3, "M": 1e6, "B": 1e9, "T": 1e12}  # a magnitude suffix ('B': billions, as nanotron)
 SPEED_KEY: Final = "speed_step_time"
 """The key a speed in steps is read under, as seconds per step (stored as :func:`speed_series` says)."""
 RUNNING_AVERAGE_SLACK: Final = 0.02
@@ -178,7 +180,7 @@ def line_pairs(text: str) -> list[tuple[str, float, str | None]]:
         value = m["qval"] if m["qval"] is not None else m["val"]
         number = parse_number(value)
         if number is not None:
-            out.append((key.strip(), number, m["unit"]))
+            out.append((key.strip(), number * _MAGNITUDE.get(m["mag"] or "", 1.0), m["unit"]))
     return out
 
 

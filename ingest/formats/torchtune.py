@@ -6,6 +6,14 @@ Each value is printed with ``str()``, so the distributed recipes' tensors read
 ``loss:tensor(1.2345, device='cuda:0')``: the number inside is the value. ``tokens_per_second_per_gpu`` is
 per GPU and the ``peak_memory_*`` figures (GiB) are the logging rank's, so they are stored for rank 0
 (only rank 0 logs). The validation loss comes as its own ``Step N | val_loss:x`` line.
+
+The recipes' console progress bar (``tqdm``, its description set in each recipe's ``train`` loop to
+``{epoch + 1}|{global_step}|Loss: {loss}``) carries the same step's loss; where the metric lines are
+written to a file (``DiskLogger``) the bar is all the console has::
+
+    1|12|Loss: 1.2345678:   1%|▏         | 12/1000 [00:20<27:00,  1.64s/it]
+
+A bar redrawn at one step repeats its loss: one value, not a replay.
 """
 
 from __future__ import annotations
@@ -34,11 +42,18 @@ class TorchtuneReader(TextLogReader):
     kinds = (
         LineKind(
             name="step",
-            prefix=r"[ \t]*Step[ \t]+(?P<step>[0-9]+)[ \t]*\|[ \t]*",
+            # behind the progress bar's last redraw when both share the console (tqdm writes no newline)
+            prefix=r"(?:[^\n]*[\r\]])?[ \t]*Step[ \t]+(?P<step>[0-9]+)[ \t]*\|[ \t]*",
             # a key starts the line or follows a blank (so tensor's device='cuda:0' is no pair)
             pairs=r"(?<![^ \t|])(?P<key>[A-Za-z_][A-Za-z0-9_/.\-]*):(?:tensor\()?(?P<val>" + NUMBER + r")",
             keymap=_key,
             per_rank_keys=frozenset({"throughput_tok_s", "gpu_mem_max_active_gb"}),
+        ),
+        LineKind(
+            name="progress",
+            prefix=r"[ \t\r]*[0-9]+\|(?P<step>[0-9]+)\|",
+            pairs=r"(?P<key>Loss): (?:tensor\()?(?P<val>" + NUMBER + r")",
+            keymap=_key,
         ),
     )
 
