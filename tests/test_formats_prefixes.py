@@ -39,8 +39,22 @@ PREFIXES = {
     "bracketed_timestamp_level": "[2024-05-01 12:00:00] [INFO] ",
     "python_logging": "INFO:root:",
     "ansi": "\x1b[1;32m[default{rank}]:\x1b[0m",
+    # round 12: a task label that names its host, and srun -l around torchrun (the inner rank is kept)
+    "srun_host_task": "[ip-26-0-147-189:{rank}]:",
+    "srun_around_torchrun": "0: [default{rank}]: ",
+    "srun_padded_around_torchrun": " 1:   [rank{rank}]:",
 }
-NAMES_A_RANK = {"torchrun_tee", "torchrun_rank", "srun_label", "srun_label_padded", "pdsh_host_and_rank", "ansi"}
+NAMES_A_RANK = {
+    "torchrun_tee",
+    "torchrun_rank",
+    "srun_label",
+    "srun_label_padded",
+    "pdsh_host_and_rank",
+    "ansi",
+    "srun_host_task",
+    "srun_around_torchrun",
+    "srun_padded_around_torchrun",
+}
 
 
 def _loss(step: int) -> float:
@@ -103,7 +117,17 @@ def test_torchtitan_line_behind_every_launcher_prefix(tmp_path: Path, shape: str
     assert None not in wall
 
 
-@pytest.mark.parametrize("shape", ["torchrun_tee", "torchrun_rank", "srun_label", "pdsh_host_and_rank"])
+_RANKED = [
+    "torchrun_tee",
+    "torchrun_rank",
+    "srun_label",
+    "pdsh_host_and_rank",
+    "srun_host_task",
+    "srun_around_torchrun",
+]
+
+
+@pytest.mark.parametrize("shape", _RANKED)
 def test_rank_prefixes_give_per_rank_series(tmp_path: Path, shape: str) -> None:
     """Every rank prints the line (torchtitan logs on all ranks without LOG_RANK): tps and memory are
     per GPU, so each rank's are its own series; the loss is the run's, taken from rank 0 once a step

@@ -52,46 +52,59 @@ BITS_TO_NATS: Final = math.log(2.0)
 """fairseq's losses are base-2 (bits per token); the canonical loss is in nats."""
 _BITS_METRICS: Final = ("loss", "val_loss")
 
+UPS_KEY: Final = "updates_per_s"  # a speed by its name: never moved to the settings as a constant
+"""Where ``ups`` is read before :meth:`FairseqReader.read` turns it into ``step_time_s`` (1/ups)."""
 _INTERVAL_KEYS: Final[dict[str, tuple[str, str | None] | None]] = {
     "loss": ("loss", None),
     "gnorm": ("grad_norm", None),
     "lr": ("lr", None),
     "loss_scale": ("loss_scale", None),
     "wps": ("throughput_tok_s", None),
-    "update": ("epoch", None),  # epoch - 1 + fraction of the epoch done: the canonical fractional epoch
-    "epoch": None,  # the whole epoch number, already in `update`
+    "ups": (UPS_KEY, None),  # updates per second: stored as its inverse, the step time
     "num_updates": None,  # the step
 }
+_BOOKKEEPING: Final = re.compile(r"^(?:epoch|update|bsz|wpb|wall|train_wall|gb_free|count(?:_.*)?)$")
+"""fairseq's bookkeeping fields (``fairseq/trainer.py``, ``fairseq_cli/train.py``): the epoch and its
+fraction (``update``), the batch's sentences and target tokens (``bsz``, ``wpb``: how a step was set up),
+the cumulative and per-interval wall clocks (``wall``, ``train_wall``: the step time is ``1/ups``), the free
+GPU memory the allocator reports (``gb_free``) and a criterion's item counts (hubert's ``count_m_0``):
+no training metric; nothing is stored for them."""
 
 
 def _interval_key(key: str) -> tuple[str, str | None] | None:
-    """A per-interval (``train_inner``) key: canonical roles, the rest under its own name."""
+    """A per-interval (``train_inner``) key: canonical roles, bookkeeping dropped, the rest under its own name."""
     if key in _INTERVAL_KEYS:
         return _INTERVAL_KEYS[key]
+    if _BOOKKEEPING.match(key):
+        return None
     return (sanitise_name(key), None)
 
 
 def _tagged_key(key: str) -> tuple[str, str | None] | None:
-    """A key of an end-of-epoch JSON record (``train_loss``, ``valid_loss``, ``valid/combined_loss``)."""
+    """A key of an end-of-epoch JSON record (``train_loss``, ``valid_loss``, ``valid/combined_loss``, a
+    named subset's ``dev-other_loss``); the tag's bookkeeping fields (``train_wall``, ``dev-other_bsz``) dropped."""
     if key == "epoch" or key.endswith("_num_updates"):
         return None
     if key in ("valid_loss", "valid/combined_loss"):
         return ("val_loss", None)
     if key.startswith("train_"):  # `train_wall` here is the summary's `wall`, not the interval's own
-        return (sanitise_name("epoch_" + key), None)
+        return None if _BOOKKEEPING.match(key[6:]) else (sanitise_name("epoch_" + key), None)
+    tag, _, field = key.partition("_")
+    if _BOOKKEEPING.match(field) and re.fullmatch(r"[A-Za-z][A-Za-z0-9-]*", tag):
+        return None
     return (sanitise_name(key), None)
 
 
 def _epoch_train_key(key: str) -> tuple[str, str | None] | None:
     """A key of the end-of-epoch training summary in pipes form: named as its JSON twin (``epoch_train_loss``)."""
-    if key == "num_updates":
+    if key == "num_updates" or _BOOKKEEPING.match(key):
         return None
     return (sanitise_name("epoch_train_" + key), None)
 
 
 def _valid_key(key: str) -> tuple[str, str | None] | None:
     """A key of the validation summary in pipes form: ``loss`` -> ``val_loss``, the rest as ``valid_*``."""
-    if key == "num_updates":
+    if key == "num_updates" or _BOOKKEEPING.match(key):
         return None
     if key == "loss":
         return ("val_loss", None)
@@ -143,6 +156,7 @@ FAIRSEQ_KINDS: Final = (
     ),
 )
 
+_VALID_SUBSET: Final = re.compile(r"""['"]?valid_subset['"]?\s*[:=]\s*['"]([^'"\n]+)['"]""")
 _MARKERS: Final = re.compile(r"\|\s*(?:train_inner|fairseq\.trainer|fairseq_cli\.train|metaseq)|\]\[train_inner\]")
 _META: Final = (
     # the config dump (an omegaconf dict or an argparse Namespace): 0 means "no limit" / "clipping off"
@@ -162,6 +176,9 @@ class FairseqReader(PlannedStepsTextLogReader):
 
     def meta_from_head(self, text: str) -> dict[str, Any]:
         meta: dict[str, Any] = {}
+        subsets = _VALID_SUBSET.search(text)
+        if subsets is not None:  # the first subset is the one fairseq validates the run on (best_loss)
+            meta["valid_subset"] = subsets.group(1).split(",")[0].strip()
         for key, pattern in _META:
             m = pattern.search(text)
             if m is None:
@@ -173,12 +190,17 @@ class FairseqReader(PlannedStepsTextLogReader):
 
     def read(self, paths: Sequence[Path], progress: Progress | None = None) -> ParsedLog:
         parsed = super().read(paths, progress)
-        parsed.table = bits_to_nats(parsed.table, _BITS_METRICS)
-        parsed.meta.setdefault(
-            "loss_unit_note",
-            "fairseq logs loss in bits (log base 2); loss and val_loss are stored in nats (x ln 2), "
-            "nll_loss, ppl and the epoch_train_* averages as logged",
-        )
+        subset = parsed.meta.get("valid_subset")
+        for run in (parsed, *parsed.segments):
+            table = run.table
+            if isinstance(subset, str) and not pc.any(pc.equal(table["metric"], "val_loss")).as_py():
+                table = _renamed(table, sanitise_name(subset + "_loss"), "val_loss")
+            run.table = bits_to_nats(ups_to_step_time(table), _BITS_METRICS)
+            run.meta.setdefault(
+                "loss_unit_note",
+                "fairseq logs loss in bits (log base 2); loss and val_loss are stored in nats (x ln 2), "
+                "nll_loss, ppl and the epoch_train_* averages as logged",
+            )
         return parsed
 
 
@@ -190,3 +212,26 @@ def bits_to_nats(table: pa.Table, metrics: Sequence[str]) -> pa.Table:
         return table
     values = pc.if_else(chosen, pc.multiply(table["value"], BITS_TO_NATS), table["value"])
     return table.set_column(table.schema.get_field_index("value"), "value", values)
+
+
+def ups_to_step_time(table: pa.Table) -> pa.Table:
+    """``table`` with fairseq's updates per second (:data:`UPS_KEY`) as ``step_time_s`` = 1/ups (NaN where
+    the rounded rate is 0)."""
+    names = pc.cast(table["metric"], pa.string())
+    chosen = pc.equal(names, UPS_KEY)
+    if not pc.any(chosen).as_py():
+        return table
+    rate = table["value"]
+    inverse = pc.if_else(pc.greater(rate, 0.0), pc.divide(1.0, rate), float("nan"))
+    table = table.set_column(table.schema.get_field_index("value"), "value", pc.if_else(chosen, inverse, rate))
+    return _renamed(table, UPS_KEY, "step_time_s")
+
+
+def _renamed(table: pa.Table, old: str, new: str) -> pa.Table:
+    """``table`` with metric ``old`` named ``new``."""
+    names = pc.cast(table["metric"], pa.string())
+    chosen = pc.equal(names, old)
+    if not pc.any(chosen).as_py():
+        return table
+    renamed = pc.if_else(chosen, pa.scalar(new, pa.string()), names).cast(table.schema.field("metric").type)
+    return table.set_column(table.schema.get_field_index("metric"), "metric", renamed)

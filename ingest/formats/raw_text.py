@@ -50,9 +50,14 @@ _HOST_NAME: Final = (
 """A host as pdsh writes it before a remote node's lines: a host name, an IPv4 or IPv6 address."""
 _LAUNCHER_HOST: Final = r"(?:" + _HOST_NAME + r":[ \t]+)?"
 """pdsh / DeepSpeed's multi-node runner: ``node017: ``, ``192.168.205.202: `` (a host names no rank)."""
-_LAUNCHER_RANK: Final = r"(?:(?:[ \t]*\[(?:default|rank)|[ \t]*)(?P<lrank>[0-9]+)(?:\]:[ \t]?|:[ \t]))?"
+_RANK_OPEN: Final = r"(?:[ \t]*\[(?:default|rank|[A-Za-z][A-Za-z0-9_.-]*:)|[ \t]*)"
+_RANK_CLOSE: Final = r"(?:\]:[ \t]?|:[ \t])"
+_LAUNCHER_RANK: Final = (
+    r"(?:(?:" + _RANK_OPEN + r"[0-9]+" + _RANK_CLOSE + r")?" + _RANK_OPEN + r"(?P<lrank>[0-9]+)" + _RANK_CLOSE + r")?"
+)
 """``torchrun --tee 3``'s ``[default7]:``, newer torchrun's ``[rank7]:`` (a blank before it where a log was pasted
-into a note), ``srun -l``'s ``7: ``."""
+into a note), ``srun -l``'s ``7: ``, a ``[host:7]:`` task label, and two of them nested (``srun -l`` around
+torchrun: ``0: [default3]:``), whose inner one (the trainer process's own rank on its node) is the rank kept."""
 _LAUNCHER_TIME: Final = (
     r"(?:\[?[0-9]{4}-[0-9]{2}-[0-9]{2}[ T][0-9]{2}:[0-9]{2}:[0-9]{2}(?:[.,][0-9]+)?Z?\]?[ \t]*(?:-[ \t]*)?)??"
 )
