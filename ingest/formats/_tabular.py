@@ -264,7 +264,8 @@ def iter_csv(path: Path, builder: LogBuilder, text_columns: Iterable[str] = ()) 
         invalid: list[pacsv.InvalidRow] = []
         types = {c: (pa.string() if (as_text or c in text) else pa.float64()) for c in header}
         convert = pacsv.ConvertOptions(column_types=types, null_values=[""], strings_can_be_null=True)
-        read = pacsv.ReadOptions(block_size=CSV_BLOCK_BYTES)
+        # padded names (Ultralytics' right-aligned '      epoch,  train/box_loss'): the trimmed header
+        read = pacsv.ReadOptions(block_size=CSV_BLOCK_BYTES, **_trimmed_names(head, header))
         parse = pacsv.ParseOptions(delimiter=delimiter, invalid_row_handler=row_skipper(invalid))
         row = 0
         try:
@@ -290,6 +291,13 @@ def iter_csv(path: Path, builder: LogBuilder, text_columns: Iterable[str] = ()) 
             _skip_invalid_rows(path, source, invalid, builder, delimiter)
         builder.advance(size)
         return
+
+
+def _trimmed_names(head: bytes, header: list[str]) -> dict[str, Any]:
+    """Arrow's read options that name the columns by the trimmed header when the file pads its names."""
+    first = head.decode("utf-8-sig", errors="replace").split("\n", 1)[0].strip("\r")
+    padded = any(c != c.strip() for c in first.split(csv_delimiter(head)))
+    return {"column_names": header, "skip_rows": 1} if padded else {}
 
 
 def row_skipper(rows: list[pacsv.InvalidRow]) -> Callable[[pacsv.InvalidRow], Literal["skip"]]:

@@ -19,6 +19,7 @@ from ingest.formats._tabular import STEP_COLUMNS, WALL_COLUMNS, add_wide, find_c
 from ingest.formats.aliases import KeyMap
 from ingest.formats.base import Reader
 from ingest.formats.hf_trainer_state import SUMMARY_KEYS
+from ingest.formats.json_document import document_tables, looks_like_document, step_records
 from ingest.formats.raw_text import decode_head
 
 
@@ -48,7 +49,9 @@ def read_jsonl(
     row_index = 0
     for path in paths:
         builder.source(path)
-        for table, line in iter_jsonl(path, builder):
+        records = step_records(path) if looks_like_document(_head(path)) else None
+        tables = document_tables(path, records, builder) if records else iter_jsonl(path, builder)
+        for table, line in tables:
             table = _drop_state_dumps(table, path, line, builder)
             table = _progress_steps(table, step_candidates, builder)
             if table.num_rows == 0:
@@ -70,6 +73,14 @@ def read_jsonl(
                 keymap=keymap,
                 where=(path, line),
             )
+
+
+def _head(path: Path) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read(64)
+    except OSError:
+        return b""
 
 
 def _drop_state_dumps(table: pa.Table, path: Path, line: int, builder: LogBuilder) -> pa.Table:
@@ -144,6 +155,11 @@ class JsonlReader(Reader):
     description = "JSON Lines, one object per step: {'step': N, 'loss': x, ...}"
 
     def sniff(self, head: bytes, path: Path) -> float:
+        # a JSON document holding a list of per-step objects is read like JSON Lines (below a
+        # reader that knows the document's layout, as the HF trainer state)
+        records = step_records(path) if looks_like_document(head) and path.is_file() else None
+        if records:
+            return 0.45 if find_column(records[0], STEP_COLUMNS) else 0.4
         obj = first_object(head)
         if obj is None:
             return 0.0

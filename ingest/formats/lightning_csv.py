@@ -43,9 +43,10 @@ class LightningCsvReader(Reader):
         sparse = any(b",," in ln or ln.rstrip(b"\r").endswith(b",") for ln in lines)
         if suffixed or sparse:
             return 0.9
-        # no sign of CSVLogger (suffixed keys, sparse rows, its file name): a plain wide CSV with
-        # epoch and step columns, which csv_wide (0.5) reads the same way; stay clear of a near-tie
-        return 0.6 if path.name == "metrics.csv" else 0.35
+        # dense rows and plain keys: CSVLogger's file name with its two counters still says whose file
+        # it is, clear of csv_wide's 0.5 (which reads it the same way: a near-tie is no reason to refuse);
+        # any other name with no sign of CSVLogger is a plain wide CSV
+        return 0.75 if path.name == "metrics.csv" else 0.35
 
     def fill(self, paths: Sequence[Path], builder: LogBuilder) -> None:
         for path in paths:
