@@ -37,6 +37,7 @@ TIERS: dict[str, str] = {
             "abandoned_attempts",
             "round12_imports",
             "round12_layouts",
+            "round13_text_consoles",
             "chart_abandoned",
             "buildnanogpt_log",
             "jsonl_swift_shape",
