@@ -101,3 +101,13 @@ def test_split_record_step_line_then_value_lines(tmp_path: Path) -> None:
     parsed = read_log([_write(tmp_path, "log.txt", lines)])
     steps, values = _series(parsed)["loss"]
     assert list(steps) == list(range(2000, 22000, 2000)) and abs(values[0] - 0.0802) < 1e-9
+
+
+def test_a_named_step_that_fails_is_no_reason_for_the_epoch_axis(tmp_path: Path) -> None:
+    # 'Step' restarts every epoch on most lines (2 lines an epoch): the epoch is no finer counter's stand-in
+    lines = [f"INFO:root:Epoch {e}, Step {s}, loss: 0.5, disc_loss: 0.1" for e in range(12) for s in (500, 1000)]
+    try:
+        parsed = read_log([_write(tmp_path, "train.err", lines)])
+    except Exception:  # refused: a wrong axis is worse than none
+        return
+    assert parsed.meta.get("mapping", {}).get("step") != "Epoch"

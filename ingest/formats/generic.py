@@ -366,9 +366,9 @@ def _step_key(records: list[list[tuple[str, float, str | None]]]) -> str | None:
                 return key
     if BRACKET_KEY in fits:
         return BRACKET_KEY
-    # no finer counter: the epoch (``Epoch [E/N], Train Loss: ..``, one line or two per epoch) is the axis
+    # no finer counter (none named a step on the lines: one restarting each epoch is no epoch axis)
     for key in fits:
-        if normalise_key(key) == "epoch":
+        if normalise_key(key) == "epoch" and not any(normalise_key(k) in _STEP_NAMES for k in seen):
             return key
     # a key without a step's name must count on every metric line of a few, strictly: prose's
     # 'for 3 days on 64 GPUs' is not a log
