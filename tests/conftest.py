@@ -39,6 +39,7 @@ TIERS: dict[str, str] = {
             "metrics_files_round12",
             "round12_layouts",
             "round12_consoles",
+            "round13_text_consoles",
             "chart_abandoned",
             "buildnanogpt_log",
             "jsonl_swift_shape",

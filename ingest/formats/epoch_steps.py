@@ -94,6 +94,7 @@ def epoch_steps(lines: Sequence[EpochStepLine]) -> None:
     step is within that ``N``."""
     marked = [x for x in lines if x.epoch is not None and x.per_epoch is not None]
     if len(marked) < 2:
+        _unmarked_epoch_steps(lines)
         return
     went_back = False
     for a, b in itertools.pairwise(marked):
@@ -112,3 +113,32 @@ def epoch_steps(lines: Sequence[EpochStepLine]) -> None:
             if x.per_epoch is None and x.step > n:
                 continue  # a step past the epoch's batches is no batch of it: global already
             x.step = (x.epoch - base) * n + x.step
+
+
+def _unmarked_epoch_steps(lines: Sequence[EpochStepLine]) -> None:
+    """``Epoch E, Step S`` without ``/N``: where every line prints its epoch and the step goes back
+    only where the epoch grows (the epochs never going back), ``S`` counts the epoch's batches and
+    the step is ``(E - base) * N + S``, with ``N`` read from the first epoch the log completes (its
+    last ``S`` for a counter logged on a grid ``k, 2k ..`` from ``k`` or for any 1-based one, + ``k``
+    for a grid from 0, + 1 for any other 0-based counter), as a table's ``epoch``/``step`` columns are
+    (:class:`EpochSteps`). A log that never restarts its step, or restarts it within an epoch, is kept."""
+    if len(lines) < 2 or any(x.epoch is None for x in lines):
+        return
+    first_back = None
+    for i, (a, b) in enumerate(itertools.pairwise(lines)):
+        assert a.epoch is not None and b.epoch is not None
+        if b.epoch < a.epoch or (b.step < a.step and b.epoch == a.epoch):
+            return
+        if b.step < a.step and first_back is None:
+            first_back = i
+    if first_back is None:
+        return
+    first = np.asarray([x.step for x in lines[: first_back + 1] if x.epoch == lines[first_back].epoch])
+    k = int(np.median(np.diff(first))) if first.shape[0] > 1 else 1
+    on_grid = k > 1 and bool(np.all(first % k == 0))
+    top = int(first.max())
+    period = top if (on_grid and first[0] == k) or first[0] == 1 else top + (k if on_grid else 1)
+    base = 0 if min(x.epoch for x in lines if x.epoch is not None) == 0 else 1
+    for x in lines:
+        assert x.epoch is not None
+        x.step = (x.epoch - base) * period + x.step

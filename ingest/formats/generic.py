@@ -42,13 +42,22 @@ from typing import Any, Final
 
 import numpy as np
 
-from ingest.formats._common import LogBuilder, iter_whole_lines
+from ingest.formats._common import LogBuilder
 from ingest.formats.aliases import TIME_UNITS, canonical_name, keep_apart, normalise_key
 from ingest.formats.base import Reader
 from ingest.formats.epoch_steps import epoch_steps, step_of_n
-from ingest.formats.generic_units import BARE_STEP_TIME_KEYS, bare_time_unit, is_clock, line_time, mfu_unit
+from ingest.formats.generic_units import (
+    BARE_STEP_TIME_KEYS,
+    MIN_UNNAMED_LINES,
+    bare_time_unit,
+    is_clock,
+    line_time,
+    mfu_unit,
+    speed_series,
+)
 from ingest.formats.numbers import NUMBER, parse_number
 from ingest.formats.raw_text import LAUNCHER_LEAD, decode_head, looks_binary
+from ingest.formats.record_lines import joined, numbered_lines, rewrite
 from ingest.formats.sections import notes_marks
 from stab_core.metrics import CANONICAL_METRICS
 
@@ -67,9 +76,9 @@ _PAIR: Final = re.compile(
     r"[ \t]*[:=][ \t]*(?P<uval>" + NUMBER + r")(?![A-Za-z0-9_.])"
     r"|(?P<q>['\"])(?P<qkey>[A-Za-z_][^'\"\n]{0,80})(?P=q)[ \t]*:[ \t]*['\"]?(?P<qval>" + NUMBER + r")['\"]?"
     # a split word before the key stays with it: `train loss 9.2, val loss 9.3` is two metrics
-    r"|(?<![A-Za-z0-9_/.@\-])(?P<key>(?:(?:train|training|val|valid|validation|eval|test)[ \t]+)?"
-    + _KEY
-    + r")(?:[ \t]*[:=][ \t]*|[ \t]+)"
+    # (any case: 'Train Loss: 0.03'), with one word between before a colon: 'Train L1 Loss: 0.87'
+    r"|(?<![A-Za-z0-9_/.@\-])(?P<key>(?:(?i:(?:smoothed[ \t]+)?(?:train|training|val|valid|validation|eval|test))[ \t]+"
+    r"(?:[A-Za-z0-9]+[ \t]+(?=[A-Za-z_][A-Za-z0-9_]*[ \t]*:))?)?" + _KEY + r")(?:[ \t]*[:=][ \t]*|[ \t]+)"
     # the unit may stand one blank after the number ('time: 644.64 ms', Karpathy's llm.c-style logs)
     # or a magnitude suffix as nanotron's ``human_format`` prints it ('consumed_tokens: 1.31M', 'K' 'M' 'B' 'T')
     r"(?P<val>" + NUMBER + r")(?:[ \t]?(?P<unit>" + _UNIT + r"(?:/it(?:er)?)?)|(?P<mag>[KMBT]))?(?![A-Za-z0-9_.])"
@@ -80,8 +89,6 @@ seconds; see :func:`speed_series` for what it becomes)."""
 _MAGNITUDE: Final = {"K": 1e3, "M": 1e6, "B": 1e9, "T": 1e12}  # a magnitude suffix ('B': billions, as nanotron)
 SPEED_KEY: Final = "speed_step_time"
 """The key a speed in steps is read under, as seconds per step (stored as :func:`speed_series` says)."""
-RUNNING_AVERAGE_SLACK: Final = 0.02
-"""Lines whose implied elapsed time may go down (the speed's rounding) in a running average since the start."""
 _BRACKET_STEP: Final = re.compile(r"^\[(?P<step>[0-9]+)\][ \t]")
 """CLU-style ``[100] loss=...``: the bracketed number is the step (proposed as key ``[N]``)."""
 BRACKET_KEY: Final = "[N]"
@@ -117,8 +124,7 @@ STEP_NAMES: Final = (
     "batch",
 )
 """Names a step counter goes by, most telling first."""
-MIN_UNNAMED_LINES: Final = 3
-"""Metric lines a step key without a step's name must count on (strictly increasing) to be proposed."""
+_STEP_NAMES: Final = frozenset(normalise_key(name) for name in STEP_NAMES)
 HEAD_LINES: Final = 5000
 """Metric lines of the head the mapping is proposed from."""
 
@@ -156,6 +162,7 @@ def line_pairs(text: str) -> list[tuple[str, float, str | None]]:
     lead = LAUNCHER_LEAD.match(raw)
     own = raw[lead.end() if lead else 0 :].decode("utf-8", "replace").strip()
     own = _NOT_PAIRS.sub(" ", _LOCATION.sub(" ", _RAY.sub("", own)))
+    own = rewrite(own)
     if not own or _NOT_METRICS.search(own):
         return []
     out: list[tuple[str, float, str | None]] = []
@@ -239,22 +246,6 @@ def propose(lines: Sequence[str], step_key: str | None = None) -> Proposal | Non
 
 
 _EVAL_NAME: Final = re.compile(r"^(?:eval|val|valid|validation)(?:_|$)", re.IGNORECASE)
-
-
-def speed_series(steps: np.ndarray, seconds: np.ndarray, rows: Any, meta: dict[str, Any]) -> str:
-    """The name a speed in steps (as seconds per step) is stored under. A speed that is a running
-    average since the start (its implied elapsed time, step / speed, never goes down but for the
-    speed's rounding) is no step's time: a slow stretch would never leave it. It is kept as
-    ``step_time_avg_s`` and its last value, the run's mean time per step, goes to ``meta['step_time_s']``
-    (what the cost is priced with). Any other speed (an instantaneous or moving-average one, tqdm's)
-    is the step time, ``step_time_s`` (unless the log prints one: then it keeps ``step_time_avg_s``)."""
-    elapsed = steps * seconds
-    downs = int(np.count_nonzero(np.diff(elapsed) < 0))
-    if elapsed.shape[0] >= MIN_UNNAMED_LINES and downs <= RUNNING_AVERAGE_SLACK * elapsed.shape[0]:
-        meta["step_time_s"] = float(seconds[np.argmax(steps)])
-        meta["step_time_source"] = "the last running-average speed the log prints (steps/sec since the start)"
-        return "step_time_avg_s"
-    return "step_time_avg_s" if any(name == "step_time_s" for name, _ in rows) else "step_time_s"
 
 
 def _placeholder(name: str, values: list[float]) -> bool:
@@ -376,6 +367,10 @@ def _step_key(records: list[list[tuple[str, float, str | None]]]) -> str | None:
                 return key
     if BRACKET_KEY in fits:
         return BRACKET_KEY
+    # no finer counter (none named a step on the lines: one restarting each epoch is no epoch axis)
+    for key in fits:
+        if normalise_key(key) == "epoch" and not any(normalise_key(k) in _STEP_NAMES for k in seen):
+            return key
     # a key without a step's name must count on every metric line of a few, strictly: prose's
     # 'for 3 days on 64 GPUs' is not a log
     strict = [k for k in fits if len(seen[k]) == len(records) >= MIN_UNNAMED_LINES and np.all(np.diff(seen[k]) > 0)]
@@ -399,7 +394,12 @@ class GenericReader(Reader):
         """The mapping proposed from a file's first bytes (None: not a log it can read)."""
         if not head or looks_binary(head):
             return None
-        return propose(decode_head(head).replace("\r", "\n").splitlines(), self.step_key)
+        lines = enumerate(decode_head(head).replace("\r", "\n").splitlines())
+        return propose([text for _, text, _ in joined(lines, line_pairs, self._is_step)], self.step_key)
+
+    def _is_step(self, key: str) -> bool:
+        """Whether ``key`` names a step (a split record's first line holds it alone)."""
+        return key == self.step_key or normalise_key(key) in _STEP_NAMES
 
     def fill(self, paths: Sequence[Path], builder: LogBuilder) -> None:
         from ingest.formats.raw_text import read_head
@@ -422,12 +422,13 @@ class GenericReader(Reader):
             rows: dict[tuple[str, str | None], tuple[list[int], list[float], list[int]]] = {}
             pending: list[_StepLine] = []
             line_no = 0
-            for chunk in iter_whole_lines(path, builder):
-                for line in chunk.decode("utf-8", "replace").split("\n")[:-1]:
-                    line_no += 1
-                    step_line = _read_line(line, line_no, path, found, builder)
-                    if step_line is not None:
-                        pending.append(step_line)
+            for line_no, line, more in joined(numbered_lines(path, builder), line_pairs, self._is_step):
+                step_line = _read_line(line, line_no, path, found, builder)
+                for n, text in more:  # a split record's value lines: read with its step line
+                    builder.account.text_line(str(path), n, text, parsed=step_line is not None)
+                if step_line is not None:
+                    pending.append(step_line)
+                line_no = more[-1][0] if more else line_no
             epoch_steps(pending)
             _keep_recurring(pending, path, found, rows, builder)
             builder.mark_lines(1)

@@ -19,7 +19,7 @@ import math
 import re
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Final
+from typing import Any, Final
 
 import numpy as np
 
@@ -78,3 +78,25 @@ def is_clock(values: Sequence[float], min_lines: int) -> bool:
     if arr.shape[0] < min_lines or arr[0] < 0:
         return False
     return bool(np.all(np.diff(arr) >= 0) and arr[-1] >= 2 * arr[0] and arr[-1] > 0)
+
+
+MIN_UNNAMED_LINES: Final = 3
+"""Metric lines a step key without a step's name must count on (strictly increasing) to be proposed."""
+RUNNING_AVERAGE_SLACK: Final = 0.02
+"""Lines whose implied elapsed time may go down (the speed's rounding) in a running average since the start."""
+
+
+def speed_series(steps: np.ndarray, seconds: np.ndarray, rows: Any, meta: dict[str, Any]) -> str:
+    """The name a speed in steps (as seconds per step) is stored under. A speed that is a running
+    average since the start (its implied elapsed time, step / speed, never goes down but for the
+    speed's rounding) is no step's time: a slow stretch would never leave it. It is kept as
+    ``step_time_avg_s`` and its last value, the run's mean time per step, goes to ``meta['step_time_s']``
+    (what the cost is priced with). Any other speed (an instantaneous or moving-average one, tqdm's)
+    is the step time, ``step_time_s`` (unless the log prints one: then it keeps ``step_time_avg_s``)."""
+    elapsed = steps * seconds
+    downs = int(np.count_nonzero(np.diff(elapsed) < 0))
+    if elapsed.shape[0] >= MIN_UNNAMED_LINES and downs <= RUNNING_AVERAGE_SLACK * elapsed.shape[0]:
+        meta["step_time_s"] = float(seconds[np.argmax(steps)])
+        meta["step_time_source"] = "the last running-average speed the log prints (steps/sec since the start)"
+        return "step_time_avg_s"
+    return "step_time_avg_s" if any(name == "step_time_s" for name, _ in rows) else "step_time_s"

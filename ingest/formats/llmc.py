@@ -12,6 +12,7 @@ a val line belongs to the iteration whose train line follows it (as in ``main.lo
 
 from __future__ import annotations
 
+import re
 from typing import Final
 
 from ingest.formats.aliases import canonical_name
@@ -156,6 +157,9 @@ class BuildNanogptConsoleReader(TextLogReader):
         return 0.9 if n_metric_lines >= 2 else 0.7
 
 
+_STEP_LINE: Final = re.compile(r"(?:^|[ \t\]:>])step[ \t]+[0-9]+(?:/[0-9]+[ \t]*\||:[ \t]*train loss)", re.MULTILINE)
+
+
 class LlmcConsoleReader(PlannedStepsTextLogReader):
     name = "llmc_console"
     description = "llm.c console output: 'step N/M | loss x | norm x | lr x | ms | MFU | tok/s'"
@@ -195,4 +199,8 @@ class LlmcConsoleReader(PlannedStepsTextLogReader):
     )
 
     def score(self, n_metric_lines: int, text: str) -> float:
+        # a 'val loss x' line takes the step of the step line before it: without a step line (a W&B
+        # run summary's 'wandb:  val loss 0.0073' in pasted notes) it is no llm.c console
+        if not _STEP_LINE.search(text):
+            return 0.0
         return 0.9 if n_metric_lines >= 2 else 0.75

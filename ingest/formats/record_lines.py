@@ -1,0 +1,85 @@
+"""The lines of a text log as the generic reader takes them (:mod:`ingest.formats.generic`): a record
+printed over several lines is one line, and a few ways of printing a value are rewritten as
+``key: number`` before its pairs are read.
+
+- ``Epoch [E/N]`` is the epoch ``E`` (read as ``Epoch E``; ``N`` is the planned count).
+- A value printed as a one-item list (``LR: [0.001]``, a scheduler's ``get_last_lr()``) is the item.
+- A line holding only a named step counter (``Step: 2000``) followed by lines of one ``key: number``
+  each (``Loss: 0.0858``) is one record: the step's values stand on the lines below it, up to a line
+  with no pair, another pair count or another step.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Final
+
+from ingest.formats._common import LogBuilder, iter_whole_lines
+from ingest.formats.numbers import NUMBER
+
+EPOCH_OF_N: Final = re.compile(r"\b((?i:epoch))[ \t]*\[[ \t]*([0-9]+)[ \t]*/[ \t]*[0-9]+[ \t]*\]")
+ONE_ITEM: Final = re.compile(r"(:[ \t]*)\[(" + NUMBER + r")\](?![\[,])")
+SHORT_LINE: Final = 100
+"""Characters a line of a split record may have (a lone ``Step: N`` or ``Loss: x``): longer lines are
+never joined, and never read twice."""
+MAX_JOINED: Final = 12
+"""Value lines a split record may hold."""
+
+Pairs = list[tuple[str, float, str | None]]
+
+
+LOGURU_LOCATION: Final = re.compile(r"\|[ \t]*[A-Za-z_<][A-Za-z0-9_.<>]*:[0-9]+[ \t]*\|")
+"""loguru's ``| function:line |`` between its level and message: no pair."""
+SPLIT_LABEL: Final = re.compile(
+    r"\b((?i:epoch)[ \t]+[0-9]+)(?:[ \t]*/[ \t]*[0-9]+)?[ \t]+"
+    r"(?P<split>(?i:train|training|val|valid|validation|eval|test))[ \t]*(?:-|:|\|)[ \t]*"
+)
+"""``EPOCH E TRAIN - Loss: x, Acc: y``: the split word labels every key after it."""
+_KEY_COLON: Final = re.compile(r"(?<![A-Za-z0-9_])([A-Za-z][A-Za-z0-9_]*)(?=[ \t]*:)")
+
+
+def rewrite(text: str) -> str:
+    """``text`` with ``Epoch [E/N]`` as ``Epoch E``, one-item lists as their item, a loguru location
+    removed, and a split label (``EPOCH 3 VAL - Loss: x``) put before each key it labels."""
+    if "|" in text:
+        text = LOGURU_LOCATION.sub("| ", text)
+    label = SPLIT_LABEL.search(text)
+    if label is not None:
+        rest = _KEY_COLON.sub(lambda m: f"{label['split']} {m[1]}", text[label.end() :])
+        text = f"{text[: label.start()]}{label[1]}, {rest}"
+    if "[" not in text:
+        return text
+    return ONE_ITEM.sub(r"\g<1>\g<2>", EPOCH_OF_N.sub(r"\g<1> \g<2> ", text))
+
+
+def joined(
+    lines: Iterable[tuple[int, str]], pairs_of: Callable[[str], Pairs], is_step: Callable[[str], bool]
+) -> Iterator[tuple[int, str, list[tuple[int, str]]]]:
+    """``(line_no, text, joined lines)`` of each line, a split record's lines as one (the step line's
+    number and text, its value lines' text after it; those lines, numbered, in the list)."""
+    held: tuple[int, str, list[tuple[int, str]]] | None = None
+    for line_no, text in lines:
+        one = pairs_of(text) if len(text) <= SHORT_LINE else None
+        if held is not None:
+            if one is not None and len(one) == 1 and not is_step(one[0][0]) and len(held[2]) < MAX_JOINED:
+                held = (held[0], f"{held[1]}, {text.strip()}", [*held[2], (line_no, text)])
+                continue
+            yield held
+            held = None
+        if one is not None and len(one) == 1 and is_step(one[0][0]):
+            held = (line_no, text, [])
+            continue
+        yield line_no, text, []
+    if held is not None:
+        yield held
+
+
+def numbered_lines(path: Path, builder: LogBuilder) -> Iterator[tuple[int, str]]:
+    """``(line number, text)`` of each whole line of ``path``, from 1."""
+    line_no = 0
+    for chunk in iter_whole_lines(path, builder):
+        for line in chunk.decode("utf-8", "replace").split("\n")[:-1]:
+            line_no += 1
+            yield line_no, line
