@@ -98,8 +98,7 @@ _NOT_PAIRS: Final = re.compile(
     r"(?:[A-Za-z][A-Za-z ]{0,40}:[ \t]{0,8})?[0-9]{1,3}%\|[^|\n]*\|[ \t]*[0-9]+/[0-9]+(?:[ \t]*\[[^\]\n]*\])?"
     r"|\b(?:Process[ \t]+ID|pid)[ \t]*[:=]?[ \t]*[0-9]+"
 )
-"""A tqdm bar (``Iteration:  13%|#  | 321/2552 [05:02<32:00, 1.16it/s]``) glued before a metric line, and
-a logger's process id: neither holds a metric."""
+"""A tqdm bar (``Iteration:  13%|#  | 321/2552 [05:02<32:00, 1.16it/s]``) or a process id: no metric."""
 _NOT_STEP_METRICS: Final = frozenset({"epoch", "tokens"})
 """Canonical metrics that count like a step: a line carrying only them does not tell the step key."""
 _RAY: Final = re.compile(r"^\((?:[A-Za-z_][A-Za-z0-9_.]*[ \t]+)?pid=[0-9]+(?:,[ \t]*ip=[0-9A-Fa-f.:]+)?\)[ \t]*")
