@@ -19,15 +19,12 @@ from typing import Final
 import numpy as np
 
 from stab_core.incidents import detect_climbs, early_rises
-from stab_core.rolling_baseline import MAD_TO_Z, NOISE_MIN_SAMPLES, sample_noise
+from stab_core.rolling_baseline import MAD_TO_Z, NOISE_MIN_SAMPLES, descends, sample_noise
 from stab_core.runview import FloatArray, IntArray
 from stab_core.spikes import SpikeEvent
 
 HELD_SAMPLES: Final = 3
 """Consecutive samples whose median is a level the loss held (one outlier batch of three is outvoted)."""
-DESCENT_SLACK: Final = 1.01
-"""A sample at most this factor above the one before still continues a descent (an initial loss repeated
-to the fourth digit, 10.48134 -> 10.48144, has not turned)."""
 
 
 def held_levels(values: FloatArray) -> FloatArray:
@@ -48,23 +45,18 @@ def held_levels(values: FloatArray) -> FloatArray:
     return out
 
 
-def _descends(values: FloatArray) -> bool:
-    """Whether ``values`` (finite) are :data:`HELD_SAMPLES` or more samples, each at most
-    :data:`DESCENT_SLACK` times the one before: the loss falling from its initial level."""
-    return values.size >= HELD_SAMPLES and bool(np.all(values[1:] <= DESCENT_SLACK * values[:-1]))
-
-
 def early_levels(values: FloatArray) -> FloatArray:
-    """:func:`held_levels`, except right after a descent from the first sample (:func:`_descends`): there
+    """:func:`held_levels`, except right after a descent from the first sample
+    (:func:`~stab_core.rolling_baseline.descends`): there
     the descent's last sample is the level. A loss falling 10.48, 10.48, 7.28 has reached 7.28, the
     progress its first updates made; a lucky batch sits *amid* a level (1.14-1.32 around 0.884), not at
     the foot of a fall, and the median of three still outvotes it. Only the first turn is judged so: a
     rise back to 9.78 after a 2-step warmup is the model knocked back (1.34x what it had reached)."""
     out = held_levels(values)
     turn = HELD_SAMPLES
-    while turn < values.size and _descends(values[: turn + 1]):
+    while turn < values.size and descends(values[: turn + 1]):
         turn += 1
-    if turn < values.size and _descends(values[:turn]):
+    if turn < values.size and descends(values[:turn]):
         out[turn] = min(float(out[turn]), float(values[turn - 1]))
     return out
 
@@ -119,7 +111,7 @@ def _early_band(before: FloatArray, z_threshold: float) -> float:
     finite = before[np.isfinite(before)]
     if finite.size >= NOISE_MIN_SAMPLES:
         return noise_band(finite, z_threshold)
-    if finite.size == 0 or _descends(finite):
+    if finite.size == 0 or descends(finite):
         # a fall is no noise: its spread is progress (the noise after the return is still judged)
         return 0.0
     level = float(held_levels(np.append(finite, np.nan))[-1])

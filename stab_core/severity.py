@@ -28,7 +28,7 @@ from typing import Final, Literal
 
 import numpy as np
 
-from stab_core.rolling_baseline import MAD_TO_Z, NOISE_MIN_SAMPLES, logging_resolution, sample_noise
+from stab_core.rolling_baseline import MAD_TO_Z, NOISE_MIN_SAMPLES, descends, logging_resolution, sample_noise
 from stab_core.runview import FloatArray, IntArray
 from stab_core.spike_params import GRAD_NORM_SPIKE_PARAMS, LOSS_SPIKE_PARAMS, SpikeParams
 
@@ -186,6 +186,9 @@ def _fit(s: IntArray, x: FloatArray) -> TrendBand:
     # a falling loss has reached the level of its last samples; a flat or rising one (a lead-in to the
     # incident is no level to come back to) is at the median of them all
     level = float(np.median(x[-LEVEL_SAMPLES:] if slope < 0 else x))
+    if x.size < NOISE_MIN_SAMPLES and descends(x):
+        # too few for a slope, but a fall from the first sample has reached its foot (early_levels)
+        level = float(x[-1])
     if x.size < NOISE_MIN_SAMPLES:
         # a level, no noise to take; nor a printing resolution (the gap between two or three values)
         sigma = 1e-12

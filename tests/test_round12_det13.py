@@ -13,7 +13,7 @@ import numpy as np
 from stab_core.analysis import analyze_run
 from stab_core.early_rises import early_levels, held_levels
 from stab_core.runview import RunView, Series
-from stab_core.severity import BLOWUP_RATIO, classify
+from stab_core.severity import BLOWUP_RATIO, classify, trend_before
 
 
 def _shown(view: RunView) -> list[dict[str, Any]]:
@@ -66,3 +66,14 @@ def test_a_twenty_sample_run_whose_loss_blows_up_40000x_for_one_log_shows_it() -
     )
     shown = [i for i in _shown(RunView("grpo", {"loss": Series(steps, loss)})) if i["metric"] == "loss"]
     assert [i["start"] for i in shown] == [10]
+
+
+def test_a_fall_of_three_samples_has_reached_its_foot() -> None:
+    """The level a loss comes back to after an early blow-up: the foot of the fall (7.28), not the median
+    of the three samples (10.48), so "back at its level" is not said at the first sample under 10.48."""
+    band = trend_before(np.arange(1, 5), np.array([10.481, 10.4811, 7.281, 9.779]), 3)
+    assert band is not None and band.level == 7.281
+    flat = trend_before(np.arange(1, 5), np.array([7.3, 10.48, 10.2, 9.779]), 3)
+    assert flat is not None and flat.level == 10.2
+    (item,) = [i for i in _shown(_knocked_back()) if i["metric"] == "loss"]
+    assert item["recovery_step"] is None or item["recovery_step"] > 20
