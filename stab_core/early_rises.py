@@ -19,7 +19,7 @@ from typing import Final
 import numpy as np
 
 from stab_core.incidents import detect_climbs, early_rises
-from stab_core.rolling_baseline import MAD_TO_Z, NOISE_MIN_SAMPLES, sample_noise
+from stab_core.rolling_baseline import MAD_TO_Z, NOISE_MIN_SAMPLES, descends, sample_noise
 from stab_core.runview import FloatArray, IntArray
 from stab_core.spikes import SpikeEvent
 
@@ -45,6 +45,22 @@ def held_levels(values: FloatArray) -> FloatArray:
     return out
 
 
+def early_levels(values: FloatArray) -> FloatArray:
+    """:func:`held_levels`, except right after a descent from the first sample
+    (:func:`~stab_core.rolling_baseline.descends`): there
+    the descent's last sample is the level. A loss falling 10.48, 10.48, 7.28 has reached 7.28, the
+    progress its first updates made; a lucky batch sits *amid* a level (1.14-1.32 around 0.884), not at
+    the foot of a fall, and the median of three still outvotes it. Only the first turn is judged so: a
+    rise back to 9.78 after a 2-step warmup is the model knocked back (1.34x what it had reached)."""
+    out = held_levels(values)
+    turn = HELD_SAMPLES
+    while turn < values.size and descends(values[: turn + 1]):
+        turn += 1
+    if turn < values.size and descends(values[:turn]):
+        out[turn] = min(float(out[turn]), float(values[turn - 1]))
+    return out
+
+
 def noise_band(values: FloatArray, z_threshold: float) -> float:
     """How far above its level a rise must go to be out of the run's noise (loss units):
     ``z_threshold`` modified z-scores of :func:`sample_noise`, the spike detector's own test."""
@@ -57,11 +73,12 @@ def robust_early_rises(
     """Rises in the first ``history`` finite samples: a sample at least
     :data:`~stab_core.incidents.EARLY_MIN_RATIO` times the lowest held level before it
     (:func:`held_levels`) and out of the noise band of the samples before it (:func:`noise_band` at
-    ``z_threshold``; 0: no band; fewer than :data:`NOISE_MIN_SAMPLES` before it: above all of them).
+    ``z_threshold``; 0: no band; fewer than :data:`NOISE_MIN_SAMPLES` before it: above all of them, unless
+    they fall: :func:`early_levels`).
     The event's baseline is that level; it recovers at the first sample back within
     :data:`~stab_core.incidents.RECOVER_RATIO` of it. Non-finite samples are skipped."""
     band = (lambda before: _early_band(before, z_threshold)) if z_threshold > 0 else None
-    events = early_rises(steps, values, history, metric, levels=held_levels, band=band)
+    events = early_rises(steps, values, history, metric, levels=early_levels, band=band)
     if band is None:
         return events
     return [e for e in events if _clears_later_noise(steps, values, e, history, z_threshold)]
@@ -94,7 +111,8 @@ def _early_band(before: FloatArray, z_threshold: float) -> float:
     finite = before[np.isfinite(before)]
     if finite.size >= NOISE_MIN_SAMPLES:
         return noise_band(finite, z_threshold)
-    if finite.size == 0:
+    if finite.size == 0 or descends(finite):
+        # a fall is no noise: its spread is progress (the noise after the return is still judged)
         return 0.0
     level = float(held_levels(np.append(finite, np.nan))[-1])
     return max(0.0, float(finite.max()) - level) if np.isfinite(level) else 0.0

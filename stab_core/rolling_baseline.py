@@ -45,6 +45,19 @@ one outlier among them. With fewer, an early rise must top every sample before i
 there is is the only band they give)."""
 
 
+DESCENT_MIN_SAMPLES: Final = 3
+"""Samples a fall from a run's first sample needs before its foot counts as a level (two are one step)."""
+DESCENT_SLACK: Final = 1.01
+"""A sample at most this factor above the one before still continues a descent (an initial loss repeated
+to the fourth digit, 10.48134 -> 10.48144, has not turned)."""
+
+
+def descends(values: FloatArray) -> bool:
+    """Whether ``values`` (finite) are :data:`DESCENT_MIN_SAMPLES` or more samples, each at most
+    :data:`DESCENT_SLACK` times the one before: the loss falling from its initial level."""
+    return values.size >= DESCENT_MIN_SAMPLES and bool(np.all(values[1:] <= DESCENT_SLACK * values[:-1]))
+
+
 def sample_noise(values: FloatArray) -> float:
     """The run's own per-sample noise as a MAD (same units as ``values``): the median absolute second
     difference of consecutive finite samples over sqrt(6) (x[i-1] - 2 x[i] + x[i+1] of independent

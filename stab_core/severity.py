@@ -28,7 +28,7 @@ from typing import Final, Literal
 
 import numpy as np
 
-from stab_core.rolling_baseline import MAD_TO_Z, NOISE_MIN_SAMPLES, logging_resolution, sample_noise
+from stab_core.rolling_baseline import MAD_TO_Z, NOISE_MIN_SAMPLES, descends, logging_resolution, sample_noise
 from stab_core.runview import FloatArray, IntArray
 from stab_core.spike_params import GRAD_NORM_SPIKE_PARAMS, LOSS_SPIKE_PARAMS, SpikeParams
 
@@ -186,6 +186,9 @@ def _fit(s: IntArray, x: FloatArray) -> TrendBand:
     # a falling loss has reached the level of its last samples; a flat or rising one (a lead-in to the
     # incident is no level to come back to) is at the median of them all
     level = float(np.median(x[-LEVEL_SAMPLES:] if slope < 0 else x))
+    if x.size < NOISE_MIN_SAMPLES and descends(x):
+        # too few for a slope, but a fall from the first sample has reached its foot (early_levels)
+        level = float(x[-1])
     if x.size < NOISE_MIN_SAMPLES:
         # a level, no noise to take; nor a printing resolution (the gap between two or three values)
         sigma = 1e-12
@@ -302,6 +305,10 @@ other. A rise that stays longer is an early blow-up, at least a spike (torchtita
 14.45 -> 15.20 -> 11.31 -> 11.12, under its start only at the 5th sample)."""
 
 
+BLOWUP_RATIO: Final = 100.0
+"""An incident whose loss left its band and whose primary stood this many times its level or more is no
+blip however soon it was back: two orders of magnitude is a blow-up, the weights it hit need not be the
+ones before it (a GRPO loss 40,610x its first log for one sample of a 20-sample run)."""
 SPARSE_BLIP_MAX_RATIO: Final = 2.0
 """The one-sample blip of a sparsely logged run rose to at most this many times its level: a batch
 outlier (1.5-1.6x on parameter-golf consoles logged every 10-100 steps). A near-zero loss jumping 4-9x
@@ -415,11 +422,14 @@ def classify(
     the loss's highest one until the jump was over, :attr:`LossCost.recurring`) for at most
     :data:`RECURRING_SAMPLES` logged sample, the validation loss unmoved, is a blip however sparsely the
     run is logged, however tall it stood over its level and whatever outliers of the same noise were
-    grouped with it: judged against the run's own noise, it is one more of them."""
+    grouped with it: judged against the run's own noise, it is one more of them. An incident whose loss
+    left its band at :data:`BLOWUP_RATIO` times its level or more (``peak_ratio``, finite) is a spike at least."""
     if diverged:
         return "divergence"
     if recurring is not None and recurring <= RECURRING_SAMPLES and not held_out_rose:
         return "blip"
+    if loss_left_band and BLOWUP_RATIO <= peak_ratio < float("inf"):  # inf: the ratio is unknown
+        return "spike"
     if not loss_left_band and (
         loss_unmoved or member_samples <= blip_samples or (steps_lost is not None and steps_lost <= BLIP_MAX_STEPS)
     ):

@@ -48,6 +48,7 @@ TIERS: dict[str, str] = {
             "round12_statements",
             "round12_rev12b",
             "round12_severity",
+            "round12_det13",
             "statements_round10",
             "batch9_shapes",
             "det10_shapes",
