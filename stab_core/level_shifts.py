@@ -26,6 +26,7 @@ from __future__ import annotations
 from typing import Final
 
 import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
 
 from stab_core.incidents import RECOVER_RATIO
 from stab_core.rolling_baseline import MAD_TO_Z
@@ -62,19 +63,17 @@ def level_shifts(steps: IntArray, values: FloatArray, metric: str = "loss") -> l
     n = x.size // BLOCK
     if x.size < MIN_SAMPLES or n < HELD_BLOCKS + 2:
         return []
-    blocks = x[: n * BLOCK].reshape(n, BLOCK)
-    med = np.median(blocks, axis=1)
+    med = np.median(x[: n * BLOCK].reshape(n, BLOCK), axis=1)
+    level_at, wander_at = _held_levels(med)
+    high = (level_at > 0) & (med >= SHIFT_RATIO * level_at) & (med - level_at > SHIFT_Z * wander_at)
+    high[:-1] &= med[1:] >= STAY_RATIO * level_at[:-1]  # and the next block still high: the rise lasts
     events: list[SpikeEvent] = []
     k = HELD_BLOCKS + 1
-    while k < n - 1:
-        level = float(np.median(med[k - HELD_BLOCKS : k]))
-        steps_between = np.diff(med[max(0, k - WANDER_BLOCKS) : k])
-        # a change between two blocks has twice a block's variance: sqrt(2) turns it back into one block's
-        wander = float(np.median(np.abs(steps_between))) / MAD_TO_Z / np.sqrt(2.0)
-        rises = level > 0 and med[k] >= SHIFT_RATIO * level and med[k] - level > SHIFT_Z * wander
-        if not (rises and med[k + 1] >= STAY_RATIO * level):
-            k += 1
+    for candidate in np.flatnonzero(high[: n - 1]):
+        if candidate < k:
             continue
+        k = int(candidate)
+        level = float(level_at[k])
         back = np.flatnonzero(med[k + 1 :] <= RECOVER_RATIO * level)
         held_for = 1 + (int(back[0]) if back.size else n - k - 1)
         if held_for < LASTING_BLOCKS:
@@ -88,3 +87,23 @@ def level_shifts(steps: IntArray, values: FloatArray, metric: str = "loss") -> l
             break
         k = recovery // BLOCK + 1
     return events
+
+
+def _held_levels(med: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """Per block ``k``: the level the loss held (the median of the ``HELD_BLOCKS`` block medians before it)
+    and how far a block median wanders on its own (the robust scale of the consecutive changes of the
+    ``WANDER_BLOCKS`` before it, fewer at the start); NaN where there are too few blocks. All blocks at once:
+    a median per block in a Python loop was most of a long run's analysis."""
+    n = med.size
+    level_at = np.full(n, np.nan)
+    wander_at = np.full(n, np.nan)
+    if n > HELD_BLOCKS:
+        level_at[HELD_BLOCKS:] = np.median(sliding_window_view(med, HELD_BLOCKS)[: n - HELD_BLOCKS], axis=1)
+    change = np.abs(np.diff(med))
+    for k in range(2, min(WANDER_BLOCKS, n)):  # the first blocks: fewer changes before them
+        wander_at[k] = np.median(change[: k - 1])
+    if n > WANDER_BLOCKS:
+        windows = sliding_window_view(change, WANDER_BLOCKS - 1)[: n - WANDER_BLOCKS]
+        wander_at[WANDER_BLOCKS:] = np.median(windows, axis=1)
+    # a change between two blocks has twice a block's variance: sqrt(2) turns it back into one block's
+    return level_at, wander_at / MAD_TO_Z / np.sqrt(2.0)

@@ -54,6 +54,9 @@ BATCH_FLOORS: dict[str, tuple[int, float, int, int, int, float]] = {
     # stm12 0.9252 (272 / 294); sev12: no "diverged" said; imp12: 0 faults (ms-swift's step time and tokens/s),
     # 17 / 19 (the abandoned attempt's jump dated at its first step over), 0 invented, 0.9592 (282 / 294)
     "batch_11": (0, 17 / 19, 2, 0, 0, 0.95),
+    # batch 12 measured held out at 03:12 UTC on 6a1da2b (44 faults on 27 logs, 0 / 16, precision 0.621), then
+    # tuned on (imp13a/b/c, det13): its floors are the tuned figures
+    "batch_12": (17, 10 / 16, 0, 1, 0, 0.88),  # 0.886 (263 / 297); 17 faults on 10 logs (4 refused)
 }
 
 

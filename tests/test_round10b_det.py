@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import pytest
 
 from bench.run_statement_rules import count_note_verdict
 from bench.statement_rules import FALSE, TRUE
@@ -148,3 +149,17 @@ def test_no_level_rise_on_a_noisy_loss_without_one_nor_on_its_last_blocks() -> N
     # a rise over the last 150 iterations only: the last few blocks of a noisy run are no lasting level
     steps, loss = _per_iteration(2850, 3000, 1.5)
     assert level_shifts(steps, loss) == []
+
+
+def test_held_levels_all_at_once_equal_the_per_block_definition() -> None:
+    """The held level and wander of every block, computed at once, are the medians the definition takes block by
+    block (a median per block in a Python loop was most of a 10^6-step run's analysis)."""
+    from stab_core.level_shifts import HELD_BLOCKS, WANDER_BLOCKS, _held_levels
+    from stab_core.rolling_baseline import MAD_TO_Z
+
+    med = np.random.default_rng(5).lognormal(0.0, 0.3, 64)
+    level_at, wander_at = _held_levels(med)
+    for k in range(HELD_BLOCKS + 1, med.size):
+        assert level_at[k] == np.median(med[k - HELD_BLOCKS : k])
+        changes = np.abs(np.diff(med[max(0, k - WANDER_BLOCKS) : k]))
+        assert wander_at[k] == pytest.approx(np.median(changes) / MAD_TO_Z / np.sqrt(2.0), rel=1e-12)
