@@ -40,7 +40,7 @@ from stab_core.runview import FloatArray, IntArray, RunView, Series
 from stab_core.severity import EARLY_BLIP_SAMPLES, Certainty, classify, loss_cost, loss_left_band, sensitivity
 from stab_core.snr import SnrCollapse, SnrSeries, detect_snr_collapse, gradient_snr
 from stab_core.spike_params import GRAD_NORM_SPIKE_PARAMS, LOSS_SPIKE_PARAMS, SpikeParams
-from stab_core.spikes import SpikeEvent, detect_spikes, event_at_step, link_grad_norm_lead
+from stab_core.spikes import SpikeEvent, detect_spikes, event_at_step, link_grad_norm_lead, times
 from stab_core.step_gaps import near_baseline as _near_baseline
 from stab_core.tree_nodes import DiagnosisContext, logging_interval, prepare_context
 from stab_core.tree_walk import Diagnosis
@@ -265,7 +265,7 @@ def _rank_outlier(diagnosis: Diagnosis) -> dict[str, Any] | None:
 
 
 def _ratio_words(ratio: Any) -> str:
-    return f"{ratio:.2f}x" if isinstance(ratio, int | float) and math.isfinite(ratio) else "non-finite"
+    return times(ratio) if isinstance(ratio, int | float) and math.isfinite(ratio) else "non-finite"
 
 
 def incident_headline(item: Mapping[str, Any]) -> str:
@@ -281,7 +281,7 @@ def incident_headline(item: Mapping[str, Any]) -> str:
     moved = [f"{metric} {_ratio_words(ratio)}" for metric, ratio in largest.items()]
     for metric, ratio in (item.get("co_moves") or {}).items():
         if isinstance(ratio, int | float) and ratio < 1.0:
-            moved.append(f"{metric} at {ratio:.2f}x its level")
+            moved.append(f"{metric} at {times(ratio)} its level")
         else:
             moved.append(f"{metric} {_ratio_words(ratio)} (under its spike threshold)")
     outlier = item.get("rank_outlier")

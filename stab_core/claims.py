@@ -21,7 +21,7 @@ from stab_core.cause_candidates import bad_batch_shape, loss_scale_at_floor, war
 from stab_core.causes import UNKNOWN
 from stab_core.decision_tree import DECISION_TREE, NONFINITE_START_LEAF, DiagnosisParams
 from stab_core.rolling_baseline import NOISE_MIN_SAMPLES
-from stab_core.spikes import SpikeEvent
+from stab_core.spikes import SpikeEvent, times
 from stab_core.tree_actions import PREMISES, Evidence, PremiseCheck
 from stab_core.tree_walk import SIGNAL_LOGGED_KEYS, Diagnosis
 
@@ -171,7 +171,7 @@ def _status(spike: SpikeEvent, diagnosis: Diagnosis, kind: str) -> Claim:
     what = "early instability: " if kind == "early_instability" else ""
     reference = "the lowest level it held so far" if kind == "early_instability" else "its level"
     text = (
-        f"{what}{spike.metric} rose to {ratio:.2f}x {reference} ({_number(level)} -> {_number(peak)}, "
+        f"{what}{spike.metric} rose to {times(ratio)} {reference} ({_number(level)} -> {_number(peak)}, "
         f"peak at step {spike.peak})."
         if finite
         else f"{what}{spike.metric} rose at step {spike.peak}."
@@ -307,7 +307,7 @@ def _early_cause(cause: str, signature: Evidence) -> Claim:
         return Claim(
             "cause",
             "Cause unknown: the loss jumped "
-            + (f"{jump:.2f}x its level " if isinstance(jump, float) else "")
+            + (f"{times(jump)} its level " if isinstance(jump, float) else "")
             + "in one logged step, but whether it moved before the grad norm (a bad batch's signature) cannot "
             "be told: the log has no grad norm before it.",
             None,
@@ -317,7 +317,7 @@ def _early_cause(cause: str, signature: Evidence) -> Claim:
     return Claim(
         "cause",
         "Cause: a bad batch (data outlier): the loss jumped "
-        + (f"{jump:.2f}x its level " if isinstance(jump, float) else "")
+        + (f"{times(jump)} its level " if isinstance(jump, float) else "")
         + "in one logged step, with or before the grad norm (a bad batch's signature).",
         signature.get("loss_led") is True,
         dict(signature),

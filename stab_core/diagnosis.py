@@ -30,7 +30,7 @@ from stab_core.cause_signatures import LR_ROSE, early_jump_signature, lr_rise_si
 from stab_core.causes import DATA_OUTLIER, UNKNOWN, Cause
 from stab_core.decision_tree import EARLY_INSTABILITY_LEAF, DiagnosisParams, build_tree
 from stab_core.runview import RunView
-from stab_core.spikes import SpikeEvent
+from stab_core.spikes import SpikeEvent, times
 from stab_core.tree_actions import Evidence, PremiseCheck, checked_actions
 from stab_core.tree_nodes import (
     DiagnosisContext,
@@ -172,8 +172,8 @@ def diagnose_early(
         missing=[],
         checks=checks,
         summary=(
-            f"Early instability: from step {spike.start} the loss rose to {ratio:.2f}x the lowest level it held so far "
-            f"(peak at step {spike.peak}), "
+            f"Early instability: from step {spike.start} the loss rose to {times(ratio)} the lowest level it held "
+            f"so far (peak at step {spike.peak}), "
             + ("and came back to its level." if spike.recovered else "and has not come back to its level.")
         ),
         # an abrupt jump whose lead over the grad norm cannot be told is said as such, not as "no signature"

@@ -42,6 +42,11 @@ OUTLIER_Z_FACTOR: Final = 2.0
 ``min_ratio``: the ratio rule is for noisy series, a quiet one's outlier is clear from its z."""
 
 
+def times(ratio: float) -> str:
+    """A ratio as said: "1.27x"; from 10,000x up "5.1e+13x" (two decimals of a 10^13 ratio say nothing)."""
+    return f"{ratio:.2f}x" if abs(ratio) < 1e4 else f"{ratio:.2g}x"
+
+
 @dataclass(frozen=True)
 class SpikeEvent:
     """One spike: a run of flagged samples, merged, with its recovery. Steps are optimizer steps.

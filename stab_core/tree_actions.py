@@ -9,6 +9,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
+from stab_core.spikes import times
+
 Evidence = dict[str, float | int | str | bool | None]
 """The numbers behind an answer or a check, by name (JSON-ready)."""
 
@@ -65,7 +67,7 @@ LEAF_ACTIONS: Final[dict[str, tuple[str, ...]]] = {
         "Re-run from the previous checkpoint to see whether the spike repeats (data) or not (transient).",
     ),
     "leaf_early_instability": (
-        "Lower the peak LR or lengthen the warmup: from step {start} the loss rose to {ratio:.2f}x the lowest "
+        "Lower the peak LR or lengthen the warmup: from step {start} the loss rose to {ratio_x} the lowest "
         "level it held so far, with the LR at {lr_at_start:.3g}.",
         "Check the initialisation scale and the first batches (tokenizer, masking, labels): a healthy loss "
         "falls from the first steps.",
@@ -200,6 +202,8 @@ def _format(action: str, facts: Mapping[str, object]) -> str | None:
     """The action with its ``{placeholders}`` filled from ``facts``; None when one is not known (an
     action never names a step or rank it does not have)."""
     known = {key: value for key, value in facts.items() if value is not None}
+    if isinstance(known.get("ratio"), int | float):
+        known["ratio_x"] = times(float(known["ratio"]))  # type: ignore[arg-type]
     try:
         return action.format_map(known)
     except (KeyError, ValueError, TypeError):

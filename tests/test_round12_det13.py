@@ -77,3 +77,12 @@ def test_a_fall_of_three_samples_has_reached_its_foot() -> None:
     assert flat is not None and flat.level == 10.2
     (item,) = [i for i in _shown(_knocked_back()) if i["metric"] == "loss"]
     assert item["recovery_step"] is None or item["recovery_step"] > 20
+
+
+def test_a_huge_ratio_is_said_in_a_form_a_reader_can_read() -> None:
+    """A PaiNN loss went 0.0191 -> 9.7e11: "50643482308069.56x" was said; two decimals of 10^13 say nothing."""
+    from stab_core.spikes import times
+
+    assert times(1.2749) == "1.27x"
+    assert times(9999.0) == "9999.00x"
+    assert times(50643482308069.56) == "5.1e+13x"
