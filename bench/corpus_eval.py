@@ -289,9 +289,9 @@ def run_said(store: Any, name: str, status: str, spikes: Sequence[Mapping[str, A
     """What StabScope says about the stored run ``name``: ``spikes --json``'s entries (its incidents and
     findings), the status, the overview's "not in this run" panels, the Cost page's "logs no step time"
     and the analysis notes the CLI prints after the incidents."""
-    from ingest.formats.accounting import suspect_lines
     from ingest.services.run_cost import run_cost_inputs, skipped_timing_lines
     from ingest.services.run_findings import finding_entries, stored_findings
+    from ingest.store.report_meta import suspect_lines
     from stab_core.analysis import analysis_notes
     from stab_core.metrics import unread_line_naming
 

@@ -8,8 +8,8 @@ import pages  # noqa: F401  # first: a deep link's first run leaves Streamlit's 
 import numpy as np
 import streamlit as st
 
-from ingest.formats.accounting import suspect_lines
 from ingest.store import RunInfo, SeriesData
+from ingest.store.report_meta import suspect_lines
 from ingest.store.storage_errors import DamagedRunFile, damaged_run
 from pages.parts.charts import Panel, panels_figure
 from pages.parts.findings_view import show_findings

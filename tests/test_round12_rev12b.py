@@ -135,8 +135,8 @@ def test_three_long_stalls_that_each_come_back_are_three_drops() -> None:
 def test_the_analysis_reads_suspect_lines_not_the_import_reports_layout() -> None:
     """``stab_core`` parsed ``meta['import_report']['suspect']['examples']``, a structure ``ingest`` owns. Now
     the view's builder passes (line, text) pairs (``meta['suspect_lines']``, from
-    :func:`ingest.formats.accounting.suspect_lines`), and the analysis reads only those."""
-    from ingest.formats.accounting import suspect_lines
+    :func:`ingest.store.report_meta.suspect_lines`), and the analysis reads only those."""
+    from ingest.store.report_meta import suspect_lines
     from stab_core.analysis import analyze_run
 
     report = {"suspect": {"count": 1, "lines": [], "examples": [{"file": "x", "line": 7, "text": "Epoch 1 loss 0.5"}]}}

@@ -17,12 +17,12 @@ from bench.run_statement_rules import no_training_verdict, run_status_verdict
 from bench.statement_eval import logging_stopped_verdict, note_verdict
 from bench.statement_rules import consistent_causes_verdict
 from ingest.formats import read_log
-from ingest.formats.accounting import suspect_lines
 from ingest.importing.importer import import_logs, store_parsed
 from ingest.services.run_analyses import open_analysed_store
 from ingest.services.run_cost import no_step_time_words, skipped_timing_lines
 from ingest.services.run_findings import stored_findings
 from ingest.services.run_status import run_status, status_text
+from ingest.store.report_meta import suspect_lines
 from stab_core.cause_candidates import bad_batch_shape, loss_scale_at_floor, named_causes
 from stab_core.metrics import missing_reason, unread_line_naming
 from stab_core.spikes import SpikeEvent

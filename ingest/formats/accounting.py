@@ -328,18 +328,6 @@ def import_report(parsed: Any) -> dict[str, Any] | None:
     return account.to_json(records_per_metric([parsed.table, *(s.table for s in parsed.segments)]))
 
 
-def suspect_lines(meta: Any) -> list[tuple[int, str]]:
-    """(line, text) of the suspect lines a run's ``meta['import_report']`` (:func:`import_report`) quotes
-    (its ``suspect`` examples); empty without a report. What :func:`stab_core.metrics.unread_line_naming`
-    reads, so that the analysis never parses this report's layout."""
-    report = meta.get("import_report") if isinstance(meta, dict) else None
-    suspect = report.get("suspect") if isinstance(report, dict) else None
-    examples = suspect.get("examples") if isinstance(suspect, dict) else None
-    if not isinstance(examples, list):
-        return []
-    return [(int(e.get("line", 0) or 0), str(e.get("text", ""))) for e in examples if isinstance(e, dict)]
-
-
 _QUOTED: Final = re.compile(r"'[^']*'|\"[^\"]*\"")
 
 

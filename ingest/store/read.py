@@ -24,7 +24,6 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ingest.errors import StabScopeError
-from ingest.formats.accounting import suspect_lines
 from ingest.long_schema import LONG_SCHEMA
 from ingest.store import queries
 from ingest.store.blocks import (
@@ -38,6 +37,7 @@ from ingest.store.blocks import (
 )
 from ingest.store.downsample import downsample
 from ingest.store.layout import DERIVED, LONG, RANK_BUCKETS, ROLLUP, RUN_LEVEL, RunLayout, part_generations
+from ingest.store.report_meta import suspect_lines
 from ingest.store.run_info import RunInfo
 from ingest.store.storage_errors import DamagedRunFile, damaged_file, damaged_file_in
 from ingest.store.types import SeriesData, empty_series
