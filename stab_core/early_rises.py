@@ -27,12 +27,6 @@ HELD_SAMPLES: Final = 3
 """Consecutive samples whose median is a level the loss held (one outlier batch of three is outvoted)."""
 
 
-FALL_SAMPLES: Final = HELD_SAMPLES + 1
-"""Consecutive samples, each lower than the one before, whose last is the level a loss has reached: the
-median of three lags a steady fall by a sample (8.83, 8.42, 7.83 held "8.42"); a lucky batch amid a level
-is one low sample, not the foot of four falling ones."""
-
-
 LASTING_SAMPLES: Final = 3
 """Consecutive logs at ``EARLY_MIN_RATIO`` times the level or more that make an early rise one that lasted
 (the severity rules' ``RECURRING_RISE``): a noisy per-batch loss jumps for one log, not three in a row."""
@@ -69,13 +63,6 @@ def early_levels(values: FloatArray) -> FloatArray:
         turn += 1
     if turn < values.size and descends(values[:turn]):
         out[turn] = min(float(out[turn]), float(values[turn - 1]))
-    # the foot of a later fall: FALL_SAMPLES samples each below the one before (round 13)
-    if values.size > FALL_SAMPLES:
-        steps_down = np.diff(values) < 0
-        fell = np.asarray(np.lib.stride_tricks.sliding_window_view(steps_down, FALL_SAMPLES - 1).all(axis=1))
-        # window k: the falls from values[k] to values[k + FALL_SAMPLES - 1], the sample before k + FALL_SAMPLES
-        at = np.flatnonzero(fell[: values.size - FALL_SAMPLES]) + FALL_SAMPLES
-        out[at] = np.minimum(out[at], values[at - 1])
     return out
 
 
@@ -110,9 +97,10 @@ def _clears_later_noise(steps: IntArray, values: FloatArray, event: SpikeEvent, 
     samples after show that swing; a start-up blow-up (6.94 -> 11.17, then a smooth fall) clears it many
     times over, and one that never came back (or has too few samples after its return to measure) stands
     as it is. Samples after it above its own peak (a later blow-up: 3.9, 3.5, 3.4, then 146,981) are left
-    out of that band. A rise that stood :data:`~stab_core.incidents.EARLY_MIN_RATIO` times its level for
-    :data:`LASTING_SAMPLES` logs in a row, where the samples after its return never do, is no swing of
-    that noise: it lasted (round 13)."""
+    out of that band. A rise after a fall from the first sample that stood
+    :data:`~stab_core.incidents.EARLY_MIN_RATIO` times its level, and
+    the median of those samples after, for :data:`LASTING_SAMPLES` logs in a row, where the samples after
+    its return never do, is no swing of that noise: it lasted (round 13)."""
     finite = np.isfinite(values)
     s, x = steps[finite], values[finite]
     first = int(np.searchsorted(s, event.start))
@@ -124,7 +112,10 @@ def _clears_later_noise(steps: IntArray, values: FloatArray, event: SpikeEvent, 
     after = after[after <= event.peak_value]
     if after.size < NOISE_MIN_SAMPLES:
         return True
-    if _lasting_run(x[first:back], event.baseline) and not _lasting_run(after, event.baseline):
+    # measured from the level it came back to as well: the lowest level held sits at the foot of a noisy
+    # loss's swing, and three logs at 1.3x that foot are its middle, not a rise
+    ref = max(event.baseline, float(np.median(after)))
+    if descends(x[:first]) and _lasting_run(x[first:back], ref) and not _lasting_run(after, ref):
         return True
     return bool(event.peak_value - event.baseline >= noise_band(after, z))
 
