@@ -180,7 +180,7 @@ def _recovery(case: Case, text: str) -> Verdict:
         step, tol = int(found.group(1)), int((case.truth or {}).get("tolerance_steps", 0))
         ok = abs(step - int(by)) <= tol
         return (TRUE if ok else FALSE), f"recovered_by {by} (tolerance {tol})"
-    if text.startswith("Diverged"):
+    if text.startswith(("Diverged", "Not back")):
         return (TRUE, "recovered_by null") if by is None else (FALSE, f"recovered_by {by}")
     if text.startswith("The log ends at this sample"):
         # no recovery said, only that the log shows none: true unless the golden has the run back in the log

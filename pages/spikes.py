@@ -6,6 +6,8 @@ from __future__ import annotations
 import pages  # noqa: F401  # first: a deep link's first run leaves Streamlit's pages/ mode here
 
 # isort: split
+import math
+
 import pandas as pd  # type: ignore[import-untyped]
 import streamlit as st
 
@@ -24,6 +26,7 @@ from pages.parts.widgets import MISSING, go_to, nav_link, pick_run
 from stab_core.analysis import INCIDENT_VERDICT, analysis_notes, incident_headline, statements
 from stab_core.analysis import outcome as incident_outcome
 from stab_core.severity import DEFAULT_SENSITIVITY, blips_line, severity_words
+from stab_core.spikes import times
 
 ZOOM_PANELS = [
     ("loss", "loss (nats/token)", ["loss"]),
@@ -45,6 +48,14 @@ SPIKE_COLUMNS = [
     "GPU-hours lost",
     "USD lost",
 ]
+
+
+def ratio_text(ratio: object) -> str | None:
+    """The ratio column's words, by the one ratio formatter: "5.1e+13x" for a loss explosion, which a
+    number column's "%.2f" clipped; "non-finite" for a NaN/inf peak; None (shown as missing) when unknown."""
+    if not isinstance(ratio, int | float) or math.isnan(ratio):
+        return None
+    return times(float(ratio)) if math.isfinite(ratio) else "non-finite"
 
 
 def select_row() -> None:
@@ -141,6 +152,7 @@ if not inputs.priced:
         "time under **Run settings**."
     )
 # start, end and duration shown as one "steps" column: all thirteen columns overflowed 1280 px
+table["ratio"] = [ratio_text(r) for r in table["ratio"]]
 table["steps"] = [f"{a}" if a == b else f"{a}–{b}" for a, b in zip(table["start"], table["end"], strict=True)]
 st.dataframe(
     table,
@@ -159,7 +171,7 @@ st.dataframe(
         ),
         "peak step": st.column_config.NumberColumn("peak", format="%d", width=56),
         "steps": st.column_config.TextColumn(width=76, help="first–last step of the incident out of its band"),
-        "ratio": st.column_config.NumberColumn("ratio (x)", format="%.2f", width=60),
+        "ratio": st.column_config.TextColumn("ratio", width=60, help="peak over the level before it"),
         "outcome": st.column_config.TextColumn(width=74),
         "cause": st.column_config.TextColumn(width=84),
         "confidence": st.column_config.ProgressColumn("conf.", min_value=0.0, max_value=1.0, format="%.2f", width=64),

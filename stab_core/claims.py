@@ -228,6 +228,19 @@ def _recovery(
                 evidence,
             )
         ]
+    if spike.metric == "loss" and spike.recovered and trend is not None and spike.recovery_step is not None:
+        # the detector's event ended near its level (its recover ratio), but the loss never came back into
+        # the noise band of its trend nor to its level: the progress it had made is not regained in the
+        # log (a loss at 7.83 knocked to 10.8, then 8.5-9.3 to the end), so "recovered" is not said (round 13)
+        return [
+            Claim(
+                "recovery",
+                f"Not back: from step {spike.recovery_step} the loss was near its level ({_number(spike.baseline)}) "
+                "again, but never back within the noise band of its trend in the log.",
+                True,
+                {**evidence, "not_back_on_trend": True},
+            )
+        ]
     if spike.recovered and spike.recovery_step is not None and math.isfinite(spike.baseline):
         return [
             Claim(
@@ -248,8 +261,20 @@ def _recovery(
                 {**evidence, "cut_off": True},
             )
         ]
-    # a level that is not a number (a non-finite first sample, nothing finite before it) is none to come
-    # back to: "back near its level of nan" said a run that never trained had recovered
+    if spike.nonfinite and not math.isfinite(spike.baseline):
+        # a level that is not a number (a non-finite first sample, nothing finite before it) is none to come
+        # back to: "back near its level of nan" said a run that never trained had recovered, and "diverged"
+        # one that never trained from its first step (a NaN grad norm, then 0 and a frozen loss): it held
+        # no level to leave (round 13)
+        return [
+            Claim(
+                "recovery",
+                f"Not back: {spike.metric} was non-finite at its first logged sample (step {spike.start}), with "
+                "no level before it to come back to.",
+                True,
+                {**evidence, "no_level": True},
+            )
+        ]
     back = spike.recovered and math.isfinite(spike.baseline)
     return [Claim("recovery", "Diverged: it has not come back to its level.", not back, evidence)]
 

@@ -18,13 +18,18 @@ from typing import Final
 
 import numpy as np
 
-from stab_core.incidents import detect_climbs, early_rises
+from stab_core.incidents import EARLY_MIN_RATIO, detect_climbs, early_rises
 from stab_core.rolling_baseline import MAD_TO_Z, NOISE_MIN_SAMPLES, descends, sample_noise
 from stab_core.runview import FloatArray, IntArray
 from stab_core.spikes import SpikeEvent
 
 HELD_SAMPLES: Final = 3
 """Consecutive samples whose median is a level the loss held (one outlier batch of three is outvoted)."""
+
+
+LASTING_SAMPLES: Final = 3
+"""Consecutive logs at ``EARLY_MIN_RATIO`` times the level or more that make an early rise one that lasted
+(the severity rules' ``RECURRING_RISE``): a noisy per-batch loss jumps for one log, not three in a row."""
 
 
 def held_levels(values: FloatArray) -> FloatArray:
@@ -86,15 +91,20 @@ def robust_early_rises(
 
 def _clears_later_noise(steps: IntArray, values: FloatArray, event: SpikeEvent, history: int, z: float) -> bool:
     """A rise judged on fewer than :data:`NOISE_MIN_SAMPLES` samples before it had no noise band to
-    clear, only the highest of them: once the loss is back, it must also clear the band of the (up to
-    ``history``) samples logged from its return on. A loss swinging +-30% per batch rises 1.4-1.7x over
-    its first three samples by chance, and the samples after show that swing; a start-up blow-up (6.94 ->
-    11.17, then a smooth fall) clears it many times over, and one that never came back (or has too few
-    samples after its return to measure) stands as it is. Samples after it above its own peak (a later
-    blow-up: 3.9, 3.5, 3.4, then 146,981) are left out of that band."""
+    clear, only the highest of them (after a fall from the first sample, however long: none): once the
+    loss is back, it must also clear the band of the (up to ``history``) samples logged from its return
+    on. A loss swinging +-30% per batch rises 1.4-1.7x over its first three samples by chance, and the
+    samples after show that swing; a start-up blow-up (6.94 -> 11.17, then a smooth fall) clears it many
+    times over, and one that never came back (or has too few samples after its return to measure) stands
+    as it is. Samples after it above its own peak (a later blow-up: 3.9, 3.5, 3.4, then 146,981) are left
+    out of that band. A rise after a fall from the first sample that stood
+    :data:`~stab_core.incidents.EARLY_MIN_RATIO` times its level, and
+    the median of those samples after, for :data:`LASTING_SAMPLES` logs in a row, where the samples after
+    its return never do, is no swing of that noise: it lasted (round 13)."""
     finite = np.isfinite(values)
     s, x = steps[finite], values[finite]
-    if int(np.searchsorted(s, event.start)) >= NOISE_MIN_SAMPLES or event.recovery_step is None:
+    first = int(np.searchsorted(s, event.start))
+    if (first >= NOISE_MIN_SAMPLES and not descends(x[:first])) or event.recovery_step is None:
         return True
     back = int(np.searchsorted(s, event.recovery_step))
     after = x[back : back + history]
@@ -102,18 +112,33 @@ def _clears_later_noise(steps: IntArray, values: FloatArray, event: SpikeEvent, 
     after = after[after <= event.peak_value]
     if after.size < NOISE_MIN_SAMPLES:
         return True
+    # measured from the level it came back to as well: the lowest level held sits at the foot of a noisy
+    # loss's swing, and three logs at 1.3x that foot are its middle, not a rise
+    ref = max(event.baseline, float(np.median(after)))
+    if descends(x[:first]) and _lasting_run(x[first:back], ref) and not _lasting_run(after, ref):
+        return True
     return bool(event.peak_value - event.baseline >= noise_band(after, z))
+
+
+def _lasting_run(x: FloatArray, level: float) -> bool:
+    """Do :data:`LASTING_SAMPLES` consecutive samples of ``x`` stand at
+    :data:`~stab_core.incidents.EARLY_MIN_RATIO` times ``level`` or more?"""
+    high = x >= EARLY_MIN_RATIO * level
+    if high.size < LASTING_SAMPLES:
+        return False
+    return bool(np.lib.stride_tricks.sliding_window_view(high, LASTING_SAMPLES).all(axis=1).any())
 
 
 def _early_band(before: FloatArray, z_threshold: float) -> float:
     """How far over its held level a sample after ``before`` must rise: the noise band with
     :data:`NOISE_MIN_SAMPLES` finite samples or more; with fewer, up to the highest of them."""
     finite = before[np.isfinite(before)]
+    if finite.size == 0 or descends(finite):
+        # a fall is no noise, however many samples it has: its spread is progress (the noise after the
+        # return is still judged, :func:`_clears_later_noise`)
+        return 0.0
     if finite.size >= NOISE_MIN_SAMPLES:
         return noise_band(finite, z_threshold)
-    if finite.size == 0 or descends(finite):
-        # a fall is no noise: its spread is progress (the noise after the return is still judged)
-        return 0.0
     level = float(held_levels(np.append(finite, np.nan))[-1])
     return max(0.0, float(finite.max()) - level) if np.isfinite(level) else 0.0
 

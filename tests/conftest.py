@@ -49,6 +49,7 @@ TIERS: dict[str, str] = {
             "round12_rev12b",
             "round12_severity",
             "round12_det13",
+            "round13_det14",
             "statements_round10",
             "batch9_shapes",
             "det10_shapes",

@@ -151,6 +151,21 @@ def test_no_level_rise_on_a_noisy_loss_without_one_nor_on_its_last_blocks() -> N
     assert level_shifts(steps, loss) == []
 
 
+def test_a_level_rise_says_the_level_it_held_not_one_batch() -> None:
+    """Review item 11 (round 13): a lasting 1.5x shift under +-30 % noise is said as about 1.5x (the median
+    of its block medians over the held level), not the 1.9x of its one highest batch."""
+    from stab_core.level_shifts import BLOCK, level_shifts
+
+    for seed in range(10):
+        rng = np.random.default_rng(seed)
+        loss = 1.0 + rng.uniform(-0.3, 0.3, 3000)
+        loss[1500:2000] *= 1.5
+        (event,) = level_shifts(np.arange(3000), loss)
+        assert event.ratio == pytest.approx(1.5, abs=0.1)
+        assert event.peak_value == pytest.approx(event.ratio * event.baseline)
+        assert event.start <= event.peak < 2000 and (event.peak - event.start) % BLOCK == BLOCK // 2
+
+
 def test_held_levels_all_at_once_equal_the_per_block_definition() -> None:
     """The held level and wander of every block, computed at once, are the medians the definition takes block by
     block (a median per block in a Python loop was most of a 10^6-step run's analysis)."""

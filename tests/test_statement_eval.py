@@ -112,6 +112,8 @@ def test_recovery_against_recovered_by_and_its_tolerance() -> None:
     assert recovery(700, "Recovered at step 702: back near its level of 3.1.") == "false"  # 18 steps early
     assert recovery(700, "Diverged: it has not come back to its level.") == "false"  # recovered_by 720
     assert recovery(1500, "Diverged: it has not come back to its level.") == "true"  # recovered_by null
+    assert recovery(1500, "Not back: loss was non-finite at its first logged sample (step 1), with ...") == "true"
+    assert recovery(700, "Not back: loss was non-finite at its first logged sample (step 1), with ...") == "false"
     assert recovery(1500, "Recovered at step 1503: back near its level of 3.1.") == "false"
     # cut off by the log's end (round 10b): no recovery said; false only where the golden has one in the log
     cut_off = "The log ends at this sample (step 1500): whether it lasted cannot be told."
