@@ -280,6 +280,27 @@ def _samples() -> dict[str, Sample]:
                 ]
             ),
         ),
+        "espnet": _file(
+            "train.log",
+            _lines(
+                [
+                    f"[gpu01] 2026-12-06 05:00:{s:02d},555 (trainer:762) INFO: 1epoch:train:{s * 10 - 9}-{s * 10}batch:"
+                    f" iter_time=1.2e-04, loss={3 - 0.1 * s:.3f}, grad_norm=41.3, optim0_lr0=1.0e-03, train_time=0.456"
+                    for s in steps
+                ]
+            ),
+        ),
+        "icefall": _file(
+            "log-train",
+            _lines(
+                [
+                    f"2026-12-06 05:00:{s:02d},555 INFO [train.py:1030] (0/4) Epoch 1, batch {s * 50}, loss[loss="
+                    f"{3 - 0.1 * s:.4f}, over 5432.00 frames. ], tot_loss[loss=3.0, over 9876.00 frames. ],"
+                    f" batch size: 45, lr: 3.00e-03"
+                    for s in steps
+                ]
+            ),
+        ),
         "mlflow": Sample(
             {
                 "mlruns/0/abc123/metrics/train/loss": _lines(

@@ -163,3 +163,58 @@ def test_keras3_verbose_2_line(tmp_path: Path) -> None:
     ]
     log = read_log([_write(tmp_path, "fit.txt", lines)])
     assert log.format == "keras_console" and log.series("loss")[0].tolist() == [1, 2, 3, 4, 5]
+
+
+def test_espnet_batches_of_an_epoch_on_one_axis_and_its_valid_results(tmp_path: Path) -> None:
+    lines = ["# Running on gpu01", "/usr/bin/python3 -m espnet2.bin.asr_train --use_preprocessor true"]
+    for ep in (1, 2, 3):
+        for b in range(100, 1001, 100):
+            lines.append(
+                f"[gpu01] 2026-12-06 05:01:11,555 (trainer:762) INFO: {ep}epoch:train:{b - 99}-{b}batch:"
+                f" iter_time=1.234e-04, forward_time=0.150, loss_ctc=99.0, loss_att=70.0,"
+                f" loss={100 / ep - b / 100:.3f},"
+                f" backward_time=0.130, grad_norm=40.0, optim0_lr0={1e-3 * ep:.3e}, train_time=0.456"
+            )
+        lines.append(
+            f"[gpu01] 2026-12-06 05:30:00,000 (trainer:338) INFO: {ep}epoch results: [train] loss=1.0,"
+            f" train_time=0.456, time=8 minutes and 5.1 seconds, total_count=1000, [valid] loss={80 / ep:.3f},"
+            " acc=0.5, time=30.5 seconds, total_count=100, gpu_max_cached_mem_GB=10.5, [att_plot] time=5.1 seconds"
+        )
+    path = _write(tmp_path, "train.log", lines)
+    assert detect([path])[0][0] == "espnet"
+    log = read_log([path])
+    steps, loss = log.series("loss")
+    assert steps[0] == 100 and steps[10] == 1100 and steps[-1] == 3000 and len(steps) == 30 and not log.segments
+    assert loss[0] == 99.0  # the summed loss, not a part
+    assert log.series("lr")[1][10] == 2e-3 and log.series("step_time_s")[1][0] == 0.456
+    assert log.series("val_loss")[0].tolist() == [1000, 2000, 3000] and log.series("val_loss")[1][0] == 80.0
+    assert "val_total_count" not in log.metrics and "val_time" not in log.metrics
+
+
+def test_icefall_loss_is_the_batch_loss_not_the_running_total(tmp_path: Path) -> None:
+    lines = ["2026-12-06 05:00:01,123 INFO [train.py:1080] Training started"]
+    for ep in (1, 2):
+        for b in range(0, 1000, 50):
+            lines.append(
+                f"2026-12-06 05:01:11,555 INFO [train.py:1030] (0/4) Epoch {ep}, batch {b},"
+                f" loss[loss={1 + b / 1000:.4f},"
+                " simple_loss=0.40, pruned_loss=0.06, over 5432.00 frames. utt_duration=1000 frames,"
+                " utt_pad_proportion=0.05], tot_loss[loss=0.5000, simple_loss=0.41, pruned_loss=0.061,"
+                f" over 1098765.43 frames. ], batch size: {40 + b % 7}, lr: 3.00e-03, grad_scale: 16.0"
+            )
+            if b == 500:
+                lines.append(
+                    f"2026-12-06 05:20:30,000 INFO [train.py:1070] (0/4) Epoch {ep}, validation: loss=0.{ep}000,"
+                    " simple_loss=0.45, over 123456.00 frames. "
+                )
+        lines.append(f"2026-12-06 05:59:00,000 INFO [checkpoint.py:75] (0/4) Saving checkpoint to exp/epoch-{ep}.pt")
+    path = _write(tmp_path, "log-train-2026-12-06", lines)
+    assert detect([path])[0][0] == "icefall"
+    log = read_log([path])
+    steps, loss = log.series("loss")
+    assert steps[0] == 0 and steps[20] == 1000 and steps[-1] == 1950 and not log.segments
+    assert loss[1] == 1.05  # the batch's loss, not tot_loss's running mean
+    assert log.series("tot_loss")[1][0] == 0.5
+    assert log.series("val_loss")[0].tolist() == [500, 1500]
+    assert not {"over", "size", "utt_duration", "tot_utt_duration"} & set(log.metrics)
+    assert [e.step for e in log.events if e.kind == "checkpoint"] == [950, 1950]

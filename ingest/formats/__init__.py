@@ -25,11 +25,13 @@ from ingest.formats.csv_wide import WideCsvReader
 from ingest.formats.deepspeed_csv import DeepSpeedCsvReader
 from ingest.formats.deepspeed_stdout import DeepSpeedStdoutReader
 from ingest.formats.detectron2 import Detectron2Reader
+from ingest.formats.espnet import EspnetReader
 from ingest.formats.fairseq import FairseqReader
 from ingest.formats.generic import GenericReader
 from ingest.formats.gpt_neox import GptNeoXReader
 from ingest.formats.hf_console import HFConsoleReader
 from ingest.formats.hf_trainer_state import HFTrainerStateReader
+from ingest.formats.icefall import IcefallReader
 from ingest.formats.jax_console import JaxConsoleReader
 from ingest.formats.jsonl import JsonlReader
 from ingest.formats.keras_console import KerasConsoleReader
@@ -107,6 +109,8 @@ FORMATS: Final[dict[str, Reader]] = {
         OpenMMLabReader(),
         Detectron2Reader(),
         TimmConsoleReader(),
+        EspnetReader(),
+        IcefallReader(),
         MlflowReader(),
         ParquetReader(),
         GenericReader(),
