@@ -301,6 +301,20 @@ def _samples() -> dict[str, Sample]:
                 ]
             ),
         ),
+        "ultralytics": _file(
+            "train.log",
+            _lines(
+                [
+                    line
+                    for s in steps
+                    for line in (
+                        "      Epoch    GPU_mem   box_loss   cls_loss   dfl_loss  Instances       Size",
+                        f"      {s:>2}/8      2.61G      {3 - 0.1 * s:.4g}      2.345      1.123         37        640:"
+                        " 100%|##########| 8/8 [00:01<00:00,  5.1it/s]",
+                    )
+                ]
+            ),
+        ),
         "mlflow": Sample(
             {
                 "mlruns/0/abc123/metrics/train/loss": _lines(

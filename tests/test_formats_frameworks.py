@@ -218,3 +218,32 @@ def test_icefall_loss_is_the_batch_loss_not_the_running_total(tmp_path: Path) ->
     assert log.series("val_loss")[0].tolist() == [500, 1500]
     assert not {"over", "size", "utt_duration", "tot_utt_duration"} & set(log.metrics)
     assert [e.step for e in log.events if e.kind == "checkpoint"] == [950, 1950]
+
+
+def test_ultralytics_rows_by_their_header_and_loss_is_the_sum_of_parts(tmp_path: Path) -> None:
+    lines = [
+        "Ultralytics 8.3.0 Python-3.11.4 torch-2.4.0 CUDA:0 (NVIDIA A100, 81051MiB)",
+        "Starting training for 30 epochs...",
+    ]
+    for e in range(1, 31):
+        lines.append("      Epoch    GPU_mem   box_loss   cls_loss   dfl_loss  Instances       Size")
+        row = (
+            f"      {e:>2}/30      {2 + e % 2}.5G      1.000      2.000      {1 + e / 100:.3f}         37        640: "
+        )
+        # the bar redrawn as the epoch runs: the last redraw is the epoch's line
+        lines.append(
+            row.replace("1.000", "9.000") + " 50%|#####     | 4/8\r" + row + "100%|##########| 8/8 [00:01<00:00]"
+        )
+        lines.append(
+            "                 Class     Images  Instances      Box(P          R      mAP50  mAP50-95): 100%|#| 1/1"
+        )
+        lines.append(f"                   all          4         17      0.601      0.801      0.{800 + e}      0.601")
+    path = _write(tmp_path, "train.log", lines)
+    assert detect([path])[0][0] == "ultralytics"
+    log = read_log([path])
+    steps, loss = log.series("loss")
+    assert steps.tolist() == list(range(1, 31))
+    assert abs(loss[0] - 4.01) < 1e-9  # box + cls + dfl of the epoch's last redraw
+    assert log.series("box_loss")[1][0] == 1.0 and log.series("gpu_mem_gb")[1][0] == 3.5
+    assert log.series("val_box_map50")[1][0] == 0.801
+    assert not {"instances", "size", "epochs"} & set(log.metrics)

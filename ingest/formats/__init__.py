@@ -56,6 +56,7 @@ from ingest.formats.textlog import TextLogReader
 from ingest.formats.timm_console import TimmConsoleReader
 from ingest.formats.torchtitan import TorchtitanReader
 from ingest.formats.torchtune import TorchtuneReader
+from ingest.formats.ultralytics import UltralyticsReader
 from ingest.formats.wandb_csv import WandbCsvReader
 from ingest.formats.wandb_history import WandbHistoryReader
 from ingest.formats.wlm_console import WordLanguageModelReader
@@ -111,6 +112,7 @@ FORMATS: Final[dict[str, Reader]] = {
         TimmConsoleReader(),
         EspnetReader(),
         IcefallReader(),
+        UltralyticsReader(),
         MlflowReader(),
         ParquetReader(),
         GenericReader(),
