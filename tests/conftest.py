@@ -42,6 +42,7 @@ TIERS: dict[str, str] = {
             "round13_text_consoles",
             "chart_abandoned",
             "buildnanogpt_log",
+            "formats_frameworks",
             "jsonl_swift_shape",
             "action_premise_shapes",
             "round10b_det",

@@ -250,6 +250,71 @@ def _samples() -> dict[str, Sample]:
                 [line for s in steps for line in (f"Epoch {s + 1}/8", f"224s - loss: {3.5 - s * 0.1:.4f} - acc: 0.29")]
             ),
         ),
+        "openmmlab": _file(
+            "20261206_050001.log",
+            _lines(
+                [
+                    f"12/06 05:00:{s:02d} - mmengine - INFO - Epoch(train)  [1][{s + 1:>2}/80]  lr: 1.0000e-02"
+                    f"  eta: 0:01:00  time: 0.4120  data_time: 0.0123  memory: 3512  loss: {3 - 0.1 * s:.4f}"
+                    for s in steps
+                ]
+            ),
+        ),
+        "detectron2": _file(
+            "log.txt",
+            _lines(
+                [
+                    f"[12/06 05:00:{s:02d} d2.utils.events]:  eta: 0:10:00  iter: {s}  total_loss: {3 - 0.1 * s:.3f}"
+                    f"  loss_cls: 0.9  time: 0.5012  data_time: 0.0123  lr: 0.0002  max_mem: 2048M"
+                    for s in steps
+                ]
+            ),
+        ),
+        "timm_console": _file(
+            "train.log",
+            _lines(
+                [
+                    f"Train: 0 [{s:>4d}/100 ({s:>3d}%)]  Loss: {3 - 0.1 * s:#.3g} (3.00)  Time: 0.312s,  820.51/s"
+                    f"  (0.331s,  773.41/s)  LR: 1.000e-03  Data: 0.012 (0.015)"
+                    for s in steps
+                ]
+            ),
+        ),
+        "espnet": _file(
+            "train.log",
+            _lines(
+                [
+                    f"[gpu01] 2026-12-06 05:00:{s:02d},555 (trainer:762) INFO: 1epoch:train:{s * 10 - 9}-{s * 10}batch:"
+                    f" iter_time=1.2e-04, loss={3 - 0.1 * s:.3f}, grad_norm=41.3, optim0_lr0=1.0e-03, train_time=0.456"
+                    for s in steps
+                ]
+            ),
+        ),
+        "icefall": _file(
+            "log-train",
+            _lines(
+                [
+                    f"2026-12-06 05:00:{s:02d},555 INFO [train.py:1030] (0/4) Epoch 1, batch {s * 50}, loss[loss="
+                    f"{3 - 0.1 * s:.4f}, over 5432.00 frames. ], tot_loss[loss=3.0, over 9876.00 frames. ],"
+                    f" batch size: 45, lr: 3.00e-03"
+                    for s in steps
+                ]
+            ),
+        ),
+        "ultralytics": _file(
+            "train.log",
+            _lines(
+                [
+                    line
+                    for s in steps
+                    for line in (
+                        "      Epoch    GPU_mem   box_loss   cls_loss   dfl_loss  Instances       Size",
+                        f"      {s:>2}/8      2.61G      {3 - 0.1 * s:.4g}      2.345      1.123         37        640:"
+                        " 100%|##########| 8/8 [00:01<00:00,  5.1it/s]",
+                    )
+                ]
+            ),
+        ),
         "mlflow": Sample(
             {
                 "mlruns/0/abc123/metrics/train/loss": _lines(

@@ -24,11 +24,14 @@ from ingest.formats.composer import ComposerReader
 from ingest.formats.csv_wide import WideCsvReader
 from ingest.formats.deepspeed_csv import DeepSpeedCsvReader
 from ingest.formats.deepspeed_stdout import DeepSpeedStdoutReader
+from ingest.formats.detectron2 import Detectron2Reader
+from ingest.formats.espnet import EspnetReader
 from ingest.formats.fairseq import FairseqReader
 from ingest.formats.generic import GenericReader
 from ingest.formats.gpt_neox import GptNeoXReader
 from ingest.formats.hf_console import HFConsoleReader
 from ingest.formats.hf_trainer_state import HFTrainerStateReader
+from ingest.formats.icefall import IcefallReader
 from ingest.formats.jax_console import JaxConsoleReader
 from ingest.formats.jsonl import JsonlReader
 from ingest.formats.keras_console import KerasConsoleReader
@@ -43,14 +46,17 @@ from ingest.formats.modded_nanogpt import ModdedNanoGPTReader
 from ingest.formats.nanogpt import NanoGPTReader
 from ingest.formats.nemo import NemoProgressReader, NemoTqdmReader
 from ingest.formats.olmo import OlmoReader
+from ingest.formats.openmmlab import OpenMMLabReader
 from ingest.formats.parquet import ParquetReader
 from ingest.formats.raw_text import clean_text, looks_binary, read_head
 from ingest.formats.rl_console import VerlConsoleReader
 from ingest.formats.tensorboard import TensorBoardReader
 from ingest.formats.tensorboard_csv import TensorBoardCsvReader
 from ingest.formats.textlog import TextLogReader
+from ingest.formats.timm_console import TimmConsoleReader
 from ingest.formats.torchtitan import TorchtitanReader
 from ingest.formats.torchtune import TorchtuneReader
+from ingest.formats.ultralytics import UltralyticsReader
 from ingest.formats.wandb_csv import WandbCsvReader
 from ingest.formats.wandb_history import WandbHistoryReader
 from ingest.formats.wlm_console import WordLanguageModelReader
@@ -101,6 +107,12 @@ FORMATS: Final[dict[str, Reader]] = {
         JaxConsoleReader(),
         WordLanguageModelReader(),
         KerasConsoleReader(),
+        OpenMMLabReader(),
+        Detectron2Reader(),
+        TimmConsoleReader(),
+        EspnetReader(),
+        IcefallReader(),
+        UltralyticsReader(),
         MlflowReader(),
         ParquetReader(),
         GenericReader(),

@@ -5,6 +5,8 @@
     224s - loss: 3.5508 - acc: 0.2966 - val_loss: 1.4529 - val_acc: 0.5808
     Epoch 2/50
     1875/1875 [==============================] - 5s 3ms/step - loss: 0.2900 - accuracy: 0.9100
+    1875/1875 ━━━━━━━━━━━━━━━━━━━━ 5s 3ms/step - accuracy: 0.9100 - loss: 0.2900     (Keras 3)
+    1875/1875 - 5s - 3ms/step - accuracy: 0.9100 - loss: 0.2900                      (Keras 3, verbose=2)
 
 The step is the epoch of the ``Epoch i/N`` line before the metric line (the console logs once per
 epoch); ``N`` is the planned epoch count. The leading ``224s`` is the epoch's wall time, stored as
@@ -12,7 +14,10 @@ epoch); ``N`` is the planned epoch count. The leading ``224s`` is the epoch's wa
 step). Every ``key: value`` after a `` - `` is a metric, by the alias table (``acc`` stays ``acc``).
 Each ``fit()`` call starts its epoch counter at 1 again: a file holding several calls holds segments,
 which the builder splits where the epoch goes back to 1. Progress-bar redraws (``\\r``) before the
-final one of an epoch are not lines of their own: the last piece of a line is read.
+final one of an epoch are not lines of their own: the last piece of a line is read (Keras 3's colour
+codes and backspaces removed). Where the console is no terminal each redraw is a line: a bar short of its
+target (``100/1875``) is such a redraw (its time is an ETA), and only the line at the target is the epoch's.
+``ModelCheckpoint``'s ``Epoch 10: saving model to ...`` is a checkpoint event at that epoch.
 """
 
 from __future__ import annotations
@@ -32,10 +37,15 @@ from ingest.formats.raw_text import LAUNCHER_LEAD, decode_head, looks_binary
 
 _EPOCH: Final = re.compile(r"^[ \t]*Epoch[ \t]+(?P<epoch>[0-9]+)/(?P<total>[0-9]+)[ \t]*$")
 _METRICS: Final = re.compile(
-    r"^[ \t]*(?:[0-9]+/[0-9]+[ \t]+\[[=>.]*\][ \t]+-[ \t]+)?(?P<time>" + NUMBER + r")s"
-    r"(?:[ \t]+" + NUMBER + r"[mu]?s/(?:step|sample))?"
+    r"^[ \t]*(?:(?P<cur>[0-9]+)/(?P<tot>[0-9]+)[ \t]+(?:\[[=>.]*\][ \t]+-[ \t]+|\u2501*[ \t]+|-[ \t]+))?"
+    r"(?P<time>" + NUMBER + r")s"
+    r"(?:[ \t]+(?:-[ \t]*)?" + NUMBER + r"[mu]?s/(?:step|sample))?"
     r"(?P<rest>(?:[ \t]+-[ \t]+[A-Za-z_][A-Za-z0-9_]*:[ \t]*\S+)+)[ \t]*$"
 )
+_SAVE: Final = re.compile(r"^[ \t]*Epoch[ \t]+(?P<epoch>[0-9]+):[^\n]*\bsaving model to\b")
+"""``ModelCheckpoint``'s ``Epoch 10: saving model to ...`` (or ``val_loss improved ..., saving model to``)."""
+_ANSI: Final = re.compile(r"\x1b\[[0-9;]*m|\x08")
+"""Keras 3's bold/colour codes around the count, the bar and the time, and the backspaces of a redraw."""
 _PAIR: Final = re.compile(r"-[ \t]+(?P<key>[A-Za-z_][A-Za-z0-9_]*):[ \t]*(?P<val>" + NUMBER + r")(?=[ \t]|$)")
 
 
@@ -61,12 +71,12 @@ class KerasConsoleReader(Reader):
                 builder.mark_lines(line_no)  # seq -> line: the run's lines, and segments cut by seq
                 base = builder.reserve(len(lines))
                 for i, line in enumerate(lines):
-                    own = _own(line.rstrip("\r").split("\r")[-1])
+                    own = _own(_ANSI.sub("", line).rstrip("\r").split("\r")[-1])
                     found: dict[str, float] = {}
                     if m := _EPOCH.match(own):
                         epoch = int(m["epoch"])
                         builder.meta.setdefault("total_steps", int(m["total"]))
-                    elif (m := _METRICS.match(own)) and epoch is not None:
+                    elif (m := _METRICS.match(own)) and epoch is not None and not _redraw(m):
                         found["step_time_s"] = float(m["time"])
                         for pair in _PAIR.finditer(m["rest"]):
                             value = parse_number(pair["val"])
@@ -79,6 +89,9 @@ class KerasConsoleReader(Reader):
                             col[2].append(base + i)
                     # the `Epoch i/N` header gives the step to the line below it: counted as such
                     header = "format line without values" if _EPOCH.match(own) else None
+                    if save := _SAVE.match(own):
+                        builder.event(int(save["epoch"]), "checkpoint", "model saved")
+                        header = "checkpoint line"
                     if not found and header is None and line.strip():
                         builder.skip(path, line_no, f"not a Keras fit() line: {line.strip()[-80:]}")
                     builder.account.text_line(str(path), line_no, line, parsed=bool(found), reason=header)
@@ -87,6 +100,12 @@ class KerasConsoleReader(Reader):
             builder.add(
                 metric, np.asarray(steps, np.int64), np.asarray(values), seq=np.asarray(seq, np.int64), canonical=True
             )
+
+
+def _redraw(m: re.Match[str]) -> bool:
+    """A bar short of its target: a progress redraw on a line of its own (a console that is no
+    terminal), its time an ETA and its values running means; the epoch's line is the one at the target."""
+    return m["cur"] is not None and int(m["cur"]) < int(m["tot"])
 
 
 def _own(line: str) -> str:

@@ -1,0 +1,116 @@
+"""The training console of Ultralytics YOLO (``BaseTrainer``'s progress bar and the validator's table)::
+
+          Epoch    GPU_mem   box_loss   cls_loss   dfl_loss  Instances       Size
+           3/35      2.61G      1.234      2.345      1.123         37        640: 100%|██████| 8/8 [00:01<...]
+                     Class     Images  Instances      Box(P          R      mAP50  mAP50-95): 100%|███| 1/1
+                       all          4         17      0.601      0.801      0.851      0.601
+
+The header names the columns of the bar's description below it. The step is the epoch (``3/35``: epoch 3
+of 35; the bar is redrawn as the epoch runs and its last redraw, ``\\r``-separated, is the epoch's line).
+Each ``*_loss`` column is the epoch's running mean of one part of the loss; the optimizer steps on their
+sum (times the batch size), so ``loss`` is the sum of the parts, which keep their names. ``GPU_mem`` is
+reserved memory in GB (``G``); ``Instances`` and ``Size`` (labels in the last batch, image size) are not
+metrics. The validator's ``all`` row under a ``Class Images Instances`` header gives ``val_<group>_<column>``
+(``val_box_map50``, ``val_mask_p``...) at that epoch.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Final
+
+import numpy as np
+
+from ingest.formats._common import LogBuilder, iter_whole_lines
+from ingest.formats.base import Reader
+from ingest.formats.numbers import parse_number
+from ingest.formats.raw_text import decode_head, looks_binary
+
+_HEADER: Final = re.compile(r"^[ \t]*Epoch[ \t]+GPU_mem(?:[ \t]+\S+)+[ \t]*$")
+_ROW: Final = re.compile(r"^[ \t]*(?P<epoch>[0-9]+)/(?P<total>[0-9]+)[ \t]+(?P<rest>[^:|]*)")
+_VAL_HEADER: Final = re.compile(r"^[ \t]*Class[ \t]+Images[ \t]+Instances[ \t]+(?P<cols>[^:]*)")
+_VAL_ROW: Final = re.compile(r"^[ \t]*all[ \t]+[0-9]+[ \t]+[0-9]+[ \t]+(?P<vals>[-+0-9.eE \t]+?)[ \t]*$")
+
+
+def _val_names(cols: str) -> list[str]:
+    """``Box(P R mAP50 mAP50-95) Mask(P ...)`` -> ``val_box_p``, ``val_box_r``, ... ``val_mask_p``."""
+    names, group = [], ""
+    for token in cols.split():
+        if "(" in token:
+            group, token = token.split("(", 1)
+            group = group.lower() + "_"
+        names.append("val_" + group + token.strip(")").lower().replace("-", "_"))
+    return names
+
+
+class UltralyticsReader(Reader):
+    name = "ultralytics"
+    description = "Ultralytics YOLO console: 'Epoch GPU_mem box_loss ...' header, then '3/35  2.61G  1.234 ...' rows"
+
+    def sniff(self, head: bytes, path: Path) -> float:
+        if path.is_dir() or not head or looks_binary(head):
+            return 0.0
+        lines = [line.split("\r")[-1] for line in decode_head(head).splitlines()]
+        headers = sum(1 for line in lines if _HEADER.match(line))
+        rows = sum(1 for line in lines if _ROW.match(line))
+        return 0.0 if not (headers and rows) else 0.95 if rows >= 2 else 0.8
+
+    def fill(self, paths: Sequence[Path], builder: LogBuilder) -> None:
+        cols: dict[tuple[str, str | None], tuple[list[int], list[float], list[int]]] = {}
+        columns: list[str] = []
+        val_columns: list[str] = []
+        epoch: int | None = None
+
+        def put(metric: str, unit: str | None, value: float | None, seq: int) -> bool:
+            if value is None or epoch is None:
+                return False
+            col = cols.setdefault((metric, unit), ([], [], []))
+            col[0].append(epoch)
+            col[1].append(value)
+            col[2].append(seq)
+            return True
+
+        for path in paths:
+            builder.source(path)
+            line_no = 1
+            for chunk in iter_whole_lines(path, builder):
+                lines = chunk.decode("utf-8", "replace").split("\n")[:-1]
+                builder.mark_lines(line_no)
+                base = builder.reserve(len(lines))
+                for i, raw in enumerate(lines):
+                    line = raw.rstrip("\r").split("\r")[-1]
+                    parsed, reason = False, None
+                    if _HEADER.match(line):
+                        columns, reason = line.split(), "column header"
+                    elif (v := _VAL_HEADER.match(line)) is not None:
+                        val_columns, reason = _val_names(v["cols"]), "column header"
+                    elif (m := _ROW.match(line)) is not None and columns:
+                        epoch = int(m["epoch"])
+                        builder.meta.setdefault("total_steps", int(m["total"]))
+                        losses = []
+                        for name, text in zip(columns[1:], m["rest"].split(), strict=False):
+                            if name == "GPU_mem":
+                                parsed |= put("gpu_mem_gb", "GB", parse_number(text.rstrip("G")), base + i)
+                            elif name.endswith("_loss") and (value := parse_number(text)) is not None:
+                                losses.append(value)
+                                parsed |= put(name, None, value, base + i)
+                        if losses:
+                            put("loss", None, float(sum(losses)), base + i)
+                    elif (r := _VAL_ROW.match(line)) is not None and val_columns:
+                        for name, text in zip(val_columns, r["vals"].split(), strict=False):
+                            parsed |= put(name, None, parse_number(text), base + i)
+                    if not parsed and reason is None and line.strip():
+                        builder.skip(path, line_no, f"not an Ultralytics training row: {line.strip()[-80:]}")
+                    builder.account.text_line(str(path), line_no, raw, parsed=parsed, reason=reason)
+                    line_no += 1
+        for (metric, unit), (steps, values, seqs) in cols.items():
+            builder.add(
+                metric,
+                np.asarray(steps, np.int64),
+                np.asarray(values),
+                seq=np.asarray(seqs, np.int64),
+                unit=unit,
+                canonical=True,
+            )
