@@ -63,7 +63,7 @@ from stab_core.metrics import CANONICAL_METRICS
 
 _UNIT: Final = r"(?:ms|us|ns|sec|s|min|h|%|GB|GiB|MB|MiB)"
 _KEY: Final = r"[A-Za-z_][A-Za-z0-9_/.@\-]{0,80}"
-_RATE: Final = r"(?:steps?|its?|iters?|iterations?|tok(?:en)?s?)/s(?:ec)?|s(?:ec)?/it(?:er)?"  # ('427 tok/s': tokens)
+_RATE: Final = r"(?:steps?|its?|iters?|iterations?|tok(?:en)?s?|words?)/s(?:ec)?|s(?:ec)?/it(?:er)?"  # words: tokens
 _PAIR: Final = re.compile(
     # a speed printed after its value: `6.75 steps/sec`, `1.16it/s`, `113.21s/it`
     r"(?<![A-Za-z0-9_.])(?P<rval>" + NUMBER + r")[ \t]?(?P<rate>" + _RATE + r")(?![A-Za-z])"
@@ -173,7 +173,7 @@ def line_pairs(text: str) -> list[tuple[str, float, str | None]]:
             speed = parse_number(m["rval"])
             if speed is not None and speed > 0 and math.isfinite(speed):
                 per_step = m["rate"].split("/")[0] in ("s", "sec")  # seconds per iteration, else a rate
-                tokens = m["rate"].startswith("tok")  # a token rate is the throughput, under its alias 'tok/s'
+                tokens = m["rate"].startswith(("tok", "word"))  # the throughput, under its alias 'tok/s'
                 out.append(("tok/s", speed, None) if tokens else (SPEED_KEY, speed if per_step else 1.0 / speed, "s"))
             continue
         if m["ukey"] is not None:  # the key names its unit: 'train_step_timing in s' is NeMo's own name
