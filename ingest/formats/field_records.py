@@ -13,6 +13,13 @@ L.r. 9.3750e-06`` and ``[valid] Ep. 1 : Up. 5000 : cross-entropy : 238.694 : new
   its ``name : value`` fields other than the step and epoch are ``val_`` metrics, its cross-entropy (or
   ``ce-mean``, ``loss``) is ``val_loss`` and its perplexity ``val_ppl``; the early-stopping verdict
   after the value (``new best``, ``stalled 2 times (last best: 238.7)``) is no metric.
+
+An AverageMeter's ``Epoch: [E][ i/N]`` (PyTorch's examples, timm) is the epoch ``E`` and the batch ``i``
+of ``N`` (read as ``Epoch E, Iter i/N``: a batch counter restarting each epoch, made global), as is a line that
+starts ``[E][ i/N]`` (the ``Epoch:`` before it taken for a launcher's prefix).
+
+A name between bars is a norm (simple-nmt's ``|param|=6.52e+02 |g_param|=2.04e+05``): ``|g_param|``
+(``|grad|``, ``|g|``) is the gradient norm, ``|param|`` (``|w|``, ``|weights|``) the parameter norm.
 """
 
 from __future__ import annotations
@@ -72,3 +79,23 @@ def expand(text: str) -> str:
         return f"{_EVAL_ROLE.get(name.lower(), 'val_' + name)}: {m['val']}"
 
     return text[: tag.start()] + _NAMED_VALUE.sub(evaluated, body)
+
+
+_NORM: Final = re.compile(r"\|(?P<of>g_?params?|grads?|gradients?|g|params?|weights?|w)\|(?=[ \t]*[:=])", re.IGNORECASE)
+
+
+def spelled_norms(text: str) -> str:
+    """``text`` with a norm written between bars (``|g_param|=2.0e+05``) named as its metric."""
+    if "|" not in text:
+        return text
+    return _NORM.sub(lambda m: "grad_norm" if m["of"].lower().startswith("g") else "param_norm", text)
+
+
+_METER_EPOCH: Final = re.compile(
+    r"(?:\b(?i:epoch)[ \t]*:?[ \t]*|^[ \t]*)\[[ \t]*([0-9]+)[ \t]*\]\[[ \t]*([0-9]+)[ \t]*/[ \t]*([0-9]+)[ \t]*\]"
+)
+
+
+def meter_epoch(text: str) -> str:
+    """``text`` with an AverageMeter's ``Epoch: [E][ i/N]`` as ``Epoch E, Iter i/N``."""
+    return _METER_EPOCH.sub(r"Epoch \1, Iter \2/\3", text) if "][" in text else text
