@@ -199,3 +199,16 @@ def test_custom_print_layouts_read_with_their_roles(tmp_path: Path) -> None:
         series = _series(parsed)
         main = series.get("loss") or series.get("perplexity") or series[next(iter(roles.values()))]
         assert len(main[0]) == 30 and main[0][0] == first and np.all(np.diff(main[0]) > 0), (name, main[0])
+
+
+def test_a_global_counter_beside_a_batch_counter_is_the_step(tmp_path: Path) -> None:
+    # 'step' restarts each epoch, 'global_step' counts updates (2 batches an update): the one that counts
+    # by itself is the axis, the batch counter is not made one
+    lines = [
+        f"Epoch {e} | step {s} | global_step {(e * 400 + s) // 2} | loss {0.5 - e / 100 - s / 1e5:.5f}"
+        for e in range(6)
+        for s in (100, 200, 300, 400)
+    ]
+    parsed = read_log([_file(tmp_path, "train.log", lines)])
+    assert parsed.meta["mapping"]["step"] == "global_step"
+    assert list(_series(parsed)["loss"][0][:5]) == [50, 100, 150, 200, 250]

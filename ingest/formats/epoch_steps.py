@@ -163,7 +163,8 @@ def epoch_counted(records: Sequence[Pairs], key: str, values: list[float]) -> li
             return values
         counted.append(epoch * (1 + max(values)) + step)
         last = (epoch, step)
-    return counted if len(counted) == len(values) else values
+    restarts = any(b < a for a, b in itertools.pairwise(values))  # a key that never goes back counts by itself
+    return counted if len(counted) == len(values) and restarts else values
 
 
 _BAR_TOTAL: Final = re.compile(r"[0-9]{1,3}%\|[^|\n]*\|[ \t]*[0-9]+/([0-9]+)")

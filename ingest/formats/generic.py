@@ -342,9 +342,10 @@ def _step_key(records: list[list[tuple[str, float, str | None]]]) -> str | None:
             if unit is None:
                 seen.setdefault(key, []).append(value)
                 position[key] = min(position.get(key, i), i)
-    fits = []
+    fits, helped = [], set()  # helped: counts only with its epoch's offset (a batch counter)
     for key, values in seen.items():
-        arr = np.asarray(epoch_counted(records, key, values))
+        arr = np.asarray(counted := epoch_counted(records, key, values))
+        helped |= {key} if counted is not values else set()
         if arr.shape[0] * 2 < len(records) or not np.all(np.isfinite(arr)) or np.any(arr < 0):
             continue
         if not np.all(arr == np.round(arr)):
@@ -353,7 +354,8 @@ def _step_key(records: list[list[tuple[str, float, str | None]]]) -> str | None:
         if arr.shape[0] > 1 and (downs > max(2, arr.shape[0] // 10) or arr[-1] <= arr[0]):
             continue
         fits.append(key)
-    for name in STEP_NAMES:
+    # a counter that counts by itself first ('global_step' over a batch counter 'step')
+    for name in sorted(STEP_NAMES, key=lambda n: any(normalise_key(k) == normalise_key(n) for k in helped)):
         for key in fits:
             if normalise_key(key) == normalise_key(name):
                 return key
