@@ -40,6 +40,7 @@ TIERS: dict[str, str] = {
             "round12_layouts",
             "round12_consoles",
             "round13_text_consoles",
+            "round14_field_records",
             "chart_abandoned",
             "buildnanogpt_log",
             "formats_frameworks",

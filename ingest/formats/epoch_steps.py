@@ -11,12 +11,13 @@ import functools
 import itertools
 import re
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Final, Protocol
 
 import numpy as np
 import pyarrow as pa
 
 from ingest.formats._tabular import to_float
+from ingest.formats.aliases import normalise_key
 
 
 class EpochStepLine(Protocol):
@@ -142,3 +143,36 @@ def _unmarked_epoch_steps(lines: Sequence[EpochStepLine]) -> None:
     for x in lines:
         assert x.epoch is not None
         x.step = (x.epoch - base) * period + x.step
+
+
+Pairs = Sequence[tuple[str, float, str | None]]
+
+
+def epoch_counted(records: Sequence[Pairs], key: str, values: list[float]) -> list[float]:
+    """``key``'s values as a step axis would count them: where every line that prints ``key`` also
+    prints its epoch and ``key`` goes back only where the epoch grows (a batch counter restarting each
+    epoch, made global by :func:`epoch_steps`), each value offset by its epoch; else ``values``."""
+    counted: list[float] = []
+    last: tuple[float, float] | None = None
+    for pairs in records:
+        step = next((v for k, v, u in pairs if k == key and u is None), None)
+        if step is None:
+            continue
+        epoch = next((v for k, v, _ in pairs if normalise_key(k) == "epoch"), None)
+        if epoch is None or (last is not None and (epoch < last[0] or (step < last[1] and epoch == last[0]))):
+            return values
+        counted.append(epoch * (1 + max(values)) + step)
+        last = (epoch, step)
+    restarts = any(b < a for a, b in itertools.pairwise(values))  # a key that never goes back counts by itself
+    return counted if len(counted) == len(values) and restarts else values
+
+
+_BAR_TOTAL: Final = re.compile(r"[0-9]{1,3}%\|[^|\n]*\|[ \t]*[0-9]+/([0-9]+)")
+
+
+def bar_total(line: str, step: int) -> int | None:
+    """The total ``N`` of the last progress bar (``26%|##  | 499/1928 [...]``) a step line is glued to
+    (a tqdm bar over the epoch's batches redrawn on the same line), where the step is within it."""
+    totals = _BAR_TOTAL.findall(line)
+    n = int(totals[-1]) if totals else 0
+    return n if 0 < step <= n else None

@@ -45,7 +45,8 @@ import numpy as np
 from ingest.formats._common import LogBuilder
 from ingest.formats.aliases import TIME_UNITS, canonical_name, keep_apart, normalise_key
 from ingest.formats.base import Reader
-from ingest.formats.epoch_steps import epoch_steps, step_of_n
+from ingest.formats.epoch_steps import bar_total, epoch_counted, epoch_steps, step_of_n
+from ingest.formats.eval_lines import EVAL_STEP, eval_pairs, place_evals, placeholder
 from ingest.formats.generic_units import (
     BARE_STEP_TIME_KEYS,
     MIN_UNNAMED_LINES,
@@ -63,7 +64,7 @@ from stab_core.metrics import CANONICAL_METRICS
 
 _UNIT: Final = r"(?:ms|us|ns|sec|s|min|h|%|GB|GiB|MB|MiB)"
 _KEY: Final = r"[A-Za-z_][A-Za-z0-9_/.@\-]{0,80}"
-_RATE: Final = r"(?:steps?|its?|iters?|iterations?|tok(?:en)?s?)/s(?:ec)?|s(?:ec)?/it(?:er)?"  # ('427 tok/s': tokens)
+_RATE: Final = r"(?:steps?|its?|iters?|iterations?|tok(?:en)?s?|words?)/s(?:ec)?|s(?:ec)?/it(?:er)?"  # words: tokens
 _PAIR: Final = re.compile(
     # a speed printed after its value: `6.75 steps/sec`, `1.16it/s`, `113.21s/it`
     r"(?<![A-Za-z0-9_.])(?P<rval>" + NUMBER + r")[ \t]?(?P<rate>" + _RATE + r")(?![A-Za-z])"
@@ -81,7 +82,7 @@ _PAIR: Final = re.compile(
     r"(?:[A-Za-z0-9]+[ \t]+(?=[A-Za-z_][A-Za-z0-9_]*[ \t]*:))?)?" + _KEY + r")(?:[ \t]*[:=][ \t]*|[ \t]+)"
     # the unit may stand one blank after the number ('time: 644.64 ms', Karpathy's llm.c-style logs)
     # or a magnitude suffix as nanotron's ``human_format`` prints it ('consumed_tokens: 1.31M', 'K' 'M' 'B' 'T')
-    r"(?P<val>" + NUMBER + r")(?:[ \t]?(?P<unit>" + _UNIT + r"(?:/it(?:er)?)?)|(?P<mag>[KMBT]))?(?![A-Za-z0-9_.])"
+    r"(?P<val>" + NUMBER + r")(?:[ \t]?(?P<unit>" + _UNIT + r"(?:/it(?:er)?)?)(?!/)|(?P<mag>[KMBT]))?(?![A-Za-z0-9_.])"
 )
 """One ``key: number``, ``key=number``, ``key number`` or ``'key': number`` pair, with an optional unit;
 or a speed in steps (``R steps/sec``, ``R it/s``, ``T s/it``), read as a time per step (``T`` or ``1/R``
@@ -173,7 +174,7 @@ def line_pairs(text: str) -> list[tuple[str, float, str | None]]:
             speed = parse_number(m["rval"])
             if speed is not None and speed > 0 and math.isfinite(speed):
                 per_step = m["rate"].split("/")[0] in ("s", "sec")  # seconds per iteration, else a rate
-                tokens = m["rate"].startswith("tok")  # a token rate is the throughput, under its alias 'tok/s'
+                tokens = m["rate"].startswith(("tok", "word"))  # the throughput, under its alias 'tok/s'
                 out.append(("tok/s", speed, None) if tokens else (SPEED_KEY, speed if per_step else 1.0 / speed, "s"))
             continue
         if m["ukey"] is not None:  # the key names its unit: 'train_step_timing in s' is NeMo's own name
@@ -244,15 +245,6 @@ def propose(lines: Sequence[str], step_key: str | None = None) -> Proposal | Non
     return proposal
 
 
-_EVAL_NAME: Final = re.compile(r"^(?:eval|val|valid|validation)(?:_|$)", re.IGNORECASE)
-
-
-def _placeholder(name: str, values: list[float]) -> bool:
-    """An evaluation field that is exactly 0 on every line: no evaluation ran (SambaNova's
-    ``validation_average_loss:0.00000`` on every training line), a placeholder, not a series."""
-    return bool(_EVAL_NAME.match(name)) and len(values) > 1 and all(v == 0.0 for v in values)
-
-
 def line_names(pairs: Sequence[tuple[str, str | None]], units: dict[str, str]) -> list[tuple[str, str | None]]:
     """The ``(name, unit)`` each ``(key, unit)`` of one line is stored under, no two keys on one
     metric (:func:`~ingest.formats.aliases.keep_apart`: ``train_loss`` beside ``loss`` keeps its own
@@ -309,7 +301,8 @@ def stored_name(key: str, unit: str | None) -> tuple[str, str | None]:
 
 
 def _is_loss(key: str, unit: str | None) -> bool:
-    return "loss" in key and not re.search(r"\b(?:val|valid|validation|eval|test)\b", key)
+    named = "loss" in key or key in ("xent", "cross entropy")  # OpenNMT-py's 'xent': the cross-entropy loss
+    return named and not re.search(r"\b(?:val|valid|validation|eval|test)\b", key)
 
 
 def _is_grad_norm(key: str, unit: str | None) -> bool:
@@ -349,9 +342,10 @@ def _step_key(records: list[list[tuple[str, float, str | None]]]) -> str | None:
             if unit is None:
                 seen.setdefault(key, []).append(value)
                 position[key] = min(position.get(key, i), i)
-    fits = []
+    fits, helped = [], set()  # helped: counts only with its epoch's offset (a batch counter)
     for key, values in seen.items():
-        arr = np.asarray(values)
+        arr = np.asarray(counted := epoch_counted(records, key, values))
+        helped |= {key} if counted is not values else set()
         if arr.shape[0] * 2 < len(records) or not np.all(np.isfinite(arr)) or np.any(arr < 0):
             continue
         if not np.all(arr == np.round(arr)):
@@ -360,7 +354,8 @@ def _step_key(records: list[list[tuple[str, float, str | None]]]) -> str | None:
         if arr.shape[0] > 1 and (downs > max(2, arr.shape[0] // 10) or arr[-1] <= arr[0]):
             continue
         fits.append(key)
-    for name in STEP_NAMES:
+    # a counter that counts by itself first ('global_step' over a batch counter 'step')
+    for name in sorted(STEP_NAMES, key=lambda n: any(normalise_key(k) == normalise_key(n) for k in helped)):
         for key in fits:
             if normalise_key(key) == normalise_key(name):
                 return key
@@ -428,7 +423,9 @@ class GenericReader(Reader):
                 if step_line is not None:
                     pending.append(step_line)
                 line_no = more[-1][0] if more else line_no
-            epoch_steps(pending)
+            epoch_steps([x for x in pending if x.step != EVAL_STEP])
+            place_evals(pending)
+            pending = [x for x in pending if x.step != EVAL_STEP]
             _keep_recurring(pending, path, found, rows, builder)
             builder.mark_lines(1)
             base = builder.reserve(line_no)
@@ -439,7 +436,7 @@ class GenericReader(Reader):
             # markdown notes: the settings each pasted run states (what a sibling comparison checks)
             builder.stated_settings += [(base + n - 1, key, value) for n, key, value in marks.settings]
             for (name, unit), (steps, values, order) in rows.items():
-                if _placeholder(name, values):
+                if placeholder(name, values):
                     builder.meta.setdefault("placeholders_dropped", []).append(name)
                     continue
                 if name == SPEED_KEY + "_s":
@@ -505,13 +502,15 @@ def _read_line(line: str, line_no: int, path: Path, found: Proposal, builder: Lo
         seconds = to_seconds(pairs[0][1], pairs[0][2])
         if seconds is not None:  # placed (or counted) once the step lines are known
             return _StepLine(line_no, line, -1, [(TIMING_KEY, seconds, "s")])
+    if not steps and (evaluated := eval_pairs(line, line_pairs)):  # an evaluation of the step line above
+        return _StepLine(line_no, line, EVAL_STEP, evaluated)
     if not steps or not values:
         why = "no step counter" if values else "not a metric line"
         builder.skip(path, line_no, f"{why}: {line.strip()[:80]}")
         builder.account.text_line(str(path), line_no, line.split("\r")[-1], parsed=False)
         return None
     epochs = [v for k, v, _ in values if normalise_key(k) == "epoch" and math.isfinite(v) and v == int(v) and v >= 0]
-    of_n = step_of_n(step_keys, line) if epochs else None
+    of_n = (step_of_n(step_keys, rewrite(line)) or bar_total(line, int(steps[0]))) if epochs else None
     return _StepLine(line_no, line, int(steps[0]), values, int(epochs[0]) if epochs else None, of_n)
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Final
 
 from ingest.formats._common import LogBuilder, iter_whole_lines
+from ingest.formats.field_records import expand, meter_epoch, spelled_norms
 from ingest.formats.numbers import NUMBER
 
 EPOCH_OF_N: Final = re.compile(r"\b((?i:epoch))[ \t]*\[[ \t]*([0-9]+)[ \t]*/[ \t]*[0-9]+[ \t]*\]")
@@ -42,7 +43,9 @@ _KEY_COLON: Final = re.compile(r"(?<![A-Za-z0-9_])([A-Za-z][A-Za-z0-9_]*)(?=[ \t
 
 def rewrite(text: str) -> str:
     """``text`` with ``Epoch [E/N]`` as ``Epoch E``, one-item lists as their item, a loguru location
-    removed, and a split label (``EPOCH 3 VAL - Loss: x``) put before each key it labels."""
+    removed, a split label (``EPOCH 3 VAL - Loss: x``) put before each key it labels, and a `` : ``
+    field record's abbreviated names spelled out (:mod:`ingest.formats.field_records`)."""
+    text = meter_epoch(spelled_norms(expand(text)))
     if "|" in text:
         text = LOGURU_LOCATION.sub("| ", text)
     label = SPLIT_LABEL.search(text)

@@ -1,0 +1,66 @@
+"""Evaluation lines without a step counter, for the generic reader (:mod:`ingest.formats.generic`;
+round 14, issue #31).
+
+A line whose message starts with an evaluation label (``Validation - loss=0.41 ppl=1.5``, ``TEST -
+Generator loss: 0.049, Discriminator loss: 0.016, PESQ: 2.49``, ``Eval: loss 2.3``) and carries pairs
+but no step is the evaluation of the step line printed before it (an epoch's test after its last
+training line): its values are stored at that line's step, each named ``val_`` (its loss is
+``val_loss``). A running best on it (``best_loss=inf`` before the first evaluation) is no measurement
+and is dropped. A GAN's generator loss is its loss (the training lines print it as ``loss`` beside a
+``disc_loss``) and its discriminator loss ``disc_loss``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from typing import Final, Protocol
+
+EVAL_STEP: Final = -2
+"""The step an evaluation line holds until :func:`place_evals` gives it the step line's above it."""
+_LABEL: Final = re.compile(
+    r"^[ \t]*(?:[A-Z]+:[A-Za-z0-9_.]*:|\[[^\]\n]*\][ \t]*|[0-9:,. \t-]+(?=[A-Za-z]))*[ \t]*"
+    r"(?i:validation|valid|val|evaluation|eval|test)[ \t]*(?:-|:|\|)[ \t]*(?P<rest>.*)$"
+)
+_GAN: Final = {"generator loss": "loss", "g loss": "loss", "discriminator loss": "disc_loss", "d loss": "disc_loss"}
+_GAN_KEY: Final = re.compile(r"\b(?i:(generator|discriminator|g|d))[ \t]+(?=(?i:loss)\b)")
+_EVAL_NAME: Final = re.compile(r"^(?:eval|val|valid|validation)(?:_|$)", re.IGNORECASE)
+
+Pairs = list[tuple[str, float, str | None]]
+
+
+class _Line(Protocol):
+    step: int
+
+
+def eval_pairs(line: str, pairs_of: Callable[[str], Pairs]) -> Pairs:
+    """The ``val_`` pairs of an evaluation line without a step (empty: no such line)."""
+    m = _LABEL.match(line.split("\r")[-1])
+    if m is None:
+        return []
+    out: Pairs = []
+    for key, value, unit in pairs_of(_GAN_KEY.sub(r"\1_", m["rest"])):
+        name = re.sub(r"[\s_\-]+", " ", key.strip().lower())
+        if name.startswith("best"):
+            continue
+        name = _GAN.get(name, name).replace(" ", "_")
+        out.append((f"val_{name}", value, unit))
+    return out
+
+
+def place_evals(lines: Sequence[_Line]) -> None:
+    """Give each evaluation line (step :data:`EVAL_STEP`) the step of the step line above it, in
+    place; one with none above it keeps :data:`EVAL_STEP` (the caller drops it)."""
+    last: int | None = None
+    for x in lines:
+        if x.step == EVAL_STEP:
+            if last is not None:
+                x.step = last
+        elif x.step >= 0:
+            last = x.step
+
+
+def placeholder(name: str, values: list[float]) -> bool:
+    """An evaluation field that is exactly 0 on every line: no evaluation ran (SambaNova's
+    ``validation_average_loss:0.00000`` on every training line), a placeholder, not a series."""
+    return bool(_EVAL_NAME.match(name)) and len(values) > 1 and all(v == 0.0 for v in values)
