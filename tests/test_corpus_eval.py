@@ -56,7 +56,8 @@ BATCH_FLOORS: dict[str, tuple[int, float, int, int, int, float]] = {
     "batch_11": (0, 17 / 19, 2, 0, 0, 0.95),
     # batch 12 measured held out at 03:12 UTC on 6a1da2b (44 faults on 27 logs, 0 / 16, precision 0.621), then
     # tuned on (imp13a/b/c, det13): its floors are the tuned figures
-    "batch_12": (17, 10 / 16, 0, 1, 0, 0.88),  # 0.886 (263 / 297); 17 faults on 10 logs (4 refused)
+    # imp14b: 13 faults on 6 logs (3 refused), 12 / 16, 0.897 (306 / 341): sweep CSV, epoch axis, YOLO lr
+    "batch_12": (13, 12 / 16, 0, 1, 0, 0.89),  # 0.886 (263 / 297); 17 faults on 10 logs (4 refused) before
 }
 
 
