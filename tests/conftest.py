@@ -36,6 +36,7 @@ TIERS: dict[str, str] = {
         (
             "abandoned_attempts",
             "round12_imports",
+            "formats_table_roles",
             "metrics_files_round12",
             "round12_layouts",
             "round12_consoles",

@@ -103,6 +103,10 @@ def _samples() -> dict[str, Sample]:
             "run-train-tag-loss.csv",
             _lines(["Wall time,Step,Value"] + [f"{1.7e9 + s:.1f},{10 * s},{3 - 0.1 * s:.4f}" for s in steps]),
         ),
+        "scalar_json": _file(
+            "run-train-tag-loss.json",
+            json.dumps([[1.7e9 + s, 10 * s, round(3 - 0.1 * s, 4)] for s in steps]) + "\n",
+        ),
         "wandb_csv": _file(
             "wandb_export.csv",
             _lines(
@@ -116,6 +120,12 @@ def _samples() -> dict[str, Sample]:
                 ["epoch,step,train_loss_epoch,train_loss_step,val_loss"]
                 + [f"0,{50 * s - 1},,{4.0 - s / 100:.3f}," for s in steps]
                 + ["0,399,,,3.5", "0,399,3.9,,"]
+            ),
+        ),
+        "csv_sweep": _file(
+            "learning_rate_loss.csv",
+            _lines(
+                ["learning_rate_0.01,learning_rate_0.1"] + [f"{3 - 0.1 * s:.4f},{3.2 - 0.1 * s:.4f}" for s in steps]
             ),
         ),
         "deepspeed_csv": Sample(

@@ -11,7 +11,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from ingest.errors import StabScopeError
 from ingest.formats import detect, read_log
 
 
@@ -107,7 +106,7 @@ def test_tensorboard_csv_download(tmp_path: Path) -> None:
     assert parsed.table["wall_time"][0].as_py() == 1700000000.5
 
 
-def test_wandb_panel_export_keeps_min_max(tmp_path: Path) -> None:
+def test_wandb_panel_export_skips_min_max(tmp_path: Path) -> None:
     path = tmp_path / "wandb_export.csv"
     path.write_text(
         '"Step","run-7 - train/loss","run-7 - train/loss__MIN","run-7 - train/loss__MAX"\n'
@@ -115,14 +114,22 @@ def test_wandb_panel_export_keeps_min_max(tmp_path: Path) -> None:
     )
     assert detect([path])[0][0] == "wandb_csv"
     parsed = read_log([path])
-    assert parsed.metrics == ["loss", "loss__max", "loss__min"]
-    assert _value(parsed, "loss__max", 100) == 3.75
-    assert _value(parsed, "loss__min", 200) == 1.5
+    assert parsed.metrics == ["loss"]  # __MIN/__MAX: the range of the points W&B bucketed, not metrics
+    assert _value(parsed, "loss", 200) == 2.0
     assert parsed.meta["wandb_run"] == "run-7"
+
+
+def test_wandb_panel_export_of_several_runs_is_one_run_per_name(tmp_path: Path) -> None:
     two = tmp_path / "two.csv"
-    two.write_text("Step,a - loss,b - loss\n1,2,3\n")
-    with pytest.raises(StabScopeError, match="2 runs"):
-        read_log([two])
+    two.write_text(
+        "Step,b-run - train/loss,b-run - train/loss__MIN,b-run - train/loss__MAX,a-run - train/loss\n"
+        "1,2,1.5,2.5,3\n2,1.5,1,2,\n3,,,,2.5\n"
+    )
+    parsed = read_log([two])
+    runs = [parsed, *parsed.segments]
+    assert [r.meta["wandb_run"] for r in runs] == ["b-run", "a-run"]  # column order
+    assert [r.metrics for r in runs] == [["loss"], ["loss"]]
+    assert runs[0].series("loss")[0].tolist() == [1, 2] and runs[1].series("loss")[1].tolist() == [3.0, 2.5]
 
 
 def test_lightning_sparse_rows(tmp_path: Path) -> None:

@@ -21,6 +21,7 @@ from ingest.errors import StabScopeError
 from ingest.formats._common import TABLE_SCHEMA, ParsedLog, Progress
 from ingest.formats.base import Reader
 from ingest.formats.composer import ComposerReader
+from ingest.formats.csv_sweep import SweepCsvReader
 from ingest.formats.csv_wide import WideCsvReader
 from ingest.formats.deepspeed_csv import DeepSpeedCsvReader
 from ingest.formats.deepspeed_stdout import DeepSpeedStdoutReader
@@ -50,6 +51,7 @@ from ingest.formats.openmmlab import OpenMMLabReader
 from ingest.formats.parquet import ParquetReader
 from ingest.formats.raw_text import clean_text, looks_binary, read_head
 from ingest.formats.rl_console import VerlConsoleReader
+from ingest.formats.scalar_json import ScalarJsonReader
 from ingest.formats.tensorboard import TensorBoardReader
 from ingest.formats.tensorboard_csv import TensorBoardCsvReader
 from ingest.formats.textlog import TextLogReader
@@ -75,8 +77,10 @@ FORMATS: Final[dict[str, Reader]] = {
     for r in (
         WideCsvReader(),
         TensorBoardCsvReader(),
+        ScalarJsonReader(),
         WandbCsvReader(),
         LightningCsvReader(),
+        SweepCsvReader(),
         DeepSpeedCsvReader(),
         JsonlReader(),
         WandbHistoryReader(),

@@ -22,9 +22,10 @@ import pyarrow.json as pajson
 
 from ingest.errors import StabScopeError
 from ingest.formats._common import MAX_SKIPPED_EXAMPLES, LogBuilder
-from ingest.formats.aliases import KeyMap
+from ingest.formats.aliases import KeyMap, sanitise_name
 from ingest.formats.numbers import parse_numbers
 from ingest.formats.raw_text import open_error
+from ingest.formats.table_axes import group_lr_columns, is_axis_counter, run_lr_group
 from stab_core.metrics import RUN_RANK
 
 pc: Any = _pc  # pyarrow-stubs overloads reject valid calls on generic arrays
@@ -121,6 +122,7 @@ def add_wide(
     keymap: KeyMap | None = None,
     where: tuple[Path, int] | None = None,
     text_cells_are_errors: bool = False,
+    counters_are_axes: bool = True,
 ) -> None:
     """Append every metric column of a wide ``table`` (one row per logged step) in row order.
 
@@ -154,7 +156,10 @@ def add_wide(
     any_bad = bool(bad.any())
     every_row_valued = False  # a dense column gives every row a value: no per-row bookkeeping
     valued = np.zeros(n, dtype=bool)
-    skip = {step_col, rank_col, wall_col, *ignore}
+    axes = [c for c in table.column_names if counters_are_axes and is_axis_counter(c)]  # ingest.formats.table_axes
+    skip = {step_col, rank_col, wall_col, *ignore, *axes}
+    groups = group_lr_columns(table.column_names)
+    run_lr = run_lr_group(groups, *zip(*(to_float(table[c]) for c in groups), strict=True)) if groups else None
     for name in table.column_names:
         if name in skip:
             continue
@@ -182,6 +187,8 @@ def add_wide(
                 continue
             metric, unit = mapped
             canonical = True
+        if name in groups:  # one param group is the run's lr, the others keep their own names
+            metric, unit, canonical = ("lr" if name == run_lr else sanitise_name(name)), None, True
         if dense:  # every row logged this metric: share the step/rank/wall arrays, no copies
             every_row_valued = True
             builder.add(

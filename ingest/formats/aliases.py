@@ -235,6 +235,19 @@ MEMORY_UNITS: Final[dict[str, float]] = {
 """Factor to GiB (the canonical 'GB' is GiB as torch reports it)."""
 
 _UNIT_IN_KEY: Final = re.compile(r"^(?P<base>.*?)\s*\((?P<unit>[A-Za-zµ%]+)\)\s*$")
+_MEMORY_WORDS: Final = re.compile(r"mem|byte|alloc|reserv|cache|vram|\bram\b|rss")
+
+
+def _is_unit(m: re.Match[str]) -> bool:
+    """Whether a key's bracketed suffix is a unit: a time, memory or ``%`` unit, the bare letter ``B``
+    (bytes) only on a name that speaks of memory; elsewhere ``(B)`` is a label (Ultralytics'
+    ``metrics/mAP50(B)``: box), and scaling a precision as bytes would invent its values."""
+    unit = m["unit"]
+    if unit == "b":
+        return bool(_MEMORY_WORDS.search(m["base"]))
+    return unit in TIME_UNITS or unit in MEMORY_UNITS or unit == "%"
+
+
 _INVALID_CHARS: Final = re.compile(r"[^A-Za-z0-9_./:@%+\-]+")
 
 
@@ -309,7 +322,7 @@ def canonical_name(raw: str) -> tuple[str, str | None]:
         return _KEY_UNITS[key]
     unit: str | None = None
     m = _UNIT_IN_KEY.match(key)
-    if m and (m["unit"] in TIME_UNITS or m["unit"] in MEMORY_UNITS or m["unit"] == "%"):
+    if m and _is_unit(m):
         key, unit = m["base"], m["unit"]
     if key in ALIASES:
         return ALIASES[key], unit
@@ -336,7 +349,7 @@ def own_name(raw: str) -> tuple[str, str | None]:
     if key in _KEY_UNITS:
         return _KEY_UNITS[key]
     m = _UNIT_IN_KEY.match(key)
-    if m and (m["unit"] in TIME_UNITS or m["unit"] in MEMORY_UNITS or m["unit"] == "%"):
+    if m and _is_unit(m):
         return sanitise_name(re.sub(r"\s*\([^()]*\)\s*$", "", raw.strip())), m["unit"]
     return sanitise_name(raw), None
 

@@ -72,6 +72,9 @@ def read_jsonl(
                 ignore=[c for c in table.column_names if c in ignore or c in step_candidates],
                 keymap=keymap,
                 where=(path, line),
+                # a JSON record's epoch is kept: LLaMA-Factory's end-of-training line holds only the
+                # epoch, and its step says the run went on past the last loss row
+                counters_are_axes=False,
             )
 
 

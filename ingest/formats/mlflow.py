@@ -1,6 +1,7 @@
 """MLflow file store: ``mlruns/<experiment id>/<run id>/metrics/<key>`` with one line per logged point,
 ``<timestamp ms> <value> <step>`` (keys with ``/`` are nested folders). Accepts the run folder, its
-``metrics`` folder, or an experiment/``mlruns`` folder that holds exactly one run. ``params/`` (one
+``metrics`` folder, an experiment/``mlruns`` folder that holds exactly one run, or one metric file on
+its own (its key is its path below ``metrics/``, else its name). ``params/`` (one
 file per parameter) and the run name from ``meta.yaml`` go to ``meta``."""
 
 from __future__ import annotations
@@ -51,7 +52,8 @@ class MlflowReader(Reader):
 
     def sniff(self, head: bytes, path: Path) -> float:
         if not path.is_dir():
-            return 0.0
+            # one metric file on its own (``metrics/loss``): its name is the metric's
+            return 0.8 if path.is_file() and _looks_like_metric_file(path) and _ms_stamp(head) else 0.0
         runs = run_folders(path)
         for run in runs[:3]:
             files = [f for f in (run / "metrics").rglob("*") if f.is_file()]
@@ -60,6 +62,11 @@ class MlflowReader(Reader):
         return 0.0
 
     def fill(self, paths: Sequence[Path], builder: LogBuilder) -> None:
+        if all(p.is_file() for p in paths):
+            for stream, f in enumerate(paths):
+                builder.source(f)
+                _read_metric(f, _file_key(f), stream, builder)
+            return
         runs = [r for p in paths for r in run_folders(p)]
         if not runs:
             raise StabScopeError("expected an MLflow run folder (with a metrics/ folder)", path=str(paths[0]))
@@ -75,6 +82,21 @@ class MlflowReader(Reader):
             builder.source(f)
             key = f.relative_to(metrics_dir).as_posix()
             _read_metric(f, key, stream, builder)
+
+
+def _ms_stamp(head: bytes) -> bool:
+    """Whether the first line opens with a time stamp in milliseconds since the epoch (13 digits)."""
+    first = head.split(b"\n", 1)[0].split()
+    return bool(first) and first[0].isdigit() and len(first[0]) == 13
+
+
+def _file_key(path: Path) -> str:
+    """A lone metric file's key: its path below the run's ``metrics`` folder (``train/loss``), else its name."""
+    parts = path.parts
+    if "metrics" in parts[:-1]:
+        at = len(parts) - 1 - parts[::-1].index("metrics")
+        return "/".join(parts[at + 1 :])
+    return path.name
 
 
 def _read_metric(path: Path, key: str, stream: int, builder: LogBuilder) -> None:

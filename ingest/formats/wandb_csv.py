@@ -1,7 +1,7 @@
 """W&B panel export (CSV): an x column (``Step``, ``_step``, ``trainer/global_step`` ...) and, per
 run, ``<run> - <metric>`` with its ``<run> - <metric>__MIN`` / ``__MAX`` companions (the range of
-the points W&B bucketed together). The companions are kept as ``<metric>__min`` / ``<metric>__max``.
-One run per import: an export that holds several runs is refused with their names."""
+the points W&B bucketed together). The companions are no metrics (a bucket's range, not a logged
+value) and are skipped. An export of several runs gives one run per run name, in column order."""
 
 from __future__ import annotations
 
@@ -10,10 +10,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ingest.errors import StabScopeError
-from ingest.formats._common import LogBuilder
+from ingest.formats._common import LogBuilder, ParsedLog, Progress
 from ingest.formats._tabular import STEP_COLUMNS, add_wide, csv_header, find_column, iter_csv
 from ingest.formats.aliases import canonical_name
 from ingest.formats.base import Reader
+from ingest.formats.raw_text import read_head
 
 _COLUMN = re.compile(r"^(?P<run>.+?) - (?P<metric>.+?)(?P<agg>__MIN|__MAX)?$")
 
@@ -42,29 +43,47 @@ class WandbCsvReader(Reader):
             return 0.0
         return 0.95 if len(matched) == len(others) else 0.55
 
+    def read(self, paths: Sequence[Path], progress: Progress | None = None) -> ParsedLog:
+        """One run per run name the columns carry (the first is the run, the others its further runs,
+        in column order)."""
+        files = [f for p in paths for f in self.expand(Path(p))]
+        names = list(dict.fromkeys(s[0] for f in files for c in csv_header(read_head(f)) or [] if (s := _split(c))))
+        if len(names) < 2:
+            return super().read(paths, progress)
+        logs = []
+        for run in names:
+            builder = LogBuilder(files, progress)
+            self._fill_run(files, builder, run)
+            if builder.row_count:
+                builder.account_records()
+                logs.append(builder.finish(self.name))
+        if not logs:
+            return super().read(paths, progress)
+        logs[0].segments = [*logs[0].segments, *logs[1:]]
+        return logs[0]
+
     def fill(self, paths: Sequence[Path], builder: LogBuilder) -> None:
+        self._fill_run(paths, builder, None)
+
+    def _fill_run(self, paths: Sequence[Path], builder: LogBuilder, run: str | None) -> None:
+        """Add the columns of ``run`` (None: the only run the export holds); the ``__MIN``/``__MAX``
+        companions are the range of the points W&B bucketed into one, not metrics, and are skipped."""
         for stream, path in enumerate(paths):
             builder.source(path)
             for table, line in iter_csv(path, builder):
                 step_col = find_column(table.column_names, STEP_COLUMNS)
                 if step_col is None:
                     raise StabScopeError("expected a 'Step' column", path=str(path), line=1)
-                runs = sorted({s[0] for c in table.column_names if (s := _split(c))})
-                if len(runs) > 1:
-                    raise StabScopeError(
-                        f"the export holds {len(runs)} runs ({', '.join(runs[:5])}); "
-                        "export one run per file to import it",
-                        path=str(path),
-                        line=1,
-                    )
-                builder.meta.setdefault("wandb_run", runs[0] if runs else None)
+                names = {s[0] for c in table.column_names if (s := _split(c))}
+                builder.meta["wandb_run"] = run if run is not None else (min(names) if names else None)
 
                 def keymap(column: str) -> tuple[str, str | None] | None:
                     parts = _split(column)
                     if parts is None:
                         return canonical_name(column)
-                    name, unit = canonical_name(parts[1])
-                    return (name + ("__" + parts[2][2:] if parts[2] else ""), unit)
+                    if parts[2] or (run is not None and parts[0] != run):
+                        return None
+                    return canonical_name(parts[1])
 
                 add_wide(
                     builder,

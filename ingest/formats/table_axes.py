@@ -1,0 +1,84 @@
+"""Roles of a table's columns that are not plain metrics (CSV, JSON Lines, Parquet tables).
+
+- **Axis counters.** A column that counts epochs or steps (``epoch``, ``step``, ``global_step``,
+  ``iteration`` ...) is an axis of the run, never a metric: beside the step column it chose, a table's
+  other counter (Lightning's and YOLO's ``epoch``, Keras' ``epoch`` next to ``step``) is no series to
+  draw or to find spikes in. So are W&B's own clocks (``_runtime``: seconds since the start;
+  ``_timestamp``: the wall clock) in its run-history export: the time axis, not a training quantity.
+- **Param-group learning rates.** A table holding two or more learning rates of numbered optimizer
+  param groups and no plain ``lr`` (Ultralytics' ``lr/pg0, lr/pg1, lr/pg2``; an LR monitor's
+  ``lr-SGD/pg1, lr-SGD/pg2``) stores one of them as the run's ``lr``: the group whose values the most
+  other groups share row for row (the schedule most parameter classes follow: YOLO's weight groups
+  share one, its bias group warms up from its own value); with no agreement, the lowest-numbered
+  group. The others keep their own names.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Final
+
+import numpy as np
+import numpy.typing as npt
+
+AXIS_COUNTERS: Final = frozenset(
+    {
+        "epoch",
+        "epochs",
+        "train/epoch",
+        "trainer/epoch",
+        "step",
+        "steps",
+        "_step",
+        "global_step",
+        "trainer/global_step",
+        "train/global_step",
+        "iteration",
+        "iterations",
+        "iter",
+        "_runtime",
+        "_timestamp",
+    }
+)
+"""Column names (compared stripped and lower-cased) that count epochs or steps, or W&B's clocks: axes,
+never metrics."""
+
+_PLAIN_LR: Final = frozenset({"lr", "learning_rate", "learning rate", "train/lr", "train/learning_rate"})
+_GROUP_LR: Final = re.compile(
+    r"^(?:lr|learning_rate)(?:[-_/ ][A-Za-z]\w*)?[-_/ ](?:pg|group|param_group)_?(?P<n>\d+)$", re.IGNORECASE
+)
+
+
+def is_axis_counter(column: str) -> bool:
+    """Whether ``column`` names an epoch or step counter or a W&B clock (an axis, not a metric)."""
+    return column.strip().lower() in AXIS_COUNTERS
+
+
+def group_lr_columns(columns: Sequence[str]) -> list[str]:
+    """The param-group learning-rate columns of a table, by group number; empty unless there are two
+    or more and no plain ``lr`` column."""
+    if any(c.strip().lower() in _PLAIN_LR for c in columns):
+        return []
+    found = [(int(m["n"]), c) for c in columns if (m := _GROUP_LR.match(c.strip()))]
+    return [c for _, c in sorted(found)] if len(found) >= 2 else []
+
+
+def run_lr_group(
+    columns: Sequence[str], values: Sequence[npt.NDArray[np.float64]], present: Sequence[npt.NDArray[np.bool_]]
+) -> str | None:
+    """Which of the param-group ``columns`` (from :func:`group_lr_columns`, their ``values`` and
+    ``present`` masks row by row) is the run's ``lr``: the one the most other groups agree with on
+    every row both logged, ties to the lowest group number; None for no columns."""
+    if not columns:
+        return None
+    best, best_count = columns[0], -1
+    for i, column in enumerate(columns):
+        count = 0
+        for j in range(len(columns)):
+            both = present[i] & present[j]
+            if j != i and both.any() and np.allclose(values[i][both], values[j][both], rtol=1e-9, equal_nan=True):
+                count += 1
+        if count > best_count:
+            best, best_count = column, count
+    return best
