@@ -5,12 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ingest.formats import detect, read_log
-
-
-def _write(tmp_path: Path, name: str, lines: list[str]) -> Path:
-    path = tmp_path / name
-    path.write_text("\n".join(lines) + "\n")
-    return path
+from tests.log_text import write_lines
 
 
 def _mmengine(epochs: int = 2, per_epoch: int = 400) -> list[str]:
@@ -35,7 +30,7 @@ def _mmengine(epochs: int = 2, per_epoch: int = 400) -> list[str]:
 
 
 def test_mmengine_epoch_console_steps_by_iteration_with_parts_and_eval(tmp_path: Path) -> None:
-    path = _write(tmp_path, "20261206_050001.log", _mmengine())
+    path = write_lines(tmp_path, "20261206_050001.log", _mmengine())
     assert detect([path])[0][0] == "openmmlab"
     log = read_log([path])
     steps, loss = log.series("loss")
@@ -59,7 +54,7 @@ def test_mmcv_iter_console_and_its_tab_separated_pairs(tmp_path: Path) -> None:
         if it % 1000 == 0:
             lines.append(f"2026-12-06 05:40:00,000 - mmseg - INFO - Saving checkpoint at {it} iterations")
             lines.append("2026-12-06 05:42:00,000 - mmseg - INFO - Iter(val) [500]\taAcc: 0.9100, mIoU: 0.4100")
-    path = _write(tmp_path, "train.log", lines)
+    path = write_lines(tmp_path, "train.log", lines)
     log = read_log([path])
     assert log.format == "openmmlab"
     steps, loss = log.series("loss")
@@ -71,7 +66,7 @@ def test_mmcv_iter_console_and_its_tab_separated_pairs(tmp_path: Path) -> None:
 def test_a_bare_epoch_counter_is_not_the_runner_line(tmp_path: Path) -> None:
     # the PyTorch tutorials' console: the bracket is an epoch count, the step another field
     lines = [f"Epoch [1/5], Step [{s * 100}/600], Loss: {2 - s / 10:.4f}" for s in range(1, 7)]
-    path = _write(tmp_path, "tutorial.txt", lines)
+    path = write_lines(tmp_path, "tutorial.txt", lines)
     assert "openmmlab" not in dict(detect([path]))
 
 
@@ -89,7 +84,7 @@ def test_detectron2_total_loss_is_the_loss_and_time_the_step_time(tmp_path: Path
         lines.append(_d2_line(it, 3 - it / 1000))
         if it == 499:
             lines.append("[12/06 05:30:00 fvcore.common.checkpoint]: Saving checkpoint to ./output/model_0000499.pth")
-    path = _write(tmp_path, "log.txt", lines)
+    path = write_lines(tmp_path, "log.txt", lines)
     assert detect([path])[0][0] == "detectron2"
     log = read_log([path])
     steps, loss = log.series("loss")
@@ -118,7 +113,7 @@ def test_timm_console_steps_over_epochs_and_reads_the_eval_means(tmp_path: Path)
             for b in (0, 50, 97)
         ]
         lines.append("Current checkpoints:")
-    path = _write(tmp_path, "train.log", lines)
+    path = write_lines(tmp_path, "train.log", lines)
     assert detect([path])[0][0] == "timm_console"
     log = read_log([path])
     steps, loss = log.series("loss")
@@ -146,7 +141,7 @@ def test_keras3_console_with_its_colour_codes_and_its_redraws_on_lines(tmp_path:
         )
         if e % 10 == 0:
             lines.append(f"Epoch {e}: val_loss improved from 0.5 to 0.4, saving model to best.keras")
-    path = _write(tmp_path, "fit.txt", lines)
+    path = write_lines(tmp_path, "fit.txt", lines)
     assert detect([path])[0][0] == "keras_console"
     log = read_log([path])
     steps, loss = log.series("loss")
@@ -161,7 +156,7 @@ def test_keras3_verbose_2_line(tmp_path: Path) -> None:
         for e in range(1, 6)
         for line in (f"Epoch {e}/5", f"1875/1875 - 5s - 3ms/step - accuracy: 0.9000 - loss: {1 / e:.4f}")
     ]
-    log = read_log([_write(tmp_path, "fit.txt", lines)])
+    log = read_log([write_lines(tmp_path, "fit.txt", lines)])
     assert log.format == "keras_console" and log.series("loss")[0].tolist() == [1, 2, 3, 4, 5]
 
 
@@ -180,7 +175,7 @@ def test_espnet_batches_of_an_epoch_on_one_axis_and_its_valid_results(tmp_path: 
             f" train_time=0.456, time=8 minutes and 5.1 seconds, total_count=1000, [valid] loss={80 / ep:.3f},"
             " acc=0.5, time=30.5 seconds, total_count=100, gpu_max_cached_mem_GB=10.5, [att_plot] time=5.1 seconds"
         )
-    path = _write(tmp_path, "train.log", lines)
+    path = write_lines(tmp_path, "train.log", lines)
     assert detect([path])[0][0] == "espnet"
     log = read_log([path])
     steps, loss = log.series("loss")
@@ -208,7 +203,7 @@ def test_icefall_loss_is_the_batch_loss_not_the_running_total(tmp_path: Path) ->
                     " simple_loss=0.45, over 123456.00 frames. "
                 )
         lines.append(f"2026-12-06 05:59:00,000 INFO [checkpoint.py:75] (0/4) Saving checkpoint to exp/epoch-{ep}.pt")
-    path = _write(tmp_path, "log-train-2026-12-06", lines)
+    path = write_lines(tmp_path, "log-train-2026-12-06", lines)
     assert detect([path])[0][0] == "icefall"
     log = read_log([path])
     steps, loss = log.series("loss")
@@ -238,7 +233,7 @@ def test_ultralytics_rows_by_their_header_and_loss_is_the_sum_of_parts(tmp_path:
             "                 Class     Images  Instances      Box(P          R      mAP50  mAP50-95): 100%|#| 1/1"
         )
         lines.append(f"                   all          4         17      0.601      0.801      0.{800 + e}      0.601")
-    path = _write(tmp_path, "train.log", lines)
+    path = write_lines(tmp_path, "train.log", lines)
     assert detect([path])[0][0] == "ultralytics"
     log = read_log([path])
     steps, loss = log.series("loss")

@@ -16,6 +16,7 @@ from ingest.formats.accounting import import_report
 from ingest.formats.field_roles import SETTINGS_KEY, moved_fields
 from ingest.formats.generic import line_pairs
 from ingest.formats.raw_text import LAUNCHER_LEAD
+from tests.log_text import write_lines
 
 
 def _series(parsed) -> dict[str, np.ndarray]:
@@ -23,12 +24,6 @@ def _series(parsed) -> dict[str, np.ndarray]:
     metrics = np.asarray(t.column("metric").to_pylist())
     values = t.column("value").to_numpy()
     return {m: values[metrics == m] for m in np.unique(metrics)}
-
-
-def _write(tmp_path: Path, name: str, lines: list[str]) -> Path:
-    path = tmp_path / name
-    path.write_text("\n".join(lines) + "\n")
-    return path
 
 
 def _ppo_console(n: int = 24) -> list[str]:
@@ -76,7 +71,7 @@ def test_a_key_number_pair_at_the_line_start_is_no_host(line: bytes, own: bytes)
 
 def test_a_ppo_console_of_step_key_lines_imports_with_its_mapping(tmp_path: Path) -> None:
     """Refused as 'format not recognised' before: 'Step: 1' was read as a host prefix."""
-    parsed = read_log([_write(tmp_path, "ppo.log", _ppo_console())])
+    parsed = read_log([write_lines(tmp_path, "ppo.log", _ppo_console())])
     assert parsed.format == "generic"
     assert parsed.meta["mapping"]["step"] == "Step" and parsed.meta["mapping"]["loss"] == "Loss"
     series = _series(parsed)
@@ -101,7 +96,7 @@ def test_a_rare_layout_keeps_only_known_keys(tmp_path: Path) -> None:
     lines.insert(10, "step 10 val_loss 2.95")
     lines.insert(18, "step 17 val_loss 2.90")
     lines.insert(5, "step 5 of the recipe: bake at 180 for 20 minutes")
-    parsed = read_log([_write(tmp_path, "eval.log", lines)])
+    parsed = read_log([write_lines(tmp_path, "eval.log", lines)])
     series = _series(parsed)
     assert series["val_loss"].tolist() == [2.95, 2.90]
     assert set(series) == {"loss", "lr", "val_loss"}
@@ -111,7 +106,7 @@ def test_a_timing_line_is_not_read_where_the_step_lines_time_themselves(tmp_path
     lines = []
     for i in range(1, 11):
         lines += [f"step {i} loss {3 - 0.01 * i:.3f} step_time {0.5 + 0.01 * i:.2f}s", f"eval took {9 + i:.1f}s"]
-    series = _series(read_log([_write(tmp_path, "timed.log", lines)]))
+    series = _series(read_log([write_lines(tmp_path, "timed.log", lines)]))
     assert series["step_time_s"][0] == pytest.approx(0.51)
 
 
@@ -120,7 +115,7 @@ def test_a_field_that_never_changes_is_a_setting_said_in_the_report(tmp_path: Pa
         f"step {i} loss {3 - 0.01 * i:.3f} loss_scale 65536 world_size 8 mem_budget_gb 40 tokens_seen {i * 4096}"
         for i in range(1, 21)
     ]
-    parsed = read_log([_write(tmp_path, "const.log", lines)])
+    parsed = read_log([write_lines(tmp_path, "const.log", lines)])
     series = _series(parsed)
     assert "world_size" not in series and "mem_budget_gb" not in series
     assert series["loss_scale"].shape[0] == 20  # canonical: a flat loss scale is a fact about training
@@ -157,7 +152,7 @@ def test_hf_eval_timing_is_no_series(tmp_path: Path) -> None:
                 f"{{'eval_loss': {2 - 0.1 * i:.3f}, 'eval_runtime': {10 + i}.2, 'eval_samples_per_second': 3.{i}, "
                 f"'eval_steps_per_second': 0.{i}, 'epoch': {i / 10}}}"
             )
-    parsed = read_log([_write(tmp_path, "hf.log", lines)])
+    parsed = read_log([write_lines(tmp_path, "hf.log", lines)])
     series = _series(parsed)
     assert "val_loss" in series and not any("runtime" in m or "per_second" in m for m in series)
     assert "eval_runtime" in import_report(parsed)["moved"]
@@ -193,7 +188,7 @@ def test_hf_eval_timing_is_no_series(tmp_path: Path) -> None:
     ],
 )
 def test_pair_and_unit_shapes(tmp_path: Path, lines: list[str], metric: str, first: float) -> None:
-    series = _series(read_log([_write(tmp_path, "shape.log", lines)]))
+    series = _series(read_log([write_lines(tmp_path, "shape.log", lines)]))
     assert series[metric][0] == pytest.approx(first)
     assert series["loss"].shape[0] == 20
 
@@ -204,7 +199,7 @@ def test_pair_and_unit_shapes(tmp_path: Path, lines: list[str], metric: str, fir
 )
 def test_host_prefixes_on_generic_lines(tmp_path: Path, prefix: str) -> None:
     lines = [f"{prefix}step {i} loss {3 - i * 0.01:.4f} grad_norm {1 + i * 0.01:.3f}" for i in range(1, 21)]
-    series = _series(read_log([_write(tmp_path, "prefixed.log", lines)]))
+    series = _series(read_log([write_lines(tmp_path, "prefixed.log", lines)]))
     assert series["loss"].shape[0] == 20 and series["grad_norm"][0] == pytest.approx(1.01)
 
 
@@ -216,7 +211,7 @@ def test_a_key_that_names_its_unit_is_a_step_time(tmp_path: Path, field: str, va
     """Before, 'train_step_timing in s: 0.41' was read as a metric named 's' and the bracketed unit's
     key was not read at all."""
     lines = [f"step {i} | loss: {3 - i * 0.01:.4f} | {field}{value + i * 0.0}" for i in range(1, 21)]
-    series = _series(read_log([_write(tmp_path, "timed.log", lines)]))
+    series = _series(read_log([write_lines(tmp_path, "timed.log", lines)]))
     assert set(series) == {"loss", "step_time_s"}
     assert series["step_time_s"][0] == pytest.approx(seconds)
     assert line_pairs(f"step 3 {field}{value}")[1][0] in ("elapsed time per iteration", "train_step_timing in s")

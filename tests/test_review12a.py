@@ -8,20 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from ingest.formats import read_log
-
-
-def _series(parsed) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    t = parsed.table
-    metrics = np.asarray(t.column("metric").to_pylist())
-    steps = t.column("step").to_numpy()
-    values = t.column("value").to_numpy()
-    return {m: (steps[metrics == m], values[metrics == m]) for m in np.unique(metrics)}
-
-
-def _write(tmp_path: Path, name: str, lines: list[str]) -> Path:
-    path = tmp_path / name
-    path.write_text("\n".join(lines) + "\n")
-    return path
+from tests.log_text import series_by_metric, write_lines
 
 
 def test_an_eval_line_at_a_logged_step_keeps_every_key(tmp_path: Path) -> None:
@@ -31,7 +18,7 @@ def test_an_eval_line_at_a_logged_step_keeps_every_key(tmp_path: Path) -> None:
         lines.append(f"step {s} | loss {3 - s / 1000:.3f} | lr 0.0001")
         if s in (500, 1000):
             lines.append(f"step {s} | val_loss 2.5 | val_ppl 12.1 | val_acc 0.41")
-    series = _series(read_log([_write(tmp_path, "train.log", lines)]))
+    series = series_by_metric(read_log([write_lines(tmp_path, "train.log", lines)]))
     assert {"val_loss", "val_ppl", "val_acc"} <= set(series)
     assert series["val_ppl"][0].tolist() == [500, 1000]
 
@@ -39,14 +26,14 @@ def test_an_eval_line_at_a_logged_step_keeps_every_key(tmp_path: Path) -> None:
 def test_a_seconds_clock_is_no_step_time(tmp_path: Path) -> None:
     """Review 12 item 8: ``seconds: 1.5 N`` (time since the start) was proposed as each step's time."""
     lines = [f"step {s} | loss {3 - s / 1000:.3f} | seconds: {s * 1.5:.1f}" for s in range(1, 201)]
-    parsed = read_log([_write(tmp_path, "train.log", lines)])
+    parsed = read_log([write_lines(tmp_path, "train.log", lines)])
     assert "step_time_s" not in parsed.meta.get("mapping", {})
     assert not parsed.meta.get("proposed_map")
 
 
 def test_a_per_step_seconds_key_is_still_the_step_time(tmp_path: Path) -> None:
     lines = [f"step {s} | loss {3 - s / 1000:.3f} | seconds: {1.5 + 0.1 * (s % 3):.2f}" for s in range(1, 201)]
-    parsed = read_log([_write(tmp_path, "train.log", lines)])
+    parsed = read_log([write_lines(tmp_path, "train.log", lines)])
     assert parsed.meta["proposed_map"] == {"seconds_s": "step_time_s"}
 
 
@@ -73,7 +60,7 @@ def test_a_golden_divergence_without_machine_metrics_is_kept(tmp_path: Path) -> 
     step 60 (a real divergence), ended its table at 59 with no non-finite row."""
     loss = [2.0] * 59 + ["nan"] * 41
     parsed = read_log([_golden(tmp_path, {"lm loss": loss, "num-zeros": list(loss)})])
-    steps, values = _series(parsed)["loss"]
+    steps, values = series_by_metric(parsed)["loss"]
     assert steps.max() == 100
     assert np.count_nonzero(~np.isfinite(values)) == 41
 
@@ -81,7 +68,7 @@ def test_a_golden_divergence_without_machine_metrics_is_kept(tmp_path: Path) -> 
 def test_golden_steps_nan_in_memory_too_are_unrecorded(tmp_path: Path) -> None:
     loss = [2.0] * 59 + ["nan"] * 41
     metrics = {"lm loss": loss, "num-zeros": list(loss), "mem-allocated-bytes": [1e9] * 59 + ["nan"] * 41}
-    steps, _ = _series(read_log([_golden(tmp_path, metrics)]))["loss"]
+    steps, _ = series_by_metric(read_log([_golden(tmp_path, metrics)]))["loss"]
     assert steps.max() == 59
 
 
@@ -137,17 +124,17 @@ def test_fractional_epochs_are_no_step_column(tmp_path: Path) -> None:
 
     rows = ["epoch,loss", *(f"{0.25 * i:.2f},{3 - 0.1 * i:.2f}" for i in range(1, 9))]
     with pytest.raises(StabScopeError, match="expected a step column"):
-        read_log([_write(tmp_path, "metrics.csv", rows)], format="csv_wide")
+        read_log([write_lines(tmp_path, "metrics.csv", rows)], format="csv_wide")
     whole = ["epoch,loss", *(f"{i},{3 - 0.1 * i:.2f}" for i in range(1, 9))]
-    assert _series(read_log([_write(tmp_path, "whole.csv", whole)], format="csv_wide"))["loss"][0].tolist() == [
-        *range(1, 9)
-    ]
+    assert series_by_metric(read_log([write_lines(tmp_path, "whole.csv", whole)], format="csv_wide"))["loss"][
+        0
+    ].tolist() == [*range(1, 9)]
 
 
 def test_an_epoch_counter_logged_every_k_batches_has_the_epochs_length(tmp_path: Path) -> None:
     """Review 12 item 6(b): steps 0, 50 .. 950 of each 1000-batch epoch made a period of 951."""
     rows = ["epoch,step,loss", *(f"{e},{s},{3 - e * 0.1:.2f}" for e in range(3) for s in range(0, 1000, 50))]
-    steps, _ = _series(read_log([_write(tmp_path, "metrics.csv", rows)], format="csv_wide"))["loss"]
+    steps, _ = series_by_metric(read_log([write_lines(tmp_path, "metrics.csv", rows)], format="csv_wide"))["loss"]
     assert steps.tolist() == list(range(0, 3000, 50))
 
 
@@ -158,8 +145,8 @@ def test_an_eval_line_without_of_n_takes_its_epochs_global_step(tmp_path: Path) 
     for e in range(1, 4):
         lines += [f"Epoch {e} | Step {s}/100 | loss 2.0" for s in range(10, 101, 10)]
         lines.append(f"Epoch {e} | Step 100 | val_loss 2.1")
-    parsed = read_log([_write(tmp_path, "train.log", lines)])
-    series = _series(parsed)
+    parsed = read_log([write_lines(tmp_path, "train.log", lines)])
+    series = series_by_metric(parsed)
     assert series["val_loss"][0].tolist() == [100, 200, 300]
     assert series["loss"][0].tolist() == list(range(10, 301, 10))
     assert not [e for e in parsed.events if e.kind == "rollback"]

@@ -8,24 +8,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
-
 from ingest.formats import detect, read_log
 from ingest.formats.generic import line_pairs
-
-
-def _series(parsed) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    t = parsed.table
-    metrics = np.asarray(t.column("metric").to_pylist())
-    steps = t.column("step").to_numpy()
-    values = t.column("value").to_numpy()
-    return {m: (steps[metrics == m], values[metrics == m]) for m in np.unique(metrics)}
-
-
-def _write(tmp_path: Path, name: str, lines: list[str]) -> Path:
-    path = tmp_path / name
-    path.write_text("\n".join(lines) + "\n")
-    return path
+from tests.log_text import series_by_metric, write_lines
 
 
 def test_epoch_of_n_and_split_words_in_any_case() -> None:
@@ -46,8 +31,8 @@ def test_epoch_console_is_read_on_the_epoch_axis(tmp_path: Path) -> None:
     for e in range(1, 13):
         lines.append(f"Epoch [{e}/50], Train Loss: {1.0 / e:.4f}, Train L1 Loss: {2.0 / e:.4f}")
         lines.append(f"Epoch [{e}/50], Validation Loss: {1.5 / e:.4f}, Validation L1: {2.5 / e:.4f}")
-    parsed = read_log([_write(tmp_path, "out.md", lines)])
-    series = _series(parsed)
+    parsed = read_log([write_lines(tmp_path, "out.md", lines)])
+    series = series_by_metric(parsed)
     assert parsed.meta["mapping"]["step"] == "Epoch"
     assert list(series["loss"][0]) == list(range(1, 13))
     assert list(series["val_loss"][0]) == list(range(1, 13))
@@ -60,8 +45,8 @@ def test_step_restarting_each_epoch_is_a_global_step(tmp_path: Path) -> None:
         for s in range(100, 600, 100):
             lines.append(f"INFO:root:Epoch {e}, Step {s}, loss: {0.5 - 0.01 * e:.4f}, disc_loss: 0.1, PESQ: 2.0")
         lines.append("INFO:root:TEST - Generator loss: 0.0490, Discriminator loss: 0.0164, PESQ: 2.4854")
-    parsed = read_log([_write(tmp_path, "train_log.txt", lines)])
-    steps = _series(parsed)["loss"][0]
+    parsed = read_log([write_lines(tmp_path, "train_log.txt", lines)])
+    steps = series_by_metric(parsed)["loss"][0]
     # 100..500 per epoch, counted from 100 on a grid of 100: 500 batches an epoch
     assert list(steps) == [e * 500 + s for e in range(3) for s in range(100, 600, 100)]
     assert len(parsed.segments) <= 1
@@ -69,7 +54,7 @@ def test_step_restarting_each_epoch_is_a_global_step(tmp_path: Path) -> None:
 
 def test_wandb_summary_val_loss_is_no_llmc_console(tmp_path: Path) -> None:
     lines = ["# notes", "wandb: Run summary:", "wandb:          val loss 0.00734", "wandb: epoch 650"]
-    assert not any(name == "llmc_console" for name, _ in detect([_write(tmp_path, "notes.md", lines)]))
+    assert not any(name == "llmc_console" for name, _ in detect([write_lines(tmp_path, "notes.md", lines)]))
 
 
 def test_loguru_split_label_names_the_keys(tmp_path: Path) -> None:
@@ -88,7 +73,7 @@ def test_loguru_split_label_names_the_keys(tmp_path: Path) -> None:
         lines.append(
             f"2025-11-01 20:13:53 | INFO | on_train_epoch_end:383 | EPOCH {e} TRAIN - Loss: {6.0 / e:.4f}, F1: N/A"
         )
-    series = _series(read_log([_write(tmp_path, "training.log", lines)]))
+    series = series_by_metric(read_log([write_lines(tmp_path, "training.log", lines)]))
     assert list(series["loss"][0]) == list(range(1, 8)) and list(series["val_loss"][0]) == list(range(1, 8))
     assert not any("epoch_end" in name for name in series)
 
@@ -98,8 +83,8 @@ def test_split_record_step_line_then_value_lines(tmp_path: Path) -> None:
     for s in range(2000, 22000, 2000):
         lines += ["[2024-09-17 15:27:41]--------------------", f"Step: {s}", f"Loss: {0.08 + s * 1e-7:.6f}"]
     lines += ["Saving model..."]
-    parsed = read_log([_write(tmp_path, "log.txt", lines)])
-    steps, values = _series(parsed)["loss"]
+    parsed = read_log([write_lines(tmp_path, "log.txt", lines)])
+    steps, values = series_by_metric(parsed)["loss"]
     assert list(steps) == list(range(2000, 22000, 2000)) and abs(values[0] - 0.0802) < 1e-9
 
 
@@ -107,7 +92,7 @@ def test_a_named_step_that_fails_is_no_reason_for_the_epoch_axis(tmp_path: Path)
     # 'Step' restarts every epoch on most lines (2 lines an epoch): the epoch is no finer counter's stand-in
     lines = [f"INFO:root:Epoch {e}, Step {s}, loss: 0.5, disc_loss: 0.1" for e in range(12) for s in (500, 1000)]
     try:
-        parsed = read_log([_write(tmp_path, "train.err", lines)])
+        parsed = read_log([write_lines(tmp_path, "train.err", lines)])
     except Exception:  # refused: a wrong axis is worse than none
         return
     assert parsed.meta.get("mapping", {}).get("step") != "Epoch"

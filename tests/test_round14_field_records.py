@@ -11,14 +11,7 @@ import numpy as np
 
 from ingest.formats import read_log
 from ingest.formats.field_records import expand
-
-
-def _series(parsed) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    t = parsed.table
-    metrics = np.asarray(t.column("metric").to_pylist())
-    steps = t.column("step").to_numpy()
-    values = t.column("value").to_numpy()
-    return {m: (steps[metrics == m], values[metrics == m]) for m in np.unique(metrics)}
+from tests.log_text import series_by_metric
 
 
 def _field_console(updates: int = 40, every: int = 200) -> list[str]:
@@ -60,7 +53,7 @@ def test_field_record_console_reads_with_its_roles(tmp_path: Path) -> None:
     path = tmp_path / "train.log"
     path.write_text("\n".join(_field_console()) + "\n")
     parsed = read_log([path])
-    series = _series(parsed)
+    series = series_by_metric(parsed)
     assert parsed.meta["mapping"]["step"] == "step"
     steps, loss = series["loss"]
     assert list(steps) == list(range(200, 8001, 200))
@@ -86,12 +79,12 @@ def test_step_restarting_each_epoch_on_many_lines_counts_with_its_epoch(tmp_path
         for s in (400, 800):
             lines.append(f"{_bar(s - 1, 1000)}INFO:root:Epoch {e}, Step {s}, loss: {0.5 - e / 100:.4f}, disc_loss: 0.1")
     parsed = read_log([_file(tmp_path, "train.err", lines)])
-    steps, _ = _series(parsed)["loss"]
+    steps, _ = series_by_metric(parsed)["loss"]
     assert parsed.meta["mapping"]["step"] == "Step"
     assert list(steps[:4]) == [400, 800, 1400, 1800] and steps[-1] == 11 * 1000 + 800
     # without a bar: the epoch's length is read from the first epoch the log completes (800)
     plain = [line.split("INFO:root:")[1] for line in lines]
-    steps, _ = _series(read_log([_file(tmp_path, "plain.log", plain)]))["loss"]
+    steps, _ = series_by_metric(read_log([_file(tmp_path, "plain.log", plain)]))["loss"]
     assert list(steps[:4]) == [400, 800, 1200, 1600]
 
 
@@ -101,7 +94,7 @@ def test_evaluation_line_without_a_step_is_at_the_step_line_above(tmp_path: Path
         for s in (100, 200, 300):
             lines.append(f"INFO:root:Epoch {e}, Step {s}, loss: {0.2 - e / 100:.4f}, disc_loss: 0.05, PESQ: 1.9")
         lines.append(f"INFO:root:TEST - Generator loss: {0.1 - e / 100:.4f}, Discriminator loss: 0.02, PESQ: 2.4")
-    series = _series(read_log([_file(tmp_path, "train_log.txt", lines)]))
+    series = series_by_metric(read_log([_file(tmp_path, "train_log.txt", lines)]))
     assert list(series["val_loss"][0]) == [300, 600, 900, 1200]
     assert abs(series["val_loss"][1][0] - 0.1) < 1e-9
     assert "val_disc_loss" in series and "val_pesq" in series and "val_PESQ" not in series
@@ -116,7 +109,7 @@ def test_validation_after_epoch_lines_and_norms_between_bars(tmp_path: Path) -> 
         lines.append(f"Epoch {e} - {norms} loss={loss:.4e} ppl={np.exp(loss):.2f}")
         lines.append(f"Validation - loss={val:.4e} ppl={np.exp(val):.2f} best_loss={best} best_ppl={best}")
         best = f"{val:.4e}"
-    series = _series(read_log([_file(tmp_path, "notes.md", lines)]))
+    series = series_by_metric(read_log([_file(tmp_path, "notes.md", lines)]))
     assert list(series["loss"][0]) == list(range(1, 11))
     assert list(series["val_loss"][0]) == list(range(1, 11)) and abs(series["val_loss"][1][0] - 3.5) < 1e-9
     assert abs(series["grad_norm"][1][0] - 2e5) < 1e-3, sorted(series)
@@ -196,7 +189,7 @@ def test_custom_print_layouts_read_with_their_roles(tmp_path: Path) -> None:
         assert mapping["step"] == step, (name, mapping)
         for role, key in roles.items():
             assert mapping.get(role) == key, (name, role, mapping)
-        series = _series(parsed)
+        series = series_by_metric(parsed)
         main = series.get("loss") or series.get("perplexity") or series[next(iter(roles.values()))]
         assert len(main[0]) == 30 and main[0][0] == first and np.all(np.diff(main[0]) > 0), (name, main[0])
 
@@ -211,4 +204,4 @@ def test_a_global_counter_beside_a_batch_counter_is_the_step(tmp_path: Path) -> 
     ]
     parsed = read_log([_file(tmp_path, "train.log", lines)])
     assert parsed.meta["mapping"]["step"] == "global_step"
-    assert list(_series(parsed)["loss"][0][:5]) == [50, 100, 150, 200, 250]
+    assert list(series_by_metric(parsed)["loss"][0][:5]) == [50, 100, 150, 200, 250]
