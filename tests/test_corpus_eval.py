@@ -62,7 +62,8 @@ BATCH_FLOORS: dict[str, tuple[int, float, int, int, int, float]] = {
     # 0.9187 (305 / 332); 1 shown on healthy: the simple-nmt notes' grad norm (|g_param|) is now read and its
     # run-2 jump at epoch 96 (2.32x, a golden may_find blip) is called a spike (a severity call, not an import)
     # imp14b: 13 faults on 6 logs (3 refused), 12 / 16, 0.897 (306 / 341): sweep CSV, epoch axis, YOLO lr
-    "batch_12": (4, 13 / 16, 1, 1, 0, 0.89),  # provisional after merging imp14a + imp14b; 17 faults on 10 logs before
+    # merged imp14a + imp14b + det14 (main d4b342a): 0 faults, 15 / 16, 1 shown on healthy, 0.9255 (348 / 376)
+    "batch_12": (0, 15 / 16, 1, 1, 0, 0.92),
 }
 
 
