@@ -37,6 +37,7 @@ TIERS: dict[str, str] = {
             "abandoned_attempts",
             "round12_imports",
             "formats_table_roles",
+            "formats_csv_counters",
             "metrics_files_round12",
             "round12_layouts",
             "round12_consoles",

@@ -11,6 +11,13 @@ With no step column, an ``epoch`` column is the step axis (Keras ``CSVLogger``: 
 row per epoch). With both, a step column that restarts when the epoch grows counts batches within
 the epoch: the step is then global, ``(epoch - base) * period + step``
 (:class:`~ingest.formats.epoch_steps.EpochSteps`).
+
+Without a plain step column, a step-like counter (``total timesteps``, ``total/steps``: see
+:mod:`ingest.formats.csv_counters`) is the step; with no counter at all (a Keras history saved as
+``loss,val_loss``), a table of numbers is read one row per step, the 0-based row number the step.
+Columns that count the run (``total/epochs``, ``Progress``) are no metrics, an elapsed clock
+(``total/duration``) is ``elapsed_time_s``, and a total-loss column is proposed as ``loss`` when no
+column is the loss.
 """
 
 from __future__ import annotations
@@ -27,15 +34,25 @@ from ingest.formats._tabular import (
     STEP_COLUMNS,
     WALL_COLUMNS,
     add_wide,
+    csv_delimiter,
     csv_header,
     find_column,
     iter_csv,
     to_float,
 )
 from ingest.formats.base import Reader
+from ingest.formats.csv_counters import (
+    add_elapsed_clock,
+    is_elapsed_clock,
+    is_run_clock,
+    proposed_loss,
+    step_like_column,
+)
 from ingest.formats.epoch_steps import EpochSteps
 
 EVENT_COLUMN = "event"
+ROW_COLUMN = "__row__"
+"""The step column added to a table without one: its 0-based data-row number."""
 EPOCH_COLUMNS = ("epoch",)
 _PARAM_COUNT = re.compile(r"(?:num_?|n_|total_|trainable_)?param(?:eter)?s?(?:_count)?", re.IGNORECASE)
 """A column of the model's parameter count (``num_params``): a property of the model, not a metric."""
@@ -49,21 +66,29 @@ class WideCsvReader(Reader):
         header = csv_header(head)
         if not header or len(header) < 2:
             return 0.0
-        if (find_column(header, STEP_COLUMNS) or find_column(header, EPOCH_COLUMNS)) is None:
-            return 0.0
+        counter = find_column(header, STEP_COLUMNS) or step_like_column(header)
+        if (counter or find_column(header, EPOCH_COLUMNS)) is None:
+            return 0.4 if _numbers_only(head, header) else 0.0
         return 0.6 if EVENT_COLUMN in header or "rank" in header else 0.5
 
     def fill(self, paths: Sequence[Path], builder: LogBuilder) -> None:
         for path in paths:
             builder.source(path)
             epochs = EpochSteps()
+            rows = 0
             for table, line in iter_csv(path, builder, text_columns=(EVENT_COLUMN,)):
-                step_col = find_column(table.column_names, STEP_COLUMNS)
+                if loss := proposed_loss(table.column_names):
+                    builder.meta.setdefault("proposed_map", {}).update(loss)
+                step_col = find_column(table.column_names, STEP_COLUMNS) or step_like_column(table.column_names)
                 epoch_col = find_column(table.column_names, EPOCH_COLUMNS)
                 if step_col is None and epoch_col is not None and _whole(table, epoch_col):
                     step_col = epoch_col  # one row per epoch: the epoch is the step axis
                 elif step_col is not None and epoch_col is not None:
                     table = epochs.global_steps(table, step_col, epoch_col)
+                if step_col is None and epoch_col is None:  # no counter: one row per step
+                    table = table.append_column(ROW_COLUMN, pa.array(np.arange(rows, rows + table.num_rows)))
+                    step_col = ROW_COLUMN
+                rows += table.num_rows
                 if step_col is None:
                     from ingest.errors import StabScopeError
 
@@ -72,6 +97,9 @@ class WideCsvReader(Reader):
                         path=str(path),
                         line=1,
                     )
+                clock = next((c for c in table.column_names if is_elapsed_clock(c)), None)
+                if clock is not None:
+                    add_elapsed_clock(builder, table, step_col, clock)
                 event_col = EVENT_COLUMN if EVENT_COLUMN in table.column_names else None
                 if event_col is not None:
                     _events(builder, table, step_col, event_col)
@@ -83,11 +111,34 @@ class WideCsvReader(Reader):
                     wall_col=find_column(table.column_names, WALL_COLUMNS),
                     ignore=(
                         *((event_col,) if event_col else ()),
-                        *(c for c in table.column_names if _PARAM_COUNT.fullmatch(c)),
+                        *(c for c in table.column_names if _PARAM_COUNT.fullmatch(c) or is_run_clock(c)),
+                        *((clock,) if clock else ()),
                     ),
                     where=(path, line),
                     text_cells_are_errors=True,
                 )
+
+
+def _numbers_only(head: bytes, header: list[str]) -> bool:
+    """Whether a CSV without any counter column is a table of numbers: a header of names (none a
+    number, not a sweep's ``lr_0.1,lr_0.3``) over a first row whose every cell is a number or empty."""
+    from ingest.formats.csv_sweep import sweep_setting
+
+    if any(not c or _is_number(c) for c in header) or sweep_setting(header):
+        return False
+    lines = head.decode("utf-8-sig", errors="replace").splitlines()
+    if len(lines) < 2:
+        return False
+    cells = [c.strip() for c in lines[1].split(csv_delimiter(head))]
+    return len(cells) == len(header) and all(not c or _is_number(c) for c in cells) and any(cells)
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _whole(table: pa.Table, col: str) -> bool:

@@ -7,10 +7,10 @@
   ``_timestamp``: the wall clock) in its run-history export: the time axis, not a training quantity.
 - **Param-group learning rates.** A table holding two or more learning rates of numbered optimizer
   param groups and no plain ``lr`` (Ultralytics' ``lr/pg0, lr/pg1, lr/pg2``; an LR monitor's
-  ``lr-SGD/pg1, lr-SGD/pg2``) stores one of them as the run's ``lr``: the group whose values the most
-  other groups share row for row (the schedule most parameter classes follow: YOLO's weight groups
-  share one, its bias group warms up from its own value); with no agreement, the lowest-numbered
-  group. The others keep their own names.
+  ``lr-SGD/pg1, lr-SGD/pg2``; YOLOv5's ``x/lr0, x/lr1, x/lr2``: a numbered ``lrN``) stores one of
+  them as the run's ``lr``: the group whose values the most other groups share row for row (the
+  schedule most parameter classes follow: YOLO's weight groups share one, its bias group warms up
+  from its own value); with no agreement, the lowest-numbered group. The others keep their own names.
 """
 
 from __future__ import annotations
@@ -46,7 +46,8 @@ never metrics."""
 
 _PLAIN_LR: Final = frozenset({"lr", "learning_rate", "learning rate", "train/lr", "train/learning_rate"})
 _GROUP_LR: Final = re.compile(
-    r"^(?:lr|learning_rate)(?:[-_/ ][A-Za-z]\w*)?[-_/ ](?:pg|group|param_group)_?(?P<n>\d+)$", re.IGNORECASE
+    r"^(?:(?:lr|learning_rate)(?:[-_/ ][A-Za-z]\w*)?[-_/ ](?:pg|group|param_group)_?|(?:[A-Za-z]\w*/)?lr_?)(?P<n>\d+)$",
+    re.IGNORECASE,
 )
 
 
