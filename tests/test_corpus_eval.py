@@ -62,7 +62,8 @@ BATCH_FLOORS: dict[str, tuple[int, float, int, int, int, float]] = {
     # 0.9187 (305 / 332); 1 shown on healthy: the simple-nmt notes' grad norm (|g_param|) is now read and its
     # run-2 jump at epoch 96 (2.32x, a golden may_find blip) is called a spike (a severity call, not an import)
     # imp14b: 13 faults on 6 logs (3 refused), 12 / 16, 0.897 (306 / 341): sweep CSV, epoch axis, YOLO lr
-    "batch_12": (4, 13 / 16, 1, 1, 0, 0.89),  # provisional after merging imp14a + imp14b; 17 faults on 10 logs before
+    # det15: 0 broken (q_peft_grpo_c3a_lr8e5's golden no longer bans "recovered at": its own may_find recovers)
+    "batch_12": (4, 13 / 16, 1, 0, 0, 0.89),  # provisional after merging imp14a + imp14b; 17 faults on 10 logs before
     # batch 13 measured held out on d4b342a (35 faults on 18 logs, 1 / 12, 4 invented, 6 shown on healthy, 1 broken,
     # 0.598 = 107 / 179), then tuned on. det15: 0 invented, 1 shown on healthy, 0 broken, 0.745 (102 / 137): a
     # per-step loss's two-log jumps are its noise, a lone NaN grad norm beside a finite loss a skipped step
