@@ -38,6 +38,7 @@ from stab_core.recent_level import new_early_jumps, new_recent_level_jumps
 from stab_core.run_end_rises import cut_off_at_log_end, rise_corroborated, run_end_rises
 from stab_core.runview import FloatArray, IntArray, RunView, Series
 from stab_core.severity import EARLY_BLIP_SAMPLES, Certainty, classify, loss_cost, loss_left_band, sensitivity
+from stab_core.skipped_steps import skipped_steps
 from stab_core.snr import SnrCollapse, SnrSeries, detect_snr_collapse, gradient_snr
 from stab_core.spike_params import GRAD_NORM_SPIKE_PARAMS, LOSS_SPIKE_PARAMS, SpikeParams
 from stab_core.spikes import SpikeEvent, detect_spikes, event_at_step, link_grad_norm_lead, times
@@ -64,8 +65,7 @@ class AnalysisParams:
 
 
 def params_for(name: object) -> AnalysisParams:
-    """The analysis settings of sensitivity ``name`` (``low``, ``default``, ``high``; None: default);
-    ValueError for anything else."""
+    """The analysis settings of sensitivity ``name`` (low, default, high; None: default), else ValueError."""
     chosen = sensitivity(name)
     return AnalysisParams(
         loss_spikes=chosen.loss,
@@ -76,8 +76,7 @@ def params_for(name: object) -> AnalysisParams:
 
 
 def run_params(view: RunView) -> AnalysisParams:
-    """The analysis settings stored with the run (``meta['sensitivity']``), the defaults without one
-    or with a value this version does not know."""
+    """The run's stored settings (``meta['sensitivity']``); the defaults without one or with one unknown here."""
     try:
         return params_for(view.meta.get("sensitivity"))
     except ValueError:
@@ -395,8 +394,7 @@ def run_clip_stats(view: RunView, window: int = 100, saturation: float = 0.9) ->
 
 
 def _early_limit(loss: Series, params: SpikeParams) -> int:
-    """The step before which an incident is early: the loss's ``window``-th finite sample (the
-    detector's baseline is full from there on)."""
+    """The step before which an incident is early: the loss's ``window``-th finite sample (baseline full)."""
     finite = loss.steps[np.isfinite(loss.values)]
     return int(finite[min(params.window, finite.size) - 1]) if finite.size else 0
 
@@ -415,7 +413,8 @@ def find_incidents(view: RunView, params: AnalysisParams | None = None) -> list[
         grad_events = detect_spikes(grad.steps, grad.values, "grad_norm", p.grad_norm_spikes)
         early = new_early_jumps(grad, grad_events, p.grad_norm_spikes)
         grad_events, early = (
-            cut_off_at_log_end(_near_baseline(e, grad, p.grad_norm_spikes), grad, loss) for e in (grad_events, early)
+            skipped_steps(cut_off_at_log_end(_near_baseline(e, grad, p.grad_norm_spikes), grad, loss), grad, loss)
+            for e in (grad_events, early)
         )
         found += [(event, "spike") for event in (*grad_events, *early)]
     interval = 1
@@ -499,6 +498,7 @@ def _costed(
             peak_ratio=incident.primary.ratio,
             held_out_rose=held_out_rose(val_loss, incident.start, until),
             recurring=cost.recurring if cost is not None and incident.kind == "spike" and not levels else None,
+            recurring_steps=cost.recurring_steps if cost is not None else None,
             loss_unmoved=incident.co_moves.get("loss", math.inf) < p.loss_spikes.recover_ratio,  # no loss member
         )
     )

@@ -243,6 +243,8 @@ class LossCost:
     """When the loss's jump from the incident's start until it was back is one the run shows every few
     hundred steps (:func:`recurring_jump`, its own noise): logged samples from its highest sample until it
     was back (None: not such a jump)."""
+    recurring_steps: int | None = None
+    """Steps from the incident's start until such a jump was back (None: not such a jump)."""
 
 
 def loss_cost(steps: IntArray, values: FloatArray, start: int, peak: int | None = None) -> LossCost | None:
@@ -258,7 +260,9 @@ def loss_cost(steps: IntArray, values: FloatArray, start: int, peak: int | None 
     # recovery is looked for from the sample after it, and never before the incident's peak: a loss
     # that dips back into its band on the way up to the peak has not recovered (word_language_model
     # RNN_TANH: "recovered at 4783" of an incident peaking at 5583)
-    from_peak = int(np.searchsorted(steps, peak)) if peak is not None else first
+    # nor at the peak itself: a band as wide as the rise (an early one's, fitted on a steep fall) holds the
+    # highest sample too, and "recovered at" the step it peaked says nothing came back (issue #32 batch 13)
+    from_peak = int(np.searchsorted(steps, peak, side="right")) if peak is not None else first
     back = back_on_trend(steps, values, max(first + 1, from_peak), band)
     if back is None:
         return LossCost(None, values.size - first, band.certainty, band)
@@ -269,7 +273,14 @@ def loss_cost(steps: IntArray, values: FloatArray, start: int, peak: int | None 
         one_batch = out.size == 1 and bool(values[out[0] + 1] <= band.level + band.sigma)
     at_level = bool(values[back] <= band.level)
     recurring = recurring_jump(steps, values, start, int(steps[back]))
-    return LossCost(int(steps[back]), back - first, band.certainty, band, out.size > 0, one_batch, at_level, recurring)
+    lasted = None
+    if recurring is not None:
+        # the jump's highest sample, as recurring_jump finds it, plus the samples it lasted
+        top = first + int(np.argmax(values[first : back + 1]))
+        lasted = int(steps[min(top + recurring, steps.size - 1)]) - start
+    return LossCost(
+        int(steps[back]), back - first, band.certainty, band, out.size > 0, one_batch, at_level, recurring, lasted
+    )
 
 
 def loss_left_band(cost: LossCost | None, loss_member: bool, loss_peak_ratio: float | None, spike_ratio: float) -> bool:
@@ -328,7 +339,9 @@ lasts, whatever the run's noise: a noisy loss 1.2-1.8x its median for 5 logs in 
 RECURRING_SAMPLES: Final = 1
 """Such a jump is a blip when it is over (back within the run's noise band) at the next logged sample:
 one batch. A jump that stays out two samples (x, then x/2.5 on a quiet memorising char-GPT: its repeated
-spikes) cost more than a batch, however often the run shows it (issue #32 batch 8)."""
+spikes) cost more than a batch, however often the run shows it (issue #32 batch 8), unless it was over within the
+blip's few steps (:data:`BLIP_MAX_STEPS`) and fewer than :data:`RECURRING_RISE` samples: a loss logged every step
+whose noise holds thousands of one- and two-log outliers (issue #32 batch 13)."""
 
 
 def recurring_jump(steps: IntArray, values: FloatArray, start: int, until: int) -> int | None:
@@ -398,6 +411,7 @@ def classify(
     loss_unmoved: bool = False,
     held_out_rose: bool = False,
     recurring: int | None = None,
+    recurring_steps: int | None = None,
 ) -> SeverityLevel:
     """The severity of an incident: ``divergence`` when it never came back (``diverged``); a ``blip``
     when the loss was back on its trend within ``blip_samples`` samples (``loss_samples``; None: the
@@ -422,12 +436,17 @@ def classify(
     the loss's highest one until the jump was over, :attr:`LossCost.recurring`) for at most
     :data:`RECURRING_SAMPLES` logged sample, the validation loss unmoved, is a blip however sparsely the
     run is logged, however tall it stood over its level and whatever outliers of the same noise were
-    grouped with it: judged against the run's own noise, it is one more of them. An incident whose loss
+    grouped with it: judged against the run's own noise, it is one more of them; so is one over within
+    ``blip_samples`` (fewer than :data:`RECURRING_RISE`) samples and :data:`BLIP_MAX_STEPS` steps
+    (``recurring_steps``, from the incident's start). An incident whose loss
     left its band at :data:`BLOWUP_RATIO` times its level or more (``peak_ratio``, finite) is a spike at least."""
     if diverged:
         return "divergence"
-    if recurring is not None and recurring <= RECURRING_SAMPLES and not held_out_rose:
-        return "blip"
+    if recurring is not None and not held_out_rose:
+        # one more of the run's own jumps: over at the next sample, or within a blip's steps and samples
+        short_jump = recurring_steps is not None and recurring_steps <= BLIP_MAX_STEPS
+        if recurring <= RECURRING_SAMPLES or (short_jump and recurring < RECURRING_RISE and recurring <= blip_samples):
+            return "blip"
     if loss_left_band and BLOWUP_RATIO <= peak_ratio < float("inf"):  # inf: the ratio is unknown
         return "spike"
     if not loss_left_band and (

@@ -54,6 +54,7 @@ TIERS: dict[str, str] = {
             "round12_severity",
             "round12_det13",
             "round13_det14",
+            "round13_det15",
             "statements_round10",
             "batch9_shapes",
             "det10_shapes",

@@ -63,14 +63,18 @@ BATCH_FLOORS: dict[str, tuple[int, float, int, int, int, float]] = {
     # run-2 jump at epoch 96 (2.32x, a golden may_find blip) is called a spike (a severity call, not an import)
     # imp14b: 13 faults on 6 logs (3 refused), 12 / 16, 0.897 (306 / 341): sweep CSV, epoch axis, YOLO lr
     # merged imp14a + imp14b + det14 (main d4b342a): 0 faults, 15 / 16, 1 shown on healthy, 0.9255 (348 / 376)
-    "batch_12": (0, 15 / 16, 1, 1, 0, 0.92),
-    # batch 13 measured held out on d4b342a (35 faults on 18 logs, 1 / 12, 6 shown on healthy, 1 broken, 4 invented,
-    # 0.598 (107 / 179)), then tuned on. tun15a (CSV tables: step-like counters, the row as the step, total loss
-    # proposed, x/lrN groups, run clocks): 30 faults on 12 logs, 4 / 12, 5 invented, 0.646 (175 / 271)
-    "batch_13": (30, 4 / 12, 6, 1, 5, 0.64),
+    # det15: 0 broken (q_peft_grpo_c3a_lr8e5's golden no longer bans "recovered at": its own may_find recovers)
+    "batch_12": (0, 15 / 16, 1, 0, 0, 0.92),
+    # batch 13 measured held out on d4b342a (35 faults on 18 logs, 1 / 12, 4 invented, 6 shown on healthy, 1 broken,
+    # 0.598 = 107 / 179), then tuned on. tun15a (CSV tables: step-like counters, the row as the step, total loss
+    # proposed, x/lrN groups, run clocks): 30 faults on 12 logs, 4 / 12, 5 invented, 0.646 (175 / 271). det15: 0
+    # invented, 1 shown on healthy, 0 broken, 0.745 (102 / 137): a per-step loss's two-log jumps are its noise, a
+    # lone NaN grad norm beside a finite loss a skipped step
+    "batch_13": (30, 4 / 12, 6, 1, 5, 0.64),  # provisional while the tun15 branches merge
 }
-QUIET_SPAN_FLOORS: dict[str, int] = {"batch_13": 1}
-"""Incidents in a golden quiet span a batch may still show (0 for every batch not named)."""
+QUIET_SPANS_FLAGGED: dict[str, int] = {"batch_13": 1}
+"""Quiet spans flagged a batch may still show (0 unless named): batch 13's mmengine C3D grad norm rises at 473 to a
+level it holds to the end, and that event's highest sample (5861) lies in its golden's quiet span 2000-8600."""
 
 
 @pytest.fixture(scope="module")
@@ -115,7 +119,7 @@ def test_each_batch_holds(scores: list[LogScore]) -> None:
         assert got["shown_on_healthy"] <= healthy, which
         assert got["statements_broken"] <= broken, which
         assert got["invented"] <= invented, which
-        assert got["quiet_spans_flagged"] <= QUIET_SPAN_FLOORS.get(which, 0), which
+        assert got["quiet_spans_flagged"] <= QUIET_SPANS_FLAGGED.get(which, 0), which
         assert got["statements"]["precision"] >= precision, (which, got["statements"]["precision"])
 
 
