@@ -325,6 +325,24 @@ def _samples() -> dict[str, Sample]:
                 ]
             ),
         ),
+        "kv_tables": _file(
+            "log.txt",
+            _lines(
+                ["Logging to /tmp/run-7"]
+                + [
+                    line
+                    for s in steps
+                    for line in (
+                        "-------------------------------",
+                        f"| rollout/return   | {-90 + 7 * s:<8.3g} |",
+                        f"| total/steps      | {500 * s:<8} |",
+                        f"| train/loss_actor | {3 - 0.1 * s:<8.3g} |",
+                        "-------------------------------",
+                        "",
+                    )
+                ]
+            ),
+        ),
         "mlflow": Sample(
             {
                 "mlruns/0/abc123/metrics/train/loss": _lines(

@@ -36,6 +36,7 @@ from ingest.formats.icefall import IcefallReader
 from ingest.formats.jax_console import JaxConsoleReader
 from ingest.formats.jsonl import JsonlReader
 from ingest.formats.keras_console import KerasConsoleReader
+from ingest.formats.kv_tables import KeyValueTableReader
 from ingest.formats.lightning_csv import LightningCsvReader
 from ingest.formats.llamafactory import LlamaFactoryReader
 from ingest.formats.llmc import BuildNanogptConsoleReader, BuildNanogptLogReader, LlmcConsoleReader, LlmcMainLogReader
@@ -117,6 +118,7 @@ FORMATS: Final[dict[str, Reader]] = {
         EspnetReader(),
         IcefallReader(),
         UltralyticsReader(),
+        KeyValueTableReader(),
         MlflowReader(),
         ParquetReader(),
         GenericReader(),
