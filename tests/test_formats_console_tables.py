@@ -91,3 +91,54 @@ def test_yolov5_columns_and_its_map_spelling_are_read_and_the_best_checkpoint_ch
     assert val_steps.tolist() == list(range(12)) and map50[-1] == 0.311  # not best.pt's 0.999
     assert log.series("val_map50_95")[1][0] == 0.15
     assert not {"labels", "img_size", "box", "obj"} & set(log.metrics)
+
+
+def test_epoch_blocks_in_a_markdown_fence_are_read_with_their_test_lines_as_validation(tmp_path: Path) -> None:
+    lines = ["```text"]
+    for e in range(1, 9):
+        bar = f"{30 * e}/240 [00:0{e}<00:10]"
+        lines += [
+            f"Epoch: {e}",
+            f"Learning rate: {0.02 - e / 1000:.6f}",
+            # two redraws of the bar on one line: the last is the epoch's
+            f"Train Epoch: {e} Loss: 9.000 Top1 1.000: 50%|##   | {bar}\r"
+            f"Train Epoch: {e} Loss: {4 - e / 10:.3f} Top1 {20 + e:.3f}: 100%|#####| 240/240 [00:20<00:00,  1.2it/s]",
+            "",
+            f"Test set: Average loss: {4.2 - e / 10:.4f}, Top1: {18 + e:.3f}%",
+            f"GPU Memory: 0.{e} GB (Max: 9.99 GB)",
+        ]
+    lines.append("```")
+    path = _write(tmp_path, "log_output.md", lines)
+    assert detect([path])[0][0] == "epoch_blocks"
+    log = read_log([path])
+    steps, loss = log.series("loss")
+    assert steps.tolist() == list(range(1, 9)) and loss[0] == 3.9 and loss[-1] == 3.2
+    assert log.series("val_loss")[1][0] == 4.1 and log.series("lr")[1][-1] == 0.012
+    assert log.series("val_Top1")[1][0] == 19.0 and log.series("gpu_mem_gb")[1][1] == 0.2
+    assert not {"Max", "Train_Epoch", "epoch", "Average_loss"} & set(log.metrics)
+
+
+def test_stage_console_steps_by_batch_and_a_glued_redraw_is_skipped_never_a_metric(tmp_path: Path) -> None:
+    lines = []
+    for e in range(1, 7):
+        lines.append("- Training...")
+        for b in (50, 100, 150):
+            lines.append(
+                f"- Train | Epoch {e} | {b}/150 | 2.31 it/sec | Loss {1 - e / 20 - b / 10000:.4f} | Grad 0.{e}5"
+                f" | Aux {e}.5"
+            )
+        lines += [f"- Train Summary | Epoch {e} | Loss=9.0 | Grad=9.0", "- Cross validation..."]
+        lines += [f"- Valid | Epoch {e} | {k}/4 | 0.50 it/sec | Loss 7.0 | Score 1.0" for k in (1, 2)]
+        tail = "Bname=main" if e % 2 else "Bname=ep_2 ore=4.5 | Aux5.25"  # two redraws glued
+        lines.append(f"- Valid Summary | Epoch {e} | Loss=0.{90 - e} | Score={e}.25 | Best=0.5 | {tail}")
+    path = _write(tmp_path, "train_log.txt", lines)
+    assert detect([path])[0][0] == "stage_console"
+    log = read_log([path])
+    steps, loss = log.series("loss")
+    assert steps[:4].tolist() == [50, 100, 150, 200] and len(steps) == 18  # summaries and eval passes: no records
+    assert loss[0] == 0.945 and log.series("grad_norm")[1][0] == 0.15
+    val_steps, val = log.series("val_loss")
+    assert val_steps.tolist() == [150 * e for e in range(1, 7)] and val[0] == 0.89
+    assert log.series("val_Score")[1][-1] == 6.25
+    assert not {m for m in log.metrics if m.lower() in {"ore", "val_ore"} or m.startswith("val_Aux") or "Bname" in m}
+    assert log.skipped >= 6  # each glued cell counted

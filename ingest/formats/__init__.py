@@ -26,6 +26,7 @@ from ingest.formats.csv_wide import WideCsvReader
 from ingest.formats.deepspeed_csv import DeepSpeedCsvReader
 from ingest.formats.deepspeed_stdout import DeepSpeedStdoutReader
 from ingest.formats.detectron2 import Detectron2Reader
+from ingest.formats.epoch_blocks import EpochBlockReader
 from ingest.formats.espnet import EspnetReader
 from ingest.formats.fairseq import FairseqReader
 from ingest.formats.generic import GenericReader
@@ -53,6 +54,7 @@ from ingest.formats.parquet import ParquetReader
 from ingest.formats.raw_text import clean_text, looks_binary, read_head
 from ingest.formats.rl_console import VerlConsoleReader
 from ingest.formats.scalar_json import ScalarJsonReader
+from ingest.formats.stage_console import StageConsoleReader
 from ingest.formats.tensorboard import TensorBoardReader
 from ingest.formats.tensorboard_csv import TensorBoardCsvReader
 from ingest.formats.textlog import TextLogReader
@@ -119,6 +121,8 @@ FORMATS: Final[dict[str, Reader]] = {
         IcefallReader(),
         UltralyticsReader(),
         KeyValueTableReader(),
+        EpochBlockReader(),
+        StageConsoleReader(),
         MlflowReader(),
         ParquetReader(),
         GenericReader(),
