@@ -32,7 +32,7 @@ import numpy as np
 from ingest.formats._common import LogBuilder, iter_whole_lines
 from ingest.formats.aliases import canonical_name
 from ingest.formats.base import Reader
-from ingest.formats.numbers import parse_number
+from ingest.formats.numbers import NUMBER, parse_number
 from ingest.formats.raw_text import decode_head, looks_binary
 from stab_core.metrics import CANONICAL_METRICS
 
@@ -44,7 +44,7 @@ _BAR: Final = re.compile(r":?[ \t]*[0-9]{1,3}%\|.*$")
 _PARENS: Final = re.compile(r"\([^()]*\)")
 _FIELD: Final = re.compile(
     r"(?P<key>[A-Za-z][A-Za-z0-9_@./-]*(?: [A-Za-z][A-Za-z0-9_@./-]*){0,3})[ \t]*[:=]?[ \t]+"
-    r"(?P<value>[-+]?(?:[0-9]+\.?[0-9]*(?:[eE][-+]?[0-9]+)?|nan|inf))(?P<unit>%|[ \t]?[GMK]i?B)?(?=[ \t,;|]|$)"
+    r"(?P<value>" + NUMBER + r")(?P<unit>%|[ \t]?[GMK]i?B)?(?=[ \t,;|]|$)"
 )
 _EVAL: Final = re.compile(r"^[ \t]*(?:Test|Val|Valid|Validation|Eval|Evaluation)\b", re.IGNORECASE)
 
