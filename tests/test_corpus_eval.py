@@ -63,6 +63,11 @@ BATCH_FLOORS: dict[str, tuple[int, float, int, int, int, float]] = {
     # run-2 jump at epoch 96 (2.32x, a golden may_find blip) is called a spike (a severity call, not an import)
     # imp14b: 13 faults on 6 logs (3 refused), 12 / 16, 0.897 (306 / 341): sweep CSV, epoch axis, YOLO lr
     "batch_12": (4, 13 / 16, 1, 1, 0, 0.89),  # provisional after merging imp14a + imp14b; 17 faults on 10 logs before
+    # batch 13 measured held out on d4b342a (35 faults on 18 logs, 1 / 12, 4 invented, 0.598 (107 / 179)), then tuned
+    # on. tun15c (text consoles: key-value tables, YOLOv5, epoch blocks, stage consoles): 25 faults on 13 logs,
+    # 4 / 12, 2 invented, 6 shown on healthy, 1 broken, 0.684 (154 / 225). Its floor waits for the merge: the
+    # JSON log's quiet-span flag (x_mmengine_c3d_scratch_scalars_jsonl, another helper's) fails "quiet == 0"
+    # "batch_13": (25, 4 / 12, 6, 1, 2, 0.68),
 }
 
 
