@@ -46,6 +46,7 @@ TIERS: dict[str, str] = {
             "chart_abandoned",
             "buildnanogpt_log",
             "formats_frameworks",
+            "formats_console_tables",
             "jsonl_swift_shape",
             "action_premise_shapes",
             "round10b_det",

@@ -325,6 +325,56 @@ def _samples() -> dict[str, Sample]:
                 ]
             ),
         ),
+        "kv_tables": _file(
+            "log.txt",
+            _lines(
+                ["Logging to /tmp/run-7"]
+                + [
+                    line
+                    for s in steps
+                    for line in (
+                        "-------------------------------",
+                        f"| rollout/return   | {-90 + 7 * s:<8.3g} |",
+                        f"| total/steps      | {500 * s:<8} |",
+                        f"| train/loss_actor | {3 - 0.1 * s:<8.3g} |",
+                        "-------------------------------",
+                        "",
+                    )
+                ]
+            ),
+        ),
+        "epoch_blocks": _file(
+            "log_output.md",
+            _lines(
+                ["```bash"]
+                + [
+                    line
+                    for s in steps
+                    for line in (
+                        f"Epoch: {s}",
+                        f"Learning rate: {0.01 - s / 1000:.6f}",
+                        f"Train Epoch: {s} Loss: {3 - 0.1 * s:.3f} Acc@1 {10 + s:.3f}: 100%|#####| 50/50 [00:09<00:00]",
+                        f"Test set: Average loss: {3.1 - 0.1 * s:.4f}, Acc@1: {9 + s:.3f}%",
+                        "",
+                    )
+                ]
+                + ["```"]
+            ),
+        ),
+        "stage_console": _file(
+            "train_log.txt",
+            _lines(
+                [
+                    line
+                    for s in steps
+                    for line in (
+                        f"- Train | Epoch {s} | 40/80 | 2.10 it/sec | Loss {3 - 0.1 * s:.4f} | Grad 0.{s + 10}",
+                        f"- Train | Epoch {s} | 80/80 | 2.20 it/sec | Loss {2.9 - 0.1 * s:.4f} | Grad 0.{s + 11}",
+                        f"- Valid Summary | Epoch {s} | Loss={3.1 - 0.1 * s:.4f} | Best=0.9 | Bname=main",
+                    )
+                ]
+            ),
+        ),
         "mlflow": Sample(
             {
                 "mlruns/0/abc123/metrics/train/loss": _lines(

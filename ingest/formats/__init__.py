@@ -26,6 +26,7 @@ from ingest.formats.csv_wide import WideCsvReader
 from ingest.formats.deepspeed_csv import DeepSpeedCsvReader
 from ingest.formats.deepspeed_stdout import DeepSpeedStdoutReader
 from ingest.formats.detectron2 import Detectron2Reader
+from ingest.formats.epoch_blocks import EpochBlockReader
 from ingest.formats.espnet import EspnetReader
 from ingest.formats.fairseq import FairseqReader
 from ingest.formats.generic import GenericReader
@@ -36,6 +37,7 @@ from ingest.formats.icefall import IcefallReader
 from ingest.formats.jax_console import JaxConsoleReader
 from ingest.formats.jsonl import JsonlReader
 from ingest.formats.keras_console import KerasConsoleReader
+from ingest.formats.kv_tables import KeyValueTableReader
 from ingest.formats.lightning_csv import LightningCsvReader
 from ingest.formats.llamafactory import LlamaFactoryReader
 from ingest.formats.llmc import BuildNanogptConsoleReader, BuildNanogptLogReader, LlmcConsoleReader, LlmcMainLogReader
@@ -52,6 +54,7 @@ from ingest.formats.parquet import ParquetReader
 from ingest.formats.raw_text import clean_text, looks_binary, read_head
 from ingest.formats.rl_console import VerlConsoleReader
 from ingest.formats.scalar_json import ScalarJsonReader
+from ingest.formats.stage_console import StageConsoleReader
 from ingest.formats.tensorboard import TensorBoardReader
 from ingest.formats.tensorboard_csv import TensorBoardCsvReader
 from ingest.formats.textlog import TextLogReader
@@ -117,6 +120,9 @@ FORMATS: Final[dict[str, Reader]] = {
         EspnetReader(),
         IcefallReader(),
         UltralyticsReader(),
+        KeyValueTableReader(),
+        EpochBlockReader(),
+        StageConsoleReader(),
         MlflowReader(),
         ParquetReader(),
         GenericReader(),

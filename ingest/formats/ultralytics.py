@@ -28,21 +28,43 @@ from ingest.formats.base import Reader
 from ingest.formats.numbers import parse_number
 from ingest.formats.raw_text import decode_head, looks_binary
 
-_HEADER: Final = re.compile(r"^[ \t]*Epoch[ \t]+GPU_mem(?:[ \t]+\S+)+[ \t]*$")
+_HEADER: Final = re.compile(r"^[ \t]*Epoch[ \t]+(?:GPU_mem|gpu_mem)(?:[ \t]+\S+)+[ \t]*$")
 _ROW: Final = re.compile(r"^[ \t]*(?P<epoch>[0-9]+)/(?P<total>[0-9]+)[ \t]+(?P<rest>[^:|]*)")
-_VAL_HEADER: Final = re.compile(r"^[ \t]*Class[ \t]+Images[ \t]+Instances[ \t]+(?P<cols>[^:]*)")
+_VAL_HEADER: Final = re.compile(
+    r"^[ \t]*Class[ \t]+Images[ \t]+(?:Instances|Labels|Targets)[ \t]+(?P<cols>.*?)[ \t]*(?::[ \t]+[0-9]+%|:?[ \t]*$)"
+)
 _VAL_ROW: Final = re.compile(r"^[ \t]*all[ \t]+[0-9]+[ \t]+[0-9]+[ \t]+(?P<vals>[-+0-9.eE \t]+?)[ \t]*$")
 
 
+_LOSS_PARTS: Final = frozenset({"box", "obj", "cls", "seg", "dfl", "kpt", "kobj"})
+"""YOLOv5's loss columns, printed without the ``_loss`` of YOLOv8's (``box obj cls``)."""
+_IOU: Final = re.compile(r"@0?\.([0-9]+)(?::0?\.([0-9]+))?")
+
+
+def _iou(m: re.Match[str]) -> str:
+    """``@.5`` -> ``50``, ``@.5:.95`` -> ``50_95`` (YOLOv5's ``mAP@.5:.95`` is YOLOv8's ``mAP50-95``)."""
+    return (m[1] + "0")[:2] + ("_" + (m[2] + "0")[:2] if m[2] else "")
+
+
 def _val_names(cols: str) -> list[str]:
-    """``Box(P R mAP50 mAP50-95) Mask(P ...)`` -> ``val_box_p``, ``val_box_r``, ... ``val_mask_p``."""
+    """``Box(P R mAP50 mAP50-95) Mask(P ...)`` -> ``val_box_p``, ``val_box_r``, ... ``val_mask_p``;
+    ``P R mAP@.5 mAP@.5:.95`` -> ``val_p``, ``val_r``, ``val_map50``, ``val_map50_95``."""
     names, group = [], ""
     for token in cols.split():
         if "(" in token:
             group, token = token.split("(", 1)
             group = group.lower() + "_"
-        names.append("val_" + group + token.strip(")").lower().replace("-", "_"))
+        names.append("val_" + group + _IOU.sub(_iou, token.strip(")").lower()).replace("-", "_"))
     return names
+
+
+def _loss_column(name: str) -> str | None:
+    """The stored name of a loss column (``box_loss``; YOLOv5's ``box`` too), ``loss`` for its ``total``."""
+    if name.endswith("_loss"):
+        return name
+    if name in _LOSS_PARTS:
+        return name + "_loss"
+    return "loss" if name == "total" else None
 
 
 class UltralyticsReader(Reader):
@@ -62,6 +84,7 @@ class UltralyticsReader(Reader):
         columns: list[str] = []
         val_columns: list[str] = []
         epoch: int | None = None
+        validated = False
 
         def put(metric: str, unit: str | None, value: float | None, seq: int) -> bool:
             if value is None or epoch is None:
@@ -87,20 +110,28 @@ class UltralyticsReader(Reader):
                     elif (v := _VAL_HEADER.match(line)) is not None:
                         val_columns, reason = _val_names(v["cols"]), "column header"
                     elif (m := _ROW.match(line)) is not None and columns:
-                        epoch = int(m["epoch"])
+                        epoch, validated = int(m["epoch"]), False
                         builder.meta.setdefault("total_steps", int(m["total"]))
-                        losses = []
+                        losses, total = [], None
                         for name, text in zip(columns[1:], m["rest"].split(), strict=False):
-                            if name == "GPU_mem":
+                            loss_name = _loss_column(name)
+                            if name.lower() == "gpu_mem":
                                 parsed |= put("gpu_mem_gb", "GB", parse_number(text.rstrip("G")), base + i)
-                            elif name.endswith("_loss") and (value := parse_number(text)) is not None:
-                                losses.append(value)
-                                parsed |= put(name, None, value, base + i)
-                        if losses:
+                            elif loss_name is not None and (value := parse_number(text)) is not None:
+                                if loss_name == "loss":
+                                    total = value
+                                else:
+                                    losses.append(value)
+                                parsed |= put(loss_name, None, value, base + i)
+                        if losses and total is None:
                             put("loss", None, float(sum(losses)), base + i)
-                    elif (r := _VAL_ROW.match(line)) is not None and val_columns:
+                    elif (r := _VAL_ROW.match(line)) is not None and val_columns and not validated:
+                        # one validation per epoch: the best checkpoint's after the last epoch is no epoch's
+                        validated = True
                         for name, text in zip(val_columns, r["vals"].split(), strict=False):
                             parsed |= put(name, None, parse_number(text), base + i)
+                    elif _VAL_ROW.match(line) is not None:
+                        reason = "validation after training"
                     if not parsed and reason is None and line.strip():
                         builder.skip(path, line_no, f"not an Ultralytics training row: {line.strip()[-80:]}")
                     builder.account.text_line(str(path), line_no, raw, parsed=parsed, reason=reason)
