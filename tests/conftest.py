@@ -46,6 +46,7 @@ TIERS: dict[str, str] = {
             "buildnanogpt_log",
             "formats_frameworks",
             "jsonl_swift_shape",
+            "jsonl_record_roles",
             "action_premise_shapes",
             "round10b_det",
             "round12_statements",

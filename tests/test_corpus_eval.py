@@ -63,6 +63,8 @@ BATCH_FLOORS: dict[str, tuple[int, float, int, int, int, float]] = {
     # run-2 jump at epoch 96 (2.32x, a golden may_find blip) is called a spike (a severity call, not an import)
     # imp14b: 13 faults on 6 logs (3 refused), 12 / 16, 0.897 (306 / 341): sweep CSV, epoch axis, YOLO lr
     "batch_12": (4, 13 / 16, 1, 1, 0, 0.89),  # provisional after merging imp14a + imp14b; 17 faults on 10 logs before
+    # tun15b (JSON/JSONL readers): 35 faults on 18 logs held out at d4b342a -> 17 on 12; precision 0.598 -> 0.643
+    "batch_13": (17, 2 / 12, 8, 1, 5, 0.64),
 }
 
 
