@@ -48,6 +48,7 @@ TIERS: dict[str, str] = {
             "formats_frameworks",
             "formats_console_tables",
             "jsonl_swift_shape",
+            "jsonl_record_roles",
             "action_premise_shapes",
             "round10b_det",
             "round12_statements",

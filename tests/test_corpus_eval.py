@@ -73,7 +73,8 @@ BATCH_FLOORS: dict[str, tuple[int, float, int, int, int, float]] = {
     # tun15c (text consoles: key-value tables, YOLOv5, epoch blocks, stage consoles): 25 faults on 13 logs,
     # 4 / 12, 2 invented, 6 shown on healthy, 1 broken, 0.684 (154 / 225). Its floor waits for the merge: the
     # JSON log's quiet-span flag (x_mmengine_c3d_scratch_scalars_jsonl, another helper's) fails "quiet == 0"
-    "batch_13": (30, 4 / 12, 6, 1, 5, 0.64),  # provisional while the tun15 branches merge
+    # tun15b (JSON/JSONL readers): 35 faults on 18 logs held out at d4b342a -> 17 on 12; precision 0.598 -> 0.643
+    "batch_13": (30, 4 / 12, 8, 1, 5, 0.64),  # provisional while the tun15 branches merge
 }
 QUIET_SPANS_FLAGGED: dict[str, int] = {"batch_13": 1}
 """Quiet spans flagged a batch may still show (0 unless named): batch 13's mmengine C3D grad norm rises at 473 to a

@@ -586,6 +586,9 @@ def _scalar(value: Any) -> Any:
         return float(value)
     if isinstance(value, str):
         return value
+    if isinstance(value, list):
+        # text (no metric), as Arrow keeps a list column: a too-deep dump's log_history stays seen
+        return f"<list of {len(value)}>"
     return None
 
 

@@ -20,6 +20,13 @@ from ingest.formats.aliases import KeyMap
 from ingest.formats.base import Reader
 from ingest.formats.hf_trainer_state import SUMMARY_KEYS
 from ingest.formats.json_document import document_tables, looks_like_document, step_records
+from ingest.formats.jsonl_roles import (
+    EPOCH_END_STEP,
+    epoch_axis,
+    record_keymap,
+    split_epoch_records,
+    with_clock_step_time,
+)
 from ingest.formats.raw_text import decode_head
 
 
@@ -44,6 +51,7 @@ def read_jsonl(
     keymap: KeyMap | None = None,
     ignore: Sequence[str] = (),
     wall_candidates: Sequence[str] = WALL_COLUMNS,
+    record_roles: bool = False,
 ) -> None:
     """Read JSON Lines files (one stream, in the order given) into ``builder``."""
     row_index = 0
@@ -57,6 +65,8 @@ def read_jsonl(
             if table.num_rows == 0:
                 continue
             step_col = find_column(table.column_names, step_candidates)
+            if step_col is None and record_roles:
+                step_col = epoch_axis(table)
             if step_col is None:
                 steps = pa.array(np.arange(row_index, row_index + table.num_rows, dtype=np.float64))
                 table = table.append_column("__row_step", steps)
@@ -64,18 +74,28 @@ def read_jsonl(
             else:
                 table = _coalesce_steps(table, step_col, step_candidates)
             row_index += table.num_rows
-            add_wide(
-                builder,
-                table,
-                step_col=step_col,
-                wall_col=find_column(table.column_names, wall_candidates),
-                ignore=[c for c in table.column_names if c in ignore or c in step_candidates],
-                keymap=keymap,
-                where=(path, line),
-                # a JSON record's epoch is kept: LLaMA-Factory's end-of-training line holds only the
-                # epoch, and its step says the run went on past the last loss row
-                counters_are_axes=False,
-            )
+            parts: list[tuple[pa.Table, str]] = [(table, step_col)]
+            if record_roles and step_col != "__row_step":  # ingest.formats.jsonl_roles
+                table, off_axis = split_epoch_records(table, step_col, step_candidates)
+                parts = [(table, step_col)] + ([(off_axis, EPOCH_END_STEP)] if off_axis is not None else [])
+            for part, part_step in parts:
+                wall_col, table_keymap = find_column(part.column_names, wall_candidates), keymap
+                if record_roles and keymap is None:
+                    if part_step in step_candidates:
+                        part = with_clock_step_time(part, part_step)
+                    table_keymap, wall_col = record_keymap(part, step_col=part_step, wall_col=wall_col)
+                add_wide(
+                    builder,
+                    part,
+                    step_col=part_step,
+                    wall_col=wall_col,
+                    ignore=[c for c in part.column_names if c in ignore or c in step_candidates],
+                    keymap=table_keymap,
+                    where=(path, line),
+                    # a JSON record's epoch is kept: LLaMA-Factory's end-of-training line holds only the
+                    # epoch, and its step says the run went on past the last loss row
+                    counters_are_axes=False,
+                )
 
 
 def _head(path: Path) -> bytes:
@@ -99,7 +119,9 @@ def _drop_state_dumps(table: pa.Table, path: Path, line: int, builder: LogBuilde
             builder.skip(path, line + int(row), "trainer-state dump (log_history repeats the logged records)")
     else:
         dump = pa.array(np.zeros(table.num_rows, dtype=bool))
-    summary_keys = [c for c in cols if c in SUMMARY_KEYS]
+    # a summary key on every record of several is that log's own per-record field (DETR's per-epoch
+    # train_loss), not the one end-of-training summary
+    summary_keys = [c for c in cols if c in SUMMARY_KEYS and (table.num_rows < 2 or table[c].null_count > 0)]
     if summary_keys:
         # The HF summary object (train_runtime, total_flos...) without a loss describes the run, not a step.
         has_summary = pc.is_valid(table[summary_keys[0]])
@@ -172,4 +194,4 @@ class JsonlReader(Reader):
         return 0.55 if find_column(obj, STEP_COLUMNS) else 0.35
 
     def fill(self, paths: Sequence[Path], builder: LogBuilder) -> None:
-        read_jsonl(paths, builder)
+        read_jsonl(paths, builder, record_roles=True)

@@ -1,0 +1,145 @@
+"""The roles of a generic JSON record's keys that their names alone do not give (issue #31, round 13).
+
+The generic JSON Lines reader keeps every numeric key under its canonical name; a few keys of the
+common trainers' records mean something else than the name says:
+
+- ``time`` beside ``data_time`` (detectron2's ``metrics.json``, MMEngine's ``scalars.json``, mmcv),
+  or a ``time`` that goes back between records, is the step's duration in seconds, not a clock;
+- ``total_loss`` is the loss when no key names the loss itself (detectron2 sums its ``loss_*``
+  terms into it);
+- a whole-number ``epoch`` beside a step counter counts completed epochs: an axis, not a metric (a
+  fractional epoch, as Hugging Face logs it, stays the canonical ``epoch``); without a step counter
+  an epoch that rises by one a record is the step axis (DETR's ``log.txt``, one record an epoch);
+- a cumulative ``elapsed_time`` in seconds is a wall clock, and ``n_parameters`` the model's size:
+  neither is a metric.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from ingest.formats._tabular import to_float
+from ingest.formats.aliases import KeyMap, canonical_name
+
+_DURATION_PARTNERS = frozenset({"data_time"})
+_CLOCKS = frozenset({"elapsed_time", "elapsed", "elapsed_s", "elapsed_seconds"})
+_MODEL_SIZE = frozenset({"n_parameters", "num_parameters", "n_params", "num_params"})
+
+
+def _numbers(table: pa.Table, name: str) -> np.ndarray:
+    values, present = to_float(table[name])
+    kept: np.ndarray = values[present & np.isfinite(values)]
+    return kept
+
+
+def _rises(values: np.ndarray) -> bool:
+    return values.size > 1 and bool(np.all(np.diff(values) >= 0))
+
+
+def time_is_duration(table: pa.Table, wall_col: str | None) -> bool:
+    """Whether the table's ``time`` key (found as its wall clock) is each step's duration in seconds."""
+    if wall_col != "time":
+        return False
+    if _DURATION_PARTNERS & set(table.column_names):
+        return True
+    values = _numbers(table, "time")
+    return values.size > 1 and not _rises(values)
+
+
+def epoch_axis(table: pa.Table) -> str | None:
+    """The ``epoch`` key when it is the records' step axis: whole numbers rising by one a record."""
+    if "epoch" not in table.column_names or table.num_rows < 2:
+        return None
+    values, present = to_float(table["epoch"])
+    if not present.all() or not np.all(values == np.round(values)):
+        return None
+    return "epoch" if bool(np.all(np.diff(values) == 1)) else None
+
+
+def record_keymap(table: pa.Table, *, step_col: str, wall_col: str | None) -> tuple[KeyMap | None, str | None]:
+    """``(key mapping, wall clock column)`` for one table of generic JSON records; the mapping is
+    None (every key under its canonical name) when no key of the table has one of these roles."""
+    names = set(table.column_names)
+    duration = time_is_duration(table, wall_col)
+    has_loss = any(canonical_name(n)[0] == "loss" for n in names)
+    dropped = {n for n in names if n in _MODEL_SIZE}
+    dropped |= {n for n in names if n in _CLOCKS and _rises(_numbers(table, n))}
+    if "epoch" in names and step_col != "epoch" and step_col != "__row_step":
+        epochs = _numbers(table, "epoch")
+        if epochs.size and np.all(epochs == np.round(epochs)):
+            dropped.add("epoch")
+
+    total_is_loss = "total_loss" in names and not has_loss
+    if not (duration or total_is_loss or dropped):
+        return None, wall_col
+
+    def keymap(name: str) -> tuple[str, str | None] | None:
+        if name in dropped:
+            return None
+        if duration and name == "time":
+            return "step_time_s", None
+        if name == "total_loss" and total_is_loss:
+            return "loss", None
+        return canonical_name(name)
+
+    return keymap, (None if duration else wall_col)
+
+
+EPOCH_END_STEP = "__epoch_end_step"
+
+
+def split_epoch_records(table: pa.Table, step_col: str, candidates: Sequence[str]) -> tuple[pa.Table, pa.Table | None]:
+    """``(the step-axis records, the epoch-axis records or None)``.
+
+    When the records carry two step keys that agree (MMEngine's ``step`` and ``iter``) and an
+    ``epoch``, a record holding only the first and no epoch is on another axis if every value of its
+    step is an epoch of the others (MMEngine's validation record, whose ``step`` is the epoch
+    number): it is placed at the last logged iteration of that epoch, with only the keys the
+    step-axis records never carry (its own ``time``/``data_time`` are validation's, not a step's).
+    """
+    names = table.column_names
+    others = [c for c in candidates if c != step_col and c in names]
+    if not others or "epoch" not in names:
+        return table, None
+    steps, has_step = to_float(table[step_col])
+    other, has_other = to_float(table[others[0]])
+    epochs, has_epoch = to_float(table["epoch"])
+    both = has_step & has_other
+    lone = has_step & ~has_other & ~has_epoch
+    if not lone.any() or not both.any() or not np.array_equal(steps[both], other[both]):
+        return table, None
+    last: dict[float, float] = {}
+    for epoch, step in zip(epochs[both & has_epoch], steps[both & has_epoch], strict=True):
+        last[epoch] = max(last.get(epoch, step), step)
+    if not all(s in last for s in steps[lone]):
+        return table, None
+    on_axis = table.filter(pa.array(~lone))
+    own = [c for c in names if c not in (step_col, others[0]) and on_axis[c].null_count == on_axis.num_rows]
+    if not own:
+        return on_axis, None
+    off = table.filter(pa.array(lone)).select(own)
+    placed = np.array([last[s] for s in steps[lone]], dtype=np.float64)
+    return on_axis, off.append_column(EPOCH_END_STEP, pa.array(placed))
+
+
+def with_clock_step_time(table: pa.Table, step_col: str) -> pa.Table:
+    """``table`` with a ``step_time_s`` column from a cumulative clock in seconds (Chainer's
+    ``elapsed_time``) when no key gives a step's duration: the clock's increase between two records
+    over the steps between them, on the later record (the first record has no interval; a clock
+    that goes back, a resumed run, gives none there)."""
+    names = table.column_names
+    clock = next((n for n in names if n in _CLOCKS), None)
+    if clock is None or "step_time_s" in names or "time" in names or table.num_rows < 2:
+        return table
+    wall, has_wall = to_float(table[clock])
+    steps, has_step = to_float(table[step_col])
+    rows = np.flatnonzero(has_wall & has_step & np.isfinite(wall))
+    if rows.size < 2 or not _rises(wall[rows]):
+        return table
+    d_wall, d_step = np.diff(wall[rows]), np.diff(steps[rows])
+    per_step = np.full(table.num_rows, np.nan)
+    per_step[rows[1:]] = np.where((d_step > 0) & (d_wall > 0), d_wall / np.where(d_step > 0, d_step, 1), np.nan)
+    return table.append_column("step_time_s", pa.array(per_step, mask=~np.isfinite(per_step)))
