@@ -26,11 +26,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
-import numpy as np
-
-from ingest.formats._common import LogBuilder, iter_whole_lines
+from ingest.formats._common import LogBuilder
 from ingest.formats.aliases import canonical_name
 from ingest.formats.base import Reader
+from ingest.formats.line_console import LineResult, Row, read_console
 from ingest.formats.numbers import NUMBER, parse_number
 from ingest.formats.raw_text import decode_head, looks_binary
 
@@ -84,56 +83,33 @@ class OpenMMLabReader(Reader):
         return 0.0 if n == 0 else 0.95 if n >= 2 else 0.8
 
     def fill(self, paths: Sequence[Path], builder: LogBuilder) -> None:
-        rows: dict[tuple[str, str | None], tuple[list[int], list[float], list[int]]] = {}
-        step: int | None = None
-        per_epoch: int | None = None
-        for path in paths:
-            builder.source(path)
-            line_no = 1
-            for chunk in iter_whole_lines(path, builder):
-                lines = chunk.decode("utf-8", "replace").split("\n")[:-1]
-                builder.mark_lines(line_no)
-                base = builder.reserve(len(lines))
-                for i, line in enumerate(lines):
-                    parsed, reason = False, None
-                    m = _HEAD.search(line)
-                    train = m is not None and _is_train(m, line)
-                    if m is not None and train:
-                        it = int(m["i"])
-                        if m["epoch"] is not None:
-                            per_epoch = int(m["n"])
-                            step = (int(m["epoch"]) - 1) * per_epoch + it
-                        else:
-                            step = it
-                            builder.meta.setdefault("total_steps", int(m["n"]))
-                    if m is not None and step is not None:
-                        for pair in _PAIR.finditer(line, m.end()):
-                            if not train and pair["key"] in _EVAL_RUNTIME:
-                                continue
-                            value = parse_number(pair["val"])
-                            if value is None:
-                                continue
-                            col = rows.setdefault(_key(pair["key"], train), ([], [], []))
-                            col[0].append(step)
-                            col[1].append(value)
-                            col[2].append(base + i)
-                            parsed = True
-                        if not parsed and not train:
-                            reason = "evaluation progress line (its time is evaluation's)"
-                    elif (s := _SAVE.search(line)) and step is not None:
-                        at = int(s["n"]) if s["unit"].startswith("iter") else step
-                        builder.event(at, "checkpoint", f"checkpoint saved at {s['n']} {s['unit']}")
-                        reason = "checkpoint line"
-                    if not parsed and reason is None and line.strip():
-                        builder.skip(path, line_no, f"not a runner metric line: {line.strip()[-80:]}")
-                    builder.account.text_line(str(path), line_no, line, parsed=parsed, reason=reason)
-                    line_no += 1
-        for (metric, unit), (steps, values, seq) in rows.items():
-            builder.add(
-                metric,
-                np.asarray(steps, np.int64),
-                np.asarray(values),
-                seq=np.asarray(seq, np.int64),
-                unit=unit,
-                canonical=True,
-            )
+        step: int | None = None  # the step of the last training line
+
+        def line(text: str) -> LineResult:
+            nonlocal step
+            m = _HEAD.search(text)
+            train = m is not None and _is_train(m, text)
+            if m is not None and train:
+                it = int(m["i"])
+                if m["epoch"] is not None:
+                    step = (int(m["epoch"]) - 1) * int(m["n"]) + it
+                else:
+                    step = it
+                    builder.meta.setdefault("total_steps", int(m["n"]))
+            if m is not None and step is not None:
+                rows: list[Row] = []
+                for pair in _PAIR.finditer(text, m.end()):
+                    if not train and pair["key"] in _EVAL_RUNTIME:
+                        continue
+                    if (value := parse_number(pair["val"])) is not None:
+                        rows.append((*_key(pair["key"], train), step, value))
+                if not rows and not train:
+                    return [], "evaluation progress line (its time is evaluation's)"
+                return rows, None
+            if (s := _SAVE.search(text)) and step is not None:
+                at = int(s["n"]) if s["unit"].startswith("iter") else step
+                builder.event(at, "checkpoint", f"checkpoint saved at {s['n']} {s['unit']}")
+                return [], "checkpoint line"
+            return [], None
+
+        read_console(paths, builder, line, "a runner metric line")
