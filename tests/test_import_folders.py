@@ -190,3 +190,20 @@ def test_a_provenance_file_given_first_does_not_name_the_run(tmp_path: Path) -> 
     assert res["skipped_files"] == [{"file": "PROVENANCE.txt", "why": "documentation, not a training log"}]
     with pytest.raises(StabScopeError, match="run name"):
         import_logs(store, [log], run="../escape")
+
+
+def test_a_log_only_the_generic_reader_reads_imports_beside_a_readme(tmp_path: Path) -> None:
+    """Round 13: a console no format recognises but the generic reader reads (``Epoch [E/N], Train Loss:``)
+    was read when given alone and refused as "not a training log" when given with a README or PROVENANCE."""
+    folder = tmp_path / "run"
+    folder.mkdir()
+    lines = ["Data loaded and split"]
+    lines += [f"Epoch [{e}/40], Train Loss: {2.0 / e:.4f}, Validation Loss: {2.2 / e:.4f}" for e in range(1, 41)]
+    (folder / "out.log").write_text("\n".join(lines) + "\n")
+    (folder / "PROVENANCE.txt").write_text("repository: example/painn\npath: out.log\n")
+    read = read_inputs([folder / "PROVENANCE.txt", folder / "out.log"])
+    assert read.parsed.format == "generic"
+    assert read.summary()["logs"] == ["out.log"]
+    assert read.inputs.skipped == [("PROVENANCE.txt", "documentation, not a training log")]
+    steps, values = read.parsed.series("loss")
+    assert steps.tolist() == list(range(1, 41)) and values[0] == 2.0

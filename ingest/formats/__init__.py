@@ -235,14 +235,8 @@ def read_log(
     names = ", ".join(f"{n} ({c:.2f})" for n, c in candidates[:5])
     where = ", ".join(str(p) for p in checked[:3]) + (" ..." if len(checked) > 3 else "")
     if not candidates:
-        # a known format's line behind text its reader does not take, on half the lines the generic
-        # reader would read or more, is refused with that format named (the user learns what is in
-        # the way); anything else with a step counter is read by the generic reader
-        generic = GenericReader(step_key)
-        proposals = [generic.proposal(read_head(p, LONG_HEAD_BYTES)) if p.is_file() else None for p in checked]
-        close = max((n for n, _ in _near_misses(checked[0], readers)), default=0)
-        if all(proposals) and close * 2 < min(p.lines for p in proposals if p is not None):
-            return generic.read(checked, progress)
+        if generic_reads(checked, custom_dir=custom_dir, step_key=step_key):
+            return GenericReader(step_key).read(checked, progress)
         raise _unrecognised(checked, readers)
     if len(candidates) > 1 and candidates[1][1] >= candidates[0][1] - AMBIGUITY_MARGIN:
         raise StabScopeError(
@@ -250,6 +244,20 @@ def read_log(
             page=f"{where}: ambiguous format, candidates: {names}; choose one in the Format box",
         )
     return readers[candidates[0][0]].read(checked, progress)
+
+
+def generic_reads(paths: Sequence[Path], *, custom_dir: Path | None = None, step_key: str | None = None) -> bool:
+    """Whether the generic reader reads ``paths``, which no format recognises: every file has its step
+    counter and metric pairs, and no known format's line stands behind text its reader does not take on
+    half the lines the generic reader would read or more (that input is refused with the format named,
+    so the user learns what is in the way)."""
+    checked = [Path(p) for p in paths]
+    if not checked:
+        return False
+    generic = GenericReader(step_key)
+    proposals = [generic.proposal(read_head(p, LONG_HEAD_BYTES)) if p.is_file() else None for p in checked]
+    close = max((n for n, _ in _near_misses(checked[0], _readers(custom_dir))), default=0)
+    return all(proposals) and close * 2 < min(p.lines for p in proposals if p is not None)
 
 
 def _unrecognised(paths: list[Path], readers: dict[str, Reader]) -> StabScopeError:

@@ -32,8 +32,18 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ingest.errors import StabScopeError
-from ingest.formats import AMBIGUITY_MARGIN, FORMATS, TABLE_SCHEMA, ParsedLog, detect, read_log
+from ingest.formats import (
+    AMBIGUITY_MARGIN,
+    FORMATS,
+    MIN_CONFIDENCE,
+    TABLE_SCHEMA,
+    ParsedLog,
+    detect,
+    generic_reads,
+    read_log,
+)
 from ingest.formats._common import Progress
+from ingest.formats.generic import GenericReader
 from ingest.formats.raw_text import looks_binary, read_head
 from ingest.formats.tensorboard import is_event_file
 
@@ -279,7 +289,11 @@ def _taken_by(fmt: str, folder: Path) -> set[Path] | None:
 def _log_format(path: Path, custom_dir: Path | None) -> tuple[str, float]:
     """The best format ``path`` is recognised as, with its confidence (``""``, 0 when none)."""
     candidates = detect([path], custom_dir=custom_dir)
-    return candidates[0] if candidates else ("", 0.0)
+    if candidates:
+        return candidates[0]
+    # a log only the generic reader reads is still a log beside a README or a config (it was refused
+    # as "not a training log" when uploaded with one, though read alone)
+    return (GenericReader.name, MIN_CONFIDENCE) if generic_reads([path], custom_dir=custom_dir) else ("", 0.0)
 
 
 def _is_documentation(path: Path) -> bool:
