@@ -55,7 +55,8 @@ def test_whole_epoch_and_elapsed_time_beside_an_iteration_are_no_metrics(tmp_pat
     path = tmp_path / "log"
     path.write_text(json.dumps(rows, indent=4))  # one indented JSON array, Chainer's LogReport
     log = read_log([path])
-    assert set(log.metrics) == {"loss_gen", "loss_dis", "step_time_s"}
+    # the generator loss is also the run's loss (a GAN's, ingest.formats.run_loss)
+    assert set(log.metrics) == {"loss", "loss_gen", "loss_dis", "step_time_s"}
     assert log.series("loss_dis")[1][-1] == pytest.approx(0.9 - 7 / 50, rel=1e-12)
     # the clock's increase over the 50 iterations between records: 6.25 s / 50 a step, from the second record
     steps, per_step = log.series("step_time_s")

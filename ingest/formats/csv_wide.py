@@ -49,6 +49,7 @@ from ingest.formats.csv_counters import (
     step_like_column,
 )
 from ingest.formats.epoch_steps import EpochSteps
+from ingest.formats.run_loss import add_run_loss
 
 EVENT_COLUMN = "event"
 ROW_COLUMN = "__row__"
@@ -117,6 +118,8 @@ class WideCsvReader(Reader):
                     where=(path, line),
                     text_cells_are_errors=True,
                 )
+                if not loss:  # a YOLO results.csv's loss parts, a baselines progress.csv's critic loss
+                    add_run_loss(builder, table, step_col)
 
 
 def _numbers_only(head: bytes, header: list[str]) -> bool:

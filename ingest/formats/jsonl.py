@@ -28,6 +28,7 @@ from ingest.formats.jsonl_roles import (
     with_clock_step_time,
 )
 from ingest.formats.raw_text import decode_head
+from ingest.formats.run_loss import add_run_loss
 
 
 def first_object(head: bytes) -> dict[str, object] | None:
@@ -96,6 +97,7 @@ def read_jsonl(
                     # epoch, and its step says the run went on past the last loss row
                     counters_are_axes=False,
                 )
+                add_run_loss(builder, part, part_step, table_keymap)  # a GAN's generator loss
 
 
 def _head(path: Path) -> bytes:

@@ -36,10 +36,10 @@ from typing import Final
 import numpy as np
 
 from ingest.formats._common import LogBuilder, iter_whole_lines
-from ingest.formats.aliases import canonical_name
 from ingest.formats.base import Reader
 from ingest.formats.numbers import parse_number
 from ingest.formats.raw_text import decode_head, looks_binary
+from ingest.formats.run_loss import stand_in_loss
 
 _RULE: Final = re.compile(r"^[ \t]*-{8,}[ \t]*$")
 _ROW: Final = re.compile(r"^[ \t]*\|(?P<indent>[ \t]*)(?P<key>[^|]*?)[ \t]*\|[ \t]*(?P<value>[^|]*?)[ \t]*\|[ \t]*$")
@@ -53,8 +53,6 @@ _STEP_KEYS: Final = (
     "steps",
 )
 """Counters that name a table's step, best first (cumulative environment steps)."""
-_CRITIC_LOSS: Final = frozenset({"loss_critic", "critic_loss", "value_loss", "loss_value", "vf_loss", "qf_loss"})
-"""An actor-critic's value regression loss: the run's ``loss`` where the table prints no plain ``loss``."""
 
 
 def _key(section: str, indent: str, key: str) -> str:
@@ -138,17 +136,14 @@ class KeyValueTableReader(Reader):
             _close(table, cols, order)
         for key, (steps, values, seqs) in cols.items():
             builder.add(key, np.asarray(steps, np.int64), np.asarray(values), seq=np.asarray(seqs, np.int64))
-        if not any(canonical_name(key)[0] == "loss" for key in cols):
-            # the critic's TD/value loss is a regression loss with a floor, as a supervised loss is; the
-            # actor's (-Q) has no level to come back to, so it keeps its name and is never the loss
-            critic = next((key for key in cols if key.rsplit("/", 1)[-1].lower() in _CRITIC_LOSS), None)
-            if critic is not None:
-                steps, values, seqs = cols[critic]
-                builder.add(
-                    "loss",
-                    np.asarray(steps, np.int64),
-                    np.asarray(values),
-                    seq=np.asarray(seqs, np.int64),
-                    canonical=True,
-                    origin=critic,
-                )
+        # the critic's value loss is the run's loss where none is printed (ingest.formats.run_loss)
+        if (stand_in := stand_in_loss(cols)) is not None:
+            steps, values, seqs = cols[stand_in]
+            builder.add(
+                "loss",
+                np.asarray(steps, np.int64),
+                np.asarray(values),
+                seq=np.asarray(seqs, np.int64),
+                canonical=True,
+                origin=stand_in,
+            )

@@ -27,6 +27,7 @@ from ingest.formats._common import LogBuilder, iter_whole_lines
 from ingest.formats.base import Reader
 from ingest.formats.numbers import parse_number
 from ingest.formats.raw_text import decode_head, looks_binary
+from ingest.formats.run_loss import DETECTION_LOSS_PARTS, summed_loss_parts
 
 _HEADER: Final = re.compile(r"^[ \t]*Epoch[ \t]+(?:GPU_mem|gpu_mem)(?:[ \t]+\S+)+[ \t]*$")
 _ROW: Final = re.compile(r"^[ \t]*(?P<epoch>[0-9]+)/(?P<total>[0-9]+)[ \t]+(?P<rest>[^:|]*)")
@@ -36,8 +37,6 @@ _VAL_HEADER: Final = re.compile(
 _VAL_ROW: Final = re.compile(r"^[ \t]*all[ \t]+[0-9]+[ \t]+[0-9]+[ \t]+(?P<vals>[-+0-9.eE \t]+?)[ \t]*$")
 
 
-_LOSS_PARTS: Final = frozenset({"box", "obj", "cls", "seg", "dfl", "kpt", "kobj"})
-"""YOLOv5's loss columns, printed without the ``_loss`` of YOLOv8's (``box obj cls``)."""
 _IOU: Final = re.compile(r"@0?\.([0-9]+)(?::0?\.([0-9]+))?")
 
 
@@ -62,7 +61,7 @@ def _loss_column(name: str) -> str | None:
     """The stored name of a loss column (``box_loss``; YOLOv5's ``box`` too), ``loss`` for its ``total``."""
     if name.endswith("_loss"):
         return name
-    if name in _LOSS_PARTS:
+    if name in DETECTION_LOSS_PARTS:
         return name + "_loss"
     return "loss" if name == "total" else None
 
@@ -112,18 +111,16 @@ class UltralyticsReader(Reader):
                     elif (m := _ROW.match(line)) is not None and columns:
                         epoch, validated = int(m["epoch"]), False
                         builder.meta.setdefault("total_steps", int(m["total"]))
-                        losses, total = [], None
+                        parts, losses = summed_loss_parts(columns[1:]), []  # ingest.formats.run_loss
                         for name, text in zip(columns[1:], m["rest"].split(), strict=False):
                             loss_name = _loss_column(name)
                             if name.lower() == "gpu_mem":
                                 parsed |= put("gpu_mem_gb", "GB", parse_number(text.rstrip("G")), base + i)
                             elif loss_name is not None and (value := parse_number(text)) is not None:
-                                if loss_name == "loss":
-                                    total = value
-                                else:
+                                if name in parts:
                                     losses.append(value)
                                 parsed |= put(loss_name, None, value, base + i)
-                        if losses and total is None:
+                        if parts and len(losses) == len(parts):
                             put("loss", None, float(sum(losses)), base + i)
                     elif (r := _VAL_ROW.match(line)) is not None and val_columns and not validated:
                         # one validation per epoch: the best checkpoint's after the last epoch is no epoch's

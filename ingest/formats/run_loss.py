@@ -1,0 +1,110 @@
+"""Which series is the run's ``loss`` where a log prints no plain loss: one rule per family, shared by
+every reader of that family's files (a console and a CSV of the same trainer must agree).
+
+- Detection (Ultralytics YOLO): the optimizer steps on the sum of the printed loss parts (``box_loss``,
+  ``obj_loss``, ``cls_loss``, ``dfl_loss``...; YOLOv5's console prints them bare, ``box obj cls``), so the
+  run's loss is their sum. Only the training parts count (``val/box_loss`` is the validator's).
+- Actor-critic RL: the critic's TD/value loss is a regression loss with a floor, as a supervised loss is;
+  the actor's (``-Q``) has no level to come back to, so it keeps its name and is never the loss.
+- GAN: the generator's loss is the run's loss where a discriminator loss beside it says the log is a
+  GAN's; the discriminator's keeps its name.
+
+Each stand-in is also kept under its own name; none applies where a column already is the loss.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Final
+
+import numpy as np
+import pyarrow as pa
+
+from ingest.formats._common import LogBuilder
+from ingest.formats._tabular import to_float
+from ingest.formats.aliases import KeyMap, canonical_name
+
+DETECTION_LOSS_PARTS: Final = frozenset({"box", "obj", "cls", "seg", "dfl", "kpt", "kobj", "pose", "angle"})
+"""The parts of a detector's loss (YOLOv5 ``box obj cls``, YOLOv8+ ``box cls dfl``, ``seg``/``pose``/``kobj``)."""
+CRITIC_LOSSES: Final = frozenset({"loss_critic", "critic_loss", "value_loss", "loss_value", "vf_loss", "qf_loss"})
+"""An actor-critic's value regression loss (the last path segment of its name, lower case)."""
+GENERATOR_LOSSES: Final = frozenset({"loss_gen", "gen_loss", "loss_g", "g_loss", "generator_loss", "loss_generator"})
+DISCRIMINATOR_LOSSES: Final = frozenset(
+    {"loss_dis", "dis_loss", "loss_d", "d_loss", "discriminator_loss", "loss_discriminator"}
+)
+
+
+def _leaf(name: str) -> str:
+    """``train/loss_critic`` -> ``loss_critic``; ``gen/loss`` -> ``gen_loss`` (Chainer's reporter)."""
+    parts = name.strip().lower().split("/")
+    if len(parts) == 2 and parts[1] == "loss" and parts[0] in {"gen", "dis"}:
+        return parts[0] + "_loss"
+    return parts[-1]
+
+
+def has_loss(names: Iterable[str]) -> bool:
+    """Whether a column of ``names`` already is the run's loss (by the alias table)."""
+    return any(canonical_name(n)[0] == "loss" for n in names)
+
+
+def detection_loss_part(name: str) -> bool:
+    """Whether ``name`` is a training part of a detector's loss: ``box_loss``, ``train/box_loss``, bare ``box``."""
+    head, _, leaf = name.strip().lower().rpartition("/")
+    if head not in ("", "train"):
+        return False
+    return (leaf[: -len("_loss")] if leaf.endswith("_loss") else leaf) in DETECTION_LOSS_PARTS
+
+
+def summed_loss_parts(names: Iterable[str]) -> list[str]:
+    """The columns of ``names`` whose sum is the run's loss: a detector's training loss parts, where no
+    column is the loss (or a ``total``). Every detector's loss has a box part, so the parts must hold
+    ``box`` and one more (a table with a lone ``cls`` column is no detector's); empty otherwise, or where
+    another training ``*_loss`` sits beside the parts (a sum that leaves a part out would not be the loss)."""
+    names = list(names)
+    if has_loss(names) or any(n.strip().lower() == "total" for n in names):
+        return []
+    parts = [n for n in names if detection_loss_part(n)]
+    others = [
+        n
+        for n in names
+        if n not in parts and n.lower().rpartition("/")[0] in ("", "train") and n.lower().endswith("_loss")
+    ]
+    boxed = any(n.strip().lower().rpartition("/")[2] in ("box", "box_loss") for n in parts)
+    return [] if others or not boxed or len(parts) < 2 else parts
+
+
+def stand_in_loss(names: Iterable[str]) -> str | None:
+    """The column of ``names`` that is the run's loss where none is printed: an actor-critic's critic
+    loss, else a GAN's generator loss (with a discriminator loss beside it); None otherwise."""
+    names = list(names)
+    if has_loss(names):
+        return None
+    critic = next((n for n in names if _leaf(n) in CRITIC_LOSSES), None)
+    if critic is not None:
+        return critic
+    if any(_leaf(n) in DISCRIMINATOR_LOSSES for n in names):
+        return next((n for n in names if _leaf(n) in GENERATOR_LOSSES), None)
+    return None
+
+
+def add_run_loss(builder: LogBuilder, table: pa.Table, step_col: str, keymap: KeyMap | None = None) -> None:
+    """Store a table's stand-in for the run's ``loss`` (the rules above) at its rows' steps: the sum of
+    a detector's loss parts (rows where every part has a value), else the critic's or generator's loss.
+    Nothing where a column already is, or is mapped by ``keymap`` to, the loss."""
+    names = [c for c in table.column_names if c != step_col]
+    if keymap is not None and any((keymap(c) or ("",))[0] == "loss" for c in names):
+        return
+    parts = summed_loss_parts(names)
+    source = None if parts else stand_in_loss(names)
+    if not parts and source is None:
+        return
+    steps, keep = to_float(table[step_col])
+    keep &= np.isfinite(steps)
+    total = np.zeros(table.num_rows)
+    for column in parts or [str(source)]:
+        values, present = to_float(table[column])
+        total += np.where(present, values, 0.0)
+        keep &= present
+    if keep.any():
+        origin = "+".join(parts) if parts else source
+        builder.add("loss", steps[keep].astype(np.int64), total[keep], canonical=True, origin=origin)
