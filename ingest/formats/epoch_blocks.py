@@ -59,6 +59,11 @@ def _name(key: str) -> tuple[str, bool]:
     return "_".join(words), False
 
 
+_MAX_RECORD_CHARS: Final = 4096
+"""The longest last redraw of a line read as an epoch's fields: a longer one (a million-character line, one
+field printed over and over) is no record of one epoch; earlier tqdm redraws before a ``\r`` do not count."""
+
+
 def _fields(line: str) -> list[tuple[str, float, str | None]]:
     """``(name, value, unit)`` of each field of one line (its tqdm bar and parentheses cut off)."""
     text = _PARENS.sub(" ", _BAR.sub("", line.split("\r")[-1]))
@@ -104,6 +109,8 @@ class EpochBlockReader(Reader):
                         epoch, reason = int(m["epoch"]), "epoch heading"
                     elif _FENCE.match(raw):
                         reason = "markdown fence"
+                    elif len(raw.rsplit("\r", 1)[-1]) > _MAX_RECORD_CHARS:
+                        pass  # no epoch's record: skipped and counted below
                     elif fields := _fields(raw):
                         if epoch is None:
                             reason = "values without a step"
@@ -114,6 +121,8 @@ class EpochBlockReader(Reader):
                                 # the last redraw or repeat of a field in its epoch is the epoch's value
                                 rows.setdefault((prefix + name, canonical, unit), {})[epoch] = (value, base + i)
                             parsed = True
+                    if not parsed and reason is None and raw.strip():
+                        builder.skip(path, line_no, f"not an epoch block line: {raw.strip()[-80:]}")
                     builder.account.text_line(str(path), line_no, raw, parsed=parsed, reason=reason)
                     line_no += 1
         for (metric, canonical, unit), by_epoch in rows.items():

@@ -109,6 +109,8 @@ class StageConsoleReader(Reader):
                             col[1].append(value)
                             col[2].append(base + i)
                             parsed = True
+                    if not parsed and reason is None and raw.strip():
+                        builder.skip(path, line_no, f"not a stage console line: {raw.strip()[-80:]}")
                     builder.account.text_line(str(path), line_no, raw, parsed=parsed, reason=reason)
                     line_no += 1
         for metric, (steps, values, seqs) in cols.items():
