@@ -336,10 +336,11 @@ def evaluate_log(store: Any, corpus: Path, golden: Mapping[str, Any]) -> LogScor
         return result
     try:
         reports = import_logs(store, [path], run=run_name(golden))
-    except StabScopeError as exc:
-        result.refused = str(exc).splitlines()[0][:200]
-        if golden["import"]["runs"]:
-            result.fault("refused", result.refused)
+    except Exception as exc:  # a crash is scored as this log's fault, not the whole evaluation's
+        refused = isinstance(exc, StabScopeError)
+        result.refused = (str(exc) if refused else f"crashed: {type(exc).__name__}: {exc}").splitlines()[0][:200]
+        if golden["import"]["runs"] or not refused:
+            result.fault("refused" if refused else "crashed", result.refused)
         result.runs_expected = len(golden["import"]["runs"])
         score_incidents(result, golden, [])
         judge_statements(result, golden, [])  # nothing was said about a run; the facts' misses still count
