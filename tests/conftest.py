@@ -38,6 +38,7 @@ TIERS: dict[str, str] = {
             "round12_imports",
             "formats_table_roles",
             "formats_csv_counters",
+            "formats_csv_clocks",
             "formats_run_loss",
             "metrics_files_round12",
             "round12_layouts",

@@ -42,8 +42,10 @@ def test_rl_csv_with_a_total_timesteps_counter_is_read(tmp_path: Path) -> None:
     assert steps.tolist() == [4096 * (i + 1) for i in range(1, 9)]
     assert values[0] == pytest.approx(2.25)
     assert {"value_loss", "aux_loss", "ep_rew_mean"} <= set(parsed.metrics)
-    clock_steps, clock = parsed.series("elapsed_time_s")  # the cumulative clock the cost views read
-    assert clock_steps[:2].tolist() == [4096, 8192] and clock[:2].tolist() == pytest.approx([2.5, 11.5])
+    # the elapsed clock is no metric: its increase over the steps between rows is the step time
+    assert "elapsed_time_s" not in parsed.metrics
+    time_steps, step_time = parsed.series("step_time_s")
+    assert time_steps[:2].tolist() == [8192, 12288] and step_time[:2].tolist() == pytest.approx([9 / 4096] * 2)
 
 
 def test_baselines_progress_csv_steps_by_total_steps(tmp_path: Path) -> None:
@@ -53,7 +55,8 @@ def test_baselines_progress_csv_steps_by_total_steps(tmp_path: Path) -> None:
     assert parsed.format == "csv_wide"
     assert parsed.series("train/loss_critic")[0].tolist() == [1500 * e for e in range(1, 7)]
     assert not {"total/epochs", "total/duration", "total/steps"} & set(parsed.metrics)
-    assert parsed.series("elapsed_time_s")[1][-1] == pytest.approx(75.0)
+    assert "elapsed_time_s" not in parsed.metrics
+    assert parsed.series("step_time_s")[1][-1] == pytest.approx(12.5 / 1500)
     assert "proposed_map" not in parsed.meta  # no total loss: the actor's and critic's losses keep their names
 
 

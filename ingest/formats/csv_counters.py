@@ -8,7 +8,7 @@
 - **Run clocks.** So qualified, a count of epochs or episodes (``total/epochs``, ``rollout/episodes``,
   ``num_episodes``) and a percentage of the run done (``Progress``) count the run: no metric. An
   elapsed-time clock (``total/duration``, ``total_time``, ``time_elapsed``: seconds since the start) is
-  stored as ``elapsed_time_s``, the cumulative clock the cost views take a step time from.
+  no metric either: it gives the step time (:mod:`ingest.formats.csv_clocks`).
 - **The loss, proposed.** A table with no column the alias table reads as ``loss`` but one named a
   total loss (``total_loss``, ``loss/total``, ``train/total_loss``) proposes it as ``loss`` (the other
   losses keep their names); the proposal is ``meta['proposed_map']`` and ``--map`` corrects it.
@@ -20,11 +20,6 @@ import re
 from collections.abc import Sequence
 from typing import Final
 
-import numpy as np
-import pyarrow as pa
-
-from ingest.formats._common import LogBuilder
-from ingest.formats._tabular import to_float
 from ingest.formats.aliases import canonical_name
 
 _QUALIFIERS: Final = frozenset({"total", "global", "env", "environment", "num", "n", "time", "train", "trainer"})
@@ -76,16 +71,3 @@ def proposed_loss(columns: Sequence[str]) -> dict[str, str]:
         if "loss" in words and "total" in words and set(words) <= {"loss", "total", "train", "training"}:
             return {column: "loss"}
     return {}
-
-
-ELAPSED_METRIC = "elapsed_time_s"
-
-
-def add_elapsed_clock(builder: LogBuilder, table: pa.Table, step_col: str, clock: str) -> None:
-    """Store a table's elapsed-time column ``clock`` (s since the start) as ``elapsed_time_s`` at its
-    rows' steps (the rows without a step or a value are left out)."""
-    steps, has_step = to_float(table[step_col])
-    values, present = to_float(table[clock])
-    keep = has_step & np.isfinite(steps) & present
-    if keep.any():
-        builder.add(ELAPSED_METRIC, steps[keep].astype(np.int64), values[keep], canonical=True, origin=clock)

@@ -15,9 +15,9 @@ the epoch: the step is then global, ``(epoch - base) * period + step``
 Without a plain step column, a step-like counter (``total timesteps``, ``total/steps``: see
 :mod:`ingest.formats.csv_counters`) is the step; with no counter at all (a Keras history saved as
 ``loss,val_loss``), a table of numbers is read one row per step, the 0-based row number the step.
-Columns that count the run (``total/epochs``, ``Progress``) are no metrics, an elapsed clock
-(``total/duration``) is ``elapsed_time_s``, and a total-loss column is proposed as ``loss`` when no
-column is the loss.
+Columns that count the run (``total/epochs``, ``Progress``) are no metrics, a clock (``total/duration``,
+fastai's ``time``) gives ``step_time_s`` (:mod:`ingest.formats.csv_clocks`), and a total-loss column is
+proposed as ``loss`` when no column is the loss.
 """
 
 from __future__ import annotations
@@ -41,13 +41,8 @@ from ingest.formats._tabular import (
     to_float,
 )
 from ingest.formats.base import Reader
-from ingest.formats.csv_counters import (
-    add_elapsed_clock,
-    is_elapsed_clock,
-    is_run_clock,
-    proposed_loss,
-    step_like_column,
-)
+from ingest.formats.csv_clocks import add_clock_step_time
+from ingest.formats.csv_counters import is_run_clock, proposed_loss, step_like_column
 from ingest.formats.epoch_steps import EpochSteps
 from ingest.formats.run_loss import add_run_loss
 
@@ -98,9 +93,7 @@ class WideCsvReader(Reader):
                         path=str(path),
                         line=1,
                     )
-                clock = next((c for c in table.column_names if is_elapsed_clock(c)), None)
-                if clock is not None:
-                    add_elapsed_clock(builder, table, step_col, clock)
+                clock = add_clock_step_time(builder, table, step_col)  # ingest.formats.csv_clocks
                 event_col = EVENT_COLUMN if EVENT_COLUMN in table.column_names else None
                 if event_col is not None:
                     _events(builder, table, step_col, event_col)
@@ -109,7 +102,7 @@ class WideCsvReader(Reader):
                     table,
                     step_col=step_col,
                     rank_col="rank" if "rank" in table.column_names else None,
-                    wall_col=find_column(table.column_names, WALL_COLUMNS),
+                    wall_col=find_column([c for c in table.column_names if c != clock], WALL_COLUMNS),
                     ignore=(
                         *((event_col,) if event_col else ()),
                         *(c for c in table.column_names if _PARAM_COUNT.fullmatch(c) or is_run_clock(c)),

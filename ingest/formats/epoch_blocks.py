@@ -27,11 +27,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
-import numpy as np
-
-from ingest.formats._common import LogBuilder, iter_whole_lines
+from ingest.formats._common import LogBuilder
 from ingest.formats.aliases import canonical_name
 from ingest.formats.base import Reader
+from ingest.formats.line_console import LineResult, Record, Row, Where, read_console
 from ingest.formats.numbers import NUMBER, parse_number
 from ingest.formats.raw_text import decode_head, looks_binary
 from stab_core.metrics import CANONICAL_METRICS
@@ -94,44 +93,46 @@ class EpochBlockReader(Reader):
         return 0.6 if filled >= max(1, (len(opens) - 1) * 3 // 4) else 0.0
 
     def fill(self, paths: Sequence[Path], builder: LogBuilder) -> None:
-        rows: dict[tuple[str, bool, str | None], dict[int, tuple[float, int]]] = {}
-        for path in paths:
-            builder.source(path)
-            epoch: int | None = None
-            line_no = 1
-            for chunk in iter_whole_lines(path, builder):
-                lines = chunk.decode("utf-8", "replace").split("\n")[:-1]
-                builder.mark_lines(line_no)
-                base = builder.reserve(len(lines))
-                for i, raw in enumerate(lines):
-                    parsed, reason = False, None
-                    if (m := _OPEN.match(raw.rstrip("\r"))) is not None:
-                        epoch, reason = int(m["epoch"]), "epoch heading"
-                    elif _FENCE.match(raw):
-                        reason = "markdown fence"
-                    elif len(raw.rsplit("\r", 1)[-1]) > _MAX_RECORD_CHARS:
-                        pass  # no epoch's record: skipped and counted below
-                    elif fields := _fields(raw):
-                        if epoch is None:
-                            reason = "values without a step"
-                        else:
-                            prefix = "val_" if _EVAL.match(raw) else ""
-                            for key, value, unit in fields:
-                                name, canonical = _name(key)
-                                # the last redraw or repeat of a field in its epoch is the epoch's value
-                                rows.setdefault((prefix + name, canonical, unit), {})[epoch] = (value, base + i)
-                            parsed = True
-                    if not parsed and reason is None and raw.strip():
-                        builder.skip(path, line_no, f"not an epoch block line: {raw.strip()[-80:]}")
-                    builder.account.text_line(str(path), line_no, raw, parsed=parsed, reason=reason)
-                    line_no += 1
-        for (metric, canonical, unit), by_epoch in rows.items():
-            steps = sorted(by_epoch, key=lambda e: by_epoch[e][1])
-            builder.add(
-                metric,
-                np.asarray(steps, np.int64),
-                np.asarray([by_epoch[e][0] for e in steps]),
-                seq=np.asarray([by_epoch[e][1] for e in steps], np.int64),
-                unit=unit,
-                canonical=canonical and unit is None,
-            )
+        where = Where()
+        epoch: int | None = None
+        canonical: dict[str, bool] = {}
+
+        def line(raw: str) -> LineResult:
+            nonlocal epoch
+            if where.line == 1:
+                epoch = None  # each file's blocks open with its own heading
+            if (m := _OPEN.match(raw.rstrip("\r"))) is not None:
+                epoch = int(m["epoch"])
+                return [], "epoch heading"
+            if _FENCE.match(raw):
+                return [], "markdown fence"
+            if len(raw.rsplit("\r", 1)[-1]) > _MAX_RECORD_CHARS:
+                return [], None  # no epoch's record: skipped and counted
+            if not (fields := _fields(raw)):
+                return [], None
+            if epoch is None:
+                return [], "values without a step"
+            prefix = "val_" if _EVAL.match(raw) else ""
+            rows: list[Row] = []
+            for key, value, unit in fields:
+                name, canonical[prefix + name] = _name(key)
+                rows.append((prefix + name, unit, epoch, value))
+            return rows, None
+
+        def last_per_epoch(records: list[Record]) -> list[Record]:
+            # the last redraw or repeat of a field in its epoch is the epoch's value
+            by_epoch: dict[tuple[str, str | None], dict[int, Record]] = {}
+            for record in records:
+                by_epoch.setdefault((record[0], record[1]), {})[record[2]] = record
+            return [r for rows in by_epoch.values() for r in sorted(rows.values(), key=lambda r: r[4])]
+
+        read_console(
+            paths,
+            builder,
+            line,
+            "an epoch block line",
+            whole=True,
+            where=where,
+            finish=last_per_epoch,
+            canonical=lambda metric, unit: canonical[metric] and unit is None,
+        )

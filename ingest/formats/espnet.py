@@ -24,11 +24,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
-import numpy as np
-
-from ingest.formats._common import LogBuilder, iter_whole_lines
+from ingest.formats._common import LogBuilder
 from ingest.formats.aliases import canonical_name
 from ingest.formats.base import Reader
+from ingest.formats.line_console import LineResult, Record, Row, read_console
 from ingest.formats.numbers import NUMBER, parse_number
 from ingest.formats.raw_text import decode_head, looks_binary
 
@@ -59,47 +58,36 @@ class EspnetReader(Reader):
         return 0.0 if n == 0 else 0.95 if n >= 2 else 0.8
 
     def fill(self, paths: Sequence[Path], builder: LogBuilder) -> None:
-        # (metric, epoch, batch or -1 for the epoch's end, value, seq): steps are placed once the
-        # batch count of an epoch is known (the largest batch number printed)
-        rows: list[tuple[str, int, int, float, int]] = []
-        for path in paths:
-            builder.source(path)
-            line_no = 1
-            for chunk in iter_whole_lines(path, builder):
-                lines = chunk.decode("utf-8", "replace").split("\n")[:-1]
-                builder.mark_lines(line_no)
-                base = builder.reserve(len(lines))
-                for i, line in enumerate(lines):
-                    n = len(rows)
-                    if m := _TRAIN.search(line):
-                        epoch, batch = int(m["epoch"]), int(m["b"])
-                        for pair in _PAIR.finditer(line, m.end()):
-                            value = parse_number(pair["val"])
-                            if value is not None:
-                                metric = _KEYS.get(pair["key"]) or canonical_name(pair["key"])[0]
-                                rows.append((metric, epoch, batch, value, base + i))
-                    elif m := _RESULTS.search(line):
-                        valid = re.search(r"\[valid\]", line[m.end() :])
-                        if valid:
-                            start = m.end() + valid.end()
-                            end = _SECTION.search(line, start)
-                            for pair in _PAIR.finditer(line[: end.start() if end else len(line)], start):
-                                value = parse_number(pair["val"])
-                                if value is not None and pair["key"] not in _NOT_VALIDATION:
-                                    rows.append(("val_" + pair["key"], int(m["epoch"]), -1, value, base + i))
-                    parsed = len(rows) > n
-                    if not parsed and line.strip():
-                        builder.skip(path, line_no, f"not an ESPnet trainer line: {line.strip()[-80:]}")
-                    builder.account.text_line(str(path), line_no, line, parsed=parsed)
-                    line_no += 1
-        per_epoch = max((r[2] for r in rows), default=0)
-        cols: dict[str, tuple[list[int], list[float], list[int]]] = {}
-        for metric, epoch, batch, value, seq in rows:
-            col = cols.setdefault(metric, ([], [], []))
-            col[0].append((epoch - 1) * per_epoch + (per_epoch if batch < 0 else batch))
-            col[1].append(value)
-            col[2].append(seq)
-        for metric, (steps, values, seqs) in cols.items():
-            builder.add(
-                metric, np.asarray(steps, np.int64), np.asarray(values), seq=np.asarray(seqs, np.int64), canonical=True
-            )
+        # a row's provisional step indexes ``at``: its (epoch, batch or -1 for the epoch's end); steps are
+        # placed once the batch count of an epoch is known (the largest batch number printed)
+        at: list[tuple[int, int]] = []
+
+        def line(text: str) -> LineResult:
+            rows: list[Row] = []
+            if m := _TRAIN.search(text):
+                at.append((int(m["epoch"]), int(m["b"])))
+                for pair in _PAIR.finditer(text, m.end()):
+                    value = parse_number(pair["val"])
+                    if value is not None:
+                        metric = _KEYS.get(pair["key"]) or canonical_name(pair["key"])[0]
+                        rows.append((metric, None, len(at) - 1, value))
+            elif m := _RESULTS.search(text):
+                valid = re.search(r"\[valid\]", text[m.end() :])
+                if valid:
+                    at.append((int(m["epoch"]), -1))
+                    start = m.end() + valid.end()
+                    end = _SECTION.search(text, start)
+                    for pair in _PAIR.finditer(text[: end.start() if end else len(text)], start):
+                        value = parse_number(pair["val"])
+                        if value is not None and pair["key"] not in _NOT_VALIDATION:
+                            rows.append(("val_" + pair["key"], None, len(at) - 1, value))
+            return rows, None
+
+        def place(records: list[Record]) -> list[Record]:
+            per_epoch = max((at[r[2]][1] for r in records), default=0)
+            return [
+                (m, u, (at[s][0] - 1) * per_epoch + (per_epoch if at[s][1] < 0 else at[s][1]), v, q)
+                for m, u, s, v, q in records
+            ]
+
+        read_console(paths, builder, line, "an ESPnet trainer line", whole=True, finish=place)

@@ -13,6 +13,12 @@ layout of a log nobody has seen.
   ``eval_samples_per_second``, ``eval_steps_per_second`` (and ``train_runtime`` and its speeds, the
   whole run's summary) time the evaluation loop or the run, not an optimizer step: left out of the
   series (their last value kept in the metadata).
+- **An agent's exploration setting is no training metric.** The scale of the noise an RL agent explores
+  with (baselines' ``param_noise_stddev``, an ``action_noise_std``/``_sigma``/``_scale``) and its
+  exploration rate (``exploration_rate``, ``exploration_eps``) are what the agent's schedule or
+  adaptation sets for how it acts, like an optimizer setting of its behaviour, not a measure of how it
+  trains (the distance the noise moved the policy, ``param_noise_distance``, is a measure and stays):
+  left out of the series (their last value kept in the metadata).
 
 Each move is listed in :func:`moved_fields`' answer, which the import report shows (``moved``), so
 nothing is lost silently.
@@ -34,6 +40,12 @@ PASS_TIMING: Final = re.compile(
     r"^(?:eval|val|valid|validation|test|predict|train)_(?:runtime|samples_per_second|steps_per_second)$"
 )
 """The timing of an evaluation (or the whole training) pass that Hugging Face's Trainer logs."""
+EXPLORATION: Final = re.compile(
+    r"^(?:.*/)?(?:(?:param|parameter|action|exploration|ou)_)?noise_(?:std|stddev|sigma|scale)$"
+    r"|^(?:.*/)?exploration_(?:rate|eps|epsilon)$",
+    re.IGNORECASE,
+)
+"""An RL agent's exploration setting: its noise scale or exploration rate (:func:`moved_fields`)."""
 SETTINGS_KEY: Final = "log_settings"
 """The run metadata key the settings moved out of the series go to (``{field: value}``)."""
 
@@ -56,7 +68,9 @@ def candidate(name: str, first: np.ndarray, roles: Any = ()) -> bool:
     ``proposed_map``), never moved."""
     if _metric_like(name) or name in roles:
         return False
-    return bool(PASS_TIMING.match(name)) or (first.shape[0] > 0 and bool((first == first[0]).all()))
+    if PASS_TIMING.match(name) or EXPLORATION.match(name):
+        return True
+    return first.shape[0] > 0 and bool((first == first[0]).all())
 
 
 def moved_fields(values_of: dict[str, np.ndarray]) -> dict[str, tuple[str, float]]:
@@ -68,6 +82,11 @@ def moved_fields(values_of: dict[str, np.ndarray]) -> dict[str, tuple[str, float
             continue
         if PASS_TIMING.match(name):
             out[name] = ("the timing of an evaluation or training pass, not of an optimizer step", float(values[-1]))
+        elif EXPLORATION.match(name):
+            out[name] = (
+                "an agent's exploration setting (its noise scale or rate), not a measure of training",
+                float(values[-1]),
+            )
         elif values.shape[0] >= MIN_CONSTANT_RECORDS and np.isfinite(values[0]) and bool((values == values[0]).all()):
             out[name] = (f"one value on all {values.shape[0]} records: a setting of the run", float(values[0]))
     return out

@@ -24,8 +24,9 @@ from typing import Final
 
 import numpy as np
 
-from ingest.formats._common import LogBuilder, iter_whole_lines
+from ingest.formats._common import LogBuilder
 from ingest.formats.base import Reader
+from ingest.formats.line_console import LineResult, Record, Row, read_console
 from ingest.formats.numbers import NUMBER, parse_number
 from ingest.formats.raw_text import decode_head, looks_binary
 
@@ -53,59 +54,39 @@ class IcefallReader(Reader):
         return 0.0 if n == 0 else 0.95 if n >= 2 else 0.8
 
     def fill(self, paths: Sequence[Path], builder: LogBuilder) -> None:
-        # (metric, unit, epoch, batch, value, seq): steps are placed once an epoch's batch count is known
-        rows: list[tuple[str, str | None, int, int, float, int]] = []
+        # a row's provisional step indexes ``at``: its (epoch, batch); steps are placed once an epoch's
+        # batch count is known
+        at: list[tuple[int, int]] = []  # (epoch, batch) of each training line
         checkpoints: list[tuple[int, int]] = []
-        at: tuple[int, int] | None = None  # (epoch, batch) of the last training line
-        for path in paths:
-            builder.source(path)
-            line_no = 1
-            for chunk in iter_whole_lines(path, builder):
-                lines = chunk.decode("utf-8", "replace").split("\n")[:-1]
-                builder.mark_lines(line_no)
-                base = builder.reserve(len(lines))
-                for i, line in enumerate(lines):
-                    n, reason = len(rows), None
-                    found: list[tuple[str, str | None, str]] = []
-                    if m := _TRAIN.search(line):
-                        at = (int(m["epoch"]), int(m["batch"]))
-                        for group in _GROUP.finditer(line, m.end()):
-                            lead = "" if group["name"] == "loss" else "tot_"
-                            found += [(lead + p["key"], None, p["val"]) for p in _EQ.finditer(group["body"])]
-                        found += [(p["key"], None, p["val"]) for p in _COLON.finditer(line, m.end())]
-                    elif at is not None and (m := _VALID.search(line)):
-                        found = [("val_" + p["key"], None, p["val"]) for p in _EQ.finditer(line, m.end())]
-                    elif at is not None and (mem := _MEMORY.search(line)):
-                        found = [("gpu_mem_max_gb", "MB", mem["mb"])]
-                    elif at is not None and _SAVE.search(line):
-                        checkpoints.append(at)
-                        reason = "checkpoint line"
-                    for key, unit, text in found:
-                        value = parse_number(text)
-                        if value is not None and at is not None and _BARE.sub("", key) not in _BATCH_SIZE:
-                            rows.append((key, unit, at[0], at[1], value, base + i))
-                    parsed = len(rows) > n
-                    if not parsed and reason is None and line.strip():
-                        builder.skip(path, line_no, f"not an icefall training line: {line.strip()[-80:]}")
-                    builder.account.text_line(str(path), line_no, line, parsed=parsed, reason=reason)
-                    line_no += 1
-        batches = np.unique([r[3] for r in rows]) if rows else np.zeros(0, np.int64)
-        gap = int(np.min(np.diff(batches))) if batches.size > 1 else 1
-        per_epoch = int(batches.max()) + gap if batches.size else 0
-        for epoch, batch in checkpoints:
-            builder.event((epoch - 1) * per_epoch + batch, "checkpoint", "checkpoint saved")
-        cols: dict[tuple[str, str | None], tuple[list[int], list[float], list[int]]] = {}
-        for metric, unit, epoch, batch, value, seq in rows:
-            col = cols.setdefault((metric, unit), ([], [], []))
-            col[0].append((epoch - 1) * per_epoch + batch)
-            col[1].append(value)
-            col[2].append(seq)
-        for (metric, unit), (steps, values, seqs) in cols.items():
-            builder.add(
-                metric,
-                np.asarray(steps, np.int64),
-                np.asarray(values),
-                seq=np.asarray(seqs, np.int64),
-                unit=unit,
-                canonical=True,
-            )
+
+        def line(text: str) -> LineResult:
+            found: list[tuple[str, str | None, str]] = []
+            if m := _TRAIN.search(text):
+                at.append((int(m["epoch"]), int(m["batch"])))
+                for group in _GROUP.finditer(text, m.end()):
+                    lead = "" if group["name"] == "loss" else "tot_"
+                    found += [(lead + p["key"], None, p["val"]) for p in _EQ.finditer(group["body"])]
+                found += [(p["key"], None, p["val"]) for p in _COLON.finditer(text, m.end())]
+            elif at and (m := _VALID.search(text)):
+                found = [("val_" + p["key"], None, p["val"]) for p in _EQ.finditer(text, m.end())]
+            elif at and (mem := _MEMORY.search(text)):
+                found = [("gpu_mem_max_gb", "MB", mem["mb"])]
+            elif at and _SAVE.search(text):
+                checkpoints.append(at[-1])
+                return [], "checkpoint line"
+            rows: list[Row] = []
+            for key, unit, number in found:
+                value = parse_number(number)
+                if value is not None and _BARE.sub("", key) not in _BATCH_SIZE:
+                    rows.append((key, unit, len(at) - 1, value))
+            return rows, None
+
+        def place(records: list[Record]) -> list[Record]:
+            batches = np.unique([at[r[2]][1] for r in records]) if records else np.zeros(0, np.int64)
+            gap = int(np.min(np.diff(batches))) if batches.size > 1 else 1
+            per_epoch = int(batches.max()) + gap if batches.size else 0
+            for epoch, batch in checkpoints:
+                builder.event((epoch - 1) * per_epoch + batch, "checkpoint", "checkpoint saved")
+            return [(m, u, (at[s][0] - 1) * per_epoch + at[s][1], v, q) for m, u, s, v, q in records]
+
+        read_console(paths, builder, line, "an icefall training line", whole=True, finish=place)

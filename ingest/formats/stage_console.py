@@ -22,11 +22,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
-import numpy as np
-
-from ingest.formats._common import LogBuilder, iter_whole_lines
+from ingest.formats._common import LogBuilder
 from ingest.formats.aliases import canonical_name
 from ingest.formats.base import Reader
+from ingest.formats.line_console import LineResult, Row, Where, read_console
 from ingest.formats.numbers import NUMBER, parse_number
 from ingest.formats.raw_text import decode_head, looks_binary
 
@@ -65,59 +64,38 @@ class StageConsoleReader(Reader):
         return 0.9 if progress >= 2 and summaries else 0.7 if progress >= 3 else 0.0
 
     def fill(self, paths: Sequence[Path], builder: LogBuilder) -> None:
-        cols: dict[str, tuple[list[int], list[float], list[int]]] = {}
-        for path in paths:
-            builder.source(path)
-            per: int | None = None
-            line_no = 1
-            for chunk in iter_whole_lines(path, builder):
-                lines = chunk.decode("utf-8", "replace").split("\n")[:-1]
-                builder.mark_lines(line_no)
-                base = builder.reserve(len(lines))
-                for i, raw in enumerate(lines):
-                    line = raw.rstrip("\r").split("\r")[-1]
-                    parsed, reason = False, None
-                    step: int | None = None
-                    stage = ""
-                    if (m := _PROGRESS.match(line)) is not None:
-                        stage = m["stage"]
-                        if stage.lower() in _TRAIN:  # an evaluation pass counts its own batches
-                            per = int(m["per"])
-                            step = (int(m["epoch"]) - 1) * per + int(m["batch"])
-                        else:
-                            reason = "partial evaluation pass"
-                    elif (m := _SUMMARY.match(line)) is not None:
-                        stage = m["stage"]
-                        if stage.lower() in _TRAIN:
-                            reason = "epoch summary (the last progress line's means)"
-                        elif per is not None:
-                            step = int(m["epoch"]) * per
-                        else:
-                            reason = "values without a step"
-                    if m is not None and step is not None:
-                        for cell in m["cells"].split("|"):
-                            if not cell.strip() or _SPEED.match(cell):
-                                continue
-                            c = _CELL.match(cell)
-                            if c is None:
-                                builder.skip(path, line_no, f"garbled cell: {cell.strip()[:60]}")
-                                continue
-                            if (value := parse_number(c["value"])) is None:
-                                continue  # a text value: a name, not a metric
-                            col = cols.setdefault(_metric(stage, c["key"]), ([], [], []))
-                            col[0].append(step)
-                            col[1].append(value)
-                            col[2].append(base + i)
-                            parsed = True
-                    if not parsed and reason is None and raw.strip():
-                        builder.skip(path, line_no, f"not a stage console line: {raw.strip()[-80:]}")
-                    builder.account.text_line(str(path), line_no, raw, parsed=parsed, reason=reason)
-                    line_no += 1
-        for metric, (steps, values, seqs) in cols.items():
-            builder.add(
-                metric,
-                np.asarray(steps, np.int64),
-                np.asarray(values),
-                seq=np.asarray(seqs, np.int64),
-                canonical=True,
-            )
+        where = Where()
+        per: int | None = None
+
+        def line(text: str) -> LineResult:
+            nonlocal per
+            if where.line == 1:
+                per = None  # each file counts its own batches
+            step: int | None = None
+            if (m := _PROGRESS.match(text)) is not None:
+                if m["stage"].lower() not in _TRAIN:  # an evaluation pass counts its own batches
+                    return [], "partial evaluation pass"
+                per = int(m["per"])
+                step = (int(m["epoch"]) - 1) * per + int(m["batch"])
+            elif (m := _SUMMARY.match(text)) is not None:
+                if m["stage"].lower() in _TRAIN:
+                    return [], "epoch summary (the last progress line's means)"
+                if per is None:
+                    return [], "values without a step"
+                step = int(m["epoch"]) * per
+            if m is None or step is None:
+                return [], None
+            rows: list[Row] = []
+            for cell in m["cells"].split("|"):
+                if not cell.strip() or _SPEED.match(cell):
+                    continue
+                c = _CELL.match(cell)
+                if c is None:
+                    builder.skip(where.path, where.line, f"garbled cell: {cell.strip()[:60]}")
+                    continue
+                if (value := parse_number(c["value"])) is None:
+                    continue  # a text value: a name, not a metric
+                rows.append((_metric(m["stage"], c["key"]), None, step, value))
+            return rows, None
+
+        read_console(paths, builder, line, "a stage console line", where=where)

@@ -21,10 +21,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
-import numpy as np
-
-from ingest.formats._common import LogBuilder, iter_whole_lines
+from ingest.formats._common import LogBuilder
 from ingest.formats.base import Reader
+from ingest.formats.line_console import LineResult, Row, read_console
 from ingest.formats.numbers import parse_number
 from ingest.formats.raw_text import decode_head, looks_binary
 from ingest.formats.run_loss import DETECTION_LOSS_PARTS, summed_loss_parts
@@ -79,66 +78,43 @@ class UltralyticsReader(Reader):
         return 0.0 if not (headers and rows) else 0.95 if rows >= 2 else 0.8
 
     def fill(self, paths: Sequence[Path], builder: LogBuilder) -> None:
-        cols: dict[tuple[str, str | None], tuple[list[int], list[float], list[int]]] = {}
         columns: list[str] = []
         val_columns: list[str] = []
         epoch: int | None = None
         validated = False
 
-        def put(metric: str, unit: str | None, value: float | None, seq: int) -> bool:
-            if value is None or epoch is None:
-                return False
-            col = cols.setdefault((metric, unit), ([], [], []))
-            col[0].append(epoch)
-            col[1].append(value)
-            col[2].append(seq)
-            return True
+        def line(text: str) -> LineResult:
+            nonlocal columns, val_columns, epoch, validated
+            if _HEADER.match(text):
+                columns = text.split()
+                return [], "column header"
+            if (v := _VAL_HEADER.match(text)) is not None:
+                val_columns = _val_names(v["cols"])
+                return [], "column header"
+            found: list[Row] = []
+            if (m := _ROW.match(text)) is not None and columns:
+                epoch, validated = int(m["epoch"]), False
+                builder.meta.setdefault("total_steps", int(m["total"]))
+                parts, losses = summed_loss_parts(columns[1:]), []  # ingest.formats.run_loss
+                for name, cell in zip(columns[1:], m["rest"].split(), strict=False):
+                    loss_name = _loss_column(name)
+                    if name.lower() == "gpu_mem":
+                        if (mem := parse_number(cell.rstrip("G"))) is not None:
+                            found.append(("gpu_mem_gb", "GB", epoch, mem))
+                    elif loss_name is not None and (value := parse_number(cell)) is not None:
+                        if name in parts:
+                            losses.append(value)
+                        found.append((loss_name, None, epoch, value))
+                if parts and len(losses) == len(parts):
+                    found.append(("loss", None, epoch, float(sum(losses))))
+            elif (r := _VAL_ROW.match(text)) is not None and val_columns and not validated:
+                # one validation per epoch: the best checkpoint's after the last epoch is no epoch's
+                validated = True
+                for name, cell in zip(val_columns, r["vals"].split(), strict=False):
+                    if epoch is not None and (value := parse_number(cell)) is not None:
+                        found.append((name, None, epoch, value))
+            elif _VAL_ROW.match(text) is not None:
+                return [], "validation after training"
+            return found, None
 
-        for path in paths:
-            builder.source(path)
-            line_no = 1
-            for chunk in iter_whole_lines(path, builder):
-                lines = chunk.decode("utf-8", "replace").split("\n")[:-1]
-                builder.mark_lines(line_no)
-                base = builder.reserve(len(lines))
-                for i, raw in enumerate(lines):
-                    line = raw.rstrip("\r").split("\r")[-1]
-                    parsed, reason = False, None
-                    if _HEADER.match(line):
-                        columns, reason = line.split(), "column header"
-                    elif (v := _VAL_HEADER.match(line)) is not None:
-                        val_columns, reason = _val_names(v["cols"]), "column header"
-                    elif (m := _ROW.match(line)) is not None and columns:
-                        epoch, validated = int(m["epoch"]), False
-                        builder.meta.setdefault("total_steps", int(m["total"]))
-                        parts, losses = summed_loss_parts(columns[1:]), []  # ingest.formats.run_loss
-                        for name, text in zip(columns[1:], m["rest"].split(), strict=False):
-                            loss_name = _loss_column(name)
-                            if name.lower() == "gpu_mem":
-                                parsed |= put("gpu_mem_gb", "GB", parse_number(text.rstrip("G")), base + i)
-                            elif loss_name is not None and (value := parse_number(text)) is not None:
-                                if name in parts:
-                                    losses.append(value)
-                                parsed |= put(loss_name, None, value, base + i)
-                        if parts and len(losses) == len(parts):
-                            put("loss", None, float(sum(losses)), base + i)
-                    elif (r := _VAL_ROW.match(line)) is not None and val_columns and not validated:
-                        # one validation per epoch: the best checkpoint's after the last epoch is no epoch's
-                        validated = True
-                        for name, text in zip(val_columns, r["vals"].split(), strict=False):
-                            parsed |= put(name, None, parse_number(text), base + i)
-                    elif _VAL_ROW.match(line) is not None:
-                        reason = "validation after training"
-                    if not parsed and reason is None and line.strip():
-                        builder.skip(path, line_no, f"not an Ultralytics training row: {line.strip()[-80:]}")
-                    builder.account.text_line(str(path), line_no, raw, parsed=parsed, reason=reason)
-                    line_no += 1
-        for (metric, unit), (steps, values, seqs) in cols.items():
-            builder.add(
-                metric,
-                np.asarray(steps, np.int64),
-                np.asarray(values),
-                seq=np.asarray(seqs, np.int64),
-                unit=unit,
-                canonical=True,
-            )
+        read_console(paths, builder, line, "an Ultralytics training row", quote_redraw=True)

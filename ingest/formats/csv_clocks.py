@@ -1,0 +1,93 @@
+"""The clock columns of a metrics CSV (issue #31, round 14): a clock times the run, it is no metric of it.
+
+- **An elapsed clock** (seconds since the run began: baselines' ``total/duration``, ``total_time``,
+  ``time/time_elapsed``, and a ``time`` column whose numbers rise from under :data:`MAX_ELAPSED_S`, as
+  YOLO11's ``results.csv`` writes it; a larger rising ``time`` is a Unix time, the rows' wall clock) is
+  no series: its increase between two rows over the steps between them is ``step_time_s`` on the later
+  row (seconds per step of the table's axis; the first row has no interval, a clock that goes back
+  gives none), as Chainer's ``elapsed_time`` in JSON Lines (:mod:`ingest.formats.jsonl_roles`).
+- **A duration column**: a ``time`` column of ``[h:]mm:ss`` cells (fastai's ``CSVLogger``: how long each
+  epoch took, its training and validation passes) is each row's ``step_time_s``, in seconds per step of
+  the table's axis (the epoch): the cost views price a run from it, and it is what the log measured.
+
+Neither gives a step time when a column the alias table reads as the step time is there already; neither
+is a metric or the rows' wall clock either way.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Final
+
+import numpy as np
+import pyarrow as pa
+
+from ingest.formats._common import LogBuilder
+from ingest.formats._tabular import to_float
+from ingest.formats.aliases import canonical_name
+from ingest.formats.csv_counters import is_elapsed_clock
+
+STEP_TIME: Final = "step_time_s"
+MAX_ELAPSED_S: Final = 1e8
+"""Seconds below which a rising ``time`` counts from the run's start (three years): a Unix time is above."""
+_DURATION: Final = re.compile(r"^[ \t]*(?:(?P<h>[0-9]+):)?(?P<m>[0-9]{1,2}):(?P<s>[0-9]{2}(?:\.[0-9]+)?)[ \t]*$")
+
+
+def _time_column(names: list[str]) -> str | None:
+    return next((c for c in names if c.strip().lower() == "time"), None)
+
+
+def elapsed_clock(table: pa.Table) -> str | None:
+    """The table's elapsed-clock column (see the module), or None."""
+    names = table.column_names
+    named = next((c for c in names if is_elapsed_clock(c)), None)
+    if named is not None:
+        return named
+    time = _time_column(names)
+    if time is None:
+        return None
+    values, present = to_float(table[time])
+    values = values[present & np.isfinite(values)]
+    rises = values.size > 1 and bool(np.all(np.diff(values) >= 0)) and values[-1] > values[0]
+    return time if rises and values[0] >= 0 and values[-1] < MAX_ELAPSED_S else None
+
+
+def duration_column(table: pa.Table) -> tuple[str, np.ndarray] | None:
+    """A ``time`` column of ``[h:]mm:ss`` cells and its seconds per row (NaN where empty), or None."""
+    time = _time_column(table.column_names)
+    if time is None:
+        return None
+    cells = table[time].to_pylist()
+    seconds = np.full(len(cells), np.nan)
+    for i, cell in enumerate(cells):
+        if cell is None or str(cell).strip() == "":
+            continue
+        m = _DURATION.match(str(cell))
+        if m is None:
+            return None  # not a duration column: one cell that is no duration says so
+        seconds[i] = 3600.0 * int(m["h"] or 0) + 60.0 * int(m["m"]) + float(m["s"])
+    return (time, seconds) if np.isfinite(seconds).any() else None
+
+
+def add_clock_step_time(builder: LogBuilder, table: pa.Table, step_col: str) -> str | None:
+    """Store the step time an elapsed clock or a duration column of ``table`` gives (see the module) at
+    its rows' steps; return that column (no metric, no wall clock), or None when there is none."""
+    steps, has_step = to_float(table[step_col])
+    clock = elapsed_clock(table)
+    if clock is not None:
+        wall, has_wall = to_float(table[clock])
+        rows = np.flatnonzero(has_wall & has_step & np.isfinite(wall))
+        per_step = np.full(table.num_rows, np.nan)
+        if rows.size > 1:
+            d_wall, d_step = np.diff(wall[rows]), np.diff(steps[rows])
+            ok = (d_step > 0) & (d_wall > 0)
+            per_step[rows[1:]] = np.where(ok, d_wall / np.where(ok, d_step, 1), np.nan)
+        column = clock
+    elif (found := duration_column(table)) is not None:
+        column, per_step = found
+    else:
+        return None
+    keep = has_step & np.isfinite(per_step)
+    if keep.any() and not any(canonical_name(c)[0] == STEP_TIME for c in table.column_names):
+        builder.add(STEP_TIME, steps[keep].astype(np.int64), per_step[keep], canonical=True, origin=column)
+    return column
