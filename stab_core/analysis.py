@@ -473,8 +473,7 @@ def _costed(
     recovered_at = cost.recovered_at if cost is not None else None
     levels = [m.recovery_step for m in incident.members if m.metric == "loss" and m.n_samples >= LEVEL_SAMPLES]
     if recovered_at is not None and levels and all(b is not None for b in levels):
-        # a loss member lasting LEVEL_SAMPLES samples or more (a level, whichever detector found it) is back
-        # when its level is, not when one noisy sample dips into the trend's band
+        # a loss member of LEVEL_SAMPLES+ samples (a level) is back when its level is, not at one noisy dip
         recovered_at = max(recovered_at, *(int(b) for b in levels if b is not None))
     until = max(m.until for m in incident.members)
     over = until if recovered_at is None else max(until, recovered_at)
@@ -487,6 +486,7 @@ def _costed(
             diverged=diverged,
             loss_samples=cost.samples_above if cost is not None and cost.band is not None else None,
             member_samples=max(m.n_samples for m in incident.members),
+            member_out=max(m.n_samples if m.longest_out is None else m.longest_out for m in incident.members),
             blip_samples=min(p.blip_samples, EARLY_BLIP_SAMPLES)
             if incident.kind == "early_instability" and not (cost is not None and cost.at_level)
             else p.blip_samples,
