@@ -1,9 +1,8 @@
 """A run's analyses in one call, and the JSON form of a spike.
 
-:func:`analyze_run` is what the store materialises per run generation: the gradient SNR series (with
-the estimator it came from), clipping statistics, and the loss and grad-norm spike events, each with
-its root-cause :class:`~stab_core.decision_tree.Diagnosis`. :func:`spike_to_dict` is the JSON contract of
-``stabscope spikes --json``. How well it finds injected spikes is measured by :mod:`stab_core.evaluation`."""
+:func:`analyze_run` is what the store materialises per run generation: the gradient SNR series (with its estimator),
+clipping statistics, and the loss and grad-norm spike events, each with its root-cause diagnosis. :func:`spike_to_dict`
+is the JSON contract of ``stabscope spikes --json``; :mod:`stab_core.evaluation` measures how well it finds spikes."""
 
 from __future__ import annotations
 
@@ -15,6 +14,7 @@ from typing import Any, Final
 import numpy as np
 
 from stab_core.abandoned import abandoned_attempts
+from stab_core.adversarial import adversarial_drifts
 from stab_core.claims import incident_claims, said_from_json
 from stab_core.clean_baseline import spikes_past_long_incidents
 from stab_core.clipping import CLIP_SATURATION, ClipStats, clipping_stats
@@ -459,7 +459,7 @@ def find_incidents(view: RunView, params: AnalysisParams | None = None) -> list[
             primary = replace(primary, steps_lost=0)
         incident = Incident(kind, (primary, *members[1:]), co_moves)
         incidents.append(_costed(incident, loss, early, p, view.series.get("val_loss")))
-    return incidents
+    return adversarial_drifts(view.series, incidents)
 
 
 def _costed(

@@ -64,7 +64,8 @@ BATCH_FLOORS: dict[str, tuple[int, float, int, int, int, float]] = {
     # imp14b: 13 faults on 6 logs (3 refused), 12 / 16, 0.897 (306 / 341): sweep CSV, epoch axis, YOLO lr
     # merged imp14a + imp14b + det14 (main d4b342a): 0 faults, 15 / 16, 1 shown on healthy, 0.9255 (348 / 376)
     # det15: 0 broken (q_peft_grpo_c3a_lr8e5's golden no longer bans "recovered at": its own may_find recovers)
-    "batch_12": (0, 15 / 16, 1, 0, 0, 0.92),
+    # det17: 0.9372 (the mock Megatron early rise's merged grad-norm outliers are blips)
+    "batch_12": (0, 15 / 16, 1, 0, 0, 0.93),
     # batch 13 measured held out on d4b342a (35 faults on 18 logs, 1 / 12, 4 invented, 6 shown on healthy, 1 broken,
     # 0.598 = 107 / 179), then tuned on. tun15a (CSV tables: step-like counters, the row as the step, total loss
     # proposed, x/lrN groups, run clocks): 30 faults on 12 logs, 4 / 12, 5 invented, 0.646 (175 / 271). det15: 0
@@ -77,7 +78,9 @@ BATCH_FLOORS: dict[str, tuple[int, float, int, int, int, float]] = {
     # imp16: one loss rule per family (YOLO results.csv parts summed, baselines progress.csv critic, a GAN's
     # generator): 2 faults, 8 -> 10 / 12, 2 invented, 3 shown on healthy, 1 broken (the healthy SN-DCGAN's slow
     # generator drift is now called diverged), 0.775 -> 0.802 (239 / 298)
-    "batch_13": (2, 10 / 12, 3, 1, 2, 0.80),
+    # det17: 1 invented, 2 shown on healthy, 0 broken, 0.8276 (240 / 290): merged one-step grad-norm outliers the
+    # loss never felt are blips; a GAN generator's drift beside a discriminator that holds is not "diverged"
+    "batch_13": (2, 10 / 12, 2, 0, 1, 0.82),
 }
 QUIET_SPANS_FLAGGED: dict[str, int] = {"batch_13": 1}
 """Quiet spans flagged a batch may still show (0 unless named): batch 13's mmengine C3D grad norm rises at 473 to a

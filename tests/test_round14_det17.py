@@ -43,3 +43,41 @@ def test_grad_norm_outliers_the_loss_never_felt_are_blips_though_merged() -> Non
     shown = [s for s in _shown(_sft_run({300: 50.0, 302: 4.0, 305: 8.0})) if s[2] != "blip"]
     assert shown == []
 
+
+def _gan(discriminator_end: float, generator_end: float = 1.6, with_discriminator: bool = True) -> RunView:
+    """A GAN's log every 100 iterations: the generator loss (the run's loss) ~1.0 for 150 records, then
+    drifting up to ``generator_end`` by the end (1,000 records); the discriminator loss 1.2 -> ``discriminator_end``."""
+    rng = np.random.default_rng(7)
+    n = 1000
+    steps = np.arange(1, n + 1) * 100
+    ramp = np.clip((np.arange(n) - 150) / (n - 150), 0.0, 1.0)
+    gen = (1.0 + (generator_end - 1.0) * ramp) * (1.0 + rng.uniform(-0.05, 0.05, n))
+    dis = (1.2 + (discriminator_end - 1.2) * ramp) * (1.0 + rng.uniform(-0.05, 0.05, n))
+    series = {"loss": Series(steps, gen), "loss_gen": Series(steps, gen)}
+    if with_discriminator:
+        series["loss_dis"] = Series(steps, dis)
+    return RunView("gan", series)
+
+
+def _said(view: RunView) -> list[tuple[str, str, list[str]]]:
+    return [
+        (d["kind"], d["severity"], [c["text"] for c in d["claims"] if c["kind"] == "recovery"])
+        for d in analyze_run(view).spike_dicts()
+        if d["severity"] != "blip"
+    ]
+
+
+def test_a_generator_loss_drifting_up_beside_a_discriminator_that_holds_is_no_divergence() -> None:
+    """An SN-GAN's generator loss creeping 1.0 -> 1.6 over the run while the discriminator loss goes
+    1.2 -> 0.75 (it holds its own): the balance moved, nothing diverged; said as a drift not back by the end."""
+    said = _said(_gan(0.75))
+    assert said and all(severity != "divergence" for _, severity, _ in said)
+    assert not any("diverged" in text.lower() for *_, texts in said for text in texts)
+    assert any(text.startswith("Not back by the log's end") for *_, texts in said for text in texts)
+
+
+def test_a_generator_climb_whose_discriminator_collapses_or_a_plain_climb_still_diverges() -> None:
+    """The discriminator loss collapsing toward 0 (1.2 -> 0.05: the discriminator won), or the same climb
+    with no discriminator loss beside it (no GAN), keeps the divergence."""
+    assert any(severity == "divergence" for _, severity, _ in _said(_gan(0.05)))
+    assert any(severity == "divergence" for _, severity, _ in _said(_gan(0.75, with_discriminator=False)))
