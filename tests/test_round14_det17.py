@@ -81,3 +81,24 @@ def test_a_generator_climb_whose_discriminator_collapses_or_a_plain_climb_still_
     with no discriminator loss beside it (no GAN), keeps the divergence."""
     assert any(severity == "divergence" for _, severity, _ in _said(_gan(0.05)))
     assert any(severity == "divergence" for _, severity, _ in _said(_gan(0.75, with_discriminator=False)))
+
+
+def _epoch_rows(val_after: float) -> RunView:
+    """A train loss logged every 300 steps at ~0.5 with one row 1.8x (index 60), its validation loss
+    (logged on the same rows, ~1.09) 1.14x on that row and ``val_after`` times its level on the next."""
+    rng = np.random.default_rng(3)
+    n = 100
+    steps = np.arange(1, n + 1) * 300
+    loss = 0.5 * (1.0 + rng.uniform(-0.03, 0.03, n))
+    val = 1.09 * (1.0 + rng.uniform(-0.01, 0.01, n))
+    loss[60] *= 1.8
+    val[60] *= 1.14
+    val[61:] *= val_after
+    return RunView("rows", {"loss": Series(steps, loss), "val_loss": Series(steps, val)})
+
+
+def test_a_one_row_jump_whose_validation_loss_came_back_with_it_is_a_blip() -> None:
+    """The validation loss shared the one bad row (1.14x) but was back at the next row, with the train
+    loss: the model did not stay worse, a blip; a validation loss still 1.2x at that row keeps the spike."""
+    assert [s for s in _shown(_epoch_rows(1.0)) if s[2] != "blip"] == []
+    assert ("loss", 61 * 300, "spike") in _shown(_epoch_rows(1.2))
