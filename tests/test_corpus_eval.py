@@ -50,7 +50,7 @@ BATCH_FLOORS: dict[str, tuple[int, float, int, int, int, float]] = {
     "batch_9": (0, 7 / 7, 0, 0, 0, 0.99),  # 0.996 (236 / 237); det10 + imp10: 0 faults, 0 shown on healthy
     # batch 10 tuned on since round 10b (thr10 + det10b + imp10b); floors set after the merges
     # sev12: 6 shown on healthy, 0 broken, 0 invented (recurring jumps are blips; lasting levels diverge)
-    # det17: 5 shown on healthy, 0.9452: a one-row jump whose val loss came back with it is a blip
+    # det17: 5 shown on healthy, 0.9452 (207 / 219): a one-row jump whose val loss came back with it is a blip
     "batch_10": (0, 5 / 6, 5, 0, 0, 0.94),  # 0.9339 (212 / 227) after sev12; stm12 and rev12b
     # batch 11 tuned on since round 11 (att11 + imp11); floors set after the merges
     # stm12 0.9252 (272 / 294); sev12: no "diverged" said; imp12: 0 faults (ms-swift's step time and tokens/s),
