@@ -1,9 +1,8 @@
 """A run's analyses in one call, and the JSON form of a spike.
 
-:func:`analyze_run` is what the store materialises per run generation: the gradient SNR series (with
-the estimator it came from), clipping statistics, and the loss and grad-norm spike events, each with
-its root-cause :class:`~stab_core.decision_tree.Diagnosis`. :func:`spike_to_dict` is the JSON contract of
-``stabscope spikes --json``. How well it finds injected spikes is measured by :mod:`stab_core.evaluation`."""
+:func:`analyze_run` is what the store materialises per run generation: the gradient SNR series (with its estimator),
+clipping statistics, and the loss and grad-norm spike events, each with its root-cause diagnosis. :func:`spike_to_dict`
+is the JSON contract of ``stabscope spikes --json``; :mod:`stab_core.evaluation` measures how well it finds spikes."""
 
 from __future__ import annotations
 
@@ -15,6 +14,7 @@ from typing import Any, Final
 import numpy as np
 
 from stab_core.abandoned import abandoned_attempts
+from stab_core.adversarial import adversarial_drifts
 from stab_core.claims import incident_claims, said_from_json
 from stab_core.clean_baseline import spikes_past_long_incidents
 from stab_core.clipping import CLIP_SATURATION, ClipStats, clipping_stats
@@ -459,7 +459,7 @@ def find_incidents(view: RunView, params: AnalysisParams | None = None) -> list[
             primary = replace(primary, steps_lost=0)
         incident = Incident(kind, (primary, *members[1:]), co_moves)
         incidents.append(_costed(incident, loss, early, p, view.series.get("val_loss")))
-    return incidents
+    return adversarial_drifts(view.series, incidents)
 
 
 def _costed(
@@ -473,8 +473,7 @@ def _costed(
     recovered_at = cost.recovered_at if cost is not None else None
     levels = [m.recovery_step for m in incident.members if m.metric == "loss" and m.n_samples >= LEVEL_SAMPLES]
     if recovered_at is not None and levels and all(b is not None for b in levels):
-        # a loss member lasting LEVEL_SAMPLES samples or more (a level, whichever detector found it) is back
-        # when its level is, not when one noisy sample dips into the trend's band
+        # a loss member of LEVEL_SAMPLES+ samples (a level) is back when its level is, not at one noisy dip
         recovered_at = max(recovered_at, *(int(b) for b in levels if b is not None))
     until = max(m.until for m in incident.members)
     over = until if recovered_at is None else max(until, recovered_at)
@@ -487,6 +486,7 @@ def _costed(
             diverged=diverged,
             loss_samples=cost.samples_above if cost is not None and cost.band is not None else None,
             member_samples=max(m.n_samples for m in incident.members),
+            member_out=max(m.n_samples if m.longest_out is None else m.longest_out for m in incident.members),
             blip_samples=min(p.blip_samples, EARLY_BLIP_SAMPLES)
             if incident.kind == "early_instability" and not (cost is not None and cost.at_level)
             else p.blip_samples,

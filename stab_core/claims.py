@@ -184,6 +184,7 @@ def _recovery(
     diagnosis: Diagnosis,
     loss_recovered_at: int | None = None,
     trend: tuple[float, int] | None = None,
+    kind: str = "spike",
 ) -> list[Claim]:
     evidence: Evidence = {
         "recovered": spike.recovered,
@@ -248,6 +249,18 @@ def _recovery(
                 f"Recovered at step {spike.recovery_step}: back near its level of {_number(spike.baseline)}.",
                 True,
                 evidence,
+            )
+        ]
+    if not spike.recovered and not spike.diverged and kind == "climb":
+        # a lasting rise that is no divergence (stab_core.adversarial: a GAN's generator loss drifting while
+        # its discriminator holds): still up at the log's end, so neither "recovered" nor "diverged" (round 14)
+        return [
+            Claim(
+                "recovery",
+                f"Not back by the log's end (step {spike.end}): a slow drift from step {spike.start} while the "
+                "discriminator loss held its level (the adversarial balance moved; nothing blew up).",
+                True,
+                {**evidence, "drift": True},
             )
         ]
     if not spike.recovered and not spike.diverged:
@@ -399,7 +412,7 @@ def incident_claims(
     logged, and each action (its premise checked by the tree's walk)."""
     return [
         _status(spike, diagnosis, kind),
-        *_recovery(spike, diagnosis, loss_recovered_at, trend),
+        *_recovery(spike, diagnosis, loss_recovered_at, trend, kind),
         _cause(diagnosis, spike),
         *_not_logged(diagnosis),
         *_actions(diagnosis),

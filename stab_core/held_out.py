@@ -15,7 +15,9 @@ def held_out_rose(val_loss: Series | None, first: int, last: int) -> bool:
     :data:`~stab_core.incidents.RECOVER_RATIO` times its last value before ``first``: the model got
     worse on held-out data with this incident, not only on the batches it trained on (False when it is
     not logged there). The last value, not the lowest: a validation loss still high from an earlier
-    incident is not this one's."""
+    incident is not this one's. A validation loss back within that ratio at its first value at or after
+    ``last`` (the training loss's return) shared one bad step and came back with it: the model did not stay
+    worse (a 1.8x one-row jump of an overfitting run's train loss, val 1.09 -> 1.25 -> 1.07; round 14)."""
     if val_loss is None:
         return False
     ok = np.isfinite(val_loss.values)
@@ -24,4 +26,7 @@ def held_out_rose(val_loss: Series | None, first: int, last: int) -> bool:
     if not (before.size and inside.size):
         return False
     last_before = float(before[-1])
-    return last_before > 0 and float(inside.max()) > RECOVER_RATIO * last_before
+    if not (last_before > 0 and float(inside.max()) > RECOVER_RATIO * last_before):
+        return False
+    back = val_loss.values[ok & (val_loss.steps >= last)][:1]
+    return not (back.size and back[0] <= RECOVER_RATIO * last_before)

@@ -412,6 +412,7 @@ def classify(
     held_out_rose: bool = False,
     recurring: int | None = None,
     recurring_steps: int | None = None,
+    member_out: int | None = None,
 ) -> SeverityLevel:
     """The severity of an incident: ``divergence`` when it never came back (``diverged``); a ``blip``
     when the loss was back on its trend within ``blip_samples`` samples (``loss_samples``; None: the
@@ -430,7 +431,10 @@ def classify(
     ``blip_samples`` logged samples *or* within :data:`BLIP_MAX_STEPS` steps, however far apart the
     samples are logged, or however long its members took when the loss also stayed within its recovery
     ratio of its level throughout (``loss_unmoved``: grad-norm outliers the loss never followed, two of
-    them 60 steps apart merged into one incident).
+    them 60 steps apart merged into one incident). Its members' length there is ``member_out`` (None:
+    ``member_samples``): the most consecutive samples one stood out of its band, so grad-norm outliers a
+    few samples apart that the detector merged, each back in its band within a blip's samples, are as many
+    one-sample outliers, not one long one (issue #32, round 14).
 
     An incident whose loss jumped as the run jumps every few hundred steps (``recurring``: the samples from
     the loss's highest one until the jump was over, :attr:`LossCost.recurring`) for at most
@@ -450,7 +454,9 @@ def classify(
     if loss_left_band and BLOWUP_RATIO <= peak_ratio < float("inf"):  # inf: the ratio is unknown
         return "spike"
     if not loss_left_band and (
-        loss_unmoved or member_samples <= blip_samples or (steps_lost is not None and steps_lost <= BLIP_MAX_STEPS)
+        loss_unmoved
+        or (member_samples if member_out is None else member_out) <= blip_samples
+        or (steps_lost is not None and steps_lost <= BLIP_MAX_STEPS)
     ):
         return "blip"
     if (

@@ -67,6 +67,8 @@ class SpikeEvent:
         steps_lost: steps from ``start`` until the value is back at or below ``baseline`` (progress
             restored), or to the last logged step if it never is (a lower bound for a diverged run).
         n_samples: logged samples from start to end inclusive.
+        longest_out: the most consecutive logged samples out of the band (None: ``n_samples``); under
+            ``n_samples`` when later detections within ``merge_gap`` samples of a return joined the event.
         grad_norm_lead_steps: for a non-grad-norm spike, ``start`` minus the start of the grad-norm
             spike linked to it (>0: the grad norm spiked first, 0: same step, <0: after); None when
             no grad-norm spike is near or none was looked for.
@@ -90,6 +92,7 @@ class SpikeEvent:
     n_samples: int
     grad_norm_lead_steps: int | None = None
     grad_norm_led: bool | None = None
+    longest_out: int | None = None
 
     @property
     def until(self) -> int:
@@ -254,16 +257,22 @@ def detect_spikes(
 
         last = first
         recovery = _first_true_from(x, first + 1, back_in_band)
+        segment, longest = first, 0  # the most consecutive samples out: merged detections' returns split it
         while True:
             if recovery is None:
                 last = x.size - 1
                 break
             last = recovery - 1
+            longest = max(longest, last + 1 - segment)
             later = flagged[np.searchsorted(flagged, recovery) :]
             if later.size == 0 or int(later[0]) - recovery >= chosen.merge_gap:
                 break
-            recovery = _first_true_from(x, int(later[0]) + 1, back_in_band)
-        events.append(build_event(metric, int_steps, x, first, last, recovery, event_base, event_scale))
+            segment = int(later[0])
+            recovery = _first_true_from(x, segment + 1, back_in_band)
+        event = build_event(metric, int_steps, x, first, last, recovery, event_base, event_scale)
+        events.append(
+            replace(event, longest_out=longest) if recovery is not None and longest < last + 1 - first else event
+        )
         cursor = int(np.searchsorted(flagged, last, side="right"))
     if grad_norm is not None and not metric.startswith("grad_norm"):
         grad_events = detect_spikes(grad_norm.steps, grad_norm.values, "grad_norm")

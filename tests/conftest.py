@@ -59,6 +59,7 @@ TIERS: dict[str, str] = {
             "round12_det13",
             "round13_det14",
             "round13_det15",
+            "round14_det17",
             "statements_round10",
             "batch9_shapes",
             "det10_shapes",
