@@ -19,6 +19,10 @@ temporary store as ``stabscope import`` does (the analyses run on each import), 
 - **baselines**: llm.c's, OLMo-core's and Megatron-LM's spike rules on each stored run's series, scored
   as StabScope's incidents are, with the samples each required incident has before it.
 
+``--fallback-only`` imports each log with only the readers a layout nobody wrote a reader for still
+meets (``ingest.formats.FALLBACK_READERS``: the generic reader and the metrics-file readers keyed on no
+trainer): the measure of that fallback (docs/diagnosis.md, "round 14: gen17").
+
 Totals for the whole corpus, the held-out logs, the logs tuned on and each golden ``batch``
 (``bench.corpus_scores``).
 
@@ -35,7 +39,7 @@ import math
 import re
 import sys
 import tempfile
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Final
@@ -320,8 +324,11 @@ def judge_statements(result: LogScore, golden: Mapping[str, Any], runs: Sequence
     result.findings_missed = missed_findings(golden, runs)
 
 
-def evaluate_log(store: Any, corpus: Path, golden: Mapping[str, Any]) -> LogScore:
-    """Import one corpus log into ``store`` and score it."""
+def evaluate_log(
+    store: Any, corpus: Path, golden: Mapping[str, Any], reader_set: Collection[str] | None = None
+) -> LogScore:
+    """Import one corpus log into ``store`` with the built-in readers of ``reader_set`` (None: all)
+    and score it."""
     from ingest.errors import StabScopeError
     from ingest.importing.importer import import_logs
     from ingest.services.run_status import run_status
@@ -335,7 +342,7 @@ def evaluate_log(store: Any, corpus: Path, golden: Mapping[str, Any]) -> LogScor
         result.error = f"{path}: sha256 differs from the golden file's: not the log the answers were written for"
         return result
     try:
-        reports = import_logs(store, [path], run=run_name(golden))
+        reports = import_logs(store, [path], run=run_name(golden), reader_set=reader_set)
     except Exception as exc:  # a crash is scored as this log's fault, not the whole evaluation's
         refused = isinstance(exc, StabScopeError)
         result.refused = (str(exc) if refused else f"crashed: {type(exc).__name__}: {exc}").splitlines()[0][:200]
@@ -403,19 +410,27 @@ def baseline_scores(golden: Mapping[str, Any], stored: Sequence[Mapping[str, Any
     return out
 
 
-def evaluate(corpus: Path, goldens: Sequence[Mapping[str, Any]]) -> list[LogScore]:
-    """Every golden log of ``corpus`` imported into one temporary store and scored."""
+def evaluate(
+    corpus: Path, goldens: Sequence[Mapping[str, Any]], reader_set: Collection[str] | None = None
+) -> list[LogScore]:
+    """Every golden log of ``corpus`` imported into one temporary store (with the built-in readers of
+    ``reader_set``; None: all) and scored."""
     from ingest.services.run_analyses import open_analysed_store
 
     with tempfile.TemporaryDirectory() as root:
         store = open_analysed_store(Path(root))
-        return [evaluate_log(store, corpus, g) for g in goldens]
+        return [evaluate_log(store, corpus, g, reader_set) for g in goldens]
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.corpus_eval", description=__doc__.split("\n\n")[0])
     parser.add_argument("--corpus", type=Path, required=True, help="folder holding one folder per corpus log")
     parser.add_argument("--json", action="store_true", help="per-log scores and totals as JSON")
+    parser.add_argument(
+        "--fallback-only",
+        action="store_true",
+        help="import with only the generic and format-agnostic metrics-file readers (ingest.formats.FALLBACK_READERS)",
+    )
     args = parser.parse_args(argv)
     if not args.corpus.is_dir():
         print(
@@ -428,7 +443,12 @@ def main(argv: list[str] | None = None) -> int:
     if bad:
         print(f"golden files incomplete: {bad}", file=sys.stderr)
         return 2
-    scores = evaluate(args.corpus, goldens)
+    if args.fallback_only:
+        from ingest.formats import FALLBACK_READERS
+
+        scores = evaluate(args.corpus, goldens, FALLBACK_READERS)
+    else:
+        scores = evaluate(args.corpus, goldens)
     splits = split_totals(scores)
     if args.json:
         report = {"totals": splits["all"], "splits": splits, "logs": [asdict(s) for s in scores]}

@@ -13,7 +13,7 @@ candidates and how to force one; so does a file no reader can parse (with file a
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Final
 
@@ -67,6 +67,7 @@ from ingest.formats.wandb_history import WandbHistoryReader
 from ingest.formats.wlm_console import WordLanguageModelReader
 
 __all__ = [
+    "FALLBACK_READERS",
     "FORMATS",
     "TABLE_SCHEMA",
     "ParsedLog",
@@ -136,8 +137,17 @@ AMBIGUITY_MARGIN: Final = 0.1
 """Two candidates closer than this are ambiguous: the user must choose."""
 
 
-def _readers(custom_dir: Path | None) -> dict[str, Reader]:
-    readers = dict(FORMATS)
+FALLBACK_READERS: Final = frozenset({"csv_wide", "csv_sweep", "jsonl", "parquet", GenericReader.name})
+"""The readers a log of a layout nobody wrote a reader for still meets (``reader_set=FALLBACK_READERS``
+measures them alone: ``python -m bench.corpus_eval --fallback-only``): the generic text reader and the
+metrics-file readers keyed on no trainer (a CSV with a step column, a CSV of one run per column, JSON Lines
+or a JSON document of per-step objects, Parquet). A reader keyed on one trainer's or tool's banner,
+line layout, file name or column spelling (a TensorBoard or W&B download, Lightning's metrics.csv,
+``trainer_state.json``, ``| key | value |`` tables, ``Epoch: N`` blocks, every console reader) is specific."""
+
+
+def _readers(custom_dir: Path | None, reader_set: Collection[str] | None = None) -> dict[str, Reader]:
+    readers = dict(FORMATS) if reader_set is None else {n: r for n, r in FORMATS.items() if n in reader_set}
     if custom_dir is not None:
         from ingest.formats.custom import load_custom_formats
 
@@ -153,14 +163,18 @@ LONG_HEAD_BYTES: Final = 2 * 1024 * 1024
 argument dumps, nvidia-smi tables or a pasted config can fill those before the first metric line."""
 
 
-def detect(paths: Sequence[Path], *, custom_dir: Path | None = None) -> list[tuple[str, float]]:
+def detect(
+    paths: Sequence[Path], *, custom_dir: Path | None = None, reader_set: Collection[str] | None = None
+) -> list[tuple[str, float]]:
     """Candidate formats for ``paths`` with a confidence (0-1), best first.
 
     Each path is sniffed from its first 256 KiB, or its first 2 MiB when nothing fits those (a
     folder from its file names); a format's confidence is its lowest over the paths, since one
-    reader must read them all. Formats under ``MIN_CONFIDENCE`` are left out.
+    reader must read them all. Formats under ``MIN_CONFIDENCE`` are left out. ``reader_set`` names
+    the built-in readers considered (None: all of them; custom formats are always considered), e.g.
+    ``FALLBACK_READERS`` to see what a log of a layout no reader was written for gets.
     """
-    readers = _readers(custom_dir)
+    readers = _readers(custom_dir, reader_set)
     scores: dict[str, float] = {}
     for path in (Path(p) for p in paths):
         found = _sniff(path, read_head(path, HEAD_BYTES), readers)
@@ -207,6 +221,7 @@ def read_log(
     *,
     custom_dir: Path | None = None,
     step_key: str | None = None,
+    reader_set: Collection[str] | None = None,
 ) -> ParsedLog:
     """Read one run from ``paths`` (files of one format: a log and its continuations, a folder).
 
@@ -214,13 +229,14 @@ def read_log(
     ``progress(done_bytes, total_bytes)`` is called as the input is consumed. Input no reader
     recognises is read by the generic reader when it finds a step counter and metric pairs in it
     (:mod:`ingest.formats.generic`; ``meta['mapping']`` says what it took for what); ``step_key``
-    is the user's choice of its step key (``--map KEY=step``).
+    is the user's choice of its step key (``--map KEY=step``). ``reader_set`` limits detection to
+    those built-in readers (see :func:`detect`; a forced ``format`` is read whatever the set).
     Raises ``StabScopeError`` for unknown/ambiguous input (listing candidates and ``--format NAME``;
     its ``page_message`` says the same in the Upload page's words)
     and for a file that cannot be read (file, line or byte offset, what was expected).
     """
     checked = _check_paths(paths)
-    readers = _readers(custom_dir)
+    readers = _readers(custom_dir, reader_set)
     if format == GenericReader.name:
         return GenericReader(step_key).read(checked, progress)
     if format is not None:
@@ -231,11 +247,11 @@ def read_log(
             known = ", ".join(sorted(readers))
             raise StabScopeError(f"unknown format {format!r}; known formats: {known}")
         return reader.read(checked, progress)
-    candidates = detect(checked, custom_dir=custom_dir)
+    candidates = detect(checked, custom_dir=custom_dir, reader_set=reader_set)
     names = ", ".join(f"{n} ({c:.2f})" for n, c in candidates[:5])
     where = ", ".join(str(p) for p in checked[:3]) + (" ..." if len(checked) > 3 else "")
     if not candidates:
-        if generic_reads(checked, custom_dir=custom_dir, step_key=step_key):
+        if generic_reads(checked, custom_dir=custom_dir, step_key=step_key, reader_set=reader_set):
             return GenericReader(step_key).read(checked, progress)
         raise _unrecognised(checked, readers)
     if len(candidates) > 1 and candidates[1][1] >= candidates[0][1] - AMBIGUITY_MARGIN:
@@ -246,17 +262,24 @@ def read_log(
     return readers[candidates[0][0]].read(checked, progress)
 
 
-def generic_reads(paths: Sequence[Path], *, custom_dir: Path | None = None, step_key: str | None = None) -> bool:
+def generic_reads(
+    paths: Sequence[Path],
+    *,
+    custom_dir: Path | None = None,
+    step_key: str | None = None,
+    reader_set: Collection[str] | None = None,
+) -> bool:
     """Whether the generic reader reads ``paths``, which no format recognises: every file has its step
-    counter and metric pairs, and no known format's line stands behind text its reader does not take on
-    half the lines the generic reader would read or more (that input is refused with the format named,
-    so the user learns what is in the way)."""
+    counter and metric pairs, and no known format's line (of ``reader_set``'s readers, see
+    :func:`detect`) stands behind text its reader does not take on half the lines the generic reader
+    would read or more (that input is refused with the format named, so the user learns what is in
+    the way)."""
     checked = [Path(p) for p in paths]
     if not checked:
         return False
     generic = GenericReader(step_key)
     proposals = [generic.proposal(read_head(p, LONG_HEAD_BYTES)) if p.is_file() else None for p in checked]
-    close = max((n for n, _ in _near_misses(checked[0], _readers(custom_dir))), default=0)
+    close = max((n for n, _ in _near_misses(checked[0], _readers(custom_dir, reader_set))), default=0)
     return all(proposals) and close * 2 < min(p.lines for p in proposals if p is not None)
 
 

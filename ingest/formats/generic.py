@@ -47,6 +47,7 @@ from ingest.formats.aliases import TIME_UNITS, canonical_name, keep_apart, norma
 from ingest.formats.base import Reader
 from ingest.formats.epoch_steps import bar_total, epoch_counted, epoch_steps, step_of_n
 from ingest.formats.eval_lines import EVAL_STEP, eval_pairs, place_evals, placeholder
+from ingest.formats.generic_lines import head_records, no_key
 from ingest.formats.generic_units import (
     BARE_STEP_TIME_KEYS,
     MIN_UNNAMED_LINES,
@@ -187,7 +188,7 @@ def line_pairs(text: str) -> list[tuple[str, float, str | None]]:
         key = m["qkey"] if m["qkey"] is not None else m["key"]
         value = m["qval"] if m["qval"] is not None else m["val"]
         number = parse_number(value)
-        if number is not None:
+        if number is not None and not no_key(key, m["unit"]):  # 'on 320-sample draw': prose, no pair
             out.append((key.strip(), number * _MAGNITUDE.get(m["mag"] or "", 1.0), m["unit"]))
     return out
 
@@ -195,7 +196,7 @@ def line_pairs(text: str) -> list[tuple[str, float, str | None]]:
 def propose(lines: Sequence[str], step_key: str | None = None) -> Proposal | None:
     """The mapping for a log whose first lines are ``lines`` (None: no step counter on most of its
     metric lines). ``step_key`` is the user's choice of step (``--map KEY=step``)."""
-    found = [(pairs, line) for line in lines for pairs in (line_pairs(line),) if len(pairs) >= 2][:HEAD_LINES]
+    found = head_records(lines, line_pairs, lambda p: _trains(p[0], p[2]), HEAD_LINES)  # generic_lines
     records = [pairs for pairs, _ in found]
     if not records:
         return None

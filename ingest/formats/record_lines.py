@@ -18,6 +18,7 @@ from typing import Final
 
 from ingest.formats._common import LogBuilder, iter_whole_lines
 from ingest.formats.field_records import expand, meter_epoch, spelled_norms
+from ingest.formats.generic_lines import spelled_columns
 from ingest.formats.numbers import NUMBER
 
 EPOCH_OF_N: Final = re.compile(r"\b((?i:epoch))[ \t]*\[[ \t]*([0-9]+)[ \t]*/[ \t]*[0-9]+[ \t]*\]")
@@ -43,11 +44,12 @@ _KEY_COLON: Final = re.compile(r"(?<![A-Za-z0-9_])([A-Za-z][A-Za-z0-9_]*)(?=[ \t
 
 def rewrite(text: str) -> str:
     """``text`` with ``Epoch [E/N]`` as ``Epoch E``, one-item lists as their item, a loguru location
-    removed, a split label (``EPOCH 3 VAL - Loss: x``) put before each key it labels, and a `` : ``
-    field record's abbreviated names spelled out (:mod:`ingest.formats.field_records`)."""
+    removed, ``|`` columns of several words as one key each (:mod:`ingest.formats.generic_lines`), a
+    split label (``EPOCH 3 VAL - Loss: x``) put before each key it labels, and a `` : `` field record's
+    abbreviated names spelled out (:mod:`ingest.formats.field_records`)."""
     text = meter_epoch(spelled_norms(expand(text)))
     if "|" in text:
-        text = LOGURU_LOCATION.sub("| ", text)
+        text = spelled_columns(LOGURU_LOCATION.sub("| ", text))
     label = SPLIT_LABEL.search(text)
     if label is not None:
         rest = _KEY_COLON.sub(lambda m: f"{label['split']} {m[1]}", text[label.end() :])

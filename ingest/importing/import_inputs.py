@@ -22,7 +22,7 @@ import hashlib
 import os
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -99,10 +99,12 @@ def read_inputs(
     progress: Progress | None = None,
     custom_dir: Path | None = None,
     step_key: str | None = None,
+    reader_set: Collection[str] | None = None,
 ) -> ImportRead:
     """Read ``paths`` as one run: the logs among them (see the module's rule), with the config's
     text in ``meta`` (``config_text``, ``config_filename``). ``fmt`` forces a reader for every path;
-    ``step_key`` is the generic reader's step key when the user chose it (``--map KEY=step``).
+    ``step_key`` is the generic reader's step key when the user chose it (``--map KEY=step``);
+    ``reader_set`` limits detection to those built-in readers (``ingest.formats.detect``).
     Raises ``StabScopeError`` when no input is a log, naming each file and why it is not one."""
     paths = [Path(p) for p in paths]
     if fmt is not None:
@@ -112,9 +114,10 @@ def read_inputs(
     if len(paths) == 1 and paths[0].is_file():
         # one file: it is the log, and read_log's own error says where it stops being one
         return ImportRead(
-            read_log(paths, progress=progress, custom_dir=custom_dir, step_key=step_key), SortedInputs(paths)
+            read_log(paths, progress=progress, custom_dir=custom_dir, step_key=step_key, reader_set=reader_set),
+            SortedInputs(paths),
         )
-    inputs = sort_inputs(paths, custom_dir=custom_dir)
+    inputs = sort_inputs(paths, custom_dir=custom_dir, reader_set=reader_set)
     if not inputs.logs:
         raise _no_log(inputs)
     groups: dict[str, list[Path]] = {}
@@ -130,7 +133,9 @@ def read_inputs(
         units.extend([[f] for f in group] if name in SEPARATE_FILE_FORMATS else [group])
     for unit in units:
         try:
-            parts.append(read_log(unit, progress=progress, custom_dir=custom_dir, step_key=step_key))
+            parts.append(
+                read_log(unit, progress=progress, custom_dir=custom_dir, step_key=step_key, reader_set=reader_set)
+            )
         except StabScopeError as exc:
             failed.append((unit, exc))
     if not parts:
@@ -170,8 +175,11 @@ def _forced_inputs(paths: list[Path]) -> SortedInputs:
     return out
 
 
-def sort_inputs(paths: Sequence[Path], *, custom_dir: Path | None = None) -> SortedInputs:
-    """Sort ``paths`` into logs, the config and skipped files (see the module's rule)."""
+def sort_inputs(
+    paths: Sequence[Path], *, custom_dir: Path | None = None, reader_set: Collection[str] | None = None
+) -> SortedInputs:
+    """Sort ``paths`` into logs, the config and skipped files (see the module's rule), with the
+    built-in readers of ``reader_set`` (None: all)."""
     out = SortedInputs()
     loose: list[tuple[Path, Path]] = []  # (file, the folder it is named relative to)
     given = [Path(os.path.abspath(p)) for p in paths if Path(p).is_file()]
@@ -183,7 +191,7 @@ def sort_inputs(paths: Sequence[Path], *, custom_dir: Path | None = None) -> Sor
             loose.append((path, files_root))
             continue
         out.roots.append(path)
-        whole = _whole_folder_format(path, custom_dir)
+        whole = _whole_folder_format(path, custom_dir, reader_set)
         files = [f for f in sorted(path.rglob("*")) if f.is_file() and not _hidden(f.relative_to(path))]
         if whole is None:
             loose.extend((f, path) for f in files)
@@ -205,7 +213,7 @@ def sort_inputs(paths: Sequence[Path], *, custom_dir: Path | None = None) -> Sor
     configs: list[tuple[int, int, Path, str]] = []
     for f, root in loose:
         name = _shown(f, [root])
-        best, confidence = _log_format(f, custom_dir)
+        best, confidence = _log_format(f, custom_dir, reader_set)
         keys = _config_keys(f)
         # a config.json is one JSON object, which the JSON Lines reader rates weakly as a log
         weak = keys is not None and confidence < WEAK_LOG_CONFIDENCE
@@ -217,7 +225,7 @@ def sort_inputs(paths: Sequence[Path], *, custom_dir: Path | None = None) -> Sor
         else:
             out.skipped.append((name, _why_not_a_log(f, best)))
     logs = _without_copies(logs, out)
-    together = detect([f for f, _, _ in logs], custom_dir=custom_dir) if logs else []
+    together = detect([f for f, _, _ in logs], custom_dir=custom_dir, reader_set=reader_set) if logs else []
     for f, _, best in logs:
         out.logs.append(f)
         # one group when the logs are of one format together, else a group per format
@@ -270,9 +278,9 @@ def _hidden(rel: Path) -> bool:
     return any(part.startswith(".") for part in rel.parts)
 
 
-def _whole_folder_format(folder: Path, custom_dir: Path | None) -> str | None:
+def _whole_folder_format(folder: Path, custom_dir: Path | None, reader_set: Collection[str] | None) -> str | None:
     """The format a reader recognises ``folder`` as, as a whole, when one clearly does."""
-    candidates = detect([folder], custom_dir=custom_dir)
+    candidates = detect([folder], custom_dir=custom_dir, reader_set=reader_set)
     return candidates[0][0] if _one_format(candidates) else None
 
 
@@ -286,14 +294,15 @@ def _taken_by(fmt: str, folder: Path) -> set[Path] | None:
     return set(reader.expand(folder))
 
 
-def _log_format(path: Path, custom_dir: Path | None) -> tuple[str, float]:
+def _log_format(path: Path, custom_dir: Path | None, reader_set: Collection[str] | None) -> tuple[str, float]:
     """The best format ``path`` is recognised as, with its confidence (``""``, 0 when none)."""
-    candidates = detect([path], custom_dir=custom_dir)
+    candidates = detect([path], custom_dir=custom_dir, reader_set=reader_set)
     if candidates:
         return candidates[0]
     # a log only the generic reader reads is still a log beside a README or a config (it was refused
     # as "not a training log" when uploaded with one, though read alone)
-    return (GenericReader.name, MIN_CONFIDENCE) if generic_reads([path], custom_dir=custom_dir) else ("", 0.0)
+    reads = generic_reads([path], custom_dir=custom_dir, reader_set=reader_set)
+    return (GenericReader.name, MIN_CONFIDENCE) if reads else ("", 0.0)
 
 
 def _is_documentation(path: Path) -> bool:

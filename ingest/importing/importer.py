@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Final
@@ -51,6 +51,7 @@ def import_logs(
     existing: str = "append",
     user_meta: Mapping[str, Any] | None = None,
     remove_meta: Sequence[str] = (),
+    reader_set: Collection[str] | None = None,
 ) -> list[dict[str, Any]]:
     """Import ``paths`` as one run; returns the ``--json`` objects (run, format, rows, metrics, steps,
     skipped lines, and from :func:`ingest.importing.import_inputs.read_inputs`: the logs read, the config
@@ -67,7 +68,8 @@ def import_logs(
     each role (``{role: key}``) after the user's corrections (``--map NAME=ROLE``, ``--map KEY=step``),
     None for other readers; ``reader_note`` says the generic reader was used. ``user_meta`` and
     ``remove_meta`` (``--meta KEY=VALUE``, ``--meta KEY=``) are committed with run ``run``'s rows, as
-    ``Store.update_meta`` records them: its analyses run once, on them."""
+    ``Store.update_meta`` records them: its analyses run once, on them. ``reader_set`` limits detection
+    to those built-in readers (``ingest.formats.FALLBACK_READERS``: what a layout no reader knows gets)."""
     from ingest.importing.import_inputs import read_inputs
 
     if existing not in EXISTING_RUN:
@@ -86,7 +88,14 @@ def import_logs(
     from ingest.importing.metric_map import all_metrics, final_mapping, resolve_map, split_step_key, with_proposal
 
     given, step_key = split_step_key(metric_map or {})
-    read = read_inputs(list(paths), fmt=fmt, progress=progress, custom_dir=store.root / "formats", step_key=step_key)
+    read = read_inputs(
+        list(paths),
+        fmt=fmt,
+        progress=progress,
+        custom_dir=store.root / "formats",
+        step_key=step_key,
+        reader_set=reader_set,
+    )
     name = validate_run_name(run or default_run_name(_read_first(paths, read.inputs.logs)))
     proposal = read.parsed.meta.get("mapping")
     if step_key is not None and proposal is None:
