@@ -27,7 +27,7 @@ from ingest.formats._common import LogBuilder, iter_whole_lines
 from ingest.formats.base import Reader
 from ingest.formats.numbers import parse_number
 from ingest.formats.raw_text import decode_head, looks_binary
-from ingest.formats.run_loss import DETECTION_LOSS_PARTS, summed_loss_parts
+from ingest.formats.run_loss import DETECTION_LOSS_PARTS, note_loss_source, summed_loss_parts
 
 _HEADER: Final = re.compile(r"^[ \t]*Epoch[ \t]+(?:GPU_mem|gpu_mem)(?:[ \t]+\S+)+[ \t]*$")
 _ROW: Final = re.compile(r"^[ \t]*(?P<epoch>[0-9]+)/(?P<total>[0-9]+)[ \t]+(?P<rest>[^:|]*)")
@@ -122,6 +122,7 @@ class UltralyticsReader(Reader):
                                 parsed |= put(loss_name, None, value, base + i)
                         if parts and len(losses) == len(parts):
                             put("loss", None, float(sum(losses)), base + i)
+                            note_loss_source(builder, parts)
                     elif (r := _VAL_ROW.match(line)) is not None and val_columns and not validated:
                         # one validation per epoch: the best checkpoint's after the last epoch is no epoch's
                         validated = True
