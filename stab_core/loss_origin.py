@@ -21,8 +21,8 @@ LM_SETTINGS: Final = frozenset({"seq_len", "seq_length", "max_seq_len", "vocab_s
 """Settings only a language model's run states."""
 
 MOVING_TARGET: Final = re.compile(
-    r"(?:^|/|_)(?:value|vf|qf|critic|actor|policy|policy_gradient|pg|entropy|dis|d|discriminator)_?loss$"
-    r"|(?:^|/)loss_(?:critic|actor|dis|d)$|(?:^|/)(?:ep_rew\w*|episode_reward\w*|rollout/return\w*|\w*_return)$",
+    r"(?:^|/|_)(?:value|vf|qf|critic|actor|policy|policy_gradient|pg|entropy|dis|disc|d|discriminator)_?loss$"
+    r"|(?:^|/)loss_(?:critic|actor|dis|disc|d)$|(?:^|/)(?:ep_rew\w*|episode_reward\w*|rollout/return\w*|\w*_return)$",
     re.IGNORECASE,
 )
 """Series of a run whose objective moves as it trains: an RL run's value / policy / entropy losses or

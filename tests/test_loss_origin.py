@@ -30,6 +30,7 @@ def test_a_moving_target_is_read_from_the_source_or_the_series_beside_it() -> No
     assert moving_target({"loss_source": {"name": "loss_gen", "kind": "generator"}}, ["loss"])
     assert moving_target({}, ["loss", "loss_dis", "loss_gen"])
     assert moving_target({}, ["loss", "ep_rew_mean"])
+    assert moving_target({}, ["loss", "disc_loss", "PESQ"])  # a speech GAN: the generator's loss beside its critic
     assert not moving_target({"loss_source": {"name": "box_loss+cls_loss", "kind": "detection_parts"}}, ["loss"])
     assert not moving_target({}, ["loss", "lm_loss", "val_loss", "pred_loss"])
 
@@ -54,4 +55,21 @@ def test_ingest_records_where_a_stand_in_loss_came_from(tmp_path: Path) -> None:
     rows += [f"{s * 1000},{0.01 * s:.4f},{-0.1 * s:.3f},{2.0 * s:.1f}" for s in range(1, 61)]
     (tmp_path / "progress.csv").write_text("\n".join(rows) + "\n")
     parsed = read_log([tmp_path / "progress.csv"])
+    assert parsed.meta["loss_source"] == {"name": "train/loss_critic", "kind": "critic"}
+
+
+def test_a_key_value_console_records_its_critic_as_the_loss_source(tmp_path: Path) -> None:
+    blocks = []
+    for i in range(1, 31):
+        rows = {
+            "total/steps": str(i * 1000),
+            "train/loss_actor": f"{-0.1 * i:.3f}",
+            "train/loss_critic": f"{0.01 * i:.4f}",
+        }
+        width = 2 + max(len(k) for k in rows) + 5 + max(len(v) for v in rows.values()) + 2
+        blocks.append("-" * width)
+        blocks += [f"| {k:<20} | {v:<10} |" for k, v in rows.items()]
+        blocks.append("-" * width)
+    (tmp_path / "log.txt").write_text("\n".join(blocks) + "\n")
+    parsed = read_log([tmp_path / "log.txt"])
     assert parsed.meta["loss_source"] == {"name": "train/loss_critic", "kind": "critic"}
