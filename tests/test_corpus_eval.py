@@ -50,7 +50,8 @@ BATCH_FLOORS: dict[str, tuple[int, float, int, int, int, float]] = {
     "batch_9": (0, 7 / 7, 0, 0, 0, 0.99),  # 0.996 (236 / 237); det10 + imp10: 0 faults, 0 shown on healthy
     # batch 10 tuned on since round 10b (thr10 + det10b + imp10b); floors set after the merges
     # sev12: 6 shown on healthy, 0 broken, 0 invented (recurring jumps are blips; lasting levels diverge)
-    "batch_10": (0, 5 / 6, 6, 0, 0, 0.93),  # 0.9339 (212 / 227) after sev12; stm12 and rev12b
+    # act17: 0.9550 (212 / 222): no MoE expert load asked of runs that name no experts
+    "batch_10": (0, 5 / 6, 6, 0, 0, 0.95),  # 0.9339 (212 / 227) after sev12; stm12 and rev12b
     # batch 11 tuned on since round 11 (att11 + imp11); floors set after the merges
     # stm12 0.9252 (272 / 294); sev12: no "diverged" said; imp12: 0 faults (ms-swift's step time and tokens/s),
     # 17 / 19 (the abandoned attempt's jump dated at its first step over), 0 invented, 0.9592 (282 / 294)
@@ -64,7 +65,8 @@ BATCH_FLOORS: dict[str, tuple[int, float, int, int, int, float]] = {
     # imp14b: 13 faults on 6 logs (3 refused), 12 / 16, 0.897 (306 / 341): sweep CSV, epoch axis, YOLO lr
     # merged imp14a + imp14b + det14 (main d4b342a): 0 faults, 15 / 16, 1 shown on healthy, 0.9255 (348 / 376)
     # det15: 0 broken (q_peft_grpo_c3a_lr8e5's golden no longer bans "recovered at": its own may_find recovers)
-    "batch_12": (0, 15 / 16, 1, 0, 0, 0.92),
+    # act17: 0.9402 (346 / 368): MoE load asked only where experts are named; no init/restart advice to a GAN's loss
+    "batch_12": (0, 15 / 16, 1, 0, 0, 0.935),
     # batch 13 measured held out on d4b342a (35 faults on 18 logs, 1 / 12, 4 invented, 6 shown on healthy, 1 broken,
     # 0.598 = 107 / 179), then tuned on. tun15a (CSV tables: step-like counters, the row as the step, total loss
     # proposed, x/lrN groups, run clocks): 30 faults on 12 logs, 4 / 12, 5 invented, 0.646 (175 / 271). det15: 0
@@ -77,7 +79,9 @@ BATCH_FLOORS: dict[str, tuple[int, float, int, int, int, float]] = {
     # imp16: one loss rule per family (YOLO results.csv parts summed, baselines progress.csv critic, a GAN's
     # generator): 2 faults, 8 -> 10 / 12, 2 invented, 3 shown on healthy, 1 broken (the healthy SN-DCGAN's slow
     # generator drift is now called diverged), 0.775 -> 0.802 (239 / 298)
-    "batch_13": (2, 10 / 12, 3, 1, 2, 0.80),
+    # act17: failed-premise actions 16 + 2 -> 6 + 0, 0.802 -> 0.857 (239 / 279): the MoE load asked only where
+    # experts are named; an RL critic's or GAN generator's loss is not told to check its initialisation or restart
+    "batch_13": (2, 10 / 12, 3, 1, 2, 0.85),
 }
 QUIET_SPANS_FLAGGED: dict[str, int] = {"batch_13": 1}
 """Quiet spans flagged a batch may still show (0 unless named): batch 13's mmengine C3D grad norm rises at 473 to a
