@@ -30,13 +30,14 @@ from pages.parts.store_access import (
 from pages.parts.view_url import NO_INCIDENT, incident_window, restore_from_url, write_url
 from pages.parts.widgets import pick_run, reset_range, step_range, zoom_to_selection
 from stab_core.analysis import statements, verdict_words
+from stab_core.loss_origin import loss_axis_title
 from stab_core.metrics import POLICY_LOSSES, unread_line_naming
 from stab_core.runview import RunEvent
 
 # (panel title, y-axis title, candidate metrics in order, what to do when none is there)
 PANELS = [
     # an RL run's loss is its policy loss (stab_core.metrics.POLICY_LOSSES), drawn where no LM loss is
-    ("loss", "loss (nats/token)", ["loss", "val_loss", *POLICY_LOSSES], "log `loss` (nats/token)"),
+    ("loss", "loss", ["loss", "val_loss", *POLICY_LOSSES], "log `loss` (nats/token)"),
     ("grad norm", "L2 norm", ["grad_norm", "grad_norm_clipped"], "log `grad_norm` (before clipping)"),
     ("learning rate", "LR", ["lr"], "log `lr`"),
     ("clip ratio", "0–1", ["clip_ratio", "clip_coef"], "log `clip_coef`, or `grad_norm` and `max_norm`"),
@@ -184,7 +185,9 @@ def draw_charts(name: str) -> None:
     write_url(name, lo, hi, run, spikes, incident)
     buckets = auto_buckets(lo, hi)
     panels, shown, missing = [], {}, []
-    specs = PANELS + [(m, metric_label(m), [m], "") for m in extra]
+    # the loss axis says what the run's loss is (nats/token only for a language model's token CE)
+    titled = [(t, loss_axis_title(run.meta, run.metrics) if t == "loss" else y, c, h) for t, y, c, h in PANELS]
+    specs = titled + [(m, metric_label(m), [m], "") for m in extra]
     for title, y_title, candidates, how in specs:
         curves: list[tuple[str, SeriesData]] = []
         unplottable = []  # logged here, but not one finite value: an empty panel would say nothing

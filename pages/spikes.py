@@ -25,11 +25,12 @@ from pages.parts.store_access import auto_buckets, get_store, read_events, read_
 from pages.parts.widgets import MISSING, go_to, nav_link, pick_run
 from stab_core.analysis import INCIDENT_VERDICT, analysis_notes, incident_headline, statements
 from stab_core.analysis import outcome as incident_outcome
+from stab_core.loss_origin import loss_axis_title
 from stab_core.severity import DEFAULT_SENSITIVITY, blips_line, severity_words
 from stab_core.spikes import times
 
 ZOOM_PANELS = [
-    ("loss", "loss (nats/token)", ["loss"]),
+    ("loss", "loss", ["loss"]),
     ("grad norm", "L2 norm", ["grad_norm", "grad_norm_clipped"]),
     ("learning rate", "LR", ["lr"]),
 ]
@@ -202,6 +203,7 @@ pad = max(50, 3 * (span[1] - span[0] + 1))
 lo, hi = max(first, span[0] - pad), min(last, span[1] + pad)
 panels = []
 for title, y_title, metrics in ZOOM_PANELS:
+    y_title = loss_axis_title(info.meta, info.metrics) if title == "loss" else y_title
     curves = [(m, read_series(info, m, start=lo, end=hi, buckets=auto_buckets(lo, hi))) for m in metrics]
     curves = [(m, s) for m, s in curves if s.steps.size]
     if curves:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from stab_core.loss_origin import moving_target
 from stab_core.runview import FloatArray, IntArray, RunView, Series
 from stab_core.spikes import SpikeEvent
 from stab_core.tree_actions import Evidence, PremiseCheck
@@ -148,6 +149,15 @@ def _onset_in_first_steps(view: RunView, facts: RunFacts, step: int) -> PremiseC
     return True, evidence
 
 
+def _falls_when_healthy(view: RunView, check: PremiseCheck) -> PremiseCheck:
+    """``check``, false where the run's loss has a moving target (an RL or GAN objective,
+    :func:`stab_core.loss_origin.moving_target`): "a healthy loss falls from the first steps" and "its
+    level" are a supervised loss's; a critic's or a generator's loss rises while the run is healthy."""
+    if moving_target(view.meta, view.series):
+        return False, {**check[1], "moving_target": True}
+    return check
+
+
 def _lr_never_fell_before(facts: RunFacts, step: int) -> bool | None:
     """True when the logged LR did not fall anywhere up to ``step`` (it is still in, or just out of, the
     initial warmup); None without a usable LR."""
@@ -247,7 +257,8 @@ def check_premises(
         "lr_logged": (lr_at_start is not None, {"lr_at_start": lr_at_start}),
         "lr_rose_before": _with(_lr_rose_before(facts, spike.start), {"lr_at_start": lr_at_start}),
         "log_starts_at_beginning": _log_starts_at_beginning(facts),
-        "onset_in_first_steps": _onset_in_first_steps(view, facts, spike.start),
+        "onset_in_first_steps": _falls_when_healthy(view, _onset_in_first_steps(view, facts, spike.start)),
+        "not_recovered_level": _falls_when_healthy(view, (not recovered, {"recovered": recovered})),
         "checkpoint_before": _checkpoint_before(view, spike.start),
         "last_checkpoint_before": _checkpoint_before(view, spike.start),
     }

@@ -23,7 +23,7 @@ from stab_core.decision_tree import DECISION_TREE, NONFINITE_START_LEAF, Diagnos
 from stab_core.rolling_baseline import NOISE_MIN_SAMPLES
 from stab_core.spikes import SpikeEvent, times
 from stab_core.tree_actions import PREMISES, Evidence, PremiseCheck
-from stab_core.tree_walk import SIGNAL_LOGGED_KEYS, Diagnosis
+from stab_core.tree_walk import NOT_ASKED_KEYS, SIGNAL_LOGGED_KEYS, Diagnosis, asks_to_log
 
 ClaimKind = Literal["cause", "status", "recovery", "not_logged", "action", "checklist"]
 CLAIM_KINDS: Final[tuple[ClaimKind, ...]] = ("cause", "status", "recovery", "not_logged", "action", "checklist")
@@ -306,8 +306,9 @@ def _cause(diagnosis: Diagnosis, spike: SpikeEvent | None = None) -> Claim:
         )
         if candidates is not None:
             return Claim("cause", candidates.text(), None, candidates.evidence, candidates.to_log)
-        open_nodes = [DECISION_TREE.node(v.node) for v in diagnosis.path if v.answer == "unknown"]
-        to_log = "; ".join(node.to_log for node in open_nodes)
+        open_visits = [v for v in diagnosis.path if v.answer == "unknown"]
+        open_nodes = [DECISION_TREE.node(v.node) for v in open_visits]
+        to_log = "; ".join(DECISION_TREE.node(v.node).to_log for v in open_visits if asks_to_log(v.node, v.evidence))
         # a question the log could not answer may hide a cause: "no cause has its signature" would claim
         # more than the log shows
         text = (
@@ -368,6 +369,8 @@ def _not_logged(diagnosis: Diagnosis) -> list[Claim]:
         if visit.answer != "unknown":
             continue
         node = DECISION_TREE.node(visit.node)
+        if visit.evidence.get(NOT_ASKED_KEYS.get(visit.node, "")) is False:
+            continue  # the run names nothing this signal would come from (no experts): not a "lacks"
         if visit.evidence.get(SIGNAL_LOGGED_KEYS.get(visit.node, "")) is True:
             # the signal is logged, too short for the node's window: not a "lacks", and nothing to log
             text = (

@@ -128,7 +128,13 @@ PREMISES: Final[dict[str, Premise]] = {
     ),
     "onset_in_first_steps": Premise(
         "onset_in_first_steps",
-        "the instability began in the run's first steps (its first ~10 %, the log starting at the beginning)",
+        "the instability began in the run's first steps (its first ~10 %, the log starting at the beginning), "
+        "on a loss that falls from them when healthy (not an RL or GAN objective, whose target moves)",
+    ),
+    "not_recovered_level": Premise(
+        "not_recovered_level",
+        "the loss did not come back to its level, and it has one to come back to (not an RL or GAN objective, "
+        "whose target moves)",
     ),
     # no ``otherwise``: where no save was read, whether one exists cannot be told (a log's save lines are
     # not all read, so "this log records no checkpoint save" is no checked claim either): the re-run is
@@ -161,7 +167,7 @@ ACTION_PREMISES: Final[dict[str, str]] = {
     LEAF_ACTIONS["leaf_unknown"][2]: "checkpoint_before",
     LEAF_ACTIONS["leaf_early_instability"][0]: "lr_rose_before",
     LEAF_ACTIONS["leaf_early_instability"][1]: "onset_in_first_steps",
-    LEAF_ACTIONS["leaf_early_instability"][2]: "not_recovered",
+    LEAF_ACTIONS["leaf_early_instability"][2]: "not_recovered_level",
 }
 """The premise each action rests on (actions not listed rest on the verdict alone)."""
 

@@ -18,6 +18,7 @@ from stab_core.action_premises import RunFacts, run_facts, step_window
 from stab_core.cause_signatures import loss_led_signature, lr_rise_signature, replayed_normally
 from stab_core.decision_tree import NONFINITE_FROM_START, DiagnosisParams
 from stab_core.metrics import loss_falls
+from stab_core.moe_signs import names_moe
 from stab_core.runview import FloatArray, IntArray, RankMatrix, RunView, Series
 from stab_core.schedulers import Transition, largest_lr_change, schedule_transitions
 from stab_core.snr import SnrSeries, gradient_snr, snr_drop, temporal_snr_proxy
@@ -377,7 +378,8 @@ def node_router(view: RunView, spike: SpikeEvent, p: DiagnosisParams) -> NodeRes
         if _is_dense(view.meta):
             stated = {"num_experts": view.meta["num_experts"]} if "num_experts" in view.meta else {}
             return NodeResult("no", {"moe": False, **stated})  # a dense model: the count it states
-        return NodeResult("unknown", {"expert_load_logged": False})
+        # unanswerable either way; "moe_named" False: nothing names experts, so the load is not asked for
+        return NodeResult("unknown", {"expert_load_logged": False, "moe_named": names_moe(view)})
     steps, values = load
     lead = max(p.router_lead_steps, 3 * logging_interval(steps))
     a, b, c = np.searchsorted(steps, [spike.onset - lead - p.router_baseline_steps, spike.onset - lead, spike.peak + 1])

@@ -91,6 +91,19 @@ SIGNAL_LOGGED_KEYS: dict[str, str] = {"snr_collapse": "grad_norm_logged"}
 """For a node that can be unknown although its signal is logged (too few samples), the evidence key that says
 the signal is logged."""
 
+NOT_ASKED_KEYS: dict[str, str] = {"router": "moe_named"}
+"""For a node whose signal a run may not have at all, the evidence key that is False when nothing in the
+run names it (no experts named: no MoE expert load to log); such an unknown is neither asked for nor said
+to be lacking."""
+
+
+def asks_to_log(node_id: str, evidence: Mapping[str, object]) -> bool:
+    """Is an unknown answer at ``node_id`` one to ask the user to log (and to say the log lacks)? Not when
+    the signal is logged (too few samples of it) nor when the run names nothing it would come from."""
+    if evidence.get(SIGNAL_LOGGED_KEYS.get(node_id, "")) is True:
+        return False
+    return evidence.get(NOT_ASKED_KEYS.get(node_id, ""), True) is not False
+
 
 def walk_path(
     tree: DecisionTree,
@@ -115,8 +128,9 @@ def walk_path(
         label: str = result.answer
         if result.answer == "unknown":
             missing.append(node.settled_by)
-            if result.evidence.get(SIGNAL_LOGGED_KEYS.get(node.id, "")) is not True:
-                # a signal the run logs is not one to ask for (too few samples of it is another matter)
+            if asks_to_log(node.id, result.evidence):
+                # a signal the run logs (too few samples of it is another matter), or one it cannot have, is
+                # not one to ask for
                 to_log.append(node.to_log or node.settled_by)
             penalty *= unknown_penalty
         elif result.answer == "yes":

@@ -156,3 +156,25 @@ def test_a_cumulative_clock_gives_the_step_time(tmp_path) -> None:  # type: igno
     store = open_analysed_store(tmp_path / "store")
     (report,) = import_logs(store, [log], run="lf")
     assert run_cost_inputs(store, store.run_info(report["run"])).step_time_s == 1968 / 5
+
+
+def test_an_rl_or_gan_loss_is_not_told_to_check_its_initialisation_or_restart() -> None:
+    """A loss with a moving target (an actor-critic's critic loss, a GAN generator's against its
+    discriminator, an RL total loss beside value and policy losses) rises while the run is healthy: "a
+    healthy loss falls from the first steps" and "it has not come back to its level" are a supervised
+    loss's premises, not said of these (round 14)."""
+    restart = "Restart from the beginning"
+    view, event = _early_rise_run(0, "warmup")
+    said = diagnose_early(view, event).actions  # type: ignore[arg-type]
+    assert any(a.startswith(CHECK_INIT) for a in said) and any(a.startswith(restart) for a in said)
+    loss = view.series["loss"]
+    moving = [
+        RunView("ddpg", view.series, meta={"loss_source": {"name": "train/loss_critic", "kind": "critic"}}),
+        RunView("gan", {**view.series, "loss_dis": Series(loss.steps, loss.values)}),
+        RunView("ppo", {**view.series, "value_loss": loss, "policy_gradient_loss": loss}),
+    ]
+    for run in moving:
+        diagnosis = diagnose_early(run, event)  # type: ignore[arg-type]
+        assert not any(a.startswith((CHECK_INIT, restart)) for a in diagnosis.actions), run.name
+        holds = {c.premise: c.holds for c in diagnosis.checks}
+        assert holds["onset_in_first_steps"] is False and holds["not_recovered_level"] is False

@@ -102,7 +102,9 @@ def test_an_unknown_cause_says_what_to_log() -> None:
     (cause,) = [c for c in item["claims"] if c["kind"] == "cause"]
     assert cause["holds"] is None and "the learning rate (lr)" in cause["to_log"]
     not_logged = [c for c in item["claims"] if c["kind"] == "not_logged"]
-    assert {c["text"].split(" (")[0] for c in not_logged} == {"Question 2", "Question 3", "Question 4", "Question 5"}
+    # nothing in the run names experts: the MoE question (4) is neither asked for nor said to be lacking
+    assert {c["text"].split(" (")[0] for c in not_logged} == {"Question 2", "Question 3", "Question 5"}
+    assert "expert load" not in cause["to_log"]
     (status,) = [c for c in item["claims"] if c["kind"] == "status"]
     assert status["holds"] is True and status["evidence"]["peak"] == item["peak"]
     (recovery,) = [c for c in item["claims"] if c["kind"] == "recovery"]
@@ -218,3 +220,25 @@ def test_a_run_nan_from_its_first_logged_step_200_says_diverged_nowhere_in_its_j
     said = " ".join(statements(item, (*INCIDENT_VERDICT, "action")))
     assert "non-finite from the first step (step 200)" in said.lower()
     assert verdict_words(item).startswith("NON-FINITE FROM THE FIRST STEP")
+
+
+def _spiky_loss() -> Series:
+    steps = np.arange(300)
+    loss = 3.0 + 0.02 * np.random.default_rng(4).standard_normal(steps.size)
+    loss[200:203] += 1.5
+    return Series(steps, loss)
+
+
+def test_the_moe_expert_load_is_asked_only_of_a_run_that_names_experts() -> None:
+    """A run whose log and settings name no experts, router or MoE model (an RL critic, a GAN, a dense
+    language model) is not asked to log an MoE expert load; one that names them is."""
+    dense = RunView("dense", {"loss": _spiky_loss()}, meta={"model": "gpt2-124m"})
+    named = [
+        RunView("moe", {"loss": _spiky_loss()}, meta={"model": "Qwen3-30B-A3B"}),
+        RunView("moe", {"loss": _spiky_loss()}, meta={"num_experts": 8}),
+        RunView("moe", {"loss": _spiky_loss(), "moe_aux_loss": _spiky_loss()}),
+    ]
+    for view, asked in [(dense, False)] + [(v, True) for v in named]:
+        (item,) = analyze_run(view).spike_dicts()
+        texts = " ".join(str(c.get("to_log") or "") + c["text"] for c in item["claims"])
+        assert ("the MoE expert load" in texts) is asked, view.meta

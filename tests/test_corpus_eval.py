@@ -51,6 +51,7 @@ BATCH_FLOORS: dict[str, tuple[int, float, int, int, int, float]] = {
     # batch 10 tuned on since round 10b (thr10 + det10b + imp10b); floors set after the merges
     # sev12: 6 shown on healthy, 0 broken, 0 invented (recurring jumps are blips; lasting levels diverge)
     # det17: 5 shown on healthy, 0.9452 (207 / 219): a one-row jump whose val loss came back with it is a blip
+    # act17: 0.9550 (212 / 222): no MoE expert load asked of runs that name no experts
     "batch_10": (0, 5 / 6, 5, 0, 0, 0.94),  # 0.9339 (212 / 227) after sev12; stm12 and rev12b
     # batch 11 tuned on since round 11 (att11 + imp11); floors set after the merges
     # stm12 0.9252 (272 / 294); sev12: no "diverged" said; imp12: 0 faults (ms-swift's step time and tokens/s),
@@ -66,6 +67,7 @@ BATCH_FLOORS: dict[str, tuple[int, float, int, int, int, float]] = {
     # merged imp14a + imp14b + det14 (main d4b342a): 0 faults, 15 / 16, 1 shown on healthy, 0.9255 (348 / 376)
     # det15: 0 broken (q_peft_grpo_c3a_lr8e5's golden no longer bans "recovered at": its own may_find recovers)
     # det17: 0.9372 (the mock Megatron early rise's merged grad-norm outliers are blips)
+    # act17: 0.9402 (346 / 368): MoE load asked only where experts are named; no init/restart advice to a GAN's loss
     "batch_12": (0, 15 / 16, 1, 0, 0, 0.93),
     # batch 13 measured held out on d4b342a (35 faults on 18 logs, 1 / 12, 4 invented, 6 shown on healthy, 1 broken,
     # 0.598 = 107 / 179), then tuned on. tun15a (CSV tables: step-like counters, the row as the step, total loss
@@ -82,6 +84,8 @@ BATCH_FLOORS: dict[str, tuple[int, float, int, int, int, float]] = {
     # con17: 0 faults (a CSV's clock gives the step time, no elapsed_time_s; an agent's exploration noise is a
     # setting); det17: 1 invented, 2 shown on healthy, 0 broken: merged one-step grad-norm outliers the loss never
     # felt are blips; a GAN generator's drift beside a discriminator that holds is not "diverged"
+    # act17: failed-premise actions 16 + 2 -> 6 + 0, 0.802 -> 0.857 (239 / 279): the MoE load asked only where
+    # experts are named; an RL critic's or GAN generator's loss is not told to check its initialisation or restart
     "batch_13": (0, 10 / 12, 2, 0, 1, 0.82),
 }
 QUIET_SPANS_FLAGGED: dict[str, int] = {"batch_13": 1}

@@ -39,7 +39,7 @@ from ingest.formats._common import LogBuilder, iter_whole_lines
 from ingest.formats.base import Reader
 from ingest.formats.numbers import parse_number
 from ingest.formats.raw_text import decode_head, looks_binary
-from ingest.formats.run_loss import stand_in_loss
+from ingest.formats.run_loss import note_loss_source, stand_in_loss
 
 _RULE: Final = re.compile(r"^[ \t]*-{8,}[ \t]*$")
 _ROW: Final = re.compile(r"^[ \t]*\|(?P<indent>[ \t]*)(?P<key>[^|]*?)[ \t]*\|[ \t]*(?P<value>[^|]*?)[ \t]*\|[ \t]*$")
@@ -147,3 +147,4 @@ class KeyValueTableReader(Reader):
                 canonical=True,
                 origin=stand_in,
             )
+            note_loss_source(builder, stand_in)

@@ -87,6 +87,17 @@ def stand_in_loss(names: Iterable[str]) -> str | None:
     return None
 
 
+def note_loss_source(builder: LogBuilder, origin: str | Iterable[str]) -> None:
+    """Record in the run's meta where its stand-in ``loss`` came from (``loss_source``: the raw name(s)
+    and the kind: ``detection_parts``, ``critic`` or ``generator``), so pages title the loss axis by it
+    and no one reads it as a token cross-entropy (``stab_core.loss_origin``)."""
+    if isinstance(origin, str):
+        kind = "critic" if _leaf(origin) in CRITIC_LOSSES else "generator"
+        builder.meta.setdefault("loss_source", {"name": origin, "kind": kind})
+    else:
+        builder.meta.setdefault("loss_source", {"name": "+".join(origin), "kind": "detection_parts"})
+
+
 def add_run_loss(builder: LogBuilder, table: pa.Table, step_col: str, keymap: KeyMap | None = None) -> None:
     """Store a table's stand-in for the run's ``loss`` (the rules above) at its rows' steps: the sum of
     a detector's loss parts (rows where every part has a value), else the critic's or generator's loss.
@@ -108,3 +119,4 @@ def add_run_loss(builder: LogBuilder, table: pa.Table, step_col: str, keymap: Ke
     if keep.any():
         origin = "+".join(parts) if parts else source
         builder.add("loss", steps[keep].astype(np.int64), total[keep], canonical=True, origin=origin)
+        note_loss_source(builder, parts or str(source))

@@ -26,7 +26,7 @@ from ingest.formats.base import Reader
 from ingest.formats.line_console import LineResult, Row, read_console
 from ingest.formats.numbers import parse_number
 from ingest.formats.raw_text import decode_head, looks_binary
-from ingest.formats.run_loss import DETECTION_LOSS_PARTS, summed_loss_parts
+from ingest.formats.run_loss import DETECTION_LOSS_PARTS, note_loss_source, summed_loss_parts
 
 _HEADER: Final = re.compile(r"^[ \t]*Epoch[ \t]+(?:GPU_mem|gpu_mem)(?:[ \t]+\S+)+[ \t]*$")
 _ROW: Final = re.compile(r"^[ \t]*(?P<epoch>[0-9]+)/(?P<total>[0-9]+)[ \t]+(?P<rest>[^:|]*)")
@@ -107,6 +107,7 @@ class UltralyticsReader(Reader):
                         found.append((loss_name, None, epoch, value))
                 if parts and len(losses) == len(parts):
                     found.append(("loss", None, epoch, float(sum(losses))))
+                    note_loss_source(builder, parts)
             elif (r := _VAL_ROW.match(text)) is not None and val_columns and not validated:
                 # one validation per epoch: the best checkpoint's after the last epoch is no epoch's
                 validated = True

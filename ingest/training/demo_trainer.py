@@ -379,6 +379,7 @@ def _run_meta(config: DemoConfig, source: MarkovSource) -> dict[str, Any]:
         "source": "stabscope demo-train",
         "model": f"toy GPT (causal, pre-LN), {config.n_layers} layers x d={config.d_model}, vocab {config.vocab_size}",
         "precision": "fp32",
+        "loss_unit": "nats/token",  # the monitor logs next-token cross-entropy (stab_core.loss_origin)
         "provoke": config.provoke,
         "data": f"order-{config.markov_order} Markov source, {config.markov_branching} successors per context",
         "data_entropy_nats": source.entropy_nats,

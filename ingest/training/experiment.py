@@ -268,6 +268,7 @@ def train_run(spec: RunSpec, shard_dir: Path, corpus: Corpus) -> tuple[float, fl
         + (f", top-1 MoE with {spec.shape.experts} experts" if spec.shape.experts else ""),
         "data": f"Python standard library sources ({corpus.train_files} training files)",
         "precision": "fp32",
+        "loss_unit": "nats/token",  # byte-level next-token cross-entropy (stab_core.loss_origin)
         "tags": ["experiment", f"mechanism:{spec.mechanism}", f"arm:{spec.arm}"],
     }
     half = spec.batch // 2
