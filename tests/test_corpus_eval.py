@@ -52,7 +52,8 @@ BATCH_FLOORS: dict[str, tuple[int, float, int, int, int, float]] = {
     # sev12: 6 shown on healthy, 0 broken, 0 invented (recurring jumps are blips; lasting levels diverge)
     # det17: 5 shown on healthy, 0.9452 (207 / 219): a one-row jump whose val loss came back with it is a blip
     # act17: 0.9550 (212 / 222): no MoE expert load asked of runs that name no experts
-    "batch_10": (0, 5 / 6, 5, 0, 0, 0.94),  # 0.9339 (212 / 227) after sev12; stm12 and rev12b
+    # merged con17 + det17 + gen17 + act17 (main fb7d706): 0.9624 (205 / 213)
+    "batch_10": (0, 5 / 6, 5, 0, 0, 0.955),  # 0.9339 (212 / 227) after sev12; stm12 and rev12b
     # batch 11 tuned on since round 11 (att11 + imp11); floors set after the merges
     # stm12 0.9252 (272 / 294); sev12: no "diverged" said; imp12: 0 faults (ms-swift's step time and tokens/s),
     # 17 / 19 (the abandoned attempt's jump dated at its first step over), 0 invented, 0.9592 (282 / 294)
@@ -68,7 +69,8 @@ BATCH_FLOORS: dict[str, tuple[int, float, int, int, int, float]] = {
     # det15: 0 broken (q_peft_grpo_c3a_lr8e5's golden no longer bans "recovered at": its own may_find recovers)
     # det17: 0.9372 (the mock Megatron early rise's merged grad-norm outliers are blips)
     # act17: 0.9402 (346 / 368): MoE load asked only where experts are named; no init/restart advice to a GAN's loss
-    "batch_12": (0, 15 / 16, 1, 0, 0, 0.93),
+    # merged round-14 fixes (main fb7d706): 0.9472 (341 / 360)
+    "batch_12": (0, 15 / 16, 1, 0, 0, 0.94),
     # batch 13 measured held out on d4b342a (35 faults on 18 logs, 1 / 12, 4 invented, 6 shown on healthy, 1 broken,
     # 0.598 = 107 / 179), then tuned on. tun15a (CSV tables: step-like counters, the row as the step, total loss
     # proposed, x/lrN groups, run clocks): 30 faults on 12 logs, 4 / 12, 5 invented, 0.646 (175 / 271). det15: 0
@@ -86,7 +88,9 @@ BATCH_FLOORS: dict[str, tuple[int, float, int, int, int, float]] = {
     # felt are blips; a GAN generator's drift beside a discriminator that holds is not "diverged"
     # act17: failed-premise actions 16 + 2 -> 6 + 0, 0.802 -> 0.857 (239 / 279): the MoE load asked only where
     # experts are named; an RL critic's or GAN generator's loss is not told to check its initialisation or restart
-    "batch_13": (0, 10 / 12, 2, 0, 1, 0.82),
+    # merged round-14 fixes (main fb7d706): 0 faults, 10 / 12, 1 invented, 2 shown on healthy, 0 broken,
+    # 0.8897 (242 / 272)
+    "batch_13": (0, 10 / 12, 2, 0, 1, 0.88),
 }
 QUIET_SPANS_FLAGGED: dict[str, int] = {"batch_13": 1}
 """Quiet spans flagged a batch may still show (0 unless named): batch 13's mmengine C3D grad norm rises at 473 to a
