@@ -102,3 +102,24 @@ def test_coqui_trainer_blocks_take_the_generators_optimizer_as_the_run(tmp_path:
     assert log.series("loss_scale")[1].tolist() == [512.0] * 3
     assert log.series("step_time_s")[1].tolist() == [0.9] * 3
     assert log.meta["loss_source"] == {"name": "loss_1", "kind": "generator"}
+
+
+def test_prose_is_values_with_epoch_evaluations_and_epoch_lr(tmp_path: Path) -> None:
+    path = tmp_path / "train.log"
+    text = "Start training!\n"
+    for epoch in range(4):
+        text += f"Starting epoch {epoch} current lr is {0.01 if epoch < 2 else 0.001}\n"
+        for step in (10, 20, 30):
+            text += f"Epoch {epoch}, Step {step}, total used time {epoch * 30 + step}.5 (s), avg loss so far is "
+            text += f"{0.5 - 0.01 * (epoch * 3 + step // 10)}\n"
+        text += f"Epoch {epoch}, val loss is {0.4 - 0.01 * epoch}, val mse is {0.2 - 0.01 * epoch}.\n"
+        text += f"Epoch {epoch}, test mse is {0.3 - 0.01 * epoch}.\n"
+    path.write_text(text)
+    log = read_log([path])
+    assert log.series("loss")[0].tolist() == list(range(10, 121, 10))
+    assert round(log.series("loss")[1][0], 6) == 0.49
+    assert log.series("val_loss")[0].tolist() == [30, 60, 90, 120]
+    assert log.series("val_mse")[1].round(6).tolist() == [0.2, 0.19, 0.18, 0.17]
+    assert log.series("lr")[0].tolist() == [10, 40, 70, 100]
+    assert log.series("lr")[1].tolist() == [0.01, 0.01, 0.001, 0.001]
+    assert "is" not in log.metrics
