@@ -87,6 +87,9 @@ BATCH_FLOORS: dict[str, tuple[int, float, int, int, int, float]] = {
     # act17: failed-premise actions 16 + 2 -> 6 + 0, 0.802 -> 0.857 (239 / 279): the MoE load asked only where
     # experts are named; an RL critic's or GAN generator's loss is not told to check its initialisation or restart
     "batch_13": (0, 10 / 12, 2, 0, 1, 0.82),
+    # tun18a: import faults 81 -> 52 (PaddleNLP key-value console, Coqui Trainer, prose 'is' values, pgolf 't:'
+    # clock), precision 0.847 -> 0.863 (408 / 473)
+    "batch_14": (52, 14 / 26, 6, 2, 1, 0.86),
 }
 QUIET_SPANS_FLAGGED: dict[str, int] = {"batch_13": 1}
 """Quiet spans flagged a batch may still show (0 unless named): batch 13's mmengine C3D grad norm rises at 473 to a

@@ -123,3 +123,12 @@ def test_prose_is_values_with_epoch_evaluations_and_epoch_lr(tmp_path: Path) -> 
     assert log.series("lr")[0].tolist() == [10, 40, 70, 100]
     assert log.series("lr")[1].tolist() == [0.01, 0.01, 0.001, 0.001]
     assert "is" not in log.metrics
+
+
+def test_a_config_dumps_lone_lr_is_no_step_rate(tmp_path: Path) -> None:
+    path = tmp_path / "train.log"
+    text = "Optimizer config:\n   lr: 0.02\n   momentum: 0.9\n"
+    text += "".join(f"Epoch 0, Step {step}, avg loss so far is {1 - step / 100}\n" for step in (10, 20, 30, 40))
+    path.write_text(text)
+    log = read_log([path])
+    assert "loss" in log.metrics and "lr" not in log.metrics

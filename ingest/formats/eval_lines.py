@@ -11,8 +11,9 @@ and is dropped. A GAN's generator loss is its loss (the training lines print it 
 
 A line with no label in front whose every pair is a split's (``Epoch 3, val loss is 0.05, val mse is
 0.02``: ``val_``, ``valid_``, ``eval_``, ``test_`` keys, besides its epoch) is such an evaluation too, its
-keys kept as printed. A line of its own that states only the learning rate (``Starting epoch 3 current lr
-is 0.001``, before the epoch's steps) is the rate of the steps after it: it takes the next step line's step.
+keys kept as printed. A line of its own that states only an epoch and the learning rate (``Starting epoch 3
+current lr is 0.001``, before the epoch's steps) is the rate of the steps after it: it takes the next step
+line's step (a lone ``lr: 0.02`` is a config dump's setting, no rate of a step).
 """
 
 from __future__ import annotations
@@ -46,8 +47,10 @@ def eval_pairs(line: str, pairs_of: Callable[[str], Pairs]) -> Pairs:
     """The ``val_`` pairs of an evaluation line without a step (empty: no such line)."""
     m = _LABEL.match(line.split("\r")[-1])
     if m is None:
-        pairs = [p for p in pairs_of(line) if p[0].strip().lower() not in _EPOCH_KEYS]
-        if pairs and (all(_SPLIT_KEY.match(k) for k, _, _ in pairs) or _lr_only(pairs)):
+        found = pairs_of(line)
+        pairs = [p for p in found if p[0].strip().lower() not in _EPOCH_KEYS]
+        epoch = len(pairs) < len(found)  # an lr with no epoch beside it is a config dump's, not the schedule's
+        if pairs and (all(_SPLIT_KEY.match(k) for k, _, _ in pairs) or (epoch and _lr_only(pairs))):
             return pairs
         return []
     out: Pairs = []
