@@ -311,6 +311,26 @@ def _samples() -> dict[str, Sample]:
                 ]
             ),
         ),
+        "kv_console": _file(
+            "train.out",
+            _lines(
+                [
+                    f"\x1b[32m[2026-12-06 05:00:{s:02d},555] [    INFO]\x1b[0m - loss: {3 - 0.1 * s:.4f},"
+                    f" learning_rate: 3e-05, global_step: {s * 10}, interval_runtime: 4.2, epoch: {s / 100}\x1b[0m"
+                    for s in steps
+                ]
+            ),
+        ),
+        "coqui_trainer": _file(
+            "trainer_0_log.txt",
+            "".join(
+                f"\x1b[1m   --> STEP: {s}/36 -- GLOBAL_STEP: {s * 25}\x1b[0m\n"
+                f"     | > loss_disc: 2.9  (2.9)\n     | > loss_0: 2.9  (2.9)\n"
+                f"     | > loss_1: {30 - s:.3f}  (25.0)\n     | > grad_norm_1: 40.0  (41.0)\n"
+                f"     | > current_lr_1: 0.00020 \n     | > step_time: 1.3  (1.3)\n\n"
+                for s in steps
+            ),
+        ),
         "ultralytics": _file(
             "train.log",
             _lines(

@@ -21,6 +21,7 @@ from ingest.errors import StabScopeError
 from ingest.formats._common import TABLE_SCHEMA, ParsedLog, Progress
 from ingest.formats.base import Reader
 from ingest.formats.composer import ComposerReader
+from ingest.formats.coqui_trainer import CoquiTrainerReader
 from ingest.formats.csv_sweep import SweepCsvReader
 from ingest.formats.csv_wide import WideCsvReader
 from ingest.formats.deepspeed_csv import DeepSpeedCsvReader
@@ -37,6 +38,7 @@ from ingest.formats.icefall import IcefallReader
 from ingest.formats.jax_console import JaxConsoleReader
 from ingest.formats.jsonl import JsonlReader
 from ingest.formats.keras_console import KerasConsoleReader
+from ingest.formats.kv_console import KeyValueConsoleReader
 from ingest.formats.kv_tables import KeyValueTableReader
 from ingest.formats.lightning_csv import LightningCsvReader
 from ingest.formats.llamafactory import LlamaFactoryReader
@@ -120,6 +122,8 @@ FORMATS: Final[dict[str, Reader]] = {
         TimmConsoleReader(),
         EspnetReader(),
         IcefallReader(),
+        KeyValueConsoleReader(),
+        CoquiTrainerReader(),
         UltralyticsReader(),
         KeyValueTableReader(),
         EpochBlockReader(),

@@ -8,6 +8,12 @@ training line): its values are stored at that line's step, each named ``val_`` (
 ``val_loss``). A running best on it (``best_loss=inf`` before the first evaluation) is no measurement
 and is dropped. A GAN's generator loss is its loss (the training lines print it as ``loss`` beside a
 ``disc_loss``) and its discriminator loss ``disc_loss``.
+
+A line with no label in front whose every pair is a split's (``Epoch 3, val loss is 0.05, val mse is
+0.02``: ``val_``, ``valid_``, ``eval_``, ``test_`` keys, besides its epoch) is such an evaluation too, its
+keys kept as printed. A line of its own that states only an epoch and the learning rate (``Starting epoch 3
+current lr is 0.001``, before the epoch's steps) is the rate of the steps after it: it takes the next step
+line's step (a lone ``lr: 0.02`` is a config dump's setting, no rate of a step).
 """
 
 from __future__ import annotations
@@ -24,6 +30,9 @@ _LABEL: Final = re.compile(
 )
 _GAN: Final = {"generator loss": "loss", "g loss": "loss", "discriminator loss": "disc_loss", "d loss": "disc_loss"}
 _GAN_KEY: Final = re.compile(r"\b(?i:(generator|discriminator|g|d))[ \t]+(?=(?i:loss)\b)")
+_SPLIT_KEY: Final = re.compile(r"^(?:val|valid|validation|eval|test)_[A-Za-z]", re.IGNORECASE)
+_LR_KEYS: Final = frozenset({"lr", "learning_rate", "learning rate"})
+_EPOCH_KEYS: Final = frozenset({"epoch", "epochs"})
 _EVAL_NAME: Final = re.compile(r"^(?:eval|val|valid|validation)(?:_|$)", re.IGNORECASE)
 
 Pairs = list[tuple[str, float, str | None]]
@@ -31,12 +40,18 @@ Pairs = list[tuple[str, float, str | None]]
 
 class _Line(Protocol):
     step: int
+    values: Pairs
 
 
 def eval_pairs(line: str, pairs_of: Callable[[str], Pairs]) -> Pairs:
     """The ``val_`` pairs of an evaluation line without a step (empty: no such line)."""
     m = _LABEL.match(line.split("\r")[-1])
     if m is None:
+        found = pairs_of(line)
+        pairs = [p for p in found if p[0].strip().lower() not in _EPOCH_KEYS]
+        epoch = len(pairs) < len(found)  # an lr with no epoch beside it is a config dump's, not the schedule's
+        if pairs and (all(_SPLIT_KEY.match(k) for k, _, _ in pairs) or (epoch and _lr_only(pairs))):
+            return pairs
         return []
     out: Pairs = []
     for key, value, unit in pairs_of(_GAN_KEY.sub(r"\1_", m["rest"])):
@@ -53,11 +68,22 @@ def place_evals(lines: Sequence[_Line]) -> None:
     place; one with none above it keeps :data:`EVAL_STEP` (the caller drops it)."""
     last: int | None = None
     for x in lines:
-        if x.step == EVAL_STEP:
+        if x.step == EVAL_STEP and not _lr_only(x.values):
             if last is not None:
                 x.step = last
         elif x.step >= 0:
             last = x.step
+    following: int | None = None  # an lr stated before the steps is theirs: the next step line's
+    for x in reversed(lines):
+        if x.step == EVAL_STEP and _lr_only(x.values):
+            if following is not None:
+                x.step = following
+        elif x.step >= 0:
+            following = x.step
+
+
+def _lr_only(pairs: Pairs) -> bool:
+    return len(pairs) == 1 and pairs[0][0].strip().lower() in _LR_KEYS
 
 
 def placeholder(name: str, values: list[float]) -> bool:

@@ -26,7 +26,11 @@ def _step_key(key: str) -> tuple[str, str | None]:
     """``lr_mul`` (parameter-golf's forks print the schedule's multiplier of each group's base LR,
     no absolute LR) is the run's ``lr`` series: the schedule's shape, which warmup, decay and restart
     checks read, in units of the base LR."""
-    return ("lr", None) if key == "lr_mul" else canonical_name(key)
+    if key == "lr_mul":
+        return ("lr", None)
+    # a bare 't' beside 'step_avg' (forks that shorten 'train_time') is the same elapsed training clock:
+    # read as 'train_time' the step time is derived from it, and no 't_s' metric is invented
+    return canonical_name("train_time" if key == "t" else key)
 
 
 class ModdedNanoGPTReader(PlannedStepsTextLogReader):

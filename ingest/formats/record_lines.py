@@ -19,6 +19,7 @@ from typing import Final
 from ingest.formats._common import LogBuilder, iter_whole_lines
 from ingest.formats.field_records import expand, meter_epoch, spelled_norms
 from ingest.formats.generic_lines import spelled_columns
+from ingest.formats.is_pairs import spelled_is
 from ingest.formats.numbers import NUMBER
 
 EPOCH_OF_N: Final = re.compile(r"\b((?i:epoch))[ \t]*\[[ \t]*([0-9]+)[ \t]*/[ \t]*[0-9]+[ \t]*\]")
@@ -47,7 +48,7 @@ def rewrite(text: str) -> str:
     removed, ``|`` columns of several words as one key each (:mod:`ingest.formats.generic_lines`), a
     split label (``EPOCH 3 VAL - Loss: x``) put before each key it labels, and a `` : `` field record's
     abbreviated names spelled out (:mod:`ingest.formats.field_records`)."""
-    text = meter_epoch(spelled_norms(expand(text)))
+    text = meter_epoch(spelled_norms(expand(spelled_is(text))))
     if "|" in text:
         text = spelled_columns(LOGURU_LOCATION.sub("| ", text))
     label = SPLIT_LABEL.search(text)
