@@ -36,6 +36,7 @@ TIERS: dict[str, str] = {
         (
             "abandoned_attempts",
             "round12_imports",
+            "reader_failures",
             "fallback_readers",
             "formats_table_roles",
             "formats_csv_counters",
