@@ -37,6 +37,7 @@ TIERS: dict[str, str] = {
             "abandoned_attempts",
             "round12_imports",
             "reader_failures",
+            "round14_tables",
             "fallback_readers",
             "formats_table_roles",
             "formats_csv_counters",
