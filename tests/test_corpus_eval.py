@@ -87,6 +87,10 @@ BATCH_FLOORS: dict[str, tuple[int, float, int, int, int, float]] = {
     # act17: failed-premise actions 16 + 2 -> 6 + 0, 0.802 -> 0.857 (239 / 279): the MoE load asked only where
     # experts are named; an RL critic's or GAN generator's loss is not told to check its initialisation or restart
     "batch_13": (0, 10 / 12, 2, 0, 1, 0.82),
+    # batch 14 measured held out on fb7d706 (81 faults on 19 logs, 1 crashed, 14 / 26, 0.847), then tuned on.
+    # tun18c: 80 faults on 16 logs (no crash: the int64 counter past 2**53 reads; bracketed GAN loss, epoch
+    # time), 19 / 26, 6 shown on healthy, 2 broken, 1 invented, precision 0.8775 (537 true of 609 judged)
+    "batch_14": (80, 19 / 26, 6, 2, 1, 0.87),
 }
 QUIET_SPANS_FLAGGED: dict[str, int] = {"batch_13": 1}
 """Quiet spans flagged a batch may still show (0 unless named): batch 13's mmengine C3D grad norm rises at 473 to a
