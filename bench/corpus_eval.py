@@ -329,7 +329,7 @@ def evaluate_log(
 ) -> LogScore:
     """Import one corpus log into ``store`` with the built-in readers of ``reader_set`` (None: all)
     and score it."""
-    from ingest.errors import StabScopeError
+    from ingest.errors import ReaderFailed, StabScopeError
     from ingest.importing.importer import import_logs
     from ingest.services.run_status import run_status
 
@@ -344,7 +344,7 @@ def evaluate_log(
     try:
         reports = import_logs(store, [path], run=run_name(golden), reader_set=reader_set)
     except Exception as exc:  # a crash is scored as this log's fault, not the whole evaluation's
-        refused = isinstance(exc, StabScopeError)
+        refused = isinstance(exc, StabScopeError) and not isinstance(exc, ReaderFailed)
         result.refused = (str(exc) if refused else f"crashed: {type(exc).__name__}: {exc}").splitlines()[0][:200]
         if golden["import"]["runs"] or not refused:
             result.fault("refused" if refused else "crashed", result.refused)

@@ -24,3 +24,8 @@ class StabScopeError(Exception):
         self.line = line
         self.page_message = where + page if page is not None else None
         """The same failure in the dashboard's words (``message`` may name a CLI flag)."""
+
+
+class ReaderFailed(StabScopeError):
+    """A reader raised something it did not mean to (a bug, not bad input): shown like any error, with
+    the file named, while scorers and tests can still tell it from a refusal (``__cause__`` holds it)."""

@@ -37,6 +37,8 @@ TIERS: dict[str, str] = {
             "abandoned_attempts",
             "round12_imports",
             "round14_kv_consoles",
+            "reader_failures",
+            "round14_tables",
             "fallback_readers",
             "formats_table_roles",
             "formats_csv_counters",

@@ -17,7 +17,7 @@ from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Final
 
-from ingest.errors import StabScopeError
+from ingest.errors import ReaderFailed, StabScopeError
 from ingest.formats._common import TABLE_SCHEMA, ParsedLog, Progress
 from ingest.formats.base import Reader
 from ingest.formats.composer import ComposerReader
@@ -242,7 +242,7 @@ def read_log(
     checked = _check_paths(paths)
     readers = _readers(custom_dir, reader_set)
     if format == GenericReader.name:
-        return GenericReader(step_key).read(checked, progress)
+        return _read(GenericReader(step_key), checked, progress)
     if format is not None:
         reader = readers.get(format)
         if reader is None:
@@ -250,20 +250,39 @@ def read_log(
                 raise StabScopeError(f"custom format {format!r} needs the store's formats folder")
             known = ", ".join(sorted(readers))
             raise StabScopeError(f"unknown format {format!r}; known formats: {known}")
-        return reader.read(checked, progress)
+        return _read(reader, checked, progress)
     candidates = detect(checked, custom_dir=custom_dir, reader_set=reader_set)
     names = ", ".join(f"{n} ({c:.2f})" for n, c in candidates[:5])
     where = ", ".join(str(p) for p in checked[:3]) + (" ..." if len(checked) > 3 else "")
     if not candidates:
         if generic_reads(checked, custom_dir=custom_dir, step_key=step_key, reader_set=reader_set):
-            return GenericReader(step_key).read(checked, progress)
+            return _read(GenericReader(step_key), checked, progress)
         raise _unrecognised(checked, readers)
     if len(candidates) > 1 and candidates[1][1] >= candidates[0][1] - AMBIGUITY_MARGIN:
         raise StabScopeError(
             f"{where}: ambiguous format, candidates: {names}; choose one with --format NAME",
             page=f"{where}: ambiguous format, candidates: {names}; choose one in the Format box",
         )
-    return readers[candidates[0][0]].read(checked, progress)
+    return _read(readers[candidates[0][0]], checked, progress)
+
+
+def _read(reader: Reader, paths: list[Path], progress: Progress | None) -> ParsedLog:
+    """``reader.read``; anything else than a ``StabScopeError`` it raises (a reader's bug, an
+    unreadable file) becomes one that names the file and the reader, so the CLI and the Upload page
+    show a sentence, never a bare exception name."""
+    try:
+        return reader.read(paths, progress)
+    except StabScopeError:
+        raise
+    except Exception as exc:
+        what = " ".join(str(exc).split())[:300]
+        raise ReaderFailed(
+            f"the {reader.name} reader failed on this file ({type(exc).__name__}: {what}); "
+            "please report it with the file; --format NAME forces another reader",
+            path=str(paths[0]),
+            page=f"the {reader.name} reader failed on this file ({type(exc).__name__}: {what}); "
+            "please report it with the file; the Format box forces another reader",
+        ) from exc
 
 
 def generic_reads(

@@ -104,7 +104,7 @@ def to_float(col: Any) -> tuple[np.ndarray, np.ndarray]:
         pa.types.is_integer(arr.type) or pa.types.is_floating(arr.type) or pa.types.is_decimal(arr.type)
     ):
         return np.zeros(len(arr)), np.zeros(len(arr), dtype=bool)
-    floats = arr.cast(pa.float64()) if arr.type != pa.float64() else arr
+    floats = arr.cast(pa.float64(), safe=False) if arr.type != pa.float64() else arr
     if floats.null_count:
         floats = floats.fill_null(np.nan)
     return np.asarray(floats.to_numpy(zero_copy_only=False), dtype=np.float64), present

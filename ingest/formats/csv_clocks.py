@@ -10,7 +10,11 @@
   epoch took, its training and validation passes) is each row's ``step_time_s``, in seconds per step of
   the table's axis (the epoch): the cost views price a run from it, and it is what the log measured.
 
-Neither gives a step time when a column the alias table reads as the step time is there already; neither
+- **An epoch-time column** (``epoch_time_s``, ``epoch_duration``, ``time_per_epoch (ms)``: seconds, or
+  the unit its name gives) where the epoch is the table's step axis (one row per epoch) is each row's
+  ``step_time_s`` as it stands (round 14); with a step column beside it, an epoch's time is no step's.
+
+None gives a step time when a column the alias table reads as the step time is there already; neither
 is a metric or the rows' wall clock either way.
 """
 
@@ -30,6 +34,12 @@ from ingest.formats.csv_counters import is_elapsed_clock
 STEP_TIME: Final = "step_time_s"
 MAX_ELAPSED_S: Final = 1e8
 """Seconds below which a rising ``time`` counts from the run's start (three years): a Unix time is above."""
+_EPOCH_TIME: Final = re.compile(
+    r"^(?:train(?:ing)?[_ ])?(?:epoch[_ ]?(?:time|duration|secs?)|time[_ ]per[_ ]epoch)"
+    r"(?:[_ ]?\(?(?P<unit>s|sec|secs|seconds|ms|min|mins|minutes)\)?)?$",
+    re.IGNORECASE,
+)
+_EPOCH_TIME_SCALE: Final = {"ms": 1e-3, "min": 60.0, "mins": 60.0, "minutes": 60.0}
 _DURATION: Final = re.compile(r"^[ \t]*(?:(?P<h>[0-9]+):)?(?P<m>[0-9]{1,2}):(?P<s>[0-9]{2}(?:\.[0-9]+)?)[ \t]*$")
 
 
@@ -69,6 +79,20 @@ def duration_column(table: pa.Table) -> tuple[str, np.ndarray] | None:
     return (time, seconds) if np.isfinite(seconds).any() else None
 
 
+def _epoch_time(table: pa.Table, step_col: str) -> tuple[str, np.ndarray] | None:
+    """An epoch-time column of ``table`` and its seconds per row (NaN where not logged), or None; only
+    where the epoch is the step axis."""
+    if step_col.strip().lower() != "epoch":
+        return None
+    for name in table.column_names:
+        m = _EPOCH_TIME.match(name.strip())
+        if m:
+            values, present = to_float(table[name])
+            scale = _EPOCH_TIME_SCALE.get((m["unit"] or "s").lower(), 1.0)
+            return name, np.where(present & (values >= 0), values * scale, np.nan)
+    return None
+
+
 def add_clock_step_time(builder: LogBuilder, table: pa.Table, step_col: str) -> str | None:
     """Store the step time an elapsed clock or a duration column of ``table`` gives (see the module) at
     its rows' steps; return that column (no metric, no wall clock), or None when there is none."""
@@ -83,7 +107,7 @@ def add_clock_step_time(builder: LogBuilder, table: pa.Table, step_col: str) -> 
             ok = (d_step > 0) & (d_wall > 0)
             per_step[rows[1:]] = np.where(ok, d_wall / np.where(ok, d_step, 1), np.nan)
         column = clock
-    elif (found := duration_column(table)) is not None:
+    elif (found := duration_column(table) or _epoch_time(table, step_col)) is not None:
         column, per_step = found
     else:
         return None

@@ -18,6 +18,9 @@ What a number is (``tests/test_formats_numbers.py`` holds the table):
   for digits, what may follow (a glued unit as in modded-nanogpt's ``step_avg:nanms``, or a word
   boundary) is the reader's pattern's to say.
 
+A one-element list around a number (``[13.860385]``: a script that prints or saves a 1-element
+numpy array or ``tensor.tolist()``) is that number in a table cell (round 14); a longer list is not.
+
 A unit glued to the number (``1706ms``, ``160.86GiB``) is not part of it: the reader's pattern
 captures it beside the number and :func:`parse_numbers` reports it. Quotes around a value (a
 Hugging Face dict's ``'2.897'``) are the reader's to strip.
@@ -58,6 +61,8 @@ _NUMBER_WITH_UNIT: Final = (
     r"^(?P<num>" + NUMBER + r")\s*(?P<unit>[A-Za-zµ%/]*)\s*(?:\(\s*(?P<pct>" + NUMBER + r")\s*%\s*\))?$"
 )
 """A whole value cell: a number, an optional unit glued or one blank away, an optional ``(NN%)``."""
+_ONE_ELEMENT_LIST: Final = r"^\s*\[\s*(" + NUMBER + r")\s*\]\s*$"
+"""A cell that is a one-element list of a number (``[0.25]``): replaced by its number before parsing."""
 
 
 def parse_number(text: str | bytes) -> float | None:
@@ -118,6 +123,7 @@ def parse_numbers(raw: Any) -> ConvertedValues:
         return ConvertedValues(values.astype(np.float64), ok, [], None)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         pass
+    strings = pc.replace_substring_regex(strings, pattern=_ONE_ELEMENT_LIST, replacement=r"\1")
     parts = pc.extract_regex(pc.utf8_trim_whitespace(strings), _NUMBER_WITH_UNIT)
     ok = np.asarray(parts.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
     nums = pc.replace_substring(parts.field("num"), ",", "")

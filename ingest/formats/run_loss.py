@@ -30,7 +30,7 @@ CRITIC_LOSSES: Final = frozenset({"loss_critic", "critic_loss", "value_loss", "l
 """An actor-critic's value regression loss (the last path segment of its name, lower case)."""
 GENERATOR_LOSSES: Final = frozenset({"loss_gen", "gen_loss", "loss_g", "g_loss", "generator_loss", "loss_generator"})
 DISCRIMINATOR_LOSSES: Final = frozenset(
-    {"loss_dis", "dis_loss", "loss_d", "d_loss", "discriminator_loss", "loss_discriminator"}
+    {"loss_dis", "dis_loss", "loss_disc", "disc_loss", "loss_d", "d_loss", "discriminator_loss", "loss_discriminator"}
 )
 
 
