@@ -44,6 +44,7 @@ TIERS: dict[str, str] = {
             "formats_csv_counters",
             "formats_csv_clocks",
             "formats_run_loss",
+            "formats_round14_consoles",
             "metrics_files_round12",
             "round12_layouts",
             "round12_consoles",

@@ -345,6 +345,51 @@ def _samples() -> dict[str, Sample]:
                 ]
             ),
         ),
+        "yolov5_results": _file(
+            "results.txt",
+            _lines(
+                [
+                    f"{s:>7}/7    1.20G   {0.05 - 0.001 * s:.4g}   0.02   0.01   {0.08 - 0.001 * s:.4g}   21   512"
+                    "   0.61   0.52   0.55   0.31   0.04   0.02   0.01"
+                    for s in steps
+                ]
+            ),
+        ),
+        "gan_console": _file(
+            "dcgan.log",
+            _lines(
+                [
+                    f"[{s // 4}/3][{s % 4 * 10}/40]\tLoss_D: 0.{40 + s}\tLoss_G: {2 + 0.1 * s:.3f}"
+                    "\tD(x): 0.71\tD(G(z)): 0.22 / 0.19"
+                    for s in steps
+                ]
+            ),
+        ),
+        "pylog_epochs": _file(
+            "train.log",
+            _lines(
+                [
+                    line
+                    for s in steps
+                    for line in (
+                        f"03-14 10:0{s % 10}:00 - INFO - trainer - Epoch: {s}, Loss: {2 - 0.1 * s:.2f}",
+                        f"03-14 10:0{s % 10}:00 - INFO - trainer - Train. Total Loss: {2 - 0.1 * s:.2f}, KL: 0.3",
+                        f"03-14 10:0{s % 10}:00 - INFO - trainer - Val. Total Loss: {2.2 - 0.1 * s:.2f}, AUC: 61.5%",
+                    )
+                ]
+            ),
+        ),
+        "pix2pix_loss_log": _file(
+            "loss_log.txt",
+            _lines(
+                ["================ Training Loss (Tue Jan  9 08:00:00 2024) ================"]
+                + [
+                    f"(epoch: {1 + s // 4}, iters: {s % 4 * 50 + 20}, time: 0.05{s}, data: 0.002) "
+                    f"G_GAN: {0.8 + 0.1 * s:.3f} G_L1: 3.{s}10 D_real: 0.4{s}0 D_fake: 0.5{s}0 "
+                    for s in steps
+                ]
+            ),
+        ),
         "kv_tables": _file(
             "log.txt",
             _lines(

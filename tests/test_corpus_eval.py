@@ -96,6 +96,10 @@ BATCH_FLOORS: dict[str, tuple[int, float, int, int, int, float]] = {
     # batch 14 measured held out on fb7d706 (81 faults on 19 logs, 1 crashed, 14 / 26, 0.847), then tuned on.
     # tun18c: 80 faults on 16 logs (no crash: the int64 counter past 2**53 reads; bracketed GAN loss, epoch
     # time), 19 / 26, 6 shown on healthy, 2 broken, 1 invented, precision 0.8775 (537 true of 609 judged)
+    # batch 14 measured held out on fb7d706 (81 faults on 19 logs, 14 / 26, 1 invented, 6 shown on healthy,
+    # 2 broken, 0.847 = 398 / 470), then tuned on. tun18b (YOLOv5 results.txt, the DCGAN print in a Markdown
+    # export, a Python-logging epoch console, pix2pix loss_log.txt): 70 faults on 15 logs, 16 / 26, 2 invented
+    # (a one-line G_GAN outlier of the pix2pix run, whose slow climb is not yet detected), 3 broken, 0.842 (438 / 520)
     "batch_14": (52, 19 / 26, 6, 2, 1, 0.86),  # merged tun18a + tun18c: re-measured below
 }
 QUIET_SPANS_FLAGGED: dict[str, int] = {"batch_13": 1}

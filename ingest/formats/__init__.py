@@ -30,6 +30,7 @@ from ingest.formats.detectron2 import Detectron2Reader
 from ingest.formats.epoch_blocks import EpochBlockReader
 from ingest.formats.espnet import EspnetReader
 from ingest.formats.fairseq import FairseqReader
+from ingest.formats.gan_console import GanConsoleReader
 from ingest.formats.generic import GenericReader
 from ingest.formats.gpt_neox import GptNeoXReader
 from ingest.formats.hf_console import HFConsoleReader
@@ -53,6 +54,8 @@ from ingest.formats.nemo import NemoProgressReader, NemoTqdmReader
 from ingest.formats.olmo import OlmoReader
 from ingest.formats.openmmlab import OpenMMLabReader
 from ingest.formats.parquet import ParquetReader
+from ingest.formats.pix2pix_log import Pix2PixLossLogReader
+from ingest.formats.pylog_epochs import PythonLoggingEpochReader
 from ingest.formats.raw_text import clean_text, looks_binary, read_head
 from ingest.formats.rl_console import VerlConsoleReader
 from ingest.formats.scalar_json import ScalarJsonReader
@@ -67,6 +70,7 @@ from ingest.formats.ultralytics import UltralyticsReader
 from ingest.formats.wandb_csv import WandbCsvReader
 from ingest.formats.wandb_history import WandbHistoryReader
 from ingest.formats.wlm_console import WordLanguageModelReader
+from ingest.formats.yolov5_results import Yolov5ResultsReader
 
 __all__ = [
     "FALLBACK_READERS",
@@ -125,6 +129,10 @@ FORMATS: Final[dict[str, Reader]] = {
         KeyValueConsoleReader(),
         CoquiTrainerReader(),
         UltralyticsReader(),
+        Yolov5ResultsReader(),
+        GanConsoleReader(),
+        PythonLoggingEpochReader(),
+        Pix2PixLossLogReader(),
         KeyValueTableReader(),
         EpochBlockReader(),
         StageConsoleReader(),

@@ -1,0 +1,111 @@
+"""The ``loss_log.txt`` of pytorch-CycleGAN-and-pix2pix (``Visualizer.print_current_losses``) and trainers
+built on it::
+
+    ================ Training Loss (Mon Mar  4 09:12:40 2024) ================
+    (epoch: 1, iters: 200, time: 0.071, data: 0.004) G_GAN: 0.913 G_L1: 6.120 D_real: 0.552 D_fake: 0.611
+
+``iters`` counts within the epoch and a line is printed every ``print_freq`` global iterations, so
+consecutive lines are ``print_freq`` apart across epoch ends too: the epoch's length is the last
+``iters`` of an epoch plus ``print_freq`` minus the first ``iters`` of the next (an epoch of 1,234
+iterations printed every 100: epoch 2 starts at ``iters: 66``), and the step is the global iteration,
+``(epoch - 1) * length + iters``. ``time`` is the per-iteration compute time in seconds (``step_time_s``),
+``data`` the data-loading time (not a metric). Every loss keeps the log's name (``G_GAN``, ``D_fake``,
+CycleGAN's ``G_A``, ``cycle_B``...); pix2pix's adversarial generator loss ``G_GAN`` beside the
+discriminator's ``D_*`` is also the run's ``loss`` (``ingest.formats.run_loss``: a GAN's generator loss).
+
+``=== <kind> (date) ===`` headers open blocks: lines under a ``Validation``/``Test`` header are no
+training records. A training line whose ``(epoch, iters)`` does not advance past the one before starts
+another run (a relaunch writes ``epoch: 1, iters: <print_freq>`` again).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Sequence
+from itertools import pairwise
+from pathlib import Path
+from typing import Final
+
+from ingest.formats._common import LogBuilder
+from ingest.formats.base import Reader
+from ingest.formats.line_console import LineResult, Record, Row, read_console
+from ingest.formats.numbers import NUMBER, parse_number
+from ingest.formats.raw_text import decode_head, looks_binary
+from ingest.formats.run_loss import note_loss_source
+
+_HEADER: Final = re.compile(r"^=+[ \t]*(?P<kind>[A-Za-z][A-Za-z ]*?)[ \t]*\((?P<date>[^)]*)\)[ \t]*=+[ \t]*$")
+_LINE: Final = re.compile(
+    r"^[ \t]*\(epoch:[ \t]*(?P<epoch>[0-9]+),[ \t]*iters:[ \t]*(?P<iters>[0-9]+)(?P<clock>[^)]*)\)(?P<rest>.*)$"
+)
+_PAIR: Final = re.compile(r"(?P<key>[A-Za-z][A-Za-z0-9_]*):[ \t]*(?P<val>" + NUMBER + ")")
+_TIME: Final = re.compile(r"\btime:[ \t]*(?P<val>" + NUMBER + ")")
+_GENERATOR: Final = "G_GAN"
+
+
+def _layout(marks: list[tuple[int, int]]) -> tuple[int, int]:
+    """``(print_freq, epoch length)`` of one run's training lines ``(epoch, iters)``: the most common
+    gap within an epoch, and the most common length its epoch ends give (else the largest ``iters``)."""
+    gaps = Counter(b[1] - a[1] for a, b in pairwise(marks) if a[0] == b[0] and b[1] > a[1])
+    freq = gaps.most_common(1)[0][0] if gaps else 0
+    ends = Counter(a[1] + freq - b[1] for a, b in pairwise(marks) if b[0] == a[0] + 1 and freq)
+    lengths = [n for n, _ in ends.most_common() if n > 0]
+    return freq, lengths[0] if lengths else max(i for _, i in marks)
+
+
+class Pix2PixLossLogReader(Reader):
+    name = "pix2pix_loss_log"
+    description = "pytorch-CycleGAN-and-pix2pix loss_log.txt: '(epoch: E, iters: I, time: T, data: D) G_GAN: x ...'"
+
+    def sniff(self, head: bytes, path: Path) -> float:
+        if path.is_dir() or not head or looks_binary(head):
+            return 0.0
+        rows = sum(1 for line in decode_head(head).splitlines() if (m := _LINE.match(line)) and _PAIR.search(m["rest"]))
+        return 0.0 if rows == 0 else 0.95 if rows >= 2 else 0.8
+
+    def fill(self, paths: Sequence[Path], builder: LogBuilder) -> None:
+        marks: list[tuple[int, int]] = []  # each training line's (epoch, iters); its rows carry its index
+        training = True
+
+        def line(text: str) -> LineResult:
+            nonlocal training
+            if (h := _HEADER.match(text)) is not None:
+                training = not re.search(r"valid|test|eval", h["kind"], re.IGNORECASE)
+                return [], "block header"
+            if (m := _LINE.match(text)) is None:
+                return [], "result line" if not training and text.strip() else None
+            if not training:
+                return [], "validation line"
+            index = len(marks)
+            marks.append((int(m["epoch"]), int(m["iters"])))
+            found: list[Row] = []
+            if (t := _TIME.search(m["clock"])) is not None and (value := parse_number(t["val"])) is not None:
+                found.append(("step_time_s", None, index, value))
+            for pair in _PAIR.finditer(m["rest"]):
+                if (value := parse_number(pair["val"])) is not None:
+                    found.append((pair["key"], None, index, value))
+                    if pair["key"] == _GENERATOR and "D_" in m["rest"]:
+                        found.append(("loss", None, index, value))
+            return found, None
+
+        def finish(records: list[Record]) -> list[Record]:
+            runs, steps = _runs(marks), [0] * len(marks)
+            for first, last in runs:
+                freq, length = _layout(marks[first:last])
+                for i in range(first, last):
+                    steps[i] = (marks[i][0] - 1) * length + marks[i][1] if freq or length else marks[i][1]
+            starts = {first for first, _ in runs[1:]}
+            seqs = sorted({seq for _, _, index, _, seq in records if index in starts})
+            builder.run_headings += seqs
+            if any(metric == "loss" for metric, *_ in records):
+                note_loss_source(builder, _GENERATOR)
+            return [(metric, unit, steps[index], value, seq) for metric, unit, index, value, seq in records]
+
+        read_console(paths, builder, line, "a loss_log.txt line", finish=finish)
+
+
+def _runs(marks: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """``[first, last)`` index ranges of the runs: a line that does not advance ``(epoch, iters)`` starts one."""
+    cuts = [i for i in range(1, len(marks)) if marks[i] <= marks[i - 1]]
+    bounds = [0, *cuts, len(marks)]
+    return list(pairwise(bounds)) if marks else []
