@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from statistics import median
 from typing import Any, Final
 
-from bench.statement_rules import FALSE, RUN_METRICS, TRUE, UNJUDGED, Verdict
+from bench.statement_rules import FALSE, RUN_METRICS, TRUE, UNJUDGED, Verdict, run_loss_never_finite
 from stab_core.decision_tree import DiagnosisParams
 from stab_core.metrics import LOSS_FLAT_TOLERANCE
 
@@ -191,8 +191,8 @@ def all_nonfinite_verdict(
             return FALSE, f"the golden run's first/last {metric} is {finite[0]}"
         return TRUE, f"the golden run's first and last {metric} are non-finite; it has {records} {metric} records"
     start = facts.get("nonfinite_from_start")
-    if start is True:
-        return TRUE, f"nonfinite_from_start true; the golden run has {records} {metric} records"
+    if start is True or (metric == "loss" and run_loss_never_finite(run)):
+        return TRUE, f"the golden run's loss is non-finite from its start; it has {records} {metric} records"
     if start is False:
         return FALSE, "nonfinite_from_start false: the run has finite values at its start"
     return UNJUDGED, "facts have no nonfinite_from_start"

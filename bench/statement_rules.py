@@ -165,7 +165,17 @@ def recovered_by(case: Case) -> tuple[bool, int | None]:
 
 def _nonfinite_from_start(case: Case) -> bool:
     grads = grads_never_finite(case)
-    return grads if grads is not None else case.facts.get("nonfinite_from_start") is True
+    if grads is not None:
+        return grads
+    return run_loss_never_finite(case.run) or case.facts.get("nonfinite_from_start") is True
+
+
+def run_loss_never_finite(run: Mapping[str, Any] | None) -> bool:
+    """Does the golden run state its first and last loss non-finite? ``facts.nonfinite_from_start`` is about
+    the file (its first run): in a sweep whose one run is NaN from its own first record, that run's values
+    decide (round 14, tun18d)."""
+    ends = [((run or {}).get(end) or {}).get("loss") for end in ("first", "last")]
+    return all(isinstance(v, int | float) and not math.isfinite(v) for v in ends)
 
 
 def _checkpoint_before(case: Case, step: int) -> bool | None:
@@ -247,6 +257,8 @@ def nonfinite_from_start_verdict(case: Case) -> Verdict:
             if grads
             else "the golden run's first grad_norm is finite, or its incident recovers"
         )
+    if run_loss_never_finite(case.run):
+        return TRUE, "the golden run's first and last loss are non-finite"
     value = case.facts.get("nonfinite_from_start")
     if not isinstance(value, bool):
         return UNJUDGED, "facts have no nonfinite_from_start"

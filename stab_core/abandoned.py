@@ -16,6 +16,7 @@ from stab_core.runview import RankMatrix, RunView, Series
 
 if TYPE_CHECKING:
     from stab_core.incidents import Incident
+    from stab_core.severity import SeverityLevel
 
 LEVEL_WINDOW: Final = 60
 """Finite samples before a jump that give the attempt's own level (the golden files' '60 steps before')."""
@@ -24,6 +25,8 @@ MIN_HOLD: Final = 20
 JUMP: Final = 1.1
 """The least rise of a level (the attempt's new median over its old one, and over the replay's median
 of the same steps) that is a jump and not the wander of a per-step loss."""
+END_SAMPLES: Final = 5
+"""The attempt's last finite samples whose median is where an incident in it stood when the resume replaced it."""
 
 
 @dataclass(frozen=True)
@@ -44,7 +47,7 @@ class AbandonedAttempt:
         covers its jump dated at the jump's first step over (:attr:`onset`), not at the step the
         detector's rolling level let it see it. (Where the detector saw nothing, nothing is added: an
         incident built from the onset alone had no costed severity or recovery to say.)"""
-        incidents = [i for i in incidents if i.primary.peak >= self.first]
+        incidents = [self._cut_by_resume(i) for i in incidents if i.primary.peak >= self.first]
         if self.onset is None:
             return incidents
         onset, out = self.onset, []
@@ -55,6 +58,24 @@ class AbandonedAttempt:
                 incident = replace(incident, members=tuple(moved))
             out.append(incident)
         return out
+
+    def _cut_by_resume(self, incident: Incident) -> Incident:
+        """``incident`` with a finite lead that never came back marked cut off (not diverged, severity at most
+        ``spike``) when the attempt's loss had fallen back more than half-way from its peak to its level (the
+        median of its last :data:`END_SAMPLES` samples at or under their geometric mean) when the resume replaced
+        it: the attempt ended at a relaunch, not at the run's fate, and a loss coming back is no divergence.
+        One still up at its end keeps the detector's call (a divergence is often why the job was relaunched)."""
+        lead = incident.primary
+        series = self.view.series.get(lead.metric)
+        if not lead.diverged or lead.nonfinite or series is None or not 0 < lead.baseline < lead.peak_value:
+            return incident
+        tail = series.values[series.steps >= lead.start]
+        tail = tail[np.isfinite(tail)][-END_SAMPLES:]
+        if not tail.size or float(np.median(tail)) > float(np.sqrt(lead.baseline * lead.peak_value)):
+            return incident
+        members = tuple(replace(m, diverged=False) if m.diverged and not m.nonfinite else m for m in incident.members)
+        severity: SeverityLevel = "spike" if incident.severity == "divergence" else incident.severity
+        return replace(incident, members=members, severity=severity)
 
     def note(self) -> str:
         """How an incident found in it is introduced."""
@@ -156,3 +177,19 @@ def jump_onset(
                 return None
     over = np.flatnonzero(after > np.sqrt(old * new))
     return int(steps[cut + int(over[0])]) if over.size else None
+
+
+def attempt_json(out: dict[str, Any], attempt: tuple[int, int] | None) -> dict[str, Any]:
+    """An incident's JSON object (``spike_to_dict``) with ``abandoned_attempt`` (``attempt``: resumed from,
+    abandoned at; None: found in the run, ``out`` as it is). A recovery cut off where the attempt's values end
+    says that a resume replaced the attempt there: the log itself goes on."""
+    if attempt is None:
+        return out
+    out["abandoned_attempt"] = {"resumed_from": attempt[0], "abandoned_at": attempt[1]}
+    for claim in out.get("claims") or []:
+        if claim.get("kind") == "recovery" and (claim.get("evidence") or {}).get("cut_off"):
+            claim["text"] = (
+                f"Not back by step {attempt[1]}, where a resume from step {attempt[0]} replaced this attempt: "
+                "whether it would have come back cannot be told."
+            )
+    return out

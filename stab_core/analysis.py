@@ -13,7 +13,7 @@ from typing import Any, Final
 
 import numpy as np
 
-from stab_core.abandoned import abandoned_attempts
+from stab_core.abandoned import abandoned_attempts, attempt_json
 from stab_core.adversarial import adversarial_drifts
 from stab_core.claims import incident_claims, said_from_json
 from stab_core.clean_baseline import spikes_past_long_incidents
@@ -95,10 +95,7 @@ class DiagnosedSpike:
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON contract object (:func:`spike_to_dict`), plus ``abandoned_attempt`` where it has one."""
-        out = spike_to_dict(self.spike, self.diagnosis, self.incident)
-        if self.attempt is not None:
-            out["abandoned_attempt"] = {"resumed_from": self.attempt[0], "abandoned_at": self.attempt[1]}
-        return out
+        return attempt_json(spike_to_dict(self.spike, self.diagnosis, self.incident), self.attempt)
 
 
 @dataclass(frozen=True)

@@ -299,6 +299,10 @@ def detect_throughput_drops(steps: IntArray, values: FloatArray, metric: str) ->
     # against sat at fast bursts (minGPT on a CPU: ~5 s steps with bursts of ~2.5 s, the 75th percentile at
     # the bursts). A drop that lasts to the run's end moves the median itself: kept as before
     kept = [d for d in out if -d.change_pct >= needed and not _at_typical(d, steps, rate, start)]
+    # a slow span that opens the run (no level held before it) and then comes back fell from nothing: the
+    # rate rose at its end (a relaunch on other hardware or settings), which is no loss
+    opening = int(steps[start]) if start < steps.size else int(steps[-1])
+    kept = [d for d in kept if not (d.recovered and d.start <= opening)]
     short = [d for d in kept if d.recovered and _samples(d, steps) < MIN_SPAN_SHARE * rate.size]
     if len(short) >= INTERMITTENT_SPANS:  # intermittent: scatter, not a level change
         kept = [d for d in kept if d not in short]

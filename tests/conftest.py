@@ -65,6 +65,7 @@ TIERS: dict[str, str] = {
             "round13_det14",
             "round13_det15",
             "round14_det17",
+            "round14_tun18d",
             "statements_round10",
             "batch9_shapes",
             "det10_shapes",

@@ -100,6 +100,10 @@ BATCH_FLOORS: dict[str, tuple[int, float, int, int, int, float]] = {
     # 2 broken, 0.847 = 398 / 470), then tuned on. tun18b (YOLOv5 results.txt, the DCGAN print in a Markdown
     # export, a Python-logging epoch console, pix2pix loss_log.txt): 70 faults on 15 logs, 16 / 26, 2 invented
     # (a one-line G_GAN outlier of the pix2pix run, whose slow climb is not yet detected), 3 broken, 0.842 (438 / 520)
+    # batch 14 measured held out on fb7d706 (81 faults on 19 logs, 14 / 26, 1 invented, 6 shown on healthy, 2 broken,
+    # 0.847 = 398 / 470), then tuned on. tun18d: 0 broken (a loss coming back when a resume replaced its attempt is
+    # cut off, not diverged), no throughput loss for a slow span opening the run, and the scorer reads a sweep
+    # run's own NaN start: 0.8697 (407 / 468); import faults are the other helpers' (tun18a/b/c)
     "batch_14": (52, 19 / 26, 6, 2, 1, 0.86),  # merged tun18a + tun18c: re-measured below
 }
 QUIET_SPANS_FLAGGED: dict[str, int] = {"batch_13": 1}
