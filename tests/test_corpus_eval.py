@@ -91,20 +91,14 @@ BATCH_FLOORS: dict[str, tuple[int, float, int, int, int, float]] = {
     # merged round-14 fixes (main fb7d706): 0 faults, 10 / 12, 1 invented, 2 shown on healthy, 0 broken,
     # 0.8897 (242 / 272)
     "batch_13": (0, 10 / 12, 2, 0, 1, 0.88),
-    # tun18a: import faults 81 -> 52 (PaddleNLP key-value console, Coqui Trainer, prose 'is' values, pgolf 't:'
-    # clock), precision 0.847 -> 0.863 (408 / 473)
-    # batch 14 measured held out on fb7d706 (81 faults on 19 logs, 1 crashed, 14 / 26, 0.847), then tuned on.
-    # tun18c: 80 faults on 16 logs (no crash: the int64 counter past 2**53 reads; bracketed GAN loss, epoch
-    # time), 19 / 26, 6 shown on healthy, 2 broken, 1 invented, precision 0.8775 (537 true of 609 judged)
-    # batch 14 measured held out on fb7d706 (81 faults on 19 logs, 14 / 26, 1 invented, 6 shown on healthy,
-    # 2 broken, 0.847 = 398 / 470), then tuned on. tun18b (YOLOv5 results.txt, the DCGAN print in a Markdown
-    # export, a Python-logging epoch console, pix2pix loss_log.txt): 70 faults on 15 logs, 16 / 26, 2 invented
-    # (a one-line G_GAN outlier of the pix2pix run, whose slow climb is not yet detected), 3 broken, 0.842 (438 / 520)
-    # batch 14 measured held out on fb7d706 (81 faults on 19 logs, 14 / 26, 1 invented, 6 shown on healthy, 2 broken,
-    # 0.847 = 398 / 470), then tuned on. tun18d: 0 broken (a loss coming back when a resume replaced its attempt is
-    # cut off, not diverged), no throughput loss for a slow span opening the run, and the scorer reads a sweep
-    # run's own NaN start: 0.8697 (407 / 468); import faults are the other helpers' (tun18a/b/c)
-    "batch_14": (52, 19 / 26, 6, 2, 1, 0.86),  # merged tun18a + tun18c: re-measured below
+    # batch 14 measured held out on fb7d706 (81 faults on 19 logs, 1 crashed, 14 / 26, 1 invented, 6 shown on
+    # healthy, 2 broken, 0.847 = 398 / 470), then tuned on: tun18a (PaddleNLP key-value and Coqui Trainer consoles,
+    # prose 'is' values, a 't:' clock), tun18b (YOLOv5 results.txt, a DCGAN print in a Markdown export, a
+    # Python-logging epoch console, pix2pix loss_log.txt), tun18c (an int64 column past 2**53, bracketed cells,
+    # disc_loss, epoch time), tun18d (a resume-cut attempt is not diverged; a slow opening span is no throughput
+    # loss). Merged (main 09:55): 40 faults on 5 logs, 21 / 26, 2 invented, 6 shown on healthy, 1 broken,
+    # 0.899 (596 / 663)
+    "batch_14": (40, 21 / 26, 6, 1, 2, 0.895),
 }
 QUIET_SPANS_FLAGGED: dict[str, int] = {"batch_13": 1}
 """Quiet spans flagged a batch may still show (0 unless named): batch 13's mmengine C3D grad norm rises at 473 to a
