@@ -58,7 +58,7 @@ from ingest.formats.generic_units import (
     speed_series,
 )
 from ingest.formats.numbers import NUMBER, parse_number
-from ingest.formats.raw_text import LAUNCHER_LEAD, decode_head, looks_binary
+from ingest.formats.raw_text import KEY_START, LAUNCHER_LEAD, decode_head, looks_binary
 from ingest.formats.record_lines import joined, numbered_lines, rewrite
 from ingest.formats.sections import notes_marks
 from stab_core.metrics import CANONICAL_METRICS
@@ -71,7 +71,7 @@ _PAIR: Final = re.compile(
     r"(?<![A-Za-z0-9_.])(?P<rval>" + NUMBER + r")[ \t]?(?P<rate>" + _RATE + r")(?![A-Za-z])"
     # a unit the key names, before the separator: 'elapsed time per iteration (ms): 4220.8' (words before
     # a bracketed unit are one key), NeMo's 'train_step_timing in s: 0.41'
-    r"|(?<![A-Za-z0-9_/.@\-])(?P<ukey>[A-Za-z_][A-Za-z0-9_]*(?:[ \t]+[A-Za-z_][A-Za-z0-9_]*){0,5})"
+    r"|" + KEY_START + r"(?P<ukey>[A-Za-z_][A-Za-z0-9_]*(?:[ \t]+[A-Za-z_][A-Za-z0-9_]*){0,5})"
     # ('(s)' stuck to a word is English's plural, no unit: 'processed sample(s): 512' counts samples)
     r"(?:(?:[ \t]+\(|\((?![sh]\)))(?P<punit>" + _UNIT + r")\)|[ \t]+in[ \t]+(?P<iunit>" + _UNIT + r")"
     r"|(?P<plural>\(e?s\)))"
@@ -79,7 +79,7 @@ _PAIR: Final = re.compile(
     r"|(?P<q>['\"])(?P<qkey>[A-Za-z_][^'\"\n]{0,80})(?P=q)[ \t]*:[ \t]*['\"]?(?P<qval>" + NUMBER + r")['\"]?"
     # a split word before the key stays with it: `train loss 9.2, val loss 9.3` is two metrics
     # (any case: 'Train Loss: 0.03'), with one word between before a colon: 'Train L1 Loss: 0.87'
-    r"|(?<![A-Za-z0-9_/.@\-])(?P<key>(?:(?i:(?:smoothed[ \t]+)?(?:train|training|val|valid|validation|eval|test))[ \t]+"
+    r"|" + KEY_START + r"(?P<key>(?:(?i:(?:smoothed[ \t]+)?(?:train|training|val|valid|validation|eval|test))[ \t]+"
     r"(?:[A-Za-z0-9]+[ \t]+(?=[A-Za-z_][A-Za-z0-9_]*[ \t]*:))?)?" + _KEY + r")(?:[ \t]*[:=][ \t]*|[ \t]+)"
     # the unit may stand one blank after the number ('time: 644.64 ms', Karpathy's llm.c-style logs)
     # or a magnitude suffix as nanotron's ``human_format`` prints it ('consumed_tokens: 1.31M', 'K' 'M' 'B' 'T')

@@ -39,6 +39,9 @@ def open_error(path: Path, exc: OSError) -> StabScopeError:
     return StabScopeError(f"cannot read file: {exc.strerror or exc}", path=str(path))
 
 
+KEY_START: Final = r"(?<![A-Za-z0-9_/.@\-\u2190-\u21ff\u2200-\u22ff\u27f0-\u27ff\u2900-\u297f])(?<![^\W\d_])"
+"""Where a ``key: value`` key may start: not inside a word, nor glued to an arrow or a math symbol
+(``I↔T=1.5%`` is one key, never the pair ``T=1.5``), nor after a letter of any script."""
 _ANSI: Final = re.compile(rb"\x1b\[[0-9;?]*[A-Za-z]")
 
 _HOST_NAME: Final = (
