@@ -37,6 +37,7 @@ TIERS: dict[str, str] = {
             "abandoned_attempts",
             "round12_imports",
             "round14_kv_consoles",
+            "discriminator_wins",
             "reader_failures",
             "round14_tables",
             "fallback_readers",
