@@ -21,6 +21,7 @@ from stab_core.clipping import CLIP_SATURATION, ClipStats, clipping_stats
 from stab_core.decision_tree import NONFINITE_START_LEAF, DiagnosisParams
 from stab_core.detectors_not_run import detectors_not_run
 from stab_core.diagnosis import diagnose, diagnose_early
+from stab_core.discriminator_wins import discriminator_wins
 from stab_core.early_rises import banded_climbs, robust_early_rises
 from stab_core.held_out import held_out_rose
 from stab_core.incidents import (
@@ -456,7 +457,7 @@ def find_incidents(view: RunView, params: AnalysisParams | None = None) -> list[
             primary = replace(primary, steps_lost=0)
         incident = Incident(kind, (primary, *members[1:]), co_moves)
         incidents.append(_costed(incident, loss, early, p, view.series.get("val_loss")))
-    return adversarial_drifts(view.series, incidents)
+    return discriminator_wins(view.series, adversarial_drifts(view.series, incidents))
 
 
 def _costed(

@@ -38,6 +38,7 @@ TIERS: dict[str, str] = {
             "round12_imports",
             "round14_kv_consoles",
             "imp19_imports",
+            "discriminator_wins",
             "reader_failures",
             "round14_tables",
             "fallback_readers",
