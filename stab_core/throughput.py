@@ -77,6 +77,14 @@ SIBLING_GAP = 0.25
 """A run whose level is this much below the median of its siblings' levels (25 %) is flagged."""
 
 
+def _what(metric: str) -> tuple[str, str]:
+    """The measured series' name and the rate its change is given in: a run that logs only its step time
+    says steps per second (tokens are not a GAN's, a detector's or an RL agent's unit)."""
+    if metric == "throughput_tok_s":
+        return "tokens/s", "tokens per second"
+    return "step time (s)", "steps per second"
+
+
 @dataclass(frozen=True)
 class ThroughputDrop:
     """A span where the run ran slower than its own norm.
@@ -99,11 +107,11 @@ class ThroughputDrop:
 
     def message(self) -> str:
         """One sentence for the CLI, the pages and the alert."""
-        what = "tokens/s" if self.metric == "throughput_tok_s" else "step time (s)"
+        what, rate = _what(self.metric)
         back = "back to its norm after it" if self.recovered else "not back by the last step"
         return (
             f"throughput loss: {what} {_shown(self.norm)} -> {_shown(self.level)} "
-            f"({self.change_pct:+.0f}% tokens per second) over steps {self.start}-{self.end}, {back}"
+            f"({self.change_pct:+.0f}% {rate}) over steps {self.start}-{self.end}, {back}"
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -131,10 +139,10 @@ class SiblingGap:
 
     def message(self) -> str:
         """One sentence for the CLI, the pages and the alert."""
-        what = "tokens/s" if self.metric == "throughput_tok_s" else "step time (s)"
+        what, rate = _what(self.metric)
         return (
             f"throughput loss: {what} {_shown(self.level)} against {_shown(self.siblings_level)} for "
-            f"{len(self.siblings)} sibling run(s) of {self.relation} ({self.change_pct:+.0f}% tokens per second)"
+            f"{len(self.siblings)} sibling run(s) of {self.relation} ({self.change_pct:+.0f}% {rate})"
         )
 
     def to_json(self) -> dict[str, Any]:

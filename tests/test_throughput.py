@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from stab_core.throughput import compare_to_siblings, detect_throughput_drops, settled_level
+from stab_core.throughput import SiblingGap, ThroughputDrop, compare_to_siblings, detect_throughput_drops, settled_level
 
 
 def _steps(n: int) -> np.ndarray:
@@ -220,3 +220,14 @@ def test_dense_start_up_samples_do_not_set_the_norm() -> None:
     steps = np.concatenate([np.arange(2, 11), np.arange(400, 85_201, 200)])
     times = np.concatenate([np.full(9, 0.101), np.linspace(0.160, 0.170, steps.size - 9)])
     assert detect_throughput_drops(steps, times, "step_time_s") == []
+
+
+def test_a_step_time_change_is_said_in_steps_per_second_not_tokens() -> None:
+    # a GAN, detector or RL run logs no tokens: its slowdown is a rate of steps (round 14: a pix2pix run
+    # read "-67% tokens per second")
+    drop = ThroughputDrop("step_time_s", 100, 900, 0.1, 0.3, -67.0, False, None)
+    assert "-67% steps per second" in drop.message() and "token" not in drop.message()
+    tokens = ThroughputDrop("throughput_tok_s", 100, 900, 9000.0, 3000.0, -67.0, True, None)
+    assert "-67% tokens per second" in tokens.message()
+    gap = SiblingGap("step_time_s", 0.3, 0.1, -67.0, ("b",))
+    assert "(-67% steps per second)" in gap.message()
