@@ -77,7 +77,7 @@ def test_walkthrough_shows_the_stored_diagnosis(demo_store: Store, key: str) -> 
     colours = {shape["fillcolor"] for shape in before_fig["layout"]["shapes"]}
     assert colours == {CAUSE_COLORS[EXPECTED_CAUSE[key]]}
     assert len(before_fig["layout"]["shapes"]) == len(stored)
-    assert f"spike: {EXPECTED_CAUSE[key]}" in {t.get("name") for t in before_fig["data"]}
+    assert f"incident: {EXPECTED_CAUSE[key]}" in {t.get("name") for t in before_fig["data"]}
 
 
 def test_scenario3_diverged_spike_and_its_rollback_cost(demo_store: Store) -> None:

@@ -62,8 +62,8 @@ def add_spike_shading(
                 x=[None],
                 y=[None],
                 mode="markers",
-                name=f"spike: {cause}",
-                legendgroup=f"spike:{cause}",
+                name=f"incident: {cause}",
+                legendgroup=f"incident:{cause}",
                 marker={"symbol": "square", "size": 12, "color": CAUSE_COLORS.get(cause, CAUSE_COLORS["unknown"])},
             )
         )
@@ -150,8 +150,8 @@ def peak_markers(
                 customdata=m["index"],
                 hovertext=m["hover"],
                 hovertemplate="%{hovertext}<extra></extra>",
-                name=f"spike: {cause}",
-                legendgroup=f"spike:{cause}",
+                name=f"incident: {cause}",
+                legendgroup=f"incident:{cause}",
                 showlegend=False,
                 cliponaxis=False,
             )
