@@ -132,3 +132,38 @@ def test_a_config_dumps_lone_lr_is_no_step_rate(tmp_path: Path) -> None:
     path.write_text(text)
     log = read_log([path])
     assert "loss" in log.metrics and "lr" not in log.metrics
+
+
+def test_key_value_console_line_without_a_whole_step_is_skipped_where_it_is(tmp_path: Path) -> None:
+    # the fuzz tier found `global_step: inf` / `nan` crashing the reader (int(float('inf'))): such a line has
+    # no step; it is skipped with its line number, the others are read
+    path = tmp_path / "train.out"
+    bad = _kv(40, 1.8, 4.0)
+    path.write_text(
+        _kv(20, 2.0, 8.0)
+        + bad.replace("global_step: 40", "global_step: inf")
+        + bad.replace("global_step: 40", "global_step: nan")
+        + bad.replace("global_step: 40", "global_step: 40.5")
+        + _kv(60, 1.6, 4.0)
+    )
+    log = read_log([path])
+    assert log.format == "kv_console"
+    assert log.series("loss")[0].tolist() == [20, 60]
+    assert log.skipped == 3 and log.skipped_examples[0][1] == 2  # (file, line, what)
+
+
+def test_a_console_step_no_int64_holds_skips_its_line(tmp_path: Path) -> None:
+    # a mangled epoch counter (26 digits) made every console reader on the shared line loop fail with an
+    # OverflowError: the line is skipped with its number, the rest is read
+    path = tmp_path / "gan.log"
+    lines = [
+        f"[{e}/2][{i}/100] Loss_D: 1.{i} Loss_G: 2.{i} D(x): 0.5 D(G(z)): 0.4 / 0.3"
+        for e in range(2)
+        for i in range(0, 100, 10)
+    ]
+    lines.insert(3, "[" + "9" * 26 + "/2][10/100] Loss_D: 1.0 Loss_G: 2.0 D(x): 0.5 D(G(z)): 0.4 / 0.3")
+    path.write_text("\n".join(lines) + "\n")
+    log = read_log([path])
+    assert log.format == "gan_console"
+    assert len(log.series("loss")[0]) == 20
+    assert log.skipped == 1 and log.skipped_examples[0][1] == 4

@@ -84,7 +84,10 @@ class KeyValueConsoleReader(Reader):
             values = {k: v for k, v in ((k, parse_number(v)) for k, v in pairs) if v is not None}
             rows: list[Row] = []
             if _STEP_KEY in values:
-                step = int(values.pop(_STEP_KEY))
+                raw_step = values.pop(_STEP_KEY)
+                if not 0 <= raw_step < 2**62 or raw_step != int(raw_step):  # NaN and inf fail too: no step
+                    return [], None
+                step = int(raw_step)
                 for key, value in values.items():
                     if _INTERVAL.match(key):
                         since = step - last[-1] if last and step > last[-1] else step

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Final
 
 import numpy as np
 
@@ -30,6 +31,10 @@ class Where:
 
     path: Path = field(default_factory=Path)
     line: int = 0
+
+
+STEP_LIMIT: Final = 2**62
+"""The largest step magnitude a console row may carry (int64 with room for the post-pass's arithmetic)."""
 
 
 def read_console(
@@ -66,6 +71,8 @@ def read_console(
                     where.path, where.line = path, line_no
                 redraw = text.rstrip("\r").split("\r")[-1]
                 found, reason = line(text if whole else redraw)
+                if not all(-STEP_LIMIT < row[2] < STEP_LIMIT for row in found):
+                    found, reason = [], None  # a step no int64 holds (a mangled counter): skipped, with its line
                 records += [(metric, unit, step, value, base + i) for metric, unit, step, value in found]
                 shown = redraw if quote_redraw else text
                 if not found and reason is None and shown.strip():
