@@ -27,6 +27,12 @@ RISE_MIN_RELATIVE = 0.02
 """... and this fraction of the best val loss (2 %): a rise of a hair on a smooth curve is not one."""
 SUSTAINED_SHARE = 0.75
 """Share of the evals after the best that must sit above best + 2 sigma (the rise is not one bump)."""
+TRAIN_FALL_NOISE_MULTIPLE = RISE_NOISE_MULTIPLE
+"""The train loss's fall (its median at the best eval minus at the last) must exceed this many noise
+sigmas of the train loss over the span (:func:`eval_noise` of its samples there): a val loss rising
+while a chaotic train loss wanders (a prompt-tuning run at too high an lr, 3-23 from one log to the
+next, "falling" 16.2 -> 13.1 with a sigma of 2.8) is a run that never trains, not one that learns its
+training set; overfitting's train fall stands clear of its noise (7-3,000 sigmas on the corpus's)."""
 END_EVALS = 3
 """The end level is the median of this many last evals (one late outlier does not make or break it)."""
 
@@ -129,7 +135,8 @@ def detect_overfitting(
     and ``RISE_MIN_RELATIVE`` of the best; at least ``SUSTAINED_SHARE`` of the evals after the best
     sit above best + 2 sigma; and, when a train loss is logged, its median over the last eval
     interval (or its last sample before the last eval, when none falls in that interval) is below its
-    median over the interval ending at the best eval (both falling is
+    median over the interval ending at the best eval by more than ``TRAIN_FALL_NOISE_MULTIPLE`` noise
+    sigmas of the train loss over the span (both falling is
     overfitting; both rising is a divergence, which the spike detectors report). Non-finite evals
     are left out.
     """
@@ -154,8 +161,13 @@ def detect_overfitting(
         previous = int(steps[best - 1]) if best > 0 else int(steps[best]) - 1
         train_at_best = _train_near(train_steps, train_values, previous, int(steps[best]), -(2**62))
         train_at_end = _train_near(train_steps, train_values, int(steps[-2]), int(steps[-1]), int(steps[best]))
-        if train_at_best is not None and train_at_end is not None and train_at_end >= train_at_best:
-            return None
+        if train_at_best is not None and train_at_end is not None:
+            if train_at_end >= train_at_best:
+                return None
+            span = (train_steps > steps[best]) & (train_steps <= steps[-1]) & np.isfinite(train_values)
+            train_noise = eval_noise(np.asarray(train_values[span], np.float64))
+            if train_at_best - train_at_end <= TRAIN_FALL_NOISE_MULTIPLE * train_noise:
+                return None  # the train loss wanders, it does not fall
     return Overfitting(
         best_step=int(steps[best]),
         best_val_loss=best_value,

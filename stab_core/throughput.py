@@ -73,6 +73,15 @@ iteration wall times on a shared CPU or a coarse timer (minGPT's ``iter_dt`` in 
 node-shared sweep's 87/133/178 s steps) wander 15-40 % from one sample to the next, so a window's
 median dips 20 % under the fast-side norm by chance alone; a level change stands clear of that
 scatter. A steady trainer's scatter is a few % and leaves the 20 % threshold in charge."""
+STALL_FRACTION = 0.50
+"""A short slow span the run came back from (fewer than ``MIN_SPAN_SHARE`` of its samples) is said only
+when, taken as a whole, it ran this much below the norm: its steps over its summed time (the harmonic
+mean of the rate) at most half the norm, i.e. the span took twice the time the norm gives it (as much
+time lost as run). A dozen steps scattered 1-1.5x slower (checkpoint writes, evals, a shared node; a
+window median 20-30 % under the norm, 22-24 % as a whole), or a stretch of such steps with one 22 s step
+among them (43 % as a whole), cost seconds no one acts on; a stall whose slow steps take 2-7x the norm (a
+hung data loader, a straggler: 56-70 % as a whole) costs more than the span's own duration. A span not
+back by the last step, or one longer than that share, is a level change and keeps the 20 % threshold."""
 SIBLING_GAP = 0.25
 """A run whose level is this much below the median of its siblings' levels (25 %) is flagged."""
 
@@ -314,12 +323,25 @@ def detect_throughput_drops(steps: IntArray, values: FloatArray, metric: str) ->
     short = [d for d in kept if d.recovered and _samples(d, steps) < MIN_SPAN_SHARE * rate.size]
     if len(short) >= INTERMITTENT_SPANS:  # intermittent: scatter, not a level change
         kept = [d for d in kept if d not in short]
+    # a short span that came back must be a stall as a whole, not a dozen steps scattered a little slow
+    kept = [d for d in kept if d not in short or _whole_span_change(d, steps, rate) >= STALL_FRACTION]
     return sorted(kept, key=lambda d: d.start)
 
 
 def _samples(drop: ThroughputDrop, steps: IntArray) -> int:
     """How many of the (cleaned) samples at ``steps`` fall inside ``drop``'s span."""
     return int(np.count_nonzero((steps >= drop.start) & (steps <= drop.end)))
+
+
+def _whole_span_change(drop: ThroughputDrop, steps: IntArray, rate: FloatArray) -> float:
+    """How far below ``drop``'s norm the span ran as a whole (0.4 = 40 % slower): its samples' harmonic
+    mean rate (the steps over the summed time), so a few long stalls weigh by the time they took."""
+    inside = rate[(steps >= drop.start) & (steps <= drop.end)]
+    norm = float(_rate(np.array([drop.norm]), drop.metric)[0])
+    if inside.size == 0 or norm <= 0:
+        return 0.0
+    whole = inside.size / float(np.sum(1.0 / inside))
+    return 1.0 - whole / norm
 
 
 def _at_typical(drop: ThroughputDrop, steps: IntArray, rate: FloatArray, start: int) -> bool:
