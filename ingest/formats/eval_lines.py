@@ -11,9 +11,11 @@ and is dropped. A GAN's generator loss is its loss (the training lines print it 
 
 A line with no label in front whose every pair is a split's (``Epoch 3, val loss is 0.05, val mse is
 0.02``: ``val_``, ``valid_``, ``eval_``, ``test_`` keys, besides its epoch) is such an evaluation too, its
-keys kept as printed. A line of its own that states only an epoch and the learning rate (``Starting epoch 3
-current lr is 0.001``, before the epoch's steps) is the rate of the steps after it: it takes the next step
-line's step (a lone ``lr: 0.02`` is a config dump's setting, no rate of a step).
+keys kept as printed, but for what the evaluation cost (its time or speed: ``eval_time:1781ms``,
+``eval_runtime``, ``eval_samples_per_second``), which measures the evaluation, not the model. A line of its
+own that states only an epoch and the learning rate (``Starting epoch 3 current lr is 0.001``, before the
+epoch's steps) is the rate of the steps after it: it takes the next step line's step (a lone ``lr: 0.02`` is a
+config dump's setting, no rate of a step).
 """
 
 from __future__ import annotations
@@ -31,6 +33,11 @@ _LABEL: Final = re.compile(
 _GAN: Final = {"generator loss": "loss", "g loss": "loss", "discriminator loss": "disc_loss", "d loss": "disc_loss"}
 _GAN_KEY: Final = re.compile(r"\b(?i:(generator|discriminator|g|d))[ \t]+(?=(?i:loss)\b)")
 _SPLIT_KEY: Final = re.compile(r"^(?:val|valid|validation|eval|test)_[A-Za-z]", re.IGNORECASE)
+_EVAL_COST: Final = re.compile(
+    r"^(?:val|valid|validation|eval|test)_(?:time|runtime|duration|wall|samples_per_second|steps_per_second)\b",
+    re.IGNORECASE,
+)
+"""What an evaluation cost (``eval_time:1781ms``, ``eval_runtime``, its speed): no measure of the model."""
 _LR_KEYS: Final = frozenset({"lr", "learning_rate", "learning rate"})
 _EPOCH_KEYS: Final = frozenset({"epoch", "epochs"})
 _EVAL_NAME: Final = re.compile(r"^(?:eval|val|valid|validation)(?:_|$)", re.IGNORECASE)
@@ -51,7 +58,7 @@ def eval_pairs(line: str, pairs_of: Callable[[str], Pairs]) -> Pairs:
         pairs = [p for p in found if p[0].strip().lower() not in _EPOCH_KEYS]
         epoch = len(pairs) < len(found)  # an lr with no epoch beside it is a config dump's, not the schedule's
         if pairs and (all(_SPLIT_KEY.match(k) for k, _, _ in pairs) or (epoch and _lr_only(pairs))):
-            return pairs
+            return [p for p in pairs if not _EVAL_COST.match(p[0])]
         return []
     out: Pairs = []
     for key, value, unit in pairs_of(_GAN_KEY.sub(r"\1_", m["rest"])):

@@ -45,9 +45,19 @@ import numpy as np
 from ingest.formats._common import LogBuilder
 from ingest.formats.aliases import TIME_UNITS, canonical_name, keep_apart, normalise_key
 from ingest.formats.base import Reader
-from ingest.formats.epoch_steps import bar_total, epoch_counted, epoch_steps, step_of_n
+from ingest.formats.epoch_steps import bar_total, epoch_steps, step_of_n
 from ingest.formats.eval_lines import EVAL_STEP, eval_pairs, place_evals, placeholder
+from ingest.formats.generic_clock import clock_step_times
 from ingest.formats.generic_lines import head_records, no_key
+from ingest.formats.generic_steps import (
+    BRACKET_KEY,
+    ORDER_KEY,
+    STEP_NAME_SET,
+    STEP_NAMES,
+    LineOrder,
+    line_order,
+    step_key_of,
+)
 from ingest.formats.generic_units import (
     BARE_STEP_TIME_KEYS,
     MIN_UNNAMED_LINES,
@@ -93,7 +103,6 @@ SPEED_KEY: Final = "speed_step_time"
 """The key a speed in steps is read under, as seconds per step (stored as :func:`speed_series` says)."""
 _BRACKET_STEP: Final = re.compile(r"^\[(?P<step>[0-9]+)\][ \t]")
 """CLU-style ``[100] loss=...``: the bracketed number is the step (proposed as key ``[N]``)."""
-BRACKET_KEY: Final = "[N]"
 _LOCATION: Final = re.compile(r"\[[A-Za-z_][A-Za-z0-9_.]*:[0-9]+(?::[A-Za-z_<>][A-Za-z0-9_.<>]*)?\]")
 """A logger's source location, ``[module:line]`` or ``[file.py:line:function]``: no pair."""
 _NOT_PAIRS: Final = re.compile(
@@ -109,23 +118,6 @@ _NOT_METRICS: Final = re.compile(
     r"|python3?[ \t])|^#SBATCH|slurmstepd|^srun:|\*\*\* (?:JOB|STEP) [0-9]|^pdsh@"
 )
 """Shell commands, SLURM and launcher messages: their ``NAME=1`` are settings, never metrics."""
-STEP_NAMES: Final = (
-    "step",
-    "global_step",
-    "global step",
-    "iteration",
-    "iter",
-    "it",
-    "steps",
-    "train_step",
-    "trainer/global_step",
-    "num_updates",
-    "update",
-    "updates",
-    "batch",
-)
-"""Names a step counter goes by, most telling first."""
-_STEP_NAMES: Final = frozenset(normalise_key(name) for name in STEP_NAMES)
 HEAD_LINES: Final = 5000
 """Metric lines of the head the mapping is proposed from."""
 
@@ -147,6 +139,8 @@ class Proposal:
     """Step keys of other layouts of the same file (notes pasting two trainers' consoles: Cerebras's
     ``Step=100`` and SambaNova's ``global_step:322``), each a step's name counting on the lines that
     lack the keys before it."""
+    order: LineOrder | None = None
+    """Where the metric lines carry no step counter: what numbers them (``step`` is ``ORDER_KEY``)."""
 
     def step_keys(self) -> tuple[str, ...]:
         return (self.step, *self.other_steps)
@@ -201,14 +195,20 @@ def propose(lines: Sequence[str], step_key: str | None = None) -> Proposal | Non
     if not records:
         return None
     telling = [pairs for pairs in records if any(_trains(key, unit) for key, _, unit in pairs)]
-    step = step_key if step_key is not None else _step_key(telling if len(telling) >= MIN_UNNAMED_LINES else records)
+    step = step_key if step_key is not None else step_key_of(telling if len(telling) >= MIN_UNNAMED_LINES else records)
+    told = [(pairs, line) for pairs, line in found if any(_trains(key, unit) for key, _, unit in pairs)]
+    unstepped = step is None and step_key is None and told
+    order = line_order([p for p, _ in told], _trains, [t for _, t in told]) if unstepped else None
+    if order is not None:  # no counter on the metric lines: they count in file order (generic_steps)
+        found = [(order.counted(pairs, line), line) for pairs, line in found]
+        records, step, order.count, order.header = [pairs for pairs, _ in found], ORDER_KEY, 0, None
     if step is None:
         return None
-    proposal = Proposal(step, len(records))
+    proposal = Proposal(step, len(records), order=order)
     proposal.units = _inferred_units(found, step)
     rest = [pairs for pairs in telling if not any(key == step for key, _, _ in pairs)]
     while step_key is None and len(rest) >= MIN_UNNAMED_LINES:
-        other = _step_key(rest)
+        other = step_key_of(rest)
         if other is None or not any(normalise_key(other) == normalise_key(name) for name in STEP_NAMES):
             break
         proposal.other_steps.append(other)
@@ -332,46 +332,6 @@ _ROLE_BY_NAME: Final = (
 )
 
 
-def _step_key(records: list[list[tuple[str, float, str | None]]]) -> str | None:
-    """The key that counts steps: on half the metric lines at least, whole, never going down (but
-    for a restart or two); a step name first, then CLU's ``[N]``, then the leftmost key that rises on
-    every metric line (``MIN_UNNAMED_LINES`` at least)."""
-    seen: dict[str, list[float]] = {}
-    position: dict[str, int] = {}
-    for pairs in records:
-        for i, (key, value, unit) in enumerate(pairs):
-            if unit is None:
-                seen.setdefault(key, []).append(value)
-                position[key] = min(position.get(key, i), i)
-    fits, helped = [], set()  # helped: counts only with its epoch's offset (a batch counter)
-    for key, values in seen.items():
-        arr = np.asarray(counted := epoch_counted(records, key, values))
-        helped |= {key} if counted is not values else set()
-        if arr.shape[0] * 2 < len(records) or not np.all(np.isfinite(arr)) or np.any(arr < 0):
-            continue
-        if not np.all(arr == np.round(arr)):
-            continue
-        downs = int(np.count_nonzero(np.diff(arr) < 0))
-        if arr.shape[0] > 1 and (downs > max(2, arr.shape[0] // 10) or arr[-1] <= arr[0]):
-            continue
-        fits.append(key)
-    # a counter that counts by itself first ('global_step' over a batch counter 'step')
-    for name in sorted(STEP_NAMES, key=lambda n: any(normalise_key(k) == normalise_key(n) for k in helped)):
-        for key in fits:
-            if normalise_key(key) == normalise_key(name):
-                return key
-    if BRACKET_KEY in fits:
-        return BRACKET_KEY
-    # no finer counter (none named a step on the lines: one restarting each epoch is no epoch axis)
-    for key in fits:
-        if normalise_key(key) == "epoch" and not any(normalise_key(k) in _STEP_NAMES for k in seen):
-            return key
-    # a key without a step's name must count on every metric line of a few, strictly: prose's
-    # 'for 3 days on 64 GPUs' is not a log
-    strict = [k for k in fits if len(seen[k]) == len(records) >= MIN_UNNAMED_LINES and np.all(np.diff(seen[k]) > 0)]
-    return min(strict, key=lambda k: position[k]) if strict else None
-
-
 class GenericReader(Reader):
     """Read a log by its proposed mapping; never detected by ``sniff`` (0): ``read_log`` falls back
     to it when no other reader recognises a file, and ``--format generic`` forces it."""
@@ -394,7 +354,7 @@ class GenericReader(Reader):
 
     def _is_step(self, key: str) -> bool:
         """Whether ``key`` names a step (a split record's first line holds it alone)."""
-        return key == self.step_key or normalise_key(key) in _STEP_NAMES
+        return key == self.step_key or normalise_key(key) in STEP_NAME_SET
 
     def fill(self, paths: Sequence[Path], builder: LogBuilder) -> None:
         from ingest.formats.raw_text import read_head
@@ -410,8 +370,11 @@ class GenericReader(Reader):
             builder.meta["proposed_map"] = dict(found.extra)
         if found.other_steps:
             builder.meta["other_step_keys"] = list(found.other_steps)
+        names: set[str] = set()
         for path in paths:
             builder.source(path)
+            if found.order is not None:
+                found.order.count, found.order.header = 0, None
             # a row's seq is its line's index in the file, marked as line 1 onwards: the segments
             # (ingest.formats.segments) cut where the step starts afresh, and report their lines
             rows: dict[tuple[str, str | None], tuple[list[int], list[float], list[int]]] = {}
@@ -428,6 +391,7 @@ class GenericReader(Reader):
             place_evals(pending)
             pending = [x for x in pending if x.step != EVAL_STEP]
             _keep_recurring(pending, path, found, rows, builder)
+            names |= {name for name, _ in rows}
             builder.mark_lines(1)
             base = builder.reserve(line_no)
             marks = notes_marks(path)
@@ -450,6 +414,7 @@ class GenericReader(Reader):
                     seq=base + np.asarray(order, np.int64),
                     canonical=True,
                 )
+        clock_step_times(builder, names)  # a training clock's differences, where no step time is printed
 
 
 MIN_LAYOUT_LINES: Final = 3
@@ -495,6 +460,7 @@ def _read_line(line: str, line_no: int, path: Path, found: Proposal, builder: Lo
         pairs = line_pairs(piece)
         if pairs:
             break
+    pairs = found.order.counted(pairs, piece) if found.order is not None else pairs
     step_keys = found.step_keys()
     # a step counter that is not a whole finite number (nan, 1e400, 3.5) counts no step
     steps = [v for k, v, _ in pairs if k in step_keys and math.isfinite(v) and v == int(v)]

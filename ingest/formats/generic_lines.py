@@ -52,6 +52,19 @@ def spelled_columns(text: str) -> str:
     )
 
 
+_LEAD_DURATION: Final = re.compile(
+    r"^[ \t]*(?:-[ \t]*)?(?P<val>[0-9]+(?:\.[0-9]+)?)(?P<unit>ms|s)[ \t]+-[ \t]+(?=[A-Za-z_][A-Za-z0-9_]*[ \t]*:)"
+)
+"""A duration heading a `` - `` separated line of pairs (Keras's ``224s - loss: 0.61 - acc: 0.82``)."""
+
+
+def lead_duration(text: str) -> str:
+    """``text`` with a duration that heads its pairs unnamed (``224s - loss: 0.61``) as the pair
+    ``time: 224s`` after them: the time the step (or epoch) the line logs took."""
+    m = _LEAD_DURATION.match(text)
+    return text if m is None else f"{text[m.end() :]} - time: {m['val']}{m['unit']}"
+
+
 FUNCTION_WORDS: Final = frozenset(
     {"of", "on", "at", "to", "for", "by", "from", "with", "and", "or", "the", "after", "before", "than", "into"}
 )

@@ -18,7 +18,7 @@ from typing import Final
 
 from ingest.formats._common import LogBuilder, iter_whole_lines
 from ingest.formats.field_records import expand, meter_epoch, spelled_norms
-from ingest.formats.generic_lines import spelled_columns
+from ingest.formats.generic_lines import lead_duration, spelled_columns
 from ingest.formats.is_pairs import spelled_is
 from ingest.formats.numbers import NUMBER
 
@@ -45,10 +45,11 @@ _KEY_COLON: Final = re.compile(r"(?<![A-Za-z0-9_])([A-Za-z][A-Za-z0-9_]*)(?=[ \t
 
 def rewrite(text: str) -> str:
     """``text`` with ``Epoch [E/N]`` as ``Epoch E``, one-item lists as their item, a loguru location
-    removed, ``|`` columns of several words as one key each (:mod:`ingest.formats.generic_lines`), a
+    removed, a heading duration as a ``time`` pair (:func:`~ingest.formats.generic_lines.lead_duration`),
+    ``|`` columns of several words as one key each (:mod:`ingest.formats.generic_lines`), a
     split label (``EPOCH 3 VAL - Loss: x``) put before each key it labels, and a `` : `` field record's
     abbreviated names spelled out (:mod:`ingest.formats.field_records`)."""
-    text = meter_epoch(spelled_norms(expand(spelled_is(text))))
+    text = lead_duration(meter_epoch(spelled_norms(expand(spelled_is(text)))))
     if "|" in text:
         text = spelled_columns(LOGURU_LOCATION.sub("| ", text))
     label = SPLIT_LABEL.search(text)

@@ -1,0 +1,48 @@
+"""The step time of a log the generic reader (:mod:`ingest.formats.generic`) reads whose step lines
+print a training clock and no step time.
+
+A key named a time whose values on the training lines never go down and at least double
+(:func:`~ingest.formats.generic_units.is_clock`: ``train_time:51886ms``, ``elapsed: 301.5s``) is the
+time trained so far, not any step's time. Where the log prints no step time of its own, each training
+line's ``step_time_s`` is the clock's difference from the training line before it over the steps
+between them (the mean over the steps a line logged every N steps stands for). Evaluation lines'
+readings of the clock are left out (a clock that stops while evaluating would move the evaluation's
+bookkeeping into the next step), and where the clock goes back (reset after a warm-up, a restart)
+that step has no figure rather than a negative one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import Final
+
+import numpy as np
+
+from ingest.formats._common import LogBuilder
+from ingest.formats.generic_units import MIN_UNNAMED_LINES, is_clock
+
+_NOT_A_CLOCK: Final = ("step_time", "eval", "val", "data_time", "test")
+"""Stored names that are a step's or an evaluation's own time, never the training clock."""
+
+
+def clock_step_times(builder: LogBuilder, names: Collection[str]) -> None:
+    """Add ``step_time_s`` (s) from the one training clock among the stored ``names`` (see the module);
+    nothing where the log stores a step time already, or where no name, or more than one, is a clock."""
+    if "step_time_s" in names:
+        return
+    evaluated = np.concatenate([builder.rows_of(n)[2] for n in ("val_loss", "eval_loss")])
+    clocks = []
+    for name in names:
+        if "time" not in name or not name.endswith("_s") or name.startswith(_NOT_A_CLOCK):
+            continue
+        steps, values, seq = builder.rows_of(name)
+        training = ~np.isin(seq, evaluated)
+        if is_clock(values[training].tolist(), MIN_UNNAMED_LINES):
+            clocks.append((steps[training], values[training]))
+    if len(clocks) != 1:
+        return
+    steps, clock = clocks[0]
+    d_step, d_time = np.diff(steps), np.diff(clock)
+    ok = (d_step > 0) & (d_time > 0) & np.isfinite(d_time)
+    if ok.any():
+        builder.add("step_time_s", steps[1:][ok], d_time[ok] / d_step[ok], canonical=True)
