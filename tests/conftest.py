@@ -49,6 +49,7 @@ TIERS: dict[str, str] = {
             "formats_run_loss",
             "formats_round14_consoles",
             "metrics_files_round12",
+            "metrics_files_round15",
             "round12_layouts",
             "round12_consoles",
             "round13_text_consoles",

@@ -1,9 +1,8 @@
-"""Shared input for the tabular formats (CSV, JSON Lines, Parquet): streamed Arrow batches turned
-into long rows, one metric column at a time.
+"""Shared input for the tabular formats (CSV, JSON Lines, Parquet): streamed Arrow batches turned into long
+rows, one metric column at a time.
 
-A cell that is empty/null means "not logged at this row" and produces no row; ``nan``/``inf`` (as
-numbers or strings) are values and are kept.
-"""
+A cell that is empty/null means "not logged at this row" and produces no row; ``nan``/``inf`` (as numbers
+or strings) are values and are kept."""
 
 from __future__ import annotations
 
@@ -40,6 +39,8 @@ STEP_COLUMNS: Final = (
     "iteration",
     "iter",
     "steps",
+    "current_steps",
+    "current_step",
 )
 """Column names accepted as the step axis, most specific first."""
 WALL_COLUMNS: Final = ("wall_time", "Wall time", "timestamp", "_timestamp", "time")

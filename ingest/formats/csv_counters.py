@@ -3,12 +3,14 @@
 - **Step-like counters.** Beside the plain step names (``step``, ``global_step``, ``iteration`` ...),
   a column whose last word counts steps (``steps``, ``timesteps``, ``iteration``) after qualifiers only
   (``total``, ``global``, ``env``, ``num`` ...) is a step counter: an RL logger's ``total timesteps``
-  or ``total_timesteps``, OpenAI baselines' ``total/steps``. The first such column (in header order)
-  is the step axis when no plain step column is present.
+  or ``total_timesteps``, OpenAI baselines' ``total/steps``; so is one said done so far
+  (``steps_done``). The first such column (in header order) is the step axis when no plain step
+  column is present.
 - **Run clocks.** So qualified, a count of epochs or episodes (``total/epochs``, ``rollout/episodes``,
-  ``num_episodes``) and a percentage of the run done (``Progress``) count the run: no metric. An
-  elapsed-time clock (``total/duration``, ``total_time``, ``time_elapsed``: seconds since the start) is
-  no metric either: it gives the step time (:mod:`ingest.formats.csv_clocks`).
+  ``num_episodes``), an RL log's lone ``episode`` index, and a percentage of the run done
+  (``Progress``) count the run: no metric. An elapsed-time clock (``total/duration``, ``total_time``,
+  ``time_elapsed``: seconds since the start) is no metric either: it gives the step time
+  (:mod:`ingest.formats.csv_clocks`).
 - **The loss, proposed.** A table with no column the alias table reads as ``loss`` but one named a
   total loss (``total_loss``, ``loss/total``, ``train/total_loss``) proposes it as ``loss`` (the other
   losses keep their names); the proposal is ``meta['proposed_map']`` and ``--map`` corrects it.
@@ -28,6 +30,9 @@ _COUNT_WORDS: Final = frozenset({"epoch", "epochs", "episode", "episodes"})
 _COUNT_QUALIFIERS: Final = _QUALIFIERS | {"rollout", "eval"}
 _CLOCKS: Final = frozenset({("total", "duration"), ("total", "time"), ("time", "elapsed"), ("elapsed", "time")})
 _PROGRESS: Final = frozenset({"progress"})
+_DONE: Final = frozenset({"done", "taken", "seen", "completed", "elapsed"})
+_SO_FAR: Final = frozenset({*((w, d) for w in _STEP_WORDS for d in _DONE), ("so", "far")})
+_LONE_COUNTS: Final = frozenset({"episode", "episodes"})
 
 
 def _words(name: str) -> list[str]:
@@ -35,8 +40,11 @@ def _words(name: str) -> list[str]:
 
 
 def is_step_like(name: str) -> bool:
-    """Whether ``name`` counts steps: a step word after qualifiers only (``total timesteps``)."""
+    """Whether ``name`` counts steps: a step word after qualifiers only (``total timesteps``), or one
+    said to be done so far (``steps_done``, ``timesteps_so_far``: round 15, gen20b)."""
     words = _words(name)
+    if len(words) > 1 and tuple(words[-2:]) in _SO_FAR:
+        words = words[:-2] if words[-2:] == ["so", "far"] else words[:-1]
     return bool(words) and words[-1] in _STEP_WORDS and all(w in _QUALIFIERS for w in words[:-1])
 
 
@@ -56,8 +64,8 @@ def is_run_clock(name: str) -> bool:
     words = _words(name)
     if not words:
         return False
-    if words[-1] in _PROGRESS and len(words) == 1:
-        return True
+    if len(words) == 1 and words[0] in _PROGRESS | _LONE_COUNTS:
+        return True  # the run's progress, or an RL log's episode index: counts, never a measurement
     counted = words[-1] in _STEP_WORDS | _COUNT_WORDS
     return counted and len(words) > 1 and all(w in _COUNT_QUALIFIERS for w in words[:-1])
 

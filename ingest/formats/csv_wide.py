@@ -41,6 +41,7 @@ from ingest.formats._tabular import (
     to_float,
 )
 from ingest.formats.base import Reader
+from ingest.formats.column_roles import column_keymap
 from ingest.formats.csv_clocks import add_clock_step_time
 from ingest.formats.csv_counters import is_run_clock, proposed_loss, step_like_column
 from ingest.formats.epoch_steps import EpochSteps
@@ -110,6 +111,7 @@ class WideCsvReader(Reader):
                     ),
                     where=(path, line),
                     text_cells_are_errors=True,
+                    keymap=column_keymap(table.column_names),  # ingest.formats.column_roles
                 )
                 if not loss:  # a YOLO results.csv's loss parts, a baselines progress.csv's critic loss
                     add_run_loss(builder, table, step_col)

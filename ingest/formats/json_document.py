@@ -8,6 +8,7 @@ document (settings, totals, versions) is no step's record.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from ingest.formats._tabular import _python_json
 MAX_DOCUMENT_BYTES = 32 * 1024 * 1024
 """A document is parsed whole: larger JSON files are left to the line-by-line readers."""
 _MAX_DEPTH = 6
+_MACHINE = re.compile(r"time|mem", re.IGNORECASE)
 
 
 def looks_like_document(head: bytes) -> bool:
@@ -40,7 +42,53 @@ def step_records(path: Path) -> list[dict[str, Any]] | None:
     for records in _object_lists(doc, 0):
         if best is None or len(records) > len(best):
             best = records
-    return best
+    return best or series_records(doc)
+
+
+def series_records(doc: Any) -> list[dict[str, Any]] | None:
+    """Per-step records from a document of per-metric series (round 15: gen20b): an object whose keys
+    are metric names and whose values map step numbers to values, directly (``{"loss": {"1": 2.3, "5":
+    2.1}}``) or under one key beside the series' own settings (``{"loss": {"start_step": 1,
+    "step_interval": 5, "values": {"1": 2.3, ...}}}``). Two or more steps over the metrics are needed;
+    None for any other document."""
+    if not isinstance(doc, dict):
+        return None
+    by_step: dict[int, dict[str, Any]] = {}
+    for name, value in doc.items():
+        series = _step_map(value)
+        if series is None and isinstance(value, dict):
+            inner = [m for v in value.values() if (m := _step_map(v)) is not None]
+            series = inner[0] if len(inner) == 1 else None
+        if series is None:
+            continue
+        for step, number in series.items():
+            by_step.setdefault(step, {"step": step})[name] = number
+    # a step where every series is NaN, a machine measure (time, memory) among them, was not recorded:
+    # a diverged step still took time and memory (Megatron's golden values write "nan" for such steps)
+    kept = [r for _, r in sorted(by_step.items()) if not _placeholder(r)]
+    return kept if len(kept) >= 2 else None
+
+
+def _placeholder(record: dict[str, Any]) -> bool:
+    values = {k: v for k, v in record.items() if k != "step"}
+    if len(values) < 2 or not any(_MACHINE.search(k) for k in values):
+        return False
+    return all((isinstance(v, str) and v.strip().lower() == "nan") or v != v for v in values.values())
+
+
+def _step_map(value: Any) -> dict[int, Any] | None:
+    """``{step: value}`` when ``value`` is an object whose every key is a whole number (two or more)
+    and whose values are numbers or number strings (``"nan"``); else None."""
+    if not isinstance(value, dict) or len(value) < 2:
+        return None
+    out: dict[int, Any] = {}
+    for key, item in value.items():
+        if not (isinstance(key, str) and key.strip().isdigit()):
+            return None
+        if not (_is_number(item) or (isinstance(item, str) and _number_text(item))):
+            return None  # a label map ({"0": "neg", "1": "pos"}) is no series
+        out[int(key)] = item
+    return out
 
 
 def _object_lists(value: Any, depth: int) -> Iterator[list[dict[str, Any]]]:
@@ -48,8 +96,7 @@ def _object_lists(value: Any, depth: int) -> Iterator[list[dict[str, Any]]]:
         return
     children: list[Any] = []
     if isinstance(value, dict):
-        # the HF trainer state's log_history has its own reader (which knows its train/eval records)
-        children = [v for k, v in value.items() if k != "log_history"]
+        children = list(value.values())
     elif isinstance(value, list):
         objects = [v for v in value if isinstance(v, dict) and any(_is_number(x) for x in v.values())]
         if len(objects) >= 2 and len(objects) * 2 > len(value):
@@ -59,6 +106,14 @@ def _object_lists(value: Any, depth: int) -> Iterator[list[dict[str, Any]]]:
     for child in children:
         if isinstance(child, (dict, list)):
             yield from _object_lists(child, depth + 1)
+
+
+def _number_text(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _is_number(value: Any) -> bool:

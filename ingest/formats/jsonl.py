@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -20,6 +21,7 @@ from ingest.formats.aliases import KeyMap
 from ingest.formats.base import Reader
 from ingest.formats.hf_trainer_state import SUMMARY_KEYS
 from ingest.formats.json_document import document_tables, looks_like_document, step_records
+from ingest.formats.jsonl_events import split_kinds
 from ingest.formats.jsonl_roles import (
     EPOCH_END_STEP,
     epoch_axis,
@@ -74,6 +76,8 @@ def read_jsonl(
                 step_col = "__row_step"
             else:
                 table = _coalesce_steps(table, step_col, step_candidates)
+                if record_roles:  # ingest.formats.jsonl_events: train, eval and checkpoint records apart
+                    table = split_kinds(table, step_col, builder)
             row_index += table.num_rows
             parts: list[tuple[pa.Table, str]] = [(table, step_col)]
             if record_roles and step_col != "__row_step":  # ingest.formats.jsonl_roles
@@ -122,8 +126,9 @@ def _drop_state_dumps(table: pa.Table, path: Path, line: int, builder: LogBuilde
     else:
         dump = pa.array(np.zeros(table.num_rows, dtype=bool))
     # a summary key on every record of several is that log's own per-record field (DETR's per-epoch
-    # train_loss), not the one end-of-training summary
-    summary_keys = [c for c in cols if c in SUMMARY_KEYS and (table.num_rows < 2 or table[c].null_count > 0)]
+    # train_loss), not the one end-of-training summary; so is one on more than two records (a training
+    # call writes one summary): an event-typed log's train_loss on its train records (round 15: gen20b)
+    summary_keys = [c for c in cols if c in SUMMARY_KEYS and (table.num_rows < 2 or _summary_like(table[c]))]
     if summary_keys:
         # The HF summary object (train_runtime, total_flos...) without a loss describes the run, not a step.
         has_summary = pc.is_valid(table[summary_keys[0]])
@@ -140,6 +145,10 @@ def _drop_state_dumps(table: pa.Table, path: Path, line: int, builder: LogBuilde
         return table
     kept = table.filter(pc.invert(dump))
     return kept.select([c for c in kept.column_names if kept[c].null_count < kept.num_rows])
+
+
+def _summary_like(column: pa.ChunkedArray[Any]) -> bool:
+    return column.null_count > 0 and len(column) - column.null_count <= 2
 
 
 def _progress_steps(table: pa.Table, candidates: Sequence[str], builder: LogBuilder) -> pa.Table:

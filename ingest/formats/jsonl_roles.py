@@ -7,9 +7,11 @@ common trainers' records mean something else than the name says:
   or a ``time`` that goes back between records, is the step's duration in seconds, not a clock;
 - ``total_loss`` is the loss when no key names the loss itself (detectron2 sums its ``loss_*``
   terms into it);
-- a whole-number ``epoch`` beside a step counter counts completed epochs: an axis, not a metric (a
-  fractional epoch, as Hugging Face logs it, stays the canonical ``epoch``); without a step counter
-  an epoch that rises by one a record is the step axis (DETR's ``log.txt``, one record an epoch);
+- an ``epoch`` beside a step counter, whole or fractional (completed epochs, or steps over steps per
+  epoch as Hugging Face logs it), is the step axis's companion: an axis, not a metric (round 15:
+  gen20b; the HF trainer-state reader never stored it either); without a step counter an epoch that
+  rises by one a record is the step axis (DETR's ``log.txt``, one record an epoch);
+- a ``percentage``/``progress`` key is how far the run is through its planned steps, not a metric;
 - a cumulative ``elapsed_time`` in seconds is a wall clock, and ``n_parameters`` the model's size:
   neither is a metric.
 """
@@ -23,10 +25,12 @@ import pyarrow as pa
 
 from ingest.formats._tabular import to_float
 from ingest.formats.aliases import KeyMap, canonical_name
+from ingest.formats.column_roles import column_keymap, column_name
 
 _DURATION_PARTNERS = frozenset({"data_time"})
 _CLOCKS = frozenset({"elapsed_time", "elapsed", "elapsed_s", "elapsed_seconds"})
 _MODEL_SIZE = frozenset({"n_parameters", "num_parameters", "n_params", "num_params"})
+_PROGRESS = frozenset({"percentage", "percent", "progress", "pct_done", "percent_done"})
 
 
 def _numbers(table: pa.Table, name: str) -> np.ndarray:
@@ -65,15 +69,13 @@ def record_keymap(table: pa.Table, *, step_col: str, wall_col: str | None) -> tu
     names = set(table.column_names)
     duration = time_is_duration(table, wall_col)
     has_loss = any(canonical_name(n)[0] == "loss" for n in names)
-    dropped = {n for n in names if n in _MODEL_SIZE}
+    dropped = {n for n in names if n in _MODEL_SIZE or n.lower() in _PROGRESS}
     dropped |= {n for n in names if n in _CLOCKS and _rises(_numbers(table, n))}
     if "epoch" in names and step_col != "epoch" and step_col != "__row_step":
-        epochs = _numbers(table, "epoch")
-        if epochs.size and np.all(epochs == np.round(epochs)):
-            dropped.add("epoch")
+        dropped.add("epoch")
 
     total_is_loss = "total_loss" in names and not has_loss
-    if not (duration or total_is_loss or dropped):
+    if not (duration or total_is_loss or dropped or column_keymap(names)):
         return None, wall_col
 
     def keymap(name: str) -> tuple[str, str | None] | None:
@@ -83,7 +85,7 @@ def record_keymap(table: pa.Table, *, step_col: str, wall_col: str | None) -> tu
             return "step_time_s", None
         if name == "total_loss" and total_is_loss:
             return "loss", None
-        return canonical_name(name)
+        return column_name(name)  # ingest.formats.column_roles
 
     return keymap, (None if duration else wall_col)
 

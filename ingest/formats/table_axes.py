@@ -37,6 +37,8 @@ AXIS_COUNTERS: Final = frozenset(
         "iteration",
         "iterations",
         "iter",
+        "current_steps",
+        "current_step",
         "_runtime",
         "_timestamp",
     }

@@ -226,10 +226,13 @@ def sort_inputs(
             out.skipped.append((name, _why_not_a_log(f, best)))
     logs = _without_copies(logs, out)
     together = detect([f for f, _, _ in logs], custom_dir=custom_dir, reader_set=reader_set) if logs else []
+    # one group when the logs are of one format together, else a group per format; a format that is no
+    # file's own best (the JSON Lines reader that also reads trainer_state.json as a document) does not
+    # join files that readers of their own layouts read
+    one = _one_format(together) and any(best == together[0][0] for _, _, best in logs)
     for f, _, best in logs:
         out.logs.append(f)
-        # one group when the logs are of one format together, else a group per format
-        out.formats[f] = together[0][0] if _one_format(together) else best
+        out.formats[f] = together[0][0] if one else best
     if configs:
         configs.sort(key=lambda c: (c[1], c[0], len(c[3]), c[3]))  # named a config first, then most keys
         out.config = configs[0][2]
