@@ -22,7 +22,7 @@ from ingest.formats.generic_lines import lead_duration, spelled_columns
 from ingest.formats.is_pairs import spelled_is
 from ingest.formats.numbers import NUMBER
 
-EPOCH_OF_N: Final = re.compile(r"\b((?i:epoch))[ \t]*\[[ \t]*([0-9]+)[ \t]*/[ \t]*[0-9]+[ \t]*\]")
+EPOCH_OF_N: Final = re.compile(r"\b((?i:epoch))[ \t]*\[[ \t]*([0-9]+)[ \t]*(?:/[ \t]*[0-9]+[ \t]*)?\]")
 ONE_ITEM: Final = re.compile(r"(:[ \t]*)\[(" + NUMBER + r")\](?![\[,])")
 SHORT_LINE: Final = 100
 """Characters a line of a split record may have (a lone ``Step: N`` or ``Loss: x``): longer lines are
@@ -44,7 +44,8 @@ _KEY_COLON: Final = re.compile(r"(?<![A-Za-z0-9_])([A-Za-z][A-Za-z0-9_]*)(?=[ \t
 
 
 def rewrite(text: str) -> str:
-    """``text`` with ``Epoch [E/N]`` as ``Epoch E``, one-item lists as their item, a loguru location
+    """``text`` with ``Epoch [E/N]`` and ``Epoch [E]`` (a README's ``Epoch [3], train_loss: ...``) as
+    ``Epoch E``, one-item lists as their item, a loguru location
     removed, a heading duration as a ``time`` pair (:func:`~ingest.formats.generic_lines.lead_duration`),
     ``|`` columns of several words as one key each (:mod:`ingest.formats.generic_lines`), a
     split label (``EPOCH 3 VAL - Loss: x``) put before each key it labels, and a `` : `` field record's
