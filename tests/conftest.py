@@ -38,6 +38,7 @@ TIERS: dict[str, str] = {
             "gen20a_generic_steps",
             "round12_imports",
             "round14_kv_consoles",
+            "round15_md_consoles",
             "imp19_imports",
             "discriminator_wins",
             "reader_failures",

@@ -16,7 +16,12 @@ The step is the epoch of the block (``Epoch: 3``, ``Epoch 3``, ``Epoch 3/80``). 
 (``Average loss`` is ``loss``, ``Learning rate`` is ``lr``). A tqdm bar is read at its last redraw
 (``\\r``-separated) with its bar, counts and rates cut off; a parenthesised companion (``(Max: 10.46
 GB)``) is no field; an epoch counter on a line (``Train Epoch: 3``) is the step, not a metric. Fence
-lines, and lines before the first block, are counted as skipped.
+lines, lines before the first block and a best-so-far summary (``Best test Acc: 89.4``) are counted as
+skipped; a one-item list is its item (``lr: [0.0002]``).
+
+The opener may name the model first (``resnet-50 - Epoch 3/100``): a script that trains several models
+one after another prints each one's blocks in turn, and an epoch counter that goes back (to 1 for the
+next model) starts another run (:mod:`ingest.formats.segments`), never overwriting the earlier epochs.
 """
 
 from __future__ import annotations
@@ -36,15 +41,18 @@ from ingest.formats.raw_text import decode_head, looks_binary
 from stab_core.metrics import CANONICAL_METRICS
 
 _OPEN: Final = re.compile(
-    r"^[ \t]*(?:Epoch|EPOCH|epoch)[ \t]*[:=#]?[ \t]*(?P<epoch>[0-9]+)(?:[ \t]*/[ \t]*[0-9]+)?[ \t]*$"
+    r"^[ \t]*(?:[A-Za-z][A-Za-z0-9_.-]*[ \t]+[-:|][ \t]+)?"  # the model's label: 'resnet-50 - Epoch 3/100'
+    r"(?:Epoch|EPOCH|epoch)[ \t]*[:=#]?[ \t]*(?P<epoch>[0-9]+)(?:[ \t]*/[ \t]*[0-9]+)?[ \t]*$"
 )
 _FENCE: Final = re.compile(r"^[ \t]*(?:```|~~~)")
 _BAR: Final = re.compile(r":?[ \t]*[0-9]{1,3}%\|.*$")
 _PARENS: Final = re.compile(r"\([^()]*\)")
 _FIELD: Final = re.compile(
     r"(?P<key>[A-Za-z][A-Za-z0-9_@./-]*(?: [A-Za-z][A-Za-z0-9_@./-]*){0,3})[ \t]*[:=]?[ \t]+"
-    r"(?P<value>" + NUMBER + r")(?P<unit>%|[ \t]?[GMK]i?B)?(?=[ \t,;|]|$)"
+    r"(?P<br>\[)?(?P<value>" + NUMBER + r")(?(br)\])(?P<unit>%|[ \t]?[GMK]i?B)?(?=[ \t,;|]|$)"
 )
+_BEST: Final = re.compile(r"^[ \t]*(?:Best|BEST|best)\b")
+"""A summary of the best value so far (``Best test Top-1 Acc: 89.37`` after a model's last epoch): no epoch's record."""
 _EVAL: Final = re.compile(r"^[ \t]*(?:Test|Val|Valid|Validation|Eval|Evaluation)\b", re.IGNORECASE)
 
 
@@ -112,19 +120,30 @@ class EpochBlockReader(Reader):
                 return [], None
             if epoch is None:
                 return [], "values without a step"
-            prefix = "val_" if _EVAL.match(raw) else ""
+            if _BEST.match(raw):
+                return [], "best-so-far summary"
+            eval_line = _EVAL.match(raw) is not None
             rows: list[Row] = []
             for key, value, unit in fields:
-                name, canonical[prefix + name] = _name(key)
-                rows.append((prefix + name, unit, epoch, value))
+                name, known = _name(key)
+                if eval_line and not name.startswith("val_"):  # 'test Loss' is already val_loss
+                    name = f"val_{name}"
+                canonical[name] = known
+                rows.append((name, unit, epoch, value))
             return rows, None
 
         def last_per_epoch(records: list[Record]) -> list[Record]:
-            # the last redraw or repeat of a field in its epoch is the epoch's value
-            by_epoch: dict[tuple[str, str | None], dict[int, Record]] = {}
-            for record in records:
-                by_epoch.setdefault((record[0], record[1]), {})[record[2]] = record
-            return [r for rows in by_epoch.values() for r in sorted(rows.values(), key=lambda r: r[4])]
+            # the last redraw or repeat of a field in its epoch is the epoch's value; an epoch shown
+            # again after others (a counter that restarts: the next model of a comparison) is another
+            # run's, kept for the builder to cut
+            kept: dict[tuple[str, str | None], list[Record]] = {}
+            for record in sorted(records, key=lambda r: r[4]):
+                rows = kept.setdefault((record[0], record[1]), [])
+                if rows and rows[-1][2] == record[2]:
+                    rows[-1] = record
+                else:
+                    rows.append(record)
+            return sorted((r for rows in kept.values() for r in rows), key=lambda r: r[4])
 
         read_console(
             paths,

@@ -7,8 +7,8 @@ layout of a log nobody has seen.
   2048``, a layout's ``world_size``, a memory budget printed on every step line) says how the run was
   set up, not how it trains: it goes to the run's metadata (``meta['log_settings']``), not a series.
   Canonical metrics and losses of any name (a learning rate, a loss scale that stays at 65536, a grad
-  norm), times and speeds, and fields a reader proposed a role for are never moved: a flat curve of
-  one of them is a fact about training.
+  norm), an evaluation's score (``val_accuracy`` stuck at 0.0135), times and speeds, and fields a
+  reader proposed a role for are never moved: a flat curve of one of them is a fact about training.
 - **An evaluation pass's own timing is no training metric.** Hugging Face's ``eval_runtime``,
   ``eval_samples_per_second``, ``eval_steps_per_second`` (and ``train_runtime`` and its speeds, the
   whole run's summary) time the evaluation loop or the run, not an optimizer step: left out of the
@@ -54,12 +54,25 @@ _MEASURED: Final = re.compile(r"(?:_s|_ms|per_s|/s|/sec|_tok_s)$")
 """A time (in seconds, as stored) or a speed: a measurement even where it does not change."""
 
 
+_EVAL_SCORE: Final = re.compile(
+    r"^(?:val|valid|validation|eval|test)_.*(?:acc|accuracy|f1|dice|dsc|iou|auc|precision|recall|top-?[15])$",
+    re.IGNORECASE,
+)
+"""An evaluation's score (``val_accuracy``, ``test_f1``): stuck at one value it is a fact about the model
+(a segmenter whose accuracy never moves), never a setting."""
+
+
 def _metric_like(name: str) -> bool:
     """A canonical metric (or a namespaced one of it, ``grad_norm/layer.3``), a loss of any name (MaxText
-    DPO's ``lm_loss: 0.000`` on every line is that loss, not a setting), or a time or speed
-    (:data:`_MEASURED`)."""
+    DPO's ``lm_loss: 0.000`` on every line is that loss, not a setting), a time or speed
+    (:data:`_MEASURED`), or an evaluation's score (:data:`_EVAL_SCORE`)."""
     base = name.split("/", 1)[0]
-    return base in CANONICAL_METRICS or "loss" in base or name in POLICY_LOSSES or bool(_MEASURED.search(name))
+    return (
+        base in CANONICAL_METRICS
+        or "loss" in base
+        or name in POLICY_LOSSES
+        or bool(_MEASURED.search(name) or _EVAL_SCORE.match(name))
+    )
 
 
 def candidate(name: str, first: np.ndarray, roles: Any = ()) -> bool:

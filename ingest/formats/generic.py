@@ -182,6 +182,8 @@ def line_pairs(text: str) -> list[tuple[str, float, str | None]]:
         key = m["qkey"] if m["qkey"] is not None else m["key"]
         value = m["qval"] if m["qval"] is not None else m["val"]
         number = parse_number(value)
+        if m["unit"] in TIME_UNITS and normalise_key(key) in _OTHER_PHASES:
+            continue  # 'infer 4.5s': the evaluation's timer
         if number is not None and not no_key(key, m["unit"]):  # 'on 320-sample draw': prose, no pair
             out.append((key.strip(), number * _MAGNITUDE.get(m["mag"] or "", 1.0), m["unit"]))
     return out
@@ -196,6 +198,8 @@ def propose(lines: Sequence[str], step_key: str | None = None) -> Proposal | Non
         return None
     telling = [pairs for pairs in records if any(_trains(key, unit) for key, _, unit in pairs)]
     step = step_key if step_key is not None else step_key_of(telling if len(telling) >= MIN_UNNAMED_LINES else records)
+    if step is None and step_key is None and len(telling) >= MIN_UNNAMED_LINES:
+        step = _named_step(records)  # per-epoch summaries name the loss; the step lines a 'batch_loss'
     told = [(pairs, line) for pairs, line in found if any(_trains(key, unit) for key, _, unit in pairs)]
     unstepped = step is None and step_key is None and told
     order = line_order([p for p, _ in told], _trains, [t for _, t in told]) if unstepped else None
@@ -240,10 +244,26 @@ def propose(lines: Sequence[str], step_key: str | None = None) -> Proposal | Non
             and test(normalise_key(k), units[n])
             and not (role == "step_time_s" and is_clock(seen[n], MIN_UNNAMED_LINES))
         ]
+        if len(fits) > 1:  # 'batch_loss' beside 'running_loss': the running average is no measurement
+            fits = [n for n in fits if not _RUNNING.match(normalise_key(first_key[n]))] or fits
         if len(fits) == 1:
             proposal.roles[role] = fits[0]  # as stored: the name --map takes
             proposal.extra[fits[0]] = role
     return proposal
+
+
+_RUNNING: Final = re.compile(r"^(?:running|smoothed|avg|average|mean|ema)[ _]")
+"""A running average's name (``running_loss``): the key measured per step beside it plays the role."""
+
+
+def _named_step(records: list[list[tuple[str, float, str | None]]]) -> str | None:
+    """The step key of the lines that print a loss of any name, where it is a step's name (``step=6``)
+    and the lines that
+    name a known metric carry none (an epoch's ``[TRAIN] loss=0.0003`` between step lines whose loss
+    is a ``batch_loss``): the step lines are the log's records, the summaries off its steps."""
+    key = step_key_of([pairs for pairs in records if any(normalise_key(k).endswith("loss") for k, _, _ in pairs)])
+    named = key is not None and normalise_key(key) in {normalise_key(n) for n in STEP_NAMES}
+    return key if named else None
 
 
 def line_names(pairs: Sequence[tuple[str, str | None]], units: dict[str, str]) -> list[tuple[str, str | None]]:
@@ -321,7 +341,14 @@ _SECONDS_KEYS: Final = frozenset({"seconds", "second", "secs", "sec"})
 
 def _is_step_time(key: str, unit: str | None) -> bool:
     timed = unit is not None and unit.split("/")[0] in TIME_UNITS
-    return timed and ("time" in key or "/it" in (unit or "") or key in ("dt", "elapsed", *_SECONDS_KEYS))
+    return timed and ("time" in key or "/it" in (unit or "") or key in ("dt", "elapsed", *_SECONDS_KEYS, *_TRAIN_PHASE))
+
+
+_TRAIN_PHASE: Final = ("train", "training")
+"""A bare phase word timed on a step line (``Epoch 005 loss 9.5 | train 2.2s``): the step's time."""
+_OTHER_PHASES: Final = frozenset({"infer", "inference", "eval", "evaluation", "test", "val", "valid", "validation"})
+"""A bare phase word timed beside the metrics (``Acc 13.52% | infer 4.5s``): a timer of the evaluation,
+no training metric, kept out."""
 
 
 _ROLE_BY_NAME: Final = (

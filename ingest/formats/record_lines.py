@@ -4,6 +4,9 @@ printed over several lines is one line, and a few ways of printing a value are r
 
 - ``Epoch [E/N]`` is the epoch ``E`` (read as ``Epoch E``; ``N`` is the planned count).
 - A value printed as a one-item list (``LR: [0.001]``, a scheduler's ``get_last_lr()``) is the item.
+- A comma-separated record whose key and value are two items (``epoch 1, phase train, step 10,
+  loss_train, 0.838``) reads ``loss_train, 0.838`` as ``loss_train: 0.838``: a one-word key between
+  commas with a bare number after it.
 - A line holding only a named step counter (``Step: 2000``) followed by lines of one ``key: number``
   each (``Loss: 0.0858``) is one record: the step's values stand on the lines below it, up to a line
   with no pair, another pair count or another step.
@@ -22,7 +25,11 @@ from ingest.formats.generic_lines import lead_duration, spelled_columns
 from ingest.formats.is_pairs import spelled_is
 from ingest.formats.numbers import NUMBER
 
-EPOCH_OF_N: Final = re.compile(r"\b((?i:epoch))[ \t]*\[[ \t]*([0-9]+)[ \t]*/[ \t]*[0-9]+[ \t]*\]")
+EPOCH_OF_N: Final = re.compile(r"\b((?i:epoch))[ \t]*\[[ \t]*([0-9]+)[ \t]*(?:/[ \t]*[0-9]+[ \t]*)?\]")
+COMMA_PAIR: Final = re.compile(
+    r"((?:^|,)[ \t]*[A-Za-z_][A-Za-z0-9_]*[A-Za-z0-9_/]?)[ \t]*,[ \t]*(" + NUMBER + r")[ \t]*(?=,|$)"
+)
+"""``, loss_train, 0.838``: a one-word key and its value as two comma-separated items."""
 ONE_ITEM: Final = re.compile(r"(:[ \t]*)\[(" + NUMBER + r")\](?![\[,])")
 SHORT_LINE: Final = 100
 """Characters a line of a split record may have (a lone ``Step: N`` or ``Loss: x``): longer lines are
@@ -44,12 +51,15 @@ _KEY_COLON: Final = re.compile(r"(?<![A-Za-z0-9_])([A-Za-z][A-Za-z0-9_]*)(?=[ \t
 
 
 def rewrite(text: str) -> str:
-    """``text`` with ``Epoch [E/N]`` as ``Epoch E``, one-item lists as their item, a loguru location
+    """``text`` with ``Epoch [E/N]`` and ``Epoch [E]`` (a README's ``Epoch [3], train_loss: ...``) as
+    ``Epoch E``, one-item lists as their item, a loguru location
     removed, a heading duration as a ``time`` pair (:func:`~ingest.formats.generic_lines.lead_duration`),
     ``|`` columns of several words as one key each (:mod:`ingest.formats.generic_lines`), a
     split label (``EPOCH 3 VAL - Loss: x``) put before each key it labels, and a `` : `` field record's
     abbreviated names spelled out (:mod:`ingest.formats.field_records`)."""
     text = lead_duration(meter_epoch(spelled_norms(expand(spelled_is(text)))))
+    if "," in text:
+        text = COMMA_PAIR.sub(r"\g<1>: \g<2>", text)
     if "|" in text:
         text = spelled_columns(LOGURU_LOCATION.sub("| ", text))
     label = SPLIT_LABEL.search(text)

@@ -9,7 +9,8 @@ the same file only when the settings the notes state for both agree (``ingest.se
 
 Only settings that change what a step computes or where it runs are read: the device, the numeric
 precision, the batch (``batch_size``, ``global batch size``, the batches one epoch takes: the tokens
-per batch of a fixed data set), the sequence length and the model's shape (layers, heads, width).
+per batch of a fixed data set), the sequence length and the model's shape (layers, heads, width; a
+network named by its family and depth, ``resnet50`` in a heading or an argparse dump).
 A parallel layout (``TP=4/PP=12``) or a node count is not one: a perf sweep of layouts of one model
 is what a sibling comparison is for (BigScience's reshaping log).
 
@@ -43,6 +44,9 @@ SETTING_PATTERNS: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (
             r"\s*(?:from\s+\d+\s+to|[:=])\s*(\d+)"
         ),
     ),
+    # the network a heading or a config names by its family and depth ('## MNIST resnet50 backbone',
+    # "backbone='resnet18'"): two runs of other depths are other models
+    ("model", re.compile(r"(?i)(?<![\w.])(resnet|resnext|wide_resnet|wrn|vgg|densenet|efficientnet-?b)[-_]?(\d+)\b")),
 )
 """``(setting, pattern)``: the first group is the value stated (for ``model``: the key, then the value)."""
 
@@ -71,7 +75,7 @@ def stated_settings(lines: Sequence[str]) -> list[tuple[int, str, str]]:
         for setting, pattern in SETTING_PATTERNS:
             for m in pattern.finditer(line):
                 if setting == "model":  # n_layers and n_layer name one setting
-                    found.append((number, f"model {m.group(1).rstrip('s')}", m.group(2)))
+                    found.append((number, f"model {m.group(1).lower().rstrip('s')}", m.group(2)))
                 else:
                     found.append((number, setting, m.group(1).lower()))
     return found
