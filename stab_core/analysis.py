@@ -23,7 +23,7 @@ from stab_core.detectors_not_run import detectors_not_run
 from stab_core.diagnosis import diagnose, diagnose_early
 from stab_core.discriminator_wins import discriminator_wins
 from stab_core.early_rises import banded_climbs, robust_early_rises
-from stab_core.held_out import held_out_rose
+from stab_core.held_out import held_out_nonfinite, held_out_rose, is_held_out_nonfinite
 from stab_core.incidents import (
     Incident,
     IncidentKind,
@@ -438,6 +438,7 @@ def find_incidents(view: RunView, params: AnalysisParams | None = None) -> list[
         seen = [e for e, _ in found if e.metric == "loss"]
         again = spikes_past_long_incidents(loss.steps, loss.values, "loss", p.loss_spikes, seen, p.blip_samples)
         found += [(event, "spike") for event in again]
+    found += [(event, "spike") for event in held_out_nonfinite(view.series, loss)]  # a val loss gone NaN/inf
     incidents = []
     for kind, members in group_incidents(found, join_steps=3 * interval, max_lead_steps=p.max_lead_steps):
         primary = members[0]
@@ -469,6 +470,7 @@ def _costed(
     certainty: Certainty = "low" if low or incident.kind == "early_instability" else "high"
     diverged = incident.primary.diverged
     recovered_at = cost.recovered_at if cost is not None else None
+    recovered_at = incident.primary.recovery_step if is_held_out_nonfinite(incident.primary) else recovered_at
     levels = [m.recovery_step for m in incident.members if m.metric == "loss" and m.n_samples >= LEVEL_SAMPLES]
     if recovered_at is not None and levels and all(b is not None for b in levels):
         # a loss member of LEVEL_SAMPLES+ samples (a level) is back when its level is, not at one noisy dip
@@ -479,7 +481,7 @@ def _costed(
     cut_off = not incident.primary.recovered and not diverged
     severity = (
         "spike"
-        if cut_off
+        if cut_off or is_held_out_nonfinite(incident.primary)
         else classify(
             diverged=diverged,
             loss_samples=cost.samples_above if cost is not None and cost.band is not None else None,

@@ -4,10 +4,15 @@ blip unless the validation loss shares it)."""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
+from typing import Final
+
 import numpy as np
 
 from stab_core.incidents import RECOVER_RATIO
-from stab_core.runview import Series
+from stab_core.runview import FloatArray, IntArray, Series
+from stab_core.spikes import SpikeEvent
 
 
 def held_out_rose(val_loss: Series | None, first: int, last: int) -> bool:
@@ -30,3 +35,69 @@ def held_out_rose(val_loss: Series | None, first: int, last: int) -> bool:
         return False
     back = val_loss.values[ok & (val_loss.steps >= last)][:1]
     return not (back.size and back[0] <= RECOVER_RATIO * last_before)
+
+
+_HELD_OUT_SPLITS: Final = ("val", "valid", "validation", "eval", "test", "dev")
+
+
+def is_held_out_loss(metric: str) -> bool:
+    """Whether ``metric`` is a loss on held-out data: ``val_loss``, ``val/cls_loss``, ``eval_loss``, ``test/loss``."""
+    low = metric.lower()
+    return "loss" in low and low.startswith(tuple(f"{s}{sep}" for s in _HELD_OUT_SPLITS for sep in ("_", "/", ".")))
+
+
+def held_out_nonfinite(series: Mapping[str, Series], loss: Series | None) -> list[SpikeEvent]:
+    """Incidents of a validation loss that turns non-finite mid-run (round 15: t21d): a held-out loss
+    (:func:`is_held_out_loss`) finite at some step and NaN/inf at a later one is an incident from that
+    step, recovered at its next finite value (none: it never came back). A non-finite value before any
+    finite one is the validator's placeholder (every val loss NaN at the first row), no incident; steps
+    where the training loss is non-finite too are the training loss's incident. Never a divergence of
+    its own: the model is judged by its training loss; a validator that overflowed is at least a spike."""
+    out = []
+    for name in sorted(n for n in series if is_held_out_loss(n)):
+        steps, values = series[name].steps, series[name].values
+        ok = np.isfinite(values)
+        if ok.all() or not ok.any():
+            continue
+        first_ok = int(np.argmax(ok))
+        bad = np.flatnonzero(~ok[1:] & ok[:-1]) + 1  # a finite value, then a non-finite one
+        for i in bad[bad > first_ok]:
+            back = np.flatnonzero(ok[i:])
+            last = i + int(back[0]) - 1 if back.size else steps.shape[0] - 1
+            if loss is not None and _nonfinite_within(loss, int(steps[i]), int(steps[last])):
+                continue
+            recovery = i + int(back[0]) if back.size else None
+            out.append(_event(name, steps, values, int(i), last, recovery))
+    return out
+
+
+def _nonfinite_within(loss: Series, first: int, last: int) -> bool:
+    inside = (loss.steps >= first) & (loss.steps <= last)
+    return bool((inside & ~np.isfinite(loss.values)).any())
+
+
+def _event(name: str, steps: IntArray, values: FloatArray, first: int, last: int, recovery: int | None) -> SpikeEvent:
+    start, end = int(steps[first]), int(steps[last])
+    recovery_step = int(steps[recovery]) if recovery is not None else None
+    return SpikeEvent(
+        metric=name,
+        start=start,
+        peak=start,
+        end=end,
+        peak_value=float(values[first]),
+        baseline=float(values[first - 1]),
+        ratio=math.inf,
+        z=math.inf,
+        duration=(recovery_step if recovery_step is not None else end) - start,
+        recovered=recovery is not None,
+        recovery_step=recovery_step,
+        diverged=False,
+        nonfinite=True,
+        steps_lost=(recovery_step if recovery_step is not None else end) - start,
+        n_samples=last - first + 1,
+    )
+
+
+def is_held_out_nonfinite(event: SpikeEvent) -> bool:
+    """Whether ``event`` is a held-out loss's non-finite incident (:func:`held_out_nonfinite`)."""
+    return event.nonfinite and is_held_out_loss(event.metric)

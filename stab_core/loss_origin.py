@@ -35,7 +35,7 @@ MOVING_SOURCES: Final = frozenset({"critic", "generator"})
 
 def loss_source(meta: Mapping[str, object]) -> tuple[str | None, str | None]:
     """(the raw name(s) the run's loss was read from, its kind) as the run states them: meta
-    ``loss_source`` (a stand-in: kind ``detection_parts``, ``critic`` or ``generator``), else the raw
+    ``loss_source`` (a stand-in: kind ``detection_parts``, ``critic``, ``generator`` or ``aggregate``), else the raw
     column the import mapped to ``loss`` (kind None); (None, None) when neither is stated."""
     source = meta.get("loss_source")
     if isinstance(source, Mapping) and isinstance(source.get("name"), str):

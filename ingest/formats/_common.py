@@ -34,14 +34,13 @@ from ingest.formats.log_rows import FloatArray, IntArray, Piece, metric_column, 
 from ingest.formats.numbers import utf8_or_null
 from ingest.formats.raw_text import clean_text, input_size, open_error
 from ingest.formats.run_settings import settings_by_run
-from ingest.formats.segments import one_source_per_metric, segment_cuts, segment_of
+from ingest.formats.segments import one_source_per_metric, run_start_cuts, segment_cuts, segment_of
 from ingest.long_schema import LONG_SCHEMA_DICT, null_floats
 from stab_core.metrics import RUN_RANK
 from stab_core.replay_spans import merge_spans
 from stab_core.runview import RunEvent
 
 pc: Any = _pc  # pyarrow-stubs overloads reject valid calls on generic arrays
-
 Progress = Callable[[int, int], None]
 
 MAX_SKIPPED_EXAMPLES: Final = 5
@@ -51,9 +50,8 @@ PARALLEL_BUILD_ROWS: Final = 1 << 20
 """Tables of at least this many rows are built on ``BUILD_THREADS`` threads."""
 
 TABLE_SCHEMA: Final[pa.Schema] = LONG_SCHEMA_DICT
-"""The canonical long form every reader produces, metric by metric, each sorted by (rank, step).
-``metric`` is dictionary-encoded, one chunk per metric (each chunk's dictionary holds its one name);
-the other columns may be chunked more finely (a text log's values stay in their read chunks)."""
+"""The canonical long form every reader produces, metric by metric, each sorted by (rank, step). ``metric`` is
+dictionary-encoded, one chunk per metric; other columns may be chunked more finely (a text log's read chunks)."""
 
 
 @dataclass
@@ -157,6 +155,8 @@ class LogBuilder:
         """``(layout index, metric) -> (layout name, key as printed)`` as text readers note them."""
         self.line_marks: list[tuple[int, int]] = []
         """``(first sequence number, its line number)`` of each text chunk: ``seq`` -> input line."""
+        self.run_starts: dict[int, list[int]] = {}
+        """Per stream, the sequence numbers at which a table's later runs start (``ingest.formats.table_runs``)."""
         self.run_headings: list[int] = []
         """Sequence numbers of the lines whose heading starts another run (``ingest.formats.sections``)."""
         self.config_headings: list[int] = []
@@ -319,7 +319,7 @@ class LogBuilder:
         cuts = (
             segment_cuts(self._pieces, self.run_headings, self.excerpt_starts, self.config_headings)
             if self.line_marks
-            else {}
+            else run_start_cuts(self.run_starts)
         )
         parts = self._split(cuts) if cuts else [self]
         logs = [part._finish_one(format_name) for part in parts]

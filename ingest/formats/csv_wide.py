@@ -46,6 +46,7 @@ from ingest.formats.csv_clocks import add_clock_step_time
 from ingest.formats.csv_counters import is_run_clock, proposed_loss, step_like_column
 from ingest.formats.epoch_steps import EpochSteps
 from ingest.formats.run_loss import add_run_loss
+from ingest.formats.table_runs import TableRuns
 
 EVENT_COLUMN = "event"
 ROW_COLUMN = "__row__"
@@ -72,6 +73,7 @@ class WideCsvReader(Reader):
         for path in paths:
             builder.source(path)
             epochs = EpochSteps()
+            runs = TableRuns(builder)  # ingest.formats.table_runs: an axis back at its first value
             rows = 0
             for table, line in iter_csv(path, builder, text_columns=(EVENT_COLUMN,)):
                 if loss := proposed_loss(table.column_names):
@@ -94,27 +96,33 @@ class WideCsvReader(Reader):
                         path=str(path),
                         line=1,
                     )
-                clock = add_clock_step_time(builder, table, step_col)  # ingest.formats.csv_clocks
-                event_col = EVENT_COLUMN if EVENT_COLUMN in table.column_names else None
-                if event_col is not None:
-                    _events(builder, table, step_col, event_col)
-                add_wide(
-                    builder,
-                    table,
-                    step_col=step_col,
-                    rank_col="rank" if "rank" in table.column_names else None,
-                    wall_col=find_column([c for c in table.column_names if c != clock], WALL_COLUMNS),
-                    ignore=(
-                        *((event_col,) if event_col else ()),
-                        *(c for c in table.column_names if _PARAM_COUNT.fullmatch(c) or is_run_clock(c)),
-                        *((clock,) if clock else ()),
-                    ),
-                    where=(path, line),
-                    text_cells_are_errors=True,
-                    keymap=column_keymap(table.column_names),  # ingest.formats.column_roles
-                )
-                if not loss:  # a YOLO results.csv's loss parts, a baselines progress.csv's critic loss
-                    add_run_loss(builder, table, step_col)
+                for run in runs.split(table, step_col) if "rank" not in table.column_names else [table]:
+                    _add_rows(builder, run, step_col, (path, line), add_loss=not loss)
+
+
+def _add_rows(builder: LogBuilder, table: pa.Table, step_col: str, where: tuple[Path, int], add_loss: bool) -> None:
+    """One run's rows of a table: its clock's step time, events, metric columns and stand-in loss."""
+    clock = add_clock_step_time(builder, table, step_col)  # ingest.formats.csv_clocks
+    event_col = EVENT_COLUMN if EVENT_COLUMN in table.column_names else None
+    if event_col is not None:
+        _events(builder, table, step_col, event_col)
+    add_wide(
+        builder,
+        table,
+        step_col=step_col,
+        rank_col="rank" if "rank" in table.column_names else None,
+        wall_col=find_column([c for c in table.column_names if c != clock], WALL_COLUMNS),
+        ignore=(
+            *((event_col,) if event_col else ()),
+            *(c for c in table.column_names if _PARAM_COUNT.fullmatch(c) or is_run_clock(c)),
+            *((clock,) if clock else ()),
+        ),
+        where=where,
+        text_cells_are_errors=True,
+        keymap=column_keymap(table.column_names),  # ingest.formats.column_roles
+    )
+    if add_loss:  # a YOLO results.csv's loss parts, a baselines progress.csv's critic loss
+        add_run_loss(builder, table, step_col)
 
 
 def _numbers_only(head: bytes, header: list[str]) -> bool:

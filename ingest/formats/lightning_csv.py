@@ -20,6 +20,8 @@ from ingest.formats._common import LogBuilder
 from ingest.formats._tabular import add_wide, csv_header, iter_csv
 from ingest.formats.aliases import canonical_name
 from ingest.formats.base import Reader
+from ingest.formats.run_loss import add_run_loss
+from ingest.formats.table_runs import TableRuns
 
 _HPARAM_META = {
     "lr": "peak_lr",
@@ -52,6 +54,7 @@ class LightningCsvReader(Reader):
         for path in paths:
             builder.source(path)
             _hparams(path.parent / "hparams.yaml", builder)
+            runs = TableRuns(builder)
             for table, line in iter_csv(path, builder):
                 names = set(table.column_names)
                 if "step" not in names:
@@ -67,7 +70,10 @@ class LightningCsvReader(Reader):
                         column = column[: -len("_step")]
                     return canonical_name(column)
 
-                add_wide(builder, table, step_col="step", keymap=keymap, where=(path, line), text_cells_are_errors=True)
+                for run in runs.split(table, "step"):  # ingest.formats.table_runs: a step back at its first value
+                    where = (path, line)
+                    add_wide(builder, run, step_col="step", keymap=keymap, where=where, text_cells_are_errors=True)
+                    add_run_loss(builder, run, "step", keymap)  # a mean_loss over loss terms (run_loss)
 
 
 def _hparams(path: Path, builder: LogBuilder) -> None:

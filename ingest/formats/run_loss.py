@@ -8,6 +8,9 @@ every reader of that family's files (a console and a CSV of the same trainer mus
   the actor's (``-Q``) has no level to come back to, so it keeps its name and is never the loss.
 - GAN: the generator's loss is the run's loss where a discriminator loss beside it says the log is a
   GAN's; the discriminator's keeps its name.
+- Loss terms (a physics-informed or multi-task model, round 15: t21d): a column that aggregates the
+  loss (``mean_loss``, ``total_loss``, ``loss_sum``, a bare ``total``) beside two or more ``*_loss``
+  term columns is the run's loss: the optimizer steps on it, the terms are its parts.
 
 Each stand-in is also kept under its own name; none applies where a column already is the loss.
 """
@@ -29,6 +32,8 @@ DETECTION_LOSS_PARTS: Final = frozenset({"box", "obj", "cls", "seg", "dfl", "kpt
 CRITIC_LOSSES: Final = frozenset({"loss_critic", "critic_loss", "value_loss", "loss_value", "vf_loss", "qf_loss"})
 """An actor-critic's value regression loss (the last path segment of its name, lower case)."""
 GENERATOR_LOSSES: Final = frozenset({"loss_gen", "gen_loss", "loss_g", "g_loss", "generator_loss", "loss_generator"})
+AGGREGATE_WORDS: Final = frozenset({"mean", "avg", "average", "total", "sum", "combined", "overall"})
+"""Words that name a loss column as the aggregate of the loss terms beside it (``mean_loss``, ``loss_total``)."""
 DISCRIMINATOR_LOSSES: Final = frozenset(
     {"loss_dis", "dis_loss", "loss_disc", "disc_loss", "loss_d", "d_loss", "discriminator_loss", "loss_discriminator"}
 )
@@ -84,7 +89,37 @@ def stand_in_loss(names: Iterable[str]) -> str | None:
         return critic
     if any(_leaf(n) in DISCRIMINATOR_LOSSES for n in names):
         return next((n for n in names if _leaf(n) in GENERATOR_LOSSES), None)
-    return None
+    return aggregate_loss(names)
+
+
+def aggregate_loss(names: Iterable[str]) -> str | None:
+    """The column of ``names`` that aggregates two or more ``*_loss`` term columns beside it
+    (``mean_loss`` over ``Conductor_loss, Air_loss, ...``; a bare ``total`` over ``box_loss, cls_loss``);
+    None without such terms (a lone ``total_loss`` is a proposal to the user, not a rule)."""
+    names = list(names)
+    aggregates = [n for n in names if _aggregate(_leaf(n))]
+    terms = [n for n in names if n not in aggregates and "loss" in _words(_leaf(n)) and _split(n) == "train"]
+    train = [n for n in aggregates if _split(n) == "train"]
+    return train[0] if len(train) == 1 and len(terms) >= 2 else None
+
+
+def _words(leaf: str) -> set[str]:
+    return set(leaf.replace("-", "_").split("_")) - {"", "train", "training"}
+
+
+def _aggregate(leaf: str) -> bool:
+    words = _words(leaf)
+    return words == {"total"} or (len(words) == 2 and "loss" in words and bool(words & AGGREGATE_WORDS))
+
+
+def _split(name: str) -> str:
+    """``train`` for a column of the training split (no split prefix, ``train/``, ``train_``), else the split."""
+    low = name.strip().lower()
+    head = low.rpartition("/")[0]
+    for split in ("val", "valid", "validation", "eval", "test", "dev"):
+        if head == split or low.startswith((split + "_", split + "/")):
+            return split
+    return "train"
 
 
 def note_loss_source(builder: LogBuilder, origin: str | Iterable[str]) -> None:
@@ -92,7 +127,7 @@ def note_loss_source(builder: LogBuilder, origin: str | Iterable[str]) -> None:
     and the kind: ``detection_parts``, ``critic`` or ``generator``), so pages title the loss axis by it
     and no one reads it as a token cross-entropy (``stab_core.loss_origin``)."""
     if isinstance(origin, str):
-        kind = "critic" if _leaf(origin) in CRITIC_LOSSES else "generator"
+        kind = "critic" if _leaf(origin) in CRITIC_LOSSES else "aggregate" if _aggregate(_leaf(origin)) else "generator"
         builder.meta.setdefault("loss_source", {"name": origin, "kind": kind})
     else:
         builder.meta.setdefault("loss_source", {"name": "+".join(origin), "kind": "detection_parts"})

@@ -24,6 +24,7 @@ from ingest.formats._common import LogBuilder
 from ingest.formats.aliases import canonical_name
 from ingest.formats.base import Reader
 from ingest.formats.json_document import MAX_DOCUMENT_BYTES
+from ingest.formats.table_runs import TableRuns
 from ingest.formats.tensorboard_csv import tag_of
 
 
@@ -101,13 +102,16 @@ class ScalarJsonReader(Reader):
             builder.advance(path.stat().st_size)
             if is_triples(doc):
                 rows = [r for r in doc if _number(r[1]) and math.isfinite(r[1])]
-                builder.add(
-                    tag_of(path),
-                    np.array([r[1] for r in rows], np.int64),
-                    np.array([_value(r[2]) for r in rows]),
-                    wall_time=np.array([float(r[0]) for r in rows]),
-                    stream=stream,
-                )
+                steps = np.array([r[1] for r in rows], np.float64)
+                # ingest.formats.table_runs: a relaunch that restarts the step is another run
+                for run in TableRuns(builder, stream).split_steps(steps):
+                    builder.add(
+                        tag_of(path),
+                        steps[run].astype(np.int64),
+                        np.array([_value(r[2]) for r in rows[run]]),
+                        wall_time=np.array([float(r[0]) for r in rows[run]]),
+                        stream=stream,
+                    )
                 continue
             series = sacred_series(doc)
             if not series:

@@ -223,3 +223,8 @@ def segment_cuts(
 def segment_of(seq: npt.NDArray[np.int64], cuts: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
     """Segment index (0 = the first run) of each row by its ``seq``."""
     return np.searchsorted(cuts, seq, side="right").astype(np.int64)
+
+
+def run_start_cuts(run_starts: dict[int, list[int]]) -> dict[int, npt.NDArray[np.int64]]:
+    """Segment cuts, per stream, from the runs a table reader cut (``ingest.formats.table_runs``)."""
+    return {stream: np.asarray(sorted(set(seqs)), np.int64) for stream, seqs in run_starts.items() if seqs}

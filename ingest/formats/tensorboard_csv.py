@@ -11,6 +11,7 @@ from pathlib import Path
 from ingest.formats._common import LogBuilder
 from ingest.formats._tabular import add_wide, csv_header, iter_csv
 from ingest.formats.base import Reader
+from ingest.formats.table_runs import TableRuns
 
 HEADER = ["Wall time", "Step", "Value"]
 _NAME = re.compile(r"^run[-_](?P<run>.*?)[-_]tag[-_](?P<tag>.+)$")
@@ -34,13 +35,15 @@ class TensorBoardCsvReader(Reader):
         for stream, path in enumerate(paths):
             builder.source(path)
             tag = tag_of(path)
+            runs = TableRuns(builder, stream)  # ingest.formats.table_runs: a relaunch restarts the step
             for table, line in iter_csv(path, builder):
-                add_wide(
-                    builder,
-                    table.rename_columns(["wall_time", "step", tag]),
-                    step_col="step",
-                    wall_col="wall_time",
-                    stream=stream,
-                    where=(path, line),
-                    text_cells_are_errors=True,
-                )
+                for run in runs.split(table.rename_columns(["wall_time", "step", tag]), "step"):
+                    add_wide(
+                        builder,
+                        run,
+                        step_col="step",
+                        wall_col="wall_time",
+                        stream=stream,
+                        where=(path, line),
+                        text_cells_are_errors=True,
+                    )
