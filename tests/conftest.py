@@ -36,6 +36,7 @@ TIERS: dict[str, str] = {
         (
             "abandoned_attempts",
             "gen20a_generic_steps",
+            "round15_consoles",
             "round12_imports",
             "round14_kv_consoles",
             "imp19_imports",
