@@ -42,8 +42,9 @@ def test_tqdm_postfix_bar_every_redraw_last_per_step(tmp_path: Path) -> None:
     redraws = ["Train:   0%|          | 0/900 [00:00<?, ?it/s]"]
     for n in range(1, 31):
         old, new = 5.0 - (n - 1) / 100, 5.0 - n / 100
-        redraws.append(f"Train:   0%|          | {n}/900 [00:{n:02d}<10:00, 1.10s/it, Loss={old:.4f}, Aux={old / 2:.4f}]")
-        redraws.append(f"Train:   0%|          | {n}/900 [00:{n:02d}<10:00, 1.10s/it, Loss={new:.4f}, Aux={new / 2:.4f}]")
+        bar = f"Train:   0%|          | {n}/900 [00:{n:02d}<10:00, 1.10s/it"
+        redraws.append(f"{bar}, Loss={old:.4f}, Aux={old / 2:.4f}]")
+        redraws.append(f"{bar}, Loss={new:.4f}, Aux={new / 2:.4f}]")
     text = "\r".join(redraws[:20]) + "\n[WARNING] NaN loss detected! Skipping batch.\n" + "\r".join(redraws[20:]) + "\n"
     log = tmp_path / "training.log"
     log.write_text(text)
