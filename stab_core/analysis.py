@@ -39,6 +39,7 @@ from stab_core.recent_level import new_early_jumps, new_recent_level_jumps
 from stab_core.run_end_rises import cut_off_at_log_end, rise_corroborated, run_end_rises
 from stab_core.runview import FloatArray, IntArray, RunView, Series
 from stab_core.severity import EARLY_BLIP_SAMPLES, Certainty, classify, loss_cost, loss_left_band, sensitivity
+from stab_core.side_losses import exploded_terms
 from stab_core.skipped_steps import skipped_steps
 from stab_core.snr import SnrCollapse, SnrSeries, detect_snr_collapse, gradient_snr
 from stab_core.spike_params import GRAD_NORM_SPIKE_PARAMS, LOSS_SPIKE_PARAMS, SpikeParams
@@ -458,7 +459,7 @@ def find_incidents(view: RunView, params: AnalysisParams | None = None) -> list[
             primary = replace(primary, steps_lost=0)
         incident = Incident(kind, (primary, *members[1:]), co_moves)
         incidents.append(_costed(incident, loss, early, p, view.series.get("val_loss")))
-    return discriminator_wins(view.series, adversarial_drifts(view.series, incidents))
+    return exploded_terms(view.series, discriminator_wins(view.series, adversarial_drifts(view.series, incidents)))
 
 
 def _costed(

@@ -13,7 +13,7 @@ import numpy.typing as npt
 
 from stab_core.overfitting import detect_overfitting
 from stab_core.runview import RunView
-from stab_core.throughput import THROUGHPUT_METRICS, detect_throughput_drops, settled_level
+from stab_core.throughput import THROUGHPUT_METRICS, ThroughputDrop, detect_throughput_drops, settled_level
 
 FINDING_METRICS = ("val_loss", "loss", *THROUGHPUT_METRICS)
 """The series the findings read: val and train loss, tokens/s, step time (s)."""
@@ -46,11 +46,26 @@ def run_findings(series: SeriesArrays) -> dict[str, Any]:
         for other in THROUGHPUT_METRICS:
             if other != metric and other in series and series[other][0].size:
                 more = detect_throughput_drops(*series[other], other)
+                more = [d for d in more if metric != "throughput_tok_s" or not _larger_steps(d, *series[metric])]
                 drops += [d for d in more if not any(d.start <= e.end and d.end >= e.start for e in drops)]
         out["throughput"] = [d.to_json() for d in sorted(drops, key=lambda d: d.start)]
         level = settled_level(steps, values, metric)
         out["throughput_level"] = None if level is None else {"metric": metric, "level": level}
     return out
+
+
+def _larger_steps(drop: ThroughputDrop, steps: npt.NDArray[np.int64], rate: npt.NDArray[np.float64]) -> bool:
+    """True where a lasting step-time slowdown keeps the logged tokens/s (``steps``, ``rate``) at its
+    level (its median over the span >= 85 % of the median before it): each step does more work (an RL
+    run's responses grow longer), the hardware is no slower. A slowdown that comes back is kept: a
+    running-average tokens/s smooths a short stall away."""
+    if drop.recovered:
+        return False
+    before = rate[steps < drop.start]
+    inside = rate[(steps >= drop.start) & (steps <= drop.end)]
+    if before.size < 3 or inside.size < 3:
+        return False
+    return bool(np.median(inside) >= 0.85 * np.median(before))
 
 
 def view_findings(view: RunView) -> dict[str, Any]:

@@ -37,6 +37,7 @@ TIERS: dict[str, str] = {
             "abandoned_attempts",
             "gen20a_generic_steps",
             "table_runs",
+            "round15_consoles",
             "round12_imports",
             "round14_kv_consoles",
             "round15_md_consoles",

@@ -440,6 +440,15 @@ def _samples() -> dict[str, Sample]:
                 ]
             ),
         ),
+        "tqdm_postfix": _file(
+            "training.log",
+            "\r".join(
+                f"Training:   0%|          | {s}/500 [00:{s:02d}<09:00, 1.05s/it, "
+                f"Loss={3 - 0.1 * s:.4f}, Aux={0.1 * s:.3f}]"
+                for s in steps
+            )
+            + "\n",
+        ),
         "mlflow": Sample(
             {
                 "mlruns/0/abc123/metrics/train/loss": _lines(

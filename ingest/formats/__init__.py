@@ -66,6 +66,7 @@ from ingest.formats.textlog import TextLogReader
 from ingest.formats.timm_console import TimmConsoleReader
 from ingest.formats.torchtitan import TorchtitanReader
 from ingest.formats.torchtune import TorchtuneReader
+from ingest.formats.tqdm_postfix import TqdmPostfixReader
 from ingest.formats.ultralytics import UltralyticsReader
 from ingest.formats.wandb_csv import WandbCsvReader
 from ingest.formats.wandb_history import WandbHistoryReader
@@ -136,6 +137,7 @@ FORMATS: Final[dict[str, Reader]] = {
         KeyValueTableReader(),
         EpochBlockReader(),
         StageConsoleReader(),
+        TqdmPostfixReader(),
         MlflowReader(),
         ParquetReader(),
         GenericReader(),

@@ -155,6 +155,7 @@ _ALIASES: Final[dict[str, tuple[str, ...]]] = {
         "elapsed time per iteration",
         "batch time",
         "train/step time",
+        "train/step time s",  # the canonical name under the train group ('train/step_time_s')
         "train step timing in s",  # NeMo
         "time metrics/end to end",  # torchtitan 'time_metrics/end_to_end(s)'
         "perf/step time seconds",  # MaxText

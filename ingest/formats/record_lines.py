@@ -3,6 +3,7 @@ printed over several lines is one line, and a few ways of printing a value are r
 ``key: number`` before its pairs are read.
 
 - ``Epoch [E/N]`` is the epoch ``E`` (read as ``Epoch E``; ``N`` is the planned count).
+- A bare ``N/TOTAL`` opening a line of words is its step (read as ``step N/TOTAL``).
 - A value printed as a one-item list (``LR: [0.001]``, a scheduler's ``get_last_lr()``) is the item.
 - A comma-separated record whose key and value are two items (``epoch 1, phase train, step 10,
   loss_train, 0.838``) reads ``loss_train, 0.838`` as ``loss_train: 0.838``: a one-word key between
@@ -47,6 +48,9 @@ SPLIT_LABEL: Final = re.compile(
     r"(?P<split>(?i:train|training|val|valid|validation|eval|test))[ \t]*(?:-|:|\|)[ \t]*"
 )
 """``EPOCH E TRAIN - Loss: x, Acc: y``: the split word labels every key after it."""
+LEAD_COUNTER: Final = re.compile(r"^([ \t]*)([0-9]+[ \t]*/[ \t]*[0-9]+)(?=[ \t]+[(A-Za-z])")
+"""A line that opens with a bare ``N/TOTAL`` before its words (``1920/191900 (epoch 1) loss: 8.2``) counts
+steps out of a total: read as ``step N/TOTAL`` (a Keras bar's ``60/60 [===`` is followed by no word)."""
 _KEY_COLON: Final = re.compile(r"(?<![A-Za-z0-9_])([A-Za-z][A-Za-z0-9_]*)(?=[ \t]*:)")
 
 
@@ -60,6 +64,7 @@ def rewrite(text: str) -> str:
     text = lead_duration(meter_epoch(spelled_norms(expand(spelled_is(text)))))
     if "," in text:
         text = COMMA_PAIR.sub(r"\g<1>: \g<2>", text)
+    text = LEAD_COUNTER.sub(r"\g<1>step \g<2>", text, count=1)
     if "|" in text:
         text = spelled_columns(LOGURU_LOCATION.sub("| ", text))
     label = SPLIT_LABEL.search(text)

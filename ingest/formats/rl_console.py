@@ -7,10 +7,13 @@ logger behind Ray's process prefix::
 step with `` - ``; older versions run it in ``(main_task pid=...)``, an un-prefixed driver prints it
 bare). Roles: ``actor/grad_norm`` is ``grad_norm``, ``actor/lr`` is ``lr``, ``timing_s/step`` (the
 whole step, seconds) is ``step_time_s`` and ``perf/throughput`` (tokens/s per GPU) is
-``throughput_tok_s``. The policy loss (``actor/pg_loss``), the KL (``actor/ppo_kl``, ``actor/kl_loss``),
-the reward (``critic/score/mean``, ``critic/rewards/mean``) and the response length
-(``response_length/mean``) keep their names: a policy-gradient loss is not a language-model loss, so
-the loss detectors do not read it as one.
+``throughput_tok_s``. The policy loss (``actor/pg_loss``) is the run's ``loss``: a verl step line
+carries no other loss of the model being trained (the critic's ``critic/vf_loss`` trains the value
+model beside it), so the objective the run minimises is the one the pages and detectors read; a
+blow-up of it (a policy collapsing to one-token answers) is the run's incident. The KL
+(``actor/ppo_kl``, ``actor/kl_loss``), the reward (``critic/score/mean``, ``critic/rewards/mean``) and
+the response length (``response_length/mean``) keep their names. Values printed through numpy's or
+torch's repr (``np.float64(0.02)``, ``np.int32(16)``, ``tensor(0.41)``) are their numbers.
 """
 
 from __future__ import annotations
@@ -24,7 +27,11 @@ from ingest.formats.textlog import LineKind, TextLogReader
 RAY_PREFIX: Final = r"(?:\((?:[A-Za-z_][A-Za-z0-9_.]*[ \t]+)?pid=[0-9]+(?:,[ \t]*ip=[0-9A-Fa-f.:]+)?\)[ \t]*)?"
 """Ray's ``(TaskRunner pid=123)``, ``(RayWorker pid=1, ip=10.0.0.2)``, ``(pid=123)`` before a worker's line."""
 
+_WRAPPER: Final = r"(?:(?:np|numpy)\.(?:float|int|uint)(?:8|16|32|64)\(|tensor\()?"
+"""numpy's and torch's repr around a number (``np.float64(``, ``np.int32(``, ``tensor(``); its ``)`` follows."""
+
 _ROLES: Final[dict[str, tuple[str, str | None]]] = {
+    "actor/pg_loss": ("loss", None),
     "actor/grad_norm": ("grad_norm", None),
     "actor/lr": ("lr", None),
     "timing_s/step": ("step_time_s", "s"),
@@ -44,7 +51,7 @@ class VerlConsoleReader(TextLogReader):
             name="step",
             prefix=RAY_PREFIX + r"step:(?P<step>[0-9]+)[ \t]+-[ \t]+(?=[A-Za-z_])",
             pairs=(
-                r"(?P<key>[A-Za-z_][A-Za-z0-9_/@.\-]*):(?:np\.float(?:16|32|64)\()?(?P<val>" + NUMBER + r")\)?"
+                r"(?P<key>[A-Za-z_][A-Za-z0-9_/@.\-]*):" + _WRAPPER + r"(?P<val>" + NUMBER + r")\)?"
                 r"(?=[ \t]+-[ \t]|[ \t\r]*$)"
             ),
             keymap=_verl_key,
