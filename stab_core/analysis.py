@@ -36,6 +36,7 @@ from stab_core.incidents import (
 from stab_core.level_shifts import LEVEL_SAMPLES, level_shifts
 from stab_core.metrics import signed_objective
 from stab_core.recent_level import new_early_jumps, new_recent_level_jumps
+from stab_core.return_falls import return_led
 from stab_core.run_end_rises import cut_off_at_log_end, rise_corroborated, run_end_rises
 from stab_core.runview import FloatArray, IntArray, RunView, Series
 from stab_core.severity import EARLY_BLIP_SAMPLES, Certainty, classify, loss_cost, loss_left_band, sensitivity
@@ -457,7 +458,7 @@ def find_incidents(view: RunView, params: AnalysisParams | None = None) -> list[
             primary = replace(primary, steps_lost=0)
         incident = Incident(kind, (primary, *members[1:]), co_moves)
         incidents.append(_costed(incident, loss, early, p, view.series.get("val_loss")))
-    return discriminator_wins(view.series, adversarial_drifts(view.series, incidents))
+    return return_led(view.series, discriminator_wins(view.series, adversarial_drifts(view.series, incidents)))
 
 
 def _costed(

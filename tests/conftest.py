@@ -35,6 +35,8 @@ TIERS: dict[str, str] = {
     **dict.fromkeys(
         (
             "abandoned_attempts",
+            "formats_rl_logs",
+            "return_falls",
             "gen20a_generic_steps",
             "round12_imports",
             "round14_kv_consoles",
