@@ -106,6 +106,11 @@ BATCH_FLOORS: dict[str, tuple[int, float, int, int, int, float]] = {
     # gen20b: 8 faults on 1 log (event-typed JSONL, grouped W&B history columns, a steps_done axis; the relaunch left),
     # 0.9228 (610 / 661)
     "batch_14": (8, 22 / 26, 6, 0, 1, 0.92),
+    # batch 15 measured held out on 8a9408a (124 faults on 29 logs, 17 / 26, 27 invented, 8 shown on healthy,
+    # 2 broken, 0.721 = 1,140 / 1,581), then tuned on. t21a (RL logs: Monitor CSVs read, SB3 table counters no
+    # metrics, the return as an RL run's headline, a TD loss's decade jitter no spikes): 105 faults on 26 logs,
+    # 19 / 26, 13 invented, 8 shown on healthy, 2 broken, 0.785 (1,186 / 1,510)
+    "batch_15": (105, 19 / 26, 8, 2, 13, 0.78),
 }
 QUIET_SPANS_FLAGGED: dict[str, int] = {"batch_13": 1}
 """Quiet spans flagged a batch may still show (0 unless named): batch 13's mmengine C3D grad norm rises at 473 to a
