@@ -15,6 +15,8 @@ its size below it) and lower than it by more than :data:`FALL_Z` times the usual
 with the next block still under :data:`STAY_RATIO` of the level, starts a fall; it counts when it lasts
 :data:`LASTING_BLOCKS` blocks or more before a block is back at :data:`BACK_RATIO` of the level. It is
 over there (severity spike), or open to the log's end (a divergence: the run never got its return back).
+A fall whose span overlaps an incident the other detectors report (a critic's loss spike the return falls
+with) is that incident: it is not reported twice.
 
 A TD or value loss whose samples span :data:`DECADES` decades or more in a run whose headline is a return
 (:func:`return_led`) is that jitter: its incidents are dropped, the return's are the run's.
@@ -142,4 +144,6 @@ def return_led(series: Mapping[str, Series], incidents: Sequence[Incident]) -> l
     kept = list(incidents)
     if _jitters(series.get("loss")):
         kept = [i for i in kept if any(m.nonfinite for m in i.members) or i.primary.metric != "loss"]
+    # a fall overlapping an incident already reported (a loss spike the return falls after) is that incident
+    falls = [f for f in falls if not any(f.start <= i.until and i.start <= f.until for i in kept)]
     return sorted([*kept, *falls], key=lambda i: i.start)

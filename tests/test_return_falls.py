@@ -49,3 +49,14 @@ def test_a_td_loss_spanning_decades_is_no_spike_series_the_return_is_the_inciden
     incidents = find_incidents(view)
     assert [i.primary.metric for i in incidents] == ["rollout/ep_rew_mean"]
     assert abs(incidents[0].start - 800 * 250) <= 15 * 250 and incidents[0].severity == "divergence"
+
+
+def test_a_fall_that_overlaps_a_loss_incident_is_that_incident() -> None:
+    rng = np.random.default_rng(4)
+    n = 1000
+    steps = np.arange(1, n + 1, dtype=np.int64) * 100
+    loss = np.full(n, 0.05) * rng.uniform(0.9, 1.1, n)
+    loss[600:608] = 1.5  # the critic's loss spikes, and the return falls with it
+    ret = np.concatenate([np.full(600, 100.0), np.full(400, 40.0)]) + rng.normal(0, 3, n)
+    incidents = find_incidents(_view({"loss": (steps, loss), "ep_rew_mean": (steps, ret)}))
+    assert [i.primary.metric for i in incidents] == ["loss"]
