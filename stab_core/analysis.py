@@ -14,16 +14,15 @@ from typing import Any, Final
 import numpy as np
 
 from stab_core.abandoned import abandoned_attempts, attempt_json
-from stab_core.adversarial import adversarial_drifts
 from stab_core.claims import incident_claims, said_from_json
 from stab_core.clean_baseline import spikes_past_long_incidents
 from stab_core.clipping import CLIP_SATURATION, ClipStats, clipping_stats
 from stab_core.decision_tree import NONFINITE_START_LEAF, DiagnosisParams
 from stab_core.detectors_not_run import detectors_not_run
 from stab_core.diagnosis import diagnose, diagnose_early
-from stab_core.discriminator_wins import discriminator_wins
 from stab_core.early_rises import banded_climbs, robust_early_rises
 from stab_core.held_out import held_out_nonfinite, held_out_rose, is_held_out_nonfinite
+from stab_core.incident_passes import after_grouping
 from stab_core.incidents import (
     Incident,
     IncidentKind,
@@ -39,7 +38,6 @@ from stab_core.recent_level import new_early_jumps, new_recent_level_jumps
 from stab_core.run_end_rises import cut_off_at_log_end, rise_corroborated, run_end_rises
 from stab_core.runview import FloatArray, IntArray, RunView, Series
 from stab_core.severity import EARLY_BLIP_SAMPLES, Certainty, classify, loss_cost, loss_left_band, sensitivity
-from stab_core.side_losses import exploded_terms
 from stab_core.skipped_steps import skipped_steps
 from stab_core.snr import SnrCollapse, SnrSeries, detect_snr_collapse, gradient_snr
 from stab_core.spike_params import GRAD_NORM_SPIKE_PARAMS, LOSS_SPIKE_PARAMS, SpikeParams
@@ -459,7 +457,7 @@ def find_incidents(view: RunView, params: AnalysisParams | None = None) -> list[
             primary = replace(primary, steps_lost=0)
         incident = Incident(kind, (primary, *members[1:]), co_moves)
         incidents.append(_costed(incident, loss, early, p, view.series.get("val_loss")))
-    return exploded_terms(view.series, discriminator_wins(view.series, adversarial_drifts(view.series, incidents)))
+    return after_grouping(view.series, incidents)
 
 
 def _costed(

@@ -35,6 +35,8 @@ TIERS: dict[str, str] = {
     **dict.fromkeys(
         (
             "abandoned_attempts",
+            "formats_rl_logs",
+            "return_falls",
             "gen20a_generic_steps",
             "table_runs",
             "round15_consoles",

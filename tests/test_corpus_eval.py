@@ -108,9 +108,8 @@ BATCH_FLOORS: dict[str, tuple[int, float, int, int, int, float]] = {
     # t21d: 4 faults (a metrics CSV whose step goes back to its first is a fresh run: the relaunch read), 0.929
     "batch_14": (4, 22 / 26, 6, 0, 1, 0.92),
     # batch 15 measured held out on 8a9408a (124 faults on 29 logs, 17 / 26, 27 invented, 8 shown on healthy,
-    # 2 broken, 0.7211 = 1140 / 1581), then tuned on. t21c (Markdown/README consoles): 101 faults on 22 logs,
-    # 0.7353; t21d (tables): 116 faults, 21 / 26, 0.7319; t21e (verl, tqdm postfix bars, an exploded KL term):
-    # 85 faults, 20 / 26, 0.728
+    # 2 broken, 0.7211 = 1140 / 1581), then tuned on: t21a (RL logs), t21c (Markdown/README consoles), t21d
+    # (tables), t21e (verl, tqdm postfix bars, an exploded KL term); the merged figures are measured below
     "batch_15": (116, 17 / 26, 8, 2, 27, 0.72),
 }
 QUIET_SPANS_FLAGGED: dict[str, int] = {"batch_13": 1}

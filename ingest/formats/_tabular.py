@@ -22,6 +22,7 @@ import pyarrow.json as pajson
 from ingest.errors import StabScopeError
 from ingest.formats._common import MAX_SKIPPED_EXAMPLES, LogBuilder
 from ingest.formats.aliases import KeyMap, sanitise_name
+from ingest.formats.csv_comments import leading_comments, without_comments
 from ingest.formats.numbers import parse_numbers
 from ingest.formats.raw_text import open_error
 from ingest.formats.table_axes import group_lr_columns, is_axis_counter, run_lr_group
@@ -29,19 +30,8 @@ from stab_core.metrics import RUN_RANK
 
 pc: Any = _pc  # pyarrow-stubs overloads reject valid calls on generic arrays
 
-STEP_COLUMNS: Final = (
-    "step",
-    "Step",
-    "_step",
-    "global_step",
-    "trainer/global_step",
-    "train/global_step",
-    "iteration",
-    "iter",
-    "steps",
-    "current_steps",
-    "current_step",
-)
+_STEP_NAMES: Final = "step Step _step global_step trainer/global_step train/global_step iteration iter steps"
+STEP_COLUMNS: Final = (*_STEP_NAMES.split(), "current_steps", "current_step")
 """Column names accepted as the step axis, most specific first."""
 WALL_COLUMNS: Final = ("wall_time", "Wall time", "timestamp", "_timestamp", "time")
 """Column names read as wall-clock time (seconds since the epoch)."""
@@ -72,8 +62,9 @@ def csv_delimiter(head: bytes) -> str:
 
 
 def csv_header(head: bytes) -> list[str] | None:
-    """Column names of a CSV (or TSV) whose first bytes are ``head`` (None when it does not look like one)."""
-    text = head.decode("utf-8-sig", errors="replace")
+    """Column names of a CSV (or TSV) whose first bytes are ``head`` (None when it does not look like one);
+    comment lines above the header are passed over (:mod:`ingest.formats.csv_comments`)."""
+    text = (head := without_comments(head)).decode("utf-8-sig", errors="replace")
     first = text.split("\n", 1)[0].strip("\r")
     delimiter = csv_delimiter(head)
     if delimiter not in first or "\x00" in first:
@@ -246,7 +237,7 @@ def iter_csv(path: Path, builder: LogBuilder, text_columns: Iterable[str] = ()) 
             head = f.read(64 * 1024)
     except OSError as exc:
         raise open_error(path, exc) from exc
-    header = csv_header(head) or []
+    header, comments = csv_header(head) or [], leading_comments(head)
     if not header:
         first_line = head.split(b"\n", 1)[0]
         nul_at = first_line.find(b"\x00")
@@ -260,6 +251,7 @@ def iter_csv(path: Path, builder: LogBuilder, text_columns: Iterable[str] = ()) 
         raise StabScopeError(
             "expected a CSV header line (comma- or tab-separated column names)", path=str(path), line=1
         )
+    head = without_comments(head)
     delimiter = csv_delimiter(head)
     text = set(text_columns)
     size = _file_size(path)
@@ -273,7 +265,9 @@ def iter_csv(path: Path, builder: LogBuilder, text_columns: Iterable[str] = ()) 
         types = {c: (pa.string() if (as_text or c in text) else pa.float64()) for c in header}
         convert = pacsv.ConvertOptions(column_types=types, null_values=[""], strings_can_be_null=True)
         # padded names (Ultralytics' right-aligned '      epoch,  train/box_loss'): the trimmed header
-        read = pacsv.ReadOptions(block_size=CSV_BLOCK_BYTES, **_trimmed_names(head, header))
+        trimmed = _trimmed_names(head, header)
+        trimmed["skip_rows"] = trimmed.get("skip_rows", 0) + comments
+        read = pacsv.ReadOptions(block_size=CSV_BLOCK_BYTES, **trimmed)
         parse = pacsv.ParseOptions(delimiter=delimiter, invalid_row_handler=row_skipper(invalid))
         row = 0
         try:
@@ -286,7 +280,7 @@ def iter_csv(path: Path, builder: LogBuilder, text_columns: Iterable[str] = ()) 
                     t = t.slice(rows_done - start)
                     start = rows_done
                 rows_done = row
-                yield t, start + 2
+                yield t, start + 2 + comments
         except pa.ArrowInvalid as exc:
             if str(exc).startswith("Empty CSV file") or "cannot infer number of columns" in str(exc):
                 builder.advance(size)  # a header cut before its end: no rows (the reader says so)

@@ -26,7 +26,7 @@ from ingest.formats.aliases import canonical_name
 
 _QUALIFIERS: Final = frozenset({"total", "global", "env", "environment", "num", "n", "time", "train", "trainer"})
 _STEP_WORDS: Final = frozenset({"step", "steps", "timestep", "timesteps", "iteration", "iterations", "iter", "iters"})
-_COUNT_WORDS: Final = frozenset({"epoch", "epochs", "episode", "episodes"})
+_COUNT_WORDS: Final = frozenset({"epoch", "epochs", "episode", "episodes", "updates"})
 _COUNT_QUALIFIERS: Final = _QUALIFIERS | {"rollout", "eval"}
 _CLOCKS: Final = frozenset({("total", "duration"), ("total", "time"), ("time", "elapsed"), ("elapsed", "time")})
 _PROGRESS: Final = frozenset({"progress"})

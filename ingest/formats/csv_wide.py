@@ -43,8 +43,11 @@ from ingest.formats._tabular import (
 from ingest.formats.base import Reader
 from ingest.formats.column_roles import column_keymap
 from ingest.formats.csv_clocks import add_clock_step_time
+from ingest.formats.csv_comments import comment_settings, is_monitor, monitor_column, without_comments
 from ingest.formats.csv_counters import is_run_clock, proposed_loss, step_like_column
 from ingest.formats.epoch_steps import EpochSteps
+from ingest.formats.field_roles import SETTINGS_KEY
+from ingest.formats.raw_text import read_head
 from ingest.formats.run_loss import add_run_loss
 from ingest.formats.table_runs import TableRuns
 
@@ -61,7 +64,7 @@ class WideCsvReader(Reader):
     description = "CSV with a step column and one column per metric (optional rank, wall_time, event)"
 
     def sniff(self, head: bytes, path: Path) -> float:
-        header = csv_header(head)
+        header, head = csv_header(head), without_comments(head)
         if not header or len(header) < 2:
             return 0.0
         counter = find_column(header, STEP_COLUMNS) or step_like_column(header)
@@ -75,7 +78,10 @@ class WideCsvReader(Reader):
             epochs = EpochSteps()
             runs = TableRuns(builder)  # ingest.formats.table_runs: an axis back at its first value
             rows = 0
+            if settings := comment_settings(read_head(path, 64 * 1024)):  # ingest.formats.csv_comments
+                builder.meta.setdefault(SETTINGS_KEY, {}).update(settings)
             for table, line in iter_csv(path, builder, text_columns=(EVENT_COLUMN,)):
+                monitor = is_monitor(table.column_names)
                 if loss := proposed_loss(table.column_names):
                     builder.meta.setdefault("proposed_map", {}).update(loss)
                 step_col = find_column(table.column_names, STEP_COLUMNS) or step_like_column(table.column_names)
@@ -97,12 +103,15 @@ class WideCsvReader(Reader):
                         line=1,
                     )
                 for run in runs.split(table, step_col) if "rank" not in table.column_names else [table]:
-                    _add_rows(builder, run, step_col, (path, line), add_loss=not loss)
+                    _add_rows(builder, run, step_col, (path, line), add_loss=not loss, monitor=monitor)
 
 
-def _add_rows(builder: LogBuilder, table: pa.Table, step_col: str, where: tuple[Path, int], add_loss: bool) -> None:
-    """One run's rows of a table: its clock's step time, events, metric columns and stand-in loss."""
-    clock = add_clock_step_time(builder, table, step_col)  # ingest.formats.csv_clocks
+def _add_rows(
+    builder: LogBuilder, table: pa.Table, step_col: str, where: tuple[Path, int], add_loss: bool, monitor: bool
+) -> None:
+    """One run's rows of a table: its clock's step time, events, metric columns and stand-in loss (a
+    Monitor file's ``t`` is a clock with no step time: :mod:`ingest.formats.csv_comments`)."""
+    clock = None if monitor else add_clock_step_time(builder, table, step_col)  # ingest.formats.csv_clocks
     event_col = EVENT_COLUMN if EVENT_COLUMN in table.column_names else None
     if event_col is not None:
         _events(builder, table, step_col, event_col)
@@ -119,7 +128,7 @@ def _add_rows(builder: LogBuilder, table: pa.Table, step_col: str, where: tuple[
         ),
         where=where,
         text_cells_are_errors=True,
-        keymap=column_keymap(table.column_names),  # ingest.formats.column_roles
+        keymap=monitor_column if monitor else column_keymap(table.column_names),  # .column_roles
     )
     if add_loss:  # a YOLO results.csv's loss parts, a baselines progress.csv's critic loss
         add_run_loss(builder, table, step_col)

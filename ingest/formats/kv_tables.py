@@ -17,7 +17,10 @@ Stable-Baselines3's ``HumanOutputFormat``)::
 
 A table (rows between dashed rules) is one record. Its step is the table's own step counter
 (``total/steps``, ``time/total_timesteps``, ...; the first of :data:`_STEP_KEYS` it holds), else the
-table's order (1, 2, ...). A row with an empty value is a section (SB3's ``rollout/``) whose name
+table's order (1, 2, ...). Counters of the run (``time/total_timesteps``, ``time/episodes``,
+``time/iterations``, ``train/n_updates``, ``total/epochs``) and its elapsed clock (``time/time_elapsed``,
+``total/duration``) time the run and are no metrics (round 15, t21a). A row with an empty value is a
+section (SB3's ``rollout/``) whose name
 prefixes the indented rows below it. The logger truncates long keys (``param_noise_di...``): the key is
 kept as printed, without the dots. Without a plain ``loss`` key, the run's ``loss`` is the critic's value
 loss (``train/loss_critic``, SB3's ``critic_loss``/``value_loss``), which keeps its own name too.
@@ -37,6 +40,7 @@ import numpy as np
 
 from ingest.formats._common import LogBuilder, iter_whole_lines
 from ingest.formats.base import Reader
+from ingest.formats.csv_counters import is_elapsed_clock, is_run_clock, is_step_like
 from ingest.formats.numbers import parse_number
 from ingest.formats.raw_text import decode_head, looks_binary
 from ingest.formats.run_loss import note_loss_source, stand_in_loss
@@ -135,6 +139,8 @@ class KeyValueTableReader(Reader):
                     line_no += 1
             _close(table, cols, order)
         for key, (steps, values, seqs) in cols.items():
+            if is_run_clock(key) or is_step_like(key) or is_elapsed_clock(key):
+                continue  # SB3's time/ counters and clock, baselines' total/ ones: the run's clocks, no metric
             builder.add(key, np.asarray(steps, np.int64), np.asarray(values), seq=np.asarray(seqs, np.int64))
         # the critic's value loss is the run's loss where none is printed (ingest.formats.run_loss)
         if (stand_in := stand_in_loss(cols)) is not None:

@@ -1,0 +1,26 @@
+"""The passes over a run's grouped incidents that read more than the loss: each adds or reframes
+incidents from series beside it (issue #32).
+
+In order: a GAN generator's drift beside a discriminator that holds is no divergence
+(:mod:`stab_core.adversarial`); a generator climbing while its discriminator collapses is one
+(:mod:`stab_core.discriminator_wins`); a side loss (KL, aux) that explodes and stays is a divergence of its
+own (:mod:`stab_core.side_losses`); an RL run's return is its headline, its lasting falls are incidents and a
+TD loss's jitter is not (:mod:`stab_core.return_falls`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from stab_core.adversarial import adversarial_drifts
+from stab_core.discriminator_wins import discriminator_wins
+from stab_core.incidents import Incident
+from stab_core.return_falls import return_led
+from stab_core.runview import Series
+from stab_core.side_losses import exploded_terms
+
+
+def after_grouping(series: Mapping[str, Series], incidents: Sequence[Incident]) -> list[Incident]:
+    """``incidents`` after every pass that reads the series beside the loss, in the order above."""
+    adversarial = discriminator_wins(series, adversarial_drifts(series, incidents))
+    return return_led(series, exploded_terms(series, adversarial))
