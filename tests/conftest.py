@@ -35,6 +35,7 @@ TIERS: dict[str, str] = {
     **dict.fromkeys(
         (
             "abandoned_attempts",
+            "t21b_gluon_consoles",
             "gen20a_generic_steps",
             "round12_imports",
             "round14_kv_consoles",
