@@ -45,7 +45,7 @@ import numpy as np
 from ingest.formats._common import LogBuilder
 from ingest.formats.aliases import TIME_UNITS, canonical_name, keep_apart, normalise_key
 from ingest.formats.base import Reader
-from ingest.formats.epoch_steps import bar_total, epoch_steps, step_of_n
+from ingest.formats.epoch_steps import bar_total, epoch_steps, fresh_launches, step_of_n
 from ingest.formats.eval_lines import EVAL_STEP, eval_pairs, place_evals, placeholder
 from ingest.formats.generic_clock import clock_step_times
 from ingest.formats.generic_lines import head_records, no_key
@@ -76,6 +76,7 @@ from stab_core.metrics import CANONICAL_METRICS
 _UNIT: Final = r"(?:ms|us|ns|sec|s|min|h|%|GB|GiB|MB|MiB)"
 _KEY: Final = r"[A-Za-z_][A-Za-z0-9_/.@\-]{0,80}"
 _RATE: Final = r"(?:steps?|its?|iters?|iterations?|tok(?:en)?s?|words?)/s(?:ec)?|s(?:ec)?/it(?:er)?"  # words: tokens
+_TOKEN_RATE: Final = r"(?:tok(?:en)?s?|tks|words?)/s(?:ec)?(?![A-Za-z])(?![ \t]*[:=])"  # not the next pair's key
 _PAIR: Final = re.compile(
     # a speed printed after its value: `6.75 steps/sec`, `1.16it/s`, `113.21s/it`
     r"(?<![A-Za-z0-9_.])(?P<rval>" + NUMBER + r")[ \t]?(?P<rate>" + _RATE + r")(?![A-Za-z])"
@@ -93,7 +94,9 @@ _PAIR: Final = re.compile(
     r"(?:[A-Za-z0-9]+[ \t]+(?=[A-Za-z_][A-Za-z0-9_]*[ \t]*:))?)?" + _KEY + r")(?:[ \t]*[:=][ \t]*|[ \t]+)"
     # the unit may stand one blank after the number ('time: 644.64 ms', Karpathy's llm.c-style logs)
     # or a magnitude suffix as nanotron's ``human_format`` prints it ('consumed_tokens: 1.31M', 'K' 'M' 'B' 'T')
-    r"(?P<val>" + NUMBER + r")(?:[ \t]?(?P<unit>" + _UNIT + r"(?:/it(?:er)?)?)(?!/)|(?P<mag>[KMBT]))?(?![A-Za-z0-9_.])"
+    # or a token rate ('throughput=122.0K tks/s': the pair is the log's tokens per second)
+    r"(?P<val>" + NUMBER + r")(?:[ \t]?(?P<unit>" + _UNIT + r"(?:/it(?:er)?)?)(?!/)"
+    r"|(?P<tmag>[KMBT])?[ \t]?(?P<trate>" + _TOKEN_RATE + r")|(?P<mag>[KMBT]))?(?![A-Za-z0-9_.])"
 )
 """One ``key: number``, ``key=number``, ``key number`` or ``'key': number`` pair, with an optional unit;
 or a speed in steps (``R steps/sec``, ``R it/s``, ``T s/it``), read as a time per step (``T`` or ``1/R``
@@ -184,7 +187,9 @@ def line_pairs(text: str) -> list[tuple[str, float, str | None]]:
         number = parse_number(value)
         if m["unit"] in TIME_UNITS and normalise_key(key) in _OTHER_PHASES:
             continue  # 'infer 4.5s': the evaluation's timer
-        if number is not None and not no_key(key, m["unit"]):  # 'on 320-sample draw': prose, no pair
+        if number is not None and m["trate"] is not None:  # under the alias of the tokens per second
+            out.append(("tok/s", number * _MAGNITUDE.get(m["tmag"] or "", 1.0), None))
+        elif number is not None and not no_key(key, m["unit"]):  # 'on 320-sample draw': prose, no pair
             out.append((key.strip(), number * _MAGNITUDE.get(m["mag"] or "", 1.0), m["unit"]))
     return out
 
@@ -196,7 +201,8 @@ def propose(lines: Sequence[str], step_key: str | None = None) -> Proposal | Non
     records = [pairs for pairs, _ in found]
     if not records:
         return None
-    telling = [pairs for pairs in records if any(_trains(key, unit) for key, _, unit in pairs)]
+    # a line every rank prints alike (its settings dump) is one record, not one per rank
+    telling = list({tuple(p): p for p in records if any(_trains(key, unit) for key, _, unit in p)}.values())
     step = step_key if step_key is not None else step_key_of(telling if len(telling) >= MIN_UNNAMED_LINES else records)
     if step is None and step_key is None and len(telling) >= MIN_UNNAMED_LINES:
         step = _named_step(records)  # per-epoch summaries name the loss; the step lines a 'batch_loss'
@@ -277,12 +283,17 @@ def line_names(pairs: Sequence[tuple[str, str | None]], units: dict[str, str]) -
     return [found if found is not None else fallback for found, fallback in zip(kept, mapped, strict=True)]
 
 
+_LOSS_TERM: Final = re.compile(r"(?i)loss|cross_?entropy|smooth_?l1")
+
+
 def _trains(key: str, unit: str | None) -> bool:
     """Whether ``key`` names a training metric (the alias table knows it; not a step-like count)."""
     if key == BRACKET_KEY:
         return False
     name = stored_name(key, unit)[0]
-    return name in CANONICAL_METRICS and name not in _NOT_STEP_METRICS
+    # a detector's loss components with no total beside them (RPN_Conf, RCNN_CrossEntropy,
+    # RPNL1Loss): the loss terms are what it trains on
+    return (name in CANONICAL_METRICS and name not in _NOT_STEP_METRICS) or _LOSS_TERM.search(key) is not None
 
 
 def _inferred_units(found: list[tuple[list[tuple[str, float, str | None]], str]], step: str) -> dict[str, str]:
@@ -414,7 +425,9 @@ class GenericReader(Reader):
                 if step_line is not None:
                     pending.append(step_line)
                 line_no = more[-1][0] if more else line_no
-            epoch_steps([x for x in pending if x.step != EVAL_STEP])
+            stepped = [x for x in pending if x.step != EVAL_STEP]
+            epoch_steps(stepped)
+            relaunched = [stepped[i].line_no for i in fresh_launches(stepped)]
             place_evals(pending)
             pending = [x for x in pending if x.step != EVAL_STEP]
             _keep_recurring(pending, path, found, rows, builder)
@@ -423,7 +436,7 @@ class GenericReader(Reader):
             base = builder.reserve(line_no)
             marks = notes_marks(path)
             builder.excerpt_starts += [base + n - 1 for n in marks.excerpt_starts]
-            builder.run_headings += [base + n - 1 for n in marks.run_headings]
+            builder.run_headings += [base + n - 1 for n in (*marks.run_headings, *relaunched)]
             builder.config_headings += [base + n - 1 for n in marks.config_headings]
             # markdown notes: the settings each pasted run states (what a sibling comparison checks)
             builder.stated_settings += [(base + n - 1, key, value) for n, key, value in marks.settings]
