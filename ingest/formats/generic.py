@@ -31,7 +31,6 @@ percent).
 
 from __future__ import annotations
 
-import functools
 import itertools
 import math
 import re
@@ -43,12 +42,15 @@ from typing import Any, Final
 import numpy as np
 
 from ingest.formats._common import LogBuilder
-from ingest.formats.aliases import TIME_UNITS, canonical_name, keep_apart, normalise_key
+from ingest.formats.aliases import TIME_UNITS, keep_apart, normalise_key
 from ingest.formats.base import Reader
 from ingest.formats.epoch_steps import bar_total, epoch_steps, fresh_launches, step_of_n
 from ingest.formats.eval_lines import EVAL_STEP, eval_pairs, place_evals, placeholder
 from ingest.formats.generic_clock import clock_step_times
 from ingest.formats.generic_lines import head_records, no_key
+from ingest.formats.generic_names import SECONDS_KEYS, stored_name, trains_or_term
+from ingest.formats.generic_names import telling as telling_records
+from ingest.formats.generic_names import trains as is_training_key
 from ingest.formats.generic_steps import (
     BRACKET_KEY,
     ORDER_KEY,
@@ -113,8 +115,6 @@ _NOT_PAIRS: Final = re.compile(
     r"|\b(?:Process[ \t]+ID|pid)[ \t]*[:=]?[ \t]*[0-9]+"
 )
 """A tqdm bar (``Iteration:  13%|#  | 321/2552 [05:02<32:00, 1.16it/s]``) or a process id: no metric."""
-_NOT_STEP_METRICS: Final = frozenset({"epoch", "tokens"})
-"""Canonical metrics that count like a step: a line carrying only them does not tell the step key."""
 _RAY: Final = re.compile(r"^\((?:[A-Za-z_][A-Za-z0-9_.]*[ \t]+)?pid=[0-9]+(?:,[ \t]*ip=[0-9A-Fa-f.:]+)?\)[ \t]*")
 _NOT_METRICS: Final = re.compile(
     r"^(?:[+$>][ \t]*)?(?:export|unset|source|srun|sbatch|salloc|torchrun|deepspeed|mpirun|accelerate[ \t]+launch"
@@ -197,18 +197,21 @@ def line_pairs(text: str) -> list[tuple[str, float, str | None]]:
 def propose(lines: Sequence[str], step_key: str | None = None) -> Proposal | None:
     """The mapping for a log whose first lines are ``lines`` (None: no step counter on most of its
     metric lines). ``step_key`` is the user's choice of step (``--map KEY=step``)."""
-    found = head_records(lines, line_pairs, lambda p: _trains(p[0], p[2]), HEAD_LINES)  # generic_lines
+    trains = is_training_key
+    found = head_records(lines, line_pairs, lambda p: is_training_key(p[0], p[2]), HEAD_LINES)  # generic_lines
+    if len(telling_records([pairs for pairs, _ in found], is_training_key)) < MIN_UNNAMED_LINES:  # loss terms, no total
+        trains = trains_or_term
+        found = head_records(lines, line_pairs, lambda p: trains_or_term(p[0], p[2]), HEAD_LINES)
     records = [pairs for pairs, _ in found]
     if not records:
         return None
-    # a line every rank prints alike (its settings dump) is one record, not one per rank
-    telling = list({tuple(p): p for p in records if any(_trains(key, unit) for key, _, unit in p)}.values())
+    telling = telling_records(records, trains)
     step = step_key if step_key is not None else step_key_of(telling if len(telling) >= MIN_UNNAMED_LINES else records)
     if step is None and step_key is None and len(telling) >= MIN_UNNAMED_LINES:
         step = _named_step(records)  # per-epoch summaries name the loss; the step lines a 'batch_loss'
-    told = [(pairs, line) for pairs, line in found if any(_trains(key, unit) for key, _, unit in pairs)]
+    told = [(pairs, line) for pairs, line in found if any(trains(key, unit) for key, _, unit in pairs)]
     unstepped = step is None and step_key is None and told
-    order = line_order([p for p, _ in told], _trains, [t for _, t in told]) if unstepped else None
+    order = line_order([p for p, _ in told], trains, [t for _, t in told]) if unstepped else None
     if order is not None:  # no counter on the metric lines: they count in file order (generic_steps)
         found = [(order.counted(pairs, line), line) for pairs, line in found]
         records, step, order.count, order.header = [pairs for pairs, _ in found], ORDER_KEY, 0, None
@@ -283,19 +286,6 @@ def line_names(pairs: Sequence[tuple[str, str | None]], units: dict[str, str]) -
     return [found if found is not None else fallback for found, fallback in zip(kept, mapped, strict=True)]
 
 
-_LOSS_TERM: Final = re.compile(r"(?i)loss|cross_?entropy|smooth_?l1")
-
-
-def _trains(key: str, unit: str | None) -> bool:
-    """Whether ``key`` names a training metric (the alias table knows it; not a step-like count)."""
-    if key == BRACKET_KEY:
-        return False
-    name = stored_name(key, unit)[0]
-    # a detector's loss components with no total beside them (RPN_Conf, RCNN_CrossEntropy,
-    # RPNL1Loss): the loss terms are what it trains on
-    return (name in CANONICAL_METRICS and name not in _NOT_STEP_METRICS) or _LOSS_TERM.search(key) is not None
-
-
 def _inferred_units(found: list[tuple[list[tuple[str, float, str | None]], str]], step: str) -> dict[str, str]:
     """Units for the unitless values whose unit the log says otherwise (see
     :mod:`ingest.formats.generic_units`): a bare ``dt`` by the wall clock, an MFU in percent."""
@@ -318,20 +308,6 @@ def _inferred_units(found: list[tuple[list[tuple[str, float, str | None]], str]]
     return units
 
 
-@functools.lru_cache(maxsize=4096)
-def stored_name(key: str, unit: str | None) -> tuple[str, str | None]:
-    """The metric name a key is stored under (as every reader names it) and its unit."""
-    name, key_unit = canonical_name(key)
-    if unit is None and key_unit is None and normalise_key(key) in _SECONDS_KEYS:
-        key_unit = "s"  # '| seconds: 1.25 |': the key is the unit
-    unit = (unit or key_unit or "").split("/")[0] or None  # '9905 ms/iter': milliseconds
-    if _SAMPLES_PER_S.match(key):
-        return "samples_per_s", None  # as the Megatron, NeoX and DeepSpeed readers name it
-    if unit in TIME_UNITS and name not in CANONICAL_METRICS and not name.endswith("_s"):
-        name += "_s"
-    return name, unit
-
-
 def _is_loss(key: str, unit: str | None) -> bool:
     named = "loss" in key or key in ("xent", "cross entropy")  # OpenNMT-py's 'xent': the cross-entropy loss
     return named and not re.search(r"\b(?:val|valid|validation|eval|test)\b", key)
@@ -345,14 +321,12 @@ def _is_lr(key: str, unit: str | None) -> bool:
     return bool(re.search(r"(?:^|\b|/)lr\b|learning rate", key))
 
 
-_SAMPLES_PER_S: Final = re.compile(r"^samples?(?:/s|/sec|[ _]per[ _]sec(?:ond)?|_per_s)$", re.IGNORECASE)
-_SECONDS_KEYS: Final = frozenset({"seconds", "second", "secs", "sec"})
 """Keys that are a unit themselves: a step line's ``seconds: 1.25`` is the step's time."""
 
 
 def _is_step_time(key: str, unit: str | None) -> bool:
     timed = unit is not None and unit.split("/")[0] in TIME_UNITS
-    return timed and ("time" in key or "/it" in (unit or "") or key in ("dt", "elapsed", *_SECONDS_KEYS, *_TRAIN_PHASE))
+    return timed and ("time" in key or "/it" in (unit or "") or key in ("dt", "elapsed", *SECONDS_KEYS, *_TRAIN_PHASE))
 
 
 _TRAIN_PHASE: Final = ("train", "training")
@@ -581,9 +555,9 @@ def _keep_recurring(
         # an eval line at a logged step that names a known metric ('step 500 | val_loss 2.5 | val_ppl 12.1')
         # keeps every key; prose ('Step 2: Distance 14 km') names none, and one off the step sequence
         # keeps only the known keys
-        evaluated = step_line.step in logged and any(_trains(k, u) for k, _, u in values)
+        evaluated = step_line.step in logged and any(is_training_key(k, u) for k, _, u in values)
         if recurring and step_line.layout not in recurring and not evaluated:
-            values = [(k, v, u) for k, v, u in values if k in known or _trains(k, u)]
+            values = [(k, v, u) for k, v, u in values if k in known or is_training_key(k, u)]
         if not values:
             builder.skip(path, step_line.line_no, f"not a layout of the log: {step_line.text.strip()[:80]}")
             builder.account.text_line(str(path), step_line.line_no, step_line.text.split("\r")[-1], parsed=False)
