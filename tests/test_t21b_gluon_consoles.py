@@ -153,3 +153,20 @@ def test_two_lone_nans_far_apart_stay_two_incidents() -> None:
     values[100], values[140] = math.nan, math.nan
     events = detect_spikes(np.arange(values.shape[0]) * 10, values, "loss")
     assert [e.start for e in events if e.nonfinite] == [1000, 1400]
+
+
+def test_loss_terms_do_not_outvote_a_consoles_step_and_loss_lines(tmp_path: Path) -> None:
+    # an RL console that also prints a debug dict per step (its own counter, a policy and a value loss):
+    # the Step/Loss lines hold the run's loss, so loss terms are no training lines and the dicts' counter
+    # does not compete for the step key (only a log whose lines hold no canonical metric trains on terms)
+    lines = []
+    for step in range(1, 41):
+        lines += [
+            f"{{'prompt_len': {90 + step % 9}, 'steps_taken': {step * 30}, 'ratio_mean': tensor(1.0001, "
+            f"device='mps:0'), 'adv_mean': tensor(-0.0055, device='mps:0'), 'policy_loss': -{step}e-05}}",
+            f"Step: {step} | Loss: {0.001 * (step % 5) - 0.002:.4f} | KL: {0.0001 * (step % 3):.4f}",
+        ]
+    parsed = read_log([_write(tmp_path, lines)])
+    steps, values = _series(parsed, "loss")
+    assert steps == list(range(1, 41))
+    assert values[:3] == [-0.001, 0.0, 0.001]
