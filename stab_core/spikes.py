@@ -258,14 +258,16 @@ def detect_spikes(
         last = first
         recovery = _first_true_from(x, first + 1, back_in_band)
         segment, longest = first, 0  # the most consecutive samples out: merged detections' returns split it
+        bad = 0  # non-finite samples in the event so far
         while True:
             if recovery is None:
                 last = x.size - 1
                 break
             last = recovery - 1
             longest = max(longest, last + 1 - segment)
+            bad += int(np.count_nonzero(~np.isfinite(x[segment:recovery])))
             later = flagged[np.searchsorted(flagged, recovery) :]
-            if later.size == 0 or int(later[0]) - recovery >= chosen.merge_gap:
+            if later.size == 0 or not _joins(x, int(later[0]), recovery, bad, chosen.merge_gap):
                 break
             segment = int(later[0])
             recovery = _first_true_from(x, segment + 1, back_in_band)
@@ -278,6 +280,16 @@ def detect_spikes(
         grad_events = detect_spikes(grad_norm.steps, grad_norm.values, "grad_norm")
         events = link_grad_norm_lead(events, grad_events, max_lead_steps)
     return events
+
+
+def _joins(x: FloatArray, later: int, recovery: int, bad: int, merge_gap: int) -> bool:
+    """Whether the detection at ``later`` joins the event that returned at ``recovery``: within
+    ``merge_gap`` samples; or, for a non-finite value after an event that held ``bad`` non-finite
+    ones, within ``bad`` samples: the fault recurring, not a new incident (a loss printed as a running
+    mean over the epoch stays NaN from a bad batch to the epoch's end and restarts finite at the next
+    epoch's first line, which is no recovery)."""
+    gap = later - recovery
+    return gap < merge_gap or (bad > 0 and not math.isfinite(float(x[later])) and gap < bad)
 
 
 def link_grad_norm_lead(

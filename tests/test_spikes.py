@@ -404,14 +404,18 @@ def _reference_events(x: np.ndarray, params: SpikeParams) -> list[tuple[int, int
             return next((j for j in range(i + 1, x.size) if back(j)), None)
 
         recovery = recovery_after(first)
+        segment, bad = first, 0  # a non-finite flag within as many samples as the event held NaN joins it too
         while True:
             if recovery is None:
                 last = x.size - 1
                 break
             last = recovery - 1
+            bad += sum(1 for j in range(segment, recovery) if not np.isfinite(x[j]))
             later = [f for f in flagged if f >= recovery]
-            if not later or later[0] - recovery >= params.merge_gap:
+            gap = later[0] - recovery if later else 0
+            if not later or (gap >= params.merge_gap and not (bad and not np.isfinite(x[later[0]]) and gap < bad)):
                 break
+            segment = later[0]
             recovery = recovery_after(later[0])
         events.append((first, last, recovery, level, scale))
         k = next((i for i, f in enumerate(flagged) if f > last), len(flagged))

@@ -1,6 +1,6 @@
 """A step counter that restarts every epoch, made the run's global step: in a CSV with ``epoch`` and
 ``step`` columns (:class:`EpochSteps`) and on text lines ``Epoch E | Step S/N`` (:func:`epoch_steps`).
-The step goes back only where the epoch grows (never within one epoch, the epochs never going back):
+The step goes back only where the epoch grows (never within one epoch; an epoch going back starts a relaunch):
 it counts batches within the epoch, and the global step is ``(epoch - base) * period + step`` with
 ``base`` 0 when the epochs count from 0, else 1 (a file that starts at a later epoch keeps its place on
 the axis). A counter that never goes back, or goes back within an epoch (a resume), is kept."""
@@ -86,31 +86,82 @@ def step_of_n(step_keys: tuple[str, ...], line: str) -> int | None:
 
 def epoch_steps(lines: Sequence[EpochStepLine]) -> None:
     """Make a step counter that restarts every epoch a global step, in place: where the lines print
-    ``Epoch E ... Step S/N`` and the step goes back only where the epoch grows (never within one),
-    ``S/N`` counts the epoch's ``N`` batches and the step is ``(E - base) * N + S`` (``base`` 0 when
-    the epochs count from 0, else 1). A counter that never goes back is kept (``S/N`` of all steps),
-    and so is one that goes back within an epoch (a resume: the segments cut it). A line of the same
-    epochs that prints its step without ``/N`` (an eval line's ``Epoch 2 | Step 100``) is converted
-    too, with the ``N`` its epoch's marked lines print (else the marked lines' last ``N``), where its
-    step is within that ``N``."""
+    ``Epoch E ... Step S/N`` and the step goes back where the epoch grows, ``S/N`` counts the epoch's
+    ``N`` batches and the step is ``(E - base) * N + S`` (``base`` 0 when the epochs count from 0,
+    else 1). A counter that never goes back where the epoch grows is kept (``S/N`` of all steps). A
+    file several launches appended to is cut into launches where the epoch goes back, or the step goes
+    back within one epoch (a relaunch, or a resume: the segments cut it), and each launch is made
+    global on its own with the file's ``base``, so a resumed launch keeps its place on the axis. A line
+    of the same epochs that prints its step without ``/N`` (an eval line's ``Epoch 2 | Step 100``) is
+    converted too, with the ``N`` its epoch's marked lines print (else the launch's last ``N``), where
+    its step is within that ``N``. An epoch's ``N`` is the one its first marked line prints (a logger
+    whose denominator wobbles by one within the epoch, ``0020/1263`` .. ``1260/1264``, keeps one
+    period per epoch, so the axis never goes back within it)."""
     marked = [x for x in lines if x.epoch is not None and x.per_epoch is not None]
     if len(marked) < 2:
-        _unmarked_epoch_steps(lines)
+        for launch in _relaunches(lines):
+            _unmarked_epoch_steps(launch)
         return
+    launches: list[list[EpochStepLine]] = [[]]
     went_back = False
-    for a, b in itertools.pairwise(marked):
-        assert a.epoch is not None and b.epoch is not None
-        if b.epoch < a.epoch or (b.step < a.step and b.epoch == a.epoch):
-            return
-        went_back |= b.step < a.step
+    last: EpochStepLine | None = None
+    for x in lines:
+        if last is not None and x.epoch is not None and last.epoch is not None:
+            if x.epoch < last.epoch or (x.step < last.step and x.epoch == last.epoch):
+                launches.append([])
+            went_back |= x.step < last.step and x.epoch > last.epoch
+        launches[-1].append(x)
+        if x.epoch is not None:
+            last = x
     if not went_back:
         return
     base = 0 if min(x.epoch for x in marked if x.epoch is not None) == 0 else 1
-    n_of = {x.epoch: x.per_epoch for x in marked}
+    for launch in launches:
+        _launch_epoch_steps(launch, base)
+
+
+def fresh_launches(lines: Sequence[EpochStepLine]) -> list[int]:
+    """Indices of the lines where a fresh launch starts: the epoch goes back to the lowest epoch seen
+    so far (a training relaunched from its first epoch and appended to the same file is another run,
+    even where its first logged batch is past the first run's; an epoch going back to a later one is
+    a resume, kept in the run)."""
+    out: list[int] = []
+    last: int | None = None
+    lowest: int | None = None
+    for i, x in enumerate(lines):
+        if x.epoch is None:
+            continue
+        if last is not None and lowest is not None and x.epoch < last and x.epoch <= lowest:
+            out.append(i)
+        last, lowest = x.epoch, x.epoch if lowest is None else min(lowest, x.epoch)
+    return out
+
+
+def _relaunches(lines: Sequence[EpochStepLine]) -> list[Sequence[EpochStepLine]]:
+    """``lines`` cut where the epoch goes back: each launch appended to the file counts its own."""
+    cuts = [0]
+    last: int | None = None
+    for i, x in enumerate(lines):
+        if x.epoch is not None:
+            if last is not None and x.epoch < last:
+                cuts.append(i)
+            last = x.epoch
+    cuts.append(len(lines))
+    return [lines[a:b] for a, b in itertools.pairwise(cuts)]
+
+
+def _launch_epoch_steps(lines: Sequence[EpochStepLine], base: int) -> None:
+    """One launch's ``(E - base) * N + S`` (see :func:`epoch_steps`)."""
+    n_of: dict[int, int] = {}
+    for x in lines:
+        if x.epoch is not None and x.per_epoch is not None:
+            n_of.setdefault(x.epoch, x.per_epoch)
+    if not n_of:
+        return
+    last_n = next(x.per_epoch for x in reversed(lines) if x.epoch is not None and x.per_epoch is not None)
     for x in lines:
         if x.epoch is not None:
-            n = x.per_epoch if x.per_epoch is not None else n_of.get(x.epoch, marked[-1].per_epoch)
-            assert n is not None
+            n = n_of.get(x.epoch, last_n)
             if x.per_epoch is None and x.step > n:
                 continue  # a step past the epoch's batches is no batch of it: global already
             x.step = (x.epoch - base) * n + x.step
@@ -150,8 +201,9 @@ Pairs = Sequence[tuple[str, float, str | None]]
 
 def epoch_counted(records: Sequence[Pairs], key: str, values: list[float]) -> list[float]:
     """``key``'s values as a step axis would count them: where every line that prints ``key`` also
-    prints its epoch and ``key`` goes back only where the epoch grows (a batch counter restarting each
-    epoch, made global by :func:`epoch_steps`), each value offset by its epoch; else ``values``."""
+    prints its epoch and ``key`` goes back only where the epoch grows or goes back (a batch counter
+    restarting each epoch, made global by :func:`epoch_steps`; a relaunch), each value offset by its
+    epoch; else ``values``."""
     counted: list[float] = []
     last: tuple[float, float] | None = None
     for pairs in records:
@@ -159,7 +211,8 @@ def epoch_counted(records: Sequence[Pairs], key: str, values: list[float]) -> li
         if step is None:
             continue
         epoch = next((v for k, v, _ in pairs if normalise_key(k) == "epoch"), None)
-        if epoch is None or (last is not None and (epoch < last[0] or (step < last[1] and epoch == last[0]))):
+        # an epoch going back is a relaunch appended to the file (one restart), counted as such
+        if epoch is None or (last is not None and step < last[1] and epoch == last[0]):
             return values
         counted.append(epoch * (1 + max(values)) + step)
         last = (epoch, step)

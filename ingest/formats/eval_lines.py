@@ -30,6 +30,12 @@ _LABEL: Final = re.compile(
     r"^[ \t]*(?:[A-Z]+:[A-Za-z0-9_.]*:|\[[^\]\n]*\][ \t]*|[0-9:,. \t-]+(?=[A-Za-z]))*[ \t]*"
     r"(?i:validation|valid|val|evaluation|eval|test)[ \t]*(?:-|:|\|)[ \t]*(?P<rest>.*)$"
 )
+_EPOCH_LABEL: Final = re.compile(
+    r"^[ \t]*(?:[A-Z]+:[A-Za-z0-9_.]*:)?[ \t]*(?i:epoch)[ \t]*\[?[0-9]+\]?[ \t]*[,:]?[ \t]*"
+    r"(?i:validation|valid|val|evaluation|eval|test)[ \t]*(?:-|:|\|)?[ \t]*(?P<rest>[A-Za-z].*)$"
+)
+"""``Epoch 3 validation pixAcc: 0.71, mIoU: 0.32``: the epoch's evaluation, its label after the epoch
+and no separator before its pairs (GluonCV's segmentation trainer)."""
 _GAN: Final = {"generator loss": "loss", "g loss": "loss", "discriminator loss": "disc_loss", "d loss": "disc_loss"}
 _GAN_KEY: Final = re.compile(r"\b(?i:(generator|discriminator|g|d))[ \t]+(?=(?i:loss)\b)")
 _SPLIT_KEY: Final = re.compile(r"^(?:val|valid|validation|eval|test)_[A-Za-z]", re.IGNORECASE)
@@ -59,7 +65,9 @@ def eval_pairs(line: str, pairs_of: Callable[[str], Pairs]) -> Pairs:
         epoch = len(pairs) < len(found)  # an lr with no epoch beside it is a config dump's, not the schedule's
         if pairs and (all(_SPLIT_KEY.match(k) for k, _, _ in pairs) or (epoch and _lr_only(pairs))):
             return [p for p in pairs if not _EVAL_COST.match(p[0])]
-        return []
+        m = _EPOCH_LABEL.match(line.split("\r")[-1])
+        if m is None:
+            return []
     out: Pairs = []
     for key, value, unit in pairs_of(_GAN_KEY.sub(r"\1_", m["rest"])):
         name = re.sub(r"[\s_\-]+", " ", key.strip().lower())

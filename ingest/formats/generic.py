@@ -31,7 +31,6 @@ percent).
 
 from __future__ import annotations
 
-import functools
 import itertools
 import math
 import re
@@ -43,12 +42,15 @@ from typing import Any, Final
 import numpy as np
 
 from ingest.formats._common import LogBuilder
-from ingest.formats.aliases import TIME_UNITS, canonical_name, keep_apart, normalise_key
+from ingest.formats.aliases import TIME_UNITS, keep_apart, normalise_key
 from ingest.formats.base import Reader
-from ingest.formats.epoch_steps import bar_total, epoch_steps, step_of_n
+from ingest.formats.epoch_steps import bar_total, epoch_steps, fresh_launches, step_of_n
 from ingest.formats.eval_lines import EVAL_STEP, eval_pairs, place_evals, placeholder
 from ingest.formats.generic_clock import clock_step_times
 from ingest.formats.generic_lines import head_records, no_key
+from ingest.formats.generic_names import SECONDS_KEYS, stored_name, trains_or_term
+from ingest.formats.generic_names import telling as telling_records
+from ingest.formats.generic_names import trains as is_training_key
 from ingest.formats.generic_steps import (
     BRACKET_KEY,
     ORDER_KEY,
@@ -76,6 +78,7 @@ from stab_core.metrics import CANONICAL_METRICS
 _UNIT: Final = r"(?:ms|us|ns|sec|s|min|h|%|GB|GiB|MB|MiB)"
 _KEY: Final = r"[A-Za-z_][A-Za-z0-9_/.@\-]{0,80}"
 _RATE: Final = r"(?:steps?|its?|iters?|iterations?|tok(?:en)?s?|words?)/s(?:ec)?|s(?:ec)?/it(?:er)?"  # words: tokens
+_TOKEN_RATE: Final = r"(?:tok(?:en)?s?|tks|words?)/s(?:ec)?(?![A-Za-z])(?![ \t]*[:=])"  # not the next pair's key
 _PAIR: Final = re.compile(
     # a speed printed after its value: `6.75 steps/sec`, `1.16it/s`, `113.21s/it`
     r"(?<![A-Za-z0-9_.])(?P<rval>" + NUMBER + r")[ \t]?(?P<rate>" + _RATE + r")(?![A-Za-z])"
@@ -93,7 +96,9 @@ _PAIR: Final = re.compile(
     r"(?:[A-Za-z0-9]+[ \t]+(?=[A-Za-z_][A-Za-z0-9_]*[ \t]*:))?)?" + _KEY + r")(?:[ \t]*[:=][ \t]*|[ \t]+)"
     # the unit may stand one blank after the number ('time: 644.64 ms', Karpathy's llm.c-style logs)
     # or a magnitude suffix as nanotron's ``human_format`` prints it ('consumed_tokens: 1.31M', 'K' 'M' 'B' 'T')
-    r"(?P<val>" + NUMBER + r")(?:[ \t]?(?P<unit>" + _UNIT + r"(?:/it(?:er)?)?)(?!/)|(?P<mag>[KMBT]))?(?![A-Za-z0-9_.])"
+    # or a token rate ('throughput=122.0K tks/s': the pair is the log's tokens per second)
+    r"(?P<val>" + NUMBER + r")(?:[ \t]?(?P<unit>" + _UNIT + r"(?:/it(?:er)?)?)(?!/)"
+    r"|(?P<tmag>[KMBT])?[ \t]?(?P<trate>" + _TOKEN_RATE + r")|(?P<mag>[KMBT]))?(?![A-Za-z0-9_.])"
 )
 """One ``key: number``, ``key=number``, ``key number`` or ``'key': number`` pair, with an optional unit;
 or a speed in steps (``R steps/sec``, ``R it/s``, ``T s/it``), read as a time per step (``T`` or ``1/R``
@@ -110,8 +115,6 @@ _NOT_PAIRS: Final = re.compile(
     r"|\b(?:Process[ \t]+ID|pid)[ \t]*[:=]?[ \t]*[0-9]+"
 )
 """A tqdm bar (``Iteration:  13%|#  | 321/2552 [05:02<32:00, 1.16it/s]``) or a process id: no metric."""
-_NOT_STEP_METRICS: Final = frozenset({"epoch", "tokens"})
-"""Canonical metrics that count like a step: a line carrying only them does not tell the step key."""
 _RAY: Final = re.compile(r"^\((?:[A-Za-z_][A-Za-z0-9_.]*[ \t]+)?pid=[0-9]+(?:,[ \t]*ip=[0-9A-Fa-f.:]+)?\)[ \t]*")
 _NOT_METRICS: Final = re.compile(
     r"^(?:[+$>][ \t]*)?(?:export|unset|source|srun|sbatch|salloc|torchrun|deepspeed|mpirun|accelerate[ \t]+launch"
@@ -184,7 +187,9 @@ def line_pairs(text: str) -> list[tuple[str, float, str | None]]:
         number = parse_number(value)
         if m["unit"] in TIME_UNITS and normalise_key(key) in _OTHER_PHASES:
             continue  # 'infer 4.5s': the evaluation's timer
-        if number is not None and not no_key(key, m["unit"]):  # 'on 320-sample draw': prose, no pair
+        if number is not None and m["trate"] is not None:  # under the alias of the tokens per second
+            out.append(("tok/s", number * _MAGNITUDE.get(m["tmag"] or "", 1.0), None))
+        elif number is not None and not no_key(key, m["unit"]):  # 'on 320-sample draw': prose, no pair
             out.append((key.strip(), number * _MAGNITUDE.get(m["mag"] or "", 1.0), m["unit"]))
     return out
 
@@ -192,17 +197,21 @@ def line_pairs(text: str) -> list[tuple[str, float, str | None]]:
 def propose(lines: Sequence[str], step_key: str | None = None) -> Proposal | None:
     """The mapping for a log whose first lines are ``lines`` (None: no step counter on most of its
     metric lines). ``step_key`` is the user's choice of step (``--map KEY=step``)."""
-    found = head_records(lines, line_pairs, lambda p: _trains(p[0], p[2]), HEAD_LINES)  # generic_lines
+    trains = is_training_key
+    found = head_records(lines, line_pairs, lambda p: is_training_key(p[0], p[2]), HEAD_LINES)  # generic_lines
+    if len(telling_records([pairs for pairs, _ in found], is_training_key)) < MIN_UNNAMED_LINES:  # loss terms, no total
+        trains = trains_or_term
+        found = head_records(lines, line_pairs, lambda p: trains_or_term(p[0], p[2]), HEAD_LINES)
     records = [pairs for pairs, _ in found]
     if not records:
         return None
-    telling = [pairs for pairs in records if any(_trains(key, unit) for key, _, unit in pairs)]
+    telling = telling_records(records, trains)
     step = step_key if step_key is not None else step_key_of(telling if len(telling) >= MIN_UNNAMED_LINES else records)
     if step is None and step_key is None and len(telling) >= MIN_UNNAMED_LINES:
         step = _named_step(records)  # per-epoch summaries name the loss; the step lines a 'batch_loss'
-    told = [(pairs, line) for pairs, line in found if any(_trains(key, unit) for key, _, unit in pairs)]
+    told = [(pairs, line) for pairs, line in found if any(trains(key, unit) for key, _, unit in pairs)]
     unstepped = step is None and step_key is None and told
-    order = line_order([p for p, _ in told], _trains, [t for _, t in told]) if unstepped else None
+    order = line_order([p for p, _ in told], trains, [t for _, t in told]) if unstepped else None
     if order is not None:  # no counter on the metric lines: they count in file order (generic_steps)
         found = [(order.counted(pairs, line), line) for pairs, line in found]
         records, step, order.count, order.header = [pairs for pairs, _ in found], ORDER_KEY, 0, None
@@ -277,14 +286,6 @@ def line_names(pairs: Sequence[tuple[str, str | None]], units: dict[str, str]) -
     return [found if found is not None else fallback for found, fallback in zip(kept, mapped, strict=True)]
 
 
-def _trains(key: str, unit: str | None) -> bool:
-    """Whether ``key`` names a training metric (the alias table knows it; not a step-like count)."""
-    if key == BRACKET_KEY:
-        return False
-    name = stored_name(key, unit)[0]
-    return name in CANONICAL_METRICS and name not in _NOT_STEP_METRICS
-
-
 def _inferred_units(found: list[tuple[list[tuple[str, float, str | None]], str]], step: str) -> dict[str, str]:
     """Units for the unitless values whose unit the log says otherwise (see
     :mod:`ingest.formats.generic_units`): a bare ``dt`` by the wall clock, an MFU in percent."""
@@ -307,20 +308,6 @@ def _inferred_units(found: list[tuple[list[tuple[str, float, str | None]], str]]
     return units
 
 
-@functools.lru_cache(maxsize=4096)
-def stored_name(key: str, unit: str | None) -> tuple[str, str | None]:
-    """The metric name a key is stored under (as every reader names it) and its unit."""
-    name, key_unit = canonical_name(key)
-    if unit is None and key_unit is None and normalise_key(key) in _SECONDS_KEYS:
-        key_unit = "s"  # '| seconds: 1.25 |': the key is the unit
-    unit = (unit or key_unit or "").split("/")[0] or None  # '9905 ms/iter': milliseconds
-    if _SAMPLES_PER_S.match(key):
-        return "samples_per_s", None  # as the Megatron, NeoX and DeepSpeed readers name it
-    if unit in TIME_UNITS and name not in CANONICAL_METRICS and not name.endswith("_s"):
-        name += "_s"
-    return name, unit
-
-
 def _is_loss(key: str, unit: str | None) -> bool:
     named = "loss" in key or key in ("xent", "cross entropy")  # OpenNMT-py's 'xent': the cross-entropy loss
     return named and not re.search(r"\b(?:val|valid|validation|eval|test)\b", key)
@@ -334,14 +321,12 @@ def _is_lr(key: str, unit: str | None) -> bool:
     return bool(re.search(r"(?:^|\b|/)lr\b|learning rate", key))
 
 
-_SAMPLES_PER_S: Final = re.compile(r"^samples?(?:/s|/sec|[ _]per[ _]sec(?:ond)?|_per_s)$", re.IGNORECASE)
-_SECONDS_KEYS: Final = frozenset({"seconds", "second", "secs", "sec"})
 """Keys that are a unit themselves: a step line's ``seconds: 1.25`` is the step's time."""
 
 
 def _is_step_time(key: str, unit: str | None) -> bool:
     timed = unit is not None and unit.split("/")[0] in TIME_UNITS
-    return timed and ("time" in key or "/it" in (unit or "") or key in ("dt", "elapsed", *_SECONDS_KEYS, *_TRAIN_PHASE))
+    return timed and ("time" in key or "/it" in (unit or "") or key in ("dt", "elapsed", *SECONDS_KEYS, *_TRAIN_PHASE))
 
 
 _TRAIN_PHASE: Final = ("train", "training")
@@ -414,7 +399,9 @@ class GenericReader(Reader):
                 if step_line is not None:
                     pending.append(step_line)
                 line_no = more[-1][0] if more else line_no
-            epoch_steps([x for x in pending if x.step != EVAL_STEP])
+            stepped = [x for x in pending if x.step != EVAL_STEP]
+            epoch_steps(stepped)
+            relaunched = [stepped[i].line_no for i in fresh_launches(stepped)]
             place_evals(pending)
             pending = [x for x in pending if x.step != EVAL_STEP]
             _keep_recurring(pending, path, found, rows, builder)
@@ -423,7 +410,7 @@ class GenericReader(Reader):
             base = builder.reserve(line_no)
             marks = notes_marks(path)
             builder.excerpt_starts += [base + n - 1 for n in marks.excerpt_starts]
-            builder.run_headings += [base + n - 1 for n in marks.run_headings]
+            builder.run_headings += [base + n - 1 for n in (*marks.run_headings, *relaunched)]
             builder.config_headings += [base + n - 1 for n in marks.config_headings]
             # markdown notes: the settings each pasted run states (what a sibling comparison checks)
             builder.stated_settings += [(base + n - 1, key, value) for n, key, value in marks.settings]
@@ -568,9 +555,9 @@ def _keep_recurring(
         # an eval line at a logged step that names a known metric ('step 500 | val_loss 2.5 | val_ppl 12.1')
         # keeps every key; prose ('Step 2: Distance 14 km') names none, and one off the step sequence
         # keeps only the known keys
-        evaluated = step_line.step in logged and any(_trains(k, u) for k, _, u in values)
+        evaluated = step_line.step in logged and any(is_training_key(k, u) for k, _, u in values)
         if recurring and step_line.layout not in recurring and not evaluated:
-            values = [(k, v, u) for k, v, u in values if k in known or _trains(k, u)]
+            values = [(k, v, u) for k, v, u in values if k in known or is_training_key(k, u)]
         if not values:
             builder.skip(path, step_line.line_no, f"not a layout of the log: {step_line.text.strip()[:80]}")
             builder.account.text_line(str(path), step_line.line_no, step_line.text.split("\r")[-1], parsed=False)

@@ -31,6 +31,8 @@ COMMA_PAIR: Final = re.compile(
     r"((?:^|,)[ \t]*[A-Za-z_][A-Za-z0-9_]*[A-Za-z0-9_/]?)[ \t]*,[ \t]*(" + NUMBER + r")[ \t]*(?=,|$)"
 )
 """``, loss_train, 0.838``: a one-word key and its value as two comma-separated items."""
+COUNTER_IN_BRACKETS: Final = re.compile(r"\b((?i:epoch|batch|iter|iteration|step))[ \t]*\[[ \t]*([0-9]+)[ \t]*\]")
+"""MXNet's Speedometer ``Epoch[0] Batch [19]``: a counter word whose value stands in brackets."""
 ONE_ITEM: Final = re.compile(r"(:[ \t]*)\[(" + NUMBER + r")\](?![\[,])")
 SHORT_LINE: Final = 100
 """Characters a line of a split record may have (a lone ``Step: N`` or ``Loss: x``): longer lines are
@@ -55,12 +57,13 @@ _KEY_COLON: Final = re.compile(r"(?<![A-Za-z0-9_])([A-Za-z][A-Za-z0-9_]*)(?=[ \t
 
 
 def rewrite(text: str) -> str:
-    """``text`` with ``Epoch [E/N]`` and ``Epoch [E]`` (a README's ``Epoch [3], train_loss: ...``) as
-    ``Epoch E``, one-item lists as their item, a loguru location
-    removed, a heading duration as a ``time`` pair (:func:`~ingest.formats.generic_lines.lead_duration`),
-    ``|`` columns of several words as one key each (:mod:`ingest.formats.generic_lines`), a
-    split label (``EPOCH 3 VAL - Loss: x``) put before each key it labels, and a `` : `` field record's
-    abbreviated names spelled out (:mod:`ingest.formats.field_records`)."""
+    """``text`` with ``Epoch [E/N]``, ``Epoch [E]`` (a README's ``Epoch [3], train_loss: ...``) and
+    ``Epoch[E]`` / ``Batch [B]`` (MXNet's Speedometer) as ``Epoch E`` / ``Batch B``, one-item lists as
+    their item, a loguru location removed, a heading duration as a ``time`` pair
+    (:func:`~ingest.formats.generic_lines.lead_duration`), ``|`` columns of several words as one key
+    each (:mod:`ingest.formats.generic_lines`), a split label (``EPOCH 3 VAL - Loss: x``) put before
+    each key it labels, and a `` : `` field record's abbreviated names spelled out
+    (:mod:`ingest.formats.field_records`)."""
     text = lead_duration(meter_epoch(spelled_norms(expand(spelled_is(text)))))
     if "," in text:
         text = COMMA_PAIR.sub(r"\g<1>: \g<2>", text)
@@ -73,7 +76,8 @@ def rewrite(text: str) -> str:
         text = f"{text[: label.start()]}{label[1]}, {rest}"
     if "[" not in text:
         return text
-    return ONE_ITEM.sub(r"\g<1>\g<2>", EPOCH_OF_N.sub(r"\g<1> \g<2> ", text))
+    text = COUNTER_IN_BRACKETS.sub(r"\g<1> \g<2> ", EPOCH_OF_N.sub(r"\g<1> \g<2> ", text))
+    return ONE_ITEM.sub(r"\g<1>\g<2>", text)
 
 
 def joined(
