@@ -37,6 +37,7 @@ TIERS: dict[str, str] = {
             "abandoned_attempts",
             "formats_rl_logs",
             "return_falls",
+            "incident_passes",
             "t21b_gluon_consoles",
             "gen20a_generic_steps",
             "table_runs",
