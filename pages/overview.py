@@ -14,7 +14,7 @@ from ingest.store.storage_errors import DamagedRunFile, damaged_run
 from pages.parts.charts import Panel, panels_figure
 from pages.parts.findings_view import show_findings
 from pages.parts.import_report import show_import_report
-from pages.parts.incident_view import shown_incidents
+from pages.parts.incident_view import incident_metrics, shown_incidents
 from pages.parts.page_errors import page_fragment, show_error
 from pages.parts.series_display import metric_label, shown_frame, to_bytes
 from pages.parts.store_access import (
@@ -118,7 +118,8 @@ ema_weight = c1.slider(
 )
 log_panels = c2.multiselect("Log-scale y", [p[0] for p in PANELS], default=["gradient SNR"], key="ov_log")
 others = [m for m in info.metrics if m not in {c for p in PANELS for c in p[2]}]
-extra = c3.multiselect("More panels", others, default=[], key="ov_extra", help="Any other logged metric")
+incident_panels = [m for m in incident_metrics(spikes_of_run) if m in others]  # no default panel holds them
+extra = c3.multiselect("More panels", others, default=incident_panels, key="ov_extra", help="Any other logged metric")
 c4, c5, c6 = st.columns([3, 1, 1])
 show_blips = c6.toggle(
     "Show blips",

@@ -355,3 +355,26 @@ def test_every_metric_of_an_incident_is_marked_on_its_own_panel(app_store: Store
         if m["metric"] in panel_of
     }
     assert expected and marked == expected  # a loss spike and its grad-norm twin: a marker on each panel
+
+
+def test_an_incident_on_a_metric_no_default_panel_holds_opens_its_panel(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An RL run's return is its headline: its lasting fall is the run's incident, and the overview must
+    show it without the user finding the metric under "More panels" (it said "Nothing to plot")."""
+    from ingest.formats import read_log
+
+    rng = np.random.default_rng(7)
+    returns = np.concatenate([rng.poisson(6.0, 3000), rng.poisson(1.0, 3000)])
+    lines = ['#{"t_start": 1700000000.0, "env_id": "SomeGame-v5"}', "r,l,t"]
+    lines += [f"{r:.1f},{200 + i % 50},{0.5 * (i + 1):.2f}" for i, r in enumerate(returns)]
+    path = tmp_path / "0.monitor.csv"
+    path.write_text("\n".join(lines) + "\n")
+    store = open_analysed_store(tmp_path / "store")
+    store_parsed(store, "agent", read_log([path]))
+    monkeypatch.setenv("STABSCOPE_STORE", str(store.root))
+    at = open_page("overview").run()
+    assert not at.exception
+    assert at.multiselect(key="ov_extra").value == ["episode_reward"]
+    fig = _figure(at)
+    assert any(a["text"] == "episode_reward" for a in fig["layout"]["annotations"])

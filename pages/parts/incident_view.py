@@ -21,6 +21,13 @@ def shown_incidents(spikes: list[dict[str, Any]], show_blips: bool) -> list[int]
     return [i for i, s in enumerate(spikes) if show_blips or shown_by_default(s.get("severity"))]
 
 
+def incident_metrics(spikes: list[dict[str, Any]]) -> list[str]:
+    """The metrics the incidents a page shows by default are on, in order, each once (an RL run's
+    return, a VAE's KL term: a panel the overview opens for them, since no default panel holds them)."""
+    metrics = [m for i in shown_incidents(spikes, False) for m in spikes[i].get("metrics") or [spikes[i]["metric"]]]
+    return list(dict.fromkeys(metrics))
+
+
 def incident_words(s: dict[str, Any]) -> str:
     """An incident's kind and metrics in a few words ("loss + grad_norm", "early instability: loss")."""
     metrics = " + ".join(s.get("metrics") or [s["metric"]])
