@@ -430,6 +430,21 @@ def open_page(name: str) -> AppTest:
     return AppTest.from_file(str(REPO_ROOT / "pages" / f"{name}.py"), default_timeout=30)
 
 
+def write_log_lines(folder: Path, lines: list[str], name: str = "train.log") -> Path:
+    """``lines`` written as the log file ``folder/name`` (one per line, a final newline)."""
+    path = folder / name
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def metric_series(parsed: Any, metric: str) -> tuple[list[int], list[float]]:
+    """Steps and values a parsed log holds for ``metric``, in row order."""
+    import pyarrow.compute as pc
+
+    rows = parsed.table.filter(pc.equal(parsed.table["metric"], metric))
+    return rows["step"].to_pylist(), rows["value"].to_pylist()
+
+
 def figure_of(at: AppTest, index: int = 0) -> dict[str, Any]:
     """The ``index``-th Plotly chart of an AppTest run as a figure dict."""
     return dict(json.loads(at.get("plotly_chart")[index].proto.spec))

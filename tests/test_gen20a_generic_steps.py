@@ -7,24 +7,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pyarrow.compute as pc
 import pytest
 
 from ingest.formats import FALLBACK_READERS, read_log
 from ingest.formats.generic import line_pairs, propose
 from ingest.formats.generic_lines import lead_duration
 from ingest.formats.generic_steps import ORDER_KEY
-
-
-def _series(parsed, metric: str) -> tuple[list[int], list[float]]:
-    rows = parsed.table.filter(pc.equal(parsed.table["metric"], metric))
-    return rows["step"].to_pylist(), rows["value"].to_pylist()
-
-
-def _write(tmp_path: Path, lines: list[str], name: str = "train.log") -> Path:
-    path = tmp_path / name
-    path.write_text("\n".join(lines) + "\n")
-    return path
+from tests.conftest import metric_series, write_log_lines
 
 
 def _dict_log() -> list[str]:
@@ -41,23 +30,23 @@ def _dict_log() -> list[str]:
 
 
 def test_dict_lines_without_a_step_count_in_file_order(tmp_path: Path) -> None:
-    parsed = read_log([_write(tmp_path, _dict_log())], reader_set=FALLBACK_READERS)
+    parsed = read_log([write_log_lines(tmp_path, _dict_log())], reader_set=FALLBACK_READERS)
     assert parsed.format == "generic"
     assert parsed.meta["mapping"]["step"] == ORDER_KEY
-    steps, values = _series(parsed, "loss")
+    steps, values = metric_series(parsed, "loss")
     assert steps == list(range(1, 9))
     assert values[0] == 2.4 and values[-1] == 1.7
-    assert _series(parsed, "grad_norm")[0] == list(range(1, 9))
+    assert metric_series(parsed, "grad_norm")[0] == list(range(1, 9))
     # the evaluation dict is the step of the training line before it; the summary is no step
-    assert _series(parsed, "val_loss") == ([4, 8], [1.9, 1.8])
+    assert metric_series(parsed, "val_loss") == ([4, 8], [1.9, 1.8])
 
 
 def test_string_valued_dicts_count_too(tmp_path: Path) -> None:
     lines = [
         f"{{'loss': '{0.05 + i / 1000:.4g}', 'grad_norm': '0.2{i}', 'reward': '0.{i}', 'kl': '0'}}" for i in range(1, 7)
     ]
-    parsed = read_log([_write(tmp_path, lines)], reader_set=FALLBACK_READERS)
-    assert _series(parsed, "loss")[0] == [1, 2, 3, 4, 5, 6]
+    parsed = read_log([write_log_lines(tmp_path, lines)], reader_set=FALLBACK_READERS)
+    assert metric_series(parsed, "loss")[0] == [1, 2, 3, 4, 5, 6]
 
 
 def test_a_key_alone_is_no_record_count() -> None:
@@ -89,13 +78,13 @@ def test_a_header_counter_is_the_step_of_the_line_after_it(tmp_path: Path) -> No
                 f"{310 + e % 2}s - loss: {2.0 / e / (run + 1):.4f} - acc: 0.{e}1 - val_loss: 1.{e}",
             ]
         lines.append(f"Epoch {epochs:05d}: early stopping")
-    parsed = read_log([_write(tmp_path, lines)], reader_set=FALLBACK_READERS)
-    steps, _ = _series(parsed, "loss")
+    parsed = read_log([write_log_lines(tmp_path, lines)], reader_set=FALLBACK_READERS)
+    steps, _ = metric_series(parsed, "loss")
     assert steps == [1, 2, 3, 4, 5]  # the first fit; the second, restarting at epoch 1, is a new run
     assert len(parsed.segments) == 1
-    assert _series(parsed.segments[0], "loss")[0] == [1, 2, 3]
+    assert metric_series(parsed.segments[0], "loss")[0] == [1, 2, 3]
     assert parsed.meta["proposed_map"] == {"time_s": "step_time_s"}
-    assert _series(parsed, "time_s")[1] == [311.0, 310.0, 311.0, 310.0, 311.0]
+    assert metric_series(parsed, "time_s")[1] == [311.0, 310.0, 311.0, 310.0, 311.0]
 
 
 def test_a_heading_duration_is_the_lines_time() -> None:
@@ -122,16 +111,16 @@ def _clock_log() -> list[str]:
 
 
 def test_a_training_clock_gives_the_step_time(tmp_path: Path) -> None:
-    parsed = read_log([_write(tmp_path, _clock_log())], reader_set=FALLBACK_READERS)
-    steps, seconds = _series(parsed, "step_time_s")
+    parsed = read_log([write_log_lines(tmp_path, _clock_log())], reader_set=FALLBACK_READERS)
+    steps, seconds = metric_series(parsed, "step_time_s")
     assert steps == [11, 21, 31, 41, 51]
     assert seconds == pytest.approx([0.045, 0.045, 0.09, 0.045, 0.045])
 
 
 def test_an_evaluations_cost_is_no_metric(tmp_path: Path) -> None:
-    parsed = read_log([_write(tmp_path, _clock_log())], reader_set=FALLBACK_READERS)
+    parsed = read_log([write_log_lines(tmp_path, _clock_log())], reader_set=FALLBACK_READERS)
     assert not any("eval_time" in m for m in parsed.metrics)
-    assert _series(parsed, "val_loss")[1][-1] == 4.5
+    assert metric_series(parsed, "val_loss")[1][-1] == 4.5
 
 
 def test_lines_printing_a_counter_unread_are_not_counted_in_order() -> None:

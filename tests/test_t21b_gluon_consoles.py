@@ -9,23 +9,12 @@ import math
 from pathlib import Path
 
 import numpy as np
-import pyarrow.compute as pc
 
 from ingest.formats import read_log
 from ingest.formats.eval_lines import eval_pairs
 from ingest.formats.generic import line_pairs
 from stab_core.spikes import detect_spikes
-
-
-def _series(parsed, metric: str) -> tuple[list[int], list[float]]:
-    rows = parsed.table.filter(pc.equal(parsed.table["metric"], metric))
-    return rows["step"].to_pylist(), rows["value"].to_pylist()
-
-
-def _write(tmp_path: Path, lines: list[str], name: str = "train.log") -> Path:
-    path = tmp_path / name
-    path.write_text("\n".join(lines) + "\n")
-    return path
+from tests.conftest import metric_series, write_log_lines
 
 
 def _launch(epochs: int, per_epoch: int, start: float, *, nan_at: int | None = None) -> list[str]:
@@ -44,14 +33,14 @@ def test_relaunches_appended_to_one_file_are_one_run_each_on_a_global_epoch_axis
     empty = ["Namespace(batch_size=8, epochs=30, lr=0.01, start_epoch=0, workers=4)", "Model file not found."]
     lines = empty + _launch(1, 203, 4.0, nan_at=0)[:4] + empty + _launch(1, 203, 4.0, nan_at=50)[:7]
     lines += _launch(4, 203, 3.0)
-    parsed = read_log([_write(tmp_path, lines)])
+    parsed = read_log([write_log_lines(tmp_path, lines)])
     runs = [parsed, *parsed.segments]
     assert len(runs) == 3  # the empty launches print no training line: no run
-    steps, values = _series(runs[0], "loss")
+    steps, values = metric_series(runs[0], "loss")
     assert steps == [10, 20]
-    steps, values = _series(runs[1], "loss")
+    steps, values = metric_series(runs[1], "loss")
     assert steps == [10, 20, 30, 40, 50] and values[-1] != values[-1]
-    steps, _ = _series(runs[2], "loss")
+    steps, _ = metric_series(runs[2], "loss")
     # step = epoch * N + iteration with N the epoch's first printed denominator (203, never 204)
     assert steps[18:22] == [190, 200, 213, 223] and steps[-1] == 3 * 203 + 200
     assert steps == sorted(steps)
@@ -66,8 +55,8 @@ def test_a_pair_printed_with_a_magnitude_and_a_token_rate_is_the_token_throughpu
         f"INFO:root:[step {s}]\tmlm_loss={9 - s / 400:.4f}\tthroughput={120 + s % 7}.0K tks/s\tlr=0.0001 time=60.1"
         for s in range(99, 2000, 100)
     ]
-    parsed = read_log([_write(tmp_path, lines)])
-    steps, values = _series(parsed, "throughput_tok_s")
+    parsed = read_log([write_log_lines(tmp_path, lines)])
+    steps, values = metric_series(parsed, "throughput_tok_s")
     assert steps[:2] == [99, 199] and values[0] == 121000.0
 
 
@@ -83,12 +72,12 @@ def _speedometer(batches: range, epochs: int, lr: float) -> list[str]:
 
 def test_speedometer_lines_of_two_trainings_appended_to_one_file_are_two_runs(tmp_path: Path) -> None:
     lines = _speedometer(range(19, 160, 20), 6, 0.004) + _speedometer(range(49, 400, 50), 5, 0.001)
-    parsed = read_log([_write(tmp_path, lines)])
+    parsed = read_log([write_log_lines(tmp_path, lines)])
     runs = [parsed, *parsed.segments]
     assert len(runs) == 2  # the epoch going back to 0 is a relaunch, though its first batch (49) is past 19
-    steps, _ = _series(runs[0], "loss")
+    steps, _ = metric_series(runs[0], "loss")
     assert steps[:9] == [19, 39, 59, 79, 99, 119, 139, 159, 179] and steps[-1] == 5 * 160 + 159
-    steps, _ = _series(runs[1], "loss")
+    steps, _ = metric_series(runs[1], "loss")
     assert steps[:9] == [49, 99, 149, 199, 249, 299, 349, 399, 449] and steps[-1] == 4 * 400 + 399
 
 
@@ -98,8 +87,8 @@ def test_an_epochs_validation_line_without_a_separator_is_its_evaluation(tmp_pat
         ("val_miou", 0.331, None),
     ]
     assert eval_pairs("Epoch 4 iteration 0020/0203: training loss 1.25", line_pairs) == []
-    parsed = read_log([_write(tmp_path, _launch(3, 203, 3.0))])
-    steps, values = _series(parsed, "val_miou")
+    parsed = read_log([write_log_lines(tmp_path, _launch(3, 203, 3.0))])
+    steps, values = metric_series(parsed, "val_miou")
     assert steps == [200, 403, 606] and values == [0.2, 0.21, 0.22]
 
 
@@ -121,8 +110,8 @@ def _component_log(ranks: int) -> list[str]:
 
 def test_loss_components_without_a_total_under_rank_prefixes_are_read(tmp_path: Path) -> None:
     # a settings line every rank prints alike is one record: 40 copies do not outvote the metric lines
-    parsed = read_log([_write(tmp_path, _component_log(40))])
-    steps, values = _series(parsed, "RCNN_CrossEntropy")
+    parsed = read_log([write_log_lines(tmp_path, _component_log(40))])
+    steps, values = metric_series(parsed, "RCNN_CrossEntropy")
     assert len(steps) == 18 and steps[:7] == [49, 99, 149, 199, 249, 299, 349]
     assert values[0] == round(0.8 / (1 + 49 / 300), 3)
     assert {"RPN_Conf", "RCNN_Mask", "RPNL1Loss"} <= set(parsed.metrics)
@@ -166,7 +155,7 @@ def test_loss_terms_do_not_outvote_a_consoles_step_and_loss_lines(tmp_path: Path
             f"device='mps:0'), 'adv_mean': tensor(-0.0055, device='mps:0'), 'policy_loss': -{step}e-05}}",
             f"Step: {step} | Loss: {0.001 * (step % 5) - 0.002:.4f} | KL: {0.0001 * (step % 3):.4f}",
         ]
-    parsed = read_log([_write(tmp_path, lines)])
-    steps, values = _series(parsed, "loss")
+    parsed = read_log([write_log_lines(tmp_path, lines)])
+    steps, values = metric_series(parsed, "loss")
     assert steps == list(range(1, 41))
     assert values[:3] == [-0.001, 0.0, 0.001]
