@@ -40,6 +40,7 @@ TIERS: dict[str, str] = {
             "incident_passes",
             "t21b_gluon_consoles",
             "gen20a_generic_steps",
+            "fb21t_generic_text",
             "table_runs",
             "round15_consoles",
             "round12_imports",

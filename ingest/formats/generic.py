@@ -108,8 +108,11 @@ SPEED_KEY: Final = "speed_step_time"
 """The key a speed in steps is read under, as seconds per step (stored as :func:`speed_series` says)."""
 _BRACKET_STEP: Final = re.compile(r"^\[(?P<step>[0-9]+)\][ \t]")
 """CLU-style ``[100] loss=...``: the bracketed number is the step (proposed as key ``[N]``)."""
-_LOCATION: Final = re.compile(r"\[[A-Za-z_][A-Za-z0-9_.]*:[0-9]+(?::[A-Za-z_<>][A-Za-z0-9_.<>]*)?\]")
-"""A logger's source location, ``[module:line]`` or ``[file.py:line:function]``: no pair."""
+_LOCATION: Final = re.compile(
+    r"\[[A-Za-z_][A-Za-z0-9_.]*:[0-9]+(?::[A-Za-z_<>][A-Za-z0-9_.<>]*)?\]|\[(?i:rank)[ \t]*[0-9]+\]"
+)
+"""A logger's source location, ``[module:line]`` or ``[file.py:line:function]``, or the rank that
+prints the line (``[Rank 0]``): no pair."""
 _NOT_PAIRS: Final = re.compile(
     r"(?:[A-Za-z][A-Za-z ]{0,40}:[ \t]{0,8})?[0-9]{1,3}%\|[^|\n]*\|[ \t]*[0-9]+/[0-9]+(?:[ \t]*\[[^\]\n]*\])?"
     r"|\b(?:Process[ \t]+ID|pid)[ \t]*[:=]?[ \t]*[0-9]+"

@@ -45,6 +45,8 @@ STEP_NAMES: Final = (
     "update",
     "updates",
     "batch",
+    "total_timesteps",  # an RL learner's environment steps (its updates and episodes count otherwise)
+    "timesteps",
 )
 """Names a step counter goes by, most telling first."""
 STEP_NAME_SET: Final = frozenset(normalise_key(name) for name in STEP_NAMES)

@@ -4,7 +4,11 @@ printed over several lines is one line, and a few ways of printing a value are r
 
 - ``Epoch [E/N]`` is the epoch ``E`` (read as ``Epoch E``; ``N`` is the planned count).
 - A bare ``N/TOTAL`` opening a line of words is its step (read as ``step N/TOTAL``).
-- A value printed as a one-item list (``LR: [0.001]``, a scheduler's ``get_last_lr()``) is the item.
+- A value printed as a one-item list (``LR: [0.001]``, a scheduler's ``get_last_lr()``) is the item;
+  a learning rate's list of one value per parameter group (``lr=[5e-05, 5e-05]``) is its first
+  (:mod:`ingest.formats.group_values`).
+- A framed table of ``| name | value |`` rows between dashed rules is one record
+  (:mod:`ingest.formats.table_blocks`).
 - A comma-separated record whose key and value are two items (``epoch 1, phase train, step 10,
   loss_train, 0.838``) reads ``loss_train, 0.838`` as ``loss_train: 0.838``: a one-word key between
   commas with a bare number after it.
@@ -23,8 +27,10 @@ from typing import Final
 from ingest.formats._common import LogBuilder, iter_whole_lines
 from ingest.formats.field_records import expand, meter_epoch, spelled_norms
 from ingest.formats.generic_lines import lead_duration, spelled_columns
+from ingest.formats.group_values import group_values
 from ingest.formats.is_pairs import spelled_is
 from ingest.formats.numbers import NUMBER
+from ingest.formats.table_blocks import table_blocks
 
 EPOCH_OF_N: Final = re.compile(r"\b((?i:epoch))[ \t]*\[[ \t]*([0-9]+)[ \t]*(?:/[ \t]*[0-9]+[ \t]*)?\]")
 COMMA_PAIR: Final = re.compile(
@@ -76,6 +82,7 @@ def rewrite(text: str) -> str:
         text = f"{text[: label.start()]}{label[1]}, {rest}"
     if "[" not in text:
         return text
+    text = group_values(text)  # a learning rate per parameter group: the first group's
     text = COUNTER_IN_BRACKETS.sub(r"\g<1> \g<2> ", EPOCH_OF_N.sub(r"\g<1> \g<2> ", text))
     return ONE_ITEM.sub(r"\g<1>\g<2>", text)
 
@@ -86,7 +93,13 @@ def joined(
     """``(line_no, text, joined lines)`` of each line, a split record's lines as one (the step line's
     number and text, its value lines' text after it; those lines, numbered, in the list)."""
     held: tuple[int, str, list[tuple[int, str]]] | None = None
-    for line_no, text in lines:
+    for line_no, text, table in table_blocks(lines):
+        if table:  # a framed table of rows: one record already (ingest.formats.table_blocks)
+            if held is not None:
+                yield held
+                held = None
+            yield line_no, text, table
+            continue
         one = pairs_of(text) if len(text) <= SHORT_LINE else None
         if held is not None:
             if one is not None and len(one) == 1 and not is_step(one[0][0]) and len(held[2]) < MAX_JOINED:
