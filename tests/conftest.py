@@ -35,6 +35,10 @@ TIERS: dict[str, str] = {
     **dict.fromkeys(
         (
             "abandoned_attempts",
+            "stated_precision",
+            "value_column",
+            "json_rows",
+            "labelled_runs",
             "formats_rl_logs",
             "return_falls",
             "incident_passes",

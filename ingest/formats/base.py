@@ -10,6 +10,7 @@ from ingest.errors import StabScopeError
 from ingest.formats._common import LogBuilder, ParsedLog, Progress
 from ingest.formats.model_experts import note_num_experts
 from ingest.formats.raw_text import read_head
+from ingest.formats.stated_precision import note_precision
 
 
 class Reader:
@@ -59,6 +60,7 @@ class Reader:
         builder = LogBuilder(files, progress)
         self.fill(files, builder)
         note_num_experts(builder.meta, files)  # before finish: every segment of the file gets it
+        note_precision(builder.meta, files)
         if builder.row_count == 0:
             raise _nothing_read(self, files, builder)
         if builder.account.read == 0:  # not counted line by line: a reader of records

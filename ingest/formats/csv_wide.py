@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from ingest.formats._common import LogBuilder
+from ingest.formats._common import LogBuilder, ParsedLog, Progress
 from ingest.formats._tabular import (
     STEP_COLUMNS,
     WALL_COLUMNS,
@@ -47,9 +47,11 @@ from ingest.formats.csv_comments import comment_settings, is_monitor, monitor_co
 from ingest.formats.csv_counters import is_run_clock, proposed_loss, step_like_column
 from ingest.formats.epoch_steps import EpochSteps
 from ingest.formats.field_roles import SETTINGS_KEY
+from ingest.formats.labelled_runs import run_labels, run_table
 from ingest.formats.raw_text import read_head
 from ingest.formats.run_loss import add_run_loss
 from ingest.formats.table_runs import TableRuns
+from ingest.formats.value_column import name_value_column
 
 EVENT_COLUMN = "event"
 ROW_COLUMN = "__row__"
@@ -72,6 +74,31 @@ class WideCsvReader(Reader):
             return 0.4 if _numbers_only(head, header) else 0.0
         return 0.6 if EVENT_COLUMN in header or "rank" in header else 0.5
 
+    def read(self, paths: Sequence[Path], progress: Progress | None = None) -> ParsedLog:
+        """One run per run label the columns carry (:mod:`ingest.formats.labelled_runs`), else one."""
+        files = [f for p in paths for f in self.expand(Path(p))]
+        header = csv_header(read_head(files[0])) if files and files[0].is_file() else None
+        labels = run_labels(header, _axes(header)) if header else []
+        if len(labels) < 2:
+            return self._read_label(paths, progress, labels[0] if labels else None)
+        logs = [self._read_label(paths, progress, label) for label in labels]
+        logs[0].segments = [*logs[0].segments, *(s for log in logs[1:] for s in (log, *log.segments))]
+        for log in logs[1:]:
+            log.segments = []
+        return logs[0]
+
+    def _read_label(self, paths: Sequence[Path], progress: Progress | None, label: str | None) -> ParsedLog:
+        if label is None:
+            return super().read(paths, progress)
+        reader = WideCsvReader()  # its own instance: the registered one is shared
+        reader._label = label
+        parsed = Reader.read(reader, paths, progress)
+        parsed.meta["run_label"] = label
+        return parsed
+
+    _label: str | None = None
+    """The run label whose columns this instance reads (None: every column)."""
+
     def fill(self, paths: Sequence[Path], builder: LogBuilder) -> None:
         for path in paths:
             builder.source(path)
@@ -81,6 +108,9 @@ class WideCsvReader(Reader):
             if settings := comment_settings(read_head(path, 64 * 1024)):  # ingest.formats.csv_comments
                 builder.meta.setdefault(SETTINGS_KEY, {}).update(settings)
             for table, line in iter_csv(path, builder, text_columns=(EVENT_COLUMN,)):
+                if self._label is not None:  # one run of several in the table: ingest.formats.labelled_runs
+                    table = run_table(table, self._label)
+                table = name_value_column(table, path)  # a one-series export: ingest.formats.value_column
                 monitor = is_monitor(table.column_names)
                 if loss := proposed_loss(table.column_names):
                     builder.meta.setdefault("proposed_map", {}).update(loss)
@@ -104,6 +134,11 @@ class WideCsvReader(Reader):
                     )
                 for run in runs.split(table, step_col) if "rank" not in table.column_names else [table]:
                     _add_rows(builder, run, step_col, (path, line), add_loss=not loss, monitor=monitor)
+
+
+def _axes(header: Sequence[str]) -> list[str | None]:
+    """The step, epoch and clock columns of ``header``."""
+    return [find_column(header, STEP_COLUMNS), find_column(header, EPOCH_COLUMNS), find_column(header, WALL_COLUMNS)]
 
 
 def _add_rows(

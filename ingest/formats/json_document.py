@@ -16,7 +16,9 @@ from typing import Any
 import pyarrow as pa
 
 from ingest.formats._common import LogBuilder
-from ingest.formats._tabular import _python_json
+from ingest.formats._tabular import STEP_COLUMNS, _python_json, find_column
+from ingest.formats.json_rows import row_records
+from ingest.formats.table_runs import TableRuns
 
 MAX_DOCUMENT_BYTES = 32 * 1024 * 1024
 """A document is parsed whole: larger JSON files are left to the line-by-line readers."""
@@ -42,7 +44,7 @@ def step_records(path: Path) -> list[dict[str, Any]] | None:
     for records in _object_lists(doc, 0):
         if best is None or len(records) > len(best):
             best = records
-    return best or series_records(doc)
+    return best or series_records(doc) or row_records(doc, path)  # ingest.formats.json_rows
 
 
 def series_records(doc: Any) -> list[dict[str, Any]] | None:
@@ -121,7 +123,11 @@ def _is_number(value: Any) -> bool:
 
 
 def document_tables(path: Path, records: list[dict[str, Any]], builder: LogBuilder) -> Iterator[tuple[pa.Table, int]]:
-    """The records as one table of flattened objects (the JSON Lines reader's columns), line 1."""
+    """The records as a table of flattened objects (the JSON Lines reader's columns), line 1; one table
+    per run when the step goes back to its first value (a relaunch: :mod:`ingest.formats.table_runs`)."""
     builder.advance(path.stat().st_size)
     lines = b"\n".join(json.dumps(r).encode() for r in records)
-    yield _python_json(lines, path, 1, builder), 1
+    table = _python_json(lines, path, 1, builder)
+    step_col = find_column(table.column_names, STEP_COLUMNS)
+    for run in TableRuns(builder).split(table, step_col) if step_col else [table]:
+        yield run, 1

@@ -1,0 +1,134 @@
+"""The numeric precision a log's own settings dump states, recorded as ``meta['precision']``.
+
+The actions of a diagnosis ask for the run's precision when the metadata lacks it ("record the run's
+precision", "log the fp16 loss scale"); a log that prints its settings already answers. A settings dump
+is an argparse ``Namespace(...)`` repr, a dict/JSON/YAML config, ``key: value`` banners or a
+hydra/omegaconf print; each spells a setting as ``key=value`` or ``key: value``. The rule, for any
+dump in the log's head:
+
+- a mixed-precision setting turned on decides: ``fp16=True``, ``bf16: true``, ``amp=True`` /
+  ``use_amp`` (torch/apex autocast: fp16 unless an ``amp_dtype`` says otherwise),
+  ``mixed_precision: bf16``, ``precision: 16-mixed``, ``amp_dtype='bfloat16'``;
+- else a compute dtype: ``dtype='float32'``, ``train_dtype: bfloat16``, ``compute_dtype=float16``;
+- else the fp16 switch stated off (``fp16=False``, ``amp: false``, ``use_amp=False``) with no
+  other precision key on: fp32, the default of every framework that has such a switch.
+
+Two different precisions stated (relaunches with other settings, a dump and a contradicting flag
+of the same rank) record nothing: the question stays open rather than answered wrongly. A tensor
+printed with its dtype (``tensor(..., dtype=torch.float16)``) is a value, not a setting, and a model
+config's ``torch_dtype`` is the dtype its weights were saved in, not how it trains: neither is read.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Final
+
+from ingest.formats.raw_text import looks_binary, read_head
+
+HEAD_BYTES: Final = 2 * 1024 * 1024
+"""How much of a log's start is searched for its settings dump (the same span model_experts reads)."""
+
+_SEP: Final = r"""["']?\s*[=:]\s*["']?"""
+"""Between a key and its value: ``=`` (Namespace, dataclass), ``:`` (JSON, YAML, banners); quotes."""
+
+_KEY_START: Final = r"""(?:(?<=^)|(?<=[\s,({'"]))-{0,2}"""
+"""A key starts a line, follows a separator of a dump, or is a ``--flag``."""
+
+_ON_FLAG: Final = re.compile(
+    _KEY_START
+    + r"(fp16|bf16|half|use_fp16|use_bf16|amp|use_amp|enable_amp|mixed_precision)"
+    + _SEP
+    + r"(True|true|1|yes)(?![\w.-])"
+)
+"""A mixed-precision switch turned on (``mixed_precision: true`` says mixed, not which: fp16 by default)."""
+
+_OFF_FLAG: Final = re.compile(
+    _KEY_START + r"(fp16|half|use_fp16|amp|use_amp|enable_amp)" + _SEP + r"(False|false|0|no)(?![\w.-])"
+)
+"""The fp16/autocast switch stated off."""
+
+_NAMED: Final = re.compile(
+    _KEY_START
+    + r"(mixed_precision|precision|amp_dtype|autocast_dtype|amp_level)"
+    + _SEP
+    + r"(?:torch\.)?(bf16|fp16|fp32|bfloat16|float16|float32|half|16-mixed|bf16-mixed|32-true|16|32|O1|O2|O3)(?![\w.-])"
+)
+"""A precision named by a mixed-precision key (Lightning's ``16-mixed``, apex's opt levels)."""
+
+_DTYPE: Final = re.compile(
+    _KEY_START
+    + r"(dtype|train_dtype|compute_dtype|training_dtype)"
+    + _SEP
+    + r"(bfloat16|float16|float32|bf16|fp16|fp32|half)(?![\w.-])"
+)
+"""The dtype a run computes in, as a dump prints it: a string or a bare word (``dtype='float32'``,
+``dtype: bf16``). ``dtype=torch.float32`` is how code or a tensor spells a dtype, not a setting."""
+
+_NOT_A_DUMP: Final = re.compile(r"(?i)tensor\b|tensor\(|torch_dtype|autocast\(|\.to\(|^\s*(?:with|def|return|if)\b")
+"""Lines whose dtype is a value, not a setting: a tensor printed (``tensor(..., dtype=...)``, TF's
+``<tf.Tensor ... dtype=float32>``), code (``with torch.autocast(...)``, ``x.to(dtype=...)``) and a model
+config's ``torch_dtype`` (the dtype its weights were saved in, not how it trains)."""
+
+_CANON: Final = {
+    "bf16": "bf16",
+    "bfloat16": "bf16",
+    "bf16-mixed": "bf16",
+    "fp16": "fp16",
+    "float16": "fp16",
+    "half": "fp16",
+    "16-mixed": "fp16",
+    "16": "fp16",
+    "o1": "fp16",
+    "o2": "fp16",
+    "o3": "fp16",
+    "fp32": "fp32",
+    "float32": "fp32",
+    "32-true": "fp32",
+    "32": "fp32",
+}
+
+
+def _one(values: set[str]) -> str | None:
+    """The precision when exactly one is stated, else None (none, or a contradiction)."""
+    return next(iter(values)) if len(values) == 1 else None
+
+
+def stated_precision(text: str) -> str | None:
+    """``fp16``, ``bf16`` or ``fp32`` as the settings dumps in ``text`` state it (module docstring),
+    None when they state none or contradict each other."""
+    lines = [line for line in text.splitlines() if not _NOT_A_DUMP.search(line)]
+    body = "\n".join(lines)
+    explicit: set[str] = set()
+    autocast = False
+    for m in _ON_FLAG.finditer(body):
+        key = m.group(1).lower()
+        if key in ("amp", "use_amp", "enable_amp", "mixed_precision"):
+            autocast = True  # mixed precision on, its dtype said elsewhere or fp16 by default
+        else:
+            explicit.add("bf16" if key in ("bf16", "use_bf16") else "fp16")
+    named = {_CANON[m.group(2).lower()] for m in _NAMED.finditer(body)}
+    dtypes = {_CANON[m.group(2).lower()] for m in _DTYPE.finditer(body)}
+    explicit |= named - {"fp32"}
+    if explicit:
+        return _one(explicit)
+    if autocast:
+        return _one(dtypes - {"fp32"}) if dtypes - {"fp32"} else "fp16"
+    if dtypes or named:
+        return _one(dtypes | named)
+    if _OFF_FLAG.search(body):
+        return "fp32"
+    return None
+
+
+def note_precision(meta: dict[str, Any], paths: list[Path]) -> None:
+    """``meta['precision']`` from the first text file's head, unless the reader already set it."""
+    if "precision" in meta or not paths or not paths[0].is_file():
+        return
+    head = read_head(paths[0], HEAD_BYTES)
+    if not head or looks_binary(head):
+        return
+    precision = stated_precision(head.decode("utf-8", "replace"))
+    if precision is not None:
+        meta["precision"] = precision

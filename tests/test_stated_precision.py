@@ -1,0 +1,56 @@
+"""The precision a log's own settings dump states is the run's (issue #32, round 16 fb21f): an argparse
+``Namespace``, a JSON/YAML/dict config, ``key: value`` banners, a hydra print; a tensor's or code's dtype
+is no setting, and a contradiction says nothing. Logs of those shapes, written here."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ingest.formats import FALLBACK_READERS, read_log
+from ingest.formats.stated_precision import stated_precision
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("Namespace(batch_size=8, ctx=[gpu(0)], dtype='float32', epochs=40, lr=0.01)", "fp32"),
+        ("Namespace(batch_size=8, fp16=False, lr=0.01, seed=3)", "fp32"),
+        ("Namespace(batch_size=8, fp16=True, lr=0.01)", "fp16"),
+        ('{"train": {"mixed_precision": "bf16", "dtype": "float32"}}', "bf16"),
+        ("trainer:\n  precision: 16-mixed\n  max_steps: 900", "fp16"),
+        ("amp: true\nbatch: 64", "fp16"),
+        ("use_amp=True, amp_dtype='bfloat16'", "bf16"),
+        ("  bf16: true\n  fp16: false\n", "bf16"),
+        ("python train.py --fp16=True --lr=3e-4", "fp16"),
+        ("model:\n  dtype: bfloat16\n", "bf16"),
+    ],
+)
+def test_a_dump_states_the_precision(text: str, expected: str) -> None:
+    assert stated_precision(text) == expected
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "loss tensor(2.31, device='cuda:0', dtype=torch.float16)",
+        "('critic', <tf.Tensor 'add_3:0' shape=() dtype=float32>)",
+        "    with torch.autocast(device_type='cuda', dtype=torch.bfloat16):",
+        '{"torch_dtype": "bfloat16", "num_hidden_layers": 4}',
+        "eval precision: 32.5 recall: 16",
+        "Namespace(dtype='float16')\nNamespace(dtype='bfloat16')",  # relaunched with another setting
+        "Training on 8 GPUs in mixed precision",
+    ],
+)
+def test_no_setting_states_nothing(text: str) -> None:
+    assert stated_precision(text) is None
+
+
+def test_the_fallback_reader_carries_the_namespace_precision(tmp_path: Path) -> None:
+    path = tmp_path / "train.log"
+    lines = ["Namespace(backbone='resnet18', batch_size=4, dtype='float32', epochs=3, lr=0.002)"]
+    lines += [f"Epoch 0 iteration {i:04d}/0100 training loss {3.0 - 0.02 * i:.3f}" for i in range(1, 40)]
+    path.write_text("\n".join(lines) + "\n")
+    parsed = read_log([path], reader_set=FALLBACK_READERS)
+    assert parsed.meta["precision"] == "fp32"
