@@ -35,6 +35,7 @@ TIERS: dict[str, str] = {
     **dict.fromkeys(
         (
             "abandoned_attempts",
+            "round16_t22c",
             "stated_precision",
             "value_column",
             "json_rows",

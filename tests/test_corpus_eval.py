@@ -113,8 +113,12 @@ BATCH_FLOORS: dict[str, tuple[int, float, int, int, int, float]] = {
     # 17 faults on 6 logs, 25 / 26, 3 shown on healthy, 2 broken, 1 invented, 0.908 (511 / 563); fb21f (the
     # precision a Namespace states: no "record the precision" on fp32 GluonCV runs): 0.914 (511 / 559)
     "batch_15": (17, 25 / 26, 3, 2, 1, 0.911),
+    # batch 16 measured held out on 1075fb5 (40 faults on 19 logs, 6 / 9, 25 invented, 6 shown on healthy, 3 broken,
+    # 0.555 = 342 / 616), then tuned on: t22c (nanoGPT BPC evaluations, a clock restarting each epoch, a Chinese
+    # epoch summary; a golden's replayed launch recorded as rollbacks 1): 37 faults on 17 logs, 0.583 (344 / 590)
+    "batch_16": (37, 6 / 9, 6, 3, 25, 0.58),
 }
-QUIET_SPANS_FLAGGED: dict[str, int] = {"batch_13": 1}
+QUIET_SPANS_FLAGGED: dict[str, int] = {"batch_13": 1, "batch_16": 6}
 """Quiet spans flagged a batch may still show (0 unless named): batch 13's mmengine C3D grad norm rises at 473 to a
 level it holds to the end, and that event's highest sample (5861) lies in its golden's quiet span 2000-8600."""
 

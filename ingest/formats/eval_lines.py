@@ -24,6 +24,8 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Final, Protocol
 
+from ingest.formats.summary_words import in_english
+
 EVAL_STEP: Final = -2
 """The step an evaluation line holds until :func:`place_evals` gives it the step line's above it."""
 _LABEL: Final = re.compile(
@@ -65,6 +67,8 @@ def eval_pairs(line: str, pairs_of: Callable[[str], Pairs]) -> Pairs:
         epoch = len(pairs) < len(found)  # an lr with no epoch beside it is a config dump's, not the schedule's
         if pairs and (all(_SPLIT_KEY.match(k) for k, _, _ in pairs) or (epoch and _lr_only(pairs))):
             return [p for p in pairs if not _EVAL_COST.match(p[0])]
+        if summary := epoch_summary(line, pairs_of):
+            return summary
         m = _EPOCH_LABEL.match(line.split("\r")[-1])
         if m is None:
             return []
@@ -76,6 +80,21 @@ def eval_pairs(line: str, pairs_of: Callable[[str], Pairs]) -> Pairs:
         name = _GAN.get(name, name).replace(" ", "_")
         out.append((f"val_{name}", value, unit))
     return out
+
+
+def epoch_summary(line: str, pairs_of: Callable[[str], Pairs]) -> Pairs:
+    """The split's pairs of an epoch summary in another language (:mod:`ingest.formats.summary_words`)
+    that states an epoch and a split's loss (``Epoch 17 完成 | 训练损失: 4.58 | 验证损失: 5.96``): the
+    epoch's evaluation. Its training loss is the mean over the epoch (the step lines print the
+    steps' own) and its time the epoch's: neither is kept."""
+    text = in_english(line)
+    if text is None:
+        return []
+    found = pairs_of(text)
+    if not any(k.strip().lower() in _EPOCH_KEYS for k, _, _ in found):
+        return []
+    split = [p for p in found if _SPLIT_KEY.match(p[0]) and not _EVAL_COST.match(p[0])]
+    return split if any("loss" in k.lower() for k, _, _ in split) else []
 
 
 def place_evals(lines: Sequence[_Line]) -> None:

@@ -33,7 +33,8 @@ def clock_step_times(builder: LogBuilder, names: Collection[str]) -> None:
     evaluated = np.concatenate([builder.rows_of(n)[2] for n in ("val_loss", "eval_loss")])
     clocks = []
     for name in names:
-        if "time" not in name or not name.endswith("_s") or name.startswith(_NOT_A_CLOCK):
+        low = name.lower()  # a console's 'Time: 266.5s' is stored as 'Time_s'
+        if "time" not in low or not low.endswith("_s") or low.startswith(_NOT_A_CLOCK):
             continue
         steps, values, seq = builder.rows_of(name)
         training = ~np.isin(seq, evaluated)

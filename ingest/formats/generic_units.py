@@ -77,7 +77,31 @@ def is_clock(values: Sequence[float], min_lines: int) -> bool:
     arr = arr[np.isfinite(arr)]
     if arr.shape[0] < min_lines or arr[0] < 0:
         return False
-    return bool(np.all(np.diff(arr) >= 0) and arr[-1] >= 2 * arr[0] and arr[-1] > 0)
+    if np.all(np.diff(arr) >= 0):
+        return bool(arr[-1] >= 2 * arr[0] and arr[-1] > 0)
+    return _restarting_clock(arr, min_lines)
+
+
+CLOCK_ADVANCES: Final = 0.9
+"""Share of a restarting clock's lines (within one stretch) that read later than the line before."""
+
+
+def _restarting_clock(arr: np.ndarray, min_lines: int) -> bool:
+    """A clock that restarts (``Time: 266.5s``, the seconds since the epoch began): it goes down only
+    where it starts again, each time to at most half its reading before, and in between it advances on
+    nearly every line; at least one stretch doubles. A step time with slow steps among equal ones also
+    falls by half after each slow step, but it does not advance between them."""
+    d = np.diff(arr)
+    drops = np.flatnonzero(d < 0)
+    if np.any(arr[drops + 1] > 0.5 * arr[drops]):
+        return False
+    stretches = np.split(arr, drops + 1)
+    if min(s.shape[0] for s in stretches) < min_lines:
+        return False
+    advancing = sum(int(np.count_nonzero(np.diff(s) > 0)) for s in stretches)
+    if advancing < CLOCK_ADVANCES * (arr.shape[0] - len(stretches)):
+        return False
+    return any(s[-1] >= 2 * s[0] and s[-1] > 0 for s in stretches)
 
 
 MIN_UNNAMED_LINES: Final = 3

@@ -24,6 +24,9 @@ def _iter_key(key: str) -> tuple[str, str | None]:
     return canonical_name(key)
 
 
+_UNIT_WORD: Final = r"(?:[ \t]+[A-Za-z]{1,8})?"
+"""An optional unit word after a loss value (``BPC``, ``nats``, ``bits``)."""
+
 _PER_ITER_TIME: Final = re.compile(r"^(?P<unit>ns|us|ms|s|sec)/it(?:er)?$")
 
 
@@ -99,7 +102,9 @@ class NanoGPTReader(TextLogReader):
         ),
         LineKind(
             name="eval",
-            prefix=r"step[ \t]+(?P<step>[0-9]+):[ \t]*(?=train loss[ \t]+" + NUMBER + r",[ \t]*val loss)",
+            # a loss may carry its unit word (`train loss 2.58 BPC, val loss 2.79 BPC`: bits per
+            # character); the word names the loss's unit, not another field
+            prefix=r"step[ \t]+(?P<step>[0-9]+):[ \t]*(?=train loss[ \t]+" + NUMBER + _UNIT_WORD + r",[ \t]*val loss)",
             pairs=r"(?P<key>train loss|val loss)[ \t]+(?P<val>" + NUMBER + ")",
             keymap=_eval_key,
         ),
