@@ -35,6 +35,7 @@ TIERS: dict[str, str] = {
     **dict.fromkeys(
         (
             "abandoned_attempts",
+            "t22d_metric_files",
             "stated_precision",
             "value_column",
             "json_rows",
