@@ -113,6 +113,10 @@ BATCH_FLOORS: dict[str, tuple[int, float, int, int, int, float]] = {
     # 17 faults on 6 logs, 25 / 26, 3 shown on healthy, 2 broken, 1 invented, 0.908 (511 / 563); fb21f (the
     # precision a Namespace states: no "record the precision" on fp32 GluonCV runs): 0.914 (511 / 559)
     "batch_15": (17, 25 / 26, 3, 2, 1, 0.911),
+    # batch 16 measured held out on 1075fb5 (40 faults on 19 logs, 6 / 9, 25 invented, 6 shown on healthy,
+    # 3 broken, 0.555 = 342 / 616), then tuned on: t22d (HF summary rows and eval token counters, StyleGAN
+    # stats, GAN loss tables, timm EMA block; two goldens amended): 28 faults on 12 logs, 7 / 9, 0.573 (359 / 626)
+    "batch_16": (28, 7 / 9, 7, 3, 25, 0.573),
 }
 QUIET_SPANS_FLAGGED: dict[str, int] = {"batch_13": 1}
 """Quiet spans flagged a batch may still show (0 unless named): batch 13's mmengine C3D grad norm rises at 473 to a
