@@ -16,7 +16,7 @@ from typing import Final
 
 import numpy as np
 
-from stab_core.adversarial import COLLAPSE_FRACTION, LEVEL_SAMPLES
+from stab_core.adversarial import COLLAPSE_FRACTION, DISCRIMINATOR_LOSSES, LEVEL_SAMPLES
 from stab_core.incidents import Incident
 from stab_core.runview import Series
 from stab_core.spikes import build_event
@@ -47,8 +47,9 @@ def discriminator_wins(series: Mapping[str, Series], incidents: Sequence[Inciden
     the generator ``loss`` ends :data:`WIN_RATIO` times its early level) with the climb as one diverged
     ``climb`` incident and the loss incidents inside it dropped; unchanged otherwise or when a loss
     divergence is already reported."""
+    # a whole discriminator loss (``Discriminator_Loss``, ``d_loss``) collapses as its parts do
     names = {name.rsplit("/", 1)[-1].lower(): name for name in series}
-    parts = [series[names[n]] for n in sorted(DISCRIMINATOR_PARTS) if n in names]
+    parts = [series[names[n]] for n in sorted(DISCRIMINATOR_PARTS | DISCRIMINATOR_LOSSES) if n in names]
     loss = series.get("loss")
     if loss is None or not parts or not all(_collapsed(s) for s in parts):
         return list(incidents)

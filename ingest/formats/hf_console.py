@@ -57,6 +57,7 @@ from ingest.formats.base import Reader
 from ingest.formats.numbers import parse_number
 from ingest.formats.planned import note_planned_steps
 from ingest.formats.raw_text import LAUNCHER_LEAD, decode_head, looks_binary
+from ingest.formats.run_totals import is_eval_counter
 
 _DICT: Final = re.compile(r"\{'[A-Za-z_][^']*':[^{}]*\}")
 """A printed ``logs`` dict: Python's repr, single-quoted keys."""
@@ -70,6 +71,10 @@ _TOTAL_STEPS: Final = re.compile(r"Total (?:optimization )?steps = ([0-9,]+)")
 _PRINTED_STEP: Final = re.compile(r"(?:^|[^A-Za-z0-9_])(?:step|global[ _]step)[ \t]*[:=]?[ \t]*([0-9]+)[ \t]*$", re.I)
 """A step counter printed right before a dict (``Step:      3 {'loss': ...}``)."""
 _NUM_EPOCHS: Final = re.compile(r"Num Epochs = ([0-9,]+)")
+_ARGS_EPOCHS: Final = re.compile(r"TrainingArguments\(.*?\bnum_train_epochs=([0-9]+)(?:\.0)?\b")
+"""A ``TrainingArguments(...)`` dump's epochs: the planned epochs (as the banner's Num Epochs) where its
+``max_steps`` is off (-1 or 0); a positive ``max_steps`` bounds the run instead."""
+_ARGS_NO_MAX: Final = re.compile(r"\bmax_steps=(?:-1|0)\b")
 _SUMMARY_KEY: Final = "train_runtime"
 _LOGGED_KEY: Final = re.compile(r"loss|learning_rate|grad_norm|epoch|eval_|train_")
 """A key of the Trainer's logs (``Trainer.log`` adds ``epoch`` to every dict it prints)."""
@@ -187,6 +192,8 @@ def _scan_line(line: str, line_no: int, path: Path, scan: _Scan, builder: LogBui
             scan.total_steps = int(t.group(1).replace(",", ""))
         if scan.num_epochs is None and (e := _NUM_EPOCHS.search(own)):
             scan.num_epochs = int(e.group(1).replace(",", ""))
+        elif scan.num_epochs is None and (a := _ARGS_EPOCHS.search(own)) and _ARGS_NO_MAX.search(own):
+            scan.num_epochs = int(a.group(1))
     if found or not line.strip():
         builder.account.text_line(str(path), line_no, line, parsed=found)
         return
@@ -296,8 +303,8 @@ def _emit(records: list[_Record], steps: list[int], builder: LogBuilder) -> None
     for i, (record, step) in enumerate(zip(records, steps, strict=True)):
         stream = 1 if record.eval else 0
         for key, value in record.values.items():
-            if record.eval and key == "epoch":
-                continue  # the training dict before it gave the epoch at this step
+            if record.eval and (key == "epoch" or is_eval_counter(key)):
+                continue  # the training dict before it gave the epoch (and token count) at this step
             name, unit = _name_of(key)
             if record.eval and not key.startswith("eval_"):
                 name = "eval_" + sanitise_name(key)

@@ -11,7 +11,7 @@ import json
 import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Final
+from typing import Any
 
 from ingest.errors import StabScopeError
 from ingest.formats._common import LogBuilder
@@ -19,11 +19,8 @@ from ingest.formats._tabular import nesting_refusal
 from ingest.formats.base import Reader
 from ingest.formats.planned import note_planned_steps
 from ingest.formats.raw_text import open_error
+from ingest.formats.run_totals import SUMMARY_KEYS, is_eval_counter
 
-SUMMARY_KEYS: Final = frozenset(
-    {"train_runtime", "train_samples_per_second", "train_steps_per_second", "total_flos", "train_loss"}
-)
-"""The keys of the Trainer's end-of-training summary entry (one row, no step's own values)."""
 _META = {
     "max_steps": "total_steps",
     "train_batch_size": "per_rank_batch_size",
@@ -71,8 +68,8 @@ class HFTrainerStateReader(Reader):
                 step = int(entry["step"])
                 for key, value in entry.items():
                     number = _number(value)
-                    if key == "step" or number is None:
-                        continue
+                    if key == "step" or number is None or is_eval_counter(key):
+                        continue  # an eval's token counter is the run's count (ingest.formats.run_totals)
                     if key == "epoch":
                         # the step axis's companion (steps / steps per epoch), not a measurement of
                         # the run: kept in the meta as the epoch reached, never a metric series

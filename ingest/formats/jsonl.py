@@ -19,7 +19,6 @@ from ingest.formats._common import LogBuilder
 from ingest.formats._tabular import STEP_COLUMNS, WALL_COLUMNS, add_wide, find_column, iter_jsonl
 from ingest.formats.aliases import KeyMap
 from ingest.formats.base import Reader
-from ingest.formats.hf_trainer_state import SUMMARY_KEYS
 from ingest.formats.json_document import document_tables, looks_like_document, step_records
 from ingest.formats.jsonl_events import split_kinds
 from ingest.formats.jsonl_roles import (
@@ -31,6 +30,8 @@ from ingest.formats.jsonl_roles import (
 )
 from ingest.formats.raw_text import decode_head
 from ingest.formats.run_loss import add_run_loss
+from ingest.formats.run_totals import SUMMARY_KEYS
+from ingest.formats.stat_records import progress_step, unwrap_stats
 
 
 def first_object(head: bytes) -> dict[str, object] | None:
@@ -64,6 +65,7 @@ def read_jsonl(
         tables = document_tables(path, records, builder) if records else iter_jsonl(path, builder)
         for table, line in tables:
             table = _drop_state_dumps(table, path, line, builder)
+            table = progress_step(unwrap_stats(table), step_candidates)  # ingest.formats.stat_records
             table = _progress_steps(table, step_candidates, builder)
             if table.num_rows == 0:
                 continue

@@ -21,6 +21,7 @@ from ingest.formats._tabular import add_wide, csv_header, iter_csv
 from ingest.formats.aliases import canonical_name
 from ingest.formats.base import Reader
 from ingest.formats.run_loss import add_run_loss
+from ingest.formats.run_totals import is_eval_counter, summary_rows
 from ingest.formats.table_runs import TableRuns
 
 _HPARAM_META = {
@@ -55,7 +56,10 @@ class LightningCsvReader(Reader):
             builder.source(path)
             _hparams(path.parent / "hparams.yaml", builder)
             runs = TableRuns(builder)
-            for table, line in iter_csv(path, builder):
+            for read, line in iter_csv(path, builder):
+                table, summary = summary_rows(read)  # ingest.formats.run_totals: the run's totals, no step
+                if summary:
+                    builder.meta.setdefault("train_summary", summary)
                 names = set(table.column_names)
                 if "step" not in names:
                     shown = ", ".join(list(table.column_names)[:8])
@@ -65,10 +69,10 @@ class LightningCsvReader(Reader):
                         line=1,
                     )
 
-                def keymap(column: str, names: set[str] = names) -> tuple[str, str | None]:
+                def keymap(column: str, names: set[str] = names) -> tuple[str, str | None] | None:
                     if column.endswith("_step") and column[: -len("_step")] + "_epoch" in names:
                         column = column[: -len("_step")]
-                    return canonical_name(column)
+                    return None if is_eval_counter(column) else canonical_name(column)
 
                 for run in runs.split(table, "step"):  # ingest.formats.table_runs: a step back at its first value
                     where = (path, line)

@@ -17,6 +17,7 @@ Each stand-in is also kept under its own name; none applies where a column alrea
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from typing import Final
 
@@ -40,10 +41,11 @@ DISCRIMINATOR_LOSSES: Final = frozenset(
 
 
 def _leaf(name: str) -> str:
-    """``train/loss_critic`` -> ``loss_critic``; ``gen/loss`` -> ``gen_loss`` (Chainer's reporter)."""
-    parts = name.strip().lower().split("/")
-    if len(parts) == 2 and parts[1] == "loss" and parts[0] in {"gen", "dis"}:
-        return parts[0] + "_loss"
+    """``train/loss_critic`` -> ``loss_critic``; ``gen/loss`` -> ``gen_loss`` (Chainer's reporter); a
+    CSV header's words (``Generator Loss``) joined as a key's are (``generator_loss``)."""
+    parts = re.sub(r"[ \t]+", "_", name.strip().lower()).split("/")
+    if len(parts) >= 2 and parts[-1] == "loss" and parts[-2] in {"gen", "dis", "g", "d"}:
+        return parts[-2] + "_loss"  # StyleGAN's stats name them ``Loss/G/loss``, ``Loss/D/loss``
     return parts[-1]
 
 

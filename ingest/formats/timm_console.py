@@ -62,11 +62,13 @@ class TimmConsoleReader(Reader):
         def line(text: str) -> LineResult:
             rows: list[Row] = []
             if (t := _TEST.search(text)) and last:
-                pending[:] = []
+                # a ``Test (EMA)`` block follows the plain one: each replaces only its own kind's means
+                prefix = "val_ema_" if t["ema"] else "val_"
+                pending[:] = [row for row in pending if row[0].startswith("val_ema_") != bool(t["ema"])]
                 for pair in _PAIR.finditer(text, t.end()):
                     value = parse_number(pair["mean"] or pair["val"])
                     if pair["key"] != "Time" and value is not None:
-                        name = ("val_ema_" if t["ema"] else "val_") + canonical_name(pair["key"])[0].lower()
+                        name = prefix + canonical_name(pair["key"])[0].lower()
                         pending.append((name, None, last[0], value))
                 return [], "evaluation progress line (its means are read at its end)"
             rows, pending[:] = list(pending), []

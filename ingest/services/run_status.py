@@ -303,9 +303,18 @@ def _names_training(metric: str) -> bool:
     return False
 
 
+_GAN_SIDE: Final = re.compile(r"^(?:loss_?|err)?(?P<side>[GD])(?:_[A-Za-z0-9]+)?$", re.IGNORECASE)
+"""A GAN's generator or discriminator term as pix2pix/CycleGAN and DCGAN scripts name it (``G_A``,
+``D_real``, ``errG``, ``loss_D``): a run logging both sides trains, whatever else it lacks."""
+
+
+def _gan_sides(held: Iterable[str]) -> bool:
+    return {m["side"].upper() for n in held if (m := _GAN_SIDE.match(n))} == {"G", "D"}
+
+
 def _trains(store: Store, name: str, metrics: Iterable[str]) -> bool:
     held = list(metrics)
-    if any(m in TRAINING_SIGNALS for m in held):
+    if any(m in TRAINING_SIGNALS for m in held) or _gan_sides(held):
         return True
     if any(_names_training(m) for m in held if not is_eval_metric(m)):
         return True
