@@ -90,21 +90,21 @@ def robust_early_rises(
 
 
 def _clears_later_noise(steps: IntArray, values: FloatArray, event: SpikeEvent, history: int, z: float) -> bool:
-    """A rise among the first ``history`` samples was judged on a band of few samples (under
-    :data:`NOISE_MIN_SAMPLES`: only the highest of them; after a fall from the first sample, however
-    long: none; 5-15 calm ones: too narrow, round 16): once the loss is back, it must also clear the
-    band of the (up to ``history``) samples logged from its return on. A loss swinging +-30% per batch
-    rises 1.4-1.7x over its first three samples by chance, and the samples after show that swing; a
-    start-up blow-up (6.94 -> 11.17, then a smooth fall) clears it many times over, and one that never
-    came back (or has too few samples after its return to measure) stands as it is. Samples after it
-    above its own peak (a later blow-up: 3.9, 3.5, 3.4, then 146,981) are left out of that band. A rise
-    after a fall from the first sample that stood :data:`~stab_core.incidents.EARLY_MIN_RATIO` times its
-    level, and the median of those samples after, for :data:`LASTING_SAMPLES` logs in a row, where the
-    samples after its return never do, is no swing of that noise: it lasted (round 13)."""
+    """A rise judged on fewer than :data:`NOISE_MIN_SAMPLES` samples before it had no noise band to
+    clear, only the highest of them (after a fall from the first sample, however long: none): once the
+    loss is back, it must also clear the band of the (up to ``history``) samples logged from its return
+    on. A loss swinging +-30% per batch rises 1.4-1.7x over its first three samples by chance, and the
+    samples after show that swing; a start-up blow-up (6.94 -> 11.17, then a smooth fall) clears it many
+    times over, and one that never came back (or has too few samples after its return to measure) stands
+    as it is. Samples after it above its own peak (a later blow-up: 3.9, 3.5, 3.4, then 146,981) are left
+    out of that band. A rise after a fall from the first sample that stood
+    :data:`~stab_core.incidents.EARLY_MIN_RATIO` times its level, and
+    the median of those samples after, for :data:`LASTING_SAMPLES` logs in a row, where the samples after
+    its return never do, is no swing of that noise: it lasted (round 13)."""
     finite = np.isfinite(values)
     s, x = steps[finite], values[finite]
     first = int(np.searchsorted(s, event.start))
-    if event.recovery_step is None:
+    if (first >= NOISE_MIN_SAMPLES and not descends(x[:first])) or event.recovery_step is None:
         return True
     back = int(np.searchsorted(s, event.recovery_step))
     after = x[back : back + history]
