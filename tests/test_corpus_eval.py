@@ -113,8 +113,13 @@ BATCH_FLOORS: dict[str, tuple[int, float, int, int, int, float]] = {
     # 17 faults on 6 logs, 25 / 26, 3 shown on healthy, 2 broken, 1 invented, 0.908 (511 / 563); fb21f (the
     # precision a Namespace states: no "record the precision" on fp32 GluonCV runs): 0.914 (511 / 559)
     "batch_15": (17, 25 / 26, 3, 2, 1, 0.911),
+    # batch 16 measured held out on 1075fb5 (40 faults on 19 logs, 6 / 9, 25 invented, 6 shown on healthy, 3 broken,
+    # 0.555 = 342 / 616), then tuned on. t22b: a VAE's objective (loss_vae beside its terms) and a bare total_loss
+    # beside loss terms are the generic reader's loss: 31 faults on 18 logs, 12 invented, 8 shown on healthy (the
+    # YOLOX loguru console's loss is now read, and its early rise shown), 0.671 (314 / 468)
+    "batch_16": (31, 6 / 9, 8, 3, 12, 0.67),
 }
-QUIET_SPANS_FLAGGED: dict[str, int] = {"batch_13": 1}
+QUIET_SPANS_FLAGGED: dict[str, int] = {"batch_13": 1, "batch_16": 6}
 """Quiet spans flagged a batch may still show (0 unless named): batch 13's mmengine C3D grad norm rises at 473 to a
 level it holds to the end, and that event's highest sample (5861) lies in its golden's quiet span 2000-8600."""
 
