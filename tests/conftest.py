@@ -47,6 +47,7 @@ TIERS: dict[str, str] = {
             "t21b_gluon_consoles",
             "gen20a_generic_steps",
             "fb21t_generic_text",
+            "t22b_vae_console",
             "table_runs",
             "round15_consoles",
             "round12_imports",

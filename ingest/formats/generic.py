@@ -72,6 +72,7 @@ from ingest.formats.generic_units import (
 from ingest.formats.numbers import NUMBER, parse_number
 from ingest.formats.raw_text import KEY_START, LAUNCHER_LEAD, decode_head, looks_binary
 from ingest.formats.record_lines import joined, numbered_lines, rewrite
+from ingest.formats.run_loss import aggregate_loss
 from ingest.formats.sections import notes_marks
 from stab_core.metrics import CANONICAL_METRICS
 
@@ -258,6 +259,8 @@ def propose(lines: Sequence[str], step_key: str | None = None) -> Proposal | Non
         ]
         if len(fits) > 1:  # 'batch_loss' beside 'running_loss': the running average is no measurement
             fits = [n for n in fits if not _RUNNING.match(normalise_key(first_key[n]))] or fits
+        if len(fits) > 1 and role == "loss":  # loss terms beside their total ('loss_vae', 'loss_kl', ...)
+            fits = [total] if (total := aggregate_loss(fits)) is not None else fits
         if len(fits) == 1:
             proposal.roles[role] = fits[0]  # as stored: the name --map takes
             proposal.extra[fits[0]] = role

@@ -10,7 +10,8 @@ every reader of that family's files (a console and a CSV of the same trainer mus
   GAN's; the discriminator's keeps its name.
 - Loss terms (a physics-informed or multi-task model, round 15: t21d): a column that aggregates the
   loss (``mean_loss``, ``total_loss``, ``loss_sum``, a bare ``total``) beside two or more ``*_loss``
-  term columns is the run's loss: the optimizer steps on it, the terms are its parts.
+  term columns is the run's loss: the optimizer steps on it, the terms are its parts. A VAE's objective
+  (``loss_vae``, ``elbo_loss``) beside its terms (``loss_recon``, ``loss_kl``) is one too (round 16).
 
 Each stand-in is also kept under its own name; none applies where a column already is the loss.
 """
@@ -35,6 +36,10 @@ CRITIC_LOSSES: Final = frozenset({"loss_critic", "critic_loss", "value_loss", "l
 GENERATOR_LOSSES: Final = frozenset({"loss_gen", "gen_loss", "loss_g", "g_loss", "generator_loss", "loss_generator"})
 AGGREGATE_WORDS: Final = frozenset({"mean", "avg", "average", "total", "sum", "combined", "overall"})
 """Words that name a loss column as the aggregate of the loss terms beside it (``mean_loss``, ``loss_total``)."""
+OBJECTIVE_WORDS: Final = frozenset({"vae", "wae", "cvae", "elbo", "nelbo"})
+"""Words that name a loss column as the model's whole objective beside its terms (round 16: a VAE's
+``loss_vae`` beside ``loss_recon``, ``loss_kl``, ``loss_mmd``: the KL term may rise by design while the
+objective falls; the objective is what the optimizer steps on)."""
 DISCRIMINATOR_LOSSES: Final = frozenset(
     {"loss_dis", "dis_loss", "loss_disc", "disc_loss", "loss_d", "d_loss", "discriminator_loss", "loss_discriminator"}
 )
@@ -111,7 +116,8 @@ def _words(leaf: str) -> set[str]:
 
 def _aggregate(leaf: str) -> bool:
     words = _words(leaf)
-    return words == {"total"} or (len(words) == 2 and "loss" in words and bool(words & AGGREGATE_WORDS))
+    named = bool(words & (AGGREGATE_WORDS | OBJECTIVE_WORDS))
+    return words == {"total"} or (len(words) == 2 and "loss" in words and named)
 
 
 def _split(name: str) -> str:
