@@ -6,6 +6,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pyarrow.compute as pc
+import pytest
+
 from ingest.formats import detect, read_log
 from ingest.formats.csv_comments import leading_comments, without_comments
 
@@ -27,6 +30,14 @@ def test_monitor_file_is_read_by_episode(tmp_path: Path) -> None:
     assert log.series("episode_length")[1][-1] == 139
     assert not {"t", "r", "l", "t_start", "env_id", "step_time_s"} & set(log.metrics)  # t is a clock
     assert log.meta["log_settings"]["env_id"] == "Pong-v4"
+
+
+def test_monitor_clock_is_each_episodes_wall_clock_time(tmp_path: Path) -> None:
+    # t is seconds from t_start: stored as wall-clock times so the Cost page reads the time per episode
+    # (before, the run "logged no wall-clock times" although every row carries one)
+    log = read_log([_monitor(tmp_path, [1.0, 2.0, 3.0, 4.0])])
+    rows = log.table.filter(pc.equal(log.table["metric"], "episode_reward")).to_pydict()
+    assert rows["wall_time"] == [1600000000.75, 1600000001.25, 1600000001.75, 1600000002.25]
 
 
 def test_comment_lines_and_hash_headers() -> None:
@@ -67,3 +78,17 @@ def test_sb3_table_counters_and_clock_are_no_metrics(tmp_path: Path) -> None:
     counters = {"time/episodes", "time/iterations", "time/time_elapsed", "time/total_timesteps", "train/n_updates"}
     assert not counters & set(log.metrics)
     assert {"rollout/ep_rew_mean", "time/fps", "lr"} <= set(log.metrics)
+
+
+def test_a_monitor_run_is_priced_from_its_episode_clock(tmp_path: Path) -> None:
+    # a run with no loss: the wall-clock spacing of its episode rows (0.5 s apart) is its time per step,
+    # so the Spikes and Cost pages do not say it "logs no wall-clock times"
+    from ingest.importing.importer import import_logs
+    from ingest.services.run_analyses import open_analysed_store
+    from ingest.services.run_cost import run_cost_inputs, wall_step_time_s
+
+    store = open_analysed_store(tmp_path / "store")
+    import_logs(store, [_monitor(tmp_path, [float(i % 5) for i in range(30)])], run="ppo")
+    assert wall_step_time_s(store, "ppo") == pytest.approx(0.5)
+    inputs = run_cost_inputs(store, store.run_info("ppo"))
+    assert inputs.step_time_s == pytest.approx(0.5) and inputs.step_time_source == "wall times"

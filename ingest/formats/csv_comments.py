@@ -15,7 +15,9 @@ The rules, for any CSV of that shape:
   A comment's JSON object (``t_start``, ``env_id``) describes the run: settings, never metrics.
 - **The Monitor's columns**: a header whose first three names are ``r,l,t`` is a Monitor file; ``r``
   is the episode's return (``episode_reward``), ``l`` its length in environment steps
-  (``episode_length``), ``t`` the seconds from ``t_start`` to the episode's end (a clock: no metric).
+  (``episode_length``), ``t`` the seconds from ``t_start`` to the episode's end: a clock, no metric,
+  stored as each row's wall-clock time (``t_start + t``; ``t`` alone where no ``t_start`` is stated), so
+  the Cost and Spikes pages read the time per episode from it instead of saying the run logs no clock.
   It has no step column: the episode index (the row, from 0) is the axis.
 """
 
@@ -23,6 +25,9 @@ from __future__ import annotations
 
 import json
 from typing import Any, Final
+
+import pyarrow as pa
+import pyarrow.compute as pc
 
 MONITOR_COLUMNS: Final = ("r", "l", "t")
 MONITOR_NAMES: Final = {"r": "episode_reward", "l": "episode_length"}
@@ -90,3 +95,14 @@ def monitor_column(raw: str) -> tuple[str, str | None] | None:
     if name == MONITOR_CLOCK:
         return None
     return MONITOR_NAMES.get(name, name), None
+
+
+def monitor_wall_clock(table: pa.Table, settings: dict[str, Any]) -> pa.Table:
+    """A Monitor table whose clock ``t`` (s since ``t_start``) is the episode's wall-clock time in s
+    since the epoch: ``t_start + t`` where the comment line states a numeric ``t_start``."""
+    start = settings.get("t_start")
+    if MONITOR_CLOCK not in table.column_names or isinstance(start, bool) or not isinstance(start, (int, float)):
+        return table
+    i = table.column_names.index(MONITOR_CLOCK)
+    clock = pc.add(pc.cast(table[MONITOR_CLOCK], pa.float64(), safe=False), float(start))
+    return table.set_column(i, MONITOR_CLOCK, clock)

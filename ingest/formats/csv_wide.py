@@ -43,7 +43,14 @@ from ingest.formats._tabular import (
 from ingest.formats.base import Reader
 from ingest.formats.column_roles import column_keymap
 from ingest.formats.csv_clocks import add_clock_step_time
-from ingest.formats.csv_comments import comment_settings, is_monitor, monitor_column, without_comments
+from ingest.formats.csv_comments import (
+    MONITOR_CLOCK,
+    comment_settings,
+    is_monitor,
+    monitor_column,
+    monitor_wall_clock,
+    without_comments,
+)
 from ingest.formats.csv_counters import is_run_clock, proposed_loss, step_like_column
 from ingest.formats.epoch_steps import EpochSteps
 from ingest.formats.field_roles import SETTINGS_KEY
@@ -147,6 +154,8 @@ def _add_rows(
     """One run's rows of a table: its clock's step time, events, metric columns and stand-in loss (a
     Monitor file's ``t`` is a clock with no step time: :mod:`ingest.formats.csv_comments`)."""
     clock = None if monitor else add_clock_step_time(builder, table, step_col)  # ingest.formats.csv_clocks
+    if monitor:  # its clock is each episode's wall-clock time (ingest.formats.csv_comments)
+        table = monitor_wall_clock(table, builder.meta.get(SETTINGS_KEY) or {})
     event_col = EVENT_COLUMN if EVENT_COLUMN in table.column_names else None
     if event_col is not None:
         _events(builder, table, step_col, event_col)
@@ -155,7 +164,7 @@ def _add_rows(
         table,
         step_col=step_col,
         rank_col="rank" if "rank" in table.column_names else None,
-        wall_col=find_column([c for c in table.column_names if c != clock], WALL_COLUMNS),
+        wall_col=MONITOR_CLOCK if monitor else find_column([c for c in table.column_names if c != clock], WALL_COLUMNS),
         ignore=(
             *((event_col,) if event_col else ()),
             *(c for c in table.column_names if _PARAM_COUNT.fullmatch(c) or is_run_clock(c)),

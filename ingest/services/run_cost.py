@@ -33,11 +33,17 @@ wall time per row (issue #32: a step time in any unit feeds the cost and through
 
 def wall_step_time_s(store: Store, name: str) -> float | None:
     """Median wall-clock seconds per step between consecutive logged ``loss`` rows that carry a wall time
-    (a log every N steps counts N steps), else between consecutive samples of a cumulative clock
+    (a log every N steps counts N steps; a run without a loss: the first of its metrics whose rows carry
+    one, as an RL Monitor's episode return), else between consecutive samples of a cumulative clock
     (:data:`CUMULATIVE_CLOCKS`), or None when the log has neither."""
+    metrics = store.run_info(name).metrics
     steps, wall = store.read_wall_times(name, "loss")
+    for metric in metrics if steps.size < 2 and "loss" not in metrics else ():
+        steps, wall = store.read_wall_times(name, metric)
+        if steps.size >= 2:
+            break
     if steps.size < 2:
-        clock = next((m for m in CUMULATIVE_CLOCKS if m in store.run_info(name).metrics), None)
+        clock = next((m for m in CUMULATIVE_CLOCKS if m in metrics), None)
         if clock is None:
             return None
         series = store.read_series(name, clock)
