@@ -45,6 +45,7 @@ TIERS: dict[str, str] = {
             "t21b_gluon_consoles",
             "gen20a_generic_steps",
             "fb21t_generic_text",
+            "t22a_split_records",
             "table_runs",
             "round15_consoles",
             "round12_imports",
