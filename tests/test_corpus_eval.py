@@ -113,8 +113,12 @@ BATCH_FLOORS: dict[str, tuple[int, float, int, int, int, float]] = {
     # 17 faults on 6 logs, 25 / 26, 3 shown on healthy, 2 broken, 1 invented, 0.908 (511 / 563); fb21f (the
     # precision a Namespace states: no "record the precision" on fp32 GluonCV runs): 0.914 (511 / 559)
     "batch_15": (17, 25 / 26, 3, 2, 1, 0.911),
+    # batch 16 measured held out on 1075fb5 (40 faults on 19 logs, 6 / 9, 25 invented, 0.555); t22a: 26 faults on
+    # 16 logs (three split-record consoles read, not refused), 8 / 9, but the newly read per-batch losses of two
+    # healthy consoles (TI_SV GE2E 58k steps, T5 every batch) draw 174 spike calls: 202 invented, 0.179 (407 / 2269)
+    "batch_16": (26, 8 / 9, 185, 3, 202, 0.179),
 }
-QUIET_SPANS_FLAGGED: dict[str, int] = {"batch_13": 1}
+QUIET_SPANS_FLAGGED: dict[str, int] = {"batch_13": 1, "batch_16": 34}
 """Quiet spans flagged a batch may still show (0 unless named): batch 13's mmengine C3D grad norm rises at 473 to a
 level it holds to the end, and that event's highest sample (5861) lies in its golden's quiet span 2000-8600."""
 
