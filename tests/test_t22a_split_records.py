@@ -8,24 +8,7 @@ from pathlib import Path
 import pytest
 
 from ingest.formats import FALLBACK_READERS, read_log
-from ingest.formats.generic import line_pairs
 from tests.conftest import metric_series, write_log_lines
-
-
-def test_two_line_record_with_an_ordinal_step_is_one_record(tmp_path: Path) -> None:
-    """``current step: 12th step`` then ``batch loss:x`` on the line below: the loss is step 12's."""
-    lines = ["2031-01-02 10:00:00.100: I tf/core/gpu_device.cc:1] Found device 0", "start from 0"]
-    for step in range(1, 41):
-        lines += [f"current step: {step}th step", f"batch loss:{5.0 - step * 0.1:.4f}"]
-        if step % 20 == 0:
-            lines.append(f"model saved in file: ./ckpt/model.ckpt-{step} / {step} th step")
-    lines.append("current step: 41th step")  # killed before its loss
-    assert line_pairs("current step: 21st step") == [("step", 21.0, None)]
-    for readers in (None, FALLBACK_READERS):
-        parsed = read_log([write_log_lines(tmp_path, lines)], reader_set=readers)
-        steps, values = metric_series(parsed, "loss")
-        assert steps == list(range(1, 41))
-        assert values[0] == pytest.approx(4.9) and values[-1] == pytest.approx(1.0)
 
 
 def test_three_line_crlf_epoch_record(tmp_path: Path) -> None:
@@ -78,24 +61,6 @@ def test_epoch_and_step_of_n_in_brackets_after_a_prefix_only_line(tmp_path: Path
         parsed = read_log([write_log_lines(tmp_path, lines)], reader_set=readers)
         steps, _ = metric_series(parsed, "loss")
         assert steps == [e * 160 + s for e in range(5) for s in (50, 100, 150)]
-
-
-def test_every_batch_loss_with_its_epoch_and_no_step_counts_in_line_order(tmp_path: Path) -> None:
-    """``Epoch E - Batch loss: x`` on every batch (its epoch repeated, no step): the lines count in
-    file order, one step each, not one record per epoch."""
-    lines = []
-    for epoch in range(1, 5):
-        lines.append(f"2031-07-08 10:00:00,000 - INFO - ##### Epoch {epoch} #####")
-        lines += [
-            f"2031-07-08 10:00:01,000 - INFO - Epoch {epoch} - Batch loss: {9.0 / (epoch * 10 + b):.4f}"
-            for b in range(12)
-        ]
-        lines.append(f"2031-07-08 10:00:02,000 - INFO - Epoch {epoch} - Average Train Loss: {9.0 / (epoch * 10):.4f}")
-    for readers in (None, FALLBACK_READERS):
-        parsed = read_log([write_log_lines(tmp_path, lines)], reader_set=readers)
-        steps, values = metric_series(parsed, "loss")
-        assert steps == list(range(1, 49))
-        assert values[0] == pytest.approx(0.9)
 
 
 def test_total_loss_beside_its_terms_is_the_loss_and_an_eta_clock_no_metric(tmp_path: Path) -> None:

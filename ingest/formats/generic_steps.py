@@ -103,23 +103,11 @@ def step_key_of(records: list[Pairs]) -> str | None:
     # no finer counter (none named a step on the lines: one restarting each epoch is no epoch axis)
     for key in fits:
         if normalise_key(key) == "epoch" and not any(normalise_key(k) in STEP_NAME_SET for k in seen):
-            return None if _repeats_by_layout(records, key) else key
+            return key
     # a key without a step's name must count on every metric line of a few: prose's 'for 3 days on
     # 64 GPUs' is not a log
     strict = [k for k in fits if len(seen[k]) == len(records) >= MIN_UNNAMED_LINES and _rises_by_layout(records, k)]
     return min(strict, key=lambda k: position[k]) if strict else None
-
-
-def _repeats_by_layout(records: Sequence[Pairs], key: str) -> bool:
-    """Whether ``key`` (an epoch) stays the same from one line of a layout to the next on most of
-    them: every batch's ``Epoch 3 - Batch loss: x`` prints its epoch, no step; its lines count in
-    file order (:class:`LineOrder`)."""
-    by_layout: dict[tuple[str, ...], list[float]] = {}
-    for pairs in records:
-        by_layout.setdefault(tuple(k for k, _, _ in pairs), []).extend(v for k, v, _ in pairs if k == key)
-    same = sum(int(np.count_nonzero(np.diff(v) == 0)) for v in by_layout.values())
-    pairs_of_lines = sum(max(len(v) - 1, 0) for v in by_layout.values())
-    return pairs_of_lines >= MIN_UNNAMED_LINES and 2 * same > pairs_of_lines
 
 
 @dataclass
@@ -163,8 +151,6 @@ _NAMED_COUNTER: Final = re.compile(
 )
 """A counter a line prints in a form no step key was read from (``Epoch [1][50/5455]``, ``iteration 50/
 1000``, ``Train Epoch: 1``): such lines are not counterless, and line order would misnumber them."""
-_EPOCH_WORD: Final = re.compile(r"(?i:\bepochs?\b)[^A-Za-z0-9\n]{0,3}[0-9]+(?!\.|[0-9])")
-"""``Epoch 3`` on a line whose epoch was read as a pair (not the counter :data:`_NAMED_COUNTER` means)."""
 
 
 def line_order(
@@ -192,13 +178,5 @@ def line_order(
         layouts[layout] = layouts.get(layout, 0) + 1
     if 2 * max(layouts.values()) < len(held):  # no layout a logger repeats: a config dump's, notes'
         return None
-    # an epoch read as a pair and repeated by every batch ('Epoch 3 - Batch loss: x') counts no step
-    keys = {k for pairs in records for k, _, _ in pairs if normalise_key(k) == "epoch"}
-    repeated = any(_repeats_by_layout(records, k) for k in keys)
-    epochs = [repeated and any(k in keys for k, _, _ in pairs) for pairs in records]
-    named = sum(
-        1
-        for i, text in enumerate(lines)
-        if _NAMED_COUNTER.search(_EPOCH_WORD.sub(" ", text) if i < len(epochs) and epochs[i] else text)
-    )
+    named = sum(1 for text in lines if _NAMED_COUNTER.search(text))
     return None if named >= MIN_UNNAMED_LINES and 4 * named >= len(held) else LineOrder(anchor)

@@ -12,7 +12,6 @@ printed over several lines is one line, and a few ways of printing a value are r
 - A comma-separated record whose key and value are two items (``epoch 1, phase train, step 10,
   loss_train, 0.838``) reads ``loss_train, 0.838`` as ``loss_train: 0.838``: a one-word key between
   commas with a bare number after it.
-- A value printed as an ordinal after its colon (``current step: 12th step``) is its number.
 - A line holding only a named step counter (``Step: 2000``) followed by lines of one ``key: number``
   each (``Loss: 0.0858``) is one record: the step's values stand on the lines below it, up to a line
   with no pair, another pair count or another step.
@@ -43,8 +42,6 @@ COUNTER_IN_BRACKETS: Final = re.compile(
 )
 """MXNet's Speedometer ``Epoch[0] Batch [19]``: a counter word whose value stands in brackets; a
 ``Step [S/N]`` beside ``Epoch [E/M]`` counts the steps of an epoch out of ``N`` (read as ``Step S/N``)."""
-ORDINAL: Final = re.compile(r"(:[ \t]*)([0-9]+)[ \t]?(?:st|nd|rd|th)\b")
-"""A value printed as an ordinal (``current step: 12th step``): the number."""
 ONE_ITEM: Final = re.compile(r"(:[ \t]*)\[(" + NUMBER + r")\](?![\[,])")
 SHORT_LINE: Final = 100
 """Characters a line of a split record may have (a lone ``Step: N`` or ``Loss: x``): longer lines are
@@ -77,8 +74,6 @@ def rewrite(text: str) -> str:
     each key it labels, and a `` : `` field record's abbreviated names spelled out
     (:mod:`ingest.formats.field_records`)."""
     text = lead_duration(meter_epoch(spelled_norms(expand(spelled_is(text)))))
-    if ":" in text:
-        text = ORDINAL.sub(r"\g<1>\g<2>", text)
     if "," in text:
         text = COMMA_PAIR.sub(r"\g<1>: \g<2>", text)
     text = LEAD_COUNTER.sub(r"\g<1>step \g<2>", text, count=1)
