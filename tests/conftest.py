@@ -48,6 +48,7 @@ TIERS: dict[str, str] = {
             "gen20a_generic_steps",
             "fb21t_generic_text",
             "t22b_vae_console",
+            "t22a_split_records",
             "table_runs",
             "round15_consoles",
             "round12_imports",

@@ -73,7 +73,8 @@ field printed over and over) is no record of one epoch; earlier tqdm redraws bef
 
 def _fields(line: str) -> list[tuple[str, float, str | None]]:
     """``(name, value, unit)`` of each field of one line (its tqdm bar and parentheses cut off)."""
-    text = _PARENS.sub(" ", _BAR.sub("", line.split("\r")[-1]))
+    # a CRLF line's last '\r' ends the line, no redraw: the fields are on the piece before it
+    text = _PARENS.sub(" ", _BAR.sub("", line.rstrip("\r").split("\r")[-1]))
     out = []
     for m in _FIELD.finditer(text):
         if (value := parse_number(m["value"])) is None:

@@ -117,8 +117,10 @@ prints the line (``[Rank 0]``): no pair."""
 _NOT_PAIRS: Final = re.compile(
     r"(?:[A-Za-z][A-Za-z ]{0,40}:[ \t]{0,8})?[0-9]{1,3}%\|[^|\n]*\|[ \t]*[0-9]+/[0-9]+(?:[ \t]*\[[^\]\n]*\])?"
     r"|\b(?:Process[ \t]+ID|pid)[ \t]*[:=]?[ \t]*[0-9]+"
+    r"|\b(?i:eta)[ \t]*[:=]?[ \t]*(?:[0-9]+[ \t]*days?,[ \t]*)?[0-9]+:[0-9]{2}(?::[0-9]{2})?\b"
 )
-"""A tqdm bar (``Iteration:  13%|#  | 321/2552 [05:02<32:00, 1.16it/s]``) or a process id: no metric."""
+"""A tqdm bar (``Iteration:  13%|#  | 321/2552 [05:02<32:00, 1.16it/s]``), a process id or a time left
+printed as a clock (``ETA: 1:54:27``, whose hours a pair would read): no metric."""
 _RAY: Final = re.compile(r"^\((?:[A-Za-z_][A-Za-z0-9_.]*[ \t]+)?pid=[0-9]+(?:,[ \t]*ip=[0-9A-Fa-f.:]+)?\)[ \t]*")
 _NOT_METRICS: Final = re.compile(
     r"^(?:[+$>][ \t]*)?(?:export|unset|source|srun|sbatch|salloc|torchrun|deepspeed|mpirun|accelerate[ \t]+launch"

@@ -62,9 +62,10 @@ _LAUNCHER_RANK: Final = (
 into a note), ``srun -l``'s ``7: ``, a ``[host:7]:`` task label, and two of them nested (``srun -l`` around
 torchrun: ``0: [default3]:``), whose inner one (the trainer process's own rank on its node) is the rank kept."""
 _LAUNCHER_TIME: Final = (
-    r"(?:\[?[0-9]{4}-[0-9]{2}-[0-9]{2}[ T][0-9]{2}:[0-9]{2}:[0-9]{2}(?:[.,][0-9]+)?Z?\]?[ \t]*(?:-[ \t]*)?)??"
+    r"(?:\[?[0-9]{4}-[0-9]{2}-[0-9]{2}[ T][0-9]{2}:[0-9]{2}:[0-9]{2}(?:[.,][0-9]+)?Z?\]?[ \t]*(?:[-:][ \t]*)?)??"
 )
-"""A time stamp before the trainer's text (lazy: a reader that captures it itself still does)."""
+"""A time stamp before the trainer's text (lazy: a reader that captures it itself still does), closed by
+`` - `` or a colon (python logging's ``%(asctime)s:%(levelname)s:``)."""
 _LAUNCHER_LEVEL: Final = (
     r"(?:(?:[A-Za-z_][A-Za-z0-9_.]*[ \t]+-[ \t]+)?\[?(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\]?"
     r"(?:(?::[A-Za-z0-9_.]*)*:)?[ \t]*(?:-[ \t]*)?)??"

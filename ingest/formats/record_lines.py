@@ -37,8 +37,11 @@ COMMA_PAIR: Final = re.compile(
     r"((?:^|,)[ \t]*[A-Za-z_][A-Za-z0-9_]*[A-Za-z0-9_/]?)[ \t]*,[ \t]*(" + NUMBER + r")[ \t]*(?=,|$)"
 )
 """``, loss_train, 0.838``: a one-word key and its value as two comma-separated items."""
-COUNTER_IN_BRACKETS: Final = re.compile(r"\b((?i:epoch|batch|iter|iteration|step))[ \t]*\[[ \t]*([0-9]+)[ \t]*\]")
-"""MXNet's Speedometer ``Epoch[0] Batch [19]``: a counter word whose value stands in brackets."""
+COUNTER_IN_BRACKETS: Final = re.compile(
+    r"\b((?i:epoch|batch|iter|iteration|step))[ \t]*\[[ \t]*([0-9]+(?:[ \t]*/[ \t]*[0-9]+)?)[ \t]*\]"
+)
+"""MXNet's Speedometer ``Epoch[0] Batch [19]``: a counter word whose value stands in brackets; a
+``Step [S/N]`` beside ``Epoch [E/M]`` counts the steps of an epoch out of ``N`` (read as ``Step S/N``)."""
 ONE_ITEM: Final = re.compile(r"(:[ \t]*)\[(" + NUMBER + r")\](?![\[,])")
 SHORT_LINE: Final = 100
 """Characters a line of a split record may have (a lone ``Step: N`` or ``Loss: x``): longer lines are
