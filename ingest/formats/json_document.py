@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from ingest.formats._common import LogBuilder
 from ingest.formats._tabular import STEP_COLUMNS, _python_json, find_column
-from ingest.formats.json_rows import row_records
+from ingest.formats.json_rows import number_text, row_records
 from ingest.formats.table_runs import TableRuns
 
 MAX_DOCUMENT_BYTES = 32 * 1024 * 1024
@@ -87,7 +87,7 @@ def _step_map(value: Any) -> dict[int, Any] | None:
     for key, item in value.items():
         if not (isinstance(key, str) and key.strip().isdigit()):
             return None
-        if not (_is_number(item) or (isinstance(item, str) and _number_text(item))):
+        if not (_is_number(item) or (isinstance(item, str) and number_text(item))):
             return None  # a label map ({"0": "neg", "1": "pos"}) is no series
         out[int(key)] = item
     return out
@@ -108,14 +108,6 @@ def _object_lists(value: Any, depth: int) -> Iterator[list[dict[str, Any]]]:
     for child in children:
         if isinstance(child, (dict, list)):
             yield from _object_lists(child, depth + 1)
-
-
-def _number_text(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
 
 
 def _is_number(value: Any) -> bool:

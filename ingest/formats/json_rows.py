@@ -40,7 +40,7 @@ def row_records(doc: Any, path: Path) -> list[dict[str, Any]] | None:
     width = len(doc[0]) if isinstance(doc[0], list) else 0
     if width not in (2, 3) or not all(isinstance(r, list) and len(r) == width for r in doc):
         return None
-    if not all(_number(x) or (isinstance(x, str) and _number_text(x)) for r in doc for x in r[-1:]):
+    if not all(_number(x) or (isinstance(x, str) and number_text(x)) for r in doc for x in r[-1:]):
         return None
     name = series_name(path).strip() or "value"
     if width == 3:
@@ -52,7 +52,8 @@ def row_records(doc: Any, path: Path) -> list[dict[str, Any]] | None:
     return [{"step": int(r[0]), name: r[1]} for r in doc]
 
 
-def _number_text(text: str) -> bool:
+def number_text(text: str) -> bool:
+    """Whether ``text`` reads as a float (``"1e-3"``, ``"nan"``): a number a JSON writer quoted."""
     try:
         float(text)
     except ValueError:
