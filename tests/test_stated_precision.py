@@ -54,3 +54,12 @@ def test_the_fallback_reader_carries_the_namespace_precision(tmp_path: Path) -> 
     path.write_text("\n".join(lines) + "\n")
     parsed = read_log([path], reader_set=FALLBACK_READERS)
     assert parsed.meta["precision"] == "fp32"
+
+
+def test_only_lines_naming_a_setting_are_searched_and_a_wrapped_value_still_counts() -> None:
+    # metric lines ('consumed samples' holds 'amp' inside a word) are skipped; a YAML value on the line
+    # under its key is still read, and a dump under many metric lines too
+    metrics = [f" iteration {i}/ 1000 | consumed samples: {8 * i} | lm loss: 2.5E+00 |" for i in range(5000)]
+    assert stated_precision("\n".join([*metrics, "mixed_precision:", "  bf16"])) == "bf16"
+    assert stated_precision("\n".join(metrics)) is None
+    assert stated_precision("\n".join(["Namespace(fp16=False, lr=0.1)", *metrics])) == "fp32"

@@ -71,6 +71,11 @@ _NOT_A_DUMP: Final = re.compile(r"(?i)tensor\b|tensor\(|torch_dtype|autocast\(|\
 ``<tf.Tensor ... dtype=float32>``), code (``with torch.autocast(...)``, ``x.to(dtype=...)``) and a model
 config's ``torch_dtype`` (the dtype its weights were saved in, not how it trains)."""
 
+_KEYWORD: Final = re.compile(r"fp16|bf16|half|(?<![A-Za-z])amp|precision|dtype")
+"""A word every key above holds: only lines with one (and the line after, where a value may stand) are
+searched, so a head of metric lines costs one cheap scan, not five lookbehind searches (``amp`` as a word
+start: a metric line's ``consumed samples`` holds none)."""
+
 _CANON: Final = {
     "bf16": "bf16",
     "bfloat16": "bf16",
@@ -98,7 +103,9 @@ def _one(values: set[str]) -> str | None:
 def stated_precision(text: str) -> str | None:
     """``fp16``, ``bf16`` or ``fp32`` as the settings dumps in ``text`` state it (module docstring),
     None when they state none or contradict each other."""
-    lines = [line for line in text.splitlines() if not _NOT_A_DUMP.search(line)]
+    every = text.splitlines()
+    near = {j for i, line in enumerate(every) if _KEYWORD.search(line) for j in (i, i + 1)}  # a value may wrap
+    lines = [every[i] for i in sorted(near) if i < len(every) and not _NOT_A_DUMP.search(every[i])]
     body = "\n".join(lines)
     explicit: set[str] = set()
     autocast = False
