@@ -5,7 +5,8 @@ In order: a GAN generator's drift beside a discriminator that holds is no diverg
 (:mod:`stab_core.adversarial`); a generator climbing while its discriminator collapses is one
 (:mod:`stab_core.discriminator_wins`); a side loss (KL, aux) that explodes and stays is a divergence of its
 own (:mod:`stab_core.side_losses`); an RL run's return is its headline, its lasting falls are incidents and a
-TD loss's jitter is not (:mod:`stab_core.return_falls`).
+TD loss's jitter is not (:mod:`stab_core.return_falls`); a grad-norm outlier the loss never rose
+above its own scatter for is a blip (:mod:`stab_core.unfelt_outliers`).
 """
 
 from __future__ import annotations
@@ -18,9 +19,10 @@ from stab_core.incidents import Incident
 from stab_core.return_falls import return_led
 from stab_core.runview import Series
 from stab_core.side_losses import exploded_terms
+from stab_core.unfelt_outliers import unfelt_grad_norm_outliers
 
 
 def after_grouping(series: Mapping[str, Series], incidents: Sequence[Incident]) -> list[Incident]:
     """``incidents`` after every pass that reads the series beside the loss, in the order above."""
     adversarial = discriminator_wins(series, adversarial_drifts(series, incidents))
-    return return_led(series, exploded_terms(series, adversarial))
+    return unfelt_grad_norm_outliers(series, return_led(series, exploded_terms(series, adversarial)))

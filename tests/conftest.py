@@ -44,6 +44,7 @@ TIERS: dict[str, str] = {
             "formats_rl_logs",
             "return_falls",
             "incident_passes",
+            "unfelt_outliers",
             "t21b_gluon_consoles",
             "gen20a_generic_steps",
             "fb21t_generic_text",

@@ -54,7 +54,8 @@ BATCH_FLOORS: dict[str, tuple[int, float, int, int, int, float]] = {
     # act17: 0.9550 (212 / 222): no MoE expert load asked of runs that name no experts
     # merged con17 + det17 + gen17 + act17 (main fb7d706): 0.9624 (205 / 213)
     # det20: 0.9716 (205 / 211): a dozen steps 1-1.5x slow that came back are no throughput loss
-    "batch_10": (0, 5 / 6, 5, 0, 0, 0.97),  # 0.9339 (212 / 227) after sev12; stm12 and rev12b
+    # det22: 4 shown on healthy, 0.9754 (198 / 203): a grad-norm outlier the loss never rose above its scatter for
+    "batch_10": (0, 5 / 6, 4, 0, 0, 0.975),  # 0.9339 (212 / 227) after sev12; stm12 and rev12b
     # batch 11 tuned on since round 11 (att11 + imp11); floors set after the merges
     # stm12 0.9252 (272 / 294); sev12: no "diverged" said; imp12: 0 faults (ms-swift's step time and tokens/s),
     # 17 / 19 (the abandoned attempt's jump dated at its first step over), 0 invented, 0.9592 (282 / 294)
@@ -115,9 +116,11 @@ BATCH_FLOORS: dict[str, tuple[int, float, int, int, int, float]] = {
     "batch_15": (17, 25 / 26, 3, 2, 1, 0.911),
     # batch 16 measured held out on 1075fb5 (40 faults on 19 logs, 6 / 9, 25 invented, 6 shown on healthy, 3 broken,
     # 0.555 = 342 / 616), then tuned on (round 16: t22a-d): 10 faults on 7 logs, 9 / 9, 14 invented, 0.723 (360 / 498)
-    "batch_16": (10, 9 / 9, 9, 3, 14, 0.722),
+    # det22: 7 shown on healthy, 12 invented, 4 quiet spans flagged, 0.744 (360 / 484): the healthy GPT-2 console's
+    # grad-norm outliers the loss never rose above its own scatter for are blips
+    "batch_16": (10, 9 / 9, 7, 3, 12, 0.743),
 }
-QUIET_SPANS_FLAGGED: dict[str, int] = {"batch_13": 1, "batch_16": 6}
+QUIET_SPANS_FLAGGED: dict[str, int] = {"batch_13": 1, "batch_16": 4}
 """Quiet spans flagged a batch may still show (0 unless named): batch 13's mmengine C3D grad norm rises at 473 to a
 level it holds to the end, and that event's highest sample (5861) lies in its golden's quiet span 2000-8600."""
 
