@@ -43,6 +43,7 @@ TIERS: dict[str, str] = {
             "labelled_runs",
             "formats_rl_logs",
             "return_falls",
+            "act22_premises",
             "incident_passes",
             "t21b_gluon_consoles",
             "gen20a_generic_steps",
