@@ -32,6 +32,14 @@ BAD_BATCH_MAX_SAMPLES: Final = 3
 """A loss jump back in band within this many logged samples (its first the peak) has a bad batch's shape:
 one batch's loss, gone with the batch; a transition or a numerical fault leaves a longer trace."""
 
+BAD_BATCH_MAX_STEPS_PER_SAMPLE: Final = 20
+"""A logged sample shows one batch's loss only where the log records (nearly) every step: consoles that print
+the iteration's loss every 1-10 steps do (17 across an epoch's end, where an epoch of 47 iterations printed
+every 10 leaves a gap of 17). A log that keeps one value per 25, 50, 100 or 500 steps (an HF
+Trainer's ``logging_steps`` mean, a Lightning epoch mean, an evaluation cadence) averages or samples a span
+of batches: one bad batch is diluted k-fold in a k-step mean, and a jump of one logged sample there is a
+burst over the span as much as one batch, so the shape of one bad batch cannot be read (round 17, act22)."""
+
 
 @dataclass(frozen=True)
 class Candidates:
@@ -69,14 +77,27 @@ def warmup_candidates(signature: Evidence) -> Candidates:
     )
 
 
+def steps_per_sample(spike: SpikeEvent) -> float | None:
+    """Optimizer steps per logged sample across a recovered spike: from its first flagged sample to the first
+    sample back in band, ``n_samples`` intervals (the log's own cadence where the jump sits, whatever its
+    cadence elsewhere). None without a recovery step."""
+    if spike.recovery_step is None or spike.n_samples < 1 or spike.recovery_step <= spike.start:
+        return None
+    return (spike.recovery_step - spike.start) / spike.n_samples
+
+
 def bad_batch_shape(spike: SpikeEvent) -> Candidates | None:
     """A loss-only jump that peaked at its first flagged sample and was back in band within
-    :data:`BAD_BATCH_MAX_SAMPLES` logged samples, all finite, with no grad-norm spike leading it: a bad
-    batch's shape (None: not that shape). The grad norm that would confirm the loss moved first is what
-    to log."""
+    :data:`BAD_BATCH_MAX_SAMPLES` logged samples, all finite, with no grad-norm spike leading it, in a log
+    that records at most :data:`BAD_BATCH_MAX_STEPS_PER_SAMPLE` steps per sample there: a bad batch's shape
+    (None: not that shape, or a log too sparse to show one batch). The grad norm that would confirm the loss
+    moved first is what to log."""
     if spike.metric != "loss" or spike.nonfinite or spike.diverged or not spike.recovered:
         return None
     if spike.peak != spike.start or spike.n_samples > BAD_BATCH_MAX_SAMPLES or spike.grad_norm_led is True:
+        return None
+    per_sample = steps_per_sample(spike)
+    if per_sample is None or per_sample > BAD_BATCH_MAX_STEPS_PER_SAMPLE:
         return None
     return Candidates(
         ("data_outlier",),
@@ -84,7 +105,12 @@ def bad_batch_shape(spike: SpikeEvent) -> Candidates | None:
         "logged sample(s), the shape of one bad batch",
         "the global grad norm before clipping (a bad batch moves the loss before the grad norm) and the indices of "
         f"the batches at step {spike.start}",
-        {"peak_at_first_sample": True, "n_samples": spike.n_samples, "recovery_step": spike.recovery_step},
+        {
+            "peak_at_first_sample": True,
+            "n_samples": spike.n_samples,
+            "recovery_step": spike.recovery_step,
+            "steps_per_sample": per_sample,
+        },
     )
 
 

@@ -43,6 +43,7 @@ TIERS: dict[str, str] = {
             "labelled_runs",
             "formats_rl_logs",
             "return_falls",
+            "act22_premises",
             "incident_passes",
             "unfelt_outliers",
             "t21b_gluon_consoles",
