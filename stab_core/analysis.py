@@ -22,6 +22,7 @@ from stab_core.detectors_not_run import detectors_not_run
 from stab_core.diagnosis import diagnose, diagnose_early
 from stab_core.early_rises import banded_climbs, robust_early_rises
 from stab_core.held_out import held_out_nonfinite, held_out_rose, is_held_out_nonfinite
+from stab_core.held_recovery import costed_recovery
 from stab_core.incident_passes import after_grouping
 from stab_core.incidents import (
     Incident,
@@ -37,7 +38,7 @@ from stab_core.metrics import signed_objective
 from stab_core.recent_level import new_early_jumps, new_recent_level_jumps
 from stab_core.run_end_rises import cut_off_at_log_end, rise_corroborated, run_end_rises
 from stab_core.runview import FloatArray, IntArray, RunView, Series
-from stab_core.severity import EARLY_BLIP_SAMPLES, Certainty, classify, loss_cost, loss_left_band, sensitivity
+from stab_core.severity import EARLY_BLIP_SAMPLES, Certainty, classify, loss_left_band, sensitivity
 from stab_core.skipped_steps import skipped_steps
 from stab_core.snr import SnrCollapse, SnrSeries, detect_snr_collapse, gradient_snr
 from stab_core.spike_params import GRAD_NORM_SPIKE_PARAMS, LOSS_SPIKE_PARAMS, SpikeParams
@@ -234,9 +235,7 @@ def spike_to_dict(spike: SpikeEvent, diagnosis: Diagnosis, incident: Incident | 
         "summary": diagnosis.summary,
         "claims": [
             claim.to_json()
-            for claim in incident_claims(
-                spike, diagnosis, kind, *((incident.loss_recovered_at, incident.trend) if incident else ())
-            )
+            for claim in incident_claims(spike, diagnosis, kind, *(incident.said_recovery if incident else ()))
         ],
         "severity": incident.severity if incident is not None else ("divergence" if spike.diverged else "spike"),
         "certainty": incident.certainty if incident is not None else "high",
@@ -464,18 +463,18 @@ def _costed(
     incident: Incident, loss: Series | None, early: Sequence[SpikeEvent], p: AnalysisParams, val_loss: Series | None
 ) -> Incident:
     """``incident`` with its severity, certainty and the step its loss was back on trend."""
-    cost = loss_cost(loss.steps, loss.values, incident.start, incident.primary.peak) if loss is not None else None
+    cost, recovered_at, held = costed_recovery(loss, incident)
     low = (cost is not None and cost.certainty == "low") or any(m in early for m in incident.members)
     certainty: Certainty = "low" if low or incident.kind == "early_instability" else "high"
     diverged = incident.primary.diverged
-    recovered_at = cost.recovered_at if cost is not None else None
     recovered_at = incident.primary.recovery_step if is_held_out_nonfinite(incident.primary) else recovered_at
     levels = [m.recovery_step for m in incident.members if m.metric == "loss" and m.n_samples >= LEVEL_SAMPLES]
     if recovered_at is not None and levels and all(b is not None for b in levels):
         # a loss member of LEVEL_SAMPLES+ samples (a level) is back when its level is, not at one noisy dip
         recovered_at = max(recovered_at, *(int(b) for b in levels if b is not None))
     until = max(m.until for m in incident.members)
-    over = until if recovered_at is None else max(until, recovered_at)
+    band = cost.recovered_at if held is not None and cost is not None else None  # severity: steps to the band
+    over = until if recovered_at is None else max(until, recovered_at, band or recovered_at)
     # cut off by the log's end (not recovered, not diverged): whether it lasted is unknown, so not a blip
     cut_off = not incident.primary.recovered and not diverged
     severity = (
@@ -506,6 +505,7 @@ def _costed(
         severity=severity,
         certainty=certainty,
         loss_recovered_at=None if diverged else recovered_at,
+        held=held,
         trend=(cost.band.level, cost.band.samples) if cost is not None and cost.band is not None else None,
     )
 

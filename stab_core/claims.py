@@ -20,6 +20,7 @@ from typing import Any, Final, Literal
 from stab_core.cause_candidates import bad_batch_shape, loss_scale_at_floor, warmup_candidates
 from stab_core.causes import UNKNOWN
 from stab_core.decision_tree import DECISION_TREE, NONFINITE_START_LEAF, DiagnosisParams
+from stab_core.held_recovery import HELD_RATIO, HELD_SAMPLES
 from stab_core.rolling_baseline import NOISE_MIN_SAMPLES
 from stab_core.spikes import SpikeEvent, times
 from stab_core.tree_actions import PREMISES, Evidence, PremiseCheck
@@ -185,6 +186,7 @@ def _recovery(
     loss_recovered_at: int | None = None,
     trend: tuple[float, int] | None = None,
     kind: str = "spike",
+    held: tuple[int, float] | None = None,
 ) -> list[Claim]:
     evidence: Evidence = {
         "recovered": spike.recovered,
@@ -216,6 +218,18 @@ def _recovery(
                 f"that level rests on {samples}, too few for a trend or a noise band.",
                 True,
                 evidence,
+            )
+        ]
+    if spike.recovered and held is not None and held[0] == loss_recovered_at:
+        # back at its level and staying there before its (falling) trend's band was met: the step a reader
+        # sees the curve back (stab_core.held_recovery)
+        return [
+            Claim(
+                "recovery",
+                f"Recovered at step {held[0]}: from there the loss stayed within {HELD_RATIO:g}x of its level "
+                f"before the rise ({_number(held[1])}) for {HELD_SAMPLES} logged samples.",
+                True,
+                {**evidence, "held_level": held[1]},
             )
         ]
     if spike.recovered and loss_recovered_at is not None:
@@ -408,6 +422,7 @@ def incident_claims(
     kind: str = "spike",
     loss_recovered_at: int | None = None,
     trend: tuple[float, int] | None = None,
+    held: tuple[int, float] | None = None,
 ) -> list[Claim]:
     """The claims of one incident: its status, its recovery (against the loss's trend when
     ``loss_recovered_at`` is known; said as a return to a level when the ``trend`` (level, samples) rests
@@ -415,7 +430,7 @@ def incident_claims(
     logged, and each action (its premise checked by the tree's walk)."""
     return [
         _status(spike, diagnosis, kind),
-        *_recovery(spike, diagnosis, loss_recovered_at, trend, kind),
+        *_recovery(spike, diagnosis, loss_recovered_at, trend, kind, held),
         _cause(diagnosis, spike),
         *_not_logged(diagnosis),
         *_actions(diagnosis),

@@ -392,10 +392,18 @@ class Incident:
     trend: tuple[float, int] | None = None
     """The level of the loss's trend before the incident and the samples it rests on (None: no loss
     before it); under ``NOISE_MIN_SAMPLES`` samples it has no noise band, only a level."""
+    held: tuple[int, float] | None = None
+    """(step, level) when ``loss_recovered_at`` is the step from which the loss stayed within 1.1x of its
+    level before the rise, earlier than its trend's noise band (:mod:`stab_core.held_recovery`)."""
 
     @property
     def primary(self) -> SpikeEvent:
         return self.members[0]
+
+    @property
+    def said_recovery(self) -> tuple[int | None, tuple[float, int] | None, tuple[int, float] | None]:
+        """What its recovery claim rests on: (``loss_recovered_at``, ``trend``, ``held``)."""
+        return self.loss_recovered_at, self.trend, self.held
 
     @property
     def start(self) -> int:

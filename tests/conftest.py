@@ -36,6 +36,7 @@ TIERS: dict[str, str] = {
         (
             "abandoned_attempts",
             "round16_t22c",
+            "round17_rec22",
             "t22d_metric_files",
             "stated_precision",
             "value_column",

@@ -108,13 +108,15 @@ BATCH_FLOORS: dict[str, tuple[int, float, int, int, int, float]] = {
     # gen20b: 8 faults on 1 log (event-typed JSONL, grouped W&B history columns, a steps_done axis; the relaunch left),
     # 0.9228 (610 / 661)
     # t21d: 4 faults (a metrics CSV whose step goes back to its first is a fresh run: the relaunch read), 0.929
-    "batch_14": (4, 22 / 26, 6, 0, 1, 0.925),
+    # rec22: 0.9305 (616 / 662): recovered where the loss is back at its level and stays (an SRGAN generator)
+    "batch_14": (4, 22 / 26, 6, 0, 1, 0.930),
     # batch 15 measured held out on 8a9408a (124 faults on 29 logs, 17 / 26, 27 invented, 8 shown on healthy,
     # 2 broken, 0.7211 = 1140 / 1581), then tuned on: t21a (RL logs), t21c (Markdown/README consoles), t21d
     # (tables), t21e (verl, tqdm postfix bars, an exploded KL term), t21b (GluonCV consoles); merged on 848fc4e:
     # 17 faults on 6 logs, 25 / 26, 3 shown on healthy, 2 broken, 1 invented, 0.908 (511 / 563); fb21f (the
     # precision a Namespace states: no "record the precision" on fp32 GluonCV runs): 0.914 (511 / 559)
     # act22: 0.917 (509 / 555): no "consistent with a bad batch" where a logged value spans more than 20 steps
+    # rec22: 0.9153 (508 / 555): recovered where the loss is back at its level and stays (a noprop CIFAR run)
     "batch_15": (17, 25 / 26, 3, 2, 1, 0.915),
     # batch 16 measured held out on 1075fb5 (40 faults on 19 logs, 6 / 9, 25 invented, 6 shown on healthy, 3 broken,
     # 0.555 = 342 / 616), then tuned on (round 16: t22a-d): 10 faults on 7 logs, 9 / 9, 14 invented, 0.723 (360 / 498)
