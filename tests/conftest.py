@@ -35,6 +35,7 @@ TIERS: dict[str, str] = {
     **dict.fromkeys(
         (
             "abandoned_attempts",
+            "fb22_fallback_rules",
             "round16_t22c",
             "round17_rec22",
             "t22d_metric_files",

@@ -57,6 +57,7 @@ from ingest.formats.field_roles import SETTINGS_KEY
 from ingest.formats.labelled_runs import run_labels, run_table
 from ingest.formats.raw_text import read_head
 from ingest.formats.run_loss import add_run_loss
+from ingest.formats.run_totals import summary_rows
 from ingest.formats.table_runs import TableRuns
 from ingest.formats.value_column import name_value_column
 
@@ -118,6 +119,9 @@ class WideCsvReader(Reader):
                 if self._label is not None:  # one run of several in the table: ingest.formats.labelled_runs
                     table = run_table(table, self._label)
                 table = name_value_column(table, path)  # a one-series export: ingest.formats.value_column
+                table, summary = summary_rows(table)  # the Trainer's totals row, no step: ingest.formats.run_totals
+                if summary:
+                    builder.meta.setdefault("train_summary", summary)
                 monitor = is_monitor(table.column_names)
                 if loss := proposed_loss(table.column_names):
                     builder.meta.setdefault("proposed_map", {}).update(loss)

@@ -10,10 +10,11 @@ and is dropped. A GAN's generator loss is its loss (the training lines print it 
 ``disc_loss``) and its discriminator loss ``disc_loss``.
 
 A line with no label in front whose every pair is a split's (``Epoch 3, val loss is 0.05, val mse is
-0.02``: ``val_``, ``valid_``, ``eval_``, ``test_`` keys, besides its epoch) is such an evaluation too, its
-keys kept as printed, but for what the evaluation cost (its time or speed: ``eval_time:1781ms``,
-``eval_runtime``, ``eval_samples_per_second``), which measures the evaluation, not the model. A line of its
-own that states only an epoch and the learning rate (``Starting epoch 3 current lr is 0.001``, before the
+0.02``: ``val_``, ``valid_``, ``eval_``, ``test_`` keys, or the split then a space, ``val loss``, besides
+its epoch) is such an evaluation too, its keys kept as printed, but for what the evaluation cost (its
+time or speed: ``eval_time:1781ms``, ``eval_runtime``, ``eval_samples_per_second``), which measures the
+evaluation, not the model. A line of its own that states only an epoch and the learning rate (``Starting
+epoch 3 current lr is 0.001``, before the
 epoch's steps) is the rate of the steps after it: it takes the next step line's step (a lone ``lr: 0.02`` is a
 config dump's setting, no rate of a step).
 """
@@ -40,7 +41,7 @@ _EPOCH_LABEL: Final = re.compile(
 and no separator before its pairs (GluonCV's segmentation trainer)."""
 _GAN: Final = {"generator loss": "loss", "g loss": "loss", "discriminator loss": "disc_loss", "d loss": "disc_loss"}
 _GAN_KEY: Final = re.compile(r"\b(?i:(generator|discriminator|g|d))[ \t]+(?=(?i:loss)\b)")
-_SPLIT_KEY: Final = re.compile(r"^(?:val|valid|validation|eval|test)_[A-Za-z]", re.IGNORECASE)
+_SPLIT_KEY: Final = re.compile(r"^(?:val|valid|validation|eval|test)[_ ][A-Za-z]", re.IGNORECASE)
 _EVAL_COST: Final = re.compile(
     r"^(?:val|valid|validation|eval|test)_(?:time|runtime|duration|wall|samples_per_second|steps_per_second)\b",
     re.IGNORECASE,
@@ -99,7 +100,9 @@ def epoch_summary(line: str, pairs_of: Callable[[str], Pairs]) -> Pairs:
 
 def place_evals(lines: Sequence[_Line]) -> None:
     """Give each evaluation line (step :data:`EVAL_STEP`) the step of the step line above it, in
-    place; one with none above it keeps :data:`EVAL_STEP` (the caller drops it)."""
+    place; one with none above it that evaluates a loss is the model's before the first step line
+    (the step before that line's; round 17: fb22), any other keeps :data:`EVAL_STEP` (the caller
+    drops it: a settings dump's ``eval_steps``)."""
     last: int | None = None
     for x in lines:
         if x.step == EVAL_STEP and not _lr_only(x.values):
@@ -112,6 +115,8 @@ def place_evals(lines: Sequence[_Line]) -> None:
         if x.step == EVAL_STEP and _lr_only(x.values):
             if following is not None:
                 x.step = following
+        elif x.step == EVAL_STEP and following is not None and any("loss" in k.lower() for k, _, _ in x.values):
+            x.step = max(following - 1, 0)  # a loss evaluated before the first step line: the start's
         elif x.step >= 0:
             following = x.step
 

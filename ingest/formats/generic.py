@@ -70,6 +70,7 @@ from ingest.formats.generic_units import (
     speed_series,
 )
 from ingest.formats.numbers import NUMBER, parse_number
+from ingest.formats.pair_spellings import respelled
 from ingest.formats.raw_text import KEY_START, LAUNCHER_LEAD, decode_head, looks_binary
 from ingest.formats.record_lines import joined, numbered_lines, rewrite
 from ingest.formats.run_loss import aggregate_loss
@@ -166,7 +167,7 @@ def line_pairs(text: str) -> list[tuple[str, float, str | None]]:
     lead = LAUNCHER_LEAD.match(raw)
     own = raw[lead.end() if lead else 0 :].decode("utf-8", "replace").strip()
     own = _NOT_PAIRS.sub(" ", _LOCATION.sub(" ", _RAY.sub("", own)))
-    own = rewrite(own)
+    own = rewrite(respelled(own))
     if not own or _NOT_METRICS.search(own):
         return []
     out: list[tuple[str, float, str | None]] = []
