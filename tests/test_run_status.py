@@ -134,12 +134,33 @@ def _wlm_console() -> str:
     return "\n".join(lines) + "\n"
 
 
-def test_an_epoch_end_validation_does_not_extend_the_runs_last_step(tmp_path: Path) -> None:
-    # before: "ended at step 5966" (the epoch-2 validation line), while the log's last training line is
-    # epoch 2, batch 2800 = step 2983 + 2800 = 5783 (the golden answer of such a log)
+def test_an_epoch_end_validation_dates_the_runs_end_with_its_last_training_line(tmp_path: Path) -> None:
+    # the log's last training line is epoch 2, batch 2800 = step 2983 + 2800 = 5783; the epoch-2
+    # validation, dated at the epoch's last batch (5966, before the next line at 6166 would have been),
+    # evaluates the weights after all 2983 batches: the run's end, stated with the training line it rests on
     store = _from_text(tmp_path, "wlm.md", _wlm_console())
     assert store.run_info("run").last_step == 2 * 2983
-    assert run_status(store, "run") == "ended at step 5783 (the last training step; test_loss to 5966)"
+    assert run_status(store, "run") == "ended at step 5966 (the final val_loss, after the last training step 5783)"
+
+
+def _lightning_csv(last_train: int, last_eval: int) -> str:
+    """A Lightning CSVLogger metrics.csv: train_loss every 10 steps (at step 9, 19, ...), val_loss at
+    each epoch's last step on a row of its own."""
+    rows = ["epoch,step,train_loss,val_loss"]
+    rows += [f"{s // 100},{s},{2.0 - s / 1000:.4f}," for s in range(9, last_train + 1, 10)]
+    return "\n".join([*rows, f"{last_eval // 100},{last_eval},,1.5000"]) + "\n"
+
+
+@pytest.mark.parametrize(("last_eval", "reached"), [(434, 434), (439, 439), (440, 429), (520, 429)])
+def test_a_validation_before_the_next_training_row_is_the_runs_end(
+    tmp_path: Path, last_eval: int, reached: int
+) -> None:
+    # Lightning validates at an epoch's last step, between logging steps: before, "ended at step 429
+    # (the last training step; val_loss to 434)" while the trainer ran to 434; one at the next row's step
+    # (439) ends a loop that logged no training row there. A validation past that step is no evidence of
+    # training steps the log would have shown
+    store = _from_text(tmp_path, "metrics.csv", _lightning_csv(429, last_eval))
+    assert run_status(store, "run").startswith(f"ended at step {reached} ")
 
 
 LLMC_NAN = (

@@ -179,10 +179,12 @@ def last_step_reached(store: Store, name: str) -> Reached:
             + (f"; the last finite loss at {loss[0]}" if loss else ": no metric read as the training loss")
         )
     evals = _last_finite_of(store, name, [m for m in metrics if is_eval_metric(m)])
-    if evals is not None and evals[0] == reached + 1:
-        # an evaluation at the step after the last training one evaluates the final weights (llm.c and
-        # nanoGPT evaluate at step N after training steps 0..N-1): the run's end
-        words, reached = [f"the final {evals[1]}, after the last training step {reached}"], reached + 1
+    gap = log_interval(store, name) if loss_rows.size and reached == int(loss_rows[-1]) else 1
+    if evals is not None and reached < evals[0] <= reached + gap:
+        # an evaluation after the last training row, no later than the next row would have been, evaluates
+        # the final weights: the trainer ran to its step (llm.c and nanoGPT evaluate at step N after
+        # training steps 0..N-1; Lightning validates at an epoch's last step, between logging steps)
+        words, reached = [f"the final {evals[1]}, after the last training step {reached}"], evals[0]
     further = [(f[0], m) for m in metrics if (f := last_finite(store, name, m, after=reached)) is not None]
     if further:
         # the furthest; at a tie a loss (val_loss before val_ppl) names it best
