@@ -124,6 +124,9 @@ BATCH_FLOORS: dict[str, tuple[int, float, int, int, int, float]] = {
     # grad-norm outliers the loss never rose above its own scatter for are blips
     # act22: 0.739 (368 / 498): no "consistent with a bad batch" where a logged value spans more than 20 steps
     "batch_16": (10, 9 / 9, 7, 3, 12, 0.743),
+    # batch 17 tuned on since 0bf7677; t23b: 0 -> 13 of the sweep's runs read (their per-run junk and missing count
+    # where one refusal did), 3 / 20 (the two NaN arms), a Coqui console read whole (1 invented, 1 shown on healthy)
+    "batch_17": (158, 3 / 20, 3, 1, 7, 0.867),  # 0.8677 (492 / 567)
 }
 QUIET_SPANS_FLAGGED: dict[str, int] = {"batch_13": 1, "batch_16": 4}
 """Quiet spans flagged a batch may still show (0 unless named): batch 13's mmengine C3D grad norm rises at 473 to a
