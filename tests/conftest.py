@@ -38,6 +38,7 @@ TIERS: dict[str, str] = {
             "fb22_fallback_rules",
             "round16_t22c",
             "round17_rec22",
+            "round17_t23b",
             "t22d_metric_files",
             "stated_precision",
             "value_column",

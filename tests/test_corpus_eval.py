@@ -126,7 +126,9 @@ BATCH_FLOORS: dict[str, tuple[int, float, int, int, int, float]] = {
     "batch_16": (10, 9 / 9, 7, 3, 12, 0.743),
     # batch 17 measured held out on 7795ecf (103 faults on 21 logs, 1 / 20, 6 invented, 2 shown on healthy, 1 broken,
     # 0.848 = 380 / 448); t23e: 0.855 (383 / 448): an evaluation before the loss's next row dates the run's end
-    "batch_17": (103, 1 / 20, 2, 1, 6, 0.854),
+    # batch 17 tuned on since 0bf7677; t23b: 0 -> 13 of the sweep's runs read (their per-run junk and missing count
+    # where one refusal did), 3 / 20 (the two NaN arms), a Coqui console read whole (1 invented, 1 shown on healthy)
+    "batch_17": (158, 3 / 20, 3, 1, 7, 0.867),  # 0.8677 (492 / 567)
 }
 QUIET_SPANS_FLAGGED: dict[str, int] = {"batch_13": 1, "batch_16": 4}
 """Quiet spans flagged a batch may still show (0 unless named): batch 13's mmengine C3D grad norm rises at 473 to a

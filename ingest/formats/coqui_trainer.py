@@ -39,10 +39,15 @@ from ingest.formats.raw_text import decode_head, looks_binary
 from ingest.formats.run_loss import note_loss_source
 
 _ANSI: Final = re.compile(r"\x1b\[[0-9;]*m")
-_STEP: Final = re.compile(r"-->[ \t]*STEP:[ \t]*[0-9]+(?:/[0-9]+)?[ \t]*--[ \t]*GLOBAL_STEP:[ \t]*(?P<step>[0-9]+)")
+_STEP: Final = re.compile(  # ' --> TIME: 2024-01-02 10:44:16 -- STEP: ...' in newer Coqui Trainers
+    r"-->[ \t]*(?:TIME:[^\n]{0,40}?--[ \t]*)?STEP:[ \t]*[0-9]+"
+    r"(?:/[0-9]+)?[ \t]*--[ \t]*GLOBAL_STEP:[ \t]*(?P<step>[0-9]+)"
+)
 _EVAL: Final = re.compile(r">[ \t]*EVAL(?:UATION)?\b|-->[ \t]*EVAL PERFORMANCE")
 _TRAIN: Final = re.compile(r">[ \t]*TRAINING\b")
-_VALUE: Final = re.compile(r"^[ \t]*\|[ \t]*>[ \t]*(?P<key>[A-Za-z_][A-Za-z0-9_]*):[ \t]*(?P<val>" + NUMBER + r")")
+_VALUE: Final = re.compile(  # a value printed as a tensor: 'grad_norm_0: tensor(15.61, device='cuda:0')'
+    r"^[ \t]*\|[ \t]*>[ \t]*(?P<key>[A-Za-z_][A-Za-z0-9_]*):[ \t]*(?:tensor\()?(?P<val>" + NUMBER + r")"
+)
 _INDEXED: Final = re.compile(r"^(?P<base>loss|grad_norm|current_lr)_(?P<index>[0-9]+)$")
 _DISCRIMINATOR: Final = ("loss_disc", "loss_d", "disc_loss", "d_loss")
 _ROLE: Final = {"loss": "loss", "grad_norm": "grad_norm", "current_lr": "lr"}

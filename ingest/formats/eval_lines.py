@@ -27,11 +27,18 @@ from typing import Final, Protocol
 
 from ingest.formats.summary_words import in_english
 
+_AFTER: Final = (
+    r"(?:[ \t]+(?i:after|at)[ \t]+(?:(?i:step|update|iteration|iter)[ \t]+)?[0-9]+"
+    r"(?:[ \t]+(?i:updates?|steps?|iterations?|iters?))?)?"
+)
+"""``Eval after 250 updates: loss=4.21`` (python logging's ``date | INFO | module |`` before it): the
+evaluation of the step line above it, which printed that step (round 17: t23b)."""
 EVAL_STEP: Final = -2
 """The step an evaluation line holds until :func:`place_evals` gives it the step line's above it."""
 _LABEL: Final = re.compile(
-    r"^[ \t]*(?:[A-Z]+:[A-Za-z0-9_.]*:|\[[^\]\n]*\][ \t]*|[0-9:,. \t-]+(?=[A-Za-z]))*[ \t]*"
-    r"(?i:validation|valid|val|evaluation|eval|test)[ \t]*(?:-|:|\|)[ \t]*(?P<rest>.*)$"
+    r"^[ \t]*(?:[A-Z]+:[A-Za-z0-9_.]*:|\[[^\]\n]*\][ \t]*|[0-9:,. \t-]+(?=[A-Za-z|])"
+    r"|(?:[A-Za-z_][\w.]*[ \t]*)?\|[ \t]*)*"
+    r"[ \t]*(?i:validation|valid|val|evaluation|eval|test)" + _AFTER + r"[ \t]*(?:-|:|\|)[ \t]*(?P<rest>.*)$"
 )
 _EPOCH_LABEL: Final = re.compile(
     r"^[ \t]*(?:[A-Z]+:[A-Za-z0-9_.]*:)?[ \t]*(?i:epoch)[ \t]*\[?[0-9]+\]?[ \t]*[,:]?[ \t]*"
@@ -76,7 +83,7 @@ def eval_pairs(line: str, pairs_of: Callable[[str], Pairs]) -> Pairs:
     out: Pairs = []
     for key, value, unit in pairs_of(_GAN_KEY.sub(r"\1_", m["rest"])):
         name = re.sub(r"[\s_\-]+", " ", key.strip().lower())
-        if name.startswith("best"):
+        if name.startswith("best") or "patience" in name:  # a running best, an early stop's countdown
             continue
         name = _GAN.get(name, name).replace(" ", "_")
         out.append((f"val_{name}", value, unit))

@@ -128,6 +128,9 @@ _NOT_METRICS: Final = re.compile(
     r"|python3?[ \t])|^#SBATCH|slurmstepd|^srun:|\*\*\* (?:JOB|STEP) [0-9]|^pdsh@"
 )
 """Shell commands, SLURM and launcher messages: their ``NAME=1`` are settings, never metrics."""
+_TOTAL_COUNTER: Final = re.compile(r"\b(?i:(total))[ \t]+(update|step)(?=[ \t]*[:=]?[ \t]*[0-9])")
+"""``Epoch 002 / update 29 total update 00350``: the run's total counter beside a counter that restarts
+each epoch is a key of its own (``total_update``), never a second value of the restarting one."""
 HEAD_LINES: Final = 5000
 """Metric lines of the head the mapping is proposed from."""
 
@@ -167,7 +170,7 @@ def line_pairs(text: str) -> list[tuple[str, float, str | None]]:
     lead = LAUNCHER_LEAD.match(raw)
     own = raw[lead.end() if lead else 0 :].decode("utf-8", "replace").strip()
     own = _NOT_PAIRS.sub(" ", _LOCATION.sub(" ", _RAY.sub("", own)))
-    own = rewrite(respelled(own))
+    own = _TOTAL_COUNTER.sub(r"\1_\2", rewrite(respelled(own)))
     if not own or _NOT_METRICS.search(own):
         return []
     out: list[tuple[str, float, str | None]] = []

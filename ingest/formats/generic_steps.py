@@ -35,6 +35,8 @@ STEP_NAMES: Final = (
     "step",
     "global_step",
     "global step",
+    "total update",  # 'update 29 total update 00350': the in-epoch counter restarts, the total counts on
+    "total step",
     "iteration",
     "iter",
     "it",
@@ -82,6 +84,7 @@ def step_key_of(records: list[Pairs]) -> str | None:
                 seen.setdefault(key, []).append(value)
                 position[key] = min(position.get(key, i), i)
     fits, helped = [], set()  # helped: counts only with its epoch's offset (a batch counter)
+    restarted: set[str] = set()  # starts afresh a few times (a sweep's arms, or an in-epoch counter)
     for key, values in seen.items():
         arr = np.asarray(counted := epoch_counted(records, key, values))
         helped |= {key} if counted is not values else set()
@@ -89,12 +92,15 @@ def step_key_of(records: list[Pairs]) -> str | None:
             continue
         if not np.all(arr == np.round(arr)):
             continue
-        downs = int(np.count_nonzero(np.diff(arr) < 0))
+        restarts = _fresh_starts(arr, key)
+        restarted |= {key} if restarts else set()
+        downs = int(np.count_nonzero(np.diff(arr) < 0)) - restarts
         if arr.shape[0] > 1 and (downs > max(2, arr.shape[0] // 10) or arr[-1] <= arr[0]):
             continue
         fits.append(key)
     # a counter that counts by itself first ('global_step' over a batch counter 'step')
-    for name in sorted(STEP_NAMES, key=lambda n: any(normalise_key(k) == normalise_key(n) for k in helped)):
+    # and one that never starts afresh before one that does ('GLOBAL_STEP: 845600' over 'STEP: 99/630')
+    for name in sorted(STEP_NAMES, key=lambda n: any(normalise_key(k) == normalise_key(n) for k in helped | restarted)):
         for key in fits:
             if normalise_key(key) == normalise_key(name):
                 return key
@@ -108,6 +114,20 @@ def step_key_of(records: list[Pairs]) -> str | None:
     # 64 GPUs' is not a log
     strict = [k for k in fits if len(seen[k]) == len(records) >= MIN_UNNAMED_LINES and _rises_by_layout(records, k)]
     return min(strict, key=lambda k: position[k]) if strict else None
+
+
+def _fresh_starts(arr: np.ndarray, key: str) -> int:
+    """How many times a step counter (a step's name, not a batch's) starts afresh at its first value
+    after counting up ``MIN_UNNAMED_LINES`` lines or more each time: a sweep's console holds one run per
+    arm (``step 00000/00465 ...`` again after each arm's last step), each restart a run of its own."""
+    if normalise_key(key) not in _RESTARTING or arr.shape[0] < 2:
+        return 0
+    starts = [0, *(int(i) + 1 for i in np.flatnonzero((np.diff(arr) < 0) & (arr[1:] <= arr[0])))]
+    spans = np.diff([*starts, arr.shape[0]])
+    return len(starts) - 1 if np.all(spans >= MIN_UNNAMED_LINES) else 0
+
+
+_RESTARTING: Final = frozenset(normalise_key(n) for n in ("step", "global_step", "iteration", "iter", "it"))
 
 
 @dataclass

@@ -110,13 +110,21 @@ def strip_launcher_prefixes(text: str) -> str:
 
 
 def clean_text(chunk: bytes) -> bytes:
-    """``chunk`` without ANSI colour codes and NUL bytes (a node's log cut by a crash is padded with
+    """``chunk`` without ANSI colour codes (with or without their escape byte) and NUL bytes (a node's
+    log cut by a crash is padded with
     NULs where the file system had allocated blocks not yet written)."""
     if b"\x1b" in chunk:
         chunk = _ANSI.sub(b"", chunk)
+    if b"[0m" in chunk:
+        chunk = _LITERAL_ANSI.sub(b"", chunk)
     if b"\x00" in chunk:
         chunk = chunk.replace(b"\x00", b"")
     return chunk
+
+
+_LITERAL_ANSI: Final = re.compile(rb"(?m)^(?:\[[0-9]{1,3}(?:;[0-9]{1,3})*m)+|\[[0-9]{1,3}(?:;[0-9]{1,3})*m(?=\r?$)")
+"""Colour codes whose escape byte a copy lost (a console pasted into Markdown: ``[1m --> STEP: 99[0m``),
+at a line's start or end: removed as the codes are (round 17: t23b)."""
 
 
 def decode_head(head: bytes) -> str:
