@@ -124,10 +124,6 @@ BATCH_FLOORS: dict[str, tuple[int, float, int, int, int, float]] = {
     # grad-norm outliers the loss never rose above its own scatter for are blips
     # act22: 0.739 (368 / 498): no "consistent with a bad batch" where a logged value spans more than 20 steps
     "batch_16": (10, 9 / 9, 7, 3, 12, 0.743),
-    # batch 17 measured held out on 7795ecf (103 faults on 21 logs, 1 / 20, 6 invented, 2 shown on healthy,
-    # 1 broken, 0.848 = 380 / 448), then tuned on: t23c (a grid's settings dicts, epoch/unix axes, a per-row
-    # time, records over two lines): 69 faults on 15 logs, 4 / 20, 5 invented, 0.862 (401 / 465)
-    "batch_17": (69, 4 / 20, 0, 2, 5, 0.862),
 }
 QUIET_SPANS_FLAGGED: dict[str, int] = {"batch_13": 1, "batch_16": 4}
 """Quiet spans flagged a batch may still show (0 unless named): batch 13's mmengine C3D grad norm rises at 473 to a

@@ -89,43 +89,6 @@ def test_a_pair_line_after_a_blank_line_is_no_part_of_the_record_above(tmp_path:
     assert "loss_D" in parsed.metrics and "loss_perturb" not in parsed.metrics
 
 
-def _grid_console(seeds: list[int], steps: int) -> list[str]:
-    lines: list[str] = []
-    for seed in seeds:
-        lines += [f"(0.0002, 32, {seed})", "----------"]
-        lines.append(
-            f"{{'config_name': '/cfg/grid.yaml', 'model_config': /models/tiny, 'seed': {seed}, 'epochs': 2, "
-            f"'group_by_length': False, 'eval_steps': 50, 'lora_r': 8, 'cutoff_len': 512, 'save_total_limit': None}}"
-        )
-        lines.append("trainable params: 1,024 || all params: 2,048 || trainable%: 50.0")
-        for s in range(1, steps + 1):
-            loss, norm = 2.0 - s / 100 + seed / 1e4, 1.0 + s / 50
-            lines.append(f"{{'loss': {loss:.4f}, 'grad_norm': {norm:.3f}, 'learning_rate': 1e-05, 'epoch': 0.01}}")
-            if s % 20 == 0:
-                lines.append(f"{{'eval_loss': {1.5 - s / 200:.4f}, 'eval_runtime': 3.5, 'epoch': 0.02}}")
-    return lines
-
-
-def test_a_settings_dict_of_a_grid_script_is_no_metrics_and_starts_a_run(tmp_path: Path) -> None:
-    path = tmp_path / "out.txt"
-    path.write_text("\n".join(_grid_console([10, 200], 60)) + "\n")
-    parsed = read_log([path])
-    assert parsed.format == "hf_console"
-    assert not {m for m in parsed.metrics if m.startswith("eval_")} and "seed" not in parsed.metrics
-    assert len(parsed.segments) == 1  # the second seed's run, after its settings dict
-    for run, seed in zip([parsed, *parsed.segments], [10, 200], strict=True):
-        steps, loss = run.series("loss")
-        assert steps.tolist() == list(range(1, 61)) and loss[0] == pytest.approx(1.99 + seed / 1e4, abs=1e-4)
-        assert run.series("val_loss")[0].tolist() == [20, 40, 60]
-
-
-def test_a_logs_dict_with_one_word_value_stays_a_logs_dict(tmp_path: Path) -> None:
-    lines = [f"{{'loss': '{2 - s / 50:.3f}', 'learning_rate': '1e-05', 'epoch': '0.1', 'tag': 'a'}}" for s in range(30)]
-    path = tmp_path / "out.txt"
-    path.write_text("\n".join(lines) + "\n")
-    assert "loss" in read_log([path]).metrics
-
-
 def test_a_line_that_prints_its_own_epoch_is_no_part_of_the_record_above(tmp_path: Path) -> None:
     lines = []
     for e in range(1, 9):  # an epoch's summary line opens its block; its split lines follow

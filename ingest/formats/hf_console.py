@@ -89,8 +89,6 @@ class _Record:
     """The last progress bar's (count, total) drawn before this dict."""
     printed: int | None = None
     """The step printed just before this dict on its line, if any."""
-    fresh: bool = False
-    """The first training dict after a settings dict (a new run of a grid: round 17)."""
 
 
 @dataclass
@@ -104,28 +102,17 @@ class _Scan:
     """The last progress bar's (count, total) seen so far."""
     late_total: int | None = None
     """The largest bar total drawn after the first logs dict (the training bar redraws between dicts)."""
-    fresh: bool = False
-    """A settings dict was printed since the last training dict."""
 
 
 def parse_logs_dict(text: str) -> dict[str, float]:
-    """The numeric entries of one printed ``logs`` dict (string, number or tensor values); none for a
-    settings dict: two entries or more that are no number (a path, a name, ``False``, ``None``; round
-    17) are a script's printed config (``{'config_name': '/cfg.yaml', 'seed': 10, 'eval_steps': 500}``),
-    never the Trainer's logs, which hold numbers only."""
+    """The numeric entries of one printed ``logs`` dict (string, number or tensor values)."""
     out: dict[str, float] = {}
     for m in _PAIR.finditer(text):
         raw = m["sval"] if m["sval"] is not None else m["tval"] if m["tval"] is not None else m["val"]
         value = parse_number(raw)
         if value is not None:
             out[m["key"]] = value
-    return {} if _is_settings(text) else out
-
-
-def _is_settings(text: str) -> bool:
-    """Whether a printed dict is a settings dict (see :func:`parse_logs_dict`)."""
-    words = sum(1 for m in _PAIR.finditer(text) if parse_number(m["sval"] or m["tval"] or m["val"] or "") is None)
-    return words >= 2
+    return out
 
 
 class HFConsoleReader(Reader):
@@ -189,8 +176,6 @@ def _scan_line(line: str, line_no: int, path: Path, scan: _Scan, builder: LogBui
                     scan.late_total = max(scan.late_total or 0, scan.bar[1])
                 continue
             values = parse_logs_dict(m.group(0))
-            if not values and scan.records and _is_settings(m.group(0)):
-                scan.fresh = True  # a grid script's config dict between runs: the next run starts
             # the Trainer prints its dict alone (or after a bar); one after text is quoted: an argument
             # (`fsdp_config={'min_num_params': 0}`), a message (`Non-default generation parameters:
             # {'num_beams': 4}`): a logs dict only if it holds a key the Trainer logs
@@ -202,9 +187,7 @@ def _scan_line(line: str, line_no: int, path: Path, scan: _Scan, builder: LogBui
             else:
                 is_eval = any(k.startswith("eval_") for k in values)
                 printed = _PRINTED_STEP.search(before) if quoted else None
-                step = int(printed[1]) if printed else None
-                scan.records.append(_Record(line_no, values, is_eval, scan.bar, step, scan.fresh and not is_eval))
-                scan.fresh = scan.fresh and is_eval
+                scan.records.append(_Record(line_no, values, is_eval, scan.bar, int(printed[1]) if printed else None))
         if scan.total_steps is None and (t := _TOTAL_STEPS.search(own)):
             scan.total_steps = int(t.group(1).replace(",", ""))
         if scan.num_epochs is None and (e := _NUM_EPOCHS.search(own)):
@@ -257,11 +240,7 @@ def _steps(scan: _Scan) -> tuple[list[int], str]:
             return _with_evals(scan.records, derived, by_epoch), (
                 f"epoch x {per_epoch:g} steps per epoch ({how}): the console prints no step"
             )
-    counted, n = [], 0
-    for record in train:  # a settings dict between runs restarts the count: a new run (round 17)
-        n = 1 if record.fresh else n + 1
-        counted.append(n)
-    return _with_evals(scan.records, counted, lambda r: None), (
+    return _with_evals(scan.records, list(range(1, len(train) + 1)), lambda r: None), (
         "line order: the N-th training logs dict is step N (one logging interval, not one optimizer step; "
         "the console prints no step and no steps per epoch)"
     )
@@ -320,8 +299,6 @@ def _emit(records: list[_Record], steps: list[int], builder: LogBuilder) -> None
     if not records:
         return
     base = builder.reserve(len(records))
-    if starts := [base + i for i, record in enumerate(records) if record.fresh]:  # a grid's later runs
-        builder.run_starts = {0: starts, 1: list(starts)}
     series: dict[tuple[str, str | None, int], tuple[list[int], list[float], list[int]]] = {}
     for i, (record, step) in enumerate(zip(records, steps, strict=True)):
         stream = 1 if record.eval else 0
