@@ -37,6 +37,7 @@ TIERS: dict[str, str] = {
             "abandoned_attempts",
             "fb22_fallback_rules",
             "round16_t22c",
+            "round17_t23c_axes",
             "round17_rec22",
             "round17_t23b",
             "t22d_metric_files",

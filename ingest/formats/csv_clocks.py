@@ -14,6 +14,11 @@
   the unit its name gives) where the epoch is the table's step axis (one row per epoch) is each row's
   ``step_time_s`` as it stands (round 14); with a step column beside it, an epoch's time is no step's.
 
+- **A per-row time** (round 17): a plain-number ``time`` column that is neither rising (no clock) nor
+  ``mm:ss`` cells, in a table with one row per epoch or per row (the epoch is the axis, or there is no
+  counter at all), is how long each row took: its ``step_time_s`` as it stands. A clock never goes back,
+  so a ``time`` that falls from one row to the next measures the row, not the run.
+
 None gives a step time when a column the alias table reads as the step time is there already; neither
 is a metric or the rows' wall clock either way.
 """
@@ -93,6 +98,23 @@ def _epoch_time(table: pa.Table, step_col: str) -> tuple[str, np.ndarray] | None
     return None
 
 
+_ROW_AXES: Final = frozenset({"epoch", "__row__"})
+"""Step columns of one row per epoch, or the row number a table with no counter gets (csv_wide)."""
+
+
+def _row_time(table: pa.Table, step_col: str) -> tuple[str, np.ndarray] | None:
+    """A per-row ``time`` column (see the module) and its seconds per row (NaN where not logged), or
+    None; only where the axis is the epoch or the row number."""
+    time = _time_column(table.column_names)
+    if time is None or step_col.strip().lower() not in _ROW_AXES:
+        return None
+    values, present = to_float(table[time])
+    ok = present & np.isfinite(values)
+    if ok.sum() < 2 or bool(np.any(values[ok] < 0)) or bool(np.all(np.diff(values[ok]) >= 0)):
+        return None  # too few, a negative one, or a rising column: a clock (elapsed_clock), no duration
+    return time, np.where(ok, values, np.nan)
+
+
 def add_clock_step_time(builder: LogBuilder, table: pa.Table, step_col: str) -> str | None:
     """Store the step time an elapsed clock or a duration column of ``table`` gives (see the module) at
     its rows' steps; return that column (no metric, no wall clock), or None when there is none."""
@@ -107,7 +129,7 @@ def add_clock_step_time(builder: LogBuilder, table: pa.Table, step_col: str) -> 
             ok = (d_step > 0) & (d_wall > 0)
             per_step[rows[1:]] = np.where(ok, d_wall / np.where(ok, d_step, 1), np.nan)
         column = clock
-    elif (found := duration_column(table) or _epoch_time(table, step_col)) is not None:
+    elif (found := duration_column(table) or _epoch_time(table, step_col) or _row_time(table, step_col)) is not None:
         column, per_step = found
     else:
         return None

@@ -427,6 +427,8 @@ class GenericReader(Reader):
             # markdown notes: the settings each pasted run states (what a sibling comparison checks)
             builder.stated_settings += [(base + n - 1, key, value) for n, key, value in marks.settings]
             for (name, unit), (steps, values, order) in rows.items():
+                if name == "epoch" and all(v == int(v) for v in values if math.isfinite(v)):
+                    continue  # a whole epoch beside the step counter is an axis, not a metric (round 17)
                 if placeholder(name, values):
                     builder.meta.setdefault("placeholders_dropped", []).append(name)
                     continue
@@ -486,7 +488,7 @@ def _read_line(line: str, line_no: int, path: Path, found: Proposal, builder: Lo
         pairs = line_pairs(piece)
         if pairs:
             break
-    pairs = found.order.counted(pairs, piece) if found.order is not None else pairs
+    pairs = found.order.counted(pairs, piece, line_no) if found.order is not None else pairs
     step_keys = found.step_keys()
     # a step counter that is not a whole finite number (nan, 1e400, 3.5) counts no step
     steps = [v for k, v, _ in pairs if k in step_keys and math.isfinite(v) and v == int(v)]

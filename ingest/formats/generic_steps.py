@@ -13,7 +13,11 @@ what counts them where no key does.
   ``step: (line order)``; ``--map KEY=step`` overrides it). Lines without that key (an evaluation dict,
   a final summary) are no step of their own. A counter on a line of its own just before such a line
   (Keras's ``Epoch 3/50`` above ``224s - loss: 0.6124 - acc: 0.8221``) is that line's step instead: a
-  counter that starts afresh there starts a new run, as a printed step does.
+  counter that starts afresh there starts a new run, as a printed step does. A record printed over
+  two lines or more (an epoch's ``loss_D: a, loss_G: b,`` then ``loss_perturb: c, loss_adv: d,``; round
+  17): a pair line right below a numbered one (the next line of the file, no blank between) whose keys
+  that line did not print, and that prints no counter of its own (``Epoch 2 ...`` opens the next
+  epoch's record), is the same record, and takes its step.
 """
 
 from __future__ import annotations
@@ -138,19 +142,29 @@ class LineOrder:
     count: int = 0
     header: float | None = None
     """The counter a line of its own printed just before (Keras's ``Epoch 3/50``), not yet used."""
+    last: tuple[int, int, float, frozenset[str]] | None = None
+    """The last numbered line: its count, line number, step and the keys its record holds so far."""
 
-    def counted(self, pairs: Pairs, text: str) -> Pairs:
+    def counted(self, pairs: Pairs, text: str, line_no: int | None = None) -> Pairs:
         """``pairs`` with the step ``(ORDER_KEY, N)`` first where they hold the anchor: the counter of
         a header line just before them (``Epoch 3/50`` then ``224s - loss: 0.61 - acc: 0.82``), else N
-        for the N-th such line."""
+        for the N-th such line; a record's next line (``line_no``: see the module) takes its step."""
         if len(pairs) == 1 and _is_counter(*pairs[0]) and _HEADER.match(text):
             self.header = pairs[0][1]
             return pairs
         if not any(k == self.anchor for k, _, _ in pairs):
             self.header = None if pairs else self.header
-            return pairs
+            last, keys = self.last, frozenset(k for k, _, _ in pairs)
+            if line_no is None or last is None or not keys or (last[0], last[1] + 1) != (self.count, line_no):
+                return pairs
+            if keys & last[3] or _NAMED_COUNTER.search(text):
+                return pairs  # a key the record printed already, or a counter of its own: another record
+            self.last = (self.count, line_no, last[2], last[3] | keys)
+            return [(ORDER_KEY, last[2], None), *pairs]
         self.count += 1
         step, self.header = (float(self.count) if self.header is None else self.header), None
+        if line_no is not None:
+            self.last = (self.count, line_no, step, frozenset(k for k, _, _ in pairs))
         return [(ORDER_KEY, step, None), *pairs]
 
 
