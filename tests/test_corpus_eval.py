@@ -124,8 +124,13 @@ BATCH_FLOORS: dict[str, tuple[int, float, int, int, int, float]] = {
     # grad-norm outliers the loss never rose above its own scatter for are blips
     # act22: 0.739 (368 / 498): no "consistent with a bad batch" where a logged value spans more than 20 steps
     "batch_16": (10, 9 / 9, 7, 3, 12, 0.743),
+    # batch 17 measured held out on 7795ecf (103 faults on 21 logs, 1 / 20, 6 invented, 2 shown on healthy, 1 broken,
+    # 0.848 = 380 / 448); t23a (three refused vision consoles read by the generic reader): 109 faults (refused 8 -> 5),
+    # 3 / 20, 10 invented, 6 shown on healthy, 0.793 (411 / 518); a resumed segmentation run's epoch-start running
+    # means flag 3 quiet spans
+    "batch_17": (109, 3 / 20, 6, 1, 10, 0.793),
 }
-QUIET_SPANS_FLAGGED: dict[str, int] = {"batch_13": 1, "batch_16": 4}
+QUIET_SPANS_FLAGGED: dict[str, int] = {"batch_13": 1, "batch_16": 4, "batch_17": 3}
 """Quiet spans flagged a batch may still show (0 unless named): batch 13's mmengine C3D grad norm rises at 473 to a
 level it holds to the end, and that event's highest sample (5861) lies in its golden's quiet span 2000-8600."""
 
