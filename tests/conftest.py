@@ -55,6 +55,7 @@ TIERS: dict[str, str] = {
             "fb21t_generic_text",
             "t22b_vae_console",
             "t22a_split_records",
+            "t23a_vision_consoles",
             "table_runs",
             "round15_consoles",
             "round12_imports",

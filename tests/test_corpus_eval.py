@@ -128,9 +128,12 @@ BATCH_FLOORS: dict[str, tuple[int, float, int, int, int, float]] = {
     # 0.848 = 380 / 448); t23e: 0.855 (383 / 448): an evaluation before the loss's next row dates the run's end
     # batch 17 tuned on since 0bf7677; t23b: 0 -> 13 of the sweep's runs read (their per-run junk and missing count
     # where one refusal did), 3 / 20 (the two NaN arms), a Coqui console read whole (1 invented, 1 shown on healthy)
+    # 0.848 = 380 / 448); t23a (three refused vision consoles read by the generic reader): 109 faults (refused 8 -> 5),
+    # 3 / 20, 10 invented, 6 shown on healthy, 0.793 (411 / 518); a resumed segmentation run's epoch-start running
+    # means flag 3 quiet spans
     "batch_17": (158, 3 / 20, 3, 1, 7, 0.867),  # 0.8677 (492 / 567)
 }
-QUIET_SPANS_FLAGGED: dict[str, int] = {"batch_13": 1, "batch_16": 4}
+QUIET_SPANS_FLAGGED: dict[str, int] = {"batch_13": 1, "batch_16": 4, "batch_17": 3}
 """Quiet spans flagged a batch may still show (0 unless named): batch 13's mmengine C3D grad norm rises at 473 to a
 level it holds to the end, and that event's highest sample (5861) lies in its golden's quiet span 2000-8600."""
 

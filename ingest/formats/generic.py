@@ -119,9 +119,11 @@ _NOT_PAIRS: Final = re.compile(
     r"(?:[A-Za-z][A-Za-z ]{0,40}:[ \t]{0,8})?[0-9]{1,3}%\|[^|\n]*\|[ \t]*[0-9]+/[0-9]+(?:[ \t]*\[[^\]\n]*\])?"
     r"|\b(?:Process[ \t]+ID|pid)[ \t]*[:=]?[ \t]*[0-9]+"
     r"|\b(?i:eta)[ \t]*[:=]?[ \t]*(?:[0-9]+[ \t]*days?,[ \t]*)?[0-9]+:[0-9]{2}(?::[0-9]{2})?\b"
+    r"|\b(?i:eta)[ \t]*[:=]?[ \t]*[0-9]+(?:\.[0-9]+)?[ \t]*(?i:s|secs?|seconds|m|mins?|minutes|h|hrs?|hours)\b"
 )
 """A tqdm bar (``Iteration:  13%|#  | 321/2552 [05:02<32:00, 1.16it/s]``), a process id or a time left
-printed as a clock (``ETA: 1:54:27``, whose hours a pair would read): no metric."""
+printed as a clock (``ETA: 1:54:27``, whose hours a pair would read) or in a unit (``ETA 271.3 min``):
+no metric."""
 _RAY: Final = re.compile(r"^\((?:[A-Za-z_][A-Za-z0-9_.]*[ \t]+)?pid=[0-9]+(?:,[ \t]*ip=[0-9A-Fa-f.:]+)?\)[ \t]*")
 _NOT_METRICS: Final = re.compile(
     r"^(?:[+$>][ \t]*)?(?:export|unset|source|srun|sbatch|salloc|torchrun|deepspeed|mpirun|accelerate[ \t]+launch"
@@ -131,6 +133,8 @@ _NOT_METRICS: Final = re.compile(
 _TOTAL_COUNTER: Final = re.compile(r"\b(?i:(total))[ \t]+(update|step)(?=[ \t]*[:=]?[ \t]*[0-9])")
 """``Epoch 002 / update 29 total update 00350``: the run's total counter beside a counter that restarts
 each epoch is a key of its own (``total_update``), never a second value of the restarting one."""
+_COUNTER_LEAD: Final = re.compile(rb"^[ \t]*(?i:epoch|iter|iteration|step|batch)[ \t]*:[ \t]*$")
+"""A step counter's name that looks like a host prefix (``Epoch: [0/520] Iter:[10/247]``): the line's own text."""
 HEAD_LINES: Final = 5000
 """Metric lines of the head the mapping is proposed from."""
 
@@ -168,6 +172,7 @@ def line_pairs(text: str) -> list[tuple[str, float, str | None]]:
     ``[N]`` of a CLU-style line as key ``[N]``; empty for shell commands and launcher messages."""
     raw = text.encode("utf-8", "replace")
     lead = LAUNCHER_LEAD.match(raw)
+    lead = None if lead is not None and _COUNTER_LEAD.match(lead.group()) else lead  # 'Epoch: [0/520]'
     own = raw[lead.end() if lead else 0 :].decode("utf-8", "replace").strip()
     own = _NOT_PAIRS.sub(" ", _LOCATION.sub(" ", _RAY.sub("", own)))
     own = _TOTAL_COUNTER.sub(r"\1_\2", rewrite(respelled(own)))

@@ -32,16 +32,17 @@ from ingest.formats.is_pairs import spelled_is
 from ingest.formats.numbers import NUMBER
 from ingest.formats.table_blocks import table_blocks
 
-EPOCH_OF_N: Final = re.compile(r"\b((?i:epoch))[ \t]*\[[ \t]*([0-9]+)[ \t]*(?:/[ \t]*[0-9]+[ \t]*)?\]")
+EPOCH_OF_N: Final = re.compile(r"\b((?i:epoch))[ \t]*:?[ \t]*\[[ \t]*([0-9]+)[ \t]*(?:/[ \t]*[0-9]+[ \t]*)?\]")
 COMMA_PAIR: Final = re.compile(
     r"((?:^|,)[ \t]*[A-Za-z_][A-Za-z0-9_]*[A-Za-z0-9_/]?)[ \t]*,[ \t]*(" + NUMBER + r")[ \t]*(?=,|$)"
 )
 """``, loss_train, 0.838``: a one-word key and its value as two comma-separated items."""
 COUNTER_IN_BRACKETS: Final = re.compile(
-    r"\b((?i:epoch|batch|iter|iteration|step))[ \t]*\[[ \t]*([0-9]+(?:[ \t]*/[ \t]*[0-9]+)?)[ \t]*\]"
+    r"\b((?i:epoch|batch|iter|iteration|step))[ \t]*:?[ \t]*\[[ \t]*([0-9]+(?:[ \t]*/[ \t]*[0-9]+)?)[ \t]*\]"
 )
 """MXNet's Speedometer ``Epoch[0] Batch [19]``: a counter word whose value stands in brackets; a
-``Step [S/N]`` beside ``Epoch [E/M]`` counts the steps of an epoch out of ``N`` (read as ``Step S/N``)."""
+``Step [S/N]`` beside ``Epoch [E/M]`` counts the steps of an epoch out of ``N`` (read as ``Step S/N``).
+A colon may stand before the bracket (HRNet-style ``Epoch: [0/520] Iter:[10/247]``)."""
 ONE_ITEM: Final = re.compile(r"(:[ \t]*)\[(" + NUMBER + r")\](?![\[,])")
 SHORT_LINE: Final = 100
 """Characters a line of a split record may have (a lone ``Step: N`` or ``Loss: x``): longer lines are
@@ -52,16 +53,20 @@ MAX_JOINED: Final = 12
 Pairs = list[tuple[str, float, str | None]]
 
 
-LOGURU_LOCATION: Final = re.compile(r"\|[ \t]*[A-Za-z_<][A-Za-z0-9_.<>]*:[0-9]+[ \t]*\|")
-"""loguru's ``| function:line |`` between its level and message: no pair."""
+LOGURU_LOCATION: Final = re.compile(
+    r"\|[ \t]*(?!(?i:epoch|iter|iteration|step|batch|it)[ \t]*:)[A-Za-z_<][A-Za-z0-9_.<>]*:[0-9]+[ \t]*\|"
+)
+"""loguru's ``| function:line |`` between its level and message: no pair. A step counter's name there
+is a column of pairs (``epoch:0 || iter:10 || Loss:19.45``), never a location."""
 SPLIT_LABEL: Final = re.compile(
     r"\b((?i:epoch)[ \t]+[0-9]+)(?:[ \t]*/[ \t]*[0-9]+)?[ \t]+"
     r"(?P<split>(?i:train|training|val|valid|validation|eval|test))[ \t]*(?:-|:|\|)[ \t]*"
 )
 """``EPOCH E TRAIN - Loss: x, Acc: y``: the split word labels every key after it."""
-LEAD_COUNTER: Final = re.compile(r"^([ \t]*)([0-9]+[ \t]*/[ \t]*[0-9]+)(?=[ \t]+[(A-Za-z])")
+LEAD_COUNTER: Final = re.compile(r"^([ \t]*)\[?([0-9]+[ \t]*/[ \t]*[0-9]+)\]?(?=[ \t]+[(A-Za-z])")
 """A line that opens with a bare ``N/TOTAL`` before its words (``1920/191900 (epoch 1) loss: 8.2``) counts
-steps out of a total: read as ``step N/TOTAL`` (a Keras bar's ``60/60 [===`` is followed by no word)."""
+steps out of a total: read as ``step N/TOTAL`` (a Keras bar's ``60/60 [===`` is followed by no word); so
+does a bracketed one (``[000500/50000] DATASET | loss 0.05``)."""
 _KEY_COLON: Final = re.compile(r"(?<![A-Za-z0-9_])([A-Za-z][A-Za-z0-9_]*)(?=[ \t]*:)")
 
 
