@@ -150,10 +150,20 @@ def run_passes(
                 break
     except KeyboardInterrupt:
         pass
+    except RuntimeError as exc:
+        if not ctrl_c_in_query(exc):
+            raise
     finally:
         if not gave_up:
             finish()
     return passes
+
+
+def ctrl_c_in_query(exc: BaseException) -> bool:
+    """Whether ``exc`` is a Ctrl-C that landed while DuckDB ran a query: DuckDB consumes the pending
+    KeyboardInterrupt and raises ``RuntimeError('Query interrupted')`` instead, which a watcher stopped
+    with Ctrl-C (or SIGINT) must treat as the stop it is, not as an error."""
+    return isinstance(exc, RuntimeError) and str(exc).strip() == "Query interrupted"
 
 
 def mark_finished(store: Store, run: str, log: Callable[[str], None]) -> None:
