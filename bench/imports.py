@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import Figure, Sizes, Unavailable, log, median, run_child
+from bench import Figure, Sizes, Unavailable, generic_console, log, median, run_child
 from bench.data import LogInputs, log_inputs, spike_steps
 
 RUSTBOARD_SCALARS_PER_S = 1.5e6
@@ -233,6 +233,7 @@ def run(sizes: Sizes, workdir: Path) -> list[Figure]:
             )
         )
     figures.append(launcher_prefix_figure(sizes, inputs.megatron))
+    figures.append(generic_console.figure(sizes, workdir))
     log("goal 2: long CSV ceiling")
     long_rates, long_rss, _ = _rates(
         "bench.imports:pyarrow_ceiling", sizes.repeats, {"path": str(inputs.long_csv), "kind": "csv", "target": scratch}

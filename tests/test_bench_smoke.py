@@ -367,3 +367,30 @@ def test_goal_5_figures_are_same_run_ratios_against_torch_clipping_and_the_bare_
     assert bare.baseline_value == pytest.approx(9.0 * 1.2) and goal.peak_rss_mb == 305.0
     slower = [r | {"paired_ratio_vs_torch_clip": 1.025} for r in results]
     assert overhead_figures(slower, [300.0] * 5)[0].met is False
+
+
+def test_generic_console_is_read_whole_by_the_generic_reader_at_its_ceilings_values(tmp_path: Path) -> None:
+    """The console goal 2 times through the generic path: every value line read, the checkpoint lines
+    skipped, the same values as the CSV the ceiling reads; the figure is a same-run ratio."""
+    import pyarrow.csv as pcsv
+
+    from bench import Sizes
+    from bench.generic_console import METRICS, figure, ours_detected, write_console
+
+    console, same = tmp_path / "c.log", tmp_path / "c.csv"
+    write_console(1_200, console, same)
+    read = ours_detected(str(console))
+    assert read["format"] == "generic"
+    assert read["records"] == 1_200 * len(METRICS)
+    assert read["skipped"] == 1 + 2  # the header and two checkpoint lines
+    assert pcsv.read_csv(same).num_rows == 1_200
+    from ingest.formats import read_log
+
+    table = read_log([console]).table.to_pydict()
+    loss = [v for m, s, v in zip(table["metric"], table["step"], table["value"], strict=True) if m == "loss"]
+    assert np.allclose(loss, pcsv.read_csv(same).column("loss").to_numpy())
+    sizes = Sizes(**{**TINY.__dict__, "import_steps": 600})
+    fig = figure(sizes, tmp_path)
+    assert fig.ratio == pytest.approx(fig.value / fig.baseline_value)
+    assert fig.met == (fig.ratio >= 1 / 50)
+    assert "600 lines" in fig.note
