@@ -37,6 +37,7 @@ from stab_core.level_shifts import LEVEL_SAMPLES, level_shifts
 from stab_core.metrics import signed_objective
 from stab_core.recent_level import new_early_jumps, new_recent_level_jumps
 from stab_core.run_end_rises import cut_off_at_log_end, rise_corroborated, run_end_rises
+from stab_core.running_means import per_batch_view
 from stab_core.runview import FloatArray, IntArray, RunView, Series
 from stab_core.severity import EARLY_BLIP_SAMPLES, Certainty, classify, loss_left_band, sensitivity
 from stab_core.skipped_steps import skipped_steps
@@ -548,7 +549,7 @@ def analyze_run(view: RunView, params: AnalysisParams | None = None) -> RunAnaly
     p = params if params is not None else run_params(view)
     d = p.diagnosis
     gaps = logging_gaps(view)
-    view = without_steps(view, gaps.dead_steps)
+    view = per_batch_view(without_steps(view, gaps.dead_steps))  # a running mean judged per batch
     snr = gradient_snr(view, d.proxy_window, d.ema_beta)
     context = prepare_context(view, d, snr)
     collapses = detect_snr_collapse(snr, d.snr_collapse_factor, d.snr_level_window) if snr is not None else []
@@ -580,7 +581,7 @@ def explain_step(
     covering it if there is one, else an event built at the first logged sample of ``metric`` at or
     after ``step``, walked as if it were a spike (for a spike seen elsewhere or below the thresholds)."""
     p = params if params is not None else run_params(view)
-    view = without_steps(view, logging_gaps(view).dead_steps)
+    view = per_batch_view(without_steps(view, logging_gaps(view).dead_steps))
     series = view.series.get(metric)
     if series is None or series.steps.size == 0:
         raise ValueError(f"run {view.name!r} has no {metric!r} series; it has {sorted(view.series)}")
