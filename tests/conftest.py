@@ -41,6 +41,7 @@ TIERS: dict[str, str] = {
             "round16_t22c",
             "round17_t23c_axes",
             "round17_rec22",
+            "round18_stm24",
             "round17_t23b",
             "t22d_metric_files",
             "stated_precision",

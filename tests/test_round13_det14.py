@@ -43,4 +43,5 @@ def test_a_loss_near_its_level_but_never_back_on_its_trend_is_not_said_recovered
     (item,) = analyze_run(RunView("settled_higher", {"loss": Series(steps, loss)})).spike_dicts()
     (recovery,) = [c for c in item["claims"] if c["kind"] == "recovery"]
     assert item["loss_recovered_at"] is None and recovery["holds"] is True
-    assert recovery["text"].startswith("Not back: from step 44") and "Recovered" not in recovery["text"]
+    text = recovery["text"]
+    assert text.startswith("Near its level (") and "again from step 44" in text and "Recovered" not in text
