@@ -11,10 +11,12 @@ cause the data cannot separate from another. Pure: no I/O.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import re
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
+from stab_core.loss_origin import moving_target
 from stab_core.spikes import SpikeEvent
 from stab_core.tree_actions import Evidence
 
@@ -39,6 +41,21 @@ every 10 leaves a gap of 17). A log that keeps one value per 25, 50, 100 or 500 
 Trainer's ``logging_steps`` mean, a Lightning epoch mean, an evaluation cadence) averages or samples a span
 of batches: one bad batch is diluted k-fold in a k-step mean, and a jump of one logged sample there is a
 burst over the span as much as one batch, so the shape of one bad batch cannot be read (round 17, act22)."""
+
+
+REWARD_SERIES: Final = re.compile(r"(?:^|/)(?:train/)?rewards?(?:$|/|_(?:mean|std)$)", re.IGNORECASE)
+"""A policy's reward logged beside its loss (``reward``, ``reward_std``, ``rewards/<fn>/mean``): a
+policy-gradient run (PPO, GRPO), whose loss is an advantage-weighted objective over its own samples."""
+
+
+def target_moves(meta: Mapping[str, object], metrics: Iterable[str]) -> bool:
+    """Is the run's loss one whose target moves as it trains: an RL or GAN objective
+    (:func:`stab_core.loss_origin.moving_target`), or a policy's loss logged beside its reward? There a
+    loss that jumps and comes back is the policy or the opponent moving, not one bad batch: the shape of
+    a bad batch (a jump over a fixed target's level) is read only on a loss with a fixed target (round
+    18, act24)."""
+    names = list(metrics)
+    return moving_target(meta, names) or any(REWARD_SERIES.search(name) for name in names)
 
 
 @dataclass(frozen=True)

@@ -319,7 +319,7 @@ def _cause(diagnosis: Diagnosis, spike: SpikeEvent | None = None) -> Claim:
         floors = [f for v in diagnosis.path if isinstance(f := v.evidence.get("loss_scale_floor"), int | float)]
         floor = float(floors[0]) if floors else DiagnosisParams().loss_scale_floor
         candidates = loss_scale_at_floor([v.evidence for v in diagnosis.path], floor) or (
-            bad_batch_shape(spike) if spike is not None else None
+            bad_batch_shape(spike) if spike is not None and not diagnosis.target_moves else None
         )
         if candidates is not None:
             return Claim("cause", candidates.text(), None, candidates.evidence, candidates.to_log)

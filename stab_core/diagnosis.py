@@ -23,9 +23,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Final
 
 from stab_core.action_premises import RunFacts, action_facts, check_premises, run_facts
+from stab_core.cause_candidates import target_moves
 from stab_core.cause_signatures import LR_ROSE, early_jump_signature, lr_rise_signature
 from stab_core.causes import DATA_OUTLIER, UNKNOWN, Cause
 from stab_core.decision_tree import EARLY_INSTABILITY_LEAF, DiagnosisParams, build_tree
@@ -82,13 +84,14 @@ def diagnose(
         premises = check_premises(view, spike, last, path, ctx.facts or run_facts(view))
         return action_facts(spike, premises), premises
 
-    return walk_path(
+    walked = walk_path(
         tree,
         lambda node: answerers[node.id](),
         recovered=spike.recovered and not spike.diverged,
         unknown_penalty=p.unknown_penalty,
         read_premises=read_premises,
     )
+    return replace(walked, target_moves=target_moves(view.meta, view.series))
 
 
 EARLY_LR_SAMPLES: Final = 3
@@ -145,9 +148,10 @@ def diagnose_early(
     lr_node = tree.node("lr_transition")
     path.append(NodeVisit(lr_node.id, lr_node.number, lr_node.question, lr_answer.answer, lr_answer.evidence))
     loss = view.series.get("loss")
+    moves = target_moves(view.meta, view.series)  # an RL or GAN loss's jump is no bad batch's signature
     jumped, signature = (
         early_jump_signature(spike, loss, view.series.get("grad_norm"))
-        if loss is not None and spike.metric == "loss" and not lr_rising
+        if loss is not None and spike.metric == "loss" and not lr_rising and not moves
         else (None, {})
     )
     cause: Cause = DATA_OUTLIER if jumped else UNKNOWN
@@ -178,4 +182,5 @@ def diagnose_early(
         ),
         # an abrupt jump whose lead over the grad norm cannot be told is said as such, not as "no signature"
         signature=signature if jumped or ramping or (jumped is None and "loss_led" in signature) else None,
+        target_moves=moves,
     )

@@ -51,6 +51,7 @@ TIERS: dict[str, str] = {
             "formats_rl_logs",
             "return_falls",
             "act22_premises",
+            "act24_premises",
             "incident_passes",
             "unfelt_outliers",
             "t21b_gluon_consoles",

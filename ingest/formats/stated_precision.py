@@ -11,7 +11,13 @@ dump in the log's head:
   ``mixed_precision: bf16``, ``precision: 16-mixed``, ``amp_dtype='bfloat16'``;
 - else a compute dtype: ``dtype='float32'``, ``train_dtype: bfloat16``, ``compute_dtype=float16``;
 - else the fp16 switch stated off (``fp16=False``, ``amp: false``, ``use_amp=False``) with no
-  other precision key on: fp32, the default of every framework that has such a switch.
+  other precision key on: fp32, the default of every framework that has such a switch;
+- a banner that names the compute dtype, in any case and with torch's spelling (LLaMA-Factory's
+  ``compute dtype: torch.bfloat16``, ``COMPUTE_DTYPE: torch.bfloat16``), counts as a dtype: the key
+  says it is the setting the run computes in, not a tensor's dtype;
+- else torch's warning ``ComplexHalf support is experimental`` (a complex half tensor was created:
+  an FFT or STFT under fp16 autocast; bf16 has no complex type) reads as fp16: the run computes
+  in fp16 somewhere, which is what the fp16 actions ask (round 18 act24).
 
 Two different precisions stated (relaunches with other settings, a dump and a contradicting flag
 of the same rank) record nothing: the question stays open rather than answered wrongly. A tensor
@@ -66,12 +72,25 @@ _DTYPE: Final = re.compile(
 """The dtype a run computes in, as a dump prints it: a string or a bare word (``dtype='float32'``,
 ``dtype: bf16``). ``dtype=torch.float32`` is how code or a tensor spells a dtype, not a setting."""
 
+_COMPUTE_DTYPE: Final = re.compile(
+    r"(?i)"
+    + _KEY_START
+    + r"compute[ _]dtype"
+    + _SEP
+    + r"(?:torch\.)?(bfloat16|float16|float32|bf16|fp16|fp32|half)(?![\w.-])"
+)
+"""A compute dtype a banner states, any case, torch's spelling allowed: the key makes it a setting (a
+prefixed key such as ``bnb_4bit_compute_dtype``, a quantised layer's dtype, does not start a key)."""
+
+_COMPLEX_HALF: Final = re.compile(r"ComplexHalf support is experimental")
+"""Torch's warning on creating a complex half tensor: fp16 compute (no complex bfloat16 exists)."""
+
 _NOT_A_DUMP: Final = re.compile(r"(?i)tensor\b|tensor\(|torch_dtype|autocast\(|\.to\(|^\s*(?:with|def|return|if)\b")
 """Lines whose dtype is a value, not a setting: a tensor printed (``tensor(..., dtype=...)``, TF's
 ``<tf.Tensor ... dtype=float32>``), code (``with torch.autocast(...)``, ``x.to(dtype=...)``) and a model
 config's ``torch_dtype`` (the dtype its weights were saved in, not how it trains)."""
 
-_KEYWORD: Final = re.compile(r"fp16|bf16|half|(?<![A-Za-z])amp|precision|dtype")
+_KEYWORD: Final = re.compile(r"fp16|bf16|half|Half|(?<![A-Za-z])amp|precision|dtype|DTYPE")
 """A word every key above holds: only lines with one (and the line after, where a value may stand) are
 searched, so a head of metric lines costs one cheap scan, not five lookbehind searches (``amp`` as a word
 start: a metric line's ``consumed samples`` holds none)."""
@@ -117,6 +136,7 @@ def stated_precision(text: str) -> str | None:
             explicit.add("bf16" if key in ("bf16", "use_bf16") else "fp16")
     named = {_CANON[m.group(2).lower()] for m in _NAMED.finditer(body)}
     dtypes = {_CANON[m.group(2).lower()] for m in _DTYPE.finditer(body)}
+    dtypes |= {_CANON[m.group(1).lower()] for m in _COMPUTE_DTYPE.finditer(body)}
     explicit |= named - {"fp32"}
     if explicit:
         return _one(explicit)
@@ -126,7 +146,7 @@ def stated_precision(text: str) -> str | None:
         return _one(dtypes | named)
     if _OFF_FLAG.search(body):
         return "fp32"
-    return None
+    return "fp16" if _COMPLEX_HALF.search(text) else None  # a warning line, not a dump: the whole text
 
 
 def note_precision(meta: dict[str, Any], paths: list[Path]) -> None:
