@@ -59,6 +59,7 @@ TIERS: dict[str, str] = {
             "fb21t_generic_text",
             "t22b_vae_console",
             "t22a_split_records",
+            "imp23_import",
             "t23a_vision_consoles",
             "table_runs",
             "round15_consoles",

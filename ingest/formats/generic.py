@@ -12,21 +12,18 @@ role}``, applied by the import as a ``--map`` would be). ``meta['mapping']`` is 
 ``{role: key as printed}`` with ``step`` first: ``stabscope import --json`` and the Upload preview
 show it, and the user corrects it with ``--map NAME=ROLE`` (``--map iters=step`` for the step).
 
-Only the layouts a log repeats are read (:data:`MIN_LAYOUT_LINES` step lines whose steps count up): a
-sentence of generated text that holds the step key (``**Step 2: Distance 14 km in 3 hours**``) gives
-no series and cuts no run; a layout seen less often keeps only the keys a repeated layout prints or a
-known metric's (an eval line's ``val_loss``). A line of its own that times the step before it
-(``[timing] sample processed in 276.79s`` after ``Step: 1 | Loss: ...``) is that step's time where
-the step lines print none. Lines of shell commands, SLURM and launcher messages are never metric lines;
-a line with no step counter, or with nothing but it, is skipped and counted. A logger's source location
-(``[trainer:837]``, ``[trainer.py:892]``, ``[logging.py:68:log_dist]``) is no ``key: number`` pair. A key
-that names its unit is read with it (``elapsed time per iteration (ms): 4220.8``, NeMo's
-``train_step_timing in s: 0.41``). The step counter is
-judged on the lines that carry a training metric (a name the alias table knows) when a few do: a
-distributed setup's ``rank: 3 local_rank: 3`` lines and a model repr's ``in_features=384`` lines,
-however many, do not decide it. Units a line does not print are inferred where the log says them
-otherwise (:mod:`ingest.formats.generic_units`: a bare ``dt`` by the lines' wall clock, an MFU in
-percent).
+Only the layouts a log repeats are read (:data:`MIN_LAYOUT_LINES` step lines whose steps count up): a sentence of
+generated text that holds the step key (``**Step 2: Distance 14 km in 3 hours**``) gives no series and cuts no run; a
+layout seen less often keeps only the keys a repeated layout prints or a known metric's (an eval line's ``val_loss``).
+A line of its own that times the step before it (``[timing] sample processed in 276.79s`` after ``Step: 1 | Loss:
+...``) is that step's time where the step lines print none. Lines of shell commands, SLURM and launcher messages are
+never metric lines; a line with no step counter, or with nothing but it, is skipped and counted. A logger's source
+location (``[trainer:837]``, ``[trainer.py:892]``, ``[logging.py:68:log_dist]``) is no ``key: number`` pair. A key that
+names its unit is read with it (``elapsed time per iteration (ms): 4220.8``, NeMo's ``train_step_timing in s: 0.41``).
+The step counter is judged on the lines that carry a training metric (a name the alias table knows) when a few do: a
+distributed setup's ``rank: 3 local_rank: 3`` lines and a model repr's ``in_features=384`` lines, however many, do not
+decide it. Units a line does not print are inferred where the log says them otherwise
+(:mod:`ingest.formats.generic_units`: a bare ``dt`` by the lines' wall clock, an MFU in percent).
 """
 
 from __future__ import annotations
@@ -72,7 +69,7 @@ from ingest.formats.generic_units import (
 from ingest.formats.line_pairs import SPEED_KEY, line_pairs
 from ingest.formats.numbers import NUMBER
 from ingest.formats.raw_text import decode_head, looks_binary
-from ingest.formats.record_lines import joined, numbered_lines, rewrite
+from ingest.formats.record_lines import Cycle, find_cycle, joined, numbered_lines, rewrite
 from ingest.formats.run_loss import aggregate_loss
 from ingest.formats.sections import notes_marks
 from stab_core.metrics import CANONICAL_METRICS
@@ -267,6 +264,7 @@ class GenericReader(Reader):
 
     def __init__(self, step_key: str | None = None) -> None:
         self.step_key = step_key
+        self.cycle: Cycle | None = None  # the lines of a record printed over several (cycle_records)
 
     def sniff(self, head: bytes, path: Path) -> float:
         return 0.0
@@ -275,8 +273,9 @@ class GenericReader(Reader):
         """The mapping proposed from a file's first bytes (None: not a log it can read)."""
         if not head or looks_binary(head):
             return None
-        lines = enumerate(decode_head(head).replace("\r", "\n").splitlines())
-        return propose([text for _, text, _ in joined(lines, line_pairs, self._is_step)], self.step_key)
+        lines = list(enumerate(decode_head(head).replace("\r", "\n").splitlines()))
+        self.cycle = find_cycle([text for _, text in lines], line_pairs, self._is_step)  # cycle_records
+        return propose([text for _, text, _ in joined(lines, line_pairs, self._is_step, self.cycle)], self.step_key)
 
     def _is_step(self, key: str) -> bool:
         """Whether ``key`` names a step (a split record's first line holds it alone)."""
@@ -306,7 +305,7 @@ class GenericReader(Reader):
             rows: dict[tuple[str, str | None], tuple[list[int], list[float], list[int]]] = {}
             pending: list[_StepLine] = []
             line_no = 0
-            for line_no, line, more in joined(numbered_lines(path, builder), line_pairs, self._is_step):
+            for line_no, line, more in joined(numbered_lines(path, builder), line_pairs, self._is_step, self.cycle):
                 step_line = _read_line(line, line_no, path, found, builder)
                 for n, text in more:  # a split record's value lines: read with its step line
                     builder.account.text_line(str(path), n, text, parsed=step_line is not None)

@@ -175,6 +175,8 @@ def _scan_line(line: str, line_no: int, path: Path, scan: _Scan, builder: LogBui
                 if scan.records:
                     scan.late_total = max(scan.late_total or 0, scan.bar[1])
                 continue
+            if _settings_dict(m.group(0)):
+                continue
             values = parse_logs_dict(m.group(0))
             # the Trainer prints its dict alone (or after a bar); one after text is quoted: an argument
             # (`fsdp_config={'min_num_params': 0}`), a message (`Non-default generation parameters:
@@ -244,6 +246,12 @@ def _steps(scan: _Scan) -> tuple[list[int], str]:
         "line order: the N-th training logs dict is step N (one logging interval, not one optimizer step; "
         "the console prints no step and no steps per epoch)"
     )
+
+
+def _settings_dict(text: str) -> bool:
+    """Whether the printed dict ``text`` is settings, not a logs dict: the Trainer's logs hold numbers
+    (some printed as strings, ``'2.897'``), a run's config a quoted path or name."""
+    return any(m["sval"] is not None and parse_number(m["sval"]) is None for m in _PAIR.finditer(text))
 
 
 def _total(scan: _Scan) -> int | None:

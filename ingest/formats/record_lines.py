@@ -12,6 +12,8 @@ printed over several lines is one line, and a few ways of printing a value are r
 - A comma-separated record whose key and value are two items (``epoch 1, phase train, step 10,
   loss_train, 0.838``) reads ``loss_train, 0.838`` as ``loss_train: 0.838``: a one-word key between
   commas with a bare number after it.
+- A step line and the counter-less lines that follow it in the same cycle at every step are one
+  record (:mod:`ingest.formats.cycle_records`).
 - A line holding only a named step counter (``Step: 2000``) followed by lines of one ``key: number``
   each (``Loss: 0.0858``) is one record: the step's values stand on the lines below it, up to a line
   with no pair, another pair count or another step.
@@ -25,6 +27,7 @@ from pathlib import Path
 from typing import Final
 
 from ingest.formats._common import LogBuilder, iter_whole_lines
+from ingest.formats.cycle_records import Cycle, cycled, find_cycle
 from ingest.formats.field_records import expand, meter_epoch, spelled_norms
 from ingest.formats.generic_lines import lead_duration, spelled_columns
 from ingest.formats.group_values import group_values
@@ -51,6 +54,7 @@ MAX_JOINED: Final = 12
 """Value lines a split record may hold."""
 
 Pairs = list[tuple[str, float, str | None]]
+__all__ = ["Cycle", "find_cycle", "joined", "numbered_lines", "rewrite"]
 
 
 LOGURU_LOCATION: Final = re.compile(
@@ -96,12 +100,16 @@ def rewrite(text: str) -> str:
 
 
 def joined(
-    lines: Iterable[tuple[int, str]], pairs_of: Callable[[str], Pairs], is_step: Callable[[str], bool]
+    lines: Iterable[tuple[int, str]],
+    pairs_of: Callable[[str], Pairs],
+    is_step: Callable[[str], bool],
+    cycle: Cycle | None = None,
 ) -> Iterator[tuple[int, str, list[tuple[int, str]]]]:
     """``(line_no, text, joined lines)`` of each line, a split record's lines as one (the step line's
-    number and text, its value lines' text after it; those lines, numbered, in the list)."""
+    number and text, its value lines' text after it; those lines, numbered, in the list); with a
+    ``cycle``, each block of lines in that cycle as one record (:mod:`ingest.formats.cycle_records`)."""
     held: tuple[int, str, list[tuple[int, str]]] | None = None
-    for line_no, text, table in table_blocks(lines):
+    for line_no, text, table in table_blocks(lines) if cycle is None else cycled(lines, cycle, pairs_of):
         if table:  # a framed table of rows: one record already (ingest.formats.table_blocks)
             if held is not None:
                 yield held
