@@ -41,6 +41,7 @@ TIERS: dict[str, str] = {
             "round17_t23c_axes",
             "round17_rec22",
             "round17_t23b",
+            "round18_det23",
             "t22d_metric_files",
             "stated_precision",
             "value_column",
