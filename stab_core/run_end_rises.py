@@ -29,6 +29,7 @@ from dataclasses import replace
 from typing import Final
 
 import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
 
 from stab_core.early_rises import held_levels, noise_band
 from stab_core.incidents import EARLY_MIN_RATIO, RECOVER_RATIO
@@ -75,7 +76,22 @@ def run_end_rises(
 ) -> list[SpikeEvent]:
     """The run-end rise of ``values`` (at most one; see the module docstring), as a never-recovered
     event starting at its first trailing sample with the held level as baseline. ``corroborated(step)``
-    says whether another metric agrees from that step on (None: nothing does)."""
+    says whether another metric agrees from that step on (None: nothing does). With nothing sharp at
+    the end and another signal to agree, a slow climb to the end (:func:`end_climbs`)."""
+    sharp = _sharp_end_rise(steps, values, z_threshold, corroborated, metric)
+    if sharp or corroborated is None:
+        return sharp
+    return end_climbs(steps, values, corroborated, metric)
+
+
+def _sharp_end_rise(
+    steps: IntArray,
+    values: FloatArray,
+    z_threshold: float,
+    corroborated: Callable[[int], bool] | None,
+    metric: str,
+) -> list[SpikeEvent]:
+    """:func:`run_end_rises` where the trailing samples each stand out of the ones before them."""
     keep = np.isfinite(values)
     s, x = steps[keep], values[keep]
     if x.size < END_MIN_HELD + END_MIN_SAMPLES:
@@ -189,3 +205,39 @@ def _lasting(event: SpikeEvent, series: Series, loss: Series | None) -> bool:
         return True
     at = judged.steps >= event.start
     return lasting_at_end(judged.values[~at], judged.values[at])
+
+
+# Round 18 (det23): a loss drifting up over hundreds of samples (a constant high learning rate, medians
+# 2.1 -> 2.3 -> 2.5, no sample 1.15x the few before it) is never out of its recent samples, so the sharp
+# rule misses it; with the validation loss rising too, the run still ended worse than it was. Judged on
+# medians of LASTING_LEVEL samples: the last one END_CORROBORATED_RATIO times or more the lowest before;
+# the climb starts after the last END_RECENT-sample median back within RECOVER_RATIO of that level,
+# spans LASTING_LEVEL samples or more, is corroborated from its start, and its end level is lasting.
+def end_climbs(
+    steps: IntArray,
+    values: FloatArray,
+    corroborated: Callable[[int], bool],
+    metric: str = "loss",
+) -> list[SpikeEvent]:
+    """The slow climb that ends ``values`` (at most one), as a never-recovered
+    event from its first sample to the last, with the lowest held median as baseline."""
+    keep = np.isfinite(values)
+    s, x = steps[keep], values[keep]
+    if x.size < 3 * LASTING_LEVEL:
+        # a held level, a climb and its end level each need a window of their own
+        return []
+    held = np.median(sliding_window_view(x, LASTING_LEVEL), axis=1)  # held[k]: median of x[k : k + LASTING_LEVEL]
+    best = int(np.argmin(held))
+    level = float(held[best])
+    if not (level > 0 and float(held[-1]) >= END_CORROBORATED_RATIO * level):
+        return []
+    recent = np.median(sliding_window_view(x, END_RECENT), axis=1)  # recent[k]: median of x[k : k + END_RECENT]
+    # the climb starts after the last short median still back near the level (after the best window)
+    after = best + LASTING_LEVEL
+    back = np.flatnonzero(recent[after:] <= RECOVER_RATIO * level)
+    first = after + (int(back[-1]) + 1 if back.size else 0)
+    if x.size - first < LASTING_LEVEL or not corroborated(int(s[first])):
+        return []
+    if not lasting_at_end(x[:first], x[first:]):
+        return []
+    return [build_event(metric, s, x, first, x.size - 1, None, level, max(abs(level) * 0.01, 1e-12))]

@@ -43,6 +43,7 @@ TIERS: dict[str, str] = {
             "round17_rec22",
             "round18_stm24",
             "round17_t23b",
+            "round18_det23",
             "t22d_metric_files",
             "stated_precision",
             "value_column",
