@@ -35,6 +35,7 @@ TIERS: dict[str, str] = {
     **dict.fromkeys(
         (
             "abandoned_attempts",
+            "metric_files_fb24",
             "watch_ctrl_c",
             "fb22_fallback_rules",
             "round16_t22c",
