@@ -36,6 +36,7 @@ TIERS: dict[str, str] = {
         (
             "abandoned_attempts",
             "run23_running_means",
+            "metric_files_fb24",
             "watch_ctrl_c",
             "fb22_fallback_rules",
             "round16_t22c",

@@ -461,6 +461,10 @@ def _samples() -> dict[str, Sample]:
             "mlruns/0/abc123/metrics/train/loss",
             "mlruns/0/abc123",
         ),
+        "long_rows": _file(
+            "metrics.txt",
+            _lines(["# launch 1", "0 dev 4.5", "0 acc 0.12"] + [f"{s} train {4.4 - 0.2 * s:.5f}" for s in steps]),
+        ),
         "parquet": _file("long.parquet", _parquet()),
         "generic": _fixture("generic_custom.log"),
     }

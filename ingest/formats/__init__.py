@@ -44,6 +44,7 @@ from ingest.formats.kv_tables import KeyValueTableReader
 from ingest.formats.lightning_csv import LightningCsvReader
 from ingest.formats.llamafactory import LlamaFactoryReader
 from ingest.formats.llmc import BuildNanogptConsoleReader, BuildNanogptLogReader, LlmcConsoleReader, LlmcMainLogReader
+from ingest.formats.long_rows import LongRowsReader
 from ingest.formats.maxtext import MaxTextReader
 from ingest.formats.megatron import MegatronDeepSpeedReader, MegatronReader
 from ingest.formats.megatron_golden import MegatronGoldenReader
@@ -139,6 +140,7 @@ FORMATS: Final[dict[str, Reader]] = {
         StageConsoleReader(),
         TqdmPostfixReader(),
         MlflowReader(),
+        LongRowsReader(),
         ParquetReader(),
         GenericReader(),
     )
@@ -151,13 +153,14 @@ AMBIGUITY_MARGIN: Final = 0.1
 """Two candidates closer than this are ambiguous: the user must choose."""
 
 
-FALLBACK_READERS: Final = frozenset({"csv_wide", "csv_sweep", "jsonl", "parquet", GenericReader.name})
+FALLBACK_READERS: Final = frozenset({"csv_wide", "csv_sweep", "jsonl", "long_rows", "parquet", GenericReader.name})
 """The readers a log of a layout nobody wrote a reader for still meets (``reader_set=FALLBACK_READERS``
 measures them alone: ``python -m bench.corpus_eval --fallback-only``): the generic text reader and the
 metrics-file readers keyed on no trainer (a CSV with a step column, a CSV of one run per column, JSON Lines
-or a JSON document of per-step objects, Parquet). A reader keyed on one trainer's or tool's banner,
-line layout, file name or column spelling (a TensorBoard or W&B download, Lightning's metrics.csv,
-``trainer_state.json``, ``| key | value |`` tables, ``Epoch: N`` blocks, every console reader) is specific."""
+or a JSON document of per-step objects, ``<step> <name> <value>`` records, Parquet). A reader keyed on one
+trainer's or tool's banner, line layout, file name or column spelling (a TensorBoard or W&B download,
+Lightning's metrics.csv, ``trainer_state.json``, ``| key | value |`` tables, ``Epoch: N`` blocks, every
+console reader) is specific."""
 
 
 def _readers(custom_dir: Path | None, reader_set: Collection[str] | None = None) -> dict[str, Reader]:

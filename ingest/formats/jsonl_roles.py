@@ -13,7 +13,9 @@ common trainers' records mean something else than the name says:
   rises by one a record is the step axis (DETR's ``log.txt``, one record an epoch);
 - a ``percentage``/``progress`` key is how far the run is through its planned steps, not a metric;
 - a cumulative ``elapsed_time`` in seconds is a wall clock, and ``n_parameters`` the model's size:
-  neither is a metric.
+  neither is a metric;
+- a token counter printed with an evaluation's values (``eval_num_tokens``) is the run's cumulative
+  count of training tokens, not a metric of the eval (``ingest.formats.run_totals``; round 18: fb24).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import pyarrow as pa
 from ingest.formats._tabular import to_float
 from ingest.formats.aliases import KeyMap, canonical_name
 from ingest.formats.column_roles import column_keymap, column_name
+from ingest.formats.run_totals import is_eval_counter
 
 _DURATION_PARTNERS = frozenset({"data_time"})
 _CLOCKS = frozenset({"elapsed_time", "elapsed", "elapsed_s", "elapsed_seconds"})
@@ -71,6 +74,7 @@ def record_keymap(table: pa.Table, *, step_col: str, wall_col: str | None) -> tu
     has_loss = any(canonical_name(n)[0] == "loss" for n in names)
     dropped = {n for n in names if n in _MODEL_SIZE or n.lower() in _PROGRESS}
     dropped |= {n for n in names if n in _CLOCKS and _rises(_numbers(table, n))}
+    dropped |= {n for n in names if is_eval_counter(n)}
     if "epoch" in names and step_col != "epoch" and step_col != "__row_step":
         dropped.add("epoch")
 
