@@ -6,7 +6,8 @@ In order: a GAN generator's drift beside a discriminator that holds is no diverg
 (:mod:`stab_core.discriminator_wins`); a side loss (KL, aux) that explodes and stays is a divergence of its
 own (:mod:`stab_core.side_losses`); an RL run's return is its headline, its lasting falls are incidents and a
 TD loss's jitter is not (:mod:`stab_core.return_falls`); a grad-norm outlier the loss never rose
-above its own scatter for is a blip (:mod:`stab_core.unfelt_outliers`).
+above its own scatter for is a blip (:mod:`stab_core.unfelt_outliers`); on a loss noisy throughout, an
+excursion inside its own scatter is a blip (:mod:`stab_core.noisy_series`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from stab_core.adversarial import adversarial_drifts
 from stab_core.discriminator_wins import discriminator_wins
 from stab_core.incidents import Incident
+from stab_core.noisy_series import ordinary_excursions
 from stab_core.return_falls import return_led
 from stab_core.runview import Series
 from stab_core.side_losses import exploded_terms
@@ -25,4 +27,5 @@ from stab_core.unfelt_outliers import unfelt_grad_norm_outliers
 def after_grouping(series: Mapping[str, Series], incidents: Sequence[Incident]) -> list[Incident]:
     """``incidents`` after every pass that reads the series beside the loss, in the order above."""
     adversarial = discriminator_wins(series, adversarial_drifts(series, incidents))
-    return unfelt_grad_norm_outliers(series, return_led(series, exploded_terms(series, adversarial)))
+    passed = unfelt_grad_norm_outliers(series, return_led(series, exploded_terms(series, adversarial)))
+    return ordinary_excursions(series, passed)

@@ -56,6 +56,7 @@ TIERS: dict[str, str] = {
             "act24_premises",
             "incident_passes",
             "unfelt_outliers",
+            "noisy_series",
             "t21b_gluon_consoles",
             "gen20a_generic_steps",
             "fb21t_generic_text",

@@ -102,3 +102,17 @@ def test_counter_and_loss_rules() -> None:
     assert proposed_loss(["value_loss", "total_loss"]) == {"total_loss": "loss"}
     assert proposed_loss(["loss", "total_loss"]) == {}  # the log's own loss stands
     assert proposed_loss(["train/loss_critic", "train/loss_actor"]) == {}
+
+
+def test_a_table_logged_per_episode_is_on_its_episode_axis(tmp_path: Path) -> None:
+    # round 18 (t24a): a PPO logger's row every 10 episodes, no step nor epoch column: the episode index
+    # is the axis, not the row number (an incident at episode 2100 is at 2100, not at row 210)
+    header = "Episode,Train_Return,Episode_Length,Value_Loss,Approx_KL"
+    rows = [f"{10 * i}, {0.1 * i:.2f}, 24, {3.0 + (i % 3):.2f}, {0.01 + i / 1000:.4f}" for i in range(12)]
+    path = _write(tmp_path / "log_training.csv", [header, *rows])
+    parsed = read_log([path])
+    assert parsed.series("Value_Loss")[0].tolist() == [10 * i for i in range(12)]
+    assert "Episode" not in parsed.metrics
+    # an episode column that does not rise on every row is no axis: the row number stays
+    repeated = _write(tmp_path / "again.csv", [header, *rows[:6], *rows[:6]])
+    assert read_log([repeated]).series("Value_Loss")[0].tolist() == list(range(12))

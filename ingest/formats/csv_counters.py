@@ -8,9 +8,11 @@
   column is present.
 - **Run clocks.** So qualified, a count of epochs or episodes (``total/epochs``, ``rollout/episodes``,
   ``num_episodes``), an RL log's lone ``episode`` index, and a percentage of the run done
-  (``Progress``) count the run: no metric. An elapsed-time clock (``total/duration``, ``total_time``,
-  ``time_elapsed``: seconds since the start) is no metric either: it gives the step time
-  (:mod:`ingest.formats.csv_clocks`).
+  (``Progress``) count the run: no metric. A table with no step nor epoch column that has a lone
+  ``episode`` index is logged per episode: that index is its axis (round 18, t24a: a PPO logger's row
+  every 10 episodes, ``Episode`` 0, 10, ..., 99990), not the row number. An elapsed-time clock
+  (``total/duration``, ``total_time``, ``time_elapsed``: seconds since the start) is no metric either: it
+  gives the step time (:mod:`ingest.formats.csv_clocks`).
 - **The loss, proposed.** A table with no column the alias table reads as ``loss`` but one named a
   total loss (``total_loss``, ``loss/total``, ``train/total_loss``) proposes it as ``loss`` (the other
   losses keep their names); the proposal is ``meta['proposed_map']`` and ``--map`` corrects it.
@@ -51,6 +53,11 @@ def is_step_like(name: str) -> bool:
 def step_like_column(columns: Sequence[str]) -> str | None:
     """The first step-like column of a header (None when there is none)."""
     return next((c for c in columns if is_step_like(c)), None)
+
+
+def episode_column(columns: Sequence[str]) -> str | None:
+    """The first lone episode index of a header (``Episode``, ``episodes``; None when there is none)."""
+    return next((c for c in columns if _words(c) in (["episode"], ["episodes"])), None)
 
 
 def is_elapsed_clock(name: str) -> bool:

@@ -51,7 +51,7 @@ from ingest.formats.csv_comments import (
     monitor_wall_clock,
     without_comments,
 )
-from ingest.formats.csv_counters import is_run_clock, proposed_loss, step_like_column
+from ingest.formats.csv_counters import episode_column, is_run_clock, proposed_loss, step_like_column
 from ingest.formats.epoch_steps import EpochSteps
 from ingest.formats.field_roles import SETTINGS_KEY
 from ingest.formats.labelled_runs import run_labels, run_table
@@ -131,6 +131,9 @@ class WideCsvReader(Reader):
                     step_col = epoch_col  # one row per epoch: the epoch is the step axis
                 elif step_col is not None and epoch_col is not None:
                     table = epochs.global_steps(table, step_col, epoch_col)
+                episode = episode_column(table.column_names) if step_col is None and epoch_col is None else None
+                if episode is not None and _whole(table, episode) and _rising(table, episode):
+                    step_col = episode  # logged per episode: the index is the axis (csv_counters)
                 if step_col is None and epoch_col is None:  # no counter: one row per step
                     table = table.append_column(ROW_COLUMN, pa.array(np.arange(rows, rows + table.num_rows)))
                     step_col = ROW_COLUMN
@@ -210,6 +213,12 @@ def _whole(table: pa.Table, col: str) -> bool:
     values, has = to_float(table[col])
     shown = values[has & np.isfinite(values)]
     return bool(np.all(shown == np.round(shown)))
+
+
+def _rising(table: pa.Table, col: str) -> bool:
+    """Whether ``col`` is present on every row and rises strictly (an index, not a per-row count)."""
+    values, has = to_float(table[col])
+    return bool(np.all(has) and np.all(np.isfinite(values)) and np.all(np.diff(values) > 0))
 
 
 def _events(builder: LogBuilder, table: pa.Table, step_col: str, event_col: str) -> None:
