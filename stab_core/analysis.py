@@ -20,7 +20,7 @@ from stab_core.clipping import CLIP_SATURATION, ClipStats, clipping_stats
 from stab_core.decision_tree import NONFINITE_START_LEAF, DiagnosisParams
 from stab_core.detectors_not_run import detectors_not_run
 from stab_core.diagnosis import diagnose, diagnose_early
-from stab_core.early_rises import banded_climbs, robust_early_rises
+from stab_core.early_rise_rules import banded_climbs, early_rise_events
 from stab_core.held_out import held_out_nonfinite, held_out_rose, is_held_out_nonfinite
 from stab_core.held_recovery import costed_recovery
 from stab_core.incident_passes import after_grouping
@@ -424,7 +424,7 @@ def find_incidents(view: RunView, params: AnalysisParams | None = None) -> list[
         found += [(event, "spike") for event in loss_events]
         found += [
             (event, "early_instability")
-            for event in robust_early_rises(loss.steps, loss.values, p.loss_spikes.min_history, "loss", z)
+            for event in early_rise_events(loss.steps, loss.values, p.loss_spikes.min_history, "loss", z)
         ]
         early_until = _early_limit(loss, p.loss_spikes)
         found += [

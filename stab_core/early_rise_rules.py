@@ -1,0 +1,25 @@
+"""Every early-rise rule of a loss's first samples in one call (issue #32, round 18): the ratio rule of
+:func:`stab_core.early_rises.robust_early_rises`, then the rises it cannot see, each rule in its own
+module (:mod:`stab_core.outvoted_rises`, :mod:`stab_core.given_back`), added where no earlier one overlaps."""
+
+from __future__ import annotations
+
+from stab_core.early_rises import banded_climbs as banded_climbs  # analysis.py takes both from here
+from stab_core.early_rises import robust_early_rises
+from stab_core.given_back import progress_given_back
+from stab_core.outvoted_rises import outvoted_early_rises
+from stab_core.runview import FloatArray, IntArray
+from stab_core.spikes import SpikeEvent
+
+
+def early_rise_events(
+    steps: IntArray, values: FloatArray, history: int, metric: str = "loss", z_threshold: float = 0.0
+) -> list[SpikeEvent]:
+    """The early rises of :func:`~stab_core.early_rises.robust_early_rises` (same arguments), with the
+    lasting rises past a one-row blip and the rises giving back the early fall it misses (``z_threshold``
+    0: the ratio rule alone)."""
+    events = robust_early_rises(steps, values, history, metric, z_threshold)
+    if z_threshold <= 0:
+        return events
+    events += outvoted_early_rises(steps, values, history, z_threshold, events, metric)
+    return events + progress_given_back(steps, values, history, z_threshold, events, metric)
