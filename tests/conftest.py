@@ -45,6 +45,7 @@ TIERS: dict[str, str] = {
             "round18_stm24",
             "round17_t23b",
             "round18_det23",
+            "round18_t24d",
             "t22d_metric_files",
             "stated_precision",
             "value_column",
