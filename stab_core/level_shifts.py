@@ -78,7 +78,9 @@ def level_shifts(steps: IntArray, values: FloatArray, metric: str = "loss") -> l
             continue
         k = int(candidate)
         level = float(level_at[k])
-        back = np.flatnonzero(med[k + 1 :] <= RECOVER_RATIO * level)
+        # a block of exact zeros under a positive level is placeholders (non-finite steps dropped from the
+        # logged mean) or a collapse, never the loss back at its level (round 18 t24d)
+        back = np.flatnonzero((med[k + 1 :] <= RECOVER_RATIO * level) & (med[k + 1 :] != 0.0))
         held_for = 1 + (int(back[0]) if back.size else n - k - 1)
         if held_for < LASTING_BLOCKS:
             k += held_for

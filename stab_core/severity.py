@@ -211,7 +211,10 @@ def back_on_trend(steps: IntArray, values: FloatArray, first: int, band: TrendBa
     while position < values.size:
         x = values[position : position + chunk]
         with np.errstate(invalid="ignore"):
-            hits = np.flatnonzero(np.isfinite(x) & (x <= band.upper(steps[position : position + chunk])))
+            # an exact 0.0 under a positive level is a placeholder (a non-finite step dropped from the logged
+            # mean) or a collapse, never the loss back on its trend (round 18 t24d)
+            real = np.isfinite(x) & ((x != 0.0) | (band.level <= 0.0))
+            hits = np.flatnonzero(real & (x <= band.upper(steps[position : position + chunk])))
         if hits.size:
             return position + int(hits[0])
         position += chunk

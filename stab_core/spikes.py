@@ -155,7 +155,10 @@ def _in_band(x: FloatArray, base: float, scale: float, params: SpikeParams) -> n
     with np.errstate(invalid="ignore"):
         low_z = MAD_TO_Z * (x - base) / scale <= params.recover_z
         low_ratio = (base > 0) & (x <= params.recover_ratio * base)
-    return np.isfinite(x) & (low_z | low_ratio)
+    # an exact 0.0 under a positive level is a placeholder (a non-finite step dropped from the logged mean,
+    # a skipped update's norm) or a collapse, never the series back at its level (round 18 t24d)
+    real: npt.NDArray[np.bool_] = np.isfinite(x) & ((x != 0.0) | (base <= 0))
+    return real & (low_z | low_ratio)
 
 
 def _first_true_from(x: FloatArray, start: int, test: Callable[[FloatArray], npt.NDArray[np.bool_]]) -> int | None:
@@ -212,7 +215,9 @@ def build_event(
         duration=until - start,
         recovered=recovery is not None,
         recovery_step=recovery_step,
-        diverged=recovery is None or nonfinite,
+        # a value gone non-finite with the series back finite in its band later is no divergence: weights
+        # that went non-finite never give a finite loss or grad norm again (round 18 t24d)
+        diverged=recovery is None,
         nonfinite=nonfinite,
         steps_lost=steps_lost,
         n_samples=last - first + 1,

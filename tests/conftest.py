@@ -46,6 +46,7 @@ TIERS: dict[str, str] = {
             "round17_t23b",
             "round18_det23",
             "round18_t24c",
+            "round18_t24d",
             "t22d_metric_files",
             "stated_precision",
             "value_column",

@@ -86,3 +86,49 @@ def test_grid_console_settings_dict_is_no_logs_dict(tmp_path: Path) -> None:
     assert metric_series(parsed, "loss")[0] == list(range(1, 61))
     names = set(parsed.table["metric"].to_pylist())
     assert not {n for n in names if "seed" in n or "batch_size" in n or "run_number" in n}, names
+
+
+def _grid_console(seeds: tuple[int, ...], steps: int) -> list[str]:
+    lines = ["[/data/train.json]"]
+    for run, seed in enumerate(seeds):
+        lines += [
+            f"(2e-05, {seed})",
+            "['learning_rate', 'seed']",
+            "----------",
+            f"{{'config_name': '/cfg/grid.yaml', 'run_number': {run}, 'epochs': 2, 'batch_size': 8, "
+            f"'learning_rate': 2e-05, 'seed': {seed}, 'eval_steps': 20, 'use_bf16': True, 'limit': None}}",
+            "TrainingArguments(",
+            "fsdp_config={'min_num_params': 0, 'xla': False},",
+            ")",
+        ]
+        for i in range(steps):
+            epoch = round(2 * (i + 1) / steps, 2)
+            loss = 2.0 + run - i / steps
+            lines.append(f"{{'loss': {loss:.4f}, 'grad_norm': 1.5, 'learning_rate': 1e-05, 'epoch': {epoch}}}")
+            if (i + 1) % 20 == 0:
+                lines.append(f"{{'eval_loss': {loss + 0.1:.4f}, 'eval_runtime': 3.2, 'epoch': {epoch}}}")
+        lines += ["{'train_runtime': 99.5, 'train_loss': 1.5, 'epoch': 2.0}", "Training time:99.5"]
+    return lines
+
+
+def test_grid_console_settings_dict_with_a_changed_seed_opens_a_run(tmp_path: Path) -> None:
+    """The run config dict (paths, flags, ``None``: no logs dict) repeats with the same keys and a new
+    seed, and the next training dict's epoch goes back: each grid point is its own run, counted from
+    1, and the config's numbers are no metrics."""
+    parsed = read_log([write_log_lines(tmp_path, _grid_console((7, 70, 700), 60))])
+    runs = [parsed, *parsed.segments]
+    assert len(runs) == 3
+    for run, part in enumerate(runs):
+        steps, values = metric_series(part, "loss")
+        assert steps == list(range(1, 61))
+        assert values[0] == pytest.approx(2.0 + run)
+    names = set(parsed.table["metric"].to_pylist())
+    assert not {n for n in names if "seed" in n or "batch_size" in n or "run_number" in n}, names
+
+
+def test_one_settings_dict_and_a_repeated_unchanged_one_split_nothing(tmp_path: Path) -> None:
+    """One grid point, or the same settings printed twice (a relaunch of the same point with no step
+    restart), is one run."""
+    parsed = read_log([write_log_lines(tmp_path, _grid_console((7,), 60))])
+    assert parsed.segments == []
+    assert metric_series(parsed, "loss")[0] == list(range(1, 61))

@@ -152,7 +152,7 @@ def test_adjacent_detections_merge_distant_ones_do_not() -> None:
     assert detect_spikes(steps, loss, "loss", SpikeParams(merge_gap=0))[0].end == 400
 
 
-def test_nonfinite_values_are_always_flagged_and_diverged() -> None:
+def test_nonfinite_values_are_always_flagged_and_diverged_unless_back() -> None:
     steps = np.arange(600)
     loss = _noisy_loss(600)
     loss[3] = np.nan  # during warm-up, before any baseline exists
@@ -160,7 +160,9 @@ def test_nonfinite_values_are_always_flagged_and_diverged() -> None:
     events = detect_spikes(steps, loss, "loss")
     assert [e.start for e in events] == [3, 300]
     for event in events:
-        assert event.nonfinite and event.diverged and event.ratio == np.inf
+        assert event.nonfinite and event.ratio == np.inf
+        # diverged only when never back: a finite value in the band later means the weights stayed finite
+        assert event.diverged is (not event.recovered)
     assert events[1].recovered and events[1].recovery_step == 301
 
 
@@ -397,6 +399,7 @@ def _reference_events(x: np.ndarray, params: SpikeParams) -> list[tuple[int, int
             with np.errstate(invalid="ignore"):
                 return bool(
                     np.isfinite(x[j])
+                    and not (x[j] == 0.0 and b > 0)  # an exact zero under a positive (or no finite) level: no return
                     and (MAD_TO_Z * (x[j] - b) / s <= params.recover_z or (b > 0 and x[j] <= params.recover_ratio * b))
                 )
 

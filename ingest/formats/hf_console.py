@@ -102,6 +102,13 @@ class _Scan:
     """The last progress bar's (count, total) seen so far."""
     late_total: int | None = None
     """The largest bar total drawn after the first logs dict (the training bar redraws between dicts)."""
+    settings: dict[tuple[str, ...], dict[str, str]] = field(default_factory=dict)
+    """The last settings dict printed of each set of keys (a grid script's run config): key -> value as printed."""
+    changed: bool = False
+    """A settings dict of the same keys as an earlier one, a value changed, printed since the last
+    training dict: a grid's next point, a new run where the training dict after it restarts."""
+    restarts: list[int] = field(default_factory=list)
+    """Indices in ``records`` of the training dicts that open a grid's next run."""
 
 
 def parse_logs_dict(text: str) -> dict[str, float]:
@@ -150,7 +157,7 @@ class HFConsoleReader(Reader):
         if total and not how.startswith(("line order", "printed step")):
             builder.meta["total_steps"] = total
             note_planned_steps(builder.meta)
-        _emit(scan.records, steps, builder)
+        _emit(scan.records, steps, builder, scan.restarts)
 
 
 def _scan_line(line: str, line_no: int, path: Path, scan: _Scan, builder: LogBuilder) -> None:
@@ -176,6 +183,7 @@ def _scan_line(line: str, line_no: int, path: Path, scan: _Scan, builder: LogBui
                     scan.late_total = max(scan.late_total or 0, scan.bar[1])
                 continue
             if _settings_dict(m.group(0)):
+                _note_settings(m.group(0), scan)
                 continue
             values = parse_logs_dict(m.group(0))
             # the Trainer prints its dict alone (or after a bar); one after text is quoted: an argument
@@ -189,6 +197,8 @@ def _scan_line(line: str, line_no: int, path: Path, scan: _Scan, builder: LogBui
             else:
                 is_eval = any(k.startswith("eval_") for k in values)
                 printed = _PRINTED_STEP.search(before) if quoted else None
+                if not is_eval:
+                    _note_restart(values, scan)
                 scan.records.append(_Record(line_no, values, is_eval, scan.bar, int(printed[1]) if printed else None))
         if scan.total_steps is None and (t := _TOTAL_STEPS.search(own)):
             scan.total_steps = int(t.group(1).replace(",", ""))
@@ -242,6 +252,14 @@ def _steps(scan: _Scan) -> tuple[list[int], str]:
             return _with_evals(scan.records, derived, by_epoch), (
                 f"epoch x {per_epoch:g} steps per epoch ({how}): the console prints no step"
             )
+    if scan.restarts:  # a grid's runs back to back: each counts from 1 (segments cut them apart)
+        counted, n, starts = [], 0, set(scan.restarts)
+        for i, record in enumerate(scan.records):
+            n = 1 if i in starts else n + (not record.eval)
+            counted += [] if record.eval else [n]
+        return _with_evals(scan.records, counted, lambda r: None), (
+            "line order per run: the N-th training logs dict since the run's settings dict is step N"
+        )
     return _with_evals(scan.records, list(range(1, len(train) + 1)), lambda r: None), (
         "line order: the N-th training logs dict is step N (one logging interval, not one optimizer step; "
         "the console prints no step and no steps per epoch)"
@@ -252,6 +270,25 @@ def _settings_dict(text: str) -> bool:
     """Whether the printed dict ``text`` is settings, not a logs dict: the Trainer's logs hold numbers
     (some printed as strings, ``'2.897'``), a run's config a quoted path or name."""
     return any(m["sval"] is not None and parse_number(m["sval"]) is None for m in _PAIR.finditer(text))
+
+
+def _note_settings(text: str, scan: _Scan) -> None:
+    """Note on ``scan`` a settings dict that repeats an earlier one's keys with a value changed (a grid's
+    next point: the seed or learning rate of the next run)."""
+    pairs = {m["key"]: m.group(0) for m in _PAIR.finditer(text)}
+    before = scan.settings.get(tuple(pairs))
+    scan.changed = scan.changed or (before is not None and before != pairs)
+    scan.settings[tuple(pairs)] = pairs
+
+
+def _note_restart(values: dict[str, float], scan: _Scan) -> None:
+    """A training dict after a changed settings dict whose epoch went back opens the grid's next run
+    (either sign alone splits nothing: a relaunch of the same point, an epoch counter that resets)."""
+    if scan.changed:
+        last = next((r.values.get("epoch") for r in reversed(scan.records) if not r.eval), None)
+        if last is not None and "epoch" in values and values["epoch"] < last:
+            scan.restarts.append(len(scan.records))
+    scan.changed = False
 
 
 def _total(scan: _Scan) -> int | None:
@@ -303,10 +340,12 @@ def _name_of(key: str) -> tuple[str, str | None]:
     return canonical_name(key)
 
 
-def _emit(records: list[_Record], steps: list[int], builder: LogBuilder) -> None:
+def _emit(records: list[_Record], steps: list[int], builder: LogBuilder, restarts: Sequence[int] = ()) -> None:
     if not records:
         return
     base = builder.reserve(len(records))
+    for stream in (0, 1) if restarts else ():  # a grid's next run: its own run from its first dict on
+        builder.run_starts.setdefault(stream, []).extend(base + i for i in restarts)
     series: dict[tuple[str, str | None, int], tuple[list[int], list[float], list[int]]] = {}
     for i, (record, step) in enumerate(zip(records, steps, strict=True)):
         stream = 1 if record.eval else 0
