@@ -138,12 +138,13 @@ BATCH_FLOORS: dict[str, tuple[int, float, int, int, int, float]] = {
     # imp23: 127 faults on 15 logs (a record over a cycle of lines read, a grid console's settings dict no logs dict);
     # det23: 6 / 20 (a slow climb to the end with the val loss agreeing); t24c: 8 / 20 (an early rise past a
     # one-row blip, a rise giving back the early fall); t24d: a grid console's runs apart, a value back from NaN no
-    # divergence
+    # divergence; t24b: fairseq's nsentences/ntokens no metric
     "batch_17": (118, 8 / 20, 3, 1, 8, 0.855),
     # batch 18 held out on 0a38a0d: 48 faults on 17 logs, 10 / 14, 19 shown on healthy, 5 broken, 119 invented (118
     # of them on one PPO CSV whose value loss is noisy throughout), 0.272 (424 / 1560)
     # t24a: a loss noisy throughout shows no excursion inside its own scatter (119 -> 1 invented, 19 -> 9 shown on
-    # healthy, 0.272 -> 0.860 = 368 / 428); t24d: 5 -> 3 must-not-say
+    # healthy, 0.272 -> 0.860 = 368 / 428); t24d: 5 -> 3 must-not-say; t24b: 29 faults on 13 logs (a JSONL's last
+    # line without a newline, Lightning's evaluation-batch rows, a lone training loss, counters no metric)
     "batch_18": (48, 10 / 14, 9, 5, 1, 0.85),
 }
 QUIET_SPANS_FLAGGED: dict[str, int] = {"batch_13": 1, "batch_16": 4, "batch_17": 0}

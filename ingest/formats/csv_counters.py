@@ -7,12 +7,13 @@
   (``steps_done``). The first such column (in header order) is the step axis when no plain step
   column is present.
 - **Run clocks.** So qualified, a count of epochs or episodes (``total/epochs``, ``rollout/episodes``,
-  ``num_episodes``), an RL log's lone ``episode`` index, and a percentage of the run done
-  (``Progress``) count the run: no metric. A table with no step nor epoch column that has a lone
-  ``episode`` index is logged per episode: that index is its axis (round 18, t24a: a PPO logger's row
-  every 10 episodes, ``Episode`` 0, 10, ..., 99990), not the row number. An elapsed-time clock
-  (``total/duration``, ``total_time``, ``time_elapsed``: seconds since the start) is no metric either: it
-  gives the step time (:mod:`ingest.formats.csv_clocks`).
+  ``num_episodes``), an RL log's lone ``episode`` index, a lone ``samples`` column (the samples seen
+  so far: OpenAI's guided-diffusion logger) and a percentage of the run done (``Progress``) count the
+  run: no metric. A table with no step nor epoch column that has a lone ``episode`` index is logged per
+  episode: that index is its axis (round 18, t24a: a PPO logger's row every 10 episodes, ``Episode`` 0,
+  10, ..., 99990), not the row number. An elapsed-time clock (``total/duration``, ``total_time``,
+  ``time_elapsed``: seconds since the start) is no metric either: it gives the step time
+  (:mod:`ingest.formats.csv_clocks`).
 - **The loss, proposed.** A table with no column the alias table reads as ``loss`` but one named a
   total loss (``total_loss``, ``loss/total``, ``train/total_loss``) proposes it as ``loss`` (the other
   losses keep their names); the proposal is ``meta['proposed_map']`` and ``--map`` corrects it.
@@ -34,7 +35,7 @@ _CLOCKS: Final = frozenset({("total", "duration"), ("total", "time"), ("time", "
 _PROGRESS: Final = frozenset({"progress"})
 _DONE: Final = frozenset({"done", "taken", "seen", "completed", "elapsed"})
 _SO_FAR: Final = frozenset({*((w, d) for w in _STEP_WORDS for d in _DONE), ("so", "far")})
-_LONE_COUNTS: Final = frozenset({"episode", "episodes"})
+_LONE_COUNTS: Final = frozenset({"episode", "episodes", "samples"})
 
 
 def _words(name: str) -> list[str]:
@@ -72,7 +73,7 @@ def is_run_clock(name: str) -> bool:
     if not words:
         return False
     if len(words) == 1 and words[0] in _PROGRESS | _LONE_COUNTS:
-        return True  # the run's progress, or an RL log's episode index: counts, never a measurement
+        return True  # the run's progress, an RL log's episode index, the samples seen: counts, never a measurement
     counted = words[-1] in _STEP_WORDS | _COUNT_WORDS
     return counted and len(words) > 1 and all(w in _COUNT_QUALIFIERS for w in words[:-1])
 

@@ -55,6 +55,7 @@ from ingest.formats.csv_counters import episode_column, is_run_clock, proposed_l
 from ingest.formats.epoch_steps import EpochSteps
 from ingest.formats.field_roles import SETTINGS_KEY
 from ingest.formats.labelled_runs import run_labels, run_table
+from ingest.formats.lightning_eval import eval_epoch_keymap, without_eval_batch_rows
 from ingest.formats.raw_text import read_head
 from ingest.formats.run_loss import add_run_loss
 from ingest.formats.run_totals import summary_rows
@@ -120,6 +121,7 @@ class WideCsvReader(Reader):
                     table = run_table(table, self._label)
                 table = name_value_column(table, path)  # a one-series export: ingest.formats.value_column
                 table, summary = summary_rows(table)  # the Trainer's totals row, no step: ingest.formats.run_totals
+                table = without_eval_batch_rows(table, table.column_names)  # Lightning's: .lightning_eval
                 if summary:
                     builder.meta.setdefault("train_summary", summary)
                 monitor = is_monitor(table.column_names)
@@ -179,7 +181,7 @@ def _add_rows(
         ),
         where=where,
         text_cells_are_errors=True,
-        keymap=monitor_column if monitor else column_keymap(table.column_names),  # .column_roles
+        keymap=monitor_column if monitor else eval_epoch_keymap(table.column_names, column_keymap(table.column_names)),
     )
     if add_loss:  # a YOLO results.csv's loss parts, a baselines progress.csv's critic loss
         add_run_loss(builder, table, step_col)

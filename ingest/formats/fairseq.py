@@ -63,12 +63,13 @@ _INTERVAL_KEYS: Final[dict[str, tuple[str, str | None] | None]] = {
     "ups": (UPS_KEY, None),  # updates per second: stored as its inverse, the step time
     "num_updates": None,  # the step
 }
-_BOOKKEEPING: Final = re.compile(r"^(?:epoch|update|bsz|wpb|wall|train_wall|gb_free|count(?:_.*)?)$")
+_BOOKKEEPING: Final = re.compile(r"^(?:epoch|update|bsz|wpb|wall|train_wall|gb_free|nsentences|ntokens|count(?:_.*)?)$")
 """fairseq's bookkeeping fields (``fairseq/trainer.py``, ``fairseq_cli/train.py``): the epoch and its
 fraction (``update``), the batch's sentences and target tokens (``bsz``, ``wpb``: how a step was set up),
-the cumulative and per-interval wall clocks (``wall``, ``train_wall``: the step time is ``1/ups``), the free
-GPU memory the allocator reports (``gb_free``) and a criterion's item counts (hubert's ``count_m_0``):
-no training metric; nothing is stored for them."""
+the sentences and tokens an interval or a validation pass counted (``nsentences``, ``ntokens``: the CTC
+and wav2vec criteria), the cumulative and per-interval wall clocks (``wall``, ``train_wall``: the step
+time is ``1/ups``), the free GPU memory the allocator reports (``gb_free``) and a criterion's item
+counts (hubert's ``count_m_0``): no training metric; nothing is stored for them."""
 
 
 def _interval_key(key: str) -> tuple[str, str | None] | None:

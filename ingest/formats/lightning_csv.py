@@ -4,7 +4,10 @@ columns, a validation row the ``val_*`` ones, an epoch row the ``*_epoch`` aggre
 
 A key logged with ``on_step`` and ``on_epoch`` appears twice (``train_loss_step``/``train_loss_epoch``):
 the ``_step`` one is the per-step series and is stored under the base name (``train_loss`` -> ``loss``);
-the ``_epoch`` aggregate keeps its name. ``hparams.yaml`` next to the file goes to ``meta``.
+the ``_epoch`` aggregate keeps its name. An evaluation key's ``_step`` values are on Lightning's
+evaluation-batch counter, not the training step (:mod:`ingest.formats.lightning_eval`): dropped, and its
+``_epoch`` aggregate is the series (``val_loss_epoch`` -> ``val_loss``). ``hparams.yaml`` next to the
+file goes to ``meta``.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from ingest.formats._common import LogBuilder
 from ingest.formats._tabular import add_wide, csv_header, iter_csv
 from ingest.formats.aliases import canonical_name
 from ingest.formats.base import Reader
+from ingest.formats.lightning_eval import is_eval_batch_column, without_eval_batch_rows
 from ingest.formats.run_loss import add_run_loss
 from ingest.formats.run_totals import is_eval_counter, summary_rows
 from ingest.formats.table_runs import TableRuns
@@ -69,7 +73,13 @@ class LightningCsvReader(Reader):
                         line=1,
                     )
 
+                table = without_eval_batch_rows(table, names)  # ingest.formats.lightning_eval
+
                 def keymap(column: str, names: set[str] = names) -> tuple[str, str | None] | None:
+                    if is_eval_batch_column(column, names):
+                        return None  # on the evaluation-batch counter, not the training step
+                    if column.endswith("_epoch") and is_eval_batch_column(column[: -len("_epoch")] + "_step", names):
+                        column = column[: -len("_epoch")]  # the evaluation's own series: val_loss_epoch -> val_loss
                     if column.endswith("_step") and column[: -len("_step")] + "_epoch" in names:
                         column = column[: -len("_step")]
                     return None if is_eval_counter(column) else canonical_name(column)

@@ -12,6 +12,8 @@ every reader of that family's files (a console and a CSV of the same trainer mus
   loss (``mean_loss``, ``total_loss``, ``loss_sum``, a bare ``total``) beside two or more ``*_loss``
   term columns is the run's loss: the optimizer steps on it, the terms are its parts. A VAE's objective
   (``loss_vae``, ``elbo_loss``) beside its terms (``loss_recon``, ``loss_kl``) is one too (round 16).
+- A lone training loss (round 18): the one column named as the training split's loss
+  (``train/nll_loss``), with no other training loss beside it, is the run's loss.
 
 Each stand-in is also kept under its own name; none applies where a column already is the loss.
 """
@@ -96,7 +98,18 @@ def stand_in_loss(names: Iterable[str]) -> str | None:
         return critic
     if any(_leaf(n) in DISCRIMINATOR_LOSSES for n in names):
         return next((n for n in names if _leaf(n) in GENERATOR_LOSSES), None)
-    return aggregate_loss(names)
+    return aggregate_loss(names) or lone_training_loss(names)
+
+
+def lone_training_loss(names: Iterable[str]) -> str | None:
+    """The one column of ``names`` named as the training split's loss (``train/nll_loss``,
+    ``train_mse_loss``: a split prefix and a loss word), where no other training column names a loss
+    (round 18: t24b); None otherwise. A column without the prefix may be any term, so it never counts."""
+    names = list(names)
+    trained = [n for n in names if re.match(r"(?:train|training)[/_]", n.strip().lower())]
+    losses = [n for n in trained if "loss" in _words(_leaf(n).removeprefix("train_").removeprefix("training_"))]
+    others = [n for n in names if n not in losses and _split(n) == "train" and "loss" in _words(_leaf(n))]
+    return losses[0] if len(losses) == 1 and not others else None
 
 
 def aggregate_loss(names: Iterable[str]) -> str | None:
@@ -135,7 +148,16 @@ def note_loss_source(builder: LogBuilder, origin: str | Iterable[str]) -> None:
     and the kind: ``detection_parts``, ``critic`` or ``generator``), so pages title the loss axis by it
     and no one reads it as a token cross-entropy (``stab_core.loss_origin``)."""
     if isinstance(origin, str):
-        kind = "critic" if _leaf(origin) in CRITIC_LOSSES else "aggregate" if _aggregate(_leaf(origin)) else "generator"
+        leaf = _leaf(origin)
+        kind = (
+            "critic"
+            if leaf in CRITIC_LOSSES
+            else "aggregate"
+            if _aggregate(leaf)
+            else "training"
+            if leaf not in GENERATOR_LOSSES and lone_training_loss([origin]) == origin
+            else "generator"  # a GAN's, or a trainer's optimizer's loss (Coqui's loss_1)
+        )
         builder.meta.setdefault("loss_source", {"name": origin, "kind": kind})
     else:
         builder.meta.setdefault("loss_source", {"name": "+".join(origin), "kind": "detection_parts"})
