@@ -139,13 +139,17 @@ BATCH_FLOORS: dict[str, tuple[int, float, int, int, int, float]] = {
     # det23: 6 / 20 (a slow climb to the end with the val loss agreeing); t24c: 8 / 20 (an early rise past a
     # one-row blip, a rise giving back the early fall); t24d: a grid console's runs apart, a value back from NaN no
     # divergence; t24b: fairseq's nsentences/ntokens no metric
-    "batch_17": (118, 8 / 20, 3, 1, 8, 0.855),
+    # measured on main f5f1ac3 after every merge: 115 faults on 13 logs, 11 / 20, 1 shown on healthy, 0 broken,
+    # 3 invented, 0.928 (568 / 612)
+    "batch_17": (115, 11 / 20, 1, 0, 3, 0.928),
     # batch 18 held out on 0a38a0d: 48 faults on 17 logs, 10 / 14, 19 shown on healthy, 5 broken, 119 invented (118
     # of them on one PPO CSV whose value loss is noisy throughout), 0.272 (424 / 1560)
     # t24a: a loss noisy throughout shows no excursion inside its own scatter (119 -> 1 invented, 19 -> 9 shown on
     # healthy, 0.272 -> 0.860 = 368 / 428); t24d: 5 -> 3 must-not-say; t24b: 29 faults on 13 logs (a JSONL's last
     # line without a newline, Lightning's evaluation-batch rows, a lone training loss, counters no metric)
-    "batch_18": (48, 10 / 14, 9, 5, 1, 0.85),
+    # measured on main f5f1ac3 after every merge: 29 faults on 13 logs, 10 / 14, 7 shown on healthy, 3 broken,
+    # 1 invented, 0.895 (357 / 399)
+    "batch_18": (29, 10 / 14, 7, 3, 1, 0.894),
 }
 QUIET_SPANS_FLAGGED: dict[str, int] = {"batch_13": 1, "batch_16": 4, "batch_17": 0}
 """Quiet spans flagged a batch may still show (0 unless named): batch 13's mmengine C3D grad norm rises at 473 to a
