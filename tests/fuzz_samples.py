@@ -463,7 +463,7 @@ def _samples() -> dict[str, Sample]:
         ),
         "long_rows": _file(
             "metrics.txt",
-            _lines(["# launch 1", "0 dev 4.5", "0 acc 0.12"] + [f"{s} train {4.4 - 0.2 * s:.5f}" for s in steps]),
+            _lines(["# launch 1", "0 dev 4.5", "0 acc 0.12"] + [f"{s} loss {4.4 - 0.2 * s:.5f}" for s in steps]),
         ),
         "parquet": _file("long.parquet", _parquet()),
         "generic": _fixture("generic_custom.log"),
