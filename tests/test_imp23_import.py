@@ -56,29 +56,6 @@ def test_cycle_needs_the_same_sequence_after_most_step_lines() -> None:
     assert cycle is not None and len(cycle[0]) == 5 and cycle[1] == 1
 
 
-def _grid_console(seeds: tuple[int, ...], steps: int) -> list[str]:
-    lines = ["[/data/train.json]"]
-    for run, seed in enumerate(seeds):
-        lines += [
-            f"(2e-05, {seed})",
-            "['learning_rate', 'seed']",
-            "----------",
-            f"{{'config_name': '/cfg/grid.yaml', 'run_number': {run}, 'epochs': 2, 'batch_size': 8, "
-            f"'learning_rate': 2e-05, 'seed': {seed}, 'eval_steps': 20, 'init': 'uniform', 'limit': None}}",
-            "TrainingArguments(",
-            "fsdp_config={'min_num_params': 0, 'xla': False},",
-            ")",
-        ]
-        for i in range(steps):
-            epoch = round(2 * (i + 1) / steps, 2)
-            loss = 2.0 + run - i / steps
-            lines.append(f"{{'loss': {loss:.4f}, 'grad_norm': 1.5, 'learning_rate': 1e-05, 'epoch': {epoch}}}")
-            if (i + 1) % 20 == 0:
-                lines.append(f"{{'eval_loss': {loss + 0.1:.4f}, 'eval_runtime': 3.2, 'epoch': {epoch}}}")
-        lines += ["{'train_runtime': 99.5, 'train_loss': 1.5, 'epoch': 2.0}", "Training time:99.5"]
-    return lines
-
-
 def test_grid_console_settings_dict_is_no_logs_dict(tmp_path: Path) -> None:
     """The run config dict (a quoted path and name beside its numbers) is no logs dict: its
     ``seed``, ``batch_size``, ``eval_steps`` are no metrics; the Trainer's dicts are read as before."""
