@@ -250,9 +250,14 @@ or grad norm non-finite around the spike ...?") are asked of every incident and 
 
 
 def _texts(value: Any) -> Iterator[str]:
+    """The texts an incident's JSON asserts: not the tree's questions (:data:`NOT_SAID`), nor a claim or
+    action check whose premise failed (``holds`` False: checked and not said, ``Claim.words`` is None; an
+    action whose premise fails is kept in the JSON as evidence of what was not advised, round 19)."""
     if isinstance(value, str):
         yield value
     elif isinstance(value, Mapping):
+        if value.get("holds") is False:
+            return
         for k, v in value.items():
             if k not in NOT_SAID:
                 yield from _texts(v)

@@ -13,10 +13,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from stab_core.loss_origin import moving_target
+from stab_core.metrics import signed_objective
 from stab_core.runview import FloatArray, IntArray, RunView, Series
 from stab_core.spikes import SpikeEvent
 from stab_core.tree_actions import Evidence, PremiseCheck
 from stab_core.tree_walk import NodeVisit
+from stab_core.unfelt_outliers import loss_felt
 
 
 def step_window(series: Series, lo: int, hi: int) -> tuple[IntArray, FloatArray]:
@@ -218,6 +220,26 @@ def _precision_premise(view: RunView) -> PremiseCheck:
     return None, {"precision": None}
 
 
+def _precision_change_premise(
+    view: RunView, spike: SpikeEvent, until: int, fp16: PremiseCheck, nonfinite: bool
+) -> PremiseCheck:
+    """Would moving to bf16 help? Only an fp16 run (``fp16``) whose loss the incident hurt: a non-finite value
+    logged around it, a loss event, or a loss that rose more than its own scatter inside it
+    (:func:`stab_core.unfelt_outliers.loss_felt`). A dynamic loss scaler that halved on a few overflowing
+    steps while the loss went on unharmed (a grad-norm surge the loss fell through) is the working scaler
+    the action itself names: no precision change is advised there (round 19). Where whether the loss felt it
+    cannot be told, the precision alone decides, as before."""
+    holds, evidence = fp16
+    felt: bool | None = True if nonfinite or spike.metric == "loss" else None
+    loss = view.series.get("loss")
+    if felt is None and loss is not None and loss.steps.size and not signed_objective(loss.values):
+        felt = loss_felt(loss, spike.start, max(until, spike.end))
+    evidence = {**evidence, "loss_felt": felt}
+    if felt is False:
+        return False, evidence
+    return holds, evidence
+
+
 def check_premises(
     view: RunView, spike: SpikeEvent, until: int, path: Sequence[NodeVisit], facts: RunFacts
 ) -> dict[str, PremiseCheck]:
@@ -248,6 +270,7 @@ def check_premises(
     return {
         "not_recovered": (not recovered, {"recovered": recovered, "recovery_step": spike.recovery_step}),
         "fp16": fp16,
+        "fp16_loss_felt": _precision_change_premise(view, spike, until, fp16, nonfinite),
         "loss_scale_fell": scale_fell,
         "nonfinite_seen": (nonfinite, {"nonfinite": nonfinite}),
         "transition_is_restart": (kind is not None and not warmup, about),

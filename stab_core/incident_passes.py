@@ -7,7 +7,8 @@ In order: a GAN generator's drift beside a discriminator that holds is no diverg
 own (:mod:`stab_core.side_losses`); an RL run's return is its headline, its lasting falls are incidents and a
 TD loss's jitter is not (:mod:`stab_core.return_falls`); a grad-norm outlier the loss never rose
 above its own scatter for is a blip (:mod:`stab_core.unfelt_outliers`); on a loss noisy throughout, an
-excursion inside its own scatter is a blip (:mod:`stab_core.noisy_series`).
+excursion inside its own scatter is a blip (:mod:`stab_core.noisy_series`); a grad norm that held 4x its
+level for 16 samples is a spike whatever the loss did (:mod:`stab_core.grad_norm_surges`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections.abc import Mapping, Sequence
 
 from stab_core.adversarial import adversarial_drifts
 from stab_core.discriminator_wins import discriminator_wins
+from stab_core.grad_norm_surges import lasting_surges
 from stab_core.incidents import Incident
 from stab_core.noisy_series import ordinary_excursions
 from stab_core.return_falls import return_led
@@ -28,4 +30,4 @@ def after_grouping(series: Mapping[str, Series], incidents: Sequence[Incident]) 
     """``incidents`` after every pass that reads the series beside the loss, in the order above."""
     adversarial = discriminator_wins(series, adversarial_drifts(series, incidents))
     passed = unfelt_grad_norm_outliers(series, return_led(series, exploded_terms(series, adversarial)))
-    return ordinary_excursions(series, passed)
+    return lasting_surges(series, ordinary_excursions(series, passed))

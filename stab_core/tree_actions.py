@@ -101,6 +101,14 @@ PREMISES: Final[dict[str, Premise]] = {
         "the run trains in fp16",
         "Record the run's precision (fp16 or bf16): moving to bf16 helps only an fp16 run.",
     ),
+    # moving to bf16 (round 19): an fp16 run whose loss the incident hurt; a scaler that skipped a few
+    # overflowing steps while the loss went on unharmed is working, and the action itself says to keep it
+    "fp16_loss_felt": Premise(
+        "fp16_loss_felt",
+        "the run trains in fp16 and the incident hurt its loss (a non-finite value, or a loss that rose out of "
+        "its scatter): a scaler that skipped overflowing steps while the loss went on unharmed is working",
+        "Record the run's precision (fp16 or bf16): moving to bf16 helps only an fp16 run.",
+    ),
     "loss_scale_fell": Premise(
         "loss_scale_fell",
         "the fp16 loss scale fell before the spike",
@@ -153,7 +161,7 @@ PREMISES: Final[dict[str, Premise]] = {
 
 ACTION_PREMISES: Final[dict[str, str]] = {
     LEAF_ACTIONS["leaf_numerical"][0]: "not_recovered",
-    LEAF_ACTIONS["leaf_numerical"][1]: "fp16",
+    LEAF_ACTIONS["leaf_numerical"][1]: "fp16_loss_felt",
     LEAF_ACTIONS["leaf_numerical"][2]: "loss_scale_fell",
     LEAF_ACTIONS["leaf_numerical"][3]: "nonfinite_seen",
     LEAF_ACTIONS["leaf_lr_transition"][0]: "transition_is_restart",

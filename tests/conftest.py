@@ -60,6 +60,7 @@ TIERS: dict[str, str] = {
             "incident_passes",
             "unfelt_outliers",
             "noisy_series",
+            "grad_norm_surges",
             "t21b_gluon_consoles",
             "gen20a_generic_steps",
             "fb21t_generic_text",

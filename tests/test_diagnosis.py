@@ -330,11 +330,11 @@ def test_without_a_known_max_norm_stabscope_says_what_to_log_instead() -> None:
 def test_bf16_and_rollback_advice_rest_on_the_run() -> None:
     base = synthetic_run(SyntheticRunSpec(classes=("numerical",), loss_scale=True), seed=5).to_view()
     fp16 = _incident(base, "numerical")  # a dynamic loss scale that halves: an fp16 run
-    assert _check(fp16, "fp16")["holds"] is True and any("bf16" in a for a in fp16["actions"])
+    assert _check(fp16, "fp16_loss_felt")["holds"] is True and any("bf16" in a for a in fp16["actions"])
     assert fp16["recovered"] and _check(fp16, "not_recovered")["holds"] is False
     assert not any(a.startswith("Roll back") for a in fp16["actions"])
     bf16 = _incident(replace(base, meta={**base.meta, "precision": "bf16"}), "numerical")
-    assert _check(bf16, "fp16")["holds"] is False and not any("bf16" in a for a in bf16["actions"])
+    assert _check(bf16, "fp16_loss_felt")["holds"] is False and not any("bf16" in a for a in bf16["actions"])
 
 
 def test_node_3_reads_a_per_rank_grad_norm_and_one_rank_of_two_counts() -> None:

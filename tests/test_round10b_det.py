@@ -119,6 +119,25 @@ def test_a_tree_question_is_not_a_statement_for_must_not_say() -> None:
     assert "Loss rose to 2.00x its level." in texts and not any("non-finite" in t for t in texts)
 
 
+def test_an_action_whose_premise_failed_is_not_a_statement_for_must_not_say() -> None:
+    """An action checked and not said (``holds`` False) stays in the JSON as evidence; it asserts nothing
+    (``Claim.words`` is None), so must-not-say does not read it (round 19); a held one is read."""
+    from bench.corpus_eval import _texts
+
+    bf16 = "Train in bf16 with fp32 master weights."
+    item = {
+        "action_evidence": [{"action": bf16, "premise": "fp16_loss_felt", "holds": False}],
+        "claims": [
+            {"kind": "action", "text": bf16, "holds": False},
+            {"kind": "action", "text": "Log the LR.", "holds": None},
+        ],
+    }
+    texts = list(_texts([item]))
+    assert bf16 not in texts and "Log the LR." in texts
+    item["claims"][0]["holds"] = True
+    assert bf16 in list(_texts([item]))
+
+
 def _per_iteration(shift_from: int, shift_to: int, factor: float, n: int = 3000, seed: int = 7) -> tuple[Any, Any]:
     """A per-iteration loss at ~0.8 whose batches spread it +-40% (lognormal), its level ``factor`` times
     higher over iterations ``shift_from..shift_to``."""
