@@ -32,6 +32,7 @@ from ingest.formats.raw_text import decode_head
 from ingest.formats.run_loss import add_run_loss
 from ingest.formats.run_totals import SUMMARY_KEYS
 from ingest.formats.stat_records import progress_step, unwrap_stats
+from ingest.formats.table_runs import TableRuns
 
 
 def first_object(head: bytes) -> dict[str, object] | None:
@@ -59,6 +60,7 @@ def read_jsonl(
 ) -> None:
     """Read JSON Lines files (one stream, in the order given) into ``builder``."""
     row_index = 0
+    runs = TableRuns(builder, at_lowest=False)  # one stream (continuation files follow); APPENDED_HISTORY_RULE
     for path in paths:
         builder.source(path)
         records = step_records(path) if looks_like_document(_head(path)) else None
@@ -85,25 +87,55 @@ def read_jsonl(
             if record_roles and step_col != "__row_step":  # ingest.formats.jsonl_roles
                 table, off_axis = split_epoch_records(table, step_col, step_candidates)
                 parts = [(table, step_col)] + ([(off_axis, EPOCH_END_STEP)] if off_axis is not None else [])
-            for part, part_step in parts:
-                wall_col, table_keymap = find_column(part.column_names, wall_candidates), keymap
-                if record_roles and keymap is None:
-                    if part_step in step_candidates:
-                        part = with_clock_step_time(part, part_step)
-                    table_keymap, wall_col = record_keymap(part, step_col=part_step, wall_col=wall_col)
-                add_wide(
-                    builder,
-                    part,
-                    step_col=part_step,
-                    wall_col=wall_col,
-                    ignore=[c for c in part.column_names if c in ignore or c in step_candidates],
-                    keymap=table_keymap,
-                    where=(path, line),
-                    # a JSON record's epoch is kept: LLaMA-Factory's end-of-training line holds only the
-                    # epoch, and its step says the run went on past the last loss row
-                    counters_are_axes=False,
-                )
-                add_run_loss(builder, part, part_step, table_keymap)  # a GAN's generator loss
+            for whole, part_step in parts:
+                # ingest.formats.table_runs: a relaunch appended to the file (its step back at the first
+                # value) is another run; a line written again is one record
+                # (a JSON document's records come cut already: ingest.formats.json_document)
+                runs_of = records is None and part_step == step_col and step_col != "__row_step"
+                for part in runs.split(whole, part_step, (path, line)) if runs_of else [whole]:
+                    _add_part(
+                        builder,
+                        part,
+                        part_step,
+                        step_candidates,
+                        keymap,
+                        ignore,
+                        wall_candidates,
+                        record_roles,
+                        (path, line),
+                    )
+
+
+def _add_part(
+    builder: LogBuilder,
+    part: pa.Table,
+    part_step: str,
+    step_candidates: Sequence[str],
+    keymap: KeyMap | None,
+    ignore: Sequence[str],
+    wall_candidates: Sequence[str],
+    record_roles: bool,
+    where: tuple[Path, int],
+) -> None:
+    """One run's records of one table into ``builder``: their roles judged on these records."""
+    wall_col, table_keymap = find_column(part.column_names, wall_candidates), keymap
+    if record_roles and keymap is None:
+        if part_step in step_candidates:
+            part = with_clock_step_time(part, part_step)
+        table_keymap, wall_col = record_keymap(part, step_col=part_step, wall_col=wall_col)
+    add_wide(
+        builder,
+        part,
+        step_col=part_step,
+        wall_col=wall_col,
+        ignore=[c for c in part.column_names if c in ignore or c in step_candidates],
+        keymap=table_keymap,
+        where=where,
+        # a JSON record's epoch is kept: LLaMA-Factory's end-of-training line holds only the
+        # epoch, and its step says the run went on past the last loss row
+        counters_are_axes=False,
+    )
+    add_run_loss(builder, part, part_step, table_keymap)  # a GAN's generator loss
 
 
 def _head(path: Path) -> bytes:
