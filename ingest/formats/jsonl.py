@@ -36,9 +36,10 @@ from ingest.formats.table_runs import TableRuns
 
 
 def first_object(head: bytes) -> dict[str, object] | None:
-    """The first JSON object of a JSON Lines head (None when the first line is not one)."""
+    """The first JSON object of a JSON Lines head that holds a key (None when the first line is no
+    object); empty objects before it (mmcv's ``log.json`` opens with ``{}`` lines) are passed over."""
     for line in decode_head(head).splitlines()[:5]:
-        if not line.strip():
+        if not line.strip() or line.strip() == "{}":
             continue
         try:
             obj = json.loads(line)
@@ -66,7 +67,7 @@ def read_jsonl(
         records = step_records(path) if looks_like_document(_head(path)) else None
         tables = document_tables(path, records, builder) if records else iter_jsonl(path, builder)
         for table, line in tables:
-            table = _drop_state_dumps(table, path, line, builder)
+            table = _drop_state_dumps(_drop_empty(table, path, line, builder), path, line, builder)
             table = progress_step(unwrap_stats(table), step_candidates)  # ingest.formats.stat_records
             table = _progress_steps(table, step_candidates, builder)
             if table.num_rows == 0:
@@ -144,6 +145,24 @@ def _head(path: Path) -> bytes:
             return f.read(64)
     except OSError:
         return b""
+
+
+def _drop_empty(table: pa.Table, path: Path, line: int, builder: LogBuilder) -> pa.Table:
+    """``table`` without the empty objects (``{}``: mmcv's ``log.json`` opens with them): no record, and
+    a key every record carries (the record's kind) must not be missing on them."""
+    if table.num_columns == 0:
+        return table
+    import pyarrow.compute as pc
+
+    empty = pc.is_null(table.column(0))
+    for name in table.column_names[1:]:
+        empty = pc.and_(empty, pc.is_null(table[name]))
+    rows = np.flatnonzero(empty.to_numpy(zero_copy_only=False))
+    if rows.shape[0] == 0:
+        return table
+    for row in rows:
+        builder.skip(path, line + int(row), "empty object (no keys)")
+    return table.filter(pc.invert(empty))
 
 
 def _drop_state_dumps(table: pa.Table, path: Path, line: int, builder: LogBuilder) -> pa.Table:
