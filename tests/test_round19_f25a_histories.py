@@ -25,7 +25,9 @@ def _jsonl(path: Path, rows: list[dict[str, float]]) -> Path:
 
 def test_a_jsonl_history_whose_relaunches_restart_at_step_1_holds_one_run_per_launch(tmp_path: Path) -> None:
     launches = [range(1, 4), range(1, 6), range(1, 30)]
-    rows = [{"step": s, "loss": 0.5 + k + s / 100, "elapsed_time": 4.0 + (s % 3)} for k, r in enumerate(launches) for s in r]
+    rows = [
+        {"step": s, "loss": 0.5 + k + s / 100, "elapsed_time": 4.0 + (s % 3)} for k, r in enumerate(launches) for s in r
+    ]
     log = read_log([_jsonl(tmp_path / "training_history.jsonl", rows)])
     runs = [log, *log.segments]
     assert [r.series("loss")[0].tolist() for r in runs] == [list(r) for r in launches]
@@ -120,3 +122,30 @@ def test_a_first_step_printed_twice_with_the_same_values_is_one_record(tmp_path:
     path = tmp_path / "train.log"
     path.write_text("\n".join([text[0], text[1], text[1], *text[2:]]) + "\n")
     assert _runs(path, "reward") == [[0, 1, 2]]
+
+
+def test_an_mmcv_log_json_places_its_validation_records_at_the_training_step_before_them(tmp_path: Path) -> None:
+    rows: list[dict[str, object]] = [{}, {}]
+    for it in range(10, 610, 10):
+        rows.append(
+            {
+                "mode": "train",
+                "epoch": 1 + it // 100,
+                "iter": it,
+                "lr": 0.01,
+                "loss": 2.0 - it / 1000,
+                "time": 0.4,
+                "data_time": 0.05,
+            }
+        )
+        if it % 200 == 0:  # the validation record's 'iter' is the count of validation images, not a step
+            rows.append(
+                {"mode": "val", "epoch": 1 + it // 100, "iter": 64, "lr": 0.01, "mIoU": 0.5 + it / 10000, "aAcc": 0.9}
+            )
+    path = tmp_path / "None.log.json"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    log = read_log([path])
+    assert not log.events and not log.segments  # no resume to step 64 at every evaluation
+    assert log.series("mIoU")[0].tolist() == [200, 400, 600]
+    assert log.series("loss")[0].tolist() == list(range(10, 610, 10))
+    assert log.series("step_time_s")[1][0] == 0.4  # 'time' beside 'data_time' is the step's duration
