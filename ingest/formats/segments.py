@@ -12,8 +12,9 @@ that interleave are never read as a restart.
    step 0 or 1) starts a fresh run: the rows from there are a new segment, imported as its own run.
    A step that goes down to a later step is a resume from a checkpoint and stays in the run (the
    builder records it as a rollback). A metric logged at the first step (0 or 1) twice in a row with
-   another value starts a run too (:func:`first_step_again`: a launch that logged one step). Segment ``i`` of the file is segment ``i`` of every source
-   that restarts as often as the most restarting one (ranks restart at slightly different lines);
+   another value starts a run too (:func:`first_step_again`: a launch that logged one step).
+   Segment ``i`` of the file is segment ``i`` of every source that restarts as often as the most
+   restarting one (ranks restart at slightly different lines);
    a source that restarts less often (a layout printed only in the last run) is cut at the lines
    where the first most restarting source restarted.
 

@@ -31,7 +31,6 @@ import pyarrow as pa
 from ingest.formats._common import LogBuilder
 from ingest.formats._tabular import to_float
 
-
 APPENDED_HISTORY_RULE: Final = (
     "a history each launch appends to (JSON Lines): a step back to 0 or 1 starts a run; a step back to any"
     " later step, the first one the file logged included, is a resume from a checkpoint (one run, a rollback)"
