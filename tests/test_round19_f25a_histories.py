@@ -54,6 +54,9 @@ def test_lines_written_twice_are_one_record_not_a_restart(tmp_path: Path) -> Non
     body = [f"{s},{3.0 - s / 10:.2f}" for s in range(0, 5)]
     csv.write_text("\n".join(["step,loss", *body, *body, "5,2.5"]) + "\n")
     assert _runs(csv) == [[0, 1, 2, 3, 4, 5]]
+    account = read_log([csv]).account  # every row accounted for: the repeats as skipped, at their lines
+    assert (account.read, account.parsed) == (11, 6)
+    assert account.ignored["duplicate record (the same line again)"].first_lines == [7, 8, 9, 10, 11]
 
 
 def test_an_elapsed_time_that_does_not_rise_on_every_step_records_is_the_step_time(tmp_path: Path) -> None:
