@@ -11,10 +11,8 @@ that interleave are never read as a restart.
 2. **Segments.** A source whose step goes down to the first step (the smallest it has shown, or
    step 0 or 1) starts a fresh run: the rows from there are a new segment, imported as its own run.
    A step that goes down to a later step is a resume from a checkpoint and stays in the run (the
-   builder records it as a rollback). A metric logged at the first step (0 or 1) twice in a row with
-   another value starts a run too (:func:`first_step_again`: a launch that logged one step).
-   Segment ``i`` of the file is segment ``i`` of every source that restarts as often as the most
-   restarting one (ranks restart at slightly different lines);
+   builder records it as a rollback). Segment ``i`` of the file is segment ``i`` of every source
+   that restarts as often as the most restarting one (ranks restart at slightly different lines);
    a source that restarts less often (a layout printed only in the last run) is cut at the lines
    where the first most restarting source restarted.
 
@@ -190,11 +188,8 @@ def segment_cuts(
     configs = np.asarray(sorted(config_headings), np.int64)
     by_stream: dict[int, list[tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]]] = {}
     seen: set[tuple[int, int]] = set()
-    relogged: dict[int, list[npt.NDArray[np.int64]]] = {}
     for metric_pieces in pieces.values():
         for p in metric_pieces:
-            if again := first_step_again(p.seq_array(), p.step, p.value):
-                relogged.setdefault(int(p.stream), []).append(np.asarray(again, np.int64))
             # the metrics of one line share its step array: each line's rows are looked at once
             # (a third slower reading a 9M-row Megatron log when every metric's rows were)
             if (int(p.stream), id(p.step)) in seen:
@@ -210,8 +205,6 @@ def segment_cuts(
             step = step[first]
         excerpt = np.searchsorted(excerpts, seq, side="right") if excerpts.shape[0] else None
         cuts[stream] = seq[fresh_starts(step, excerpt)]
-        if stream in relogged:  # a launch that logged only its first step: the next one logs it again
-            cuts[stream] = np.union1d(cuts[stream], np.concatenate(relogged[stream]))
         if headings.shape[0] and seq.shape[0] > 1:
             section = np.searchsorted(headings, seq, side="right")
             cuts[stream] = np.union1d(cuts[stream], seq[1:][section[1:] != section[:-1]])
@@ -225,24 +218,6 @@ def segment_cuts(
         return {}
     leading = next(c for _, c in sorted(cuts.items()) if c.shape[0] == most)
     return {stream: (c if c.shape[0] == most else leading) for stream, c in cuts.items()}
-
-
-def first_step_again(
-    seq: npt.NDArray[np.int64], step: npt.NDArray[np.int64], value: npt.NDArray[np.float64]
-) -> list[int]:
-    """The ``seq`` of the rows of one metric of one source (file order) that log the counter's first
-    step (0 or 1) again right after a row at that step, with another value: a launch that logged only
-    its first step, then a fresh launch (round 19: f25a; a step that does not go down is no restart by
-    :func:`fresh_starts`). The same value again is the same record printed twice, not a launch."""
-    first = np.flatnonzero(step <= 1)
-    if first.shape[0] < 2:
-        return []
-    order = np.argsort(seq, kind="stable")
-    step, value, seq = step[order], value[order], seq[order]
-    same = (step[1:] == step[:-1]) & (step[1:] <= 1)
-    a, b = value[:-1], value[1:]
-    differs = ~((a == b) | (np.isnan(a) & np.isnan(b)))
-    return [int(x) for x in seq[1:][same & differs]]
 
 
 def segment_of(seq: npt.NDArray[np.int64], cuts: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
