@@ -148,7 +148,7 @@ class WideCsvReader(Reader):
                         path=str(path),
                         line=1,
                     )
-                for run in runs.split(table, step_col) if "rank" not in table.column_names else [table]:
+                for run in runs.split(table, step_col, (path, line)) if "rank" not in table.column_names else [table]:
                     _add_rows(builder, run, step_col, (path, line), add_loss=not loss, monitor=monitor)
 
 

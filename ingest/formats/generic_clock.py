@@ -13,6 +13,7 @@ that step has no figure rather than a negative one.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection
 from typing import Final
 
@@ -23,26 +24,35 @@ from ingest.formats.generic_units import MIN_UNNAMED_LINES, is_clock
 
 _NOT_A_CLOCK: Final = ("step_time", "eval", "val", "data_time", "test")
 """Stored names that are a step's or an evaluation's own time, never the training clock."""
+_EVAL_WORDS: Final = frozenset({"val", "valid", "validation", "eval", "evaluation", "test"})
+"""Words of a clock's name that make it an evaluation's clock (``Net_validation_time_s``)."""
 
 
 def clock_step_times(builder: LogBuilder, names: Collection[str]) -> None:
     """Add ``step_time_s`` (s) from the one training clock among the stored ``names`` (see the module);
-    nothing where the log stores a step time already, or where no name, or more than one, is a clock."""
-    if "step_time_s" in names:
-        return
+    none where the log stores a step time already, or where no name, or more than one, is a training
+    clock. Every clock's own series then leaves the run: the time so far is no metric (round 19: f25a;
+    SAR-DDPM's cumulative ``Net training time: 70.2s`` and ``Net validation time: 36.7s``), and its
+    differences are the step time."""
     evaluated = np.concatenate([builder.rows_of(n)[2] for n in ("val_loss", "eval_loss")])
-    clocks = []
+    clocks, others = [], []
     for name in names:
         low = name.lower()  # a console's 'Time: 266.5s' is stored as 'Time_s'
-        if "time" not in low or not low.endswith("_s") or low.startswith(_NOT_A_CLOCK):
+        if "time" not in low or not low.endswith("_s") or low.startswith(("step_time", "data_time")):
             continue
         steps, values, seq = builder.rows_of(name)
         training = ~np.isin(seq, evaluated)
-        if is_clock(values[training].tolist(), MIN_UNNAMED_LINES):
-            clocks.append((steps[training], values[training]))
-    if len(clocks) != 1:
+        if not is_clock(values[training].tolist(), MIN_UNNAMED_LINES):
+            continue
+        if low.startswith(_NOT_A_CLOCK) or _EVAL_WORDS & set(re.split(r"[^a-z]+", low)):
+            others.append(name)  # an evaluation's clock: no training step's time
+        else:
+            clocks.append((name, steps[training], values[training]))
+    for name in [*others, *(c[0] for c in clocks)]:
+        builder.drop(name)
+    if len(clocks) != 1 or "step_time_s" in names:
         return
-    steps, clock = clocks[0]
+    _, steps, clock = clocks[0]
     d_step, d_time = np.diff(steps), np.diff(clock)
     ok = (d_step > 0) & (d_time > 0) & np.isfinite(d_time)
     if ok.any():

@@ -32,12 +32,14 @@ from ingest.formats.raw_text import decode_head
 from ingest.formats.run_loss import add_run_loss
 from ingest.formats.run_totals import SUMMARY_KEYS
 from ingest.formats.stat_records import progress_step, unwrap_stats
+from ingest.formats.table_runs import TableRuns
 
 
 def first_object(head: bytes) -> dict[str, object] | None:
-    """The first JSON object of a JSON Lines head (None when the first line is not one)."""
+    """The first JSON object of a JSON Lines head that holds a key (None when the first line is no
+    object); empty objects before it (mmcv's ``log.json`` opens with ``{}`` lines) are passed over."""
     for line in decode_head(head).splitlines()[:5]:
-        if not line.strip():
+        if not line.strip() or line.strip() == "{}":
             continue
         try:
             obj = json.loads(line)
@@ -59,12 +61,13 @@ def read_jsonl(
 ) -> None:
     """Read JSON Lines files (one stream, in the order given) into ``builder``."""
     row_index = 0
+    runs = TableRuns(builder, at_lowest=False)  # one stream (continuation files follow); APPENDED_HISTORY_RULE
     for path in paths:
         builder.source(path)
         records = step_records(path) if looks_like_document(_head(path)) else None
         tables = document_tables(path, records, builder) if records else iter_jsonl(path, builder)
         for table, line in tables:
-            table = _drop_state_dumps(table, path, line, builder)
+            table = _drop_state_dumps(_drop_empty(table, path, line, builder), path, line, builder)
             table = progress_step(unwrap_stats(table), step_candidates)  # ingest.formats.stat_records
             table = _progress_steps(table, step_candidates, builder)
             if table.num_rows == 0:
@@ -85,25 +88,55 @@ def read_jsonl(
             if record_roles and step_col != "__row_step":  # ingest.formats.jsonl_roles
                 table, off_axis = split_epoch_records(table, step_col, step_candidates)
                 parts = [(table, step_col)] + ([(off_axis, EPOCH_END_STEP)] if off_axis is not None else [])
-            for part, part_step in parts:
-                wall_col, table_keymap = find_column(part.column_names, wall_candidates), keymap
-                if record_roles and keymap is None:
-                    if part_step in step_candidates:
-                        part = with_clock_step_time(part, part_step)
-                    table_keymap, wall_col = record_keymap(part, step_col=part_step, wall_col=wall_col)
-                add_wide(
-                    builder,
-                    part,
-                    step_col=part_step,
-                    wall_col=wall_col,
-                    ignore=[c for c in part.column_names if c in ignore or c in step_candidates],
-                    keymap=table_keymap,
-                    where=(path, line),
-                    # a JSON record's epoch is kept: LLaMA-Factory's end-of-training line holds only the
-                    # epoch, and its step says the run went on past the last loss row
-                    counters_are_axes=False,
-                )
-                add_run_loss(builder, part, part_step, table_keymap)  # a GAN's generator loss
+            for whole, part_step in parts:
+                # ingest.formats.table_runs: a relaunch appended to the file (its step back at the first
+                # value) is another run; a line written again is one record
+                # (a JSON document's records come cut already: ingest.formats.json_document)
+                runs_of = records is None and part_step == step_col and step_col != "__row_step"
+                for part in runs.split(whole, part_step, (path, line)) if runs_of else [whole]:
+                    _add_part(
+                        builder,
+                        part,
+                        part_step,
+                        step_candidates,
+                        keymap,
+                        ignore,
+                        wall_candidates,
+                        record_roles,
+                        (path, line),
+                    )
+
+
+def _add_part(
+    builder: LogBuilder,
+    part: pa.Table,
+    part_step: str,
+    step_candidates: Sequence[str],
+    keymap: KeyMap | None,
+    ignore: Sequence[str],
+    wall_candidates: Sequence[str],
+    record_roles: bool,
+    where: tuple[Path, int],
+) -> None:
+    """One run's records of one table into ``builder``: their roles judged on these records."""
+    wall_col, table_keymap = find_column(part.column_names, wall_candidates), keymap
+    if record_roles and keymap is None:
+        if part_step in step_candidates:
+            part = with_clock_step_time(part, part_step)
+        table_keymap, wall_col = record_keymap(part, step_col=part_step, wall_col=wall_col)
+    add_wide(
+        builder,
+        part,
+        step_col=part_step,
+        wall_col=wall_col,
+        ignore=[c for c in part.column_names if c in ignore or c in step_candidates],
+        keymap=table_keymap,
+        where=where,
+        # a JSON record's epoch is kept: LLaMA-Factory's end-of-training line holds only the
+        # epoch, and its step says the run went on past the last loss row
+        counters_are_axes=False,
+    )
+    add_run_loss(builder, part, part_step, table_keymap)  # a GAN's generator loss
 
 
 def _head(path: Path) -> bytes:
@@ -112,6 +145,24 @@ def _head(path: Path) -> bytes:
             return f.read(64)
     except OSError:
         return b""
+
+
+def _drop_empty(table: pa.Table, path: Path, line: int, builder: LogBuilder) -> pa.Table:
+    """``table`` without the empty objects (``{}``: mmcv's ``log.json`` opens with them): no record, and
+    a key every record carries (the record's kind) must not be missing on them."""
+    if table.num_columns == 0:
+        return table
+    import pyarrow.compute as pc
+
+    empty = pc.is_null(table.column(0))
+    for name in table.column_names[1:]:
+        empty = pc.and_(empty, pc.is_null(table[name]))
+    rows = np.flatnonzero(empty.to_numpy(zero_copy_only=False))
+    if rows.shape[0] == 0:
+        return table
+    for row in rows:
+        builder.skip(path, line + int(row), "empty object (no keys)")
+    return table.filter(pc.invert(empty))
 
 
 def _drop_state_dumps(table: pa.Table, path: Path, line: int, builder: LogBuilder) -> pa.Table:

@@ -6,6 +6,11 @@ text field (``"event": "train_step" | "validation" | "checkpoint"``, ``"type": "
   metric record: its ``bytes``, ``size`` or ``path`` describe the file written;
 - an evaluation record (its kind names validation, evaluation, test or dev) whose keys do not already
   say so has them read as validation metrics: ``loss`` there is ``val_loss``, not the training loss;
+- an evaluation record whose step key holds one value on every evaluation record while the training
+  records' step rises past it (mmcv's ``TextLoggerHook`` JSON: ``"mode": "val", "iter": 64``, the count
+  of validation images) has no step of its own: it is placed at the step of the training record before
+  it, the step it evaluated (round 19: f25a; read as a step it was a resume to step 64 at every
+  evaluation);
 - every other kind (training steps, a last ``stop`` record) is read as it is.
 """
 
@@ -59,7 +64,25 @@ def split_kinds(table: pa.Table, step_col: str, builder: LogBuilder) -> pa.Table
             builder.event(int(step), "checkpoint", "checkpoint saved")
     if evaluation.any():
         table = _eval_named(table, evaluation, step_col, key)
+        table = _eval_placed(table, evaluation & ~checkpoint, step_col)
     return table.filter(pa.array(~checkpoint)) if checkpoint.any() else table
+
+
+def _eval_placed(table: pa.Table, evaluation: np.ndarray, step_col: str) -> pa.Table:
+    """Evaluation records whose step key is one constant (see the module) at the step of the training
+    record before each; ``table`` unchanged otherwise."""
+    steps, has = to_float(table[step_col])
+    on_eval, training = evaluation & has, ~evaluation & has
+    if on_eval.sum() < 2 or training.sum() < 2 or np.unique(steps[on_eval]).shape[0] != 1:
+        return table
+    trained = steps[training]
+    if np.any(np.diff(trained) < 0) or trained[-1] <= steps[on_eval][0]:
+        return table
+    before = np.maximum.accumulate(np.where(training, np.arange(table.num_rows), -1))
+    placed = np.where(on_eval, np.where(before >= 0, steps[np.maximum(before, 0)], np.nan), steps)
+    valid = (has & ~on_eval) | (on_eval & (before >= 0))
+    column = pa.array(placed, type=pa.float64(), mask=~valid)
+    return table.set_column(table.column_names.index(step_col), step_col, column)
 
 
 def _eval_named(table: pa.Table, evaluation: np.ndarray, step_col: str, key: str) -> pa.Table:

@@ -13,7 +13,9 @@ common trainers' records mean something else than the name says:
   rises by one a record is the step axis (DETR's ``log.txt``, one record an epoch);
 - a ``percentage``/``progress`` key is how far the run is through its planned steps, not a metric;
 - a cumulative ``elapsed_time`` in seconds is a wall clock, and ``n_parameters`` the model's size:
-  neither is a metric;
+  neither is a metric; an ``elapsed_time`` that does not rise, on records logged at every step, is
+  that step's duration in seconds (``step_time_s``; round 19: f25a): a clock never goes down within
+  a run, and a record a step leaves no interval for a duration to span but its own step;
 - a token counter printed with an evaluation's values (``eval_num_tokens``) is the run's cumulative
   count of training tokens, not a metric of the eval (``ingest.formats.run_totals``; round 18: fb24).
 """
@@ -79,7 +81,8 @@ def record_keymap(table: pa.Table, *, step_col: str, wall_col: str | None) -> tu
         dropped.add("epoch")
 
     total_is_loss = "total_loss" in names and not has_loss
-    if not (duration or total_is_loss or dropped or column_keymap(names)):
+    own_time = None if duration or "step_time_s" in names else step_duration(table, step_col, names - dropped)
+    if not (duration or total_is_loss or dropped or own_time or column_keymap(names)):
         return None, wall_col
 
     def keymap(name: str) -> tuple[str, str | None] | None:
@@ -89,9 +92,25 @@ def record_keymap(table: pa.Table, *, step_col: str, wall_col: str | None) -> tu
             return "step_time_s", None
         if name == "total_loss" and total_is_loss:
             return "loss", None
+        if name == own_time:
+            return "step_time_s", None
         return column_name(name)  # ingest.formats.column_roles
 
     return keymap, (None if duration else wall_col)
+
+
+def step_duration(table: pa.Table, step_col: str, names: set[str]) -> str | None:
+    """The elapsed-time key (seconds) that is each record's own step's duration: it does not rise
+    from record to record (a clock would) and the records carrying it are one step apart."""
+    for name in sorted(n for n in names if n in _CLOCKS):
+        values, present = to_float(table[name])
+        steps, has_step = to_float(table[step_col])
+        rows = present & has_step & np.isfinite(values)
+        gaps = np.diff(steps[rows])
+        if rows.sum() < 2 or _rises(values[rows]) or np.any(values[rows] < 0) or not np.all(gaps[gaps > 0] == 1):
+            continue
+        return name
+    return None
 
 
 EPOCH_END_STEP = "__epoch_end_step"

@@ -153,4 +153,4 @@ class KeyValueTableReader(Reader):
                 canonical=True,
                 origin=stand_in,
             )
-            note_loss_source(builder, stand_in)
+            note_loss_source(builder, stand_in, cols)

@@ -84,7 +84,9 @@ class LightningCsvReader(Reader):
                         column = column[: -len("_step")]
                     return None if is_eval_counter(column) else canonical_name(column)
 
-                for run in runs.split(table, "step"):  # ingest.formats.table_runs: a step back at its first value
+                for run in runs.split(
+                    table, "step", (path, line)
+                ):  # ingest.formats.table_runs: a step back at its first value
                     where = (path, line)
                     add_wide(builder, run, step_col="step", keymap=keymap, where=where, text_cells_are_errors=True)
                     add_run_loss(builder, run, "step", keymap)  # a mean_loss over loss terms (run_loss)

@@ -58,10 +58,13 @@ __all__ = ["Cycle", "find_cycle", "joined", "numbered_lines", "rewrite"]
 
 
 LOGURU_LOCATION: Final = re.compile(
-    r"\|[ \t]*(?!(?i:epoch|iter|iteration|step|batch|it)[ \t]*:)[A-Za-z_<][A-Za-z0-9_.<>]*:[0-9]+[ \t]*\|"
+    r"\|[ \t]*(?!(?i:epoch|iter|iteration|step|batch|it)[ \t]*:)[A-Za-z_<][A-Za-z0-9_.<>]*"
+    r"(?::[0-9]+[ \t]*\||(?::[A-Za-z_<][A-Za-z0-9_.<>]*)+:[0-9]+[ \t]+-[ \t])"
 )
-"""loguru's ``| function:line |`` between its level and message: no pair. A step counter's name there
-is a column of pairs (``epoch:0 || iter:10 || Loss:19.45``), never a location."""
+"""loguru's ``| function:line |`` between its level and message, or its default format's
+``| module:function:line - message`` (``| __main__:_log_metrics:8 - iter=0000 ...``; round 19: f25a):
+no pair. A step counter's name there is a column of pairs (``epoch:0 || iter:10 || Loss:19.45``), never a
+location."""
 SPLIT_LABEL: Final = re.compile(
     r"\b((?i:epoch)[ \t]+[0-9]+)(?:[ \t]*/[ \t]*[0-9]+)?[ \t]+"
     r"(?P<split>(?i:train|training|val|valid|validation|eval|test))[ \t]*(?:-|:|\|)[ \t]*"

@@ -14,6 +14,11 @@ every reader of that family's files (a console and a CSV of the same trainer mus
   (``loss_vae``, ``elbo_loss``) beside its terms (``loss_recon``, ``loss_kl``) is one too (round 16).
 - A lone training loss (round 18): the one column named as the training split's loss
   (``train/nll_loss``), with no other training loss beside it, is the run's loss.
+- A loss with its bucket statistics (round 19: f25a): the one training column named a loss
+  (``mse_loss_mean``) whose per-bucket copies (``mse_loss_q0_mean`` .. ``_q3_``: OpenAI's
+  guided-diffusion logger splits every term by diffusion-timestep quartile) sit beside it, where every
+  other loss-named column is such a copy, is the run's loss: the logger writes the buckets for the
+  objective it steps on, and the buckets are parts of it, not other losses.
 
 Each stand-in is also kept under its own name; none applies where a column already is the loss.
 """
@@ -98,7 +103,23 @@ def stand_in_loss(names: Iterable[str]) -> str | None:
         return critic
     if any(_leaf(n) in DISCRIMINATOR_LOSSES for n in names):
         return next((n for n in names if _leaf(n) in GENERATOR_LOSSES), None)
-    return aggregate_loss(names) or lone_training_loss(names)
+    return aggregate_loss(names) or lone_training_loss(names) or bucketed_loss(names)
+
+
+_BUCKET = re.compile(r"_q\d+(?=_|$)")
+"""A per-bucket statistic's token in a column name (``loss_q1``, ``mse_loss_q3_mean``)."""
+
+
+def bucketed_loss(names: Iterable[str]) -> str | None:
+    """The one training column named a loss beside its per-bucket copies (``mse_loss_mean`` with
+    ``mse_loss_q0_mean`` ...), every other loss-named training column being such a copy; None otherwise."""
+    names = [n for n in names if _split(n) == "train" and "loss" in _words(_leaf(n))]
+    buckets = [n for n in names if _BUCKET.search(_leaf(n))]
+    losses = [n for n in names if n not in buckets]
+    if len(losses) != 1 or not buckets:
+        return None
+    own = _leaf(losses[0])
+    return losses[0] if all(_BUCKET.sub("", _leaf(b)) == own for b in buckets) else None
 
 
 def lone_training_loss(names: Iterable[str]) -> str | None:
@@ -143,10 +164,11 @@ def _split(name: str) -> str:
     return "train"
 
 
-def note_loss_source(builder: LogBuilder, origin: str | Iterable[str]) -> None:
+def note_loss_source(builder: LogBuilder, origin: str | Iterable[str], beside: Iterable[str] = ()) -> None:
     """Record in the run's meta where its stand-in ``loss`` came from (``loss_source``: the raw name(s)
     and the kind: ``detection_parts``, ``critic`` or ``generator``), so pages title the loss axis by it
-    and no one reads it as a token cross-entropy (``stab_core.loss_origin``)."""
+    and no one reads it as a token cross-entropy (``stab_core.loss_origin``). ``beside``: the columns
+    read with it (a loss chosen among its bucket copies is the training loss: :func:`bucketed_loss`)."""
     if isinstance(origin, str):
         leaf = _leaf(origin)
         kind = (
@@ -155,7 +177,7 @@ def note_loss_source(builder: LogBuilder, origin: str | Iterable[str]) -> None:
             else "aggregate"
             if _aggregate(leaf)
             else "training"
-            if leaf not in GENERATOR_LOSSES and lone_training_loss([origin]) == origin
+            if leaf not in GENERATOR_LOSSES and (origin in (lone_training_loss([origin]), bucketed_loss(beside)))
             else "generator"  # a GAN's, or a trainer's optimizer's loss (Coqui's loss_1)
         )
         builder.meta.setdefault("loss_source", {"name": origin, "kind": kind})
@@ -184,4 +206,4 @@ def add_run_loss(builder: LogBuilder, table: pa.Table, step_col: str, keymap: Ke
     if keep.any():
         origin = "+".join(parts) if parts else source
         builder.add("loss", steps[keep].astype(np.int64), total[keep], canonical=True, origin=origin)
-        note_loss_source(builder, parts or str(source))
+        note_loss_source(builder, parts or str(source), names)

@@ -9,12 +9,20 @@ the smallest step seen so far, or to 0 or 1), applied where the rows are read: t
 run's rows to the builder in turn and :meth:`TableRuns.split` notes the sequence number each later run
 starts at, so series the reader derives from a run's rows (a clock's step time, a summed loss) fall in
 that run however they are numbered.
+
+A line that repeats an earlier line of the table exactly (every key, every value: a launch's lines
+written twice, two processes appending the same record) is one record, not a step that goes down: it is
+dropped before the rule looks at the steps (round 19: f25a). Looked for only where a step goes down, so a
+table whose steps only rise costs nothing more.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from itertools import pairwise
+from pathlib import Path
+from typing import Final
 
 import numpy as np
 import numpy.typing as npt
@@ -23,13 +31,25 @@ import pyarrow as pa
 from ingest.formats._common import LogBuilder
 from ingest.formats._tabular import to_float
 
+APPENDED_HISTORY_RULE: Final = (
+    "a history each launch appends to (JSON Lines): a step back to 0 or 1 starts a run; a step back to any"
+    " later step, the first one the file logged included, is a resume from a checkpoint (one run, a rollback)"
+)
+"""A trainer's JSON Lines history is appended to by every launch. A launch from scratch counts from 0
+or 1; a step back to a later step cannot be told from a resume (a checkpoint saved before the first
+logged step, a relaunch that re-logs from it), and a resume kept as one run loses nothing (the replaced
+rows stay on the rollback event), where a run cut in two would be a run that never happened."""
+
 
 class TableRuns:
     """Cuts one stream's tables (read in file order, chunk by chunk) into runs."""
 
-    def __init__(self, builder: LogBuilder, stream: int = 0) -> None:
+    def __init__(self, builder: LogBuilder, stream: int = 0, *, at_lowest: bool = True) -> None:
+        """``at_lowest``: a step back to the smallest step seen so far starts a run too, not only one
+        back to 0 or 1 (False for an appended history: see :data:`APPENDED_HISTORY_RULE`)."""
         self.builder = builder
         self.stream = stream
+        self.at_lowest = at_lowest
         self.lowest = np.inf
         self.last = np.nan
 
@@ -42,14 +62,23 @@ class TableRuns:
         shown = steps[at]
         prev = np.concatenate([[self.last], shown[:-1]])
         lowest = np.minimum.accumulate(np.concatenate([[self.lowest], shown[:-1]]))
-        fresh = (shown < prev) & ((shown <= lowest) | (shown <= 1))
+        fresh = (shown < prev) & (((shown <= lowest) & self.at_lowest) | (shown <= 1))
         self.last, self.lowest = float(shown[-1]), float(min(self.lowest, shown.min()))
         return [int(i) for i in at[fresh]]
 
-    def split(self, table: pa.Table, step_col: str) -> Iterator[pa.Table]:
+    def split(self, table: pa.Table, step_col: str, where: tuple[Path, int] | None = None) -> Iterator[pa.Table]:
         """``table`` run by run: the rows before the first fresh start, then each run's rows; the builder
-        learns where each later run starts (``run_starts``) as its rows are handed over."""
+        learns where each later run starts (``run_starts``) as its rows are handed over. Where a step
+        goes down, rows repeating an earlier row exactly are dropped first (counted as skipped at
+        ``where``: the file and the line of the table's first row)."""
         steps, has = to_float(table[step_col])
+        repeats = repeated_rows(table, np.where(has, steps, np.nan), self.last)
+        if repeats.any():
+            if where is not None:
+                for row in np.flatnonzero(repeats):
+                    self.builder.skip(where[0], where[1] + int(row), "duplicate record (the same line again)")
+            table = table.filter(pa.array(~repeats))
+            steps, has = steps[~repeats], has[~repeats]
         for run in self.split_steps(np.where(has, steps, np.nan)):
             yield table.slice(run.start, run.stop - run.start)
 
@@ -61,3 +90,28 @@ class TableRuns:
                 self.builder.run_starts.setdefault(self.stream, []).append(self.builder.reserve(0))
             if hi > lo:
                 yield slice(lo, hi)
+
+
+def repeated_rows(table: pa.Table, steps: npt.NDArray[np.float64], before: float = math.nan) -> npt.NDArray[np.bool_]:
+    """Rows of ``table`` equal in every column to an earlier row of it; all False (and nothing
+    compared) when ``steps`` (NaN = none; ``before``: the step of the row before the table) never go
+    down. A NaN cell equals a NaN cell (the same text in the file)."""
+    shown = steps[np.isfinite(steps)]
+    if shown.shape[0] == 0 or not (np.any(shown[1:] < shown[:-1]) or shown[0] < before):
+        return np.zeros(table.num_rows, dtype=bool)
+    columns = [[_cell(v) for v in table[name].to_pylist()] for name in table.column_names]
+    seen: set[tuple[object, ...]] = set()
+    repeats = np.zeros(table.num_rows, dtype=bool)
+    for i, row in enumerate(zip(*columns, strict=True)):
+        try:
+            if row in seen:
+                repeats[i] = True
+            else:
+                seen.add(row)
+        except TypeError:  # a list or dict cell: the row is kept
+            continue
+    return repeats
+
+
+def _cell(value: object) -> object:
+    return "nan" if isinstance(value, float) and math.isnan(value) else value

@@ -37,7 +37,7 @@ class TensorBoardCsvReader(Reader):
             tag = tag_of(path)
             runs = TableRuns(builder, stream)  # ingest.formats.table_runs: a relaunch restarts the step
             for table, line in iter_csv(path, builder):
-                for run in runs.split(table.rename_columns(["wall_time", "step", tag]), "step"):
+                for run in runs.split(table.rename_columns(["wall_time", "step", tag]), "step", (path, line)):
                     add_wide(
                         builder,
                         run,
