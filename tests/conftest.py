@@ -35,6 +35,7 @@ TIERS: dict[str, str] = {
     **dict.fromkeys(
         (
             "abandoned_attempts",
+            "f25d_dip_climbs",
             "run23_running_means",
             "round18_import_faults",
             "metric_files_fb24",
