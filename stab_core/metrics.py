@@ -110,13 +110,10 @@ def unread_line_naming(metric: str, suspect: Iterable[tuple[int, str]]) -> tuple
     return None
 
 
-METRIC_NAMES: Final[dict[str, re.Pattern[str]]] = {
-    "loss": re.compile(r"loss(?!_?scale)", re.IGNORECASE),
-    "grad_norm": re.compile(r"grad(?:ient)?_?norm|gnorm", re.IGNORECASE),
-    "lr": re.compile(r"(?:^|[^a-z])lr(?:[^a-z]|$)|learning_?rate", re.IGNORECASE),
-}
+METRIC_NAMES: Final[dict[str, re.Pattern[str]]] = {"loss": re.compile(r"loss(?!_?scale)", re.IGNORECASE)}
 """How a stored metric's name names a quantity that no reader took as the canonical one: ``mse_loss_mean``,
-``TrainLoss``, ``loss_D``, ``mlm_loss`` name a loss; ``Grad_norm`` a gradient norm; ``lr-Adam`` an LR."""
+``TrainLoss``, ``loss_D``, ``mlm_loss`` name a loss. The loss only: a stored ``grad_norm_clipped`` is the
+norm after clipping, not the one a "grad_norm" names, and an LR's names are too short to tell apart."""
 HELD_OUT_NAME: Final = re.compile(r"^(?:val|valid|validation|test|eval|dev)", re.IGNORECASE)
 """A held-out quantity's name (``ValLoss``, ``test_loss``): no training loss."""
 
