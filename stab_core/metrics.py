@@ -114,19 +114,25 @@ METRIC_NAMES: Final[dict[str, re.Pattern[str]]] = {"loss": re.compile(r"loss(?!_
 """How a stored metric's name names a quantity that no reader took as the canonical one: ``mse_loss_mean``,
 ``TrainLoss``, ``loss_D``, ``mlm_loss`` name a loss. The loss only: a stored ``grad_norm_clipped`` is the
 norm after clipping, not the one a "grad_norm" names, and an LR's names are too short to tell apart."""
-HELD_OUT_NAME: Final = re.compile(r"^(?:val|valid|validation|test|eval|dev)", re.IGNORECASE)
-"""A held-out quantity's name (``ValLoss``, ``test_loss``): no training loss."""
+HELD_OUT_WORDS: Final = frozenset({"val", "valid", "validation", "test", "eval", "dev"})
+"""A word of a held-out quantity's name (``ValLoss``, ``test_loss``, ``dpo_eval_loss``): no training loss."""
+
+
+def _held_out_name(name: str) -> bool:
+    """Does ``name`` hold a :data:`HELD_OUT_WORDS` word (split at ``_``, ``-``, ``/``, digits and camel case)?"""
+    words = re.findall(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])", name)
+    return any(w.lower() in HELD_OUT_WORDS for w in words)
 
 
 def metrics_naming(metric: str, names: Iterable[str]) -> list[str]:
     """The stored metric ``names`` that name quantity ``metric`` (:data:`METRIC_NAMES`) though none is
     ``metric`` itself: a training quantity the log holds under its own name, which no reader took as the
-    run's ``metric`` (held-out names, :data:`HELD_OUT_NAME`, left out). Empty when none does."""
+    run's ``metric`` (held-out names, :data:`HELD_OUT_WORDS`, left out). Empty when none does."""
     pattern = METRIC_NAMES.get(metric)
     held = list(names)
     if pattern is None or metric in held:
         return []
-    return [n for n in held if pattern.search(n) and not HELD_OUT_NAME.match(n)]
+    return [n for n in held if pattern.search(n) and not _held_out_name(n)]
 
 
 def missing_reason(metric: str, names: Iterable[str], suspect: Iterable[tuple[int, str]] = ()) -> str:

@@ -26,6 +26,7 @@ def test_a_metric_named_as_a_loss_is_a_loss_unread_not_absent() -> None:
 
 def test_held_out_losses_loss_scales_and_unrelated_names_are_no_training_loss() -> None:
     assert missing_reason("loss", ["val_loss", "test_loss", "loss_scale", "lr"]) == "the run logs no loss"
+    assert metrics_naming("loss", ["dpo_eval_loss", "ValLoss", "valid/loss", "TrainLoss"]) == ["TrainLoss"]
     assert missing_reason("grad_norm", ["act_loss"]) == "the run logs no grad_norm"
     assert missing_reason("grad_norm", ["loss", "grad_norm_clipped"]) == "the run logs no grad_norm"
     assert metrics_naming("loss", ["loss", "loss_recon"]) == []  # the run has its loss
