@@ -291,14 +291,13 @@ metrics the run has says "not in this run"."""
 
 def run_said(store: Any, name: str, status: str, spikes: Sequence[Mapping[str, Any]]) -> RunSaid:
     """What StabScope says about the stored run ``name``: ``spikes --json``'s entries (its incidents and
-    findings), the status, the overview's "not in this run" panels (as ``pages/overview.py`` says them: a
-    quantity a skipped line or a stored metric's name names is "no series read", not "not in this run"),
-    the Cost page's "logs no step time" and the analysis notes the CLI prints after the incidents."""
+    findings), the status, the overview's "not in this run" panels, the Cost page's "logs no step time"
+    and the analysis notes the CLI prints after the incidents."""
     from ingest.services.run_cost import run_cost_inputs, skipped_timing_lines
     from ingest.services.run_findings import finding_entries, stored_findings
     from ingest.store.report_meta import suspect_lines
     from stab_core.analysis import analysis_notes
-    from stab_core.metrics import metrics_naming, unread_line_naming
+    from stab_core.metrics import unread_line_naming
 
     info = store.run_info(name)
     analysis = info.meta.get("analysis") or {}
@@ -306,9 +305,7 @@ def run_said(store: Any, name: str, status: str, spikes: Sequence[Mapping[str, A
     missing = [
         quantity
         for quantity, metrics in PANEL_METRICS.items()
-        if not have & set(metrics)
-        and unread_line_naming(quantity, suspect_lines(info.meta)) is None
-        and not metrics_naming(quantity, have)  # the overview: "no series read as it; the run logs X"
+        if not have & set(metrics) and unread_line_naming(quantity, suspect_lines(info.meta)) is None
     ]
     if run_cost_inputs(store, info).step_time_s is None and not skipped_timing_lines(info):
         # the Cost page says "logs no step time" only when the import skipped no line that may carry one

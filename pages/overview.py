@@ -31,7 +31,7 @@ from pages.parts.view_url import NO_INCIDENT, incident_window, restore_from_url,
 from pages.parts.widgets import pick_run, reset_range, step_range, zoom_to_selection
 from stab_core.analysis import statements, verdict_words
 from stab_core.loss_origin import loss_axis_title
-from stab_core.metrics import POLICY_LOSSES, metrics_naming, unread_line_naming
+from stab_core.metrics import POLICY_LOSSES, unread_line_naming
 from stab_core.runview import RunEvent
 
 # (panel title, y-axis title, candidate metrics in order, what to do when none is there)
@@ -211,10 +211,6 @@ def draw_charts(name: str) -> None:
         elif (unread := unread_line_naming(candidates[0], suspect_lines(run.meta))) is not None:
             # a line names it where no reader read it: unread, not absent (issue #32)
             missing.append(f"**{title}**: no series read; line {unread[0]} of the log names one (`{unread[1][:80]}`)")
-        elif named := metrics_naming(candidates[0], run.metrics):
-            # a stored metric's name names it (`mse_loss_mean`): unread as the run's loss, not absent (issue #32)
-            names = ", ".join(f"`{m}`" for m in named[:3])
-            missing.append(f"**{title}**: no series read as it; the run logs {names}, none read as its {title}")
         elif how:
             missing.append(f"**{title}**: not in this run ({how})")
     if not panels:
