@@ -45,6 +45,11 @@ EARLY_JUMP_MIN_SAMPLES: Final = 3
 """Samples needed before the first one an early jump may be judged (a median of fewer is no level)."""
 EARLY_JUMP_REL_FLOOR: Final = 0.05
 """Floor of an early level's MAD, as a fraction of the level: a few samples understate the noise."""
+DIP_HELD_SAMPLES: Final = 63
+"""Finite samples before a climb's lowest one whose median is the level the loss held before it (the spike
+detector's window): a climb that only comes back to that level rose out of a dip, not over its level."""
+DIP_MIN_SAMPLES: Final = 16
+"""Fewer samples before the lowest one hold no level to judge a dip by (the detector's ``min_history``)."""
 _CLIMB_MAX_POINTS: Final = 40_000
 """Above this many samples, climbs are looked for on block medians (a climb spans many samples)."""
 
@@ -309,6 +314,23 @@ def _out_of_band(smooth: FloatArray, floor: FloatArray, i: int, j: int, band: fl
     return j, j
 
 
+def return_from_dip(x: FloatArray, bottom: int, high: FloatArray) -> bool:
+    """Is a climb from sample ``bottom`` (the lowest of ``x``, finite samples in loss units) whose smoothed
+    stretch is ``high`` only the loss's return to the level it held before a dip below it? True when the
+    :data:`DIP_HELD_SAMPLES` samples before ``bottom`` held a level (the median of their first half within
+    :data:`RECOVER_RATIO` of their second half's: not a loss still falling from its start) and the median
+    of ``high`` is within :data:`RECOVER_RATIO` of that level: a run of easy batches pulled the smoothed
+    loss below its level for a few samples, and the loss back at its level is no climb over the dip."""
+    held = x[max(0, bottom - DIP_HELD_SAMPLES) : bottom]
+    if held.size < DIP_MIN_SAMPLES or high.size == 0:
+        return False
+    half = held.size // 2
+    first, second, level = float(np.median(held[:half])), float(np.median(held[half:])), float(np.median(held))
+    if level <= 0.0 or first > RECOVER_RATIO * second:
+        return False
+    return float(np.median(high)) <= RECOVER_RATIO * level
+
+
 def detect_climbs(
     steps: IntArray, values: FloatArray, metric: str = "loss", band: Callable[[FloatArray], float] | None = None
 ) -> list[SpikeEvent]:
@@ -349,6 +371,9 @@ def detect_climbs(
             lo = max(0, origin - max(block, CLIMB_SMOOTH) + 1)
             bottom = lo + int(np.argmin(x[lo : origin + 1]))
             level = float(x[bottom])
+            if return_from_dip(x, bottom, smooth[i:j]):
+                i = j
+                continue
             # ... at the sample after the last one within the band before the smoothed series rose
             rise = int(last_index[i])
             inside = np.flatnonzero(x[bottom : rise + 1] <= RECOVER_RATIO * level)

@@ -110,17 +110,48 @@ def unread_line_naming(metric: str, suspect: Iterable[tuple[int, str]]) -> tuple
     return None
 
 
+METRIC_NAMES: Final[dict[str, re.Pattern[str]]] = {"loss": re.compile(r"loss(?!_?scale)", re.IGNORECASE)}
+"""How a stored metric's name names a quantity that no reader took as the canonical one: ``mse_loss_mean``,
+``TrainLoss``, ``loss_D``, ``mlm_loss`` name a loss. The loss only: a stored ``grad_norm_clipped`` is the
+norm after clipping, not the one a "grad_norm" names, and an LR's names are too short to tell apart."""
+HELD_OUT_WORDS: Final = frozenset({"val", "valid", "validation", "test", "eval", "dev"})
+"""A word of a held-out quantity's name (``ValLoss``, ``test_loss``, ``dpo_eval_loss``): no training loss."""
+
+
+def _held_out_name(name: str) -> bool:
+    """Does ``name`` hold a :data:`HELD_OUT_WORDS` word (split at ``_``, ``-``, ``/``, digits and camel case)?"""
+    words = re.findall(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])", name)
+    return any(w.lower() in HELD_OUT_WORDS for w in words)
+
+
+def metrics_naming(metric: str, names: Iterable[str]) -> list[str]:
+    """The stored metric ``names`` that name quantity ``metric`` (:data:`METRIC_NAMES`) though none is
+    ``metric`` itself: a training quantity the log holds under its own name, which no reader took as the
+    run's ``metric`` (held-out names, :data:`HELD_OUT_WORDS`, left out). Empty when none does."""
+    pattern = METRIC_NAMES.get(metric)
+    held = list(names)
+    if pattern is None or metric in held:
+        return []
+    return [n for n in held if pattern.search(n) and not _held_out_name(n)]
+
+
 def missing_reason(metric: str, names: Iterable[str], suspect: Iterable[tuple[int, str]] = ()) -> str:
     """Why a run whose metrics are ``names`` has no ``metric``, in the analyses' words: an RL run's loss
     is its policy loss (see :data:`POLICY_LOSSES`), not absent; a metric one of the ``suspect`` lines names
-    (:func:`unread_line_naming`) is unread, not absent."""
-    policy = policy_loss_of(names) if metric == "loss" else None
+    (:func:`unread_line_naming`) is unread, not absent; so is one a stored metric's name names
+    (:func:`metrics_naming`: ``mse_loss_mean``, ``TrainLoss``), which no reader took as the run's ``metric``."""
+    held = list(names)
+    policy = policy_loss_of(held) if metric == "loss" else None
     if policy is not None:
         return f"the run's loss is its policy loss ({policy}), not a language-model loss the detector reads"
     unread = unread_line_naming(metric, suspect)
     if unread is not None:
         line, text = unread
         return f'no {metric} series was read: the log names one on line {line} ("{text[:80]}"), a layout no reader read'
+    named = metrics_naming(metric, held)
+    if named:
+        shown = ", ".join(named[:3]) + (f" and {len(named) - 3} more" if len(named) > 3 else "")
+        return f"no {metric} series was read: the log names one ({shown}), which no reader took as the run's {metric}"
     return f"the run logs no {metric}"
 
 

@@ -35,6 +35,8 @@ TIERS: dict[str, str] = {
     **dict.fromkeys(
         (
             "abandoned_attempts",
+            "f25d_dip_climbs",
+            "f25d_named_metrics",
             "run23_running_means",
             "round18_import_faults",
             "round19_f25a_histories",
