@@ -37,6 +37,7 @@ TIERS: dict[str, str] = {
             "abandoned_attempts",
             "run23_running_means",
             "round18_import_faults",
+            "round19_f25b",
             "metric_files_fb24",
             "watch_ctrl_c",
             "fb22_fallback_rules",
