@@ -90,3 +90,39 @@ def test_columns_named_with_a_summary_word_and_a_percent_share(tmp_path: Path, r
     steps, values = metric_series(parsed, "throughput_tok_s")
     assert len(steps) == 21 and values[0] == pytest.approx(75001.0)
     assert not any(n.startswith("second") for n in _names(parsed))
+
+
+def _ppo_launch(iters: int) -> list[str]:
+    lines = [
+        "2025-11-18 16:43:06.350 | INFO     | __main__:_load_config:6 - Loaded configuration from conf.yaml",
+        "2025-11-18 16:43:06.361 | INFO     | __main__:<module>:75 - Config ready | seed=42 frames_per_batch=4096",
+        "2025-11-18 16:43:09.163 | INFO     | __main__:<module>:22 - Starting PPO run",
+    ]
+    for i in range(iters):
+        lines.append(
+            f"2025-11-18 16:43:{15 + i:02d}.840 | INFO     | __main__:_log_metrics:20 - iter={i:04d} "
+            f"reward={-217.5 + i * 3:.4f} clip_fraction=0.9453 loss_critic={1074.0 - i * 10:.4f} loss_objective=0.1051"
+        )
+    return lines
+
+
+@pytest.mark.parametrize("readers", [None, FALLBACK_READERS])
+def test_relaunch_after_a_one_step_launch_is_a_run(tmp_path: Path, readers: object) -> None:
+    """Three launches appended to one loguru console, the middle one dead after its first iteration:
+    the same first step twice with the start-up lines printed again between them is two runs; the
+    loguru location ``__main__:_log_metrics:20`` is no metric."""
+    lines = [*_ppo_launch(6), *_ppo_launch(1), *_ppo_launch(8)]
+    parsed = read_log([write_log_lines(tmp_path, lines)], reader_set=readers)  # type: ignore[arg-type]
+    runs = [parsed, *parsed.segments]
+    assert [len(metric_series(r, "loss_critic")[0]) for r in runs] == [6, 1, 8]
+    assert not any("log_metrics" in n for r in runs for n in _names(r))
+    assert not any(e.kind == "rollback" for r in runs for e in r.events)
+
+
+def test_a_line_printed_twice_stays_one_record(tmp_path: Path) -> None:
+    """The first step printed twice in a row (two writers), no start-up line between: one run."""
+    lines = _ppo_launch(5)
+    lines.insert(4, lines[3])
+    parsed = read_log([write_log_lines(tmp_path, lines)])
+    assert not parsed.segments
+    assert metric_series(parsed, "loss_critic")[0][-1] == 4

@@ -66,6 +66,7 @@ from ingest.formats.generic_units import (
     mfu_unit,
     speed_series,
 )
+from ingest.formats.launch_banners import StartupLines, repeated_launches
 from ingest.formats.line_pairs import SPEED_KEY, line_pairs
 from ingest.formats.numbers import NUMBER
 from ingest.formats.raw_text import decode_head, looks_binary
@@ -304,9 +305,11 @@ class GenericReader(Reader):
             # (ingest.formats.segments) cut where the step starts afresh, and report their lines
             rows: dict[tuple[str, str | None], tuple[list[int], list[float], list[int]]] = {}
             pending: list[_StepLine] = []
+            startup = StartupLines()  # launch_banners: start-up lines printed again
             line_no = 0
             for line_no, line, more in joined(numbered_lines(path, builder), line_pairs, self._is_step, self.cycle):
                 step_line = _read_line(line, line_no, path, found, builder)
+                startup.see(line_no, line, step_line is not None and step_line.step >= 0)
                 for n, text in more:  # a split record's value lines: read with its step line
                     builder.account.text_line(str(path), n, text, parsed=step_line is not None)
                 if step_line is not None:
@@ -315,6 +318,7 @@ class GenericReader(Reader):
             stepped = [x for x in pending if x.step != EVAL_STEP]
             epoch_steps(stepped)
             relaunched = [stepped[i].line_no for i in fresh_launches(stepped)]
+            relaunched += repeated_launches(stepped, startup.repeated)
             place_evals(pending)
             pending = [x for x in pending if x.step != EVAL_STEP]
             _keep_recurring(pending, path, found, rows, builder)

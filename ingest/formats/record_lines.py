@@ -62,6 +62,11 @@ LOGURU_LOCATION: Final = re.compile(
 )
 """loguru's ``| function:line |`` between its level and message: no pair. A step counter's name there
 is a column of pairs (``epoch:0 || iter:10 || Loss:19.45``), never a location."""
+LOGURU_DEFAULT_LOCATION: Final = re.compile(
+    r"\|[ \t]*[A-Za-z_<][A-Za-z0-9_.<>]*:[A-Za-z_<][A-Za-z0-9_.<>]*:[0-9]+[ \t]+-(?=[ \t])"
+)
+"""loguru's default ``| module:function:line - message``: the location before the message, no pair
+(``__main__:_log_metrics:20`` is no metric ``_log_metrics`` of 20)."""
 SPLIT_LABEL: Final = re.compile(
     r"\b((?i:epoch)[ \t]+[0-9]+)(?:[ \t]*/[ \t]*[0-9]+)?[ \t]+"
     r"(?P<split>(?i:train|training|val|valid|validation|eval|test))[ \t]*(?:-|:|\|)[ \t]*"
@@ -87,7 +92,7 @@ def rewrite(text: str) -> str:
         text = COMMA_PAIR.sub(r"\g<1>: \g<2>", text)
     text = LEAD_COUNTER.sub(r"\g<1>step \g<2>", text, count=1)
     if "|" in text:
-        text = spelled_columns(LOGURU_LOCATION.sub("| ", text))
+        text = spelled_columns(LOGURU_LOCATION.sub("| ", LOGURU_DEFAULT_LOCATION.sub("| ", text)))
     label = SPLIT_LABEL.search(text)
     if label is not None:
         rest = _KEY_COLON.sub(lambda m: f"{label['split']} {m[1]}", text[label.end() :])
