@@ -126,21 +126,3 @@ def test_a_line_printed_twice_stays_one_record(tmp_path: Path) -> None:
     parsed = read_log([write_log_lines(tmp_path, lines)])
     assert not parsed.segments
     assert metric_series(parsed, "loss_critic")[0][-1] == 4
-
-
-@pytest.mark.parametrize("readers", [None, FALLBACK_READERS])
-def test_bare_time_on_step_lines_is_the_step_time(tmp_path: Path, readers: object) -> None:
-    """``Time: 0.68`` with no unit on each step line is the step's time in seconds."""
-    lines = ["Namespace(lr=0.05, epochs=3)"]
-    for e in range(3):
-        for i in range(0, 50, 10):
-            lines.append(
-                f"Epoch: [{e}/3] Iter:[{i}/50], Time: {0.6 + i / 1000:.2f}, lr: [0.05], Loss: {9.0 - e - i / 100:.6f}"
-            )
-    parsed = read_log([write_log_lines(tmp_path, lines)], reader_set=readers)  # type: ignore[arg-type]
-    names = _names(parsed)
-    timed = [n for n in names if n.startswith("step_time") or n.lower().startswith("time")]
-    assert len(timed) == 1
-    role = "step_time_s" if timed[0] == "step_time_s" else parsed.meta.get("proposed_map", {}).get(timed[0])
-    assert role == "step_time_s"
-    assert metric_series(parsed, timed[0])[1][0] == pytest.approx(0.6)

@@ -8,9 +8,6 @@
   make the wall time per step longer, never a thousand times). Within a factor of
   :data:`CLOCK_AGREEMENT` of 1 it is seconds, of 1000 milliseconds; without time stamps, or
   agreeing with neither, seconds (the canonical unit: nothing is rescaled on a guess).
-- **A bare ``Time``** (``batch time``, ``iter time``) on a step line (PIDNet-style ``Epoch: [E/N] Iter:[I/M],
-  Time: 0.68, lr: [x], Loss: L``, the imagenet example's meters) is the step's time, read as ``dt`` is
-  (round 19, f25b); a cumulative clock under that name is no step time (``is_clock``).
 - **A unitless ``mfu`` above 1** is a percentage (a model cannot use more than all of the peak
   FLOPs): canonical MFU is a fraction. A negative MFU is no measurement (nanoGPT's running MFU
   prints ``-100`` until it has one) and is dropped by the reader.
@@ -26,8 +23,8 @@ from typing import Any, Final
 
 import numpy as np
 
-BARE_STEP_TIME_KEYS: Final = frozenset({"dt", "time", "batch time", "iter time"})
-"""Keys (normalised) that name one iteration's time without saying its unit (see the module docstring)."""
+BARE_STEP_TIME_KEYS: Final = frozenset({"dt"})
+"""Keys (normalised) that name one iteration's time without saying its unit."""
 CLOCK_AGREEMENT: Final = 3.0
 """How far (a factor either way) ``dt`` and the wall time per step may differ and still agree."""
 _STAMP: Final = re.compile(
