@@ -405,15 +405,12 @@ def _read_line(line: str, line_no: int, path: Path, found: Proposal, builder: Lo
             break
     pairs = found.order.counted(pairs, piece, line_no) if found.order is not None else pairs
     step_keys = found.step_keys()
-    # a named step counter in another case ('Step 00465 | val_loss: ...' beside 'step 00464/00465 |
-    # loss: ...') is the same counter: an evaluation line's step
-    same = {k: c for k, _, _ in pairs if k not in step_keys and (c := _same_counter(k, step_keys)) is not None}
-    pairs = [(same.get(k, k), v, u) for k, v, u in pairs] if same else pairs
     # a step counter that is not a whole finite number (nan, 1e400, 3.5) counts no step
     steps = [v for k, v, _ in pairs if k in step_keys and math.isfinite(v) and v == int(v)]
     values = [(k, v, u) for k, v, u in pairs if k not in (*step_keys, BRACKET_KEY)]
     if not steps and len(pairs) == 1 and _times_alone(line, pairs[0]):
-        seconds = to_seconds(pairs[0][1], pairs[0][2] or "s")
+        named = pairs[0][2] is None and stored_name(pairs[0][0], None)[0] == "step_time_s"
+        seconds = to_seconds(pairs[0][1], "s" if named else pairs[0][2])
         if seconds is not None:  # placed (or counted) once the step lines are known
             return _StepLine(line_no, line, -1, [(TIMING_KEY, seconds, "s")])
     if not steps and (evaluated := eval_pairs(line, line_pairs)):  # an evaluation of the step line above
@@ -426,15 +423,6 @@ def _read_line(line: str, line_no: int, path: Path, found: Proposal, builder: Lo
     epochs = [v for k, v, _ in values if normalise_key(k) == "epoch" and math.isfinite(v) and v == int(v) and v >= 0]
     of_n = (step_of_n(step_keys, rewrite(line)) or bar_total(line, int(steps[0]))) if epochs else None
     return _StepLine(line_no, line, int(steps[0]), values, int(epochs[0]) if epochs else None, of_n)
-
-
-def _same_counter(key: str, step_keys: Sequence[str]) -> str | None:
-    """The step key ``key`` spells in another case, where that key names a step (``Step`` for
-    ``step``); None otherwise."""
-    for step_key in step_keys:
-        if key.lower() == step_key.lower() and normalise_key(step_key) in STEP_NAME_SET:
-            return step_key
-    return None
 
 
 def _counts_steps(steps: list[int]) -> bool:

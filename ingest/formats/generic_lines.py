@@ -51,12 +51,12 @@ def spelled_columns(text: str) -> str:
         return text
     columns = text.split("|")
     named = [_COLUMN.match(column) for column in columns]
-    # a name ending in a summary's word ('Loss (Avg)') is the name; one ending in a unit ('(%)') is
-    # left for the pair pattern, which reads the unit with it; both are columns of a name
+    # a name ending in a summary's word ('Loss (Avg)') is the name (one ending in a unit, '(%)', is
+    # left for the pair pattern, which reads the unit with it)
     qualified = [_QUALIFIED.match(column) if m is None else None for column, m in zip(columns, named, strict=True)]
-    if sum(m is not None or q is not None for m, q in zip(named, qualified, strict=True)) < MIN_COLUMNS:
-        return text
     named = [q if q is not None and _STATISTIC.match(q["q"]) else m for m, q in zip(named, qualified, strict=True)]
+    if sum(m is not None for m in named) < MIN_COLUMNS:
+        return text
     label = _SPLIT.match(columns[0]) if named[0] is None and ":" not in columns[0] else None
     prefix = f"{label['split']}_" if label is not None else ""
     return "|".join(
