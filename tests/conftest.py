@@ -40,6 +40,7 @@ TIERS: dict[str, str] = {
             "run23_running_means",
             "round18_import_faults",
             "round19_f25a_histories",
+            "round19_f25b",
             "metric_files_fb24",
             "watch_ctrl_c",
             "fb22_fallback_rules",

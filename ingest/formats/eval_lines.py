@@ -54,6 +54,10 @@ _EVAL_COST: Final = re.compile(
     re.IGNORECASE,
 )
 """What an evaluation cost (``eval_time:1781ms``, ``eval_runtime``, its speed): no measure of the model."""
+_RUNNING_EXTREME: Final = re.compile(
+    r"\b(?i:min|minimum|max|maximum|best|lowest|highest)[ \t_]+(?i:val|valid|validation|eval|test)\b"
+)
+"""``Minimum validation bpb: 1.15``: a running best of the evaluations, printed again; no evaluation."""
 _LR_KEYS: Final = frozenset({"lr", "learning_rate", "learning rate"})
 _EPOCH_KEYS: Final = frozenset({"epoch", "epochs"})
 _EVAL_NAME: Final = re.compile(r"^(?:eval|val|valid|validation)(?:_|$)", re.IGNORECASE)
@@ -70,6 +74,8 @@ def eval_pairs(line: str, pairs_of: Callable[[str], Pairs]) -> Pairs:
     """The ``val_`` pairs of an evaluation line without a step (empty: no such line)."""
     m = _LABEL.match(line.split("\r")[-1])
     if m is None:
+        if _RUNNING_EXTREME.search(line):
+            return []  # 'Minimum validation bpb: 1.15': the best so far, no evaluation of its own
         found = pairs_of(line)
         pairs = [p for p in found if p[0].strip().lower() not in _EPOCH_KEYS]
         epoch = len(pairs) < len(found)  # an lr with no epoch beside it is a config dump's, not the schedule's

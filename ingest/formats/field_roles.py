@@ -20,6 +20,10 @@ layout of a log nobody has seen.
   trains (the distance the noise moved the policy, ``param_noise_distance``, is a measure and stays):
   left out of the series (their last value kept in the metadata).
 
+- **An early stop's state is no training metric.** Its flag (``early_stop: 0`` on a run's last line) and
+  its patience count (``patience``, ``num_bad_epochs``) are the trainer's control state, read from the
+  evaluations it already logs: left out of the series (the last value kept in the metadata).
+
 Each move is listed in :func:`moved_fields`' answer, which the import report shows (``moved``), so
 nothing is lost silently.
 """
@@ -46,6 +50,11 @@ EXPLORATION: Final = re.compile(
     re.IGNORECASE,
 )
 """An RL agent's exploration setting: its noise scale or exploration rate (:func:`moved_fields`)."""
+EARLY_STOP: Final = re.compile(
+    r"^(?:.*/)?(?:early_?stop(?:ping)?|should_stop|patience|num_bad_epochs|bad_epochs)(?:_(?:counter|count|flag|wait))?$",
+    re.IGNORECASE,
+)
+"""An early stop's state: its flag (nanochat's ``early_stop: 0``) or its patience countdown (:func:`moved_fields`)."""
 SETTINGS_KEY: Final = "log_settings"
 """The run metadata key the settings moved out of the series go to (``{field: value}``)."""
 
@@ -81,7 +90,7 @@ def candidate(name: str, first: np.ndarray, roles: Any = ()) -> bool:
     ``proposed_map``), never moved."""
     if _metric_like(name) or name in roles:
         return False
-    if PASS_TIMING.match(name) or EXPLORATION.match(name):
+    if PASS_TIMING.match(name) or EXPLORATION.match(name) or EARLY_STOP.match(name):
         return True
     return first.shape[0] > 0 and bool((first == first[0]).all())
 
@@ -100,6 +109,9 @@ def moved_fields(values_of: dict[str, np.ndarray]) -> dict[str, tuple[str, float
                 "an agent's exploration setting (its noise scale or rate), not a measure of training",
                 float(values[-1]),
             )
+        elif EARLY_STOP.match(name):
+            why = "an early stop's flag or patience count, the trainer's control state, not a measure"
+            out[name] = (why, float(values[-1]))
         elif values.shape[0] >= MIN_CONSTANT_RECORDS and np.isfinite(values[0]) and bool((values == values[0]).all()):
             out[name] = (f"one value on all {values.shape[0]} records: a setting of the run", float(values[0]))
     return out

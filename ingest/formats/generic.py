@@ -66,6 +66,7 @@ from ingest.formats.generic_units import (
     mfu_unit,
     speed_series,
 )
+from ingest.formats.launch_banners import StartupLines, repeated_launches
 from ingest.formats.line_pairs import SPEED_KEY, line_pairs
 from ingest.formats.numbers import NUMBER
 from ingest.formats.raw_text import decode_head, looks_binary
@@ -304,9 +305,11 @@ class GenericReader(Reader):
             # (ingest.formats.segments) cut where the step starts afresh, and report their lines
             rows: dict[tuple[str, str | None], tuple[list[int], list[float], list[int]]] = {}
             pending: list[_StepLine] = []
+            startup = StartupLines()  # launch_banners: start-up lines printed again
             line_no = 0
             for line_no, line, more in joined(numbered_lines(path, builder), line_pairs, self._is_step, self.cycle):
                 step_line = _read_line(line, line_no, path, found, builder)
+                startup.see(line_no, line, step_line is not None and step_line.step >= 0)
                 for n, text in more:  # a split record's value lines: read with its step line
                     builder.account.text_line(str(path), n, text, parsed=step_line is not None)
                 if step_line is not None:
@@ -315,6 +318,7 @@ class GenericReader(Reader):
             stepped = [x for x in pending if x.step != EVAL_STEP]
             epoch_steps(stepped)
             relaunched = [stepped[i].line_no for i in fresh_launches(stepped)]
+            relaunched += repeated_launches(stepped, startup.repeated)
             place_evals(pending)
             pending = [x for x in pending if x.step != EVAL_STEP]
             _keep_recurring(pending, path, found, rows, builder)
@@ -374,6 +378,16 @@ _TIMING_LINE: Final = re.compile(r"\b(?:time|timing|took|elapsed|duration)\b", r
 _DURATION: Final = re.compile(r"(?<![A-Za-z0-9_.])" + NUMBER + r"[ \t]?(?:ms|s|sec|secs|seconds|min)\b")
 
 
+def _times_alone(line: str, pair: tuple[str, float, str | None]) -> bool:
+    """Whether ``line``, holding the one pair ``pair``, times a step: a timing word and one duration
+    (``[timing] sample processed in 276.79s``), or a key that names a step's time (``Step_time:
+    1.94``, seconds where no unit is printed, as :func:`~ingest.formats.generic_names.stored_name`
+    reads it on a step line)."""
+    if _TIMING_LINE.search(line) and len(_DURATION.findall(line)) == 1:
+        return True
+    return stored_name(pair[0], pair[2])[0] == "step_time_s" and (pair[2] or "s") in TIME_UNITS
+
+
 def to_seconds(value: float, unit: str | None) -> float | None:
     """``value`` in ``unit`` (a time unit) as seconds; None for a unit that is no time."""
     scale = {"ms": 1e-3, "us": 1e-6, "ns": 1e-9, "s": 1.0, "sec": 1.0, "min": 60.0, "h": 3600.0}.get(unit or "")
@@ -394,8 +408,9 @@ def _read_line(line: str, line_no: int, path: Path, found: Proposal, builder: Lo
     # a step counter that is not a whole finite number (nan, 1e400, 3.5) counts no step
     steps = [v for k, v, _ in pairs if k in step_keys and math.isfinite(v) and v == int(v)]
     values = [(k, v, u) for k, v, u in pairs if k not in (*step_keys, BRACKET_KEY)]
-    if not steps and _TIMING_LINE.search(line) and len(_DURATION.findall(line)) == 1 and len(pairs) == 1:
-        seconds = to_seconds(pairs[0][1], pairs[0][2])
+    if not steps and len(pairs) == 1 and _times_alone(line, pairs[0]):
+        named = pairs[0][2] is None and stored_name(pairs[0][0], None)[0] == "step_time_s"
+        seconds = to_seconds(pairs[0][1], "s" if named else pairs[0][2])
         if seconds is not None:  # placed (or counted) once the step lines are known
             return _StepLine(line_no, line, -1, [(TIMING_KEY, seconds, "s")])
     if not steps and (evaluated := eval_pairs(line, line_pairs)):  # an evaluation of the step line above

@@ -9,7 +9,9 @@ name is every word before its colon: ``learning rate``, not ``rate``; ``number o
 not a key ``of`` with value ``nan``. Such a column is rewritten as one key (the words joined by
 ``_``), which the alias table reads as the spaced name (``learning_rate`` is ``lr``). Columns whose
 name carries a unit in brackets (``elapsed time per iteration (ms): 4220.8``) are left as they are:
-the pair pattern reads the unit with them. A trailing word ``value`` names nothing (``lm loss value``
+the pair pattern reads the unit with them. A name that ends in a bracketed word saying how the value
+was summarised (``Loss (Avg): 11.91``: the mean over the logging interval) is the name before it.
+A trailing word ``value`` names nothing (``lm loss value``
 is ``lm loss``). When the first column is a split's label and no pair (``validation loss at
 iteration 100 | lm loss value: 8.1 | lm loss PPL: 3281``), every column after it is that split's
 (``validation_lm_loss``, which the alias table reads as ``val_loss``).
@@ -28,6 +30,13 @@ _COLUMN: Final = re.compile(
     r"^[ \t]*(?P<key>" + _WORD + r"(?:[ \t]+" + _WORD + r"){1,7})[ \t]*:[ \t]*(?P<val>" + NUMBER + r")[ \t]*$"
 )
 """One column of several words, a colon and one number, nothing else."""
+_QUALIFIED: Final = re.compile(
+    r"^[ \t]*(?P<key>" + _WORD + r"(?:[ \t]+" + _WORD + r"){0,7})[ \t]*\((?P<q>[^()\n]{1,12})\)[ \t]*:[ \t]*"
+    r"(?P<val>" + NUMBER + r")[ \t]*$"
+)
+"""One column whose name ends in a bracketed word (``Loss (Avg): 11.91``, ``MFU (%): 1.73``)."""
+_STATISTIC: Final = re.compile(r"^[ \t]*(?i:avg|average|mean|ema|smoothed|running)[ \t]*$")
+"""A bracketed word that says how the value was summarised (``(Avg)``), not what it measures."""
 _SPLIT: Final = re.compile(r"^[ \t]*(?P<split>(?i:validation|valid|val|evaluation|eval|test))\b(?![ \t]*[:=])")
 """A first column that labels the columns after it as a split's."""
 _FILLER: Final = re.compile(r"[ \t]+value$", re.IGNORECASE)
@@ -42,6 +51,10 @@ def spelled_columns(text: str) -> str:
         return text
     columns = text.split("|")
     named = [_COLUMN.match(column) for column in columns]
+    # a name ending in a summary's word ('Loss (Avg)') is the name (one ending in a unit, '(%)', is
+    # left for the pair pattern, which reads the unit with it)
+    qualified = [_QUALIFIED.match(column) if m is None else None for column, m in zip(columns, named, strict=True)]
+    named = [q if q is not None and _STATISTIC.match(q["q"]) else m for m, q in zip(named, qualified, strict=True)]
     if sum(m is not None for m in named) < MIN_COLUMNS:
         return text
     label = _SPLIT.match(columns[0]) if named[0] is None and ":" not in columns[0] else None

@@ -14,7 +14,7 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Final
 
-from ingest.formats.aliases import TIME_UNITS, canonical_name, normalise_key
+from ingest.formats.aliases import TIME_UNITS, canonical_name, normalise_key, sanitise_name
 from ingest.formats.generic_steps import BRACKET_KEY
 from stab_core.metrics import CANONICAL_METRICS
 
@@ -32,11 +32,17 @@ def stored_name(key: str, unit: str | None) -> tuple[str, str | None]:
     if unit is None and key_unit is None and normalise_key(key) in SECONDS_KEYS:
         key_unit = "s"  # '| seconds: 1.25 |': the key is the unit
     unit = (unit or key_unit or "").split("/")[0] or None  # '9905 ms/iter': milliseconds
+    if unit == "%" and _RATE_NAME.search(name):
+        return sanitise_name(key.strip()), unit  # 'Training tokens per second (%)': a share, no rate
     if SAMPLES_PER_S.match(key):
         return "samples_per_s", None  # as the Megatron, NeoX and DeepSpeed readers name it
     if unit in TIME_UNITS and name not in CANONICAL_METRICS and not name.endswith("_s"):
         name += "_s"
     return name, unit
+
+
+_RATE_NAME: Final = re.compile(r"(?:_per_s|_tok_s|^throughput)")
+"""A speed's canonical name: a value printed in percent is never one (a share of a speed)."""
 
 
 LOSS_TERM: Final = re.compile(r"(?i)loss|cross_?entropy|smooth_?l1")

@@ -12,7 +12,10 @@ its pairs (issue #31, round 17: fb22). The rules, for any console:
   (``eval_steps_per_second``) is no training step's;
 - a line of ``|`` columns (``step 3/100 | loss 2.1 | 412.5 ms | 31.2% bf16 MFU | 1234 tok/s``): the one
   column that is a duration alone, no name, is the time the line's step took (``step_time``), and a
-  column that prints its number before its name (``31.2% bf16 MFU``) is that name's pair.
+  column that prints its number before its name (``31.2% bf16 MFU``) is that name's pair;
+- a ``|`` column opened by the epoch that holds more pairs of whole numbers (nanochat's ``| epoch: 1
+  pq: 0 rg: 2 |``) states where the data loader stands (the epoch, then its shard and row group):
+  counters of the data, never metrics; only the epoch is read (round 19, f25b).
 """
 
 from __future__ import annotations
@@ -46,6 +49,12 @@ _VALUE_FIRST: Final = re.compile(
     + r")[ \t]*(?P<unit>%)?[ \t]+(?P<key>[A-Za-z][A-Za-z0-9_]*(?:[ \t]+[A-Za-z][A-Za-z0-9_]*){0,2})[ \t]*$"
 )
 """A column of a number then its name (``31.2% bf16 MFU``, ``12 skipped batches``); its unit is ``%`` or none."""
+_EPOCH_POSITION: Final = re.compile(
+    r"^(?P<epoch>[ \t]*(?i:epoch)[ \t]*[:=]?[ \t]*[0-9]+)"
+    r"(?:[ \t]+[A-Za-z_][A-Za-z0-9_]*[ \t]*[:=][ \t]*[0-9]+)+[ \t]*$"
+)
+"""A column opened by the epoch whose other pairs are whole numbers (nanochat's ``epoch: 1 pq: 0
+rg: 2``): where the data loader stands in the epoch (its shard and row group), no metric."""
 _RATE_WORD: Final = re.compile(r"/|\bper\b", re.IGNORECASE)
 """A name that is a rate's unit (``tok/s``): the pair pattern reads it as a rate already."""
 
@@ -58,6 +67,10 @@ def _columns(text: str) -> str:
         m = _LONE_TIME.match(column) if len(times) == 1 else None
         if m is not None:
             out.append(f" step_time: {m['val']}{m['unit']} ")
+            continue
+        p = _EPOCH_POSITION.match(column)
+        if p is not None:
+            out.append(f"{p['epoch']} ")
             continue
         v = _VALUE_FIRST.match(column)
         if v is not None and i > 0 and not _RATE_WORD.search(v["key"]):
