@@ -483,7 +483,9 @@ def classify(
 
 def severity_words(item: dict[str, object]) -> str | None:
     """An incident's severity (a ``stabscope spikes --json`` object) in a sentence, or None for a record
-    without one: "Spike: steps lost; the loss was back within the noise band of its trend at step 104."."""
+    without one: "Spike: not absorbed within a few logged steps; the loss was back within the noise band of
+    its trend at step 104.". A spike is what a blip is not; it need not have cost steps (a grad-norm surge the
+    loss fell through is one), so the words say no more than that."""
     severity = item.get("severity")
     if severity not in SEVERITIES:
         return None
@@ -491,7 +493,7 @@ def severity_words(item: dict[str, object]) -> str | None:
     where = f"; the loss was back within the noise band of its trend at step {back}" if back is not None else ""
     text = {
         "blip": "Blip: absorbed within a few logged steps",
-        "spike": "Spike: steps lost",
+        "spike": "Spike: not absorbed within a few logged steps",
         "divergence": "Divergence: no return before the log ends",
     }[str(severity)]
     certainty = (

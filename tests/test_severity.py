@@ -69,7 +69,10 @@ def test_lucie_99_recovers_at_104_when_the_loss_is_back_on_its_trend_not_at_101(
     assert incident.severity == "spike"  # five samples above the trend: steps were lost
     item = {"severity": incident.severity, "loss_recovered_at": incident.loss_recovered_at, "certainty": "high"}
     words = severity_words(item)
-    assert words == "Spike: steps lost; the loss was back within the noise band of its trend at step 104."
+    assert words == (
+        "Spike: not absorbed within a few logged steps; "
+        "the loss was back within the noise band of its trend at step 104."
+    )
 
 
 def test_the_trend_is_robust_and_extrapolated_no_further_than_it_was_fitted() -> None:
