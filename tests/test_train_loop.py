@@ -156,6 +156,9 @@ REFERENCE = {
     ),
 }
 """Equal to the bit on the machine that recorded them; the tolerance allows another CPU's float32 kernels."""
+LATER_REL = 5e-3
+"""Relative tolerance from step 49 on and for the validation loss: another CPU's kernels round float32 differently,
+and 50-100 updates carry that to ~1e-3 (2026-12-07, a fresh machine's CI)."""
 
 
 @pytest.mark.parametrize(("mechanism", "arm", "seed"), list(REFERENCE))
@@ -169,8 +172,11 @@ def test_the_experiment_logs_the_pinned_numbers_on_a_fixed_source_tree(
     losses, expected_val = REFERENCE[(mechanism, arm, seed)]
     logged = rank_losses(tmp_path / "shards", rank=0)
     assert sorted(logged) == list(range(100))
-    assert [logged[s] for s in (0, 1, 49, 50, 99)] == pytest.approx(losses, rel=1e-5)
-    assert math.isfinite(val_loss) and val_loss == pytest.approx(expected_val, rel=1e-5)
+    # the first two steps to 1e-5; later ones to LATER_REL: a float32 rounding that differs between CPUs' kernels
+    # (seen: an AMD EPYC's 1.2e-3 at step 99 against the recording machine) compounds over the updates
+    assert [logged[s] for s in (0, 1)] == pytest.approx(losses[:2], rel=1e-5)
+    assert [logged[s] for s in (49, 50, 99)] == pytest.approx(losses[2:], rel=LATER_REL)
+    assert math.isfinite(val_loss) and val_loss == pytest.approx(expected_val, rel=LATER_REL)
 
 
 def test_a_checkpoint_of_another_model_is_refused_with_its_path(tmp_path: Path) -> None:
