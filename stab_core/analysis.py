@@ -517,14 +517,12 @@ def _diagnosed(
     out = []
     for index, incident in enumerate(incidents):
         earlier = [(other.start, other.until) for other in incidents[:index]]
-        # a rise that ran into a non-finite loss is dated from the rise, diagnosed from the non-finite values
-        subject = next((m for m in incident.members if m.metric == "loss" and m.nonfinite), incident.primary)
         if incident.kind == "early_instability":
             diagnosis = diagnose_early(
-                view, subject, p.diagnosis, until=incident.until, facts=context.facts, context=context
+                view, incident.subject, p.diagnosis, until=incident.until, facts=context.facts, context=context
             )
         else:
-            diagnosis = diagnose(view, subject, p.diagnosis, context, until=incident.until, earlier=earlier)
+            diagnosis = diagnose(view, incident.subject, p.diagnosis, context, until=incident.until, earlier=earlier)
         out.append(DiagnosedSpike(incident.primary, diagnosis, incident))
     return out
 

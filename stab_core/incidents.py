@@ -426,6 +426,12 @@ class Incident:
         return self.members[0]
 
     @property
+    def subject(self) -> SpikeEvent:
+        """The member its diagnosis reads: a non-finite loss member if any (a rise that ran into NaN is
+        dated from the rise, :func:`_led_into_nonfinite`, and diagnosed from the NaN), else the primary."""
+        return next((m for m in self.members if m.metric == "loss" and m.nonfinite), self.primary)
+
+    @property
     def said_recovery(self) -> tuple[int | None, tuple[float, int] | None, tuple[int, float] | None]:
         """What its recovery claim rests on: (``loss_recovered_at``, ``trend``, ``held``)."""
         return self.loss_recovered_at, self.trend, self.held

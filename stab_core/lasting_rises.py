@@ -7,14 +7,15 @@ reached, and :mod:`stab_core.noisy_series` makes a row inside the series' scatte
 up on the rows after it too.
 
 The rule, for any positive loss noisy throughout (at least :data:`NOISY_SHARE` of its rows at
-:data:`RISE_RATIO` times the median of the :data:`LEVEL_ROWS` finite rows before each): a run of
+:data:`RISE_RATIO` times the median of the :data:`LEVEL_ROWS` finite rows before each) that does not jitter
+over orders of magnitude (:data:`JITTER_SHARE`): a run of
 consecutive rows each at ``RISE_RATIO`` x that median or more is a lasting rise when
 
 - it is :data:`MIN_ROWS` rows or longer and peaks at :data:`PEAK_RATIO` x or more, or is two rows both at
   ``PEAK_RATIO`` x or more, *and* such runs are rare in the series (at most one per :data:`RARE_ROWS`
-  rows) and one as long and as high is no chance coincidence of the series' own rows
-  (:data:`SHORT_CHANCE`): where they are common, they are the series' own scatter (a near-zero loss whose
-  noise is multiplicative rises 2-5x over two or three logs again and again);
+  rows, on :data:`MIN_RARE_ROWS` rows or more) and one as long and as high is no chance coincidence of
+  the series' own rows (:data:`SHORT_CHANCE`): where they are common, they are the series' own scatter
+  (a near-zero loss whose noise is multiplicative rises 2-5x over two or three logs again and again);
 - or it is :data:`LONG_ROWS` rows or longer, its median row is :data:`LONG_MEDIAN` x or more and a run
   that long and high is no chance coincidence of the series' own rows (:data:`LONG_CHANCE`): a surge of a
   heavy-tailed loss that holds, however common short surges are there.
@@ -53,6 +54,9 @@ MIN_ROWS: Final = 3
 """Rows up in a row from which a rise peaking at ``PEAK_RATIO`` lasted."""
 RARE_ROWS: Final = 50
 """Rows per short lasting rise below which such rises are the series' own scatter."""
+MIN_RARE_ROWS: Final = 4 * RARE_ROWS
+"""Rows a series needs before it can show that such rises are rare in it (four spans of ``RARE_ROWS``): on a
+short log one run of per-batch noise after an outlier batch is as likely its nature as an incident."""
 MAX_SHORT: Final = 5
 """Short lasting rises a series may hold before they are its nature, not incidents."""
 LONG_ROWS: Final = 5
@@ -64,6 +68,12 @@ LONG_CHANCE: Final = 0.01
 high, :func:`chance_runs`) under which a long surge is no chance coincidence of its scatter: a squared error
 per row (chi-square, half its rows at 1.15x their median) puts 4-12-row runs at a median of 2-10x its level
 about every hundred rows, their chance 0.05 or more."""
+JITTER_RATIO: Final = 10.0
+JITTER_SHARE: Final = 0.10
+"""A series with this share of its rows at ``JITTER_RATIO`` x their level or more jitters over orders of
+magnitude (a DQN's TD loss at 1e-7: 11 % of its rows 10x, runs of 5-20 rows at a median of 5-130x all
+run long): no run of high rows stands out of it, and the rule says nothing there (a PPO loss whose
+surges are the value loss of a learning phase: 6 %)."""
 NOISY_SHARE: Final = 0.10
 """Share of rows up (``RISE_RATIO``) from which a loss is noisy throughout (a falling or flat training loss
 puts few rows there; the detector's z already sees a rise on a quiet loss)."""
@@ -123,6 +133,8 @@ def lasting_rises(values: FloatArray) -> list[Rise]:
     judged = ratios[np.isfinite(ratios)]
     if judged.size == 0 or float(np.mean(judged >= RISE_RATIO)) < NOISY_SHARE:
         return []
+    if float(np.mean(judged >= JITTER_RATIO)) >= JITTER_SHARE:
+        return []  # a jitter over orders of magnitude: a run of high rows is its norm
     up = np.nan_to_num(ratios, nan=0.0) >= RISE_RATIO
     short: list[tuple[int, int, bool]] = []
     long: list[tuple[int, int]] = []
@@ -135,7 +147,7 @@ def lasting_rises(values: FloatArray) -> list[Rise]:
             long.append((first, last))
         elif (run.size >= MIN_ROWS and top[0] >= PEAK_RATIO) or (run.size == 2 and top[1] >= PEAK_RATIO):
             short.append((first, last, chance_peaked_runs(judged, run) <= SHORT_CHANCE))
-    rare = multi and judged.size / multi >= RARE_ROWS and len(short) <= MAX_SHORT
+    rare = judged.size >= MIN_RARE_ROWS and judged.size / max(multi, 1) >= RARE_ROWS and len(short) <= MAX_SHORT
     kept = long + ([(a, b) for a, b, unlikely in short if unlikely] if rare else [])
     return [Rise(a, b, float(np.median(values[max(0, a - LEVEL_ROWS) : a])), (a, b) in long) for a, b in sorted(kept)]
 
