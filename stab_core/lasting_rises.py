@@ -21,7 +21,9 @@ consecutive rows each at ``RISE_RATIO`` x that median or more is a lasting rise 
   heavy-tailed loss that holds, however common short surges are there.
 
 Each such run not already shown by an incident becomes one (a ``spike``, recovered at the first row back
-under ``RISE_RATIO`` x); an incident the noisy-series rule made a blip inside it is a spike again.
+under ``RISE_RATIO`` x); a loss blip inside it is a spike again, unless the noisy-series rule judged it
+inside the series' own scatter of log(loss) (:func:`stab_core.noisy_series.stands_out`): a memorised loss
+at 0.004 whose excursions to 14-63x stay within that scatter keeps its blips.
 Pure numpy; steps are the run's logged steps.
 """
 
@@ -35,6 +37,7 @@ import numpy as np
 
 from stab_core.incidents import Incident
 from stab_core.metrics import signed_objective
+from stab_core.noisy_series import noisy_throughout, stands_out
 from stab_core.runview import FloatArray, IntArray, Series
 from stab_core.spikes import SpikeEvent, build_event
 
@@ -170,6 +173,7 @@ def noisy_lasting_rises(series: Mapping[str, Series], incidents: Sequence[Incide
     if values.size <= MIN_LEVEL_ROWS or float(values.min()) <= 0.0:
         return list(incidents)
     out = list(incidents)
+    noisy = noisy_throughout(loss)
     for rise in lasting_rises(values):
         start, end = int(steps[rise.first]), int(steps[rise.last])
         over = [k for k, i in enumerate(out) if i.start <= end and start <= i.until]
@@ -178,7 +182,9 @@ def noisy_lasting_rises(series: Mapping[str, Series], incidents: Sequence[Incide
         loss_blips = [k for k in over if any(m.metric == "loss" for m in out[k].members)]
         if loss_blips:
             for k in loss_blips:
-                out[k] = replace(out[k], severity="spike")
+                # a blip the noisy-series rule judged inside the series' own scatter of log(loss) stands
+                ordinary = noisy and stands_out(loss, out[k].start, out[k].until) is False
+                out[k] = out[k] if ordinary else replace(out[k], severity="spike")
             continue
         event = _event(steps, values, rise)
         out.append(Incident("spike", (event,), {}, "spike", "high", event.recovery_step, (rise.level, LEVEL_ROWS)))

@@ -82,3 +82,22 @@ def test_a_long_surge_of_a_heavy_tailed_loss_is_shown_and_its_chance_runs_are_no
     loss[200:215] = 60.0 * np.linspace(1.0, 2.0, 15)  # fifteen updates at 10-30x the median (~4.5)
     rises = lasting_rises(loss)
     assert any(r.long and r.first <= 200 <= r.last + 1 for r in rises), rises
+
+
+def test_a_blip_the_noisy_series_rule_judged_inside_its_scatter_stands() -> None:
+    # a squared error per update (noisy throughout: half its rows over 1.15x) with a 15-update surge at
+    # 10-20x: a lasting rise by its length, but inside the scatter of log(loss) (3 robust sigmas of a
+    # chi-square's log are ~100x); a blip over it stays a blip, and with no incident over it one is added
+    from stab_core.incidents import Incident
+    from stab_core.lasting_rises import noisy_lasting_rises
+    from stab_core.spikes import build_event
+
+    rng = np.random.default_rng(1)
+    loss = 10.0 * rng.normal(0.0, 1.0, 480) ** 2
+    loss[200:215] = 45.0 * np.linspace(1.0, 2.0, 15)
+    steps = np.arange(loss.size, dtype=np.int64) * 2048
+    series = {"loss": Series(steps, loss)}
+    blip = Incident("spike", (build_event("loss", steps, loss, 200, 201, 202, 4.5, 1.0),), severity="blip")
+    assert [i.severity for i in noisy_lasting_rises(series, [blip])] == ["blip"]
+    added = noisy_lasting_rises(series, [])
+    assert [i.severity for i in added] == ["spike"] and steps[195] <= added[0].start <= steps[200]
