@@ -519,10 +519,10 @@ def _diagnosed(
         earlier = [(other.start, other.until) for other in incidents[:index]]
         if incident.kind == "early_instability":
             diagnosis = diagnose_early(
-                view, incident.primary, p.diagnosis, until=incident.until, facts=context.facts, context=context
+                view, incident.subject, p.diagnosis, until=incident.until, facts=context.facts, context=context
             )
         else:
-            diagnosis = diagnose(view, incident.primary, p.diagnosis, context, until=incident.until, earlier=earlier)
+            diagnosis = diagnose(view, incident.subject, p.diagnosis, context, until=incident.until, earlier=earlier)
         out.append(DiagnosedSpike(incident.primary, diagnosis, incident))
     return out
 

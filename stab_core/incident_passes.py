@@ -7,8 +7,10 @@ In order: a GAN generator's drift beside a discriminator that holds is no diverg
 own (:mod:`stab_core.side_losses`); an RL run's return is its headline, its lasting falls are incidents and a
 TD loss's jitter is not (:mod:`stab_core.return_falls`); a grad-norm outlier the loss never rose
 above its own scatter for is a blip (:mod:`stab_core.unfelt_outliers`); on a loss noisy throughout, an
-excursion inside its own scatter is a blip (:mod:`stab_core.noisy_series`); a grad norm that held 4x its
-level for 16 samples is a spike whatever the loss did (:mod:`stab_core.grad_norm_surges`).
+excursion inside its own scatter is a blip (:mod:`stab_core.noisy_series`), while a rise that holds
+several rows there is shown (:mod:`stab_core.lasting_rises`); a grad norm that held 4x its
+level for 16 samples is a spike whatever the loss did (:mod:`stab_core.grad_norm_surges`); so is a loss
+non-finite on consecutive logged samples (:mod:`stab_core.nonfinite_episodes`).
 """
 
 from __future__ import annotations
@@ -19,7 +21,9 @@ from stab_core.adversarial import adversarial_drifts
 from stab_core.discriminator_wins import discriminator_wins
 from stab_core.grad_norm_surges import lasting_surges
 from stab_core.incidents import Incident
+from stab_core.lasting_rises import noisy_lasting_rises
 from stab_core.noisy_series import ordinary_excursions
+from stab_core.nonfinite_episodes import nonfinite_episodes
 from stab_core.return_falls import return_led
 from stab_core.runview import Series
 from stab_core.side_losses import exploded_terms
@@ -30,4 +34,5 @@ def after_grouping(series: Mapping[str, Series], incidents: Sequence[Incident]) 
     """``incidents`` after every pass that reads the series beside the loss, in the order above."""
     adversarial = discriminator_wins(series, adversarial_drifts(series, incidents))
     passed = unfelt_grad_norm_outliers(series, return_led(series, exploded_terms(series, adversarial)))
-    return lasting_surges(series, ordinary_excursions(series, passed))
+    shown = noisy_lasting_rises(series, ordinary_excursions(series, passed))
+    return nonfinite_episodes(series, lasting_surges(series, shown))

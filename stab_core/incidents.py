@@ -426,6 +426,12 @@ class Incident:
         return self.members[0]
 
     @property
+    def subject(self) -> SpikeEvent:
+        """The member its diagnosis reads: a non-finite loss member if any (a rise that ran into NaN is
+        dated from the rise, :func:`_led_into_nonfinite`, and diagnosed from the NaN), else the primary."""
+        return next((m for m in self.members if m.metric == "loss" and m.nonfinite), self.primary)
+
+    @property
     def said_recovery(self) -> tuple[int | None, tuple[float, int] | None, tuple[int, float] | None]:
         """What its recovery claim rests on: (``loss_recovered_at``, ``trend``, ``held``)."""
         return self.loss_recovered_at, self.trend, self.held
@@ -474,7 +480,23 @@ def group_incidents(
             groups.append((kind, [event]))
             reach = -math.inf
         reach = max(reach, event.until)
-    return [(kind, sorted(members, key=_primary_order)) for kind, members in groups]
+    return [(kind, _led_into_nonfinite(sorted(members, key=_primary_order))) for kind, members in groups]
+
+
+def _led_into_nonfinite(members: list[SpikeEvent]) -> list[SpikeEvent]:
+    """``members`` (primary first) with a finite loss rise that never came back and ran into the loss's
+    non-finite member first: the blow-up began with the rise (5.47 -> 9.55 over five steps, then NaN), and
+    the incident is dated from it, not from the first NaN (issue #32, round 20)."""
+    primary = members[0]
+    if primary.metric != "loss" or not primary.nonfinite:
+        return members
+    rises = [
+        m for m in members if m.metric == "loss" and not m.nonfinite and not m.recovered and m.start < primary.start
+    ]
+    if not rises:
+        return members
+    lead = min(rises, key=lambda m: m.start)
+    return [lead, *(m for m in members if m is not lead)]
 
 
 def _merged_kind(a: IncidentKind, b: IncidentKind) -> IncidentKind:

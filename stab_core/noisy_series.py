@@ -82,7 +82,8 @@ def stands_out(loss: Series, start: int, until: int) -> bool | None:
     return bool(float(np.log(during.max())) > level + STAND_OUT_SIGMAS * sigma)
 
 
-def _noisy_throughout(loss: Series | None) -> bool:
+def noisy_throughout(loss: Series | None) -> bool:
+    """Is ``loss`` positive and noisy throughout (:data:`ORDINARY_SHARE` of its rises ordinary)?"""
     if loss is None or loss.steps.size == 0 or signed_objective(loss.values):
         return False
     finite = loss.values[np.isfinite(loss.values)]
@@ -96,7 +97,7 @@ def ordinary_excursions(series: Mapping[str, Series], incidents: Sequence[Incide
     """``incidents`` with each loss excursion inside a noisy loss's own scatter made a ``blip`` (module
     docstring)."""
     loss = series.get("loss")
-    if not _noisy_throughout(loss):
+    if not noisy_throughout(loss):
         return list(incidents)
     assert loss is not None
     out = []

@@ -35,6 +35,9 @@ TIERS: dict[str, str] = {
     **dict.fromkeys(
         (
             "abandoned_attempts",
+            "lasting_rises",
+            "nonfinite_episodes",
+            "f26a_end_and_nan_rises",
             "f25d_dip_climbs",
             "f25d_named_metrics",
             "run23_running_means",
