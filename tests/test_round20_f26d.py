@@ -4,8 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+
 from ingest.formats import read_log
 from ingest.formats.aliases import canonical_name
+from stab_core.action_premises import run_facts
+from stab_core.analysis import analyze_run
+from stab_core.runview import RunView, Series
+from stab_core.skipped_steps import skipped_update_steps
 
 
 def test_csv_batch_index_restarting_each_epoch_is_the_step_axis(tmp_path: Path) -> None:
@@ -37,3 +43,36 @@ def test_a_step_time_named_by_its_unit_alone_is_the_step_time(tmp_path: Path) ->
     path.write_text("\n".join(rows) + "\n")
     steps, values = read_log([path]).series("step_time_s")
     assert steps[0] == 1 and abs(values[0] - 3.701) < 1e-9
+
+
+def _amp_run(nan_at: list[int], loss_nan_at: tuple[int, ...] = ()) -> RunView:
+    """A loss and grad norm logged every 15 steps, the grad norm nan at ``nan_at`` (sample indices)."""
+    rng = np.random.default_rng(5)
+    n = 120
+    steps = np.arange(1, n + 1) * 15
+    loss = 2.5 * np.exp(-np.arange(n) / 40.0) + 0.5 + rng.uniform(-0.03, 0.03, n)
+    grad = 6.0 + rng.uniform(-0.8, 0.8, n)
+    grad[nan_at] = np.nan
+    loss[list(loss_nan_at)] = np.nan
+    return RunView("amp", {"loss": Series(steps, loss), "grad_norm": Series(steps, grad)})
+
+
+def test_a_loss_scalers_start_up_skips_are_no_incident() -> None:
+    # fp16 AMP halving its initial scale: the grad norm nan at the first two logged steps, the loss finite
+    # and the grad norm finite after: no incident (before: "grad_norm went non-finite at step 15", a spike
+    # "Not back", shown on a healthy run); two nan in a row mid-run are judged as before
+    shown = [(d["metric"], d["start"]) for d in analyze_run(_amp_run([0, 1])).spike_dicts()]
+    assert all(start > 30 for _, start in shown)
+    assert skipped_update_steps(_amp_run([0, 1]).series["grad_norm"], _amp_run([0, 1]).series["loss"]) == [15, 30]
+    assert skipped_update_steps(_amp_run([0, 1, 2, 3, 4]).series["grad_norm"], _amp_run([]).series["loss"]) == []
+
+
+def test_skipped_updates_make_the_run_fp16_for_the_precision_actions() -> None:
+    # a nan grad norm the run went on from with its loss finite is a dynamic loss scaler's skip (fp16 AMP):
+    # "Record the run's precision (fp16 or bf16)" said of it was false; without the skip, or with the loss
+    # non-finite too (weights gone bad), the precision stays unknown
+    holds, evidence = run_facts(_amp_run([60])).fp16
+    assert holds is True and evidence["skipped_steps"] == [61 * 15]
+    assert run_facts(_amp_run([])).fp16[0] is None
+    assert run_facts(_amp_run([60], loss_nan_at=(61,))).fp16[0] is None
+    assert run_facts(_amp_run(list(range(60, 120)))).fp16[0] is None  # nan to the end: no skip
