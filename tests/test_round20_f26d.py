@@ -8,6 +8,9 @@ import numpy as np
 
 from ingest.formats import read_log
 from ingest.formats.aliases import canonical_name
+from ingest.importing.importer import import_logs
+from ingest.services.run_analyses import open_analysed_store
+from ingest.services.run_findings import stored_findings
 from stab_core.action_premises import run_facts
 from stab_core.analysis import analyze_run
 from stab_core.runview import RunView, Series
@@ -76,3 +79,40 @@ def test_skipped_updates_make_the_run_fp16_for_the_precision_actions() -> None:
     assert run_facts(_amp_run([])).fp16[0] is None
     assert run_facts(_amp_run([60], loss_nan_at=(61,))).fp16[0] is None
     assert run_facts(_amp_run(list(range(60, 120)))).fp16[0] is None  # nan to the end: no skip
+
+
+def _keras_fits(params: list[int], ms_per_step: list[int], epochs: int = 30) -> str:
+    """A Keras console of one fit() per model, each after its model.summary() ('Total params: N'): the
+    epochs restart at 1, so each fit is a run of the file."""
+    lines = []
+    for count, ms in zip(params, ms_per_step, strict=True):
+        lines += ["_" * 65, "Layer (type)                 Output Shape              Param #", "=" * 65]
+        lines += [f"Total params: {count:,}", f"Trainable params: {count:,}", "Non-trainable params: 0", "_" * 65]
+        for e in range(1, epochs + 1):
+            lines.append(f"Epoch {e}/{epochs}")
+            loss = 3.0 / e + 0.1
+            lines.append(
+                f"143/143 [==============================] - {ms * 143 // 1000}s {ms}ms/step - loss: {loss:.4f} "
+                f"- acc: 0.5000 - val_loss: {loss * 1.1:.4f} - val_acc: 0.4800"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def _sibling_gaps(tmp_path: Path, text: str) -> dict[str, dict | None]:
+    tmp_path.mkdir()
+    path = tmp_path / "training_log.txt"
+    path.write_text(text)
+    store = open_analysed_store(tmp_path / "store")
+    report = import_logs(store, [path], run="fits")[0]
+    names = [report["run"]] + [s["run"] for s in report.get("segments") or []]
+    return {n: stored_findings(store, store.run_info(n)).get("throughput_siblings") for n in names}
+
+
+def test_models_of_other_sizes_fitted_in_one_console_are_no_siblings(tmp_path: Path) -> None:
+    # four CNNs of 115k-1.28M parameters fitted one after the other: "throughput loss: step time 14 against
+    # 6 for 3 sibling run(s)" was false (other models, other step times); the same model fitted twice is
+    # still compared
+    gaps = _sibling_gaps(tmp_path / "a", _keras_fits([115_214, 1_277_534, 891_854], [10, 50, 30]))
+    assert len(gaps) == 3 and all(gap is None for gap in gaps.values())
+    same = _sibling_gaps(tmp_path / "b", _keras_fits([115_214, 115_214, 115_214], [10, 10, 30]))
+    assert [gap is not None for gap in same.values()] == [False, False, True]
