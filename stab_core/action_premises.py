@@ -224,7 +224,11 @@ def _precision_premise(view: RunView) -> PremiseCheck:
     if skipped:
         # a non-finite grad norm the run went on from, its loss finite: an update a dynamic loss scaler
         # skipped, which only fp16 mixed precision runs (stab_core.skipped_steps; round 20, f26d)
-        return True, {"skipped_steps": skipped[:5], "source": "non-finite grad norms skipped, the loss finite"}
+        return True, {
+            "first_skipped_step": skipped[0],
+            "skipped_samples": len(skipped),
+            "source": "non-finite grad norms skipped, the loss finite",
+        }
     return None, {"precision": None}
 
 

@@ -75,7 +75,7 @@ def test_skipped_updates_make_the_run_fp16_for_the_precision_actions() -> None:
     # "Record the run's precision (fp16 or bf16)" said of it was false; without the skip, or with the loss
     # non-finite too (weights gone bad), the precision stays unknown
     holds, evidence = run_facts(_amp_run([60])).fp16
-    assert holds is True and evidence["skipped_steps"] == [61 * 15]
+    assert holds is True and evidence["first_skipped_step"] == 61 * 15 and evidence["skipped_samples"] == 1
     assert run_facts(_amp_run([])).fp16[0] is None
     assert run_facts(_amp_run([60], loss_nan_at=(61,))).fp16[0] is None
     assert run_facts(_amp_run(list(range(60, 120)))).fp16[0] is None  # nan to the end: no skip
