@@ -15,6 +15,7 @@ import numpy as np
 from stab_core.loss_origin import moving_target
 from stab_core.metrics import signed_objective
 from stab_core.runview import FloatArray, IntArray, RunView, Series
+from stab_core.skipped_steps import skipped_update_steps
 from stab_core.spikes import SpikeEvent
 from stab_core.tree_actions import Evidence, PremiseCheck
 from stab_core.tree_walk import NodeVisit
@@ -202,7 +203,8 @@ def _clip_premise(view: RunView, lo: int, hi: int) -> PremiseCheck:
 
 def _precision_premise(view: RunView) -> PremiseCheck:
     """Is the run fp16? From meta ``precision`` (or ``fp16``/``bf16`` flags), else from the loss scale:
-    a dynamic scale that moves means fp16, a constant 1.0 means no scaler (bf16/fp32)."""
+    a dynamic scale that moves means fp16, a constant 1.0 means no scaler (bf16/fp32); else from skipped
+    updates (a non-finite grad norm the run went on from with its loss finite: a loss scaler's skip)."""
     precision = view.meta.get("precision")
     if isinstance(precision, str) and precision:
         return precision.lower() == "fp16", {"precision": precision, "source": "meta"}
@@ -217,6 +219,16 @@ def _precision_premise(view: RunView) -> PremiseCheck:
             if high > low or low > 1.0:
                 return True, {"loss_scale_min": low, "loss_scale_max": high, "source": "loss_scale moves"}
             return False, {"loss_scale_min": low, "loss_scale_max": high, "source": "loss_scale constant 1"}
+    grad = view.series.get("grad_norm")
+    skipped = skipped_update_steps(grad, view.series.get("loss")) if grad is not None else []
+    if skipped:
+        # a non-finite grad norm the run went on from, its loss finite: an update a dynamic loss scaler
+        # skipped, which only fp16 mixed precision runs (stab_core.skipped_steps; round 20, f26d)
+        return True, {
+            "first_skipped_step": skipped[0],
+            "skipped_samples": len(skipped),
+            "source": "non-finite grad norms skipped, the loss finite",
+        }
     return None, {"precision": None}
 
 

@@ -11,34 +11,76 @@ non-finite grad norm cannot be told from weights that went bad.
   at that next sample: the event is not diverged (its severity then follows the loss, a blip when the
   loss never left its band).
 - At the series' first logged sample it is no incident at all: the scaler's usual first-step overflow
-  (its initial scale is too high by design), with no level before it to leave.
+  (its initial scale is too high by design), with no level before it to leave. There the scaler may
+  skip a few steps in a row while it halves its initial scale (HF Trainer's fp16 LoRA runs: NaN at steps
+  1 and 2, the loss finite, the LR not advancing): up to :data:`START_SKIPS` non-finite samples from the
+  first, the loss finite through them and the next grad norm finite, are that start-up overflow too
+  (round 20, f26d).
+- :func:`skipped_update_steps`: the steps of such skips anywhere in a run, read as the sign of a dynamic
+  loss scaler, i.e. of fp16 mixed precision (``stab_core.action_premises``): without a scaler a
+  non-finite gradient reaches the weights and the next loss is non-finite too.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import Final
 
 import numpy as np
 
 from stab_core.runview import Series
 from stab_core.spikes import SpikeEvent
 
+START_SKIPS: Final = 4
+"""At most this many non-finite grad-norm samples from the series' first, the loss finite through them, are
+the loss scaler's start-up overflows (it halves its initial scale, 2**16 by default, once per skip)."""
 
-def _skipped_at(event: SpikeEvent, grad: Series, loss: Series) -> int | None:
-    """The step of the finite grad-norm sample after ``event``'s lone non-finite one, when the loss
-    stayed finite from the event to it; None when the event is no skipped step."""
-    if not event.nonfinite or event.n_samples != 1:
+
+def _skip_end(grad: Series, loss: Series, at: int, samples: int) -> int | None:
+    """The step of the finite grad-norm sample after the ``samples`` non-finite ones from index ``at``, when
+    the loss stayed finite (at least one logged) from the first of them to it; None otherwise."""
+    end = at + samples
+    if end >= grad.steps.size or np.isfinite(grad.values[at:end]).any() or not np.isfinite(grad.values[end]):
         return None
-    at = int(np.searchsorted(grad.steps, event.start))
-    if at + 1 >= grad.steps.size or not np.isfinite(grad.values[at + 1]):
-        return None
-    after = int(grad.steps[at + 1])
-    lo, hi = (int(i) for i in np.searchsorted(loss.steps, [event.start, after + 1]))
+    after = int(grad.steps[end])
+    lo, hi = (int(i) for i in np.searchsorted(loss.steps, [int(grad.steps[at]), after + 1]))
     felt = loss.values[lo:hi]
     if felt.size == 0 or not np.isfinite(felt).all():
         return None
     return after
+
+
+def _skipped_at(event: SpikeEvent, grad: Series, loss: Series) -> int | None:
+    """The step of the finite grad-norm sample after ``event``'s lone non-finite one (or its first
+    :data:`START_SKIPS` at the series' start), when the loss stayed finite from the event to it; None when
+    the event is no skipped step."""
+    at = int(np.searchsorted(grad.steps, event.start))
+    limit = START_SKIPS if at == 0 else 1
+    if not event.nonfinite or event.n_samples > limit:
+        return None
+    return _skip_end(grad, loss, at, event.n_samples)
+
+
+def skipped_update_steps(grad: Series, loss: Series | None) -> list[int]:
+    """The steps of the non-finite grad-norm samples a run went on from with its loss finite (runs of at
+    most :data:`START_SKIPS` samples, the next grad norm finite): updates a dynamic loss scaler skipped."""
+    if loss is None or not loss.steps.size or not grad.steps.size:
+        return []
+    bad = ~np.isfinite(grad.values)
+    out: list[int] = []
+    i = 0
+    while i < bad.size:
+        if not bad[i]:
+            i += 1
+            continue
+        j = i
+        while j < bad.size and bad[j]:
+            j += 1
+        if j - i <= START_SKIPS and _skip_end(grad, loss, i, j - i) is not None:
+            out += [int(s) for s in grad.steps[i:j]]
+        i = j
+    return out
 
 
 def skipped_steps(events: Sequence[SpikeEvent], grad: Series, loss: Series | None) -> list[SpikeEvent]:

@@ -281,6 +281,8 @@ _STEP_TIME_SHAPES: Final = (
         rf"^(?:train |training )?(?:elapsed |wall )?(?:(?:step|iter|iteration|batch) ?time|time per {_STEP})"
         rf"(?: in)?(?: {_SECONDS})?$"
     ),
+    # a step's time named by its unit alone: 'step_ms', 'iter_sec' (a spelled unit: 'step_s' may count steps)
+    re.compile(r"^(?:train |training )?(?:step|iter|iteration|batch) (?P<unit>ns|us|µs|ms|sec|secs|seconds)$"),
 )
 _DEVICE: Final = r"(?:gpu|device|dev|rank|chip|core|worker)"
 _PER: Final = r"\s*(?:/|per)\s*"

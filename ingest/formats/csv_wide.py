@@ -51,7 +51,13 @@ from ingest.formats.csv_comments import (
     monitor_wall_clock,
     without_comments,
 )
-from ingest.formats.csv_counters import episode_column, is_run_clock, proposed_loss, step_like_column
+from ingest.formats.csv_counters import (
+    batch_counter_column,
+    episode_column,
+    is_run_clock,
+    proposed_loss,
+    step_like_column,
+)
 from ingest.formats.epoch_steps import EpochSteps
 from ingest.formats.field_roles import SETTINGS_KEY
 from ingest.formats.labelled_runs import run_labels, run_table
@@ -129,7 +135,16 @@ class WideCsvReader(Reader):
                     builder.meta.setdefault("proposed_map", {}).update(loss)
                 step_col = find_column(table.column_names, STEP_COLUMNS) or step_like_column(table.column_names)
                 epoch_col = find_column(table.column_names, EPOCH_COLUMNS)
-                if step_col is None and epoch_col is not None and _whole(table, epoch_col):
+                batch_col = batch_counter_column(table.column_names) if step_col is None else None
+                if (
+                    epoch_col is not None
+                    and batch_col is not None
+                    and _whole(table, batch_col)
+                    and _repeats(table, epoch_col)
+                ):
+                    step_col = batch_col  # rows within each epoch: the batch index restarts as the epoch grows
+                    table = epochs.global_steps(table, step_col, epoch_col)
+                elif step_col is None and epoch_col is not None and _whole(table, epoch_col):
                     step_col = epoch_col  # one row per epoch: the epoch is the step axis
                 elif step_col is not None and epoch_col is not None:
                     table = epochs.global_steps(table, step_col, epoch_col)
@@ -215,6 +230,13 @@ def _whole(table: pa.Table, col: str) -> bool:
     values, has = to_float(table[col])
     shown = values[has & np.isfinite(values)]
     return bool(np.all(shown == np.round(shown)))
+
+
+def _repeats(table: pa.Table, col: str) -> bool:
+    """Whether some value of ``col`` repeats on consecutive rows (an epoch column logged per batch)."""
+    values, has = to_float(table[col])
+    shown = values[has & np.isfinite(values)]
+    return bool(shown.shape[0] > 1 and np.any(np.diff(shown) == 0))
 
 
 def _rising(table: pa.Table, col: str) -> bool:

@@ -34,6 +34,7 @@ from ingest.formats.aliases import canonical_name
 from ingest.formats.base import Reader
 from ingest.formats.numbers import NUMBER, parse_number
 from ingest.formats.raw_text import LAUNCHER_LEAD, decode_head, looks_binary
+from ingest.formats.run_settings import stated_settings
 
 _EPOCH: Final = re.compile(r"^[ \t]*Epoch[ \t]+(?P<epoch>[0-9]+)/(?P<total>[0-9]+)[ \t]*$")
 _METRICS: Final = re.compile(
@@ -70,6 +71,8 @@ class KerasConsoleReader(Reader):
                 lines = chunk.decode("utf-8", "replace").split("\n")[:-1]
                 builder.mark_lines(line_no)  # seq -> line: the run's lines, and segments cut by seq
                 base = builder.reserve(len(lines))
+                # a model summary's parameter count per model fitted: runs of other sizes are no siblings
+                builder.stated_settings += [(base + n - 1, key, value) for n, key, value in stated_settings(lines)]
                 for i, line in enumerate(lines):
                     own = _own(_ANSI.sub("", line).rstrip("\r").split("\r")[-1])
                     found: dict[str, float] = {}

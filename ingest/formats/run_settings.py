@@ -47,6 +47,9 @@ SETTING_PATTERNS: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (
     # the network a heading or a config names by its family and depth ('## MNIST resnet50 backbone',
     # "backbone='resnet18'"): two runs of other depths are other models
     ("model", re.compile(r"(?i)(?<![\w.])(resnet|resnext|wide_resnet|wrn|vgg|densenet|efficientnet-?b)[-_]?(\d+)\b")),
+    # the parameter count a model summary prints (Keras' and torchinfo's 'Total params: 1,277,534'): runs
+    # of other sizes are other models (round 20, f26d)
+    ("model", re.compile(r"^\s*(total params)\s*:\s*(\d[\d,]*)\s*$", re.IGNORECASE)),
 )
 """``(setting, pattern)``: the first group is the value stated (for ``model``: the key, then the value)."""
 
