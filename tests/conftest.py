@@ -36,6 +36,7 @@ TIERS: dict[str, str] = {
         (
             "abandoned_attempts",
             "f25d_dip_climbs",
+            "round20_tables",
             "f25d_named_metrics",
             "run23_running_means",
             "round18_import_faults",

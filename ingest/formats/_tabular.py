@@ -22,6 +22,7 @@ import pyarrow.json as pajson
 from ingest.errors import StabScopeError
 from ingest.formats._common import MAX_SKIPPED_EXAMPLES, LogBuilder
 from ingest.formats.aliases import KeyMap, sanitise_name
+from ingest.formats.csv_bare import bare_table
 from ingest.formats.csv_comments import leading_comments, without_comments
 from ingest.formats.numbers import parse_numbers
 from ingest.formats.raw_text import open_error
@@ -238,6 +239,9 @@ def iter_csv(path: Path, builder: LogBuilder, text_columns: Iterable[str] = ()) 
     except OSError as exc:
         raise open_error(path, exc) from exc
     header, comments = csv_header(head) or [], leading_comments(head)
+    bare = bare_table(head, csv_delimiter(head))  # no header, or one named column: ingest.formats.csv_bare
+    if bare is not None:
+        header = bare.names
     if not header:
         first_line = head.split(b"\n", 1)[0]
         nul_at = first_line.find(b"\x00")
@@ -265,7 +269,9 @@ def iter_csv(path: Path, builder: LogBuilder, text_columns: Iterable[str] = ()) 
         types = {c: (pa.string() if (as_text or c in text) else pa.float64()) for c in header}
         convert = pacsv.ConvertOptions(column_types=types, null_values=[""], strings_can_be_null=True)
         # padded names (Ultralytics' right-aligned '      epoch,  train/box_loss'): the trimmed header
-        trimmed = _trimmed_names(head, header)
+        trimmed: dict[str, Any] = (
+            {"column_names": header} if bare is not None and bare.headerless else _trimmed_names(head, header)
+        )
         trimmed["skip_rows"] = trimmed.get("skip_rows", 0) + comments
         read = pacsv.ReadOptions(block_size=CSV_BLOCK_BYTES, **trimmed)
         parse = pacsv.ParseOptions(delimiter=delimiter, invalid_row_handler=row_skipper(invalid))
