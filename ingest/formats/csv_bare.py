@@ -24,10 +24,10 @@ from dataclasses import dataclass
 from typing import Final
 
 from ingest.formats.csv_comments import without_comments
+from ingest.formats.numbers import parse_number
 
 MIN_ROWS: Final = 3
 """Lines of numbers a bare table must start with: fewer say too little about its shape."""
-_NUMBER: Final = re.compile(r"^[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?$|^[-+]?(?:nan|inf|infinity)$", re.IGNORECASE)
 _NAME: Final = re.compile(r"^[A-Za-z_][\w ./()-]{0,63}$")
 ROW_STEP: Final = "(row number)"
 """How the mapping names the step of a table without a step column."""
@@ -57,9 +57,9 @@ def bare_table(head: bytes, delimiter: str = ",") -> BareTable | None:
         return None
     first = _cells(lines[0], delimiter)
     rows = [_cells(line, delimiter) for line in lines[1:]]
-    if not all(len(r) == len(first) and all(_NUMBER.match(c) for c in r) for r in rows):
+    if not all(len(r) == len(first) and all(parse_number(c) is not None for c in r) for r in rows):
         return None
-    if all(_NUMBER.match(c) for c in first):
+    if all(parse_number(c) is not None for c in first):
         return BareTable([f"column_{i}" for i in range(1, len(first) + 1)], headerless=True)
     if len(first) == 1 and _NAME.match(first[0]):
         return BareTable(first, headerless=False)

@@ -22,13 +22,13 @@ layout of a log nobody has seen.
 
 - **A count of the data or steps consumed is no training metric** (round 20: f26b). A field named as a
   count of samples, tokens or examples (``samples``, ``tokens``, ``tokens_seen``, ``num_tokens``,
-  ``consumed_samples``, ``total_tokens``) or of the steps taken (``effective_steps``) says how far the run
+  ``total_tokens``) or of the steps taken (``effective_steps``) says how far the run
   has got, or how big its batches are, not how it trains: it is the progress axis (a cumulative count rises
   by a batch a step) or the batch size, and a stability question never asks for it. A trainer's estimate of
   the time left (``eta``, ``eta_seconds``) counts down with the run the same way. Left out of the series
   (the last value kept in the metadata); a speed (``tokens_per_s``) is a measure and stays, and so does
   the canonical ``tokens`` where it is what that name means, the cumulative count (it never goes down:
-  the Compare page aligns runs by it); a ``tokens`` that does not rise is a batch's size.
+  the Compare page aligns runs by it); a ``tokens`` shown not to rise is a batch's size.
 - **An early stop's state is no training metric.** Its flag (``early_stop: 0`` on a run's last line) and
   its patience count (``patience``, ``num_bad_epochs``) are the trainer's control state, read from the
   evaluations it already logs: left out of the series (the last value kept in the metadata).
@@ -65,13 +65,14 @@ EARLY_STOP: Final = re.compile(
 )
 """An early stop's state: its flag (nanochat's ``early_stop: 0``) or its patience countdown (:func:`moved_fields`)."""
 CONSUMED: Final = re.compile(
-    r"^(?:.*/)?(?:num_|n_|total_|consumed_|cumulative_|seen_)?(?:input_)?(?:samples|tokens|examples|effective_steps)"
+    r"^(?:.*/)?(?:num_|n_|total_|cumulative_|seen_)?(?:input_)?(?:samples|tokens|examples|effective_steps)"
     r"(?:_seen|_consumed|_processed|_so_far)?$"
     r"|^(?:.*/)?eta(?:_s|_sec|_secs|_seconds)?$",
     re.IGNORECASE,
 )
 """A count of the data or steps consumed (``tokens_seen``, ``samples``, ``effective_steps``) or a trainer's
-estimate of the time left (``eta_seconds``): progress, not a measure (:func:`moved_fields`)."""
+estimate of the time left (``eta_seconds``): progress, not a measure (:func:`moved_fields`). Megatron's and
+NeMo's ``consumed_samples`` stays a series (its readers' choice: a batch-size ramp shows in it)."""
 SETTINGS_KEY: Final = "log_settings"
 """The run metadata key the settings moved out of the series go to (``{field: value}``)."""
 
@@ -123,7 +124,7 @@ def moved_fields(values_of: dict[str, np.ndarray]) -> dict[str, tuple[str, float
     for name, values in values_of.items():
         if values.shape[0] == 0:
             continue
-        if CONSUMED.match(name) and not (name in CANONICAL_METRICS and _cumulative(values)):
+        if CONSUMED.match(name) and not (name in CANONICAL_METRICS and not _not_cumulative(values)):
             why = "a count of the data or steps consumed (or of the time left): the run's progress, not a measure"
             out[name] = (why, float(values[-1]))
         elif _metric_like(name):
@@ -143,10 +144,11 @@ def moved_fields(values_of: dict[str, np.ndarray]) -> dict[str, tuple[str, float
     return out
 
 
-def _cumulative(values: np.ndarray) -> bool:
-    """Whether ``values`` (a run's, in record order) never go down over their finite entries."""
+def _not_cumulative(values: np.ndarray) -> bool:
+    """Whether ``values`` (a run's, in record order) are shown not to be a running count: two finite
+    entries or more that go down somewhere or never rise (one value shows nothing)."""
     finite = values[np.isfinite(values)]
-    return finite.shape[0] > 1 and bool(np.all(np.diff(finite) >= 0)) and bool(finite[-1] > finite[0])
+    return finite.shape[0] > 1 and not (bool(np.all(np.diff(finite) >= 0)) and bool(finite[-1] > finite[0]))
 
 
 def setting_value(value: float) -> Any:
