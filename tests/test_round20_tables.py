@@ -1,8 +1,7 @@
-"""Round 20 (#31, f26b): metric tables and JSON histories in layouts the table readers refused or read
-wrong, on synthetic files (own numbers): a headerless table of numbers, a one-column table, an epoch and
-batch-in-epoch pair as the step, launches appended to one history that end with "no time left",
-counters of the data consumed and a time-left estimate as no metrics, Chainer's and a bare step time's
-names."""
+"""Round 20 (#31, f26b): metric tables and JSON histories in layouts the table readers read wrong, on
+synthetic files (own numbers): an epoch and batch-in-epoch pair as the step, launches appended to one
+history that end with "no time left", counters of the data consumed and a time-left estimate as no
+metrics, Chainer's and a bare step time's names."""
 
 from __future__ import annotations
 
@@ -12,9 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ingest.formats import detect, read_log
+from ingest.formats import read_log
 from ingest.formats.aliases import canonical_name
-from ingest.formats.csv_bare import bare_table
 from ingest.formats.field_roles import moved_fields
 
 
@@ -25,44 +23,6 @@ def _write(path: Path, lines: list[str], newline: str = "\n") -> Path:
 
 def _jsonl(path: Path, records: list[dict[str, object]], newline: str = "\n") -> Path:
     return _write(path, [json.dumps(r) for r in records], newline)
-
-
-def test_a_headerless_table_of_numbers_is_read_with_its_columns_proposed(tmp_path: Path) -> None:
-    rows = [f"{5.0 / (i + 1) + 0.3:.2f},{-150 + i * 2.5:.2f}" for i in range(40)]
-    path = _write(tmp_path / "history.txt", rows)
-    assert bare_table(path.read_bytes()) is not None
-    assert detect([path])[0][0] == "csv_wide"
-    parsed = read_log([path])
-    assert parsed.metrics == ["column_1", "column_2"]
-    steps, values = parsed.series("column_1")
-    assert steps.tolist() == list(range(40)) and values[0] == pytest.approx(5.3)  # the row number is the step
-    # the first column never below zero is proposed as the loss (a reward may be negative): --map corrects it
-    assert parsed.meta["proposed_map"] == {"column_1": "loss"}
-    assert parsed.meta["mapping"]["step"] == "(row number)"
-    assert "row number" in parsed.meta["generic_reader"]
-
-
-def test_a_headerless_table_whose_first_column_goes_negative_proposes_the_next(tmp_path: Path) -> None:
-    rows = [f"{-3 + i / 10:.2f},{2.0 - i / 100:.3f}" for i in range(20)]
-    parsed = read_log([_write(tmp_path / "log.csv", rows)])
-    assert parsed.meta["proposed_map"] == {"column_2": "loss"}
-
-
-def test_a_one_column_table_is_read_under_its_name_with_the_row_as_step(tmp_path: Path) -> None:
-    rows = ["losses", *(f"{10.0 / (i + 1)!r}" for i in range(30))]
-    path = _write(tmp_path / "losses.csv", rows, newline="\r\n")
-    parsed = read_log([path])
-    assert parsed.format == "csv_wide"
-    assert parsed.metrics == ["loss"]  # 'losses' is the loss of every row
-    steps, values = parsed.series("loss")
-    assert steps.tolist() == list(range(30)) and values[0] == pytest.approx(10.0)
-    assert parsed.meta["mapping"] == {"step": "(row number)"}
-
-
-def test_text_and_named_tables_are_no_bare_tables() -> None:
-    assert bare_table(b"step,loss\n1,2.0\n2,1.9\n3,1.8\n4,1.7\n") is None
-    assert bare_table(b"epoch 1 loss 2.0\nepoch 2 loss 1.9\nepoch 3 loss 1.8\nepoch 4 loss 1.7\n") is None
-    assert bare_table(b"1.0,2.0\n1.0\n") is None  # too few rows, and ragged
 
 
 def test_an_epoch_and_batch_in_epoch_pair_is_the_step(tmp_path: Path) -> None:

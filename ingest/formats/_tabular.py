@@ -22,7 +22,6 @@ import pyarrow.json as pajson
 from ingest.errors import StabScopeError
 from ingest.formats._common import MAX_SKIPPED_EXAMPLES, LogBuilder
 from ingest.formats.aliases import KeyMap, sanitise_name
-from ingest.formats.csv_bare import bare_table
 from ingest.formats.csv_comments import leading_comments, without_comments
 from ingest.formats.numbers import parse_numbers
 from ingest.formats.raw_text import open_error
@@ -239,7 +238,6 @@ def iter_csv(path: Path, builder: LogBuilder, text_columns: Iterable[str] = ()) 
     except OSError as exc:
         raise open_error(path, exc) from exc
     header, comments = csv_header(head) or [], leading_comments(head)
-    header = bare.names if (bare := bare_table(head, csv_delimiter(head))) else header  # .csv_bare: no header row
     if not header:
         first_line = head.split(b"\n", 1)[0]
         nul_at = first_line.find(b"\x00")
@@ -267,7 +265,7 @@ def iter_csv(path: Path, builder: LogBuilder, text_columns: Iterable[str] = ()) 
         types = {c: (pa.string() if (as_text or c in text) else pa.float64()) for c in header}
         convert = pacsv.ConvertOptions(column_types=types, null_values=[""], strings_can_be_null=True)
         # padded names (Ultralytics' right-aligned '      epoch,  train/box_loss'): the trimmed header
-        trimmed = _trimmed_names(head, header, headerless=bare is not None and bare.headerless)
+        trimmed = _trimmed_names(head, header)
         trimmed["skip_rows"] = trimmed.get("skip_rows", 0) + comments
         read = pacsv.ReadOptions(block_size=CSV_BLOCK_BYTES, **trimmed)
         parse = pacsv.ParseOptions(delimiter=delimiter, invalid_row_handler=row_skipper(invalid))
@@ -297,10 +295,8 @@ def iter_csv(path: Path, builder: LogBuilder, text_columns: Iterable[str] = ()) 
         return
 
 
-def _trimmed_names(head: bytes, header: list[str], headerless: bool = False) -> dict[str, Any]:
+def _trimmed_names(head: bytes, header: list[str]) -> dict[str, Any]:
     """Arrow's read options that name the columns by the trimmed header when the file pads its names."""
-    if headerless:  # the first line is a row: the columns take the names given (ingest.formats.csv_bare)
-        return {"column_names": header}
     first = head.decode("utf-8-sig", errors="replace").split("\n", 1)[0].strip("\r")
     padded = any(c != c.strip() for c in first.split(csv_delimiter(head)))
     return {"column_names": header, "skip_rows": 1} if padded else {}

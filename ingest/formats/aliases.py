@@ -61,7 +61,6 @@ _ALIASES: Final[dict[str, tuple[str, ...]]] = {
         "learning/loss",  # MaxText
         "train/epoch loss",  # Keras, train writer
         "main/loss",  # Chainer's LogReport: the loss the model ('main') reports in training
-        "losses",  # a list of the losses saved as one column (csv.writer over self.losses)
     ),
     "val_loss": (
         "val loss",

@@ -42,7 +42,6 @@ from ingest.formats._tabular import (
 )
 from ingest.formats.base import Reader
 from ingest.formats.column_roles import column_keymap
-from ingest.formats.csv_bare import ROW_STEP, BareTable, bare_loss, bare_table
 from ingest.formats.csv_clocks import add_clock_step_time
 from ingest.formats.csv_comments import (
     MONITOR_CLOCK,
@@ -77,8 +76,6 @@ class WideCsvReader(Reader):
     description = "CSV with a step column and one column per metric (optional rank, wall_time, event)"
 
     def sniff(self, head: bytes, path: Path) -> float:
-        if bare_table(head, csv_delimiter(head)) is not None:  # no header, or one named column: .csv_bare
-            return 0.4
         header, head = csv_header(head), without_comments(head)
         if not header or len(header) < 2:
             return 0.0
@@ -118,7 +115,6 @@ class WideCsvReader(Reader):
             epochs = EpochSteps()
             runs = TableRuns(builder)  # ingest.formats.table_runs: an axis back at its first value
             rows = 0
-            bare = bare_table(read_head(path, 64 * 1024), csv_delimiter(read_head(path, 64 * 1024)))
             if settings := comment_settings(read_head(path, 64 * 1024)):  # ingest.formats.csv_comments
                 builder.meta.setdefault(SETTINGS_KEY, {}).update(settings)
             for table, line in iter_csv(path, builder, text_columns=(EVENT_COLUMN,)):
@@ -146,7 +142,6 @@ class WideCsvReader(Reader):
                 if step_col is None and epoch_col is None:  # no counter: one row per step
                     table = table.append_column(ROW_COLUMN, pa.array(np.arange(rows, rows + table.num_rows)))
                     step_col = ROW_COLUMN
-                    _row_steps(builder, table, bare)
                 rows += table.num_rows
                 if step_col is None:
                     from ingest.errors import StabScopeError
@@ -158,25 +153,6 @@ class WideCsvReader(Reader):
                     )
                 for run in runs.split(table, step_col, (path, line)) if "rank" not in table.column_names else [table]:
                     _add_rows(builder, run, step_col, (path, line), add_loss=not loss, monitor=monitor)
-
-
-def _row_steps(builder: LogBuilder, table: pa.Table, bare: BareTable | None) -> None:
-    """Say in the mapping that the row number is the step (a table with no counter); a headerless
-    table's first never-negative column is proposed as the loss (:mod:`ingest.formats.csv_bare`)."""
-    if "mapping" in builder.meta:
-        return  # said for the file's first rows
-    mapping = {"step": ROW_STEP}
-    if bare is not None and bare.headerless:
-        names = [n for n in bare.names if n in table.column_names]
-        loss = bare_loss(names, [bool(np.all(to_float(table[n])[0] >= 0)) for n in names])
-        builder.meta.setdefault("proposed_map", {}).update(loss)
-        mapping.update({role: name for name, role in loss.items()})
-    builder.meta["mapping"] = mapping
-    builder.meta["generic_reader"] = (
-        "read as a table with no step column, the row number as the step"
-        + (" and its columns named by their place" if bare is not None and bare.headerless else "")
-        + ": correct the roles with --map NAME=ROLE"
-    )
 
 
 def _axes(header: Sequence[str]) -> list[str | None]:
