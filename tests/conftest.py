@@ -39,6 +39,7 @@ TIERS: dict[str, str] = {
             "nonfinite_episodes",
             "f26a_end_and_nan_rises",
             "f25d_dip_climbs",
+            "round20_tables",
             "f25d_named_metrics",
             "run23_running_means",
             "round18_import_faults",

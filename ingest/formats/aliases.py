@@ -60,6 +60,7 @@ _ALIASES: Final[dict[str, tuple[str, ...]]] = {
         "train/crossentropyloss",  # OLMo
         "learning/loss",  # MaxText
         "train/epoch loss",  # Keras, train writer
+        "main/loss",  # Chainer's LogReport: the loss the model ('main') reports in training
     ),
     "val_loss": (
         "val loss",
@@ -80,6 +81,9 @@ _ALIASES: Final[dict[str, tuple[str, ...]]] = {
         "test/loss",
         "validation metrics/loss",  # torchtitan
         "validation/epoch loss",  # Keras, validation writer
+        # Chainer's LogReport: an Evaluator extension reports under its name ('validation') the
+        # observations of the model ('main'), so the model's loss on the validation set is this
+        "validation/main/loss",
     ),
     "lr": (
         "lr",
@@ -281,8 +285,9 @@ _STEP_TIME_SHAPES: Final = (
         rf"^(?:train |training )?(?:elapsed |wall )?(?:(?:step|iter|iteration|batch) ?time|time per {_STEP})"
         rf"(?: in)?(?: {_SECONDS})?$"
     ),
-    # a step's time named by its unit alone: 'step_ms', 'iter_sec' (a spelled unit: 'step_s' may count steps)
-    re.compile(r"^(?:train |training )?(?:step|iter|iteration|batch) (?P<unit>ns|us|µs|ms|sec|secs|seconds)$"),
+    # a step's time named by the step and its unit alone: 'step_ms', 'iter_sec' (round 20: f26b, f26d); a
+    # bare 's' is left out ('step_s' may count steps)
+    re.compile(r"^(?:train |training )?(?:step|iter|iteration|batch) (?P<unit>ns|us|µs|ms|msec|sec|secs|seconds)$"),
 )
 _DEVICE: Final = r"(?:gpu|device|dev|rank|chip|core|worker)"
 _PER: Final = r"\s*(?:/|per)\s*"

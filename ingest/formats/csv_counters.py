@@ -56,15 +56,6 @@ def step_like_column(columns: Sequence[str]) -> str | None:
     return next((c for c in columns if is_step_like(c)), None)
 
 
-_BATCH_COUNTERS: Final = frozenset({("batch",), ("batch", "idx"), ("batch", "index"), ("batch", "id"), ("batch", "no")})
-
-
-def batch_counter_column(columns: Sequence[str]) -> str | None:
-    """The first in-epoch batch index of a header (``Batch``, ``batch_idx``; None when there is none):
-    beside an epoch column that repeats over rows, it counts the batches within each epoch."""
-    return next((c for c in columns if tuple(_words(c)) in _BATCH_COUNTERS), None)
-
-
 def episode_column(columns: Sequence[str]) -> str | None:
     """The first lone episode index of a header (``Episode``, ``episodes``; None when there is none)."""
     return next((c for c in columns if _words(c) in (["episode"], ["episodes"])), None)

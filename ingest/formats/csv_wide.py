@@ -52,7 +52,6 @@ from ingest.formats.csv_comments import (
     without_comments,
 )
 from ingest.formats.csv_counters import (
-    batch_counter_column,
     episode_column,
     is_run_clock,
     proposed_loss,
@@ -65,6 +64,7 @@ from ingest.formats.lightning_eval import eval_epoch_keymap, without_eval_batch_
 from ingest.formats.raw_text import read_head
 from ingest.formats.run_loss import add_run_loss
 from ingest.formats.run_totals import summary_rows
+from ingest.formats.table_axes import BATCH_IN_EPOCH
 from ingest.formats.table_runs import TableRuns
 from ingest.formats.value_column import name_value_column
 
@@ -135,16 +135,11 @@ class WideCsvReader(Reader):
                     builder.meta.setdefault("proposed_map", {}).update(loss)
                 step_col = find_column(table.column_names, STEP_COLUMNS) or step_like_column(table.column_names)
                 epoch_col = find_column(table.column_names, EPOCH_COLUMNS)
-                batch_col = batch_counter_column(table.column_names) if step_col is None else None
-                if (
-                    epoch_col is not None
-                    and batch_col is not None
-                    and _whole(table, batch_col)
-                    and _repeats(table, epoch_col)
-                ):
-                    step_col = batch_col  # rows within each epoch: the batch index restarts as the epoch grows
-                    table = epochs.global_steps(table, step_col, epoch_col)
-                elif step_col is None and epoch_col is not None and _whole(table, epoch_col):
+                if step_col is None and epoch_col is not None and _repeats(table, epoch_col):
+                    # a batch index within an epoch that spans rows (.table_axes); one row per epoch keeps the epoch
+                    # as its axis, whatever a 'batch' column holds (a batch size)
+                    step_col = _batch_in_epoch(table)
+                if step_col is None and epoch_col is not None and _whole(table, epoch_col):
                     step_col = epoch_col  # one row per epoch: the epoch is the step axis
                 elif step_col is not None and epoch_col is not None:
                     table = epochs.global_steps(table, step_col, epoch_col)
@@ -222,6 +217,12 @@ def _is_number(text: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+def _batch_in_epoch(table: pa.Table) -> str | None:
+    """The column of whole numbers that names a batch's index within the epoch (``Batch``), if any."""
+    col = find_column(table.column_names, BATCH_IN_EPOCH)
+    return col if col is not None and _whole(table, col) else None
 
 
 def _whole(table: pa.Table, col: str) -> bool:

@@ -20,6 +20,15 @@ layout of a log nobody has seen.
   trains (the distance the noise moved the policy, ``param_noise_distance``, is a measure and stays):
   left out of the series (their last value kept in the metadata).
 
+- **A count of the data or steps consumed is no training metric** (round 20: f26b). A field named as a
+  count of samples, tokens or examples (``samples``, ``tokens``, ``tokens_seen``, ``num_tokens``,
+  ``total_tokens``) or of the steps taken (``effective_steps``) says how far the run
+  has got, or how big its batches are, not how it trains: it is the progress axis (a cumulative count rises
+  by a batch a step) or the batch size, and a stability question never asks for it. A trainer's estimate of
+  the time left (``eta``, ``eta_seconds``) counts down with the run the same way. Left out of the series
+  (the last value kept in the metadata); a speed (``tokens_per_s``) is a measure and stays, and so does
+  the canonical ``tokens`` where it is what that name means, the cumulative count (it never goes down:
+  the Compare page aligns runs by it); a ``tokens`` shown not to rise is a batch's size.
 - **An early stop's state is no training metric.** Its flag (``early_stop: 0`` on a run's last line) and
   its patience count (``patience``, ``num_bad_epochs``) are the trainer's control state, read from the
   evaluations it already logs: left out of the series (the last value kept in the metadata).
@@ -55,6 +64,15 @@ EARLY_STOP: Final = re.compile(
     re.IGNORECASE,
 )
 """An early stop's state: its flag (nanochat's ``early_stop: 0``) or its patience countdown (:func:`moved_fields`)."""
+CONSUMED: Final = re.compile(
+    r"^(?:.*/)?(?:num_|n_|total_|cumulative_|seen_)?(?:input_)?(?:samples|tokens|examples|effective_steps)"
+    r"(?:_seen|_consumed|_processed|_so_far)?$"
+    r"|^(?:.*/)?eta(?:_s|_sec|_secs|_seconds)?$",
+    re.IGNORECASE,
+)
+"""A count of the data or steps consumed (``tokens_seen``, ``samples``, ``effective_steps``) or a trainer's
+estimate of the time left (``eta_seconds``): progress, not a measure (:func:`moved_fields`). Megatron's and
+NeMo's ``consumed_samples`` stays a series (its readers' choice: a batch-size ramp shows in it)."""
 SETTINGS_KEY: Final = "log_settings"
 """The run metadata key the settings moved out of the series go to (``{field: value}``)."""
 
@@ -88,7 +106,11 @@ def candidate(name: str, first: np.ndarray, roles: Any = ()) -> bool:
     """Whether a rule may move field ``name`` whose first rows hold ``first`` (a cheap test before its
     rows are gathered); ``roles``: names a reader proposed a role for (the generic reader's
     ``proposed_map``), never moved."""
-    if _metric_like(name) or name in roles:
+    if name in roles:
+        return False
+    if CONSUMED.match(name):
+        return True
+    if _metric_like(name):
         return False
     if PASS_TIMING.match(name) or EXPLORATION.match(name) or EARLY_STOP.match(name):
         return True
@@ -100,9 +122,14 @@ def moved_fields(values_of: dict[str, np.ndarray]) -> dict[str, tuple[str, float
     that are not metric series by the rules above."""
     out: dict[str, tuple[str, float]] = {}
     for name, values in values_of.items():
-        if _metric_like(name) or values.shape[0] == 0:
+        if values.shape[0] == 0:
             continue
-        if PASS_TIMING.match(name):
+        if CONSUMED.match(name) and not (name in CANONICAL_METRICS and not _not_cumulative(values)):
+            why = "a count of the data or steps consumed (or of the time left): the run's progress, not a measure"
+            out[name] = (why, float(values[-1]))
+        elif _metric_like(name):
+            continue
+        elif PASS_TIMING.match(name):
             out[name] = ("the timing of an evaluation or training pass, not of an optimizer step", float(values[-1]))
         elif EXPLORATION.match(name):
             out[name] = (
@@ -115,6 +142,13 @@ def moved_fields(values_of: dict[str, np.ndarray]) -> dict[str, tuple[str, float
         elif values.shape[0] >= MIN_CONSTANT_RECORDS and np.isfinite(values[0]) and bool((values == values[0]).all()):
             out[name] = (f"one value on all {values.shape[0]} records: a setting of the run", float(values[0]))
     return out
+
+
+def _not_cumulative(values: np.ndarray) -> bool:
+    """Whether ``values`` (a run's, in record order) are shown not to be a running count: two finite
+    entries or more that go down somewhere or never rise (one value shows nothing)."""
+    finite = values[np.isfinite(values)]
+    return finite.shape[0] > 1 and not (bool(np.all(np.diff(finite) >= 0)) and bool(finite[-1] > finite[0]))
 
 
 def setting_value(value: float) -> Any:

@@ -5,6 +5,12 @@
   other counter (Lightning's and YOLO's ``epoch``, Keras' ``epoch`` next to ``step``) is no series to
   draw or to find spikes in. So are W&B's own clocks (``_runtime``: seconds since the start;
   ``_timestamp``: the wall clock) in its run-history export: the time axis, not a training quantity.
+- **A batch counter within the epoch** (round 20: f26b). Beside an ``epoch`` column and no step column, a
+  column named as the batch's index (``batch``, ``batch_idx``, ``iter_in_epoch`` ...) holding whole numbers
+  counts the batches of the epoch: with the epoch it is the step column (``epoch * batches_per_epoch + batch``,
+  :class:`~ingest.formats.epoch_steps.EpochSteps`; a counter that never restarts is kept as written), an
+  axis, never a metric. A table logged one row per batch read one row per epoch would keep one record in
+  twenty (a GAN's ``Epoch,Batch,Gen Loss,Disc Loss``).
 - **Param-group learning rates.** A table holding two or more learning rates of numbered optimizer
   param groups and no plain ``lr`` (Ultralytics' ``lr/pg0, lr/pg1, lr/pg2``; an LR monitor's
   ``lr-SGD/pg1, lr-SGD/pg2``; YOLOv5's ``x/lr0, x/lr1, x/lr2``: a numbered ``lrN``) stores one of
@@ -45,6 +51,22 @@ AXIS_COUNTERS: Final = frozenset(
 )
 """Column names (compared stripped and lower-cased) that count epochs or steps, or W&B's clocks: axes,
 never metrics."""
+
+BATCH_IN_EPOCH: Final = (
+    "batch",
+    "batch_idx",
+    "batch_index",
+    "batch_id",
+    "batch_num",
+    "batch_no",
+    "i_batch",
+    "ibatch",
+    "iter_in_epoch",
+    "step_in_epoch",
+    "epoch_step",
+    "epoch_iter",
+)
+"""Column names (compared lower-cased) of a batch's index within the epoch: a step axis beside ``epoch``."""
 
 _PLAIN_LR: Final = frozenset({"lr", "learning_rate", "learning rate", "train/lr", "train/learning_rate"})
 _GROUP_LR: Final = re.compile(

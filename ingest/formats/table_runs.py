@@ -30,6 +30,7 @@ import pyarrow as pa
 
 from ingest.formats._common import LogBuilder
 from ingest.formats._tabular import to_float
+from ingest.formats.launch_ends import LaunchState, time_left
 
 APPENDED_HISTORY_RULE: Final = (
     "a history each launch appends to (JSON Lines): a step back to 0 or 1 starts a run; a step back to any"
@@ -52,9 +53,13 @@ class TableRuns:
         self.at_lowest = at_lowest
         self.lowest = np.inf
         self.last = np.nan
+        self.launch = LaunchState()  # ingest.formats.launch_ends
 
-    def starts(self, steps: npt.NDArray[np.float64]) -> list[int]:
-        """Positions in ``steps`` (this chunk, file order; NaN = no step) where a fresh run starts."""
+    def starts(
+        self, steps: npt.NDArray[np.float64], ends: tuple[npt.NDArray[np.bool_], npt.NDArray[np.bool_]] | None = None
+    ) -> list[int]:
+        """Positions in ``steps`` (this chunk, file order; NaN = no step) where a fresh run starts;
+        ``ends``: which rows end their launch and which print the time left (:mod:`ingest.formats.launch_ends`)."""
         found: list[int] = []
         at = np.flatnonzero(np.isfinite(steps))
         if at.shape[0] == 0:
@@ -64,6 +69,14 @@ class TableRuns:
         lowest = np.minimum.accumulate(np.concatenate([[self.lowest], shown[:-1]]))
         fresh = (shown < prev) & (((shown <= lowest) & self.at_lowest) | (shown <= 1))
         self.last, self.lowest = float(shown[-1]), float(min(self.lowest, shown.min()))
+        finished, says = ends if ends is not None else (np.zeros(steps.shape, bool), np.zeros(steps.shape, bool))
+        finished, says = finished[at], says[at]
+        if not (np.any(shown < prev) or finished.any() or self.launch.finished):
+            self.launch.rising(shown)  # no launch ended in the chunk: its state only
+            return [int(i) for i in at[fresh]]
+        for i in range(shown.shape[0]):
+            fresh[i] = self.launch.fresh(float(shown[i]), bool(says[i]), bool(fresh[i]))
+            self.launch.advance(float(shown[i]), bool(fresh[i]), bool(finished[i]))
         return [int(i) for i in at[fresh]]
 
     def split(self, table: pa.Table, step_col: str, where: tuple[Path, int] | None = None) -> Iterator[pa.Table]:
@@ -79,12 +92,14 @@ class TableRuns:
                     self.builder.skip(where[0], where[1] + int(row), "duplicate record (the same line again)")
             table = table.filter(pa.array(~repeats))
             steps, has = steps[~repeats], has[~repeats]
-        for run in self.split_steps(np.where(has, steps, np.nan)):
+        for run in self.split_steps(np.where(has, steps, np.nan), time_left(table)):
             yield table.slice(run.start, run.stop - run.start)
 
-    def split_steps(self, steps: npt.NDArray[np.float64]) -> Iterator[slice]:
+    def split_steps(
+        self, steps: npt.NDArray[np.float64], ends: tuple[npt.NDArray[np.bool_], npt.NDArray[np.bool_]] | None = None
+    ) -> Iterator[slice]:
         """:meth:`split` for a reader that adds rows from arrays: each run's slice of ``steps``."""
-        bounds = [0, *self.starts(steps), steps.shape[0]]
+        bounds = [0, *self.starts(steps, ends), steps.shape[0]]
         for i, (lo, hi) in enumerate(pairwise(bounds)):
             if i > 0:
                 self.builder.run_starts.setdefault(self.stream, []).append(self.builder.reserve(0))

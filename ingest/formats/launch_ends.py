@@ -1,0 +1,78 @@
+"""Where a launch appended to a metrics table ended, by what its records say (round 20: f26b, issue #31).
+
+:mod:`ingest.formats.table_runs` cuts a table into runs where its step goes back to 0 or 1 (or to the
+smallest step seen). Two more signs of a fresh launch hold for any table, whatever its first step:
+
+- **A step below the first step its run logged** starts a fresh run. A resume from a checkpoint goes
+  back to a step the run passed after its first log (a checkpoint is saved while it trains); a launch
+  that logs below where the run began logging counts from its own start (detectron2's 10-iteration
+  smoke runs logging iteration 9 after a run that began at 19).
+- **A record after its launch's last** starts a fresh run unless it continues the run's step grid. A
+  trainer that prints the time it has left (detectron2's and MMEngine's ``eta_seconds``/``eta``) prints 0
+  on the last record of a launch that ran to its planned end; the next record that prints the time left
+  again is another launch's. It is the same run only when its step is the next one on the finished run's
+  logging grid (a resume to a longer schedule: ``299`` then ``319``, every 20); a run of one record has no
+  grid to continue. A record without the field (an evaluation written at the last step) ends nothing.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Final
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+
+from ingest.formats._tabular import find_column, to_float
+
+TIME_LEFT: Final = ("eta_seconds", "eta", "eta_s", "time_left", "remaining_time")
+"""A record's estimate of the time its launch has left, in seconds: 0 on a finished launch's last record."""
+
+
+def time_left(table: pa.Table) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.bool_]] | None:
+    """``(finished, says)`` per row: the time left is 0, the row prints it; None without the field."""
+    col = find_column(table.column_names, TIME_LEFT)
+    if col is None:
+        return None
+    values, has = to_float(table[col])
+    says = has & np.isfinite(values)
+    return says & (values == 0), says
+
+
+@dataclass
+class LaunchState:
+    """What the rules need of the records before a chunk: the current run's first step, the last step
+    (NaN: none yet), the run's logging period (NaN: unknown) and whether the last record ended its launch."""
+
+    run_first: float = math.nan
+    last: float = math.nan
+    period: float = math.nan
+    finished: bool = False
+
+    def fresh(self, step: float, says: bool, base_rule: bool) -> bool:
+        """Whether a record of ``step`` (``says``: it prints the time left) starts a fresh run;
+        ``base_rule``: the table rule's own verdict (a step back to 0 or 1)."""
+        if math.isnan(self.last):
+            return False
+        if base_rule or step < self.run_first:
+            return True
+        return self.finished and says and not (self.period > 0 and step == self.last + self.period)
+
+    def advance(self, step: float, fresh: bool, finished: bool) -> None:
+        """Take a record of ``step`` (``fresh``: it starts a run) into the state."""
+        if fresh or math.isnan(self.run_first):
+            self.run_first, self.period = step, math.nan
+        elif step > self.last:
+            self.period = step - self.last
+        self.last, self.finished = step, finished
+
+    def rising(self, steps: npt.NDArray[np.float64]) -> None:
+        """Take a chunk of records whose ``steps`` never go back and none of which ends its launch."""
+        if math.isnan(self.run_first):
+            self.run_first = float(steps[0])
+        before = np.concatenate([[self.last], steps]) if not math.isnan(self.last) else steps
+        if before.shape[0] > 1 and before[-1] > before[-2]:
+            self.period = float(before[-1] - before[-2])
+        self.last, self.finished = float(steps[-1]), False
