@@ -62,6 +62,7 @@ from ingest.formats.generic_units import (
     MIN_UNNAMED_LINES,
     bare_time_unit,
     is_clock,
+    is_countdown,
     line_time,
     mfu_unit,
     speed_series,
@@ -165,6 +166,7 @@ def propose(lines: Sequence[str], step_key: str | None = None) -> Proposal | Non
             if n not in CANONICAL_METRICS
             and test(normalise_key(k), units[n])
             and not (role == "step_time_s" and is_clock(seen[n], MIN_UNNAMED_LINES))
+            and not (role == "step_time_s" and _epoch_wide(normalise_key(first_key[n]), proposal.step))
         ]
         if len(fits) > 1:  # 'batch_loss' beside 'running_loss': the running average is no measurement
             fits = [n for n in fits if not _RUNNING.match(normalise_key(first_key[n]))] or fits
@@ -174,6 +176,13 @@ def propose(lines: Sequence[str], step_key: str | None = None) -> Proposal | Non
             proposal.roles[role] = fits[0]  # as stored: the name --map takes
             proposal.extra[fits[0]] = role
     return proposal
+
+
+def _epoch_wide(key: str, step: str) -> bool:
+    """Whether a time named for an epoch (``epoch_time: 95.0min``, ``time_per_epoch``) is printed on
+    lines that count steps, not epochs: the epoch's time (or what remains of it), never one step's
+    (round 20: f26c; MiniMind's ``epoch_time`` counts the epoch's remaining minutes down to 0)."""
+    return "epoch" in key and normalise_key(step) != "epoch"
 
 
 _RUNNING: Final = re.compile(r"^(?:running|smoothed|avg|average|mean|ema)[ _]")
@@ -334,6 +343,9 @@ class GenericReader(Reader):
             for (name, unit), (steps, values, order) in rows.items():
                 if name == "epoch" and all(v == int(v) for v in values if math.isfinite(v)):
                     continue  # a whole epoch beside the step counter is an axis, not a metric (round 17)
+                if unit in TIME_UNITS and name not in CANONICAL_METRICS and is_countdown(values, MIN_LAYOUT_LINES):
+                    builder.meta.setdefault("time_left_dropped", []).append(name)
+                    continue  # a time left (an ETA counting down to 0), no measurement of the run
                 if placeholder(name, values):
                     builder.meta.setdefault("placeholders_dropped", []).append(name)
                     continue
