@@ -1,0 +1,101 @@
+"""Round 20 (f26c, #31): consoles whose steps, times or axes were misread. Every input here is synthetic
+(own numbers in the layout of the shape each rule is about); none reads a corpus file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ingest.formats import FALLBACK_READERS, read_log
+from ingest.formats.generic_units import is_countdown
+from tests.conftest import metric_series, write_log_lines
+
+
+def _names(parsed: object) -> set[str]:
+    return set(parsed.table["metric"].to_pylist())  # type: ignore[attr-defined]
+
+
+def _epoch_paren_console(epochs: int, per_epoch: int, every: int) -> list[str]:
+    """``Epoch:[E/M](S/N), loss: x, lr: y, epoch_time: Tmin``: the step of the epoch in parentheses, the
+    epoch's remaining minutes counting down to 0."""
+    lines = ["Model Params: 12.50M", "Trainable Params: 12.5M"]
+    for e in range(1, epochs + 1):
+        steps = [*range(every, per_epoch, every), per_epoch]
+        for s in steps:
+            left = (per_epoch - s) / per_epoch * 80.0
+            lines.append(
+                f"Epoch:[{e}/{epochs}]({s}/{per_epoch}), loss: {6.0 - e * 0.5 - s / per_epoch:.4f}, "
+                f"aux_loss: 0.0000, lr: {0.0005 / e:.8f}, epoch_time: {left:.1f}min"
+            )
+    return lines
+
+
+@pytest.mark.parametrize("readers", [None, FALLBACK_READERS])
+def test_epoch_then_parenthesised_step_counts_the_epochs_steps(tmp_path: Path, readers: object) -> None:
+    parsed = read_log([write_log_lines(tmp_path, _epoch_paren_console(2, 200, 10))], reader_set=readers)  # type: ignore[arg-type]
+    steps, losses = metric_series(parsed, "loss")
+    assert len(steps) == 40 and steps == sorted(steps)
+    assert steps[0] == 10 and steps[19] == 200 and steps[20] > 200  # the second epoch continues the axis
+    assert losses[0] == pytest.approx(6.0 - 0.5 - 0.05)
+    assert len(metric_series(parsed, "lr")[0]) == 40
+    # the epoch's time left is no step time and no metric
+    assert "step_time_s" not in _names(parsed) and "step_time_s" not in parsed.meta["mapping"]
+    assert not any(n.startswith("epoch_time") for n in _names(parsed))
+
+
+def test_a_time_counting_down_to_zero_is_a_time_left() -> None:
+    assert is_countdown([130.0, 112.0, 105.0, 102.0, 101.0, 99.0, 99.0, 40.0, 3.0, 0.0], 3)
+    assert is_countdown([50.0, 40.0, 41.0, 30.0, 20.0, 10.0, 9.0, 8.0, 5.0, 4.0, 2.0, 1.0, 0.5], 3)
+    assert not is_countdown([1.2, 1.1, 1.3, 1.2, 1.1, 1.2], 3)  # a step time wanders around its level
+    assert not is_countdown([10.0, 9.0, 8.0, 7.0, 6.0, 5.5], 3)  # speeding up, never near nothing
+    assert not is_countdown([3.0, 0.0], 3)  # too few lines
+
+
+def test_an_epoch_time_on_step_lines_is_no_step_time(tmp_path: Path) -> None:
+    lines = [
+        f"epoch 1 step {s} | loss: {3.0 - s / 1000:.3f} | epoch_time: {60.0 + (s % 3):.1f}s" for s in range(10, 310, 10)
+    ]
+    parsed = read_log([write_log_lines(tmp_path, lines)])
+    assert "step_time_s" not in _names(parsed)
+    assert "step_time_s" not in parsed.meta.get("proposed_map", {}).values()  # the import applies it
+    assert "step_time_s" not in parsed.meta["mapping"]
+
+
+def test_keras_bar_time_per_step_is_the_step_time(tmp_path: Path) -> None:
+    lines = []
+    for e in range(1, 6):
+        lines += [
+            f"Epoch {e}/5",
+            f" 10/120 [==>...........................] - ETA: 5s - loss: {2.5 - e * 0.1:.4f} - acc: 0.3000",
+            f"120/120 [==============================] - {4 + e % 2}s {30 + e}ms/step - loss: {2.0 - e * 0.1:.4f}"
+            f" - acc: 0.5000 - val_loss: {2.1 - e * 0.1:.4f} - val_acc: 0.4000",
+        ]
+    parsed = read_log([write_log_lines(tmp_path, lines)])
+    steps, times = metric_series(parsed, "step_time_s")
+    assert steps == [1, 2, 3, 4, 5]
+    assert times == pytest.approx([0.031, 0.032, 0.033, 0.034, 0.035])
+    assert metric_series(parsed, "epoch_time_s")[1] == pytest.approx([5.0, 4.0, 5.0, 4.0, 5.0])
+
+
+def test_keras_console_without_batch_time_keeps_the_epoch_seconds(tmp_path: Path) -> None:
+    lines = []
+    for e in range(1, 4):
+        lines += [f"Epoch {e}/3", f"{200 + e}s - loss: {3.0 - e * 0.2:.4f} - acc: 0.3 - val_loss: 2.9 - val_acc: 0.3"]
+    parsed = read_log([write_log_lines(tmp_path, lines)])
+    assert metric_series(parsed, "step_time_s")[1] == pytest.approx([201.0, 202.0, 203.0])
+
+
+def test_hf_console_epoch_is_an_axis_not_a_metric(tmp_path: Path) -> None:
+    lines = [
+        f"{{'loss': {2.0 - i * 0.05:.4f}, 'grad_norm': 1.{i}, 'learning_rate': 0.0005, 'epoch': {i * 0.25:.2f}}}"
+        for i in range(1, 21)
+    ]
+    lines.append("{'eval_loss': 1.5, 'eval_runtime': 10.2, 'epoch': 5.0}")
+    lines.append(
+        "{'train_runtime': 100.0, 'train_samples_per_second': 2.3, 'train_loss': 1.6, 'epoch': 5.0}",
+    )
+    parsed = read_log([write_log_lines(tmp_path, lines)])
+    assert parsed.format == "hf_console"
+    assert "epoch" not in _names(parsed) and "eval_epoch" not in _names(parsed)
+    assert len(metric_series(parsed, "loss")[0]) == 20
