@@ -99,3 +99,34 @@ def test_hf_console_epoch_is_an_axis_not_a_metric(tmp_path: Path) -> None:
     assert parsed.format == "hf_console"
     assert "epoch" not in _names(parsed) and "eval_epoch" not in _names(parsed)
     assert len(metric_series(parsed, "loss")[0]) == 20
+
+
+def _nanochat_like(total: int, lrm: float) -> list[str]:
+    """Step lines ``step N (p%) | loss: x | lrm: m | dt: t ms | tok/sec: n``, an evaluation line of the
+    split's measure only, capitalised (``Step 00000 | Validation bpb: x``) before the first and after
+    the last step line."""
+    lines = ["Starting training", f"Step 00000 | Validation bpb: {3.5:.4f}"]
+    for s in range(1, total):
+        lines.append(
+            f"step {s:05d} ({100 * s / total:.2f}%) | loss: {6.0 - s * 0.01:.6f} | lrm: {lrm:.2f} | "
+            f"dt: {40 + s % 5:.2f}ms | tok/sec: 12,{500 + s:03d} | mfu: 1.10 | total time: 0.01m"
+        )
+    lines.append(f"Step {total:05d} | Validation bpb: {2.9:.4f}")
+    lines.append("Minimum validation bpb: 2.9000")
+    return lines
+
+
+@pytest.mark.parametrize("readers", [None, FALLBACK_READERS])
+def test_evaluation_lines_of_a_split_measure_at_the_runs_ends_are_kept(tmp_path: Path, readers: object) -> None:
+    parsed = read_log([write_log_lines(tmp_path, _nanochat_like(30, 0.5))], reader_set=readers)  # type: ignore[arg-type]
+    bpb = [n for n in _names(parsed) if "bpb" in n.lower()]
+    assert len(bpb) == 1
+    steps, values = metric_series(parsed, bpb[0])
+    assert steps == [0, 30] and values == pytest.approx([3.5, 2.9])
+
+
+def test_a_flat_learning_rate_multiplier_stays_a_series(tmp_path: Path) -> None:
+    """A constant ``lrm`` is the LR schedule's (flat here), not a setting of the run."""
+    parsed = read_log([write_log_lines(tmp_path, _nanochat_like(30, 1.0))])
+    steps, values = metric_series(parsed, "lrm")
+    assert len(steps) == 29 and set(values) == {1.0}
