@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from ingest.formats import FALLBACK_READERS, read_log
+from ingest.formats.aliases import canonical_name
 from ingest.formats.generic_units import is_countdown
 from tests.conftest import metric_series, write_log_lines
 
@@ -130,3 +131,19 @@ def test_a_flat_learning_rate_multiplier_stays_a_series(tmp_path: Path) -> None:
     parsed = read_log([write_log_lines(tmp_path, _nanochat_like(30, 1.0))])
     steps, values = metric_series(parsed, "lrm")
     assert len(steps) == 29 and set(values) == {1.0}
+
+
+def test_a_step_word_with_its_time_unit_is_the_step_time(tmp_path: Path) -> None:
+    assert canonical_name("step_ms") == ("step_time_s", "ms")
+    assert canonical_name("iter_msec") == ("step_time_s", "ms")
+    assert canonical_name("steps_s")[0] != "step_time_s"  # a bare 's' may be a speed
+    lines = ['{"compiled_memory": {"temp_size_in_bytes": 2048}}']
+    lines += [
+        f'{{"grad_norm": 1.{s}, "learning_rate": 0.001, "loss": {5.0 - s * 0.01}, "step": {s}, '
+        f'"step_ms": {3700.0 + s}, "tokens_per_second": 566000.5}}'
+        for s in range(1, 21)
+    ]
+    parsed = read_log([write_log_lines(tmp_path, lines, "metrics.jsonl")])
+    steps, times = metric_series(parsed, "step_time_s")
+    assert len(steps) == 20 and times[0] == pytest.approx(3.701)
+    assert "step_ms" not in _names(parsed)

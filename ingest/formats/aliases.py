@@ -281,6 +281,9 @@ _STEP_TIME_SHAPES: Final = (
         rf"^(?:train |training )?(?:elapsed |wall )?(?:(?:step|iter|iteration|batch) ?time|time per {_STEP})"
         rf"(?: in)?(?: {_SECONDS})?$"
     ),
+    # a step word and its unit, no 'time' between (a JAX harness's 'step_ms', 'iter_msec'; round 20: f26c):
+    # never a bare 's' ('steps_s' may be a speed)
+    re.compile(r"^(?:train |training )?(?:step|iter|iteration) (?P<unit>ms|msec|us|µs|ns|sec|secs|seconds)$"),
 )
 _DEVICE: Final = r"(?:gpu|device|dev|rank|chip|core|worker)"
 _PER: Final = r"\s*(?:/|per)\s*"
@@ -309,7 +312,7 @@ def by_shape(key: str) -> tuple[str, str | None] | None:
     return None
 
 
-_SECONDS_SPELLED: Final = {"second": "s", "seconds": "s"}
+_SECONDS_SPELLED: Final = {"second": "s", "seconds": "s", "msec": "ms"}
 
 
 def canonical_name(raw: str) -> tuple[str, str | None]:
