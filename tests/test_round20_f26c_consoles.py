@@ -147,3 +147,58 @@ def test_a_step_word_with_its_time_unit_is_the_step_time(tmp_path: Path) -> None
     steps, times = metric_series(parsed, "step_time_s")
     assert len(steps) == 20 and times[0] == pytest.approx(3.701)
     assert "step_ms" not in _names(parsed)
+
+
+def _paddle_like(epochs: int, with_infer: bool) -> list[str]:
+    """``epoch: E, batch_id: B, AUC:x, loss:y, avg_reader_cost: r sec, avg_batch_cost: c sec, avg_samples: n,
+    ips: v ins/s`` every 400 batches (the batch restarting each epoch), ``epoch: E done, ..., epoch time: T s``
+    after each epoch; then, optionally, a pasted inference run over saved checkpoints (no loss)."""
+    lines = ["2024-01-01 10:00:00,000 - INFO - train_batch_size: 512, epochs: 4, print_interval: 400"]
+    for e in range(epochs):
+        for b in (0, 400, 800, 1200):
+            lines.append(
+                f"2024-01-01 10:{e:02d}:{b // 100:02d},000 - INFO - epoch: {e}, batch_id: {b}, "
+                f"AUC:0.{80 + e}{b // 400}, ACC:0.70, loss:{0.5 - e * 0.05 - b / 40000:.5f}, "
+                "avg_reader_cost: 0.00012 sec, avg_batch_cost:"
+                f" {0.5 + b / 100000:.5f} sec, avg_samples: 512.00000, ips: {1000 + b:.3f} ins/s"
+            )
+        lines.append(
+            f"2024-01-01 10:{e:02d}:59,000 - INFO - epoch: {e} done, AUC: 0.85,ACC: 0.70,loss:0.2, "
+            f"epoch time: {900 + e:.2f} s"
+        )
+    if with_infer:
+        lines.append("user@host:~$ python -u infer.py -m config.yaml")
+        for k in range(1, epochs):
+            lines.append(f"2024-01-01 11:00:0{k},000 - INFO - load model epoch {k}")
+            lines.append(
+                f"2024-01-01 11:00:0{k},500 - INFO - epoch: {k}, batch_id: 0, AUC: 0.9{k},ACC: 0.80, avg_reader_cost:"
+                f" 0.0005 sec, avg_batch_cost: 0.002 sec, avg_samples: 512.00000, ips: 5000.{k} ins/s"
+            )
+            lines.append(
+                f"2024-01-01 11:00:0{k},900 - INFO - epoch: {k} done, AUC: 0.9{k},ACC: 0.80, epoch time: 70.{k} s"
+            )
+    return lines
+
+
+@pytest.mark.parametrize("readers", [None, FALLBACK_READERS])
+def test_epoch_and_batch_id_console_counts_batches_across_epochs(tmp_path: Path, readers: object) -> None:
+    parsed = read_log([write_log_lines(tmp_path, _paddle_like(4, False))], reader_set=readers)  # type: ignore[arg-type]
+    steps, _ = metric_series(parsed, "loss")
+    assert steps == [e * 1600 + b for e in range(4) for b in (0, 400, 800, 1200)]
+    assert "batch_id" not in _names(parsed)
+    assert metric_series(parsed, "samples_per_s")[1][:2] == pytest.approx([1000.0, 1400.0])  # 'ins/s'
+    # the batch's cost is the step time (the reader's share is not)
+    assert parsed.meta["proposed_map"].get("avg_batch_cost_s") == "step_time_s"
+    # the epoch's closing line gives the epoch's time at its last step, and no second loss
+    epoch_steps, epoch_times = metric_series(parsed, "epoch_time_s")
+    assert epoch_steps == [1200, 2800, 4400, 6000] and epoch_times == pytest.approx([900.0, 901.0, 902.0, 903.0])
+
+
+def test_a_pasted_checkpoint_evaluation_is_no_restart(tmp_path: Path) -> None:
+    parsed = read_log([write_log_lines(tmp_path, _paddle_like(4, True))])
+    assert not parsed.segments and not [e for e in parsed.events if e.kind == "rollback"]
+    steps, _ = metric_series(parsed, "loss")
+    assert len(steps) == 16 and steps[-1] == 6000
+    auc_steps, auc = metric_series(parsed, "AUC")
+    assert len(auc_steps) == 16 and auc_steps[-1] == 6000  # the training AUC ends with training
+    assert "eval_AUC" in _names(parsed) and not {0.91, 0.92, 0.93} & set(auc)  # the checkpoints' AUC apart
