@@ -576,7 +576,7 @@ def _in_span(step: int, logged: set[int]) -> bool:
     if len(logged) < MIN_LAYOUT_LINES or step < 0:
         return False
     ordered = np.sort(np.fromiter(logged, np.int64))
-    return step <= ordered[-1] + max(1, int(np.median(np.diff(ordered))))
+    return step <= int(ordered[-1]) + max(1, int(np.median(np.diff(ordered))))
 
 
 def generic_summary(meta: dict[str, Any]) -> dict[str, str] | None:
