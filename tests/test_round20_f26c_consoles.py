@@ -117,15 +117,6 @@ def _nanochat_like(total: int, lrm: float) -> list[str]:
     return lines
 
 
-@pytest.mark.parametrize("readers", [None, FALLBACK_READERS])
-def test_evaluation_lines_of_a_split_measure_at_the_runs_ends_are_kept(tmp_path: Path, readers: object) -> None:
-    parsed = read_log([write_log_lines(tmp_path, _nanochat_like(30, 0.5))], reader_set=readers)  # type: ignore[arg-type]
-    bpb = [n for n in _names(parsed) if "bpb" in n.lower()]
-    assert len(bpb) == 1
-    steps, values = metric_series(parsed, bpb[0])
-    assert steps == [0, 30] and values == pytest.approx([3.5, 2.9])
-
-
 def test_a_flat_learning_rate_multiplier_stays_a_series(tmp_path: Path) -> None:
     """A constant ``lrm`` is the LR schedule's (flat here), not a setting of the run."""
     parsed = read_log([write_log_lines(tmp_path, _nanochat_like(30, 1.0))])

@@ -70,11 +70,6 @@ class _Line(Protocol):
     values: Pairs
 
 
-def names_evaluation(key: str) -> bool:
-    """Whether ``key`` names a measure of an evaluation split (``Validation bpb``, ``val_ppl``, ``test acc``)."""
-    return bool(_SPLIT_KEY.match(key))
-
-
 def eval_pairs(line: str, pairs_of: Callable[[str], Pairs]) -> Pairs:
     """The ``val_`` pairs of an evaluation line without a step (empty: no such line)."""
     m = _LABEL.match(line.split("\r")[-1])

@@ -42,7 +42,7 @@ from ingest.formats._common import LogBuilder
 from ingest.formats.aliases import TIME_UNITS, keep_apart, normalise_key
 from ingest.formats.base import Reader
 from ingest.formats.epoch_steps import bar_total, epoch_steps, fresh_launches, step_of_n
-from ingest.formats.eval_lines import EVAL_STEP, eval_pairs, names_evaluation, place_evals, placeholder
+from ingest.formats.eval_lines import EVAL_STEP, eval_pairs, place_evals, placeholder
 from ingest.formats.generic_clock import clock_step_times
 from ingest.formats.generic_lines import head_records
 from ingest.formats.generic_names import SECONDS_KEYS, stored_name, trains_or_term
@@ -424,9 +424,6 @@ def _read_line(line: str, line_no: int, path: Path, found: Proposal, builder: Lo
             break
     pairs = found.order.counted(pairs, piece, line_no) if found.order is not None else pairs
     step_keys = found.step_keys()
-    if not any(k in step_keys for k, _, _ in pairs):  # the step key capitalised ('Step 00020 | Validation bpb')
-        spelled = {normalise_key(s): s for s in step_keys}
-        pairs = [(spelled.get(normalise_key(k), k), v, u) for k, v, u in pairs]
     # a step counter that is not a whole finite number (nan, 1e400, 3.5) counts no step
     steps = [v for k, v, _ in pairs if k in step_keys and math.isfinite(v) and v == int(v)]
     values = [(k, v, u) for k, v, u in pairs if k not in (*step_keys, BRACKET_KEY)]
@@ -532,9 +529,6 @@ def _keep_recurring(
         # keeps every key; prose ('Step 2: Distance 14 km') names none, and one off the step sequence
         # keeps only the known keys
         evaluated = step_line.step in logged and any(is_training_key(k, u) for k, _, u in values)
-        # a line of a split's measures only ('Step 00020 | Validation bpb: 3.32', nanochat's evaluation
-        # before the first and after the last training step) at a step of the run's span is its evaluation
-        evaluated = evaluated or (_in_span(step_line.step, logged) and all(names_evaluation(k) for k, _, _ in values))
         if recurring and step_line.layout not in recurring and not evaluated:
             values = [(k, v, u) for k, v, u in values if k in known or is_training_key(k, u)]
         if not values:
@@ -569,14 +563,6 @@ EVALUATED: Final = "eval_"
 
 def _first_values(lines: list[_StepLine], layout: tuple[str, ...]) -> list[tuple[str, float, str | None]]:
     return next(x.values for x in lines if x.layout == layout)
-
-
-def _in_span(step: int, logged: set[int]) -> bool:
-    """Whether ``step`` lies from 0 to one logging interval (the median gap) past the last logged step."""
-    if len(logged) < MIN_LAYOUT_LINES or step < 0:
-        return False
-    ordered = np.sort(np.fromiter(logged, np.int64))
-    return step <= int(ordered[-1]) + max(1, int(np.median(np.diff(ordered))))
 
 
 def generic_summary(meta: dict[str, Any]) -> dict[str, str] | None:
