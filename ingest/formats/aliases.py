@@ -285,7 +285,7 @@ _STEP_TIME_SHAPES: Final = (
         rf"^(?:train |training )?(?:elapsed |wall )?(?:(?:step|iter|iteration|batch) ?time|time per {_STEP})"
         rf"(?: in)?(?: {_SECONDS})?$"
     ),
-    # a step's time named by the step and its unit alone: 'step_ms', 'iter_sec' (round 20: f26b, f26d); a
+    # a step's time named by the step and its unit alone: 'step_ms', 'iter_sec' (round 20: f26b, f26c, f26d); a
     # bare 's' is left out ('step_s' may count steps)
     re.compile(r"^(?:train |training )?(?:step|iter|iteration|batch) (?P<unit>ns|us|µs|ms|msec|sec|secs|seconds)$"),
 )
@@ -316,7 +316,7 @@ def by_shape(key: str) -> tuple[str, str | None] | None:
     return None
 
 
-_SECONDS_SPELLED: Final = {"second": "s", "seconds": "s"}
+_SECONDS_SPELLED: Final = {"second": "s", "seconds": "s", "msec": "ms"}
 
 
 def canonical_name(raw: str) -> tuple[str, str | None]:

@@ -6,7 +6,7 @@ layout of a log nobody has seen.
   value on every record of the run (:data:`MIN_CONSTANT_RECORDS` at least: Megatron's ``actual seqlen:
   2048``, a layout's ``world_size``, a memory budget printed on every step line) says how the run was
   set up, not how it trains: it goes to the run's metadata (``meta['log_settings']``), not a series.
-  Canonical metrics and losses of any name (a learning rate, a loss scale that stays at 65536, a grad
+  Canonical metrics, losses and learning rates of any name (``lrm``, a loss scale that stays at 65536, a grad
   norm), an evaluation's score (``val_accuracy`` stuck at 0.0135), times and speeds, and fields a
   reader proposed a role for are never moved: a flat curve of one of them is a fact about training.
 - **An evaluation pass's own timing is no training metric.** Hugging Face's ``eval_runtime``,
@@ -89,16 +89,21 @@ _EVAL_SCORE: Final = re.compile(
 (a segmenter whose accuracy never moves), never a setting."""
 
 
+_LR_NAME: Final = re.compile(r"(?:^|[_/])(?:lr|lrm|learning_rate)(?:$|[_/])", re.IGNORECASE)
+"""A learning rate of any name: nanochat's ``lrm`` (the schedule's multiplier), a group's ``matrix_lr``,
+an ``lr_mult``: a flat one is the schedule's, a fact about training (round 20: f26c)."""
+
+
 def _metric_like(name: str) -> bool:
     """A canonical metric (or a namespaced one of it, ``grad_norm/layer.3``), a loss of any name (MaxText
-    DPO's ``lm_loss: 0.000`` on every line is that loss, not a setting), a time or speed
-    (:data:`_MEASURED`), or an evaluation's score (:data:`_EVAL_SCORE`)."""
+    DPO's ``lm_loss: 0.000`` on every line is that loss, not a setting), a learning rate of any name
+    (:data:`_LR_NAME`), a time or speed (:data:`_MEASURED`), or an evaluation's score (:data:`_EVAL_SCORE`)."""
     base = name.split("/", 1)[0]
     return (
         base in CANONICAL_METRICS
         or "loss" in base
         or name in POLICY_LOSSES
-        or bool(_MEASURED.search(name) or _EVAL_SCORE.match(name))
+        or bool(_MEASURED.search(name) or _EVAL_SCORE.match(name) or _LR_NAME.search(name))
     )
 
 

@@ -62,6 +62,7 @@ from ingest.formats.generic_units import (
     MIN_UNNAMED_LINES,
     bare_time_unit,
     is_clock,
+    is_countdown,
     line_time,
     mfu_unit,
     speed_series,
@@ -165,6 +166,7 @@ def propose(lines: Sequence[str], step_key: str | None = None) -> Proposal | Non
             if n not in CANONICAL_METRICS
             and test(normalise_key(k), units[n])
             and not (role == "step_time_s" and is_clock(seen[n], MIN_UNNAMED_LINES))
+            and not (role == "step_time_s" and _epoch_wide(normalise_key(first_key[n]), proposal.step))
         ]
         if len(fits) > 1:  # 'batch_loss' beside 'running_loss': the running average is no measurement
             fits = [n for n in fits if not _RUNNING.match(normalise_key(first_key[n]))] or fits
@@ -174,6 +176,13 @@ def propose(lines: Sequence[str], step_key: str | None = None) -> Proposal | Non
             proposal.roles[role] = fits[0]  # as stored: the name --map takes
             proposal.extra[fits[0]] = role
     return proposal
+
+
+def _epoch_wide(key: str, step: str) -> bool:
+    """Whether a time named for an epoch (``epoch_time: 95.0min``, ``time_per_epoch``) is printed on
+    lines that count steps, not epochs: the epoch's time (or what remains of it), never one step's
+    (round 20: f26c; MiniMind's ``epoch_time`` counts the epoch's remaining minutes down to 0)."""
+    return "epoch" in key and normalise_key(step) != "epoch"
 
 
 _RUNNING: Final = re.compile(r"^(?:running|smoothed|avg|average|mean|ema)[ _]")
@@ -241,7 +250,13 @@ def _is_lr(key: str, unit: str | None) -> bool:
 
 def _is_step_time(key: str, unit: str | None) -> bool:
     timed = unit is not None and unit.split("/")[0] in TIME_UNITS
-    return timed and ("time" in key or "/it" in (unit or "") or key in ("dt", "elapsed", *SECONDS_KEYS, *_TRAIN_PHASE))
+    named = "time" in key or "/it" in (unit or "") or key in ("dt", "elapsed", *SECONDS_KEYS, *_TRAIN_PHASE)
+    return timed and (named or bool(_BATCH_COST.search(key)))
+
+
+_BATCH_COST: Final = re.compile(r"\bbatch[ _]cost\b")
+"""PaddlePaddle's ``avg_batch_cost: 0.56 sec``: the time of a batch, the step's (its ``reader_cost`` is the
+data loader's share; round 20: f26c)."""
 
 
 _TRAIN_PHASE: Final = ("train", "training")
@@ -321,7 +336,7 @@ class GenericReader(Reader):
             relaunched += repeated_launches(stepped, startup.repeated)
             place_evals(pending)
             pending = [x for x in pending if x.step != EVAL_STEP]
-            _keep_recurring(pending, path, found, rows, builder)
+            checkpoint_rows = _keep_recurring(pending, path, found, rows, builder)
             names |= {name for name, _ in rows}
             builder.mark_lines(1)
             base = builder.reserve(line_no)
@@ -334,6 +349,9 @@ class GenericReader(Reader):
             for (name, unit), (steps, values, order) in rows.items():
                 if name == "epoch" and all(v == int(v) for v in values if math.isfinite(v)):
                     continue  # a whole epoch beside the step counter is an axis, not a metric (round 17)
+                if unit in TIME_UNITS and name not in CANONICAL_METRICS and is_countdown(values, MIN_LAYOUT_LINES):
+                    builder.meta.setdefault("time_left_dropped", []).append(name)
+                    continue  # a time left (an ETA counting down to 0), no measurement of the run
                 if placeholder(name, values):
                     builder.meta.setdefault("placeholders_dropped", []).append(name)
                     continue
@@ -346,6 +364,7 @@ class GenericReader(Reader):
                     unit=unit,
                     seq=base + np.asarray(order, np.int64),
                     canonical=True,
+                    stream=int((name, unit) in checkpoint_rows),
                 )
         clock_step_times(builder, names)  # a training clock's differences, where no step time is printed
 
@@ -413,6 +432,8 @@ def _read_line(line: str, line_no: int, path: Path, found: Proposal, builder: Lo
         seconds = to_seconds(pairs[0][1], "s" if named else pairs[0][2])
         if seconds is not None:  # placed (or counted) once the step lines are known
             return _StepLine(line_no, line, -1, [(TIMING_KEY, seconds, "s")])
+    if not steps and (closed := _epoch_closed(line, pairs)) is not None:  # the epoch's time, at its last step
+        return _StepLine(line_no, line, EVAL_STEP, [(EPOCH_TIME_KEY, closed, "s")])
     if not steps and (evaluated := eval_pairs(line, line_pairs)):  # an evaluation of the step line above
         return _StepLine(line_no, line, EVAL_STEP, evaluated)
     if not steps or not values:
@@ -423,6 +444,23 @@ def _read_line(line: str, line_no: int, path: Path, found: Proposal, builder: Lo
     epochs = [v for k, v, _ in values if normalise_key(k) == "epoch" and math.isfinite(v) and v == int(v) and v >= 0]
     of_n = (step_of_n(step_keys, rewrite(line)) or bar_total(line, int(steps[0]))) if epochs else None
     return _StepLine(line_no, line, int(steps[0]), values, int(epochs[0]) if epochs else None, of_n)
+
+
+EPOCH_TIME_KEY: Final = "epoch_time"
+_EPOCH_DONE: Final = re.compile(
+    r"\b(?i:epoch)[ \t]*[:=]?[ \t]*[0-9]+[ \t]*[,:]?[ \t]*(?i:done|finished|completed?|ended)\b"
+)
+"""A line that closes an epoch (PaddleRec's ``epoch: 3 done, AUC: 0.93, loss: 0.12, epoch time: 1070.06 s``)."""
+
+
+def _epoch_closed(line: str, pairs: list[tuple[str, float, str | None]]) -> float | None:
+    """The seconds an epoch took, on a line without a step counter that closes the epoch and times it
+    (round 20: f26c): the epoch's time, stored at the epoch's last step line. Its other values are the
+    epoch's means, which the step lines already log step by step: not kept."""
+    if not _EPOCH_DONE.search(line):
+        return None
+    times = [to_seconds(v, u) for k, v, u in pairs if "time" in normalise_key(k) and u in TIME_UNITS]
+    return times[0] if len(times) == 1 else None
 
 
 def _counts_steps(steps: list[int]) -> bool:
@@ -438,7 +476,7 @@ def _keep_recurring(
     found: Proposal,
     rows: dict[tuple[str, str | None], tuple[list[int], list[float], list[int]]],
     builder: LogBuilder,
-) -> None:
+) -> set[tuple[str, str | None]]:
     """The rows of the step lines. Where some layout recurs (:data:`MIN_LAYOUT_LINES` lines, its step
     values counting up but for a restart or two), a line of a layout that does not gives only its keys
     that a recurring layout also prints or that name a known metric (an eval line's ``val_loss``; all its
@@ -446,7 +484,9 @@ def _keep_recurring(
     sentence of generated text or notes that happens to hold the step key (``Step 2: ... travels at
     62 km/h``) adds no series, and no step, and its words are counted as that line's (prose, unknown
     layout or suspect), not kept as metrics. A line of its own that times the step above it is that
-    step's time (see below)."""
+    step's time (see below). A recurring layout of no training metric whose step goes back inside the
+    steps a training layout logged evaluates saved checkpoints (round 20: f26c): its rows are named
+    ``eval_*`` and answered (the caller stores them on a stream of their own: no restart of training)."""
     counts: dict[tuple[str, ...], int] = {}
     steps_of: dict[tuple[str, ...], list[int]] = {}
     for step_line in lines:
@@ -469,6 +509,9 @@ def _keep_recurring(
     use_timing = counts.get((TIMING_KEY,), 0) >= MIN_LAYOUT_LINES and not any(timed)
     last_step: int | None = None
     timed_steps: set[int] = set()
+    trained = {layout for layout in recurring if any(is_training_key(k, u) for k, _, u in _first_values(lines, layout))}
+    top = -1
+    checkpoint_rows: set[tuple[str, str | None]] = set()
     for step_line in lines:
         if step_line.layout == (TIMING_KEY,):
             if use_timing and last_step is not None and last_step not in timed_steps:
@@ -495,13 +538,31 @@ def _keep_recurring(
         last_step = step_line.step
         builder.account.text_line(str(path), step_line.line_no, step_line.text, parsed=True)
         names = line_names([(key, unit) for key, _, unit in values], found.units)
+        if step_line.layout in trained:
+            top = max(top, step_line.step)
+        # a layout of no training metric, back inside the steps the training layout logged (a pasted
+        # inference run over saved checkpoints: 'epoch: 15, batch_id: 0, AUC: ...' after epoch 19's
+        # training lines) evaluates checkpoints: an evaluation, not a restart of training
+        passed = trained and step_line.layout in recurring - trained and step_line.step < top
         for (_, value, _), (name, unit) in zip(values, names, strict=True):
             if name == "mfu" and value < 0:  # nanoGPT's running MFU before it has one: no measurement
                 continue
+            if passed:
+                name = f"{EVALUATED}{name}"
+                checkpoint_rows.add((name, unit))
             col = rows.setdefault((name, unit), ([], [], []))
             col[0].append(step_line.step)
             col[1].append(value)
             col[2].append(step_line.line_no - 1)
+    return checkpoint_rows
+
+
+EVALUATED: Final = "eval_"
+"""The prefix of a checkpoint evaluation's rows (:func:`_keep_recurring`), stored on a stream of their own."""
+
+
+def _first_values(lines: list[_StepLine], layout: tuple[str, ...]) -> list[tuple[str, float, str | None]]:
+    return next(x.values for x in lines if x.layout == layout)
 
 
 def generic_summary(meta: dict[str, Any]) -> dict[str, str] | None:

@@ -51,6 +51,8 @@ STEP_NAMES: Final = (
     "update",
     "updates",
     "batch",
+    "batch_id",  # PaddleRec's 'epoch: 3, batch_id: 500': the batch of the epoch (round 20: f26c)
+    "batch_idx",
     "total_timesteps",  # an RL learner's environment steps (its updates and episodes count otherwise)
     "timesteps",
 )

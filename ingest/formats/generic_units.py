@@ -82,6 +82,26 @@ def is_clock(values: Sequence[float], min_lines: int) -> bool:
     return _restarting_clock(arr, min_lines)
 
 
+def is_countdown(values: Sequence[float], min_lines: int) -> bool:
+    """Whether a time key's values count down to zero (a time left: MiniMind's ``epoch_time: 130.0min``
+    falling to ``0.0min`` over the epoch; round 20: f26c): over ``min_lines`` or more lines they rise on
+    at most :data:`COUNTDOWN_RISES` of them (an estimate revised upwards now and then) and end at no more
+    than :data:`COUNTDOWN_END` of their first reading. A step's or an epoch's own time wanders around its
+    level and never ends near nothing."""
+    arr = np.asarray(values, np.float64)
+    arr = arr[np.isfinite(arr)]
+    if arr.shape[0] < max(min_lines, 2) or arr[0] <= 0 or np.any(arr < 0):
+        return False
+    rises = int(np.count_nonzero(np.diff(arr) > 0))
+    return rises <= COUNTDOWN_RISES * (arr.shape[0] - 1) and bool(arr[-1] <= COUNTDOWN_END * arr[0])
+
+
+COUNTDOWN_RISES: Final = 0.1
+"""Share of a time left's lines that may read more than the line before."""
+COUNTDOWN_END: Final = 0.05
+"""A time left's last reading, as a share of its first at most."""
+
+
 CLOCK_ADVANCES: Final = 0.9
 """Share of a restarting clock's lines (within one stretch) that read later than the line before."""
 

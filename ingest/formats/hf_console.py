@@ -350,8 +350,11 @@ def _emit(records: list[_Record], steps: list[int], builder: LogBuilder, restart
     for i, (record, step) in enumerate(zip(records, steps, strict=True)):
         stream = 1 if record.eval else 0
         for key, value in record.values.items():
-            if record.eval and (key == "epoch" or is_eval_counter(key)):
-                continue  # the training dict before it gave the epoch (and token count) at this step
+            if key == "epoch" or (record.eval and is_eval_counter(key)):
+                # Trainer.log adds the epoch to every dict: the step axis in epochs (the steps are derived
+                # from it), no measurement of the run (round 20: f26c); an evaluation's token count is
+                # the training dict's before it
+                continue
             name, unit = _name_of(key)
             if record.eval and not key.startswith("eval_"):
                 name = "eval_" + sanitise_name(key)

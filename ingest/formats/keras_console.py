@@ -10,8 +10,9 @@
 
 The step is the epoch of the ``Epoch i/N`` line before the metric line (the console logs once per
 epoch); ``N`` is the planned epoch count. The leading ``224s`` is the epoch's wall time, stored as
-``step_time_s`` (one step is one epoch here); the ``3ms/step`` batch time is left out (another unit of
-step). Every ``key: value`` after a `` - `` is a metric, by the alias table (``acc`` stays ``acc``).
+``step_time_s`` (one step is one epoch here) where no batch time is printed. Where the bar prints a
+time per step (``5s 3ms/step``), that is ``step_time_s`` and the epoch's seconds ``epoch_time_s``.
+Every ``key: value`` after a `` - `` is a metric, by the alias table (``acc`` stays ``acc``).
 Each ``fit()`` call starts its epoch counter at 1 again: a file holding several calls holds segments,
 which the builder splits where the epoch goes back to 1. Progress-bar redraws (``\\r``) before the
 final one of an epoch are not lines of their own: the last piece of a line is read (Keras 3's colour
@@ -40,7 +41,7 @@ _EPOCH: Final = re.compile(r"^[ \t]*Epoch[ \t]+(?P<epoch>[0-9]+)/(?P<total>[0-9]
 _METRICS: Final = re.compile(
     r"^[ \t]*(?:(?P<cur>[0-9]+)/(?P<tot>[0-9]+)[ \t]+(?:\[[=>.]*\][ \t]+-[ \t]+|\u2501*[ \t]+|-[ \t]+))?"
     r"(?P<time>" + NUMBER + r")s"
-    r"(?:[ \t]+(?:-[ \t]*)?" + NUMBER + r"[mu]?s/(?:step|sample))?"
+    r"(?:[ \t]+(?:-[ \t]*)?(?P<per>" + NUMBER + r")(?P<unit>[mu]?s)/(?P<of>step|sample))?"
     r"(?P<rest>(?:[ \t]+-[ \t]+[A-Za-z_][A-Za-z0-9_]*:[ \t]*\S+)+)[ \t]*$"
 )
 _SAVE: Final = re.compile(r"^[ \t]*Epoch[ \t]+(?P<epoch>[0-9]+):[^\n]*\bsaving model to\b")
@@ -80,7 +81,7 @@ class KerasConsoleReader(Reader):
                         epoch = int(m["epoch"])
                         builder.meta.setdefault("total_steps", int(m["total"]))
                     elif (m := _METRICS.match(own)) and epoch is not None and not _redraw(m):
-                        found["step_time_s"] = float(m["time"])
+                        found.update(_times(m))
                         for pair in _PAIR.finditer(m["rest"]):
                             value = parse_number(pair["val"])
                             if value is not None:
@@ -103,6 +104,19 @@ class KerasConsoleReader(Reader):
             builder.add(
                 metric, np.asarray(steps, np.int64), np.asarray(values), seq=np.asarray(seq, np.int64), canonical=True
             )
+
+
+_SECONDS: Final = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
+
+
+def _times(m: re.Match[str]) -> dict[str, float]:
+    """The times of an epoch's line: where the bar prints a time per step (``6s 22ms/step``) that is
+    the step time (0.022 s) and the leading seconds are the epoch's (``epoch_time_s``; round 20:
+    f26c); else (``224s - loss: ...``, or a time per sample) the epoch's seconds are the step time,
+    one step being one epoch on this console."""
+    if m["per"] is not None and m["of"] == "step" and (per := parse_number(m["per"])) is not None:
+        return {"step_time_s": per * _SECONDS[m["unit"]], "epoch_time_s": float(m["time"])}
+    return {"step_time_s": float(m["time"])}
 
 
 def _redraw(m: re.Match[str]) -> bool:

@@ -34,6 +34,9 @@ _UNIT: Final = r"(?:ms|us|ns|sec|s|min|h|%|GB|GiB|MB|MiB)"
 _KEY: Final = r"[A-Za-z_][A-Za-z0-9_/.@\-]{0,80}"
 _RATE: Final = r"(?:steps?|its?|iters?|iterations?|tok(?:en)?s?|words?)/s(?:ec)?|s(?:ec)?/it(?:er)?"  # words: tokens
 _TOKEN_RATE: Final = r"(?:tok(?:en)?s?|tks|words?)/s(?:ec)?(?![A-Za-z])(?![ \t]*[:=])"  # not the next pair's key
+_SAMPLE_RATE: Final = r"(?:samples?|ins|instances?|examples?)/s(?:ec)?(?![A-Za-z])(?![ \t]*[:=])"
+"""A sample rate printed after the value (PaddleRec's ``ips: 1822.09 ins/s``): the samples per second,
+whatever the key calls it (round 20: f26c)."""
 _PAIR: Final = re.compile(
     # a speed printed after its value: `6.75 steps/sec`, `1.16it/s`, `113.21s/it`
     r"(?<![A-Za-z0-9_.])(?P<rval>" + NUMBER + r")[ \t]?(?P<rate>" + _RATE + r")(?![A-Za-z])"
@@ -53,7 +56,8 @@ _PAIR: Final = re.compile(
     # or a magnitude suffix as nanotron's ``human_format`` prints it ('consumed_tokens: 1.31M', 'K' 'M' 'B' 'T')
     # or a token rate ('throughput=122.0K tks/s': the pair is the log's tokens per second)
     r"(?P<val>" + NUMBER + r")(?:[ \t]?(?P<unit>" + _UNIT + r"(?:/it(?:er)?)?)(?!/)"
-    r"|(?P<tmag>[KMBT])?[ \t]?(?P<trate>" + _TOKEN_RATE + r")|(?P<mag>[KMBT]))?(?![A-Za-z0-9_.])"
+    r"|(?P<tmag>[KMBT])?[ \t]?(?P<trate>" + _TOKEN_RATE + r")|[ \t]?(?P<srate>" + _SAMPLE_RATE + r")"
+    r"|(?P<mag>[KMBT]))?(?![A-Za-z0-9_.])"
 )
 """One ``key: number``, ``key=number``, ``key number`` or ``'key': number`` pair, with an optional unit;
 or a speed in steps (``R steps/sec``, ``R it/s``, ``T s/it``), read as a time per step (``T`` or ``1/R``
@@ -136,6 +140,8 @@ def _parsed(text: str) -> tuple[Pair, ...]:
             continue  # 'infer 4.5s': the evaluation's timer
         if number is not None and m["trate"] is not None:  # under the alias of the tokens per second
             out.append(("tok/s", number * _MAGNITUDE.get(m["tmag"] or "", 1.0), None))
+        elif number is not None and m["srate"] is not None:  # under the alias of the samples per second
+            out.append(("samples/s", number, None))
         elif number is not None and not no_key(key, m["unit"]):  # 'on 320-sample draw': prose, no pair
             out.append((key.strip(), number * _MAGNITUDE.get(m["mag"] or "", 1.0), m["unit"]))
     return tuple(out)
