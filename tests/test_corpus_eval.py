@@ -160,10 +160,17 @@ BATCH_FLOORS: dict[str, tuple[int, float, int, int, int, float]] = {
     "batch_18": (12, 13 / 14, 7, 3, 1, 0.915),
     # batch 19 measured at the round's start (81331e1: 61 faults on 17 logs, 12 / 29, 0.878 = 231 / 263) and held out on
     # c909c53 (60 faults on 17 logs, 3 refused, 12 / 29, 1 invented, 2 shown on healthy, 1 broken, 0.882 = 232 / 263);
-    # not tuned on: its floors are the held-out figures
-    "batch_19": (60, 12 / 29, 2, 1, 1, 0.882),
+    # not tuned on then; tuned on in round 20 (main d6c8c24 after f26a-d): 23 faults on 6 logs (f26b: detectron2's
+    # appended sessions, the GAN CSV's epoch + batch steps, counters and eta no metrics; f26c: MiniMind, Keras step
+    # time, PaddleRec epoch + batch_id), 22 / 29 (f26a: lasting rises of noisy series, NaN episodes, held late
+    # climbs), 0 invented, 1 shown on healthy, 0.956 (350 / 366)
+    "batch_19": (23, 22 / 29, 1, 1, 0, 0.956),
+    # batch 20 measured at the round's start (53d04f6: 96 faults on 16 logs, 2 refused, 11 / 14, 1 invented, 3 shown
+    # on healthy, 0.888 = 285 / 321) and held out on d6c8c24 (92 faults on 15 logs, 2 refused, 11 / 14, 1 invented,
+    # 3 shown on healthy, 0 broken, 0.885 = 284 / 321); not tuned on: its floors are the held-out figures
+    "batch_20": (92, 11 / 14, 3, 0, 1, 0.884),
 }
-QUIET_SPANS_FLAGGED: dict[str, int] = {"batch_13": 1, "batch_16": 1, "batch_17": 0, "batch_19": 1}
+QUIET_SPANS_FLAGGED: dict[str, int] = {"batch_13": 1, "batch_16": 1, "batch_17": 0}
 """Quiet spans flagged a batch may still show (0 unless named): batch 13's mmengine C3D grad norm rises at 473 to a
 level it holds to the end, and that event's highest sample (5861) lies in its golden's quiet span 2000-8600."""
 
