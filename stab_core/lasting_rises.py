@@ -40,6 +40,7 @@ from stab_core.metrics import signed_objective
 from stab_core.noisy_series import noisy_throughout, stands_out
 from stab_core.runview import FloatArray, IntArray, Series
 from stab_core.spikes import SpikeEvent, build_event
+from stab_core.throughput import true_runs
 
 LEVEL_ROWS: Final = 60
 """Finite rows before a row whose median is its level."""
@@ -105,11 +106,6 @@ def level_ratios(values: FloatArray) -> FloatArray:
     return out
 
 
-def _runs(up: np.ndarray) -> list[tuple[int, int]]:
-    edges = np.diff(np.concatenate([[0], up.astype(np.int8), [0]]))
-    return list(zip(np.flatnonzero(edges == 1).tolist(), (np.flatnonzero(edges == -1) - 1).tolist(), strict=True))
-
-
 def chance_runs(judged: FloatArray, run: FloatArray) -> float:
     """How many runs as long as ``run`` with every row as high as its lowest the series' own rows
     (``judged``: every row's ratio to its level) would hold if they were independent: N (1 - s) s^n, s the
@@ -142,7 +138,7 @@ def lasting_rises(values: FloatArray) -> list[Rise]:
     short: list[tuple[int, int, bool]] = []
     long: list[tuple[int, int]] = []
     multi = 0
-    for first, last in _runs(up):
+    for first, last in true_runs(up):
         run = ratios[first : last + 1]
         top = np.sort(run)[::-1]
         multi += int(run.size >= 2 and top[0] >= PEAK_RATIO)

@@ -220,8 +220,8 @@ def _step_percentile(levels: FloatArray, spans: FloatArray) -> float:
     return float(levels[order][min(int(np.searchsorted(cumulative, NORM_PERCENTILE / 100)), levels.size - 1)])
 
 
-def _runs(mask: npt.NDArray[np.bool_]) -> list[tuple[int, int]]:
-    """[first, last] index pairs of the True runs of ``mask``."""
+def true_runs(mask: npt.NDArray[np.bool_]) -> list[tuple[int, int]]:
+    """[first, last] index pairs of the True runs of ``mask`` (consecutive samples where it holds)."""
     padded = np.concatenate([[False], mask, [False]])
     change = np.flatnonzero(np.diff(padded.astype(np.int8)))
     return [(int(a), int(b) - 1) for a, b in zip(change[::2], change[1::2], strict=True)]
@@ -366,7 +366,7 @@ def _short_drops(
         return []
     windows = np.median(np.lib.stride_tricks.sliding_window_view(rate[start:], n), axis=1)
     out = []
-    for a, b in _runs(windows < (1 - DROP_FRACTION) * norm):
+    for a, b in true_runs(windows < (1 - DROP_FRACTION) * norm):
         lo, hi = start + a, start + b + n - 1  # the samples of the slow windows
         if a == 0 and hi < max(WARMUP_SHARE * rate.size, 2 * n):
             # a slow stretch that opens the run fell from no level that held: warm-up (compilation, autotuning,
