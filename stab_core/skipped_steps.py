@@ -31,6 +31,7 @@ import numpy as np
 
 from stab_core.runview import Series
 from stab_core.spikes import SpikeEvent
+from stab_core.throughput import true_runs
 
 START_SKIPS: Final = 4
 """At most this many non-finite grad-norm samples from the series' first, the loss finite through them, are
@@ -67,19 +68,11 @@ def skipped_update_steps(grad: Series, loss: Series | None) -> list[int]:
     most :data:`START_SKIPS` samples, the next grad norm finite): updates a dynamic loss scaler skipped."""
     if loss is None or not loss.steps.size or not grad.steps.size:
         return []
-    bad = ~np.isfinite(grad.values)
     out: list[int] = []
-    i = 0
-    while i < bad.size:
-        if not bad[i]:
-            i += 1
-            continue
-        j = i
-        while j < bad.size and bad[j]:
-            j += 1
-        if j - i <= START_SKIPS and _skip_end(grad, loss, i, j - i) is not None:
-            out += [int(s) for s in grad.steps[i:j]]
-        i = j
+    for first, last in true_runs(~np.isfinite(grad.values)):
+        n = last - first + 1
+        if n <= START_SKIPS and _skip_end(grad, loss, first, n) is not None:
+            out += [int(s) for s in grad.steps[first : last + 1]]
     return out
 
 
