@@ -243,6 +243,7 @@ def test_every_statement_of_a_log_with_facts_is_judged(scores: list[LogScore]) -
     )
 
 
+@pytest.mark.timeout(1800)  # it scores the whole corpus again: past the 600 s default on a loaded machine
 def test_cli_prints_the_table(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--corpus", str(CORPUS)]) == 0
     out = capsys.readouterr().out
