@@ -39,6 +39,7 @@ from ingest.formats.icefall import IcefallReader
 from ingest.formats.jax_console import JaxConsoleReader
 from ingest.formats.jsonl import JsonlReader
 from ingest.formats.keras_console import KerasConsoleReader
+from ingest.formats.paddle_hapi import PaddleHapiReader
 from ingest.formats.kv_console import KeyValueConsoleReader
 from ingest.formats.kv_tables import KeyValueTableReader
 from ingest.formats.lightning_csv import LightningCsvReader
@@ -123,6 +124,7 @@ FORMATS: Final[dict[str, Reader]] = {
         JaxConsoleReader(),
         WordLanguageModelReader(),
         KerasConsoleReader(),
+        PaddleHapiReader(),
         OpenMMLabReader(),
         Detectron2Reader(),
         TimmConsoleReader(),
