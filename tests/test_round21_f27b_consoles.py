@@ -65,3 +65,58 @@ def test_paddle_hapi_progress_lines_take_the_epochs_global_step(tmp_path: Path) 
     assert steps.tolist() == [25, 50] and values.tolist() == [0.18, 0.28]
     assert log.series("val_AUROC_avg")[1].tolist() == [0.71, 0.72]
     assert log.meta["total_steps"] == 50
+
+
+def test_counter_word_with_loop_variable_is_the_step_and_a_cycle_starts_at_its_first_full_block(
+    tmp_path: Path,
+) -> None:
+    """``batch i:N`` (AlphaZero-Gomoku) is the counter ``batch``, no metric ``i``; each update line takes the
+    step of the batch line above it, the first batch (no update yet) included on the axis."""
+    lines = [f"2025-06-04 19:53:{10 + n}, batch i:{n}, episode_len:{20 + n}\n" for n in (1,)]
+    for n in range(2, 12):
+        lines.append(f"2025-06-04 19:54:{10 + n}, batch i:{n}, episode_len:{20 + n}\n")
+        lines.append(f"kl:0.0{n},lr_multiplier:1.000,loss:{6 - n / 10:.4f},entropy:4.3,explained_var_old:0.1\n")
+    log = read_log([_write(tmp_path, "train.log", "".join(lines))])
+    assert "i" not in log.metrics
+    assert log.series("loss")[0].tolist() == list(range(2, 12))
+    assert log.series("episode_len")[0].tolist() == list(range(1, 12))
+
+
+def test_gan_generator_loss_beside_the_discriminators_is_the_runs_loss_in_the_generic_reader(tmp_path: Path) -> None:
+    """Two line kinds print ``D_loss`` and ``G_loss`` (a WGAN): the generator's loss is also stored as
+    ``loss`` (run_loss's GAN rule), its own name kept."""
+    lines = [
+        f"2025-09-21 20:25:24,051 - INFO - Epoch [{e}/50] Batch [{b}/199] D_loss: -{5 + e}.5 G_loss: {5 + b / 100:.2f}\n"
+        for e in range(4)
+        for b in (0, 100)
+    ]
+    log = read_log([_write(tmp_path, "train.log", "".join(lines))])
+    assert {"loss", "G_loss", "D_loss"} <= set(log.metrics)
+    assert log.series("loss")[1].tolist() == log.series("G_loss")[1].tolist()
+    assert log.meta["loss_source"]["kind"] == "generator"
+
+
+def test_mxnet_module_console_global_batch_epoch_lines_and_lr_changes(tmp_path: Path) -> None:
+    """MXNet's Module console: the step is ``E * P + B`` with ``P = num_examples / batch_size`` from the
+    Namespace; epoch lines at the epoch's last printed batch; ``Time cost`` over ``P`` is the step time;
+    the lr from the Namespace and the ``Change learning rate`` lines; ``Validation-X`` is ``validation_X``."""
+    lines = ["INFO:root:start with arguments Namespace(batch_size=32, lr=0.01, num_epochs=3, num_examples=3200)\n"]
+    for e in range(3):
+        if e == 2:
+            lines.append("INFO:root:Update[201]: Change learning rate to 1.00000e-03\n")
+        lines += [f"INFO:root:Epoch[{e}] Batch [{b}]\tSpeed: 142.33 samples/sec\taccuracy=0.{e}{b}\n" for b in (40, 80)]
+        lines += [
+            f"INFO:root:Epoch[{e}] Train-accuracy=0.{e}5\n",
+            f"INFO:root:Epoch[{e}] Time cost=25.000\n",
+            f'INFO:root:Saved checkpoint to "models/img_cls-000{e + 1}.params"\n',
+            f"INFO:root:Epoch[{e}] Validation-accuracy=0.{e}7\n",
+        ]
+    path = _write(tmp_path, "train.log", "".join(lines))
+    assert detect([path])[0][0] == "mxnet_module"
+    log = read_log([path])
+    assert log.series("accuracy")[0].tolist() == [40, 80, 140, 180, 240, 280]
+    assert log.series("validation_accuracy")[0].tolist() == [80, 180, 280]
+    assert log.series("step_time_s")[1].tolist() == [0.25] * 3
+    steps, values = log.series("lr")
+    assert steps.tolist() == [40, 201] and values.tolist() == [0.01, 0.001]
+    assert log.step_range == (40, 280)

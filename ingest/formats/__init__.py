@@ -39,7 +39,6 @@ from ingest.formats.icefall import IcefallReader
 from ingest.formats.jax_console import JaxConsoleReader
 from ingest.formats.jsonl import JsonlReader
 from ingest.formats.keras_console import KerasConsoleReader
-from ingest.formats.paddle_hapi import PaddleHapiReader
 from ingest.formats.kv_console import KeyValueConsoleReader
 from ingest.formats.kv_tables import KeyValueTableReader
 from ingest.formats.lightning_csv import LightningCsvReader
@@ -51,10 +50,12 @@ from ingest.formats.megatron import MegatronDeepSpeedReader, MegatronReader
 from ingest.formats.megatron_golden import MegatronGoldenReader
 from ingest.formats.mlflow import MlflowReader
 from ingest.formats.modded_nanogpt import ModdedNanoGPTReader
+from ingest.formats.mxnet_module import MxnetModuleReader
 from ingest.formats.nanogpt import NanoGPTReader
 from ingest.formats.nemo import NemoProgressReader, NemoTqdmReader
 from ingest.formats.olmo import OlmoReader
 from ingest.formats.openmmlab import OpenMMLabReader
+from ingest.formats.paddle_hapi import PaddleHapiReader
 from ingest.formats.parquet import ParquetReader
 from ingest.formats.pix2pix_log import Pix2PixLossLogReader
 from ingest.formats.pylog_epochs import PythonLoggingEpochReader
@@ -125,6 +126,7 @@ FORMATS: Final[dict[str, Reader]] = {
         WordLanguageModelReader(),
         KerasConsoleReader(),
         PaddleHapiReader(),
+        MxnetModuleReader(),
         OpenMMLabReader(),
         Detectron2Reader(),
         TimmConsoleReader(),

@@ -41,9 +41,7 @@ _STEP: Final = re.compile(
     r"(?P<rest>(?:[ \t]+-[ \t]+[A-Za-z_][A-Za-z0-9_]*:[ \t]*\S+(?:[ \t]+\S+)??)+)"
     r"(?:[ \t]+-[ \t]+(?P<per>" + NUMBER + r")(?P<unit>[mu]?s)/step)?[ \t]*$"
 )
-_PAIR: Final = re.compile(
-    r"-[ \t]+(?P<key>[A-Za-z_][A-Za-z0-9_]*):[ \t]*\[?(?P<val>" + NUMBER + r")\]?(?=[ \t]|$)"
-)
+_PAIR: Final = re.compile(r"-[ \t]+(?P<key>[A-Za-z_][A-Za-z0-9_]*):[ \t]*\[?(?P<val>" + NUMBER + r")\]?(?=[ \t]|$)")
 _EVAL_BEGIN: Final = re.compile(r"^[ \t]*Eval begin\.\.\.[ \t]*$")
 _EVAL_END: Final = re.compile(r"^[ \t]*Eval samples:[ \t]*[0-9]+[ \t]*$")
 _SAVE: Final = re.compile(r"^[ \t]*save checkpoint at[ \t]+\S")
