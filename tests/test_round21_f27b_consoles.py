@@ -86,7 +86,8 @@ def test_gan_generator_loss_beside_the_discriminators_is_the_runs_loss_in_the_ge
     """Two line kinds print ``D_loss`` and ``G_loss`` (a WGAN): the generator's loss is also stored as
     ``loss`` (run_loss's GAN rule), its own name kept."""
     lines = [
-        f"2025-09-21 20:25:24,051 - INFO - Epoch [{e}/50] Batch [{b}/199] D_loss: -{5 + e}.5 G_loss: {5 + b / 100:.2f}\n"
+        f"2025-09-21 20:25:24,051 - INFO - Epoch [{e}/50] Batch [{b}/199] D_loss: -{5 + e}.5 G_loss: {5 + b / 100:.2f}"
+        "\n"
         for e in range(4)
         for b in (0, 100)
     ]

@@ -87,14 +87,15 @@ class PaddleHapiReader(Reader):
                     found: dict[str, float] = {}
                     reason: str | None = None
                     if m := _EPOCH.match(own):
-                        last_eval = _flush_eval(last_eval, epoch, per_epoch, put)
+                        _flush_eval(last_eval, epoch, per_epoch, put)
+                        last_eval = None
                         epoch, n_epochs, in_eval = int(m["epoch"]), int(m["total"]), False
                         reason = "format line without values"
                     elif _EVAL_BEGIN.match(own):
                         in_eval, reason = True, "format line without values"
                     elif _EVAL_END.match(own):
-                        last_eval = _flush_eval(last_eval, epoch, per_epoch, put)
-                        in_eval, reason = False, "format line without values"
+                        _flush_eval(last_eval, epoch, per_epoch, put)
+                        last_eval, in_eval, reason = None, False, "format line without values"
                     elif _SAVE.match(own):
                         if epoch is not None and per_epoch is not None:
                             builder.event(epoch * per_epoch, "checkpoint", "model saved")
@@ -141,14 +142,12 @@ def _flush_eval(
     per_epoch: int | None,
     put: Callable[[str, int, float, int], None],
 ) -> None:
-    """Store an evaluation's last line as ``val_`` metrics at the epoch's last training step; returns
-    None (no evaluation pending)."""
+    """Store an evaluation's last line as ``val_`` metrics at the epoch's last training step."""
     if last_eval is not None and epoch is not None and per_epoch is not None:
         values, seq = last_eval
         for metric, value in values.items():
             if metric != "step_time_s":  # the evaluation's own speed measures no training step
                 put(metric if metric.startswith("val_") else f"val_{metric}", epoch * per_epoch, value, seq)
-    return None
 
 
 def _last_draw(line: str) -> str:
