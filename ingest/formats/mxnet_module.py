@@ -48,7 +48,7 @@ _EPOCH_END: Final = re.compile(
 )
 _LR_CHANGE: Final = re.compile(r"\bUpdate\[(?P<update>[0-9]+)\]:[ \t]*Change learning rate to[ \t]+(?P<lr>\S+)")
 _SAVED: Final = re.compile(r"\bSaved checkpoint to\b")
-_PAIR: Final = re.compile(r"(?P<key>[A-Za-z_][\w-]*)=(?P<val>" + NUMBER + r"|nan|inf)(?=[ \t,]|$)", re.IGNORECASE)
+_PAIR: Final = re.compile(r"(?P<key>[A-Za-z_][\w-]*)=(?P<val>" + NUMBER + r")(?=[ \t,]|$)")
 _NAMESPACE: Final = re.compile(r"\bNamespace\((?P<args>.*)\)")
 _LAUNCH: Final = re.compile(r"(?i:\b(?:start|resume)[a-z]*[ \t]+training\b|\bstart with arguments\b)")
 """A launch's first line (``Resume training with (gpu(0)) from epoch 145``, ``Start training with ...``,
