@@ -260,6 +260,30 @@ def _samples() -> dict[str, Sample]:
                 [line for s in steps for line in (f"Epoch {s + 1}/8", f"224s - loss: {3.5 - s * 0.1:.4f} - acc: 0.29")]
             ),
         ),
+        "paddle_hapi": _file(
+            "train.log",
+            _lines(
+                [
+                    line
+                    for s in steps
+                    for line in (f"Epoch {s + 1}/8", f"step 614/614 - loss: {0.5 - s * 0.01:.4f} - acc: 0.7 - 3s/step")
+                ]
+            ),
+        ),
+        "mxnet_module": _file(
+            "train.log",
+            _lines(
+                ["INFO:root:start with arguments Namespace(batch_size=32, lr=0.1, num_examples=640)"]
+                + [
+                    line
+                    for s in steps
+                    for line in (
+                        f"INFO:root:Epoch[{s}] Batch [20]\tSpeed: 142.3 samples/sec\taccuracy={0.5 + s * 0.01:.4f}",
+                        f"INFO:root:Epoch[{s}] Time cost=140.9",
+                    )
+                ]
+            ),
+        ),
         "openmmlab": _file(
             "20261206_050001.log",
             _lines(

@@ -50,10 +50,12 @@ from ingest.formats.megatron import MegatronDeepSpeedReader, MegatronReader
 from ingest.formats.megatron_golden import MegatronGoldenReader
 from ingest.formats.mlflow import MlflowReader
 from ingest.formats.modded_nanogpt import ModdedNanoGPTReader
+from ingest.formats.mxnet_module import MxnetModuleReader
 from ingest.formats.nanogpt import NanoGPTReader
 from ingest.formats.nemo import NemoProgressReader, NemoTqdmReader
 from ingest.formats.olmo import OlmoReader
 from ingest.formats.openmmlab import OpenMMLabReader
+from ingest.formats.paddle_hapi import PaddleHapiReader
 from ingest.formats.parquet import ParquetReader
 from ingest.formats.pix2pix_log import Pix2PixLossLogReader
 from ingest.formats.pylog_epochs import PythonLoggingEpochReader
@@ -123,6 +125,8 @@ FORMATS: Final[dict[str, Reader]] = {
         JaxConsoleReader(),
         WordLanguageModelReader(),
         KerasConsoleReader(),
+        PaddleHapiReader(),
+        MxnetModuleReader(),
         OpenMMLabReader(),
         Detectron2Reader(),
         TimmConsoleReader(),

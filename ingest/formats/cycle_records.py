@@ -62,7 +62,8 @@ def find_cycle(lines: Sequence[str], pairs_of: Callable[[str], Pairs], is_step: 
         return None
     if any(s is None or any(is_step(k) for k in s) for s in gap):
         return None
-    first = next(i for i in stepped if shapes[i] == step_shape)
+    # the first full block: a step line before the cycle starts (a first batch with no update yet) is no block
+    first = next(i for i in stepped if shapes[i] == step_shape and tuple(shapes[i + 1 : i + 1 + len(gap)]) == gap)
     lead = 0
     while lead < len(gap) and first - lead > 0 and shapes[first - lead - 1] == gap[len(gap) - lead - 1]:
         lead += 1

@@ -72,7 +72,7 @@ from ingest.formats.line_pairs import SPEED_KEY, line_pairs
 from ingest.formats.numbers import NUMBER
 from ingest.formats.raw_text import decode_head, looks_binary
 from ingest.formats.record_lines import Cycle, find_cycle, joined, numbered_lines, rewrite
-from ingest.formats.run_loss import aggregate_loss
+from ingest.formats.run_loss import aggregate_loss, gan_generator_loss, note_loss_source
 from ingest.formats.sections import notes_marks
 from stab_core.metrics import CANONICAL_METRICS
 
@@ -346,7 +346,15 @@ class GenericReader(Reader):
             builder.config_headings += [base + n - 1 for n in marks.config_headings]
             # markdown notes: the settings each pasted run states (what a sibling comparison checks)
             builder.stated_settings += [(base + n - 1, key, value) for n, key, value in marks.settings]
+            # a GAN's generator loss beside its discriminator's, no loss of its own: the run's loss (run_loss)
+            generator = gan_generator_loss(name for name, _ in rows)
             for (name, unit), (steps, values, order) in rows.items():
+                if name == generator:
+                    seq = base + np.asarray(order, np.int64)
+                    builder.add(
+                        "loss", np.asarray(steps, np.int64), np.asarray(values), seq=seq, canonical=True, origin=name
+                    )
+                    note_loss_source(builder, name)
                 if name == "epoch" and all(v == int(v) for v in values if math.isfinite(v)):
                     continue  # a whole epoch beside the step counter is an axis, not a metric (round 17)
                 if unit in TIME_UNITS and name not in CANONICAL_METRICS and is_countdown(values, MIN_LAYOUT_LINES):

@@ -90,6 +90,11 @@ _NOT_METRICS: Final = re.compile(
 _TOTAL_COUNTER: Final = re.compile(r"\b(?i:(total))[ \t]+(update|step)(?=[ \t]*[:=]?[ \t]*[0-9])")
 """``Epoch 002 / update 29 total update 00350``: the run's total counter beside a counter that restarts
 each epoch is a key of its own (``total_update``), never a second value of the restarting one."""
+_LOOP_VARIABLE: Final = re.compile(
+    r"\b(?i:(batch|step|iter|iteration|update|episode))[ \t]+[a-z](?=[ \t]*[:=][ \t]*[0-9])"
+)
+"""``batch i:2`` (AlphaZero-Gomoku's self-play counter): a counter word with its one-letter loop variable
+is that counter (``batch``), never a metric named ``i``."""
 _COUNTER_LEAD: Final = re.compile(rb"^[ \t]*(?i:epoch|iter|iteration|step|batch)[ \t]*:[ \t]*$")
 """A step counter's name that looks like a host prefix (``Epoch: [0/520] Iter:[10/247]``): the line's own text."""
 _OTHER_PHASES: Final = frozenset({"infer", "inference", "eval", "evaluation", "test", "val", "valid", "validation"})
@@ -111,7 +116,7 @@ def _parsed(text: str) -> tuple[Pair, ...]:
     lead = None if lead is not None and _COUNTER_LEAD.match(lead.group()) else lead  # 'Epoch: [0/520]'
     own = raw[lead.end() if lead else 0 :].decode("utf-8", "replace").strip()
     own = _NOT_PAIRS.sub(" ", _LOCATION.sub(" ", _RAY.sub("", own)))
-    own = _TOTAL_COUNTER.sub(r"\1_\2", rewrite(respelled(own)))
+    own = _LOOP_VARIABLE.sub(r"\1", _TOTAL_COUNTER.sub(r"\1_\2", rewrite(respelled(own))))
     if not own or _NOT_METRICS.search(own):
         return ()
     out: list[Pair] = []

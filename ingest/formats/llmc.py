@@ -130,9 +130,12 @@ class BuildNanogptConsoleReader(TextLogReader):
     kinds = (
         LineKind(
             name="step",
-            # the whole layout (loss, then lr): a bare `step N | loss: x | ...` is the generic reader's
-            prefix=r"step[ \t]+(?P<step>[0-9]+)[ \t]*\|[ \t]*(?=loss:[ \t]*" + NUMBER + r"[ \t]*\|[ \t]*lr[ \t])",
-            pairs=r"(?P<key>loss|lr|norm|dt|tok/sec):?[ \t]*(?P<val>" + NUMBER + r")(?:ms)?",
+            # the whole layout (loss, then lr or norm): a bare `step N | loss: x | ...` is the generic
+            # reader's; fields are split by `|` or, in a variant, `||` (`elapsed_time: dt=Tms`, no lr)
+            prefix=r"step[ \t]+(?P<step>[0-9]+)[ \t]*\|\|?[ \t]*(?=loss:[ \t]*"
+            + NUMBER
+            + r"[ \t]*\|\|?[ \t]*(?:lr[ \t]|norm:))",
+            pairs=r"(?P<key>loss|lr|norm|dt|tok/sec)[:=]?[ \t]*(?P<val>" + NUMBER + r")(?:ms)?",
             keymap=_bng_key,
             run_level=True,
         ),

@@ -101,9 +101,18 @@ def stand_in_loss(names: Iterable[str]) -> str | None:
     critic = next((n for n in names if _leaf(n) in CRITIC_LOSSES), None)
     if critic is not None:
         return critic
-    if any(_leaf(n) in DISCRIMINATOR_LOSSES for n in names):
-        return next((n for n in names if _leaf(n) in GENERATOR_LOSSES), None)
+    if (generator := gan_generator_loss(names)) is not None:
+        return generator
     return aggregate_loss(names) or lone_training_loss(names) or bucketed_loss(names)
+
+
+def gan_generator_loss(names: Iterable[str]) -> str | None:
+    """The generator's loss of ``names`` where a discriminator's loss sits beside it and no name is the
+    loss (a GAN's printed ``G_loss``, ``D_loss``): the run's loss, by the GAN rule above; None otherwise."""
+    names = list(names)
+    if has_loss(names) or not any(_leaf(n) in DISCRIMINATOR_LOSSES for n in names):
+        return None
+    return next((n for n in names if _leaf(n) in GENERATOR_LOSSES), None)
 
 
 _BUCKET = re.compile(r"_q\d+(?=_|$)")

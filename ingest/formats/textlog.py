@@ -50,6 +50,9 @@ NEAR_MISS_LINE_CHARS: Final = 1000
 """Characters of a head line a refusal looks for a format's metric line in (after other text)."""
 NEAR_MISS_BUDGET_CHARS: Final = 64 * 1024
 """Characters of head lines, in all, a refusal searches so: enough to say which format came close."""
+_OUTER_EPOCH: Final = re.compile(rb"\bepoch\b[ \t]*[:=]?[ \t]*\[?[ \t]*[0-9]", re.IGNORECASE)
+"""An epoch counter before a format's step (PaddleVideo's ``epoch:[  1/25 ] train step:0  loss: x``): the
+step's outer counter, part of one epoch-and-step record the generic reader reads, not a prefix in the way."""
 _LAZY_LEAD: Final = re.compile(rb"^(?:\(\?:\[\^\\n\]\*\\r\)\?)?\[\^\\n(?:\\r)?\]\*\?")
 """A prefix that opens with a lazy run of any line characters (``[^\\n]*?``, ``[^\\n\\r]*?``, after an
 optional ``(?:[^\\n]*\\r)?``): it matches at a line's start whenever it matches on the line."""
@@ -122,7 +125,12 @@ class TextLogReader(Reader):
                 m = prefix.search(raw)
                 # in the line's first half: a prefix in the way, not a `name=value` at a shell
                 # command's end (which the generic reader would otherwise be refused for)
-                if m and 0 < m.start() <= len(raw) // 2 and pairs.search(raw, m.end()):
+                if (
+                    m
+                    and 0 < m.start() <= len(raw) // 2
+                    and pairs.search(raw, m.end())
+                    and not _OUTER_EPOCH.search(raw, 0, m.start())
+                ):
                     inside += 1
                     first = first or line.strip()
                     break
