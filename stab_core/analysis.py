@@ -22,6 +22,7 @@ from stab_core.detectors_not_run import detectors_not_run
 from stab_core.diagnosis import diagnose, diagnose_early
 from stab_core.early_rise_rules import banded_climbs, early_rise_events
 from stab_core.held_out import held_out_nonfinite, held_out_rose, is_held_out_nonfinite
+from stab_core.held_out_blowups import held_out_blowups
 from stab_core.held_recovery import costed_recovery
 from stab_core.incident_passes import after_grouping
 from stab_core.incidents import (
@@ -39,7 +40,7 @@ from stab_core.recent_level import new_early_jumps, new_recent_level_jumps
 from stab_core.run_end_rises import cut_off_at_log_end, rise_corroborated, run_end_rises
 from stab_core.running_means import per_batch_view
 from stab_core.runview import FloatArray, IntArray, RunView, Series
-from stab_core.severity import EARLY_BLIP_SAMPLES, Certainty, classify, loss_left_band, sensitivity
+from stab_core.severity import EARLY_BLIP_SAMPLES, Certainty, SeverityLevel, classify, loss_left_band, sensitivity
 from stab_core.skipped_steps import skipped_steps
 from stab_core.snr import SnrCollapse, SnrSeries, detect_snr_collapse, gradient_snr
 from stab_core.spike_params import GRAD_NORM_SPIKE_PARAMS, LOSS_SPIKE_PARAMS, SpikeParams
@@ -457,7 +458,30 @@ def find_incidents(view: RunView, params: AnalysisParams | None = None) -> list[
             primary = replace(primary, steps_lost=0)
         incident = Incident(kind, (primary, *members[1:]), co_moves)
         incidents.append(_costed(incident, loss, early, p, view.series.get("val_loss")))
-    return after_grouping(view.series, incidents)
+    blowups_early = _early_limit(loss, p.loss_spikes) if loss is not None and loss.steps.size else None
+    incidents += _blowup_incidents(view, incidents, blowups_early)
+    return after_grouping(view.series, sorted(incidents, key=lambda i: i.start))
+
+
+def _blowup_incidents(view: RunView, incidents: Sequence[Incident], early_until: int | None) -> list[Incident]:
+    """The validation-loss blow-ups (:mod:`stab_core.held_out_blowups`) that no shown incident already
+    spans, each an incident of its own: grouped with a training-loss blip beside it, the blip's recovery
+    and severity would be said of the blow-up. Early instability where it starts before the training loss's
+    baseline is full (``early_until``; None: no training loss, a spike)."""
+    out = []
+    for event in held_out_blowups(view.series):
+        if any(i.severity != "blip" and i.start <= event.until and event.start <= i.until for i in incidents):
+            continue
+        kind: IncidentKind = "early_instability" if early_until is not None and event.start < early_until else "spike"
+        co_moves = {
+            metric: ratio
+            for metric in ("loss", "grad_norm")
+            if (ratio := window_ratio(view.series.get(metric), event.start, event.until)) is not None
+        }
+        severity: SeverityLevel = "divergence" if event.diverged else "spike"
+        certainty: Certainty = "low" if kind == "early_instability" else "high"
+        out.append(Incident(kind, (event,), co_moves, severity, certainty, event.recovery_step))
+    return out
 
 
 def _costed(
