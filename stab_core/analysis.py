@@ -20,9 +20,9 @@ from stab_core.clipping import CLIP_SATURATION, ClipStats, clipping_stats
 from stab_core.decision_tree import NONFINITE_START_LEAF, DiagnosisParams
 from stab_core.detectors_not_run import detectors_not_run
 from stab_core.diagnosis import diagnose, diagnose_early
-from stab_core.early_rise_rules import banded_climbs, early_rise_events
+from stab_core.early_rise_rules import banded_climbs, early_limit, early_rise_events
 from stab_core.held_out import held_out_nonfinite, held_out_rose, is_held_out_nonfinite
-from stab_core.held_out_blowups import held_out_blowups
+from stab_core.held_out_blowups import blowup_incidents
 from stab_core.held_recovery import costed_recovery
 from stab_core.incident_passes import after_grouping
 from stab_core.incidents import (
@@ -40,7 +40,7 @@ from stab_core.recent_level import new_early_jumps, new_recent_level_jumps
 from stab_core.run_end_rises import cut_off_at_log_end, rise_corroborated, run_end_rises
 from stab_core.running_means import per_batch_view
 from stab_core.runview import FloatArray, IntArray, RunView, Series
-from stab_core.severity import EARLY_BLIP_SAMPLES, Certainty, SeverityLevel, classify, loss_left_band, sensitivity
+from stab_core.severity import EARLY_BLIP_SAMPLES, Certainty, classify, loss_left_band, sensitivity
 from stab_core.skipped_steps import skipped_steps
 from stab_core.snr import SnrCollapse, SnrSeries, detect_snr_collapse, gradient_snr
 from stab_core.spike_params import GRAD_NORM_SPIKE_PARAMS, LOSS_SPIKE_PARAMS, SpikeParams
@@ -391,12 +391,6 @@ def run_clip_stats(view: RunView, window: int = 100, saturation: float = 0.9) ->
     return grad.steps, clipping_stats(grad.values, max_norm, coef, window=window, saturation=saturation)
 
 
-def _early_limit(loss: Series, params: SpikeParams) -> int:
-    """The step before which an incident is early: the loss's ``window``-th finite sample (baseline full)."""
-    finite = loss.steps[np.isfinite(loss.values)]
-    return int(finite[min(params.window, finite.size) - 1]) if finite.size else 0
-
-
 def find_incidents(view: RunView, params: AnalysisParams | None = None) -> list[Incident]:
     """The run's incidents: loss and grad-norm spikes (:func:`detect_spikes`), early rises and climbs of
     the loss (:mod:`stab_core.incidents`), grouped so that overlapping ones are one incident. A loss
@@ -427,7 +421,7 @@ def find_incidents(view: RunView, params: AnalysisParams | None = None) -> list[
             (event, "early_instability")
             for event in early_rise_events(loss.steps, loss.values, p.loss_spikes.min_history, "loss", z)
         ]
-        early_until = _early_limit(loss, p.loss_spikes)
+        early_until = early_limit(loss, p.loss_spikes.window)
         found += [
             (event, "early_instability" if event.start < early_until else "climb")
             for event in banded_climbs(loss.steps, loss.values, z)
@@ -458,30 +452,8 @@ def find_incidents(view: RunView, params: AnalysisParams | None = None) -> list[
             primary = replace(primary, steps_lost=0)
         incident = Incident(kind, (primary, *members[1:]), co_moves)
         incidents.append(_costed(incident, loss, early, p, view.series.get("val_loss")))
-    blowups_early = _early_limit(loss, p.loss_spikes) if loss is not None and loss.steps.size else None
-    incidents += _blowup_incidents(view, incidents, blowups_early)
+    incidents += blowup_incidents(view.series, incidents, early_limit(loss, p.loss_spikes.window))  # val blow-ups
     return after_grouping(view.series, sorted(incidents, key=lambda i: i.start))
-
-
-def _blowup_incidents(view: RunView, incidents: Sequence[Incident], early_until: int | None) -> list[Incident]:
-    """The validation-loss blow-ups (:mod:`stab_core.held_out_blowups`) that no shown incident already
-    spans, each an incident of its own: grouped with a training-loss blip beside it, the blip's recovery
-    and severity would be said of the blow-up. Early instability where it starts before the training loss's
-    baseline is full (``early_until``; None: no training loss, a spike)."""
-    out = []
-    for event in held_out_blowups(view.series):
-        if any(i.severity != "blip" and i.start <= event.until and event.start <= i.until for i in incidents):
-            continue
-        kind: IncidentKind = "early_instability" if early_until is not None and event.start < early_until else "spike"
-        co_moves = {
-            metric: ratio
-            for metric in ("loss", "grad_norm")
-            if (ratio := window_ratio(view.series.get(metric), event.start, event.until)) is not None
-        }
-        severity: SeverityLevel = "divergence" if event.diverged else "spike"
-        certainty: Certainty = "low" if kind == "early_instability" else "high"
-        out.append(Incident(kind, (event,), co_moves, severity, certainty, event.recovery_step))
-    return out
 
 
 def _costed(

@@ -25,14 +25,15 @@ stays there for :data:`BACK_EVALS` evaluations (or to the log's end); never back
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Final
 
 import numpy as np
 
 from stab_core.held_out import is_held_out_loss
-from stab_core.incidents import RECOVER_RATIO
+from stab_core.incidents import RECOVER_RATIO, Incident, IncidentKind, window_ratio
 from stab_core.runview import FloatArray, IntArray, Series
+from stab_core.severity import Certainty, SeverityLevel
 from stab_core.spikes import SpikeEvent
 
 BLOWUP_RATIO: Final = 1.8
@@ -152,3 +153,25 @@ def _event(name: str, steps: IntArray, values: FloatArray, first: int, back: int
 def is_held_out_blowup(event: SpikeEvent) -> bool:
     """Whether ``event`` is a held-out loss's blow-up (:func:`held_out_blowups`)."""
     return is_held_out_loss(event.metric) and not event.nonfinite
+
+
+def blowup_incidents(series: Mapping[str, Series], incidents: Sequence[Incident], early_until: int) -> list[Incident]:
+    """The blow-ups of :func:`held_out_blowups` that no shown incident of ``incidents`` already spans, each
+    an incident of its own: grouped with a training-loss blip beside it, the blip's recovery and severity
+    would be said of the blow-up. An early instability where it starts before step ``early_until`` (the
+    training loss's baseline is full there; 0 without a training loss), else a spike; a divergence where it
+    never came back."""
+    out = []
+    for event in held_out_blowups(series):
+        if any(i.severity != "blip" and i.start <= event.until and event.start <= i.until for i in incidents):
+            continue
+        kind: IncidentKind = "early_instability" if event.start < early_until else "spike"
+        co_moves = {
+            metric: ratio
+            for metric in ("loss", "grad_norm")
+            if (ratio := window_ratio(series.get(metric), event.start, event.until)) is not None
+        }
+        severity: SeverityLevel = "divergence" if event.diverged else "spike"
+        certainty: Certainty = "low" if kind == "early_instability" else "high"
+        out.append(Incident(kind, (event,), co_moves, severity, certainty, event.recovery_step))
+    return out
