@@ -20,8 +20,9 @@ from stab_core.clipping import CLIP_SATURATION, ClipStats, clipping_stats
 from stab_core.decision_tree import NONFINITE_START_LEAF, DiagnosisParams
 from stab_core.detectors_not_run import detectors_not_run
 from stab_core.diagnosis import diagnose, diagnose_early
-from stab_core.early_rise_rules import banded_climbs, early_rise_events
+from stab_core.early_rise_rules import banded_climbs, early_limit, early_rise_events
 from stab_core.held_out import held_out_nonfinite, held_out_rose, is_held_out_nonfinite
+from stab_core.held_out_blowups import blowup_incidents
 from stab_core.held_recovery import costed_recovery
 from stab_core.incident_passes import after_grouping
 from stab_core.incidents import (
@@ -390,12 +391,6 @@ def run_clip_stats(view: RunView, window: int = 100, saturation: float = 0.9) ->
     return grad.steps, clipping_stats(grad.values, max_norm, coef, window=window, saturation=saturation)
 
 
-def _early_limit(loss: Series, params: SpikeParams) -> int:
-    """The step before which an incident is early: the loss's ``window``-th finite sample (baseline full)."""
-    finite = loss.steps[np.isfinite(loss.values)]
-    return int(finite[min(params.window, finite.size) - 1]) if finite.size else 0
-
-
 def find_incidents(view: RunView, params: AnalysisParams | None = None) -> list[Incident]:
     """The run's incidents: loss and grad-norm spikes (:func:`detect_spikes`), early rises and climbs of
     the loss (:mod:`stab_core.incidents`), grouped so that overlapping ones are one incident. A loss
@@ -426,7 +421,7 @@ def find_incidents(view: RunView, params: AnalysisParams | None = None) -> list[
             (event, "early_instability")
             for event in early_rise_events(loss.steps, loss.values, p.loss_spikes.min_history, "loss", z)
         ]
-        early_until = _early_limit(loss, p.loss_spikes)
+        early_until = early_limit(loss, p.loss_spikes.window)
         found += [
             (event, "early_instability" if event.start < early_until else "climb")
             for event in banded_climbs(loss.steps, loss.values, z)
@@ -457,7 +452,8 @@ def find_incidents(view: RunView, params: AnalysisParams | None = None) -> list[
             primary = replace(primary, steps_lost=0)
         incident = Incident(kind, (primary, *members[1:]), co_moves)
         incidents.append(_costed(incident, loss, early, p, view.series.get("val_loss")))
-    return after_grouping(view.series, incidents)
+    incidents += blowup_incidents(view.series, incidents, early_limit(loss, p.loss_spikes.window))  # val blow-ups
+    return after_grouping(view.series, sorted(incidents, key=lambda i: i.start))
 
 
 def _costed(

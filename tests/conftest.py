@@ -38,6 +38,7 @@ TIERS: dict[str, str] = {
             "lasting_rises",
             "nonfinite_episodes",
             "f26a_end_and_nan_rises",
+            "f27c_val_blowups",
             "f25d_dip_climbs",
             "round20_tables",
             "f25d_named_metrics",

@@ -1,0 +1,177 @@
+"""A validation loss that blows up while the training loss may be fine (issue #32, round 21: f27c).
+
+A held-out loss (:func:`~stab_core.held_out.is_held_out_loss`; the run's ``val_loss`` where it has one, else
+each held-out loss component) is evaluated per epoch or every few hundred steps: its series are short (tens
+of evaluations) and scatter more than a training loss, so the training loss's windows (60 samples) never fill
+and its ratio rules flag ordinary scatter. What holds on any such series is the shape of a blow-up: an
+evaluation (the crossing) that
+
+- is :data:`BLOWUP_RATIO` times the lowest evaluation before it, at most :data:`WITHIN_EVALS` evaluations
+  after that lowest (a blow-up, not a slow climb), and :data:`JUMP_RATIO` times the evaluation just before
+  it (an overfitting run's validation loss climbs a few percent an evaluation);
+- is higher than every evaluation since the first (which is often taken before or at the start of
+  training): a noisy validation loss whose scatter reached as high before has not blown up;
+- and, where it comes back, is abrupt (also BLOWUP_RATIO times the median of the :data:`RECENT_EVALS`
+  evaluations before it, with the next evaluation still :data:`HELD_RATIO` times the lowest: one bad
+  evaluation is a blip); where it never comes back, it held (:data:`HELD_EVALS` or more evaluations from it
+  to the log's end, every one HELD_RATIO times the lowest: a jump in the log's last evaluations may not
+  last) while the training loss did not fall meanwhile (a validation loss that rises for good while the
+  training loss falls is overfitting, :mod:`stab_core.overfitting`'s finding, not an incident).
+
+It is over at the first evaluation back within :data:`~stab_core.incidents.RECOVER_RATIO` of the lowest that
+stays there for :data:`BACK_EVALS` evaluations (or to the log's end); never back is a divergence.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Final
+
+import numpy as np
+
+from stab_core.held_out import is_held_out_loss
+from stab_core.incidents import RECOVER_RATIO, Incident, IncidentKind, window_ratio
+from stab_core.runview import FloatArray, IntArray, Series
+from stab_core.severity import Certainty, SeverityLevel
+from stab_core.spikes import SpikeEvent
+
+BLOWUP_RATIO: Final = 1.8
+"""The crossing evaluation is at least this many times the lowest evaluation before it."""
+JUMP_RATIO: Final = 1.3
+"""... and at least this many times the evaluation just before it (a jump, not an overfitting drift)."""
+HELD_RATIO: Final = 1.5
+"""The evaluation after the crossing is still at least this many times that lowest: two evaluations up."""
+WITHIN_EVALS: Final = 3
+"""The crossing comes at most this many evaluations after that lowest (a blow-up, not a slow climb)."""
+RECENT_EVALS: Final = 3
+"""An abrupt blow-up is also BLOWUP_RATIO times the median of this many evaluations before it: one
+evaluation scattered low is no level to blow up from."""
+HELD_EVALS: Final = 5
+"""A blow-up that is not abrupt counts when it never comes back: this many evaluations or more from the
+crossing to the log's end, every one at least HELD_RATIO times the lowest."""
+TRAIN_FELL: Final = 0.9
+"""... and the training loss's median from the crossing on is not under this fraction of its median over
+the evaluations before it: a training loss that kept falling makes the rise overfitting."""
+BACK_EVALS: Final = 3
+"""Evaluations back within RECOVER_RATIO of the lowest in a row (or to the log's end) that end it."""
+MIN_EVALS: Final = 5
+"""Finite evaluations a series needs before it is read at all."""
+
+
+def held_out_blowups(series: Mapping[str, Series]) -> list[SpikeEvent]:
+    """The blow-ups (module docstring) of the run's held-out loss (``val_loss``, else every held-out loss)
+    in ``series``; steps are the series' own."""
+    names = ["val_loss"] if "val_loss" in series else sorted(n for n in series if is_held_out_loss(n))
+    out: list[SpikeEvent] = []
+    for name in names:
+        ok = np.isfinite(series[name].values)
+        steps, values = series[name].steps[ok], series[name].values[ok]
+        if values.size >= MIN_EVALS and (values > 0).all():
+            out += _blowups(name, steps, values, series.get("loss"))
+    return out
+
+
+def _blowups(name: str, steps: IntArray, values: FloatArray, train: Series | None) -> list[SpikeEvent]:
+    out = []
+    i = 2
+    while i < values.size - 1:
+        low_at = int(np.argmin(values[:i]))
+        low = float(values[low_at])
+        crossed = (
+            values[i] >= BLOWUP_RATIO * low
+            and values[i] >= JUMP_RATIO * values[i - 1]
+            and i - low_at <= WITHIN_EVALS
+            and values[i] > values[1:i].max()
+        )
+        back = _back_at(values, i + 1, low) if crossed else None
+        recent = float(np.median(values[max(0, i - RECENT_EVALS) : i]))
+        abrupt = values[i] >= BLOWUP_RATIO * recent and values[i + 1] >= HELD_RATIO * low
+        held = (
+            back is None
+            and values.size - i >= HELD_EVALS
+            and bool((values[i:] >= HELD_RATIO * low).all())
+            and not _train_fell(train, int(steps[max(0, i - RECENT_EVALS)]), int(steps[i]))
+        )
+        if not (crossed and (held if back is None else abrupt)):
+            i += 1
+            continue
+        out.append(_event(name, steps, values, i, back, low))
+        if back is None:
+            break
+        i = back + 1
+    return out
+
+
+def _train_fell(train: Series | None, before: int, crossing: int) -> bool:
+    """Whether the training loss's median from step ``crossing`` on is under TRAIN_FELL times its median
+    over ``before..crossing`` (False without a training loss there: nothing shows it fell)."""
+    if train is None:
+        return False
+    ok = np.isfinite(train.values)
+    prior = train.values[ok & (train.steps >= before) & (train.steps < crossing)]
+    after = train.values[ok & (train.steps >= crossing)]
+    if not (prior.size and after.size):
+        return False
+    return bool(np.median(after) < TRAIN_FELL * np.median(prior))
+
+
+def _back_at(values: FloatArray, first: int, low: float) -> int | None:
+    """The first index from ``first`` on whose value and the next BACK_EVALS - 1 (or all to the end) are
+    within RECOVER_RATIO of ``low``; None: never back."""
+    near = values <= RECOVER_RATIO * low
+    for k in range(first, values.size):
+        if near[k : k + BACK_EVALS].all():
+            return k
+    return None
+
+
+def _event(name: str, steps: IntArray, values: FloatArray, first: int, back: int | None, low: float) -> SpikeEvent:
+    last = (back if back is not None else values.size) - 1
+    peak = first + int(np.argmax(values[first : last + 1]))
+    start, end = int(steps[first]), int(steps[last])
+    recovery = int(steps[back]) if back is not None else None
+    return SpikeEvent(
+        metric=name,
+        start=start,
+        peak=int(steps[peak]),
+        end=end,
+        peak_value=float(values[peak]),
+        baseline=low,
+        ratio=float(values[peak]) / low,
+        z=math.inf,
+        duration=(recovery if recovery is not None else end) - start,
+        recovered=back is not None,
+        recovery_step=recovery,
+        diverged=back is None,
+        nonfinite=False,
+        steps_lost=(recovery if recovery is not None else end) - start,
+        n_samples=last - first + 1,
+    )
+
+
+def is_held_out_blowup(event: SpikeEvent) -> bool:
+    """Whether ``event`` is a held-out loss's blow-up (:func:`held_out_blowups`)."""
+    return is_held_out_loss(event.metric) and not event.nonfinite
+
+
+def blowup_incidents(series: Mapping[str, Series], incidents: Sequence[Incident], early_until: int) -> list[Incident]:
+    """The blow-ups of :func:`held_out_blowups` that no shown incident of ``incidents`` already spans, each
+    an incident of its own: grouped with a training-loss blip beside it, the blip's recovery and severity
+    would be said of the blow-up. An early instability where it starts before step ``early_until`` (the
+    training loss's baseline is full there; 0 without a training loss), else a spike; a divergence where it
+    never came back."""
+    out = []
+    for event in held_out_blowups(series):
+        if any(i.severity != "blip" and i.start <= event.until and event.start <= i.until for i in incidents):
+            continue
+        kind: IncidentKind = "early_instability" if event.start < early_until else "spike"
+        co_moves = {
+            metric: ratio
+            for metric in ("loss", "grad_norm")
+            if (ratio := window_ratio(series.get(metric), event.start, event.until)) is not None
+        }
+        severity: SeverityLevel = "divergence" if event.diverged else "spike"
+        certainty: Certainty = "low" if kind == "early_instability" else "high"
+        out.append(Incident(kind, (event,), co_moves, severity, certainty, event.recovery_step))
+    return out
