@@ -260,8 +260,6 @@ def check_premises(
     numerical = evidence.get("numerical", {})
     counts = [numerical.get(k) for k in ("nonfinite_loss", "nonfinite_grad_norm", "nan_iterations", "nonfinite_grads")]
     nonfinite = bool(spike.nonfinite) or any(isinstance(c, int | float) and c > 0 for c in counts)
-    # another logged quantity that overflowed at the onset (stab_core.tree_nodes.overflowed_quantities)
-    nonfinite = nonfinite or isinstance(numerical.get("overflowed"), str)
     fp16 = facts.fp16
     drop = numerical.get("loss_scale_drop")
     if isinstance(drop, int | float):

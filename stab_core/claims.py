@@ -114,13 +114,7 @@ def said_from_json(claims: Iterable[Mapping[str, Any]], kinds: Sequence[str] | N
 SIGNATURE_KEYS: Final[dict[str, tuple[str, ...]]] = {
     "lr_transition": ("transition_step", "transition_kind", "lr_rose", "lr_at_onset", "lr_window_peak"),
     "snr_collapse": ("snr_drop", "snr_min_step", "loss_led", "grad_norm_lead_steps"),
-    "numerical": (
-        "nonfinite_loss",
-        "nonfinite_grad_norm",
-        "loss_scale_drop",
-        "nonfinite_from_first_step",
-        "overflowed",
-    ),
+    "numerical": ("nonfinite_loss", "nonfinite_grad_norm", "loss_scale_drop", "nonfinite_from_first_step"),
     "rank_concentration": ("worst_rank", "worst_ratio", "worst_step"),
     "router": ("load_jump", "load_peak"),
 }

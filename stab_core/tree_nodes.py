@@ -91,43 +91,6 @@ def _positive_total(view: RunView, metric: str, lo: int, hi: int) -> float | Non
     return float(values.sum()) if values.size else 0.0
 
 
-OVERFLOW_MIN_FINITE: Final = 3
-"""Finite samples a quantity must have logged before its first non-finite one for that one to be an
-overflow, not a column the logger never filled with numbers."""
-
-OVERFLOW_MIN_NONFINITE: Final = 2
-"""Non-finite samples, to the quantity's last, that show it stayed non-finite (one trailing ``nan`` may be a
-summary row's empty cell)."""
-
-COUNTED_APART: Final = frozenset({"loss", "grad_norm", "nan_iterations", "nonfinite_grads", "loss_scale"})
-"""Quantities node 1 reads on their own terms (counted non-finite values, counts of skipped iterations, the
-fp16 scale): :func:`overflowed_quantities` leaves them out."""
-
-
-def overflowed_quantities(view: RunView, lo: int, hi: int, skip: str = "") -> list[str]:
-    """Logged quantities (besides those :data:`COUNTED_APART` and ``skip``) that were finite at each of their
-    first :data:`OVERFLOW_MIN_FINITE` or more samples, turned non-finite at a step in ``lo..hi`` (steps) and
-    stayed non-finite at every later sample (:data:`OVERFLOW_MIN_NONFINITE` or more): a value that overflowed
-    there and never came back, as an observation normaliser's running mean gone inf or NaN in an RL run (a
-    numerical fault's signature in the data, even where the loss and grad norm stay finite; round 21, f27d).
-    A quantity with a non-finite value among its earlier samples is a column the logger fills with
-    placeholders, not one that overflowed."""
-    out = []
-    for name, series in view.series.items():
-        if name in COUNTED_APART or name == skip or series.values.size < OVERFLOW_MIN_FINITE + OVERFLOW_MIN_NONFINITE:
-            continue
-        bad = ~np.isfinite(series.values)
-        if not bad.any():
-            continue
-        first = int(np.argmax(bad))
-        tail = bad[first:]
-        if first < OVERFLOW_MIN_FINITE or tail.size < OVERFLOW_MIN_NONFINITE or not bool(tail.all()):
-            continue
-        if lo <= int(series.steps[first]) <= hi:
-            out.append(name)
-    return sorted(out)
-
-
 def node_numerical(view: RunView, spike: SpikeEvent, p: DiagnosisParams) -> NodeResult:
     lookback = max(
         p.numerical_lookback_steps,
@@ -144,8 +107,6 @@ def node_numerical(view: RunView, spike: SpikeEvent, p: DiagnosisParams) -> Node
         "loss_scale_min": None,
         "loss_scale_drop": None,
         "loss_scale_floor": p.loss_scale_floor,  # the run's floor: a claim on the scale judges with this one
-        # another logged quantity that overflowed inside the window and stayed non-finite (round 21, f27d)
-        "overflowed": ", ".join(overflowed_quantities(view, lo, hi, spike.metric)) or None,
     }
     collapsed = False
     scale = view.series.get("loss_scale")
@@ -167,11 +128,6 @@ def node_numerical(view: RunView, spike: SpikeEvent, p: DiagnosisParams) -> Node
             collapsed = drop >= p.loss_scale_collapse or (low <= p.loss_scale_floor and level > low)
     counts = [evidence[k] for k in ("nonfinite_loss", "nonfinite_grad_norm", "nan_iterations", "nonfinite_grads")]
     nonfinite = spike.nonfinite or any(isinstance(c, int | float) and c > 0 for c in counts)
-    if not nonfinite and evidence["overflowed"] is not None:
-        # the loss and grad norm finite, another quantity overflowed at the onset: a numerical fault, with a
-        # level to roll back to (the run trained on finite numbers before it), not one from the first step
-        evidence.update(nonfinite_from_first_step=False, nonfinite_metric=None)
-        return NodeResult("yes", evidence, 0.85)
     if nonfinite:
         from_start = _nonfinite_from_start(view, spike.onset)
         grads_never_finite = not from_start and _grads_never_finite(view, spike)
