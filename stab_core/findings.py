@@ -5,13 +5,14 @@ loss (``stab_core.throughput``), as the JSON-ready dict the analyses store, the 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from stab_core.overfitting import detect_overfitting
+from stab_core.metrics import metrics_naming
+from stab_core.overfitting import Overfitting, detect_overfitting
 from stab_core.runview import RunView
 from stab_core.throughput import THROUGHPUT_METRICS, ThroughputDrop, detect_throughput_drops, settled_level
 
@@ -27,15 +28,38 @@ def throughput_metric(series: SeriesArrays) -> str | None:
     return next((m for m in THROUGHPUT_METRICS if m in series and series[m][0].size), None)
 
 
+def finding_metrics(names: Iterable[str]) -> list[str]:
+    """The series of a run whose metrics are ``names`` that :func:`run_findings` reads: :data:`FINDING_METRICS`,
+    and where no ``loss`` is among them the training losses the run logs under their own names
+    (:func:`stab_core.metrics.metrics_naming`: a GAN's or an adversarial adaptation's ``loss/encoder``,
+    ``loss/discrim``), which :func:`run_findings` weighs an overfitting against."""
+    held = list(names)
+    return [m for m in FINDING_METRICS if m in held] + metrics_naming("loss", held)
+
+
+def _overfitting(series: SeriesArrays) -> Overfitting | None:
+    """The val loss's overfitting against the run's train loss. Without a ``loss`` but with training losses
+    logged under their own names, the val loss's rise is overfitting only where one of them fell meanwhile:
+    where none did (they stayed flat or rose), the rise is the held-out loss diverging, not a model that learns
+    its training set, and "keep the best checkpoint, stop earlier" rests on no fall (round 21, f27d). A val loss
+    logged alone is judged on its own, as before."""
+    val_steps, val_values = series["val_loss"]
+    train = series.get("loss")
+    found = detect_overfitting(val_steps, val_values, *(train if train is not None else (None, None)))
+    side = [] if train is not None else [m for m in metrics_naming("loss", series) if series[m][0].size]
+    if found is None or not side:
+        return found
+    return next((f for m in side if (f := detect_overfitting(val_steps, val_values, *series[m])) is not None), None)
+
+
 def run_findings(series: SeriesArrays) -> dict[str, Any]:
     """``{"overfitting": dict | None, "throughput": [drop dicts], "throughput_level": {"metric",
-    "level"} | None}``: the val loss's overfitting against the train loss, the throughput metric's
-    drops against the run's own norm, and its settled level (what a sibling run is compared with)."""
+    "level"} | None}``: the val loss's overfitting against the train loss (:func:`_overfitting`), the
+    throughput metric's drops against the run's own norm, and its settled level (what a sibling run is
+    compared with)."""
     out: dict[str, Any] = {"overfitting": None, "throughput": [], "throughput_level": None}
     if "val_loss" in series:
-        val_steps, val_values = series["val_loss"]
-        train = series.get("loss")
-        found = detect_overfitting(val_steps, val_values, *(train if train is not None else (None, None)))
+        found = _overfitting(series)
         out["overfitting"] = found.to_json() if found is not None else None
     metric = throughput_metric(series)
     if metric is not None:
@@ -70,4 +94,6 @@ def _larger_steps(drop: ThroughputDrop, steps: npt.NDArray[np.int64], rate: npt.
 
 def view_findings(view: RunView) -> dict[str, Any]:
     """:func:`run_findings` of a ``RunView`` (its run-level series hold the per-rank metrics' means)."""
-    return run_findings({m: (view.series[m].steps, view.series[m].values) for m in FINDING_METRICS if view.has(m)})
+    return run_findings(
+        {m: (view.series[m].steps, view.series[m].values) for m in finding_metrics(view.series) if view.has(m)}
+    )

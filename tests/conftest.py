@@ -56,6 +56,7 @@ TIERS: dict[str, str] = {
             "round17_rec22",
             "round18_stm24",
             "round20_f26d",
+            "round21_f27d",
             "round17_t23b",
             "round18_det23",
             "round18_t24c",

@@ -19,7 +19,7 @@ from typing import Any
 
 from ingest.store import Store
 from ingest.store.run_info import RunInfo
-from stab_core.findings import FINDING_METRICS, run_findings
+from stab_core.findings import finding_metrics, run_findings
 from stab_core.throughput import compare_to_siblings
 
 FINDING_KINDS = ("overfitting", "throughput_loss")
@@ -29,7 +29,7 @@ FINDING_KINDS = ("overfitting", "throughput_loss")
 def findings_from_store(store: Store, info: RunInfo) -> dict[str, Any]:
     """:func:`stab_core.findings.run_findings` of the run ``info`` from the store's full-fidelity series."""
     series = {}
-    for metric in FINDING_METRICS:
+    for metric in finding_metrics(info.metrics):
         if metric in info.metrics:
             data = store.read_series(info.name, metric)
             series[metric] = (data.steps, data.values)
