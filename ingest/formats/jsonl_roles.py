@@ -14,7 +14,8 @@ common trainers' records mean something else than the name says:
   rises by one a record is the step axis (DETR's ``log.txt``, one record an epoch);
 - a ``percentage``/``progress`` key is how far the run is through its planned steps, not a metric;
 - a cumulative ``elapsed_time`` (or ``wall_s``: a clock named with its unit, round 21) in seconds is a
-  wall clock whose increase over the steps between two records is their ``step_time_s``, and ``n_parameters`` the model's size:
+  wall clock whose increase over the steps between two records is their ``step_time_s``, and
+  ``n_parameters`` the model's size:
   neither is a metric; an ``elapsed_time`` that does not rise, on records logged at every step, is
   that step's duration in seconds (``step_time_s``; round 19: f25a): a clock never goes down within
   a run, and a record a step leaves no interval for a duration to span but its own step;
