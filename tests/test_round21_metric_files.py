@@ -96,6 +96,7 @@ def test_a_flat_statistic_is_a_measure_and_an_episode_counter_is_progress() -> N
     flat = np.zeros(20)
     moved = moved_fields({"clip_ratio/low_mean": flat, "completions/min_length": flat + 2, "eps": flat})
     assert set(moved) == {"eps"}  # a setting; the statistics stay series
+    assert "gpu_mem_max_gb" in moved_fields({"gpu_mem_max_gb": flat + 7.5})  # a memory peak: a budget, flat
     assert "episode" in moved_fields({"episode": np.arange(4.0, 84.0, 4.0)})
 
 

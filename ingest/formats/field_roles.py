@@ -153,6 +153,12 @@ def _statistic(name: str) -> bool:
     return bool(_words(name) & STAT_WORDS)
 
 
+def _flat_measure(name: str) -> bool:
+    """Whether ``name``, flat, is still a measure: a statistic of a distribution of samples (:func:`_statistic`),
+    not a memory peak (``gpu_mem_max_gb``: MMSeg's ``memory`` on every line, a budget the run was set to)."""
+    return _statistic(name) and not (_words(name) & {"mem", "memory"} or name.endswith(("_gb", "_mb")))
+
+
 def diagnostic_fields(names: list[str], roles: Any = ()) -> list[str]:
     """The fields of a run (all its stored ``names``) that are the model's diagnostics, not training metrics:
     in a run of :data:`WIDE_RUN` fields or more, one of a family of :data:`MIN_FAMILY` indexed fields or a
@@ -214,7 +220,7 @@ def candidate(name: str, first: np.ndarray, roles: Any = ()) -> bool:
         return False
     if PASS_TIMING.match(name) or EXPLORATION.match(name) or EARLY_STOP.match(name):
         return True
-    if _statistic(name):
+    if _flat_measure(name):
         return False  # a statistic of a measured distribution: a measure, even flat
     return first.shape[0] > 0 and bool((first == first[0]).all())
 
@@ -241,7 +247,7 @@ def moved_fields(values_of: dict[str, np.ndarray]) -> dict[str, tuple[str, float
         elif EARLY_STOP.match(name):
             why = "an early stop's flag or patience count, the trainer's control state, not a measure"
             out[name] = (why, float(values[-1]))
-        elif _statistic(name):
+        elif _flat_measure(name):
             continue
         elif values.shape[0] >= MIN_CONSTANT_RECORDS and np.isfinite(values[0]) and bool((values == values[0]).all()):
             out[name] = (f"one value on all {values.shape[0]} records: a setting of the run", float(values[0]))
