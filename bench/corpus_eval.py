@@ -108,10 +108,22 @@ def _norm(name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_")
 
 
+def _canonical(metric: str) -> str:
+    """The name StabScope stores a golden's metric under by the shared naming rules
+    (:func:`ingest.formats.aliases.canonical_name`): a golden that spells the tokens-per-second rate
+    ``tokens_per_s`` names the series stored as ``throughput_tok_s``, its ``num_tokens`` the ``tokens`` count."""
+    from ingest.formats.aliases import canonical_name
+
+    return canonical_name(metric)[0]
+
+
 def _series_for(series: Mapping[str, Any], metric: str) -> Any:
-    """The stored series of ``metric``: its canonical name, else the first whose name contains it."""
+    """The stored series of ``metric``: its name, else its canonical name (:func:`_canonical`), else
+    the first whose name contains it."""
     if metric in series:
         return series[metric]
+    if _canonical(metric) in series:
+        return series[_canonical(metric)]
     for name in sorted(series):
         if _norm(metric) in _norm(name):
             return series[name]
@@ -177,7 +189,7 @@ def score_import(result: LogScore, golden: Mapping[str, Any], stored_runs: Seque
     for want, got in zip(expected, stored_runs, strict=False):
         series = got["series"]
         for metric in want["metrics"]:
-            if metric not in series:
+            if metric not in series and _canonical(metric) not in series:
                 result.fault("missing", f"{metric}")
         for token in want.get("metrics_like", []):
             if _series_for({k: v for k, v in series.items() if k not in want["metrics"]}, token) is None:

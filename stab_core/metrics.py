@@ -72,10 +72,19 @@ language-model loss (an advantage-weighted ratio, often negative, noisy by desig
 and the loss-spike detector does not read it. The critic's loss trains the value model beside it."""
 
 
+POLICY_LOSS_NAME: Final = re.compile(
+    r"^(?:[\w.-]+/)?(?:(?:policy|pg|actor)_loss|loss/(?:policy|pg|actor))(?:_(?:avg|mean))?$", re.IGNORECASE
+)
+"""A policy loss under a trainer's namespace (TRL's PPO ``loss/policy_avg``, ``train/policy_loss``): the
+same quantity as :data:`POLICY_LOSSES` (round 21: f27a)."""
+
+
 def policy_loss_of(names: Iterable[str]) -> str | None:
-    """The policy loss among ``names`` (the first of :data:`POLICY_LOSSES` it holds), None without one."""
-    held = set(names)
-    return next((name for name in POLICY_LOSSES if name in held), None)
+    """The policy loss among ``names`` (the first of :data:`POLICY_LOSSES` it holds, else the first named
+    as one by :data:`POLICY_LOSS_NAME`), None without one."""
+    held = list(names)
+    listed = next((name for name in POLICY_LOSSES if name in held), None)
+    return listed or next((name for name in held if POLICY_LOSS_NAME.match(name)), None)
 
 
 UNREAD_NAMES: Final[dict[str, re.Pattern[str]]] = {

@@ -83,8 +83,9 @@ def test_yolov5_numbered_lr_columns_are_param_groups(tmp_path: Path) -> None:
         for e in range(5)
     ]
     parsed = read_log([_write(tmp_path / "results.csv", [header, *rows])])
-    assert parsed.series("lr")[1].tolist() == pytest.approx([0.001 * (e + 1) for e in range(5)])
-    assert "x/lr0" in parsed.metrics and "x/lr1" not in parsed.metrics
+    # the first group (x/lr0) is the run's lr, the canonical first param group's (round 21: f27a)
+    assert parsed.series("lr")[1].tolist() == pytest.approx([0.08 - 0.015 * e for e in range(5)])
+    assert "x/lr1" in parsed.metrics and "x/lr0" not in parsed.metrics
 
 
 def test_counter_and_loss_rules() -> None:

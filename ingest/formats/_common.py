@@ -400,20 +400,11 @@ class LogBuilder:
 
     def _fields_to_settings(self) -> None:
         """The fields that are no metric series by :mod:`ingest.formats.field_roles` (a field that never
-        changes over the run, an evaluation pass's timing): moved from the series to
-        ``meta['log_settings']``, each listed in :attr:`moved` for the import report."""
-        from ingest.formats.field_roles import SETTINGS_KEY, candidate, moved_fields, setting_value
+        changes over the run, an evaluation pass's timing; a wide record's per-layer diagnostics): moved from
+        the series to ``meta`` (:func:`~ingest.formats.field_roles.move_fields`), each listed in :attr:`moved`."""
+        from ingest.formats.field_roles import move_fields
 
-        # only the fields a rule may move are gathered: a long log's metric columns are not copied
-        values_of = {
-            name: np.concatenate([p.value for p in pieces])
-            for name, pieces in self._pieces.items()
-            if candidate(name, pieces[0].value, self.meta.get("proposed_map") or ())
-        }
-        for name, (why, value) in moved_fields(values_of).items():
-            self.meta.setdefault(SETTINGS_KEY, {})[name] = setting_value(value)
-            self.moved.setdefault(name, why)
-            del self._pieces[name]
+        move_fields(self._pieces, self.meta, self.moved)
 
     def _constant_settings_to_meta(self) -> None:
         """Each of :attr:`settings_when_constant` whose rows in this run hold one finite value: moved from the

@@ -33,6 +33,21 @@ layout of a log nobody has seen.
   its patience count (``patience``, ``num_bad_epochs``) are the trainer's control state, read from the
   evaluations it already logs: left out of the series (the last value kept in the metadata).
 
+- **A run's per-layer diagnostics are no training metrics** (round 21: f27a). A run whose records carry
+  many fields (:data:`WIDE_RUN` or more: more than any trainer's own summary of a step prints) holds the
+  model's internals beside its training metrics: per-layer or per-depth values (``hub_delta_layer_3``,
+  ``ponder_depth_frac_2``: one of a family of three or more fields that differ only by a trailing index)
+  and summary statistics of an internal quantity (``token_uncertainty_std``, ``write_mag_mean``,
+  ``conv_delta_correlation``, ``val_avg_saturation``: a statistic's word, of no training quantity). They
+  describe the model, not whether it trains: kept under their own names, with their last value, in the
+  run's metadata (``meta['log_diagnostics']``, listed in ``moved``), out of the metric list. Losses,
+  learning rates, norms, scores, rewards, times and speeds of any name stay series
+  (:func:`diagnostic_fields`), and so does any field of a narrower run (a TRL record's ``reward_std``).
+- **A statistic of a measured distribution is a measure even when it does not change** (round 21):
+  ``clip_ratio/low_mean`` at 0 on every record says that nothing was clipped, ``completions/min_length``
+  at 2 that the shortest completion stayed 2 tokens: facts about training, not settings of the run.
+- An episode counter (``episode``: completions or episodes sampled so far) is a count consumed, as above.
+
 Each move is listed in :func:`moved_fields`' answer, which the import report shows (``moved``), so
 nothing is lost silently.
 """
@@ -65,7 +80,7 @@ EARLY_STOP: Final = re.compile(
 )
 """An early stop's state: its flag (nanochat's ``early_stop: 0``) or its patience countdown (:func:`moved_fields`)."""
 CONSUMED: Final = re.compile(
-    r"^(?:.*/)?(?:num_|n_|total_|cumulative_|seen_)?(?:input_)?(?:samples|tokens|examples|effective_steps)"
+    r"^(?:.*/)?(?:num_|n_|total_|cumulative_|seen_)?(?:input_)?(?:samples|tokens|examples|effective_steps|episodes?)"
     r"(?:_seen|_consumed|_processed|_so_far)?$"
     r"|^(?:.*/)?eta(?:_s|_sec|_secs|_seconds)?$",
     re.IGNORECASE,
@@ -94,6 +109,92 @@ _LR_NAME: Final = re.compile(r"(?:^|[_/])(?:lr|lrm|learning_rate)(?:$|[_/])", re
 an ``lr_mult``: a flat one is the schedule's, a fact about training (round 20: f26c)."""
 
 
+WIDE_RUN: Final = 48
+"""Fields a run must store for :func:`diagnostic_fields` to apply: a trainer's step summary prints fewer
+(TRL's GRPO record ~30, a Megatron line ~20); a record wider than that carries the model's internals."""
+_INDEXED: Final = re.compile(r"^(?P<family>.*\D)\d+$")
+"""A field named by a family and a trailing index (``hub_delta_layer_12``, ``halt_prob_step_0``)."""
+MIN_FAMILY: Final = 3
+"""Indexed fields a family must have to be per-layer (or per-depth) values: two may be a pair (``beta1``, ``beta2``)."""
+STAT_WORDS: Final = frozenset(
+    {"mean", "avg", "average", "std", "stdev", "var", "min", "max", "median", "corr", "correlation"}
+)
+"""Words naming a summary statistic of a distribution (``token_uncertainty_std``, ``completions/min_length``)."""
+_TRAINING_WORDS: Final = frozenset(
+    {
+        "loss",
+        "lr",
+        "grad",
+        "norm",
+        "perplexity",
+        "ppl",
+        "acc",
+        "accuracy",
+        "reward",
+        "rewards",
+        "return",
+        "kl",
+        "entropy",
+        "score",
+        "scores",
+        "time",
+        "throughput",
+    }
+)
+"""Words of a training quantity's name: a field holding one is never a diagnostic (``grad_norm_max``)."""
+
+
+def _words(name: str) -> set[str]:
+    return set(re.split(r"[^a-z0-9]+", name.lower())) - {""}
+
+
+def _statistic(name: str) -> bool:
+    """Whether ``name`` names a summary statistic of a distribution (:data:`STAT_WORDS`)."""
+    return bool(_words(name) & STAT_WORDS)
+
+
+def _flat_measure(name: str) -> bool:
+    """Whether ``name``, flat, is still a measure: a statistic of a distribution of samples (:func:`_statistic`),
+    not a memory peak (``gpu_mem_max_gb``: MMSeg's ``memory`` on every line, a budget the run was set to)."""
+    return _statistic(name) and not (_words(name) & {"mem", "memory"} or name.endswith(("_gb", "_mb")))
+
+
+def diagnostic_fields(names: list[str], roles: Any = ()) -> list[str]:
+    """The fields of a run (all its stored ``names``) that are the model's diagnostics, not training metrics:
+    in a run of :data:`WIDE_RUN` fields or more, one of a family of :data:`MIN_FAMILY` indexed fields or a
+    summary statistic, whose name holds no training quantity's word; empty for a narrower run. ``roles``:
+    names a reader proposed a role for, never moved."""
+    if len(names) < WIDE_RUN:
+        return []
+    families: dict[str, int] = {}
+    for name in names:
+        if m := _INDEXED.match(name):
+            families[m["family"]] = families.get(m["family"], 0) + 1
+    out = []
+    for name in names:
+        if name in roles or _metric_like(name) or _words(name) & _TRAINING_WORDS:
+            continue
+        m = _INDEXED.match(name)
+        if (m is not None and families[m["family"]] >= MIN_FAMILY) or _statistic(name):
+            out.append(name)
+    return out
+
+
+DIAGNOSTICS_KEY: Final = "log_diagnostics"
+"""The run metadata key of the diagnostics moved out of the series (``{field: last value}``)."""
+DIAGNOSTIC_WHY: Final = (
+    "a per-layer value or a statistic of the model's internals in a wide record: a diagnostic, not a training metric"
+)
+
+
+def last_value(pieces: list[np.ndarray]) -> Any:
+    """The last finite value of a field's ``pieces`` (its values in record order), as the metadata keeps it;
+    None when none is finite."""
+    values = np.concatenate(pieces)
+    finite = values[np.isfinite(values)]
+    return setting_value(float(finite[-1])) if finite.size else None
+
+
 def _metric_like(name: str) -> bool:
     """A canonical metric (or a namespaced one of it, ``grad_norm/layer.3``), a loss of any name (MaxText
     DPO's ``lm_loss: 0.000`` on every line is that loss, not a setting), a learning rate of any name
@@ -119,6 +220,8 @@ def candidate(name: str, first: np.ndarray, roles: Any = ()) -> bool:
         return False
     if PASS_TIMING.match(name) or EXPLORATION.match(name) or EARLY_STOP.match(name):
         return True
+    if _flat_measure(name):
+        return False  # a statistic of a measured distribution: a measure, even flat
     return first.shape[0] > 0 and bool((first == first[0]).all())
 
 
@@ -144,6 +247,8 @@ def moved_fields(values_of: dict[str, np.ndarray]) -> dict[str, tuple[str, float
         elif EARLY_STOP.match(name):
             why = "an early stop's flag or patience count, the trainer's control state, not a measure"
             out[name] = (why, float(values[-1]))
+        elif _flat_measure(name):
+            continue
         elif values.shape[0] >= MIN_CONSTANT_RECORDS and np.isfinite(values[0]) and bool((values == values[0]).all()):
             out[name] = (f"one value on all {values.shape[0]} records: a setting of the run", float(values[0]))
     return out
@@ -159,3 +264,24 @@ def _not_cumulative(values: np.ndarray) -> bool:
 def setting_value(value: float) -> Any:
     """``value`` as the metadata keeps it (a whole number as an int)."""
     return int(value) if value.is_integer() else value
+
+
+def move_fields(pieces: dict[str, list[Any]], meta: dict[str, Any], moved: dict[str, str]) -> None:
+    """Move a run's fields that are no metric series out of ``pieces`` (stored name -> its pieces, each with
+    a ``value`` array, in record order): a wide record's diagnostics (:func:`diagnostic_fields`) to
+    ``meta['log_diagnostics']``, the fields :func:`moved_fields` names to ``meta['log_settings']``, each
+    with the value kept; ``moved`` gets each one's reason, for the import report."""
+    roles = meta.get("proposed_map") or ()
+    for name in diagnostic_fields(sorted(pieces), roles):
+        meta.setdefault(DIAGNOSTICS_KEY, {})[name] = last_value([p.value for p in pieces.pop(name)])
+        moved.setdefault(name, DIAGNOSTIC_WHY)
+    # only the fields a rule may move are gathered: a long log's metric columns are not copied
+    values_of = {
+        name: np.concatenate([p.value for p in parts])
+        for name, parts in pieces.items()
+        if candidate(name, parts[0].value, roles)
+    }
+    for name, (why, value) in moved_fields(values_of).items():
+        meta.setdefault(SETTINGS_KEY, {})[name] = setting_value(value)
+        moved.setdefault(name, why)
+        del pieces[name]

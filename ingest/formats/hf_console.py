@@ -258,7 +258,8 @@ def _steps(scan: _Scan) -> tuple[list[int], str]:
             n = 1 if i in starts else n + (not record.eval)
             counted += [] if record.eval else [n]
         return _with_evals(scan.records, counted, lambda r: None), (
-            "line order per run: the N-th training logs dict since the run's settings dict is step N"
+            "line order per run: the N-th training logs dict since the run's start (a changed settings dict, or an "
+            "epoch back below the run's first) is step N"
         )
     return _with_evals(scan.records, list(range(1, len(train) + 1)), lambda r: None), (
         "line order: the N-th training logs dict is step N (one logging interval, not one optimizer step; "
@@ -282,11 +283,17 @@ def _note_settings(text: str, scan: _Scan) -> None:
 
 
 def _note_restart(values: dict[str, float], scan: _Scan) -> None:
-    """A training dict after a changed settings dict whose epoch went back opens the grid's next run
-    (either sign alone splits nothing: a relaunch of the same point, an epoch counter that resets)."""
-    if scan.changed:
+    """A training dict whose epoch went back opens the next run when a changed settings dict came before it
+    (a grid's next point), or when it goes below the first epoch its run logged (round 21: f27a): a resume
+    goes back to a checkpoint saved after the run began logging, never below its first record, so a dict
+    there is a fresh session appended to the file (``launch_ends``' rule for a table's steps). An epoch that
+    goes back within the run, with no settings changed, splits nothing."""
+    epoch = values.get("epoch")
+    if epoch is not None:
         last = next((r.values.get("epoch") for r in reversed(scan.records) if not r.eval), None)
-        if last is not None and "epoch" in values and values["epoch"] < last:
+        start = scan.restarts[-1] if scan.restarts else 0
+        first = next((r.values.get("epoch") for r in scan.records[start:] if not r.eval), None)
+        if last is not None and epoch < last and (scan.changed or (first is not None and epoch < first)):
             scan.restarts.append(len(scan.records))
     scan.changed = False
 

@@ -6,13 +6,16 @@ common trainers' records mean something else than the name says:
 - ``time`` beside ``data_time`` (detectron2's ``metrics.json``, MMEngine's ``scalars.json``, mmcv),
   or a ``time`` that goes back between records, is the step's duration in seconds, not a clock;
 - ``total_loss`` is the loss when no key names the loss itself (detectron2 sums its ``loss_*``
-  terms into it);
+  terms into it), or when the key the alias table reads as the loss is one of the terms it sums
+  (``lm_loss`` beside ``depth_reg_loss``, ``distill_loss``: ``run_loss.aggregate_over_term``; round 21);
 - an ``epoch`` beside a step counter, whole or fractional (completed epochs, or steps over steps per
   epoch as Hugging Face logs it), is the step axis's companion: an axis, not a metric (round 15:
   gen20b; the HF trainer-state reader never stored it either); without a step counter an epoch that
   rises by one a record is the step axis (DETR's ``log.txt``, one record an epoch);
 - a ``percentage``/``progress`` key is how far the run is through its planned steps, not a metric;
-- a cumulative ``elapsed_time`` in seconds is a wall clock, and ``n_parameters`` the model's size:
+- a cumulative ``elapsed_time`` (or ``wall_s``: a clock named with its unit, round 21) in seconds is a
+  wall clock whose increase over the steps between two records is their ``step_time_s``, and
+  ``n_parameters`` the model's size:
   neither is a metric; an ``elapsed_time`` that does not rise, on records logged at every step, is
   that step's duration in seconds (``step_time_s``; round 19: f25a): a clock never goes down within
   a run, and a record a step leaves no interval for a duration to span but its own step;
@@ -28,12 +31,21 @@ import numpy as np
 import pyarrow as pa
 
 from ingest.formats._tabular import to_float
-from ingest.formats.aliases import KeyMap, canonical_name
+from ingest.formats.aliases import KeyMap, canonical_name, own_name
 from ingest.formats.column_roles import column_keymap, column_name
+from ingest.formats.run_loss import aggregate_over_term
 from ingest.formats.run_totals import is_eval_counter
 
 _DURATION_PARTNERS = frozenset({"data_time"})
-_CLOCKS = frozenset({"elapsed_time", "elapsed", "elapsed_s", "elapsed_seconds"})
+_CLOCKS = frozenset(
+    {"elapsed_time", "elapsed", "elapsed_s", "elapsed_seconds", "elapsed_sec", "time_elapsed"}
+    | {"wall_s", "wall_sec", "wall_secs", "wall_seconds", "wall_clock_s", "wallclock_s"}
+)
+"""Keys of a cumulative clock in seconds since the run began (round 21: f27a, a codec trainer's ``wall_s``:
+the wall-clock seconds, named by the clock and its unit); a Unix time (:data:`MAX_ELAPSED_S` and above)
+is the records' wall clock, not one of these."""
+MAX_ELAPSED_S = 1e8
+"""Seconds below which a rising clock counts from the run's start (three years): a Unix time is above."""
 _MODEL_SIZE = frozenset({"n_parameters", "num_parameters", "n_params", "num_params"})
 _PROGRESS = frozenset({"percentage", "percent", "progress", "pct_done", "percent_done"})
 
@@ -81,8 +93,9 @@ def record_keymap(table: pa.Table, *, step_col: str, wall_col: str | None) -> tu
         dropped.add("epoch")
 
     total_is_loss = "total_loss" in names and not has_loss
+    over_term = aggregate_over_term(names - dropped)  # ingest.formats.run_loss: total_loss beside lm_loss
     own_time = None if duration or "step_time_s" in names else step_duration(table, step_col, names - dropped)
-    if not (duration or total_is_loss or dropped or own_time or column_keymap(names)):
+    if not (duration or total_is_loss or over_term or dropped or own_time or column_keymap(names)):
         return None, wall_col
 
     def keymap(name: str) -> tuple[str, str | None] | None:
@@ -90,8 +103,10 @@ def record_keymap(table: pa.Table, *, step_col: str, wall_col: str | None) -> tu
             return None
         if duration and name == "time":
             return "step_time_s", None
-        if name == "total_loss" and total_is_loss:
+        if (name == "total_loss" and total_is_loss) or name == over_term:
             return "loss", None
+        if over_term is not None and canonical_name(name)[0] == "loss":
+            return own_name(name)  # the loss term the aggregate sums (lm_loss) keeps its name
         if name == own_time:
             return "step_time_s", None
         return column_name(name)  # ingest.formats.column_roles
@@ -162,7 +177,7 @@ def with_clock_step_time(table: pa.Table, step_col: str) -> pa.Table:
     wall, has_wall = to_float(table[clock])
     steps, has_step = to_float(table[step_col])
     rows = np.flatnonzero(has_wall & has_step & np.isfinite(wall))
-    if rows.size < 2 or not _rises(wall[rows]):
+    if rows.size < 2 or not _rises(wall[rows]) or wall[rows[0]] >= MAX_ELAPSED_S:
         return table
     d_wall, d_step = np.diff(wall[rows]), np.diff(steps[rows])
     per_step = np.full(table.num_rows, np.nan)

@@ -153,8 +153,22 @@ def aggregate_loss(names: Iterable[str]) -> str | None:
     return train[0] if len(train) == 1 and len(terms) >= 2 else None
 
 
+def aggregate_over_term(names: Iterable[str]) -> str | None:
+    """The aggregate loss column of ``names`` (:func:`aggregate_loss`: ``total_loss`` over two or more
+    ``*_loss`` terms) where the only column the alias table reads as the loss is one of those terms, a
+    loss named by its part (``lm_loss``, the language-model term the trainer adds its auxiliary terms to),
+    not the loss itself (``loss``, ``train/loss``): the optimizer steps on the aggregate, so it is the run's
+    loss and the term keeps its own name (round 21: f27a). None otherwise."""
+    names = list(names)
+    aliased = [n for n in names if canonical_name(n)[0] == "loss"]
+    if not aliased or any(not (_words(_leaf(n)) - {"loss"}) for n in aliased):
+        return None  # no loss by alias, or a column that is the loss itself
+    aggregate = aggregate_loss(names)
+    return aggregate if aggregate is not None and aggregate not in aliased else None
+
+
 def _words(leaf: str) -> set[str]:
-    return set(leaf.replace("-", "_").split("_")) - {"", "train", "training"}
+    return set(re.sub(r"[-\s]+", "_", leaf).split("_")) - {"", "train", "training"}
 
 
 def _aggregate(leaf: str) -> bool:

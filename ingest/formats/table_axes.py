@@ -14,9 +14,10 @@
 - **Param-group learning rates.** A table holding two or more learning rates of numbered optimizer
   param groups and no plain ``lr`` (Ultralytics' ``lr/pg0, lr/pg1, lr/pg2``; an LR monitor's
   ``lr-SGD/pg1, lr-SGD/pg2``; YOLOv5's ``x/lr0, x/lr1, x/lr2``: a numbered ``lrN``) stores one of
-  them as the run's ``lr``: the group whose values the most other groups share row for row (the
-  schedule most parameter classes follow: YOLO's weight groups share one, its bias group warms up
-  from its own value); with no agreement, the lowest-numbered group. The others keep their own names.
+  them as the run's ``lr``: the first group (the lowest-numbered one logged), as the canonical ``lr``
+  is the first param group's (round 21: f27a; before, the group the most others agreed with, YOLO's
+  weight groups rather than its bias group pg0 that warms up from its own value). The others keep
+  their own names.
 """
 
 from __future__ import annotations
@@ -92,18 +93,8 @@ def group_lr_columns(columns: Sequence[str]) -> list[str]:
 def run_lr_group(
     columns: Sequence[str], values: Sequence[npt.NDArray[np.float64]], present: Sequence[npt.NDArray[np.bool_]]
 ) -> str | None:
-    """Which of the param-group ``columns`` (from :func:`group_lr_columns`, their ``values`` and
-    ``present`` masks row by row) is the run's ``lr``: the one the most other groups agree with on
-    every row both logged, ties to the lowest group number; None for no columns."""
-    if not columns:
-        return None
-    best, best_count = columns[0], -1
-    for i, column in enumerate(columns):
-        count = 0
-        for j in range(len(columns)):
-            both = present[i] & present[j]
-            if j != i and both.any() and np.allclose(values[i][both], values[j][both], rtol=1e-9, equal_nan=True):
-                count += 1
-        if count > best_count:
-            best, best_count = column, count
-    return best
+    """Which of the param-group ``columns`` (from :func:`group_lr_columns`, by group number; their ``values``
+    and ``present`` masks row by row) is the run's ``lr``: the first group, the lowest-numbered one logged
+    (the canonical ``lr`` is the first param group's, :data:`stab_core.metrics.CANONICAL_METRICS`; round 21:
+    f27a); None for no columns."""
+    return next((column for column, shown in zip(columns, present, strict=True) if shown.any()), None)
