@@ -7,6 +7,8 @@ import pages  # noqa: F401  # first: a deep link's first run leaves Streamlit's 
 
 # isort: split
 import math
+from collections.abc import Collection, Mapping
+from typing import Any
 
 import pandas as pd  # type: ignore[import-untyped]
 import streamlit as st
@@ -49,6 +51,16 @@ SPIKE_COLUMNS = [
     "GPU-hours lost",
     "USD lost",
 ]
+
+
+def zoom_panels(spike: Mapping[str, Any], logged: Collection[str]) -> list[tuple[str, str, list[str]]]:
+    """The zoom's panels for ``spike``: :data:`ZOOM_PANELS`, with a panel of its own, after the loss, for each
+    metric of the incident that none of them draws (a validation loss's blow-up is drawn where it happened,
+    not only shaded over the training loss)."""
+    drawn = {m for _, _, metrics in ZOOM_PANELS for m in metrics}
+    own = spike.get("metrics") or [spike["metric"]]
+    extra = [(str(m), str(m), [str(m)]) for m in own if m not in drawn and m in logged]
+    return ZOOM_PANELS[:1] + extra + ZOOM_PANELS[1:]
 
 
 def ratio_text(ratio: object) -> str | None:
@@ -202,7 +214,7 @@ span = incident_span(spike)
 pad = max(50, 3 * (span[1] - span[0] + 1))
 lo, hi = max(first, span[0] - pad), min(last, span[1] + pad)
 panels = []
-for title, y_title, metrics in ZOOM_PANELS:
+for title, y_title, metrics in zoom_panels(spike, info.metrics):
     y_title = loss_axis_title(info.meta, info.metrics) if title == "loss" else y_title
     curves = [(m, read_series(info, m, start=lo, end=hi, buckets=auto_buckets(lo, hi))) for m in metrics]
     curves = [(m, s) for m, s in curves if s.steps.size]

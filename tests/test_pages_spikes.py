@@ -215,3 +215,49 @@ def test_one_rerun_reads_the_spikes_once_and_the_lr_transitions_from_the_analyse
     # each stored transition is drawn, or a logged event of its kind within 5 steps stands for it
     drawn = read_events(info)
     assert all(any(e.kind == t["kind"] and abs(e.step - t["step"]) <= 5 for e in drawn) for t in stored)
+
+
+def yolo_results_csv(path: Path) -> Path:
+    """A YOLOv8 ``results.csv`` of 40 epochs whose training losses fall while ``val/cls_loss`` (4.3, easing
+    0.01 an epoch) blows up over epochs 5-11 (9.0 -> 108.9) and is back at 12; no total ``val_loss``."""
+    factors = [2.1, 4.5, 15.0, 5.3, 1.9, 6.6, 26.0]
+    rows = ["epoch,train/box_loss,train/cls_loss,train/dfl_loss,val/box_loss,val/cls_loss,val/dfl_loss,lr/pg0"]
+    for epoch in range(40):
+        train = 3.0 * np.exp(-epoch / 15) + 0.5
+        val = 4.3 - 0.01 * epoch
+        if 5 <= epoch <= 11:
+            val *= factors[epoch - 5]
+        elif epoch > 11:
+            val = 4.3 * np.exp(-(epoch - 11) / 10) + 0.7
+        rows.append(
+            f"{epoch},{train:.4f},{train * 1.1:.4f},{train * 0.9:.4f},{3.6 - 0.02 * epoch:.4f},{val:.4f},"
+            f"{4.0 - 0.03 * epoch:.4f},{0.01 - 0.0002 * epoch:.5f}"
+        )
+    path.write_text("\n".join(rows) + "\n")
+    return path
+
+
+def test_a_validation_blowup_is_drawn_and_no_val_loss_is_not_said(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Round 21: a validation loss's blow-up is an incident (stab_core.held_out_blowups). The zoom draws that
+    series in a panel of its own (the training loss falls through it: shading it alone shows nothing), and the
+    findings caption does not say "the run logs no val loss" of a run that logs its parts."""
+    from ingest.cli import main
+
+    store = tmp_path / "s"
+    assert (
+        main(["import", str(yolo_results_csv(tmp_path / "results.csv")), "--run", "yolo", "--store", str(store)]) == 0
+    )
+    monkeypatch.setenv("STABSCOPE_STORE", str(store))
+    at = open_page("spikes").run()
+    assert not at.exception
+    table = at.dataframe(key="sp_table").value
+    assert list(table["incident"]) == ["early instability: val/cls_loss"]
+    names = [t.get("name") for t in figure_of(at)["data"]]
+    assert "val/cls_loss" in names and "loss" in names
+    trace = next(t for t in figure_of(at)["data"] if t.get("name") == "val/cls_loss")
+    assert plotly_values(trace["y"]).max() == pytest.approx(4.23 * 26.0, rel=0.01)
+    captions = " ".join(c.value for c in at.caption)
+    assert "logs no val loss" not in captions
+    assert "parts of its validation loss (`val/box_loss`, `val/cls_loss`, `val/dfl_loss`)" in captions

@@ -6,6 +6,7 @@ import streamlit as st
 
 from ingest.store import RunInfo
 from pages.parts.store_access import read_findings
+from stab_core.held_out import is_held_out_loss
 
 ICONS = {"overfitting": ":material/trending_up:", "throughput_loss": ":material/speed:"}
 
@@ -18,8 +19,15 @@ def show_findings(info: RunInfo) -> None:
     if not entries:
         checked = [m for m in ("val_loss", "throughput_tok_s", "step_time_s") if m in info.metrics]
         listed = ", ".join(f"`{m}`" for m in checked)
-        none = "the run logs no val loss, tokens/s or step time to check."
+        # a YOLO results.csv logs val/box_loss, val/cls_loss ... and no total: "no val loss" would be false,
+        # and overfitting is judged on the total only
+        parts = [m for m in info.metrics if "val_loss" not in info.metrics and is_held_out_loss(m)]
+        named = ", ".join(f"`{m}`" for m in parts[:4]) + (" ..." if len(parts) > 4 else "")
+        val = f"parts of its validation loss ({named}) but no total `val_loss`" if parts else "no val loss"
+        none = f"the run logs {val}, and no tokens/s or step time, to check."
         st.caption("Nothing found: " + (f"checked {listed}." if checked else none))
+        if parts and checked:
+            st.caption(f"Overfitting not checked: the run logs {val}.")
         return
     for entry in entries:
         st.warning(str(entry["summary"]), icon=ICONS.get(str(entry["kind"])))
