@@ -150,6 +150,7 @@ TIERS: dict[str, str] = {
             "heldout_shapes",
             "experiment_stats",
             "formats_aliases",
+            "metric_columns",
             "stab_core_pure",
             "formats_numbers",
             "formats_custom",

@@ -30,11 +30,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
-import numpy as np
-
 from ingest.formats._common import LogBuilder, iter_whole_lines
 from ingest.formats.aliases import canonical_name
 from ingest.formats.base import Reader
+from ingest.formats.metric_columns import MetricColumns
 from ingest.formats.numbers import NUMBER, parse_number
 from ingest.formats.raw_text import decode_head, looks_binary
 
@@ -76,13 +75,8 @@ class MxnetModuleReader(Reader):
         periods = iter(_batches_per_epoch(paths))
         per_epoch = next(periods)
         last_batch: dict[int, int] = {}
-        rows: dict[str, tuple[list[int], list[float], list[int]]] = {}
-
-        def put(metric: str, step: int, value: float, seq: int) -> None:
-            col = rows.setdefault(metric, ([], [], []))
-            col[0].append(step)
-            col[1].append(value)
-            col[2].append(seq)
+        rows = MetricColumns()
+        put = rows.put
 
         stated_lr: float | None = None
         for path in paths:
@@ -122,9 +116,8 @@ class MxnetModuleReader(Reader):
                             put("lr", int(m["update"]), lr, base + i)
                             parsed = True
                     elif _SAVED.search(text):
-                        ends = rows.get("epoch_time_s")
-                        if ends:
-                            builder.event(ends[0][-1], "checkpoint", "model saved")
+                        if ends := rows.steps_of("epoch_time_s"):
+                            builder.event(ends[-1], "checkpoint", "model saved")
                         reason = "checkpoint line"
                     elif m := _NAMESPACE.search(text):
                         args = {a["key"]: float(a["val"]) for a in _ARG.finditer(m["args"])}
@@ -136,10 +129,7 @@ class MxnetModuleReader(Reader):
                         builder.skip(path, line_no, f"not an MXNet Module line: {text.strip()[-80:]}")
                     builder.account.text_line(str(path), line_no, line, parsed=parsed, reason=reason)
                     line_no += 1
-        for metric, (steps, values, seq) in rows.items():
-            builder.add(
-                metric, np.asarray(steps, np.int64), np.asarray(values), seq=np.asarray(seq, np.int64), canonical=True
-            )
+        rows.add_to(builder)
 
 
 def _train_metric(key: str) -> str:

@@ -27,11 +27,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Final
 
-import numpy as np
-
 from ingest.formats._common import LogBuilder, iter_whole_lines
 from ingest.formats.aliases import canonical_name
 from ingest.formats.base import Reader
+from ingest.formats.metric_columns import MetricColumns
 from ingest.formats.numbers import NUMBER, parse_number
 from ingest.formats.raw_text import decode_head, looks_binary
 
@@ -63,13 +62,8 @@ class PaddleHapiReader(Reader):
         return 0.0 if not (epochs and steps) else 0.95 if steps >= 2 else 0.8
 
     def fill(self, paths: Sequence[Path], builder: LogBuilder) -> None:
-        rows: dict[str, tuple[list[int], list[float], list[int]]] = {}
-
-        def put(metric: str, step: int, value: float, seq: int) -> None:
-            col = rows.setdefault(metric, ([], [], []))
-            col[0].append(step)
-            col[1].append(value)
-            col[2].append(seq)
+        rows = MetricColumns()
+        put = rows.put
 
         for path in paths:
             builder.source(path)
@@ -118,10 +112,7 @@ class PaddleHapiReader(Reader):
                     builder.account.text_line(str(path), line_no, line, parsed=bool(found), reason=reason)
                     line_no += 1
             _flush_eval(last_eval, epoch, per_epoch, put)
-        for metric, (steps, values, seq) in rows.items():
-            builder.add(
-                metric, np.asarray(steps, np.int64), np.asarray(values), seq=np.asarray(seq, np.int64), canonical=True
-            )
+        rows.add_to(builder)
 
 
 def _values(m: re.Match[str]) -> dict[str, float]:
