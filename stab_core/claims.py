@@ -20,6 +20,7 @@ from typing import Any, Final, Literal
 from stab_core.cause_candidates import bad_batch_shape, loss_scale_at_floor, warmup_candidates
 from stab_core.causes import UNKNOWN
 from stab_core.decision_tree import DECISION_TREE, NONFINITE_START_LEAF, DiagnosisParams
+from stab_core.held_out import nonfinite_held_out_only
 from stab_core.held_recovery import HELD_RATIO, HELD_SAMPLES
 from stab_core.rolling_baseline import NOISE_MIN_SAMPLES
 from stab_core.spikes import SpikeEvent, times
@@ -349,6 +350,14 @@ def _cause(diagnosis: Diagnosis, spike: SpikeEvent | None = None) -> Claim:
     holds = not any(value is False for value in signature)
     if deciding.node == "lr_transition" and deciding.evidence.get("transition_kind") == "data_switch":
         holds = True
+    if deciding.node == "numerical" and spike is not None and nonfinite_held_out_only(spike, deciding.evidence):
+        # a validation loss that overflowed while every training loss stayed finite: no training step was
+        # non-finite, so "Precision fault" (of the training) is not what the log shows (round 22 f28d)
+        text = (
+            f"Non-finite in the validation loss only: {spike.metric} overflowed at step {spike.peak} while the "
+            "training losses logged stayed finite (a numerical fault of the evaluation, not of a training step)."
+        )
+        return Claim("cause", text, True, {**evidence, "held_out_only": True})
     return Claim("cause", f"{title}.", holds, evidence)
 
 
