@@ -188,6 +188,7 @@ def _recovery(
     trend: tuple[float, int] | None = None,
     kind: str = "spike",
     held: tuple[int, float] | None = None,
+    fell_back: tuple[int, float] | None = None,
 ) -> list[Claim]:
     evidence: Evidence = {
         "recovered": spike.recovered,
@@ -279,6 +280,19 @@ def _recovery(
                 "discriminator loss held its level (the adversarial balance moved; nothing blew up).",
                 True,
                 {**evidence, "drift": True},
+            )
+        ]
+    if not spike.recovered and not spike.diverged and fell_back is not None:
+        # not back to its level, but falling again from its peak by most of the rise: the run trains on,
+        # so neither "recovered" nor "diverged" (stab_core.fell_back, round 22 f28d)
+        return [
+            Claim(
+                "recovery",
+                f"Not back to its level before the rise ({_number(spike.baseline)}) by the log's end, but the loss "
+                f"fell again from its peak ({_number(spike.peak_value)} at step {spike.peak}) to "
+                f"{_number(fell_back[1])} by step {fell_back[0]}: most of the rise undone, the run trained on.",
+                True,
+                {**evidence, "fell_back_step": fell_back[0], "fell_back_level": fell_back[1]},
             )
         ]
     if not spike.recovered and not spike.diverged:
@@ -435,6 +449,7 @@ def incident_claims(
     loss_recovered_at: int | None = None,
     trend: tuple[float, int] | None = None,
     held: tuple[int, float] | None = None,
+    fell_back: tuple[int, float] | None = None,
 ) -> list[Claim]:
     """The claims of one incident: its status, its recovery (against the loss's trend when
     ``loss_recovered_at`` is known; said as a return to a level when the ``trend`` (level, samples) rests
@@ -442,7 +457,7 @@ def incident_claims(
     logged, and each action (its premise checked by the tree's walk)."""
     return [
         _status(spike, diagnosis, kind),
-        *_recovery(spike, diagnosis, loss_recovered_at, trend, kind, held),
+        *_recovery(spike, diagnosis, loss_recovered_at, trend, kind, held, fell_back),
         _cause(diagnosis, spike),
         *_not_logged(diagnosis),
         *_actions(diagnosis),

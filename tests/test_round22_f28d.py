@@ -12,6 +12,7 @@ import pytest
 
 from ingest.formats.stated_precision import stated_precision
 from stab_core.analysis import analyze_run
+from stab_core.fell_back import end_level
 from stab_core.runview import RunView, Series
 
 _SCRIPT_HEAD = "import os\nimport torch\nimport torch.nn.functional as F\n\n"
@@ -56,6 +57,44 @@ def test_an_autocast_line_with_no_dumped_script_states_nothing() -> None:
     # a traceback quotes the frame's line, not the script: which contexts the run entered is unknown
     frame = 'File "train.py", line 88, in step\n    with torch.autocast(device_type="cuda", dtype=torch.bfloat16):'
     assert stated_precision("Traceback (most recent call last):\n  " + frame + "\nRuntimeError: CUDA OOM") is None
+
+
+def _climb_then(after: np.ndarray, first: int = 2) -> RunView:
+    """A loss that starts tiny (an untrained detection head) for ``first`` steps, climbs 20x over the next 75,
+    then follows ``after`` (one value a step)."""
+    rng = np.random.default_rng(7)
+    start = 0.07 * (1.0 + 0.02 * rng.standard_normal(first))
+    climb = np.linspace(0.08, 1.5, 75)
+    values = np.concatenate([start, climb, after * (1.0 + 0.01 * rng.standard_normal(after.size))])
+    return RunView("climb", {"loss": Series(np.arange(1, values.size + 1, dtype=np.int64), values)})
+
+
+def _loss_incidents(view: RunView) -> list[dict[str, object]]:
+    return [d for d in analyze_run(view).spike_dicts() if d["metric"] == "loss"]
+
+
+def test_a_rise_whose_loss_fell_back_by_most_of_it_is_a_spike_not_a_divergence() -> None:
+    # the loss falls from its peak 1.5 to 0.3 over the next 2000 steps: the run trains on, it did not diverge
+    items = _loss_incidents(_climb_then(0.3 + 1.2 * np.exp(-np.arange(2000) / 300.0)))
+    assert items, "the climb is an incident"
+    first = items[0]
+    assert first["severity"] == "spike"
+    said = " ".join(str(c["text"]) for c in first["claims"])  # type: ignore[attr-defined]
+    assert "Diverged" not in said and "divergence" not in said.lower()
+    assert "Not back to its level before the rise" in said and "fell again from its peak" in said
+
+
+def test_a_rise_that_stays_up_to_the_log_end_is_still_a_divergence() -> None:
+    # from its peak 1.5 the loss only eases to 1.2: most of the rise stands at the log's end
+    items = _loss_incidents(_climb_then(1.2 + 0.3 * np.exp(-np.arange(2000) / 300.0)))
+    assert items and items[0]["severity"] == "divergence"
+
+
+def test_a_rise_from_a_level_of_many_samples_that_fell_back_part_way_is_still_a_divergence() -> None:
+    # the level before the rise rests on 40 samples: a trained level; the loss ends at 0.3, 4x above it
+    items = _loss_incidents(_climb_then(0.3 + 1.2 * np.exp(-np.arange(2000) / 300.0), first=40))
+    assert items and items[0]["severity"] == "divergence"
+    assert end_level(Series(np.arange(3, dtype=np.int64), np.ones(3)), 0) is None  # too few samples after the peak
 
 
 def test_a_validation_overflow_beside_finite_training_losses_is_no_training_precision_fault() -> None:
