@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from stab_core.held_out import TRAINING_NONFINITE_KEYS, nonfinite_held_out_only
 from stab_core.loss_origin import moving_target
 from stab_core.metrics import signed_objective
 from stab_core.runview import FloatArray, IntArray, RunView, Series
@@ -233,16 +234,18 @@ def _precision_premise(view: RunView) -> PremiseCheck:
 
 
 def _precision_change_premise(
-    view: RunView, spike: SpikeEvent, until: int, fp16: PremiseCheck, nonfinite: bool
+    view: RunView, spike: SpikeEvent, until: int, fp16: PremiseCheck, nonfinite: bool, held_out_only: bool = False
 ) -> PremiseCheck:
     """Would moving to bf16 help? Only an fp16 run (``fp16``) whose loss the incident hurt: a non-finite value
     logged around it, a loss event, or a loss that rose more than its own scatter inside it
     (:func:`stab_core.unfelt_outliers.loss_felt`). A dynamic loss scaler that halved on a few overflowing
     steps while the loss went on unharmed (a grad-norm surge the loss fell through) is the working scaler
     the action itself names: no precision change is advised there (round 19). Where whether the loss felt it
-    cannot be told, the precision alone decides, as before."""
+    cannot be told, the precision alone decides, as before. A non-finite value in a validation loss only
+    (``held_out_only``) did not hurt the training loss by itself: whether it felt the incident is read from
+    the training loss (round 22 f28d)."""
     holds, evidence = fp16
-    felt: bool | None = True if nonfinite or spike.metric == "loss" else None
+    felt: bool | None = True if (nonfinite and not held_out_only) or spike.metric == "loss" else None
     loss = view.series.get("loss")
     if felt is None and loss is not None and loss.steps.size and not signed_objective(loss.values):
         felt = loss_felt(loss, spike.start, max(until, spike.end))
@@ -258,14 +261,22 @@ def check_premises(
     """Every premise an action may rest on, checked on the run around ``spike`` (onset .. ``until``)."""
     evidence = {visit.node: visit.evidence for visit in path}
     numerical = evidence.get("numerical", {})
-    counts = [numerical.get(k) for k in ("nonfinite_loss", "nonfinite_grad_norm", "nan_iterations", "nonfinite_grads")]
+    counts = [numerical.get(k) for k in TRAINING_NONFINITE_KEYS]
     nonfinite = bool(spike.nonfinite) or any(isinstance(c, int | float) and c > 0 for c in counts)
+    # a validation loss that overflowed while every training loss and grad norm stayed finite (round 22
+    # f28d, issue #32): no training step was non-finite, so no batch or step is to be skipped, and no
+    # training loss scale can have halved for it (YOLO validates in half precision)
+    held_out_only = nonfinite_held_out_only(spike, numerical)
     fp16 = facts.fp16
     drop = numerical.get("loss_scale_drop")
     if isinstance(drop, int | float):
         scale_fell: PremiseCheck = (drop >= 2.0, {"loss_scale_drop": drop})
     else:
-        scale_fell = (False if fp16[0] is False else None, {"loss_scale_logged": "loss_scale" in view.series})
+        unknown = None if not held_out_only else False
+        scale_fell = (
+            False if fp16[0] is False else unknown,
+            {"loss_scale_logged": "loss_scale" in view.series, "held_out_only": held_out_only},
+        )
     transition = evidence.get("lr_transition", {})
     kind = transition.get("transition_kind")
     step = transition.get("transition_step")
@@ -282,9 +293,9 @@ def check_premises(
     return {
         "not_recovered": (not recovered, {"recovered": recovered, "recovery_step": spike.recovery_step}),
         "fp16": fp16,
-        "fp16_loss_felt": _precision_change_premise(view, spike, until, fp16, nonfinite),
+        "fp16_loss_felt": _precision_change_premise(view, spike, until, fp16, nonfinite, held_out_only),
         "loss_scale_fell": scale_fell,
-        "nonfinite_seen": (nonfinite, {"nonfinite": nonfinite}),
+        "nonfinite_seen": (nonfinite and not held_out_only, {"nonfinite": nonfinite, "held_out_only": held_out_only}),
         "transition_is_restart": (kind is not None and not warmup, about),
         "transition_is_warmup_end": (warmup, about),
         "transition_is_data_switch": (kind == "data_switch", about),

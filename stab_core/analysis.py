@@ -242,6 +242,7 @@ def spike_to_dict(spike: SpikeEvent, diagnosis: Diagnosis, incident: Incident | 
         "severity": incident.severity if incident is not None else ("divergence" if spike.diverged else "spike"),
         "certainty": incident.certainty if incident is not None else "high",
         "loss_recovered_at": incident.loss_recovered_at if incident is not None else None,
+        "fell_back": list(incident.fell_back) if incident is not None and incident.fell_back is not None else None,
     }
 
 
@@ -297,7 +298,8 @@ def outcome(item: Mapping[str, Any]) -> str:
     if item.get("leaf") == NONFINITE_START_LEAF:
         return "non-finite from the first step"
     if not item.get("recovered") and item.get("diverged") is False:
-        return "cut off by the log's end"
+        # a rise most of which the loss undid by the log's end (stab_core.fell_back) was seen to end
+        return "not back to its level, fell again" if item.get("fell_back") else "cut off by the log's end"
     return "recovered" if item.get("recovered") else "diverged"
 
 

@@ -20,6 +20,7 @@ from typing import Any, Final, Literal
 from stab_core.cause_candidates import bad_batch_shape, loss_scale_at_floor, warmup_candidates
 from stab_core.causes import UNKNOWN
 from stab_core.decision_tree import DECISION_TREE, NONFINITE_START_LEAF, DiagnosisParams
+from stab_core.held_out import nonfinite_held_out_only
 from stab_core.held_recovery import HELD_RATIO, HELD_SAMPLES
 from stab_core.rolling_baseline import NOISE_MIN_SAMPLES
 from stab_core.spikes import SpikeEvent, times
@@ -187,6 +188,7 @@ def _recovery(
     trend: tuple[float, int] | None = None,
     kind: str = "spike",
     held: tuple[int, float] | None = None,
+    fell_back: tuple[int, float] | None = None,
 ) -> list[Claim]:
     evidence: Evidence = {
         "recovered": spike.recovered,
@@ -280,6 +282,19 @@ def _recovery(
                 {**evidence, "drift": True},
             )
         ]
+    if not spike.recovered and not spike.diverged and fell_back is not None:
+        # not back to its level, but falling again from its peak by most of the rise: the run trains on,
+        # so neither "recovered" nor "diverged" (stab_core.fell_back, round 22 f28d)
+        return [
+            Claim(
+                "recovery",
+                f"Not back to its level before the rise ({_number(spike.baseline)}) by the log's end, but the loss "
+                f"fell again from its peak ({_number(spike.peak_value)} at step {spike.peak}) to "
+                f"{_number(fell_back[1])} by step {fell_back[0]}: most of the rise undone, the run trained on.",
+                True,
+                {**evidence, "fell_back_step": fell_back[0], "fell_back_level": fell_back[1]},
+            )
+        ]
     if not spike.recovered and not spike.diverged:
         # one sample on the log's last step (stab_core.run_end_rises.cut_off_at_log_end): no later sample
         # shows whether it lasted, so neither "recovered" nor "diverged" is said
@@ -349,6 +364,14 @@ def _cause(diagnosis: Diagnosis, spike: SpikeEvent | None = None) -> Claim:
     holds = not any(value is False for value in signature)
     if deciding.node == "lr_transition" and deciding.evidence.get("transition_kind") == "data_switch":
         holds = True
+    if deciding.node == "numerical" and spike is not None and nonfinite_held_out_only(spike, deciding.evidence):
+        # a validation loss that overflowed while every training loss stayed finite: no training step was
+        # non-finite, so "Precision fault" (of the training) is not what the log shows (round 22 f28d)
+        text = (
+            f"Non-finite in the validation loss only: {spike.metric} overflowed at step {spike.peak} while the "
+            "training losses logged stayed finite (a numerical fault of the evaluation, not of a training step)."
+        )
+        return Claim("cause", text, True, {**evidence, "held_out_only": True})
     return Claim("cause", f"{title}.", holds, evidence)
 
 
@@ -426,6 +449,7 @@ def incident_claims(
     loss_recovered_at: int | None = None,
     trend: tuple[float, int] | None = None,
     held: tuple[int, float] | None = None,
+    fell_back: tuple[int, float] | None = None,
 ) -> list[Claim]:
     """The claims of one incident: its status, its recovery (against the loss's trend when
     ``loss_recovered_at`` is known; said as a return to a level when the ``trend`` (level, samples) rests
@@ -433,7 +457,7 @@ def incident_claims(
     logged, and each action (its premise checked by the tree's walk)."""
     return [
         _status(spike, diagnosis, kind),
-        *_recovery(spike, diagnosis, loss_recovered_at, trend, kind, held),
+        *_recovery(spike, diagnosis, loss_recovered_at, trend, kind, held, fell_back),
         _cause(diagnosis, spike),
         *_not_logged(diagnosis),
         *_actions(diagnosis),

@@ -101,3 +101,16 @@ def _event(name: str, steps: IntArray, values: FloatArray, first: int, last: int
 def is_held_out_nonfinite(event: SpikeEvent) -> bool:
     """Whether ``event`` is a held-out loss's non-finite incident (:func:`held_out_nonfinite`)."""
     return event.nonfinite and is_held_out_loss(event.metric)
+
+
+TRAINING_NONFINITE_KEYS: Final = ("nonfinite_loss", "nonfinite_grad_norm", "nan_iterations", "nonfinite_grads")
+"""Node 1's counts of non-finite training values around an incident (loss, grad norm, the trainer's counters)."""
+
+
+def nonfinite_held_out_only(event: SpikeEvent, numerical: Mapping[str, object]) -> bool:
+    """Whether ``event`` is a held-out loss's non-finite incident while node 1's ``numerical`` evidence counts
+    no non-finite training value in its window: the validation pass overflowed, no training step did (round
+    22 f28d, issue #32). Such an incident has no batch to skip, no training loss scale that halved for it,
+    and is no precision fault of the training."""
+    counts = [numerical.get(k) for k in TRAINING_NONFINITE_KEYS]
+    return is_held_out_nonfinite(event) and not any(isinstance(c, int | float) and c > 0 for c in counts)

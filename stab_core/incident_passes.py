@@ -1,7 +1,8 @@
 """The passes over a run's grouped incidents that read more than the loss: each adds or reframes
 incidents from series beside it (issue #32).
 
-In order: a GAN generator's drift beside a discriminator that holds is no divergence
+In order: a loss rise that fell back by most of it is no divergence (:mod:`stab_core.fell_back`); a GAN
+generator's drift beside a discriminator that holds is no divergence
 (:mod:`stab_core.adversarial`); a generator climbing while its discriminator collapses is one
 (:mod:`stab_core.discriminator_wins`); a side loss (KL, aux) that explodes and stays is a divergence of its
 own (:mod:`stab_core.side_losses`); an RL run's return is its headline, its lasting falls are incidents and a
@@ -19,6 +20,7 @@ from collections.abc import Mapping, Sequence
 
 from stab_core.adversarial import adversarial_drifts
 from stab_core.discriminator_wins import discriminator_wins
+from stab_core.fell_back import fell_back_rises
 from stab_core.grad_norm_surges import lasting_surges
 from stab_core.incidents import Incident
 from stab_core.lasting_rises import noisy_lasting_rises
@@ -32,7 +34,7 @@ from stab_core.unfelt_outliers import unfelt_grad_norm_outliers
 
 def after_grouping(series: Mapping[str, Series], incidents: Sequence[Incident]) -> list[Incident]:
     """``incidents`` after every pass that reads the series beside the loss, in the order above."""
-    adversarial = discriminator_wins(series, adversarial_drifts(series, incidents))
+    adversarial = discriminator_wins(series, adversarial_drifts(series, fell_back_rises(series, incidents)))
     passed = unfelt_grad_norm_outliers(series, return_led(series, exploded_terms(series, adversarial)))
     shown = noisy_lasting_rises(series, ordinary_excursions(series, passed))
     return nonfinite_episodes(series, lasting_surges(series, shown))

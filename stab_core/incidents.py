@@ -420,6 +420,9 @@ class Incident:
     held: tuple[int, float] | None = None
     """(step, level) when ``loss_recovered_at`` is the step from which the loss stayed within 1.1x of its
     level before the rise, earlier than its trend's noise band (:mod:`stab_core.held_recovery`)."""
+    fell_back: tuple[int, float] | None = None
+    """(last step, loss level at the log's end) when the loss, not back to its level, fell back from its
+    peak by most of its rise: a spike, not a divergence (:mod:`stab_core.fell_back`)."""
 
     @property
     def primary(self) -> SpikeEvent:
@@ -432,9 +435,11 @@ class Incident:
         return next((m for m in self.members if m.metric == "loss" and m.nonfinite), self.primary)
 
     @property
-    def said_recovery(self) -> tuple[int | None, tuple[float, int] | None, tuple[int, float] | None]:
-        """What its recovery claim rests on: (``loss_recovered_at``, ``trend``, ``held``)."""
-        return self.loss_recovered_at, self.trend, self.held
+    def said_recovery(
+        self,
+    ) -> tuple[int | None, tuple[float, int] | None, tuple[int, float] | None, tuple[int, float] | None]:
+        """What its recovery claim rests on: (``loss_recovered_at``, ``trend``, ``held``, ``fell_back``)."""
+        return self.loss_recovered_at, self.trend, self.held, self.fell_back
 
     @property
     def start(self) -> int:

@@ -58,6 +58,7 @@ TIERS: dict[str, str] = {
             "round18_stm24",
             "round20_f26d",
             "round21_f27d",
+            "round22_f28d",
             "round17_t23b",
             "round18_det23",
             "round18_t24c",

@@ -17,7 +17,14 @@ dump in the log's head:
   says it is the setting the run computes in, not a tensor's dtype;
 - else torch's warning ``ComplexHalf support is experimental`` (a complex half tensor was created:
   an FFT or STFT under fp16 autocast; bf16 has no complex type) reads as fp16: the run computes
-  in fp16 somewhere, which is what the fp16 actions ask (round 18 act24).
+  in fp16 somewhere, which is what the fp16 actions ask (round 18 act24);
+- else (before the switch stated off, which a bf16 autocast leaves off) a log that dumps its training
+  script (a line ``import torch``) states the precision its code runs in: every
+  ``autocast(..., dtype=torch.bfloat16)`` context of the script naming one literal dtype, none turned
+  off by a literal (``enabled=False``), reads as that dtype (round 22 f28d, issue #32: a parameter-golf
+  log dumps its ``train_gpt.py`` before its records). One ``with torch.autocast(...)``
+  line alone (a traceback's frame) is no dump of the code that ran and is not read; a dtype chosen at
+  run time (``dtype=amp_dtype``, ``... if bf16 else ...``) names none.
 
 Two different precisions stated (relaunches with other settings, a dump and a contradicting flag
 of the same rank) record nothing: the question stays open rather than answered wrongly. A tensor
@@ -85,6 +92,16 @@ prefixed key such as ``bnb_4bit_compute_dtype``, a quantised layer's dtype, does
 _COMPLEX_HALF: Final = re.compile(r"ComplexHalf support is experimental")
 """Torch's warning on creating a complex half tensor: fp16 compute (no complex bfloat16 exists)."""
 
+_SCRIPT: Final = re.compile(r"(?m)^import torch\b")
+"""A dumped training script: its own ``import torch`` line (a traceback quotes frames, never imports)."""
+
+_AUTOCAST: Final = re.compile(r"autocast\(([^()]*)\)")
+"""An autocast context of dumped code, its arguments (no nested call: ``dtype=get()`` names none)."""
+
+_AUTOCAST_DTYPE: Final = re.compile(r"\bdtype\s*=\s*torch\.(bfloat16|float16|half)\s*(?:,|$)")
+"""A literal dtype among an autocast's arguments (a run-time choice, ``dtype=torch.bfloat16 if ...``, is
+not followed by a comma or the end of the arguments)."""
+
 _NOT_A_DUMP: Final = re.compile(r"(?i)tensor\b|tensor\(|torch_dtype|autocast\(|\.to\(|^\s*(?:with|def|return|if)\b")
 """Lines whose dtype is a value, not a setting: a tensor printed (``tensor(..., dtype=...)``, TF's
 ``<tf.Tensor ... dtype=float32>``), code (``with torch.autocast(...)``, ``x.to(dtype=...)``) and a model
@@ -144,9 +161,28 @@ def stated_precision(text: str) -> str | None:
         return _one(dtypes - {"fp32"}) if dtypes - {"fp32"} else "fp16"
     if dtypes or named:
         return _one(dtypes | named)
+    script = _script_autocast(text)  # the code that ran outranks an fp16 switch stated off (bf16 autocast)
+    if script is not None:
+        return script
     if _OFF_FLAG.search(body):
         return "fp32"
     return "fp16" if _COMPLEX_HALF.search(text) else None  # a warning line, not a dump: the whole text
+
+
+def _script_autocast(text: str) -> str | None:
+    """The one dtype every autocast context of a dumped training script names (module docstring), else None."""
+    if not _SCRIPT.search(text):
+        return None
+    named: set[str] = set()
+    for m in _AUTOCAST.finditer(text):
+        args = m.group(1)
+        if re.search(r"\benabled\s*=\s*False\b", args):
+            continue  # a context turned off computes in fp32: it states no mixed precision
+        dtype = _AUTOCAST_DTYPE.search(args.strip())
+        if dtype is None:
+            return None  # a context whose dtype is chosen at run time: the script does not say
+        named.add(_CANON[dtype.group(1)])
+    return _one(named)
 
 
 def note_precision(meta: dict[str, Any], paths: list[Path]) -> None:
