@@ -1,0 +1,63 @@
+"""Round 22 (issue #32, f28c): detection on a run's named objectives and on validation losses.
+
+- A validation loss that blows up at its first evaluation after the first (step 0 at chance, then 2.6x),
+  or from a recent level above its all-time lowest, or in a climb that holds five evaluations and comes
+  back, is a blow-up (stab_core/held_out_blowups.py); each evaluation counts once where a trainer writes
+  it on two rows.
+- A run that logs its validation loss only as parts (``val/box_loss``, ``val/cls_loss``) is judged for
+  overfitting on them, with the noise measured after an early blow-up came back (stab_core/findings.py).
+- A GAN whose import named no ``loss`` is analysed on its generator's loss (stab_core/objectives.py).
+Synthetic series throughout."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from stab_core.held_out_blowups import distinct_evaluations, held_out_blowups
+from stab_core.runview import Series
+
+
+def _evals(n: int, seed: int, level: float = 1.66, scatter: float = 0.02) -> np.ndarray:
+    return level * np.random.default_rng(seed).lognormal(0.0, scatter, n)
+
+
+def test_a_validation_loss_blown_up_at_its_first_evaluation_after_step_0_is_found_and_back_where_it_settles() -> None:
+    steps = np.arange(0, 6000, 200, dtype=np.int64)
+    val = _evals(steps.size, 1)
+    val[0] = 1.609  # chance at step 0
+    val[1:3] = [4.23, 5.65]  # 2.6x, 3.5x
+    val[4] = 1.80  # back at 600; a noisy level 1.12x the first one evaluation later is still back
+    [event, *_] = held_out_blowups({"val_loss": Series(steps, val)})
+    assert (event.start, event.recovery_step) == (200, 600)
+
+
+def test_a_climb_that_holds_five_evaluations_above_a_swinging_level_and_comes_back_is_a_blow_up() -> None:
+    steps = np.arange(0, 8000, 200, dtype=np.int64)
+    val = _evals(steps.size, 2)
+    val[0] = 1.2  # the all-time lowest, far before the climb
+    val[7:10] = [1.98, 2.0, 2.18]  # the climb starts: no jump yet
+    val[10:16] = [2.67, 3.9, 3.79, 3.84, 4.63, 5.7]  # 1.3x the evaluation before, then held
+    val[16:20] = [3.1, 4.7, 3.0, 2.9]
+    train = Series(steps, np.linspace(0.5, 0.05, steps.size))  # the training loss falls: no matter, it came back
+    [event] = held_out_blowups({"val_loss": Series(steps, val), "loss": train})
+    assert event.start == 2200 and event.recovered and event.recovery_step == 4000
+
+
+def test_an_evaluation_written_on_two_rows_counts_once_and_its_blow_up_is_found() -> None:
+    epochs = np.arange(1, 121, dtype=np.int64)
+    distinct = _evals(60, 3, level=2.3, scatter=0.03)
+    distinct[10] = 1.6  # the lowest, long before
+    distinct[40:48] = [3.14, 5.96, 8.93, 10.43, 9.59, 8.67, 7.14, 4.94]
+    rows = np.repeat(distinct, 2)  # each odd row repeats the evaluation of the row before
+    steps, values = distinct_evaluations(epochs, rows)
+    assert values.size == 60 and steps[1] == 3
+    [event] = held_out_blowups({"val/cls_loss": Series(epochs, rows)})
+    assert 81 <= event.start <= 85 and event.recovered
+
+
+def test_a_noisy_validation_loss_with_restarts_under_the_blow_up_ratio_is_no_blow_up() -> None:
+    steps = np.arange(0, 60, dtype=np.int64)
+    cycle = 1.0 + 0.5 * (np.arange(60) % 10 == 0)  # a 1.5x bump at each restart, back the next evaluation
+    for seed in range(10):
+        val = _evals(60, seed, scatter=0.08) * cycle
+        assert held_out_blowups({"val_loss": Series(steps, val)}) == []
