@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from stab_core.findings import run_findings
 from stab_core.held_out_blowups import distinct_evaluations, held_out_blowups
 from stab_core.runview import Series
 
@@ -61,3 +62,48 @@ def test_a_noisy_validation_loss_with_restarts_under_the_blow_up_ratio_is_no_blo
     for seed in range(10):
         val = _evals(60, seed, scatter=0.08) * cycle
         assert held_out_blowups({"val_loss": Series(steps, val)}) == []
+
+
+def _yolo_parts(seed: int, early_blowup: bool, end: float = 0.70) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    rng = np.random.default_rng(seed)
+    epochs = np.arange(1, 101, dtype=np.int64)
+    train = 4.8 * np.exp(-epochs / 40.0) + 1.5
+    cls = 0.62 + 0.45 * np.exp(-epochs / 20.0) + rng.normal(0.0, 0.025, 100)
+    cls[72:] = np.linspace(0.56, end, 28) + rng.normal(0.0, 0.025, 28)  # the best near 73, then up
+    if early_blowup:  # the swings of a warm-up blow-up, back at epoch 11
+        cls[1:12] = [13.1, 35.3, 30.8, 113.9, 211.2, np.inf, 5.1, 11.2, 7.0, 3.18, 2.44]
+    box = 1.05 + rng.normal(0.0, 0.02, 100)
+    return {
+        "loss": (epochs, train),
+        "val/box_loss": (epochs, box),
+        "val/cls_loss": (epochs, cls),
+    }
+
+
+def test_overfitting_is_found_on_the_validation_part_that_rose_when_no_val_loss_is_logged() -> None:
+    found = run_findings(_yolo_parts(0, early_blowup=False))["overfitting"]
+    assert found is not None and found["metric"] == "val/cls_loss" and 70 <= found["best_step"] <= 85
+    assert "val/cls_loss rose" in found["message"]
+
+
+def test_an_early_blow_up_of_the_part_does_not_count_as_its_noise() -> None:
+    found = run_findings(_yolo_parts(0, early_blowup=True, end=0.66))["overfitting"]  # a rise of ~4.4 sigmas
+    assert found is not None and found["metric"] == "val/cls_loss"
+
+
+def test_flat_validation_parts_are_no_overfitting() -> None:
+    series = _yolo_parts(1, early_blowup=False)
+    epochs, _ = series["val/cls_loss"]
+    series["val/cls_loss"] = (epochs, 0.6 + np.random.default_rng(1).normal(0.0, 0.02, 100))
+    assert run_findings(series)["overfitting"] is None
+
+
+def test_a_validation_part_that_rose_while_its_training_part_did_not_fall_is_no_overfitting() -> None:
+    series = _yolo_parts(0, early_blowup=False)
+    epochs, _ = series["loss"]
+    series["val/obj_loss"] = series.pop("val/cls_loss")
+    series["train/obj_loss"] = (epochs, 0.5 + np.random.default_rng(2).normal(0.0, 0.01, 100))  # flat
+    assert run_findings(series)["overfitting"] is None  # though the summed training loss fell
+    series["train/obj_loss"] = (epochs, 0.5 * np.exp(-epochs / 30.0) + 0.1)  # the same part falls: overfitting
+    found = run_findings(series)["overfitting"]
+    assert found is not None and "while train/obj_loss fell" in found["message"]
