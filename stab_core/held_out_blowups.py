@@ -16,19 +16,20 @@ evaluation (the crossing) that
   training), or since the last blow-up came back: a noisy validation loss whose scatter reached as high
   before has not blown up, but a blow-up that came back does not hide the next one;
 - and, where it comes back, is abrupt (also BLOWUP_RATIO times the median of the :data:`RECENT_EVALS`
-  evaluations before it, with the next evaluation still :data:`HELD_RATIO` times the level: one bad
-  evaluation is a blip) or lasting (:data:`HELD_EVALS` evaluations from it all HELD_RATIO times the level:
-  a climb that held five evaluations and came back is no overfitting, which does not come back, and no
-  blip; round 22); where it never comes back, it held (HELD_EVALS or more evaluations from it to the log's
+  evaluations before it, with the next evaluation still :data:`HELD_RATIO` times the level it left, see
+  below: one bad evaluation is a blip) or lasting (:data:`HELD_EVALS` evaluations from it all HELD_RATIO
+  times the level: a climb that held five evaluations and came back is no overfitting, which does not come
+  back, and no blip; round 22); where it never comes back, it held (HELD_EVALS or more evaluations from it to the log's
   end, every one HELD_RATIO times the level: a jump in the log's last evaluations may not last) while the
   training loss did not fall meanwhile (a validation loss that rises for good while the training loss
   falls is overfitting, :mod:`stab_core.overfitting`'s finding, not an incident).
 
 It is over at the first evaluation back within :data:`~stab_core.incidents.RECOVER_RATIO` of the level it
-left (the median of those WITHIN_EVALS evaluations: their lowest may be one scattered low; the holds above
-are measured against it too) whose next :data:`BACK_EVALS` - 1 evaluations are not blown up again (under
-HELD_RATIO times that level; a noisy validation loss back at its level scatters a few percent above it);
-never back is a divergence.
+left, the median of those WITHIN_EVALS evaluations (their lowest may be one scattered low), whose next
+:data:`BACK_EVALS` - 1 evaluations are not blown up again (under HELD_RATIO times that level; a noisy
+validation loss back at its level scatters a few percent above it); never back is a divergence. An abrupt
+blow-up's second evaluation is measured against that median too: on a noisy late plateau (0.35-0.6) one
+evaluation up at 1.04 and the next at 0.61 is a blip, not two evaluations up from a single low 0.35.
 
 An evaluation repeated exactly on the next logged row is one evaluation (round 22: a trainer that
 validates every second epoch writes its last validation on every row): the rules count evaluations, and a
@@ -102,7 +103,8 @@ def _blowups(name: str, steps: IntArray, values: FloatArray, train: Series | Non
     i, since = 1, 1  # ``since``: the first evaluation the crossing must top (after the first, or a blow-up's end)
     while i < values.size - 1:
         before = values[max(0, i - WITHIN_EVALS) : i]
-        level, left = float(before.min()), float(np.median(before))  # the lowest crosses, the median holds
+        # the lowest before is the level crossed and held; the median, the level left (module docstring)
+        level, left = float(before.min()), float(np.median(before))
         crossed = (
             values[i] >= BLOWUP_RATIO * level
             and values[i] >= JUMP_RATIO * values[i - 1]
@@ -111,10 +113,10 @@ def _blowups(name: str, steps: IntArray, values: FloatArray, train: Series | Non
         back = _back_at(values, i + 1, left) if crossed else None
         recent = float(np.median(values[max(0, i - RECENT_EVALS) : i]))
         abrupt = values[i] >= BLOWUP_RATIO * recent and values[i + 1] >= HELD_RATIO * left
-        lasting = values.size - i >= HELD_EVALS and bool((values[i : i + HELD_EVALS] >= HELD_RATIO * left).all())
+        lasting = values.size - i >= HELD_EVALS and bool((values[i : i + HELD_EVALS] >= HELD_RATIO * level).all())
         held = (
             lasting
-            and bool((values[i:] >= HELD_RATIO * left).all())
+            and bool((values[i:] >= HELD_RATIO * level).all())
             and not _train_fell(train, int(steps[max(0, i - RECENT_EVALS)]), int(steps[i]))
         )
         if not (crossed and (held if back is None else abrupt or lasting)):
