@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from stab_core.analysis import analyze_run, find_incidents
 from stab_core.findings import run_findings
 from stab_core.held_out_blowups import distinct_evaluations, held_out_blowups
-from stab_core.runview import Series
+from stab_core.objectives import with_objective
+from stab_core.runview import RunView, Series
 
 
 def _evals(n: int, seed: int, level: float = 1.66, scatter: float = 0.02) -> np.ndarray:
@@ -107,3 +109,32 @@ def test_a_validation_part_that_rose_while_its_training_part_did_not_fall_is_no_
     series["train/obj_loss"] = (epochs, 0.5 * np.exp(-epochs / 30.0) + 0.1)  # the same part falls: overfitting
     found = run_findings(series)["overfitting"]
     assert found is not None and "while train/obj_loss fell" in found["message"]
+
+
+def _gan(gen: np.ndarray, disc: np.ndarray) -> RunView:
+    steps = np.arange(gen.size, dtype=np.int64)
+    return RunView("gan", {"train_gen_loss": Series(steps, gen), "train_disc_loss": Series(steps, disc)}, {})
+
+
+def test_a_gan_generator_loss_non_finite_from_its_first_row_is_a_divergence_at_step_0() -> None:
+    disc = np.full(320, np.nan)
+    disc[0] = 1.6e24
+    view = _gan(np.full(320, np.nan), disc)
+    assert with_objective(view).series["loss"] is view.series["train_gen_loss"]
+    [spike] = analyze_run(view).spikes
+    assert spike.incident is not None and spike.incident.start == 0 and spike.incident.severity == "divergence"
+
+
+def test_a_gan_generator_loss_that_climbs_from_its_first_row_is_an_early_lasting_rise() -> None:
+    rng = np.random.default_rng(4)
+    gen = 1.11 + 4.06 * (1 - np.exp(-np.arange(320) / 80.0)) * rng.lognormal(0, 0.003, 320)
+    disc = 11.7 - np.linspace(0.0, 0.2, 320)
+    [incident] = find_incidents(with_objective(_gan(gen, disc)))
+    assert incident.start <= 12 and incident.severity == "divergence"
+
+
+def test_a_run_with_a_loss_or_without_a_discriminator_keeps_its_view() -> None:
+    steps = np.arange(10, dtype=np.int64)
+    plain = RunView("r", {"loss": Series(steps, np.ones(10)), "gen_loss": Series(steps, np.ones(10))}, {})
+    alone = RunView("r", {"train_gen_loss": Series(steps, np.ones(10))}, {})
+    assert with_objective(plain) is plain and with_objective(alone) is alone
