@@ -138,3 +138,17 @@ def test_a_run_with_a_loss_or_without_a_discriminator_keeps_its_view() -> None:
     plain = RunView("r", {"loss": Series(steps, np.ones(10)), "gen_loss": Series(steps, np.ones(10))}, {})
     alone = RunView("r", {"train_gen_loss": Series(steps, np.ones(10))}, {})
     assert with_objective(plain) is plain and with_objective(alone) is alone
+
+
+def test_a_blow_up_from_a_swinging_start_that_never_comes_back_is_held_against_the_lowest_before_it() -> None:
+    steps = np.arange(1, 31, dtype=np.int64) * 287
+    val = np.concatenate([[7.25, 4.83, 6.82, 9.21], 9.5 * np.random.default_rng(5).lognormal(0, 0.05, 26)])
+    train = Series(steps, 0.7 * np.random.default_rng(6).lognormal(0, 0.02, 30))  # the training loss holds
+    [event] = held_out_blowups({"val_loss": Series(steps, val), "loss": train})
+    assert event.start == steps[3] and event.diverged
+
+
+def test_one_evaluation_bumps_on_a_noisy_late_plateau_are_no_blow_up() -> None:
+    val = np.array([0.35, 0.43, 0.45, 1.04, 0.61, 0.46, 0.57, 1.12, 0.55, 0.48, 0.62, 0.62, 0.58, 1.03, 1.78])
+    val = np.concatenate([val, [0.70, 0.47, 0.92, 0.58, 0.84, 0.69, 1.49, 0.33, 0.28, 0.58]])
+    assert held_out_blowups({"val_loss": Series(np.arange(val.size, dtype=np.int64) * 200, val)}) == []
