@@ -24,7 +24,7 @@ from stab_core.runview import Series
 GENERATOR_LOSSES: Final = frozenset({"loss_gen", "gen_loss", "loss_g", "g_loss", "generator_loss", "loss_generator"})
 """Series names of a generator loss (the importer's, ``ingest.formats.run_loss``: stab_core reads no ingest)."""
 DISCRIMINATOR_LOSSES: Final = frozenset(
-    {"loss_dis", "dis_loss", "loss_d", "d_loss", "discriminator_loss", "loss_discriminator"}
+    {"loss_dis", "dis_loss", "loss_disc", "disc_loss", "loss_d", "d_loss", "discriminator_loss", "loss_discriminator"}
 )
 """Series names of the discriminator loss beside it: with a generator loss, the log is a GAN's."""
 DRIFT_MAX_RATIO: Final = 2.0
@@ -35,6 +35,26 @@ COLLAPSE_FRACTION: Final = 1 / 3
 :data:`LEVEL_SAMPLES` samples is under this fraction of its median over those before the climb."""
 LEVEL_SAMPLES: Final = 16
 """Samples whose median is the discriminator loss's level before the climb and at the log's end."""
+_SPLIT_PREFIXES: Final = ("train_", "training_")
+
+
+def loss_leaf(name: str) -> str:
+    """The name a GAN's loss series is matched on: its last path segment, lower case, less a training-split
+    prefix (Lightning's ``self.log("train_gen_loss")`` names the generator's loss as ``gen_loss`` does;
+    round 22: f28c)."""
+    leaf = name.rsplit("/", 1)[-1].lower()
+    for prefix in _SPLIT_PREFIXES:
+        leaf = leaf.removeprefix(prefix)
+    return leaf
+
+
+def gan_generator(series: Mapping[str, Series]) -> str | None:
+    """The name of the generator's loss in ``series`` where a discriminator's loss sits beside it (the log is
+    a GAN's); None otherwise."""
+    names = {loss_leaf(name): name for name in series}
+    if not DISCRIMINATOR_LOSSES & names.keys():
+        return None
+    return next((names[n] for n in sorted(GENERATOR_LOSSES) if n in names), None)
 
 
 def _discriminator_held(series: Series, start: int) -> bool:
@@ -54,7 +74,7 @@ def adversarial_drifts(series: Mapping[str, Series], incidents: Sequence[Inciden
     (``series`` holds a generator and a discriminator loss) that rose at most :data:`DRIFT_MAX_RATIO` while
     the discriminator held its level made a ``spike`` whose primary did not diverge (not back by the log's
     end)."""
-    names = {name.rsplit("/", 1)[-1].lower(): name for name in series}
+    names = {loss_leaf(name): name for name in series}
     discriminator = next((series[names[n]] for n in DISCRIMINATOR_LOSSES if n in names), None)
     if discriminator is None or not GENERATOR_LOSSES & names.keys():
         return list(incidents)

@@ -36,6 +36,7 @@ from stab_core.incidents import (
 )
 from stab_core.level_shifts import LEVEL_SAMPLES, level_shifts
 from stab_core.metrics import signed_objective
+from stab_core.objectives import with_objective
 from stab_core.recent_level import new_early_jumps, new_recent_level_jumps
 from stab_core.run_end_rises import cut_off_at_log_end, rise_corroborated, run_end_rises
 from stab_core.running_means import per_batch_view
@@ -544,6 +545,7 @@ def analyze_run(view: RunView, params: AnalysisParams | None = None) -> RunAnaly
     Steps where every metric is non-finite or absent (:func:`stab_core.incidents.logging_gaps`) are
     left out: the logging stopped there, training did not blow up. Without ``params``, the run's
     stored sensitivity (:func:`run_params`) sets them."""
+    view = with_objective(view)  # a GAN's generator loss where no loss is stored: stab_core.objectives
     p = params if params is not None else run_params(view)
     d = p.diagnosis
     gaps = logging_gaps(view)
@@ -578,6 +580,7 @@ def explain_step(
     """Diagnose the incident at ``step`` (``stabscope diagnose RUN --step N --force``): the incident
     covering it if there is one, else an event built at the first logged sample of ``metric`` at or
     after ``step``, walked as if it were a spike (for a spike seen elsewhere or below the thresholds)."""
+    view = with_objective(view)
     p = params if params is not None else run_params(view)
     view = per_batch_view(without_steps(view, logging_gaps(view).dead_steps))
     series = view.series.get(metric)

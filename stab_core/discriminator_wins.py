@@ -16,7 +16,7 @@ from typing import Final
 
 import numpy as np
 
-from stab_core.adversarial import COLLAPSE_FRACTION, DISCRIMINATOR_LOSSES, LEVEL_SAMPLES
+from stab_core.adversarial import COLLAPSE_FRACTION, DISCRIMINATOR_LOSSES, LEVEL_SAMPLES, loss_leaf
 from stab_core.incidents import Incident
 from stab_core.runview import Series
 from stab_core.spikes import build_event
@@ -48,7 +48,7 @@ def discriminator_wins(series: Mapping[str, Series], incidents: Sequence[Inciden
     ``climb`` incident and the loss incidents inside it dropped; unchanged otherwise or when a loss
     divergence is already reported."""
     # a whole discriminator loss (``Discriminator_Loss``, ``d_loss``) collapses as its parts do
-    names = {name.rsplit("/", 1)[-1].lower(): name for name in series}
+    names = {loss_leaf(name): name for name in series}
     parts = [series[names[n]] for n in sorted(DISCRIMINATOR_PARTS | DISCRIMINATOR_LOSSES) if n in names]
     loss = series.get("loss")
     if loss is None or not parts or not all(_collapsed(s) for s in parts):

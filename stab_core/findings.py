@@ -11,9 +11,11 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from stab_core.held_out import is_held_out_loss, training_counterpart
+from stab_core.held_out_blowups import held_out_blowups
 from stab_core.metrics import metrics_naming
 from stab_core.overfitting import Overfitting, detect_overfitting
-from stab_core.runview import RunView
+from stab_core.runview import RunView, Series
 from stab_core.throughput import THROUGHPUT_METRICS, ThroughputDrop, detect_throughput_drops, settled_level
 
 FINDING_METRICS = ("val_loss", "loss", *THROUGHPUT_METRICS)
@@ -34,16 +36,59 @@ def finding_metrics(names: Iterable[str]) -> list[str]:
     (:func:`stab_core.metrics.metrics_naming`: a GAN's or an adversarial adaptation's ``loss/encoder``,
     ``loss/discrim``), which :func:`run_findings` weighs an overfitting against."""
     held = list(names)
-    return [m for m in FINDING_METRICS if m in held] + metrics_naming("loss", held)
+    parts = held_out_parts(held)
+    trained = [t for m in parts if (t := training_counterpart(m, held)) is not None]
+    return [m for m in FINDING_METRICS if m in held] + metrics_naming("loss", held) + parts + trained
 
 
-def _overfitting(series: SeriesArrays) -> Overfitting | None:
+def held_out_parts(names: Iterable[str]) -> list[str]:
+    """The held-out losses of ``names`` (:func:`~stab_core.held_out.is_held_out_loss`) where none is the run's
+    ``val_loss``: a detector's ``val/box_loss``, ``val/cls_loss``, ``val/dfl_loss``, which no reader sums
+    (round 22: f28c); empty where a ``val_loss`` is logged."""
+    held = list(names)
+    return [] if "val_loss" in held else sorted(n for n in held if n != "val_loss" and is_held_out_loss(n))
+
+
+def _trained_as_loss(series: SeriesArrays, part: str) -> SeriesArrays:
+    """``series`` with the training counterpart of held-out loss ``part`` (``train/obj_loss`` for
+    ``val/obj_loss``: :func:`~stab_core.held_out.training_counterpart`) as its ``loss``; ``series`` where none
+    is logged."""
+    trained = training_counterpart(part, series)
+    return series if trained is None else {**series, "loss": series[trained]}
+
+
+def settled_from(
+    name: str, steps: npt.NDArray[np.int64], values: npt.NDArray[np.float64]
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]:
+    """The evaluations of held-out loss ``name`` (``steps``, ``values``) from the step its last blow-up
+    (:func:`~stab_core.held_out_blowups.held_out_blowups`) came back, where that is before its best: an early
+    blow-up's swings (a YOLO validator's cls loss 6.9 -> 211 -> inf -> 5.1 over its first epochs) are no
+    eval-to-eval noise, and measured as noise they hide a later rise of 4.9 sigmas (round 22: f28c). All of
+    them where it had none."""
+    finite = np.isfinite(values)
+    if not finite.any():
+        return steps, values
+    best_step = int(steps[finite][int(np.argmin(values[finite]))])
+    backs = [
+        e.recovery_step
+        for e in held_out_blowups({name: Series(steps, values)})
+        if e.recovery_step is not None and e.recovery_step <= best_step
+    ]
+    if not backs:
+        return steps, values
+    keep = steps >= max(backs)
+    return steps[keep], values[keep]
+
+
+def _overfitting(series: SeriesArrays, val: str = "val_loss") -> Overfitting | None:
     """The val loss's overfitting against the run's train loss. Without a ``loss`` but with training losses
     logged under their own names, the val loss's rise is overfitting only where one of them fell meanwhile:
     where none did (they stayed flat or rose), the rise is the held-out loss diverging, not a model that learns
     its training set, and "keep the best checkpoint, stop earlier" rests on no fall (round 21, f27d). A val loss
-    logged alone is judged on its own, as before."""
-    val_steps, val_values = series["val_loss"]
+    logged alone is judged on its own, as before. ``val``: the held-out loss judged (``val_loss``, or one of
+    :func:`held_out_parts`). The val loss is judged from after its last blow-up that came back before its
+    best (:func:`settled_from`)."""
+    val_steps, val_values = settled_from(val, *series[val])
     train = series.get("loss")
     found = detect_overfitting(val_steps, val_values, *(train if train is not None else (None, None)))
     side = [] if train is not None else [m for m in metrics_naming("loss", series) if series[m][0].size]
@@ -61,6 +106,18 @@ def run_findings(series: SeriesArrays) -> dict[str, Any]:
     if "val_loss" in series:
         found = _overfitting(series)
         out["overfitting"] = found.to_json() if found is not None else None
+    else:
+        # a run whose validation loss is logged only as its parts (a detector's val/box_loss, val/cls_loss):
+        # a model that learns its training set overfits on the part it memorises (YOLO's classification head,
+        # val/cls_loss 1.8x its best while the box and dfl parts stay flat); the part that rose most against its
+        # best is said (a smooth part's rise of a few percent stands many noise sigmas clear, yet it stayed flat).
+        # Each part is weighed against the same part of the training loss where logged: a val/obj_loss that
+        # rose while train/obj_loss did not fall is no model learning its training set, whatever the sum did
+        parts = [(f, m) for m in held_out_parts(series) if (f := _overfitting(_trained_as_loss(series, m), m))]
+        if parts:
+            found, part = max(parts, key=lambda fm: fm[0].rise / abs(fm[0].best_val_loss))
+            trained = training_counterpart(part, series) or "the train loss"
+            out["overfitting"] = {**found.to_json(), "metric": part, "message": found.message(part, trained)}
     metric = throughput_metric(series)
     if metric is not None:
         steps, values = series[metric]

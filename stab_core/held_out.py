@@ -5,7 +5,7 @@ blip unless the validation loss shares it)."""
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Final
 
 import numpy as np
@@ -44,6 +44,18 @@ def is_held_out_loss(metric: str) -> bool:
     """Whether ``metric`` is a loss on held-out data: ``val_loss``, ``val/cls_loss``, ``eval_loss``, ``test/loss``."""
     low = metric.lower()
     return "loss" in low and low.startswith(tuple(f"{s}{sep}" for s in _HELD_OUT_SPLITS for sep in ("_", "/", ".")))
+
+
+def training_counterpart(metric: str, names: Iterable[str]) -> str | None:
+    """The training split's series of held-out loss ``metric`` among ``names``: ``train/cls_loss`` for
+    ``val/cls_loss``, ``train_loss`` for ``val_loss`` (the same part on the batches trained on; round 22:
+    f28c); None where none is logged."""
+    low = metric.lower()
+    head = next((f"{s}{sep}" for s in _HELD_OUT_SPLITS for sep in ("_", "/", ".") if low.startswith(f"{s}{sep}")), None)
+    if head is None:
+        return None
+    wanted = {f"{split}{head[-1]}{low[len(head) :]}" for split in ("train", "training")}
+    return next((n for n in names if n.lower() in wanted), None)
 
 
 def held_out_nonfinite(series: Mapping[str, Series], loss: Series | None) -> list[SpikeEvent]:

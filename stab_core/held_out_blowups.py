@@ -6,20 +6,34 @@ of evaluations) and scatter more than a training loss, so the training loss's wi
 and its ratio rules flag ordinary scatter. What holds on any such series is the shape of a blow-up: an
 evaluation (the crossing) that
 
-- is :data:`BLOWUP_RATIO` times the lowest evaluation before it, at most :data:`WITHIN_EVALS` evaluations
-  after that lowest (a blow-up, not a slow climb), and :data:`JUMP_RATIO` times the evaluation just before
-  it (an overfitting run's validation loss climbs a few percent an evaluation);
+- is :data:`BLOWUP_RATIO` times the level before it, the lowest of the :data:`WITHIN_EVALS` evaluations just
+  before it (a blow-up, not a slow climb; a recent level, not the run's all-time lowest: a fine-tune's
+  validation loss that swings for a while before it blows up from a higher level still blew up, round 22),
+  and :data:`JUMP_RATIO` times the evaluation just before it (an overfitting run's validation loss climbs
+  a few percent an evaluation); the first evaluation after the first counts (a validation loss 2.6x its
+  value at step 0 at its next evaluation blew up at once);
 - is higher than every evaluation since the first (which is often taken before or at the start of
-  training): a noisy validation loss whose scatter reached as high before has not blown up;
+  training), or since the last blow-up came back: a noisy validation loss whose scatter reached as high
+  before has not blown up, but a blow-up that came back does not hide the next one;
 - and, where it comes back, is abrupt (also BLOWUP_RATIO times the median of the :data:`RECENT_EVALS`
-  evaluations before it, with the next evaluation still :data:`HELD_RATIO` times the lowest: one bad
-  evaluation is a blip); where it never comes back, it held (:data:`HELD_EVALS` or more evaluations from it
-  to the log's end, every one HELD_RATIO times the lowest: a jump in the log's last evaluations may not
-  last) while the training loss did not fall meanwhile (a validation loss that rises for good while the
-  training loss falls is overfitting, :mod:`stab_core.overfitting`'s finding, not an incident).
+  evaluations before it, with the next evaluation still :data:`HELD_RATIO` times the level it left, see
+  below: one bad evaluation is a blip) or lasting (:data:`HELD_EVALS` evaluations from it all HELD_RATIO
+  times the level: a climb that held five evaluations and came back is no overfitting, which does not come
+  back, and no blip; round 22); where it never comes back, it held (HELD_EVALS or more evaluations from it to the log's
+  end, every one HELD_RATIO times the level: a jump in the log's last evaluations may not last) while the
+  training loss did not fall meanwhile (a validation loss that rises for good while the training loss
+  falls is overfitting, :mod:`stab_core.overfitting`'s finding, not an incident).
 
-It is over at the first evaluation back within :data:`~stab_core.incidents.RECOVER_RATIO` of the lowest that
-stays there for :data:`BACK_EVALS` evaluations (or to the log's end); never back is a divergence.
+It is over at the first evaluation back within :data:`~stab_core.incidents.RECOVER_RATIO` of the level it
+left, the median of those WITHIN_EVALS evaluations (their lowest may be one scattered low), whose next
+:data:`BACK_EVALS` - 1 evaluations are not blown up again (under HELD_RATIO times that level; a noisy
+validation loss back at its level scatters a few percent above it); never back is a divergence. An abrupt
+blow-up's second evaluation is measured against that median too: on a noisy late plateau (0.35-0.6) one
+evaluation up at 1.04 and the next at 0.61 is a blip, not two evaluations up from a single low 0.35.
+
+An evaluation repeated exactly on the next logged row is one evaluation (round 22: a trainer that
+validates every second epoch writes its last validation on every row): the rules count evaluations, and a
+repeated row would count each one twice.
 """
 
 from __future__ import annotations
@@ -37,24 +51,26 @@ from stab_core.severity import Certainty, SeverityLevel
 from stab_core.spikes import SpikeEvent
 
 BLOWUP_RATIO: Final = 1.8
-"""The crossing evaluation is at least this many times the lowest evaluation before it."""
+"""The crossing evaluation is at least this many times the level before it (:data:`WITHIN_EVALS`)."""
 JUMP_RATIO: Final = 1.3
 """... and at least this many times the evaluation just before it (a jump, not an overfitting drift)."""
 HELD_RATIO: Final = 1.5
-"""The evaluation after the crossing is still at least this many times that lowest: two evaluations up."""
+"""The evaluation after the crossing is still at least this many times that level: two evaluations up."""
 WITHIN_EVALS: Final = 3
-"""The crossing comes at most this many evaluations after that lowest (a blow-up, not a slow climb)."""
+"""The level a crossing is measured against: the lowest of this many evaluations just before it (a
+blow-up, not a slow climb)."""
 RECENT_EVALS: Final = 3
 """An abrupt blow-up is also BLOWUP_RATIO times the median of this many evaluations before it: one
 evaluation scattered low is no level to blow up from."""
 HELD_EVALS: Final = 5
-"""A blow-up that is not abrupt counts when it never comes back: this many evaluations or more from the
-crossing to the log's end, every one at least HELD_RATIO times the lowest."""
+"""A blow-up that is not abrupt counts when it lasts: this many evaluations from the crossing (to the
+log's end where it never comes back), every one at least HELD_RATIO times the level."""
 TRAIN_FELL: Final = 0.9
 """... and the training loss's median from the crossing on is not under this fraction of its median over
 the evaluations before it: a training loss that kept falling makes the rise overfitting."""
 BACK_EVALS: Final = 3
-"""Evaluations back within RECOVER_RATIO of the lowest in a row (or to the log's end) that end it."""
+"""An evaluation back within RECOVER_RATIO of the level it left ends it where it and the next BACK_EVALS - 1
+(or all to the log's end) are under HELD_RATIO times that level."""
 MIN_EVALS: Final = 5
 """Finite evaluations a series needs before it is read at all."""
 
@@ -65,41 +81,51 @@ def held_out_blowups(series: Mapping[str, Series]) -> list[SpikeEvent]:
     names = ["val_loss"] if "val_loss" in series else sorted(n for n in series if is_held_out_loss(n))
     out: list[SpikeEvent] = []
     for name in names:
-        ok = np.isfinite(series[name].values)
-        steps, values = series[name].steps[ok], series[name].values[ok]
+        steps, values = distinct_evaluations(series[name].steps, series[name].values)
         if values.size >= MIN_EVALS and (values > 0).all():
             out += _blowups(name, steps, values, series.get("loss"))
     return out
 
 
+def distinct_evaluations(steps: IntArray, values: FloatArray) -> tuple[IntArray, FloatArray]:
+    """The finite evaluations of a held-out loss (``steps``, ``values``), each once: a value equal to the
+    one logged on the row before is that evaluation written again (a trainer that validates every second
+    epoch repeats its last validation on the rows between), kept at its first step."""
+    ok = np.isfinite(values)
+    steps, values = steps[ok], values[ok]
+    first = np.ones(values.size, dtype=bool)
+    first[1:] = values[1:] != values[:-1]
+    return steps[first], values[first]
+
+
 def _blowups(name: str, steps: IntArray, values: FloatArray, train: Series | None) -> list[SpikeEvent]:
     out = []
-    i = 2
+    i, since = 1, 1  # ``since``: the first evaluation the crossing must top (after the first, or a blow-up's end)
     while i < values.size - 1:
-        low_at = int(np.argmin(values[:i]))
-        low = float(values[low_at])
+        before = values[max(0, i - WITHIN_EVALS) : i]
+        # the lowest before is the level crossed and held; the median, the level left (module docstring)
+        level, left = float(before.min()), float(np.median(before))
         crossed = (
-            values[i] >= BLOWUP_RATIO * low
+            values[i] >= BLOWUP_RATIO * level
             and values[i] >= JUMP_RATIO * values[i - 1]
-            and i - low_at <= WITHIN_EVALS
-            and values[i] > values[1:i].max()
+            and values[i] > values[since:i].max(initial=0.0)
         )
-        back = _back_at(values, i + 1, low) if crossed else None
+        back = _back_at(values, i + 1, left) if crossed else None
         recent = float(np.median(values[max(0, i - RECENT_EVALS) : i]))
-        abrupt = values[i] >= BLOWUP_RATIO * recent and values[i + 1] >= HELD_RATIO * low
+        abrupt = values[i] >= BLOWUP_RATIO * recent and values[i + 1] >= HELD_RATIO * left
+        lasting = values.size - i >= HELD_EVALS and bool((values[i : i + HELD_EVALS] >= HELD_RATIO * level).all())
         held = (
-            back is None
-            and values.size - i >= HELD_EVALS
-            and bool((values[i:] >= HELD_RATIO * low).all())
+            lasting
+            and bool((values[i:] >= HELD_RATIO * level).all())
             and not _train_fell(train, int(steps[max(0, i - RECENT_EVALS)]), int(steps[i]))
         )
-        if not (crossed and (held if back is None else abrupt)):
+        if not (crossed and (held if back is None else abrupt or lasting)):
             i += 1
             continue
-        out.append(_event(name, steps, values, i, back, low))
+        out.append(_event(name, steps, values, i, back, level))
         if back is None:
             break
-        i = back + 1
+        i = since = back + 1
     return out
 
 
@@ -116,12 +142,13 @@ def _train_fell(train: Series | None, before: int, crossing: int) -> bool:
     return bool(np.median(after) < TRAIN_FELL * np.median(prior))
 
 
-def _back_at(values: FloatArray, first: int, low: float) -> int | None:
-    """The first index from ``first`` on whose value and the next BACK_EVALS - 1 (or all to the end) are
-    within RECOVER_RATIO of ``low``; None: never back."""
-    near = values <= RECOVER_RATIO * low
+def _back_at(values: FloatArray, first: int, level: float) -> int | None:
+    """The first index from ``first`` on whose value is within RECOVER_RATIO of ``level`` and whose value
+    and the next BACK_EVALS - 1 (or all to the end) are under HELD_RATIO times it; None: never back."""
+    near = values <= RECOVER_RATIO * level
+    calm = values < HELD_RATIO * level
     for k in range(first, values.size):
-        if near[k : k + BACK_EVALS].all():
+        if near[k] and calm[k : k + BACK_EVALS].all():
             return k
     return None
 

@@ -64,14 +64,15 @@ class Overfitting:
         """The steps over which the val loss rose: from the best eval to the last."""
         return (self.best_step, self.end_step)
 
-    def message(self) -> str:
-        """One sentence for the CLI, the pages and the alert."""
-        train = ""
+    def message(self, metric: str = "val loss", train: str = "the train loss") -> str:
+        """One sentence for the CLI, the pages and the alert; ``metric``: the held-out loss that rose,
+        ``train``: the training loss that fell."""
+        fell = ""
         if self.train_at_best is not None and self.train_at_end is not None:
-            train = f" while the train loss fell {self.train_at_best:.3g} -> {self.train_at_end:.3g}"
+            fell = f" while {train} fell {self.train_at_best:.3g} -> {self.train_at_end:.3g}"
         return (
-            f"overfitting: val loss rose {self.best_val_loss:.4g} (step {self.best_step}) -> "
-            f"{self.end_val_loss:.4g} (step {self.end_step}){train}; the best checkpoint is at step {self.best_step}"
+            f"overfitting: {metric} rose {self.best_val_loss:.4g} (step {self.best_step}) -> "
+            f"{self.end_val_loss:.4g} (step {self.end_step}){fell}; the best checkpoint is at step {self.best_step}"
         )
 
     def to_json(self) -> dict[str, Any]:

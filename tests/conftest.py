@@ -39,6 +39,7 @@ TIERS: dict[str, str] = {
             "nonfinite_episodes",
             "f26a_end_and_nan_rises",
             "f27c_val_blowups",
+            "f28c_objectives_val_parts",
             "f25d_dip_climbs",
             "round20_tables",
             "round21_metric_files",
