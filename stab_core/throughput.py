@@ -84,6 +84,23 @@ hung data loader, a straggler: 56-70 % as a whole) costs more than the span's ow
 back by the last step, or one longer than that share, is a level change and keeps the 20 % threshold."""
 SIBLING_GAP = 0.25
 """A run whose level is this much below the median of its siblings' levels (25 %) is flagged."""
+CLOCK_RISES = 0.9
+"""A step time that rises on this share of its samples or more, never falls and ends at twice its first
+reading or more is a clock (:func:`is_elapsed_clock`)."""
+
+
+def is_elapsed_clock(values: FloatArray) -> bool:
+    """Whether a step time's samples (seconds, in step order) are the time elapsed since the run began,
+    not each step's: they never go down, rise on ``CLOCK_RISES`` of the samples or more and end at twice
+    their first reading or more over ``MIN_SAMPLES`` samples at least. A step's own time wanders both
+    ways around its level, even while it slows down; a clock only grows (an ``Epoch 5, Loss 2.7, Time
+    28.7s`` console whose time is the seconds since the start; round 22: f28b). A clock holds no
+    throughput finding: its growth is the run going on, not the steps slowing."""
+    arr = values[np.isfinite(values)]
+    if arr.size < MIN_SAMPLES or arr[0] <= 0:
+        return False
+    d = np.diff(arr)
+    return bool(np.all(d >= 0) and np.count_nonzero(d > 0) >= CLOCK_RISES * d.size and arr[-1] >= 2 * arr[0])
 
 
 def _what(metric: str) -> tuple[str, str]:
@@ -240,7 +257,7 @@ def settled_level(steps: IntArray, values: FloatArray, metric: str) -> float | N
     """The run's typical level past its warm-up (the metric's unit): the median of the samples after
     the warm-up buckets; None with fewer than ``MIN_SAMPLES`` usable samples."""
     steps, values = _clean(steps, values)
-    if values.size < MIN_SAMPLES:
+    if values.size < MIN_SAMPLES or (metric == "step_time_s" and is_elapsed_clock(values)):
         return None
     rate = _rate(values, metric)
     levels, firsts = _bucket_levels(rate)
@@ -266,8 +283,8 @@ def detect_throughput_drops(steps: IntArray, values: FloatArray, metric: str) ->
     if metric not in THROUGHPUT_METRICS:
         raise ValueError(f"metric must be one of {THROUGHPUT_METRICS}, got {metric!r}")
     steps, values = _clean(steps, values)
-    if values.size < MIN_SAMPLES:
-        return []
+    if values.size < MIN_SAMPLES or (metric == "step_time_s" and is_elapsed_clock(values)):
+        return []  # too few samples for a norm, or a clock's growth, which is no slowdown
     rate = _rate(values, metric)
     levels, firsts = _bucket_levels(rate)
     lasts = np.append(firsts[1:], rate.size) - 1

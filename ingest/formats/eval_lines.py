@@ -25,6 +25,7 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Final, Protocol
 
+from ingest.formats.numbers import NUMBER
 from ingest.formats.summary_words import in_english
 
 _AFTER: Final = (
@@ -37,7 +38,7 @@ EVAL_STEP: Final = -2
 """The step an evaluation line holds until :func:`place_evals` gives it the step line's above it."""
 _LABEL: Final = re.compile(
     r"^[ \t]*(?:[A-Z]+:[A-Za-z0-9_.]*:|\[[^\]\n]*\][ \t]*|[0-9:,. \t-]+(?=[A-Za-z|])"
-    r"|(?:[A-Za-z_][\w.]*[ \t]*)?\|[ \t]*)*"
+    r"|(?:[A-Za-z_][\w.]*[ \t]*)?\|[ \t]*|[A-Za-z_][\w.]*[ \t]+(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL):[ \t]*)*"
     r"[ \t]*(?i:validation|valid|val|evaluation|eval|test)" + _AFTER + r"[ \t]*(?:-|:|\|)[ \t]*(?P<rest>.*)$"
 )
 _EPOCH_LABEL: Final = re.compile(
@@ -58,6 +59,14 @@ _RUNNING_EXTREME: Final = re.compile(
     r"\b(?i:min|minimum|max|maximum|best|lowest|highest)[ \t_]+(?i:val|valid|validation|eval|test)\b"
 )
 """``Minimum validation bpb: 1.15``: a running best of the evaluations, printed again; no evaluation."""
+_METER: Final = re.compile(r"(?P<key>[A-Za-z_][A-Za-z0-9_]*:[ \t]*)" + NUMBER + r"[ \t]+\((?P<avg>" + NUMBER + r")\)")
+"""A ``MetricLogger`` meter, ``loss: 7.3142 (7.5082)``: the median of the last batches, then in brackets
+the average over all of them. On an evaluation's line the average is the evaluation's value (the
+median a few batches' only); a training line's median stays its step's (round 22: f28b)."""
+_PROGRESS_KEYS: Final = frozenset({"step", "time", "data", "data time", "eta", "max mem"})
+"""What a labelled evaluation line prints about its own progress (``Test:  [ 10/163]  eta: 0:28:57 ...
+time: 10.96  data: 0.002``): the batch it is at and what a batch took, no measure of the model (round 22:
+f28b)."""
 _LR_KEYS: Final = frozenset({"lr", "learning_rate", "learning rate"})
 _EPOCH_KEYS: Final = frozenset({"epoch", "epochs"})
 _EVAL_NAME: Final = re.compile(r"^(?:eval|val|valid|validation)(?:_|$)", re.IGNORECASE)
@@ -87,9 +96,11 @@ def eval_pairs(line: str, pairs_of: Callable[[str], Pairs]) -> Pairs:
         if m is None:
             return []
     out: Pairs = []
-    for key, value, unit in pairs_of(_GAN_KEY.sub(r"\1_", m["rest"])):
+    for key, value, unit in pairs_of(_GAN_KEY.sub(r"\1_", _METER.sub(r"\g<key>\g<avg>", m["rest"]))):
         name = re.sub(r"[\s_\-]+", " ", key.strip().lower())
         if name.startswith("best") or "patience" in name:  # a running best, an early stop's countdown
+            continue
+        if name in _PROGRESS_KEYS:  # the evaluation's own batch counter and timers: its progress, not the model
             continue
         name = _GAN.get(name, name).replace(" ", "_")
         out.append((f"val_{name}", value, unit))

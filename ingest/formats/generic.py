@@ -64,6 +64,7 @@ from ingest.formats.generic_units import (
     is_clock,
     is_countdown,
     line_time,
+    loader_timed,
     mfu_unit,
     speed_series,
 )
@@ -229,6 +230,7 @@ def _inferred_units(found: list[tuple[list[tuple[str, float, str | None]], str]]
                 mfus.setdefault(key, []).append(value)
     units = {key: bare_time_unit(*col) for key, col in times.items()}
     units.update({key: unit for key, values in mfus.items() if (unit := mfu_unit(values)) is not None})
+    units.update(loader_timed([pairs for pairs, _ in found if any(k == step for k, _, _ in pairs)]))
     return units
 
 
@@ -355,7 +357,7 @@ class GenericReader(Reader):
                         "loss", np.asarray(steps, np.int64), np.asarray(values), seq=seq, canonical=True, origin=name
                     )
                     note_loss_source(builder, name)
-                if name == "epoch" and all(v == int(v) for v in values if math.isfinite(v)):
+                if normalise_key(name) in _EPOCH_NAMES and all(v == int(v) for v in values if math.isfinite(v)):
                     continue  # a whole epoch beside the step counter is an axis, not a metric (round 17)
                 if unit in TIME_UNITS and name not in CANONICAL_METRICS and is_countdown(values, MIN_LAYOUT_LINES):
                     builder.meta.setdefault("time_left_dropped", []).append(name)
@@ -376,6 +378,9 @@ class GenericReader(Reader):
                 )
         clock_step_times(builder, names)  # a training clock's differences, where no step time is printed
 
+
+_EPOCH_NAMES: Final = frozenset({"epoch", "epochs"})
+"""A whole epoch's names (``Epochs: 1/200`` beside ``Iters: 10/85000``; the plural, round 22: f28b)."""
 
 MIN_LAYOUT_LINES: Final = 3
 """Lines a layout (the keys of a step line, in order) must recur on to be a layout of the log: a

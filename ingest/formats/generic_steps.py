@@ -43,6 +43,8 @@ STEP_NAMES: Final = (
     "total step",
     "iteration",
     "iter",
+    "iters",  # 'Epochs: 1/200 || Iters: 10/85000 || Lr: ...' (round 22: f28b): the plural names the counter too
+    "iterations",
     "it",
     "steps",
     "train_step",

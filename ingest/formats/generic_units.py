@@ -23,6 +23,8 @@ from typing import Any, Final
 
 import numpy as np
 
+from ingest.formats.aliases import normalise_key
+
 BARE_STEP_TIME_KEYS: Final = frozenset({"dt"})
 """Keys (normalised) that name one iteration's time without saying its unit."""
 CLOCK_AGREEMENT: Final = 3.0
@@ -144,3 +146,31 @@ def speed_series(steps: np.ndarray, seconds: np.ndarray, rows: Any, meta: dict[s
         meta["step_time_source"] = "the last running-average speed the log prints (steps/sec since the start)"
         return "step_time_avg_s"
     return "step_time_avg_s" if any(name == "step_time_s" for name, _ in rows) else "step_time_s"
+
+
+LOADER_KEYS: Final = frozenset({"data", "data_time"})
+"""A step's data-loading time printed bare beside its whole time (``time: 0.5123  data: 0.0012``)."""
+_BARE_TIME_KEYS: Final = frozenset({"time", "iter_time", "batch_time"})
+
+
+def loader_timed(records: Sequence[Sequence[tuple[str, float, str | None]]]) -> dict[str, str]:
+    """``{key: "s"}`` for a bare time key (``time``) that step lines print beside a bare data-loading time
+    (``data``), the loader's time no more than the step's on nearly every line: the ``MetricLogger`` of
+    torchvision's references and the DETR, DeiT, MAE family prints ``time: 16.21  data: 0.0015``, both
+    in seconds per iteration (round 22: f28b). A bare ``time`` alone may be a clock or a time of day:
+    it gets no unit here."""
+    pairs: dict[str, list[tuple[float, float]]] = {}
+    for line in records:
+        bare = {normalise_key(k): (k, v) for k, v, u in line if u is None}
+        loader = next((bare[k][1] for k in LOADER_KEYS if k in bare), None)
+        if loader is None:
+            continue
+        for name in _BARE_TIME_KEYS & bare.keys():
+            key, value = bare[name]
+            pairs.setdefault(key, []).append((value, loader))
+    out = {}
+    for key, seen in pairs.items():
+        fits = sum(1 for step, load in seen if math.isfinite(step) and 0 <= load <= step)
+        if len(seen) >= MIN_UNNAMED_LINES and fits >= 0.9 * len(seen):
+            out[key] = "s"
+    return out

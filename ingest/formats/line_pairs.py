@@ -81,6 +81,15 @@ _NOT_PAIRS: Final = re.compile(
 """A tqdm bar (``Iteration:  13%|#  | 321/2552 [05:02<32:00, 1.16it/s]``), a process id or a time left
 printed as a clock (``ETA: 1:54:27``, whose hours a pair would read) or in a unit (``ETA 271.3 min``):
 no metric."""
+_CLOCK_VALUE: Final = re.compile(
+    r"(?<![A-Za-z0-9_])[A-Za-z_][A-Za-z0-9_]*(?:[ \t]+[A-Za-z_][A-Za-z0-9_]*){0,2}[ \t]*[:=][ \t]*"
+    r"[0-9]+:[0-9]{2}:[0-9]{2}(?:\.[0-9]+)?(?![0-9:])"
+)
+"""A key whose value is printed as a clock, ``H:MM:SS`` (``Cost Time: 0:00:07``, ``Estimated Time: 16:49:10``):
+an elapsed or remaining time, whose hours alone a pair would read as the value; no pair (round 22: f28b)."""
+_TENSOR_SHAPE: Final = re.compile(r"\b(?:shape|size)[ \t]*=[ \t]*\[[0-9, \t]*\]")
+"""A tensor's repr (``Tensor(shape=[1], dtype=float32, ...)``): its shape describes it, no metric (round 22:
+f28b)."""
 _RAY: Final = re.compile(r"^\((?:[A-Za-z_][A-Za-z0-9_.]*[ \t]+)?pid=[0-9]+(?:,[ \t]*ip=[0-9A-Fa-f.:]+)?\)[ \t]*")
 _NOT_METRICS: Final = re.compile(
     r"^(?:[+$>][ \t]*)?(?:export|unset|source|srun|sbatch|salloc|torchrun|deepspeed|mpirun|accelerate[ \t]+launch"
@@ -116,6 +125,8 @@ def _parsed(text: str) -> tuple[Pair, ...]:
     lead = None if lead is not None and _COUNTER_LEAD.match(lead.group()) else lead  # 'Epoch: [0/520]'
     own = raw[lead.end() if lead else 0 :].decode("utf-8", "replace").strip()
     own = _NOT_PAIRS.sub(" ", _LOCATION.sub(" ", _RAY.sub("", own)))
+    if ":" in own or "=" in own:
+        own = _TENSOR_SHAPE.sub(" ", _CLOCK_VALUE.sub(" ", own))
     own = _LOOP_VARIABLE.sub(r"\1", _TOTAL_COUNTER.sub(r"\1_\2", rewrite(respelled(own))))
     if not own or _NOT_METRICS.search(own):
         return ()

@@ -68,9 +68,11 @@ _LAUNCHER_TIME: Final = (
 `` - `` or a colon (python logging's ``%(asctime)s:%(levelname)s:``)."""
 _LAUNCHER_LEVEL: Final = (
     r"(?:(?:[A-Za-z_][A-Za-z0-9_.]*[ \t]+-[ \t]+)?\[?(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\]?"
-    r"(?:(?::[A-Za-z0-9_.]*)*:)?[ \t]*(?:-[ \t]*)?)??"
+    r"(?:(?::[A-Za-z0-9_.]*)*:)?[ \t]*(?:-[ \t]*)?"
+    r"|[A-Za-z_][A-Za-z0-9_.]*[ \t]+(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL):[ \t]*)??"
 )
-"""A log level (``INFO``, ``[INFO]``, Python logging's ``INFO:root:`` or ``name - INFO - ``). The
+"""A log level (``INFO``, ``[INFO]``, Python logging's ``INFO:root:``, ``name - INFO - `` or
+``%(asctime)s %(name)s %(levelname)s: `` 's ``semantic_segmentation INFO: ``, round 22: f28b). The
 logger's name components are the ones a ``:`` closes: in ``INFO:__main__:Epoch 1 | ...`` the text
 starts at ``Epoch``, which is the message's, not the logger's."""
 LAUNCHER_PREFIX: Final = _LAUNCHER_HOST + _LAUNCHER_RANK + _LAUNCHER_TIME + _LAUNCHER_LEVEL

@@ -49,9 +49,21 @@ A colon may stand before the bracket (HRNet-style ``Epoch: [0/520] Iter:[10/247]
 EPOCH_THEN_STEP: Final = re.compile(
     r"(\b(?i:epoch)[ \t]*:?[ \t]*\[[ \t]*[0-9]+[ \t]*/[ \t]*[0-9]+[ \t]*\])[ \t]*"
     r"\([ \t]*([0-9]+[ \t]*/[ \t]*[0-9]+)[ \t]*\)"
+    r"|(\b(?i:epoch)[ \t]*:?[ \t]*\[[ \t]*[0-9]+[ \t]*\])[ \t]*"
+    r"\[[ \t]*([0-9]+[ \t]*/[ \t]*[0-9]+)[ \t]*\]"
 )
 """MiniMind's ``Epoch:[1/3](100/39695)``: the ``(S/N)`` right after an epoch's ``[E/M]`` counts the
-steps of that epoch out of ``N`` (read as ``Step [S/N]``, as beside ``Epoch [E/M]``; round 20: f26c)."""
+steps of that epoch out of ``N`` (read as ``Step [S/N]``, as beside ``Epoch [E/M]``; round 20: f26c).
+So does a bracketed ``[S/N]`` right after an epoch's ``[E]``: the ``MetricLogger`` of torchvision's
+references and the DETR, DeiT, MAE family, ``Epoch: [3]  [ 40/139]  eta: ...  loss: ...`` (round 22: f28b)."""
+
+
+def _epoch_then_step(m: re.Match[str]) -> str:
+    """An ``EPOCH_THEN_STEP`` match as the epoch then ``Step [S/N]``."""
+    epoch, step = (m[1], m[2]) if m[1] is not None else (m[3], m[4])
+    return f"{epoch} Step [{step}]"
+
+
 ONE_ITEM: Final = re.compile(r"(:[ \t]*)\[(" + NUMBER + r")\](?![\[,])")
 SHORT_LINE: Final = 100
 """Characters a line of a split record may have (a lone ``Step: N`` or ``Loss: x``): longer lines are
@@ -103,7 +115,7 @@ def rewrite(text: str) -> str:
         text = f"{text[: label.start()]}{label[1]}, {rest}"
     if "[" not in text:
         return text
-    text = group_values(EPOCH_THEN_STEP.sub(r"\g<1> Step [\g<2>]", text))  # a LR per parameter group: the first's
+    text = group_values(EPOCH_THEN_STEP.sub(_epoch_then_step, text))  # a LR per parameter group: the first's
     text = COUNTER_IN_BRACKETS.sub(r"\g<1> \g<2> ", EPOCH_OF_N.sub(r"\g<1> \g<2> ", text))
     return ONE_ITEM.sub(r"\g<1>\g<2>", text)
 
