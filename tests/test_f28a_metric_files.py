@@ -8,6 +8,7 @@ from pathlib import Path
 
 from ingest.formats import read_log
 from ingest.formats.aliases import canonical_name
+from ingest.formats.csv_counters import is_tally
 
 
 def _runs(path: Path, metric: str = "loss") -> list[list[int]]:
@@ -76,3 +77,36 @@ def test_a_lightning_gans_split_prefixed_generator_loss_is_the_runs_loss(tmp_pat
     log = read_log([_write(tmp_path / "metrics.csv", rows)])
     assert log.series("loss")[0].tolist() == list(range(8))  # nan from the first row: still the loss
     assert "train_gen_loss" in log.metrics  # kept under its own name too
+
+
+def test_tallies_of_an_epoch_summary_are_no_metrics(tmp_path: Path) -> None:
+    assert is_tally("micro_steps", [2745.0, 2745.0]) and is_tally("straggle_events", [0.0, 1.0])
+    assert not is_tally("micro_steps", [0.5]) and not is_tally("micro_time", [2.0])
+    lines = []
+    for s in range(1, 31):
+        lines.append(f"[Epoch {s // 10:03d}] global_step={s * 10} train_loss={3.0 - s / 100:.4f} step_time=2.2s")
+        if s % 10 == 0:
+            lines.append(
+                f"[Epoch {s // 10:03d}] global_step={s * 10} train_loss={3.0 - s / 100:.4f} micro_steps=10 steps=10"
+                " straggle_events=0"
+            )
+    log = read_log([_write(tmp_path / "train.txt", lines)])
+    assert "loss" in log.metrics
+    assert not {"micro_steps", "steps", "straggle_events"} & set(log.metrics)
+
+
+def test_an_epoch_closing_line_keeps_its_accuracies_not_its_mean_loss(tmp_path: Path) -> None:
+    lines = []
+    for epoch in range(4):
+        for step in (100, 200, 300):
+            lines.append("2023-03-19 09:54:38,969 - INFO: ")  # the metric line follows a bare INFO line
+            lines.append(f"Epoch [{epoch}/4], Step [{step}/390], Loss: {0.04 - epoch / 100:.5f}")
+            lines.append(f"2023-03-19 09:54:38,969 - INFO: Time elasped: {step / 10:.3f}")
+        lines.append(
+            f"2023-03-19 09:55:26,479 - INFO: Epoch {epoch}: train loss {0.04 - epoch / 100:.5f},"
+            f" train acc {0.1 * (epoch + 1):.3f}, test acc {0.09 * (epoch + 1):.3f}"
+        )
+    log = read_log([_write(tmp_path / "train.log", lines)])
+    assert log.series("test_acc")[1].tolist() == [0.09, 0.18, 0.27, 0.36]
+    assert log.series("train_acc")[1].tolist() == [0.1, 0.2, 0.3, 0.4]
+    assert log.series("loss")[0].shape[0] == 12  # the epoch's mean loss is no step's loss
