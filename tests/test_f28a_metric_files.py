@@ -95,6 +95,34 @@ def test_tallies_of_an_epoch_summary_are_no_metrics(tmp_path: Path) -> None:
     assert not {"micro_steps", "steps", "straggle_events"} & set(log.metrics)
 
 
+def _nanogpt(rewinds: dict[int, int], shift: float) -> list[str]:
+    """A build-nanogpt log.txt of steps 0-59; at each step in ``rewinds`` the launch resumes from the
+    step it maps to and logs those steps again, each loss ``shift`` away from the first pass's."""
+    lines: list[str] = []
+    step = 0
+    seen: set[int] = set()
+    while step < 60:
+        again = step in seen
+        lines.append(f"{step} train {4.0 - step / 100 + (shift if again else 0.0):.6f}")
+        seen.add(step)
+        if step in rewinds and step not in {s for s in rewinds.values()} and not again:
+            step = rewinds.pop(step)
+            continue
+        step += 1
+    return lines
+
+
+def test_a_resume_that_logs_the_same_losses_again_is_no_rollback(tmp_path: Path) -> None:
+    log = read_log([_write(tmp_path / "log.txt", _nanogpt({30: 20}, shift=1e-6))])
+    assert not log.segments and not [e for e in log.events if e.kind == "rollback"]
+    assert log.series("loss")[0].tolist() == list(range(60))  # each replayed step once
+
+
+def test_a_resume_whose_replayed_losses_differ_is_a_rollback(tmp_path: Path) -> None:
+    log = read_log([_write(tmp_path / "log.txt", _nanogpt({30: 20}, shift=0.05))])
+    assert [e.kind for e in log.events] == ["rollback"]
+
+
 def test_an_epoch_closing_line_keeps_its_accuracies_not_its_mean_loss(tmp_path: Path) -> None:
     lines = []
     for epoch in range(4):
