@@ -82,14 +82,11 @@ def test_a_lightning_gans_split_prefixed_generator_loss_is_the_runs_loss(tmp_pat
 def test_tallies_of_an_epoch_summary_are_no_metrics(tmp_path: Path) -> None:
     assert is_tally("micro_steps", [2745.0, 2745.0]) and is_tally("straggle_events", [0.0, 1.0])
     assert not is_tally("micro_steps", [0.5]) and not is_tally("micro_time", [2.0])
-    lines = []
-    for s in range(1, 31):
-        lines.append(f"[Epoch {s // 10:03d}] global_step={s * 10} train_loss={3.0 - s / 100:.4f} step_time=2.2s")
-        if s % 10 == 0:
-            lines.append(
-                f"[Epoch {s // 10:03d}] global_step={s * 10} train_loss={3.0 - s / 100:.4f} micro_steps=10 steps=10"
-                " straggle_events=0"
-            )
+    step_line = "[Epoch {e:03d}] global_step={g} train_loss={loss:.4f}"
+    lines = [step_line.format(e=s // 10, g=s * 10, loss=3.0 - s / 100) + " step_time=2.2s" for s in range(1, 31)]
+    for at in (30, 20, 10):  # each epoch's summary after its last step line, with its tallies
+        summary = step_line.format(e=at // 10, g=at * 10, loss=3.0 - at / 100)
+        lines.insert(at, summary + " micro_steps=10 steps=10 straggle_events=0")
     log = read_log([_write(tmp_path / "train.txt", lines)])
     assert "loss" in log.metrics
     assert not {"micro_steps", "steps", "straggle_events"} & set(log.metrics)
