@@ -489,7 +489,7 @@ class LogBuilder:
                 spans.setdefault(stream, []).extend(found)
         # one restart seen the same in two streams (a reader's second pass over the same lines) is one event
         found_spans = {span for spans_of_stream in spans.values() for span in merge_spans(spans_of_stream)}
-        kept = {m: _run_level(built[names.index(m)][0]) for m in abandoned}
+        kept = {m: log_rows.built_series(built[names.index(m)][0]) for m in abandoned}
         for s0, s1 in sorted(found_spans):
             detail = log_rows.rollback_detail(abandoned, s0, s1)
             if log_rows.replay_unchanged(detail, kept):
@@ -502,14 +502,6 @@ class LogBuilder:
             ],
             schema=TABLE_SCHEMA,
         )
-
-
-def _run_level(chunks: list[list[Any]]) -> tuple[Any, Any]:
-    """``(steps, values)`` of one built metric's run-level rows (rank -1 or one rank), sorted by step."""
-    step = np.concatenate([np.asarray(c) for c in chunks[1]])
-    value = np.concatenate([np.asarray(c) for c in chunks[3]])
-    order = np.argsort(step, kind="stable")
-    return step[order], value[order]
 
 
 def _step_range(builder: LogBuilder) -> tuple[int, int]:

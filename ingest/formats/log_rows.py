@@ -4,7 +4,7 @@ events), the last row of each ``(rank, step)`` kept, sorted by rank and step."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -278,6 +278,15 @@ def rollback_detail(abandoned: dict[str, list[tuple[Any, Any]]], s0: int, s1: in
 REPLAY_RTOL: Final = 1e-3
 """Relative difference within which a replayed loss is the value the first pass logged (a deterministic
 data order and seed reproduce a step's loss to the 4th-6th significant digit after a resume)."""
+
+
+def built_series(chunks: Sequence[Sequence[Any]]) -> tuple[IntArray, FloatArray]:
+    """``(steps, values)`` of one metric as ``LogBuilder._build_table`` built it (its columns' chunks, in
+    ``TABLE_SCHEMA`` order: rank, step, metric, value, wall time), sorted by step."""
+    step = np.concatenate([np.asarray(c) for c in chunks[1]])
+    value = np.concatenate([np.asarray(c) for c in chunks[3]])
+    order = np.argsort(step, kind="stable")
+    return step[order], value[order]
 
 
 def replay_unchanged(detail: Mapping[str, Any], kept: Mapping[str, tuple[Any, Any]]) -> bool:
