@@ -43,6 +43,7 @@ TIERS: dict[str, str] = {
             "f25d_dip_climbs",
             "round20_tables",
             "round21_metric_files",
+            "f28a_metric_files",
             "f25d_named_metrics",
             "run23_running_means",
             "round18_import_faults",

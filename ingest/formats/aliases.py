@@ -84,6 +84,10 @@ _ALIASES: Final[dict[str, tuple[str, ...]]] = {
         # Chainer's LogReport: an Evaluator extension reports under its name ('validation') the
         # observations of the model ('main'), so the model's loss on the validation set is this
         "validation/main/loss",
+        # 'dev' names the held-out split in NLP trainers (the dev set): its loss is the validation loss
+        "dev loss",
+        "dev/loss",
+        "loss/dev",
     ),
     "lr": (
         "lr",

@@ -15,17 +15,23 @@
   ``time_elapsed``: seconds since the start) is no metric either: it gives the step time
   (:mod:`ingest.formats.csv_clocks`).
 - **The loss, proposed.** A table with no column the alias table reads as ``loss`` but one named a
-  total loss (``total_loss``, ``loss/total``, ``train/total_loss``) proposes it as ``loss`` (the other
-  losses keep their names); the proposal is ``meta['proposed_map']`` and ``--map`` corrects it.
+  total loss (``total_loss``, ``loss/total``, ``train/total_loss``) or the current step's loss
+  (``train/current_loss``, round 22) proposes it as ``loss`` (the other losses keep their names); the
+  proposal is ``meta['proposed_map']`` and ``--map`` corrects it.
+- **Tallies** (round 22, f28a). A key whose last word is a plural of steps or events (``micro_steps``,
+  ``steps``, ``straggle_events``), whole numbers only, counts what happened in the run (an epoch
+  summary's steps run, its slow-step events): :func:`is_tally`, no metric for the generic reader.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Sequence
 from typing import Final
 
 from ingest.formats.aliases import canonical_name
+from stab_core.metrics import CANONICAL_METRICS
 
 _QUALIFIERS: Final = frozenset({"total", "global", "env", "environment", "num", "n", "time", "train", "trainer"})
 _STEP_WORDS: Final = frozenset({"step", "steps", "timestep", "timesteps", "iteration", "iterations", "iter", "iters"})
@@ -78,12 +84,32 @@ def is_run_clock(name: str) -> bool:
     return counted and len(words) > 1 and all(w in _COUNT_QUALIFIERS for w in words[:-1])
 
 
+_TALLY_WORDS: Final = frozenset({"steps", "iters", "iterations", "events"})
+"""Plural nouns that make a key a tally: ``micro_steps``, ``steps``, ``straggle_events``."""
+
+
+def is_tally(name: str, values: Sequence[float]) -> bool:
+    """Whether a key named ``name`` with ``values`` counts things that happened (round 22, f28a): its last
+    word is a plural of steps or events (``steps``, ``micro_steps``, ``straggle_events``) and every finite
+    value is a whole number. A trainer's epoch summary prints how many steps the epoch ran and how many
+    slow-step events it saw: the run's progress and a tally, not a measurement whose level the diagnosis
+    may judge. A canonical metric (``skipped_iterations``, counted by the alias table) is never one."""
+    words = _words(name)
+    if not words or words[-1] not in _TALLY_WORDS or canonical_name(name)[0] in CANONICAL_METRICS:
+        return False
+    finite = [v for v in values if math.isfinite(v)]
+    return bool(finite) and all(v == int(v) for v in finite)
+
+
 def proposed_loss(columns: Sequence[str]) -> dict[str, str]:
     """``{column: 'loss'}`` for a total-loss column of a table that has no loss column; else empty."""
     if any(canonical_name(c)[0] == "loss" for c in columns):
         return {}
     for column in columns:
-        words = _words(column)
-        if "loss" in words and "total" in words and set(words) <= {"loss", "total", "train", "training"}:
+        words = set(_words(column))
+        # the loss of the current step ('train/current_loss') is the loss as much as a total is; a
+        # running mean ('tot_loss', 'avg_loss') is not, and keeps its name
+        named = words <= {"loss", "total", "current", "train", "training"}
+        if "loss" in words and words & {"total", "current"} and named:
             return {column: "loss"}
     return {}

@@ -59,8 +59,10 @@ from ingest.formats.csv_counters import (
 )
 from ingest.formats.epoch_steps import EpochSteps
 from ingest.formats.field_roles import SETTINGS_KEY
+from ingest.formats.label_blocks import LabelBlocks
 from ingest.formats.labelled_runs import run_labels, run_table
 from ingest.formats.lightning_eval import eval_epoch_keymap, without_eval_batch_rows
+from ingest.formats.long_table import pivot_long
 from ingest.formats.raw_text import read_head
 from ingest.formats.run_loss import add_run_loss
 from ingest.formats.run_totals import summary_rows
@@ -119,12 +121,14 @@ class WideCsvReader(Reader):
             builder.source(path)
             epochs = EpochSteps()
             runs = TableRuns(builder)  # ingest.formats.table_runs: an axis back at its first value
+            blocks = LabelBlocks(runs, ignore=(EVENT_COLUMN,))  # a phase column's blocks: ingest.formats.label_blocks
             rows = 0
             if settings := comment_settings(read_head(path, 64 * 1024)):  # ingest.formats.csv_comments
                 builder.meta.setdefault(SETTINGS_KEY, {}).update(settings)
             for table, line in iter_csv(path, builder, text_columns=(EVENT_COLUMN,)):
                 if self._label is not None:  # one run of several in the table: ingest.formats.labelled_runs
                     table = run_table(table, self._label)
+                table = pivot_long(table)  # one row per (tag, step, value): ingest.formats.long_table
                 table = name_value_column(table, path)  # a one-series export: ingest.formats.value_column
                 table, summary = summary_rows(table)  # the Trainer's totals row, no step: ingest.formats.run_totals
                 table = without_eval_batch_rows(table, table.column_names)  # Lightning's: .lightning_eval
@@ -158,8 +162,12 @@ class WideCsvReader(Reader):
                         path=str(path),
                         line=1,
                     )
-                for run in runs.split(table, step_col, (path, line)) if "rank" not in table.column_names else [table]:
-                    _add_rows(builder, run, step_col, (path, line), add_loss=not loss, monitor=monitor)
+                if "rank" in table.column_names:
+                    _add_rows(builder, table, step_col, (path, line), add_loss=not loss, monitor=monitor)
+                    continue
+                for block in blocks.split(table, step_col):
+                    for run in runs.split(block, step_col, (path, line)):
+                        _add_rows(builder, run, step_col, (path, line), add_loss=not loss, monitor=monitor)
 
 
 def _axes(header: Sequence[str]) -> list[str | None]:

@@ -90,6 +90,8 @@ def eval_pairs(line: str, pairs_of: Callable[[str], Pairs]) -> Pairs:
         epoch = len(pairs) < len(found)  # an lr with no epoch beside it is a config dump's, not the schedule's
         if pairs and (all(_SPLIT_KEY.match(k) for k, _, _ in pairs) or (epoch and _lr_only(pairs))):
             return [p for p in pairs if not _EVAL_COST.match(p[0])]
+        if epoch and (closing := _epoch_close(pairs)):
+            return closing
         if summary := epoch_summary(line, pairs_of):
             return summary
         m = _EPOCH_LABEL.match(line.split("\r")[-1])
@@ -120,6 +122,24 @@ def epoch_summary(line: str, pairs_of: Callable[[str], Pairs]) -> Pairs:
         return []
     split = [p for p in found if _SPLIT_KEY.match(p[0]) and not _EVAL_COST.match(p[0])]
     return split if any("loss" in k.lower() for k, _, _ in split) else []
+
+
+_TRAIN_KEY: Final = re.compile(r"^(?:train|training)[_ ][A-Za-z]", re.IGNORECASE)
+
+
+def _epoch_close(pairs: Pairs) -> Pairs:
+    """The pairs kept of a line that closes an epoch (round 22, f28a): beside the epoch only a held-out
+    split's pairs and the training split's (``Epoch 0: train loss 0.0366, train acc 0.0100, test acc
+    0.0103``), one held-out pair at least. The held-out pairs are the epoch's evaluation; the training
+    pairs are the epoch's own measure of the training data (its accuracy), kept as printed, but for its
+    loss: the mean over the epoch, which the step lines print step by step (not a step's loss). Empty
+    for any other line."""
+    held = [p for p in pairs if _SPLIT_KEY.match(p[0])]
+    trained = [p for p in pairs if _TRAIN_KEY.match(p[0])]
+    if not held or len(held) + len(trained) != len(pairs):
+        return []
+    kept = [p for p in trained if "loss" not in p[0].lower()] + held
+    return [p for p in kept if not _EVAL_COST.match(p[0])]
 
 
 def place_evals(lines: Sequence[_Line]) -> None:

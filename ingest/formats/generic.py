@@ -41,6 +41,7 @@ import numpy as np
 from ingest.formats._common import LogBuilder
 from ingest.formats.aliases import TIME_UNITS, keep_apart, normalise_key
 from ingest.formats.base import Reader
+from ingest.formats.csv_counters import is_tally
 from ingest.formats.epoch_steps import bar_total, epoch_steps, fresh_launches, step_of_n
 from ingest.formats.eval_lines import EVAL_STEP, eval_pairs, place_evals, placeholder
 from ingest.formats.generic_clock import clock_step_times
@@ -359,6 +360,9 @@ class GenericReader(Reader):
                     note_loss_source(builder, name)
                 if normalise_key(name) in _EPOCH_NAMES and all(v == int(v) for v in values if math.isfinite(v)):
                     continue  # a whole epoch beside the step counter is an axis, not a metric (round 17)
+                if unit is None and is_tally(name, values):
+                    builder.meta.setdefault("tallies_dropped", []).append(name)
+                    continue  # steps run, events seen: a tally of the run, not a measurement (csv_counters)
                 if unit in TIME_UNITS and name not in CANONICAL_METRICS and is_countdown(values, MIN_LAYOUT_LINES):
                     builder.meta.setdefault("time_left_dropped", []).append(name)
                     continue  # a time left (an ETA counting down to 0), no measurement of the run

@@ -4,6 +4,7 @@ events), the last row of each ``(rank, step)`` kept, sorted by rank and step."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -272,3 +273,45 @@ def rollback_detail(abandoned: dict[str, list[tuple[Any, Any]]], s0: int, s1: in
         ]
     span: dict[str, Any] = {"replayed_from": s0, "replayed_to": s1}
     return {**span, "abandoned": out} if out else span
+
+
+REPLAY_RTOL: Final = 1e-3
+"""Relative difference within which a replayed loss is the value the first pass logged (a deterministic
+data order and seed reproduce a step's loss to the 4th-6th significant digit after a resume)."""
+
+
+def built_series(chunks: Sequence[Sequence[Any]]) -> tuple[IntArray, FloatArray]:
+    """``(steps, values)`` of one metric as ``LogBuilder._build_table`` built it (its columns' chunks, in
+    ``TABLE_SCHEMA`` order: rank, step, metric, value, wall time), sorted by step."""
+    step = np.concatenate([np.asarray(c) for c in chunks[1]])
+    value = np.concatenate([np.asarray(c) for c in chunks[3]])
+    order = np.argsort(step, kind="stable")
+    return step[order], value[order]
+
+
+def replay_unchanged(detail: Mapping[str, Any], kept: Mapping[str, tuple[Any, Any]]) -> bool:
+    """Whether a restart's replayed span (``detail``: :func:`rollback_detail`'s) only logged again what the
+    kept rows hold (round 22, f28a): every abandoned loss row, at every step it shares with the kept loss
+    (``kept``: ``{metric: (steps, values)}``, sorted by step), equal to it within :data:`REPLAY_RTOL`, and at
+    least one shared. A resume whose data order and seed reproduce the first pass changed nothing in the
+    run: its repeated lines are copies of records (one each), not an attempt the resume replaced, and no
+    rollback is told. A span with no abandoned loss (nothing to compare) keeps its rollback."""
+    attempts = detail.get("abandoned") or {}
+    if not attempts:
+        return False
+    shared = 0
+    for metric, parts in attempts.items():
+        if metric not in kept:
+            return False
+        steps, values = (np.asarray(a, np.float64) for a in kept[metric])
+        for part_steps, part_values in parts:
+            at = np.searchsorted(steps, np.asarray(part_steps, np.float64))
+            inside = at < steps.shape[0]
+            inside[inside] &= steps[at[inside]] == np.asarray(part_steps, np.float64)[inside]
+            old = np.asarray([np.nan if v is None else v for v in part_values], np.float64)[inside]
+            new = values[at[inside]]
+            same = np.isclose(old, new, rtol=REPLAY_RTOL, atol=0.0) | (np.isnan(old) & np.isnan(new))
+            if not same.all():
+                return False
+            shared += int(inside.sum())
+    return shared > 0

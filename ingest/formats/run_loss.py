@@ -110,9 +110,18 @@ def gan_generator_loss(names: Iterable[str]) -> str | None:
     """The generator's loss of ``names`` where a discriminator's loss sits beside it and no name is the
     loss (a GAN's printed ``G_loss``, ``D_loss``): the run's loss, by the GAN rule above; None otherwise."""
     names = list(names)
-    if has_loss(names) or not any(_leaf(n) in DISCRIMINATOR_LOSSES for n in names):
+    if has_loss(names) or not any(_objective(n) in DISCRIMINATOR_LOSSES for n in names):
         return None
-    return next((n for n in names if _leaf(n) in GENERATOR_LOSSES), None)
+    return next((n for n in names if _objective(n) in GENERATOR_LOSSES), None)
+
+
+def _objective(name: str) -> str:
+    """The leaf of ``name`` less a training-split prefix: Lightning's ``self.log("train_gen_loss")``
+    names the generator's loss of the training split, as ``gen_loss`` does (round 22: f28a)."""
+    leaf = _leaf(name)
+    for prefix in ("train_", "training_"):
+        leaf = leaf.removeprefix(prefix)
+    return leaf
 
 
 _BUCKET = re.compile(r"_q\d+(?=_|$)")

@@ -79,6 +79,12 @@ class TableRuns:
             self.launch.advance(float(shown[i]), bool(fresh[i]), bool(finished[i]))
         return [int(i) for i in at[fresh]]
 
+    def fresh_run(self) -> None:
+        """A run starts at the next row, whatever its step (a label's change: :mod:`ingest.formats.label_blocks`)."""
+        self.builder.run_starts.setdefault(self.stream, []).append(self.builder.reserve(0))
+        self.lowest, self.last = np.inf, np.nan
+        self.launch = LaunchState()
+
     def split(self, table: pa.Table, step_col: str, where: tuple[Path, int] | None = None) -> Iterator[pa.Table]:
         """``table`` run by run: the rows before the first fresh start, then each run's rows; the builder
         learns where each later run starts (``run_starts``) as its rows are handed over. Where a step

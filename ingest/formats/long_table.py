@@ -1,0 +1,85 @@
+"""A metrics table in long form: one row per (series, step, value) (issue #31, round 22: f28a).
+
+TensorBoard's scalars exported with a script (``filename,tag,step,value``: the event file, the tag,
+the step, the value), an MLflow or W&B history dumped as ``key,step,value``: one column names the series
+of each row, one holds its value. Read as a wide table it is one metric called ``value`` whose steps go
+back to the first one at each new tag (two runs, no loss). The rule, for any table:
+
+- a table is long when it has a step column, exactly one value column (``value``, any case) and a
+  series column (``tag``, ``metric``, ``key``, ``name``, ``series``, any case) whose cells are text;
+- it is pivoted: each distinct series is a column of its own, holding its rows' values at their steps,
+  its rows' other text columns (the event file's name) dropped; a row repeated exactly (the same
+  series, step and value again: an export of overlapping event files) is one record;
+- the pivoted table has one row per distinct step, in step order, so every series is one run unless a
+  series' own steps go back (a relaunch logging into the same directory): then the rows are left as
+  they are, in file order (the table's usual restart rule reads them).
+
+Read chunk by chunk (a table of more than ``CSV_BLOCK_BYTES``), each chunk is pivoted on its own.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import numpy as np
+import pyarrow as pa
+
+from ingest.formats._tabular import STEP_COLUMNS, WALL_COLUMNS, find_column, to_float
+
+SERIES_COLUMNS: Final = ("tag", "metric", "key", "name", "series")
+"""Names of the column that says which series a row's value belongs to."""
+VALUE_COLUMNS: Final = ("value",)
+
+
+def _named(columns: list[str], names: tuple[str, ...]) -> str | None:
+    found = [c for c in columns if c.strip().lower() in names]
+    return found[0] if len(found) == 1 else None
+
+
+def long_columns(table: pa.Table) -> tuple[str, str, str] | None:
+    """``(step, series, value)`` columns of a long table (module docstring), or None."""
+    cols = table.column_names
+    step, series, value = find_column(cols, STEP_COLUMNS), _named(cols, SERIES_COLUMNS), _named(cols, VALUE_COLUMNS)
+    if step is None or series is None or value is None:
+        return None
+    col = table[series]
+    if not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
+        return None
+    if to_float(col)[1].any():  # a numeric 'name' column is a value, not a series name
+        return None
+    return step, series, value
+
+
+def pivot_long(table: pa.Table) -> pa.Table:
+    """``table`` wide (one column per series, one row per step) when it is long; else as it is."""
+    found = long_columns(table)
+    if found is None:
+        return table
+    step_col, series_col, value_col = found
+    steps, has_step = to_float(table[step_col])
+    values, has_value = to_float(table[value_col])
+    wall_col = find_column(table.column_names, WALL_COLUMNS)
+    wall, has_wall = to_float(table[wall_col]) if wall_col else (np.zeros(len(steps)), np.zeros(len(steps), bool))
+    names = [str(v).strip() if v is not None else "" for v in table[series_col].to_pylist()]
+    per: dict[str, dict[float, float]] = {}
+    walls: dict[float, float] = {}
+    last: dict[str, float] = {}
+    for i, name in enumerate(names):
+        if not name or not has_step[i]:
+            continue
+        seen = per.setdefault(name, {})
+        if steps[i] < last.get(name, -np.inf):
+            return table  # a series whose steps go back: a relaunch, read in file order
+        last[name] = float(steps[i])
+        seen.setdefault(float(steps[i]), float(values[i]) if has_value[i] else np.nan)
+        if has_wall[i]:
+            walls.setdefault(float(steps[i]), float(wall[i]))
+    axis = sorted({s for seen in per.values() for s in seen})
+    columns: dict[str, Any] = {step_col: pa.array(axis, pa.float64())}
+    if wall_col and walls:
+        columns[wall_col] = pa.array([walls.get(s) for s in axis], pa.float64())
+    for name, seen in per.items():
+        if name in columns:
+            continue
+        columns[name] = pa.array([seen.get(s) for s in axis], pa.float64())
+    return pa.table(columns)
