@@ -299,7 +299,6 @@ def outcome(item: Mapping[str, Any]) -> str:
     if item.get("leaf") == NONFINITE_START_LEAF:
         return "non-finite from the first step"
     if not item.get("recovered") and item.get("diverged") is False:
-        # a rise most of which the loss undid by the log's end (stab_core.fell_back) was seen to end
         return "not back to its level, fell again" if item.get("fell_back") else "cut off by the log's end"
     return "recovered" if item.get("recovered") else "diverged"
 
