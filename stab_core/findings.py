@@ -41,8 +41,8 @@ def _overfitting(series: SeriesArrays) -> Overfitting | None:
     """The val loss's overfitting against the run's train loss. Without a ``loss`` but with training losses
     logged under their own names, the val loss's rise is overfitting only where one of them fell meanwhile:
     where none did (they stayed flat or rose), the rise is the held-out loss diverging, not a model that learns
-    its training set, and "keep the best checkpoint, stop earlier" rests on no fall (round 21, f27d). A val loss
-    logged alone is judged on its own, as before."""
+    its training set, and "keep the best checkpoint, stop earlier" rests on no fall (docs/diagnosis.md, "Findings"). A
+    val loss logged alone is judged on its own, as before."""
     val_steps, val_values = series["val_loss"]
     train = series.get("loss")
     found = detect_overfitting(val_steps, val_values, *(train if train is not None else (None, None)))

@@ -17,7 +17,7 @@ dump in the log's head:
   says it is the setting the run computes in, not a tensor's dtype;
 - else torch's warning ``ComplexHalf support is experimental`` (a complex half tensor was created:
   an FFT or STFT under fp16 autocast; bf16 has no complex type) reads as fp16: the run computes
-  in fp16 somewhere, which is what the fp16 actions ask (round 18 act24).
+  in fp16 somewhere, which is what the fp16 actions ask (docs/diagnosis.md, "Actions and claims").
 
 Two different precisions stated (relaunches with other settings, a dump and a contradicting flag
 of the same rank) record nothing: the question stays open rather than answered wrongly. A tensor
