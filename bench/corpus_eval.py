@@ -21,7 +21,7 @@ temporary store as ``stabscope import`` does (the analyses run on each import), 
 
 ``--fallback-only`` imports each log with only the readers a layout nobody wrote a reader for still
 meets (``ingest.formats.FALLBACK_READERS``: the generic reader and the metrics-file readers keyed on no
-trainer): the measure of that fallback (docs/diagnosis.md, "round 14: gen17").
+trainer): the measure of that fallback (docs/diagnosis.md, "Import: the generic reader").
 
 Totals for the whole corpus, the held-out logs, the logs tuned on and each golden ``batch``
 (``bench.corpus_scores``).
@@ -266,7 +266,7 @@ or grad norm non-finite around the spike ...?") are asked of every incident and 
 def _texts(value: Any) -> Iterator[str]:
     """The texts an incident's JSON asserts: not the tree's questions (:data:`NOT_SAID`), nor a claim or
     action check whose premise failed (``holds`` False: checked and not said, ``Claim.words`` is None; an
-    action whose premise fails is kept in the JSON as evidence of what was not advised, round 19)."""
+    action whose premise fails is kept in the JSON as evidence of what was not advised, docs/diagnosis.md, "Scorer")."""
     if isinstance(value, str):
         yield value
     elif isinstance(value, Mapping):

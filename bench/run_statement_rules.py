@@ -100,8 +100,8 @@ def too_few_before_verdict(run: Mapping[str, Any] | None, metric: str, onset: in
         and (metric == "loss" or run_logs_on_loss_grid(run, records))
     ):
         # the records fill an even grid from the first step to the last (every k steps, as the count says):
-        # the samples before the onset are counted on it (round 12); more than the proxy needs is no fact
-        # against the sentence (the node's other windows need more)
+        # the samples before the onset are counted on it (docs/diagnosis.md, "Scorer"); more than the proxy needs is no
+        # fact against the sentence (the node's other windows need more)
         every = span // (records - 1)
         before = max(0, (onset - int(steps[0]) + every - 1) // every)
         if before < need:
@@ -185,7 +185,8 @@ def all_nonfinite_verdict(
         return FALSE, f"the golden run has {records} {metric} records"
     ends = [((run or {}).get(end) or {}).get(metric) for end in ("first", "last")]
     if metric != "loss" and all(isinstance(v, int | float) for v in ends):
-        # nonfinite_from_start is about the loss: another metric's own first and last values decide (round 12)
+        # nonfinite_from_start is about the loss: another metric's own first and last values decide (docs/diagnosis.md,
+        # "Scorer")
         finite = [v for v in ends if math.isfinite(v)]
         if finite:
             return FALSE, f"the golden run's first/last {metric} is {finite[0]}"

@@ -194,7 +194,7 @@ def _cause(case: Case) -> Verdict:
         return unknown_cause_verdict(case.truth or {})
     if name == "nonfinite_from_start" and grads_never_finite(case):
         # a grad norm non-finite from its first record: the golden names it numerical where its
-        # nonfinite_from_start (about the loss) is false (round 12)
+        # nonfinite_from_start (about the loss) is false (docs/diagnosis.md, "Scorer")
         consistent = (case.truth or {}).get("causes_consistent") or []
         hit = [c for c in ("nonfinite_from_start", "numerical") if c in consistent]
         if hit:

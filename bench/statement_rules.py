@@ -173,7 +173,7 @@ def _nonfinite_from_start(case: Case) -> bool:
 def run_loss_never_finite(run: Mapping[str, Any] | None) -> bool:
     """Does the golden run state its first and last loss non-finite? ``facts.nonfinite_from_start`` is about
     the file (its first run): in a sweep whose one run is NaN from its own first record, that run's values
-    decide (round 14, tun18d)."""
+    decide (docs/diagnosis.md, "Scorer")."""
     ends = [((run or {}).get(end) or {}).get("loss") for end in ("first", "last")]
     return all(isinstance(v, int | float) and not math.isfinite(v) for v in ends)
 
@@ -237,7 +237,7 @@ def _skip_nonfinite(case: Case) -> Verdict:
 def grads_never_finite(case: Case) -> bool | None:
     """Is the incident a grad norm non-finite from the golden run's first record on? ``facts.
     nonfinite_from_start`` is about the loss (the d_megatron_core convention): for a grad-norm incident the
-    golden run's first grad-norm value and the matched golden incident decide (round 12). None: the
+    golden run's first grad-norm value and the matched golden incident decide (docs/diagnosis.md, "Scorer"). None: the
     incident is no grad-norm one, or no fact gives the first value."""
     metric = str(case.incident.get("metric") or "")
     truth = case.truth or {}
@@ -322,7 +322,7 @@ def _rollback_before(case: Case) -> Verdict:
     """ "Roll back to the last checkpoint saved before the spike (step N)" (or "before step S, if there is
     one: no checkpoint save is read"): false when no finite or no earlier save exists, or when a named
     save is not the golden's last before the incident; else the roll-back rests on the loss not coming
-    back (round 12)."""
+    back (docs/diagnosis.md, "Scorer")."""
     if _nonfinite_from_start(case):
         return FALSE, "nonfinite_from_start: no finite checkpoint to return to"
     steps = case.facts.get("checkpoint_steps")

@@ -131,7 +131,8 @@ def jump_onset(
     resumed_from: int,
     replay: tuple[np.ndarray, np.ndarray] | None,
 ) -> int | None:
-    """The first step over a lasting jump of an abandoned attempt's loss, or None (round 12).
+    """The first step over a lasting jump of an abandoned attempt's loss, or None (docs/diagnosis.md, "Abandoned
+    attempts").
 
     ``steps``/``values``: the run before the attempt, then the attempt (from step ``first``); the later
     attempt logged the same steps again from ``resumed_from`` (``replay``: the stored series). The

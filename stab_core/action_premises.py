@@ -224,7 +224,8 @@ def _precision_premise(view: RunView) -> PremiseCheck:
     skipped = skipped_update_steps(grad, view.series.get("loss")) if grad is not None else []
     if skipped:
         # a non-finite grad norm the run went on from, its loss finite: an update a dynamic loss scaler
-        # skipped, which only fp16 mixed precision runs (stab_core.skipped_steps; round 20, f26d)
+        # skipped, which only fp16 mixed precision runs (stab_core.skipped_steps; docs/diagnosis.md, "Actions and
+        # claims")
         return True, {
             "first_skipped_step": skipped[0],
             "skipped_samples": len(skipped),
@@ -240,10 +241,10 @@ def _precision_change_premise(
     logged around it, a loss event, or a loss that rose more than its own scatter inside it
     (:func:`stab_core.unfelt_outliers.loss_felt`). A dynamic loss scaler that halved on a few overflowing
     steps while the loss went on unharmed (a grad-norm surge the loss fell through) is the working scaler
-    the action itself names: no precision change is advised there (round 19). Where whether the loss felt it
-    cannot be told, the precision alone decides, as before. A non-finite value in a validation loss only
-    (``held_out_only``) did not hurt the training loss by itself: whether it felt the incident is read from
-    the training loss (round 22 f28d)."""
+    the action itself names: no precision change is advised there (docs/diagnosis.md, "Actions and claims").
+    Where whether the loss felt it cannot be told, the precision alone decides, as before. A non-finite value
+    in a validation loss only (``held_out_only``) did not hurt the training loss by itself: whether it felt the
+    incident is read from the training loss (round 22 f28d)."""
     holds, evidence = fp16
     felt: bool | None = True if (nonfinite and not held_out_only) or spike.metric == "loss" else None
     loss = view.series.get("loss")

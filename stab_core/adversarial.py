@@ -1,5 +1,5 @@
 """A GAN's generator loss that drifts up while the discriminator holds its own: a shift of the adversarial
-balance, not a divergence (issue #32, round 14).
+balance, not a divergence (issue #32; docs/diagnosis.md, "GANs and RL").
 
 A GAN's generator loss is no objective the run drives down: it measures how well the generator fools
 the discriminator of the moment, so it rises whenever the discriminator gets better. Its one lasting rise

@@ -1,4 +1,4 @@
-"""Causes the data is consistent with, where the tree confirms none (issue #32, round 10).
+"""Causes the data is consistent with, where the tree confirms none (issue #32; docs/diagnosis.md, "Causes").
 
 "Cause unknown" was false where the data shows a cause's signature without the signals that would
 separate it from another: the LR still rising in its warmup at the onset (a ramp too steep, or a bad
@@ -40,7 +40,7 @@ the iteration's loss every 1-10 steps do (17 across an epoch's end, where an epo
 every 10 leaves a gap of 17). A log that keeps one value per 25, 50, 100 or 500 steps (an HF
 Trainer's ``logging_steps`` mean, a Lightning epoch mean, an evaluation cadence) averages or samples a span
 of batches: one bad batch is diluted k-fold in a k-step mean, and a jump of one logged sample there is a
-burst over the span as much as one batch, so the shape of one bad batch cannot be read (round 17, act22)."""
+burst over the span as much as one batch, so the shape of one bad batch cannot be read (docs/diagnosis.md, "Causes")."""
 
 
 REWARD_SERIES: Final = re.compile(r"(?:^|/)(?:train/)?rewards?(?:$|/|_(?:mean|std)$)", re.IGNORECASE)

@@ -248,10 +248,10 @@ def _recovery(
     if spike.metric == "loss" and spike.recovered and trend is not None and spike.recovery_step is not None:
         # the detector's event ended near its level (its recover ratio), but the loss never came back into
         # the noise band of its trend nor to its level: the progress it had made is not regained in the
-        # log (a loss at 7.83 knocked to 10.8, then 8.5-9.3 to the end), so "recovered" is not said (round 13).
-        # Nor "not back": the goldens count a loss near its level again as back (3 of the 5 such statements
+        # log (a loss at 7.83 knocked to 10.8, then 8.5-9.3 to the end), so "recovered" is not said (docs/diagnosis.md,
+        # "Recovery"). Nor "not back": the goldens count a loss near its level again as back (3 of the 5 such statements
         # judged on the corpus named the golden's recovery step), so the two facts are said without a verdict
-        # (round 18, stm24)
+        # (docs/diagnosis.md, "Recovery")
         return [
             Claim(
                 "recovery",
@@ -272,7 +272,8 @@ def _recovery(
         ]
     if not spike.recovered and not spike.diverged and kind == "climb":
         # a lasting rise that is no divergence (stab_core.adversarial: a GAN's generator loss drifting while
-        # its discriminator holds): still up at the log's end, so neither "recovered" nor "diverged" (round 14)
+        # its discriminator holds): still up at the log's end, so neither "recovered" nor "diverged" (docs/diagnosis.md,
+        # "GANs and RL")
         return [
             Claim(
                 "recovery",
@@ -310,7 +311,7 @@ def _recovery(
         # a level that is not a number (a non-finite first sample, nothing finite before it) is none to come
         # back to: "back near its level of nan" said a run that never trained had recovered, and "diverged"
         # one that never trained from its first step (a NaN grad norm, then 0 and a frozen loss): it held
-        # no level to leave (round 13)
+        # no level to leave (docs/diagnosis.md, "Recovery")
         return [
             Claim(
                 "recovery",

@@ -58,7 +58,7 @@ def detectors_not_run(
     loss = view.series.get("loss")
     if zero and grad is not None and loss is not None and loss_falls(loss.values) is False:
         # 0 at every step beside a loss that does not fall is a reading: no gradient reaches the weights and
-        # the run does not train; a placeholder sits beside a loss that falls (round 12)
+        # the run does not train; a placeholder sits beside a loss that falls (docs/diagnosis.md, "Non-finite values")
         reason = (
             f"no SNR: the gradient norm is 0 at every one of its {grad.values.size} samples while the loss does "
             "not fall: no gradient reaches the weights (the run is not training); the SNR proxy needs a non-zero "

@@ -1,5 +1,5 @@
 """A GAN whose discriminator won: the generator loss climbing to a multiple of its early level while every
-discriminator loss collapses toward 0 (issue #32, round 14).
+discriminator loss collapses toward 0 (issue #32; docs/diagnosis.md, "GANs and RL").
 
 The mirror of :mod:`stab_core.adversarial` (a generator drift beside a discriminator that holds its level
 is no divergence): when the discriminator losses fall to a fraction of their level and the generator loss

@@ -1,5 +1,5 @@
-"""Every early-rise rule of a loss's first samples in one call (issue #32, round 18): the ratio rule of
-:func:`stab_core.early_rises.robust_early_rises`, then the rises it cannot see, each rule in its own
+"""Every early-rise rule of a loss's first samples in one call (issue #32; docs/diagnosis.md, "Early and short runs"):
+the ratio rule of :func:`stab_core.early_rises.robust_early_rises`, then the rises it cannot see, each rule in its own
 module (:mod:`stab_core.outvoted_rises`, :mod:`stab_core.given_back`), added where no earlier one overlaps."""
 
 from __future__ import annotations

@@ -100,7 +100,7 @@ def _clears_later_noise(steps: IntArray, values: FloatArray, event: SpikeEvent, 
     out of that band. A rise after a fall from the first sample that stood
     :data:`~stab_core.incidents.EARLY_MIN_RATIO` times its level, and
     the median of those samples after, for :data:`LASTING_SAMPLES` logs in a row, where the samples after
-    its return never do, is no swing of that noise: it lasted (round 13)."""
+    its return never do, is no swing of that noise: it lasted (docs/diagnosis.md, "Early and short runs")."""
     finite = np.isfinite(values)
     s, x = steps[finite], values[finite]
     first = int(np.searchsorted(s, event.start))

@@ -84,8 +84,8 @@ def _overfitting(series: SeriesArrays, val: str = "val_loss") -> Overfitting | N
     """The val loss's overfitting against the run's train loss. Without a ``loss`` but with training losses
     logged under their own names, the val loss's rise is overfitting only where one of them fell meanwhile:
     where none did (they stayed flat or rose), the rise is the held-out loss diverging, not a model that learns
-    its training set, and "keep the best checkpoint, stop earlier" rests on no fall (round 21, f27d). A val loss
-    logged alone is judged on its own, as before. ``val``: the held-out loss judged (``val_loss``, or one of
+    its training set, and "keep the best checkpoint, stop earlier" rests on no fall (docs/diagnosis.md, "Findings").
+    A val loss logged alone is judged on its own, as before. ``val``: the held-out loss judged (``val_loss``, or one of
     :func:`held_out_parts`). The val loss is judged from after its last blow-up that came back before its
     best (:func:`settled_from`)."""
     val_steps, val_values = settled_from(val, *series[val])

@@ -1,4 +1,5 @@
-"""Early rises judged by the share of the early fall they give back (issue #32, round 18).
+"""Early rises judged by the share of the early fall they give back (issue #32; docs/diagnosis.md, "Early and short
+runs").
 
 A loss that fell 11.0 -> 8.9 over its first five steps and climbs back to 10.6 for four steps has lost
 most of what its first updates bought, yet stands only 1.19x its lowest level: under

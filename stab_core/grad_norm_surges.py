@@ -1,4 +1,4 @@
-"""A lasting grad-norm surge is a spike, whether or not the loss rose (issue #32, round 19).
+"""A lasting grad-norm surge is a spike, whether or not the loss rose (issue #32; docs/diagnosis.md, "Severity").
 
 The severity rules judge an incident by what the loss lost: a grad-norm event the loss never felt is a
 ``blip`` (:mod:`stab_core.severity`, :mod:`stab_core.unfelt_outliers`). That is right for one outlier batch

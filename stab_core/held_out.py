@@ -22,7 +22,8 @@ def held_out_rose(val_loss: Series | None, first: int, last: int) -> bool:
     not logged there). The last value, not the lowest: a validation loss still high from an earlier
     incident is not this one's. A validation loss back within that ratio at its first value at or after
     ``last`` (the training loss's return) shared one bad step and came back with it: the model did not stay
-    worse (a 1.8x one-row jump of an overfitting run's train loss, val 1.09 -> 1.25 -> 1.07; round 14)."""
+    worse (a 1.8x one-row jump of an overfitting run's train loss, val 1.09 -> 1.25 -> 1.07; docs/diagnosis.md,
+    "Severity")."""
     if val_loss is None:
         return False
     ok = np.isfinite(val_loss.values)
@@ -59,8 +60,8 @@ def training_counterpart(metric: str, names: Iterable[str]) -> str | None:
 
 
 def held_out_nonfinite(series: Mapping[str, Series], loss: Series | None) -> list[SpikeEvent]:
-    """Incidents of a validation loss that turns non-finite mid-run (round 15: t21d): a held-out loss
-    (:func:`is_held_out_loss`) finite at some step and NaN/inf at a later one is an incident from that
+    """Incidents of a validation loss that turns non-finite mid-run (docs/diagnosis.md, "Validation losses"): a held-out
+    loss (:func:`is_held_out_loss`) finite at some step and NaN/inf at a later one is an incident from that
     step, recovered at its next finite value (none: it never came back). A non-finite value before any
     finite one is the validator's placeholder (every val loss NaN at the first row), no incident; steps
     where the training loss is non-finite too are the training loss's incident. Never a divergence of

@@ -1,4 +1,5 @@
-"""A validation loss that blows up while the training loss may be fine (issue #32, round 21: f27c).
+"""A validation loss that blows up while the training loss may be fine (issue #32; docs/diagnosis.md, "Validation
+losses").
 
 A held-out loss (:func:`~stab_core.held_out.is_held_out_loss`; the run's ``val_loss`` where it has one, else
 each held-out loss component) is evaluated per epoch or every few hundred steps: its series are short (tens

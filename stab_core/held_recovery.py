@@ -5,10 +5,10 @@ whether the loss regained the progress it had made; on a loss that was still fal
 is met only when the loss is back *on that falling trend*, often dozens of samples after a reader sees
 it back at its level (an SRGAN generator loss 0.089 -> 0.66, back at 0.09 and staying there 15 steps
 before the band is met). The goldens' ``recovered_by`` (tests/corpus/README.md) is the step the curve
-stays near its level, not the first noisy dip under it (round 16's t22e: the first sample within 1.15x
-was a dip on a noisy loss). So the stated recovery is the earlier of the band's step and the first
+stays near its level, not the first noisy dip under it (the first sample within 1.15x was a dip
+on a noisy loss: docs/diagnosis.md, "Decisions"). So the stated recovery is the earlier of the band's step and the first
 sample after the peak from which :data:`HELD_SAMPLES` logged samples in a row stay within
-:data:`HELD_RATIO` of the level before the rise (issue #32, round 17)."""
+:data:`HELD_RATIO` of the level before the rise (issue #32; docs/diagnosis.md, "Recovery")."""
 
 from __future__ import annotations
 

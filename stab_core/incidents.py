@@ -491,7 +491,7 @@ def group_incidents(
 def _led_into_nonfinite(members: list[SpikeEvent]) -> list[SpikeEvent]:
     """``members`` (primary first) with a finite loss rise that never came back and ran into the loss's
     non-finite member first: the blow-up began with the rise (5.47 -> 9.55 over five steps, then NaN), and
-    the incident is dated from it, not from the first NaN (issue #32, round 20)."""
+    the incident is dated from it, not from the first NaN (issue #32; docs/diagnosis.md, "Non-finite values")."""
     primary = members[0]
     if primary.metric != "loss" or not primary.nonfinite:
         return members

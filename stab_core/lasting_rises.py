@@ -1,4 +1,5 @@
-"""Lasting rises of a loss noisy throughout: several logged rows up together, not one outlier (issue #32, round 20).
+"""Lasting rises of a loss noisy throughout: several logged rows up together, not one outlier (issue #32;
+docs/diagnosis.md, "Lasting rises").
 
 On a per-batch loss that scatters a lot (rows commonly 0.3-1.4x the median of the rows before them: a tiny
 regression MSE, a PPO loss dominated by its value loss) the spike detector's modified z-score is never

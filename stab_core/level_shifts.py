@@ -1,4 +1,5 @@
-"""Lasting rises of a very noisy, densely logged loss, seen in block medians (issue #32, round 10b).
+"""Lasting rises of a very noisy, densely logged loss, seen in block medians (issue #32; docs/diagnosis.md, "Lasting
+rises").
 
 A per-iteration loss whose batches differ a lot (p10-p90 spanning 0.6x-1.4x its median) hides a rise
 of its *level*: no one sample stands out (the spike detector's ratio and z tests answer the batch
@@ -79,7 +80,7 @@ def level_shifts(steps: IntArray, values: FloatArray, metric: str = "loss") -> l
         k = int(candidate)
         level = float(level_at[k])
         # a block of exact zeros under a positive level is placeholders (non-finite steps dropped from the
-        # logged mean) or a collapse, never the loss back at its level (round 18 t24d)
+        # logged mean) or a collapse, never the loss back at its level (docs/diagnosis.md, "Spike detector")
         back = np.flatnonzero((med[k + 1 :] <= RECOVER_RATIO * level) & (med[k + 1 :] != 0.0))
         held_for = 1 + (int(back[0]) if back.size else n - k - 1)
         if held_for < LASTING_BLOCKS:

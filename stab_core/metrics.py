@@ -76,7 +76,7 @@ POLICY_LOSS_NAME: Final = re.compile(
     r"^(?:[\w.-]+/)?(?:(?:policy|pg|actor)_loss|loss/(?:policy|pg|actor))(?:_(?:avg|mean))?$", re.IGNORECASE
 )
 """A policy loss under a trainer's namespace (TRL's PPO ``loss/policy_avg``, ``train/policy_loss``): the
-same quantity as :data:`POLICY_LOSSES` (round 21: f27a)."""
+same quantity as :data:`POLICY_LOSSES` (docs/diagnosis.md, "Import: the loss")."""
 
 
 def policy_loss_of(names: Iterable[str]) -> str | None:

@@ -1,4 +1,5 @@
-"""A loss noisy throughout: an excursion must stand out from the series' own scatter (issue #32, round 18).
+"""A loss noisy throughout: an excursion must stand out from the series' own scatter (issue #32; docs/diagnosis.md,
+"Severity").
 
 The spike detector flags a loss sample that reaches ``min_ratio`` (1.2x) times the median of the window
 before it and sits far out in that window's MAD. On a loss whose scatter is heavy-tailed throughout (an RL

@@ -1,7 +1,8 @@
-"""A loss non-finite on consecutive logged samples, then finite again: an episode to report (issue #32, round 20).
+"""A loss non-finite on consecutive logged samples, then finite again: an episode to report (issue #32;
+docs/diagnosis.md, "Non-finite values").
 
-Round 18 (t24d) made a value gone non-finite that the series comes back from no divergence: a NaN loss at one
-log with the next back at its level is one batch whose loss overflowed, a ``blip``. Two or more logged
+A value gone non-finite that the series comes back from is no divergence (docs/diagnosis.md, "Spike detector"): a NaN
+loss at one log with the next back at its level is one batch whose loss overflowed, a ``blip``. Two or more logged
 samples in a row non-finite are more than one batch: every update (or every batch of an epoch mean) between
 them produced a non-finite loss, and the run trained on (or skipped) them for that long. On a run logged per
 epoch (a YOLOv5 results table: the box and objectness losses NaN on two consecutive epoch rows at a high

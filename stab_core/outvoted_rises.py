@@ -1,4 +1,5 @@
-"""Early rises seen past a one-row blip, kept only when they last (issue #32, round 18).
+"""Early rises seen past a one-row blip, kept only when they last (issue #32; docs/diagnosis.md, "Early and short
+runs").
 
 With fewer than :data:`OUTVOTE_SAMPLES` samples before it, an early rise is judged against the noise
 band of those few (:func:`stab_core.early_rises._early_band`). One outlier among them (0.69, 0.62, 4.52,

@@ -1,5 +1,5 @@
 """A reinforcement-learning run's headline is its return, and a fall of the return that lasts is its
-incident (issue #32, round 15: t21a).
+incident (issue #32; docs/diagnosis.md, "GANs and RL").
 
 An RL agent's log holds the return of its episodes (SB3's ``rollout/ep_rew_mean``, a Monitor file's
 ``r`` stored as ``episode_reward``, baselines' ``eprewmean``): higher is better, and a user wants told

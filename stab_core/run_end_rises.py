@@ -19,7 +19,7 @@ A divergence is a *lasting* level, judged against the run's own noise (:func:`la
 trailing stretch (of :data:`~stab_core.rolling_baseline.NOISE_MIN_SAMPLES` or more samples, or after
 :data:`LASTING_LEVEL` or more) whose median is within the band of the run's last
 :data:`LASTING_HISTORY` samples is the noise of a per-batch loss wandering back up from a quiet dip, not
-a rise (issue #32, round 12).
+a rise (issue #32; docs/diagnosis.md, "Lasting rises").
 """
 
 from __future__ import annotations
@@ -84,10 +84,10 @@ def run_end_rises(
     return end_climbs(steps, values, corroborated, metric)
 
 
-# Round 20 (f26a): a late climb that never comes back on a noisy fine-tune loss (0.025-0.058 over its last
-# settled stretch, then never below 0.060 for its last ten logs) is missed by the sharp rule: its band is
-# taken from the eight samples before, whose one-log swings (0.025 -> 0.062 -> 0.036) make it wider than the
-# climb. Every one of the last HELD_END_SAMPLES or more samples standing HELD_END_RATIO times the median of the
+# A held rise at the end (docs/diagnosis.md, "Lasting rises"): a late climb that never comes back on a noisy fine-tune
+# loss (0.025-0.058 over its last settled stretch, then never below 0.060 for its last ten logs) is missed by the sharp
+# rule: its band is taken from the eight samples before, whose one-log swings (0.025 -> 0.062 -> 0.036) make it wider
+# than the climb. Every one of the last HELD_END_SAMPLES or more samples standing HELD_END_RATIO times the median of the
 # HELD_END_LEVEL before them is no noise however wide the band: i.i.d. noise puts eight samples in a row
 # above 1.4x its median with a chance of (P(x >= 1.4 m))^8, a few in a million at a 20 % tail.
 HELD_END_SAMPLES: Final = 8
@@ -242,9 +242,9 @@ def _lasting(event: SpikeEvent, series: Series, loss: Series | None) -> bool:
     return lasting_at_end(judged.values[~at], judged.values[at])
 
 
-# Round 18 (det23): a loss drifting up over hundreds of samples (a constant high learning rate, medians
-# 2.1 -> 2.3 -> 2.5, no sample 1.15x the few before it) is never out of its recent samples, so the sharp
-# rule misses it; with the validation loss rising too, the run still ended worse than it was. Judged on
+# A slow climb to the end (docs/diagnosis.md, "Lasting rises"): a loss drifting up over hundreds of samples (a constant
+# high learning rate, medians 2.1 -> 2.3 -> 2.5, no sample 1.15x the few before it) is never out of its recent samples,
+# so the sharp rule misses it; with the validation loss rising too, the run still ended worse than it was. Judged on
 # medians of LASTING_LEVEL samples: the last one END_CORROBORATED_RATIO times or more the lowest before;
 # the climb starts after the last END_RECENT-sample median back within RECOVER_RATIO of that level,
 # spans LASTING_LEVEL samples or more, is corroborated from its start, and its end level is lasting.

@@ -212,7 +212,7 @@ def back_on_trend(steps: IntArray, values: FloatArray, first: int, band: TrendBa
         x = values[position : position + chunk]
         with np.errstate(invalid="ignore"):
             # an exact 0.0 under a positive level is a placeholder (a non-finite step dropped from the logged
-            # mean) or a collapse, never the loss back on its trend (round 18 t24d)
+            # mean) or a collapse, never the loss back on its trend (docs/diagnosis.md, "Spike detector")
             real = np.isfinite(x) & ((x != 0.0) | (band.level <= 0.0))
             hits = np.flatnonzero(real & (x <= band.upper(steps[position : position + chunk])))
         if hits.size:
@@ -335,7 +335,8 @@ RECURRING_LOCAL: Final = 16
 """Samples before each of them whose median is the level it jumped from (the spike detector's ``min_history``)."""
 RECURRING_JUMPS: Final = 3
 """A short incident is a blip when at least this many of those samples jumped at least half as far above their
-level as its loss did above its own: a jump the run shows every few hundred steps (issue #32, round 12)."""
+level as its loss did above its own: a jump the run shows every few hundred steps (issue #32; docs/diagnosis.md,
+"Severity")."""
 RECURRING_RISE: Final = 3
 """Consecutive samples at half a jump's height or more (its highest among them) that make it a rise that
 lasts, whatever the run's noise: a noisy loss 1.2-1.8x its median for 5 logs in a row (issue #32 batch 11)."""
@@ -437,7 +438,7 @@ def classify(
     them 60 steps apart merged into one incident). Its members' length there is ``member_out`` (None:
     ``member_samples``): the most consecutive samples one stood out of its band, so grad-norm outliers a
     few samples apart that the detector merged, each back in its band within a blip's samples, are as many
-    one-sample outliers, not one long one (issue #32, round 14).
+    one-sample outliers, not one long one (issue #32; docs/diagnosis.md, "Severity").
 
     An incident whose loss jumped as the run jumps every few hundred steps (``recurring``: the samples from
     the loss's highest one until the jump was over, :attr:`LossCost.recurring`) for at most

@@ -1,5 +1,5 @@
 """A side loss that explodes by orders of magnitude and stays there: a divergence of its own, even while
-the headline loss falls (issue #32, round 15).
+the headline loss falls (issue #32; docs/diagnosis.md, "GANs and RL").
 
 A run's ``loss`` is often one term of several it logs beside it (a VAE's KL term, a mixture of experts'
 auxiliary loss, a reconstruction or generation term): where the headline is another term (a VAE whose

@@ -1,4 +1,5 @@
-"""One non-finite grad norm the loss never felt is a skipped step, not a divergence (issue #32, round 13).
+"""One non-finite grad norm the loss never felt is a skipped step, not a divergence (issue #32; docs/diagnosis.md,
+"Non-finite values").
 
 A dynamic loss scaler (fp16 AMP: PyTorch's ``GradScaler``, MMEngine's ``AmpOptimWrapper``, DeepSpeed)
 skips the update whose gradients overflowed and logs that step's grad norm as ``nan`` or ``inf``; the
@@ -15,7 +16,7 @@ non-finite grad norm cannot be told from weights that went bad.
   skip a few steps in a row while it halves its initial scale (HF Trainer's fp16 LoRA runs: NaN at steps
   1 and 2, the loss finite, the LR not advancing): up to :data:`START_SKIPS` non-finite samples from the
   first, the loss finite through them and the next grad norm finite, are that start-up overflow too
-  (round 20, f26d).
+  (docs/diagnosis.md, "Non-finite values").
 - :func:`skipped_update_steps`: the steps of such skips anywhere in a run, read as the sign of a dynamic
   loss scaler, i.e. of fp16 mixed precision (``stab_core.action_premises``): without a scaler a
   non-finite gradient reaches the weights and the next loss is non-finite too.

@@ -156,7 +156,7 @@ def _in_band(x: FloatArray, base: float, scale: float, params: SpikeParams) -> n
         low_z = MAD_TO_Z * (x - base) / scale <= params.recover_z
         low_ratio = (base > 0) & (x <= params.recover_ratio * base)
     # an exact 0.0 under a positive level is a placeholder (a non-finite step dropped from the logged mean,
-    # a skipped update's norm) or a collapse, never the series back at its level (round 18 t24d)
+    # a skipped update's norm) or a collapse, never the series back at its level (docs/diagnosis.md, "Spike detector")
     real: npt.NDArray[np.bool_] = np.isfinite(x) & ((x != 0.0) | (base <= 0))
     return real & (low_z | low_ratio)
 
@@ -216,7 +216,7 @@ def build_event(
         recovered=recovery is not None,
         recovery_step=recovery_step,
         # a value gone non-finite with the series back finite in its band later is no divergence: weights
-        # that went non-finite never give a finite loss or grad norm again (round 18 t24d)
+        # that went non-finite never give a finite loss or grad norm again (docs/diagnosis.md, "Spike detector")
         diverged=recovery is None,
         nonfinite=nonfinite,
         steps_lost=steps_lost,

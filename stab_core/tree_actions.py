@@ -101,8 +101,8 @@ PREMISES: Final[dict[str, Premise]] = {
         "the run trains in fp16",
         "Record the run's precision (fp16 or bf16): moving to bf16 helps only an fp16 run.",
     ),
-    # moving to bf16 (round 19): an fp16 run whose loss the incident hurt; a scaler that skipped a few
-    # overflowing steps while the loss went on unharmed is working, and the action itself says to keep it
+    # moving to bf16 (docs/diagnosis.md, "Actions and claims"): an fp16 run whose loss the incident hurt; a scaler that
+    # skipped a few overflowing steps while the loss went on unharmed is working, and the action itself says to keep it
     "fp16_loss_felt": Premise(
         "fp16_loss_felt",
         "the run trains in fp16 and the incident hurt its loss (a non-finite value, or a loss that rose out of "
@@ -150,7 +150,8 @@ PREMISES: Final[dict[str, Premise]] = {
     "checkpoint_before": Premise("checkpoint_before", "a checkpoint was saved before the spike"),
     # a roll-back names the save it returns to: the run's last one before the spike where saves are read;
     # where none is read the action says so instead of "~100 steps before", which names a save that may
-    # not exist (round 12); where saves are read and none is before the spike, nothing is said
+    # not exist (docs/diagnosis.md, "Actions and claims"); where saves are read and none is before the spike, nothing is
+    # said
     "last_checkpoint_before": Premise(
         "last_checkpoint_before",
         "a checkpoint was saved before the spike",

@@ -43,7 +43,8 @@ class DiagnosisContext:
     grad_norm: Series | None = None
     facts: RunFacts | None = None
     replay_loss: Series | None = None
-    """In an attempt a resume replaced: the kept run's loss, which replays the same steps (round 12)."""
+    """In an attempt a resume replaced: the kept run's loss, which replays the same steps (docs/diagnosis.md, "Abandoned
+    attempts")."""
 
 
 def prepare_context(
@@ -179,7 +180,7 @@ def _grads_never_finite(view: RunView, spike: SpikeEvent) -> bool:
 def _loss_falls(view: RunView) -> bool:
     """A loss that falls shows updates that work: a grad norm non-finite at every step beside it is a
     broken readout (a sum of squares that overflows, inf placeholders reduced across ranks or stages), not
-    a run that never trains (round 12)."""
+    a run that never trains (docs/diagnosis.md, "Non-finite values")."""
     loss = view.series.get("loss")
     return loss is not None and loss_falls(loss.values) is True
 
@@ -433,7 +434,7 @@ def node_snr_collapse(
 ) -> NodeResult:
     if replayed_normally(spike, context.replay_loss):
         # the same batches, replayed from a checkpoint by the resumed run, gave a normal loss: whatever the
-        # SNR did, the data is not what spiked (round 12)
+        # SNR did, the data is not what spiked (docs/diagnosis.md, "Causes")
         return NodeResult("no", {"replayed_normally": True})
     snr = context.snr
     if snr is None or snr.steps.size == 0:

@@ -52,7 +52,8 @@ class Diagnosis:
     loss jumped before the grad norm moved: :func:`stab_core.diagnosis.diagnose_early`); None otherwise."""
     target_moves: bool = False
     """The run's loss has a moving target (an RL or GAN objective, a policy's loss beside its reward:
-    :func:`stab_core.cause_candidates.target_moves`): no bad batch's shape is read on it (round 18)."""
+    :func:`stab_core.cause_candidates.target_moves`): no bad batch's shape is read on it (docs/diagnosis.md,
+    "Causes")."""
 
     @property
     def answered(self) -> int:

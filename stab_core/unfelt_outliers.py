@@ -1,4 +1,5 @@
-"""A grad-norm outlier the loss never felt is a blip, judged against the loss's own scatter (issue #32, round 17).
+"""A grad-norm outlier the loss never felt is a blip, judged against the loss's own scatter (issue #32;
+docs/diagnosis.md, "Severity").
 
 The severity rules (:mod:`stab_core.severity`) ask whether the loss left the noise band of its *trend*: a
 line fitted on the samples before the incident, whose band is the fit's residual noise. A per-batch loss

@@ -1,5 +1,5 @@
-"""Round 11 (issue #31): the values of an attempt a resume replaced are kept on the ``rollback`` event and
-the detector runs on them; an incident there says in which abandoned attempt it was found."""
+"""Issue #31 (docs/diagnosis.md, "Abandoned attempts"): the values of an attempt a resume replaced are kept on the
+``rollback`` event and the detector runs on them; an incident there says in which abandoned attempt it was found."""
 
 from __future__ import annotations
 

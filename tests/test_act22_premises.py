@@ -1,4 +1,4 @@
-"""Round 17 (act22, issue #32: every statement a claim with a check): a cause is said as "consistent with" only
+"""Issue #32 (docs/diagnosis.md, "Causes"): a cause is said as "consistent with" only
 where the log can show its signature. Each rule on a small synthetic input of its shape."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Round 18 (act24, issue #32): actions and causes whose premise the log supports.
+"""Issue #32 (docs/diagnosis.md, "Actions and claims"): actions and causes whose premise the log supports.
 
 - An action whose premise is the run's precision is said from the precision the log states: a banner
   naming the compute dtype in torch's spelling (LLaMA-Factory's ``compute dtype: torch.bfloat16``, a

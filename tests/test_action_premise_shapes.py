@@ -162,7 +162,7 @@ def test_an_rl_or_gan_loss_is_not_told_to_check_its_initialisation_or_restart() 
     """A loss with a moving target (an actor-critic's critic loss, a GAN generator's against its
     discriminator, an RL total loss beside value and policy losses) rises while the run is healthy: "a
     healthy loss falls from the first steps" and "it has not come back to its level" are a supervised
-    loss's premises, not said of these (round 14)."""
+    loss's premises, not said of these (docs/diagnosis.md, "Actions and claims")."""
     restart = "Restart from the beginning"
     view, event = _early_rise_run(0, "warmup")
     said = diagnose_early(view, event).actions  # type: ignore[arg-type]

@@ -95,7 +95,8 @@ def test_spike_dicts_follow_the_json_contract(full_run: tuple[SimulatedRun, RunA
         assert all(isinstance(action, str) and action for action in item["actions"])
     nan_spike = next(item for item in dicts if item["metric"] == "loss" and item["cause"] == "numerical")
     assert nan_spike["ratio"] is None and nan_spike["nonfinite"] is True
-    # non-finite and back in its band later is no divergence (round 18 t24d): diverged iff never back
+    # non-finite and back in its band later is no divergence (docs/diagnosis.md, "Spike detector"): diverged iff never
+    # back
     assert nan_spike["diverged"] is (not nan_spike["recovered"])
 
 

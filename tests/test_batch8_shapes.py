@@ -184,8 +184,8 @@ def test_an_early_blowup_inside_the_warmup_ramp_says_the_lr_was_rising() -> None
     a ramp's first steps: the cause stays unknown, with the rise as its evidence, not "no signature"."""
     claim = _early_cause(_megatron_warmup_blowup(lr_ramps=True), 3)
     assert claim["cause"] == "unknown" and claim["holds"] is None
-    # round 10: not "Cause unknown" (the corpus's goldens accept the ramp as consistent), but both candidates
-    # the data cannot separate, with the rise as evidence and what would tell them apart
+    # not "Cause unknown" (the corpus's goldens accept the ramp as consistent), but both candidates (docs/diagnosis.md,
+    # "Causes") the data cannot separate, with the rise as evidence and what would tell them apart
     text = str(claim["text"])
     assert text.startswith("Cause not confirmed: consistent with the LR's rise (an LR transition) or a bad batch")
     assert "the LR was still rising in its warmup" in text
@@ -238,8 +238,8 @@ def test_cause_unknown_names_the_questions_the_log_could_not_answer() -> None:
     assert claim["cause"] == "unknown"
     text = str(claim["text"])
     assert "no question of the tree found" not in text
-    # round 10: a one-step loss jump back within a few samples has a bad batch's shape: said as consistent
-    # with it, not confirmed, with the grad norm to log (the golden accepts data_outlier as consistent)
+    # a one-step loss jump back within a few samples has a bad batch's shape: said as consistent (docs/diagnosis.md,
+    # "Causes") with it, not confirmed, with the grad norm to log (the golden accepts data_outlier as consistent)
     assert text.startswith("Cause not confirmed: consistent with a bad batch (a data outlier)")
     assert "grad norm" in str(claim["to_log"])
 

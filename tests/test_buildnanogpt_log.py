@@ -1,4 +1,5 @@
-"""build-nanogpt ``log.txt``: ``<step> train|val|hella <value>`` lines (round 11, #31)."""
+"""build-nanogpt ``log.txt``: ``<step> train|val|hella <value>`` lines (issue #31; docs/diagnosis.md, "Import: format
+readers")."""
 
 from __future__ import annotations
 

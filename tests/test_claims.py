@@ -119,7 +119,7 @@ def test_a_spike_with_no_finite_level_before_it_is_not_said_to_recover() -> None
     """Megatron on one GPU: grad norm nan at iteration 1, then 0.000 (a placeholder) on every later one.
     The detector's event "recovers" at step 2 against a level of nan. Before: "Recovered at step 2:
     back near its level of nan."; then "Diverged", which its golden forbids: a run that never trained from
-    its first step held no level to diverge from (round 13)."""
+    its first step held no level to diverge from (docs/diagnosis.md, "Recovery")."""
     steps = np.arange(1, 16)
     grad = np.zeros(15)
     grad[0] = np.nan
@@ -193,7 +193,7 @@ def test_spikes_cli_text_for_an_llmc_log_nan_from_step_0(tmp_path: Path, capsys:
 def test_what_did_not_run_counts_finite_samples() -> None:
     analysis = analyze_run(_nan_from_start({"precision": "bf16"}))
     reasons = dict(analysis.not_run)
-    # every logged loss is NaN: said as such, not as "0 finite samples" (too few logged; round 10b)
+    # every logged loss is NaN: said as such, not as "0 finite samples" (too few logged; docs/diagnosis.md, "Recovery")
     assert reasons["loss spikes"].startswith("all 80 loss samples are non-finite: nothing to compare")
 
 

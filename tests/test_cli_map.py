@@ -105,7 +105,8 @@ def test_wandb_companions_are_not_stored_beside_the_mapped_metric(tmp_path: Path
     assert _import(store, path, "--map", "objective=loss") == 0
     s = open_analysed_store(store)
     assert s.read_series("r", "loss").values.tolist() == [2.0, 1.0]
-    # __MIN/__MAX are the range of the points W&B bucketed into one, not metrics (round 13)
+    # __MIN/__MAX are the range of the points W&B bucketed into one, not metrics (docs/diagnosis.md, "Import: metrics
+    # files")
     assert not {"loss__min", "loss__max", "objective__min"} & set(s.run_view("r").series)
 
 

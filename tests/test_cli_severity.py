@@ -36,7 +36,7 @@ def test_mixtral_bump_lasting_ten_steps_is_a_spike_and_the_five_step_one_a_blip(
     store = str(_imported(tmp_path, MIXTRAL, "mixtral"))
     # 3.411 at 3850 (2.646 at 3855, ~2.49 by 3860): back on the trend 10 steps later, more than a blip's
     # few steps (stab_core.severity.BLIP_MAX_STEPS); 3.025 at 4260 (2.49-2.51 at 4265): back within 5.
-    # Said recovered at 3855, where it is back within 1.1x of its level and stays (round 17, rec22); the
+    # Said recovered at 3855, where it is back within 1.1x of its level and stays (docs/diagnosis.md, "Recovery"); the
     # severity still counts the steps until the trend's band was met
     items = json.loads(_out(capsys, "spikes", "mixtral", "--json", "--store", store))
     assert [(i["peak"], i["severity"], i["certainty"]) for i in items] == [

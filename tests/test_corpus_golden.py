@@ -128,7 +128,8 @@ def test_statements_and_totals() -> None:
     result = LogScore("toy", required=2, found=1, healthy=True, reported=4)
     score_statements(result, GOLDEN, {"run status": ["DIVERGED at 40"], "incidents": ["recovered at 41"]})
     assert result.statements_broken == ["'DIVERGED' in run status"]
-    # round 11: a phrase inside another word is not said ("NaN" in "resonance"); one a word starts with is
+    # a phrase inside another word is not said ("NaN" in "resonance"); one a word starts with is (docs/diagnosis.md,
+    # "Scorer")
     inside = LogScore("toy")
     score_statements(inside, {"statements": {"must_not_say": ["NaN", "diverge"]}}, {"s": ["resonance, diverged"]})
     assert inside.statements_broken == ["'diverge' in s"]

@@ -1,4 +1,4 @@
-"""Shapes the held-out batches showed detection must hold on (issue #32, round 10). Each fixture is
+"""Shapes the held-out batches showed detection must hold on (issue #32; docs/diagnosis.md, "Severity"). Each fixture is
 written from the shape, with numbers like such logs show, never read from a corpus file: what is
 asserted is what a reader of that shape would say (found and shown, or not flagged)."""
 

@@ -1,4 +1,4 @@
-"""A GAN whose discriminator won (issue #32, round 14: det19): a slow generator-loss climb while the
+"""A GAN whose discriminator won (issue #32; docs/diagnosis.md, "GANs and RL"): a slow generator-loss climb while the
 discriminator losses collapse toward 0 is one divergence, and a one-line outlier on the way up is no
 spike that "recovered". Synthetic numbers in a pix2pix-like layout (G_GAN as the run's loss, D_real, D_fake)."""
 

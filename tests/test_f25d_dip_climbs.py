@@ -1,4 +1,5 @@
-"""Round 19 (issue #32): a climb is measured over the level the loss held, not over a dip below it.
+"""Issue #32 (docs/diagnosis.md, "Early and short runs"): a climb is measured over the level the loss held, not over a
+dip below it.
 
 A per-batch loss that sits at ~2.87 (+-5 %) and dips for a few batches to ~2.2 (a run of easy batches)
 sets the climb detector's lowest smoothed level at the dip; the loss back at 2.87 is 1.3x that floor and

@@ -1,4 +1,5 @@
-"""Round 19 (issue #32): "the run logs no loss" is said only where no stored metric names one.
+"""Issue #32 (docs/diagnosis.md, "Actions and claims"): "the run logs no loss" is said only where no stored metric names
+one.
 
 A run whose loss a reader stored under its own name (``mse_loss_mean`` of a diffusion ``progress.csv``,
 ``TrainLoss`` of a console, ``loss_D`` of a GAN, ``mlm_loss`` of BERT) holds a loss no reader took as the

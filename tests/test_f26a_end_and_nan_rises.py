@@ -1,5 +1,5 @@
-"""Round 20 (issue #32): a rise from the first step that runs into NaN is dated from the rise and diagnosed
-from the NaN (stab_core/incidents.py: _led_into_nonfinite, stab_core/analysis.py); a late climb of a noisy
+"""Issue #32 (docs/diagnosis.md, "Lasting rises"): a rise from the first step that runs into NaN is dated from the rise
+and diagnosed from the NaN (stab_core/incidents.py: _led_into_nonfinite, stab_core/analysis.py); a late climb of a noisy
 fine-tune loss that never comes back is a divergence (stab_core/run_end_rises.py: held_end_rises).
 Synthetic series of those shapes."""
 

@@ -1,6 +1,6 @@
-"""Round 21 (issue #32): a validation loss that blows up for two or more evaluations is an incident even
-while the training loss falls (stab_core/held_out_blowups.py); an overfitting drift, one bad evaluation and
-the ordinary scatter of a per-epoch validation loss are not. Synthetic per-epoch series."""
+"""Issue #32 (docs/diagnosis.md, "Validation losses"): a validation loss that blows up for two or more evaluations is an
+incident even while the training loss falls (stab_core/held_out_blowups.py); an overfitting drift, one bad evaluation
+and the ordinary scatter of a per-epoch validation loss are not. Synthetic per-epoch series."""
 
 from __future__ import annotations
 

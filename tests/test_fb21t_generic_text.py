@@ -1,6 +1,6 @@
-"""The generic reader's rules of round 16 (fb21t, #31/#32) for text consoles no format reader knows:
-a learning rate printed as one value per optimizer parameter group, and the ``[Rank N]`` label of the
-process that prints a line. Every input here is synthetic (own numbers in the layout)."""
+"""The generic reader's rules (issues #31/#32; docs/diagnosis.md, "Import: the generic reader") for text consoles no
+format reader knows: a learning rate printed as one value per optimizer parameter group, and the ``[Rank N]`` label of
+the process that prints a line. Every input here is synthetic (own numbers in the layout)."""
 
 from __future__ import annotations
 

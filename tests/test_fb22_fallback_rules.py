@@ -1,5 +1,5 @@
-"""Round 17 (fb22, #31/#32): rules of the fallback readers for consoles no format reader knows.
-Every input here is synthetic (own numbers in the layout)."""
+"""Issues #31/#32 (docs/diagnosis.md, "Import: the generic reader"): rules of the fallback readers for consoles no
+format reader knows. Every input here is synthetic (own numbers in the layout)."""
 
 from __future__ import annotations
 

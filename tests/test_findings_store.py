@@ -113,7 +113,8 @@ def test_a_run_slower_than_its_sibling_of_the_same_config(tmp_path: Path) -> Non
     assert gap["change_pct"] == pytest.approx(100 * (0.100 / 0.160 - 1), abs=2)
     (entry,) = finding_entries({"throughput_siblings": gap})
     assert entry["kind"] == "throughput_loss" and "1 sibling run(s) of the same config" in entry["summary"]
-    # round 10b: the action's premise is the finding's: a gap over the whole run has no slow span to compare
+    # the action's premise is the finding's: a gap over the whole run has no slow span to compare (docs/diagnosis.md,
+    # "Findings")
     assert "slow span" not in entry["actions"][0] and "sibling runs'" in entry["actions"][0]
     fast = next(r for r in runs if r.name == "fast")
     assert sibling_gap(fast, stored_findings(opened, fast, siblings=False)["throughput_level"], runs) is None

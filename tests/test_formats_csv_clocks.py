@@ -1,6 +1,6 @@
-"""Round 14 (#31, con17): a metrics CSV's clocks and an RL agent's exploration settings are no metrics
-(``ingest.formats.csv_clocks``, ``ingest.formats.field_roles``), on synthetic files in the layouts
-OpenAI baselines' logger, fastai's ``CSVLogger`` and YOLO11's ``results.csv`` write (own numbers)."""
+"""Issue #31 (docs/diagnosis.md, "Import: step times and clocks"): a metrics CSV's clocks and an RL agent's exploration
+settings are no metrics (``ingest.formats.csv_clocks``, ``ingest.formats.field_roles``), on synthetic files in the
+layouts OpenAI baselines' logger, fastai's ``CSVLogger`` and YOLO11's ``results.csv`` write (own numbers)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Round 13 (#31, tun15a): metrics CSVs whose step is a step-like counter (``total timesteps``,
-``total/steps``) or only the row, with columns that count the run and a total loss, on synthetic
+"""Issue #31 (docs/diagnosis.md, "Import: metrics files"): metrics CSVs whose step is a step-like counter (``total
+timesteps``, ``total/steps``) or only the row, with columns that count the run and a total loss, on synthetic
 files in the layouts RL loggers, OpenAI baselines, Keras and YOLOv5 write (own numbers)."""
 
 from __future__ import annotations
@@ -83,7 +83,8 @@ def test_yolov5_numbered_lr_columns_are_param_groups(tmp_path: Path) -> None:
         for e in range(5)
     ]
     parsed = read_log([_write(tmp_path / "results.csv", [header, *rows])])
-    # the first group (x/lr0) is the run's lr, the canonical first param group's (round 21: f27a)
+    # the first group (x/lr0) is the run's lr, the canonical first param group's (docs/diagnosis.md, "Import: metrics
+    # files")
     assert parsed.series("lr")[1].tolist() == pytest.approx([0.08 - 0.015 * e for e in range(5)])
     assert "x/lr1" in parsed.metrics and "x/lr0" not in parsed.metrics
 
@@ -106,8 +107,8 @@ def test_counter_and_loss_rules() -> None:
 
 
 def test_a_table_logged_per_episode_is_on_its_episode_axis(tmp_path: Path) -> None:
-    # round 18 (t24a): a PPO logger's row every 10 episodes, no step nor epoch column: the episode index
-    # is the axis, not the row number (an incident at episode 2100 is at 2100, not at row 210)
+    # a PPO logger's row every 10 episodes, no step nor epoch column: the episode index (docs/diagnosis.md, "Import:
+    # metrics files") is the axis, not the row number (an incident at episode 2100 is at 2100, not at row 210)
     header = "Episode,Train_Return,Episode_Length,Value_Loss,Approx_KL"
     rows = [f"{10 * i}, {0.1 * i:.2f}, 24, {3.0 + (i % 3):.2f}, {0.01 + i / 1000:.4f}" for i in range(12)]
     path = _write(tmp_path / "log_training.csv", [header, *rows])

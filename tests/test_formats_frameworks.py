@@ -146,7 +146,7 @@ def test_keras3_console_with_its_colour_codes_and_its_redraws_on_lines(tmp_path:
     log = read_log([path])
     steps, loss = log.series("loss")
     assert steps.tolist() == list(range(1, 31)) and loss[0] == 1.0  # one value an epoch, at the bar's target
-    # '6s 3ms/step': the step takes 3 ms, the epoch 6 s (round 20: f26c)
+    # '6s 3ms/step': the step takes 3 ms, the epoch 6 s (docs/diagnosis.md, "Import: step times and clocks")
     assert log.series("step_time_s")[1][:2].tolist() == [0.003, 0.003]
     assert log.series("epoch_time_s")[1][:2].tolist() == [6.0, 5.0]
     assert [e.step for e in log.events if e.kind == "checkpoint"] == [10, 20, 30]

@@ -47,7 +47,8 @@ def test_hf_console_steps_from_epoch_evals_apart_summary_not_a_step() -> None:
     assert loss[8] == 3.072 and loss[96] == 1.961  # string values read as numbers
     assert _series(parsed, "grad_norm")[8] == 0.876
     assert _series(parsed, "lr")[96] == 0.0 and _series(parsed, "lr")[8] == 4.583e-05
-    assert "epoch" not in parsed.metrics  # the dicts' epoch is the step axis, no series (round 20: f26c)
+    # the dicts' epoch is the step axis, no series (docs/diagnosis.md, "Import: settings and counters")
+    assert "epoch" not in parsed.metrics
     # eval dicts apart: eval_loss is val_loss, at the training step before it; no eval row in loss
     assert _series(parsed, "val_loss") == {32: 2.818, 64: 2.408, 96: 2.061}
     # the eval loop's own timing is no series (ingest.formats.field_roles): its last value is a setting

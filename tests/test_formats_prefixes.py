@@ -39,7 +39,8 @@ PREFIXES = {
     "bracketed_timestamp_level": "[2024-05-01 12:00:00] [INFO] ",
     "python_logging": "INFO:root:",
     "ansi": "\x1b[1;32m[default{rank}]:\x1b[0m",
-    # round 12: a task label that names its host, and srun -l around torchrun (the inner rank is kept)
+    # a task label that names its host, and srun -l around torchrun (the inner rank is kept) (docs/diagnosis.md,
+    # "Import: readers and prefixes")
     "srun_host_task": "[ip-26-0-147-189:{rank}]:",
     "srun_around_torchrun": "0: [default{rank}]: ",
     "srun_padded_around_torchrun": " 1:   [rank{rank}]:",

@@ -1,5 +1,5 @@
-"""RL logs (issue #31, round 15: t21a), with our own numbers: a Monitor CSV under its JSON comment line,
-and an SB3 console table's counters and clock."""
+"""RL logs (issue #31; docs/diagnosis.md, "Import: metrics files"), with our own numbers: a Monitor CSV under its JSON
+comment line, and an SB3 console table's counters and clock."""
 
 from __future__ import annotations
 

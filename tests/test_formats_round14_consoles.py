@@ -1,5 +1,6 @@
-"""Round 14 (#31): consoles no reader took: YOLOv5's headerless results.txt, the DCGAN print (also inside a
-notebook exported to Markdown) and a Python-logging console of per-epoch Train./Val. lines."""
+"""Issue #31 (docs/diagnosis.md, "Import: format readers"): consoles no reader took: YOLOv5's headerless results.txt,
+the DCGAN print (also inside a notebook exported to Markdown) and a Python-logging console of per-epoch Train./Val.
+lines."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Round 13 (#31, #32, imp16): one rule per family for which series is the run's ``loss`` where a log
-prints no plain loss, the same for a family's console and its CSV/JSON files (synthetic files in the
+"""Issues #31/#32 (docs/diagnosis.md, "Import: the loss"): one rule per family for which series is the run's ``loss``
+where a log prints no plain loss, the same for a family's console and its CSV/JSON files (synthetic files in the
 layouts Ultralytics' results.csv, OpenAI baselines' progress.csv and Chainer's LogReport write; own numbers)."""
 
 from __future__ import annotations

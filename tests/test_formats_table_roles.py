@@ -1,6 +1,6 @@
-"""Round 13 (#31): the roles of table columns that are not plain metrics, on synthetic files in the
-layouts the trainers and tools write (own numbers): counters are axes, one param group's lr is the
-run's lr, ``(B)`` is bytes only on memory, a sweep table holds one run per column."""
+"""Issue #31 (docs/diagnosis.md, "Import: metrics files"): the roles of table columns that are not plain metrics, on
+synthetic files in the layouts the trainers and tools write (own numbers): counters are axes, one param group's lr is
+the run's lr, ``(B)`` is bytes only on memory, a sweep table holds one run per column."""
 
 from __future__ import annotations
 
@@ -68,8 +68,8 @@ def _yolo(tmp_path: Path) -> Path:
 def test_yolo_param_group_lrs_give_the_run_one_lr(tmp_path: Path) -> None:
     parsed = read_log([_yolo(tmp_path)])
     assert "epoch" not in parsed.metrics
-    # the first param group is the run's lr (the canonical lr; round 21: f27a), though pg1 and pg2 (weights,
-    # BN weights) share a schedule and pg0 (biases) warms up from its own value
+    # the first param group is the run's lr (the canonical lr; docs/diagnosis.md, "Import: metrics files"), though pg1
+    # and pg2 (weights, BN weights) share a schedule and pg0 (biases) warms up from its own value
     assert parsed.series("lr")[1].tolist() == pytest.approx([0.09, 0.075, 0.06, 0.003, 0.002, 0.001])
     assert "lr/pg1" in parsed.metrics and "lr/pg2" in parsed.metrics and "lr/pg0" not in parsed.metrics
 

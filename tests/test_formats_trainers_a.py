@@ -148,7 +148,8 @@ def test_olmo_console_header_then_indented_metrics_with_thousands_separators() -
     # evaluation lines take the step of the header before them
     assert _series(parsed, "eval/v3-small-c4_en-validation/CrossEntropyLoss") == ([2], [10.69])
     # decimal megabytes as OLMo logs them; the pre-train line has no step and is not placed
-    steps, gib = _series(parsed, "gpu_mem_gb", 0)  # round 11: the peak GPU memory (a per-rank kind), from MB
+    # the peak GPU memory (a per-rank kind), from MB (docs/diagnosis.md, "Import: readers and prefixes")
+    steps, gib = _series(parsed, "gpu_mem_gb", 0)
     assert steps == [1, 2] and gib == pytest.approx([45773.0 * 1e6 / 2**30] * 2)  # review 12: not MiB
     assert _series(parsed, "optim/learning_rate_group1") == ([1, 2], [2.0e-07, 4.0e-07])
     assert parsed.meta["planned_steps"] == 739328

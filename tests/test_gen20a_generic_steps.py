@@ -1,5 +1,5 @@
-"""The generic reader's step rules of round 15 (gen20a, #31): metric lines with no step counter count
-in file order (a counter on a header line of its own before them is theirs), a counter may repeat
+"""The generic reader's step rules (issue #31; docs/diagnosis.md, "Import: steps, epochs and runs"): metric lines with
+no step counter count in file order (a counter on a header line of its own before them is theirs), a counter may repeat
 its value on lines of different layouts, and a duration heading a line of pairs is its time. Every
 input here is synthetic (own numbers in the layout)."""
 

@@ -1,8 +1,8 @@
 """A grad norm that jumps to several times its level and holds there is shown, whatever the loss did, and
-bf16 is advised only where the incident hurt the loss (issue #32, round 19: stab_core/grad_norm_surges.py,
-action_premises._precision_change_premise). Synthetic runs of the shape: an fp16 fine-tune whose grad norm
-surges when a frozen part is unfrozen, the dynamic loss scale halving three times, the loss falling
-through it."""
+bf16 is advised only where the incident hurt the loss (issue #32; docs/diagnosis.md, "Severity":
+stab_core/grad_norm_surges.py, action_premises._precision_change_premise). Synthetic runs of the shape: an fp16
+fine-tune whose grad norm surges when a frozen part is unfrozen, the dynamic loss scale halving three times, the loss
+falling through it."""
 
 from __future__ import annotations
 
@@ -48,7 +48,8 @@ def test_a_grad_norm_that_holds_4x_for_16_samples_is_a_spike_over_when_it_is_bac
     view = _run(surge=40)
     assert longest_surge(view.series["grad_norm"], 101, 145) == 40
     (item,) = _grad_incidents(view)
-    assert item["severity"] == "spike"  # a blip before round 19: the loss never felt it
+    # a blip without the surge rule: the loss never felt it (docs/diagnosis.md, "Severity")
+    assert item["severity"] == "spike"
     recovery = [c["text"] for c in item["claims"] if c["kind"] == "recovery" and c["holds"] is not False]
     assert recovery and recovery[0].startswith("Recovered at step 14")  # the grad norm's return, not the loss's
 

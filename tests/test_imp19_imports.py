@@ -1,4 +1,5 @@
-"""Round 14 (imp19, issue #31): import rules for batch 14's last layouts, each on a synthetic input."""
+"""Issue #31 (docs/diagnosis.md, "Import: readers and prefixes"): import rules for batch 14's last layouts, each on a
+synthetic input."""
 
 from __future__ import annotations
 

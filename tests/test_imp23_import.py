@@ -1,6 +1,6 @@
-"""Round 18 (imp23, #31): a record printed over a fixed cycle of short lines, only one of which holds
-the step counter; a grid script's Trainer runs told apart by their settings dict. Every input here is
-synthetic (own numbers in the layout)."""
+"""Issue #31 (docs/diagnosis.md, "Import: steps, epochs and runs"): a record printed over a fixed cycle of short lines,
+only one of which holds the step counter; a grid script's Trainer runs told apart by their settings dict. Every input
+here is synthetic (own numbers in the layout)."""
 
 from __future__ import annotations
 

@@ -106,7 +106,7 @@ def test_keras2_progress_bar_line_is_read(tmp_path: Path) -> None:
     )
     parsed = read_log([log])
     assert parsed.series("loss")[1].tolist() == [0.29, 0.14]
-    # '5s 3ms/step': a 3 ms step in a 5 s epoch (round 20: f26c)
+    # '5s 3ms/step': a 3 ms step in a 5 s epoch (docs/diagnosis.md, "Import: step times and clocks")
     assert parsed.series("step_time_s")[1].tolist() == [0.003, 0.002]
     assert parsed.series("epoch_time_s")[1].tolist() == [5.0, 4.0]
 

@@ -33,7 +33,8 @@ def test_lightning_folder_reads_the_log_takes_the_config_and_skips_provenance(tm
     assert res["skipped_files"] == [{"file": "PROVENANCE.txt", "why": "documentation, not a training log"}]
     meta = store.run_info("slm").meta
     assert meta["config_filename"] == "hparams.yaml" and "d_model: 768" in meta["config_text"]
-    assert res["rows"] == 5698 and res["steps"] == [49, 140739]  # 2,824 epoch cells: an axis, no rows (round 13)
+    # 2,824 epoch cells: an axis, no rows (docs/diagnosis.md, "Import: settings and counters")
+    assert res["rows"] == 5698 and res["steps"] == [49, 140739]
 
 
 @pytest.mark.parametrize(
@@ -193,8 +194,9 @@ def test_a_provenance_file_given_first_does_not_name_the_run(tmp_path: Path) -> 
 
 
 def test_a_log_only_the_generic_reader_reads_imports_beside_a_readme(tmp_path: Path) -> None:
-    """Round 13: a console no format recognises but the generic reader reads (``Epoch [E/N], Train Loss:``)
-    was read when given alone and refused as "not a training log" when given with a README or PROVENANCE."""
+    """See docs/diagnosis.md, "Import: settings and counters": a console no format recognises but the generic reader
+    reads (``Epoch [E/N], Train Loss:``) was read when given alone and refused as "not a training log" when given with a
+    README or PROVENANCE."""
     folder = tmp_path / "run"
     folder.mkdir()
     lines = ["Data loaded and split"]

@@ -1,6 +1,6 @@
-"""Import rules that generalize (issue #31, round 10): a ``key: number`` pair at a line's start is no
-host prefix; the generic reader reads only the layouts a log repeats and a step's own timing line; a
-field that never changes is a setting of the run and an evaluation pass's timing no metric, each said
+"""Import rules that generalize (issue #31; docs/diagnosis.md, "Import: readers and prefixes"): a ``key: number`` pair
+at a line's start is no host prefix; the generic reader reads only the layouts a log repeats and a step's own timing
+line; a field that never changes is a setting of the run and an evaluation pass's timing no metric, each said
 in the import report; the readers' prefixes, pairs and units on synthetic lines of each shape."""
 
 from __future__ import annotations

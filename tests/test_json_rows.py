@@ -1,6 +1,6 @@
 """A JSON document that is a header-less table of number rows (``[[wall, step, value], ...]``,
 ``[[step, value], ...]``) is read by the fallback as the series its file is named for, one run per
-relaunch (issue #31, round 16 fb21f). Documents of those shapes, written here."""
+relaunch (issue #31; docs/diagnosis.md, "Import: metrics files"). Documents of those shapes, written here."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Generic JSON records whose keys' roles their names alone do not give (round 13, issue #31):
-a ``time`` beside ``data_time`` is the step's duration, ``total_loss`` is the loss when no key
+"""Generic JSON records whose keys' roles their names alone do not give (issue #31; docs/diagnosis.md, "Import: metrics
+files"): a ``time`` beside ``data_time`` is the step's duration, ``total_loss`` is the loss when no key
 names it, a whole-number epoch beside a step counter and a cumulative ``elapsed_time`` are no
 metrics, a per-record ``train_loss`` is no end-of-training summary, and a trainer-state dump too
 deeply nested for Arrow still is one. Synthetic records in each layout, our own numbers."""
@@ -64,8 +64,8 @@ def test_whole_epoch_and_elapsed_time_beside_an_iteration_are_no_metrics(tmp_pat
 
 
 def test_fractional_epoch_beside_a_step_is_no_metric(tmp_path: Path) -> None:
-    # round 15 (gen20b): steps over steps per epoch is the step axis's companion, as the HF trainer-state
-    # reader always read it (this test said the opposite before)
+    # steps over steps per epoch is the step axis's companion, as the HF trainer-state (docs/diagnosis.md, "Import:
+    # metrics files") reader always read it (this test said the opposite before)
     rows = [{"step": s, "loss": 2.0 - s / 10, "epoch": s / 8} for s in (1, 2, 3)]
     assert "epoch" not in read_log([_lines(tmp_path / "log.jsonl", rows)]).metrics
 

@@ -1,5 +1,6 @@
 """JSON Lines that end with a run summary and a trainer-state dump (ms-swift ``logging.jsonl``):
-read as JSON Lines, the step from the ``global_step/max_steps`` progress string (round 11, #31)."""
+read as JSON Lines, the step from the ``global_step/max_steps`` progress string (issue #31; docs/diagnosis.md, "Import:
+steps, epochs and runs")."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Several runs in one wide table, each column named ``<run label> - <metric>`` with ``__MIN``/``__MAX``
-band companions, are read by the fallback as one run per label (issue #31, round 16 fb21f). Tables of
-that shape, written here."""
+band companions, are read by the fallback as one run per label (issue #31; docs/diagnosis.md, "Import: metrics files").
+Tables of that shape, written here."""
 
 from __future__ import annotations
 

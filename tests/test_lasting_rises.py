@@ -1,7 +1,8 @@
 """A rise that lasts several rows on a loss noisy throughout is an incident; its one-row outliers and the
-runs its own scatter makes by chance are not (issue #32, round 20: stab_core/lasting_rises.py). Synthetic
-series of the shapes: a per-batch regression loss whose rows scatter 0.3-1.4x their median, a value loss
-per PPO update (a squared error: chi-square rows), each with and without a rise that holds."""
+runs its own scatter makes by chance are not (issue #32; docs/diagnosis.md, "Lasting rises":
+stab_core/lasting_rises.py). Synthetic series of the shapes: a per-batch regression loss whose rows scatter 0.3-1.4x
+their median, a value loss per PPO update (a squared error: chi-square rows), each with and without a rise that
+holds."""
 
 from __future__ import annotations
 

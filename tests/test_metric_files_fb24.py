@@ -1,5 +1,5 @@
-"""Metric files read by the fallback readers alone (round 18: fb24, issue #31): a file of long-form
-``<step> <name> <value>`` records, and an evaluation's token counter in generic JSON records. Synthetic
+"""Metric files read by the fallback readers alone (issue #31; docs/diagnosis.md, "Import: the generic reader"): a file
+of long-form ``<step> <name> <value>`` records, and an evaluation's token counter in generic JSON records. Synthetic
 files in each layout, our own numbers; read with only the readers a layout nobody wrote a reader for
 meets (``FALLBACK_READERS``)."""
 

@@ -1,6 +1,7 @@
-"""Metrics files the readers refused (round 12, issue #31): a Lightning ``metrics.csv`` with dense rows
-(a near-tie with the wide CSV reader), a CSV with padded column names (Ultralytics ``results.csv``), and
-a JSON document that holds its log as a nested list of per-step objects (PEFT's method comparison)."""
+"""Metrics files the readers refused (issue #31; docs/diagnosis.md, "Import: metrics files"): a Lightning
+``metrics.csv`` with dense rows (a near-tie with the wide CSV reader), a CSV with padded column names (Ultralytics
+``results.csv``), and a JSON document that holds its log as a nested list of per-step objects (PEFT's method
+comparison)."""
 
 from __future__ import annotations
 

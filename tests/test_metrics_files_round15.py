@@ -1,5 +1,5 @@
-"""Metrics files of layouts no reader was written for (round 15: gen20b, issue #31), read by the fallback
-readers alone (``FALLBACK_READERS``: what an unseen layout gets). Every input is synthetic."""
+"""Metrics files of layouts no reader was written for (issue #31; docs/diagnosis.md, "Import: metrics files"), read by
+the fallback readers alone (``FALLBACK_READERS``: what an unseen layout gets). Every input is synthetic."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""On a loss noisy throughout, an excursion must stand out from the series' own scatter (issue #32, round 18:
-stab_core/noisy_series.py). Synthetic runs of the shape an RL value loss per episode shows: a heavy-tailed
+"""On a loss noisy throughout, an excursion must stand out from the series' own scatter (issue #32; docs/diagnosis.md,
+"Severity": stab_core/noisy_series.py). Synthetic runs of the shape an RL value loss per episode shows: a heavy-tailed
 per-row loss whose 1.2x rises over the window median are ordinary (a squared error of one rollout's value
 estimate: half its rows sit over 1.2x the window median), with or without one real blow-up."""
 

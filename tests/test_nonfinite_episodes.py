@@ -1,5 +1,5 @@
 """A loss non-finite on consecutive logged samples, then finite again, is an episode to report; a lone
-non-finite sample the run came straight back from stays a blip (issue #32, round 20:
+non-finite sample the run came straight back from stays a blip (issue #32; docs/diagnosis.md, "Non-finite values":
 stab_core/nonfinite_episodes.py). Synthetic per-epoch results tables: a box loss falling with noise over
 300 epochs, NaN on one or two consecutive rows mid-run."""
 

@@ -113,8 +113,8 @@ def _chaotic_train_run(seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, n
 
 
 def test_a_val_rise_while_a_chaotic_train_loss_only_wanders_is_not_overfitting() -> None:
-    """Round 15 (det20): the train loss's fall must exceed ``TRAIN_FALL_NOISE_MULTIPLE`` of its own noise
-    over the span, as the val rise must exceed the val noise. Before: "overfitting ... while the train
+    """See docs/diagnosis.md, "Findings": the train loss's fall must exceed ``TRAIN_FALL_NOISE_MULTIPLE`` of its own
+    noise over the span, as the val rise must exceed the val noise. Before: "overfitting ... while the train
     loss fell 16.2 -> 13.1" on runs whose train loss wandered 10-23."""
     said = 0
     for seed in range(20):

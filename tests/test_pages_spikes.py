@@ -240,9 +240,10 @@ def yolo_results_csv(path: Path) -> Path:
 def test_a_validation_blowup_is_drawn_and_no_val_loss_is_not_said(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Round 21: a validation loss's blow-up is an incident (stab_core.held_out_blowups). The zoom draws that
-    series in a panel of its own (the training loss falls through it: shading it alone shows nothing), and the
-    findings caption does not say "the run logs no val loss" of a run that logs its parts."""
+    """See docs/diagnosis.md, "Validation losses": a validation loss's blow-up is an incident
+    (stab_core.held_out_blowups). The zoom draws that series in a panel of its own (the training loss falls through it:
+    shading it alone shows nothing), and the findings caption does not say "the run logs no val loss" of a run that logs
+    its parts."""
     from ingest.cli import main
 
     store = tmp_path / "s"

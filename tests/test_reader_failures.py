@@ -1,5 +1,5 @@
 """Integer columns past 2**53 read as floats, and a reader's own failure reaches the user as a sentence
-naming the file (round 14, #31)."""
+naming the file (issue #31; docs/diagnosis.md, "Import: readers and prefixes")."""
 
 from __future__ import annotations
 

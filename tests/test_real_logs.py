@@ -155,7 +155,7 @@ def test_llamafactory_two_formats_agree() -> None:
         assert np.array_equal(s1, s2), metric
         assert np.allclose(v1, v2, rtol=1e-12), metric
     # the JSONL's end-of-training line also logs the epoch at 8712; the state keeps the epoch reached
-    # as meta (round 11: epoch is the step axis's companion, no metric series)
+    # as meta (docs/diagnosis.md, "Import: settings and counters": epoch is the step axis's companion, no metric series)
     s1, e1 = jsonl.series("epoch")
     assert s1[-1] == 8712 and "epoch" not in state.metrics
     assert state.meta["epochs_done"] == pytest.approx(e1[:-1].max())

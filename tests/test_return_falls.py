@@ -1,4 +1,4 @@
-"""An RL run's return is its headline (issue #32, round 15: t21a), on our own synthetic returns."""
+"""An RL run's return is its headline (issue #32; docs/diagnosis.md, "GANs and RL"), on our own synthetic returns."""
 
 from __future__ import annotations
 

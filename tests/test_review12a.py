@@ -1,5 +1,5 @@
-"""Round 12 review fixes (issues #31, #32): each test is the reviewer's input, or a close synthetic one,
-that the reader got wrong before the fix."""
+"""Review fixes (issues #31, #32; docs/diagnosis.md, "Import: the generic reader"): each test is the reviewer's input,
+or a close synthetic one, that the reader got wrong before the fix."""
 
 from __future__ import annotations
 

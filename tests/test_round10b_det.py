@@ -1,4 +1,4 @@
-"""Round 10b (issue #32): shapes of batch 10 as rules, each on a small synthetic run.
+"""Issue #32 (docs/diagnosis.md, "Lasting rises"): shapes of batch 10 as rules, each on a small synthetic run.
 
 - a grad norm non-finite at every logged step while the loss is finite: the model never trains; there is
   no finite checkpoint to roll back to and no one batch to skip, and nothing "diverged";
@@ -121,7 +121,8 @@ def test_a_tree_question_is_not_a_statement_for_must_not_say() -> None:
 
 def test_an_action_whose_premise_failed_is_not_a_statement_for_must_not_say() -> None:
     """An action checked and not said (``holds`` False) stays in the JSON as evidence; it asserts nothing
-    (``Claim.words`` is None), so must-not-say does not read it (round 19); a held one is read."""
+    (``Claim.words`` is None), so must-not-say does not read it (docs/diagnosis.md, "Lasting rises"); a held one is
+    read."""
     from bench.corpus_eval import _texts
 
     bf16 = "Train in bf16 with fp32 master weights."
@@ -171,8 +172,8 @@ def test_no_level_rise_on_a_noisy_loss_without_one_nor_on_its_last_blocks() -> N
 
 
 def test_a_level_rise_says_the_level_it_held_not_one_batch() -> None:
-    """Review item 11 (round 13): a lasting 1.5x shift under +-30 % noise is said as about 1.5x (the median
-    of its block medians over the held level), not the 1.9x of its one highest batch."""
+    """Review item 11 (docs/diagnosis.md, "Lasting rises"): a lasting 1.5x shift under +-30 % noise is said as about
+    1.5x (the median of its block medians over the held level), not the 1.9x of its one highest batch."""
     from stab_core.level_shifts import BLOCK, level_shifts
 
     for seed in range(10):

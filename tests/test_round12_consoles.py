@@ -1,5 +1,5 @@
-"""Round 12 (issue #31), framework consoles: fairseq's bookkeeping fields and named validation subsets, a
-token rate printed after its value."""
+"""Issue #31 (docs/diagnosis.md, "Import: format readers"): framework consoles: fairseq's bookkeeping fields and named
+validation subsets, a token rate printed after its value."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Round 12 (issue #32, det13): batch 12's blow-up shapes on small synthetic runs.
+"""Issue #32 (docs/diagnosis.md, "Early and short runs"): batch 12's blow-up shapes on small synthetic runs.
 
 - an early blow-up right after a descent from the initial loss: 10.48, 10.48, 7.28 (the model reached 7.28)
   then 9.78, 8.9-9.6 for dozens of steps: judged against the foot of the fall, not the median of three;

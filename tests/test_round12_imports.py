@@ -1,5 +1,5 @@
-"""Round 12 (issue #31): fields whose shape says their role, and the jump of an attempt a resume
-replaced dated at its first step over."""
+"""Issue #31 (docs/diagnosis.md, "Import: step times and clocks"): fields whose shape says their role, and the jump of
+an attempt a resume replaced dated at its first step over."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""Round 12 (issue #31): trainers' console and metrics layouts, written from what each trainer's source
-prints (file and function named per case; no log of theirs copied), imported with every line accounted
-for: the import report's parsed lines plus its ignored lines are all the lines of the file."""
+"""Issue #31 (docs/diagnosis.md, "Import: format readers"): trainers' console and metrics layouts, written from what
+each trainer's source prints (file and function named per case; no log of theirs copied), imported with every line
+accounted for: the import report's parsed lines plus its ignored lines are all the lines of the file."""
 
 from __future__ import annotations
 

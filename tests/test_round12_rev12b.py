@@ -1,5 +1,5 @@
-"""Round 12 (rev12b): fixes for the code review of round 11's change (issues #31, #32). Each test fails on
-main 74e89af."""
+"""Fixes from a code review (issues #31, #32; docs/diagnosis.md, "Findings", "Abandoned attempts", "Causes"). Each test
+fails on main 74e89af."""
 
 from __future__ import annotations
 

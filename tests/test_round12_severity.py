@@ -1,4 +1,4 @@
-"""Issue #32, round 12 (sev12): a divergence needs no return *and* a level that lasts, judged against
+"""Issue #32 (docs/diagnosis.md, "Severity"): a divergence needs no return *and* a level that lasts, judged against
 the run's own noise. Each fixture is written here from the shape (seeded noise), not read from a log."""
 
 from __future__ import annotations

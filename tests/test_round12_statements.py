@@ -1,4 +1,5 @@
-"""Round 12 (issue #32): statements whose premise the data does not show, each on a small synthetic run.
+"""Issue #32 (docs/diagnosis.md, "Actions and claims"): statements whose premise the data does not show, each on a small
+synthetic run.
 
 - a grad norm non-finite at every step beside a loss that falls is a broken readout, not a run that never
   trains (the loss moving shows the updates work);

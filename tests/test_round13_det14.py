@@ -1,4 +1,5 @@
-"""Round 13 (det14, issue #32): early rises that last a few logs after a fall; a loss near its level but not back."""
+"""Issue #32 (docs/diagnosis.md, "Recovery"): early rises that last a few logs after a fall; a loss near its level but
+not back."""
 
 from __future__ import annotations
 
@@ -33,7 +34,8 @@ def test_an_early_rise_that_lasts_three_logs_after_a_fall_is_no_noise() -> None:
 def test_a_loss_near_its_level_but_never_back_on_its_trend_is_not_said_recovered() -> None:
     """A quiet loss at 2.0 that jumps to 4.0 for three logs and then sits at 2.15 to the log's end came within
     the detector's recover ratio of its level but never back into its trend's band nor to the level: the
-    progress is not regained, so "Recovered at step 44: back near its level" is not said (round 13)."""
+    progress is not regained, so "Recovered at step 44: back near its level" is not said (docs/diagnosis.md,
+    "Recovery")."""
     from stab_core.analysis import analyze_run
     from stab_core.runview import RunView, Series
 

@@ -1,5 +1,5 @@
-"""Round 13 (det15, issue #32): a per-step loss's two-log jumps are its noise; a lone non-finite grad norm
-the loss never felt is a skipped step."""
+"""Issue #32 (docs/diagnosis.md, "Non-finite values"): a per-step loss's two-log jumps are its noise; a lone non-finite
+grad norm the loss never felt is a skipped step."""
 
 from __future__ import annotations
 
@@ -73,8 +73,9 @@ def test_a_lone_nan_grad_norm_beside_a_finite_loss_is_a_skipped_step() -> None:
 
 
 def test_a_nan_grad_norm_that_stays_or_a_nan_loss_still_diverges() -> None:
-    """Two nan grad norms in a row, or one beside a nan loss, is no skipped step; since round 18 (t24d) it
-    diverges only where the series never comes back: back finite in its band at the next log, it is not."""
+    """Two nan grad norms in a row, or one beside a nan loss, is no skipped step; it diverges
+    (docs/diagnosis.md, "Spike detector") only where the series never comes back: back finite in its band at the next
+    log, it is not."""
     shown = _shown(_amp_run([60, 61]))
     assert ("grad_norm", 915, "divergence") not in shown
     assert ("grad_norm", 915, "divergence") in _shown(_amp_run(list(range(60, 120))))  # nan to the end

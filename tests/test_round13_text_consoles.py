@@ -1,6 +1,6 @@
-"""Text consoles the readers refused (issue #31, round 13): an epoch counter printed ``Epoch [E/N]`` is
-the step axis when no finer counter exists; split words in any case name the metric (``Train Loss``,
-``Validation L1``); a one-item list is its item (``LR: [0.001]``); a step counter restarting each epoch
+"""Text consoles the readers refused (issue #31; docs/diagnosis.md, "Import: steps, epochs and runs"): an epoch counter
+printed ``Epoch [E/N]`` is the step axis when no finer counter exists; split words in any case name the metric (``Train
+Loss``, ``Validation L1``); a one-item list is its item (``LR: [0.001]``); a step counter restarting each epoch
 with the epoch printed (``Epoch E, Step S`` without ``/N``) is a global step, not a new run; a W&B
 summary's ``val loss`` line alone makes no llm.c console."""
 

@@ -1,4 +1,4 @@
-"""Round 14 (det17, issue #32): grad-norm outliers a few samples apart that the detector merges, each back
+"""Issue #32 (docs/diagnosis.md, "Severity"): grad-norm outliers a few samples apart that the detector merges, each back
 in the grad norm's band at the next sample and unfelt by the loss, are as many one-sample blips."""
 
 from __future__ import annotations

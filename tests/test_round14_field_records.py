@@ -1,7 +1,7 @@
 """Text consoles of `` : ``-separated ``Name value`` fields with abbreviated names (Marian NMT's layout,
-issue #31, round 14): ``Up.`` is the step, ``Ep.`` the epoch, ``L.r.`` the lr, ``Cost`` the loss, a
-``[valid]`` line's cross-entropy the validation loss; the counter ``Sen.``, the interval ``Time`` and
-the early-stopping verdict are no metrics. Numbers are made up."""
+issue #31, docs/diagnosis.md, "Import: the generic reader"): ``Up.`` is the step, ``Ep.`` the epoch, ``L.r.`` the lr,
+``Cost`` the loss, a ``[valid]`` line's cross-entropy the validation loss; the counter ``Sen.``, the interval ``Time``
+and the early-stopping verdict are no metrics. Numbers are made up."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Round 14 (#31, #32): key-value training consoles read fully (synthetic logs of each shape)."""
+"""Issues #31/#32 (docs/diagnosis.md, "Import: format readers"): key-value training consoles read fully (synthetic logs
+of each shape)."""
 
 from __future__ import annotations
 

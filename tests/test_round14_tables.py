@@ -1,5 +1,6 @@
-"""Table cells and columns of batch 14's shapes (round 14, #31): a one-element list is its number, a
-GAN's ``disc_loss`` names the discriminator, an epoch-time column is the step time of a per-epoch table."""
+"""Table cells and columns of batch 14's shapes (issue #31; docs/diagnosis.md, "Import: metrics files"): a one-element
+list is its number, a GAN's ``disc_loss`` names the discriminator, an epoch-time column is the step time of a per-epoch
+table."""
 
 from __future__ import annotations
 

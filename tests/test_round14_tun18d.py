@@ -1,4 +1,5 @@
-"""Round 14 (tun18d, issue #32): rules for batch 14's false statements, each test failing before its fix."""
+"""Issue #32 (docs/diagnosis.md, "Findings"): rules for batch 14's false statements, each test failing before its
+fix."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Round 15 (t21e, issues #31/#32): verl's wrapped numbers and policy loss, tqdm postfix bars, a bare
-``N/TOTAL`` step counter, ``train/step_time_s``, step time that grows with the work per step, and a
+"""Issues #31/#32 (docs/diagnosis.md, "Import: the generic reader"): verl's wrapped numbers and policy loss, tqdm
+postfix bars, a bare ``N/TOTAL`` step counter, ``train/step_time_s``, step time that grows with the work per step, and a
 side loss that explodes while the headline falls. Synthetic inputs in the layouts, no real log."""
 
 from __future__ import annotations

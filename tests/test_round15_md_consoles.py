@@ -1,5 +1,5 @@
-"""Consoles pasted in Markdown notes and READMEs (issues #31/#32, round 15: t21c): an epoch counter
-in brackets without its total, one block of lines per epoch for several models in turn."""
+"""Consoles pasted in Markdown notes and READMEs (issues #31/#32; docs/diagnosis.md, "Import: the generic reader"): an
+epoch counter in brackets without its total, one block of lines per epoch for several models in turn."""
 
 from __future__ import annotations
 

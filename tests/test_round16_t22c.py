@@ -1,4 +1,5 @@
-"""Round 16 (t22c, issues #31/#32): nanoGPT-family consoles and epoch-summary consoles."""
+"""Issues #31/#32 (docs/diagnosis.md, "Import: step times and clocks"): nanoGPT-family consoles and epoch-summary
+consoles."""
 
 from __future__ import annotations
 

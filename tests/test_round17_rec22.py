@@ -1,5 +1,5 @@
-"""Round 17 (rec22, issue #32): the recovery step a reader sees is where the loss came back to its level
-before the rise and stayed there (docs/diagnosis.md "#### round 17: rec22")."""
+"""Issue #32 (docs/diagnosis.md, "Recovery"): the recovery step a reader sees is where the loss came back to its level
+before the rise and stayed there (docs/diagnosis.md, "Recovery")."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""Round 17 (t23b, #31/#32): consoles the fallback refused outright. A fine-tune console after a shell
-trace whose in-epoch update counter restarts beside a ``total update`` counter, its ``Eval after N
-updates:`` lines behind python logging's ``date | INFO | module |``, and a sweep's console holding one
+"""Issues #31/#32 (docs/diagnosis.md, "Import: steps, epochs and runs"): consoles the fallback refused outright. A
+fine-tune console after a shell trace whose in-epoch update counter restarts beside a ``total update`` counter, its
+``Eval after N updates:`` lines behind python logging's ``date | INFO | module |``, and a sweep's console holding one
 run per arm (the step counter starts afresh at each arm). Every input here is synthetic (own numbers
 in the layout)."""
 

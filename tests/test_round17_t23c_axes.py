@@ -1,7 +1,7 @@
-"""Round 17 (#31, #32, t23c): epoch and timestamp fields are axes, not metrics; a per-row ``time`` is the
-row's step time. Synthetic files in the layouts of a small trainer's CSV (no step column, a per-epoch
-``time``), a JSON Lines metrics file with a ``unix`` field, and a console whose step lines carry a whole
-``epoch`` (own numbers)."""
+"""Issues #31/#32 (docs/diagnosis.md, "Import: settings and counters"): epoch and timestamp fields are axes, not
+metrics; a per-row ``time`` is the row's step time. Synthetic files in the layouts of a small trainer's CSV (no step
+column, a per-epoch ``time``), a JSON Lines metrics file with a ``unix`` field, and a console whose step lines carry a
+whole ``epoch`` (own numbers)."""
 
 from __future__ import annotations
 

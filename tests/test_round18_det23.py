@@ -1,4 +1,4 @@
-"""Round 18 (det23, issue #32): incidents missed early and lasting, one rule at a time.
+"""Issue #32 (docs/diagnosis.md, "Lasting rises"): incidents missed early and lasting, one rule at a time.
 
 Synthetic series in the shapes the rules are for (own numbers, no copied log)."""
 

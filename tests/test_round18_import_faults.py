@@ -1,5 +1,5 @@
-"""Round 18 (#31, t24b): batch 18's import faults, as rules for any file of the shape, on synthetic
-inputs in each layout (own numbers): a JSON Lines file whose last line has no newline, fairseq's
+"""Issue #31 (docs/diagnosis.md, "Import: metrics files"): batch 18's import faults, as rules for any file of the shape,
+on synthetic inputs in each layout (own numbers): a JSON Lines file whose last line has no newline, fairseq's
 sentence and token counts, and a metrics CSV's lone ``samples`` counter."""
 
 from __future__ import annotations

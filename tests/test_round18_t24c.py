@@ -1,5 +1,6 @@
-"""Round 18, t24c (issue #32): det23's early-rise rules 1 and 3, narrowed to what separates their true hits
-(stab_core/outvoted_rises.py, stab_core/given_back.py). Synthetic first samples of a loss, own numbers."""
+"""Issue #32 (docs/diagnosis.md, "Early and short runs"): det23's early-rise rules 1 and 3, narrowed to what separates
+their true hits (stab_core/outvoted_rises.py, stab_core/given_back.py). Synthetic first samples of a loss, own
+numbers."""
 
 from __future__ import annotations
 

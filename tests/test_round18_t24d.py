@@ -1,10 +1,11 @@
-"""Round 18 (t24d, issue #32): a value gone non-finite that the series comes back from is no divergence.
+"""Issue #32 (docs/diagnosis.md, "Spike detector"): a value gone non-finite that the series comes back from is no
+divergence.
 
 Weights that went non-finite never give a finite loss or grad norm again, so a lone NaN loss (one batch's
 loss term overflowed) followed by finite values back within the series' band is one bad sample: its
 incident is not diverged, its severity is no ``divergence`` and "roll back to the last checkpoint whose
 loss and weights are finite" (premise: not recovered) is not said. A series that stays non-finite, or comes
-back finite but never into its band, still diverged (docs/diagnosis.md, round 18: t24d)."""
+back finite but never into its band, still diverged (docs/diagnosis.md, "Spike detector")."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
-"""Round 19 (#31, f25a): metric files whose runs or loss were misread. Synthetic files (own numbers) in the
-layouts of an appended JSON Lines history, a CSV with a line written twice, OpenAI guided-diffusion's
-``progress.csv``, a console printing cumulative training and validation clocks, a loguru console whose
-launches log one step, each run by a rule of ``ingest.formats`` (docs/diagnosis.md, "round 19: f25a")."""
+"""Issue #31 (docs/diagnosis.md, "Import: steps, epochs and runs"): metric files whose runs or loss were misread.
+Synthetic files (own numbers) in the layouts of an appended JSON Lines history, a CSV with a line written twice, OpenAI
+guided-diffusion's ``progress.csv``, a console printing cumulative training and validation clocks, a loguru console
+whose launches log one step, each run by a rule of ``ingest.formats`` (docs/diagnosis.md, "Import: steps, epochs and
+runs")."""
 
 from __future__ import annotations
 

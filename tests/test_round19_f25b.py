@@ -1,5 +1,6 @@
-"""Round 19 (f25b, #31): text consoles whose records, runs or step time were misread. Every input here
-is synthetic (own numbers in the layout of the shape each rule is about); none reads a corpus file."""
+"""Issue #31 (docs/diagnosis.md, "Import: the generic reader"): text consoles whose records, runs or step time were
+misread. Every input here is synthetic (own numbers in the layout of the shape each rule is about); none reads a corpus
+file."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Round 20 (f26c, #31): consoles whose steps, times or axes were misread. Every input here is synthetic
-(own numbers in the layout of the shape each rule is about); none reads a corpus file."""
+"""Issue #31 (docs/diagnosis.md, "Import: steps, epochs and runs"): consoles whose steps, times or axes were misread.
+Every input here is synthetic (own numbers in the layout of the shape each rule is about); none reads a corpus file."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Round 20 (f26d, issue #32): statements said only where their check holds on the run's data."""
+"""Issue #32 (docs/diagnosis.md, "Actions and claims"): statements said only where their check holds on the run's
+data."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""Round 20 (#31, f26b): metric tables and JSON histories in layouts the table readers read wrong, on
-synthetic files (own numbers): an epoch and batch-in-epoch pair as the step, launches appended to one
-history that end with "no time left", counters of the data consumed and a time-left estimate as no
+"""Issue #31 (docs/diagnosis.md, "Import: steps, epochs and runs"): metric tables and JSON histories in layouts the
+table readers read wrong, on synthetic files (own numbers): an epoch and batch-in-epoch pair as the step, launches
+appended to one history that end with "no time left", counters of the data consumed and a time-left estimate as no
 metrics, Chainer's and a bare step time's names."""
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Round 21 (f27b, issue #31): consoles of batch 20 that were refused or read wrong, each by its layout rule."""
+"""Issue #31 (docs/diagnosis.md, "Import: format readers"): consoles of batch 20 that were refused or read wrong, each
+by its layout rule."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Round 21 (f27d, issue #32): statements whose premise fails. Synthetic runs, one test per rule."""
+"""Issue #32 (docs/diagnosis.md, "Findings"): statements whose premise fails. Synthetic runs, one test per rule."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""Round 21 (#31, f27a): metric files, JSON histories and HF dicts read wrong, on synthetic files (own
-numbers): a wide record's per-layer diagnostics, a total loss over a term the alias table calls the loss,
-a clock named with its unit, a flat statistic of a distribution, an episode counter, a namespaced policy
+"""Issue #31 (docs/diagnosis.md, "Import: settings and counters"): metric files, JSON histories and HF dicts read wrong,
+on synthetic files (own numbers): a wide record's per-layer diagnostics, a total loss over a term the alias table calls
+the loss, a clock named with its unit, a flat statistic of a distribution, an episode counter, a namespaced policy
 loss, a second HF session whose epoch starts again, the first param group's LR, and the scorer reading a
 golden's metric name through the naming rules."""
 

@@ -1,5 +1,5 @@
-"""A loss printed as the running mean of the epoch so far (round 18, run23, #32): recognised from the
-values alone and judged in per-batch terms (stab_core.running_means)."""
+"""A loss printed as the running mean of the epoch so far (issue #32; docs/diagnosis.md, "Spike detector"): recognised
+from the values alone and judged in per-batch terms (stab_core.running_means)."""
 
 from __future__ import annotations
 

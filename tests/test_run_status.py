@@ -181,7 +181,8 @@ def test_a_run_nan_from_its_first_step_reached_its_last_logged_loss(tmp_path: Pa
     # passed; the loss being never finite is said with it
     store = _from_text(tmp_path, "train.log", LLMC_NAN * 1)
     assert last_finite(store, "run", "loss") is None
-    # round 10: the step is said as the log prints it, in the numbering of the plan it states ("step 4/19560")
+    # the step is said as the log prints it, in the numbering of the plan it states ("step 4/19560") (docs/diagnosis.md,
+    # "Run status")
     assert run_status(store, "run") == (
         "stopped at 4 of 19560 (the loss is non-finite at every logged step; stored as step 3)"
     )

@@ -1,5 +1,5 @@
-"""The precision a log's own settings dump states is the run's (issue #32, round 16 fb21f): an argparse
-``Namespace``, a JSON/YAML/dict config, ``key: value`` banners, a hydra print; a tensor's or code's dtype
+"""The precision a log's own settings dump states is the run's (issue #32; docs/diagnosis.md, "Actions and claims"): an
+argparse ``Namespace``, a JSON/YAML/dict config, ``key: value`` banners, a hydra print; a tensor's or code's dtype
 is no setting, and a contradiction says nothing. Logs of those shapes, written here."""
 
 from __future__ import annotations

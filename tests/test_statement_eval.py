@@ -115,7 +115,8 @@ def test_recovery_against_recovered_by_and_its_tolerance() -> None:
     assert recovery(1500, "Not back: loss was non-finite at its first logged sample (step 1), with ...") == "true"
     assert recovery(700, "Not back: loss was non-finite at its first logged sample (step 1), with ...") == "false"
     assert recovery(1500, "Recovered at step 1503: back near its level of 3.1.") == "false"
-    # cut off by the log's end (round 10b): no recovery said; false only where the golden has one in the log
+    # cut off by the log's end (docs/diagnosis.md, "Scorer"): no recovery said; false only where the golden has one in
+    # the log
     cut_off = "The log ends at this sample (step 1500): whether it lasted cannot be told."
     assert recovery(1500, cut_off) == "true" and recovery(700, cut_off) == "false"
 
@@ -423,7 +424,8 @@ def test_run_status_against_planned_steps_and_ended() -> None:
     assert status_verdict(with_run(steps=[1, 10], planned_steps=10), "finished") == "true"
     assert status_verdict(with_run(steps=[1, 9], planned_steps=10, ended="finished"), "finished") == "true"  # 9 + 1
     # the golden says the run ended on its own terms (early stopping, "End of training", its last logged step
-    # the last it would log before the plan): "finished" is true short of the planned steps (round 10)
+    # the last it would log before the plan): "finished" is true short of the planned steps (docs/diagnosis.md,
+    # "Scorer")
     assert status_verdict(with_run(steps=[1, 5], planned_steps=10, ended="finished"), "finished") == "true"
     assert status_verdict(with_run(steps=[1, 5], planned_steps=10, ended="stopped"), "finished") == "false"
     assert status_verdict(with_run(steps=[1, 5], planned_steps=10, ended="unknown"), "finished") == "false"

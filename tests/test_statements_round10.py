@@ -1,5 +1,5 @@
-"""Round 10 of issue #32 (every statement a checked claim): the classes of statement still false on the
-corpus, each on a small input of its shape written here. A run's plan is said only where the log states one
+"""Issue #32 (every statement a checked claim; docs/diagnosis.md, "Actions and claims"): the classes of statement still
+false on the corpus, each on a small input of its shape written here. A run's plan is said only where the log states one
 for that run; its last step is its loss's; a run that reached the last step it would log before its plan
 finished; a run with no training signal says what the file is; "not in this run" only where no line the
 import skipped may hold it; an action whose premise cannot be checked is not said; siblings compare only
@@ -283,7 +283,8 @@ def test_a_grad_norm_nan_then_zero_is_logged_not_a_placeholder() -> None:
     view = RunView(name="frozen", series={"loss": Series(steps, loss), "grad_norm": Series(steps, grad)})
     reason = str(analyze_run(view).snr_reason)
     assert "a placeholder" not in reason and "the run logs no gradient norm" not in reason
-    # round 12: a placeholder sits beside a loss that falls (zeros beside a flat loss are a reading)
+    # a placeholder sits beside a loss that falls (zeros beside a flat loss are a reading) (docs/diagnosis.md,
+    # "Non-finite values")
     falling = np.linspace(10.4, 8.0, steps.size)
     zeros = RunView(
         name="ds", series={"loss": Series(steps, falling), "grad_norm": Series(steps, np.zeros(steps.size))}

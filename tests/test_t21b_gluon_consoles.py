@@ -1,5 +1,5 @@
-"""Round 15 (t21b, #31/#32): GluonCV-style consoles. A file several launches appended to with an
-``Epoch E iteration I/N`` step axis is one run per launch that trains, each counted from its own
+"""Issues #31/#32 (docs/diagnosis.md, "Import: steps, epochs and runs"): GluonCV-style consoles. A file several launches
+appended to with an ``Epoch E iteration I/N`` step axis is one run per launch that trains, each counted from its own
 epoch 0 as ``E * N + I``; a NaN that a running mean over the epoch carries to each epoch's end is one
 incident. Every input here is synthetic (own numbers in the layout)."""
 

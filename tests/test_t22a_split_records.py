@@ -1,5 +1,5 @@
-"""Round 16 (t22a, #31/#32): text consoles whose record is split over lines or prints no step
-counter. Every input here is synthetic (own numbers in the layout)."""
+"""Issues #31/#32 (docs/diagnosis.md, "Import: steps, epochs and runs"): text consoles whose record is split over lines
+or prints no step counter. Every input here is synthetic (own numbers in the layout)."""
 
 from __future__ import annotations
 

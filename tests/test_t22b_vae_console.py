@@ -1,5 +1,5 @@
-"""Round 16 (t22b, #31/#32): a VAE console's objective is the run's loss. A VAE/WAE trainer prints its
-objective beside its terms (``loss_vae; loss_recon; loss_kl; loss_mmd``) and no plain ``loss``; the
+"""Issues #31/#32 (docs/diagnosis.md, "Import: the loss"): a VAE console's objective is the run's loss. A VAE/WAE
+trainer prints its objective beside its terms (``loss_vae; loss_recon; loss_kl; loss_mmd``) and no plain ``loss``; the
 KL term may rise by design while the objective falls, so the objective, not a term, is the loss.
 Every input here is synthetic (own numbers in the layout)."""
 

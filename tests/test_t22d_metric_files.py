@@ -1,4 +1,4 @@
-"""A GAN's losses in a CSV whose header spells them in words (issue #32, round 16: t22d): a
+"""A GAN's losses in a CSV whose header spells them in words (issue #32; docs/diagnosis.md, "GANs and RL"): a
 ``Step,Generator Loss,Discriminator Loss`` table is a GAN's (the generator loss is the run's loss), and a
 whole discriminator loss collapsing toward 0 while the generator loss climbs is the discriminator's win,
 as its per-input parts collapsing is. Synthetic numbers in that layout."""

@@ -1,6 +1,6 @@
-"""Vision consoles the readers refused (issues #31/#32, round 17): a console with a banner, warnings or
-a config dump first, whose step lines print ``key:value`` columns after ``||`` (a step counter's name
-there is no logger location), ``Epoch: [e/E] Iter:[i/N]`` counters with a colon before the bracket,
+"""Vision consoles the readers refused (issues #31/#32; docs/diagnosis.md, "Import: the generic reader"): a console with
+a banner, warnings or a config dump first, whose step lines print ``key:value`` columns after ``||`` (a step counter's
+name there is no logger location), ``Epoch: [e/E] Iter:[i/N]`` counters with a colon before the bracket,
 or a bracketed ``[N/M]`` step heading the line; a time left in minutes is no metric."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""Round 15 (#31, #32, t21d): metrics tables that hold runs back to back, a loss column over loss terms,
-a validation loss that turns non-finite mid-run (synthetic files in the layouts Keras' CSVLogger in
-append mode, TensorBoard's JSON and CSV downloads, Lightning's CSVLogger and a YOLO results.csv write;
+"""Issues #31/#32 (docs/diagnosis.md, "Import: steps, epochs and runs"): metrics tables that hold runs back to back, a
+loss column over loss terms, a validation loss that turns non-finite mid-run (synthetic files in the layouts Keras'
+CSVLogger in append mode, TensorBoard's JSON and CSV downloads, Lightning's CSVLogger and a YOLO results.csv write;
 own numbers)."""
 
 from __future__ import annotations

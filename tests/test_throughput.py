@@ -184,24 +184,24 @@ def test_a_real_slowdown_on_a_jittery_run_is_still_found() -> None:
 
 
 def test_a_stall_of_fewer_than_ten_logged_samples_is_no_drop() -> None:
-    """Round 10b: six slow samples (a 30-step stall at a 5-step log interval) move the median of ten, but
-    a level must last >= 10 logged samples. Before: reported as a drop."""
+    """See docs/diagnosis.md, "Findings": six slow samples (a 30-step stall at a 5-step log interval) move the median of
+    ten, but a level must last >= 10 logged samples. Before: reported as a drop."""
     times = 7.6 * (1 + np.random.default_rng(3).normal(0, 0.005, 9_500))
     times[700:706] = [35.9, 30.0, 34.3, 22.6, 19.7, 34.3]
     assert detect_throughput_drops(np.arange(9_500) * 5, times, "step_time_s") == []
 
 
 def test_slow_first_samples_of_a_short_run_are_start_up() -> None:
-    """Round 10b: the first ten samples of a 24-sample run (compile, offload warm-up: 26.6, 1.7, 2.2 s ...
-    against 0.88 s) are its start-up, not a throughput loss. Before: a drop over steps 2-11."""
+    """See docs/diagnosis.md, "Findings": the first ten samples of a 24-sample run (compile, offload warm-up: 26.6, 1.7,
+    2.2 s ... against 0.88 s) are its start-up, not a throughput loss. Before: a drop over steps 2-11."""
     times = np.array([26.6, 1.74, 2.2, 2.54, 0.942, 2.42, 0.896, 0.888, 0.904, 2.3, 0.895, 0.873, 2.32]
                      + [0.88] * 11)  # fmt: skip
     assert detect_throughput_drops(np.arange(2, 26), times, "step_time_s") == []
 
 
 def test_recurring_slow_spans_that_come_back_are_intermittent_not_a_loss() -> None:
-    """Round 10b: a noisy run whose step time switches between ~4 s and ~7 s for a few dozen samples at a
-    time, over and over, does not change level; only a slowdown not back by the last step is one.
+    """See docs/diagnosis.md, "Findings": a noisy run whose step time switches between ~4 s and ~7 s for a few dozen
+    samples at a time, over and over, does not change level; only a slowdown not back by the last step is one.
     Before: one "throughput loss ... back to its norm after it" per slow stretch."""
     rng = np.random.default_rng(5)
     times = 4.0 * (1 + rng.normal(0, 0.05, 6_000))
@@ -214,8 +214,8 @@ def test_recurring_slow_spans_that_come_back_are_intermittent_not_a_loss() -> No
 
 
 def test_dense_start_up_samples_do_not_set_the_norm() -> None:
-    """Round 10b: a run logging steps 2-10 at ~0.1 s (start-up timing) and then every 200 steps at
-    0.16-0.17 s, drifting 6 % over 85,000 steps, has its norm from the 85,000 steps, weighted by the
+    """See docs/diagnosis.md, "Findings": a run logging steps 2-10 at ~0.1 s (start-up timing) and then every 200 steps
+    at 0.16-0.17 s, drifting 6 % over 85,000 steps, has its norm from the 85,000 steps, weighted by the
     steps each sample covers. Before: "0.101 -> 0.167 over steps 2600-85200, not back by the last step"."""
     steps = np.concatenate([np.arange(2, 11), np.arange(400, 85_201, 200)])
     times = np.concatenate([np.full(9, 0.101), np.linspace(0.160, 0.170, steps.size - 9)])
@@ -223,8 +223,8 @@ def test_dense_start_up_samples_do_not_set_the_norm() -> None:
 
 
 def test_a_step_time_change_is_said_in_steps_per_second_not_tokens() -> None:
-    # a GAN, detector or RL run logs no tokens: its slowdown is a rate of steps (round 14: a pix2pix run
-    # read "-67% tokens per second")
+    # a GAN, detector or RL run logs no tokens: its slowdown is a rate of steps (docs/diagnosis.md, "Findings": a
+    # pix2pix run read "-67% tokens per second")
     drop = ThroughputDrop("step_time_s", 100, 900, 0.1, 0.3, -67.0, False, None)
     assert "-67% steps per second" in drop.message() and "token" not in drop.message()
     tokens = ThroughputDrop("throughput_tok_s", 100, 900, 9000.0, 3000.0, -67.0, True, None)
@@ -234,8 +234,8 @@ def test_a_step_time_change_is_said_in_steps_per_second_not_tokens() -> None:
 
 
 def test_a_dozen_steps_scattered_a_little_slow_that_come_back_are_no_loss() -> None:
-    """Round 15 (det20): a short span the run came back from is said only when it was a stall as a whole
-    (the span's summed time twice the norm's or more). Megatron step times ~1.43 s with 13 steps scattered
+    """See docs/diagnosis.md, "Findings": a short span the run came back from is said only when it was a stall as a
+    whole (the span's summed time twice the norm's or more). Megatron step times ~1.43 s with 13 steps scattered
     1.56-2.3 s (median 1.88: 24 % under the norm by the window median, 24 % as a whole) are checkpoint-
     save or shared-node scatter, not a loss. Before: "throughput loss ... back to its norm after it"."""
     rng = np.random.default_rng(3)

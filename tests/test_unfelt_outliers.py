@@ -1,6 +1,6 @@
-"""A grad-norm outlier the loss never rose above its own recent scatter for is a blip (issue #32, round 17:
-stab_core/unfelt_outliers.py). Synthetic runs of the shape a GPT pre-training console shows: a per-batch loss
-whose few easy batches just before the outlier tilt the trend's fitted line down, so the loss's plain return
+"""A grad-norm outlier the loss never rose above its own recent scatter for is a blip (issue #32; docs/diagnosis.md,
+"Severity": stab_core/unfelt_outliers.py). Synthetic runs of the shape a GPT pre-training console shows: a per-batch
+loss whose few easy batches just before the outlier tilt the trend's fitted line down, so the loss's plain return
 to its usual level reads as leaving the trend's band."""
 
 from __future__ import annotations

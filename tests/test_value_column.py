@@ -1,6 +1,6 @@
 """A one-series table whose value column has no name of its own (``Wall time,Step,Value``,
-``step,value``) is the series its file is named for (issue #31, round 16 fb21f): the fallback reader
-stores ``loss``, not a metric called ``Value``. Tables of those shapes, written here."""
+``step,value``) is the series its file is named for (issue #31; docs/diagnosis.md, "Import: metrics files"): the
+fallback reader stores ``loss``, not a metric called ``Value``. Tables of those shapes, written here."""
 
 from __future__ import annotations
 

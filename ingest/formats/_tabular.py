@@ -34,7 +34,8 @@ _STEP_NAMES: Final = "step Step _step global_step trainer/global_step train/glob
 STEP_COLUMNS: Final = (*_STEP_NAMES.split(), "current_steps", "current_step")
 """Column names accepted as the step axis, most specific first."""
 WALL_COLUMNS: Final = ("wall_time", "Wall time", "timestamp", "_timestamp", "time", "unix", "unix_time")
-"""Column names read as wall-clock time (seconds since the epoch; ``unix``: a Unix time, round 17)."""
+"""Column names read as wall-clock time (seconds since the epoch; ``unix``: a Unix time, docs/diagnosis.md, "Import:
+settings and counters")."""
 
 MAX_STEP: Final = 2.0**62
 """A step at or beyond this (``1e30`` in a damaged cell) is no step: an int64 cannot hold it."""

@@ -289,8 +289,8 @@ _STEP_TIME_SHAPES: Final = (
         rf"^(?:train |training )?(?:elapsed |wall )?(?:(?:step|iter|iteration|batch) ?time|time per {_STEP})"
         rf"(?: in)?(?: {_SECONDS})?$"
     ),
-    # a step's time named by the step and its unit alone: 'step_ms', 'iter_sec' (round 20: f26b, f26c, f26d); a
-    # bare 's' is left out ('step_s' may count steps)
+    # a step's time named by the step and its unit alone: 'step_ms', 'iter_sec' (docs/diagnosis.md, "Import: step times
+    # and clocks"); a bare 's' is left out ('step_s' may count steps)
     re.compile(r"^(?:train |training )?(?:step|iter|iteration|batch) (?P<unit>ns|us|µs|ms|msec|sec|secs|seconds)$"),
 )
 _DEVICE: Final = r"(?:gpu|device|dev|rank|chip|core|worker)"
@@ -308,8 +308,8 @@ job's figure, the job's keeps the canonical name."""
 
 def by_shape(key: str) -> tuple[str, str | None] | None:
     """``(canonical, unit)`` for a normalised key that no alias names but whose shape says its role
-    (round 12): a time per step in any unit is ``step_time_s``, a tokens-per-second field is
-    ``throughput_tok_s``; an evaluation's or data loader's own timing is not."""
+    (docs/diagnosis.md, "Import: step times and clocks"): a time per step in any unit is ``step_time_s``, a
+    tokens-per-second field is ``throughput_tok_s``; an evaluation's or data loader's own timing is not."""
     for shape in _STEP_TIME_SHAPES:
         m = shape.match(key)
         if m:

@@ -1,4 +1,5 @@
-"""What a metrics file's column is when its name alone is no alias (issue #31, round 15: gen20b).
+"""What a metrics file's column is when its name alone is no alias (issue #31; docs/diagnosis.md, "Import: metrics
+files").
 
 A metrics file of a layout no reader was written for (a W&B history export, an ad-hoc script's CSV or
 JSON Lines) names its columns ``<group>/<key>``, and qualifies a few keys; the rules, for any such file:

@@ -1,4 +1,5 @@
-"""The clock columns of a metrics CSV (issue #31, round 14): a clock times the run, it is no metric of it.
+"""The clock columns of a metrics CSV (issue #31; docs/diagnosis.md, "Import: step times and clocks"): a clock times the
+run, it is no metric of it.
 
 - **An elapsed clock** (seconds since the run began: baselines' ``total/duration``, ``total_time``,
   ``time/time_elapsed``, and a ``time`` column whose numbers rise from under :data:`MAX_ELAPSED_S`, as
@@ -12,11 +13,12 @@
 
 - **An epoch-time column** (``epoch_time_s``, ``epoch_duration``, ``time_per_epoch (ms)``: seconds, or
   the unit its name gives) where the epoch is the table's step axis (one row per epoch) is each row's
-  ``step_time_s`` as it stands (round 14); with a step column beside it, an epoch's time is no step's.
+  ``step_time_s`` as it stands (docs/diagnosis.md, "Import: step times and clocks"); with a step column beside it, an
+  epoch's time is no step's.
 
-- **A per-row time** (round 17): a plain-number ``time`` column that is neither rising (no clock) nor
-  ``mm:ss`` cells, in a table with one row per epoch or per row (the epoch is the axis, or there is no
-  counter at all), is how long each row took: its ``step_time_s`` as it stands. A clock never goes back,
+- **A per-row time** (docs/diagnosis.md, "Import: step times and clocks"): a plain-number ``time`` column that is
+  neither rising (no clock) nor ``mm:ss`` cells, in a table with one row per epoch or per row (the epoch is the axis, or
+  there is no counter at all), is how long each row took: its ``step_time_s`` as it stands. A clock never goes back,
   so a ``time`` that falls from one row to the next measures the row, not the run.
 
 None gives a step time when a column the alias table reads as the step time is there already; neither

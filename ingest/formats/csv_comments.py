@@ -1,4 +1,5 @@
-"""Comment lines above a metrics CSV's header, and the columns of an RL Monitor file (issue #31, round 15: t21a).
+"""Comment lines above a metrics CSV's header, and the columns of an RL Monitor file (issue #31; docs/diagnosis.md,
+"Import: metrics files").
 
 Stable-Baselines3's (and OpenAI baselines') ``Monitor`` wrapper writes one row per finished episode
 under a JSON comment line::

@@ -10,8 +10,8 @@
   ``num_episodes``), an RL log's lone ``episode`` index, a lone ``samples`` column (the samples seen
   so far: OpenAI's guided-diffusion logger) and a percentage of the run done (``Progress``) count the
   run: no metric. A table with no step nor epoch column that has a lone ``episode`` index is logged per
-  episode: that index is its axis (round 18, t24a: a PPO logger's row every 10 episodes, ``Episode`` 0,
-  10, ..., 99990), not the row number. An elapsed-time clock (``total/duration``, ``total_time``,
+  episode: that index is its axis (docs/diagnosis.md, "Import: metrics files": a PPO logger's row every 10 episodes,
+  ``Episode`` 0, 10, ..., 99990), not the row number. An elapsed-time clock (``total/duration``, ``total_time``,
   ``time_elapsed``: seconds since the start) is no metric either: it gives the step time
   (:mod:`ingest.formats.csv_clocks`).
 - **The loss, proposed.** A table with no column the alias table reads as ``loss`` but one named a
@@ -50,7 +50,7 @@ def _words(name: str) -> list[str]:
 
 def is_step_like(name: str) -> bool:
     """Whether ``name`` counts steps: a step word after qualifiers only (``total timesteps``), or one
-    said to be done so far (``steps_done``, ``timesteps_so_far``: round 15, gen20b)."""
+    said to be done so far (``steps_done``, ``timesteps_so_far``; docs/diagnosis.md, "Import: metrics files")."""
     words = _words(name)
     if len(words) > 1 and tuple(words[-2:]) in _SO_FAR:
         words = words[:-2] if words[-2:] == ["so", "far"] else words[:-1]

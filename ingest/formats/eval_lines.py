@@ -1,5 +1,5 @@
 """Evaluation lines without a step counter, for the generic reader (:mod:`ingest.formats.generic`;
-round 14, issue #31).
+issue #31; docs/diagnosis.md, "Import: steps, epochs and runs").
 
 A line whose message starts with an evaluation label (``Validation - loss=0.41 ppl=1.5``, ``TEST -
 Generator loss: 0.049, Discriminator loss: 0.016, PESQ: 2.49``, ``Eval: loss 2.3``) and carries pairs
@@ -33,7 +33,7 @@ _AFTER: Final = (
     r"(?:[ \t]+(?i:updates?|steps?|iterations?|iters?))?)?"
 )
 """``Eval after 250 updates: loss=4.21`` (python logging's ``date | INFO | module |`` before it): the
-evaluation of the step line above it, which printed that step (round 17: t23b)."""
+evaluation of the step line above it, which printed that step (docs/diagnosis.md, "Import: steps, epochs and runs")."""
 EVAL_STEP: Final = -2
 """The step an evaluation line holds until :func:`place_evals` gives it the step line's above it."""
 _LABEL: Final = re.compile(
@@ -145,8 +145,8 @@ def _epoch_close(pairs: Pairs) -> Pairs:
 def place_evals(lines: Sequence[_Line]) -> None:
     """Give each evaluation line (step :data:`EVAL_STEP`) the step of the step line above it, in
     place; one with none above it that evaluates a loss is the model's before the first step line
-    (the step before that line's; round 17: fb22), any other keeps :data:`EVAL_STEP` (the caller
-    drops it: a settings dump's ``eval_steps``)."""
+    (the step before that line's; docs/diagnosis.md, "Import: steps, epochs and runs"), any other keeps
+    :data:`EVAL_STEP` (the caller drops it: a settings dump's ``eval_steps``)."""
     last: int | None = None
     for x in lines:
         if x.step == EVAL_STEP and not _lr_only(x.values):

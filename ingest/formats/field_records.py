@@ -1,5 +1,6 @@
 """Records printed as `` : ``-separated ``Name value`` fields with abbreviated names, rewritten for the
-generic reader (:mod:`ingest.formats.generic`) before its pairs are read (round 13, issue #31).
+generic reader (:mod:`ingest.formats.generic`) before its pairs are read (issue #31; docs/diagnosis.md, "Import: the
+generic reader").
 
 Marian NMT prints ``Ep. 1 : Up. 500 : Sen. 98,087 : Cost 252.47 : Time 302.08s : 8625.72 words/s :
 L.r. 9.3750e-06`` and ``[valid] Ep. 1 : Up. 5000 : cross-entropy : 238.694 : new best``. A line with two

@@ -20,8 +20,8 @@ layout of a log nobody has seen.
   trains (the distance the noise moved the policy, ``param_noise_distance``, is a measure and stays):
   left out of the series (their last value kept in the metadata).
 
-- **A count of the data or steps consumed is no training metric** (round 20: f26b). A field named as a
-  count of samples, tokens or examples (``samples``, ``tokens``, ``tokens_seen``, ``num_tokens``,
+- **A count of the data or steps consumed is no training metric** (docs/diagnosis.md, "Import: settings and counters").
+  A field named as a count of samples, tokens or examples (``samples``, ``tokens``, ``tokens_seen``, ``num_tokens``,
   ``total_tokens``) or of the steps taken (``effective_steps``) says how far the run
   has got, or how big its batches are, not how it trains: it is the progress axis (a cumulative count rises
   by a batch a step) or the batch size, and a stability question never asks for it. A trainer's estimate of
@@ -33,9 +33,9 @@ layout of a log nobody has seen.
   its patience count (``patience``, ``num_bad_epochs``) are the trainer's control state, read from the
   evaluations it already logs: left out of the series (the last value kept in the metadata).
 
-- **A run's per-layer diagnostics are no training metrics** (round 21: f27a). A run whose records carry
-  many fields (:data:`WIDE_RUN` or more: more than any trainer's own summary of a step prints) holds the
-  model's internals beside its training metrics: per-layer or per-depth values (``hub_delta_layer_3``,
+- **A run's per-layer diagnostics are no training metrics** (docs/diagnosis.md, "Import: settings and counters"). A run
+  whose records carry many fields (:data:`WIDE_RUN` or more: more than any trainer's own summary of a step prints) holds
+  the model's internals beside its training metrics: per-layer or per-depth values (``hub_delta_layer_3``,
   ``ponder_depth_frac_2``: one of a family of three or more fields that differ only by a trailing index)
   and summary statistics of an internal quantity (``token_uncertainty_std``, ``write_mag_mean``,
   ``conv_delta_correlation``, ``val_avg_saturation``: a statistic's word, of no training quantity). They
@@ -43,9 +43,10 @@ layout of a log nobody has seen.
   run's metadata (``meta['log_diagnostics']``, listed in ``moved``), out of the metric list. Losses,
   learning rates, norms, scores, rewards, times and speeds of any name stay series
   (:func:`diagnostic_fields`), and so does any field of a narrower run (a TRL record's ``reward_std``).
-- **A statistic of a measured distribution is a measure even when it does not change** (round 21):
-  ``clip_ratio/low_mean`` at 0 on every record says that nothing was clipped, ``completions/min_length``
-  at 2 that the shortest completion stayed 2 tokens: facts about training, not settings of the run.
+- **A statistic of a measured distribution is a measure even when it does not change** (docs/diagnosis.md, "Import:
+  settings and counters"): ``clip_ratio/low_mean`` at 0 on every record says that nothing was clipped,
+  ``completions/min_length`` at 2 that the shortest completion stayed 2 tokens: facts about training, not settings of
+  the run.
 - An episode counter (``episode``: completions or episodes sampled so far) is a count consumed, as above.
 
 Each move is listed in :func:`moved_fields`' answer, which the import report shows (``moved``), so
@@ -106,7 +107,8 @@ _EVAL_SCORE: Final = re.compile(
 
 _LR_NAME: Final = re.compile(r"(?:^|[_/])(?:lr|lrm|learning_rate)(?:$|[_/])", re.IGNORECASE)
 """A learning rate of any name: nanochat's ``lrm`` (the schedule's multiplier), a group's ``matrix_lr``,
-an ``lr_mult``: a flat one is the schedule's, a fact about training (round 20: f26c)."""
+an ``lr_mult``: a flat one is the schedule's, a fact about training (docs/diagnosis.md, "Import: settings and
+counters")."""
 
 
 WIDE_RUN: Final = 48

@@ -183,7 +183,8 @@ def propose(lines: Sequence[str], step_key: str | None = None) -> Proposal | Non
 def _epoch_wide(key: str, step: str) -> bool:
     """Whether a time named for an epoch (``epoch_time: 95.0min``, ``time_per_epoch``) is printed on
     lines that count steps, not epochs: the epoch's time (or what remains of it), never one step's
-    (round 20: f26c; MiniMind's ``epoch_time`` counts the epoch's remaining minutes down to 0)."""
+    (docs/diagnosis.md, "Import: step times and clocks"; MiniMind's ``epoch_time`` counts the epoch's remaining minutes
+    down to 0)."""
     return "epoch" in key and normalise_key(step) != "epoch"
 
 
@@ -259,7 +260,7 @@ def _is_step_time(key: str, unit: str | None) -> bool:
 
 _BATCH_COST: Final = re.compile(r"\bbatch[ _]cost\b")
 """PaddlePaddle's ``avg_batch_cost: 0.56 sec``: the time of a batch, the step's (its ``reader_cost`` is the
-data loader's share; round 20: f26c)."""
+data loader's share; docs/diagnosis.md, "Import: step times and clocks")."""
 
 
 _TRAIN_PHASE: Final = ("train", "training")
@@ -359,7 +360,9 @@ class GenericReader(Reader):
                     )
                     note_loss_source(builder, name)
                 if normalise_key(name) in _EPOCH_NAMES and all(v == int(v) for v in values if math.isfinite(v)):
-                    continue  # a whole epoch beside the step counter is an axis, not a metric (round 17)
+                    # a whole epoch beside the step counter is an axis, not a metric (docs/diagnosis.md, "Import:
+                    # settings and counters")
+                    continue
                 if unit is None and is_tally(name, values):
                     builder.meta.setdefault("tallies_dropped", []).append(name)
                     continue  # steps run, events seen: a tally of the run, not a measurement (csv_counters)
@@ -472,8 +475,8 @@ _EPOCH_DONE: Final = re.compile(
 
 def _epoch_closed(line: str, pairs: list[tuple[str, float, str | None]]) -> float | None:
     """The seconds an epoch took, on a line without a step counter that closes the epoch and times it
-    (round 20: f26c): the epoch's time, stored at the epoch's last step line. Its other values are the
-    epoch's means, which the step lines already log step by step: not kept."""
+    (docs/diagnosis.md, "Import: step times and clocks"): the epoch's time, stored at the epoch's last step line. Its
+    other values are the epoch's means, which the step lines already log step by step: not kept."""
     if not _EPOCH_DONE.search(line):
         return None
     times = [to_seconds(v, u) for k, v, u in pairs if "time" in normalise_key(k) and u in TIME_UNITS]
@@ -502,8 +505,9 @@ def _keep_recurring(
     62 km/h``) adds no series, and no step, and its words are counted as that line's (prose, unknown
     layout or suspect), not kept as metrics. A line of its own that times the step above it is that
     step's time (see below). A recurring layout of no training metric whose step goes back inside the
-    steps a training layout logged evaluates saved checkpoints (round 20: f26c): its rows are named
-    ``eval_*`` and answered (the caller stores them on a stream of their own: no restart of training)."""
+    steps a training layout logged evaluates saved checkpoints (docs/diagnosis.md, "Import: steps, epochs and runs"):
+    its rows are named ``eval_*`` and answered (the caller stores them on a stream of their own: no restart of
+    training)."""
     counts: dict[tuple[str, ...], int] = {}
     steps_of: dict[tuple[str, ...], list[int]] = {}
     for step_line in lines:

@@ -31,8 +31,8 @@ _EVAL_WORDS: Final = frozenset({"val", "valid", "validation", "eval", "evaluatio
 def clock_step_times(builder: LogBuilder, names: Collection[str]) -> None:
     """Add ``step_time_s`` (s) from the one training clock among the stored ``names`` (see the module);
     none where the log stores a step time already, or where no name, or more than one, is a training
-    clock. Every clock's own series then leaves the run: the time so far is no metric (round 19: f25a;
-    SAR-DDPM's cumulative ``Net training time: 70.2s`` and ``Net validation time: 36.7s``), and its
+    clock. Every clock's own series then leaves the run: the time so far is no metric (docs/diagnosis.md, "Import: step
+    times and clocks"; SAR-DDPM's cumulative ``Net training time: 70.2s`` and ``Net validation time: 36.7s``), and its
     differences are the step time."""
     evaluated = np.concatenate([builder.rows_of(n)[2] for n in ("val_loss", "eval_loss")])
     clocks, others = [], []

@@ -53,7 +53,9 @@ STEP_NAMES: Final = (
     "update",
     "updates",
     "batch",
-    "batch_id",  # PaddleRec's 'epoch: 3, batch_id: 500': the batch of the epoch (round 20: f26c)
+    # PaddleRec's 'epoch: 3, batch_id: 500': the batch of the epoch (docs/diagnosis.md, "Import: steps, epochs and
+    # runs")
+    "batch_id",
     "batch_idx",
     "total_timesteps",  # an RL learner's environment steps (its updates and episodes count otherwise)
     "timesteps",

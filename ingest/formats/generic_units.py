@@ -86,9 +86,9 @@ def is_clock(values: Sequence[float], min_lines: int) -> bool:
 
 def is_countdown(values: Sequence[float], min_lines: int) -> bool:
     """Whether a time key's values count down to zero (a time left: MiniMind's ``epoch_time: 130.0min``
-    falling to ``0.0min`` over the epoch; round 20: f26c): over ``min_lines`` or more lines they rise on
-    at most :data:`COUNTDOWN_RISES` of them (an estimate revised upwards now and then) and end at no more
-    than :data:`COUNTDOWN_END` of their first reading. A step's or an epoch's own time wanders around its
+    falling to ``0.0min`` over the epoch; docs/diagnosis.md, "Import: step times and clocks"): over ``min_lines`` or
+    more lines they rise on at most :data:`COUNTDOWN_RISES` of them (an estimate revised upwards now and then) and end
+    at no more than :data:`COUNTDOWN_END` of their first reading. A step's or an epoch's own time wanders around its
     level and never ends near nothing."""
     arr = np.asarray(values, np.float64)
     arr = arr[np.isfinite(arr)]

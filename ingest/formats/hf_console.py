@@ -284,10 +284,10 @@ def _note_settings(text: str, scan: _Scan) -> None:
 
 def _note_restart(values: dict[str, float], scan: _Scan) -> None:
     """A training dict whose epoch went back opens the next run when a changed settings dict came before it
-    (a grid's next point), or when it goes below the first epoch its run logged (round 21: f27a): a resume
-    goes back to a checkpoint saved after the run began logging, never below its first record, so a dict
-    there is a fresh session appended to the file (``launch_ends``' rule for a table's steps). An epoch that
-    goes back within the run, with no settings changed, splits nothing."""
+    (a grid's next point), or when it goes below the first epoch its run logged (docs/diagnosis.md, "Import: steps,
+    epochs and runs"): a resume goes back to a checkpoint saved after the run began logging, never below its first
+    record, so a dict there is a fresh session appended to the file (``launch_ends``' rule for a table's steps). An
+    epoch that goes back within the run, with no settings changed, splits nothing."""
     epoch = values.get("epoch")
     if epoch is not None:
         last = next((r.values.get("epoch") for r in reversed(scan.records) if not r.eval), None)
@@ -359,8 +359,8 @@ def _emit(records: list[_Record], steps: list[int], builder: LogBuilder, restart
         for key, value in record.values.items():
             if key == "epoch" or (record.eval and is_eval_counter(key)):
                 # Trainer.log adds the epoch to every dict: the step axis in epochs (the steps are derived
-                # from it), no measurement of the run (round 20: f26c); an evaluation's token count is
-                # the training dict's before it
+                # from it), no measurement of the run (docs/diagnosis.md, "Import: settings and counters"); an
+                # evaluation's token count is the training dict's before it
                 continue
             name, unit = _name_of(key)
             if record.eval and not key.startswith("eval_"):

@@ -48,8 +48,8 @@ def step_records(path: Path) -> list[dict[str, Any]] | None:
 
 
 def series_records(doc: Any) -> list[dict[str, Any]] | None:
-    """Per-step records from a document of per-metric series (round 15: gen20b): an object whose keys
-    are metric names and whose values map step numbers to values, directly (``{"loss": {"1": 2.3, "5":
+    """Per-step records from a document of per-metric series (docs/diagnosis.md, "Import: metrics files"): an object
+    whose keys are metric names and whose values map step numbers to values, directly (``{"loss": {"1": 2.3, "5":
     2.1}}``) or under one key beside the series' own settings (``{"loss": {"start_step": 1,
     "step_interval": 5, "values": {"1": 2.3, ...}}}``). Two or more steps over the metrics are needed;
     None for any other document."""

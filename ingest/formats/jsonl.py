@@ -180,7 +180,8 @@ def _drop_state_dumps(table: pa.Table, path: Path, line: int, builder: LogBuilde
         dump = pa.array(np.zeros(table.num_rows, dtype=bool))
     # a summary key on every record of several is that log's own per-record field (DETR's per-epoch
     # train_loss), not the one end-of-training summary; so is one on more than two records (a training
-    # call writes one summary): an event-typed log's train_loss on its train records (round 15: gen20b)
+    # call writes one summary): an event-typed log's train_loss on its train records (docs/diagnosis.md, "Import:
+    # metrics files")
     summary_keys = [c for c in cols if c in SUMMARY_KEYS and (table.num_rows < 2 or _summary_like(table[c]))]
     if summary_keys:
         # The HF summary object (train_runtime, total_flos...) without a loss describes the run, not a step.

@@ -1,5 +1,5 @@
-"""Event-typed JSON records (issue #31, round 15: gen20b): a log whose every record names its kind in a
-text field (``"event": "train_step" | "validation" | "checkpoint"``, ``"type": "train" | "eval"``,
+"""Event-typed JSON records (issue #31; docs/diagnosis.md, "Import: metrics files"): a log whose every record names its
+kind in a text field (``"event": "train_step" | "validation" | "checkpoint"``, ``"type": "train" | "eval"``,
 ``"split": "val"``) holds several kinds of record in one stream; each kind is kept apart:
 
 - a checkpoint record (its kind names a checkpoint or a save) is a run event at its step, never a
@@ -9,8 +9,8 @@ text field (``"event": "train_step" | "validation" | "checkpoint"``, ``"type": "
 - an evaluation record whose step key holds one value on every evaluation record while the training
   records' step rises past it (mmcv's ``TextLoggerHook`` JSON: ``"mode": "val", "iter": 64``, the count
   of validation images) has no step of its own: it is placed at the step of the training record before
-  it, the step it evaluated (round 19: f25a; read as a step it was a resume to step 64 at every
-  evaluation);
+  it, the step it evaluated (docs/diagnosis.md, "Import: metrics files"; read as a step it was a resume to step 64 at
+  every evaluation);
 - every other kind (training steps, a last ``stop`` record) is read as it is.
 """
 

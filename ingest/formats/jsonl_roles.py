@@ -1,4 +1,5 @@
-"""The roles of a generic JSON record's keys that their names alone do not give (issue #31, round 13).
+"""The roles of a generic JSON record's keys that their names alone do not give (issue #31; docs/diagnosis.md, "Import:
+metrics files").
 
 The generic JSON Lines reader keeps every numeric key under its canonical name; a few keys of the
 common trainers' records mean something else than the name says:
@@ -7,20 +8,22 @@ common trainers' records mean something else than the name says:
   or a ``time`` that goes back between records, is the step's duration in seconds, not a clock;
 - ``total_loss`` is the loss when no key names the loss itself (detectron2 sums its ``loss_*``
   terms into it), or when the key the alias table reads as the loss is one of the terms it sums
-  (``lm_loss`` beside ``depth_reg_loss``, ``distill_loss``: ``run_loss.aggregate_over_term``; round 21);
+  (``lm_loss`` beside ``depth_reg_loss``, ``distill_loss``: ``run_loss.aggregate_over_term``; docs/diagnosis.md,
+  "Import: the loss");
 - an ``epoch`` beside a step counter, whole or fractional (completed epochs, or steps over steps per
-  epoch as Hugging Face logs it), is the step axis's companion: an axis, not a metric (round 15:
-  gen20b; the HF trainer-state reader never stored it either); without a step counter an epoch that
-  rises by one a record is the step axis (DETR's ``log.txt``, one record an epoch);
+  epoch as Hugging Face logs it), is the step axis's companion: an axis, not a metric (docs/diagnosis.md, "Import:
+  settings and counters": gen20b; the HF trainer-state reader never stored it either); without a step counter an epoch
+  that rises by one a record is the step axis (DETR's ``log.txt``, one record an epoch);
 - a ``percentage``/``progress`` key is how far the run is through its planned steps, not a metric;
-- a cumulative ``elapsed_time`` (or ``wall_s``: a clock named with its unit, round 21) in seconds is a
-  wall clock whose increase over the steps between two records is their ``step_time_s``, and
+- a cumulative ``elapsed_time`` (or ``wall_s``: a clock named with its unit, docs/diagnosis.md, "Import: step times and
+  clocks") in seconds is a wall clock whose increase over the steps between two records is their ``step_time_s``, and
   ``n_parameters`` the model's size:
   neither is a metric; an ``elapsed_time`` that does not rise, on records logged at every step, is
-  that step's duration in seconds (``step_time_s``; round 19: f25a): a clock never goes down within
-  a run, and a record a step leaves no interval for a duration to span but its own step;
+  that step's duration in seconds (``step_time_s``; docs/diagnosis.md, "Import: step times and clocks"): a clock never
+  goes down within a run, and a record a step leaves no interval for a duration to span but its own step;
 - a token counter printed with an evaluation's values (``eval_num_tokens``) is the run's cumulative
-  count of training tokens, not a metric of the eval (``ingest.formats.run_totals``; round 18: fb24).
+  count of training tokens, not a metric of the eval (``ingest.formats.run_totals``; docs/diagnosis.md, "Import:
+  settings and counters").
 """
 
 from __future__ import annotations
@@ -41,9 +44,9 @@ _CLOCKS = frozenset(
     {"elapsed_time", "elapsed", "elapsed_s", "elapsed_seconds", "elapsed_sec", "time_elapsed"}
     | {"wall_s", "wall_sec", "wall_secs", "wall_seconds", "wall_clock_s", "wallclock_s"}
 )
-"""Keys of a cumulative clock in seconds since the run began (round 21: f27a, a codec trainer's ``wall_s``:
-the wall-clock seconds, named by the clock and its unit); a Unix time (:data:`MAX_ELAPSED_S` and above)
-is the records' wall clock, not one of these."""
+"""Keys of a cumulative clock in seconds since the run began (docs/diagnosis.md, "Import: step times and clocks": a
+codec trainer's ``wall_s``: the wall-clock seconds, named by the clock and its unit); a Unix time (:data:`MAX_ELAPSED_S`
+and above) is the records' wall clock, not one of these."""
 MAX_ELAPSED_S = 1e8
 """Seconds below which a rising clock counts from the run's start (three years): a Unix time is above."""
 _MODEL_SIZE = frozenset({"n_parameters", "num_parameters", "n_params", "num_params"})

@@ -111,9 +111,9 @@ _SECONDS: Final = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
 
 def _times(m: re.Match[str]) -> dict[str, float]:
     """The times of an epoch's line: where the bar prints a time per step (``6s 22ms/step``) that is
-    the step time (0.022 s) and the leading seconds are the epoch's (``epoch_time_s``; round 20:
-    f26c); else (``224s - loss: ...``, or a time per sample) the epoch's seconds are the step time,
-    one step being one epoch on this console."""
+    the step time (0.022 s) and the leading seconds are the epoch's (``epoch_time_s``;
+    docs/diagnosis.md, "Import: step times and clocks"); else (``224s - loss: ...``, or a time per sample) the epoch's
+    seconds are the step time, one step being one epoch on this console."""
     if m["per"] is not None and m["of"] == "step" and (per := parse_number(m["per"])) is not None:
         return {"step_time_s": per * _SECONDS[m["unit"]], "epoch_time_s": float(m["time"])}
     return {"step_time_s": float(m["time"])}

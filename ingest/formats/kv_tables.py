@@ -19,8 +19,8 @@ A table (rows between dashed rules) is one record. Its step is the table's own s
 (``total/steps``, ``time/total_timesteps``, ...; the first of :data:`_STEP_KEYS` it holds), else the
 table's order (1, 2, ...). Counters of the run (``time/total_timesteps``, ``time/episodes``,
 ``time/iterations``, ``train/n_updates``, ``total/epochs``) and its elapsed clock (``time/time_elapsed``,
-``total/duration``) time the run and are no metrics (round 15, t21a). A row with an empty value is a
-section (SB3's ``rollout/``) whose name
+``total/duration``) time the run and are no metrics (docs/diagnosis.md, "Import: the generic reader"). A row with an
+empty value is a section (SB3's ``rollout/``) whose name
 prefixes the indented rows below it. The logger truncates long keys (``param_noise_di...``): the key is
 kept as printed, without the dots. Without a plain ``loss`` key, the run's ``loss`` is the critic's value
 loss (``train/loss_critic``, SB3's ``critic_loss``/``value_loss``), which keeps its own name too.

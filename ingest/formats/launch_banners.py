@@ -1,4 +1,5 @@
-"""A launch appended to a console whose first logged step repeats the last launch's (round 19, f25b; issue
+"""A launch appended to a console whose first logged step repeats the last launch's (docs/diagnosis.md, "Import: steps,
+epochs and runs"; issue
 #31), for the generic reader (:mod:`ingest.formats.generic`).
 
 A trainer relaunched with the same settings and appended to one file prints its start-up lines again

@@ -1,4 +1,5 @@
-"""Where a launch appended to a metrics table ended, by what its records say (round 20: f26b, issue #31).
+"""Where a launch appended to a metrics table ended, by what its records say (issue #31; docs/diagnosis.md, "Import:
+steps, epochs and runs").
 
 :mod:`ingest.formats.table_runs` cuts a table into runs where its step goes back to 0 or 1 (or to the
 smallest step seen). Two more signs of a fresh launch hold for any table, whatever its first step:

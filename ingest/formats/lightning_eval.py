@@ -1,4 +1,5 @@
-"""Lightning's per-batch evaluation values in a ``CSVLogger`` ``metrics.csv`` (round 18: t24b).
+"""Lightning's per-batch evaluation values in a ``CSVLogger`` ``metrics.csv`` (docs/diagnosis.md, "Import: metrics
+files").
 
 A validation or test key logged with ``on_step=True`` and ``on_epoch=True`` gives two columns,
 ``val_loss_step`` and ``val_loss_epoch``. Lightning writes the ``_step`` values of an evaluation batch

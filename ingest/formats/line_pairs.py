@@ -36,7 +36,7 @@ _RATE: Final = r"(?:steps?|its?|iters?|iterations?|tok(?:en)?s?|words?)/s(?:ec)?
 _TOKEN_RATE: Final = r"(?:tok(?:en)?s?|tks|words?)/s(?:ec)?(?![A-Za-z])(?![ \t]*[:=])"  # not the next pair's key
 _SAMPLE_RATE: Final = r"(?:samples?|ins|instances?|examples?)/s(?:ec)?(?![A-Za-z])(?![ \t]*[:=])"
 """A sample rate printed after the value (PaddleRec's ``ips: 1822.09 ins/s``): the samples per second,
-whatever the key calls it (round 20: f26c)."""
+whatever the key calls it (docs/diagnosis.md, "Import: the generic reader")."""
 _PAIR: Final = re.compile(
     # a speed printed after its value: `6.75 steps/sec`, `1.16it/s`, `113.21s/it`
     r"(?<![A-Za-z0-9_.])(?P<rval>" + NUMBER + r")[ \t]?(?P<rate>" + _RATE + r")(?![A-Za-z])"

@@ -1,4 +1,5 @@
-"""A metrics file in long form: one ``<step> <name> <value>`` record a line (issue #31, round 18: fb24).
+"""A metrics file in long form: one ``<step> <name> <value>`` record a line (issue #31; docs/diagnosis.md, "Import: the
+generic reader").
 
 A trainer that appends each value as it is computed writes its metrics file "long": the step, the
 series' name, the value, separated by blanks (``0 val 11.0864`` / ``0 hella 0.2498`` / ``1 train

@@ -19,7 +19,8 @@ What a number is (``tests/test_formats_numbers.py`` holds the table):
   boundary) is the reader's pattern's to say.
 
 A one-element list around a number (``[13.860385]``: a script that prints or saves a 1-element
-numpy array or ``tensor.tolist()``) is that number in a table cell (round 14); a longer list is not.
+numpy array or ``tensor.tolist()``) is that number in a table cell (docs/diagnosis.md, "Import: readers and prefixes");
+a longer list is not.
 
 A unit glued to the number (``1706ms``, ``160.86GiB``) is not part of it: the reader's pattern
 captures it beside the number and :func:`parse_numbers` reports it. Quotes around a value (a

@@ -1,5 +1,5 @@
 """Pairs a console spells another way than ``key: number``, respelled before the generic reader reads
-its pairs (issue #31, round 17: fb22). The rules, for any console:
+its pairs (issue #31; docs/diagnosis.md, "Import: the generic reader"). The rules, for any console:
 
 - numbers printed through a library's scalar repr: a trainer that formats its metrics dict with
   ``str()`` prints numpy 2's scalars as ``np.float64(0.41)`` / ``np.int32(16)`` and torch's as
@@ -15,7 +15,7 @@ its pairs (issue #31, round 17: fb22). The rules, for any console:
   column that prints its number before its name (``31.2% bf16 MFU``) is that name's pair;
 - a ``|`` column opened by the epoch that holds more pairs of whole numbers (nanochat's ``| epoch: 1
   pq: 0 rg: 2 |``) states where the data loader stands (the epoch, then its shard and row group):
-  counters of the data, never metrics; only the epoch is read (round 19, f25b).
+  counters of the data, never metrics; only the epoch is read (docs/diagnosis.md, "Import: settings and counters").
 """
 
 from __future__ import annotations

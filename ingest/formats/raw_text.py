@@ -126,7 +126,7 @@ def clean_text(chunk: bytes) -> bytes:
 
 _LITERAL_ANSI: Final = re.compile(rb"(?m)^(?:\[[0-9]{1,3}(?:;[0-9]{1,3})*m)+|\[[0-9]{1,3}(?:;[0-9]{1,3})*m(?=\r?$)")
 """Colour codes whose escape byte a copy lost (a console pasted into Markdown: ``[1m --> STEP: 99[0m``),
-at a line's start or end: removed as the codes are (round 17: t23b)."""
+at a line's start or end: removed as the codes are (docs/diagnosis.md, "Import: readers and prefixes")."""
 
 
 def decode_head(head: bytes) -> str:

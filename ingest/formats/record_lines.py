@@ -53,7 +53,8 @@ EPOCH_THEN_STEP: Final = re.compile(
     r"\[[ \t]*([0-9]+[ \t]*/[ \t]*[0-9]+)[ \t]*\]"
 )
 """MiniMind's ``Epoch:[1/3](100/39695)``: the ``(S/N)`` right after an epoch's ``[E/M]`` counts the
-steps of that epoch out of ``N`` (read as ``Step [S/N]``, as beside ``Epoch [E/M]``; round 20: f26c).
+steps of that epoch out of ``N`` (read as ``Step [S/N]``, as beside ``Epoch [E/M]``; docs/diagnosis.md, "Import: steps,
+epochs and runs").
 So does a bracketed ``[S/N]`` right after an epoch's ``[E]``: the ``MetricLogger`` of torchvision's
 references and the DETR, DeiT, MAE family, ``Epoch: [3]  [ 40/139]  eta: ...  loss: ...`` (round 22: f28b)."""
 
@@ -80,9 +81,9 @@ LOGURU_LOCATION: Final = re.compile(
     r"(?::[0-9]+[ \t]*\||(?::[A-Za-z_<][A-Za-z0-9_.<>]*)+:[0-9]+[ \t]+-[ \t])"
 )
 """loguru's ``| function:line |`` between its level and message, or its default format's
-``| module:function:line - message`` (``| __main__:_log_metrics:8 - iter=0000 ...``; round 19: f25a):
-no pair. A step counter's name there is a column of pairs (``epoch:0 || iter:10 || Loss:19.45``), never a
-location."""
+``| module:function:line - message`` (``| __main__:_log_metrics:8 - iter=0000 ...``; docs/diagnosis.md, "Import: readers
+and prefixes"): no pair. A step counter's name there is a column of pairs (``epoch:0 || iter:10 || Loss:19.45``), never
+a location."""
 SPLIT_LABEL: Final = re.compile(
     r"\b((?i:epoch)[ \t]+[0-9]+)(?:[ \t]*/[ \t]*[0-9]+)?[ \t]+"
     r"(?P<split>(?i:train|training|val|valid|validation|eval|test))[ \t]*(?:-|:|\|)[ \t]*"

@@ -8,13 +8,14 @@ every reader of that family's files (a console and a CSV of the same trainer mus
   the actor's (``-Q``) has no level to come back to, so it keeps its name and is never the loss.
 - GAN: the generator's loss is the run's loss where a discriminator loss beside it says the log is a
   GAN's; the discriminator's keeps its name.
-- Loss terms (a physics-informed or multi-task model, round 15: t21d): a column that aggregates the
-  loss (``mean_loss``, ``total_loss``, ``loss_sum``, a bare ``total``) beside two or more ``*_loss``
+- Loss terms (a physics-informed or multi-task model, docs/diagnosis.md, "Import: the loss"): a column that aggregates
+  the loss (``mean_loss``, ``total_loss``, ``loss_sum``, a bare ``total``) beside two or more ``*_loss``
   term columns is the run's loss: the optimizer steps on it, the terms are its parts. A VAE's objective
-  (``loss_vae``, ``elbo_loss``) beside its terms (``loss_recon``, ``loss_kl``) is one too (round 16).
-- A lone training loss (round 18): the one column named as the training split's loss
+  (``loss_vae``, ``elbo_loss``) beside its terms (``loss_recon``, ``loss_kl``) is one too (docs/diagnosis.md, "Import:
+  the loss").
+- A lone training loss (docs/diagnosis.md, "Import: the loss"): the one column named as the training split's loss
   (``train/nll_loss``), with no other training loss beside it, is the run's loss.
-- A loss with its bucket statistics (round 19: f25a): the one training column named a loss
+- A loss with its bucket statistics (docs/diagnosis.md, "Import: the loss"): the one training column named a loss
   (``mse_loss_mean``) whose per-bucket copies (``mse_loss_q0_mean`` .. ``_q3_``: OpenAI's
   guided-diffusion logger splits every term by diffusion-timestep quartile) sit beside it, where every
   other loss-named column is such a copy, is the run's loss: the logger writes the buckets for the
@@ -44,8 +45,8 @@ GENERATOR_LOSSES: Final = frozenset({"loss_gen", "gen_loss", "loss_g", "g_loss",
 AGGREGATE_WORDS: Final = frozenset({"mean", "avg", "average", "total", "sum", "combined", "overall"})
 """Words that name a loss column as the aggregate of the loss terms beside it (``mean_loss``, ``loss_total``)."""
 OBJECTIVE_WORDS: Final = frozenset({"vae", "wae", "cvae", "elbo", "nelbo"})
-"""Words that name a loss column as the model's whole objective beside its terms (round 16: a VAE's
-``loss_vae`` beside ``loss_recon``, ``loss_kl``, ``loss_mmd``: the KL term may rise by design while the
+"""Words that name a loss column as the model's whole objective beside its terms (docs/diagnosis.md, "Import: the loss":
+a VAE's ``loss_vae`` beside ``loss_recon``, ``loss_kl``, ``loss_mmd``: the KL term may rise by design while the
 objective falls; the objective is what the optimizer steps on)."""
 DISCRIMINATOR_LOSSES: Final = frozenset(
     {"loss_dis", "dis_loss", "loss_disc", "disc_loss", "loss_d", "d_loss", "discriminator_loss", "loss_discriminator"}
@@ -143,7 +144,8 @@ def bucketed_loss(names: Iterable[str]) -> str | None:
 def lone_training_loss(names: Iterable[str]) -> str | None:
     """The one column of ``names`` named as the training split's loss (``train/nll_loss``,
     ``train_mse_loss``: a split prefix and a loss word), where no other training column names a loss
-    (round 18: t24b); None otherwise. A column without the prefix may be any term, so it never counts."""
+    (docs/diagnosis.md, "Import: the loss"); None otherwise. A column without the prefix may be any term, so it never
+    counts."""
     names = list(names)
     trained = [n for n in names if re.match(r"(?:train|training)[/_]", n.strip().lower())]
     losses = [n for n in trained if "loss" in _words(_leaf(n).removeprefix("train_").removeprefix("training_"))]
@@ -167,7 +169,7 @@ def aggregate_over_term(names: Iterable[str]) -> str | None:
     ``*_loss`` terms) where the only column the alias table reads as the loss is one of those terms, a
     loss named by its part (``lm_loss``, the language-model term the trainer adds its auxiliary terms to),
     not the loss itself (``loss``, ``train/loss``): the optimizer steps on the aggregate, so it is the run's
-    loss and the term keeps its own name (round 21: f27a). None otherwise."""
+    loss and the term keeps its own name (docs/diagnosis.md, "Import: the loss"). None otherwise."""
     names = list(names)
     aliased = [n for n in names if canonical_name(n)[0] == "loss"]
     if not aliased or any(not (_words(_leaf(n)) - {"loss"}) for n in aliased):

@@ -48,7 +48,7 @@ SETTING_PATTERNS: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (
     # "backbone='resnet18'"): two runs of other depths are other models
     ("model", re.compile(r"(?i)(?<![\w.])(resnet|resnext|wide_resnet|wrn|vgg|densenet|efficientnet-?b)[-_]?(\d+)\b")),
     # the parameter count a model summary prints (Keras' and torchinfo's 'Total params: 1,277,534'): runs
-    # of other sizes are other models (round 20, f26d)
+    # of other sizes are other models (docs/diagnosis.md, "Run status")
     ("model", re.compile(r"^\s*(total params)\s*:\s*(\d[\d,]*)\s*$", re.IGNORECASE)),
 )
 """``(setting, pattern)``: the first group is the value stated (for ``model``: the key, then the value)."""

@@ -1,6 +1,6 @@
-"""Fields of a Hugging Face Trainer log that count or sum up the run, never measure a step (issue #31,
-round 16: t22d). The rules, for any export of the Trainer's ``log_history`` (``trainer_state.json``, a
-console of printed dicts, the history flattened to a CSV):
+"""Fields of a Hugging Face Trainer log that count or sum up the run, never measure a step (issue #31;
+docs/diagnosis.md, "Import: settings and counters"). The rules, for any export of the Trainer's ``log_history``
+(``trainer_state.json``, a console of printed dicts, the history flattened to a CSV):
 
 - the end-of-training summary entry (``train_runtime``, ``train_samples_per_second``, ``total_flos``,
   ``train_loss``: the mean training loss) is the run's totals, not a step: a table's row that holds one

@@ -1,5 +1,5 @@
-"""JSON Lines records whose every statistic is a summary of several samples (issue #31, round 16: t22d):
-StyleGAN2/3's ``stats.jsonl`` (``torch_utils.training_stats``) writes ``{"Loss/G/loss": {"num": 32,
+"""JSON Lines records whose every statistic is a summary of several samples (issue #31; docs/diagnosis.md, "Import:
+metrics files"): StyleGAN2/3's ``stats.jsonl`` (``torch_utils.training_stats``) writes ``{"Loss/G/loss": {"num": 32,
 "mean": 3.48, "std": 0.89}, "Progress/tick": {"num": 1, "mean": 0.0, ...}, ...}`` once per tick. The rules,
 for any such file:
 

@@ -17,7 +17,7 @@ dump in the log's head:
   says it is the setting the run computes in, not a tensor's dtype;
 - else torch's warning ``ComplexHalf support is experimental`` (a complex half tensor was created:
   an FFT or STFT under fp16 autocast; bf16 has no complex type) reads as fp16: the run computes
-  in fp16 somewhere, which is what the fp16 actions ask (round 18 act24);
+  in fp16 somewhere, which is what the fp16 actions ask (docs/diagnosis.md, "Actions and claims");
 - else (before the switch stated off, which a bf16 autocast leaves off) a log that dumps its training
   script (a line ``import torch``) states the precision its code runs in: every
   ``autocast(..., dtype=torch.bfloat16)`` context of the script naming one literal dtype, none turned

@@ -1,5 +1,5 @@
 """Words of an epoch summary printed in another language, for the evaluation lines of the generic
-reader (:mod:`ingest.formats.eval_lines`; round 16, issue #31).
+reader (:mod:`ingest.formats.eval_lines`; issue #31; docs/diagnosis.md, "Import: steps, epochs and runs").
 
 A console may print its epoch summary in Chinese (``Epoch 17 完成 | 训练损失: 4.5880 | 验证损失: 5.9688
 | 时间: 388.0s``: done, training loss, validation loss, time). The pair parser reads keys in Latin

@@ -5,18 +5,18 @@
   other counter (Lightning's and YOLO's ``epoch``, Keras' ``epoch`` next to ``step``) is no series to
   draw or to find spikes in. So are W&B's own clocks (``_runtime``: seconds since the start;
   ``_timestamp``: the wall clock) in its run-history export: the time axis, not a training quantity.
-- **A batch counter within the epoch** (round 20: f26b). Beside an ``epoch`` column and no step column, a
-  column named as the batch's index (``batch``, ``batch_idx``, ``iter_in_epoch`` ...) holding whole numbers
-  counts the batches of the epoch: with the epoch it is the step column (``epoch * batches_per_epoch + batch``,
-  :class:`~ingest.formats.epoch_steps.EpochSteps`; a counter that never restarts is kept as written), an
+- **A batch counter within the epoch** (docs/diagnosis.md, "Import: steps, epochs and runs"). Beside an ``epoch`` column
+  and no step column, a column named as the batch's index (``batch``, ``batch_idx``, ``iter_in_epoch`` ...) holding
+  whole numbers counts the batches of the epoch: with the epoch it is the step column (``epoch * batches_per_epoch +
+  batch``, :class:`~ingest.formats.epoch_steps.EpochSteps`; a counter that never restarts is kept as written), an
   axis, never a metric. A table logged one row per batch read one row per epoch would keep one record in
   twenty (a GAN's ``Epoch,Batch,Gen Loss,Disc Loss``).
 - **Param-group learning rates.** A table holding two or more learning rates of numbered optimizer
   param groups and no plain ``lr`` (Ultralytics' ``lr/pg0, lr/pg1, lr/pg2``; an LR monitor's
   ``lr-SGD/pg1, lr-SGD/pg2``; YOLOv5's ``x/lr0, x/lr1, x/lr2``: a numbered ``lrN``) stores one of
   them as the run's ``lr``: the first group (the lowest-numbered one logged), as the canonical ``lr``
-  is the first param group's (round 21: f27a; before, the group the most others agreed with, YOLO's
-  weight groups rather than its bias group pg0 that warms up from its own value). The others keep
+  is the first param group's (docs/diagnosis.md, "Import: metrics files"; before, the group the most others agreed with,
+  YOLO's weight groups rather than its bias group pg0 that warms up from its own value). The others keep
   their own names.
 """
 
@@ -95,6 +95,6 @@ def run_lr_group(
 ) -> str | None:
     """Which of the param-group ``columns`` (from :func:`group_lr_columns`, by group number; their ``values``
     and ``present`` masks row by row) is the run's ``lr``: the first group, the lowest-numbered one logged
-    (the canonical ``lr`` is the first param group's, :data:`stab_core.metrics.CANONICAL_METRICS`; round 21:
-    f27a); None for no columns."""
+    (the canonical ``lr`` is the first param group's, :data:`stab_core.metrics.CANONICAL_METRICS`;
+    docs/diagnosis.md, "Import: metrics files"); None for no columns."""
     return next((column for column, shown in zip(columns, present, strict=True) if shown.any()), None)

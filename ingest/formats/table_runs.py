@@ -1,4 +1,4 @@
-"""Runs back to back in one metrics table (issue #31, round 15: t21d).
+"""Runs back to back in one metrics table (issue #31; docs/diagnosis.md, "Import: steps, epochs and runs").
 
 A table's step or epoch axis that goes back down to its first value starts a fresh run: a Keras
 ``CSVLogger`` in append mode (two ``fit()`` calls: epochs ``0, 1, 0, 1, 2, ...`` under one header), a
@@ -12,8 +12,8 @@ that run however they are numbered.
 
 A line that repeats an earlier line of the table exactly (every key, every value: a launch's lines
 written twice, two processes appending the same record) is one record, not a step that goes down: it is
-dropped before the rule looks at the steps (round 19: f25a). Looked for only where a step goes down, so a
-table whose steps only rise costs nothing more.
+dropped before the rule looks at the steps (docs/diagnosis.md, "Import: steps, epochs and runs"). Looked for only where
+a step goes down, so a table whose steps only rise costs nothing more.
 """
 
 from __future__ import annotations
