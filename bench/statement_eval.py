@@ -141,12 +141,15 @@ def golden_incidents(golden: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 
 def match(incident: Mapping[str, Any], truths: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
-    """The golden incident nearest the incident's peak among those within their tolerance of its span
-    (as ``bench.corpus_eval.score_incidents`` matches), or None."""
+    """The golden incident whose onset is nearest the incident's onset among those within their tolerance
+    of its span (as ``bench.corpus_eval.score_incidents`` matches), the nearest to its peak among equals;
+    None when none is. A golden incident's ``step`` is its first step (tests/corpus/README.md), so it is
+    compared with the incident's ``start``: a divergence detected from step 2000 to the log's end is judged
+    against the golden divergence from 2400, not against a may-find swing near its highest sample at 6790."""
     lo, hi = _span(incident)
     peak = int(incident.get("peak", lo))
     hits = [t for t in truths if lo - int(t["tolerance_steps"]) <= int(t["step"]) <= hi + int(t["tolerance_steps"])]
-    return min(hits, key=lambda t: abs(int(t["step"]) - peak)) if hits else None
+    return min(hits, key=lambda t: (abs(int(t["step"]) - lo), abs(int(t["step"]) - peak))) if hits else None
 
 
 def _severity(case: Case) -> Verdict:

@@ -272,6 +272,15 @@ def test_match_takes_the_nearest_golden_incident_within_tolerance() -> None:
     assert match({"start": 130, "peak": 130, "end": 130}, truths) is None
 
 
+def test_match_compares_onsets_not_the_peak_with_an_onset() -> None:
+    """A golden incident's step is its first step: a divergence detected from 2000 to the log's end, highest
+    at 6790, is the golden divergence from 2400, not the may-find swing at 6790."""
+    truths = [{"step": 2400, "tolerance_steps": 500}, {"step": 6790, "tolerance_steps": 50}]
+    assert match({"start": 2000, "peak": 6790, "end": 9000}, truths) == truths[0]
+    same_onset = [{"step": 100, "tolerance_steps": 5}, {"step": 100, "tolerance_steps": 50}]
+    assert match({"start": 100, "peak": 140, "end": 150}, same_onset) == same_onset[0]
+
+
 def test_counts_and_precision() -> None:
     judged = judged_json(judge_log(GOLDEN, [RunSaid("toy", "ended at step 2000", ["lr"], [], [incident(300)])]))
     c = counts(judged)
