@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ingest.formats import read_log
+import pytest
+
+from ingest.formats import _tabular, read_log
 from ingest.formats.aliases import canonical_name
 from ingest.formats.csv_counters import is_tally
 
@@ -65,6 +67,31 @@ def test_a_long_form_scalar_export_is_pivoted_one_series_per_tag(tmp_path: Path)
     assert log.meta["proposed_map"] == {"train/current_loss": "loss"}  # the current step's loss is the run's
     steps, values = log.series("train/tot_loss")
     assert steps.tolist() == [100, 200, 300] and values.tolist() == [2.7, 2.6, 2.5]  # each record once
+
+
+def test_a_long_export_larger_than_a_read_block_is_pivoted_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # read in blocks of a few hundred bytes, each tag's rows cross many block boundaries: still one series each
+    monkeypatch.setattr(_tabular, "CSV_WHOLE_FILE_BYTES", 1)  # stream it, as a file of more than 256 MiB is
+    monkeypatch.setattr(_tabular, "CSV_BLOCK_BYTES", 512)
+    rows = ["tag,step,value"]
+    rows += [f"train/loss,{s},{3.0 - s / 1000:.4f}" for s in range(0, 400, 10)]
+    rows += [f"val/loss,{s},{3.1 - s / 1000:.4f}" for s in range(0, 400, 100)]
+    log = read_log([_write(tmp_path / "scalars.csv", rows)])
+    assert not log.segments and not log.events
+    assert log.series("loss")[0].tolist() == list(range(0, 400, 10))  # train/loss, by its canonical name
+    assert log.series("val_loss")[0].tolist() == [0, 100, 200, 300]
+
+
+def test_a_tag_giving_one_step_two_values_is_read_as_a_wide_table_would_be(tmp_path: Path) -> None:
+    # step 30 logged again with another value (a relaunch): not "a repeated row" whose second value is dropped;
+    # the file is read in order, as the same rows in a wide table are (the later value is the step's)
+    rows = ["tag,step,value"] + [f"loss,{s},{2.0 - s / 100:.2f}" for s in range(0, 40, 10)]
+    rows += ["loss,30,1.2", "loss,40,1.1"]
+    log = read_log([_write(tmp_path / "scalars.csv", rows)])
+    steps, values = log.series("value")
+    assert steps.tolist() == [0, 10, 20, 30, 40] and values.tolist() == [2.0, 1.9, 1.8, 1.2, 1.1]
 
 
 def test_a_dev_loss_is_the_validation_loss() -> None:

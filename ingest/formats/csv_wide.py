@@ -62,7 +62,7 @@ from ingest.formats.field_roles import SETTINGS_KEY
 from ingest.formats.label_blocks import LabelBlocks
 from ingest.formats.labelled_runs import run_labels, run_table
 from ingest.formats.lightning_eval import eval_epoch_keymap, without_eval_batch_rows
-from ingest.formats.long_table import pivot_long
+from ingest.formats.long_table import pivoted_blocks
 from ingest.formats.raw_text import read_head
 from ingest.formats.run_loss import add_run_loss
 from ingest.formats.run_totals import summary_rows
@@ -125,10 +125,10 @@ class WideCsvReader(Reader):
             rows = 0
             if settings := comment_settings(read_head(path, 64 * 1024)):  # ingest.formats.csv_comments
                 builder.meta.setdefault(SETTINGS_KEY, {}).update(settings)
-            for table, line in iter_csv(path, builder, text_columns=(EVENT_COLUMN,)):
-                if self._label is not None:  # one run of several in the table: ingest.formats.labelled_runs
-                    table = run_table(table, self._label)
-                table = pivot_long(table)  # one row per (tag, step, value): ingest.formats.long_table
+            chunks = iter_csv(path, builder, text_columns=(EVENT_COLUMN,))
+            if self._label is not None:  # one run of several in the table: ingest.formats.labelled_runs
+                chunks = ((run_table(table, self._label), line) for table, line in chunks)
+            for table, line in pivoted_blocks(chunks):  # one row per (tag, step, value): ingest.formats.long_table
                 table = name_value_column(table, path)  # a one-series export: ingest.formats.value_column
                 table, summary = summary_rows(table)  # the Trainer's totals row, no step: ingest.formats.run_totals
                 table = without_eval_batch_rows(table, table.column_names)  # Lightning's: .lightning_eval

@@ -14,11 +14,15 @@ back to the first one at each new tag (two runs, no loss). The rule, for any tab
   series' own steps go back (a relaunch logging into the same directory): then the rows are left as
   they are, in file order (the table's usual restart rule reads them).
 
-Read chunk by chunk (a table of more than ``CSV_BLOCK_BYTES``), each chunk is pivoted on its own.
+A table of more than ``CSV_BLOCK_BYTES`` is read in blocks; a long one is pivoted whole, all its blocks
+together (:func:`pivoted_blocks`), so a series whose rows cross a block boundary stays one series. A series
+that gives one step two different values is a relaunch too, read in file order: only an exact repeat is
+one record, so no value is dropped.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Final
 
 import numpy as np
@@ -50,30 +54,34 @@ def long_columns(table: pa.Table) -> tuple[str, str, str] | None:
     return step, series, value
 
 
-def pivot_long(table: pa.Table) -> pa.Table:
-    """``table`` wide (one column per series, one row per step) when it is long; else as it is."""
-    found = long_columns(table)
-    if found is None:
-        return table
-    step_col, series_col, value_col = found
-    steps, has_step = to_float(table[step_col])
-    values, has_value = to_float(table[value_col])
-    wall_col = find_column(table.column_names, WALL_COLUMNS)
-    wall, has_wall = to_float(table[wall_col]) if wall_col else (np.zeros(len(steps)), np.zeros(len(steps), bool))
-    names = [str(v).strip() if v is not None else "" for v in table[series_col].to_pylist()]
+def _pivot(tables: Sequence[pa.Table], columns_of: tuple[str, str, str]) -> pa.Table | None:
+    """The long ``tables`` (one file's blocks, in file order) as one wide table (module docstring), or None
+    when a series' rows go back in step or give one step two different values (a relaunch: the rows are
+    read in file order)."""
+    step_col, series_col, value_col = columns_of
+    wall_col = find_column(tables[0].column_names, WALL_COLUMNS)
     per: dict[str, dict[float, float]] = {}
     walls: dict[float, float] = {}
     last: dict[str, float] = {}
-    for i, name in enumerate(names):
-        if not name or not has_step[i]:
-            continue
-        seen = per.setdefault(name, {})
-        if steps[i] < last.get(name, -np.inf):
-            return table  # a series whose steps go back: a relaunch, read in file order
-        last[name] = float(steps[i])
-        seen.setdefault(float(steps[i]), float(values[i]) if has_value[i] else np.nan)
-        if has_wall[i]:
-            walls.setdefault(float(steps[i]), float(wall[i]))
+    for table in tables:
+        steps, has_step = to_float(table[step_col])
+        values, has_value = to_float(table[value_col])
+        wall, has_wall = to_float(table[wall_col]) if wall_col in table.column_names else (steps, has_step & False)
+        names = [str(v).strip() if v is not None else "" for v in table[series_col].to_pylist()]
+        for i, name in enumerate(names):
+            if not name or not has_step[i]:
+                continue
+            seen = per.setdefault(name, {})
+            step, value = float(steps[i]), float(values[i]) if has_value[i] else np.nan
+            if step < last.get(name, -np.inf):
+                return None  # a series whose steps go back: a relaunch
+            before = seen.get(step)
+            if before is not None and not (before == value or (np.isnan(before) and np.isnan(value))):
+                return None  # one step, two values: a relaunch logging the step again, not a repeated row
+            last[name] = step
+            seen.setdefault(step, value)
+            if has_wall[i]:
+                walls.setdefault(step, float(wall[i]))
     axis = sorted({s for seen in per.values() for s in seen})
     columns: dict[str, Any] = {step_col: pa.array(axis, pa.float64())}
     if wall_col and walls:
@@ -83,3 +91,34 @@ def pivot_long(table: pa.Table) -> pa.Table:
             continue
         columns[name] = pa.array([seen.get(s) for s in axis], pa.float64())
     return pa.table(columns)
+
+
+def pivot_long(table: pa.Table) -> pa.Table:
+    """``table`` wide (one column per series, one row per step) when it is long; else as it is."""
+    found = long_columns(table)
+    if found is None:
+        return table
+    wide = _pivot([table], found)
+    return table if wide is None else wide
+
+
+def pivoted_blocks(blocks: Iterable[tuple[pa.Table, int]]) -> Iterator[tuple[pa.Table, int]]:
+    """A CSV file's ``(block, first line)`` pairs as they are, unless its first block is a long table: then
+    every block is read and the whole file pivoted as one table (a series' rows cross block boundaries;
+    pivoted block by block, each block would start the series again), or, when the pivot finds a relaunch,
+    the blocks are given back as they are, in file order."""
+    it = iter(blocks)
+    first = next(it, None)
+    if first is None:
+        return
+    found = long_columns(first[0])
+    if found is None:
+        yield first
+        yield from it
+        return
+    held = [first, *it]
+    wide = _pivot([table for table, _ in held], found)
+    if wide is None:
+        yield from held
+    else:
+        yield wide, first[1]
