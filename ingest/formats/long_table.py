@@ -93,15 +93,6 @@ def _pivot(tables: Sequence[pa.Table], columns_of: tuple[str, str, str]) -> pa.T
     return pa.table(columns)
 
 
-def pivot_long(table: pa.Table) -> pa.Table:
-    """``table`` wide (one column per series, one row per step) when it is long; else as it is."""
-    found = long_columns(table)
-    if found is None:
-        return table
-    wide = _pivot([table], found)
-    return table if wide is None else wide
-
-
 def pivoted_blocks(blocks: Iterable[tuple[pa.Table, int]]) -> Iterator[tuple[pa.Table, int]]:
     """A CSV file's ``(block, first line)`` pairs as they are, unless its first block is a long table: then
     every block is read and the whole file pivoted as one table (a series' rows cross block boundaries;
