@@ -152,3 +152,13 @@ def test_one_evaluation_bumps_on_a_noisy_late_plateau_are_no_blow_up() -> None:
     val = np.array([0.35, 0.43, 0.45, 1.04, 0.61, 0.46, 0.57, 1.12, 0.55, 0.48, 0.62, 0.62, 0.58, 1.03, 1.78])
     val = np.concatenate([val, [0.70, 0.47, 0.92, 0.58, 0.84, 0.69, 1.49, 0.33, 0.28, 0.58]])
     assert held_out_blowups({"val_loss": Series(np.arange(val.size, dtype=np.int64) * 200, val)}) == []
+
+
+def test_the_pages_say_the_validation_parts_were_checked_not_unchecked() -> None:
+    # overfitting is judged on each part where no total is logged: "Overfitting not checked" was false
+    from pages.parts.findings_view import nothing_found
+
+    yolo = ["loss", "val/box_loss", "val/cls_loss", "step_time_s"]
+    assert nothing_found(yolo) == "Nothing found: checked `val/box_loss`, `val/cls_loss`, `step_time_s`."
+    assert nothing_found(["loss", "val_loss", "val/cls_loss"]) == "Nothing found: checked `val_loss`."
+    assert nothing_found(["loss"]) == "Nothing found: the run logs no val loss, and no tokens/s or step time, to check."
