@@ -159,6 +159,8 @@ def test_the_pages_say_the_validation_parts_were_checked_not_unchecked() -> None
     from pages.parts.findings_view import nothing_found
 
     yolo = ["loss", "val/box_loss", "val/cls_loss", "step_time_s"]
-    assert nothing_found(yolo) == "Nothing found: checked `val/box_loss`, `val/cls_loss`, `step_time_s`."
+    assert nothing_found(yolo) == (
+        "Nothing found: checked the parts of its validation loss (`val/box_loss`, `val/cls_loss`), `step_time_s`."
+    )
     assert nothing_found(["loss", "val_loss", "val/cls_loss"]) == "Nothing found: checked `val_loss`."
     assert nothing_found(["loss"]) == "Nothing found: the run logs no val loss, and no tokens/s or step time, to check."

@@ -32,8 +32,11 @@ def nothing_found(metrics: Iterable[str]) -> str:
     validation loss a run logs without a total (a YOLO ``results.csv``: ``stab_core.findings`` judges
     overfitting on each part), and the speed series."""
     names = list(metrics)
-    held = ["val_loss"] if "val_loss" in names else held_out_parts(names)
-    checked = held + [m for m in ("throughput_tok_s", "step_time_s") if m in names]
-    if not checked:
+    parts = held_out_parts(names)
+    speed = [f"`{m}`" for m in ("throughput_tok_s", "step_time_s") if m in names]
+    held = ["`val_loss`"] if "val_loss" in names else []
+    if parts:
+        held = ["the parts of its validation loss (" + ", ".join(f"`{m}`" for m in parts) + ")"]
+    if not held + speed:
         return "Nothing found: the run logs no val loss, and no tokens/s or step time, to check."
-    return "Nothing found: checked " + ", ".join(f"`{m}`" for m in checked) + "."
+    return "Nothing found: checked " + ", ".join(held + speed) + "."
