@@ -489,7 +489,7 @@ class LogBuilder:
                 spans.setdefault(stream, []).extend(found)
         # one restart seen the same in two streams (a reader's second pass over the same lines) is one event
         found_spans = {span for spans_of_stream in spans.values() for span in merge_spans(spans_of_stream)}
-        kept = {m: log_rows.built_series(built[names.index(m)][0]) for m in abandoned}
+        kept = {m: log_rows.built_series(built[names.index(m)][0]) for m in abandoned} if found_spans else {}
         for s0, s1 in sorted(found_spans):
             detail = log_rows.rollback_detail(abandoned, s0, s1)
             if log_rows.replay_unchanged(detail, kept):

@@ -34,6 +34,8 @@ config's ``torch_dtype`` is the dtype its weights were saved in, not how it trai
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import re
 from pathlib import Path
 from typing import Any, Final
@@ -112,6 +114,33 @@ _KEYWORD: Final = re.compile(r"fp16|bf16|half|Half|(?<![A-Za-z])amp|precision|dt
 searched, so a head of metric lines costs one cheap scan, not five lookbehind searches (``amp`` as a word
 start: a metric line's ``consumed samples`` holds none)."""
 
+_KEYWORD_LITERALS: Final = re.compile(r"fp16|bf16|half|Half|precision|dtype|DTYPE")
+"""``_KEYWORD`` less its ``amp``: plain words, found in one fast scan of the whole text."""
+
+
+def _keyword_lines(text: str) -> set[int]:
+    """The indices (in ``text.splitlines()``) of the lines ``_KEYWORD`` finds a word in: one scan of the
+    whole text for the plain words and one for ``amp``, whose word start is checked here. A metric line's
+    ``consumed samples`` holds ``amp``, so the regex run line by line cost most of this module's time on
+    a head of metric lines (docs/performance.md, the import report's cost)."""
+    ends = list(itertools.accumulate(len(line) for line in text.splitlines(keepends=True)))
+    starts = [m.start() for m in _KEYWORD_LITERALS.finditer(text)]
+    starts += [i for i in _find_all(text, "amp") if i == 0 or not _is_ascii_letter(text[i - 1])]
+    return {bisect.bisect_right(ends, i) for i in starts}
+
+
+def _find_all(text: str, word: str) -> list[int]:
+    found, i = [], text.find(word)
+    while i >= 0:
+        found.append(i)
+        i = text.find(word, i + 1)
+    return found
+
+
+def _is_ascii_letter(char: str) -> bool:
+    return ("a" <= char <= "z") or ("A" <= char <= "Z")
+
+
 _CANON: Final = {
     "bf16": "bf16",
     "bfloat16": "bf16",
@@ -140,7 +169,7 @@ def stated_precision(text: str) -> str | None:
     """``fp16``, ``bf16`` or ``fp32`` as the settings dumps in ``text`` state it (module docstring),
     None when they state none or contradict each other."""
     every = text.splitlines()
-    near = {j for i, line in enumerate(every) if _KEYWORD.search(line) for j in (i, i + 1)}  # a value may wrap
+    near = {j for i in _keyword_lines(text) for j in (i, i + 1)}  # a value may wrap
     lines = [every[i] for i in sorted(near) if i < len(every) and not _NOT_A_DUMP.search(every[i])]
     body = "\n".join(lines)
     explicit: set[str] = set()
