@@ -9,9 +9,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from ingest.formats import read_log
+from ingest.formats.field_roles import SETTINGS_KEY, moved_fields
 
 
 def _write(path: Path, lines: list[str]) -> Path:
@@ -74,3 +76,40 @@ def test_clipped_flags_no_threshold_explains_give_none(tmp_path: Path) -> None:
     for i, record in enumerate(records):
         record["clipped"] = i % 3 == 0  # set on small norms and large ones alike
     assert "max_norm" not in read_log([_jsonl(tmp_path / "training_log.jsonl", records)]).meta
+
+
+def test_a_wall_clock_named_with_its_unit_is_a_step_time_and_a_step_count_no_metric(tmp_path: Path) -> None:
+    records = [
+        {
+            "run_name": "ablation",
+            "step": step,
+            "total_step_count": step + 1,
+            "wall_time_sec": 3.0 + step * 0.05,
+            "train_loss": 6.0 / (1 + step / 100),
+            "lr": 1e-3,
+            "batch_size": 64,
+        }
+        for step in range(0, 2001, 100)
+    ]
+    parsed = read_log([_jsonl(tmp_path / "run.jsonl", records)])
+    steps, values = parsed.series("step_time_s")
+    assert steps[0] == 100 and values == pytest.approx(np.full(steps.shape, 0.05))  # the clock's rise a step
+    assert "total_step_count" not in parsed.metrics and "wall_time_sec" not in parsed.metrics
+    assert parsed.meta[SETTINGS_KEY]["total_step_count"] == 2001
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["total_step_count", "num_updates", "epochs_completed", "progress_pct", "percent_done", "best_epoch", "best_step"],
+)
+def test_progress_and_bookkeeping_fields_are_no_metrics(name: str) -> None:
+    rising = np.linspace(1.0, 100.0, 12)
+    assert name in moved_fields({name: rising})
+    assert not moved_fields({"val_loss": rising, "step_time_s": rising, "best_val_loss": rising})
+
+
+def test_a_results_table_keeps_its_best_epoch_out_of_the_series(tmp_path: Path) -> None:
+    lines = ["epoch,train/box_loss,val/box_loss,best_epoch,lr/pg0"]
+    lines += [f"{e},{2.0 / e:.4f},{2.2 / e:.4f},{e if e < 8 else 7},0.001" for e in range(1, 13)]
+    parsed = read_log([_write(tmp_path / "results.csv", lines)])
+    assert "best_epoch" not in parsed.metrics and parsed.meta[SETTINGS_KEY]["best_epoch"] == 7
