@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from bench.corpus_eval import junk_metrics
 from ingest.formats import read_log
 from ingest.formats.field_roles import SETTINGS_KEY, moved_fields
 
@@ -113,3 +114,11 @@ def test_a_results_table_keeps_its_best_epoch_out_of_the_series(tmp_path: Path) 
     lines += [f"{e},{2.0 / e:.4f},{2.2 / e:.4f},{e if e < 8 else 7},0.001" for e in range(1, 13)]
     parsed = read_log([_write(tmp_path / "results.csv", lines)])
     assert "best_epoch" not in parsed.metrics and parsed.meta[SETTINGS_KEY]["best_epoch"] == 7
+
+
+def test_the_scorer_does_not_ban_by_prefix_a_step_time_the_golden_counts() -> None:
+    golden_import = {"known_fields": ["step", "wall_time_sec"], "must_not_be_metrics": ["step", "total_step_count"]}
+    counted = {"metrics": ["loss"], "records_by_metric": {"loss": 5, "step_time": 5}}
+    assert junk_metrics(["loss", "step_time_s"], golden_import, counted) == []
+    # a golden that does not count a step time still bans it by the prefix, as before
+    assert junk_metrics(["step_time_s"], golden_import, {"metrics": ["loss"]}) == ["step_time_s (must not be a metric)"]
