@@ -116,6 +116,38 @@ def test_a_results_table_keeps_its_best_epoch_out_of_the_series(tmp_path: Path) 
     assert "best_epoch" not in parsed.metrics and parsed.meta[SETTINGS_KEY]["best_epoch"] == 7
 
 
+def _blocks(test_every_epoch: bool) -> list[str]:
+    lines = []
+    for epoch in range(1, 7):
+        lines += [f"epoch {epoch}", f"Train Loss: {2.3 - epoch / 100:.6f}, Acc: {10 + epoch:.6f}%"]
+        lines.append(f"Val Loss: {2.4 + epoch:.6f}, Acc: {9 + epoch / 10:.6f}%")
+        if test_every_epoch:
+            lines.append(f"Test Loss: {2.5 + epoch:.6f}, Acc: {8 + epoch / 10:.6f}%")
+    if not test_every_epoch:
+        lines.append("Test Loss: 1.234567, Acc: 7.700000%")  # one evaluation after training
+    return lines
+
+
+def test_a_test_evaluation_after_training_does_not_overwrite_the_last_validation(tmp_path: Path) -> None:
+    parsed = read_log([_write(tmp_path / "train.log", _blocks(test_every_epoch=False))])
+    steps, values = parsed.series("val_loss")
+    assert steps.tolist() == [1, 2, 3, 4, 5, 6] and values[-1] == pytest.approx(8.4)
+    assert not [m for m in parsed.metrics if m.startswith("test_")]
+
+
+def test_test_lines_at_every_epoch_beside_validation_are_their_own_series(tmp_path: Path) -> None:
+    parsed = read_log([_write(tmp_path / "train.log", _blocks(test_every_epoch=True))])
+    assert parsed.series("val_loss")[1][-1] == pytest.approx(8.4)
+    assert parsed.series("test_loss")[1][-1] == pytest.approx(8.5)
+
+
+def test_test_lines_without_validation_are_the_validation(tmp_path: Path) -> None:
+    lines = [x for x in _blocks(test_every_epoch=True) if not x.startswith("Val")]
+    parsed = read_log([_write(tmp_path / "train.log", lines)])
+    assert parsed.series("val_loss")[1][-1] == pytest.approx(8.5)
+    assert not [m for m in parsed.metrics if m.startswith("test_")]
+
+
 def test_the_scorer_does_not_ban_by_prefix_a_step_time_the_golden_counts() -> None:
     golden_import = {"known_fields": ["step", "wall_time_sec"], "must_not_be_metrics": ["step", "total_step_count"]}
     counted = {"metrics": ["loss"], "records_by_metric": {"loss": 5, "step_time": 5}}
