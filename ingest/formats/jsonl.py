@@ -2,8 +2,10 @@
 
 The step comes from ``step``/``global_step``/``iteration``/``_step``...; without one, the line
 index (0-based) is the step. A counter that restarts while another keeps rising (a per-epoch ``step`` beside
-``global_step``) gives way to the one that keeps rising (:mod:`ingest.formats.restarting_steps`). Nested objects become ``parent/child`` metrics; strings such as
-``"nan"`` are parsed; other strings, lists and booleans are not metrics and are ignored.
+``global_step``) gives way to the one that keeps rising (:mod:`ingest.formats.restarting_steps`). Nested objects
+become ``parent/child`` metrics; strings such as ``"nan"`` are parsed; other strings, lists and booleans are not
+metrics and are ignored (a true/false clipped flag beside the grad norm gives the run's ``max_norm`` instead:
+:mod:`ingest.formats.clip_flags`).
 """
 
 from __future__ import annotations
