@@ -156,8 +156,12 @@ def junk_metrics(stored: Sequence[str], golden_import: Mapping[str, Any], run: M
         n = _norm(name)
         # a canonical metric (or its max/min companion) is a role the reader gave a field, not a new name
         canonical = re.sub(r"_(max|min)(?=_|$)", "", n) in CANONICAL_METRICS
-        # a name the golden run requires is never banned by a prefix ('step' bans step_*, not step_time_s)
-        required = name in run.get("metrics", [])
+        # a name the golden run requires is never banned by a prefix ('step' bans step_*, not step_time_s):
+        # required by its metrics, or a canonical metric whose quantity its records_by_metric counts
+        # (``step_time``: the canonical ``step_time_s``, its unit cut)
+        by_metric = run.get("records_by_metric") or {}
+        counted = n in by_metric or n.removesuffix("_s") in by_metric
+        required = name in run.get("metrics", []) or (canonical and counted)
         if n in banned or (not required and any(n.startswith(b + "_") for b in banned if b not in CANONICAL_METRICS)):
             junk.append(f"{name} (must not be a metric)")
         elif (

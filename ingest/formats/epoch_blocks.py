@@ -13,7 +13,10 @@ the lines under it, often pasted into a Markdown code fence::
 The step is the epoch of the block (``Epoch: 3``, ``Epoch 3``, ``Epoch 3/80``). Every ``Name: value``
 (or ``Name value``) field under it is that epoch's: a line that starts with ``Test``, ``Val``,
 ``Valid``, ``Eval`` gives ``val_`` metrics; a name of several words is the metric its last words name
-(``Average loss`` is ``loss``, ``Learning rate`` is ``lr``). A tqdm bar is read at its last redraw
+(``Average loss`` is ``loss``, ``Learning rate`` is ``lr``). A ``Test`` line is the validation only in a log
+that prints no other evaluation: beside ``Val`` lines it is the test split, dropped when printed once (the
+evaluation after training, which must not overwrite the last epoch's validation) and its own ``test_`` series when
+printed at every epoch. A tqdm bar is read at its last redraw
 (``\\r``-separated) with its bar, counts and rates cut off; a parenthesised companion (``(Max: 10.46
 GB)``) is no field; an epoch counter on a line (``Train Epoch: 3``) is the step, not a metric. Fence
 lines, lines before the first block and a best-so-far summary (``Best test Acc: 89.4``) are counted as
@@ -54,6 +57,35 @@ _FIELD: Final = re.compile(
 _BEST: Final = re.compile(r"^[ \t]*(?:Best|BEST|best)\b")
 """A summary of the best value so far (``Best test Top-1 Acc: 89.37`` after a model's last epoch): no epoch's record."""
 _EVAL: Final = re.compile(r"^[ \t]*(?:Test|Val|Valid|Validation|Eval|Evaluation)\b", re.IGNORECASE)
+_TEST: Final = re.compile(r"^[ \t]*Test\b", re.IGNORECASE)
+"""A test-set evaluation's line: the run's validation unless the log also prints one (:func:`_test_records`)."""
+_TEST_MARK: Final = "\x00test:"
+"""The provisional name prefix of a test line's fields, until the whole log tells which split they are."""
+
+
+def _test_records(records: list[Record], canonical: dict[str, bool]) -> list[Record]:
+    """``records`` with the test lines' fields (named ``_TEST_MARK`` + metric) named for what they are
+    (round 23 f29b). In a log whose epochs print no other evaluation, the test line is the run's validation
+    (``val_``, ``Test set: Average loss`` every epoch). Beside a validation line it is another split: a test line
+    of one epoch only is the one evaluation after training (``Test Loss: ..`` after the last epoch's ``Val Loss``),
+    no epoch's record, and is dropped, so it cannot overwrite that epoch's validation; test lines of several epochs
+    are their own ``test_`` series."""
+    tested = [r for r in records if r[0].startswith(_TEST_MARK)]
+    if not tested:
+        return records
+    validated = any(r[0].startswith("val_") for r in records)
+    epochs = {r[2] for r in tested}
+    if validated and len(epochs) < 2:
+        return [r for r in records if not r[0].startswith(_TEST_MARK)]
+    prefix = "test_" if validated else "val_"
+    out: list[Record] = []
+    for name, unit, step, value, seq in records:
+        if name.startswith(_TEST_MARK):
+            base = name[len(_TEST_MARK) :]
+            name = prefix + base
+            canonical[name] = canonical[_TEST_MARK + base]
+        out.append((name, unit, step, value, seq))
+    return out
 
 
 def _name(key: str) -> tuple[str, bool]:
@@ -124,10 +156,13 @@ class EpochBlockReader(Reader):
             if _BEST.match(raw):
                 return [], "best-so-far summary"
             eval_line = _EVAL.match(raw) is not None
+            test_line = _TEST.match(raw) is not None
             rows: list[Row] = []
             for key, value, unit in fields:
                 name, known = _name(key)
-                if eval_line and not name.startswith("val_"):  # 'test Loss' is already val_loss
+                if test_line:  # validation or another split: the whole log tells (_test_records)
+                    name = _TEST_MARK + name.removeprefix("val_")  # 'test Loss' names val_loss
+                elif eval_line and not name.startswith("val_"):
                     name = f"val_{name}"
                 canonical[name] = known
                 rows.append((name, unit, epoch, value))
@@ -144,7 +179,7 @@ class EpochBlockReader(Reader):
                     rows[-1] = record
                 else:
                     rows.append(record)
-            return sorted((r for rows in kept.values() for r in rows), key=lambda r: r[4])
+            return _test_records(sorted((r for rows in kept.values() for r in rows), key=lambda r: r[4]), canonical)
 
         read_console(
             paths,

@@ -48,6 +48,12 @@ layout of a log nobody has seen.
   ``completions/min_length`` at 2 that the shortest completion stayed 2 tokens: facts about training, not settings of
   the run.
 - An episode counter (``episode``: completions or episodes sampled so far) is a count consumed, as above.
+- **Progress and bookkeeping are no training metrics** (round 23 f29b). A count of the steps, iterations, epochs or
+  updates done (``total_step_count``: the step counter plus one; ``num_updates``, ``epochs_completed``) is the step
+  axis again; a fraction or percentage of the plan done (``progress_pct``, ``percent_done``) is the step over the
+  planned steps; where the best evaluation so far was (Ultralytics' ``best_epoch``, a ``best_step``) is the trainer's
+  checkpoint bookkeeping. None of them says how the run trains: left out of the series (the last value kept in
+  the metadata), by name, whatever their values (a progress that rises is no less a progress).
 
 Each move is listed in :func:`moved_fields`' answer, which the import report shows (``moved``), so
 nothing is lost silently.
@@ -89,6 +95,24 @@ CONSUMED: Final = re.compile(
 """A count of the data or steps consumed (``tokens_seen``, ``samples``, ``effective_steps``) or a trainer's
 estimate of the time left (``eta_seconds``): progress, not a measure (:func:`moved_fields`). Megatron's and
 NeMo's ``consumed_samples`` stays a series (its readers' choice: a batch-size ramp shows in it)."""
+STEP_COUNT: Final = re.compile(
+    r"^(?:.*/)?(?:(?:total_|num_|n_|cumulative_)?(?:steps?|iters?|iterations?|epochs?|updates?|batches)"
+    r"_(?:count|done|taken|completed|so_far)|(?:total|num|n|cumulative)_(?:steps|iters|iterations|epochs|updates)"
+    r"(?:_(?:done|taken|completed|so_far))?)$",
+    re.IGNORECASE,
+)
+"""A count of the steps (iterations, epochs, updates) done: ``total_step_count`` (a step counter plus one),
+``num_updates``, ``epochs_completed``; the step axis again, not a measure (:func:`moved_fields`; round 23 f29b)."""
+PROGRESS: Final = re.compile(
+    r"^(?:.*/)?(?:(?:progress|percent(?:age)?|pct)(?:_(?:pct|percent|percentage|frac|fraction|done|complete|completed))?"
+    r"|(?:pct|percent|frac|fraction)_(?:done|complete|completed))$",
+    re.IGNORECASE,
+)
+"""How far the run is through its planned steps (``progress_pct``, ``percent_done``): the step over the plan, not a
+measure (:func:`moved_fields`; round 23 f29b)."""
+BEST_SO_FAR: Final = re.compile(r"^(?:.*/)?best_(?:epoch|step|iter|iteration|update)s?$", re.IGNORECASE)
+"""Where the best evaluation so far was (Ultralytics' ``best_epoch``): the trainer's checkpoint bookkeeping, an axis
+value, not a measure (:func:`moved_fields`; round 23 f29b)."""
 SETTINGS_KEY: Final = "log_settings"
 """The run metadata key the settings moved out of the series go to (``{field: value}``)."""
 
@@ -216,7 +240,7 @@ def candidate(name: str, first: np.ndarray, roles: Any = ()) -> bool:
     ``proposed_map``), never moved."""
     if name in roles:
         return False
-    if CONSUMED.match(name):
+    if CONSUMED.match(name) or _bookkeeping(name) is not None:
         return True
     if _metric_like(name):
         return False
@@ -237,6 +261,8 @@ def moved_fields(values_of: dict[str, np.ndarray]) -> dict[str, tuple[str, float
         if CONSUMED.match(name) and not (name in CANONICAL_METRICS and not _not_cumulative(values)):
             why = "a count of the data or steps consumed (or of the time left): the run's progress, not a measure"
             out[name] = (why, float(values[-1]))
+        elif (kept := _bookkeeping(name)) is not None:
+            out[name] = (kept, float(values[-1]))
         elif _metric_like(name):
             continue
         elif PASS_TIMING.match(name):
@@ -254,6 +280,18 @@ def moved_fields(values_of: dict[str, np.ndarray]) -> dict[str, tuple[str, float
         elif values.shape[0] >= MIN_CONSTANT_RECORDS and np.isfinite(values[0]) and bool((values == values[0]).all()):
             out[name] = (f"one value on all {values.shape[0]} records: a setting of the run", float(values[0]))
     return out
+
+
+def _bookkeeping(name: str) -> str | None:
+    """Why field ``name`` is the run's progress or bookkeeping, not a measure (a count of the steps done, the
+    fraction of the plan done, where the best evaluation was), or None."""
+    if STEP_COUNT.match(name):
+        return "a count of the steps (or epochs) done: the step axis again, not a measure"
+    if PROGRESS.match(name):
+        return "how far the run is through its plan: the step over the planned steps, not a measure"
+    if BEST_SO_FAR.match(name):
+        return "where the best evaluation so far was: the trainer's bookkeeping, not a measure"
+    return None
 
 
 def _not_cumulative(values: np.ndarray) -> bool:

@@ -1,8 +1,11 @@
 """Generic JSON Lines: one object per logged step, ``{"step": 100, "loss": 2.31, "lr": 3e-4, ...}``.
 
 The step comes from ``step``/``global_step``/``iteration``/``_step``...; without one, the line
-index (0-based) is the step. Nested objects become ``parent/child`` metrics; strings such as
-``"nan"`` are parsed; other strings, lists and booleans are not metrics and are ignored.
+index (0-based) is the step. A counter that restarts while another keeps rising (a per-epoch ``step`` beside
+``global_step``) gives way to the one that keeps rising (:mod:`ingest.formats.restarting_steps`). Nested objects
+become ``parent/child`` metrics; strings such as ``"nan"`` are parsed; other strings, lists and booleans are not
+metrics and are ignored (a true/false clipped flag beside the grad norm gives the run's ``max_norm`` instead:
+:mod:`ingest.formats.clip_flags`).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from ingest.formats._common import LogBuilder
 from ingest.formats._tabular import STEP_COLUMNS, WALL_COLUMNS, add_wide, find_column, iter_jsonl
 from ingest.formats.aliases import KeyMap
 from ingest.formats.base import Reader
+from ingest.formats.clip_flags import clip_threshold
 from ingest.formats.json_document import document_tables, looks_like_document, step_records
 from ingest.formats.jsonl_events import split_kinds
 from ingest.formats.jsonl_roles import (
@@ -29,6 +33,7 @@ from ingest.formats.jsonl_roles import (
     with_clock_step_time,
 )
 from ingest.formats.raw_text import decode_head
+from ingest.formats.restarting_steps import monotone_step
 from ingest.formats.run_loss import add_run_loss
 from ingest.formats.run_totals import SUMMARY_KEYS
 from ingest.formats.stat_records import progress_step, unwrap_stats
@@ -61,6 +66,7 @@ def read_jsonl(
 ) -> None:
     """Read JSON Lines files (one stream, in the order given) into ``builder``."""
     row_index = 0
+    monotone: str | None = None  # a counter chosen over a restarting one keeps the axis in later chunks
     runs = TableRuns(builder, at_lowest=False)  # one stream (continuation files follow); APPENDED_HISTORY_RULE
     for path in paths:
         builder.source(path)
@@ -80,6 +86,12 @@ def read_jsonl(
                 table = table.append_column("__row_step", steps)
                 step_col = "__row_step"
             else:
+                # ingest.formats.restarting_steps: a per-epoch step beside a run-wide counter
+                if monotone is not None and monotone in table.column_names:
+                    step_col = monotone
+                elif (chosen := monotone_step(table, step_col, step_candidates))[1] is not None:
+                    step_col = monotone = chosen[0]
+                    builder.meta.setdefault("step_source", chosen[1])
                 table = _coalesce_steps(table, step_col, step_candidates)
                 if record_roles:  # ingest.formats.jsonl_events: train, eval and checkpoint records apart
                     table = split_kinds(table, step_col, builder)
@@ -137,6 +149,9 @@ def _add_part(
         counters_are_axes=False,
     )
     add_run_loss(builder, part, part_step, table_keymap)  # a GAN's generator loss
+    if (threshold := clip_threshold(part)) is not None:  # ingest.formats.clip_flags: a clipped flag's max_norm
+        builder.meta.setdefault("max_norm", threshold[0])
+        builder.meta.setdefault("max_norm_source", f"the {threshold[1]!r} flags beside the grad norm")
 
 
 def _head(path: Path) -> bytes:

@@ -28,7 +28,9 @@ common trainers' records mean something else than the name says:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
+from typing import Final
 
 import numpy as np
 import pyarrow as pa
@@ -40,13 +42,20 @@ from ingest.formats.run_loss import aggregate_over_term
 from ingest.formats.run_totals import is_eval_counter
 
 _DURATION_PARTNERS = frozenset({"data_time"})
-_CLOCKS = frozenset(
-    {"elapsed_time", "elapsed", "elapsed_s", "elapsed_seconds", "elapsed_sec", "time_elapsed"}
-    | {"wall_s", "wall_sec", "wall_secs", "wall_seconds", "wall_clock_s", "wallclock_s"}
+_CLOCK: Final = re.compile(
+    r"^(?:(?:elapsed(?:_time)?|time_elapsed)(?:_(?:s|sec|secs|seconds))?"
+    r"|(?:wall(?:_?clock)?|wall_time|wallclock_time)_(?:s|sec|secs|seconds))$"
 )
 """Keys of a cumulative clock in seconds since the run began (docs/diagnosis.md, "Import: step times and clocks": a
-codec trainer's ``wall_s``: the wall-clock seconds, named by the clock and its unit); a Unix time (:data:`MAX_ELAPSED_S`
-and above) is the records' wall clock, not one of these."""
+codec trainer's ``wall_s``: the wall-clock seconds, named by the clock and its unit; round 23 f29b: ``wall_time_sec``,
+a wall clock with its unit, is one too); a Unix time (:data:`MAX_ELAPSED_S` and above) is the records' wall clock, not
+one of these. A bare ``wall_time`` is the records' wall clock (``_tabular.WALL_COLUMNS``), not matched here."""
+
+
+def _is_clock(name: str) -> bool:
+    return _CLOCK.match(name) is not None
+
+
 MAX_ELAPSED_S = 1e8
 """Seconds below which a rising clock counts from the run's start (three years): a Unix time is above."""
 _MODEL_SIZE = frozenset({"n_parameters", "num_parameters", "n_params", "num_params"})
@@ -90,7 +99,7 @@ def record_keymap(table: pa.Table, *, step_col: str, wall_col: str | None) -> tu
     duration = time_is_duration(table, wall_col)
     has_loss = any(canonical_name(n)[0] == "loss" for n in names)
     dropped = {n for n in names if n in _MODEL_SIZE or n.lower() in _PROGRESS}
-    dropped |= {n for n in names if n in _CLOCKS and _rises(_numbers(table, n))}
+    dropped |= {n for n in names if _is_clock(n) and _rises(_numbers(table, n))}
     dropped |= {n for n in names if is_eval_counter(n)}
     if "epoch" in names and step_col != "epoch" and step_col != "__row_step":
         dropped.add("epoch")
@@ -120,7 +129,7 @@ def record_keymap(table: pa.Table, *, step_col: str, wall_col: str | None) -> tu
 def step_duration(table: pa.Table, step_col: str, names: set[str]) -> str | None:
     """The elapsed-time key (seconds) that is each record's own step's duration: it does not rise
     from record to record (a clock would) and the records carrying it are one step apart."""
-    for name in sorted(n for n in names if n in _CLOCKS):
+    for name in sorted(n for n in names if _is_clock(n)):
         values, present = to_float(table[name])
         steps, has_step = to_float(table[step_col])
         rows = present & has_step & np.isfinite(values)
@@ -174,7 +183,7 @@ def with_clock_step_time(table: pa.Table, step_col: str) -> pa.Table:
     over the steps between them, on the later record (the first record has no interval; a clock
     that goes back, a resumed run, gives none there)."""
     names = table.column_names
-    clock = next((n for n in names if n in _CLOCKS), None)
+    clock = next((n for n in names if _is_clock(n)), None)
     if clock is None or "step_time_s" in names or "time" in names or table.num_rows < 2:
         return table
     wall, has_wall = to_float(table[clock])
