@@ -76,6 +76,7 @@ from ingest.formats.raw_text import decode_head, looks_binary
 from ingest.formats.record_lines import Cycle, find_cycle, joined, numbered_lines, rewrite
 from ingest.formats.run_loss import aggregate_loss, gan_generator_loss, note_loss_source
 from ingest.formats.sections import notes_marks
+from ingest.formats.split_losses import split_named_losses
 from stab_core.metrics import CANONICAL_METRICS
 
 HEAD_LINES: Final = 5000
@@ -177,6 +178,10 @@ def propose(lines: Sequence[str], step_key: str | None = None) -> Proposal | Non
         if len(fits) == 1:
             proposal.roles[role] = fits[0]  # as stored: the name --map takes
             proposal.extra[fits[0]] = role
+    if "loss" not in proposal.roles and "val_loss" not in proposal.roles:
+        for name, role in split_named_losses(first_key, units).items():  # 'train 0.046  val 0.057'
+            proposal.roles[role] = name
+            proposal.extra[name] = role
     return proposal
 
 
