@@ -37,3 +37,38 @@ def test_split_words_beside_a_named_loss_stay(tmp_path: Path) -> None:
     log = read_log([_write(tmp_path, "cifar.log", lines)])
     assert not {"train", "val"} & set((log.meta.get("proposed_map") or {}).keys())
     assert "loss" in log.metrics
+
+
+def _info(message: str) -> str:
+    return f"2025-09-17 10:24:10,944 - INFO - {message}\n"
+
+
+def _launch(lines: list[str], epochs: int, batches: int, logged: int, loss0: float) -> None:
+    """One launch of a Python-logging trainer: a banner, its settings, then ``Epoch e/E`` header lines
+    over ``Batch b/N | ...`` lines whose counter restarts every epoch (``logged`` lines per epoch, every
+    10 batches), and an epoch summary line."""
+    lines += [_info(""), "#" * 80 + "\n", _info("Using device: cpu (local rank 0)"), _info("1.27 M parameters")]
+    for epoch in range(1, epochs + 1):
+        lines.append(_info(f"Epoch {epoch}/{epochs}"))
+        for b in range(10, 10 * logged + 1, 10):
+            loss = loss0 - b / 1000 + epoch / 10
+            pairs = f"Batch Energy: 2.1 | Batch Loss: {loss:.4f}  | Perplexity: 12.5"
+            lines.append(_info(f"  Batch {b}/{batches} | {pairs}"))
+        lines.append(_info(f"Epoch {epoch}/{epochs} | Train Energy: 2.3264 | Train Perplexity: 3578.4019"))
+
+
+def test_epoch_header_lines_make_the_batch_counter_global(tmp_path: Path) -> None:
+    """``Epoch 2/2`` alone on a line, then ``Batch 10/1827 | ...``: the batch counter counts within the
+    epoch the header opened, so the step is ``(E - 1) * N + b`` and a launch of two epochs is one run; the
+    next launch (its epoch back to 1) is another run, even where it logs one line."""
+    lines: list[str] = []
+    _launch(lines, 2, 300, 30, 9.0)
+    _launch(lines, 1, 10, 1, 11.0)
+    _launch(lines, 5, 100, 10, 11.0)
+    log = read_log([_write(tmp_path, "training.log", lines)])
+    runs = [log, *log.segments]
+    assert len(runs) == 3
+    steps = runs[0].series("Batch_Loss")[0].tolist()
+    assert steps[:2] == [10, 20] and steps[29:31] == [300, 310] and steps[-1] == 600
+    assert runs[1].series("Batch_Loss")[0].tolist() == [10]
+    assert runs[2].series("Batch_Loss")[0].tolist()[-1] == 500
