@@ -72,3 +72,51 @@ def test_epoch_header_lines_make_the_batch_counter_global(tmp_path: Path) -> Non
     assert steps[:2] == [10, 20] and steps[29:31] == [300, 310] and steps[-1] == 600
     assert runs[1].series("Batch_Loss")[0].tolist() == [10]
     assert runs[2].series("Batch_Loss")[0].tolist()[-1] == 500
+
+
+def _grpo_dict(i: int) -> str:
+    return (
+        f"{{'loss': 0.0, 'grad_norm': {0.1 + i / 1000}, 'learning_rate': 1.5e-05, 'reward': 1.2, "
+        f"'reward_std': 0.3, 'completion_length': 180.5, 'kl': 0.002, 'epoch': {i * 5 / 1875:.2f}}}\n"
+    )
+
+
+def test_notebook_bars_date_a_completed_runs_dicts_by_its_interval(tmp_path: Path) -> None:
+    """A notebook's copy of a TRL console: bars without glyphs (``  3% 9/300 [03:58<2:06:28, 26.08s/it]``)
+    drawn only now and then, 60 dicts of a run whose bar reached 300/300 and whose epoch has 2 decimals: the
+    N-th dict is step N x 5 (300 / 60), and each bar with a rate gives that step's time."""
+    lines = ["==((====))==  Unsloth - 2x faster free finetuning | Num GPUs used = 1\n"]
+    lines.append("   \\\\   /|    Num examples = 7,473 | Num Epochs = 1 | Total steps = 300\n")
+    lines.append("  0% 0/300 [00:00<?, ?it/s]\n")
+    bars = {}
+    for i in range(1, 61):
+        if i % 3 == 0:  # a bar now and then, lagging the dict's step
+            count = 5 * i - 2
+            bars[count] = 20.0 + i / 10
+            lines.append(f" {count * 100 // 300}% {count}/300 [01:00<1:00:00, {bars[count]:.2f}s/it]\n")
+        lines.append(_grpo_dict(i))
+    lines.append("100% 300/300 [2:04:25<00:00, 24.97s/it]\n")
+    lines.append("{'train_runtime': 7502.1, 'train_samples_per_second': 0.16, 'train_loss': 1e-07, 'epoch': 0.16}\n")
+    log = read_log([_write(tmp_path, "LFGRPO.md", lines)])
+    assert log.format == "hf_console"
+    steps = log.series("loss")[0].tolist()
+    assert steps[:3] == [5, 10, 15] and steps[-1] == 300
+    t_steps, t_values = log.series("step_time_s")
+    assert t_steps.tolist() == [*sorted(bars), 300]
+    assert t_values.tolist()[0] == bars[min(bars)]
+
+
+def test_training_bar_gives_the_step_time(tmp_path: Path) -> None:
+    """A TRL console whose bar counts every step before each dict: the bar's ``s/it`` (and ``it/s`` as its
+    inverse) at each count is that step's time; the ``0/T`` start and an evaluation bar's give none."""
+    lines = ["  0%|          | 0/20 [00:00<?, ?it/s]\n"]
+    for step in range(1, 21):
+        rate = f"{18.0 + step / 10:.2f}s/it" if step % 2 else f"{1 / (18.0 + step / 10):.3f}it/s"
+        lines.append(f"  {step * 5}%|▌         | {step}/20 [00:{step:02d}<06:00, {rate}]\n")
+        loss = 0.5 - step / 100
+        lines.append(f"{{'loss': {loss}, 'grad_norm': 0.2, 'learning_rate': 1e-06, 'epoch': {step / 20}}}\n")
+    lines.append("100%|██████████| 40/40 [00:10<00:00, 4.00it/s]\n")  # an evaluation loop's bar
+    log = read_log([_write(tmp_path, "trl.txt", lines)])
+    t_steps, t_values = log.series("step_time_s")
+    assert t_steps.tolist() == list(range(1, 21))
+    assert t_values[0] == 18.1 and abs(t_values[1] - 18.2) < 0.05  # it/s printed to 3 decimals
