@@ -120,3 +120,25 @@ def test_training_bar_gives_the_step_time(tmp_path: Path) -> None:
     t_steps, t_values = log.series("step_time_s")
     assert t_steps.tolist() == list(range(1, 21))
     assert t_values[0] == 18.1 and abs(t_values[1] - 18.2) < 0.05  # it/s printed to 3 decimals
+
+
+def test_a_stage_of_step_lines_before_the_dicts_is_its_own_run(tmp_path: Path) -> None:
+    """An Unsloth pipeline: a custom SFT loop prints ``  step 10/60  loss=12.1  lr=1.97e-04``, then TRL's
+    GRPO trainer its bars and dicts from step 10 again: two runs, each with its own loss (the SFT stage was
+    not read, and its steps were the GRPO run's)."""
+    lines = ["PHASE: SFT (grammar-masked)\n", "SFT: 1631 samples, 3 epochs, 60 steps, bf16=True\n"]
+    lines += [f"  step {s}/60  loss={12.0 - s / 10:.4f}  lr={2e-4 - s * 1e-6:.2e}\n" for s in range(10, 61, 10)]
+    lines += ["SFT complete in 1257s\n", "PHASE: GRPO (constrained generation)\n"]
+    lines.append("   \\\\   /|    Num examples = 1,622 | Num Epochs = 1 | Total steps = 40\n")
+    for s in range(1, 41):
+        lines.append(f"  {s * 100 // 40}%|▏         | {s}/40 [00:{s:02d}<2:31:38, 22.{s:02d}s/it]\n")
+        if s % 10 == 0:
+            lines.append(
+                f"{{'loss': {100.0 / s}, 'grad_norm': 4.2, 'learning_rate': 1e-06, 'reward': 0.0, 'epoch': {s / 40}}}\n"
+            )
+    log = read_log([_write(tmp_path, "logs.md", lines)])
+    (grpo,) = log.segments
+    assert log.series("loss")[0].tolist() == [10, 20, 30, 40, 50, 60]
+    assert log.series("loss")[1][0] == 11.0
+    assert grpo.series("loss")[0].tolist() == [10, 20, 30, 40] and grpo.series("loss")[1][0] == 10.0
+    assert "step_time_s" in grpo.metrics and "step_time_s" not in log.metrics

@@ -58,6 +58,8 @@ from ingest.formats.numbers import parse_number
 from ingest.formats.planned import note_planned_steps
 from ingest.formats.raw_text import LAUNCHER_LEAD, decode_head, looks_binary
 from ingest.formats.run_totals import is_eval_counter
+from ingest.formats.stage_lines import MIN_STAGE_LINES, stage_record
+from ingest.formats.tqdm_rates import STREAM as BAR_STREAM
 from ingest.formats.tqdm_rates import bar_rate, bar_step_times
 
 _DICT: Final = re.compile(r"\{'[A-Za-z_][^']*':[^{}]*\}")
@@ -111,6 +113,8 @@ class _Scan:
     training dict: a grid's next point, a new run where the training dict after it restarts."""
     restarts: list[int] = field(default_factory=list)
     """Indices in ``records`` of the training dicts that open a grid's next run."""
+    stage: list[tuple[int, int, dict[str, float]]] = field(default_factory=list)
+    """A stage's plain step lines before the first dict (:mod:`ingest.formats.stage_lines`): (line, step, values)."""
     full: set[int] = field(default_factory=set)
     """The totals of the bars drawn full (``300/300``): a bar that reached its end."""
     rates: dict[tuple[int, int], float] = field(default_factory=dict)
@@ -164,9 +168,30 @@ class HFConsoleReader(Reader):
         if total and not how.startswith(("line order", "printed step")):
             builder.meta["total_steps"] = total
             note_planned_steps(builder.meta)
-        _emit(scan.records, steps, builder, scan.restarts)
+        staged = _emit_stage(scan, builder)
+        _emit(scan.records, steps, builder, [0, *scan.restarts] if staged else scan.restarts)
         if total and not scan.restarts and not how.startswith("line order"):
             bar_step_times(scan.rates, total, builder)
+
+
+def _emit_stage(scan: _Scan, builder: LogBuilder) -> bool:
+    """Store the stage printed as plain step lines before the dicts (:mod:`ingest.formats.stage_lines`) as the
+    rows of a run before the dicts' run; whether there was one (its steps rising, on enough lines)."""
+    steps = [step for _, step, _ in scan.stage]
+    if not scan.records or len(steps) < MIN_STAGE_LINES or any(b <= a for a, b in itertools.pairwise(steps)):
+        return False
+    base = builder.reserve(len(steps))
+    for name in dict.fromkeys(name for _, _, values in scan.stage for name in values):
+        rows = [(i, step, values[name]) for i, (_, step, values) in enumerate(scan.stage) if name in values]
+        builder.add(
+            name,
+            np.asarray([step for _, step, _ in rows], np.int64),
+            np.asarray([value for _, _, value in rows]),
+            seq=base + np.asarray([i for i, _, _ in rows], np.int64),
+            canonical=True,
+        )
+    builder.meta["stage_before_dicts"] = f"{len(steps)} step lines before the first logs dict: a run of their own"
+    return True
 
 
 def _scan_line(line: str, line_no: int, path: Path, scan: _Scan, builder: LogBuilder) -> None:
@@ -219,6 +244,9 @@ def _scan_line(line: str, line_no: int, path: Path, scan: _Scan, builder: LogBui
             scan.num_epochs = int(e.group(1).replace(",", ""))
         elif scan.num_epochs is None and (a := _ARGS_EPOCHS.search(own)) and _ARGS_NO_MAX.search(own):
             scan.num_epochs = int(a.group(1))
+    if not found and not bar and not scan.records and (staged := stage_record(line)) is not None:
+        scan.stage.append((line_no, *staged))
+        found = True
     if found or not line.strip():
         builder.account.text_line(str(path), line_no, line, parsed=found)
         return
@@ -391,7 +419,7 @@ def _emit(records: list[_Record], steps: list[int], builder: LogBuilder, restart
     if not records:
         return
     base = builder.reserve(len(records))
-    for stream in (0, 1) if restarts else ():  # a grid's next run: its own run from its first dict on
+    for stream in (0, 1, BAR_STREAM) if restarts else ():  # a grid's next run (or the dicts after a stage): its own run
         builder.run_starts.setdefault(stream, []).extend(base + i for i in restarts)
     series: dict[tuple[str, str | None, int], tuple[list[int], list[float], list[int]]] = {}
     for i, (record, step) in enumerate(zip(records, steps, strict=True)):
