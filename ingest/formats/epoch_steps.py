@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 import itertools
-import math
 import re
 from collections.abc import Sequence
 from typing import Final, Protocol
@@ -230,14 +229,3 @@ def bar_total(line: str, step: int) -> int | None:
     totals = _BAR_TOTAL.findall(line)
     n = int(totals[-1]) if totals else 0
     return n if 0 < step <= n else None
-
-
-def header_epoch(pairs: Pairs) -> int | None:
-    """The epoch a line that holds nothing but its epoch counter opens (``Epoch 2/10``, a logger's
-    prefix before it): the epoch of the step lines under it, where they print none of their own; None
-    for any other line (an epoch's summary, ``Epoch 2/10 | Train Energy: 2.3``, opens nothing)."""
-    if len(pairs) != 1:
-        return None
-    key, value, unit = pairs[0]
-    whole = unit is None and math.isfinite(value) and value == int(value) and value >= 0
-    return int(value) if whole and normalise_key(key) in ("epoch", "epochs") else None

@@ -42,7 +42,8 @@ from ingest.formats._common import LogBuilder
 from ingest.formats.aliases import TIME_UNITS, keep_apart, normalise_key
 from ingest.formats.base import Reader
 from ingest.formats.csv_counters import is_tally
-from ingest.formats.epoch_steps import bar_total, epoch_steps, fresh_launches, header_epoch, step_of_n
+from ingest.formats.epoch_headers import EpochHeaders
+from ingest.formats.epoch_steps import bar_total, epoch_steps, fresh_launches, step_of_n
 from ingest.formats.eval_lines import EVAL_STEP, eval_pairs, place_evals, placeholder
 from ingest.formats.generic_clock import clock_step_times
 from ingest.formats.generic_lines import head_records
@@ -76,7 +77,7 @@ from ingest.formats.raw_text import decode_head, looks_binary
 from ingest.formats.record_lines import Cycle, find_cycle, joined, numbered_lines, rewrite
 from ingest.formats.run_loss import aggregate_loss, gan_generator_loss, note_loss_source
 from ingest.formats.sections import notes_marks
-from ingest.formats.split_losses import split_named_losses
+from ingest.formats.split_losses import propose_split_losses
 from stab_core.metrics import CANONICAL_METRICS
 
 HEAD_LINES: Final = 5000
@@ -178,10 +179,7 @@ def propose(lines: Sequence[str], step_key: str | None = None) -> Proposal | Non
         if len(fits) == 1:
             proposal.roles[role] = fits[0]  # as stored: the name --map takes
             proposal.extra[fits[0]] = role
-    if "loss" not in proposal.roles and "val_loss" not in proposal.roles:
-        for name, role in split_named_losses(first_key, units).items():  # 'train 0.046  val 0.057'
-            proposal.roles[role] = name
-            proposal.extra[name] = role
+    propose_split_losses(proposal.roles, proposal.extra, first_key, units)  # 'train 0.046  val 0.057'
     return proposal
 
 
@@ -330,16 +328,12 @@ class GenericReader(Reader):
             rows: dict[tuple[str, str | None], tuple[list[int], list[float], list[int]]] = {}
             pending: list[_StepLine] = []
             startup = StartupLines()  # launch_banners: start-up lines printed again
-            opened: int | None = None  # the epoch the last 'Epoch 2/10' header line opened
+            headers = EpochHeaders(found.step_keys())  # 'Epoch 2/10' over 'Batch 10/1827 | ...' (epoch_headers)
             line_no = 0
             for line_no, line, more in joined(numbered_lines(path, builder), line_pairs, self._is_step, self.cycle):
                 step_line = _read_line(line, line_no, path, found, builder)
                 startup.see(line_no, line, step_line is not None and step_line.step >= 0)
-                if step_line is None:
-                    header = header_epoch(line_pairs(line))
-                    opened = header if header is not None else opened
-                elif opened is not None and step_line.epoch is None and step_line.step >= 0:
-                    _under_header(step_line, opened, found)
+                headers.see(line, step_line)
                 for n, text in more:  # a split record's value lines: read with its step line
                     builder.account.text_line(str(path), n, text, parsed=step_line is not None)
                 if step_line is not None:
@@ -426,17 +420,6 @@ class _StepLine:
 TIMING_KEY: Final = "step_time"
 _TIMING_LINE: Final = re.compile(r"\b(?:time|timing|took|elapsed|duration)\b", re.IGNORECASE)
 _DURATION: Final = re.compile(r"(?<![A-Za-z0-9_.])" + NUMBER + r"[ \t]?(?:ms|s|sec|secs|seconds|min)\b")
-
-
-def _under_header(step_line: _StepLine, epoch: int, found: Proposal) -> None:
-    """Give a step line that prints its step ``S/N`` and no epoch the epoch of the header line above it
-    (``Epoch 2/10`` then ``Batch 10/1827 | ...``): its ``S`` counts the epoch's ``N`` batches, and
-    :func:`~ingest.formats.epoch_steps.epoch_steps` makes the step global, ``(E - 1) * N + S``, where the
-    counter restarts as the epoch grows (a counter that runs on is kept). Without it every epoch's batch
-    counter going back to its first batch read as a fresh run."""
-    of_n = step_of_n(found.step_keys(), rewrite(step_line.text))
-    if of_n is not None:
-        step_line.epoch, step_line.per_epoch = epoch, of_n
 
 
 def _times_alone(line: str, pair: tuple[str, float, str | None]) -> bool:

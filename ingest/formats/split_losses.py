@@ -40,3 +40,15 @@ def split_named_losses(keys: Mapping[str, str], units: Mapping[str, str | None])
     if set(found) != {"loss", "val_loss"} or any(len(names) != 1 for names in found.values()):
         return {}
     return {names[0]: role for role, names in found.items()}
+
+
+def propose_split_losses(
+    roles: dict[str, str], extra: dict[str, str], keys: Mapping[str, str], units: Mapping[str, str | None]
+) -> None:
+    """Add the rule's proposal to a mapping's ``roles`` (role -> name) and ``extra`` (name -> role), in place,
+    where it has neither a loss nor a validation loss."""
+    if "loss" in roles or "val_loss" in roles:
+        return
+    for name, role in split_named_losses(keys, units).items():
+        roles[role] = name
+        extra[name] = role
