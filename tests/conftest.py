@@ -52,6 +52,7 @@ TIERS: dict[str, str] = {
             "round20_f26c_consoles",
             "round21_f27b_consoles",
             "round22_f28b_consoles",
+            "round23_f29a_consoles",
             "metric_files_fb24",
             "watch_ctrl_c",
             "fb22_fallback_rules",

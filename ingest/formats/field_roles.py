@@ -185,12 +185,13 @@ def _flat_measure(name: str) -> bool:
     return _statistic(name) and not (_words(name) & {"mem", "memory"} or name.endswith(("_gb", "_mb")))
 
 
-def diagnostic_fields(names: list[str], roles: Any = ()) -> list[str]:
+def diagnostic_fields(names: list[str], roles: Any = (), printed: int | None = None) -> list[str]:
     """The fields of a run (all its stored ``names``) that are the model's diagnostics, not training metrics:
     in a run of :data:`WIDE_RUN` fields or more, one of a family of :data:`MIN_FAMILY` indexed fields or a
     summary statistic, whose name holds no training quantity's word; empty for a narrower run. ``roles``:
-    names a reader proposed a role for, never moved."""
-    if len(names) < WIDE_RUN:
+    names a reader proposed a role for, never moved; ``printed``: the fields the log's records print, where
+    fewer than ``names`` (a step time read off a progress bar is stored, not printed in a record)."""
+    if (len(names) if printed is None else printed) < WIDE_RUN:
         return []
     families: dict[str, int] = {}
     for name in names:
@@ -206,6 +207,9 @@ def diagnostic_fields(names: list[str], roles: Any = ()) -> list[str]:
     return out
 
 
+DERIVED_ORIGIN: Final = "progress bar rate"
+"""The origin of rows a reader derives from no record's field (:mod:`ingest.formats.tqdm_rates`' step times): they
+make no record wider."""
 DIAGNOSTICS_KEY: Final = "log_diagnostics"
 """The run metadata key of the diagnostics moved out of the series (``{field: last value}``)."""
 DIAGNOSTIC_WHY: Final = (
@@ -312,7 +316,8 @@ def move_fields(pieces: dict[str, list[Any]], meta: dict[str, Any], moved: dict[
     ``meta['log_diagnostics']``, the fields :func:`moved_fields` names to ``meta['log_settings']``, each
     with the value kept; ``moved`` gets each one's reason, for the import report."""
     roles = meta.get("proposed_map") or ()
-    for name in diagnostic_fields(sorted(pieces), roles):
+    printed = sum(1 for parts in pieces.values() if any(p.origin != DERIVED_ORIGIN for p in parts))
+    for name in diagnostic_fields(sorted(pieces), roles, printed):
         meta.setdefault(DIAGNOSTICS_KEY, {})[name] = last_value([p.value for p in pieces.pop(name)])
         moved.setdefault(name, DIAGNOSTIC_WHY)
     # only the fields a rule may move are gathered: a long log's metric columns are not copied

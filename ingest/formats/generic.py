@@ -42,6 +42,7 @@ from ingest.formats._common import LogBuilder
 from ingest.formats.aliases import TIME_UNITS, keep_apart, normalise_key
 from ingest.formats.base import Reader
 from ingest.formats.csv_counters import is_tally
+from ingest.formats.epoch_headers import EpochHeaders
 from ingest.formats.epoch_steps import bar_total, epoch_steps, fresh_launches, step_of_n
 from ingest.formats.eval_lines import EVAL_STEP, eval_pairs, place_evals, placeholder
 from ingest.formats.generic_clock import clock_step_times
@@ -76,6 +77,7 @@ from ingest.formats.raw_text import decode_head, looks_binary
 from ingest.formats.record_lines import Cycle, find_cycle, joined, numbered_lines, rewrite
 from ingest.formats.run_loss import aggregate_loss, gan_generator_loss, note_loss_source
 from ingest.formats.sections import notes_marks
+from ingest.formats.split_losses import propose_split_losses
 from stab_core.metrics import CANONICAL_METRICS
 
 HEAD_LINES: Final = 5000
@@ -177,6 +179,7 @@ def propose(lines: Sequence[str], step_key: str | None = None) -> Proposal | Non
         if len(fits) == 1:
             proposal.roles[role] = fits[0]  # as stored: the name --map takes
             proposal.extra[fits[0]] = role
+    propose_split_losses(proposal.roles, proposal.extra, first_key, units)  # 'train 0.046  val 0.057'
     return proposal
 
 
@@ -325,10 +328,12 @@ class GenericReader(Reader):
             rows: dict[tuple[str, str | None], tuple[list[int], list[float], list[int]]] = {}
             pending: list[_StepLine] = []
             startup = StartupLines()  # launch_banners: start-up lines printed again
+            headers = EpochHeaders(found.step_keys())  # 'Epoch 2/10' over 'Batch 10/1827 | ...' (epoch_headers)
             line_no = 0
             for line_no, line, more in joined(numbered_lines(path, builder), line_pairs, self._is_step, self.cycle):
                 step_line = _read_line(line, line_no, path, found, builder)
                 startup.see(line_no, line, step_line is not None and step_line.step >= 0)
+                headers.see(line, step_line)
                 for n, text in more:  # a split record's value lines: read with its step line
                     builder.account.text_line(str(path), n, text, parsed=step_line is not None)
                 if step_line is not None:

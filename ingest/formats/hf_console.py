@@ -58,6 +58,9 @@ from ingest.formats.numbers import parse_number
 from ingest.formats.planned import note_planned_steps
 from ingest.formats.raw_text import LAUNCHER_LEAD, decode_head, looks_binary
 from ingest.formats.run_totals import is_eval_counter
+from ingest.formats.stage_lines import MIN_STAGE_LINES, stage_record
+from ingest.formats.tqdm_rates import STREAM as BAR_STREAM
+from ingest.formats.tqdm_rates import bar_rate, bar_step_times
 
 _DICT: Final = re.compile(r"\{'[A-Za-z_][^']*':[^{}]*\}")
 """A printed ``logs`` dict: Python's repr, single-quoted keys."""
@@ -65,7 +68,8 @@ _PAIR: Final = re.compile(
     r"'(?P<key>[^']+)':[ \t]*(?:'(?P<sval>[^']*)'|tensor\((?P<tval>[^,)]+)[^)]*\)|(?P<val>[^,}\s]+))"
 )
 _KNOWN_KEYS: Final = re.compile(r"\{'(loss|eval_loss|learning_rate|grad_norm|train_runtime|train_loss)'")
-_TQDM: Final = re.compile(r"[0-9]+%\|[^|]*\|[ \t]*(?P<n>[0-9]+)/(?P<total>[0-9]+)[ \t]*\[")
+_TQDM: Final = re.compile(r"[0-9]+%(?:\|[^|]*\||[ \t])[ \t]*(?P<n>[0-9]+)/(?P<total>[0-9]+)[ \t]*\[")
+"""A tqdm bar, ``  5%|▍  | 20/405 [07:33<...]``; a notebook's copy drops the glyphs (``  3% 9/300 [03:58<...]``)."""
 _TOTAL_STEPS: Final = re.compile(r"Total (?:optimization )?steps = ([0-9,]+)")
 """The Trainer's banner ``Total optimization steps = T`` (Unsloth's: ``Total steps = T``)."""
 _PRINTED_STEP: Final = re.compile(r"(?:^|[^A-Za-z0-9_])(?:step|global[ _]step)[ \t]*[:=]?[ \t]*([0-9]+)[ \t]*$", re.I)
@@ -109,6 +113,13 @@ class _Scan:
     training dict: a grid's next point, a new run where the training dict after it restarts."""
     restarts: list[int] = field(default_factory=list)
     """Indices in ``records`` of the training dicts that open a grid's next run."""
+    stage: list[tuple[int, int, dict[str, float]]] = field(default_factory=list)
+    """A stage's plain step lines before the first dict (:mod:`ingest.formats.stage_lines`): (line, step, values)."""
+    full: set[int] = field(default_factory=set)
+    """The totals of the bars drawn full (``300/300``): a bar that reached its end."""
+    rates: dict[tuple[int, int], float] = field(default_factory=dict)
+    """The seconds per step each bar drawn with a rate says, by its ``(count, total)`` (the last draw of a
+    count wins: tqdm's smoothed rate at that step)."""
 
 
 def parse_logs_dict(text: str) -> dict[str, float]:
@@ -157,7 +168,30 @@ class HFConsoleReader(Reader):
         if total and not how.startswith(("line order", "printed step")):
             builder.meta["total_steps"] = total
             note_planned_steps(builder.meta)
-        _emit(scan.records, steps, builder, scan.restarts)
+        staged = _emit_stage(scan, builder)
+        _emit(scan.records, steps, builder, [0, *scan.restarts] if staged else scan.restarts)
+        if total and not scan.restarts and not how.startswith("line order"):
+            bar_step_times(scan.rates, total, builder)
+
+
+def _emit_stage(scan: _Scan, builder: LogBuilder) -> bool:
+    """Store the stage printed as plain step lines before the dicts (:mod:`ingest.formats.stage_lines`) as the
+    rows of a run before the dicts' run; whether there was one (its steps rising, on enough lines)."""
+    steps = [step for _, step, _ in scan.stage]
+    if not scan.records or len(steps) < MIN_STAGE_LINES or any(b <= a for a, b in itertools.pairwise(steps)):
+        return False
+    base = builder.reserve(len(steps))
+    for name in dict.fromkeys(name for _, _, values in scan.stage for name in values):
+        rows = [(i, step, values[name]) for i, (_, step, values) in enumerate(scan.stage) if name in values]
+        builder.add(
+            name,
+            np.asarray([step for _, step, _ in rows], np.int64),
+            np.asarray([value for _, _, value in rows]),
+            seq=base + np.asarray([i for i, _, _ in rows], np.int64),
+            canonical=True,
+        )
+    builder.meta["stage_before_dicts"] = f"{len(steps)} step lines before the first logs dict: a run of their own"
+    return True
 
 
 def _scan_line(line: str, line_no: int, path: Path, scan: _Scan, builder: LogBuilder) -> None:
@@ -178,6 +212,10 @@ def _scan_line(line: str, line_no: int, path: Path, scan: _Scan, builder: LogBui
             if m.re is _TQDM:
                 bar = True
                 scan.bar = (int(m["n"]), int(m["total"]))
+                if scan.bar[0] == scan.bar[1]:
+                    scan.full.add(scan.bar[1])
+                if (seconds := bar_rate(own[m.end() :])) is not None and scan.bar[0] > 0:
+                    scan.rates[scan.bar] = seconds
                 scan.bar_total = max(scan.bar_total or 0, scan.bar[1])
                 if scan.records:
                     scan.late_total = max(scan.late_total or 0, scan.bar[1])
@@ -206,6 +244,9 @@ def _scan_line(line: str, line_no: int, path: Path, scan: _Scan, builder: LogBui
             scan.num_epochs = int(e.group(1).replace(",", ""))
         elif scan.num_epochs is None and (a := _ARGS_EPOCHS.search(own)) and _ARGS_NO_MAX.search(own):
             scan.num_epochs = int(a.group(1))
+    if not found and not bar and not scan.records and (staged := stage_record(line)) is not None:
+        scan.stage.append((line_no, *staged))
+        found = True
     if found or not line.strip():
         builder.account.text_line(str(path), line_no, line, parsed=found)
         return
@@ -252,6 +293,14 @@ def _steps(scan: _Scan) -> tuple[list[int], str]:
             return _with_evals(scan.records, derived, by_epoch), (
                 f"epoch x {per_epoch:g} steps per epoch ({how}): the console prints no step"
             )
+    interval = _completed_interval(scan, total, train)
+    if interval is not None and total:
+        counted = [interval * (i + 1) for i in range(len(train))]
+        return _with_evals(scan.records, counted, lambda r: None), (
+            f"logging interval of a completed run: {len(train)} training logs dicts over the {total} steps the "
+            f"training bar reached, the N-th is step N x {interval} (the console prints no step; its bars are "
+            "drawn too seldom to date each dict)"
+        )
     if scan.restarts:  # a grid's runs back to back: each counts from 1 (segments cut them apart)
         counted, n, starts = [], 0, set(scan.restarts)
         for i, record in enumerate(scan.records):
@@ -265,6 +314,25 @@ def _steps(scan: _Scan) -> tuple[list[int], str]:
         "line order: the N-th training logs dict is step N (one logging interval, not one optimizer step; "
         "the console prints no step and no steps per epoch)"
     )
+
+
+def _completed_interval(scan: _Scan, total: int | None, train: Sequence[_Record]) -> int | None:
+    """The logging interval ``g`` of a run whose training bar reached its total ``T`` (it ran every planned
+    step) and whose ``n`` training dicts neither bars nor epochs date one by one (bars drawn only now and
+    then, an epoch printed with 2 decimals): the Trainer logs at every ``g``-th step, so ``n`` is ``T // g``
+    (``T`` 300 and 60 dicts: every 5 steps). None where no ``g`` gives ``n``, where a bar drawn before a dict
+    counts past that dict's step ``N x g`` (the bar never runs ahead of the step the Trainer logs), or for a
+    grid's runs."""
+    n = len(train)
+    if not total or n < 2 or scan.restarts or total not in scan.full:
+        return None
+    interval = total // n
+    if interval < 1 or total // interval != n:
+        return None
+    for i, record in enumerate(train):
+        if record.bar is not None and record.bar[1] == total and record.bar[0] > interval * (i + 1):
+            return None
+    return interval
 
 
 def _settings_dict(text: str) -> bool:
@@ -351,7 +419,7 @@ def _emit(records: list[_Record], steps: list[int], builder: LogBuilder, restart
     if not records:
         return
     base = builder.reserve(len(records))
-    for stream in (0, 1) if restarts else ():  # a grid's next run: its own run from its first dict on
+    for stream in (0, 1, BAR_STREAM) if restarts else ():  # a grid's next run (or the dicts after a stage): its own run
         builder.run_starts.setdefault(stream, []).extend(base + i for i in restarts)
     series: dict[tuple[str, str | None, int], tuple[list[int], list[float], list[int]]] = {}
     for i, (record, step) in enumerate(zip(records, steps, strict=True)):
