@@ -407,7 +407,13 @@ def find_incidents(view: RunView, params: AnalysisParams | None = None) -> list[
         grad_events = detect_spikes(grad.steps, grad.values, "grad_norm", p.grad_norm_spikes)
         early = new_early_jumps(grad, grad_events, p.grad_norm_spikes)
         grad_events, early = (
-            skipped_steps(cut_off_at_log_end(_near_baseline(e, grad, p.grad_norm_spikes), grad, loss), grad, loss)
+            # a skipped update is read from the loss's finiteness alone, which a signed objective (an RL
+            # policy's loss near 0) keeps as well as any loss (round 23 f29d)
+            skipped_steps(
+                cut_off_at_log_end(_near_baseline(e, grad, p.grad_norm_spikes), grad, loss),
+                grad,
+                view.series.get("loss"),
+            )
             for e in (grad_events, early)
         )
         found += [(event, "spike") for event in (*grad_events, *early)]

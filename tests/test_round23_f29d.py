@@ -13,6 +13,8 @@ import numpy as np
 
 from stab_core.analysis import analyze_run
 from stab_core.runview import RunView, Series
+from stab_core.skipped_steps import skipped_steps
+from stab_core.spikes import SpikeEvent
 
 
 def _said(item: dict[str, Any]) -> list[str]:
@@ -46,3 +48,52 @@ def test_an_early_jump_in_a_run_without_grad_norm_says_nothing_of_one_but_that_i
     assert "gradient norm is not logged" in text, text
     # a grad norm logged, none before the onset: the lead cannot be told, as before
     assert "the log has no grad norm before it" in _early_cause(_early_jump(grad=True))
+
+
+def _event(step: int, **over: object) -> SpikeEvent:
+    fields: dict[str, object] = dict(
+        metric="grad_norm", start=step, peak=step, end=step, peak_value=float("nan"), baseline=0.12,
+        ratio=float("inf"), z=float("inf"), duration=0, recovered=False, recovery_step=None, diverged=True,
+        nonfinite=True, steps_lost=0, n_samples=1,
+    )  # fmt: skip
+    fields.update(over)
+    return SpikeEvent(**fields)  # type: ignore[arg-type]
+
+
+def test_a_nonfinite_grad_norm_on_the_last_sample_with_the_loss_finite_is_cut_off_not_diverged() -> None:
+    # round 23 (f29d): an fp16 GRPO run whose last logged grad norm is nan, its loss finite: no later sample
+    # shows whether it went on, so neither "diverged" nor "recovered"
+    steps = np.arange(1, 41)
+    grad_values = 0.12 + 0.01 * np.sin(steps)
+    grad_values[[2, 11, 39]] = np.nan
+    grad, loss = Series(steps, grad_values), Series(steps, np.zeros(steps.size))
+    (last,) = skipped_steps([_event(40)], grad, loss)
+    assert not last.diverged and not last.recovered
+    # a skipped step inside the run is still recovered at the next sample
+    (inside,) = skipped_steps([_event(12)], grad, loss)
+    assert inside.recovered and inside.recovery_step == 13
+    # the loss non-finite with it: the detector's call stands
+    broken = Series(steps, np.where(steps == 40, np.nan, 0.0))
+    assert skipped_steps([_event(40)], grad, broken)[0].diverged
+
+
+def test_an_fp16_grpo_runs_last_nan_grad_norm_advises_no_bf16_and_says_no_divergence() -> None:
+    # the whole run: reward beside a policy loss printed 0.0 (a signed objective), fp16 stated, NaN grad norms
+    # the run stepped over and one on its last sample
+    steps = np.arange(1, 41)
+    grad = 0.12 + 0.02 * np.sin(steps)
+    grad[[2, 11, 18, 39]] = np.nan
+    view = RunView(
+        name="grpo",
+        series={
+            "loss": Series(steps, np.where(steps % 2 == 0, 0.0, -0.0)),
+            "grad_norm": Series(steps, grad),
+            "reward": Series(steps, 1.2 + 0.1 * np.cos(steps)),
+        },
+        meta={"precision": "fp16"},
+    )
+    items = [i for i in analyze_run(view).spike_dicts() if 40 in range(int(i["start"]), int(i["until"]) + 1)]
+    assert items, "the last nan grad norm is an incident"
+    said = _said(items[0])
+    assert not any("bf16" in t or t.startswith("Diverged") for t in said), said
+    assert items[0]["severity"] != "divergence"
