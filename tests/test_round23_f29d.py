@@ -15,6 +15,7 @@ from stab_core.analysis import analyze_run
 from stab_core.runview import RunView, Series
 from stab_core.skipped_steps import skipped_steps
 from stab_core.spikes import SpikeEvent
+from stab_core.throughput import detect_throughput_drops
 
 
 def _said(item: dict[str, Any]) -> list[str]:
@@ -97,3 +98,18 @@ def test_an_fp16_grpo_runs_last_nan_grad_norm_advises_no_bf16_and_says_no_diverg
     said = _said(items[0])
     assert not any("bf16" in t or t.startswith("Diverged") for t in said), said
     assert items[0]["severity"] != "divergence"
+
+
+def test_single_slow_steps_among_fast_ones_are_no_slower_level() -> None:
+    # round 23 (f29d): mmdet's step time, 0.6 s with single 1.2 s steps; ten samples of which five are slow
+    # have a window median of 0.9 s, 22 % under the norm, but no level: the run never ran slower
+    rng = np.random.default_rng(3)
+    values = 0.6 + 0.01 * rng.standard_normal(140)
+    values[[10, 40, 90, 120]] = 1.2
+    values[[100, 102, 105, 106, 109]] = 1.2
+    steps = np.arange(140, dtype=np.int64) * 50
+    assert detect_throughput_drops(steps, values, "step_time_s") == []
+    # most of the ten slow: a slower level, said
+    values[[101, 103, 104]] = 1.2
+    drops = detect_throughput_drops(steps, values, "step_time_s")
+    assert [(d.start, d.end) for d in drops] == [(5000, 5450)], drops
