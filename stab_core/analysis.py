@@ -472,7 +472,13 @@ def _costed(
     low = (cost is not None and cost.certainty == "low") or any(m in early for m in incident.members)
     certainty: Certainty = "low" if low or incident.kind == "early_instability" else "high"
     diverged = incident.primary.diverged
-    recovered_at = incident.primary.recovery_step if is_held_out_nonfinite(incident.primary) else recovered_at
+    if is_held_out_nonfinite(incident.primary):
+        # a held-out loss's non-finite incident is back when every held-out member that went non-finite is
+        # finite again: one member back while another stays inf (YOLO's val/box_loss at the next epoch,
+        # val/cls_loss inf for twelve) has not recovered (round 23 f29d, issue #32)
+        backs = [m.recovery_step for m in incident.members if is_held_out_nonfinite(m)]
+        known = [int(b) for b in backs if b is not None]
+        recovered_at = max(known) if known and len(known) == len(backs) else incident.primary.recovery_step
     levels = [m.recovery_step for m in incident.members if m.metric == "loss" and m.n_samples >= LEVEL_SAMPLES]
     if recovered_at is not None and levels and all(b is not None for b in levels):
         # a loss member of LEVEL_SAMPLES+ samples (a level) is back when its level is, not at one noisy dip

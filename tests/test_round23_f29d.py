@@ -113,3 +113,27 @@ def test_single_slow_steps_among_fast_ones_are_no_slower_level() -> None:
     values[[101, 103, 104]] = 1.2
     drops = detect_throughput_drops(steps, values, "step_time_s")
     assert [(d.start, d.end) for d in drops] == [(5000, 5450)], drops
+
+
+def test_a_validation_incident_is_back_when_every_nonfinite_member_is() -> None:
+    # round 23 (f29d): YOLO's val/box_loss nan at one epoch and back at the next while val/cls_loss stays inf
+    # for twelve: the incident is not back at the next epoch
+    epochs = np.arange(1, 41)
+    train = 5.0 * np.exp(-epochs / 20.0) + 1.0
+    box = 3.5 - 0.02 * epochs
+    cls = 4.0 - 0.05 * epochs
+    box[3] = np.nan
+    cls[3:15] = np.inf
+    view = RunView(
+        name="yolo",
+        series={
+            "loss": Series(epochs, train),
+            "val/box_loss": Series(epochs, box),
+            "val/cls_loss": Series(epochs, cls),
+        },
+        meta={},
+    )
+    items = [i for i in analyze_run(view).spike_dicts() if int(i["start"]) <= 4 <= int(i["until"])]
+    assert items
+    recovery = next(t for t in _said(items[0]) if t.startswith(("Back", "Recovered")))
+    assert "step 16" in recovery, recovery
