@@ -246,14 +246,31 @@ def _precision_change_premise(
     in a validation loss only (``held_out_only``) did not hurt the training loss by itself: whether it felt the
     incident is read from the training loss (round 22 f28d)."""
     holds, evidence = fp16
-    felt: bool | None = True if (nonfinite and not held_out_only) or spike.metric == "loss" else None
     loss = view.series.get("loss")
+    last = max(until, spike.end)
+    # a non-finite grad norm whose loss stayed finite from it on (at least one sample) did not reach the
+    # loss: the update was skipped, the scaler the action names at work; whether the loss felt the incident
+    # is then read from its rise alone, and where that cannot be read (an RL policy's signed loss near 0)
+    # nothing shows harm (round 23 f29d, issue #32)
+    grad_only = nonfinite and spike.metric == "grad_norm" and _finite_from(loss, spike.start, last)
+    felt: bool | None = True if (nonfinite and not held_out_only and not grad_only) or spike.metric == "loss" else None
     if felt is None and loss is not None and loss.steps.size and not signed_objective(loss.values):
-        felt = loss_felt(loss, spike.start, max(until, spike.end))
-    evidence = {**evidence, "loss_felt": felt}
+        felt = loss_felt(loss, spike.start, last)
+    if grad_only and felt is None:
+        felt = False
+    evidence = {**evidence, "loss_felt": felt, "nonfinite_grad_norm_only": grad_only}
     if felt is False:
         return False, evidence
     return holds, evidence
+
+
+def _finite_from(loss: Series | None, start: int, until: int) -> bool:
+    """Is every loss sample from ``start`` to ``until`` (steps, inclusive) finite, at least one logged?"""
+    if loss is None:
+        return False
+    lo, hi = (int(i) for i in np.searchsorted(loss.steps, [start, until + 1]))
+    values = loss.values[lo:hi]
+    return bool(values.size) and bool(np.isfinite(values).all())
 
 
 def check_premises(

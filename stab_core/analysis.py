@@ -21,7 +21,7 @@ from stab_core.decision_tree import NONFINITE_START_LEAF, DiagnosisParams
 from stab_core.detectors_not_run import detectors_not_run
 from stab_core.diagnosis import diagnose, diagnose_early
 from stab_core.early_rise_rules import banded_climbs, early_limit, early_rise_events
-from stab_core.held_out import held_out_nonfinite, held_out_rose, is_held_out_nonfinite
+from stab_core.held_out import held_out_back_at, held_out_nonfinite, held_out_rose, is_held_out_nonfinite
 from stab_core.held_out_blowups import blowup_incidents
 from stab_core.held_recovery import costed_recovery
 from stab_core.incident_passes import after_grouping
@@ -399,15 +399,15 @@ def find_incidents(view: RunView, params: AnalysisParams | None = None) -> list[
     event's leading grad-norm spike is linked to it (``grad_norm_lead_steps``). A grad-norm-only
     incident lost no steps unless the loss rose above its level inside it."""
     p = params if params is not None else run_params(view)
-    grad = view.series.get("grad_norm")
-    loss = None if signed_objective(getattr(view.series.get("loss"), "values", ())) else view.series.get("loss")
+    grad, raw = view.series.get("grad_norm"), view.series.get("loss")  # raw: a skip is read on its finiteness
+    loss = None if signed_objective(getattr(raw, "values", ())) else raw
     found: list[tuple[SpikeEvent, IncidentKind]] = []
     early: list[SpikeEvent] = []
     if grad is not None and grad.steps.size:
         grad_events = detect_spikes(grad.steps, grad.values, "grad_norm", p.grad_norm_spikes)
         early = new_early_jumps(grad, grad_events, p.grad_norm_spikes)
         grad_events, early = (
-            skipped_steps(cut_off_at_log_end(_near_baseline(e, grad, p.grad_norm_spikes), grad, loss), grad, loss)
+            skipped_steps(cut_off_at_log_end(_near_baseline(e, grad, p.grad_norm_spikes), grad, loss), grad, raw)
             for e in (grad_events, early)
         )
         found += [(event, "spike") for event in (*grad_events, *early)]
@@ -466,7 +466,7 @@ def _costed(
     low = (cost is not None and cost.certainty == "low") or any(m in early for m in incident.members)
     certainty: Certainty = "low" if low or incident.kind == "early_instability" else "high"
     diverged = incident.primary.diverged
-    recovered_at = incident.primary.recovery_step if is_held_out_nonfinite(incident.primary) else recovered_at
+    recovered_at = held_out_back_at(incident.primary, incident.members, recovered_at)
     levels = [m.recovery_step for m in incident.members if m.metric == "loss" and m.n_samples >= LEVEL_SAMPLES]
     if recovered_at is not None and levels and all(b is not None for b in levels):
         # a loss member of LEVEL_SAMPLES+ samples (a level) is back when its level is, not at one noisy dip

@@ -384,16 +384,18 @@ def _early_cause(cause: str, signature: Evidence) -> Claim:
         return Claim("cause", candidates.text(), None, candidates.evidence, candidates.to_log)
     jump = signature.get("loss_jump_ratio")
     if cause == UNKNOWN:
-        return Claim(
-            "cause",
-            "Cause unknown: the loss jumped "
-            + (f"{times(jump)} its level " if isinstance(jump, float) else "")
-            + "in one logged step, but whether it moved before the grad norm (a bad batch's signature) cannot "
-            "be told: the log has no grad norm before it.",
-            None,
-            dict(signature),
-            "the global gradient norm before clipping (grad_norm)",
-        )
+        jumped = "Cause unknown: the loss jumped " + (f"{times(jump)} its level " if isinstance(jump, float) else "")
+        if "grad_norm_before_onset" not in signature:
+            # a run that logs no gradient norm: the sentence says only that it is not logged, never what a
+            # gradient norm did or would do (a reader, and the goldens' must-not-say, take any other words
+            # about it as a claim on a signal the run does not have; round 23 f29d, issue #32)
+            text = jumped + "in one logged step; the gradient norm is not logged, so a bad batch cannot be told apart."
+        else:
+            text = (
+                jumped + "in one logged step, but whether it moved before the grad norm (a bad batch's signature) "
+                "cannot be told: the log has no grad norm before it."
+            )
+        return Claim("cause", text, None, dict(signature), "the global gradient norm before clipping (grad_norm)")
     return Claim(
         "cause",
         "Cause: a bad batch (data outlier): the loss jumped "

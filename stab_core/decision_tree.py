@@ -202,8 +202,8 @@ def build_tree(params: DiagnosisParams | None = None) -> DecisionTree:
                 f"Is one rank's local grad norm (or loss) >= {p.rank_ratio:g}x the median of the other "
                 f"ranks, with at most {p.rank_max_fraction:.0%} of the ranks that far out?"
             ),
-            settled_by="per-rank gradient norms (grad_norm_local, or any per-rank grad norm) or per-rank losses for "
-            "at least 2 ranks around the spike",
+            settled_by="per-rank gradient norms (grad_norm_local, or any per-rank gradient norm) or per-rank losses "
+            "for at least 2 ranks around the spike",
             thresholds={"rank_ratio": p.rank_ratio, "rank_max_fraction": p.rank_max_fraction},
             edges=chain("leaf_rank_fault", "router"),
             to_log="per-rank gradient norms (grad_norm_local) or per-rank losses",

@@ -5,7 +5,7 @@ blip unless the validation loss shares it)."""
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Final
 
 import numpy as np
@@ -114,6 +114,18 @@ def _event(name: str, steps: IntArray, values: FloatArray, first: int, last: int
 def is_held_out_nonfinite(event: SpikeEvent) -> bool:
     """Whether ``event`` is a held-out loss's non-finite incident (:func:`held_out_nonfinite`)."""
     return event.nonfinite and is_held_out_loss(event.metric)
+
+
+def held_out_back_at(primary: SpikeEvent, members: Sequence[SpikeEvent], otherwise: int | None) -> int | None:
+    """The step an incident (its ``primary`` event and ``members``) is back: ``otherwise`` unless it is a held-out
+    loss's non-finite incident; then the latest recovery of its held-out members that went non-finite, each back
+    (else the primary's own, None: not back). One member back while another stays inf (YOLO's val/box_loss at
+    the next epoch, val/cls_loss inf for twelve) has not recovered (round 23 f29d, issue #32)."""
+    if not is_held_out_nonfinite(primary):
+        return otherwise
+    backs = [m.recovery_step for m in members if is_held_out_nonfinite(m)]
+    known = [int(b) for b in backs if b is not None]
+    return max(known) if known and len(known) == len(backs) else primary.recovery_step
 
 
 TRAINING_NONFINITE_KEYS: Final = ("nonfinite_loss", "nonfinite_grad_norm", "nan_iterations", "nonfinite_grads")

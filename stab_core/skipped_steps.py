@@ -64,6 +64,18 @@ def _skipped_at(event: SpikeEvent, grad: Series, loss: Series) -> int | None:
     return _skip_end(grad, loss, at, event.n_samples)
 
 
+def _cut_off_skip(event: SpikeEvent, grad: Series, loss: Series) -> bool:
+    """Is ``event`` a lone non-finite grad-norm sample on the series' last sample, the loss logged and finite
+    from its step to the log's end? It may be one more skipped update (the loss never felt it) or the start
+    of a blow-up: with no grad norm after it, the log cannot tell, so "diverged" claims more than it shows
+    (round 23 f29d, issue #32)."""
+    at = int(np.searchsorted(grad.steps, event.start))
+    if not event.nonfinite or event.n_samples != 1 or at != grad.steps.size - 1 or at == 0:
+        return False
+    felt = loss.values[int(np.searchsorted(loss.steps, event.start)) :]
+    return bool(felt.size) and bool(np.isfinite(felt).all())
+
+
 def skipped_update_steps(grad: Series, loss: Series | None) -> list[int]:
     """The steps of the non-finite grad-norm samples a run went on from with its loss finite (runs of at
     most :data:`START_SKIPS` samples, the next grad norm finite): updates a dynamic loss scaler skipped."""
@@ -85,7 +97,11 @@ def skipped_steps(events: Sequence[SpikeEvent], grad: Series, loss: Series | Non
     out = []
     for event in events:
         after = _skipped_at(event, grad, loss)
-        if after is None:
+        if after is None and _cut_off_skip(event, grad, loss):
+            # the log ends at it: no later sample shows whether the run went on, so neither recovered nor
+            # diverged ("the log ends at this sample", as for a finite one, run_end_rises.cut_off_at_log_end)
+            out.append(replace(event, recovered=False, diverged=False))
+        elif after is None:
             out.append(event)
         elif event.start != int(grad.steps[0]):
             out.append(

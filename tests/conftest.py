@@ -64,6 +64,7 @@ TIERS: dict[str, str] = {
             "round21_f27d",
             "round22_f28d",
             "round23_f29b",
+            "round23_f29d",
             "round17_t23b",
             "round18_det23",
             "round18_t24c",
