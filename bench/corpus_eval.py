@@ -101,7 +101,15 @@ def golden_problems(golden: Mapping[str, Any]) -> list[str]:
             problems.append(f"incident {inc} lacks step, metric or tolerance_steps")
     if "must_not_say" not in golden["statements"]:
         problems.append("statements has no 'must_not_say'")
+    overfitting = (golden.get("facts") or {}).get("overfitting")
+    if isinstance(overfitting, Mapping):  # the keys statement_eval judges an overfitting finding with
+        missing = [k for k in OVERFITTING_FACT_KEYS if not isinstance(overfitting.get(k), (int, float))]
+        problems += [f"facts.overfitting has no number {k!r}" for k in missing]
     return problems
+
+
+OVERFITTING_FACT_KEYS: Final = ("best_val_step", "val_rising_from", "val_rising_to")
+"""What a golden's ``facts.overfitting`` gives (Facts v2): the best evaluation's step and the span it rises over."""
 
 
 def _norm(name: str) -> str:

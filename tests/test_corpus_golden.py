@@ -64,6 +64,23 @@ GOLDEN = {
 }
 
 
+def test_an_overfitting_fact_needs_the_keys_its_judge_reads() -> None:
+    """Batch 23 wrote two with other keys (``val_min_step``, ``from``): the scorer raised a KeyError on the first
+    evaluation; the completeness check now names the missing keys instead."""
+    provenance = {"repo": "a/b", "commit": "0" * 40, "path": "x/log", "file": "log", "sha256": "f"}
+    full: dict = {**GOLDEN, "provenance": provenance, "format_hint": "text"}
+    full["facts"] = {"overfitting": {"best_val_step": 14, "val_rising_from": 15, "val_rising_to": 19}}
+    assert golden_problems(full) == []
+    full["facts"] = {"overfitting": {"val_min_step": 14, "from": 15}}
+    assert golden_problems(full) == [
+        "facts.overfitting has no number 'best_val_step'",
+        "facts.overfitting has no number 'val_rising_from'",
+        "facts.overfitting has no number 'val_rising_to'",
+    ]
+    full["facts"] = {"overfitting": None}  # no overfitting: nothing to check
+    assert golden_problems(full) == []
+
+
 def _series(n: int, first: float, last: float) -> tuple[np.ndarray, np.ndarray]:
     return np.arange(n), np.linspace(first, last, n)
 
