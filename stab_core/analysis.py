@@ -453,15 +453,22 @@ def find_incidents(view: RunView, params: AnalysisParams | None = None) -> list[
             # the loss stayed within its band: no progress was lost
             primary = replace(primary, steps_lost=0)
         incident = Incident(kind, (primary, *members[1:]), co_moves)
-        incidents.append(_costed(incident, loss, early, p, view.series.get("val_loss")))
+        signed = loss is None and "loss" in view.series  # a signed objective: no loss level to cost against
+        incidents.append(_costed(incident, loss, early, p, view.series.get("val_loss"), signed))
     incidents += blowup_incidents(view.series, incidents, early_limit(loss, p.loss_spikes.window))  # val blow-ups
     return after_grouping(view.series, sorted(incidents, key=lambda i: i.start))
 
 
 def _costed(
-    incident: Incident, loss: Series | None, early: Sequence[SpikeEvent], p: AnalysisParams, val_loss: Series | None
+    incident: Incident,
+    loss: Series | None,
+    early: Sequence[SpikeEvent],
+    p: AnalysisParams,
+    val_loss: Series | None,
+    signed: bool = False,
 ) -> Incident:
-    """``incident`` with its severity, certainty and the step its loss was back on trend."""
+    """``incident`` with its severity, certainty and the step its loss was back on trend; ``signed``: the run's
+    loss is a signed objective set aside (``loss`` None)."""
     cost, recovered_at, held = costed_recovery(loss, incident)
     low = (cost is not None and cost.certainty == "low") or any(m in early for m in incident.members)
     certainty: Certainty = "low" if low or incident.kind == "early_instability" else "high"
@@ -492,7 +499,9 @@ def _costed(
                 cost, "loss" in incident.metrics, incident.co_moves.get("loss"), p.loss_spikes.min_ratio
             ),
             settled=cost is not None and cost.band is not None and cost.certainty == "high",
-            peak_ratio=incident.primary.ratio,
+            # beside a loss around zero (a GRPO policy loss, set aside as a signed objective) a grad norm's 100x is
+            # no blow-up the loss shows: BLOWUP_RATIO is a loss's rule, one outlier back at once stays a blip
+            peak_ratio=math.inf if signed and incident.primary.metric != "loss" else incident.primary.ratio,
             held_out_rose=held_out_rose(val_loss, incident.start, until),
             recurring=cost.recurring if cost is not None and incident.kind == "spike" and not levels else None,
             recurring_steps=cost.recurring_steps if cost is not None else None,
