@@ -203,8 +203,14 @@ def blowup_incidents(series: Mapping[str, Series], incidents: Sequence[Incident]
     never came back."""
     out = []
     for event in held_out_blowups(series):
-        # a shown incident that starts later (a jump inside the blow-up) does not report its onset
-        if any(i.severity != "blip" and i.start <= event.start <= i.until for i in incidents):
+        # a shown incident that starts inside a blow-up never back (a later jump) does not report its onset
+        if any(
+            i.severity != "blip"
+            and i.start <= event.until
+            and event.start <= i.until
+            and (i.start <= event.start or event.recovered)
+            for i in incidents
+        ):
             continue
         kind: IncidentKind = "early_instability" if event.start < early_until else "spike"
         co_moves = {
