@@ -19,13 +19,14 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Final
 
 import numpy as np
 
 from stab_core.incidents import Incident
 from stab_core.runview import Series
-from stab_core.spikes import SpikeEvent
+from stab_core.spikes import SpikeEvent, build_event
 
 REWARD_NAME: Final = re.compile(r"(?:^|/)(?:rewards?(?:_mean)?|rewards/[^/]+/mean)$", re.IGNORECASE)
 """An RL fine-tune's mean reward per logging step (not its std, not a zero-std fraction)."""
@@ -71,24 +72,9 @@ def reward_collapse(series: Mapping[str, Series]) -> SpikeEvent | None:
     start = int(steps[first])
     if not value < level or not _spread_zero(series, start):
         return None
-    end = int(steps[-1])
-    return SpikeEvent(
-        metric=name,
-        start=start,
-        peak=start,
-        end=end,
-        peak_value=value,
-        baseline=level,
-        ratio=value / level if level > 0 else math.nan,
-        z=math.nan,
-        duration=end - start,
-        recovered=False,
-        recovery_step=None,
-        diverged=True,
-        nonfinite=False,
-        steps_lost=end - start,
-        n_samples=int(values.size - first),
-    )
+    # build_event reads an upward spike: its z and "back at or below the level" mean nothing for a fall
+    event = build_event(name, steps, values, first, values.size - 1, None, level, math.inf)
+    return replace(event, z=math.nan, steps_lost=int(steps[-1]) - start)
 
 
 def reward_collapses(series: Mapping[str, Series], incidents: Sequence[Incident]) -> list[Incident]:
