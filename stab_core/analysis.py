@@ -41,7 +41,7 @@ from stab_core.recent_level import new_early_jumps, new_recent_level_jumps
 from stab_core.run_end_rises import cut_off_at_log_end, rise_corroborated, run_end_rises
 from stab_core.running_means import per_batch_view
 from stab_core.runview import FloatArray, IntArray, RunView, Series
-from stab_core.severity import EARLY_BLIP_SAMPLES, Certainty, classify, loss_left_band, sensitivity
+from stab_core.severity import EARLY_BLIP_SAMPLES, Certainty, blowup_ratio, classify, loss_left_band, sensitivity
 from stab_core.skipped_steps import skipped_steps
 from stab_core.snr import SnrCollapse, SnrSeries, detect_snr_collapse, gradient_snr
 from stab_core.spike_params import GRAD_NORM_SPIKE_PARAMS, LOSS_SPIKE_PARAMS, SpikeParams
@@ -453,13 +453,13 @@ def find_incidents(view: RunView, params: AnalysisParams | None = None) -> list[
             # the loss stayed within its band: no progress was lost
             primary = replace(primary, steps_lost=0)
         incident = Incident(kind, (primary, *members[1:]), co_moves)
-        incidents.append(_costed(incident, loss, early, p, view.series.get("val_loss")))
+        incidents.append(_costed(incident, loss, early, p, view))
     incidents += blowup_incidents(view.series, incidents, early_limit(loss, p.loss_spikes.window))  # val blow-ups
     return after_grouping(view.series, sorted(incidents, key=lambda i: i.start))
 
 
 def _costed(
-    incident: Incident, loss: Series | None, early: Sequence[SpikeEvent], p: AnalysisParams, val_loss: Series | None
+    incident: Incident, loss: Series | None, early: Sequence[SpikeEvent], p: AnalysisParams, view: RunView
 ) -> Incident:
     """``incident`` with its severity, certainty and the step its loss was back on trend."""
     cost, recovered_at, held = costed_recovery(loss, incident)
@@ -492,8 +492,8 @@ def _costed(
                 cost, "loss" in incident.metrics, incident.co_moves.get("loss"), p.loss_spikes.min_ratio
             ),
             settled=cost is not None and cost.band is not None and cost.certainty == "high",
-            peak_ratio=incident.primary.ratio,
-            held_out_rose=held_out_rose(val_loss, incident.start, until),
+            peak_ratio=blowup_ratio(incident.primary, set_aside=loss is None and "loss" in view.series),
+            held_out_rose=held_out_rose(view.series.get("val_loss"), incident.start, until),
             recurring=cost.recurring if cost is not None and incident.kind == "spike" and not levels else None,
             recurring_steps=cost.recurring_steps if cost is not None else None,
             loss_unmoved=incident.co_moves.get("loss", math.inf) < p.loss_spikes.recover_ratio,  # no loss member

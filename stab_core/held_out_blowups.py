@@ -69,6 +69,11 @@ log's end where it never comes back), every one at least HELD_RATIO times the le
 TRAIN_FELL: Final = 0.9
 """... and the training loss's median from the crossing on is not under this fraction of its median over
 the evaluations before it: a training loss that kept falling makes the rise overfitting."""
+MAIN_EVALS: Final = 10
+"""A blow-up never back counts as held without HELD_EVALS in a row when it spans this many evaluations to the
+log's end ..."""
+MAIN_SHARE: Final = 0.9
+"""... and this share of them are HELD_RATIO times the level: a few single evaluations back low are scatter."""
 BACK_EVALS: Final = 3
 """An evaluation back within RECOVER_RATIO of the level it left ends it where it and the next BACK_EVALS - 1
 (or all to the log's end) are under HELD_RATIO times that level."""
@@ -115,11 +120,8 @@ def _blowups(name: str, steps: IntArray, values: FloatArray, train: Series | Non
         recent = float(np.median(values[max(0, i - RECENT_EVALS) : i]))
         abrupt = values[i] >= BLOWUP_RATIO * recent and values[i + 1] >= HELD_RATIO * left
         lasting = values.size - i >= HELD_EVALS and bool((values[i : i + HELD_EVALS] >= HELD_RATIO * level).all())
-        held = (
-            lasting
-            and bool((values[i:] >= HELD_RATIO * level).all())
-            and not _train_fell(train, int(steps[max(0, i - RECENT_EVALS)]), int(steps[i]))
-        )
+        held = (lasting and bool((values[i:] >= HELD_RATIO * level).all())) or _held_in_main(values[i:], level)
+        held = held and not _train_fell(train, int(steps[max(0, i - RECENT_EVALS)]), int(steps[i]))
         if not (crossed and (held if back is None else abrupt or lasting)):
             i += 1
             continue
@@ -128,6 +130,16 @@ def _blowups(name: str, steps: IntArray, values: FloatArray, train: Series | Non
             break
         i = since = back + 1
     return out
+
+
+def _held_in_main(after: FloatArray, level: float) -> bool:
+    """Whether evaluations ``after`` (from a crossing never back, to the log's end) held up in the main: at least
+    :data:`MAIN_EVALS` of them, :data:`MAIN_SHARE` of them :data:`HELD_RATIO` times ``level`` or more (round 23:
+    a validation loss 5x up from epoch 35 to 100 with five single evaluations back under 1.5x its level never
+    held five in a row, yet never came back either); the crossing and the evaluation after it both up."""
+    up = after >= HELD_RATIO * level
+    # the evaluation after the crossing is up too: a one-evaluation jump back at once is no onset of a hold
+    return after.size >= MAIN_EVALS and bool(up[:2].all()) and float(np.mean(up)) >= MAIN_SHARE
 
 
 def _train_fell(train: Series | None, before: int, crossing: int) -> bool:
@@ -191,7 +203,14 @@ def blowup_incidents(series: Mapping[str, Series], incidents: Sequence[Incident]
     never came back."""
     out = []
     for event in held_out_blowups(series):
-        if any(i.severity != "blip" and i.start <= event.until and event.start <= i.until for i in incidents):
+        # a shown incident that starts inside a blow-up never back (a later jump) does not report its onset
+        if any(
+            i.severity != "blip"
+            and i.start <= event.until
+            and event.start <= i.until
+            and (i.start <= event.start or event.recovered)
+            for i in incidents
+        ):
             continue
         kind: IncidentKind = "early_instability" if event.start < early_until else "spike"
         co_moves = {

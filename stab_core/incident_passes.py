@@ -6,12 +6,14 @@ generator's drift beside a discriminator that holds is no divergence
 (:mod:`stab_core.adversarial`); a generator climbing while its discriminator collapses is one
 (:mod:`stab_core.discriminator_wins`); a side loss (KL, aux) that explodes and stays is a divergence of its
 own (:mod:`stab_core.side_losses`); an RL run's return is its headline, its lasting falls are incidents and a
-TD loss's jitter is not (:mod:`stab_core.return_falls`); a grad-norm outlier the loss never rose
+TD loss's jitter is not (:mod:`stab_core.return_falls`); an RL fine-tune's reward stuck at one lower value to the
+end is a collapse (:mod:`stab_core.reward_collapse`); a grad-norm outlier the loss never rose
 above its own scatter for is a blip (:mod:`stab_core.unfelt_outliers`); on a loss noisy throughout, an
 excursion inside its own scatter is a blip (:mod:`stab_core.noisy_series`), while a rise that holds
 several rows there is shown (:mod:`stab_core.lasting_rises`); a grad norm that held 4x its
 level for 16 samples is a spike whatever the loss did (:mod:`stab_core.grad_norm_surges`); so is a loss
-non-finite on consecutive logged samples (:mod:`stab_core.nonfinite_episodes`).
+non-finite on consecutive logged samples (:mod:`stab_core.nonfinite_episodes`), and the first non-finite grad norm
+beside a loss printed 0 and a last skipped update (:mod:`stab_core.overflow_incidents`).
 """
 
 from __future__ import annotations
@@ -26,7 +28,9 @@ from stab_core.incidents import Incident
 from stab_core.lasting_rises import noisy_lasting_rises
 from stab_core.noisy_series import ordinary_excursions
 from stab_core.nonfinite_episodes import nonfinite_episodes
+from stab_core.overflow_incidents import overflow_severities
 from stab_core.return_falls import return_led
+from stab_core.reward_collapse import reward_collapses
 from stab_core.runview import Series
 from stab_core.side_losses import exploded_terms
 from stab_core.unfelt_outliers import unfelt_grad_norm_outliers
@@ -35,6 +39,8 @@ from stab_core.unfelt_outliers import unfelt_grad_norm_outliers
 def after_grouping(series: Mapping[str, Series], incidents: Sequence[Incident]) -> list[Incident]:
     """``incidents`` after every pass that reads the series beside the loss, in the order above."""
     adversarial = discriminator_wins(series, adversarial_drifts(series, fell_back_rises(series, incidents)))
-    passed = unfelt_grad_norm_outliers(series, return_led(series, exploded_terms(series, adversarial)))
+    passed = unfelt_grad_norm_outliers(
+        series, reward_collapses(series, return_led(series, exploded_terms(series, adversarial)))
+    )
     shown = noisy_lasting_rises(series, ordinary_excursions(series, passed))
-    return nonfinite_episodes(series, lasting_surges(series, shown))
+    return overflow_severities(series, nonfinite_episodes(series, lasting_surges(series, shown)))

@@ -31,6 +31,7 @@ import numpy as np
 from stab_core.rolling_baseline import MAD_TO_Z, NOISE_MIN_SAMPLES, descends, logging_resolution, sample_noise
 from stab_core.runview import FloatArray, IntArray
 from stab_core.spike_params import GRAD_NORM_SPIKE_PARAMS, LOSS_SPIKE_PARAMS, SpikeParams
+from stab_core.spikes import SpikeEvent
 
 SeverityLevel = Literal["blip", "spike", "divergence"]
 Certainty = Literal["high", "low"]
@@ -323,6 +324,16 @@ BLOWUP_RATIO: Final = 100.0
 """An incident whose loss left its band and whose primary stood this many times its level or more is no
 blip however soon it was back: two orders of magnitude is a blow-up, the weights it hit need not be the
 ones before it (a GRPO loss 40,610x its first log for one sample of a 20-sample run)."""
+
+
+def blowup_ratio(primary: SpikeEvent, *, set_aside: bool) -> float:
+    """The ratio :func:`classify` weighs against :data:`BLOWUP_RATIO`: the primary's, except a non-loss primary's
+    where the run's loss was set aside as a signed objective (``set_aside``: a GRPO policy loss around 0), where it
+    is unknown (inf). The 100x rule is a loss's: a grad norm 340x for one step beside a loss that cannot show what
+    it cost is a one-step outlier like any other (round 23, issue #32)."""
+    return float("inf") if set_aside and primary.metric != "loss" else primary.ratio
+
+
 SPARSE_BLIP_MAX_RATIO: Final = 2.0
 """The one-sample blip of a sparsely logged run rose to at most this many times its level: a batch
 outlier (1.5-1.6x on parameter-golf consoles logged every 10-100 steps). A near-zero loss jumping 4-9x

@@ -17,6 +17,10 @@ non-finite grad norm cannot be told from weights that went bad.
   1 and 2, the loss finite, the LR not advancing): up to :data:`START_SKIPS` non-finite samples from the
   first, the loss finite through them and the next grad norm finite, are that start-up overflow too
   (docs/diagnosis.md, "Non-finite values").
+- On the series' last logged sample, a lone non-finite grad norm with the loss finite at its step, in a run
+  whose earlier non-finite grad norms were all such skipped updates (at least one), is the same skip again
+  with no later sample to show it: neither recovered nor diverged (the log ends at it), not a divergence
+  (round 23, issue #32: a GRPO fp16 run's fourth lone NaN grad norm on its last log was said "Diverged").
 - :func:`skipped_update_steps`: the steps of such skips anywhere in a run, read as the sign of a dynamic
   loss scaler, i.e. of fp16 mixed precision (``stab_core.action_premises``): without a scaler a
   non-finite gradient reaches the weights and the next loss is non-finite too.
@@ -89,15 +93,29 @@ def skipped_update_steps(grad: Series, loss: Series | None) -> list[int]:
     return out
 
 
+def skip_at_end(event: SpikeEvent, grad: Series, loss: Series) -> bool:
+    """Is ``event`` a lone non-finite grad norm on the series' last sample, the loss finite at its step (its
+    last sample at or before it), in a run whose every earlier non-finite grad norm was a skipped update?"""
+    last = int(grad.steps[-1])
+    if not event.nonfinite or event.n_samples != 1 or event.start != last:
+        return False
+    earlier = ~np.isfinite(grad.values[:-1])
+    if not earlier.any() or len(skipped_update_steps(grad, loss)) != int(earlier.sum()):
+        return False
+    at = int(np.searchsorted(loss.steps, last, side="right")) - 1
+    return at >= 0 and bool(np.isfinite(loss.values[at]))
+
+
 def skipped_steps(events: Sequence[SpikeEvent], grad: Series, loss: Series | None) -> list[SpikeEvent]:
     """``events`` (grad-norm events of ``grad``) with each skipped overflow step recovered at the next
-    grad-norm sample and not diverged, and dropped where it is the series' first sample (see the module)."""
+    grad-norm sample and not diverged, dropped where it is the series' first sample, and one more skip on
+    the last sample neither recovered nor diverged (see the module)."""
     if loss is None or not loss.steps.size or not grad.steps.size:
         return list(events)
     out = []
     for event in events:
         after = _skipped_at(event, grad, loss)
-        if after is None and _cut_off_skip(event, grad, loss):
+        if after is None and (_cut_off_skip(event, grad, loss) or skip_at_end(event, grad, loss)):
             # the log ends at it: no later sample shows whether the run went on, so neither recovered nor
             # diverged ("the log ends at this sample", as for a finite one, run_end_rises.cut_off_at_log_end)
             out.append(replace(event, recovered=False, diverged=False))

@@ -37,6 +37,7 @@ TIERS: dict[str, str] = {
             "abandoned_attempts",
             "lasting_rises",
             "nonfinite_episodes",
+            "f29c_detection",
             "f26a_end_and_nan_rises",
             "f27c_val_blowups",
             "f28c_objectives_val_parts",
