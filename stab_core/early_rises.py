@@ -22,6 +22,7 @@ from stab_core.incidents import EARLY_MIN_RATIO, detect_climbs, early_rises
 from stab_core.rolling_baseline import MAD_TO_Z, NOISE_MIN_SAMPLES, descends, sample_noise
 from stab_core.runview import FloatArray, IntArray
 from stab_core.spikes import SpikeEvent
+from stab_core.window_medians import window_medians
 
 HELD_SAMPLES: Final = 3
 """Consecutive samples whose median is a level the loss held (one outlier batch of three is outvoted)."""
@@ -45,7 +46,7 @@ def held_levels(values: FloatArray) -> FloatArray:
     if n > HELD_SAMPLES:
         windows = np.lib.stride_tricks.sliding_window_view(values, HELD_SAMPLES)
         # window k covers values[k : k+3] and is entirely before index k+3
-        running_low = np.minimum.accumulate(np.median(windows, axis=1))
+        running_low = np.minimum.accumulate(window_medians(windows))
         out[HELD_SAMPLES:] = running_low[: n - HELD_SAMPLES]
     return out
 

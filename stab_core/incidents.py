@@ -25,6 +25,7 @@ from stab_core.rolling_baseline import MAD_TO_Z
 from stab_core.runview import FloatArray, IntArray, RankMatrix, RunView, Series
 from stab_core.severity import Certainty, SeverityLevel
 from stab_core.spikes import SpikeEvent, build_event
+from stab_core.window_medians import window_medians
 
 IncidentKind = Literal["spike", "early_instability", "climb"]
 
@@ -293,11 +294,11 @@ def _smoothed(x: FloatArray) -> tuple[FloatArray, IntArray, int]:
     block = max(1, x.size // _CLIMB_MAX_POINTS)
     if block > 1:
         n = (x.size // block) * block
-        points = np.median(x[:n].reshape(-1, block), axis=1)
+        points = window_medians(x[:n].reshape(-1, block))
         return points, np.arange(block - 1, n, block, dtype=np.int64), block
     padded = np.concatenate([np.full(CLIMB_SMOOTH - 1, x[0]), x])
     windows = np.lib.stride_tricks.sliding_window_view(padded, CLIMB_SMOOTH)
-    return np.median(windows, axis=1), np.arange(x.size, dtype=np.int64), 1
+    return window_medians(windows), np.arange(x.size, dtype=np.int64), 1
 
 
 def _out_of_band(smooth: FloatArray, floor: FloatArray, i: int, j: int, band: float, needed: int) -> tuple[int, int]:

@@ -42,6 +42,7 @@ from stab_core.noisy_series import noisy_throughout, stands_out
 from stab_core.runview import FloatArray, IntArray, Series
 from stab_core.spikes import SpikeEvent, build_event
 from stab_core.throughput import true_runs
+from stab_core.window_medians import window_medians
 
 LEVEL_ROWS: Final = 60
 """Finite rows before a row whose median is its level."""
@@ -101,7 +102,7 @@ def level_ratios(values: FloatArray) -> FloatArray:
     for i in range(MIN_LEVEL_ROWS, min(LEVEL_ROWS, values.size)):
         out[i] = values[i] / float(np.median(values[:i]))
     if values.size > LEVEL_ROWS:
-        medians = np.median(np.lib.stride_tricks.sliding_window_view(values, LEVEL_ROWS)[:-1], axis=1)
+        medians = window_medians(np.lib.stride_tricks.sliding_window_view(values, LEVEL_ROWS)[:-1])
         with np.errstate(divide="ignore", invalid="ignore"):
             out[LEVEL_ROWS:] = values[LEVEL_ROWS:] / medians
     return out

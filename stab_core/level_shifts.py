@@ -34,6 +34,7 @@ from stab_core.incidents import RECOVER_RATIO
 from stab_core.rolling_baseline import MAD_TO_Z
 from stab_core.runview import FloatArray, IntArray
 from stab_core.spikes import SpikeEvent, build_event
+from stab_core.window_medians import window_medians
 
 BLOCK: Final = 50
 """Samples per block median."""
@@ -68,7 +69,7 @@ def level_shifts(steps: IntArray, values: FloatArray, metric: str = "loss") -> l
     n = x.size // BLOCK
     if x.size < MIN_SAMPLES or n < HELD_BLOCKS + 2:
         return []
-    med = np.median(x[: n * BLOCK].reshape(n, BLOCK), axis=1)
+    med = window_medians(x[: n * BLOCK].reshape(n, BLOCK))
     level_at, wander_at = _held_levels(med)
     high = (level_at > 0) & (med >= SHIFT_RATIO * level_at) & (med - level_at > SHIFT_Z * wander_at)
     high[:-1] &= med[1:] >= STAY_RATIO * level_at[:-1]  # and the next block still high: the rise lasts
@@ -123,12 +124,12 @@ def _held_levels(med: FloatArray) -> tuple[FloatArray, FloatArray]:
     level_at = np.full(n, np.nan)
     wander_at = np.full(n, np.nan)
     if n > HELD_BLOCKS:
-        level_at[HELD_BLOCKS:] = np.median(sliding_window_view(med, HELD_BLOCKS)[: n - HELD_BLOCKS], axis=1)
+        level_at[HELD_BLOCKS:] = window_medians(sliding_window_view(med, HELD_BLOCKS)[: n - HELD_BLOCKS])
     change = np.abs(np.diff(med))
     for k in range(2, min(WANDER_BLOCKS, n)):  # the first blocks: fewer changes before them
         wander_at[k] = np.median(change[: k - 1])
     if n > WANDER_BLOCKS:
         windows = sliding_window_view(change, WANDER_BLOCKS - 1)[: n - WANDER_BLOCKS]
-        wander_at[WANDER_BLOCKS:] = np.median(windows, axis=1)
+        wander_at[WANDER_BLOCKS:] = window_medians(windows)
     # a change between two blocks has twice a block's variance: sqrt(2) turns it back into one block's
     return level_at, wander_at / MAD_TO_Z / np.sqrt(2.0)

@@ -33,6 +33,7 @@ from stab_core.metrics import signed_objective
 from stab_core.rolling_baseline import MAD_TO_Z
 from stab_core.runview import FloatArray, Series
 from stab_core.spike_params import LOSS_SPIKE_PARAMS
+from stab_core.window_medians import window_medians
 
 ORDINARY_SHARE: Final = 0.25
 """Share of a loss's samples at or over ``min_ratio`` times their window median from which such a rise is
@@ -56,7 +57,7 @@ def ordinary_share(values: FloatArray, window: int = LOSS_SPIKE_PARAMS.window) -
         return None
     probes = np.unique(np.linspace(window, finite.size - 1, min(MAX_PROBES, finite.size - window)).astype(int))
     windows = np.lib.stride_tricks.sliding_window_view(finite, window)[probes - window]
-    medians = np.median(windows, axis=1)
+    medians = window_medians(windows)
     return float(np.mean(finite[probes] >= LOSS_SPIKE_PARAMS.min_ratio * medians))
 
 

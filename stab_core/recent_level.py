@@ -33,6 +33,7 @@ from stab_core.rolling_baseline import MAD_TO_Z
 from stab_core.runview import FloatArray, IntArray, Series
 from stab_core.spike_params import SpikeParams
 from stab_core.spikes import SpikeEvent, build_event
+from stab_core.window_medians import window_medians
 
 RECENT_SAMPLES: Final = 16
 """Samples before a sample that its recent level and noise are taken from (the detector's
@@ -119,7 +120,7 @@ def _window_medians(x: FloatArray, index: IntArray, window: int) -> FloatArray:
         rows = sliding_window_view(x, window)
         chosen = index[full] - window
         for first in range(0, chosen.size, 4096):
-            out[np.flatnonzero(full)[first : first + 4096]] = np.median(rows[chosen[first : first + 4096]], axis=1)
+            out[np.flatnonzero(full)[first : first + 4096]] = window_medians(rows[chosen[first : first + 4096]])
     return out
 
 

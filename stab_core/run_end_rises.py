@@ -36,6 +36,7 @@ from stab_core.incidents import EARLY_MIN_RATIO, RECOVER_RATIO
 from stab_core.rolling_baseline import MAD_TO_Z, NOISE_MIN_SAMPLES
 from stab_core.runview import FloatArray, IntArray, Series
 from stab_core.spikes import SpikeEvent, build_event
+from stab_core.window_medians import window_medians
 
 END_MIN_SAMPLES: Final = 2
 """Trailing samples that must all stand above the held level: one high last sample may be one bad batch."""
@@ -107,7 +108,7 @@ def held_end_rises(steps: IntArray, values: FloatArray, metric: str = "loss") ->
     if x.size < HELD_END_LEVEL + HELD_END_SAMPLES:
         return []
     # levels[j]: the median of the HELD_END_LEVEL samples before index HELD_END_LEVEL + j
-    levels = np.median(sliding_window_view(x[:-1], HELD_END_LEVEL), axis=1)
+    levels = window_medians(sliding_window_view(x[:-1], HELD_END_LEVEL))
     suffix_low = np.minimum.accumulate(x[::-1])[::-1]
     starts = np.arange(HELD_END_LEVEL, x.size - HELD_END_SAMPLES + 1)
     base = levels[starts - HELD_END_LEVEL]
@@ -135,11 +136,13 @@ def _sharp_end_rise(
     # lowest sample from each index to the end: the trailing stretch from k holds when it is out of band
     suffix_low = np.minimum.accumulate(x[::-1])[::-1]
     first: int | None = None
-    for k in range(END_MIN_HELD, x.size - END_MIN_SAMPLES + 1):
+    ks = np.arange(END_MIN_HELD, x.size - END_MIN_SAMPLES + 1)
+    # the indices whose trailing stretch is out of the held level's band, found at once (a loop over every
+    # sample of a 10^6-step log cost a second); the recent-median test below runs on these only
+    out_of_band = ks[(levels[ks] > 0) & (suffix_low[ks] > RECOVER_RATIO * levels[ks])]
+    for k in out_of_band.tolist():
         level = float(levels[k])
         low = float(suffix_low[k])
-        if not (level > 0 and low > RECOVER_RATIO * level):
-            continue
         recent = x[max(0, k - END_RECENT) : k]
         # above the recent median too: a noisy run's lowest held dip is not where it stands
         if low > RECOVER_RATIO * float(np.median(recent)) and low > level + _band(recent, z_threshold):
@@ -261,12 +264,12 @@ def end_climbs(
     if x.size < 3 * LASTING_LEVEL:
         # a held level, a climb and its end level each need a window of their own
         return []
-    held = np.median(sliding_window_view(x, LASTING_LEVEL), axis=1)  # held[k]: median of x[k : k + LASTING_LEVEL]
+    held = window_medians(sliding_window_view(x, LASTING_LEVEL))  # held[k]: median of x[k : k + LASTING_LEVEL]
     best = int(np.argmin(held))
     level = float(held[best])
     if not (level > 0 and float(held[-1]) >= END_CORROBORATED_RATIO * level):
         return []
-    recent = np.median(sliding_window_view(x, END_RECENT), axis=1)  # recent[k]: median of x[k : k + END_RECENT]
+    recent = window_medians(sliding_window_view(x, END_RECENT))  # recent[k]: median of x[k : k + END_RECENT]
     # the climb starts after the last short median still back near the level (after the best window)
     after = best + LASTING_LEVEL
     back = np.flatnonzero(recent[after:] <= RECOVER_RATIO * level)

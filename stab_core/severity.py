@@ -32,6 +32,7 @@ from stab_core.rolling_baseline import MAD_TO_Z, NOISE_MIN_SAMPLES, descends, lo
 from stab_core.runview import FloatArray, IntArray
 from stab_core.spike_params import GRAD_NORM_SPIKE_PARAMS, LOSS_SPIKE_PARAMS, SpikeParams
 from stab_core.spikes import SpikeEvent
+from stab_core.window_medians import window_medians
 
 SeverityLevel = Literal["blip", "spike", "divergence"]
 Certainty = Literal["high", "low"]
@@ -387,7 +388,7 @@ def recurring_jump(steps: IntArray, values: FloatArray, start: int, until: int) 
     jump = float(during[top]) - level
     if not jump > 0:
         return None
-    levels = np.median(np.lib.stride_tricks.sliding_window_view(x[:-1], RECURRING_LOCAL), axis=1)
+    levels = window_medians(np.lib.stride_tricks.sliding_window_view(x[:-1], RECURRING_LOCAL))
     jumps = x[RECURRING_LOCAL:] - levels
     if int(np.count_nonzero(jumps >= jump / 2)) < RECURRING_JUMPS:
         return None

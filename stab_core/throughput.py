@@ -19,6 +19,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from stab_core.window_medians import window_medians
+
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 
@@ -381,7 +383,7 @@ def _short_drops(
     n = SHORT_SPAN_SAMPLES
     if rate.size - start < 2 * n:
         return []
-    windows = np.median(np.lib.stride_tricks.sliding_window_view(rate[start:], n), axis=1)
+    windows = window_medians(np.lib.stride_tricks.sliding_window_view(rate[start:], n))
     out = []
     for a, b in true_runs(windows < (1 - DROP_FRACTION) * norm):
         lo, hi = start + a, start + b + n - 1  # the samples of the slow windows
