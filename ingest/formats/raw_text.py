@@ -120,10 +120,11 @@ def clean_text(chunk: bytes) -> bytes:
     """``chunk`` without ANSI colour codes (with or without their escape byte) and NUL bytes (a node's
     log cut by a crash is padded with
     NULs where the file system had allocated blocks not yet written)."""
-    if b"\x1b" in chunk:
-        chunk = _ANSI.sub(b"", chunk)
-    if b"[" in chunk and _RESET_CODE.search(chunk):  # both scan a chunk faster than ``b"[0m" in chunk``
-        chunk = _LITERAL_ANSI.sub(b"", chunk)
+    if b"[" in chunk:  # every colour code holds one: a chunk without is scanned once, not twice
+        if b"\x1b" in chunk:
+            chunk = _ANSI.sub(b"", chunk)
+        if _RESET_CODE.search(chunk):  # faster than ``b"[0m" in chunk``
+            chunk = _LITERAL_ANSI.sub(b"", chunk)
     if b"\x00" in chunk:
         chunk = chunk.replace(b"\x00", b"")
     return chunk
