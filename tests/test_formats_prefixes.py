@@ -13,6 +13,7 @@ import pytest
 
 from ingest.errors import StabScopeError
 from ingest.formats import detect, read_log
+from ingest.formats.raw_text import clean_text
 
 REAL_LOGS = Path(__file__).resolve().parents[2] / "shared" / "data" / "real_logs"
 
@@ -184,6 +185,19 @@ def test_ansi_codes_and_nul_bytes_of_a_cut_log(tmp_path: Path) -> None:
     path.write_bytes(b"\x00" * 8192 + "\n".join(lines).encode() + b"\n")
     assert detect([path])[0][0] == "megatron"
     assert read_log([path]).series("loss")[0].shape[0] == 60
+
+
+@pytest.mark.parametrize(
+    ("chunk", "clean"),
+    [
+        (b"\x1b[1mlm loss\x1b[0m: 2.5\n", b"lm loss: 2.5\n"),
+        (b"[1m --> STEP: 99[0m\n", b" --> STEP: 99\n"),  # the codes a paste lost their escape byte from
+        (b"loss: 2.5\x1b\n\x00\x00", b"loss: 2.5\x1b\n"),  # an escape byte opening no code is kept
+        (b"iteration 3 | loss: 2.5 |\n", b"iteration 3 | loss: 2.5 |\n"),
+    ],
+)
+def test_a_chunk_loses_its_colour_codes_and_nul_bytes(chunk: bytes, clean: bytes) -> None:
+    assert clean_text(chunk) == clean
 
 
 def test_binary_files_are_still_not_text(tmp_path: Path) -> None:

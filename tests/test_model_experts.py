@@ -129,3 +129,12 @@ def test_the_same_dump_uploaded_as_a_config_states_the_same_dense_model() -> Non
     assert read_run_config(_megatron_block(""), "args.txt", "megatron-args")["num_experts"] == 1
     dump = _megatron_block("  num_experts ..................................... 8")
     assert read_run_config(dump, "args.txt", "megatron-args")["num_experts"] == 8
+
+
+def test_a_head_of_metric_lines_states_nothing_and_a_dump_under_it_is_still_read() -> None:
+    # a head without 'layer', 'expert' or 'moe' is passed over in one scan; one dump line brings the search back
+    metrics = [f" iteration {i}/ 1000 | consumed samples: {8 * i} | lm loss: 2.5E+00 |" for i in range(5000)]
+    assert stated_num_experts("\n".join(metrics)) is None
+    assert stated_num_experts("\n".join([*metrics, NAMESPACE])) == 1
+    assert stated_num_experts("\n".join([*metrics, "moe_enabled=True"])) is None
+    assert stated_num_experts("\n".join([*metrics, "num_experts:", "  8"])) == 8

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from ingest.formats import FALLBACK_READERS, read_log
-from ingest.formats.stated_precision import stated_precision
+from ingest.formats.raw_text import holds_match
+from ingest.formats.stated_precision import _KEYWORD, _KEYWORD_RE2, stated_precision
 
 
 @pytest.mark.parametrize(
@@ -63,3 +64,24 @@ def test_only_lines_naming_a_setting_are_searched_and_a_wrapped_value_still_coun
     assert stated_precision("\n".join([*metrics, "mixed_precision:", "  bf16"])) == "bf16"
     assert stated_precision("\n".join(metrics)) is None
     assert stated_precision("\n".join(["Namespace(fp16=False, lr=0.1)", *metrics])) == "fp32"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        " iteration 3/ 100 | consumed samples: 24 | lm loss: 2.5E+00 |",
+        "amp: true",
+        "Samples: 9\nuse_amp=True",
+        "x\namp",
+        "\u00e9amp=1",  # a non-ASCII letter before 'amp' is no ASCII letter: the word starts there
+        "lamp\nCamp",
+        "torch_dtype: bfloat16",
+        "Half",
+        "hal f precisio n",
+    ],
+)
+def test_the_one_scan_that_skips_a_head_finds_a_keyword_where_the_line_search_does(text: str) -> None:
+    # the RE2 scan (one pass, no look-behind) must say "none" exactly where the regex finds none, or a
+    # dump would be skipped
+    assert holds_match(text, _KEYWORD_RE2) == bool(_KEYWORD.search(text))

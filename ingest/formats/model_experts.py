@@ -26,7 +26,7 @@ import re
 from pathlib import Path
 from typing import Any, Final
 
-from ingest.formats.raw_text import looks_binary, read_head
+from ingest.formats.raw_text import holds_match, looks_binary, read_head
 
 HEAD_BYTES: Final = 2 * 1024 * 1024
 """How much of a log's start is searched for its model arguments (Megatron prints them after the
@@ -81,6 +81,8 @@ def _key_lines(text: str) -> str:
     stands): the three searches on them find what they find on the whole text (all 517 corpus logs alike;
     only a value two line breaks after its key would be missed, which no dump prints), without running
     their look-behind at every character of a head of metric lines."""
+    if not holds_match(text, _KEY_WORD.pattern):  # one RE2 scan: a head of metric lines holds no key word
+        return ""
     every = text.split("\n")
     ends = list(itertools.accumulate(len(line) + 1 for line in every))
     hit = {bisect.bisect_right(ends, m.start()) for m in _KEY_WORD.finditer(text)}

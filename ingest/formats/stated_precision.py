@@ -40,7 +40,7 @@ import re
 from pathlib import Path
 from typing import Any, Final
 
-from ingest.formats.raw_text import looks_binary, read_head
+from ingest.formats.raw_text import holds_match, looks_binary, read_head
 
 HEAD_BYTES: Final = 2 * 1024 * 1024
 """How much of a log's start is searched for its settings dump (the same span model_experts reads)."""
@@ -117,12 +117,19 @@ start: a metric line's ``consumed samples`` holds none)."""
 _KEYWORD_LITERALS: Final = re.compile(r"fp16|bf16|half|Half|precision|dtype|DTYPE")
 """``_KEYWORD`` less its ``amp``: plain words, found in one fast scan of the whole text."""
 
+_KEYWORD_RE2: Final = r"fp16|bf16|half|Half|(?:^|[^A-Za-z])amp|precision|dtype|DTYPE"
+"""``_KEYWORD`` for RE2 (no look-behind: the character before ``amp`` is matched instead), which tells in
+one scan whether the text holds a word at all: a head of metric lines, which holds none, costs no line
+search (``consumed samples`` gives every Megatron line an ``amp`` to check one by one)."""
+
 
 def _keyword_lines(text: str) -> set[int]:
     """The indices (in ``text.splitlines()``) of the lines ``_KEYWORD`` finds a word in: one scan of the
     whole text for the plain words and one for ``amp``, whose word start is checked here. A metric line's
     ``consumed samples`` holds ``amp``, so the regex run line by line cost most of this module's time on
     a head of metric lines (docs/performance.md, the import report's cost)."""
+    if not holds_match(text, _KEYWORD_RE2):
+        return set()
     ends = list(itertools.accumulate(len(line) for line in text.splitlines(keepends=True)))
     starts = [m.start() for m in _KEYWORD_LITERALS.finditer(text)]
     starts += [i for i in _find_all(text, "amp") if i == 0 or not _is_ascii_letter(text[i - 1])]
@@ -168,8 +175,8 @@ def _one(values: set[str]) -> str | None:
 def stated_precision(text: str) -> str | None:
     """``fp16``, ``bf16`` or ``fp32`` as the settings dumps in ``text`` state it (module docstring),
     None when they state none or contradict each other."""
-    every = text.splitlines()
     near = {j for i in _keyword_lines(text) for j in (i, i + 1)}  # a value may wrap
+    every = text.splitlines() if near else []
     lines = [every[i] for i in sorted(near) if i < len(every) and not _NOT_A_DUMP.search(every[i])]
     body = "\n".join(lines)
     explicit: set[str] = set()
@@ -200,7 +207,7 @@ def stated_precision(text: str) -> str | None:
 
 def _script_autocast(text: str) -> str | None:
     """The one dtype every autocast context of a dumped training script names (module docstring), else None."""
-    if not _SCRIPT.search(text):
+    if "import torch" not in text or not _SCRIPT.search(text):  # ``in`` first: the regex tries every line start
         return None
     named: set[str] = set()
     for m in _AUTOCAST.finditer(text):
