@@ -445,8 +445,10 @@ def find_incidents(view: RunView, params: AnalysisParams | None = None) -> list[
         start, until = min(m.start for m in members), max(m.until for m in members)
         co_moves: dict[str, float] = {}
         for metric, series in (("loss", loss), ("grad_norm", grad)):
-            if all(m.metric != metric for m in members) and (ratio := window_ratio(series, start, until)) is not None:
-                co_moves[metric] = ratio
+            if all(m.metric != metric for m in members):
+                ratio = window_ratio(series, start, until)
+                if ratio is not None:
+                    co_moves[metric] = ratio
         if primary.metric != "loss" and co_moves.get("loss", 0.0) < p.loss_spikes.recover_ratio:
             # the loss stayed within its band: no progress was lost
             primary = replace(primary, steps_lost=0)
@@ -494,7 +496,6 @@ def _costed(
             held_out_rose=held_out_rose(val_loss, incident.start, until),
             recurring=cost.recurring if cost is not None and incident.kind == "spike" and not levels else None,
             recurring_steps=cost.recurring_steps if cost is not None else None,
-            one_batch=cost is not None and cost.one_batch,
             loss_unmoved=incident.co_moves.get("loss", math.inf) < p.loss_spikes.recover_ratio,  # no loss member
         )
     )

@@ -417,7 +417,6 @@ def classify(
     recurring: int | None = None,
     recurring_steps: int | None = None,
     member_out: int | None = None,
-    one_batch: bool = False,
 ) -> SeverityLevel:
     """The severity of an incident: ``divergence`` when it never came back (``diverged``); a ``blip``
     when the loss was back on its trend within ``blip_samples`` samples (``loss_samples``; None: the
@@ -427,11 +426,9 @@ def classify(
     (``loss_samples`` and ``member_samples`` 1, whatever the spacing) that the validation loss did not
     share (``held_out_rose`` False: one bad batch, not a model that got worse), when its trend was ``settled``
     (fitted on ``CERTAIN_SAMPLES`` or more) and the sample stood at most :data:`SPARSE_BLIP_MAX_RATIO`
-    times its level (``peak_ratio``), or the sample after it was back within one sigma of the level the
-    loss had reached (``one_batch``, :attr:`LossCost.one_batch`; under :data:`BLOWUP_RATIO`): on fewer
-    samples (a loss logged only at six evals 500 steps apart) the level is too uncertain to vouch that
-    nothing lasting was lost, and a higher sample back only near the top of the band may have stood that
-    high for the unlogged steps around it; else ``spike``.
+    times its level (``peak_ratio``): on fewer samples (a loss logged only at six evals 500 steps apart)
+    the level is too uncertain to vouch that nothing lasting was lost, and a higher sample may have
+    stood that high for the unlogged steps around it; else ``spike``.
 
     An incident whose loss never left its trend's noise band (``loss_left_band`` False: a grad-norm
     outlier the loss did not feel) lost nothing: it is a blip once its members are back within
@@ -468,16 +465,14 @@ def classify(
         return "blip"
     if (
         settled
-        and (peak_ratio <= SPARSE_BLIP_MAX_RATIO or one_batch)
+        and peak_ratio <= SPARSE_BLIP_MAX_RATIO
         and not held_out_rose
         and loss_samples is not None
         and loss_samples <= 1
         and member_samples <= 1
     ):
         # one logged sample out, back at the very next one, the validation loss unmoved: a one-batch
-        # outlier however sparsely the run is logged (a loss logged every 100 steps cannot show more lost);
-        # however tall too when that next sample is within a sigma of the level (``one_batch``): the run kept
-        # what it had gained, where a sample back only near the band's top may sit on unlogged high steps
+        # outlier however sparsely the run is logged (a loss logged every 100 steps cannot show more lost)
         return "blip"
     loss_ok = loss_samples is None or loss_samples <= blip_samples
 

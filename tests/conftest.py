@@ -65,7 +65,6 @@ TIERS: dict[str, str] = {
             "round22_f28d",
             "round23_f29b",
             "round23_f29d",
-            "round23_f29e",
             "round17_t23b",
             "round18_det23",
             "round18_t24c",
