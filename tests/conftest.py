@@ -258,9 +258,16 @@ TIERS: dict[str, str] = {
             "demo_seeding",
             "experiment",
             "faults_concurrency",
-            "faults_kill",
+            "faults_kill_compact",
+            "faults_kill_import",
+            "faults_kill_upload",
+            "faults_kill_watch",
             "faults_storage",
             "fuzz_formats",
+            "fuzz_formats_1",
+            "fuzz_formats_2",
+            "fuzz_formats_3",
+            "fuzz_formats_4",
             "gloo_harness",
             "import_hygiene",
             "monitor",
@@ -288,6 +295,12 @@ TIERS: dict[str, str] = {
 alone runs the fast tier (pyproject.toml's addopts: ``-m "not slow and not integration and not
 system"``); ``.ci/test`` runs all three (``-m ""``). A new test module must be named here."""
 
+TIER_ORDER = ("system", "integration", "fast")
+"""The order the tiers' modules run in (each module's tests stay together). ``.ci/test`` keeps it
+(``--no-loadscope-reorder``): xdist's default starts the modules holding the most tests first, which
+left CI's one-test modules of minutes (the kill tests, the wheel install) for the end on one worker;
+the system tier first and the many short modules of the fast tier last let both workers end together."""
+
 
 @pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects by marker
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -301,6 +314,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(getattr(pytest.mark, tier))
     if unnamed:
         raise pytest.UsageError(f"name the tier of {', '.join(sorted(unnamed))} in tests/conftest.py TIERS")
+    items.sort(key=lambda item: TIER_ORDER.index(TIERS[item.path.stem.removeprefix("test_")]))
 
 
 SMALL_RUN = "small"

@@ -334,3 +334,54 @@ def _mount_loop(path: Path, size_mib: int) -> str | None:
 def seeded(seed: int) -> random.Random:
     """The random source of a fault test (delays, which kill is timed how)."""
     return random.Random(seed)
+
+
+# -------------------------------------------------------------------------------------- kill tests
+# tests/test_faults_kill_*.py: one module per command killed, so that `--dist loadfile` runs them on
+# different workers (each takes minutes)
+
+KILLS = 20
+"""Kills that must land on a live process, per command."""
+KILL_SEED = 23
+"""The kill tests' seed (each adds its own offset)."""
+
+
+def kill_alternately(
+    proc: subprocess.Popen[bytes], store: Path, rng: random.Random, kills: KillLog, window_s: tuple[float, float]
+) -> None:
+    """Every other kill after a random delay in ``window_s`` (seconds), the others a random moment (up
+    to 0.4 s) after the child's first temporary file appears."""
+    if kills.attempts % 2:
+        kill_on_marker(proc, store, rng.uniform(0.0, 0.4), kills)
+    else:
+        kill_after(proc, rng.uniform(*window_s), kills, store)
+
+
+def report_kills(test: str, seconds: float, kills: KillLog, reader: dict[str, Any], **figures: Any) -> None:
+    """Print the test's one ``FAULTS {...}`` line (docs/reliability.md); ``seconds`` of wall time."""
+    line = {
+        "test": test,
+        "seconds": round(seconds, 1),
+        "kills": kills.to_json(),
+        "reader": {k: reader[k] for k in ("polls", "reads", "gen_changed_during_read")},
+        "violations": len(reader["violations"]),
+        "reader_errors": len(reader["errors"]),
+        **figures,
+    }
+    print("FAULTS " + json.dumps(line))
+
+
+def check_reader(found: dict[str, Any]) -> None:
+    """The reader read something, never saw a partial run or generation, and met no exception."""
+    assert found["reads"] > 0, found
+    assert found["violations"] == [], "\n".join(found["violations"])
+    assert found["errors"] == [], "\n".join(found["errors"])
+
+
+def assert_equal_to_clean(store: Path, clean: Path, run: str, rows: int) -> None:
+    """After the kills and a rerun: run ``run`` of ``store`` equals that of the clean one-shot ``clean``
+    row for row, the clean one holds ``rows`` rows, no key is doubled, no killed writer's file is left."""
+    got, want = sorted_rows(Store(store), run), sorted_rows(Store(clean), run)
+    assert want.num_rows == rows and no_duplicate_keys(got)
+    assert_same_rows(got, want)
+    assert leftovers(store) == []

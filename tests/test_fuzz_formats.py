@@ -16,126 +16,29 @@ accepted one leaves the other run as it was.
 
 ``STABSCOPE_FUZZ_EXAMPLES`` (default 200) and ``STABSCOPE_FUZZ_STORE_EXAMPLES`` (default 10) raise
 the examples per format locally; the examples are derandomised, so CI runs the same ones each time.
+
+This module holds the checks over all formats at once (a sample each, the long line, the gzip bomb);
+the two fuzzers per format run in ``tests/test_fuzz_formats_1.py`` ... ``_4.py``, a quarter of the
+formats each (``tests.fuzz_checks``), so that CI's workers share them.
 """
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import gzip
-import io
-import os
-import re
-import shutil
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
-import numpy as np
-import pyarrow as pa
 import pytest
-from hypothesis import HealthCheck, event, given, settings
-from hypothesis import strategies as st
 
 from ingest.errors import StabScopeError
-from ingest.formats import FORMATS, TABLE_SCHEMA, ParsedLog, read_log
+from ingest.formats import FORMATS, read_log
 from ingest.importing.import_inputs import read_inputs
-from tests.fuzz_samples import MUTATIONS, SAMPLES, Sample, apply_mutation
+from tests.conftest import TIERS
+from tests.fuzz_checks import FUZZ_GROUPS, baseline, formats_in_group, pytestmark, read_mutated
+from tests.fuzz_samples import SAMPLES, apply_mutation
 
-# a NaN or infinite step cast to int64 warns: that is a wrong step, so it fails here
-pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("error::RuntimeWarning")]
-
-EXAMPLES = int(os.environ.get("STABSCOPE_FUZZ_EXAMPLES", "200"))
-STORE_EXAMPLES = int(os.environ.get("STABSCOPE_FUZZ_STORE_EXAMPLES", "10"))
-FUZZ = settings(
-    max_examples=EXAMPLES,
-    derandomize=True,
-    deadline=None,
-    database=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
-
-_fraction = st.floats(min_value=0.0, max_value=1.0, exclude_max=True, allow_nan=False)
-# the 10^6-character line is drawn rarely (it costs a detection pass over 1 MB, ~15x an ordinary
-# example): the other kinds 8 times each in the pool; every format also gets it in
-# test_a_million_character_line_is_read_or_refused
-_KINDS = [kind for kind in MUTATIONS if kind != "long_line"] * 8 + ["long_line"]
-MUTATION = st.tuples(st.sampled_from(_KINDS), _fraction, _fraction, st.integers(0, 1000))
-MUTATION_LISTS = st.lists(MUTATION, min_size=1, max_size=3)
-
-LOCATION = re.compile(r"line \d|byte [\d,]+|offset [\d,]+|row group \d|record \d")
-"""How a refusal says where in the file it stops being the format."""
-WHOLE_FILE = re.compile(
-    r"ambiguous format|format not recognised|no metrics found|no metric records|empty|not a readable Parquet file"
-    r"|no .* file found|different formats|MLflow run"
-)
-"""Refusals about the file as a whole (nothing in it is the format, or several formats fit it)."""
-
-
-def mutated(sample: Sample, mutations: list[tuple[str, float, float, int]]) -> bytes:
-    data = sample.files[sample.target]
-    for kind, a, b, choice in mutations:
-        data = apply_mutation(data, kind, a, b, choice)
-    return data
-
-
-def assert_refusal(exc: StabScopeError, root: Path, sample: Sample) -> None:
-    """One paragraph naming the file, where in it (or why the whole file), and what was expected."""
-    message = str(exc)
-    assert not re.search(r'\n\s*File "', message), f"a traceback in the message: {message}"
-    assert "\n" not in message.strip(), f"more than one paragraph: {message}"
-    named = {str(root / sample.target), str(root / sample.given), sample.target, Path(sample.target).name}
-    assert any(name in message for name in named), f"the refusal names no input file: {message}"
-    assert LOCATION.search(message) or WHOLE_FILE.search(message), f"the refusal says not where: {message}"
-    assert len(message) > len(str(root)) + 20, message
-
-
-def assert_well_formed(parsed: ParsedLog) -> None:
-    """A read result the store can take: the canonical schema, rows, one per (metric, rank, step),
-    each series sorted by step, and every skipped record counted with at most five examples."""
-    assert parsed.table.schema.equals(TABLE_SCHEMA), parsed.table.schema
-    assert parsed.table.num_rows > 0
-    assert parsed.skipped >= len(parsed.skipped_examples) >= 0
-    assert len(parsed.skipped_examples) <= 5
-    for file, where, reason in parsed.skipped_examples:
-        assert isinstance(file, str) and file and where >= 0 and reason, (file, where, reason)
-    table = parsed.table
-    metric = np.asarray(pa.compute.cast(table["metric"], pa.string()).to_pylist(), dtype=object)
-    rank = table["rank"].to_numpy()
-    step = table["step"].to_numpy()
-    keys = {(m, r) for m, r in zip(metric.tolist(), rank.tolist(), strict=True)}
-    for m, r in keys:
-        sel = (metric == m) & (rank == r)
-        steps = step[sel]
-        assert np.all(steps[1:] > steps[:-1]), f"{m} rank {r}: steps not strictly rising"
-
-
-def read_mutated(name: str, data: bytes, *, forced: bool) -> tuple[ParsedLog | None, StabScopeError | None]:
-    sample = SAMPLES[name]
-    with tempfile.TemporaryDirectory(prefix="fuzz-") as tmp:
-        root = Path(tmp)
-        given = sample.write(root, data)
-        try:
-            read = read_inputs([given], fmt=name if forced else None)
-        except StabScopeError as exc:
-            assert_refusal(exc, root, sample)
-            return None, exc
-        assert_well_formed(read.parsed)
-        return read.parsed, None
-
-
-BASELINES: dict[str, ParsedLog] = {}
-
-
-def baseline(name: str) -> ParsedLog:
-    if name not in BASELINES:
-        sample = SAMPLES[name]
-        parsed, error = read_mutated(name, sample.files[sample.target], forced=True)
-        assert parsed is not None, error
-        BASELINES[name] = parsed
-    return BASELINES[name]
+__all__ = ["pytestmark"]  # the fuzz suite's marks (tests/fuzz_checks.py)
 
 
 def test_every_registered_format_has_a_valid_sample() -> None:
@@ -147,24 +50,14 @@ def test_every_registered_format_has_a_valid_sample() -> None:
         assert parsed.table.num_rows >= 8, name
 
 
-@pytest.mark.parametrize("name", list(FORMATS))
-def test_mutated_input_is_read_or_refused_with_one_message(name: str) -> None:
-    base = baseline(name)
-
-    @FUZZ
-    @given(mutations=MUTATION_LISTS, forced=st.booleans())
-    def check(mutations: list[tuple[str, float, float, int]], forced: bool) -> None:
-        sample = SAMPLES[name]
-        parsed, _ = read_mutated(name, mutated(sample, mutations), forced=forced)
-        event("read, bad records counted" if parsed is not None else "refused with one message")
-        kinds = [m[0] for m in mutations]
-        if parsed is not None and forced and kinds in (["junk_line"], ["binary_line"], ["long_line"]):
-            # one line that is no record of the format, read by the same reader: it is counted
-            assert parsed.skipped > base.skipped or parsed.table.num_rows != base.table.num_rows, (
-                f"{kinds} read with nothing skipped: {parsed.skipped} lines"
-            )
-
-    check()
+def test_the_fuzz_groups_hold_every_format_once_each_in_a_module_of_the_system_tier() -> None:
+    grouped = [name for group in range(1, FUZZ_GROUPS + 1) for name in formats_in_group(group)]
+    assert sorted(grouped) == sorted(FORMATS) and len(set(grouped)) == len(grouped)
+    here = Path(__file__).parent
+    for group in range(1, FUZZ_GROUPS + 1):
+        assert (here / f"test_fuzz_formats_{group}.py").is_file(), group
+        assert TIERS[f"fuzz_formats_{group}"] == "system", group
+    assert not (here / f"test_fuzz_formats_{FUZZ_GROUPS + 1}.py").exists()
 
 
 @pytest.mark.parametrize("name", list(FORMATS))
@@ -179,128 +72,6 @@ def test_a_million_character_line_is_read_or_refused(name: str) -> None:
         assert time.perf_counter() - started < 30
         if parsed is not None and forced:
             assert parsed.skipped > base.skipped, f"the long line was not counted: {parsed.skipped} skipped"
-
-
-# --------------------------------------------------------------------------- through the store
-
-
-@contextlib.contextmanager
-def _debug_errors() -> Iterator[None]:
-    """``STABSCOPE_DEBUG=1``: an exception that is no ``StabScopeError`` propagates out of the CLI
-    (instead of its one-line fallback), so the test sees it as what it is."""
-    old = os.environ.get("STABSCOPE_DEBUG")
-    os.environ["STABSCOPE_DEBUG"] = "1"
-    try:
-        yield
-    finally:
-        if old is None:
-            del os.environ["STABSCOPE_DEBUG"]
-        else:
-            os.environ["STABSCOPE_DEBUG"] = old
-
-
-def cli_import(store: Path, given: Path, *, run: str, fmt: str | None) -> tuple[int, str]:
-    from ingest.cli import main
-
-    argv = ["import", "--store", str(store), "--run", run, str(given)] + (["--format", fmt] if fmt else [])
-    err, out = io.StringIO(), io.StringIO()
-    with _debug_errors(), contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
-        code = main(argv)
-    return code, err.getvalue()
-
-
-def store_state(store: Path) -> dict[str, Any]:
-    """Every run of the store row for row (its long table with derived rows, events, spikes, its
-    catalog row), and the store's files."""
-    from ingest.services.run_analyses import open_analysed_store
-
-    opened = open_analysed_store(store)
-    state: dict[str, Any] = {}
-    for info in opened.list_runs():
-        table = opened.read_long(info.name, include_derived=True)
-        table = table.sort_by([("metric", "ascending"), ("rank", "ascending"), ("step", "ascending")])
-        state[info.name] = {
-            "rows": table.to_pydict(),
-            "events": [(e.step, e.kind, e.label) for e in opened.events(info.name)],
-            "spikes": opened.spikes(info.name),
-            "catalog": dataclasses.asdict(info),
-        }
-    state["files"] = sorted(str(p.relative_to(store)) for p in store.rglob("*") if p.is_file())
-    return state
-
-
-def _same(a: Any, b: Any) -> bool:
-    """Equal, NaN equal to NaN (a NaN loss is a value, kept)."""
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
-    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
-        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
-    if isinstance(a, float) and isinstance(b, float):
-        return a == b or (a != a and b != b)
-    return bool(a == b)
-
-
-OTHER_RUN = "other"
-TARGET_RUN = "target"
-
-
-@pytest.fixture(scope="module")
-def template_stores(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Per format, a store holding run ``other`` (another format's sample) and run ``target`` (this
-    format's valid sample): what each example's import lands in (copied)."""
-    return {"root": tmp_path_factory.mktemp("fuzz-stores")}
-
-
-def _template(root: Path, name: str) -> Path:
-    store = root / f"template-{name}"
-    if store.exists():
-        return store
-    other_format = "jsonl" if name != "jsonl" else "csv_wide"
-    for run, fmt in ((OTHER_RUN, other_format), (TARGET_RUN, name)):
-        sample = SAMPLES[fmt]
-        inputs = root / f"input-{name}-{run}"
-        code, err = cli_import(store, sample.write(inputs), run=run, fmt=fmt)
-        assert code == 0, err
-    return store
-
-
-@pytest.mark.parametrize("name", list(FORMATS))
-def test_import_of_mutated_input_into_a_store_changes_nothing_when_refused(
-    name: str, template_stores: dict[str, Path]
-) -> None:
-    root = template_stores["root"]
-    template = _template(root, name)
-    before = store_state(template)
-    examples = {"refused": 0, "imported": 0}
-
-    @settings(FUZZ, max_examples=STORE_EXAMPLES)
-    @given(mutations=MUTATION_LISTS, forced=st.booleans())
-    def check(mutations: list[tuple[str, float, float, int]], forced: bool) -> None:
-        sample = SAMPLES[name]
-        with tempfile.TemporaryDirectory(prefix="fuzz-store-", dir=root) as tmp:
-            store = Path(tmp) / "store"
-            shutil.copytree(template, store)
-            given_path = sample.write(Path(tmp) / "in", mutated(sample, mutations))
-            code, err = cli_import(store, given_path, run=TARGET_RUN, fmt=name if forced else None)
-            after = store_state(store)
-            event("imported" if code == 0 else "refused, store unchanged")
-            if code == 0:
-                examples["imported"] += 1
-                assert _same(after[OTHER_RUN], before[OTHER_RUN]), "an import changed another run"
-                # a mutated log whose steps start again at the first step holds further runs: the
-                # import adds them as TARGET_RUN-2, -3, ... (ingest.formats.segments), no other run
-                added = set(after) - set(before)
-                assert set(before) <= set(after)
-                assert all(re.fullmatch(re.escape(TARGET_RUN) + r"-[0-9]+", run) for run in added), added
-                return
-            examples["refused"] += 1
-            lines = err.strip().splitlines()
-            assert len(lines) == 1 and lines[0].startswith("stabscope import: error: "), err
-            assert sample.target.split("/")[-1] in err or sample.given in err, err
-            assert _same(after, before), "a refused import changed the store"
-
-    check()
-    assert examples["refused"] + examples["imported"] >= min(STORE_EXAMPLES, 2)
 
 
 # --------------------------------------------------------------------------- compressed input

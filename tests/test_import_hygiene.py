@@ -121,3 +121,28 @@ def test_the_runs_page_first_screen_loads_no_log_reader_and_no_analysis() -> Non
         check=True,
     )
     assert proc.stdout.strip() == ""
+
+
+WATCH_PROBE = """
+import sys
+from ingest.cli import main
+code = main(["watch", {source!r}, "--run", "live", "--once", "--store", {store!r}])
+print(code, "ingest.formats" in sys.modules)
+"""
+
+
+def test_a_watcher_of_shards_loads_no_log_reader(tmp_path: Path) -> None:
+    """`stabscope watch SHARD_DIR` is restarted after every crash (the kill tests start it 20-40 times):
+    it decides what it follows before importing a follower, so a shard watcher never loads the log
+    readers, which only a log watcher needs. Both still fold in their source."""
+    from tests.fault_harness import write_shard_round
+
+    shards, log = tmp_path / "shards", tmp_path / "train.jsonl"
+    write_shard_round(shards, 0, 50, ranks=2)
+    log.write_text("".join(f'{{"step": {s}, "loss": 2.0}}\n' for s in range(50)))
+    seen = {}
+    for source in (shards, log):
+        code = WATCH_PROBE.format(source=str(source), store=str(tmp_path / f"store-{source.stem}"))
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True)
+        seen[source.stem] = proc.stdout.split()[-2:]
+    assert seen == {"shards": ["0", "False"], "train": ["0", "True"]}, seen

@@ -48,8 +48,9 @@ def report_ingest(args: argparse.Namespace, report: Any) -> None:
 
 
 def cmd_watch(args: argparse.Namespace) -> int:
-    from ingest.live.watch import watch
-    from ingest.live.watch_logs import is_log_source, wait_for_content, watch_logs
+    # the follower is imported once the source is known: a shard watcher (restarted after every crash or
+    # kill) then starts without loading the log format readers, which only a log watcher needs
+    from ingest.live.watch_source import is_log_source, wait_for_content
 
     store = cli_store(args)
     if not str(args.shard_dir).startswith("s3://") and not Path(args.shard_dir).exists():
@@ -69,8 +70,12 @@ def cmd_watch(args: argparse.Namespace) -> int:
         "wait_s": args.wait,
     }
     if is_log_source(args.shard_dir, args.format):
+        from ingest.live.watch_logs import watch_logs
+
         watch_logs(store, args.run, args.shard_dir, fmt=args.format, **common)
     else:
+        from ingest.live.watch import watch
+
         watch(store, args.run, args.shard_dir, **common)
     return 0
 
