@@ -20,13 +20,11 @@ A model named in a banner (``Llama-2-7b``) is not read: only what the log states
 
 from __future__ import annotations
 
-import bisect
-import itertools
 import re
 from pathlib import Path
 from typing import Any, Final
 
-from ingest.formats.raw_text import holds_match, looks_binary, read_head
+from ingest.formats.raw_text import holds_match, lines_at, looks_binary, read_head
 
 HEAD_BYTES: Final = 2 * 1024 * 1024
 """How much of a log's start is searched for its model arguments (Megatron prints them after the
@@ -79,15 +77,11 @@ _KEY_WORD: Final = re.compile("layer|expert|moe")
 def _key_lines(text: str) -> str:
     """The lines of ``text`` that hold a key word, each with the line after (where a wrapped value
     stands): the three searches on them find what they find on the whole text (all 517 corpus logs alike;
-    only a value two line breaks after its key would be missed, which no dump prints), without running
-    their look-behind at every character of a head of metric lines."""
+    only a value two line breaks after its key would be missed, which no dump prints)."""
     if not holds_match(text, _KEY_WORD.pattern):  # one RE2 scan: a head of metric lines holds no key word
         return ""
-    every = text.split("\n")
-    ends = list(itertools.accumulate(len(line) + 1 for line in every))
-    hit = {bisect.bisect_right(ends, m.start()) for m in _KEY_WORD.finditer(text)}
-    near = hit | {i + 1 for i in hit}
-    return "\n".join(every[i] for i in sorted(near) if i < len(every))
+    every = text.splitlines()
+    return "\n".join(every[i] for i in sorted(lines_at(text, (m.start() for m in _KEY_WORD.finditer(text)))))
 
 
 def stated_num_experts(text: str) -> int | None:

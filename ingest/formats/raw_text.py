@@ -5,7 +5,10 @@ and the lines that are a launcher's or a shell's, not the trainer's."""
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import re
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Final
 
@@ -146,6 +149,15 @@ as a regex, which on metric lines takes half the time of ``in`` (docs/performanc
 _LITERAL_ANSI: Final = re.compile(rb"(?m)^(?:\[[0-9]{1,3}(?:;[0-9]{1,3})*m)+|\[[0-9]{1,3}(?:;[0-9]{1,3})*m(?=\r?$)")
 """Colour codes whose escape byte a copy lost (a console pasted into Markdown: ``[1m --> STEP: 99[0m``),
 at a line's start or end: removed as the codes are (docs/diagnosis.md, "Import: readers and prefixes")."""
+
+
+def lines_at(text: str, offsets: Iterable[int]) -> set[int]:
+    """The indices (in ``text.splitlines()``) of the lines holding the characters at ``offsets``, each with
+    the line after it (where a dump's wrapped value stands): what a head scan searches once its key words are
+    found, instead of running a look-behind regex at every character of a head of metric lines."""
+    ends = list(itertools.accumulate(len(line) for line in text.splitlines(keepends=True)))
+    hit = {bisect.bisect_right(ends, i) for i in offsets}
+    return {j for i in hit for j in (i, i + 1) if j < len(ends)}
 
 
 def decode_head(head: bytes) -> str:

@@ -34,13 +34,11 @@ config's ``torch_dtype`` is the dtype its weights were saved in, not how it trai
 
 from __future__ import annotations
 
-import bisect
-import itertools
 import re
 from pathlib import Path
 from typing import Any, Final
 
-from ingest.formats.raw_text import holds_match, looks_binary, read_head
+from ingest.formats.raw_text import holds_match, lines_at, looks_binary, read_head
 
 HEAD_BYTES: Final = 2 * 1024 * 1024
 """How much of a log's start is searched for its settings dump (the same span model_experts reads)."""
@@ -124,16 +122,14 @@ search (``consumed samples`` gives every Megatron line an ``amp`` to check one b
 
 
 def _keyword_lines(text: str) -> set[int]:
-    """The indices (in ``text.splitlines()``) of the lines ``_KEYWORD`` finds a word in: one scan of the
-    whole text for the plain words and one for ``amp``, whose word start is checked here. A metric line's
-    ``consumed samples`` holds ``amp``, so the regex run line by line cost most of this module's time on
-    a head of metric lines (docs/performance.md, the import report's cost)."""
+    """The indices (in ``text.splitlines()``) of the lines ``_KEYWORD`` finds a word in, each with the line
+    after: one scan for the plain words and one for ``amp``, whose word start is checked here (a metric
+    line's ``consumed samples`` holds ``amp``: the regex run line by line cost most of this module's time)."""
     if not holds_match(text, _KEYWORD_RE2):
         return set()
-    ends = list(itertools.accumulate(len(line) for line in text.splitlines(keepends=True)))
     starts = [m.start() for m in _KEYWORD_LITERALS.finditer(text)]
     starts += [i for i in _find_all(text, "amp") if i == 0 or not _is_ascii_letter(text[i - 1])]
-    return {bisect.bisect_right(ends, i) for i in starts}
+    return lines_at(text, starts)
 
 
 def _find_all(text: str, word: str) -> list[int]:
@@ -175,7 +171,7 @@ def _one(values: set[str]) -> str | None:
 def stated_precision(text: str) -> str | None:
     """``fp16``, ``bf16`` or ``fp32`` as the settings dumps in ``text`` state it (module docstring),
     None when they state none or contradict each other."""
-    near = {j for i in _keyword_lines(text) for j in (i, i + 1)}  # a value may wrap
+    near = _keyword_lines(text)  # each with the line after: a value may wrap
     every = text.splitlines() if near else []
     lines = [every[i] for i in sorted(near) if i < len(every) and not _NOT_A_DUMP.search(every[i])]
     body = "\n".join(lines)
