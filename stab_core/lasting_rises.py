@@ -38,7 +38,8 @@ import numpy as np
 
 from stab_core.incidents import Incident
 from stab_core.metrics import signed_objective
-from stab_core.noisy_series import noisy_throughout, stands_out
+from stab_core.noisy_series import noisy_throughout, ordinary
+from stab_core.routine_rises import routine_rise
 from stab_core.runview import FloatArray, IntArray, Series
 from stab_core.spikes import SpikeEvent, build_event
 from stab_core.throughput import true_runs
@@ -181,9 +182,10 @@ def noisy_lasting_rises(series: Mapping[str, Series], incidents: Sequence[Incide
         if loss_blips:
             for k in loss_blips:
                 # a blip the noisy-series rule judged inside the series' own scatter of log(loss) stands
-                ordinary = noisy and stands_out(loss, out[k].start, out[k].until) is False
-                out[k] = out[k] if ordinary else replace(out[k], severity="spike")
+                out[k] = out[k] if noisy and ordinary(loss, out[k]) else replace(out[k], severity="spike")
             continue
+        if noisy and routine_rise(loss, start, end) is True:
+            continue  # a rise the series makes routinely, from its robust level (round 24)
         event = _event(steps, values, rise)
         out.append(Incident("spike", (event,), {}, "spike", "high", event.recovery_step, (rise.level, LEVEL_ROWS)))
     return sorted(out, key=lambda i: i.start)

@@ -18,6 +18,11 @@ outliers (:mod:`stab_core.unfelt_outliers`) is the model: a rise measured in rob
 window before (in the run's first window, its first samples outside the incident: a series noisy
 throughout is as noisy at its start). No rule where the loss is not positive throughout or not noisy
 throughout; a divergence, a non-finite value or an excursion the log's end cut short keeps its severity.
+
+Round 24 (:mod:`stab_core.routine_rises`): on such a loss an excursion of any kind (a climb too) is also a blip
+where its rise is one the series makes routinely, measured from a robust level, and one that sat at the series'
+usual level with a routine peak never rose, back to the dip of easy batches it was measured from or not (no
+"diverged" is said of it).
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ import numpy as np
 from stab_core.incidents import Incident
 from stab_core.metrics import signed_objective
 from stab_core.rolling_baseline import MAD_TO_Z
+from stab_core.routine_rises import at_usual_level, routine_peak, routine_rise
 from stab_core.runview import FloatArray, Series
 from stab_core.spike_params import LOSS_SPIKE_PARAMS
 from stab_core.window_medians import window_medians
@@ -106,11 +112,35 @@ def ordinary_excursions(series: Mapping[str, Series], incidents: Sequence[Incide
     for incident in incidents:
         if (
             incident.severity == "spike"
-            and incident.kind in ("spike", "early_instability")
             and any(m.metric == "loss" for m in incident.members)
             and all(m.recovered and not m.diverged and not m.nonfinite for m in incident.members)
-            and stands_out(loss, incident.start, incident.until) is False
+            and ordinary(loss, incident)
         ):
             incident = replace(incident, severity="blip")
+        elif incident.severity != "blip" and _never_rose(loss, incident):
+            members = tuple(replace(m, diverged=False, recovered=True) for m in incident.members)
+            incident = replace(incident, members=members, severity="blip")
         out.append(incident)
     return out
+
+
+def _never_rose(loss: Series, incident: Incident) -> bool:
+    """A loss incident that sat at the series' usual level all along, its peak routine (:mod:`stab_core.routine_rises`,
+    round 24): measured from a dip of easy batches, the loss never rose from its long-run level; back to that dip
+    or not, neither a spike nor "diverged" is said."""
+    return (
+        incident.primary.metric == "loss"
+        and not any(m.nonfinite for m in incident.members)
+        and at_usual_level(loss, incident.start, incident.until)
+        and routine_peak(loss, incident.start, incident.until) is True
+    )
+
+
+def ordinary(loss: Series, incident: Incident) -> bool:
+    """Is ``incident`` inside the noisy ``loss``'s own scatter: a spike or early rise within its scatter of
+    log(loss) (:func:`stands_out`), or any excursion, a climb too, whose rise the series makes routinely
+    measured from a robust level (:func:`stab_core.routine_rises.routine_rise`, round 24)?"""
+    start, until = incident.start, incident.until
+    if incident.kind != "climb" and stands_out(loss, start, until) is False:
+        return True
+    return routine_rise(loss, start, until) is True or _never_rose(loss, incident)
