@@ -189,6 +189,7 @@ def _recovery(
     kind: str = "spike",
     held: tuple[int, float] | None = None,
     fell_back: tuple[int, float] | None = None,
+    short_level: bool = False,
 ) -> list[Claim]:
     evidence: Evidence = {
         "recovered": spike.recovered,
@@ -281,6 +282,20 @@ def _recovery(
                 "discriminator loss held its level (the adversarial balance moved; nothing blew up).",
                 True,
                 {**evidence, "drift": True},
+            )
+        ]
+    if not spike.recovered and not spike.diverged and short_level:
+        # a rise from one to four samples that the loss then held (stab_core.short_levels): neither back nor
+        # diverged; the log cannot tell an odd first sample from a run knocked up for good
+        samples = f"{trend[1]} logged sample{'s' if trend[1] != 1 else ''}" if trend is not None else "a few samples"
+        return [
+            Claim(
+                "recovery",
+                f"Not back to its level before the rise ({_number(spike.baseline)}) by the log's end, but it held "
+                f"its new level from step {spike.start} on without rising further; that level before rests on "
+                f"{samples}, too few to tell a run knocked up for good from odd first samples.",
+                True,
+                {**evidence, "short_level": True},
             )
         ]
     if not spike.recovered and not spike.diverged and fell_back is not None:
@@ -453,6 +468,7 @@ def incident_claims(
     trend: tuple[float, int] | None = None,
     held: tuple[int, float] | None = None,
     fell_back: tuple[int, float] | None = None,
+    short_level: bool = False,
 ) -> list[Claim]:
     """The claims of one incident: its status, its recovery (against the loss's trend when
     ``loss_recovered_at`` is known; said as a return to a level when the ``trend`` (level, samples) rests
@@ -460,7 +476,7 @@ def incident_claims(
     logged, and each action (its premise checked by the tree's walk)."""
     return [
         _status(spike, diagnosis, kind),
-        *_recovery(spike, diagnosis, loss_recovered_at, trend, kind, held, fell_back),
+        *_recovery(spike, diagnosis, loss_recovered_at, trend, kind, held, fell_back, short_level),
         _cause(diagnosis, spike),
         *_not_logged(diagnosis),
         *_actions(diagnosis),

@@ -13,7 +13,9 @@ excursion inside its own scatter is a blip (:mod:`stab_core.noisy_series`), whil
 several rows there is shown (:mod:`stab_core.lasting_rises`); a grad norm that held 4x its
 level for 16 samples is a spike whatever the loss did (:mod:`stab_core.grad_norm_surges`); so is a loss
 non-finite on consecutive logged samples (:mod:`stab_core.nonfinite_episodes`), and the first non-finite grad norm
-beside a loss printed 0 and a last skipped update (:mod:`stab_core.overflow_incidents`).
+beside a loss printed 0 and a last skipped update (:mod:`stab_core.overflow_incidents`); a rise from a level of a
+few samples that the loss then held is no divergence (:mod:`stab_core.short_levels`); last, a loss excursion
+that starts while an earlier loss incident is still out is part of it (:mod:`stab_core.within_incidents`).
 """
 
 from __future__ import annotations
@@ -32,8 +34,10 @@ from stab_core.overflow_incidents import overflow_severities
 from stab_core.return_falls import return_led
 from stab_core.reward_collapse import reward_collapses
 from stab_core.runview import Series
+from stab_core.short_levels import short_level_steps
 from stab_core.side_losses import exploded_terms
 from stab_core.unfelt_outliers import unfelt_grad_norm_outliers
+from stab_core.within_incidents import within_earlier
 
 
 def after_grouping(series: Mapping[str, Series], incidents: Sequence[Incident]) -> list[Incident]:
@@ -43,4 +47,5 @@ def after_grouping(series: Mapping[str, Series], incidents: Sequence[Incident]) 
         series, reward_collapses(series, return_led(series, exploded_terms(series, adversarial)))
     )
     shown = noisy_lasting_rises(series, ordinary_excursions(series, passed))
-    return overflow_severities(series, nonfinite_episodes(series, lasting_surges(series, shown)))
+    severe = overflow_severities(series, nonfinite_episodes(series, lasting_surges(series, shown)))
+    return within_earlier(short_level_steps(series, severe))

@@ -425,6 +425,10 @@ class Incident:
     """(last step, loss level at the log's end) when the loss, not back to its level, fell back from its
     peak by most of its rise: a spike, not a divergence (:mod:`stab_core.fell_back`)."""
 
+    short_level: bool = False
+    """A rise never back from a level of fewer than NOISE_MIN_SAMPLES samples that the loss then held: no
+    divergence, and no return either (:mod:`stab_core.short_levels`)."""
+
     @property
     def primary(self) -> SpikeEvent:
         return self.members[0]
@@ -438,9 +442,10 @@ class Incident:
     @property
     def said_recovery(
         self,
-    ) -> tuple[int | None, tuple[float, int] | None, tuple[int, float] | None, tuple[int, float] | None]:
-        """What its recovery claim rests on: (``loss_recovered_at``, ``trend``, ``held``, ``fell_back``)."""
-        return self.loss_recovered_at, self.trend, self.held, self.fell_back
+    ) -> tuple[int | None, tuple[float, int] | None, tuple[int, float] | None, tuple[int, float] | None, bool]:
+        """What its recovery claim rests on: (``loss_recovered_at``, ``trend``, ``held``, ``fell_back``,
+        ``short_level``)."""
+        return self.loss_recovered_at, self.trend, self.held, self.fell_back, self.short_level
 
     @property
     def start(self) -> int:

@@ -83,6 +83,7 @@ TIERS: dict[str, str] = {
             "incident_passes",
             "unfelt_outliers",
             "noisy_series",
+            "round24_f30d",
             "grad_norm_surges",
             "t21b_gluon_consoles",
             "gen20a_generic_steps",
