@@ -11,7 +11,8 @@ median of its last :data:`~stab_core.run_end_rises.LASTING_LEVEL` finite samples
 :data:`~stab_core.incidents.RECOVER_RATIO` times the median of its first NOISE_MIN_SAMPLES samples from the rise)
 shows no instability after the step. The rule, for any run: such an incident (a training-loss rise never back,
 finite throughout, from a level of fewer than NOISE_MIN_SAMPLES samples) is a ``spike``, not a ``divergence``, and
-its recovery says what the log shows (:attr:`~stab_core.incidents.Incident.short_level`). Pure.
+its recovery says what the log shows (:attr:`~stab_core.incidents.Incident.short_level`); its peak is the step up at
+its start (the highest sample of the level held after it is that level's noise). Pure.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from stab_core.incidents import RECOVER_RATIO, Incident
 from stab_core.rolling_baseline import NOISE_MIN_SAMPLES
 from stab_core.run_end_rises import LASTING_LEVEL
 from stab_core.runview import Series
+from stab_core.spikes import SpikeEvent
 
 
 def held_after_short_level(loss: Series, incident: Incident) -> bool:
@@ -50,7 +52,16 @@ def short_level_steps(series: Mapping[str, Series], incidents: Sequence[Incident
     out = []
     for incident in incidents:
         if incident.severity == "divergence" and held_after_short_level(loss, incident):
-            members = tuple(replace(m, diverged=False) if m.metric == "loss" else m for m in incident.members)
+            members = tuple(_stepped(m, loss) if m.metric == "loss" else m for m in incident.members)
             incident = replace(incident, members=members, severity="spike", short_level=True)
         out.append(incident)
     return out
+
+
+def _stepped(event: SpikeEvent, loss: Series) -> SpikeEvent:
+    """``event`` no longer diverged, its peak the step up at its start: a level held after it is no peak (the
+    highest sample of 965 on a held level is that level's noise, not where anything happened)."""
+    at = int(np.searchsorted(loss.steps, event.start))
+    value = float(loss.values[at])
+    ratio = value / event.baseline if event.baseline > 0 else event.ratio
+    return replace(event, diverged=False, peak=event.start, peak_value=value, ratio=ratio)

@@ -110,6 +110,7 @@ def test_a_rise_from_one_first_sample_that_then_holds_is_no_divergence() -> None
     analysis = analyze_run(_resumed(rising=False))
     (item,) = [s for s in analysis.spikes if s.incident is not None and s.incident.severity != "blip"]
     assert item.incident is not None and item.incident.severity == "spike"
+    assert item.spike.peak == item.spike.start == 47710  # the step up, not the noise of the level held after it
     claims = incident_claims(item.spike, item.diagnosis, item.incident.kind, *item.incident.said_recovery)
     said = " ".join(c.text for c in claims if c.holds is not False)
     assert "iverge" not in said and "rests on 1 logged sample" in said
