@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from numpy.lib.stride_tricks import sliding_window_view
 
+from stab_core.action_premises import run_facts
 from stab_core.incidents import RECOVER_RATIO
 from stab_core.lasting_rises import LEVEL_ROWS, RISE_RATIO, lasting_rises, level_ratios
 from stab_core.run_end_rises import (
@@ -25,6 +26,7 @@ from stab_core.run_end_rises import (
     held_end_rises,
     lasting_at_end,
 )
+from stab_core.runview import RunView, Series
 from stab_core.window_medians import lowest_window_median, median_floors, window_medians_at
 
 WIDTHS = (3, 8, 16, 60, 63)
@@ -190,3 +192,14 @@ def test_the_end_rises_start_where_the_full_sliding_medians_put_them(seed: int) 
     climb = end_climbs(steps, x, lambda step: True)
     start = _end_climb_first(x) if n >= 3 * LASTING_LEVEL else None
     assert [e.start for e in climb] == ([int(steps[start])] if start is not None else [])
+
+
+@pytest.mark.parametrize("n", [2, 3, 1000, 1001])
+def test_the_logging_interval_of_a_log_start_is_the_median_gap(n: int) -> None:
+    # the gaps' median is taken on floats (numpy partitions many equal int64 gaps slowly): the same number
+    rng = np.random.default_rng(n)
+    steps = np.cumsum(rng.choice([1, 1, 1, 4, 7], n)).astype(np.int64) + 2**40
+    view = RunView(name="gaps", series={"loss": Series(steps, rng.lognormal(size=n))})
+    facts = run_facts(view)
+    assert facts.first_step == int(steps[0])
+    assert facts.log_interval == float(np.median(np.diff(steps)))
