@@ -97,10 +97,10 @@ class Rise:
 
 def level_ratios(values: FloatArray, judged_from: float = 0.0) -> FloatArray:
     """Each finite row over the median of the (up to) :data:`LEVEL_ROWS` finite rows before it, from the
-    :data:`MIN_LEVEL_ROWS`-th row on (NaN before); ``values`` finite. A row of :data:`LEVEL_ROWS` rows or more on
-    that is surely under ``judged_from`` times its level is 0.0, its median not taken: it is at least 0 and
-    under ``judged_from`` over a bound its level cannot be under (:func:`median_floors`), and a rule that
-    judges rows only from ``judged_from`` up needs no more of it (a long log's rows are mostly there)."""
+    :data:`MIN_LEVEL_ROWS`-th row on (NaN before); ``values`` finite. From row :data:`LEVEL_ROWS` on, a row
+    surely under ``judged_from`` times its level is 0.0, its median not taken (it is at least 0 and under
+    ``judged_from`` times a bound its level is at or over, :func:`median_floors`): a rule that judges rows from
+    ``judged_from`` up needs no more of it, and most rows of a long log are there."""
     out = np.full(values.size, np.nan)
     for i in range(MIN_LEVEL_ROWS, min(LEVEL_ROWS, values.size)):
         out[i] = values[i] / float(np.median(values[:i]))
