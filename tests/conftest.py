@@ -67,6 +67,7 @@ TIERS: dict[str, str] = {
             "round23_f29b",
             "round23_f29d",
             "window_medians",
+            "round24_f30e_median_bounds",
             "round17_t23b",
             "round18_det23",
             "round18_t24c",
