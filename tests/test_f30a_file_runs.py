@@ -1,0 +1,74 @@
+"""Round 24, f30a (issue #31): how one file splits into runs: two launches writing one log at once,
+launches appended to a metrics table, records of one step spread over several lines."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ingest.formats import detect, read_log
+from ingest.formats.writer_runs import writer_runs
+
+BANNER = "================ Training Loss (Thu Dec 21 {}:00:00 2017) ================"
+
+
+def _line(epoch: int, iters: int, seconds: float, g: float) -> str:
+    """A line whose G_GAN is ``g`` plus a wobble (a launch's level), its other losses varying too."""
+    g += (iters % 700) / 1000
+    losses = f"G_GAN: {g:.3f} G_L1: {400 - g:.3f} D_real+fake: {-g:.3f} "
+    return f"(epoch: {epoch}, iters: {iters}, time: {seconds:.3f}) " + losses
+
+
+def test_writer_runs_follow_each_writers_own_series() -> None:
+    # the first launch is at 2600 when a second starts and writes one line for each of the first's; the
+    # second logs every 300 steps, the first every 100, so the second overtakes the first at about 4000
+    first, second = list(range(2700, 5100, 100)), list(range(100, 7300, 300))
+    steps, want = list(range(100, 2700, 100)), [0] * 26
+    for a, b in zip(first, second, strict=True):
+        steps += [b, a]
+        want += [1, 0]
+    # where the two cross, each line goes to the writer whose next step on its own grid it is
+    assert writer_runs(steps) == want
+
+
+def test_writer_runs_leave_a_single_writers_restarts_alone() -> None:
+    # launches one after another: each starts again at 100; nothing interleaves
+    steps = [100, 200, 300, 100, 200, 100, 200, 300, 400, 500]
+    assert writer_runs(steps) is None
+    # a resume whose steps land once above an earlier launch's last step is no second writer
+    assert writer_runs([100, 200, 250, 100, 200, 300, 400]) is None
+
+
+def test_pix2pix_two_launches_writing_at_once_are_two_runs(tmp_path: Path) -> None:
+    lines = [BANNER.format("09"), BANNER.format("10")]  # a launch that wrote no row is no run
+    lines += [_line(1, i, 0.5, 10.0 + i / 100) for i in range(100, 600, 100)]  # a short try
+    lines.append(BANNER.format("11"))
+    lines += [_line(1, i, 2.7, 1.0) for i in range(100, 2700, 100)]  # the long launch alone
+    lines.append(BANNER.format("12"))  # the second launch starts while the first goes on
+    first = [(1, i) for i in range(2700, 3001, 100)] + [(2, i) for i in range(100, 1601, 100)]
+    second = [(1, i) for i in range(100, 3001, 100)]
+    a = b = 0
+    while a < len(first) or b < len(second):
+        for _ in range(2 if b % 3 == 0 else 1):  # the second writes a little faster
+            if b < len(second):
+                lines.append(_line(*second[b], 3.4, 5.0))
+                b += 1
+        if a < len(first):
+            lines.append(_line(*first[a], 5.1, 1.0))
+            a += 1
+    path = tmp_path / "loss_log.txt"
+    path.write_text("\n".join(lines) + "\n")
+    assert detect([path])[0][0] == "pix2pix_loss_log"
+    parsed = read_log([path])
+    runs = [parsed, *parsed.segments]
+    assert len(runs) == 3  # not one run per line that went down
+    short, long_, second_run = runs
+    assert short.series("G_GAN")[0].tolist() == list(range(100, 600, 100))
+    steps, values = long_.series("G_GAN")
+    # 3000 iterations an epoch: the long launch goes on from 2700 to epoch 2's 1600 (4600) in its own run
+    assert steps.tolist() == list(range(100, 4601, 100)) and values.max() < 2.0
+    assert long_.series("step_time_s")[1][-1] == 5.1
+    steps, values = second_run.series("G_GAN")
+    assert steps.tolist() == list(range(100, 3001, 100)) and values.min() >= 5.0
+    for run in runs:
+        assert not [e for e in run.events if e.kind == "rollback"]
+        assert "D_real+fake" in run.metrics and "fake" not in run.metrics  # the key as printed, whole
