@@ -3,6 +3,7 @@ launches appended to a metrics table, records of one step spread over several li
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from ingest.formats import detect, read_log
@@ -72,3 +73,34 @@ def test_pix2pix_two_launches_writing_at_once_are_two_runs(tmp_path: Path) -> No
     for run in runs:
         assert not [e for e in run.events if e.kind == "rollback"]
         assert "D_real+fake" in run.metrics and "fake" not in run.metrics  # the key as printed, whole
+
+
+def _d2_record(iteration: int, loss: float, eta: float) -> str:
+    return json.dumps(
+        {"data_time": 0.01, "eta_seconds": eta, "iteration": iteration, "lr": 1e-4, "time": 0.43, "total_loss": loss}
+    )
+
+
+def test_detectron2_launches_closed_by_a_bare_eta_record_are_runs(tmp_path: Path) -> None:
+    lines: list[str] = []
+    for n in (10, 4, 6):  # interrupted launches: their last record off the grid, then the bare closing record
+        lines += [_d2_record(19 + 20 * k, 100.0 + n - k, 146000.0 - k) for k in range(n - 1)]
+        last = 20 * (n - 1) + 12
+        lines += [_d2_record(last, 50.0, 145000.0), json.dumps({"eta_seconds": 145000.0, "iteration": last + 1})]
+    lines += [_d2_record(19 + 20 * k, 90.0 - k / 10, 3000.0 - k) for k in range(200)]
+    path = tmp_path / "metrics.json"
+    path.write_text("\n".join(lines) + "\n")
+    parsed = read_log([path])
+    runs = [parsed, *parsed.segments]
+    assert [len(run.series("loss")[0]) for run in runs] == [10, 4, 6, 200]
+    assert runs[0].series("loss")[1][0] == 110.0 and runs[3].series("loss")[1][0] == 90.0
+    assert not [e for run in runs for e in run.events if e.kind == "rollback"]
+
+
+def test_a_jsonl_relaunch_without_a_closing_record_stays_a_resume(tmp_path: Path) -> None:
+    # a history whose launch re-logs from its first step with no record closing the launch before: one run
+    rows = [(20, 8.56), (40, 7.9), (20, 8.55), *((s, 8.0 - s / 1000) for s in range(40, 2001, 20))]
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("".join(json.dumps({"step": s, "loss": v, "lr": 1e-4}) + "\n" for s, v in rows))
+    parsed = read_log([path])
+    assert not parsed.segments and parsed.series("loss")[1][0] == 8.55

@@ -14,6 +14,9 @@ smallest step seen). Two more signs of a fresh launch hold for any table, whatev
   again is another launch's. It is the same run only when its step is the next one on the finished run's
   logging grid (a resume to a longer schedule: ``299`` then ``319``, every 20); a run of one record has no
   grid to continue. A record without the field (an evaluation written at the last step) ends nothing.
+  A record holding only the step counter and the time left ends its launch too, whatever time it had
+  left: detectron2 flushes one when a launch stops between two logging periods (interrupted launches
+  appended to one ``metrics.json``, each counting from iteration 19 again; issue #31).
 """
 
 from __future__ import annotations
@@ -26,20 +29,36 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-from ingest.formats._tabular import find_column, to_float
+from ingest.formats._tabular import STEP_COLUMNS, find_column, to_float
 
 TIME_LEFT: Final = ("eta_seconds", "eta", "eta_s", "time_left", "remaining_time")
 """A record's estimate of the time its launch has left, in seconds: 0 on a finished launch's last record."""
 
 
 def time_left(table: pa.Table) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.bool_]] | None:
-    """``(finished, says)`` per row: the time left is 0, the row prints it; None without the field."""
+    """``(finished, says)`` per row: the row ends its launch (the time left is 0, or the row is a
+    closing record: :func:`closing_records`), the row prints the time left; None without the field."""
     col = find_column(table.column_names, TIME_LEFT)
     if col is None:
         return None
     values, has = to_float(table[col])
     says = has & np.isfinite(values)
-    return says & (values == 0), says
+    return says & ((values == 0) | closing_records(table)), says
+
+
+def closing_records(table: pa.Table) -> npt.NDArray[np.bool_]:
+    """Rows that carry the time left and a step counter and nothing else: what detectron2's JSON writer
+    flushes when a launch stops between two logging periods (``{"eta_seconds": 146230.1, "iteration":
+    193}`` after the record of 192): the launch's last line, whatever time it had left. A record that
+    comes after it and does not continue its step grid is another launch's."""
+    names = [c for c in table.column_names if c not in TIME_LEFT and c not in STEP_COLUMNS]
+    counters = [c for c in table.column_names if c in STEP_COLUMNS]
+    if not counters or not names:
+        return np.zeros(table.num_rows, dtype=bool)
+    bare = np.ones(table.num_rows, dtype=bool)
+    for name in names:
+        bare &= table[name].is_null().to_numpy(zero_copy_only=False)
+    return bare
 
 
 @dataclass
