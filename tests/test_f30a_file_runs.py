@@ -104,3 +104,25 @@ def test_a_jsonl_relaunch_without_a_closing_record_stays_a_resume(tmp_path: Path
     path.write_text("".join(json.dumps({"step": s, "loss": v, "lr": 1e-4}) + "\n" for s, v in rows))
     parsed = read_log([path])
     assert not parsed.segments and parsed.series("loss")[1][0] == 8.55
+
+
+def test_lightning_evaluation_batch_rows_without_a_val_name_are_no_restart(tmp_path: Path) -> None:
+    # a speech model's validation logs pesq on_step and on_epoch: its batch rows have no epoch and count
+    # 0, 1, 2 ... on their own; the training rows and the epoch-end rows carry the epoch
+    rows = ["epoch,pesq_epoch,pesq_step,step,train_loss_epoch,train_loss_step"]
+    counter = 0
+    for epoch in range(6):
+        rows.append(f"{epoch},,,{50 * epoch + 49},,{2.0 - epoch / 10}")
+        for _ in range(4):
+            rows.append(f",,{1.1 + counter / 100},{counter},,")
+            counter += 1
+        rows.append(f"{epoch},{1.2 + epoch / 100},,{51 * epoch + 50},,")
+        rows.append(f"{epoch},,,{51 * epoch + 50},{2.05 - epoch / 10},")
+    path = tmp_path / "metrics.csv"
+    path.write_text("\n".join(rows) + "\n")
+    assert detect([path])[0][0] == "lightning_csv"
+    parsed = read_log([path])
+    assert not parsed.segments  # one run: no step back to 0 at the first evaluation batch
+    assert parsed.series("loss")[0].tolist() == [50 * e + 49 for e in range(6)]
+    assert parsed.series("pesq")[0].tolist() == [51 * e + 50 for e in range(6)]  # the epoch aggregate
+    assert "pesq_step" not in parsed.metrics
