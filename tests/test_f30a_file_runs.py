@@ -126,3 +126,23 @@ def test_lightning_evaluation_batch_rows_without_a_val_name_are_no_restart(tmp_p
     assert parsed.series("loss")[0].tolist() == [50 * e + 49 for e in range(6)]
     assert parsed.series("pesq")[0].tolist() == [51 * e + 50 for e in range(6)]  # the epoch aggregate
     assert "pesq_step" not in parsed.metrics
+
+
+def test_a_step_back_off_the_runs_logging_grid_is_another_launch(tmp_path: Path) -> None:
+    # a run logging every 200 steps to 6000, then a launch that counts from env step 1080: not a resume of
+    # the run (a resume logs on its grid again), so the run keeps its rows and no rollback is recorded
+    rows = [{"step": s, "world_model_loss": 1.0 - s / 10000, "frames_per_second": 0.5} for s in range(200, 6001, 200)]
+    rows += [{"step": 1080, "frames_per_second": 0.0}]
+    rows += [{"step": s, "world_model_loss": 0.3, "frames_per_second": 0.6} for s in (1200, 1400)]
+    # and a resume on the grid stays one run with its rollback
+    rows += [{"step": s, "world_model_loss": 0.2, "frames_per_second": 0.6} for s in (1600, 1800, 2000, 2200)]
+    rows += [{"step": s, "world_model_loss": 0.1, "frames_per_second": 0.6} for s in (1800, 2000)]
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    parsed = read_log([path])
+    runs = [parsed, *parsed.segments]
+    assert len(runs) == 2
+    assert parsed.series("world_model_loss")[0].tolist() == list(range(200, 6001, 200))
+    assert not [e for e in parsed.events if e.kind == "rollback"]
+    assert [e.kind for e in runs[1].events].count("rollback") == 1
+    assert runs[1].series("world_model_loss")[1][-1] == 0.1
