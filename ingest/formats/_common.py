@@ -34,7 +34,7 @@ from ingest.formats.log_rows import FloatArray, IntArray, Piece, metric_column, 
 from ingest.formats.numbers import utf8_or_null
 from ingest.formats.raw_text import clean_text, input_size, open_error
 from ingest.formats.run_settings import settings_by_run
-from ingest.formats.segments import one_source_per_metric, run_start_cuts, segment_cuts, segment_of
+from ingest.formats.segments import one_source_per_metric, run_of_lines, run_start_cuts, segment_cuts, segment_of
 from ingest.long_schema import LONG_SCHEMA_DICT, null_floats
 from stab_core.metrics import RUN_RANK
 from stab_core.replay_spans import merge_spans
@@ -42,7 +42,6 @@ from stab_core.runview import RunEvent
 
 pc: Any = _pc  # pyarrow-stubs overloads reject valid calls on generic arrays
 Progress = Callable[[int, int], None]
-_NO_CUTS: Final = np.zeros(0, np.int64)
 
 MAX_SKIPPED_EXAMPLES: Final = 5
 CHUNK_BYTES: Final = 4 * 1024 * 1024
@@ -161,10 +160,9 @@ class LogBuilder:
         self.run_headings: list[int] = []
         """Sequence numbers of the lines whose heading starts another run (``ingest.formats.sections``)."""
         self.config_headings: list[int] = []
-        self.line_runs: tuple[IntArray, IntArray] | None = None
-        """``(seq, run)``: the run of each line a reader assigned to runs itself, ``seq`` ascending (the lines
-        of writers that interleave: ``ingest.formats.writer_runs``); it replaces the cuts at restarts."""
         """Sequence numbers of the headings of markdown notes that state a configuration (idem)."""
+        self.line_runs: tuple[IntArray, IntArray] | None = None
+        """``(seq, run)`` of each line whose run the reader chose (``segments.run_of_lines``), else cuts."""
         self.excerpt_starts: list[int] = []
         """Sequence numbers of the lines opening a fenced block of markdown notes (``ingest.formats.sections``)."""
         self.stated_settings: list[tuple[int, str, str]] = []
@@ -320,22 +318,16 @@ class LogBuilder:
         (:meth:`_keep_keys_apart`): they are two metrics, not two sources of one."""
         self._keep_keys_apart()
         kept_over = one_source_per_metric(self._pieces, self.sources, format_name) if self.sources else []
-        if self.line_runs is not None:
-            line_seq, line_run = self.line_runs
-
-            def by_line(_p: Piece, seq: IntArray) -> IntArray:
-                # a row's run is its line's (a row of a line the reader gave no run: the first run)
-                i = np.clip(np.searchsorted(line_seq, seq), 0, max(line_seq.shape[0] - 1, 0))
-                return np.where(line_seq[i] == seq, line_run[i], 0).astype(np.int64)
-
-            parts = self._split(by_line)
+        if (line_runs := self.line_runs) is not None:  # the reader's own runs: ingest.formats.writer_runs
+            parts = self._split(lambda _p, seq: run_of_lines(line_runs, seq))
+        elif cuts := (
+            segment_cuts(self._pieces, self.run_headings, self.excerpt_starts, self.config_headings)
+            if self.line_marks
+            else run_start_cuts(self.run_starts)
+        ):
+            parts = self._split(lambda p, seq: segment_of(seq, cuts.get(p.stream, np.zeros(0, np.int64))))
         else:
-            cuts = (
-                segment_cuts(self._pieces, self.run_headings, self.excerpt_starts, self.config_headings)
-                if self.line_marks
-                else run_start_cuts(self.run_starts)
-            )
-            parts = self._split(lambda p, seq: segment_of(seq, cuts.get(p.stream, _NO_CUTS))) if cuts else [self]
+            parts = [self]
         logs = [part._finish_one(format_name) for part in parts]
         for log in logs:
             log.kept_over = kept_over
@@ -346,8 +338,7 @@ class LogBuilder:
         return first
 
     def _split(self, segment: Callable[[Piece, IntArray], IntArray]) -> list[LogBuilder]:
-        """One builder per segment: each piece's rows go to the segment ``segment(piece, seq)`` gives
-        each of them (by where their ``seq`` falls between the cuts, or by their line's run)."""
+        """One builder per segment: each piece's rows go to the segment ``segment(piece, seq)`` gives them."""
         parts: list[LogBuilder] = []
 
         def part(i: int) -> LogBuilder:

@@ -108,8 +108,9 @@ class LaunchState:
         self.last, self.finished = float(steps[-1]), False
 
 
-GRID_MEMORY: Final = 4096
-"""Distinct steps of a run remembered for its logging grid."""
+GRID_MEMORY: Final = 256
+"""Distinct steps of a run remembered for its logging grid (its last ones: enough to see a grid, and cheap to
+look at on every step back of a table whose records go back often)."""
 MIN_GRID_STEPS: Final = 5
 """Distinct steps a run must have logged before its grid says anything."""
 GRID_SHARE: Final = 0.75
