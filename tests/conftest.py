@@ -38,6 +38,7 @@ TIERS: dict[str, str] = {
             "lasting_rises",
             "nonfinite_episodes",
             "f29c_detection",
+            "f30a_file_runs",
             "f26a_end_and_nan_rises",
             "f27c_val_blowups",
             "f28c_objectives_val_parts",
