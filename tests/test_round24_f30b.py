@@ -69,3 +69,64 @@ def test_a_swin_console_of_launches_is_read_one_run_per_launch_a_record_per_epoc
     assert second.series("val_loss")[0].tolist() == [2, 3, 4, 5]
     assert second.series("val_loss")[1][0] == 16.5
     assert "val_mae" in log.metrics and "eta" not in log.metrics
+
+
+def test_a_gan_loss_key_joined_by_plus_is_one_name(tmp_path: Path) -> None:
+    lines = ["================ Training Loss (Sun Aug 19 08:57:32 2018) ================"]
+    lines += [
+        f"(epoch: 1, iters: {i * 100}, time: 0.793) G_GAN: {28 - i:.3f} G_L1: 3421.759 D_real+fake: {-59 - i:.3f} "
+        for i in range(1, 8)
+    ]
+    log = read_log([write_lines(tmp_path, "loss_log.txt", lines)])
+    assert "D_real+fake" in log.metrics and "fake" not in log.metrics
+    assert log.series("D_real+fake")[1][0] == -60.0
+
+
+def test_counts_of_prompt_groups_are_bookkeeping_not_metrics(tmp_path: Path) -> None:
+    rows = [
+        {"iteration": i, "loss": 0.01 * i, "n_groups": 20 - i % 3, "skipped_groups": i % 3, "iter_time_s": 120.0 + i}
+        for i in range(1, 12)
+    ]
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    log = read_log([path])
+    assert "loss" in log.metrics and "n_groups" not in log.metrics and "skipped_groups" not in log.metrics
+    assert log.meta["log_settings"]["skipped_groups"] == 2  # kept, with its last value
+
+
+def test_the_first_of_several_evaluation_sets_is_the_validation_loss(tmp_path: Path) -> None:
+    history: list[dict[str, float]] = []
+    for e in range(4):
+        step = 100 * e
+        if e:
+            history.append({"epoch": float(e), "step": step, "loss": 1.0 / e, "grad_norm": 2.0, "learning_rate": 1e-5})
+        for g in range(3):
+            history.append(
+                {"epoch": float(e), "step": step, f"eval_g{g}_loss": 5.0 - e + g, f"eval_g{g}_accuracy": 0.5}
+            )
+    path = tmp_path / "trainer_state.json"
+    path.write_text(json.dumps({"global_step": 300, "log_history": history}))
+    log = read_log([path])
+    steps, val = log.series("val_loss")
+    assert steps.tolist() == [0, 100, 200, 300] and val.tolist() == [5.0, 4.0, 3.0, 2.0]  # eval_g0_loss
+    assert "eval_g1_loss" in log.metrics and log.meta["val_loss_source"] == "eval_g0_loss"
+
+
+def test_a_lone_named_evaluation_loss_is_not_the_validation_loss(tmp_path: Path) -> None:
+    rows = [{"step": s, "loss": 1.0, "eval_kl_loss": 0.1 * s} for s in range(6)]
+    path = tmp_path / "log.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert "val_loss" not in read_log([path]).metrics
+
+
+def test_the_scorer_compares_a_golden_value_in_the_unit_the_log_field_states() -> None:
+    """The goldens write first/last values as the log prints them (``step_time_ms: 308.9``); the stored step time
+    is in seconds."""
+    from bench.corpus_eval import _in_stored_unit, _unit_named
+
+    assert 0.3089 in _in_stored_unit("step_time", 308.9, {"known_fields": ["step_time_ms", "step_time"]})
+    assert 0.1724 in _in_stored_unit("step_time_ms", 172.4, {"known_fields": []})
+    assert _in_stored_unit("step_time_s", 0.2, {"known_fields": ["step_time_ms"]}) == [0.2]  # canonical: seconds
+    assert _in_stored_unit("loss", 2.0, {"known_fields": ["loss"]}) == [2.0]
+    assert _unit_named("throughput", {"throughput_tok_s": None})
+    assert not _unit_named("loss", {"loss_scale": None})

@@ -54,6 +54,8 @@ layout of a log nobody has seen.
   planned steps; where the best evaluation so far was (Ultralytics' ``best_epoch``, a ``best_step``) is the trainer's
   checkpoint bookkeeping. None of them says how the run trains: left out of the series (the last value kept in
   the metadata), by name, whatever their values (a progress that rises is no less a progress).
+- **A count of the batch's prompt groups is bookkeeping** (round 24 f30b): ``n_groups``, ``skipped_groups``,
+  ``num_prompts`` (:data:`GROUP_COUNT`) count what the sampler put in the batch or left out, not how the run trains.
 
 Each move is listed in :func:`moved_fields`' answer, which the import report shows (``moved``), so
 nothing is lost silently.
@@ -66,6 +68,7 @@ from typing import Any, Final
 
 import numpy as np
 
+from ingest.formats.eval_sets import first_set_loss
 from stab_core.metrics import CANONICAL_METRICS, POLICY_LOSSES
 
 MIN_CONSTANT_RECORDS: Final = 5
@@ -113,6 +116,12 @@ measure (:func:`moved_fields`; round 23 f29b)."""
 BEST_SO_FAR: Final = re.compile(r"^(?:.*/)?best_(?:epoch|step|iter|iteration|update)s?$", re.IGNORECASE)
 """Where the best evaluation so far was (Ultralytics' ``best_epoch``): the trainer's checkpoint bookkeeping, an axis
 value, not a measure (:func:`moved_fields`; round 23 f29b)."""
+GROUP_COUNT: Final = re.compile(
+    r"^(?:.*/)?(?:(?:n|num|total|skipped|dropped|filtered|valid|used)_?)?(?:groups|prompts)$", re.IGNORECASE
+)
+"""A count of the prompt groups a step sampled, used or skipped (a GRPO trainer's ``n_groups``, ``skipped_groups``: the
+groups whose rewards had no spread), or of the prompts: the sampler's bookkeeping of the batch, not a measure of
+training (:func:`moved_fields`; round 24 f30b)."""
 SETTINGS_KEY: Final = "log_settings"
 """The run metadata key the settings moved out of the series go to (``{field: value}``)."""
 
@@ -295,6 +304,10 @@ def _bookkeeping(name: str) -> str | None:
         return "how far the run is through its plan: the step over the planned steps, not a measure"
     if BEST_SO_FAR.match(name):
         return "where the best evaluation so far was: the trainer's bookkeeping, not a measure"
+    if GROUP_COUNT.match(name):
+        return (
+            "a count of the batch's prompt groups (sampled, used or skipped): the sampler's bookkeeping, not a measure"
+        )
     return None
 
 
@@ -315,6 +328,7 @@ def move_fields(pieces: dict[str, list[Any]], meta: dict[str, Any], moved: dict[
     a ``value`` array, in record order): a wide record's diagnostics (:func:`diagnostic_fields`) to
     ``meta['log_diagnostics']``, the fields :func:`moved_fields` names to ``meta['log_settings']``, each
     with the value kept; ``moved`` gets each one's reason, for the import report."""
+    first_set_loss(pieces, meta)  # ingest.formats.eval_sets: several evaluation sets, the first is the val_loss
     roles = meta.get("proposed_map") or ()
     printed = sum(1 for parts in pieces.values() if any(p.origin != DERIVED_ORIGIN for p in parts))
     for name in diagnostic_fields(sorted(pieces), roles, printed):
