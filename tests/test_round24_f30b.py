@@ -130,3 +130,52 @@ def test_the_scorer_compares_a_golden_value_in_the_unit_the_log_field_states() -
     assert _in_stored_unit("loss", 2.0, {"known_fields": ["loss"]}) == [2.0]
     assert _unit_named("throughput", {"throughput_tok_s": None})
     assert not _unit_named("loss", {"loss_scale": None})
+
+
+def test_a_bare_time_in_milliseconds_that_does_not_rise_is_the_step_time(tmp_path: Path) -> None:
+    rows = [{"event": "train", "iter": i, "loss": 3.0 - 0.01 * i, "time_ms": 8000.0 + (i % 3) * 10} for i in range(8)]
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    log = read_log([path])
+    assert log.series("step_time_s")[1][:3].tolist() == [8.0, 8.01, 8.02] and "time_ms" not in log.metrics
+
+
+def test_a_rate_column_with_a_thousands_letter_is_scaled(tmp_path: Path) -> None:
+    lines = [
+        f"step {47700 + 10 * i:>7d} | loss {2.0 - 0.01 * i:.4f} | lr 1.79e-04 | grad 0.075 | {37.1 + i / 10:.1f}k tok/s"
+        f" | mfu 37.67%"
+        for i in range(30)
+    ]
+    log = read_log([write_lines(tmp_path, "train.out", lines)])
+    assert log.series("throughput_tok_s")[1][:2].tolist() == [37100.0, 37200.0]
+
+
+def test_a_world_model_loss_beside_actor_and_critic_is_the_run_loss_and_its_grad_norm_the_runs(tmp_path: Path) -> None:
+    rows = [
+        {
+            "step": 200 * i,
+            "world_model_loss": 0.2 - 0.01 * i,
+            "world_model_grad_norm": 0.8 + 0.01 * i,
+            "actor_loss": 0.01,
+            "value_loss": 0.7 - 0.05 * i,
+            "value_grad_norm": 1.2,
+        }
+        for i in range(1, 9)
+    ]
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    log = read_log([path])
+    assert log.series("loss")[1][0] == 0.19 and log.meta["loss_source"]["kind"] == "world_model"
+    assert log.series("grad_norm")[1][0] == 0.81
+    assert "value_loss" in log.metrics and "world_model_loss" in log.metrics
+
+
+def test_a_utilisation_over_100_is_no_percentage_and_keeps_its_name(tmp_path: Path) -> None:
+    doc = {str(s): {"lm loss": 10.0 - 0.1 * s, "GPU utilization": 250.0 + s} for s in range(8)}
+    path = tmp_path / "golden_values.json"
+    path.write_text(json.dumps(doc))
+    log = read_log([path])
+    assert "gpu_util" not in log.metrics and log.series("GPU_utilization")[1][0] == 250.0
+    doc = {str(s): {"lm loss": 10.0 - 0.1 * s, "GPU utilization": 50.0 + s} for s in range(8)}
+    path.write_text(json.dumps(doc))
+    assert "gpu_util" in read_log([path]).metrics  # a percentage: the canonical name

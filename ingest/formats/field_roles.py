@@ -323,12 +323,34 @@ def setting_value(value: float) -> Any:
     return int(value) if value.is_integer() else value
 
 
+PERCENT_METRICS: Final = frozenset({"gpu_util"})
+"""Canonical metrics in percent (0-100)."""
+
+
+def _over_a_percentage(pieces: dict[str, list[Any]]) -> None:
+    """A field mapped to a percentage (``gpu_util``, 0-100) whose values exceed 100 is no percentage (Megatron-Bridge's
+    golden values print ``GPU utilization`` at 250-280, a throughput per GPU): it keeps the name it was logged under
+    (round 24 f30b), so no page shows it as a utilisation of 281 %."""
+    from ingest.formats.aliases import sanitise_name
+
+    for name in PERCENT_METRICS & set(pieces):
+        parts = pieces[name]
+        values = np.concatenate([p.value for p in parts]) if parts else np.zeros(0)
+        origin = next((p.origin for p in parts if p.origin), None)
+        if origin is None or not bool(np.any(values[np.isfinite(values)] > 100.0)):
+            continue
+        own = sanitise_name(origin)
+        if own != name and own not in pieces:
+            pieces[own] = pieces.pop(name)
+
+
 def move_fields(pieces: dict[str, list[Any]], meta: dict[str, Any], moved: dict[str, str]) -> None:
     """Move a run's fields that are no metric series out of ``pieces`` (stored name -> its pieces, each with
     a ``value`` array, in record order): a wide record's diagnostics (:func:`diagnostic_fields`) to
     ``meta['log_diagnostics']``, the fields :func:`moved_fields` names to ``meta['log_settings']``, each
     with the value kept; ``moved`` gets each one's reason, for the import report."""
     first_set_loss(pieces, meta)  # ingest.formats.eval_sets: several evaluation sets, the first is the val_loss
+    _over_a_percentage(pieces)
     roles = meta.get("proposed_map") or ()
     printed = sum(1 for parts in pieces.values() if any(p.origin != DERIVED_ORIGIN for p in parts))
     for name in diagnostic_fields(sorted(pieces), roles, printed):
