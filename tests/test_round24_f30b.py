@@ -179,3 +179,20 @@ def test_a_utilisation_over_100_is_no_percentage_and_keeps_its_name(tmp_path: Pa
     doc = {str(s): {"lm loss": 10.0 - 0.1 * s, "GPU utilization": 50.0 + s} for s in range(8)}
     path.write_text(json.dumps(doc))
     assert "gpu_util" in read_log([path]).metrics  # a percentage: the canonical name
+
+
+def test_a_flat_entropy_is_a_measure_not_a_setting(tmp_path: Path) -> None:
+    rows = [{"step": 200 * i, "actor_loss": 0.01 * i, "actor_entropy": -0.88, "world_size": 3} for i in range(1, 9)]
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    log = read_log([path])
+    assert "actor_entropy" in log.metrics and "world_size" not in log.metrics
+
+
+def test_a_detectors_validation_loss_parts_are_no_evaluation_sets(tmp_path: Path) -> None:
+    rows = [
+        {"step": s, "loss": 1.0, "val_box_loss": 0.1 * s, "val_obj_loss": 0.2, "val_cls_loss": 0.3} for s in range(6)
+    ]
+    path = tmp_path / "log.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert "val_loss" not in read_log([path]).metrics

@@ -46,7 +46,7 @@ layout of a log nobody has seen.
 - **A statistic of a measured distribution is a measure even when it does not change** (docs/diagnosis.md, "Import:
   settings and counters"): ``clip_ratio/low_mean`` at 0 on every record says that nothing was clipped,
   ``completions/min_length`` at 2 that the shortest completion stayed 2 tokens: facts about training, not settings of
-  the run.
+  the run; so is an entropy (a policy's ``actor_entropy`` stuck at one value: round 24 f30b).
 - An episode counter (``episode``: completions or episodes sampled so far) is a count consumed, as above.
 - **Progress and bookkeeping are no training metrics** (round 23 f29b). A count of the steps, iterations, epochs or
   updates done (``total_step_count``: the step counter plus one; ``num_updates``, ``epochs_completed``) is the step
@@ -191,6 +191,8 @@ def _statistic(name: str) -> bool:
 def _flat_measure(name: str) -> bool:
     """Whether ``name``, flat, is still a measure: a statistic of a distribution of samples (:func:`_statistic`),
     not a memory peak (``gpu_mem_max_gb``: MMSeg's ``memory`` on every line, a budget the run was set to)."""
+    if "entropy" in _words(name):
+        return True  # a distribution's entropy (a policy's stuck at one value) is a measure (round 24 f30b)
     return _statistic(name) and not (_words(name) & {"mem", "memory"} or name.endswith(("_gb", "_mb")))
 
 
