@@ -67,6 +67,7 @@ TIERS: dict[str, str] = {
             "round22_f28d",
             "round23_f29b",
             "round23_f29d",
+            "round24_f30b",
             "window_medians",
             "round24_f30e_median_bounds",
             "round17_t23b",

@@ -46,6 +46,7 @@ _LINE: Final = re.compile(
     r"^[ \t]*\(epoch:[ \t]*(?P<epoch>[0-9]+),[ \t]*iters:[ \t]*(?P<iters>[0-9]+)(?P<clock>[^)]*)\)(?P<rest>.*)$"
 )
 _PAIR: Final = re.compile(r"(?P<key>[A-Za-z][A-Za-z0-9_]*(?:\+[A-Za-z][A-Za-z0-9_]*)*):[ \t]*(?P<val>" + NUMBER + ")")
+"""A `` key: value`` pair; a key joined by ``+`` (``D_real+fake``: the sum of two loss terms) is one name."""
 _TIME: Final = re.compile(r"\btime:[ \t]*(?P<val>" + NUMBER + ")")
 _GENERATOR: Final = "G_GAN"
 
