@@ -153,6 +153,40 @@ def _unit_spelled(name: str) -> str:
     return _PER_SECOND.sub("_per_s", name)
 
 
+_UNIT_SUFFIXES: Final = ("s", "tok_s", "gb", "c", "w")
+"""The unit a canonical name ends in (``step_time_s``, ``throughput_tok_s``, ``gpu_mem_gb``)."""
+
+
+def _unit_named(metric: str, series: Mapping[str, Any]) -> bool:
+    """Whether a stored canonical metric is ``metric`` with its unit added: a golden's ``throughput`` is the canonical
+    ``throughput_tok_s`` (the golden lists the canonical metrics an import stores; the alias table leaves a bare
+    ``throughput`` field unmapped, Megatron's being TFLOP/s, so the name alone does not reach it)."""
+    return any(f"{metric}_{unit}" in CANONICAL_METRICS and f"{metric}_{unit}" in series for unit in _UNIT_SUFFIXES)
+
+
+def _in_stored_unit(metric: str, value: float, golden_import: Mapping[str, Any]) -> list[float]:
+    """A golden's first/last ``value`` of ``metric`` as written and in StabScope's canonical unit: the golden writes
+    the value the log prints, in the unit the log's field name states (``step_time_ms: 308.9``, or ``step_time:
+    308.9`` beside a known field ``step_time_ms``), while the stored series is in the canonical unit (seconds)."""
+    from ingest.formats.aliases import canonical_name, to_canonical_unit
+
+    if metric in CANONICAL_METRICS:
+        return [value]  # the canonical name is in the canonical unit
+    canonical, unit = canonical_name(metric)
+    # a name that states its unit is in that unit; a bare one (``step_time``) in a unit the log's field names state
+    units = (
+        {unit}
+        if unit
+        else {
+            u for field in golden_import.get("known_fields", []) for c, u in [canonical_name(field)] if c == canonical
+        }
+    )
+    out = [value]
+    for u in sorted(x for x in units if x):
+        out.append(float(to_canonical_unit(canonical, u, np.array([value]))[1][0]))
+    return out
+
+
 def junk_metrics(stored: Sequence[str], golden_import: Mapping[str, Any], run: Mapping[str, Any]) -> list[str]:
     """Stored metric names that are junk: named by the golden file as never a metric, or explained by
     none of the log's field names, canonical metrics or trainer-specific names (the unit 'per second'
@@ -201,7 +235,7 @@ def score_import(result: LogScore, golden: Mapping[str, Any], stored_runs: Seque
     for want, got in zip(expected, stored_runs, strict=False):
         series = got["series"]
         for metric in want["metrics"]:
-            if metric not in series and _canonical(metric) not in series:
+            if metric not in series and _canonical(metric) not in series and not _unit_named(metric, series):
                 result.fault("missing", f"{metric}")
         for token in want.get("metrics_like", []):
             if _series_for({k: v for k, v in series.items() if k not in want["metrics"]}, token) is None:
@@ -222,7 +256,7 @@ def score_import(result: LogScore, golden: Mapping[str, Any], stored_runs: Seque
                 if value is None or got_series is None or len(got_series[1]) == 0:
                     continue
                 stored = float(got_series[1][index])
-                if not _close(stored, float(value)):
+                if not any(_close(stored, v) for v in _in_stored_unit(metric, float(value), golden["import"])):
                     result.fault("values", f"{label} {metric}: stored {stored:.6g}, log {value:.6g}")
 
 

@@ -78,7 +78,10 @@ def _log_start(view: RunView) -> tuple[int | None, float | None]:
     steps = loss.steps[np.isfinite(loss.values)]
     if steps.size < 2:
         return (int(steps[0]) if steps.size else None), None
-    return int(steps[0]), float(np.median(np.diff(steps)))
+    # the gaps as floats, the same median (steps are far under 2**53): numpy partitions an int64 array of equal
+    # gaps with a few larger ones (a run logged at every step but four) ~25x slower than the float64 one, 0.18 s
+    # of a 10^6-step analysis
+    return int(steps[0]), float(np.median(np.diff(steps).astype(np.float64)))
 
 
 LOG_START_INTERVALS = 2

@@ -43,7 +43,7 @@ from stab_core.routine_rises import routine_rise
 from stab_core.runview import FloatArray, IntArray, Series
 from stab_core.spikes import SpikeEvent, build_event
 from stab_core.throughput import true_runs
-from stab_core.window_medians import window_medians
+from stab_core.window_medians import median_floors, window_medians_at
 
 LEVEL_ROWS: Final = 60
 """Finite rows before a row whose median is its level."""
@@ -96,16 +96,26 @@ class Rise:
     long: bool
 
 
-def level_ratios(values: FloatArray) -> FloatArray:
+def level_ratios(values: FloatArray, judged_from: float = 0.0) -> FloatArray:
     """Each finite row over the median of the (up to) :data:`LEVEL_ROWS` finite rows before it, from the
-    :data:`MIN_LEVEL_ROWS`-th row on (NaN before); ``values`` finite."""
+    :data:`MIN_LEVEL_ROWS`-th row on (NaN before); ``values`` finite. From row :data:`LEVEL_ROWS` on, a row
+    surely under ``judged_from`` times its level is 0.0, its median not taken (it is at least 0 and under
+    ``judged_from`` times a bound its level is at or over, :func:`median_floors`): a rule that judges rows from
+    ``judged_from`` up needs no more of it, and most rows of a long log are there."""
     out = np.full(values.size, np.nan)
     for i in range(MIN_LEVEL_ROWS, min(LEVEL_ROWS, values.size)):
         out[i] = values[i] / float(np.median(values[:i]))
     if values.size > LEVEL_ROWS:
-        medians = window_medians(np.lib.stride_tricks.sliding_window_view(values, LEVEL_ROWS)[:-1])
-        with np.errstate(divide="ignore", invalid="ignore"):
-            out[LEVEL_ROWS:] = values[LEVEL_ROWS:] / medians
+        rows, before = values[LEVEL_ROWS:], values[:-1]  # row LEVEL_ROWS + k over the window from k
+        maybe = np.arange(rows.size)
+        if judged_from > 0:  # no ratio of a row at 0 or over is under 0
+            floors = median_floors(before, LEVEL_ROWS)
+            with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+                maybe = np.flatnonzero(~((floors > 0) & (rows >= 0) & (rows / floors < judged_from)))
+        ratios = np.zeros(rows.size)
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            ratios[maybe] = rows[maybe] / window_medians_at(before, LEVEL_ROWS, maybe)
+        out[LEVEL_ROWS:] = ratios
     return out
 
 
@@ -131,7 +141,7 @@ def chance_peaked_runs(judged: FloatArray, run: FloatArray) -> float:
 def lasting_rises(values: FloatArray) -> list[Rise]:
     """The lasting rises of the finite, positive rows ``values`` (module docstring); none where the series
     is not noisy throughout."""
-    ratios = level_ratios(values)
+    ratios = level_ratios(values, RISE_RATIO)  # a row under RISE_RATIO is judged only as not up
     judged = ratios[np.isfinite(ratios)]
     if judged.size == 0 or float(np.mean(judged >= RISE_RATIO)) < NOISY_SHARE:
         return []

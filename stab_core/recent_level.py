@@ -25,7 +25,6 @@ from collections.abc import Sequence
 from typing import Final
 
 import numpy as np
-from numpy.lib.stride_tricks import sliding_window_view
 
 from stab_core.early_rises import HELD_SAMPLES
 from stab_core.incidents import early_jumps
@@ -33,7 +32,7 @@ from stab_core.rolling_baseline import MAD_TO_Z
 from stab_core.runview import FloatArray, IntArray, Series
 from stab_core.spike_params import SpikeParams
 from stab_core.spikes import SpikeEvent, build_event
-from stab_core.window_medians import window_medians
+from stab_core.window_medians import window_medians_at
 
 RECENT_SAMPLES: Final = 16
 """Samples before a sample that its recent level and noise are taken from (the detector's
@@ -116,11 +115,7 @@ def _window_medians(x: FloatArray, index: IntArray, window: int) -> FloatArray:
     full = index >= window
     for k in np.flatnonzero(~full):
         out[k] = np.median(x[: index[k]])
-    if full.any():
-        rows = sliding_window_view(x, window)
-        chosen = index[full] - window
-        for first in range(0, chosen.size, 4096):
-            out[np.flatnonzero(full)[first : first + 4096]] = window_medians(rows[chosen[first : first + 4096]])
+    out[full] = window_medians_at(x, window, index[full] - window)
     return out
 
 

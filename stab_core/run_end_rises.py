@@ -29,14 +29,13 @@ from dataclasses import replace
 from typing import Final
 
 import numpy as np
-from numpy.lib.stride_tricks import sliding_window_view
 
 from stab_core.early_rises import held_levels, noise_band
 from stab_core.incidents import EARLY_MIN_RATIO, RECOVER_RATIO
 from stab_core.rolling_baseline import MAD_TO_Z, NOISE_MIN_SAMPLES
 from stab_core.runview import FloatArray, IntArray, Series
 from stab_core.spikes import SpikeEvent, build_event
-from stab_core.window_medians import window_medians
+from stab_core.window_medians import lowest_window_median, median_floors, window_medians_at
 
 END_MIN_SAMPLES: Final = 2
 """Trailing samples that must all stand above the held level: one high last sample may be one bad batch."""
@@ -107,15 +106,17 @@ def held_end_rises(steps: IntArray, values: FloatArray, metric: str = "loss") ->
     s, x = steps[keep], values[keep]
     if x.size < HELD_END_LEVEL + HELD_END_SAMPLES:
         return []
-    # levels[j]: the median of the HELD_END_LEVEL samples before index HELD_END_LEVEL + j
-    levels = window_medians(sliding_window_view(x[:-1], HELD_END_LEVEL))
     suffix_low = np.minimum.accumulate(x[::-1])[::-1]
     starts = np.arange(HELD_END_LEVEL, x.size - HELD_END_SAMPLES + 1)
-    base = levels[starts - HELD_END_LEVEL]
-    held = np.flatnonzero((base > 0) & (suffix_low[starts] >= HELD_END_RATIO * base))
+    # the level before start s is the median of x[s - HELD_END_LEVEL : s], at or over its floor: a start whose
+    # lowest sample from there on is under HELD_END_RATIO x the floor is under that much of the level too
+    floors = median_floors(x[:-1], HELD_END_LEVEL)[: starts.size]
+    maybe = starts[suffix_low[starts] >= HELD_END_RATIO * floors]
+    base = window_medians_at(x, HELD_END_LEVEL, maybe - HELD_END_LEVEL)
+    held = np.flatnonzero((base > 0) & (suffix_low[maybe] >= HELD_END_RATIO * base))
     if held.size == 0:
         return []
-    first = int(starts[held[0]])
+    first = int(maybe[held[0]])
     level = float(np.median(x[first - HELD_END_LEVEL : first]))
     return [build_event(metric, s, x, first, x.size - 1, None, level, max(abs(level) * 0.01, 1e-12))]
 
@@ -264,15 +265,17 @@ def end_climbs(
     if x.size < 3 * LASTING_LEVEL:
         # a held level, a climb and its end level each need a window of their own
         return []
-    held = window_medians(sliding_window_view(x, LASTING_LEVEL))  # held[k]: median of x[k : k + LASTING_LEVEL]
-    best = int(np.argmin(held))
-    level = float(held[best])
-    if not (level > 0 and float(held[-1]) >= END_CORROBORATED_RATIO * level):
+    # the lowest median of LASTING_LEVEL samples, x[best : best + LASTING_LEVEL], and the last one
+    best, level = lowest_window_median(x, LASTING_LEVEL)
+    end = float(window_medians_at(x, LASTING_LEVEL, [x.size - LASTING_LEVEL])[0])
+    if not (level > 0 and end >= END_CORROBORATED_RATIO * level):
         return []
-    recent = window_medians(sliding_window_view(x, END_RECENT))  # recent[k]: median of x[k : k + END_RECENT]
-    # the climb starts after the last short median still back near the level (after the best window)
+    # the climb starts after the last short median still back near the level (after the best window), the
+    # median of x[k : k + END_RECENT]; one whose floor is over that is not back
     after = best + LASTING_LEVEL
-    back = np.flatnonzero(recent[after:] <= RECOVER_RATIO * level)
+    near = RECOVER_RATIO * level
+    maybe = np.flatnonzero(median_floors(x[after:], END_RECENT) <= near)
+    back = maybe[window_medians_at(x[after:], END_RECENT, maybe) <= near]
     first = after + (int(back[-1]) + 1 if back.size else 0)
     if x.size - first < LASTING_LEVEL or not corroborated(int(s[first])):
         return []

@@ -34,7 +34,7 @@ from ingest.formats.log_rows import FloatArray, IntArray, Piece, metric_column, 
 from ingest.formats.numbers import utf8_or_null
 from ingest.formats.raw_text import clean_text, input_size, open_error
 from ingest.formats.run_settings import settings_by_run
-from ingest.formats.segments import one_source_per_metric, run_start_cuts, segment_cuts, segment_of
+from ingest.formats.segments import one_source_per_metric, run_of_lines, run_start_cuts, segment_cuts, segment_of
 from ingest.long_schema import LONG_SCHEMA_DICT, null_floats
 from stab_core.metrics import RUN_RANK
 from stab_core.replay_spans import merge_spans
@@ -161,6 +161,8 @@ class LogBuilder:
         """Sequence numbers of the lines whose heading starts another run (``ingest.formats.sections``)."""
         self.config_headings: list[int] = []
         """Sequence numbers of the headings of markdown notes that state a configuration (idem)."""
+        self.line_runs: tuple[IntArray, IntArray] | None = None
+        """``(seq, run)`` of each line whose run the reader chose (``segments.run_of_lines``), else cuts."""
         self.excerpt_starts: list[int] = []
         """Sequence numbers of the lines opening a fenced block of markdown notes (``ingest.formats.sections``)."""
         self.stated_settings: list[tuple[int, str, str]] = []
@@ -316,12 +318,16 @@ class LogBuilder:
         (:meth:`_keep_keys_apart`): they are two metrics, not two sources of one."""
         self._keep_keys_apart()
         kept_over = one_source_per_metric(self._pieces, self.sources, format_name) if self.sources else []
-        cuts = (
+        if (line_runs := self.line_runs) is not None:  # the reader's own runs: ingest.formats.writer_runs
+            parts = self._split(lambda _p, seq: run_of_lines(line_runs, seq))
+        elif cuts := (
             segment_cuts(self._pieces, self.run_headings, self.excerpt_starts, self.config_headings)
             if self.line_marks
             else run_start_cuts(self.run_starts)
-        )
-        parts = self._split(cuts) if cuts else [self]
+        ):
+            parts = self._split(lambda p, seq: segment_of(seq, cuts.get(p.stream, np.zeros(0, np.int64))))
+        else:
+            parts = [self]
         logs = [part._finish_one(format_name) for part in parts]
         for log in logs:
             log.kept_over = kept_over
@@ -331,8 +337,8 @@ class LogBuilder:
         first.segments = logs[1:]
         return first
 
-    def _split(self, cuts: dict[int, IntArray]) -> list[LogBuilder]:
-        """One builder per segment: each piece's rows go to the segment their ``seq`` falls in."""
+    def _split(self, segment: Callable[[Piece, IntArray], IntArray]) -> list[LogBuilder]:
+        """One builder per segment: each piece's rows go to the segment ``segment(piece, seq)`` gives them."""
         parts: list[LogBuilder] = []
 
         def part(i: int) -> LogBuilder:
@@ -347,7 +353,7 @@ class LogBuilder:
         for metric, pieces in self._pieces.items():
             for p in pieces:
                 seq = p.seq_array()
-                seg = segment_of(seq, cuts.get(p.stream, np.zeros(0, np.int64)))
+                seg = segment(p, seq)
                 for i in np.unique(seg):
                     sel = seg == i
                     rank = p.rank if isinstance(p.rank, int) else p.rank[sel]

@@ -46,7 +46,7 @@ layout of a log nobody has seen.
 - **A statistic of a measured distribution is a measure even when it does not change** (docs/diagnosis.md, "Import:
   settings and counters"): ``clip_ratio/low_mean`` at 0 on every record says that nothing was clipped,
   ``completions/min_length`` at 2 that the shortest completion stayed 2 tokens: facts about training, not settings of
-  the run.
+  the run; so is an entropy (a policy's ``actor_entropy`` stuck at one value: round 24 f30b).
 - An episode counter (``episode``: completions or episodes sampled so far) is a count consumed, as above.
 - **Progress and bookkeeping are no training metrics** (round 23 f29b). A count of the steps, iterations, epochs or
   updates done (``total_step_count``: the step counter plus one; ``num_updates``, ``epochs_completed``) is the step
@@ -54,6 +54,8 @@ layout of a log nobody has seen.
   planned steps; where the best evaluation so far was (Ultralytics' ``best_epoch``, a ``best_step``) is the trainer's
   checkpoint bookkeeping. None of them says how the run trains: left out of the series (the last value kept in
   the metadata), by name, whatever their values (a progress that rises is no less a progress).
+- **A count of the batch's prompt groups is bookkeeping** (round 24 f30b): ``n_groups``, ``skipped_groups``,
+  ``num_prompts`` (:data:`GROUP_COUNT`) count what the sampler put in the batch or left out, not how the run trains.
 
 Each move is listed in :func:`moved_fields`' answer, which the import report shows (``moved``), so
 nothing is lost silently.
@@ -66,6 +68,7 @@ from typing import Any, Final
 
 import numpy as np
 
+from ingest.formats.eval_sets import first_set_loss
 from stab_core.metrics import CANONICAL_METRICS, POLICY_LOSSES
 
 MIN_CONSTANT_RECORDS: Final = 5
@@ -113,6 +116,12 @@ measure (:func:`moved_fields`; round 23 f29b)."""
 BEST_SO_FAR: Final = re.compile(r"^(?:.*/)?best_(?:epoch|step|iter|iteration|update)s?$", re.IGNORECASE)
 """Where the best evaluation so far was (Ultralytics' ``best_epoch``): the trainer's checkpoint bookkeeping, an axis
 value, not a measure (:func:`moved_fields`; round 23 f29b)."""
+GROUP_COUNT: Final = re.compile(
+    r"^(?:.*/)?(?:(?:n|num|total|skipped|dropped|filtered|valid|used)_?)?(?:groups|prompts)$", re.IGNORECASE
+)
+"""A count of the prompt groups a step sampled, used or skipped (a GRPO trainer's ``n_groups``, ``skipped_groups``: the
+groups whose rewards had no spread), or of the prompts: the sampler's bookkeeping of the batch, not a measure of
+training (:func:`moved_fields`; round 24 f30b)."""
 SETTINGS_KEY: Final = "log_settings"
 """The run metadata key the settings moved out of the series go to (``{field: value}``)."""
 
@@ -182,6 +191,8 @@ def _statistic(name: str) -> bool:
 def _flat_measure(name: str) -> bool:
     """Whether ``name``, flat, is still a measure: a statistic of a distribution of samples (:func:`_statistic`),
     not a memory peak (``gpu_mem_max_gb``: MMSeg's ``memory`` on every line, a budget the run was set to)."""
+    if "entropy" in _words(name):
+        return True  # a distribution's entropy (a policy's stuck at one value) is a measure (round 24 f30b)
     return _statistic(name) and not (_words(name) & {"mem", "memory"} or name.endswith(("_gb", "_mb")))
 
 
@@ -295,6 +306,10 @@ def _bookkeeping(name: str) -> str | None:
         return "how far the run is through its plan: the step over the planned steps, not a measure"
     if BEST_SO_FAR.match(name):
         return "where the best evaluation so far was: the trainer's bookkeeping, not a measure"
+    if GROUP_COUNT.match(name):
+        return (
+            "a count of the batch's prompt groups (sampled, used or skipped): the sampler's bookkeeping, not a measure"
+        )
     return None
 
 
@@ -310,11 +325,34 @@ def setting_value(value: float) -> Any:
     return int(value) if value.is_integer() else value
 
 
+PERCENT_METRICS: Final = frozenset({"gpu_util"})
+"""Canonical metrics in percent (0-100)."""
+
+
+def _over_a_percentage(pieces: dict[str, list[Any]]) -> None:
+    """A field mapped to a percentage (``gpu_util``, 0-100) whose values exceed 100 is no percentage (Megatron-Bridge's
+    golden values print ``GPU utilization`` at 250-280, a throughput per GPU): it keeps the name it was logged under
+    (round 24 f30b), so no page shows it as a utilisation of 281 %."""
+    from ingest.formats.aliases import sanitise_name
+
+    for name in PERCENT_METRICS & set(pieces):
+        parts = pieces[name]
+        values = np.concatenate([p.value for p in parts]) if parts else np.zeros(0)
+        origin = next((p.origin for p in parts if p.origin), None)
+        if origin is None or not bool(np.any(values[np.isfinite(values)] > 100.0)):
+            continue
+        own = sanitise_name(origin)
+        if own != name and own not in pieces:
+            pieces[own] = pieces.pop(name)
+
+
 def move_fields(pieces: dict[str, list[Any]], meta: dict[str, Any], moved: dict[str, str]) -> None:
     """Move a run's fields that are no metric series out of ``pieces`` (stored name -> its pieces, each with
     a ``value`` array, in record order): a wide record's diagnostics (:func:`diagnostic_fields`) to
     ``meta['log_diagnostics']``, the fields :func:`moved_fields` names to ``meta['log_settings']``, each
     with the value kept; ``moved`` gets each one's reason, for the import report."""
+    first_set_loss(pieces, meta)  # ingest.formats.eval_sets: several evaluation sets, the first is the val_loss
+    _over_a_percentage(pieces)
     roles = meta.get("proposed_map") or ()
     printed = sum(1 for parts in pieces.values() if any(p.origin != DERIVED_ORIGIN for p in parts))
     for name in diagnostic_fields(sorted(pieces), roles, printed):

@@ -44,7 +44,29 @@ def step_records(path: Path) -> list[dict[str, Any]] | None:
     for records in _object_lists(doc, 0):
         if best is None or len(records) > len(best):
             best = records
-    return best or series_records(doc) or row_records(doc, path)  # ingest.formats.json_rows
+    return best or series_records(doc) or keyed_records(doc) or row_records(doc, path)  # ingest.formats.json_rows
+
+
+def keyed_records(doc: Any) -> list[dict[str, Any]] | None:
+    """Per-step records from an object keyed by step (NeMo Megatron-Bridge's golden values: ``{"0": {"lm loss":
+    11.9, "elapsed time per iteration (ms)": 53048.6}, "1": {...}, "alloc": 81.9}``): each key that is a whole
+    number and holds an object with a number is that step's record. Two or more such keys, and more than half of
+    the document's keys, are needed; the other keys (run-level totals such as peak memory) are no step's record.
+    None for any other document."""
+    if not isinstance(doc, dict):
+        return None
+    records = [
+        {"step": int(key), **value}
+        for key, value in doc.items()
+        if isinstance(key, str)
+        and key.strip().isdigit()
+        and isinstance(value, dict)
+        and "step" not in value
+        and any(_is_number(v) for v in value.values())
+    ]
+    if len(records) < 2 or 2 * len(records) <= len(doc):
+        return None
+    return sorted(records, key=lambda r: int(r["step"]))
 
 
 def series_records(doc: Any) -> list[dict[str, Any]] | None:

@@ -72,6 +72,22 @@ def _rises(values: np.ndarray) -> bool:
     return values.size > 1 and bool(np.all(np.diff(values) >= 0))
 
 
+_TIME_WITH_UNIT: Final = re.compile(r"^time_(?P<unit>ms|us)$")
+"""A bare ``time`` named with a sub-second unit (``time_ms``: nanoGPT-style records' ``iter`` beside ``time_ms``)."""
+
+
+def time_with_unit(table: pa.Table) -> tuple[str, str] | None:
+    """``(key, unit)`` of a bare time in milli- or microseconds that does not only rise from record to record: each
+    record's step duration, as a bare ``time`` that does not rise is (a running clock rises; round 24 f30b)."""
+    for name in table.column_names:
+        m = _TIME_WITH_UNIT.match(name)
+        if m is not None:
+            values = _numbers(table, name)
+            if values.size > 1 and not _rises(values):
+                return name, m["unit"]
+    return None
+
+
 def time_is_duration(table: pa.Table, wall_col: str | None) -> bool:
     """Whether the table's ``time`` key (found as its wall clock) is each step's duration in seconds."""
     if wall_col != "time":
@@ -107,7 +123,8 @@ def record_keymap(table: pa.Table, *, step_col: str, wall_col: str | None) -> tu
     total_is_loss = "total_loss" in names and not has_loss
     over_term = aggregate_over_term(names - dropped)  # ingest.formats.run_loss: total_loss beside lm_loss
     own_time = None if duration or "step_time_s" in names else step_duration(table, step_col, names - dropped)
-    if not (duration or total_is_loss or over_term or dropped or own_time or column_keymap(names)):
+    unit_time = None if duration or own_time or "step_time_s" in names else time_with_unit(table)
+    if not (duration or total_is_loss or over_term or dropped or own_time or unit_time or column_keymap(names)):
         return None, wall_col
 
     def keymap(name: str) -> tuple[str, str | None] | None:
@@ -121,6 +138,8 @@ def record_keymap(table: pa.Table, *, step_col: str, wall_col: str | None) -> tu
             return own_name(name)  # the loss term the aggregate sums (lm_loss) keeps its name
         if name == own_time:
             return "step_time_s", None
+        if unit_time is not None and name == unit_time[0]:
+            return "step_time_s", unit_time[1]
         return column_name(name)  # ingest.formats.column_roles
 
     return keymap, (None if duration else wall_col)

@@ -23,7 +23,7 @@ from ingest.formats._common import LogBuilder
 from ingest.formats._tabular import add_wide, csv_header, iter_csv
 from ingest.formats.aliases import canonical_name
 from ingest.formats.base import Reader
-from ingest.formats.lightning_eval import is_eval_batch_column, without_eval_batch_rows
+from ingest.formats.lightning_eval import epochless_batch_columns, is_eval_batch_column, without_eval_batch_rows
 from ingest.formats.run_loss import add_run_loss
 from ingest.formats.run_totals import is_eval_counter, summary_rows
 from ingest.formats.table_runs import TableRuns
@@ -60,6 +60,7 @@ class LightningCsvReader(Reader):
             builder.source(path)
             _hparams(path.parent / "hparams.yaml", builder)
             runs = TableRuns(builder)
+            epochless: set[str] = set()
             for read, line in iter_csv(path, builder):
                 table, summary = summary_rows(read)  # ingest.formats.run_totals: the run's totals, no step
                 if summary:
@@ -73,12 +74,17 @@ class LightningCsvReader(Reader):
                         line=1,
                     )
 
-                table = without_eval_batch_rows(table, names)  # ingest.formats.lightning_eval
+                # ingest.formats.lightning_eval: once an evaluation key, in every later chunk too
+                epochless |= epochless_batch_columns(table)
+                table = without_eval_batch_rows(table, names, epochless)
+
+                def batch(column: str, names: set[str] = names, epochless: set[str] = epochless) -> bool:
+                    return is_eval_batch_column(column, names) or column in epochless
 
                 def keymap(column: str, names: set[str] = names) -> tuple[str, str | None] | None:
-                    if is_eval_batch_column(column, names):
+                    if batch(column):
                         return None  # on the evaluation-batch counter, not the training step
-                    if column.endswith("_epoch") and is_eval_batch_column(column[: -len("_epoch")] + "_step", names):
+                    if column.endswith("_epoch") and batch(column[: -len("_epoch")] + "_step"):
                         column = column[: -len("_epoch")]  # the evaluation's own series: val_loss_epoch -> val_loss
                     if column.endswith("_step") and column[: -len("_step")] + "_epoch" in names:
                         column = column[: -len("_step")]

@@ -6,7 +6,9 @@ A validation or test key logged with ``on_step=True`` and ``on_epoch=True`` give
 at its evaluation-batch counter (0, 1, 2 ... over every validation pass), not at the global training
 step, and leaves the row's ``epoch`` cell empty: on the training axis those rows would read as a run
 that starts again at step 0. Such rows (every value in an evaluation ``_step`` column) are dropped, and
-the ``_epoch`` aggregate, written at the training step that ends the epoch, is the key's series.
+the ``_epoch`` aggregate, written at the training step that ends the epoch, is the key's series. An
+evaluation key without a ``val_``/``test_`` name is known by its rows: its ``_step`` values never share
+a row with an epoch (:func:`epochless_batch_columns`; issue #31).
 """
 
 from __future__ import annotations
@@ -31,10 +33,33 @@ def is_eval_batch_column(column: str, names: Collection[str]) -> bool:
     return column[: -len("_step")] + "_epoch" in names
 
 
-def without_eval_batch_rows(table: pa.Table, names: Collection[str]) -> pa.Table:
+def epochless_batch_columns(table: pa.Table) -> set[str]:
+    """The ``X_step`` columns beside an ``X_epoch`` whose values all lie in rows with an empty ``epoch``
+    cell, in a table whose other rows carry the epoch: an evaluation key that does not say so by its name
+    (``pesq_step``, ``si_sdr_step`` of a speech model's validation). Lightning writes the epoch on every
+    row of the training loop (a training step's, an epoch end's) and leaves it empty on an evaluation
+    batch's row, whose ``step`` is the evaluation-batch counter: read as training steps, its 0, 1, ...
+    after step 49 is a run starting again."""
+    names = set(table.column_names)
+    if "epoch" not in names:
+        return set()
+    has_epoch = np.asarray(table["epoch"].is_valid(), dtype=bool)
+    if not has_epoch.any():
+        return set()
+    found = set()
+    for column in table.column_names:
+        if not column.endswith("_step") or column[: -len("_step")] + "_epoch" not in names:
+            continue
+        has = np.asarray(table[column].is_valid(), dtype=bool)
+        if has.any() and not (has & has_epoch).any():
+            found.add(column)
+    return found
+
+
+def without_eval_batch_rows(table: pa.Table, names: Collection[str], also: Collection[str] = ()) -> pa.Table:
     """``table`` without the rows whose values all lie in evaluation per-batch columns (none when the
-    file has no such column)."""
-    batch = [c for c in table.column_names if is_eval_batch_column(c, names)]
+    file has no such column); ``also``: more columns known to be such (:func:`epochless_batch_columns`)."""
+    batch = [c for c in table.column_names if is_eval_batch_column(c, names) or c in also]
     if not batch:
         return table
     others = [c for c in table.column_names if c not in _AXES and c not in batch]

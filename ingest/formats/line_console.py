@@ -48,6 +48,7 @@ def read_console(
     where: Where | None = None,
     finish: Callable[[list[Record]], list[Record]] | None = None,
     canonical: Callable[[str, str | None], bool] | None = None,
+    run_heading: Callable[[str], bool] | None = None,
 ) -> None:
     """Read ``paths`` in order, handing each line to ``line``; ``what`` names the format's metric line in
     the reason a line that gives nothing and is not the format's own is skipped for.
@@ -57,7 +58,8 @@ def read_console(
     ``quote_redraw``. ``where``, when given, is kept at the line being handed. ``finish`` takes every
     record in file order once all lines are read and returns the records to store (steps placed,
     repeats dropped); ``canonical(metric, unit)`` says whether a metric name is canonical (default:
-    all are), else :meth:`LogBuilder.add` maps it."""
+    all are), else :meth:`LogBuilder.add` maps it. ``run_heading(text)``: whether a line starts another launch,
+    its own run (``LogBuilder.run_headings``)."""
     records: list[Record] = []
     for path in paths:
         builder.source(path)
@@ -70,6 +72,8 @@ def read_console(
                 if where is not None:
                     where.path, where.line = path, line_no
                 redraw = text.rstrip("\r").split("\r")[-1]
+                if run_heading is not None and run_heading(text):
+                    builder.run_headings.append(base + i)
                 found, reason = line(text if whole else redraw)
                 if not all(-STEP_LIMIT < row[2] < STEP_LIMIT for row in found):
                     found, reason = [], None  # a step no int64 holds (a mangled counter): skipped, with its line

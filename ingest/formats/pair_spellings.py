@@ -12,7 +12,8 @@ its pairs (issue #31; docs/diagnosis.md, "Import: the generic reader"). The rule
   (``eval_steps_per_second``) is no training step's;
 - a line of ``|`` columns (``step 3/100 | loss 2.1 | 412.5 ms | 31.2% bf16 MFU | 1234 tok/s``): the one
   column that is a duration alone, no name, is the time the line's step took (``step_time``), and a
-  column that prints its number before its name (``31.2% bf16 MFU``) is that name's pair;
+  column that prints its number before its name (``31.2% bf16 MFU``) is that name's pair; a rate column whose
+  number carries a thousands or millions letter (``113.4k tok/s``) is the number scaled (round 24 f30b);
 - a ``|`` column opened by the epoch that holds more pairs of whole numbers (nanochat's ``| epoch: 1
   pq: 0 rg: 2 |``) states where the data loader stands (the epoch, then its shard and row group):
   counters of the data, never metrics; only the epoch is read (docs/diagnosis.md, "Import: settings and counters").
@@ -49,6 +50,11 @@ _VALUE_FIRST: Final = re.compile(
     + r")[ \t]*(?P<unit>%)?[ \t]+(?P<key>[A-Za-z][A-Za-z0-9_]*(?:[ \t]+[A-Za-z][A-Za-z0-9_]*){0,2})[ \t]*$"
 )
 """A column of a number then its name (``31.2% bf16 MFU``, ``12 skipped batches``); its unit is ``%`` or none."""
+_SCALED_RATE: Final = re.compile(
+    r"^(?P<pad>[ \t]*)(?P<val>[0-9]+(?:\.[0-9]+)?)(?P<mult>[kKM])(?P<rest>[ \t]+[A-Za-z]+/[A-Za-z]+[ \t]*)$"
+)
+"""A column of a rate whose number carries a thousands or millions letter (``113.4k tok/s``, ``1.2M tok/s``)."""
+_MULTIPLIER: Final = {"k": 1e3, "K": 1e3, "M": 1e6}
 _EPOCH_POSITION: Final = re.compile(
     r"^(?P<epoch>[ \t]*(?i:epoch)[ \t]*[:=]?[ \t]*[0-9]+)"
     r"(?:[ \t]+[A-Za-z_][A-Za-z0-9_]*[ \t]*[:=][ \t]*[0-9]+)+[ \t]*$"
@@ -68,6 +74,9 @@ def _columns(text: str) -> str:
         if m is not None:
             out.append(f" step_time: {m['val']}{m['unit']} ")
             continue
+        r = _SCALED_RATE.match(column)
+        if r is not None:  # the letter scales the number: 113.4k tok/s is 113,400 tokens a second
+            column = f"{r['pad']}{float(r['val']) * _MULTIPLIER[r['mult']]:.12g}{r['rest']}"
         p = _EPOCH_POSITION.match(column)
         if p is not None:
             out.append(f"{p['epoch']} ")

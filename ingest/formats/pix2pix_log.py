@@ -15,11 +15,15 @@ discriminator's ``D_*`` is also the run's ``loss`` (``ingest.formats.run_loss``:
 
 ``=== <kind> (date) ===`` headers open blocks: lines under a ``Validation``/``Test`` header are no
 training records. A training line whose ``(epoch, iters)`` does not advance past the one before starts
-another run (a relaunch writes ``epoch: 1, iters: <print_freq>`` again).
+another run (a relaunch writes ``epoch: 1, iters: <print_freq>`` again), unless a second launch writes
+into the file while the first still trains: their lines interleave and each goes to the launch whose
+counter it continues, one run each (:mod:`ingest.formats.writer_runs`). A key keeps a ``+`` it is
+written with (DeblurGAN's ``D_real+fake``).
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections import Counter
 from collections.abc import Sequence
@@ -27,18 +31,22 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Final
 
+import numpy as np
+
 from ingest.formats._common import LogBuilder
 from ingest.formats.base import Reader
 from ingest.formats.line_console import LineResult, Record, Row, read_console
 from ingest.formats.numbers import NUMBER, parse_number
 from ingest.formats.raw_text import decode_head, looks_binary
 from ingest.formats.run_loss import note_loss_source
+from ingest.formats.writer_runs import writer_runs
 
 _HEADER: Final = re.compile(r"^=+[ \t]*(?P<kind>[A-Za-z][A-Za-z ]*?)[ \t]*\((?P<date>[^)]*)\)[ \t]*=+[ \t]*$")
 _LINE: Final = re.compile(
     r"^[ \t]*\(epoch:[ \t]*(?P<epoch>[0-9]+),[ \t]*iters:[ \t]*(?P<iters>[0-9]+)(?P<clock>[^)]*)\)(?P<rest>.*)$"
 )
-_PAIR: Final = re.compile(r"(?P<key>[A-Za-z][A-Za-z0-9_]*):[ \t]*(?P<val>" + NUMBER + ")")
+_PAIR: Final = re.compile(r"(?P<key>[A-Za-z][A-Za-z0-9_]*(?:\+[A-Za-z][A-Za-z0-9_]*)*):[ \t]*(?P<val>" + NUMBER + ")")
+"""A `` key: value`` pair; a key joined by ``+`` (``D_real+fake``: the sum of two loss terms) is one name."""
 _TIME: Final = re.compile(r"\btime:[ \t]*(?P<val>" + NUMBER + ")")
 _GENERATOR: Final = "G_GAN"
 
@@ -65,6 +73,7 @@ class Pix2PixLossLogReader(Reader):
 
     def fill(self, paths: Sequence[Path], builder: LogBuilder) -> None:
         marks: list[tuple[int, int]] = []  # each training line's (epoch, iters); its rows carry its index
+        paces: list[float] = []  # each training line's time per iteration, seconds (NaN: none printed)
         training = True
 
         def line(text: str) -> LineResult:
@@ -78,9 +87,11 @@ class Pix2PixLossLogReader(Reader):
                 return [], "validation line"
             index = len(marks)
             marks.append((int(m["epoch"]), int(m["iters"])))
+            paces.append(math.nan)
             found: list[Row] = []
             if (t := _TIME.search(m["clock"])) is not None and (value := parse_number(t["val"])) is not None:
                 found.append(("step_time_s", None, index, value))
+                paces[index] = value
             for pair in _PAIR.finditer(m["rest"]):
                 if (value := parse_number(pair["val"])) is not None:
                     found.append((pair["key"], None, index, value))
@@ -89,14 +100,20 @@ class Pix2PixLossLogReader(Reader):
             return found, None
 
         def finish(records: list[Record]) -> list[Record]:
-            runs, steps = _runs(marks), [0] * len(marks)
-            for first, last in runs:
-                freq, length = _layout(marks[first:last])
-                for i in range(first, last):
-                    steps[i] = (marks[i][0] - 1) * length + marks[i][1] if freq or length else marks[i][1]
-            starts = {first for first, _ in runs[1:]}
-            seqs = sorted({seq for _, _, index, _, seq in records if index in starts})
-            builder.run_headings += seqs
+            line_seq = dict.fromkeys(range(len(marks)), -1)
+            for _, _, index, _, seq in records:
+                line_seq[index] = seq
+            run_of = _run_of(marks, paces)
+            steps = [0] * len(marks)
+            for run in sorted(set(run_of)):
+                lines = [i for i, r in enumerate(run_of) if r == run]
+                for i, step in zip(lines, _steps([marks[i] for i in lines]), strict=True):
+                    steps[i] = step
+            kept = [i for i in range(len(marks)) if line_seq[i] >= 0]
+            builder.line_runs = (
+                np.asarray([line_seq[i] for i in kept], np.int64),
+                np.asarray([run_of[i] for i in kept], np.int64),
+            )
             if any(metric == "loss" for metric, *_ in records):
                 note_loss_source(builder, _GENERATOR)
             return [(metric, unit, steps[index], value, seq) for metric, unit, index, value, seq in records]
@@ -104,8 +121,23 @@ class Pix2PixLossLogReader(Reader):
         read_console(paths, builder, line, "a loss_log.txt line", finish=finish)
 
 
-def _runs(marks: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """``[first, last)`` index ranges of the runs: a line that does not advance ``(epoch, iters)`` starts one."""
-    cuts = [i for i in range(1, len(marks)) if marks[i] <= marks[i - 1]]
-    bounds = [0, *cuts, len(marks)]
-    return list(pairwise(bounds)) if marks else []
+def _steps(marks: list[tuple[int, int]]) -> list[int]:
+    """The global iteration of each of one run's training lines ``(epoch, iters)``."""
+    freq, length = _layout(marks) if marks else (0, 0)
+    return [(epoch - 1) * length + iters if freq or length else iters for epoch, iters in marks]
+
+
+def _run_of(marks: list[tuple[int, int]], paces: list[float]) -> list[int]:
+    """The run of each training line: a line that does not advance ``(epoch, iters)`` starts one, unless
+    the lines are two launches' written at once (``ingest.formats.writer_runs``: each launch's lines
+    advance on their own; ``paces``, each line's ``time``, tell launches apart where their steps meet)."""
+    # an epoch as long as the longest seen: each launch's lines keep their order, and its rises their size
+    # within an epoch (launches whose lines interleave give _layout no epoch end to measure)
+    length = max((iters for _, iters in marks), default=0)
+    if (interleaved := writer_runs([(epoch - 1) * length + iters for epoch, iters in marks], paces)) is not None:
+        return interleaved
+    run, run_of = 0, []
+    for i, mark in enumerate(marks):
+        run += i > 0 and mark <= marks[i - 1]
+        run_of.append(run)
+    return run_of

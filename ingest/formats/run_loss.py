@@ -6,6 +6,10 @@ every reader of that family's files (a console and a CSV of the same trainer mus
   run's loss is their sum. Only the training parts count (``val/box_loss`` is the validator's).
 - Actor-critic RL: the critic's TD/value loss is a regression loss with a floor, as a supervised loss is;
   the actor's (``-Q``) has no level to come back to, so it keeps its name and is never the loss.
+- Model-based RL (Dreamer): the world model is the network trained on the data, by a supervised objective with a
+  floor (reconstruction, reward and continuation terms); the actor and critic learn inside it. Where a world model's
+  loss (``world_model_loss``, ``model_loss``, ``wm_loss``) sits beside an actor's or critic's loss, it is the run's
+  loss, and the world model's gradient norm (``world_model_grad_norm``) the run's ``grad_norm`` (round 24 f30b).
 - GAN: the generator's loss is the run's loss where a discriminator loss beside it says the log is a
   GAN's; the discriminator's keeps its name.
 - Loss terms (a physics-informed or multi-task model, docs/diagnosis.md, "Import: the loss"): a column that aggregates
@@ -41,6 +45,9 @@ DETECTION_LOSS_PARTS: Final = frozenset({"box", "obj", "cls", "seg", "dfl", "kpt
 """The parts of a detector's loss (YOLOv5 ``box obj cls``, YOLOv8+ ``box cls dfl``, ``seg``/``pose``/``kobj``)."""
 CRITIC_LOSSES: Final = frozenset({"loss_critic", "critic_loss", "value_loss", "loss_value", "vf_loss", "qf_loss"})
 """An actor-critic's value regression loss (the last path segment of its name, lower case)."""
+WORLD_MODEL_LOSSES: Final = frozenset({"world_model_loss", "model_loss", "wm_loss", "loss_world_model", "loss_model"})
+"""A model-based agent's world-model loss (the last path segment of its name, lower case)."""
+ACTOR_LOSSES: Final = frozenset({"actor_loss", "loss_actor", "policy_loss", "pi_loss"})
 GENERATOR_LOSSES: Final = frozenset({"loss_gen", "gen_loss", "loss_g", "g_loss", "generator_loss", "loss_generator"})
 AGGREGATE_WORDS: Final = frozenset({"mean", "avg", "average", "total", "sum", "combined", "overall"})
 """Words that name a loss column as the aggregate of the loss terms beside it (``mean_loss``, ``loss_total``)."""
@@ -99,12 +106,32 @@ def stand_in_loss(names: Iterable[str]) -> str | None:
     names = list(names)
     if has_loss(names):
         return None
+    if (world_model := world_model_loss(names)) is not None:
+        return world_model
     critic = next((n for n in names if _leaf(n) in CRITIC_LOSSES), None)
     if critic is not None:
         return critic
     if (generator := gan_generator_loss(names)) is not None:
         return generator
     return aggregate_loss(names) or lone_training_loss(names) or bucketed_loss(names)
+
+
+def world_model_loss(names: Iterable[str]) -> str | None:
+    """The world model's loss of ``names`` where an actor's or critic's loss sits beside it (a Dreamer agent's
+    record); None otherwise."""
+    names = list(names)
+    if not any(_leaf(n) in ACTOR_LOSSES | CRITIC_LOSSES for n in names):
+        return None
+    return next((n for n in names if _leaf(n) in WORLD_MODEL_LOSSES), None)
+
+
+def model_grad_norm(loss: str, names: Iterable[str]) -> str | None:
+    """The gradient norm of the network whose loss ``loss`` is the run's (``world_model_loss`` ->
+    ``world_model_grad_norm``), for a world model's loss only; None where the record has none."""
+    if _leaf(loss) not in WORLD_MODEL_LOSSES:
+        return None
+    own = loss[: -len("_loss")] + "_grad_norm" if loss.endswith("_loss") else None
+    return own if own in set(names) else None
 
 
 def gan_generator_loss(names: Iterable[str]) -> str | None:
@@ -206,7 +233,9 @@ def note_loss_source(builder: LogBuilder, origin: str | Iterable[str], beside: I
     if isinstance(origin, str):
         leaf = _leaf(origin)
         kind = (
-            "critic"
+            "world_model"
+            if leaf in WORLD_MODEL_LOSSES
+            else "critic"
             if leaf in CRITIC_LOSSES
             else "aggregate"
             if _aggregate(leaf)
@@ -241,3 +270,8 @@ def add_run_loss(builder: LogBuilder, table: pa.Table, step_col: str, keymap: Ke
         origin = "+".join(parts) if parts else source
         builder.add("loss", steps[keep].astype(np.int64), total[keep], canonical=True, origin=origin)
         note_loss_source(builder, parts or str(source), names)
+    norm = None if parts or source is None or "grad_norm" in names else model_grad_norm(source, names)
+    if norm is not None:  # the world model's gradient norm is the run's (module docstring)
+        values, present = to_float(table[norm])
+        rows = present & np.isfinite(steps)
+        builder.add("grad_norm", steps[rows].astype(np.int64), values[rows], canonical=True, origin=norm)

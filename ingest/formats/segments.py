@@ -225,6 +225,15 @@ def segment_of(seq: npt.NDArray[np.int64], cuts: npt.NDArray[np.int64]) -> npt.N
     return np.searchsorted(cuts, seq, side="right").astype(np.int64)
 
 
+def run_of_lines(line_runs: tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]], seq: npt.NDArray[np.int64]) -> Any:
+    """Run index of each row by its line's ``seq``, where a reader chose each line's run itself (``line_runs``:
+    ``(seq, run)`` of its lines, ``seq`` ascending; the lines of writers that interleave are not contiguous:
+    :mod:`ingest.formats.writer_runs`); a row of a line given no run goes to the first run."""
+    line_seq, line_run = line_runs
+    i = np.clip(np.searchsorted(line_seq, seq), 0, max(line_seq.shape[0] - 1, 0))
+    return np.where(line_seq[i] == seq, line_run[i], 0).astype(np.int64)
+
+
 def run_start_cuts(run_starts: dict[int, list[int]]) -> dict[int, npt.NDArray[np.int64]]:
     """Segment cuts, per stream, from the runs a table reader cut (``ingest.formats.table_runs``)."""
     return {stream: np.asarray(sorted(set(seqs)), np.int64) for stream, seqs in run_starts.items() if seqs}

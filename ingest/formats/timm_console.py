@@ -21,12 +21,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
+from ingest.formats import swin_lines as swin
 from ingest.formats._common import LogBuilder
 from ingest.formats.aliases import canonical_name
 from ingest.formats.base import Reader
-from ingest.formats.line_console import LineResult, Row, read_console
+from ingest.formats.line_console import LineResult, Record, Row, read_console
 from ingest.formats.numbers import NUMBER, parse_number
-from ingest.formats.raw_text import decode_head, looks_binary
+from ingest.formats.raw_text import decode_head, looks_binary, read_head
 
 _TRAIN: Final = re.compile(
     r"(?:^|[ \t])Train:[ \t]*(?P<epoch>[0-9]+)[ \t]*\[[ \t]*(?P<batch>[0-9]+)/[ \t]*(?P<n>[0-9]+)[^\]]*\]"
@@ -51,11 +52,18 @@ class TimmConsoleReader(Reader):
         if path.is_dir() or not head or looks_binary(head):
             return 0.0
         n = sum(
-            1 for line in decode_head(head).splitlines() if (m := _TRAIN.search(line)) and "Loss:" in line[m.end() :]
+            1
+            for line in decode_head(head).splitlines()
+            if ((m := _TRAIN.search(line)) and "Loss:" in line[m.end() :])
+            or ((m := swin.TRAIN.search(line)) and "loss " in line[m.end() :])
         )
         return 0.0 if n == 0 else 0.95 if n >= 2 else 0.8
 
     def fill(self, paths: Sequence[Path], builder: LogBuilder) -> None:
+        head = decode_head(read_head(paths[0], 2 * 1024 * 1024))
+        if any(swin.TRAIN.search(line) for line in head.splitlines()):
+            _fill_swin(paths, builder)
+            return
         last: list[int] = []
         pending: list[Row] = []  # the last Test line's means, given when the evaluation ends
 
@@ -87,3 +95,44 @@ class TimmConsoleReader(Reader):
             return rows, None
 
         read_console(paths, builder, line, "a timm Train/Test line")
+
+
+def _fill_swin(paths: Sequence[Path], builder: LogBuilder) -> None:
+    """Read a Swin-Transformer console (:mod:`ingest.formats.swin_lines`): rows carry the index of their
+    train line in ``points`` as a provisional step, placed once every line is read."""
+    points: list[tuple[int, int, int]] = []  # (epoch, batch, batches per epoch) of each train line
+    last: list[int] = []  # the provisional step of this launch's last train line
+
+    def line(text: str) -> LineResult:
+        if swin.BANNER.search(text):
+            last.clear()  # an evaluation before this launch's first train line belongs to no step
+            return [], "launch banner"
+        if m := swin.RESUMED.search(text):
+            points.append((int(m["epoch"]), -1, points[-1][2] if points else 1))  # the epoch's end
+            last[:] = [len(points) - 1]
+            return [], "checkpoint resumed"
+        if m := swin.TRAIN.search(text):
+            points.append((int(m["epoch"]), int(m["batch"]), int(m["n"])))
+            last[:] = [len(points) - 1]
+            return [(metric, unit, last[0], value) for metric, unit, value in swin.train_pairs(text, m.end())], None
+        if swin.TEST.search(text):
+            return [], "evaluation progress line (its results are the ' * ' line's)"
+        if (s := swin.SUMMARY.search(text)) and last:
+            rows: list[Row] = [(metric, None, last[0], value) for metric, value in swin.summary_pairs(text, s.end())]
+            return rows, None if rows else "evaluation summary without a number"
+        return [], None
+
+    def place(records: list[Record]) -> list[Record]:
+        per_epoch = all(batch <= 0 for _, batch, _ in points)
+        steps = [epoch if per_epoch else epoch * n + (n - 1 if batch < 0 else batch) for epoch, batch, n in points]
+        return [(metric, unit, steps[i], value, seq) for metric, unit, i, value, seq in records]
+
+    read_console(
+        paths,
+        builder,
+        line,
+        "a Swin Train/Test line",
+        finish=place,
+        canonical=lambda metric, unit: unit is None,
+        run_heading=lambda text: bool(swin.BANNER.search(text)),
+    )
