@@ -6,7 +6,8 @@ for the 965 lines after, slowly falling): the detector sees a 9.4x rise from the
 back, and "diverged" was said of a healthy run. With fewer than
 :data:`~stab_core.rolling_baseline.NOISE_MIN_SAMPLES` finite samples before it, a rise has no level the log can
 vouch for: the odd one out may be those first samples as well as the rest. What tells a divergence from that is
-the loss after the rise: a run that blew up keeps rising or goes non-finite; one that holds its new level (the
+the loss after the rise: a run that blew up keeps rising, goes non-finite or freezes at one value (scatter under
+:data:`STUCK_SCATTER`); one that holds its new level with the run's noise (the
 median of its last :data:`~stab_core.run_end_rises.LASTING_LEVEL` finite samples no more than
 :data:`~stab_core.incidents.RECOVER_RATIO` times the median of its first NOISE_MIN_SAMPLES samples from the rise)
 shows no instability after the step. The rule, for any run: such an incident (a training-loss rise never back,
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from typing import Final
 
 import numpy as np
 
@@ -27,6 +29,10 @@ from stab_core.rolling_baseline import NOISE_MIN_SAMPLES
 from stab_core.run_end_rises import LASTING_LEVEL
 from stab_core.runview import Series
 from stab_core.spikes import SpikeEvent
+
+STUCK_SCATTER: Final = 1e-3
+"""A loss whose samples after the rise scatter (MAD) by at most this share of their median is stuck, not training:
+a run that jumped and froze there diverged, however few samples came before."""
 
 
 def held_after_short_level(loss: Series, incident: Incident) -> bool:
@@ -40,6 +46,9 @@ def held_after_short_level(loss: Series, incident: Incident) -> bool:
     after = loss.values[loss.steps >= incident.start]
     if before == 0 or before >= NOISE_MIN_SAMPLES or after.size < 2 * NOISE_MIN_SAMPLES or not np.isfinite(after).all():
         return False
+    level = float(np.median(after))
+    if not level > 0 or float(np.median(np.abs(after - level))) <= STUCK_SCATTER * level:
+        return False  # stuck at one value after the jump (an MSE of 3e31 flat to 1e-5): a dead run, diverged
     return float(np.median(after[-LASTING_LEVEL:])) <= RECOVER_RATIO * float(np.median(after[:NOISE_MIN_SAMPLES]))
 
 

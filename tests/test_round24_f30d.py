@@ -119,3 +119,12 @@ def test_a_rise_from_one_first_sample_that_then_holds_is_no_divergence() -> None
 def test_a_rise_from_one_first_sample_that_keeps_rising_stays_a_divergence() -> None:
     incidents = [i for i in find_incidents(_resumed(rising=True)) if i.severity != "blip"]
     assert [i.severity for i in incidents] == ["divergence"]
+
+
+def test_a_rise_from_one_first_sample_that_freezes_stays_a_divergence() -> None:
+    # an MSE already astronomical at epoch 1 (5.4e30) that jumps 5.9x at epoch 2 and stays flat to 1e-5: a dead run
+    steps = np.arange(1, 623, dtype=np.int64)
+    loss = 3.194e31 * (1.0 + 1e-6 * np.sin(steps))
+    loss[0] = 5.396e30
+    incidents = [i for i in find_incidents(RunView("painn", {"loss": Series(steps, loss)}, {})) if i.severity != "blip"]
+    assert [i.severity for i in incidents] == ["divergence"]
