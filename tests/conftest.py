@@ -66,6 +66,7 @@ TIERS: dict[str, str] = {
             "round22_f28d",
             "round23_f29b",
             "round23_f29d",
+            "round24_f30c",
             "window_medians",
             "round17_t23b",
             "round18_det23",
