@@ -14,12 +14,14 @@ from typing import Any, Final
 import numpy as np
 
 from stab_core.abandoned import abandoned_attempts, attempt_json
+from stab_core.action_premises import run_length
 from stab_core.claims import incident_claims, said_from_json
 from stab_core.clean_baseline import spikes_past_long_incidents
 from stab_core.clipping import CLIP_SATURATION, ClipStats, clipping_stats
 from stab_core.decision_tree import NONFINITE_START_LEAF, DiagnosisParams
 from stab_core.detectors_not_run import detectors_not_run
 from stab_core.diagnosis import diagnose, diagnose_early
+from stab_core.early_blowups import early_blowup
 from stab_core.early_rise_rules import banded_climbs, early_limit, early_rise_events
 from stab_core.held_out import held_out_back_at, held_out_nonfinite, held_out_rose, is_held_out_nonfinite
 from stab_core.held_out_blowups import blowup_incidents
@@ -485,7 +487,8 @@ def _costed(
             member_samples=max(m.n_samples for m in incident.members),
             member_out=max(m.n_samples if m.longest_out is None else m.longest_out for m in incident.members),
             blip_samples=min(p.blip_samples, EARLY_BLIP_SAMPLES)
-            if incident.kind == "early_instability" and not (cost is not None and cost.at_level)
+            if (incident.kind == "early_instability" and not (cost is not None and cost.at_level))
+            or (incident.kind == "spike" and early_blowup(loss, incident.start, until, run_length(view)[0]))
             else p.blip_samples,
             steps_lost=over - incident.start,
             loss_left_band=loss_left_band(

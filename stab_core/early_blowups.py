@@ -1,0 +1,43 @@
+"""An early blow-up of the loss past the early-rise rules' first samples (issue #32; docs/diagnosis.md, round 24 f30c).
+
+The early-rise rules (:mod:`stab_core.early_rise_rules`) judge a run's first ``window`` logged samples, where a
+rise is a blip only when it is one sample back at the next (:data:`~stab_core.severity.EARLY_BLIP_SAMPLES`). A run
+logged every step warms up over far more steps than that (a 200-step warm-up logged every step), and a loss that
+rises 1.4-1.5x the lowest level it held for two or three steps inside it gave back its early progress: an early
+blow-up by the golden rules, not a blip, though it came back within the blip rule's three samples. Such an
+incident is in the run's first :data:`~stab_core.action_premises.RUN_START_FRACTION` of its length and has at
+least :data:`LASTING_SAMPLES` consecutive loss samples :data:`~stab_core.incidents.EARLY_MIN_RATIO` times the
+lowest level the loss held before it (:func:`~stab_core.early_rises.held_levels`, the median of three
+consecutive samples: one lucky batch is no level); its blip length is then the early rule's. Only past the
+early-rise rules' window: inside it a start-up overshoot back at or below its level is a blip by those rules
+(:data:`~stab_core.severity.EARLY_BLIP_SAMPLES`), the first updates' fall not yet a level to give back.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+import numpy as np
+
+from stab_core.action_premises import RUN_START_FRACTION
+from stab_core.early_rises import held_levels
+from stab_core.incidents import EARLY_MIN_RATIO
+from stab_core.runview import Series
+from stab_core.throughput import true_runs
+
+LASTING_SAMPLES: Final = 2
+"""Consecutive loss samples up at EARLY_MIN_RATIO times the held level: more than the one-sample outlier that
+is a blip by any rule."""
+
+
+def early_blowup(loss: Series | None, start: int, until: int, run_length: int | None) -> bool:
+    """Whether the loss rose as an early blow-up (module docstring) inside an incident from step ``start`` to
+    ``until`` (inclusive) of a run ``run_length`` steps long (None: unknown, False)."""
+    if loss is None or not run_length or start > RUN_START_FRACTION * run_length:
+        return False
+    ok = np.isfinite(loss.values) & (loss.steps <= until)  # nothing after the incident is read
+    steps, values = loss.steps[ok], loss.values[ok]
+    levels = held_levels(values)
+    with np.errstate(invalid="ignore"):
+        up = (steps >= start) & (steps <= until) & (levels > 0) & (values >= EARLY_MIN_RATIO * levels)
+    return any(last - first + 1 >= LASTING_SAMPLES for first, last in true_runs(up))
