@@ -32,8 +32,12 @@ is a blip by any rule."""
 
 def early_blowup(loss: Series | None, start: int, until: int, run_length: int | None) -> bool:
     """Whether the loss rose as an early blow-up (module docstring) inside an incident from step ``start`` to
-    ``until`` (inclusive) of a run ``run_length`` steps long (None: unknown, False)."""
-    if loss is None or not run_length or start > RUN_START_FRACTION * run_length:
+    ``until`` (inclusive) of a run ``run_length`` steps long (None: unknown, False). Early in the run's plan and
+    in its log both: a wobble at the loss's floor on the last steps of a 252-step log of a run planned longer
+    is no early blow-up (0.0049 -> 0.0066, 0.001 nats)."""
+    if loss is None or not run_length or not loss.steps.size:
+        return False
+    if start > RUN_START_FRACTION * min(run_length, int(loss.steps[-1])):
         return False
     ok = np.isfinite(loss.values) & (loss.steps <= until)  # nothing after the incident is read
     steps, values = loss.steps[ok], loss.values[ok]

@@ -18,9 +18,8 @@ evaluation (the crossing) that
   before has not blown up, but a blow-up that came back does not hide the next one;
 - and, where it comes back, is abrupt (also BLOWUP_RATIO times the median of the :data:`RECENT_EVALS`
   evaluations before it, with the next evaluation still :data:`HELD_RATIO` times the level it left, see
-  below: one bad evaluation is a blip; or led in: the evaluation before it already :data:`LEAD_RATIO` times the
-  median before that one, two evaluations up, round 24) or lasting (:data:`HELD_EVALS` evaluations from it all
-  HELD_RATIO times the level: a climb that held five evaluations and came back is no overfitting, which does not come
+  below: one bad evaluation is a blip) or lasting (:data:`HELD_EVALS` evaluations from it all HELD_RATIO
+  times the level: a climb that held five evaluations and came back is no overfitting, which does not come
   back, and no blip; round 22); where it never comes back, it held (HELD_EVALS or more evaluations from it to the log's
   end, every one HELD_RATIO times the level: a jump in the log's last evaluations may not last) while the
   training loss did not fall meanwhile (a validation loss that rises for good while the training loss
@@ -58,9 +57,6 @@ JUMP_RATIO: Final = 1.3
 """... and at least this many times the evaluation just before it (a jump, not an overfitting drift)."""
 HELD_RATIO: Final = 1.5
 """The evaluation after the crossing is still at least this many times that level: two evaluations up."""
-LEAD_RATIO: Final = 1.2
-"""An abrupt blow-up back at the next evaluation still counts when the evaluation before it was already this
-many times the median of the RECENT_EVALS before that one (two evaluations up; :func:`_led_in`)."""
 WITHIN_EVALS: Final = 3
 """The level a crossing is measured against: the lowest of this many evaluations just before it (a
 blow-up, not a slow climb)."""
@@ -123,29 +119,17 @@ def _blowups(name: str, steps: IntArray, values: FloatArray, train: Series | Non
         back = _back_at(values, i + 1, left) if crossed else None
         recent = float(np.median(values[max(0, i - RECENT_EVALS) : i]))
         abrupt = values[i] >= BLOWUP_RATIO * recent and values[i + 1] >= HELD_RATIO * left
-        led = not abrupt and values[i] >= BLOWUP_RATIO * recent and _led_in(values, i, since)
         lasting = values.size - i >= HELD_EVALS and bool((values[i : i + HELD_EVALS] >= HELD_RATIO * level).all())
         held = (lasting and bool((values[i:] >= HELD_RATIO * level).all())) or _held_in_main(values[i:], level)
         held = held and not _train_fell(train, int(steps[max(0, i - RECENT_EVALS)]), int(steps[i]))
-        if not (crossed and (held if back is None else abrupt or led or lasting)):
+        if not (crossed and (held if back is None else abrupt or lasting)):
             i += 1
             continue
-        out.append(_event(name, steps, values, i - 1 if led and back is not None else i, back, level))
+        out.append(_event(name, steps, values, i, back, level))
         if back is None:
             break
         i = since = back + 1
     return out
-
-
-def _led_in(values: FloatArray, i: int, since: int) -> bool:
-    """Whether the evaluation before crossing ``i`` was already up: :data:`LEAD_RATIO` times the median of the
-    :data:`RECENT_EVALS` evaluations before it, and not the first evaluation nor one of the last blow-up
-    (``since``). Two evaluations up, the second a blow-up, are no one-evaluation blip even where the next is
-    back (a YOLO val/cls_loss 10.2 -> 13.2 -> 21.3 -> 10.7; round 24 f30c, issue #32)."""
-    lead = i - 1
-    if lead < max(1, since):
-        return False
-    return bool(values[lead] >= LEAD_RATIO * float(np.median(values[max(0, lead - RECENT_EVALS) : lead])))
 
 
 def _held_in_main(after: FloatArray, level: float) -> bool:

@@ -84,6 +84,9 @@ JITTER_SHARE: Final = 0.10
 magnitude (a DQN's TD loss at 1e-7: 11 % of its rows 10x, runs of 5-20 rows at a median of 5-130x all
 run long): no run of high rows stands out of it, and the rule says nothing there (a PPO loss whose
 surges are the value loss of a learning phase: 6 %)."""
+RARE_RATIO: Final = 1.2
+"""On a loss not noisy throughout, each row of a lasting rise is this many times its level or more: a loss
+wobbling at its floor (0.0049 -> 0.0066, 0.0062, 0.0058: 1.35, 1.25, 1.17x, 0.001 nats) is fading, not up."""
 RARE_CHANCE: Final = 0.05
 """On a loss not noisy throughout, a run of MIN_ROWS rows up is a lasting rise where the series' own rows would
 hold one as long and as high at most this many times by chance (:func:`rare_rises`)."""
@@ -165,17 +168,18 @@ def lasting_rises(values: FloatArray) -> list[Rise]:
 
 def rare_rises(values: FloatArray, ratios: FloatArray, judged: FloatArray) -> list[Rise]:
     """The lasting rises of a loss *not* noisy throughout (``values`` finite and positive, ``ratios`` their
-    :func:`level_ratios`, ``judged`` the finite ones): each run of :data:`MIN_ROWS` or more consecutive rows at
-    :data:`RISE_RATIO` x their level, as long and as high as the series' own rows would hold by chance at most
-    :data:`RARE_CHANCE` times (:func:`chance_runs`). A single-batch loss logged every 100 batches scatters too
-    much for the detector's z (its rows 0.7-1.5x their median) yet rarely holds three rows up: three in a row
-    1.24-1.28x at the end of an epoch (fixed data order, a harder block of data) is a rise that lasted, by the
-    golden rules' 1.15x (round 24 f30c, issue #32)."""
-    up = np.nan_to_num(ratios, nan=0.0) >= RISE_RATIO
+    :func:`level_ratios`, ``judged`` the finite ones): each run of consecutive rows at :data:`RISE_RATIO` x their
+    level holding :data:`MIN_ROWS` or more in a row at :data:`RARE_RATIO` x, as long and as high as the series'
+    own rows would hold by chance at most :data:`RARE_CHANCE` times (:func:`chance_runs`). A single-batch loss
+    logged every 100 batches scatters too much for the detector's z (its rows 0.7-1.5x their median) yet rarely
+    holds three rows up: three in a row 1.24-1.28x at the end of an epoch (fixed data order, a harder block of
+    data) is a rise that lasted, by the golden rules' 1.15x (round 24 f30c, issue #32)."""
+    ratios = np.nan_to_num(ratios, nan=0.0)
     kept = [
         (a, b)
-        for a, b in true_runs(up)
-        if b - a + 1 >= MIN_ROWS and chance_runs(judged, ratios[a : b + 1]) <= RARE_CHANCE
+        for a, b in true_runs(ratios >= RISE_RATIO)  # over at the first row back under RISE_RATIO x
+        if any(d - c + 1 >= MIN_ROWS for c, d in true_runs(ratios[a : b + 1] >= RARE_RATIO))
+        and chance_runs(judged, ratios[a : b + 1]) <= RARE_CHANCE
     ]
     return [Rise(a, b, float(np.median(values[max(0, a - LEVEL_ROWS) : a])), False, True) for a, b in kept]
 
