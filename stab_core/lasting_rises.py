@@ -21,10 +21,6 @@ consecutive rows each at ``RISE_RATIO`` x that median or more is a lasting rise 
   that long and high is no chance coincidence of the series' own rows (:data:`LONG_CHANCE`): a surge of a
   heavy-tailed loss that holds, however common short surges are there.
 
-On a loss *not* noisy throughout, where the detector's z still misses a rise of a single-batch loss that scatters
-0.7-1.5x, a run of :data:`MIN_ROWS` rows up that the series' own rows would hold at most :data:`RARE_CHANCE`
-times by chance is a lasting rise (:func:`rare_rises`, round 24); one the log ends inside is cut off, not diverged.
-
 Each such run not already shown by an incident becomes one (a ``spike``, recovered at the first row back
 under ``RISE_RATIO`` x); a loss blip inside it is a spike again, unless the noisy-series rule judged it
 inside the series' own scatter of log(loss) (:func:`stab_core.noisy_series.stands_out`): a memorised loss
@@ -84,12 +80,6 @@ JITTER_SHARE: Final = 0.10
 magnitude (a DQN's TD loss at 1e-7: 11 % of its rows 10x, runs of 5-20 rows at a median of 5-130x all
 run long): no run of high rows stands out of it, and the rule says nothing there (a PPO loss whose
 surges are the value loss of a learning phase: 6 %)."""
-RARE_RATIO: Final = 1.2
-"""On a loss not noisy throughout, each row of a lasting rise is this many times its level or more: a loss
-wobbling at its floor (0.0049 -> 0.0066, 0.0062, 0.0058: 1.35, 1.25, 1.17x, 0.001 nats) is fading, not up."""
-RARE_CHANCE: Final = 0.05
-"""On a loss not noisy throughout, a run of MIN_ROWS rows up is a lasting rise where the series' own rows would
-hold one as long and as high at most this many times by chance (:func:`rare_rises`)."""
 NOISY_SHARE: Final = 0.10
 """Share of rows up (``RISE_RATIO``) from which a loss is noisy throughout (a falling or flat training loss
 puts few rows there; the detector's z already sees a rise on a quiet loss)."""
@@ -103,7 +93,6 @@ class Rise:
     last: int
     level: float
     long: bool
-    rare: bool = False
 
 
 def level_ratios(values: FloatArray) -> FloatArray:
@@ -143,10 +132,8 @@ def lasting_rises(values: FloatArray) -> list[Rise]:
     is not noisy throughout."""
     ratios = level_ratios(values)
     judged = ratios[np.isfinite(ratios)]
-    if judged.size == 0:
+    if judged.size == 0 or float(np.mean(judged >= RISE_RATIO)) < NOISY_SHARE:
         return []
-    if float(np.mean(judged >= RISE_RATIO)) < NOISY_SHARE:
-        return rare_rises(values, ratios, judged)
     if float(np.mean(judged >= JITTER_RATIO)) >= JITTER_SHARE:
         return []  # a jitter over orders of magnitude: a run of high rows is its norm
     up = np.nan_to_num(ratios, nan=0.0) >= RISE_RATIO
@@ -166,32 +153,11 @@ def lasting_rises(values: FloatArray) -> list[Rise]:
     return [Rise(a, b, float(np.median(values[max(0, a - LEVEL_ROWS) : a])), (a, b) in long) for a, b in sorted(kept)]
 
 
-def rare_rises(values: FloatArray, ratios: FloatArray, judged: FloatArray) -> list[Rise]:
-    """The lasting rises of a loss *not* noisy throughout (``values`` finite and positive, ``ratios`` their
-    :func:`level_ratios`, ``judged`` the finite ones): each run of consecutive rows at :data:`RISE_RATIO` x their
-    level holding :data:`MIN_ROWS` or more in a row at :data:`RARE_RATIO` x, as long and as high as the series'
-    own rows would hold by chance at most :data:`RARE_CHANCE` times (:func:`chance_runs`). A single-batch loss
-    logged every 100 batches scatters too much for the detector's z (its rows 0.7-1.5x their median) yet rarely
-    holds three rows up: three in a row 1.24-1.28x at the end of an epoch (fixed data order, a harder block of
-    data) is a rise that lasted, by the golden rules' 1.15x (round 24 f30c, issue #32)."""
-    ratios = np.nan_to_num(ratios, nan=0.0)
-    kept = [
-        (a, b)
-        for a, b in true_runs(ratios >= RISE_RATIO)  # over at the first row back under RISE_RATIO x
-        if any(d - c + 1 >= MIN_ROWS for c, d in true_runs(ratios[a : b + 1] >= RARE_RATIO))
-        and chance_runs(judged, ratios[a : b + 1]) <= RARE_CHANCE
-    ]
-    return [Rise(a, b, float(np.median(values[max(0, a - LEVEL_ROWS) : a])), False, True) for a, b in kept]
-
-
 def _event(steps: IntArray, values: FloatArray, rise: Rise) -> SpikeEvent:
     back = rise.last + 1 if rise.last + 1 < values.size else None
     before = np.log(values[max(0, rise.first - LEVEL_ROWS) : rise.first])
     scale = rise.level * max(float(np.median(np.abs(before - np.median(before)))), 1e-12)
-    event = build_event("loss", steps, values, rise.first, rise.last, back, rise.level, scale)
-    # a rare rise of a few rows 1.2-1.4x up that the log ends inside is cut off, not diverged: whether it
-    # lasted cannot be told (a pre-training log ending during an end-of-epoch rise; round 24 f30c)
-    return replace(event, diverged=False) if rise.rare and back is None else event
+    return build_event("loss", steps, values, rise.first, rise.last, back, rise.level, scale)
 
 
 def noisy_lasting_rises(series: Mapping[str, Series], incidents: Sequence[Incident]) -> list[Incident]:

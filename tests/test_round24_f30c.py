@@ -1,6 +1,6 @@
 """Round 24, f30c (issue #32; docs/diagnosis.md, "round 24: f30c"): a non-finite validation loss is back where it is
 back at its level, not where it is merely finite again; no precision advice on a validation-only overflow; an
-early blow-up past the early-rise window; three rows up on a loss the detector's z cannot see."""
+early blow-up of a quiet loss past the early-rise window."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ import numpy as np
 from stab_core.analysis import analyze_run
 from stab_core.early_blowups import early_blowup
 from stab_core.held_out import HeldOutNonfinite, held_out_nonfinite
-from stab_core.lasting_rises import lasting_rises
 from stab_core.runview import RunView, Series
 
 PRECISION = "Record the run's precision (fp16 or bf16): moving to bf16 helps only an fp16 run."
@@ -84,40 +83,17 @@ def test_no_precision_advice_on_a_validation_only_overflow() -> None:
 
 def _warming_loss(rise: list[float], at: int = 70, n: int = 1000) -> Series:
     rng = np.random.default_rng(3)
-    values = 2.7 + 5.4 * np.exp(-np.arange(n) / 15.0) + rng.uniform(-0.08, 0.08, n)
+    values = 2.7 + 5.4 * np.exp(-np.arange(n) / 5.0) + rng.uniform(-0.08, 0.08, n)
     values[at : at + len(rise)] = rise
     return _series(list(values))
 
 
 def test_an_early_blowup_past_the_early_window_is_a_spike() -> None:
-    # steps 70-72 of 1000 at 1.34-1.46x the lowest level held so far, back at 73: an early blow-up
+    # steps 70-72 of 1000 at 1.24-1.46x the lowest level held so far, back at 73: an early blow-up
     loss = _warming_loss([4.3, 4.7, 4.0])
     assert early_blowup(loss, 71, 74, 1000)
-    assert not early_blowup(_warming_loss([4.3, 3.0]), 71, 73, 1000)  # one sample up: a blip's shape
+    assert not early_blowup(_warming_loss([4.3, 4.7, 3.0]), 71, 74, 1000)  # two samples up: a noisy batch pair
     assert not early_blowup(_warming_loss([4.3, 4.7, 4.0], at=300), 301, 304, 1000)  # 30 % in: not early
     assert not early_blowup(loss, 71, 74, None)
     loss_incidents = [d for d in analyze_run(RunView("warm", {"loss": loss})).spike_dicts() if d["start"] <= 73]
     assert [d["severity"] for d in loss_incidents if d["start"] >= 70] == ["spike"]
-
-
-def test_three_rows_up_on_a_single_batch_loss_are_a_lasting_rise() -> None:
-    # a single batch logged every 100 batches: rows 0.85-1.12x their median, then three rows 1.25x
-    rng = np.random.default_rng(11)
-    values = 2.0 * rng.uniform(0.85, 1.12, 220)
-    values[150:153] = [2.55, 2.5, 2.58]
-    (rise,) = lasting_rises(values)
-    assert (rise.first, rise.last) == (150, 152)
-    values[152] = 2.0  # two rows up: no lasting rise
-    assert lasting_rises(values) == []
-    values[150:153] = [2.7, 2.5, 2.34]  # 1.35, 1.25, 1.17x: fading, not three rows 1.2x up
-    assert lasting_rises(values) == []
-
-
-def test_a_rare_rise_the_log_ends_inside_is_cut_off_not_diverged() -> None:
-    rng = np.random.default_rng(11)
-    values = 2.0 * rng.uniform(0.85, 1.12, 220)
-    values[-4:] = [2.55, 2.5, 2.58, 2.4]
-    loss = _series(list(values))
-    (item,) = [d for d in analyze_run(RunView("end", {"loss": loss})).spike_dicts() if d["start"] >= 200]
-    assert item["severity"] == "spike" and not item["diverged"]
-    assert not any("Diverged" in text for text in _said(item, "recovery"))
