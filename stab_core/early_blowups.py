@@ -20,11 +20,12 @@ from typing import Final
 
 import numpy as np
 
-from stab_core.action_premises import RUN_START_FRACTION
+from stab_core.action_premises import RUN_START_FRACTION, run_length
 from stab_core.early_rises import held_levels
-from stab_core.incidents import EARLY_MIN_RATIO
+from stab_core.incidents import EARLY_MIN_RATIO, Incident
 from stab_core.lasting_rises import NOISY_SHARE, RISE_RATIO, level_ratios
-from stab_core.runview import Series
+from stab_core.runview import RunView, Series
+from stab_core.severity import EARLY_BLIP_SAMPLES
 from stab_core.throughput import true_runs
 
 LASTING_SAMPLES: Final = 3
@@ -67,3 +68,15 @@ def _noisy(loss: Series) -> bool:
     judged = level_ratios(values)
     judged = judged[np.isfinite(judged)]
     return bool(judged.size) and float(np.mean(judged >= RISE_RATIO)) >= NOISY_SHARE
+
+
+def blip_length(
+    default: int, incident: Incident, at_level: bool, loss: Series | None, until: int, view: RunView
+) -> int:
+    """The most logged samples ``incident`` (over at step ``until``) may last and be a blip: the early rule's
+    :data:`~stab_core.severity.EARLY_BLIP_SAMPLES` for an early instability whose loss came back only into its
+    band (not ``at_level``, back at or below the level it held) and for an early blow-up (:func:`early_blowup`),
+    else ``default`` (the sensitivity setting's)."""
+    early = incident.kind == "early_instability" and not at_level
+    blowup = incident.kind == "spike" and early_blowup(loss, incident.start, until, run_length(view)[0])
+    return min(default, EARLY_BLIP_SAMPLES) if early or blowup else default
