@@ -127,7 +127,7 @@ RUN_START_FRACTION = 0.15
 of an early instability (the corpus facts' definition), with room for the "~" (10.7 % reads as early)."""
 
 
-def _run_length(view: RunView) -> tuple[int | None, str]:
+def run_length(view: RunView) -> tuple[int | None, str]:
     """The run's length in steps and where it comes from: the planned steps the log or user states,
     else the last logged loss step (None without either)."""
     for key in ("planned_steps", "total_steps"):
@@ -146,7 +146,7 @@ def _onset_in_first_steps(view: RunView, facts: RunFacts, step: int) -> PremiseC
     run, e.g. 6 evaluations of which the 5th, at 40 % of the planned steps, jumps, is early only in
     samples: its initialisation and first batches are long behind it.)"""
     starts, evidence = _log_starts_at_beginning(facts)
-    length, source = _run_length(view)
+    length, source = run_length(view)
     fraction = step / length if length else None
     evidence = {**evidence, "run_length": length, "run_length_from": source, "onset_fraction": fraction}
     if starts is False or (fraction is not None and fraction > RUN_START_FRACTION):
@@ -259,7 +259,10 @@ def _precision_change_premise(
     felt: bool | None = True if (nonfinite and not held_out_only and not grad_only) or spike.metric == "loss" else None
     if felt is None and loss is not None and loss.steps.size and not signed_objective(loss.values):
         felt = loss_felt(loss, spike.start, last)
-    if grad_only and felt is None:
+    if (grad_only or held_out_only) and felt is None:
+        # a validation pass that overflowed steps no optimizer: unless the training loss shows harm, the
+        # premise (the incident hurt the loss trained on) fails, and the precision advice is not said
+        # (round 24 f30c, issue #32)
         felt = False
     evidence = {**evidence, "loss_felt": felt, "nonfinite_grad_norm_only": grad_only}
     if felt is False:

@@ -20,6 +20,7 @@ from stab_core.clipping import CLIP_SATURATION, ClipStats, clipping_stats
 from stab_core.decision_tree import NONFINITE_START_LEAF, DiagnosisParams
 from stab_core.detectors_not_run import detectors_not_run
 from stab_core.diagnosis import diagnose, diagnose_early
+from stab_core.early_blowups import blip_length
 from stab_core.early_rise_rules import banded_climbs, early_limit, early_rise_events
 from stab_core.held_out import held_out_back_at, held_out_nonfinite, held_out_rose, is_held_out_nonfinite
 from stab_core.held_out_blowups import blowup_incidents
@@ -41,7 +42,7 @@ from stab_core.recent_level import new_early_jumps, new_recent_level_jumps
 from stab_core.run_end_rises import cut_off_at_log_end, rise_corroborated, run_end_rises
 from stab_core.running_means import per_batch_view
 from stab_core.runview import FloatArray, IntArray, RunView, Series
-from stab_core.severity import EARLY_BLIP_SAMPLES, Certainty, blowup_ratio, classify, loss_left_band, sensitivity
+from stab_core.severity import Certainty, blowup_ratio, classify, loss_left_band, sensitivity
 from stab_core.skipped_steps import skipped_steps
 from stab_core.snr import SnrCollapse, SnrSeries, detect_snr_collapse, gradient_snr
 from stab_core.spike_params import GRAD_NORM_SPIKE_PARAMS, LOSS_SPIKE_PARAMS, SpikeParams
@@ -484,9 +485,7 @@ def _costed(
             loss_samples=cost.samples_above if cost is not None and cost.band is not None else None,
             member_samples=max(m.n_samples for m in incident.members),
             member_out=max(m.n_samples if m.longest_out is None else m.longest_out for m in incident.members),
-            blip_samples=min(p.blip_samples, EARLY_BLIP_SAMPLES)
-            if incident.kind == "early_instability" and not (cost is not None and cost.at_level)
-            else p.blip_samples,
+            blip_samples=blip_length(p.blip_samples, incident, cost is not None and cost.at_level, loss, until, view),
             steps_lost=over - incident.start,
             loss_left_band=loss_left_band(
                 cost, "loss" in incident.metrics, incident.co_moves.get("loss"), p.loss_spikes.min_ratio

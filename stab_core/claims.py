@@ -20,8 +20,9 @@ from typing import Any, Final, Literal
 from stab_core.cause_candidates import bad_batch_shape, loss_scale_at_floor, warmup_candidates
 from stab_core.causes import UNKNOWN
 from stab_core.decision_tree import DECISION_TREE, NONFINITE_START_LEAF, DiagnosisParams
-from stab_core.held_out import nonfinite_held_out_only
+from stab_core.held_out import HeldOutNonfinite, nonfinite_held_out_only
 from stab_core.held_recovery import HELD_RATIO, HELD_SAMPLES
+from stab_core.incidents import RECOVER_RATIO
 from stab_core.rolling_baseline import NOISE_MIN_SAMPLES
 from stab_core.spikes import SpikeEvent, times
 from stab_core.tree_actions import PREMISES, Evidence, PremiseCheck
@@ -210,6 +211,8 @@ def _recovery(
                 {**evidence, "never_finite": True},
             )
         ]
+    if isinstance(spike, HeldOutNonfinite):
+        return [_held_out_recovery(spike, loss_recovered_at, evidence)]
     if spike.recovered and loss_recovered_at is not None and trend is not None and trend[1] < NOISE_MIN_SAMPLES:
         # a level from one to four samples (a run's first steps) is no trend and has no noise band: what the
         # log shows is that the loss fell back to that level, not that it "recovered" to a trend
@@ -338,6 +341,37 @@ def _recovery(
         ]
     back = spike.recovered and math.isfinite(spike.baseline)
     return [Claim("recovery", "Diverged: it has not come back to its level.", not back, evidence)]
+
+
+def _held_out_recovery(spike: HeldOutNonfinite, back_at: int | None, evidence: Evidence) -> Claim:
+    """The recovery of a validation loss that went non-finite (:func:`stab_core.held_out.held_out_nonfinite`):
+    back where it is within RECOVER_RATIO of its level before, as any recovery; merely finite again is said as
+    such (a YOLO val/cls_loss inf, then 292 and 39: "recovered" at the 292 was false; round 24 f30c, issue #32).
+    ``back_at``: the incident's step back (every held-out member back), else the event's own."""
+    back = back_at if back_at is not None else spike.recovery_step
+    level = _number(spike.baseline)
+    evidence = {**evidence, "finite_again": spike.finite_again, "held_out_level": spike.baseline}
+    if spike.recovered and back is not None:
+        return Claim(
+            "recovery",
+            f"Recovered at step {back}: {spike.metric} back within {RECOVER_RATIO:g}x of its level before it went "
+            f"non-finite ({level}).",
+            True,
+            evidence,
+        )
+    if spike.finite_again is not None:
+        return Claim(
+            "recovery",
+            f"Finite again at step {spike.finite_again}, but not back to its level before ({level}) by the log's end.",
+            True,
+            evidence,
+        )
+    return Claim(
+        "recovery",
+        f"Still non-finite at the log's end (step {spike.end}): not back to its level before ({level}).",
+        True,
+        evidence,
+    )
 
 
 def _cause(diagnosis: Diagnosis, spike: SpikeEvent | None = None) -> Claim:

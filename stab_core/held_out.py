@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Final
 
 import numpy as np
@@ -62,7 +63,10 @@ def training_counterpart(metric: str, names: Iterable[str]) -> str | None:
 def held_out_nonfinite(series: Mapping[str, Series], loss: Series | None) -> list[SpikeEvent]:
     """Incidents of a validation loss that turns non-finite mid-run (docs/diagnosis.md, "Validation losses"): a held-out
     loss (:func:`is_held_out_loss`) finite at some step and NaN/inf at a later one is an incident from that
-    step, recovered at its next finite value (none: it never came back). A non-finite value before any
+    step, recovered at its first later value back within :data:`~stab_core.incidents.RECOVER_RATIO` of its level
+    before (:func:`level_before`), as any recovery is judged; merely finite again is not back (a YOLO val/cls_loss
+    inf, then 292 and 39 before 10.5 at its level of 10.5; round 24 f30c, issue #32). None back: not recovered,
+    the step it was finite again kept (:attr:`HeldOutNonfinite.finite_again`). A non-finite value before any
     finite one is the validator's placeholder (every val loss NaN at the first row), no incident; steps
     where the training loss is non-finite too are the training loss's incident. Never a divergence of
     its own: the model is judged by its training loss; a validator that overflowed is at least a spike."""
@@ -74,14 +78,34 @@ def held_out_nonfinite(series: Mapping[str, Series], loss: Series | None) -> lis
             continue
         first_ok = int(np.argmax(ok))
         bad = np.flatnonzero(~ok[1:] & ok[:-1]) + 1  # a finite value, then a non-finite one
-        for i in bad[bad > first_ok]:
-            back = np.flatnonzero(ok[i:])
-            last = i + int(back[0]) - 1 if back.size else steps.shape[0] - 1
-            if loss is not None and _nonfinite_within(loss, int(steps[i]), int(steps[last])):
+        covered = first_ok  # a non-finite value inside an incident not yet back at its level is that incident's
+        for i in bad[bad > covered]:
+            if i <= covered:
                 continue
+            finite = np.flatnonzero(ok[i:])
+            last_bad = i + int(finite[0]) - 1 if finite.size else steps.shape[0] - 1
+            if loss is not None and _nonfinite_within(loss, int(steps[i]), int(steps[last_bad])):
+                continue
+            level = level_before(values[:i])
+            back = np.flatnonzero(ok[i:] & (values[i:] <= RECOVER_RATIO * level))
             recovery = i + int(back[0]) if back.size else None
-            out.append(_event(name, steps, values, int(i), last, recovery))
+            last = recovery - 1 if recovery is not None else steps.shape[0] - 1
+            again = int(steps[i + int(finite[0])]) if finite.size else None
+            out.append(_event(name, steps, values, int(i), last, recovery, level, again))
+            covered = last
     return out
+
+
+LEVEL_EVALS: Final = 3
+"""The level a held-out loss's non-finite value is judged back to: the median of this many finite evaluations
+before it (one scattered or already rising evaluation is no level; the same count
+:mod:`stab_core.held_out_blowups` measures a blow-up against)."""
+
+
+def level_before(values: FloatArray) -> float:
+    """The median of the last :data:`LEVEL_EVALS` finite ``values`` (a held-out loss before its non-finite value)."""
+    finite = values[np.isfinite(values)]
+    return float(np.median(finite[-LEVEL_EVALS:]))
 
 
 def _nonfinite_within(loss: Series, first: int, last: int) -> bool:
@@ -89,16 +113,38 @@ def _nonfinite_within(loss: Series, first: int, last: int) -> bool:
     return bool((inside & ~np.isfinite(loss.values)).any())
 
 
-def _event(name: str, steps: IntArray, values: FloatArray, first: int, last: int, recovery: int | None) -> SpikeEvent:
+@dataclass(frozen=True)
+class HeldOutNonfinite(SpikeEvent):
+    """A held-out loss's non-finite incident (:func:`held_out_nonfinite`); ``baseline`` is its level before.
+
+    Attributes:
+        finite_again: the first step it was finite again (None: never in the log); not its recovery, which
+            is back at its level.
+    """
+
+    finite_again: int | None = None
+
+
+def _event(
+    name: str,
+    steps: IntArray,
+    values: FloatArray,
+    first: int,
+    last: int,
+    recovery: int | None,
+    level: float,
+    again: int | None,
+) -> SpikeEvent:
     start, end = int(steps[first]), int(steps[last])
     recovery_step = int(steps[recovery]) if recovery is not None else None
-    return SpikeEvent(
+    return HeldOutNonfinite(
+        finite_again=again,
         metric=name,
         start=start,
         peak=start,
         end=end,
         peak_value=float(values[first]),
-        baseline=float(values[first - 1]),
+        baseline=level,
         ratio=math.inf,
         z=math.inf,
         duration=(recovery_step if recovery_step is not None else end) - start,

@@ -68,6 +68,7 @@ TIERS: dict[str, str] = {
             "round23_f29b",
             "round23_f29d",
             "round24_f30b",
+            "round24_f30c",
             "window_medians",
             "round24_f30e_median_bounds",
             "round17_t23b",
