@@ -4,6 +4,7 @@ launches appended to a metrics table, records of one step spread over several li
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 from ingest.formats import detect, read_log
@@ -29,6 +30,19 @@ def test_writer_runs_follow_each_writers_own_series() -> None:
         want += [1, 0]
     # where the two cross, each line goes to the writer whose next step on its own grid it is
     assert writer_runs(steps) == want
+
+
+def test_writer_runs_take_no_pace_from_a_damaged_time() -> None:
+    # a line whose time per step reads inf or 0 (a damaged line: the fuzzer's bad value) tells no writer apart;
+    # the split follows the steps as without times (it raised "math domain error" on log(x / inf))
+    first, second = list(range(2700, 5100, 100)), list(range(100, 7300, 300))
+    steps = list(range(100, 2700, 100))
+    for a, b in zip(first, second, strict=True):
+        steps += [b, a]
+    for damaged in (math.inf, 0.0, -1.0, math.nan):
+        pace = [0.05] * len(steps)
+        pace[0] = pace[len(steps) // 2] = damaged
+        assert writer_runs(steps, pace) == writer_runs(steps)
 
 
 def test_writer_runs_leave_a_single_writers_restarts_alone() -> None:

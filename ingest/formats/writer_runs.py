@@ -56,7 +56,8 @@ def writer_runs(steps: Sequence[int], pace: Sequence[float] | None = None) -> li
     for i, step in enumerate(steps):
         live = [k for k, w in enumerate(writers) if w.line >= i - WINDOW and w.last < step]
         if not live:
-            writers.append(_Writer(step, i, i, pace=pace[i] if pace is not None else math.nan))
+            first = pace[i] if pace is not None else math.nan
+            writers.append(_Writer(step, i, i, pace=first if _is_pace(first) else math.nan))
             run_of.append(len(writers) - 1)
             continue
         before = writers[run_of[-1]]
@@ -65,7 +66,7 @@ def writer_runs(steps: Sequence[int], pace: Sequence[float] | None = None) -> li
         returns += writers[k] is not before
         w = writers[k]
         w.rise, w.last, w.line = step - w.last, step, i
-        if mark > 0:
+        if _is_pace(mark):
             w.pace = mark
         run_of.append(k)
     return run_of if returns >= MIN_RETURNS else None
@@ -76,8 +77,14 @@ def _distance(w: _Writer, before: _Writer, step: int, pace: float) -> tuple[int,
     the writer of the line before): steps from its next on its grid, then the pace's log ratio, then
     the turn (a tie with a writer whose lines never came between this one's goes to ``before``)."""
     turn = w.line if w is before or _interleave(w, before) else math.inf
-    apart = abs(math.log(pace / w.pace)) if pace > 0 and w.pace > 0 else 0.0
+    apart = abs(math.log(pace / w.pace)) if _is_pace(pace) and _is_pace(w.pace) else 0.0
     return abs(step - (w.last + w.rise)), apart, turn
+
+
+def _is_pace(seconds: float) -> bool:
+    """Whether a printed time per step tells writers apart: finite and positive (an ``inf`` or ``0`` a damaged
+    line prints is no pace; its log ratio to another is undefined)."""
+    return 0.0 < seconds < math.inf
 
 
 def _interleave(a: _Writer, b: _Writer) -> bool:
