@@ -32,7 +32,7 @@ from stab_core.rolling_baseline import MAD_TO_Z
 from stab_core.runview import FloatArray, IntArray, Series
 from stab_core.spike_params import SpikeParams
 from stab_core.spikes import SpikeEvent, build_event
-from stab_core.window_medians import window_medians_at
+from stab_core.window_medians import medians_before
 
 RECENT_SAMPLES: Final = 16
 """Samples before a sample that its recent level and noise are taken from (the detector's
@@ -81,8 +81,8 @@ def recent_level_jumps(
     # ... and the recent samples sit below it: a noisy run's lowest dip is not a fall (a LoRA run whose
     # loss swings 0.78-1.21 around 1.03 holds 0.79 for three samples; its window median is 1.3x that,
     # and so is its recent median)
-    window_medians = _window_medians(x, candidate, params.window)
-    recent_medians = _window_medians(x, candidate, recent)
+    window_medians = medians_before(x, candidate, params.window)
+    recent_medians = medians_before(x, candidate, recent)
     candidate = candidate[
         (window_medians > params.min_ratio * held[candidate]) & (window_medians > params.min_ratio * recent_medians)
     ]
@@ -107,16 +107,6 @@ def recent_level_jumps(
             break
         resume = recovery + 1
     return events
-
-
-def _window_medians(x: FloatArray, index: IntArray, window: int) -> FloatArray:
-    """The median of x[i - window : i] for each i of ``index`` (all >= 1), in one pass of blocks."""
-    out = np.empty(index.size)
-    full = index >= window
-    for k in np.flatnonzero(~full):
-        out[k] = np.median(x[: index[k]])
-    out[full] = window_medians_at(x, window, index[full] - window)
-    return out
 
 
 def _uncovered(jumps: Sequence[SpikeEvent], detected: Sequence[SpikeEvent]) -> list[SpikeEvent]:

@@ -28,10 +28,9 @@ from __future__ import annotations
 from typing import Final
 
 import numpy as np
-from numpy.lib.stride_tricks import sliding_window_view
 
 from stab_core.runview import FloatArray, IntArray, Series
-from stab_core.window_medians import window_medians
+from stab_core.window_medians import medians_before, window_medians_at
 
 SHORT_SAMPLES: Final = 63
 """The spike detector's window (``stab_core.spike_params.SpikeParams.window``): its level of a sample."""
@@ -52,21 +51,10 @@ MAX_CELLS: Final = 16_000_000
 to ~30,000 samples): a share of 1/:data:`ROUTINE_EVERY` counted exactly where it can be, bounded on long runs."""
 
 
-def _medians_before(x: FloatArray, index: IntArray, window: int) -> FloatArray:
-    """The median of the (up to) ``window`` samples of ``x`` before each ``index`` (each >= 1)."""
-    out = np.empty(index.size)
-    full = index >= window
-    if full.any():
-        out[full] = window_medians(sliding_window_view(x, window)[index[full] - window])
-    for k in np.flatnonzero(~full):
-        out[k] = float(np.median(x[: index[k]]))
-    return out
-
-
 def robust_levels(x: FloatArray, index: IntArray) -> FloatArray:
     """The robust level before each ``index`` of the finite positive ``x``: the higher of the medians of the
     :data:`SHORT_SAMPLES` and the :data:`LONG_SAMPLES` samples before it."""
-    return np.maximum(_medians_before(x, index, SHORT_SAMPLES), _medians_before(x, index, LONG_SAMPLES))
+    return np.maximum(medians_before(x, index, SHORT_SAMPLES), medians_before(x, index, LONG_SAMPLES))
 
 
 def _probes(n: int, first: int, last: int, width: int) -> IntArray:
@@ -101,8 +89,8 @@ def _peak_share_ok(x: FloatArray, first: int, stop: int, level: float) -> bool |
     probes = _probes(x.size, first, stop - 1, 1)
     if probes.size < ROUTINE_EVERY:
         return None
-    short_rise = float(x[peak]) / float(_medians_before(x, np.array([peak]), SHORT_SAMPLES)[0])
-    short_share = float(np.mean(x[probes] / _medians_before(x, probes, SHORT_SAMPLES) >= short_rise))
+    short_rise = float(x[peak]) / float(medians_before(x, np.array([peak]), SHORT_SAMPLES)[0])
+    short_share = float(np.mean(x[probes] / medians_before(x, probes, SHORT_SAMPLES) >= short_rise))
     robust_share = float(np.mean(x[probes] / robust_levels(x, probes) >= float(x[peak]) / level))
     return max(short_share, robust_share) >= 1.0 / ROUTINE_EVERY
 
@@ -139,7 +127,7 @@ def routine_rise(loss: Series, start: int, until: int) -> bool | None:
     probes = _probes(x.size, first, stop - 1, during.size)
     if probes.size < ROUTINE_EVERY:
         return None
-    held = window_medians(sliding_window_view(x, during.size)[probes]) / robust_levels(x, probes)
+    held = window_medians_at(x, during.size, probes) / robust_levels(x, probes)
     return bool(float(np.mean(held >= held_rise)) >= 1.0 / ROUTINE_EVERY)
 
 

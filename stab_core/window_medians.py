@@ -73,6 +73,18 @@ def window_medians_at(values: FloatArray, width: int, starts: npt.ArrayLike) -> 
     return out
 
 
+def medians_before(values: FloatArray, index: npt.ArrayLike, window: int) -> FloatArray:
+    """The median of the (up to) ``window`` samples of ``values`` before each ``index`` (each >= 1): of
+    ``values[i - window : i]``, or of all before ``i`` where fewer came, as ``np.median`` gives them."""
+    index = np.asarray(index, dtype=np.int64)
+    out = np.empty(index.size, dtype=np.float64)
+    full = index >= window
+    for k in np.flatnonzero(~full):
+        out[k] = np.median(values[: index[k]])
+    out[full] = window_medians_at(values, window, index[full] - window)
+    return out
+
+
 def _stride(width: int) -> int:
     """Windows a group of :func:`median_floors` shares one bound over."""
     return max(FLOOR_MIN_STRIDE, width // FLOOR_SHARE)

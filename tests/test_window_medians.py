@@ -30,3 +30,14 @@ def test_no_rows_and_a_reshaped_block_view() -> None:
     assert window_medians(np.zeros((0, 5))).shape == (0,)
     blocks = np.arange(100.0)[::-1].reshape(-1, 10)
     assert np.array_equal(window_medians(blocks), np.median(blocks, axis=1))
+
+
+def test_medians_before_are_np_median_of_the_samples_before_each_index() -> None:
+    from stab_core.window_medians import medians_before
+
+    rng = np.random.default_rng(7)
+    values = rng.lognormal(size=500)
+    values[::37] = values[3]  # ties
+    index = np.array([1, 2, 5, 59, 60, 61, 200, 499])
+    want = [np.median(values[max(0, i - 60) : i]) for i in index]
+    assert medians_before(values, index, 60).tolist() == want
