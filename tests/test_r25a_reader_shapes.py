@@ -10,7 +10,14 @@ from pathlib import Path
 import numpy as np
 
 from ingest.formats import read_log
+from ingest.formats._common import ParsedLog
 from ingest.formats.csv_wide import INDEX_STEP_SOURCE
+from ingest.formats.line_pairs import line_pairs
+
+
+def _all_steps(log: ParsedLog, metric: str) -> list[int]:
+    """The steps of ``metric`` over every run of ``log`` (the first run and its segments), in file order."""
+    return [int(s) for run in (log, *log.segments) if metric in run.metrics for s in run.series(metric)[0]]
 
 
 def test_pandas_index_column_is_the_step(tmp_path: Path) -> None:
@@ -39,6 +46,52 @@ def test_an_index_that_goes_back_is_no_step(tmp_path: Path) -> None:
     path.write_text(",epoch,loss\n3,1,2.0\n1,2,1.9\n2,3,1.8\n")
     log = read_log([path])
     assert log.series("loss")[0].tolist() == [1, 2, 3]  # the whole epoch stays the axis
+
+
+def test_logging_console_of_relaunches_is_read(tmp_path: Path) -> None:
+    # '<date time,ms> - INFO - ' prefixes; the first line is no metric line; each launch restarts its batch counter,
+    # so the file ends on a batch below its first one (12 < 25); a 'nan' loss is a record, not a dropped line
+    lines = ["2024-11-03 10:46:40,816 - INFO - Checkpoint saved to checkpoints/checkpoint.pth"]
+    for launch, (first, last) in enumerate(((25, 500), (2, 40), (6, 12))):
+        lines.append(f"2024-11-03 1{launch}:00:00,000 - INFO - PyTorch version 2.5.0 available.")
+        step_by = 25 if first == 25 else 2
+        for n, b in enumerate(range(first, last + 1, step_by)):
+            loss = "nan" if (launch, n) == (2, 1) else f"{1.0 + 0.01 * n:.4f}"
+            lines.append(
+                f"2024-11-03 1{launch}:{n // 60:02d}:{n % 60:02d},5 - INFO - Epoch 1, Batch {b}, "
+                f"Training Loss: {loss}, Validation Loss: {0.5 + 0.001 * n:.4f}"
+            )
+    path = tmp_path / "training.log"
+    path.write_text("\n".join(lines) + "\n")
+    log = read_log([path])
+    steps = _all_steps(log, "loss")
+    # the third launch resumes at batch 6 (a step that goes back, not to the first: a rollback over the second's 6-40)
+    assert steps == [*range(25, 501, 25), 2, 4, 6, 8, 10, 12]
+    values = np.concatenate([run.series("loss")[1] for run in (log, *log.segments) if "loss" in run.metrics])
+    assert int(np.isnan(values).sum()) == 1
+    assert len(values) == 20 + 2 + 4
+
+
+def test_a_latin_word_glued_after_chinese_text_is_a_key() -> None:
+    keys = [k for k, _, _ in line_pairs("中途中断了，2023.09.20.17：40继续Epoch [1/500], Step [1/6], Loss: 0.5394")]
+    assert keys == ["Epoch", "Step", "Loss"]
+
+
+def test_epoch_step_console_resumed_after_a_note(tmp_path: Path) -> None:
+    def launch(epochs: int) -> list[str]:
+        out: list[str] = []
+        for e in range(1, epochs + 1):
+            out += [f"Epoch [{e}/50], Step [{s}/6], Loss: {1.0 / (e + s):.4f}" for s in range(1, 7)]
+            out.append(out[-1])  # the epoch's last batch written twice: one record
+        return out
+
+    second = launch(15)
+    path = tmp_path / "loss_log.txt"
+    path.write_text("\n".join([*launch(12), "", "中途中断了，继续" + second[0], *second[1:]]) + "\n")
+    log = read_log([path])
+    runs = [run.series("loss")[0].tolist() for run in (log, *log.segments) if "loss" in run.metrics]
+    # two launches, each counted by the global step (e - 1) * 6 + s from 1: the note does not cut a run of its own
+    assert runs == [list(range(1, 73)), list(range(1, 91))]
 
 
 def test_pandas_index_beside_a_step_column_is_no_metric(tmp_path: Path) -> None:
