@@ -94,6 +94,21 @@ def test_epoch_step_console_resumed_after_a_note(tmp_path: Path) -> None:
     assert runs == [list(range(1, 73)), list(range(1, 91))]
 
 
+def test_megatron_pairs_without_a_pipe_between_are_split(tmp_path: Path) -> None:
+    line = (
+        " iteration        {i}/   25000 | consumed samples:         {c} | elapsed time per iteration (ms): 35868.8 |"
+        " learning rate: 2.000E-07 | global batch size:  1080 | lm loss: 1.394677E+01 | loss scale: 1.0 |"
+        " grad norm: 37.346 | number of skipped iterations:   0 | number of nan iterations:   0 |"
+        " iteration time: 35.869 s samples/sec: 30.1 | TFLOPS: 386.4 |"
+    )
+    path = tmp_path / "megatron.log"
+    path.write_text("\n".join(line.format(i=i, c=1080 * i) for i in range(1, 21)) + "\n")
+    log = read_log([path])
+    assert not [m for m in log.metrics if m[:1].isdigit() or "samples/sec" in m]
+    assert np.allclose(log.series("samples_per_s")[1], 30.1)
+    assert np.allclose(log.series("step_time_s")[1], 35.8688)
+
+
 def test_pandas_index_beside_a_step_column_is_no_metric(tmp_path: Path) -> None:
     # a W&B run history saved with to_csv: the unnamed index beside '_step'; '_runtime' is W&B's elapsed clock
     rows = [f"{i},{i},{10.0 * i + 5.0:.1f},{1.0 - i / 100:.3f}" for i in range(30)]
