@@ -119,3 +119,16 @@ def test_pandas_index_beside_a_step_column_is_no_metric(tmp_path: Path) -> None:
     steps, per_step = log.series("step_time_s")
     assert steps.tolist() == list(range(1, 30))
     assert np.allclose(per_step, 10.0)
+
+
+def test_a_timer_key_that_ends_in_its_unit_is_the_step_time(tmp_path: Path) -> None:
+    # nanochat's 'dt_ms': dt in milliseconds, proposed as the step time
+    lines = [
+        f"[2026-06-25 19:36:{i:02d}] step {i:06d} | loss {5.0 - i / 50:.6f} | lrm 1.0000 | dt_ms 7255.5"
+        for i in range(40)
+    ]
+    path = tmp_path / "speedrun.log"
+    path.write_text("\n".join(lines) + "\n")
+    log = read_log([path])
+    assert log.meta["proposed_map"] == {"dt_s": "step_time_s"}
+    assert np.allclose(log.series("dt_s")[1], 7.2555)
