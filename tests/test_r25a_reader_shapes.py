@@ -132,3 +132,16 @@ def test_a_timer_key_that_ends_in_its_unit_is_the_step_time(tmp_path: Path) -> N
     log = read_log([path])
     assert log.meta["proposed_map"] == {"dt_s": "step_time_s"}
     assert np.allclose(log.series("dt_s")[1], 7.2555)
+
+
+def test_the_import_says_what_it_took_for_the_step(tmp_path: Path) -> None:
+    from ingest.importing.importer import import_logs
+    from ingest.services.run_analyses import open_analysed_store
+
+    path = tmp_path / "train_log.csv"
+    path.write_text(
+        ",epoch,loss\n" + "\n".join(f"{i},{0.1 * (i + 1):.1f},{2.0 - i / 50:.3f}" for i in range(20)) + "\n"
+    )
+    store = open_analysed_store(tmp_path / "store")
+    (out,) = import_logs(store, [path], run="idx")
+    assert out["step_source"] == INDEX_STEP_SOURCE and out["steps"] == [0, 19]
