@@ -102,6 +102,7 @@ TIERS: dict[str, str] = {
             "round14_kv_consoles",
             "round15_md_consoles",
             "imp19_imports",
+            "r25a_reader_shapes",
             "discriminator_wins",
             "reader_failures",
             "round14_tables",

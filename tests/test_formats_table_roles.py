@@ -143,7 +143,9 @@ def test_wandb_run_history_csv_keeps_its_clocks_off_the_metrics(tmp_path: Path) 
     rows = [f"{s},{1.5 + s},{1.7e9 + s},{3.2 - s / 10},{1e-4 * (s + 1)}" for s in range(5)]
     path = _write(tmp_path / "history.csv", ["_step,_runtime,_timestamp,train/loss,train/lr", *rows])
     parsed = read_log([path])
-    assert parsed.metrics == ["loss", "lr"]
+    # _runtime is W&B's elapsed clock: no metric itself, its increase per step is the step time (round 25, #31)
+    assert parsed.metrics == ["loss", "lr", "step_time_s"]
+    assert parsed.series("step_time_s")[1].tolist() == pytest.approx([1.0] * 4)
     assert parsed.table["wall_time"][0].as_py() == pytest.approx(1.7e9)
 
 

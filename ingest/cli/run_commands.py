@@ -279,6 +279,8 @@ def cmd_import(args: argparse.Namespace) -> int:
             if res.get("mapping"):  # no trainer's format matched: say what the generic reader took for what
                 taken = ", ".join(f"{role} = {key}" for role, key in res["mapping"].items())
                 print_safe(f"  {res['reader_note']}: {taken}")
+            if res.get("step_source"):  # the log names no step: say what was taken for it
+                print_safe(f"  step: {res['step_source']}")
             if res.get("lines_read") is not None:
                 print_safe(f"  {summary_line(res)}")
             if res.get("config"):

@@ -7,6 +7,8 @@ run, it is no metric of it.
   no series: its increase between two rows over the steps between them is ``step_time_s`` on the later
   row (seconds per step of the table's axis; the first row has no interval, a clock that goes back
   gives none), as Chainer's ``elapsed_time`` in JSON Lines (:mod:`ingest.formats.jsonl_roles`).
+  W&B's ``_runtime`` is one; so is a ``time`` column of date-time stamps on some rows (``2025-05-14 14:25:38``,
+  ``-`` on the others: a TRL log history's time of each epoch's first step), read as the rows' wall clock.
 - **A duration column**: a ``time`` column of ``[h:]mm:ss`` cells (fastai's ``CSVLogger``: how long each
   epoch took, its training and validation passes) is each row's ``step_time_s``, in seconds per step of
   the table's axis (the epoch): the cost views price a run from it, and it is what the log measured.
@@ -33,7 +35,7 @@ from typing import Final
 import numpy as np
 import pyarrow as pa
 
-from ingest.formats._common import LogBuilder
+from ingest.formats._common import LogBuilder, parse_timestamps
 from ingest.formats._tabular import to_float
 from ingest.formats.aliases import canonical_name
 from ingest.formats.csv_counters import is_elapsed_clock
@@ -50,6 +52,11 @@ _EPOCH_TIME_SCALE: Final = {"ms": 1e-3, "min": 60.0, "mins": 60.0, "minutes": 60
 _DURATION: Final = re.compile(r"^[ \t]*(?:(?P<h>[0-9]+):)?(?P<m>[0-9]{1,2}):(?P<s>[0-9]{2}(?:\.[0-9]+)?)[ \t]*$")
 
 
+WANDB_RUNTIME: Final = "_runtime"
+"""W&B's system column of a run history: seconds since the run started (its ``_timestamp`` is the Unix time), an elapsed
+clock however it is exported (#31)."""
+
+
 def _time_column(names: list[str]) -> str | None:
     return next((c for c in names if c.strip().lower() == "time"), None)
 
@@ -57,7 +64,7 @@ def _time_column(names: list[str]) -> str | None:
 def elapsed_clock(table: pa.Table) -> str | None:
     """The table's elapsed-clock column (see the module), or None."""
     names = table.column_names
-    named = next((c for c in names if is_elapsed_clock(c)), None)
+    named = next((c for c in names if is_elapsed_clock(c) or c.strip() == WANDB_RUNTIME), None)
     if named is not None:
         return named
     time = _time_column(names)
@@ -67,6 +74,28 @@ def elapsed_clock(table: pa.Table) -> str | None:
     values = values[present & np.isfinite(values)]
     rises = values.size > 1 and bool(np.all(np.diff(values) >= 0)) and values[-1] > values[0]
     return time if rises and values[0] >= 0 and values[-1] < MAX_ELAPSED_S else None
+
+
+_PLACEHOLDERS: Final = frozenset({"", "-", "--", "nan", "none", "null", "n/a"})
+
+
+def stamped_clock(table: pa.Table) -> tuple[str, np.ndarray] | None:
+    """A ``time`` column of date-time cells (``2025-05-14 14:25:38``), stamped on some rows and a
+    placeholder (``-``, empty) on the others, as ``(column, seconds since the epoch per row, NaN where
+    unstamped)``: the rows' wall clock (a TRL log history saved with the time of each epoch's first
+    step), whose increase between two stamped rows over the steps between them is the step time, as an
+    elapsed clock's (#31). None unless two cells are stamps and every other cell is a placeholder."""
+    time = _time_column(table.column_names)
+    if time is None or not (pa.types.is_string(table[time].type) or pa.types.is_large_string(table[time].type)):
+        return None
+    cells = [str(c).strip() if c is not None else "" for c in table[time].to_pylist()]
+    seconds = parse_timestamps(pa.array(cells, type=pa.string()))
+    stamped = np.isfinite(seconds)
+    if int(stamped.sum()) < 2 or any(
+        not ok and c.lower() not in _PLACEHOLDERS for c, ok in zip(cells, stamped, strict=True)
+    ):
+        return None
+    return time, seconds
 
 
 def duration_column(table: pa.Table) -> tuple[str, np.ndarray] | None:
@@ -121,9 +150,11 @@ def add_clock_step_time(builder: LogBuilder, table: pa.Table, step_col: str) -> 
     """Store the step time an elapsed clock or a duration column of ``table`` gives (see the module) at
     its rows' steps; return that column (no metric, no wall clock), or None when there is none."""
     steps, has_step = to_float(table[step_col])
-    clock = elapsed_clock(table)
+    clock, stamps = elapsed_clock(table), None
+    if clock is None and (found_stamps := stamped_clock(table)) is not None:
+        clock, stamps = found_stamps
     if clock is not None:
-        wall, has_wall = to_float(table[clock])
+        wall, has_wall = to_float(table[clock]) if stamps is None else (stamps, np.isfinite(stamps))
         rows = np.flatnonzero(has_wall & has_step & np.isfinite(wall))
         per_step = np.full(table.num_rows, np.nan)
         if rows.size > 1:

@@ -12,8 +12,9 @@ row per epoch). With both, a step column that restarts when the epoch grows coun
 the epoch: the step is then global, ``(epoch - base) * period + step``
 (:class:`~ingest.formats.epoch_steps.EpochSteps`).
 
-Without a plain step column, a step-like counter (``total timesteps``, ``total/steps``: see
-:mod:`ingest.formats.csv_counters`) is the step; with no counter at all (a Keras history saved as
+Without a plain step column, pandas' index (the first column, its header cell empty, whole numbers rising on
+every row) is the step (``meta['step_source']`` says so), and a step-like counter (``total timesteps``,
+``total/steps``: see :mod:`ingest.formats.csv_counters`) is the step; with no counter at all (a Keras history saved as
 ``loss,val_loss``), a table of numbers is read one row per step, the 0-based row number the step.
 Columns that count the run (``total/epochs``, ``Progress``) are no metrics, a clock (``total/duration``,
 fastai's ``time``) gives ``step_time_s`` (:mod:`ingest.formats.csv_clocks`), and a total-loss column is
@@ -139,6 +140,9 @@ class WideCsvReader(Reader):
                     builder.meta.setdefault("proposed_map", {}).update(loss)
                 step_col = find_column(table.column_names, STEP_COLUMNS) or step_like_column(table.column_names)
                 epoch_col = find_column(table.column_names, EPOCH_COLUMNS)
+                if step_col is None and (index := _row_index(table)) is not None:
+                    step_col = index  # pandas' to_csv index, its header cell empty: the row counter
+                    builder.meta.setdefault("step_source", INDEX_STEP_SOURCE)
                 if step_col is None and epoch_col is not None and _repeats(table, epoch_col):
                     # a batch index within an epoch that spans rows (.table_axes); one row per epoch keeps the epoch
                     # as its axis, whatever a 'batch' column holds (a batch size)
@@ -196,6 +200,7 @@ def _add_rows(
             *((event_col,) if event_col else ()),
             *(c for c in table.column_names if _PARAM_COUNT.fullmatch(c) or is_run_clock(c)),
             *((clock,) if clock else ()),
+            *((table.column_names[0],) if table.column_names[0] != step_col and _row_index(table) is not None else ()),
         ),
         where=where,
         text_cells_are_errors=True,
@@ -203,6 +208,26 @@ def _add_rows(
     )
     if add_loss:  # a YOLO results.csv's loss parts, a baselines progress.csv's critic loss
         add_run_loss(builder, table, step_col)
+
+
+INDEX_STEP_SOURCE = "the unnamed first column (a row index of whole numbers that rises on every row)"
+"""``meta['step_source']`` where the step is the index column pandas' ``to_csv`` writes (empty header cell)."""
+_UNNAMED_INDEX = re.compile(r"(?:Unnamed: ?0)?")
+"""The header of pandas' index column: empty as ``to_csv`` writes it, ``Unnamed: 0`` once read back and saved."""
+
+
+def _row_index(table: pa.Table) -> str | None:
+    """The first column when its header is empty (or pandas' ``Unnamed: 0``) and it holds whole numbers on
+    every row, each above the one before (pandas' ``to_csv`` index: a Trainer's ``log_history`` saved
+    as a DataFrame numbers its logged steps 0, 1, 2 ... there): the table's row counter, its step axis
+    when no column names a step (#31). A column of values that repeat or go back is no index."""
+    if table.num_columns < 2 or not _UNNAMED_INDEX.fullmatch(table.column_names[0].strip()):
+        return None
+    col = table.column_names[0]
+    values, has = to_float(table[col])
+    if not (np.all(has) and np.all(np.isfinite(values)) and np.all(values == np.round(values))):
+        return None
+    return col if bool(np.all(np.diff(values) > 0)) else None
 
 
 def _numbers_only(head: bytes, header: list[str]) -> bool:

@@ -47,7 +47,7 @@ from ingest.formats.epoch_steps import bar_total, epoch_steps, fresh_launches, s
 from ingest.formats.eval_lines import EVAL_STEP, eval_pairs, place_evals, placeholder
 from ingest.formats.generic_clock import clock_step_times
 from ingest.formats.generic_lines import head_records
-from ingest.formats.generic_names import SECONDS_KEYS, stored_name, trains_or_term
+from ingest.formats.generic_names import SECONDS_KEYS, stored_name, trains_or_term, unit_suffixed
 from ingest.formats.generic_names import telling as telling_records
 from ingest.formats.generic_names import trains as is_training_key
 from ingest.formats.generic_steps import (
@@ -257,6 +257,7 @@ def _is_lr(key: str, unit: str | None) -> bool:
 
 def _is_step_time(key: str, unit: str | None) -> bool:
     timed = unit is not None and unit.split("/")[0] in TIME_UNITS
+    key = normalise_key(suffixed[0]) if timed and (suffixed := unit_suffixed(key)) is not None else key  # 'dt ms'
     named = "time" in key or "/it" in (unit or "") or key in ("dt", "elapsed", *SECONDS_KEYS, *_TRAIN_PHASE)
     return timed and (named or bool(_BATCH_COST.search(key)))
 

@@ -31,6 +31,8 @@ def stored_name(key: str, unit: str | None) -> tuple[str, str | None]:
     name, key_unit = canonical_name(key)
     if unit is None and key_unit is None and normalise_key(key) in SECONDS_KEYS:
         key_unit = "s"  # '| seconds: 1.25 |': the key is the unit
+    if unit is None and key_unit is None and name not in CANONICAL_METRICS and (suffixed := unit_suffixed(key)):
+        name, key_unit = canonical_name(suffixed[0])[0], suffixed[1]  # 'dt_ms: 7255.5': dt, in milliseconds
     unit = (unit or key_unit or "").split("/")[0] or None  # '9905 ms/iter': milliseconds
     if unit == "%" and _RATE_NAME.search(name):
         return sanitise_name(key.strip()), unit  # 'Training tokens per second (%)': a share, no rate
@@ -39,6 +41,21 @@ def stored_name(key: str, unit: str | None) -> tuple[str, str | None]:
     if unit in TIME_UNITS and name not in CANONICAL_METRICS and not name.endswith("_s"):
         name += "_s"
     return name, unit
+
+
+_UNIT_SUFFIX: Final = re.compile(r"^(?P<stem>.*?)[_ ](?P<unit>ns|us|ms|s|sec|secs|min)$")
+_TIMER_STEMS: Final = frozenset({"dt", "elapsed", "duration"})
+
+
+def unit_suffixed(key: str) -> tuple[str, str] | None:
+    """``(timer, unit)`` for a timer's key that ends in its unit (nanochat's ``dt_ms``, ``elapsed_s``,
+    ``iter_time_ms``): a time in that unit, never a metric named after the unit (#31). A timer is
+    ``dt``, ``elapsed``, ``duration`` or a name that ends in ``time``; other keys are None."""
+    m = _UNIT_SUFFIX.match(key.strip())
+    if m is None:
+        return None
+    stem = normalise_key(m["stem"])
+    return (m["stem"], m["unit"]) if stem in _TIMER_STEMS or stem.endswith("time") else None
 
 
 _RATE_NAME: Final = re.compile(r"(?:_per_s|_tok_s|^throughput)")

@@ -105,7 +105,9 @@ def step_key_of(records: list[Pairs]) -> str | None:
         restarts = _fresh_starts(arr, key)
         restarted |= {key} if restarts else set()
         downs = int(np.count_nonzero(np.diff(arr) < 0)) - restarts
-        if arr.shape[0] > 1 and (downs > max(2, arr.shape[0] // 10) or arr[-1] <= arr[0]):
+        if arr.shape[0] > 1 and (
+            downs > max(2, arr.shape[0] // 10) or (arr[-1] <= arr[0] and not _relaunched(arr, key))
+        ):
             continue
         fits.append(key)
     # a counter that counts by itself first ('global_step' over a batch counter 'step')
@@ -124,6 +126,18 @@ def step_key_of(records: list[Pairs]) -> str | None:
     # 64 GPUs' is not a log
     strict = [k for k in fits if len(seen[k]) == len(records) >= MIN_UNNAMED_LINES and _rises_by_layout(records, k)]
     return min(strict, key=lambda k: position[k]) if strict else None
+
+
+def _relaunched(arr: np.ndarray, key: str) -> bool:
+    """Whether a counter under a step's name that ends below where it started still counts the steps: it
+    rises on nine of every ten lines where it moves (a console appended by many launches, each starting
+    afresh or from a checkpoint, ends wherever its last launch stopped: ``Batch 25 .. 13525`` then
+    ``Batch 2 .. 190`` and ``Batch 6 .. 11``); a countdown or a value that wanders does not (#31)."""
+    if normalise_key(key) not in STEP_NAME_SET:
+        return False
+    moves = np.diff(arr)
+    ups, downs = int(np.count_nonzero(moves > 0)), int(np.count_nonzero(moves < 0))
+    return ups >= MIN_UNNAMED_LINES and ups >= 9 * downs
 
 
 def _fresh_starts(arr: np.ndarray, key: str) -> int:

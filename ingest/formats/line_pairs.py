@@ -106,6 +106,10 @@ _LOOP_VARIABLE: Final = re.compile(
 is that counter (``batch``), never a metric named ``i``."""
 _COUNTER_LEAD: Final = re.compile(rb"^[ \t]*(?i:epoch|iter|iteration|step|batch)[ \t]*:[ \t]*$")
 """A step counter's name that looks like a host prefix (``Epoch: [0/520] Iter:[10/247]``): the line's own text."""
+_CJK_GLUED: Final = re.compile(r"([\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff])(?=[A-Za-z])")
+"""A Chinese or Japanese character right before a Latin letter: those scripts put no space between words, so the
+Latin word starts a word of its own (a resume note glued before a step line, ``中途中断了，继续Epoch [1/500], Step
+[1/6], Loss: 0.54``: the line's epoch is 1), never the end of a word its key could not start inside (#31)."""
 _OTHER_PHASES: Final = frozenset({"infer", "inference", "eval", "evaluation", "test", "val", "valid", "validation"})
 """A bare phase word timed beside the metrics (``Acc 13.52% | infer 4.5s``): a timer of the evaluation,
 no training metric, kept out."""
@@ -123,7 +127,7 @@ def _parsed(text: str) -> tuple[Pair, ...]:
     raw = text.encode("utf-8", "replace")
     lead = LAUNCHER_LEAD.match(raw)
     lead = None if lead is not None and _COUNTER_LEAD.match(lead.group()) else lead  # 'Epoch: [0/520]'
-    own = raw[lead.end() if lead else 0 :].decode("utf-8", "replace").strip()
+    own = _CJK_GLUED.sub(r"\1 ", raw[lead.end() if lead else 0 :].decode("utf-8", "replace").strip())
     own = _NOT_PAIRS.sub(" ", _LOCATION.sub(" ", _RAY.sub("", own)))
     if ":" in own or "=" in own:
         own = _TENSOR_SHAPE.sub(" ", _CLOCK_VALUE.sub(" ", own))

@@ -23,13 +23,20 @@ from ingest.formats.planned import PlannedStepsTextLogReader
 from ingest.formats.textlog import LineKind
 
 _TS: Final = r"(?:\[(?P<ts>[0-9]{4}-[0-9]{2}-[0-9]{2}[ T][0-9]{2}:[0-9]{2}:[0-9]{2}(?:[.,][0-9]+)?)\][ \t]*)?"
-_PIPE_PAIRS: Final = r"[ \t]*(?P<key>[^|:\n]*[^|:\s]):[ \t]*(?P<val>[^\s|]+)[ \t]*(?=\||$)"
+_PIPE_PAIRS: Final = (
+    r"[ \t]*(?P<key>[^|:\n0-9][^|:\n]*[^|:\s]):[ \t]*(?P<val>[^\s|]+)"
+    r"(?:[ \t]+(?:s|ms|sec)(?=[ \t]+[A-Za-z][^|:\n]*:))?[ \t]*(?=\||$|[A-Za-z][^|:\n]*:)"
+)
+"""One ``key: value`` field between ``|``; a field of two pairs with no ``|`` between them (``iteration time: 33.616
+s samples/sec: 33.3``, a ``|`` missing after the unit) is two pairs, split after the first value's unit: a key never
+starts with a digit, and never holds a value (#31)."""
 
 _ITERATION_KEYS: Final = {
     "consumed samples": ("consumed_samples", None),
     "throughput per GPU (TFLOP/s/GPU)": ("tflops_per_gpu", None),
     "TFLOPs": ("tflops_per_gpu", None),
     "samples per second": ("samples_per_s", None),
+    "samples/sec": ("samples_per_s", None),
     "global batch size": ("global_batch_size", None),
 }
 

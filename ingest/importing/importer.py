@@ -66,7 +66,8 @@ def import_logs(
     ``existing`` says what to do when run ``run`` exists (see :data:`EXISTING_RUN`). A log no trainer's
     reader recognises is read by the generic reader: ``mapping`` is what it took for the step and
     each role (``{role: key}``) after the user's corrections (``--map NAME=ROLE``, ``--map KEY=step``),
-    None for other readers; ``reader_note`` says the generic reader was used. ``user_meta`` and
+    None for other readers; ``reader_note`` says the generic reader was used; ``step_source`` says what a
+    reader took for the step where the log names none (a CSV's unnamed index column), else None. ``user_meta`` and
     ``remove_meta`` (``--meta KEY=VALUE``, ``--meta KEY=``) are committed with run ``run``'s rows, as
     ``Store.update_meta`` records them: its analyses run once, on them. ``reader_set`` limits detection
     to those built-in readers (``ingest.formats.FALLBACK_READERS``: what a layout no reader knows gets)."""
@@ -147,6 +148,7 @@ def import_logs(
             "kept_over": parsed.kept_over,
             "mapping": mapping,
             "reader_note": parsed.meta.get("generic_reader"),
+            "step_source": parsed.meta.get("step_source"),
             **report_fields(line_report),
         }
     ]
