@@ -1,0 +1,65 @@
+"""Round 25, r25b (issue #31): runs kept apart where a file holds several launches: Hugging Face Trainer consoles
+whose dicts carry no step, MMEngine scalar logs with validation records, CSV files that every launch appends to
+with its header, text consoles relaunched from the start (docs/diagnosis.md, "Rules added in round 25": r25b)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ingest.formats import detect, read_log
+from tests.log_text import write_lines
+
+
+def _dict(loss: float, i: int) -> str:
+    """The i-th training dict of a run of 13 steps an epoch logging every 5 steps."""
+    epoch = round(5 * i / 13, 2)
+    return f"{{'loss': {loss}, 'grad_norm': {3.0 + i}, 'learning_rate': {1e-5 / i}, 'epoch': {epoch}}}"
+
+
+def _hf_launch(losses: list[float], crash_after: int | None = None) -> list[str]:
+    """One Trainer.train() call of 10 epochs x 13 steps logging every 5: an evaluation results dict (numpy scalars,
+    no training key) at epoch 0, the training dicts, the summary dict (none where it crashed)."""
+    lines = [
+        "  [run]  model x method ...",
+        "{'forget_quality': np.float64(0.64), 'model_utility': np.float64(0.43), 'epoch': 0}",
+    ]
+    for i, loss in enumerate(losses, 1):
+        if crash_after is not None and i > crash_after:
+            return [*lines, "Traceback (most recent call last):", "RuntimeError: CUDA error"]
+        lines.append(f"  4%|▍         | {5 * i}/130 [02:46<31:03, 14.91s/it]")
+        lines.append(_dict(loss, i))
+        if i % 3 == 0:
+            lines.append(
+                f"{{'forget_quality': np.float64({0.5 / i}), 'model_utility': np.float64(0.4), 'epoch': {i // 3}.0}}"
+            )
+    lines.append("{'train_runtime': 3094.45, 'train_samples_per_second': 1.293, 'train_loss': -37.3, 'epoch': 10.0}")
+    return lines
+
+
+def test_hf_trainer_calls_in_one_console_are_runs_each_on_its_own_steps(tmp_path: Path) -> None:
+    """A pipeline's consecutive train() calls: the epoch goes back to the run's first (0.38 after 10.0) and a summary
+    dict ends each call; a call that crashed prints none, the next one's epoch back at the first still starts a run."""
+    first = [-1.0 - i for i in range(26)]
+    second = [15.0 - 0.1 * i for i in range(26)]
+    third = [2.0 - 0.01 * i for i in range(26)]
+    lines = [*_hf_launch(first), *_hf_launch(second, crash_after=20), *_hf_launch(third)]
+    path = write_lines(tmp_path, "phase3_run.log", lines)
+    assert detect([path])[0][0] == "hf_console"
+    log = read_log([path])
+    assert len(log.segments) == 2
+    steps, loss = log.series("loss")
+    assert steps.tolist() == [5 * i for i in range(1, 27)] and loss[-1] == first[-1]
+    crashed, last = log.segments
+    assert crashed.series("loss")[0].tolist() == [5 * i for i in range(1, 21)]
+    assert crashed.series("loss")[1][0] == 15.0 and last.series("loss")[1][0] == 2.0
+    # the evaluation results dict (numpy scalars, no training key) is an evaluation's metrics, in its own run
+    assert any("forget_quality" in name for name in log.metrics)
+    fq = next(name for name in last.metrics if "forget_quality" in name)
+    assert last.series(fq)[1][0] == 0.64
+
+
+def test_an_epoch_that_goes_back_within_a_run_is_no_new_run(tmp_path: Path) -> None:
+    """A resume to a checkpoint after the run's first log (epoch back to 0.77, above the first 0.38) stays one run."""
+    lines = [_dict(3.0 - 0.1 * i, i) for i in [1, 2, 3, 4, 5, 2, 3, 4, 5, 6]]
+    log = read_log([write_lines(tmp_path, "console.log", lines)])
+    assert not log.segments
