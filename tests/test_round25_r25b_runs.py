@@ -4,6 +4,7 @@ with its header, text consoles relaunched from the start (docs/diagnosis.md, "Ru
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from ingest.formats import detect, read_log
@@ -63,3 +64,36 @@ def test_an_epoch_that_goes_back_within_a_run_is_no_new_run(tmp_path: Path) -> N
     lines = [_dict(3.0 - 0.1 * i, i) for i in [1, 2, 3, 4, 5, 2, 3, 4, 5, 6]]
     log = read_log([write_lines(tmp_path, "console.log", lines)])
     assert not log.segments
+
+
+def _mm_train(step: int, loss: float) -> str:
+    return json.dumps(
+        {"lr": 1e-05, "data_time": 0.2, "grad_norm": 20.0 + step, "loss": loss, "time": 0.34, "epoch": 1, "iter": step}
+        | {"memory": 5600, "step": step}
+    )
+
+
+def _mm_val(score: float, seconds: float) -> str:
+    return json.dumps({"coco/bbox_mAP": score, "coco/bbox_mAP_50": score, "data_time": 0.1, "time": seconds, "step": 0})
+
+
+def test_an_iteration_loops_validation_records_at_step_0_are_no_restart(tmp_path: Path) -> None:
+    """MMEngine's scalars.json of an IterBasedTrainLoop: every validation record says ``"step": 0`` (the epoch such
+    a loop never counts). Three launches appended: each validation record goes at the iteration before it, in the
+    launch it ran in; the steps back at 1 alone start runs."""
+    lines = []
+    steps = [1, *range(50, 1550, 50)]
+    for launch in range(3):
+        for step in steps:
+            lines.append(_mm_train(step, 40.0 - step / 50 - launch))
+            if step % 500 == 0 and launch != 1:
+                lines.append(_mm_val(step / 5000, 0.16 + launch))  # equal scores in two launches: two records
+    path = write_lines(tmp_path, "scalars.json", lines)
+    log = read_log([path])
+    assert len(log.segments) == 2
+    for run in (log, *log.segments):
+        assert run.series("loss")[0].tolist() == steps
+        assert run.series("step_time_s")[1].tolist() == [0.34] * 31  # the evaluation's own time is not a step's
+    assert log.series("coco/bbox_mAP")[0].tolist() == [500, 1000, 1500]
+    assert "coco/bbox_mAP" not in log.segments[0].metrics
+    assert log.segments[1].series("coco/bbox_mAP")[0].tolist() == [500, 1000, 1500]
