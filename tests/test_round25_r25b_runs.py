@@ -97,3 +97,18 @@ def test_an_iteration_loops_validation_records_at_step_0_are_no_restart(tmp_path
     assert log.series("coco/bbox_mAP")[0].tolist() == [500, 1000, 1500]
     assert "coco/bbox_mAP" not in log.segments[0].metrics
     assert log.segments[1].series("coco/bbox_mAP")[0].tolist() == [500, 1000, 1500]
+
+
+def test_a_csv_header_written_again_starts_a_launch(tmp_path: Path) -> None:
+    """Six launches appended to one epoch CSV, each after its header line: a launch of one row, and launches that go
+    on at the epoch the one before ended at (19 after 19), are runs of their own; no row is dropped."""
+    header = "epoch,train_loss,val_loss"
+    launches = [[0, 1], [0], list(range(11)), list(range(20)), [19], list(range(19, 35))]
+    lines = []
+    for k, epochs in enumerate(launches):
+        lines.append(header)
+        lines += [f"{e},{0.06 - 0.001 * e + 0.0001 * k},{0.07 - 0.001 * e}" for e in epochs]
+    log = read_log([write_lines(tmp_path, "train_log.csv", lines)])
+    runs = [log, *log.segments]
+    assert [run.series("loss")[0].tolist() for run in runs] == launches
+    assert all(run.series("val_loss")[0].shape[0] == len(epochs) for run, epochs in zip(runs, launches, strict=True))
