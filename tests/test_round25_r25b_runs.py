@@ -112,3 +112,37 @@ def test_a_csv_header_written_again_starts_a_launch(tmp_path: Path) -> None:
     runs = [log, *log.segments]
     assert [run.series("loss")[0].tolist() for run in runs] == launches
     assert all(run.series("val_loss")[0].shape[0] == len(epochs) for run, epochs in zip(runs, launches, strict=True))
+
+
+def _launch_head(batch_size: int) -> list[str]:
+    return [
+        "2022-05-08 18:17:42,722 - INFO - using device:cuda:0",
+        f"2022-05-08 18:17:45,410 - INFO - args:Namespace(batch_size={batch_size}, epochs=5, log_step=10)",
+        "2022-05-08 18:17:45,410 - INFO - start training",
+    ]
+
+
+def _batch(n: int, loss: float) -> str:
+    return f"2022-05-08 18:20:00,000 - INFO - batch {n} of epoch 1, loss {loss}, batch_acc 0.4, lr [{n * 1e-8}]"
+
+
+def test_a_relaunch_that_counts_from_its_start_is_a_run_not_a_resume(tmp_path: Path) -> None:
+    """A console relaunched three times (its start-up lines printed again): the first launch logs every batch
+    (1..300), the next ones every 10th (10, 20, ...). A step back to 10 after 300 is no resume: a resume from a
+    checkpoint at batch c logs c + 10 first, more than its logging interval; a launch from scratch logs 10."""
+    lines = [*_launch_head(8), *[_batch(n, 4.9 - n / 1000) for n in range(1, 301)]]
+    lines += [*_launch_head(8), *[_batch(n, 4.5 - n / 10000) for n in range(10, 4050, 10)]]
+    lines += [*_launch_head(4), *[_batch(n, 4.7 - n / 10000) for n in range(10, 240, 10)]]
+    log = read_log([write_lines(tmp_path, "train.log", lines)])
+    runs = [log, *log.segments]
+    assert [run.series("loss")[0][[0, -1]].tolist() for run in runs] == [[1, 300], [10, 4040], [10, 230]]
+    assert not any(event.kind == "rollback" for run in runs for event in run.events)
+
+
+def test_a_relaunch_that_resumes_from_a_checkpoint_stays_in_its_run(tmp_path: Path) -> None:
+    """The same console, its second launch resumed from the checkpoint at batch 200: it logs 210 first (more than its
+    interval of 10), a rewind of the run, not a run of its own."""
+    lines = [*_launch_head(8), *[_batch(n, 4.9 - n / 1000) for n in range(10, 310, 10)]]
+    lines += [*_launch_head(8), *[_batch(n, 4.5 - n / 10000) for n in range(210, 500, 10)]]
+    log = read_log([write_lines(tmp_path, "train.log", lines)])
+    assert not log.segments
