@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ingest.formats._common import LogBuilder
 
@@ -36,9 +37,11 @@ def header_rows(table: pa.Table) -> npt.NDArray[np.bool_]:
     if table.num_rows == 0 or not names or not all(pa.types.is_string(t) for t in table.schema.types):
         return np.zeros(table.num_rows, dtype=bool)
     out = np.ones(table.num_rows, dtype=bool)
-    for name in names:
-        cells = table[name].to_pylist()
-        out &= np.array([c is not None and c.strip() == name.strip() for c in cells], dtype=bool)
+    for name in names:  # compared in Arrow, column by column, stopping once no row can be the header
+        same = pc.equal(pc.utf8_trim_whitespace(table[name]), pa.scalar(name.strip()))
+        out &= np.array(same.to_pylist(), dtype=np.bool_)  # an empty cell (None) is no header's
+        if not out.any():
+            break
     return out
 
 
