@@ -58,6 +58,7 @@ from ingest.formats.csv_counters import (
     proposed_loss,
     step_like_column,
 )
+from ingest.formats.csv_headers import launches
 from ingest.formats.epoch_steps import EpochSteps
 from ingest.formats.field_roles import SETTINGS_KEY
 from ingest.formats.label_blocks import LabelBlocks
@@ -129,7 +130,10 @@ class WideCsvReader(Reader):
             chunks = iter_csv(path, builder, text_columns=(EVENT_COLUMN,))
             if self._label is not None:  # one run of several in the table: ingest.formats.labelled_runs
                 chunks = ((run_table(table, self._label), line) for table, line in chunks)
-            for table, line in pivoted_blocks(chunks):  # one row per (tag, step, value): ingest.formats.long_table
+            # a launch that wrote the header again (ingest.formats.csv_headers) starts a run
+            for table, line, launched in launches(pivoted_blocks(chunks), path, builder):
+                if launched and rows:
+                    runs.fresh_run()
                 table = name_value_column(table, path)  # a one-series export: ingest.formats.value_column
                 table, summary = summary_rows(table)  # the Trainer's totals row, no step: ingest.formats.run_totals
                 table = without_eval_batch_rows(table, table.column_names)  # Lightning's: .lightning_eval

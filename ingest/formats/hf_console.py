@@ -65,8 +65,11 @@ from ingest.formats.tqdm_rates import bar_rate, bar_step_times
 _DICT: Final = re.compile(r"\{'[A-Za-z_][^']*':[^{}]*\}")
 """A printed ``logs`` dict: Python's repr, single-quoted keys."""
 _PAIR: Final = re.compile(
-    r"'(?P<key>[^']+)':[ \t]*(?:'(?P<sval>[^']*)'|tensor\((?P<tval>[^,)]+)[^)]*\)|(?P<val>[^,}\s]+))"
+    r"'(?P<key>[^']+)':[ \t]*(?:'(?P<sval>[^']*)'|(?:tensor|np\.[a-z0-9_]+|numpy\.[a-z0-9_]+)\((?P<tval>[^,)]+)[^)]*\)"
+    r"|(?P<val>[^,}\s]+))"
 )
+"""One ``'key': value`` of a printed dict: a number, a quoted string, a ``tensor(0.77, device=...)`` or a numpy
+scalar's repr (``np.float64(0.64)``: NumPy 2 prints its scalars so, as an evaluation's results dict holds them)."""
 _KNOWN_KEYS: Final = re.compile(r"\{'(loss|eval_loss|learning_rate|grad_norm|train_runtime|train_loss)'")
 _TQDM: Final = re.compile(r"[0-9]+%(?:\|[^|]*\||[ \t])[ \t]*(?P<n>[0-9]+)/(?P<total>[0-9]+)[ \t]*\[")
 """A tqdm bar, ``  5%|▍  | 20/405 [07:33<...]``; a notebook's copy drops the glyphs (``  3% 9/300 [03:58<...]``)."""
@@ -82,6 +85,11 @@ _ARGS_NO_MAX: Final = re.compile(r"\bmax_steps=(?:-1|0)\b")
 _SUMMARY_KEY: Final = "train_runtime"
 _LOGGED_KEY: Final = re.compile(r"loss|learning_rate|grad_norm|epoch|eval_|train_")
 """A key of the Trainer's logs (``Trainer.log`` adds ``epoch`` to every dict it prints)."""
+_TRAINING_KEY: Final = re.compile(r"(?!eval_|test_|predict_).*(?:loss|learning_rate|grad_norm)")
+"""A key a training step's logs dict holds: the Trainer logs ``loss``, ``grad_norm`` and ``learning_rate`` at every
+logging step (TRL's trainers add theirs beside them). A dict with none of them (``{'forget_quality': 0.64,
+'model_utility': 0.44, 'epoch': 1.0}``, a custom evaluator's results sent through ``Trainer.log``) is an
+evaluation's, whatever its keys are named."""
 
 
 @dataclass
@@ -112,7 +120,9 @@ class _Scan:
     """A settings dict of the same keys as an earlier one, a value changed, printed since the last
     training dict: a grid's next point, a new run where the training dict after it restarts."""
     restarts: list[int] = field(default_factory=list)
-    """Indices in ``records`` of the training dicts that open a grid's next run."""
+    """Indices in ``records`` of the records that open a next run (a grid's next point, a next launch)."""
+    summarised: bool = False
+    """A summary dict (``train_runtime``) was printed since the last training dict: ``train()`` returned."""
     stage: list[tuple[int, int, dict[str, float]]] = field(default_factory=list)
     """A stage's plain step lines before the first dict (:mod:`ingest.formats.stage_lines`): (line, step, values)."""
     full: set[int] = field(default_factory=set)
@@ -232,8 +242,9 @@ def _scan_line(line: str, line_no: int, path: Path, scan: _Scan, builder: LogBui
             found = True
             if _SUMMARY_KEY in values:
                 scan.summary.update(values)
+                scan.summarised = True
             else:
-                is_eval = any(k.startswith("eval_") for k in values)
+                is_eval = any(k.startswith("eval_") for k in values) or not any(map(_TRAINING_KEY.match, values))
                 printed = _PRINTED_STEP.search(before) if quoted else None
                 if not is_eval:
                     _note_restart(values, scan)
@@ -259,16 +270,17 @@ def _scan_line(line: str, line_no: int, path: Path, scan: _Scan, builder: LogBui
 def _steps(scan: _Scan) -> tuple[list[int], str]:
     """Each record's step and how it was found (see the module docstring)."""
     train = [r for r in scan.records if not r.eval]
+    runs = _train_runs(scan)
     printed = [r.printed for r in train]
-    if printed and all(p is not None for p in printed) and all(b > a for a, b in itertools.pairwise(printed)):  # type: ignore[operator]
-        return _with_evals(scan.records, [int(p) for p in printed if p is not None], lambda r: r.printed), (
+    if printed and all(p is not None for p in printed) and _rising([int(p or 0) for p in printed], runs, first=0):
+        return _with_evals(scan, [int(p) for p in printed if p is not None], lambda r: r.printed), (
             "printed step: the step counter printed before each logs dict"
         )
     total = _total(scan)
     if total and train and all(r.bar is not None and r.bar[1] == total for r in train):
         counted = [r.bar[0] for r in train if r.bar is not None]
-        if counted[0] > 0 and all(b > a for a, b in itertools.pairwise(counted)):
-            return _with_evals(scan.records, counted, lambda r: r.bar[0] if r.bar and r.bar[1] == total else None), (
+        if _rising(counted, runs):
+            return _with_evals(scan, counted, lambda r: r.bar[0] if r.bar and r.bar[1] == total else None), (
                 f"progress bar: the training bar's count N/{total} drawn before each logs dict (the console "
                 "prints no step)"
             )
@@ -280,40 +292,61 @@ def _steps(scan: _Scan) -> tuple[list[int], str]:
             return round(record.values["epoch"] * per_epoch) if "epoch" in record.values else None
 
         derived = [round(r.values["epoch"] * per_epoch) for r in train]
-        if derived[0] > 0 and all(b > a for a, b in itertools.pairwise(derived)):
+        if _rising(derived, runs):
             where = "the summary's epoch" if "epoch" in scan.summary else "the banner's Num Epochs"
             how = f"{total} optimization steps over {end_epoch:g} epochs, {where}"
-            interval = _logging_interval(derived)
-            if interval is not None and interval * len(derived) <= total:
-                counted = [interval * (i + 1) for i in range(len(derived))]
-                return _with_evals(scan.records, counted, by_epoch), (
+            each = [[d for d, run in zip(derived, runs, strict=True) if run == k] for k in range(runs[-1] + 1)]
+            intervals = {_logging_interval(run) for run in each}
+            interval = intervals.pop() if len(intervals) == 1 else None
+            if interval is not None and interval * max(map(len, each)) <= total:
+                counted = [interval * (i + 1) for run in each for i in range(len(run))]
+                return _with_evals(scan, counted, by_epoch), (
                     f"logging interval: the N-th logs dict is step N x {interval} (the epoch x {per_epoch:g} "
                     f"steps per epoch, {how}, advances by {interval} at every dict; the console prints no step)"
                 )
-            return _with_evals(scan.records, derived, by_epoch), (
+            return _with_evals(scan, derived, by_epoch), (
                 f"epoch x {per_epoch:g} steps per epoch ({how}): the console prints no step"
             )
     interval = _completed_interval(scan, total, train)
     if interval is not None and total:
         counted = [interval * (i + 1) for i in range(len(train))]
-        return _with_evals(scan.records, counted, lambda r: None), (
+        return _with_evals(scan, counted, lambda r: None), (
             f"logging interval of a completed run: {len(train)} training logs dicts over the {total} steps the "
             f"training bar reached, the N-th is step N x {interval} (the console prints no step; its bars are "
             "drawn too seldom to date each dict)"
         )
-    if scan.restarts:  # a grid's runs back to back: each counts from 1 (segments cut them apart)
-        counted, n, starts = [], 0, set(scan.restarts)
-        for i, record in enumerate(scan.records):
-            n = 1 if i in starts else n + (not record.eval)
-            counted += [] if record.eval else [n]
-        return _with_evals(scan.records, counted, lambda r: None), (
-            "line order per run: the N-th training logs dict since the run's start (a changed settings dict, or an "
-            "epoch back below the run's first) is step N"
+    if scan.restarts:  # runs back to back: each counts from 1 (segments cut them apart)
+        counted = [i - runs.index(run) + 1 for i, run in enumerate(runs)]
+        return _with_evals(scan, counted, lambda r: None), (
+            "line order per run: the N-th training logs dict since the run's start (a summary dict, a changed "
+            "settings dict, or an epoch back to the run's first) is step N"
         )
-    return _with_evals(scan.records, list(range(1, len(train) + 1)), lambda r: None), (
+    return _with_evals(scan, list(range(1, len(train) + 1)), lambda r: None), (
         "line order: the N-th training logs dict is step N (one logging interval, not one optimizer step; "
         "the console prints no step and no steps per epoch)"
     )
+
+
+def _train_runs(scan: _Scan) -> list[int]:
+    """The run (0, 1, ...: :attr:`_Scan.restarts` cut them) of each training record, in file order."""
+    starts = set(scan.restarts)
+    out: list[int] = []
+    run = 0
+    for i, record in enumerate(scan.records):
+        run += i in starts and bool(out)
+        if not record.eval:
+            out.append(run)
+    return out
+
+
+def _rising(steps: Sequence[int], runs: Sequence[int], first: int = 1) -> bool:
+    """Whether ``steps`` (one per training record; ``runs``: each one's run) rise strictly within each run, each
+    run's first at least ``first``."""
+    if not steps:
+        return False
+    if any(step < first for step, run, before in zip(steps, runs, [None, *runs[:-1]], strict=True) if run != before):
+        return False
+    return all(b > a for (a, ra), (b, rb) in itertools.pairwise(zip(steps, runs, strict=True)) if ra == rb)
 
 
 def _completed_interval(scan: _Scan, total: int | None, train: Sequence[_Record]) -> int | None:
@@ -351,19 +384,33 @@ def _note_settings(text: str, scan: _Scan) -> None:
 
 
 def _note_restart(values: dict[str, float], scan: _Scan) -> None:
-    """A training dict whose epoch went back opens the next run when a changed settings dict came before it
-    (a grid's next point), or when it goes below the first epoch its run logged (docs/diagnosis.md, "Import: steps,
-    epochs and runs"): a resume goes back to a checkpoint saved after the run began logging, never below its first
-    record, so a dict there is a fresh session appended to the file (``launch_ends``' rule for a table's steps). An
-    epoch that goes back within the run, with no settings changed, splits nothing."""
+    """A training dict opens the next run (docs/diagnosis.md, "Import: steps, epochs and runs") when a summary dict
+    (``train_runtime``) came before it: ``train()`` returned, and what trains after it is another call (a pipeline's
+    next model or method, a relaunch). Where its epoch went back, it opens one too when a changed settings dict
+    came before it (a grid's next point), or when it goes back to the first epoch its run logged or below: a resume
+    goes back to a checkpoint saved after the run began logging and logs the step after it, so a dict at or below
+    the run's first is a fresh session appended to the file (``launch_ends``' rule for a table's steps). An epoch
+    that goes back within the run, with no settings changed, splits nothing. The evaluation dicts printed right
+    before the dict, at an epoch below the run's last (the new session's evaluation before it trains), go with it."""
     epoch = values.get("epoch")
-    if epoch is not None:
-        last = next((r.values.get("epoch") for r in reversed(scan.records) if not r.eval), None)
-        start = scan.restarts[-1] if scan.restarts else 0
+    last = next((r.values.get("epoch") for r in reversed(scan.records) if not r.eval), None)
+    start = scan.restarts[-1] if scan.restarts else 0
+    trained = any(not r.eval for r in scan.records[start:])
+    fresh = trained and scan.summarised
+    if epoch is not None and last is not None and epoch < last:
         first = next((r.values.get("epoch") for r in scan.records[start:] if not r.eval), None)
-        if last is not None and epoch < last and (scan.changed or (first is not None and epoch < first)):
-            scan.restarts.append(len(scan.records))
+        fresh = fresh or scan.changed or (first is not None and epoch <= first)
+    if fresh:
+        at = len(scan.records)
+        while (
+            at > start + 1
+            and scan.records[at - 1].eval
+            and scan.records[at - 1].values.get("epoch", 0.0) < (last if last is not None else 0.0)
+        ):
+            at -= 1
+        scan.restarts.append(at)
     scan.changed = False
+    scan.summarised = False
 
 
 def _total(scan: _Scan) -> int | None:
@@ -391,15 +438,19 @@ def _logging_interval(derived: Sequence[int]) -> int | None:
     return interval
 
 
-def _with_evals(records: list[_Record], train_steps: list[int], dated: Callable[[_Record], int | None]) -> list[int]:
+def _with_evals(scan: _Scan, train_steps: list[int], dated: Callable[[_Record], int | None]) -> list[int]:
     """Every record's step: training dicts in turn; an evaluation at ``dated(record)`` (its own bar
-    count or epoch) kept between the training steps around it, else at the training step before it."""
+    count or epoch) kept between the training steps around it (from 0 in its run), else at the training step
+    before it."""
     out: list[int] = []
     it = iter(train_steps)
     last = 0
     later = [*train_steps, 2**62]
     done = 0
-    for record in records:
+    starts = set(scan.restarts)
+    for i, record in enumerate(scan.records):
+        if i in starts:
+            last = 0
         if not record.eval:
             last = next(it)
             done += 1

@@ -31,6 +31,7 @@ from ingest.formats.jsonl_roles import (
     record_keymap,
     split_epoch_records,
     with_clock_step_time,
+    without_eval_runtime,
 )
 from ingest.formats.raw_text import decode_head
 from ingest.formats.restarting_steps import monotone_step
@@ -131,6 +132,7 @@ def _add_part(
     where: tuple[Path, int],
 ) -> None:
     """One run's records of one table into ``builder``: their roles judged on these records."""
+    part = without_eval_runtime(part, part_step)  # ingest.formats.jsonl_roles: an evaluation placed at its step
     wall_col, table_keymap = find_column(part.column_names, wall_candidates), keymap
     if record_roles and keymap is None:
         if part_step in step_candidates:

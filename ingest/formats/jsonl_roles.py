@@ -33,7 +33,9 @@ from collections.abc import Sequence
 from typing import Final
 
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ingest.formats._tabular import to_float
 from ingest.formats.aliases import KeyMap, canonical_name, own_name
@@ -185,6 +187,8 @@ def split_epoch_records(table: pa.Table, step_col: str, candidates: Sequence[str
     last: dict[float, float] = {}
     for epoch, step in zip(epochs[both & has_epoch], steps[both & has_epoch], strict=True):
         last[epoch] = max(last.get(epoch, step), step)
+    if np.all(steps[lone] == 0) and 0 not in last:
+        return _after_training_record(table, lone, step_col), None
     if not all(s in last for s in steps[lone]):
         return table, None
     on_axis = table.filter(pa.array(~lone))
@@ -194,6 +198,50 @@ def split_epoch_records(table: pa.Table, step_col: str, candidates: Sequence[str
     off = table.filter(pa.array(lone)).select(own)
     placed = np.array([last[s] for s in steps[lone]], dtype=np.float64)
     return on_axis, off.append_column(EPOCH_END_STEP, pa.array(placed))
+
+
+EVALUATED: Final = "__evaluated_after__"
+"""A flag column: the record is a validation record placed at the training record's step before it
+(:func:`_after_training_record`); :func:`without_eval_runtime` takes it away once the runs are cut."""
+
+
+def _after_training_record(table: pa.Table, lone: npt.NDArray[np.bool_], step_col: str) -> pa.Table:
+    """``table`` with each validation record of an iteration-based loop (``lone``: its ``step`` is 0, the epoch
+    such a loop never counts, as MMEngine's ``LoggerHook`` writes it by default) at the step of the training record
+    before it in file order (the iteration it evaluated), in its place: a step going back to 0 at every
+    evaluation is no restart, and an evaluation stays in the launch it ran in (several launches appended to one
+    ``scalars.json``). It is flagged (:data:`EVALUATED`): its own ``time``/``data_time`` are the evaluation's and
+    are left out once the runs are cut (kept until then, they tell two evaluations with equal scores apart)."""
+    steps, _ = to_float(table[step_col])
+    placed = steps.copy()
+    before = np.nan
+    for i in range(steps.shape[0]):
+        if lone[i]:
+            placed[i] = before
+        elif np.isfinite(steps[i]):
+            before = steps[i]
+    at = table.column_names.index(step_col)
+    table = table.set_column(at, step_col, pa.array(placed, mask=~np.isfinite(placed)))
+    return table.append_column(EVALUATED, pa.array(lone))
+
+
+def without_eval_runtime(part: pa.Table, step_col: str) -> pa.Table:
+    """``part`` (its steps in ``step_col``) without the :data:`EVALUATED` flag, the flagged records' keys that the
+    training records carry (the evaluation's own ``time``, ``data_time``, ``memory``) left out."""
+    if EVALUATED not in part.column_names:
+        return part
+    flagged = np.asarray(part[EVALUATED].to_pylist(), dtype=bool)
+    part = part.drop_columns([EVALUATED])
+    if not flagged.any():
+        return part
+    trained = part.filter(pa.array(~flagged))
+    columns = []
+    for name in part.column_names:
+        column = part[name]
+        if trained.num_rows and trained[name].null_count < trained.num_rows and name != step_col:
+            column = pc.if_else(pa.array(flagged), pa.nulls(part.num_rows, column.type), column.combine_chunks())
+        columns.append(column)
+    return pa.table(columns, names=part.column_names)
 
 
 def with_clock_step_time(table: pa.Table, step_col: str) -> pa.Table:

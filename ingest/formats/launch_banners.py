@@ -71,17 +71,26 @@ def repeated_launches(lines: Sequence[_Line], repeated: Sequence[int]) -> list[i
         return out
     lowest: int | None = None
     last: _Line | None = None
-    for x in lines:
-        if x.step < 0:
-            continue
+    stepped = [x for x in lines if x.step >= 0]
+    for x, after in zip(stepped, [*stepped[1:], None], strict=True):
         if (
             last is not None
             and lowest is not None
-            and x.step == last.step == lowest
             and x.layout == last.layout
             and bisect.bisect_right(repeated, last.line_no) < bisect.bisect_left(repeated, x.line_no)
+            and (x.step == last.step == lowest or _counts_from_start(x, last, after))
         ):
             out.append(x.line_no)
         lowest = x.step if lowest is None else min(lowest, x.step)
         last = x
     return out
+
+
+def _counts_from_start(x: _Line, last: _Line, after: _Line | None) -> bool:
+    """Whether step line ``x``, below the step line before it (``last``), counts from its launch's start: its step
+    is no more than its own logging interval, the rise to the step line after it (``after``, of its layout). A
+    resume from a checkpoint at step ``c > 0`` logs ``c + g`` first, more than its interval ``g``; a launch from
+    scratch logs ``g`` (``10, 20, ...`` after a launch that ended at 1561)."""
+    if after is None or after.layout != x.layout or not 0 < x.step < last.step:
+        return False
+    return 0 < x.step <= after.step - x.step
