@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -293,9 +295,23 @@ def test_every_statement_of_a_log_with_facts_is_judged(scores: list[LogScore]) -
     )
 
 
-@pytest.mark.timeout(1800)  # it scores the whole corpus again: past the 600 s default on a loaded machine
-def test_cli_prints_the_table(capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_prints_the_table(
+    scores: list[LogScore], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The CLI prints its tables of the module's scoring: main's call of ``evaluate`` (the corpus folder and
+    every golden, all readers) is answered with ``scores``, the same call's result, instead of importing the
+    whole corpus a second time (that doubled this module's time)."""
+    import bench.corpus_eval as corpus_eval
+
+    asked: list[tuple[Path, list[str], object]] = []
+
+    def scored(corpus: Path, goldens: Sequence[Mapping[str, Any]], reader_set: object = None) -> list[LogScore]:
+        asked.append((corpus, [str(g["name"]) for g in goldens], reader_set))
+        return scores
+
+    monkeypatch.setattr(corpus_eval, "evaluate", scored)
     assert main(["--corpus", str(CORPUS)]) == 0
+    assert asked == [(Path(str(CORPUS)), [s.name for s in scores], None)]
     out = capsys.readouterr().out
     assert "| log | runs stored / in log |" in out and "| StabScope | all |" in out
     assert "| | statements | true | false | unsupported | unjudged | precision (true / all) |" in out
