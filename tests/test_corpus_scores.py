@@ -90,3 +90,17 @@ def test_totals_per_golden_batch() -> None:
     found = "| required incidents found (recall) | 3/4 (0.75) | 1/2 (0.50) | 2/2 (1.00) | 2/2 (1.00) | 0/1 (0.00) |"
     assert found in summary
     assert "| StabScope | batch 8 | 1.00 | 1 / 1 | 0 | 0 |" in detector_table(scores)
+
+
+def test_a_throughput_in_samples_per_second_is_the_throughput_its_golden_names() -> None:
+    """A golden whose run logs Megatron's ``samples/sec`` lists ``throughput`` with ``median_throughput`` keyed
+    ``samples_per_s``: the stored ``samples_per_s`` is that throughput (tokens per second would need the sequence
+    length); a run that stores neither still misses it."""
+    from bench.corpus_eval import _throughput_named
+
+    want = {"metrics": ["loss", "throughput"], "median_throughput": {"samples_per_s": 32.6}}
+    assert _throughput_named("throughput", {"loss": None, "samples_per_s": None}, want)
+    assert _throughput_named("throughput", {"samples_per_sec": None}, want)  # 'per second' however it is spelled
+    assert not _throughput_named("throughput", {"loss": None}, want)
+    assert not _throughput_named("throughput", {"samples_per_s": None}, {"median_throughput": None})
+    assert not _throughput_named("loss", {"samples_per_s": None}, want)
