@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from stab_core.fell_from_start import fell_from_start
 from stab_core.held_out import TRAINING_NONFINITE_KEYS, nonfinite_held_out_only
 from stab_core.loss_origin import moving_target
 from stab_core.metrics import signed_objective
@@ -163,6 +164,14 @@ def _falls_when_healthy(view: RunView, check: PremiseCheck) -> PremiseCheck:
     if moving_target(view.meta, view.series):
         return False, {**check[1], "moving_target": True}
     return check
+
+
+def _not_fallen(view: RunView, onset: int, until: int, check: PremiseCheck) -> PremiseCheck:
+    """``check``, false where the training loss fell from its first steps and kept falling through the
+    incident (:func:`stab_core.fell_from_start.fell_from_start`): "a healthy loss falls from the first steps"
+    is then what the loss did (round 25, issue #32)."""
+    fell, evidence = fell_from_start(view.series.get("loss"), onset, until)
+    return (False if fell else check[0]), {**check[1], **evidence}
 
 
 def _lr_never_fell_before(facts: RunFacts, step: int) -> bool | None:
@@ -327,7 +336,9 @@ def check_premises(
         "lr_logged": (lr_at_start is not None, {"lr_at_start": lr_at_start}),
         "lr_rose_before": _with(_lr_rose_before(facts, spike.start), {"lr_at_start": lr_at_start}),
         "log_starts_at_beginning": _log_starts_at_beginning(facts),
-        "onset_in_first_steps": _falls_when_healthy(view, _onset_in_first_steps(view, facts, spike.start)),
+        "onset_in_first_steps": _falls_when_healthy(
+            view, _not_fallen(view, spike.start, until, _onset_in_first_steps(view, facts, spike.start))
+        ),
         "not_recovered_level": _falls_when_healthy(view, (not recovered, {"recovered": recovered})),
         "checkpoint_before": _checkpoint_before(view, spike.start),
         "last_checkpoint_before": _checkpoint_before(view, spike.start),
