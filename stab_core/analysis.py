@@ -291,7 +291,14 @@ def incident_headline(item: Mapping[str, Any]) -> str:
             "of the other ranks"
         )
     kind = str(item.get("kind", "spike")).replace("_", " ")
-    return f"{kind} at step {item['peak']} ({item['start']}-{item.get('until', item['end'])}): " + ", ".join(moved)
+    return f"{kind} at step {item['peak']} ({span_text(item)}): " + ", ".join(moved)
+
+
+def span_text(item: Mapping[str, Any]) -> str:
+    """An incident's steps (its JSON object) as every view prints them: its first step to its last, the step it
+    was back included (``until``; ``end`` in an old record without one), "4-6" (round 25, issue #32: the
+    Spikes page said "4–5" of the incident the CLI said "(4-6)" of)."""
+    return f"{item['start']}-{item.get('until', item['end'])}"
 
 
 def outcome(item: Mapping[str, Any]) -> str:

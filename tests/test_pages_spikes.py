@@ -10,6 +10,7 @@ import pytest
 from ingest.importing.importer import store_parsed
 from ingest.services.run_analyses import open_analysed_store
 from ingest.store import Store
+from stab_core.analysis import incident_headline
 from tests.conftest import (
     GRAD_SPIKE_STEP,
     LOSS_SPIKE_FACTOR,
@@ -39,6 +40,8 @@ def test_table_lists_the_injected_spikes_with_their_cost(app_store: Store) -> No
     (grad,) = [m for m in incident["members"] if m["metric"] == "grad_norm"]
     assert grad["peak"] == GRAD_SPIKE_STEP and grad["ratio"] > 10  # 20x the grad-norm level
     assert incident["metrics"] == ["loss", "grad_norm"] and incident["grad_norm_lead_steps"] == 2
+    # the span in the CLI's words (its headline's "(a-b)"): one formatter for both (round 25, issue #32)
+    assert f"({loss['steps']})" in incident_headline(incident)
     # priced with the run's own logged step time on its 4 GPUs at $2/GPU-hour: the median over steps of
     # the cross-rank mean, three ranks at 0.5 s and one at 1.3 x 0.5 s -> 0.5375 s
     step_time = STEP_TIME_S * (3 + SLOW_FACTOR) / 4
