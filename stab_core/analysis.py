@@ -38,7 +38,9 @@ from stab_core.incidents import (
 from stab_core.level_shifts import LEVEL_SAMPLES, level_shifts
 from stab_core.metrics import signed_objective
 from stab_core.objectives import with_objective
+from stab_core.quantised_levels import under_resolution
 from stab_core.recent_level import new_early_jumps, new_recent_level_jumps
+from stab_core.rolling_baseline import logging_resolution
 from stab_core.run_end_rises import cut_off_at_log_end, rise_corroborated, run_end_rises
 from stab_core.running_means import per_batch_view
 from stab_core.runview import FloatArray, IntArray, RunView, Series
@@ -239,12 +241,19 @@ def spike_to_dict(spike: SpikeEvent, diagnosis: Diagnosis, incident: Incident | 
         "summary": diagnosis.summary,
         "claims": [
             claim.to_json()
-            for claim in incident_claims(spike, diagnosis, kind, *(incident.said_recovery if incident else ()))
+            for claim in incident_claims(
+                spike,
+                diagnosis,
+                kind,
+                *(incident.said_recovery if incident else ()),
+                print_floor=incident.print_floor if incident else None,
+            )
         ],
         "severity": incident.severity if incident is not None else ("divergence" if spike.diverged else "spike"),
         "certainty": incident.certainty if incident is not None else "high",
         "loss_recovered_at": incident.loss_recovered_at if incident is not None else None,
         "fell_back": list(incident.fell_back) if incident is not None and incident.fell_back is not None else None,
+        "print_floor": incident.print_floor if incident is not None else None,
     }
 
 
@@ -278,7 +287,14 @@ def incident_headline(item: Mapping[str, Any]) -> str:
         ratio = m.get("ratio")
         value = float(ratio) if isinstance(ratio, int | float) else math.inf
         largest[m["metric"]] = max(largest.get(m["metric"], -math.inf), value)
-    moved = [f"{metric} {_ratio_words(ratio)}" for metric, ratio in largest.items()]
+    floor = item.get("print_floor")
+    moved = [
+        # a level under the print's resolution is no level for a ratio (round 25): the print's floor is said
+        f"{metric} up from its print's floor (under {floor:g})"
+        if isinstance(floor, int | float) and metric == item.get("metric")
+        else f"{metric} {_ratio_words(ratio)}"
+        for metric, ratio in largest.items()
+    ]
     for metric, ratio in (item.get("co_moves") or {}).items():
         if isinstance(ratio, int | float) and ratio < 1.0:
             moved.append(f"{metric} at {times(ratio)} its level")
@@ -438,12 +454,15 @@ def find_incidents(view: RunView, params: AnalysisParams | None = None) -> list[
         ]
         corroborated = rise_corroborated(view.series.get("val_loss"), view.series.get("loss_scale"))
         found += [(event, "climb") for event in run_end_rises(loss.steps, loss.values, z, corroborated)]
-        found += [(event, "climb") for event in level_shifts(loss.steps, loss.values)]
+        # a lasting rise never back is a divergence only where its level lasts at the end (round 25: a loss
+        # printed 0.0000-0.0001 that rose to 0.04 and ended at 0.0002 is back within its print's noise)
+        found += [(event, "climb") for event in cut_off_at_log_end(level_shifts(loss.steps, loss.values), loss)]
         seen = [e for e, _ in found if e.metric == "loss"]
         again = spikes_past_long_incidents(loss.steps, loss.values, "loss", p.loss_spikes, seen, p.blip_samples)
         found += [(event, "spike") for event in again]
     found += [(event, "spike") for event in held_out_nonfinite(view.series, loss)]  # a val loss gone NaN/inf
     incidents = []
+    resolution = logging_resolution(loss.values) if loss is not None else 0.0  # the print's, for its floor
     for kind, members in group_incidents(found, join_steps=3 * interval, max_lead_steps=p.max_lead_steps):
         primary = members[0]
         if primary.metric == "loss":
@@ -461,13 +480,18 @@ def find_incidents(view: RunView, params: AnalysisParams | None = None) -> list[
             # the loss stayed within its band: no progress was lost
             primary = replace(primary, steps_lost=0)
         incident = Incident(kind, (primary, *members[1:]), co_moves)
-        incidents.append(_costed(incident, loss, early, p, view))
+        incidents.append(_costed(incident, loss, early, p, view, resolution))
     incidents += blowup_incidents(view.series, incidents, early_limit(loss, p.loss_spikes.window))  # val blow-ups
     return after_grouping(view.series, sorted(incidents, key=lambda i: i.start))
 
 
 def _costed(
-    incident: Incident, loss: Series | None, early: Sequence[SpikeEvent], p: AnalysisParams, view: RunView
+    incident: Incident,
+    loss: Series | None,
+    early: Sequence[SpikeEvent],
+    p: AnalysisParams,
+    view: RunView,
+    resolution: float = 0.0,
 ) -> Incident:
     """``incident`` with its severity, certainty and the step its loss was back on trend."""
     cost, recovered_at, held = costed_recovery(loss, incident)
@@ -505,8 +529,11 @@ def _costed(
             loss_unmoved=incident.co_moves.get("loss", math.inf) < p.loss_spikes.recover_ratio,  # no loss member
         )
     )
+    # a loss level under the print's ``resolution`` is said as the print's floor, with no ratio (round 25)
+    floor = incident.primary.metric == "loss" and under_resolution(incident.primary.baseline, resolution)
     return replace(
         incident,
+        print_floor=resolution if floor else None,
         severity=severity,
         certainty=certainty,
         loss_recovered_at=None if diverged else recovered_at,
