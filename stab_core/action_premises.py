@@ -317,6 +317,10 @@ def check_premises(
     warmup = kind in ("warmup_end", "lr_rise") and initial is True
     about: Evidence = {"transition_kind": kind, "transition_step": step, "lr_never_fell_before": initial}
     recovered = spike.recovered and not spike.diverged
+    # one sample out on the log's last one, neither back nor diverged (``cut_off_at_log_end``): the run ended
+    # during its incident, and nothing shows whether the loss would have come back (round 25, issue #32)
+    ended_during = not spike.recovered and not spike.diverged and spike.n_samples == 1
+    not_back: bool | None = None if ended_during else not recovered
     lr = view.series.get("lr")
     lr_at_start = None
     if lr is not None:
@@ -324,7 +328,10 @@ def check_premises(
         if a >= 0 and math.isfinite(lr.values[a]):
             lr_at_start = float(lr.values[a])
     return {
-        "not_recovered": (not recovered, {"recovered": recovered, "recovery_step": spike.recovery_step}),
+        "not_recovered": (
+            not_back,
+            {"recovered": recovered, "recovery_step": spike.recovery_step, "ended_during": ended_during},
+        ),
         "fp16": fp16,
         "fp16_loss_felt": _precision_change_premise(view, spike, until, fp16, nonfinite, held_out_only),
         "loss_scale_fell": scale_fell,
@@ -339,7 +346,9 @@ def check_premises(
         "onset_in_first_steps": _falls_when_healthy(
             view, _not_fallen(view, spike.start, until, _onset_in_first_steps(view, facts, spike.start))
         ),
-        "not_recovered_level": _falls_when_healthy(view, (not recovered, {"recovered": recovered})),
+        "not_recovered_level": _falls_when_healthy(
+            view, (not_back, {"recovered": recovered, "ended_during": ended_during})
+        ),
         "checkpoint_before": _checkpoint_before(view, spike.start),
         "last_checkpoint_before": _checkpoint_before(view, spike.start),
     }

@@ -443,10 +443,10 @@ def find_incidents(view: RunView, params: AnalysisParams | None = None) -> list[
         recent = new_recent_level_jumps(loss, loss_events, p.loss_spikes)
         loss_events = cut_off_at_log_end(loss_events + _near_baseline(recent, loss, p.loss_spikes), loss)
         found += [(event, "spike") for event in loss_events]
-        found += [
-            (event, "early_instability")
-            for event in early_rise_events(loss.steps, loss.values, p.loss_spikes.min_history, "loss", z)
-        ]
+        # an early rise on the log's last sample (a launch stopped at its second epoch) ended with the log: no
+        # divergence unless its level lasts (round 25)
+        early_rises = early_rise_events(loss.steps, loss.values, p.loss_spikes.min_history, "loss", z)
+        found += [(event, "early_instability") for event in cut_off_at_log_end(early_rises, loss)]
         early_until = early_limit(loss, p.loss_spikes.window)
         found += [
             (event, "early_instability" if event.start < early_until else "climb")

@@ -134,3 +134,18 @@ def test_the_cli_and_the_page_say_one_span() -> None:
     item = {"start": 4, "end": 5, "until": 6, "peak": 4, "metric": "val/box_loss", "ratio": None}
     assert span_text(item) == "4-6" and "(4-6)" in incident_headline(item)
     assert span_text({"start": 4, "end": 5}) == "4-5"  # an old record without ``until``
+
+
+def test_a_launch_that_stops_on_its_early_rise_ended_during_it_and_did_not_diverge() -> None:
+    steps = np.arange(0, 2, dtype=np.int64)
+    view = RunView(
+        "two_epochs",
+        {"loss": Series(steps, np.array([15.18, 22.58])), "lr": Series(steps, np.array([1e-6, 1e-5]))},
+        {},
+    )
+    [spike] = analyze_run(view).spikes
+    assert spike.incident is not None and spike.incident.severity != "divergence"
+    item = spike.to_dict()
+    said = " ".join(c["text"] for c in item["claims"] if c["holds"] is not False)
+    assert "Diverged" not in said and "has not come back" not in said
+    assert not any("Restart from the beginning" in a for a in spike.diagnosis.actions)
