@@ -25,8 +25,9 @@ from pages.parts.run_costs import money, priced_spikes, run_cost
 from pages.parts.run_meta import run_settings
 from pages.parts.store_access import auto_buckets, get_store, read_events, read_series, read_spikes
 from pages.parts.widgets import MISSING, go_to, nav_link, pick_run
-from stab_core.analysis import INCIDENT_VERDICT, analysis_notes, incident_headline, span_text, statements
+from stab_core.analysis import INCIDENT_VERDICT, analysis_notes, statements
 from stab_core.analysis import outcome as incident_outcome
+from stab_core.incident_headline import incident_headline, span_text
 from stab_core.loss_origin import loss_axis_title
 from stab_core.severity import DEFAULT_SENSITIVITY, blips_line, severity_words
 from stab_core.spikes import times

@@ -48,7 +48,7 @@ from stab_core.severity import Certainty, blowup_ratio, classify, loss_left_band
 from stab_core.skipped_steps import skipped_steps
 from stab_core.snr import SnrCollapse, SnrSeries, detect_snr_collapse, gradient_snr
 from stab_core.spike_params import GRAD_NORM_SPIKE_PARAMS, LOSS_SPIKE_PARAMS, SpikeParams
-from stab_core.spikes import SpikeEvent, detect_spikes, event_at_step, link_grad_norm_lead, times
+from stab_core.spikes import SpikeEvent, detect_spikes, event_at_step, link_grad_norm_lead
 from stab_core.step_gaps import near_baseline as _near_baseline
 from stab_core.tree_nodes import DiagnosisContext, logging_interval, prepare_context
 from stab_core.tree_walk import Diagnosis
@@ -271,50 +271,6 @@ def _rank_outlier(diagnosis: Diagnosis) -> dict[str, Any] | None:
                 "ratio": _json_number(ratio) if isinstance(ratio, float) else None,
             }
     return None
-
-
-def _ratio_words(ratio: Any) -> str:
-    return times(ratio) if isinstance(ratio, int | float) and math.isfinite(ratio) else "non-finite"
-
-
-def incident_headline(item: Mapping[str, Any]) -> str:
-    """One incident (a :func:`spike_to_dict` object) in a line: its kind, steps, every metric in it and
-    how far each moved, e.g. "spike at step 7435 (7435-7436): grad_norm 5.14x, loss 1.09x (under its
-    spike threshold)"."""
-    members = item.get("members") or [item]
-    largest: dict[str, float] = {}
-    for m in members:
-        ratio = m.get("ratio")
-        value = float(ratio) if isinstance(ratio, int | float) else math.inf
-        largest[m["metric"]] = max(largest.get(m["metric"], -math.inf), value)
-    floor = item.get("print_floor")
-    moved = [
-        # a level under the print's resolution is no level for a ratio (round 25): the print's floor is said
-        f"{metric} up from its print's floor (under {floor:g})"
-        if isinstance(floor, int | float) and metric == item.get("metric")
-        else f"{metric} {_ratio_words(ratio)}"
-        for metric, ratio in largest.items()
-    ]
-    for metric, ratio in (item.get("co_moves") or {}).items():
-        if isinstance(ratio, int | float) and ratio < 1.0:
-            moved.append(f"{metric} at {times(ratio)} its level")
-        else:
-            moved.append(f"{metric} {_ratio_words(ratio)} (under its spike threshold)")
-    outlier = item.get("rank_outlier")
-    if isinstance(outlier, Mapping):
-        moved.append(
-            f"rank {outlier.get('rank')}'s {outlier.get('metric')} {_ratio_words(outlier.get('ratio'))} the median "
-            "of the other ranks"
-        )
-    kind = str(item.get("kind", "spike")).replace("_", " ")
-    return f"{kind} at step {item['peak']} ({span_text(item)}): " + ", ".join(moved)
-
-
-def span_text(item: Mapping[str, Any]) -> str:
-    """An incident's steps (its JSON object) as every view prints them: its first step to its last, the step it
-    was back included (``until``; ``end`` in an old record without one), "4-6" (round 25, issue #32: the
-    Spikes page said "4–5" of the incident the CLI said "(4-6)" of)."""
-    return f"{item['start']}-{item.get('until', item['end'])}"
 
 
 def outcome(item: Mapping[str, Any]) -> str:

@@ -10,7 +10,7 @@ import pytest
 from ingest.importing.importer import store_parsed
 from ingest.services.run_analyses import open_analysed_store
 from ingest.store import Store
-from stab_core.analysis import incident_headline
+from stab_core.incident_headline import incident_headline
 from tests.conftest import (
     GRAD_SPIKE_STEP,
     LOSS_SPIKE_FACTOR,

@@ -9,9 +9,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from stab_core.analysis import analyze_run, find_incidents, incident_headline, span_text
+from stab_core.analysis import analyze_run, find_incidents
 from stab_core.fell_from_start import fell_from_start
 from stab_core.held_out import held_out_nonfinite
+from stab_core.incident_headline import incident_headline, span_text
 from stab_core.level_shifts import level_shifts
 from stab_core.quantised_levels import back_at_most, floored_level, under_resolution
 from stab_core.run_end_rises import lasting_at_end
