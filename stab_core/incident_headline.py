@@ -48,7 +48,10 @@ def incident_headline(item: Mapping[str, Any]) -> str:
 
 
 def span_text(item: Mapping[str, Any]) -> str:
-    """An incident's steps (its JSON object) as every view prints them: its first step to its last, the step it
-    was back included (``until``; ``end`` in an old record without one), "4-6" (round 25, issue #32: the
-    Spikes page said "4–5" of the incident the CLI said "(4-6)" of)."""
-    return f"{item['start']}-{item.get('until', item['end'])}"
+    """An incident's steps (its JSON object) as every view prints them: the first step of any of its members
+    to its last, the step it was back included (``until``; ``end`` in an old record without one), "4-6" (round
+    25, issue #32: the Spikes page said "4–5" of the incident the CLI said "(4-6)" of)."""
+    members = item.get("members") or [item]
+    # from the first step of any member (a grad-norm spike that led the loss starts the incident)
+    start = min(int(m["start"]) for m in members)
+    return f"{start}-{item.get('until', item['end'])}"

@@ -109,9 +109,9 @@ def test_the_selected_spike_is_the_darker_band_and_the_table_fits(app_store: Sto
     # start, end and duration are one "steps" column, so that the table fits a 1280 px window
     table = at.dataframe(key="sp_table")
     assert "steps" in table.value.columns
-    # the incident's steps run from the grad-norm spike that led it to the loss spike's end
-    first, last = GRAD_SPIKE_STEP, max(m["end"] for m in spikes[0]["members"])
-    assert table.value["steps"].iloc[0] == f"{first}–{last}" and table.value["incident"].iloc[0] == "loss + grad_norm"
+    # the incident's steps run from the grad-norm spike that led it to the step it was back, as the CLI says
+    first, last = GRAD_SPIKE_STEP, spikes[0]["until"]
+    assert table.value["steps"].iloc[0] == f"{first}-{last}" and table.value["incident"].iloc[0] == "loss + grad_norm"
 
 
 def test_real_runs_read_as_incidents_with_what_could_not_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -135,6 +135,9 @@ def test_the_cli_and_the_page_say_one_span() -> None:
     item = {"start": 4, "end": 5, "until": 6, "peak": 4, "metric": "val/box_loss", "ratio": None}
     assert span_text(item) == "4-6" and "(4-6)" in incident_headline(item)
     assert span_text({"start": 4, "end": 5}) == "4-5"  # an old record without ``until``
+    members = [{"metric": "loss", "start": 4, "end": 5, "ratio": 3.0}, {"metric": "grad_norm", "start": 2, "end": 2}]
+    led = {**item, "metric": "loss", "members": members}  # a grad-norm spike led it
+    assert span_text(led) == "2-6" and "(2-6)" in incident_headline(led)
 
 
 def test_a_launch_that_stops_on_its_early_rise_ended_during_it_and_did_not_diverge() -> None:
