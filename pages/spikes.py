@@ -25,8 +25,9 @@ from pages.parts.run_costs import money, priced_spikes, run_cost
 from pages.parts.run_meta import run_settings
 from pages.parts.store_access import auto_buckets, get_store, read_events, read_series, read_spikes
 from pages.parts.widgets import MISSING, go_to, nav_link, pick_run
-from stab_core.analysis import INCIDENT_VERDICT, analysis_notes, incident_headline, statements
+from stab_core.analysis import INCIDENT_VERDICT, analysis_notes, statements
 from stab_core.analysis import outcome as incident_outcome
+from stab_core.incident_headline import incident_headline, span_text
 from stab_core.loss_origin import loss_axis_title
 from stab_core.severity import DEFAULT_SENSITIVITY, blips_line, severity_words
 from stab_core.spikes import times
@@ -166,7 +167,7 @@ if not inputs.priced:
     )
 # start, end and duration shown as one "steps" column: all thirteen columns overflowed 1280 px
 table["ratio"] = [ratio_text(r) for r in table["ratio"]]
-table["steps"] = [f"{a}" if a == b else f"{a}–{b}" for a, b in zip(table["start"], table["end"], strict=True)]
+table["steps"] = [span_text(spikes[i]) for i in shown]  # the CLI's words for the same incident
 st.dataframe(
     table,
     hide_index=True,
@@ -183,7 +184,9 @@ st.dataframe(
             width=64, help="what it cost: blip (absorbed at once), spike (steps lost), divergence (no return)"
         ),
         "peak step": st.column_config.NumberColumn("peak", format="%d", width=56),
-        "steps": st.column_config.TextColumn(width=76, help="first–last step of the incident out of its band"),
+        "steps": st.column_config.TextColumn(
+            width=76, help="first step of the incident to its last, its return included"
+        ),
         "ratio": st.column_config.TextColumn("ratio", width=60, help="peak over the level before it"),
         "outcome": st.column_config.TextColumn(width=74),
         "cause": st.column_config.TextColumn(width=84),

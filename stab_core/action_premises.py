@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from stab_core.fell_from_start import fell_from_start
 from stab_core.held_out import TRAINING_NONFINITE_KEYS, nonfinite_held_out_only
 from stab_core.loss_origin import moving_target
 from stab_core.metrics import signed_objective
@@ -165,6 +166,14 @@ def _falls_when_healthy(view: RunView, check: PremiseCheck) -> PremiseCheck:
     return check
 
 
+def _not_fallen(view: RunView, onset: int, until: int, check: PremiseCheck) -> PremiseCheck:
+    """``check``, false where the training loss fell from its first steps and kept falling through the
+    incident (:func:`stab_core.fell_from_start.fell_from_start`): "a healthy loss falls from the first steps"
+    is then what the loss did (round 25, issue #32)."""
+    fell, evidence = fell_from_start(view.series.get("loss"), onset, until)
+    return (False if fell else check[0]), {**check[1], **evidence}
+
+
 def _lr_never_fell_before(facts: RunFacts, step: int) -> bool | None:
     """True when the logged LR did not fall anywhere up to ``step`` (it is still in, or just out of, the
     initial warmup); None without a usable LR."""
@@ -308,6 +317,10 @@ def check_premises(
     warmup = kind in ("warmup_end", "lr_rise") and initial is True
     about: Evidence = {"transition_kind": kind, "transition_step": step, "lr_never_fell_before": initial}
     recovered = spike.recovered and not spike.diverged
+    # one sample out on the log's last one, neither back nor diverged (``cut_off_at_log_end``): the run ended
+    # during its incident, and nothing shows whether the loss would have come back (round 25, issue #32)
+    ended_during = not spike.recovered and not spike.diverged and spike.n_samples == 1
+    not_back: bool | None = None if ended_during else not recovered
     lr = view.series.get("lr")
     lr_at_start = None
     if lr is not None:
@@ -315,7 +328,10 @@ def check_premises(
         if a >= 0 and math.isfinite(lr.values[a]):
             lr_at_start = float(lr.values[a])
     return {
-        "not_recovered": (not recovered, {"recovered": recovered, "recovery_step": spike.recovery_step}),
+        "not_recovered": (
+            not_back,
+            {"recovered": recovered, "recovery_step": spike.recovery_step, "ended_during": ended_during},
+        ),
         "fp16": fp16,
         "fp16_loss_felt": _precision_change_premise(view, spike, until, fp16, nonfinite, held_out_only),
         "loss_scale_fell": scale_fell,
@@ -327,8 +343,12 @@ def check_premises(
         "lr_logged": (lr_at_start is not None, {"lr_at_start": lr_at_start}),
         "lr_rose_before": _with(_lr_rose_before(facts, spike.start), {"lr_at_start": lr_at_start}),
         "log_starts_at_beginning": _log_starts_at_beginning(facts),
-        "onset_in_first_steps": _falls_when_healthy(view, _onset_in_first_steps(view, facts, spike.start)),
-        "not_recovered_level": _falls_when_healthy(view, (not recovered, {"recovered": recovered})),
+        "onset_in_first_steps": _falls_when_healthy(
+            view, _not_fallen(view, spike.start, until, _onset_in_first_steps(view, facts, spike.start))
+        ),
+        "not_recovered_level": _falls_when_healthy(
+            view, (not_back, {"recovered": recovered, "ended_during": ended_during})
+        ),
         "checkpoint_before": _checkpoint_before(view, spike.start),
         "last_checkpoint_before": _checkpoint_before(view, spike.start),
     }

@@ -38,7 +38,9 @@ from stab_core.incidents import (
 from stab_core.level_shifts import LEVEL_SAMPLES, level_shifts
 from stab_core.metrics import signed_objective
 from stab_core.objectives import with_objective
+from stab_core.quantised_levels import under_resolution
 from stab_core.recent_level import new_early_jumps, new_recent_level_jumps
+from stab_core.rolling_baseline import logging_resolution
 from stab_core.run_end_rises import cut_off_at_log_end, rise_corroborated, run_end_rises
 from stab_core.running_means import per_batch_view
 from stab_core.runview import FloatArray, IntArray, RunView, Series
@@ -46,7 +48,7 @@ from stab_core.severity import Certainty, blowup_ratio, classify, loss_left_band
 from stab_core.skipped_steps import skipped_steps
 from stab_core.snr import SnrCollapse, SnrSeries, detect_snr_collapse, gradient_snr
 from stab_core.spike_params import GRAD_NORM_SPIKE_PARAMS, LOSS_SPIKE_PARAMS, SpikeParams
-from stab_core.spikes import SpikeEvent, detect_spikes, event_at_step, link_grad_norm_lead, times
+from stab_core.spikes import SpikeEvent, detect_spikes, event_at_step, link_grad_norm_lead
 from stab_core.step_gaps import near_baseline as _near_baseline
 from stab_core.tree_nodes import DiagnosisContext, logging_interval, prepare_context
 from stab_core.tree_walk import Diagnosis
@@ -239,12 +241,19 @@ def spike_to_dict(spike: SpikeEvent, diagnosis: Diagnosis, incident: Incident | 
         "summary": diagnosis.summary,
         "claims": [
             claim.to_json()
-            for claim in incident_claims(spike, diagnosis, kind, *(incident.said_recovery if incident else ()))
+            for claim in incident_claims(
+                spike,
+                diagnosis,
+                kind,
+                *(incident.said_recovery if incident else ()),
+                print_floor=incident.print_floor if incident else None,
+            )
         ],
         "severity": incident.severity if incident is not None else ("divergence" if spike.diverged else "spike"),
         "certainty": incident.certainty if incident is not None else "high",
         "loss_recovered_at": incident.loss_recovered_at if incident is not None else None,
         "fell_back": list(incident.fell_back) if incident is not None and incident.fell_back is not None else None,
+        "print_floor": incident.print_floor if incident is not None else None,
     }
 
 
@@ -262,36 +271,6 @@ def _rank_outlier(diagnosis: Diagnosis) -> dict[str, Any] | None:
                 "ratio": _json_number(ratio) if isinstance(ratio, float) else None,
             }
     return None
-
-
-def _ratio_words(ratio: Any) -> str:
-    return times(ratio) if isinstance(ratio, int | float) and math.isfinite(ratio) else "non-finite"
-
-
-def incident_headline(item: Mapping[str, Any]) -> str:
-    """One incident (a :func:`spike_to_dict` object) in a line: its kind, steps, every metric in it and
-    how far each moved, e.g. "spike at step 7435 (7435-7436): grad_norm 5.14x, loss 1.09x (under its
-    spike threshold)"."""
-    members = item.get("members") or [item]
-    largest: dict[str, float] = {}
-    for m in members:
-        ratio = m.get("ratio")
-        value = float(ratio) if isinstance(ratio, int | float) else math.inf
-        largest[m["metric"]] = max(largest.get(m["metric"], -math.inf), value)
-    moved = [f"{metric} {_ratio_words(ratio)}" for metric, ratio in largest.items()]
-    for metric, ratio in (item.get("co_moves") or {}).items():
-        if isinstance(ratio, int | float) and ratio < 1.0:
-            moved.append(f"{metric} at {times(ratio)} its level")
-        else:
-            moved.append(f"{metric} {_ratio_words(ratio)} (under its spike threshold)")
-    outlier = item.get("rank_outlier")
-    if isinstance(outlier, Mapping):
-        moved.append(
-            f"rank {outlier.get('rank')}'s {outlier.get('metric')} {_ratio_words(outlier.get('ratio'))} the median "
-            "of the other ranks"
-        )
-    kind = str(item.get("kind", "spike")).replace("_", " ")
-    return f"{kind} at step {item['peak']} ({item['start']}-{item.get('until', item['end'])}): " + ", ".join(moved)
 
 
 def outcome(item: Mapping[str, Any]) -> str:
@@ -420,10 +399,10 @@ def find_incidents(view: RunView, params: AnalysisParams | None = None) -> list[
         recent = new_recent_level_jumps(loss, loss_events, p.loss_spikes)
         loss_events = cut_off_at_log_end(loss_events + _near_baseline(recent, loss, p.loss_spikes), loss)
         found += [(event, "spike") for event in loss_events]
-        found += [
-            (event, "early_instability")
-            for event in early_rise_events(loss.steps, loss.values, p.loss_spikes.min_history, "loss", z)
-        ]
+        # an early rise on the log's last sample (a launch stopped at its second epoch) ended with the log: no
+        # divergence unless its level lasts (round 25)
+        early_rises = early_rise_events(loss.steps, loss.values, p.loss_spikes.min_history, "loss", z)
+        found += [(event, "early_instability") for event in cut_off_at_log_end(early_rises, loss)]
         early_until = early_limit(loss, p.loss_spikes.window)
         found += [
             (event, "early_instability" if event.start < early_until else "climb")
@@ -431,12 +410,15 @@ def find_incidents(view: RunView, params: AnalysisParams | None = None) -> list[
         ]
         corroborated = rise_corroborated(view.series.get("val_loss"), view.series.get("loss_scale"))
         found += [(event, "climb") for event in run_end_rises(loss.steps, loss.values, z, corroborated)]
-        found += [(event, "climb") for event in level_shifts(loss.steps, loss.values)]
+        # a lasting rise never back is a divergence only where its level lasts at the end (round 25: a loss
+        # printed 0.0000-0.0001 that rose to 0.04 and ended at 0.0002 is back within its print's noise)
+        found += [(event, "climb") for event in cut_off_at_log_end(level_shifts(loss.steps, loss.values), loss)]
         seen = [e for e, _ in found if e.metric == "loss"]
         again = spikes_past_long_incidents(loss.steps, loss.values, "loss", p.loss_spikes, seen, p.blip_samples)
         found += [(event, "spike") for event in again]
     found += [(event, "spike") for event in held_out_nonfinite(view.series, loss)]  # a val loss gone NaN/inf
     incidents = []
+    resolution = logging_resolution(loss.values) if loss is not None else 0.0  # the print's, for its floor
     for kind, members in group_incidents(found, join_steps=3 * interval, max_lead_steps=p.max_lead_steps):
         primary = members[0]
         if primary.metric == "loss":
@@ -454,13 +436,18 @@ def find_incidents(view: RunView, params: AnalysisParams | None = None) -> list[
             # the loss stayed within its band: no progress was lost
             primary = replace(primary, steps_lost=0)
         incident = Incident(kind, (primary, *members[1:]), co_moves)
-        incidents.append(_costed(incident, loss, early, p, view))
+        incidents.append(_costed(incident, loss, early, p, view, resolution))
     incidents += blowup_incidents(view.series, incidents, early_limit(loss, p.loss_spikes.window))  # val blow-ups
     return after_grouping(view.series, sorted(incidents, key=lambda i: i.start))
 
 
 def _costed(
-    incident: Incident, loss: Series | None, early: Sequence[SpikeEvent], p: AnalysisParams, view: RunView
+    incident: Incident,
+    loss: Series | None,
+    early: Sequence[SpikeEvent],
+    p: AnalysisParams,
+    view: RunView,
+    resolution: float = 0.0,
 ) -> Incident:
     """``incident`` with its severity, certainty and the step its loss was back on trend."""
     cost, recovered_at, held = costed_recovery(loss, incident)
@@ -498,8 +485,11 @@ def _costed(
             loss_unmoved=incident.co_moves.get("loss", math.inf) < p.loss_spikes.recover_ratio,  # no loss member
         )
     )
+    # a loss level under the print's ``resolution`` is said as the print's floor, with no ratio (round 25)
+    floor = incident.primary.metric == "loss" and under_resolution(incident.primary.baseline, resolution)
     return replace(
         incident,
+        print_floor=resolution if floor else None,
         severity=severity,
         certainty=certainty,
         loss_recovered_at=None if diverged else recovered_at,

@@ -131,7 +131,7 @@ def _number(value: float) -> str:
     return f"{value:.4g}"
 
 
-def _status(spike: SpikeEvent, diagnosis: Diagnosis, kind: str) -> Claim:
+def _status(spike: SpikeEvent, diagnosis: Diagnosis, kind: str, print_floor: float | None = None) -> Claim:
     base: Evidence = {"start": spike.start, "peak": spike.peak, "metric": spike.metric}
     if _nonfinite_from_start(diagnosis):
         numerical = next((v.evidence for v in diagnosis.path if v.node == "numerical"), {})
@@ -173,6 +173,13 @@ def _status(spike: SpikeEvent, diagnosis: Diagnosis, kind: str) -> Claim:
     holds = finite and peak > level and ratio > 1.0
     what = "early instability: " if kind == "early_instability" else ""
     reference = "the lowest level it held so far" if kind == "early_instability" else "its level"
+    if finite and print_floor is not None:
+        # a level under the print's resolution (0.0000-0.0001 at 4 decimals) is no level for a ratio (round 25)
+        text = (
+            f"{what}{spike.metric} rose from its print's floor (values printed 0 to {print_floor:g}, under its "
+            f"resolution) to {_number(peak)}, peak at step {spike.peak}."
+        )
+        return Claim("status", text[0].upper() + text[1:], holds, {**evidence, "print_floor": print_floor})
     text = (
         f"{what}{spike.metric} rose to {times(ratio)} {reference} ({_number(level)} -> {_number(peak)}, "
         f"peak at step {spike.peak})."
@@ -503,13 +510,15 @@ def incident_claims(
     held: tuple[int, float] | None = None,
     fell_back: tuple[int, float] | None = None,
     short_level: bool = False,
+    *,
+    print_floor: float | None = None,
 ) -> list[Claim]:
     """The claims of one incident: its status, its recovery (against the loss's trend when
     ``loss_recovered_at`` is known; said as a return to a level when the ``trend`` (level, samples) rests
     on too few samples for a noise band), its cause (which needs the deciding node's signature), what was not
     logged, and each action (its premise checked by the tree's walk)."""
     return [
-        _status(spike, diagnosis, kind),
+        _status(spike, diagnosis, kind, print_floor),
         *_recovery(spike, diagnosis, loss_recovered_at, trend, kind, held, fell_back, short_level),
         _cause(diagnosis, spike),
         *_not_logged(diagnosis),

@@ -86,12 +86,13 @@ def held_out_nonfinite(series: Mapping[str, Series], loss: Series | None) -> lis
             last_bad = i + int(finite[0]) - 1 if finite.size else steps.shape[0] - 1
             if loss is not None and _nonfinite_within(loss, int(steps[i]), int(steps[last_bad])):
                 continue
-            level = level_before(values[:i])
+            lead = blowup_lead(values, int(i), covered)
+            level = level_before(values[:lead])
             back = np.flatnonzero(ok[i:] & (values[i:] <= RECOVER_RATIO * level))
             recovery = i + int(back[0]) if back.size else None
             last = recovery - 1 if recovery is not None else steps.shape[0] - 1
             again = int(steps[i + int(finite[0])]) if finite.size else None
-            out.append(_event(name, steps, values, int(i), last, recovery, level, again))
+            out.append(_event(name, steps, values, lead, last, recovery, level, again, peak=int(i)))
             covered = last
     return out
 
@@ -100,6 +101,26 @@ LEVEL_EVALS: Final = 3
 """The level a held-out loss's non-finite value is judged back to: the median of this many finite evaluations
 before it (one scattered or already rising evaluation is no level; the same count
 :mod:`stab_core.held_out_blowups` measures a blow-up against)."""
+
+
+LEAD_RATIO: Final = 1.8
+"""A finite evaluation just before a held-out loss's non-finite value this many times its level or more is the
+blow-up's start (the ratio :mod:`stab_core.held_out_blowups` calls a blow-up)."""
+
+
+def blowup_lead(values: FloatArray, first_bad: int, floor: int) -> int:
+    """The index an excursion that ran into the non-finite value at ``first_bad`` began: the earliest of the
+    finite evaluations just before it (after index ``floor``) each :data:`LEAD_RATIO` times or more the level
+    of the evaluations before it (:func:`level_before`, of at least one), back to the first that is not; the
+    non-finite value's own index where none is (round 25, issue #32: val/cls_loss 37 -> 706 at epoch 3, NaN
+    at 4, is one blow-up from 3, as a training loss that rose into NaN is dated from its rise)."""
+    lead = first_bad
+    while lead - 1 > max(floor, 0) and np.isfinite(values[lead - 1]):
+        level = level_before(values[: lead - 1])
+        if not (level > 0 and values[lead - 1] >= LEAD_RATIO * level):
+            break
+        lead -= 1
+    return lead
 
 
 def level_before(values: FloatArray) -> float:
@@ -134,16 +155,20 @@ def _event(
     recovery: int | None,
     level: float,
     again: int | None,
+    *,
+    peak: int,
 ) -> SpikeEvent:
+    # ``first``: where the excursion began (a finite lead-in, else the non-finite value); ``peak``: the
+    # first non-finite value, the one the incident is named for
     start, end = int(steps[first]), int(steps[last])
     recovery_step = int(steps[recovery]) if recovery is not None else None
     return HeldOutNonfinite(
         finite_again=again,
         metric=name,
         start=start,
-        peak=start,
+        peak=int(steps[peak]),
         end=end,
-        peak_value=float(values[first]),
+        peak_value=float(values[peak]),
         baseline=level,
         ratio=math.inf,
         z=math.inf,

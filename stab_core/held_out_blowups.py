@@ -50,6 +50,7 @@ from stab_core.incidents import RECOVER_RATIO, Incident, IncidentKind, window_ra
 from stab_core.runview import FloatArray, IntArray, Series
 from stab_core.severity import Certainty, SeverityLevel
 from stab_core.spikes import SpikeEvent
+from stab_core.warmup_end import warmup_end
 
 BLOWUP_RATIO: Final = 1.8
 """The crossing evaluation is at least this many times the level before it (:data:`WITHIN_EVALS`)."""
@@ -196,29 +197,66 @@ def is_held_out_blowup(event: SpikeEvent) -> bool:
 
 
 def blowup_incidents(series: Mapping[str, Series], incidents: Sequence[Incident], early_until: int) -> list[Incident]:
-    """The blow-ups of :func:`held_out_blowups` that no shown incident of ``incidents`` already spans, each
-    an incident of its own: grouped with a training-loss blip beside it, the blip's recovery and severity
-    would be said of the blow-up. An early instability where it starts before step ``early_until`` (the
-    training loss's baseline is full there; 0 without a training loss), else a spike; a divergence where it
-    never came back."""
+    """The blow-ups of :func:`held_out_blowups` that no shown incident of ``incidents`` already spans: the
+    blow-ups of sibling held-out losses that overlap in steps (val/cls_loss 7-14 and val/dfl_loss 7-11 of one
+    validation pass) are one incident with every metric listed (:func:`sibling_groups`), else each one of its
+    own: grouped with a training-loss blip beside it, the blip's recovery and severity would be said of the
+    blow-up. An early instability where it starts before step ``early_until`` (the training loss's baseline is
+    full there; 0 without a training loss) and inside the warm-up where the log shows one
+    (:func:`stab_core.warmup_end.warmup_end`: a blow-up after the LR's ramp is over is no longer in the first
+    steps), else a spike; a divergence where one never came back."""
+    warm = warmup_end(series)
     out = []
-    for event in held_out_blowups(series):
+    fresh = [
+        event
+        for event in held_out_blowups(series)
         # a shown incident that starts inside a blow-up never back (a later jump) does not report its onset
-        if any(
+        if not any(
             i.severity != "blip"
             and i.start <= event.until
             and event.start <= i.until
             and (i.start <= event.start or event.recovered)
             for i in incidents
-        ):
-            continue
-        kind: IncidentKind = "early_instability" if event.start < early_until else "spike"
+        )
+    ]
+    for members in sibling_groups(fresh):
+        start = min(m.start for m in members)
+        until = max(m.until for m in members)
+        early = start < early_until and (warm is None or start <= warm)
+        kind: IncidentKind = "early_instability" if early else "spike"
         co_moves = {
             metric: ratio
             for metric in ("loss", "grad_norm")
-            if (ratio := window_ratio(series.get(metric), event.start, event.until)) is not None
+            if (ratio := window_ratio(series.get(metric), start, until)) is not None
         }
-        severity: SeverityLevel = "divergence" if event.diverged else "spike"
+        diverged = any(m.diverged for m in members)
+        severity: SeverityLevel = "divergence" if diverged else "spike"
         certainty: Certainty = "low" if kind == "early_instability" else "high"
-        out.append(Incident(kind, (event,), co_moves, severity, certainty, event.recovery_step))
+        recovery = None if diverged else max(int(m.recovery_step or m.until) for m in members)
+        out.append(Incident(kind, tuple(members), co_moves, severity, certainty, recovery))
     return out
+
+
+def sibling_groups(events: Sequence[SpikeEvent]) -> list[list[SpikeEvent]]:
+    """``events`` (held-out blow-ups) grouped: events of one split's losses (``val/cls_loss``, ``val/dfl_loss``)
+    whose spans (start .. recovery) overlap are one group, the largest ratio first (the primary): one
+    validation pass scored badly, said once with its metrics listed (round 25, issue #32)."""
+    groups: list[list[SpikeEvent]] = []
+    for event in sorted(events, key=lambda e: (e.start, e.metric)):
+        group = next(
+            (g for g in groups if any(_split(m.metric) == _split(event.metric) and event.start <= m.until for m in g)),
+            None,
+        )
+        if group is None:
+            groups.append([event])
+        else:
+            group.append(event)
+    return [sorted(g, key=lambda e: -e.ratio) for g in groups]
+
+
+def _split(metric: str) -> str:
+    """The split a held-out loss is of: its name up to the first separator (``val`` of ``val/cls_loss``)."""
+    for sep in ("/", ".", "_"):
+        if sep in metric:
+            return metric.split(sep, 1)[0].lower()
+    return metric.lower()

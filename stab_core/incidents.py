@@ -429,6 +429,10 @@ class Incident:
     """A rise never back from a level of fewer than NOISE_MIN_SAMPLES samples that the loss then held: no
     divergence, and no return either (:mod:`stab_core.short_levels`)."""
 
+    print_floor: float | None = None
+    """The loss's print resolution (0.0001 for 4 decimals) when the primary's level is under it (a loss printed
+    0.0000-0.0001): no ratio against that level is said (:mod:`stab_core.quantised_levels`); None otherwise."""
+
     @property
     def primary(self) -> SpikeEvent:
         return self.members[0]

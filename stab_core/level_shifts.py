@@ -30,8 +30,8 @@ from typing import Final
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from stab_core.incidents import RECOVER_RATIO
-from stab_core.rolling_baseline import MAD_TO_Z
+from stab_core.quantised_levels import back_at_most
+from stab_core.rolling_baseline import MAD_TO_Z, logging_resolution
 from stab_core.runview import FloatArray, IntArray
 from stab_core.spikes import SpikeEvent, build_event
 from stab_core.window_medians import window_medians
@@ -74,6 +74,7 @@ def level_shifts(steps: IntArray, values: FloatArray, metric: str = "loss") -> l
     high = (level_at > 0) & (med >= SHIFT_RATIO * level_at) & (med - level_at > SHIFT_Z * wander_at)
     high[:-1] &= med[1:] >= STAY_RATIO * level_at[:-1]  # and the next block still high: the rise lasts
     events: list[SpikeEvent] = []
+    resolution = logging_resolution(x)
     k = HELD_BLOCKS + 1
     for candidate in np.flatnonzero(high[: n - 1]):
         if candidate < k:
@@ -82,7 +83,8 @@ def level_shifts(steps: IntArray, values: FloatArray, metric: str = "loss") -> l
         level = float(level_at[k])
         # a block of exact zeros under a positive level is placeholders (non-finite steps dropped from the
         # logged mean) or a collapse, never the loss back at its level (docs/diagnosis.md, "Spike detector")
-        back = np.flatnonzero((med[k + 1 :] <= RECOVER_RATIO * level) & (med[k + 1 :] != 0.0))
+        # a level under the print's resolution is back within the print's noise of its floor (round 25)
+        back = np.flatnonzero((med[k + 1 :] <= back_at_most(level, resolution)) & (med[k + 1 :] != 0.0))
         held_for = 1 + (int(back[0]) if back.size else n - k - 1)
         if held_for < LASTING_BLOCKS:
             k += held_for

@@ -32,7 +32,8 @@ import numpy as np
 
 from stab_core.early_rises import held_levels, noise_band
 from stab_core.incidents import EARLY_MIN_RATIO, RECOVER_RATIO
-from stab_core.rolling_baseline import MAD_TO_Z, NOISE_MIN_SAMPLES
+from stab_core.quantised_levels import floored_level
+from stab_core.rolling_baseline import MAD_TO_Z, NOISE_MIN_SAMPLES, logging_resolution
 from stab_core.runview import FloatArray, IntArray, Series
 from stab_core.spikes import SpikeEvent, build_event
 from stab_core.window_medians import lowest_window_median, median_floors, window_medians_at
@@ -227,8 +228,11 @@ def lasting_at_end(before: FloatArray, after: FloatArray) -> bool:
     tail = after[np.isfinite(after)][-LASTING_LEVEL:]
     if history.size < NOISE_MIN_SAMPLES or tail.size == 0:
         return True
-    level = float(np.median(history[-LASTING_LEVEL:]))
-    sigma = float(np.median(np.abs(history - np.median(history)))) / MAD_TO_Z
+    # a loss printed at a fixed resolution (4 decimals: mostly 0.0000 once trained) has a level no finer than
+    # half its last digit and a noise no smaller than one print step (:mod:`stab_core.quantised_levels`)
+    resolution = logging_resolution(history)  # the samples before: a jump between two values is no print step
+    level = floored_level(float(np.median(history[-LASTING_LEVEL:])), resolution)
+    sigma = max(float(np.median(np.abs(history - np.median(history)))) / MAD_TO_Z, resolution / MAD_TO_Z)
     end = float(np.median(tail))
     return end > level + LASTING_SIGMAS * sigma and end > RECOVER_RATIO * level
 

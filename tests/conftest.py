@@ -72,6 +72,7 @@ TIERS: dict[str, str] = {
             "window_medians",
             "round24_f30e_median_bounds",
             "round25_r25b_runs",
+            "round25_r25d",
             "round17_t23b",
             "round18_det23",
             "round18_t24c",

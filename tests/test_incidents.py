@@ -140,7 +140,7 @@ def test_group_incidents_joins_by_overlap_and_lead_only() -> None:
 
 
 def test_the_rank_that_stood_out_is_part_of_the_incident() -> None:
-    from stab_core.analysis import incident_headline
+    from stab_core.incident_headline import incident_headline
     from stab_core.simulate import SyntheticRunSpec, synthetic_run
 
     run = synthetic_run(SyntheticRunSpec(classes=("rank_fault",)), seed=2)

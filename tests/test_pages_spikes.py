@@ -10,6 +10,7 @@ import pytest
 from ingest.importing.importer import store_parsed
 from ingest.services.run_analyses import open_analysed_store
 from ingest.store import Store
+from stab_core.incident_headline import incident_headline
 from tests.conftest import (
     GRAD_SPIKE_STEP,
     LOSS_SPIKE_FACTOR,
@@ -39,6 +40,8 @@ def test_table_lists_the_injected_spikes_with_their_cost(app_store: Store) -> No
     (grad,) = [m for m in incident["members"] if m["metric"] == "grad_norm"]
     assert grad["peak"] == GRAD_SPIKE_STEP and grad["ratio"] > 10  # 20x the grad-norm level
     assert incident["metrics"] == ["loss", "grad_norm"] and incident["grad_norm_lead_steps"] == 2
+    # the span in the CLI's words (its headline's "(a-b)"): one formatter for both (round 25, issue #32)
+    assert f"({loss['steps']})" in incident_headline(incident)
     # priced with the run's own logged step time on its 4 GPUs at $2/GPU-hour: the median over steps of
     # the cross-rank mean, three ranks at 0.5 s and one at 1.3 x 0.5 s -> 0.5375 s
     step_time = STEP_TIME_S * (3 + SLOW_FACTOR) / 4
@@ -106,9 +109,9 @@ def test_the_selected_spike_is_the_darker_band_and_the_table_fits(app_store: Sto
     # start, end and duration are one "steps" column, so that the table fits a 1280 px window
     table = at.dataframe(key="sp_table")
     assert "steps" in table.value.columns
-    # the incident's steps run from the grad-norm spike that led it to the loss spike's end
-    first, last = GRAD_SPIKE_STEP, max(m["end"] for m in spikes[0]["members"])
-    assert table.value["steps"].iloc[0] == f"{first}–{last}" and table.value["incident"].iloc[0] == "loss + grad_norm"
+    # the incident's steps run from the grad-norm spike that led it to the step it was back, as the CLI says
+    first, last = GRAD_SPIKE_STEP, spikes[0]["until"]
+    assert table.value["steps"].iloc[0] == f"{first}-{last}" and table.value["incident"].iloc[0] == "loss + grad_norm"
 
 
 def test_real_runs_read_as_incidents_with_what_could_not_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -19,11 +19,11 @@ def cmd_spikes(args: argparse.Namespace) -> int:
         INCIDENT_VERDICT,
         analysis_notes,
         analyze_run,
-        incident_headline,
         params_for,
         statements,
         verdict_words,
     )
+    from stab_core.incident_headline import incident_headline
     from stab_core.severity import DEFAULT_SENSITIVITY, blips_line, shown_by_default
 
     store = cli_store(args)
@@ -67,7 +67,8 @@ def cmd_spikes(args: argparse.Namespace) -> int:
 
 
 def cmd_diagnose(args: argparse.Namespace) -> int:
-    from stab_core.analysis import INCIDENT_VERDICT, incident_headline, statements, verdict_words
+    from stab_core.analysis import INCIDENT_VERDICT, statements, verdict_words
+    from stab_core.incident_headline import incident_headline
 
     store = cli_store(args)
     store.run_info(args.run)
