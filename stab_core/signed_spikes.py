@@ -1,0 +1,140 @@
+"""Spikes of a signed objective, judged by its spread alone (issue #32; docs/diagnosis.md, round 25 r25c).
+
+A loss that takes negative values (a PPO objective: surrogate plus value loss minus an entropy bonus, around
+zero) has no level a ratio can be taken to: "3x its level" of 0.02 is noise. Every ratio test is skipped on it
+(:data:`~stab_core.metrics.SIGNED_LOSS_REASON`), and so was every test at all: a PPO run whose objective went
+from -0.41..0.50 to 3668 in one update (an RL4CO router whose policy reset: entropy 2.8 -> 29.6, reward halved
+for good) showed nothing.
+
+The rule, for any run whose loss is signed (:func:`~stab_core.metrics.signed_objective`): the spike detector's
+own spread test, without its ratio gate: a sample is flagged at the detector's ``z_threshold`` robust deviations
+(the MAD of the ``window`` samples before it, as modified z-scores) above their median, with ``min_history``
+samples of history, and it is over at the first sample back within ``recover_z`` deviations of that median
+(:func:`stab_core.spikes.detect_spikes` with its ratios set to 1, which every sample over its median passes).
+The early-rise, climb and level-shift tests are ratios and stay off.
+
+Its severity (:func:`signed_severities`) cannot come from what the loss lost (a loss near zero has no level to
+lose from), so it is the golden rules' in logged rows: one row out, back in its band at the next, is a blip (the
+objective of a PPO epoch jumps to 5 on one batch and is back); more rows out are a spike; never back, a
+divergence. One thing overrides the rows: a policy objective is not what the run is for, the reward is
+(:func:`~stab_core.reward_collapse.reward_series`). Where the reward's median over the rest of the log (at least
+:data:`MIN_AFTER` rows after the incident) stands :data:`FELL_SIGMAS` robust deviations (of its
+:data:`LEVEL_ROWS` rows before the incident) and :data:`FELL_SHARE` of its magnitude below its median before,
+the update broke the policy for good (reward -5.9 before, -11.1 for the 46 rows after, though the objective was
+back near zero at the next row): a divergence. Pure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Final
+
+import numpy as np
+
+from stab_core.incidents import Incident
+from stab_core.reward_collapse import reward_series
+from stab_core.rolling_baseline import MAD_TO_Z
+from stab_core.runview import Series
+from stab_core.short_run_surges import MIN_BEFORE
+from stab_core.spike_params import SpikeParams
+from stab_core.spikes import SpikeEvent, build_event, detect_spikes
+
+
+def signed_spikes(loss: Series, params: SpikeParams) -> list[SpikeEvent]:
+    """The spikes of a signed ``loss`` by the spread test alone (module docstring): ``params`` with the ratio
+    gates made neutral (a ratio of 1 always passes: min_ratio, recover_ratio and outlier_ratio 1)."""
+    spread_only = replace(params, min_ratio=1.0, recover_ratio=1.0, outlier_ratio=None)
+    return detect_spikes(loss.steps, loss.values, "loss", spread_only)
+
+
+def early_signed_spikes(loss: Series, params: SpikeParams) -> list[SpikeEvent]:
+    """The spread test on the first ``params.min_history`` finite samples of a signed ``loss``, where the detector
+    has no window yet: from the :data:`~stab_core.short_run_surges.MIN_BEFORE`-th sample on, against the median
+    and MAD of all the samples before it (what there is: the caller marks them less certain). Over at the first
+    later sample within ``params.recover_z`` deviations of that median."""
+    keep = np.isfinite(loss.values)
+    s, x = loss.steps[keep], loss.values[keep]
+    events: list[SpikeEvent] = []
+    i = MIN_BEFORE
+    while i < min(params.min_history, x.size):
+        level = float(np.median(x[:i]))
+        scale = max(float(np.median(np.abs(x[:i] - level))), params.abs_mad_floor)
+        if MAD_TO_Z * (x[i] - level) / scale >= params.z_threshold:
+            back = np.flatnonzero(MAD_TO_Z * (x[i + 1 :] - level) / scale <= params.recover_z)
+            recovery = i + 1 + int(back[0]) if back.size else None
+            last = recovery - 1 if recovery is not None else x.size - 1
+            events.append(build_event("loss", s, x, i, last, recovery, level, scale))
+            if recovery is None:
+                break
+            i = recovery + 1
+            continue
+        i += 1
+    return events
+
+
+MIN_AFTER: Final = 5
+"""Reward rows after an incident its lasting fall is judged on, at least (fewer may be a few hard batches)."""
+LEVEL_ROWS: Final = 16
+"""Reward rows before an incident whose median and MAD are its level and scatter (the detector's ``min_history``:
+the level the reward held just before; a longer window reaches back over an earlier fall of its own)."""
+FELL_SIGMAS: Final = 6.0
+"""Robust deviations (modified z-scores) under its level the reward's median after must stand (the spike
+detector's own z threshold: a level moved that far is no scatter)."""
+FELL_SHARE: Final = 0.1
+"""... and this share of the level's magnitude (a reward that scatters by 0.001 is not broken by 0.01)."""
+
+
+def _reward_level(series: Mapping[str, Series], start: int) -> tuple[Series, float, float] | None:
+    """The run's reward, and the median and robust sigma of its :data:`LEVEL_ROWS` finite rows before step
+    ``start``; None without a reward or with fewer than :data:`MIN_AFTER` rows before."""
+    name = reward_series(series)
+    if name is None:
+        return None
+    reward = series[name]
+    before = reward.values[np.isfinite(reward.values) & (reward.steps < start)][-LEVEL_ROWS:]
+    if before.size < MIN_AFTER:
+        return None
+    level = float(np.median(before))
+    return reward, level, float(np.median(np.abs(before - level))) / MAD_TO_Z
+
+
+def _fell(level: float, sigma: float, value: float) -> bool:
+    return level - value > FELL_SIGMAS * sigma and level - value > FELL_SHARE * abs(level)
+
+
+def reward_fell_for_good(series: Mapping[str, Series], start: int, until: int) -> bool:
+    """Did the run's reward stay lower after an incident from step ``start`` to ``until`` (module docstring)?"""
+    known = _reward_level(series, start)
+    if known is None:
+        return False
+    reward, level, sigma = known
+    after = reward.values[np.isfinite(reward.values) & (reward.steps > until)]
+    return after.size >= MIN_AFTER and _fell(level, sigma, float(np.median(after)))
+
+
+def reward_fell_during(series: Mapping[str, Series], start: int, until: int) -> bool | None:
+    """Did the run's reward fall out of its scatter on a row from step ``start`` to ``until`` (None: no reward)?"""
+    known = _reward_level(series, start)
+    if known is None:
+        return None
+    reward, level, sigma = known
+    during = reward.values[np.isfinite(reward.values) & (reward.steps >= start) & (reward.steps <= until)]
+    return bool(during.size) and _fell(level, sigma, float(during.min()))
+
+
+def signed_severities(series: Mapping[str, Series], incidents: Sequence[Incident]) -> list[Incident]:
+    """``incidents`` of a signed objective with the severity the module docstring gives: each loss-led incident
+    one row out and back at the next, or that the reward did not feel, a blip; each one after which the reward
+    fell for good a divergence."""
+    out = []
+    for incident in incidents:
+        if incident.primary.metric == "loss":
+            if reward_fell_for_good(series, incident.start, incident.until):
+                incident = replace(incident, severity="divergence", loss_recovered_at=None, held=None)
+            elif incident.severity == "spike" and all(m.recovered for m in incident.members):
+                loss_rows = max(m.n_samples for m in incident.members if m.metric == "loss")
+                if loss_rows == 1 or reward_fell_during(series, incident.start, incident.until) is False:
+                    incident = replace(incident, severity="blip")
+        out.append(incident)
+    return out
