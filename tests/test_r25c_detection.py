@@ -141,3 +141,11 @@ def test_a_signed_objective_whose_reward_comes_back_has_no_divergence() -> None:
     update = int(view.series["loss"].steps[120])
     (item,) = [i for i in _items(view) if i["start"] == update]
     assert item["severity"] == "blip"
+
+
+def test_a_delta_time_with_its_unit_is_the_step_time() -> None:
+    """A speedrun console's 'dt_ms 7517.4' is the step time in ms; a bare 'dt' says no unit (judged elsewhere)."""
+    from ingest.formats.aliases import canonical_name
+
+    assert canonical_name("dt_ms") == ("step_time_s", "ms")
+    assert canonical_name("dt")[0] == "dt"
