@@ -28,11 +28,13 @@ from dataclasses import replace
 from typing import Final
 
 import numpy as np
+import numpy.typing as npt
 
 from stab_core.incidents import Incident
-from stab_core.runview import Series
+from stab_core.runview import FloatArray, Series
+from stab_core.scanned_events import scanned_events
 from stab_core.spike_params import SpikeParams
-from stab_core.spikes import SpikeEvent, build_event
+from stab_core.spikes import SpikeEvent
 
 SURGE_RATIO: Final = 1.6
 """Times the median of the samples before it a grad-norm sample must stand at (the corpus rules' grad-norm
@@ -48,23 +50,19 @@ def short_run_surges(grad_norm: Series, detected: Sequence[SpikeEvent], params: 
     no event of ``detected`` already covers."""
     keep = np.isfinite(grad_norm.values)
     s, x = grad_norm.steps[keep], grad_norm.values[keep]
-    events: list[SpikeEvent] = []
-    i = MIN_BEFORE
-    stop = min(params.min_history, x.size - HELD_SAMPLES + 1)
-    while i < stop:
+
+    def flag(i: int) -> tuple[float, float] | None:
         level = float(np.median(x[:i]))
         quiet = float(x[:i].max()) < SURGE_RATIO * level  # no sample before swung a surge's height
-        if level > 0 and quiet and bool(np.all(x[i : i + HELD_SAMPLES] >= SURGE_RATIO * level)):
-            back = np.flatnonzero(x[i + 1 :] <= params.recover_ratio * level)
-            recovery = i + 1 + int(back[0]) if back.size else None
-            last = recovery - 1 if recovery is not None else x.size - 1
-            scale = max(float(np.median(np.abs(x[:i] - level))), params.rel_mad_floor * level, 1e-12)
-            events.append(build_event("grad_norm", s, x, i, last, recovery, level, scale))
-            if recovery is None:
-                break
-            i = recovery + 1
-            continue
-        i += 1
+        if not (level > 0 and quiet and bool(np.all(x[i : i + HELD_SAMPLES] >= SURGE_RATIO * level))):
+            return None
+        return level, max(float(np.median(np.abs(x[:i] - level))), params.rel_mad_floor * level, 1e-12)
+
+    def back(after: FloatArray, level: float, _scale: float) -> npt.NDArray[np.bool_]:
+        return after <= params.recover_ratio * level
+
+    stop = min(params.min_history, x.size - HELD_SAMPLES + 1)
+    events = scanned_events(s, x, MIN_BEFORE, stop, "grad_norm", flag, back)
     return [e for e in events if not any(d.start <= e.start <= d.until for d in detected)]
 
 

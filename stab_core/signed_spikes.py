@@ -31,14 +31,16 @@ from dataclasses import replace
 from typing import Final
 
 import numpy as np
+import numpy.typing as npt
 
 from stab_core.incidents import Incident
 from stab_core.reward_collapse import reward_series
 from stab_core.rolling_baseline import MAD_TO_Z
-from stab_core.runview import Series
+from stab_core.runview import FloatArray, Series
+from stab_core.scanned_events import scanned_events
 from stab_core.short_run_surges import MIN_BEFORE
 from stab_core.spike_params import SpikeParams
-from stab_core.spikes import SpikeEvent, build_event, detect_spikes
+from stab_core.spikes import SpikeEvent, detect_spikes
 
 
 def signed_spikes(loss: Series, params: SpikeParams) -> list[SpikeEvent]:
@@ -55,22 +57,16 @@ def early_signed_spikes(loss: Series, params: SpikeParams) -> list[SpikeEvent]:
     later sample within ``params.recover_z`` deviations of that median."""
     keep = np.isfinite(loss.values)
     s, x = loss.steps[keep], loss.values[keep]
-    events: list[SpikeEvent] = []
-    i = MIN_BEFORE
-    while i < min(params.min_history, x.size):
+
+    def flag(i: int) -> tuple[float, float] | None:
         level = float(np.median(x[:i]))
         scale = max(float(np.median(np.abs(x[:i] - level))), params.abs_mad_floor)
-        if MAD_TO_Z * (x[i] - level) / scale >= params.z_threshold:
-            back = np.flatnonzero(MAD_TO_Z * (x[i + 1 :] - level) / scale <= params.recover_z)
-            recovery = i + 1 + int(back[0]) if back.size else None
-            last = recovery - 1 if recovery is not None else x.size - 1
-            events.append(build_event("loss", s, x, i, last, recovery, level, scale))
-            if recovery is None:
-                break
-            i = recovery + 1
-            continue
-        i += 1
-    return events
+        return (level, scale) if MAD_TO_Z * (x[i] - level) / scale >= params.z_threshold else None
+
+    def back(after: FloatArray, level: float, scale: float) -> npt.NDArray[np.bool_]:
+        return MAD_TO_Z * (after - level) / scale <= params.recover_z
+
+    return scanned_events(s, x, MIN_BEFORE, min(params.min_history, x.size), "loss", flag, back)
 
 
 MIN_AFTER: Final = 5
