@@ -14,7 +14,9 @@ outlier batch is a blip and stays the detectors' business), is an incident, wher
 SURGE_RATIO times that median (a run whose grad norm already swung that far is noisy at that scale: a 20-step
 fine-tune's 894, 193, 430, 379, 625, then 1802 and 2908 while its loss falls, or a batch-1 LoRA's 3.6, 7.6, 3.2,
 26.4, are outliers of their own scatter, which the golden rules call blips; a grad norm flat at 36.64-36.69 then
-39.98 and 72.6, 72.1 is not). It
+39.98 and 72.6, 72.1 is not), and that jumped there: SURGE_RATIO times the sample just before it (a grad norm
+that grows over several logs as a network starts to learn, 2.6 -> 3.0 -> 3.4 -> 3.7 -> 4.2 -> 5.6 in an action
+recogniser's first epochs, is a ramp the median lags behind, a golden "may report", not a surge). It
 recovers at the first later sample within the detector's ``recover_ratio`` of that level. Its certainty is low
 (the caller lists it with the early events): its level is a handful of samples. Since it held, it is a spike
 even when the loss did not feel it (:func:`held_short_surges`): two updates in a row twice the size the run had
@@ -54,7 +56,8 @@ def short_run_surges(grad_norm: Series, detected: Sequence[SpikeEvent], params: 
     def flag(i: int) -> tuple[float, float] | None:
         level = float(np.median(x[:i]))
         quiet = float(x[:i].max()) < SURGE_RATIO * level  # no sample before swung a surge's height
-        if not (level > 0 and quiet and bool(np.all(x[i : i + HELD_SAMPLES] >= SURGE_RATIO * level))):
+        jumped = x[i] >= SURGE_RATIO * x[i - 1]  # from the sample before, not a ramp the median lags behind
+        if not (level > 0 and quiet and jumped and bool(np.all(x[i : i + HELD_SAMPLES] >= SURGE_RATIO * level))):
             return None
         return level, max(float(np.median(np.abs(x[:i] - level))), params.rel_mad_floor * level, 1e-12)
 
