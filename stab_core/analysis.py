@@ -22,6 +22,7 @@ from stab_core.detectors_not_run import detectors_not_run
 from stab_core.diagnosis import diagnose, diagnose_early
 from stab_core.early_blowups import blip_length
 from stab_core.early_rise_rules import banded_climbs, early_limit, early_rise_events
+from stab_core.excursions import excursion_start
 from stab_core.held_out import held_out_back_at, held_out_nonfinite, held_out_rose, is_held_out_nonfinite
 from stab_core.held_out_blowups import blowup_incidents
 from stab_core.held_recovery import costed_recovery
@@ -43,8 +44,6 @@ from stab_core.run_end_rises import cut_off_at_log_end, rise_corroborated, run_e
 from stab_core.running_means import per_batch_view
 from stab_core.runview import FloatArray, IntArray, RunView, Series
 from stab_core.severity import Certainty, blowup_ratio, classify, loss_left_band, sensitivity
-from stab_core.short_run_surges import held_short_surges, short_run_surges
-from stab_core.signed_spikes import early_signed_spikes, signed_severities, signed_spikes
 from stab_core.skipped_steps import skipped_steps
 from stab_core.snr import SnrCollapse, SnrSeries, detect_snr_collapse, gradient_snr
 from stab_core.spike_params import GRAD_NORM_SPIKE_PARAMS, LOSS_SPIKE_PARAMS, SpikeParams
@@ -250,13 +249,6 @@ def spike_to_dict(spike: SpikeEvent, diagnosis: Diagnosis, incident: Incident | 
     }
 
 
-def excursion_start(spike: SpikeEvent, members: Sequence[SpikeEvent]) -> int:
-    """The step an incident's excursion of ``spike``'s metric starts (issue #32): the earliest start of its
-    members of that metric. Its peak member may be a later test that fired at the highest sample of a burst
-    (a loss out for 20 steps from 5579, peak 5591): the incident started at the first step out, not there."""
-    return min((m.start for m in members if m.metric == spike.metric), default=spike.start)
-
-
 def _rank_outlier(diagnosis: Diagnosis) -> dict[str, Any] | None:
     """The rank that stood out in the incident (node 3 answered yes): metric, rank, step and its ratio
     to the median of the other ranks; None when no rank did or the ranks were not logged."""
@@ -413,12 +405,9 @@ def find_incidents(view: RunView, params: AnalysisParams | None = None) -> list[
     loss = None if signed_objective(getattr(raw, "values", ())) else raw
     found: list[tuple[SpikeEvent, IncidentKind]] = []
     early: list[SpikeEvent] = []
-    surges: list[SpikeEvent] = []
     if grad is not None and grad.steps.size:
         grad_events = detect_spikes(grad.steps, grad.values, "grad_norm", p.grad_norm_spikes)
         early = new_early_jumps(grad, grad_events, p.grad_norm_spikes)
-        surges = short_run_surges(grad, [*grad_events, *early], p.grad_norm_spikes)
-        early += surges
         grad_events, early = (
             skipped_steps(cut_off_at_log_end(_near_baseline(e, grad, p.grad_norm_spikes), grad, loss), grad, raw)
             for e in (grad_events, early)
@@ -447,13 +436,6 @@ def find_incidents(view: RunView, params: AnalysisParams | None = None) -> list[
         seen = [e for e, _ in found if e.metric == "loss"]
         again = spikes_past_long_incidents(loss.steps, loss.values, "loss", p.loss_spikes, seen, p.blip_samples)
         found += [(event, "spike") for event in again]
-    elif raw is not None and raw.steps.size:  # a signed objective: its spread is all there is to judge it by
-        signed = signed_spikes(raw, p.loss_spikes)
-        first = [
-            e for e in early_signed_spikes(raw, p.loss_spikes) if not any(s.start <= e.start <= s.until for s in signed)
-        ]
-        early += first  # judged on fewer samples than the detector trusts: less certain
-        found += [(event, "spike") for event in cut_off_at_log_end(first + signed, raw)]
     found += [(event, "spike") for event in held_out_nonfinite(view.series, loss)]  # a val loss gone NaN/inf
     incidents = []
     for kind, members in group_incidents(found, join_steps=3 * interval, max_lead_steps=p.max_lead_steps):
@@ -475,8 +457,7 @@ def find_incidents(view: RunView, params: AnalysisParams | None = None) -> list[
         incident = Incident(kind, (primary, *members[1:]), co_moves)
         incidents.append(_costed(incident, loss, early, p, view))
     incidents += blowup_incidents(view.series, incidents, early_limit(loss, p.loss_spikes.window))  # val blow-ups
-    grouped = held_short_surges(after_grouping(view.series, sorted(incidents, key=lambda i: i.start)), surges)
-    return grouped if loss is not None or raw is None else signed_severities(view.series, grouped)
+    return after_grouping(view.series, sorted(incidents, key=lambda i: i.start))
 
 
 def _costed(

@@ -71,11 +71,13 @@ def _noisy(loss: Series) -> bool:
 
 
 def above_start(loss: Series | None, start: int, until: int) -> bool:
-    """Whether the loss stood above the run's first finite loss sample (its untrained level) anywhere from step
-    ``start`` to ``until`` (inclusive), having been below it before ``start`` (issue #32). Such an early rise
-    gave back all the run's progress and more (a nanoGPT speedrun's 10.40 -> 6.18 over seven warm-up steps, then
-    13.66 and 9.13, back at 6.00): an early blow-up, however soon the loss fell back, not a start-up overshoot
-    back at its level (those stay under where the run started)."""
+    """Whether the loss stood above the run's first finite loss sample (its untrained level) from step ``start``
+    to ``until`` (inclusive), having been below it before ``start``, and stayed at an early rise's height
+    (:data:`~stab_core.incidents.EARLY_MIN_RATIO` times the lowest loss before ``start``) for two samples or more
+    (issue #32). Such an early rise gave back all the run's progress and more for more than one batch (a nanoGPT
+    speedrun's 10.40 -> 6.18 over seven warm-up steps, then 13.66 and 9.13, 1.48x the low, back at 6.00): an early
+    blow-up, not a start-up overshoot back at its level. One sample up and back under 1.3x at the next is one
+    batch, above the start or not (a torchtitan start's 12.55, 10.61, 15.82, 12.14: the golden rules' blip)."""
     if loss is None:
         return False
     finite = np.isfinite(loss.values)
@@ -83,7 +85,9 @@ def above_start(loss: Series | None, start: int, until: int) -> bool:
     if steps.size < 2 or steps[0] >= start:
         return False
     during = values[(steps >= start) & (steps <= until)]
-    return bool(during.size) and float(during.max()) > float(values[0]) > float(values[steps < start].min())
+    low = float(values[steps < start].min())
+    high = int(np.count_nonzero(during >= EARLY_MIN_RATIO * low)) if low > 0 else 0
+    return bool(during.size) and float(during.max()) > float(values[0]) > low and high >= 2
 
 
 def blip_length(

@@ -18,14 +18,14 @@ fine-tune's 894, 193, 430, 379, 625, then 1802 and 2908 while its loss falls, or
 that grows over several logs as a network starts to learn, 2.6 -> 3.0 -> 3.4 -> 3.7 -> 4.2 -> 5.6 in an action
 recogniser's first epochs, is a ramp the median lags behind, a golden "may report", not a surge). It
 recovers at the first later sample within the detector's ``recover_ratio`` of that level. Its certainty is low
-(the caller lists it with the early events): its level is a handful of samples. Since it held, it is a spike
-even when the loss did not feel it (:func:`held_short_surges`): two updates in a row twice the size the run had
-been taking are what a user watching the run wants shown. Pure.
+(:func:`~stab_core.recent_level.new_early_jumps` lists it with the early events): its level is a handful of samples.
+Since it held, it is a spike even when the loss did not feel it (:func:`held_short_surges`): two updates in a row
+twice the size the run had been taking are what a user watching the run wants shown. Pure.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Final
 
@@ -35,7 +35,7 @@ import numpy.typing as npt
 from stab_core.incidents import Incident
 from stab_core.runview import FloatArray, Series
 from stab_core.scanned_events import scanned_events
-from stab_core.spike_params import SpikeParams
+from stab_core.spike_params import GRAD_NORM_SPIKE_PARAMS, SpikeParams
 from stab_core.spikes import SpikeEvent
 
 SURGE_RATIO: Final = 1.6
@@ -69,11 +69,15 @@ def short_run_surges(grad_norm: Series, detected: Sequence[SpikeEvent], params: 
     return [e for e in events if not any(d.start <= e.start <= d.until for d in detected)]
 
 
-def held_short_surges(incidents: Sequence[Incident], surges: Sequence[SpikeEvent]) -> list[Incident]:
-    """``incidents`` with each blip that holds one of ``surges`` (:func:`short_run_surges`) made a ``spike``: the
-    surge held over two logged steps, so it is no one-step outlier whatever the loss did. A member is matched
-    by its start (the passes between detection and here may have replaced the event)."""
-    starts = {e.start for e in surges}
+def held_short_surges(series: Mapping[str, Series], incidents: Sequence[Incident]) -> list[Incident]:
+    """``incidents`` with each blip that holds a held grad-norm surge of a short run's first samples
+    (:func:`short_run_surges`, the default grad-norm settings) made a ``spike``: the surge held over two logged
+    steps, so it is no one-step outlier whatever the loss did. A member is matched by its start (the passes
+    between detection and here may have replaced the event)."""
+    grad_norm = series.get("grad_norm")
+    if grad_norm is None or not grad_norm.steps.size:
+        return list(incidents)
+    starts = {e.start for e in short_run_surges(grad_norm, [], GRAD_NORM_SPIKE_PARAMS)}
     return [
         replace(i, severity="spike")
         if i.severity == "blip" and any(m.metric == "grad_norm" and m.start in starts for m in i.members)

@@ -13,15 +13,18 @@ samples of history, and it is over at the first sample back within ``recover_z``
 (:func:`stab_core.spikes.detect_spikes` with its ratios set to 1, which every sample over its median passes).
 The early-rise, climb and level-shift tests are ratios and stay off.
 
-Its severity (:func:`signed_severities`) cannot come from what the loss lost (a loss near zero has no level to
-lose from), so it is the golden rules' in logged rows: one row out, back in its band at the next, is a blip (the
+Each spike is an incident of its own (:func:`signed_incidents`, a pass after the others; the default loss settings,
+whatever the run's sensitivity). Its severity cannot come from what the loss lost (a loss near zero has no level
+to lose from), so it is the golden rules' in logged rows: one row out, back in its band at the next, is a blip (the
 objective of a PPO epoch jumps to 5 on one batch and is back); more rows out are a spike; never back, a
-divergence. One thing overrides the rows: a policy objective is not what the run is for, the reward is
-(:func:`~stab_core.reward_collapse.reward_series`). Where the reward's median over the rest of the log (at least
-:data:`MIN_AFTER` rows after the incident) stands :data:`FELL_SIGMAS` robust deviations (of its
-:data:`LEVEL_ROWS` rows before the incident) and :data:`FELL_SHARE` of its magnitude below its median before,
-the update broke the policy for good (reward -5.9 before, -11.1 for the 46 rows after, though the objective was
-back near zero at the next row): a divergence. Pure.
+divergence; cut off by the log's end, a spike. The reward overrides the rows: a policy objective is not what the
+run is for, the reward is (:func:`~stab_core.reward_collapse.reward_series`). An excursion the reward did not fall
+with on any of its rows is a blip (a GRPO surrogate around zero jumps 20-170x on a batch while the reward holds;
+the golden rules ask no loss incident of it). Where the reward's median over the rest of the log (at least
+:data:`MIN_AFTER` rows after the incident) stands :data:`FELL_SIGMAS` robust deviations (of its :data:`LEVEL_ROWS`
+rows before the incident) and :data:`FELL_SHARE` of its magnitude below its median before, the update broke the
+policy for good (reward -5.9 before, -11.1 for the 46 rows after, though the objective was back near zero at the
+next row): a divergence. "Fell" on a row is the same margins. Pure.
 """
 
 from __future__ import annotations
@@ -34,12 +37,15 @@ import numpy as np
 import numpy.typing as npt
 
 from stab_core.incidents import Incident
+from stab_core.metrics import signed_objective
 from stab_core.reward_collapse import reward_series
 from stab_core.rolling_baseline import MAD_TO_Z
+from stab_core.run_end_rises import cut_off_at_log_end
 from stab_core.runview import FloatArray, Series
 from stab_core.scanned_events import scanned_events
+from stab_core.severity import SeverityLevel
 from stab_core.short_run_surges import MIN_BEFORE
-from stab_core.spike_params import SpikeParams
+from stab_core.spike_params import LOSS_SPIKE_PARAMS, SpikeParams
 from stab_core.spikes import SpikeEvent, detect_spikes
 
 
@@ -53,8 +59,8 @@ def signed_spikes(loss: Series, params: SpikeParams) -> list[SpikeEvent]:
 def early_signed_spikes(loss: Series, params: SpikeParams) -> list[SpikeEvent]:
     """The spread test on the first ``params.min_history`` finite samples of a signed ``loss``, where the detector
     has no window yet: from the :data:`~stab_core.short_run_surges.MIN_BEFORE`-th sample on, against the median
-    and MAD of all the samples before it (what there is: the caller marks them less certain). Over at the first
-    later sample within ``params.recover_z`` deviations of that median."""
+    and MAD of all the samples before it (what there is: :func:`signed_incidents` marks them less certain). Over
+    at the first later sample within ``params.recover_z`` deviations of that median."""
     keep = np.isfinite(loss.values)
     s, x = loss.steps[keep], loss.values[keep]
 
@@ -119,18 +125,34 @@ def reward_fell_during(series: Mapping[str, Series], start: int, until: int) -> 
     return bool(during.size) and _fell(level, sigma, float(during.min()))
 
 
-def signed_severities(series: Mapping[str, Series], incidents: Sequence[Incident]) -> list[Incident]:
-    """``incidents`` of a signed objective with the severity the module docstring gives: each loss-led incident
-    one row out and back at the next, or that the reward did not feel, a blip; each one after which the reward
-    fell for good a divergence."""
-    out = []
-    for incident in incidents:
-        if incident.primary.metric == "loss":
-            if reward_fell_for_good(series, incident.start, incident.until):
-                incident = replace(incident, severity="divergence", loss_recovered_at=None, held=None)
-            elif incident.severity == "spike" and all(m.recovered for m in incident.members):
-                loss_rows = max(m.n_samples for m in incident.members if m.metric == "loss")
-                if loss_rows == 1 or reward_fell_during(series, incident.start, incident.until) is False:
-                    incident = replace(incident, severity="blip")
-        out.append(incident)
-    return out
+def signed_incidents(series: Mapping[str, Series], incidents: Sequence[Incident]) -> list[Incident]:
+    """``incidents`` and, where the run's loss is a signed objective (the loss detectors skipped it), one incident
+    per spike of its spread test (:func:`signed_spikes`, the default loss settings; :func:`early_signed_spikes` in
+    its first samples, less certain), with the severity the module docstring gives."""
+    loss = series.get("loss")
+    if loss is None or not loss.steps.size or not signed_objective(loss.values):
+        return list(incidents)
+    detected = signed_spikes(loss, LOSS_SPIKE_PARAMS)
+    first = [
+        e
+        for e in early_signed_spikes(loss, LOSS_SPIKE_PARAMS)
+        if not any(d.start <= e.start <= d.until for d in detected)
+    ]
+    added = [
+        Incident("spike", (e,), {}, severity=_severity(series, e), certainty="low" if e in first else "high")
+        for e in cut_off_at_log_end(first + detected, loss)
+    ]
+    return sorted([*incidents, *added], key=lambda i: i.start)
+
+
+def _severity(series: Mapping[str, Series], event: SpikeEvent) -> SeverityLevel:
+    """A signed objective's spike's severity (module docstring): never back, a divergence, and so is one after
+    which the reward fell for good; cut off by the log's end, a spike; one row out, or an excursion the reward did
+    not fall with, a blip; else a spike."""
+    if event.diverged or reward_fell_for_good(series, event.start, event.until):
+        return "divergence"
+    if not event.recovered:
+        return "spike"  # the log ends on it: whether it lasted is unknown
+    if event.n_samples == 1 or reward_fell_during(series, event.start, event.until) is False:
+        return "blip"
+    return "spike"
