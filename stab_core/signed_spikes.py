@@ -43,7 +43,7 @@ from stab_core.rolling_baseline import MAD_TO_Z
 from stab_core.run_end_rises import cut_off_at_log_end
 from stab_core.runview import FloatArray, Series
 from stab_core.scanned_events import scanned_events
-from stab_core.severity import SeverityLevel
+from stab_core.severity import SEVERITIES, SeverityLevel
 from stab_core.short_run_surges import MIN_BEFORE
 from stab_core.spike_params import LOSS_SPIKE_PARAMS, SpikeParams
 from stab_core.spikes import SpikeEvent, detect_spikes
@@ -138,11 +138,16 @@ def signed_incidents(series: Mapping[str, Series], incidents: Sequence[Incident]
         for e in early_signed_spikes(loss, LOSS_SPIKE_PARAMS)
         if not any(d.start <= e.start <= d.until for d in detected)
     ]
-    added = [
-        Incident("spike", (e,), {}, severity=_severity(series, e), certainty="low" if e in first else "high")
-        for e in cut_off_at_log_end(first + detected, loss)
-    ]
-    return sorted([*incidents, *added], key=lambda i: i.start)
+    out = list(incidents)
+    for e in cut_off_at_log_end(first + detected, loss):
+        severity = _severity(series, e)
+        at = next((k for k, i in enumerate(out) if i.start <= e.until and e.start <= i.until), None)
+        if at is None:
+            out.append(Incident("spike", (e,), {}, severity=severity, certainty="low" if e in first else "high"))
+        else:  # one incident with what it overlaps (a grad-norm outlier of the same update), led by the objective
+            worse = max(severity, out[at].severity, key=SEVERITIES.index)
+            out[at] = replace(out[at], members=(e, *out[at].members), severity=worse)
+    return sorted(out, key=lambda i: i.start)
 
 
 def _severity(series: Mapping[str, Series], event: SpikeEvent) -> SeverityLevel:

@@ -152,3 +152,15 @@ def test_a_delta_time_with_its_unit_is_the_step_time() -> None:
 
     assert canonical_name("dt_ms") == ("step_time_s", "ms")
     assert canonical_name("dt")[0] == "dt"
+
+
+def test_a_signed_objective_spike_joins_the_grad_norm_outlier_of_the_same_update() -> None:
+    view = _ppo()
+    steps = view.series["loss"].steps
+    grad = np.full(steps.size, 1.0) + 0.01 * np.sin(np.arange(steps.size))
+    grad[120] = 40.0
+    view = RunView("ppo", series={**view.series, "grad_norm": Series(steps, grad)})
+    update = int(steps[120])
+    (item,) = [i for i in _items(view) if i["start"] <= update <= i["until"]]
+    assert set(item["metrics"]) == {"loss", "grad_norm"} and item["metric"] == "loss"
+    assert item["severity"] == "divergence"
