@@ -144,9 +144,11 @@ def signed_incidents(series: Mapping[str, Series], incidents: Sequence[Incident]
         at = next((k for k, i in enumerate(out) if i.start <= e.until and e.start <= i.until), None)
         if at is None:
             out.append(Incident("spike", (e,), {}, severity=severity, certainty="low" if e in first else "high"))
-        else:  # one incident with what it overlaps (a grad-norm outlier of the same update), led by the objective
-            worse = max(severity, out[at].severity, key=SEVERITIES.index)
-            out[at] = replace(out[at], members=(e, *out[at].members), severity=worse)
+        else:  # one incident with what it overlaps (a grad-norm outlier of the same update); the objective leads it
+            # only where it is the worse (a grad-norm divergence is not "recovered" by the objective's return)
+            lead = SEVERITIES.index(severity) > SEVERITIES.index(out[at].severity)
+            members = (e, *out[at].members) if lead else (*out[at].members, e)
+            out[at] = replace(out[at], members=members, severity=severity if lead else out[at].severity)
     return sorted(out, key=lambda i: i.start)
 
 
