@@ -16,7 +16,10 @@ fine-tune's 894, 193, 430, 379, 625, then 1802 and 2908 while its loss falls, or
 26.4, are outliers of their own scatter, which the golden rules call blips; a grad norm flat at 36.64-36.69 then
 39.98 and 72.6, 72.1 is not), and that jumped there: SURGE_RATIO times the sample just before it (a grad norm
 that grows over several logs as a network starts to learn, 2.6 -> 3.0 -> 3.4 -> 3.7 -> 4.2 -> 5.6 in an action
-recogniser's first epochs, is a ramp the median lags behind, a golden "may report", not a surge). It
+recogniser's first epochs, is a ramp the median lags behind, a golden "may report", not a surge), and stands the
+detector's ``z_threshold`` robust deviations (the MAD of the samples before, as modified z-scores) above that
+median (a fp16 LoRA's 8.0, 8.1, 5.8, 9.3, 11.4, 5.4 then 19.3, 18.0 as its loss falls fast is inside its own noise
+at z 4.3; a grad norm flat to 0.1% is not). It
 recovers at the first later sample within the detector's ``recover_ratio`` of that level. Its certainty is low
 (:func:`~stab_core.recent_level.new_early_jumps` lists it with the early events): its level is a handful of samples.
 Since it held, it is a spike even when the loss did not feel it (:func:`held_short_surges`): two updates in a row
@@ -33,6 +36,7 @@ import numpy as np
 import numpy.typing as npt
 
 from stab_core.incidents import Incident
+from stab_core.rolling_baseline import MAD_TO_Z
 from stab_core.runview import FloatArray, Series
 from stab_core.scanned_events import scanned_events
 from stab_core.spike_params import GRAD_NORM_SPIKE_PARAMS, SpikeParams
@@ -59,7 +63,9 @@ def short_run_surges(grad_norm: Series, detected: Sequence[SpikeEvent], params: 
         jumped = x[i] >= SURGE_RATIO * x[i - 1]  # from the sample before, not a ramp the median lags behind
         if not (level > 0 and quiet and jumped and bool(np.all(x[i : i + HELD_SAMPLES] >= SURGE_RATIO * level))):
             return None
-        return level, max(float(np.median(np.abs(x[:i] - level))), params.rel_mad_floor * level, 1e-12)
+        scale = max(float(np.median(np.abs(x[:i] - level))), params.rel_mad_floor * level, 1e-12)
+        # out of the samples' own noise too (the detector's z): a LoRA's 8.0, 5.8, 9.3, 11.4, 5.4 then 19.3 is not
+        return (level, scale) if MAD_TO_Z * (x[i] - level) / scale >= params.z_threshold else None
 
     def back(after: FloatArray, level: float, _scale: float) -> npt.NDArray[np.bool_]:
         return after <= params.recover_ratio * level
