@@ -22,6 +22,7 @@ from stab_core.detectors_not_run import detectors_not_run
 from stab_core.diagnosis import diagnose, diagnose_early
 from stab_core.early_blowups import blip_length
 from stab_core.early_rise_rules import banded_climbs, early_limit, early_rise_events
+from stab_core.excursions import excursion_start
 from stab_core.held_out import held_out_back_at, held_out_nonfinite, held_out_rose, is_held_out_nonfinite
 from stab_core.held_out_blowups import blowup_incidents
 from stab_core.held_recovery import costed_recovery
@@ -197,7 +198,7 @@ def spike_to_dict(spike: SpikeEvent, diagnosis: Diagnosis, incident: Incident | 
     members = incident.members if incident is not None else (spike,)
     kind = incident.kind if incident is not None else "spike"
     return {
-        "start": spike.start,
+        "start": excursion_start(spike, members),
         "peak": spike.peak,
         "end": spike.end,
         "metric": spike.metric,

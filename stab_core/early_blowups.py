@@ -70,13 +70,34 @@ def _noisy(loss: Series) -> bool:
     return bool(judged.size) and float(np.mean(judged >= RISE_RATIO)) >= NOISY_SHARE
 
 
+def above_start(loss: Series | None, start: int, until: int) -> bool:
+    """Whether the loss stood above the run's first finite loss sample (its untrained level) from step ``start``
+    to ``until`` (inclusive), having been below it before ``start``, and stayed at an early rise's height
+    (:data:`~stab_core.incidents.EARLY_MIN_RATIO` times the lowest loss before ``start``) for two samples or more
+    (issue #32). Such an early rise gave back all the run's progress and more for more than one batch (a nanoGPT
+    speedrun's 10.40 -> 6.18 over seven warm-up steps, then 13.66 and 9.13, 1.48x the low, back at 6.00): an early
+    blow-up, not a start-up overshoot back at its level. One sample up and back under 1.3x at the next is one
+    batch, above the start or not (a torchtitan start's 12.55, 10.61, 15.82, 12.14: the golden rules' blip)."""
+    if loss is None:
+        return False
+    finite = np.isfinite(loss.values)
+    steps, values = loss.steps[finite], loss.values[finite]
+    if steps.size < 2 or steps[0] >= start:
+        return False
+    during = values[(steps >= start) & (steps <= until)]
+    low = float(values[steps < start].min())
+    high = int(np.count_nonzero(during >= EARLY_MIN_RATIO * low)) if low > 0 else 0
+    return bool(during.size) and float(during.max()) > float(values[0]) > low and high >= 2
+
+
 def blip_length(
     default: int, incident: Incident, at_level: bool, loss: Series | None, until: int, view: RunView
 ) -> int:
     """The most logged samples ``incident`` (over at step ``until``) may last and be a blip: the early rule's
     :data:`~stab_core.severity.EARLY_BLIP_SAMPLES` for an early instability whose loss came back only into its
     band (not ``at_level``, back at or below the level it held) and for an early blow-up (:func:`early_blowup`),
-    else ``default`` (the sensitivity setting's)."""
-    early = incident.kind == "early_instability" and not at_level
+    else ``default`` (the sensitivity setting's). An early instability back at its level that stood above the run's
+    start (:func:`above_start`) is held to the early rule's length too: it was no overshoot."""
+    early = incident.kind == "early_instability" and not (at_level and not above_start(loss, incident.start, until))
     blowup = incident.kind == "spike" and early_blowup(loss, incident.start, until, run_length(view)[0])
     return min(default, EARLY_BLIP_SAMPLES) if early or blowup else default

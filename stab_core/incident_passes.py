@@ -11,11 +11,13 @@ end is a collapse (:mod:`stab_core.reward_collapse`); a grad-norm outlier the lo
 above its own scatter for is a blip (:mod:`stab_core.unfelt_outliers`); on a loss noisy throughout, an
 excursion inside its own scatter is a blip (:mod:`stab_core.noisy_series`), while a rise that holds
 several rows there is shown (:mod:`stab_core.lasting_rises`); a grad norm that held 4x its
-level for 16 samples is a spike whatever the loss did (:mod:`stab_core.grad_norm_surges`); so is a loss
+level for 16 samples is a spike whatever the loss did (:mod:`stab_core.grad_norm_surges`), and so is one held two
+logged steps in a short run's first samples (:mod:`stab_core.short_run_surges`); so is a loss
 non-finite on consecutive logged samples (:mod:`stab_core.nonfinite_episodes`), and the first non-finite grad norm
 beside a loss printed 0 and a last skipped update (:mod:`stab_core.overflow_incidents`); a rise from a level of a
 few samples that the loss then held is no divergence (:mod:`stab_core.short_levels`); last, a loss excursion
-that starts while an earlier loss incident is still out is part of it (:mod:`stab_core.within_incidents`).
+that starts while an earlier loss incident is still out is part of it (:mod:`stab_core.within_incidents`); and a
+signed objective (a PPO loss) the loss detectors skip has its spread's spikes added (:mod:`stab_core.signed_spikes`).
 """
 
 from __future__ import annotations
@@ -35,7 +37,9 @@ from stab_core.return_falls import return_led
 from stab_core.reward_collapse import reward_collapses
 from stab_core.runview import Series
 from stab_core.short_levels import short_level_steps
+from stab_core.short_run_surges import held_short_surges
 from stab_core.side_losses import exploded_terms
+from stab_core.signed_spikes import signed_incidents
 from stab_core.unfelt_outliers import unfelt_grad_norm_outliers
 from stab_core.within_incidents import within_earlier
 
@@ -47,5 +51,7 @@ def after_grouping(series: Mapping[str, Series], incidents: Sequence[Incident]) 
         series, reward_collapses(series, return_led(series, exploded_terms(series, adversarial)))
     )
     shown = noisy_lasting_rises(series, ordinary_excursions(series, passed))
-    severe = overflow_severities(series, nonfinite_episodes(series, lasting_surges(series, shown)))
-    return within_earlier(short_level_steps(series, severe))
+    severe = overflow_severities(
+        series, nonfinite_episodes(series, held_short_surges(series, lasting_surges(series, shown)))
+    )
+    return signed_incidents(series, within_earlier(short_level_steps(series, severe)))

@@ -23,6 +23,7 @@ import numpy.typing as npt
 
 from stab_core.rolling_baseline import MAD_TO_Z
 from stab_core.runview import FloatArray, IntArray, RankMatrix, RunView, Series
+from stab_core.scanned_events import scanned_events
 from stab_core.severity import Certainty, SeverityLevel
 from stab_core.spikes import SpikeEvent, build_event
 from stab_core.window_medians import window_medians
@@ -268,24 +269,18 @@ def early_jumps(
     before it (MAD floored at :data:`EARLY_JUMP_REL_FLOOR` of that median). It recovers at the first
     later sample within ``recover_ratio`` of that median. A 20-step run is judged from its 4th sample."""
     s, x = _finite(steps, values)
-    events: list[SpikeEvent] = []
-    i = EARLY_JUMP_MIN_SAMPLES
-    stop = min(limit, x.size)
-    while i < stop:
+
+    def flag(i: int) -> tuple[float, float] | None:
         recent = x[max(0, i - EARLY_JUMP_RECENT) : i]
         level = float(np.median(recent))
         scale = max(float(np.median(np.abs(recent - level))), EARLY_JUMP_REL_FLOOR * abs(level), 1e-12)
-        if level > 0 and x[i] >= min_ratio * level and MAD_TO_Z * (x[i] - level) / scale >= z_threshold:
-            back = np.flatnonzero(x[i + 1 :] <= recover_ratio * level)
-            recovery = i + 1 + int(back[0]) if back.size else None
-            last = (recovery - 1) if recovery is not None else x.size - 1
-            events.append(build_event(metric, s, x, i, last, recovery, level, scale))
-            if recovery is None:
-                break
-            i = recovery
-            continue
-        i += 1
-    return events
+        jumped = level > 0 and x[i] >= min_ratio * level and MAD_TO_Z * (x[i] - level) / scale >= z_threshold
+        return (level, scale) if jumped else None
+
+    def back(after: FloatArray, level: float, _scale: float) -> npt.NDArray[np.bool_]:
+        return after <= recover_ratio * level
+
+    return scanned_events(s, x, EARLY_JUMP_MIN_SAMPLES, min(limit, x.size), metric, flag, back, resume=0)
 
 
 def _smoothed(x: FloatArray) -> tuple[FloatArray, IntArray, int]:

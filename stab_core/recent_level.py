@@ -30,6 +30,7 @@ from stab_core.early_rises import HELD_SAMPLES
 from stab_core.incidents import early_jumps
 from stab_core.rolling_baseline import MAD_TO_Z
 from stab_core.runview import FloatArray, IntArray, Series
+from stab_core.short_run_surges import short_run_surges
 from stab_core.spike_params import SpikeParams
 from stab_core.spikes import SpikeEvent, build_event
 from stab_core.window_medians import medians_before
@@ -117,7 +118,9 @@ def new_early_jumps(series: Series, detected: Sequence[SpikeEvent], params: Spik
     """Early jumps of ``series`` (:func:`stab_core.incidents.early_jumps`) that no event the detector
     found already covers. They are looked for over the first two windows of samples: as long as the
     detector's window still holds samples of the run's first window (warm-up transients, a norm
-    falling from 10x its later level), its median and MAD sit far above the recent level."""
+    falling from 10x its later level), its median and MAD sit far above the recent level. A grad norm's held
+    surges in a short run's first samples (:func:`stab_core.short_run_surges.short_run_surges`) are early events
+    too, found where neither rule already has one."""
     jumps = early_jumps(
         series.steps,
         series.values,
@@ -126,7 +129,8 @@ def new_early_jumps(series: Series, detected: Sequence[SpikeEvent], params: Spik
         z_threshold=params.z_threshold,
         recover_ratio=params.recover_ratio,
     )
-    return _uncovered(jumps, detected)
+    found = _uncovered(jumps, detected)
+    return found + short_run_surges(series, [*detected, *found], params)
 
 
 def new_recent_level_jumps(

@@ -35,6 +35,7 @@ TIERS: dict[str, str] = {
     **dict.fromkeys(
         (
             "abandoned_attempts",
+            "r25c_detection",
             "lasting_rises",
             "nonfinite_episodes",
             "f29c_detection",

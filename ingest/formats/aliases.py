@@ -292,6 +292,9 @@ _STEP_TIME_SHAPES: Final = (
     # a step's time named by the step and its unit alone: 'step_ms', 'iter_sec' (docs/diagnosis.md, "Import: step times
     # and clocks"); a bare 's' is left out ('step_s' may count steps)
     re.compile(r"^(?:train |training )?(?:step|iter|iteration|batch) (?P<unit>ns|us|µs|ms|msec|sec|secs|seconds)$"),
+    # nanoGPT's per-iteration delta time with its unit after it: 'dt_ms' (a speedrun console's 'dt_ms 7517.4',
+    # issue #32); a bare 'dt' says no unit and is judged from the clock (ingest.formats.generic_units)
+    re.compile(r"^dt (?P<unit>ms|msec|sec|secs|seconds)$"),
 )
 _DEVICE: Final = r"(?:gpu|device|dev|rank|chip|core|worker)"
 _PER: Final = r"\s*(?:/|per)\s*"
