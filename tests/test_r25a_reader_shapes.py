@@ -122,7 +122,8 @@ def test_pandas_index_beside_a_step_column_is_no_metric(tmp_path: Path) -> None:
 
 
 def test_a_timer_key_that_ends_in_its_unit_is_the_step_time(tmp_path: Path) -> None:
-    # nanochat's 'dt_ms': dt in milliseconds, proposed as the step time
+    # nanochat's 'dt_ms' is nanoGPT's per-step delta time: the alias table names it the step time (r25c); another
+    # timer key that ends in its unit ('elapsed_ms') is a time in that unit, proposed as the step time
     lines = [
         f"[2026-06-25 19:36:{i:02d}] step {i:06d} | loss {5.0 - i / 50:.6f} | lrm 1.0000 | dt_ms 7255.5"
         for i in range(40)
@@ -130,8 +131,11 @@ def test_a_timer_key_that_ends_in_its_unit_is_the_step_time(tmp_path: Path) -> N
     path = tmp_path / "speedrun.log"
     path.write_text("\n".join(lines) + "\n")
     log = read_log([path])
-    assert log.meta["proposed_map"] == {"dt_s": "step_time_s"}
-    assert np.allclose(log.series("dt_s")[1], 7.2555)
+    assert np.allclose(log.series("step_time_s")[1], 7.2555) and "dt_s" not in log.metrics
+    path.write_text("\n".join(line.replace("| lrm 1.0000 | dt_ms", "| elapsed_ms") for line in lines) + "\n")
+    log = read_log([path])
+    assert log.meta["proposed_map"] == {"elapsed_s": "step_time_s"}
+    assert np.allclose(log.series("elapsed_s")[1], 7.2555)
 
 
 def test_the_import_says_what_it_took_for_the_step(tmp_path: Path) -> None:
