@@ -74,6 +74,7 @@ TIERS: dict[str, str] = {
             "round24_f30e_median_bounds",
             "round25_r25b_runs",
             "round25_r25d",
+            "round25_lead",
             "round17_t23b",
             "round18_det23",
             "round18_t24c",

@@ -116,8 +116,10 @@ def add_wide(
     where: tuple[Path, int] | None = None,
     text_cells_are_errors: bool = False,
     counters_are_axes: bool = True,
-) -> None:
-    """Append every metric column of a wide ``table`` (one row per logged step) in row order.
+) -> int:
+    """Append every metric column of a wide ``table`` (one row per logged step) in row order; return the
+    sequence number of its first row (row ``i`` has that number plus ``i``), for a value derived from the
+    same rows (:func:`ingest.formats.run_loss.add_run_loss`) to count as those rows, not as more records.
 
     Rows without a step are skipped and counted (``where`` = file and the line of the table's
     first row, for the examples); so are text cells in metric columns when
@@ -127,7 +129,7 @@ def add_wide(
     steps_f, has_step = to_float(table[step_col])
     n = table.num_rows
     if n == 0:
-        return
+        return builder.reserve(0)
     bad = ~has_step | ~np.isfinite(steps_f) | (np.abs(steps_f) >= MAX_STEP)
     if bad.any():
         first_bad = int(np.flatnonzero(bad)[0])
@@ -217,6 +219,7 @@ def add_wide(
         if empty.any():  # a step and no metric: counted in the import report, not as an error
             first = int(np.flatnonzero(empty)[0])
             builder.note_empty(where[1] + first if where is not None else 0, int(empty.sum()))
+    return first_seq
 
 
 # --------------------------------------------------------------------------- CSV

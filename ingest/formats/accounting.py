@@ -342,7 +342,7 @@ def skip_reason_group(reason: str) -> str:
 
 def summary_line(report: dict[str, Any]) -> str:
     """``N lines: P parsed, I ignored (reasons), S suspect`` for a report of :meth:`LineAccount.to_json`."""
-    unit = report.get("unit", "lines")
+    unit = report.get("unit") or report.get("lines_unit") or "lines"  # the reader's report, or its --json fields
     ignored = report.get("ignored", {})
     n_ignored = sum(int(t["count"]) for t in ignored.values())
     reasons = ", ".join(f"{t['count']:,} {r}" for r, t in ignored.items())

@@ -194,7 +194,7 @@ def _add_rows(
     event_col = EVENT_COLUMN if EVENT_COLUMN in table.column_names else None
     if event_col is not None:
         _events(builder, table, step_col, event_col)
-    add_wide(
+    first_seq = add_wide(
         builder,
         table,
         step_col=step_col,
@@ -211,7 +211,7 @@ def _add_rows(
         keymap=monitor_column if monitor else eval_epoch_keymap(table.column_names, column_keymap(table.column_names)),
     )
     if add_loss:  # a YOLO results.csv's loss parts, a baselines progress.csv's critic loss
-        add_run_loss(builder, table, step_col)
+        add_run_loss(builder, table, step_col, first_seq=first_seq)
 
 
 INDEX_STEP_SOURCE = "the unnamed first column (a row index of whole numbers that rises on every row)"

@@ -138,7 +138,7 @@ def _add_part(
         if part_step in step_candidates:
             part = with_clock_step_time(part, part_step)
         table_keymap, wall_col = record_keymap(part, step_col=part_step, wall_col=wall_col)
-    add_wide(
+    first_seq = add_wide(
         builder,
         part,
         step_col=part_step,
@@ -150,7 +150,7 @@ def _add_part(
         # epoch, and its step says the run went on past the last loss row
         counters_are_axes=False,
     )
-    add_run_loss(builder, part, part_step, table_keymap)  # a GAN's generator loss
+    add_run_loss(builder, part, part_step, table_keymap, first_seq)  # a GAN's generator loss
     if (threshold := clip_threshold(part)) is not None:  # ingest.formats.clip_flags: a clipped flag's max_norm
         builder.meta.setdefault("max_norm", threshold[0])
         builder.meta.setdefault("max_norm_source", f"the {threshold[1]!r} flags beside the grad norm")

@@ -94,8 +94,10 @@ class LightningCsvReader(Reader):
                     table, "step", (path, line)
                 ):  # ingest.formats.table_runs: a step back at its first value
                     where = (path, line)
-                    add_wide(builder, run, step_col="step", keymap=keymap, where=where, text_cells_are_errors=True)
-                    add_run_loss(builder, run, "step", keymap)  # a mean_loss over loss terms (run_loss)
+                    first = add_wide(
+                        builder, run, step_col="step", keymap=keymap, where=where, text_cells_are_errors=True
+                    )
+                    add_run_loss(builder, run, "step", keymap, first)  # a mean_loss over loss terms (run_loss)
 
 
 def _hparams(path: Path, builder: LogBuilder) -> None:

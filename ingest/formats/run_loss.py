@@ -248,10 +248,14 @@ def note_loss_source(builder: LogBuilder, origin: str | Iterable[str], beside: I
         builder.meta.setdefault("loss_source", {"name": "+".join(origin), "kind": "detection_parts"})
 
 
-def add_run_loss(builder: LogBuilder, table: pa.Table, step_col: str, keymap: KeyMap | None = None) -> None:
+def add_run_loss(
+    builder: LogBuilder, table: pa.Table, step_col: str, keymap: KeyMap | None = None, first_seq: int | None = None
+) -> None:
     """Store a table's stand-in for the run's ``loss`` (the rules above) at its rows' steps: the sum of
     a detector's loss parts (rows where every part has a value), else the critic's or generator's loss.
-    Nothing where a column already is, or is mapped by ``keymap`` to, the loss."""
+    Nothing where a column already is, or is mapped by ``keymap`` to, the loss. ``first_seq`` (what
+    :func:`ingest.formats._tabular.add_wide` returned for the table) numbers the derived values as the rows
+    they come from, so the import report counts each row once, not its derived loss as more records."""
     names = [c for c in table.column_names if c != step_col]
     if keymap is not None and any((keymap(c) or ("",))[0] == "loss" for c in names):
         return
@@ -268,10 +272,24 @@ def add_run_loss(builder: LogBuilder, table: pa.Table, step_col: str, keymap: Ke
         keep &= present
     if keep.any():
         origin = "+".join(parts) if parts else source
-        builder.add("loss", steps[keep].astype(np.int64), total[keep], canonical=True, origin=origin)
+        builder.add(
+            "loss", steps[keep].astype(np.int64), total[keep], canonical=True, origin=origin, seq=_rows(first_seq, keep)
+        )
         note_loss_source(builder, parts or str(source), names)
     norm = None if parts or source is None or "grad_norm" in names else model_grad_norm(source, names)
     if norm is not None:  # the world model's gradient norm is the run's (module docstring)
         values, present = to_float(table[norm])
         rows = present & np.isfinite(steps)
-        builder.add("grad_norm", steps[rows].astype(np.int64), values[rows], canonical=True, origin=norm)
+        builder.add(
+            "grad_norm",
+            steps[rows].astype(np.int64),
+            values[rows],
+            canonical=True,
+            origin=norm,
+            seq=_rows(first_seq, rows),
+        )
+
+
+def _rows(first_seq: int | None, mask: np.ndarray) -> np.ndarray | None:
+    """The sequence numbers of the table rows ``mask`` selects, or None (new numbers) without ``first_seq``."""
+    return None if first_seq is None else first_seq + np.flatnonzero(mask).astype(np.int64)
