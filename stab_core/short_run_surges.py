@@ -16,7 +16,9 @@ fine-tune's 894, 193, 430, 379, 625, then 1802 and 2908 while its loss falls, or
 26.4, are outliers of their own scatter, which the golden rules call blips; a grad norm flat at 36.64-36.69 then
 39.98 and 72.6, 72.1 is not), and that jumped there: SURGE_RATIO times the sample just before it (a grad norm
 that grows over several logs as a network starts to learn, 2.6 -> 3.0 -> 3.4 -> 3.7 -> 4.2 -> 5.6 in an action
-recogniser's first epochs, is a ramp the median lags behind, a golden "may report", not a surge), and stands the
+recogniser's first epochs, is a ramp the median lags behind, a golden "may report", not a surge), whose next
+sample keeps at least :data:`HELD_FRACTION` of its height above the level (one falling halfway back is an outlier's
+tail), and stands the
 detector's ``z_threshold`` robust deviations (the MAD of the samples before, as modified z-scores) above that
 median (a fp16 LoRA's 8.0, 8.1, 5.8, 9.3, 11.4, 5.4 then 19.3, 18.0 as its loss falls fast is inside its own noise
 at z 4.3; a grad norm flat to 0.1% is not). It
@@ -49,6 +51,10 @@ MIN_BEFORE: Final = 5
 """Finite samples before a sample that its level is taken from, at least (fewer are no level at all)."""
 HELD_SAMPLES: Final = 2
 """Consecutive logged samples at :data:`SURGE_RATIO` or more that make the surge held, not one outlier."""
+HELD_FRACTION: Final = 0.5
+"""Of the surge's height above its level, what each held sample keeps at least: a grad norm that goes 16.8 ->
+58.1 -> 28.3 -> 16.4 (a Megatron-DeepSpeed pdsh run's warm-up, its golden a blip) is falling back at its second
+sample, the tail of one outlier update; 36.7 -> 72.6 -> 72.1 -> 37.8 (a 175B trial, its golden a spike) held."""
 
 
 def short_run_surges(grad_norm: Series, detected: Sequence[SpikeEvent], params: SpikeParams) -> list[SpikeEvent]:
@@ -61,7 +67,10 @@ def short_run_surges(grad_norm: Series, detected: Sequence[SpikeEvent], params: 
         level = float(np.median(x[:i]))
         quiet = float(x[:i].max()) < SURGE_RATIO * level  # no sample before swung a surge's height
         jumped = x[i] >= SURGE_RATIO * x[i - 1]  # from the sample before, not a ramp the median lags behind
-        if not (level > 0 and quiet and jumped and bool(np.all(x[i : i + HELD_SAMPLES] >= SURGE_RATIO * level))):
+        held = x[i : i + HELD_SAMPLES]
+        if not (level > 0 and quiet and jumped and bool(np.all(held >= SURGE_RATIO * level))):
+            return None
+        if bool(np.any(held - level < HELD_FRACTION * (x[i] - level))):  # falling back: an outlier's tail
             return None
         scale = max(float(np.median(np.abs(x[:i] - level))), params.rel_mad_floor * level, 1e-12)
         # out of the samples' own noise too (the detector's z): a LoRA's 8.0, 5.8, 9.3, 11.4, 5.4 then 19.3 is not

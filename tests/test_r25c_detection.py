@@ -56,6 +56,15 @@ def test_one_outlier_iteration_or_a_noisy_start_is_no_held_surge() -> None:
     assert [e.start for e in short_run_surges(held.series["grad_norm"], [], params)] == [12]
 
 
+def test_a_surge_falling_halfway_back_at_its_next_sample_is_an_outliers_tail() -> None:
+    """A Megatron-DeepSpeed pdsh run's warm-up: 16.8 -> 58.1 -> 28.3 -> 16.4 (its golden a blip, round 25 lead):
+    the second sample is still 1.7x the level but keeps under half the surge's height; it stays a blip."""
+    warmup = [22.1, 19.4, 18.7, 17.9, 17.2, 16.9, 16.6, 16.5, 16.6, 16.78]
+    tail = _trial([*warmup, 58.08, 28.27, 16.38, 14.63, 14.2, 13.9, 13.8, 13.5, 13.4])
+    assert short_run_surges(tail.series["grad_norm"], [], GRAD_NORM_SPIKE_PARAMS) == []
+    assert all(i["severity"] == "blip" for i in _items(tail))
+
+
 def _speedrun(n: int = 400, burst_at: int | None = None, seed: int = 3) -> RunView:
     """A speedrun console's loss: 10.40 falling over warm-up, then ~3.3 with +-4% batch noise."""
     rng = np.random.default_rng(seed)
