@@ -2,7 +2,11 @@
 ``results.csv``'s loss parts) counts each row once, and the CLI's summary names the unit the report counts in
 (issue #31: "the report's counts add up to the file's line count")."""
 
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
+
+import numpy as np
 
 from ingest.formats import read_log
 from ingest.formats.accounting import import_report, summary_line
@@ -37,3 +41,24 @@ def test_the_summary_names_the_unit_of_the_json_fields(tmp_path: Path) -> None:
     assert fields["lines_unit"] == "records"
     assert summary_line(fields).startswith("5 records: 5 parsed")  # was '5 lines: ...' for a CSV's rows
     assert summary_line(report).startswith("5 records: 5 parsed")
+
+
+def _event(start: int, recovery_step: int | None) -> Any:
+    from stab_core.spikes import build_event
+
+    steps = np.arange(10, dtype=np.int64)
+    x = np.array([1.0] * 5 + [3.0, 3.0] + [1.0] * 3)
+    return replace(build_event("loss", steps, x, 5, 6, 7, 1.0, 0.1), start=start, recovery_step=recovery_step)
+
+
+def test_an_episode_back_before_the_incident_began_does_not_date_it() -> None:
+    """A start-up overshoot (step 2, back at 4) grouped beside a loss NaN from step 20 to the end: the incident
+    starts at 20 (r25c's excursion start took the earliest member, 2, and the NaN incident was judged as the
+    overshoot); a finite burst whose highest sample is late still starts at its first step out, dips and all."""
+    from stab_core.excursions import excursion_start
+
+    nan, overshoot = replace(_event(20, None), nonfinite=True), _event(2, 4)
+    assert excursion_start(nan, [nan, overshoot]) == 20
+    assert excursion_start(replace(nan, nonfinite=False), [nan, overshoot]) == 2  # a finite burst's first step out
+    peak, first_out = _event(5587, 5594), _event(5579, 5584)
+    assert excursion_start(peak, [peak, first_out]) == 5579
