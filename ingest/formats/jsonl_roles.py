@@ -101,13 +101,20 @@ def time_is_duration(table: pa.Table, wall_col: str | None) -> bool:
 
 
 def epoch_axis(table: pa.Table) -> str | None:
-    """The ``epoch`` key when it is the records' step axis: whole numbers rising by one a record."""
+    """The ``epoch`` key when it is the records' step axis: whole numbers rising by one a record, save where
+    the counter goes back down (round 26 r26b, issue #31): a launch appended to the same file (DETR opens its
+    ``log.txt`` in append mode) counts its epochs again from its first one, or from the epoch it resumes at.
+    The runs are then cut where it goes back (:mod:`ingest.formats.table_runs`, as for a step counter); an
+    epoch repeated by the next record (two records an epoch) is no such axis, nor a counter that goes back
+    as often as it rises."""
     if "epoch" not in table.column_names or table.num_rows < 2:
         return None
     values, present = to_float(table["epoch"])
     if not present.all() or not np.all(values == np.round(values)):
         return None
-    return "epoch" if bool(np.all(np.diff(values) == 1)) else None
+    gaps = np.diff(values)
+    rises, back = int(np.sum(gaps == 1)), int(np.sum(gaps < 0))
+    return "epoch" if rises + back == gaps.size and back < rises else None
 
 
 def record_keymap(table: pa.Table, *, step_col: str, wall_col: str | None) -> tuple[KeyMap | None, str | None]:

@@ -1,0 +1,50 @@
+"""Round 26, r26b (issue #31): metric files and loss logs read with their loss, grad norm and launches.
+
+Synthetic files of each shape, our own numbers: a per-epoch JSON log two launches appended to (its epoch counter
+starts again), DETR's COCO summary list, a Lightning ``grad_2_norm``, a JSON record whose one changing loss field is
+not named ``loss`` and whose ``steps_time`` is the step's time, and a CycleGAN ``loss_log.txt`` whose resumed launch
+is collapsed (its G/D terms flat) and crosses no epoch end.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ingest.formats import read_log
+
+
+def _lines(path: Path, rows: list[dict[str, object]]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def _detr_record(epoch: int, launch: int) -> dict[str, object]:
+    return {
+        "epoch": epoch,
+        "n_params": 1000 + launch,
+        "train_loss": 10.0 / (epoch + 1) + launch,
+        "train_lr": 1e-3,
+        "train_loss_ce": 1.0 / (epoch + 1),
+        "test_loss": 12.0 / (epoch + 1) + launch,
+        "test_coco_eval_bbox": [0.1 + epoch / 100, 0.3 + epoch / 100, *([0.05] * 10)],
+    }
+
+
+def test_an_epoch_counter_that_starts_again_is_the_axis_of_two_runs(tmp_path: Path) -> None:
+    rows = [_detr_record(e, 0) for e in range(6)] + [_detr_record(e, 1) for e in range(9)]
+    log = read_log([_lines(tmp_path / "log.txt", rows)])
+    runs = [log, *log.segments]
+    assert len(runs) == 2
+    assert [r.step_range for r in runs] == [(0, 5), (0, 8)]
+    assert all("epoch" not in r.metrics for r in runs)
+    assert runs[0].series("loss")[1][-1] == pytest.approx(10.0 / 6)
+    assert runs[1].series("loss")[1].shape == (9,)
+
+
+def test_an_epoch_repeated_by_the_next_record_is_no_axis(tmp_path: Path) -> None:
+    rows = [{"epoch": e // 2, "loss": 2.0 - i / 10} for i, e in enumerate(range(8))]
+    log = read_log([_lines(tmp_path / "log.jsonl", rows)])
+    assert not log.segments and log.step_range == (0, 7)
