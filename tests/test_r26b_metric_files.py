@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from ingest.formats import read_log
+from ingest.formats.coco_stats import with_coco_headline
 
 
 def _lines(path: Path, rows: list[dict[str, object]]) -> Path:
@@ -48,3 +49,19 @@ def test_an_epoch_repeated_by_the_next_record_is_no_axis(tmp_path: Path) -> None
     rows = [{"epoch": e // 2, "loss": 2.0 - i / 10} for i, e in enumerate(range(8))]
     log = read_log([_lines(tmp_path / "log.jsonl", rows)])
     assert not log.segments and log.step_range == (0, 7)
+
+
+def test_the_coco_summary_list_gives_ap_and_ap50(tmp_path: Path) -> None:
+    rows = [_detr_record(e, 0) for e in range(4)]
+    log = read_log([_lines(tmp_path / "log.txt", rows)])
+    steps, ap = log.series("test_coco_eval_bbox_ap")
+    assert list(steps) == [0, 1, 2, 3] and ap[-1] == pytest.approx(0.13)
+    assert log.series("test_coco_eval_bbox_ap50")[1][0] == pytest.approx(0.3)
+
+
+def test_a_list_of_another_length_is_no_coco_summary() -> None:
+    import pyarrow as pa
+
+    table = pa.table({"epoch": [0, 1], "test_coco_eval_bbox": [[0.1, 0.2, 0.3], [0.2, 0.3, 0.4]]})
+    out = with_coco_headline(table)
+    assert out.column_names == ["epoch"]
