@@ -65,3 +65,15 @@ def test_a_list_of_another_length_is_no_coco_summary() -> None:
     table = pa.table({"epoch": [0, 1], "test_coco_eval_bbox": [[0.1, 0.2, 0.3], [0.2, 0.3, 0.4]]})
     out = with_coco_headline(table)
     assert out.column_names == ["epoch"]
+
+
+def test_lightning_grad_2_norm_is_the_grad_norm(tmp_path: Path) -> None:
+    lines = ["train_loss_step,grad_2_norm_step,epoch,step,train_loss_epoch,grad_2_norm_epoch"]
+    lines += [f"{0.5 - s / 1000},{3.0 + s / 100},0,{s},," for s in range(9, 100, 10)]
+    lines += ["0.4,,0,99,0.45,3.4"]
+    path = tmp_path / "metrics.csv"
+    path.write_text("\n".join(lines) + "\n")
+    log = read_log([path])
+    steps, norm = log.series("grad_norm")
+    assert steps.shape == (10,) and norm[0] == pytest.approx(3.09)
+    assert "grad_2_norm_epoch" in log.metrics
