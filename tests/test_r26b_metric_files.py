@@ -15,6 +15,7 @@ import pytest
 
 from ingest.formats import read_log
 from ingest.formats.coco_stats import with_coco_headline
+from ingest.formats.run_loss import sole_loss
 
 
 def _lines(path: Path, rows: list[dict[str, object]]) -> Path:
@@ -77,3 +78,32 @@ def test_lightning_grad_2_norm_is_the_grad_norm(tmp_path: Path) -> None:
     steps, norm = log.series("grad_norm")
     assert steps.shape == (10,) and norm[0] == pytest.approx(3.09)
     assert "grad_2_norm_epoch" in log.metrics
+
+
+def test_the_one_changing_loss_field_is_the_loss_and_steps_time_the_step_time(tmp_path: Path) -> None:
+    rows = [
+        {
+            "loss_tgt_mean": 1.0 - s / 20,
+            "loss_scaled": (1.0 - s / 20) / 512,
+            "vicreg_loss": 0.0,
+            "lr": 3e-4,
+            "grad_norm": 0.1 + (s % 3) / 100,
+            "steps_time": 9 + (s % 2),
+            "step": s,
+        }
+        for s in range(8)
+    ]
+    log = read_log([_lines(tmp_path / "metrics.jsonl", rows)])
+    assert log.series("loss")[1][0] == pytest.approx(1.0)
+    assert log.meta["loss_source"] == {"name": "loss_tgt_mean", "kind": "training"}
+    assert {"loss_tgt_mean", "loss_scaled"} <= set(log.metrics)
+    assert list(log.series("step_time_s")[1][:2]) == [9.0, 10.0]
+
+
+def test_two_changing_loss_fields_choose_none() -> None:
+    import pyarrow as pa
+
+    table = pa.table({"step": [0, 1, 2], "loss_kl": [0.1, 0.2, 0.3], "loss_recon": [3.0, 2.0, 1.0]})
+    assert sole_loss(table, ["loss_kl", "loss_recon"]) is None
+    flat = pa.table({"step": [0, 1, 2], "loss_kl": [0.0, 0.0, 0.0], "loss_recon": [3.0, 2.0, 1.0]})
+    assert sole_loss(flat, ["loss_kl", "loss_recon"]) == "loss_recon"

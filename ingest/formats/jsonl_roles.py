@@ -58,6 +58,12 @@ def _is_clock(name: str) -> bool:
     return _CLOCK.match(name) is not None
 
 
+_STEPS_TIME: Final = re.compile(r"^(?:steps|iters|iterations|batches)_time(?:_(?:s|sec|secs|seconds))?$")
+"""A time named by the steps in the plural (``steps_time``: an EEG JEPA trainer's seconds per logged step): the
+time the steps since the record before took, so each step's own duration where the records are one step apart
+(:func:`step_duration`; round 26 r26b)."""
+
+
 MAX_ELAPSED_S = 1e8
 """Seconds below which a rising clock counts from the run's start (three years): a Unix time is above."""
 _MODEL_SIZE = frozenset({"n_parameters", "num_parameters", "n_params", "num_params"})
@@ -155,9 +161,9 @@ def record_keymap(table: pa.Table, *, step_col: str, wall_col: str | None) -> tu
 
 
 def step_duration(table: pa.Table, step_col: str, names: set[str]) -> str | None:
-    """The elapsed-time key (seconds) that is each record's own step's duration: it does not rise
-    from record to record (a clock would) and the records carrying it are one step apart."""
-    for name in sorted(n for n in names if _is_clock(n)):
+    """The elapsed-time key (seconds; or a time of the steps, :data:`_STEPS_TIME`) that is each record's own step's
+    duration: it does not rise from record to record (a clock would) and the records carrying it are one step apart."""
+    for name in sorted(n for n in names if _is_clock(n) or _STEPS_TIME.match(n)):
         values, present = to_float(table[name])
         steps, has_step = to_float(table[step_col])
         rows = present & has_step & np.isfinite(values)
