@@ -16,6 +16,7 @@ import pytest
 from ingest.formats import read_log
 from ingest.formats.coco_stats import with_coco_headline
 from ingest.formats.run_loss import sole_loss
+from stab_core.metrics import gan_terms
 
 
 def _lines(path: Path, rows: list[dict[str, object]]) -> Path:
@@ -107,3 +108,33 @@ def test_two_changing_loss_fields_choose_none() -> None:
     assert sole_loss(table, ["loss_kl", "loss_recon"]) is None
     flat = pa.table({"step": [0, 1, 2], "loss_kl": [0.0, 0.0, 0.0], "loss_recon": [3.0, 2.0, 1.0]})
     assert sole_loss(flat, ["loss_kl", "loss_recon"]) == "loss_recon"
+
+
+def _cyclegan_line(epoch: int, iters: int, d: float, g: float, cycle: float) -> str:
+    return (
+        f"(epoch: {epoch}, iters: {iters}, time: 0.125, data: 0.002) D_A: {d:.3f} G_A: {g:.3f} cycle_A: {cycle:.3f} "
+        f"idt_A: 0.500 D_B: {d:.3f} G_B: {g:.3f} cycle_B: {cycle:.3f} idt_B: 0.400 "
+    )
+
+
+def test_a_collapsed_resumed_cyclegan_launch_keeps_its_gan_terms_and_the_epoch_length(tmp_path: Path) -> None:
+    # an epoch of 250 images printed every 100: epoch 2 starts at iters 50, epoch 3 at 100
+    first = ["================ Training Loss (Mon May  6 10:00:00 2024) ================"]
+    marks = [(1, 100), (1, 200), (2, 50), (2, 150), (2, 250), (3, 100), (3, 200)]
+    first += [_cyclegan_line(e, i, 0.3 - n / 100, 0.5 + n / 10, 2.0 - n / 10) for n, (e, i) in enumerate(marks)]
+    resumed = ["================ Training Loss (Mon May  6 12:00:00 2024) ================"]
+    resumed += [_cyclegan_line(3, i, 0.0, 1.0, 1.0 + i / 1000) for i in (100, 200, 300, 400, 500, 600)]
+    path = tmp_path / "loss_log.txt"
+    path.write_text("\n".join(first + resumed) + "\n")
+    log = read_log([path])
+    runs = [log, *log.segments]
+    assert len(runs) == 2
+    assert runs[0].step_range == (100, 700)
+    assert runs[1].step_range == (600, 1100)  # (3 - 1) * 250 + iters, the length launch 1 measured
+    assert {"D_A", "G_A", "D_B", "G_B"} <= set(runs[1].metrics)
+    assert not {"D_A", "G_A"} & set(runs[1].meta.get("log_settings", {}))
+
+
+def test_gan_terms_need_both_sides() -> None:
+    assert gan_terms(["G_A", "D_A", "cycle_A"]) == ["D_A", "G_A"]
+    assert gan_terms(["D_model", "loss"]) == []
