@@ -87,6 +87,20 @@ def policy_loss_of(names: Iterable[str]) -> str | None:
     return listed or next((name for name in held if POLICY_LOSS_NAME.match(name)), None)
 
 
+GAN_SIDE: Final = re.compile(r"^(?:loss_?|err)?(?P<side>[GD])(?:_[A-Za-z0-9]+)?$", re.IGNORECASE)
+"""A GAN's generator or discriminator term as pix2pix/CycleGAN and DCGAN scripts name it (``G_A``,
+``D_real``, ``errG``, ``loss_D``)."""
+
+
+def gan_terms(names: Iterable[str]) -> list[str]:
+    """The names of ``names`` that are a GAN's generator and discriminator terms (:data:`GAN_SIDE`), where both
+    sides are there (a lone ``D_model`` is no GAN's); empty otherwise. They are the run's losses whatever their
+    names lack: a run logging them trains, and one stuck at a value (a discriminator at 0.000, its generator
+    pinned at 1.000 after an adversarial collapse) is a fact about training, never a setting (round 26 r26b)."""
+    sides = {n: m["side"].upper() for n in names if (m := GAN_SIDE.match(n))}
+    return sorted(sides) if set(sides.values()) == {"G", "D"} else []
+
+
 UNREAD_NAMES: Final[dict[str, re.Pattern[str]]] = {
     "loss": re.compile(r"\bloss\b(?!\s*scale)", re.IGNORECASE),
     "grad_norm": re.compile(r"\bgrad(?:ient)?[ _]norm\b", re.IGNORECASE),

@@ -115,6 +115,14 @@ _ALIASES: Final[dict[str, tuple[str, ...]]] = {
         "grad norm/grad norm",
         "optim/total grad norm",  # OLMo
         "learning/raw grad norm",  # MaxText: before clipping
+        # the norm named with its order, 2 (the L2 norm every clipper computes; round 26 r26b): a Lightning module's
+        # own 'grad_2_norm' (logged on_step: 'grad_2_norm_step'), Lightning's grad_norm() total 'grad_2.0_norm_total'
+        "grad 2 norm",
+        "grad 2.0 norm",
+        "grad 2 norm total",
+        "grad 2.0 norm total",
+        "grad l2 norm",
+        "l2 grad norm",
     ),
     "grad_norm_clipped": (
         "grad norm clipped",

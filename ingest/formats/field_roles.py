@@ -69,7 +69,7 @@ from typing import Any, Final
 import numpy as np
 
 from ingest.formats.eval_sets import first_set_loss
-from stab_core.metrics import CANONICAL_METRICS, POLICY_LOSSES
+from stab_core.metrics import CANONICAL_METRICS, POLICY_LOSSES, gan_terms
 
 MIN_CONSTANT_RECORDS: Final = 5
 """Records a field must hold one value on to be a setting: fewer say too little (an eval field logged
@@ -353,7 +353,8 @@ def move_fields(pieces: dict[str, list[Any]], meta: dict[str, Any], moved: dict[
     with the value kept; ``moved`` gets each one's reason, for the import report."""
     first_set_loss(pieces, meta)  # ingest.formats.eval_sets: several evaluation sets, the first is the val_loss
     _over_a_percentage(pieces)
-    roles = meta.get("proposed_map") or ()
+    # a GAN's generator and discriminator terms are its losses (stab_core.metrics.gan_terms): never moved
+    roles = {*(meta.get("proposed_map") or ()), *gan_terms(pieces)}
     printed = sum(1 for parts in pieces.values() if any(p.origin != DERIVED_ORIGIN for p in parts))
     for name in diagnostic_fields(sorted(pieces), roles, printed):
         meta.setdefault(DIAGNOSTICS_KEY, {})[name] = last_value([p.value for p in pieces.pop(name)])

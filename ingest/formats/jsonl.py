@@ -23,6 +23,7 @@ from ingest.formats._tabular import STEP_COLUMNS, WALL_COLUMNS, add_wide, find_c
 from ingest.formats.aliases import KeyMap
 from ingest.formats.base import Reader
 from ingest.formats.clip_flags import clip_threshold
+from ingest.formats.coco_stats import with_coco_headline
 from ingest.formats.json_document import document_tables, looks_like_document, step_records
 from ingest.formats.jsonl_events import split_kinds
 from ingest.formats.jsonl_roles import (
@@ -76,6 +77,7 @@ def read_jsonl(
         for table, line in tables:
             table = _drop_state_dumps(_drop_empty(table, path, line, builder), path, line, builder)
             table = progress_step(unwrap_stats(table), step_candidates)  # ingest.formats.stat_records
+            table = with_coco_headline(table)  # ingest.formats.coco_stats: DETR's COCO summary list
             table = _progress_steps(table, step_candidates, builder)
             if table.num_rows == 0:
                 continue

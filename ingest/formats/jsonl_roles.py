@@ -58,6 +58,12 @@ def _is_clock(name: str) -> bool:
     return _CLOCK.match(name) is not None
 
 
+_STEPS_TIME: Final = re.compile(r"^(?:steps|iters|iterations|batches)_time(?:_(?:s|sec|secs|seconds))?$")
+"""A time named by the steps in the plural (``steps_time``: an EEG JEPA trainer's seconds per logged step): the
+time the steps since the record before took, so each step's own duration where the records are one step apart
+(:func:`step_duration`; round 26 r26b)."""
+
+
 MAX_ELAPSED_S = 1e8
 """Seconds below which a rising clock counts from the run's start (three years): a Unix time is above."""
 _MODEL_SIZE = frozenset({"n_parameters", "num_parameters", "n_params", "num_params"})
@@ -101,13 +107,20 @@ def time_is_duration(table: pa.Table, wall_col: str | None) -> bool:
 
 
 def epoch_axis(table: pa.Table) -> str | None:
-    """The ``epoch`` key when it is the records' step axis: whole numbers rising by one a record."""
+    """The ``epoch`` key when it is the records' step axis: whole numbers rising by one a record, save where
+    the counter goes back down (round 26 r26b, issue #31): a launch appended to the same file (DETR opens its
+    ``log.txt`` in append mode) counts its epochs again from its first one, or from the epoch it resumes at.
+    The runs are then cut where it goes back (:mod:`ingest.formats.table_runs`, as for a step counter); an
+    epoch repeated by the next record (two records an epoch) is no such axis, nor a counter that goes back
+    as often as it rises."""
     if "epoch" not in table.column_names or table.num_rows < 2:
         return None
     values, present = to_float(table["epoch"])
     if not present.all() or not np.all(values == np.round(values)):
         return None
-    return "epoch" if bool(np.all(np.diff(values) == 1)) else None
+    gaps = np.diff(values)
+    rises, back = int(np.sum(gaps == 1)), int(np.sum(gaps < 0))
+    return "epoch" if rises + back == gaps.size and back < rises else None
 
 
 def record_keymap(table: pa.Table, *, step_col: str, wall_col: str | None) -> tuple[KeyMap | None, str | None]:
@@ -148,9 +161,9 @@ def record_keymap(table: pa.Table, *, step_col: str, wall_col: str | None) -> tu
 
 
 def step_duration(table: pa.Table, step_col: str, names: set[str]) -> str | None:
-    """The elapsed-time key (seconds) that is each record's own step's duration: it does not rise
-    from record to record (a clock would) and the records carrying it are one step apart."""
-    for name in sorted(n for n in names if _is_clock(n)):
+    """The elapsed-time key (seconds; or a time of the steps, :data:`_STEPS_TIME`) that is each record's own step's
+    duration: it does not rise from record to record (a clock would) and the records carrying it are one step apart."""
+    for name in sorted(n for n in names if _is_clock(n) or _STEPS_TIME.match(n)):
         values, present = to_float(table[name])
         steps, has_step = to_float(table[step_col])
         rows = present & has_step & np.isfinite(values)

@@ -51,14 +51,27 @@ _TIME: Final = re.compile(r"\btime:[ \t]*(?P<val>" + NUMBER + ")")
 _GENERATOR: Final = "G_GAN"
 
 
-def _layout(marks: list[tuple[int, int]]) -> tuple[int, int]:
+def _layout(marks: list[tuple[int, int]], measured: int | None = None) -> tuple[int, int]:
     """``(print_freq, epoch length)`` of one run's training lines ``(epoch, iters)``: the most common
-    gap within an epoch, and the most common length its epoch ends give (else the largest ``iters``)."""
+    gap within an epoch, and the most common length its epoch ends give; else ``measured`` (the length another
+    launch of the file measured: :func:`_epoch_length`), else the largest ``iters``."""
+    freq, length = _gap(marks), _epoch_length(marks)
+    return freq, length or measured or max(i for _, i in marks)
+
+
+def _gap(marks: list[tuple[int, int]]) -> int:
+    """The print frequency of one run's lines: the most common gap of ``iters`` within an epoch (0: none seen)."""
     gaps = Counter(b[1] - a[1] for a, b in pairwise(marks) if a[0] == b[0] and b[1] > a[1])
-    freq = gaps.most_common(1)[0][0] if gaps else 0
+    return gaps.most_common(1)[0][0] if gaps else 0
+
+
+def _epoch_length(marks: list[tuple[int, int]]) -> int | None:
+    """The epoch length one run's lines measure where they cross an epoch end (the last ``iters`` of an epoch plus
+    the print frequency minus the first of the next, most common), None where they cross none."""
+    freq = _gap(marks)
     ends = Counter(a[1] + freq - b[1] for a, b in pairwise(marks) if b[0] == a[0] + 1 and freq)
     lengths = [n for n, _ in ends.most_common() if n > 0]
-    return freq, lengths[0] if lengths else max(i for _, i in marks)
+    return lengths[0] if lengths else None
 
 
 class Pix2PixLossLogReader(Reader):
@@ -105,9 +118,11 @@ class Pix2PixLossLogReader(Reader):
                 line_seq[index] = seq
             run_of = _run_of(marks, paces)
             steps = [0] * len(marks)
-            for run in sorted(set(run_of)):
-                lines = [i for i, r in enumerate(run_of) if r == run]
-                for i, step in zip(lines, _steps([marks[i] for i in lines]), strict=True):
+            by_run = {run: [i for i, r in enumerate(run_of) if r == run] for run in sorted(set(run_of))}
+            lengths = {run: _epoch_length([marks[i] for i in lines]) for run, lines in by_run.items()}
+            for run, lines in by_run.items():
+                measured = _measured_length(lengths, run)
+                for i, step in zip(lines, _steps([marks[i] for i in lines], measured), strict=True):
                     steps[i] = step
             kept = [i for i in range(len(marks)) if line_seq[i] >= 0]
             builder.line_runs = (
@@ -121,9 +136,21 @@ class Pix2PixLossLogReader(Reader):
         read_console(paths, builder, line, "a loss_log.txt line", finish=finish)
 
 
-def _steps(marks: list[tuple[int, int]]) -> list[int]:
-    """The global iteration of each of one run's training lines ``(epoch, iters)``."""
-    freq, length = _layout(marks) if marks else (0, 0)
+def _measured_length(lengths: dict[int, int | None], run: int) -> int | None:
+    """The epoch length for ``run`` where its own lines cross no epoch end (a launch resumed for part of an epoch):
+    the one the nearest launch before it measured, else the nearest after (round 26 r26b). The data set, and so
+    the epoch's length, is the one the options of the file's experiment name; a length read off the largest
+    ``iters`` printed would fall short of it by up to the print frequency, and every step after the first epoch
+    with it."""
+    before = [lengths[r] for r in sorted(lengths) if r < run and lengths[r]]
+    after = [lengths[r] for r in sorted(lengths) if r > run and lengths[r]]
+    return before[-1] if before else after[0] if after else None
+
+
+def _steps(marks: list[tuple[int, int]], measured: int | None = None) -> list[int]:
+    """The global iteration of each of one run's training lines ``(epoch, iters)``; ``measured``: the epoch length
+    another launch measured (:func:`_measured_length`), for a run that crosses no epoch end."""
+    freq, length = _layout(marks, measured) if marks else (0, 0)
     return [(epoch - 1) * length + iters if freq or length else iters for epoch, iters in marks]
 
 

@@ -25,6 +25,13 @@ every reader of that family's files (a console and a CSV of the same trainer mus
   other loss-named column is such a copy, is the run's loss: the logger writes the buckets for the
   objective it steps on, and the buckets are parts of it, not other losses.
 
+- One loss among the record's fields (round 26 r26b, docs/diagnosis.md, "Import: the loss"): where no field is the
+  loss and no rule above names one, the one training field named a loss that changes over the records is the run's
+  loss (an EEG JEPA trainer's ``loss_tgt_mean``). A loss that holds one value on every record is a term switched
+  off (``vicreg_loss: 0.0``), and one named as rescaled (``loss_scaled``, ``*_weighted``: divided or weighted for
+  the backward pass) is a copy of a loss beside it in the optimizer's units: neither is a second candidate. With
+  two candidates or more left, none is chosen (each keeps its name).
+
 Each stand-in is also kept under its own name; none applies where a column already is the loss.
 """
 
@@ -114,6 +121,40 @@ def stand_in_loss(names: Iterable[str]) -> str | None:
     if (generator := gan_generator_loss(names)) is not None:
         return generator
     return aggregate_loss(names) or lone_training_loss(names) or bucketed_loss(names)
+
+
+RESCALED_WORDS: Final = frozenset({"scaled", "weighted"})
+"""Words that name a loss field as a rescaled copy of a loss beside it (:func:`sole_loss`)."""
+_NOT_A_LOSS_WORDS: Final = frozenset({"scale", "scaler"})
+"""Words that make a ``loss`` field the fp16 scaler's factor (``loss_scale``), not a loss."""
+
+
+def sole_loss(table: pa.Table, names: Iterable[str]) -> str | None:
+    """The one training field of ``table`` (its columns ``names``) named a loss that changes over the records,
+    switched-off terms and rescaled copies left out (the module docstring's last rule); None where a field already
+    is the loss, or where none or several are left. A policy's, critic's or GAN side's loss is no candidate (their
+    rules above)."""
+    names = list(names)
+    if has_loss(names):
+        return None
+    others = ACTOR_LOSSES | CRITIC_LOSSES | GENERATOR_LOSSES | DISCRIMINATOR_LOSSES | WORLD_MODEL_LOSSES
+    named = [
+        n
+        for n in names
+        if _split(n) == "train"
+        and "loss" in _words(_leaf(n))
+        and not _words(_leaf(n)) & _NOT_A_LOSS_WORDS
+        and _objective(n) not in others
+    ]
+    varying = []
+    for name in named:
+        values, present = to_float(table[name])
+        finite = values[present & np.isfinite(values)]
+        if finite.size > 1 and bool(np.any(finite != finite[0])):
+            varying.append(name)
+    own_unit = [n for n in varying if not _words(_leaf(n)) & RESCALED_WORDS]
+    left = own_unit or varying
+    return left[0] if len(left) == 1 else None
 
 
 def world_model_loss(names: Iterable[str]) -> str | None:
@@ -225,12 +266,17 @@ def _split(name: str) -> str:
     return "train"
 
 
-def note_loss_source(builder: LogBuilder, origin: str | Iterable[str], beside: Iterable[str] = ()) -> None:
+def note_loss_source(
+    builder: LogBuilder, origin: str | Iterable[str], beside: Iterable[str] = (), kind: str | None = None
+) -> None:
     """Record in the run's meta where its stand-in ``loss`` came from (``loss_source``: the raw name(s)
     and the kind: ``detection_parts``, ``critic`` or ``generator``), so pages title the loss axis by it
     and no one reads it as a token cross-entropy (``stab_core.loss_origin``). ``beside``: the columns
-    read with it (a loss chosen among its bucket copies is the training loss: :func:`bucketed_loss`)."""
-    if isinstance(origin, str):
+    read with it (a loss chosen among its bucket copies is the training loss: :func:`bucketed_loss`); ``kind``: the
+    kind where the caller knows it (the one loss of a record, :func:`sole_loss`, is a training loss)."""
+    if isinstance(origin, str) and kind is not None:
+        builder.meta.setdefault("loss_source", {"name": origin, "kind": kind})
+    elif isinstance(origin, str):
         leaf = _leaf(origin)
         kind = (
             "world_model"
@@ -261,6 +307,8 @@ def add_run_loss(
         return
     parts = summed_loss_parts(names)
     source = None if parts else stand_in_loss(names)
+    sole = None if parts or source is not None else sole_loss(table, names)
+    source = source or sole
     if not parts and source is None:
         return
     steps, keep = to_float(table[step_col])
@@ -275,7 +323,7 @@ def add_run_loss(
         builder.add(
             "loss", steps[keep].astype(np.int64), total[keep], canonical=True, origin=origin, seq=_rows(first_seq, keep)
         )
-        note_loss_source(builder, parts or str(source), names)
+        note_loss_source(builder, parts or str(source), names, kind="training" if sole else None)
     norm = None if parts or source is None or "grad_norm" in names else model_grad_norm(source, names)
     if norm is not None:  # the world model's gradient norm is the run's (module docstring)
         values, present = to_float(table[norm])

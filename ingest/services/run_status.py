@@ -28,7 +28,7 @@ import numpy as np
 
 from ingest.store import Store
 from ingest.store.storage_errors import DamagedRunFile
-from stab_core.metrics import CANONICAL_METRICS, POLICY_LOSSES
+from stab_core.metrics import CANONICAL_METRICS, POLICY_LOSSES, gan_terms
 
 STATUS_WORDS = ("live", "finished", "stopped", "ended", "empty", "damaged")
 """The first word of every status :func:`status_text` writes (what the Runs page filters on)."""
@@ -305,13 +305,10 @@ def _names_training(metric: str) -> bool:
     return False
 
 
-_GAN_SIDE: Final = re.compile(r"^(?:loss_?|err)?(?P<side>[GD])(?:_[A-Za-z0-9]+)?$", re.IGNORECASE)
-"""A GAN's generator or discriminator term as pix2pix/CycleGAN and DCGAN scripts name it (``G_A``,
-``D_real``, ``errG``, ``loss_D``): a run logging both sides trains, whatever else it lacks."""
-
-
 def _gan_sides(held: Iterable[str]) -> bool:
-    return {m["side"].upper() for n in held if (m := _GAN_SIDE.match(n))} == {"G", "D"}
+    """Whether ``held`` holds a GAN's generator and discriminator terms (``stab_core.metrics.gan_terms``): a run
+    logging both sides trains, whatever else it lacks."""
+    return bool(gan_terms(held))
 
 
 def _trains(store: Store, name: str, metrics: Iterable[str]) -> bool:
