@@ -47,6 +47,7 @@ from typing import Final
 import numpy as np
 
 from stab_core.held_out import is_held_out_loss
+from stab_core.held_out_rises import lasting_held_out_rise
 from stab_core.incidents import RECOVER_RATIO, Incident, IncidentKind, window_ratio
 from stab_core.runview import FloatArray, IntArray, Series
 from stab_core.severity import Certainty, SeverityLevel
@@ -96,7 +97,10 @@ def held_out_blowups(series: Mapping[str, Series]) -> list[SpikeEvent]:
     for name in names:
         steps, values = distinct_evaluations(series[name].steps, series[name].values)
         if values.size >= MIN_EVALS and (values > 0).all():
-            out += _blowups(name, steps, values, series.get("loss"))
+            found = _blowups(name, steps, values, series.get("loss"))
+            # no blow-up: a rise to a level that lasted (round 26, :mod:`stab_core.held_out_rises`)
+            rise = None if found else lasting_held_out_rise(name, steps, values, series.get("loss"))
+            out += found if rise is None else [rise]
     return out
 
 
@@ -238,7 +242,9 @@ def blowup_incidents(series: Mapping[str, Series], incidents: Sequence[Incident]
         diverged = any(m.diverged for m in members)
         severity: SeverityLevel = "divergence" if diverged else "spike"
         certainty: Certainty = "low" if kind == "early_instability" else "high"
-        recovery = None if diverged else max(int(m.recovery_step or m.until) for m in members)
+        # a lasting rise never back (not diverged, :mod:`stab_core.held_out_rises`) has no recovery either
+        back = all(m.recovered for m in members)
+        recovery = None if diverged or not back else max(int(m.recovery_step or m.until) for m in members)
         out.append(Incident(kind, tuple(members), co_moves, severity, certainty, recovery))
     return out
 

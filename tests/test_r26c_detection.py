@@ -113,3 +113,35 @@ def test_a_balanced_gan_or_one_whose_generator_gets_better_is_no_collapse() -> N
     assert won_outright(_gan(0.005, 0.4), []) == []  # the generators fell too: both learning
     one_side = {**_gan(0.005, 1.0), **{k: v for k, v in _gan(0.25, 0.8).items() if k.endswith("B")}}
     assert won_outright(one_side, []) == []  # D_B still holds its level: not every discriminator won
+
+
+def _yolo(val: list[float], train: list[float]) -> dict[str, Series]:
+    steps = np.arange(len(val), dtype=np.int64)
+    return {"loss": Series(steps, np.asarray(train)), "val/box_loss": Series(steps, np.asarray(val))}
+
+
+VAL_HEAD = [0.86, 0.83, 0.70, 0.57, 0.55, 0.54, 0.53, 0.52, 0.54, 0.61, 0.63, 0.64, 0.66, 0.67, 0.68, 0.61, 0.62]
+VAL_UP = [0.81, 0.71, 0.81, 0.72, 0.71, 0.89, 0.92, 0.85, 1.17, 0.9, 0.96, 0.81, 0.96, 0.79, 0.96, 0.94]
+
+
+def test_a_validation_loss_that_steps_up_and_stays_while_the_training_loss_rose_is_a_spike_never_back() -> None:
+    rng = np.random.default_rng(5)
+    val = [*VAL_HEAD, *VAL_UP, *list(0.8 + 0.08 * rng.random(40))]
+    # the training loss falls over the first epochs, then rises with the validation loss at the warm-up's end
+    train = [*list(np.linspace(7.3, 2.4, 8)), *[2.4] * 9, *list(2.6 + 0.1 * rng.random(len(val) - len(VAL_HEAD)))]
+    (event,) = held_out_blowups(_yolo(val, train))
+    assert (event.start, event.recovered, event.diverged) == (17, False, False)
+    view = RunView("yolo", series=_yolo(val, train))
+    (item,) = [i for i in _shown(view) if i["metric"] == "val/box_loss"]
+    assert item["severity"] == "spike"
+
+
+def test_a_validation_rise_while_the_training_loss_falls_or_one_that_comes_back_is_not() -> None:
+    rng = np.random.default_rng(5)
+    val = [*VAL_HEAD, *VAL_UP, *list(0.8 + 0.08 * rng.random(40))]
+    falling = list(np.linspace(7.3, 0.5, len(val)))  # overfitting's shape: the training loss keeps falling
+    assert held_out_blowups(_yolo(val, falling)) == []
+    flat = [2.5] * len(val)
+    back = [*VAL_HEAD, *VAL_UP, 0.55, *list(0.8 + 0.08 * rng.random(39))]  # back at its level once
+    assert held_out_blowups(_yolo(back, flat)) == []
+    assert held_out_blowups({"val/box_loss": _yolo(val, flat)["val/box_loss"]}) == []  # no training loss
