@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Final
 
 import numpy as np
@@ -99,8 +100,12 @@ def held_out_blowups(series: Mapping[str, Series]) -> list[SpikeEvent]:
         if values.size >= MIN_EVALS and (values > 0).all():
             found = _blowups(name, steps, values, series.get("loss"))
             # no blow-up: a rise to a level that lasted (round 26, :mod:`stab_core.held_out_rises`)
-            rise = None if found else lasting_held_out_rise(name, steps, values, series.get("loss"))
-            out += found if rise is None else [rise]
+            rise = None if found else lasting_held_out_rise(steps, values, series.get("loss"))
+            out += (
+                found
+                if rise is None
+                else [replace(_event(name, steps, values, rise[0], None, rise[1]), diverged=False)]
+            )
     return out
 
 

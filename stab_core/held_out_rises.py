@@ -22,12 +22,12 @@ evaluation that
   rising while the training loss falls is overfitting, :mod:`stab_core.overfitting`'s finding). Without a
   training loss nothing tells the two apart and nothing is said.
 
-It is an event never back and not diverged (a ``spike`` cut off by the log's end). Pure.
+Its event (:mod:`stab_core.held_out_blowups`) is never back and not diverged: a ``spike`` cut off by the log's
+end. Pure.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Final
 
 import numpy as np
@@ -35,7 +35,6 @@ import numpy as np
 from stab_core.early_rises import held_levels
 from stab_core.incidents import CLIMB_MIN_RATIO, CLIMB_MIN_SAMPLES, RECOVER_RATIO
 from stab_core.runview import FloatArray, IntArray, Series
-from stab_core.spikes import SpikeEvent
 
 JUMP_RATIO: Final = 1.2
 """Times the median of the evaluations just before it the first evaluation of the rise stands (the loss
@@ -47,9 +46,10 @@ TRAIN_FELL: Final = 0.9
 median over the evaluations before (the blow-up rules' own ``TRAIN_FELL``)."""
 
 
-def lasting_held_out_rise(name: str, steps: IntArray, values: FloatArray, train: Series | None) -> SpikeEvent | None:
-    """The lasting rise (module docstring) of held-out loss ``name`` at its distinct evaluations ``steps``,
-    ``values`` (positive, finite), judged beside the training loss ``train``; None where there is none."""
+def lasting_held_out_rise(steps: IntArray, values: FloatArray, train: Series | None) -> tuple[int, float] | None:
+    """The lasting rise (module docstring) of a held-out loss at its distinct evaluations ``steps``, ``values``
+    (positive, finite), judged beside the training loss ``train``: the index of its first evaluation and the level
+    it rose from (loss units); None where there is none."""
     if train is None or values.size < LASTING_EVALS + CLIMB_MIN_SAMPLES:
         return None
     levels = held_levels(values)
@@ -65,7 +65,7 @@ def lasting_held_out_rise(name: str, steps: IntArray, values: FloatArray, train:
             continue
         if _train_fell(train, int(steps[i - w]), int(steps[i]), int(steps[i + w - 1])):
             continue
-        return _event(name, steps, values, i, level)
+        return i, level
     return None
 
 
@@ -76,25 +76,3 @@ def _train_fell(train: Series, before: int, start: int, last: int) -> bool:
     prior = train.values[ok & (train.steps >= before) & (train.steps < start)]
     during = train.values[ok & (train.steps >= start) & (train.steps <= last)]
     return bool(prior.size and during.size and np.median(during) < TRAIN_FELL * np.median(prior))
-
-
-def _event(name: str, steps: IntArray, values: FloatArray, first: int, level: float) -> SpikeEvent:
-    peak = first + int(np.argmax(values[first:]))
-    start, end = int(steps[first]), int(steps[-1])
-    return SpikeEvent(
-        metric=name,
-        start=start,
-        peak=int(steps[peak]),
-        end=end,
-        peak_value=float(values[peak]),
-        baseline=level,
-        ratio=float(values[peak]) / level,
-        z=math.inf,
-        duration=end - start,
-        recovered=False,
-        recovery_step=None,
-        diverged=False,
-        nonfinite=False,
-        steps_lost=end - start,
-        n_samples=values.size - first,
-    )
