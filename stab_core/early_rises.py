@@ -118,7 +118,29 @@ def _clears_later_noise(steps: IntArray, values: FloatArray, event: SpikeEvent, 
     ref = max(event.baseline, float(np.median(after)))
     if descends(x[:first]) and _lasting_run(x[first:back], ref) and not _lasting_run(after, ref):
         return True
+    if descends(x[:first]) and _held_over_later(x[first:back], event.baseline, x[back : back + history]):
+        return True
     return bool(event.peak_value - event.baseline >= noise_band(after, z))
+
+
+HELD_OVER_LATER: Final = 2
+"""Consecutive logs at ``EARLY_MIN_RATIO`` times the level that, with a peak over every later sample, make an early
+rise after a fall one that lasted (round 26, :func:`_held_over_later`)."""
+
+
+def _held_over_later(rise: FloatArray, level: float, later: FloatArray) -> bool:
+    """Did an early rise after a fall from the first sample last over the noise of the samples after its return?
+    Its first :data:`HELD_OVER_LATER` logs (``rise``) stand :data:`~stab_core.incidents.EARLY_MIN_RATIO` times its
+    ``level`` or more (still up at the next log: no one-batch outlier) and its peak tops every one of the ``later``
+    samples (finite; at least :data:`NOISE_MIN_SAMPLES`): the later per-batch noise never reaches it, so it is no
+    swing of that noise however wide a band the noise's second differences give. An ORPO loss falling 1.05 ->
+    0.111 that jumps to 0.251 and is still 0.147 at the next log, while the 16 logs after it swing 0.08-0.19
+    (a band of 0.35 at the detector's z), is the golden's early rise that lasts (issue #32, round 26)."""
+    later = later[np.isfinite(later)]
+    if rise.size < HELD_OVER_LATER or later.size < NOISE_MIN_SAMPLES:
+        return False
+    held = bool(np.all(rise[:HELD_OVER_LATER] >= EARLY_MIN_RATIO * level))
+    return held and float(rise.max()) > float(later.max())
 
 
 def _lasting_run(x: FloatArray, level: float) -> bool:

@@ -14,8 +14,9 @@ evaluation (the crossing) that
   a few percent an evaluation); the first evaluation after the first counts (a validation loss 2.6x its
   value at step 0 at its next evaluation blew up at once);
 - is higher than every evaluation since the first (which is often taken before or at the start of
-  training), or since the last blow-up came back: a noisy validation loss whose scatter reached as high
-  before has not blown up, but a blow-up that came back does not hide the next one;
+  training), or since the last blow-up came back, among the :data:`SCATTER_EVALS` before it: a noisy
+  validation loss whose scatter reached as high before has not blown up, but a blow-up that came back does
+  not hide the next one, nor does the untrained model's start of a long run;
 - and, where it comes back, is abrupt (also BLOWUP_RATIO times the median of the :data:`RECENT_EVALS`
   evaluations before it, with the next evaluation still :data:`HELD_RATIO` times the level it left, see
   below: one bad evaluation is a blip) or lasting (:data:`HELD_EVALS` evaluations from it all HELD_RATIO
@@ -41,11 +42,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Final
 
 import numpy as np
 
 from stab_core.held_out import is_held_out_loss
+from stab_core.held_out_rises import lasting_held_out_rise
 from stab_core.incidents import RECOVER_RATIO, Incident, IncidentKind, window_ratio
 from stab_core.runview import FloatArray, IntArray, Series
 from stab_core.severity import Certainty, SeverityLevel
@@ -80,6 +83,11 @@ BACK_EVALS: Final = 3
 (or all to the log's end) are under HELD_RATIO times that level."""
 MIN_EVALS: Final = 5
 """Finite evaluations a series needs before it is read at all."""
+SCATTER_EVALS: Final = 60
+"""The evaluations before a crossing whose highest it must top: the scatter it is judged against is the recent one
+(the corpus rules' 60 samples before), not the untrained model's first evaluations (round 26: a detector's
+validation loss at 13.7 and 15.1 over its first two epochs hid every later blow-up of a 200-epoch run from its
+level of 1.3-2.0)."""
 
 
 def held_out_blowups(series: Mapping[str, Series]) -> list[SpikeEvent]:
@@ -90,7 +98,14 @@ def held_out_blowups(series: Mapping[str, Series]) -> list[SpikeEvent]:
     for name in names:
         steps, values = distinct_evaluations(series[name].steps, series[name].values)
         if values.size >= MIN_EVALS and (values > 0).all():
-            out += _blowups(name, steps, values, series.get("loss"))
+            found = _blowups(name, steps, values, series.get("loss"))
+            # no blow-up: a rise to a level that lasted (round 26, :mod:`stab_core.held_out_rises`)
+            rise = None if found else lasting_held_out_rise(steps, values, series.get("loss"))
+            out += (
+                found
+                if rise is None
+                else [replace(_event(name, steps, values, rise[0], None, rise[1]), diverged=False)]
+            )
     return out
 
 
@@ -115,7 +130,7 @@ def _blowups(name: str, steps: IntArray, values: FloatArray, train: Series | Non
         crossed = (
             values[i] >= BLOWUP_RATIO * level
             and values[i] >= JUMP_RATIO * values[i - 1]
-            and values[i] > values[since:i].max(initial=0.0)
+            and values[i] > values[max(since, i - SCATTER_EVALS) : i].max(initial=0.0)
         )
         back = _back_at(values, i + 1, left) if crossed else None
         recent = float(np.median(values[max(0, i - RECENT_EVALS) : i]))
@@ -232,7 +247,9 @@ def blowup_incidents(series: Mapping[str, Series], incidents: Sequence[Incident]
         diverged = any(m.diverged for m in members)
         severity: SeverityLevel = "divergence" if diverged else "spike"
         certainty: Certainty = "low" if kind == "early_instability" else "high"
-        recovery = None if diverged else max(int(m.recovery_step or m.until) for m in members)
+        # a lasting rise never back (not diverged, :mod:`stab_core.held_out_rises`) has no recovery either
+        back = all(m.recovered for m in members)
+        recovery = None if diverged or not back else max(int(m.recovery_step or m.until) for m in members)
         out.append(Incident(kind, tuple(members), co_moves, severity, certainty, recovery))
     return out
 

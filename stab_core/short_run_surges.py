@@ -21,7 +21,11 @@ sample keeps at least :data:`HELD_FRACTION` of its height above the level (one f
 tail), and stands the
 detector's ``z_threshold`` robust deviations (the MAD of the samples before, as modified z-scores) above that
 median (a fp16 LoRA's 8.0, 8.1, 5.8, 9.3, 11.4, 5.4 then 19.3, 18.0 as its loss falls fast is inside its own noise
-at z 4.3; a grad norm flat to 0.1% is not). It
+at z 4.3; a grad norm flat to 0.1% is not). A surge that
+became the grad norm's new level holds too, though one of its first two samples dips under SURGE_RATIO: its first
+:data:`LEVEL_SAMPLES` logs have a median SURGE_RATIO times the level or more and none is back within the detector's
+``recover_ratio`` of it, and it is that median that must stand the z above the level (round 26: a Llama-3 LoRA's
+grad norm 0.6-1.1 over 8 logs, then 1.71, 1.45, 1.88, 1.59 and 1.5-2.6 to the end while its loss falls). It
 recovers at the first later sample within the detector's ``recover_ratio`` of that level. Its certainty is low
 (:func:`~stab_core.recent_level.new_early_jumps` lists it with the early events): its level is a handful of samples.
 Since it held, it is a spike even when the loss did not feel it (:func:`held_short_surges`): two updates in a row
@@ -37,7 +41,7 @@ from typing import Final
 import numpy as np
 import numpy.typing as npt
 
-from stab_core.incidents import Incident
+from stab_core.incidents import CLIMB_MIN_SAMPLES, Incident
 from stab_core.rolling_baseline import MAD_TO_Z
 from stab_core.runview import FloatArray, Series
 from stab_core.scanned_events import scanned_events
@@ -57,6 +61,23 @@ HELD_FRACTION: Final = 0.5
 sample, the tail of one outlier update; 36.7 -> 72.6 -> 72.1 -> 37.8 (a 175B trial, its golden a spike) held."""
 
 
+LEVEL_SAMPLES: Final = CLIMB_MIN_SAMPLES
+"""Logs from a surge's first sample on that make it the grad norm's new level (the climb rule's 8 samples)."""
+
+
+def new_level(after: FloatArray, level: float, recover_ratio: float) -> float:
+    """The height of a surge that became the grad norm's new level, NaN where it did not: its first
+    :data:`LEVEL_SAMPLES` logs (``after``, from the surge's first sample; fewer: NaN) have a median
+    :data:`SURGE_RATIO` times ``level`` or more and none is back within ``recover_ratio`` times it. That median
+    is the height judged against the noise (module docstring, round 26)."""
+    if after.size < LEVEL_SAMPLES:
+        return float("nan")
+    height = float(np.median(after))
+    if height < SURGE_RATIO * level or bool(np.any(after <= recover_ratio * level)):
+        return float("nan")
+    return height
+
+
 def short_run_surges(grad_norm: Series, detected: Sequence[SpikeEvent], params: SpikeParams) -> list[SpikeEvent]:
     """The held grad-norm surges in the first ``params.min_history`` finite samples (module docstring) that
     no event of ``detected`` already covers."""
@@ -67,14 +88,20 @@ def short_run_surges(grad_norm: Series, detected: Sequence[SpikeEvent], params: 
         level = float(np.median(x[:i]))
         quiet = float(x[:i].max()) < SURGE_RATIO * level  # no sample before swung a surge's height
         jumped = x[i] >= SURGE_RATIO * x[i - 1]  # from the sample before, not a ramp the median lags behind
-        held = x[i : i + HELD_SAMPLES]
-        if not (level > 0 and quiet and jumped and bool(np.all(held >= SURGE_RATIO * level))):
+        if not (level > 0 and quiet and jumped):
             return None
-        if bool(np.any(held - level < HELD_FRACTION * (x[i] - level))):  # falling back: an outlier's tail
+        held = x[i : i + HELD_SAMPLES]
+        height = float(x[i])
+        if not bool(np.all(held >= SURGE_RATIO * level)):
+            # one held sample under the ratio: a surge that became the grad norm's new level still counts
+            height = new_level(x[i : i + LEVEL_SAMPLES], level, params.recover_ratio)
+            if not np.isfinite(height):
+                return None
+        elif bool(np.any(held - level < HELD_FRACTION * (x[i] - level))):  # falling back: an outlier's tail
             return None
         scale = max(float(np.median(np.abs(x[:i] - level))), params.rel_mad_floor * level, 1e-12)
         # out of the samples' own noise too (the detector's z): a LoRA's 8.0, 5.8, 9.3, 11.4, 5.4 then 19.3 is not
-        return (level, scale) if MAD_TO_Z * (x[i] - level) / scale >= params.z_threshold else None
+        return (level, scale) if MAD_TO_Z * (height - level) / scale >= params.z_threshold else None
 
     def back(after: FloatArray, level: float, _scale: float) -> npt.NDArray[np.bool_]:
         return after <= params.recover_ratio * level

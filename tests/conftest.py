@@ -37,6 +37,7 @@ TIERS: dict[str, str] = {
             "abandoned_attempts",
             "r26b_metric_files",
             "r25c_detection",
+            "r26c_detection",
             "lasting_rises",
             "nonfinite_episodes",
             "f29c_detection",
