@@ -114,7 +114,7 @@ def said_from_json(claims: Iterable[Mapping[str, Any]], kinds: Sequence[str] | N
 # --------------------------------------------------------------------------------------------------
 
 SIGNATURE_KEYS: Final[dict[str, tuple[str, ...]]] = {
-    "lr_transition": ("transition_step", "transition_kind", "lr_rose", "lr_at_onset", "lr_window_peak"),
+    "lr_transition": ("transition_step", "transition_kind", "lr_rose", "lr_at_onset", "lr_window_peak", "lr_group"),
     "snr_collapse": ("snr_drop", "snr_min_step", "loss_led", "grad_norm_lead_steps"),
     "numerical": ("nonfinite_loss", "nonfinite_grad_norm", "loss_scale_drop", "nonfinite_from_first_step"),
     "rank_concentration": ("worst_rank", "worst_ratio", "worst_step"),
@@ -421,6 +421,13 @@ def _cause(diagnosis: Diagnosis, spike: SpikeEvent | None = None) -> Claim:
     holds = not any(value is False for value in signature)
     if deciding.node == "lr_transition" and deciding.evidence.get("transition_kind") == "data_switch":
         holds = True
+    if deciding.node == "lr_transition" and deciding.evidence.get("transition_kind") == "warmup_end":
+        # a warm-up's end is the top of a ramp, no jump: "LR jump" would name what the LR did not do; the param
+        # group whose rise it was is named where it is not the run's ``lr`` (round 26 r26d, issue #32)
+        group = deciding.evidence.get("lr_group")
+        title = "Scenario A: the LR's rise to its warm-up peak at a transition" + (
+            f" (param group {group})" if isinstance(group, str) else ""
+        )
     if deciding.node == "numerical" and spike is not None and nonfinite_held_out_only(spike, deciding.evidence):
         # a validation loss that overflowed while every training loss stayed finite: no training step was
         # non-finite, so "Precision fault" (of the training) is not what the log shows (round 22 f28d)

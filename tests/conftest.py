@@ -36,6 +36,7 @@ TIERS: dict[str, str] = {
         (
             "abandoned_attempts",
             "r25c_detection",
+            "round26_r26d",
             "lasting_rises",
             "nonfinite_episodes",
             "f29c_detection",
