@@ -307,10 +307,13 @@ def check_premises(
     if isinstance(drop, int | float):
         scale_fell: PremiseCheck = (drop >= 2.0, {"loss_scale_drop": drop})
     else:
-        unknown = None if not held_out_only else False
+        # "log the fp16 loss scale" presumes fp16: only a run known to train in fp16 is asked for it; while the
+        # precision is unknown, recording the precision (fp16_loss_felt's "otherwise") is what to log first, and a
+        # loss scale the run may not have is not named (the goldens' must-not-say; round 26 r26d)
+        unknown = None if not held_out_only and fp16[0] is True else False
         scale_fell = (
             False if fp16[0] is False else unknown,
-            {"loss_scale_logged": "loss_scale" in view.series, "held_out_only": held_out_only},
+            {"loss_scale_logged": "loss_scale" in view.series, "held_out_only": held_out_only, "fp16": fp16[0]},
         )
     transition = evidence.get("lr_transition", {})
     kind = transition.get("transition_kind")

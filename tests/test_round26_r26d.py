@@ -92,3 +92,24 @@ def test_a_validation_rise_that_comes_with_a_training_rise_is_no_overfitting() -
     assert run_findings(_parts(val_box_rises_with_train=True))["overfitting"] is None
     found = run_findings(_parts(val_box_rises_with_train=False))["overfitting"]
     assert found is not None  # the same val losses beside training losses that keep falling: overfitting
+
+
+def _nan_loss_view(meta: dict[str, object]) -> RunView:
+    """A loss falling 3 -> 2 over 400 steps that goes NaN for 3 samples at 300 and comes back; no loss scale logged."""
+    steps = np.arange(0, 400, 2, dtype=np.int64)
+    loss = 3.0 - steps / 400.0 + 0.02 * np.sin(steps * 0.7)
+    loss[150:153] = np.nan
+    return RunView("nan", {"loss": Series(steps, loss)}, meta=meta)
+
+
+def _said_actions(view: RunView) -> list[str]:
+    [spike] = [s for s in analyze_run(view).spikes if s.incident and s.incident.start >= 290]
+    return list(spike.diagnosis.actions)
+
+
+def test_the_fp16_loss_scale_is_asked_for_only_where_the_run_is_known_to_train_in_fp16() -> None:
+    unknown = _said_actions(_nan_loss_view({}))
+    assert not any("loss scale" in a for a in unknown)  # the precision is not known: record it first
+    assert any(a.startswith("Record the run's precision") for a in unknown)
+    assert any(a.startswith("Log the fp16 loss scale") for a in _said_actions(_nan_loss_view({"precision": "fp16"})))
+    assert not any("loss scale" in a for a in _said_actions(_nan_loss_view({"precision": "bf16"})))
