@@ -26,7 +26,7 @@ from stab_core.incidents import RECOVER_RATIO
 from stab_core.rolling_baseline import NOISE_MIN_SAMPLES
 from stab_core.spikes import SpikeEvent, times
 from stab_core.tree_actions import PREMISES, Evidence, PremiseCheck
-from stab_core.tree_walk import NOT_ASKED_KEYS, SIGNAL_LOGGED_KEYS, Diagnosis, asks_to_log
+from stab_core.tree_walk import NOT_ASKED_KEYS, SIGNAL_LOGGED_KEYS, Diagnosis, asks_to_log, leaf_title
 
 ClaimKind = Literal["cause", "status", "recovery", "not_logged", "action", "checklist"]
 CLAIM_KINDS: Final[tuple[ClaimKind, ...]] = ("cause", "status", "recovery", "not_logged", "action", "checklist")
@@ -421,13 +421,8 @@ def _cause(diagnosis: Diagnosis, spike: SpikeEvent | None = None) -> Claim:
     holds = not any(value is False for value in signature)
     if deciding.node == "lr_transition" and deciding.evidence.get("transition_kind") == "data_switch":
         holds = True
-    if deciding.node == "lr_transition" and deciding.evidence.get("transition_kind") == "warmup_end":
-        # a warm-up's end is the top of a ramp, no jump: "LR jump" would name what the LR did not do; the param
-        # group whose rise it was is named where it is not the run's ``lr`` (round 26 r26d, issue #32)
-        group = deciding.evidence.get("lr_group")
-        title = "Scenario A: the LR's rise to its warm-up peak at a transition" + (
-            f" (param group {group})" if isinstance(group, str) else ""
-        )
+    if leaf is not None:
+        title = leaf_title(leaf, diagnosis.path)  # a warm-up's end is no "LR jump"
     if deciding.node == "numerical" and spike is not None and nonfinite_held_out_only(spike, deciding.evidence):
         # a validation loss that overflowed while every training loss stayed finite: no training step was
         # non-finite, so "Precision fault" (of the training) is not what the log shows (round 22 f28d)
