@@ -7,9 +7,11 @@ from __future__ import annotations
 import numpy as np
 
 from stab_core.analysis import analyze_run
+from stab_core.decision_tree import DECISION_TREE
 from stab_core.findings import run_findings
 from stab_core.lr_groups import is_param_group_lr, other_lr_groups
 from stab_core.runview import RunView, Series
+from stab_core.tree_walk import NodeResult, NodeVisit, leaf_title, walk_path
 
 EPOCHS = np.arange(0, 50, dtype=np.int64)
 
@@ -113,3 +115,25 @@ def test_the_fp16_loss_scale_is_asked_for_only_where_the_run_is_known_to_train_i
     assert any(a.startswith("Record the run's precision") for a in unknown)
     assert any(a.startswith("Log the fp16 loss scale") for a in _said_actions(_nan_loss_view({"precision": "fp16"})))
     assert not any("loss scale" in a for a in _said_actions(_nan_loss_view({"precision": "bf16"})))
+
+
+def test_a_warm_up_s_end_is_said_as_the_rise_to_its_peak_never_as_an_lr_jump() -> None:
+    leaf = DECISION_TREE.leaf("leaf_lr_transition")
+    numerical = NodeVisit("numerical", 1, "?", "no", {})
+    warmup = NodeVisit("lr_transition", 2, "?", "yes", {"transition_kind": "warmup_end", "lr_group": "lr/pg1"})
+    title = leaf_title(leaf, [numerical, warmup])
+    assert "LR jump" not in title and "warm-up peak" in title and "lr/pg1" in title
+    walked = walk_path(
+        DECISION_TREE,
+        lambda node: (
+            NodeResult("no", {})
+            if node.number == 1
+            else NodeResult("yes", {"transition_kind": "warmup_end", "lr_rose": True})
+        ),
+        recovered=True,
+        unknown_penalty=1.0,
+        read_premises=None,
+    )
+    assert walked.leaf == "leaf_lr_transition" and "LR jump" not in walked.summary
+    restart = NodeVisit("lr_transition", 2, "?", "yes", {"transition_kind": "cycle_restart"})
+    assert leaf_title(leaf, [numerical, restart]) == leaf.title  # a restart's jump keeps its name
