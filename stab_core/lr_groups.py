@@ -20,12 +20,19 @@ from stab_core.warmup_end import is_lr_group
 
 _NUMBERED_LR: Final = re.compile(r"^lr_?\d+$")
 """The last path part of a numbered group's LR under a namespace (YOLOv5's ``x/lr1``)."""
+_GROUP_NUMBER: Final = re.compile(r"\d+$")
+"""A param group's number, at the end of its LR's name."""
 
 
 def is_param_group_lr(metric: str) -> bool:
-    """Whether ``metric`` is a logged learning rate of a param group: ``lr``, ``lr/pg1``, ``lr_1``, ``x/lr1``
-    (:func:`stab_core.warmup_end.is_lr_group`, plus a numbered ``lrN`` under a namespace)."""
-    return is_lr_group(metric) or bool(_NUMBERED_LR.match(metric.lower().rsplit("/", 1)[-1]))
+    """Whether ``metric`` is a logged learning rate of a param group: ``lr``, or a name that ends in the group's
+    number, ``lr/pg1``, ``lr-SGD/pg1``, ``lr_1`` (:func:`stab_core.warmup_end.is_lr_group`) or ``x/lr1`` (a numbered
+    ``lrN`` under a namespace). A name with no group number (``lr_scale``, ``lr_decay``) is no param group's LR."""
+    low = metric.lower()
+    if low == "lr":
+        return True
+    numbered = bool(_GROUP_NUMBER.search(low))
+    return numbered and (is_lr_group(low) or bool(_NUMBERED_LR.match(low.rsplit("/", 1)[-1])))
 
 
 def other_lr_groups(series: Mapping[str, Series]) -> list[tuple[str, Series]]:

@@ -41,6 +41,7 @@ def _finetune_view() -> RunView:
 def test_numbered_param_group_lrs_under_a_namespace_are_lr_groups() -> None:
     assert is_param_group_lr("x/lr1") and is_param_group_lr("lr/pg2") and is_param_group_lr("lr")
     assert not is_param_group_lr("x/lr_scale_factor") and not is_param_group_lr("train/box_loss")
+    assert not is_param_group_lr("lr_scale") and is_param_group_lr("lr-SGD/pg1") and is_param_group_lr("lr_1")
     assert [name for name, _ in other_lr_groups(_finetune_view().series)] == ["x/lr1", "x/lr2"]
 
 
