@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -45,20 +45,22 @@ class RunFacts:
     log_interval: float | None = None
 
 
+def lr_first_moves(lr: Series | None) -> tuple[bool, int | None, int | None]:
+    """(at least 2 finite samples, the step of its first fall, the step of its first rise) of a logged LR."""
+    if lr is None:
+        return False, None, None
+    finite = np.isfinite(lr.values)
+    steps, values = lr.steps[finite], lr.values[finite]
+    if values.size < 2:
+        return False, None, None
+    tolerance = 1e-12 * float(np.abs(values).max())
+    falls = np.flatnonzero(np.diff(values) < -tolerance)
+    rises = np.flatnonzero(np.diff(values) > tolerance)
+    return True, int(steps[falls[0] + 1]) if falls.size else None, int(steps[rises[0] + 1]) if rises.size else None
+
+
 def run_facts(view: RunView) -> RunFacts:
-    lr = view.series.get("lr")
-    first_fall = first_rise = None
-    logged = False
-    if lr is not None:
-        finite = np.isfinite(lr.values)
-        steps, values = lr.steps[finite], lr.values[finite]
-        logged = values.size >= 2
-        if logged:
-            tolerance = 1e-12 * float(np.abs(values).max())
-            falls = np.flatnonzero(np.diff(values) < -tolerance)
-            first_fall = int(steps[falls[0] + 1]) if falls.size else None
-            rises = np.flatnonzero(np.diff(values) > tolerance)
-            first_rise = int(steps[rises[0] + 1]) if rises.size else None
+    logged, first_fall, first_rise = lr_first_moves(view.series.get("lr"))
     first_step, interval = _log_start(view)
     return RunFacts(
         lr_logged=logged,
@@ -305,15 +307,24 @@ def check_premises(
     if isinstance(drop, int | float):
         scale_fell: PremiseCheck = (drop >= 2.0, {"loss_scale_drop": drop})
     else:
-        unknown = None if not held_out_only else False
+        # "log the fp16 loss scale" presumes fp16: only a run known to train in fp16 is asked for it; while the
+        # precision is unknown, recording the precision (fp16_loss_felt's "otherwise") is what to log first, and a
+        # loss scale the run may not have is not named (the goldens' must-not-say; round 26 r26d)
+        unknown = None if not held_out_only and fp16[0] is True else False
         scale_fell = (
             False if fp16[0] is False else unknown,
-            {"loss_scale_logged": "loss_scale" in view.series, "held_out_only": held_out_only},
+            {"loss_scale_logged": "loss_scale" in view.series, "held_out_only": held_out_only, "fp16": fp16[0]},
         )
     transition = evidence.get("lr_transition", {})
     kind = transition.get("transition_kind")
     step = transition.get("transition_step")
-    initial = _lr_never_fell_before(facts, int(step)) if isinstance(step, int) else None
+    group, lr_facts = transition.get("lr_group"), facts
+    if isinstance(group, str) and group in view.series:
+        # node 2 read the rise on another param group than ``lr`` (stab_core.lr_groups): whether the transition
+        # ends the initial warm-up is that group's history (YOLO's bias group falls through the weights' warm-up)
+        logged, first_fall, _ = lr_first_moves(view.series[group])
+        lr_facts = replace(facts, lr_logged=logged, first_lr_fall=first_fall)
+    initial = _lr_never_fell_before(lr_facts, int(step)) if isinstance(step, int) else None
     warmup = kind in ("warmup_end", "lr_rise") and initial is True
     about: Evidence = {"transition_kind": kind, "transition_step": step, "lr_never_fell_before": initial}
     recovered = spike.recovered and not spike.diverged

@@ -83,11 +83,13 @@ def named_causes(text: str) -> list[str]:
 
 def warmup_candidates(signature: Evidence) -> Candidates:
     """An early instability with the LR still rising in its warmup at the onset: the ramp, or a bad batch."""
-    factor, window = signature.get("lr_rise_factor"), signature.get("window_steps")
+    factor, window, group = signature.get("lr_rise_factor"), signature.get("window_steps"), signature.get("lr_group")
     rise = f" (x{factor:.3g} within {window} steps before the onset)" if isinstance(factor, float) else ""
+    # the param group whose LR rose, when it is not the run's ``lr`` (stab_core.lr_groups)
+    named = f" (param group {group})" if isinstance(group, str) else ""
     return Candidates(
         ("lr_transition", "data_outlier"),
-        f"the LR was still rising in its warmup{rise} when the loss blew up; the two look the same in this log",
+        f"the LR{named} was still rising in its warmup{rise} when the loss blew up; the two look the same in this log",
         "the loss and the global grad norm at every step around the onset (a bad batch moves the loss first, a "
         "ramp too steep grows the grad norm with the LR), or re-run with a longer warmup",
         dict(signature),

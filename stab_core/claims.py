@@ -26,7 +26,7 @@ from stab_core.incidents import RECOVER_RATIO
 from stab_core.rolling_baseline import NOISE_MIN_SAMPLES
 from stab_core.spikes import SpikeEvent, times
 from stab_core.tree_actions import PREMISES, Evidence, PremiseCheck
-from stab_core.tree_walk import NOT_ASKED_KEYS, SIGNAL_LOGGED_KEYS, Diagnosis, asks_to_log
+from stab_core.tree_walk import NOT_ASKED_KEYS, SIGNAL_LOGGED_KEYS, Diagnosis, asks_to_log, leaf_title
 
 ClaimKind = Literal["cause", "status", "recovery", "not_logged", "action", "checklist"]
 CLAIM_KINDS: Final[tuple[ClaimKind, ...]] = ("cause", "status", "recovery", "not_logged", "action", "checklist")
@@ -114,7 +114,7 @@ def said_from_json(claims: Iterable[Mapping[str, Any]], kinds: Sequence[str] | N
 # --------------------------------------------------------------------------------------------------
 
 SIGNATURE_KEYS: Final[dict[str, tuple[str, ...]]] = {
-    "lr_transition": ("transition_step", "transition_kind", "lr_rose", "lr_at_onset", "lr_window_peak"),
+    "lr_transition": ("transition_step", "transition_kind", "lr_rose", "lr_at_onset", "lr_window_peak", "lr_group"),
     "snr_collapse": ("snr_drop", "snr_min_step", "loss_led", "grad_norm_lead_steps"),
     "numerical": ("nonfinite_loss", "nonfinite_grad_norm", "loss_scale_drop", "nonfinite_from_first_step"),
     "rank_concentration": ("worst_rank", "worst_ratio", "worst_step"),
@@ -421,6 +421,8 @@ def _cause(diagnosis: Diagnosis, spike: SpikeEvent | None = None) -> Claim:
     holds = not any(value is False for value in signature)
     if deciding.node == "lr_transition" and deciding.evidence.get("transition_kind") == "data_switch":
         holds = True
+    if leaf is not None:
+        title = leaf_title(leaf, diagnosis.path)  # a warm-up's end is no "LR jump"
     if deciding.node == "numerical" and spike is not None and nonfinite_held_out_only(spike, deciding.evidence):
         # a validation loss that overflowed while every training loss stayed finite: no training step was
         # non-finite, so "Precision fault" (of the training) is not what the log shows (round 22 f28d)

@@ -26,12 +26,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Final
 
+import numpy as np
+
 from stab_core.action_premises import RunFacts, action_facts, check_premises, run_facts
 from stab_core.cause_candidates import target_moves
 from stab_core.cause_signatures import LR_ROSE, early_jump_signature, lr_rise_signature
 from stab_core.causes import DATA_OUTLIER, UNKNOWN, Cause
 from stab_core.decision_tree import EARLY_INSTABILITY_LEAF, DiagnosisParams, build_tree
-from stab_core.runview import RunView
+from stab_core.lr_groups import other_lr_groups
+from stab_core.runview import RunView, Series
 from stab_core.spikes import SpikeEvent, times
 from stab_core.tree_actions import Evidence, PremiseCheck, checked_actions
 from stab_core.tree_nodes import (
@@ -101,18 +104,38 @@ not one that ended long before."""
 
 
 def _lr_rising_at(view: RunView, onset: int) -> tuple[bool, Evidence]:
-    """The logged LR rose within :data:`EARLY_LR_SAMPLES` logged samples before ``onset`` and is still up
-    there (:func:`stab_core.cause_signatures.lr_rise_signature` over that short window), and the
-    evidence."""
+    """The logged LR rose within :data:`EARLY_LR_SAMPLES` logged samples before ``onset`` and its top is at the
+    onset or the logged sample before it (:func:`stab_core.cause_signatures.lr_rise_signature` over that short
+    window), and the evidence: read on ``lr``, then on each other logged param group's LR
+    (:func:`stab_core.lr_groups.other_lr_groups`; the first that rose is named as ``lr_group``)."""
     lr = view.series.get("lr")
-    if lr is None or lr.steps.size < 2:
-        return False, {"lr_rose": None}
+    first: tuple[bool, Evidence] | None = None
+    groups = [(None, lr)] if lr is not None and lr.steps.size >= 2 else []
+    for name, series in [*groups, *other_lr_groups(view.series)]:
+        rising, evidence = _group_rising_at(series, onset)
+        if name is not None:
+            evidence = {**evidence, "lr_group": name}
+        if rising:
+            return rising, evidence
+        first = first or (rising, evidence)
+    return first or (False, {"lr_rose": None})
+
+
+def _group_rising_at(lr: Series, onset: int) -> tuple[bool, Evidence]:
+    """:func:`_lr_rising_at` on one logged LR."""
     window = EARLY_LR_SAMPLES * logging_interval(lr.steps)
     rose, evidence = lr_rise_signature(lr, onset, window)
     peak, at_onset = evidence.get("lr_window_peak"), evidence.get("lr_at_onset")
     # still at its highest at the onset: a schedule already decaying (a warmup that ended 3 samples of
-    # 500 steps before) is not ramping into the blow-up
+    # 500 steps before) is not ramping into the blow-up. A top one logged sample before the onset is the
+    # ramp's: a log of one row per epoch cannot tell the ramp's last step from the onset (YOLO's per-iteration
+    # warm-up peaks inside the epoch before the first decayed row; round 26 r26d)
+    a, b = np.searchsorted(lr.steps, [onset - window, onset + 1])
+    values = lr.values[max(0, a - 1) : b]
+    values = values[np.isfinite(values)]
     at_top = isinstance(peak, float) and isinstance(at_onset, float) and at_onset >= peak * (1.0 - LR_ROSE)
+    if not at_top and values.size >= 2 and isinstance(peak, float):
+        at_top = bool(values[-2] >= peak * (1.0 - LR_ROSE))
     return rose is True and at_top, {**evidence, "window_steps": window}
 
 

@@ -14,7 +14,7 @@ import numpy.typing as npt
 from stab_core.held_out import is_held_out_loss, training_counterpart
 from stab_core.held_out_blowups import held_out_blowups
 from stab_core.metrics import metrics_naming
-from stab_core.overfitting import Overfitting, detect_overfitting
+from stab_core.overfitting import END_EVALS, Overfitting, detect_overfitting, rose_over, steepest_rise
 from stab_core.runview import RunView, Series
 from stab_core.throughput import THROUGHPUT_METRICS, ThroughputDrop, detect_throughput_drops, settled_level
 
@@ -97,6 +97,28 @@ def _overfitting(series: SeriesArrays, val: str = "val_loss") -> Overfitting | N
     return next((f for m in side if (f := detect_overfitting(val_steps, val_values, *series[m])) is not None), None)
 
 
+def rose_with_training(series: SeriesArrays, found: Overfitting, held: Iterable[str]) -> str | None:
+    """The held-out loss of ``held`` (``val_loss``, or a detector's parts) that rose over ``found``'s span while a
+    training loss rose with it: overfitting's premise ("the val loss rises while the train loss falls") checked on
+    the matching training loss of every component and on the total ``loss``, not on the one pair the finding
+    names. A held-out loss whose last :data:`~stab_core.overfitting.END_EVALS` evals sit above its value at the
+    best step rose over the span; its steepest rise there (:func:`~stab_core.overfitting.steepest_rise`) came with a
+    training rise when its own training counterpart or the total rose over the same windows
+    (:func:`~stab_core.overfitting.rose_over`): a warm-up pushing a fine-tuned model off its minimum lifts both,
+    which is no model learning its training set (round 26 r26d). None where no such rise is found."""
+    first, last = found.span
+    for name in held:
+        steps, values = series[name]
+        ok = np.isfinite(values) & (steps >= first) & (steps <= last)
+        if ok.sum() < 2 or not float(np.median(values[ok][-END_EVALS:])) > float(values[ok][0]):
+            continue
+        window = steepest_rise(steps, values, first, last)
+        trained = [t for t in (training_counterpart(name, series), "loss") if t is not None and t in series]
+        if window is not None and any(rose_over(*series[t], window) for t in trained):
+            return name
+    return None
+
+
 def run_findings(series: SeriesArrays) -> dict[str, Any]:
     """``{"overfitting": dict | None, "throughput": [drop dicts], "throughput_level": {"metric",
     "level"} | None}``: the val loss's overfitting against the train loss (:func:`_overfitting`), the
@@ -105,6 +127,8 @@ def run_findings(series: SeriesArrays) -> dict[str, Any]:
     out: dict[str, Any] = {"overfitting": None, "throughput": [], "throughput_level": None}
     if "val_loss" in series:
         found = _overfitting(series)
+        if found is not None and rose_with_training(series, found, ["val_loss"]) is not None:
+            found = None
         out["overfitting"] = found.to_json() if found is not None else None
     else:
         # a run whose validation loss is logged only as its parts (a detector's val/box_loss, val/cls_loss):
@@ -113,7 +137,9 @@ def run_findings(series: SeriesArrays) -> dict[str, Any]:
         # best is said (a smooth part's rise of a few percent stands many noise sigmas clear, yet it stayed flat).
         # Each part is weighed against the same part of the training loss where logged: a val/obj_loss that
         # rose while train/obj_loss did not fall is no model learning its training set, whatever the sum did
-        parts = [(f, m) for m in held_out_parts(series) if (f := _overfitting(_trained_as_loss(series, m), m))]
+        held = held_out_parts(series)
+        parts = [(f, m) for m in held if (f := _overfitting(_trained_as_loss(series, m), m))]
+        parts = [(f, m) for f, m in parts if rose_with_training(series, f, held) is None]
         if parts:
             found, part = max(parts, key=lambda fm: fm[0].rise / abs(fm[0].best_val_loss))
             trained = training_counterpart(part, series) or "the train loss"

@@ -180,3 +180,46 @@ def detect_overfitting(
         train_at_best=train_at_best,
         train_at_end=train_at_end,
     )
+
+
+CO_RISE_WINDOW_SHARE = 0.1
+"""The windows the val loss's steepest rise is measured over hold this share of the evals after its best (and at
+least :data:`MIN_EVALS_AFTER_BEST`): ten windows across the span, wide enough that one eval's wobble is not a rise."""
+TRAIN_ROSE_RELATIVE = 0.05
+"""A training loss whose median over the later window is above its median over the earlier one by more than this
+share of that level (5 %) rose with the val loss: a falling training loss wobbles window to window by a few percent
+at most; a warm-up pushing the model off its minimum lifts it by 10-15 % (round 26 r26d)."""
+
+
+def steepest_rise(steps: IntArray, values: FloatArray, first: int, last: int) -> tuple[int, int, int] | None:
+    """Where the val loss (``steps``, ``values``) rose most between ``first`` and ``last`` (steps): over every pair
+    of consecutive windows of ``w`` evals (:data:`CO_RISE_WINDOW_SHARE` of the evals in the span, at least
+    :data:`MIN_EVALS_AFTER_BEST`), the pair whose later median is the most above the earlier one: (the earlier
+    window's first step, the later window's first step, its last step). None with fewer than 2 windows of evals or
+    no rise."""
+    inside = (steps >= first) & (steps <= last) & np.isfinite(values)
+    s, v = steps[inside], values[inside]
+    w = max(MIN_EVALS_AFTER_BEST, round(CO_RISE_WINDOW_SHARE * s.size))
+    if s.size < 2 * w:
+        return None
+    windows = np.lib.stride_tricks.sliding_window_view(v, w)
+    medians = np.median(windows, axis=1)
+    rises = medians[w:] - medians[: medians.size - w]
+    i = int(np.argmax(rises))
+    if not rises[i] > 0:
+        return None
+    return int(s[i]), int(s[i + w]), int(s[i + 2 * w - 1])
+
+
+def rose_over(steps: IntArray, values: FloatArray, window: tuple[int, int, int]) -> bool:
+    """Whether a training loss (``steps``, ``values``) rose over ``window`` (from :func:`steepest_rise`): its
+    median over [later start, end] above its median over [earlier start, later start) by more than
+    :data:`TRAIN_ROSE_RELATIVE` of that level. False where either window holds no finite sample."""
+    a, m, b = window
+    ok = np.isfinite(values)
+    before = values[ok & (steps >= a) & (steps < m)]
+    after = values[ok & (steps >= m) & (steps <= b)]
+    if not before.size or not after.size:
+        return False
+    level = float(np.median(before))
+    return float(np.median(after)) - level > TRAIN_ROSE_RELATIVE * abs(level)

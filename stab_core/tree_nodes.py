@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Final
 
 import numpy as np
@@ -17,6 +17,7 @@ import numpy.typing as npt
 from stab_core.action_premises import RunFacts, run_facts, step_window
 from stab_core.cause_signatures import loss_led_signature, lr_rise_signature, replayed_normally
 from stab_core.decision_tree import NONFINITE_FROM_START, DiagnosisParams
+from stab_core.lr_groups import other_lr_groups
 from stab_core.metrics import loss_falls
 from stab_core.moe_signs import names_moe
 from stab_core.runview import FloatArray, IntArray, RankMatrix, RunView, Series
@@ -186,10 +187,25 @@ def _loss_falls(view: RunView) -> bool:
 
 
 def node_lr_transition(view: RunView, spike: SpikeEvent, p: DiagnosisParams, context: DiagnosisContext) -> NodeResult:
-    lr = view.series.get("lr")
+    """Node 2 on the run's ``lr``, then on each other logged param group's LR
+    (:func:`stab_core.lr_groups.other_lr_groups`): the first group that answers "yes" answers for the run, its name
+    in the evidence (``lr_group``). A bias group that warms down while the weight groups ramp up is not "no LR
+    rise" (round 26 r26d)."""
+    result = _lr_transition_on(view, view.series.get("lr") if context.lr_usable else None, spike, p)
+    if result.answer == "yes":
+        return result
+    for name, group in other_lr_groups(view.series):
+        answer = _lr_transition_on(view, group, spike, p)
+        if answer.answer == "yes" or result.answer == "unknown":
+            result = replace(answer, evidence={**answer.evidence, "lr_group": name})
+        if result.answer == "yes":
+            break
+    return result
+
+
+def _lr_transition_on(view: RunView, lr: Series | None, spike: SpikeEvent, p: DiagnosisParams) -> NodeResult:
+    """Node 2 read on one logged LR series (None: only the run's logged transition events)."""
     transition_events = [event for event in view.events if event.kind in LOGGED_TRANSITION_EVENTS]
-    if not context.lr_usable:
-        lr = None
     if lr is None and not transition_events:
         return NodeResult("unknown", {"lr_logged": False, "transition_events": 0})
     window = p.lr_window_steps

@@ -75,10 +75,25 @@ class NodeResult:
     branch: str | None = None
 
 
+def leaf_title(leaf: TreeLeaf, path: Sequence[NodeVisit]) -> str:
+    """The leaf's title as its deciding node saw it: an LR transition that is a warm-up's end is the top of a
+    ramp, no jump, so "LR jump" would name what the LR did not do; the param group whose rise it was is named where
+    it is not the run's ``lr`` (``stab_core.lr_groups``; round 26 r26d, issue #32)."""
+    deciding = next((v for v in path if v.node == "lr_transition" and v.answer == "yes"), None)
+    if leaf.id != "leaf_lr_transition" or deciding is None:
+        return leaf.title
+    if deciding.evidence.get("transition_kind") != "warmup_end":
+        return leaf.title
+    group = deciding.evidence.get("lr_group")
+    return "Scenario A: the LR's rise to its warm-up peak at a transition" + (
+        f" (param group {group})" if isinstance(group, str) else ""
+    )
+
+
 def _summary(leaf: TreeLeaf, path: Sequence[NodeVisit]) -> str:
     answered = sum(visit.answer != "unknown" for visit in path)
     if leaf.cause != UNKNOWN:
-        return f"{leaf.title}."
+        return f"{leaf_title(leaf, path)}."
     if answered == len(path):
         return f"No known cause matched: all {answered} questions of the tree were answered no."
     return (

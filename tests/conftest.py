@@ -38,6 +38,7 @@ TIERS: dict[str, str] = {
             "r26b_metric_files",
             "r25c_detection",
             "r26c_detection",
+            "round26_r26d",
             "lasting_rises",
             "nonfinite_episodes",
             "f29c_detection",
