@@ -35,6 +35,7 @@ TIERS: dict[str, str] = {
     **dict.fromkeys(
         (
             "abandoned_attempts",
+            "r26a_consoles",
             "r25c_detection",
             "lasting_rises",
             "nonfinite_episodes",
