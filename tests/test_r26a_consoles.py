@@ -129,3 +129,23 @@ def test_scorer_reads_a_printed_percentage_and_skips_a_placeholder() -> None:
     stored[0]["series"]["mfu"] = (steps, np.full(3, 0.2))
     score_import(result, golden, stored)
     assert "values" in result.import_faults
+
+
+def test_an_lr_multiplier_is_the_runs_lr_schedule(tmp_path: Path) -> None:
+    # nanochat-style lines print only the schedule's multiplier of the base LR: it is the run's LR series
+    lines = [
+        f"step {i:06d} | loss {10.4 - i / 20:.6f} | lrm {min(1.0, 0.025 * (i + 1)):.4f} | dt_ms 7255.5"
+        for i in range(60)
+    ]
+    path = tmp_path / "speedrun.log"
+    path.write_text("\n".join(lines) + "\n")
+    log = read_log([path])
+    steps, lr = log.series("lr")
+    assert steps.tolist() == list(range(60)) and lr[0] == 0.025 and lr[-1] == 1.0
+    assert "lrm" not in log.metrics
+    # beside an absolute 'lr' the multiplier keeps its own name: the key named 'lr' is the LR
+    both = [line.replace("| lrm", "| lr 0.0003 | lrm") for line in lines]
+    path.write_text("\n".join(both) + "\n")
+    log = read_log([path])
+    assert set(log.series("lr")[1].tolist()) == {0.0003}
+    assert "lrm" in log.metrics
