@@ -47,4 +47,5 @@ def lone_lr_kind(*, fill_next: bool) -> LineKind:
         pairs=r"(?P<key>[A-Za-z][A-Za-z0-9_ \t]*?)[ \t]*[:=][ \t]*(?P<val>" + NUMBER + ")",
         keymap=lone_lr_key,
         fill_next=fill_next,
+        evidence=False,  # any console may print such a line: the reader's own lines say whose file it is
     )
