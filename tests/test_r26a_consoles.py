@@ -55,6 +55,16 @@ def test_a_lone_line_of_an_unknown_key_stays_unread(tmp_path: Path) -> None:
     assert not any("SCORE" in m.upper() for m in log.metrics)
 
 
+def test_a_config_dumps_single_lr_line_is_no_lr_series(tmp_path: Path) -> None:
+    # nanoGPT's configurator prints `learning_rate = 1e-3` once before training: the run's setting, not its LR series
+    text = _linesearch_console().replace("LINESEARCH!!!\n", "").replace("LINESEARCH LR: 0.002\n", "")
+    text = text.replace("LINESEARCH LR: 0.001", "learning_rate = 1e-3")
+    path = tmp_path / "output.log"
+    path.write_text(text)
+    log = read_log([path])
+    assert log.format == "nanogpt" and "lr" not in log.metrics
+
+
 def test_nanogpt_mfu_placeholder_is_no_record(tmp_path: Path) -> None:
     path = tmp_path / "output.log"
     path.write_text(_linesearch_console())

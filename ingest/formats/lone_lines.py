@@ -7,16 +7,22 @@ adjacent metric line and is stored at that step. Which neighbour is the trainer'
 that meets such a line says it: a trainer that prints the LR it has just picked for the steps to come (an
 LR line search before its evaluation line ``step N: train loss ...``) gives it to the *next* metric line's
 step (:func:`lone_lr_kind` with ``fill_next=True``). A lone ``key: number`` line whose key is no known
-metric is not read by this kind (it stays an unknown layout: config dumps print the same shape).
+metric is not read by this kind (it stays an unknown layout: config dumps print the same shape). A lone LR line
+printed once is a setting, not a series: a configuration dump prints ``learning_rate = 1e-3`` once before training,
+an LR line search prints its pick at every search (:func:`keep_recurring_lr`).
 """
 
 from __future__ import annotations
 
 from typing import Final
 
+from ingest.formats._common import LogBuilder
 from ingest.formats.aliases import canonical_name
 from ingest.formats.numbers import NUMBER
 from ingest.formats.textlog_patterns import LineKind
+
+MIN_LONE_LR_LINES: Final = 2
+"""Lone LR lines a file must print for them to be the run's LR series (one is the configuration's value)."""
 
 _LR_WORD: Final = r"(?:[Ll][Rr]|[Ll]earning[ _][Rr]ate)"
 """The LR's name as the line's last word (``LR``, ``lr``, ``learning rate``); canonical_name confirms it."""
@@ -49,3 +55,11 @@ def lone_lr_kind(*, fill_next: bool) -> LineKind:
         fill_next=fill_next,
         evidence=False,  # any console may print such a line: the reader's own lines say whose file it is
     )
+
+
+def keep_recurring_lr(builder: LogBuilder) -> None:
+    """Forget the ``lr`` rows of a reader whose only LR lines are lone ones when fewer than
+    :data:`MIN_LONE_LR_LINES` were read: a single one is the configuration's LR printed before training."""
+    steps, _, _ = builder.rows_of("lr")
+    if 0 < steps.shape[0] < MIN_LONE_LR_LINES:
+        builder.drop("lr")

@@ -12,10 +12,13 @@ is stored at the step of the metric line after it (:mod:`ingest.formats.lone_lin
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, Final
 
+from ingest.formats._common import LogBuilder
 from ingest.formats.aliases import canonical_name
-from ingest.formats.lone_lines import lone_lr_kind
+from ingest.formats.lone_lines import keep_recurring_lr, lone_lr_kind
 from ingest.formats.numbers import NUMBER
 from ingest.formats.textlog import LineKind, TextLogReader
 
@@ -117,6 +120,10 @@ class NanoGPTReader(TextLogReader):
 
     def score(self, n_metric_lines: int, text: str) -> float:
         return 0.92 if n_metric_lines >= 2 else 0.75
+
+    def fill(self, paths: Sequence[Path], builder: LogBuilder) -> None:
+        super().fill(paths, builder)
+        keep_recurring_lr(builder)  # the lone LR lines are this reader's only LR: one alone is the config's
 
     def meta_from_head(self, text: str) -> dict[str, Any]:
         meta: dict[str, Any] = {}
