@@ -175,12 +175,28 @@ def _throughput_named(metric: str, series: Mapping[str, Any], want: Mapping[str,
     return any(_unit_spelled(_norm(str(field))) in stored for field in named)
 
 
+PRINTED_PERCENT: Final = frozenset({"mfu"})
+"""Canonical metrics stored as a fraction (0-1) that consoles print as a percentage with the ``%`` after the number,
+not in the field's name (nanoGPT's ``mfu 21.00%``, llm.c's ``21.0% bf16 MFU``, torchtitan's ``mfu: 39.51%``)."""
+
+
+def not_measured(metric: str, value: float) -> bool:
+    """Whether a golden's first/last ``value`` is a placeholder the log prints before it has measured
+    ``metric``, which the import stores no record of (so there is no stored value to compare): a negative MFU
+    (nanoGPT's and llm.c's ``-100.00%`` over their first iterations; a share of the peak FLOPs is never below 0)."""
+    return metric in PRINTED_PERCENT and value < 0
+
+
 def _in_stored_unit(metric: str, value: float, golden_import: Mapping[str, Any]) -> list[float]:
     """A golden's first/last ``value`` of ``metric`` as written and in StabScope's canonical unit: the golden writes
     the value the log prints, in the unit the log's field name states (``step_time_ms: 308.9``, or ``step_time:
     308.9`` beside a known field ``step_time_ms``), while the stored series is in the canonical unit (seconds)."""
     from ingest.formats.aliases import canonical_name, to_canonical_unit
 
+    if metric in PRINTED_PERCENT:
+        # the log prints this one as a percentage after the number (nanoGPT's `mfu 21.00%`), which the golden
+        # writes as printed; the canonical unit is a fraction, and a fraction is written as itself
+        return [value, float(to_canonical_unit(metric, "%", np.array([value]))[1][0])]
     if metric in CANONICAL_METRICS:
         return [value]  # the canonical name is in the canonical unit
     canonical, unit = canonical_name(metric)
@@ -269,7 +285,7 @@ def score_import(result: LogScore, golden: Mapping[str, Any], stored_runs: Seque
         for label, index in (("first", 0), ("last", -1)):
             for metric, value in want[label].items():
                 got_series = _series_for(series, metric)
-                if value is None or got_series is None or len(got_series[1]) == 0:
+                if value is None or got_series is None or len(got_series[1]) == 0 or not_measured(metric, value):
                     continue
                 stored = float(got_series[1][index])
                 if not any(_close(stored, v) for v in _in_stored_unit(metric, float(value), golden["import"])):

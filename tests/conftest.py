@@ -36,6 +36,7 @@ TIERS: dict[str, str] = {
         (
             "abandoned_attempts",
             "r26b_metric_files",
+            "r26a_consoles",
             "r25c_detection",
             "r26c_detection",
             "round26_r26d",

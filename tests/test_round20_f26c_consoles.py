@@ -118,9 +118,10 @@ def _nanochat_like(total: int, lrm: float) -> list[str]:
 
 
 def test_a_flat_learning_rate_multiplier_stays_a_series(tmp_path: Path) -> None:
-    """A constant ``lrm`` is the LR schedule's (flat here), not a setting of the run."""
+    """A constant ``lrm`` is the LR schedule's (flat here), not a setting of the run: stored as the run's ``lr``
+    (the multiplier is the only LR those lines print; round 26 r26a)."""
     parsed = read_log([write_log_lines(tmp_path, _nanochat_like(30, 1.0))])
-    steps, values = metric_series(parsed, "lrm")
+    steps, values = metric_series(parsed, "lr")
     assert len(steps) == 29 and set(values) == {1.0}
 
 

@@ -100,6 +100,10 @@ _ALIASES: Final[dict[str, tuple[str, ...]]] = {
         "learning rate/learning rate",
         "optim/learning rate group0",  # OLMo: the first param group
         "learning/current learning rate",  # MaxText
+        # nanochat's (and its forks') LR multiplier: the schedule's factor on each group's base LR, the only LR those
+        # step lines print; its shape is what warmup, transition and restart checks read (a run that also logs an
+        # absolute 'lr' keeps both apart: the key named 'lr' keeps the name)
+        "lrm",
     ),
     "grad_norm": (
         "grad norm",

@@ -43,6 +43,12 @@ layout of a log nobody has seen.
   run's metadata (``meta['log_diagnostics']``, listed in ``moved``), out of the metric list. Losses,
   learning rates, norms, scores, rewards, times and speeds of any name stay series
   (:func:`diagnostic_fields`), and so does any field of a narrower run (a TRL record's ``reward_std``).
+- **A policy trainer's rollout statistics are measures, however wide its record** (round 26 r26a). A record that holds
+  a reward (:func:`_rollout_record`: an RL or RLHF trainer's, TRL's GRPO or PPO) summarises the rollouts the step
+  sampled: the completions' lengths (``completions/mean_length``), how often the policy ratio was clipped
+  (``clip_ratio/low_mean``), a count in the completions (``items/detected_mean``). They say how the policy trains, not
+  what the model holds inside: no statistic of such a record is a diagnostic (a GRPO record with per-position
+  rewards prints 66 fields, wider than :data:`WIDE_RUN`); a per-layer family still is.
 - **A statistic of a measured distribution is a measure even when it does not change** (docs/diagnosis.md, "Import:
   settings and counters"): ``clip_ratio/low_mean`` at 0 on every record says that nothing was clipped,
   ``completions/min_length`` at 2 that the shortest completion stayed 2 tokens: facts about training, not settings of
@@ -208,14 +214,21 @@ def diagnostic_fields(names: list[str], roles: Any = (), printed: int | None = N
     for name in names:
         if m := _INDEXED.match(name):
             families[m["family"]] = families.get(m["family"], 0) + 1
+    rollouts = _rollout_record(names)
     out = []
     for name in names:
         if name in roles or _metric_like(name) or _words(name) & _TRAINING_WORDS:
             continue
         m = _INDEXED.match(name)
-        if (m is not None and families[m["family"]] >= MIN_FAMILY) or _statistic(name):
+        if (m is not None and families[m["family"]] >= MIN_FAMILY) or (_statistic(name) and not rollouts):
             out.append(name)
     return out
+
+
+def _rollout_record(names: list[str]) -> bool:
+    """Whether a run's fields are a policy trainer's (one of them names a reward): its statistics summarise the
+    rollouts it sampled (completion lengths, clipped ratios), not the model's internals."""
+    return any(_words(name) & {"reward", "rewards"} for name in names)
 
 
 DERIVED_ORIGIN: Final = "progress bar rate"

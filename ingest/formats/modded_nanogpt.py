@@ -84,8 +84,11 @@ def add_step_times(builder: LogBuilder) -> None:
         return
     val_seq = builder.rows_of("val_loss")[2]
     training = ~np.isin(seq, val_seq)
-    steps, train_time = steps[training], train_time[training]
+    steps, train_time, seq = steps[training], train_time[training], seq[training]
     d_step, d_time = np.diff(steps), np.diff(train_time)
     ok = (d_step > 0) & (d_time > 0) & np.isfinite(d_time)
     if ok.any():
-        builder.add("step_time_s", steps[1:][ok], d_time[ok] / d_step[ok], rank=0, canonical=True)
+        # each figure keeps the file position of the line it ends at: a file of several launches is split into
+        # runs by position, and figures placed after the whole file would all fall into the last launch (its
+        # steps going back at each launch's start read as resumes from a checkpoint)
+        builder.add("step_time_s", steps[1:][ok], d_time[ok] / d_step[ok], rank=0, seq=seq[1:][ok], canonical=True)

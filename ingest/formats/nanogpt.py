@@ -5,15 +5,20 @@ iteration first (``0.00ms`` at the first iteration, which has none: not a measur
 
 The evaluation's ``train loss`` (mean over ``eval_iters`` batches) is not the per-iteration loss:
 it is kept as ``eval_train_loss``. nanoGPT prints ``mfu -100.00%`` before it has measured MFU:
-that sentinel is dropped, not stored.
+that sentinel is dropped, not stored. A line of only the LR (``LINESEARCH LR: x``, a line-search variant)
+is stored at the step of the metric line after it (:mod:`ingest.formats.lone_lines`).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, Final
 
+from ingest.formats._common import LogBuilder
 from ingest.formats.aliases import canonical_name
+from ingest.formats.lone_lines import keep_recurring_lr, lone_lr_kind
 from ingest.formats.numbers import NUMBER
 from ingest.formats.textlog import LineKind, TextLogReader
 
@@ -108,10 +113,17 @@ class NanoGPTReader(TextLogReader):
             pairs=r"(?P<key>train loss|val loss)[ \t]+(?P<val>" + NUMBER + ")",
             keymap=_eval_key,
         ),
+        # an LR line search prints the LR it picked, without a step, just before the evaluation line of the
+        # step it starts at (`LINESEARCH LR: 0.0039` then `step 2000: train loss ...`): the next line's step
+        lone_lr_kind(fill_next=True),
     )
 
     def score(self, n_metric_lines: int, text: str) -> float:
         return 0.92 if n_metric_lines >= 2 else 0.75
+
+    def fill(self, paths: Sequence[Path], builder: LogBuilder) -> None:
+        super().fill(paths, builder)
+        keep_recurring_lr(builder)  # the lone LR lines are this reader's only LR: one alone is the config's
 
     def meta_from_head(self, text: str) -> dict[str, Any]:
         meta: dict[str, Any] = {}

@@ -80,9 +80,12 @@ class TextLogReader(Reader):
     def __init__(self) -> None:
         self._compiled = [k.compiled() for k in self.kinds]
         self._bare = [
-            (re.compile(k.prefix.encode()), pairs) for k, (_, pairs, _) in zip(self.kinds, self._compiled, strict=True)
+            (re.compile(k.prefix.encode()), pairs)
+            for k, (_, pairs, _) in zip(self.kinds, self._compiled, strict=True)
+            if k.evidence
         ]
-        """Each kind's own prefix (no launcher part) and its pairs: detection's regexes."""
+        """Each kind's own prefix (no launcher part) and its pairs: detection's regexes (a kind that is no
+        evidence of the format, :attr:`LineKind.evidence`, is left out)."""
         self._ignores = [None if k.ignore is None else re.compile(k.ignore.encode()) for k in self.kinds]
 
     # ------------------------------------------------------------------ detection

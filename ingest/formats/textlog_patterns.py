@@ -72,6 +72,9 @@ class LineKind:
     epoch_batches: bool = False
     """The ``step`` group captures ``E][ i/N`` (pytorch's imagenet example's ``Epoch: [E][ i/N]``):
     the step is ``E * N + i``, batches counted over the run."""
+    evidence: bool = True
+    """Whether a line of this kind tells the format when sniffing; a line any console may print (a lone
+    ``Learning Rate: 0.001``, :mod:`ingest.formats.lone_lines`) is read, but never makes a reader claim a file."""
     step_before_first: int | None = None
     """The step of a line that comes before any metric line (an evaluation before training: step 0);
     None: such a line is counted as a metric line without step."""
