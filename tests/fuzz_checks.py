@@ -119,10 +119,10 @@ def each_input_read_once() -> Iterator[None]:
     """While open, ``read_mutated`` reads an input it has read before (the same bytes, forced or not)
     only once and gives its first answer again. Hypothesis draws the same input again and again: two
     mutation lists that place a line at nearby fractions damage the file alike, and of a format's 200
-    examples about 130 are distinct (the repeats took 35-45 % of the fuzzer's time, most of it the
-    repeated 10^6-character lines that a detection pass reads for seconds). The readers are
-    deterministic, so a repeat could only give the same answer; every example still runs its own
-    checks on that answer. A read that fails is not kept: hypothesis's replay of it reads it again."""
+    examples about 130 are distinct (the repeats are short inputs: about 5 % of the fuzzer's CPU; see
+    docs/performance.md). The readers are deterministic, so a repeat could only give the same answer;
+    every example still runs its own checks on that answer. A read that fails is not kept:
+    hypothesis's replay of it reads it again."""
     _ANSWERS.append({})
     try:
         yield
