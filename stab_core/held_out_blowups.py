@@ -17,14 +17,15 @@ evaluation (the crossing) that
   training), or since the last blow-up came back, among the :data:`SCATTER_EVALS` before it: a noisy
   validation loss whose scatter reached as high before has not blown up, but a blow-up that came back does
   not hide the next one, nor does the untrained model's start of a long run;
-- and, where it comes back, is abrupt (also BLOWUP_RATIO times the median of the :data:`RECENT_EVALS`
-  evaluations before it, with the next evaluation still :data:`HELD_RATIO` times the level it left, see
-  below: one bad evaluation is a blip) or lasting (:data:`HELD_EVALS` evaluations from it all HELD_RATIO
-  times the level: a climb that held five evaluations and came back is no overfitting, which does not come
-  back, and no blip; round 22); where it never comes back, it held (HELD_EVALS or more evaluations from it to the log's
-  end, every one HELD_RATIO times the level: a jump in the log's last evaluations may not last) while the
-  training loss did not fall meanwhile (a validation loss that rises for good while the training loss
-  falls is overfitting, :mod:`stab_core.overfitting`'s finding, not an incident).
+- and, where it comes back, is abrupt (also BLOWUP_RATIO times the median of the :data:`RECENT_EVALS` evaluations
+  before it, with the next evaluation still :data:`HELD_RATIO` times the level it left, see below, and above the
+  :data:`SCATTER_PERCENTILE` th percentile of those SCATTER_EVALS evaluations: one bad evaluation, the next back in
+  the series' scatter, is a blip) or lasting (:data:`HELD_EVALS` evaluations from it all HELD_RATIO times the level: a
+  climb that held five evaluations and came back is no overfitting, which does not come back, and no blip; round 22);
+  where it never comes back, it held (HELD_EVALS or more evaluations from it to the log's end, every one HELD_RATIO
+  times the level: a jump in the log's last evaluations may not last) while the training loss did not fall meanwhile
+  (a validation loss that rises for good while the training loss falls is overfitting, :mod:`stab_core.overfitting`'s
+  finding, not an incident).
 
 It is over at the first evaluation back within :data:`~stab_core.incidents.RECOVER_RATIO` of the level it
 left, the median of those WITHIN_EVALS evaluations (their lowest may be one scattered low), whose next
@@ -47,7 +48,7 @@ from typing import Final
 
 import numpy as np
 
-from stab_core.held_out import is_held_out_loss
+from stab_core.held_out import is_held_out_loss, training_counterpart
 from stab_core.held_out_rises import lasting_held_out_rise
 from stab_core.incidents import RECOVER_RATIO, Incident, IncidentKind, window_ratio
 from stab_core.runview import FloatArray, IntArray, Series
@@ -90,6 +91,14 @@ validation loss at 13.7 and 15.1 over its first two epochs hid every later blow-
 level of 1.3-2.0)."""
 
 
+SCATTER_PERCENTILE: Final = 95.0
+"""An abrupt blow-up's second evaluation tops this percentile of those SCATTER_EVALS evaluations (the band the series
+scatters in; an earlier excursion of its own, one or two evaluations, is not that band): one back inside it is the
+series in its noise, one evaluation up, a blip (round 26 r26f: a per-epoch MSE validation loss at 31x its level for
+one evaluation, then 1.6x, inside its usual 0.3-3x scatter; a YOLOv5 val/cls_loss 3.1x for one evaluation, then at
+the 0.021 it held for 60 epochs before)."""
+
+
 def held_out_blowups(series: Mapping[str, Series]) -> list[SpikeEvent]:
     """The blow-ups (module docstring) of the run's held-out loss (``val_loss``, else every held-out loss)
     in ``series``; steps are the series' own."""
@@ -100,7 +109,8 @@ def held_out_blowups(series: Mapping[str, Series]) -> list[SpikeEvent]:
         if values.size >= MIN_EVALS and (values > 0).all():
             found = _blowups(name, steps, values, series.get("loss"))
             # no blow-up: a rise to a level that lasted (round 26, :mod:`stab_core.held_out_rises`)
-            rise = None if found else lasting_held_out_rise(steps, values, series.get("loss"))
+            trained = [series[t] for t in (training_counterpart(name, series), "loss") if t is not None and t in series]
+            rise = None if found else lasting_held_out_rise(steps, values, trained)
             out += (
                 found
                 if rise is None
@@ -127,14 +137,15 @@ def _blowups(name: str, steps: IntArray, values: FloatArray, train: Series | Non
         before = values[max(0, i - WITHIN_EVALS) : i]
         # the lowest before is the level crossed and held; the median, the level left (module docstring)
         level, left = float(before.min()), float(np.median(before))
-        crossed = (
-            values[i] >= BLOWUP_RATIO * level
-            and values[i] >= JUMP_RATIO * values[i - 1]
-            and values[i] > values[max(since, i - SCATTER_EVALS) : i].max(initial=0.0)
-        )
+        # the highest the series scattered to over its recent evaluations (module docstring)
+        scatter = float(values[max(since, i - SCATTER_EVALS) : i].max(initial=0.0))
+        crossed = values[i] >= BLOWUP_RATIO * level and values[i] >= JUMP_RATIO * values[i - 1] and values[i] > scatter
         back = _back_at(values, i + 1, left) if crossed else None
         recent = float(np.median(values[max(0, i - RECENT_EVALS) : i]))
-        abrupt = values[i] >= BLOWUP_RATIO * recent and values[i + 1] >= HELD_RATIO * left
+        # the second evaluation tops the band of that scatter: one back inside it is the series in its noise (a blip)
+        recent_scatter = values[max(since, i - SCATTER_EVALS) : i]
+        band = float(np.percentile(recent_scatter, SCATTER_PERCENTILE)) if recent_scatter.size else 0.0
+        abrupt = values[i] >= BLOWUP_RATIO * recent and values[i + 1] >= HELD_RATIO * left and values[i + 1] > band
         lasting = values.size - i >= HELD_EVALS and bool((values[i : i + HELD_EVALS] >= HELD_RATIO * level).all())
         held = (lasting and bool((values[i:] >= HELD_RATIO * level).all())) or _held_in_main(values[i:], level)
         held = held and not _train_fell(train, int(steps[max(0, i - RECENT_EVALS)]), int(steps[i]))
