@@ -19,7 +19,7 @@ from typing import Any, Final, Literal
 
 from stab_core.cause_candidates import bad_batch_shape, loss_scale_at_floor, warmup_candidates
 from stab_core.causes import UNKNOWN
-from stab_core.decision_tree import DECISION_TREE, NONFINITE_START_LEAF, DiagnosisParams
+from stab_core.decision_tree import DECISION_TREE, EARLY_INSTABILITY_LEAF, NONFINITE_START_LEAF, DiagnosisParams
 from stab_core.held_out import HeldOutNonfinite, nonfinite_held_out_only
 from stab_core.held_recovery import HELD_RATIO, HELD_SAMPLES
 from stab_core.incidents import RECOVER_RATIO
@@ -406,7 +406,8 @@ def _cause(diagnosis: Diagnosis, spike: SpikeEvent | None = None) -> Claim:
             + ", ".join(f"{node.number} ({node.title})" for node in open_nodes)
             + " could not be answered from this log."
             if open_nodes
-            else "Cause unknown: no question of the tree found a cause with its signature in this log."
+            else _warmup_ended_before(diagnosis)
+            or "Cause unknown: no question of the tree found a cause with its signature in this log."
         )
         return Claim(
             "cause", text, None, {"answered": diagnosis.answered, "asked": len(diagnosis.path)}, to_log or None
@@ -432,6 +433,25 @@ def _cause(diagnosis: Diagnosis, spike: SpikeEvent | None = None) -> Claim:
         )
         return Claim("cause", text, True, {**evidence, "held_out_only": True})
     return Claim("cause", f"{title}.", holds, evidence)
+
+
+def _warmup_ended_before(diagnosis: Diagnosis) -> str | None:
+    """The unknown cause of an early instability whose node 2 answered yes for a warm-up that had ended before
+    the onset, with the LR no longer rising into it: said as such, so the sentence does not deny the "yes" the
+    path shows (a too-steep warm-up's signature is the LR still rising at the onset)."""
+    if diagnosis.leaf != EARLY_INSTABILITY_LEAF.id:
+        return None
+    visit = next((v for v in diagnosis.path if v.node == "lr_transition" and v.answer == "yes"), None)
+    if visit is None or visit.evidence.get("transition_kind") != "warmup_end":
+        return None
+    step, since = visit.evidence.get("transition_step"), visit.evidence.get("steps_since_transition")
+    if not isinstance(step, int | float) or not isinstance(since, int | float):
+        return None
+    return (
+        f"Cause unknown: the warm-up reached its peak LR at step {step:g}, {since:g} steps before the onset, and "
+        "the LR was no longer rising into it, so this is no blow-up inside the warm-up's ramp; no other question "
+        "found a cause's signature in this log."
+    )
 
 
 def _early_cause(cause: str, signature: Evidence) -> Claim:

@@ -47,6 +47,7 @@ TIERS: dict[str, str] = {
             "r25c_detection",
             "r26c_detection",
             "round26_r26d",
+            "round26_lead",
             "r26f_held_out",
             "lasting_rises",
             "nonfinite_episodes",
