@@ -53,6 +53,7 @@ from stab_core.spikes import SpikeEvent, detect_spikes, event_at_step, link_grad
 from stab_core.step_gaps import near_baseline as _near_baseline
 from stab_core.tree_nodes import DiagnosisContext, logging_interval, prepare_context
 from stab_core.tree_walk import Diagnosis
+from stab_core.zero_grad_norms import without_placeholder_grad_norms
 
 
 @dataclass(frozen=True)
@@ -539,6 +540,7 @@ def analyze_run(view: RunView, params: AnalysisParams | None = None) -> RunAnaly
     d = p.diagnosis
     gaps = logging_gaps(view)
     view = per_batch_view(without_steps(view, gaps.dead_steps))  # a running mean judged per batch
+    view = without_placeholder_grad_norms(view)  # a 0.0 grad norm beside a moved loss is no measurement
     snr = gradient_snr(view, d.proxy_window, d.ema_beta)
     context = prepare_context(view, d, snr)
     collapses = detect_snr_collapse(snr, d.snr_collapse_factor, d.snr_level_window) if snr is not None else []
@@ -571,7 +573,7 @@ def explain_step(
     after ``step``, walked as if it were a spike (for a spike seen elsewhere or below the thresholds)."""
     view = with_objective(view)
     p = params if params is not None else run_params(view)
-    view = per_batch_view(without_steps(view, logging_gaps(view).dead_steps))
+    view = without_placeholder_grad_norms(per_batch_view(without_steps(view, logging_gaps(view).dead_steps)))
     series = view.series.get(metric)
     if series is None or series.steps.size == 0:
         raise ValueError(f"run {view.name!r} has no {metric!r} series; it has {sorted(view.series)}")

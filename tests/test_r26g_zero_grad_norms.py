@@ -1,0 +1,48 @@
+"""Round 26, r26g (issue #32): exact-zero grad norms among positive ones are placeholders, not measurements
+(stab_core/zero_grad_norms.py). Synthetic run of that shape: a LoRA fine-tune logged every 10 steps whose grad
+norm is 0.0 on about half of its logs (at random) and 3-7 elsewhere, the loss noisy and falling, no incident."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from stab_core.analysis import analyze_run
+from stab_core.runview import RunView, Series
+from stab_core.zero_grad_norms import placeholder_zeros, without_placeholder_grad_norms
+
+
+def _lora_run(seed: int = 3) -> RunView:
+    rng = np.random.default_rng(seed)
+    steps = np.arange(10, 3010, 10, dtype=np.int64)
+    loss = 0.2 * np.exp(rng.normal(0.0, 0.15, steps.size)) + np.linspace(0.1, 0.0, steps.size)
+    grad = rng.uniform(3.0, 7.0, steps.size)
+    grad[rng.random(steps.size) < 0.55] = 0.0  # the trainer's placeholder on more than half of the logs
+    grad[0] = 0.0
+    return RunView("lora", series={"loss": Series(steps, loss), "grad_norm": Series(steps, grad)})
+
+
+def test_zero_grad_norms_among_positive_ones_raise_no_grad_norm_incident() -> None:
+    view = _lora_run()
+    items = [i for i in analyze_run(view).spike_dicts() if i["metric"] == "grad_norm"]
+    assert items == []
+
+
+def test_only_zeros_beside_a_moved_loss_with_a_positive_norm_after_them_are_dropped() -> None:
+    steps = np.arange(1, 9, dtype=np.int64)
+    grad = Series(steps, np.array([0.0, 2.0, 0.0, 3.0, 0.0, 2.5, 0.0, 0.0]))
+    loss = Series(steps, np.array([1.0, 0.9, 0.0, 0.8, np.nan, 0.7, 0.6, 0.5]))
+    # step 3: the loss is 0 (nothing moved it); step 5: no finite loss; 7-8: nothing positive after them
+    assert placeholder_zeros(grad, loss).tolist() == [True, False, False, False, False, False, False, False]
+    assert not placeholder_zeros(grad, None).any()
+    only_zero = Series(steps, np.zeros(steps.size))
+    assert not placeholder_zeros(only_zero, loss).any()  # all 0: detectors_not_run reads it
+
+
+def test_a_view_without_placeholders_is_returned_unchanged() -> None:
+    steps = np.arange(1, 5, dtype=np.int64)
+    view = RunView("r", series={"loss": Series(steps, np.ones(4)), "grad_norm": Series(steps, np.full(4, 2.0))})
+    assert without_placeholder_grad_norms(view) is view
+    placeholder = RunView(
+        "r", series={"loss": view.series["loss"], "grad_norm": Series(steps, np.array([0.0, 2.0, 0.0, 2.0]))}
+    )
+    assert without_placeholder_grad_norms(placeholder).series["grad_norm"].steps.tolist() == [2, 4]
