@@ -540,6 +540,7 @@ def analyze_run(view: RunView, params: AnalysisParams | None = None) -> RunAnaly
     d = p.diagnosis
     gaps = logging_gaps(view)
     view = per_batch_view(without_steps(view, gaps.dead_steps))  # a running mean judged per batch
+    logged = view  # what the log holds: the not-run notes count its samples (round 26)
     view = without_placeholder_grad_norms(view)  # a 0.0 grad norm beside a moved loss is no measurement
     snr = gradient_snr(view, d.proxy_window, d.ema_beta)
     context = prepare_context(view, d, snr)
@@ -547,7 +548,7 @@ def analyze_run(view: RunView, params: AnalysisParams | None = None) -> RunAnaly
     clip = run_clip_stats(view, p.clip_window, p.clip_saturation)
     spikes = _diagnosed(view, found := find_incidents(view, p), p, context) + _in_abandoned(view, p, found)
     spikes.sort(key=lambda item: item.spike.start)
-    not_run, snr_reason = detectors_not_run(view, (p.loss_spikes, p.grad_norm_spikes), p.diagnosis.proxy_window, snr)
+    not_run, snr_reason = detectors_not_run(logged, (p.loss_spikes, p.grad_norm_spikes), p.diagnosis.proxy_window, snr)
     return RunAnalysis(
         run=view.name,
         snr=snr,
