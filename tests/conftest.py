@@ -46,7 +46,7 @@ TIERS: dict[str, str] = {
             "r26a_consoles",
             "r25c_detection",
             "r26c_detection",
-            "r26g_zero_grad_norms",
+            "round26_r26g",
             "round26_r26d",
             "lasting_rises",
             "nonfinite_episodes",

@@ -1,12 +1,15 @@
-"""Round 26, r26g (issue #32): exact-zero grad norms among positive ones are placeholders, not measurements
-(stab_core/zero_grad_norms.py). Synthetic run of that shape: a LoRA fine-tune logged every 10 steps whose grad
-norm is 0.0 on about half of its logs (at random) and 3-7 elsewhere, the loss noisy and falling, no incident."""
+"""Round 26, r26g (issue #32). Synthetic series of each shape: exact-zero grad norms among positive ones are
+placeholders, not measurements (stab_core/zero_grad_norms.py: a LoRA fine-tune logged every 10 steps whose grad
+norm is 0.0 on about half of its logs and 3-7 elsewhere, the loss noisy, no incident); a training loss that fell
+from its first epochs and rose a little in the incident, never back to its start, was trained by its
+initialisation (stab_core/fell_from_start.py)."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from stab_core.analysis import analyze_run
+from stab_core.fell_from_start import fell_from_start
 from stab_core.runview import RunView, Series
 from stab_core.zero_grad_norms import placeholder_zeros, without_placeholder_grad_norms
 
@@ -46,3 +49,12 @@ def test_a_view_without_placeholders_is_returned_unchanged() -> None:
         "r", series={"loss": view.series["loss"], "grad_norm": Series(steps, np.array([0.0, 2.0, 0.0, 2.0]))}
     )
     assert without_placeholder_grad_norms(placeholder).series["grad_norm"].steps.tolist() == [2, 4]
+
+
+def test_a_loss_that_rose_in_the_incident_but_stayed_under_its_start_fell_from_the_first_steps() -> None:
+    epochs = np.arange(0, 40, dtype=np.int64)
+    loss = 5.0 * np.exp(-epochs / 4.0) + 2.4
+    rose = np.where((epochs >= 17) & (epochs <= 30), loss + 0.3, loss)  # up ~12 % while the LR warms up
+    assert fell_from_start(Series(epochs, rose), 17, 30)[0] is True
+    back = np.where(epochs == 20, 7.5, loss)  # back above its untrained first value: the start is in question
+    assert fell_from_start(Series(epochs, back), 17, 30)[0] is False
