@@ -1,7 +1,7 @@
 """Round 26, r26g (issue #32). Synthetic series of each shape: exact-zero grad norms among positive ones are
 placeholders, not measurements (stab_core/zero_grad_norms.py: a LoRA fine-tune logged every 10 steps whose grad
 norm is 0.0 on about half of its logs and 3-7 elsewhere, the loss noisy, no incident); a training loss that fell
-from its first epochs and rose a little in the incident, never back to its start, was trained by its
+from its first epochs and rose less than an early instability (1.3x) in the incident was trained by its
 initialisation (stab_core/fell_from_start.py)."""
 
 from __future__ import annotations
@@ -51,10 +51,10 @@ def test_a_view_without_placeholders_is_returned_unchanged() -> None:
     assert without_placeholder_grad_norms(placeholder).series["grad_norm"].steps.tolist() == [2, 4]
 
 
-def test_a_loss_that_rose_in_the_incident_but_stayed_under_its_start_fell_from_the_first_steps() -> None:
+def test_a_loss_that_fell_from_its_start_and_rose_little_in_the_incident_fell_from_the_first_steps() -> None:
     epochs = np.arange(0, 40, dtype=np.int64)
     loss = 5.0 * np.exp(-epochs / 4.0) + 2.4
     rose = np.where((epochs >= 17) & (epochs <= 30), loss + 0.3, loss)  # up ~12 % while the LR warms up
     assert fell_from_start(Series(epochs, rose), 17, 30)[0] is True
-    back = np.where(epochs == 20, 7.5, loss)  # back above its untrained first value: the start is in question
+    back = np.where(epochs == 20, 4.0, loss)  # 1.6x its level before: an early instability, the start in question
     assert fell_from_start(Series(epochs, back), 17, 30)[0] is False
