@@ -53,6 +53,7 @@ from stab_core.spikes import SpikeEvent, detect_spikes, event_at_step, link_grad
 from stab_core.step_gaps import near_baseline as _near_baseline
 from stab_core.tree_nodes import DiagnosisContext, logging_interval, prepare_context
 from stab_core.tree_walk import Diagnosis
+from stab_core.zero_grad_norms import without_placeholder_grad_norms
 
 
 @dataclass(frozen=True)
@@ -539,13 +540,15 @@ def analyze_run(view: RunView, params: AnalysisParams | None = None) -> RunAnaly
     d = p.diagnosis
     gaps = logging_gaps(view)
     view = per_batch_view(without_steps(view, gaps.dead_steps))  # a running mean judged per batch
+    logged = view  # what the log holds: the not-run notes count its samples (round 26)
+    view = without_placeholder_grad_norms(view)  # a 0.0 grad norm beside a moved loss is no measurement
     snr = gradient_snr(view, d.proxy_window, d.ema_beta)
     context = prepare_context(view, d, snr)
     collapses = detect_snr_collapse(snr, d.snr_collapse_factor, d.snr_level_window) if snr is not None else []
     clip = run_clip_stats(view, p.clip_window, p.clip_saturation)
     spikes = _diagnosed(view, found := find_incidents(view, p), p, context) + _in_abandoned(view, p, found)
     spikes.sort(key=lambda item: item.spike.start)
-    not_run, snr_reason = detectors_not_run(view, (p.loss_spikes, p.grad_norm_spikes), p.diagnosis.proxy_window, snr)
+    not_run, snr_reason = detectors_not_run(logged, (p.loss_spikes, p.grad_norm_spikes), p.diagnosis.proxy_window, snr)
     return RunAnalysis(
         run=view.name,
         snr=snr,
@@ -571,7 +574,7 @@ def explain_step(
     after ``step``, walked as if it were a spike (for a spike seen elsewhere or below the thresholds)."""
     view = with_objective(view)
     p = params if params is not None else run_params(view)
-    view = per_batch_view(without_steps(view, logging_gaps(view).dead_steps))
+    view = without_placeholder_grad_norms(per_batch_view(without_steps(view, logging_gaps(view).dead_steps)))
     series = view.series.get(metric)
     if series is None or series.steps.size == 0:
         raise ValueError(f"run {view.name!r} has no {metric!r} series; it has {sorted(view.series)}")

@@ -46,6 +46,7 @@ TIERS: dict[str, str] = {
             "r26a_consoles",
             "r25c_detection",
             "r26c_detection",
+            "round26_r26g",
             "round26_r26d",
             "round26_lead",
             "r26f_held_out",
